@@ -1,0 +1,117 @@
+/*
+ * The rank grid: how world ranks map to (tp, cp, dp, pp) coordinates and which
+ * ranks form each process group. The rank order lists dimensions fastest-varying
+ * first; the default tp-cp-dp-pp keeps a tensor-parallel group on consecutive ranks,
+ * hence inside one node (Megatron-LM's initialize_model_parallel uses the same
+ * arrangement). The runtime builds its communicators from these groups, so the
+ * planner and the runtime agree on them by construction.
+ */
+#include "planner.h"
+
+#include <stdlib.h>
+
+static const char *const group_names[PT_GROUP_COUNT] = {"tp", "cp", "dp", "pp", "dp*cp",
+                                                        "tp*cp"};
+
+const char *pt_group_name(pt_group_kind g) { return group_names[g]; }
+
+void pt_grid_init(pt_grid *g, const pt_layout *l)
+{
+    g->size[PT_DIM_TP] = l->tp;
+    g->size[PT_DIM_CP] = l->cp;
+    g->size[PT_DIM_DP] = l->dp;
+    g->size[PT_DIM_PP] = l->pp;
+    int64_t stride = 1;
+    for (int i = 0; i < PT_NDIM; i++) {
+        g->order[i] = l->order[i];
+        g->stride[l->order[i]] = (int)stride;
+        stride *= g->size[l->order[i]];
+    }
+    g->world = stride;
+}
+
+void pt_grid_coords(const pt_grid *g, int64_t rank, int coords[PT_NDIM])
+{
+    for (int d = 0; d < PT_NDIM; d++)
+        coords[d] = (int)((rank / g->stride[d]) % g->size[d]);
+}
+
+int64_t pt_grid_rank(const pt_grid *g, const int coords[PT_NDIM])
+{
+    int64_t r = 0;
+    for (int d = 0; d < PT_NDIM; d++)
+        r += (int64_t)coords[d] * g->stride[d];
+    return r;
+}
+
+/* The dimensions a group spans: one, or two for the combined groups. */
+static int group_dims(pt_group_kind kind, pt_dim dims[2])
+{
+    switch (kind) {
+    case PT_GROUP_TP: dims[0] = PT_DIM_TP; return 1;
+    case PT_GROUP_CP: dims[0] = PT_DIM_CP; return 1;
+    case PT_GROUP_DP: dims[0] = PT_DIM_DP; return 1;
+    case PT_GROUP_PP: dims[0] = PT_DIM_PP; return 1;
+    /* dp varies faster than cp inside the combined group, so that with cp = 1 it is
+     * exactly the dp group. */
+    case PT_GROUP_DPCP: dims[0] = PT_DIM_DP; dims[1] = PT_DIM_CP; return 2;
+    default: dims[0] = PT_DIM_TP; dims[1] = PT_DIM_CP; return 2;
+    }
+}
+
+int pt_grid_group_size(const pt_grid *g, pt_group_kind kind)
+{
+    pt_dim dims[2];
+    int n = group_dims(kind, dims);
+    return n == 1 ? g->size[dims[0]] : g->size[dims[0]] * g->size[dims[1]];
+}
+
+static int cmp_rank(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks)
+{
+    pt_dim dims[2];
+    int n = group_dims(kind, dims);
+    int coords[PT_NDIM];
+    pt_grid_coords(g, rank, coords);
+    int inner = g->size[dims[0]], outer = n == 2 ? g->size[dims[1]] : 1;
+    int count = 0;
+    for (int o = 0; o < outer; o++) {
+        if (n == 2)
+            coords[dims[1]] = o;
+        for (int i = 0; i < inner; i++) {
+            coords[dims[0]] = i;
+            ranks[count++] = pt_grid_rank(g, coords);
+        }
+    }
+    qsort(ranks, (size_t)count, sizeof *ranks, cmp_rank);
+    for (int i = 0; i < count; i++)
+        if (ranks[i] == rank)
+            return i;
+    return -1; /* unreachable: rank is always a member of its own group */
+}
+
+bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node)
+{
+    int size = pt_grid_group_size(g, kind);
+    if (size == 1)
+        return false;
+    int64_t *ranks = malloc((size_t)size * sizeof *ranks);
+    if (!ranks)
+        return true; /* out of memory: answer the cautious way */
+    bool crosses = false;
+    /* Every group is visited from its smallest member; checking the groups of all
+     * ranks is O(world·size), which stays small for one layout. */
+    for (int64_t r = 0; r < g->world && !crosses; r++) {
+        pt_grid_group(g, kind, r, ranks);
+        if (ranks[0] != r)
+            continue;
+        crosses = ranks[0] / devices_per_node != ranks[size - 1] / devices_per_node;
+    }
+    free(ranks);
+    return crosses;
+}

@@ -1,0 +1,357 @@
+/*
+ * The layout space: one parallel layout (tp, sp, pp, vp, cp, dp, ZeRO stage,
+ * micro-batching, recomputation, schedule and rank order), its string form as users
+ * type it on the command line, and the validity rules that reject a layout, each
+ * with a named reason. The enumeration (enum.c) and ptplan's --explain both read
+ * the rules from pt_layout_check, so a rule is written once.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Names ------------------------------------------------------------------- */
+
+static const char *const recompute_names[PT_RECOMPUTE_COUNT] = {"none", "selective", "full"};
+static const char *const schedule_names[PT_SCHED_COUNT] = {"afab", "1f1b", "interleaved"};
+static const char *const dim_names[PT_NDIM] = {"tp", "cp", "dp", "pp"};
+
+const char *pt_recompute_name(pt_recompute r) { return recompute_names[r]; }
+const char *pt_schedule_name(pt_schedule s) { return schedule_names[s]; }
+const char *pt_dim_name(pt_dim d) { return dim_names[d]; }
+
+static const struct {
+    const char *key;
+    const char *text;
+} reject_info[PT_REJECT_COUNT] = {
+    [PT_REJECT_WORLD] = {"world", "tp*cp*pp*dp differs from the world size"},
+    [PT_REJECT_HEADS_TP] = {"heads_tp", "attention heads not divisible by tp"},
+    [PT_REJECT_KV_HEADS_TP] = {"kv_heads_tp", "KV heads not divisible by tp"},
+    [PT_REJECT_FFN_TP] = {"ffn_tp", "FFN size not divisible by tp"},
+    [PT_REJECT_LAYERS_PP] = {"layers_pp", "layers not divisible by pp*vp"},
+    [PT_REJECT_SEQ_CP] = {"seq_cp", "sequence not divisible by 2*cp (causal load balancing)"},
+    [PT_REJECT_SEQ_SP] = {"seq_sp", "sequence/cp not divisible by tp (sequence parallelism)"},
+    [PT_REJECT_BATCH_DP] = {"batch_dp", "global batch not divisible by mbs*dp"},
+    [PT_REJECT_TP_SPANS_NODES] = {"tp_spans_nodes", "a tensor-parallel group spans nodes"},
+    [PT_REJECT_SP_WITHOUT_TP] = {"sp_without_tp", "sequence parallelism needs tp > 1"},
+    [PT_REJECT_VP_WITHOUT_PP] = {"vp_without_pp", "virtual stages need pp > 1"},
+    [PT_REJECT_SCHEDULE_VP] = {"schedule_vp", "interleaved schedule if and only if vp > 1"},
+    [PT_REJECT_INTERLEAVED_MICRO] = {"interleaved_micro",
+                                     "interleaving needs micro-batches a multiple of pp"},
+    [PT_REJECT_ZERO_NO_DP] = {"zero_no_dp", "ZeRO stage > 0 with dp*cp = 1 shards nothing"},
+    [PT_REJECT_ZERO_PP] = {"zero_pp", "ZeRO stage 2/3 with pipeline parallelism"},
+    [PT_REJECT_BAD_VALUE] = {"bad_value", "a size below 1 or ZeRO stage outside 0..3"},
+};
+
+const char *pt_reject_name(pt_reject r) { return reject_info[r].key; }
+const char *pt_reject_describe(pt_reject r) { return reject_info[r].text; }
+
+/* ---- Defaults and rank order ------------------------------------------------- */
+
+void pt_layout_default(pt_layout *l)
+{
+    *l = (pt_layout){.tp = 1, .cp = 1, .pp = 1, .dp = 1, .vp = 1, .sp = false, .zero = 0,
+                     .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
+                     .schedule = PT_SCHED_1F1B,
+                     .order = {PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP}};
+}
+
+int64_t pt_layout_world(const pt_layout *l)
+{
+    return (int64_t)l->tp * l->cp * l->pp * l->dp;
+}
+
+int pt_order_parse(const char *text, pt_dim order[PT_NDIM], pt_err *err)
+{
+    bool seen[PT_NDIM] = {false};
+    const char *p = text;
+    for (int i = 0; i < PT_NDIM; i++) {
+        int d = 0;
+        while (d < PT_NDIM && strncmp(p, dim_names[d], 2) != 0)
+            d++;
+        if (d == PT_NDIM || seen[d] || (p[2] != (i + 1 < PT_NDIM ? '-' : '\0')))
+            return pt_err_set(err, "bad rank order '%s': expected the four dimensions tp, "
+                                   "cp, dp, pp once each, joined by '-' (e.g. tp-cp-dp-pp)",
+                              text);
+        seen[d] = true;
+        order[i] = (pt_dim)d;
+        p += 3;
+    }
+    return 0;
+}
+
+void pt_order_format(const pt_dim order[PT_NDIM], char *buf, size_t n)
+{
+    snprintf(buf, n, "%s-%s-%s-%s", dim_names[order[0]], dim_names[order[1]],
+             dim_names[order[2]], dim_names[order[3]]);
+}
+
+void pt_layout_format(const pt_layout *l, char *buf, size_t n)
+{
+    char order[32];
+    pt_order_format(l->order, order, sizeof order);
+    snprintf(buf, n,
+             "tp=%d,sp=%d,pp=%d,vp=%d,cp=%d,dp=%d,zero=%d,mbs=%lld,recompute=%s,"
+             "schedule=%s,order=%s",
+             l->tp, l->sp ? 1 : 0, l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
+             recompute_names[l->recompute], schedule_names[l->schedule], order);
+}
+
+/* ---- Parsing ----------------------------------------------------------------- */
+
+enum { K_TP, K_SP, K_PP, K_VP, K_CP, K_DP, K_ZERO, K_MBS, K_RECOMPUTE, K_SCHEDULE,
+       K_ORDER, K_COUNT };
+static const char *const layout_keys[K_COUNT] = {
+    "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order"};
+
+static int parse_int(const char *key, const char *val, int64_t lo, int64_t hi, int64_t *out,
+                     pt_err *err)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (!*val || *end || errno || v < lo || v > hi)
+        return pt_err_set(err, "layout: %s=%s: expected an integer from %lld to %lld", key,
+                          val, (long long)lo, (long long)hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_name(const char *key, const char *val, const char *const *names, int count,
+                      int *out, pt_err *err)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(val, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    char choices[128] = "";
+    for (int i = 0; i < count; i++) {
+        strncat(choices, names[i], sizeof choices - strlen(choices) - 1);
+        if (i + 1 < count)
+            strncat(choices, ", ", sizeof choices - strlen(choices) - 1);
+    }
+    return pt_err_set(err, "layout: %s=%s: expected one of %s", key, val, choices);
+}
+
+/* Sets one key of l from its text value. */
+static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
+{
+    /* 2^20 ranks per dimension keeps every product of sizes within int64. */
+    const int64_t max_size = 1 << 20;
+    int64_t v = 0;
+    int e = 0;
+    switch (key) {
+    case K_TP: case K_PP: case K_VP: case K_CP: case K_DP:
+        if (parse_int(layout_keys[key], val, 1, max_size, &v, err))
+            return -1;
+        *(key == K_TP ? &l->tp : key == K_PP ? &l->pp : key == K_VP ? &l->vp
+          : key == K_CP ? &l->cp : &l->dp) = (int)v;
+        return 0;
+    case K_SP:
+        if (parse_int("sp", val, 0, 1, &v, err))
+            return -1;
+        l->sp = v == 1;
+        return 0;
+    case K_ZERO:
+        if (parse_int("zero", val, 0, 3, &v, err))
+            return -1;
+        l->zero = (int)v;
+        return 0;
+    case K_MBS:
+        if (parse_int("mbs", val, 1, max_size, &v, err))
+            return -1;
+        l->mbs = v;
+        return 0;
+    case K_RECOMPUTE:
+        if (parse_name("recompute", val, recompute_names, PT_RECOMPUTE_COUNT, &e, err))
+            return -1;
+        l->recompute = (pt_recompute)e;
+        return 0;
+    case K_SCHEDULE:
+        if (parse_name("schedule", val, schedule_names, PT_SCHED_COUNT, &e, err))
+            return -1;
+        l->schedule = (pt_schedule)e;
+        return 0;
+    default:
+        return pt_order_parse(val, l->order, err);
+    }
+}
+
+int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_layout *l,
+                    pt_err *err)
+{
+    bool given[K_COUNT] = {false};
+    char buf[512];
+    if (strlen(text) >= sizeof buf)
+        return pt_err_set(err, "layout string is too long (%zu characters)", strlen(text));
+    strcpy(buf, text);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*item))
+            item++;
+        char *eq = strchr(item, '=');
+        if (!eq)
+            return pt_err_set(err, "layout: '%s' is not key=value", item);
+        *eq = '\0';
+        const char *val = eq + 1;
+        int key = 0;
+        while (key < K_COUNT && strcmp(item, layout_keys[key]) != 0)
+            key++;
+        if (key == K_COUNT)
+            return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
+                                   "zero, mbs, recompute, schedule, order)", item);
+        if (given[key])
+            return pt_err_set(err, "layout: key '%s' given twice", item);
+        given[key] = true;
+        if (layout_set(l, key, val, err))
+            return -1;
+    }
+    if (!given[K_DP] && world > 0) {
+        int64_t rest = (int64_t)l->tp * l->cp * l->pp;
+        if (world % rest)
+            return pt_err_set(err, "layout: tp*cp*pp = %lld does not divide the world size "
+                                   "%lld, so dp cannot be derived", (long long)rest,
+                              (long long)world);
+        l->dp = (int)(world / rest);
+    }
+    if (!given[K_SCHEDULE] && l->vp > 1)
+        l->schedule = PT_SCHED_INTERLEAVED;
+    if (global_batch > 0)
+        l->n_micro = global_batch / ((int64_t)l->mbs * l->dp);
+    return 0;
+}
+
+/* ---- Validity rules ---------------------------------------------------------- */
+
+/* Whether a tensor-parallel group crosses nodes. Under the default order (tp
+ * fastest) this is whether t divides the devices per node; other orders ask the
+ * grid, which knows the strides. */
+bool pt_layout_tp_spans_nodes(const pt_layout *l, int devices_per_node)
+{
+    if (l->tp == 1)
+        return false;
+    if (l->order[0] == PT_DIM_TP)
+        return devices_per_node % l->tp != 0;
+    pt_grid g;
+    pt_grid_init(&g, l);
+    return pt_grid_group_crosses_nodes(&g, PT_GROUP_TP, devices_per_node);
+}
+
+int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch,
+                    const pt_layout *l, uint32_t *mask)
+{
+    return pt_layout_check_spans(m, c, global_batch, l, -1, mask);
+}
+
+int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global_batch,
+                          const pt_layout *l, int tp_spans, uint32_t *mask)
+{
+    uint32_t bad = 0;
+#define RULE(cond, reason) \
+    if (cond)              \
+    bad |= 1u << (reason)
+    if (l->tp < 1 || l->cp < 1 || l->pp < 1 || l->dp < 1 || l->vp < 1 || l->mbs < 1 ||
+        l->zero < 0 || l->zero > 3) {
+        bad |= 1u << PT_REJECT_BAD_VALUE;
+        if (mask)
+            *mask = bad;
+        return 1;
+    }
+    RULE(c && pt_layout_world(l) != pt_cluster_world(c), PT_REJECT_WORLD);
+    RULE(m->heads % l->tp, PT_REJECT_HEADS_TP);
+    RULE(m->kv_heads % l->tp, PT_REJECT_KV_HEADS_TP);
+    RULE(m->ffn % l->tp, PT_REJECT_FFN_TP);
+    RULE(m->layers % ((int64_t)l->pp * l->vp), PT_REJECT_LAYERS_PP);
+    RULE(l->cp > 1 && m->seq % (2 * (int64_t)l->cp), PT_REJECT_SEQ_CP);
+    RULE(l->sp && (m->seq % l->cp || (m->seq / l->cp) % l->tp), PT_REJECT_SEQ_SP);
+    RULE(global_batch % (l->mbs * l->dp), PT_REJECT_BATCH_DP);
+    if (c && tp_spans < 0)
+        tp_spans = pt_layout_tp_spans_nodes(l, c->devices_per_node);
+    RULE(c && tp_spans > 0, PT_REJECT_TP_SPANS_NODES);
+    RULE(l->sp && l->tp == 1, PT_REJECT_SP_WITHOUT_TP);
+    RULE(l->vp > 1 && l->pp == 1, PT_REJECT_VP_WITHOUT_PP);
+    RULE((l->schedule == PT_SCHED_INTERLEAVED) != (l->vp > 1), PT_REJECT_SCHEDULE_VP);
+    /* Megatron-LM's interleaved 1F1B assigns micro-batches to chunks in groups of p
+     * (Narayanan et al. 2021, Sec. 2.2), so the count must be a multiple of p. */
+    RULE(l->schedule == PT_SCHED_INTERLEAVED && l->pp > 1 && l->n_micro % l->pp,
+         PT_REJECT_INTERLEAVED_MICRO);
+    RULE(l->zero > 0 && (int64_t)l->dp * l->cp == 1, PT_REJECT_ZERO_NO_DP);
+    /* DeepSpeed refuses ZeRO-2/3 with its pipeline engine: partitioned gradients
+     * would be reduced for every micro-batch instead of once per step. */
+    RULE(l->zero >= 2 && l->pp > 1, PT_REJECT_ZERO_PP);
+#undef RULE
+    if (mask)
+        *mask = bad;
+    return __builtin_popcount(bad);
+}
+
+void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
+                       int64_t global_batch, const pt_layout *l, char *buf, size_t n)
+{
+    long long L = m->layers, s = m->seq;
+    switch (r) {
+    case PT_REJECT_WORLD:
+        snprintf(buf, n, "tp*cp*pp*dp = %d*%d*%d*%d = %lld, but the cluster has %lld ranks",
+                 l->tp, l->cp, l->pp, l->dp, (long long)pt_layout_world(l),
+                 c ? (long long)pt_cluster_world(c) : 0LL);
+        break;
+    case PT_REJECT_HEADS_TP:
+        snprintf(buf, n, "attention heads (%lld) are not divisible by tp (%d)",
+                 (long long)m->heads, l->tp);
+        break;
+    case PT_REJECT_KV_HEADS_TP:
+        snprintf(buf, n, "KV heads (%lld) are not divisible by tp (%d)",
+                 (long long)m->kv_heads, l->tp);
+        break;
+    case PT_REJECT_FFN_TP:
+        snprintf(buf, n, "FFN size (%lld) is not divisible by tp (%d)", (long long)m->ffn,
+                 l->tp);
+        break;
+    case PT_REJECT_LAYERS_PP:
+        snprintf(buf, n, "layers (%lld) are not divisible by pp*vp = %d*%d", L, l->pp, l->vp);
+        break;
+    case PT_REJECT_SEQ_CP:
+        snprintf(buf, n, "sequence (%lld) is not divisible by 2*cp = %d", s, 2 * l->cp);
+        break;
+    case PT_REJECT_SEQ_SP:
+        snprintf(buf, n, "sequence per cp rank (%lld/%d) is not divisible by tp (%d)", s,
+                 l->cp, l->tp);
+        break;
+    case PT_REJECT_BATCH_DP:
+        snprintf(buf, n, "global batch (%lld) is not divisible by mbs*dp = %lld*%d",
+                 (long long)global_batch, (long long)l->mbs, l->dp);
+        break;
+    case PT_REJECT_TP_SPANS_NODES:
+        snprintf(buf, n, "a tp group of %d ranks spans nodes of %d devices", l->tp,
+                 c ? c->devices_per_node : 0);
+        break;
+    case PT_REJECT_SP_WITHOUT_TP:
+        snprintf(buf, n, "sp=1 needs tp > 1 (tp = %d)", l->tp);
+        break;
+    case PT_REJECT_VP_WITHOUT_PP:
+        snprintf(buf, n, "vp = %d needs pp > 1 (pp = %d)", l->vp, l->pp);
+        break;
+    case PT_REJECT_SCHEDULE_VP:
+        snprintf(buf, n, "schedule %s with vp = %d: the interleaved schedule is used exactly "
+                 "when vp > 1", schedule_names[l->schedule], l->vp);
+        break;
+    case PT_REJECT_INTERLEAVED_MICRO:
+        snprintf(buf, n, "micro-batches per step (%lld) are not a multiple of pp (%d)",
+                 (long long)l->n_micro, l->pp);
+        break;
+    case PT_REJECT_ZERO_NO_DP:
+        snprintf(buf, n, "zero = %d with dp*cp = %d: there is nothing to shard over", l->zero,
+                 l->dp * l->cp);
+        break;
+    case PT_REJECT_ZERO_PP:
+        snprintf(buf, n, "zero = %d with pp = %d: ZeRO 2/3 would reduce gradients every "
+                 "micro-batch; use zero <= 1 with pipelining", l->zero, l->pp);
+        break;
+    default:
+        snprintf(buf, n, "sizes must be at least 1 and zero within 0..3");
+        break;
+    }
+}

@@ -1,0 +1,316 @@
+/*
+ * The per-rank memory model: how many bytes one rank of a layout needs at its peak,
+ * broken down into model states (weights, gradients, optimizer), activations kept by
+ * the pipeline schedule, the embedding and head, recomputation working space and
+ * communication buffers. The enumerator (enum.c) calls pt_mem_rank_max() for every
+ * candidate layout to decide whether it fits, so pt_mem_stage() is closed-form: no
+ * allocation and no loops over layers, stages or micro-batches.
+ *
+ * Sources: model states after the ZeRO paper (Rajbhandari et al. 2020, "ZeRO: Memory
+ * Optimizations Toward Training Trillion Parameter Models", Sec. 3.1 and 5, Fig. 1);
+ * activations after Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+ * Large Transformer Models", Sec. 4, eq. 1-6), generalised to grouped-query attention,
+ * SwiGLU, models without dropout, any activation width and context parallelism; the
+ * in-flight counts of the pipeline schedules after Megatron-LM's
+ * schedules.py (Narayanan et al. 2021).
+ *
+ * Letters as in planner.h; s_r = s/c is the sequence slice a context-parallel rank
+ * holds, hd = h/a the head dimension, kvd = k·hd the K (or V) width, ab the bytes of
+ * one activation element. Byte figures are doubles, counts int64_t.
+ */
+#include "planner.h"
+
+#include <string.h>
+
+/* ---- Precisions -------------------------------------------------------------- */
+
+static const char *const pt_prec_names[PT_PREC_COUNT] = {"bf16", "bf16-grad16", "fp32"};
+
+pt_precision pt_precision_of(pt_prec_kind k)
+{
+    switch (k) {
+    case PT_PREC_BF16_GRAD16: /* ZeRO paper Sec. 3.1: 2Ψ + 2Ψ + KΨ with K = 12 */
+        return (pt_precision){.weight_bytes = 2, .grad_bytes = 2, .master_bytes = 4,
+                              .moment_bytes = 8, .act_bytes = 2};
+    case PT_PREC_FP32:
+        return (pt_precision){.weight_bytes = 4, .grad_bytes = 4, .master_bytes = 0,
+                              .moment_bytes = 8, .act_bytes = 4};
+    case PT_PREC_BF16: /* gradients accumulated in fp32, as ptrun's CUDA backend does */
+    default:
+        return (pt_precision){.weight_bytes = 2, .grad_bytes = 4, .master_bytes = 4,
+                              .moment_bytes = 8, .act_bytes = 2};
+    }
+}
+
+const char *pt_prec_name(pt_prec_kind k)
+{
+    return (unsigned)k < PT_PREC_COUNT ? pt_prec_names[k] : "unknown";
+}
+
+int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err)
+{
+    for (int k = 0; text && k < PT_PREC_COUNT; k++) {
+        if (strcmp(text, pt_prec_names[k]) == 0) {
+            *out = (pt_prec_kind)k;
+            return 0;
+        }
+    }
+    return pt_err_set(err, "unknown precision '%s' (expected bf16, bf16-grad16 or fp32)",
+                      text ? text : "");
+}
+
+void pt_train_default(pt_train *t, const pt_cluster *c)
+{
+    t->global_batch = 512;
+    /* PyTorch DistributedDataParallel's bucket_cap_mb defaults to 25 (MiB). */
+    t->bucket_bytes = 25 * 1024 * 1024;
+    /* A device without bf16 throughput (the CPU backend) trains in fp32. */
+    bool bf16 = c != NULL && c->device.peak_flops[PT_DTYPE_BF16] > 0;
+    t->precision = bf16 ? PT_PREC_BF16 : PT_PREC_FP32;
+}
+
+/* ---- Model states ------------------------------------------------------------ */
+
+pt_model_states pt_mem_model_states(double params, int shard, int stage, pt_precision p)
+{
+    /* ZeRO paper Fig. 1: stage 1 (P_os) shards the optimizer states, stage 2 (P_os+g)
+     * also the gradients, stage 3 (P_os+g+p) also the weights, each over N_d ranks. */
+    double n = shard < 1 ? 1.0 : (double)shard;
+    pt_model_states s = {
+        .weights_bytes = p.weight_bytes * params,
+        .grads_bytes = p.grad_bytes * params,
+        .optimizer_bytes = (double)(p.master_bytes + p.moment_bytes) * params,
+    };
+    if (stage >= 1)
+        s.optimizer_bytes /= n;
+    if (stage >= 2)
+        s.grads_bytes /= n;
+    if (stage >= 3)
+        s.weights_bytes /= n;
+    return s;
+}
+
+/* ---- Activations of one layer ------------------------------------------------ */
+
+static int64_t pt_mem_pos(int64_t x)
+{
+    return x < 1 ? 1 : x;
+}
+
+/* The common factors of the activation terms of one layer on one rank. */
+typedef struct {
+    double ab;  /* bytes of one activation element */
+    double sb;  /* s_r·b: tokens of one micro-batch on this rank before tp splits */
+    double s;   /* full sequence: keys every local query attends to */
+    double t;   /* tensor-parallel size */
+    double rep; /* divisor of the terms replicated across tp: t with sp, else 1 */
+} pt_mem_dims;
+
+static pt_mem_dims pt_mem_dims_of(const pt_model *m, const pt_layout *l, pt_precision p)
+{
+    double t = (double)pt_mem_pos(l->tp);
+    double s_r = (double)m->seq / (double)pt_mem_pos(l->cp);
+    return (pt_mem_dims){.ab = p.act_bytes, .sb = s_r * (double)pt_mem_pos(l->mbs),
+                         .s = (double)m->seq, .t = t, .rep = l->sp ? t : 1.0};
+}
+
+/* The attention core's s² terms (Korthikanti eq. 2: 5as²b with dropout, 2-byte
+ * activations): softmax output, dropout mask (1 byte) and dropout output. With cp
+ * the local s_r queries attend to all s keys. */
+static double pt_mem_attention_core(const pt_model *m, const pt_mem_dims *d)
+{
+    double scores = (double)m->heads * d->sb * d->s / d->t; /* a·s_r·s·b / t elements */
+    double bytes = d->ab * scores;
+    if (m->dropout)
+        bytes += scores + d->ab * scores;
+    return bytes;
+}
+
+/* Everything else a layer keeps when nothing is recomputed (Korthikanti eq. 1-2,
+ * with the attention core left out): terms marked R are replicated across tp
+ * unless sequence parallelism splits them, T are split by tp. */
+static double pt_mem_layer_linear(const pt_model *m, const pt_mem_dims *d)
+{
+    double h = (double)m->hidden, f = (double)m->ffn;
+    double kvd = (double)m->kv_heads * (double)(m->hidden / pt_mem_pos(m->heads));
+    double sbh = d->sb * h;
+    double mask = m->dropout ? sbh / d->rep : 0.0;     /* one 1-byte dropout mask, R */
+
+    double bytes = 2 * d->ab * sbh / d->rep;           /* inputs of the two norms, R */
+    bytes += d->ab * sbh / d->rep;                     /* QKV input, R */
+    bytes += d->ab * d->sb * (h + 2 * kvd) / d->t;     /* Q, K, V, T */
+    bytes += d->ab * sbh / d->t;                       /* output-projection input, T */
+    bytes += mask;                                     /* attention dropout mask, R */
+    bytes += d->ab * sbh / d->rep;                     /* MLP first-linear input, R */
+    /* GeLU: its input and the second linear's input; SwiGLU: gate and up outputs
+     * and the down projection's input. T. */
+    double inner = m->act == PT_ACT_SWIGLU ? 3.0 : 2.0;
+    bytes += inner * d->ab * d->sb * f / d->t;
+    bytes += mask;                                     /* MLP dropout mask, R */
+    return bytes;
+}
+
+double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precision p)
+{
+    pt_mem_dims d = pt_mem_dims_of(m, l, p);
+    /* Full recomputation keeps only the layer input (Korthikanti Sec. 5: 2sbh). */
+    if (l->recompute == PT_RECOMPUTE_FULL)
+        return d.ab * d.sb * (double)m->hidden / d.rep;
+    double bytes = pt_mem_layer_linear(m, &d);
+    /* Selective recomputation drops the attention core (Korthikanti Sec. 5). */
+    if (l->recompute == PT_RECOMPUTE_NONE)
+        bytes += pt_mem_attention_core(m, &d);
+    return bytes;
+}
+
+/* ---- One pipeline stage ------------------------------------------------------ */
+
+/* How many micro-batches (or chunks) a stage holds activations for at its peak. */
+typedef struct {
+    int64_t in_flight;    /* micro-batches, or model chunks when interleaved */
+    int64_t chunk_layers; /* layers behind each of them */
+    int64_t mb_first;     /* micro-batches whose embedding output stage 0 keeps */
+    int64_t mb_last;      /* micro-batches whose logits the last stage keeps */
+} pt_mem_flight;
+
+static pt_mem_flight pt_mem_flight_of(const pt_model *m, const pt_layout *l, int stage,
+                                      int64_t layers)
+{
+    int64_t pp = pt_mem_pos(l->pp), vp = pt_mem_pos(l->vp), n = pt_mem_pos(l->n_micro);
+    if (pp == 1) /* gradient accumulation: one micro-batch's forward and backward at a time */
+        return (pt_mem_flight){1, layers, 1, 1};
+    if (l->schedule == PT_SCHED_AFAB) /* GPipe: every forward before any backward */
+        return (pt_mem_flight){n, layers, n, n};
+    if (vp > 1) { /* the layout rules allow vp > 1 only with the interleaved schedule */
+        /* Megatron's interleaved 1F1B: (p - stage - 1)·2 + (vp - 1)·p warm-up forwards
+         * plus the steady state's first forward, each a chunk of L/(p·vp) layers; at
+         * stage 0 that is L·(1 + (p-1)/(p·vp)) layers (Korthikanti Sec. 4.2.3). The
+         * chunk order (p micro-batches per chunk in turn) keeps up to 2p micro-batches
+         * in flight on stage 0's first chunk, and one on the last stage's last chunk. */
+        int64_t chunks = (pp - stage - 1) * 2 + (vp - 1) * pp + 1;
+        if (chunks > n * vp)
+            chunks = n * vp;
+        int64_t chunk_layers = (m->layers + pp * vp - 1) / (pp * vp);
+        return (pt_mem_flight){chunks, chunk_layers, 2 * pp < n ? 2 * pp : n, 1};
+    }
+    /* 1F1B (PipeDream-Flush): stage i runs p - i warm-up forwards before its first
+     * backward; the last stage runs each backward right after its forward. */
+    int64_t k = pp - stage < n ? pp - stage : n;
+    return (pt_mem_flight){k, layers, pp < n ? pp : n, 1};
+}
+
+/* Embedding dropout mask on stage 0; final-norm input and fp32 logits for the
+ * cross-entropy backward on the last stage (Korthikanti Sec. 4.3). */
+static double pt_mem_embed_head(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
+                                bool first, bool last, const pt_mem_flight *fl)
+{
+    double sbh = d->sb * (double)m->hidden;
+    double bytes = 0;
+    if (first && m->dropout)
+        bytes += (double)fl->mb_first * sbh / d->rep;
+    if (last) {
+        double logits = 4.0 * d->sb * (double)pt_vocab_padded(m, l->tp) / d->t;
+        bytes += (double)fl->mb_last * (d->ab * sbh / d->rep + logits);
+    }
+    return bytes;
+}
+
+/* Buffers the collectives and point-to-point transfers of the stage keep. */
+static double pt_mem_comm(const pt_model *m, const pt_layout *l, const pt_train *tr,
+                          pt_precision p, const pt_mem_dims *d, double params,
+                          double grads_bytes)
+{
+    double bytes = 0, bucket = (double)tr->bucket_bytes;
+    int64_t shard = pt_mem_pos(l->dp) * pt_mem_pos(l->cp);
+    if (shard > 1) {
+        /* Two gradient buckets in flight: one reducing while the next fills. ZeRO-2/3
+         * reduce-scatter full gradient buckets before keeping their own shard. */
+        double g = l->zero >= 2 ? params * p.grad_bytes : grads_bytes;
+        bytes += 2 * (bucket < g ? bucket : g);
+        if (l->zero >= 3) /* parameters of the current and the prefetched layer */
+            bytes += 2.0 * (double)pt_params_layer(m, l->tp) * p.weight_bytes;
+    }
+    double sbh = d->sb * (double)m->hidden;
+    if (l->sp && l->tp > 1) /* all-gathered input of a linear layer */
+        bytes += d->ab * sbh;
+    if (l->pp > 1) /* send and receive buffers of the stage boundary */
+        bytes += 2 * d->ab * sbh / d->rep;
+    if (l->cp > 1) { /* ring attention: K and V blocks, current and next */
+        double kvd = (double)m->kv_heads * (double)(m->hidden / pt_mem_pos(m->heads));
+        bytes += 2 * (2 * d->ab * d->sb * kvd / d->t);
+    }
+    return bytes;
+}
+
+void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int stage,
+                  pt_memory *out)
+{
+    pt_precision p = pt_precision_of(t->precision);
+    int64_t pp = pt_mem_pos(l->pp);
+    if (stage < 0)
+        stage = 0;
+    if (stage > pp - 1)
+        stage = (int)(pp - 1);
+    bool first = stage == 0, last = stage == pp - 1;
+    int64_t layers = (m->layers + pp - 1) / pp;
+
+    int64_t params = layers * pt_params_layer(m, l->tp);
+    if (first)
+        params += pt_params_embedding(m, l->tp);
+    if (last)
+        params += pt_params_head(m, l->tp, (int)pp);
+    int64_t shard = pt_mem_pos(l->dp) * pt_mem_pos(l->cp);
+    pt_model_states ms = pt_mem_model_states((double)params, (int)shard, l->zero, p);
+
+    pt_mem_dims d = pt_mem_dims_of(m, l, p);
+    pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
+    double act = pt_mem_layer_activations(m, l, p);
+
+    double recompute = 0;
+    if (l->recompute == PT_RECOMPUTE_FULL) {
+        pt_layout none = *l;
+        none.recompute = PT_RECOMPUTE_NONE;
+        recompute = pt_mem_layer_activations(m, &none, p);
+    } else if (l->recompute == PT_RECOMPUTE_SELECTIVE) {
+        recompute = pt_mem_attention_core(m, &d);
+    }
+
+    *out = (pt_memory){
+        .stage = stage,
+        .weights_bytes = ms.weights_bytes,
+        .grads_bytes = ms.grads_bytes,
+        .optimizer_bytes = ms.optimizer_bytes,
+        .activations_bytes = (double)(fl.in_flight * fl.chunk_layers) * act,
+        .embed_head_bytes = pt_mem_embed_head(m, l, &d, first, last, &fl),
+        .recompute_bytes = recompute,
+        .comm_bytes = pt_mem_comm(m, l, t, p, &d, (double)params, ms.grads_bytes),
+        .params = (double)params,
+        .layers = layers,
+        .in_flight = fl.in_flight,
+    };
+    out->total_bytes = out->weights_bytes + out->grads_bytes + out->optimizer_bytes +
+                       out->activations_bytes + out->embed_head_bytes +
+                       out->recompute_bytes + out->comm_bytes;
+}
+
+void pt_mem_rank_max(const pt_model *m, const pt_layout *l, const pt_train *t,
+                     pt_memory *out)
+{
+    /* Three stages suffice. Stage 0 holds the embedding, stage p-1 the head. The
+     * middle stages 1..p-2 hold the same parameters (layers only) and the same
+     * buffers, and the activations they keep in flight never grow with the stage
+     * index: constant under all-forward-all-backward, min(p - i, n) under 1F1B and
+     * min(2(p - i - 1) + (vp - 1)p + 1, n·vp) chunks under interleaving. So stage 1
+     * bounds every middle stage. */
+    int64_t pp = pt_mem_pos(l->pp);
+    pt_mem_stage(m, l, t, 0, out);
+    int candidates[2] = {pp > 2 ? 1 : 0, (int)(pp - 1)};
+    for (int i = 0; i < 2; i++) {
+        if (candidates[i] == 0)
+            continue;
+        pt_memory s;
+        pt_mem_stage(m, l, t, candidates[i], &s);
+        if (s.total_bytes > out->total_bytes)
+            *out = s;
+    }
+}

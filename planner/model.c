@@ -1,0 +1,295 @@
+/*
+ * Model specs: the shape of a decoder-only transformer that the planner sizes
+ * layouts for and ptrun trains. This file owns the built-in models (with the
+ * published sizes of each family), the JSON form of a spec, and the checks a spec
+ * must pass before anything multiplies its sizes. A built-in is the same data as a
+ * file: pt_model_to_json dumps it and pt_model_from_json reads it back identically.
+ *
+ * JSON format (every field required, unknown fields refused so typos are caught):
+ *   {
+ *     "name": "my-model",          string, at most 63 bytes, not empty
+ *     "layers": 32,                L, integer
+ *     "hidden": 4096,              h, integer, divisible by heads
+ *     "heads": 32,                 a, integer, divisible by kv_heads
+ *     "kv_heads": 8,               k, integer (= heads without grouped-query attention)
+ *     "ffn": 14336,                f, integer: MLP inner size (per branch for SwiGLU)
+ *     "vocab": 128256,             v, integer
+ *     "seq": 8192,                 s, integer: training sequence length
+ *     "norm": "rmsnorm",           "layernorm" | "rmsnorm"
+ *     "activation": "swiglu",      "gelu" | "swiglu"
+ *     "positions": "rope",         "learned" | "rope" (rope needs an even h/a)
+ *     "tied_embeddings": false,    output head shares the token embedding
+ *     "bias": false,               linear layers carry biases
+ *     "dropout": false             dropout layers present
+ *   }
+ * Integer fields must be JSON integers (12.5 and 12.0 are refused). Sizes are capped
+ * (see model_size_max) so that products of a few sizes stay far below 2^63.
+ */
+#include "specjson.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- Built-in models --------------------------------------------------------- */
+
+/* GPT-2 (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners",
+ * Table 2, with heads from the released hparams.json): pre-LayerNorm, GELU, learned
+ * positions, tied embeddings, biases, dropout; f = 4h, v = 50257, s = 1024. The
+ * names use the parameter counts of the released checkpoints (the paper's table
+ * printed 117M/345M/762M/1542M). */
+#define PT_GPT2(nm, L_, h_, a_, v_, s_)                                                 \
+    { .name = nm, .layers = L_, .hidden = h_, .heads = a_, .kv_heads = a_,              \
+      .ffn = 4 * (h_), .vocab = v_, .seq = s_, .norm = PT_NORM_LAYERNORM,            \
+      .act = PT_ACT_GELU, .pos = PT_POS_LEARNED, .tied_embeddings = true, .bias = true, \
+      .dropout = true }
+
+/* LLaMA style: RMSNorm, SwiGLU, RoPE, untied output head, no biases, no dropout. */
+#define PT_LLAMA(nm, L_, h_, a_, k_, f_, v_, s_)                                        \
+    { .name = nm, .layers = L_, .hidden = h_, .heads = a_, .kv_heads = k_, .ffn = f_,   \
+      .vocab = v_, .seq = s_, .norm = PT_NORM_RMSNORM, .act = PT_ACT_SWIGLU,            \
+      .pos = PT_POS_ROPE, .tied_embeddings = false, .bias = false, .dropout = false }
+
+static const pt_model model_builtins[] = {
+    /* Small enough to train in seconds on one CPU core: GPT-2 shaped, with a
+     * byte-level tokenizer (v = 256). tiny-llama is the same size in LLaMA style,
+     * with grouped-query attention (k = 2) and f = 3h so SwiGLU's two branches keep
+     * the MLP near GPT-2's 8h^2 weights. */
+    PT_GPT2("tiny", 4, 64, 4, 256, 64),
+    PT_LLAMA("tiny-llama", 4, 64, 4, 2, 192, 256, 64),
+
+    PT_GPT2("gpt2-124m", 12, 768, 12, 50257, 1024),
+    PT_GPT2("gpt2-350m", 24, 1024, 16, 50257, 1024),
+    PT_GPT2("gpt2-774m", 36, 1280, 20, 50257, 1024),
+    PT_GPT2("gpt2-1.5b", 48, 1600, 25, 50257, 1024),
+
+    /* GPT-3 (Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1):
+     * GPT-2's architecture (the paper's alternating sparse attention is not modelled)
+     * with s = 2048. Two rows of the table do not multiply out: GPT-3 XL lists 24
+     * heads of d_head 128 for d_model 2048, and GPT-3 13B lists d_model 5140 for 40
+     * heads of 128. We keep d_head = 128 in both, i.e. 16 heads for 1.3B and
+     * h = 40 x 128 = 5120 for 13B, the sizes that make h divisible by a. */
+    PT_GPT2("gpt3-1.3b", 24, 2048, 16, 50257, 2048),
+    PT_GPT2("gpt3-2.7b", 32, 2560, 32, 50257, 2048),
+    PT_GPT2("gpt3-6.7b", 32, 4096, 32, 50257, 2048),
+    PT_GPT2("gpt3-13b", 40, 5120, 40, 50257, 2048),
+    PT_GPT2("gpt3-175b", 96, 12288, 96, 50257, 2048),
+
+    /* Llama 2 (Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat
+     * Models", Table 1: s = 4096, GQA for 70B; f and k from the released
+     * params.json / config.json): v = 32000. */
+    PT_LLAMA("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+    PT_LLAMA("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+    PT_LLAMA("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+
+    /* Llama 3 (Llama Team, Meta 2024, "The Llama 3 Herd of Models", Table 3; the
+     * exact vocabulary 128256 from the released config.json, the paper says 128K;
+     * s = 8192, the pre-training length before long-context training). */
+    PT_LLAMA("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+    PT_LLAMA("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+    PT_LLAMA("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+};
+
+int pt_model_builtin_count(void)
+{
+    return (int)(sizeof model_builtins / sizeof model_builtins[0]);
+}
+
+const pt_model *pt_model_builtin(int i)
+{
+    return i >= 0 && i < pt_model_builtin_count() ? &model_builtins[i] : NULL;
+}
+
+/* ---- Lookup ------------------------------------------------------------------ */
+
+int pt_model_get(const char *name, pt_model *out, pt_err *err)
+{
+    if (!name)
+        return pt_err_set(err, "no model name given; see ptplan --list-models");
+    for (int i = 0; i < pt_model_builtin_count(); i++) {
+        if (strcmp(model_builtins[i].name, name) == 0) {
+            *out = model_builtins[i];
+            return 0;
+        }
+    }
+    struct stat st;
+    if (stat(name, &st) == 0)
+        return pt_model_load_file(name, out, err);
+    return pt_err_set(err,
+                      "unknown model '%s' (not a built-in and no such file); "
+                      "see ptplan --list-models", name);
+}
+
+int pt_model_load_file(const char *path, pt_model *out, pt_err *err)
+{
+    char *text = pt_json_read_file(path, err);
+    if (!text)
+        return -1;
+    int rc = pt_model_from_json(text, path, out, err);
+    free(text);
+    return rc;
+}
+
+/* ---- JSON -------------------------------------------------------------------- */
+
+/* Indexed by pt_norm, pt_act and pt_pos. */
+static const char *const norm_names[] = {"layernorm", "rmsnorm"};
+static const char *const act_names[] = {"gelu", "swiglu"};
+static const char *const pos_names[] = {"learned", "rope"};
+
+/* In the order pt_model_to_json writes them. */
+static const char *const model_keys[] = {
+    "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "norm",
+    "activation", "positions", "tied_embeddings", "bias", "dropout", NULL};
+
+static int model_read_enums(const pt_json_obj *o, pt_model *m, pt_err *err)
+{
+    int norm, act, pos;
+    if (pt_json_get_enum(o, "norm", norm_names, 2, &norm, err) ||
+        pt_json_get_enum(o, "activation", act_names, 2, &act, err) ||
+        pt_json_get_enum(o, "positions", pos_names, 2, &pos, err))
+        return -1;
+    m->norm = (pt_norm)norm;
+    m->act = (pt_act)act;
+    m->pos = (pt_pos)pos;
+    return 0;
+}
+
+static int model_read(const pt_json_obj *o, pt_model *m, pt_err *err)
+{
+    if (pt_json_check_keys(o, model_keys, err) ||
+        pt_json_get_string(o, "name", m->name, sizeof m->name, err) ||
+        pt_json_get_int(o, "layers", &m->layers, err) ||
+        pt_json_get_int(o, "hidden", &m->hidden, err) ||
+        pt_json_get_int(o, "heads", &m->heads, err) ||
+        pt_json_get_int(o, "kv_heads", &m->kv_heads, err) ||
+        pt_json_get_int(o, "ffn", &m->ffn, err) ||
+        pt_json_get_int(o, "vocab", &m->vocab, err) ||
+        pt_json_get_int(o, "seq", &m->seq, err) ||
+        model_read_enums(o, m, err) ||
+        pt_json_get_bool(o, "tied_embeddings", &m->tied_embeddings, err) ||
+        pt_json_get_bool(o, "bias", &m->bias, err) ||
+        pt_json_get_bool(o, "dropout", &m->dropout, err))
+        return -1;
+    return 0;
+}
+
+int pt_model_from_json(const char *text, const char *origin, pt_model *out, pt_err *err)
+{
+    pt_json_obj top;
+    json_t *root = pt_json_parse_object(text, origin, &top, err);
+    if (!root)
+        return -1;
+    pt_model m;
+    memset(&m, 0, sizeof m);
+    int rc = model_read(&top, &m, err);
+    json_decref(root);
+    if (rc == 0)
+        rc = pt_model_validate(&m, origin, err);
+    if (rc == 0)
+        *out = m;
+    return rc;
+}
+
+char *pt_model_to_json(const pt_model *m)
+{
+    json_t *root = json_object();
+    if (!root)
+        return NULL;
+    int bad = pt_json_set(root, "name", json_string(m->name));
+    bad |= pt_json_set(root, "layers", json_integer(m->layers));
+    bad |= pt_json_set(root, "hidden", json_integer(m->hidden));
+    bad |= pt_json_set(root, "heads", json_integer(m->heads));
+    bad |= pt_json_set(root, "kv_heads", json_integer(m->kv_heads));
+    bad |= pt_json_set(root, "ffn", json_integer(m->ffn));
+    bad |= pt_json_set(root, "vocab", json_integer(m->vocab));
+    bad |= pt_json_set(root, "seq", json_integer(m->seq));
+    /* Indexing by comparison keeps an unvalidated enum value inside the tables. */
+    bad |= pt_json_set(root, "norm", json_string(norm_names[m->norm == PT_NORM_RMSNORM]));
+    bad |= pt_json_set(root, "activation", json_string(act_names[m->act == PT_ACT_SWIGLU]));
+    bad |= pt_json_set(root, "positions", json_string(pos_names[m->pos == PT_POS_ROPE]));
+    bad |= pt_json_set(root, "tied_embeddings", json_boolean(m->tied_embeddings));
+    bad |= pt_json_set(root, "bias", json_boolean(m->bias));
+    bad |= pt_json_set(root, "dropout", json_boolean(m->dropout));
+    char *text = bad ? NULL : pt_json_dump(root);
+    json_decref(root);
+    return text;
+}
+
+/* ---- Validation -------------------------------------------------------------- */
+
+/* Upper bounds far above any published model (Llama 3 405B: L 126, h 16384,
+ * f 53248, v 128256) that keep products such as L·h·f, v·h or a·s² within int64. */
+typedef struct {
+    const char *key;
+    int64_t value;
+    int64_t max;
+} model_size;
+
+static int model_check_size(const model_size *f, const char *origin, pt_err *err)
+{
+    if (f->value < 1)
+        return pt_err_set(err, "%s: field '%s' = %" PRId64 ": must be at least 1", origin,
+                          f->key, f->value);
+    if (f->value > f->max)
+        return pt_err_set(err, "%s: field '%s' = %" PRId64 ": must be at most %" PRId64,
+                          origin, f->key, f->value, f->max);
+    return 0;
+}
+
+static int model_check_sizes(const pt_model *m, const char *origin, pt_err *err)
+{
+    const model_size sizes[] = {
+        {"layers", m->layers, INT64_C(1) << 16}, {"hidden", m->hidden, INT64_C(1) << 20},
+        {"heads", m->heads, INT64_C(1) << 14},   {"kv_heads", m->kv_heads, INT64_C(1) << 14},
+        {"ffn", m->ffn, INT64_C(1) << 22},       {"vocab", m->vocab, INT64_C(1) << 24},
+        {"seq", m->seq, INT64_C(1) << 22},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (model_check_size(&sizes[i], origin, err))
+            return -1;
+    return 0;
+}
+
+static int model_check_enums(const pt_model *m, const char *origin, pt_err *err)
+{
+    if (m->norm != PT_NORM_LAYERNORM && m->norm != PT_NORM_RMSNORM)
+        return pt_err_set(err, "%s: field 'norm' = %d: not a known norm", origin, (int)m->norm);
+    if (m->act != PT_ACT_GELU && m->act != PT_ACT_SWIGLU)
+        return pt_err_set(err, "%s: field 'activation' = %d: not a known activation", origin,
+                          (int)m->act);
+    if (m->pos != PT_POS_LEARNED && m->pos != PT_POS_ROPE)
+        return pt_err_set(err, "%s: field 'positions' = %d: not a known position encoding",
+                          origin, (int)m->pos);
+    return 0;
+}
+
+static int model_check_shapes(const pt_model *m, const char *origin, pt_err *err)
+{
+    if (m->hidden % m->heads)
+        return pt_err_set(err, "%s: hidden (%" PRId64 ") is not divisible by heads (%" PRId64 ")",
+                          origin, m->hidden, m->heads);
+    if (m->heads % m->kv_heads)
+        return pt_err_set(err,
+                          "%s: heads (%" PRId64 ") is not divisible by kv_heads (%" PRId64 ")",
+                          origin, m->heads, m->kv_heads);
+    /* RoPE rotates pairs of channels within a head. */
+    if (m->pos == PT_POS_ROPE && (m->hidden / m->heads) % 2)
+        return pt_err_set(err,
+                          "%s: positions 'rope' needs an even head size, but hidden/heads = "
+                          "%" PRId64, origin, m->hidden / m->heads);
+    return 0;
+}
+
+int pt_model_validate(const pt_model *m, const char *origin, pt_err *err)
+{
+    if (!memchr(m->name, '\0', sizeof m->name))
+        return pt_err_set(err, "%s: field 'name' is not terminated", origin);
+    if (!m->name[0])
+        return pt_err_set(err, "%s: field 'name' is empty", origin);
+    if (model_check_sizes(m, origin, err) || model_check_enums(m, origin, err) ||
+        model_check_shapes(m, origin, err))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,83 @@
+/*
+ * Parameter counts of a transformer as one tensor-parallel rank holds them. The
+ * memory model (memory.c) turns these counts into weight, gradient and optimizer
+ * bytes per pipeline stage, and pt_model_params_total() reproduces the published
+ * size of a model so that a spec can be checked against its paper or model card.
+ *
+ * Sharding follows Megatron-LM (Shoeybi et al. 2019, Sec. 3; Narayanan et al. 2021):
+ * the QKV and MLP up/gate projections are split by columns, the attention output
+ * and MLP down projections by rows, so the column-parallel biases are split and the
+ * row-parallel biases (added after the all-reduce) are replicated. Norm weights are
+ * replicated on every tensor-parallel rank. The token embedding and the output head
+ * are split along the vocabulary, padded to a multiple of t.
+ *
+ * Letters: h hidden, a heads, k key/value heads, f FFN size, v vocabulary, s sequence,
+ * t tensor-parallel size; hd = h/a is the head dimension and kvd = k·hd the width of
+ * the K (and of the V) projection.
+ */
+#include "planner.h"
+
+/* Parameters of one norm: LayerNorm has a gain and a bias, RMSNorm only a gain. */
+static int64_t pt_params_norm(const pt_model *m)
+{
+    return m->norm == PT_NORM_LAYERNORM ? 2 * m->hidden : m->hidden;
+}
+
+static int64_t pt_params_tp(int tp)
+{
+    return tp < 1 ? 1 : tp;
+}
+
+int64_t pt_vocab_padded(const pt_model *m, int tp)
+{
+    int64_t t = pt_params_tp(tp);
+    return (m->vocab + t - 1) / t * t;
+}
+
+int64_t pt_params_layer(const pt_model *m, int tp)
+{
+    int64_t t = pt_params_tp(tp);
+    int64_t h = m->hidden, f = m->ffn;
+    int64_t hd = m->heads > 0 ? h / m->heads : h;
+    int64_t kvd = m->kv_heads * hd;
+    int64_t qkv = h + 2 * kvd; /* output width of the fused Q, K, V projection */
+
+    /* Attention: column-parallel QKV, row-parallel output projection. */
+    int64_t n = h * qkv / t + h * h / t;
+    if (m->bias)
+        n += qkv / t + h;
+
+    /* MLP: column-parallel up (and gate for SwiGLU), row-parallel down. */
+    int64_t up = m->act == PT_ACT_SWIGLU ? 2 * f : f;
+    n += h * up / t + f * h / t;
+    if (m->bias)
+        n += up / t + h;
+
+    /* Pre-attention and pre-MLP norms, replicated. */
+    n += 2 * pt_params_norm(m);
+    return n;
+}
+
+int64_t pt_params_embedding(const pt_model *m, int tp)
+{
+    int64_t n = pt_vocab_padded(m, tp) * m->hidden / pt_params_tp(tp);
+    if (m->pos == PT_POS_LEARNED)
+        n += m->seq * m->hidden; /* position table, replicated */
+    return n;
+}
+
+int64_t pt_params_head(const pt_model *m, int tp, int pp)
+{
+    int64_t n = pt_params_norm(m); /* final norm */
+    /* Megatron keeps a copy of the tied word embedding on the last stage and
+     * all-reduces its gradient with the first stage's (Narayanan et al. 2021). */
+    if (!m->tied_embeddings || pp > 1)
+        n += pt_vocab_padded(m, tp) * m->hidden / pt_params_tp(tp);
+    return n;
+}
+
+int64_t pt_model_params_total(const pt_model *m)
+{
+    return pt_params_embedding(m, 1) + m->layers * pt_params_layer(m, 1) +
+           pt_params_head(m, 1, 1);
+}

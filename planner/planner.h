@@ -1,0 +1,332 @@
+/*
+ * ptplanner — the planning library: model and cluster specs (built-in and JSON),
+ * the layout space with its validity rules, the rank grid and its process groups,
+ * and the per-rank memory model.
+ *
+ * Dimension letters used in comments, names and formulas throughout the project:
+ *   b  micro-batch size          s  sequence length        h  hidden size
+ *   a  attention heads           k  key/value heads (GQA)  f  FFN size
+ *   v  vocabulary                L  layers                 t  tensor-parallel size
+ *   c  context-parallel size     p  pipeline size          d  data-parallel size
+ *
+ * Errors: library functions never exit or print. They return 0 on success and -1
+ * on error, filling a pt_err whose message names the file, field or value at fault;
+ * tools/ decides what to do with it.
+ */
+#ifndef PT_PLANNER_H
+#define PT_PLANNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Errors ------------------------------------------------------------------ */
+
+typedef struct {
+    char msg[512];
+} pt_err;
+
+/* Formats msg into err (when err is non-NULL) and returns -1, so that callers
+ * can write `return pt_err_set(err, "...", ...);`. */
+int pt_err_set(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- Model spec -------------------------------------------------------------- */
+
+typedef enum { PT_NORM_LAYERNORM, PT_NORM_RMSNORM } pt_norm;
+typedef enum { PT_ACT_GELU, PT_ACT_SWIGLU } pt_act;
+typedef enum { PT_POS_LEARNED, PT_POS_ROPE } pt_pos;
+
+typedef struct {
+    char name[64];
+    int64_t layers;   /* L */
+    int64_t hidden;   /* h */
+    int64_t heads;    /* a */
+    int64_t kv_heads; /* k; equal to a without grouped-query attention */
+    int64_t ffn;      /* f: inner size of the MLP (per branch for SwiGLU) */
+    int64_t vocab;    /* v */
+    int64_t seq;      /* s: training sequence length */
+    pt_norm norm;
+    pt_act act;
+    pt_pos pos;
+    bool tied_embeddings; /* output head shares the token embedding */
+    bool bias;            /* linear layers carry biases (GPT-2/3 yes, LLaMA no) */
+    bool dropout;         /* dropout layers present (keeps 1-byte masks) */
+} pt_model;
+
+/* Number of built-in models; pt_model_builtin(i) returns the i-th (NULL past the end). */
+int pt_model_builtin_count(void);
+const pt_model *pt_model_builtin(int i);
+
+/* Looks up `name` among the built-ins; if there is none and `name` is a readable
+ * file, loads it as JSON. Errors name the unknown model or the file and field. */
+int pt_model_get(const char *name, pt_model *out, pt_err *err);
+int pt_model_load_file(const char *path, pt_model *out, pt_err *err);
+/* Parses a JSON text; `origin` names it in errors (a file name or "<string>"). */
+int pt_model_from_json(const char *text, const char *origin, pt_model *out, pt_err *err);
+/* Returns a malloc'd JSON text (ends with a newline) that pt_model_from_json reads
+ * back to an identical spec. NULL only when out of memory. */
+char *pt_model_to_json(const pt_model *m);
+/* Checks sizes (positive, h divisible by a, a divisible by k, ...). */
+int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
+
+/* Parameter counts (planner/params.c). `tp` is the tensor-parallel size: the figures
+ * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
+int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to a multiple of t */
+int64_t pt_params_layer(const pt_model *m, int tp);       /* one transformer layer */
+int64_t pt_params_embedding(const pt_model *m, int tp);   /* token (vocab-parallel) + learned positions */
+int64_t pt_params_head(const pt_model *m, int tp, int pp);/* final norm + output head; the head is
+                                                             a copy of the embedding when tied and p > 1,
+                                                             and absent when tied and p = 1 */
+int64_t pt_model_params_total(const pt_model *m);         /* the published parameter count */
+
+/* ---- Cluster spec ------------------------------------------------------------ */
+
+typedef enum { PT_DTYPE_FP32, PT_DTYPE_TF32, PT_DTYPE_BF16, PT_DTYPE_FP16, PT_DTYPE_FP8,
+               PT_DTYPE_COUNT } pt_dtype;
+const char *pt_dtype_name(pt_dtype d);
+
+typedef struct {
+    char name[64];
+    double peak_flops[PT_DTYPE_COUNT]; /* dense FLOP/s; 0 = not supported / not yet profiled */
+    int64_t memory_bytes;
+    double memory_bw_Bps;              /* bytes per second */
+} pt_device;
+
+typedef struct {
+    char name[64];
+    double bw_Bps;    /* per device per direction, bytes per second; 0 = not yet profiled */
+    double latency_s;
+} pt_link;
+
+typedef struct {
+    char name[64];
+    int nodes;
+    int devices_per_node;
+    pt_device device;
+    pt_link intra; /* between devices of one node */
+    pt_link inter; /* between nodes */
+} pt_cluster;
+
+int pt_cluster_builtin_count(void);
+/* Fills `out` with the i-th built-in (the `local` one is read off this machine). */
+int pt_cluster_builtin(int i, pt_cluster *out);
+int pt_cluster_get(const char *name, pt_cluster *out, pt_err *err);
+int pt_cluster_load_file(const char *path, pt_cluster *out, pt_err *err);
+int pt_cluster_from_json(const char *text, const char *origin, pt_cluster *out, pt_err *err);
+char *pt_cluster_to_json(const pt_cluster *c);
+int pt_cluster_validate(const pt_cluster *c, const char *origin, pt_err *err);
+static inline int64_t pt_cluster_world(const pt_cluster *c)
+{
+    return (int64_t)c->nodes * c->devices_per_node;
+}
+
+/* ---- Layout ------------------------------------------------------------------ */
+
+typedef enum { PT_RECOMPUTE_NONE, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL,
+               PT_RECOMPUTE_COUNT } pt_recompute;
+typedef enum { PT_SCHED_AFAB, PT_SCHED_1F1B, PT_SCHED_INTERLEAVED, PT_SCHED_COUNT } pt_schedule;
+/* Grid dimensions. A rank order lists them fastest-varying first. */
+typedef enum { PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP, PT_NDIM } pt_dim;
+
+const char *pt_recompute_name(pt_recompute r);
+const char *pt_schedule_name(pt_schedule s);
+const char *pt_dim_name(pt_dim d);
+
+typedef struct {
+    int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */
+    int vp;                 /* virtual stages (model chunks) per pipeline rank */
+    bool sp;                /* sequence parallelism (only with tp > 1) */
+    int zero;               /* ZeRO stage 0..3, sharding over the dp×cp group */
+    int64_t mbs;            /* b: micro-batch size */
+    int64_t n_micro;        /* micro-batches per step per data-parallel rank */
+    pt_recompute recompute;
+    pt_schedule schedule;
+    pt_dim order[PT_NDIM];  /* rank order, fastest first; default tp-cp-dp-pp */
+} pt_layout;
+
+/* The default layout: every size 1, zero 0, mbs 1, no recompute, 1F1B, tp-cp-dp-pp. */
+void pt_layout_default(pt_layout *l);
+
+/* Parses "tp=8,pp=4,vp=2,cp=1,dp=2,zero=1,mbs=1,recompute=selective,sp=1,
+ * schedule=interleaved,order=tp-cp-dp-pp". Keys left out keep the value in `l`,
+ * except: dp is derived from `world` when absent (world <= 0: dp stays), schedule
+ * becomes interleaved when vp > 1 and is not given, and n_micro is derived from
+ * `global_batch` when > 0. Unknown keys, bad values and repeated keys are errors. */
+int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_layout *l,
+                    pt_err *err);
+/* Writes the canonical string form (the one pt_layout_parse reads) into buf. */
+void pt_layout_format(const pt_layout *l, char *buf, size_t n);
+int64_t pt_layout_world(const pt_layout *l);
+/* Parses "tp-cp-dp-pp" style rank orders (each dimension exactly once). */
+int pt_order_parse(const char *text, pt_dim order[PT_NDIM], pt_err *err);
+void pt_order_format(const pt_dim order[PT_NDIM], char *buf, size_t n);
+
+/* ---- Validity rules ---------------------------------------------------------- */
+
+/* Each rule that rejects a layout has a reason. Keep pt_reject_name/describe in
+ * step with this list (planner/layout.c). */
+typedef enum {
+    PT_REJECT_WORLD,              /* tp·cp·pp·dp differs from the world size */
+    PT_REJECT_HEADS_TP,           /* a not divisible by t */
+    PT_REJECT_KV_HEADS_TP,        /* k not divisible by t */
+    PT_REJECT_FFN_TP,             /* f not divisible by t */
+    PT_REJECT_LAYERS_PP,          /* L not divisible by p·vp */
+    PT_REJECT_SEQ_CP,             /* s not divisible by 2·c (load-balanced causal split) */
+    PT_REJECT_SEQ_SP,             /* s/c not divisible by t with sequence parallelism */
+    PT_REJECT_BATCH_DP,           /* global batch not divisible by b·d */
+    PT_REJECT_TP_SPANS_NODES,     /* a tensor-parallel group crosses a node boundary */
+    PT_REJECT_SP_WITHOUT_TP,      /* sp requested with t = 1 */
+    PT_REJECT_VP_WITHOUT_PP,      /* vp > 1 with p = 1 */
+    PT_REJECT_SCHEDULE_VP,        /* interleaved without vp > 1, or vp > 1 without interleaving */
+    PT_REJECT_INTERLEAVED_MICRO,  /* interleaving needs micro-batches a multiple of p */
+    PT_REJECT_ZERO_NO_DP,         /* ZeRO stage > 0 with d·c = 1: nothing to shard */
+    PT_REJECT_ZERO_PP,            /* ZeRO 2/3 with pipeline parallelism */
+    PT_REJECT_BAD_VALUE,          /* a size below 1, zero outside 0..3, ... */
+    PT_REJECT_COUNT
+} pt_reject;
+
+const char *pt_reject_name(pt_reject r);     /* short stable key, e.g. "heads_tp" */
+const char *pt_reject_describe(pt_reject r); /* one line for humans */
+
+/* Checks `l` against every rule for model `m`, cluster `c` (world size and devices
+ * per node) and `global_batch`. Returns the number of rules broken and sets bit r of
+ * *mask for each broken rule r (mask may be NULL). */
+int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch,
+                    const pt_layout *l, uint32_t *mask);
+/* Writes one line on why rule `r` rejects `l`, with the values involved
+ * (e.g. "heads (32) are not divisible by tp (3)"). */
+void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
+                       int64_t global_batch, const pt_layout *l, char *buf, size_t n);
+
+/* ---- Rank grid and process groups -------------------------------------------- */
+
+typedef enum { PT_GROUP_TP, PT_GROUP_CP, PT_GROUP_DP, PT_GROUP_PP,
+               PT_GROUP_DPCP, /* gradient reduction and ZeRO sharding */
+               PT_GROUP_TPCP,
+               PT_GROUP_COUNT } pt_group_kind;
+const char *pt_group_name(pt_group_kind g);
+
+typedef struct {
+    int size[PT_NDIM];   /* indexed by pt_dim */
+    int stride[PT_NDIM]; /* rank = sum coord[d]·stride[d] */
+    pt_dim order[PT_NDIM];
+    int64_t world;
+} pt_grid;
+
+void pt_grid_init(pt_grid *g, const pt_layout *l);
+void pt_grid_coords(const pt_grid *g, int64_t rank, int coords[PT_NDIM]);
+int64_t pt_grid_rank(const pt_grid *g, const int coords[PT_NDIM]);
+int pt_grid_group_size(const pt_grid *g, pt_group_kind kind);
+/* Fills ranks[0..size) with the members of `rank`'s group of `kind`, ascending.
+ * ranks must hold pt_grid_group_size() entries. Returns this rank's index in it. */
+int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks);
+/* True when some group of `kind` has members on two nodes of `devices_per_node`. */
+bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node);
+
+/* ---- Memory model ------------------------------------------------------------ */
+
+/* Storage sizes of one parameter and its training state, in bytes. */
+typedef struct {
+    int weight_bytes;   /* the working copy the forward pass reads */
+    int grad_bytes;     /* gradient accumulation buffer */
+    int master_bytes;   /* fp32 master copy (0 when weights are already fp32) */
+    int moment_bytes;   /* Adam: first + second moments together */
+    int act_bytes;      /* one activation element */
+} pt_precision;
+
+/* bf16 mixed precision with fp32 gradient accumulation (what ptrun's CUDA backend
+ * keeps), bf16 with bf16 gradients (the ZeRO paper's accounting), or plain fp32. */
+typedef enum { PT_PREC_BF16, PT_PREC_BF16_GRAD16, PT_PREC_FP32, PT_PREC_COUNT } pt_prec_kind;
+pt_precision pt_precision_of(pt_prec_kind k);
+const char *pt_prec_name(pt_prec_kind k);
+int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err);
+
+/* Settings of a training job that the planner needs besides model and layout. */
+typedef struct {
+    int64_t global_batch;   /* sequences per optimizer step */
+    pt_prec_kind precision;
+    int64_t bucket_bytes;   /* gradient-reduction bucket (PyTorch DDP default: 25 MiB) */
+} pt_train;
+
+void pt_train_default(pt_train *t, const pt_cluster *c);
+
+/* Model states of `params` parameters on one rank with ZeRO `stage` sharded over
+ * `shard` ranks (the ZeRO paper's Psi and N_d). */
+typedef struct {
+    double weights_bytes, grads_bytes, optimizer_bytes;
+} pt_model_states;
+pt_model_states pt_mem_model_states(double params, int shard, int stage, pt_precision p);
+
+/* Activation bytes one transformer layer keeps for its backward pass, per micro-batch,
+ * on one rank (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+ * Transformer Models", Sec. 4, generalised to GQA, SwiGLU and models without dropout). */
+double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precision p);
+
+/* Per-rank memory of one pipeline stage, with its breakdown (bytes). */
+typedef struct {
+    int stage;                 /* the pipeline stage these figures are for */
+    double weights_bytes;      /* layers of the stage + embedding/head on first/last */
+    double grads_bytes;
+    double optimizer_bytes;    /* fp32 master + Adam moments, by ZeRO stage */
+    double activations_bytes;  /* layer activations kept in flight by the schedule */
+    double embed_head_bytes;   /* embedding output, final norm, logits and loss */
+    double recompute_bytes;    /* one layer's activations rebuilt during backward */
+    double comm_bytes;         /* bucket, gather and send/receive buffers */
+    double total_bytes;
+    double params;             /* parameters held by this rank (unsharded by ZeRO) */
+    int64_t layers;            /* transformer layers on this rank (all its chunks) */
+    int64_t in_flight;         /* micro-batch chunks whose activations are kept at peak */
+} pt_memory;
+
+/* Memory of pipeline stage `stage` of layout `l`. */
+void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int stage,
+                  pt_memory *out);
+/* The largest over all pipeline stages (what decides whether the layout fits). */
+void pt_mem_rank_max(const pt_model *m, const pt_layout *l, const pt_train *t,
+                     pt_memory *out);
+
+/* ---- Enumeration ------------------------------------------------------------- */
+
+typedef struct {
+    int64_t max_mbs;          /* micro-batch sizes tried: powers of two up to this */
+    double mem_fraction;      /* share of device memory a layout may use */
+    pt_dim order[PT_NDIM];    /* rank order for all enumerated layouts */
+} pt_enum_opts;
+
+void pt_enum_opts_default(pt_enum_opts *o);
+
+typedef struct {
+    int64_t enumerated;               /* every candidate layout considered */
+    int64_t valid;                    /* passed every rule */
+    int64_t fit;                      /* valid and within device memory */
+    int64_t rejected[PT_REJECT_COUNT];/* by first broken rule */
+    int64_t too_big;                  /* valid but over device memory */
+} pt_enum_counts;
+
+/* Called for each valid layout; `fits` says whether it is within device memory.
+ * Return non-zero to stop the enumeration. */
+typedef int (*pt_enum_fn)(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx);
+
+/* Enumerates every layout with tp·cp·pp·dp equal to the cluster's world size. */
+void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                     const pt_enum_opts *o, pt_enum_fn fn, void *ctx,
+                     pt_enum_counts *counts);
+
+/* ---- JSON forms of planner results (planner/report.c) ------------------------- */
+
+/* New references (caller owns them); NULL only when out of memory. Field names
+ * are part of ptplan's documented --json output and of plan.json. */
+json_t *pt_layout_json(const pt_layout *l);
+json_t *pt_memory_json(const pt_memory *mem);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

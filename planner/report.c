@@ -1,0 +1,43 @@
+/*
+ * JSON forms of the planner's results: a layout and a memory breakdown. ptplan's
+ * --json output and plan.json both use these, so the field names are written once.
+ */
+#include "planner.h"
+
+#include <math.h>
+
+json_t *pt_layout_json(const pt_layout *l)
+{
+    char text[256], order[32];
+    pt_layout_format(l, text, sizeof text);
+    pt_order_format(l->order, order, sizeof order);
+    return json_pack("{s:s, s:i, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:s, s:s, s:s, s:I}",
+                     "string", text, "tp", l->tp, "sp", l->sp, "pp", l->pp, "vp", l->vp,
+                     "cp", l->cp, "dp", l->dp, "zero", l->zero, "mbs", (json_int_t)l->mbs,
+                     "n_micro", (json_int_t)l->n_micro,
+                     "recompute", pt_recompute_name(l->recompute),
+                     "schedule", pt_schedule_name(l->schedule), "order", order,
+                     "world", (json_int_t)pt_layout_world(l));
+}
+
+/* Byte figures are written as whole bytes: the model's fractions of a byte (a
+ * shard of an odd count) mean nothing to a reader. */
+static json_t *whole(double x)
+{
+    return json_integer((json_int_t)llround(x));
+}
+
+json_t *pt_memory_json(const pt_memory *mem)
+{
+    return json_pack("{s:i, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                     "stage", mem->stage, "layers", (json_int_t)mem->layers,
+                     "in_flight", (json_int_t)mem->in_flight, "params", whole(mem->params),
+                     "weights_bytes", whole(mem->weights_bytes),
+                     "grads_bytes", whole(mem->grads_bytes),
+                     "optimizer_bytes", whole(mem->optimizer_bytes),
+                     "activations_bytes", whole(mem->activations_bytes),
+                     "embed_head_bytes", whole(mem->embed_head_bytes),
+                     "recompute_bytes", whole(mem->recompute_bytes),
+                     "comm_bytes", whole(mem->comm_bytes),
+                     "total_bytes", whole(mem->total_bytes));
+}

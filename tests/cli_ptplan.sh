@@ -1,0 +1,161 @@
+#!/bin/sh
+# ptplan as a user runs it: listings, dumps that load back, one layout evaluated,
+# the enumeration, process groups, and every bad input refused with one clear
+# message and a non-zero exit.
+#   usage: cli_ptplan.sh PATH/TO/ptplan
+set -u
+ptplan="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# run EXPECTED_EXIT ARGS...: runs ptplan, keeping stdout in $tmp/out, stderr in $tmp/err.
+run() {
+    want=$1; shift
+    "$ptplan" "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    [ "$got" = "$want" ] || fail "ptplan $* exited $got, want $want; stderr: $(cat "$tmp/err")"
+}
+out_has() { grep -q -- "$1" "$tmp/out" || fail "stdout lacks '$1' ($2)"; }
+err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2); got: $(cat "$tmp/err")"; }
+one_line_error() {
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "want one error line ($1), got: $(cat "$tmp/err")"
+    [ ! -s "$tmp/out" ] || fail "stdout not empty on error ($1)"
+}
+
+# ---- listings and dumps --------------------------------------------------------
+run 0 --list-models
+for m in tiny gpt2-124m gpt2-350m gpt2-774m gpt2-1.5b gpt3-1.3b gpt3-2.7b gpt3-6.7b \
+         gpt3-13b gpt3-175b llama2-7b llama2-13b llama2-70b llama3-8b llama3-70b llama3-405b; do
+    out_has "^$m " "--list-models lists $m"
+done
+out_has "^llama2-7b .* 6.74B" "llama2-7b has 6.74B parameters"
+run 0 --list-clusters
+for c in dgx-a100-80g dgx-h100 local; do out_has "^$c " "--list-clusters lists $c"; done
+
+for m in gpt3-175b llama3-405b tiny; do
+    run 0 --dump-model "$m"
+    cp "$tmp/out" "$tmp/$m.json"
+    run 0 --dump-model "$tmp/$m.json"
+    cmp -s "$tmp/out" "$tmp/$m.json" || fail "dumped $m does not load back identically"
+done
+run 0 --dump-cluster dgx-h100 --nodes 4
+cp "$tmp/out" "$tmp/c.json"
+out_has '"nodes": 4' "--nodes sizes the dumped cluster"
+run 0 --dump-cluster "$tmp/c.json"
+cmp -s "$tmp/out" "$tmp/c.json" || fail "dumped cluster does not load back identically"
+
+# A model from a file plans like the built-in it was dumped from.
+run 0 --model llama3-8b --layout tp=8 --json
+cp "$tmp/out" "$tmp/builtin.out"
+run 0 --dump-model llama3-8b
+cp "$tmp/out" "$tmp/l8.json"
+run 0 --model "$tmp/l8.json" --layout tp=8 --json
+grep -v '"name"' "$tmp/out" >"$tmp/a"
+grep -v '"name"' "$tmp/builtin.out" >"$tmp/b"
+cmp -s "$tmp/a" "$tmp/b" || fail "a model file plans differently from its built-in"
+
+# ---- one layout ------------------------------------------------------------------
+run 0 --model llama3-8b --cluster dgx-h100 --layout "tp=4,dp=2,zero=1" --global-batch 64 --json
+out_has '"total_bytes"' "memory.total_bytes in --layout --json"
+out_has '"weights_bytes"' "breakdown in --layout --json"
+out_has '"valid": true' "valid layout"
+out_has '"fits": true' "llama3-8b fits with tp=4, zero 1 over dp=2"
+
+run 0 --model llama3-70b --nodes 4 --global-batch 128 \
+    --layout "tp=8,pp=4,vp=2,cp=1,dp=1,zero=0,mbs=1,recompute=selective,sp=1,schedule=interleaved" --explain
+out_has "stage 3:" "--explain lists every stage"
+out_has "fits: yes" "llama3-70b on 32 GPUs fits"
+
+run 3 --model llama3-70b --layout "tp=1,dp=8,zero=0"
+out_has "fits: NO" "llama3-70b without sharding does not fit one GPU"
+run 3 --model llama3-70b --layout "tp=1,dp=8,zero=0" --explain
+out_has "to fit, try" "--explain suggests what to change"
+
+run 3 --model llama3-8b --layout "tp=3,pp=1,dp=1" --explain
+out_has "invalid" "tp=3 is invalid"
+out_has "heads_tp .*heads (32) are not divisible by tp (3)" "heads rule explained"
+out_has "world .*but the cluster has 8 ranks" "world rule explained"
+run 3 --model llama3-8b --layout "tp=2,pp=2,zero=2" --json
+out_has '"reason": "zero_pp"' "zero_pp reason in JSON"
+out_has '"valid": false' "invalid in JSON"
+
+# ---- enumeration ------------------------------------------------------------------
+run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --limit 5
+out_has "layouts enumerated" "enumeration summary"
+out_has "heads_tp" "rejection counts by reason"
+[ "$(grep -c 'none\|selective\|full' "$tmp/out")" -ge 5 ] || fail "--limit 5 lists 5 layouts"
+run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --json --limit 3
+out_has '"enumerated"' "counts in enumeration JSON"
+out_has '"rejected"' "rejected in enumeration JSON"
+[ "$(grep -c '"total_bytes"' "$tmp/out")" -eq 3 ] || fail "--json --limit 3 lists 3 layouts"
+run 0 --model llama3-70b --cluster dgx-h100 --nodes 2 --global-batch 64 --order tp-dp-cp-pp \
+    --limit 1
+out_has "rank order tp-dp-cp-pp" "--order is used"
+run 0   # the built-in default job
+out_has "layouts enumerated" "the default job runs"
+
+# ---- process groups ---------------------------------------------------------------
+run 0 --groups "tp=2,pp=4,dp=2"
+out_has "^tp    groups (8 of 2): \[0,1\] \[2,3\]" "tp groups of the 16-rank example"
+out_has "^dp    groups (8 of 2): \[0,2\] \[1,3\] \[4,6\] \[5,7\]" "dp groups"
+out_has "^pp    groups (4 of 4): \[0,4,8,12\] \[1,5,9,13\]" "pp groups"
+run 0 --groups "tp=2,pp=4,dp=2" --json
+out_has '"world": 16' "groups JSON"
+
+# ---- bad input ---------------------------------------------------------------------
+run 1 --model no-such-model
+err_has "unknown model 'no-such-model'" "unknown model"; one_line_error "unknown model"
+run 1 --cluster no-such-cluster
+err_has "no-such-cluster" "unknown cluster"; one_line_error "unknown cluster"
+printf '{\n  "name": "x",\n  "layers": 2,,\n}\n' >"$tmp/bad.json"
+run 1 --model "$tmp/bad.json"
+err_has "bad.json:3:" "malformed JSON reports line"; one_line_error "malformed JSON"
+run 0 --dump-model tiny
+grep -v '"ffn"' "$tmp/out" >"$tmp/noffn.json"
+run 1 --model "$tmp/noffn.json"
+err_has "ffn" "missing field named"; one_line_error "missing field"
+sed 's/"layers": 4/"layers": 4, "layerz": 4/' "$tmp/tiny.json" >"$tmp/typo.json"
+run 1 --model "$tmp/typo.json"
+err_has "layerz" "unknown field named"; one_line_error "unknown field"
+sed 's/"hidden": 64/"hidden": 0/' "$tmp/tiny.json" >"$tmp/zero.json"
+run 1 --model "$tmp/zero.json"
+err_has "hidden" "impossible size named"; one_line_error "impossible size"
+run 1 --layout "tp=2,foo=1"
+err_has "unknown key 'foo'" "unknown layout key"; one_line_error "unknown layout key"
+run 1 --layout "tp=x"
+err_has "tp=x" "bad layout value"; one_line_error "bad layout value"
+run 1 --layout "tp=3"
+err_has "does not divide the world size 8" "underivable dp"; one_line_error "underivable dp"
+run 1 --nodes 0
+err_has "nodes" "zero nodes"; one_line_error "zero nodes"
+run 1 --global-batch -5
+err_has "global-batch" "negative batch"; one_line_error "negative batch"
+run 1 --seq 0
+err_has "seq" "zero sequence"; one_line_error "zero sequence"
+run 1 --precision fp7
+err_has "fp7" "unknown precision"; one_line_error "unknown precision"
+run 1 --order tp-dp-pp
+err_has "rank order" "bad order"; one_line_error "bad order"
+run 1 --mem-fraction 1.5
+err_has "mem-fraction" "bad fraction"; one_line_error "bad fraction"
+run 1 --bogus
+err_has "unknown option '--bogus'" "unknown option"; one_line_error "unknown option"
+run 1 --model
+err_has "needs a value" "missing value"; one_line_error "missing value"
+run 1 --layout tp=1 --groups tp=1
+err_has "choose one" "two modes"
+run 1 --explain
+err_has "--explain goes with --layout" "explain alone"
+run 1 --dump-model "$tmp/missing.json"
+err_has "missing.json" "missing file"; one_line_error "missing file"
+run 0 --help
+out_has "usage: ptplan" "help"
+
+if [ "$failures" -gt 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "all ptplan command-line checks passed"

@@ -1,0 +1,123 @@
+/*
+ * Rank grid tests: coordinates and ranks invert each other for every order, and
+ * the 16-rank example with tp=2, pp=4 (dp=2) gives Megatron-LM's groups.
+ */
+#include "check.h"
+#include "planner.h"
+
+#include <stdlib.h>
+
+static void check_group(const pt_grid *g, pt_group_kind kind, int64_t rank,
+                        const int64_t *want, int n)
+{
+    int64_t got[64];
+    CHECK_INT(pt_grid_group_size(g, kind), n);
+    int idx = pt_grid_group(g, kind, rank, got);
+    CHECK(idx >= 0 && got[idx] == rank);
+    for (int i = 0; i < n; i++)
+        CHECK_INT(got[i], want[i]);
+}
+
+static void test_sixteen_rank_example(void)
+{
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,pp=4", 16, 0, &l, &err), 0);
+    CHECK_INT(l.dp, 2);
+    pt_grid g;
+    pt_grid_init(&g, &l);
+    CHECK_INT(g.world, 16);
+    /* tp groups [0,1],[2,3],... */
+    for (int64_t r = 0; r < 16; r += 2)
+        check_group(&g, PT_GROUP_TP, r, (int64_t[]){r, r + 1}, 2);
+    /* dp groups [0,2],[1,3],[4,6],[5,7],... */
+    check_group(&g, PT_GROUP_DP, 0, (int64_t[]){0, 2}, 2);
+    check_group(&g, PT_GROUP_DP, 1, (int64_t[]){1, 3}, 2);
+    check_group(&g, PT_GROUP_DP, 4, (int64_t[]){4, 6}, 2);
+    check_group(&g, PT_GROUP_DP, 7, (int64_t[]){5, 7}, 2);
+    check_group(&g, PT_GROUP_DP, 14, (int64_t[]){12, 14}, 2);
+    /* pp groups [0,4,8,12],[1,5,9,13],... */
+    check_group(&g, PT_GROUP_PP, 0, (int64_t[]){0, 4, 8, 12}, 4);
+    check_group(&g, PT_GROUP_PP, 9, (int64_t[]){1, 5, 9, 13}, 4);
+    check_group(&g, PT_GROUP_PP, 15, (int64_t[]){3, 7, 11, 15}, 4);
+    /* cp = 1: the gradient-reduction group is the dp group, tp*cp the tp group. */
+    check_group(&g, PT_GROUP_DPCP, 5, (int64_t[]){5, 7}, 2);
+    check_group(&g, PT_GROUP_TPCP, 5, (int64_t[]){4, 5}, 2);
+    CHECK(!pt_grid_group_crosses_nodes(&g, PT_GROUP_TP, 8));
+    CHECK(pt_grid_group_crosses_nodes(&g, PT_GROUP_PP, 8));
+}
+
+static void test_combined_groups(void)
+{
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,cp=2,dp=2,pp=1", 0, 0, &l, &err), 0);
+    pt_grid g;
+    pt_grid_init(&g, &l);
+    /* strides: tp 1, cp 2, dp 4 */
+    check_group(&g, PT_GROUP_CP, 1, (int64_t[]){1, 3}, 2);
+    check_group(&g, PT_GROUP_DP, 1, (int64_t[]){1, 5}, 2);
+    check_group(&g, PT_GROUP_DPCP, 1, (int64_t[]){1, 3, 5, 7}, 4);
+    check_group(&g, PT_GROUP_TPCP, 6, (int64_t[]){4, 5, 6, 7}, 4);
+}
+
+static void test_round_trip_all_orders(void)
+{
+    static const char *orders[] = {"tp-cp-dp-pp", "pp-dp-cp-tp", "dp-tp-pp-cp", "cp-pp-tp-dp"};
+    for (size_t o = 0; o < sizeof orders / sizeof *orders; o++) {
+        pt_layout l;
+        pt_err err;
+        char text[128];
+        pt_layout_default(&l);
+        snprintf(text, sizeof text, "tp=2,cp=3,dp=2,pp=5,order=%s", orders[o]);
+        CHECK_INT(pt_layout_parse(text, 0, 0, &l, &err), 0);
+        pt_grid g;
+        pt_grid_init(&g, &l);
+        CHECK_INT(g.world, 60);
+        /* The fastest dimension has stride 1. */
+        CHECK_INT(g.stride[l.order[0]], 1);
+        int seen[60] = {0};
+        for (int64_t r = 0; r < g.world; r++) {
+            int c[PT_NDIM];
+            pt_grid_coords(&g, r, c);
+            CHECK_INT(pt_grid_rank(&g, c), r);
+            seen[r]++;
+            /* Every rank appears in exactly one group of each kind, of the right size. */
+            for (int k = 0; k < PT_GROUP_COUNT; k++) {
+                int64_t members[64];
+                int n = pt_grid_group_size(&g, (pt_group_kind)k);
+                CHECK(pt_grid_group(&g, (pt_group_kind)k, r, members) >= 0);
+                for (int i = 1; i < n; i++)
+                    CHECK(members[i - 1] < members[i]);
+            }
+        }
+        for (int r = 0; r < 60; r++)
+            CHECK_INT(seen[r], 1);
+    }
+}
+
+static void test_order_changes_node_crossing(void)
+{
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    /* With dp fastest, the tp pair is {r, r+8}: it crosses 8-device nodes. */
+    CHECK_INT(pt_layout_parse("tp=2,dp=8,order=dp-tp-cp-pp", 0, 0, &l, &err), 0);
+    pt_grid g;
+    pt_grid_init(&g, &l);
+    check_group(&g, PT_GROUP_TP, 3, (int64_t[]){3, 11}, 2);
+    CHECK(pt_grid_group_crosses_nodes(&g, PT_GROUP_TP, 8));
+    CHECK(!pt_grid_group_crosses_nodes(&g, PT_GROUP_TP, 16));
+    CHECK(!pt_grid_group_crosses_nodes(&g, PT_GROUP_DP, 8));
+}
+
+int main(void)
+{
+    test_sixteen_rank_example();
+    test_combined_groups();
+    test_round_trip_all_orders();
+    test_order_changes_node_crossing();
+    return pt_check_result();
+}

@@ -1,0 +1,195 @@
+/*
+ * Layout tests: the string form parses and prints back, bad strings are refused
+ * with a message naming the key or value, and each validity rule rejects exactly
+ * the layouts it names.
+ */
+#include "check.h"
+#include "planner.h"
+
+/* A LLaMA-3-8B-shaped model and one 8-GPU node, built by hand so this test does
+ * not depend on the built-in tables. */
+static pt_model model(void)
+{
+    return (pt_model){.name = "m", .layers = 32, .hidden = 4096, .heads = 32, .kv_heads = 8,
+                      .ffn = 14336, .vocab = 128256, .seq = 8192, .norm = PT_NORM_RMSNORM,
+                      .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE};
+}
+
+static pt_cluster cluster(int nodes)
+{
+    pt_cluster c = {.name = "c", .nodes = nodes, .devices_per_node = 8};
+    c.device.memory_bytes = 80LL << 30;
+    return c;
+}
+
+static void test_parse_format(void)
+{
+    pt_layout l, back;
+    pt_err err;
+    char text[256];
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=8,pp=4,vp=2,cp=1,dp=2,zero=1,mbs=1,recompute=selective,"
+                              "sp=1,schedule=interleaved", 64, 256, &l, &err), 0);
+    CHECK_INT(l.tp, 8);
+    CHECK_INT(l.pp, 4);
+    CHECK_INT(l.vp, 2);
+    CHECK_INT(l.dp, 2);
+    CHECK_INT(l.zero, 1);
+    CHECK(l.sp);
+    CHECK_INT(l.recompute, PT_RECOMPUTE_SELECTIVE);
+    CHECK_INT(l.schedule, PT_SCHED_INTERLEAVED);
+    CHECK_INT(l.n_micro, 128); /* 256 / (1 * 2) */
+    pt_layout_format(&l, text, sizeof text);
+    pt_layout_default(&back);
+    CHECK_INT(pt_layout_parse(text, 0, 256, &back, &err), 0);
+    char again[256];
+    pt_layout_format(&back, again, sizeof again);
+    CHECK(strcmp(text, again) == 0);
+    CHECK_INT(back.n_micro, l.n_micro);
+
+    /* dp derived from the world, interleaved implied by vp > 1. */
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,pp=2,vp=2", 16, 64, &l, &err), 0);
+    CHECK_INT(l.dp, 4);
+    CHECK_INT(l.schedule, PT_SCHED_INTERLEAVED);
+    CHECK_INT(l.n_micro, 16);
+    /* Rank order. */
+    CHECK_INT(pt_layout_parse("order=pp-dp-cp-tp", 0, 0, &l, &err), 0);
+    CHECK_INT(l.order[0], PT_DIM_PP);
+    CHECK_INT(l.order[3], PT_DIM_TP);
+}
+
+static void expect_parse_error(const char *text, int64_t world, const char *needle)
+{
+    pt_layout l;
+    pt_err err = {""};
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse(text, world, 0, &l, &err), -1);
+    CHECK_STR_HAS(err.msg, needle);
+}
+
+static void test_parse_errors(void)
+{
+    expect_parse_error("tp=2,foo=3", 0, "unknown key 'foo'");
+    expect_parse_error("tp=two", 0, "tp=two");
+    expect_parse_error("tp=0", 0, "tp=0");
+    expect_parse_error("tp=2,tp=4", 0, "'tp' given twice");
+    expect_parse_error("zero=4", 0, "zero=4");
+    expect_parse_error("sp=yes", 0, "sp=yes");
+    expect_parse_error("recompute=most", 0, "none, selective, full");
+    expect_parse_error("schedule=gpipe", 0, "afab, 1f1b, interleaved");
+    expect_parse_error("tp=2,pp", 0, "'pp' is not key=value");
+    expect_parse_error("order=tp-tp-dp-pp", 0, "bad rank order");
+    expect_parse_error("order=tp-cp-dp", 0, "bad rank order");
+    expect_parse_error("tp=3", 8, "does not divide the world size 8");
+    expect_parse_error("mbs=99999999999999999999", 0, "mbs=");
+}
+
+/* Parses `text` for the model above on `nodes` nodes and returns the broken-rule mask. */
+static uint32_t rules(const char *text, int nodes, int64_t global_batch)
+{
+    pt_model m = model();
+    pt_cluster c = cluster(nodes);
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    if (pt_layout_parse(text, pt_cluster_world(&c), global_batch, &l, &err)) {
+        fprintf(stderr, "unexpected parse error: %s\n", err.msg);
+        pt_check_failures++;
+        return 0;
+    }
+    uint32_t mask;
+    int n = pt_layout_check(&m, &c, global_batch, &l, &mask);
+    CHECK_INT(n, __builtin_popcount(mask));
+    return mask;
+}
+
+#define ONLY(r) (1u << (r))
+
+static void test_rules(void)
+{
+    CHECK_INT(rules("tp=8", 1, 64), 0);
+    CHECK_INT(rules("tp=2,pp=2,vp=2,dp=2,zero=1,sp=1,recompute=full", 1, 64), 0);
+    CHECK_INT(rules("tp=8,dp=2", 1, 64), ONLY(PT_REJECT_WORLD));
+    /* 32 heads, 8 KV heads: tp=16 breaks both (and crosses 8-GPU nodes). */
+    CHECK_INT(rules("tp=16", 2, 64),
+              ONLY(PT_REJECT_KV_HEADS_TP) | ONLY(PT_REJECT_TP_SPANS_NODES));
+    CHECK_INT(rules("tp=32,dp=1", 4, 64), ONLY(PT_REJECT_KV_HEADS_TP) |
+                                          ONLY(PT_REJECT_TP_SPANS_NODES));
+    CHECK_INT(rules("pp=8,dp=1,vp=8", 1, 64), ONLY(PT_REJECT_LAYERS_PP)); /* 32 % 64 */
+    CHECK_INT(rules("pp=8,dp=1,vp=4", 1, 64), 0);
+    CHECK_INT(rules("cp=8", 1, 64), 0);
+    CHECK_INT(rules("tp=2,sp=1,dp=4", 1, 64), 0);
+    CHECK_INT(rules("dp=8,mbs=3", 1, 64), ONLY(PT_REJECT_BATCH_DP));
+    CHECK_INT(rules("dp=8", 1, 100), ONLY(PT_REJECT_BATCH_DP));
+    CHECK_INT(rules("sp=1,dp=8", 1, 64), ONLY(PT_REJECT_SP_WITHOUT_TP));
+    CHECK_INT(rules("schedule=interleaved,pp=2", 1, 64), ONLY(PT_REJECT_SCHEDULE_VP));
+    CHECK_INT(rules("pp=2,vp=2,schedule=1f1b", 1, 64), ONLY(PT_REJECT_SCHEDULE_VP));
+    /* A global batch of 6 over dp = 2 gives 3 micro-batches: not a multiple of pp = 4. */
+    CHECK_INT(rules("pp=4,vp=2,dp=2", 1, 6), ONLY(PT_REJECT_INTERLEAVED_MICRO));
+    CHECK_INT(rules("pp=4,vp=2,dp=2", 1, 8), 0);
+    CHECK_INT(rules("tp=8,zero=1", 1, 64), ONLY(PT_REJECT_ZERO_NO_DP));
+    CHECK_INT(rules("tp=4,cp=2,zero=3", 1, 64), 0); /* sharded over cp */
+    CHECK_INT(rules("pp=2,dp=4,zero=2", 1, 64), ONLY(PT_REJECT_ZERO_PP));
+    CHECK_INT(rules("pp=2,dp=4,zero=1", 1, 64), 0);
+    /* tp=2 with dp fastest puts a tp pair on ranks r and r+8: across nodes. */
+    CHECK_INT(rules("tp=2,dp=8,order=dp-tp-cp-pp", 2, 64), ONLY(PT_REJECT_TP_SPANS_NODES));
+    CHECK_INT(rules("tp=2,dp=8", 2, 64), 0);
+}
+
+static void test_sequence_rules(void)
+{
+    pt_model m = model();
+    pt_cluster c = cluster(1);
+    pt_layout l;
+    pt_err err;
+    uint32_t mask;
+    m.seq = 24;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("cp=8", 8, 64, &l, &err), 0);
+    pt_layout_check(&m, &c, 64, &l, &mask);
+    CHECK_INT(mask, ONLY(PT_REJECT_SEQ_CP)); /* 24 % 16 != 0 */
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("cp=4,tp=2", 8, 64, &l, &err), 0);
+    pt_layout_check(&m, &c, 64, &l, &mask);
+    CHECK_INT(mask, 0); /* 24 % 8 == 0 */
+    m.seq = 40;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=4,cp=2,sp=1", 8, 64, &l, &err), 0);
+    pt_layout_check(&m, &c, 64, &l, &mask);
+    CHECK_INT(mask, 0); /* 40 / 2 = 20 per cp rank, divisible by tp = 4 */
+    m.seq = 36;         /* 36 / 2 = 18 per cp rank: not divisible by tp = 4 */
+    pt_layout_check(&m, &c, 64, &l, &mask);
+    CHECK_INT(mask, ONLY(PT_REJECT_SEQ_SP));
+}
+
+static void test_explain(void)
+{
+    pt_model m = model();
+    pt_cluster c = cluster(1);
+    pt_layout l;
+    pt_err err;
+    char buf[256];
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=3,dp=1", 0, 64, &l, &err), 0);
+    pt_reject_explain(PT_REJECT_HEADS_TP, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "heads (32)");
+    CHECK_STR_HAS(buf, "tp (3)");
+    pt_reject_explain(PT_REJECT_WORLD, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "= 3");
+    CHECK_STR_HAS(buf, "8 ranks");
+    for (int r = 0; r < PT_REJECT_COUNT; r++) {
+        CHECK(strlen(pt_reject_name((pt_reject)r)) > 0);
+        CHECK(strlen(pt_reject_describe((pt_reject)r)) > 0);
+    }
+}
+
+int main(void)
+{
+    test_parse_format();
+    test_parse_errors();
+    test_rules();
+    test_sequence_rules();
+    test_explain();
+    return pt_check_result();
+}

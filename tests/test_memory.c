@@ -1,0 +1,461 @@
+/*
+ * Unit tests of the parameter counts (planner/params.c) and the memory model
+ * (planner/memory.c): published parameter counts, the ZeRO paper's model-state
+ * example, Korthikanti et al.'s activation formulas, a hand-computed LLaMA layer,
+ * a full hand-computed stage breakdown, the direction of every memory-saving knob,
+ * and pt_mem_rank_max against a loop over all stages. Models and layouts are built
+ * by hand here so that this test depends only on the files it tests.
+ */
+#include "check.h"
+#include "planner.h"
+
+/* ---- Models and layouts ------------------------------------------------------- */
+
+static pt_model gpt(int64_t L, int64_t h, int64_t a, int64_t v, int64_t s)
+{
+    pt_model m = {.layers = L, .hidden = h, .heads = a, .kv_heads = a, .ffn = 4 * h,
+                  .vocab = v, .seq = s, .norm = PT_NORM_LAYERNORM, .act = PT_ACT_GELU,
+                  .pos = PT_POS_LEARNED, .tied_embeddings = true, .bias = true,
+                  .dropout = true};
+    return m;
+}
+
+static pt_model llama(int64_t L, int64_t h, int64_t a, int64_t k, int64_t f, int64_t v,
+                      int64_t s)
+{
+    pt_model m = {.layers = L, .hidden = h, .heads = a, .kv_heads = k, .ffn = f,
+                  .vocab = v, .seq = s, .norm = PT_NORM_RMSNORM, .act = PT_ACT_SWIGLU,
+                  .pos = PT_POS_ROPE, .tied_embeddings = false, .bias = false,
+                  .dropout = false};
+    return m;
+}
+
+static pt_layout layout(int tp, int pp, int dp)
+{
+    pt_layout l = {.tp = tp, .cp = 1, .pp = pp, .dp = dp, .vp = 1, .sp = false, .zero = 0,
+                   .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
+                   .schedule = PT_SCHED_1F1B,
+                   .order = {PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP}};
+    return l;
+}
+
+static pt_train train(pt_prec_kind p)
+{
+    pt_train t = {.global_batch = 512, .precision = p, .bucket_bytes = 25 * 1024 * 1024};
+    return t;
+}
+
+/* ---- Parameter counts --------------------------------------------------------- */
+
+static void test_params_published(void)
+{
+    /* GPT-2 small with the unpadded vocabulary 50257 (HF: 124,439,808). */
+    pt_model g = gpt(12, 768, 12, 50257, 1024);
+    CHECK_INT(pt_model_params_total(&g), 124439808);
+    /* Per layer: QKV 768·2304 + 2304, proj 768·768 + 768, MLP 768·3072 + 3072 and
+     * 3072·768 + 768, two LayerNorms 4·768: 7,087,872. */
+    CHECK_INT(pt_params_layer(&g, 1), 7087872);
+
+    pt_model l7 = llama(32, 4096, 32, 32, 11008, 32000, 4096);
+    CHECK_INT(pt_model_params_total(&l7), 6738415616); /* Llama 2 7B (HF) */
+    pt_model l8 = llama(32, 4096, 32, 8, 14336, 128256, 8192);
+    CHECK_INT(pt_model_params_total(&l8), 8030261248); /* Llama 3 8B (HF) */
+    pt_model l70 = llama(80, 8192, 64, 8, 28672, 32000, 4096);
+    CHECK_NEAR((double)pt_model_params_total(&l70), 68.98e9, 0.005); /* Llama 2 70B */
+    pt_model l405 = llama(126, 16384, 128, 8, 53248, 128256, 8192);
+    CHECK_NEAR((double)pt_model_params_total(&l405), 405.8e9, 0.005); /* Llama 3 405B */
+}
+
+static void test_params_tp(void)
+{
+    pt_model g = gpt(12, 768, 12, 50257, 1024);
+    CHECK_INT(pt_vocab_padded(&g, 1), 50257);
+    CHECK_INT(pt_vocab_padded(&g, 2), 50258);
+    CHECK_INT(pt_vocab_padded(&g, 8), 50264);
+    /* t = 2: split weights and column biases halve, replicated biases (2·768) and
+     * norms (4·768) stay: (7,087,872 - 6·768)/2 + 6·768. */
+    CHECK_INT(pt_params_layer(&g, 2), (7087872 - 6 * 768) / 2 + 6 * 768);
+    /* Tied head: nothing but the final norm with p = 1, a vocab-parallel copy of the
+     * embedding on the last stage with p > 1. */
+    CHECK_INT(pt_params_head(&g, 1, 1), 2 * 768);
+    CHECK_INT(pt_params_head(&g, 2, 4), 2 * 768 + 50258 * 768 / 2);
+    CHECK_INT(pt_params_embedding(&g, 2), 50258 * 768 / 2 + 1024 * 768);
+
+    pt_model l8 = llama(32, 4096, 32, 8, 14336, 128256, 8192);
+    CHECK_INT(pt_params_embedding(&l8, 8), 128256 * 4096 / 8); /* RoPE: no table */
+    CHECK_INT(pt_params_head(&l8, 8, 1), 4096 + 128256 * 4096 / 8);
+    /* t = 8: (4096·6144 + 4096·4096 + 3·4096·14336)/8 + 2·4096 RMSNorm gains. */
+    CHECK_INT(pt_params_layer(&l8, 8), (4096LL * 6144 + 4096LL * 4096 + 3LL * 4096 * 14336) / 8 +
+                                           2 * 4096);
+}
+
+/* ---- Precisions and defaults -------------------------------------------------- */
+
+static void test_precisions(void)
+{
+    pt_precision b = pt_precision_of(PT_PREC_BF16);
+    CHECK_INT(b.weight_bytes + b.grad_bytes + b.master_bytes + b.moment_bytes, 18);
+    pt_precision z = pt_precision_of(PT_PREC_BF16_GRAD16);
+    CHECK_INT(z.weight_bytes + z.grad_bytes + z.master_bytes + z.moment_bytes, 16);
+    pt_precision f = pt_precision_of(PT_PREC_FP32);
+    CHECK_INT(f.master_bytes, 0);
+    CHECK_INT(f.act_bytes, 4);
+
+    for (int k = 0; k < PT_PREC_COUNT; k++) {
+        pt_prec_kind got = PT_PREC_COUNT;
+        CHECK_INT(pt_prec_parse(pt_prec_name((pt_prec_kind)k), &got, NULL), 0);
+        CHECK_INT(got, k);
+    }
+    pt_err err = {{0}};
+    pt_prec_kind got = PT_PREC_BF16;
+    CHECK_INT(pt_prec_parse("fp16", &got, &err), -1);
+    CHECK_STR_HAS(err.msg, "unknown precision 'fp16' (expected bf16, bf16-grad16 or fp32)");
+    CHECK_INT(pt_prec_parse(NULL, &got, &err), -1);
+
+    pt_train t;
+    pt_train_default(&t, NULL);
+    CHECK_INT(t.precision, PT_PREC_FP32);
+    CHECK_INT(t.bucket_bytes, 25 * 1024 * 1024);
+    CHECK(t.global_batch > 0);
+    pt_cluster c = {.nodes = 1, .devices_per_node = 8};
+    pt_train_default(&t, &c);
+    CHECK_INT(t.precision, PT_PREC_FP32); /* no bf16 throughput: a CPU */
+    c.device.peak_flops[PT_DTYPE_BF16] = 989e12;
+    pt_train_default(&t, &c);
+    CHECK_INT(t.precision, PT_PREC_BF16);
+}
+
+/* ---- Model states: the ZeRO paper's example ----------------------------------- */
+
+static void test_zero_example(void)
+{
+    /* Rajbhandari et al. 2020, Fig. 1: Ψ = 7.5B, N_d = 64, K = 12 gives 120 GB,
+     * 31.4 GB, 16.6 GB and 1.9 GB for baseline, P_os, P_os+g and P_os+g+p. */
+    const double want[4] = {120e9, 31.4e9, 16.6e9, 1.9e9};
+    pt_precision p = pt_precision_of(PT_PREC_BF16_GRAD16);
+    for (int stage = 0; stage < 4; stage++) {
+        pt_model_states s = pt_mem_model_states(7.5e9, 64, stage, p);
+        double total = s.weights_bytes + s.grads_bytes + s.optimizer_bytes;
+        CHECK(fabs(total - want[stage]) <= 0.05e9);
+    }
+    pt_model_states s0 = pt_mem_model_states(7.5e9, 64, 0, p);
+    CHECK_NEAR(s0.optimizer_bytes, 12 * 7.5e9, 1e-12);
+    pt_model_states s3 = pt_mem_model_states(7.5e9, 64, 3, p);
+    CHECK_NEAR(s3.weights_bytes, 2 * 7.5e9 / 64, 1e-12);
+    /* A shard of one changes nothing. */
+    pt_model_states s1 = pt_mem_model_states(7.5e9, 1, 3, p);
+    CHECK_NEAR(s1.weights_bytes + s1.grads_bytes + s1.optimizer_bytes, 120e9, 1e-12);
+}
+
+/* ---- Activations: Korthikanti et al. 2022 ------------------------------------- */
+
+static double act(const pt_model *m, int tp, bool sp, pt_recompute r, int64_t b)
+{
+    pt_layout l = layout(tp, 1, 1);
+    l.sp = sp;
+    l.recompute = r;
+    l.mbs = b;
+    return pt_mem_layer_activations(m, &l, pt_precision_of(PT_PREC_BF16));
+}
+
+static void test_korthikanti(void)
+{
+    /* GPT-3 175B's layer shape and a small one; f = 4h, k = a, GeLU, LayerNorm,
+     * dropout, 2-byte activations, c = 1. */
+    pt_model ms[2] = {gpt(96, 12288, 96, 51200, 2048), gpt(4, 256, 8, 1000, 512)};
+    const int tps[4] = {1, 2, 4, 8};
+    for (int i = 0; i < 2; i++) {
+        const pt_model *m = &ms[i];
+        double s = (double)m->seq, h = (double)m->hidden, a = (double)m->heads;
+        for (int64_t b = 1; b <= 4; b *= 2) {
+            double sbh = s * (double)b * h;
+            /* Sec. 4.1, eq. 1: sbh(34 + 5as/h). */
+            CHECK_NEAR(act(m, 1, false, PT_RECOMPUTE_NONE, b), sbh * (34 + 5 * a * s / h),
+                       1e-12);
+            for (int j = 0; j < 4; j++) {
+                double t = tps[j];
+                /* Eq. 2, tensor parallelism: sbh(10 + 24/t + 5as/(ht)). */
+                CHECK_NEAR(act(m, tps[j], false, PT_RECOMPUTE_NONE, b),
+                           sbh * (10 + 24 / t + 5 * a * s / (h * t)), 1e-12);
+                /* Eq. 3, with sequence parallelism: sbh/t·(34 + 5as/h). */
+                CHECK_NEAR(act(m, tps[j], true, PT_RECOMPUTE_NONE, b),
+                           sbh / t * (34 + 5 * a * s / h), 1e-12);
+                /* Sec. 5, selective recomputation: sbh·34/t with sp, sbh(10 + 24/t)
+                 * without. */
+                CHECK_NEAR(act(m, tps[j], true, PT_RECOMPUTE_SELECTIVE, b), sbh * 34 / t,
+                           1e-12);
+                CHECK_NEAR(act(m, tps[j], false, PT_RECOMPUTE_SELECTIVE, b),
+                           sbh * (10 + 24 / t), 1e-12);
+                /* Full recomputation keeps the layer input: 2sbh, 2sbh/t with sp. */
+                CHECK_NEAR(act(m, tps[j], false, PT_RECOMPUTE_FULL, b), 2 * sbh, 1e-12);
+                CHECK_NEAR(act(m, tps[j], true, PT_RECOMPUTE_FULL, b), 2 * sbh / t, 1e-12);
+            }
+        }
+    }
+}
+
+static void test_llama_activations(void)
+{
+    /* Llama 3 8B's layer: h = 4096, a = 32, k = 8 (kvd = 8·128 = 1024), f = 14336,
+     * SwiGLU, RMSNorm, no dropout; s = 4096, b = 1, 2-byte activations.
+     * t = 1:
+     *   norm inputs 2·2·sbh                 =    67,108,864
+     *   QKV input 2·sbh                     =    33,554,432
+     *   Q, K, V 2·sb·(4096 + 2·1024)        =    50,331,648
+     *   softmax output 2·a·s²·b             = 1,073,741,824
+     *   output-projection input 2·sbh       =    33,554,432
+     *   MLP input 2·sbh                     =    33,554,432
+     *   gate, up and down inputs 3·2·sb·f   =   352,321,536
+     *   total                               = 1,644,167,168
+     * (sbh = 4096·4096 = 16,777,216; sb·f = 4096·14336 = 58,720,256.) */
+    pt_model m = llama(32, 4096, 32, 8, 14336, 128256, 4096);
+    CHECK_NEAR(act(&m, 1, false, PT_RECOMPUTE_NONE, 1), 1644167168.0, 1e-15);
+    /* t = 2 without sp: replicated 8·sbh = 134,217,728; split Q, K, V 25,165,824,
+     * output-projection input 16,777,216, MLP 176,160,768, softmax 536,870,912;
+     * total 889,192,448. */
+    CHECK_NEAR(act(&m, 2, false, PT_RECOMPUTE_NONE, 1), 889192448.0, 1e-15);
+    /* Selective drops the softmax output: 889,192,448 - 536,870,912. */
+    CHECK_NEAR(act(&m, 2, false, PT_RECOMPUTE_SELECTIVE, 1), 352321536.0, 1e-15);
+
+    /* Context parallelism c = 2 halves every term, the s² ones included (s/2 local
+     * queries against s keys). */
+    pt_layout l = layout(1, 1, 1);
+    l.cp = 2;
+    CHECK_NEAR(pt_mem_layer_activations(&m, &l, pt_precision_of(PT_PREC_BF16)),
+               1644167168.0 / 2, 1e-15);
+    /* fp32 activations double everything (there are no 1-byte masks without dropout). */
+    l.cp = 1;
+    CHECK_NEAR(pt_mem_layer_activations(&m, &l, pt_precision_of(PT_PREC_FP32)),
+               2 * 1644167168.0, 1e-15);
+}
+
+/* ---- One stage, by hand ------------------------------------------------------- */
+
+static void test_stage_by_hand(void)
+{
+    /* Tiny GPT: L = 4, h = 64, a = k = 4 (hd = 16, kvd = 64), f = 256, v = 1000,
+     * s = 128, tied, biases, dropout. Layout tp = 2, pp = 2, dp = 2, zero = 1, 1F1B,
+     * b = 2, n = 4; bf16 (2 + 4 + 4 + 8 bytes, 2-byte activations).
+     *
+     * Parameters per layer at t = 2: QKV 64·192/2 + 192/2 = 6144 + 96, proj
+     * 64·64/2 + 64 = 2048 + 64, up 64·256/2 + 256/2 = 8192 + 128, down
+     * 256·64/2 + 64 = 8192 + 64, norms 2·128 = 256: 25,184. Two layers per stage:
+     * 50,368. Embedding 1000·64/2 + 128·64 = 40,192; head (tied, p > 1)
+     * 128 + 32,000 = 32,128. Stage 0: 90,560; stage 1: 82,496.
+     *
+     * Activations per layer (sb = 256, sbh = 16,384, t = 2): Korthikanti's
+     * sbh(10 + 24/t) = 360,448 plus 5as²b/t = 5·4·128²·2/2 = 327,680: 688,128. */
+    pt_model m = gpt(4, 64, 4, 1000, 128);
+    pt_layout l = layout(2, 2, 2);
+    l.zero = 1;
+    l.mbs = 2;
+    l.n_micro = 4;
+    pt_train t = train(PT_PREC_BF16);
+    CHECK_INT(pt_params_layer(&m, 2), 25184);
+    CHECK_NEAR(pt_mem_layer_activations(&m, &l, pt_precision_of(PT_PREC_BF16)), 688128.0,
+               1e-15);
+
+    /* Stage 0: weights 2·90,560 = 181,120; grads 4·90,560 = 362,240; optimizer
+     * 12·90,560/2 = 543,360; min(2 - 0, 4) = 2 micro-batches of 2 layers:
+     * 4·688,128 = 2,752,512; embedding dropout mask of min(p, n) = 2 micro-batches:
+     * 2·16,384 = 32,768; comm: two buckets of min(25 MiB, 362,240) = 724,480 plus
+     * send/receive 2·2·16,384 = 65,536: 790,016. Total 4,662,016. */
+    pt_memory s;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    CHECK_INT(s.stage, 0);
+    CHECK_NEAR(s.params, 90560, 1e-15);
+    CHECK_INT(s.layers, 2);
+    CHECK_INT(s.in_flight, 2);
+    CHECK_NEAR(s.weights_bytes, 181120, 1e-15);
+    CHECK_NEAR(s.grads_bytes, 362240, 1e-15);
+    CHECK_NEAR(s.optimizer_bytes, 543360, 1e-15);
+    CHECK_NEAR(s.activations_bytes, 2752512, 1e-15);
+    CHECK_NEAR(s.embed_head_bytes, 32768, 1e-15);
+    CHECK(s.recompute_bytes == 0);
+    CHECK_NEAR(s.comm_bytes, 790016, 1e-15);
+    CHECK_NEAR(s.total_bytes, 4662016, 1e-15);
+
+    /* Stage 1: weights 164,992; grads 329,984; optimizer 494,976; one micro-batch of
+     * 2 layers: 1,376,256; final-norm input 2·16,384 = 32,768 plus fp32 logits
+     * 4·256·1000/2 = 512,000: 544,768; comm 2·329,984 + 65,536 = 725,504.
+     * Total 3,636,480. */
+    pt_mem_stage(&m, &l, &t, 1, &s);
+    CHECK_INT(s.stage, 1);
+    CHECK_NEAR(s.params, 82496, 1e-15);
+    CHECK_INT(s.in_flight, 1);
+    CHECK_NEAR(s.weights_bytes, 164992, 1e-15);
+    CHECK_NEAR(s.grads_bytes, 329984, 1e-15);
+    CHECK_NEAR(s.optimizer_bytes, 494976, 1e-15);
+    CHECK_NEAR(s.activations_bytes, 1376256, 1e-15);
+    CHECK_NEAR(s.embed_head_bytes, 544768, 1e-15);
+    CHECK_NEAR(s.comm_bytes, 725504, 1e-15);
+    CHECK_NEAR(s.total_bytes, 3636480, 1e-15);
+
+    pt_mem_rank_max(&m, &l, &t, &s);
+    CHECK_INT(s.stage, 0);
+    CHECK_NEAR(s.total_bytes, 4662016, 1e-15);
+
+    /* Recomputation working space: full rebuilds one whole layer (688,128), selective
+     * one attention core (327,680). */
+    l.recompute = PT_RECOMPUTE_FULL;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    CHECK_NEAR(s.recompute_bytes, 688128, 1e-15);
+    CHECK_NEAR(s.activations_bytes, 4 * 2 * 16384, 1e-15); /* layer inputs only */
+    l.recompute = PT_RECOMPUTE_SELECTIVE;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    CHECK_NEAR(s.recompute_bytes, 327680, 1e-15);
+}
+
+static void test_single_rank(void)
+{
+    /* One rank holds the whole model, tied head included once. */
+    pt_model g = gpt(12, 768, 12, 50257, 1024);
+    pt_layout l = layout(1, 1, 1);
+    l.n_micro = 8;
+    pt_train t = train(PT_PREC_BF16);
+    pt_memory s;
+    pt_mem_stage(&g, &l, &t, 0, &s);
+    CHECK_NEAR(s.params, 124439808, 1e-15);
+    CHECK_INT(s.in_flight, 1); /* gradient accumulation keeps one micro-batch */
+    CHECK_INT(s.layers, 12);
+    CHECK(s.comm_bytes == 0);
+    CHECK_NEAR(s.weights_bytes + s.grads_bytes + s.optimizer_bytes, 18.0 * 124439808, 1e-15);
+
+    /* A tied model over p stages holds one extra copy of the embedding matrix. */
+    l.pp = 4;
+    double sum = 0;
+    for (int st = 0; st < 4; st++) {
+        pt_mem_stage(&g, &l, &t, st, &s);
+        sum += s.params;
+    }
+    CHECK_NEAR(sum, 124439808.0 + 50257.0 * 768, 1e-15);
+}
+
+/* ---- Directions of the knobs -------------------------------------------------- */
+
+static void test_directions(void)
+{
+    pt_model m = llama(32, 4096, 32, 8, 14336, 128256, 8192);
+    pt_train t = train(PT_PREC_BF16);
+    pt_layout l = layout(4, 4, 8);
+    l.n_micro = 16;
+    l.zero = 1;
+    pt_memory base, s;
+    pt_mem_stage(&m, &l, &t, 0, &base);
+
+    pt_layout z = l;
+    z.pp = 1;
+    z.dp = 32;
+    z.zero = 1;
+    pt_memory z1, z3;
+    pt_mem_stage(&m, &z, &t, 0, &z1);
+    z.zero = 3;
+    pt_mem_stage(&m, &z, &t, 0, &z3);
+    CHECK(z3.weights_bytes < z1.weights_bytes);
+    CHECK(z3.grads_bytes < z1.grads_bytes);
+    CHECK(z3.comm_bytes > z1.comm_bytes); /* gathered layers */
+
+    pt_layout sp = l;
+    sp.sp = true;
+    pt_mem_stage(&m, &sp, &t, 0, &s);
+    CHECK(s.activations_bytes < base.activations_bytes);
+
+    pt_layout r = l;
+    r.recompute = PT_RECOMPUTE_SELECTIVE;
+    pt_memory sel, full;
+    pt_mem_stage(&m, &r, &t, 0, &sel);
+    r.recompute = PT_RECOMPUTE_FULL;
+    pt_mem_stage(&m, &r, &t, 0, &full);
+    CHECK(sel.activations_bytes < base.activations_bytes);
+    CHECK(full.activations_bytes < sel.activations_bytes);
+    CHECK(full.total_bytes < sel.total_bytes && sel.total_bytes < base.total_bytes);
+
+    /* Interleaving keeps more on stage 0: Korthikanti Sec. 4.2.3's factor
+     * L·(1 + (p-1)/(p·vp)) layers against L for 1F1B. */
+    pt_layout iv = l;
+    iv.vp = 2;
+    iv.schedule = PT_SCHED_INTERLEAVED;
+    pt_mem_stage(&m, &iv, &t, 0, &s);
+    CHECK(s.activations_bytes > base.activations_bytes);
+    CHECK_INT(s.in_flight, 2 * 3 + 1 * 4 + 1); /* chunks of 32/(4·2) = 4 layers */
+    CHECK_NEAR(s.activations_bytes / base.activations_bytes, 1.0 + 3.0 / 8.0, 1e-12);
+    CHECK_INT(base.in_flight * base.layers / l.pp, 32 / 4); /* 1F1B: L layers' worth */
+    CHECK_NEAR(base.activations_bytes,
+               32 * pt_mem_layer_activations(&m, &l, pt_precision_of(PT_PREC_BF16)), 1e-12);
+
+    /* All-forward-all-backward keeps every micro-batch. */
+    pt_layout af = l;
+    af.schedule = PT_SCHED_AFAB;
+    pt_mem_stage(&m, &af, &t, 3, &s);
+    CHECK_INT(s.in_flight, 16);
+
+    /* Context parallelism c = 2 halves activations and the stage's send/receive
+     * buffers (2·2·s·b·h = 134,217,728 to 67,108,864) and adds the K/V ring
+     * buffers 2·(2·2·(s/2)·b·kvd/t) = 2·(2·2·4096·1024/4) = 8,388,608; the
+     * gradient buckets stay (the same dp·cp = 8 shard). */
+    pt_layout cp = l;
+    cp.cp = 2;
+    cp.dp = 4;
+    pt_mem_stage(&m, &cp, &t, 0, &s);
+    CHECK_NEAR(s.activations_bytes, base.activations_bytes / 2, 1e-12);
+    CHECK_NEAR(s.comm_bytes, base.comm_bytes - 67108864.0 + 8388608.0, 1e-12);
+}
+
+/* ---- pt_mem_rank_max against every stage -------------------------------------- */
+
+static void test_rank_max(void)
+{
+    /* 1680 layers divide by p·vp for every p in 2..8 and vp in 1..2. */
+    pt_model ms[2] = {gpt(1680, 64, 4, 1000, 128), llama(1680, 64, 4, 2, 160, 5000, 256)};
+    pt_train t = train(PT_PREC_BF16);
+    int checked = 0;
+    for (int i = 0; i < 2; i++) {
+        for (int pp = 1; pp <= 8; pp++) {
+            for (int sch = 0; sch < PT_SCHED_COUNT; sch++) {
+                for (int64_t n = 1; n <= 3 * pp; n += pp > 1 ? pp - 1 : 1) {
+                    for (int r = 0; r < PT_RECOMPUTE_COUNT; r++) {
+                        pt_layout l = layout(2, pp, 2);
+                        l.schedule = (pt_schedule)sch;
+                        l.vp = sch == PT_SCHED_INTERLEAVED ? 2 : 1;
+                        l.n_micro = n;
+                        l.zero = 1;
+                        l.recompute = (pt_recompute)r;
+                        double want = 0;
+                        int want_stage = -1;
+                        for (int st = 0; st < pp; st++) {
+                            pt_memory s;
+                            pt_mem_stage(&ms[i], &l, &t, st, &s);
+                            if (s.total_bytes > want) {
+                                want = s.total_bytes;
+                                want_stage = st;
+                            }
+                        }
+                        pt_memory got;
+                        pt_mem_rank_max(&ms[i], &l, &t, &got);
+                        CHECK(got.total_bytes == want);
+                        pt_memory at;
+                        pt_mem_stage(&ms[i], &l, &t, want_stage, &at);
+                        CHECK(at.total_bytes == got.total_bytes);
+                        checked++;
+                    }
+                }
+            }
+        }
+    }
+    CHECK(checked > 300);
+}
+
+int main(void)
+{
+    test_params_published();
+    test_params_tp();
+    test_precisions();
+    test_zero_example();
+    test_korthikanti();
+    test_llama_activations();
+    test_stage_by_hand();
+    test_single_rank();
+    test_directions();
+    test_rank_max();
+    return pt_check_result();
+}

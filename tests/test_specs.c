@@ -1,0 +1,474 @@
+/*
+ * Tests of the model and cluster specs (planner/model.c, planner/cluster.c,
+ * planner/specjson.c): every built-in validates and survives a dump and reload
+ * unchanged, a few published sizes are what the papers say, and every bad input —
+ * malformed JSON, missing, unknown or mistyped fields, impossible sizes, unknown
+ * names, missing files — is refused with a message naming the file, field and value.
+ *
+ * Usage: test_specs DATA_DIR   (the tests/data folder with the JSON fixtures)
+ */
+#include "planner.h"
+
+#include "check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Helpers ----------------------------------------------------------------- */
+
+static void data_path(const char *dir, const char *file, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%s", dir, file);
+}
+
+/* Returns a malloc'd copy of text with the first `from` replaced by `to`. */
+static char *replace_once(const char *text, const char *from, const char *to)
+{
+    const char *at = strstr(text, from);
+    if (!at) {
+        fprintf(stderr, "replace_once: '%s' not in text\n", from);
+        abort();
+    }
+    size_t head = (size_t)(at - text), nfrom = strlen(from), nto = strlen(to);
+    char *out = malloc(strlen(text) - nfrom + nto + 1);
+    if (!out)
+        abort();
+    memcpy(out, text, head);
+    memcpy(out + head, to, nto);
+    strcpy(out + head + nto, at + nfrom);
+    return out;
+}
+
+static bool model_equal(const pt_model *x, const pt_model *y)
+{
+    return strcmp(x->name, y->name) == 0 && x->layers == y->layers &&
+           x->hidden == y->hidden && x->heads == y->heads && x->kv_heads == y->kv_heads &&
+           x->ffn == y->ffn && x->vocab == y->vocab && x->seq == y->seq &&
+           x->norm == y->norm && x->act == y->act && x->pos == y->pos &&
+           x->tied_embeddings == y->tied_embeddings && x->bias == y->bias &&
+           x->dropout == y->dropout;
+}
+
+/* Bit-identical doubles: a dumped spec must load back exactly. */
+static bool same_bits(double x, double y)
+{
+    return memcmp(&x, &y, sizeof x) == 0;
+}
+
+static bool link_equal(const pt_link *x, const pt_link *y)
+{
+    return strcmp(x->name, y->name) == 0 && same_bits(x->bw_Bps, y->bw_Bps) &&
+           same_bits(x->latency_s, y->latency_s);
+}
+
+static bool cluster_equal(const pt_cluster *x, const pt_cluster *y)
+{
+    bool same = strcmp(x->name, y->name) == 0 && x->nodes == y->nodes &&
+                x->devices_per_node == y->devices_per_node &&
+                strcmp(x->device.name, y->device.name) == 0 &&
+                x->device.memory_bytes == y->device.memory_bytes &&
+                same_bits(x->device.memory_bw_Bps, y->device.memory_bw_Bps) &&
+                link_equal(&x->intra, &y->intra) && link_equal(&x->inter, &y->inter);
+    for (int t = 0; t < PT_DTYPE_COUNT; t++)
+        same = same && same_bits(x->device.peak_flops[t], y->device.peak_flops[t]);
+    return same;
+}
+
+/* ---- Models ------------------------------------------------------------------ */
+
+static void test_model_builtins_validate(void)
+{
+    CHECK_INT(pt_model_builtin_count(), 17);
+    CHECK(pt_model_builtin(-1) == NULL);
+    CHECK(pt_model_builtin(pt_model_builtin_count()) == NULL);
+    for (int i = 0; i < pt_model_builtin_count(); i++) {
+        const pt_model *m = pt_model_builtin(i);
+        pt_err err = {""};
+        if (pt_model_validate(m, m->name, &err))
+            fprintf(stderr, "built-in model %s: %s\n", m->name, err.msg);
+        CHECK_INT(pt_model_validate(m, m->name, &err), 0);
+        for (int j = 0; j < i; j++)
+            CHECK(strcmp(m->name, pt_model_builtin(j)->name) != 0);
+    }
+}
+
+static void test_model_round_trip(void)
+{
+    for (int i = 0; i < pt_model_builtin_count(); i++) {
+        const pt_model *m = pt_model_builtin(i);
+        pt_model back, by_name;
+        pt_err err = {""};
+        char *text = pt_model_to_json(m);
+        CHECK(text && text[strlen(text) - 1] == '\n');
+        CHECK_INT(pt_model_from_json(text, "<dump>", &back, &err), 0);
+        CHECK(model_equal(m, &back));
+        char *again = pt_model_to_json(&back);
+        CHECK(again && strcmp(text, again) == 0);
+        CHECK_INT(pt_model_get(m->name, &by_name, &err), 0);
+        CHECK(model_equal(m, &by_name));
+        free(text);
+        free(again);
+    }
+}
+
+static const pt_model *model_named(const char *name)
+{
+    static pt_model m; /* test-only scratch */
+    pt_err err = {""};
+    if (pt_model_get(name, &m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        abort();
+    }
+    return &m;
+}
+
+static void test_model_published_sizes(void)
+{
+    const pt_model *m = model_named("llama3-405b");
+    CHECK_INT(m->layers, 126);
+    CHECK_INT(m->hidden, 16384);
+    CHECK_INT(m->heads, 128);
+    CHECK_INT(m->kv_heads, 8);
+    CHECK_INT(m->ffn, 53248);
+    CHECK_INT(m->vocab, 128256);
+    CHECK_INT(m->seq, 8192);
+    CHECK(m->norm == PT_NORM_RMSNORM && m->act == PT_ACT_SWIGLU && m->pos == PT_POS_ROPE);
+    CHECK(!m->tied_embeddings && !m->bias && !m->dropout);
+
+    m = model_named("gpt3-175b");
+    CHECK_INT(m->layers, 96);
+    CHECK_INT(m->hidden, 12288);
+    CHECK_INT(m->heads, 96);
+    CHECK_INT(m->ffn, 4 * 12288);
+    CHECK_INT(m->seq, 2048);
+    CHECK_INT(m->vocab, 50257);
+    CHECK(m->norm == PT_NORM_LAYERNORM && m->act == PT_ACT_GELU && m->pos == PT_POS_LEARNED);
+    CHECK(m->tied_embeddings && m->bias && m->dropout);
+
+    CHECK_INT(model_named("gpt3-13b")->hidden, 5120);
+    CHECK_INT(model_named("llama2-70b")->kv_heads, 8);
+    CHECK_INT(model_named("llama2-7b")->ffn, 11008);
+    CHECK_INT(model_named("llama2-13b")->vocab, 32000);
+    CHECK_INT(model_named("gpt2-1.5b")->heads, 25);
+    CHECK_INT(model_named("gpt2-124m")->seq, 1024);
+
+    m = model_named("tiny");
+    CHECK_INT(m->vocab, 256);
+    CHECK_INT(m->ffn, 256);
+    CHECK(m->tied_embeddings && m->pos == PT_POS_LEARNED);
+    m = model_named("tiny-llama");
+    CHECK_INT(m->kv_heads, 2);
+    CHECK_INT(m->ffn, 192);
+    CHECK(!m->tied_embeddings && m->act == PT_ACT_SWIGLU && m->norm == PT_NORM_RMSNORM);
+}
+
+static void test_model_from_file(const char *dir)
+{
+    char path[512];
+    data_path(dir, "model_good.json", path, sizeof path);
+    pt_model m, n;
+    pt_err err = {""};
+    CHECK_INT(pt_model_get(path, &m, &err), 0);
+    CHECK(strcmp(m.name, "test-model") == 0);
+    CHECK_INT(m.layers, 16);
+    CHECK_INT(m.kv_heads, 8);
+    CHECK(m.tied_embeddings && m.pos == PT_POS_ROPE);
+    CHECK_INT(pt_model_load_file(path, &n, &err), 0);
+    CHECK(model_equal(&m, &n));
+}
+
+/* Loads dir/file, expects failure with a message holding the file's path and each
+ * of the `needles`, and expects *out untouched. */
+static void expect_model_file_error(const char *dir, const char *file, const char *needle1,
+                                    const char *needle2)
+{
+    char path[512];
+    data_path(dir, file, path, sizeof path);
+    pt_model m;
+    memset(&m, 0x5a, sizeof m);
+    pt_model before = m;
+    pt_err err = {""};
+    CHECK_INT(pt_model_get(path, &m, &err), -1);
+    CHECK(memcmp(&m, &before, sizeof m) == 0);
+    CHECK_STR_HAS(err.msg, path);
+    CHECK_STR_HAS(err.msg, needle1);
+    if (needle2)
+        CHECK_STR_HAS(err.msg, needle2);
+}
+
+static void test_model_bad_files(const char *dir)
+{
+    expect_model_file_error(dir, "model_malformed.json", "model_malformed.json:4:", NULL);
+    expect_model_file_error(dir, "model_duplicate_key.json", "duplicate", ":16:");
+    expect_model_file_error(dir, "model_not_object.json", "expected a JSON object", "array");
+    expect_model_file_error(dir, "model_missing_field.json", "missing field 'ffn'", NULL);
+    expect_model_file_error(dir, "model_unknown_field.json", "unknown field 'hiden'",
+                            "expected one of: name, layers, hidden");
+    expect_model_file_error(dir, "model_wrong_type.json", "field 'layers' = 12.5",
+                            "expected an integer, got a real number");
+    expect_model_file_error(dir, "model_string_size.json", "field 'vocab' = \"32000\"",
+                            "expected an integer, got a string");
+    expect_model_file_error(dir, "model_zero_heads.json", "field 'heads' = 0",
+                            "must be at least 1");
+    expect_model_file_error(dir, "model_negative_layers.json", "field 'layers' = -2",
+                            "must be at least 1");
+    expect_model_file_error(dir, "model_huge_vocab.json", "field 'vocab' = 1099511627776",
+                            "must be at most");
+    expect_model_file_error(dir, "model_hidden_heads.json",
+                            "hidden (100) is not divisible by heads (3)", NULL);
+    expect_model_file_error(dir, "model_kv_heads.json",
+                            "heads (32) is not divisible by kv_heads (5)", NULL);
+    expect_model_file_error(dir, "model_bad_norm.json", "field 'norm' = \"batchnorm\"",
+                            "expected one of layernorm, rmsnorm");
+}
+
+/* Parses the tiny model's dump with `from` replaced by `to`; expects `needle`. */
+static void expect_model_text_error(const char *from, const char *to, const char *needle)
+{
+    char *good = pt_model_to_json(pt_model_builtin(0));
+    char *bad = replace_once(good, from, to);
+    pt_model m;
+    pt_err err = {""};
+    CHECK_INT(pt_model_from_json(bad, "<string>", &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "<string>");
+    CHECK_STR_HAS(err.msg, needle);
+    free(good);
+    free(bad);
+}
+
+static void test_model_bad_text(void)
+{
+    CHECK(strcmp(pt_model_builtin(0)->name, "tiny") == 0);
+    expect_model_text_error("\"layers\": 4", "\"layers\": 4.0", "field 'layers' = 4.0");
+    expect_model_text_error("\"bias\": true", "\"bias\": 1", "expected true or false");
+    expect_model_text_error("\"name\": \"tiny\"", "\"name\": \"\"", "field 'name' is empty");
+    expect_model_text_error("\"name\": \"tiny\"",
+                            "\"name\": \"a-name-that-is-far-too-long-to-fit-in-the-"
+                            "sixty-four-bytes-of-pt-model\"",
+                            "= \"a-name-that-is-far-too-long-to-fit-in-the-sixty-four-bytes-...: "
+                            "too long (70 bytes, at most 63)");
+    expect_model_text_error("\"heads\": 4", "\"heads\": 4, \"heads\": 4", "<string>:5:");
+    expect_model_text_error("\"kv_heads\": 4", "\"kv_heads\": 8",
+                            "heads (4) is not divisible by kv_heads (8)");
+    expect_model_text_error("\"activation\": \"gelu\"", "\"activation\": null",
+                            "field 'activation' = null: expected a string, got null");
+
+    /* RoPE rotates channel pairs within a head: h/a = 12/4 = 3 is odd. */
+    pt_model m = *pt_model_builtin(0);
+    pt_err err = {""};
+    m.hidden = 12;
+    m.pos = PT_POS_ROPE;
+    CHECK_INT(pt_model_validate(&m, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "needs an even head size, but hidden/heads = 3");
+}
+
+static void test_model_bad_names(const char *dir)
+{
+    pt_model m;
+    pt_err err = {""};
+    CHECK_INT(pt_model_get("gpt5", &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "unknown model 'gpt5'");
+    CHECK_STR_HAS(err.msg, "ptplan --list-models");
+
+    CHECK_INT(pt_model_load_file("/nonexistent/model.json", &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot read '/nonexistent/model.json': No such file");
+
+    /* An existing path that is not a readable file is reported as such. */
+    CHECK_INT(pt_model_get(dir, &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot read");
+    CHECK_STR_HAS(err.msg, dir);
+
+    CHECK_INT(pt_model_from_json("", "<empty>", &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "<empty>:1:");
+
+    m = *pt_model_builtin(0);
+    m.norm = (pt_norm)7;
+    CHECK_INT(pt_model_validate(&m, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'norm' = 7");
+}
+
+/* ---- Clusters ---------------------------------------------------------------- */
+
+static void test_cluster_builtins(void)
+{
+    CHECK_INT(pt_cluster_builtin_count(), 3);
+    pt_cluster c;
+    CHECK_INT(pt_cluster_builtin(-1, &c), -1);
+    CHECK_INT(pt_cluster_builtin(pt_cluster_builtin_count(), &c), -1);
+    for (int i = 0; i < pt_cluster_builtin_count(); i++) {
+        pt_cluster back, by_name;
+        pt_err err = {""};
+        CHECK_INT(pt_cluster_builtin(i, &c), 0);
+        if (pt_cluster_validate(&c, c.name, &err))
+            fprintf(stderr, "built-in cluster %s: %s\n", c.name, err.msg);
+        CHECK_INT(pt_cluster_validate(&c, c.name, &err), 0);
+        char *text = pt_cluster_to_json(&c);
+        CHECK(text && text[strlen(text) - 1] == '\n');
+        CHECK_INT(pt_cluster_from_json(text, "<dump>", &back, &err), 0);
+        CHECK(cluster_equal(&c, &back));
+        char *again = pt_cluster_to_json(&back);
+        CHECK(again && strcmp(text, again) == 0);
+        CHECK_INT(pt_cluster_get(c.name, &by_name, &err), 0);
+        CHECK(cluster_equal(&c, &by_name));
+        free(text);
+        free(again);
+    }
+}
+
+static void test_cluster_published_figures(void)
+{
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_get("dgx-h100", &c, &err), 0);
+    CHECK_INT(pt_cluster_world(&c), 8);
+    CHECK_INT(c.device.memory_bytes, INT64_C(85899345920));
+    CHECK(c.device.peak_flops[PT_DTYPE_BF16] == 989.4e12);
+    CHECK(c.device.peak_flops[PT_DTYPE_FP8] == 1978.9e12);
+    CHECK(c.device.memory_bw_Bps == 3.35e12);
+    CHECK(c.intra.bw_Bps == 450e9 && c.inter.bw_Bps == 50e9);
+
+    CHECK_INT(pt_cluster_get("dgx-a100-80g", &c, &err), 0);
+    CHECK(c.device.peak_flops[PT_DTYPE_TF32] == 156e12);
+    CHECK(c.device.peak_flops[PT_DTYPE_FP8] == 0);
+    CHECK(c.device.memory_bw_Bps == 2039e9);
+    CHECK(c.intra.bw_Bps == 300e9 && c.inter.bw_Bps == 25e9);
+
+    CHECK_INT(pt_cluster_get("local", &c, &err), 0);
+    CHECK_INT(c.nodes, 1);
+    CHECK(c.devices_per_node >= 1);
+    CHECK(c.device.memory_bytes > 0);
+    CHECK(strcmp(c.device.name, "cpu") == 0);
+    for (int t = 0; t < PT_DTYPE_COUNT; t++)
+        CHECK(c.device.peak_flops[t] == 0);
+    CHECK(c.intra.bw_Bps == 0 && c.inter.latency_s == 0);
+}
+
+static void test_dtype_names(void)
+{
+    CHECK(strcmp(pt_dtype_name(PT_DTYPE_FP32), "fp32") == 0);
+    CHECK(strcmp(pt_dtype_name(PT_DTYPE_TF32), "tf32") == 0);
+    CHECK(strcmp(pt_dtype_name(PT_DTYPE_BF16), "bf16") == 0);
+    CHECK(strcmp(pt_dtype_name(PT_DTYPE_FP16), "fp16") == 0);
+    CHECK(strcmp(pt_dtype_name(PT_DTYPE_FP8), "fp8") == 0);
+    CHECK(strcmp(pt_dtype_name(PT_DTYPE_COUNT), "?") == 0);
+}
+
+static void test_cluster_from_file(const char *dir)
+{
+    char path[512];
+    data_path(dir, "cluster_good.json", path, sizeof path);
+    pt_cluster c, d;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_get(path, &c, &err), 0);
+    CHECK(strcmp(c.name, "test-cluster") == 0);
+    CHECK_INT(pt_cluster_world(&c), 32);
+    CHECK_INT(c.device.memory_bytes, INT64_C(40) << 30);
+    CHECK(c.device.peak_flops[PT_DTYPE_FP8] == 0); /* written as the integer 0 */
+    CHECK(c.inter.latency_s == 5e-6);
+    CHECK_INT(pt_cluster_load_file(path, &d, &err), 0);
+    CHECK(cluster_equal(&c, &d));
+}
+
+static void expect_cluster_file_error(const char *dir, const char *file, const char *needle1,
+                                      const char *needle2)
+{
+    char path[512];
+    data_path(dir, file, path, sizeof path);
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_get(path, &c, &err), -1);
+    CHECK_STR_HAS(err.msg, path);
+    CHECK_STR_HAS(err.msg, needle1);
+    if (needle2)
+        CHECK_STR_HAS(err.msg, needle2);
+}
+
+static void test_cluster_bad_files(const char *dir)
+{
+    expect_cluster_file_error(dir, "cluster_malformed.json", "cluster_malformed.json:4:", NULL);
+    expect_cluster_file_error(dir, "cluster_missing_device_field.json",
+                              "missing field 'device.memory_bandwidth'", NULL);
+    expect_cluster_file_error(dir, "cluster_negative_bandwidth.json",
+                              "field 'inter_node.bandwidth' = -2.5e+10",
+                              "must be finite and at least 0");
+    expect_cluster_file_error(dir, "cluster_zero_nodes.json", "field 'nodes' = 0",
+                              "must be at least 1");
+    expect_cluster_file_error(dir, "cluster_wrong_type.json", "field 'nodes' = \"4\"",
+                              "expected an integer");
+    expect_cluster_file_error(dir, "cluster_unknown_flops.json",
+                              "unknown field 'device.peak_flops.int8'",
+                              "fp32, tf32, bf16, fp16, fp8");
+    expect_cluster_file_error(dir, "cluster_huge_devices.json",
+                              "field 'devices_per_node' = 1099511627776",
+                              "out of range for a 32-bit integer");
+}
+
+static void expect_cluster_text_error(const char *from, const char *to, const char *needle)
+{
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_builtin(1, &c), 0);
+    char *good = pt_cluster_to_json(&c);
+    char *bad = replace_once(good, from, to);
+    CHECK_INT(pt_cluster_from_json(bad, "<string>", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, "<string>");
+    CHECK_STR_HAS(err.msg, needle);
+    free(good);
+    free(bad);
+}
+
+static void test_cluster_bad_input(void)
+{
+    expect_cluster_text_error("\"nodes\": 1", "\"nodes\": 1048577",
+                              "field 'nodes' = 1048577: must be at most");
+    expect_cluster_text_error("\"memory_bytes\": 85899345920", "\"memory_bytes\": 0",
+                              "field 'device.memory_bytes' = 0: must be at least 1");
+    expect_cluster_text_error("\"device\": {", "\"device\": 3, \"x\": {",
+                              "unknown field 'x'");
+    expect_cluster_text_error("\"device\": {", "\"gpu\": {", "unknown field 'gpu'");
+    expect_cluster_text_error("\"intra_node\": {", "\"intra_node\": [], \"y\": {",
+                              "unknown field 'y'");
+    expect_cluster_text_error("\"latency\": 3e-6", "\"latency\": \"fast\"",
+                              "field 'intra_node.latency' = \"fast\": expected a number");
+
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_builtin(0, &c), 0);
+    c.nodes = 1 << 20;
+    c.devices_per_node = 1 << 11;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "nodes x devices_per_node = 2147483648 devices");
+    c.nodes = 1;
+    c.intra.latency_s = NAN;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'intra_node.latency' = nan");
+
+    CHECK_INT(pt_cluster_get("dgx-b200", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, "unknown cluster 'dgx-b200'");
+    CHECK_STR_HAS(err.msg, "ptplan --list-clusters");
+    CHECK_INT(pt_cluster_load_file("/nonexistent/cluster.json", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot read '/nonexistent/cluster.json': No such file");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DATA_DIR\n", argv[0]);
+        return 2;
+    }
+    const char *dir = argv[1];
+    test_model_builtins_validate();
+    test_model_round_trip();
+    test_model_published_sizes();
+    test_model_from_file(dir);
+    test_model_bad_files(dir);
+    test_model_bad_text();
+    test_model_bad_names(dir);
+    test_cluster_builtins();
+    test_cluster_published_figures();
+    test_dtype_names();
+    test_cluster_from_file(dir);
+    test_cluster_bad_files(dir);
+    test_cluster_bad_input();
+    return pt_check_result();
+}

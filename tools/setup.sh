@@ -1,0 +1,24 @@
+#!/bin/sh
+# Installs the Debian packages the build needs (when missing; as root, or through
+# sudo), then configures and builds the project.
+#   usage: tools/setup.sh [BUILD_DIR [CMAKE_ARGS...]]     (BUILD_DIR defaults to build)
+set -eu
+cd "$(dirname "$0")/.."
+
+packages="cmake make gcc pkg-config libjansson-dev"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "setup: installing$missing"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
+fi
+
+build="${1:-build}"
+[ $# -gt 0 ] && shift
+cmake -S . -B "$build" "$@" >/dev/null
+cmake --build "$build" -j "$(nproc)"
