@@ -36,13 +36,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Indexed by pt_dtype; also the keys of "peak_flops". */
+/* Indexed by pt_dtype (the same names as pt_dtype_name); the keys of "peak_flops". */
 static const char *const dtype_names[] = {"fp32", "tf32", "bf16", "fp16", "fp8", NULL};
-
-const char *pt_dtype_name(pt_dtype d)
-{
-    return (unsigned)d < PT_DTYPE_COUNT ? dtype_names[d] : "?";
-}
 
 /* ---- Built-in clusters ------------------------------------------------------- */
 

@@ -10,8 +10,8 @@
  *   c  context-parallel size     p  pipeline size          d  data-parallel size
  *
  * Errors: library functions never exit or print. They return 0 on success and -1
- * on error, filling a pt_err whose message names the file, field or value at fault;
- * tools/ decides what to do with it.
+ * on error, filling a pt_err (costmodels/cost.h) whose message names the file, field
+ * or value at fault; tools/ decides what to do with it.
  */
 #ifndef PT_PLANNER_H
 #define PT_PLANNER_H
@@ -23,19 +23,11 @@
 
 #include <jansson.h>
 
+#include "cost.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- Errors ------------------------------------------------------------------ */
-
-typedef struct {
-    char msg[512];
-} pt_err;
-
-/* Formats msg into err (when err is non-NULL) and returns -1, so that callers
- * can write `return pt_err_set(err, "...", ...);`. */
-int pt_err_set(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- Model spec -------------------------------------------------------------- */
 
@@ -87,10 +79,6 @@ int64_t pt_params_head(const pt_model *m, int tp, int pp);/* final norm + output
 int64_t pt_model_params_total(const pt_model *m);         /* the published parameter count */
 
 /* ---- Cluster spec ------------------------------------------------------------ */
-
-typedef enum { PT_DTYPE_FP32, PT_DTYPE_TF32, PT_DTYPE_BF16, PT_DTYPE_FP16, PT_DTYPE_FP8,
-               PT_DTYPE_COUNT } pt_dtype;
-const char *pt_dtype_name(pt_dtype d);
 
 typedef struct {
     char name[64];

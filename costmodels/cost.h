@@ -1,0 +1,160 @@
+/*
+ * ptcost — the cost tables: what a kernel or a collective costs on a given machine.
+ * Samples measured by ptprofile or taken from ptrun traces live in SQLite (costs.db);
+ * a lookup answers from an exact sample, else by interpolating between samples, else
+ * from an analytic model of the hardware (roofline for kernels, alpha-beta for
+ * collectives), and says which of the three it did (the provenance).
+ *
+ * This is the bottom library: it knows nothing of models or layouts. The planner
+ * describes each op by its stable key and its FLOP and byte counts, and the hardware
+ * by a pt_cost_hw filled from its cluster spec.
+ *
+ * Errors: functions return 0 on success and -1 on error, filling a pt_err whose
+ * message names the file and what is wrong; they never exit or print.
+ */
+#ifndef PT_COST_H
+#define PT_COST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Errors (shared by every library of the project) -------------------------- */
+
+typedef struct {
+    char msg[512];
+} pt_err;
+
+/* Formats msg into err (when err is non-NULL) and returns -1, so that callers
+ * can write `return pt_err_set(err, "...", ...);`. */
+int pt_err_set(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- Data types ---------------------------------------------------------------- */
+
+typedef enum { PT_DTYPE_FP32, PT_DTYPE_TF32, PT_DTYPE_BF16, PT_DTYPE_FP16, PT_DTYPE_FP8,
+               PT_DTYPE_COUNT } pt_dtype;
+const char *pt_dtype_name(pt_dtype d);   /* "fp32", "tf32", "bf16", "fp16", "fp8" */
+int pt_dtype_parse(const char *text, pt_dtype *out, pt_err *err);
+
+/* ---- Provenance ---------------------------------------------------------------- */
+
+typedef enum { PT_PROV_MEASURED, PT_PROV_INTERPOLATED, PT_PROV_ANALYTIC,
+               PT_PROV_COUNT } pt_prov;
+const char *pt_prov_name(pt_prov p);     /* "measured", "interpolated", "analytic" */
+
+typedef struct {
+    double time_s;
+    pt_prov prov;
+} pt_cost;
+
+/* ---- Hardware and ops ------------------------------------------------------------ */
+
+/* The hardware figures the analytic fallbacks need; the planner fills it from its
+ * cluster spec. A figure of 0 means unknown: the analytic model then uses a
+ * documented conservative default and says so in pt_cost_hw_note. */
+typedef struct {
+    char device[64];                   /* kernel samples are looked up by device name */
+    char backend[16];                  /* collective samples by backend: "nccl", "mpi" */
+    double peak_flops[PT_DTYPE_COUNT]; /* dense FLOP/s */
+    double mem_bw_Bps;                 /* device memory bandwidth, bytes/s */
+    int devices_per_node;
+    double intra_bw_Bps, intra_latency_s; /* per device per direction */
+    double inter_bw_Bps, inter_latency_s;
+} pt_cost_hw;
+
+/* A compute kernel. The key is stable text that identifies the op and its shape,
+ * "<kind>:<dtype>:<shape>", e.g. "gemm:bf16:m=8192,n=6144,k=4096"; the kind is the
+ * text before the first ':'. Keys are built by planner/ops.c and must match what
+ * ptprofile and the runtime's traces write. */
+typedef struct {
+    char key[128];
+    pt_dtype dtype;
+    double flops;  /* floating-point operations; 0 for purely memory-bound kernels */
+    double bytes;  /* device-memory traffic (reads + writes) */
+} pt_kernel_op;
+
+typedef enum { PT_COLL_ALLREDUCE, PT_COLL_ALLGATHER, PT_COLL_REDUCESCATTER, PT_COLL_ALLTOALL,
+               PT_COLL_BROADCAST, PT_COLL_SENDRECV, PT_COLL_COUNT } pt_coll;
+const char *pt_coll_name(pt_coll c);  /* "allreduce", "allgather", "reducescatter",
+                                         "alltoall", "broadcast", "sendrecv" */
+int pt_coll_parse(const char *text, pt_coll *out, pt_err *err);
+
+/* A collective over `group` ranks, `ranks_per_node` of them on each node (equal to
+ * group when the group sits inside one node). `bytes` follows nccl-tests: the
+ * per-rank buffer for all-reduce, broadcast, all-to-all and send/recv, the whole
+ * gathered (or to-be-scattered) buffer for all-gather and reduce-scatter. */
+typedef struct {
+    pt_coll op;
+    double bytes;
+    int group;
+    int ranks_per_node;
+} pt_coll_op;
+
+/* NCCL's bus bandwidth of a collective that took time_s: algorithm bandwidth
+ * bytes/time_s times 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
+ * reduce-scatter and all-to-all, 1 for broadcast and send/recv (nccl-tests,
+ * doc/PERFORMANCE.md). */
+double pt_coll_busbw(pt_coll op, int group, double bytes, double time_s);
+
+/* ---- Analytic models ------------------------------------------------------------- */
+
+/* Roofline with size-dependent efficiency: max(flops / (peak·eff_c), bytes /
+ * (bw·eff_m)) plus a launch overhead. */
+double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op);
+/* Alpha-beta models: ring and tree (the faster is taken, as NCCL picks), and
+ * hierarchical (intra-node, then inter-node, then intra-node) when the group spans
+ * nodes. */
+double pt_cost_coll_analytic(const pt_cost_hw *hw, const pt_coll_op *op);
+
+/* ---- The database ---------------------------------------------------------------- */
+
+typedef struct pt_costdb pt_costdb;
+
+enum { PT_COSTDB_READ = 0, PT_COSTDB_CREATE = 1 };
+
+/* The schema version this build writes and reads. Older databases are migrated
+ * on open (in a transaction); newer ones are refused. */
+int pt_costdb_schema_version(void);
+
+/* Opens `path`. With PT_COSTDB_READ a missing file is an error; PT_COSTDB_CREATE
+ * creates it (and its schema). A file that is not a database, a damaged database or
+ * a newer schema is an error naming the path. path NULL gives an empty in-memory
+ * table (every lookup analytic). All samples are read into memory, so lookups do
+ * not touch SQLite. */
+int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err);
+void pt_costdb_close(pt_costdb *db);
+
+/* Where each sample came from. */
+typedef enum { PT_SOURCE_PROFILE, PT_SOURCE_TRACE } pt_source;
+
+int pt_costdb_add_device(pt_costdb *db, const pt_cost_hw *hw, pt_err *err);
+int pt_costdb_add_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
+                         double time_s, pt_source source, pt_err *err);
+int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
+                       double time_s, pt_source source, pt_err *err);
+
+/* Lookups: exact sample (median of repeats) → log-log interpolation between samples
+ * of the same kind, dtype and device over FLOPs (bytes for memory-bound kinds), or for
+ * collectives of the same op and backend over bytes and then between group sizes →
+ * analytic. db may be NULL (analytic only). */
+pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op);
+pt_cost pt_cost_coll(const pt_costdb *db, const pt_cost_hw *hw, const pt_coll_op *op);
+
+/* What identifies the table a prediction was made with (written into plan.json). */
+typedef struct {
+    char path[512];          /* "" for the in-memory table */
+    int schema_version;
+    int64_t kernel_samples;
+    int64_t coll_samples;
+    char fingerprint[17];    /* 64-bit hash of every sample, hex */
+} pt_costdb_id;
+void pt_costdb_identity(const pt_costdb *db, pt_costdb_id *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
