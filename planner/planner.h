@@ -307,6 +307,126 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
                      const pt_enum_opts *o, pt_enum_fn fn, void *ctx,
                      pt_enum_counts *counts);
 
+/* ---- Layer op lists (planner/ops.c) --------------------------------------------- */
+
+/* One op of a training step on one rank: a compute kernel or a collective. The
+ * kernel's key (pt_kernel_op.key) is its cost-table key; the runtime's trace spans
+ * carry the same keys, so predicted and measured meet op by op. */
+typedef enum { PT_OP_KERNEL, PT_OP_COLL } pt_op_class;
+
+typedef struct {
+    char name[24];          /* role in the model: "qkv", "attn", "tp_allreduce", ... */
+    pt_op_class cls;
+    pt_kernel_op kernel;    /* cls == PT_OP_KERNEL */
+    pt_coll_op coll;        /* cls == PT_OP_COLL */
+    pt_group_kind group;    /* the group a collective runs in */
+    int count;              /* times the op runs in a row (CP ring steps); >= 1 */
+    bool overlapped;        /* a collective that runs beside compute (CP ring, ZeRO-3
+                               prefetch) instead of blocking the compute stream */
+    bool recompute;         /* a forward op run again during backward */
+} pt_op;
+
+typedef struct {
+    pt_op *op;
+    int n, cap;
+} pt_oplist;
+
+void pt_oplist_free(pt_oplist *o);
+
+/* What op lists are built from: model, layout, training settings and, from the
+ * cluster, how many ranks of each process group share a node. */
+typedef struct {
+    const pt_model *m;
+    const pt_layout *l;
+    const pt_train *t;
+    pt_precision prec;
+    pt_dtype dtype;                   /* data type of GEMMs and activations */
+    int ranks_per_node[PT_GROUP_COUNT];
+    int embed_ranks_per_node;         /* first and last stage (tied embedding group) */
+} pt_opctx;
+
+void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_train *t,
+                   const pt_cluster *cl);
+
+/* Each appends, in execution order, the ops of one micro-batch on one rank:
+ * one transformer layer's forward, or its backward (with the forward ops that
+ * recomputation repeats, marked recompute); the embedding (first virtual stage);
+ * the final norm, output head and loss (last virtual stage). Return -1 only when
+ * out of memory. */
+int pt_ops_layer(const pt_opctx *c, bool backward, pt_oplist *out);
+int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out);
+int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out);
+/* Gradient reduction of `params` parameters over the dp×cp group, one collective
+ * per bucket (all-reduce for ZeRO 0, reduce-scatter for ZeRO 1-3), and the tied
+ * embedding's all-reduce between first and last stage when `tied_copy`. */
+int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist *out);
+/* The optimizer step over this rank's shard of `params` parameters, and for ZeRO 1
+ * and 2 the all-gather of updated weights. */
+int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out);
+
+/* Model FLOPs of one training step over all ranks (forward and backward, without
+ * recomputation), summed from the op lists; and the hardware FLOPs (with it). */
+double pt_step_model_flops(const pt_opctx *c);
+double pt_step_hardware_flops(const pt_opctx *c);
+
+/* ---- Schedule programs (planner/sched.c) -------------------------------------- */
+
+/* One instruction of a pipeline rank's program. Micro-batches are 0..n_micro-1; a
+ * rank holds vp model chunks, chunk c of pipeline rank r being virtual stage c·p + r
+ * (Megatron-LM's interleaved assignment; vp = 1: chunk 0 is stage r). Sends are
+ * posted without waiting; a receive waits until the matching send has been posted.
+ * The simulator and the runtime execute these programs; nothing else describes a
+ * training step's order. */
+typedef enum {
+    PT_INS_RECV_ACT,     /* receive the input activations of (mb, chunk) from `peer` */
+    PT_INS_FWD,          /* forward of (mb, chunk) */
+    PT_INS_SEND_ACT,     /* send the output activations of (mb, chunk) to `peer` */
+    PT_INS_RECV_GRAD,    /* receive the output gradient of (mb, chunk) from `peer` */
+    PT_INS_BWD,          /* backward of (mb, chunk) */
+    PT_INS_SEND_GRAD,    /* send the input gradient of (mb, chunk) to `peer` */
+    PT_INS_REDUCE_GRADS, /* chunk's gradients are final: finish their data-parallel
+                            reduction (buckets start during the backward before it) */
+    PT_INS_OPTIM_STEP,   /* optimizer step after every reduction */
+    PT_INS_COUNT
+} pt_ins_kind;
+const char *pt_ins_name(pt_ins_kind k);   /* "recv_act", "fwd", ... */
+
+typedef struct {
+    pt_ins_kind kind;
+    int mb;     /* micro-batch; -1 for REDUCE_GRADS and OPTIM_STEP */
+    int chunk;  /* model chunk on this rank, 0..vp-1; -1 for OPTIM_STEP */
+    int peer;   /* pipeline rank of a send or receive; -1 otherwise */
+} pt_ins;
+
+typedef struct {
+    pt_ins *ins;
+    int n;
+} pt_prog;
+
+typedef struct {
+    pt_schedule kind;
+    int pp, vp, n_micro;
+    pt_prog *prog;  /* one program per pipeline rank, [pp] */
+} pt_sched;
+
+/* Builds the programs of every pipeline rank. One generator per schedule:
+ * all-forward-all-backward (GPipe), 1F1B (PipeDream-Flush) and interleaved 1F1B
+ * (vp > 1, n_micro a multiple of pp). Errors name the parameter at fault. The
+ * caller frees with pt_sched_free. */
+int pt_sched_build(pt_schedule kind, int pp, int vp, int n_micro, pt_sched *out,
+                   pt_err *err);
+void pt_sched_free(pt_sched *s);
+
+/* Checks a schedule: every (mb, chunk) has exactly one forward and one backward on
+ * the right rank, each forward precedes its backward, every send has one matching
+ * receive, and the programs run to completion under the send/receive rule above
+ * (no deadlock). Errors say which instruction breaks which rule. */
+int pt_sched_check(const pt_sched *s, pt_err *err);
+
+/* The most (mb, chunk) pairs whose forward has run and backward has not, at any
+ * point of rank `rank`'s program: what the memory model counts as in flight. */
+int pt_sched_peak_in_flight(const pt_sched *s, int rank);
+
 /* ---- JSON forms of planner results (planner/report.c) ------------------------- */
 
 /* New references (caller owns them); NULL only when out of memory. Field names

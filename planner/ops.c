@@ -1,0 +1,531 @@
+/*
+ * Layer op lists: the ordered kernels and collectives of one micro-batch on one rank
+ * for a transformer layer (forward and backward), the embedding, the head with its
+ * loss, the gradient reduction and the optimizer step. The simulator prices these
+ * ops from the cost tables; the runtime executes the same ops and traces them under
+ * the same keys. A change of what a layer does is made here and nowhere else.
+ *
+ * Letters as in planner.h. On a rank, T = s_r·b tokens (s_r = s/c) flow through
+ * a layer; with sequence parallelism the norms, dropouts and residual adds see
+ * T/t of them. Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019):
+ * QKV and MLP-up column-parallel, attention output and MLP-down row-parallel, one
+ * all-reduce after each row-parallel GEMM in the forward and before each
+ * column-parallel one in the backward; with sp the all-reduces become all-gather /
+ * reduce-scatter pairs (Korthikanti et al. 2022, Sec. 4.2.2).
+ *
+ * Op keys (the cost-table keys; ptprofile and the runtime's traces must write the
+ * same): "<kind>:<dtype>:<shape>", kinds gemm, attn_fwd, attn_bwd, layernorm_fwd/_bwd,
+ * rmsnorm_fwd/_bwd, gelu_fwd/_bwd, swiglu_fwd/_bwd, rope_fwd/_bwd, add_fwd,
+ * embed_fwd/_bwd, xent_fwd/_bwd, adam.
+ */
+#include "planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- The list ------------------------------------------------------------------ */
+
+void pt_oplist_free(pt_oplist *o)
+{
+    free(o->op);
+    *o = (pt_oplist){0};
+}
+
+static pt_op *push(pt_oplist *o)
+{
+    if (o->n == o->cap) {
+        int cap = o->cap ? 2 * o->cap : 32;
+        pt_op *p = realloc(o->op, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        o->op = p;
+        o->cap = cap;
+    }
+    pt_op *op = &o->op[o->n++];
+    memset(op, 0, sizeof *op);
+    op->count = 1;
+    return op;
+}
+
+/* ---- Context --------------------------------------------------------------------- */
+
+/* Ranks of rank 0's group of `kind` that share node 0: with uniform groups, the
+ * ranks per node of every group of that kind. */
+static int group_ranks_per_node(const pt_grid *g, pt_group_kind kind, int devices_per_node)
+{
+    int size = pt_grid_group_size(g, kind);
+    int64_t *ranks = malloc((size_t)size * sizeof *ranks);
+    if (!ranks)
+        return 1;
+    pt_grid_group(g, kind, 0, ranks);
+    int n = 0;
+    for (int i = 0; i < size; i++)
+        n += ranks[i] / devices_per_node == 0;
+    free(ranks);
+    return n;
+}
+
+void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_train *t,
+                   const pt_cluster *cl)
+{
+    *c = (pt_opctx){.m = m, .l = l, .t = t, .prec = pt_precision_of(t->precision)};
+    c->dtype = c->prec.act_bytes == 4 ? PT_DTYPE_FP32 : PT_DTYPE_BF16;
+    pt_grid g;
+    pt_grid_init(&g, l);
+    int dpn = cl ? cl->devices_per_node : (int)g.world;
+    for (int k = 0; k < PT_GROUP_COUNT; k++)
+        c->ranks_per_node[k] = group_ranks_per_node(&g, (pt_group_kind)k, dpn);
+    /* The first and last stage of rank 0's pipeline share a node when the pipeline
+     * group's ends do. */
+    int coords[PT_NDIM] = {0};
+    coords[PT_DIM_PP] = l->pp - 1;
+    c->embed_ranks_per_node = pt_grid_rank(&g, coords) / dpn == 0 ? 2 : 1;
+}
+
+/* ---- Op builders ---------------------------------------------------------------- */
+
+typedef struct {
+    const pt_opctx *c;
+    pt_oplist *out;
+    int failed;
+    bool recompute; /* mark ops as recomputation */
+} builder;
+
+static pt_op *add_op(builder *b, const char *name)
+{
+    pt_op *op = push(b->out);
+    if (!op) {
+        b->failed = 1;
+        return NULL;
+    }
+    snprintf(op->name, sizeof op->name, "%s", name);
+    op->recompute = b->recompute;
+    return op;
+}
+
+static void gemm(builder *b, const char *name, int64_t m, int64_t n, int64_t k)
+{
+    pt_op *op = add_op(b, name);
+    if (!op)
+        return;
+    double ab = b->c->prec.act_bytes;
+    op->cls = PT_OP_KERNEL;
+    op->kernel.dtype = b->c->dtype;
+    op->kernel.flops = 2.0 * (double)m * (double)n * (double)k;
+    op->kernel.bytes = ab * ((double)m * (double)k + (double)k * (double)n + (double)m * (double)n);
+    snprintf(op->kernel.key, sizeof op->kernel.key, "gemm:%s:m=%lld,n=%lld,k=%lld",
+             pt_dtype_name(b->c->dtype), (long long)m, (long long)n, (long long)k);
+}
+
+/* A memory-bound kernel reading and writing `bytes` in all; `shape` completes the key. */
+static void membound(builder *b, const char *name, const char *kind, double bytes,
+                     const char *shape)
+{
+    pt_op *op = add_op(b, name);
+    if (!op)
+        return;
+    op->cls = PT_OP_KERNEL;
+    op->kernel.dtype = b->c->dtype;
+    op->kernel.bytes = bytes;
+    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:%s", kind,
+             pt_dtype_name(b->c->dtype), shape);
+}
+
+static void coll(builder *b, const char *name, pt_coll what, pt_group_kind group,
+                 double bytes, int count, bool overlapped)
+{
+    pt_grid g;
+    pt_grid_init(&g, b->c->l);
+    int size = pt_grid_group_size(&g, group);
+    if (size == 1)
+        return;
+    pt_op *op = add_op(b, name);
+    if (!op)
+        return;
+    op->cls = PT_OP_COLL;
+    op->coll = (pt_coll_op){.op = what, .bytes = bytes, .group = size,
+                            .ranks_per_node = b->c->ranks_per_node[group]};
+    op->group = group;
+    op->count = count;
+    op->overlapped = overlapped;
+}
+
+/* ---- Sizes ---------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t tokens;  /* T = s_r·b */
+    int64_t rows;    /* tokens a norm or residual add sees: T, or T/t with sp */
+    int64_t h, f, t, hd, kvd;
+    double ab;       /* bytes per activation element */
+} dims;
+
+static dims dims_of(const pt_opctx *c)
+{
+    const pt_model *m = c->m;
+    const pt_layout *l = c->l;
+    dims d = {.tokens = m->seq / l->cp * l->mbs, .h = m->hidden, .f = m->ffn, .t = l->tp,
+              .hd = m->hidden / m->heads, .ab = c->prec.act_bytes};
+    d.kvd = m->kv_heads * d.hd;
+    d.rows = l->sp ? d.tokens / l->tp : d.tokens;
+    return d;
+}
+
+static void shape_rows(char *buf, size_t n, int64_t rows, int64_t cols)
+{
+    snprintf(buf, n, "rows=%lld,cols=%lld", (long long)rows, (long long)cols);
+}
+
+static void norm(builder *b, const dims *d, const char *name, bool backward)
+{
+    char shape[64];
+    const char *kind = b->c->m->norm == PT_NORM_RMSNORM
+                           ? (backward ? "rmsnorm_bwd" : "rmsnorm_fwd")
+                           : (backward ? "layernorm_bwd" : "layernorm_fwd");
+    shape_rows(shape, sizeof shape, d->rows, d->h);
+    /* forward reads x, writes y; backward reads x and dy, writes dx */
+    double elems = (double)d->rows * (double)d->h;
+    membound(b, name, kind, d->ab * elems * (backward ? 3 : 2), shape);
+}
+
+static void residual_add(builder *b, const dims *d, const char *name)
+{
+    char shape[64];
+    shape_rows(shape, sizeof shape, d->rows, d->h);
+    /* dropout (when present) and the residual add, fused: read two, write one */
+    membound(b, name, "add_fwd", 3 * d->ab * (double)d->rows * (double)d->h, shape);
+}
+
+/* Gathers the sequence-parallel shards of a norm output before a column-parallel
+ * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. */
+static void tp_enter(builder *b, const dims *d)
+{
+    if (b->c->l->sp)
+        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
+             d->ab * (double)d->tokens * (double)d->h, 1, false);
+}
+
+/* After a row-parallel GEMM: all-reduce ("g"), or reduce-scatter with sp. */
+static void tp_exit(builder *b, const dims *d)
+{
+    double bytes = d->ab * (double)d->tokens * (double)d->h;
+    if (b->c->l->sp)
+        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, false);
+    else
+        coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
+}
+
+static void attention_core(builder *b, const dims *d, bool backward)
+{
+    const pt_model *m = b->c->m;
+    const pt_layout *l = b->c->l;
+    int64_t heads = m->heads / l->tp, kv = m->kv_heads / l->tp;
+    int64_t sq = m->seq / l->cp, sk = m->seq;
+    pt_op *op = add_op(b, backward ? "attn_bwd" : "attn");
+    if (!op)
+        return;
+    /* QK^T and scores·V: 2·2·sq·sk·hd per head and sequence, the full (not causal)
+     * count as in the model-FLOPs convention; backward is twice that. */
+    double fwd = 4.0 * (double)l->mbs * (double)heads * (double)sq * (double)sk * (double)d->hd;
+    op->cls = PT_OP_KERNEL;
+    op->kernel.dtype = b->c->dtype;
+    op->kernel.flops = backward ? 2 * fwd : fwd;
+    /* Q, K, V and output, plus the materialised scores written and read (the memory
+     * model keeps them too: Korthikanti's 5as²b). */
+    double qkvo = (double)l->mbs * (2.0 * (double)sq * (double)heads + 2.0 * (double)sk * (double)kv) *
+                  (double)d->hd;
+    double scores = (double)l->mbs * (double)heads * (double)sq * (double)sk;
+    op->kernel.bytes = d->ab * (qkvo + 3 * scores) * (backward ? 2 : 1);
+    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:b=%lld,a=%lld,kv=%lld,sq=%lld,sk=%lld,d=%lld",
+             backward ? "attn_bwd" : "attn_fwd", pt_dtype_name(b->c->dtype),
+             (long long)l->mbs, (long long)heads, (long long)kv, (long long)sq, (long long)sk,
+             (long long)d->hd);
+}
+
+/* Context parallelism: the K/V blocks travel around the cp ring (c-1 steps), and in
+ * the backward their gradients travel back too; overlapped with attention. */
+static void cp_ring(builder *b, const dims *d, bool backward)
+{
+    int cp = b->c->l->cp;
+    double kv_bytes = 2.0 * d->ab * (double)d->tokens * (double)d->kvd / (double)d->t;
+    coll(b, backward ? "cp_ring_bwd" : "cp_ring", PT_COLL_SENDRECV, PT_GROUP_CP,
+         backward ? 2 * kv_bytes : kv_bytes, cp - 1, true);
+}
+
+static void rope(builder *b, const dims *d, bool backward)
+{
+    if (b->c->m->pos != PT_POS_ROPE)
+        return;
+    char shape[64];
+    int64_t cols = (d->h + d->kvd) / d->t;
+    shape_rows(shape, sizeof shape, d->tokens, cols);
+    membound(b, backward ? "rope_bwd" : "rope", backward ? "rope_bwd" : "rope_fwd",
+             2 * d->ab * (double)d->tokens * (double)cols, shape);
+}
+
+static void activation(builder *b, const dims *d, bool backward)
+{
+    bool swiglu = b->c->m->act == PT_ACT_SWIGLU;
+    char shape[64];
+    int64_t cols = d->f / d->t;
+    shape_rows(shape, sizeof shape, d->tokens, cols);
+    /* GeLU reads one and writes one (backward: reads two, writes one); SwiGLU reads
+     * gate and up and writes one (backward: reads three, writes two). */
+    double n = (swiglu ? (backward ? 5 : 3) : (backward ? 3 : 2));
+    const char *kind = swiglu ? (backward ? "swiglu_bwd" : "swiglu_fwd")
+                              : (backward ? "gelu_bwd" : "gelu_fwd");
+    membound(b, backward ? "act_bwd" : "act", kind,
+             n * d->ab * (double)d->tokens * (double)cols, shape);
+}
+
+/* ZeRO-3 gathers a layer's weights before using them, prefetching beside compute. */
+static void zero3_gather(builder *b)
+{
+    const pt_opctx *c = b->c;
+    if (c->l->zero < 3)
+        return;
+    double bytes = (double)pt_params_layer(c->m, c->l->tp) * c->prec.weight_bytes;
+    coll(b, "zero3_allgather", PT_COLL_ALLGATHER, PT_GROUP_DPCP, bytes, 1, true);
+}
+
+/* ---- Transformer layer ---------------------------------------------------------- */
+
+static void layer_forward(builder *b, const dims *d)
+{
+    int64_t T = d->tokens, h = d->h, t = d->t;
+    int64_t up = (b->c->m->act == PT_ACT_SWIGLU ? 2 : 1) * d->f / t;
+    zero3_gather(b);
+    norm(b, d, "norm1", false);
+    tp_enter(b, d);
+    gemm(b, "qkv", T, (h + 2 * d->kvd) / t, h);
+    rope(b, d, false);
+    if (b->c->l->cp > 1)
+        cp_ring(b, d, false);
+    attention_core(b, d, false);
+    gemm(b, "attn_out", T, h, h / t);
+    tp_exit(b, d);
+    residual_add(b, d, "add1");
+    norm(b, d, "norm2", false);
+    tp_enter(b, d);
+    gemm(b, "mlp_up", T, up, h);
+    activation(b, d, false);
+    gemm(b, "mlp_down", T, h, d->f / t);
+    tp_exit(b, d);
+    residual_add(b, d, "add2");
+}
+
+/* Backward of a row-parallel GEMM (input width k_in = n_in/t): with sp the incoming
+ * gradient is first gathered; then data and weight gradients. */
+static void row_parallel_bwd(builder *b, const dims *d, const char *dgrad, const char *wgrad,
+                             int64_t k_in)
+{
+    tp_enter(b, d);
+    gemm(b, dgrad, d->tokens, k_in, d->h);
+    gemm(b, wgrad, k_in, d->h, d->tokens);
+}
+
+/* Backward of a column-parallel GEMM with output width n_out (already split): with
+ * sp the input is gathered again for the weight gradient (Megatron keeps it
+ * sharded) and the data gradient reduce-scattered; without sp all-reduced. */
+static void column_parallel_bwd(builder *b, const dims *d, const char *dgrad, const char *wgrad,
+                                int64_t n_out)
+{
+    gemm(b, dgrad, d->tokens, d->h, n_out);
+    if (b->c->l->sp)
+        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
+             d->ab * (double)d->tokens * (double)d->h, 1, false);
+    gemm(b, wgrad, d->h, n_out, d->tokens);
+    double bytes = d->ab * (double)d->tokens * (double)d->h;
+    if (b->c->l->sp)
+        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, false);
+    else
+        coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
+}
+
+static void layer_backward(builder *b, const dims *d)
+{
+    const pt_opctx *c = b->c;
+    int64_t t = d->t;
+    int64_t up = (c->m->act == PT_ACT_SWIGLU ? 2 : 1) * d->f / t;
+    if (c->l->recompute == PT_RECOMPUTE_FULL) {
+        b->recompute = true; /* the whole forward again, gathers included */
+        layer_forward(b, d);
+        b->recompute = false;
+    } else {
+        zero3_gather(b); /* ZeRO-3 freed the weights after the forward */
+    }
+    row_parallel_bwd(b, d, "mlp_down_dgrad", "mlp_down_wgrad", d->f / t);
+    activation(b, d, true);
+    column_parallel_bwd(b, d, "mlp_up_dgrad", "mlp_up_wgrad", up);
+    norm(b, d, "norm2_bwd", true);
+    row_parallel_bwd(b, d, "attn_out_dgrad", "attn_out_wgrad", d->h / t);
+    if (c->l->recompute == PT_RECOMPUTE_SELECTIVE) {
+        b->recompute = true; /* the attention core, just before its backward */
+        attention_core(b, d, false);
+        b->recompute = false;
+    }
+    attention_core(b, d, true);
+    if (c->l->cp > 1)
+        cp_ring(b, d, true);
+    rope(b, d, true);
+    column_parallel_bwd(b, d, "qkv_dgrad", "qkv_wgrad", (d->h + 2 * d->kvd) / t);
+    norm(b, d, "norm1_bwd", true);
+    if (c->l->zero >= 2) { /* ZeRO-2/3 reduce-scatter each layer's gradients at once */
+        double bytes = (double)pt_params_layer(c->m, c->l->tp) * c->prec.grad_bytes;
+        coll(b, "zero_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, bytes, 1, true);
+    }
+}
+
+static int finish(builder *b)
+{
+    return b->failed ? -1 : 0;
+}
+
+int pt_ops_layer(const pt_opctx *c, bool backward, pt_oplist *out)
+{
+    builder b = {.c = c, .out = out};
+    dims d = dims_of(c);
+    if (backward)
+        layer_backward(&b, &d);
+    else
+        layer_forward(&b, &d);
+    return finish(&b);
+}
+
+/* ---- Embedding and head --------------------------------------------------------- */
+
+int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out)
+{
+    builder b = {.c = c, .out = out};
+    dims d = dims_of(c);
+    char shape[64];
+    shape_rows(shape, sizeof shape, d.tokens, d.h);
+    double bytes = d.ab * (double)d.tokens * (double)d.h;
+    /* Vocabulary-parallel embedding: each rank looks up its slice of the vocabulary
+     * and the partial outputs are summed (reduce-scattered with sp). */
+    if (!backward) {
+        membound(&b, "embed", "embed_fwd", 2 * bytes, shape);
+        tp_exit(&b, &d);
+    } else {
+        tp_enter(&b, &d);
+        membound(&b, "embed_bwd", "embed_bwd", 2 * bytes, shape);
+    }
+    return finish(&b);
+}
+
+int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
+{
+    builder b = {.c = c, .out = out};
+    dims d = dims_of(c);
+    int64_t v = pt_vocab_padded(c->m, c->l->tp) / c->l->tp;
+    char shape[64];
+    shape_rows(shape, sizeof shape, d.tokens, v);
+    /* Vocabulary-parallel cross-entropy in fp32: max, sum of exponentials and the
+     * target logit are all-reduced over tp (Megatron-LM), three floats per token. */
+    double stats = 3.0 * 4.0 * (double)d.tokens;
+    double logits = 4.0 * (double)d.tokens * (double)v;
+    if (!backward) {
+        norm(&b, &d, "final_norm", false);
+        tp_enter(&b, &d);
+        gemm(&b, "logits", d.tokens, v, d.h);
+        membound(&b, "xent", "xent_fwd", 2 * logits, shape);
+        coll(&b, "xent_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, stats, 1, false);
+    } else {
+        membound(&b, "xent_bwd", "xent_bwd", 2 * logits, shape);
+        column_parallel_bwd(&b, &d, "logits_dgrad", "logits_wgrad", v);
+        norm(&b, &d, "final_norm_bwd", true);
+    }
+    return finish(&b);
+}
+
+/* ---- Gradient reduction and optimizer ------------------------------------------- */
+
+int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist *out)
+{
+    builder b = {.c = c, .out = out};
+    if (c->l->zero <= 1) {
+        double total = params * c->prec.grad_bytes;
+        double bucket = (double)c->t->bucket_bytes;
+        pt_coll what = c->l->zero == 0 ? PT_COLL_ALLREDUCE : PT_COLL_REDUCESCATTER;
+        for (double done = 0; done < total; done += bucket) {
+            double bytes = total - done < bucket ? total - done : bucket;
+            coll(&b, "dp_bucket", what, PT_GROUP_DPCP, bytes, 1, true);
+        }
+    }
+    if (tied_copy) {
+        /* Megatron-LM keeps the tied word embedding on the first and the last stage
+         * and all-reduces its gradient between the two. */
+        pt_op *op = add_op(&b, "embed_allreduce");
+        if (op) {
+            op->cls = PT_OP_COLL;
+            op->group = PT_GROUP_PP;
+            op->count = 1;
+            op->overlapped = true;
+            op->coll = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .group = 2,
+                                    .ranks_per_node = c->embed_ranks_per_node,
+                                    .bytes = (double)pt_vocab_padded(c->m, c->l->tp) /
+                                             c->l->tp * (double)c->m->hidden *
+                                             c->prec.grad_bytes};
+        }
+    }
+    return finish(&b);
+}
+
+int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out)
+{
+    builder b = {.c = c, .out = out};
+    int64_t shard = (int64_t)c->l->dp * c->l->cp;
+    double mine = c->l->zero >= 1 ? params / (double)shard : params;
+    pt_precision p = c->prec;
+    /* Adam reads gradient, master weight and both moments and writes the last three
+     * and the working weight. */
+    double bytes = mine * (p.grad_bytes + 2.0 * (p.master_bytes + p.moment_bytes) +
+                           (p.master_bytes ? p.weight_bytes : 0));
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld", (long long)llround(mine));
+    pt_op *op = add_op(&b, "adam");
+    if (op) {
+        op->cls = PT_OP_KERNEL;
+        op->kernel.dtype = PT_DTYPE_FP32;
+        op->kernel.bytes = bytes;
+        snprintf(op->kernel.key, sizeof op->kernel.key, "adam:fp32:%s", shape);
+    }
+    if (c->l->zero == 1 || c->l->zero == 2)
+        coll(&b, "zero_allgather", PT_COLL_ALLGATHER, PT_GROUP_DPCP, params * p.weight_bytes,
+             1, false);
+    return finish(&b);
+}
+
+/* ---- FLOPs of a step -------------------------------------------------------------- */
+
+static double list_flops(const pt_oplist *o, bool with_recompute)
+{
+    double f = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].cls == PT_OP_KERNEL && (with_recompute || !o->op[i].recompute))
+            f += o->op[i].kernel.flops * o->op[i].count;
+    return f;
+}
+
+static double step_flops(const pt_opctx *c, bool with_recompute)
+{
+    pt_oplist o = {0};
+    double per_mb = 0; /* one micro-batch on one rank of every stage, all layers */
+    pt_ops_layer(c, false, &o);
+    pt_ops_layer(c, true, &o);
+    per_mb += (double)c->m->layers * list_flops(&o, with_recompute);
+    o.n = 0;
+    pt_ops_embed(c, false, &o);
+    pt_ops_embed(c, true, &o);
+    pt_ops_head(c, false, &o);
+    pt_ops_head(c, true, &o);
+    per_mb += list_flops(&o, with_recompute);
+    pt_oplist_free(&o);
+    /* Each micro-batch's work is split over the tp·cp ranks of a stage; dp replicas
+     * each run n_micro micro-batches. */
+    const pt_layout *l = c->l;
+    return per_mb * l->tp * l->cp * (double)l->dp * (double)l->n_micro;
+}
+
+double pt_step_model_flops(const pt_opctx *c) { return step_flops(c, false); }
+double pt_step_hardware_flops(const pt_opctx *c) { return step_flops(c, true); }

@@ -1,0 +1,221 @@
+/*
+ * Layer op list tests: the FLOPs of a whole step agree with the standard model-FLOPs
+ * formula, the collectives of each parallelism appear as often as Megatron-LM runs
+ * them, and op keys are the stable text the cost tables use.
+ */
+#include "check.h"
+#include "planner.h"
+
+static pt_model gpt(int64_t L, int64_t h, int64_t a, int64_t s, int64_t v)
+{
+    return (pt_model){.name = "g", .layers = L, .hidden = h, .heads = a, .kv_heads = a,
+                      .ffn = 4 * h, .vocab = v, .seq = s, .norm = PT_NORM_LAYERNORM,
+                      .act = PT_ACT_GELU, .pos = PT_POS_LEARNED, .tied_embeddings = true,
+                      .bias = true, .dropout = true};
+}
+
+static pt_layout layout(const char *text, int64_t gb)
+{
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    if (pt_layout_parse(text, 0, gb, &l, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        pt_check_failures++;
+    }
+    return l;
+}
+
+static pt_train train(int64_t gb)
+{
+    pt_train t;
+    pt_train_default(&t, NULL);
+    t.global_batch = gb;
+    t.precision = PT_PREC_BF16;
+    return t;
+}
+
+/* Korthikanti et al. 2022, Sec. 6 (after Narayanan et al. 2021, Appendix): model FLOPs
+ * per iteration 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)); with full recomputation the
+ * hardware does 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)). */
+static void test_flops_formula(void)
+{
+    static const char *layouts[] = {"dp=1", "tp=4,dp=2", "tp=2,sp=1,pp=2,dp=2",
+                                    "cp=2,tp=2,dp=2", "pp=4,vp=2,dp=1,mbs=2",
+                                    "recompute=full,tp=2,dp=4", "recompute=selective,dp=8"};
+    pt_model m = gpt(24, 2048, 16, 2048, 51200); /* vocabulary divisible by tp */
+    int64_t B = 64;
+    double Bd = (double)B, s = 2048, L = 24, h = 2048, V = 51200;
+    double model = 72 * Bd * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+    double full = 96 * Bd * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+        pt_layout l = layout(layouts[i], B);
+        pt_train t = train(B);
+        pt_opctx c;
+        pt_opctx_init(&c, &m, &l, &t, NULL);
+        CHECK_NEAR(pt_step_model_flops(&c), model, 1e-12);
+        double hw = pt_step_hardware_flops(&c);
+        if (l.recompute == PT_RECOMPUTE_FULL)
+            CHECK_NEAR(hw, full, 1e-12);
+        else if (l.recompute == PT_RECOMPUTE_NONE)
+            CHECK_NEAR(hw, model, 1e-12);
+        else /* selective: the attention core's forward once more, 4·B·s²·h per layer */
+            CHECK_NEAR(hw, model + 4 * Bd * s * s * h * L, 1e-12);
+    }
+}
+
+/* Counts collectives of a kind in a list. */
+static int count(const pt_oplist *o, pt_coll what, pt_group_kind g)
+{
+    int n = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].cls == PT_OP_COLL && o->op[i].coll.op == what && o->op[i].group == g)
+            n += 1;
+    return n;
+}
+
+static void layer_lists(const char *text, pt_oplist *fwd, pt_oplist *bwd)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout(text, 16);
+    pt_train t = train(16);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    *fwd = (pt_oplist){0};
+    *bwd = (pt_oplist){0};
+    CHECK_INT(pt_ops_layer(&c, false, fwd), 0);
+    CHECK_INT(pt_ops_layer(&c, true, bwd), 0);
+}
+
+static void test_collectives(void)
+{
+    pt_oplist f, b;
+    /* tp without sp: "g" after both row-parallel GEMMs forward, "f" before both
+     * column-parallel ones backward (Shoeybi et al. 2019, Fig. 3). */
+    layer_lists("tp=4,dp=1", &f, &b);
+    CHECK_INT(count(&f, PT_COLL_ALLREDUCE, PT_GROUP_TP), 2);
+    CHECK_INT(count(&b, PT_COLL_ALLREDUCE, PT_GROUP_TP), 2);
+    CHECK_INT(count(&f, PT_COLL_ALLGATHER, PT_GROUP_TP), 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    /* sp: all-gather before and reduce-scatter after each block; backward gathers
+     * the gradient, re-gathers the input for the weight gradient, reduce-scatters. */
+    layer_lists("tp=4,sp=1,dp=1", &f, &b);
+    CHECK_INT(count(&f, PT_COLL_ALLGATHER, PT_GROUP_TP), 2);
+    CHECK_INT(count(&f, PT_COLL_REDUCESCATTER, PT_GROUP_TP), 2);
+    CHECK_INT(count(&f, PT_COLL_ALLREDUCE, PT_GROUP_TP), 0);
+    CHECK_INT(count(&b, PT_COLL_ALLGATHER, PT_GROUP_TP), 4);
+    CHECK_INT(count(&b, PT_COLL_REDUCESCATTER, PT_GROUP_TP), 2);
+    /* The gathered activation is the whole sequence: 2 bytes · 1024 tokens · 1024. */
+    for (int i = 0; i < f.n; i++)
+        if (f.op[i].cls == PT_OP_COLL)
+            CHECK_NEAR(f.op[i].coll.bytes, 2.0 * 1024 * 1024, 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    /* cp: a ring of c-1 K/V steps forward, overlapped. */
+    layer_lists("cp=4,dp=1", &f, &b);
+    CHECK_INT(count(&f, PT_COLL_SENDRECV, PT_GROUP_CP), 1);
+    for (int i = 0; i < f.n; i++)
+        if (f.op[i].cls == PT_OP_COLL) {
+            CHECK_INT(f.op[i].count, 3);
+            CHECK(f.op[i].overlapped);
+            /* K and V of 256 local tokens, 1024 wide, bf16 */
+            CHECK_NEAR(f.op[i].coll.bytes, 2.0 * 2 * 256 * 1024, 0);
+        }
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    /* ZeRO-3 gathers weights forward and again backward, reduce-scatters gradients. */
+    layer_lists("dp=8,zero=3", &f, &b);
+    CHECK_INT(count(&f, PT_COLL_ALLGATHER, PT_GROUP_DPCP), 1);
+    CHECK_INT(count(&b, PT_COLL_ALLGATHER, PT_GROUP_DPCP), 1);
+    CHECK_INT(count(&b, PT_COLL_REDUCESCATTER, PT_GROUP_DPCP), 1);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    /* Full recomputation repeats the forward (with its all-reduces) in backward. */
+    layer_lists("tp=2,dp=1,recompute=full", &f, &b);
+    CHECK_INT(count(&b, PT_COLL_ALLREDUCE, PT_GROUP_TP), 4);
+    int repeated = 0;
+    for (int i = 0; i < b.n; i++)
+        repeated += b.op[i].recompute;
+    CHECK_INT(repeated, f.n);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
+static void test_keys(void)
+{
+    pt_oplist f, b;
+    layer_lists("tp=4,dp=1", &f, &b);
+    /* qkv: 1024 tokens, (1024 + 2·1024)/4 = 768 outputs, 1024 inputs */
+    CHECK(strcmp(f.op[1].name, "qkv") == 0);
+    CHECK(strcmp(f.op[1].kernel.key, "gemm:bf16:m=1024,n=768,k=1024") == 0);
+    CHECK(strcmp(f.op[0].kernel.key, "layernorm_fwd:bf16:rows=1024,cols=1024") == 0);
+    int attn = 0;
+    for (int i = 0; i < f.n; i++)
+        if (strcmp(f.op[i].name, "attn") == 0) {
+            attn++;
+            CHECK(strcmp(f.op[i].kernel.key,
+                         "attn_fwd:bf16:b=1,a=4,kv=4,sq=1024,sk=1024,d=64") == 0);
+        }
+    CHECK_INT(attn, 1);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
+static void test_grad_sync_and_optimizer(void)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout("dp=8,zero=0", 16);
+    pt_train t = train(16);
+    t.bucket_bytes = 1000;
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    pt_oplist o = {0};
+    /* 1100 parameters of fp32 gradients = 4400 bytes: buckets 1000 x4 + 400 */
+    CHECK_INT(pt_ops_grad_sync(&c, 1100, false, &o), 0);
+    CHECK_INT(o.n, 5);
+    CHECK_NEAR(o.op[4].coll.bytes, 400, 0);
+    CHECK_INT(o.op[0].coll.op, PT_COLL_ALLREDUCE);
+    CHECK_INT(o.op[0].coll.group, 8);
+    pt_oplist_free(&o);
+    CHECK_INT(pt_ops_grad_sync(&c, 1100, true, &o), 0);
+    CHECK_INT(o.n, 6);
+    CHECK(strcmp(o.op[5].name, "embed_allreduce") == 0);
+    pt_oplist_free(&o);
+    /* ZeRO-1 shards the optimizer over 8 ranks and all-gathers the weights after. */
+    l.zero = 1;
+    CHECK_INT(pt_ops_optimizer(&c, 8000, &o), 0);
+    CHECK_INT(o.n, 2);
+    CHECK(strcmp(o.op[0].kernel.key, "adam:fp32:n=1000") == 0);
+    CHECK_INT(o.op[1].coll.op, PT_COLL_ALLGATHER);
+    CHECK_NEAR(o.op[1].coll.bytes, 8000 * 2, 0);
+    pt_oplist_free(&o);
+}
+
+static void test_ranks_per_node(void)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout("tp=8,pp=2,dp=2", 16);
+    pt_train t = train(16);
+    pt_cluster cl = {.name = "c", .nodes = 4, .devices_per_node = 8};
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, &cl);
+    CHECK_INT(c.ranks_per_node[PT_GROUP_TP], 8);  /* a tp group fills a node */
+    CHECK_INT(c.ranks_per_node[PT_GROUP_DP], 1);  /* dp peers are 8 ranks apart */
+    CHECK_INT(c.ranks_per_node[PT_GROUP_PP], 1);
+    CHECK_INT(c.embed_ranks_per_node, 1);
+    cl.devices_per_node = 64;
+    pt_opctx_init(&c, &m, &l, &t, &cl);
+    CHECK_INT(c.ranks_per_node[PT_GROUP_PP], 2);
+    CHECK_INT(c.embed_ranks_per_node, 2);
+}
+
+int main(void)
+{
+    test_flops_formula();
+    test_collectives();
+    test_keys();
+    test_grad_sync_and_optimizer();
+    test_ranks_per_node();
+    return pt_check_result();
+}
