@@ -66,6 +66,12 @@ typedef struct {
     double inter_bw_Bps, inter_latency_s;
 } pt_cost_hw;
 
+/* Writes into buf (cap bytes, always NUL-terminated) a one-line note naming each
+ * figure of hw that is 0 and what the analytic models use instead, e.g.
+ * "bf16 peak unknown, fp32 peak used; memory bandwidth unknown, 10 GB/s assumed";
+ * "" when every figure is known. */
+void pt_cost_hw_note(const pt_cost_hw *hw, char *buf, size_t cap);
+
 /* A compute kernel. The key is stable text that identifies the op and its shape,
  * "<kind>:<dtype>:<shape>", e.g. "gemm:bf16:m=8192,n=6144,k=4096"; the kind is the
  * text before the first ':'. Keys are built by planner/ops.c and must match what
@@ -131,7 +137,11 @@ void pt_costdb_close(pt_costdb *db);
 /* Where each sample came from. */
 typedef enum { PT_SOURCE_PROFILE, PT_SOURCE_TRACE } pt_source;
 
+/* Stores hw under hw->device, replacing an earlier description of that name. */
 int pt_costdb_add_device(pt_costdb *db, const pt_cost_hw *hw, pt_err *err);
+/* Copies the stored description of device `name` into out; -1 (with err) when the
+ * table has none. */
+int pt_costdb_device(const pt_costdb *db, const char *name, pt_cost_hw *out, pt_err *err);
 int pt_costdb_add_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
                          double time_s, pt_source source, pt_err *err);
 int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,

@@ -186,7 +186,7 @@ static int device_read(const pt_json_obj *o, pt_device *d, pt_err *err)
     return 0;
 }
 
-static int cluster_read(const pt_json_obj *o, pt_cluster *c, pt_err *err)
+int pt_cluster_read_obj(const pt_json_obj *o, pt_cluster *c, pt_err *err)
 {
     if (pt_json_check_keys(o, cluster_keys, err) ||
         pt_json_get_string(o, "name", c->name, sizeof c->name, err) ||
@@ -207,7 +207,7 @@ int pt_cluster_from_json(const char *text, const char *origin, pt_cluster *out, 
         return -1;
     pt_cluster c;
     memset(&c, 0, sizeof c);
-    int rc = cluster_read(&top, &c, err);
+    int rc = pt_cluster_read_obj(&top, &c, err);
     json_decref(root);
     if (rc == 0)
         rc = pt_cluster_validate(&c, origin, err);
@@ -251,7 +251,7 @@ static json_t *device_to_json(const pt_device *d)
     return o;
 }
 
-char *pt_cluster_to_json(const pt_cluster *c)
+json_t *pt_cluster_json_obj(const pt_cluster *c)
 {
     json_t *root = json_object();
     if (!root)
@@ -262,7 +262,17 @@ char *pt_cluster_to_json(const pt_cluster *c)
     bad |= pt_json_set(root, "device", device_to_json(&c->device));
     bad |= pt_json_set(root, "intra_node", link_to_json(&c->intra));
     bad |= pt_json_set(root, "inter_node", link_to_json(&c->inter));
-    char *text = bad ? NULL : pt_json_dump(root);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+char *pt_cluster_to_json(const pt_cluster *c)
+{
+    json_t *root = pt_cluster_json_obj(c);
+    char *text = root ? pt_json_dump(root) : NULL;
     json_decref(root);
     return text;
 }

@@ -177,10 +177,10 @@ static pt_mem_flight pt_mem_flight_of(const pt_model *m, const pt_layout *l, int
                                       int64_t layers)
 {
     int64_t pp = pt_mem_pos(l->pp), vp = pt_mem_pos(l->vp), n = pt_mem_pos(l->n_micro);
+    if (l->schedule == PT_SCHED_AFAB) /* GPipe: every forward before any backward, */
+        return (pt_mem_flight){n, layers, n, n}; /* on a single stage too (sched.c) */
     if (pp == 1) /* gradient accumulation: one micro-batch's forward and backward at a time */
         return (pt_mem_flight){1, layers, 1, 1};
-    if (l->schedule == PT_SCHED_AFAB) /* GPipe: every forward before any backward */
-        return (pt_mem_flight){n, layers, n, n};
     if (vp > 1) { /* the layout rules allow vp > 1 only with the interleaved schedule */
         /* Megatron's interleaved 1F1B: (p - stage - 1)·2 + (vp - 1)·p warm-up forwards
          * plus the steady state's first forward, each a chunk of L/(p·vp) layers; at

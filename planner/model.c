@@ -156,7 +156,7 @@ static int model_read_enums(const pt_json_obj *o, pt_model *m, pt_err *err)
     return 0;
 }
 
-static int model_read(const pt_json_obj *o, pt_model *m, pt_err *err)
+int pt_model_read_obj(const pt_json_obj *o, pt_model *m, pt_err *err)
 {
     if (pt_json_check_keys(o, model_keys, err) ||
         pt_json_get_string(o, "name", m->name, sizeof m->name, err) ||
@@ -183,7 +183,7 @@ int pt_model_from_json(const char *text, const char *origin, pt_model *out, pt_e
         return -1;
     pt_model m;
     memset(&m, 0, sizeof m);
-    int rc = model_read(&top, &m, err);
+    int rc = pt_model_read_obj(&top, &m, err);
     json_decref(root);
     if (rc == 0)
         rc = pt_model_validate(&m, origin, err);
@@ -192,7 +192,7 @@ int pt_model_from_json(const char *text, const char *origin, pt_model *out, pt_e
     return rc;
 }
 
-char *pt_model_to_json(const pt_model *m)
+json_t *pt_model_json_obj(const pt_model *m)
 {
     json_t *root = json_object();
     if (!root)
@@ -212,7 +212,17 @@ char *pt_model_to_json(const pt_model *m)
     bad |= pt_json_set(root, "tied_embeddings", json_boolean(m->tied_embeddings));
     bad |= pt_json_set(root, "bias", json_boolean(m->bias));
     bad |= pt_json_set(root, "dropout", json_boolean(m->dropout));
-    char *text = bad ? NULL : pt_json_dump(root);
+    if (bad) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+char *pt_model_to_json(const pt_model *m)
+{
+    json_t *root = pt_model_json_obj(m);
+    char *text = root ? pt_json_dump(root) : NULL;
     json_decref(root);
     return text;
 }

@@ -427,6 +427,133 @@ int pt_sched_check(const pt_sched *s, pt_err *err);
  * point of rank `rank`'s program: what the memory model counts as in flight. */
 int pt_sched_peak_in_flight(const pt_sched *s, int rank);
 
+/* ---- Simulator (planner/sim.c) ------------------------------------------------- */
+
+/* What one layout's instructions cost, in seconds, priced from the op lists and the
+ * cost tables (or written by hand in tests). Indexed by virtual stage vs = c·p + r
+ * ([p·vp]) or by pipeline rank ([p]). */
+typedef struct {
+    int pp, vp;
+    double *fwd_s, *bwd_s;           /* [p·vp] one micro-batch through the stage */
+    double *fwd_comm_s, *bwd_comm_s; /* [p·vp] the exposed communication inside them */
+    double *sync_s;                  /* [p·vp] data-parallel reduction of its gradients */
+    int *sync_buckets;               /* [p·vp] buckets that reduction is cut into */
+    double *p2p_s;                   /* [p] send from pipeline rank r to r+1 (mod p) */
+    double *optim_s, *optim_comm_s;  /* [p] optimizer step, and its exposed all-gather */
+    double prov_s[PT_PROV_COUNT];    /* priced time per step by provenance */
+    double model_flops, hardware_flops; /* of the whole step, all ranks */
+} pt_sim_costs;
+
+int pt_sim_costs_alloc(pt_sim_costs *c, int pp, int vp);
+void pt_sim_costs_free(pt_sim_costs *c);
+
+typedef struct {
+    double step_time_s;
+    double tokens_per_s;
+    double mfu, hfu;                   /* 0 when the device's peak FLOP/s is unknown */
+    double bubble_fraction;            /* pipeline idle over busy time (Narayanan et al.
+                                          2021, Sec. 2.2): (p-1)/m for 1F1B */
+    double exposed_comm_fraction;      /* communication not hidden, share of the step */
+    double prov_share[PT_PROV_COUNT];  /* share of priced time by provenance */
+    int pp;
+    double stage_busy_s[64];           /* compute busy time of the first 64 stages */
+} pt_sim_result;
+
+/* The hardware figures of a cluster as the cost tables want them; the backend is
+ * "mpi" for CPU devices (name "cpu"), "nccl" otherwise. */
+void pt_cost_hw_of(const pt_cluster *c, pt_cost_hw *hw);
+
+/* Prices every instruction of layout `l`. db may be NULL (analytic). Returns -1
+ * only when out of memory. */
+int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                 const pt_costdb *db, const pt_layout *l, pt_sim_costs *out, pt_err *err);
+
+/* A cheap closed-form estimate of the step time from the prices, used to choose
+ * which layouts to simulate in full. */
+double pt_sim_estimate(const pt_layout *l, const pt_sim_costs *costs);
+
+/* Runs the schedule programs of `l` as a discrete-event simulation: each pipeline
+ * rank with a compute stream (TP/CP communication exposed inside it unless
+ * overlapped), a data-parallel stream reducing gradient buckets while the backward
+ * goes on, and point-to-point transfers on the links. `peak_flops_total` is the
+ * peak of all devices (0: unknown, MFU 0). `trace`, when not NULL, is a JSON
+ * array that receives Chrome trace events of the predicted timeline. */
+int pt_sim_run(const pt_layout *l, const pt_sim_costs *costs, int64_t tokens_per_step,
+               double peak_flops_total, json_t *trace, pt_sim_result *out, pt_err *err);
+
+/* ---- Search (planner/search.c) ---------------------------------------------------- */
+
+/* A layout with its predicted memory and time. */
+typedef struct {
+    pt_layout layout;
+    pt_memory memory;
+    double estimate_s;          /* closed-form step time that chose it for simulation */
+    pt_sim_result predicted;    /* the full simulation */
+} pt_candidate;
+
+typedef struct {
+    pt_enum_counts counts;
+    int64_t priced;             /* layouts that fit, all priced and estimated */
+    pt_candidate *best;         /* the simulated ones, fastest first */
+    int64_t n_best;
+} pt_search_result;
+
+/* The peak FLOP/s of all devices of the cluster in the training precision's
+ * compute type (0 when the spec does not know it). */
+double pt_peak_flops_total(const pt_cluster *c, const pt_train *t);
+
+/* Prices and simulates one layout; memory figures too. trace may be NULL. */
+int pt_evaluate(const pt_model *m, const pt_cluster *c, const pt_train *t, const pt_costdb *db,
+                const pt_layout *l, json_t *trace, pt_candidate *out, pt_err *err);
+
+/* Enumerates every layout, prices and estimates each one that fits, simulates the
+ * `sim_top` with the best estimates in full (0: all) and sorts those by predicted
+ * step time. The caller frees with pt_search_free. */
+int pt_search(const pt_model *m, const pt_cluster *c, const pt_train *t,
+              const pt_enum_opts *o, const pt_costdb *db, int64_t sim_top,
+              pt_search_result *out, pt_err *err);
+void pt_search_free(pt_search_result *r);
+
+/* ---- plan.json (planner/plan.c) ------------------------------------------------- */
+
+#define PT_PLAN_FORMAT_VERSION 1
+
+/* The settings ptrun trains with, beside the layout. */
+typedef struct {
+    int64_t steps;
+    double lr, min_lr;       /* peak and final learning rate (cosine decay) */
+    int64_t warmup_steps;
+    double weight_decay;
+    double grad_clip;        /* global gradient-norm clip; 0 = none */
+    uint64_t seed;
+    char data[512];          /* token file or text file; "" = ptrun's built-in corpus */
+} pt_run_opts;
+
+void pt_run_opts_default(pt_run_opts *r);
+
+typedef struct {
+    int format_version;
+    char created_by[64];
+    pt_model model;
+    pt_cluster cluster;
+    pt_layout layout;
+    pt_train train;
+    pt_run_opts run;
+    pt_memory memory;          /* predicted, the largest stage */
+    pt_sim_result predicted;
+    pt_costdb_id costs;        /* the cost table the prediction used */
+} pt_plan;
+
+/* Writes `p` as JSON to `path` through a temporary file renamed when complete, so a
+ * failure never leaves a half-written plan. */
+int pt_plan_write(const pt_plan *p, const char *path, pt_err *err);
+/* Reads and validates every field (types, ranges, the layout's rules against the
+ * model and cluster); errors name the file and the field. */
+int pt_plan_read(const char *path, pt_plan *out, pt_err *err);
+int pt_plan_from_json(const char *text, const char *origin, pt_plan *out, pt_err *err);
+json_t *pt_plan_json(const pt_plan *p);
+json_t *pt_sim_result_json(const pt_sim_result *r);
+
 /* ---- JSON forms of planner results (planner/report.c) ------------------------- */
 
 /* New references (caller owns them); NULL only when out of memory. Field names

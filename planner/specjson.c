@@ -302,7 +302,7 @@ int pt_json_get_object(const pt_json_obj *o, const char *key, const char *const 
     if (pt_json_field_name(o, key, child->path, sizeof child->path) >=
         (int)sizeof child->path)
         return field_error(o, key, v, "nested too deeply", err);
-    return pt_json_check_keys(child, keys, err);
+    return keys ? pt_json_check_keys(child, keys, err) : 0;
 }
 
 /* ---- Writing ----------------------------------------------------------------- */

@@ -56,13 +56,25 @@ int pt_json_get_string(const pt_json_obj *o, const char *key, char *buf, size_t 
 /* A string equal to one of names[0..count); *out is its index. */
 int pt_json_get_enum(const pt_json_obj *o, const char *key, const char *const *names,
                      int count, int *out, pt_err *err);
-/* An object whose keys are all in `keys`; fills `child` to read it. */
+/* An object whose keys are all in `keys` (NULL: the caller checks them, as the
+ * readers of nested specs do); fills `child` to read it. */
 int pt_json_get_object(const pt_json_obj *o, const char *key, const char *const *keys,
                        pt_json_obj *child, pt_err *err);
 
 /* Writes the full dotted name of `key` inside `o` ("device.name") into buf[n], cut
  * to fit; returns the length of the whole name, as snprintf does. */
 int pt_json_field_name(const pt_json_obj *o, const char *key, char *buf, size_t n);
+
+/* ---- Specs as parts of larger documents (plan.json) ------------------------- */
+
+/* Read a model or cluster from object `o` (without validating sizes: call
+ * pt_model_validate / pt_cluster_validate after). */
+int pt_model_read_obj(const pt_json_obj *o, pt_model *m, pt_err *err);
+int pt_cluster_read_obj(const pt_json_obj *o, pt_cluster *c, pt_err *err);
+/* New JSON objects of the specs (NULL when out of memory); the texts of
+ * pt_model_to_json / pt_cluster_to_json are these, dumped. */
+json_t *pt_model_json_obj(const pt_model *m);
+json_t *pt_cluster_json_obj(const pt_cluster *c);
 
 /* ---- Writing ----------------------------------------------------------------- */
 

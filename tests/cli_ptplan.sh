@@ -8,6 +8,9 @@ ptplan="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
+# No user's cost table leaks in; plan.json lands in the scratch folder.
+export PT_COSTS_DB="$tmp/no-such-costs.db"
+cd "$tmp" || exit 1
 
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -58,8 +61,14 @@ grep -v '"name"' "$tmp/builtin.out" >"$tmp/b"
 cmp -s "$tmp/a" "$tmp/b" || fail "a model file plans differently from its built-in"
 
 # ---- one layout ------------------------------------------------------------------
-run 0 --model llama3-8b --cluster dgx-h100 --layout "tp=4,dp=2,zero=1" --global-batch 64 --json
+run 0 --model llama3-8b --cluster dgx-h100 --layout "tp=4,dp=2,zero=1" --global-batch 64 --json \
+    --out "$tmp/one.json"
 out_has '"total_bytes"' "memory.total_bytes in --layout --json"
+out_has '"step_time_s"' "predicted.step_time_s in --layout --json"
+out_has '"mfu"' "predicted.mfu in --layout --json"
+out_has '"bubble_fraction"' "predicted.bubble_fraction in --layout --json"
+out_has '"exposed_comm_fraction"' "predicted.exposed_comm_fraction in --layout --json"
+grep -q '"rank_order": "tp-cp-dp-pp"' "$tmp/one.json" || fail "--layout --out writes plan.json"
 out_has '"weights_bytes"' "breakdown in --layout --json"
 out_has '"valid": true' "valid layout"
 out_has '"fits": true' "llama3-8b fits with tp=4, zero 1 over dp=2"
@@ -67,6 +76,7 @@ out_has '"fits": true' "llama3-8b fits with tp=4, zero 1 over dp=2"
 run 0 --model llama3-70b --nodes 4 --global-batch 128 \
     --layout "tp=8,pp=4,vp=2,cp=1,dp=1,zero=0,mbs=1,recompute=selective,sp=1,schedule=interleaved" --explain
 out_has "stage 3:" "--explain lists every stage"
+out_has "predicted step" "the evaluated layout gets a step time"
 out_has "fits: yes" "llama3-70b on 32 GPUs fits"
 
 run 3 --model llama3-70b --layout "tp=1,dp=8,zero=0"
@@ -82,20 +92,34 @@ run 3 --model llama3-8b --layout "tp=2,pp=2,zero=2" --json
 out_has '"reason": "zero_pp"' "zero_pp reason in JSON"
 out_has '"valid": false' "invalid in JSON"
 
-# ---- enumeration ------------------------------------------------------------------
-run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --limit 5
+# ---- ranking ----------------------------------------------------------------------
+run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --top 5 --out "$tmp/best.json" \
+    --timeline "$tmp/best.trace.json"
 out_has "layouts enumerated" "enumeration summary"
 out_has "heads_tp" "rejection counts by reason"
-[ "$(grep -c 'none\|selective\|full' "$tmp/out")" -ge 5 ] || fail "--limit 5 lists 5 layouts"
-run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --json --limit 3
+out_has "^rank layout" "ranking table"
+out_has "^5 " "--top 5 lists 5 layouts"
+grep -q "^6 " "$tmp/out" && fail "--top 5 lists no sixth layout"
+out_has "analytic" "provenance column"
+out_has "wrote $tmp/best.json" "plan.json written"
+grep -q '"format_version": 1' "$tmp/best.json" || fail "plan.json has its format version"
+grep -q '"step_time_s"' "$tmp/best.json" || fail "plan.json has the prediction"
+grep -q '"traceEvents"' "$tmp/best.trace.json" || fail "--timeline writes a Chrome trace"
+# The best layout's step time is the first row's, and no listed row is faster.
+awk '/^[0-9]+ +tp/{print $(NF-5)}' "$tmp/out" >"$tmp/times"
+sort -g -c "$tmp/times" || fail "layouts are listed fastest first"
+run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --json --top 3 --no-out
 out_has '"enumerated"' "counts in enumeration JSON"
 out_has '"rejected"' "rejected in enumeration JSON"
-[ "$(grep -c '"total_bytes"' "$tmp/out")" -eq 3 ] || fail "--json --limit 3 lists 3 layouts"
+[ "$(grep -c '"total_bytes"' "$tmp/out")" -eq 3 ] || fail "--json --top 3 lists 3 layouts"
+[ "$(grep -c '"step_time_s"' "$tmp/out")" -eq 3 ] || fail "--json layouts carry predictions"
 run 0 --model llama3-70b --cluster dgx-h100 --nodes 2 --global-batch 64 --order tp-dp-cp-pp \
-    --limit 1
+    --top 1 --no-out
 out_has "rank order tp-dp-cp-pp" "--order is used"
+rm -f "$tmp/plan.json"
 run 0   # the built-in default job
 out_has "layouts enumerated" "the default job runs"
+[ -f "$tmp/plan.json" ] || fail "the default job writes plan.json"
 
 # ---- process groups ---------------------------------------------------------------
 run 0 --groups "tp=2,pp=4,dp=2"
@@ -151,6 +175,17 @@ run 1 --explain
 err_has "--explain goes with --layout" "explain alone"
 run 1 --dump-model "$tmp/missing.json"
 err_has "missing.json" "missing file"; one_line_error "missing file"
+run 1 --db "$tmp/missing.db" --top 1
+err_has "missing.db" "missing cost table"; one_line_error "missing cost table"
+echo "not a database" >"$tmp/garbage.db"
+run 1 --db "$tmp/garbage.db" --top 1
+err_has "garbage.db" "corrupt cost table"; one_line_error "corrupt cost table"
+run 1 --top -1
+err_has "top" "negative top"; one_line_error "negative top"
+run 1 --lr abc
+err_has "lr" "bad learning rate"; one_line_error "bad learning rate"
+run 1 --out "$tmp/no/such/dir/plan.json" --model gpt2-124m --cluster dgx-a100-80g --top 1
+err_has "no/such/dir" "unwritable plan"
 run 0 --help
 out_has "usage: ptplan" "help"
 

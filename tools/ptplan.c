@@ -1,13 +1,13 @@
 /*
  * ptplan — the planner's command line. It lists the built-in specs and dumps them
- * as JSON, prints the process groups of a layout, evaluates one layout (validity
- * and per-rank memory), or enumerates every layout of a model on a cluster and
- * lists those that fit in device memory, counting the rejected ones by reason.
- * All the planning lives in planner/; this file parses options, prints, and picks
- * the exit code: 0 success, 1 bad input, 3 the evaluated layout is invalid or
- * does not fit.
+ * as JSON, prints the process groups of a layout, evaluates one layout (validity,
+ * per-rank memory, predicted step time), or ranks every layout of a model on a
+ * cluster by predicted step time and writes plan.json for the best. All the
+ * planning lives in planner/; this file parses options, loads the job and prints;
+ * ptplan_rank.c holds the evaluation and ranking modes. Exit code: 0 success,
+ * 1 bad input, 3 the evaluated layout is invalid or does not fit.
  */
-#include "planner.h"
+#include "ptplan.h"
 #include "ptconfig.h"
 
 #include <errno.h>
@@ -15,14 +15,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { EXIT_BAD_INPUT = 1, EXIT_REJECTED = 3 };
+#include <unistd.h>
 
 static const char usage_text[] =
     "usage: ptplan [options]\n"
     "\n"
     "Plans the parallel layout of a transformer training job. With no mode option it\n"
-    "enumerates every layout of the model on the cluster and lists those that fit.\n"
+    "enumerates every layout of the model on the cluster, predicts the step time of\n"
+    "those that fit, lists the fastest and writes plan.json for the best.\n"
     "\n"
     "What to plan (defaults in brackets):\n"
     "  --model NAME|FILE       built-in model or model JSON file [llama3-8b]\n"
@@ -36,6 +36,12 @@ static const char usage_text[] =
     "  --max-mbs N             micro-batch sizes tried: powers of two up to N [8]\n"
     "  --mem-fraction F        share of device memory a layout may use [0.95]\n"
     "  --bucket-mib N          gradient-reduction bucket size in MiB [25]\n"
+    "  --db FILE               cost table [$PT_COSTS_DB, else ~/.local/share/ptplan/\n"
+    "                          costs.db; analytic figures when that does not exist]\n"
+    "  --sim-top N             simulate the N best by estimate in full [1000; 0 = all]\n"
+    "\n"
+    "Training settings written into plan.json:\n"
+    "  --steps N  --lr X  --seed N  --data FILE    [50, 3e-4, 1234, ptrun's corpus]\n"
     "\n"
     "Modes:\n"
     "  --layout L [--explain]  evaluate one layout, e.g.\n"
@@ -51,22 +57,18 @@ static const char usage_text[] =
     "\n"
     "Output:\n"
     "  --json                  machine-readable JSON on stdout\n"
-    "  --limit N               layouts listed [50 for text, all for --json; 0 = all]\n"
+    "  --top K                 layouts listed, fastest first [10; 0 = all simulated]\n"
+    "  --out FILE              plan.json of the best (or the --layout) layout [plan.json]\n"
+    "  --no-out                do not write plan.json\n"
+    "  --timeline FILE         predicted timeline of that layout as a Chrome trace\n"
+    "                          (open in Perfetto or chrome://tracing)\n"
     "  -h, --help              this text\n"
     "  --version               version and build configuration\n"
     "\n"
     "Exit status: 0 success, 1 bad input, 3 the evaluated layout is invalid or does not\n"
     "fit (--layout).\n";
 
-typedef struct {
-    const char *model, *cluster, *layout, *groups, *dump_model, *dump_cluster;
-    const char *precision, *order;
-    int64_t nodes, global_batch, seq, max_mbs, limit, bucket_mib;
-    double mem_fraction;
-    bool explain, json, list_models, list_clusters;
-} options;
-
-static int fail(const char *fmt, const char *msg)
+int pt_tool_fail(const char *fmt, const char *msg)
 {
     fprintf(stderr, "ptplan: ");
     fprintf(stderr, fmt, msg);
@@ -88,11 +90,25 @@ static int parse_count(const char *opt, const char *val, int64_t lo, int64_t hi,
     return 0;
 }
 
+static int parse_real(const char *opt, const char *val, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (!*val || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "ptplan: %s %s: expected a number from %g to %g\n", opt, val, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
-           O_JSON, O_LIMIT, O_VERSION };
+           O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
+           O_LR, O_SEED, O_DATA };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -101,10 +117,14 @@ static int parse_options(int argc, char **argv, options *o)
         {"layout", 1, 0, O_LAYOUT}, {"explain", 0, 0, O_EXPLAIN}, {"groups", 1, 0, O_GROUPS},
         {"list-models", 0, 0, O_LM}, {"list-clusters", 0, 0, O_LC},
         {"dump-model", 1, 0, O_DM}, {"dump-cluster", 1, 0, O_DC}, {"json", 0, 0, O_JSON},
-        {"limit", 1, 0, O_LIMIT}, {"help", 0, 0, 'h'}, {"version", 0, 0, O_VERSION},
+        {"top", 1, 0, O_TOP}, {"help", 0, 0, 'h'}, {"version", 0, 0, O_VERSION},
+        {"db", 1, 0, O_DB}, {"out", 1, 0, O_OUT}, {"no-out", 0, 0, O_NOOUT},
+        {"timeline", 1, 0, O_TIMELINE}, {"sim-top", 1, 0, O_SIMTOP}, {"steps", 1, 0, O_STEPS},
+        {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA},
         {0, 0, 0, 0}};
     *o = (options){.model = "llama3-8b", .cluster = "dgx-h100", .global_batch = 512,
-                   .max_mbs = 8, .limit = -1, .mem_fraction = 0.95, .bucket_mib = 25};
+                   .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
+                   .out = "plan.json", .sim_top = 1000, .steps = 50, .lr = 3e-4, .seed = 1234};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -121,16 +141,9 @@ static int parse_options(int argc, char **argv, options *o)
         case O_MAXMBS: bad = parse_count("--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
         case O_BUCKET: bad = parse_count("--bucket-mib", optarg, 1, 1 << 20, &o->bucket_mib);
             break;
-        case O_MEMFRAC: {
-            char *end;
-            o->mem_fraction = strtod(optarg, &end);
-            if (!*optarg || *end || !(o->mem_fraction > 0 && o->mem_fraction <= 1)) {
-                fprintf(stderr, "ptplan: --mem-fraction %s: expected a number in (0, 1]\n",
-                        optarg);
-                bad = 1;
-            }
+        case O_MEMFRAC:
+            bad = parse_real("--mem-fraction", optarg, 1e-9, 1, &o->mem_fraction);
             break;
-        }
         case O_LAYOUT: o->layout = optarg; break;
         case O_EXPLAIN: o->explain = true; break;
         case O_GROUPS: o->groups = optarg; break;
@@ -139,7 +152,16 @@ static int parse_options(int argc, char **argv, options *o)
         case O_DM: o->dump_model = optarg; break;
         case O_DC: o->dump_cluster = optarg; break;
         case O_JSON: o->json = true; break;
-        case O_LIMIT: bad = parse_count("--limit", optarg, 0, INT64_MAX, &o->limit); break;
+        case O_TOP: bad = parse_count("--top", optarg, 0, INT64_MAX, &o->top); break;
+        case O_DB: o->db = optarg; break;
+        case O_OUT: o->out = optarg; break;
+        case O_NOOUT: o->no_out = true; break;
+        case O_TIMELINE: o->timeline = optarg; break;
+        case O_SIMTOP: bad = parse_count("--sim-top", optarg, 0, INT64_MAX, &o->sim_top); break;
+        case O_STEPS: bad = parse_count("--steps", optarg, 1, 1LL << 40, &o->steps); break;
+        case O_SEED: bad = parse_count("--seed", optarg, 0, INT64_MAX, &o->seed); break;
+        case O_DATA: o->data = optarg; break;
+        case O_LR: bad = parse_real("--lr", optarg, 0, 1e3, &o->lr); break;
         case 'h': fputs(usage_text, stdout); exit(0);
         case O_VERSION:
             printf("ptplan %s (CUDA backend: %s)\n", PT_VERSION, PT_HAVE_CUDA ? "yes" : "no");
@@ -176,9 +198,9 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* ---- Printing helpers -------------------------------------------------------- */
 
-static double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
-static void print_json(json_t *j)
+void print_json(json_t *j)
 {
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     if (text) {
@@ -257,7 +279,7 @@ static int dump_model(const char *name)
     pt_model m;
     pt_err err;
     if (pt_model_get(name, &m, &err))
-        return fail("%s", err.msg);
+        return pt_tool_fail("%s", err.msg);
     char *text = pt_model_to_json(&m);
     fputs(text, stdout);
     free(text);
@@ -269,7 +291,7 @@ static int dump_cluster(const char *name, int64_t nodes)
     pt_cluster c;
     pt_err err;
     if (pt_cluster_get(name, &c, &err))
-        return fail("%s", err.msg);
+        return pt_tool_fail("%s", err.msg);
     if (nodes)
         c.nodes = (int)nodes;
     char *text = pt_cluster_to_json(&c);
@@ -280,52 +302,84 @@ static int dump_cluster(const char *name, int64_t nodes)
 
 /* ---- Loading what to plan ---------------------------------------------------- */
 
-typedef struct {
-    pt_model m;
-    pt_cluster c;
-    pt_train t;
-    pt_enum_opts eo;
-} job;
-
-static int load_job(const options *o, job *j)
+/* The cost table: --db (must exist), else $PT_COSTS_DB or the default path when that
+ * file exists, else none (analytic figures). */
+static int open_costs(const options *o, job *j)
 {
     pt_err err;
+    const char *env = getenv("PT_COSTS_DB"), *home = getenv("HOME");
+    if (o->db)
+        snprintf(j->db_path, sizeof j->db_path, "%s", o->db);
+    else if (env && *env)
+        snprintf(j->db_path, sizeof j->db_path, "%s", env);
+    else
+        snprintf(j->db_path, sizeof j->db_path, "%s/.local/share/ptplan/costs.db",
+                 home ? home : ".");
+    if (!o->db && access(j->db_path, F_OK) != 0)
+        return 0;
+    if (pt_costdb_open(j->db_path, PT_COSTDB_READ, &j->db, &err))
+        return pt_tool_fail("%s", err.msg);
+    return 0;
+}
+
+int load_job(const options *o, job *j)
+{
+    pt_err err;
+    memset(j, 0, sizeof *j);
     if (pt_model_get(o->model, &j->m, &err) || pt_cluster_get(o->cluster, &j->c, &err))
-        return fail("%s", err.msg);
+        return pt_tool_fail("%s", err.msg);
     if (o->nodes)
         j->c.nodes = (int)o->nodes;
     if (o->seq) {
         j->m.seq = o->seq;
         if (pt_model_validate(&j->m, "--seq", &err))
-            return fail("%s", err.msg);
+            return pt_tool_fail("%s", err.msg);
     }
     pt_train_default(&j->t, &j->c);
     j->t.global_batch = o->global_batch;
     j->t.bucket_bytes = o->bucket_mib << 20;
     if (o->precision && pt_prec_parse(o->precision, &j->t.precision, &err))
-        return fail("--precision: %s", err.msg);
+        return pt_tool_fail("--precision: %s", err.msg);
+    pt_run_opts_default(&j->run);
+    j->run.steps = o->steps;
+    j->run.lr = o->lr;
+    j->run.seed = (uint64_t)o->seed;
+    if (o->data)
+        snprintf(j->run.data, sizeof j->run.data, "%s", o->data);
     pt_enum_opts_default(&j->eo);
     j->eo.max_mbs = o->max_mbs;
     j->eo.mem_fraction = o->mem_fraction;
     if (o->order && pt_order_parse(o->order, j->eo.order, &err))
-        return fail("--order: %s", err.msg);
-    return 0;
+        return pt_tool_fail("--order: %s", err.msg);
+    return open_costs(o, j);
 }
 
-static double limit_bytes(const job *j)
+void free_job(job *j)
+{
+    pt_costdb_close(j->db);
+    j->db = NULL;
+}
+
+double limit_bytes(const job *j)
 {
     return j->eo.mem_fraction * (double)j->c.device.memory_bytes;
 }
 
-static json_t *job_json(const job *j)
+json_t *job_json(const job *j)
 {
-    return json_pack("{s:o, s:o, s:I, s:s, s:I}", "model", spec_json(pt_model_to_json(&j->m)),
-                     "cluster", spec_json(pt_cluster_to_json(&j->c)), "global_batch",
+    pt_costdb_id id;
+    pt_costdb_identity(j->db, &id);
+    return json_pack("{s:o, s:o, s:I, s:s, s:I, s:{s:s, s:b, s:I, s:I}}", "model",
+                     spec_json(pt_model_to_json(&j->m)), "cluster",
+                     spec_json(pt_cluster_to_json(&j->c)), "global_batch",
                      (json_int_t)j->t.global_batch, "precision", pt_prec_name(j->t.precision),
-                     "memory_limit_bytes", (json_int_t)llround(limit_bytes(j)));
+                     "memory_limit_bytes", (json_int_t)llround(limit_bytes(j)), "cost_table",
+                     "path", j->db_path, "used", j->db != NULL, "kernel_samples",
+                     (json_int_t)id.kernel_samples, "coll_samples",
+                     (json_int_t)id.coll_samples);
 }
 
-static void print_job_header(const job *j)
+void print_job_header(const job *j)
 {
     char order[32];
     pt_order_format(j->eo.order, order, sizeof order);
@@ -336,8 +390,17 @@ static void print_job_header(const job *j)
            "GiB\n", j->c.name, j->c.nodes, j->c.devices_per_node, j->c.device.name,
            gib((double)j->c.device.memory_bytes), 100 * j->eo.mem_fraction,
            gib(limit_bytes(j)));
-    printf("train   global batch %lld, precision %s, rank order %s\n\n",
+    printf("train   global batch %lld, precision %s, rank order %s\n",
            (long long)j->t.global_batch, pt_prec_name(j->t.precision), order);
+    if (j->db) {
+        pt_costdb_id id;
+        pt_costdb_identity(j->db, &id);
+        printf("costs   %s: %lld kernel and %lld collective samples\n\n", j->db_path,
+               (long long)id.kernel_samples, (long long)id.coll_samples);
+    } else {
+        printf("costs   no cost table at %s: analytic figures (ptprofile measures them)\n\n",
+               j->db_path);
+    }
 }
 
 /* ---- --groups ---------------------------------------------------------------- */
@@ -352,8 +415,9 @@ static int show_groups(const options *o)
     pt_layout_default(&l);
     if (o->order)
         memcpy(l.order, j.eo.order, sizeof l.order);
+    free_job(&j);
     if (pt_layout_parse(o->groups, pt_cluster_world(&j.c), 0, &l, &err))
-        return fail("--groups: %s", err.msg);
+        return pt_tool_fail("--groups: %s", err.msg);
     pt_grid g;
     pt_grid_init(&g, &l);
     char order[32];
@@ -400,190 +464,6 @@ static int show_groups(const options *o)
     return 0;
 }
 
-/* ---- --layout ---------------------------------------------------------------- */
-
-static void print_memory(const pt_memory *mem, double limit)
-{
-    static const char *const names[] = {"weights", "gradients", "optimizer", "activations",
-                                        "embedding/head", "recompute", "comm buffers"};
-    const double v[] = {mem->weights_bytes, mem->grads_bytes, mem->optimizer_bytes,
-                        mem->activations_bytes, mem->embed_head_bytes, mem->recompute_bytes,
-                        mem->comm_bytes};
-    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
-        printf("  %-15s %9.2f GiB\n", names[i], gib(v[i]));
-    printf("  %-15s %9.2f GiB of %.2f GiB usable\n", "total", gib(mem->total_bytes), gib(limit));
-}
-
-static int evaluate_layout(const options *o)
-{
-    job j;
-    pt_err err;
-    pt_layout l;
-    if (load_job(o, &j))
-        return EXIT_BAD_INPUT;
-    pt_layout_default(&l);
-    memcpy(l.order, j.eo.order, sizeof l.order);
-    if (pt_layout_parse(o->layout, pt_cluster_world(&j.c), j.t.global_batch, &l, &err))
-        return fail("--layout: %s", err.msg);
-    uint32_t mask;
-    int broken = pt_layout_check(&j.m, &j.c, j.t.global_batch, &l, &mask);
-    pt_memory mem = {0};
-    if (broken == 0)
-        pt_mem_rank_max(&j.m, &l, &j.t, &mem);
-    bool fits = broken == 0 && mem.total_bytes <= limit_bytes(&j);
-    char text[256], why[256];
-    pt_layout_format(&l, text, sizeof text);
-
-    if (o->json) {
-        json_t *root = job_json(&j);
-        json_t *rej = json_array();
-        for (int r = 0; r < PT_REJECT_COUNT; r++)
-            if (mask & (1u << r)) {
-                pt_reject_explain((pt_reject)r, &j.m, &j.c, j.t.global_batch, &l, why,
-                                  sizeof why);
-                json_array_append_new(rej, json_pack("{s:s, s:s}", "reason",
-                                                     pt_reject_name((pt_reject)r), "detail",
-                                                     why));
-            }
-        json_t *stages = json_array();
-        for (int s = 0; o->explain && broken == 0 && s < l.pp; s++) {
-            pt_memory sm;
-            pt_mem_stage(&j.m, &l, &j.t, s, &sm);
-            json_array_append_new(stages, pt_memory_json(&sm));
-        }
-        json_object_set_new(root, "layout", pt_layout_json(&l));
-        json_object_set_new(root, "valid", json_boolean(broken == 0));
-        json_object_set_new(root, "rejected", rej);
-        json_object_set_new(root, "fits", json_boolean(fits));
-        json_object_set_new(root, "memory", broken ? json_null() : pt_memory_json(&mem));
-        if (o->explain)
-            json_object_set_new(root, "stages", stages);
-        else
-            json_decref(stages);
-        print_json(root);
-        return fits ? 0 : EXIT_REJECTED;
-    }
-
-    print_job_header(&j);
-    printf("layout  %s\n        world %lld = tp %d x cp %d x pp %d x dp %d; %lld micro-batches "
-           "of %lld per step\n", text, (long long)pt_layout_world(&l), l.tp, l.cp, l.pp, l.dp,
-           (long long)l.n_micro, (long long)l.mbs);
-    if (broken) {
-        printf("invalid: %d rule(s) broken\n", broken);
-        for (int r = 0; r < PT_REJECT_COUNT; r++)
-            if (mask & (1u << r)) {
-                pt_reject_explain((pt_reject)r, &j.m, &j.c, j.t.global_batch, &l, why,
-                                  sizeof why);
-                printf("  %-18s %s\n", pt_reject_name((pt_reject)r), why);
-            }
-        if (!o->explain)
-            printf("(--explain shows more)\n");
-        return EXIT_REJECTED;
-    }
-    printf("memory per rank, largest stage (%d of %d: %lld layers, %lld in flight):\n",
-           mem.stage, l.pp, (long long)mem.layers, (long long)mem.in_flight);
-    print_memory(&mem, limit_bytes(&j));
-    if (fits)
-        printf("fits: yes (%.2f GiB to spare)\n", gib(limit_bytes(&j) - mem.total_bytes));
-    else
-        printf("fits: NO, over by %.2f GiB\n", gib(mem.total_bytes - limit_bytes(&j)));
-    if (o->explain) {
-        for (int s = 0; s < l.pp; s++) {
-            pt_memory sm;
-            pt_mem_stage(&j.m, &l, &j.t, s, &sm);
-            printf("\nstage %d: %lld layers, %.3f B parameters on this rank, %lld micro-batch "
-                   "chunks in flight\n", s, (long long)sm.layers, sm.params / 1e9,
-                   (long long)sm.in_flight);
-            print_memory(&sm, limit_bytes(&j));
-        }
-        if (!fits)
-            printf("\nto fit, try a larger zero stage, recompute=selective or full, sp=1, a "
-                   "smaller mbs, or more tp/pp\n");
-    }
-    return fits ? 0 : EXIT_REJECTED;
-}
-
-/* ---- Enumeration ------------------------------------------------------------- */
-
-typedef struct {
-    const options *o;
-    const job *j;
-    int64_t listed, limit;
-    json_t *list;
-} lister;
-
-static int list_layout(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
-{
-    lister *ls = ctx;
-    if (!fits)
-        return 0;
-    if (ls->limit && ls->listed >= ls->limit)
-        return 0;
-    ls->listed++;
-    if (ls->o->json) {
-        json_array_append_new(ls->list, json_pack("{s:o, s:o}", "layout", pt_layout_json(l),
-                                                  "memory", pt_memory_json(mem)));
-        return 0;
-    }
-    printf("%3d %2d %3d %3d %3d %5d %4d %4lld %5lld %-9s %-11s %7.1f %6.1f %6.1f %7.1f %6.1f "
-           "%7.1f\n", l->tp, l->sp, l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
-           (long long)l->n_micro, pt_recompute_name(l->recompute), pt_schedule_name(l->schedule),
-           gib(mem->weights_bytes), gib(mem->grads_bytes), gib(mem->optimizer_bytes),
-           gib(mem->activations_bytes),
-           gib(mem->embed_head_bytes + mem->recompute_bytes + mem->comm_bytes),
-           gib(mem->total_bytes));
-    return 0;
-}
-
-static int enumerate(const options *o)
-{
-    job j;
-    if (load_job(o, &j))
-        return EXIT_BAD_INPUT;
-    lister ls = {.o = o, .j = &j, .limit = o->limit >= 0 ? o->limit : (o->json ? 0 : 50)};
-    ls.list = json_array();
-    if (!o->json) {
-        print_job_header(&j);
-        printf("layouts that fit (enumeration order; ranking by step time comes with the "
-               "simulator):\n");
-        printf("%3s %2s %3s %3s %3s %5s %4s %4s %5s %-9s %-11s %7s %6s %6s %7s %6s %7s\n",
-               "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "nmb", "recompute",
-               "schedule", "weights", "grads", "optim", "activ", "other", "GiB");
-    }
-    pt_enum_counts n;
-    pt_enum_layouts(&j.m, &j.c, &j.t, &j.eo, list_layout, &ls, &n);
-    if (o->json) {
-        json_t *root = job_json(&j);
-        json_t *rej = json_object();
-        for (int r = 0; r < PT_REJECT_COUNT; r++)
-            if (n.rejected[r])
-                json_object_set_new(rej, pt_reject_name((pt_reject)r),
-                                    json_integer(n.rejected[r]));
-        json_object_set_new(root, "counts",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I}", "enumerated",
-                                      (json_int_t)n.enumerated, "valid", (json_int_t)n.valid,
-                                      "fit", (json_int_t)n.fit, "too_big",
-                                      (json_int_t)n.too_big, "listed", (json_int_t)ls.listed));
-        json_object_set_new(root, "rejected", rej);
-        json_object_set_new(root, "layouts", ls.list);
-        print_json(root);
-        return 0;
-    }
-    json_decref(ls.list);
-    if (n.fit > ls.listed)
-        printf("... %lld more (--limit 0 lists all)\n", (long long)(n.fit - ls.listed));
-    printf("\n%lld layouts enumerated: %lld valid, %lld fit in memory, %lld valid but too big\n",
-           (long long)n.enumerated, (long long)n.valid, (long long)n.fit, (long long)n.too_big);
-    printf("rejected by first rule broken:\n");
-    for (int r = 0; r < PT_REJECT_COUNT; r++)
-        if (n.rejected[r])
-            printf("  %-18s %9lld  %s\n", pt_reject_name((pt_reject)r),
-                   (long long)n.rejected[r], pt_reject_describe((pt_reject)r));
-    if (n.fit == 0)
-        printf("no layout fits: try more nodes, a smaller --global-batch or --seq\n");
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     options o;
@@ -601,5 +481,5 @@ int main(int argc, char **argv)
         return show_groups(&o);
     if (o.layout)
         return evaluate_layout(&o);
-    return enumerate(&o);
+    return rank_layouts(&o);
 }

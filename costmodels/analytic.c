@@ -1,0 +1,247 @@
+/*
+ * The analytic fallbacks: what a kernel or a collective should cost on hardware
+ * described only by its datasheet figures, used when the cost tables hold no sample
+ * to answer from. Kernels follow a roofline (Williams, Waterman and Patterson,
+ * "Roofline: an insightful visual performance model for multicore architectures",
+ * CACM 52(4), 2009) with efficiency curves for small sizes; collectives follow the
+ * alpha-beta (latency-bandwidth) models of Thakur, Rabenseifner and Gropp,
+ * "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005,
+ * taking ring or tree as NCCL does, and a hierarchical form for groups that span
+ * nodes. This file also owns the defaults used for figures that are 0 (unknown).
+ */
+#include "cost.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- Defaults for unknown figures ------------------------------------------------- */
+
+/* Conservative figures for hardware nobody has profiled yet (the "local" CPU
+ * cluster ships with all figures 0). 50 GFLOP/s is well under one modern x86 core
+ * with AVX2 FMA (2 FMA units x 8 fp32 lanes x 2 flops x ~3 GHz = 96 GFLOP/s); 10 GB/s
+ * is under one DDR4-3200 channel (25.6 GB/s). Links: 5 GB/s and 10 us are what MPI
+ * over TCP on 40-100 GbE or shared memory comfortably beats. */
+#define DEFAULT_PEAK_FLOPS 50e9
+#define DEFAULT_MEM_BW_BPS 10e9
+#define DEFAULT_LINK_BW_BPS 5e9
+#define DEFAULT_LINK_LATENCY_S 10e-6
+
+/* The peak used for dtype d, and the dtype whose figure it is (d itself, fp32 for
+ * lower precisions the device has no figure for, or PT_DTYPE_COUNT for the default).
+ * fp8 falls back to bf16 then fp16 before fp32. Falling back to a higher precision
+ * under-estimates the speed: the safe side. */
+static double peak_for(const pt_cost_hw *hw, pt_dtype d, pt_dtype *from)
+{
+    pt_dtype chain[4] = {d, PT_DTYPE_FP32, PT_DTYPE_FP32, PT_DTYPE_FP32};
+    if (d == PT_DTYPE_FP8) {
+        chain[1] = PT_DTYPE_BF16;
+        chain[2] = PT_DTYPE_FP16;
+    }
+    for (int i = 0; i < 4; i++)
+        if ((unsigned)chain[i] < PT_DTYPE_COUNT && hw->peak_flops[chain[i]] > 0) {
+            *from = chain[i];
+            return hw->peak_flops[chain[i]];
+        }
+    *from = PT_DTYPE_COUNT;
+    return DEFAULT_PEAK_FLOPS;
+}
+
+static double or_default(double v, double dflt)
+{
+    return v > 0 && isfinite(v) ? v : dflt;
+}
+
+static void note_add(char *buf, size_t cap, size_t *len, const char *text)
+{
+    if (*len + 1 >= cap)
+        return;
+    int n = snprintf(buf + *len, cap - *len, "%s%s", *len ? "; " : "", text);
+    if (n > 0)
+        *len += (size_t)n < cap - *len ? (size_t)n : cap - *len - 1;
+}
+
+void pt_cost_hw_note(const pt_cost_hw *hw, char *buf, size_t cap)
+{
+    size_t len = 0;
+    char text[128], none[64] = "";
+    if (!cap)
+        return;
+    buf[0] = 0;
+    for (int d = 0; d < PT_DTYPE_COUNT; d++) {
+        pt_dtype from;
+        const char *name = pt_dtype_name((pt_dtype)d);
+        peak_for(hw, (pt_dtype)d, &from);
+        if (from == PT_DTYPE_COUNT) {
+            size_t n = strlen(none);
+            snprintf(none + n, sizeof none - n, "%s%s", n ? "/" : "", name);
+        } else if ((int)from != d) {
+            snprintf(text, sizeof text, "%s peak unknown, %s peak used", name,
+                     pt_dtype_name(from));
+            note_add(buf, cap, &len, text);
+        }
+    }
+    if (none[0]) {
+        snprintf(text, sizeof text, "%s peak unknown, 50 GFLOP/s assumed", none);
+        note_add(buf, cap, &len, text);
+    }
+    if (!(hw->mem_bw_Bps > 0))
+        note_add(buf, cap, &len, "memory bandwidth unknown, 10 GB/s assumed");
+    if (!(hw->intra_bw_Bps > 0) || !(hw->intra_latency_s > 0))
+        note_add(buf, cap, &len, "intra-node link unknown, 5 GB/s and 10 us assumed");
+    if (!(hw->inter_bw_Bps > 0) || !(hw->inter_latency_s > 0))
+        note_add(buf, cap, &len, "inter-node link unknown, 5 GB/s and 10 us assumed");
+}
+
+/* ---- Kernels: roofline with efficiency curves -------------------------------------- */
+
+/* Fixed cost of running any kernel: a CUDA launch costs ~3-5 us from the host
+ * (NVIDIA, CUDA C++ Best Practices Guide, "kernel launch overhead"); 5 us also
+ * covers a threaded CPU kernel's fork/join. */
+#define KERNEL_LAUNCH_S 5e-6
+
+/* Size-dependent efficiencies eff(x) = E_max · x / (x + x_half): small kernels do not
+ * fill the machine (too few waves of thread blocks, pipeline ramp-up). The half points
+ * are given as time at peak so that one constant serves a CPU and a GPU: 3 us of work
+ * is 3e9 FLOPs on an H100 (989 TFLOP/s bf16) and 0.9e9 on an A100, and 0.3 us of
+ * traffic is 1 MB on an H100 (3.35 TB/s HBM3). Note that flops / (peak · eff_c) =
+ * (flops + F_half) / (peak · E_max): a per-kernel ramp of F_half / (peak · E_max). */
+#define COMPUTE_HALF_EFF_S 3e-6
+#define MEMORY_HALF_EFF_S 0.3e-6
+
+/* E_max by kind. Large GEMMs reach 70-80% of dense tensor-core peak in cuBLAS;
+ * FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao,
+ * "FlashAttention-2", 2023); other kernels (norms, activations, softmax) run off
+ * the tensor cores and are memory-bound anyway. STREAM-like kernels sustain about
+ * 80% of HBM bandwidth. */
+#define E_MAX_GEMM 0.75
+#define E_MAX_ATTENTION 0.5
+#define E_MAX_OTHER 0.3
+#define E_MAX_MEMORY 0.8
+
+static double kind_efficiency(const char *key)
+{
+    const char *colon = strchr(key, ':');
+    size_t n = colon ? (size_t)(colon - key) : strlen(key);
+    char kind[128];
+    if (n >= sizeof kind)
+        n = sizeof kind - 1;
+    memcpy(kind, key, n);
+    kind[n] = 0;
+    if (strncmp(kind, "gemm", 4) == 0 || strncmp(kind, "matmul", 6) == 0)
+        return E_MAX_GEMM;
+    if (strstr(kind, "attn") || strstr(kind, "attention"))
+        return E_MAX_ATTENTION;
+    return E_MAX_OTHER;
+}
+
+double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op)
+{
+    pt_dtype from;
+    double peak = peak_for(hw, op->dtype, &from);
+    double bw = or_default(hw->mem_bw_Bps, DEFAULT_MEM_BW_BPS);
+    double flops = op->flops > 0 ? op->flops : 0;
+    double bytes = op->bytes > 0 ? op->bytes : 0;
+
+    double e_c = kind_efficiency(op->key), f_half = peak * COMPUTE_HALF_EFF_S;
+    double compute_s = flops > 0 ? flops / (peak * e_c * flops / (flops + f_half)) : 0;
+    double m_half = bw * MEMORY_HALF_EFF_S;
+    double memory_s = bytes > 0 ? bytes / (bw * E_MAX_MEMORY * bytes / (bytes + m_half)) : 0;
+    return fmax(compute_s, memory_s) + KERNEL_LAUNCH_S;
+}
+
+/* ---- Collectives: alpha-beta ------------------------------------------------------ */
+
+/* One link class: alpha (latency, s) and beta (bandwidth per device per direction,
+ * bytes/s). */
+typedef struct {
+    double alpha, beta;
+} link;
+
+static int ceil_log2(int n)
+{
+    int k = 0;
+    while ((1 << k) < n)
+        k++;
+    return k;
+}
+
+/* All-reduce of B bytes per rank over n ranks: the faster of ring (reduce-scatter
+ * then all-gather, 2(n-1) steps each moving B/n: Thakur et al. 2005, sec. 4.4,
+ * Patarasuk and Yuan 2009) and NCCL's double binary tree (2·ceil(log2 n) latency
+ * steps; we charge 2B/beta for the pipelined reduce and broadcast: Sanders, Speck
+ * and Traff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan",
+ * Parallel Computing 35, 2009; NVIDIA, "Massively Scale Your Deep Learning Training
+ * with NCCL 2.4", 2019). NCCL chooses between the two by size, so we take the min. */
+static double allreduce_flat(int n, double bytes, link l)
+{
+    if (n <= 1)
+        return 0;
+    double ring = 2.0 * (n - 1) * l.alpha + 2.0 * (n - 1) / n * bytes / l.beta;
+    double tree = 2.0 * ceil_log2(n) * l.alpha + 2.0 * bytes / l.beta;
+    return fmin(ring, tree);
+}
+
+/* Ring all-gather / reduce-scatter of a whole buffer of B bytes, and the pairwise
+ * all-to-all of B bytes per rank: n-1 steps, each rank sending (n-1)/n of B
+ * (Thakur et al. 2005, sec. 4.1 and 4.5; nccl-tests' byte convention). */
+static double ring_partial(int n, double bytes, link l)
+{
+    if (n <= 1)
+        return 0;
+    return (n - 1) * l.alpha + (double)(n - 1) / n * bytes / l.beta;
+}
+
+double pt_cost_coll_analytic(const pt_cost_hw *hw, const pt_coll_op *op)
+{
+    int n = op->group;
+    if (n <= 1)
+        return 0;
+    int ppn = op->ranks_per_node < 1 ? 1 : op->ranks_per_node > n ? n : op->ranks_per_node;
+    int nodes = (n + ppn - 1) / ppn; /* a ragged last node is charged as a full one */
+    double bytes = op->bytes > 0 ? op->bytes : 0;
+    link in = {or_default(hw->intra_latency_s, DEFAULT_LINK_LATENCY_S),
+               or_default(hw->intra_bw_Bps, DEFAULT_LINK_BW_BPS)};
+    link out = {or_default(hw->inter_latency_s, DEFAULT_LINK_LATENCY_S),
+                or_default(hw->inter_bw_Bps, DEFAULT_LINK_BW_BPS)};
+    bool spans = ppn < n;
+
+    switch (op->op) {
+    case PT_COLL_ALLREDUCE:
+        if (!spans)
+            return allreduce_flat(n, bytes, in);
+        /* Hierarchical: reduce-scatter inside the node, all-reduce of each rank's
+         * B/ppn shard across nodes among ranks with the same local index (each on
+         * its own link), all-gather inside the node. ppn == 1 is the flat inter-node
+         * all-reduce. */
+        return 2 * ring_partial(ppn, bytes, in) + allreduce_flat(nodes, bytes / ppn, out);
+    case PT_COLL_ALLGATHER:
+    case PT_COLL_REDUCESCATTER:
+        if (!spans)
+            return ring_partial(n, bytes, in);
+        /* All-gather: across nodes among same-local-index ranks (their part of the
+         * buffer is B/ppn), then inside the node on the whole buffer; reduce-scatter is
+         * the mirror image and costs the same. */
+        return ring_partial(nodes, bytes / ppn, out) + ring_partial(ppn, bytes, in);
+    case PT_COLL_ALLTOALL:
+        if (!spans)
+            return ring_partial(n, bytes, in);
+        /* Pairwise exchange: n-1 steps, charged the inter-node latency; of the B bytes
+         * each rank sends, (n-ppn)/n leave the node and (ppn-1)/n stay on it. */
+        return (n - 1) * out.alpha + (double)(n - ppn) / n * bytes / out.beta +
+               (double)(ppn - 1) / n * bytes / in.beta;
+    case PT_COLL_BROADCAST:
+        if (!spans)
+            return (n - 1) * in.alpha + bytes / in.beta;
+        /* Pipelined chain through the nodes and then inside each: every hop's latency
+         * once, the bytes once through the slower link (Thakur et al. 2005, sec. 4.2
+         * and pipelining). */
+        return (nodes - 1) * out.alpha + (ppn - 1) * in.alpha + bytes / fmin(in.beta, out.beta);
+    case PT_COLL_SENDRECV: {
+        link l = spans ? out : in;
+        return l.alpha + bytes / l.beta;
+    }
+    default:
+        return 0;
+    }
+}

@@ -1,0 +1,789 @@
+/*
+ * costs.db: the SQLite file that holds the cost tables — device descriptions,
+ * kernel samples and collective samples, each sample with where it came from
+ * (a ptprofile run or a ptrun trace) and when. This file owns the schema and its
+ * migrations, opening and checking a database, loading every sample into memory
+ * (lookup.c searches them there), inserting, and the table's identity.
+ *
+ * The schema is the list of migration steps below: step v turns a version-v database
+ * into version v+1, so a new version appends a step and older files are brought up
+ * to date on open, all steps in one transaction. Version 0 is an empty cost database:
+ * a meta table with schema_version 0 and nothing else.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* ---- Schema ------------------------------------------------------------------------ */
+
+static const char *const migrations[] = {
+    /* 0 -> 1: devices, kernel samples, collective samples. Lookups read everything
+     * into memory; the indexes serve the same questions asked with sqlite3. */
+    "CREATE TABLE devices("
+    "  name TEXT PRIMARY KEY,"
+    "  backend TEXT NOT NULL,"
+    "  peak_flops_fp32 REAL NOT NULL, peak_flops_tf32 REAL NOT NULL,"
+    "  peak_flops_bf16 REAL NOT NULL, peak_flops_fp16 REAL NOT NULL,"
+    "  peak_flops_fp8 REAL NOT NULL,"
+    "  mem_bw_Bps REAL NOT NULL,"
+    "  devices_per_node INTEGER NOT NULL,"
+    "  intra_bw_Bps REAL NOT NULL, intra_latency_s REAL NOT NULL,"
+    "  inter_bw_Bps REAL NOT NULL, inter_latency_s REAL NOT NULL,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE TABLE kernel_samples("
+    "  id INTEGER PRIMARY KEY,"
+    "  device TEXT NOT NULL,"
+    "  op_key TEXT NOT NULL,"
+    "  kind TEXT NOT NULL,"
+    "  dtype TEXT NOT NULL,"
+    "  flops REAL NOT NULL CHECK(flops >= 0),"
+    "  bytes REAL NOT NULL CHECK(bytes >= 0),"
+    "  time_s REAL NOT NULL CHECK(time_s > 0),"
+    "  source TEXT NOT NULL CHECK(source IN ('profile', 'trace')),"
+    "  created_at TEXT NOT NULL);"
+    "CREATE INDEX kernel_samples_by_key ON kernel_samples(device, op_key);"
+    "CREATE INDEX kernel_samples_by_kind ON kernel_samples(device, kind, dtype, flops, bytes);"
+    "CREATE TABLE coll_samples("
+    "  id INTEGER PRIMARY KEY,"
+    "  backend TEXT NOT NULL,"
+    "  op TEXT NOT NULL,"
+    "  bytes REAL NOT NULL CHECK(bytes >= 0),"
+    "  group_size INTEGER NOT NULL CHECK(group_size >= 1),"
+    "  ranks_per_node INTEGER NOT NULL CHECK(ranks_per_node BETWEEN 1 AND group_size),"
+    "  crosses_nodes INTEGER NOT NULL CHECK(crosses_nodes = (ranks_per_node < group_size)),"
+    "  time_s REAL NOT NULL CHECK(time_s > 0),"
+    "  source TEXT NOT NULL CHECK(source IN ('profile', 'trace')),"
+    "  created_at TEXT NOT NULL);"
+    "CREATE INDEX coll_samples_by_config"
+    "  ON coll_samples(backend, op, group_size, ranks_per_node, bytes);",
+};
+
+enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };
+
+int pt_costdb_schema_version(void)
+{
+    return SCHEMA_VERSION;
+}
+
+static const char *const source_names[] = {"profile", "trace"};
+
+/* ---- SQLite helpers ------------------------------------------------------------------ */
+
+static const char *where(const pt_costdb *db)
+{
+    return db->path[0] ? db->path : "(in-memory cost table)";
+}
+
+static int sql_fail(const pt_costdb *db, pt_err *err, const char *what)
+{
+    /* SQLite's own diagnosis of the file beats our guess at what went wrong. */
+    int code = sqlite3_errcode(db->sql);
+    if (code == SQLITE_NOTADB)
+        what = "not a cost database";
+    else if (code == SQLITE_CORRUPT)
+        what = "damaged database";
+    return pt_err_set(err, "%s: %s: %s", where(db), what, sqlite3_errmsg(db->sql));
+}
+
+static int exec(pt_costdb *db, const char *sql, pt_err *err, const char *what)
+{
+    if (sqlite3_exec(db->sql, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return sql_fail(db, err, what);
+    return 0;
+}
+
+/* Runs a query whose first row's first column is an integer; *out = -1 if no row. */
+static int query_int(pt_costdb *db, const char *sql, int64_t *out, pt_err *err,
+                     const char *what)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, what);
+    int rc = sqlite3_step(st);
+    *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return sql_fail(db, err, what);
+    return 0;
+}
+
+static void iso_now(char out[32])
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    else
+        snprintf(out, 32, "1970-01-01T00:00:00Z");
+}
+
+/* ---- Opening and migrating ------------------------------------------------------------ */
+
+/* The version stored in meta; -1 with err when it is missing or not a number. */
+static int read_version(pt_costdb *db, int *version, pt_err *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql, "SELECT value FROM meta WHERE key = 'schema_version'",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, "damaged cost database");
+    int rc = sqlite3_step(st);
+    char text[32] = "";
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(text, sizeof text, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return sql_fail(db, err, "damaged cost database");
+    if (rc == SQLITE_DONE)
+        return pt_err_set(err, "%s: damaged cost database: meta has no schema_version",
+                          where(db));
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (!text[0] || *end || errno || v < 0 || v > 1000000)
+        return pt_err_set(err, "%s: damaged cost database: schema_version '%s' is not a "
+                               "version number", where(db), text);
+    *version = (int)v;
+    return 0;
+}
+
+/* Brings the database to SCHEMA_VERSION in one transaction; with `init`, first
+ * makes an empty file a version-0 cost database. The version is read again inside
+ * the transaction, so two processes opening one old file migrate it once. */
+static int migrate(pt_costdb *db, bool init, pt_err *err)
+{
+    if (exec(db, "BEGIN IMMEDIATE", err, "cannot start the schema transaction"))
+        return -1;
+    int v = 0;
+    if (init && exec(db,
+                     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                     "INSERT OR IGNORE INTO meta VALUES('schema_version', '0');",
+                     err, "cannot create the schema"))
+        goto fail;
+    if (read_version(db, &v, err))
+        goto fail;
+    for (; v < SCHEMA_VERSION; v++) {
+        char what[96], sql[96];
+        snprintf(what, sizeof what, "migrating schema from version %d to %d", v, v + 1);
+        snprintf(sql, sizeof sql, "UPDATE meta SET value = '%d' WHERE key = 'schema_version'",
+                 v + 1);
+        if (exec(db, migrations[v], err, what) || exec(db, sql, err, what))
+            goto fail;
+    }
+    if (exec(db, "COMMIT", err, "cannot commit the schema"))
+        goto fail;
+    return 0;
+fail:
+    sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+/* Checks that the file is an undamaged cost database of a version this build
+ * understands, creating or migrating the schema where needed. */
+static int check_schema(pt_costdb *db, int flags, pt_err *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, "not a cost database");
+    int rc = sqlite3_step(st);
+    char result[200] = "";
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(result, sizeof result, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW)
+        return sql_fail(db, err, "not a cost database");
+    if (strcmp(result, "ok") != 0)
+        return pt_err_set(err, "%s: damaged database: %s", where(db), result);
+
+    int64_t tables, has_meta;
+    if (query_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                      "name NOT LIKE 'sqlite_%'", &tables, err, "cannot read the schema") ||
+        query_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                      "name = 'meta'", &has_meta, err, "cannot read the schema"))
+        return -1;
+    if (tables == 0) {
+        if (!(flags & PT_COSTDB_CREATE))
+            return pt_err_set(err, "%s: empty database, not a cost table (ptprofile "
+                                   "creates one)", where(db));
+        if (migrate(db, true, err))
+            return -1;
+    } else if (has_meta != 1) {
+        return pt_err_set(err, "%s: not a cost database (it has tables but no 'meta' "
+                               "table)", where(db));
+    }
+
+    int v;
+    if (read_version(db, &v, err))
+        return -1;
+    if (v > SCHEMA_VERSION)
+        return pt_err_set(err, "%s: schema version %d is newer than this build "
+                               "understands (%d); update ptplan", where(db), v, SCHEMA_VERSION);
+    if (v < SCHEMA_VERSION && (migrate(db, false, err) || read_version(db, &v, err)))
+        return -1;
+    db->schema_version = v;
+    return 0;
+}
+
+/* ---- In-memory tables ------------------------------------------------------------------ */
+
+static int grow(void **p, size_t elem, size_t cap)
+{
+    void *q = realloc(*p, elem * cap);
+    if (!q)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+/* Makes room for one more kernel sample in every array. */
+static int reserve_kernel(pt_costdb *db, pt_err *err)
+{
+    if (db->nk < db->capk)
+        return 0;
+    size_t cap = db->capk ? 2 * db->capk : 256;
+    if (cap > UINT32_MAX || grow((void **)&db->ks, sizeof *db->ks, cap) ||
+        grow((void **)&db->k_by_key, sizeof *db->k_by_key, cap) ||
+        grow((void **)&db->k_by_x, sizeof *db->k_by_x, cap))
+        return pt_err_set(err, "%s: out of memory for kernel samples", where(db));
+    db->capk = cap;
+    return 0;
+}
+
+static int reserve_coll(pt_costdb *db, pt_err *err)
+{
+    if (db->nc < db->capc)
+        return 0;
+    size_t cap = db->capc ? 2 * db->capc : 256;
+    if (cap > UINT32_MAX || grow((void **)&db->cs, sizeof *db->cs, cap) ||
+        grow((void **)&db->c_by_cfg, sizeof *db->c_by_cfg, cap))
+        return pt_err_set(err, "%s: out of memory for collective samples", where(db));
+    db->capc = cap;
+    return 0;
+}
+
+/* ---- Validation (inserts, and rows read back from a file) ------------------------------- */
+
+static bool finite_nonneg(double v)
+{
+    return isfinite(v) && v >= 0;
+}
+
+/* Fills s from the arguments; on a bad value writes why into `why` and returns -1. */
+static int make_ksample(pt_ksample *s, const char *device, const char *key, int dtype,
+                        double flops, double bytes, double time_s, char *why, size_t cap)
+{
+    const char *colon = key ? strchr(key, ':') : NULL;
+    if (!device || !device[0] || strlen(device) >= sizeof s->device)
+        snprintf(why, cap, "device name must be 1 to %zu characters", sizeof s->device - 1);
+    else if (!key || !key[0] || strlen(key) >= sizeof s->key)
+        snprintf(why, cap, "op key must be 1 to %zu characters", sizeof s->key - 1);
+    else if (!colon || colon == key)
+        snprintf(why, cap, "op key '%s' is not '<kind>:<dtype>:<shape>'", key);
+    else if ((unsigned)dtype >= PT_DTYPE_COUNT)
+        snprintf(why, cap, "data type %d is not one of fp32, tf32, bf16, fp16, fp8", dtype);
+    else if (!finite_nonneg(flops))
+        snprintf(why, cap, "flops must be finite and >= 0 (got %g)", flops);
+    else if (!finite_nonneg(bytes))
+        snprintf(why, cap, "bytes must be finite and >= 0 (got %g)", bytes);
+    else if (!(isfinite(time_s) && time_s > 0))
+        snprintf(why, cap, "time_s must be finite and > 0 (got %g)", time_s);
+    else {
+        memset(s, 0, sizeof *s);
+        snprintf(s->device, sizeof s->device, "%s", device);
+        snprintf(s->key, sizeof s->key, "%s", key);
+        s->kind_len = (int)(colon - key);
+        s->dtype = (pt_dtype)dtype;
+        s->flops = flops + 0.0; /* + 0.0 turns -0 into 0, for the fingerprint */
+        s->bytes = bytes + 0.0;
+        s->time_s = time_s;
+        return 0;
+    }
+    return -1;
+}
+
+static int make_csample(pt_csample *s, const char *backend, int op, double bytes,
+                        int64_t group, int64_t rpn, double time_s, char *why, size_t cap)
+{
+    if (!backend || !backend[0] || strlen(backend) >= sizeof s->backend)
+        snprintf(why, cap, "backend name must be 1 to %zu characters", sizeof s->backend - 1);
+    else if ((unsigned)op >= PT_COLL_COUNT)
+        snprintf(why, cap, "collective %d is not one of allreduce, allgather, "
+                           "reducescatter, alltoall, broadcast, sendrecv", op);
+    else if (!finite_nonneg(bytes))
+        snprintf(why, cap, "bytes must be finite and >= 0 (got %g)", bytes);
+    else if (group < 1 || group > INT32_MAX)
+        snprintf(why, cap, "group size must be >= 1 (got %" PRId64 ")", group);
+    else if (rpn < 1 || rpn > group)
+        snprintf(why, cap, "ranks_per_node must be in 1..%" PRId64 " (got %" PRId64 ")",
+                 group, rpn);
+    else if (!(isfinite(time_s) && time_s > 0))
+        snprintf(why, cap, "time_s must be finite and > 0 (got %g)", time_s);
+    else {
+        memset(s, 0, sizeof *s);
+        snprintf(s->backend, sizeof s->backend, "%s", backend);
+        s->op = (pt_coll)op;
+        s->bytes = bytes + 0.0;
+        s->group = (int)group;
+        s->ranks_per_node = (int)rpn;
+        s->time_s = time_s;
+        return 0;
+    }
+    return -1;
+}
+
+static int check_hw(const pt_cost_hw *hw, char *why, size_t cap)
+{
+    double figs[] = {hw->mem_bw_Bps, hw->intra_bw_Bps, hw->intra_latency_s,
+                     hw->inter_bw_Bps, hw->inter_latency_s};
+    if (!hw->device[0] || strnlen(hw->device, sizeof hw->device) >= sizeof hw->device)
+        return snprintf(why, cap, "device name must be 1 to %zu characters",
+                        sizeof hw->device - 1), -1;
+    if (strnlen(hw->backend, sizeof hw->backend) >= sizeof hw->backend)
+        return snprintf(why, cap, "backend name is longer than %zu characters",
+                        sizeof hw->backend - 1), -1;
+    for (int d = 0; d < PT_DTYPE_COUNT; d++)
+        if (!finite_nonneg(hw->peak_flops[d]))
+            return snprintf(why, cap, "%s peak must be finite and >= 0 (0 = unknown)",
+                            pt_dtype_name((pt_dtype)d)), -1;
+    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++)
+        if (!finite_nonneg(figs[i]))
+            return snprintf(why, cap, "bandwidths and latencies must be finite and >= 0 "
+                                      "(0 = unknown)"), -1;
+    if (hw->devices_per_node < 0)
+        return snprintf(why, cap, "devices_per_node must be >= 0"), -1;
+    return 0;
+}
+
+/* ---- Loading ---------------------------------------------------------------------------- */
+
+static bool col_is_number(sqlite3_stmt *st, int c)
+{
+    int t = sqlite3_column_type(st, c);
+    return t == SQLITE_INTEGER || t == SQLITE_FLOAT;
+}
+
+static const char *col_text(sqlite3_stmt *st, int c)
+{
+    const unsigned char *t = sqlite3_column_text(st, c);
+    return t ? (const char *)t : "";
+}
+
+static int load_kernels(pt_costdb *db, pt_err *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql,
+                           "SELECT id, device, op_key, dtype, flops, bytes, time_s, kind, source,"
+                           " created_at FROM kernel_samples ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, "damaged cost database");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char why[200];
+        pt_dtype dt = PT_DTYPE_COUNT;
+        if (pt_dtype_parse(col_text(st, 3), &dt, NULL) != 0)
+            snprintf(why, sizeof why, "unknown data type '%.32s'", col_text(st, 3));
+        else if (!col_is_number(st, 4) || !col_is_number(st, 5) || !col_is_number(st, 6))
+            snprintf(why, sizeof why, "flops, bytes and time_s must be numbers");
+        else if (reserve_kernel(db, err))
+            goto fail;
+        else if (make_ksample(&db->ks[db->nk], col_text(st, 1), col_text(st, 2), (int)dt,
+                              sqlite3_column_double(st, 4), sqlite3_column_double(st, 5),
+                              sqlite3_column_double(st, 6), why, sizeof why) == 0) {
+            db->nk++;
+            continue;
+        }
+        pt_err_set(err, "%s: damaged cost database: kernel sample %lld: %s", where(db),
+                   (long long)sqlite3_column_int64(st, 0), why);
+        goto fail;
+    }
+    if (rc != SQLITE_DONE) {
+        sql_fail(db, err, "damaged cost database");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    return -1;
+}
+
+static int load_colls(pt_costdb *db, pt_err *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql,
+                           "SELECT id, backend, op, bytes, group_size, ranks_per_node, time_s,"
+                           " crosses_nodes, source, created_at FROM coll_samples ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, "damaged cost database");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char why[200];
+        pt_coll op = PT_COLL_COUNT;
+        if (pt_coll_parse(col_text(st, 2), &op, NULL) != 0)
+            snprintf(why, sizeof why, "unknown collective '%.32s'", col_text(st, 2));
+        else if (!col_is_number(st, 3) || !col_is_number(st, 4) || !col_is_number(st, 5) ||
+            !col_is_number(st, 6))
+            snprintf(why, sizeof why, "bytes, group_size, ranks_per_node and time_s must "
+                                      "be numbers");
+        else if (reserve_coll(db, err))
+            goto fail;
+        else if (make_csample(&db->cs[db->nc], col_text(st, 1), (int)op,
+                              sqlite3_column_double(st, 3), sqlite3_column_int64(st, 4),
+                              sqlite3_column_int64(st, 5), sqlite3_column_double(st, 6), why,
+                              sizeof why) == 0) {
+            db->nc++;
+            continue;
+        }
+        pt_err_set(err, "%s: damaged cost database: collective sample %lld: %s", where(db),
+                   (long long)sqlite3_column_int64(st, 0), why);
+        goto fail;
+    }
+    if (rc != SQLITE_DONE) {
+        sql_fail(db, err, "damaged cost database");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    return -1;
+}
+
+/* Adds or replaces hw in the in-memory device list. */
+static int keep_device(pt_costdb *db, const pt_cost_hw *hw, pt_err *err)
+{
+    for (size_t i = 0; i < db->ndev; i++)
+        if (strcmp(db->devs[i].device, hw->device) == 0) {
+            db->devs[i] = *hw;
+            return 0;
+        }
+    if (db->ndev == db->capdev) {
+        size_t cap = db->capdev ? 2 * db->capdev : 8;
+        if (grow((void **)&db->devs, sizeof *db->devs, cap))
+            return pt_err_set(err, "%s: out of memory for devices", where(db));
+        db->capdev = cap;
+    }
+    db->devs[db->ndev++] = *hw;
+    return 0;
+}
+
+static int load_devices(pt_costdb *db, pt_err *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql,
+                           "SELECT name, backend, peak_flops_fp32, peak_flops_tf32,"
+                           " peak_flops_bf16, peak_flops_fp16, peak_flops_fp8, mem_bw_Bps,"
+                           " devices_per_node, intra_bw_Bps, intra_latency_s, inter_bw_Bps,"
+                           " inter_latency_s, created_at FROM devices ORDER BY name",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, "damaged cost database");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        pt_cost_hw hw = {0};
+        char why[200] = "device or backend name too long";
+        snprintf(hw.device, sizeof hw.device, "%s", col_text(st, 0));
+        snprintf(hw.backend, sizeof hw.backend, "%s", col_text(st, 1));
+        for (int d = 0; d < PT_DTYPE_COUNT; d++)
+            hw.peak_flops[d] = sqlite3_column_double(st, 2 + d);
+        hw.mem_bw_Bps = sqlite3_column_double(st, 7);
+        hw.devices_per_node = sqlite3_column_int(st, 8);
+        hw.intra_bw_Bps = sqlite3_column_double(st, 9);
+        hw.intra_latency_s = sqlite3_column_double(st, 10);
+        hw.inter_bw_Bps = sqlite3_column_double(st, 11);
+        hw.inter_latency_s = sqlite3_column_double(st, 12);
+        if (strlen(col_text(st, 0)) >= sizeof hw.device ||
+            strlen(col_text(st, 1)) >= sizeof hw.backend || check_hw(&hw, why, sizeof why)) {
+            pt_err_set(err, "%s: damaged cost database: device '%s': %s", where(db),
+                       col_text(st, 0), why);
+            goto fail;
+        }
+        if (keep_device(db, &hw, err))
+            goto fail;
+    }
+    if (rc != SQLITE_DONE) {
+        sql_fail(db, err, "damaged cost database");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    return -1;
+}
+
+static int build_indexes(pt_costdb *db, pt_err *err)
+{
+    size_t n = db->nk > db->nc ? db->nk : db->nc;
+    uint32_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp)
+        return pt_err_set(err, "%s: out of memory for the sample indexes", where(db));
+    pt_costdb_index_all(db, tmp);
+    free(tmp);
+    return 0;
+}
+
+/* ---- Open and close ---------------------------------------------------------------------- */
+
+int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err)
+{
+    *out = NULL;
+    pt_costdb *db = calloc(1, sizeof *db);
+    if (!db)
+        return pt_err_set(err, "%s: out of memory", path ? path : "(in-memory cost table)");
+    db->schema_version = SCHEMA_VERSION;
+    if (!path) {
+        *out = db;
+        return 0;
+    }
+    if (!path[0] || strlen(path) >= sizeof db->path) {
+        free(db);
+        return pt_err_set(err, "cost database path '%.64s' is empty or longer than %zu "
+                               "characters", path, sizeof db->path - 1);
+    }
+    snprintf(db->path, sizeof db->path, "%s", path);
+
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        if (errno != ENOENT || !(flags & PT_COSTDB_CREATE)) {
+            pt_err_set(err, "%s: cannot open cost database: %s%s", path, strerror(errno),
+                       errno == ENOENT ? " (ptprofile creates one)" : "");
+            free(db);
+            return -1;
+        }
+    } else if (S_ISDIR(sb.st_mode)) {
+        free(db);
+        return pt_err_set(err, "%s: cannot open cost database: is a directory", path);
+    }
+
+    int oflags = SQLITE_OPEN_READWRITE | (flags & PT_COSTDB_CREATE ? SQLITE_OPEN_CREATE : 0);
+    if (sqlite3_open_v2(path, &db->sql, oflags, NULL) != SQLITE_OK) {
+        sql_fail(db, err, "cannot open cost database");
+        pt_costdb_close(db);
+        return -1;
+    }
+    /* ptprofile's ranks may write one file at once: wait for the lock, don't fail. */
+    sqlite3_busy_timeout(db->sql, 10000);
+    if (check_schema(db, flags, err) || load_devices(db, err) || load_kernels(db, err) ||
+        load_colls(db, err) || build_indexes(db, err)) {
+        pt_costdb_close(db);
+        return -1;
+    }
+    *out = db;
+    return 0;
+}
+
+void pt_costdb_close(pt_costdb *db)
+{
+    if (!db)
+        return;
+    if (db->sql)
+        sqlite3_close_v2(db->sql);
+    free(db->ks);
+    free(db->k_by_key);
+    free(db->k_by_x);
+    free(db->cs);
+    free(db->c_by_cfg);
+    free(db->devs);
+    free(db);
+}
+
+/* ---- Inserts ------------------------------------------------------------------------------ */
+
+/* Binds the arguments described by `types` ('t' text, 'd' double, 'i' integer) and runs
+ * one INSERT. */
+static int insert_row(pt_costdb *db, const char *sql, const char *types, pt_err *err,
+                      const char *what, ...)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, what);
+    va_list ap;
+    va_start(ap, what);
+    for (int i = 0; types[i]; i++) {
+        if (types[i] == 't')
+            sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
+        else if (types[i] == 'd')
+            sqlite3_bind_double(st, i + 1, va_arg(ap, double));
+        else
+            sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+    }
+    va_end(ap);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return sql_fail(db, err, what);
+    return 0;
+}
+
+int pt_costdb_add_device(pt_costdb *db, const pt_cost_hw *hw, pt_err *err)
+{
+    if (!db)
+        return pt_err_set(err, "no cost table to add to");
+    char why[200], now[32];
+    if (check_hw(hw, why, sizeof why))
+        return pt_err_set(err, "%s: device '%.63s': %s", where(db), hw->device, why);
+    iso_now(now);
+    if (db->sql &&
+        insert_row(db,
+                   "INSERT OR REPLACE INTO devices(name, backend, peak_flops_fp32,"
+                   " peak_flops_tf32, peak_flops_bf16, peak_flops_fp16, peak_flops_fp8,"
+                   " mem_bw_Bps, devices_per_node, intra_bw_Bps, intra_latency_s,"
+                   " inter_bw_Bps, inter_latency_s, created_at)"
+                   " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "ttddddddiddddt", err, "cannot store device", hw->device, hw->backend,
+                   hw->peak_flops[PT_DTYPE_FP32], hw->peak_flops[PT_DTYPE_TF32],
+                   hw->peak_flops[PT_DTYPE_BF16], hw->peak_flops[PT_DTYPE_FP16],
+                   hw->peak_flops[PT_DTYPE_FP8], hw->mem_bw_Bps, (int64_t)hw->devices_per_node,
+                   hw->intra_bw_Bps, hw->intra_latency_s, hw->inter_bw_Bps,
+                   hw->inter_latency_s, now))
+        return -1;
+    return keep_device(db, hw, err);
+}
+
+int pt_costdb_device(const pt_costdb *db, const char *name, pt_cost_hw *out, pt_err *err)
+{
+    for (size_t i = 0; db && name && i < db->ndev; i++)
+        if (strcmp(db->devs[i].device, name) == 0) {
+            *out = db->devs[i];
+            return 0;
+        }
+    return pt_err_set(err, "%s: no device '%s'", db ? where(db) : "(no cost table)",
+                      name ? name : "(null)");
+}
+
+int pt_costdb_add_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
+                         double time_s, pt_source source, pt_err *err)
+{
+    if (!db)
+        return pt_err_set(err, "no cost table to add to");
+    char why[200], now[32];
+    pt_ksample s;
+    if (make_ksample(&s, device, op->key, (int)op->dtype, op->flops, op->bytes, time_s, why,
+                     sizeof why))
+        return pt_err_set(err, "%s: kernel sample '%.127s': %s", where(db), op->key, why);
+    if ((unsigned)source > PT_SOURCE_TRACE)
+        return pt_err_set(err, "%s: kernel sample '%s': source %d is not profile or trace",
+                          where(db), op->key, (int)source);
+    if (reserve_kernel(db, err))
+        return -1;
+    char kind[sizeof s.key];
+    snprintf(kind, sizeof kind, "%.*s", s.kind_len, s.key);
+    iso_now(now);
+    if (db->sql &&
+        insert_row(db,
+                   "INSERT INTO kernel_samples(device, op_key, kind, dtype, flops, bytes,"
+                   " time_s, source, created_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "ttttdddtt", err, "cannot store kernel sample", s.device, s.key, kind,
+                   pt_dtype_name(s.dtype), s.flops, s.bytes, s.time_s, source_names[source],
+                   now))
+        return -1;
+    db->ks[db->nk] = s;
+    pt_costdb_index_kernel(db, (uint32_t)db->nk);
+    db->nk++;
+    return 0;
+}
+
+int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
+                       double time_s, pt_source source, pt_err *err)
+{
+    if (!db)
+        return pt_err_set(err, "no cost table to add to");
+    char why[200], now[32];
+    pt_csample s;
+    if (make_csample(&s, backend, (int)op->op, op->bytes, op->group, op->ranks_per_node,
+                     time_s, why, sizeof why))
+        return pt_err_set(err, "%s: %s sample: %s", where(db), pt_coll_name(op->op), why);
+    if ((unsigned)source > PT_SOURCE_TRACE)
+        return pt_err_set(err, "%s: %s sample: source %d is not profile or trace", where(db),
+                          pt_coll_name(op->op), (int)source);
+    if (reserve_coll(db, err))
+        return -1;
+    iso_now(now);
+    if (db->sql &&
+        insert_row(db,
+                   "INSERT INTO coll_samples(backend, op, bytes, group_size, ranks_per_node,"
+                   " crosses_nodes, time_s, source, created_at)"
+                   " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "ttdiiidtt", err, "cannot store collective sample", s.backend,
+                   pt_coll_name(s.op), s.bytes, (int64_t)s.group, (int64_t)s.ranks_per_node,
+                   (int64_t)(s.ranks_per_node < s.group), s.time_s, source_names[source], now))
+        return -1;
+    db->cs[db->nc] = s;
+    pt_costdb_index_coll(db, (uint32_t)db->nc);
+    db->nc++;
+    return 0;
+}
+
+/* ---- Identity ------------------------------------------------------------------------------ */
+
+/* 64-bit FNV-1a (Fowler, Noll, Vo; http://www.isthe.com/chongo/tech/comp/fnv/). */
+#define FNV_OFFSET 14695981039346656037ull
+#define FNV_PRIME 1099511628211ull
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+    return fnv_bytes(h, s, strlen(s) + 1); /* the NUL separates fields */
+}
+
+/* Integers and doubles as 8 little-endian bytes, whatever the host order. */
+static uint64_t fnv_u64(uint64_t h, uint64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    return fnv_bytes(h, b, 8);
+}
+
+static uint64_t fnv_double(uint64_t h, double d)
+{
+    uint64_t v;
+    memcpy(&v, &d, sizeof v);
+    return fnv_u64(h, v);
+}
+
+/* The samples in index order, which is total over every hashed field, so the hash
+ * depends on the samples and not on the order they were inserted in. Where a sample
+ * came from and when are not hashed: they do not change any lookup. */
+void pt_costdb_identity(const pt_costdb *db, pt_costdb_id *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t h = FNV_OFFSET;
+    if (db) {
+        snprintf(out->path, sizeof out->path, "%s", db->path);
+        out->schema_version = db->schema_version;
+        out->kernel_samples = (int64_t)db->nk;
+        out->coll_samples = (int64_t)db->nc;
+        h = fnv_u64(h, db->nk);
+        for (size_t i = 0; i < db->nk; i++) {
+            const pt_ksample *s = &db->ks[db->k_by_key[i]];
+            h = fnv_str(fnv_str(h, s->device), s->key);
+            h = fnv_u64(h, (uint64_t)s->dtype);
+            h = fnv_double(fnv_double(fnv_double(h, s->flops), s->bytes), s->time_s);
+        }
+        h = fnv_u64(h, db->nc);
+        for (size_t i = 0; i < db->nc; i++) {
+            const pt_csample *s = &db->cs[db->c_by_cfg[i]];
+            h = fnv_u64(fnv_str(h, s->backend), (uint64_t)s->op);
+            h = fnv_u64(fnv_u64(h, (uint64_t)s->group), (uint64_t)s->ranks_per_node);
+            h = fnv_double(fnv_double(h, s->bytes), s->time_s);
+        }
+    } else {
+        out->schema_version = SCHEMA_VERSION;
+    }
+    snprintf(out->fingerprint, sizeof out->fingerprint, "%016" PRIx64, h);
+}

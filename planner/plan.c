@@ -1,0 +1,350 @@
+/*
+ * plan.json: what ptplan decided and ptrun executes. It holds the format version,
+ * the model and cluster specs in full, the layout (schedule and rank order also at
+ * the top level, where users look for them), the training settings, the predicted
+ * figures (memory, step time, MFU, bubble and exposed-communication shares, the
+ * provenance of the priced time) and the identity of the cost table they came
+ * from. Reading it back checks every field, so ptrun never starts from a plan it
+ * misreads. Field names are documented in README.md.
+ */
+#include "specjson.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pt_run_opts_default(pt_run_opts *r)
+{
+    *r = (pt_run_opts){.steps = 50, .lr = 3e-4, .min_lr = 3e-5, .warmup_steps = 10,
+                       .weight_decay = 0.1, .grad_clip = 1.0, .seed = 1234, .data = ""};
+}
+
+/* ---- Writing ---------------------------------------------------------------------- */
+
+static json_t *prov_json(const double share[PT_PROV_COUNT])
+{
+    json_t *o = json_object();
+    for (int p = 0; o && p < PT_PROV_COUNT; p++)
+        json_object_set_new(o, pt_prov_name((pt_prov)p), json_real(share[p]));
+    return o;
+}
+
+json_t *pt_sim_result_json(const pt_sim_result *r)
+{
+    json_t *busy = json_array();
+    for (int i = 0; busy && i < r->pp && i < 64; i++)
+        json_array_append_new(busy, json_real(r->stage_busy_s[i]));
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "step_time_s", r->step_time_s,
+                     "tokens_per_s", r->tokens_per_s, "mfu", r->mfu, "hfu", r->hfu,
+                     "bubble_fraction", r->bubble_fraction, "exposed_comm_fraction",
+                     r->exposed_comm_fraction, "provenance", prov_json(r->prov_share),
+                     "stage_busy_s", busy);
+}
+
+static json_t *training_json(const pt_train *t, const pt_run_opts *r)
+{
+    return json_pack("{s:I, s:s, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:I, s:s}", "global_batch",
+                     (json_int_t)t->global_batch, "precision", pt_prec_name(t->precision),
+                     "bucket_bytes", (json_int_t)t->bucket_bytes, "steps",
+                     (json_int_t)r->steps, "lr", r->lr, "min_lr", r->min_lr, "warmup_steps",
+                     (json_int_t)r->warmup_steps, "weight_decay", r->weight_decay,
+                     "grad_clip", r->grad_clip, "seed", (json_int_t)r->seed, "data", r->data);
+}
+
+json_t *pt_plan_json(const pt_plan *p)
+{
+    char order[32];
+    pt_order_format(p->layout.order, order, sizeof order);
+    json_t *predicted = pt_sim_result_json(&p->predicted);
+    if (predicted)
+        json_object_set_new(predicted, "memory", pt_memory_json(&p->memory));
+    return json_pack("{s:i, s:s, s:o, s:o, s:o, s:s, s:s, s:o, s:o, s:{s:s, s:i, s:I, s:I, s:s}}",
+                     "format_version", p->format_version, "created_by", p->created_by,
+                     "model", pt_model_json_obj(&p->model), "cluster",
+                     pt_cluster_json_obj(&p->cluster), "layout", pt_layout_json(&p->layout),
+                     "schedule", pt_schedule_name(p->layout.schedule), "rank_order", order,
+                     "training", training_json(&p->train, &p->run), "predicted", predicted,
+                     "cost_table", "path", p->costs.path, "schema_version",
+                     p->costs.schema_version, "kernel_samples",
+                     (json_int_t)p->costs.kernel_samples, "coll_samples",
+                     (json_int_t)p->costs.coll_samples, "fingerprint", p->costs.fingerprint);
+}
+
+int pt_plan_write(const pt_plan *p, const char *path, pt_err *err)
+{
+    json_t *root = pt_plan_json(p);
+    char *text = root ? pt_json_dump(root) : NULL;
+    json_decref(root);
+    if (!text)
+        return pt_err_set(err, "%s: out of memory writing the plan", path);
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = 0;
+    if (!f) {
+        rc = pt_err_set(err, "cannot write '%s': %s", tmp, strerror(errno));
+    } else {
+        bool ok = fputs(text, f) >= 0;
+        ok = fclose(f) == 0 && ok;
+        if (!ok || rename(tmp, path) != 0) {
+            rc = pt_err_set(err, "cannot write '%s': %s", path, strerror(errno));
+            remove(tmp);
+        }
+    }
+    free(text);
+    return rc;
+}
+
+/* ---- Reading ---------------------------------------------------------------------- */
+
+static const char *const plan_keys[] = {"format_version", "created_by", "model", "cluster",
+                                        "layout", "schedule", "rank_order", "training",
+                                        "predicted", "cost_table", NULL};
+static const char *const layout_keys[] = {"string", "tp", "sp", "pp", "vp", "cp", "dp",
+                                          "zero", "mbs", "n_micro", "recompute", "schedule",
+                                          "order", "world", NULL};
+static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
+                                            "steps", "lr", "min_lr", "warmup_steps",
+                                            "weight_decay", "grad_clip", "seed", "data", NULL};
+static const char *const predicted_keys[] = {"step_time_s", "tokens_per_s", "mfu", "hfu",
+                                             "bubble_fraction", "exposed_comm_fraction",
+                                             "provenance", "stage_busy_s", "memory", NULL};
+static const char *const memory_keys[] = {"stage", "layers", "in_flight", "params",
+                                          "weights_bytes", "grads_bytes", "optimizer_bytes",
+                                          "activations_bytes", "embed_head_bytes",
+                                          "recompute_bytes", "comm_bytes", "total_bytes", NULL};
+static const char *const prov_keys[] = {"measured", "interpolated", "analytic", NULL};
+static const char *const costs_keys[] = {"path", "schema_version", "kernel_samples",
+                                         "coll_samples", "fingerprint", NULL};
+
+/* A field that must lie in [lo, hi]. */
+static int range(const pt_json_obj *o, const char *key, double v, double lo, double hi,
+                 pt_err *err)
+{
+    if (v >= lo && v <= hi)
+        return 0;
+    char name[160];
+    pt_json_field_name(o, key, name, sizeof name);
+    return pt_err_set(err, "%s: field '%s' = %g: expected a value from %g to %g", o->origin,
+                      name, v, lo, hi);
+}
+
+static int get_int_in(const pt_json_obj *o, const char *key, int64_t lo, int64_t hi,
+                      int64_t *out, pt_err *err)
+{
+    return pt_json_get_int(o, key, out, err) ||
+           range(o, key, (double)*out, (double)lo, (double)hi, err);
+}
+
+static int get_real_in(const pt_json_obj *o, const char *key, double lo, double hi,
+                       double *out, pt_err *err)
+{
+    return pt_json_get_real(o, key, out, err) || range(o, key, *out, lo, hi, err);
+}
+
+static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
+{
+    pt_json_obj o;
+    int64_t v[9];
+    static const char *const ints[] = {"tp", "pp", "vp", "cp", "dp", "zero", "mbs", "n_micro",
+                                       "world"};
+    int rec, sch;
+    bool sp;
+    char order[32], text[256];
+    if (pt_json_get_object(top, "layout", layout_keys, &o, err))
+        return -1;
+    for (int i = 0; i < 9; i++)
+        if (get_int_in(&o, ints[i], i == 5 ? 0 : 1, i == 5 ? 3 : (1LL << 30), &v[i], err))
+            return -1;
+    static const char *const rec_names[] = {"none", "selective", "full"};
+    static const char *const sch_names[] = {"afab", "1f1b", "interleaved"};
+    if (pt_json_get_bool(&o, "sp", &sp, err) ||
+        pt_json_get_enum(&o, "recompute", rec_names, 3, &rec, err) ||
+        pt_json_get_enum(&o, "schedule", sch_names, 3, &sch, err) ||
+        pt_json_get_string(&o, "order", order, sizeof order, err) ||
+        pt_json_get_string(&o, "string", text, sizeof text, err))
+        return -1;
+    pt_layout_default(l);
+    *l = (pt_layout){.tp = (int)v[0], .pp = (int)v[1], .vp = (int)v[2], .cp = (int)v[3],
+                     .dp = (int)v[4], .zero = (int)v[5], .mbs = v[6], .n_micro = v[7],
+                     .sp = sp, .recompute = (pt_recompute)rec, .schedule = (pt_schedule)sch};
+    pt_err why;
+    if (pt_order_parse(order, l->order, &why))
+        return pt_err_set(err, "%s: field 'layout.order': %s", o.origin, why.msg);
+    char canon[256];
+    pt_layout_format(l, canon, sizeof canon);
+    if (strcmp(canon, text) != 0)
+        return pt_err_set(err, "%s: field 'layout.string' = \"%s\" disagrees with the layout's "
+                               "fields (\"%s\")", o.origin, text, canon);
+    if (v[8] != pt_layout_world(l))
+        return pt_err_set(err, "%s: field 'layout.world' = %lld but tp*cp*pp*dp = %lld",
+                          o.origin, (long long)v[8], (long long)pt_layout_world(l));
+    return 0;
+}
+
+static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt_err *err)
+{
+    pt_json_obj o;
+    int64_t seed;
+    char prec[32];
+    pt_err why;
+    if (pt_json_get_object(top, "training", training_keys, &o, err) ||
+        get_int_in(&o, "global_batch", 1, 1LL << 30, &t->global_batch, err) ||
+        pt_json_get_string(&o, "precision", prec, sizeof prec, err) ||
+        get_int_in(&o, "bucket_bytes", 1, 1LL << 40, &t->bucket_bytes, err) ||
+        get_int_in(&o, "steps", 1, 1LL << 40, &r->steps, err) ||
+        get_real_in(&o, "lr", 0, 1e3, &r->lr, err) ||
+        get_real_in(&o, "min_lr", 0, 1e3, &r->min_lr, err) ||
+        get_int_in(&o, "warmup_steps", 0, 1LL << 40, &r->warmup_steps, err) ||
+        get_real_in(&o, "weight_decay", 0, 1e3, &r->weight_decay, err) ||
+        get_real_in(&o, "grad_clip", 0, 1e9, &r->grad_clip, err) ||
+        get_int_in(&o, "seed", 0, INT64_MAX, &seed, err) ||
+        pt_json_get_string(&o, "data", r->data, sizeof r->data, err))
+        return -1;
+    if (pt_prec_parse(prec, &t->precision, &why))
+        return pt_err_set(err, "%s: field 'training.precision': %s", o.origin, why.msg);
+    r->seed = (uint64_t)seed;
+    return 0;
+}
+
+static int read_memory(const pt_json_obj *pred, pt_memory *m, pt_err *err)
+{
+    pt_json_obj o;
+    int64_t stage, layers, flight;
+    double *f[] = {&m->params, &m->weights_bytes, &m->grads_bytes, &m->optimizer_bytes,
+                   &m->activations_bytes, &m->embed_head_bytes, &m->recompute_bytes,
+                   &m->comm_bytes, &m->total_bytes};
+    if (pt_json_get_object(pred, "memory", memory_keys, &o, err) ||
+        get_int_in(&o, "stage", 0, 1LL << 30, &stage, err) ||
+        get_int_in(&o, "layers", 0, 1LL << 30, &layers, err) ||
+        get_int_in(&o, "in_flight", 0, 1LL << 40, &flight, err))
+        return -1;
+    for (int i = 0; i < 9; i++)
+        if (get_real_in(&o, memory_keys[3 + i], 0, 1e18, f[i], err))
+            return -1;
+    m->stage = (int)stage;
+    m->layers = layers;
+    m->in_flight = flight;
+    return 0;
+}
+
+static int read_predicted(const pt_json_obj *top, pt_sim_result *r, pt_memory *mem,
+                          pt_err *err)
+{
+    pt_json_obj o, prov;
+    double *f[] = {&r->step_time_s, &r->tokens_per_s, &r->mfu, &r->hfu, &r->bubble_fraction,
+                   &r->exposed_comm_fraction};
+    if (pt_json_get_object(top, "predicted", predicted_keys, &o, err))
+        return -1;
+    for (int i = 0; i < 6; i++)
+        if (get_real_in(&o, predicted_keys[i], 0, 1e18, f[i], err))
+            return -1;
+    if (pt_json_get_object(&o, "provenance", prov_keys, &prov, err))
+        return -1;
+    for (int p = 0; p < PT_PROV_COUNT; p++)
+        if (get_real_in(&prov, prov_keys[p], 0, 1, &r->prov_share[p], err))
+            return -1;
+    const json_t *busy = json_object_get(o.obj, "stage_busy_s");
+    if (!json_is_array(busy) || json_array_size(busy) > 64)
+        return pt_err_set(err, "%s: field 'predicted.stage_busy_s': expected an array of at "
+                               "most 64 numbers", o.origin);
+    for (size_t i = 0; i < json_array_size(busy); i++) {
+        const json_t *x = json_array_get(busy, i);
+        if (!json_is_number(x) || json_number_value(x) < 0)
+            return pt_err_set(err, "%s: field 'predicted.stage_busy_s[%zu]': expected a "
+                                   "number >= 0", o.origin, i);
+        r->stage_busy_s[i] = json_number_value(x);
+    }
+    return read_memory(&o, mem, err);
+}
+
+static int read_costs(const pt_json_obj *top, pt_costdb_id *c, pt_err *err)
+{
+    pt_json_obj o;
+    int64_t schema;
+    if (pt_json_get_object(top, "cost_table", costs_keys, &o, err) ||
+        pt_json_get_string(&o, "path", c->path, sizeof c->path, err) ||
+        get_int_in(&o, "schema_version", 0, 1 << 20, &schema, err) ||
+        get_int_in(&o, "kernel_samples", 0, INT64_MAX, &c->kernel_samples, err) ||
+        get_int_in(&o, "coll_samples", 0, INT64_MAX, &c->coll_samples, err) ||
+        pt_json_get_string(&o, "fingerprint", c->fingerprint, sizeof c->fingerprint, err))
+        return -1;
+    c->schema_version = (int)schema;
+    return 0;
+}
+
+/* The parts that must agree with each other: top-level schedule and rank order,
+ * the layout's rules for this model, cluster and batch. */
+static int check_plan(const pt_json_obj *top, pt_plan *p, pt_err *err)
+{
+    char sched[32], order[32], canon[32];
+    if (pt_json_get_string(top, "schedule", sched, sizeof sched, err) ||
+        pt_json_get_string(top, "rank_order", order, sizeof order, err))
+        return -1;
+    if (strcmp(sched, pt_schedule_name(p->layout.schedule)) != 0)
+        return pt_err_set(err, "%s: field 'schedule' = \"%s\" disagrees with layout.schedule",
+                          top->origin, sched);
+    pt_order_format(p->layout.order, canon, sizeof canon);
+    if (strcmp(order, canon) != 0)
+        return pt_err_set(err, "%s: field 'rank_order' = \"%s\" disagrees with layout.order",
+                          top->origin, order);
+    if (pt_model_validate(&p->model, top->origin, err) ||
+        pt_cluster_validate(&p->cluster, top->origin, err))
+        return -1;
+    uint32_t mask;
+    if (pt_layout_check(&p->model, &p->cluster, p->train.global_batch, &p->layout, &mask)) {
+        pt_reject r = (pt_reject)__builtin_ctz(mask);
+        char why[256];
+        pt_reject_explain(r, &p->model, &p->cluster, p->train.global_batch, &p->layout, why,
+                          sizeof why);
+        return pt_err_set(err, "%s: the layout is invalid (%s): %s", top->origin,
+                          pt_reject_name(r), why);
+    }
+    if (p->layout.n_micro * p->layout.mbs * p->layout.dp != p->train.global_batch)
+        return pt_err_set(err, "%s: field 'layout.n_micro' = %lld but global_batch / (mbs*dp) "
+                               "= %lld", top->origin, (long long)p->layout.n_micro,
+                          (long long)(p->train.global_batch / (p->layout.mbs * p->layout.dp)));
+    return 0;
+}
+
+int pt_plan_from_json(const char *text, const char *origin, pt_plan *out, pt_err *err)
+{
+    pt_json_obj top, mo, co;
+    json_t *root = pt_json_parse_object(text, origin, &top, err);
+    if (!root)
+        return -1;
+    pt_plan p;
+    memset(&p, 0, sizeof p);
+    int64_t version;
+    int rc = pt_json_check_keys(&top, plan_keys, err) ||
+             pt_json_get_int(&top, "format_version", &version, err);
+    if (rc == 0 && version != PT_PLAN_FORMAT_VERSION)
+        rc = pt_err_set(err, "%s: format_version %lld is not the one this build reads (%d)",
+                        origin, (long long)version, PT_PLAN_FORMAT_VERSION);
+    p.format_version = (int)version;
+    if (rc == 0)
+        rc = pt_json_get_string(&top, "created_by", p.created_by, sizeof p.created_by, err) ||
+             pt_json_get_object(&top, "model", NULL, &mo, err) ||
+             pt_model_read_obj(&mo, &p.model, err) ||
+             pt_json_get_object(&top, "cluster", NULL, &co, err) ||
+             pt_cluster_read_obj(&co, &p.cluster, err) || read_layout(&top, &p.layout, err) ||
+             read_training(&top, &p.train, &p.run, err) ||
+             read_predicted(&top, &p.predicted, &p.memory, err) ||
+             read_costs(&top, &p.costs, err) || check_plan(&top, &p, err);
+    p.predicted.pp = p.layout.pp;
+    json_decref(root);
+    if (rc == 0)
+        *out = p;
+    return rc ? -1 : 0;
+}
+
+int pt_plan_read(const char *path, pt_plan *out, pt_err *err)
+{
+    char *text = pt_json_read_file(path, err);
+    if (!text)
+        return -1;
+    int rc = pt_plan_from_json(text, path, out, err);
+    free(text);
+    return rc;
+}

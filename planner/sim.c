@@ -1,0 +1,466 @@
+/*
+ * The step-time simulator. Pricing turns a layout's op lists (ops.c) into the cost
+ * of each schedule instruction using the cost tables (costmodels/); the simulation
+ * then walks the schedule programs of all pipeline ranks (sched.c) as a
+ * discrete-event simulation. Each pipeline rank stands for all the tp·cp·dp ranks
+ * of its stage, which run the same program on the same sizes.
+ *
+ * Per rank there is a compute stream, which runs forward and backward instructions
+ * (tensor- and context-parallel communication inside them is exposed unless the op
+ * list marks it overlapped, and then only what the compute does not hide), and a
+ * data-parallel stream, which reduces gradient buckets as the last backward of a
+ * chunk produces them (the overlap of Megatron-LM's --overlap-grad-reduce and
+ * PyTorch DDP). Sends are posted when their producer finishes and arrive after the
+ * link's transfer time; a receive waits for the arrival.
+ */
+#include "planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Cost arrays ----------------------------------------------------------------- */
+
+int pt_sim_costs_alloc(pt_sim_costs *c, int pp, int vp)
+{
+    size_t v = (size_t)pp * (size_t)vp;
+    *c = (pt_sim_costs){.pp = pp, .vp = vp};
+    c->fwd_s = calloc(v, sizeof *c->fwd_s);
+    c->bwd_s = calloc(v, sizeof *c->bwd_s);
+    c->fwd_comm_s = calloc(v, sizeof *c->fwd_comm_s);
+    c->bwd_comm_s = calloc(v, sizeof *c->bwd_comm_s);
+    c->sync_s = calloc(v, sizeof *c->sync_s);
+    c->sync_buckets = calloc(v, sizeof *c->sync_buckets);
+    c->p2p_s = calloc((size_t)pp, sizeof *c->p2p_s);
+    c->optim_s = calloc((size_t)pp, sizeof *c->optim_s);
+    c->optim_comm_s = calloc((size_t)pp, sizeof *c->optim_comm_s);
+    if (!c->fwd_s || !c->bwd_s || !c->fwd_comm_s || !c->bwd_comm_s || !c->sync_s ||
+        !c->sync_buckets || !c->p2p_s || !c->optim_s || !c->optim_comm_s) {
+        pt_sim_costs_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+void pt_sim_costs_free(pt_sim_costs *c)
+{
+    free(c->fwd_s);
+    free(c->bwd_s);
+    free(c->fwd_comm_s);
+    free(c->bwd_comm_s);
+    free(c->sync_s);
+    free(c->sync_buckets);
+    free(c->p2p_s);
+    free(c->optim_s);
+    free(c->optim_comm_s);
+    *c = (pt_sim_costs){0};
+}
+
+void pt_cost_hw_of(const pt_cluster *c, pt_cost_hw *hw)
+{
+    *hw = (pt_cost_hw){0};
+    snprintf(hw->device, sizeof hw->device, "%s", c->device.name);
+    snprintf(hw->backend, sizeof hw->backend, "%s",
+             strncmp(c->device.name, "cpu", 3) == 0 ? "mpi" : "nccl");
+    memcpy(hw->peak_flops, c->device.peak_flops, sizeof hw->peak_flops);
+    hw->mem_bw_Bps = c->device.memory_bw_Bps;
+    hw->devices_per_node = c->devices_per_node;
+    hw->intra_bw_Bps = c->intra.bw_Bps;
+    hw->intra_latency_s = c->intra.latency_s;
+    hw->inter_bw_Bps = c->inter.bw_Bps;
+    hw->inter_latency_s = c->inter.latency_s;
+}
+
+/* ---- Pricing ---------------------------------------------------------------------- */
+
+typedef struct {
+    const pt_costdb *db;
+    pt_cost_hw hw;
+    double *prov_s;
+} pricer;
+
+/* Time of an op list on the compute stream and the part of it that is exposed
+ * communication. `runs` is how often the list runs per step (for provenance). */
+typedef struct {
+    double time_s, comm_s;
+} list_time;
+
+static list_time price_list(const pricer *p, const pt_oplist *o, double runs)
+{
+    double compute = 0, exposed = 0, overlapped = 0;
+    for (int i = 0; i < o->n; i++) {
+        const pt_op *op = &o->op[i];
+        pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
+                                            : pt_cost_coll(p->db, &p->hw, &op->coll);
+        double t = c.time_s * op->count;
+        p->prov_s[c.prov] += t * runs;
+        if (op->cls == PT_OP_KERNEL)
+            compute += t;
+        else if (op->overlapped)
+            overlapped += t;
+        else
+            exposed += t;
+    }
+    double hidden_excess = overlapped > compute ? overlapped - compute : 0;
+    return (list_time){.time_s = compute + hidden_excess + exposed,
+                       .comm_s = exposed + hidden_excess};
+}
+
+typedef enum { L_FWD, L_BWD, E_FWD, E_BWD, H_FWD, H_BWD, N_LISTS } list_id;
+
+/* Prices the op lists of one micro-batch: layer, embedding and head, both ways. */
+static int price_micro_batch(const pricer *p, const pt_opctx *ctx, double layer_runs,
+                             double end_runs, list_time out[N_LISTS])
+{
+    pt_oplist o = {0};
+    int rc = 0;
+    for (int id = 0; id < N_LISTS && rc == 0; id++) {
+        o.n = 0;
+        bool bwd = id == L_BWD || id == E_BWD || id == H_BWD;
+        rc = id <= L_BWD ? pt_ops_layer(ctx, bwd, &o)
+             : id <= E_BWD ? pt_ops_embed(ctx, bwd, &o)
+                           : pt_ops_head(ctx, bwd, &o);
+        out[id] = price_list(p, &o, id <= L_BWD ? layer_runs : end_runs);
+    }
+    pt_oplist_free(&o);
+    return rc;
+}
+
+/* Parameters of virtual stage vs (of V). */
+static double stage_params(const pt_model *m, const pt_layout *l, int vs, int V)
+{
+    int64_t chunk_layers = m->layers / V;
+    double params = (double)chunk_layers * (double)pt_params_layer(m, l->tp);
+    if (vs == 0)
+        params += (double)pt_params_embedding(m, l->tp);
+    if (vs == V - 1)
+        params += (double)pt_params_head(m, l->tp, l->pp);
+    return params;
+}
+
+static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
+                      pt_sim_costs *out)
+{
+    int V = l->pp * l->vp;
+    pt_oplist o = {0};
+    for (int vs = 0; vs < V; vs++) {
+        o.n = 0;
+        bool tied = ctx->m->tied_embeddings && l->pp > 1 && (vs == 0 || vs == V - 1);
+        if (pt_ops_grad_sync(ctx, stage_params(ctx->m, l, vs, V), tied, &o)) {
+            pt_oplist_free(&o);
+            return -1;
+        }
+        double total = 0;
+        for (int i = 0; i < o.n; i++) {
+            pt_cost c = pt_cost_coll(p->db, &p->hw, &o.op[i].coll);
+            total += c.time_s;
+            p->prov_s[c.prov] += c.time_s;
+        }
+        out->sync_s[vs] = total;
+        out->sync_buckets[vs] = o.n;
+    }
+    pt_oplist_free(&o);
+    return 0;
+}
+
+static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
+                           pt_sim_costs *out)
+{
+    int V = l->pp * l->vp;
+    pt_oplist o = {0};
+    for (int r = 0; r < l->pp; r++) {
+        double params = 0;
+        for (int c = 0; c < l->vp; c++)
+            params += stage_params(ctx->m, l, c * l->pp + r, V);
+        o.n = 0;
+        if (pt_ops_optimizer(ctx, params, &o)) {
+            pt_oplist_free(&o);
+            return -1;
+        }
+        list_time t = price_list(p, &o, 1);
+        out->optim_s[r] = t.time_s;
+        out->optim_comm_s[r] = t.comm_s;
+    }
+    pt_oplist_free(&o);
+    return 0;
+}
+
+/* Activations (or their gradients) between adjacent stages, on the link the two
+ * ranks share: NVLink-class inside a node, the network across. */
+static void price_p2p(const pricer *p, const pt_opctx *ctx, const pt_cluster *c,
+                      const pt_layout *l, pt_sim_costs *out)
+{
+    if (l->pp == 1)
+        return;
+    const pt_model *m = ctx->m;
+    double tokens = (double)(m->seq / l->cp * l->mbs) / (l->sp ? l->tp : 1);
+    double bytes = ctx->prec.act_bytes * tokens * (double)m->hidden;
+    pt_grid g;
+    pt_grid_init(&g, l);
+    int coords[PT_NDIM] = {0};
+    for (int r = 0; r < l->pp; r++) {
+        coords[PT_DIM_PP] = r;
+        int64_t a = pt_grid_rank(&g, coords);
+        coords[PT_DIM_PP] = (r + 1) % l->pp;
+        int64_t b = pt_grid_rank(&g, coords);
+        bool same_node = a / c->devices_per_node == b / c->devices_per_node;
+        pt_coll_op op = {.op = PT_COLL_SENDRECV, .bytes = bytes, .group = 2,
+                         .ranks_per_node = same_node ? 2 : 1};
+        pt_cost cost = pt_cost_coll(p->db, &p->hw, &op);
+        out->p2p_s[r] = cost.time_s;
+        p->prov_s[cost.prov] += cost.time_s * (double)l->n_micro * 2;
+    }
+}
+
+int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                 const pt_costdb *db, const pt_layout *l, pt_sim_costs *out, pt_err *err)
+{
+    if (pt_sim_costs_alloc(out, l->pp, l->vp))
+        return pt_err_set(err, "out of memory pricing layout");
+    pricer p = {.db = db, .prov_s = out->prov_s};
+    pt_cost_hw_of(c, &p.hw);
+    pt_opctx ctx;
+    pt_opctx_init(&ctx, m, l, t, c);
+    int V = l->pp * l->vp;
+    int64_t chunk_layers = m->layers / V;
+    double n = (double)l->n_micro;
+    list_time lt[N_LISTS];
+    if (price_micro_batch(&p, &ctx, n * (double)m->layers, n, lt) ||
+        price_sync(&p, &ctx, l, out) || price_optimizer(&p, &ctx, l, out)) {
+        pt_sim_costs_free(out);
+        return pt_err_set(err, "out of memory pricing layout");
+    }
+    for (int vs = 0; vs < V; vs++) {
+        double cl = (double)chunk_layers;
+        out->fwd_s[vs] = cl * lt[L_FWD].time_s;
+        out->bwd_s[vs] = cl * lt[L_BWD].time_s;
+        out->fwd_comm_s[vs] = cl * lt[L_FWD].comm_s;
+        out->bwd_comm_s[vs] = cl * lt[L_BWD].comm_s;
+        if (vs == 0) {
+            out->fwd_s[vs] += lt[E_FWD].time_s;
+            out->bwd_s[vs] += lt[E_BWD].time_s;
+            out->fwd_comm_s[vs] += lt[E_FWD].comm_s;
+            out->bwd_comm_s[vs] += lt[E_BWD].comm_s;
+        }
+        if (vs == V - 1) {
+            out->fwd_s[vs] += lt[H_FWD].time_s;
+            out->bwd_s[vs] += lt[H_BWD].time_s;
+            out->fwd_comm_s[vs] += lt[H_FWD].comm_s;
+            out->bwd_comm_s[vs] += lt[H_BWD].comm_s;
+        }
+    }
+    price_p2p(&p, &ctx, c, l, out);
+    out->model_flops = pt_step_model_flops(&ctx);
+    out->hardware_flops = pt_step_hardware_flops(&ctx);
+    return 0;
+}
+
+double pt_sim_estimate(const pt_layout *l, const pt_sim_costs *costs)
+{
+    /* Busiest rank's compute, plus the warm-up and cool-down of the pipeline
+     * ((p-1)/vp micro-batch times, Narayanan et al. 2021), plus the optimizer. */
+    double busiest = 0, mean = 0, optim = 0, p2p = 0;
+    for (int r = 0; r < l->pp; r++) {
+        double per_mb = 0;
+        for (int c = 0; c < l->vp; c++)
+            per_mb += costs->fwd_s[c * l->pp + r] + costs->bwd_s[c * l->pp + r];
+        busiest = fmax(busiest, per_mb * (double)l->n_micro);
+        mean += per_mb / l->pp;
+        optim = fmax(optim, costs->optim_s[r]);
+        p2p = fmax(p2p, costs->p2p_s[r]);
+    }
+    return busiest + (l->pp - 1) * (mean / l->vp + 2 * p2p) + optim;
+}
+
+/* ---- Simulation ------------------------------------------------------------------- */
+
+/* State of one pipeline rank while its program runs. */
+typedef struct {
+    int pc;
+    double clock;          /* compute stream free */
+    double dp_free;        /* data-parallel stream free */
+    double first_fwd, last_bwd_end, busy, comm, end;
+    double *bwd_start, *bwd_end; /* [vp] last backward of each chunk */
+} rank_state;
+
+typedef struct {
+    const pt_layout *l;
+    const pt_sim_costs *c;
+    const pt_sched *s;
+    int V;
+    double *act, *grad;    /* [n·V] arrival time of inputs / output gradients; NAN: not sent */
+    rank_state *rs;
+    json_t *trace;
+} sim;
+
+static void span(sim *S, int rank, int tid, const char *name, int mb, int chunk, double t0,
+                 double dur)
+{
+    if (!S->trace)
+        return;
+    char label[48];
+    if (mb >= 0)
+        snprintf(label, sizeof label, "%s mb%d c%d", name, mb, chunk);
+    else
+        snprintf(label, sizeof label, "%s c%d", name, chunk);
+    json_array_append_new(S->trace,
+                          json_pack("{s:s, s:s, s:f, s:f, s:i, s:i}", "name", label, "ph",
+                                    "X", "ts", t0 * 1e6, "dur", dur * 1e6, "pid", rank,
+                                    "tid", tid));
+}
+
+/* Gradient buckets of a chunk become ready evenly over its last backward and are
+ * reduced one after another on the data-parallel stream. */
+static void reduce_grads(sim *S, int r, int chunk)
+{
+    rank_state *st = &S->rs[r];
+    int vs = chunk * S->l->pp + r;
+    int nb = S->c->sync_buckets[vs];
+    double t0 = st->bwd_start[chunk], t1 = st->bwd_end[chunk];
+    for (int i = 0; i < nb; i++) {
+        double ready = t0 + (t1 - t0) * (i + 1) / nb;
+        double start = fmax(ready, st->dp_free);
+        double dur = S->c->sync_s[vs] / nb;
+        st->dp_free = start + dur;
+        span(S, r, 1, "reduce", -1, chunk, start, dur);
+    }
+}
+
+/* Runs one instruction of rank r if it can; returns false when it must wait. */
+static bool step(sim *S, int r)
+{
+    rank_state *st = &S->rs[r];
+    const pt_ins *in = &S->s->prog[r].ins[st->pc];
+    int pp = S->l->pp, vs = in->chunk * pp + r;
+    size_t slot = (size_t)in->mb * (size_t)S->V + (size_t)vs;
+    switch (in->kind) {
+    case PT_INS_RECV_ACT:
+    case PT_INS_RECV_GRAD: {
+        double at = in->kind == PT_INS_RECV_ACT ? S->act[slot] : S->grad[slot];
+        if (isnan(at))
+            return false;
+        st->clock = fmax(st->clock, at);
+        break;
+    }
+    case PT_INS_FWD:
+    case PT_INS_BWD: {
+        bool fwd = in->kind == PT_INS_FWD;
+        double dur = fwd ? S->c->fwd_s[vs] : S->c->bwd_s[vs];
+        if (fwd && st->first_fwd < 0)
+            st->first_fwd = st->clock;
+        if (!fwd) {
+            st->bwd_start[in->chunk] = st->clock;
+            st->bwd_end[in->chunk] = st->clock + dur;
+            st->last_bwd_end = st->clock + dur;
+        }
+        span(S, r, 0, fwd ? "F" : "B", in->mb, in->chunk, st->clock, dur);
+        st->clock += dur;
+        st->busy += dur;
+        st->comm += fwd ? S->c->fwd_comm_s[vs] : S->c->bwd_comm_s[vs];
+        break;
+    }
+    case PT_INS_SEND_ACT: /* to virtual stage vs + 1 over the link r -> r + 1 */
+        S->act[slot + 1] = st->clock + S->c->p2p_s[r];
+        break;
+    case PT_INS_SEND_GRAD: /* to virtual stage vs - 1 over the link r - 1 -> r */
+        S->grad[slot - 1] = st->clock + S->c->p2p_s[(r + pp - 1) % pp];
+        break;
+    case PT_INS_REDUCE_GRADS:
+        reduce_grads(S, r, in->chunk);
+        break;
+    default: { /* PT_INS_OPTIM_STEP: after every reduction */
+        double start = fmax(st->clock, st->dp_free);
+        st->comm += start - st->clock + S->c->optim_comm_s[r];
+        span(S, r, 0, "optimizer", -1, 0, start, S->c->optim_s[r]);
+        st->clock = start + S->c->optim_s[r];
+        st->end = st->clock;
+        break;
+    }
+    }
+    st->pc++;
+    return true;
+}
+
+/* Round-robin over the ranks, each running until it waits for a receive. */
+static int run_programs(sim *S, pt_err *err)
+{
+    int pp = S->l->pp;
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int r = 0; r < pp; r++)
+            while (S->rs[r].pc < S->s->prog[r].n && step(S, r))
+                progress = true;
+    }
+    for (int r = 0; r < pp; r++)
+        if (S->rs[r].pc < S->s->prog[r].n)
+            return pt_err_set(err, "simulation stalled: pipeline rank %d waits at "
+                                   "instruction %d", r, S->rs[r].pc);
+    return 0;
+}
+
+static void summarise(const sim *S, int64_t tokens, double peak, pt_sim_result *out)
+{
+    const pt_layout *l = S->l;
+    *out = (pt_sim_result){.pp = l->pp};
+    int crit = 0;
+    for (int r = 0; r < l->pp; r++) {
+        const rank_state *st = &S->rs[r];
+        if (st->end > S->rs[crit].end)
+            crit = r;
+        double span_s = st->last_bwd_end - st->first_fwd;
+        if (st->busy > 0)
+            out->bubble_fraction = fmax(out->bubble_fraction, (span_s - st->busy) / st->busy);
+        if (r < 64)
+            out->stage_busy_s[r] = st->busy;
+    }
+    double t = S->rs[crit].end;
+    out->step_time_s = t;
+    out->tokens_per_s = t > 0 ? (double)tokens / t : 0;
+    out->exposed_comm_fraction = t > 0 ? S->rs[crit].comm / t : 0;
+    if (peak > 0 && t > 0) {
+        out->mfu = S->c->model_flops / (t * peak);
+        out->hfu = S->c->hardware_flops / (t * peak);
+    }
+    double total = 0;
+    for (int p = 0; p < PT_PROV_COUNT; p++)
+        total += S->c->prov_s[p];
+    for (int p = 0; p < PT_PROV_COUNT; p++)
+        out->prov_share[p] = total > 0 ? S->c->prov_s[p] / total : 0;
+}
+
+int pt_sim_run(const pt_layout *l, const pt_sim_costs *costs, int64_t tokens_per_step,
+               double peak_flops_total, json_t *trace, pt_sim_result *out, pt_err *err)
+{
+    pt_sched s;
+    if (pt_sched_build(l->schedule, l->pp, l->vp, (int)l->n_micro, &s, err))
+        return -1;
+    int V = l->pp * l->vp;
+    size_t slots = (size_t)l->n_micro * (size_t)V;
+    sim S = {.l = l, .c = costs, .s = &s, .V = V, .trace = trace};
+    S.act = malloc(slots * sizeof *S.act);
+    S.grad = malloc(slots * sizeof *S.grad);
+    S.rs = calloc((size_t)l->pp, sizeof *S.rs);
+    double *chunk_times = calloc(2 * (size_t)V, sizeof *chunk_times);
+    int rc = -1;
+    if (!S.act || !S.grad || !S.rs || !chunk_times) {
+        pt_err_set(err, "out of memory simulating %lld micro-batches", (long long)l->n_micro);
+        goto done;
+    }
+    for (size_t i = 0; i < slots; i++)
+        S.act[i] = S.grad[i] = NAN;
+    for (int r = 0; r < l->pp; r++) {
+        S.rs[r].first_fwd = -1;
+        S.rs[r].bwd_start = chunk_times + (size_t)r * l->vp;
+        S.rs[r].bwd_end = chunk_times + (size_t)V + (size_t)r * l->vp;
+    }
+    rc = run_programs(&S, err);
+    if (rc == 0)
+        summarise(&S, tokens_per_step, peak_flops_total, out);
+done:
+    free(S.act);
+    free(S.grad);
+    free(S.rs);
+    free(chunk_times);
+    pt_sched_free(&s);
+    return rc;
+}

@@ -1,0 +1,128 @@
+/*
+ * plan.json tests: a plan written and read back is the same plan; the file is
+ * written whole or not at all; and every kind of damage a hand edit can do is
+ * refused with a message naming the file and the field.
+ *   usage: test_plan SCRATCH_DIR
+ */
+#include "check.h"
+#include "planner.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static pt_plan sample_plan(void)
+{
+    pt_plan p = {.format_version = PT_PLAN_FORMAT_VERSION, .created_by = "test"};
+    pt_err err;
+    CHECK_INT(pt_model_get("gpt2-124m", &p.model, &err), 0);
+    CHECK_INT(pt_cluster_get("dgx-a100-80g", &p.cluster, &err), 0);
+    pt_train_default(&p.train, &p.cluster);
+    p.train.global_batch = 64;
+    pt_run_opts_default(&p.run);
+    snprintf(p.run.data, sizeof p.run.data, "tokens.bin");
+    pt_layout_default(&p.layout);
+    CHECK_INT(pt_layout_parse("tp=2,pp=2,vp=2,dp=2,zero=1,sp=1,recompute=selective", 8, 64,
+                              &p.layout, &err), 0);
+    pt_candidate c;
+    CHECK_INT(pt_evaluate(&p.model, &p.cluster, &p.train, NULL, &p.layout, NULL, &c, &err), 0);
+    p.memory = c.memory;
+    p.predicted = c.predicted;
+    pt_costdb_identity(NULL, &p.costs);
+    return p;
+}
+
+static void test_round_trip(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan_rt.json", dir);
+    pt_plan p = sample_plan(), back;
+    pt_err err;
+    CHECK_INT(pt_plan_write(&p, path, &err), 0);
+    CHECK_INT(pt_plan_read(path, &back, &err), 0);
+    char a[256], b[256];
+    pt_layout_format(&p.layout, a, sizeof a);
+    pt_layout_format(&back.layout, b, sizeof b);
+    CHECK(strcmp(a, b) == 0);
+    CHECK_INT(back.layout.n_micro, p.layout.n_micro);
+    CHECK(strcmp(back.model.name, "gpt2-124m") == 0);
+    CHECK_INT(back.cluster.devices_per_node, 8);
+    CHECK_INT(back.train.global_batch, 64);
+    CHECK_INT(back.run.seed, 1234);
+    CHECK(strcmp(back.run.data, "tokens.bin") == 0);
+    CHECK(back.predicted.step_time_s == p.predicted.step_time_s);
+    CHECK(back.predicted.mfu == p.predicted.mfu);
+    CHECK(back.memory.total_bytes == llround(p.memory.total_bytes));
+    CHECK(strcmp(back.costs.fingerprint, p.costs.fingerprint) == 0);
+    /* No temporary file is left behind. */
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(access(tmp, F_OK) != 0);
+    /* Writing into a missing folder fails cleanly. */
+    snprintf(path, sizeof path, "%s/no/such/dir/plan.json", dir);
+    CHECK_INT(pt_plan_write(&p, path, &err), -1);
+    CHECK_STR_HAS(err.msg, "no/such/dir");
+}
+
+/* Writes the sample plan with `from` replaced by `to` and expects `needle` in the
+ * error reading it. */
+static void expect_damage(const char *dir, const char *from, const char *to, const char *needle)
+{
+    pt_plan p = sample_plan();
+    json_t *j = pt_plan_json(&p);
+    char *text = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    char *at = strstr(text, from);
+    if (!at) {
+        fprintf(stderr, "fixture lacks '%s'\n", from);
+        pt_check_failures++;
+        free(text);
+        return;
+    }
+    size_t n = strlen(text) + strlen(to) + 1;
+    char *edited = malloc(n);
+    snprintf(edited, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan_bad.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(edited, f);
+    fclose(f);
+    pt_plan back;
+    pt_err err = {""};
+    CHECK_INT(pt_plan_read(path, &back, &err), -1);
+    CHECK_STR_HAS(err.msg, "plan_bad.json");
+    CHECK_STR_HAS(err.msg, needle);
+    free(text);
+    free(edited);
+}
+
+static void test_damage(const char *dir)
+{
+    expect_damage(dir, "\"format_version\": 1", "\"format_version\": 2", "format_version 2");
+    expect_damage(dir, "\"tp\": 2", "\"tp\": 3", "layout.string");
+    expect_damage(dir, "\"string\": \"tp=2", "\"string\": \"tp=4", "layout.string");
+    expect_damage(dir, "\"zero\": 1", "\"zero\": 7", "layout.zero");
+    expect_damage(dir, "\"schedule\": \"interleaved\",\n \"rank_order\"",
+                  "\"schedule\": \"1f1b\",\n \"rank_order\"", "disagrees with layout.schedule");
+    expect_damage(dir, "\"global_batch\": 64", "\"global_batch\": 65", "invalid (batch_dp)");
+    expect_damage(dir, "\"global_batch\": 64", "\"global_batch\": 128", "n_micro");
+    expect_damage(dir, "\"precision\": \"bf16\"", "\"precision\": \"fp4\"", "training.precision");
+    expect_damage(dir, "\"heads\": 12", "\"heads\": 7", "heads");
+    expect_damage(dir, "\"steps\": 50", "\"steps\": 0", "training.steps");
+    expect_damage(dir, "\"steps\": 50", "\"steps\": \"many\"", "training.steps");
+    expect_damage(dir, "\"mfu\": ", "\"mfu\": -1, \"x\": ", "predicted");
+    expect_damage(dir, "\"fingerprint\"", "\"fingerprintz\"", "fingerprintz");
+    expect_damage(dir, "\"layout\": {", "\"layout\": 5, \"old\": {", "layout");
+    expect_damage(dir, "{", "{,", "plan_bad.json:1:");
+    pt_plan p;
+    pt_err err;
+    CHECK_INT(pt_plan_read("/no/such/plan.json", &p, &err), -1);
+    CHECK_STR_HAS(err.msg, "/no/such/plan.json");
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = argc > 1 ? argv[1] : ".";
+    test_round_trip(dir);
+    test_damage(dir);
+    return pt_check_result();
+}

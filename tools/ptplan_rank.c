@@ -1,0 +1,324 @@
+/*
+ * ptplan's planning modes: --layout evaluates one layout (validity with every broken
+ * rule, memory by stage, predicted step time), and the default ranks every layout
+ * that fits by predicted step time. Both write plan.json for the layout chosen and,
+ * on request, its predicted timeline as a Chrome trace.
+ */
+#include "ptplan.h"
+#include "ptconfig.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- plan.json and the timeline ----------------------------------------------------- */
+
+static int write_plan(const options *o, const job *j, const pt_candidate *best)
+{
+    if (o->no_out)
+        return 0;
+    pt_plan p = {.format_version = PT_PLAN_FORMAT_VERSION, .model = j->m, .cluster = j->c,
+                 .layout = best->layout, .train = j->t, .run = j->run, .memory = best->memory,
+                 .predicted = best->predicted};
+    snprintf(p.created_by, sizeof p.created_by, "ptplan %s", PT_VERSION);
+    pt_costdb_identity(j->db, &p.costs);
+    pt_err err;
+    if (pt_plan_write(&p, o->out, &err))
+        return pt_tool_fail("%s", err.msg);
+    if (!o->json)
+        printf("wrote %s\n", o->out);
+    return 0;
+}
+
+/* Names each stage's process and streams, then writes {"traceEvents": [...]}. */
+static int write_timeline(const char *path, json_t *events, int pp)
+{
+    for (int r = 0; r < pp; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "pipeline stage %d", r);
+        json_array_append_new(events, json_pack("{s:s, s:s, s:i, s:{s:s}}", "name",
+                                                "process_name", "ph", "M", "pid", r, "args",
+                                                "name", name));
+        for (int tid = 0; tid < 2; tid++)
+            json_array_append_new(events,
+                                  json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name",
+                                            "thread_name", "ph", "M", "pid", r, "tid", tid,
+                                            "args", "name",
+                                            tid ? "data-parallel reduction" : "compute"));
+    }
+    json_t *root = json_pack("{s:o, s:s}", "traceEvents", events, "displayTimeUnit", "ms");
+    int rc = root ? json_dump_file(root, path, JSON_COMPACT) : -1;
+    json_decref(root);
+    if (rc)
+        return pt_tool_fail("cannot write timeline '%s'", path);
+    return 0;
+}
+
+/* Re-runs the chosen layout's simulation recording its timeline. */
+static int timeline_of(const options *o, const job *j, const pt_layout *l)
+{
+    if (!o->timeline)
+        return 0;
+    json_t *events = json_array();
+    pt_candidate c;
+    pt_err err;
+    if (pt_evaluate(&j->m, &j->c, &j->t, j->db, l, events, &c, &err)) {
+        json_decref(events);
+        return pt_tool_fail("%s", err.msg);
+    }
+    int rc = write_timeline(o->timeline, events, l->pp);
+    if (rc == 0 && !o->json)
+        printf("wrote %s (open in https://ui.perfetto.dev)\n", o->timeline);
+    return rc;
+}
+
+/* ---- Printing -------------------------------------------------------------------------- */
+
+static void print_memory(const pt_memory *mem, double limit)
+{
+    static const char *const names[] = {"weights", "gradients", "optimizer", "activations",
+                                        "embedding/head", "recompute", "comm buffers"};
+    const double v[] = {mem->weights_bytes, mem->grads_bytes, mem->optimizer_bytes,
+                        mem->activations_bytes, mem->embed_head_bytes, mem->recompute_bytes,
+                        mem->comm_bytes};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        printf("  %-15s %9.2f GiB\n", names[i], gib(v[i]));
+    printf("  %-15s %9.2f GiB of %.2f GiB usable\n", "total", gib(mem->total_bytes), gib(limit));
+}
+
+/* "m 40% i 10% a 50%", or the single source when there is one. */
+static void provenance_text(const pt_sim_result *r, char *buf, size_t n)
+{
+    for (int p = 0; p < PT_PROV_COUNT; p++)
+        if (r->prov_share[p] > 0.9995) {
+            snprintf(buf, n, "%s", pt_prov_name((pt_prov)p));
+            return;
+        }
+    snprintf(buf, n, "m%.0f i%.0f a%.0f", 100 * r->prov_share[PT_PROV_MEASURED],
+             100 * r->prov_share[PT_PROV_INTERPOLATED], 100 * r->prov_share[PT_PROV_ANALYTIC]);
+}
+
+static void print_prediction(const pt_sim_result *r)
+{
+    char prov[64];
+    provenance_text(r, prov, sizeof prov);
+    printf("predicted step %.4g s, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%, bubble %.1f%%, "
+           "exposed communication %.1f%%\n", r->step_time_s, r->tokens_per_s, 100 * r->mfu,
+           100 * r->hfu, 100 * r->bubble_fraction, 100 * r->exposed_comm_fraction);
+    printf("priced from: %.0f%% measured, %.0f%% interpolated, %.0f%% analytic\n",
+           100 * r->prov_share[PT_PROV_MEASURED], 100 * r->prov_share[PT_PROV_INTERPOLATED],
+           100 * r->prov_share[PT_PROV_ANALYTIC]);
+}
+
+static json_t *candidate_json(const pt_candidate *c)
+{
+    return json_pack("{s:o, s:o, s:o}", "layout", pt_layout_json(&c->layout), "memory",
+                     pt_memory_json(&c->memory), "predicted", pt_sim_result_json(&c->predicted));
+}
+
+/* ---- --layout --------------------------------------------------------------------------- */
+
+static void print_rules(const job *j, const pt_layout *l, uint32_t mask, json_t *rej)
+{
+    char why[256];
+    for (int r = 0; r < PT_REJECT_COUNT; r++) {
+        if (!(mask & (1u << r)))
+            continue;
+        pt_reject_explain((pt_reject)r, &j->m, &j->c, j->t.global_batch, l, why, sizeof why);
+        if (rej)
+            json_array_append_new(rej, json_pack("{s:s, s:s}", "reason",
+                                                 pt_reject_name((pt_reject)r), "detail", why));
+        else
+            printf("  %-18s %s\n", pt_reject_name((pt_reject)r), why);
+    }
+}
+
+static void print_stages(const job *j, const pt_layout *l)
+{
+    for (int s = 0; s < l->pp; s++) {
+        pt_memory sm;
+        pt_mem_stage(&j->m, l, &j->t, s, &sm);
+        printf("\nstage %d: %lld layers, %.3f B parameters on this rank, %lld micro-batch "
+               "chunks in flight\n", s, (long long)sm.layers, sm.params / 1e9,
+               (long long)sm.in_flight);
+        print_memory(&sm, limit_bytes(j));
+    }
+}
+
+static int layout_json(const options *o, const job *j, const pt_layout *l, uint32_t mask,
+                       const pt_candidate *c, bool fits)
+{
+    json_t *root = job_json(j);
+    json_t *rej = json_array();
+    print_rules(j, l, mask, rej);
+    json_object_set_new(root, "layout", pt_layout_json(l));
+    json_object_set_new(root, "valid", json_boolean(mask == 0));
+    json_object_set_new(root, "rejected", rej);
+    json_object_set_new(root, "fits", json_boolean(fits));
+    json_object_set_new(root, "memory", mask ? json_null() : pt_memory_json(&c->memory));
+    json_object_set_new(root, "predicted", mask ? json_null() : pt_sim_result_json(&c->predicted));
+    if (o->explain && !mask) {
+        json_t *stages = json_array();
+        for (int s = 0; s < l->pp; s++) {
+            pt_memory sm;
+            pt_mem_stage(&j->m, l, &j->t, s, &sm);
+            json_array_append_new(stages, pt_memory_json(&sm));
+        }
+        json_object_set_new(root, "stages", stages);
+    }
+    print_json(root);
+    return 0;
+}
+
+static int evaluate_job(const options *o, job *j)
+{
+    pt_err err;
+    pt_layout l;
+    pt_layout_default(&l);
+    memcpy(l.order, j->eo.order, sizeof l.order);
+    if (pt_layout_parse(o->layout, pt_cluster_world(&j->c), j->t.global_batch, &l, &err))
+        return pt_tool_fail("--layout: %s", err.msg);
+    uint32_t mask;
+    int broken = pt_layout_check(&j->m, &j->c, j->t.global_batch, &l, &mask);
+    pt_candidate c = {0};
+    if (!broken && pt_evaluate(&j->m, &j->c, &j->t, j->db, &l, NULL, &c, &err))
+        return pt_tool_fail("%s", err.msg);
+    bool fits = !broken && c.memory.total_bytes <= limit_bytes(j);
+    if (o->json)
+        layout_json(o, j, &l, mask, &c, fits);
+    else {
+        char text[256];
+        pt_layout_format(&l, text, sizeof text);
+        print_job_header(j);
+        printf("layout  %s\n        world %lld = tp %d x cp %d x pp %d x dp %d; %lld "
+               "micro-batches of %lld per step\n", text, (long long)pt_layout_world(&l), l.tp,
+               l.cp, l.pp, l.dp, (long long)l.n_micro, (long long)l.mbs);
+        if (broken) {
+            printf("invalid: %d rule(s) broken\n", broken);
+            print_rules(j, &l, mask, NULL);
+            if (!o->explain)
+                printf("(--explain shows more)\n");
+            return EXIT_REJECTED;
+        }
+        printf("memory per rank, largest stage (%d of %d: %lld layers, %lld in flight):\n",
+               c.memory.stage, l.pp, (long long)c.memory.layers, (long long)c.memory.in_flight);
+        print_memory(&c.memory, limit_bytes(j));
+        if (fits)
+            printf("fits: yes (%.2f GiB to spare)\n", gib(limit_bytes(j) - c.memory.total_bytes));
+        else
+            printf("fits: NO, over by %.2f GiB\n", gib(c.memory.total_bytes - limit_bytes(j)));
+        print_prediction(&c.predicted);
+        if (o->explain) {
+            print_stages(j, &l);
+            if (!fits)
+                printf("\nto fit, try a larger zero stage, recompute=selective or full, sp=1, "
+                       "a smaller mbs, or more tp/pp\n");
+        }
+    }
+    if (broken)
+        return EXIT_REJECTED;
+    /* A plan is only written for a layout that can run. */
+    int rc = fits ? write_plan(o, j, &c) : 0;
+    if (rc == 0)
+        rc = timeline_of(o, j, &l);
+    return rc ? rc : fits ? 0 : EXIT_REJECTED;
+}
+
+int evaluate_layout(const options *o)
+{
+    job j;
+    if (load_job(o, &j)) {
+        free_job(&j);
+        return EXIT_BAD_INPUT;
+    }
+    int rc = evaluate_job(o, &j);
+    free_job(&j);
+    return rc;
+}
+
+/* ---- Ranking ------------------------------------------------------------------------- */
+
+static void print_ranking(const options *o, const pt_search_result *r, const job *j)
+{
+    int64_t shown = o->top > 0 && o->top < r->n_best ? o->top : r->n_best;
+    printf("%-4s %-56s %7s %9s %10s %6s %7s %6s  %s\n", "rank", "layout", "GiB", "step s",
+           "tokens/s", "MFU%", "bubble%", "comm%", "priced from");
+    for (int64_t i = 0; i < shown; i++) {
+        const pt_candidate *c = &r->best[i];
+        char text[256], prov[64];
+        const pt_layout *l = &c->layout;
+        snprintf(text, sizeof text, "tp%d%s pp%d vp%d cp%d dp%d z%d mbs%lld %s %s", l->tp,
+                 l->sp ? " sp" : "", l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
+                 pt_recompute_name(l->recompute), pt_schedule_name(l->schedule));
+        provenance_text(&c->predicted, prov, sizeof prov);
+        printf("%-4lld %-56s %7.1f %9.4g %10.0f %6.1f %7.1f %6.1f  %s\n", (long long)i + 1, text,
+               gib(c->memory.total_bytes), c->predicted.step_time_s, c->predicted.tokens_per_s,
+               100 * c->predicted.mfu, 100 * c->predicted.bubble_fraction,
+               100 * c->predicted.exposed_comm_fraction, prov);
+    }
+    const pt_enum_counts *n = &r->counts;
+    printf("\n%lld layouts enumerated: %lld valid, %lld fit in memory (all priced, %lld "
+           "simulated in full), %lld valid but too big\n", (long long)n->enumerated,
+           (long long)n->valid, (long long)n->fit, (long long)r->n_best, (long long)n->too_big);
+    printf("rejected by first rule broken:\n");
+    for (int k = 0; k < PT_REJECT_COUNT; k++)
+        if (n->rejected[k])
+            printf("  %-18s %9lld  %s\n", pt_reject_name((pt_reject)k),
+                   (long long)n->rejected[k], pt_reject_describe((pt_reject)k));
+    if (n->fit == 0)
+        printf("no layout fits: try more nodes, a smaller --global-batch or --seq\n");
+    (void)j;
+}
+
+static void ranking_json(const options *o, const pt_search_result *r, const job *j)
+{
+    int64_t shown = o->top > 0 && o->top < r->n_best ? o->top : r->n_best;
+    json_t *root = job_json(j);
+    json_t *rej = json_object(), *list = json_array();
+    const pt_enum_counts *n = &r->counts;
+    for (int k = 0; k < PT_REJECT_COUNT; k++)
+        if (n->rejected[k])
+            json_object_set_new(rej, pt_reject_name((pt_reject)k), json_integer(n->rejected[k]));
+    for (int64_t i = 0; i < shown; i++)
+        json_array_append_new(list, candidate_json(&r->best[i]));
+    json_object_set_new(root, "counts",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "enumerated",
+                                  (json_int_t)n->enumerated, "valid", (json_int_t)n->valid,
+                                  "fit", (json_int_t)n->fit, "too_big", (json_int_t)n->too_big,
+                                  "simulated", (json_int_t)r->n_best, "listed",
+                                  (json_int_t)shown));
+    json_object_set_new(root, "rejected", rej);
+    json_object_set_new(root, "layouts", list);
+    print_json(root);
+}
+
+int rank_layouts(const options *o)
+{
+    job j;
+    pt_err err;
+    if (load_job(o, &j)) {
+        free_job(&j);
+        return EXIT_BAD_INPUT;
+    }
+    pt_search_result r;
+    if (pt_search(&j.m, &j.c, &j.t, &j.eo, j.db, o->sim_top, &r, &err)) {
+        free_job(&j);
+        return pt_tool_fail("%s", err.msg);
+    }
+    if (o->json) {
+        ranking_json(o, &r, &j);
+    } else {
+        print_job_header(&j);
+        print_ranking(o, &r, &j);
+    }
+    int rc = 0;
+    if (r.n_best > 0) {
+        rc = write_plan(o, &j, &r.best[0]);
+        if (rc == 0)
+            rc = timeline_of(o, &j, &r.best[0].layout);
+    }
+    pt_search_free(&r);
+    free_job(&j);
+    return rc;
+}
