@@ -46,7 +46,7 @@ struct pt_costdb {
     uint32_t *c_by_cfg;       /* (backend, op, group, ranks_per_node, bytes, time) */
     size_t nc, capc;
 
-    pt_cost_hw *devs;         /* device descriptions, in name order of insertion */
+    pt_cost_hw *devs;         /* device descriptions, one per name */
     size_t ndev, capdev;
 };
 

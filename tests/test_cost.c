@@ -778,14 +778,23 @@ static void test_migration(void)
     CHECK_INT(pt_cost_coll(db, &hw, &op).prov, PT_PROV_MEASURED);
     pt_costdb_close(db);
 
-    /* A failed migration leaves the file as it was: a v0 file with a table in the
-     * way of step 1 is refused and stays at version 0. */
+    /* A failed migration leaves the file as it was: in a v0 file with a table in the
+     * way of the last statement of step 1, the tables step 1 created before it are
+     * rolled back and the version stays 0. */
     path_in_tmp(path, sizeof path, "v0-blocked.db");
     sql_script(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
                      "INSERT INTO meta VALUES('schema_version', '0');"
-                     "CREATE TABLE devices(x);");
+                     "CREATE TABLE coll_samples(x);");
     expect_open_error(path, PT_COSTDB_READ, "migrating schema from version 0 to 1");
-    expect_open_error(path, PT_COSTDB_READ, "migrating schema from version 0 to 1");
+    CHECK_INT(sqlite3_open(path, &s), SQLITE_OK);
+    CHECK_INT(sqlite3_prepare_v2(s, "SELECT (SELECT value FROM meta), (SELECT count(*) FROM"
+                                    " sqlite_master WHERE name IN ('devices', 'kernel_samples'))",
+                                 -1, &st, NULL), SQLITE_OK);
+    CHECK_INT(sqlite3_step(st), SQLITE_ROW);
+    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "0");
+    CHECK_INT(sqlite3_column_int(st, 1), 0);
+    sqlite3_finalize(st);
+    sqlite3_close(s);
 }
 
 static void remove_tree(void)

@@ -139,8 +139,63 @@ static void test_priced_layout(void)
     pt_sim_costs_free(&c);
 }
 
+/* A measured sample in the cost table replaces the analytic price of exactly the op
+ * with its key: the provenance shows it, and a slower sample slows the step. */
+static void test_measured_costs(void)
+{
+    pt_model m;
+    pt_cluster cl;
+    pt_err err;
+    CHECK_INT(pt_model_get("gpt2-124m", &m, &err), 0);
+    CHECK_INT(pt_cluster_get("dgx-a100-80g", &cl, &err), 0);
+    pt_train t;
+    pt_train_default(&t, &cl);
+    t.global_batch = 16;
+    pt_layout l;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,dp=4", 8, 16, &l, &err), 0);
+    pt_opctx ctx;
+    pt_opctx_init(&ctx, &m, &l, &t, &cl);
+    pt_oplist o = {0};
+    CHECK_INT(pt_ops_layer(&ctx, false, &o), 0);
+    pt_kernel_op qkv_op;
+    memset(&qkv_op, 0, sizeof qkv_op);
+    const pt_kernel_op *qkv = &qkv_op;
+    for (int i = 0; i < o.n; i++)
+        if (strcmp(o.op[i].name, "qkv") == 0)
+            qkv_op = o.op[i].kernel;
+    CHECK(qkv_op.flops > 0);
+    pt_cost_hw hw;
+    pt_cost_hw_of(&cl, &hw);
+    double analytic = pt_cost_kernel_analytic(&hw, qkv);
+
+    pt_costdb *db;
+    CHECK_INT(pt_costdb_open(NULL, PT_COSTDB_CREATE, &db, &err), 0);
+    pt_candidate base, slow;
+    CHECK_INT(pt_evaluate(&m, &cl, &t, db, &l, NULL, &base, &err), 0);
+    CHECK_NEAR(base.predicted.prov_share[PT_PROV_ANALYTIC], 1.0, 1e-12);
+    /* The same op measured 10x slower than the analytic figure. */
+    CHECK_INT(pt_costdb_add_kernel(db, hw.device, qkv, 10 * analytic, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_evaluate(&m, &cl, &t, db, &l, NULL, &slow, &err), 0);
+    CHECK(slow.predicted.prov_share[PT_PROV_MEASURED] > 0);
+    /* The op with that key is measured; the other GEMMs of exactly its FLOPs (its data-
+     * and weight-gradient GEMMs) are interpolated onto the same sample. Each costs 9x
+     * its analytic time more, per layer and micro-batch (one stage, no overlap). */
+    int uses = 0;
+    CHECK_INT(pt_ops_layer(&ctx, true, &o), 0);
+    for (int i = 0; i < o.n; i++)
+        uses += o.op[i].cls == PT_OP_KERNEL && strncmp(o.op[i].kernel.key, "gemm:", 5) == 0 &&
+                o.op[i].kernel.flops == qkv->flops;
+    CHECK_INT(uses, 3);
+    double grow = 9 * analytic * uses * (double)m.layers * (double)l.n_micro;
+    CHECK_NEAR(slow.predicted.step_time_s - base.predicted.step_time_s, grow, 1e-6);
+    pt_costdb_close(db);
+    pt_oplist_free(&o);
+}
+
 int main(void)
 {
+    test_measured_costs();
     test_bubbles();
     test_transfers();
     test_gradient_overlap();
