@@ -154,6 +154,37 @@ int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
 pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op);
 pt_cost pt_cost_coll(const pt_costdb *db, const pt_cost_hw *hw, const pt_coll_op *op);
 
+/* Groups writes into one transaction (one commit instead of one per sample; SQLite
+ * commits are slow). No-ops on the in-memory table. */
+int pt_costdb_begin(pt_costdb *db, pt_err *err);
+int pt_costdb_commit(pt_costdb *db, pt_err *err);
+
+/* Like add, but first removes the samples of the same source with the same identity
+ * (device and key; or backend, op, bytes, group and ranks per node), so that
+ * measuring again updates instead of piling up repeats. */
+int pt_costdb_put_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
+                         double time_s, pt_source source, pt_err *err);
+int pt_costdb_put_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
+                       double time_s, pt_source source, pt_err *err);
+/* Whether any sample of `key` on `device` exists; how many collective samples of
+ * `backend` exist (what a resumed profile run skips). */
+bool pt_costdb_has_kernel(const pt_costdb *db, const char *device, const char *key);
+int64_t pt_costdb_count_colls(const pt_costdb *db, const char *backend);
+
+/* A ptprofile run as the database records it (table profile_runs). */
+typedef struct {
+    char host[128];
+    char device[64];
+    char backend[16];
+    char versions[512];   /* the libraries measured through, e.g. OpenBLAS and MPI */
+    char command[512];
+} pt_profile_run;
+
+/* Records that a run started (status "running"); *id names it for run_end, whose
+ * status is "done", "interrupted" or "failed". No-ops on the in-memory table. */
+int pt_costdb_run_begin(pt_costdb *db, const pt_profile_run *run, int64_t *id, pt_err *err);
+int pt_costdb_run_end(pt_costdb *db, int64_t id, const char *status, pt_err *err);
+
 /* What identifies the table a prediction was made with (written into plan.json). */
 typedef struct {
     char path[512];          /* "" for the in-memory table */

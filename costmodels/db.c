@@ -64,6 +64,18 @@ static const char *const migrations[] = {
     "  created_at TEXT NOT NULL);"
     "CREATE INDEX coll_samples_by_config"
     "  ON coll_samples(backend, op, group_size, ranks_per_node, bytes);",
+    /* 1 -> 2: the ptprofile runs that wrote the samples: where, with what libraries,
+     * how they ended (an interrupted run says so and can be resumed). */
+    "CREATE TABLE profile_runs("
+    "  id INTEGER PRIMARY KEY,"
+    "  started_at TEXT NOT NULL,"
+    "  finished_at TEXT,"
+    "  host TEXT NOT NULL,"
+    "  device TEXT NOT NULL,"
+    "  backend TEXT NOT NULL,"
+    "  versions TEXT NOT NULL,"
+    "  command TEXT NOT NULL,"
+    "  status TEXT NOT NULL CHECK(status IN ('running', 'done', 'interrupted', 'failed')));",
 };
 
 enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };
@@ -719,4 +731,129 @@ int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
     pt_costdb_index_coll(db, (uint32_t)db->nc);
     db->nc++;
     return 0;
+}
+
+/* ---- Transactions, replacing samples, profile runs ------------------------------------ */
+
+int pt_costdb_begin(pt_costdb *db, pt_err *err)
+{
+    return db && db->sql ? exec(db, "BEGIN IMMEDIATE", err, "cannot start a transaction") : 0;
+}
+
+int pt_costdb_commit(pt_costdb *db, pt_err *err)
+{
+    return db && db->sql ? exec(db, "COMMIT", err, "cannot commit") : 0;
+}
+
+/* Reads every sample again after rows were deleted (the in-memory arrays are
+ * append-only). */
+static int reload(pt_costdb *db, pt_err *err)
+{
+    free(db->ks);
+    free(db->k_by_key);
+    free(db->k_by_x);
+    free(db->cs);
+    free(db->c_by_cfg);
+    db->ks = NULL, db->k_by_key = db->k_by_x = NULL, db->cs = NULL, db->c_by_cfg = NULL;
+    db->nk = db->capk = db->nc = db->capc = 0;
+    return load_kernels(db, err) || load_colls(db, err) || build_indexes(db, err) ? -1 : 0;
+}
+
+/* Runs a DELETE with the given text and double/integer bindings; reloads the
+ * in-memory tables when it removed rows. */
+static int delete_rows(pt_costdb *db, const char *sql, const char *types, pt_err *err, ...)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, "cannot replace samples");
+    va_list ap;
+    va_start(ap, err);
+    for (int i = 0; types[i]; i++) {
+        if (types[i] == 't')
+            sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
+        else if (types[i] == 'd')
+            sqlite3_bind_double(st, i + 1, va_arg(ap, double));
+        else
+            sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+    }
+    va_end(ap);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return sql_fail(db, err, "cannot replace samples");
+    return sqlite3_changes(db->sql) > 0 ? reload(db, err) : 0;
+}
+
+int pt_costdb_put_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
+                         double time_s, pt_source source, pt_err *err)
+{
+    if (db && db->sql && (unsigned)source <= PT_SOURCE_TRACE &&
+        delete_rows(db, "DELETE FROM kernel_samples WHERE device = ? AND op_key = ? AND"
+                        " source = ?", "ttt", err, device, op->key, source_names[source]))
+        return -1;
+    return pt_costdb_add_kernel(db, device, op, time_s, source, err);
+}
+
+int pt_costdb_put_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
+                       double time_s, pt_source source, pt_err *err)
+{
+    if (db && db->sql && (unsigned)source <= PT_SOURCE_TRACE && (unsigned)op->op < PT_COLL_COUNT &&
+        delete_rows(db, "DELETE FROM coll_samples WHERE backend = ? AND op = ? AND bytes = ?"
+                        " AND group_size = ? AND ranks_per_node = ? AND source = ?",
+                    "ttdiit", err, backend, pt_coll_name(op->op), op->bytes,
+                    (int64_t)op->group, (int64_t)op->ranks_per_node, source_names[source]))
+        return -1;
+    return pt_costdb_add_coll(db, backend, op, time_s, source, err);
+}
+
+bool pt_costdb_has_kernel(const pt_costdb *db, const char *device, const char *key)
+{
+    for (size_t i = 0; db && i < db->nk; i++)
+        if (strcmp(db->ks[i].device, device) == 0 && strcmp(db->ks[i].key, key) == 0)
+            return true;
+    return false;
+}
+
+int64_t pt_costdb_count_colls(const pt_costdb *db, const char *backend)
+{
+    int64_t n = 0;
+    for (size_t i = 0; db && i < db->nc; i++)
+        n += strcmp(db->cs[i].backend, backend) == 0;
+    return n;
+}
+
+int pt_costdb_run_begin(pt_costdb *db, const pt_profile_run *run, int64_t *id, pt_err *err)
+{
+    *id = 0;
+    if (!db || !db->sql)
+        return 0;
+    char now[32];
+    iso_now(now);
+    if (insert_row(db,
+                   "INSERT INTO profile_runs(started_at, host, device, backend, versions,"
+                   " command, status) VALUES(?, ?, ?, ?, ?, ?, 'running')",
+                   "tttttt", err, "cannot record the profile run", now, run->host, run->device,
+                   run->backend, run->versions, run->command))
+        return -1;
+    *id = sqlite3_last_insert_rowid(db->sql);
+    return 0;
+}
+
+int pt_costdb_run_end(pt_costdb *db, int64_t id, const char *status, pt_err *err)
+{
+    if (!db || !db->sql || id == 0)
+        return 0;
+    char now[32];
+    iso_now(now);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql,
+                           "UPDATE profile_runs SET finished_at = ?, status = ? WHERE id = ?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, err, "cannot record the end of the profile run");
+    sqlite3_bind_text(st, 1, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, status, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : sql_fail(db, err, "cannot record the end of the profile run");
 }

@@ -373,3 +373,29 @@ int pt_cluster_validate(const pt_cluster *c, const char *origin, pt_err *err)
         return -1;
     return 0;
 }
+
+/* ---- Profiled figures --------------------------------------------------------- */
+
+static bool fill_zero(double *field, double measured)
+{
+    if (*field != 0 || !(measured > 0))
+        return false;
+    *field = measured;
+    return true;
+}
+
+bool pt_cluster_apply_profile(pt_cluster *c, const pt_costdb *db)
+{
+    pt_cost_hw hw;
+    if (!db || pt_costdb_device(db, c->device.name, &hw, NULL))
+        return false;
+    bool changed = false;
+    for (int d = 0; d < PT_DTYPE_COUNT; d++)
+        changed |= fill_zero(&c->device.peak_flops[d], hw.peak_flops[d]);
+    changed |= fill_zero(&c->device.memory_bw_Bps, hw.mem_bw_Bps);
+    changed |= fill_zero(&c->intra.bw_Bps, hw.intra_bw_Bps);
+    changed |= fill_zero(&c->intra.latency_s, hw.intra_latency_s);
+    changed |= fill_zero(&c->inter.bw_Bps, hw.inter_bw_Bps);
+    changed |= fill_zero(&c->inter.latency_s, hw.inter_latency_s);
+    return changed;
+}

@@ -110,6 +110,10 @@ int pt_cluster_load_file(const char *path, pt_cluster *out, pt_err *err);
 int pt_cluster_from_json(const char *text, const char *origin, pt_cluster *out, pt_err *err);
 char *pt_cluster_to_json(const pt_cluster *c);
 int pt_cluster_validate(const pt_cluster *c, const char *origin, pt_err *err);
+/* Fills the figures the spec leaves at 0 (not yet profiled, as for `local`) from
+ * the description ptprofile stored for a device of the same name in `db`. Returns
+ * true when it changed anything. db may be NULL. */
+bool pt_cluster_apply_profile(pt_cluster *c, const pt_costdb *db);
 static inline int64_t pt_cluster_world(const pt_cluster *c)
 {
     return (int64_t)c->nodes * c->devices_per_node;

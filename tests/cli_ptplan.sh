@@ -51,11 +51,11 @@ run 0 --dump-cluster "$tmp/c.json"
 cmp -s "$tmp/out" "$tmp/c.json" || fail "dumped cluster does not load back identically"
 
 # A model from a file plans like the built-in it was dumped from.
-run 0 --model llama3-8b --layout tp=8 --json
+run 0 --model llama3-8b --cluster dgx-h100 --layout tp=8 --json
 cp "$tmp/out" "$tmp/builtin.out"
 run 0 --dump-model llama3-8b
 cp "$tmp/out" "$tmp/l8.json"
-run 0 --model "$tmp/l8.json" --layout tp=8 --json
+run 0 --model "$tmp/l8.json" --cluster dgx-h100 --layout tp=8 --json
 grep -v '"name"' "$tmp/out" >"$tmp/a"
 grep -v '"name"' "$tmp/builtin.out" >"$tmp/b"
 cmp -s "$tmp/a" "$tmp/b" || fail "a model file plans differently from its built-in"
@@ -73,22 +73,22 @@ out_has '"weights_bytes"' "breakdown in --layout --json"
 out_has '"valid": true' "valid layout"
 out_has '"fits": true' "llama3-8b fits with tp=4, zero 1 over dp=2"
 
-run 0 --model llama3-70b --nodes 4 --global-batch 128 \
+run 0 --model llama3-70b --cluster dgx-h100 --nodes 4 --global-batch 128 \
     --layout "tp=8,pp=4,vp=2,cp=1,dp=1,zero=0,mbs=1,recompute=selective,sp=1,schedule=interleaved" --explain
 out_has "stage 3:" "--explain lists every stage"
 out_has "predicted step" "the evaluated layout gets a step time"
 out_has "fits: yes" "llama3-70b on 32 GPUs fits"
 
-run 3 --model llama3-70b --layout "tp=1,dp=8,zero=0"
+run 3 --model llama3-70b --cluster dgx-h100 --layout "tp=1,dp=8,zero=0"
 out_has "fits: NO" "llama3-70b without sharding does not fit one GPU"
-run 3 --model llama3-70b --layout "tp=1,dp=8,zero=0" --explain
+run 3 --model llama3-70b --cluster dgx-h100 --layout "tp=1,dp=8,zero=0" --explain
 out_has "to fit, try" "--explain suggests what to change"
 
-run 3 --model llama3-8b --layout "tp=3,pp=1,dp=1" --explain
+run 3 --model llama3-8b --cluster dgx-h100 --layout "tp=3,pp=1,dp=1" --explain
 out_has "invalid" "tp=3 is invalid"
 out_has "heads_tp .*heads (32) are not divisible by tp (3)" "heads rule explained"
 out_has "world .*but the cluster has 8 ranks" "world rule explained"
-run 3 --model llama3-8b --layout "tp=2,pp=2,zero=2" --json
+run 3 --model llama3-8b --cluster dgx-h100 --layout "tp=2,pp=2,zero=2" --json
 out_has '"reason": "zero_pp"' "zero_pp reason in JSON"
 out_has '"valid": false' "invalid in JSON"
 
@@ -147,11 +147,11 @@ err_has "layerz" "unknown field named"; one_line_error "unknown field"
 sed 's/"hidden": 64/"hidden": 0/' "$tmp/tiny.json" >"$tmp/zero.json"
 run 1 --model "$tmp/zero.json"
 err_has "hidden" "impossible size named"; one_line_error "impossible size"
-run 1 --layout "tp=2,foo=1"
+run 1 --cluster dgx-h100 --layout "tp=2,foo=1"
 err_has "unknown key 'foo'" "unknown layout key"; one_line_error "unknown layout key"
-run 1 --layout "tp=x"
+run 1 --cluster dgx-h100 --layout "tp=x"
 err_has "tp=x" "bad layout value"; one_line_error "bad layout value"
-run 1 --layout "tp=3"
+run 1 --cluster dgx-h100 --layout "tp=3"
 err_has "does not divide the world size 8" "underivable dp"; one_line_error "underivable dp"
 run 1 --nodes 0
 err_has "nodes" "zero nodes"; one_line_error "zero nodes"
@@ -169,7 +169,7 @@ run 1 --bogus
 err_has "unknown option '--bogus'" "unknown option"; one_line_error "unknown option"
 run 1 --model
 err_has "needs a value" "missing value"; one_line_error "missing value"
-run 1 --layout tp=1 --groups tp=1
+run 1 --cluster dgx-h100 --layout tp=1 --groups tp=1
 err_has "choose one" "two modes"
 run 1 --explain
 err_has "--explain goes with --layout" "explain alone"

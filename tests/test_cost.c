@@ -590,7 +590,7 @@ static void test_open_errors(void)
     make_v1(path);
     sql_script(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
     expect_open_error(path, PT_COSTDB_READ, "schema version 99 is newer than this build "
-                                            "understands (1); update ptplan");
+                                            "understands (2); update ptplan");
 
     path_in_tmp(path, sizeof path, "badversion.db");
     make_v1(path);
@@ -750,7 +750,8 @@ static void test_migration(void)
     }
     pt_costdb_id id;
     pt_costdb_identity(db, &id);
-    CHECK_INT(id.schema_version, 1);
+    CHECK_INT(id.schema_version, pt_costdb_schema_version());
+    CHECK_INT(id.schema_version, 2);
     CHECK_INT(id.kernel_samples, 0);
     pt_coll_op op = cop(PT_COLL_ALLGATHER, 1e6, 8, 8);
     CHECK_INT(pt_costdb_add_coll(db, "nccl", &op, 1e-4, PT_SOURCE_PROFILE, &err), 0);
@@ -762,13 +763,14 @@ static void test_migration(void)
     CHECK_INT(sqlite3_prepare_v2(s, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
                                  &st, NULL), SQLITE_OK);
     CHECK_INT(sqlite3_step(st), SQLITE_ROW);
-    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "1");
+    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "2");
     sqlite3_finalize(st);
     CHECK_INT(sqlite3_prepare_v2(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
-                                    " AND name IN ('devices', 'kernel_samples', 'coll_samples')",
+                                    " AND name IN ('devices', 'kernel_samples', 'coll_samples',"
+                                    " 'profile_runs')",
                                  -1, &st, NULL), SQLITE_OK);
     CHECK_INT(sqlite3_step(st), SQLITE_ROW);
-    CHECK_INT(sqlite3_column_int(st, 0), 3);
+    CHECK_INT(sqlite3_column_int(st, 0), 4);
     sqlite3_finalize(st);
     sqlite3_close(s);
 
@@ -810,6 +812,62 @@ static void remove_tree(void)
     rmdir(tmpdir);
 }
 
+/* Measuring again replaces a sample instead of adding a repeat; runs are recorded. */
+static void test_put_and_runs(void)
+{
+    char path[600];
+    path_in_tmp(path, sizeof path, "put.db");
+    pt_costdb *db;
+    pt_err err;
+    CHECK_INT(pt_costdb_open(path, PT_COSTDB_CREATE, &db, &err), 0);
+    if (!db)
+        return;
+    pt_profile_run run = {.host = "h", .device = "cpu", .backend = "mpi",
+                          .versions = "OpenBLAS x", .command = "ptprofile --quick"};
+    int64_t id;
+    CHECK_INT(pt_costdb_run_begin(db, &run, &id, &err), 0);
+    CHECK(id > 0);
+    pt_kernel_op g = kop("gemm:fp32:m=64,n=64,k=64", PT_DTYPE_FP32, 2.0 * 64 * 64 * 64, 49152);
+    pt_coll_op c = cop(PT_COLL_ALLREDUCE, 4096, 2, 2);
+    CHECK(!pt_costdb_has_kernel(db, "cpu", g.key));
+    CHECK_INT(pt_costdb_begin(db, &err), 0);
+    CHECK_INT(pt_costdb_put_kernel(db, "cpu", &g, 1e-4, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_costdb_put_kernel(db, "cpu", &g, 2e-4, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_costdb_put_coll(db, "mpi", &c, 1e-5, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_costdb_put_coll(db, "mpi", &c, 3e-5, PT_SOURCE_PROFILE, &err), 0);
+    /* A trace sample of the same op is kept beside the profile one. */
+    CHECK_INT(pt_costdb_put_kernel(db, "cpu", &g, 5e-4, PT_SOURCE_TRACE, &err), 0);
+    CHECK_INT(pt_costdb_commit(db, &err), 0);
+    CHECK_INT(pt_costdb_run_end(db, id, "done", &err), 0);
+    CHECK(pt_costdb_has_kernel(db, "cpu", g.key));
+    CHECK_INT(pt_costdb_count_colls(db, "mpi"), 1);
+    pt_costdb_close(db);
+
+    CHECK_INT(pt_costdb_open(path, PT_COSTDB_READ, &db, &err), 0);
+    pt_costdb_id ident;
+    pt_costdb_identity(db, &ident);
+    CHECK_INT(ident.kernel_samples, 2);
+    CHECK_INT(ident.coll_samples, 1);
+    pt_cost_hw hw = h100();
+    snprintf(hw.device, sizeof hw.device, "cpu");
+    snprintf(hw.backend, sizeof hw.backend, "mpi");
+    /* median of the profile (2e-4) and trace (5e-4) samples: 3.5e-4 */
+    CHECK_NEAR(pt_cost_kernel(db, &hw, &g).time_s, 3.5e-4, 1e-12);
+    CHECK_NEAR(pt_cost_coll(db, &hw, &c).time_s, 3e-5, 1e-12);
+    pt_costdb_close(db);
+
+    sqlite3 *s;
+    sqlite3_stmt *st;
+    CHECK_INT(sqlite3_open(path, &s), SQLITE_OK);
+    CHECK_INT(sqlite3_prepare_v2(s, "SELECT status, finished_at IS NOT NULL FROM profile_runs",
+                                 -1, &st, NULL), SQLITE_OK);
+    CHECK_INT(sqlite3_step(st), SQLITE_ROW);
+    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "done");
+    CHECK_INT(sqlite3_column_int(st, 1), 1);
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_cost.XXXXXX");
@@ -826,6 +884,7 @@ int main(void)
     test_open_errors();
     test_insert_errors();
     test_migration();
+    test_put_and_runs();
     remove_tree();
     return pt_check_result();
 }

@@ -25,10 +25,11 @@ static const char usage_text[] =
     "those that fit, lists the fastest and writes plan.json for the best.\n"
     "\n"
     "What to plan (defaults in brackets):\n"
-    "  --model NAME|FILE       built-in model or model JSON file [llama3-8b]\n"
-    "  --cluster NAME|FILE     built-in cluster or cluster JSON file [dgx-h100]\n"
+    "  --model NAME|FILE       built-in model or model JSON file [tiny]\n"
+    "  --cluster NAME|FILE     built-in cluster or cluster JSON file [local: this\n"
+    "                          machine, one rank per core, as ptprofile measured it]\n"
     "  --nodes N               number of nodes [the cluster's own]\n"
-    "  --global-batch B        sequences per optimizer step [512]\n"
+    "  --global-batch B        sequences per optimizer step [64]\n"
     "  --seq S                 sequence length [the model's own]\n"
     "  --precision P           bf16 (fp32 grads), bf16-grad16 or fp32\n"
     "                          [bf16 on GPUs, fp32 on CPUs]\n"
@@ -122,7 +123,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"timeline", 1, 0, O_TIMELINE}, {"sim-top", 1, 0, O_SIMTOP}, {"steps", 1, 0, O_STEPS},
         {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA},
         {0, 0, 0, 0}};
-    *o = (options){.model = "llama3-8b", .cluster = "dgx-h100", .global_batch = 512,
+    *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
                    .out = "plan.json", .sim_top = 1000, .steps = 50, .lr = 3e-4, .seed = 1234};
     opterr = 0;
@@ -319,6 +320,8 @@ static int open_costs(const options *o, job *j)
         return 0;
     if (pt_costdb_open(j->db_path, PT_COSTDB_READ, &j->db, &err))
         return pt_tool_fail("%s", err.msg);
+    /* An unprofiled spec (the local machine) takes what ptprofile measured. */
+    pt_cluster_apply_profile(&j->c, j->db);
     return 0;
 }
 
@@ -383,8 +386,10 @@ void print_job_header(const job *j)
 {
     char order[32];
     pt_order_format(j->eo.order, order, sizeof order);
-    printf("model   %s: %.2fB parameters, %lld layers, hidden %lld, seq %lld\n", j->m.name,
-           (double)pt_model_params_total(&j->m) / 1e9, (long long)j->m.layers,
+    double params = (double)pt_model_params_total(&j->m);
+    printf("model   %s: %.3g%s parameters, %lld layers, hidden %lld, seq %lld\n", j->m.name,
+           params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
+           (long long)j->m.layers,
            (long long)j->m.hidden, (long long)j->m.seq);
     printf("cluster %s: %d node(s) x %d %s, %.1f GiB each; layouts may use %.0f%% = %.1f "
            "GiB\n", j->c.name, j->c.nodes, j->c.devices_per_node, j->c.device.name,

@@ -1,0 +1,409 @@
+/*
+ * ptprofile — measures this machine into the cost tables. It asks the planner which
+ * op keys a model's layouts on a cluster will need (or sweeps a standard set), times
+ * those GEMMs through OpenBLAS, characterises the device (peak sgemm rate, memory
+ * bandwidth), runs the collective profiler under mpirun, and writes everything into
+ * costs.db, replacing older measurements of the same ops. Each sample is committed
+ * as it is measured, so an interrupted run keeps its work and `--resume` skips it.
+ * Exit code: 0 done, 1 bad input or failure, 130 interrupted.
+ */
+#include "ptplan.h"
+#include "ptprofile.h"
+#include "ptconfig.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+    "usage: ptprofile [options]\n"
+    "\n"
+    "Measures this machine into the cost tables that ptplan predicts from: the GEMMs a\n"
+    "model's layouts need (through OpenBLAS), the device's peak rate and memory\n"
+    "bandwidth, and collectives (MPI, under mpirun) over sizes and group sizes.\n"
+    "\n"
+    "  --db FILE            cost table to write [$PT_COSTS_DB, else\n"
+    "                       ~/.local/share/ptplan/costs.db]; created when missing\n"
+    "  --model NAME|FILE    profile the op keys of this model's layouts [tiny]\n"
+    "  --cluster NAME|FILE  ... on this cluster [local]\n"
+    "  --nodes N --global-batch B --seq S   as for ptplan [1, 64, the model's]\n"
+    "  --sweep              also time a standard set of square and skinny GEMMs\n"
+    "  --quick              fewer repeats and a short collective sweep (1 KiB-16 MiB):\n"
+    "                       enough for the default job in under a minute\n"
+    "  --backend cpu|cuda   compute backend to measure [cpu]\n"
+    "  --np N               ranks for the collectives [the cluster's devices per node,\n"
+    "                       at least 2]\n"
+    "  --no-collectives     skip the collectives (no mpirun needed)\n"
+    "  --repeats N          timed repeats per point, median kept [5; 3 with --quick]\n"
+    "  --max-gflop X        skip GEMMs above X GFLOP [50]\n"
+    "  --resume             skip ops that already have a sample in the table\n"
+    "  -h, --help           this text\n";
+
+typedef struct {
+    const char *db, *model, *cluster, *backend;
+    int64_t nodes, global_batch, seq, np, repeats;
+    double max_gflop;
+    bool sweep, quick, no_coll, resume;
+} prof_opts;
+
+static int parse_int(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (!*val || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "ptprofile: %s %s: expected an integer from %lld to %lld\n", opt, val,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, prof_opts *o)
+{
+    enum { O_DB = 256, O_MODEL, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_SWEEP, O_QUICK, O_BACKEND,
+           O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME };
+    static const struct option longopts[] = {
+        {"db", 1, 0, O_DB}, {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER},
+        {"nodes", 1, 0, O_NODES}, {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ},
+        {"sweep", 0, 0, O_SWEEP}, {"quick", 0, 0, O_QUICK}, {"backend", 1, 0, O_BACKEND},
+        {"np", 1, 0, O_NP}, {"no-collectives", 0, 0, O_NOCOLL}, {"repeats", 1, 0, O_REPEATS},
+        {"max-gflop", 1, 0, O_MAXGF}, {"resume", 0, 0, O_RESUME}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (prof_opts){.model = "tiny", .cluster = "local", .backend = "cpu", .global_batch = 64,
+                     .max_gflop = 50};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        int bad = 0;
+        int64_t gf;
+        switch (c) {
+        case O_DB: o->db = optarg; break;
+        case O_MODEL: o->model = optarg; break;
+        case O_CLUSTER: o->cluster = optarg; break;
+        case O_NODES: bad = parse_int("--nodes", optarg, 1, 1 << 20, &o->nodes); break;
+        case O_GB: bad = parse_int("--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
+            break;
+        case O_SEQ: bad = parse_int("--seq", optarg, 1, 1LL << 30, &o->seq); break;
+        case O_SWEEP: o->sweep = true; break;
+        case O_QUICK: o->quick = true; break;
+        case O_BACKEND: o->backend = optarg; break;
+        case O_NP: bad = parse_int("--np", optarg, 2, 4096, &o->np); break;
+        case O_NOCOLL: o->no_coll = true; break;
+        case O_REPEATS: bad = parse_int("--repeats", optarg, 1, 64, &o->repeats); break;
+        case O_MAXGF:
+            bad = parse_int("--max-gflop", optarg, 1, 1 << 30, &gf);
+            o->max_gflop = (double)gf;
+            break;
+        case O_RESUME: o->resume = true; break;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        case ':':
+            fprintf(stderr, "ptprofile: option %s needs a value (see ptprofile --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        default:
+            fprintf(stderr, "ptprofile: unknown option '%s' (see ptprofile --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        }
+        if (bad)
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ptprofile: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (strcmp(o->backend, "cpu") != 0 && strcmp(o->backend, "cuda") != 0) {
+        fprintf(stderr, "ptprofile: --backend %s: expected cpu or cuda\n", o->backend);
+        return -1;
+    }
+    if (!o->repeats)
+        o->repeats = o->quick ? 3 : 5;
+    return 0;
+}
+
+/* ---- What to measure ------------------------------------------------------------------- */
+
+typedef struct {
+    pt_kernel_op *v;
+    int n, cap;
+    bool oom;
+} op_set;
+
+static void op_set_add(op_set *s, const pt_kernel_op *op)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->v[i].key, op->key) == 0)
+            return;
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        pt_kernel_op *v = realloc(s->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            s->oom = true;
+            return;
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = *op;
+}
+
+typedef struct {
+    const job *j;
+    op_set *ops;
+} collect_ctx;
+
+/* Every GEMM of a fitting layout's op lists: the keys ptplan will look up. */
+static int collect_gemms(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    (void)mem;
+    collect_ctx *c = ctx;
+    if (!fits)
+        return 0;
+    pt_opctx oc;
+    pt_opctx_init(&oc, &c->j->m, l, &c->j->t, &c->j->c);
+    pt_oplist o = {0};
+    int rc = pt_ops_layer(&oc, false, &o) || pt_ops_layer(&oc, true, &o) ||
+             pt_ops_embed(&oc, false, &o) || pt_ops_embed(&oc, true, &o) ||
+             pt_ops_head(&oc, false, &o) || pt_ops_head(&oc, true, &o);
+    for (int i = 0; rc == 0 && i < o.n; i++)
+        if (o.op[i].cls == PT_OP_KERNEL && strncmp(o.op[i].kernel.key, "gemm:", 5) == 0)
+            op_set_add(c->ops, &o.op[i].kernel);
+    pt_oplist_free(&o);
+    return rc || c->ops->oom;
+}
+
+static void add_gemm(op_set *s, int64_t m, int64_t n, int64_t k)
+{
+    pt_kernel_op op = {.dtype = PT_DTYPE_FP32, .flops = 2.0 * (double)m * (double)n * (double)k,
+                       .bytes = 4.0 * (double)(m * k + n * k + m * n)};
+    snprintf(op.key, sizeof op.key, "gemm:fp32:m=%lld,n=%lld,k=%lld", (long long)m,
+             (long long)n, (long long)k);
+    op_set_add(s, &op);
+}
+
+/* Squares from 32 to 2048 and the skinny shapes of small-batch layers, so that
+ * interpolation over FLOPs has samples on both sides of most questions. */
+static void standard_sweep(op_set *s)
+{
+    for (int64_t x = 32; x <= 2048; x *= 2) {
+        add_gemm(s, x, x, x);
+        add_gemm(s, 4 * x, x, x);
+        add_gemm(s, x, 4 * x, x);
+    }
+}
+
+static int cmp_flops(const void *a, const void *b)
+{
+    double x = ((const pt_kernel_op *)a)->flops, y = ((const pt_kernel_op *)b)->flops;
+    return (x > y) - (x < y);
+}
+
+/* ---- Measuring ----------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *device,
+                         int64_t *measured, pt_err *err)
+{
+    double total = 0;
+    for (int i = 0; i < ops->n; i++)
+        total += ops->v[i].flops;
+    pt_progress p;
+    pt_progress_start(&p, ops->n, total);
+    for (int i = 0; i < ops->n && !interrupted; i++) {
+        const pt_kernel_op *op = &ops->v[i];
+        int64_t m, n, k;
+        char result[64];
+        if (o->resume && pt_costdb_has_kernel(j->db, device, op->key)) {
+            pt_progress_step(&p, op->flops, op->key, "kept");
+            continue;
+        }
+        if (op->flops > o->max_gflop * 1e9 || pt_prof_gemm_shape(op->key, &m, &n, &k)) {
+            pt_progress_step(&p, op->flops, op->key, "skipped (over --max-gflop)");
+            continue;
+        }
+        double t = pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0);
+        if (t <= 0)
+            return pt_err_set(err, "out of memory timing %s", op->key);
+        pt_kernel_op rec = *op;
+        rec.dtype = PT_DTYPE_FP32; /* what the CPU backend computes in */
+        if (pt_costdb_put_kernel(j->db, device, &rec, t, PT_SOURCE_PROFILE, err))
+            return -1;
+        (*measured)++;
+        snprintf(result, sizeof result, "%.3g ms, %.2f GFLOP/s", 1e3 * t, op->flops / t / 1e9);
+        pt_progress_step(&p, op->flops, op->key, result);
+    }
+    pt_progress_end(&p);
+    return 0;
+}
+
+/* The device description: measured peak and bandwidth; links from the collectives. */
+static int describe_device(const prof_opts *o, job *j, const char *device, double link_bw,
+                           double link_lat, pt_err *err)
+{
+    pt_cost_hw hw;
+    pt_cost_hw_of(&j->c, &hw);
+    snprintf(hw.device, sizeof hw.device, "%s", device);
+    hw.peak_flops[PT_DTYPE_FP32] = pt_prof_cpu_peak_flops(o->quick ? 3 : 5);
+    hw.mem_bw_Bps = pt_prof_cpu_mem_bw(o->quick ? (64LL << 20) : (256LL << 20), o->repeats);
+    if (link_bw > 0) {
+        hw.intra_bw_Bps = link_bw;
+        hw.intra_latency_s = link_lat;
+    }
+    printf("device %s: sgemm %.2f GFLOP/s per core, memory %.2f GB/s", device,
+           hw.peak_flops[PT_DTYPE_FP32] / 1e9, hw.mem_bw_Bps / 1e9);
+    if (link_bw > 0)
+        printf(", shared-memory link %.2f GB/s, %.1f us", link_bw / 1e9, 1e6 * link_lat);
+    printf("\n");
+    return pt_costdb_add_device(j->db, &hw, err);
+}
+
+/* ---- Main ------------------------------------------------------------------------------------ */
+
+static int open_db(const prof_opts *o, job *j, pt_err *err)
+{
+    const char *env = getenv("PT_COSTS_DB"), *home = getenv("HOME");
+    if (o->db)
+        snprintf(j->db_path, sizeof j->db_path, "%s", o->db);
+    else if (env && *env)
+        snprintf(j->db_path, sizeof j->db_path, "%s", env);
+    else {
+        char dir[400];
+        snprintf(dir, sizeof dir, "%s/.local/share/ptplan", home ? home : ".");
+        /* Create the default folder (and its parents) when missing. */
+        for (char *p = dir + 1; *p; p++)
+            if (*p == '/') {
+                *p = '\0';
+                mkdir(dir, 0755);
+                *p = '/';
+            }
+        mkdir(dir, 0755);
+        snprintf(j->db_path, sizeof j->db_path, "%s/costs.db", dir);
+    }
+    return pt_costdb_open(j->db_path, PT_COSTDB_CREATE, &j->db, err);
+}
+
+static int load(const prof_opts *o, job *j, pt_err *err)
+{
+    memset(j, 0, sizeof *j);
+    if (pt_model_get(o->model, &j->m, err) || pt_cluster_get(o->cluster, &j->c, err))
+        return -1;
+    if (o->nodes)
+        j->c.nodes = (int)o->nodes;
+    if (o->seq) {
+        j->m.seq = o->seq;
+        if (pt_model_validate(&j->m, "--seq", err))
+            return -1;
+    }
+    pt_train_default(&j->t, &j->c);
+    j->t.global_batch = o->global_batch;
+    pt_enum_opts_default(&j->eo);
+    if (strcmp(o->backend, "cpu") == 0) {
+        if (strncmp(j->c.device.name, "cpu", 3) != 0)
+            return pt_err_set(err, "--backend cpu measures this machine's CPU, but cluster "
+                                   "'%s' has %s devices: use --cluster local", j->c.name,
+                              j->c.device.name);
+        j->t.precision = PT_PREC_FP32;
+    } else {
+        return pt_err_set(err, "--backend cuda: this build has no CUDA profiler (nvcc %s); "
+                               "GEMMs on GPUs are measured by the CUDA build",
+                          PT_HAVE_CUDA ? "found, but no GPU code path is built yet" :
+                                         "not found");
+    }
+    return 0;
+}
+
+static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
+{
+    const char *device = j->c.device.name;
+    op_set ops = {0};
+    collect_ctx cc = {.j = j, .ops = &ops};
+    pt_enum_counts counts;
+    pt_enum_layouts(&j->m, &j->c, &j->t, &j->eo, collect_gemms, &cc, &counts);
+    if (o->sweep)
+        standard_sweep(&ops);
+    if (ops.oom) {
+        free(ops.v);
+        return pt_err_set(err, "out of memory collecting op keys");
+    }
+    qsort(ops.v, (size_t)ops.n, sizeof *ops.v, cmp_flops);
+    printf("ptprofile: %d GEMM shapes from %lld layouts of %s on %s%s -> %s\n", ops.n,
+           (long long)counts.fit, j->m.name, j->c.name, o->sweep ? " and the sweep" : "",
+           j->db_path);
+    fflush(stdout);
+    int64_t measured = 0, colls = 0;
+    double link_bw = 0, link_lat = 0;
+    char library[256] = "";
+    int rc = measure_gemms(o, j, &ops, device, &measured, err);
+    free(ops.v);
+    if (rc == 0 && !interrupted && !o->no_coll &&
+        !(o->resume && pt_costdb_count_colls(j->db, "mpi") > 0)) {
+        char scratch[512];
+        snprintf(scratch, sizeof scratch, "%s", j->db_path);
+        pt_coll_job cj = {.np = o->np ? (int)o->np
+                                      : (j->c.devices_per_node > 1 ? j->c.devices_per_node : 2),
+                          .quick = o->quick, .repeats = o->repeats, .backend = "mpi",
+                          .self_dir = self_dir, .scratch = dirname(scratch)};
+        printf("ptprofile: collectives on %d MPI ranks\n", cj.np);
+        rc = pt_prof_collectives(&cj, j->db, library, sizeof library, &colls, &link_bw,
+                                 &link_lat, err);
+    }
+    if (rc == 0 && !interrupted)
+        rc = describe_device(o, j, device, link_bw, link_lat, err);
+    if (rc == 0)
+        printf("ptprofile: %lld GEMMs and %lld collective points measured into %s%s\n",
+               (long long)measured, (long long)colls, j->db_path,
+               interrupted ? " before the interruption (--resume continues)" : "");
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    prof_opts o;
+    if (parse_options(argc, argv, &o))
+        return 1;
+    job j;
+    pt_err err;
+    if (load(&o, &j, &err) || open_db(&o, &j, &err)) {
+        fprintf(stderr, "ptprofile: %s\n", err.msg);
+        return 1;
+    }
+    char self[1024] = ".";
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0)
+        self[len] = '\0';
+    pt_profile_run pr = {.backend = "mpi"};
+    gethostname(pr.host, sizeof pr.host - 1);
+    snprintf(pr.device, sizeof pr.device, "%s", j.c.device.name);
+    snprintf(pr.versions, sizeof pr.versions, "ptprofile %s; %s", PT_VERSION,
+             pt_prof_cpu_init(1));
+    for (int i = 0; i < argc; i++)
+        snprintf(pr.command + strlen(pr.command), sizeof pr.command - strlen(pr.command),
+                 "%s%s", i ? " " : "", argv[i]);
+    int64_t run_id;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    int rc = pt_costdb_run_begin(j.db, &pr, &run_id, &err);
+    if (rc == 0)
+        rc = run(&o, &j, dirname(self), &err);
+    if (rc)
+        fprintf(stderr, "ptprofile: %s\n", err.msg);
+    pt_err end_err;
+    if (pt_costdb_run_end(j.db, run_id, rc ? "failed" : interrupted ? "interrupted" : "done",
+                          &end_err))
+        fprintf(stderr, "ptprofile: %s\n", end_err.msg);
+    pt_costdb_close(j.db);
+    return rc ? 1 : interrupted ? 130 : 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * Internal to the ptprofile command: the measurement pieces its main file drives.
+ * ptprofile_cpu.c times GEMMs through OpenBLAS and characterises the CPU (peak sgemm
+ * rate, memory bandwidth); ptprofile_coll.c (the front end's side) runs the
+ * collective profiler under mpirun and reads its results; progress.c draws progress.
+ */
+#ifndef PT_TOOLS_PTPROFILE_H
+#define PT_TOOLS_PTPROFILE_H
+
+#include "planner.h"
+
+#include <signal.h>
+
+/* ---- CPU measurements (ptprofile_cpu.c) ---------------------------------------------- */
+
+/* Sets the BLAS threads (one rank per core: 1). Returns the library's description. */
+const char *pt_prof_cpu_init(int threads);
+/* Median seconds of `repeats` timed runs (after one warm-up) of the fp32 GEMM
+ * out(m,n) = a(m,k)·b(n,k)^T, the layout the runtime's forward uses. Fewer repeats
+ * when one run exceeds `budget_s`. -1 when out of memory. */
+double pt_prof_gemm(int64_t m, int64_t n, int64_t k, int repeats, double budget_s);
+/* Best sgemm rate (FLOP/s) on a square problem and streaming bandwidth (bytes/s). */
+double pt_prof_cpu_peak_flops(int repeats);
+double pt_prof_cpu_mem_bw(int64_t bytes, int repeats);
+/* Parses "gemm:<dtype>:m=..,n=..,k=.." into its sizes; -1 when it is not one. */
+int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k);
+
+/* ---- Progress (ptprofile.c) ------------------------------------------------------------- */
+
+typedef struct {
+    bool tty;          /* draw a bar with \r on a terminal, else plain lines */
+    int64_t total, done;
+    double start_s;
+    double work_total, work_done; /* for the ETA: expected cost units */
+} pt_progress;
+
+void pt_progress_start(pt_progress *p, int64_t total, double work_total);
+void pt_progress_step(pt_progress *p, double work, const char *what, const char *result);
+void pt_progress_end(pt_progress *p);
+double pt_prof_now_s(void);
+
+/* ---- Collectives (ptprofile_coll_run.c) ------------------------------------------------- */
+
+typedef struct {
+    int np;                  /* ranks to launch */
+    bool quick;
+    int repeats;
+    const char *backend;     /* "mpi" or "nccl" */
+    const char *self_dir;    /* folder of the ptprofile binary (ptprofile-coll is beside it) */
+    const char *scratch;     /* where the results file goes */
+} pt_coll_job;
+
+/* Runs the collective profiler under mpirun, then stores its samples (replacing
+ * older ones) and returns the MPI library line in `library`. Clear errors when
+ * mpirun or the profiler is missing or the run fails. */
+int pt_prof_collectives(const pt_coll_job *job, pt_costdb *db, char *library, size_t n,
+                        int64_t *stored, double *link_bw_Bps, double *link_latency_s,
+                        pt_err *err);
+
+#endif
