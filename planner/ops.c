@@ -290,28 +290,63 @@ static void zero3_gather(builder *b)
 
 /* ---- Transformer layer ---------------------------------------------------------- */
 
-static void layer_forward(builder *b, const dims *d)
+/* The column-parallel projections of a block, each its own GEMM on the same input:
+ * q, k and v of attention (separate, so the attention kernel reads contiguous
+ * heads), gate and up of SwiGLU, up of GELU, the output head. */
+typedef struct {
+    const char *name;
+    int64_t n_out; /* output features on this rank */
+} proj;
+
+static int attention_projs(const dims *d, proj p[3])
 {
-    int64_t T = d->tokens, h = d->h, t = d->t;
-    int64_t up = (b->c->m->act == PT_ACT_SWIGLU ? 2 : 1) * d->f / t;
-    zero3_gather(b);
-    norm(b, d, "norm1", false);
+    p[0] = (proj){"q", d->h / d->t};
+    p[1] = (proj){"k", d->kvd / d->t};
+    p[2] = (proj){"v", d->kvd / d->t};
+    return 3;
+}
+
+static int mlp_projs(const builder *b, const dims *d, proj p[2])
+{
+    if (b->c->m->act == PT_ACT_SWIGLU) {
+        p[0] = (proj){"mlp_gate", d->f / d->t};
+        p[1] = (proj){"mlp_up", d->f / d->t};
+        return 2;
+    }
+    p[0] = (proj){"mlp_up", d->f / d->t};
+    return 1;
+}
+
+static void column_parallel_fwd(builder *b, const dims *d, const proj *p, int np)
+{
     tp_enter(b, d);
-    gemm(b, "qkv", T, (h + 2 * d->kvd) / t, h);
-    rope(b, d, false);
-    if (b->c->l->cp > 1)
-        cp_ring(b, d, false);
-    attention_core(b, d, false);
-    gemm(b, "attn_out", T, h, h / t);
-    tp_exit(b, d);
-    residual_add(b, d, "add1");
-    norm(b, d, "norm2", false);
-    tp_enter(b, d);
-    gemm(b, "mlp_up", T, up, h);
-    activation(b, d, false);
-    gemm(b, "mlp_down", T, h, d->f / t);
-    tp_exit(b, d);
-    residual_add(b, d, "add2");
+    for (int i = 0; i < np; i++)
+        gemm(b, p[i].name, d->tokens, p[i].n_out, d->h);
+}
+
+/* Backward of the column-parallel projections of one input: the data gradients
+ * (summed into one), with sp the input gathered again for the weight gradients
+ * (Megatron keeps it sharded), the weight gradients, then one reduce-scatter (sp) or
+ * all-reduce of the input gradient. */
+static void column_parallel_bwd(builder *b, const dims *d, const proj *p, int np)
+{
+    char name[24];
+    for (int i = 0; i < np; i++) {
+        snprintf(name, sizeof name, "%s_dgrad", p[i].name);
+        gemm(b, name, d->tokens, d->h, p[i].n_out);
+    }
+    if (b->c->l->sp)
+        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
+             d->ab * (double)d->tokens * (double)d->h, 1, false);
+    for (int i = 0; i < np; i++) {
+        snprintf(name, sizeof name, "%s_wgrad", p[i].name);
+        gemm(b, name, p[i].n_out, d->h, d->tokens);
+    }
+    double bytes = d->ab * (double)d->tokens * (double)d->h;
+    if (b->c->l->sp)
+        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, false);
+    else
+        coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
 }
 
 /* Backward of a row-parallel GEMM (input width k_in = n_in/t): with sp the incoming
@@ -321,32 +356,36 @@ static void row_parallel_bwd(builder *b, const dims *d, const char *dgrad, const
 {
     tp_enter(b, d);
     gemm(b, dgrad, d->tokens, k_in, d->h);
-    gemm(b, wgrad, k_in, d->h, d->tokens);
+    gemm(b, wgrad, d->h, k_in, d->tokens);
 }
 
-/* Backward of a column-parallel GEMM with output width n_out (already split): with
- * sp the input is gathered again for the weight gradient (Megatron keeps it
- * sharded) and the data gradient reduce-scattered; without sp all-reduced. */
-static void column_parallel_bwd(builder *b, const dims *d, const char *dgrad, const char *wgrad,
-                                int64_t n_out)
+static void layer_forward(builder *b, const dims *d)
 {
-    gemm(b, dgrad, d->tokens, d->h, n_out);
-    if (b->c->l->sp)
-        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
-             d->ab * (double)d->tokens * (double)d->h, 1, false);
-    gemm(b, wgrad, d->h, n_out, d->tokens);
-    double bytes = d->ab * (double)d->tokens * (double)d->h;
-    if (b->c->l->sp)
-        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, false);
-    else
-        coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
+    proj attn[3], mlp[2];
+    int na = attention_projs(d, attn), nm = mlp_projs(b, d, mlp);
+    zero3_gather(b);
+    norm(b, d, "norm1", false);
+    column_parallel_fwd(b, d, attn, na);
+    rope(b, d, false);
+    if (b->c->l->cp > 1)
+        cp_ring(b, d, false);
+    attention_core(b, d, false);
+    gemm(b, "attn_out", d->tokens, d->h, d->h / d->t);
+    tp_exit(b, d);
+    residual_add(b, d, "add1");
+    norm(b, d, "norm2", false);
+    column_parallel_fwd(b, d, mlp, nm);
+    activation(b, d, false);
+    gemm(b, "mlp_down", d->tokens, d->h, d->f / d->t);
+    tp_exit(b, d);
+    residual_add(b, d, "add2");
 }
 
 static void layer_backward(builder *b, const dims *d)
 {
     const pt_opctx *c = b->c;
-    int64_t t = d->t;
-    int64_t up = (c->m->act == PT_ACT_SWIGLU ? 2 : 1) * d->f / t;
+    proj attn[3], mlp[2];
+    int na = attention_projs(d, attn), nm = mlp_projs(b, d, mlp);
     if (c->l->recompute == PT_RECOMPUTE_FULL) {
         b->recompute = true; /* the whole forward again, gathers included */
         layer_forward(b, d);
@@ -354,11 +393,11 @@ static void layer_backward(builder *b, const dims *d)
     } else {
         zero3_gather(b); /* ZeRO-3 freed the weights after the forward */
     }
-    row_parallel_bwd(b, d, "mlp_down_dgrad", "mlp_down_wgrad", d->f / t);
+    row_parallel_bwd(b, d, "mlp_down_dgrad", "mlp_down_wgrad", d->f / d->t);
     activation(b, d, true);
-    column_parallel_bwd(b, d, "mlp_up_dgrad", "mlp_up_wgrad", up);
+    column_parallel_bwd(b, d, mlp, nm);
     norm(b, d, "norm2_bwd", true);
-    row_parallel_bwd(b, d, "attn_out_dgrad", "attn_out_wgrad", d->h / t);
+    row_parallel_bwd(b, d, "attn_out_dgrad", "attn_out_wgrad", d->h / d->t);
     if (c->l->recompute == PT_RECOMPUTE_SELECTIVE) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);
@@ -368,7 +407,7 @@ static void layer_backward(builder *b, const dims *d)
     if (c->l->cp > 1)
         cp_ring(b, d, true);
     rope(b, d, true);
-    column_parallel_bwd(b, d, "qkv_dgrad", "qkv_wgrad", (d->h + 2 * d->kvd) / t);
+    column_parallel_bwd(b, d, attn, na);
     norm(b, d, "norm1_bwd", true);
     if (c->l->zero >= 2) { /* ZeRO-2/3 reduce-scatter each layer's gradients at once */
         double bytes = (double)pt_params_layer(c->m, c->l->tp) * c->prec.grad_bytes;
@@ -424,15 +463,15 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
      * target logit are all-reduced over tp (Megatron-LM), three floats per token. */
     double stats = 3.0 * 4.0 * (double)d.tokens;
     double logits = 4.0 * (double)d.tokens * (double)v;
+    proj head = {"logits", v};
     if (!backward) {
         norm(&b, &d, "final_norm", false);
-        tp_enter(&b, &d);
-        gemm(&b, "logits", d.tokens, v, d.h);
+        column_parallel_fwd(&b, &d, &head, 1);
         membound(&b, "xent", "xent_fwd", 2 * logits, shape);
         coll(&b, "xent_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, stats, 1, false);
     } else {
         membound(&b, "xent_bwd", "xent_bwd", 2 * logits, shape);
-        column_parallel_bwd(&b, &d, "logits_dgrad", "logits_wgrad", v);
+        column_parallel_bwd(&b, &d, &head, 1);
         norm(&b, &d, "final_norm_bwd", true);
     }
     return finish(&b);

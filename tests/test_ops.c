@@ -146,9 +146,10 @@ static void test_keys(void)
 {
     pt_oplist f, b;
     layer_lists("tp=4,dp=1", &f, &b);
-    /* qkv: 1024 tokens, (1024 + 2·1024)/4 = 768 outputs, 1024 inputs */
-    CHECK(strcmp(f.op[1].name, "qkv") == 0);
-    CHECK(strcmp(f.op[1].kernel.key, "gemm:bf16:m=1024,n=768,k=1024") == 0);
+    /* q, k, v: 1024 tokens, 1024/4 = 256 outputs each, 1024 inputs */
+    CHECK(strcmp(f.op[1].name, "q") == 0);
+    CHECK(strcmp(f.op[1].kernel.key, "gemm:bf16:m=1024,n=256,k=1024") == 0);
+    CHECK(strcmp(f.op[2].name, "k") == 0 && strcmp(f.op[3].name, "v") == 0);
     CHECK(strcmp(f.op[0].kernel.key, "layernorm_fwd:bf16:rows=1024,cols=1024") == 0);
     int attn = 0;
     for (int i = 0; i < f.n; i++)

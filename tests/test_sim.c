@@ -158,16 +158,16 @@ static void test_measured_costs(void)
     pt_opctx_init(&ctx, &m, &l, &t, &cl);
     pt_oplist o = {0};
     CHECK_INT(pt_ops_layer(&ctx, false, &o), 0);
-    pt_kernel_op qkv_op;
-    memset(&qkv_op, 0, sizeof qkv_op);
-    const pt_kernel_op *qkv = &qkv_op;
+    pt_kernel_op q_gemm;
+    memset(&q_gemm, 0, sizeof q_gemm);
+    const pt_kernel_op *q_op = &q_gemm;
     for (int i = 0; i < o.n; i++)
-        if (strcmp(o.op[i].name, "qkv") == 0)
-            qkv_op = o.op[i].kernel;
-    CHECK(qkv_op.flops > 0);
+        if (strcmp(o.op[i].name, "q") == 0)
+            q_gemm = o.op[i].kernel;
+    CHECK(q_gemm.flops > 0);
     pt_cost_hw hw;
     pt_cost_hw_of(&cl, &hw);
-    double analytic = pt_cost_kernel_analytic(&hw, qkv);
+    double analytic = pt_cost_kernel_analytic(&hw, q_op);
 
     pt_costdb *db;
     CHECK_INT(pt_costdb_open(NULL, PT_COSTDB_CREATE, &db, &err), 0);
@@ -175,18 +175,19 @@ static void test_measured_costs(void)
     CHECK_INT(pt_evaluate(&m, &cl, &t, db, &l, NULL, &base, &err), 0);
     CHECK_NEAR(base.predicted.prov_share[PT_PROV_ANALYTIC], 1.0, 1e-12);
     /* The same op measured 10x slower than the analytic figure. */
-    CHECK_INT(pt_costdb_add_kernel(db, hw.device, qkv, 10 * analytic, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_costdb_add_kernel(db, hw.device, q_op, 10 * analytic, PT_SOURCE_PROFILE, &err), 0);
     CHECK_INT(pt_evaluate(&m, &cl, &t, db, &l, NULL, &slow, &err), 0);
     CHECK(slow.predicted.prov_share[PT_PROV_MEASURED] > 0);
-    /* The op with that key is measured; the other GEMMs of exactly its FLOPs (its data-
-     * and weight-gradient GEMMs) are interpolated onto the same sample. Each costs 9x
-     * its analytic time more, per layer and micro-batch (one stage, no overlap). */
+    /* The op with that key is measured; the other GEMMs of exactly its FLOPs (k, v,
+     * the attention output and all their gradient GEMMs) are interpolated onto the
+     * same sample. Each costs 9x its analytic time more, per layer and micro-batch
+     * (one stage, no overlap). */
     int uses = 0;
     CHECK_INT(pt_ops_layer(&ctx, true, &o), 0);
     for (int i = 0; i < o.n; i++)
         uses += o.op[i].cls == PT_OP_KERNEL && strncmp(o.op[i].kernel.key, "gemm:", 5) == 0 &&
-                o.op[i].kernel.flops == qkv->flops;
-    CHECK_INT(uses, 3);
+                o.op[i].kernel.flops == q_op->flops;
+    CHECK(uses >= 3);
     double grow = 9 * analytic * uses * (double)m.layers * (double)l.n_micro;
     CHECK_NEAR(slow.predicted.step_time_s - base.predicted.step_time_s, grow, 1e-6);
     pt_costdb_close(db);

@@ -252,7 +252,7 @@ static void print_ranking(const options *o, const pt_search_result *r, const job
                  l->sp ? " sp" : "", l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
                  pt_recompute_name(l->recompute), pt_schedule_name(l->schedule));
         provenance_text(&c->predicted, prov, sizeof prov);
-        printf("%-4lld %-56s %7.1f %9.4g %10.0f %6.1f %7.1f %6.1f  %s\n", (long long)i + 1, text,
+        printf("%-4lld %-56s %7.3g %9.4g %10.0f %6.1f %7.1f %6.1f  %s\n", (long long)i + 1, text,
                gib(c->memory.total_bytes), c->predicted.step_time_s, c->predicted.tokens_per_s,
                100 * c->predicted.mfu, 100 * c->predicted.bubble_fraction,
                100 * c->predicted.exposed_comm_fraction, prov);

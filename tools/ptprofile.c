@@ -215,7 +215,7 @@ static void on_signal(int sig)
 }
 
 static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *device,
-                         int64_t *measured, pt_err *err)
+                         int64_t *measured, double *best_rate, pt_err *err)
 {
     double total = 0;
     for (int i = 0; i < ops->n; i++)
@@ -234,9 +234,12 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
             pt_progress_step(&p, op->flops, op->key, "skipped (over --max-gflop)");
             continue;
         }
-        double t = pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0);
+        double best;
+        double t = pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
         if (t <= 0)
             return pt_err_set(err, "out of memory timing %s", op->key);
+        if (op->flops / best > *best_rate)
+            *best_rate = op->flops / best;
         pt_kernel_op rec = *op;
         rec.dtype = PT_DTYPE_FP32; /* what the CPU backend computes in */
         if (pt_costdb_put_kernel(j->db, device, &rec, t, PT_SOURCE_PROFILE, err))
@@ -250,13 +253,16 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
 }
 
 /* The device description: measured peak and bandwidth; links from the collectives. */
-static int describe_device(const prof_opts *o, job *j, const char *device, double link_bw,
-                           double link_lat, pt_err *err)
+static int describe_device(const prof_opts *o, job *j, const char *device, double best_rate,
+                           double link_bw, double link_lat, pt_err *err)
 {
     pt_cost_hw hw;
     pt_cost_hw_of(&j->c, &hw);
     snprintf(hw.device, sizeof hw.device, "%s", device);
-    hw.peak_flops[PT_DTYPE_FP32] = pt_prof_cpu_peak_flops(o->quick ? 3 : 5);
+    /* The peak is the best rate seen: no measured GEMM may beat it, or MFU would
+     * pass 100%. */
+    double probe = pt_prof_cpu_peak_flops(o->quick ? 3 : 5);
+    hw.peak_flops[PT_DTYPE_FP32] = probe > best_rate ? probe : best_rate;
     hw.mem_bw_Bps = pt_prof_cpu_mem_bw(o->quick ? (64LL << 20) : (256LL << 20), o->repeats);
     if (link_bw > 0) {
         hw.intra_bw_Bps = link_bw;
@@ -325,9 +331,22 @@ static int load(const prof_opts *o, job *j, pt_err *err)
     return 0;
 }
 
+static pt_coll_job coll_job(const prof_opts *o, const job *j, const char *self_dir)
+{
+    return (pt_coll_job){.np = o->np ? (int)o->np
+                                     : (j->c.devices_per_node > 1 ? j->c.devices_per_node : 2),
+                         .quick = o->quick, .repeats = o->repeats, .backend = "mpi",
+                         .self_dir = self_dir};
+}
+
 static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
 {
     const char *device = j->c.device.name;
+    char scratch[512];
+    snprintf(scratch, sizeof scratch, "%s", j->db_path);
+    pt_coll_job cj = coll_job(o, j, self_dir);
+    cj.scratch = dirname(scratch);
+    bool colls = !o->no_coll && !(o->resume && pt_costdb_count_colls(j->db, "mpi") > 0);
     op_set ops = {0};
     collect_ctx cc = {.j = j, .ops = &ops};
     pt_enum_counts counts;
@@ -343,28 +362,24 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
            (long long)counts.fit, j->m.name, j->c.name, o->sweep ? " and the sweep" : "",
            j->db_path);
     fflush(stdout);
-    int64_t measured = 0, colls = 0;
-    double link_bw = 0, link_lat = 0;
+    int64_t measured = 0, stored = 0;
+    double link_bw = 0, link_lat = 0, best_rate = 0;
     char library[256] = "";
-    int rc = measure_gemms(o, j, &ops, device, &measured, err);
+    int rc = measure_gemms(o, j, &ops, device, &measured, &best_rate, err);
     free(ops.v);
-    if (rc == 0 && !interrupted && !o->no_coll &&
-        !(o->resume && pt_costdb_count_colls(j->db, "mpi") > 0)) {
-        char scratch[512];
-        snprintf(scratch, sizeof scratch, "%s", j->db_path);
-        pt_coll_job cj = {.np = o->np ? (int)o->np
-                                      : (j->c.devices_per_node > 1 ? j->c.devices_per_node : 2),
-                          .quick = o->quick, .repeats = o->repeats, .backend = "mpi",
-                          .self_dir = self_dir, .scratch = dirname(scratch)};
+    if (rc == 0 && !interrupted && colls) {
         printf("ptprofile: collectives on %d MPI ranks\n", cj.np);
-        rc = pt_prof_collectives(&cj, j->db, library, sizeof library, &colls, &link_bw,
+        fflush(stdout);
+        rc = pt_prof_collectives(&cj, j->db, library, sizeof library, &stored, &link_bw,
                                  &link_lat, err);
+        if (rc == 0 && library[0])
+            printf("ptprofile: collectives measured through %s\n", library);
     }
     if (rc == 0 && !interrupted)
-        rc = describe_device(o, j, device, link_bw, link_lat, err);
+        rc = describe_device(o, j, device, best_rate, link_bw, link_lat, err);
     if (rc == 0)
         printf("ptprofile: %lld GEMMs and %lld collective points measured into %s%s\n",
-               (long long)measured, (long long)colls, j->db_path,
+               (long long)measured, (long long)stored, j->db_path,
                interrupted ? " before the interruption (--resume continues)" : "");
     return rc;
 }
@@ -374,16 +389,21 @@ int main(int argc, char **argv)
     prof_opts o;
     if (parse_options(argc, argv, &o))
         return 1;
-    job j;
-    pt_err err;
-    if (load(&o, &j, &err) || open_db(&o, &j, &err)) {
-        fprintf(stderr, "ptprofile: %s\n", err.msg);
-        return 1;
-    }
     char self[1024] = ".";
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len > 0)
         self[len] = '\0';
+    const char *self_dir = dirname(self);
+    job j;
+    pt_err err;
+    /* Everything that can be refused is refused before the table is touched. */
+    pt_coll_job cj;
+    if (load(&o, &j, &err) ||
+        (!o.no_coll && (cj = coll_job(&o, &j, self_dir), pt_prof_coll_check(&cj, &err))) ||
+        open_db(&o, &j, &err)) {
+        fprintf(stderr, "ptprofile: %s\n", err.msg);
+        return 1;
+    }
     pt_profile_run pr = {.backend = "mpi"};
     gethostname(pr.host, sizeof pr.host - 1);
     snprintf(pr.device, sizeof pr.device, "%s", j.c.device.name);
@@ -397,7 +417,7 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_signal);
     int rc = pt_costdb_run_begin(j.db, &pr, &run_id, &err);
     if (rc == 0)
-        rc = run(&o, &j, dirname(self), &err);
+        rc = run(&o, &j, self_dir, &err);
     if (rc)
         fprintf(stderr, "ptprofile: %s\n", err.msg);
     pt_err end_err;

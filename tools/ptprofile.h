@@ -16,9 +16,11 @@
 /* Sets the BLAS threads (one rank per core: 1). Returns the library's description. */
 const char *pt_prof_cpu_init(int threads);
 /* Median seconds of `repeats` timed runs (after one warm-up) of the fp32 GEMM
- * out(m,n) = a(m,k)·b(n,k)^T, the layout the runtime's forward uses. Fewer repeats
- * when one run exceeds `budget_s`. -1 when out of memory. */
-double pt_prof_gemm(int64_t m, int64_t n, int64_t k, int repeats, double budget_s);
+ * out(m,n) = a(m,k)·b(n,k)^T, the layout the runtime's forward uses; the fastest run
+ * in *best_s (may be NULL). Fewer repeats when the runs exceed `budget_s`. -1 when
+ * out of memory. */
+double pt_prof_gemm(int64_t m, int64_t n, int64_t k, int repeats, double budget_s,
+                    double *best_s);
 /* Best sgemm rate (FLOP/s) on a square problem and streaming bandwidth (bytes/s). */
 double pt_prof_cpu_peak_flops(int repeats);
 double pt_prof_cpu_mem_bw(int64_t bytes, int repeats);
@@ -49,6 +51,9 @@ typedef struct {
     const char *self_dir;    /* folder of the ptprofile binary (ptprofile-coll is beside it) */
     const char *scratch;     /* where the results file goes */
 } pt_coll_job;
+
+/* Checks before anything is measured that mpirun and the profiler can be run. */
+int pt_prof_coll_check(const pt_coll_job *job, pt_err *err);
 
 /* Runs the collective profiler under mpirun, then stores its samples (replacing
  * older ones) and returns the MPI library line in `library`. Clear errors when

@@ -30,17 +30,26 @@ static bool on_path(const char *name)
     return false;
 }
 
+int pt_prof_coll_check(const pt_coll_job *job, pt_err *err)
+{
+    char prof[1024];
+    snprintf(prof, sizeof prof, "%s/ptprofile-coll", job->self_dir);
+    if (!on_path("mpirun"))
+        return pt_err_set(err, "mpirun not found: install openmpi-bin (tools/setup.sh does), or "
+                               "pass --no-collectives");
+    if (access(prof, X_OK) != 0)
+        return pt_err_set(err, "cannot run '%s': %s", prof, strerror(errno));
+    return 0;
+}
+
 static int launch(const pt_coll_job *job, const char *out, pt_err *err)
 {
     char prof[1024], np[16], repeats[16];
     snprintf(prof, sizeof prof, "%s/ptprofile-coll", job->self_dir);
     snprintf(np, sizeof np, "%d", job->np);
     snprintf(repeats, sizeof repeats, "%d", job->repeats);
-    if (!on_path("mpirun"))
-        return pt_err_set(err, "mpirun not found: install openmpi-bin (tools/setup.sh does), or "
-                               "pass --no-collectives");
-    if (access(prof, X_OK) != 0)
-        return pt_err_set(err, "cannot run '%s': %s", prof, strerror(errno));
+    if (pt_prof_coll_check(job, err))
+        return -1;
     const char *argv[24];
     int a = 0;
     argv[a++] = "mpirun";
@@ -49,6 +58,7 @@ static int launch(const pt_coll_job *job, const char *out, pt_err *err)
     /* More ranks than cores is fine for measuring (the local cluster is one rank
      * per core, so it is rarely needed). */
     argv[a++] = "--oversubscribe";
+    argv[a++] = "-q"; /* our one-line errors without mpirun's banner after them */
     argv[a++] = "-np";
     argv[a++] = np;
     argv[a++] = prof;
@@ -60,6 +70,8 @@ static int launch(const pt_coll_job *job, const char *out, pt_err *err)
     argv[a++] = repeats;
     if (job->quick)
         argv[a++] = "--quick";
+    argv[a++] = "--progress";
+    argv[a++] = isatty(fileno(stderr)) ? "bar" : "lines";
     argv[a] = NULL;
     fflush(stdout);
     fflush(stderr);

@@ -1,0 +1,120 @@
+/*
+ * The CPU backend: fills the pt_kernels table with the fp32 OpenBLAS kernels of this
+ * folder and provides host memory through it, so that the runtime drives CPU and CUDA
+ * through the same calls. It also holds the data-type helpers of kernels.h and the
+ * CUDA entry point used when the library is built without CUDA.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+size_t pt_kdtype_bytes(pt_kdtype dt) { return dt == PT_KDTYPE_BF16 ? 2 : 4; }
+
+const char *pt_kdtype_name(pt_kdtype dt) { return dt == PT_KDTYPE_BF16 ? "bf16" : "fp32"; }
+
+static void cpu_destroy(pt_kernels *kn) { free(kn); }
+
+static void *cpu_alloc(pt_kernels *kn, size_t bytes)
+{
+    (void)kn;
+    /* aligned_alloc wants a size that is a multiple of the alignment (C11 7.22.3.1) */
+    size_t rounded = (bytes + 63) / 64 * 64;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+static void cpu_free(pt_kernels *kn, void *p)
+{
+    (void)kn;
+    free(p);
+}
+
+static void cpu_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir)
+{
+    (void)kn;
+    (void)dir; /* host and "device" are the same memory */
+    if (bytes)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(pt_kernels *kn, void *p, size_t bytes)
+{
+    (void)kn;
+    if (bytes)
+        memset(p, 0, bytes);
+}
+
+/* CPU ops run synchronously; the only failure is running out of scratch memory */
+static int cpu_sync(pt_kernels *kn) { return kn->err[0] ? -1 : 0; }
+
+static const pt_kernels cpu_table = {
+    .name = "cpu",
+    .act_dtype = PT_KDTYPE_F32,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .embed_forward = pt_kcpu_embed_forward,
+    .embed_backward = pt_kcpu_embed_backward,
+    .layernorm_forward = pt_kcpu_layernorm_forward,
+    .layernorm_backward = pt_kcpu_layernorm_backward,
+    .rmsnorm_forward = pt_kcpu_rmsnorm_forward,
+    .rmsnorm_backward = pt_kcpu_rmsnorm_backward,
+    .matmul_forward = pt_kcpu_matmul_forward,
+    .matmul_backward = pt_kcpu_matmul_backward,
+    .gemm = pt_kcpu_gemm,
+    .rope_forward = pt_kcpu_rope_forward,
+    .rope_backward = pt_kcpu_rope_backward,
+    .attention_forward = pt_kcpu_attention_forward,
+    .attention_backward = pt_kcpu_attention_backward,
+    .attention_combine = pt_kcpu_attention_combine,
+    .gelu_forward = pt_kcpu_gelu_forward,
+    .gelu_backward = pt_kcpu_gelu_backward,
+    .swiglu_forward = pt_kcpu_swiglu_forward,
+    .swiglu_backward = pt_kcpu_swiglu_backward,
+    .residual_forward = pt_kcpu_residual_forward,
+    .residual_backward = pt_kcpu_residual_backward,
+    .dropout_forward = pt_kcpu_dropout_forward,
+    .dropout_backward = pt_kcpu_dropout_backward,
+    .crossentropy = pt_kcpu_crossentropy,
+    .ce_local_max = pt_kcpu_ce_local_max,
+    .ce_local_sumexp = pt_kcpu_ce_local_sumexp,
+    .ce_local_target = pt_kcpu_ce_local_target,
+    .ce_finalize = pt_kcpu_ce_finalize,
+    .adamw = pt_kcpu_adamw,
+    .sumsq = pt_kcpu_sumsq,
+    .f32_to_bf16 = pt_kcpu_f32_to_bf16,
+    .bf16_to_f32 = pt_kcpu_bf16_to_f32,
+};
+
+pt_kernels *pt_kernels_cpu(int threads)
+{
+    pt_kernels *kn = malloc(sizeof *kn);
+    if (!kn)
+        return NULL;
+    *kn = cpu_table;
+    kn->err[0] = '\0';
+    if (threads > 0)
+        openblas_set_num_threads(threads);
+    return kn;
+}
+
+void pt_kernels_destroy(pt_kernels *kn)
+{
+    if (kn)
+        kn->destroy(kn);
+}
+
+/* kernels/cuda/ defines the real one and sets PT_KERNELS_HAVE_CUDA when it is built. */
+#ifndef PT_KERNELS_HAVE_CUDA
+pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
+{
+    if (err && cap)
+        snprintf(err, cap, "CUDA device %d: ptkernels was built without CUDA", device);
+    return NULL;
+}
+#endif

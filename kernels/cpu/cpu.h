@@ -1,0 +1,97 @@
+/*
+ * The CPU backend's internal declarations: one function per slot of the pt_kernels
+ * table, named pt_kcpu_<op>, defined in the file of its area (embed.c, norm.c,
+ * matmul.c, rope.c, attention.c, act.c, loss.c, optim.c, rng.c, convert.c) and put
+ * into the table by backend.c. Shapes and contracts are those of kernels.h.
+ */
+#ifndef PT_KERNELS_CPU_H
+#define PT_KERNELS_CPU_H
+
+#include "kernels.h"
+
+/* embed.c */
+void pt_kcpu_embed_forward(pt_kernels *kn, float *out, const int32_t *tokens,
+                           const float *wte, const float *wpe, int b, int s, int h,
+                           int v0, int vr, int pos0);
+void pt_kcpu_embed_backward(pt_kernels *kn, float *dwte, float *dwpe, const float *dout,
+                            const int32_t *tokens, int b, int s, int h, int v0, int vr,
+                            int pos0);
+/* norm.c */
+void pt_kcpu_layernorm_forward(pt_kernels *kn, float *out, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *bias,
+                               int64_t n, int h, float eps);
+void pt_kcpu_layernorm_backward(pt_kernels *kn, float *dinp, float *dw, float *dbias,
+                                const float *dout, const float *inp, const float *w,
+                                const float *mean, const float *rstd, int64_t n, int h);
+void pt_kcpu_rmsnorm_forward(pt_kernels *kn, float *out, float *rstd, const float *inp,
+                             const float *w, int64_t n, int h, float eps);
+void pt_kcpu_rmsnorm_backward(pt_kernels *kn, float *dinp, float *dw, const float *dout,
+                              const float *inp, const float *w, const float *rstd,
+                              int64_t n, int h);
+/* matmul.c */
+void pt_kcpu_matmul_forward(pt_kernels *kn, float *out, const float *inp, const float *w,
+                            const float *bias, int64_t n, int ic, int oc);
+void pt_kcpu_matmul_backward(pt_kernels *kn, float *dinp, float *dw, float *dbias,
+                             const float *dout, const float *inp, const float *w,
+                             int64_t n, int ic, int oc);
+void pt_kcpu_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
+                  float alpha, const float *a, int lda, const float *b, int ldb,
+                  float beta, float *c, int ldc);
+/* rope.c */
+void pt_kcpu_rope_forward(pt_kernels *kn, float *out, const float *inp, int b, int s,
+                          int nh, int d, int pos0, float theta);
+void pt_kcpu_rope_backward(pt_kernels *kn, float *dinp, const float *dout, int b, int s,
+                           int nh, int d, int pos0, float theta);
+/* attention.c */
+void pt_kcpu_attention_forward(pt_kernels *kn, float *out, float *lse, const float *q,
+                               const float *k, const float *v, int b, int sq, int skv,
+                               int a, int kh, int d, int q0, int k0, int causal);
+void pt_kcpu_attention_backward(pt_kernels *kn, float *dq, float *dk, float *dv,
+                                const float *dout, const float *q, const float *k,
+                                const float *v, const float *out, const float *lse,
+                                int b, int sq, int skv, int a, int kh, int d, int q0,
+                                int k0, int causal);
+void pt_kcpu_attention_combine(pt_kernels *kn, float *out, float *lse, const float *out2,
+                               const float *lse2, int b, int sq, int a, int d);
+/* act.c */
+void pt_kcpu_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t n);
+void pt_kcpu_gelu_backward(pt_kernels *kn, float *dinp, const float *dout,
+                           const float *inp, int64_t n);
+void pt_kcpu_swiglu_forward(pt_kernels *kn, float *out, const float *gate,
+                            const float *up, int64_t n, int f);
+void pt_kcpu_swiglu_backward(pt_kernels *kn, float *dgate, float *dup, const float *dout,
+                             const float *gate, const float *up, int64_t n, int f);
+void pt_kcpu_residual_forward(pt_kernels *kn, float *out, const float *inp1,
+                              const float *inp2, int64_t n);
+void pt_kcpu_residual_backward(pt_kernels *kn, float *dinp1, float *dinp2,
+                               const float *dout, int64_t n);
+/* rng.c */
+void pt_kcpu_dropout_forward(pt_kernels *kn, float *out, const float *inp, int64_t n,
+                             float p, uint64_t seed, uint64_t tensor_id, int64_t offset);
+void pt_kcpu_dropout_backward(pt_kernels *kn, float *dinp, const float *dout, int64_t n,
+                              float p, uint64_t seed, uint64_t tensor_id, int64_t offset);
+/* loss.c */
+void pt_kcpu_crossentropy(pt_kernels *kn, float *losses, float *dlogits,
+                          const float *logits, const int32_t *targets, int64_t n, int v,
+                          float dloss);
+void pt_kcpu_ce_local_max(pt_kernels *kn, float *lmax, const float *logits, int64_t n,
+                          int vr);
+void pt_kcpu_ce_local_sumexp(pt_kernels *kn, float *lsum, const float *logits,
+                             const float *gmax, int64_t n, int vr);
+void pt_kcpu_ce_local_target(pt_kernels *kn, float *ltarget, const float *logits,
+                             const int32_t *targets, int64_t n, int vr, int v0);
+void pt_kcpu_ce_finalize(pt_kernels *kn, float *losses, float *dlogits,
+                         const float *logits, const int32_t *targets, const float *gmax,
+                         const float *gsum, const float *gtarget, int64_t n, int vr,
+                         int v0, float dloss);
+/* optim.c */
+void pt_kcpu_adamw(pt_kernels *kn, float *params, uint16_t *params_bf16,
+                   const float *grads, float *m, float *v, int64_t n, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int step,
+                   float grad_scale);
+double pt_kcpu_sumsq(pt_kernels *kn, const float *x, int64_t n);
+/* convert.c */
+void pt_kcpu_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64_t n);
+void pt_kcpu_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64_t n);
+
+#endif

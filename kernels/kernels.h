@@ -1,0 +1,396 @@
+/*
+ * ptkernels — every compute op the runtime needs to train the GPT-2 family (learned
+ * positions, LayerNorm, GELU, tied embeddings) and the LLaMA family (RoPE, RMSNorm,
+ * SwiGLU, grouped-query attention, untied head), forward and backward, behind one
+ * backend-neutral table of function pointers (in the manner of ggml's backends).
+ * kernels/cpu/ fills it in C with OpenBLAS (fp32; the reference); kernels/cuda/ fills
+ * it in CUDA C with cuBLASLt (bf16 data, fp32 accumulation) where nvcc is present.
+ *
+ * This library owns arithmetic only: no communication, no model structure. Ops that
+ * parallel layouts split (vocab-parallel embedding and cross-entropy, attention over
+ * one K/V block for context parallelism) expose the local pieces; the runtime
+ * combines them across ranks.
+ *
+ * Dimension legend (comments, names, formulas; the same letters as the planner):
+ *   b micro-batch   s sequence      h hidden        a heads       k KV heads
+ *   d head dim      f FFN size      v vocabulary    t tp size
+ *   n a count of rows (usually b·s) or of elements, said where used.
+ *
+ * ---- The contract of the table ---------------------------------------------------
+ *
+ * Buffers. Every tensor is a raw pointer with its sizes passed explicitly, row-major,
+ * the last dimension contiguous; each pointer parameter carries its shape in a
+ * trailing comment. Pointers are the backend's memory (allocate and move data with
+ * the table's alloc/free/copy/zero): host memory on CPU, device memory on CUDA.
+ * The C type says the element type on CPU, where everything is fp32. On a backend
+ * whose act_dtype is PT_KDTYPE_BF16, a `float *` parameter marked [act] in its shape
+ * comment holds bf16 elements behind the same pointer type (weights, activations and
+ * activation gradients); every parameter not marked [act] is fp32 on every backend
+ * (weight gradients, norm statistics, log-sum-exp, losses, optimizer state, master
+ * weights). The runtime sizes buffers with pt_kdtype_bytes(kn->act_dtype) and never
+ * dereferences a device buffer.
+ *
+ * Gradients. Every *_backward ACCUMULATES (+=) into each gradient it produces, so
+ * that gradient accumulation and branches that share an input (the residual stream,
+ * tied embeddings) need no extra adds; the caller zeroes gradients once per step.
+ * A NULL gradient pointer means "not needed" where the parameter's comment says
+ * "or NULL". Gradient outputs must not alias inputs unless the comment says they may.
+ * The one exception is the fused cross-entropy, which WRITES dlogits (it is a
+ * forward and a backward in one op, as in llm.c).
+ *
+ * Determinism. The same inputs on the same backend, thread count and machine give
+ * bit-identical outputs: no floating-point atomics, every reduction in a fixed order.
+ * On CPU, OpenBLAS splits a GEMM by thread count, so bit-identity holds for a fixed
+ * thread count (set once with pt_kernels_cpu's argument); it is checked by the tests.
+ *
+ * Errors. Ops return nothing: on CPU they cannot fail, and a device backend records
+ * its first failure, which sync() returns (0 ok, -1 with kn->err filled). alloc
+ * returns NULL on failure. Invalid sizes are the caller's bug, not a runtime error.
+ */
+#ifndef PT_KERNELS_H
+#define PT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Data types ------------------------------------------------------------------ */
+
+typedef enum { PT_KDTYPE_F32 = 0, PT_KDTYPE_BF16 = 1 } pt_kdtype;
+
+size_t pt_kdtype_bytes(pt_kdtype dt);   /* 4 or 2 */
+const char *pt_kdtype_name(pt_kdtype dt); /* "fp32", "bf16" */
+
+typedef enum { PT_KCOPY_H2H, PT_KCOPY_H2D, PT_KCOPY_D2H, PT_KCOPY_D2D } pt_kcopy;
+
+/* ---- The backend table ------------------------------------------------------------ */
+
+typedef struct pt_kernels pt_kernels;
+
+struct pt_kernels {
+    const char *name;          /* "cpu", "cuda" */
+    pt_kdtype act_dtype;       /* element type of [act] buffers: fp32 on CPU, bf16 on CUDA */
+    void *priv;                /* the backend's own context (handles, streams, scratch) */
+    char err[256];             /* first failure of a device backend; "" when none */
+
+    /* -- Lifetime, memory and synchronisation -- */
+    void (*destroy)(pt_kernels *kn);
+    /* bytes of backend memory, 64-byte aligned, contents undefined; NULL on failure */
+    void *(*alloc)(pt_kernels *kn, size_t bytes);
+    void (*free)(pt_kernels *kn, void *p);
+    void (*copy)(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir);
+    void (*zero)(pt_kernels *kn, void *p, size_t bytes);
+    /* waits for queued work; 0, or -1 after any failure (message in kn->err) */
+    int (*sync)(pt_kernels *kn);
+
+    /* -- Token and position embedding (GPT-2: wte and wpe; LLaMA: wte only) --
+     * out[b,s,:] = wte[tok - v0, :] (when v0 <= tok < v0 + vr, else 0)
+     *            + wpe[pos0 + s, :] (when wpe is non-NULL).
+     * Vocab-parallel: a rank holds rows [v0, v0+vr) of the vocabulary and out is a
+     * partial sum the runtime all-reduces over tp, so pass wpe on one tp rank only.
+     * pos0 is the position of the first token (context parallelism). */
+    void (*embed_forward)(pt_kernels *kn,
+                          float *out,              /* (b, s, h) [act] */
+                          const int32_t *tokens,   /* (b, s) */
+                          const float *wte,        /* (vr, h) [act] */
+                          const float *wpe,        /* (>= pos0+s, h) [act] or NULL */
+                          int b, int s, int h, int v0, int vr, int pos0);
+    void (*embed_backward)(pt_kernels *kn,
+                           float *dwte,            /* (vr, h) fp32 or NULL */
+                           float *dwpe,            /* (>= pos0+s, h) fp32 or NULL */
+                           const float *dout,      /* (b, s, h) [act] */
+                           const int32_t *tokens,  /* (b, s) */
+                           int b, int s, int h, int v0, int vr, int pos0);
+
+    /* -- LayerNorm (Ba et al. 2016): out = (inp - mean) * rstd * w + bias, per row,
+     * rstd = 1/sqrt(var + eps) with the biased variance (PyTorch's LayerNorm). */
+    void (*layernorm_forward)(pt_kernels *kn,
+                              float *out,          /* (n, h) [act] */
+                              float *mean,         /* (n) fp32, saved for backward */
+                              float *rstd,         /* (n) fp32, saved for backward */
+                              const float *inp,    /* (n, h) [act] */
+                              const float *w,      /* (h) [act] */
+                              const float *bias,   /* (h) [act] */
+                              int64_t n, int h, float eps);
+    void (*layernorm_backward)(pt_kernels *kn,
+                               float *dinp,        /* (n, h) [act] */
+                               float *dw,          /* (h) fp32 */
+                               float *dbias,       /* (h) fp32 */
+                               const float *dout,  /* (n, h) [act] */
+                               const float *inp,   /* (n, h) [act] */
+                               const float *w,     /* (h) [act] */
+                               const float *mean,  /* (n) */
+                               const float *rstd,  /* (n) */
+                               int64_t n, int h);
+
+    /* -- RMSNorm (Zhang & Sennrich 2019): out = inp * rstd * w,
+     * rstd = 1/sqrt(mean(inp^2) + eps). */
+    void (*rmsnorm_forward)(pt_kernels *kn,
+                            float *out,            /* (n, h) [act] */
+                            float *rstd,           /* (n) fp32, saved for backward */
+                            const float *inp,      /* (n, h) [act] */
+                            const float *w,        /* (h) [act] */
+                            int64_t n, int h, float eps);
+    void (*rmsnorm_backward)(pt_kernels *kn,
+                             float *dinp,          /* (n, h) [act] */
+                             float *dw,            /* (h) fp32 */
+                             const float *dout,    /* (n, h) [act] */
+                             const float *inp,     /* (n, h) [act] */
+                             const float *w,       /* (h) [act] */
+                             const float *rstd,    /* (n) */
+                             int64_t n, int h);
+
+    /* -- Linear layer: out = inp · w^T + bias, with w stored (oc, ic) as in
+     * PyTorch's Linear and llm.c. Rows n = b·s; ic, oc are the in and out features
+     * (h, 3h/t, f/t, v/t, ... depending on the layer). Backward:
+     * dinp += dout · w, dw += dout^T · inp, dbias += column sums of dout. */
+    void (*matmul_forward)(pt_kernels *kn,
+                           float *out,             /* (n, oc) [act] */
+                           const float *inp,       /* (n, ic) [act] */
+                           const float *w,         /* (oc, ic) [act] */
+                           const float *bias,      /* (oc) [act] or NULL */
+                           int64_t n, int ic, int oc);
+    void (*matmul_backward)(pt_kernels *kn,
+                            float *dinp,           /* (n, ic) [act] or NULL */
+                            float *dw,             /* (oc, ic) fp32 or NULL */
+                            float *dbias,          /* (oc) fp32 or NULL */
+                            const float *dout,     /* (n, oc) [act] */
+                            const float *inp,      /* (n, ic) [act] */
+                            const float *w,        /* (oc, ic) [act] */
+                            int64_t n, int ic, int oc);
+    /* General GEMM, the transposes the layers do not cover (optional; may be NULL):
+     * c = alpha · op(a) · op(b) + beta · c, op(x) = x or x^T, c (m, n) with leading
+     * dimension ldc; a is (m, kk) or (kk, m) when transposed, likewise b. Row-major. */
+    void (*gemm)(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
+                 float alpha, const float *a, int lda, const float *b, int ldb,
+                 float beta, float *c, int ldc);   /* all [act] */
+
+    /* -- Rotary position embedding (Su et al. 2021, RoFormer), on q (nh = a) and on
+     * k (nh = k): each pair (x[2i], x[2i+1]) of a head is rotated by the angle
+     * (pos0 + s) · theta^(-2i/d), as in Meta's LLaMA. theta is 10000 in LLaMA 2,
+     * 500000 in LLaMA 3. out may equal inp (in place). */
+    void (*rope_forward)(pt_kernels *kn,
+                         float *out,               /* (b, s, nh, d) [act] */
+                         const float *inp,         /* (b, s, nh, d) [act] */
+                         int b, int s, int nh, int d, int pos0, float theta);
+    void (*rope_backward)(pt_kernels *kn,
+                          float *dinp,             /* (b, s, nh, d) [act], not dout */
+                          const float *dout,       /* (b, s, nh, d) [act] */
+                          int b, int s, int nh, int d, int pos0, float theta);
+
+    /* -- Causal attention with grouped queries over one K/V block --
+     * Query head j attends with KV head j / (a/k) (a % k == 0; k == a is MHA, k == 1
+     * is MQA). Queries sit at positions [q0, q0+sq), keys at [k0, k0+skv); with
+     * causal != 0, query i sees key j when k0 + j <= q0 + i. Scores are scaled by
+     * 1/sqrt(d). lse is the natural log of the softmax denominator of each row
+     * (log-sum-exp of its scaled scores); a row that sees no key gets out = 0 and
+     * lse = -INFINITY. For context parallelism, run the forward on each K/V block
+     * and merge the results with attention_combine.
+     * The backward recomputes probabilities from q, k and lse (as FlashAttention-2,
+     * Dao 2023) and needs the FINAL out and lse of the whole row (after combining
+     * every block), so that each K/V block's backward is exact on its own. */
+    void (*attention_forward)(pt_kernels *kn,
+                              float *out,          /* (b, sq, a, d) [act] */
+                              float *lse,          /* (b, a, sq) fp32 */
+                              const float *q,      /* (b, sq, a, d) [act] */
+                              const float *k,      /* (b, skv, k, d) [act] */
+                              const float *v,      /* (b, skv, k, d) [act] */
+                              int b, int sq, int skv, int a, int kh, int d,
+                              int q0, int k0, int causal);
+    void (*attention_backward)(pt_kernels *kn,
+                               float *dq,          /* (b, sq, a, d) [act] */
+                               float *dk,          /* (b, skv, k, d) [act] */
+                               float *dv,          /* (b, skv, k, d) [act] */
+                               const float *dout,  /* (b, sq, a, d) [act] */
+                               const float *q,     /* (b, sq, a, d) [act] */
+                               const float *k,     /* (b, skv, k, d) [act] */
+                               const float *v,     /* (b, skv, k, d) [act] */
+                               const float *out,   /* (b, sq, a, d) [act] final */
+                               const float *lse,   /* (b, a, sq) final */
+                               int b, int sq, int skv, int a, int kh, int d,
+                               int q0, int k0, int causal);
+    /* Merges the result of another K/V block into (out, lse), in place:
+     * lse' = log(exp(lse) + exp(lse2)), out' = out·exp(lse - lse') + out2·exp(lse2 - lse').
+     * Combining in a fixed block order keeps results deterministic. */
+    void (*attention_combine)(pt_kernels *kn,
+                              float *out,          /* (b, sq, a, d) [act] in/out */
+                              float *lse,          /* (b, a, sq) in/out */
+                              const float *out2,   /* (b, sq, a, d) [act] */
+                              const float *lse2,   /* (b, a, sq) */
+                              int b, int sq, int a, int d);
+
+    /* -- Activations and the residual stream -- */
+    /* GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2. */
+    void (*gelu_forward)(pt_kernels *kn,
+                         float *out,               /* (n) [act] */
+                         const float *inp,         /* (n) [act] */
+                         int64_t n);
+    void (*gelu_backward)(pt_kernels *kn,
+                          float *dinp,             /* (n) [act] */
+                          const float *dout,       /* (n) [act] */
+                          const float *inp,        /* (n) [act] */
+                          int64_t n);
+    /* SwiGLU (Shazeer 2020): out = silu(gate) · up, silu(x) = x / (1 + e^-x). */
+    void (*swiglu_forward)(pt_kernels *kn,
+                           float *out,             /* (n, f) [act] */
+                           const float *gate,      /* (n, f) [act] */
+                           const float *up,        /* (n, f) [act] */
+                           int64_t n, int f);
+    void (*swiglu_backward)(pt_kernels *kn,
+                            float *dgate,          /* (n, f) [act] */
+                            float *dup,            /* (n, f) [act] */
+                            const float *dout,     /* (n, f) [act] */
+                            const float *gate,     /* (n, f) [act] */
+                            const float *up,       /* (n, f) [act] */
+                            int64_t n, int f);
+    /* out = inp1 + inp2; out may equal inp1 or inp2. Backward: dinp1 += dout,
+     * dinp2 += dout. */
+    void (*residual_forward)(pt_kernels *kn,
+                             float *out,           /* (n) [act] */
+                             const float *inp1,    /* (n) [act] */
+                             const float *inp2,    /* (n) [act] */
+                             int64_t n);
+    void (*residual_backward)(pt_kernels *kn,
+                              float *dinp1,        /* (n) [act] */
+                              float *dinp2,        /* (n) [act] */
+                              const float *dout,   /* (n) [act] */
+                              int64_t n);
+    /* Inverted dropout with probability p (kept elements scaled by 1/(1-p)). Element
+     * i of the slice is element offset + i of the whole tensor tensor_id; its mask
+     * is pt_k_dropout_keep(seed, tensor_id, offset + i, p), so it never depends on
+     * how the tensor is split across ranks. The backward regenerates the mask.
+     * Optional (may be NULL). */
+    void (*dropout_forward)(pt_kernels *kn,
+                            float *out,            /* (n) [act], may equal inp */
+                            const float *inp,      /* (n) [act] */
+                            int64_t n, float p, uint64_t seed, uint64_t tensor_id,
+                            int64_t offset);
+    void (*dropout_backward)(pt_kernels *kn,
+                             float *dinp,          /* (n) [act] */
+                             const float *dout,    /* (n) [act] */
+                             int64_t n, float p, uint64_t seed, uint64_t tensor_id,
+                             int64_t offset);
+
+    /* -- Softmax cross-entropy fused with the logits (one rank holds all of v) --
+     * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]];
+     * dlogits[i,:] = (softmax(logits[i,:]) - onehot(targets[i])) · dloss, WRITTEN
+     * (dlogits may equal logits; NULL computes the loss only). A negative target
+     * marks a padded row: loss 0 and zero gradient. dloss is dL/dloss_i, usually
+     * 1/(b·s) for a mean loss. */
+    void (*crossentropy)(pt_kernels *kn,
+                         float *losses,            /* (n) fp32 */
+                         float *dlogits,           /* (n, v) [act] or NULL */
+                         const float *logits,      /* (n, v) [act] */
+                         const int32_t *targets,   /* (n) */
+                         int64_t n, int v, float dloss);
+    /* Vocab-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019) without
+     * gathering logits. A rank holds columns [v0, v0+vr). The runtime does:
+     *   1. ce_local_max          -> all-reduce(max) over tp   -> gmax
+     *   2. ce_local_sumexp(gmax) -> all-reduce(sum) over tp   -> gsum
+     *      ce_local_target       -> all-reduce(sum) over tp   -> gtarget
+     *   3. ce_finalize(gmax, gsum, gtarget): losses and this slice's dlogits.
+     * Every rank then holds the same losses. */
+    void (*ce_local_max)(pt_kernels *kn,
+                         float *lmax,              /* (n) fp32, written */
+                         const float *logits,      /* (n, vr) [act] */
+                         int64_t n, int vr);
+    void (*ce_local_sumexp)(pt_kernels *kn,
+                            float *lsum,           /* (n) fp32: sum exp(x - gmax), written */
+                            const float *logits,   /* (n, vr) [act] */
+                            const float *gmax,     /* (n) */
+                            int64_t n, int vr);
+    void (*ce_local_target)(pt_kernels *kn,
+                            float *ltarget,        /* (n) fp32: target logit or 0, written */
+                            const float *logits,   /* (n, vr) [act] */
+                            const int32_t *targets,/* (n) */
+                            int64_t n, int vr, int v0);
+    void (*ce_finalize)(pt_kernels *kn,
+                        float *losses,             /* (n) fp32, written */
+                        float *dlogits,            /* (n, vr) [act] or NULL, written */
+                        const float *logits,       /* (n, vr) [act] */
+                        const int32_t *targets,    /* (n) */
+                        const float *gmax,         /* (n) */
+                        const float *gsum,         /* (n) */
+                        const float *gtarget,      /* (n) */
+                        int64_t n, int vr, int v0, float dloss);
+
+    /* -- Optimizer --
+     * AdamW (Loshchilov & Hutter 2019; decoupled weight decay) on fp32 master
+     * weights, fused: g = grads · grad_scale (the clipping factor, 1 for none);
+     * m = beta1·m + (1-beta1)·g; v = beta2·v + (1-beta2)·g²;
+     * param -= lr · (m/(1-beta1^step) / (sqrt(v/(1-beta2^step)) + eps) + weight_decay·param).
+     * step counts from 1. params_bf16, when non-NULL, receives the updated weights
+     * rounded to bf16 (the CUDA backend's compute copy). */
+    void (*adamw)(pt_kernels *kn,
+                  float *params,                   /* (n) fp32 master */
+                  uint16_t *params_bf16,           /* (n) bf16 or NULL */
+                  const float *grads,              /* (n) fp32 */
+                  float *m,                        /* (n) fp32 */
+                  float *v,                        /* (n) fp32 */
+                  int64_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int step, float grad_scale);
+    /* Sum of squares of a fp32 buffer, accumulated in double in a fixed order and
+     * returned to the host. The global norm is sqrt of the sum over every gradient
+     * buffer and rank; see pt_k_clip_scale. */
+    double (*sumsq)(pt_kernels *kn,
+                    const float *x,                /* (n) fp32 */
+                    int64_t n);
+
+    /* -- Conversions (round to nearest even; NaN stays NaN). Optional. -- */
+    void (*f32_to_bf16)(pt_kernels *kn,
+                        uint16_t *dst,             /* (n) bf16 */
+                        const float *src,          /* (n) fp32 */
+                        int64_t n);
+    void (*bf16_to_f32)(pt_kernels *kn,
+                        float *dst,                /* (n) fp32 */
+                        const uint16_t *src,       /* (n) bf16 */
+                        int64_t n);
+};
+
+/* ---- Backends ---------------------------------------------------------------------- */
+
+/* The CPU backend (fp32, OpenBLAS). threads > 0 fixes OpenBLAS's thread count (a
+ * process-wide setting of OpenBLAS; results are bit-identical run to run for a fixed
+ * count); threads <= 0 leaves OpenBLAS's default. The caller owns the result and
+ * releases it with pt_kernels_destroy. NULL when out of memory. */
+pt_kernels *pt_kernels_cpu(int threads);
+
+/* The CUDA backend on a device. NULL when the library was built without CUDA or the
+ * device cannot be opened; err (cap bytes, may be NULL) then says why. */
+pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap);
+
+/* Calls kn->destroy; NULL is a no-op. */
+void pt_kernels_destroy(pt_kernels *kn);
+
+/* ---- Host helpers (plain C, any backend) ---------------------------------------------- */
+
+/* Philox4x32-10 (Salmon, Moraes, Dror & Shaw 2011, "Parallel random numbers: as easy
+ * as 1, 2, 3", SC'11): a counter-based generator; ten rounds of the 4x32 bijection
+ * keyed by key, applied to ctr. The same function the CUDA backend uses (curand's
+ * Philox4_32_10 gives the same stream for the same counter and key). */
+void pt_k_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* The dropout decision for element i of tensor tensor_id under seed: counter
+ * (i/4 low, i/4 high, tensor_id low, tensor_id high), key (seed low, seed high),
+ * uniform u = (word i%4 >> 8) · 2^-24 in [0, 1); the element is kept when u >= p.
+ * Returns 1 to keep, 0 to drop. */
+int pt_k_dropout_keep(uint64_t seed, uint64_t tensor_id, int64_t i, float p);
+
+/* bf16 <-> fp32 for one value: round to nearest, ties to even; NaN maps to a quiet
+ * NaN with the same sign; infinities and signed zeros are kept. */
+uint16_t pt_k_bf16_from_f32(float x);
+float pt_k_f32_from_bf16(uint16_t x);
+
+/* The factor that clips a gradient of global L2 norm `norm` to max_norm:
+ * min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_; 1 when
+ * max_norm <= 0 (clipping off). */
+float pt_k_clip_scale(double norm, double max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

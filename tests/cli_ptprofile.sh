@@ -1,0 +1,88 @@
+#!/bin/sh
+# ptprofile as a user runs it: it measures the default model's GEMMs and this CPU
+# into a fresh cost table, measuring again updates rather than duplicates, --resume
+# skips what is there, ptplan then prices from the measurements, and bad input is
+# refused with one clear message before anything is written.
+#   usage: cli_ptprofile.sh BUILD_DIR [--with-collectives]
+set -u
+build="$1"
+with_coll="${2:-}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+run() {
+    want=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    [ "$got" = "$want" ] || fail "$* exited $got, want $want; stderr: $(tail -3 "$tmp/err")"
+}
+err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2): $(cat "$tmp/err")"; }
+q() { sqlite3 "$tmp/c.db" "$1"; }
+
+coll="--no-collectives"
+[ "$with_coll" = "--with-collectives" ] && coll=""
+run 0 "$build/ptprofile" --db "$tmp/c.db" --quick $coll
+n1=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gemm'")
+[ "$n1" -gt 10 ] || fail "GEMM samples stored ($n1)"
+[ "$(q "SELECT peak_flops_fp32 > 1e8 AND mem_bw_Bps > 1e8 FROM devices WHERE name = 'cpu'")" = 1 ] ||
+    fail "the CPU's description is stored"
+[ "$(q "SELECT status FROM profile_runs ORDER BY id DESC LIMIT 1")" = done ] ||
+    fail "the run is recorded as done"
+grep -q "GFLOP/s" "$tmp/err" || fail "progress lines name the rates"
+if [ -z "$coll" ]; then
+    [ "$(q "SELECT count(*) FROM coll_samples WHERE backend = 'mpi'")" -gt 10 ] ||
+        fail "collective samples stored"
+fi
+
+# Measuring again updates the samples instead of adding repeats.
+run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives
+n2=$(q "SELECT count(*) FROM kernel_samples")
+[ "$n2" = "$n1" ] || fail "a second run keeps $n1 samples, not $n2"
+[ "$(q "SELECT count(*) FROM profile_runs")" = 2 ] || fail "both runs are recorded"
+# --resume measures nothing that is already there.
+run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives --resume
+grep -q "0 GEMMs" "$tmp/out" || fail "--resume re-measured GEMMs: $(cat "$tmp/out")"
+
+# ptplan prices a GEMM-heavy step (a small model of wide layers) from measured data:
+# most of the priced time is measured, and MFU is against the measured peak.
+cat >"$tmp/wide.json" <<'JSON'
+{"name": "wide", "layers": 2, "hidden": 512, "heads": 8, "kv_heads": 8, "ffn": 2048,
+ "vocab": 256, "seq": 128, "norm": "layernorm", "activation": "gelu",
+ "positions": "learned", "tied_embeddings": true, "bias": true, "dropout": false}
+JSON
+run 0 "$build/ptprofile" --db "$tmp/c.db" --model "$tmp/wide.json" --global-batch 8 --quick \
+    --no-collectives
+run 0 "$build/ptplan" --db "$tmp/c.db" --model "$tmp/wide.json" --global-batch 8 --json \
+    --top 1 --no-out
+measured=$(grep -A3 '"provenance"' "$tmp/out" | grep '"measured"' | head -1 | tr -dc '0-9.')
+awk -v m="$measured" 'BEGIN { exit !(m > 0.6) }' || fail "measured share $measured <= 0.6"
+mfu=$(grep '"mfu"' "$tmp/out" | head -1 | tr -dc '0-9.e-')
+awk -v m="$mfu" 'BEGIN { exit !(m > 0 && m <= 1) }' || fail "MFU $mfu is not in (0, 1]"
+
+# Bad input: one clear message, non-zero exit, nothing written.
+run 1 "$build/ptprofile" --db "$tmp/no/such/dir/c.db" --quick --no-collectives
+err_has "no/such/dir" "unwritable database"
+[ -e "$tmp/no" ] && fail "nothing is created for an unwritable database"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --model no-such-model
+err_has "unknown model 'no-such-model'" "unknown model"
+[ -e "$tmp/d.db" ] && fail "no database is created for an unknown model"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --backend cuda
+err_has "backend cuda" "no CUDA profiler"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --backend tpu
+err_has "expected cpu or cuda" "unknown backend"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --cluster dgx-h100
+err_has "use --cluster local" "GPU cluster with the CPU backend"
+run 1 env PATH=/nonexistent "$build/ptprofile" --db "$tmp/d.db" --quick
+err_has "mpirun not found" "mpirun missing"
+[ -e "$tmp/d.db" ] && fail "no database is created when mpirun is missing"
+run 1 "$build/ptprofile" --repeats 0
+err_has "repeats" "bad repeats"
+run 1 "$build/ptplan" --db "$tmp/garbage.db"
+err_has "garbage.db" "missing database for ptplan"
+
+if [ "$failures" -gt 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "all ptprofile command-line checks passed"
