@@ -14,9 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-void pt_run_opts_default(pt_run_opts *r)
+/* Peak learning rates of GPT-3 by model size (Brown et al. 2020, Table 2.1); models
+ * below 50M parameters (the byte-level toys that train on a CPU) take 1e-3. */
+static double default_lr(const pt_model *m)
 {
-    *r = (pt_run_opts){.steps = 50, .lr = 3e-4, .min_lr = 3e-5, .warmup_steps = 10,
+    static const struct { double params, lr; } gpt3[] = {
+        {125e6, 6e-4}, {350e6, 3e-4}, {760e6, 2.5e-4}, {1.3e9, 2e-4}, {2.7e9, 1.6e-4},
+        {6.7e9, 1.2e-4}, {13e9, 1e-4}, {175e9, 0.6e-4}};
+    double n = m ? (double)pt_model_params_total(m) : 125e6;
+    if (n < 50e6)
+        return 1e-3;
+    double lr = gpt3[0].lr;
+    for (size_t i = 0; i < sizeof gpt3 / sizeof *gpt3; i++)
+        if (n >= 0.7 * gpt3[i].params)
+            lr = gpt3[i].lr;
+    return lr;
+}
+
+void pt_run_opts_default(pt_run_opts *r, const pt_model *m)
+{
+    double lr = default_lr(m);
+    *r = (pt_run_opts){.steps = 50, .lr = lr, .min_lr = lr / 10, .warmup_steps = 10,
                        .weight_decay = 0.1, .grad_clip = 1.0, .seed = 1234, .data = ""};
 }
 

@@ -533,7 +533,10 @@ typedef struct {
     char data[512];          /* token file or text file; "" = ptrun's built-in corpus */
 } pt_run_opts;
 
-void pt_run_opts_default(pt_run_opts *r);
+/* Defaults for model `m` (NULL: a GPT-2-small-sized one): the peak learning rate
+ * GPT-3 used at that size, a tenth of it at the end, 10 warm-up steps, weight decay
+ * 0.1, clipping at 1, seed 1234. */
+void pt_run_opts_default(pt_run_opts *r, const pt_model *m);
 
 typedef struct {
     int format_version;

@@ -18,7 +18,7 @@ static pt_plan sample_plan(void)
     CHECK_INT(pt_cluster_get("dgx-a100-80g", &p.cluster, &err), 0);
     pt_train_default(&p.train, &p.cluster);
     p.train.global_batch = 64;
-    pt_run_opts_default(&p.run);
+    pt_run_opts_default(&p.run, &p.model);
     snprintf(p.run.data, sizeof p.run.data, "tokens.bin");
     pt_layout_default(&p.layout);
     CHECK_INT(pt_layout_parse("tp=2,pp=2,vp=2,dp=2,zero=1,sp=1,recompute=selective", 8, 64,

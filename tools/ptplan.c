@@ -29,6 +29,7 @@ static const char usage_text[] =
     "  --cluster NAME|FILE     built-in cluster or cluster JSON file [local: this\n"
     "                          machine, one rank per core, as ptprofile measured it]\n"
     "  --nodes N               number of nodes [the cluster's own]\n"
+    "  --devices N             devices (ranks) per node [the cluster's own]\n"
     "  --global-batch B        sequences per optimizer step [64]\n"
     "  --seq S                 sequence length [the model's own]\n"
     "  --precision P           bf16 (fp32 grads), bf16-grad16 or fp32\n"
@@ -42,7 +43,9 @@ static const char usage_text[] =
     "  --sim-top N             simulate the N best by estimate in full [1000; 0 = all]\n"
     "\n"
     "Training settings written into plan.json:\n"
-    "  --steps N  --lr X  --seed N  --data FILE    [50, 3e-4, 1234, ptrun's corpus]\n"
+    "  --steps N  --lr X  --seed N  --data FILE\n"
+    "                          [50; GPT-3's rate for the model's size, 1e-3 below 50M\n"
+    "                          parameters; 1234; ptrun's built-in corpus]\n"
     "\n"
     "Modes:\n"
     "  --layout L [--explain]  evaluate one layout, e.g.\n"
@@ -109,7 +112,7 @@ static int parse_options(int argc, char **argv, options *o)
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
-           O_LR, O_SEED, O_DATA };
+           O_LR, O_SEED, O_DATA, O_DEVICES };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -121,11 +124,11 @@ static int parse_options(int argc, char **argv, options *o)
         {"top", 1, 0, O_TOP}, {"help", 0, 0, 'h'}, {"version", 0, 0, O_VERSION},
         {"db", 1, 0, O_DB}, {"out", 1, 0, O_OUT}, {"no-out", 0, 0, O_NOOUT},
         {"timeline", 1, 0, O_TIMELINE}, {"sim-top", 1, 0, O_SIMTOP}, {"steps", 1, 0, O_STEPS},
-        {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA},
+        {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA}, {"devices", 1, 0, O_DEVICES},
         {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
-                   .out = "plan.json", .sim_top = 1000, .steps = 50, .lr = 3e-4, .seed = 1234};
+                   .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -134,6 +137,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_MODEL: o->model = optarg; break;
         case O_CLUSTER: o->cluster = optarg; break;
         case O_NODES: bad = parse_count("--nodes", optarg, 1, 1 << 20, &o->nodes); break;
+        case O_DEVICES: bad = parse_count("--devices", optarg, 1, 1 << 20, &o->devices); break;
         case O_GB: bad = parse_count("--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
             break;
         case O_SEQ: bad = parse_count("--seq", optarg, 1, 1LL << 30, &o->seq); break;
@@ -162,7 +166,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_STEPS: bad = parse_count("--steps", optarg, 1, 1LL << 40, &o->steps); break;
         case O_SEED: bad = parse_count("--seed", optarg, 0, INT64_MAX, &o->seed); break;
         case O_DATA: o->data = optarg; break;
-        case O_LR: bad = parse_real("--lr", optarg, 0, 1e3, &o->lr); break;
+        case O_LR: bad = parse_real("--lr", optarg, 1e-12, 1e3, &o->lr); break;
         case 'h': fputs(usage_text, stdout); exit(0);
         case O_VERSION:
             printf("ptplan %s (CUDA backend: %s)\n", PT_VERSION, PT_HAVE_CUDA ? "yes" : "no");
@@ -333,6 +337,8 @@ int load_job(const options *o, job *j)
         return pt_tool_fail("%s", err.msg);
     if (o->nodes)
         j->c.nodes = (int)o->nodes;
+    if (o->devices)
+        j->c.devices_per_node = (int)o->devices;
     if (o->seq) {
         j->m.seq = o->seq;
         if (pt_model_validate(&j->m, "--seq", &err))
@@ -343,9 +349,12 @@ int load_job(const options *o, job *j)
     j->t.bucket_bytes = o->bucket_mib << 20;
     if (o->precision && pt_prec_parse(o->precision, &j->t.precision, &err))
         return pt_tool_fail("--precision: %s", err.msg);
-    pt_run_opts_default(&j->run);
+    pt_run_opts_default(&j->run, &j->m);
     j->run.steps = o->steps;
-    j->run.lr = o->lr;
+    if (o->lr > 0) {
+        j->run.lr = o->lr;
+        j->run.min_lr = o->lr / 10;
+    }
     j->run.seed = (uint64_t)o->seed;
     if (o->data)
         snprintf(j->run.data, sizeof j->run.data, "%s", o->data);

@@ -1,0 +1,293 @@
+/*
+ * The CUDA backend: opens a device (compute capability 8.0 or newer, for bf16 tensor
+ * cores and the shared-memory sizes the attention kernels use), creates the stream,
+ * the cuBLASLt handle and its workspace, fills the pt_kernels table with the kernels
+ * of this folder, and provides device memory through it. It also holds the checked-
+ * call helpers that record a backend's first failure for sync(), the growable scratch
+ * buffer, and the second pass of the deterministic column reductions.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.cuh"
+
+/* cuBLASLt's workspace: 32 MiB is what NVIDIA recommends for Hopper (cuBLAS docs,
+ * "cublasSetWorkspace"); smaller GPUs need less, but it is cheap next to a model. */
+#define PT_KCUDA_LT_WORKSPACE ((size_t)32 << 20)
+
+/* ---- Checked calls --------------------------------------------------------------------- */
+
+void pt_kcuda_fail(pt_kernels *kn, const char *file, int line, const char *fmt, ...)
+{
+    if (kn->err[0])
+        return;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *base = strrchr(file, '/');
+    snprintf(kn->err, sizeof kn->err, "cuda: %s (%s:%d)", msg, base ? base + 1 : file, line);
+}
+
+int pt_kcuda_check(pt_kernels *kn, cudaError_t status, const char *what, const char *file,
+                   int line)
+{
+    if (status == cudaSuccess)
+        return 0;
+    pt_kcuda_fail(kn, file, line, "%s: %s", what, cudaGetErrorString(status));
+    return -1;
+}
+
+int pt_kcuda_check_lt(pt_kernels *kn, cublasStatus_t status, const char *what,
+                      const char *file, int line)
+{
+    if (status == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    pt_kcuda_fail(kn, file, line, "%s: cuBLASLt status %d", what, (int)status);
+    return -1;
+}
+
+void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (bytes <= ctx->scratch_bytes)
+        return ctx->scratch;
+    /* kernels queued earlier may still read the old buffer */
+    if (PT_CU(kn, cudaStreamSynchronize(ctx->stream)))
+        return NULL;
+    if (ctx->scratch)
+        cudaFree(ctx->scratch);
+    ctx->scratch = NULL;
+    ctx->scratch_bytes = 0;
+    size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    if (PT_CU(kn, cudaMalloc(&ctx->scratch, want))) {
+        ctx->scratch = NULL;
+        return NULL;
+    }
+    ctx->scratch_bytes = want;
+    return ctx->scratch;
+}
+
+/* ---- Deterministic column reductions, second pass --------------------------------------- */
+
+__global__ void sum_partials_kernel(float *dst, const float *partials, int chunks, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols)
+        return;
+    float s = 0.0f;
+    for (int i = 0; i < chunks; i++)
+        s += partials[(int64_t)i * cols + c];
+    dst[c] += s;
+}
+
+void pt_kcuda_sum_partials(pt_kernels *kn,
+                           float *dst,             /* (cols) fp32, += */
+                           const float *partials,  /* (chunks, cols) fp32 */
+                           int chunks, int cols)
+{
+    if (cols <= 0)
+        return;
+    sum_partials_kernel<<<(cols + 255) / 256, 256, 0, pt_kcuda_ctx(kn)->stream>>>(
+        dst, partials, chunks, cols);
+    PT_LAUNCHED(kn, "sum_partials");
+}
+
+/* ---- Memory and synchronisation -------------------------------------------------------- */
+
+void *pt_kcuda_alloc(pt_kernels *kn, size_t bytes)
+{
+    (void)kn;
+    void *p = NULL;
+    /* cudaMalloc aligns to at least 256 bytes, more than the 64 kernels.h promises */
+    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is not sticky: leave no trace for sync() */
+        return NULL;
+    }
+    return p;
+}
+
+void pt_kcuda_free(pt_kernels *kn, void *p)
+{
+    if (p)
+        PT_CU(kn, cudaFree(p));
+}
+
+void pt_kcuda_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (!bytes)
+        return;
+    switch (dir) {
+    case PT_KCOPY_H2H:
+        /* host memory on both sides: nothing queued can touch it */
+        memmove(dst, src, bytes);
+        break;
+    case PT_KCOPY_H2D:
+        /* returns once src may be reused (pageable memory is staged first) */
+        PT_CU(kn, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+        break;
+    case PT_KCOPY_D2H:
+        /* the caller reads dst next, as on the CPU backend: wait for the copy */
+        if (!PT_CU(kn, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream)))
+            PT_CU(kn, cudaStreamSynchronize(ctx->stream));
+        break;
+    case PT_KCOPY_D2D:
+        PT_CU(kn, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream));
+        break;
+    }
+}
+
+void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes)
+{
+    if (bytes)
+        PT_CU(kn, cudaMemsetAsync(p, 0, bytes, pt_kcuda_ctx(kn)->stream));
+}
+
+int pt_kcuda_sync(pt_kernels *kn)
+{
+    PT_CU(kn, cudaStreamSynchronize(pt_kcuda_ctx(kn)->stream));
+    PT_CU(kn, cudaGetLastError());
+    return kn->err[0] ? -1 : 0;
+}
+
+void pt_kcuda_destroy(pt_kernels *kn)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (ctx) {
+        if (ctx->stream)
+            cudaStreamSynchronize(ctx->stream);
+        if (ctx->lt)
+            cublasLtDestroy(ctx->lt);
+        cudaFree(ctx->lt_ws);
+        cudaFree(ctx->scratch);
+        if (ctx->host_sum)
+            cudaFreeHost(ctx->host_sum);
+        if (ctx->stream)
+            cudaStreamDestroy(ctx->stream);
+        free(ctx);
+    }
+    free(kn);
+}
+
+/* ---- The table ---------------------------------------------------------------------------- */
+
+static pt_kernels cuda_table(void)
+{
+    pt_kernels t;
+    memset(&t, 0, sizeof t);
+    t.name = "cuda";
+    t.act_dtype = PT_KDTYPE_BF16;
+    t.destroy = pt_kcuda_destroy;
+    t.alloc = pt_kcuda_alloc;
+    t.free = pt_kcuda_free;
+    t.copy = pt_kcuda_copy;
+    t.zero = pt_kcuda_zero;
+    t.sync = pt_kcuda_sync;
+    t.embed_forward = pt_kcuda_embed_forward;
+    t.embed_backward = pt_kcuda_embed_backward;
+    t.layernorm_forward = pt_kcuda_layernorm_forward;
+    t.layernorm_backward = pt_kcuda_layernorm_backward;
+    t.rmsnorm_forward = pt_kcuda_rmsnorm_forward;
+    t.rmsnorm_backward = pt_kcuda_rmsnorm_backward;
+    t.matmul_forward = pt_kcuda_matmul_forward;
+    t.matmul_backward = pt_kcuda_matmul_backward;
+    t.gemm = pt_kcuda_gemm;
+    t.rope_forward = pt_kcuda_rope_forward;
+    t.rope_backward = pt_kcuda_rope_backward;
+    t.attention_forward = pt_kcuda_attention_forward;
+    t.attention_backward = pt_kcuda_attention_backward;
+    t.attention_combine = pt_kcuda_attention_combine;
+    t.gelu_forward = pt_kcuda_gelu_forward;
+    t.gelu_backward = pt_kcuda_gelu_backward;
+    t.swiglu_forward = pt_kcuda_swiglu_forward;
+    t.swiglu_backward = pt_kcuda_swiglu_backward;
+    t.residual_forward = pt_kcuda_residual_forward;
+    t.residual_backward = pt_kcuda_residual_backward;
+    t.dropout_forward = pt_kcuda_dropout_forward;
+    t.dropout_backward = pt_kcuda_dropout_backward;
+    t.crossentropy = pt_kcuda_crossentropy;
+    t.ce_local_max = pt_kcuda_ce_local_max;
+    t.ce_local_sumexp = pt_kcuda_ce_local_sumexp;
+    t.ce_local_target = pt_kcuda_ce_local_target;
+    t.ce_finalize = pt_kcuda_ce_finalize;
+    t.adamw = pt_kcuda_adamw;
+    t.sumsq = pt_kcuda_sumsq;
+    t.f32_to_bf16 = pt_kcuda_f32_to_bf16;
+    t.bf16_to_f32 = pt_kcuda_bf16_to_f32;
+    return t;
+}
+
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+{
+    if (!err || !cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
+{
+    int count = 0;
+    cudaError_t st = cudaGetDeviceCount(&count);
+    if (st != cudaSuccess || count == 0) {
+        set_err(err, cap, "CUDA device %d: no CUDA device (%s)", device,
+                st != cudaSuccess ? cudaGetErrorString(st) : "the driver reports none");
+        cudaGetLastError();
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        set_err(err, cap, "CUDA device %d: no such device (%d present)", device, count);
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if ((st = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+        set_err(err, cap, "CUDA device %d: %s", device, cudaGetErrorString(st));
+        return NULL;
+    }
+    if (prop.major < 8) {
+        set_err(err, cap, "CUDA device %d (%s): compute capability %d.%d, need 8.0 or newer "
+                "(bf16)", device, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    if ((st = cudaSetDevice(device)) != cudaSuccess) {
+        set_err(err, cap, "CUDA device %d: %s", device, cudaGetErrorString(st));
+        return NULL;
+    }
+
+    pt_kernels *kn = (pt_kernels *)calloc(1, sizeof *kn);
+    pt_kcuda *ctx = (pt_kcuda *)calloc(1, sizeof *ctx);
+    if (!kn || !ctx) {
+        free(kn);
+        free(ctx);
+        set_err(err, cap, "CUDA device %d: out of host memory", device);
+        return NULL;
+    }
+    *kn = cuda_table();
+    kn->priv = ctx;
+    ctx->device = device;
+    ctx->sm_count = prop.multiProcessorCount;
+    ctx->smem_optin = prop.sharedMemPerBlockOptin;
+    ctx->lt_ws_bytes = PT_KCUDA_LT_WORKSPACE;
+    const char *no_lt = getenv("PT_KCUDA_NO_LT");
+    ctx->no_lt = no_lt && no_lt[0] && strcmp(no_lt, "0") != 0;
+
+    /* a blocking stream: it stays ordered with work others queue on the legacy default
+     * stream (plain cudaMemcpy), which a non-blocking one would race */
+    if (PT_CU(kn, cudaStreamCreate(&ctx->stream)) ||
+        PT_LT(kn, cublasLtCreate(&ctx->lt)) ||
+        PT_CU(kn, cudaMalloc(&ctx->lt_ws, ctx->lt_ws_bytes)) ||
+        PT_CU(kn, cudaMallocHost((void **)&ctx->host_sum, sizeof(double))) ||
+        pt_kcuda_attention_init(kn)) {
+        set_err(err, cap, "CUDA device %d (%s): %s", device, prop.name, kn->err);
+        pt_kcuda_destroy(kn);
+        return NULL;
+    }
+    return kn;
+}

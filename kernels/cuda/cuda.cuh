@@ -1,0 +1,284 @@
+/*
+ * The CUDA backend's internal declarations: its context (stream, cuBLASLt handle and
+ * workspace, a growable scratch buffer), the checked-call helpers that record a
+ * backend's first failure in kn->err, bf16 load/store helpers that round exactly as
+ * the CPU's pt_k_bf16_from_f32, and one function per slot of the pt_kernels table,
+ * named pt_kcuda_<op>, defined in the .cu file of its area (backend.cu for memory,
+ * matmul.cu, norm.cu, pointwise.cu, embed.cu, loss.cu, optim.cu, attention.cu) and put
+ * into the table by backend.cu. Shapes and contracts are those of kernels.h.
+ *
+ * Every op runs asynchronously on the backend's one stream, in call order, so ops
+ * need no synchronisation among themselves; only copy to the host, sumsq (which
+ * returns a number) and sync wait. The device is selected once, when the backend is
+ * created: a process drives one device through one table.
+ *
+ * Numerics: [act] buffers hold bf16 (__nv_bfloat16 behind the float * of kernels.h);
+ * arithmetic is fp32 (double where the CPU reference uses double for a row sum), and
+ * backwards that accumulate into an [act] gradient read it, add in fp32 and round
+ * once. No floating-point atomics anywhere: every reduction has a fixed shape that
+ * depends on the problem size only, so results are bit-identical run to run on one
+ * device model.
+ */
+#ifndef PT_KERNELS_CUDA_CUH
+#define PT_KERNELS_CUDA_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* Entries of the cuBLASLt algorithm cache (matmul.cu): one per distinct GEMM shape,
+ * type and pointer alignment seen; the layers of a model need a few dozen. */
+enum { PT_KCUDA_ALGO_CACHE = 128 };
+
+typedef struct {
+    uint64_t key[6];           /* shape, transposes, types, alignments, epilogue */
+    cublasLtMatmulAlgo_t algo;
+    int ok;                    /* 0: no cuBLASLt algorithm, use the fallback kernel */
+} pt_kcuda_algo;
+
+/* kn->priv. The stream is the first member so that code holding only the priv pointer
+ * (the runtime, to order its NCCL calls after the kernels) can read it as a
+ * cudaStream_t; keep it first. */
+typedef struct {
+    cudaStream_t stream;
+    int device;
+    int sm_count;
+    size_t smem_optin;         /* largest dynamic shared memory a block may ask for */
+    cublasLtHandle_t lt;
+    void *lt_ws;               /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+    int no_lt;                 /* PT_KCUDA_NO_LT set: every GEMM on the fallback kernel */
+    void *scratch;             /* per-op temporaries, reused in stream order */
+    size_t scratch_bytes;
+    double *host_sum;          /* pinned: the result of sumsq */
+    pt_kcuda_algo algos[PT_KCUDA_ALGO_CACHE];
+    int n_algos;
+} pt_kcuda;
+
+static inline pt_kcuda *pt_kcuda_ctx(pt_kernels *kn) { return (pt_kcuda *)kn->priv; }
+
+/* ---- Checked calls (backend.cu) ------------------------------------------------------ */
+
+/* Records "what: message (file:line)" in kn->err unless a failure is already recorded;
+ * returns 0 when status is success, -1 otherwise. */
+int pt_kcuda_check(pt_kernels *kn, cudaError_t status, const char *what, const char *file,
+                   int line);
+int pt_kcuda_check_lt(pt_kernels *kn, cublasStatus_t status, const char *what,
+                      const char *file, int line);
+/* Records a caller's error (unsupported size, ...) the same way. */
+void pt_kcuda_fail(pt_kernels *kn, const char *file, int line, const char *fmt, ...);
+
+#define PT_CU(kn, call) pt_kcuda_check((kn), (call), #call, __FILE__, __LINE__)
+#define PT_LT(kn, call) pt_kcuda_check_lt((kn), (call), #call, __FILE__, __LINE__)
+/* after every kernel launch: catches bad launch configurations at once */
+#define PT_LAUNCHED(kn, name) pt_kcuda_check((kn), cudaGetLastError(), (name), __FILE__, __LINE__)
+
+/* A device buffer of at least bytes for one op's temporaries, valid until the next
+ * call that asks for scratch (ops run in stream order, so reuse is safe). Growing
+ * waits for the stream. NULL (error recorded) when out of memory. */
+void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes);
+
+/* ---- Launch shapes ------------------------------------------------------------------- */
+
+enum { PT_KCUDA_THREADS = 256 };
+
+/* blocks for a grid-stride loop over n items, capped so that the grid is always valid;
+ * the cap depends on n only, never on the device, so reductions keep their shape */
+static inline unsigned pt_kcuda_blocks(int64_t n, int threads)
+{
+    int64_t blocks = (n + threads - 1) / threads;
+    if (blocks < 1)
+        blocks = 1;
+    if (blocks > 65535 * 8)
+        blocks = 65535 * 8;
+    return (unsigned)blocks;
+}
+
+/* ---- bf16 helpers (device) ----------------------------------------------------------- */
+
+static __device__ __forceinline__ float pt_ld(const bf16 *p) { return __bfloat162float(*p); }
+
+/* fp32 -> bf16 bits, round to nearest even, NaN kept quiet with its sign: the same bits
+ * as pt_k_bf16_from_f32 in kernels/cpu/convert.c (must stay identical) */
+static __device__ __forceinline__ uint16_t pt_bf16_bits(float x)
+{
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static __device__ __forceinline__ bf16 pt_bf16(float x)
+{
+    return __ushort_as_bfloat16(pt_bf16_bits(x));
+}
+
+static __device__ __forceinline__ void pt_st(bf16 *p, float x) { *p = pt_bf16(x); }
+
+/* ---- Block reductions (device) -------------------------------------------------------- */
+
+/* Sum / max over a warp by a fixed butterfly: every lane gets the same result, in the
+ * same order on every run. */
+template <typename T> static __device__ __forceinline__ T pt_warp_sum(T x)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+static __device__ __forceinline__ float pt_warp_max(float x)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* Sum over a block whose size is a multiple of 32 (at most 1024): warps reduce, then
+ * warp 0 reduces the warps' sums in order. Every thread gets the result. shared must
+ * hold 32 values. Must be reached by every thread of the block. */
+template <typename T> static __device__ T pt_block_sum(T x, T *shared)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    x = pt_warp_sum(x);
+    __syncthreads(); /* shared may still be read by a previous call */
+    if (lane == 0)
+        shared[warp] = x;
+    __syncthreads();
+    T s = lane < nwarps ? shared[lane] : (T)0;
+    return pt_warp_sum(s);
+}
+
+static __device__ float pt_block_max(float x, float *shared)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    x = pt_warp_max(x);
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = x;
+    __syncthreads();
+    float m = lane < nwarps ? shared[lane] : -INFINITY;
+    return pt_warp_max(m);
+}
+
+/* ---- The ops (one file per area) ------------------------------------------------------ */
+
+/* backend.cu */
+void pt_kcuda_destroy(pt_kernels *kn);
+void *pt_kcuda_alloc(pt_kernels *kn, size_t bytes);
+void pt_kcuda_free(pt_kernels *kn, void *p);
+void pt_kcuda_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir);
+void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes);
+int pt_kcuda_sync(pt_kernels *kn);
+/* embed.cu */
+void pt_kcuda_embed_forward(pt_kernels *kn, float *out, const int32_t *tokens,
+                            const float *wte, const float *wpe, int b, int s, int h,
+                            int v0, int vr, int pos0);
+void pt_kcuda_embed_backward(pt_kernels *kn, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *tokens, int b, int s, int h, int v0, int vr,
+                             int pos0);
+/* norm.cu */
+void pt_kcuda_layernorm_forward(pt_kernels *kn, float *out, float *mean, float *rstd,
+                                const float *inp, const float *w, const float *bias,
+                                int64_t n, int h, float eps);
+void pt_kcuda_layernorm_backward(pt_kernels *kn, float *dinp, float *dw, float *dbias,
+                                 const float *dout, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int64_t n, int h);
+void pt_kcuda_rmsnorm_forward(pt_kernels *kn, float *out, float *rstd, const float *inp,
+                              const float *w, int64_t n, int h, float eps);
+void pt_kcuda_rmsnorm_backward(pt_kernels *kn, float *dinp, float *dw, const float *dout,
+                               const float *inp, const float *w, const float *rstd,
+                               int64_t n, int h);
+/* matmul.cu */
+void pt_kcuda_matmul_forward(pt_kernels *kn, float *out, const float *inp, const float *w,
+                             const float *bias, int64_t n, int ic, int oc);
+void pt_kcuda_matmul_backward(pt_kernels *kn, float *dinp, float *dw, float *dbias,
+                              const float *dout, const float *inp, const float *w,
+                              int64_t n, int ic, int oc);
+void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
+                   float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc);
+/* pointwise.cu */
+void pt_kcuda_rope_forward(pt_kernels *kn, float *out, const float *inp, int b, int s,
+                           int nh, int d, int pos0, float theta);
+void pt_kcuda_rope_backward(pt_kernels *kn, float *dinp, const float *dout, int b, int s,
+                            int nh, int d, int pos0, float theta);
+void pt_kcuda_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t n);
+void pt_kcuda_gelu_backward(pt_kernels *kn, float *dinp, const float *dout,
+                            const float *inp, int64_t n);
+void pt_kcuda_swiglu_forward(pt_kernels *kn, float *out, const float *gate,
+                             const float *up, int64_t n, int f);
+void pt_kcuda_swiglu_backward(pt_kernels *kn, float *dgate, float *dup, const float *dout,
+                              const float *gate, const float *up, int64_t n, int f);
+void pt_kcuda_residual_forward(pt_kernels *kn, float *out, const float *inp1,
+                               const float *inp2, int64_t n);
+void pt_kcuda_residual_backward(pt_kernels *kn, float *dinp1, float *dinp2,
+                                const float *dout, int64_t n);
+void pt_kcuda_dropout_forward(pt_kernels *kn, float *out, const float *inp, int64_t n,
+                              float p, uint64_t seed, uint64_t tensor_id, int64_t offset);
+void pt_kcuda_dropout_backward(pt_kernels *kn, float *dinp, const float *dout, int64_t n,
+                               float p, uint64_t seed, uint64_t tensor_id, int64_t offset);
+void pt_kcuda_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64_t n);
+void pt_kcuda_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64_t n);
+/* attention.cu */
+int pt_kcuda_attention_init(pt_kernels *kn);
+void pt_kcuda_attention_forward(pt_kernels *kn, float *out, float *lse, const float *q,
+                                const float *k, const float *v, int b, int sq, int skv,
+                                int a, int kh, int d, int q0, int k0, int causal);
+void pt_kcuda_attention_backward(pt_kernels *kn, float *dq, float *dk, float *dv,
+                                 const float *dout, const float *q, const float *k,
+                                 const float *v, const float *out, const float *lse,
+                                 int b, int sq, int skv, int a, int kh, int d, int q0,
+                                 int k0, int causal);
+void pt_kcuda_attention_combine(pt_kernels *kn, float *out, float *lse, const float *out2,
+                                const float *lse2, int b, int sq, int a, int d);
+/* loss.cu */
+void pt_kcuda_crossentropy(pt_kernels *kn, float *losses, float *dlogits,
+                           const float *logits, const int32_t *targets, int64_t n, int v,
+                           float dloss);
+void pt_kcuda_ce_local_max(pt_kernels *kn, float *lmax, const float *logits, int64_t n,
+                           int vr);
+void pt_kcuda_ce_local_sumexp(pt_kernels *kn, float *lsum, const float *logits,
+                              const float *gmax, int64_t n, int vr);
+void pt_kcuda_ce_local_target(pt_kernels *kn, float *ltarget, const float *logits,
+                              const int32_t *targets, int64_t n, int vr, int v0);
+void pt_kcuda_ce_finalize(pt_kernels *kn, float *losses, float *dlogits,
+                          const float *logits, const int32_t *targets, const float *gmax,
+                          const float *gsum, const float *gtarget, int64_t n, int vr,
+                          int v0, float dloss);
+/* optim.cu */
+void pt_kcuda_adamw(pt_kernels *kn, float *params, uint16_t *params_bf16,
+                    const float *grads, float *m, float *v, int64_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int step,
+                    float grad_scale);
+double pt_kcuda_sumsq(pt_kernels *kn, const float *x, int64_t n);
+
+/* ---- Deterministic column reductions (backend.cu) -------------------------------------
+ * A weight gradient summed over n rows (dbias, LayerNorm's dw) is reduced in two
+ * passes without atomics: a first kernel writes one partial sum per (chunk of rows,
+ * column) to scratch, in a fixed order within the chunk; pt_kcuda_sum_partials adds
+ * the partials of each column, chunk by chunk in order, into dst (+=). The chunking
+ * depends on n only. */
+enum { PT_KCUDA_MAX_CHUNKS = 256 };
+static inline int64_t pt_kcuda_chunk_rows(int64_t n)
+{
+    int64_t rows = (n + PT_KCUDA_MAX_CHUNKS - 1) / PT_KCUDA_MAX_CHUNKS;
+    return rows < 64 ? 64 : rows;
+}
+static inline int pt_kcuda_chunks(int64_t n)
+{
+    int64_t r = pt_kcuda_chunk_rows(n);
+    int64_t c = (n + r - 1) / r;
+    return c < 1 ? 1 : (int)c;
+}
+void pt_kcuda_sum_partials(pt_kernels *kn,
+                           float *dst,             /* (cols) fp32, += */
+                           const float *partials,  /* (chunks, cols) fp32 */
+                           int chunks, int cols);
+
+#endif

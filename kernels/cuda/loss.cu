@@ -1,0 +1,175 @@
+/*
+ * Softmax cross-entropy on CUDA, fused with the logits and in the vocab-parallel pieces
+ * of Megatron-LM (Shoeybi et al. 2019, §3), with the formulas of kernels/cpu/loss.c:
+ * one block per row, maximum in fp32, sum of exponentials accumulated in double (as
+ * the CPU) through a fixed-shape block reduction, losses in fp32, dlogits written as
+ * bf16. dlogits may equal logits: every thread reads the elements it writes, and the
+ * target logit is read before the first barrier.
+ */
+#include "cuda.cuh"
+
+enum { CE_THREADS = 256 };
+
+static __device__ float row_max(const bf16 *x, int vr, float *shared)
+{
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < vr; j += CE_THREADS)
+        mx = fmaxf(mx, pt_ld(x + j));
+    return pt_block_max(mx, shared);
+}
+
+static __device__ float row_sumexp(const bf16 *x, int vr, float gmax, double *shared)
+{
+    double s = 0.0;
+    for (int j = threadIdx.x; j < vr; j += CE_THREADS)
+        s += expf(pt_ld(x + j) - gmax);
+    return (float)pt_block_sum(s, shared);
+}
+
+/* the loss of one row and its slice of dlogits, from the global figures */
+static __device__ void row_finalize(float *loss, bf16 *dx, const bf16 *x, int32_t target, int vr,
+                                    int v0, float gmax, float gsum, float gtarget, float dloss)
+{
+    if (target < 0) { /* padded row */
+        if (threadIdx.x == 0)
+            *loss = 0.0f;
+        if (dx)
+            for (int j = threadIdx.x; j < vr; j += CE_THREADS)
+                dx[j] = pt_bf16(0.0f);
+        return;
+    }
+    if (threadIdx.x == 0)
+        *loss = logf(gsum) + gmax - gtarget;
+    if (!dx)
+        return;
+    float inv = 1.0f / gsum;
+    int t = target - v0;
+    for (int j = threadIdx.x; j < vr; j += CE_THREADS) {
+        float prob = expf(pt_ld(x + j) - gmax) * inv;
+        pt_st(dx + j, (prob - (j == t ? 1.0f : 0.0f)) * dloss);
+    }
+}
+
+#define ROWS_LOOP(r, n) for (int64_t r = blockIdx.x; r < (n); r += gridDim.x)
+
+static unsigned row_grid(int64_t n) { return (unsigned)(n < 65535 * 8 ? n : 65535 * 8); }
+
+__global__ void crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits,
+                                    const int32_t *targets, int64_t n, int v, float dloss)
+{
+    __shared__ float sf[32];
+    __shared__ double sd[32];
+    ROWS_LOOP(r, n) {
+        const bf16 *x = logits + r * v;
+        int32_t target = targets[r];
+        float tgt = target >= 0 && target < v ? pt_ld(x + target) : 0.0f;
+        float mx = row_max(x, v, sf);
+        float sum = row_sumexp(x, v, mx, sd);
+        row_finalize(losses + r, dlogits ? dlogits + r * v : NULL, x, target, v, 0, mx, sum, tgt,
+                     dloss);
+        __syncthreads(); /* the next row's reductions reuse the shared arrays */
+    }
+}
+
+void pt_kcuda_crossentropy(pt_kernels *kn,
+                           float *losses,           /* (n) fp32 */
+                           float *dlogits,          /* (n, v) [act] or NULL */
+                           const float *logits,     /* (n, v) [act] */
+                           const int32_t *targets,  /* (n) */
+                           int64_t n, int v, float dloss)
+{
+    if (n <= 0)
+        return;
+    crossentropy_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
+        losses, (bf16 *)dlogits, (const bf16 *)logits, targets, n, v, dloss);
+    PT_LAUNCHED(kn, "crossentropy");
+}
+
+/* ---- Vocab-parallel pieces --------------------------------------------------------------- */
+
+__global__ void ce_local_max_kernel(float *lmax, const bf16 *logits, int64_t n, int vr)
+{
+    __shared__ float sf[32];
+    ROWS_LOOP(r, n) {
+        float mx = row_max(logits + r * vr, vr, sf);
+        if (threadIdx.x == 0)
+            lmax[r] = mx;
+    }
+}
+
+__global__ void ce_local_sumexp_kernel(float *lsum, const bf16 *logits, const float *gmax,
+                                       int64_t n, int vr)
+{
+    __shared__ double sd[32];
+    ROWS_LOOP(r, n) {
+        float s = row_sumexp(logits + r * vr, vr, gmax[r], sd);
+        if (threadIdx.x == 0)
+            lsum[r] = s;
+    }
+}
+
+__global__ void ce_local_target_kernel(float *ltarget, const bf16 *logits,
+                                       const int32_t *targets, int64_t n, int vr, int v0)
+{
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < n;
+         r += (int64_t)gridDim.x * blockDim.x) {
+        int t = targets[r] - v0;
+        ltarget[r] = targets[r] >= 0 && t >= 0 && t < vr ? pt_ld(logits + r * vr + t) : 0.0f;
+    }
+}
+
+__global__ void ce_finalize_kernel(float *losses, bf16 *dlogits, const bf16 *logits,
+                                   const int32_t *targets, const float *gmax, const float *gsum,
+                                   const float *gtarget, int64_t n, int vr, int v0, float dloss)
+{
+    ROWS_LOOP(r, n) {
+        row_finalize(losses + r, dlogits ? dlogits + r * vr : NULL, logits + r * vr, targets[r],
+                     vr, v0, gmax[r], gsum[r], gtarget[r], dloss);
+    }
+}
+
+void pt_kcuda_ce_local_max(pt_kernels *kn, float *lmax, const float *logits, int64_t n, int vr)
+{
+    if (n <= 0)
+        return;
+    ce_local_max_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
+        lmax, (const bf16 *)logits, n, vr);
+    PT_LAUNCHED(kn, "ce_local_max");
+}
+
+void pt_kcuda_ce_local_sumexp(pt_kernels *kn, float *lsum, const float *logits,
+                              const float *gmax, int64_t n, int vr)
+{
+    if (n <= 0)
+        return;
+    ce_local_sumexp_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
+        lsum, (const bf16 *)logits, gmax, n, vr);
+    PT_LAUNCHED(kn, "ce_local_sumexp");
+}
+
+void pt_kcuda_ce_local_target(pt_kernels *kn, float *ltarget, const float *logits,
+                              const int32_t *targets, int64_t n, int vr, int v0)
+{
+    if (n <= 0)
+        return;
+    ce_local_target_kernel<<<pt_kcuda_blocks(n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
+                             pt_kcuda_ctx(kn)->stream>>>(ltarget, (const bf16 *)logits, targets,
+                                                         n, vr, v0);
+    PT_LAUNCHED(kn, "ce_local_target");
+}
+
+void pt_kcuda_ce_finalize(pt_kernels *kn,
+                          float *losses,            /* (n) fp32 */
+                          float *dlogits,           /* (n, vr) [act] or NULL */
+                          const float *logits,      /* (n, vr) [act] */
+                          const int32_t *targets,   /* (n) */
+                          const float *gmax, const float *gsum, const float *gtarget,
+                          int64_t n, int vr, int v0, float dloss)
+{
+    if (n <= 0)
+        return;
+    ce_finalize_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
+        losses, (bf16 *)dlogits, (const bf16 *)logits, targets, gmax, gsum, gtarget, n, vr, v0,
+        dloss);
+    PT_LAUNCHED(kn, "ce_finalize");
+}

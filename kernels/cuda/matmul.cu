@@ -1,0 +1,337 @@
+/*
+ * Linear layers and the general GEMM on CUDA, through cuBLASLt: bf16 A and B, fp32
+ * compute (CUBLAS_COMPUTE_32F), bf16 output for activations and fp32 output for weight
+ * gradients (cuBLASLt supports bf16 inputs with fp32 C/D, "cublasLtMatmul" type
+ * table). The bias of the forward rides the CUBLASLT_EPILOGUE_BIAS epilogue.
+ *
+ * Row-major to column-major: cuBLASLt is column-major, and a row-major (r, c) matrix is
+ * the column-major (c, r) matrix with the same memory. So the row-major product
+ * C (M, N) = op(A) (M, K) · op(B) (K, N) is computed as the column-major product
+ * C^T (N, M) = op(B)^T · op(A)^T: swap the operands, keep each one's transpose flag.
+ *
+ * Precision notes. dinp += dout · w accumulates through beta = 1 into a bf16 buffer:
+ * the old value is read as bf16 and the sum rounded to bf16 once per call, so a
+ * gradient accumulated over many micro-batches loses bits a fp32 buffer would keep
+ * (as in llm.c; activation gradients live for one step only). dw accumulates into
+ * fp32 through beta = 1, exactly as the CPU backend. dbias is a deterministic column
+ * sum (backend.cu's two passes), not an epilogue, so it never needs atomics.
+ *
+ * cuBLASLt picks one algorithm per shape (its heuristic; cached here, keyed by shape,
+ * types and pointer alignment, since the heuristic assumes 256-byte-aligned buffers
+ * unless told otherwise and the runtime passes views into larger allocations). cuBLAS
+ * documents bit-wise reproducibility for a fixed algorithm, toolkit and GPU model.
+ * When cuBLASLt offers no algorithm (rare odd leading dimensions), or PT_KCUDA_NO_LT
+ * is set (used by the tests to cover it), a plain tiled kernel does the product.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda.cuh"
+
+/* ---- The fallback GEMM: column-major, fp32 accumulation, one output per thread -------- */
+
+enum { FB_TILE = 16 };
+
+template <typename TC>
+__global__ void gemm_fallback_kernel(int ta, int tb, int m, int n, int k, float alpha,
+                                     const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb,
+                                     float beta, TC *C, int64_t ldc, const bf16 *bias)
+{
+    __shared__ float as[FB_TILE][FB_TILE + 1]; /* as[kk][i] = op(A)(i, kk) */
+    __shared__ float bs[FB_TILE][FB_TILE + 1]; /* bs[j][kk] = op(B)(kk, j) */
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int i = blockIdx.x * FB_TILE + tx; /* row of C */
+    int j = blockIdx.y * FB_TILE + ty; /* column of C */
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < k; k0 += FB_TILE) {
+        /* op(A)(row, kk): A(row, kk) when not transposed, A(kk, row) when transposed */
+        int ar = blockIdx.x * FB_TILE + tx, ak = k0 + ty;
+        float av = 0.0f;
+        if (ar < m && ak < k)
+            av = __bfloat162float(ta ? A[(int64_t)ar * lda + ak] : A[(int64_t)ak * lda + ar]);
+        as[ty][tx] = av;
+        int bc = blockIdx.y * FB_TILE + ty, bk = k0 + tx;
+        float bv = 0.0f;
+        if (bc < n && bk < k)
+            bv = __bfloat162float(tb ? B[(int64_t)bk * ldb + bc] : B[(int64_t)bc * ldb + bk]);
+        bs[ty][tx] = bv;
+        __syncthreads();
+        for (int kk = 0; kk < FB_TILE; kk++)
+            acc += as[kk][tx] * bs[ty][kk];
+        __syncthreads();
+    }
+    if (i >= m || j >= n)
+        return;
+    float r = alpha * acc;
+    if (bias)
+        r += __bfloat162float(bias[i]);
+    TC *c = C + (int64_t)j * ldc + i;
+    if (beta != 0.0f)
+        r += beta * (float)*c;
+    if constexpr (sizeof(TC) == 2)
+        *c = pt_bf16(r);
+    else
+        *c = r;
+}
+
+/* ---- cuBLASLt ------------------------------------------------------------------------------- */
+
+/* the largest power of two dividing the address, capped at 256 (cuBLASLt's default) */
+static uint64_t align_of(const void *p)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p, al = 256;
+    while (al > 1 && a % al)
+        al >>= 1;
+    return al;
+}
+
+typedef struct {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+} lt_problem;
+
+static void lt_release(lt_problem *p)
+{
+    if (p->la)
+        cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb)
+        cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc)
+        cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->desc)
+        cublasLtMatmulDescDestroy(p->desc);
+}
+
+/* the cached algorithm for key, running the heuristic on a miss; NULL when cuBLASLt
+ * has none (the caller falls back) */
+static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_problem *p,
+                                    const void *A, const void *B, const void *C)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    for (int i = 0; i < ctx->n_algos; i++)
+        if (!memcmp(ctx->algos[i].key, key, sizeof ctx->algos[i].key))
+            return &ctx->algos[i];
+    pt_kcuda_algo entry;
+    memset(&entry, 0, sizeof entry);
+    memcpy(entry.key, key, sizeof entry.key);
+    cublasLtMatmulPreference_t pref = NULL;
+    if (PT_LT(kn, cublasLtMatmulPreferenceCreate(&pref)))
+        return NULL;
+    uint64_t ws = ctx->lt_ws_bytes;
+    uint32_t al_a = (uint32_t)align_of(A), al_b = (uint32_t)align_of(B);
+    uint32_t al_c = (uint32_t)align_of(C);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                         &al_a, sizeof al_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                         &al_b, sizeof al_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                         &al_c, sizeof al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                         &al_c, sizeof al_c);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc,
+                                                       p->lc, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    entry.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+    if (entry.ok)
+        entry.algo = res.algo;
+    if (ctx->n_algos < PT_KCUDA_ALGO_CACHE) {
+        ctx->algos[ctx->n_algos] = entry;
+        return &ctx->algos[ctx->n_algos++];
+    }
+    /* cache full (an unusual number of shapes): keep the answer in the last slot */
+    ctx->algos[PT_KCUDA_ALGO_CACHE - 1] = entry;
+    return &ctx->algos[PT_KCUDA_ALGO_CACHE - 1];
+}
+
+/* Column-major C (m, n) = alpha · op(A) · op(B) + beta · C (+ bias (m) broadcast over
+ * columns), A and B bf16, C bf16 (c_f32 = 0) or fp32 (c_f32 = 1). op(A) is (m, k):
+ * A is (m, k) with leading dimension lda, or (k, m) when ta. Likewise B, (k, n). */
+static void lt_gemm(pt_kernels *kn, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb,
+                    float beta, void *C, int64_t ldc, int c_f32, const bf16 *bias)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        /* an empty sum: cuBLASLt rejects k = 0; C = beta · C (+ bias) still holds */
+        A = B = NULL;
+    }
+    if (bias && !ctx->no_lt && k > 0 && align_of(bias) < 16) {
+        /* cuBLASLt's bias epilogue wants an aligned vector: add the bias afterwards */
+        lt_gemm(kn, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, NULL);
+        if (!c_f32) {
+            add_bias_kernel<<<pt_kcuda_blocks(m * n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
+                              ctx->stream>>>((bf16 *)C, bias, m, n, ldc);
+            PT_LAUNCHED(kn, "add_bias");
+        }
+        return;
+    }
+    const pt_kcuda_algo *algo = NULL;
+    lt_problem p;
+    memset(&p, 0, sizeof p);
+    cudaDataType ct = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    if (!ctx->no_lt && k > 0) {
+        cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        int ok = !PT_LT(kn, cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
+                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                           &opa, sizeof opa)) &&
+                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                           &opb, sizeof opb)) &&
+                 !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, ta ? k : m,
+                                                       ta ? m : k, lda)) &&
+                 !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, tb ? n : k,
+                                                       tb ? k : n, ldb)) &&
+                 !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lc, ct, m, n, ldc));
+        if (ok && bias) {
+            cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+            cudaDataType bt = CUDA_R_16BF;
+            ok = !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                           &epi, sizeof epi)) &&
+                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(
+                                p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) &&
+                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(
+                                p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        }
+        if (!ok) {
+            lt_release(&p);
+            return;
+        }
+        uint64_t key[6] = {(uint64_t)m, (uint64_t)n, (uint64_t)k,
+                           (uint64_t)lda << 32 ^ (uint64_t)ldb, (uint64_t)ldc,
+                           (uint64_t)ta | (uint64_t)tb << 1 | (uint64_t)c_f32 << 2 |
+                               (uint64_t)(bias != NULL) << 3 | align_of(A) << 8 |
+                               align_of(B) << 20 | align_of(C) << 32 |
+                               (bias ? align_of(bias) : 0) << 44};
+        algo = lt_algo(kn, key, &p, A, B, C);
+    }
+    if (algo && algo->ok) {
+        PT_LT(kn, cublasLtMatmul(ctx->lt, p.desc, &alpha, A, p.la, B, p.lb, &beta, C, p.lc, C,
+                                 p.lc, &algo->algo, ctx->lt_ws, ctx->lt_ws_bytes, ctx->stream));
+        lt_release(&p);
+        return;
+    }
+    lt_release(&p);
+    if (m > INT32_MAX || n > INT32_MAX || (n + FB_TILE - 1) / FB_TILE > 65535) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__,
+                      "gemm %lld x %lld x %lld: no cuBLASLt algorithm and too large for the "
+                      "fallback kernel", (long long)m, (long long)n, (long long)k);
+        return;
+    }
+    dim3 grid((unsigned)((m + FB_TILE - 1) / FB_TILE), (unsigned)((n + FB_TILE - 1) / FB_TILE));
+    dim3 block(FB_TILE, FB_TILE);
+    if (c_f32)
+        gemm_fallback_kernel<float><<<grid, block, 0, ctx->stream>>>(
+            ta, tb, (int)m, (int)n, (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta,
+            (float *)C, ldc, bias);
+    else
+        gemm_fallback_kernel<bf16><<<grid, block, 0, ctx->stream>>>(
+            ta, tb, (int)m, (int)n, (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta,
+            (bf16 *)C, ldc, bias);
+    PT_LAUNCHED(kn, "gemm_fallback");
+}
+
+/* ---- The bias when the epilogue cannot take it ----------------------------------------- */
+
+/* column-major C (m, n) += bias (m) over columns, rounding once more */
+__global__ void add_bias_kernel(bf16 *C, const bf16 *bias, int64_t m, int64_t n, int64_t ldc)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < m * n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e % m, j = e / m;
+        bf16 *c = C + j * ldc + i;
+        *c = pt_bf16(__bfloat162float(*c) + __bfloat162float(bias[i]));
+    }
+}
+
+/* ---- dbias: column sums of dout, first pass (second pass in backend.cu) ---------------- */
+
+/* block (32 columns, 8 row lanes); grid (column tiles, chunks). Lane ty sums rows
+ * ty, ty+8, ... of its chunk in order; lanes are then summed in order. */
+__global__ void colsum_partial_kernel(float *partials, const bf16 *src, int64_t n, int cols,
+                                      int64_t chunk_rows)
+{
+    __shared__ float part[8][33];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * 32 + tx;
+    int64_t r0 = (int64_t)blockIdx.y * chunk_rows;
+    int64_t r1 = r0 + chunk_rows < n ? r0 + chunk_rows : n;
+    float s = 0.0f;
+    if (c < cols)
+        for (int64_t r = r0 + ty; r < r1; r += 8)
+            s += __bfloat162float(src[r * cols + c]);
+    part[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < cols) {
+        float t = 0.0f;
+        for (int i = 0; i < 8; i++)
+            t += part[i][tx];
+        partials[(int64_t)blockIdx.y * cols + c] = t;
+    }
+}
+
+static void colsum_bf16(pt_kernels *kn, float *dst, const bf16 *src, int64_t n, int cols)
+{
+    int chunks = pt_kcuda_chunks(n);
+    float *partials = (float *)pt_kcuda_scratch(kn, (size_t)chunks * cols * sizeof(float));
+    if (!partials)
+        return;
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)chunks), block(32, 8);
+    colsum_partial_kernel<<<grid, block, 0, pt_kcuda_ctx(kn)->stream>>>(
+        partials, src, n, cols, pt_kcuda_chunk_rows(n));
+    PT_LAUNCHED(kn, "colsum_partial");
+    pt_kcuda_sum_partials(kn, dst, partials, chunks, cols);
+}
+
+/* ---- The table's entries ----------------------------------------------------------------- */
+
+void pt_kcuda_matmul_forward(pt_kernels *kn,
+                             float *out,            /* (n, oc) [act] */
+                             const float *inp,      /* (n, ic) [act] */
+                             const float *w,        /* (oc, ic) [act] */
+                             const float *bias,     /* (oc) [act] or NULL */
+                             int64_t n, int ic, int oc)
+{
+    /* row-major out (n, oc) = inp (n, ic) · w^T: column-major out^T (oc, n) =
+     * (w-view (ic, oc))^T · inp-view (ic, n) */
+    lt_gemm(kn, 1, 0, oc, n, ic, 1.0f, (const bf16 *)w, ic, (const bf16 *)inp, ic, 0.0f, out,
+            oc, 0, (const bf16 *)bias);
+}
+
+void pt_kcuda_matmul_backward(pt_kernels *kn,
+                              float *dinp,          /* (n, ic) [act] or NULL */
+                              float *dw,            /* (oc, ic) fp32 or NULL */
+                              float *dbias,         /* (oc) fp32 or NULL */
+                              const float *dout,    /* (n, oc) [act] */
+                              const float *inp,     /* (n, ic) [act] */
+                              const float *w,       /* (oc, ic) [act] */
+                              int64_t n, int ic, int oc)
+{
+    /* dinp (n, ic) += dout (n, oc) · w (oc, ic): column-major dinp^T (ic, n) =
+     * w-view (ic, oc) · dout-view (oc, n) */
+    if (dinp)
+        lt_gemm(kn, 0, 0, ic, n, oc, 1.0f, (const bf16 *)w, ic, (const bf16 *)dout, oc, 1.0f,
+                dinp, ic, 0, NULL);
+    /* dw (oc, ic) += dout^T (oc, n) · inp (n, ic): column-major dw^T (ic, oc) =
+     * inp-view (ic, n) · (dout-view (oc, n))^T, into fp32 */
+    if (dw)
+        lt_gemm(kn, 0, 1, ic, oc, n, 1.0f, (const bf16 *)inp, ic, (const bf16 *)dout, oc, 1.0f,
+                dw, ic, 1, NULL);
+    if (dbias)
+        colsum_bf16(kn, dbias, (const bf16 *)dout, n, oc);
+}
+
+void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
+                   float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc)
+{
+    /* row-major c (m, n) = op(a) · op(b): column-major c^T (n, m) = op(b)^T · op(a)^T,
+     * each operand's column-major view carrying its own transpose flag */
+    lt_gemm(kn, trans_b, trans_a, n, m, kk, alpha, (const bf16 *)b, ldb, (const bf16 *)a, lda,
+            beta, c, ldc, 0, NULL);
+}

@@ -1,0 +1,263 @@
+/*
+ * The model's memory: the parameter table (named views into one buffer, as llm.c
+ * lays out its parameters, so that sharding and checkpoints are offset arithmetic),
+ * their initialisation, the optimizer state, and the activation slots of the
+ * micro-batches in flight. What the layers compute lives in layer.c.
+ *
+ * Initialisation is keyed by parameter name and element index, never by rank or
+ * layout: element i of parameter "layers.3.q.w" gets the same value in every layout
+ * of the same model and seed (GPT-2's scheme: N(0, 0.02), residual projections
+ * scaled by 1/sqrt(2L), Radford et al. 2019; biases 0, norm weights 1).
+ */
+#include "model_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- The parameter table -------------------------------------------------------------- */
+
+typedef struct {
+    pt_param *v;
+    int n, cap;
+    int64_t total;
+    bool oom;
+} table;
+
+static void add(table *t, const char *name, int64_t rows, int64_t cols)
+{
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        pt_param *v = realloc(t->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            t->oom = true;
+            return;
+        }
+        t->v = v;
+        t->cap = cap;
+    }
+    pt_param *p = &t->v[t->n++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = cols ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols;
+    p->count = rows * (cols ? cols : 1);
+    p->offset = t->total;
+    p->decay = cols != 0; /* matrices decay; norms and biases do not */
+    t->total += p->count;
+}
+
+/* A linear layer's weight (out, in) and, when the model has biases, its bias. */
+static void linear(table *t, const char *prefix, int64_t out, int64_t in, bool bias)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s.w", prefix);
+    add(t, name, out, in);
+    if (bias) {
+        snprintf(name, sizeof name, "%s.b", prefix);
+        add(t, name, out, 0);
+    }
+}
+
+static void norm(table *t, const pt_model *m, const char *prefix)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s.w", prefix);
+    add(t, name, m->hidden, 0);
+    if (m->norm == PT_NORM_LAYERNORM) {
+        snprintf(name, sizeof name, "%s.b", prefix);
+        add(t, name, m->hidden, 0);
+    }
+}
+
+/* The parameters of one tensor-parallel rank, in the order they sit in the buffer:
+ * must stay in step with planner/params.c, which counts the same tensors (checked
+ * when the model is built). */
+static void build_table(table *t, const pt_model *m, int tp)
+{
+    int64_t h = m->hidden, hd = m->hidden / m->heads, kvd = m->kv_heads * hd;
+    int64_t vr = pt_vocab_padded(m, tp) / tp;
+    add(t, "wte", vr, h);
+    if (m->pos == PT_POS_LEARNED)
+        add(t, "wpe", m->seq, h);
+    for (int64_t l = 0; l < m->layers; l++) {
+        char p[40];
+#define LAYER(suffix) (snprintf(p, sizeof p, "layers.%lld." suffix, (long long)l), p)
+        norm(t, m, LAYER("norm1"));
+        linear(t, LAYER("q"), h / tp, h, m->bias);
+        linear(t, LAYER("k"), kvd / tp, h, m->bias);
+        linear(t, LAYER("v"), kvd / tp, h, m->bias);
+        linear(t, LAYER("attn_out"), h, h / tp, m->bias);
+        norm(t, m, LAYER("norm2"));
+        if (m->act == PT_ACT_SWIGLU)
+            linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias);
+        linear(t, LAYER("mlp_up"), m->ffn / tp, h, m->bias);
+        linear(t, LAYER("mlp_down"), h, m->ffn / tp, m->bias);
+#undef LAYER
+    }
+    norm(t, m, "final_norm");
+    if (!m->tied_embeddings)
+        add(t, "lm_head.w", vr, h);
+}
+
+const pt_param *pt_net_param(const pt_net *n, const char *name)
+{
+    for (int i = 0; i < n->n_param; i++)
+        if (strcmp(n->param[i].name, name) == 0)
+            return &n->param[i];
+    return NULL;
+}
+
+/* ---- Initialisation ----------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Element i of a standard normal stream keyed by (seed, name): Box-Muller on a
+ * Philox block, two normals per counter value. */
+static float normal_at(uint64_t seed, uint64_t name_hash, int64_t i)
+{
+    uint64_t key64 = seed ^ (name_hash * 0x9E3779B97F4A7C15ull);
+    uint32_t key[2] = {(uint32_t)key64, (uint32_t)(key64 >> 32)};
+    uint64_t c = (uint64_t)i / 2;
+    uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), (uint32_t)name_hash,
+                       (uint32_t)(name_hash >> 32)};
+    uint32_t out[4];
+    pt_k_philox4x32_10(ctr, key, out);
+    double u1 = ((double)(out[0] >> 8) + 1.0) / 16777217.0; /* (0, 1] */
+    double u2 = (double)(out[1] >> 8) / 16777216.0;
+    double r = sqrt(-2.0 * log(u1));
+    double angle = 2.0 * 3.14159265358979323846 * u2;
+    return (float)(i % 2 ? r * sin(angle) : r * cos(angle));
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Values of one parameter. Element indices are those of this rank's tensor, which
+ * is the whole tensor while tensor parallelism is 1; a sharded rank must pass the
+ * global indices of its shard (runtime issue for tp > 1). */
+static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, float *w)
+{
+    bool norm_w = strstr(p->name, "norm") && ends_with(p->name, ".w");
+    if (ends_with(p->name, ".b") || norm_w) {
+        for (int64_t i = 0; i < p->count; i++)
+            w[i] = norm_w ? 1.0f : 0.0f;
+        return;
+    }
+    double std = 0.02;
+    if (strcmp(p->name, "wpe") == 0)
+        std = 0.01; /* GPT-2's position embedding */
+    else if (strstr(p->name, "attn_out.w") || strstr(p->name, "mlp_down.w"))
+        std = 0.02 / sqrt(2.0 * (double)m->layers);
+    uint64_t h = fnv1a(p->name);
+    for (int64_t i = 0; i < p->count; i++)
+        w[i] = (float)(std * normal_at(seed, h, i));
+}
+
+/* ---- Buffers ------------------------------------------------------------------------------- */
+
+static int upload(pt_net *n, const float *host, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    size_t bytes = (size_t)n->n_elems * sizeof(float);
+    kn->copy(kn, n->master, host, bytes, PT_KCOPY_H2D);
+    if (n->master != n->w) { /* bf16 compute copy of the fp32 master weights */
+        uint16_t *b16 = malloc((size_t)n->n_elems * sizeof *b16);
+        if (!b16)
+            return pt_err_set(err, "out of memory converting %lld parameters",
+                              (long long)n->n_elems);
+        for (int64_t i = 0; i < n->n_elems; i++)
+            b16[i] = pt_k_bf16_from_f32(host[i]);
+        kn->copy(kn, n->w, b16, (size_t)n->n_elems * sizeof *b16, PT_KCOPY_H2D);
+        free(b16);
+    }
+    return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
+}
+
+static int alloc_state(pt_net *n, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    size_t f32 = (size_t)n->n_elems * sizeof(float);
+    bool fp32 = kn->act_dtype == PT_KDTYPE_F32;
+    n->master = kn->alloc(kn, f32);
+    n->w = fp32 ? n->master : kn->alloc(kn, (size_t)n->n_elems * pt_kdtype_bytes(kn->act_dtype));
+    n->grad = kn->alloc(kn, f32);
+    n->m = kn->alloc(kn, f32);
+    n->v = kn->alloc(kn, f32);
+    if (!n->master || !n->w || !n->grad || !n->m || !n->v)
+        return pt_err_set(err, "out of memory for %lld parameters and their optimizer state "
+                               "(%.1f MiB)", (long long)n->n_elems, 5.0 * (double)f32 / 1048576);
+    kn->zero(kn, n->grad, f32);
+    kn->zero(kn, n->m, f32);
+    kn->zero(kn, n->v, f32);
+    return 0;
+}
+
+/* The planner's count of this rank's parameters: what the memory model assumed. */
+static int64_t planned_params(const pt_model *m, const pt_layout *l)
+{
+    return pt_params_embedding(m, l->tp) + m->layers * pt_params_layer(m, l->tp) +
+           pt_params_head(m, l->tp, 1);
+}
+
+int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int slots, uint64_t seed,
+                pt_trace *trace, pt_err *err)
+{
+    memset(n, 0, sizeof *n);
+    n->spec = p->model;
+    n->layout = p->layout;
+    n->kn = kn;
+    n->trace = trace;
+    table t = {0};
+    build_table(&t, &n->spec, n->layout.tp);
+    if (t.oom) {
+        free(t.v);
+        return pt_err_set(err, "out of memory building the parameter table");
+    }
+    n->param = t.v;
+    n->n_param = t.n;
+    n->n_elems = t.total;
+    if (n->n_elems != planned_params(&n->spec, &n->layout))
+        return pt_err_set(err, "internal: the model has %lld parameters, the planner counts "
+                               "%lld", (long long)n->n_elems,
+                          (long long)planned_params(&n->spec, &n->layout));
+    float *host = malloc((size_t)n->n_elems * sizeof *host);
+    if (!host)
+        return pt_err_set(err, "out of memory initialising %lld parameters",
+                          (long long)n->n_elems);
+    for (int i = 0; i < n->n_param; i++)
+        init_param(&n->param[i], &n->spec, seed, host + n->param[i].offset);
+    int rc = alloc_state(n, err);
+    if (rc == 0)
+        rc = upload(n, host, err);
+    free(host);
+    if (rc == 0)
+        rc = pt_net_alloc_runtime(n, p, slots, err);
+    return rc;
+}
+
+void pt_net_free(pt_net *n)
+{
+    pt_kernels *kn = n->kn;
+    if (kn) {
+        if (n->w != n->master)
+            kn->free(kn, n->w);
+        kn->free(kn, n->master);
+        kn->free(kn, n->grad);
+        kn->free(kn, n->m);
+        kn->free(kn, n->v);
+    }
+    pt_net_free_runtime(n);
+    free(n->param);
+    memset(n, 0, sizeof *n);
+}

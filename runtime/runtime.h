@@ -1,0 +1,219 @@
+/*
+ * ptrt — the runtime that trains a plan for real: data loading and the byte-level
+ * tokenizer, the transformer model (parameters in one buffer with named views,
+ * initialisation keyed by name and element, layers executed from the planner's op
+ * lists through the kernel table), the engine that runs the planner's schedule
+ * programs, the optimizer step, and checkpoints.
+ *
+ * Letters as in planner.h and kernels.h: b micro-batch, s sequence, h hidden,
+ * a heads, k KV heads, d head dim, f FFN size, v vocabulary, L layers.
+ *
+ * Errors: functions return 0 on success and -1 on error with a pt_err naming the
+ * file, tensor or value at fault; they never exit.
+ */
+#ifndef PT_RUNTIME_H
+#define PT_RUNTIME_H
+
+#include "kernels.h"
+#include "planner.h"
+#include "trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Token data (runtime/data.c) ---------------------------------------------------- */
+
+/* llm.c's token file: a header of 256 int32 (magic 20240520, version 1, token count,
+ * the rest 0) followed by the tokens as uint16. */
+enum { PT_TOKENS_MAGIC = 20240520, PT_TOKENS_VERSION = 1, PT_TOKENS_HEADER_INTS = 256 };
+
+typedef struct {
+    uint16_t *tok;     /* n tokens (malloc'd) */
+    int64_t n;
+    char origin[512];  /* file it came from, for messages */
+} pt_tokens;
+
+/* Reads a token file; or, when the file does not start with the magic number, a
+ * plain text file through the byte-level tokenizer (one token per byte, 0..255).
+ * Errors name the file: unreadable, truncated, bad version, count disagreeing with
+ * the file size. */
+int pt_tokens_load(const char *path, pt_tokens *out, pt_err *err);
+/* Writes tokens in llm.c's format, through a temporary file renamed when complete. */
+int pt_tokens_write(const char *path, const uint16_t *tok, int64_t n, pt_err *err);
+void pt_tokens_free(pt_tokens *t);
+/* Checks every token id is below `vocab`; the error names the first offender and
+ * its position. */
+int pt_tokens_check_vocab(const pt_tokens *t, int64_t vocab, pt_err *err);
+/* Splits off the last `val_fraction` of the tokens (at least seq+1 of them) as a
+ * validation set; both outputs own copies. */
+int pt_tokens_split(const pt_tokens *all, double val_fraction, int64_t seq, pt_tokens *train,
+                    pt_tokens *val, pt_err *err);
+
+/* The byte-level tokenizer: token i is byte i. Decoding writes printable text (other
+ * bytes as \xNN) into buf; returns the length written. */
+size_t pt_bytes_decode(const int32_t *tok, int64_t n, char *buf, size_t cap);
+
+/* Deterministic sampling: the data are cut into windows of s+1 tokens (inputs and
+ * targets shifted by one); global sample g is window perm_e(g mod W) of epoch
+ * e = g / W, where perm_e is a permutation keyed by (seed, e). A step of global batch
+ * B uses samples [step·B, (step+1)·B), so what a step sees does not depend on the
+ * layout (how the batch is split over data-parallel ranks and micro-batches). */
+typedef struct {
+    const pt_tokens *data;
+    int64_t seq;
+    int64_t windows;   /* W */
+    uint64_t seed;
+} pt_sampler;
+
+int pt_sampler_init(pt_sampler *s, const pt_tokens *data, int64_t seq, uint64_t seed,
+                    pt_err *err);
+/* Start offset in data->tok of global sample g. */
+int64_t pt_sampler_offset(const pt_sampler *s, int64_t g);
+/* Fills inputs and targets for `count` consecutive global samples from `first`. */
+void pt_sampler_fill(const pt_sampler *s, int64_t first, int count,
+                     int32_t *inputs,    /* (count, s) */
+                     int32_t *targets);  /* (count, s) */
+
+/* ---- safetensors and checkpoints (runtime/checkpoint.c) ------------------------------- */
+
+/* One tensor of a safetensors file (https://github.com/huggingface/safetensors:
+ * 8-byte little-endian header length, a JSON header mapping names to dtype, shape and
+ * data_offsets, then the raw little-endian data). */
+typedef struct {
+    char name[128];
+    char dtype[8];       /* "F32", "BF16", "I32", "I64", "U8", ... */
+    int ndim;
+    int64_t shape[4];
+    const void *data;    /* writing: the caller's; reading: points into the file's buffer */
+    size_t bytes;
+} pt_st_tensor;
+
+/* Writes tensors (in the order given) and string metadata pairs (may be NULL/0) to
+ * `path` through a temporary file renamed when complete. */
+int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *const *meta_keys,
+                const char *const *meta_values, int n_meta, pt_err *err);
+
+typedef struct pt_st_file pt_st_file;
+/* Reads and validates a whole file: header JSON, offsets inside the data, no
+ * overlaps, sizes agreeing with dtype and shape. Errors name the file and tensor. */
+int pt_st_open(const char *path, pt_st_file **out, pt_err *err);
+int pt_st_count(const pt_st_file *f);
+const pt_st_tensor *pt_st_at(const pt_st_file *f, int i);
+/* The tensor `name`, checked against an expected dtype and shape; the error says
+ * what disagrees ("tensor 'wte': shape (256, 64) in the file, (512, 64) expected"). */
+int pt_st_get(const pt_st_file *f, const char *name, const char *dtype, int ndim,
+              const int64_t *shape, const pt_st_tensor **out, pt_err *err);
+/* The metadata value of `key`, or NULL. */
+const char *pt_st_meta(const pt_st_file *f, const char *key);
+void pt_st_close(pt_st_file *f);
+
+/* A checkpoint directory: meta.json (format version, layout string, step, data
+ * position, config hash, the files below), model.safetensors (parameters),
+ * optim_rank<N>.safetensors (optimizer state and RNG state of each rank). Written as
+ * <dir>.tmp-<pid> and renamed to <dir> when complete, replacing an older <dir> only
+ * then. */
+typedef struct {
+    int format_version;
+    char layout[256];     /* pt_layout_format of the layout that wrote it */
+    int64_t step;         /* optimizer steps done */
+    int64_t data_pos;     /* next global sample index */
+    char config_hash[17]; /* hex hash of model spec + training settings that must match */
+    int64_t world;
+} pt_ckpt_meta;
+
+int pt_ckpt_meta_write(const char *dir, const pt_ckpt_meta *m, pt_err *err);
+int pt_ckpt_meta_read(const char *dir, pt_ckpt_meta *m, pt_err *err);
+/* Creates the temporary directory for a checkpoint of `dir` and returns its path;
+ * pt_ckpt_commit renames it into place (removing an older checkpoint only after
+ * the new one is complete); pt_ckpt_abort removes it. */
+int pt_ckpt_begin(const char *dir, char *tmp, size_t n, pt_err *err);
+int pt_ckpt_commit(const char *tmp, const char *dir, pt_err *err);
+void pt_ckpt_abort(const char *tmp);
+
+/* ---- The model (runtime/model.c, runtime/layer.c) ----------------------------------- */
+
+/* One parameter tensor: a named view into the single parameter buffer. */
+typedef struct {
+    char name[48];      /* "wte", "layers.3.q.w", "final_norm.b", ... */
+    int64_t offset;     /* elements into the buffer */
+    int64_t count;
+    int ndim;
+    int64_t shape[2];
+    bool decay;         /* weight decay applies (matrices, not norms or biases) */
+} pt_param;
+
+/* Activations one micro-batch keeps for its backward pass (one "slot"). */
+typedef struct pt_acts pt_acts;
+
+typedef struct {
+    pt_model spec;
+    pt_layout layout;
+    pt_kernels *kn;
+    pt_trace *trace;          /* may be off */
+    int rank;                 /* for trace spans */
+
+    pt_param *param;
+    int n_param;
+    int64_t n_elems;          /* parameters on this rank */
+    float *w;                 /* (n_elems) [act] every parameter, one buffer */
+    float *grad;              /* (n_elems) fp32 */
+    float *m, *v;             /* (n_elems) fp32 Adam moments */
+    float *master;            /* (n_elems) fp32 master weights; == w on fp32 backends */
+
+    pt_acts **slot;           /* activations of the micro-batches in flight */
+    int n_slots;
+    void *scratch;            /* gradient scratch shared by all layers */
+
+    pt_oplist ops[6];         /* the planner's op lists this model executes:
+                                 layer fwd/bwd, embed fwd/bwd, head fwd/bwd */
+} pt_net;
+
+/* Builds the model of plan `p` on backend `kn` with `slots` micro-batches of
+ * activations, parameters initialised from `seed`: each element from a Philox
+ * stream keyed by (seed, parameter name, element index), so the same model in any
+ * layout starts from the same weights. Checks that the parameter count equals the
+ * planner's (pt_params_*). */
+int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int slots, uint64_t seed,
+                pt_trace *trace, pt_err *err);
+void pt_net_free(pt_net *n);
+const pt_param *pt_net_param(const pt_net *n, const char *name);
+
+/* Forward of one micro-batch (b = layout mbs rows of s tokens) into activation
+ * slot `slot`, executing the planner's op lists in order; adds the sum of its token
+ * losses to *loss_sum. dloss is dL/dloss_token (1 / tokens of the global batch).
+ * With dloss = 0 no gradient of the logits is kept (evaluation). */
+int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
+                   float dloss, double *loss_sum, pt_err *err);
+/* Backward of the micro-batch in `slot`, accumulating parameter gradients. */
+int pt_net_backward(pt_net *n, int slot, pt_err *err);
+/* The logits (b·s, v) [act], in backend memory, of the last forward in `slot`
+ * made with dloss = 0 (for sampling). */
+const float *pt_net_last_logits(const pt_net *n, int slot);
+
+/* ---- The engine (runtime/engine.c) ------------------------------------------------- */
+
+typedef struct {
+    double loss;              /* mean token loss of the step */
+    double grad_norm;         /* before clipping */
+    double lr;
+    double time_s;
+} pt_step_stats;
+
+/* Learning rate at `step` (0-based): linear warm-up to lr, then cosine decay to
+ * min_lr at the last step. */
+double pt_lr_at(const pt_run_opts *r, int64_t step);
+
+/* Runs one optimizer step by executing the schedule program of this rank: the
+ * forward and backward instructions on micro-batches drawn from the sampler (global
+ * samples [step·B, (step+1)·B)), gradient reduction, clipping and AdamW. */
+int pt_engine_step(pt_net *n, const pt_sched *s, const pt_sampler *data, const pt_plan *p,
+                   int64_t step, pt_step_stats *out, pt_err *err);
+/* Mean token loss over `batches` micro-batches of the validation sampler. */
+int pt_engine_eval(pt_net *n, const pt_sampler *data, int64_t batches, double *loss,
+                   pt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,647 @@
+/*
+ * Tests of safetensors files and checkpoint directories (runtime/safetensors.c,
+ * runtime/checkpoint.c): round trips of every kind of tensor and metadata, the
+ * written bytes against the format's rules, each kind of damaged file refused with
+ * the file and tensor named, and a checkpoint replacing the previous one only when
+ * the new one is complete. argv[1] is a scratch folder.
+ */
+#include "check.h"
+#include "runtime.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char scratch[3072];
+
+static const char *in_scratch(char *buf, const char *name)
+{
+    snprintf(buf, 4096, "%s/%s", scratch, name);
+    return buf;
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    if (fp) {
+        fputs(text, fp);
+        fclose(fp);
+    }
+}
+
+/* A hand-made safetensors file: header length `len_field` (the header's own length
+ * when < 0), the header text, then `data_bytes` zero bytes. */
+static void write_raw(const char *path, const char *header, int64_t len_field, size_t data_bytes)
+{
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    if (!fp)
+        return;
+    uint64_t n = len_field < 0 ? strlen(header) : (uint64_t)len_field;
+    for (int i = 0; i < 8; i++)
+        fputc((int)(n >> (8 * i) & 0xff), fp);
+    fputs(header, fp);
+    for (size_t i = 0; i < data_bytes; i++)
+        fputc(0, fp);
+    fclose(fp);
+}
+
+/* ---- Round trip -------------------------------------------------------------------- */
+
+typedef struct {
+    float f32[6];
+    uint16_t bf16[4];
+    int64_t i64;
+    uint8_t u8[5];
+    double f64[2];
+    int8_t boolean[3];
+} sample_data;
+
+static int sample_tensors(const sample_data *d, pt_st_tensor *t)
+{
+    memset(t, 0, 7 * sizeof *t);
+    t[0] = (pt_st_tensor){"wte", "F32", 2, {2, 3}, d->f32, sizeof d->f32};
+    t[1] = (pt_st_tensor){"ln.bias", "BF16", 1, {4}, d->bf16, sizeof d->bf16};
+    t[2] = (pt_st_tensor){"step", "I64", 0, {0}, &d->i64, sizeof d->i64};
+    t[3] = (pt_st_tensor){"bytes", "U8", 1, {5}, d->u8, sizeof d->u8};
+    t[4] = (pt_st_tensor){"empty", "I32", 2, {0, 3}, NULL, 0};
+    t[5] = (pt_st_tensor){"rng", "F64", 2, {1, 2}, d->f64, sizeof d->f64};
+    t[6] = (pt_st_tensor){"mask", "BOOL", 1, {3}, d->boolean, sizeof d->boolean};
+    return 7;
+}
+
+static const char *const meta_keys[] = {"format", "layout"};
+static const char *const meta_values[] = {"pt", "tp2-pp1-dp1"};
+
+static void test_round_trip(void)
+{
+    char path[4096];
+    pt_err err = {{0}};
+    sample_data d = {{1, -2, 3.5f, 4, 5, 6}, {0x3f80, 0x4000, 0xbf80, 0}, -1234567890123,
+                     {1, 2, 3, 4, 255}, {0.1, -2e300}, {1, 0, 1}};
+    pt_st_tensor t[7];
+    int n = sample_tensors(&d, t);
+    in_scratch(path, "round.safetensors");
+    CHECK_INT(pt_st_write(path, t, n, meta_keys, meta_values, 2, &err), 0);
+
+    pt_st_file *f = NULL;
+    CHECK_INT(pt_st_open(path, &f, &err), 0);
+    if (!f) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    CHECK_INT(pt_st_count(f), n);
+    for (int i = 0; i < n && i < pt_st_count(f); i++) {
+        const pt_st_tensor *r = pt_st_at(f, i);
+        CHECK(strcmp(r->name, t[i].name) == 0);
+        CHECK(strcmp(r->dtype, t[i].dtype) == 0);
+        CHECK_INT(r->ndim, t[i].ndim);
+        for (int k = 0; k < r->ndim; k++)
+            CHECK_INT(r->shape[k], t[i].shape[k]);
+        CHECK_INT(r->bytes, t[i].bytes);
+        CHECK(r->bytes == 0 || memcmp(r->data, t[i].data, r->bytes) == 0);
+    }
+    CHECK(pt_st_at(f, n) == NULL);
+    CHECK(pt_st_at(f, -1) == NULL);
+    CHECK(strcmp(pt_st_meta(f, "layout"), "tp2-pp1-dp1") == 0);
+    CHECK(strcmp(pt_st_meta(f, "format"), "pt") == 0);
+    CHECK(pt_st_meta(f, "nothing") == NULL);
+    /* The F32 tensor comes first, so its data are aligned in memory. */
+    CHECK((uintptr_t)pt_st_at(f, 0)->data % 8 == 0);
+    pt_st_close(f);
+
+    /* No metadata and no tensors is a valid (empty) file too. */
+    in_scratch(path, "empty.safetensors");
+    CHECK_INT(pt_st_write(path, NULL, 0, NULL, NULL, 0, &err), 0);
+    CHECK_INT(pt_st_open(path, &f, &err), 0);
+    if (f) {
+        CHECK_INT(pt_st_count(f), 0);
+        CHECK(pt_st_meta(f, "format") == NULL);
+        pt_st_close(f);
+    }
+}
+
+/* ---- The bytes on disk against the format ------------------------------------------ */
+
+static unsigned char *slurp(const char *path, long *size)
+{
+    *size = file_size(path);
+    FILE *fp = fopen(path, "rb");
+    if (!fp || *size < 0) {
+        if (fp)
+            fclose(fp);
+        return NULL;
+    }
+    unsigned char *buf = malloc((size_t)*size + 1);
+    if (buf && fread(buf, 1, (size_t)*size, fp) != (size_t)*size) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(fp);
+    return buf;
+}
+
+/* Header length field, 8-byte padding with spaces, offsets contiguous in the order
+ * written and covering the data exactly. */
+static void check_layout(const unsigned char *buf, long size, const pt_st_tensor *t, int n)
+{
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; i--)
+        len = len << 8 | buf[i];
+    CHECK(len + 8 <= (uint64_t)size);
+    CHECK_INT(len % 8, 0);
+    CHECK(buf[8] == '{');
+    json_error_t je;
+    json_t *h = json_loadb((const char *)buf + 8, len, 0, &je);
+    CHECK(json_is_object(h));
+    CHECK(json_is_object(json_object_get(h, "__metadata__")));
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_object_get(h, t[i].name), *off = json_object_get(e, "data_offsets");
+        CHECK_INT(json_integer_value(json_array_get(off, 0)), at);
+        at += (int64_t)t[i].bytes;
+        CHECK_INT(json_integer_value(json_array_get(off, 1)), at);
+        CHECK(strcmp(json_string_value(json_object_get(e, "dtype")), t[i].dtype) == 0);
+        CHECK_INT(json_array_size(json_object_get(e, "shape")), t[i].ndim);
+    }
+    CHECK_INT((int64_t)len + 8 + at, size);
+    json_decref(h);
+    /* The padding after the JSON text is spaces. */
+    long end = 8 + (long)len;
+    while (end > 8 && buf[end - 1] == ' ')
+        end--;
+    CHECK(buf[end - 1] == '}');
+    CHECK(8 + (long)len - end < 8);
+}
+
+/* An independent reader, when python3 is there: the format parsed with the standard
+ * library, and with Hugging Face's package if it is installed (it is not required). */
+static const char *const py_check =
+    "import json, struct, sys\n"
+    "b = open(sys.argv[1], 'rb').read()\n"
+    "n = struct.unpack('<Q', b[:8])[0]\n"
+    "h = json.loads(b[8:8 + n])\n"
+    "h.pop('__metadata__', None)\n"
+    "spans = sorted(tuple(v['data_offsets']) for v in h.values())\n"
+    "at = 0\n"
+    "for s, e in spans:\n"
+    "    assert s == at, (s, at)\n"
+    "    at = e\n"
+    "assert 8 + n + at == len(b)\n"
+    "try:\n"
+    "    import numpy\n"
+    "    from safetensors import safe_open\n"
+    "except ImportError:\n"
+    "    sys.exit(0)\n"
+    "with safe_open(sys.argv[1], framework='numpy') as f:\n"
+    "    assert f.get_tensor('wte').shape == (2, 3)\n";
+
+static void check_with_python(const char *path)
+{
+    char script[4096], cmd[9000];
+    if (system("python3 -c 'pass' >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "test_checkpoint: python3 not found, independent check skipped\n");
+        return;
+    }
+    write_text(in_scratch(script, "check_st.py"), py_check);
+    snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, path);
+    CHECK_INT(system(cmd), 0);
+    remove(script);
+}
+
+static void test_format(void)
+{
+    char path[4096];
+    pt_err err = {{0}};
+    sample_data d = {{0}, {0}, 0, {0}, {0}, {0}};
+    pt_st_tensor t[7];
+    int n = sample_tensors(&d, t);
+    in_scratch(path, "format.safetensors");
+    CHECK_INT(pt_st_write(path, t, n, meta_keys, meta_values, 2, &err), 0);
+    long size;
+    unsigned char *buf = slurp(path, &size);
+    CHECK(buf != NULL && size >= 8);
+    if (buf && size >= 8)
+        check_layout(buf, size, t, n);
+    free(buf);
+
+    /* Only F32 and U8 tensors for the Python reader (numpy has no bfloat16). */
+    in_scratch(path, "numpy.safetensors");
+    pt_st_tensor np[2] = {t[0], t[3]};
+    CHECK_INT(pt_st_write(path, np, 2, meta_keys, meta_values, 2, &err), 0);
+    check_with_python(path);
+}
+
+/* ---- Refused writes ---------------------------------------------------------------- */
+
+static void test_write_errors(void)
+{
+    char path[4096], tmp[4200];
+    pt_err err = {{0}};
+    float x[6] = {0};
+    pt_st_tensor t[2] = {{"a", "F32", 2, {2, 3}, x, sizeof x}, {"a", "F32", 1, {6}, x, sizeof x}};
+    in_scratch(path, "bad_write.safetensors");
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+
+    CHECK_INT(pt_st_write(path, t, 2, NULL, NULL, 0, &err), -1);
+    CHECK_STR_HAS(err.msg, "bad_write.safetensors: tensor 'a': appears twice");
+    t[1] = (pt_st_tensor){"b", "F32", 2, {2, 2}, x, sizeof x};
+    CHECK_INT(pt_st_write(path, t, 2, NULL, NULL, 0, &err), -1);
+    CHECK_STR_HAS(err.msg, "tensor 'b': 24 bytes do not match shape (2, 2) of F32 (16 bytes)");
+    t[1] = (pt_st_tensor){"b", "F31", 1, {6}, x, sizeof x};
+    CHECK_INT(pt_st_write(path, t, 2, NULL, NULL, 0, &err), -1);
+    CHECK_STR_HAS(err.msg, "tensor 'b': unknown dtype 'F31'");
+    t[1] = (pt_st_tensor){"b", "F32", 1, {-6}, x, sizeof x};
+    CHECK_INT(pt_st_write(path, t, 2, NULL, NULL, 0, &err), -1);
+    CHECK_STR_HAS(err.msg, "tensor 'b': invalid shape (-6)");
+    const char *keys[2] = {"k", "k"}, *values[2] = {"1", "2"};
+    CHECK_INT(pt_st_write(path, t, 1, keys, values, 2, &err), -1);
+    CHECK_STR_HAS(err.msg, "metadata key 'k' appears twice");
+    CHECK(!exists(path) && !exists(tmp));
+
+    in_scratch(path, "no/such/dir/x.safetensors");
+    CHECK_INT(pt_st_write(path, t, 1, NULL, NULL, 0, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot write");
+    CHECK_STR_HAS(err.msg, "No such file or directory");
+}
+
+/* ---- Damaged files ----------------------------------------------------------------- */
+
+/* Opens a file that must be refused with a message containing `want`. */
+static void check_refused(const char *path, const char *want)
+{
+    pt_err err = {{0}};
+    pt_st_file *f = (pt_st_file *)&err;
+    CHECK_INT(pt_st_open(path, &f, &err), -1);
+    CHECK(f == NULL);
+    CHECK_STR_HAS(err.msg, want);
+}
+
+/* A hand-made header with `data` zero bytes after it, expected to be refused. */
+static void check_raw(const char *header, size_t data, const char *want)
+{
+    char path[4096];
+    in_scratch(path, "model.safetensors");
+    write_raw(path, header, -1, data);
+    check_refused(path, want);
+}
+
+static void test_truncated(void)
+{
+    char path[4096], cut[4096];
+    pt_err err = {{0}};
+    float x[4] = {1, 2, 3, 4};
+    pt_st_tensor t[2] = {{"a", "F32", 1, {2}, x, 8}, {"b", "F32", 1, {2}, x + 2, 8}};
+    in_scratch(path, "whole.safetensors");
+    CHECK_INT(pt_st_write(path, t, 2, NULL, NULL, 0, &err), 0);
+    long size;
+    unsigned char *buf = slurp(path, &size);
+    CHECK(buf != NULL);
+    if (!buf)
+        return;
+    FILE *fp = fopen(in_scratch(cut, "cut.safetensors"), "wb");
+    fwrite(buf, 1, (size_t)size - 3, fp);
+    fclose(fp);
+    check_refused(cut, "cut.safetensors: tensor 'b': data_offsets [8, 16] run past the end of "
+                       "the data (13 bytes): truncated file?");
+    fp = fopen(cut, "wb");
+    fwrite(buf, 1, 20, fp);
+    fclose(fp);
+    check_refused(cut, "cut.safetensors: header length");
+    check_refused(cut, "is larger than the rest of the file (12 bytes)");
+    fp = fopen(cut, "wb");
+    fwrite(buf, 1, 5, fp);
+    fclose(fp);
+    check_refused(cut, "cut.safetensors: truncated file: 5 bytes");
+    free(buf);
+    check_refused(in_scratch(cut, "missing.safetensors"),
+                  "cannot read '" );
+    check_refused(cut, "missing.safetensors': No such file or directory");
+    check_refused(scratch, "not a regular file");
+}
+
+static void test_damaged(void)
+{
+    char path[4096];
+    in_scratch(path, "model.safetensors");
+    write_raw(path, "{}      ", 1000, 16);
+    check_refused(path, "model.safetensors: header length 1000 is larger than the rest of the "
+                        "file (24 bytes)");
+    check_raw("{\"a\": nope}", 0, "model.safetensors: the header is not valid JSON");
+    check_raw("[1, 2]", 0, "model.safetensors: the header is not a JSON object");
+    check_raw("{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+              "model.safetensors: tensor 'a': unknown dtype 'F33'");
+    check_raw("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+              "tensor 'a': 'dtype' missing or not a string");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8,
+              "tensor 'a': 'shape' missing or not an array of integers");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,2],\"data_offsets\":[0,8]}}", 8,
+              "tensor 'a': 5 dimensions (at most 4 supported)");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8,
+              "tensor 'a': 'data_offsets' missing or not two integers");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+              "tensor 'a': data_offsets [8, 0] do not match shape (2) of F32 (8 bytes)");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", 8,
+              "tensor 'a': data_offsets [-8, 0] are negative");
+    check_raw("{\"a\":3}", 0, "tensor 'a': expected an object");
+    check_raw("{\"wte\":{\"dtype\":\"F32\",\"shape\":[5,6],\"data_offsets\":[0,100]}}", 100,
+              "model.safetensors: tensor 'wte': data_offsets [0, 100] do not match shape "
+              "(5, 6) of F32 (120 bytes)");
+    check_raw("{\"wte\":{\"dtype\":\"F32\",\"shape\":[-5,6],\"data_offsets\":[0,120]}}", 120,
+              "model.safetensors: tensor 'wte': shape (-5, 6) has a negative dimension");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+              "model.safetensors: tensor 'b': data_offsets [4, 12] overlap tensor 'a' [0, 8]");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20,
+              "model.safetensors: tensor 'b': data_offsets [12, 20] leave a hole: bytes "
+              "[8, 12) belong to no tensor");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
+              "model.safetensors: bytes [8, 12) at the end of the data belong to no tensor");
+    check_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+              "tensor 'a': data_offsets [4, 12] leave a hole: bytes [0, 4)");
+    check_raw("{\"__metadata__\":{\"k\":1}}", 0, "model.safetensors: metadata 'k' is not a "
+              "string");
+    check_raw("{\"__metadata__\":[]}", 0, "'__metadata__' is not an object");
+    check_raw("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+              "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2,
+              "the header is not valid JSON: duplicate object key");
+}
+
+/* ---- Looking tensors up ------------------------------------------------------------ */
+
+static void test_get(void)
+{
+    char path[4096];
+    pt_err err = {{0}};
+    float x[6] = {0};
+    pt_st_tensor t = {"w", "F32", 2, {2, 3}, x, sizeof x};
+    in_scratch(path, "get.safetensors");
+    CHECK_INT(pt_st_write(path, &t, 1, NULL, NULL, 0, &err), 0);
+    pt_st_file *f = NULL;
+    CHECK_INT(pt_st_open(path, &f, &err), 0);
+    if (!f)
+        return;
+    const pt_st_tensor *r = NULL;
+    const int64_t good[2] = {2, 3}, bad[3] = {3, 2, 1};
+    CHECK_INT(pt_st_get(f, "w", "F32", 2, good, &r, &err), 0);
+    CHECK(r == pt_st_at(f, 0));
+    CHECK_INT(pt_st_get(f, "w", NULL, -1, NULL, &r, &err), 0);
+    CHECK_INT(pt_st_get(f, "w", NULL, 2, NULL, &r, &err), 0);
+    CHECK_INT(pt_st_get(f, "w", NULL, -1, bad, &r, &err), 0);
+    CHECK_INT(pt_st_get(f, "v", "F32", 2, good, &r, &err), -1);
+    CHECK_STR_HAS(err.msg, "get.safetensors: no tensor 'v'");
+    CHECK_INT(pt_st_get(f, "w", "BF16", 2, good, &r, &err), -1);
+    CHECK_STR_HAS(err.msg, "get.safetensors: tensor 'w': dtype F32 in the file, BF16 expected");
+    CHECK_INT(pt_st_get(f, "w", "F32", 2, bad, &r, &err), -1);
+    CHECK_STR_HAS(err.msg, "tensor 'w': shape (2, 3) in the file, (3, 2) expected");
+    CHECK_INT(pt_st_get(f, "w", "F32", 3, bad, &r, &err), -1);
+    CHECK_STR_HAS(err.msg, "tensor 'w': shape (2, 3) in the file, (3, 2, 1) expected");
+    CHECK_INT(pt_st_get(f, "w", "F32", 3, NULL, &r, &err), -1);
+    CHECK_STR_HAS(err.msg, "tensor 'w': 2 dimensions in the file, 3 expected");
+    pt_st_close(f);
+    pt_st_close(NULL);
+}
+
+/* ---- meta.json --------------------------------------------------------------------- */
+
+static pt_ckpt_meta sample_meta(int64_t step)
+{
+    pt_ckpt_meta m = {0};
+    snprintf(m.layout, sizeof m.layout, "tp2-pp2-dp1-1f1b");
+    m.step = step;
+    m.data_pos = step * 32;
+    snprintf(m.config_hash, sizeof m.config_hash, "0123456789abcdef");
+    m.world = 4;
+    return m;
+}
+
+static void test_meta(void)
+{
+    char dir[4096], path[4200];
+    pt_err err = {{0}};
+    in_scratch(dir, "meta_dir");
+    mkdir(dir, 0777);
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    remove(path);
+    pt_ckpt_meta m = sample_meta(7), r;
+    CHECK_INT(pt_ckpt_meta_read(dir, &r, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot read '");
+    CHECK_STR_HAS(err.msg, "meta_dir/meta.json': No such file or directory");
+    CHECK_INT(pt_ckpt_meta_write(dir, &m, &err), 0);
+    memset(&r, 0xff, sizeof r);
+    CHECK_INT(pt_ckpt_meta_read(dir, &r, &err), 0);
+    CHECK_INT(r.format_version, 1);
+    CHECK(strcmp(r.layout, m.layout) == 0);
+    CHECK_INT(r.step, 7);
+    CHECK_INT(r.data_pos, 224);
+    CHECK(strcmp(r.config_hash, m.config_hash) == 0);
+    CHECK_INT(r.world, 4);
+
+    pt_ckpt_meta bad = m;
+    bad.world = 0;
+    CHECK_INT(pt_ckpt_meta_write(dir, &bad, &err), -1);
+    CHECK_STR_HAS(err.msg, "field 'world' = 0: expected at least 1");
+    bad = m;
+    snprintf(bad.config_hash, sizeof bad.config_hash, "xyz");
+    CHECK_INT(pt_ckpt_meta_write(dir, &bad, &err), -1);
+    CHECK_STR_HAS(err.msg, "field 'config_hash'");
+    in_scratch(path, "no/such/dir");
+    CHECK_INT(pt_ckpt_meta_write(path, &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot write '");
+}
+
+/* meta.json with `text` must be refused with a message containing `want`. */
+static void check_bad_meta(const char *dir, const char *text, const char *want)
+{
+    char path[4200];
+    pt_err err = {{0}};
+    pt_ckpt_meta m;
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    write_text(path, text);
+    CHECK_INT(pt_ckpt_meta_read(dir, &m, &err), -1);
+    CHECK_STR_HAS(err.msg, want);
+}
+
+#define META_REST "\"step\": 1, \"data_pos\": 2, \"config_hash\": \"ab\", \"world\": 1, " \
+                  "\"created_at\": \"2024-05-20T00:00:00Z\""
+
+static void test_bad_meta(void)
+{
+    char dir[4096];
+    in_scratch(dir, "meta_dir");
+    mkdir(dir, 0777);
+    check_bad_meta(dir, "{\"format_version\": 1,", "meta.json:1:");
+    check_bad_meta(dir, "[]", "meta.json: expected a JSON object at the top level, got an array");
+    check_bad_meta(dir, "{\"format_version\": 2, \"layout\": \"x\", " META_REST "}",
+                   "meta.json: format_version 2 is not the one this build reads (1)");
+    check_bad_meta(dir, "{\"layout\": \"x\", " META_REST "}",
+                   "meta.json: missing field 'format_version'");
+    check_bad_meta(dir, "{\"format_version\": \"1\"}",
+                   "field 'format_version': expected an integer, got a string");
+    check_bad_meta(dir, "{\"format_version\": 1, " META_REST "}", "missing field 'layout'");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": 5, " META_REST "}",
+                   "field 'layout': expected a string, got an integer");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", \"step\": \"3\"}",
+                   "field 'step': expected an integer, got a string");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", \"step\": -3}",
+                   "field 'step' = -3: expected at least 0");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", \"step\": 1, "
+                   "\"data_pos\": 1.5}", "field 'data_pos': expected an integer, got a real");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", \"step\": 1, \"data_pos\": "
+                   "2, \"config_hash\": \"xyz\", \"world\": 1, \"created_at\": \"t\"}",
+                   "field 'config_hash' = \"xyz\": expected hexadecimal digits");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", \"step\": 1, \"data_pos\": "
+                   "2, \"config_hash\": \"0123456789abcdef0\", \"world\": 1, "
+                   "\"created_at\": \"t\"}", "field 'config_hash': empty or longer than 16");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", \"step\": 1, \"data_pos\": "
+                   "2, \"config_hash\": \"ab\", \"world\": 0}", "field 'world' = 0");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", \"step\": 1, \"data_pos\": "
+                   "2, \"config_hash\": \"ab\", \"world\": 1}", "missing field 'created_at'");
+    check_bad_meta(dir, "{\"format_version\": 1, \"layout\": \"x\", " META_REST
+                   ", \"wrold\": 2}", "meta.json: unknown field 'wrold'");
+}
+
+/* ---- Replacing a checkpoint -------------------------------------------------------- */
+
+/* Writes a checkpoint of `step` into tmp: meta.json and a model file. */
+static void fill_checkpoint(const char *tmp, int64_t step)
+{
+    char path[4200];
+    pt_err err = {{0}};
+    pt_ckpt_meta m = sample_meta(step);
+    float w[2] = {(float)step, 0};
+    pt_st_tensor t = {"w", "F32", 1, {2}, w, sizeof w};
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    CHECK_INT(pt_st_write(path, &t, 1, NULL, NULL, 0, &err), 0);
+    CHECK_INT(pt_ckpt_meta_write(tmp, &m, &err), 0);
+}
+
+static int64_t checkpoint_step(const char *dir)
+{
+    pt_ckpt_meta m;
+    pt_err err = {{0}};
+    return pt_ckpt_meta_read(dir, &m, &err) == 0 ? m.step : -1;
+}
+
+/* Names in folder `parent`, other than . and .. */
+static int count_entries(const char *parent)
+{
+    DIR *d = opendir(parent);
+    int n = 0;
+    const struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_replace(void)
+{
+    char parent[4096], dir[4200], tmp[4300], stale[4400];
+    pt_err err = {{0}};
+    in_scratch(parent, "ckpt_parent");
+    mkdir(parent, 0777);
+    snprintf(dir, sizeof dir, "%s/ck", parent);
+    pt_ckpt_abort(dir);
+
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+    CHECK_STR_HAS(tmp, "ck.tmp-");
+    fill_checkpoint(tmp, 1);
+    CHECK(!exists(dir));
+    CHECK_INT(pt_ckpt_commit(tmp, dir, &err), 0);
+    CHECK_INT(checkpoint_step(dir), 1);
+    CHECK(!exists(tmp));
+
+    /* A second one, abandoned: the first stays as it was. */
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+    fill_checkpoint(tmp, 2);
+    pt_ckpt_abort(tmp);
+    CHECK(!exists(tmp));
+    CHECK_INT(checkpoint_step(dir), 1);
+
+    /* An incomplete one (no meta.json) is refused, the first stays. */
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, &err), -1);
+    CHECK_STR_HAS(err.msg, "it has no meta.json, so it is not a complete checkpoint");
+    CHECK_INT(checkpoint_step(dir), 1);
+
+    /* A stale temporary folder of the same name is cleared by begin. */
+    snprintf(stale, sizeof stale, "%s/junk", tmp);
+    mkdir(stale, 0777);
+    write_text(strcat(stale, "/f"), "x");
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+    CHECK_INT(count_entries(tmp), 0);
+
+    /* The third, committed (through "ck/"): the first is gone, nothing else is left. */
+    fill_checkpoint(tmp, 3);
+    char slash[4300];
+    snprintf(slash, sizeof slash, "%s/", dir);
+    CHECK_INT(pt_ckpt_commit(tmp, slash, &err), 0);
+    CHECK_INT(checkpoint_step(dir), 3);
+    CHECK_INT(count_entries(parent), 1);
+    CHECK_INT(count_entries(dir), 2);
+
+    /* When the new one cannot be renamed into place (here: it lies inside the old one,
+     * which has been moved aside by then), the old one comes back. */
+    char inner[4300];
+    snprintf(inner, sizeof inner, "%s/inner", dir);
+    mkdir(inner, 0777);
+    fill_checkpoint(inner, 4);
+    CHECK_INT(pt_ckpt_commit(inner, dir, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot rename '");
+    CHECK_STR_HAS(err.msg, "No such file or directory");
+    CHECK_INT(checkpoint_step(dir), 3);
+    CHECK_INT(checkpoint_step(inner), 4);
+    CHECK_INT(count_entries(parent), 1);
+    pt_ckpt_abort(inner);
+
+    char small[8];
+    CHECK_INT(pt_ckpt_begin(dir, small, sizeof small, &err), -1);
+    CHECK_STR_HAS(err.msg, "too small");
+    CHECK_INT(pt_ckpt_commit(tmp, dir, &err), -1);
+    CHECK_INT(checkpoint_step(dir), 3);
+    pt_ckpt_abort(dir);
+    CHECK(!exists(dir));
+}
+
+int main(int argc, char **argv)
+{
+    /* Not "test_checkpoint": that is the name of this program in the build folder. */
+    snprintf(scratch, sizeof scratch, "%s/checkpoint_scratch", argc > 1 ? argv[1] : ".");
+    if (mkdir(scratch, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "test_checkpoint: cannot create '%s': %s\n", scratch, strerror(errno));
+        return 1;
+    }
+    test_round_trip();
+    test_format();
+    test_write_errors();
+    test_truncated();
+    test_damaged();
+    test_get();
+    test_meta();
+    test_bad_meta();
+    test_replace();
+    return pt_check_result();
+}

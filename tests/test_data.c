@@ -1,0 +1,513 @@
+/*
+ * Token data (runtime/data.c): token files written and read back in llm.c's format,
+ * plain text through the byte-level tokenizer, every malformed file refused with a
+ * message that names it, the vocabulary check, the train/validation split, byte
+ * decoding, and the sampler — its per-epoch permutation a bijection keyed by seed
+ * and epoch, its windows inside the data, and what a step reads independent of how
+ * the batch is cut into pieces. argv[1] is a scratch folder.
+ */
+#include "check.h"
+#include "runtime.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *scratch = ".";
+
+static void path_of(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/test_data_%s", scratch, name);
+}
+
+static void write_raw(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    CHECK(fwrite(bytes, 1, n, f) == n);
+    fclose(f);
+}
+
+/* A token-file header with the given fields, followed by `body` bytes of zeros. */
+static void write_token_file(const char *path, int32_t magic, int32_t version, int32_t count,
+                             size_t header_bytes, size_t body)
+{
+    size_t n = header_bytes + body;
+    unsigned char *b = calloc(n ? n : 1, 1);
+    int32_t fields[3] = {magic, version, count};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            if ((size_t)(4 * i + k) < header_bytes)
+                b[4 * i + k] = (unsigned char)((uint32_t)fields[i] >> (8 * k));
+    write_raw(path, b, n);
+    free(b);
+}
+
+/* Loads a file that must be refused; the message must name it and say `what`. */
+static void check_refused(const char *path, const char *what)
+{
+    pt_tokens t;
+    pt_err err = {{0}};
+    CHECK_INT(pt_tokens_load(path, &t, &err), -1);
+    CHECK_STR_HAS(err.msg, path);
+    CHECK_STR_HAS(err.msg, what);
+    CHECK(t.tok == NULL && t.n == 0);
+}
+
+static void test_round_trip(void)
+{
+    char path[512];
+    path_of(path, sizeof path, "rt.bin");
+    enum { N = 100000 };   /* more than one write chunk */
+    uint16_t *tok = malloc(N * sizeof *tok);
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)(i * 2654435761u >> 7);
+    tok[0] = 50256;
+    tok[1] = 65535;
+    pt_err err = {{0}};
+    CHECK_INT(pt_tokens_write(path, tok, N, &err), 0);
+
+    /* The bytes on disk are llm.c's: little-endian header, then uint16 tokens. */
+    FILE *f = fopen(path, "rb");
+    unsigned char head[16];
+    CHECK(f && fread(head, 1, 16, f) == 16);
+    if (f)
+        fclose(f);
+    CHECK(head[0] == 0x88 && head[1] == 0xd8 && head[2] == 0x34 && head[3] == 0x01);
+    CHECK(head[4] == 1 && head[5] == 0 && head[8] == (N & 0xff) && head[12] == 0);
+
+    pt_tokens t;
+    CHECK_INT(pt_tokens_load(path, &t, &err), 0);
+    CHECK_INT(t.n, N);
+    CHECK(t.tok && memcmp(t.tok, tok, N * sizeof *tok) == 0);
+    CHECK_STR_HAS(t.origin, path);
+    pt_tokens_free(&t);
+    CHECK(t.tok == NULL && t.n == 0);
+    pt_tokens_free(&t);   /* twice is harmless */
+
+    /* Nothing but the file itself is left in the folder (the temporary is renamed). */
+    DIR *d = opendir(scratch);
+    int strays = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        strays += strstr(e->d_name, "test_data_rt.bin.tmp") != NULL;
+    if (d)
+        closedir(d);
+    CHECK_INT(strays, 0);
+
+    /* Overwriting an existing file replaces it. */
+    CHECK_INT(pt_tokens_write(path, tok + 5, 3, &err), 0);
+    CHECK_INT(pt_tokens_load(path, &t, &err), 0);
+    CHECK_INT(t.n, 3);
+    CHECK_INT(t.tok[2], tok[7]);
+    pt_tokens_free(&t);
+    free(tok);
+}
+
+static void test_write_errors(void)
+{
+    uint16_t tok[4] = {1, 2, 3, 4};
+    pt_err err = {{0}};
+    char path[512];
+    path_of(path, sizeof path, "no-such-dir/x.bin");
+    CHECK_INT(pt_tokens_write(path, tok, 4, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot write");
+    CHECK_STR_HAS(err.msg, path);
+    CHECK_STR_HAS(err.msg, "No such file or directory");
+
+    path_of(path, sizeof path, "empty-write.bin");
+    CHECK_INT(pt_tokens_write(path, tok, 0, &err), -1);
+    CHECK_STR_HAS(err.msg, "0 tokens");
+    CHECK_INT(pt_tokens_write(path, tok, (int64_t)1 << 31, &err), -1);
+    CHECK_STR_HAS(err.msg, "2147483648 tokens");
+    FILE *f = fopen(path, "rb");
+    CHECK(f == NULL);   /* refused before anything was written */
+    if (f)
+        fclose(f);
+}
+
+static void test_text(void)
+{
+    char path[512];
+    path_of(path, sizeof path, "text.txt");
+    const unsigned char text[] = {'H', 'i', '\n', 0xff, 0x00, 0xc8};
+    write_raw(path, text, sizeof text);
+    pt_tokens t;
+    pt_err err = {{0}};
+    CHECK_INT(pt_tokens_load(path, &t, &err), 0);
+    CHECK_INT(t.n, 6);
+    if (t.n == 6) {
+        CHECK_INT(t.tok[0], 'H');
+        CHECK_INT(t.tok[2], '\n');
+        CHECK_INT(t.tok[3], 255);
+        CHECK_INT(t.tok[4], 0);
+        CHECK_INT(t.tok[5], 0xc8);
+    }
+    pt_tokens_free(&t);
+
+    /* A text longer than one read chunk, and shorter than 4 bytes (no magic to test). */
+    enum { N = 200000 };
+    unsigned char *big = malloc(N);
+    for (int i = 0; i < N; i++)
+        big[i] = (unsigned char)(i * 7 + 3);
+    write_raw(path, big, N);
+    CHECK_INT(pt_tokens_load(path, &t, &err), 0);
+    CHECK_INT(t.n, N);
+    int same = t.n == N;
+    for (int i = 0; same && i < N; i++)
+        same = t.tok[i] == big[i];
+    CHECK(same);
+    pt_tokens_free(&t);
+    free(big);
+    write_raw(path, "ab", 2);
+    CHECK_INT(pt_tokens_load(path, &t, &err), 0);
+    CHECK_INT(t.n, 2);
+    pt_tokens_free(&t);
+}
+
+static void test_bad_files(void)
+{
+    char path[512];
+    path_of(path, sizeof path, "missing.bin");
+    check_refused(path, "cannot read");
+    check_refused(path, "No such file or directory");
+
+    check_refused(scratch, "Is a directory");
+
+    path_of(path, sizeof path, "empty.txt");
+    write_raw(path, "", 0);
+    check_refused(path, "no tokens");
+
+    path_of(path, sizeof path, "truncated.bin");
+    write_token_file(path, PT_TOKENS_MAGIC, 1, 10, 1024, 18);
+    check_refused(path, "truncated: header says 10 tokens, file holds 9");
+    write_token_file(path, PT_TOKENS_MAGIC, 1, 10, 1024, 19);   /* half a token short */
+    check_refused(path, "truncated: header says 10 tokens, file holds 9");
+
+    path_of(path, sizeof path, "long.bin");
+    write_token_file(path, PT_TOKENS_MAGIC, 1, 10, 1024, 22);
+    check_refused(path, "header says 10 tokens, but the file holds 22 bytes");
+
+    path_of(path, sizeof path, "version.bin");
+    write_token_file(path, PT_TOKENS_MAGIC, 2, 10, 1024, 40);
+    check_refused(path, "version 2 is not supported");
+
+    path_of(path, sizeof path, "negative.bin");
+    write_token_file(path, PT_TOKENS_MAGIC, 1, -5, 1024, 0);
+    check_refused(path, "-5 tokens, a negative count");
+
+    path_of(path, sizeof path, "zero.bin");
+    write_token_file(path, PT_TOKENS_MAGIC, 1, 0, 1024, 0);
+    check_refused(path, "no tokens");
+
+    path_of(path, sizeof path, "short-header.bin");
+    write_token_file(path, PT_TOKENS_MAGIC, 1, 10, 100, 0);
+    check_refused(path, "holds only 100 bytes, fewer than the 1024-byte header");
+    write_token_file(path, PT_TOKENS_MAGIC, 1, 10, 4, 0);
+    check_refused(path, "holds only 4 bytes");
+}
+
+static void test_vocab(void)
+{
+    uint16_t tok[20] = {0};
+    tok[17] = 300;
+    tok[19] = 400;
+    pt_tokens t = {.tok = tok, .n = 20};
+    snprintf(t.origin, sizeof t.origin, "data.bin");
+    pt_err err = {{0}};
+    CHECK_INT(pt_tokens_check_vocab(&t, 256, &err), -1);
+    CHECK_STR_HAS(err.msg, "data.bin: token 300 at position 17 is beyond the vocabulary (256)");
+    CHECK_INT(pt_tokens_check_vocab(&t, 401, &err), 0);
+    CHECK_INT(pt_tokens_check_vocab(&t, 400, &err), -1);
+    CHECK_STR_HAS(err.msg, "token 400 at position 19");
+}
+
+static void test_split(void)
+{
+    enum { N = 1000 };
+    uint16_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)i;
+    pt_tokens all = {.tok = tok, .n = N};
+    snprintf(all.origin, sizeof all.origin, "corpus.txt");
+    pt_tokens train, val;
+    pt_err err = {{0}};
+
+    CHECK_INT(pt_tokens_split(&all, 0.1, 64, &train, &val, &err), 0);
+    CHECK_INT(train.n, 900);
+    CHECK_INT(val.n, 100);
+    CHECK_INT(train.tok[0], 0);
+    CHECK_INT(train.tok[899], 899);
+    CHECK_INT(val.tok[0], 900);   /* the last tenth, in order */
+    CHECK_INT(val.tok[99], 999);
+    CHECK(train.tok != tok && val.tok != tok);
+    CHECK_STR_HAS(train.origin, "corpus.txt");
+    CHECK_STR_HAS(val.origin, "corpus.txt");
+    pt_tokens_free(&train);
+    pt_tokens_free(&val);
+
+    /* A small fraction still gives validation one whole sequence. */
+    CHECK_INT(pt_tokens_split(&all, 0.001, 64, &train, &val, &err), 0);
+    CHECK_INT(val.n, 65);
+    CHECK_INT(train.n, 935);
+    pt_tokens_free(&train);
+    pt_tokens_free(&val);
+
+    /* Exactly enough for both sides, then one token short. */
+    all.n = 130;
+    CHECK_INT(pt_tokens_split(&all, 0.5, 64, &train, &val, &err), 0);
+    CHECK_INT(train.n, 65);
+    CHECK_INT(val.n, 65);
+    pt_tokens_free(&train);
+    pt_tokens_free(&val);
+    all.n = 129;
+    CHECK_INT(pt_tokens_split(&all, 0.5, 64, &train, &val, &err), -1);
+    CHECK_STR_HAS(err.msg, "corpus.txt has 129 tokens, too few to split");
+    CHECK_STR_HAS(err.msg, "takes 65 and training needs at least 65 (sequence 64 + 1)");
+    CHECK(train.tok == NULL && val.tok == NULL);
+
+    all.n = N;
+    CHECK_INT(pt_tokens_split(&all, 0.99, 64, &train, &val, &err), -1);
+    CHECK_STR_HAS(err.msg, "takes 990");
+    CHECK_INT(pt_tokens_split(&all, 0, 64, &train, &val, &err), -1);
+    CHECK_STR_HAS(err.msg, "validation fraction 0 is outside (0, 1)");
+    CHECK_INT(pt_tokens_split(&all, 1, 64, &train, &val, &err), -1);
+    CHECK_STR_HAS(err.msg, "outside (0, 1)");
+    CHECK_INT(pt_tokens_split(&all, NAN, 64, &train, &val, &err), -1);
+    CHECK_STR_HAS(err.msg, "outside (0, 1)");
+    CHECK_INT(pt_tokens_split(&all, 0.1, 0, &train, &val, &err), -1);
+    CHECK_STR_HAS(err.msg, "sequence length 0");
+}
+
+static void test_decode(void)
+{
+    int32_t tok[] = {'a', ' ', '~', '\n', '\t', 0, 0x7f, 0xff, '\\', 300, 'z'};
+    int n = (int)(sizeof tok / sizeof tok[0]);
+    char buf[128];
+    size_t len = pt_bytes_decode(tok, n, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "a ~\n\t\\x00\\x7f\\xff\\<tok 300>z");
+    CHECK_INT(len, strlen(buf));
+    CHECK_INT(len, 28);
+
+    /* Truncation keeps whole items and the terminating NUL. */
+    memset(buf, '#', sizeof buf);
+    len = pt_bytes_decode(tok, n, buf, 9);   /* "a ~\n\t" (5) + "\x00" would need 10 */
+    CHECK_INT(len, 5);
+    CHECK(buf[5] == '\0' && buf[6] == '#');
+    len = pt_bytes_decode(tok, n, buf, 10);
+    CHECK_INT(len, 9);
+    CHECK(strcmp(buf, "a ~\n\t\\x00") == 0);
+    len = pt_bytes_decode(tok, n, buf, 1);
+    CHECK_INT(len, 0);
+    CHECK(buf[0] == '\0');
+    buf[0] = '#';
+    CHECK_INT(pt_bytes_decode(tok, n, buf, 0), 0);
+    CHECK(buf[0] == '#');   /* cap 0: nothing written */
+    CHECK_INT(pt_bytes_decode(tok, 0, buf, sizeof buf), 0);
+    CHECK(buf[0] == '\0');
+}
+
+/* Tokens 0, 1, 2, ... (mod 65536) with exactly w windows of length seq, and `extra`
+ * tokens after the last window, too few for another. */
+static pt_tokens counting_tokens(int64_t w, int64_t seq, int64_t extra)
+{
+    pt_tokens t = {.n = w * seq + 1 + extra};
+    t.tok = malloc((size_t)t.n * sizeof *t.tok);
+    for (int64_t i = 0; i < t.n; i++)
+        t.tok[i] = (uint16_t)i;
+    snprintf(t.origin, sizeof t.origin, "counting");
+    return t;
+}
+
+/* Window order of epoch e, as window indices. */
+static void epoch_order(const pt_sampler *s, int64_t e, int64_t *order)
+{
+    for (int64_t i = 0; i < s->windows; i++)
+        order[i] = pt_sampler_offset(s, e * s->windows + i) / s->seq;
+}
+
+static int same_order(const int64_t *a, const int64_t *b, int64_t n)
+{
+    return memcmp(a, b, (size_t)n * sizeof *a) == 0;
+}
+
+static void test_permutation(void)
+{
+    const int64_t ws[] = {1, 2, 3, 7, 64, 1000, 4097};
+    for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
+        int64_t w = ws[k], seq = 3;
+        pt_tokens t = counting_tokens(w, seq, (w % 2) ? seq - 1 : 0);
+        pt_sampler s, s2, s3;
+        pt_err err = {{0}};
+        CHECK_INT(pt_sampler_init(&s, &t, seq, 1234, &err), 0);
+        CHECK_INT(s.windows, w);
+        CHECK_INT(pt_sampler_init(&s2, &t, seq, 1234, &err), 0);
+        CHECK_INT(pt_sampler_init(&s3, &t, seq, 1235, &err), 0);
+        int64_t *o0 = malloc((size_t)w * sizeof *o0), *o1 = malloc((size_t)w * sizeof *o1);
+        int64_t *o2 = malloc((size_t)w * sizeof *o2);
+        char *seen = calloc((size_t)w, 1);
+        for (int64_t e = 0; e < 3; e++) {
+            epoch_order(&s, e, o0);
+            memset(seen, 0, (size_t)w);
+            int bijective = 1;
+            for (int64_t i = 0; i < w; i++) {
+                if (o0[i] < 0 || o0[i] >= w || seen[o0[i]]) {
+                    bijective = 0;
+                    break;
+                }
+                seen[o0[i]] = 1;
+            }
+            if (!bijective)
+                fprintf(stderr, "W = %lld, epoch %lld: not a permutation\n", (long long)w,
+                        (long long)e);
+            CHECK(bijective);
+        }
+        epoch_order(&s, 0, o0);
+        epoch_order(&s2, 0, o1);
+        CHECK(same_order(o0, o1, w));   /* same seed, same order */
+        if (w >= 64) {
+            epoch_order(&s, 1, o1);
+            CHECK(!same_order(o0, o1, w));   /* epochs differ */
+            epoch_order(&s3, 0, o2);
+            CHECK(!same_order(o0, o2, w));   /* seeds differ */
+            int64_t fixed = 0;
+            for (int64_t i = 0; i < w; i++)
+                fixed += o0[i] == i;
+            CHECK(fixed < 8);   /* shuffled, not the identity (about 1 expected) */
+        }
+        free(o0);
+        free(o1);
+        free(o2);
+        free(seen);
+        free(t.tok);
+    }
+}
+
+/* Over many seeds, the first window of an epoch is spread evenly over [0, 7): the
+ * Feistel rounds mix even a domain of 16 values. */
+static void test_permutation_spread(void)
+{
+    pt_tokens t = counting_tokens(7, 2, 0);
+    int hits[7] = {0};
+    pt_sampler s;
+    pt_err err = {{0}};
+    for (uint64_t seed = 0; seed < 7000; seed++) {
+        CHECK_INT(pt_sampler_init(&s, &t, 2, seed, &err), 0);
+        hits[pt_sampler_offset(&s, 0) / 2]++;
+    }
+    for (int i = 0; i < 7; i++)
+        CHECK(hits[i] > 800 && hits[i] < 1200);   /* 1000 each expected, sd about 30 */
+    free(t.tok);
+}
+
+static void test_sampler(void)
+{
+    enum { SEQ = 16 };
+    pt_tokens t = counting_tokens(50, SEQ, 7);
+    for (int64_t i = 0; i < t.n; i++)
+        t.tok[i] = (uint16_t)(i * 40503u);   /* distinct values: a window is recognisable */
+    pt_sampler s;
+    pt_err err = {{0}};
+    CHECK_INT(pt_sampler_init(&s, &t, SEQ, 42, &err), 0);
+    CHECK_INT(s.windows, 50);
+
+    int in_bounds = 1;
+    for (int64_t g = 0; g < 1000; g++) {
+        int64_t off = pt_sampler_offset(&s, g);
+        in_bounds &= off >= 0 && off % SEQ == 0 && off + SEQ < t.n;
+    }
+    CHECK(in_bounds);
+
+    /* Targets are the inputs shifted by one, both read from the sample's window. */
+    enum { COUNT = 8 };
+    int32_t in[COUNT * SEQ], tg[COUNT * SEQ];
+    int64_t first = 47;   /* straddles the end of epoch 0 */
+    pt_sampler_fill(&s, first, COUNT, in, tg);
+    int ok = 1;
+    for (int i = 0; i < COUNT; i++) {
+        int64_t off = pt_sampler_offset(&s, first + i);
+        for (int j = 0; j < SEQ; j++) {
+            ok &= in[i * SEQ + j] == t.tok[off + j];
+            ok &= tg[i * SEQ + j] == t.tok[off + j + 1];
+            if (j + 1 < SEQ)
+                ok &= tg[i * SEQ + j] == in[i * SEQ + j + 1];
+        }
+    }
+    CHECK(ok);
+
+    /* Layout independence: one fill of 8 samples equals two of 4, and eight of 1. */
+    int32_t in2[COUNT * SEQ], tg2[COUNT * SEQ];
+    pt_sampler_fill(&s, first, 4, in2, tg2);
+    pt_sampler_fill(&s, first + 4, 4, in2 + 4 * SEQ, tg2 + 4 * SEQ);
+    CHECK(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
+    memset(in2, 0, sizeof in2);
+    for (int i = 0; i < COUNT; i++)
+        pt_sampler_fill(&s, first + i, 1, in2 + i * SEQ, tg2 + i * SEQ);
+    CHECK(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
+
+    /* The same seed on another sampler reads the same; another seed does not. */
+    pt_sampler s2;
+    CHECK_INT(pt_sampler_init(&s2, &t, SEQ, 42, &err), 0);
+    pt_sampler_fill(&s2, first, COUNT, in2, tg2);
+    CHECK(memcmp(in, in2, sizeof in) == 0);
+    CHECK_INT(pt_sampler_init(&s2, &t, SEQ, 43, &err), 0);
+    pt_sampler_fill(&s2, first, COUNT, in2, tg2);
+    CHECK(memcmp(in, in2, sizeof in) != 0);
+    free(t.tok);
+
+    /* Too little data for one sequence, and a sequence of nothing. */
+    uint16_t few[65] = {0};
+    pt_tokens small = {.tok = few, .n = 40};
+    snprintf(small.origin, sizeof small.origin, "data.bin");
+    CHECK_INT(pt_sampler_init(&s, &small, 64, 1, &err), -1);
+    CHECK_STR_HAS(err.msg, "data.bin has 40 tokens, fewer than one sequence of 64 + 1");
+    small.n = 64;
+    CHECK_INT(pt_sampler_init(&s, &small, 64, 1, &err), -1);
+    small.n = 65;
+    CHECK_INT(pt_sampler_init(&s, &small, 64, 1, &err), 0);
+    CHECK_INT(s.windows, 1);
+    CHECK_INT(pt_sampler_offset(&s, 5), 0);
+    CHECK_INT(pt_sampler_init(&s, &small, 0, 1, &err), -1);
+    CHECK_STR_HAS(err.msg, "sequence length 0 must be at least 1");
+}
+
+/* What a loaded text file feeds the model: its own bytes. */
+static void test_text_to_samples(void)
+{
+    char path[512];
+    path_of(path, sizeof path, "sample.txt");
+    const char *text = "the quick brown fox jumps over the lazy dog\n";
+    write_raw(path, text, strlen(text));
+    pt_tokens t;
+    pt_err err = {{0}};
+    CHECK_INT(pt_tokens_load(path, &t, &err), 0);
+    pt_sampler s;
+    CHECK_INT(pt_sampler_init(&s, &t, 4, 7, &err), 0);
+    CHECK_INT(s.windows, (int64_t)(strlen(text) - 1) / 4);
+    int32_t in[4], tg[4];
+    pt_sampler_fill(&s, 3, 1, in, tg);
+    int64_t off = pt_sampler_offset(&s, 3);
+    char buf[16];
+    pt_bytes_decode(in, 4, buf, sizeof buf);
+    CHECK(strncmp(buf, text + off, 4) == 0);
+    pt_tokens_free(&t);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        scratch = argv[1];
+    test_round_trip();
+    test_write_errors();
+    test_text();
+    test_bad_files();
+    test_vocab();
+    test_split();
+    test_decode();
+    test_permutation();
+    test_permutation_spread();
+    test_sampler();
+    test_text_to_samples();
+    return pt_check_result();
+}

@@ -1,0 +1,503 @@
+/*
+ * ptrun — trains what a plan.json describes. It reads and validates the plan, loads
+ * the data (a token file, or text through the byte-level tokenizer; by default a
+ * text every Debian machine has), builds the model on the compute backend, and runs
+ * the plan's schedule program step after step: one line (or a progress bar) per
+ * step, the same figures as JSON lines, periodic validation, checkpoints written
+ * atomically, a sample of generated text at the end, and optionally a Chrome trace
+ * whose spans carry the planner's op keys. This version runs single-rank plans.
+ * Exit code: 0 done, 1 bad input or failure, 2 the loss diverged (NaN or Inf).
+ */
+#include "runtime.h"
+#include "ptconfig.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Text shipped with every Debian system (package base-files): the built-in corpus. */
+#define PT_DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
+
+static const char usage_text[] =
+    "usage: ptrun PLAN.json [options]\n"
+    "\n"
+    "Trains the model of a plan written by ptplan, with its layout and settings.\n"
+    "\n"
+    "  --data FILE          token file (llm.c format) or plain text; overrides the plan\n"
+    "                       [the plan's, else " PT_DEFAULT_CORPUS "]\n"
+    "  --steps N            optimizer steps [the plan's]\n"
+    "  --val-every N        validation loss every N steps [25; 0 = only at the end]\n"
+    "  --val-batches N      micro-batches per validation [8]\n"
+    "  --checkpoint DIR     write a checkpoint to DIR (every --checkpoint-every steps and\n"
+    "                       at the end)\n"
+    "  --checkpoint-every N [0 = only at the end]\n"
+    "  --resume DIR         continue from the checkpoint in DIR\n"
+    "  --log FILE           one JSON line per step and validation\n"
+    "  --trace FILE         Chrome trace of every instruction and op (Perfetto)\n"
+    "  --sample N           generate N tokens at the end [64; 0 = none]\n"
+    "  --stop-after N       stop (with a checkpoint, when asked for) after step N, as an\n"
+    "                       interruption would; --resume continues the same run\n"
+    "  --threads N          BLAS threads of this rank [1]\n"
+    "  --quiet              no per-step lines\n"
+    "  -h, --help           this text\n";
+
+typedef struct {
+    const char *plan, *data, *ckpt, *resume, *log, *trace;
+    int64_t steps, val_every, val_batches, ckpt_every, sample, threads, stop_after;
+    bool quiet;
+} options;
+
+static int parse_int(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (!*val || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "ptrun: %s %s: expected an integer from %lld to %lld\n", opt, val,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, options *o)
+{
+    enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
+           O_SAMPLE, O_THREADS, O_QUIET, O_STOP };
+    static const struct option longopts[] = {
+        {"data", 1, 0, O_DATA}, {"steps", 1, 0, O_STEPS}, {"val-every", 1, 0, O_VAL},
+        {"val-batches", 1, 0, O_VALB}, {"checkpoint", 1, 0, O_CKPT},
+        {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 1, 0, O_RESUME}, {"log", 1, 0, O_LOG},
+        {"trace", 1, 0, O_TRACE}, {"sample", 1, 0, O_SAMPLE}, {"threads", 1, 0, O_THREADS},
+        {"quiet", 0, 0, O_QUIET}, {"stop-after", 1, 0, O_STOP}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1};
+    opterr = 0;
+    int c, bad = 0;
+    while (!bad && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_DATA: o->data = optarg; break;
+        case O_STEPS: bad = parse_int("--steps", optarg, 1, 1LL << 40, &o->steps); break;
+        case O_VAL: bad = parse_int("--val-every", optarg, 0, 1LL << 40, &o->val_every); break;
+        case O_VALB: bad = parse_int("--val-batches", optarg, 1, 1 << 20, &o->val_batches);
+            break;
+        case O_CKPT: o->ckpt = optarg; break;
+        case O_CKPTE: bad = parse_int("--checkpoint-every", optarg, 0, 1LL << 40, &o->ckpt_every);
+            break;
+        case O_RESUME: o->resume = optarg; break;
+        case O_LOG: o->log = optarg; break;
+        case O_TRACE: o->trace = optarg; break;
+        case O_SAMPLE: bad = parse_int("--sample", optarg, 0, 1 << 20, &o->sample); break;
+        case O_THREADS: bad = parse_int("--threads", optarg, 1, 1024, &o->threads); break;
+        case O_QUIET: o->quiet = true; break;
+        case O_STOP: bad = parse_int("--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        case ':':
+            fprintf(stderr, "ptrun: option %s needs a value (see ptrun --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        default:
+            fprintf(stderr, "ptrun: unknown option '%s' (see ptrun --help)\n", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (bad)
+        return -1;
+    if (optind != argc - 1) {
+        fprintf(stderr, optind < argc ? "ptrun: one plan file, please (see ptrun --help)\n"
+                                      : "ptrun: which plan? usage: ptrun PLAN.json [options]\n");
+        return -1;
+    }
+    o->plan = argv[optind];
+    return 0;
+}
+
+/* ---- Setting up --------------------------------------------------------------------------- */
+
+typedef struct {
+    pt_plan plan;
+    pt_tokens all, train, val;
+    pt_sampler train_s, val_s;
+    pt_kernels *kn;
+    pt_net net;
+    pt_sched sched;
+    pt_trace trace;
+    FILE *log;
+    double model_flops;       /* per step, the planner's count */
+    double peak_flops;        /* this rank's device */
+    int64_t start_step;
+    char config_hash[17];
+} run;
+
+/* The world this process was started in: mpirun's environment, else one rank. */
+static int64_t launch_world(void)
+{
+    const char *w = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!w)
+        w = getenv("PMI_SIZE");
+    return w ? atoll(w) : 1;
+}
+
+static int check_plan(const options *o, run *r, pt_err *err)
+{
+    pt_plan *p = &r->plan;
+    int64_t world = pt_layout_world(&p->layout), launched = launch_world();
+    if (world != launched)
+        return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %lld "
+                               "(launch with mpirun -np %lld)", o->plan, (long long)world,
+                          (long long)launched, (long long)world);
+    if (world != 1)
+        return pt_err_set(err, "%s: this ptrun trains single-rank plans; %lld ranks need the "
+                               "multi-rank runtime (plan with ptplan --devices 1)", o->plan,
+                          (long long)world);
+    if (o->steps)
+        p->run.steps = o->steps;
+    if (o->data)
+        snprintf(p->run.data, sizeof p->run.data, "%s", o->data);
+    return 0;
+}
+
+static int load_data(run *r, pt_err *err)
+{
+    const pt_plan *p = &r->plan;
+    const char *path = p->run.data[0] ? p->run.data : PT_DEFAULT_CORPUS;
+    if (pt_tokens_load(path, &r->all, err) ||
+        pt_tokens_check_vocab(&r->all, p->model.vocab, err) ||
+        pt_tokens_split(&r->all, 0.1, p->model.seq, &r->train, &r->val, err) ||
+        pt_sampler_init(&r->train_s, &r->train, p->model.seq, p->run.seed, err) ||
+        pt_sampler_init(&r->val_s, &r->val, p->model.seq, p->run.seed ^ 0x5bd1e995ull, err))
+        return -1;
+    printf("data    %s: %lld tokens (%lld train, %lld validation)\n", path,
+           (long long)r->all.n, (long long)r->train.n, (long long)r->val.n);
+    return 0;
+}
+
+/* What must not change between a checkpoint and the run resuming from it. */
+static void config_hash(const pt_plan *p, char out[17])
+{
+    char *model = pt_model_to_json(&p->model);
+    char text[2048], layout[256];
+    pt_layout_format(&p->layout, layout, sizeof layout);
+    snprintf(text, sizeof text, "%s|%s|%lld|%s|%.17g|%.17g|%lld|%lld|%.17g|%.17g|%llu|%s",
+             model ? model : "", layout, (long long)p->train.global_batch,
+             pt_prec_name(p->train.precision), p->run.lr, p->run.min_lr,
+             (long long)p->run.warmup_steps, (long long)p->run.steps, p->run.weight_decay,
+             p->run.grad_clip, (unsigned long long)p->run.seed, p->run.data);
+    free(model);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = text; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+static int build(const options *o, run *r, pt_err *err)
+{
+    pt_plan *p = &r->plan;
+    r->kn = pt_kernels_cpu((int)o->threads);
+    if (!r->kn)
+        return pt_err_set(err, "cannot start the CPU backend (out of memory)");
+    if (pt_sched_build(p->layout.schedule, p->layout.pp, p->layout.vp, (int)p->layout.n_micro,
+                       &r->sched, err))
+        return -1;
+    int slots = pt_sched_peak_in_flight(&r->sched, 0);
+    pt_trace_init(&r->trace, o->trace != NULL);
+    if (pt_net_init(&r->net, p, r->kn, slots, p->run.seed, &r->trace, err))
+        return -1;
+    pt_opctx c;
+    pt_opctx_init(&c, &p->model, &p->layout, &p->train, &p->cluster);
+    r->model_flops = pt_step_model_flops(&c);
+    r->peak_flops = pt_peak_flops_total(&p->cluster, &p->train) / (double)pt_cluster_world(&p->cluster);
+    config_hash(p, r->config_hash);
+    return 0;
+}
+
+/* ---- Checkpoints -------------------------------------------------------------------------- */
+
+static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
+{
+    pt_net *n = &r->net;
+    char tmp[1024], path[1100];
+    if (pt_ckpt_begin(dir, tmp, sizeof tmp, err))
+        return -1;
+    pt_st_tensor *t = calloc((size_t)n->n_param + 2, sizeof *t);
+    if (!t) {
+        pt_ckpt_abort(tmp);
+        return pt_err_set(err, "out of memory");
+    }
+    for (int i = 0; i < n->n_param; i++) {
+        const pt_param *q = &n->param[i];
+        t[i] = (pt_st_tensor){.ndim = q->ndim, .shape = {q->shape[0], q->shape[1]},
+                              .data = n->master + q->offset,
+                              .bytes = (size_t)q->count * sizeof(float)};
+        snprintf(t[i].name, sizeof t[i].name, "%s", q->name);
+        snprintf(t[i].dtype, sizeof t[i].dtype, "F32");
+    }
+    pt_st_tensor adam[2] = {{.name = "adam.m", .dtype = "F32", .ndim = 1, .shape = {n->n_elems},
+                             .data = n->m, .bytes = (size_t)n->n_elems * sizeof(float)},
+                            {.name = "adam.v", .dtype = "F32", .ndim = 1, .shape = {n->n_elems},
+                             .data = n->v, .bytes = (size_t)n->n_elems * sizeof(float)}};
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->plan.run.seed);
+    const char *keys[] = {"sampler_seed"}, *vals[] = {seed};
+    pt_ckpt_meta meta = {.format_version = 1, .step = step, .world = 1,
+                         .data_pos = step * r->plan.train.global_batch};
+    pt_layout_format(&r->plan.layout, meta.layout, sizeof meta.layout);
+    snprintf(meta.config_hash, sizeof meta.config_hash, "%s", r->config_hash);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    int rc = pt_st_write(path, t, n->n_param, NULL, NULL, 0, err);
+    snprintf(path, sizeof path, "%s/optim_rank0.safetensors", tmp);
+    if (rc == 0)
+        rc = pt_st_write(path, adam, 2, keys, vals, 1, err);
+    if (rc == 0)
+        rc = pt_ckpt_meta_write(tmp, &meta, err);
+    if (rc == 0)
+        rc = pt_ckpt_commit(tmp, dir, err);
+    else
+        pt_ckpt_abort(tmp);
+    free(t);
+    return rc;
+}
+
+static int load_tensor(const pt_st_file *f, const char *name, int ndim, const int64_t *shape,
+                       float *dst, size_t bytes, pt_err *err)
+{
+    const pt_st_tensor *t;
+    if (pt_st_get(f, name, "F32", ndim, shape, &t, err))
+        return -1;
+    memcpy(dst, t->data, bytes);
+    return 0;
+}
+
+static int resume(const char *dir, run *r, pt_err *err)
+{
+    pt_ckpt_meta meta;
+    pt_net *n = &r->net;
+    char layout[256], path[1100];
+    if (pt_ckpt_meta_read(dir, &meta, err))
+        return -1;
+    pt_layout_format(&r->plan.layout, layout, sizeof layout);
+    if (strcmp(meta.layout, layout) != 0)
+        return pt_err_set(err, "%s: the checkpoint was written by layout %s; this plan's is %s",
+                          dir, meta.layout, layout);
+    if (strcmp(meta.config_hash, r->config_hash) != 0)
+        return pt_err_set(err, "%s: the checkpoint was written for another model or other "
+                               "training settings (config hash %s, this plan %s)", dir,
+                          meta.config_hash, r->config_hash);
+    pt_st_file *f;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (pt_st_open(path, &f, err))
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < n->n_param && rc == 0; i++) {
+        const pt_param *q = &n->param[i];
+        rc = load_tensor(f, q->name, q->ndim, q->shape, n->master + q->offset,
+                         (size_t)q->count * sizeof(float), err);
+    }
+    pt_st_close(f);
+    snprintf(path, sizeof path, "%s/optim_rank0.safetensors", dir);
+    if (rc == 0 && (rc = pt_st_open(path, &f, err)) == 0) {
+        int64_t shape[1] = {n->n_elems};
+        size_t bytes = (size_t)n->n_elems * sizeof(float);
+        rc = load_tensor(f, "adam.m", 1, shape, n->m, bytes, err) ||
+             load_tensor(f, "adam.v", 1, shape, n->v, bytes, err);
+        pt_st_close(f);
+    }
+    if (rc == 0) {
+        r->start_step = meta.step;
+        printf("resumed %s at step %lld\n", dir, (long long)meta.step);
+    }
+    return rc ? -1 : 0;
+}
+
+/* ---- Training ------------------------------------------------------------------------------ */
+
+static void report_step(const options *o, run *r, int64_t step, const pt_step_stats *s,
+                        double elapsed)
+{
+    const pt_plan *p = &r->plan;
+    double tokens = (double)(p->train.global_batch * p->model.seq);
+    double mfu = r->peak_flops > 0 ? r->model_flops / (s->time_s * r->peak_flops) : 0;
+    int64_t done = step + 1 - r->start_step, left = p->run.steps - step - 1;
+    double eta = done > 0 ? elapsed / (double)done * (double)left : 0;
+    if (!o->quiet) {
+        printf("step %5lld/%lld  loss %.4f  lr %.3e  grad norm %.3f  %.0f tok/s", (long long)step + 1,
+               (long long)p->run.steps, s->loss, s->lr, s->grad_norm, tokens / s->time_s);
+        if (mfu > 0)
+            printf("  MFU %.1f%%", 100 * mfu);
+        printf("  ETA %d:%02d\n", (int)eta / 60, (int)eta % 60);
+        fflush(stdout);
+    }
+    if (r->log)
+        fprintf(r->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,"
+                        "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
+                        "\"time_s\":%.6g}\n", (long long)step + 1, s->loss, s->lr,
+                s->grad_norm, tokens / s->time_s, mfu, s->time_s);
+}
+
+static int validate(const options *o, run *r, int64_t step, pt_err *err)
+{
+    double loss;
+    if (pt_engine_eval(&r->net, &r->val_s, o->val_batches, &loss, err))
+        return -1;
+    printf("step %5lld  validation loss %.4f\n", (long long)step, loss);
+    if (r->log)
+        fprintf(r->log, "{\"type\":\"val\",\"step\":%lld,\"loss\":%.17g}\n", (long long)step,
+                loss);
+    return 0;
+}
+
+/* Draws a token from softmax(logits / temperature) with a uniform u in [0, 1). */
+static int draw(const float *logits, int64_t v, double temperature, double u)
+{
+    double max = logits[0], sum = 0;
+    for (int64_t j = 1; j < v; j++)
+        max = logits[j] > max ? logits[j] : max;
+    for (int64_t j = 0; j < v; j++)
+        sum += exp((logits[j] - max) / temperature);
+    double x = u * sum;
+    for (int64_t j = 0; j < v; j++) {
+        x -= exp((logits[j] - max) / temperature);
+        if (x <= 0)
+            return (int)j;
+    }
+    return (int)(v - 1);
+}
+
+/* Generates `count` tokens after a prompt from the validation data, each drawn at
+ * temperature 0.8 with a Philox stream keyed by the run's seed (so the same run
+ * prints the same text), the window sliding once it is full. */
+static int sample_text(run *r, int64_t count, pt_err *err)
+{
+    const pt_plan *p = &r->plan;
+    int64_t s = p->model.seq, T = p->layout.mbs * s, v = p->model.vocab;
+    int64_t vp = pt_vocab_padded(&p->model, p->layout.tp) / p->layout.tp;
+    int64_t prompt = s / 2, total = prompt + count;
+    int32_t *seq = calloc((size_t)total, sizeof *seq), *win = calloc((size_t)T, sizeof *win);
+    if (!seq || !win) {
+        free(seq);
+        free(win);
+        return pt_err_set(err, "out of memory");
+    }
+    for (int64_t i = 0; i < prompt; i++)
+        seq[i] = r->val.tok[i];
+    int rc = 0;
+    for (int64_t len = prompt; len < total && rc == 0; len++) {
+        int64_t w = len < s ? len : s; /* the last w tokens, at the start of row 0 */
+        memcpy(win, seq + len - w, (size_t)w * sizeof *win);
+        double ignored = 0;
+        rc = pt_net_forward(&r->net, 0, win, win, 0.0f, &ignored, err);
+        const float *logits = pt_net_last_logits(&r->net, 0) + (w - 1) * vp;
+        uint32_t ctr[4] = {(uint32_t)len, 0, 0, 0}, key[2] = {(uint32_t)p->run.seed, 7}, x[4];
+        pt_k_philox4x32_10(ctr, key, x);
+        seq[len] = draw(logits, v, 0.8, (double)(x[0] >> 8) / 16777216.0);
+    }
+    if (rc == 0) {
+        char text[4096];
+        pt_bytes_decode(seq + prompt, count, text, sizeof text);
+        printf("sample: %s\n", v <= 256 ? text : "(token ids; the tokenizer is byte-level)");
+    }
+    free(seq);
+    free(win);
+    return rc;
+}
+
+static int train(const options *o, run *r, pt_err *err)
+{
+    const pt_plan *p = &r->plan;
+    double t0 = pt_trace_now();
+    for (int64_t step = r->start_step; step < p->run.steps; step++) {
+        pt_step_stats s;
+        if (pt_engine_step(&r->net, &r->sched, &r->train_s, p, step, &s, err))
+            return -1;
+        if (!isfinite(s.loss) || !isfinite(s.grad_norm)) {
+            pt_err_set(err, "the loss became %s at step %lld (grad norm %g): stopping; the last "
+                            "checkpoint%s is kept", isnan(s.loss) ? "NaN" : "infinite",
+                       (long long)step + 1, s.grad_norm, o->ckpt ? "" : " (none was asked for)");
+            return 2;
+        }
+        report_step(o, r, step, &s, pt_trace_now() - t0);
+        if (o->val_every && (step + 1) % o->val_every == 0 && validate(o, r, step + 1, err))
+            return -1;
+        if (o->ckpt && o->ckpt_every && (step + 1) % o->ckpt_every == 0 &&
+            save_checkpoint(o->ckpt, r, step + 1, err))
+            return -1;
+        if (o->stop_after && step + 1 == o->stop_after && step + 1 < p->run.steps) {
+            if (o->ckpt && !(o->ckpt_every && (step + 1) % o->ckpt_every == 0) &&
+                save_checkpoint(o->ckpt, r, step + 1, err))
+                return -1;
+            printf("stopped after step %lld as asked%s\n", (long long)step + 1,
+                   o->ckpt ? "; --resume continues" : "");
+            return 3;
+        }
+    }
+    bool just_validated = o->val_every && p->run.steps % o->val_every == 0;
+    if (!just_validated && validate(o, r, p->run.steps, err))
+        return -1;
+    bool just_saved = o->ckpt_every && p->run.steps % o->ckpt_every == 0;
+    if (o->ckpt && !just_saved && save_checkpoint(o->ckpt, r, p->run.steps, err))
+        return -1;
+    return 0;
+}
+
+static void cleanup(run *r)
+{
+    pt_net_free(&r->net);
+    pt_kernels_destroy(r->kn);
+    pt_sched_free(&r->sched);
+    pt_tokens_free(&r->all);
+    pt_tokens_free(&r->train);
+    pt_tokens_free(&r->val);
+    pt_trace_free(&r->trace);
+    if (r->log)
+        fclose(r->log);
+}
+
+static int go(const options *o, run *r, pt_err *err)
+{
+    if (pt_plan_read(o->plan, &r->plan, err) || check_plan(o, r, err))
+        return 1;
+    char layout[256];
+    pt_layout_format(&r->plan.layout, layout, sizeof layout);
+    printf("plan    %s: %s on %s, %s\n", o->plan, r->plan.model.name, r->plan.cluster.name, layout);
+    if (load_data(r, err) || build(o, r, err))
+        return 1;
+    if (o->resume && resume(o->resume, r, err))
+        return 1;
+    if (o->log && !(r->log = fopen(o->log, r->start_step ? "a" : "w"))) {
+        pt_err_set(err, "cannot write '%s': %s", o->log, strerror(errno));
+        return 1;
+    }
+    printf("train   %lld steps of %lld sequences of %lld tokens, predicted %.3g s/step\n",
+           (long long)r->plan.run.steps, (long long)r->plan.train.global_batch,
+           (long long)r->plan.model.seq, r->plan.predicted.step_time_s);
+    int rc = train(o, r, err);
+    if (rc == 3) /* --stop-after: an interruption on purpose */
+        return 0;
+    if (rc)
+        return rc < 0 ? 1 : rc;
+    if (o->sample && sample_text(r, o->sample, err))
+        return 1;
+    if (o->trace && pt_trace_write_chrome(&r->trace, o->trace, err))
+        return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_options(argc, argv, &o))
+        return 1;
+    run r;
+    memset(&r, 0, sizeof r);
+    pt_err err = {""};
+    int rc = go(&o, &r, &err);
+    if (rc)
+        fprintf(stderr, "ptrun: %s\n", err.msg);
+    cleanup(&r);
+    return rc;
+}
