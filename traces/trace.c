@@ -33,7 +33,7 @@ void pt_trace_free(pt_trace *t)
 void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const char *key,
                   double t0, double t1)
 {
-    if (!t->on)
+    if (!t || !t->on)
         return;
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 4096;

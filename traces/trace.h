@@ -38,7 +38,8 @@ typedef struct {
 double pt_trace_now(void);
 void pt_trace_init(pt_trace *t, bool on);
 void pt_trace_free(pt_trace *t);
-/* Records a span from t0 to t1 (monotonic seconds, as pt_trace_now gives). */
+/* Records a span from t0 to t1 (monotonic seconds, as pt_trace_now gives); t may be
+ * NULL (no trace). */
 void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const char *key,
                   double t0, double t1);
 /* Writes {"traceEvents": [...]} with one process per rank and one thread per

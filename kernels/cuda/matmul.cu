@@ -74,6 +74,19 @@ __global__ void gemm_fallback_kernel(int ta, int tb, int m, int n, int k, float 
         *c = r;
 }
 
+/* ---- The bias when the epilogue cannot take it ----------------------------------------- */
+
+/* column-major C (m, n) += bias (m) over columns, rounding once more */
+__global__ void add_bias_kernel(bf16 *C, const bf16 *bias, int64_t m, int64_t n, int64_t ldc)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < m * n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e % m, j = e / m;
+        bf16 *c = C + j * ldc + i;
+        *c = pt_bf16(__bfloat162float(*c) + __bfloat162float(bias[i]));
+    }
+}
+
 /* ---- cuBLASLt ------------------------------------------------------------------------------- */
 
 /* the largest power of two dividing the address, capped at 256 (cuBLASLt's default) */
@@ -234,19 +247,6 @@ static void lt_gemm(pt_kernels *kn, int ta, int tb, int64_t m, int64_t n, int64_
             ta, tb, (int)m, (int)n, (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta,
             (bf16 *)C, ldc, bias);
     PT_LAUNCHED(kn, "gemm_fallback");
-}
-
-/* ---- The bias when the epilogue cannot take it ----------------------------------------- */
-
-/* column-major C (m, n) += bias (m) over columns, rounding once more */
-__global__ void add_bias_kernel(bf16 *C, const bf16 *bias, int64_t m, int64_t n, int64_t ldc)
-{
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < m * n;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = e % m, j = e / m;
-        bf16 *c = C + j * ldc + i;
-        *c = pt_bf16(__bfloat162float(*c) + __bfloat162float(bias[i]));
-    }
 }
 
 /* ---- dbias: column sums of dout, first pass (second pass in backend.cu) ---------------- */

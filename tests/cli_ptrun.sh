@@ -1,0 +1,109 @@
+#!/bin/sh
+# ptrun as a user runs it: the default job (tiny on this machine's built-in text)
+# starts at the loss of a uniform guess and learns; a run stopped and resumed from
+# its checkpoint gives bit-identical losses; the trace carries the planner's op
+# keys; and bad input is refused without overwriting anything.
+#   usage: cli_ptrun.sh BUILD_DIR
+set -u
+build="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+export PT_COSTS_DB="$tmp/none.db"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+run() {
+    want=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    [ "$got" = "$want" ] || fail "$* exited $got, want $want; stderr: $(tail -3 "$tmp/err")"
+}
+err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2): $(cat "$tmp/err")"; }
+# field N of the log line of step S: jq-free, the log's fields are in a fixed order
+loss_at() { grep "\"type\":\"$2\",\"step\":$3," "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/; s/.*"loss":\([^}]*\)}.*/\1/'; }
+
+# The README's job: profile this machine, plan the default model on one rank, train.
+run 0 "$build/ptprofile" --quick --no-collectives
+run 0 "$build/ptplan" --devices 1 --out "$tmp/plan.json" --top 1
+[ -f "$tmp/plan.json" ] || fail "ptplan writes the default plan"
+
+# The default run: loss at step 1 within 2% of ln(256) = 5.5452 (a uniform guess over
+# the byte vocabulary), and validation loss below 3.4 after 100 steps (measured: 3.0
+# on this machine; the bound leaves room for other BLAS builds).
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 100 --val-every 50 --log "$tmp/log.jsonl" \
+    --trace "$tmp/trace.json" --sample 32
+first=$(loss_at "$tmp/log.jsonl" step 1)
+awk -v l="$first" 'BEGIN { d = l - log(256); if (d < 0) d = -d; exit !(d / log(256) < 0.02) }' ||
+    fail "step-1 loss $first is not within 2% of ln(256)"
+val=$(loss_at "$tmp/log.jsonl" val 100)
+awk -v l="$val" 'BEGIN { exit !(l < 3.4) }' || fail "validation loss $val after 100 steps is not below 3.4"
+grep -q "^sample: " "$tmp/out" || fail "a sample of text is printed"
+grep -q '"key":"gemm:fp32:m=512,n=64,k=64"' "$tmp/trace.json" ||
+    fail "trace spans carry the planner's op keys"
+grep -q '"name":"attn_bwd"' "$tmp/trace.json" || fail "trace has the backward ops"
+grep -q "MFU" "$tmp/out" || fail "steps print MFU"
+
+# Stop after 6 of 12 steps with a checkpoint, resume: steps 7..12 match an
+# uninterrupted run bit for bit.
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \
+    --log "$tmp/full.jsonl"
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \
+    --checkpoint "$tmp/ck" --stop-after 6 --log "$tmp/part.jsonl"
+[ -f "$tmp/ck/meta.json" ] && [ -f "$tmp/ck/model.safetensors" ] || fail "checkpoint written"
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \
+    --resume "$tmp/ck" --log "$tmp/part.jsonl"
+for s in 7 9 12; do
+    a=$(loss_at "$tmp/full.jsonl" step $s)
+    b=$(loss_at "$tmp/part.jsonl" step $s)
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "step $s: resumed loss $b differs from $a"
+done
+# Same plan, same seed: bit-identical losses.
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \
+    --log "$tmp/again.jsonl"
+[ "$(loss_at "$tmp/again.jsonl" step 12)" = "$(loss_at "$tmp/full.jsonl" step 12)" ] ||
+    fail "the same run twice gives different losses"
+
+# ---- bad input -----------------------------------------------------------------------
+run 0 "$build/ptplan" --devices 2 --out "$tmp/plan2.json" --top 1
+run 1 "$build/ptrun" "$tmp/plan2.json"
+err_has "needs 2 ranks, but ptrun was started as 1" "plan for another world size"
+run 1 "$build/ptrun" "$tmp/plan.json" --data "$tmp/missing.txt"
+err_has "missing.txt" "missing data file"
+printf 'short' >"$tmp/short.txt"
+run 1 "$build/ptrun" "$tmp/plan.json" --data "$tmp/short.txt"
+err_has "short.txt" "too little data"
+# a token file with an id beyond tiny's 256-token vocabulary
+python3 - "$tmp/big.bin" <<'PY' 2>/dev/null || printf '' >"$tmp/big.bin"
+import struct, sys
+toks = [1, 2, 300] + [5] * 200
+hdr = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
+PY
+if [ -s "$tmp/big.bin" ]; then
+    run 1 "$build/ptrun" "$tmp/plan.json" --data "$tmp/big.bin"
+    err_has "token 300 at position 2" "token beyond the vocabulary"
+fi
+run 1 "$build/ptrun" "$tmp/plan.json" --resume "$tmp/no-such-ckpt"
+err_has "no-such-ckpt" "unreadable checkpoint"
+cp -r "$tmp/ck" "$tmp/ck-before"
+echo "garbage" >"$tmp/ck/model.safetensors"
+run 1 "$build/ptrun" "$tmp/plan.json" --steps 12 --resume "$tmp/ck"
+err_has "model.safetensors" "damaged checkpoint"
+cmp -s "$tmp/ck/meta.json" "$tmp/ck-before/meta.json" || fail "a failed resume leaves the checkpoint alone"
+run 0 "$build/ptplan" --devices 1 --out "$tmp/plan-other.json" --top 1 --seed 99
+run 1 "$build/ptrun" "$tmp/plan-other.json" --steps 12 --resume "$tmp/ck-before"
+err_has "another model or other training settings" "checkpoint of another run"
+# a learning rate that makes the loss diverge: exit 2 with a clear message
+run 0 "$build/ptplan" --devices 1 --out "$tmp/plan-hot.json" --top 1 --lr 1000
+run 2 "$build/ptrun" "$tmp/plan-hot.json" --steps 30 --quiet --sample 0
+err_has "stopping" "diverged loss"
+run 1 "$build/ptrun" "$tmp/missing-plan.json"
+err_has "missing-plan.json" "missing plan"
+run 1 "$build/ptrun"
+err_has "which plan" "no plan given"
+
+if [ "$failures" -gt 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "all ptrun checks passed"
