@@ -518,7 +518,7 @@ static int run_list(ctx *c, list_id id)
         if (dispatch(c, id, op))
             return pt_err_set(c->err, "internal: the planner lists op '%s', which the runtime "
                                       "does not know", op->name);
-        pt_trace_add(c->n->trace, c->n->rank, 0, op->name, op->kernel.key, t0, pt_trace_now());
+        pt_trace_add_op(c->n->trace, c->n->rank, 0, op->name, &op->kernel, t0, pt_trace_now());
     }
     return 0;
 }

@@ -261,3 +261,30 @@ void pt_net_free(pt_net *n)
     free(n->param);
     memset(n, 0, sizeof *n);
 }
+
+/* ---- State for checkpoints ---------------------------------------------------------------- */
+
+int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    size_t bytes = (size_t)n->n_elems * sizeof(float);
+    if (master)
+        kn->copy(kn, master, n->master, bytes, PT_KCOPY_D2H);
+    if (m)
+        kn->copy(kn, m, n->m, bytes, PT_KCOPY_D2H);
+    if (v)
+        kn->copy(kn, v, n->v, bytes, PT_KCOPY_D2H);
+    return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
+}
+
+int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
+                     pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    size_t bytes = (size_t)n->n_elems * sizeof(float);
+    if (m)
+        kn->copy(kn, n->m, m, bytes, PT_KCOPY_H2D);
+    if (v)
+        kn->copy(kn, n->v, v, bytes, PT_KCOPY_H2D);
+    return master ? upload(n, master, err) : kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
+}

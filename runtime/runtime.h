@@ -179,6 +179,13 @@ int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int slots, uint64_t
 void pt_net_free(pt_net *n);
 const pt_param *pt_net_param(const pt_net *n, const char *name);
 
+/* Copies the fp32 master weights and Adam moments to host arrays of n_elems floats
+ * (any may be NULL), or sets them from host arrays (refreshing the bf16 compute copy
+ * on a bf16 backend): what checkpoints save and load, on any backend. */
+int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err);
+int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
+                     pt_err *err);
+
 /* Forward of one micro-batch (b = layout mbs rows of s tokens) into activation
  * slot `slot`, executing the planner's op lists in order; adds the sum of its token
  * losses to *loss_sum. dloss is dL/dloss_token (1 / tokens of the global batch).

@@ -37,8 +37,10 @@ fi
 
 # Measuring again updates the samples instead of adding repeats.
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives
-n2=$(q "SELECT count(*) FROM kernel_samples")
-[ "$n2" = "$n1" ] || fail "a second run keeps $n1 samples, not $n2"
+n2=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gemm'")
+[ "$n2" = "$n1" ] || fail "a second run keeps $n1 GEMM samples, not $n2"
+[ "$(q "SELECT count(*) FROM kernel_samples WHERE kind IN ('attn_fwd', 'layernorm_bwd')")" -gt 1 ] ||
+    fail "the model's other kernels are measured too"
 [ "$(q "SELECT count(*) FROM profile_runs")" = 2 ] || fail "both runs are recorded"
 # --resume measures nothing that is already there.
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives --resume

@@ -38,10 +38,20 @@ awk -v l="$first" 'BEGIN { d = l - log(256); if (d < 0) d = -d; exit !(d / log(2
 val=$(loss_at "$tmp/log.jsonl" val 100)
 awk -v l="$val" 'BEGIN { exit !(l < 3.4) }' || fail "validation loss $val after 100 steps is not below 3.4"
 grep -q "^sample: " "$tmp/out" || fail "a sample of text is printed"
-grep -q '"key":"gemm:fp32:m=512,n=64,k=64"' "$tmp/trace.json" ||
+# the q projection of tiny (h = 64) on mbs x 64 tokens, under the planner's key
+mbs=$(grep -o '"mbs": [0-9]*' "$tmp/plan.json" | head -1 | tr -dc '0-9')
+grep -q "\"key\":\"gemm:fp32:m=$((mbs * 64)),n=64,k=64\"" "$tmp/trace.json" ||
     fail "trace spans carry the planner's op keys"
 grep -q '"name":"attn_bwd"' "$tmp/trace.json" || fail "trace has the backward ops"
 grep -q "MFU" "$tmp/out" || fail "steps print MFU"
+# ptrun's MFU counts the planner's FLOPs: MFU x time = FLOPs / peak on both sides.
+pm=$(grep -o '"mfu": [0-9.e-]*' "$tmp/plan.json" | head -1 | cut -d' ' -f2)
+pt=$(grep -o '"step_time_s": [0-9.e-]*' "$tmp/plan.json" | head -1 | cut -d' ' -f2)
+lm=$(grep '"step":2,' "$tmp/log.jsonl" | sed 's/.*"mfu":\([^,]*\),.*/\1/')
+lt=$(grep '"step":2,' "$tmp/log.jsonl" | sed 's/.*"time_s":\([^}]*\)}.*/\1/')
+awk -v a="$pm" -v b="$pt" -v c="$lm" -v d="$lt" \
+    'BEGIN { x = a * b; y = c * d; e = (x - y) / x; if (e < 0) e = -e; exit !(x > 0 && e < 1e-3) }' ||
+    fail "ptrun's MFU ($lm x $lt s) and the plan's ($pm x $pt s) count different FLOPs"
 
 # Stop after 6 of 12 steps with a checkpoint, resume: steps 7..12 match an
 # uninterrupted run bit for bit.

@@ -30,7 +30,8 @@ static const char usage_text[] =
     "                       ~/.local/share/ptplan/costs.db]; created when missing\n"
     "  --model NAME|FILE    profile the op keys of this model's layouts [tiny]\n"
     "  --cluster NAME|FILE  ... on this cluster [local]\n"
-    "  --nodes N --global-batch B --seq S   as for ptplan [1, 64, the model's]\n"
+    "  --nodes N --devices N --global-batch B --seq S --max-mbs N\n"
+    "                       as for ptplan [1, the cluster's, 64, the model's, 8]\n"
     "  --sweep              also time a standard set of square and skinny GEMMs\n"
     "  --quick              fewer repeats and a short collective sweep (1 KiB-16 MiB):\n"
     "                       enough for the default job in under a minute\n"
@@ -45,7 +46,7 @@ static const char usage_text[] =
 
 typedef struct {
     const char *db, *model, *cluster, *backend;
-    int64_t nodes, global_batch, seq, np, repeats;
+    int64_t nodes, devices, global_batch, seq, np, repeats, max_mbs;
     double max_gflop;
     bool sweep, quick, no_coll, resume;
 } prof_opts;
@@ -67,13 +68,14 @@ static int parse_int(const char *opt, const char *val, int64_t lo, int64_t hi, i
 static int parse_options(int argc, char **argv, prof_opts *o)
 {
     enum { O_DB = 256, O_MODEL, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_SWEEP, O_QUICK, O_BACKEND,
-           O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME };
+           O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME, O_DEVICES, O_MAXMBS };
     static const struct option longopts[] = {
         {"db", 1, 0, O_DB}, {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER},
         {"nodes", 1, 0, O_NODES}, {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ},
         {"sweep", 0, 0, O_SWEEP}, {"quick", 0, 0, O_QUICK}, {"backend", 1, 0, O_BACKEND},
         {"np", 1, 0, O_NP}, {"no-collectives", 0, 0, O_NOCOLL}, {"repeats", 1, 0, O_REPEATS},
         {"max-gflop", 1, 0, O_MAXGF}, {"resume", 0, 0, O_RESUME}, {"help", 0, 0, 'h'},
+        {"devices", 1, 0, O_DEVICES}, {"max-mbs", 1, 0, O_MAXMBS},
         {0, 0, 0, 0}};
     *o = (prof_opts){.model = "tiny", .cluster = "local", .backend = "cpu", .global_batch = 64,
                      .max_gflop = 50};
@@ -87,6 +89,8 @@ static int parse_options(int argc, char **argv, prof_opts *o)
         case O_MODEL: o->model = optarg; break;
         case O_CLUSTER: o->cluster = optarg; break;
         case O_NODES: bad = parse_int("--nodes", optarg, 1, 1 << 20, &o->nodes); break;
+        case O_DEVICES: bad = parse_int("--devices", optarg, 1, 1 << 20, &o->devices); break;
+        case O_MAXMBS: bad = parse_int("--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
         case O_GB: bad = parse_int("--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
             break;
         case O_SEQ: bad = parse_int("--seq", optarg, 1, 1LL << 30, &o->seq); break;
@@ -156,6 +160,7 @@ static void op_set_add(op_set *s, const pt_kernel_op *op)
 typedef struct {
     const job *j;
     op_set *ops;
+    uint64_t mbs_single; /* bit i: a fitting layout with tp = cp = 1 uses mbs 2^i */
 } collect_ctx;
 
 /* Every GEMM of a fitting layout's op lists: the keys ptplan will look up. */
@@ -165,6 +170,8 @@ static int collect_gemms(const pt_layout *l, const pt_memory *mem, bool fits, vo
     collect_ctx *c = ctx;
     if (!fits)
         return 0;
+    if (l->tp == 1 && l->cp == 1 && (l->mbs & (l->mbs - 1)) == 0 && l->mbs < (1LL << 62))
+        c->mbs_single |= (uint64_t)l->mbs;
     pt_opctx oc;
     pt_opctx_init(&oc, &c->j->m, l, &c->j->t, &c->j->c);
     pt_oplist o = {0};
@@ -308,6 +315,8 @@ static int load(const prof_opts *o, job *j, pt_err *err)
         return -1;
     if (o->nodes)
         j->c.nodes = (int)o->nodes;
+    if (o->devices)
+        j->c.devices_per_node = (int)o->devices;
     if (o->seq) {
         j->m.seq = o->seq;
         if (pt_model_validate(&j->m, "--seq", err))
@@ -316,6 +325,8 @@ static int load(const prof_opts *o, job *j, pt_err *err)
     pt_train_default(&j->t, &j->c);
     j->t.global_batch = o->global_batch;
     pt_enum_opts_default(&j->eo);
+    if (o->max_mbs)
+        j->eo.max_mbs = o->max_mbs;
     if (strcmp(o->backend, "cpu") == 0) {
         if (strncmp(j->c.device.name, "cpu", 3) != 0)
             return pt_err_set(err, "--backend cpu measures this machine's CPU, but cluster "
@@ -367,6 +378,17 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
     char library[256] = "";
     int rc = measure_gemms(o, j, &ops, device, &measured, &best_rate, err);
     free(ops.v);
+    int64_t kernels = 0;
+    for (int b = 0; rc == 0 && !interrupted && b < 63; b++) {
+        if (!(cc.mbs_single >> b & 1))
+            continue;
+        int64_t stored_now = 0;
+        rc = pt_prof_model_kernels(&j->m, &j->c, &j->t, (int64_t)1 << b, o->repeats, j->db,
+                                   &stored_now, err);
+        kernels += stored_now;
+        fprintf(stderr, "ptprofile: kernels of %s at micro-batch %lld: %lld op keys\n",
+                j->m.name, 1LL << b, (long long)stored_now);
+    }
     if (rc == 0 && !interrupted && colls) {
         printf("ptprofile: collectives on %d MPI ranks\n", cj.np);
         fflush(stdout);
@@ -378,8 +400,9 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
     if (rc == 0 && !interrupted)
         rc = describe_device(o, j, device, best_rate, link_bw, link_lat, err);
     if (rc == 0)
-        printf("ptprofile: %lld GEMMs and %lld collective points measured into %s%s\n",
-               (long long)measured, (long long)stored, j->db_path,
+        printf("ptprofile: %lld GEMMs, %lld other kernels and %lld collective points measured "
+               "into %s%s\n", (long long)measured, (long long)kernels, (long long)stored,
+               j->db_path,
                interrupted ? " before the interruption (--resume continues)" : "");
     return rc;
 }

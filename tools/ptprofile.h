@@ -27,6 +27,14 @@ double pt_prof_cpu_mem_bw(int64_t bytes, int repeats);
 /* Parses "gemm:<dtype>:m=..,n=..,k=.." into its sizes; -1 when it is not one. */
 int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k);
 
+/* ---- The model's other kernels (ptprofile_model.c) ------------------------------------- */
+
+/* Runs the runtime's model of `m` with micro-batch size `mbs` on one rank, forward
+ * and backward `repeats` times after a warm-up, and stores the median time of each
+ * non-GEMM op key as a profile sample of the cluster's device. */
+int pt_prof_model_kernels(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                          int64_t mbs, int repeats, pt_costdb *db, int64_t *stored, pt_err *err);
+
 /* ---- Progress (ptprofile.c) ------------------------------------------------------------- */
 
 typedef struct {

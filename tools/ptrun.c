@@ -198,9 +198,17 @@ static void config_hash(const pt_plan *p, char out[17])
 static int build(const options *o, run *r, pt_err *err)
 {
     pt_plan *p = &r->plan;
-    r->kn = pt_kernels_cpu((int)o->threads);
-    if (!r->kn)
-        return pt_err_set(err, "cannot start the CPU backend (out of memory)");
+    if (strncmp(p->cluster.device.name, "cpu", 3) == 0) {
+        r->kn = pt_kernels_cpu((int)o->threads);
+        if (!r->kn)
+            return pt_err_set(err, "cannot start the CPU backend (out of memory)");
+    } else {
+        char why[256] = "";
+        r->kn = pt_kernels_cuda(0, why, sizeof why);
+        if (!r->kn)
+            return pt_err_set(err, "%s: the plan is for %s devices, but the CUDA backend cannot "
+                                   "start: %s", o->plan, p->cluster.device.name, why);
+    }
     if (pt_sched_build(p->layout.schedule, p->layout.pp, p->layout.vp, (int)p->layout.n_micro,
                        &r->sched, err))
         return -1;
@@ -218,29 +226,46 @@ static int build(const options *o, run *r, pt_err *err)
 
 /* ---- Checkpoints -------------------------------------------------------------------------- */
 
-static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
+/* Host copies of the state a checkpoint holds (the backend's memory may be a GPU's). */
+typedef struct {
+    float *master, *m, *v;
+} host_state;
+
+static int host_state_alloc(host_state *h, int64_t n)
+{
+    h->master = malloc((size_t)n * sizeof(float));
+    h->m = malloc((size_t)n * sizeof(float));
+    h->v = malloc((size_t)n * sizeof(float));
+    return h->master && h->m && h->v ? 0 : -1;
+}
+
+static void host_state_free(host_state *h)
+{
+    free(h->master);
+    free(h->m);
+    free(h->v);
+}
+
+static int write_state(const char *tmp, run *r, const host_state *h, int64_t step, pt_err *err)
 {
     pt_net *n = &r->net;
-    char tmp[1024], path[1100];
-    if (pt_ckpt_begin(dir, tmp, sizeof tmp, err))
-        return -1;
-    pt_st_tensor *t = calloc((size_t)n->n_param + 2, sizeof *t);
-    if (!t) {
-        pt_ckpt_abort(tmp);
+    char path[1100];
+    pt_st_tensor *t = calloc((size_t)n->n_param, sizeof *t);
+    if (!t)
         return pt_err_set(err, "out of memory");
-    }
     for (int i = 0; i < n->n_param; i++) {
         const pt_param *q = &n->param[i];
         t[i] = (pt_st_tensor){.ndim = q->ndim, .shape = {q->shape[0], q->shape[1]},
-                              .data = n->master + q->offset,
+                              .data = h->master + q->offset,
                               .bytes = (size_t)q->count * sizeof(float)};
         snprintf(t[i].name, sizeof t[i].name, "%s", q->name);
         snprintf(t[i].dtype, sizeof t[i].dtype, "F32");
     }
+    size_t bytes = (size_t)n->n_elems * sizeof(float);
     pt_st_tensor adam[2] = {{.name = "adam.m", .dtype = "F32", .ndim = 1, .shape = {n->n_elems},
-                             .data = n->m, .bytes = (size_t)n->n_elems * sizeof(float)},
+                             .data = h->m, .bytes = bytes},
                             {.name = "adam.v", .dtype = "F32", .ndim = 1, .shape = {n->n_elems},
-                             .data = n->v, .bytes = (size_t)n->n_elems * sizeof(float)}};
+                             .data = h->v, .bytes = bytes}};
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->plan.run.seed);
     const char *keys[] = {"sampler_seed"}, *vals[] = {seed};
@@ -255,11 +280,27 @@ static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
         rc = pt_st_write(path, adam, 2, keys, vals, 1, err);
     if (rc == 0)
         rc = pt_ckpt_meta_write(tmp, &meta, err);
-    if (rc == 0)
-        rc = pt_ckpt_commit(tmp, dir, err);
-    else
-        pt_ckpt_abort(tmp);
     free(t);
+    return rc;
+}
+
+static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
+{
+    host_state h;
+    char tmp[1024];
+    int rc = host_state_alloc(&h, r->net.n_elems) ? pt_err_set(err, "out of memory") : 0;
+    if (rc == 0)
+        rc = pt_net_get_state(&r->net, h.master, h.m, h.v, err);
+    if (rc == 0)
+        rc = pt_ckpt_begin(dir, tmp, sizeof tmp, err);
+    if (rc == 0) {
+        rc = write_state(tmp, r, &h, step, err);
+        if (rc == 0)
+            rc = pt_ckpt_commit(tmp, dir, err);
+        else
+            pt_ckpt_abort(tmp);
+    }
+    host_state_free(&h);
     return rc;
 }
 
@@ -273,11 +314,36 @@ static int load_tensor(const pt_st_file *f, const char *name, int ndim, const in
     return 0;
 }
 
+static int read_state(const char *dir, run *r, host_state *h, pt_err *err)
+{
+    pt_net *n = &r->net;
+    char path[1100];
+    pt_st_file *f;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (pt_st_open(path, &f, err))
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < n->n_param && rc == 0; i++) {
+        const pt_param *q = &n->param[i];
+        rc = load_tensor(f, q->name, q->ndim, q->shape, h->master + q->offset,
+                         (size_t)q->count * sizeof(float), err);
+    }
+    pt_st_close(f);
+    snprintf(path, sizeof path, "%s/optim_rank0.safetensors", dir);
+    if (rc == 0 && (rc = pt_st_open(path, &f, err)) == 0) {
+        int64_t shape[1] = {n->n_elems};
+        size_t bytes = (size_t)n->n_elems * sizeof(float);
+        rc = load_tensor(f, "adam.m", 1, shape, h->m, bytes, err) ||
+             load_tensor(f, "adam.v", 1, shape, h->v, bytes, err);
+        pt_st_close(f);
+    }
+    return rc ? -1 : 0;
+}
+
 static int resume(const char *dir, run *r, pt_err *err)
 {
     pt_ckpt_meta meta;
-    pt_net *n = &r->net;
-    char layout[256], path[1100];
+    char layout[256];
     if (pt_ckpt_meta_read(dir, &meta, err))
         return -1;
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
@@ -288,30 +354,18 @@ static int resume(const char *dir, run *r, pt_err *err)
         return pt_err_set(err, "%s: the checkpoint was written for another model or other "
                                "training settings (config hash %s, this plan %s)", dir,
                           meta.config_hash, r->config_hash);
-    pt_st_file *f;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (pt_st_open(path, &f, err))
-        return -1;
-    int rc = 0;
-    for (int i = 0; i < n->n_param && rc == 0; i++) {
-        const pt_param *q = &n->param[i];
-        rc = load_tensor(f, q->name, q->ndim, q->shape, n->master + q->offset,
-                         (size_t)q->count * sizeof(float), err);
-    }
-    pt_st_close(f);
-    snprintf(path, sizeof path, "%s/optim_rank0.safetensors", dir);
-    if (rc == 0 && (rc = pt_st_open(path, &f, err)) == 0) {
-        int64_t shape[1] = {n->n_elems};
-        size_t bytes = (size_t)n->n_elems * sizeof(float);
-        rc = load_tensor(f, "adam.m", 1, shape, n->m, bytes, err) ||
-             load_tensor(f, "adam.v", 1, shape, n->v, bytes, err);
-        pt_st_close(f);
-    }
+    host_state h;
+    int rc = host_state_alloc(&h, r->net.n_elems) ? pt_err_set(err, "out of memory") : 0;
+    if (rc == 0)
+        rc = read_state(dir, r, &h, err);
+    if (rc == 0)
+        rc = pt_net_set_state(&r->net, h.master, h.m, h.v, err);
+    host_state_free(&h);
     if (rc == 0) {
         r->start_step = meta.step;
         printf("resumed %s at step %lld\n", dir, (long long)meta.step);
     }
-    return rc ? -1 : 0;
+    return rc;
 }
 
 /* ---- Training ------------------------------------------------------------------------------ */
@@ -378,9 +432,15 @@ static int sample_text(run *r, int64_t count, pt_err *err)
     int64_t vp = pt_vocab_padded(&p->model, p->layout.tp) / p->layout.tp;
     int64_t prompt = s / 2, total = prompt + count;
     int32_t *seq = calloc((size_t)total, sizeof *seq), *win = calloc((size_t)T, sizeof *win);
-    if (!seq || !win) {
+    pt_kernels *kn = r->net.kn;
+    size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    float *row = malloc((size_t)vp * sizeof *row);
+    uint16_t *b16 = malloc((size_t)vp * sizeof *b16);
+    if (!seq || !win || !row || !b16) {
         free(seq);
         free(win);
+        free(row);
+        free(b16);
         return pt_err_set(err, "out of memory");
     }
     for (int64_t i = 0; i < prompt; i++)
@@ -391,7 +451,18 @@ static int sample_text(run *r, int64_t count, pt_err *err)
         memcpy(win, seq + len - w, (size_t)w * sizeof *win);
         double ignored = 0;
         rc = pt_net_forward(&r->net, 0, win, win, 0.0f, &ignored, err);
-        const float *logits = pt_net_last_logits(&r->net, 0) + (w - 1) * vp;
+        /* the logits of the last position, to the host (bf16 on a GPU backend) */
+        const char *dev = (const char *)pt_net_last_logits(&r->net, 0) + (size_t)((w - 1) * vp) * ab;
+        if (ab == 4) {
+            kn->copy(kn, row, dev, (size_t)vp * 4, PT_KCOPY_D2H);
+        } else {
+            kn->copy(kn, b16, dev, (size_t)vp * 2, PT_KCOPY_D2H);
+            for (int64_t j = vp - 1; j >= 0; j--)
+                row[j] = pt_k_f32_from_bf16(b16[j]);
+        }
+        if (kn->sync(kn))
+            rc = pt_err_set(err, "%s", kn->err);
+        const float *logits = row;
         uint32_t ctr[4] = {(uint32_t)len, 0, 0, 0}, key[2] = {(uint32_t)p->run.seed, 7}, x[4];
         pt_k_philox4x32_10(ctr, key, x);
         seq[len] = draw(logits, v, 0.8, (double)(x[0] >> 8) / 16777216.0);
@@ -403,6 +474,8 @@ static int sample_text(run *r, int64_t count, pt_err *err)
     }
     free(seq);
     free(win);
+    free(row);
+    free(b16);
     return rc;
 }
 

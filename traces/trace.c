@@ -52,6 +52,83 @@ void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const cha
     s->stream = stream;
     s->t0_s = t0 - t->origin_s;
     s->dur_s = t1 - t0;
+    s->flops = s->bytes = 0;
+    s->dtype = PT_DTYPE_FP32;
+}
+
+void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
+                     const pt_kernel_op *op, double t0, double t1)
+{
+    if (!t || !t->on)
+        return;
+    size_t before = t->n;
+    pt_trace_add(t, rank, stream, name, op->key, t0, t1);
+    if (t->n > before) {
+        t->v[before].flops = op->flops;
+        t->v[before].bytes = op->bytes;
+        t->v[before].dtype = op->dtype;
+    }
+}
+
+/* ---- Trace -> cost samples ------------------------------------------------------- */
+
+static int by_key_then_time(const void *a, const void *b)
+{
+    const pt_span *x = *(const pt_span *const *)a, *y = *(const pt_span *const *)b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->t0_s > y->t0_s) - (x->t0_s < y->t0_s);
+}
+
+static int by_duration(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median duration of spans [i, j) after the first `skip`. */
+static double median_of(pt_span *const *v, size_t i, size_t j, int skip, double *tmp)
+{
+    size_t n = 0;
+    for (size_t k = i + (size_t)skip < j ? i + (size_t)skip : i; k < j; k++)
+        tmp[n++] = v[k]->dur_s;
+    qsort(tmp, n, sizeof *tmp, by_duration);
+    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+int pt_trace_to_costdb(const pt_trace *t, pt_costdb *db, const char *device, pt_source source,
+                       int skip, int64_t *stored, pt_err *err)
+{
+    *stored = 0;
+    pt_span **v = malloc((t->n ? t->n : 1) * sizeof *v);
+    double *tmp = malloc((t->n ? t->n : 1) * sizeof *tmp);
+    size_t n = 0;
+    int rc = 0;
+    if (!v || !tmp)
+        rc = pt_err_set(err, "out of memory reading %zu spans", t->n);
+    for (size_t i = 0; rc == 0 && i < t->n; i++)
+        if (t->v[i].key[0] && t->v[i].stream == 0)
+            v[n++] = &t->v[i];
+    if (rc == 0) {
+        qsort(v, n, sizeof *v, by_key_then_time);
+        rc = pt_costdb_begin(db, err);
+    }
+    for (size_t i = 0, j; rc == 0 && i < n; i = j) {
+        for (j = i + 1; j < n && strcmp(v[j]->key, v[i]->key) == 0; j++)
+            ;
+        double time_s = median_of(v, i, j, skip, tmp);
+        pt_kernel_op op = {.dtype = v[i]->dtype, .flops = v[i]->flops, .bytes = v[i]->bytes};
+        snprintf(op.key, sizeof op.key, "%s", v[i]->key);
+        if (time_s <= 0)
+            continue; /* below the clock's resolution: nothing to learn */
+        rc = pt_costdb_put_kernel(db, device, &op, time_s, source, err);
+        if (rc == 0)
+            (*stored)++;
+    }
+    if (rc == 0)
+        rc = pt_costdb_commit(db, err);
+    free(v);
+    free(tmp);
+    return rc;
 }
 
 static json_t *meta_event(const char *what, int rank, int tid, const char *name)

@@ -24,6 +24,8 @@ typedef struct {
     int stream;      /* 0 compute, 1 communication */
     double t0_s;     /* seconds since the trace started */
     double dur_s;
+    double flops, bytes; /* of an op span (its pt_kernel_op), for cost samples */
+    pt_dtype dtype;
 } pt_span;
 
 typedef struct {
@@ -42,6 +44,17 @@ void pt_trace_free(pt_trace *t);
  * NULL (no trace). */
 void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const char *key,
                   double t0, double t1);
+/* Records an op span: its key, FLOPs, bytes and data type come from `op`. */
+void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
+                     const pt_kernel_op *op, double t0, double t1);
+
+/* Turns the op spans into kernel samples of `device`: for each key, the median of
+ * its spans' durations (after dropping the first `skip` spans of each key, the
+ * warm-up), stored with pt_costdb_put_kernel (replacing older samples of the same
+ * source). *stored counts the keys written. */
+int pt_trace_to_costdb(const pt_trace *t, pt_costdb *db, const char *device, pt_source source,
+                       int skip, int64_t *stored, pt_err *err);
+
 /* Writes {"traceEvents": [...]} with one process per rank and one thread per
  * stream; each op span carries its key in args. Temporary file renamed when
  * complete; errors name the path. */

@@ -1,0 +1,1000 @@
+/*
+ * Tests of ptkernels' CUDA backend against the CPU backend, the reference: every op
+ * of the table runs on the same inputs on both, and each output is compared with one
+ * normalised error measure,
+ *     max_i |gpu_i - cpu_i| / max(max_i |cpu_i|, 1e-6)
+ * (infinities must match exactly, a NaN fails), under a tolerance stated per kind of
+ * output below. Inputs of [act] buffers are rounded to bf16 first and the CPU gets the
+ * rounded values, so the two backends see identical inputs and differ only in
+ * arithmetic (bf16 outputs, fp32 vs double sums, summation order).
+ *
+ * Every GPU run is repeated and must give bit-identical outputs (the determinism
+ * contract of kernels.h: no atomics). Shapes include odd sizes that are no multiple of
+ * a tile (7, 13, 771), sequence length 1, one head, GQA with one KV head, head
+ * dimensions 64, 128 and 40, attention blocks that see no key, buffers at odd offsets
+ * (cuBLASLt alignment), in-place forms, and the fallback GEMM (PT_KCUDA_NO_LT).
+ *
+ * Without a CUDA device (or without CUDA in the build) the test prints why and exits
+ * with 77, which ctest reports as skipped, never as passed.
+ * PT_TEST_VERBOSE=1 prints every measured error.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels.h"
+
+/* Tolerances of the normalised error, by kind of output:
+ * - bf16 outputs carry a rounding of 2^-9 relative to the element (<= 2e-3 of the
+ *   row's maximum), plus fp32 differences; GEMM and attention outputs also differ in
+ *   fp32 summation order over up to a few hundred terms, and their backwards add into
+ *   bf16 gradients (two roundings);
+ * - fp32 outputs from identical bf16 inputs (norm statistics, weight gradients, lse,
+ *   losses) differ only in summation order and fp32 vs double accumulation;
+ * - optimizer state: one fused multiply-add contraction apart. */
+#define TOL_GEMM 2e-2
+#define TOL_ATTN 2e-2
+#define TOL_ELEM 1e-2
+#define TOL_F32 1e-3
+#define TOL_F32_GEMM 5e-3
+#define TOL_OPT 1e-5
+#define EXACT (-1.0)
+
+static pt_kernels *CPU, *GPU;
+
+/* ---- Random inputs ------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static double urand(void) /* uniform in [-1, 1), xorshift64* */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
+    return (double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_kernels_cuda: out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static float *frand(int64_t n, double scale)
+{
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(urand() * scale);
+    return x;
+}
+
+static float *fconst(int64_t n, float v)
+{
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = v;
+    return x;
+}
+
+static float bf16_round(float x) { return pt_k_f32_from_bf16(pt_k_bf16_from_f32(x)); }
+
+/* ---- Buffers on a backend -------------------------------------------------------------- */
+
+/* kinds of buffer: fp32 on both backends; [act] (bf16 on the GPU, bf16-rounded fp32
+ * on the CPU); bf16 on both (AdamW's compute copy, conversions); int32 */
+enum { F32, ACT, BF16, I32 };
+
+typedef struct {
+    const char *name;
+    int kind;
+    int64_t n;
+    const void *init; /* float * (int32_t * for I32); NULL: zeros */
+    double tol;       /* 0: input only; > 0: compared with this tolerance; EXACT: bits */
+} tbuf;
+
+enum { MAXBUF = 12 };
+
+typedef void (*op_fn)(pt_kernels *kn, void **b, const void *arg);
+
+static size_t elem_bytes(pt_kernels *kn, int kind)
+{
+    if (kind == BF16)
+        return 2;
+    if (kind == ACT)
+        return pt_kdtype_bytes(kn->act_dtype);
+    return 4;
+}
+
+static void *upload(pt_kernels *kn, const tbuf *t)
+{
+    size_t eb = elem_bytes(kn, t->kind), bytes = (size_t)t->n * eb;
+    void *dev = kn->alloc(kn, bytes);
+    CHECK(dev != NULL);
+    if (!dev)
+        return NULL;
+    void *host = xmalloc(bytes);
+    if (!t->init)
+        memset(host, 0, bytes);
+    else if (t->kind == I32 || t->kind == F32)
+        memcpy(host, t->init, bytes);
+    else
+        for (int64_t i = 0; i < t->n; i++) {
+            float x = ((const float *)t->init)[i];
+            if (eb == 2)
+                ((uint16_t *)host)[i] = pt_k_bf16_from_f32(x);
+            else
+                ((float *)host)[i] = bf16_round(x);
+        }
+    kn->copy(kn, dev, host, bytes, PT_KCOPY_H2D);
+    free(host);
+    return dev;
+}
+
+static float *download(pt_kernels *kn, const tbuf *t, const void *dev)
+{
+    size_t eb = elem_bytes(kn, t->kind);
+    float *out = xmalloc((size_t)t->n * sizeof(float));
+    void *host = xmalloc((size_t)t->n * eb);
+    kn->copy(kn, host, dev, (size_t)t->n * eb, PT_KCOPY_D2H);
+    for (int64_t i = 0; i < t->n; i++)
+        out[i] = eb == 2 ? pt_k_f32_from_bf16(((uint16_t *)host)[i]) : ((float *)host)[i];
+    free(host);
+    return out;
+}
+
+/* runs op on kn over fresh copies of the buffers; outs[i] receives output i (host fp32) */
+static int run_on(pt_kernels *kn, const tbuf *bufs, int nb, op_fn op, const void *arg,
+                  float **outs)
+{
+    void *dev[MAXBUF] = {0};
+    for (int i = 0; i < nb; i++)
+        if (!(dev[i] = upload(kn, &bufs[i])))
+            return -1;
+    op(kn, dev, arg);
+    int rc = kn->sync(kn);
+    if (rc)
+        fprintf(stderr, "%s backend failed: %s\n", kn->name, kn->err);
+    CHECK(rc == 0);
+    for (int i = 0; i < nb; i++) {
+        outs[i] = bufs[i].tol != 0.0 ? download(kn, &bufs[i], dev[i]) : NULL;
+        kn->free(kn, dev[i]);
+    }
+    return rc;
+}
+
+/* max |got - want| / max(max |want|, 1e-6); infinities must agree exactly; NaN fails */
+static double nerr(const float *got, const float *want, int64_t n)
+{
+    double e = 0.0, m = 1e-6;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(got[i]) || isnan(want[i]))
+            return isnan(got[i]) && isnan(want[i]) ? e / m : INFINITY;
+        if (isinf(got[i]) || isinf(want[i])) {
+            if (got[i] != want[i])
+                return INFINITY;
+            continue;
+        }
+        e = fmax(e, fabs((double)got[i] - want[i]));
+        m = fmax(m, fabs(want[i]));
+    }
+    return e / m;
+}
+
+static int verbose(void) { return getenv("PT_TEST_VERBOSE") != NULL; }
+
+static void report(const char *what, const char *name, double err, double tol)
+{
+    if (verbose())
+        printf("%-44s %-8s %.2e (tol %.0e)\n", what, name, err, tol);
+    if (!(err <= tol)) {
+        fprintf(stderr, "%s: %s: normalised error %.3g > %.3g\n", what, name, err, tol);
+        pt_check_failures++;
+    }
+}
+
+/* runs op on the CPU and twice on the GPU; compares every output */
+static void run_case(const char *what, const tbuf *bufs, int nb, op_fn op, const void *arg)
+{
+    float *ref[MAXBUF] = {0}, *got[MAXBUF] = {0}, *again[MAXBUF] = {0};
+    if (!run_on(CPU, bufs, nb, op, arg, ref) && !run_on(GPU, bufs, nb, op, arg, got) &&
+        !run_on(GPU, bufs, nb, op, arg, again))
+        for (int i = 0; i < nb; i++) {
+            if (bufs[i].tol == 0.0)
+                continue;
+            size_t bytes = (size_t)bufs[i].n * sizeof(float);
+            if (bufs[i].tol == EXACT) {
+                if (memcmp(got[i], ref[i], bytes)) {
+                    fprintf(stderr, "%s: %s: differs from the CPU's bits\n", what,
+                            bufs[i].name);
+                    pt_check_failures++;
+                } else if (verbose()) {
+                    printf("%-44s %-8s exact\n", what, bufs[i].name);
+                }
+            } else {
+                report(what, bufs[i].name, nerr(got[i], ref[i], bufs[i].n), bufs[i].tol);
+            }
+            if (memcmp(got[i], again[i], bytes)) {
+                fprintf(stderr, "%s: %s: two GPU runs differ (not deterministic)\n", what,
+                        bufs[i].name);
+                pt_check_failures++;
+            }
+        }
+    for (int i = 0; i < nb; i++) {
+        free(ref[i]);
+        free(got[i]);
+        free(again[i]);
+    }
+}
+
+#define NB(bufs) ((int)(sizeof(bufs) / sizeof((bufs)[0])))
+#define F(b) ((float *)(b))
+#define CF(b) ((const float *)(b))
+
+/* ---- Memory ------------------------------------------------------------------------------ */
+
+static void test_memory(void)
+{
+    enum { N = 1000 };
+    float host[N], back[N];
+    for (int i = 0; i < N; i++)
+        host[i] = (float)i;
+    float *a = GPU->alloc(GPU, N * sizeof(float)), *b = GPU->alloc(GPU, N * sizeof(float));
+    void *empty = GPU->alloc(GPU, 0);
+    CHECK(a && b && empty);
+    if (!a || !b || !empty)
+        return;
+    CHECK(((uintptr_t)a % 64) == 0);
+    GPU->copy(GPU, a, host, sizeof host, PT_KCOPY_H2D);
+    GPU->copy(GPU, b, a, sizeof host, PT_KCOPY_D2D);
+    GPU->zero(GPU, a, 10 * sizeof(float));
+    GPU->copy(GPU, back, b, sizeof back, PT_KCOPY_D2H);
+    CHECK(memcmp(back, host, sizeof host) == 0);
+    GPU->copy(GPU, back, a, sizeof back, PT_KCOPY_D2H);
+    CHECK(back[0] == 0.0f && back[9] == 0.0f && back[10] == 10.0f && back[N - 1] == N - 1);
+    float h2[N];
+    GPU->copy(GPU, h2, host, sizeof host, PT_KCOPY_H2H);
+    CHECK(memcmp(h2, host, sizeof host) == 0);
+    /* an impossible allocation fails without poisoning the backend */
+    CHECK(GPU->alloc(GPU, (size_t)1 << 60) == NULL);
+    CHECK(GPU->sync(GPU) == 0);
+    GPU->free(GPU, a);
+    GPU->free(GPU, b);
+    GPU->free(GPU, empty);
+    CHECK(GPU->sync(GPU) == 0);
+}
+
+/* ---- Conversions -------------------------------------------------------------------------- */
+
+typedef struct { int64_t n; } n_arg;
+
+static void op_f32_to_bf16(pt_kernels *kn, void **b, const void *arg)
+{
+    kn->f32_to_bf16(kn, b[1], CF(b[0]), ((const n_arg *)arg)->n);
+}
+
+static void op_bf16_to_f32(pt_kernels *kn, void **b, const void *arg)
+{
+    kn->bf16_to_f32(kn, F(b[1]), b[0], ((const n_arg *)arg)->n);
+}
+
+static void test_convert(void)
+{
+    /* ties, specials, subnormals, NaN with a payload, and random values */
+    enum { N = 64 };
+    float x[N];
+    uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x80000000u,
+                           0x00000001u, 0x7fc00001u, 0xffa00000u, 0x7f7fffffu, 0x00800000u};
+    int ns = (int)(sizeof specials / sizeof specials[0]);
+    for (int i = 0; i < N; i++) {
+        if (i < ns)
+            memcpy(&x[i], &specials[i], 4);
+        else
+            x[i] = (float)(urand() * 1000.0);
+    }
+    n_arg arg = {N};
+    tbuf to[] = {{"src", F32, N, x, 0}, {"dst", BF16, N, NULL, EXACT}};
+    run_case("f32_to_bf16", to, NB(to), op_f32_to_bf16, &arg);
+    tbuf from[] = {{"src", BF16, N, x, 0}, {"dst", F32, N, NULL, EXACT}};
+    run_case("bf16_to_f32", from, NB(from), op_bf16_to_f32, &arg);
+}
+
+/* ---- Embedding ------------------------------------------------------------------------------ */
+
+typedef struct { int b, s, h, v0, vr, pos0, with_wpe; } emb_arg;
+
+static void op_embed_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const emb_arg *a = p;
+    kn->embed_forward(kn, F(b[0]), b[1], CF(b[2]), a->with_wpe ? CF(b[3]) : NULL, a->b, a->s,
+                      a->h, a->v0, a->vr, a->pos0);
+}
+
+static void op_embed_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    const emb_arg *a = p;
+    kn->embed_backward(kn, F(b[0]), a->with_wpe ? F(b[1]) : NULL, CF(b[2]), b[3], a->b, a->s,
+                       a->h, a->v0, a->vr, a->pos0);
+}
+
+static void test_embed_shape(int b, int s, int h, int v0, int vr, int pos0, int with_wpe,
+                             int vocab)
+{
+    emb_arg a = {b, s, h, v0, vr, pos0, with_wpe};
+    int64_t n = (int64_t)b * s;
+    int32_t *tok = xmalloc((size_t)n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) /* many repeats; some outside [v0, v0+vr) */
+        tok[i] = (int32_t)((urand() + 1.0) * 0.5 * vocab) % vocab;
+    float *wte = frand((int64_t)vr * h, 1), *wpe = frand((int64_t)(pos0 + s) * h, 1);
+    float *dout = frand(n * h, 1), *dwte0 = frand((int64_t)vr * h, 1);
+    float *dwpe0 = frand((int64_t)(pos0 + s) * h, 1);
+    char what[96];
+    snprintf(what, sizeof what, "embed b%d s%d h%d v0 %d vr %d%s", b, s, h, v0, vr,
+             with_wpe ? " wpe" : "");
+    tbuf fwd[] = {{"out", ACT, n * h, NULL, TOL_ELEM},
+                  {"tokens", I32, n, tok, 0},
+                  {"wte", ACT, (int64_t)vr * h, wte, 0},
+                  {"wpe", ACT, (int64_t)(pos0 + s) * h, wpe, 0}};
+    run_case(what, fwd, NB(fwd), op_embed_fwd, &a);
+    tbuf bwd[] = {{"dwte", F32, (int64_t)vr * h, dwte0, TOL_F32},
+                  {"dwpe", F32, (int64_t)(pos0 + s) * h, dwpe0, TOL_F32},
+                  {"dout", ACT, n * h, dout, 0},
+                  {"tokens", I32, n, tok, 0}};
+    run_case(what, bwd, NB(bwd), op_embed_bwd, &a);
+    free(tok);
+    free(wte);
+    free(wpe);
+    free(dout);
+    free(dwte0);
+    free(dwpe0);
+}
+
+static void test_embed(void)
+{
+    test_embed_shape(2, 7, 13, 3, 10, 2, 1, 16);
+    test_embed_shape(1, 1, 64, 0, 50, 0, 0, 50);
+    /* 1200 positions over 37 tokens: a token repeats ~32 times (the list flushes) */
+    test_embed_shape(4, 300, 96, 0, 37, 5, 1, 37);
+    /* one token everywhere: 1000 repeats, collected in several rounds */
+    test_embed_shape(2, 500, 40, 0, 1, 0, 1, 1);
+    /* vocab-parallel slice: most tokens belong to other ranks */
+    test_embed_shape(3, 50, 24, 40, 20, 3, 0, 100);
+}
+
+/* ---- Norms ------------------------------------------------------------------------------------ */
+
+typedef struct { int64_t n; int h; } nh_arg;
+
+static void op_ln_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const nh_arg *a = p;
+    kn->layernorm_forward(kn, F(b[0]), F(b[1]), F(b[2]), CF(b[3]), CF(b[4]), CF(b[5]), a->n,
+                          a->h, 1e-5f);
+}
+
+static void op_ln_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    const nh_arg *a = p;
+    kn->layernorm_backward(kn, F(b[0]), F(b[1]), F(b[2]), CF(b[3]), CF(b[4]), CF(b[5]),
+                           CF(b[6]), CF(b[7]), a->n, a->h);
+}
+
+static void op_rms_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const nh_arg *a = p;
+    kn->rmsnorm_forward(kn, F(b[0]), F(b[1]), CF(b[2]), CF(b[3]), a->n, a->h, 1e-5f);
+}
+
+static void op_rms_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    const nh_arg *a = p;
+    kn->rmsnorm_backward(kn, F(b[0]), F(b[1]), CF(b[2]), CF(b[3]), CF(b[4]), CF(b[5]), a->n,
+                         a->h);
+}
+
+static void test_norm_shape(int64_t n, int h)
+{
+    nh_arg a = {n, h};
+    float *x = frand(n * h, 2), *w = frand(h, 1), *bias = frand(h, 1), *dout = frand(n * h, 1);
+    float *dinp0 = frand(n * h, 1), *dw0 = frand(h, 1), *db0 = frand(h, 1);
+    for (int64_t i = 0; i < n * h; i++) /* an offset, so that the mean matters */
+        x[i] += 0.5f;
+    /* statistics for the backward: the CPU's, from the bf16-rounded input */
+    float *xr = xmalloc((size_t)(n * h) * sizeof(float)), *wr = xmalloc((size_t)h * 4);
+    float *br = xmalloc((size_t)h * 4), *tmp = xmalloc((size_t)(n * h) * 4);
+    float *mean = xmalloc((size_t)n * 4), *rstd = xmalloc((size_t)n * 4);
+    float *rrstd = xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n * h; i++)
+        xr[i] = bf16_round(x[i]);
+    for (int i = 0; i < h; i++) {
+        wr[i] = bf16_round(w[i]);
+        br[i] = bf16_round(bias[i]);
+    }
+    CPU->layernorm_forward(CPU, tmp, mean, rstd, xr, wr, br, n, h, 1e-5f);
+    CPU->rmsnorm_forward(CPU, tmp, rrstd, xr, wr, n, h, 1e-5f);
+    char what[64];
+    snprintf(what, sizeof what, "layernorm n%lld h%d", (long long)n, h);
+    tbuf lf[] = {{"out", ACT, n * h, NULL, TOL_ELEM}, {"mean", F32, n, NULL, TOL_F32},
+                 {"rstd", F32, n, NULL, TOL_F32},     {"inp", ACT, n * h, x, 0},
+                 {"w", ACT, h, w, 0},                 {"bias", ACT, h, bias, 0}};
+    run_case(what, lf, NB(lf), op_ln_fwd, &a);
+    tbuf lb[] = {{"dinp", ACT, n * h, dinp0, TOL_ELEM}, {"dw", F32, h, dw0, TOL_F32},
+                 {"dbias", F32, h, db0, TOL_F32},       {"dout", ACT, n * h, dout, 0},
+                 {"inp", ACT, n * h, x, 0},             {"w", ACT, h, w, 0},
+                 {"mean", F32, n, mean, 0},             {"rstd", F32, n, rstd, 0}};
+    run_case(what, lb, NB(lb), op_ln_bwd, &a);
+    snprintf(what, sizeof what, "rmsnorm n%lld h%d", (long long)n, h);
+    tbuf rf[] = {{"out", ACT, n * h, NULL, TOL_ELEM}, {"rstd", F32, n, NULL, TOL_F32},
+                 {"inp", ACT, n * h, x, 0},           {"w", ACT, h, w, 0}};
+    run_case(what, rf, NB(rf), op_rms_fwd, &a);
+    tbuf rb[] = {{"dinp", ACT, n * h, dinp0, TOL_ELEM}, {"dw", F32, h, dw0, TOL_F32},
+                 {"dout", ACT, n * h, dout, 0},         {"inp", ACT, n * h, x, 0},
+                 {"w", ACT, h, w, 0},                   {"rstd", F32, n, rrstd, 0}};
+    run_case(what, rb, NB(rb), op_rms_bwd, &a);
+    free(x); free(w); free(bias); free(dout); free(dinp0); free(dw0); free(db0);
+    free(xr); free(wr); free(br); free(tmp); free(mean); free(rstd); free(rrstd);
+}
+
+static void test_norms(void)
+{
+    test_norm_shape(37, 771);
+    test_norm_shape(1, 8);
+    test_norm_shape(300, 64);   /* several row chunks in the dw reduction */
+    test_norm_shape(20000, 16); /* chunks of more than 64 rows */
+}
+
+/* ---- Matmul and GEMM --------------------------------------------------------------------------- */
+
+typedef struct { int64_t n; int ic, oc, with_bias, off; } mm_arg;
+
+/* off > 0 shifts every pointer by off elements, as views into a larger buffer */
+static void op_mm_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const mm_arg *a = p;
+    int o = a->off;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    char *out = b[0], *inp = b[1], *w = b[2], *bias = b[3];
+    kn->matmul_forward(kn, F(out + o * eb), CF(inp + o * eb), CF(w + o * eb),
+                       a->with_bias ? CF(bias + o * eb) : NULL, a->n, a->ic, a->oc);
+}
+
+static void op_mm_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    const mm_arg *a = p;
+    int o = a->off;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    char *dinp = b[0], *dout = b[3], *inp = b[4], *w = b[5];
+    kn->matmul_backward(kn, F(dinp + o * eb), F(b[1]) + o, a->with_bias ? F(b[2]) + o : NULL,
+                        CF(dout + o * eb), CF(inp + o * eb), CF(w + o * eb), a->n, a->ic, a->oc);
+}
+
+static void test_matmul_shape(int64_t n, int ic, int oc, int with_bias, int off)
+{
+    mm_arg a = {n, ic, oc, with_bias, off};
+    int64_t ni = n * ic + off, no = n * oc + off, nw = (int64_t)oc * ic + off;
+    float *inp = frand(ni, 1), *w = frand(nw, 1), *bias = frand(oc + off, 1);
+    float *dout = frand(no, 1), *dinp0 = frand(ni, 1), *dw0 = frand(nw, 1);
+    float *db0 = frand(oc + off, 1);
+    char what[80];
+    snprintf(what, sizeof what, "matmul n%lld ic%d oc%d%s%s", (long long)n, ic, oc,
+             with_bias ? " bias" : "", off ? " odd-offset" : "");
+    tbuf fwd[] = {{"out", ACT, no, NULL, TOL_GEMM},
+                  {"inp", ACT, ni, inp, 0},
+                  {"w", ACT, nw, w, 0},
+                  {"bias", ACT, oc + off, bias, 0}};
+    run_case(what, fwd, NB(fwd), op_mm_fwd, &a);
+    tbuf bwd[] = {{"dinp", ACT, ni, dinp0, TOL_GEMM},
+                  {"dw", F32, nw, dw0, TOL_F32_GEMM},
+                  {"dbias", F32, oc + off, db0, TOL_F32},
+                  {"dout", ACT, no, dout, 0},
+                  {"inp", ACT, ni, inp, 0},
+                  {"w", ACT, nw, w, 0}};
+    run_case(what, bwd, NB(bwd), op_mm_bwd, &a);
+    free(inp); free(w); free(bias); free(dout); free(dinp0); free(dw0); free(db0);
+}
+
+typedef struct { int ta, tb, m, n, kk, lda, ldb, ldc; float alpha, beta; } gemm_arg;
+
+static void op_gemm(pt_kernels *kn, void **b, const void *p)
+{
+    const gemm_arg *g = p;
+    kn->gemm(kn, g->ta, g->tb, g->m, g->n, g->kk, g->alpha, CF(b[1]), g->lda, CF(b[2]), g->ldb,
+             g->beta, F(b[0]), g->ldc);
+}
+
+static void test_gemm(int ta, int tb, int m, int n, int kk)
+{
+    /* leading dimensions wider than the matrices, as views of a larger one */
+    int ar = ta ? kk : m, ac = ta ? m : kk, br = tb ? n : kk, bc = tb ? kk : n;
+    gemm_arg g = {ta, tb, m, n, kk, ac + 3, bc + 5, n + 2, 0.5f, 0.75f};
+    float *a = frand((int64_t)ar * g.lda, 1), *b = frand((int64_t)br * g.ldb, 1);
+    float *c = frand((int64_t)m * g.ldc, 1);
+    char what[64];
+    snprintf(what, sizeof what, "gemm %c%c m%d n%d k%d", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n,
+             kk);
+    tbuf bufs[] = {{"c", ACT, (int64_t)m * g.ldc, c, TOL_GEMM},
+                   {"a", ACT, (int64_t)ar * g.lda, a, 0},
+                   {"b", ACT, (int64_t)br * g.ldb, b, 0}};
+    run_case(what, bufs, NB(bufs), op_gemm, &g);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_matmuls(void)
+{
+    test_matmul_shape(7, 13, 5, 1, 0);
+    test_matmul_shape(1, 1, 1, 1, 0);
+    test_matmul_shape(65, 33, 17, 1, 0);
+    test_matmul_shape(128, 256, 192, 1, 0);
+    test_matmul_shape(200, 96, 80, 0, 0);
+    test_matmul_shape(300, 64, 48, 1, 0); /* several row chunks in dbias */
+    test_matmul_shape(64, 64, 64, 1, 1);  /* 2-byte-aligned views: alignment, bias path */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            test_gemm(ta, tb, 19, 23, 29);
+    test_gemm(0, 1, 128, 64, 96);
+}
+
+/* the same GEMMs on the fallback kernel: a second backend with cuBLASLt switched off */
+static void test_matmul_fallback(void)
+{
+    setenv("PT_KCUDA_NO_LT", "1", 1);
+    char err[256];
+    pt_kernels *fb = pt_kernels_cuda(0, err, sizeof err);
+    unsetenv("PT_KCUDA_NO_LT");
+    CHECK(fb != NULL);
+    if (!fb)
+        return;
+    pt_kernels *saved = GPU;
+    GPU = fb;
+    test_matmul_shape(7, 13, 5, 1, 0);
+    test_matmul_shape(65, 33, 17, 1, 1);
+    test_matmul_shape(128, 96, 80, 0, 0);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            test_gemm(ta, tb, 19, 23, 29);
+    GPU = saved;
+    pt_kernels_destroy(fb);
+}
+
+/* ---- RoPE -------------------------------------------------------------------------------------------- */
+
+typedef struct { int b, s, nh, d, pos0; float theta; int in_place; } rope_arg;
+
+static void op_rope_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const rope_arg *a = p;
+    kn->rope_forward(kn, F(b[0]), a->in_place ? CF(b[0]) : CF(b[1]), a->b, a->s, a->nh, a->d,
+                     a->pos0, a->theta);
+}
+
+static void op_rope_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    const rope_arg *a = p;
+    kn->rope_backward(kn, F(b[0]), CF(b[1]), a->b, a->s, a->nh, a->d, a->pos0, a->theta);
+}
+
+static void test_rope_shape(int b, int s, int nh, int d, int pos0, float theta)
+{
+    int64_t n = (int64_t)b * s * nh * d;
+    float *x = frand(n, 1), *g = frand(n, 1), *d0 = frand(n, 1);
+    char what[80];
+    for (int in_place = 0; in_place < 2; in_place++) {
+        rope_arg a = {b, s, nh, d, pos0, theta, in_place};
+        snprintf(what, sizeof what, "rope b%d s%d nh%d d%d pos0 %d%s", b, s, nh, d, pos0,
+                 in_place ? " in place" : "");
+        tbuf fwd[] = {{"out", ACT, n, in_place ? x : NULL, TOL_ELEM}, {"inp", ACT, n, x, 0}};
+        run_case(what, fwd, NB(fwd), op_rope_fwd, &a);
+        if (!in_place) {
+            tbuf bwd[] = {{"dinp", ACT, n, d0, TOL_ELEM}, {"dout", ACT, n, g, 0}};
+            run_case(what, bwd, NB(bwd), op_rope_bwd, &a);
+        }
+    }
+    free(x);
+    free(g);
+    free(d0);
+}
+
+static void test_rope(void)
+{
+    test_rope_shape(2, 5, 3, 16, 7, 10000.0f);
+    test_rope_shape(1, 1, 1, 128, 4095, 500000.0f);
+    test_rope_shape(3, 33, 2, 64, 0, 10000.0f);
+}
+
+/* ---- Pointwise ----------------------------------------------------------------------------------------- */
+
+static void op_gelu_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    kn->gelu_forward(kn, F(b[0]), CF(b[1]), ((const n_arg *)p)->n);
+}
+
+static void op_gelu_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    kn->gelu_backward(kn, F(b[0]), CF(b[1]), CF(b[2]), ((const n_arg *)p)->n);
+}
+
+static void op_swiglu_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    /* n rows of f = 1: the op only sees n · f */
+    kn->swiglu_forward(kn, F(b[0]), CF(b[1]), CF(b[2]), ((const n_arg *)p)->n, 1);
+}
+
+static void op_swiglu_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    kn->swiglu_backward(kn, F(b[0]), F(b[1]), CF(b[2]), CF(b[3]), CF(b[4]),
+                        ((const n_arg *)p)->n / 7, 7);
+}
+
+static void op_residual_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    /* in place: out = inp1 */
+    kn->residual_forward(kn, F(b[0]), CF(b[0]), CF(b[1]), ((const n_arg *)p)->n);
+}
+
+static void op_residual_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    kn->residual_backward(kn, F(b[0]), F(b[1]), CF(b[2]), ((const n_arg *)p)->n);
+}
+
+static void test_pointwise(void)
+{
+    enum { N = 7 * 1001 };
+    n_arg a = {N};
+    float *x = frand(N, 4), *y = frand(N, 4), *g = frand(N, 1), *d0 = frand(N, 1);
+    float *d1 = frand(N, 1);
+    tbuf gf[] = {{"out", ACT, N, NULL, TOL_ELEM}, {"inp", ACT, N, x, 0}};
+    run_case("gelu", gf, NB(gf), op_gelu_fwd, &a);
+    tbuf gb[] = {{"dinp", ACT, N, d0, TOL_ELEM}, {"dout", ACT, N, g, 0}, {"inp", ACT, N, x, 0}};
+    run_case("gelu", gb, NB(gb), op_gelu_bwd, &a);
+    tbuf sf[] = {{"out", ACT, N, NULL, TOL_ELEM}, {"gate", ACT, N, x, 0}, {"up", ACT, N, y, 0}};
+    run_case("swiglu", sf, NB(sf), op_swiglu_fwd, &a);
+    tbuf sb[] = {{"dgate", ACT, N, d0, TOL_ELEM}, {"dup", ACT, N, d1, TOL_ELEM},
+                 {"dout", ACT, N, g, 0},          {"gate", ACT, N, x, 0},
+                 {"up", ACT, N, y, 0}};
+    run_case("swiglu", sb, NB(sb), op_swiglu_bwd, &a);
+    tbuf rf[] = {{"out=inp1", ACT, N, x, TOL_ELEM}, {"inp2", ACT, N, y, 0}};
+    run_case("residual in place", rf, NB(rf), op_residual_fwd, &a);
+    tbuf rb[] = {{"dinp1", ACT, N, d0, TOL_ELEM}, {"dinp2", ACT, N, d1, TOL_ELEM},
+                 {"dout", ACT, N, g, 0}};
+    run_case("residual", rb, NB(rb), op_residual_bwd, &a);
+    free(x); free(y); free(g); free(d0); free(d1);
+}
+
+/* ---- Dropout --------------------------------------------------------------------------------------------- */
+
+typedef struct { int64_t n, offset; float p; uint64_t seed, id; int in_place; } drop_arg;
+
+static void op_drop_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const drop_arg *a = p;
+    kn->dropout_forward(kn, F(b[0]), a->in_place ? CF(b[0]) : CF(b[1]), a->n, a->p, a->seed,
+                        a->id, a->offset);
+}
+
+static void op_drop_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    const drop_arg *a = p;
+    kn->dropout_backward(kn, F(b[0]), CF(b[1]), a->n, a->p, a->seed, a->id, a->offset);
+}
+
+static void test_dropout(void)
+{
+    int64_t offsets[] = {0, 3, 4097};
+    int64_t sizes[] = {1001, 1, 4096};
+    for (int c = 0; c < 3; c++) {
+        int64_t n = sizes[c];
+        /* p = 0.5 on ones: kept elements are exactly 2, so the masks must match bit for
+         * bit; p = 0.1 on random values within bf16 rounding */
+        float *ones = fconst(n, 1.0f), *x = frand(n, 1), *d0 = frand(n, 1);
+        char what[80];
+        drop_arg half = {n, offsets[c], 0.5f, 0x1234567890abcdefull, 42, 0};
+        snprintf(what, sizeof what, "dropout n%lld offset %lld p 0.5", (long long)n,
+                 (long long)offsets[c]);
+        tbuf hf[] = {{"out", ACT, n, NULL, EXACT}, {"inp", ACT, n, ones, 0}};
+        run_case(what, hf, NB(hf), op_drop_fwd, &half);
+        drop_arg tenth = {n, offsets[c], 0.1f, 7, 0x100000003ull, 1};
+        snprintf(what, sizeof what, "dropout n%lld offset %lld p 0.1 in place", (long long)n,
+                 (long long)offsets[c]);
+        tbuf tf[] = {{"out=inp", ACT, n, x, TOL_ELEM}};
+        run_case(what, tf, NB(tf), op_drop_fwd, &tenth);
+        tbuf tb[] = {{"dinp", ACT, n, d0, TOL_ELEM}, {"dout", ACT, n, x, 0}};
+        run_case(what, tb, NB(tb), op_drop_bwd, &tenth);
+        free(ones);
+        free(x);
+        free(d0);
+    }
+}
+
+/* ---- Attention --------------------------------------------------------------------------------------------- */
+
+typedef struct { int b, sq, skv, a, kh, d, q0, k0, causal; } attn_arg;
+
+static void op_attn_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const attn_arg *a = p;
+    kn->attention_forward(kn, F(b[0]), F(b[1]), CF(b[2]), CF(b[3]), CF(b[4]), a->b, a->sq,
+                          a->skv, a->a, a->kh, a->d, a->q0, a->k0, a->causal);
+}
+
+static void op_attn_bwd(pt_kernels *kn, void **b, const void *p)
+{
+    const attn_arg *a = p;
+    kn->attention_backward(kn, F(b[0]), F(b[1]), F(b[2]), CF(b[3]), CF(b[4]), CF(b[5]),
+                           CF(b[6]), CF(b[7]), CF(b[8]), a->b, a->sq, a->skv, a->a, a->kh, a->d,
+                           a->q0, a->k0, a->causal);
+}
+
+static void test_attention_shape(int b, int sq, int skv, int a, int kh, int d, int q0, int k0,
+                                 int causal)
+{
+    attn_arg arg = {b, sq, skv, a, kh, d, q0, k0, causal};
+    int64_t nq = (int64_t)b * sq * a * d, nk = (int64_t)b * skv * kh * d;
+    int64_t nl = (int64_t)b * a * sq;
+    float *q = frand(nq, 1), *k = frand(nk, 1), *v = frand(nk, 1), *g = frand(nq, 1);
+    float *dq0 = frand(nq, 1), *dk0 = frand(nk, 1), *dv0 = frand(nk, 1);
+    char what[96];
+    snprintf(what, sizeof what, "attention b%d sq%d skv%d a%d kh%d d%d q0 %d k0 %d%s", b, sq,
+             skv, a, kh, d, q0, k0, causal ? " causal" : "");
+    tbuf fwd[] = {{"out", ACT, nq, NULL, TOL_ATTN}, {"lse", F32, nl, NULL, TOL_F32},
+                  {"q", ACT, nq, q, 0},              {"k", ACT, nk, k, 0},
+                  {"v", ACT, nk, v, 0}};
+    run_case(what, fwd, NB(fwd), op_attn_fwd, &arg);
+
+    /* the backward's out and lse: the CPU's forward on the bf16-rounded inputs, its out
+     * rounded to bf16, given to both backends */
+    float *qr = xmalloc((size_t)nq * 4), *kr = xmalloc((size_t)nk * 4);
+    float *vr = xmalloc((size_t)nk * 4), *out = xmalloc((size_t)nq * 4);
+    float *lse = xmalloc((size_t)nl * 4);
+    for (int64_t i = 0; i < nq; i++)
+        qr[i] = bf16_round(q[i]);
+    for (int64_t i = 0; i < nk; i++) {
+        kr[i] = bf16_round(k[i]);
+        vr[i] = bf16_round(v[i]);
+    }
+    CPU->attention_forward(CPU, out, lse, qr, kr, vr, b, sq, skv, a, kh, d, q0, k0, causal);
+    tbuf bwd[] = {{"dq", ACT, nq, dq0, TOL_ATTN}, {"dk", ACT, nk, dk0, TOL_ATTN},
+                  {"dv", ACT, nk, dv0, TOL_ATTN}, {"dout", ACT, nq, g, 0},
+                  {"q", ACT, nq, q, 0},           {"k", ACT, nk, k, 0},
+                  {"v", ACT, nk, v, 0},           {"out", ACT, nq, out, 0},
+                  {"lse", F32, nl, lse, 0}};
+    run_case(what, bwd, NB(bwd), op_attn_bwd, &arg);
+    free(q); free(k); free(v); free(g); free(dq0); free(dk0); free(dv0);
+    free(qr); free(kr); free(vr); free(out); free(lse);
+}
+
+typedef struct { int b, sq, a, d; } comb_arg;
+
+static void op_attn_combine(pt_kernels *kn, void **b, const void *p)
+{
+    const comb_arg *a = p;
+    kn->attention_combine(kn, F(b[0]), F(b[1]), CF(b[2]), CF(b[3]), a->b, a->sq, a->a, a->d);
+}
+
+static void test_attention_combine(void)
+{
+    comb_arg a = {2, 37, 3, 40};
+    int64_t no = (int64_t)a.b * a.sq * a.a * a.d, nl = (int64_t)a.b * a.a * a.sq;
+    float *o1 = frand(no, 1), *o2 = frand(no, 1), *l1 = frand(nl, 3), *l2 = frand(nl, 3);
+    for (int64_t i = 0; i < nl; i += 5) /* rows that saw no key in one block or both */
+        l1[i] = -INFINITY;
+    for (int64_t i = 0; i < nl; i += 7)
+        l2[i] = -INFINITY;
+    tbuf bufs[] = {{"out", ACT, no, o1, TOL_ELEM}, {"lse", F32, nl, l1, TOL_F32},
+                   {"out2", ACT, no, o2, 0},       {"lse2", F32, nl, l2, 0}};
+    run_case("attention_combine", bufs, NB(bufs), op_attn_combine, &a);
+    free(o1); free(o2); free(l1); free(l2);
+}
+
+static void test_attention(void)
+{
+    test_attention_shape(2, 70, 70, 4, 2, 64, 0, 0, 1);     /* more rows than a tile, GQA */
+    test_attention_shape(1, 1, 1, 1, 1, 64, 0, 0, 1);       /* one token, one head */
+    test_attention_shape(1, 130, 130, 4, 1, 128, 0, 0, 1);  /* head dim 128, MQA */
+    test_attention_shape(2, 33, 45, 3, 3, 40, 0, 0, 0);     /* general d, not causal */
+    test_attention_shape(1, 200, 200, 2, 2, 64, 0, 0, 1);   /* several key tiles */
+    test_attention_shape(1, 50, 64, 2, 1, 64, 64, 0, 1);    /* a CP block: all keys earlier */
+    test_attention_shape(1, 50, 64, 2, 1, 64, 0, 64, 1);    /* a CP block: no key visible */
+    test_attention_shape(1, 80, 100, 2, 2, 64, 30, 10, 1);  /* partly visible, offsets */
+    test_attention_combine();
+}
+
+/* ---- Cross-entropy -------------------------------------------------------------------------------------------- */
+
+typedef struct { int64_t n; int v, vr, v0, with_dlogits, in_place; float dloss; } ce_arg;
+
+static void op_ce(pt_kernels *kn, void **b, const void *p)
+{
+    const ce_arg *a = p;
+    float *dl = !a->with_dlogits ? NULL : a->in_place ? F(b[2]) : F(b[1]);
+    kn->crossentropy(kn, F(b[0]), dl, CF(b[2]), b[3], a->n, a->v, a->dloss);
+}
+
+static void test_ce_shape(int64_t n, int v, int with_dlogits, int in_place)
+{
+    ce_arg a = {n, v, v, 0, with_dlogits, in_place, 1.0f / (float)n};
+    float *logits = frand(n * v, 4);
+    int32_t *tgt = xmalloc((size_t)n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++)
+        tgt[i] = (int32_t)((urand() + 1.0) * 0.5 * v) % v;
+    tgt[n / 2] = -1; /* a padded row */
+    char what[80];
+    snprintf(what, sizeof what, "crossentropy n%lld v%d%s%s", (long long)n, v,
+             with_dlogits ? "" : " loss only", in_place ? " in place" : "");
+    tbuf bufs[] = {{"losses", F32, n, NULL, TOL_F32},
+                   {"dlogits", ACT, n * v, NULL, with_dlogits && !in_place ? TOL_ELEM : 0},
+                   {"logits", ACT, n * v, logits, in_place ? TOL_ELEM : 0},
+                   {"targets", I32, n, tgt, 0}};
+    run_case(what, bufs, NB(bufs), op_ce, &a);
+    free(logits);
+    free(tgt);
+}
+
+static void op_ce_max(pt_kernels *kn, void **b, const void *p)
+{
+    const ce_arg *a = p;
+    kn->ce_local_max(kn, F(b[0]), CF(b[1]), a->n, a->vr);
+}
+
+static void op_ce_sumexp(pt_kernels *kn, void **b, const void *p)
+{
+    const ce_arg *a = p;
+    kn->ce_local_sumexp(kn, F(b[0]), CF(b[1]), CF(b[2]), a->n, a->vr);
+}
+
+static void op_ce_target(pt_kernels *kn, void **b, const void *p)
+{
+    const ce_arg *a = p;
+    kn->ce_local_target(kn, F(b[0]), CF(b[1]), b[2], a->n, a->vr, a->v0);
+}
+
+static void op_ce_finalize(pt_kernels *kn, void **b, const void *p)
+{
+    const ce_arg *a = p;
+    kn->ce_finalize(kn, F(b[0]), a->with_dlogits ? F(b[1]) : NULL, CF(b[2]), b[3], CF(b[4]),
+                    CF(b[5]), CF(b[6]), a->n, a->vr, a->v0, a->dloss);
+}
+
+static void test_ce_parallel(void)
+{
+    enum { N = 6, VR = 777, V0 = 1000 };
+    ce_arg a = {N, 4 * VR, VR, V0, 1, 0, 0.25f};
+    float *logits = frand(N * VR, 4), *gmax = fconst(N, 4.5f), *gsum = frand(N, 1);
+    float *gtgt = frand(N, 4);
+    for (int i = 0; i < N; i++)
+        gsum[i] = 300.0f + 100.0f * gsum[i];
+    int32_t tgt[N] = {V0, V0 + VR - 1, V0 - 1, V0 + VR, -1, V0 + 123}; /* edges, out, pad */
+    tbuf mx[] = {{"lmax", F32, N, NULL, TOL_F32}, {"logits", ACT, N * VR, logits, 0}};
+    run_case("ce_local_max", mx, NB(mx), op_ce_max, &a);
+    tbuf se[] = {{"lsum", F32, N, NULL, TOL_F32},
+                 {"logits", ACT, N * VR, logits, 0},
+                 {"gmax", F32, N, gmax, 0}};
+    run_case("ce_local_sumexp", se, NB(se), op_ce_sumexp, &a);
+    tbuf tg[] = {{"ltarget", F32, N, NULL, TOL_F32},
+                 {"logits", ACT, N * VR, logits, 0},
+                 {"targets", I32, N, tgt, 0}};
+    run_case("ce_local_target", tg, NB(tg), op_ce_target, &a);
+    tbuf fin[] = {{"losses", F32, N, NULL, TOL_F32},  {"dlogits", ACT, N * VR, NULL, TOL_ELEM},
+                  {"logits", ACT, N * VR, logits, 0}, {"targets", I32, N, tgt, 0},
+                  {"gmax", F32, N, gmax, 0},          {"gsum", F32, N, gsum, 0},
+                  {"gtarget", F32, N, gtgt, 0}};
+    run_case("ce_finalize", fin, NB(fin), op_ce_finalize, &a);
+    free(logits);
+    free(gmax);
+    free(gsum);
+    free(gtgt);
+}
+
+static void test_crossentropy(void)
+{
+    test_ce_shape(9, 1000, 1, 0);
+    test_ce_shape(4, 50257, 1, 0);
+    test_ce_shape(5, 333, 1, 1);
+    test_ce_shape(5, 333, 0, 0);
+    test_ce_parallel();
+}
+
+/* ---- Optimizer ------------------------------------------------------------------------------------------------- */
+
+typedef struct { int64_t n; int step; } adam_arg;
+
+static void op_adamw(pt_kernels *kn, void **b, const void *p)
+{
+    const adam_arg *a = p;
+    kn->adamw(kn, F(b[0]), b[1], CF(b[2]), F(b[3]), F(b[4]), a->n, 3e-4f, 0.9f, 0.95f, 1e-8f,
+              0.1f, a->step, 0.7f);
+}
+
+static void test_adamw(void)
+{
+    enum { N = 1001 };
+    adam_arg a = {N, 3};
+    float *p = frand(N, 1), *g = frand(N, 1), *m = frand(N, 0.1), *v = frand(N, 0.01);
+    for (int i = 0; i < N; i++)
+        v[i] = fabsf(v[i]);
+    tbuf bufs[] = {{"params", F32, N, p, TOL_OPT}, {"bf16", BF16, N, NULL, TOL_ELEM},
+                   {"grads", F32, N, g, 0},        {"m", F32, N, m, TOL_OPT},
+                   {"v", F32, N, v, TOL_OPT}};
+    run_case("adamw", bufs, NB(bufs), op_adamw, &a);
+    free(p); free(g); free(m); free(v);
+}
+
+static void test_sumsq(void)
+{
+    int64_t sizes[] = {1, 1000, 100003, 3000000};
+    for (int c = 0; c < 4; c++) {
+        int64_t n = sizes[c];
+        float *x = frand(n, 3);
+        tbuf t = {"x", F32, n, x, 0};
+        float *dev = upload(GPU, &t);
+        double want = CPU->sumsq(CPU, x, n);
+        double got = GPU->sumsq(GPU, dev, n), again = GPU->sumsq(GPU, dev, n);
+        if (verbose())
+            printf("sumsq n%-10lld rel err %.2e\n", (long long)n, fabs(got - want) / want);
+        CHECK_NEAR(got, want, 1e-9);
+        CHECK(memcmp(&got, &again, sizeof got) == 0);
+        GPU->free(GPU, dev);
+        free(x);
+    }
+    CHECK(GPU->sumsq(GPU, NULL, 0) == 0.0);
+    CHECK(GPU->sync(GPU) == 0);
+}
+
+/* ---- Errors ---------------------------------------------------------------------------------------------------- */
+
+static void test_errors(void)
+{
+    char err[256] = "";
+    CHECK(pt_kernels_cuda(9999, err, sizeof err) == NULL);
+    CHECK_STR_HAS(err, "9999");
+    /* a head dimension the kernels do not take: recorded, reported by sync */
+    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
+    CHECK(kn != NULL);
+    if (!kn)
+        return;
+    kn->attention_forward(kn, NULL, NULL, NULL, NULL, NULL, 1, 4, 4, 1, 1, 200, 0, 0, 1);
+    CHECK(kn->sync(kn) == -1);
+    CHECK_STR_HAS(kn->err, "head dim");
+    pt_kernels_destroy(kn);
+}
+
+int main(void)
+{
+    char err[256] = "";
+    GPU = pt_kernels_cuda(0, err, sizeof err);
+    if (!GPU) {
+        printf("SKIPPED: %s\n", err);
+        return 77;
+    }
+    CPU = pt_kernels_cpu(1);
+    CHECK(CPU != NULL);
+    if (!CPU)
+        return 1;
+    CHECK(GPU->act_dtype == PT_KDTYPE_BF16);
+    CHECK(strcmp(GPU->name, "cuda") == 0);
+    test_memory();
+    test_convert();
+    test_embed();
+    test_norms();
+    test_matmuls();
+    test_matmul_fallback();
+    test_rope();
+    test_pointwise();
+    test_dropout();
+    test_attention();
+    test_crossentropy();
+    test_adamw();
+    test_sumsq();
+    test_errors();
+    pt_kernels_destroy(GPU);
+    pt_kernels_destroy(CPU);
+    return pt_check_result();
+}

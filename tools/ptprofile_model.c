@@ -1,0 +1,74 @@
+/*
+ * ptprofile's measurement of the model's other kernels — norms, attention, RoPE,
+ * activations, residual adds, embedding, loss, the optimizer — in place: it builds
+ * the runtime's model for a micro-batch size, runs forward and backward passes with
+ * the trace on, and turns the op spans into cost samples under the planner's keys
+ * (pt_trace_to_costdb). So the kernels are timed in the context, order and shapes
+ * the planner prices them in. GEMMs are left to the standalone measurement (their
+ * keys come from every layout, not only the single-rank ones this can run).
+ */
+#include "ptprofile.h"
+#include "runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A single-rank plan of the job's model with micro-batch size `mbs`. */
+static pt_plan plan_for(const pt_model *m, const pt_cluster *c, const pt_train *t, int64_t mbs)
+{
+    pt_plan p = {.format_version = PT_PLAN_FORMAT_VERSION, .model = *m, .cluster = *c,
+                 .train = *t};
+    pt_run_opts_default(&p.run, m);
+    pt_layout_default(&p.layout);
+    p.layout.mbs = mbs;
+    p.layout.n_micro = 1;
+    p.train.global_batch = mbs;
+    p.cluster.nodes = 1;
+    p.cluster.devices_per_node = 1;
+    return p;
+}
+
+/* Removes the GEMM spans (measured on their own) so only the other kernels remain. */
+static void drop_gemms(pt_trace *tr)
+{
+    for (size_t i = 0; i < tr->n; i++)
+        if (strncmp(tr->v[i].key, "gemm:", 5) == 0)
+            tr->v[i].key[0] = '\0';
+}
+
+int pt_prof_model_kernels(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                          int64_t mbs, int repeats, pt_costdb *db, int64_t *stored, pt_err *err)
+{
+    pt_plan p = plan_for(m, c, t, mbs);
+    int64_t T = mbs * m->seq;
+    pt_kernels *kn = pt_kernels_cpu(1);
+    int32_t *tok = malloc((size_t)T * sizeof *tok), *tgt = malloc((size_t)T * sizeof *tgt);
+    pt_trace tr;
+    pt_net net;
+    memset(&net, 0, sizeof net);
+    pt_trace_init(&tr, true);
+    int rc = !kn || !tok || !tgt ? pt_err_set(err, "out of memory") : 0;
+    if (rc == 0)
+        rc = pt_net_init(&net, &p, kn, 1, 1, &tr, err);
+    for (int64_t i = 0; rc == 0 && i < T; i++) {
+        tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
+        tgt[i] = (int32_t)((i * 40503u + 7) % (uint64_t)m->vocab);
+    }
+    /* one warm-up pass, then `repeats` timed ones */
+    for (int r = 0; rc == 0 && r <= repeats; r++) {
+        double loss = 0;
+        rc = pt_net_forward(&net, 0, tok, tgt, 1.0f / (float)T, &loss, err);
+        if (rc == 0)
+            rc = pt_net_backward(&net, 0, err);
+    }
+    if (rc == 0) {
+        drop_gemms(&tr);
+        rc = pt_trace_to_costdb(&tr, db, c->device.name, PT_SOURCE_PROFILE, 1, stored, err);
+    }
+    pt_net_free(&net);
+    pt_trace_free(&tr);
+    pt_kernels_destroy(kn);
+    free(tok);
+    free(tgt);
+    return rc;
+}
