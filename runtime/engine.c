@@ -1,8 +1,18 @@
 /*
  * The engine: one optimizer step is this rank's schedule program (planner/sched.c)
- * executed instruction by instruction — forward and backward of micro-batches drawn
- * from the sampler, gradient reduction, clipping and AdamW — the same program the
- * simulator timed. Every instruction is a span in the trace.
+ * executed instruction by instruction — forward and backward of model chunks on
+ * micro-batches drawn from the sampler, activations and their gradients sent and
+ * received between pipeline stages, gradient reduction over the data-parallel group,
+ * clipping and AdamW — the same program the simulator timed. Every instruction is a
+ * span in the trace.
+ *
+ * Data parallelism: each dp rank takes its consecutive share of the step's global
+ * samples. With ZeRO 0 each chunk's gradients are all-reduced when the program says
+ * REDUCE_GRADS; with ZeRO 1 and 2 the flat gradient buffer, padded to a multiple of
+ * dp, is reduce-scattered at the optimizer step, each rank updates only its shard
+ * of the fp32 master weights and Adam moments, and the shards are all-gathered
+ * (Rajbhandari et al. 2020). The loss is normalised by the tokens of the whole
+ * global batch, so sums over ranks need no further scaling.
  */
 #include "model_internal.h"
 
@@ -25,15 +35,41 @@ double pt_lr_at(const pt_run_opts *r, int64_t step)
     return r->min_lr + 0.5 * (r->lr - r->min_lr) * (1.0 + cos(pi * x));
 }
 
-/* Token buffers for one micro-batch of the plan. */
+int pt_dist_init(pt_dist *d, pt_comm *comm, const pt_grid *g, int64_t rank, pt_err *err)
+{
+    memset(d, 0, sizeof *d);
+    d->comm = comm;
+    d->rank = (int)rank;
+    int pp = g->size[PT_DIM_PP];
+    if (pp > (int)(sizeof d->pipe / sizeof *d->pipe))
+        return pt_err_set(err, "pp = %d: at most %zu pipeline stages", pp,
+                          sizeof d->pipe / sizeof *d->pipe);
+    int coords[PT_NDIM];
+    pt_grid_coords(g, rank, coords);
+    for (int s = 0; s < pp; s++) {
+        coords[PT_DIM_PP] = s;
+        d->pipe[s] = (int)pt_grid_rank(g, coords);
+    }
+    pt_grid_coords(g, rank, coords);
+    d->dp_size = pt_grid_group_size(g, PT_GROUP_DPCP);
+    int64_t *members = malloc((size_t)d->dp_size * sizeof *members);
+    if (!members)
+        return pt_err_set(err, "out of memory");
+    d->dp_rank = pt_grid_group(g, PT_GROUP_DPCP, rank, members);
+    free(members);
+    return 0;
+}
+
+/* ---- Micro-batches ------------------------------------------------------------------------- */
+
 typedef struct {
     int32_t *inputs, *targets;
 } batch;
 
 static int batch_alloc(batch *b, int64_t tokens)
 {
-    b->inputs = malloc((size_t)tokens * sizeof *b->inputs);
-    b->targets = malloc((size_t)tokens * sizeof *b->targets);
+    b->inputs = calloc((size_t)tokens, sizeof *b->inputs);
+    b->targets = calloc((size_t)tokens, sizeof *b->targets);
     return b->inputs && b->targets ? 0 : -1;
 }
 
@@ -43,90 +79,284 @@ static void batch_free(batch *b)
     free(b->targets);
 }
 
-/* Global index of the first sample of micro-batch mb of this rank's step: the data-
- * parallel ranks take consecutive shares of the global batch (one rank here). */
-static int64_t first_sample(const pt_plan *p, int64_t step, int mb)
+/* Global index of the first sample of micro-batch mb on this dp rank: the dp ranks
+ * take consecutive shares of the step's global batch. */
+static int64_t first_sample(const pt_plan *p, const pt_dist *d, int64_t step, int mb)
 {
-    return step * p->train.global_batch + (int64_t)mb * p->layout.mbs;
+    return step * p->train.global_batch + (int64_t)d->dp_rank * p->layout.n_micro * p->layout.mbs +
+           (int64_t)mb * p->layout.mbs;
 }
 
-/* The activation slot of micro-batch mb: micro-batches in flight take the slots in
- * turn; the schedule never keeps more in flight than there are slots. */
+/* The activation slot of micro-batch mb: the micro-batches in flight are consecutive
+ * and never more than the slots, so they take distinct slots in turn. */
 static int slot_of(const pt_net *n, int mb)
 {
     return mb % n->n_slots;
 }
 
-static int optimizer_step(pt_net *n, const pt_plan *p, int64_t step, pt_step_stats *out)
+static size_t act_elems(const pt_net *n)
 {
-    pt_kernels *kn = n->kn;
-    double sumsq = kn->sumsq(kn, n->grad, n->n_elems);
-    out->grad_norm = sqrt(sumsq);
-    out->lr = pt_lr_at(&p->run, step);
-    float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
-    /* AdamW per parameter: weight decay on matrices only (GPT-2/llm.c practice). */
-    for (int i = 0; i < n->n_param; i++) {
-        const pt_param *q = &n->param[i];
-        uint16_t *b16 = n->w == n->master ? NULL : (uint16_t *)n->w + q->offset;
-        kn->adamw(kn, n->master + q->offset, b16, n->grad + q->offset, n->m + q->offset,
-                  n->v + q->offset, q->count, (float)out->lr, 0.9f, 0.95f, 1e-8f,
-                  q->decay ? (float)p->run.weight_decay : 0.0f, (int)step + 1, scale);
-    }
-    kn->zero(kn, n->grad, (size_t)n->n_elems * sizeof(float));
-    return kn->sync(kn);
+    return (size_t)(n->layout.mbs * n->spec.seq * n->spec.hidden);
 }
 
-static int run_instruction(pt_net *n, const pt_ins *in, const pt_sampler *data,
-                           const pt_plan *p, int64_t step, batch *b, double *loss_sum,
+/* Message tags: an edge between virtual stages, activations forward, gradients back. */
+static int tag_act_into(int64_t vs) { return (int)(2 * vs) & 0x7fff; }
+static int tag_grad_from(int64_t vs) { return (int)(2 * vs + 1) & 0x7fff; }
+
+/* ---- The optimizer step ---------------------------------------------------------------------- */
+
+/* The head's copy of a tied embedding (last stage, pp > 1) duplicates the first
+ * stage's: it is left out of the gradient norm so that the norm counts it once. */
+static void tied_copy(const pt_net *n, int64_t *begin, int64_t *end)
+{
+    *begin = *end = 0;
+    if (!n->spec.tied_embeddings || n->layout.pp == 1 || n->stage != n->layout.pp - 1)
+        return;
+    const pt_param *q = pt_net_param(n, "wte");
+    if (q) {
+        *begin = q->offset;
+        *end = q->offset + q->count;
+    }
+}
+
+/* Sum of squares of grad[lo, hi) without the tied copy. */
+static double sumsq_range(pt_net *n, const float *g, int64_t lo, int64_t hi)
+{
+    int64_t tb, te;
+    tied_copy(n, &tb, &te);
+    double s = 0;
+    if (te > tb && tb < hi && te > lo) {
+        if (tb > lo)
+            s += n->kn->sumsq(n->kn, g + lo, tb - lo);
+        if (hi > te)
+            s += n->kn->sumsq(n->kn, g + te, hi - te);
+        return s;
+    }
+    return n->kn->sumsq(n->kn, g + lo, hi - lo);
+}
+
+/* AdamW over elements [lo, hi) of the buffers, parameter by parameter (weight decay
+ * on matrices only, the GPT-2/llm.c practice). */
+static void adamw_range(pt_net *n, const pt_plan *p, float *master, const float *grad,
+                        int64_t lo, int64_t hi, double lr, int64_t step, float scale)
+{
+    pt_kernels *kn = n->kn;
+    for (int i = 0; i < n->n_param; i++) {
+        const pt_param *q = &n->param[i];
+        int64_t a = q->offset > lo ? q->offset : lo;
+        int64_t b = q->offset + q->count < hi ? q->offset + q->count : hi;
+        if (a >= b)
+            continue;
+        uint16_t *b16 = n->w == n->master ? NULL : (uint16_t *)n->w + a;
+        kn->adamw(kn, master + (a - lo), b16, grad + (a - lo), n->m + a, n->v + a, b - a,
+                  (float)lr, 0.9f, 0.95f, 1e-8f, q->decay ? (float)p->run.weight_decay : 0.0f,
+                  (int)step + 1, scale);
+    }
+}
+
+/* Sums a tied embedding's gradient over its two copies (first and last stage). */
+static int reduce_tied(pt_net *n, const pt_dist *d, pt_err *err)
+{
+    if (!d->comm || !n->spec.tied_embeddings || n->layout.pp == 1 ||
+        (n->stage != 0 && n->stage != n->layout.pp - 1))
+        return 0;
+    const pt_param *q = pt_net_param(n, "wte");
+    return pt_comm_allreduce(d->comm, PT_GROUP_COUNT, n->grad + q->offset, q->count, err);
+}
+
+/* ZeRO 0: gradients are whole everywhere (reduced chunk by chunk). */
+static int step_replicated(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
                            pt_step_stats *out, pt_err *err)
 {
+    double sumsq = sumsq_range(n, n->grad, 0, n->n_elems);
+    /* every dp replica holds the same gradients: the world's sum counts them dp times */
+    if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err))
+        return -1;
+    out->grad_norm = sqrt(sumsq / d->dp_size);
+    float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
+    adamw_range(n, p, n->master, n->grad, 0, n->n_elems, out->lr, step, scale);
+    return 0;
+}
+
+/* ZeRO 1/2: reduce-scatter the padded flat gradients, update this rank's shard,
+ * all-gather the weights. */
+static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
+                        pt_step_stats *out, pt_err *err)
+{
+    int64_t dp = d->dp_size, shard = (n->n_elems + dp - 1) / dp, lo = d->dp_rank * shard;
+    int64_t hi = lo + shard < n->n_elems ? lo + shard : n->n_elems;
+    float *padded = calloc((size_t)(shard * dp), sizeof *padded);
+    float *mine = calloc((size_t)shard, sizeof *mine);
+    int rc = padded && mine ? 0 : pt_err_set(err, "out of memory for ZeRO shards");
+    if (rc == 0) {
+        memcpy(padded, n->grad, (size_t)n->n_elems * sizeof *padded);
+        rc = pt_comm_reducescatter(d->comm, PT_GROUP_DPCP, padded, mine, shard, err);
+    }
+    double sumsq = 0;
+    if (rc == 0 && hi > lo) {
+        /* the shard's sum of squares, without the tied copy */
+        memcpy(n->grad + lo, mine, (size_t)(hi - lo) * sizeof *mine);
+        sumsq = sumsq_range(n, n->grad, lo, hi);
+    }
+    if (rc == 0)
+        rc = pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err);
+    if (rc == 0) {
+        out->grad_norm = sqrt(sumsq);
+        float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
+        if (hi > lo)
+            adamw_range(n, p, n->master + lo, n->grad + lo, lo, hi, out->lr, step, scale);
+        memcpy(padded + lo, n->master + lo, (size_t)(hi - lo) * sizeof *padded);
+        rc = pt_comm_allgather(d->comm, PT_GROUP_DPCP, padded + lo, padded, shard, err);
+    }
+    if (rc == 0)
+        memcpy(n->master, padded, (size_t)n->n_elems * sizeof *padded);
+    free(padded);
+    free(mine);
+    return rc;
+}
+
+static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
+                          pt_step_stats *out, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    out->lr = pt_lr_at(&p->run, step);
+    int rc = d->comm ? pt_comm_wait_sends(d->comm, err) : 0;
+    if (rc == 0)
+        rc = reduce_tied(n, d, err);
+    if (rc == 0)
+        rc = p->layout.zero >= 1 && d->dp_size > 1 ? step_sharded(n, d, p, step, out, err)
+                                                  : step_replicated(n, d, p, step, out, err);
+    kn->zero(kn, n->grad, (size_t)n->n_elems * sizeof(float));
+    if (rc == 0 && kn->sync(kn))
+        rc = pt_err_set(err, "%s", kn->err);
+    return rc;
+}
+
+/* ---- Instructions ----------------------------------------------------------------------------- */
+
+typedef struct {
+    pt_net *n;
+    const pt_dist *d;
+    const pt_sampler *data;
+    const pt_plan *p;
+    int64_t step;
+    batch *b;
+    double *loss_sum;
+    pt_step_stats *out;
+    pt_err *err;
+} step_ctx;
+
+static int64_t vs_of(const pt_net *n, int chunk)
+{
+    return (int64_t)chunk * n->layout.pp + n->stage;
+}
+
+static int transfer(step_ctx *c, const pt_ins *in)
+{
+    pt_net *n = c->n;
+    int slot = slot_of(n, in->mb), peer = c->d->pipe[in->peer];
+    int64_t vs = vs_of(n, in->chunk), count = (int64_t)act_elems(n);
+    switch (in->kind) {
+    case PT_INS_RECV_ACT:
+        return pt_comm_recv(c->d->comm, peer, tag_act_into(vs),
+                            pt_net_chunk_input(n, slot, in->chunk), count, c->err);
+    case PT_INS_SEND_ACT:
+        return pt_comm_isend(c->d->comm, peer, tag_act_into(vs + 1),
+                             pt_net_chunk_output(n, slot, in->chunk), count, c->err);
+    case PT_INS_RECV_GRAD:
+        return pt_comm_recv(c->d->comm, peer, tag_grad_from(vs + 1), pt_net_dres(n), count,
+                            c->err);
+    default: /* PT_INS_SEND_GRAD: the chunk's input gradient back */
+        return pt_comm_isend(c->d->comm, peer, tag_grad_from(vs), pt_net_dres(n), count, c->err);
+    }
+}
+
+static int run_instruction(step_ctx *c, const pt_ins *in)
+{
+    pt_net *n = c->n;
+    const pt_plan *p = c->p;
     int64_t tokens_per_step = p->train.global_batch * p->model.seq;
     switch (in->kind) {
     case PT_INS_FWD:
-        pt_sampler_fill(data, first_sample(p, step, in->mb), (int)p->layout.mbs, b->inputs,
-                        b->targets);
-        return pt_net_forward(n, slot_of(n, in->mb), b->inputs, b->targets,
-                              1.0f / (float)tokens_per_step, loss_sum, err);
+        if (c->data) /* only the first and last stage read data */
+            pt_sampler_fill(c->data, first_sample(p, c->d, c->step, in->mb), (int)p->layout.mbs,
+                            c->b->inputs, c->b->targets);
+        return pt_net_forward_chunk(n, slot_of(n, in->mb), in->chunk, c->b->inputs,
+                                    c->b->targets, 1.0f / (float)tokens_per_step, c->loss_sum,
+                                    c->err);
     case PT_INS_BWD:
-        return pt_net_backward(n, slot_of(n, in->mb), err);
+        return pt_net_backward_chunk(n, slot_of(n, in->mb), in->chunk, c->err);
     case PT_INS_REDUCE_GRADS:
-        return 0; /* one data-parallel rank: nothing to reduce */
+        if (!c->d->comm || c->d->dp_size == 1 || p->layout.zero >= 1)
+            return 0; /* ZeRO 1/2 reduce-scatter at the optimizer step */
+        return pt_comm_allreduce(c->d->comm, PT_GROUP_DPCP, n->grad + n->chunk_begin[in->chunk],
+                                 n->chunk_end[in->chunk] - n->chunk_begin[in->chunk], c->err);
     case PT_INS_OPTIM_STEP:
-        return optimizer_step(n, p, step, out) ? pt_err_set(err, "%s", n->kn->err) : 0;
+        return optimizer_step(n, c->d, p, c->step, c->out, c->err);
     default:
-        return pt_err_set(err, "instruction %s needs pipeline parallelism, which this runtime "
-                               "does not run yet", pt_ins_name(in->kind));
+        return transfer(c, in);
     }
 }
 
-int pt_engine_step(pt_net *n, const pt_sched *s, const pt_sampler *data, const pt_plan *p,
-                   int64_t step, pt_step_stats *out, pt_err *err)
+int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_sampler *data,
+                   const pt_plan *p, int64_t step, pt_step_stats *out, pt_err *err)
 {
     memset(out, 0, sizeof *out);
     double t0 = pt_trace_now(), loss_sum = 0;
     batch b;
+    if (p->layout.zero >= 3)
+        return pt_err_set(err, "ZeRO-3 is not run by this runtime yet: plan zero <= 2");
     if (batch_alloc(&b, p->layout.mbs * p->model.seq)) {
         batch_free(&b);
         return pt_err_set(err, "out of memory");
     }
-    const pt_prog *prog = &s->prog[0];
+    step_ctx c = {.n = n, .d = d, .data = data, .p = p, .step = step, .b = &b,
+                  .loss_sum = &loss_sum, .out = out, .err = err};
+    const pt_prog *prog = &s->prog[n->stage];
     int rc = 0;
     for (int i = 0; i < prog->n && rc == 0; i++) {
         const pt_ins *in = &prog->ins[i];
         double ti = pt_trace_now();
-        rc = run_instruction(n, in, data, p, step, &b, &loss_sum, out, err);
+        rc = run_instruction(&c, in);
         char name[48];
-        snprintf(name, sizeof name, "%s mb%d", pt_ins_name(in->kind), in->mb);
+        snprintf(name, sizeof name, "%s mb%d c%d", pt_ins_name(in->kind), in->mb, in->chunk);
         pt_trace_add(n->trace, n->rank, 0, name, NULL, ti, pt_trace_now());
     }
     batch_free(&b);
+    /* the loss lives on the last stages: the world's sum is the global batch's */
+    if (rc == 0 && d->comm)
+        rc = pt_comm_allreduce_f64(d->comm, -1, &loss_sum, 1, err);
     out->loss = loss_sum / (double)(p->train.global_batch * p->model.seq);
     out->time_s = pt_trace_now() - t0;
     return rc;
 }
 
-int pt_engine_eval(pt_net *n, const pt_sampler *data, int64_t batches, double *loss,
-                   pt_err *err)
+/* One validation micro-batch through every virtual stage in order. */
+static int eval_batch(pt_net *n, const pt_dist *d, const batch *b, double *sum, pt_err *err)
+{
+    int pp = n->layout.pp;
+    int64_t V = (int64_t)pp * n->layout.vp, count = (int64_t)act_elems(n);
+    for (int64_t vs = 0; vs < V; vs++) {
+        int owner = (int)(vs % pp), chunk = (int)(vs / pp);
+        if (owner != n->stage)
+            continue;
+        int rc = 0;
+        if (vs > 0)
+            rc = pt_comm_recv(d->comm, d->pipe[(vs - 1) % pp], tag_act_into(vs),
+                              pt_net_chunk_input(n, 0, chunk), count, err);
+        if (rc == 0)
+            rc = pt_net_forward_chunk(n, 0, chunk, b->inputs, b->targets, 0.0f, sum, err);
+        if (rc == 0 && vs < V - 1)
+            rc = pt_comm_isend(d->comm, d->pipe[(vs + 1) % pp], tag_act_into(vs + 1),
+                               pt_net_chunk_output(n, 0, chunk), count, err);
+        if (rc)
+            return rc;
+    }
+    return d->comm ? pt_comm_wait_sends(d->comm, err) : 0;
+}
+
+int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t batches,
+                   double *loss, pt_err *err)
 {
     int64_t rows = n->layout.mbs, tokens = rows * n->spec.seq;
     batch b;
@@ -137,11 +367,26 @@ int pt_engine_eval(pt_net *n, const pt_sampler *data, int64_t batches, double *l
     double sum = 0;
     int rc = 0;
     for (int64_t i = 0; i < batches && rc == 0; i++) {
-        /* Validation samples in a fixed order: windows 0, 1, ... of epoch 0's order. */
-        pt_sampler_fill(data, i * rows, (int)rows, b.inputs, b.targets);
-        rc = pt_net_forward(n, 0, b.inputs, b.targets, 0.0f, &sum, err);
+        /* validation samples in a fixed order, the same on every dp rank */
+        if (data)
+            pt_sampler_fill(data, i * rows, (int)rows, b.inputs, b.targets);
+        if (n->layout.pp == 1 && n->layout.vp == 1)
+            rc = pt_net_forward(n, 0, b.inputs, b.targets, 0.0f, &sum, err);
+        else
+            rc = eval_batch(n, d, &b, &sum, err);
     }
     batch_free(&b);
-    *loss = sum / (double)(batches * tokens);
+    /* each dp replica evaluated the same batches; the loss sits on the last stages */
+    if (rc == 0 && d->comm)
+        rc = pt_comm_allreduce_f64(d->comm, -1, &sum, 1, err);
+    *loss = sum / (double)(batches * tokens) / (double)d->dp_size;
     return rc;
+}
+
+double pt_engine_param_sumsq(pt_net *n, const pt_dist *d, pt_err *err)
+{
+    double s = sumsq_range(n, n->master, 0, n->n_elems);
+    if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &s, 1, err))
+        return -1;
+    return s / d->dp_size; /* each dp replica holds the same weights */
 }

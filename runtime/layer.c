@@ -73,10 +73,10 @@ static void carve_layer(carve *c, const pt_net *n, const dims *d, size_t ab, pt_
 static void carve_slot(carve *c, const pt_net *n, const dims *d, pt_acts *A)
 {
     size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
-    int64_t L = n->spec.layers;
+    int64_t L = n->n_layers;
     A->tokens = (int32_t *)take(c, d->T, 4);
     A->targets = (int32_t *)take(c, d->T, 4);
-    for (int64_t l = 0; l <= L; l++)
+    for (int64_t l = 0; l < L + n->layout.vp; l++) /* each chunk's input and layer outputs */
         A->x[l] = take(c, d->T * d->h, ab);
     bool shared = n->layout.recompute == PT_RECOMPUTE_FULL;
     for (int64_t l = 0; l < L; l++) {
@@ -111,8 +111,8 @@ static void carve_scratch(carve *c, const pt_net *n, const dims *d, pt_scratch *
 static pt_acts *alloc_slot(pt_net *n, const dims *d)
 {
     pt_acts *A = calloc(1, sizeof *A);
-    int64_t L = n->spec.layers;
-    if (!A || !(A->x = calloc((size_t)L + 1, sizeof *A->x)) ||
+    int64_t L = n->n_layers;
+    if (!A || !(A->x = calloc((size_t)(L + n->layout.vp), sizeof *A->x)) ||
         !(A->layer = calloc((size_t)L, sizeof *A->layer))) {
         if (A)
             free(A->x);
@@ -238,7 +238,9 @@ typedef struct {
     pt_acts *A;
     pt_scratch *S;
     dims d;
-    int64_t l;      /* layer, -1 outside */
+    int64_t l;      /* layer (global index, names its parameters), -1 outside */
+    int64_t li;     /* the layer's index on this rank (its activations) */
+    int64_t xi;     /* index in A->x of the layer's input */
     float dloss;
     pt_err *err;
 } ctx;
@@ -274,9 +276,9 @@ static void linear_fwd(ctx *c, const char *which, float *out, const float *inp, 
 static int layer_fwd_op(ctx *c, const char *op)
 {
     pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->l];
+    pt_layer_acts *L = &c->A->layer[c->li];
     const dims *d = &c->d;
-    float *x = c->A->x[c->l], *y = c->A->x[c->l + 1];
+    float *x = c->A->x[c->xi], *y = c->A->x[c->xi + 1];
     int qd = d->a * d->d, kvd = d->kh * d->d;
     if (!strcmp(op, "norm1"))
         norm_fwd(c, "norm1", x, L->ln1, L->ln1_mean, L->ln1_rstd);
@@ -354,7 +356,7 @@ static void norm_bwd(ctx *c, const char *which, float *dinp, const float *dout,
 static int mlp_bwd_op(ctx *c, const char *op)
 {
     pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->l];
+    pt_layer_acts *L = &c->A->layer[c->li];
     pt_scratch *S = c->S;
     const dims *d = &c->d;
     bool swiglu = c->n->spec.act == PT_ACT_SWIGLU;
@@ -391,7 +393,7 @@ static int mlp_bwd_op(ctx *c, const char *op)
 static int attn_bwd_op(ctx *c, const char *op)
 {
     pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->l];
+    pt_layer_acts *L = &c->A->layer[c->li];
     pt_scratch *S = c->S;
     const dims *d = &c->d;
     int qd = d->a * d->d, kvd = d->kh * d->d;
@@ -429,7 +431,7 @@ static int attn_bwd_op(ctx *c, const char *op)
     else if (!strcmp(op, "v_wgrad"))
         linear_bwd(c, "v", false, NULL, S->dv, L->ln1, d->h, kvd);
     else if (!strcmp(op, "norm1_bwd"))
-        norm_bwd(c, "norm1", S->dres, S->dln, c->A->x[c->l], L->ln1_mean, L->ln1_rstd);
+        norm_bwd(c, "norm1", S->dres, S->dln, c->A->x[c->xi], L->ln1_mean, L->ln1_rstd);
     else
         return -1;
     return 0;
@@ -460,7 +462,8 @@ static int head_op(ctx *c, const char *op)
     pt_scratch *S = c->S;
     const dims *d = &c->d;
     pview w = head_weight(c->n);
-    float *xl = A->x[c->n->spec.layers];
+    /* the output of this rank's last chunk */
+    float *xl = A->x[(c->n->layout.vp - 1) * (c->n->chunk_layers + 1) + c->n->chunk_layers];
     if (!strcmp(op, "final_norm"))
         norm_fwd(c, "final_norm", xl, A->lnf, A->lnf_mean, A->lnf_rstd);
     else if (!strcmp(op, "logits"))
@@ -510,10 +513,14 @@ static int run_list(ctx *c, list_id id)
     const pt_oplist *list = &c->n->ops[id];
     for (int i = 0; i < list->n; i++) {
         const pt_op *op = &list->op[i];
+        /* ZeRO-2's gradient reduce-scatter: the engine reduce-scatters the whole flat
+         * gradient buffer at the optimizer step instead of layer by layer, which gives
+         * the same numbers (the planner times it per layer, overlapped). */
+        if (op->cls == PT_OP_COLL && !strcmp(op->name, "zero_reducescatter"))
+            continue;
         if (op->cls == PT_OP_COLL)
-            return pt_err_set(c->err, "op '%s' needs communication between ranks, which this "
-                                      "runtime does not run yet (plan a single-rank layout)",
-                              op->name);
+            return pt_err_set(c->err, "op '%s' needs tensor or context parallelism, which "
+                                      "this runtime does not run yet", op->name);
         double t0 = pt_trace_now();
         if (dispatch(c, id, op))
             return pt_err_set(c->err, "internal: the planner lists op '%s', which the runtime "
@@ -529,49 +536,119 @@ static ctx context(pt_net *n, int slot, float dloss, pt_err *err)
                  .dloss = dloss, .err = err};
 }
 
-int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
-                   float dloss, double *loss_sum, pt_err *err)
+/* Points the context at layer i of chunk `chunk`. */
+static void at_layer(ctx *c, int chunk, int64_t i)
+{
+    const pt_net *n = c->n;
+    int64_t vs = (int64_t)chunk * n->layout.pp + n->stage;
+    c->l = vs * n->chunk_layers + i;
+    c->li = chunk * n->chunk_layers + i;
+    c->xi = chunk * (n->chunk_layers + 1) + i;
+}
+
+static bool first_vs(const pt_net *n, int chunk)
+{
+    return chunk == 0 && n->stage == 0;
+}
+
+static bool last_vs(const pt_net *n, int chunk)
+{
+    return chunk == n->layout.vp - 1 && n->stage == n->layout.pp - 1;
+}
+
+float *pt_net_chunk_input(pt_net *n, int slot, int chunk)
+{
+    return n->slot[slot]->x[chunk * (n->chunk_layers + 1)];
+}
+
+float *pt_net_chunk_output(pt_net *n, int slot, int chunk)
+{
+    return n->slot[slot]->x[chunk * (n->chunk_layers + 1) + n->chunk_layers];
+}
+
+float *pt_net_dres(pt_net *n)
+{
+    return ((pt_scratch *)n->scratch)->dres;
+}
+
+static int sum_losses(ctx *c, double *loss_sum)
+{
+    pt_kernels *kn = c->n->kn;
+    float *losses = malloc((size_t)c->d.T * sizeof *losses);
+    if (!losses)
+        return pt_err_set(c->err, "out of memory");
+    kn->copy(kn, losses, c->A->losses, (size_t)c->d.T * sizeof *losses, PT_KCOPY_D2H);
+    int rc = kn->sync(kn) ? pt_err_set(c->err, "%s", kn->err) : 0;
+    for (int64_t i = 0; rc == 0 && i < c->d.T; i++)
+        *loss_sum += losses[i];
+    free(losses);
+    return rc;
+}
+
+int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
+                         const int32_t *targets, float dloss, double *loss_sum, pt_err *err)
 {
     ctx c = context(n, slot, dloss, err);
     pt_kernels *kn = n->kn;
     size_t tb = (size_t)c.d.T * sizeof(int32_t);
-    kn->copy(kn, c.A->tokens, tokens, tb, PT_KCOPY_H2D);
-    kn->copy(kn, c.A->targets, targets, tb, PT_KCOPY_H2D);
-    if (run_list(&c, LIST_EMBED_FWD))
-        return -1;
-    for (c.l = 0; c.l < n->spec.layers; c.l++)
+    if (first_vs(n, chunk)) {
+        kn->copy(kn, c.A->tokens, tokens, tb, PT_KCOPY_H2D);
+        if (run_list(&c, LIST_EMBED_FWD))
+            return -1;
+    }
+    for (int64_t i = 0; i < n->chunk_layers; i++) {
+        at_layer(&c, chunk, i);
         if (run_list(&c, LIST_LAYER_FWD))
             return -1;
-    c.l = -1;
-    if (run_list(&c, LIST_HEAD_FWD))
-        return -1;
-    float *losses = malloc((size_t)c.d.T * sizeof *losses);
-    if (!losses)
-        return pt_err_set(err, "out of memory");
-    kn->copy(kn, losses, c.A->losses, (size_t)c.d.T * sizeof *losses, PT_KCOPY_D2H);
-    if (kn->sync(kn)) {
-        free(losses);
-        return pt_err_set(err, "%s", kn->err);
     }
-    for (int64_t i = 0; i < c.d.T; i++)
-        *loss_sum += losses[i];
-    free(losses);
+    c.l = -1;
+    if (!last_vs(n, chunk))
+        return 0;
+    kn->copy(kn, c.A->targets, targets, tb, PT_KCOPY_H2D);
+    return run_list(&c, LIST_HEAD_FWD) ? -1 : sum_losses(&c, loss_sum);
+}
+
+int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
+{
+    ctx c = context(n, slot, 0, err);
+    if (last_vs(n, chunk)) {
+        n->kn->zero(n->kn, c.S->dres, act_bytes(&c, c.d.T * c.d.h));
+        if (run_list(&c, LIST_HEAD_BWD))
+            return -1;
+    }
+    for (int64_t i = n->chunk_layers - 1; i >= 0; i--) {
+        at_layer(&c, chunk, i);
+        if (run_list(&c, LIST_LAYER_BWD))
+            return -1;
+    }
+    c.l = -1;
+    if (first_vs(n, chunk) && run_list(&c, LIST_EMBED_BWD))
+        return -1;
+    return n->kn->sync(n->kn) ? pt_err_set(err, "%s", n->kn->err) : 0;
+}
+
+int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
+                   float dloss, double *loss_sum, pt_err *err)
+{
+    if (n->layout.pp != 1)
+        return pt_err_set(err, "internal: the whole-model forward needs one pipeline stage");
+    for (int c = 0; c < n->layout.vp; c++) {
+        if (c > 0) /* a chunk's input is the previous chunk's output */
+            n->kn->copy(n->kn, pt_net_chunk_input(n, slot, c), pt_net_chunk_output(n, slot, c - 1),
+                        (size_t)(n->layout.mbs * n->spec.seq * n->spec.hidden) *
+                            pt_kdtype_bytes(n->kn->act_dtype), PT_KCOPY_D2D);
+        if (pt_net_forward_chunk(n, slot, c, tokens, targets, dloss, loss_sum, err))
+            return -1;
+    }
     return 0;
 }
 
 int pt_net_backward(pt_net *n, int slot, pt_err *err)
 {
-    ctx c = context(n, slot, 0, err);
-    n->kn->zero(n->kn, c.S->dres, act_bytes(&c, c.d.T * c.d.h));
-    if (run_list(&c, LIST_HEAD_BWD))
-        return -1;
-    for (c.l = n->spec.layers - 1; c.l >= 0; c.l--)
-        if (run_list(&c, LIST_LAYER_BWD))
+    for (int c = n->layout.vp - 1; c >= 0; c--)
+        if (pt_net_backward_chunk(n, slot, c, err))
             return -1;
-    c.l = -1;
-    if (run_list(&c, LIST_EMBED_BWD))
-        return -1;
-    return n->kn->sync(n->kn) ? pt_err_set(err, "%s", n->kn->err) : 0;
+    return 0;
 }
 
 const float *pt_net_last_logits(const pt_net *n, int slot)

@@ -71,34 +71,52 @@ static void norm(table *t, const pt_model *m, const char *prefix)
     }
 }
 
-/* The parameters of one tensor-parallel rank, in the order they sit in the buffer:
- * must stay in step with planner/params.c, which counts the same tensors (checked
- * when the model is built). */
-static void build_table(table *t, const pt_model *m, int tp)
+static void layer_params(table *t, const pt_model *m, int tp, int64_t l)
 {
     int64_t h = m->hidden, hd = m->hidden / m->heads, kvd = m->kv_heads * hd;
-    int64_t vr = pt_vocab_padded(m, tp) / tp;
-    add(t, "wte", vr, h);
-    if (m->pos == PT_POS_LEARNED)
-        add(t, "wpe", m->seq, h);
-    for (int64_t l = 0; l < m->layers; l++) {
-        char p[40];
+    char p[40];
 #define LAYER(suffix) (snprintf(p, sizeof p, "layers.%lld." suffix, (long long)l), p)
-        norm(t, m, LAYER("norm1"));
-        linear(t, LAYER("q"), h / tp, h, m->bias);
-        linear(t, LAYER("k"), kvd / tp, h, m->bias);
-        linear(t, LAYER("v"), kvd / tp, h, m->bias);
-        linear(t, LAYER("attn_out"), h, h / tp, m->bias);
-        norm(t, m, LAYER("norm2"));
-        if (m->act == PT_ACT_SWIGLU)
-            linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias);
-        linear(t, LAYER("mlp_up"), m->ffn / tp, h, m->bias);
-        linear(t, LAYER("mlp_down"), h, m->ffn / tp, m->bias);
+    norm(t, m, LAYER("norm1"));
+    linear(t, LAYER("q"), h / tp, h, m->bias);
+    linear(t, LAYER("k"), kvd / tp, h, m->bias);
+    linear(t, LAYER("v"), kvd / tp, h, m->bias);
+    linear(t, LAYER("attn_out"), h, h / tp, m->bias);
+    norm(t, m, LAYER("norm2"));
+    if (m->act == PT_ACT_SWIGLU)
+        linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias);
+    linear(t, LAYER("mlp_up"), m->ffn / tp, h, m->bias);
+    linear(t, LAYER("mlp_down"), h, m->ffn / tp, m->bias);
 #undef LAYER
+}
+
+/* The parameters of one pipeline stage on one tensor-parallel rank, in the order
+ * they sit in the buffer, chunk by chunk: must stay in step with planner/params.c,
+ * which counts the same tensors (checked when the model is built). The last stage of
+ * a pipeline keeps its own copy of a tied embedding as the head (Megatron-LM). */
+static void build_table(table *t, pt_net *n)
+{
+    const pt_model *m = &n->spec;
+    int tp = n->layout.tp, pp = n->layout.pp, vp = n->layout.vp;
+    int64_t V = (int64_t)pp * vp, vr = pt_vocab_padded(m, tp) / tp;
+    for (int c = 0; c < vp; c++) {
+        int64_t vs = (int64_t)c * pp + n->stage;
+        n->chunk_begin[c] = t->total;
+        if (vs == 0) {
+            add(t, "wte", vr, m->hidden);
+            if (m->pos == PT_POS_LEARNED)
+                add(t, "wpe", m->seq, m->hidden);
+        }
+        for (int64_t i = 0; i < n->chunk_layers; i++)
+            layer_params(t, m, tp, vs * n->chunk_layers + i);
+        if (vs == V - 1) {
+            norm(t, m, "final_norm");
+            if (!m->tied_embeddings)
+                add(t, "lm_head.w", vr, m->hidden);
+            else if (pp > 1)
+                add(t, "wte", vr, m->hidden);
+        }
+        n->chunk_end[c] = t->total;
     }
-    norm(t, m, "final_norm");
-    if (!m->tied_embeddings)
-        add(t, "lm_head.w", vr, h);
 }
 
 const pt_param *pt_net_param(const pt_net *n, const char *name)
@@ -204,22 +222,33 @@ static int alloc_state(pt_net *n, pt_err *err)
 }
 
 /* The planner's count of this rank's parameters: what the memory model assumed. */
-static int64_t planned_params(const pt_model *m, const pt_layout *l)
+static int64_t planned_params(const pt_net *n)
 {
-    return pt_params_embedding(m, l->tp) + m->layers * pt_params_layer(m, l->tp) +
-           pt_params_head(m, l->tp, 1);
+    const pt_model *m = &n->spec;
+    const pt_layout *l = &n->layout;
+    int64_t count = n->n_layers * pt_params_layer(m, l->tp);
+    if (n->stage == 0)
+        count += pt_params_embedding(m, l->tp);
+    if (n->stage == l->pp - 1)
+        count += pt_params_head(m, l->tp, l->pp);
+    return count;
 }
 
-int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int slots, uint64_t seed,
-                pt_trace *trace, pt_err *err)
+int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slots,
+                uint64_t seed, pt_trace *trace, pt_err *err)
 {
     memset(n, 0, sizeof *n);
     n->spec = p->model;
     n->layout = p->layout;
     n->kn = kn;
     n->trace = trace;
+    n->stage = stage;
+    if (n->layout.vp > 64)
+        return pt_err_set(err, "vp = %d: at most 64 model chunks per rank", n->layout.vp);
+    n->chunk_layers = n->spec.layers / ((int64_t)n->layout.pp * n->layout.vp);
+    n->n_layers = n->chunk_layers * n->layout.vp;
     table t = {0};
-    build_table(&t, &n->spec, n->layout.tp);
+    build_table(&t, n);
     if (t.oom) {
         free(t.v);
         return pt_err_set(err, "out of memory building the parameter table");
@@ -227,10 +256,10 @@ int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int slots, uint64_t
     n->param = t.v;
     n->n_param = t.n;
     n->n_elems = t.total;
-    if (n->n_elems != planned_params(&n->spec, &n->layout))
-        return pt_err_set(err, "internal: the model has %lld parameters, the planner counts "
-                               "%lld", (long long)n->n_elems,
-                          (long long)planned_params(&n->spec, &n->layout));
+    if (n->n_elems != planned_params(n))
+        return pt_err_set(err, "internal: stage %d has %lld parameters, the planner counts "
+                               "%lld", stage, (long long)n->n_elems,
+                          (long long)planned_params(n));
     float *host = malloc((size_t)n->n_elems * sizeof *host);
     if (!host)
         return pt_err_set(err, "out of memory initialising %lld parameters",

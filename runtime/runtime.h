@@ -131,6 +131,47 @@ int pt_ckpt_begin(const char *dir, char *tmp, size_t n, pt_err *err);
 int pt_ckpt_commit(const char *tmp, const char *dir, pt_err *err);
 void pt_ckpt_abort(const char *tmp);
 
+/* ---- Communication (runtime/comm.c) ----------------------------------------------------- */
+
+/* The ranks of a run and their process groups, built from the planner's rank grid
+ * (pt_grid_group), so the runtime's groups are the ones the planner priced. MPI
+ * backend on host buffers. Every call is collective over the group named. */
+typedef struct pt_comm pt_comm;
+
+/* Starts MPI (a single process without mpirun is a world of one). */
+int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
+int pt_comm_rank(const pt_comm *c);
+int pt_comm_size(const pt_comm *c);
+/* Builds a communicator for every group kind of `g` (tp, cp, dp, pp, dp*cp, tp*cp)
+ * and the tied-embedding pair (the first and last stage of each pipeline). */
+int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err);
+/* This rank's index in its group of `kind`, and the group's size. */
+int pt_comm_group_rank(const pt_comm *c, pt_group_kind kind);
+int pt_comm_group_size(const pt_comm *c, pt_group_kind kind);
+
+/* Sums in place over the group (kind = PT_GROUP_COUNT: the tied-embedding pair;
+ * kind < 0: the whole world). */
+int pt_comm_allreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err);
+int pt_comm_allreduce_f64(pt_comm *c, int kind, double *buf, int64_t n, pt_err *err);
+/* in (n·size) summed over the group, this rank's n-element slice into out. */
+int pt_comm_reducescatter(pt_comm *c, int kind, const float *in, float *out, int64_t n,
+                          pt_err *err);
+/* Every rank's n elements, in group order, into out (n·size); in may be out + rank·n. */
+int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
+                      pt_err *err);
+/* Point to point between world ranks; the tag tells transfers apart. */
+int pt_comm_send(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err);
+int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err);
+/* Posts a send of a private copy of buf (so the caller may reuse buf at once);
+ * pt_comm_wait_sends completes every posted send. Pipeline transfers use these, as
+ * the schedule programs assume sends that do not wait for their receiver. */
+int pt_comm_isend(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err);
+int pt_comm_wait_sends(pt_comm *c, pt_err *err);
+/* Ends every rank of the run at once with `why` printed by this rank: what a failing
+ * rank does, so that no other rank hangs in a collective. */
+void pt_comm_abort(pt_comm *c, const char *why);
+void pt_comm_finalize(pt_comm *c);
+
 /* ---- The model (runtime/model.c, runtime/layer.c) ----------------------------------- */
 
 /* One parameter tensor: a named view into the single parameter buffer. */
@@ -152,6 +193,12 @@ typedef struct {
     pt_kernels *kn;
     pt_trace *trace;          /* may be off */
     int rank;                 /* for trace spans */
+    int stage;                /* pipeline stage of this rank */
+    int64_t chunk_layers;     /* layers per model chunk, L / (pp·vp) */
+    int64_t n_layers;         /* layers on this rank, vp·chunk_layers */
+    int64_t chunk_begin[64], chunk_end[64]; /* parameter elements of each chunk: its
+                                 layers, with the embedding on virtual stage 0 and the
+                                 final norm and head on the last virtual stage */
 
     pt_param *param;
     int n_param;
@@ -169,13 +216,13 @@ typedef struct {
                                  layer fwd/bwd, embed fwd/bwd, head fwd/bwd */
 } pt_net;
 
-/* Builds the model of plan `p` on backend `kn` with `slots` micro-batches of
- * activations, parameters initialised from `seed`: each element from a Philox
- * stream keyed by (seed, parameter name, element index), so the same model in any
- * layout starts from the same weights. Checks that the parameter count equals the
- * planner's (pt_params_*). */
-int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int slots, uint64_t seed,
-                pt_trace *trace, pt_err *err);
+/* Builds pipeline stage `stage` of the model of plan `p` (its vp chunks: virtual
+ * stages c·p + stage) on backend `kn` with `slots` micro-batches of activations,
+ * parameters initialised from `seed`: each element from a Philox stream keyed by
+ * (seed, parameter name, element index), so the same model in any layout starts from
+ * the same weights. Checks that the parameter count equals the planner's. */
+int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slots,
+                uint64_t seed, pt_trace *trace, pt_err *err);
 void pt_net_free(pt_net *n);
 const pt_param *pt_net_param(const pt_net *n, const char *name);
 
@@ -186,19 +233,43 @@ int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err);
 int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
                      pt_err *err);
 
-/* Forward of one micro-batch (b = layout mbs rows of s tokens) into activation
- * slot `slot`, executing the planner's op lists in order; adds the sum of its token
- * losses to *loss_sum. dloss is dL/dloss_token (1 / tokens of the global batch).
- * With dloss = 0 no gradient of the logits is kept (evaluation). */
+/* Forward of model chunk `chunk` of one micro-batch (b = layout mbs rows of s tokens)
+ * in activation slot `slot`, executing the planner's op lists in order: the
+ * embedding first on virtual stage 0 (tokens used there), the head and loss last on
+ * the last virtual stage (targets used there), which adds the sum of its token
+ * losses to *loss_sum. Other chunks start from pt_net_chunk_input. dloss is
+ * dL/dloss_token (1 / tokens of the global batch); 0 keeps no gradient (evaluation). */
+int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
+                         const int32_t *targets, float dloss, double *loss_sum, pt_err *err);
+/* Backward of a chunk, accumulating parameter gradients. It starts from the loss on
+ * the last virtual stage, else from the output gradient in pt_net_dres; it leaves
+ * the chunk's input gradient in pt_net_dres. */
+int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err);
+/* The chunk's input (received from the previous stage) and output (sent on) in
+ * `slot`, (b·s, h) [act]; and the residual-stream gradient (b·s, h) [act]. */
+float *pt_net_chunk_input(pt_net *n, int slot, int chunk);
+float *pt_net_chunk_output(pt_net *n, int slot, int chunk);
+float *pt_net_dres(pt_net *n);
+/* The whole model on one stage (pp = 1): every chunk in order. */
 int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
                    float dloss, double *loss_sum, pt_err *err);
-/* Backward of the micro-batch in `slot`, accumulating parameter gradients. */
 int pt_net_backward(pt_net *n, int slot, pt_err *err);
 /* The logits (b·s, v) [act], in backend memory, of the last forward in `slot`
  * made with dloss = 0 (for sampling). */
 const float *pt_net_last_logits(const pt_net *n, int slot);
 
 /* ---- The engine (runtime/engine.c) ------------------------------------------------- */
+
+/* Where this rank sits in the run. */
+typedef struct {
+    pt_comm *comm;        /* NULL: a single rank */
+    int rank;             /* world rank */
+    int dp_rank, dp_size; /* in the data-parallel (dp·cp) group */
+    int pipe[1024];       /* world rank of each stage of this rank's pipeline */
+} pt_dist;
+
+/* Fills `d` for world rank `rank` of grid `g` (comm may be NULL for one rank). */
+int pt_dist_init(pt_dist *d, pt_comm *comm, const pt_grid *g, int64_t rank, pt_err *err);
 
 typedef struct {
     double loss;              /* mean token loss of the step */
@@ -214,11 +285,16 @@ double pt_lr_at(const pt_run_opts *r, int64_t step);
 /* Runs one optimizer step by executing the schedule program of this rank: the
  * forward and backward instructions on micro-batches drawn from the sampler (global
  * samples [step·B, (step+1)·B)), gradient reduction, clipping and AdamW. */
-int pt_engine_step(pt_net *n, const pt_sched *s, const pt_sampler *data, const pt_plan *p,
-                   int64_t step, pt_step_stats *out, pt_err *err);
-/* Mean token loss over `batches` micro-batches of the validation sampler. */
-int pt_engine_eval(pt_net *n, const pt_sampler *data, int64_t batches, double *loss,
-                   pt_err *err);
+int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_sampler *data,
+                   const pt_plan *p, int64_t step, pt_step_stats *out, pt_err *err);
+/* Sum of squares of every parameter of the model, once each (over all stages, tied
+ * copies and data-parallel replicas counted once): a fingerprint of the weights that
+ * any layout of the same model can compare; -1 on error. */
+double pt_engine_param_sumsq(pt_net *n, const pt_dist *d, pt_err *err);
+/* Mean token loss over `batches` micro-batches of the validation sampler (the same
+ * batches on every data-parallel rank), run through the pipeline stage by stage. */
+int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t batches,
+                   double *loss, pt_err *err);
 
 #ifdef __cplusplus
 }

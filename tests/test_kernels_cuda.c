@@ -33,12 +33,14 @@
  *   fp32 summation order over up to a few hundred terms, and their backwards add into
  *   bf16 gradients (two roundings);
  * - fp32 outputs from identical bf16 inputs (norm statistics, weight gradients, lse,
- *   losses) differ only in summation order and fp32 vs double accumulation;
+ *   losses) differ only in summation order and fp32 vs double accumulation (at most
+ *   4e-6 when these kernels ran in a host-side emulation of CUDA; the device's expf
+ *   and fused multiply-adds differ from the host's by an ulp or two);
  * - optimizer state: one fused multiply-add contraction apart. */
 #define TOL_GEMM 2e-2
 #define TOL_ATTN 2e-2
 #define TOL_ELEM 1e-2
-#define TOL_F32 1e-3
+#define TOL_F32 1e-4
 #define TOL_F32_GEMM 5e-3
 #define TOL_OPT 1e-5
 #define EXACT (-1.0)

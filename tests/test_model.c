@@ -78,7 +78,7 @@ static void check_fd(bool llama)
     pt_plan p = plan_of(small(llama), PT_RECOMPUTE_NONE);
     pt_net n;
     pt_err err;
-    CHECK_INT(pt_net_init(&n, &p, kn, 1, 42, NULL, &err), 0);
+    CHECK_INT(pt_net_init(&n, &p, kn, 0, 1, 42, NULL, &err), 0);
     data d = make_data();
     gradients(&n, &d);
     /* A few elements of every parameter: central differences of the fp32 loss. */
@@ -120,7 +120,7 @@ static void check_recompute(bool llama)
         pt_plan p = plan_of(small(llama), (pt_recompute)rc);
         pt_net n;
         pt_err err;
-        CHECK_INT(pt_net_init(&n, &p, kn, 1, 42, NULL, &err), 0);
+        CHECK_INT(pt_net_init(&n, &p, kn, 0, 1, 42, NULL, &err), 0);
         gradients(&n, &d);
         if (!ref) {
             count = n.n_elems;
@@ -143,9 +143,9 @@ static void check_init(void)
     pt_plan p = plan_of(small(false), PT_RECOMPUTE_NONE);
     pt_net a, b, c;
     pt_err err;
-    CHECK_INT(pt_net_init(&a, &p, kn, 1, 7, NULL, &err), 0);
-    CHECK_INT(pt_net_init(&b, &p, kn, 3, 7, NULL, &err), 0);
-    CHECK_INT(pt_net_init(&c, &p, kn, 1, 8, NULL, &err), 0);
+    CHECK_INT(pt_net_init(&a, &p, kn, 0, 1, 7, NULL, &err), 0);
+    CHECK_INT(pt_net_init(&b, &p, kn, 0, 3, 7, NULL, &err), 0);
+    CHECK_INT(pt_net_init(&c, &p, kn, 0, 1, 8, NULL, &err), 0);
     CHECK(memcmp(a.master, b.master, (size_t)a.n_elems * sizeof(float)) == 0);
     CHECK(memcmp(a.master, c.master, (size_t)a.n_elems * sizeof(float)) != 0);
     const pt_param *ln = pt_net_param(&a, "layers.1.norm2.w");

@@ -49,7 +49,7 @@ int pt_prof_model_kernels(const pt_model *m, const pt_cluster *c, const pt_train
     pt_trace_init(&tr, true);
     int rc = !kn || !tok || !tgt ? pt_err_set(err, "out of memory") : 0;
     if (rc == 0)
-        rc = pt_net_init(&net, &p, kn, 1, 1, &tr, err);
+        rc = pt_net_init(&net, &p, kn, 0, 1, 1, &tr, err);
     for (int64_t i = 0; rc == 0 && i < T; i++) {
         tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
         tgt[i] = (int32_t)((i * 40503u + 7) % (uint64_t)m->vocab);

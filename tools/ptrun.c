@@ -5,7 +5,9 @@
  * the plan's schedule program step after step: one line (or a progress bar) per
  * step, the same figures as JSON lines, periodic validation, checkpoints written
  * atomically, a sample of generated text at the end, and optionally a Chrome trace
- * whose spans carry the planner's op keys. This version runs single-rank plans.
+ * whose spans carry the planner's op keys. Under mpirun it runs data- and pipeline-
+ * parallel layouts (ZeRO 0-2, AFAB, 1F1B, interleaved); rank 0 speaks for the run,
+ * and a rank that fails ends every rank with its reason.
  * Exit code: 0 done, 1 bad input or failure, 2 the loss diverged (NaN or Inf).
  */
 #include "runtime.h"
@@ -25,7 +27,8 @@
 static const char usage_text[] =
     "usage: ptrun PLAN.json [options]\n"
     "\n"
-    "Trains the model of a plan written by ptplan, with its layout and settings.\n"
+    "Trains the model of a plan written by ptplan, with its layout and settings;\n"
+    "a plan for N ranks runs as: mpirun -np N ptrun PLAN.json\n"
     "\n"
     "  --data FILE          token file (llm.c format) or plain text; overrides the plan\n"
     "                       [the plan's, else " PT_DEFAULT_CORPUS "]\n"
@@ -128,38 +131,50 @@ typedef struct {
     pt_sched sched;
     pt_trace trace;
     FILE *log;
-    double model_flops;       /* per step, the planner's count */
-    double peak_flops;        /* this rank's device */
+    double model_flops;       /* per step, all ranks, the planner's count */
+    double peak_flops;        /* all the layout's devices */
+    pt_comm *comm;
+    pt_dist dist;
+    int rank, world, stage;
+    bool has_data;            /* the first and last stage read data; others none */
     int64_t start_step;
     char config_hash[17];
 } run;
 
-/* The world this process was started in: mpirun's environment, else one rank. */
-static int64_t launch_world(void)
-{
-    const char *w = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!w)
-        w = getenv("PMI_SIZE");
-    return w ? atoll(w) : 1;
-}
-
 static int check_plan(const options *o, run *r, pt_err *err)
 {
     pt_plan *p = &r->plan;
-    int64_t world = pt_layout_world(&p->layout), launched = launch_world();
-    if (world != launched)
-        return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %lld "
+    int64_t world = pt_layout_world(&p->layout);
+    if (world != r->world)
+        return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %d "
                                "(launch with mpirun -np %lld)", o->plan, (long long)world,
-                          (long long)launched, (long long)world);
-    if (world != 1)
-        return pt_err_set(err, "%s: this ptrun trains single-rank plans; %lld ranks need the "
-                               "multi-rank runtime (plan with ptplan --devices 1)", o->plan,
-                          (long long)world);
+                          r->world, (long long)world);
+    if (p->layout.tp > 1 || p->layout.cp > 1)
+        return pt_err_set(err, "%s: tensor and context parallelism (tp = %d, cp = %d) are not "
+                               "run by this runtime yet; plan tp = cp = 1", o->plan,
+                          p->layout.tp, p->layout.cp);
+    if (world > 1 && (o->ckpt || o->resume))
+        return pt_err_set(err, "checkpoints of multi-rank runs are not written yet; run without "
+                               "--checkpoint and --resume");
     if (o->steps)
         p->run.steps = o->steps;
     if (o->data)
         snprintf(p->run.data, sizeof p->run.data, "%s", o->data);
     return 0;
+}
+
+/* The process groups of the layout, and this rank's place in them. */
+static int place(run *r, pt_err *err)
+{
+    pt_grid g;
+    pt_grid_init(&g, &r->plan.layout);
+    if (r->comm && pt_comm_groups(r->comm, &g, err))
+        return -1;
+    int coords[PT_NDIM];
+    pt_grid_coords(&g, r->rank, coords);
+    r->stage = coords[PT_DIM_PP];
+    r->has_data = r->stage == 0 || r->stage == r->plan.layout.pp - 1;
+    return pt_dist_init(&r->dist, r->world > 1 ? r->comm : NULL, &g, r->rank, err);
 }
 
 static int load_data(run *r, pt_err *err)
@@ -212,14 +227,15 @@ static int build(const options *o, run *r, pt_err *err)
     if (pt_sched_build(p->layout.schedule, p->layout.pp, p->layout.vp, (int)p->layout.n_micro,
                        &r->sched, err))
         return -1;
-    int slots = pt_sched_peak_in_flight(&r->sched, 0);
+    int slots = pt_sched_peak_in_flight(&r->sched, r->stage);
     pt_trace_init(&r->trace, o->trace != NULL);
-    if (pt_net_init(&r->net, p, r->kn, slots, p->run.seed, &r->trace, err))
+    if (pt_net_init(&r->net, p, r->kn, r->stage, slots, p->run.seed, &r->trace, err))
         return -1;
+    r->net.rank = r->rank;
     pt_opctx c;
     pt_opctx_init(&c, &p->model, &p->layout, &p->train, &p->cluster);
     r->model_flops = pt_step_model_flops(&c);
-    r->peak_flops = pt_peak_flops_total(&p->cluster, &p->train) / (double)pt_cluster_world(&p->cluster);
+    r->peak_flops = pt_peak_flops_total(&p->cluster, &p->train);
     config_hash(p, r->config_hash);
     return 0;
 }
@@ -396,7 +412,8 @@ static void report_step(const options *o, run *r, int64_t step, const pt_step_st
 static int validate(const options *o, run *r, int64_t step, pt_err *err)
 {
     double loss;
-    if (pt_engine_eval(&r->net, &r->val_s, o->val_batches, &loss, err))
+    if (pt_engine_eval(&r->net, &r->dist, r->has_data ? &r->val_s : NULL, o->val_batches, &loss,
+                       err))
         return -1;
     printf("step %5lld  validation loss %.4f\n", (long long)step, loss);
     if (r->log)
@@ -485,7 +502,8 @@ static int train(const options *o, run *r, pt_err *err)
     double t0 = pt_trace_now();
     for (int64_t step = r->start_step; step < p->run.steps; step++) {
         pt_step_stats s;
-        if (pt_engine_step(&r->net, &r->sched, &r->train_s, p, step, &s, err))
+        if (pt_engine_step(&r->net, &r->dist, &r->sched, r->has_data ? &r->train_s : NULL, p,
+                           step, &s, err))
             return -1;
         if (!isfinite(s.loss) || !isfinite(s.grad_norm)) {
             pt_err_set(err, "the loss became %s at step %lld (grad norm %g): stopping; the last "
@@ -508,6 +526,12 @@ static int train(const options *o, run *r, pt_err *err)
             return 3;
         }
     }
+    double sumsq = pt_engine_param_sumsq(&r->net, &r->dist, err);
+    if (sumsq < 0)
+        return -1;
+    if (r->log)
+        fprintf(r->log, "{\"type\":\"params\",\"step\":%lld,\"sumsq\":%.17g}\n",
+                (long long)p->run.steps, sumsq);
     bool just_validated = o->val_every && p->run.steps % o->val_every == 0;
     if (!just_validated && validate(o, r, p->run.steps, err))
         return -1;
@@ -532,12 +556,12 @@ static void cleanup(run *r)
 
 static int go(const options *o, run *r, pt_err *err)
 {
-    if (pt_plan_read(o->plan, &r->plan, err) || check_plan(o, r, err))
+    if (pt_plan_read(o->plan, &r->plan, err) || check_plan(o, r, err) || place(r, err))
         return 1;
     char layout[256];
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
     printf("plan    %s: %s on %s, %s\n", o->plan, r->plan.model.name, r->plan.cluster.name, layout);
-    if (load_data(r, err) || build(o, r, err))
+    if ((r->has_data && load_data(r, err)) || build(o, r, err))
         return 1;
     if (o->resume && resume(o->resume, r, err))
         return 1;
@@ -553,24 +577,47 @@ static int go(const options *o, run *r, pt_err *err)
         return 0;
     if (rc)
         return rc < 0 ? 1 : rc;
-    if (o->sample && sample_text(r, o->sample, err))
+    /* the whole model is on every rank only without pipelining; rank 0 writes */
+    if (o->sample && r->plan.layout.pp == 1 && r->rank == 0 && sample_text(r, o->sample, err))
         return 1;
-    if (o->trace && pt_trace_write_chrome(&r->trace, o->trace, err))
-        return 1;
+    if (o->trace) {
+        char path[1100];
+        if (r->rank == 0)
+            snprintf(path, sizeof path, "%s", o->trace);
+        else
+            snprintf(path, sizeof path, "%s.rank%d", o->trace, r->rank);
+        if (pt_trace_write_chrome(&r->trace, path, err))
+            return 1;
+    }
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    options o;
-    if (parse_options(argc, argv, &o))
-        return 1;
     run r;
     memset(&r, 0, sizeof r);
     pt_err err = {""};
+    if (pt_comm_init(&argc, &argv, &r.comm, &err)) {
+        fprintf(stderr, "ptrun: %s\n", err.msg);
+        return 1;
+    }
+    r.rank = pt_comm_rank(r.comm);
+    r.world = pt_comm_size(r.comm);
+    options o;
+    if (parse_options(argc, argv, &o)) {
+        pt_comm_finalize(r.comm);
+        return 1;
+    }
+    if (r.rank != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the run */
+        fprintf(stderr, "ptrun: rank %d: cannot silence stdout\n", r.rank);
+    if (r.rank != 0)
+        o.log = NULL;
     int rc = go(&o, &r, &err);
+    if (rc && r.world > 1)
+        pt_comm_abort(r.comm, err.msg); /* takes every rank down, none hangs */
     if (rc)
         fprintf(stderr, "ptrun: %s\n", err.msg);
     cleanup(&r);
+    pt_comm_finalize(r.comm);
     return rc;
 }
