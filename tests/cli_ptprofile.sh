@@ -70,7 +70,12 @@ run 1 "$build/ptprofile" --db "$tmp/d.db" --model no-such-model
 err_has "unknown model 'no-such-model'" "unknown model"
 [ -e "$tmp/d.db" ] && fail "no database is created for an unknown model"
 run 1 "$build/ptprofile" --db "$tmp/d.db" --backend cuda
-err_has "backend cuda" "no CUDA profiler"
+err_has "name the GPU cluster" "the CUDA backend needs a GPU cluster"
+if ! nvidia-smi >/dev/null 2>&1; then
+    run 1 "$build/ptprofile" --db "$tmp/d.db" --backend cuda --cluster dgx-h100
+    err_has "backend cuda: " "no GPU for --backend cuda"
+    [ -e "$tmp/d.db" ] && fail "no database is created without a GPU"
+fi
 run 1 "$build/ptprofile" --db "$tmp/d.db" --backend tpu
 err_has "expected cpu or cuda" "unknown backend"
 run 1 "$build/ptprofile" --db "$tmp/d.db" --cluster dgx-h100

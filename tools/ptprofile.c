@@ -9,6 +9,7 @@
  */
 #include "ptplan.h"
 #include "ptprofile.h"
+#include "kernels.h"
 #include "ptconfig.h"
 
 #include <errno.h>
@@ -35,7 +36,8 @@ static const char usage_text[] =
     "  --sweep              also time a standard set of square and skinny GEMMs\n"
     "  --quick              fewer repeats and a short collective sweep (1 KiB-16 MiB):\n"
     "                       enough for the default job in under a minute\n"
-    "  --backend cpu|cuda   compute backend to measure [cpu]\n"
+    "  --backend cpu|cuda   compute backend to measure [cpu]; cuda measures GPU 0 through\n"
+    "                       the CUDA kernels and NCCL, filed under --cluster's device\n"
     "  --np N               ranks for the collectives [the cluster's devices per node,\n"
     "                       at least 2]\n"
     "  --no-collectives     skip the collectives (no mpirun needed)\n"
@@ -45,6 +47,7 @@ static const char usage_text[] =
     "  -h, --help           this text\n";
 
 typedef struct {
+    pt_kernels *kn;          /* the backend measured: CPU (OpenBLAS) or CUDA */
     const char *db, *model, *cluster, *backend;
     int64_t nodes, devices, global_batch, seq, np, repeats, max_mbs;
     double max_gflop;
@@ -242,13 +245,14 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
             continue;
         }
         double best;
-        double t = pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
+        double t = strcmp(o->backend, "cuda") == 0
+                       ? pt_prof_gemm_backend(o->kn, m, n, k, o->repeats, &best)
+                       : pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
         if (t <= 0)
             return pt_err_set(err, "out of memory timing %s", op->key);
         if (op->flops / best > *best_rate)
             *best_rate = op->flops / best;
-        pt_kernel_op rec = *op;
-        rec.dtype = PT_DTYPE_FP32; /* what the CPU backend computes in */
+        pt_kernel_op rec = *op; /* the key already names the data type measured */
         if (pt_costdb_put_kernel(j->db, device, &rec, t, PT_SOURCE_PROFILE, err))
             return -1;
         (*measured)++;
@@ -308,7 +312,7 @@ static int open_db(const prof_opts *o, job *j, pt_err *err)
     return pt_costdb_open(j->db_path, PT_COSTDB_CREATE, &j->db, err);
 }
 
-static int load(const prof_opts *o, job *j, pt_err *err)
+static int load(prof_opts *o, job *j, pt_err *err)
 {
     memset(j, 0, sizeof *j);
     if (pt_model_get(o->model, &j->m, err) || pt_cluster_get(o->cluster, &j->c, err))
@@ -333,20 +337,26 @@ static int load(const prof_opts *o, job *j, pt_err *err)
                                    "'%s' has %s devices: use --cluster local", j->c.name,
                               j->c.device.name);
         j->t.precision = PT_PREC_FP32;
+        o->kn = pt_kernels_cpu(1);
     } else {
-        return pt_err_set(err, "--backend cuda: this build has no CUDA profiler (nvcc %s); "
-                               "GEMMs on GPUs are measured by the CUDA build",
-                          PT_HAVE_CUDA ? "found, but no GPU code path is built yet" :
-                                         "not found");
+        if (strncmp(j->c.device.name, "cpu", 3) == 0)
+            return pt_err_set(err, "--backend cuda: name the GPU cluster this device belongs to "
+                                   "(e.g. --cluster dgx-h100); its samples are filed under that "
+                                   "device's name");
+        char why[256] = "";
+        o->kn = pt_kernels_cuda(0, why, sizeof why);
+        if (!o->kn)
+            return pt_err_set(err, "--backend cuda: %s", why[0] ? why : "no CUDA device");
     }
-    return 0;
+    return o->kn ? 0 : pt_err_set(err, "out of memory");
 }
 
 static pt_coll_job coll_job(const prof_opts *o, const job *j, const char *self_dir)
 {
     return (pt_coll_job){.np = o->np ? (int)o->np
                                      : (j->c.devices_per_node > 1 ? j->c.devices_per_node : 2),
-                         .quick = o->quick, .repeats = o->repeats, .backend = "mpi",
+                         .quick = o->quick, .repeats = o->repeats,
+                         .backend = strcmp(o->backend, "cuda") == 0 ? "nccl" : "mpi",
                          .self_dir = self_dir};
 }
 
@@ -357,7 +367,7 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
     snprintf(scratch, sizeof scratch, "%s", j->db_path);
     pt_coll_job cj = coll_job(o, j, self_dir);
     cj.scratch = dirname(scratch);
-    bool colls = !o->no_coll && !(o->resume && pt_costdb_count_colls(j->db, "mpi") > 0);
+    bool colls = !o->no_coll && !(o->resume && pt_costdb_count_colls(j->db, cj.backend) > 0);
     op_set ops = {0};
     collect_ctx cc = {.j = j, .ops = &ops};
     pt_enum_counts counts;
@@ -383,21 +393,22 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
         if (!(cc.mbs_single >> b & 1))
             continue;
         int64_t stored_now = 0;
-        rc = pt_prof_model_kernels(&j->m, &j->c, &j->t, (int64_t)1 << b, o->repeats, j->db,
-                                   &stored_now, err);
+        rc = pt_prof_model_kernels(o->kn, &j->m, &j->c, &j->t, (int64_t)1 << b, o->repeats,
+                                   j->db, &stored_now, err);
         kernels += stored_now;
         fprintf(stderr, "ptprofile: kernels of %s at micro-batch %lld: %lld op keys\n",
                 j->m.name, 1LL << b, (long long)stored_now);
     }
     if (rc == 0 && !interrupted && colls) {
-        printf("ptprofile: collectives on %d MPI ranks\n", cj.np);
+        printf("ptprofile: %s collectives on %d ranks\n", cj.backend, cj.np);
         fflush(stdout);
         rc = pt_prof_collectives(&cj, j->db, library, sizeof library, &stored, &link_bw,
                                  &link_lat, err);
         if (rc == 0 && library[0])
             printf("ptprofile: collectives measured through %s\n", library);
     }
-    if (rc == 0 && !interrupted)
+    /* A CPU's figures are measured here; a GPU's stay its datasheet's. */
+    if (rc == 0 && !interrupted && strcmp(o->backend, "cpu") == 0)
         rc = describe_device(o, j, device, best_rate, link_bw, link_lat, err);
     if (rc == 0)
         printf("ptprofile: %lld GEMMs, %lld other kernels and %lld collective points measured "
@@ -425,9 +436,12 @@ int main(int argc, char **argv)
         (!o.no_coll && (cj = coll_job(&o, &j, self_dir), pt_prof_coll_check(&cj, &err))) ||
         open_db(&o, &j, &err)) {
         fprintf(stderr, "ptprofile: %s\n", err.msg);
+        pt_kernels_destroy(o.kn);
         return 1;
     }
     pt_profile_run pr = {.backend = "mpi"};
+    if (strcmp(o.backend, "cuda") == 0)
+        snprintf(pr.backend, sizeof pr.backend, "nccl");
     gethostname(pr.host, sizeof pr.host - 1);
     snprintf(pr.device, sizeof pr.device, "%s", j.c.device.name);
     snprintf(pr.versions, sizeof pr.versions, "ptprofile %s; %s", PT_VERSION,
@@ -448,5 +462,6 @@ int main(int argc, char **argv)
                           &end_err))
         fprintf(stderr, "ptprofile: %s\n", end_err.msg);
     pt_costdb_close(j.db);
+    pt_kernels_destroy(o.kn);
     return rc ? 1 : interrupted ? 130 : 0;
 }

@@ -7,6 +7,7 @@
 #ifndef PT_TOOLS_PTPROFILE_H
 #define PT_TOOLS_PTPROFILE_H
 
+#include "kernels.h"
 #include "planner.h"
 
 #include <signal.h>
@@ -32,8 +33,13 @@ int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k);
 /* Runs the runtime's model of `m` with micro-batch size `mbs` on one rank, forward
  * and backward `repeats` times after a warm-up, and stores the median time of each
  * non-GEMM op key as a profile sample of the cluster's device. */
-int pt_prof_model_kernels(const pt_model *m, const pt_cluster *c, const pt_train *t,
-                          int64_t mbs, int repeats, pt_costdb *db, int64_t *stored, pt_err *err);
+int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c,
+                          const pt_train *t, int64_t mbs, int repeats, pt_costdb *db,
+                          int64_t *stored, pt_err *err);
+/* Median seconds of the kernel table's matmul (any backend); *best_s the fastest run;
+ * -1 when the backend fails or runs out of memory. */
+double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k, int repeats,
+                            double *best_s);
 
 /* ---- Progress (ptprofile.c) ------------------------------------------------------------- */
 

@@ -36,12 +36,12 @@ static void drop_gemms(pt_trace *tr)
             tr->v[i].key[0] = '\0';
 }
 
-int pt_prof_model_kernels(const pt_model *m, const pt_cluster *c, const pt_train *t,
-                          int64_t mbs, int repeats, pt_costdb *db, int64_t *stored, pt_err *err)
+int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c,
+                          const pt_train *t, int64_t mbs, int repeats, pt_costdb *db,
+                          int64_t *stored, pt_err *err)
 {
     pt_plan p = plan_for(m, c, t, mbs);
     int64_t T = mbs * m->seq;
-    pt_kernels *kn = pt_kernels_cpu(1);
     int32_t *tok = malloc((size_t)T * sizeof *tok), *tgt = malloc((size_t)T * sizeof *tgt);
     pt_trace tr;
     pt_net net;
@@ -67,8 +67,46 @@ int pt_prof_model_kernels(const pt_model *m, const pt_cluster *c, const pt_train
     }
     pt_net_free(&net);
     pt_trace_free(&tr);
-    pt_kernels_destroy(kn);
     free(tok);
     free(tgt);
     return rc;
+}
+
+/* Median seconds of the backend's matmul on (m, k) x (n, k)^T in its activation type,
+ * after a warm-up, each run waited for (the GPU path: kernel launches are
+ * asynchronous, so each run ends with a synchronisation). */
+double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k, int repeats,
+                            double *best_s)
+{
+    size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    void *a = kn->alloc(kn, (size_t)(m * k) * ab), *b = kn->alloc(kn, (size_t)(n * k) * ab);
+    void *c = kn->alloc(kn, (size_t)(m * n) * ab);
+    double times[64], t = -1;
+    int done = 0;
+    if (a && b && c) {
+        kn->zero(kn, a, (size_t)(m * k) * ab);
+        kn->zero(kn, b, (size_t)(n * k) * ab);
+        for (int r = -1; r < repeats && r < 64; r++) {
+            double t0 = pt_prof_now_s();
+            kn->matmul_forward(kn, c, a, b, NULL, m, (int)k, (int)n);
+            if (kn->sync(kn))
+                break;
+            if (r >= 0)
+                times[done++] = pt_prof_now_s() - t0;
+        }
+    }
+    if (done > 0) {
+        for (int i = 1; i < done; i++) /* insertion sort: a handful of values */
+            for (int j = i; j > 0 && times[j - 1] > times[j]; j--) {
+                double x = times[j];
+                times[j] = times[j - 1];
+                times[j - 1] = x;
+            }
+        t = done % 2 ? times[done / 2] : 0.5 * (times[done / 2 - 1] + times[done / 2]);
+        *best_s = times[0];
+    }
+    kn->free(kn, a);
+    kn->free(kn, b);
+    kn->free(kn, c);
+    return t;
 }
