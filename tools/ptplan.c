@@ -9,6 +9,7 @@
  */
 #include "ptplan.h"
 #include "ptconfig.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -80,33 +81,6 @@ int pt_tool_fail(const char *fmt, const char *msg)
     return EXIT_BAD_INPUT;
 }
 
-static int parse_count(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(val, &end, 10);
-    if (!*val || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "ptplan: %s %s: expected an integer from %lld to %lld\n", opt, val,
-                (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_real(const char *opt, const char *val, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(val, &end);
-    if (!*val || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "ptplan: %s %s: expected a number from %g to %g\n", opt, val, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
@@ -136,18 +110,18 @@ static int parse_options(int argc, char **argv, options *o)
         switch (c) {
         case O_MODEL: o->model = optarg; break;
         case O_CLUSTER: o->cluster = optarg; break;
-        case O_NODES: bad = parse_count("--nodes", optarg, 1, 1 << 20, &o->nodes); break;
-        case O_DEVICES: bad = parse_count("--devices", optarg, 1, 1 << 20, &o->devices); break;
-        case O_GB: bad = parse_count("--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
+        case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
+        case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
+        case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
             break;
-        case O_SEQ: bad = parse_count("--seq", optarg, 1, 1LL << 30, &o->seq); break;
+        case O_SEQ: bad = pt_cli_int("ptplan", "--seq", optarg, 1, 1LL << 30, &o->seq); break;
         case O_PREC: o->precision = optarg; break;
         case O_ORDER: o->order = optarg; break;
-        case O_MAXMBS: bad = parse_count("--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
-        case O_BUCKET: bad = parse_count("--bucket-mib", optarg, 1, 1 << 20, &o->bucket_mib);
+        case O_MAXMBS: bad = pt_cli_int("ptplan", "--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
+        case O_BUCKET: bad = pt_cli_int("ptplan", "--bucket-mib", optarg, 1, 1 << 20, &o->bucket_mib);
             break;
         case O_MEMFRAC:
-            bad = parse_real("--mem-fraction", optarg, 1e-9, 1, &o->mem_fraction);
+            bad = pt_cli_real("ptplan", "--mem-fraction", optarg, 1e-9, 1, &o->mem_fraction);
             break;
         case O_LAYOUT: o->layout = optarg; break;
         case O_EXPLAIN: o->explain = true; break;
@@ -157,28 +131,22 @@ static int parse_options(int argc, char **argv, options *o)
         case O_DM: o->dump_model = optarg; break;
         case O_DC: o->dump_cluster = optarg; break;
         case O_JSON: o->json = true; break;
-        case O_TOP: bad = parse_count("--top", optarg, 0, INT64_MAX, &o->top); break;
+        case O_TOP: bad = pt_cli_int("ptplan", "--top", optarg, 0, INT64_MAX, &o->top); break;
         case O_DB: o->db = optarg; break;
         case O_OUT: o->out = optarg; break;
         case O_NOOUT: o->no_out = true; break;
         case O_TIMELINE: o->timeline = optarg; break;
-        case O_SIMTOP: bad = parse_count("--sim-top", optarg, 0, INT64_MAX, &o->sim_top); break;
-        case O_STEPS: bad = parse_count("--steps", optarg, 1, 1LL << 40, &o->steps); break;
-        case O_SEED: bad = parse_count("--seed", optarg, 0, INT64_MAX, &o->seed); break;
+        case O_SIMTOP: bad = pt_cli_int("ptplan", "--sim-top", optarg, 0, INT64_MAX, &o->sim_top); break;
+        case O_STEPS: bad = pt_cli_int("ptplan", "--steps", optarg, 1, 1LL << 40, &o->steps); break;
+        case O_SEED: bad = pt_cli_int("ptplan", "--seed", optarg, 0, INT64_MAX, &o->seed); break;
         case O_DATA: o->data = optarg; break;
-        case O_LR: bad = parse_real("--lr", optarg, 1e-12, 1e3, &o->lr); break;
+        case O_LR: bad = pt_cli_real("ptplan", "--lr", optarg, 1e-12, 1e3, &o->lr); break;
         case 'h': fputs(usage_text, stdout); exit(0);
         case O_VERSION:
             printf("ptplan %s (CUDA backend: %s)\n", PT_VERSION, PT_HAVE_CUDA ? "yes" : "no");
             exit(0);
-        case ':':
-            fprintf(stderr, "ptplan: option %s needs a value (see ptplan --help)\n",
-                    argv[optind - 1]);
-            return -1;
         default:
-            fprintf(stderr, "ptplan: unknown option '%s' (see ptplan --help)\n",
-                    argv[optind - 1]);
-            return -1;
+            return pt_cli_bad_option("ptplan", c, argv[optind - 1]);
         }
         if (bad)
             return -1;
@@ -312,14 +280,10 @@ static int dump_cluster(const char *name, int64_t nodes)
 static int open_costs(const options *o, job *j)
 {
     pt_err err;
-    const char *env = getenv("PT_COSTS_DB"), *home = getenv("HOME");
     if (o->db)
         snprintf(j->db_path, sizeof j->db_path, "%s", o->db);
-    else if (env && *env)
-        snprintf(j->db_path, sizeof j->db_path, "%s", env);
     else
-        snprintf(j->db_path, sizeof j->db_path, "%s/.local/share/ptplan/costs.db",
-                 home ? home : ".");
+        pt_cli_default_db(j->db_path, sizeof j->db_path, false);
     if (!o->db && access(j->db_path, F_OK) != 0)
         return 0;
     if (pt_costdb_open(j->db_path, PT_COSTDB_READ, &j->db, &err))

@@ -11,6 +11,7 @@
 #include "ptprofile.h"
 #include "kernels.h"
 #include "ptconfig.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -54,20 +55,6 @@ typedef struct {
     bool sweep, quick, no_coll, resume;
 } prof_opts;
 
-static int parse_int(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(val, &end, 10);
-    if (!*val || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "ptprofile: %s %s: expected an integer from %lld to %lld\n", opt, val,
-                (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_options(int argc, char **argv, prof_opts *o)
 {
     enum { O_DB = 256, O_MODEL, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_SWEEP, O_QUICK, O_BACKEND,
@@ -91,32 +78,26 @@ static int parse_options(int argc, char **argv, prof_opts *o)
         case O_DB: o->db = optarg; break;
         case O_MODEL: o->model = optarg; break;
         case O_CLUSTER: o->cluster = optarg; break;
-        case O_NODES: bad = parse_int("--nodes", optarg, 1, 1 << 20, &o->nodes); break;
-        case O_DEVICES: bad = parse_int("--devices", optarg, 1, 1 << 20, &o->devices); break;
-        case O_MAXMBS: bad = parse_int("--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
-        case O_GB: bad = parse_int("--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
+        case O_NODES: bad = pt_cli_int("ptprofile", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
+        case O_DEVICES: bad = pt_cli_int("ptprofile", "--devices", optarg, 1, 1 << 20, &o->devices); break;
+        case O_MAXMBS: bad = pt_cli_int("ptprofile", "--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
+        case O_GB: bad = pt_cli_int("ptprofile", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
             break;
-        case O_SEQ: bad = parse_int("--seq", optarg, 1, 1LL << 30, &o->seq); break;
+        case O_SEQ: bad = pt_cli_int("ptprofile", "--seq", optarg, 1, 1LL << 30, &o->seq); break;
         case O_SWEEP: o->sweep = true; break;
         case O_QUICK: o->quick = true; break;
         case O_BACKEND: o->backend = optarg; break;
-        case O_NP: bad = parse_int("--np", optarg, 2, 4096, &o->np); break;
+        case O_NP: bad = pt_cli_int("ptprofile", "--np", optarg, 2, 4096, &o->np); break;
         case O_NOCOLL: o->no_coll = true; break;
-        case O_REPEATS: bad = parse_int("--repeats", optarg, 1, 64, &o->repeats); break;
+        case O_REPEATS: bad = pt_cli_int("ptprofile", "--repeats", optarg, 1, 64, &o->repeats); break;
         case O_MAXGF:
-            bad = parse_int("--max-gflop", optarg, 1, 1 << 30, &gf);
+            bad = pt_cli_int("ptprofile", "--max-gflop", optarg, 1, 1 << 30, &gf);
             o->max_gflop = (double)gf;
             break;
         case O_RESUME: o->resume = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
-        case ':':
-            fprintf(stderr, "ptprofile: option %s needs a value (see ptprofile --help)\n",
-                    argv[optind - 1]);
-            return -1;
         default:
-            fprintf(stderr, "ptprofile: unknown option '%s' (see ptprofile --help)\n",
-                    argv[optind - 1]);
-            return -1;
+            return pt_cli_bad_option("ptprofile", c, argv[optind - 1]);
         }
         if (bad)
             return -1;
@@ -291,24 +272,10 @@ static int describe_device(const prof_opts *o, job *j, const char *device, doubl
 
 static int open_db(const prof_opts *o, job *j, pt_err *err)
 {
-    const char *env = getenv("PT_COSTS_DB"), *home = getenv("HOME");
     if (o->db)
         snprintf(j->db_path, sizeof j->db_path, "%s", o->db);
-    else if (env && *env)
-        snprintf(j->db_path, sizeof j->db_path, "%s", env);
-    else {
-        char dir[400];
-        snprintf(dir, sizeof dir, "%s/.local/share/ptplan", home ? home : ".");
-        /* Create the default folder (and its parents) when missing. */
-        for (char *p = dir + 1; *p; p++)
-            if (*p == '/') {
-                *p = '\0';
-                mkdir(dir, 0755);
-                *p = '/';
-            }
-        mkdir(dir, 0755);
-        snprintf(j->db_path, sizeof j->db_path, "%s/costs.db", dir);
-    }
+    else
+        pt_cli_default_db(j->db_path, sizeof j->db_path, true);
     return pt_costdb_open(j->db_path, PT_COSTDB_CREATE, &j->db, err);
 }
 

@@ -12,6 +12,7 @@
  */
 #include "runtime.h"
 #include "ptconfig.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -54,20 +55,6 @@ typedef struct {
     bool quiet;
 } options;
 
-static int parse_int(const char *opt, const char *val, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(val, &end, 10);
-    if (!*val || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "ptrun: %s %s: expected an integer from %lld to %lld\n", opt, val,
-                (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
@@ -85,28 +72,23 @@ static int parse_options(int argc, char **argv, options *o)
     while (!bad && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case O_DATA: o->data = optarg; break;
-        case O_STEPS: bad = parse_int("--steps", optarg, 1, 1LL << 40, &o->steps); break;
-        case O_VAL: bad = parse_int("--val-every", optarg, 0, 1LL << 40, &o->val_every); break;
-        case O_VALB: bad = parse_int("--val-batches", optarg, 1, 1 << 20, &o->val_batches);
+        case O_STEPS: bad = pt_cli_int("ptrun", "--steps", optarg, 1, 1LL << 40, &o->steps); break;
+        case O_VAL: bad = pt_cli_int("ptrun", "--val-every", optarg, 0, 1LL << 40, &o->val_every); break;
+        case O_VALB: bad = pt_cli_int("ptrun", "--val-batches", optarg, 1, 1 << 20, &o->val_batches);
             break;
         case O_CKPT: o->ckpt = optarg; break;
-        case O_CKPTE: bad = parse_int("--checkpoint-every", optarg, 0, 1LL << 40, &o->ckpt_every);
+        case O_CKPTE: bad = pt_cli_int("ptrun", "--checkpoint-every", optarg, 0, 1LL << 40, &o->ckpt_every);
             break;
         case O_RESUME: o->resume = optarg; break;
         case O_LOG: o->log = optarg; break;
         case O_TRACE: o->trace = optarg; break;
-        case O_SAMPLE: bad = parse_int("--sample", optarg, 0, 1 << 20, &o->sample); break;
-        case O_THREADS: bad = parse_int("--threads", optarg, 1, 1024, &o->threads); break;
+        case O_SAMPLE: bad = pt_cli_int("ptrun", "--sample", optarg, 0, 1 << 20, &o->sample); break;
+        case O_THREADS: bad = pt_cli_int("ptrun", "--threads", optarg, 1, 1024, &o->threads); break;
         case O_QUIET: o->quiet = true; break;
-        case O_STOP: bad = parse_int("--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
+        case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
         case 'h': fputs(usage_text, stdout); exit(0);
-        case ':':
-            fprintf(stderr, "ptrun: option %s needs a value (see ptrun --help)\n",
-                    argv[optind - 1]);
-            return -1;
         default:
-            fprintf(stderr, "ptrun: unknown option '%s' (see ptrun --help)\n", argv[optind - 1]);
-            return -1;
+            return pt_cli_bad_option("ptrun", c, argv[optind - 1]);
         }
     }
     if (bad)
