@@ -21,6 +21,7 @@ typedef struct {
 } pending_send;
 
 struct pt_comm {
+    bool mpi;          /* false: a single process started without a launcher */
     int rank, size;
     MPI_Comm group[PT_COMM_KINDS];
     pending_send *sends;
@@ -35,20 +36,38 @@ static int mpi_fail(pt_err *err, int code, const char *what)
     return pt_err_set(err, "%s: %s", what, text);
 }
 
+/* Whether a launcher (mpirun, a PMI/PMIx resource manager) started this process. */
+static bool launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK",
+                                       "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i]))
+            return true;
+    return false;
+}
+
 int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err)
 {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS)
-        return pt_err_set(err, "MPI_Init failed");
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     pt_comm *c = calloc(1, sizeof *c);
     if (!c)
         return pt_err_set(err, "out of memory");
-    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
     for (int k = 0; k < PT_COMM_KINDS; k++)
         c->group[k] = MPI_COMM_NULL;
+    c->size = 1;
+    /* A process started on its own is a world of one: no MPI at all. */
+    c->mpi = launched();
+    if (c->mpi) {
+        int inited = 0;
+        MPI_Initialized(&inited);
+        if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS) {
+            free(c);
+            return pt_err_set(err, "MPI_Init failed");
+        }
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    }
     *out = c;
     return 0;
 }
@@ -71,6 +90,8 @@ int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
     if (g->world != c->size)
         return pt_err_set(err, "the layout has %lld ranks, the run %d", (long long)g->world,
                           c->size);
+    if (!c->mpi)
+        return 0; /* every group of a world of one is this process alone */
     int64_t *ranks = malloc((size_t)c->size * sizeof *ranks);
     if (!ranks)
         return pt_err_set(err, "out of memory");
@@ -94,13 +115,15 @@ int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
 
 static MPI_Comm comm_of(const pt_comm *c, int kind)
 {
+    if (!c->mpi)
+        return MPI_COMM_NULL;
     return kind < 0 ? MPI_COMM_WORLD : c->group[kind];
 }
 
 int pt_comm_group_rank(const pt_comm *c, pt_group_kind kind)
 {
     int r = 0;
-    if (c->group[kind] != MPI_COMM_NULL)
+    if (c->mpi && c->group[kind] != MPI_COMM_NULL)
         MPI_Comm_rank(c->group[kind], &r);
     return r;
 }
@@ -108,7 +131,7 @@ int pt_comm_group_rank(const pt_comm *c, pt_group_kind kind)
 int pt_comm_group_size(const pt_comm *c, pt_group_kind kind)
 {
     int s = 1;
-    if (c->group[kind] != MPI_COMM_NULL)
+    if (c->mpi && c->group[kind] != MPI_COMM_NULL)
         MPI_Comm_size(c->group[kind], &s);
     return s;
 }
@@ -143,6 +166,10 @@ int pt_comm_reducescatter(pt_comm *c, int kind, const float *in, float *out, int
                           pt_err *err)
 {
     MPI_Comm comm = comm_of(c, kind);
+    if (comm == MPI_COMM_NULL) {
+        memmove(out, in, (size_t)n * sizeof *out);
+        return 0;
+    }
     if (n > INT_MAX)
         return pt_err_set(err, "reduce-scatter of %lld elements per rank is too large for MPI",
                           (long long)n);
@@ -154,6 +181,10 @@ int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t
                       pt_err *err)
 {
     MPI_Comm comm = comm_of(c, kind);
+    if (comm == MPI_COMM_NULL) {
+        memmove(out, in, (size_t)n * sizeof *out);
+        return 0;
+    }
     int r;
     MPI_Comm_rank(comm, &r);
     if (n > INT_MAX)
@@ -167,20 +198,24 @@ int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t
 
 int pt_comm_send(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err)
 {
-    (void)c;
+    if (!c->mpi)
+        return pt_err_set(err, "internal: a send in a world of one");
     int rc = MPI_Send(buf, (int)n, MPI_FLOAT, to, tag, MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "send");
 }
 
 int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err)
 {
-    (void)c;
+    if (!c->mpi)
+        return pt_err_set(err, "internal: a receive in a world of one");
     int rc = MPI_Recv(buf, (int)n, MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "receive");
 }
 
 int pt_comm_isend(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err)
 {
+    if (!c->mpi)
+        return pt_err_set(err, "internal: a send in a world of one");
     if (c->n_sends == c->cap_sends) {
         int cap = c->cap_sends ? 2 * c->cap_sends : 16;
         pending_send *v = realloc(c->sends, (size_t)cap * sizeof *v);
@@ -219,6 +254,8 @@ void pt_comm_abort(pt_comm *c, const char *why)
 {
     fprintf(stderr, "ptrun: rank %d: %s\n", c ? c->rank : 0, why);
     fflush(stderr);
+    if (!c || !c->mpi)
+        exit(1);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -226,11 +263,14 @@ void pt_comm_finalize(pt_comm *c)
 {
     if (!c)
         return;
-    pt_comm_wait_sends(c, NULL);
+    bool mpi = c->mpi;
+    if (mpi)
+        pt_comm_wait_sends(c, NULL);
     free(c->sends);
     for (int k = 0; k < PT_COMM_KINDS; k++)
         if (c->group[k] != MPI_COMM_NULL)
             MPI_Comm_free(&c->group[k]);
     free(c);
-    MPI_Finalize();
+    if (mpi)
+        MPI_Finalize();
 }

@@ -138,7 +138,8 @@ void pt_ckpt_abort(const char *tmp);
  * backend on host buffers. Every call is collective over the group named. */
 typedef struct pt_comm pt_comm;
 
-/* Starts MPI (a single process without mpirun is a world of one). */
+/* Starts MPI when a launcher (mpirun, PMI/PMIx) started the process; a process
+ * started on its own is a world of one and never touches MPI. */
 int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);
