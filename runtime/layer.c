@@ -121,6 +121,7 @@ static pt_acts *alloc_slot(pt_net *n, const dims *d)
     }
     carve c = {0};
     carve_slot(&c, n, d, A);
+    n->bytes += (int64_t)c.used;
     c.base = n->kn->alloc(n->kn, c.used);
     if (!c.base) {
         free(A->x);
@@ -177,6 +178,7 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
                                    "%lld tokens", slots, (long long)d.T);
     carve c = {0};
     carve_scratch(&c, n, &d, S);
+    n->bytes += (int64_t)c.used;
     if (!(c.base = n->kn->alloc(n->kn, c.used)))
         return pt_err_set(err, "out of memory for gradient scratch (%zu bytes)", c.used);
     S->mem = c.base;

@@ -212,6 +212,8 @@ static int alloc_state(pt_net *n, pt_err *err)
     n->grad = kn->alloc(kn, f32);
     n->m = kn->alloc(kn, f32);
     n->v = kn->alloc(kn, f32);
+    n->bytes += (int64_t)(4 * f32) + (fp32 ? 0 : (int64_t)n->n_elems *
+                                                      (int64_t)pt_kdtype_bytes(kn->act_dtype));
     if (!n->master || !n->w || !n->grad || !n->m || !n->v)
         return pt_err_set(err, "out of memory for %lld parameters and their optimizer state "
                                "(%.1f MiB)", (long long)n->n_elems, 5.0 * (double)f32 / 1048576);

@@ -213,6 +213,8 @@ typedef struct {
     int n_slots;
     void *scratch;            /* gradient scratch shared by all layers */
 
+    int64_t bytes;            /* backend memory this model allocated: what the planner's
+                                 memory model predicts for the rank */
     pt_oplist ops[6];         /* the planner's op lists this model executes:
                                  layer fwd/bwd, embed fwd/bwd, head fwd/bwd */
 } pt_net;

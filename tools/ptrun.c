@@ -536,6 +536,24 @@ static void cleanup(run *r)
         fclose(r->log);
 }
 
+/* Each rank's model memory beside the planner's prediction for its stage (every rank
+ * prints its own line on stderr when there are several; rank 0 on stdout). */
+static void report_memory(run *r)
+{
+    pt_memory mem;
+    pt_mem_stage(&r->plan.model, &r->plan.layout, &r->plan.train, r->stage, &mem);
+    double mib = 1024.0 * 1024.0;
+    char line[256];
+    snprintf(line, sizeof line, "memory  rank %d (stage %d): %.2f MiB allocated by the model; "
+             "planned %.2f MiB (without communication buffers %.2f)", r->rank, r->stage,
+             (double)r->net.bytes / mib, mem.total_bytes / mib,
+             (mem.total_bytes - mem.comm_bytes) / mib);
+    if (r->rank == 0)
+        printf("%s\n", line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
 static int go(const options *o, run *r, pt_err *err)
 {
     if (pt_plan_read(o->plan, &r->plan, err) || check_plan(o, r, err) || place(r, err))
@@ -551,6 +569,7 @@ static int go(const options *o, run *r, pt_err *err)
         pt_err_set(err, "cannot write '%s': %s", o->log, strerror(errno));
         return 1;
     }
+    report_memory(r);
     printf("train   %lld steps of %lld sequences of %lld tokens, predicted %.3g s/step\n",
            (long long)r->plan.run.steps, (long long)r->plan.train.global_batch,
            (long long)r->plan.model.seq, r->plan.predicted.step_time_s);
