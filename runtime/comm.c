@@ -212,6 +212,24 @@ int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *e
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "receive");
 }
 
+int pt_comm_bcast(pt_comm *c, void *buf, int64_t n, pt_err *err)
+{
+    if (!c->mpi)
+        return 0;
+    int rc = MPI_Bcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "broadcast");
+}
+
+bool pt_comm_all_ok(pt_comm *c, bool ok)
+{
+    if (!c->mpi)
+        return ok;
+    int mine = ok, all = 0;
+    if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return false;
+    return all != 0;
+}
+
 int pt_comm_isend(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err)
 {
     if (!c->mpi)

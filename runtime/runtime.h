@@ -163,6 +163,11 @@ int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t
 /* Point to point between world ranks; the tag tells transfers apart. */
 int pt_comm_send(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err);
 int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err);
+/* Rank 0's n bytes to every rank of the world. */
+int pt_comm_bcast(pt_comm *c, void *buf, int64_t n, pt_err *err);
+/* Whether every rank's `ok` is true (a world-wide AND; a barrier). */
+bool pt_comm_all_ok(pt_comm *c, bool ok);
+
 /* Posts a send of a private copy of buf (so the caller may reuse buf at once);
  * pt_comm_wait_sends completes every posted send. Pipeline transfers use these, as
  * the schedule programs assume sends that do not wait for their receiver. */

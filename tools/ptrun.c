@@ -135,9 +135,6 @@ static int check_plan(const options *o, run *r, pt_err *err)
         return pt_err_set(err, "%s: tensor and context parallelism (tp = %d, cp = %d) are not "
                                "run by this runtime yet; plan tp = cp = 1", o->plan,
                           p->layout.tp, p->layout.cp);
-    if (world > 1 && (o->ckpt || o->resume))
-        return pt_err_set(err, "checkpoints of multi-rank runs are not written yet; run without "
-                               "--checkpoint and --resume");
     if (o->steps)
         p->run.steps = o->steps;
     if (o->data)
@@ -244,7 +241,19 @@ static void host_state_free(host_state *h)
     free(h->v);
 }
 
-static int write_state(const char *tmp, run *r, const host_state *h, int64_t step, pt_err *err)
+/* A rank's files in a checkpoint: model.safetensors and optim_rank0.safetensors for
+ * one rank; with several, each rank its own (its stage's parameters, its optimizer
+ * shard), model_rank<r> and optim_rank<r>. */
+static void state_paths(const char *dir, const run *r, char *model, char *optim, size_t n)
+{
+    if (r->world == 1)
+        snprintf(model, n, "%s/model.safetensors", dir);
+    else
+        snprintf(model, n, "%s/model_rank%d.safetensors", dir, r->rank);
+    snprintf(optim, n, "%s/optim_rank%d.safetensors", dir, r->rank);
+}
+
+static int write_state(const char *tmp, run *r, const host_state *h, pt_err *err)
 {
     pt_net *n = &r->net;
     char path[1100];
@@ -264,41 +273,53 @@ static int write_state(const char *tmp, run *r, const host_state *h, int64_t ste
                              .data = h->m, .bytes = bytes},
                             {.name = "adam.v", .dtype = "F32", .ndim = 1, .shape = {n->n_elems},
                              .data = h->v, .bytes = bytes}};
-    char seed[32];
+    char seed[32], optim[1100];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->plan.run.seed);
     const char *keys[] = {"sampler_seed"}, *vals[] = {seed};
-    pt_ckpt_meta meta = {.format_version = 1, .step = step, .world = 1,
-                         .data_pos = step * r->plan.train.global_batch};
-    pt_layout_format(&r->plan.layout, meta.layout, sizeof meta.layout);
-    snprintf(meta.config_hash, sizeof meta.config_hash, "%s", r->config_hash);
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    state_paths(tmp, r, path, optim, sizeof path);
     int rc = pt_st_write(path, t, n->n_param, NULL, NULL, 0, err);
-    snprintf(path, sizeof path, "%s/optim_rank0.safetensors", tmp);
     if (rc == 0)
-        rc = pt_st_write(path, adam, 2, keys, vals, 1, err);
-    if (rc == 0)
-        rc = pt_ckpt_meta_write(tmp, &meta, err);
+        rc = pt_st_write(optim, adam, 2, keys, vals, 1, err);
     free(t);
     return rc;
 }
 
+static int write_meta(const char *tmp, run *r, int64_t step, pt_err *err)
+{
+    pt_ckpt_meta meta = {.format_version = 1, .step = step, .world = r->world,
+                         .data_pos = step * r->plan.train.global_batch};
+    pt_layout_format(&r->plan.layout, meta.layout, sizeof meta.layout);
+    snprintf(meta.config_hash, sizeof meta.config_hash, "%s", r->config_hash);
+    return pt_ckpt_meta_write(tmp, &meta, err);
+}
+
+/* Every rank writes its files into one temporary directory that rank 0 made; rank 0
+ * then writes meta.json and renames the directory into place, only if every rank
+ * succeeded. */
 static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
 {
     host_state h;
-    char tmp[1024];
+    char tmp[1024] = "";
     int rc = host_state_alloc(&h, r->net.n_elems) ? pt_err_set(err, "out of memory") : 0;
     if (rc == 0)
         rc = pt_net_get_state(&r->net, h.master, h.m, h.v, err);
-    if (rc == 0)
+    if (rc == 0 && r->rank == 0)
         rc = pt_ckpt_begin(dir, tmp, sizeof tmp, err);
-    if (rc == 0) {
-        rc = write_state(tmp, r, &h, step, err);
-        if (rc == 0)
+    if (!pt_comm_all_ok(r->comm, rc == 0) || pt_comm_bcast(r->comm, tmp, sizeof tmp, err)) {
+        host_state_free(&h);
+        return rc ? rc : pt_err_set(err, "another rank could not start the checkpoint");
+    }
+    rc = write_state(tmp, r, &h, err);
+    host_state_free(&h);
+    bool all = pt_comm_all_ok(r->comm, rc == 0);
+    if (r->rank == 0) {
+        if (all && (rc = write_meta(tmp, r, step, err)) == 0)
             rc = pt_ckpt_commit(tmp, dir, err);
         else
             pt_ckpt_abort(tmp);
     }
-    host_state_free(&h);
+    if (!pt_comm_all_ok(r->comm, rc == 0) && rc == 0)
+        rc = pt_err_set(err, "another rank could not write its part of checkpoint %s", dir);
     return rc;
 }
 
@@ -315,9 +336,9 @@ static int load_tensor(const pt_st_file *f, const char *name, int ndim, const in
 static int read_state(const char *dir, run *r, host_state *h, pt_err *err)
 {
     pt_net *n = &r->net;
-    char path[1100];
+    char path[1100], optim[1100];
     pt_st_file *f;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    state_paths(dir, r, path, optim, sizeof path);
     if (pt_st_open(path, &f, err))
         return -1;
     int rc = 0;
@@ -327,8 +348,7 @@ static int read_state(const char *dir, run *r, host_state *h, pt_err *err)
                          (size_t)q->count * sizeof(float), err);
     }
     pt_st_close(f);
-    snprintf(path, sizeof path, "%s/optim_rank0.safetensors", dir);
-    if (rc == 0 && (rc = pt_st_open(path, &f, err)) == 0) {
+    if (rc == 0 && (rc = pt_st_open(optim, &f, err)) == 0) {
         int64_t shape[1] = {n->n_elems};
         size_t bytes = (size_t)n->n_elems * sizeof(float);
         rc = load_tensor(f, "adam.m", 1, shape, h->m, bytes, err) ||
@@ -352,6 +372,9 @@ static int resume(const char *dir, run *r, pt_err *err)
         return pt_err_set(err, "%s: the checkpoint was written for another model or other "
                                "training settings (config hash %s, this plan %s)", dir,
                           meta.config_hash, r->config_hash);
+    if (meta.world != r->world)
+        return pt_err_set(err, "%s: the checkpoint was written by %lld ranks, this run has %d",
+                          dir, (long long)meta.world, r->world);
     host_state h;
     int rc = host_state_alloc(&h, r->net.n_elems) ? pt_err_set(err, "out of memory") : 0;
     if (rc == 0)
