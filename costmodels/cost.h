@@ -185,6 +185,20 @@ typedef struct {
 int pt_costdb_run_begin(pt_costdb *db, const pt_profile_run *run, int64_t *id, pt_err *err);
 int pt_costdb_run_end(pt_costdb *db, int64_t id, const char *status, pt_err *err);
 
+/* A training run, predicted against measured (table runs). */
+typedef struct {
+    char host[128];
+    char git_revision[48];
+    char model[64], cluster[64], layout[256];
+    int64_t world, steps;
+    double predicted_step_s, measured_step_s;
+    double predicted_mfu, measured_mfu;
+    double predicted_memory_bytes, measured_memory_bytes;
+} pt_run_record;
+
+/* Appends a run; the table must be a file. */
+int pt_costdb_add_run(pt_costdb *db, const pt_run_record *r, pt_err *err);
+
 /* What identifies the table a prediction was made with (written into plan.json). */
 typedef struct {
     char path[512];          /* "" for the in-memory table */

@@ -76,6 +76,24 @@ static const char *const migrations[] = {
     "  versions TEXT NOT NULL,"
     "  command TEXT NOT NULL,"
     "  status TEXT NOT NULL CHECK(status IN ('running', 'done', 'interrupted', 'failed')));",
+    /* 2 -> 3: training runs, predicted against measured, so that anyone can see how
+     * right the predictions are (and regress on it). */
+    "CREATE TABLE runs("
+    "  id INTEGER PRIMARY KEY,"
+    "  created_at TEXT NOT NULL,"
+    "  host TEXT NOT NULL,"
+    "  git_revision TEXT NOT NULL,"
+    "  model TEXT NOT NULL,"
+    "  cluster TEXT NOT NULL,"
+    "  layout TEXT NOT NULL,"
+    "  world INTEGER NOT NULL CHECK(world >= 1),"
+    "  steps INTEGER NOT NULL CHECK(steps >= 1),"
+    "  predicted_step_s REAL NOT NULL,"
+    "  measured_step_s REAL NOT NULL CHECK(measured_step_s > 0),"
+    "  predicted_mfu REAL NOT NULL,"
+    "  measured_mfu REAL NOT NULL,"
+    "  predicted_memory_bytes REAL NOT NULL,"
+    "  measured_memory_bytes REAL NOT NULL);",
 };
 
 enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };
@@ -856,4 +874,25 @@ int pt_costdb_run_end(pt_costdb *db, int64_t id, const char *status, pt_err *err
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : sql_fail(db, err, "cannot record the end of the profile run");
+}
+
+int pt_costdb_add_run(pt_costdb *db, const pt_run_record *r, pt_err *err)
+{
+    if (!db || !db->sql)
+        return pt_err_set(err, "no cost database file to record the run in");
+    if (!(r->measured_step_s > 0) || r->world < 1 || r->steps < 1)
+        return pt_err_set(err, "%s: run record: measured step time %g, world %lld, steps %lld",
+                          where(db), r->measured_step_s, (long long)r->world,
+                          (long long)r->steps);
+    char now[32];
+    iso_now(now);
+    return insert_row(db,
+                      "INSERT INTO runs(created_at, host, git_revision, model, cluster, layout,"
+                      " world, steps, predicted_step_s, measured_step_s, predicted_mfu,"
+                      " measured_mfu, predicted_memory_bytes, measured_memory_bytes)"
+                      " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      "ttttttiidddddd", err, "cannot record the run", now, r->host,
+                      r->git_revision, r->model, r->cluster, r->layout, r->world, r->steps,
+                      r->predicted_step_s, r->measured_step_s, r->predicted_mfu,
+                      r->measured_mfu, r->predicted_memory_bytes, r->measured_memory_bytes);
 }

@@ -53,6 +53,20 @@ awk -v a="$pm" -v b="$pt" -v c="$lm" -v d="$lt" \
     'BEGIN { x = a * b; y = c * d; e = (x - y) / x; if (e < 0) e = -e; exit !(x > 0 && e < 1e-3) }' ||
     fail "ptrun's MFU ($lm x $lt s) and the plan's ($pm x $pt s) count different FLOPs"
 
+# --record: the run, predicted against measured, and its op timings (source trace) go
+# into the cost table, and ptplan then prices that layout from them.
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 6 --val-every 0 --sample 0 --quiet --record \
+    --db "$tmp/rec.db"
+[ "$(sqlite3 "$tmp/rec.db" "SELECT count(*) FROM runs WHERE measured_step_s > 0 AND world = 1 \
+      AND steps = 5 AND model = 'tiny' AND predicted_step_s > 0")" = 1 ] || fail "the run is recorded"
+[ "$(sqlite3 "$tmp/rec.db" "SELECT count(*) FROM kernel_samples WHERE source = 'trace'")" -gt 10 ] ||
+    fail "the run's op timings are recorded"
+layout=$(grep -o '"string": "[^"]*"' "$tmp/plan.json" | head -1 | cut -d'"' -f4)
+run 0 "$build/ptplan" --db "$tmp/rec.db" --devices 1 --layout "$layout" --json --no-out
+measured=$(grep -A3 '"provenance"' "$tmp/out" | grep '"measured"' | head -1 | tr -dc '0-9.')
+awk -v m="$measured" 'BEGIN { exit !(m > 0.9) }' ||
+    fail "the recorded layout is priced from the trace (measured share $measured)"
+
 # Stop after 6 of 12 steps with a checkpoint, resume: steps 7..12 match an
 # uninterrupted run bit for bit.
 run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \

@@ -47,10 +47,15 @@ static const char usage_text[] =
     "                       interruption would; --resume continues the same run\n"
     "  --threads N          BLAS threads of this rank [1]\n"
     "  --quiet              no per-step lines\n"
+    "  --record             append this run (predicted against measured step time, MFU,\n"
+    "                       memory) and its op timings (source trace) to the cost table\n"
+    "  --db FILE            the cost table for --record [$PT_COSTS_DB, else\n"
+    "                       ~/.local/share/ptplan/costs.db]\n"
     "  -h, --help           this text\n";
 
 typedef struct {
-    const char *plan, *data, *ckpt, *resume, *log, *trace;
+    const char *plan, *data, *ckpt, *resume, *log, *trace, *db;
+    bool record;
     int64_t steps, val_every, val_batches, ckpt_every, sample, threads, stop_after;
     bool quiet;
 } options;
@@ -58,13 +63,14 @@ typedef struct {
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
-           O_SAMPLE, O_THREADS, O_QUIET, O_STOP };
+           O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB };
     static const struct option longopts[] = {
         {"data", 1, 0, O_DATA}, {"steps", 1, 0, O_STEPS}, {"val-every", 1, 0, O_VAL},
         {"val-batches", 1, 0, O_VALB}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 1, 0, O_RESUME}, {"log", 1, 0, O_LOG},
         {"trace", 1, 0, O_TRACE}, {"sample", 1, 0, O_SAMPLE}, {"threads", 1, 0, O_THREADS},
         {"quiet", 0, 0, O_QUIET}, {"stop-after", 1, 0, O_STOP}, {"help", 0, 0, 'h'},
+        {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB},
         {0, 0, 0, 0}};
     *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1};
     opterr = 0;
@@ -85,6 +91,8 @@ static int parse_options(int argc, char **argv, options *o)
         case O_SAMPLE: bad = pt_cli_int("ptrun", "--sample", optarg, 0, 1 << 20, &o->sample); break;
         case O_THREADS: bad = pt_cli_int("ptrun", "--threads", optarg, 1, 1024, &o->threads); break;
         case O_QUIET: o->quiet = true; break;
+        case O_RECORD: o->record = true; break;
+        case O_DB: o->db = optarg; break;
         case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default:
@@ -118,6 +126,8 @@ typedef struct {
     pt_comm *comm;
     pt_dist dist;
     int rank, world, stage;
+    double time_sum, mfu_sum;  /* over the steps after this process's first */
+    int64_t timed_steps;
     bool has_data;            /* the first and last stage read data; others none */
     int64_t start_step;
     char config_hash[17];
@@ -207,7 +217,7 @@ static int build(const options *o, run *r, pt_err *err)
                        &r->sched, err))
         return -1;
     int slots = pt_sched_peak_in_flight(&r->sched, r->stage);
-    pt_trace_init(&r->trace, o->trace != NULL);
+    pt_trace_init(&r->trace, o->trace != NULL || o->record);
     if (pt_net_init(&r->net, p, r->kn, r->stage, slots, p->run.seed, &r->trace, err))
         return -1;
     r->net.rank = r->rank;
@@ -517,6 +527,11 @@ static int train(const options *o, run *r, pt_err *err)
             return 2;
         }
         report_step(o, r, step, &s, pt_trace_now() - t0);
+        if (step > r->start_step) { /* the first step pays for warming up */
+            r->time_sum += s.time_s;
+            r->mfu_sum += r->peak_flops > 0 ? r->model_flops / (s.time_s * r->peak_flops) : 0;
+            r->timed_steps++;
+        }
         if (o->val_every && (step + 1) % o->val_every == 0 && validate(o, r, step + 1, err))
             return -1;
         if (o->ckpt && o->ckpt_every && (step + 1) % o->ckpt_every == 0 &&
@@ -577,6 +592,44 @@ static void report_memory(run *r)
         fprintf(stderr, "%s\n", line);
 }
 
+/* Appends the run and rank 0's op timings to the cost table. */
+static int record_run(const options *o, run *r, pt_err *err)
+{
+    if (r->timed_steps == 0)
+        return pt_err_set(err, "--record needs at least two steps to time");
+    const pt_plan *p = &r->plan;
+    pt_run_record rec = {.world = r->world, .steps = r->timed_steps,
+                         .predicted_step_s = p->predicted.step_time_s,
+                         .measured_step_s = r->time_sum / (double)r->timed_steps,
+                         .predicted_mfu = p->predicted.mfu,
+                         .measured_mfu = r->mfu_sum / (double)r->timed_steps,
+                         .predicted_memory_bytes = p->memory.total_bytes,
+                         .measured_memory_bytes = (double)r->net.bytes};
+    gethostname(rec.host, sizeof rec.host - 1);
+    snprintf(rec.git_revision, sizeof rec.git_revision, "%s", PT_GIT_REVISION);
+    snprintf(rec.model, sizeof rec.model, "%s", p->model.name);
+    snprintf(rec.cluster, sizeof rec.cluster, "%s", p->cluster.name);
+    pt_layout_format(&p->layout, rec.layout, sizeof rec.layout);
+    char path[512];
+    if (o->db)
+        snprintf(path, sizeof path, "%s", o->db);
+    else
+        pt_cli_default_db(path, sizeof path, true);
+    pt_costdb *db;
+    int64_t ops = 0;
+    if (pt_costdb_open(path, PT_COSTDB_CREATE, &db, err))
+        return -1;
+    int rc = pt_trace_to_costdb(&r->trace, db, p->cluster.device.name, PT_SOURCE_TRACE, 1,
+                                &ops, err);
+    if (rc == 0)
+        rc = pt_costdb_add_run(db, &rec, err);
+    pt_costdb_close(db);
+    if (rc == 0)
+        printf("recorded in %s: the run (%.4g s/step measured, %.4g predicted) and %lld op "
+               "timings\n", path, rec.measured_step_s, rec.predicted_step_s, (long long)ops);
+    return rc;
+}
+
 static int go(const options *o, run *r, pt_err *err)
 {
     if (pt_plan_read(o->plan, &r->plan, err) || check_plan(o, r, err) || place(r, err))
@@ -601,6 +654,8 @@ static int go(const options *o, run *r, pt_err *err)
         return 0;
     if (rc)
         return rc < 0 ? 1 : rc;
+    if (o->record && r->rank == 0 && record_run(o, r, err))
+        return 1;
     /* the whole model is on every rank only without pipelining; rank 0 writes */
     if (o->sample && r->plan.layout.pp == 1 && r->rank == 0 && sample_text(r, o->sample, err))
         return 1;
