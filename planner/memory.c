@@ -254,11 +254,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
     bool first = stage == 0, last = stage == pp - 1;
     int64_t layers = (m->layers + pp - 1) / pp;
 
-    int64_t params = layers * pt_params_layer(m, l->tp);
-    if (first)
-        params += pt_params_embedding(m, l->tp);
-    if (last)
-        params += pt_params_head(m, l->tp, (int)pp);
+    int64_t params = pt_params_part(m, l->tp, (int)pp, layers, first, last);
     int64_t shard = pt_mem_pos(l->dp) * pt_mem_pos(l->cp);
     pt_model_states ms = pt_mem_model_states((double)params, (int)shard, l->zero, p);
 

@@ -81,3 +81,14 @@ int64_t pt_model_params_total(const pt_model *m)
     return pt_params_embedding(m, 1) + m->layers * pt_params_layer(m, 1) +
            pt_params_head(m, 1, 1);
 }
+
+int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool first,
+                       bool last)
+{
+    int64_t n = layers * pt_params_layer(m, tp);
+    if (first)
+        n += pt_params_embedding(m, tp);
+    if (last)
+        n += pt_params_head(m, tp, pp);
+    return n;
+}

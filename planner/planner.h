@@ -77,6 +77,13 @@ int64_t pt_params_head(const pt_model *m, int tp, int pp);/* final norm + output
                                                              a copy of the embedding when tied and p > 1,
                                                              and absent when tied and p = 1 */
 int64_t pt_model_params_total(const pt_model *m);         /* the published parameter count */
+/* Parameters of a part of the model on one tensor-parallel rank: `layers` transformer
+ * layers, with the embedding when `first` and the final norm and head when `last`
+ * (pp decides whether a tied head is a copy). The one count that the memory model
+ * (a pipeline stage), the simulator (a virtual stage) and the runtime's parameter
+ * table (checked against it) all use. */
+int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool first,
+                       bool last);
 
 /* ---- Cluster spec ------------------------------------------------------------ */
 

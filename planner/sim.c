@@ -129,13 +129,7 @@ static int price_micro_batch(const pricer *p, const pt_opctx *ctx, double layer_
 /* Parameters of virtual stage vs (of V). */
 static double stage_params(const pt_model *m, const pt_layout *l, int vs, int V)
 {
-    int64_t chunk_layers = m->layers / V;
-    double params = (double)chunk_layers * (double)pt_params_layer(m, l->tp);
-    if (vs == 0)
-        params += (double)pt_params_embedding(m, l->tp);
-    if (vs == V - 1)
-        params += (double)pt_params_head(m, l->tp, l->pp);
-    return params;
+    return (double)pt_params_part(m, l->tp, l->pp, m->layers / V, vs == 0, vs == V - 1);
 }
 
 static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,

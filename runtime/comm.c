@@ -120,22 +120,6 @@ static MPI_Comm comm_of(const pt_comm *c, int kind)
     return kind < 0 ? MPI_COMM_WORLD : c->group[kind];
 }
 
-int pt_comm_group_rank(const pt_comm *c, pt_group_kind kind)
-{
-    int r = 0;
-    if (c->mpi && c->group[kind] != MPI_COMM_NULL)
-        MPI_Comm_rank(c->group[kind], &r);
-    return r;
-}
-
-int pt_comm_group_size(const pt_comm *c, pt_group_kind kind)
-{
-    int s = 1;
-    if (c->mpi && c->group[kind] != MPI_COMM_NULL)
-        MPI_Comm_size(c->group[kind], &s);
-    return s;
-}
-
 /* MPI counts are ints: long buffers go in pieces. */
 #define PT_CHUNK (INT_MAX / 2)
 
@@ -194,14 +178,6 @@ int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t
                  ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, out, (int)n, MPI_FLOAT, comm)
                  : MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, comm);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "all-gather");
-}
-
-int pt_comm_send(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err)
-{
-    if (!c->mpi)
-        return pt_err_set(err, "internal: a send in a world of one");
-    int rc = MPI_Send(buf, (int)n, MPI_FLOAT, to, tag, MPI_COMM_WORLD);
-    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "send");
 }
 
 int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err)

@@ -226,14 +226,8 @@ static int alloc_state(pt_net *n, pt_err *err)
 /* The planner's count of this rank's parameters: what the memory model assumed. */
 static int64_t planned_params(const pt_net *n)
 {
-    const pt_model *m = &n->spec;
-    const pt_layout *l = &n->layout;
-    int64_t count = n->n_layers * pt_params_layer(m, l->tp);
-    if (n->stage == 0)
-        count += pt_params_embedding(m, l->tp);
-    if (n->stage == l->pp - 1)
-        count += pt_params_head(m, l->tp, l->pp);
-    return count;
+    return pt_params_part(&n->spec, n->layout.tp, n->layout.pp, n->n_layers, n->stage == 0,
+                          n->stage == n->layout.pp - 1);
 }
 
 int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slots,

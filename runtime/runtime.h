@@ -146,9 +146,6 @@ int pt_comm_size(const pt_comm *c);
 /* Builds a communicator for every group kind of `g` (tp, cp, dp, pp, dp*cp, tp*cp)
  * and the tied-embedding pair (the first and last stage of each pipeline). */
 int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err);
-/* This rank's index in its group of `kind`, and the group's size. */
-int pt_comm_group_rank(const pt_comm *c, pt_group_kind kind);
-int pt_comm_group_size(const pt_comm *c, pt_group_kind kind);
 
 /* Sums in place over the group (kind = PT_GROUP_COUNT: the tied-embedding pair;
  * kind < 0: the whole world). */
@@ -160,8 +157,7 @@ int pt_comm_reducescatter(pt_comm *c, int kind, const float *in, float *out, int
 /* Every rank's n elements, in group order, into out (n·size); in may be out + rank·n. */
 int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                       pt_err *err);
-/* Point to point between world ranks; the tag tells transfers apart. */
-int pt_comm_send(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err);
+/* A blocking receive from a world rank; the tag tells transfers apart. */
 int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err);
 /* Rank 0's n bytes to every rank of the world. */
 int pt_comm_bcast(pt_comm *c, void *buf, int64_t n, pt_err *err);
