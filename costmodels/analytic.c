@@ -9,7 +9,7 @@
  * taking ring or tree as NCCL does, and a hierarchical form for groups that span
  * nodes. This file also owns the defaults used for figures that are 0 (unknown).
  */
-#include "cost.h"
+#include "internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -50,6 +50,17 @@ static double peak_for(const pt_cost_hw *hw, pt_dtype d, pt_dtype *from)
 static double or_default(double v, double dflt)
 {
     return v > 0 && isfinite(v) ? v : dflt;
+}
+
+double pt_cost_peak(const pt_cost_hw *hw, pt_dtype d)
+{
+    pt_dtype from;
+    return peak_for(hw, d, &from);
+}
+
+double pt_cost_mem_bw(const pt_cost_hw *hw)
+{
+    return or_default(hw->mem_bw_Bps, DEFAULT_MEM_BW_BPS);
 }
 
 static void note_add(char *buf, size_t cap, size_t *len, const char *text)

@@ -120,7 +120,10 @@ double pt_cost_coll_analytic(const pt_cost_hw *hw, const pt_coll_op *op);
 
 typedef struct pt_costdb pt_costdb;
 
-enum { PT_COSTDB_READ = 0, PT_COSTDB_CREATE = 1 };
+enum { PT_COSTDB_READ = 0, PT_COSTDB_CREATE = 1,
+       /* leave out the samples taken from traces: the tables as profiled, before any
+        * run was calibrated into them */
+       PT_COSTDB_PROFILE_ONLY = 2 };
 
 /* The schema version this build writes and reads. Older databases are migrated
  * on open (in a transaction); newer ones are refused. */
@@ -185,8 +188,11 @@ typedef struct {
 int pt_costdb_run_begin(pt_costdb *db, const pt_profile_run *run, int64_t *id, pt_err *err);
 int pt_costdb_run_end(pt_costdb *db, int64_t id, const char *status, pt_err *err);
 
-/* A training run, predicted against measured (table runs). */
+/* A training run, predicted against measured (table runs). The fields from plan_id
+ * on came with schema version 4; older rows read back with them empty. */
 typedef struct {
+    int64_t id;                /* set by reads; ignored by writes */
+    char created_at[32];       /* set by reads (UTC, ISO 8601); ignored by writes */
     char host[128];
     char git_revision[48];
     char model[64], cluster[64], layout[256];
@@ -194,10 +200,114 @@ typedef struct {
     double predicted_step_s, measured_step_s;
     double predicted_mfu, measured_mfu;
     double predicted_memory_bytes, measured_memory_bytes;
+    char plan_id[17];          /* identity of the plan file trained (pt_trace_plan_id) */
+    char plan_path[512];       /* where it was, and the run's log and trace, "" if none */
+    char log_path[512];
+    char trace_path[512];
 } pt_run_record;
+
+/* One rank of a run: its memory, predicted for its stage against measured. */
+typedef struct {
+    int rank, stage;
+    double predicted_memory_bytes;  /* the memory model's figure for the rank's stage */
+    double measured_memory_bytes;   /* what the rank's model allocated on its backend */
+    double peak_rss_bytes;          /* the rank's process at its peak (resident set) */
+} pt_run_rank;
+
+/* A timed span of a run: an instruction of the schedule program (key "") or an op
+ * (key = its cost-table key), on one rank and stream, with the micro-batch and
+ * model chunk it worked on (-1 when none). Times are seconds on the run's common
+ * clock (see traces/trace.c for how ranks' clocks are aligned). */
+typedef struct {
+    char name[48];   /* what ran: "fwd mb3 c0", "q", "attn_bwd", ... */
+    char key[128];   /* the op's cost-table key; "" for instructions */
+    int rank;
+    int stream;      /* 0 compute, 1 communication */
+    int mb, chunk;
+    double t0_s;
+    double dur_s;
+    double flops, bytes; /* of an op span, for cost samples */
+    pt_dtype dtype;
+} pt_span;
 
 /* Appends a run; the table must be a file. */
 int pt_costdb_add_run(pt_costdb *db, const pt_run_record *r, pt_err *err);
+/* Appends a run with its ranks and spans (either may be 0 long) in one transaction;
+ * *id (may be NULL) receives the run's id. */
+int pt_costdb_record_run(pt_costdb *db, const pt_run_record *r, const pt_run_rank *ranks,
+                         int n_ranks, const pt_span *spans, size_t n_spans, int64_t *id,
+                         pt_err *err);
+/* Reads every run in the order recorded; *out is malloc'd (the caller frees; NULL when
+ * there is none). */
+int pt_costdb_runs(const pt_costdb *db, pt_run_record **out, size_t *n, pt_err *err);
+/* A run's ranks (by rank) and spans (by rank, then start); malloc'd, caller frees. */
+int pt_costdb_run_ranks(const pt_costdb *db, int64_t run_id, pt_run_rank **out, size_t *n,
+                        pt_err *err);
+int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size_t *n,
+                        pt_err *err);
+
+/* ---- Calibration (costmodels/fit.c) ------------------------------------------------ */
+
+/* The analytic fallbacks assume an efficiency per kind of kernel and a latency and
+ * bandwidth per link level. Calibration fits them to measured samples by least squares;
+ * the fitted figures are stored in the database (tables kernel_fits and link_fits) and
+ * then used by every lookup that falls back to the analytic model of that device or
+ * backend.
+ *
+ * Kernels are fitted per class: every GEMM ("gemm", the efficiency curve of the GEMM
+ * roofline) together, every other kind on its own ("attn_fwd", "gelu_bwd", ...: their
+ * costs differ too much for one curve, a transcendental per element against a copy). */
+#define PT_FIT_MAX_CLASSES 64
+
+/* The class of a kernel: "gemm" for GEMM and matmul kinds, else the key's kind. */
+void pt_fit_class_of(const pt_kernel_op *op, char cls[32]);
+
+/* time = x / eff + fixed_s, where x is the time at 100% of the device: FLOPs at peak
+ * when the kernel has FLOPs, else bytes at the memory bandwidth. */
+typedef struct {
+    char cls[32];
+    double eff;           /* share of the peak FLOP/s (of the bandwidth without FLOPs) */
+    double fixed_s;       /* per-kernel fixed time: launch, ramp-up */
+    int samples;          /* distinct keys fitted */
+    double rms_rel_err;   /* of the fit over its samples */
+} pt_kernel_fit;
+
+typedef struct {
+    int n;
+    pt_kernel_fit v[PT_FIT_MAX_CLASSES];
+} pt_kernel_fits;
+
+/* Alpha-beta of one link level: a step costs alpha_s + bytes / bw_Bps. */
+typedef struct {
+    bool ok;
+    double alpha_s, bw_Bps;
+    int samples;
+    double rms_rel_err;
+} pt_link_fit;
+
+/* Fits each kernel class of device hw->device from its samples (the median of each
+ * key's repeats, every source), minimising the sum of squared relative errors; a class
+ * measured at one size only gets its efficiency alone (fixed time 0). */
+void pt_cost_fit_kernels(const pt_costdb *db, const pt_cost_hw *hw, pt_kernel_fits *out);
+/* Fits alpha and beta of the intra-node level (groups inside one node) and the
+ * inter-node level (one rank per node) from the collective samples of `backend`. */
+void pt_cost_fit_links(const pt_costdb *db, const char *backend, pt_link_fit *intra,
+                       pt_link_fit *inter);
+/* Stores fits (replacing earlier fits of the same device or backend); fitted ones only. */
+int pt_costdb_put_kernel_fits(pt_costdb *db, const char *device, const pt_kernel_fits *fits,
+                              pt_err *err);
+int pt_costdb_put_link_fits(pt_costdb *db, const char *backend, const pt_link_fit *intra,
+                            const pt_link_fit *inter, pt_err *err);
+/* The stored fits of a device / backend (links not stored have ok false). */
+void pt_costdb_kernel_fits(const pt_costdb *db, const char *device, pt_kernel_fits *out);
+void pt_costdb_link_fits(const pt_costdb *db, const char *backend, pt_link_fit *intra,
+                         pt_link_fit *inter);
+/* The analytic models with fitted figures: a kernel whose class has no fit (or fits
+ * NULL) gets the built-in curve (pt_cost_kernel_analytic); a level not ok uses hw's. */
+double pt_cost_kernel_fitted(const pt_cost_hw *hw, const pt_kernel_op *op,
+                             const pt_kernel_fits *fits);
+double pt_cost_coll_fitted(const pt_cost_hw *hw, const pt_coll_op *op,
+                           const pt_link_fit *intra, const pt_link_fit *inter);
 
 /* What identifies the table a prediction was made with (written into plan.json). */
 typedef struct {

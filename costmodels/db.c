@@ -94,6 +94,55 @@ static const char *const migrations[] = {
     "  measured_mfu REAL NOT NULL,"
     "  predicted_memory_bytes REAL NOT NULL,"
     "  measured_memory_bytes REAL NOT NULL);",
+    /* 3 -> 4: closing the loop. A run names the plan it trained and its files; its
+     * ranks' memory and every span of its merged trace are kept beside it, so that
+     * calibration and reports can be made from the database alone; and the figures
+     * that calibration fits for the analytic fallbacks are stored for the planner. */
+    "ALTER TABLE runs ADD COLUMN plan_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE runs ADD COLUMN plan_path TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE runs ADD COLUMN log_path TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE runs ADD COLUMN trace_path TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE run_ranks("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  rank INTEGER NOT NULL CHECK(rank >= 0),"
+    "  stage INTEGER NOT NULL CHECK(stage >= 0),"
+    "  predicted_memory_bytes REAL NOT NULL,"
+    "  measured_memory_bytes REAL NOT NULL,"
+    "  peak_rss_bytes REAL NOT NULL,"
+    "  PRIMARY KEY(run_id, rank));"
+    "CREATE TABLE spans("
+    "  id INTEGER PRIMARY KEY,"
+    "  run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  rank INTEGER NOT NULL CHECK(rank >= 0),"
+    "  stream INTEGER NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  op_key TEXT NOT NULL,"
+    "  mb INTEGER NOT NULL,"
+    "  chunk INTEGER NOT NULL,"
+    "  start_s REAL NOT NULL,"
+    "  dur_s REAL NOT NULL CHECK(dur_s >= 0),"
+    "  flops REAL NOT NULL,"
+    "  bytes REAL NOT NULL,"
+    "  dtype TEXT NOT NULL);"
+    "CREATE INDEX spans_by_run ON spans(run_id, rank, start_s);"
+    "CREATE TABLE kernel_fits("
+    "  device TEXT NOT NULL,"
+    "  class TEXT NOT NULL,"
+    "  eff REAL NOT NULL CHECK(eff > 0),"
+    "  fixed_s REAL NOT NULL CHECK(fixed_s >= 0),"
+    "  samples INTEGER NOT NULL,"
+    "  rms_rel_err REAL NOT NULL,"
+    "  created_at TEXT NOT NULL,"
+    "  PRIMARY KEY(device, class));"
+    "CREATE TABLE link_fits("
+    "  backend TEXT NOT NULL,"
+    "  level TEXT NOT NULL CHECK(level IN ('intra', 'inter')),"
+    "  alpha_s REAL NOT NULL CHECK(alpha_s >= 0),"
+    "  bw_Bps REAL NOT NULL CHECK(bw_Bps > 0),"
+    "  samples INTEGER NOT NULL,"
+    "  rms_rel_err REAL NOT NULL,"
+    "  created_at TEXT NOT NULL,"
+    "  PRIMARY KEY(backend, level));",
 };
 
 enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };
@@ -107,12 +156,12 @@ static const char *const source_names[] = {"profile", "trace"};
 
 /* ---- SQLite helpers ------------------------------------------------------------------ */
 
-static const char *where(const pt_costdb *db)
+const char *pt_costdb_where(const pt_costdb *db)
 {
     return db->path[0] ? db->path : "(in-memory cost table)";
 }
 
-static int sql_fail(const pt_costdb *db, pt_err *err, const char *what)
+int pt_costdb_sql_fail(const pt_costdb *db, pt_err *err, const char *what)
 {
     /* SQLite's own diagnosis of the file beats our guess at what went wrong. */
     int code = sqlite3_errcode(db->sql);
@@ -120,8 +169,13 @@ static int sql_fail(const pt_costdb *db, pt_err *err, const char *what)
         what = "not a cost database";
     else if (code == SQLITE_CORRUPT)
         what = "damaged database";
-    return pt_err_set(err, "%s: %s: %s", where(db), what, sqlite3_errmsg(db->sql));
+    return pt_err_set(err, "%s: %s: %s", pt_costdb_where(db), what, sqlite3_errmsg(db->sql));
 }
+
+#define where pt_costdb_where
+#define iso_now pt_costdb_iso_now
+#define insert_row pt_costdb_insert_row
+#define sql_fail pt_costdb_sql_fail
 
 static int exec(pt_costdb *db, const char *sql, pt_err *err, const char *what)
 {
@@ -145,7 +199,7 @@ static int query_int(pt_costdb *db, const char *sql, int64_t *out, pt_err *err,
     return 0;
 }
 
-static void iso_now(char out[32])
+void pt_costdb_iso_now(char out[32])
 {
     time_t now = time(NULL);
     struct tm tm;
@@ -410,9 +464,11 @@ static int load_kernels(pt_costdb *db, pt_err *err)
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db->sql,
                            "SELECT id, device, op_key, dtype, flops, bytes, time_s, kind, source,"
-                           " created_at FROM kernel_samples ORDER BY id",
+                           " created_at FROM kernel_samples WHERE source = 'profile' OR ?1 = 0"
+                           " ORDER BY id",
                            -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, err, "damaged cost database");
+    sqlite3_bind_int(st, 1, db->profile_only);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         char why[200];
@@ -449,9 +505,11 @@ static int load_colls(pt_costdb *db, pt_err *err)
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db->sql,
                            "SELECT id, backend, op, bytes, group_size, ranks_per_node, time_s,"
-                           " crosses_nodes, source, created_at FROM coll_samples ORDER BY id",
+                           " crosses_nodes, source, created_at FROM coll_samples"
+                           " WHERE source = 'profile' OR ?1 = 0 ORDER BY id",
                            -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, err, "damaged cost database");
+    sqlite3_bind_int(st, 1, db->profile_only);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         char why[200];
@@ -578,6 +636,7 @@ int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err)
                                "characters", path, sizeof db->path - 1);
     }
     snprintf(db->path, sizeof db->path, "%s", path);
+    db->profile_only = (flags & PT_COSTDB_PROFILE_ONLY) != 0;
 
     struct stat sb;
     if (stat(path, &sb) != 0) {
@@ -601,7 +660,7 @@ int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err)
     /* ptprofile's ranks may write one file at once: wait for the lock, don't fail. */
     sqlite3_busy_timeout(db->sql, 10000);
     if (check_schema(db, flags, err) || load_devices(db, err) || load_kernels(db, err) ||
-        load_colls(db, err) || build_indexes(db, err)) {
+        load_colls(db, err) || build_indexes(db, err) || pt_costdb_load_fits(db, err)) {
         pt_costdb_close(db);
         return -1;
     }
@@ -621,6 +680,7 @@ void pt_costdb_close(pt_costdb *db)
     free(db->cs);
     free(db->c_by_cfg);
     free(db->devs);
+    free(db->fits);
     free(db);
 }
 
@@ -628,8 +688,8 @@ void pt_costdb_close(pt_costdb *db)
 
 /* Binds the arguments described by `types` ('t' text, 'd' double, 'i' integer) and runs
  * one INSERT. */
-static int insert_row(pt_costdb *db, const char *sql, const char *types, pt_err *err,
-                      const char *what, ...)
+int pt_costdb_insert_row(pt_costdb *db, const char *sql, const char *types, pt_err *err,
+                         const char *what, ...)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
@@ -874,25 +934,4 @@ int pt_costdb_run_end(pt_costdb *db, int64_t id, const char *status, pt_err *err
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : sql_fail(db, err, "cannot record the end of the profile run");
-}
-
-int pt_costdb_add_run(pt_costdb *db, const pt_run_record *r, pt_err *err)
-{
-    if (!db || !db->sql)
-        return pt_err_set(err, "no cost database file to record the run in");
-    if (!(r->measured_step_s > 0) || r->world < 1 || r->steps < 1)
-        return pt_err_set(err, "%s: run record: measured step time %g, world %lld, steps %lld",
-                          where(db), r->measured_step_s, (long long)r->world,
-                          (long long)r->steps);
-    char now[32];
-    iso_now(now);
-    return insert_row(db,
-                      "INSERT INTO runs(created_at, host, git_revision, model, cluster, layout,"
-                      " world, steps, predicted_step_s, measured_step_s, predicted_mfu,"
-                      " measured_mfu, predicted_memory_bytes, measured_memory_bytes)"
-                      " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      "ttttttiidddddd", err, "cannot record the run", now, r->host,
-                      r->git_revision, r->model, r->cluster, r->layout, r->world, r->steps,
-                      r->predicted_step_s, r->measured_step_s, r->predicted_mfu,
-                      r->measured_mfu, r->predicted_memory_bytes, r->measured_memory_bytes);
 }

@@ -70,6 +70,17 @@ void pt_costdb_identity(const pt_costdb *db, pt_costdb_id *out)
             h = fnv_u64(fnv_u64(h, (uint64_t)s->group), (uint64_t)s->ranks_per_node);
             h = fnv_double(fnv_double(h, s->bytes), s->time_s);
         }
+        /* fitted figures change what analytic lookups answer; summed row hashes do
+         * not depend on the order the fits were stored in */
+        uint64_t fits = 0;
+        for (size_t i = 0; i < db->nfits; i++) {
+            const pt_fit_row *f = &db->fits[i];
+            uint64_t r = fnv_u64(fnv_str(fnv_str(FNV_OFFSET, f->target), f->cls),
+                                 (uint64_t)f->what);
+            fits += fnv_double(fnv_double(r, f->p1), f->p2);
+        }
+        if (db->nfits)
+            h = fnv_u64(fnv_u64(h, db->nfits), fits);
     } else {
         out->schema_version = pt_costdb_schema_version();
     }

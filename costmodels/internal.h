@@ -32,6 +32,18 @@ typedef struct {
     double bytes, time_s;
 } pt_csample;
 
+/* One stored fit: of a kernel class `cls` of a device (what = PT_FIT_KERNEL) or of a
+ * link level of a backend (what = PT_FIT_INTRA, PT_FIT_INTER). */
+enum { PT_FIT_KERNEL, PT_FIT_INTRA, PT_FIT_INTER };
+typedef struct {
+    char target[64];          /* device or backend */
+    int what;
+    char cls[32];
+    double p1, p2;            /* eff and fixed_s, or alpha_s and bw_Bps */
+    int samples;
+    double rms_rel_err;
+} pt_fit_row;
+
 struct pt_costdb {
     char path[512];           /* "" for the in-memory table */
     sqlite3 *sql;             /* NULL for the in-memory table */
@@ -48,6 +60,10 @@ struct pt_costdb {
 
     pt_cost_hw *devs;         /* device descriptions, one per name */
     size_t ndev, capdev;
+
+    bool profile_only;        /* opened with PT_COSTDB_PROFILE_ONLY */
+    pt_fit_row *fits;         /* fitted figures (tables kernel_fits, link_fits) */
+    size_t nfits;
 };
 
 /* Levels of the kernel orders: comparing "up to level L" compares the first L
@@ -71,5 +87,24 @@ void pt_costdb_index_kernel(pt_costdb *db, uint32_t i);
 void pt_costdb_index_coll(pt_costdb *db, uint32_t i);
 /* Sorts all index arrays from scratch (after loading). tmp holds max(nk, nc). */
 void pt_costdb_index_all(pt_costdb *db, uint32_t *tmp);
+
+/* Shared by db.c, runs.c and fit.c: the file's name for messages, SQLite's diagnosis
+ * of a failure, the time now (UTC, ISO 8601), one INSERT with bound arguments ('t'
+ * text, 'd' double, 'i' int64). */
+const char *pt_costdb_where(const pt_costdb *db);
+int pt_costdb_sql_fail(const pt_costdb *db, pt_err *err, const char *what);
+void pt_costdb_iso_now(char out[32]);
+int pt_costdb_insert_row(pt_costdb *db, const char *sql, const char *types, pt_err *err,
+                         const char *what, ...);
+/* The peak FLOP/s the analytic models use for dtype d, and the memory bandwidth
+ * (hw's figures, else analytic.c's documented defaults). */
+double pt_cost_peak(const pt_cost_hw *hw, pt_dtype d);
+double pt_cost_mem_bw(const pt_cost_hw *hw);
+/* The analytic time of op on hw with the fit stored for its class, else the built-in
+ * curve (the lookups' fallback; no copying of fits on this hot path). */
+double pt_cost_kernel_stored_fit(const pt_costdb *db, const pt_cost_hw *hw,
+                                 const pt_kernel_op *op);
+/* Reads the fits tables into db->fits (fit.c). */
+int pt_costdb_load_fits(pt_costdb *db, pt_err *err);
 
 #endif

@@ -284,6 +284,9 @@ pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kerne
         if (kernel_interp(db, &q, &t) == 0)
             return (pt_cost){t, PT_PROV_INTERPOLATED};
     }
+    /* the analytic model, with the figures calibration fitted for this device */
+    if (db && db->nfits)
+        return (pt_cost){pt_cost_kernel_stored_fit(db, hw, op), PT_PROV_ANALYTIC};
     return (pt_cost){pt_cost_kernel_analytic(hw, op), PT_PROV_ANALYTIC};
 }
 
@@ -404,6 +407,11 @@ pt_cost pt_cost_coll(const pt_costdb *db, const pt_cost_hw *hw, const pt_coll_op
         } else if (coll_group_interp(db, &q, &t) == 0) {
             return (pt_cost){t, PT_PROV_INTERPOLATED};
         }
+    }
+    if (db && db->nfits) {
+        pt_link_fit intra, inter;
+        pt_costdb_link_fits(db, hw->backend, &intra, &inter);
+        return (pt_cost){pt_cost_coll_fitted(hw, op, &intra, &inter), PT_PROV_ANALYTIC};
     }
     return (pt_cost){pt_cost_coll_analytic(hw, op), PT_PROV_ANALYTIC};
 }

@@ -62,12 +62,13 @@ json_t *pt_sim_result_json(const pt_sim_result *r)
 
 static json_t *training_json(const pt_train *t, const pt_run_opts *r)
 {
-    return json_pack("{s:I, s:s, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:I, s:s}", "global_batch",
+    return json_pack("{s:I, s:s, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:I, s:s}", "global_batch",
                      (json_int_t)t->global_batch, "precision", pt_prec_name(t->precision),
                      "bucket_bytes", (json_int_t)t->bucket_bytes, "steps",
                      (json_int_t)r->steps, "lr", r->lr, "min_lr", r->min_lr, "warmup_steps",
                      (json_int_t)r->warmup_steps, "weight_decay", r->weight_decay,
-                     "grad_clip", r->grad_clip, "seed", (json_int_t)r->seed, "data", r->data);
+                     "grad_clip", r->grad_clip, "dropout", r->dropout, "seed",
+                     (json_int_t)r->seed, "data", r->data);
 }
 
 json_t *pt_plan_json(const pt_plan *p)
@@ -124,7 +125,8 @@ static const char *const layout_keys[] = {"string", "tp", "sp", "pp", "vp", "cp"
                                           "order", "world", NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
-                                            "weight_decay", "grad_clip", "seed", "data", NULL};
+                                            "weight_decay", "grad_clip", "dropout", "seed",
+                                            "data", NULL};
 static const char *const predicted_keys[] = {"step_time_s", "tokens_per_s", "mfu", "hfu",
                                              "bubble_fraction", "exposed_comm_fraction",
                                              "provenance", "stage_busy_s", "memory", NULL};
@@ -217,6 +219,7 @@ static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt
         get_int_in(&o, "warmup_steps", 0, 1LL << 40, &r->warmup_steps, err) ||
         get_real_in(&o, "weight_decay", 0, 1e3, &r->weight_decay, err) ||
         get_real_in(&o, "grad_clip", 0, 1e9, &r->grad_clip, err) ||
+        get_real_in(&o, "dropout", 0, 0.99, &r->dropout, err) ||
         get_int_in(&o, "seed", 0, INT64_MAX, &seed, err) ||
         pt_json_get_string(&o, "data", r->data, sizeof r->data, err))
         return -1;

@@ -536,6 +536,8 @@ typedef struct {
     int64_t warmup_steps;
     double weight_decay;
     double grad_clip;        /* global gradient-norm clip; 0 = none */
+    double dropout;          /* dropout probability on the embedding and the residual
+                                branches (GPT-2 trained with 0.1); 0 = none */
     uint64_t seed;
     char data[512];          /* token file or text file; "" = ptrun's built-in corpus */
 } pt_run_opts;

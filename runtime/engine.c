@@ -51,6 +51,10 @@ int pt_dist_init(pt_dist *d, pt_comm *comm, const pt_grid *g, int64_t rank, pt_e
         d->pipe[s] = (int)pt_grid_rank(g, coords);
     }
     pt_grid_coords(g, rank, coords);
+    d->dp_index = coords[PT_DIM_DP];
+    d->dp_count = g->size[PT_DIM_DP];
+    d->tp_rank = coords[PT_DIM_TP];
+    d->cp_rank = coords[PT_DIM_CP];
     d->dp_size = pt_grid_group_size(g, PT_GROUP_DPCP);
     int64_t *members = malloc((size_t)d->dp_size * sizeof *members);
     if (!members)
@@ -62,29 +66,53 @@ int pt_dist_init(pt_dist *d, pt_comm *comm, const pt_grid *g, int64_t rank, pt_e
 
 /* ---- Micro-batches ------------------------------------------------------------------------- */
 
+/* A micro-batch's tokens: whole sequences as the sampler gives them, and this rank's
+ * context-parallel chunks of them (the same arrays without cp). */
 typedef struct {
-    int32_t *inputs, *targets;
+    int32_t *inputs, *targets;   /* (b, s) */
+    int32_t *in_cp, *tg_cp;      /* (b, s/cp) */
+    bool cp;
 } batch;
 
-static int batch_alloc(batch *b, int64_t tokens)
+static int batch_alloc(batch *b, const pt_net *n)
 {
+    int64_t tokens = n->layout.mbs * n->spec.seq;
+    memset(b, 0, sizeof *b);
+    b->cp = n->layout.cp > 1;
     b->inputs = calloc((size_t)tokens, sizeof *b->inputs);
     b->targets = calloc((size_t)tokens, sizeof *b->targets);
-    return b->inputs && b->targets ? 0 : -1;
+    b->in_cp = b->cp ? calloc((size_t)tokens, sizeof *b->in_cp) : b->inputs;
+    b->tg_cp = b->cp ? calloc((size_t)tokens, sizeof *b->tg_cp) : b->targets;
+    return b->inputs && b->targets && b->in_cp && b->tg_cp ? 0 : -1;
 }
 
 static void batch_free(batch *b)
 {
+    if (b->cp) {
+        free(b->in_cp);
+        free(b->tg_cp);
+    }
     free(b->inputs);
     free(b->targets);
 }
 
+/* Fills the batch with `rows` samples from global sample `first`. */
+static void batch_fill(batch *b, const pt_net *n, const pt_sampler *data, int64_t first)
+{
+    pt_sampler_fill(data, first, (int)n->layout.mbs, b->inputs, b->targets);
+    if (b->cp) {
+        pt_net_cp_slice(n, b->inputs, b->in_cp);
+        pt_net_cp_slice(n, b->targets, b->tg_cp);
+    }
+}
+
 /* Global index of the first sample of micro-batch mb on this dp rank: the dp ranks
- * take consecutive shares of the step's global batch. */
+ * take consecutive shares of the step's global batch (the tp and cp ranks of one
+ * replica read the same samples). */
 static int64_t first_sample(const pt_plan *p, const pt_dist *d, int64_t step, int mb)
 {
-    return step * p->train.global_batch + (int64_t)d->dp_rank * p->layout.n_micro * p->layout.mbs +
-           (int64_t)mb * p->layout.mbs;
+    return step * p->train.global_batch +
+           (int64_t)d->dp_index * p->layout.n_micro * p->layout.mbs + (int64_t)mb * p->layout.mbs;
 }
 
 /* The activation slot of micro-batch mb: the micro-batches in flight are consecutive
@@ -94,9 +122,11 @@ static int slot_of(const pt_net *n, int mb)
     return mb % n->n_slots;
 }
 
-static size_t act_elems(const pt_net *n)
+/* Bytes of one micro-batch's activations (or their gradient) between stages, in the
+ * backend's activation type. */
+static int64_t act_bytes(const pt_net *n)
 {
-    return (size_t)(n->layout.mbs * n->spec.seq * n->spec.hidden);
+    return pt_net_act_elems(n) * (int64_t)pt_kdtype_bytes(n->kn->act_dtype);
 }
 
 /* Message tags: an edge between virtual stages, activations forward, gradients back. */
@@ -105,40 +135,54 @@ static int tag_grad_from(int64_t vs) { return (int)(2 * vs + 1) & 0x7fff; }
 
 /* ---- The optimizer step ---------------------------------------------------------------------- */
 
-/* The head's copy of a tied embedding (last stage, pp > 1) duplicates the first
- * stage's: it is left out of the gradient norm so that the norm counts it once. */
-static void tied_copy(const pt_net *n, int64_t *begin, int64_t *end)
+/* Whether parameter q is counted by this rank in sums over the whole model (the
+ * gradient norm, the weights' fingerprint): a copy held elsewhere too is counted
+ * once. The head's copy of a tied embedding (last stage, pp > 1) duplicates the first
+ * stage's; a tensor whole on every tp rank is counted by tp rank 0. */
+static bool counted_here(const pt_net *n, const pt_param *q)
 {
-    *begin = *end = 0;
-    if (!n->spec.tied_embeddings || n->layout.pp == 1 || n->stage != n->layout.pp - 1)
-        return;
-    const pt_param *q = pt_net_param(n, "wte");
-    if (q) {
-        *begin = q->offset;
-        *end = q->offset + q->count;
-    }
+    if (q->tp_whole && n->tp_rank != 0)
+        return false;
+    return !(n->spec.tied_embeddings && n->layout.pp > 1 && n->stage == n->layout.pp - 1 &&
+             strcmp(q->name, "wte") == 0);
 }
 
-/* Sum of squares of grad[lo, hi) without the tied copy. */
-static double sumsq_range(pt_net *n, const float *g, int64_t lo, int64_t hi)
+/* Sum of squares of elements [lo, hi) of buf (a parameter-shaped buffer, indexed
+ * from lo), over the parameters counted here. */
+static double sumsq_range(pt_net *n, const float *buf, int64_t lo, int64_t hi)
 {
-    int64_t tb, te;
-    tied_copy(n, &tb, &te);
     double s = 0;
-    if (te > tb && tb < hi && te > lo) {
-        if (tb > lo)
-            s += n->kn->sumsq(n->kn, g + lo, tb - lo);
-        if (hi > te)
-            s += n->kn->sumsq(n->kn, g + te, hi - te);
-        return s;
+    for (int i = 0; i < n->n_param; i++) {
+        const pt_param *q = &n->param[i];
+        int64_t a = q->offset > lo ? q->offset : lo;
+        int64_t b = q->offset + q->count < hi ? q->offset + q->count : hi;
+        if (a < b && counted_here(n, q))
+            s += n->kn->sumsq(n->kn, buf + (a - lo), b - a);
     }
-    return n->kn->sumsq(n->kn, g + lo, hi - lo);
+    return s;
+}
+
+/* With sequence parallelism each tp rank computed its norms' weight gradients from
+ * its own rows of the sequence: they are summed over tp (Korthikanti et al. 2022). */
+static int reduce_sp_norms(pt_net *n, const pt_dist *d, pt_err *err)
+{
+    if (!d->comm || !n->layout.sp || n->layout.tp == 1)
+        return 0;
+    for (int i = 0; i < n->n_param; i++) {
+        const pt_param *q = &n->param[i];
+        if (q->tp_whole && strstr(q->name, "norm") &&
+            pt_comm_allreduce(d->comm, PT_GROUP_TP, n->grad + q->offset, q->count, err))
+            return -1;
+    }
+    return 0;
 }
 
 /* AdamW over elements [lo, hi) of the buffers, parameter by parameter (weight decay
- * on matrices only, the GPT-2/llm.c practice). */
+ * on matrices only, the GPT-2/llm.c practice); master, grad, m and v hold element lo
+ * first. */
 static void adamw_range(pt_net *n, const pt_plan *p, float *master, const float *grad,
-                        int64_t lo, int64_t hi, double lr, int64_t step, float scale)
+                        float *m, float *v, int64_t lo, int64_t hi, double lr, int64_t step,
+                        float scale)
 {
     pt_kernels *kn = n->kn;
     for (int i = 0; i < n->n_param; i++) {
@@ -147,8 +191,8 @@ static void adamw_range(pt_net *n, const pt_plan *p, float *master, const float 
         int64_t b = q->offset + q->count < hi ? q->offset + q->count : hi;
         if (a >= b)
             continue;
-        uint16_t *b16 = n->w == n->master ? NULL : (uint16_t *)n->w + a;
-        kn->adamw(kn, master + (a - lo), b16, grad + (a - lo), n->m + a, n->v + a, b - a,
+        uint16_t *b16 = !n->w || n->w == n->master ? NULL : (uint16_t *)n->w + a;
+        kn->adamw(kn, master + (a - lo), b16, grad + (a - lo), m + (a - lo), v + (a - lo), b - a,
                   (float)lr, 0.9f, 0.95f, 1e-8f, q->decay ? (float)p->run.weight_decay : 0.0f,
                   (int)step + 1, scale);
     }
@@ -169,12 +213,13 @@ static int step_replicated(pt_net *n, const pt_dist *d, const pt_plan *p, int64_
                            pt_step_stats *out, pt_err *err)
 {
     double sumsq = sumsq_range(n, n->grad, 0, n->n_elems);
-    /* every dp replica holds the same gradients: the world's sum counts them dp times */
+    /* every dp·cp replica holds the same gradients: the world's sum counts them dp·cp
+     * times */
     if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err))
         return -1;
     out->grad_norm = sqrt(sumsq / d->dp_size);
     float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
-    adamw_range(n, p, n->master, n->grad, 0, n->n_elems, out->lr, step, scale);
+    adamw_range(n, p, n->master, n->grad, n->m, n->v, 0, n->n_elems, out->lr, step, scale);
     return 0;
 }
 
@@ -183,8 +228,10 @@ static int step_replicated(pt_net *n, const pt_dist *d, const pt_plan *p, int64_
 static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
                         pt_step_stats *out, pt_err *err)
 {
-    int64_t dp = d->dp_size, shard = (n->n_elems + dp - 1) / dp, lo = d->dp_rank * shard;
+    int64_t dp = d->dp_size, shard = n->opt_elems, lo = n->opt_first;
     int64_t hi = lo + shard < n->n_elems ? lo + shard : n->n_elems;
+    if (shard * dp < n->n_elems || lo != d->dp_rank * shard)
+        return pt_err_set(err, "internal: the optimizer shard does not match the dp group");
     float *padded = calloc((size_t)(shard * dp), sizeof *padded);
     float *mine = calloc((size_t)shard, sizeof *mine);
     int rc = padded && mine ? 0 : pt_err_set(err, "out of memory for ZeRO shards");
@@ -196,7 +243,7 @@ static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t s
     if (rc == 0 && hi > lo) {
         /* the shard's sum of squares, without the tied copy */
         memcpy(n->grad + lo, mine, (size_t)(hi - lo) * sizeof *mine);
-        sumsq = sumsq_range(n, n->grad, lo, hi);
+        sumsq = sumsq_range(n, n->grad + lo, lo, hi);
     }
     if (rc == 0)
         rc = pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err);
@@ -204,7 +251,8 @@ static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t s
         out->grad_norm = sqrt(sumsq);
         float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
         if (hi > lo)
-            adamw_range(n, p, n->master + lo, n->grad + lo, lo, hi, out->lr, step, scale);
+            adamw_range(n, p, n->master + lo, n->grad + lo, n->m, n->v, lo, hi, out->lr, step,
+                        scale);
         memcpy(padded + lo, n->master + lo, (size_t)(hi - lo) * sizeof *padded);
         rc = pt_comm_allgather(d->comm, PT_GROUP_DPCP, padded + lo, padded, shard, err);
     }
@@ -213,6 +261,31 @@ static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t s
     free(padded);
     free(mine);
     return rc;
+}
+
+/* ZeRO-3: every segment's gradient shard is complete (layers reduce-scattered theirs
+ * in backward; the embedding and head now); update the shards, gather the whole-kept
+ * segments back. */
+static int step_zero3(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
+                      pt_step_stats *out, pt_err *err)
+{
+    if (pt_z3_reduce_whole(n, err))
+        return -1;
+    double sumsq = 0;
+    for (int s = 0; s < pt_z3_segments(n); s++) {
+        pt_z3_shard h = pt_z3_shard_of(n, s);
+        sumsq += sumsq_range(n, h.grad, h.lo, h.hi);
+    }
+    /* the shards are disjoint over dp·cp: the world's sum counts each element once */
+    if (pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err))
+        return -1;
+    out->grad_norm = sqrt(sumsq);
+    float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
+    for (int s = 0; s < pt_z3_segments(n); s++) {
+        pt_z3_shard h = pt_z3_shard_of(n, s);
+        adamw_range(n, p, h.master, h.grad, h.m, h.v, h.lo, h.hi, out->lr, step, scale);
+    }
+    return pt_z3_gather_whole(n, err);
 }
 
 static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
@@ -224,9 +297,12 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
     if (rc == 0)
         rc = reduce_tied(n, d, err);
     if (rc == 0)
-        rc = p->layout.zero >= 1 && d->dp_size > 1 ? step_sharded(n, d, p, step, out, err)
-                                                  : step_replicated(n, d, p, step, out, err);
-    kn->zero(kn, n->grad, (size_t)n->n_elems * sizeof(float));
+        rc = reduce_sp_norms(n, d, err);
+    if (rc == 0)
+        rc = n->z3 ? step_zero3(n, d, p, step, out, err)
+             : p->layout.zero >= 1 && d->dp_size > 1 ? step_sharded(n, d, p, step, out, err)
+                                                     : step_replicated(n, d, p, step, out, err);
+    kn->zero(kn, n->grad, (size_t)(n->z3 ? n->opt_elems : n->n_elems) * sizeof(float));
     if (rc == 0 && kn->sync(kn))
         rc = pt_err_set(err, "%s", kn->err);
     return rc;
@@ -255,19 +331,20 @@ static int transfer(step_ctx *c, const pt_ins *in)
 {
     pt_net *n = c->n;
     int slot = slot_of(n, in->mb), peer = c->d->pipe[in->peer];
-    int64_t vs = vs_of(n, in->chunk), count = (int64_t)act_elems(n);
+    int64_t vs = vs_of(n, in->chunk), bytes = act_bytes(n);
     switch (in->kind) {
     case PT_INS_RECV_ACT:
-        return pt_comm_recv(c->d->comm, peer, tag_act_into(vs),
-                            pt_net_chunk_input(n, slot, in->chunk), count, c->err);
+        return pt_comm_recv_bytes(c->d->comm, peer, tag_act_into(vs),
+                                  pt_net_chunk_input(n, slot, in->chunk), bytes, c->err);
     case PT_INS_SEND_ACT:
-        return pt_comm_isend(c->d->comm, peer, tag_act_into(vs + 1),
-                             pt_net_chunk_output(n, slot, in->chunk), count, c->err);
+        return pt_comm_isend_bytes(c->d->comm, peer, tag_act_into(vs + 1),
+                                   pt_net_chunk_output(n, slot, in->chunk), bytes, c->err);
     case PT_INS_RECV_GRAD:
-        return pt_comm_recv(c->d->comm, peer, tag_grad_from(vs + 1), pt_net_dres(n), count,
-                            c->err);
+        return pt_comm_recv_bytes(c->d->comm, peer, tag_grad_from(vs + 1), pt_net_dres(n),
+                                  bytes, c->err);
     default: /* PT_INS_SEND_GRAD: the chunk's input gradient back */
-        return pt_comm_isend(c->d->comm, peer, tag_grad_from(vs), pt_net_dres(n), count, c->err);
+        return pt_comm_isend_bytes(c->d->comm, peer, tag_grad_from(vs), pt_net_dres(n), bytes,
+                                   c->err);
     }
 }
 
@@ -277,13 +354,15 @@ static int run_instruction(step_ctx *c, const pt_ins *in)
     const pt_plan *p = c->p;
     int64_t tokens_per_step = p->train.global_batch * p->model.seq;
     switch (in->kind) {
-    case PT_INS_FWD:
+    case PT_INS_FWD: {
+        int64_t first = first_sample(p, c->d, c->step, in->mb);
         if (c->data) /* only the first and last stage read data */
-            pt_sampler_fill(c->data, first_sample(p, c->d, c->step, in->mb), (int)p->layout.mbs,
-                            c->b->inputs, c->b->targets);
-        return pt_net_forward_chunk(n, slot_of(n, in->mb), in->chunk, c->b->inputs,
-                                    c->b->targets, 1.0f / (float)tokens_per_step, c->loss_sum,
+            batch_fill(c->b, n, c->data, first);
+        pt_net_set_batch(n, slot_of(n, in->mb), c->step, first, true);
+        return pt_net_forward_chunk(n, slot_of(n, in->mb), in->chunk, c->b->in_cp,
+                                    c->b->tg_cp, 1.0f / (float)tokens_per_step, c->loss_sum,
                                     c->err);
+    }
     case PT_INS_BWD:
         return pt_net_backward_chunk(n, slot_of(n, in->mb), in->chunk, c->err);
     case PT_INS_REDUCE_GRADS:
@@ -304,9 +383,7 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
     memset(out, 0, sizeof *out);
     double t0 = pt_trace_now(), loss_sum = 0;
     batch b;
-    if (p->layout.zero >= 3)
-        return pt_err_set(err, "ZeRO-3 is not run by this runtime yet: plan zero <= 2");
-    if (batch_alloc(&b, p->layout.mbs * p->model.seq)) {
+    if (batch_alloc(&b, n)) {
         batch_free(&b);
         return pt_err_set(err, "out of memory");
     }
@@ -323,7 +400,8 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
         pt_trace_add(n->trace, n->rank, 0, name, NULL, ti, pt_trace_now());
     }
     batch_free(&b);
-    /* the loss lives on the last stages: the world's sum is the global batch's */
+    /* the loss lives on the last stages' tp rank 0, in parts over cp: the world's sum
+     * is the global batch's */
     if (rc == 0 && d->comm)
         rc = pt_comm_allreduce_f64(d->comm, -1, &loss_sum, 1, err);
     out->loss = loss_sum / (double)(p->train.global_batch * p->model.seq);
@@ -335,20 +413,20 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
 static int eval_batch(pt_net *n, const pt_dist *d, const batch *b, double *sum, pt_err *err)
 {
     int pp = n->layout.pp;
-    int64_t V = (int64_t)pp * n->layout.vp, count = (int64_t)act_elems(n);
+    int64_t V = (int64_t)pp * n->layout.vp, bytes = act_bytes(n);
     for (int64_t vs = 0; vs < V; vs++) {
         int owner = (int)(vs % pp), chunk = (int)(vs / pp);
         if (owner != n->stage)
             continue;
         int rc = 0;
         if (vs > 0)
-            rc = pt_comm_recv(d->comm, d->pipe[(vs - 1) % pp], tag_act_into(vs),
-                              pt_net_chunk_input(n, 0, chunk), count, err);
+            rc = pt_comm_recv_bytes(d->comm, d->pipe[(vs - 1) % pp], tag_act_into(vs),
+                                    pt_net_chunk_input(n, 0, chunk), bytes, err);
         if (rc == 0)
-            rc = pt_net_forward_chunk(n, 0, chunk, b->inputs, b->targets, 0.0f, sum, err);
+            rc = pt_net_forward_chunk(n, 0, chunk, b->in_cp, b->tg_cp, 0.0f, sum, err);
         if (rc == 0 && vs < V - 1)
-            rc = pt_comm_isend(d->comm, d->pipe[(vs + 1) % pp], tag_act_into(vs + 1),
-                               pt_net_chunk_output(n, 0, chunk), count, err);
+            rc = pt_comm_isend_bytes(d->comm, d->pipe[(vs + 1) % pp], tag_act_into(vs + 1),
+                                     pt_net_chunk_output(n, 0, chunk), bytes, err);
         if (rc)
             return rc;
     }
@@ -360,7 +438,7 @@ int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t 
 {
     int64_t rows = n->layout.mbs, tokens = rows * n->spec.seq;
     batch b;
-    if (batch_alloc(&b, tokens)) {
+    if (batch_alloc(&b, n)) {
         batch_free(&b);
         return pt_err_set(err, "out of memory");
     }
@@ -369,24 +447,32 @@ int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t 
     for (int64_t i = 0; i < batches && rc == 0; i++) {
         /* validation samples in a fixed order, the same on every dp rank */
         if (data)
-            pt_sampler_fill(data, i * rows, (int)rows, b.inputs, b.targets);
+            batch_fill(&b, n, data, i * rows);
         if (n->layout.pp == 1 && n->layout.vp == 1)
-            rc = pt_net_forward(n, 0, b.inputs, b.targets, 0.0f, &sum, err);
+            rc = pt_net_forward(n, 0, b.in_cp, b.tg_cp, 0.0f, &sum, err);
         else
             rc = eval_batch(n, d, &b, &sum, err);
     }
     batch_free(&b);
-    /* each dp replica evaluated the same batches; the loss sits on the last stages */
+    /* each dp replica evaluated the same batches; the loss sits on the last stages'
+     * tp rank 0, in parts over cp */
     if (rc == 0 && d->comm)
         rc = pt_comm_allreduce_f64(d->comm, -1, &sum, 1, err);
-    *loss = sum / (double)(batches * tokens) / (double)d->dp_size;
+    *loss = sum / (double)(batches * tokens) / (double)d->dp_count;
     return rc;
 }
 
 double pt_engine_param_sumsq(pt_net *n, const pt_dist *d, pt_err *err)
 {
-    double s = sumsq_range(n, n->master, 0, n->n_elems);
+    double s = 0;
+    if (n->z3) /* disjoint shards: each element once over dp·cp */
+        for (int i = 0; i < pt_z3_segments(n); i++) {
+            pt_z3_shard h = pt_z3_shard_of(n, i);
+            s += sumsq_range(n, h.master, h.lo, h.hi);
+        }
+    else
+        s = sumsq_range(n, n->master, 0, n->n_elems);
     if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &s, 1, err))
         return -1;
-    return s / d->dp_size; /* each dp replica holds the same weights */
+    return n->z3 ? s : s / d->dp_size; /* each dp·cp replica holds the same weights */
 }

@@ -13,25 +13,66 @@
  */
 #include "model_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- Sizes ------------------------------------------------------------------------------ */
 
 typedef struct {
-    int64_t b, s, T;          /* micro-batch, sequence, tokens */
+    int64_t b, s, T;          /* micro-batch, sequence on this rank (s/cp), tokens */
+    int64_t R;                /* rows of the residual stream here: T, or T/t with sp */
+    int64_t sc;               /* cp: one sequence chunk, s/(2·cp); s without cp */
     int h, a, kh, d, f, v;    /* per rank: a, kh, f and v already divided by t */
+    int t, tr, cp, cr;        /* tp size and rank, cp size and rank */
+    bool sp;
 } dims;
 
 static dims dims_of(const pt_net *n)
 {
     const pt_model *m = &n->spec;
-    int t = n->layout.tp;
-    dims d = {.b = n->layout.mbs, .s = m->seq / n->layout.cp, .h = (int)m->hidden,
+    const pt_layout *l = &n->layout;
+    int t = l->tp;
+    dims d = {.b = l->mbs, .s = m->seq / l->cp, .h = (int)m->hidden,
               .a = (int)(m->heads / t), .kh = (int)(m->kv_heads / t),
               .d = (int)(m->hidden / m->heads), .f = (int)(m->ffn / t),
-              .v = (int)(pt_vocab_padded(m, t) / t)};
+              .v = (int)(pt_vocab_padded(m, t) / t), .t = t, .tr = n->tp_rank, .cp = l->cp,
+              .cr = n->cp_rank, .sp = l->sp && t > 1};
     d.T = d.b * d.s;
+    d.R = d.sp ? d.T / t : d.T;
+    d.sc = d.cp > 1 ? d.s / 2 : d.s;
     return d;
+}
+
+int64_t pt_net_act_elems(const pt_net *n)
+{
+    dims d = dims_of(n);
+    return d.R * d.h;
+}
+
+/* Context parallelism with causal load balancing (Megatron-LM's context parallel,
+ * Liu et al. 2023's ring attention): the sequence is cut into 2·cp chunks and cp
+ * rank i holds chunks i and 2·cp-1-i, so every rank gets the same share of the
+ * causal triangle. Position of the first token of this rank's piece p (0 or 1). */
+static int64_t piece_pos(const dims *d, int cr, int piece)
+{
+    if (d->cp == 1)
+        return 0;
+    return (piece == 0 ? cr : 2 * d->cp - 1 - cr) * d->sc;
+}
+
+static int pieces(const dims *d)
+{
+    return d->cp > 1 ? 2 : 1;
+}
+
+void pt_net_cp_slice(const pt_net *n, const int32_t *full, int32_t *local)
+{
+    dims d = dims_of(n);
+    int64_t s = n->spec.seq;
+    for (int64_t bi = 0; bi < d.b; bi++)
+        for (int p = 0; p < pieces(&d); p++)
+            memcpy(local + bi * d.s + p * d.sc, full + bi * s + piece_pos(&d, d.cr, p),
+                   (size_t)d.sc * sizeof *local);
 }
 
 /* ---- Allocation of slots and scratch ---------------------------------------------------- */
@@ -52,18 +93,18 @@ static float *take(carve *c, int64_t elems, size_t elem_bytes)
 
 static void carve_layer(carve *c, const pt_net *n, const dims *d, size_t ab, pt_layer_acts *L)
 {
-    L->ln1 = take(c, d->T * d->h, ab);
-    L->ln1_mean = take(c, d->T, 4);
-    L->ln1_rstd = take(c, d->T, 4);
+    L->ln1 = take(c, d->R * d->h, ab);
+    L->ln1_mean = take(c, d->R, 4);
+    L->ln1_rstd = take(c, d->R, 4);
     L->q = take(c, d->T * d->a * d->d, ab);
     L->k = take(c, d->T * d->kh * d->d, ab);
     L->v = take(c, d->T * d->kh * d->d, ab);
     L->att = take(c, d->T * d->a * d->d, ab);
     L->lse = take(c, d->b * d->a * d->s, 4);
-    L->x2 = take(c, d->T * d->h, ab);
-    L->ln2 = take(c, d->T * d->h, ab);
-    L->ln2_mean = take(c, d->T, 4);
-    L->ln2_rstd = take(c, d->T, 4);
+    L->x2 = take(c, d->R * d->h, ab);
+    L->ln2 = take(c, d->R * d->h, ab);
+    L->ln2_mean = take(c, d->R, 4);
+    L->ln2_rstd = take(c, d->R, 4);
     L->gate = n->spec.act == PT_ACT_SWIGLU ? take(c, d->T * d->f, ab) : NULL;
     L->up = take(c, d->T * d->f, ab);
     L->act = take(c, d->T * d->f, ab);
@@ -77,7 +118,7 @@ static void carve_slot(carve *c, const pt_net *n, const dims *d, pt_acts *A)
     A->tokens = (int32_t *)take(c, d->T, 4);
     A->targets = (int32_t *)take(c, d->T, 4);
     for (int64_t l = 0; l < L + n->layout.vp; l++) /* each chunk's input and layer outputs */
-        A->x[l] = take(c, d->T * d->h, ab);
+        A->x[l] = take(c, d->R * d->h, ab);
     bool shared = n->layout.recompute == PT_RECOMPUTE_FULL;
     for (int64_t l = 0; l < L; l++) {
         if (shared && l > 0)
@@ -85,27 +126,40 @@ static void carve_slot(carve *c, const pt_net *n, const dims *d, pt_acts *A)
         else
             carve_layer(c, n, d, ab, &A->layer[l]);
     }
-    A->lnf = take(c, d->T * d->h, ab);
-    A->lnf_mean = take(c, d->T, 4);
-    A->lnf_rstd = take(c, d->T, 4);
+    A->lnf = take(c, d->R * d->h, ab);
+    A->lnf_mean = take(c, d->R, 4);
+    A->lnf_rstd = take(c, d->R, 4);
     A->logits = take(c, d->T * d->v, ab);
     A->losses = take(c, d->T, 4);
 }
 
+/* Scratch the layout needs: gathers and reduce-scatters with sp, dropout's branch
+ * gradient, vocab-parallel loss statistics with tp, the K/V ring with cp. */
 static void carve_scratch(carve *c, const pt_net *n, const dims *d, pt_scratch *S)
 {
     size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
-    S->dres = take(c, d->T * d->h, ab);
-    S->dln = take(c, d->T * d->h, ab);
+    int64_t Th = d->T * d->h, kv = d->T * d->kh * d->d;
+    S->dres = take(c, d->R * d->h, ab);
+    S->dln = take(c, Th, ab);
+    S->dlns = d->sp ? take(c, d->R * d->h, ab) : S->dln;
+    S->gath = d->sp ? take(c, Th, ab) : NULL;
+    S->gdres = d->sp ? take(c, Th, ab) : S->dres;
+    S->rout = d->sp ? take(c, Th, ab) : NULL;
+    S->ddrop = n->dropout > 0 ? take(c, Th, ab) : NULL;
     S->dq = take(c, d->T * d->a * d->d, ab);
-    S->dk = take(c, d->T * d->kh * d->d, ab);
-    S->dv = take(c, d->T * d->kh * d->d, ab);
+    S->dk = take(c, kv, ab);
+    S->dv = take(c, kv, ab);
     S->dqr = take(c, d->T * d->a * d->d, ab);
-    S->dkr = take(c, d->T * d->kh * d->d, ab);
+    S->dkr = take(c, kv, ab);
     S->datt = take(c, d->T * d->a * d->d, ab);
     S->dgate = take(c, d->T * d->f, ab);
     S->dup = take(c, d->T * d->f, ab);
     S->dact = take(c, d->T * d->f, ab);
+    S->ce = d->t > 1 ? take(c, 3 * d->T, 4) : NULL;
+    for (int i = 0; i < 2; i++)
+        S->ring[i] = d->cp > 1 ? take(c, 4 * kv, ab) : NULL;
+    S->part = d->cp > 1 ? take(c, d->sc * d->a * d->d, ab) : NULL;
+    S->part_lse = d->cp > 1 ? take(c, d->a * d->sc, 4) : NULL;
 }
 
 static pt_acts *alloc_slot(pt_net *n, const dims *d)
@@ -162,6 +216,17 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
 {
     dims d = dims_of(n);
+    if (n->dropout > 0 && (!n->kn->dropout_forward || !n->kn->dropout_backward))
+        return pt_err_set(err, "dropout %g: the %s backend has no dropout kernels",
+                          (double)n->dropout, n->kn->name);
+    if ((d.t > 1 || d.cp > 1) && !n->comm)
+        return pt_err_set(err, "internal: tp = %d, cp = %d needs a communicator", d.t, d.cp);
+    if (d.sp && d.T % d.t)
+        return pt_err_set(err, "sequence parallelism: %lld tokens per micro-batch do not "
+                               "split over tp = %d", (long long)d.T, d.t);
+    if (d.cp > 1 && n->spec.seq % (2 * d.cp))
+        return pt_err_set(err, "context parallelism: sequence %lld does not split into "
+                               "2·cp = %d chunks", (long long)n->spec.seq, 2 * d.cp);
     if (build_op_lists(n, p))
         return pt_err_set(err, "out of memory building the op lists");
     n->slot = calloc((size_t)slots, sizeof *n->slot);
@@ -202,6 +267,99 @@ void pt_net_free_runtime(pt_net *n)
     n->scratch = NULL;
 }
 
+/* ---- The op context ---------------------------------------------------------------------- */
+
+typedef struct {
+    pt_net *n;
+    pt_acts *A;
+    pt_scratch *S;
+    dims d;
+    int64_t l;      /* layer (global index, names its parameters), -1 outside */
+    int64_t li;     /* the layer's index on this rank (its activations) */
+    int64_t xi;     /* index in A->x of the layer's input */
+    float dloss;
+    const float *col_in; /* (T, h) input of the next column-parallel GEMMs */
+    const pt_oplist *list;
+    int at;         /* index in list of the op running */
+    pt_err *err;
+} ctx;
+
+static const float kEps = 1e-5f;
+/* RoPE base: LLaMA 2's 10000 (the model spec does not carry LLaMA 3's 500000 yet). */
+static const float kRopeTheta = 10000.0f;
+
+static size_t act_bytes(const ctx *c, int64_t elems)
+{
+    return (size_t)elems * pt_kdtype_bytes(c->n->kn->act_dtype);
+}
+
+/* Element i of a (rows, cols) [act] buffer. */
+static float *at_elem(const ctx *c, const float *buf, int64_t i)
+{
+    return (float *)((const char *)buf + act_bytes(c, i));
+}
+
+/* ---- Dropout -------------------------------------------------------------------------------- */
+
+/* Dropout sites of a layer; the embedding's is site 0 of layer -1. */
+enum { DROP_EMBED, DROP_ATTN, DROP_MLP };
+
+static uint64_t mix64(uint64_t x)
+{
+    /* splitmix64's finaliser (Steele et al. 2014) */
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* The dropout tensor of one sample's branch: keyed by step, global sample, layer and
+ * site; elements inside it by position · h + feature, the sample's own coordinates. */
+static uint64_t drop_tensor(const ctx *c, int64_t sample, int site)
+{
+    uint64_t k = mix64((uint64_t)c->A->step * 0x9E3779B97F4A7C15ull ^ (uint64_t)sample);
+    return mix64(k ^ ((uint64_t)(c->l + 1) << 8 | (uint64_t)site));
+}
+
+/* Dropout on local token rows [row0, row0 + rows) of a (T, h) tensor laid out from
+ * `buf` (which holds row row0 first): forward in place, or backward accumulating
+ * the gradient `dout` into `buf`. Rows are cut into runs of consecutive positions of
+ * one sample, each one kernel call with its offset in the whole sequence. */
+static void dropout_rows(ctx *c, float *buf, const float *dout, int64_t row0, int64_t rows,
+                         int site)
+{
+    pt_kernels *kn = c->n->kn;
+    const dims *d = &c->d;
+    for (int64_t r = row0; r < row0 + rows;) {
+        int64_t bi = r / d->s, j = r % d->s;
+        int64_t len = (j / d->sc + 1) * d->sc - j; /* to the end of this chunk */
+        if (len > row0 + rows - r)
+            len = row0 + rows - r;
+        int64_t pos = piece_pos(d, d->cr, (int)(j / d->sc)) + j % d->sc;
+        uint64_t id = drop_tensor(c, c->A->first_sample + bi, site);
+        float *out = at_elem(c, buf, (r - row0) * d->h);
+        if (dout)
+            kn->dropout_backward(kn, out, at_elem(c, dout, (r - row0) * d->h), len * d->h,
+                                 c->n->dropout, c->n->seed, id, pos * d->h);
+        else
+            kn->dropout_forward(kn, out, out, len * d->h, c->n->dropout, c->n->seed, id,
+                                pos * d->h);
+        r += len;
+    }
+}
+
+static bool dropping(const ctx *c)
+{
+    return c->n->dropout > 0 && c->A->train;
+}
+
+/* First local token row of this rank's residual-stream rows. */
+static int64_t own_row0(const ctx *c)
+{
+    return c->d.sp ? (int64_t)c->d.tr * c->d.R : 0;
+}
+
 /* ---- Parameters by name ------------------------------------------------------------------- */
 
 /* A layer's parameter `what` ("q.w", "norm1.b", ...): its weights (in w, [act])
@@ -222,6 +380,8 @@ static pview param(const pt_net *n, int64_t layer, const char *what)
     const pt_param *p = pt_net_param(n, name);
     if (!p)
         return (pview){NULL, NULL};
+    if (n->z3)
+        return (pview){pt_z3_weight((pt_net *)n, p), pt_z3_grad((pt_net *)n, p)};
     size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
     return (pview){(const float *)((const char *)n->w + (size_t)p->offset * ab),
                    n->grad + p->offset};
@@ -235,22 +395,6 @@ static pview head_weight(const pt_net *n)
 
 /* ---- Forward ops -------------------------------------------------------------------------- */
 
-typedef struct {
-    pt_net *n;
-    pt_acts *A;
-    pt_scratch *S;
-    dims d;
-    int64_t l;      /* layer (global index, names its parameters), -1 outside */
-    int64_t li;     /* the layer's index on this rank (its activations) */
-    int64_t xi;     /* index in A->x of the layer's input */
-    float dloss;
-    pt_err *err;
-} ctx;
-
-static const float kEps = 1e-5f;
-/* RoPE base: LLaMA 2's 10000 (the model spec does not carry LLaMA 3's 500000 yet). */
-static const float kRopeTheta = 10000.0f;
-
 static void norm_fwd(ctx *c, const char *which, const float *inp, float *out, float *mean,
                      float *rstd)
 {
@@ -260,18 +404,67 @@ static void norm_fwd(ctx *c, const char *which, const float *inp, float *out, fl
     snprintf(bn, sizeof bn, "%s.b", which);
     pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
     if (c->n->spec.norm == PT_NORM_RMSNORM)
-        kn->rmsnorm_forward(kn, out, rstd, inp, w.w, c->d.T, c->d.h, kEps);
+        kn->rmsnorm_forward(kn, out, rstd, inp, w.w, c->d.R, c->d.h, kEps);
     else
-        kn->layernorm_forward(kn, out, mean, rstd, inp, w.w, b.w, c->d.T, c->d.h, kEps);
+        kn->layernorm_forward(kn, out, mean, rstd, inp, w.w, b.w, c->d.R, c->d.h, kEps);
+    c->col_in = out; /* what the next column-parallel GEMMs read (gathered with sp) */
 }
 
-static void linear_fwd(ctx *c, const char *which, float *out, const float *inp, int ic, int oc)
+/* A linear layer's forward. A row-parallel layer's bias is added by one tp rank only,
+ * as its partial outputs are summed over tp afterwards. */
+static void linear_fwd(ctx *c, const char *which, float *out, const float *inp, int ic, int oc,
+                       bool row_parallel)
 {
     char wn[32], bn[32];
     snprintf(wn, sizeof wn, "%s.w", which);
     snprintf(bn, sizeof bn, "%s.b", which);
     pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
-    c->n->kn->matmul_forward(c->n->kn, out, inp, w.w, b.w, c->d.T, ic, oc);
+    const float *bias = row_parallel && c->d.tr != 0 ? NULL : b.w;
+    c->n->kn->matmul_forward(c->n->kn, out, inp, w.w, bias, c->d.T, ic, oc);
+}
+
+/* Where a row-parallel GEMM writes its (T, h) partial sum: in place of the residual
+ * rows it becomes (summed over tp there), or, with sp, into a buffer that the
+ * reduce-scatter then spreads over the ranks' rows. */
+static float *row_out(ctx *c, float *rows)
+{
+    return c->d.sp ? c->S->rout : rows;
+}
+
+/* RoPE on every sequence chunk of this rank at its position in the whole sequence. */
+static void rope_all(ctx *c, float *t, int nh, bool backward, float *grad_out)
+{
+    pt_kernels *kn = c->n->kn;
+    const dims *d = &c->d;
+    if (pieces(d) == 1) {
+        if (backward)
+            kn->rope_backward(kn, grad_out, t, (int)d->b, (int)d->s, nh, d->d, 0, kRopeTheta);
+        else
+            kn->rope_forward(kn, t, t, (int)d->b, (int)d->s, nh, d->d, 0, kRopeTheta);
+        return;
+    }
+    for (int64_t bi = 0; bi < d->b; bi++)
+        for (int p = 0; p < 2; p++) {
+            int64_t off = (bi * d->s + p * d->sc) * nh * d->d;
+            int pos0 = (int)piece_pos(d, d->cr, p);
+            if (backward)
+                kn->rope_backward(kn, at_elem(c, grad_out, off), at_elem(c, t, off), 1,
+                                  (int)d->sc, nh, d->d, pos0, kRopeTheta);
+            else
+                kn->rope_forward(kn, at_elem(c, t, off), at_elem(c, t, off), 1, (int)d->sc, nh,
+                                 d->d, pos0, kRopeTheta);
+        }
+}
+
+static int attention_fwd(ctx *c);
+static int attention_bwd(ctx *c);
+
+/* The residual add after a branch, with the branch's dropout first. */
+static void residual_add(ctx *c, float *branch, const float *skip, int site)
+{
+    if (dropping(c))
+        dropout_rows(c, branch, NULL, own_row0(c), c->d.R, site);
+    c->n->kn->residual_forward(c->n->kn, branch, branch, skip, c->d.R * c->d.h);
 }
 
 /* One op of a layer's forward (also run again by recomputation). */
@@ -285,47 +478,41 @@ static int layer_fwd_op(ctx *c, const char *op)
     if (!strcmp(op, "norm1"))
         norm_fwd(c, "norm1", x, L->ln1, L->ln1_mean, L->ln1_rstd);
     else if (!strcmp(op, "q"))
-        linear_fwd(c, "q", L->q, L->ln1, d->h, qd);
+        linear_fwd(c, "q", L->q, c->col_in, d->h, qd, false);
     else if (!strcmp(op, "k"))
-        linear_fwd(c, "k", L->k, L->ln1, d->h, kvd);
+        linear_fwd(c, "k", L->k, c->col_in, d->h, kvd, false);
     else if (!strcmp(op, "v"))
-        linear_fwd(c, "v", L->v, L->ln1, d->h, kvd);
+        linear_fwd(c, "v", L->v, c->col_in, d->h, kvd, false);
     else if (!strcmp(op, "rope")) {
-        kn->rope_forward(kn, L->q, L->q, (int)d->b, (int)d->s, d->a, d->d, 0, kRopeTheta);
-        kn->rope_forward(kn, L->k, L->k, (int)d->b, (int)d->s, d->kh, d->d, 0, kRopeTheta);
+        rope_all(c, L->q, d->a, false, NULL);
+        rope_all(c, L->k, d->kh, false, NULL);
     } else if (!strcmp(op, "attn"))
-        kn->attention_forward(kn, L->att, L->lse, L->q, L->k, L->v, (int)d->b, (int)d->s,
-                              (int)d->s, d->a, d->kh, d->d, 0, 0, 1);
+        return attention_fwd(c);
     else if (!strcmp(op, "attn_out"))
-        linear_fwd(c, "attn_out", L->x2, L->att, qd, d->h);
+        linear_fwd(c, "attn_out", row_out(c, L->x2), L->att, qd, d->h, true);
     else if (!strcmp(op, "add1"))
-        kn->residual_forward(kn, L->x2, L->x2, x, d->T * d->h);
+        residual_add(c, L->x2, x, DROP_ATTN);
     else if (!strcmp(op, "norm2"))
         norm_fwd(c, "norm2", L->x2, L->ln2, L->ln2_mean, L->ln2_rstd);
     else if (!strcmp(op, "mlp_gate"))
-        linear_fwd(c, "mlp_gate", L->gate, L->ln2, d->h, d->f);
+        linear_fwd(c, "mlp_gate", L->gate, c->col_in, d->h, d->f, false);
     else if (!strcmp(op, "mlp_up"))
-        linear_fwd(c, "mlp_up", L->up, L->ln2, d->h, d->f);
+        linear_fwd(c, "mlp_up", L->up, c->col_in, d->h, d->f, false);
     else if (!strcmp(op, "act")) {
         if (c->n->spec.act == PT_ACT_SWIGLU)
             kn->swiglu_forward(kn, L->act, L->gate, L->up, d->T, d->f);
         else
             kn->gelu_forward(kn, L->act, L->up, d->T * d->f);
     } else if (!strcmp(op, "mlp_down"))
-        linear_fwd(c, "mlp_down", y, L->act, d->f, d->h);
+        linear_fwd(c, "mlp_down", row_out(c, y), L->act, d->f, d->h, true);
     else if (!strcmp(op, "add2"))
-        kn->residual_forward(kn, y, y, L->x2, d->T * d->h);
+        residual_add(c, y, L->x2, DROP_MLP);
     else
-        return -1;
+        return 1; /* not an op of this function */
     return 0;
 }
 
 /* ---- Backward ops -------------------------------------------------------------------------- */
-
-static size_t act_bytes(const ctx *c, int64_t elems)
-{
-    return (size_t)elems * pt_kdtype_bytes(c->n->kn->act_dtype);
-}
 
 static void linear_bwd(ctx *c, const char *which, bool data, float *dinp, const float *dout,
                        const float *inp, int ic, int oc)
@@ -349,9 +536,24 @@ static void norm_bwd(ctx *c, const char *which, float *dinp, const float *dout,
     snprintf(bn, sizeof bn, "%s.b", which);
     pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
     if (c->n->spec.norm == PT_NORM_RMSNORM)
-        kn->rmsnorm_backward(kn, dinp, w.g, dout, inp, w.w, rstd, c->d.T, c->d.h);
+        kn->rmsnorm_backward(kn, dinp, w.g, dout, inp, w.w, rstd, c->d.R, c->d.h);
     else
-        kn->layernorm_backward(kn, dinp, w.g, b.g, dout, inp, w.w, mean, rstd, c->d.T, c->d.h);
+        kn->layernorm_backward(kn, dinp, w.g, b.g, dout, inp, w.w, mean, rstd, c->d.R, c->d.h);
+}
+
+/* The gradient of a row-parallel layer's output: the residual stream's (T, h)
+ * (gathered with sp), through the branch's dropout when there is one. Called by the
+ * data-gradient op, which runs first; the weight-gradient op reuses the result. */
+static const float *branch_grad(ctx *c, int site, bool first)
+{
+    const float *g = c->S->gdres;
+    if (!dropping(c))
+        return g;
+    if (first) {
+        c->n->kn->zero(c->n->kn, c->S->ddrop, act_bytes(c, c->d.T * c->d.h));
+        dropout_rows(c, c->S->ddrop, g, 0, c->d.T, site);
+    }
+    return c->S->ddrop;
 }
 
 /* The MLP half of a layer's backward. */
@@ -365,9 +567,11 @@ static int mlp_bwd_op(ctx *c, const char *op)
     int64_t Tf = d->T * d->f;
     if (!strcmp(op, "mlp_down_dgrad")) {
         kn->zero(kn, S->dact, act_bytes(c, Tf));
-        linear_bwd(c, "mlp_down", true, S->dact, S->dres, L->act, d->f, d->h);
+        linear_bwd(c, "mlp_down", true, S->dact, branch_grad(c, DROP_MLP, true), L->act, d->f,
+                   d->h);
     } else if (!strcmp(op, "mlp_down_wgrad"))
-        linear_bwd(c, "mlp_down", false, NULL, S->dres, L->act, d->f, d->h);
+        linear_bwd(c, "mlp_down", false, NULL, branch_grad(c, DROP_MLP, false), L->act, d->f,
+                   d->h);
     else if (!strcmp(op, "act_bwd")) {
         kn->zero(kn, S->dup, act_bytes(c, Tf));
         if (swiglu) {
@@ -376,18 +580,19 @@ static int mlp_bwd_op(ctx *c, const char *op)
         } else
             kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
         kn->zero(kn, S->dln, act_bytes(c, d->T * d->h)); /* the block's input gradient */
+        c->col_in = L->ln2;
     } else if (!strcmp(op, "mlp_gate_dgrad"))
-        linear_bwd(c, "mlp_gate", true, S->dln, S->dgate, L->ln2, d->h, d->f);
+        linear_bwd(c, "mlp_gate", true, S->dln, S->dgate, NULL, d->h, d->f);
     else if (!strcmp(op, "mlp_up_dgrad"))
-        linear_bwd(c, "mlp_up", true, S->dln, S->dup, L->ln2, d->h, d->f);
+        linear_bwd(c, "mlp_up", true, S->dln, S->dup, NULL, d->h, d->f);
     else if (!strcmp(op, "mlp_gate_wgrad"))
-        linear_bwd(c, "mlp_gate", false, NULL, S->dgate, L->ln2, d->h, d->f);
+        linear_bwd(c, "mlp_gate", false, NULL, S->dgate, c->col_in, d->h, d->f);
     else if (!strcmp(op, "mlp_up_wgrad"))
-        linear_bwd(c, "mlp_up", false, NULL, S->dup, L->ln2, d->h, d->f);
+        linear_bwd(c, "mlp_up", false, NULL, S->dup, c->col_in, d->h, d->f);
     else if (!strcmp(op, "norm2_bwd"))
-        norm_bwd(c, "norm2", S->dres, S->dln, L->x2, L->ln2_mean, L->ln2_rstd);
+        norm_bwd(c, "norm2", S->dres, S->dlns, L->x2, L->ln2_mean, L->ln2_rstd);
     else
-        return -1;
+        return 1; /* not an op of this function */
     return 0;
 }
 
@@ -404,39 +609,250 @@ static int attn_bwd_op(ctx *c, const char *op)
     float *gq = rope ? S->dqr : S->dq, *gk = rope ? S->dkr : S->dk;
     if (!strcmp(op, "attn_out_dgrad")) {
         kn->zero(kn, S->datt, act_bytes(c, d->T * qd));
-        linear_bwd(c, "attn_out", true, S->datt, S->dres, L->att, qd, d->h);
+        linear_bwd(c, "attn_out", true, S->datt, branch_grad(c, DROP_ATTN, true), L->att, qd,
+                   d->h);
     } else if (!strcmp(op, "attn_out_wgrad"))
-        linear_bwd(c, "attn_out", false, NULL, S->dres, L->att, qd, d->h);
-    else if (!strcmp(op, "attn_bwd")) {
-        kn->zero(kn, S->dq, act_bytes(c, d->T * qd));
-        kn->zero(kn, S->dk, act_bytes(c, d->T * kvd));
-        kn->zero(kn, S->dv, act_bytes(c, d->T * kvd));
+        linear_bwd(c, "attn_out", false, NULL, branch_grad(c, DROP_ATTN, false), L->att, qd,
+                   d->h);
+    else if (!strcmp(op, "attn_bwd"))
+        return attention_bwd(c);
+    else if (!strcmp(op, "rope_bwd")) {
+        kn->zero(kn, S->dqr, act_bytes(c, d->T * qd));
+        kn->zero(kn, S->dkr, act_bytes(c, d->T * kvd));
+        rope_all(c, S->dq, d->a, true, S->dqr);
+        rope_all(c, S->dk, d->kh, true, S->dkr);
+    } else if (!strcmp(op, "q_dgrad"))
+        linear_bwd(c, "q", true, S->dln, gq, NULL, d->h, qd);
+    else if (!strcmp(op, "k_dgrad"))
+        linear_bwd(c, "k", true, S->dln, gk, NULL, d->h, kvd);
+    else if (!strcmp(op, "v_dgrad"))
+        linear_bwd(c, "v", true, S->dln, S->dv, NULL, d->h, kvd);
+    else if (!strcmp(op, "q_wgrad"))
+        linear_bwd(c, "q", false, NULL, gq, c->col_in, d->h, qd);
+    else if (!strcmp(op, "k_wgrad"))
+        linear_bwd(c, "k", false, NULL, gk, c->col_in, d->h, kvd);
+    else if (!strcmp(op, "v_wgrad"))
+        linear_bwd(c, "v", false, NULL, S->dv, c->col_in, d->h, kvd);
+    else if (!strcmp(op, "norm1_bwd"))
+        norm_bwd(c, "norm1", S->dres, S->dlns, c->A->x[c->xi], L->ln1_mean, L->ln1_rstd);
+    else
+        return 1; /* not an op of this function */
+    return 0;
+}
+
+/* ---- Attention, with the context-parallel ring ---------------------------------------------- */
+
+/* Pointers to sequence chunk p of row bi of a (b, s_r, nh, d) tensor, and to its
+ * (a, sc) log-sum-exp block (cp keeps lse as (b, 2, a, sc)). */
+static float *chunk_of(const ctx *c, const float *t, int64_t bi, int p, int nh)
+{
+    return at_elem(c, t, (bi * c->d.s + p * c->d.sc) * nh * c->d.d);
+}
+
+static float *lse_of(const ctx *c, float *lse, int64_t bi, int p)
+{
+    return lse + (bi * 2 + p) * c->d.a * c->d.sc;
+}
+
+/* Ring messages: tags above the pipeline's (which are below 2^14). */
+static int tag_ring(int step, bool backward)
+{
+    return 0x4000 + (backward ? 0x1000 : 0) + (step & 0xfff);
+}
+
+/* Whether query chunk qp of this rank sees any key of chunk kp of rank src. */
+static bool visible(const dims *d, int src, int qp, int kp)
+{
+    return piece_pos(d, src, kp) <= piece_pos(d, d->cr, qp) + d->sc - 1;
+}
+
+/* Forward: attention of the local queries over the K/V chunks of every cp rank,
+ * which travel around the ring (this rank sends the block it holds on while it
+ * computes with it), results combined by running maximum and sum in ring order. */
+static int attention_fwd(ctx *c)
+{
+    pt_kernels *kn = c->n->kn;
+    pt_layer_acts *L = &c->A->layer[c->li];
+    pt_scratch *S = c->S;
+    const dims *d = &c->d;
+    if (d->cp == 1) {
+        kn->attention_forward(kn, L->att, L->lse, L->q, L->k, L->v, (int)d->b, (int)d->s,
+                              (int)d->s, d->a, d->kh, d->d, 0, 0, 1);
+        return 0;
+    }
+    int64_t kv = d->T * d->kh * d->d;
+    float *cur = S->ring[0], *next = S->ring[1];
+    kn->copy(kn, cur, L->k, act_bytes(c, kv), PT_KCOPY_D2D);
+    kn->copy(kn, at_elem(c, cur, kv), L->v, act_bytes(c, kv), PT_KCOPY_D2D);
+    for (int j = 0; j < d->cp; j++) {
+        int src = (d->cr - j + d->cp) % d->cp;
+        if (kn->sync(kn))
+            return pt_err_set(c->err, "%s", kn->err);
+        if (j < d->cp - 1 && pt_comm_isend_bytes(c->n->comm, c->n->cp_next, tag_ring(j, false),
+                                                 cur, (int64_t)act_bytes(c, 2 * kv), c->err))
+            return -1;
+        const float *k = cur, *v = at_elem(c, cur, kv);
+        for (int64_t bi = 0; bi < d->b; bi++)
+            for (int qp = 0; qp < 2; qp++)
+                for (int kp = 0; kp < 2; kp++) {
+                    if (!visible(d, src, qp, kp))
+                        continue;
+                    bool first = j == 0 && kp == 0; /* the diagonal chunk: always seen */
+                    float *out = first ? chunk_of(c, L->att, bi, qp, d->a) : S->part;
+                    float *lse = first ? lse_of(c, L->lse, bi, qp) : S->part_lse;
+                    kn->attention_forward(kn, out, lse, chunk_of(c, L->q, bi, qp, d->a),
+                                          chunk_of(c, k, bi, kp, d->kh),
+                                          chunk_of(c, v, bi, kp, d->kh), 1, (int)d->sc,
+                                          (int)d->sc, d->a, d->kh, d->d,
+                                          (int)piece_pos(d, d->cr, qp),
+                                          (int)piece_pos(d, src, kp), 1);
+                    if (!first)
+                        kn->attention_combine(kn, chunk_of(c, L->att, bi, qp, d->a),
+                                              lse_of(c, L->lse, bi, qp), S->part, S->part_lse,
+                                              1, (int)d->sc, d->a, d->d);
+                }
+        if (j < d->cp - 1) {
+            if (pt_comm_recv_bytes(c->n->comm, c->n->cp_prev, tag_ring(j, false), next,
+                                   (int64_t)act_bytes(c, 2 * kv), c->err))
+                return -1;
+            float *t = cur;
+            cur = next;
+            next = t;
+        }
+    }
+    return 0;
+}
+
+/* Backward: each K/V chunk travels the ring again with its gradients, which every
+ * rank adds its queries' share to; after a full turn a block is home with the
+ * whole of its dK and dV. */
+static int attention_bwd(ctx *c)
+{
+    pt_kernels *kn = c->n->kn;
+    pt_layer_acts *L = &c->A->layer[c->li];
+    pt_scratch *S = c->S;
+    const dims *d = &c->d;
+    int qd = d->a * d->d;
+    int64_t kv = d->T * d->kh * d->d;
+    kn->zero(kn, S->dq, act_bytes(c, d->T * qd));
+    kn->zero(kn, S->dk, act_bytes(c, kv));
+    kn->zero(kn, S->dv, act_bytes(c, kv));
+    if (d->cp == 1) {
         kn->attention_backward(kn, S->dq, S->dk, S->dv, S->datt, L->q, L->k, L->v, L->att,
                                L->lse, (int)d->b, (int)d->s, (int)d->s, d->a, d->kh, d->d, 0,
                                0, 1);
-        kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
-    } else if (!strcmp(op, "rope_bwd")) {
-        kn->zero(kn, S->dqr, act_bytes(c, d->T * qd));
-        kn->zero(kn, S->dkr, act_bytes(c, d->T * kvd));
-        kn->rope_backward(kn, S->dqr, S->dq, (int)d->b, (int)d->s, d->a, d->d, 0, kRopeTheta);
-        kn->rope_backward(kn, S->dkr, S->dk, (int)d->b, (int)d->s, d->kh, d->d, 0, kRopeTheta);
-    } else if (!strcmp(op, "q_dgrad"))
-        linear_bwd(c, "q", true, S->dln, gq, L->ln1, d->h, qd);
-    else if (!strcmp(op, "k_dgrad"))
-        linear_bwd(c, "k", true, S->dln, gk, L->ln1, d->h, kvd);
-    else if (!strcmp(op, "v_dgrad"))
-        linear_bwd(c, "v", true, S->dln, S->dv, L->ln1, d->h, kvd);
-    else if (!strcmp(op, "q_wgrad"))
-        linear_bwd(c, "q", false, NULL, gq, L->ln1, d->h, qd);
-    else if (!strcmp(op, "k_wgrad"))
-        linear_bwd(c, "k", false, NULL, gk, L->ln1, d->h, kvd);
-    else if (!strcmp(op, "v_wgrad"))
-        linear_bwd(c, "v", false, NULL, S->dv, L->ln1, d->h, kvd);
-    else if (!strcmp(op, "norm1_bwd"))
-        norm_bwd(c, "norm1", S->dres, S->dln, c->A->x[c->xi], L->ln1_mean, L->ln1_rstd);
-    else
-        return -1;
+    } else {
+        float *cur = S->ring[0], *next = S->ring[1];
+        kn->copy(kn, cur, L->k, act_bytes(c, kv), PT_KCOPY_D2D);
+        kn->copy(kn, at_elem(c, cur, kv), L->v, act_bytes(c, kv), PT_KCOPY_D2D);
+        kn->zero(kn, at_elem(c, cur, 2 * kv), act_bytes(c, 2 * kv));
+        for (int j = 0; j < d->cp; j++) {
+            int src = (d->cr - j + d->cp) % d->cp;
+            float *k = cur, *v = at_elem(c, cur, kv), *dk = at_elem(c, cur, 2 * kv),
+                  *dv = at_elem(c, cur, 3 * kv);
+            for (int64_t bi = 0; bi < d->b; bi++)
+                for (int qp = 0; qp < 2; qp++)
+                    for (int kp = 0; kp < 2; kp++) {
+                        if (!visible(d, src, qp, kp))
+                            continue;
+                        kn->attention_backward(
+                            kn, chunk_of(c, S->dq, bi, qp, d->a), chunk_of(c, dk, bi, kp, d->kh),
+                            chunk_of(c, dv, bi, kp, d->kh), chunk_of(c, S->datt, bi, qp, d->a),
+                            chunk_of(c, L->q, bi, qp, d->a), chunk_of(c, k, bi, kp, d->kh),
+                            chunk_of(c, v, bi, kp, d->kh), chunk_of(c, L->att, bi, qp, d->a),
+                            lse_of(c, L->lse, bi, qp), 1, (int)d->sc, (int)d->sc, d->a, d->kh,
+                            d->d, (int)piece_pos(d, d->cr, qp), (int)piece_pos(d, src, kp), 1);
+                    }
+            /* on: K, V and their gradients; the last hop takes only the gradients home */
+            bool last = j == d->cp - 1;
+            float *from = last ? dk : cur, *into = last ? at_elem(c, next, 2 * kv) : next;
+            int64_t count = last ? 2 * kv : 4 * kv;
+            if (kn->sync(kn))
+                return pt_err_set(c->err, "%s", kn->err);
+            int64_t bytes = (int64_t)act_bytes(c, count);
+            if (pt_comm_isend_bytes(c->n->comm, c->n->cp_next, tag_ring(j, true), from, bytes,
+                                    c->err) ||
+                pt_comm_recv_bytes(c->n->comm, c->n->cp_prev, tag_ring(j, true), into, bytes,
+                                   c->err))
+                return -1;
+            float *t = cur;
+            cur = next;
+            next = t;
+        }
+        kn->copy(kn, S->dk, at_elem(c, cur, 2 * kv), act_bytes(c, kv), PT_KCOPY_D2D);
+        kn->copy(kn, S->dv, at_elem(c, cur, 3 * kv), act_bytes(c, kv), PT_KCOPY_D2D);
+    }
+    kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
+    c->col_in = L->ln1;
     return 0;
+}
+
+/* ---- Collectives inside a layer ---------------------------------------------------------------- */
+
+/* The name of the op `delta` places from the running one, or "". */
+static const char *neighbour(const ctx *c, int delta)
+{
+    int i = c->at + delta;
+    return i >= 0 && i < c->list->n ? c->list->op[i].name : "";
+}
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* The residual rows a row-parallel op (or the embedding) just produced. */
+static float *row_parallel_rows(ctx *c, const char *prev)
+{
+    if (!strcmp(prev, "attn_out"))
+        return c->A->layer[c->li].x2;
+    if (!strcmp(prev, "mlp_down"))
+        return c->A->x[c->xi + 1];
+    if (!strcmp(prev, "embed"))
+        return c->A->x[0];
+    return NULL;
+}
+
+/* Megatron-LM's f and g operators (Shoeybi et al. 2019) and their sequence-parallel
+ * forms (Korthikanti et al. 2022): which tensor each collective of the op list moves
+ * follows from its neighbours in the list, which the planner laid out. */
+static int tp_collective(ctx *c, const char *op)
+{
+    pt_comm *comm = c->n->comm;
+    const dims *d = &c->d;
+    const char *prev = neighbour(c, -1), *next = neighbour(c, 1);
+    int64_t Rh = d->R * d->h;
+    if (!strcmp(op, "tp_allreduce")) {
+        float *rows = row_parallel_rows(c, prev);
+        if (rows) /* forward: the partial sums of a row-parallel output */
+            return pt_comm_allreduce(comm, PT_GROUP_TP, rows, d->T * d->h, c->err);
+        /* backward: a column-parallel input's gradient, partial over the heads/slices */
+        return pt_comm_allreduce(comm, PT_GROUP_TP, c->S->dln, d->T * d->h, c->err);
+    }
+    if (!strcmp(op, "sp_reducescatter")) {
+        float *rows = row_parallel_rows(c, prev);
+        if (rows)
+            return pt_comm_reducescatter(comm, PT_GROUP_TP, c->S->rout, rows, Rh, c->err);
+        return pt_comm_reducescatter(comm, PT_GROUP_TP, c->S->dln, c->S->dlns, Rh, c->err);
+    }
+    if (!strcmp(op, "sp_allgather")) {
+        /* before a row-parallel backward (or the embedding's): the residual gradient */
+        if (ends_with(next, "_dgrad") || !strcmp(next, "embed_bwd"))
+            return pt_comm_allgather(comm, PT_GROUP_TP, c->S->dres, c->S->gdres, Rh, c->err);
+        /* before column-parallel GEMMs: the norm output they read */
+        if (!c->col_in)
+            return pt_err_set(c->err, "internal: sp_allgather before '%s' has no input", next);
+        int rc = pt_comm_allgather(comm, PT_GROUP_TP, c->col_in, c->S->gath, Rh, c->err);
+        c->col_in = c->S->gath;
+        return rc;
+    }
+    return 1; /* not a tensor-parallel collective */
 }
 
 /* ---- Embedding and head -------------------------------------------------------------------- */
@@ -446,14 +862,51 @@ static int embed_op(ctx *c, const char *op)
     pt_kernels *kn = c->n->kn;
     const dims *d = &c->d;
     pview wte = param(c->n, -1, "wte"), wpe = param(c->n, -1, "wpe");
-    if (!strcmp(op, "embed"))
-        kn->embed_forward(kn, c->A->x[0], c->A->tokens, wte.w, wpe.w, (int)d->b, (int)d->s,
-                          d->h, 0, d->v, 0);
-    else if (!strcmp(op, "embed_bwd"))
-        kn->embed_backward(kn, wte.g, wpe.g, c->S->dres, c->A->tokens, (int)d->b, (int)d->s,
-                           d->h, 0, d->v, 0);
-    else
+    int v0 = d->tr * d->v;
+    bool fwd = !strcmp(op, "embed");
+    if (!fwd && strcmp(op, "embed_bwd"))
+        return 1;
+    /* The positions are added by one tp rank: the partial lookups are summed. */
+    const float *pos = d->tr == 0 ? wpe.w : NULL;
+    float *out = fwd ? row_out(c, c->A->x[0]) : NULL;
+    const float *dout = c->S->gdres;
+    for (int64_t bi = 0; bi < (pieces(d) == 1 ? 1 : d->b); bi++)
+        for (int p = 0; p < pieces(d); p++) {
+            /* without cp, one call for the whole micro-batch */
+            int b = pieces(d) == 1 ? (int)d->b : 1, s = (int)d->sc;
+            int64_t row = bi * d->s + p * d->sc;
+            int pos0 = (int)piece_pos(d, d->cr, p);
+            if (fwd)
+                kn->embed_forward(kn, at_elem(c, out, row * d->h), c->A->tokens + row, wte.w,
+                                  pos, b, s, d->h, v0, d->v, pos0);
+            else
+                kn->embed_backward(kn, wte.g, wpe.g, at_elem(c, dout, row * d->h),
+                                   c->A->tokens + row, b, s, d->h, v0, d->v, pos0);
+        }
+    return 0;
+}
+
+/* Vocabulary-parallel cross-entropy (kernels.h): the statistics of each row are
+ * reduced over tp, so the full logits are never gathered. */
+static int xent_parallel(ctx *c)
+{
+    pt_kernels *kn = c->n->kn;
+    pt_acts *A = c->A;
+    const dims *d = &c->d;
+    float *mx = c->S->ce, *sum = mx + d->T, *tgt = sum + d->T;
+    kn->ce_local_max(kn, mx, A->logits, d->T, d->v);
+    if (kn->sync(kn))
+        return pt_err_set(c->err, "%s", kn->err);
+    if (pt_comm_allreduce_max(c->n->comm, PT_GROUP_TP, mx, d->T, c->err))
         return -1;
+    kn->ce_local_sumexp(kn, sum, A->logits, mx, d->T, d->v);
+    kn->ce_local_target(kn, tgt, A->logits, A->targets, d->T, d->v, d->tr * d->v);
+    if (kn->sync(kn))
+        return pt_err_set(c->err, "%s", kn->err);
+    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, sum, 2 * d->T, c->err))
+        return -1;
+    kn->ce_finalize(kn, A->losses, c->dloss > 0 ? A->logits : NULL, A->logits, A->targets, mx,
+                    sum, tgt, d->T, d->v, d->tr * d->v, c->dloss);
     return 0;
 }
 
@@ -469,21 +922,24 @@ static int head_op(ctx *c, const char *op)
     if (!strcmp(op, "final_norm"))
         norm_fwd(c, "final_norm", xl, A->lnf, A->lnf_mean, A->lnf_rstd);
     else if (!strcmp(op, "logits"))
-        kn->matmul_forward(kn, A->logits, A->lnf, w.w, NULL, d->T, d->h, d->v);
-    else if (!strcmp(op, "xent")) /* fused: the forward also writes dlogits */
+        kn->matmul_forward(kn, A->logits, c->col_in, w.w, NULL, d->T, d->h, d->v);
+    else if (!strcmp(op, "xent")) { /* fused: the forward also writes dlogits */
+        if (d->t > 1)
+            return xent_parallel(c);
         kn->crossentropy(kn, A->losses, c->dloss > 0 ? A->logits : NULL, A->logits,
                          A->targets, d->T, d->v, c->dloss);
-    else if (!strcmp(op, "xent_bwd"))
-        return 0; /* done by the fused forward */
+    } else if (!strcmp(op, "xent_allreduce") || !strcmp(op, "xent_bwd"))
+        return 0; /* done inside the fused, vocab-parallel "xent" */
     else if (!strcmp(op, "logits_dgrad")) {
         kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
-        kn->matmul_backward(kn, S->dln, NULL, NULL, A->logits, A->lnf, w.w, d->T, d->h, d->v);
+        kn->matmul_backward(kn, S->dln, NULL, NULL, A->logits, NULL, w.w, d->T, d->h, d->v);
+        c->col_in = A->lnf;
     } else if (!strcmp(op, "logits_wgrad"))
-        kn->matmul_backward(kn, NULL, w.g, NULL, A->logits, A->lnf, w.w, d->T, d->h, d->v);
+        kn->matmul_backward(kn, NULL, w.g, NULL, A->logits, c->col_in, w.w, d->T, d->h, d->v);
     else if (!strcmp(op, "final_norm_bwd"))
-        norm_bwd(c, "final_norm", S->dres, S->dln, xl, A->lnf_mean, A->lnf_rstd);
+        norm_bwd(c, "final_norm", S->dres, S->dlns, xl, A->lnf_mean, A->lnf_rstd);
     else
-        return -1;
+        return 1; /* not an op of this function */
     return 0;
 }
 
@@ -492,6 +948,7 @@ static int head_op(ctx *c, const char *op)
 typedef enum { LIST_LAYER_FWD, LIST_LAYER_BWD, LIST_EMBED_FWD, LIST_EMBED_BWD, LIST_HEAD_FWD,
                LIST_HEAD_BWD } list_id;
 
+/* Runs one kernel op: 0 done, -1 failed (err set), 1 an op this file does not know. */
 static int dispatch(ctx *c, list_id id, const pt_op *op)
 {
     const char *name = op->name;
@@ -501,7 +958,8 @@ static int dispatch(ctx *c, list_id id, const pt_op *op)
     case LIST_LAYER_BWD:
         if (op->recompute)
             return layer_fwd_op(c, name);
-        return mlp_bwd_op(c, name) == 0 || attn_bwd_op(c, name) == 0 ? 0 : -1;
+        int rc = mlp_bwd_op(c, name);
+        return rc == 1 ? attn_bwd_op(c, name) : rc;
     case LIST_EMBED_FWD:
     case LIST_EMBED_BWD:
         return embed_op(c, name);
@@ -510,23 +968,54 @@ static int dispatch(ctx *c, list_id id, const pt_op *op)
     }
 }
 
+/* A collective of the op list: 0 done, -1 failed, 1 not one this file runs. */
+static int collective(ctx *c, const pt_op *op)
+{
+    /* ZeRO-2's gradient reduce-scatter: the engine reduce-scatters the whole flat
+     * gradient buffer at the optimizer step instead of layer by layer, which gives
+     * the same numbers (the planner times it per layer, overlapped). */
+    if (!strcmp(op->name, "zero_reducescatter"))
+        return c->n->z3 ? pt_z3_reduce_layer(c->n, c->l, c->err) : 0;
+    /* ZeRO-3 gathers the layer's weights before its forward and its backward. */
+    if (!strcmp(op->name, "zero3_allgather"))
+        return pt_z3_gather_layer(c->n, c->l, c->err);
+    /* The K/V ring runs inside the attention ops, beside their compute, as the
+     * planner's overlapped cp_ring ops say. */
+    if (starts_with(op->name, "cp_ring"))
+        return 0;
+    /* The loss statistics' reductions run inside the vocab-parallel "xent". */
+    if (!strcmp(op->name, "xent_allreduce"))
+        return 0;
+    pt_kernels *kn = c->n->kn;
+    if (kn->sync(kn)) /* the collective reads what the kernels queued */
+        return pt_err_set(c->err, "%s", kn->err);
+    return tp_collective(c, op->name);
+}
+
 static int run_list(ctx *c, list_id id)
 {
     const pt_oplist *list = &c->n->ops[id];
+    c->list = list;
     for (int i = 0; i < list->n; i++) {
         const pt_op *op = &list->op[i];
-        /* ZeRO-2's gradient reduce-scatter: the engine reduce-scatters the whole flat
-         * gradient buffer at the optimizer step instead of layer by layer, which gives
-         * the same numbers (the planner times it per layer, overlapped). */
-        if (op->cls == PT_OP_COLL && !strcmp(op->name, "zero_reducescatter"))
-            continue;
-        if (op->cls == PT_OP_COLL)
-            return pt_err_set(c->err, "op '%s' needs tensor or context parallelism, which "
-                                      "this runtime does not run yet", op->name);
         double t0 = pt_trace_now();
-        if (dispatch(c, id, op))
+        c->at = i;
+        if (op->cls == PT_OP_COLL) {
+            int rc = collective(c, op);
+            if (rc > 0)
+                return pt_err_set(c->err, "op '%s' is a collective this runtime does not run",
+                                  op->name);
+            if (rc)
+                return -1;
+            pt_trace_add(c->n->trace, c->n->rank, 1, op->name, NULL, t0, pt_trace_now());
+            continue;
+        }
+        int rc = dispatch(c, id, op);
+        if (rc > 0)
             return pt_err_set(c->err, "internal: the planner lists op '%s', which the runtime "
                                       "does not know", op->name);
+        if (rc)
+            return -1;
         pt_trace_add_op(c->n->trace, c->n->rank, 0, op->name, &op->kernel, t0, pt_trace_now());
     }
     return 0;
@@ -546,6 +1035,7 @@ static void at_layer(ctx *c, int chunk, int64_t i)
     c->l = vs * n->chunk_layers + i;
     c->li = chunk * n->chunk_layers + i;
     c->xi = chunk * (n->chunk_layers + 1) + i;
+    c->col_in = NULL;
 }
 
 static bool first_vs(const pt_net *n, int chunk)
@@ -573,9 +1063,21 @@ float *pt_net_dres(pt_net *n)
     return ((pt_scratch *)n->scratch)->dres;
 }
 
+void pt_net_set_batch(pt_net *n, int slot, int64_t step, int64_t first_sample, bool train)
+{
+    pt_acts *A = n->slot[slot];
+    A->step = step;
+    A->first_sample = first_sample;
+    A->train = train;
+}
+
+/* Adds the micro-batch's token losses; every tp rank holds the same losses, and tp
+ * rank 0 counts them. */
 static int sum_losses(ctx *c, double *loss_sum)
 {
     pt_kernels *kn = c->n->kn;
+    if (c->d.tr != 0)
+        return 0;
     float *losses = malloc((size_t)c->d.T * sizeof *losses);
     if (!losses)
         return pt_err_set(c->err, "out of memory");
@@ -593,10 +1095,14 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
     ctx c = context(n, slot, dloss, err);
     pt_kernels *kn = n->kn;
     size_t tb = (size_t)c.d.T * sizeof(int32_t);
+    if (dloss == 0)
+        c.A->train = false; /* evaluation never drops */
     if (first_vs(n, chunk)) {
         kn->copy(kn, c.A->tokens, tokens, tb, PT_KCOPY_H2D);
         if (run_list(&c, LIST_EMBED_FWD))
             return -1;
+        if (dropping(&c))
+            dropout_rows(&c, c.A->x[0], NULL, own_row0(&c), c.d.R, DROP_EMBED);
     }
     for (int64_t i = 0; i < n->chunk_layers; i++) {
         at_layer(&c, chunk, i);
@@ -604,6 +1110,7 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
             return -1;
     }
     c.l = -1;
+    c.col_in = NULL;
     if (!last_vs(n, chunk))
         return 0;
     kn->copy(kn, c.A->targets, targets, tb, PT_KCOPY_H2D);
@@ -614,18 +1121,29 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
 {
     ctx c = context(n, slot, 0, err);
     if (last_vs(n, chunk)) {
-        n->kn->zero(n->kn, c.S->dres, act_bytes(&c, c.d.T * c.d.h));
+        n->kn->zero(n->kn, c.S->dres, act_bytes(&c, c.d.R * c.d.h));
         if (run_list(&c, LIST_HEAD_BWD))
             return -1;
     }
     for (int64_t i = n->chunk_layers - 1; i >= 0; i--) {
         at_layer(&c, chunk, i);
+        if (n->z3 && pt_z3_begin_backward(n, c.l, err))
+            return -1;
         if (run_list(&c, LIST_LAYER_BWD))
             return -1;
     }
     c.l = -1;
-    if (first_vs(n, chunk) && run_list(&c, LIST_EMBED_BWD))
-        return -1;
+    c.col_in = NULL;
+    if (first_vs(n, chunk)) {
+        if (dropping(&c)) { /* the embedding's dropout, in place on the gradient */
+            pt_scratch *S = c.S;
+            n->kn->zero(n->kn, S->ddrop, act_bytes(&c, c.d.R * c.d.h));
+            dropout_rows(&c, S->ddrop, S->dres, own_row0(&c), c.d.R, DROP_EMBED);
+            n->kn->copy(n->kn, S->dres, S->ddrop, act_bytes(&c, c.d.R * c.d.h), PT_KCOPY_D2D);
+        }
+        if (run_list(&c, LIST_EMBED_BWD))
+            return -1;
+    }
     return n->kn->sync(n->kn) ? pt_err_set(err, "%s", n->kn->err) : 0;
 }
 
@@ -637,8 +1155,8 @@ int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *ta
     for (int c = 0; c < n->layout.vp; c++) {
         if (c > 0) /* a chunk's input is the previous chunk's output */
             n->kn->copy(n->kn, pt_net_chunk_input(n, slot, c), pt_net_chunk_output(n, slot, c - 1),
-                        (size_t)(n->layout.mbs * n->spec.seq * n->spec.hidden) *
-                            pt_kdtype_bytes(n->kn->act_dtype), PT_KCOPY_D2D);
+                        (size_t)pt_net_act_elems(n) * pt_kdtype_bytes(n->kn->act_dtype),
+                        PT_KCOPY_D2D);
         if (pt_net_forward_chunk(n, slot, c, tokens, targets, dloss, loss_sum, err))
             return -1;
     }

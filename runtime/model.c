@@ -22,9 +22,15 @@ typedef struct {
     int n, cap;
     int64_t total;
     bool oom;
+    int tp, tp_rank;   /* how tensor-parallel tensors are split, and which part is here */
 } table;
 
-static void add(table *t, const char *name, int64_t rows, int64_t cols)
+/* How a tensor is divided over the tensor-parallel group (Megatron-LM): whole on
+ * every rank, split by rows (column-parallel weights and their biases, the
+ * vocabulary of the embedding and head), or split by columns (row-parallel weights). */
+typedef enum { WHOLE, SPLIT_ROWS, SPLIT_COLS } split;
+
+static void add_split(table *t, const char *name, int64_t rows, int64_t cols, split how)
 {
     if (t->n == t->cap) {
         int cap = t->cap ? 2 * t->cap : 64;
@@ -45,18 +51,34 @@ static void add(table *t, const char *name, int64_t rows, int64_t cols)
     p->count = rows * (cols ? cols : 1);
     p->offset = t->total;
     p->decay = cols != 0; /* matrices decay; norms and biases do not */
+    p->tp_whole = how == WHOLE;
+    p->full_cols = cols ? cols : 1;
+    if (how == SPLIT_ROWS)
+        p->first = (int64_t)t->tp_rank * p->count;
+    else if (how == SPLIT_COLS) {
+        p->first = (int64_t)t->tp_rank * cols;
+        p->full_cols = cols * t->tp;
+    }
     t->total += p->count;
 }
 
-/* A linear layer's weight (out, in) and, when the model has biases, its bias. */
-static void linear(table *t, const char *prefix, int64_t out, int64_t in, bool bias)
+static void add(table *t, const char *name, int64_t rows, int64_t cols)
+{
+    add_split(t, name, rows, cols, WHOLE);
+}
+
+/* A linear layer's weight (out, in) and, when the model has biases, its bias: a
+ * column-parallel layer holds out/t output rows and their bias, a row-parallel one
+ * in/t input columns and the whole bias (added once, after the reduction). */
+static void linear(table *t, const char *prefix, int64_t out, int64_t in, bool bias,
+                   split how)
 {
     char name[48];
     snprintf(name, sizeof name, "%s.w", prefix);
-    add(t, name, out, in);
+    add_split(t, name, out, in, how);
     if (bias) {
         snprintf(name, sizeof name, "%s.b", prefix);
-        add(t, name, out, 0);
+        add_split(t, name, out, 0, how == SPLIT_ROWS ? SPLIT_ROWS : WHOLE);
     }
 }
 
@@ -77,15 +99,15 @@ static void layer_params(table *t, const pt_model *m, int tp, int64_t l)
     char p[40];
 #define LAYER(suffix) (snprintf(p, sizeof p, "layers.%lld." suffix, (long long)l), p)
     norm(t, m, LAYER("norm1"));
-    linear(t, LAYER("q"), h / tp, h, m->bias);
-    linear(t, LAYER("k"), kvd / tp, h, m->bias);
-    linear(t, LAYER("v"), kvd / tp, h, m->bias);
-    linear(t, LAYER("attn_out"), h, h / tp, m->bias);
+    linear(t, LAYER("q"), h / tp, h, m->bias, SPLIT_ROWS);
+    linear(t, LAYER("k"), kvd / tp, h, m->bias, SPLIT_ROWS);
+    linear(t, LAYER("v"), kvd / tp, h, m->bias, SPLIT_ROWS);
+    linear(t, LAYER("attn_out"), h, h / tp, m->bias, SPLIT_COLS);
     norm(t, m, LAYER("norm2"));
     if (m->act == PT_ACT_SWIGLU)
-        linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias);
-    linear(t, LAYER("mlp_up"), m->ffn / tp, h, m->bias);
-    linear(t, LAYER("mlp_down"), h, m->ffn / tp, m->bias);
+        linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias, SPLIT_ROWS);
+    linear(t, LAYER("mlp_up"), m->ffn / tp, h, m->bias, SPLIT_ROWS);
+    linear(t, LAYER("mlp_down"), h, m->ffn / tp, m->bias, SPLIT_COLS);
 #undef LAYER
 }
 
@@ -102,7 +124,7 @@ static void build_table(table *t, pt_net *n)
         int64_t vs = (int64_t)c * pp + n->stage;
         n->chunk_begin[c] = t->total;
         if (vs == 0) {
-            add(t, "wte", vr, m->hidden);
+            add_split(t, "wte", vr, m->hidden, SPLIT_ROWS);
             if (m->pos == PT_POS_LEARNED)
                 add(t, "wpe", m->seq, m->hidden);
         }
@@ -111,9 +133,9 @@ static void build_table(table *t, pt_net *n)
         if (vs == V - 1) {
             norm(t, m, "final_norm");
             if (!m->tied_embeddings)
-                add(t, "lm_head.w", vr, m->hidden);
+                add_split(t, "lm_head.w", vr, m->hidden, SPLIT_ROWS);
             else if (pp > 1)
-                add(t, "wte", vr, m->hidden);
+                add_split(t, "wte", vr, m->hidden, SPLIT_ROWS);
         }
         n->chunk_end[c] = t->total;
     }
@@ -161,9 +183,18 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* Values of one parameter. Element indices are those of this rank's tensor, which
- * is the whole tensor while tensor parallelism is 1; a sharded rank must pass the
- * global indices of its shard (runtime issue for tp > 1). */
+/* Index in the whole (unsplit) tensor of element i of this rank's part. */
+static int64_t whole_index(const pt_param *p, int64_t i)
+{
+    if (p->ndim == 1 || p->full_cols == p->shape[1])
+        return p->first + i; /* whole, or split by rows: one contiguous range */
+    int64_t row = i / p->shape[1], col = i % p->shape[1];
+    return row * p->full_cols + p->first + col;
+}
+
+/* Values of one parameter, element by element from its index in the whole tensor,
+ * so that a tensor-parallel part holds exactly the values of the same elements of
+ * the unsplit model. */
 static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, float *w)
 {
     bool norm_w = strstr(p->name, "norm") && ends_with(p->name, ".w");
@@ -179,7 +210,7 @@ static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, floa
         std = 0.02 / sqrt(2.0 * (double)m->layers);
     uint64_t h = fnv1a(p->name);
     for (int64_t i = 0; i < p->count; i++)
-        w[i] = (float)(std * normal_at(seed, h, i));
+        w[i] = (float)(std * normal_at(seed, h, whole_index(p, i)));
 }
 
 /* ---- Buffers ------------------------------------------------------------------------------- */
@@ -202,24 +233,38 @@ static int upload(pt_net *n, const float *host, pt_err *err)
     return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
 
+/* The optimizer's share of the buffer: with ZeRO >= 1 over several data-parallel
+ * ranks, shard dp_rank of the buffer padded to a multiple of dp, so the moments
+ * take 1/dp of the memory, as the planner's memory model assumes. */
+static void optimizer_share(pt_net *n, const pt_net_place *at)
+{
+    n->opt_first = 0;
+    n->opt_elems = n->n_elems;
+    if (n->layout.zero >= 1 && at->dp_size > 1) {
+        n->opt_elems = (n->n_elems + at->dp_size - 1) / at->dp_size;
+        n->opt_first = (int64_t)at->dp_rank * n->opt_elems;
+    }
+}
+
 static int alloc_state(pt_net *n, pt_err *err)
 {
     pt_kernels *kn = n->kn;
-    size_t f32 = (size_t)n->n_elems * sizeof(float);
+    size_t f32 = (size_t)n->n_elems * sizeof(float), opt = (size_t)n->opt_elems * sizeof(float);
     bool fp32 = kn->act_dtype == PT_KDTYPE_F32;
     n->master = kn->alloc(kn, f32);
     n->w = fp32 ? n->master : kn->alloc(kn, (size_t)n->n_elems * pt_kdtype_bytes(kn->act_dtype));
     n->grad = kn->alloc(kn, f32);
-    n->m = kn->alloc(kn, f32);
-    n->v = kn->alloc(kn, f32);
-    n->bytes += (int64_t)(4 * f32) + (fp32 ? 0 : (int64_t)n->n_elems *
-                                                      (int64_t)pt_kdtype_bytes(kn->act_dtype));
+    n->m = kn->alloc(kn, opt);
+    n->v = kn->alloc(kn, opt);
+    n->bytes += (int64_t)(2 * f32 + 2 * opt) +
+                (fp32 ? 0 : (int64_t)n->n_elems * (int64_t)pt_kdtype_bytes(kn->act_dtype));
     if (!n->master || !n->w || !n->grad || !n->m || !n->v)
         return pt_err_set(err, "out of memory for %lld parameters and their optimizer state "
-                               "(%.1f MiB)", (long long)n->n_elems, 5.0 * (double)f32 / 1048576);
+                               "(%.1f MiB)", (long long)n->n_elems,
+                          (2.0 * (double)f32 + 2.0 * (double)opt) / 1048576);
     kn->zero(kn, n->grad, f32);
-    kn->zero(kn, n->m, f32);
-    kn->zero(kn, n->v, f32);
+    kn->zero(kn, n->m, opt);
+    kn->zero(kn, n->v, opt);
     return 0;
 }
 
@@ -233,17 +278,32 @@ static int64_t planned_params(const pt_net *n)
 int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slots,
                 uint64_t seed, pt_trace *trace, pt_err *err)
 {
+    pt_net_place place = {.stage = stage};
+    return pt_net_init_at(n, p, kn, &place, slots, seed, trace, err);
+}
+
+int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place *at,
+                   int slots, uint64_t seed, pt_trace *trace, pt_err *err)
+{
     memset(n, 0, sizeof *n);
     n->spec = p->model;
     n->layout = p->layout;
     n->kn = kn;
     n->trace = trace;
-    n->stage = stage;
+    n->stage = at->stage;
+    n->tp_rank = at->tp_rank;
+    n->cp_rank = at->cp_rank;
+    n->comm = at->comm;
+    n->cp_next = at->cp_next;
+    n->cp_prev = at->cp_prev;
+    n->dropout = (float)p->run.dropout;
+    n->seed = seed;
+    int stage = at->stage;
     if (n->layout.vp > 64)
         return pt_err_set(err, "vp = %d: at most 64 model chunks per rank", n->layout.vp);
     n->chunk_layers = n->spec.layers / ((int64_t)n->layout.pp * n->layout.vp);
     n->n_layers = n->chunk_layers * n->layout.vp;
-    table t = {0};
+    table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank};
     build_table(&t, n);
     if (t.oom) {
         free(t.v);
@@ -262,9 +322,18 @@ int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slot
                           (long long)n->n_elems);
     for (int i = 0; i < n->n_param; i++)
         init_param(&n->param[i], &n->spec, seed, host + n->param[i].offset);
-    int rc = alloc_state(n, err);
-    if (rc == 0)
-        rc = upload(n, host, err);
+    int rc;
+    if (n->layout.zero >= 3 && at->dp_size > 1) {
+        if (!n->comm)
+            rc = pt_err_set(err, "internal: ZeRO-3 needs a communicator");
+        else
+            rc = pt_z3_init(n, at->dp_rank, at->dp_size, host, err);
+    } else {
+        optimizer_share(n, at);
+        rc = alloc_state(n, err);
+        if (rc == 0)
+            rc = upload(n, host, err);
+    }
     free(host);
     if (rc == 0)
         rc = pt_net_alloc_runtime(n, p, slots, err);
@@ -274,7 +343,9 @@ int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slot
 void pt_net_free(pt_net *n)
 {
     pt_kernels *kn = n->kn;
-    if (kn) {
+    if (n->z3)
+        pt_z3_free(n);
+    else if (kn) {
         if (n->w != n->master)
             kn->free(kn, n->w);
         kn->free(kn, n->master);
@@ -292,13 +363,15 @@ void pt_net_free(pt_net *n)
 int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err)
 {
     pt_kernels *kn = n->kn;
-    size_t bytes = (size_t)n->n_elems * sizeof(float);
-    if (master)
+    size_t bytes = (size_t)n->n_elems * sizeof(float), opt = (size_t)n->opt_elems * sizeof(float);
+    if (master && n->z3 && pt_z3_get_master(n, master, err))
+        return -1;
+    if (master && !n->z3)
         kn->copy(kn, master, n->master, bytes, PT_KCOPY_D2H);
     if (m)
-        kn->copy(kn, m, n->m, bytes, PT_KCOPY_D2H);
+        kn->copy(kn, m, n->m, opt, PT_KCOPY_D2H);
     if (v)
-        kn->copy(kn, v, n->v, bytes, PT_KCOPY_D2H);
+        kn->copy(kn, v, n->v, opt, PT_KCOPY_D2H);
     return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
 
@@ -306,10 +379,12 @@ int pt_net_set_state(pt_net *n, const float *master, const float *m, const float
                      pt_err *err)
 {
     pt_kernels *kn = n->kn;
-    size_t bytes = (size_t)n->n_elems * sizeof(float);
+    size_t opt = (size_t)n->opt_elems * sizeof(float);
     if (m)
-        kn->copy(kn, n->m, m, bytes, PT_KCOPY_H2D);
+        kn->copy(kn, n->m, m, opt, PT_KCOPY_H2D);
     if (v)
-        kn->copy(kn, n->v, v, bytes, PT_KCOPY_H2D);
+        kn->copy(kn, n->v, v, opt, PT_KCOPY_H2D);
+    if (master && n->z3)
+        return pt_z3_set_master(n, master, err);
     return master ? upload(n, master, err) : kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }

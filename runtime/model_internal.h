@@ -7,13 +7,17 @@
 
 #include "runtime.h"
 
-/* What one transformer layer keeps of a micro-batch; T = b·s tokens. With full
- * recomputation every layer's views point at one shared set, rebuilt in backward. */
+/* What one transformer layer keeps of a micro-batch. T = b·s_r tokens pass through
+ * the layer on this rank (s_r = s/cp); R of them are this rank's rows of the
+ * residual stream: T, or T/t with sequence parallelism (rows [tp_rank·R, +R)).
+ * With full recomputation every layer's views point at one shared set, rebuilt in
+ * backward. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (T, h) [act], (T), (T) */
-    float *q, *k, *v;                 /* (b, s, a/t, d), (b, s, k/t, d) x2 [act] */
-    float *att, *lse;                 /* (b, s, a/t, d) [act], (b, a/t, s) */
-    float *x2;                        /* (T, h) [act] residual stream after attention */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (R, h) [act], (R), (R) */
+    float *q, *k, *v;                 /* (b, s_r, a/t, d), (b, s_r, k/t, d) x2 [act] */
+    float *att, *lse;                 /* (b, s_r, a/t, d) [act]; (b, a/t, s_r), or with
+                                         cp (b, 2, a/t, s_r/2): per sequence chunk */
+    float *x2;                        /* (R, h) [act] residual stream after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *gate, *up, *act;           /* (T, f/t) [act] each; gate only with SwiGLU */
 } pt_layer_acts;
@@ -21,22 +25,70 @@ typedef struct {
 struct pt_acts {
     void *mem;                        /* one backend allocation for all of the below */
     int32_t *tokens, *targets;        /* (T) in backend memory */
-    float **x;                        /* [L+1] (T, h) [act] residual stream between layers */
+    float **x;                        /* [L+vp] (R, h) [act] residual stream between layers */
     pt_layer_acts *layer;             /* [L] */
-    float *lnf, *lnf_mean, *lnf_rstd; /* final norm */
+    float *lnf, *lnf_mean, *lnf_rstd; /* final norm, (R, h) */
     float *logits;                    /* (T, v/t) [act]; dlogits after a training forward */
     float *losses;                    /* (T) fp32 */
+    int64_t step, first_sample;       /* the micro-batch in the slot (dropout's keys) */
+    bool train;                       /* dropout applies */
 };
 
 /* Gradient scratch, reused by every layer and micro-batch. */
 typedef struct {
     void *mem;
-    float *dres;                      /* (T, h) gradient of the residual stream */
-    float *dln;                       /* (T, h) gradient of a norm's output */
+    float *dres;                      /* (R, h) gradient of the residual stream */
+    float *dln;                       /* (T, h) gradient of a norm's output (partial
+                                         over tp until reduced) */
+    float *dlns;                      /* (R, h) its reduced rows (sp) */
+    float *gath;                      /* (T, h) a norm output gathered over tp (sp) */
+    float *gdres;                     /* (T, h) dres gathered over tp (sp) */
+    float *rout;                      /* (T, h) a row-parallel output before its
+                                         reduce-scatter (sp) */
+    float *ddrop;                     /* (T, h) a dropped branch's gradient */
     float *dq, *dk, *dv, *dqr, *dkr;  /* attention inputs, before and after RoPE */
     float *datt;                      /* (T, h/t) */
     float *dgate, *dup, *dact;        /* (T, f/t) */
+    float *ce;                        /* (3, T) fp32: vocab-parallel loss statistics */
+    float *ring[2];                   /* cp: K, V, dK, dV of a travelling block, each
+                                         (b, s_r, k/t, d) [act]; two to swap */
+    float *part, *part_lse;           /* cp: one block's (1, s_r/2, a/t, d) [act] and
+                                         (a/t, s_r/2) fp32 result before combining */
 } pt_scratch;
+
+/* ZeRO-3 (runtime/zero3.c): shards of every segment (layer, embedding, head) of the
+ * parameter buffer over the dp·cp group, a window for one gathered layer and its
+ * gradients, and whole copies of the embedding and head segments. */
+typedef struct pt_zero3 pt_zero3;
+/* Shards `init` (n_elems host floats) and allocates the windows; sets n->master,
+ * grad, m and v to shard arrays of opt_elems floats and n->w to NULL. */
+int pt_z3_init(pt_net *n, int dp_rank, int dp_size, const float *init, pt_err *err);
+void pt_z3_free(pt_net *n);
+/* Whole master weights (n_elems host floats) from or into the shards; getting is
+ * collective over the dp·cp group. */
+int pt_z3_get_master(pt_net *n, float *whole, pt_err *err);
+int pt_z3_set_master(pt_net *n, const float *whole, pt_err *err);
+/* The op list's zero3_allgather and zero_reducescatter of a layer; a layer's
+ * backward opens its gradient window first. */
+int pt_z3_gather_layer(pt_net *n, int64_t layer, pt_err *err);
+int pt_z3_begin_backward(pt_net *n, int64_t layer, pt_err *err);
+int pt_z3_reduce_layer(pt_net *n, int64_t layer, pt_err *err);
+/* Where parameter p's weights and gradient are now: in the window (NULL when its
+ * layer is not gathered, or not in its backward) or in the whole copies. */
+float *pt_z3_weight(pt_net *n, const pt_param *p);
+float *pt_z3_grad(pt_net *n, const pt_param *p);
+/* The optimizer's view: segment s's shard on this rank covers flat elements
+ * [lo, hi); master, grad, m and v point at element lo. */
+typedef struct {
+    int64_t lo, hi;
+    float *master, *grad, *m, *v;
+} pt_z3_shard;
+int pt_z3_segments(const pt_net *n);
+pt_z3_shard pt_z3_shard_of(pt_net *n, int s);
+/* At the optimizer step: the whole-kept segments' gradients reduce-scattered into
+ * their shards, and after the update their shards gathered back into the copies. */
+int pt_z3_reduce_whole(pt_net *n, pt_err *err);
+int pt_z3_gather_whole(pt_net *n, pt_err *err);
 
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err);
 void pt_net_free_runtime(pt_net *n);

@@ -131,48 +131,182 @@ int pt_ckpt_begin(const char *dir, char *tmp, size_t n, pt_err *err);
 int pt_ckpt_commit(const char *tmp, const char *dir, pt_err *err);
 void pt_ckpt_abort(const char *tmp);
 
-/* ---- Communication (runtime/comm.c) ----------------------------------------------------- */
+/* ---- Communication (runtime/comm.c, comm_nccl.c, rendezvous.c) --------------------------- */
 
 /* The ranks of a run and their process groups, built from the planner's rank grid
- * (pt_grid_group), so the runtime's groups are the ones the planner priced. MPI
- * backend on host buffers. Every call is collective over the group named. */
+ * (pt_grid_group), so the runtime's groups are the ones the planner priced. Every
+ * call is collective over the group named: `kind` is a pt_group_kind, PT_GROUP_COUNT
+ * for the tied-embedding pair (the first and last stage of each pipeline), or < 0 for
+ * the whole world. Collectives over a group this rank is not in, and every
+ * collective in a world of one, are local (a copy where in and out differ).
+ *
+ * Backends. MPI on host buffers: the CPU backend, and every host-buffer call below.
+ * After pt_comm_use_device with the CUDA backend, the "backend memory" calls take
+ * the kernel backend's (device) buffers and go through NCCL (one communicator per
+ * group, on the kernel backend's stream) where this build has NCCL, else through
+ * host memory over MPI (copied with kn->copy). Which memory each call takes is said
+ * with it: [backend] (the kernel backend's memory once pt_comm_use_device has been
+ * called, host memory before) or [host].
+ *
+ * Element types: calls on `float *` are fp32 on every backend (gradients, master
+ * weights, optimizer state: kernels.h's non-[act] buffers); the *_bytes calls move
+ * any element type, among them the bf16 [act] activations of the CUDA backend.
+ *
+ * Launch. mpirun, or any launcher that starts MPI (srun --mpi=pmix): MPI_Init, and
+ * the NCCL unique id of each group is broadcast over that group's MPI communicator,
+ * so no master address or port is configured. A launcher without MPI (srun without
+ * PMIx, or anything that sets RANK and WORLD_SIZE) with PT_RENDEZVOUS=DIR set: rank
+ * and world size from SLURM_PROCID and SLURM_NTASKS, else RANK and WORLD_SIZE, and
+ * the ranks meet through files in DIR (a directory every node shares) to exchange
+ * the NCCL unique ids; such a run does every collective through NCCL, so it needs
+ * this build's NCCL and the CUDA backend. Without a launcher: a world of one. */
 typedef struct pt_comm pt_comm;
+/* An asynchronous operation in flight; pt_comm_wait completes and frees it. */
+typedef struct pt_comm_req pt_comm_req;
 
-/* Starts MPI when a launcher (mpirun, PMI/PMIx) started the process; a process
- * started on its own is a world of one and never touches MPI. */
+/* Starts the run's communication as described above. Errors: MPI_Init failing; a
+ * rank started without MPI and without PT_RENDEZVOUS by a launcher that says it has
+ * other ranks; a rendezvous without NCCL in this build, or whose ranks do not all
+ * arrive within PT_RENDEZVOUS_TIMEOUT seconds (the error names the directory and the
+ * missing ranks). */
 int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);
+/* This rank's index among the ranks of its node (the device it should drive). */
+int pt_comm_local_rank(const pt_comm *c);
+/* "none" (a world of one), "mpi", "mpi+staging" (device buffers through host
+ * memory), "nccl" (device buffers through NCCL, MPI for host buffers) or "nccl+file"
+ * (NCCL only, ranks met through the rendezvous directory). */
+const char *pt_comm_backend(const pt_comm *c);
+/* Whether this build has the NCCL backend. */
+bool pt_comm_have_nccl(void);
 /* Builds a communicator for every group kind of `g` (tp, cp, dp, pp, dp*cp, tp*cp)
- * and the tied-embedding pair (the first and last stage of each pipeline). */
+ * and the tied-embedding pair. Errors: the grid's world is not the run's. */
 int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err);
+/* Selects how [backend] buffers travel, once the kernel backend `kn` exists (it must
+ * outlive the comm) and after pt_comm_groups: the CPU backend changes nothing; the
+ * CUDA backend uses NCCL on kn's stream where built (each group's communicator made
+ * here, collectively), else host staging over MPI. PT_COMM_NCCL=0 in the
+ * environment selects staging even where NCCL is built. Errors: a run without MPI
+ * whose backend cannot use NCCL; NCCL failing to start (named with the group). */
+int pt_comm_use_device(pt_comm *c, pt_kernels *kn, pt_err *err);
+/* Host staging over MPI for [backend] buffers of any kernel backend: what the CUDA
+ * backend without NCCL does; tests use it to exercise that path on the CPU backend. */
+int pt_comm_use_staging(pt_comm *c, pt_kernels *kn, pt_err *err);
 
-/* Sums in place over the group (kind = PT_GROUP_COUNT: the tied-embedding pair;
- * kind < 0: the whole world). */
+/* -- Blocking collectives. On NCCL they are queued on the kernel backend's stream
+ * and return at once: kernels queued after them see the result, the host after
+ * kn->sync. Elsewhere the result is there on return. */
+
+/* Sums in place over the group. buf (n) fp32 [backend]. */
 int pt_comm_allreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err);
+/* The same on doubles; buf (n) [host]. */
 int pt_comm_allreduce_f64(pt_comm *c, int kind, double *buf, int64_t n, pt_err *err);
-/* in (n·size) summed over the group, this rank's n-element slice into out. */
+/* The element-wise maximum over the group, in place. buf (n) fp32 [backend]. */
+int pt_comm_allreduce_max(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err);
+/* in (n·size) summed over the group, this rank's n-element slice into out (n); fp32
+ * [backend]. */
 int pt_comm_reducescatter(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                           pt_err *err);
-/* Every rank's n elements, in group order, into out (n·size); in may be out + rank·n. */
+/* Every rank's n elements, in group order, into out (n·size); in may be out + rank·n.
+ * fp32 [backend]. */
 int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                       pt_err *err);
-/* A blocking receive from a world rank; the tag tells transfers apart. */
-int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err);
-/* Rank 0's n bytes to every rank of the world. */
+/* All-to-all: block j (n elements) of in (n·size) goes to group rank j, and block i of
+ * out (n·size) comes from group rank i. in and out must not overlap. fp32 [backend]. */
+int pt_comm_alltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
+                     pt_err *err);
+/* Rank 0's n bytes to every rank of the world; buf [host]. */
 int pt_comm_bcast(pt_comm *c, void *buf, int64_t n, pt_err *err);
+/* Every rank's n bytes (n may differ by rank) to world rank 0: there *all (malloc'd,
+ * the caller frees) holds them in rank order and sizes[r] (world size entries) says
+ * how many bytes came from rank r; on other ranks *all is NULL. buf [host]. */
+int pt_comm_gather_bytes(pt_comm *c, const void *buf, int64_t n, void **all, int64_t *sizes,
+                         pt_err *err);
 /* Whether every rank's `ok` is true (a world-wide AND; a barrier). */
 bool pt_comm_all_ok(pt_comm *c, bool ok);
 
-/* Posts a send of a private copy of buf (so the caller may reuse buf at once);
- * pt_comm_wait_sends completes every posted send. Pipeline transfers use these, as
- * the schedule programs assume sends that do not wait for their receiver. */
+/* -- Asynchronous collectives: each starts the operation and returns a handle in *req
+ * (NULL when it completed at once, e.g. a group of one); the buffers must stay
+ * untouched until pt_comm_wait(req). On NCCL the operation runs on a communication
+ * stream of its own, after the work already queued on the kernel backend's stream
+ * (so gradients produced by queued kernels are the ones reduced), and overlaps the
+ * kernels queued after it; asynchronous operations run there one after another, and
+ * pt_comm_wait makes the kernel stream wait for this one (the host does not wait).
+ * On MPI they are MPI-3 nonblocking collectives (Open MPI progresses them inside MPI
+ * calls, so most of the transfer happens in pt_comm_wait on the CPU backend). Start
+ * them in the same order on every rank of the group, as MPI and NCCL require. */
+int pt_comm_iallreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_comm_req **req,
+                       pt_err *err);
+int pt_comm_ireducescatter(pt_comm *c, int kind, const float *in, float *out, int64_t n,
+                           pt_comm_req **req, pt_err *err);
+int pt_comm_iallgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
+                       pt_comm_req **req, pt_err *err);
+int pt_comm_ialltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
+                      pt_comm_req **req, pt_err *err);
+/* Completes and frees req (NULL: nothing to do). After it, the result is in the
+ * buffers as for the blocking call. An error still frees req. */
+int pt_comm_wait(pt_comm *c, pt_comm_req *req, pt_err *err);
+
+/* -- Point to point between world ranks (pipeline transfers). Sends do not wait for
+ * their receiver, as the schedule programs assume: a send takes a private copy of buf
+ * (so the caller may reuse buf at once) and pt_comm_wait_sends completes every posted
+ * send. The tag tells transfers apart on MPI; NCCL has no tags, so between two ranks
+ * receives must be posted in the order of the matching sends. On NCCL a send is
+ * issued together with this rank's next receive (one NCCL group, so that neither
+ * waits for the other, as Megatron-LM batches its pipeline sends and receives), or
+ * before its next collective, or by pt_comm_wait_sends. */
+/* buf (n) fp32 [backend] */
+int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err);
 int pt_comm_isend(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err);
+/* buf (bytes) of any element type [backend]: bf16 activations on the CUDA backend */
+int pt_comm_recv_bytes(pt_comm *c, int from, int tag, void *buf, int64_t bytes, pt_err *err);
+int pt_comm_isend_bytes(pt_comm *c, int to, int tag, const void *buf, int64_t bytes,
+                        pt_err *err);
 int pt_comm_wait_sends(pt_comm *c, pt_err *err);
+
 /* Ends every rank of the run at once with `why` printed by this rank: what a failing
- * rank does, so that no other rank hangs in a collective. */
+ * rank does, so that no other rank hangs in a collective (MPI_Abort; in a file
+ * rendezvous an abort file in the directory, which ranks waiting there see). */
 void pt_comm_abort(pt_comm *c, const char *why);
 void pt_comm_finalize(pt_comm *c);
+
+/* ---- File rendezvous (runtime/rendezvous.c) ------------------------------------------------ */
+
+/* Where a launcher without MPI put this process, from the environment: rank and world
+ * size from SLURM_PROCID and SLURM_NTASKS (srun), else RANK and WORLD_SIZE (torchrun
+ * and others); local rank from SLURM_LOCALID, else LOCAL_RANK; the directory from
+ * PT_RENDEZVOUS; a key telling runs that share the directory apart from
+ * PT_RENDEZVOUS_KEY, else SLURM_JOB_ID.SLURM_STEP_ID, else "run"; the timeout from
+ * PT_RENDEZVOUS_TIMEOUT (seconds, default 300). */
+typedef struct {
+    int rank, size, local_rank;  /* size 0: the environment names no world */
+    const char *source;          /* "SLURM_PROCID/SLURM_NTASKS" or "RANK/WORLD_SIZE" */
+    char dir[512];               /* "" when PT_RENDEZVOUS is not set */
+    char key[128];
+    double timeout_s;
+} pt_rdv;
+
+/* Fills r from the environment. Errors: a value that is not a number, a rank outside
+ * the world, a bad timeout, a directory that does not exist. */
+int pt_rdv_from_env(pt_rdv *r, pt_err *err);
+/* Every rank posts that it has arrived under `name` and waits until all r->size have.
+ * Errors name the directory, the time waited and the ranks that did not arrive, or
+ * the reason of a rank that aborted. */
+int pt_rdv_barrier(const pt_rdv *r, const char *name, pt_err *err);
+/* `bytes` bytes of world rank `root` to every rank that calls it (any subset): the
+ * root writes the file `name` (atomically: written under a temporary name and
+ * renamed), the others wait for it. Errors name the directory, the file and the root. */
+int pt_rdv_bcast(const pt_rdv *r, const char *name, int root, void *buf, size_t bytes,
+                 pt_err *err);
+/* Writes the abort file with `why` (what pt_rdv_barrier and pt_rdv_bcast report). */
+void pt_rdv_abort(const pt_rdv *r, const char *why);
+/* -1 with the reason in err when a rank of this run has written the abort file; else 0. */
+int pt_rdv_aborted(const pt_rdv *r, pt_err *err);
+/* Removes every file of this run (its key) from the directory; call it on one rank,
+ * once every rank is past its last pt_rdv_* call (after a collective over the
+ * communicators the rendezvous set up), or a slow rank would miss a file. */
+void pt_rdv_cleanup(const pt_rdv *r);
 
 /* ---- The model (runtime/model.c, runtime/layer.c) ----------------------------------- */
 
@@ -184,6 +318,11 @@ typedef struct {
     int ndim;
     int64_t shape[2];
     bool decay;         /* weight decay applies (matrices, not norms or biases) */
+    bool tp_whole;      /* the whole tensor on every tensor-parallel rank (norms, a
+                           row-parallel layer's bias, positions), not a part of it */
+    int64_t first;      /* index in the whole tensor of this part's first element */
+    int64_t full_cols;  /* columns of the whole tensor (a row-parallel weight holds
+                           shape[1] of them from column `first`) */
 } pt_param;
 
 /* Activations one micro-batch keeps for its backward pass (one "slot"). */
@@ -196,6 +335,11 @@ typedef struct {
     pt_trace *trace;          /* may be off */
     int rank;                 /* for trace spans */
     int stage;                /* pipeline stage of this rank */
+    int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */
+    pt_comm *comm;            /* tp/cp collectives and the cp ring; NULL on one rank */
+    int cp_next, cp_prev;     /* world ranks after and before this one in the cp ring */
+    float dropout;            /* probability on the embedding and residual branches */
+    uint64_t seed;            /* the run's seed: keys initialisation and dropout */
     int64_t chunk_layers;     /* layers per model chunk, L / (pp·vp) */
     int64_t n_layers;         /* layers on this rank, vp·chunk_layers */
     int64_t chunk_begin[64], chunk_end[64]; /* parameter elements of each chunk: its
@@ -207,8 +351,17 @@ typedef struct {
     int64_t n_elems;          /* parameters on this rank */
     float *w;                 /* (n_elems) [act] every parameter, one buffer */
     float *grad;              /* (n_elems) fp32 */
-    float *m, *v;             /* (n_elems) fp32 Adam moments */
+    float *m, *v;             /* (opt_elems) fp32 Adam moments of elements
+                                 [opt_first, opt_first + opt_elems) */
+    int64_t opt_first, opt_elems; /* the optimizer's share: every element, or with
+                                 ZeRO >= 1 this data-parallel rank's shard of the
+                                 buffer padded to a multiple of dp (Rajbhandari et
+                                 al. 2020); elements past n_elems are padding */
     float *master;            /* (n_elems) fp32 master weights; == w on fp32 backends */
+
+    struct pt_zero3 *z3;      /* ZeRO-3's shards and windows (runtime/zero3.c); NULL
+                                 otherwise. With it, master, grad, m and v are shard
+                                 arrays of opt_elems floats and w is NULL */
 
     pt_acts **slot;           /* activations of the micro-batches in flight */
     int n_slots;
@@ -227,15 +380,34 @@ typedef struct {
  * the same weights. Checks that the parameter count equals the planner's. */
 int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slots,
                 uint64_t seed, pt_trace *trace, pt_err *err);
+/* Where a rank's part of the model sits: its pipeline stage, its tensor-parallel
+ * part (which rows or columns of each split tensor, and which slice of the
+ * vocabulary), its context-parallel chunks of the sequence, and the communicator
+ * for the collectives inside a layer. */
+typedef struct {
+    int stage, tp_rank, cp_rank;
+    int dp_rank, dp_size;     /* in the gradient-reduction (dp·cp) group: ZeRO's shards */
+    pt_comm *comm;            /* needed when tp or cp > 1 */
+    int cp_next, cp_prev;     /* world ranks of the cp ring's neighbours */
+} pt_net_place;
+int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place *at,
+                   int slots, uint64_t seed, pt_trace *trace, pt_err *err);
 void pt_net_free(pt_net *n);
 const pt_param *pt_net_param(const pt_net *n, const char *name);
 
-/* Copies the fp32 master weights and Adam moments to host arrays of n_elems floats
- * (any may be NULL), or sets them from host arrays (refreshing the bf16 compute copy
- * on a bf16 backend): what checkpoints save and load, on any backend. */
+/* Copies the fp32 master weights (n_elems floats) and Adam moments (opt_elems each)
+ * to host arrays (any may be NULL), or sets them from host arrays (refreshing the
+ * bf16 compute copy on a bf16 backend): what checkpoints save and load, on any
+ * backend. */
 int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err);
 int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
                      pt_err *err);
+
+/* Names the micro-batch about to run in `slot` for dropout: its masks are keyed by
+ * the step, the global index of each sample and each element's position in the
+ * whole sequence and hidden vector, so every layout drops the same elements.
+ * Training forwards use dropout only after this call; evaluation never does. */
+void pt_net_set_batch(pt_net *n, int slot, int64_t step, int64_t first_sample, bool train);
 
 /* Forward of model chunk `chunk` of one micro-batch (b = layout mbs rows of s tokens)
  * in activation slot `slot`, executing the planner's op lists in order: the
@@ -258,6 +430,13 @@ float *pt_net_dres(pt_net *n);
 int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
                    float dloss, double *loss_sum, pt_err *err);
 int pt_net_backward(pt_net *n, int slot, pt_err *err);
+/* Elements of one micro-batch's residual stream on this rank: what a pipeline
+ * stage sends on (b·s/cp tokens, divided by tp again with sequence parallelism,
+ * times h). */
+int64_t pt_net_act_elems(const pt_net *n);
+/* This rank's context-parallel share of a micro-batch's tokens: from full (b, s),
+ * chunks cp_rank and 2·cp-1-cp_rank of each row into local (b, s/cp). */
+void pt_net_cp_slice(const pt_net *n, const int32_t *full, int32_t *local);
 /* The logits (b·s, v) [act], in backend memory, of the last forward in `slot`
  * made with dloss = 0 (for sampling). */
 const float *pt_net_last_logits(const pt_net *n, int slot);
@@ -268,7 +447,10 @@ const float *pt_net_last_logits(const pt_net *n, int slot);
 typedef struct {
     pt_comm *comm;        /* NULL: a single rank */
     int rank;             /* world rank */
-    int dp_rank, dp_size; /* in the data-parallel (dp·cp) group */
+    int dp_rank, dp_size; /* in the gradient-reduction (dp·cp) group */
+    int dp_index, dp_count; /* in the data-parallel dimension alone: which share of
+                             each step's samples this rank reads */
+    int tp_rank, cp_rank;
     int pipe[1024];       /* world rank of each stage of this rank's pipeline */
 } pt_dist;
 

@@ -128,7 +128,7 @@ static int parse_groups(const char *text, int world, pt_cb_opts *o, pt_err *err)
         return pt_err_set(err, "out of memory");
     int rc = 0;
     for (const char *p = text; rc == 0 && next_item(&p, item, sizeof item);) {
-        int g;
+        int g = 0;
         if (parse_int("--groups", item, 2, 1 << 20, &g, err) != 0)
             rc = -1;
         else if (g > world)

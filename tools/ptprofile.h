@@ -41,6 +41,15 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
 double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k, int repeats,
                             double *best_s);
 
+/* ---- The CUDA backend's timer (ptprofile_cuda.c, built with the CUDA backend) ----------- */
+
+/* Times run(kn, arg) on the CUDA backend kn with CUDA events on its stream: warm-up
+ * runs, then `repeats` (at most 64) runs queued back to back, each between its own
+ * events; each run's seconds into times_s. Returns how many were measured, or -1 when
+ * kn is not the CUDA backend or a CUDA call fails. */
+int pt_prof_cuda_time(pt_kernels *kn, void (*run)(pt_kernels *kn, void *arg), void *arg,
+                      int repeats, double *times_s);
+
 /* ---- Progress (ptprofile.c) ------------------------------------------------------------- */
 
 typedef struct {

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,14 +42,18 @@ static const char usage_text[] =
     "  --checkpoint-every N [0 = only at the end]\n"
     "  --resume DIR         continue from the checkpoint in DIR\n"
     "  --log FILE           one JSON line per step and validation\n"
-    "  --trace FILE         Chrome trace of every instruction and op (Perfetto)\n"
+    "  --trace FILE         Chrome trace of every instruction and op of every rank, on one\n"
+    "                       clock (Perfetto)\n"
     "  --sample N           generate N tokens at the end [64; 0 = none]\n"
     "  --stop-after N       stop (with a checkpoint, when asked for) after step N, as an\n"
     "                       interruption would; --resume continues the same run\n"
+    "  --dropout P          dropout probability on the embedding and residual branches\n"
+    "                       [the plan's training.dropout]\n"
     "  --threads N          BLAS threads of this rank [1]\n"
     "  --quiet              no per-step lines\n"
     "  --record             append this run (predicted against measured step time, MFU,\n"
-    "                       memory) and its op timings (source trace) to the cost table\n"
+    "                       each rank's memory), its spans and its op timings (source\n"
+    "                       trace) to the cost table\n"
     "  --db FILE            the cost table for --record [$PT_COSTS_DB, else\n"
     "                       ~/.local/share/ptplan/costs.db]\n"
     "  -h, --help           this text\n";
@@ -57,22 +62,23 @@ typedef struct {
     const char *plan, *data, *ckpt, *resume, *log, *trace, *db;
     bool record;
     int64_t steps, val_every, val_batches, ckpt_every, sample, threads, stop_after;
+    double dropout;           /* < 0: the plan's */
     bool quiet;
 } options;
 
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
-           O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB };
+           O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB, O_DROPOUT };
     static const struct option longopts[] = {
         {"data", 1, 0, O_DATA}, {"steps", 1, 0, O_STEPS}, {"val-every", 1, 0, O_VAL},
         {"val-batches", 1, 0, O_VALB}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 1, 0, O_RESUME}, {"log", 1, 0, O_LOG},
         {"trace", 1, 0, O_TRACE}, {"sample", 1, 0, O_SAMPLE}, {"threads", 1, 0, O_THREADS},
         {"quiet", 0, 0, O_QUIET}, {"stop-after", 1, 0, O_STOP}, {"help", 0, 0, 'h'},
-        {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB},
+        {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB}, {"dropout", 1, 0, O_DROPOUT},
         {0, 0, 0, 0}};
-    *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1};
+    *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1, .dropout = -1};
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -93,6 +99,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_QUIET: o->quiet = true; break;
         case O_RECORD: o->record = true; break;
         case O_DB: o->db = optarg; break;
+        case O_DROPOUT: bad = pt_cli_real("ptrun", "--dropout", optarg, 0, 0.99, &o->dropout); break;
         case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default:
@@ -125,6 +132,7 @@ typedef struct {
     double peak_flops;        /* all the layout's devices */
     pt_comm *comm;
     pt_dist dist;
+    pt_net_place place;       /* this rank's part of the model */
     int rank, world, stage;
     double time_sum, mfu_sum;  /* over the steps after this process's first */
     int64_t timed_steps;
@@ -141,10 +149,8 @@ static int check_plan(const options *o, run *r, pt_err *err)
         return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %d "
                                "(launch with mpirun -np %lld)", o->plan, (long long)world,
                           r->world, (long long)world);
-    if (p->layout.tp > 1 || p->layout.cp > 1)
-        return pt_err_set(err, "%s: tensor and context parallelism (tp = %d, cp = %d) are not "
-                               "run by this runtime yet; plan tp = cp = 1", o->plan,
-                          p->layout.tp, p->layout.cp);
+    if (o->dropout >= 0)
+        p->run.dropout = o->dropout;
     if (o->steps)
         p->run.steps = o->steps;
     if (o->data)
@@ -162,6 +168,20 @@ static int place(run *r, pt_err *err)
     int coords[PT_NDIM];
     pt_grid_coords(&g, r->rank, coords);
     r->stage = coords[PT_DIM_PP];
+    /* the context-parallel ring: the ranks of this rank's cp group in order */
+    int cp = g.size[PT_DIM_CP], cr = coords[PT_DIM_CP];
+    int64_t *members = malloc((size_t)g.world * sizeof *members);
+    if (!members)
+        return pt_err_set(err, "out of memory");
+    r->place = (pt_net_place){.stage = r->stage, .tp_rank = coords[PT_DIM_TP], .cp_rank = cr,
+                              .dp_rank = (int)pt_grid_group(&g, PT_GROUP_DPCP, r->rank, members),
+                              .dp_size = pt_grid_group_size(&g, PT_GROUP_DPCP),
+                              .comm = r->world > 1 ? r->comm : NULL};
+    free(members);
+    coords[PT_DIM_CP] = (cr + 1) % cp;
+    r->place.cp_next = (int)pt_grid_rank(&g, coords);
+    coords[PT_DIM_CP] = (cr + cp - 1) % cp;
+    r->place.cp_prev = (int)pt_grid_rank(&g, coords);
     r->has_data = r->stage == 0 || r->stage == r->plan.layout.pp - 1;
     return pt_dist_init(&r->dist, r->world > 1 ? r->comm : NULL, &g, r->rank, err);
 }
@@ -187,11 +207,11 @@ static void config_hash(const pt_plan *p, char out[17])
     char *model = pt_model_to_json(&p->model);
     char text[2048], layout[256];
     pt_layout_format(&p->layout, layout, sizeof layout);
-    snprintf(text, sizeof text, "%s|%s|%lld|%s|%.17g|%.17g|%lld|%lld|%.17g|%.17g|%llu|%s",
+    snprintf(text, sizeof text, "%s|%s|%lld|%s|%.17g|%.17g|%lld|%lld|%.17g|%.17g|%.17g|%llu|%s",
              model ? model : "", layout, (long long)p->train.global_batch,
              pt_prec_name(p->train.precision), p->run.lr, p->run.min_lr,
              (long long)p->run.warmup_steps, (long long)p->run.steps, p->run.weight_decay,
-             p->run.grad_clip, (unsigned long long)p->run.seed, p->run.data);
+             p->run.grad_clip, p->run.dropout, (unsigned long long)p->run.seed, p->run.data);
     free(model);
     uint64_t h = 1469598103934665603ull;
     for (const char *s = text; *s; s++)
@@ -213,12 +233,27 @@ static int build(const options *o, run *r, pt_err *err)
             return pt_err_set(err, "%s: the plan is for %s devices, but the CUDA backend cannot "
                                    "start: %s", o->plan, p->cluster.device.name, why);
     }
+    /* What the device path does not run yet: collectives on bf16 activations (tp, cp)
+     * and the sharded optimizer step, which works on host buffers. */
+    bool sharded = p->layout.zero >= 1 && r->place.dp_size > 1;
+    if (r->kn->act_dtype != PT_KDTYPE_F32 && (p->layout.tp > 1 || p->layout.cp > 1 || sharded))
+        return pt_err_set(err, "%s: tp = %d, cp = %d, zero = %d over %d data-parallel ranks: "
+                               "the %s backend runs dp (ZeRO 0) and pp only so far", o->plan,
+                          p->layout.tp, p->layout.cp, p->layout.zero, r->place.dp_size,
+                          r->kn->name);
+    /* device buffers travel through NCCL, or staged through host memory, from now on
+     * (collective: every rank builds its backend here) */
+    if (r->comm && pt_comm_use_device(r->comm, r->kn, err))
+        return -1;
     if (pt_sched_build(p->layout.schedule, p->layout.pp, p->layout.vp, (int)p->layout.n_micro,
                        &r->sched, err))
         return -1;
     int slots = pt_sched_peak_in_flight(&r->sched, r->stage);
     pt_trace_init(&r->trace, o->trace != NULL || o->record);
-    if (pt_net_init(&r->net, p, r->kn, r->stage, slots, p->run.seed, &r->trace, err))
+    /* the first of the two barriers the merged trace aligns the ranks' clocks on */
+    if (r->trace.on && pt_comm_all_ok(r->comm, true))
+        pt_trace_sync(&r->trace);
+    if (pt_net_init_at(&r->net, p, r->kn, &r->place, slots, p->run.seed, &r->trace, err))
         return -1;
     r->net.rank = r->rank;
     pt_opctx c;
@@ -236,11 +271,11 @@ typedef struct {
     float *master, *m, *v;
 } host_state;
 
-static int host_state_alloc(host_state *h, int64_t n)
+static int host_state_alloc(host_state *h, const pt_net *net)
 {
-    h->master = malloc((size_t)n * sizeof(float));
-    h->m = malloc((size_t)n * sizeof(float));
-    h->v = malloc((size_t)n * sizeof(float));
+    h->master = malloc((size_t)net->n_elems * sizeof(float));
+    h->m = malloc((size_t)net->opt_elems * sizeof(float));
+    h->v = malloc((size_t)net->opt_elems * sizeof(float));
     return h->master && h->m && h->v ? 0 : -1;
 }
 
@@ -278,10 +313,10 @@ static int write_state(const char *tmp, run *r, const host_state *h, pt_err *err
         snprintf(t[i].name, sizeof t[i].name, "%s", q->name);
         snprintf(t[i].dtype, sizeof t[i].dtype, "F32");
     }
-    size_t bytes = (size_t)n->n_elems * sizeof(float);
-    pt_st_tensor adam[2] = {{.name = "adam.m", .dtype = "F32", .ndim = 1, .shape = {n->n_elems},
+    size_t bytes = (size_t)n->opt_elems * sizeof(float);
+    pt_st_tensor adam[2] = {{.name = "adam.m", .dtype = "F32", .ndim = 1, .shape = {n->opt_elems},
                              .data = h->m, .bytes = bytes},
-                            {.name = "adam.v", .dtype = "F32", .ndim = 1, .shape = {n->n_elems},
+                            {.name = "adam.v", .dtype = "F32", .ndim = 1, .shape = {n->opt_elems},
                              .data = h->v, .bytes = bytes}};
     char seed[32], optim[1100];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->plan.run.seed);
@@ -310,7 +345,7 @@ static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
 {
     host_state h;
     char tmp[1024] = "";
-    int rc = host_state_alloc(&h, r->net.n_elems) ? pt_err_set(err, "out of memory") : 0;
+    int rc = host_state_alloc(&h, &r->net) ? pt_err_set(err, "out of memory") : 0;
     if (rc == 0)
         rc = pt_net_get_state(&r->net, h.master, h.m, h.v, err);
     if (rc == 0 && r->rank == 0)
@@ -359,8 +394,8 @@ static int read_state(const char *dir, run *r, host_state *h, pt_err *err)
     }
     pt_st_close(f);
     if (rc == 0 && (rc = pt_st_open(optim, &f, err)) == 0) {
-        int64_t shape[1] = {n->n_elems};
-        size_t bytes = (size_t)n->n_elems * sizeof(float);
+        int64_t shape[1] = {n->opt_elems};
+        size_t bytes = (size_t)n->opt_elems * sizeof(float);
         rc = load_tensor(f, "adam.m", 1, shape, h->m, bytes, err) ||
              load_tensor(f, "adam.v", 1, shape, h->v, bytes, err);
         pt_st_close(f);
@@ -386,7 +421,7 @@ static int resume(const char *dir, run *r, pt_err *err)
         return pt_err_set(err, "%s: the checkpoint was written by %lld ranks, this run has %d",
                           dir, (long long)meta.world, r->world);
     host_state h;
-    int rc = host_state_alloc(&h, r->net.n_elems) ? pt_err_set(err, "out of memory") : 0;
+    int rc = host_state_alloc(&h, &r->net) ? pt_err_set(err, "out of memory") : 0;
     if (rc == 0)
         rc = read_state(dir, r, &h, err);
     if (rc == 0)
@@ -592,8 +627,64 @@ static void report_memory(run *r)
         fprintf(stderr, "%s\n", line);
 }
 
-/* Appends the run and rank 0's op timings to the cost table. */
-static int record_run(const options *o, run *r, pt_err *err)
+/* ---- Trace and record --------------------------------------------------------------------- */
+
+/* This rank's memory: the planner's figure for its stage, what its model allocated on
+ * the backend, and the process's peak resident set (Linux reports ru_maxrss in KiB). */
+static pt_run_rank rank_memory(const run *r)
+{
+    pt_memory mem;
+    struct rusage ru;
+    pt_mem_stage(&r->plan.model, &r->plan.layout, &r->plan.train, r->stage, &mem);
+    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0;
+    return (pt_run_rank){.rank = r->rank, .stage = r->stage,
+                         .predicted_memory_bytes = mem.total_bytes,
+                         .measured_memory_bytes = (double)r->net.bytes, .peak_rss_bytes = rss};
+}
+
+/* The absolute form of path (as given when it cannot be resolved), for the record: a
+ * report made elsewhere finds the files. */
+static void absolute_path(const char *path, char *out, size_t cap)
+{
+    char cwd[4096];
+    if (path[0] == '/' || !getcwd(cwd, sizeof cwd) ||
+        snprintf(out, cap, "%s/%s", cwd, path) >= (int)cap)
+        snprintf(out, cap, "%s", path);
+}
+
+/* Gathers every rank's spans and memory to rank 0 (collective: every rank calls it) and
+ * merges them there onto rank 0's clock, after the second clock barrier. On rank 0
+ * `merged` and `mem` (world entries) are filled; elsewhere they stay empty. */
+static int gather_trace(const options *o, run *r, pt_trace *merged, pt_run_rank *mem,
+                        pt_err *err)
+{
+    void *mine = NULL, *all = NULL;
+    int64_t n = 0, *sizes = calloc((size_t)r->world, sizeof *sizes);
+    pt_run_rank me = rank_memory(r);
+    pt_trace_init(merged, false);
+    if (!sizes)
+        return pt_err_set(err, "out of memory");
+    pt_comm_all_ok(r->comm, true);
+    pt_trace_sync(&r->trace);
+    int rc = pt_trace_pack(&r->trace, &me, &mine, &n, err);
+    if (rc == 0)
+        rc = pt_comm_gather_bytes(r->comm, mine, n, &all, sizes, err);
+    if (rc == 0 && r->rank == 0 && (rc = pt_trace_merge(all, sizes, r->world, merged, mem, err)) == 0) {
+        if (pt_trace_plan_id(o->plan, merged->plan_id, err))
+            rc = -1;
+        else
+            absolute_path(o->plan, merged->plan_path, sizeof merged->plan_path);
+    }
+    free(mine);
+    free(all);
+    free(sizes);
+    return rc;
+}
+
+/* Appends the run, its ranks' memory and its merged spans to the cost table, and the op
+ * timings of every rank as kernel samples of source trace. */
+static int record_run(const options *o, run *r, const pt_trace *merged, const pt_run_rank *mem,
+                      pt_err *err)
 {
     if (r->timed_steps == 0)
         return pt_err_set(err, "--record needs at least two steps to time");
@@ -603,31 +694,66 @@ static int record_run(const options *o, run *r, pt_err *err)
                          .measured_step_s = r->time_sum / (double)r->timed_steps,
                          .predicted_mfu = p->predicted.mfu,
                          .measured_mfu = r->mfu_sum / (double)r->timed_steps,
-                         .predicted_memory_bytes = p->memory.total_bytes,
-                         .measured_memory_bytes = (double)r->net.bytes};
+                         .predicted_memory_bytes = p->memory.total_bytes};
+    for (int i = 0; i < r->world; i++) /* the largest rank, as the plan predicts it */
+        if (mem[i].measured_memory_bytes > rec.measured_memory_bytes)
+            rec.measured_memory_bytes = mem[i].measured_memory_bytes;
     gethostname(rec.host, sizeof rec.host - 1);
     snprintf(rec.git_revision, sizeof rec.git_revision, "%s", PT_GIT_REVISION);
     snprintf(rec.model, sizeof rec.model, "%s", p->model.name);
     snprintf(rec.cluster, sizeof rec.cluster, "%s", p->cluster.name);
     pt_layout_format(&p->layout, rec.layout, sizeof rec.layout);
+    snprintf(rec.plan_id, sizeof rec.plan_id, "%s", merged->plan_id);
+    snprintf(rec.plan_path, sizeof rec.plan_path, "%s", merged->plan_path);
+    if (o->log)
+        absolute_path(o->log, rec.log_path, sizeof rec.log_path);
+    if (o->trace)
+        absolute_path(o->trace, rec.trace_path, sizeof rec.trace_path);
     char path[512];
     if (o->db)
         snprintf(path, sizeof path, "%s", o->db);
     else
         pt_cli_default_db(path, sizeof path, true);
     pt_costdb *db;
-    int64_t ops = 0;
+    int64_t ops = 0, id = 0;
+    if (r->log)
+        fflush(r->log);
     if (pt_costdb_open(path, PT_COSTDB_CREATE, &db, err))
         return -1;
-    int rc = pt_trace_to_costdb(&r->trace, db, p->cluster.device.name, PT_SOURCE_TRACE, 1,
-                                &ops, err);
+    int rc = pt_trace_to_costdb_stat(merged, db, p->cluster.device.name, PT_SOURCE_TRACE, 1,
+                                     PT_TRACE_MEAN, &ops, err);
     if (rc == 0)
-        rc = pt_costdb_add_run(db, &rec, err);
+        rc = pt_costdb_record_run(db, &rec, mem, r->world, merged->v, merged->n, &id, err);
     pt_costdb_close(db);
     if (rc == 0)
-        printf("recorded in %s: the run (%.4g s/step measured, %.4g predicted) and %lld op "
-               "timings\n", path, rec.measured_step_s, rec.predicted_step_s, (long long)ops);
+        printf("recorded in %s: run %lld (%.4g s/step measured, %.4g predicted), %d ranks' "
+               "memory, %zu spans and %lld op timings\n", path, (long long)id,
+               rec.measured_step_s, rec.predicted_step_s, r->world, merged->n, (long long)ops);
     return rc;
+}
+
+/* Merges the ranks' traces on rank 0, writes it as one Chrome trace (--trace) and
+ * records the run (--record). Collective. */
+static int trace_and_record(const options *o, run *r, pt_err *err)
+{
+    pt_trace merged;
+    pt_run_rank *mem = calloc((size_t)r->world, sizeof *mem);
+    int rc = mem ? gather_trace(o, r, &merged, mem, err) : pt_err_set(err, "out of memory");
+    if (rc == 0 && r->rank == 0 && o->trace)
+        rc = pt_trace_write_chrome(&merged, o->trace, err);
+    if (rc == 0 && r->rank == 0 && o->record)
+        rc = record_run(o, r, &merged, mem, err);
+    pt_trace_free(&merged);
+    free(mem);
+    return rc;
+}
+
+/* Whether one rank holds the whole model and runs it alone (no pipeline stages, no
+ * collectives inside a layer, no ZeRO-3 gathers): what generating a sample on rank 0
+ * needs. */
+static bool whole_model_here(const pt_layout *l)
+{
+    return l->pp == 1 && l->tp == 1 && l->cp == 1 && l->zero < 3;
 }
 
 static int go(const options *o, run *r, pt_err *err)
@@ -654,20 +780,12 @@ static int go(const options *o, run *r, pt_err *err)
         return 0;
     if (rc)
         return rc < 0 ? 1 : rc;
-    if (o->record && r->rank == 0 && record_run(o, r, err))
+    if ((o->record || o->trace) && trace_and_record(o, r, err))
         return 1;
     /* the whole model is on every rank only without pipelining; rank 0 writes */
-    if (o->sample && r->plan.layout.pp == 1 && r->rank == 0 && sample_text(r, o->sample, err))
+    if (o->sample && whole_model_here(&r->plan.layout) && r->rank == 0 &&
+        sample_text(r, o->sample, err))
         return 1;
-    if (o->trace) {
-        char path[1100];
-        if (r->rank == 0)
-            snprintf(path, sizeof path, "%s", o->trace);
-        else
-            snprintf(path, sizeof path, "%s.rank%d", o->trace, r->rank);
-        if (pt_trace_write_chrome(&r->trace, path, err))
-            return 1;
-    }
     return 0;
 }
 

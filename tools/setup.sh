@@ -5,7 +5,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-packages="cmake make gcc pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenmpi-dev openmpi-bin"
+packages="cmake make gcc pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenmpi-dev openmpi-bin gnuplot-nox"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -1,9 +1,11 @@
 /*
  * pttrace — what a run did and when: spans of instructions and ops, each with the
- * rank and stream it ran on and, for ops, the planner's op key, so that a measured
- * span meets the predicted figure of the same key. Spans are kept in memory while
- * the run goes and written at the end as a Chrome trace (Perfetto,
- * chrome://tracing), one track per rank and stream.
+ * rank and stream it ran on, the micro-batch and model chunk it worked on and, for
+ * ops, the planner's op key, so that a measured span meets the predicted figure of
+ * the same key. Spans are kept in memory while the run goes; at the end every rank's
+ * spans are gathered to rank 0, put on one clock and written as one Chrome trace
+ * (Perfetto, chrome://tracing; one track per rank and stream) and into the cost
+ * database, and turned into cost samples.
  */
 #ifndef PT_TRACE_H
 #define PT_TRACE_H
@@ -17,16 +19,10 @@
 extern "C" {
 #endif
 
-typedef struct {
-    char name[48];   /* what ran: "fwd mb3 c0", "q", "attn_bwd", ... */
-    char key[128];   /* the op's cost-table key; "" for instructions */
-    int rank;
-    int stream;      /* 0 compute, 1 communication */
-    double t0_s;     /* seconds since the trace started */
-    double dur_s;
-    double flops, bytes; /* of an op span (its pt_kernel_op), for cost samples */
-    pt_dtype dtype;
-} pt_span;
+/* Spans are pt_span (cost.h), the form the cost database stores them in. */
+
+/* The largest world a merged trace holds. */
+#define PT_TRACE_MAX_RANKS 4096
 
 typedef struct {
     bool on;         /* a trace that is off records nothing and costs nothing */
@@ -34,6 +30,12 @@ typedef struct {
     pt_span *v;
     size_t n, cap;
     bool oom;        /* a span was dropped for lack of memory */
+    double sync_s[2]; /* monotonic times of the barriers the clocks are aligned by */
+    int n_sync;
+    /* what a merged trace says about itself (written into and read from the file) */
+    char plan_id[17];
+    char plan_path[512];
+    int world;       /* ranks merged; 0 for one rank's own trace */
 } pt_trace;
 
 /* Monotonic seconds. */
@@ -48,16 +50,53 @@ void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const cha
 void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
                      const pt_kernel_op *op, double t0, double t1);
 
+/* Records the moment every rank leaves a barrier: call right after one (at the start
+ * of the run and again before merging), on every rank. Merging aligns the ranks'
+ * clocks on these instants. At most two are kept (the first and the last). */
+void pt_trace_sync(pt_trace *t);
+
+/* ---- Merging the ranks' traces -------------------------------------------------------- */
+
+/* Packs this rank's spans, sync instants and memory figures into one malloc'd buffer
+ * (*buf, *n bytes; the caller frees) to be gathered to rank 0, where pt_trace_merge
+ * reads every rank's buffer. Buffers are read by the same build that wrote them. */
+int pt_trace_pack(const pt_trace *t, const pt_run_rank *mem, void **buf, int64_t *n,
+                  pt_err *err);
+/* Merges `world` packed buffers laid end to end in `all` (sizes[r] bytes from rank r)
+ * into `out` (initialised here; free with pt_trace_free): every span on rank 0's clock,
+ * in rank order and time order within a rank; mem[r] (world entries) receives rank r's
+ * memory figures. Errors name the rank whose buffer is damaged. */
+int pt_trace_merge(const void *all, const int64_t *sizes, int world, pt_trace *out,
+                   pt_run_rank *mem, pt_err *err);
+
+/* The identity of a plan file: 16 hex digits of a 64-bit FNV-1a hash of its bytes.
+ * Errors name the path. */
+int pt_trace_plan_id(const char *path, char out[17], pt_err *err);
+
+/* Reads a Chrome trace that pt_trace_write_chrome wrote (spans, plan identity, world)
+ * into `out`. A file that is not JSON, was cut short or lacks the spans it announces is
+ * an error naming the path (and for JSON errors the line and column). */
+int pt_trace_read_chrome(const char *path, pt_trace *out, pt_err *err);
+
 /* Turns the op spans into kernel samples of `device`: for each key, the median of
  * its spans' durations (after dropping the first `skip` spans of each key, the
  * warm-up), stored with pt_costdb_put_kernel (replacing older samples of the same
  * source). *stored counts the keys written. */
 int pt_trace_to_costdb(const pt_trace *t, pt_costdb *db, const char *device, pt_source source,
                        int skip, int64_t *stored, pt_err *err);
+/* The same with the statistic chosen: the median (what a microbenchmark reports) or the
+ * mean, which is what predicts a step: its time is the sum of its ops' times, whose
+ * expectation is the sum of their means, preemptions and cache misses included. */
+typedef enum { PT_TRACE_MEDIAN, PT_TRACE_MEAN } pt_trace_stat;
+int pt_trace_to_costdb_stat(const pt_trace *t, pt_costdb *db, const char *device,
+                            pt_source source, int skip, pt_trace_stat stat, int64_t *stored,
+                            pt_err *err);
 
-/* Writes {"traceEvents": [...]} with one process per rank and one thread per
- * stream; each op span carries its key in args. Temporary file renamed when
- * complete; errors name the path. */
+/* Writes {"traceEvents": [...], "otherData": {...}} with one process per rank and one
+ * thread per stream; a span's args carry its key, micro-batch, chunk, FLOPs, bytes and
+ * data type, and otherData the plan identity, world and span count (what
+ * pt_trace_read_chrome checks). Temporary file renamed when complete; errors name the
+ * path. */
 int pt_trace_write_chrome(const pt_trace *t, const char *path, pt_err *err);
 
 #ifdef __cplusplus

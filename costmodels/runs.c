@@ -1,0 +1,265 @@
+/*
+ * Training runs in costs.db: each ptrun that records appends its predicted and
+ * measured figures (table runs), the memory of each of its ranks (run_ranks) and the
+ * spans of its merged trace (spans), in one transaction; calibration (ptcalib) and
+ * reports (ptreport) read them back. The schema is db.c's (versions 3 and 4).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Writing ---------------------------------------------------------------------------- */
+
+static int insert_run(pt_costdb *db, const pt_run_record *r, pt_err *err)
+{
+    char now[32];
+    pt_costdb_iso_now(now);
+    return pt_costdb_insert_row(
+        db,
+        "INSERT INTO runs(created_at, host, git_revision, model, cluster, layout, world, steps,"
+        " predicted_step_s, measured_step_s, predicted_mfu, measured_mfu,"
+        " predicted_memory_bytes, measured_memory_bytes, plan_id, plan_path, log_path,"
+        " trace_path) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "ttttttiiddddddtttt", err, "cannot record the run", now, r->host, r->git_revision,
+        r->model, r->cluster, r->layout, r->world, r->steps, r->predicted_step_s,
+        r->measured_step_s, r->predicted_mfu, r->measured_mfu, r->predicted_memory_bytes,
+        r->measured_memory_bytes, r->plan_id, r->plan_path, r->log_path, r->trace_path);
+}
+
+static int insert_spans(pt_costdb *db, int64_t run, const pt_span *v, size_t n, pt_err *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql,
+                           "INSERT INTO spans(run_id, rank, stream, name, op_key, mb, chunk,"
+                           " start_s, dur_s, flops, bytes, dtype)"
+                           " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return pt_costdb_sql_fail(db, err, "cannot record the run's spans");
+    int rc = SQLITE_DONE;
+    for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
+        const pt_span *s = &v[i];
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_int(st, 2, s->rank);
+        sqlite3_bind_int(st, 3, s->stream);
+        sqlite3_bind_text(st, 4, s->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, s->key, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 6, s->mb);
+        sqlite3_bind_int(st, 7, s->chunk);
+        sqlite3_bind_double(st, 8, s->t0_s);
+        sqlite3_bind_double(st, 9, s->dur_s > 0 ? s->dur_s : 0);
+        sqlite3_bind_double(st, 10, s->flops);
+        sqlite3_bind_double(st, 11, s->bytes);
+        sqlite3_bind_text(st, 12, pt_dtype_name(s->dtype), -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : pt_costdb_sql_fail(db, err, "cannot record the run's spans");
+}
+
+int pt_costdb_record_run(pt_costdb *db, const pt_run_record *r, const pt_run_rank *ranks,
+                         int n_ranks, const pt_span *spans, size_t n_spans, int64_t *id,
+                         pt_err *err)
+{
+    if (!db || !db->sql)
+        return pt_err_set(err, "no cost database file to record the run in");
+    if (!(r->measured_step_s > 0) || r->world < 1 || r->steps < 1)
+        return pt_err_set(err, "%s: run record: measured step time %g, world %lld, steps %lld",
+                          pt_costdb_where(db), r->measured_step_s, (long long)r->world,
+                          (long long)r->steps);
+    if (pt_costdb_begin(db, err))
+        return -1;
+    int rc = insert_run(db, r, err);
+    int64_t run = sqlite3_last_insert_rowid(db->sql);
+    for (int i = 0; rc == 0 && i < n_ranks; i++)
+        rc = pt_costdb_insert_row(db,
+                                  "INSERT INTO run_ranks(run_id, rank, stage,"
+                                  " predicted_memory_bytes, measured_memory_bytes,"
+                                  " peak_rss_bytes) VALUES(?, ?, ?, ?, ?, ?)",
+                                  "iiiddd", err, "cannot record the run's ranks", run,
+                                  (int64_t)ranks[i].rank, (int64_t)ranks[i].stage,
+                                  ranks[i].predicted_memory_bytes,
+                                  ranks[i].measured_memory_bytes, ranks[i].peak_rss_bytes);
+    if (rc == 0 && n_spans)
+        rc = insert_spans(db, run, spans, n_spans, err);
+    if (rc == 0)
+        rc = pt_costdb_commit(db, err);
+    if (rc) {
+        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    if (id)
+        *id = run;
+    return 0;
+}
+
+int pt_costdb_add_run(pt_costdb *db, const pt_run_record *r, pt_err *err)
+{
+    return pt_costdb_record_run(db, r, NULL, 0, NULL, 0, NULL, err);
+}
+
+/* ---- Reading -------------------------------------------------------------------------------- */
+
+static void text_into(char *dst, size_t cap, sqlite3_stmt *st, int c)
+{
+    const unsigned char *t = sqlite3_column_text(st, c);
+    snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+/* Grows *v (of elem bytes) to hold one more than *n. */
+static int grow_one(void **v, size_t elem, size_t n, size_t *cap)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 64;
+    void *p = realloc(*v, c * elem);
+    if (!p)
+        return -1;
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
+/* Prepares sql (binding run_id to ?1 when >= 0); -1 with err when the database has no
+ * runs tables (a file older than version 4 cannot be: opening migrates it). */
+static int prepare(const pt_costdb *db, const char *sql, int64_t run_id, sqlite3_stmt **st,
+                   pt_err *err)
+{
+    if (!db || !db->sql)
+        return pt_err_set(err, "no cost database file to read runs from");
+    if (sqlite3_prepare_v2(db->sql, sql, -1, st, NULL) != SQLITE_OK)
+        return pt_costdb_sql_fail(db, err, "cannot read runs");
+    if (run_id >= 0)
+        sqlite3_bind_int64(*st, 1, run_id);
+    return 0;
+}
+
+int pt_costdb_runs(const pt_costdb *db, pt_run_record **out, size_t *n, pt_err *err)
+{
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    if (prepare(db,
+                "SELECT id, created_at, host, git_revision, model, cluster, layout, world, steps,"
+                " predicted_step_s, measured_step_s, predicted_mfu, measured_mfu,"
+                " predicted_memory_bytes, measured_memory_bytes, plan_id, plan_path, log_path,"
+                " trace_path FROM runs ORDER BY id",
+                -1, &st, err))
+        return -1;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (grow_one((void **)out, sizeof **out, *n, &cap)) {
+            sqlite3_finalize(st);
+            return pt_err_set(err, "%s: out of memory reading runs", pt_costdb_where(db));
+        }
+        pt_run_record *r = &(*out)[(*n)++];
+        memset(r, 0, sizeof *r);
+        r->id = sqlite3_column_int64(st, 0);
+        text_into(r->created_at, sizeof r->created_at, st, 1);
+        text_into(r->host, sizeof r->host, st, 2);
+        text_into(r->git_revision, sizeof r->git_revision, st, 3);
+        text_into(r->model, sizeof r->model, st, 4);
+        text_into(r->cluster, sizeof r->cluster, st, 5);
+        text_into(r->layout, sizeof r->layout, st, 6);
+        r->world = sqlite3_column_int64(st, 7);
+        r->steps = sqlite3_column_int64(st, 8);
+        r->predicted_step_s = sqlite3_column_double(st, 9);
+        r->measured_step_s = sqlite3_column_double(st, 10);
+        r->predicted_mfu = sqlite3_column_double(st, 11);
+        r->measured_mfu = sqlite3_column_double(st, 12);
+        r->predicted_memory_bytes = sqlite3_column_double(st, 13);
+        r->measured_memory_bytes = sqlite3_column_double(st, 14);
+        text_into(r->plan_id, sizeof r->plan_id, st, 15);
+        text_into(r->plan_path, sizeof r->plan_path, st, 16);
+        text_into(r->log_path, sizeof r->log_path, st, 17);
+        text_into(r->trace_path, sizeof r->trace_path, st, 18);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return pt_costdb_sql_fail(db, err, "cannot read runs");
+    }
+    return 0;
+}
+
+int pt_costdb_run_ranks(const pt_costdb *db, int64_t run_id, pt_run_rank **out, size_t *n,
+                        pt_err *err)
+{
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    if (prepare(db,
+                "SELECT rank, stage, predicted_memory_bytes, measured_memory_bytes,"
+                " peak_rss_bytes FROM run_ranks WHERE run_id = ?1 ORDER BY rank",
+                run_id, &st, err))
+        return -1;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (grow_one((void **)out, sizeof **out, *n, &cap)) {
+            sqlite3_finalize(st);
+            return pt_err_set(err, "%s: out of memory reading ranks", pt_costdb_where(db));
+        }
+        (*out)[(*n)++] = (pt_run_rank){sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
+                                       sqlite3_column_double(st, 2),
+                                       sqlite3_column_double(st, 3),
+                                       sqlite3_column_double(st, 4)};
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return pt_costdb_sql_fail(db, err, "cannot read the run's ranks");
+    }
+    return 0;
+}
+
+int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size_t *n,
+                        pt_err *err)
+{
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    if (prepare(db,
+                "SELECT rank, stream, name, op_key, mb, chunk, start_s, dur_s, flops, bytes,"
+                " dtype FROM spans WHERE run_id = ?1 ORDER BY rank, start_s, id",
+                run_id, &st, err))
+        return -1;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (grow_one((void **)out, sizeof **out, *n, &cap)) {
+            sqlite3_finalize(st);
+            return pt_err_set(err, "%s: out of memory reading spans", pt_costdb_where(db));
+        }
+        pt_span *s = &(*out)[(*n)++];
+        memset(s, 0, sizeof *s);
+        s->rank = sqlite3_column_int(st, 0);
+        s->stream = sqlite3_column_int(st, 1);
+        text_into(s->name, sizeof s->name, st, 2);
+        text_into(s->key, sizeof s->key, st, 3);
+        s->mb = sqlite3_column_int(st, 4);
+        s->chunk = sqlite3_column_int(st, 5);
+        s->t0_s = sqlite3_column_double(st, 6);
+        s->dur_s = sqlite3_column_double(st, 7);
+        s->flops = sqlite3_column_double(st, 8);
+        s->bytes = sqlite3_column_double(st, 9);
+        const unsigned char *dt = sqlite3_column_text(st, 10);
+        if (pt_dtype_parse(dt ? (const char *)dt : "", &s->dtype, NULL))
+            s->dtype = PT_DTYPE_FP32;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return pt_costdb_sql_fail(db, err, "cannot read the run's spans");
+    }
+    return 0;
+}

@@ -1,0 +1,245 @@
+/*
+ * The communication layer under mpirun on 4 ranks (tests/run_mpi.sh 4 test_comm):
+ * every collective, blocking and asynchronous, checked number by number over the
+ * process groups of a tp = 2 × pp = 2 grid (groups of 1, 2 and 4 ranks, the tied-
+ * embedding pair and the world), point-to-point transfers of floats and bytes, the
+ * host collectives (f64 sums, broadcast, the world-wide AND, gathering bytes), all
+ * twice: on host buffers (the CPU backend) and through the host-staging path that a
+ * CUDA backend without NCCL takes (pt_comm_use_staging, here with the CPU backend's
+ * copies). Values are small integers, so every sum is exact and compared exactly.
+ */
+#include "check.h"
+#include "runtime.h"
+
+#include <stdlib.h>
+
+enum { N = 7 };
+
+static pt_grid grid;
+static int rank_, size_;
+
+/* What world rank r contributes at index i (exact in fp32). */
+static float val(int r, int64_t i) { return (float)(r * 1000 + i); }
+
+/* The members of this rank's group of `kind` (PT_GROUP_COUNT: the embedding pair,
+ * < 0: the world), ascending; returns how many, and this rank's index in *me. */
+static int members(int kind, int64_t *m, int *me)
+{
+    if (kind < 0) {
+        for (int r = 0; r < size_; r++)
+            m[r] = r;
+        *me = rank_;
+        return size_;
+    }
+    if (kind < PT_GROUP_COUNT) {
+        *me = pt_grid_group(&grid, (pt_group_kind)kind, rank_, m);
+        return pt_grid_group_size(&grid, (pt_group_kind)kind);
+    }
+    int c[PT_NDIM];
+    pt_grid_coords(&grid, rank_, c);
+    int pp = grid.size[PT_DIM_PP];
+    c[PT_DIM_PP] = 0;
+    m[0] = pt_grid_rank(&grid, c);
+    c[PT_DIM_PP] = pp - 1;
+    m[1] = pt_grid_rank(&grid, c);
+    *me = m[0] == rank_ ? 0 : 1;
+    return pp > 1 ? 2 : 1;
+}
+
+static float *fbuf(int64_t n)
+{
+    float *p = calloc((size_t)n, sizeof *p);
+    if (!p)
+        abort();
+    return p;
+}
+
+static void check_group(pt_comm *c, int kind, bool async)
+{
+    int64_t m[64];
+    int me, gs = members(kind, m, &me);
+    pt_err err = {""};
+    pt_comm_req *req[5] = {0};
+
+    /* sum and max */
+    float *sum = fbuf(N), *mx = fbuf(N);
+    for (int64_t i = 0; i < N; i++)
+        sum[i] = mx[i] = val(rank_, i);
+    if (async) {
+        CHECK_INT(pt_comm_iallreduce(c, kind, sum, N, &req[0], &err), 0);
+        CHECK_INT(pt_comm_allreduce_max(c, kind, mx, N, &err), 0);
+    } else {
+        CHECK_INT(pt_comm_allreduce(c, kind, sum, N, &err), 0);
+        CHECK_INT(pt_comm_allreduce_max(c, kind, mx, N, &err), 0);
+    }
+
+    /* reduce-scatter */
+    float *rs_in = fbuf(N * gs), *rs_out = fbuf(N);
+    for (int64_t i = 0; i < N * gs; i++)
+        rs_in[i] = val(rank_, i);
+    CHECK_INT(async ? pt_comm_ireducescatter(c, kind, rs_in, rs_out, N, &req[1], &err)
+                    : pt_comm_reducescatter(c, kind, rs_in, rs_out, N, &err), 0);
+
+    /* all-gather, from a separate buffer and in place */
+    float *ag_in = fbuf(N), *ag_out = fbuf(N * gs), *ag_ip = fbuf(N * gs);
+    for (int64_t i = 0; i < N; i++)
+        ag_in[i] = ag_ip[me * N + i] = val(rank_, i);
+    CHECK_INT(async ? pt_comm_iallgather(c, kind, ag_in, ag_out, N, &req[2], &err)
+                    : pt_comm_allgather(c, kind, ag_in, ag_out, N, &err), 0);
+    CHECK_INT(async ? pt_comm_iallgather(c, kind, ag_ip + me * N, ag_ip, N, &req[3], &err)
+                    : pt_comm_allgather(c, kind, ag_ip + me * N, ag_ip, N, &err), 0);
+
+    /* all-to-all: block j of what rank r sends holds r·1000 + j·100 + i */
+    float *a_in = fbuf(N * gs), *a_out = fbuf(N * gs);
+    for (int j = 0; j < gs; j++)
+        for (int64_t i = 0; i < N; i++)
+            a_in[j * N + i] = (float)(rank_ * 1000 + j * 100 + i);
+    CHECK_INT(async ? pt_comm_ialltoall(c, kind, a_in, a_out, N, &req[4], &err)
+                    : pt_comm_alltoall(c, kind, a_in, a_out, N, &err), 0);
+
+    for (int k = 0; k < 5; k++)
+        CHECK_INT(pt_comm_wait(c, req[k], &err), 0);
+    if (err.msg[0])
+        fprintf(stderr, "rank %d kind %d: %s\n", rank_, kind, err.msg);
+
+    for (int64_t i = 0; i < N; i++) {
+        float s = 0, x = 0, r = 0;
+        for (int k = 0; k < gs; k++) {
+            s += val((int)m[k], i);
+            x = val((int)m[k], i) > x ? val((int)m[k], i) : x;
+            r += val((int)m[k], me * N + i);
+        }
+        CHECK_INT(sum[i], s);
+        CHECK_INT(mx[i], x);
+        CHECK_INT(rs_out[i], r);
+        for (int k = 0; k < gs; k++) {
+            CHECK_INT(ag_out[k * N + i], val((int)m[k], i));
+            CHECK_INT(ag_ip[k * N + i], val((int)m[k], i));
+            CHECK_INT(a_out[k * N + i], (float)(m[k] * 1000 + me * 100 + i));
+        }
+    }
+    free(sum), free(mx), free(rs_in), free(rs_out), free(ag_in), free(ag_out), free(ag_ip);
+    free(a_in), free(a_out);
+}
+
+/* Floats and bytes around the ring of world ranks; two messages per pair, told apart
+ * by tag and received in the order sent. */
+static void check_p2p(pt_comm *c)
+{
+    pt_err err = {""};
+    int to = (rank_ + 1) % size_, from = (rank_ + size_ - 1) % size_;
+    float f[N], got[N];
+    unsigned char b[13], gb[13];
+    for (int i = 0; i < N; i++)
+        f[i] = val(rank_, i);
+    for (int i = 0; i < 13; i++)
+        b[i] = (unsigned char)(rank_ * 16 + i);
+    CHECK_INT(pt_comm_isend(c, to, 1, f, N, &err), 0);
+    for (int i = 0; i < N; i++)
+        f[i] = -1; /* the send took a copy: the buffer is free again */
+    CHECK_INT(pt_comm_isend_bytes(c, to, 2, b, 13, &err), 0);
+    CHECK_INT(pt_comm_recv(c, from, 1, got, N, &err), 0);
+    CHECK_INT(pt_comm_recv_bytes(c, from, 2, gb, 13, &err), 0);
+    CHECK_INT(pt_comm_wait_sends(c, &err), 0);
+    for (int i = 0; i < N; i++)
+        CHECK_INT(got[i], val(from, i));
+    for (int i = 0; i < 13; i++)
+        CHECK_INT(gb[i], from * 16 + i);
+}
+
+static void check_host(pt_comm *c)
+{
+    pt_err err = {""};
+    double d[2] = {rank_ + 0.5, 1};
+    CHECK_INT(pt_comm_allreduce_f64(c, -1, d, 2, &err), 0);
+    CHECK_NEAR(d[0], size_ * (size_ - 1) / 2.0 + 0.5 * size_, 0);
+    CHECK_NEAR(d[1], size_, 0);
+    char text[32];
+    snprintf(text, sizeof text, "from rank %d", rank_);
+    CHECK_INT(pt_comm_bcast(c, text, sizeof text, &err), 0);
+    CHECK_STR_HAS(text, "from rank 0");
+    CHECK(pt_comm_all_ok(c, true));
+    CHECK(!pt_comm_all_ok(c, rank_ != 2));
+    /* rank r sends r + 1 bytes of value r */
+    unsigned char mine[8];
+    memset(mine, rank_, sizeof mine);
+    void *all = NULL;
+    int64_t sizes[8] = {0};
+    CHECK_INT(pt_comm_gather_bytes(c, mine, rank_ + 1, &all, sizes, &err), 0);
+    if (rank_ == 0 && all) {
+        const unsigned char *p = all;
+        for (int r = 0; r < size_; r++) {
+            CHECK_INT(sizes[r], r + 1);
+            for (int i = 0; i <= r; i++)
+                CHECK_INT(*p++, r);
+        }
+    } else {
+        CHECK(rank_ != 0 || all);
+        CHECK(rank_ == 0 || !all);
+    }
+    free(all);
+}
+
+static void check_all(pt_comm *c, const char *path)
+{
+    int before = pt_check_failures;
+    const int kinds[] = {PT_GROUP_TP, PT_GROUP_CP, PT_GROUP_DP, PT_GROUP_PP, PT_GROUP_DPCP,
+                         PT_GROUP_TPCP, PT_GROUP_COUNT, -1};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        check_group(c, kinds[k], false);
+        check_group(c, kinds[k], true);
+    }
+    check_p2p(c);
+    check_host(c);
+    if (pt_check_failures == before)
+        printf("rank %d: %s: every collective and transfer right\n", rank_, path);
+}
+
+int main(int argc, char **argv)
+{
+    pt_comm *c = NULL;
+    pt_err err = {""};
+    if (pt_comm_init(&argc, &argv, &c, &err)) {
+        fprintf(stderr, "test_comm: %s\n", err.msg);
+        return 1;
+    }
+    rank_ = pt_comm_rank(c);
+    size_ = pt_comm_size(c);
+    if (size_ != 4) {
+        fprintf(stderr, "test_comm: run me on 4 ranks (tests/run_mpi.sh 4 test_comm), not %d\n",
+                size_);
+        pt_comm_finalize(c);
+        return 1;
+    }
+    pt_layout l;
+    pt_layout_default(&l);
+    l.tp = 2;
+    l.pp = 2;
+    l.dp = 1;
+    l.cp = 1;
+    pt_grid_init(&grid, &l);
+    CHECK_INT(pt_comm_groups(c, &grid, &err), 0);
+
+    /* a grid for another world is refused */
+    pt_layout wrong = l;
+    wrong.dp = 2;
+    pt_grid g8;
+    pt_grid_init(&g8, &wrong);
+    CHECK(pt_comm_groups(c, &g8, &err) != 0);
+    CHECK_STR_HAS(err.msg, "the layout has 8 ranks, the run 4");
+
+    pt_kernels *kn = pt_kernels_cpu(1);
+    CHECK(kn != NULL);
+    CHECK_INT(pt_comm_use_device(c, kn, &err), 0); /* the CPU backend: nothing changes */
+    CHECK_STR_HAS(pt_comm_backend(c), "mpi");
+    check_all(c, "host buffers");
+
+    CHECK_INT(pt_comm_use_staging(c, kn, &err), 0);
+    CHECK_STR_HAS(pt_comm_backend(c), "mpi+staging");
+    check_all(c, "host staging");
+
+    bool ok = pt_comm_all_ok(c, pt_check_failures == 0);
+    pt_kernels_destroy(kn);
+    pt_comm_finalize(c);
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,638 @@
+/*
+ * ptreport — shows how right the predictions are. From the runs in costs.db (ptrun
+ * --record) it draws, with gnuplot, as PNG and SVG: predicted against measured MFU
+ * over all runs with the y = x line and error bands; step time across runs and git
+ * revisions; per-op predicted against measured times of the latest traced run; that
+ * run's pipeline timeline predicted beside measured; predicted against measured memory
+ * per rank; and the loss curves of the runs' logs. It writes the data and gnuplot
+ * scripts beside the pictures and an index page (index.md) that links them.
+ * Exit code: 0 done, 1 bad input or failure.
+ */
+#include "planner.h"
+#include "trace.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char usage_text[] =
+    "usage: ptreport [options]\n"
+    "\n"
+    "Draws predicted against measured for the runs recorded in the cost table (ptrun\n"
+    "--record) with gnuplot, PNG and SVG, and writes DIR/index.md linking them.\n"
+    "\n"
+    "  --db FILE    the cost table [$PT_COSTS_DB, else ~/.local/share/ptplan/costs.db]\n"
+    "  --out DIR    where the report goes [report]\n"
+    "  --log FILE   a ptrun --log file to draw the loss of (repeatable) [the runs' logs]\n"
+    "  -h, --help   this text\n";
+
+#define MAX_LOGS 16
+
+typedef struct {
+    char db[512];
+    const char *out;
+    const char *logs[MAX_LOGS];
+    int n_logs;
+} options;
+
+static int parse_options(int argc, char **argv, options *o)
+{
+    enum { O_DB = 256, O_OUT, O_LOG };
+    static const struct option longopts[] = {{"db", 1, 0, O_DB}, {"out", 1, 0, O_OUT},
+                                             {"log", 1, 0, O_LOG}, {"help", 0, 0, 'h'},
+                                             {0, 0, 0, 0}};
+    *o = (options){.out = "report"};
+    pt_cli_default_db(o->db, sizeof o->db, false);
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_DB: snprintf(o->db, sizeof o->db, "%s", optarg); break;
+        case O_OUT: o->out = optarg; break;
+        case O_LOG:
+            if (o->n_logs == MAX_LOGS) {
+                fprintf(stderr, "ptreport: at most %d --log files\n", MAX_LOGS);
+                return -1;
+            }
+            o->logs[o->n_logs++] = optarg;
+            break;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        default: return pt_cli_bad_option("ptreport", c, argv[optind - 1]);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ptreport: unexpected argument '%s' (see ptreport --help)\n",
+                argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Files and gnuplot ---------------------------------------------------------------- */
+
+typedef struct {
+    const options *o;
+    pt_costdb *db, *before;   /* before: the tables without trace samples (as profiled) */
+    pt_run_record *runs;
+    size_t n_runs;
+    FILE *index;
+    int drawn;
+} report;
+
+static FILE *open_in(const report *R, const char *name, pt_err *err)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", R->o->out, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        pt_err_set(err, "cannot write '%s': %s", path, strerror(errno));
+    return f;
+}
+
+/* Runs the gnuplot script `name`.gp (already written in the report folder) twice, into
+ * name.png and name.svg, from inside the folder so the script's data paths are local. */
+static int gnuplot(const report *R, const char *name, const char *size, pt_err *err)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && gnuplot -e \"set terminal pngcairo size %s font ',10'; "
+             "set output '%s.png'; load '%s.gp'; set terminal svg size %s dynamic "
+             "font 'sans,10'; set output '%s.svg'; load '%s.gp'\" 2>'%s.gnuplot.log'",
+             R->o->out, size, name, name, size, name, name, name);
+    int rc = system(cmd);
+    if (rc != 0)
+        return pt_err_set(err, "gnuplot failed drawing %s/%s (see %s/%s.gnuplot.log)",
+                          R->o->out, name, R->o->out, name);
+    char log[1024];
+    snprintf(log, sizeof log, "%s/%s.gnuplot.log", R->o->out, name);
+    remove(log);
+    return 0;
+}
+
+/* An entry of index.md: the picture, its SVG and what it shows. */
+static void link(report *R, const char *name, const char *title, const char *what)
+{
+    fprintf(R->index, "## %s\n\n%s\n\n![%s](%s.png)\n\n[SVG](%s.svg) · data and script: "
+                      "`%s.dat`, `%s.gp`\n\n", title, what, title, name, name, name, name);
+    R->drawn++;
+}
+
+static const char *short_rev(const char *rev)
+{
+    static char buf[16];
+    snprintf(buf, sizeof buf, "%.7s", rev[0] ? rev : "unknown");
+    return buf;
+}
+
+/* ---- MFU over all runs ------------------------------------------------------------------- */
+
+static int draw_mfu(report *R, pt_err *err)
+{
+    FILE *f = open_in(R, "mfu.dat", err);
+    if (!f)
+        return -1;
+    double max = 0;
+    fprintf(f, "# run predicted_mfu_pct measured_mfu_pct layout\n");
+    for (size_t i = 0; i < R->n_runs; i++) {
+        const pt_run_record *r = &R->runs[i];
+        fprintf(f, "%lld %.6g %.6g \"%s\"\n", (long long)r->id, 100 * r->predicted_mfu,
+                100 * r->measured_mfu, r->layout);
+        max = fmax(max, fmax(r->predicted_mfu, r->measured_mfu) * 100);
+    }
+    fclose(f);
+    if (!(f = open_in(R, "mfu.gp", err)))
+        return -1;
+    double top = max > 0 ? ceil(max * 1.3) : 1;
+    fprintf(f,
+            "set title 'MFU of every recorded run: predicted against measured'\n"
+            "set xlabel 'predicted MFU (%%)'\nset ylabel 'measured MFU (%%)'\n"
+            "set xrange [0:%g]\nset yrange [0:%g]\nset size ratio -1\nset grid\n"
+            "set key top left\nset samples 200\n"
+            "plot '+' using 1:($1*0.75):($1*1.25) with filledcurves lc rgb '#dde8f5' "
+            "title '±25%%', \\\n"
+            "     '+' using 1:($1*0.9):($1*1.1) with filledcurves lc rgb '#b5cdea' "
+            "title '±10%%', \\\n"
+            "     x with lines lc rgb 'black' dt 2 title 'y = x', \\\n"
+            "     'mfu.dat' using 2:3 with points pt 7 ps 1.2 lc rgb '#c0392b' title 'runs'\n",
+            top, top);
+    fclose(f);
+    if (gnuplot(R, "mfu", "700,650", err))
+        return -1;
+    link(R, "mfu", "Predicted against measured MFU",
+         "Each point is a recorded run; on the dashed line the prediction was exact, inside "
+         "the bands it was within 10% and 25%.");
+    return 0;
+}
+
+/* ---- Step time across runs and revisions ---------------------------------------------------- */
+
+static int draw_steptime(report *R, pt_err *err)
+{
+    FILE *f = open_in(R, "steptime.dat", err);
+    if (!f)
+        return -1;
+    fprintf(f, "# n predicted_s measured_s label(revision, layout)\n");
+    for (size_t i = 0; i < R->n_runs; i++) {
+        const pt_run_record *r = &R->runs[i];
+        fprintf(f, "%zu %.6g %.6g \"%s #%lld\"\n", i, r->predicted_step_s, r->measured_step_s,
+                short_rev(r->git_revision), (long long)r->id);
+    }
+    fclose(f);
+    if (!(f = open_in(R, "steptime.gp", err)))
+        return -1;
+    fprintf(f,
+            "set title 'Step time of every recorded run, by git revision and run id'\n"
+            "set ylabel 'seconds per step'\nset logscale y\nset grid ytics\n"
+            "set xtics rotate by -45 noenhanced\nset key top left\nset offsets 0.5, 0.5, 0, 0\n"
+            "set bmargin 7\n"
+            "plot 'steptime.dat' using 1:3:xtic(4) with points pt 7 ps 1.2 lc rgb '#c0392b' "
+            "title 'measured', \\\n"
+            "     'steptime.dat' using 1:2 with points pt 6 ps 1.5 lc rgb '#2c3e50' "
+            "title 'predicted'\n");
+    fclose(f);
+    if (gnuplot(R, "steptime", "900,500", err))
+        return -1;
+    link(R, "steptime", "Step time across git revisions",
+         "Measured (filled) and predicted (open) seconds per step of each run in the order "
+         "they were recorded, labelled with the git revision and the run id.");
+    return 0;
+}
+
+/* ---- Runs with spans ------------------------------------------------------------------------ */
+
+/* The latest run that has spans stored, with them; NULL when none has. */
+static const pt_run_record *latest_traced(report *R, pt_span **spans, size_t *n, pt_err *err)
+{
+    for (size_t i = R->n_runs; i-- > 0;) {
+        if (pt_costdb_run_spans(R->db, R->runs[i].id, spans, n, err))
+            return NULL;
+        if (*n)
+            return &R->runs[i];
+        free(*spans);
+    }
+    *spans = NULL;
+    return NULL;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    const pt_span *x = *(const pt_span *const *)a, *y = *(const pt_span *const *)b;
+    return strcmp(x->key, y->key);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    const pt_span *s;
+    double median_s, total_s, predicted_s, fitted_s;
+} op_bar;
+
+static int by_total(const void *a, const void *b)
+{
+    const op_bar *x = a, *y = b;
+    return (x->total_s < y->total_s) - (x->total_s > y->total_s);
+}
+
+#define OPS_DRAWN 14
+
+static int draw_ops(report *R, const pt_run_record *run, const pt_span *v, size_t n,
+                    pt_err *err)
+{
+    pt_plan plan;
+    if (pt_plan_read(run->plan_path, &plan, NULL)) {
+        fprintf(R->index, "## Per-op predicted against measured\n\nNot drawn: the plan of run "
+                          "%lld (%s) cannot be read.\n\n", (long long)run->id, run->plan_path);
+        return 0;
+    }
+    pt_cost_hw hw;
+    pt_cluster_apply_profile(&plan.cluster, R->db);
+    pt_cost_hw_of(&plan.cluster, &hw);
+    pt_kernel_fits *fits = malloc(sizeof *fits);
+    if (!fits)
+        return pt_err_set(err, "out of memory");
+    pt_costdb_kernel_fits(R->db, hw.device, fits);
+    const pt_span **ops = malloc((n ? n : 1) * sizeof *ops);
+    op_bar *bars = calloc(n ? n : 1, sizeof *bars);
+    double *d = malloc((n ? n : 1) * sizeof *d);
+    size_t m = 0, nb = 0;
+    if (!ops || !bars || !d) {
+        free(ops), free(bars), free(d), free(fits);
+        return pt_err_set(err, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (v[i].key[0] && v[i].stream == 0)
+            ops[m++] = &v[i];
+    qsort(ops, m, sizeof *ops, by_key);
+    for (size_t a = 0, b; a < m; a = b) {
+        size_t k = 0;
+        for (b = a; b < m && strcmp(ops[b]->key, ops[a]->key) == 0; b++)
+            d[k++] = ops[b]->dur_s;
+        op_bar *o = &bars[nb++];
+        o->s = ops[a];
+        for (size_t i = 0; i < k; i++)
+            o->total_s += d[i];
+        qsort(d, k, sizeof *d, by_value);
+        o->median_s = k % 2 ? d[k / 2] : 0.5 * (d[k / 2 - 1] + d[k / 2]);
+        pt_kernel_op op = {.dtype = o->s->dtype, .flops = o->s->flops, .bytes = o->s->bytes};
+        snprintf(op.key, sizeof op.key, "%s", o->s->key);
+        o->predicted_s = pt_cost_kernel(R->before, &hw, &op).time_s;
+        o->fitted_s = pt_cost_kernel_fitted(&hw, &op, fits);
+    }
+    qsort(bars, nb, sizeof *bars, by_total);
+    FILE *f = open_in(R, "ops.dat", err);
+    int rc = f ? 0 : -1;
+    if (f) {
+        fprintf(f, "# label measured_us predicted_us fitted_us key\n");
+        for (size_t i = 0; i < nb && i < OPS_DRAWN; i++) {
+            const char *shape = strchr(bars[i].s->key, ':');
+            shape = shape ? strchr(shape + 1, ':') : NULL;
+            fprintf(f, "\"%s %s\" %.6g %.6g %.6g \"%s\"\n", bars[i].s->name,
+                    shape ? shape + 1 : "", 1e6 * bars[i].median_s, 1e6 * bars[i].predicted_s,
+                    1e6 * bars[i].fitted_s, bars[i].s->key);
+        }
+        fclose(f);
+    }
+    free(ops), free(bars), free(d), free(fits);
+    if (rc || !(f = open_in(R, "ops.gp", err)))
+        return -1;
+    fprintf(f,
+            "set title 'Run %lld: the %d ops with the most time, per call'\n"
+            "set ylabel 'microseconds per call'\nset logscale y\nset grid ytics\n"
+            "set style data histograms\nset style histogram clustered gap 1\n"
+            "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
+            "set xtics rotate by -50 noenhanced font ',8'\nset bmargin 12\nset key top right\n"
+            "plot 'ops.dat' using 2:xtic(1) lc rgb '#c0392b' title 'measured (median over all ranks)', \\\n"
+            "     '' using 3 lc rgb '#2c3e50' title 'predicted by the tables before the run', \\\n"
+            "     '' using 4 lc rgb '#95a5a6' title 'fitted analytic model'\n",
+            (long long)run->id, OPS_DRAWN);
+    fclose(f);
+    if (gnuplot(R, "ops", "1000,600", err))
+        return -1;
+    link(R, "ops", "Per-op predicted against measured",
+         "Per call, for the ops of the latest traced run that took the most time: the median "
+         "measured over every rank, what the cost tables predicted before any run was "
+         "calibrated into them, and the analytic model with the fitted efficiencies (ptcalib).");
+    return 0;
+}
+
+/* ---- Pipeline timeline ------------------------------------------------------------------------ */
+
+/* 1 forward, 2 backward, 3 communication and the rest. The runtime names instructions
+ * "fwd mb0 c0" (runtime/engine.c), the simulator "F mb0 c0" (planner/sim.c). */
+static int kind_of(const char *name)
+{
+    if (!strncmp(name, "fwd", 3) || !strncmp(name, "F ", 2))
+        return 1;
+    if (!strncmp(name, "bwd", 3) || !strncmp(name, "B ", 2))
+        return 2;
+    return 3;
+}
+
+/* One box per instruction: rank row, start and end in ms from the step's start. */
+static void box(FILE *f, int rank, int stream, double t0_ms, double t1_ms, const char *name)
+{
+    double y = rank + (stream ? 0.22 : -0.08), h = stream ? 0.12 : 0.3;
+    fprintf(f, "%.6g %.6g %.6g %.6g %.6g %.6g %d\n", 0.5 * (t0_ms + t1_ms), y, t0_ms, t1_ms,
+            y - h, y + h, kind_of(name));
+}
+
+/* The measured step: on each rank the instructions after its second-to-last optimizer
+ * step (the last whole step), on the common clock, from the earliest of them. */
+static int measured_timeline(FILE *f, const pt_span *v, size_t n, int world)
+{
+    double from = INFINITY;
+    int drawn = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < world; r++) {
+            double last = -INFINITY, before = -INFINITY;
+            for (size_t i = 0; i < n; i++)
+                if (v[i].rank == r && !v[i].key[0] && !strncmp(v[i].name, "optim", 5)) {
+                    before = last;
+                    last = v[i].t0_s + v[i].dur_s;
+                }
+            for (size_t i = 0; i < n; i++) {
+                const pt_span *s = &v[i];
+                if (s->rank != r || s->key[0] || s->t0_s < before || s->t0_s > last)
+                    continue;
+                if (pass == 0)
+                    from = fmin(from, s->t0_s);
+                else {
+                    box(f, r, s->stream, 1e3 * (s->t0_s - from),
+                        1e3 * (s->t0_s + s->dur_s - from), s->name);
+                    drawn++;
+                }
+            }
+        }
+    return drawn;
+}
+
+static int predicted_timeline(FILE *f, const pt_plan *p, const pt_costdb *db, pt_err *err)
+{
+    json_t *events = json_array();
+    pt_candidate c;
+    int rc = pt_evaluate(&p->model, &p->cluster, &p->train, db, &p->layout, events, &c, err);
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e)
+    {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        if (rc || !name || !ph || strcmp(ph, "X"))
+            continue;
+        double ts = json_number_value(json_object_get(e, "ts")) * 1e-3;
+        double dur = json_number_value(json_object_get(e, "dur")) * 1e-3;
+        box(f, (int)json_integer_value(json_object_get(e, "pid")),
+            (int)json_integer_value(json_object_get(e, "tid")) ? 1 : 0, ts, ts + dur, name);
+    }
+    json_decref(events);
+    return rc;
+}
+
+static int draw_timeline(report *R, const pt_run_record *run, const pt_span *v, size_t n,
+                         pt_err *err)
+{
+    pt_plan plan;
+    if (pt_plan_read(run->plan_path, &plan, NULL))
+        return 0; /* draw_ops said why */
+    pt_cluster_apply_profile(&plan.cluster, R->db);
+    FILE *f = open_in(R, "timeline_predicted.dat", err);
+    if (!f)
+        return -1;
+    fprintf(f, "# x y xlow xhigh ylow yhigh kind(1 fwd, 2 bwd, 3 other)\n");
+    int rc = predicted_timeline(f, &plan, R->db, err);
+    fclose(f);
+    if (rc || !(f = open_in(R, "timeline_measured.dat", err)))
+        return -1;
+    fprintf(f, "# x y xlow xhigh ylow yhigh kind(1 fwd, 2 bwd, 3 other)\n");
+    measured_timeline(f, v, n, (int)run->world);
+    fclose(f);
+    if (!(f = open_in(R, "timeline.gp", err)))
+        return -1;
+    const char *style = "with boxxyerror fs solid 0.8 border rgb 'white' lc variable notitle";
+    fprintf(f,
+            "set palette defined (1 '#2e86c1', 2 '#e67e22', 3 '#27ae60')\nunset colorbox\n"
+            "set linetype 1 lc rgb '#2e86c1'\nset linetype 2 lc rgb '#e67e22'\n"
+            "set linetype 3 lc rgb '#27ae60'\n"
+            "set multiplot layout 2,1\nset ylabel 'rank'\nset ytics 1\n"
+            "set yrange [-0.6:%lld-0.4]\nset xlabel 'ms from the start of the step'\n"
+            "set grid xtics\n"
+            "set title 'Predicted step (simulator): forward blue, backward orange, transfers "
+            "and reductions green'\n"
+            "plot 'timeline_predicted.dat' using 1:2:3:4:5:6:7 %s\n"
+            "set title 'Measured step (the last whole step of run %lld, all ranks on one "
+            "clock)'\n"
+            "plot 'timeline_measured.dat' using 1:2:3:4:5:6:7 %s\n"
+            "unset multiplot\n",
+            (long long)run->world, style, (long long)run->id, style);
+    fclose(f);
+    if (gnuplot(R, "timeline", "1000,650", err))
+        return -1;
+    link(R, "timeline", "Pipeline timeline, predicted beside measured",
+         "One row per rank (compute below, the communication stream above it); the "
+         "simulator's step from the plan on top, the measured last step of the run below.");
+    return 0;
+}
+
+/* ---- Memory per rank ----------------------------------------------------------------------------- */
+
+static int draw_memory(report *R, pt_err *err)
+{
+    const pt_run_record *run = NULL;
+    pt_run_rank *ranks = NULL;
+    size_t n = 0;
+    for (size_t i = R->n_runs; i-- > 0 && !run;) {
+        if (pt_costdb_run_ranks(R->db, R->runs[i].id, &ranks, &n, err))
+            return -1;
+        if (n)
+            run = &R->runs[i];
+        else
+            free(ranks);
+    }
+    if (!run)
+        return 0;
+    FILE *f = open_in(R, "memory.dat", err);
+    if (!f) {
+        free(ranks);
+        return -1;
+    }
+    double mib = 1024.0 * 1024.0;
+    fprintf(f, "# rank predicted_MiB allocated_MiB peak_rss_MiB\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "\"rank %d (stage %d)\" %.6g %.6g %.6g\n", ranks[i].rank, ranks[i].stage,
+                ranks[i].predicted_memory_bytes / mib, ranks[i].measured_memory_bytes / mib,
+                ranks[i].peak_rss_bytes / mib);
+    fclose(f);
+    free(ranks);
+    if (!(f = open_in(R, "memory.gp", err)))
+        return -1;
+    fprintf(f,
+            "set title 'Memory per rank of run %lld (%lld ranks)'\nset ylabel 'MiB'\n"
+            "set logscale y\n"
+            "set grid ytics\nset style data histograms\nset style histogram clustered gap 1\n"
+            "set style fill solid 0.85 border -1\nset key top left\nset xtics noenhanced\n"
+            "plot 'memory.dat' using 2:xtic(1) lc rgb '#2c3e50' title 'predicted (memory model)', "
+            "\\\n     '' using 3 lc rgb '#c0392b' title 'allocated by the model', \\\n"
+            "     '' using 4 lc rgb '#95a5a6' title 'process peak (resident set)'\n",
+            (long long)run->id, (long long)run->world);
+    fclose(f);
+    if (gnuplot(R, "memory", "800,500", err))
+        return -1;
+    link(R, "memory", "Memory per rank, predicted against measured",
+         "For the latest run with per-rank figures: the memory model's prediction for each "
+         "rank's stage, what its model allocated, and the whole process's peak resident set "
+         "(which also holds the data, MPI and the program).");
+    return 0;
+}
+
+/* ---- Loss curves ---------------------------------------------------------------------------------- */
+
+/* Copies the step and validation losses of a ptrun --log file into f as two gnuplot data
+ * blocks; false when it holds none. */
+static bool copy_losses(FILE *f, const char *path)
+{
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return false;
+    char line[1024];
+    int steps = 0;
+    for (int want = 0; want < 2; want++) {
+        rewind(in);
+        fprintf(f, "# %s: %s\n", path, want ? "validation" : "training");
+        int rows = 0;
+        while (fgets(line, sizeof line, in)) {
+            json_t *j = json_loads(line, 0, NULL);
+            const char *type = json_string_value(json_object_get(j, "type"));
+            if (type && !strcmp(type, want ? "val" : "step")) {
+                fprintf(f, "%lld %.6g\n", (long long)json_integer_value(json_object_get(j, "step")),
+                        json_number_value(json_object_get(j, "loss")));
+                rows++;
+            }
+            json_decref(j);
+        }
+        if (!rows)
+            fprintf(f, "nan nan\n"); /* keeps the block so indexes stay paired */
+        steps += want ? 0 : rows;
+        fprintf(f, "\n\n");
+    }
+    fclose(in);
+    return steps > 0;
+}
+
+static int draw_loss(report *R, pt_err *err)
+{
+    const char *paths[MAX_LOGS + 64];
+    int n = 0;
+    for (int i = 0; i < R->o->n_logs; i++)
+        paths[n++] = R->o->logs[i];
+    for (size_t i = R->n_runs; i-- > 0 && n < MAX_LOGS + 64;)
+        if (R->runs[i].log_path[0])
+            paths[n++] = R->runs[i].log_path;
+    FILE *f = open_in(R, "loss.dat", err);
+    if (!f)
+        return -1;
+    const char *used[8];
+    int n_used = 0;
+    for (int i = 0; i < n && n_used < 8; i++) {
+        bool seen = false;
+        for (int k = 0; k < n_used; k++)
+            seen |= !strcmp(used[k], paths[i]);
+        if (!seen && copy_losses(f, paths[i]))
+            used[n_used++] = paths[i];
+    }
+    fclose(f);
+    if (!n_used) {
+        fprintf(R->index, "## Loss curves\n\nNot drawn: no run has a readable log (ptrun --log "
+                          "FILE --record, or ptreport --log FILE).\n\n");
+        return 0;
+    }
+    if (!(f = open_in(R, "loss.gp", err)))
+        return -1;
+    fprintf(f, "set title 'Loss'\nset xlabel 'step'\nset ylabel 'loss (nats per token)'\n"
+               "set grid\nset key top right noenhanced\nplot ");
+    for (int i = 0; i < n_used; i++) {
+        const char *base = strrchr(used[i], '/');
+        base = base ? base + 1 : used[i];
+        fprintf(f, "%s'loss.dat' index %d using 1:2 with lines lw 2 lc %d title '%s (training)', "
+                   "'' index %d using 1:2 with points pt 7 ps 1.3 lc %d title '%s (validation)'",
+                i ? ", \\\n     " : "", 2 * i, i + 1, base, 2 * i + 1, i + 1, base);
+    }
+    fprintf(f, "\n");
+    fclose(f);
+    if (gnuplot(R, "loss", "800,500", err))
+        return -1;
+    link(R, "loss", "Loss curves", "Training loss per step (lines) and validation loss "
+                                   "(points) from the runs' --log files.");
+    return 0;
+}
+
+/* ---- Main ----------------------------------------------------------------------------------------- */
+
+static int make_report(const options *o, report *R, pt_err *err)
+{
+    if (pt_costdb_open(o->db, PT_COSTDB_READ, &R->db, err) ||
+        pt_costdb_open(o->db, PT_COSTDB_READ | PT_COSTDB_PROFILE_ONLY, &R->before, err) ||
+        pt_costdb_runs(R->db, &R->runs, &R->n_runs, err))
+        return -1;
+    if (R->n_runs == 0)
+        return pt_err_set(err, "%s: no runs recorded in this cost database (record one with "
+                               "ptrun PLAN.json --record --db %s)", o->db, o->db);
+    if (system("gnuplot --version >/dev/null 2>&1") != 0)
+        return pt_err_set(err, "gnuplot is not installed (tools/setup.sh installs gnuplot-nox)");
+    if (mkdir(o->out, 0777) != 0 && errno != EEXIST)
+        return pt_err_set(err, "cannot create '%s': %s", o->out, strerror(errno));
+    if (!(R->index = open_in(R, "index.md", err)))
+        return -1;
+    fprintf(R->index, "# ptplan report\n\n%zu runs recorded in `%s`; the latest: run %lld, %s "
+                      "on %s, %s, %lld ranks, revision %s, %s.\n\n", R->n_runs, o->db,
+            (long long)R->runs[R->n_runs - 1].id, R->runs[R->n_runs - 1].model,
+            R->runs[R->n_runs - 1].cluster, R->runs[R->n_runs - 1].layout,
+            (long long)R->runs[R->n_runs - 1].world, short_rev(R->runs[R->n_runs - 1].git_revision),
+            R->runs[R->n_runs - 1].created_at);
+    pt_span *spans = NULL;
+    size_t n = 0;
+    const pt_run_record *traced = NULL;
+    int rc = draw_mfu(R, err) || draw_steptime(R, err) ? -1 : 0;
+    if (rc == 0)
+        traced = latest_traced(R, &spans, &n, err);
+    if (rc == 0 && !traced && err->msg[0])
+        rc = -1;
+    if (rc == 0 && traced)
+        rc = draw_ops(R, traced, spans, n, err) || draw_timeline(R, traced, spans, n, err) ? -1 : 0;
+    else if (rc == 0)
+        fprintf(R->index, "## Per-op times and timeline\n\nNot drawn: no recorded run has "
+                          "spans (ptrun --record stores them).\n\n");
+    if (rc == 0)
+        rc = draw_memory(R, err) || draw_loss(R, err) ? -1 : 0;
+    free(spans);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_options(argc, argv, &o))
+        return 1;
+    report R = {.o = &o};
+    pt_err err = {""};
+    int rc = make_report(&o, &R, &err);
+    if (R.index && fclose(R.index) != 0 && rc == 0)
+        rc = pt_err_set(&err, "cannot write '%s/index.md'", o.out);
+    if (rc)
+        fprintf(stderr, "ptreport: %s\n", err.msg);
+    else
+        printf("report: %s/index.md (%d pictures, PNG and SVG)\n", o.out, R.drawn);
+    free(R.runs);
+    pt_costdb_close(R.db);
+    pt_costdb_close(R.before);
+    return rc ? 1 : 0;
+}
