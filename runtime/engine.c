@@ -8,11 +8,14 @@
  *
  * Data parallelism: each dp rank takes its consecutive share of the step's global
  * samples. With ZeRO 0 each chunk's gradients are all-reduced when the program says
- * REDUCE_GRADS; with ZeRO 1 and 2 the flat gradient buffer, padded to a multiple of
- * dp, is reduce-scattered at the optimizer step, each rank updates only its shard
- * of the fp32 master weights and Adam moments, and the shards are all-gathered
- * (Rajbhandari et al. 2020). The loss is normalised by the tokens of the whole
- * global batch, so sums over ranks need no further scaling.
+ * REDUCE_GRADS; with ZeRO 1 the flat gradient buffer, padded to a multiple of dp, is
+ * reduce-scattered at the optimizer step, each rank updates only its shard of the
+ * fp32 master weights (keeping Adam moments for that shard alone), and the shards
+ * are all-gathered (Rajbhandari et al. 2020). ZeRO 2 and 3 shard gradients (and with
+ * 3 weights) segment by segment (runtime/zero.c): layers reduce-scatter their
+ * gradients as their backward ends, the step updates the shards. The loss is
+ * normalised by the tokens of the whole global batch, so sums over ranks need no
+ * further scaling.
  */
 #include "model_internal.h"
 
@@ -162,21 +165,6 @@ static double sumsq_range(pt_net *n, const float *buf, int64_t lo, int64_t hi)
     return s;
 }
 
-/* With sequence parallelism each tp rank computed its norms' weight gradients from
- * its own rows of the sequence: they are summed over tp (Korthikanti et al. 2022). */
-static int reduce_sp_norms(pt_net *n, const pt_dist *d, pt_err *err)
-{
-    if (!d->comm || !n->layout.sp || n->layout.tp == 1)
-        return 0;
-    for (int i = 0; i < n->n_param; i++) {
-        const pt_param *q = &n->param[i];
-        if (q->tp_whole && strstr(q->name, "norm") &&
-            pt_comm_allreduce(d->comm, PT_GROUP_TP, n->grad + q->offset, q->count, err))
-            return -1;
-    }
-    return 0;
-}
-
 /* AdamW over elements [lo, hi) of the buffers, parameter by parameter (weight decay
  * on matrices only, the GPT-2/llm.c practice); master, grad, m and v hold element lo
  * first. */
@@ -223,7 +211,7 @@ static int step_replicated(pt_net *n, const pt_dist *d, const pt_plan *p, int64_
     return 0;
 }
 
-/* ZeRO 1/2: reduce-scatter the padded flat gradients, update this rank's shard,
+/* ZeRO 1: reduce-scatter the padded flat gradients, update this rank's shard,
  * all-gather the weights. */
 static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
                         pt_step_stats *out, pt_err *err)
@@ -263,17 +251,17 @@ static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t s
     return rc;
 }
 
-/* ZeRO-3: every segment's gradient shard is complete (layers reduce-scattered theirs
- * in backward; the embedding and head now); update the shards, gather the whole-kept
- * segments back. */
-static int step_zero3(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
+/* ZeRO 2 and 3: every segment's gradient shard is complete (layers reduce-scattered
+ * theirs in backward; the embedding and head now); update the shards, gather the
+ * weights kept whole back. */
+static int step_segmented(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
                       pt_step_stats *out, pt_err *err)
 {
-    if (pt_z3_reduce_whole(n, err))
+    if (pt_zero_reduce_whole(n, err))
         return -1;
     double sumsq = 0;
-    for (int s = 0; s < pt_z3_segments(n); s++) {
-        pt_z3_shard h = pt_z3_shard_of(n, s);
+    for (int s = 0; s < pt_zero_segments(n); s++) {
+        pt_zero_shard h = pt_zero_shard_of(n, s);
         sumsq += sumsq_range(n, h.grad, h.lo, h.hi);
     }
     /* the shards are disjoint over dp·cp: the world's sum counts each element once */
@@ -281,11 +269,11 @@ static int step_zero3(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t ste
         return -1;
     out->grad_norm = sqrt(sumsq);
     float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
-    for (int s = 0; s < pt_z3_segments(n); s++) {
-        pt_z3_shard h = pt_z3_shard_of(n, s);
+    for (int s = 0; s < pt_zero_segments(n); s++) {
+        pt_zero_shard h = pt_zero_shard_of(n, s);
         adamw_range(n, p, h.master, h.grad, h.m, h.v, h.lo, h.hi, out->lr, step, scale);
     }
-    return pt_z3_gather_whole(n, err);
+    return pt_zero_gather_whole(n, err);
 }
 
 static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
@@ -297,12 +285,10 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
     if (rc == 0)
         rc = reduce_tied(n, d, err);
     if (rc == 0)
-        rc = reduce_sp_norms(n, d, err);
-    if (rc == 0)
-        rc = n->z3 ? step_zero3(n, d, p, step, out, err)
+        rc = n->zero ? step_segmented(n, d, p, step, out, err)
              : p->layout.zero >= 1 && d->dp_size > 1 ? step_sharded(n, d, p, step, out, err)
                                                      : step_replicated(n, d, p, step, out, err);
-    kn->zero(kn, n->grad, (size_t)(n->z3 ? n->opt_elems : n->n_elems) * sizeof(float));
+    kn->zero(kn, n->grad, (size_t)(n->zero ? n->opt_elems : n->n_elems) * sizeof(float));
     if (rc == 0 && kn->sync(kn))
         rc = pt_err_set(err, "%s", kn->err);
     return rc;
@@ -367,7 +353,7 @@ static int run_instruction(step_ctx *c, const pt_ins *in)
         return pt_net_backward_chunk(n, slot_of(n, in->mb), in->chunk, c->err);
     case PT_INS_REDUCE_GRADS:
         if (!c->d->comm || c->d->dp_size == 1 || p->layout.zero >= 1)
-            return 0; /* ZeRO 1/2 reduce-scatter at the optimizer step */
+            return 0; /* ZeRO 1 reduce-scatters at the optimizer step, 2 and 3 per layer */
         return pt_comm_allreduce(c->d->comm, PT_GROUP_DPCP, n->grad + n->chunk_begin[in->chunk],
                                  n->chunk_end[in->chunk] - n->chunk_begin[in->chunk], c->err);
     case PT_INS_OPTIM_STEP:
@@ -465,14 +451,14 @@ int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t 
 double pt_engine_param_sumsq(pt_net *n, const pt_dist *d, pt_err *err)
 {
     double s = 0;
-    if (n->z3) /* disjoint shards: each element once over dp·cp */
-        for (int i = 0; i < pt_z3_segments(n); i++) {
-            pt_z3_shard h = pt_z3_shard_of(n, i);
+    if (n->zero) /* disjoint shards: each element once over dp·cp */
+        for (int i = 0; i < pt_zero_segments(n); i++) {
+            pt_zero_shard h = pt_zero_shard_of(n, i);
             s += sumsq_range(n, h.master, h.lo, h.hi);
         }
     else
         s = sumsq_range(n, n->master, 0, n->n_elems);
     if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &s, 1, err))
         return -1;
-    return n->z3 ? s : s / d->dp_size; /* each dp·cp replica holds the same weights */
+    return n->zero ? s : s / d->dp_size; /* each dp·cp replica holds the same weights */
 }

@@ -156,6 +156,7 @@ static void carve_scratch(carve *c, const pt_net *n, const dims *d, pt_scratch *
     S->dup = take(c, d->T * d->f, ab);
     S->dact = take(c, d->T * d->f, ab);
     S->ce = d->t > 1 ? take(c, 3 * d->T, 4) : NULL;
+    S->dnorm = d->sp ? take(c, 2 * d->h, 4) : NULL;
     for (int i = 0; i < 2; i++)
         S->ring[i] = d->cp > 1 ? take(c, 4 * kv, ab) : NULL;
     S->part = d->cp > 1 ? take(c, d->sc * d->a * d->d, ab) : NULL;
@@ -380,8 +381,8 @@ static pview param(const pt_net *n, int64_t layer, const char *what)
     const pt_param *p = pt_net_param(n, name);
     if (!p)
         return (pview){NULL, NULL};
-    if (n->z3)
-        return (pview){pt_z3_weight((pt_net *)n, p), pt_z3_grad((pt_net *)n, p)};
+    if (n->zero)
+        return (pview){pt_zero_weight((pt_net *)n, p), pt_zero_grad((pt_net *)n, p)};
     size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
     return (pview){(const float *)((const char *)n->w + (size_t)p->offset * ab),
                    n->grad + p->offset};
@@ -527,18 +528,57 @@ static void linear_bwd(ctx *c, const char *which, bool data, float *dinp, const 
         c->n->kn->matmul_backward(c->n->kn, NULL, w.g, b.g, dout, inp, w.w, c->d.T, ic, oc);
 }
 
-static void norm_bwd(ctx *c, const char *which, float *dinp, const float *dout,
-                     const float *inp, const float *mean, const float *rstd)
+/* dst += src, n fp32 elements of backend memory, through host copies (small: a
+ * norm's weights). */
+static int add_f32(ctx *c, float *dst, const float *src, int64_t n)
+{
+    pt_kernels *kn = c->n->kn;
+    float *a = malloc(2 * (size_t)n * sizeof *a);
+    if (!a)
+        return pt_err_set(c->err, "out of memory");
+    kn->copy(kn, a, dst, (size_t)n * sizeof *a, PT_KCOPY_D2H);
+    kn->copy(kn, a + n, src, (size_t)n * sizeof *a, PT_KCOPY_D2H);
+    int rc = kn->sync(kn) ? pt_err_set(c->err, "%s", kn->err) : 0;
+    for (int64_t i = 0; rc == 0 && i < n; i++)
+        a[i] += a[n + i];
+    if (rc == 0)
+        kn->copy(kn, dst, a, (size_t)n * sizeof *a, PT_KCOPY_H2D);
+    if (rc == 0 && kn->sync(kn))
+        rc = pt_err_set(c->err, "%s", kn->err);
+    free(a);
+    return rc;
+}
+
+/* A norm's backward. With sequence parallelism each tp rank sees only its rows, so
+ * the weight gradients of this micro-batch are summed over tp before they are added
+ * (Korthikanti et al. 2022) — here, so that every ZeRO stage finds them complete. */
+static int norm_bwd(ctx *c, const char *which, float *dinp, const float *dout,
+                    const float *inp, const float *mean, const float *rstd)
 {
     pt_kernels *kn = c->n->kn;
     char wn[24], bn[24];
     snprintf(wn, sizeof wn, "%s.w", which);
     snprintf(bn, sizeof bn, "%s.b", which);
     pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
+    int h = c->d.h;
+    float *dw = w.g, *db = b.g;
+    if (c->d.sp) {
+        dw = c->S->dnorm;
+        db = b.g ? c->S->dnorm + h : NULL;
+        kn->zero(kn, c->S->dnorm, 2 * (size_t)h * sizeof(float));
+    }
     if (c->n->spec.norm == PT_NORM_RMSNORM)
-        kn->rmsnorm_backward(kn, dinp, w.g, dout, inp, w.w, rstd, c->d.R, c->d.h);
+        kn->rmsnorm_backward(kn, dinp, dw, dout, inp, w.w, rstd, c->d.R, h);
     else
-        kn->layernorm_backward(kn, dinp, w.g, b.g, dout, inp, w.w, mean, rstd, c->d.R, c->d.h);
+        kn->layernorm_backward(kn, dinp, dw, db, dout, inp, w.w, mean, rstd, c->d.R, h);
+    if (!c->d.sp)
+        return 0;
+    if (kn->sync(kn))
+        return pt_err_set(c->err, "%s", kn->err);
+    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, c->S->dnorm, 2 * (int64_t)h, c->err) ||
+        add_f32(c, w.g, dw, h) || (db && add_f32(c, b.g, db, h)))
+        return -1;
+    return 0;
 }
 
 /* The gradient of a row-parallel layer's output: the residual stream's (T, h)
@@ -590,7 +630,7 @@ static int mlp_bwd_op(ctx *c, const char *op)
     else if (!strcmp(op, "mlp_up_wgrad"))
         linear_bwd(c, "mlp_up", false, NULL, S->dup, c->col_in, d->h, d->f);
     else if (!strcmp(op, "norm2_bwd"))
-        norm_bwd(c, "norm2", S->dres, S->dlns, L->x2, L->ln2_mean, L->ln2_rstd);
+        return norm_bwd(c, "norm2", S->dres, S->dlns, L->x2, L->ln2_mean, L->ln2_rstd);
     else
         return 1; /* not an op of this function */
     return 0;
@@ -634,7 +674,7 @@ static int attn_bwd_op(ctx *c, const char *op)
     else if (!strcmp(op, "v_wgrad"))
         linear_bwd(c, "v", false, NULL, S->dv, c->col_in, d->h, kvd);
     else if (!strcmp(op, "norm1_bwd"))
-        norm_bwd(c, "norm1", S->dres, S->dlns, c->A->x[c->xi], L->ln1_mean, L->ln1_rstd);
+        return norm_bwd(c, "norm1", S->dres, S->dlns, c->A->x[c->xi], L->ln1_mean, L->ln1_rstd);
     else
         return 1; /* not an op of this function */
     return 0;
@@ -937,7 +977,7 @@ static int head_op(ctx *c, const char *op)
     } else if (!strcmp(op, "logits_wgrad"))
         kn->matmul_backward(kn, NULL, w.g, NULL, A->logits, c->col_in, w.w, d->T, d->h, d->v);
     else if (!strcmp(op, "final_norm_bwd"))
-        norm_bwd(c, "final_norm", S->dres, S->dlns, xl, A->lnf_mean, A->lnf_rstd);
+        return norm_bwd(c, "final_norm", S->dres, S->dlns, xl, A->lnf_mean, A->lnf_rstd);
     else
         return 1; /* not an op of this function */
     return 0;
@@ -975,10 +1015,10 @@ static int collective(ctx *c, const pt_op *op)
      * gradient buffer at the optimizer step instead of layer by layer, which gives
      * the same numbers (the planner times it per layer, overlapped). */
     if (!strcmp(op->name, "zero_reducescatter"))
-        return c->n->z3 ? pt_z3_reduce_layer(c->n, c->l, c->err) : 0;
+        return c->n->zero ? pt_zero_reduce_layer(c->n, c->l, c->err) : 0;
     /* ZeRO-3 gathers the layer's weights before its forward and its backward. */
     if (!strcmp(op->name, "zero3_allgather"))
-        return pt_z3_gather_layer(c->n, c->l, c->err);
+        return pt_zero_gather_layer(c->n, c->l, c->err);
     /* The K/V ring runs inside the attention ops, beside their compute, as the
      * planner's overlapped cp_ring ops say. */
     if (starts_with(op->name, "cp_ring"))
@@ -1127,7 +1167,7 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
     }
     for (int64_t i = n->chunk_layers - 1; i >= 0; i--) {
         at_layer(&c, chunk, i);
-        if (n->z3 && pt_z3_begin_backward(n, c.l, err))
+        if (n->zero && pt_zero_begin_backward(n, c.l, err))
             return -1;
         if (run_list(&c, LIST_LAYER_BWD))
             return -1;

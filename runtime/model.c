@@ -323,11 +323,11 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
     for (int i = 0; i < n->n_param; i++)
         init_param(&n->param[i], &n->spec, seed, host + n->param[i].offset);
     int rc;
-    if (n->layout.zero >= 3 && at->dp_size > 1) {
+    if (n->layout.zero >= 2 && at->dp_size > 1) {
         if (!n->comm)
-            rc = pt_err_set(err, "internal: ZeRO-3 needs a communicator");
+            rc = pt_err_set(err, "internal: ZeRO-%d needs a communicator", n->layout.zero);
         else
-            rc = pt_z3_init(n, at->dp_rank, at->dp_size, host, err);
+            rc = pt_zero_init(n, n->layout.zero, at->dp_rank, at->dp_size, host, err);
     } else {
         optimizer_share(n, at);
         rc = alloc_state(n, err);
@@ -343,8 +343,8 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
 void pt_net_free(pt_net *n)
 {
     pt_kernels *kn = n->kn;
-    if (n->z3)
-        pt_z3_free(n);
+    if (n->zero)
+        pt_zero_free(n);
     else if (kn) {
         if (n->w != n->master)
             kn->free(kn, n->w);
@@ -364,9 +364,9 @@ int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err)
 {
     pt_kernels *kn = n->kn;
     size_t bytes = (size_t)n->n_elems * sizeof(float), opt = (size_t)n->opt_elems * sizeof(float);
-    if (master && n->z3 && pt_z3_get_master(n, master, err))
+    if (master && n->zero && pt_zero_get_master(n, master, err))
         return -1;
-    if (master && !n->z3)
+    if (master && !n->zero)
         kn->copy(kn, master, n->master, bytes, PT_KCOPY_D2H);
     if (m)
         kn->copy(kn, m, n->m, opt, PT_KCOPY_D2H);
@@ -384,7 +384,7 @@ int pt_net_set_state(pt_net *n, const float *master, const float *m, const float
         kn->copy(kn, n->m, m, opt, PT_KCOPY_H2D);
     if (v)
         kn->copy(kn, n->v, v, opt, PT_KCOPY_H2D);
-    if (master && n->z3)
-        return pt_z3_set_master(n, master, err);
+    if (master && n->zero)
+        return pt_zero_set_master(n, master, err);
     return master ? upload(n, master, err) : kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }

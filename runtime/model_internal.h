@@ -50,45 +50,49 @@ typedef struct {
     float *datt;                      /* (T, h/t) */
     float *dgate, *dup, *dact;        /* (T, f/t) */
     float *ce;                        /* (3, T) fp32: vocab-parallel loss statistics */
+    float *dnorm;                     /* (2, h) fp32: a norm's weight gradients (sp) */
     float *ring[2];                   /* cp: K, V, dK, dV of a travelling block, each
                                          (b, s_r, k/t, d) [act]; two to swap */
     float *part, *part_lse;           /* cp: one block's (1, s_r/2, a/t, d) [act] and
                                          (a/t, s_r/2) fp32 result before combining */
 } pt_scratch;
 
-/* ZeRO-3 (runtime/zero3.c): shards of every segment (layer, embedding, head) of the
- * parameter buffer over the dp·cp group, a window for one gathered layer and its
- * gradients, and whole copies of the embedding and head segments. */
-typedef struct pt_zero3 pt_zero3;
+/* ZeRO 2 and 3 (runtime/zero.c): shards of every segment (layer, embedding, head)
+ * of the parameter buffer over the dp·cp group, a window for one layer's gradients
+ * (and with stage 3 one for its gathered weights), and whole copies of the weights
+ * kept whole. */
+typedef struct pt_zero pt_zero;
 /* Shards `init` (n_elems host floats) and allocates the windows; sets n->master,
  * grad, m and v to shard arrays of opt_elems floats and n->w to NULL. */
-int pt_z3_init(pt_net *n, int dp_rank, int dp_size, const float *init, pt_err *err);
-void pt_z3_free(pt_net *n);
+int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *init,
+                 pt_err *err);
+void pt_zero_free(pt_net *n);
 /* Whole master weights (n_elems host floats) from or into the shards; getting is
  * collective over the dp·cp group. */
-int pt_z3_get_master(pt_net *n, float *whole, pt_err *err);
-int pt_z3_set_master(pt_net *n, const float *whole, pt_err *err);
+int pt_zero_get_master(pt_net *n, float *whole, pt_err *err);
+int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err);
 /* The op list's zero3_allgather and zero_reducescatter of a layer; a layer's
  * backward opens its gradient window first. */
-int pt_z3_gather_layer(pt_net *n, int64_t layer, pt_err *err);
-int pt_z3_begin_backward(pt_net *n, int64_t layer, pt_err *err);
-int pt_z3_reduce_layer(pt_net *n, int64_t layer, pt_err *err);
+int pt_zero_gather_layer(pt_net *n, int64_t layer, pt_err *err);
+int pt_zero_begin_backward(pt_net *n, int64_t layer, pt_err *err);
+int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err);
 /* Where parameter p's weights and gradient are now: in the window (NULL when its
  * layer is not gathered, or not in its backward) or in the whole copies. */
-float *pt_z3_weight(pt_net *n, const pt_param *p);
-float *pt_z3_grad(pt_net *n, const pt_param *p);
+float *pt_zero_weight(pt_net *n, const pt_param *p);
+float *pt_zero_grad(pt_net *n, const pt_param *p);
 /* The optimizer's view: segment s's shard on this rank covers flat elements
  * [lo, hi); master, grad, m and v point at element lo. */
 typedef struct {
     int64_t lo, hi;
     float *master, *grad, *m, *v;
-} pt_z3_shard;
-int pt_z3_segments(const pt_net *n);
-pt_z3_shard pt_z3_shard_of(pt_net *n, int s);
-/* At the optimizer step: the whole-kept segments' gradients reduce-scattered into
- * their shards, and after the update their shards gathered back into the copies. */
-int pt_z3_reduce_whole(pt_net *n, pt_err *err);
-int pt_z3_gather_whole(pt_net *n, pt_err *err);
+} pt_zero_shard;
+int pt_zero_segments(const pt_net *n);
+pt_zero_shard pt_zero_shard_of(pt_net *n, int s);
+/* At the optimizer step: the embedding's and head's gradients reduce-scattered into
+ * their shards; after the update, the shards of every segment whose weights are kept
+ * whole gathered back into the copies. */
+int pt_zero_reduce_whole(pt_net *n, pt_err *err);
+int pt_zero_gather_whole(pt_net *n, pt_err *err);
 
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err);
 void pt_net_free_runtime(pt_net *n);

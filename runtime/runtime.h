@@ -359,9 +359,10 @@ typedef struct {
                                  al. 2020); elements past n_elems are padding */
     float *master;            /* (n_elems) fp32 master weights; == w on fp32 backends */
 
-    struct pt_zero3 *z3;      /* ZeRO-3's shards and windows (runtime/zero3.c); NULL
-                                 otherwise. With it, master, grad, m and v are shard
-                                 arrays of opt_elems floats and w is NULL */
+    struct pt_zero *zero;     /* ZeRO 2/3's shards and windows (runtime/zero.c), with
+                                 dp·cp > 1; NULL otherwise. With it, master, grad, m
+                                 and v are shard arrays of opt_elems floats and w is
+                                 NULL */
 
     pt_acts **slot;           /* activations of the micro-batches in flight */
     int n_slots;

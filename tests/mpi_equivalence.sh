@@ -66,7 +66,7 @@ compare() {
 if [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2|2 tp=2,sp=1,mbs=2|2 cp=2,mbs=2|4 cp=4,mbs=2|4 tp=2,dp=2,zero=1,mbs=2"
     both="$both|8 tp=2,pp=2,dp=2,mbs=2|8 tp=2,cp=2,pp=2,mbs=2|4 tp=2,sp=1,cp=2,recompute=full,mbs=2"
-    both="$both|4 tp=2,dp=2,zero=3,mbs=2|4 cp=2,dp=2,zero=3,recompute=full,mbs=2"
+    both="$both|4 tp=2,sp=1,dp=2,zero=3,mbs=2|4 cp=2,dp=2,zero=3,recompute=full,mbs=2"
     gpt2_only="4 tp=4,mbs=2|4 tp=4,sp=1,mbs=2"
     resume_cases="4 tp=2,sp=1,dp=2,zero=1,mbs=2|4 cp=2,pp=2,mbs=2|4 tp=2,dp=2,zero=3,mbs=2"
 else

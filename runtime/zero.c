@@ -1,21 +1,25 @@
 /*
- * ZeRO stage 3 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
- * Trillion Parameter Models", Sec. 5.3): parameters, gradients and optimizer state
- * sharded over the data-parallel (dp·cp) group. The parameter buffer is cut into
- * segments — each transformer layer, the embedding, the head — and each segment is
- * padded to a multiple of dp and sharded on its own, as FSDP shards its units. A
- * rank keeps only its shard of every segment's fp32 master weights, gradients and
- * Adam moments. A layer's weights are all-gathered into one window when the op list
- * says (zero3_allgather, before the layer's forward and again before its backward)
- * and the window is reused by the next layer; its gradients accumulate in a window
- * that zero_reducescatter reduce-scatters into this rank's shard after the layer's
- * backward. The embedding and head segments are not in layer op lists: their weights
- * stay whole on every rank (as FSDP keeps its root unit), their gradients are
- * reduce-scattered at the optimizer step and their updated shards all-gathered back.
+ * ZeRO stages 2 and 3 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
+ * Training Trillion Parameter Models", Sec. 5): gradients and optimizer state (stage
+ * 2), and the parameters too (stage 3), sharded over the data-parallel (dp·cp)
+ * group. The parameter buffer is cut into segments — each transformer layer, the
+ * embedding, the head — and each segment is padded to a multiple of dp and sharded
+ * on its own, as FSDP shards its units. A rank keeps only its shard of every
+ * segment's fp32 master weights, gradients and Adam moments.
+ *
+ * A layer's gradients accumulate in one window during the layer's backward, which
+ * the op list's zero_reducescatter reduce-scatters into this rank's gradient shard
+ * (the window is then reused by the next layer). With stage 3, a layer's weights are
+ * all-gathered into a window when the op list says (zero3_allgather, before the
+ * layer's forward and again before its backward); with stage 2 every rank keeps the
+ * whole weights, and the updated shards are all-gathered after each step. The
+ * embedding and head segments are not in layer op lists: their weights stay whole on
+ * every rank (as FSDP keeps its root unit), their gradients are reduce-scattered at
+ * the optimizer step and their updated shards all-gathered back.
  *
  * Addressing stays the flat buffer's: a parameter's offset says where it sits in its
- * segment, and pt_z3_weight / pt_z3_grad map it into the window or the whole copy.
- * Host buffers only (the fp32 CPU backend); ptrun refuses ZeRO-3 on others.
+ * segment, and pt_zero_weight / pt_zero_grad map it into a window or a whole copy.
+ * Host buffers only (the fp32 CPU backend); ptrun refuses ZeRO on others.
  */
 #include "model_internal.h"
 
@@ -24,20 +28,25 @@
 
 typedef struct {
     int64_t begin, end;   /* parameter elements [begin, end) of the flat buffer */
-    int64_t layer;        /* global layer index, or -1 for a whole-kept segment */
+    int64_t layer;        /* global layer index, or -1: embedding or head */
     int64_t shard;        /* elements per rank: ceil((end - begin) / dp) */
     int64_t sbase;        /* where this rank's shard starts in the shard arrays */
-    int64_t wbase;        /* whole-kept segments: where they start in whole/gwhole */
+    int64_t wbase;        /* weights kept whole: where they start in `whole`, else -1 */
+    int64_t gbase;        /* gradients kept whole: where in `gwhole`, else -1 */
+    int64_t mbase;        /* weights not kept whole: where this rank's fp32 master shard
+                             starts in n->master, else -1 (the whole copy is the master:
+                             on the fp32 backend weights and master weights are one) */
 } segment;
 
-struct pt_zero3 {
+struct pt_zero {
     segment *seg;
     int n_seg;
     int dp_rank, dp_size;
-    float *window, *gwindow;   /* (max shard · dp) a gathered layer and its gradients */
+    bool gather_layers;        /* stage 3: layers' weights live in shards only */
+    float *window, *gwindow;   /* (max shard · dp) a gathered layer; a layer's gradients */
     int win_seg, gwin_seg;     /* the segment in each window, -1 none */
-    float *whole, *gwhole;     /* whole-kept segments' weights and gradients */
-    int64_t win_elems, whole_elems;
+    float *whole, *gwhole;     /* weights and gradients kept whole */
+    int64_t win_elems, whole_elems, gwhole_elems, master_elems;
 };
 
 /* The layer a parameter name belongs to ("layers.12.q.w" -> 12), or -1. */
@@ -50,7 +59,7 @@ static int64_t layer_of(const char *name)
 
 /* Cuts the parameter table into segments: runs of consecutive parameters of one
  * layer, or of none (embedding and head pieces). */
-static int build_segments(pt_net *n, pt_zero3 *z)
+static int build_segments(pt_net *n, pt_zero *z)
 {
     z->seg = calloc((size_t)n->n_param, sizeof *z->seg);
     if (!z->seg)
@@ -66,27 +75,34 @@ static int build_segments(pt_net *n, pt_zero3 *z)
         z->seg[z->n_seg++] = (segment){.begin = p->offset, .end = p->offset + p->count,
                                        .layer = layer};
     }
-    int64_t sbase = 0, wbase = 0;
+    int64_t sbase = 0;
     for (int s = 0; s < z->n_seg; s++) {
         segment *g = &z->seg[s];
-        g->shard = (g->end - g->begin + z->dp_size - 1) / z->dp_size;
+        int64_t len = g->end - g->begin;
+        g->shard = (len + z->dp_size - 1) / z->dp_size;
         g->sbase = sbase;
         sbase += g->shard;
-        if (g->layer >= 0) {
-            if (g->shard * z->dp_size > z->win_elems)
-                z->win_elems = g->shard * z->dp_size;
+        g->wbase = g->gbase = g->mbase = -1;
+        if (g->layer >= 0 && g->shard * z->dp_size > z->win_elems)
+            z->win_elems = g->shard * z->dp_size;
+        if (g->layer < 0 || !z->gather_layers) {
+            g->wbase = z->whole_elems;
+            z->whole_elems += len;
         } else {
-            g->wbase = wbase;
-            wbase += g->end - g->begin;
+            g->mbase = z->master_elems;
+            z->master_elems += g->shard;
+        }
+        if (g->layer < 0) {
+            g->gbase = z->gwhole_elems;
+            z->gwhole_elems += len;
         }
     }
     n->opt_first = 0;
     n->opt_elems = sbase;
-    z->whole_elems = wbase;
     return 0;
 }
 
-static int segment_of(const pt_zero3 *z, int64_t offset)
+static int segment_of(const pt_zero *z, int64_t offset)
 {
     int lo = 0, hi = z->n_seg - 1;
     while (lo < hi) { /* the last segment that begins at or before offset */
@@ -99,46 +115,52 @@ static int segment_of(const pt_zero3 *z, int64_t offset)
     return lo;
 }
 
-int pt_z3_init(pt_net *n, int dp_rank, int dp_size, const float *init, pt_err *err)
+static size_t floats(int64_t n)
+{
+    return (size_t)(n > 0 ? n : 1) * sizeof(float);
+}
+
+int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *init, pt_err *err)
 {
     pt_kernels *kn = n->kn;
-    pt_zero3 *z = calloc(1, sizeof *z);
+    pt_zero *z = calloc(1, sizeof *z);
     if (!z)
         return pt_err_set(err, "out of memory");
-    n->z3 = z;
+    n->zero = z;
     z->dp_rank = dp_rank;
     z->dp_size = dp_size;
+    z->gather_layers = stage >= 3;
     z->win_seg = z->gwin_seg = -1;
     if (build_segments(n, z))
-        return pt_err_set(err, "out of memory for the ZeRO-3 segments");
-    size_t opt = (size_t)n->opt_elems * sizeof(float);
-    size_t win = (size_t)(z->win_elems ? z->win_elems : 1) * sizeof(float);
-    size_t whole = (size_t)(z->whole_elems ? z->whole_elems : 1) * sizeof(float);
-    n->master = kn->alloc(kn, opt);
+        return pt_err_set(err, "out of memory for the ZeRO segments");
+    size_t opt = floats(n->opt_elems), win = floats(z->win_elems), mst = floats(z->master_elems);
+    size_t whole = floats(z->whole_elems), gwhole = floats(z->gwhole_elems);
+    n->master = kn->alloc(kn, mst);
     n->grad = kn->alloc(kn, opt);
     n->m = kn->alloc(kn, opt);
     n->v = kn->alloc(kn, opt);
-    z->window = kn->alloc(kn, win);
+    z->window = z->gather_layers ? kn->alloc(kn, win) : NULL;
     z->gwindow = kn->alloc(kn, win);
     z->whole = kn->alloc(kn, whole);
-    z->gwhole = kn->alloc(kn, whole);
+    z->gwhole = kn->alloc(kn, gwhole);
     n->w = NULL;
-    n->bytes += (int64_t)(4 * opt + 2 * win + 2 * whole);
-    if (!n->master || !n->grad || !n->m || !n->v || !z->window || !z->gwindow || !z->whole ||
-        !z->gwhole)
-        return pt_err_set(err, "out of memory for ZeRO-3 shards and windows (%.1f MiB)",
-                          (4.0 * (double)opt + 2.0 * (double)win + 2.0 * (double)whole) / 1048576);
+    size_t total = 3 * opt + mst + (z->gather_layers ? 2 : 1) * win + whole + gwhole;
+    n->bytes += (int64_t)total;
+    if (!n->master || !n->grad || !n->m || !n->v || (z->gather_layers && !z->window) ||
+        !z->gwindow || !z->whole || !z->gwhole)
+        return pt_err_set(err, "out of memory for ZeRO-%d shards and windows (%.1f MiB)", stage,
+                          (double)total / 1048576);
     kn->zero(kn, n->grad, opt);
     kn->zero(kn, n->m, opt);
     kn->zero(kn, n->v, opt);
     kn->zero(kn, z->gwindow, win);
-    kn->zero(kn, z->gwhole, whole);
-    return pt_z3_set_master(n, init, err);
+    kn->zero(kn, z->gwhole, gwhole);
+    return pt_zero_set_master(n, init, err);
 }
 
-void pt_z3_free(pt_net *n)
+void pt_zero_free(pt_net *n)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     if (!z)
         return;
     pt_kernels *kn = n->kn;
@@ -152,13 +174,13 @@ void pt_z3_free(pt_net *n)
     kn->free(kn, z->gwhole);
     free(z->seg);
     free(z);
-    n->z3 = NULL;
+    n->zero = NULL;
     n->master = n->grad = n->m = n->v = NULL;
 }
 
 /* This rank's part of segment s: elements [lo, hi) of the flat buffer (possibly
  * empty for the last ranks of a short segment). */
-static void shard_range(const pt_zero3 *z, const segment *g, int64_t *lo, int64_t *hi)
+static void shard_range(const pt_zero *z, const segment *g, int64_t *lo, int64_t *hi)
 {
     *lo = g->begin + (int64_t)z->dp_rank * g->shard;
     *hi = *lo + g->shard < g->end ? *lo + g->shard : g->end;
@@ -166,40 +188,52 @@ static void shard_range(const pt_zero3 *z, const segment *g, int64_t *lo, int64_
         *lo = *hi;
 }
 
-int pt_z3_set_master(pt_net *n, const float *whole, pt_err *err)
+/* Where this rank's master weights of segment g start (element lo of its shard). */
+static float *master_of(pt_net *n, const segment *g, int64_t lo)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
+    return g->wbase >= 0 ? z->whole + g->wbase + (lo - g->begin) : n->master + g->mbase;
+}
+
+int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err)
+{
+    pt_zero *z = n->zero;
     pt_kernels *kn = n->kn;
     for (int s = 0; s < z->n_seg; s++) {
         const segment *g = &z->seg[s];
         int64_t lo, hi;
         shard_range(z, g, &lo, &hi);
-        kn->zero(kn, n->master + g->sbase, (size_t)g->shard * sizeof(float));
-        kn->copy(kn, n->master + g->sbase, whole + lo, (size_t)(hi - lo) * sizeof(float),
-                 PT_KCOPY_H2D);
-        if (g->layer < 0)
+        if (g->wbase >= 0) {
             kn->copy(kn, z->whole + g->wbase, whole + g->begin,
                      (size_t)(g->end - g->begin) * sizeof(float), PT_KCOPY_H2D);
+            continue;
+        }
+        kn->zero(kn, n->master + g->mbase, (size_t)g->shard * sizeof(float));
+        kn->copy(kn, n->master + g->mbase, whole + lo, (size_t)(hi - lo) * sizeof(float),
+                 PT_KCOPY_H2D);
     }
     z->win_seg = -1; /* the window holds old weights */
     return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
 
-/* All-gathers segment s's master shards into `into` (shard · dp elements). */
+/* All-gathers segment g's master shards into `into` (shard · dp elements). */
 static int gather(pt_net *n, const segment *g, float *into, pt_err *err)
 {
-    pt_zero3 *z = n->z3;
-    memcpy(into + (int64_t)z->dp_rank * g->shard, n->master + g->sbase,
-           (size_t)g->shard * sizeof(float));
-    return pt_comm_allgather(n->comm, PT_GROUP_DPCP, into + (int64_t)z->dp_rank * g->shard, into,
-                             g->shard, err);
+    pt_zero *z = n->zero;
+    int64_t lo, hi;
+    shard_range(z, g, &lo, &hi);
+    float *mine = into + (int64_t)z->dp_rank * g->shard;
+    memset(mine, 0, (size_t)g->shard * sizeof *mine);
+    memcpy(mine, master_of(n, g, lo), (size_t)(hi - lo) * sizeof *mine);
+    return pt_comm_allgather(n->comm, PT_GROUP_DPCP, mine, into, g->shard, err);
 }
 
-int pt_z3_get_master(pt_net *n, float *whole, pt_err *err)
+int pt_zero_get_master(pt_net *n, float *whole, pt_err *err)
 {
-    pt_zero3 *z = n->z3;
-    float *tmp = malloc((size_t)(z->win_elems > z->whole_elems ? z->win_elems : z->whole_elems) *
-                            sizeof *tmp + (size_t)z->dp_size * sizeof *tmp);
+    pt_zero *z = n->zero;
+    /* room for the largest segment, padded */
+    float *tmp = malloc(floats(z->win_elems > z->whole_elems ? z->win_elems : z->whole_elems) +
+                        (size_t)z->dp_size * sizeof *tmp);
     if (!tmp)
         return pt_err_set(err, "out of memory gathering the weights");
     int rc = 0;
@@ -215,17 +249,17 @@ int pt_z3_get_master(pt_net *n, float *whole, pt_err *err)
 
 /* ---- The layer ops ------------------------------------------------------------------------ */
 
-static int layer_segment(const pt_zero3 *z, int64_t layer, pt_err *err)
+static int layer_segment(const pt_zero *z, int64_t layer, pt_err *err)
 {
     for (int s = 0; s < z->n_seg; s++)
         if (z->seg[s].layer == layer)
             return s;
-    return pt_err_set(err, "internal: ZeRO-3 has no segment for layer %lld", (long long)layer);
+    return pt_err_set(err, "internal: ZeRO has no segment for layer %lld", (long long)layer);
 }
 
-int pt_z3_gather_layer(pt_net *n, int64_t layer, pt_err *err)
+int pt_zero_gather_layer(pt_net *n, int64_t layer, pt_err *err)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     int s = layer_segment(z, layer, err);
     if (s < 0)
         return -1;
@@ -235,9 +269,9 @@ int pt_z3_gather_layer(pt_net *n, int64_t layer, pt_err *err)
     return 0;
 }
 
-int pt_z3_begin_backward(pt_net *n, int64_t layer, pt_err *err)
+int pt_zero_begin_backward(pt_net *n, int64_t layer, pt_err *err)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     int s = layer_segment(z, layer, err);
     if (s < 0)
         return -1;
@@ -248,9 +282,9 @@ int pt_z3_begin_backward(pt_net *n, int64_t layer, pt_err *err)
     return 0;
 }
 
-int pt_z3_reduce_layer(pt_net *n, int64_t layer, pt_err *err)
+int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     int s = layer_segment(z, layer, err);
     if (s < 0)
         return -1;
@@ -270,74 +304,74 @@ int pt_z3_reduce_layer(pt_net *n, int64_t layer, pt_err *err)
     return rc;
 }
 
-float *pt_z3_weight(pt_net *n, const pt_param *p)
+float *pt_zero_weight(pt_net *n, const pt_param *p)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     int s = segment_of(z, p->offset);
     const segment *g = &z->seg[s];
-    if (g->layer < 0)
+    if (g->wbase >= 0)
         return z->whole + g->wbase + (p->offset - g->begin);
     return z->win_seg == s ? z->window + (p->offset - g->begin) : NULL;
 }
 
-float *pt_z3_grad(pt_net *n, const pt_param *p)
+float *pt_zero_grad(pt_net *n, const pt_param *p)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     int s = segment_of(z, p->offset);
     const segment *g = &z->seg[s];
-    if (g->layer < 0)
-        return z->gwhole + g->wbase + (p->offset - g->begin);
+    if (g->gbase >= 0)
+        return z->gwhole + g->gbase + (p->offset - g->begin);
     /* a layer's gradients exist during its backward only */
     return z->gwin_seg == s ? z->gwindow + (p->offset - g->begin) : NULL;
 }
 
 /* ---- The optimizer's view ----------------------------------------------------------------- */
 
-int pt_z3_segments(const pt_net *n)
+int pt_zero_segments(const pt_net *n)
 {
-    return n->z3->n_seg;
+    return n->zero->n_seg;
 }
 
-pt_z3_shard pt_z3_shard_of(pt_net *n, int s)
+pt_zero_shard pt_zero_shard_of(pt_net *n, int s)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     const segment *g = &z->seg[s];
-    pt_z3_shard out;
+    pt_zero_shard out;
     shard_range(z, g, &out.lo, &out.hi);
-    out.master = n->master + g->sbase;
+    out.master = master_of(n, g, out.lo);
     out.grad = n->grad + g->sbase;
     out.m = n->m + g->sbase;
     out.v = n->v + g->sbase;
     return out;
 }
 
-int pt_z3_reduce_whole(pt_net *n, pt_err *err)
+int pt_zero_reduce_whole(pt_net *n, pt_err *err)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     int rc = 0;
     for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
-        if (g->layer >= 0)
+        if (g->gbase < 0)
             continue;
         float *padded = calloc((size_t)(g->shard * z->dp_size), sizeof *padded);
         if (!padded)
             return pt_err_set(err, "out of memory");
-        memcpy(padded, z->gwhole + g->wbase, (size_t)(g->end - g->begin) * sizeof *padded);
+        memcpy(padded, z->gwhole + g->gbase, (size_t)(g->end - g->begin) * sizeof *padded);
         rc = pt_comm_reducescatter(n->comm, PT_GROUP_DPCP, padded, n->grad + g->sbase, g->shard,
                                    err);
         free(padded);
     }
-    memset(z->gwhole, 0, (size_t)(z->whole_elems ? z->whole_elems : 1) * sizeof(float));
+    memset(z->gwhole, 0, floats(z->gwhole_elems));
     return rc;
 }
 
-int pt_z3_gather_whole(pt_net *n, pt_err *err)
+int pt_zero_gather_whole(pt_net *n, pt_err *err)
 {
-    pt_zero3 *z = n->z3;
+    pt_zero *z = n->zero;
     int rc = 0;
     for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
-        if (g->layer >= 0)
+        if (g->wbase < 0)
             continue;
         float *padded = calloc((size_t)(g->shard * z->dp_size), sizeof *padded);
         if (!padded)
