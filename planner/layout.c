@@ -28,7 +28,7 @@ static const struct {
 } reject_info[PT_REJECT_COUNT] = {
     [PT_REJECT_WORLD] = {"world", "tp*cp*pp*dp differs from the world size"},
     [PT_REJECT_HEADS_TP] = {"heads_tp", "attention heads not divisible by tp"},
-    [PT_REJECT_KV_HEADS_TP] = {"kv_heads_tp", "KV heads not divisible by tp"},
+    [PT_REJECT_KV_HEADS_TP] = {"kv_heads_tp", "KV heads neither divisible by tp nor dividing it"},
     [PT_REJECT_FFN_TP] = {"ffn_tp", "FFN size not divisible by tp"},
     [PT_REJECT_LAYERS_PP] = {"layers_pp", "layers not divisible by pp*vp"},
     [PT_REJECT_SEQ_CP] = {"seq_cp", "sequence not divisible by 2*cp (causal load balancing)"},
@@ -36,6 +36,8 @@ static const struct {
     [PT_REJECT_BATCH_DP] = {"batch_dp", "global batch not divisible by mbs*dp"},
     [PT_REJECT_TP_SPANS_NODES] = {"tp_spans_nodes", "a tensor-parallel group spans nodes"},
     [PT_REJECT_SP_WITHOUT_TP] = {"sp_without_tp", "sequence parallelism needs tp > 1"},
+    [PT_REJECT_OVERLAP_WITHOUT_SP] = {"overlap_without_sp",
+                                      "tp_overlap needs sequence parallelism"},
     [PT_REJECT_VP_WITHOUT_PP] = {"vp_without_pp", "virtual stages need pp > 1"},
     [PT_REJECT_SCHEDULE_VP] = {"schedule_vp", "interleaved schedule if and only if vp > 1"},
     [PT_REJECT_INTERLEAVED_MICRO] = {"interleaved_micro",
@@ -97,14 +99,19 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
              "schedule=%s,order=%s",
              l->tp, l->sp ? 1 : 0, l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
              recompute_names[l->recompute], schedule_names[l->schedule], order);
+    if (l->tp_overlap) { /* written only when on, so older layout strings stay valid */
+        size_t used = strlen(buf);
+        snprintf(buf + used, n > used ? n - used : 0, ",tp_overlap=1");
+    }
 }
 
 /* ---- Parsing ----------------------------------------------------------------- */
 
 enum { K_TP, K_SP, K_PP, K_VP, K_CP, K_DP, K_ZERO, K_MBS, K_RECOMPUTE, K_SCHEDULE,
-       K_ORDER, K_COUNT };
+       K_ORDER, K_TP_OVERLAP, K_COUNT };
 static const char *const layout_keys[K_COUNT] = {
-    "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order"};
+    "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order",
+    "tp_overlap"};
 
 static int parse_int(const char *key, const char *val, int64_t lo, int64_t hi, int64_t *out,
                      pt_err *err)
@@ -155,6 +162,11 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
             return -1;
         l->sp = v == 1;
         return 0;
+    case K_TP_OVERLAP:
+        if (parse_int("tp_overlap", val, 0, 1, &v, err))
+            return -1;
+        l->tp_overlap = v == 1;
+        return 0;
     case K_ZERO:
         if (parse_int("zero", val, 0, 3, &v, err))
             return -1;
@@ -175,7 +187,7 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
             return -1;
         l->schedule = (pt_schedule)e;
         return 0;
-    default:
+    default: /* K_ORDER */
         return pt_order_parse(val, l->order, err);
     }
 }
@@ -202,7 +214,7 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
             key++;
         if (key == K_COUNT)
             return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
-                                   "zero, mbs, recompute, schedule, order)", item);
+                                   "zero, mbs, recompute, schedule, order, tp_overlap)", item);
         if (given[key])
             return pt_err_set(err, "layout: key '%s' given twice", item);
         given[key] = true;
@@ -262,7 +274,8 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     }
     RULE(c && pt_layout_world(l) != pt_cluster_world(c), PT_REJECT_WORLD);
     RULE(m->heads % l->tp, PT_REJECT_HEADS_TP);
-    RULE(m->kv_heads % l->tp, PT_REJECT_KV_HEADS_TP);
+    /* fewer KV heads than tp: each is replicated over tp/k ranks (Megatron-LM) */
+    RULE(m->kv_heads % l->tp && l->tp % m->kv_heads, PT_REJECT_KV_HEADS_TP);
     RULE(m->ffn % l->tp, PT_REJECT_FFN_TP);
     RULE(m->layers % ((int64_t)l->pp * l->vp), PT_REJECT_LAYERS_PP);
     RULE(l->cp > 1 && m->seq % (2 * (int64_t)l->cp), PT_REJECT_SEQ_CP);
@@ -272,6 +285,7 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
         tp_spans = pt_layout_tp_spans_nodes(l, c->devices_per_node);
     RULE(c && tp_spans > 0, PT_REJECT_TP_SPANS_NODES);
     RULE(l->sp && l->tp == 1, PT_REJECT_SP_WITHOUT_TP);
+    RULE(l->tp_overlap && !l->sp, PT_REJECT_OVERLAP_WITHOUT_SP);
     RULE(l->vp > 1 && l->pp == 1, PT_REJECT_VP_WITHOUT_PP);
     RULE((l->schedule == PT_SCHED_INTERLEAVED) != (l->vp > 1), PT_REJECT_SCHEDULE_VP);
     /* Megatron-LM's interleaved 1F1B assigns micro-batches to chunks in groups of p
@@ -303,7 +317,7 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
                  (long long)m->heads, l->tp);
         break;
     case PT_REJECT_KV_HEADS_TP:
-        snprintf(buf, n, "KV heads (%lld) are not divisible by tp (%d)",
+        snprintf(buf, n, "KV heads (%lld) are neither divisible by tp (%d) nor a divisor of it",
                  (long long)m->kv_heads, l->tp);
         break;
     case PT_REJECT_FFN_TP:
@@ -330,6 +344,10 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         break;
     case PT_REJECT_SP_WITHOUT_TP:
         snprintf(buf, n, "sp=1 needs tp > 1 (tp = %d)", l->tp);
+        break;
+    case PT_REJECT_OVERLAP_WITHOUT_SP:
+        snprintf(buf, n, "tp_overlap=1 overlaps sequence-parallel all-gathers: it needs sp=1 "
+                 "(Megatron-LM's rule)");
         break;
     case PT_REJECT_VP_WITHOUT_PP:
         snprintf(buf, n, "vp = %d needs pp > 1 (pp = %d)", l->vp, l->pp);

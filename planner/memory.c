@@ -132,13 +132,14 @@ static double pt_mem_attention_core(const pt_model *m, const pt_mem_dims *d)
 static double pt_mem_layer_linear(const pt_model *m, const pt_mem_dims *d)
 {
     double h = (double)m->hidden, f = (double)m->ffn;
-    double kvd = (double)m->kv_heads * (double)(m->hidden / pt_mem_pos(m->heads));
+    /* K (or V) width on one rank: k/t heads, or one replicated head when tp > k */
+    double kvr = (double)pt_kv_heads_rank(m, (int)d->t) * (double)(m->hidden / pt_mem_pos(m->heads));
     double sbh = d->sb * h;
     double mask = m->dropout ? sbh / d->rep : 0.0;     /* one 1-byte dropout mask, R */
 
     double bytes = 2 * d->ab * sbh / d->rep;           /* inputs of the two norms, R */
     bytes += d->ab * sbh / d->rep;                     /* QKV input, R */
-    bytes += d->ab * d->sb * (h + 2 * kvd) / d->t;     /* Q, K, V, T */
+    bytes += d->ab * d->sb * (h / d->t + 2 * kvr);     /* Q, K, V, T */
     bytes += d->ab * sbh / d->t;                       /* output-projection input, T */
     bytes += mask;                                     /* attention dropout mask, R */
     bytes += d->ab * sbh / d->rep;                     /* MLP first-linear input, R */
@@ -236,8 +237,8 @@ static double pt_mem_comm(const pt_model *m, const pt_layout *l, const pt_train 
     if (l->pp > 1) /* send and receive buffers of the stage boundary */
         bytes += 2 * d->ab * sbh / d->rep;
     if (l->cp > 1) { /* ring attention: K and V blocks, current and next */
-        double kvd = (double)m->kv_heads * (double)(m->hidden / pt_mem_pos(m->heads));
-        bytes += 2 * (2 * d->ab * d->sb * kvd / d->t);
+        double kvr = (double)pt_kv_heads_rank(m, l->tp) * (double)(m->hidden / pt_mem_pos(m->heads));
+        bytes += 2 * (2 * d->ab * d->sb * kvr);
     }
     return bytes;
 }

@@ -156,7 +156,7 @@ static void coll(builder *b, const char *name, pt_coll what, pt_group_kind group
 typedef struct {
     int64_t tokens;  /* T = s_r·b */
     int64_t rows;    /* tokens a norm or residual add sees: T, or T/t with sp */
-    int64_t h, f, t, hd, kvd;
+    int64_t h, f, t, hd, kvr; /* kvr: K (or V) width on one rank */
     double ab;       /* bytes per activation element */
 } dims;
 
@@ -166,7 +166,7 @@ static dims dims_of(const pt_opctx *c)
     const pt_layout *l = c->l;
     dims d = {.tokens = m->seq / l->cp * l->mbs, .h = m->hidden, .f = m->ffn, .t = l->tp,
               .hd = m->hidden / m->heads, .ab = c->prec.act_bytes};
-    d.kvd = m->kv_heads * d.hd;
+    d.kvr = pt_kv_heads_rank(m, l->tp) * d.hd;
     d.rows = l->sp ? d.tokens / l->tp : d.tokens;
     return d;
 }
@@ -197,7 +197,18 @@ static void residual_add(builder *b, const dims *d, const char *name)
 }
 
 /* Gathers the sequence-parallel shards of a norm output before a column-parallel
- * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. */
+ * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. With
+ * tp_overlap the gather runs beside the GEMM that reads it (which starts on the
+ * rank's own rows), as Megatron-LM's TP communication overlap does. */
+static void tp_gather_input(builder *b, const dims *d)
+{
+    if (b->c->l->sp)
+        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
+             d->ab * (double)d->tokens * (double)d->h, 1, b->c->l->tp_overlap);
+}
+
+/* Gathers the residual-stream gradient's shards before a row-parallel backward (or
+ * the embedding's); not overlapped. */
 static void tp_enter(builder *b, const dims *d)
 {
     if (b->c->l->sp)
@@ -219,7 +230,7 @@ static void attention_core(builder *b, const dims *d, bool backward)
 {
     const pt_model *m = b->c->m;
     const pt_layout *l = b->c->l;
-    int64_t heads = m->heads / l->tp, kv = m->kv_heads / l->tp;
+    int64_t heads = m->heads / l->tp, kv = pt_kv_heads_rank(m, l->tp);
     int64_t sq = m->seq / l->cp, sk = m->seq;
     pt_op *op = add_op(b, backward ? "attn_bwd" : "attn");
     if (!op)
@@ -247,7 +258,7 @@ static void attention_core(builder *b, const dims *d, bool backward)
 static void cp_ring(builder *b, const dims *d, bool backward)
 {
     int cp = b->c->l->cp;
-    double kv_bytes = 2.0 * d->ab * (double)d->tokens * (double)d->kvd / (double)d->t;
+    double kv_bytes = 2.0 * d->ab * (double)d->tokens * (double)d->kvr;
     coll(b, backward ? "cp_ring_bwd" : "cp_ring", PT_COLL_SENDRECV, PT_GROUP_CP,
          backward ? 2 * kv_bytes : kv_bytes, cp - 1, true);
 }
@@ -257,7 +268,7 @@ static void rope(builder *b, const dims *d, bool backward)
     if (b->c->m->pos != PT_POS_ROPE)
         return;
     char shape[64];
-    int64_t cols = (d->h + d->kvd) / d->t;
+    int64_t cols = d->h / d->t + d->kvr;
     shape_rows(shape, sizeof shape, d->tokens, cols);
     membound(b, backward ? "rope_bwd" : "rope", backward ? "rope_bwd" : "rope_fwd",
              2 * d->ab * (double)d->tokens * (double)cols, shape);
@@ -301,8 +312,8 @@ typedef struct {
 static int attention_projs(const dims *d, proj p[3])
 {
     p[0] = (proj){"q", d->h / d->t};
-    p[1] = (proj){"k", d->kvd / d->t};
-    p[2] = (proj){"v", d->kvd / d->t};
+    p[1] = (proj){"k", d->kvr};
+    p[2] = (proj){"v", d->kvr};
     return 3;
 }
 
@@ -319,7 +330,7 @@ static int mlp_projs(const builder *b, const dims *d, proj p[2])
 
 static void column_parallel_fwd(builder *b, const dims *d, const proj *p, int np)
 {
-    tp_enter(b, d);
+    tp_gather_input(b, d);
     for (int i = 0; i < np; i++)
         gemm(b, p[i].name, d->tokens, p[i].n_out, d->h);
 }
@@ -335,9 +346,7 @@ static void column_parallel_bwd(builder *b, const dims *d, const proj *p, int np
         snprintf(name, sizeof name, "%s_dgrad", p[i].name);
         gemm(b, name, d->tokens, d->h, p[i].n_out);
     }
-    if (b->c->l->sp)
-        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
-             d->ab * (double)d->tokens * (double)d->h, 1, false);
+    tp_gather_input(b, d);
     for (int i = 0; i < np; i++) {
         snprintf(name, sizeof name, "%s_wgrad", p[i].name);
         gemm(b, name, p[i].n_out, d->h, d->tokens);

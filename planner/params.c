@@ -9,7 +9,9 @@
  * and MLP down projections by rows, so the column-parallel biases are split and the
  * row-parallel biases (added after the all-reduce) are replicated. Norm weights are
  * replicated on every tensor-parallel rank. The token embedding and the output head
- * are split along the vocabulary, padded to a multiple of t.
+ * are split along the vocabulary, padded to a multiple of t. With fewer KV heads than
+ * t, each rank holds one KV head, the one its query heads use, replicated over the
+ * t/k ranks that share it (Megatron-LM's rule for tp > num_query_groups).
  *
  * Letters: h hidden, a heads, k key/value heads, f FFN size, v vocabulary, s sequence,
  * t tensor-parallel size; hd = h/a is the head dimension and kvd = k·hd the width of
@@ -34,18 +36,24 @@ int64_t pt_vocab_padded(const pt_model *m, int tp)
     return (m->vocab + t - 1) / t * t;
 }
 
+int64_t pt_kv_heads_rank(const pt_model *m, int tp)
+{
+    int64_t t = pt_params_tp(tp);
+    return m->kv_heads >= t ? m->kv_heads / t : 1;
+}
+
 int64_t pt_params_layer(const pt_model *m, int tp)
 {
     int64_t t = pt_params_tp(tp);
     int64_t h = m->hidden, f = m->ffn;
     int64_t hd = m->heads > 0 ? h / m->heads : h;
-    int64_t kvd = m->kv_heads * hd;
-    int64_t qkv = h + 2 * kvd; /* output width of the fused Q, K, V projection */
+    /* output width of the fused Q, K, V projection on one rank */
+    int64_t qkv = h / t + 2 * pt_kv_heads_rank(m, tp) * hd;
 
     /* Attention: column-parallel QKV, row-parallel output projection. */
-    int64_t n = h * qkv / t + h * h / t;
+    int64_t n = h * qkv + h * h / t;
     if (m->bias)
-        n += qkv / t + h;
+        n += qkv + h;
 
     /* MLP: column-parallel up (and gate for SwiGLU), row-parallel down. */
     int64_t up = m->act == PT_ACT_SWIGLU ? 2 * f : f;

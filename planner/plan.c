@@ -120,9 +120,9 @@ int pt_plan_write(const pt_plan *p, const char *path, pt_err *err)
 static const char *const plan_keys[] = {"format_version", "created_by", "model", "cluster",
                                         "layout", "schedule", "rank_order", "training",
                                         "predicted", "cost_table", NULL};
-static const char *const layout_keys[] = {"string", "tp", "sp", "pp", "vp", "cp", "dp",
-                                          "zero", "mbs", "n_micro", "recompute", "schedule",
-                                          "order", "world", NULL};
+static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "pp", "vp",
+                                          "cp", "dp", "zero", "mbs", "n_micro", "recompute",
+                                          "schedule", "order", "world", NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
@@ -170,7 +170,7 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     static const char *const ints[] = {"tp", "pp", "vp", "cp", "dp", "zero", "mbs", "n_micro",
                                        "world"};
     int rec, sch;
-    bool sp;
+    bool sp, overlap;
     char order[32], text[256];
     if (pt_json_get_object(top, "layout", layout_keys, &o, err))
         return -1;
@@ -180,6 +180,7 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     static const char *const rec_names[] = {"none", "selective", "full"};
     static const char *const sch_names[] = {"afab", "1f1b", "interleaved"};
     if (pt_json_get_bool(&o, "sp", &sp, err) ||
+        pt_json_get_bool(&o, "tp_overlap", &overlap, err) ||
         pt_json_get_enum(&o, "recompute", rec_names, 3, &rec, err) ||
         pt_json_get_enum(&o, "schedule", sch_names, 3, &sch, err) ||
         pt_json_get_string(&o, "order", order, sizeof order, err) ||
@@ -188,7 +189,8 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     pt_layout_default(l);
     *l = (pt_layout){.tp = (int)v[0], .pp = (int)v[1], .vp = (int)v[2], .cp = (int)v[3],
                      .dp = (int)v[4], .zero = (int)v[5], .mbs = v[6], .n_micro = v[7],
-                     .sp = sp, .recompute = (pt_recompute)rec, .schedule = (pt_schedule)sch};
+                     .sp = sp, .tp_overlap = overlap, .recompute = (pt_recompute)rec,
+                     .schedule = (pt_schedule)sch};
     pt_err why;
     if (pt_order_parse(order, l->order, &why))
         return pt_err_set(err, "%s: field 'layout.order': %s", o.origin, why.msg);

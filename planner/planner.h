@@ -71,7 +71,10 @@ int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
 /* Parameter counts (planner/params.c). `tp` is the tensor-parallel size: the figures
  * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
 int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to a multiple of t */
-int64_t pt_params_layer(const pt_model *m, int tp);       /* one transformer layer */
+int64_t pt_params_layer(const pt_model *m, int tp);
+/* KV heads one tensor-parallel rank holds: k/t, or 1 when tp > k (each KV head then
+ * replicated over the tp/k ranks whose query heads use it). */
+int64_t pt_kv_heads_rank(const pt_model *m, int tp);       /* one transformer layer */
 int64_t pt_params_embedding(const pt_model *m, int tp);   /* token (vocab-parallel) + learned positions */
 int64_t pt_params_head(const pt_model *m, int tp, int pp);/* final norm + output head; the head is
                                                              a copy of the embedding when tied and p > 1,
@@ -142,6 +145,8 @@ typedef struct {
     int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */
     int vp;                 /* virtual stages (model chunks) per pipeline rank */
     bool sp;                /* sequence parallelism (only with tp > 1) */
+    bool tp_overlap;        /* the sequence-parallel all-gathers run beside the GEMMs
+                               that read them (only with sp) */
     int zero;               /* ZeRO stage 0..3, sharding over the dp×cp group */
     int64_t mbs;            /* b: micro-batch size */
     int64_t n_micro;        /* micro-batches per step per data-parallel rank */
@@ -182,6 +187,7 @@ typedef enum {
     PT_REJECT_BATCH_DP,           /* global batch not divisible by b·d */
     PT_REJECT_TP_SPANS_NODES,     /* a tensor-parallel group crosses a node boundary */
     PT_REJECT_SP_WITHOUT_TP,      /* sp requested with t = 1 */
+    PT_REJECT_OVERLAP_WITHOUT_SP, /* tp_overlap requested without sequence parallelism */
     PT_REJECT_VP_WITHOUT_PP,      /* vp > 1 with p = 1 */
     PT_REJECT_SCHEDULE_VP,        /* interleaved without vp > 1, or vp > 1 without interleaving */
     PT_REJECT_INTERLEAVED_MICRO,  /* interleaving needs micro-batches a multiple of p */

@@ -11,8 +11,9 @@ json_t *pt_layout_json(const pt_layout *l)
     char text[256], order[32];
     pt_layout_format(l, text, sizeof text);
     pt_order_format(l->order, order, sizeof order);
-    return json_pack("{s:s, s:i, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:s, s:s, s:s, s:I}",
-                     "string", text, "tp", l->tp, "sp", l->sp, "pp", l->pp, "vp", l->vp,
+    return json_pack("{s:s, s:i, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:s, s:s, s:s, s:I}",
+                     "string", text, "tp", l->tp, "sp", l->sp, "tp_overlap", l->tp_overlap,
+                     "pp", l->pp, "vp", l->vp,
                      "cp", l->cp, "dp", l->dp, "zero", l->zero, "mbs", (json_int_t)l->mbs,
                      "n_micro", (json_int_t)l->n_micro,
                      "recompute", pt_recompute_name(l->recompute),

@@ -4,11 +4,12 @@
  * micro-batches drawn from the sampler, activations and their gradients sent and
  * received between pipeline stages, gradient reduction over the data-parallel group,
  * clipping and AdamW — the same program the simulator timed. Every instruction is a
- * span in the trace.
+ * span in the trace: compute on stream 0, transfers and reductions on stream 1.
  *
  * Data parallelism: each dp rank takes its consecutive share of the step's global
- * samples. With ZeRO 0 each chunk's gradients are all-reduced when the program says
- * REDUCE_GRADS; with ZeRO 1 the flat gradient buffer, padded to a multiple of dp, is
+ * samples. With ZeRO 0 each chunk's gradients are all-reduced in buckets started
+ * during its last backward of the step and finished at the program's REDUCE_GRADS
+ * (below); with ZeRO 1 the flat gradient buffer, padded to a multiple of dp, is
  * reduce-scattered at the optimizer step, each rank updates only its shard of the
  * fp32 master weights (keeping Adam moments for that shard alone), and the shards
  * are all-gathered (Rajbhandari et al. 2020). ZeRO 2 and 3 shard gradients (and with
@@ -141,10 +142,11 @@ static int tag_grad_from(int64_t vs) { return (int)(2 * vs + 1) & 0x7fff; }
 /* Whether parameter q is counted by this rank in sums over the whole model (the
  * gradient norm, the weights' fingerprint): a copy held elsewhere too is counted
  * once. The head's copy of a tied embedding (last stage, pp > 1) duplicates the first
- * stage's; a tensor whole on every tp rank is counted by tp rank 0. */
+ * stage's; a part held by several tp ranks (a whole tensor, a replicated KV head) is
+ * counted by the first of them. */
 static bool counted_here(const pt_net *n, const pt_param *q)
 {
-    if (q->tp_whole && n->tp_rank != 0)
+    if (n->tp_rank % q->tp_copies != 0)
         return false;
     return !(n->spec.tied_embeddings && n->layout.pp > 1 && n->stage == n->layout.pp - 1 &&
              strcmp(q->name, "wte") == 0);
@@ -294,6 +296,138 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
     return rc;
 }
 
+/* ---- Gradient buckets (ZeRO 0) ----------------------------------------------------------------- */
+
+/* With ZeRO 0 and dp·cp > 1 a chunk's gradients are all-reduced in buckets of the
+ * plan's bucket_bytes, started while the chunk's last backward of the step goes on,
+ * so that reduction overlaps compute (PyTorch DDP's bucketing, Li et al. 2020, VLDB).
+ * Gradients accumulate over the step's micro-batches, so they are final only in
+ * that last backward, and there from the chunk's end down: head, last layer, ...,
+ * first layer, embedding (pt_net.grad_done says how far). Each bucket is the next
+ * bucket_bytes / 4 fp32 elements below those already started; what is left starts
+ * at REDUCE_GRADS, which then waits for all of the chunk's buckets: ceil(elements /
+ * bucket) all-reduces per chunk, as pt_ops_grad_sync prices them. Every rank of the
+ * dp·cp group runs the same program on the same parameter table, so all start the
+ * same buckets in the same order, as MPI and NCCL require. Each start and each wait
+ * is a span on the communication stream. */
+typedef struct {
+    int64_t started;          /* elements [started, chunk_end) are in buckets */
+    pt_comm_req **req;        /* [n_req] the buckets in flight, in start order */
+    int64_t *bytes;           /* [n_req] their sizes */
+    int n_req, cap;
+} chunk_buckets;
+
+typedef struct {
+    bool on;                  /* ZeRO 0 with dp·cp > 1 */
+    pt_net *n;
+    pt_comm *comm;
+    int64_t bucket_elems;
+    int last_bwd[64];         /* program index of each chunk's last backward; -1 none */
+    chunk_buckets c[64];      /* [vp] */
+} buckets;
+
+static void buckets_init(buckets *B, pt_net *n, const pt_dist *d, const pt_plan *p,
+                         const pt_prog *prog)
+{
+    memset(B, 0, sizeof *B);
+    B->on = d->comm && d->dp_size > 1 && p->layout.zero == 0;
+    B->n = n;
+    B->comm = d->comm;
+    B->bucket_elems = p->train.bucket_bytes / (int64_t)sizeof(float);
+    if (B->bucket_elems < 1)
+        B->bucket_elems = 1;
+    for (int c = 0; c < n->layout.vp; c++) {
+        B->last_bwd[c] = -1;
+        B->c[c].started = n->chunk_end[c];
+    }
+    for (int i = 0; i < prog->n; i++)
+        if (prog->ins[i].kind == PT_INS_BWD)
+            B->last_bwd[prog->ins[i].chunk] = i;
+}
+
+/* Every chunk's REDUCE_GRADS follows its backwards (pt_sched_check), so a step that
+ * ran to its end waited for every bucket. After an error the requests in flight are
+ * left to the abort that follows (ptrun ends every rank): waiting for them could hang
+ * on a peer that stopped too. */
+static void buckets_free(buckets *B)
+{
+    for (int c = 0; c < B->n->layout.vp; c++) {
+        free(B->c[c].req);
+        free(B->c[c].bytes);
+    }
+}
+
+/* A bucket's start or wait as a span on the communication stream, named
+ * "bucket start c<chunk> <bytes> B" (waits follow the starts in order); formatted only
+ * when the trace records, and one name per chunk and size, as the trace keeps each
+ * distinct name once. */
+static void bucket_span(const buckets *B, const char *what, int chunk, int64_t bytes,
+                        double t0)
+{
+    pt_trace *t = B->n->trace;
+    if (!t || !t->on)
+        return;
+    char name[48];
+    snprintf(name, sizeof name, "bucket %s c%d %lld B", what, chunk, (long long)bytes);
+    pt_trace_add(t, B->n->rank, 1, name, NULL, t0, pt_trace_now());
+}
+
+/* Starts the all-reduce of elements [lo, started) of chunk `chunk`. */
+static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
+{
+    chunk_buckets *cb = &B->c[chunk];
+    int64_t count = cb->started - lo;
+    if (count <= 0)
+        return 0;
+    if (cb->n_req == cb->cap) {
+        int cap = cb->cap ? 2 * cb->cap : 16;
+        pt_comm_req **r = realloc(cb->req, (size_t)cap * sizeof *r);
+        if (r)
+            cb->req = r;
+        int64_t *b = r ? realloc(cb->bytes, (size_t)cap * sizeof *b) : NULL;
+        if (!b)
+            return pt_err_set(err, "out of memory for gradient buckets");
+        cb->bytes = b;
+        cb->cap = cap;
+    }
+    double t0 = pt_trace_now();
+    if (pt_comm_iallreduce(B->comm, PT_GROUP_DPCP, B->n->grad + lo, count, &cb->req[cb->n_req],
+                           err))
+        return -1;
+    int64_t bytes = count * (int64_t)sizeof(float);
+    cb->bytes[cb->n_req++] = bytes;
+    cb->started = lo;
+    bucket_span(B, "start", chunk, bytes, t0);
+    return 0;
+}
+
+/* pt_net.grad_done: elements [lo, chunk end) are final; start every whole bucket. */
+static int bucket_ready(void *ctx, int chunk, int64_t lo, pt_err *err)
+{
+    buckets *B = ctx;
+    chunk_buckets *cb = &B->c[chunk];
+    while (cb->started - lo >= B->bucket_elems)
+        if (bucket_start(B, chunk, cb->started - B->bucket_elems, err))
+            return -1;
+    return 0;
+}
+
+/* REDUCE_GRADS: starts the rest of the chunk as its last bucket and waits for all. */
+static int buckets_finish(buckets *B, int chunk, pt_err *err)
+{
+    chunk_buckets *cb = &B->c[chunk];
+    int rc = bucket_start(B, chunk, B->n->chunk_begin[chunk], err);
+    for (int i = 0; i < cb->n_req; i++) {
+        double t0 = pt_trace_now();
+        pt_err e2;
+        if (pt_comm_wait(B->comm, cb->req[i], rc ? &e2 : err))
+            rc = -1; /* every request is still waited for, and freed; the first error kept */
+        bucket_span(B, "wait", chunk, cb->bytes[i], t0);
+    }
+    cb->n_req = 0;
+    return rc;
+}
+
 /* ---- Instructions ----------------------------------------------------------------------------- */
 
 typedef struct {
@@ -305,6 +439,8 @@ typedef struct {
     batch *b;
     double *loss_sum;
     pt_step_stats *out;
+    buckets *bk;
+    int pc;                   /* index of the instruction running */
     pt_err *err;
 } step_ctx;
 
@@ -349,17 +485,39 @@ static int run_instruction(step_ctx *c, const pt_ins *in)
                                     c->b->tg_cp, 1.0f / (float)tokens_per_step, c->loss_sum,
                                     c->err);
     }
-    case PT_INS_BWD:
-        return pt_net_backward_chunk(n, slot_of(n, in->mb), in->chunk, c->err);
+    case PT_INS_BWD: {
+        /* the chunk's last backward of the step starts its gradient buckets */
+        bool last = c->bk->on && c->pc == c->bk->last_bwd[in->chunk];
+        n->grad_done = last ? bucket_ready : NULL;
+        n->grad_done_ctx = c->bk;
+        int rc = pt_net_backward_chunk(n, slot_of(n, in->mb), in->chunk, c->err);
+        n->grad_done = NULL;
+        return rc;
+    }
     case PT_INS_REDUCE_GRADS:
-        if (!c->d->comm || c->d->dp_size == 1 || p->layout.zero >= 1)
+        if (!c->bk->on)
             return 0; /* ZeRO 1 reduce-scatters at the optimizer step, 2 and 3 per layer */
-        return pt_comm_allreduce(c->d->comm, PT_GROUP_DPCP, n->grad + n->chunk_begin[in->chunk],
-                                 n->chunk_end[in->chunk] - n->chunk_begin[in->chunk], c->err);
+        return buckets_finish(c->bk, in->chunk, c->err);
     case PT_INS_OPTIM_STEP:
         return optimizer_step(n, c->d, p, c->step, c->out, c->err);
     default:
         return transfer(c, in);
+    }
+}
+
+/* The trace stream of an instruction: 1 for communication (what the simulator draws
+ * on its data-parallel and transfer streams), 0 for compute. */
+static int comm_stream(pt_ins_kind k)
+{
+    switch (k) {
+    case PT_INS_SEND_ACT:
+    case PT_INS_RECV_ACT:
+    case PT_INS_SEND_GRAD:
+    case PT_INS_RECV_GRAD:
+    case PT_INS_REDUCE_GRADS:
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -373,18 +531,21 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
         batch_free(&b);
         return pt_err_set(err, "out of memory");
     }
-    step_ctx c = {.n = n, .d = d, .data = data, .p = p, .step = step, .b = &b,
-                  .loss_sum = &loss_sum, .out = out, .err = err};
     const pt_prog *prog = &s->prog[n->stage];
+    buckets bk;
+    buckets_init(&bk, n, d, p, prog);
+    step_ctx c = {.n = n, .d = d, .data = data, .p = p, .step = step, .b = &b,
+                  .loss_sum = &loss_sum, .out = out, .bk = &bk, .err = err};
     int rc = 0;
     for (int i = 0; i < prog->n && rc == 0; i++) {
         const pt_ins *in = &prog->ins[i];
         double ti = pt_trace_now();
+        c.pc = i;
         rc = run_instruction(&c, in);
-        char name[48];
-        snprintf(name, sizeof name, "%s mb%d c%d", pt_ins_name(in->kind), in->mb, in->chunk);
-        pt_trace_add(n->trace, n->rank, 0, name, NULL, ti, pt_trace_now());
+        pt_trace_add_ins(n->trace, n->rank, comm_stream(in->kind), pt_ins_name(in->kind),
+                         in->mb, in->chunk, ti, pt_trace_now());
     }
+    buckets_free(&bk);
     batch_free(&b);
     /* the loss lives on the last stages' tp rank 0, in parts over cp: the world's sum
      * is the global batch's */

@@ -24,6 +24,7 @@ typedef struct {
     int64_t sc;               /* cp: one sequence chunk, s/(2·cp); s without cp */
     int h, a, kh, d, f, v;    /* per rank: a, kh, f and v already divided by t */
     int t, tr, cp, cr;        /* tp size and rank, cp size and rank */
+    int kv_share;             /* tp ranks sharing one KV head (tp > k), else 1 */
     bool sp;
 } dims;
 
@@ -33,10 +34,11 @@ static dims dims_of(const pt_net *n)
     const pt_layout *l = &n->layout;
     int t = l->tp;
     dims d = {.b = l->mbs, .s = m->seq / l->cp, .h = (int)m->hidden,
-              .a = (int)(m->heads / t), .kh = (int)(m->kv_heads / t),
+              .a = (int)(m->heads / t), .kh = (int)pt_kv_heads_rank(m, t),
               .d = (int)(m->hidden / m->heads), .f = (int)(m->ffn / t),
               .v = (int)(pt_vocab_padded(m, t) / t), .t = t, .tr = n->tp_rank, .cp = l->cp,
               .cr = n->cp_rank, .sp = l->sp && t > 1};
+    d.kv_share = t > m->kv_heads ? (int)(t / m->kv_heads) : 1;
     d.T = d.b * d.s;
     d.R = d.sp ? d.T / t : d.T;
     d.sc = d.cp > 1 ? d.s / 2 : d.s;
@@ -157,6 +159,7 @@ static void carve_scratch(carve *c, const pt_net *n, const dims *d, pt_scratch *
     S->dact = take(c, d->T * d->f, ab);
     S->ce = d->t > 1 ? take(c, 3 * d->T, 4) : NULL;
     S->dnorm = d->sp ? take(c, 2 * d->h, 4) : NULL;
+    S->dkv = d->kv_share > 1 ? take(c, n->spec.kv_heads * (int64_t)d->d * (d->h + 1), 4) : NULL;
     for (int i = 0; i < 2; i++)
         S->ring[i] = d->cp > 1 ? take(c, 4 * kv, ab) : NULL;
     S->part = d->cp > 1 ? take(c, d->sc * d->a * d->d, ab) : NULL;
@@ -280,6 +283,8 @@ typedef struct {
     int64_t xi;     /* index in A->x of the layer's input */
     float dloss;
     const float *col_in; /* (T, h) input of the next column-parallel GEMMs */
+    pt_comm_req *gather; /* tp_overlap: the all-gather into col_in still in flight */
+    const float *gather_shard; /* its source: this rank's (R, h) rows */
     const pt_oplist *list;
     int at;         /* index in list of the op running */
     pt_err *err;
@@ -413,15 +418,71 @@ static void norm_fwd(ctx *c, const char *which, const float *inp, float *out, fl
 
 /* A linear layer's forward. A row-parallel layer's bias is added by one tp rank only,
  * as its partial outputs are summed over tp afterwards. */
-static void linear_fwd(ctx *c, const char *which, float *out, const float *inp, int ic, int oc,
-                       bool row_parallel)
+/* A linear layer's forward or weight gradient over rows [row0, row0 + rows) of the
+ * (T, ic) input, whose first row is at inp. */
+typedef struct {
+    const float *w, *bias;  /* weights (oc, ic) [act], bias or NULL */
+    float *out;             /* forward: (T, oc) [act]; NULL for a weight gradient */
+    float *dw, *dbias;      /* weight gradient: (oc, ic) and (oc) fp32 */
+    const float *dout;      /* weight gradient: (T, oc) [act] */
+    int ic, oc;
+} rows_gemm;
+
+static void gemm_rows(ctx *c, const rows_gemm *g, int64_t row0, int64_t rows, const float *inp)
+{
+    pt_kernels *kn = c->n->kn;
+    if (g->out)
+        kn->matmul_forward(kn, at_elem(c, g->out, row0 * g->oc), inp, g->w, g->bias, rows, g->ic,
+                           g->oc);
+    else
+        kn->matmul_backward(kn, NULL, g->dw, g->dbias, at_elem(c, g->dout, row0 * g->oc), inp,
+                            g->w, rows, g->ic, g->oc);
+}
+
+/* Waits for an overlapped all-gather still in flight. */
+static int finish_gather(ctx *c)
+{
+    if (!c->gather)
+        return 0;
+    pt_comm_req *r = c->gather;
+    c->gather = NULL;
+    return pt_comm_wait(c->n->comm, r, c->err);
+}
+
+/* A GEMM over the T rows of `inp`. When inp is the gathered input of an all-gather
+ * still in flight (tp_overlap), this rank's own rows go first, from the shard it had
+ * before the gather, and the other ranks' rows after the wait: the gather runs
+ * beside the first part, the decomposition of Megatron-LM's TP communication overlap
+ * (Wang et al. 2023). Per-row results are the same either way; a weight gradient's
+ * sum over rows is taken in another order. */
+static int gemm_over_rows(ctx *c, const rows_gemm *g, const float *inp)
+{
+    const dims *d = &c->d;
+    if (!c->gather || inp != c->col_in) {
+        gemm_rows(c, g, 0, d->T, inp);
+        return 0;
+    }
+    int64_t r0 = (int64_t)d->tr * d->R, r1 = r0 + d->R;
+    gemm_rows(c, g, r0, d->R, c->gather_shard);
+    if (finish_gather(c))
+        return -1;
+    if (r0 > 0)
+        gemm_rows(c, g, 0, r0, inp);
+    if (r1 < d->T)
+        gemm_rows(c, g, r1, d->T - r1, at_elem(c, inp, r1 * g->ic));
+    return 0;
+}
+
+static int linear_fwd(ctx *c, const char *which, float *out, const float *inp, int ic, int oc,
+                      bool row_parallel)
 {
     char wn[32], bn[32];
     snprintf(wn, sizeof wn, "%s.w", which);
     snprintf(bn, sizeof bn, "%s.b", which);
     pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
     const float *bias = row_parallel && c->d.tr != 0 ? NULL : b.w;
-    c->n->kn->matmul_forward(c->n->kn, out, inp, w.w, bias, c->d.T, ic, oc);
+    rows_gemm g = {.w = w.w, .bias = bias, .out = out, .ic = ic, .oc = oc};
+    return gemm_over_rows(c, &g, inp);
 }
 
 /* Where a row-parallel GEMM writes its (T, h) partial sum: in place of the residual
@@ -479,33 +540,33 @@ static int layer_fwd_op(ctx *c, const char *op)
     if (!strcmp(op, "norm1"))
         norm_fwd(c, "norm1", x, L->ln1, L->ln1_mean, L->ln1_rstd);
     else if (!strcmp(op, "q"))
-        linear_fwd(c, "q", L->q, c->col_in, d->h, qd, false);
+        return linear_fwd(c, "q", L->q, c->col_in, d->h, qd, false);
     else if (!strcmp(op, "k"))
-        linear_fwd(c, "k", L->k, c->col_in, d->h, kvd, false);
+        return linear_fwd(c, "k", L->k, c->col_in, d->h, kvd, false);
     else if (!strcmp(op, "v"))
-        linear_fwd(c, "v", L->v, c->col_in, d->h, kvd, false);
+        return linear_fwd(c, "v", L->v, c->col_in, d->h, kvd, false);
     else if (!strcmp(op, "rope")) {
         rope_all(c, L->q, d->a, false, NULL);
         rope_all(c, L->k, d->kh, false, NULL);
     } else if (!strcmp(op, "attn"))
         return attention_fwd(c);
     else if (!strcmp(op, "attn_out"))
-        linear_fwd(c, "attn_out", row_out(c, L->x2), L->att, qd, d->h, true);
+        return linear_fwd(c, "attn_out", row_out(c, L->x2), L->att, qd, d->h, true);
     else if (!strcmp(op, "add1"))
         residual_add(c, L->x2, x, DROP_ATTN);
     else if (!strcmp(op, "norm2"))
         norm_fwd(c, "norm2", L->x2, L->ln2, L->ln2_mean, L->ln2_rstd);
     else if (!strcmp(op, "mlp_gate"))
-        linear_fwd(c, "mlp_gate", L->gate, c->col_in, d->h, d->f, false);
+        return linear_fwd(c, "mlp_gate", L->gate, c->col_in, d->h, d->f, false);
     else if (!strcmp(op, "mlp_up"))
-        linear_fwd(c, "mlp_up", L->up, c->col_in, d->h, d->f, false);
+        return linear_fwd(c, "mlp_up", L->up, c->col_in, d->h, d->f, false);
     else if (!strcmp(op, "act")) {
         if (c->n->spec.act == PT_ACT_SWIGLU)
             kn->swiglu_forward(kn, L->act, L->gate, L->up, d->T, d->f);
         else
             kn->gelu_forward(kn, L->act, L->up, d->T * d->f);
     } else if (!strcmp(op, "mlp_down"))
-        linear_fwd(c, "mlp_down", row_out(c, y), L->act, d->f, d->h, true);
+        return linear_fwd(c, "mlp_down", row_out(c, y), L->act, d->f, d->h, true);
     else if (!strcmp(op, "add2"))
         residual_add(c, y, L->x2, DROP_MLP);
     else
@@ -515,17 +576,19 @@ static int layer_fwd_op(ctx *c, const char *op)
 
 /* ---- Backward ops -------------------------------------------------------------------------- */
 
-static void linear_bwd(ctx *c, const char *which, bool data, float *dinp, const float *dout,
-                       const float *inp, int ic, int oc)
+static int linear_bwd(ctx *c, const char *which, bool data, float *dinp, const float *dout,
+                      const float *inp, int ic, int oc)
 {
     char wn[32], bn[32];
     snprintf(wn, sizeof wn, "%s.w", which);
     snprintf(bn, sizeof bn, "%s.b", which);
     pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
-    if (data)
+    if (data) {
         c->n->kn->matmul_backward(c->n->kn, dinp, NULL, NULL, dout, inp, w.w, c->d.T, ic, oc);
-    else
-        c->n->kn->matmul_backward(c->n->kn, NULL, w.g, b.g, dout, inp, w.w, c->d.T, ic, oc);
+        return 0;
+    }
+    rows_gemm g = {.w = w.w, .dw = w.g, .dbias = b.g, .dout = dout, .ic = ic, .oc = oc};
+    return gemm_over_rows(c, &g, inp);
 }
 
 /* dst += src, n fp32 elements of backend memory, through host copies (small: a
@@ -607,10 +670,10 @@ static int mlp_bwd_op(ctx *c, const char *op)
     int64_t Tf = d->T * d->f;
     if (!strcmp(op, "mlp_down_dgrad")) {
         kn->zero(kn, S->dact, act_bytes(c, Tf));
-        linear_bwd(c, "mlp_down", true, S->dact, branch_grad(c, DROP_MLP, true), L->act, d->f,
+        return linear_bwd(c, "mlp_down", true, S->dact, branch_grad(c, DROP_MLP, true), L->act, d->f,
                    d->h);
     } else if (!strcmp(op, "mlp_down_wgrad"))
-        linear_bwd(c, "mlp_down", false, NULL, branch_grad(c, DROP_MLP, false), L->act, d->f,
+        return linear_bwd(c, "mlp_down", false, NULL, branch_grad(c, DROP_MLP, false), L->act, d->f,
                    d->h);
     else if (!strcmp(op, "act_bwd")) {
         kn->zero(kn, S->dup, act_bytes(c, Tf));
@@ -622,17 +685,47 @@ static int mlp_bwd_op(ctx *c, const char *op)
         kn->zero(kn, S->dln, act_bytes(c, d->T * d->h)); /* the block's input gradient */
         c->col_in = L->ln2;
     } else if (!strcmp(op, "mlp_gate_dgrad"))
-        linear_bwd(c, "mlp_gate", true, S->dln, S->dgate, NULL, d->h, d->f);
+        return linear_bwd(c, "mlp_gate", true, S->dln, S->dgate, NULL, d->h, d->f);
     else if (!strcmp(op, "mlp_up_dgrad"))
-        linear_bwd(c, "mlp_up", true, S->dln, S->dup, NULL, d->h, d->f);
+        return linear_bwd(c, "mlp_up", true, S->dln, S->dup, NULL, d->h, d->f);
     else if (!strcmp(op, "mlp_gate_wgrad"))
-        linear_bwd(c, "mlp_gate", false, NULL, S->dgate, c->col_in, d->h, d->f);
+        return linear_bwd(c, "mlp_gate", false, NULL, S->dgate, c->col_in, d->h, d->f);
     else if (!strcmp(op, "mlp_up_wgrad"))
-        linear_bwd(c, "mlp_up", false, NULL, S->dup, c->col_in, d->h, d->f);
+        return linear_bwd(c, "mlp_up", false, NULL, S->dup, c->col_in, d->h, d->f);
     else if (!strcmp(op, "norm2_bwd"))
         return norm_bwd(c, "norm2", S->dres, S->dlns, L->x2, L->ln2_mean, L->ln2_rstd);
     else
         return 1; /* not an op of this function */
+    return 0;
+}
+
+/* The weight gradients of K or V when one KV head is shared by several tp ranks
+ * (tp > k): each rank's share comes from its own query heads, and the head's
+ * gradient is the sum over the ranks sharing it. Each rank writes its share into its
+ * head's slot of a buffer of every head, the buffer is summed over tp (the other
+ * heads' ranks add into the other slots), and each rank takes its head's slot. */
+static int kv_wgrad_shared(ctx *c, const char *which, const float *dout)
+{
+    pt_kernels *kn = c->n->kn;
+    const dims *d = &c->d;
+    char wn[32], bn[32];
+    snprintf(wn, sizeof wn, "%s.w", which);
+    snprintf(bn, sizeof bn, "%s.b", which);
+    pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
+    int kvd = d->kh * d->d;
+    int64_t part = (int64_t)kvd * (d->h + 1), heads = c->n->spec.kv_heads;
+    float *mine = c->S->dkv + (d->tr / d->kv_share) * part;
+    if (finish_gather(c))
+        return -1;
+    kn->zero(kn, c->S->dkv, (size_t)(heads * part) * sizeof(float));
+    kn->matmul_backward(kn, NULL, mine, b.g ? mine + (int64_t)kvd * d->h : NULL, dout, c->col_in,
+                        w.w, d->T, d->h, kvd);
+    if (kn->sync(kn))
+        return pt_err_set(c->err, "%s", kn->err);
+    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, c->S->dkv, heads * part, c->err) ||
+        add_f32(c, w.g, mine, (int64_t)kvd * d->h) ||
+        (b.g && add_f32(c, b.g, mine + (int64_t)kvd * d->h, kvd)))
+        return -1;
     return 0;
 }
 
@@ -649,10 +742,10 @@ static int attn_bwd_op(ctx *c, const char *op)
     float *gq = rope ? S->dqr : S->dq, *gk = rope ? S->dkr : S->dk;
     if (!strcmp(op, "attn_out_dgrad")) {
         kn->zero(kn, S->datt, act_bytes(c, d->T * qd));
-        linear_bwd(c, "attn_out", true, S->datt, branch_grad(c, DROP_ATTN, true), L->att, qd,
+        return linear_bwd(c, "attn_out", true, S->datt, branch_grad(c, DROP_ATTN, true), L->att, qd,
                    d->h);
     } else if (!strcmp(op, "attn_out_wgrad"))
-        linear_bwd(c, "attn_out", false, NULL, branch_grad(c, DROP_ATTN, false), L->att, qd,
+        return linear_bwd(c, "attn_out", false, NULL, branch_grad(c, DROP_ATTN, false), L->att, qd,
                    d->h);
     else if (!strcmp(op, "attn_bwd"))
         return attention_bwd(c);
@@ -662,17 +755,21 @@ static int attn_bwd_op(ctx *c, const char *op)
         rope_all(c, S->dq, d->a, true, S->dqr);
         rope_all(c, S->dk, d->kh, true, S->dkr);
     } else if (!strcmp(op, "q_dgrad"))
-        linear_bwd(c, "q", true, S->dln, gq, NULL, d->h, qd);
+        return linear_bwd(c, "q", true, S->dln, gq, NULL, d->h, qd);
     else if (!strcmp(op, "k_dgrad"))
-        linear_bwd(c, "k", true, S->dln, gk, NULL, d->h, kvd);
+        return linear_bwd(c, "k", true, S->dln, gk, NULL, d->h, kvd);
     else if (!strcmp(op, "v_dgrad"))
-        linear_bwd(c, "v", true, S->dln, S->dv, NULL, d->h, kvd);
+        return linear_bwd(c, "v", true, S->dln, S->dv, NULL, d->h, kvd);
     else if (!strcmp(op, "q_wgrad"))
-        linear_bwd(c, "q", false, NULL, gq, c->col_in, d->h, qd);
+        return linear_bwd(c, "q", false, NULL, gq, c->col_in, d->h, qd);
+    else if (!strcmp(op, "k_wgrad") && d->kv_share > 1)
+        return kv_wgrad_shared(c, "k", gk);
+    else if (!strcmp(op, "v_wgrad") && d->kv_share > 1)
+        return kv_wgrad_shared(c, "v", S->dv);
     else if (!strcmp(op, "k_wgrad"))
-        linear_bwd(c, "k", false, NULL, gk, c->col_in, d->h, kvd);
+        return linear_bwd(c, "k", false, NULL, gk, c->col_in, d->h, kvd);
     else if (!strcmp(op, "v_wgrad"))
-        linear_bwd(c, "v", false, NULL, S->dv, c->col_in, d->h, kvd);
+        return linear_bwd(c, "v", false, NULL, S->dv, c->col_in, d->h, kvd);
     else if (!strcmp(op, "norm1_bwd"))
         return norm_bwd(c, "norm1", S->dres, S->dlns, c->A->x[c->xi], L->ln1_mean, L->ln1_rstd);
     else
@@ -888,7 +985,13 @@ static int tp_collective(ctx *c, const char *op)
         /* before column-parallel GEMMs: the norm output they read */
         if (!c->col_in)
             return pt_err_set(c->err, "internal: sp_allgather before '%s' has no input", next);
-        int rc = pt_comm_allgather(comm, PT_GROUP_TP, c->col_in, c->S->gath, Rh, c->err);
+        int rc;
+        if (c->list->op[c->at].overlapped) { /* tp_overlap: the next GEMM waits for it */
+            c->gather_shard = c->col_in;
+            rc = pt_comm_iallgather(comm, PT_GROUP_TP, c->col_in, c->S->gath, Rh, &c->gather,
+                                    c->err);
+        } else
+            rc = pt_comm_allgather(comm, PT_GROUP_TP, c->col_in, c->S->gath, Rh, c->err);
         c->col_in = c->S->gath;
         return rc;
     }
@@ -961,8 +1064,10 @@ static int head_op(ctx *c, const char *op)
     float *xl = A->x[(c->n->layout.vp - 1) * (c->n->chunk_layers + 1) + c->n->chunk_layers];
     if (!strcmp(op, "final_norm"))
         norm_fwd(c, "final_norm", xl, A->lnf, A->lnf_mean, A->lnf_rstd);
-    else if (!strcmp(op, "logits"))
-        kn->matmul_forward(kn, A->logits, c->col_in, w.w, NULL, d->T, d->h, d->v);
+    else if (!strcmp(op, "logits")) {
+        rows_gemm g = {.w = w.w, .out = A->logits, .ic = d->h, .oc = d->v};
+        return gemm_over_rows(c, &g, c->col_in);
+    }
     else if (!strcmp(op, "xent")) { /* fused: the forward also writes dlogits */
         if (d->t > 1)
             return xent_parallel(c);
@@ -974,8 +1079,10 @@ static int head_op(ctx *c, const char *op)
         kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
         kn->matmul_backward(kn, S->dln, NULL, NULL, A->logits, NULL, w.w, d->T, d->h, d->v);
         c->col_in = A->lnf;
-    } else if (!strcmp(op, "logits_wgrad"))
-        kn->matmul_backward(kn, NULL, w.g, NULL, A->logits, c->col_in, w.w, d->T, d->h, d->v);
+    } else if (!strcmp(op, "logits_wgrad")) {
+        rows_gemm g = {.w = w.w, .dw = w.g, .dout = A->logits, .ic = d->h, .oc = d->v};
+        return gemm_over_rows(c, &g, c->col_in);
+    }
     else if (!strcmp(op, "final_norm_bwd"))
         return norm_bwd(c, "final_norm", S->dres, S->dlns, xl, A->lnf_mean, A->lnf_rstd);
     else
@@ -1029,6 +1136,8 @@ static int collective(ctx *c, const pt_op *op)
     pt_kernels *kn = c->n->kn;
     if (kn->sync(kn)) /* the collective reads what the kernels queued */
         return pt_err_set(c->err, "%s", kn->err);
+    if (finish_gather(c)) /* one overlapped gather at a time */
+        return -1;
     return tp_collective(c, op->name);
 }
 
@@ -1058,7 +1167,7 @@ static int run_list(ctx *c, list_id id)
             return -1;
         pt_trace_add_op(c->n->trace, c->n->rank, 0, op->name, &op->kernel, t0, pt_trace_now());
     }
-    return 0;
+    return finish_gather(c);
 }
 
 static ctx context(pt_net *n, int slot, float dloss, pt_err *err)
@@ -1157,6 +1266,30 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
     return run_list(&c, LIST_HEAD_FWD) ? -1 : sum_losses(&c, loss_sum);
 }
 
+/* Calls the engine's pt_net.grad_done, when it asked, once elements [lo, chunk end) of
+ * the chunk's gradient are final for this micro-batch: lo is the first element of
+ * layer l, or the one past its last with `past`, or with l < 0 the chunk's first. A
+ * layer's parameters are one contiguous range of the buffer, the head's at the
+ * chunk's end and the embedding's at its start (build_table in runtime/model.c). */
+static int grads_done(ctx *c, int chunk, int64_t l, bool past)
+{
+    pt_net *n = c->n;
+    if (!n->grad_done)
+        return 0;
+    char prefix[32];
+    size_t len = (size_t)snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)l);
+    int64_t lo = n->chunk_end[chunk], hi = n->chunk_begin[chunk];
+    for (int i = 0; l >= 0 && i < n->n_param; i++) {
+        const pt_param *q = &n->param[i];
+        if (strncmp(q->name, prefix, len))
+            continue;
+        lo = q->offset < lo ? q->offset : lo;
+        hi = q->offset + q->count > hi ? q->offset + q->count : hi;
+    }
+    return n->grad_done(n->grad_done_ctx, chunk, l < 0 ? n->chunk_begin[chunk] : past ? hi : lo,
+                        c->err);
+}
+
 int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
 {
     ctx c = context(n, slot, 0, err);
@@ -1164,12 +1297,15 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
         n->kn->zero(n->kn, c.S->dres, act_bytes(&c, c.d.R * c.d.h));
         if (run_list(&c, LIST_HEAD_BWD))
             return -1;
+        at_layer(&c, chunk, n->chunk_layers - 1);
+        if (grads_done(&c, chunk, c.l, true))
+            return -1;
     }
     for (int64_t i = n->chunk_layers - 1; i >= 0; i--) {
         at_layer(&c, chunk, i);
         if (n->zero && pt_zero_begin_backward(n, c.l, err))
             return -1;
-        if (run_list(&c, LIST_LAYER_BWD))
+        if (run_list(&c, LIST_LAYER_BWD) || grads_done(&c, chunk, c.l, false))
             return -1;
     }
     c.l = -1;
@@ -1181,7 +1317,7 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
             dropout_rows(&c, S->ddrop, S->dres, own_row0(&c), c.d.R, DROP_EMBED);
             n->kn->copy(n->kn, S->dres, S->ddrop, act_bytes(&c, c.d.R * c.d.h), PT_KCOPY_D2D);
         }
-        if (run_list(&c, LIST_EMBED_BWD))
+        if (run_list(&c, LIST_EMBED_BWD) || grads_done(&c, chunk, -1, false))
             return -1;
     }
     return n->kn->sync(n->kn) ? pt_err_set(err, "%s", n->kn->err) : 0;

@@ -23,12 +23,15 @@ typedef struct {
     int64_t total;
     bool oom;
     int tp, tp_rank;   /* how tensor-parallel tensors are split, and which part is here */
+    int kv_share;      /* tp ranks that hold the same KV head: t/k when tp > k, else 1 */
 } table;
 
 /* How a tensor is divided over the tensor-parallel group (Megatron-LM): whole on
  * every rank, split by rows (column-parallel weights and their biases, the
- * vocabulary of the embedding and head), or split by columns (row-parallel weights). */
-typedef enum { WHOLE, SPLIT_ROWS, SPLIT_COLS } split;
+ * vocabulary of the embedding and head), by columns (row-parallel weights), or, for
+ * K and V with fewer KV heads than tp ranks, the rows of the one KV head the rank's
+ * query heads use, the same rows on the tp/k ranks that share it. */
+typedef enum { WHOLE, SPLIT_ROWS, SPLIT_COLS, KV_HEAD } split;
 
 static void add_split(table *t, const char *name, int64_t rows, int64_t cols, split how)
 {
@@ -52,9 +55,14 @@ static void add_split(table *t, const char *name, int64_t rows, int64_t cols, sp
     p->offset = t->total;
     p->decay = cols != 0; /* matrices decay; norms and biases do not */
     p->tp_whole = how == WHOLE;
+    p->tp_copies = how == WHOLE ? t->tp : 1;
     p->full_cols = cols ? cols : 1;
     if (how == SPLIT_ROWS)
         p->first = (int64_t)t->tp_rank * p->count;
+    else if (how == KV_HEAD) { /* one head of k: head tp_rank / (t/k) */
+        p->tp_copies = t->kv_share;
+        p->first = (int64_t)(t->tp_rank / t->kv_share) * p->count;
+    }
     else if (how == SPLIT_COLS) {
         p->first = (int64_t)t->tp_rank * cols;
         p->full_cols = cols * t->tp;
@@ -78,7 +86,7 @@ static void linear(table *t, const char *prefix, int64_t out, int64_t in, bool b
     add_split(t, name, out, in, how);
     if (bias) {
         snprintf(name, sizeof name, "%s.b", prefix);
-        add_split(t, name, out, 0, how == SPLIT_ROWS ? SPLIT_ROWS : WHOLE);
+        add_split(t, name, out, 0, how == SPLIT_COLS ? WHOLE : how);
     }
 }
 
@@ -95,13 +103,14 @@ static void norm(table *t, const pt_model *m, const char *prefix)
 
 static void layer_params(table *t, const pt_model *m, int tp, int64_t l)
 {
-    int64_t h = m->hidden, hd = m->hidden / m->heads, kvd = m->kv_heads * hd;
+    int64_t h = m->hidden, hd = m->hidden / m->heads, kvr = pt_kv_heads_rank(m, tp) * hd;
+    split kv = t->kv_share > 1 ? KV_HEAD : SPLIT_ROWS;
     char p[40];
 #define LAYER(suffix) (snprintf(p, sizeof p, "layers.%lld." suffix, (long long)l), p)
     norm(t, m, LAYER("norm1"));
     linear(t, LAYER("q"), h / tp, h, m->bias, SPLIT_ROWS);
-    linear(t, LAYER("k"), kvd / tp, h, m->bias, SPLIT_ROWS);
-    linear(t, LAYER("v"), kvd / tp, h, m->bias, SPLIT_ROWS);
+    linear(t, LAYER("k"), kvr, h, m->bias, kv);
+    linear(t, LAYER("v"), kvr, h, m->bias, kv);
     linear(t, LAYER("attn_out"), h, h / tp, m->bias, SPLIT_COLS);
     norm(t, m, LAYER("norm2"));
     if (m->act == PT_ACT_SWIGLU)
@@ -303,7 +312,9 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
         return pt_err_set(err, "vp = %d: at most 64 model chunks per rank", n->layout.vp);
     n->chunk_layers = n->spec.layers / ((int64_t)n->layout.pp * n->layout.vp);
     n->n_layers = n->chunk_layers * n->layout.vp;
-    table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank};
+    table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank,
+               .kv_share = n->layout.tp > n->spec.kv_heads ? (int)(n->layout.tp / n->spec.kv_heads)
+                                                            : 1};
     build_table(&t, n);
     if (t.oom) {
         free(t.v);

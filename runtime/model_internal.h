@@ -51,6 +51,8 @@ typedef struct {
     float *dgate, *dup, *dact;        /* (T, f/t) */
     float *ce;                        /* (3, T) fp32: vocab-parallel loss statistics */
     float *dnorm;                     /* (2, h) fp32: a norm's weight gradients (sp) */
+    float *dkv;                       /* (k, d·(h+1)) fp32: every KV head's weight and
+                                         bias gradients, when tp > k */
     float *ring[2];                   /* cp: K, V, dK, dV of a travelling block, each
                                          (b, s_r, k/t, d) [act]; two to swap */
     float *part, *part_lse;           /* cp: one block's (1, s_r/2, a/t, d) [act] and

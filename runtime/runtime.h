@@ -320,6 +320,8 @@ typedef struct {
     bool decay;         /* weight decay applies (matrices, not norms or biases) */
     bool tp_whole;      /* the whole tensor on every tensor-parallel rank (norms, a
                            row-parallel layer's bias, positions), not a part of it */
+    int tp_copies;      /* consecutive tp ranks holding this same part: 1, tp for a
+                           whole tensor, tp/k for a replicated KV head */
     int64_t first;      /* index in the whole tensor of this part's first element */
     int64_t full_cols;  /* columns of the whole tensor (a row-parallel weight holds
                            shape[1] of them from column `first`) */
@@ -372,6 +374,15 @@ typedef struct {
                                  memory model predicts for the rank */
     pt_oplist ops[6];         /* the planner's op lists this model executes:
                                  layer fwd/bwd, embed fwd/bwd, head fwd/bwd */
+
+    /* Optional (NULL: not called): pt_net_backward_chunk calls it as the chunk's
+     * gradient becomes final for this micro-batch — after the head's backward, each
+     * layer's and the embedding's — with `lo`, the lowest element this backward no
+     * longer changes (elements [lo, chunk_end[chunk]) are done). The engine sets it
+     * around a chunk's last backward of the step to start gradient buckets. Returns
+     * 0, or -1 with err set, which fails the backward. */
+    int (*grad_done)(void *ctx, int chunk, int64_t lo, pt_err *err);
+    void *grad_done_ctx;
 } pt_net;
 
 /* Builds pipeline stage `stage` of the model of plan `p` (its vp chunks: virtual

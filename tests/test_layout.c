@@ -53,6 +53,16 @@ static void test_parse_format(void)
     CHECK_INT(l.dp, 4);
     CHECK_INT(l.schedule, PT_SCHED_INTERLEAVED);
     CHECK_INT(l.n_micro, 16);
+    /* tp_overlap is written only when on, and reads back. */
+    CHECK(strstr(text, "tp_overlap") == NULL);
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,sp=1,tp_overlap=1", 2, 8, &l, &err), 0);
+    CHECK(l.tp_overlap);
+    pt_layout_format(&l, text, sizeof text);
+    CHECK(strstr(text, ",tp_overlap=1") != NULL);
+    pt_layout_default(&back);
+    CHECK_INT(pt_layout_parse(text, 0, 8, &back, &err), 0);
+    CHECK(back.tp_overlap);
     /* Rank order. */
     CHECK_INT(pt_layout_parse("order=pp-dp-cp-tp", 0, 0, &l, &err), 0);
     CHECK_INT(l.order[0], PT_DIM_PP);
@@ -111,11 +121,29 @@ static void test_rules(void)
     CHECK_INT(rules("tp=8", 1, 64), 0);
     CHECK_INT(rules("tp=2,pp=2,vp=2,dp=2,zero=1,sp=1,recompute=full", 1, 64), 0);
     CHECK_INT(rules("tp=8,dp=2", 1, 64), ONLY(PT_REJECT_WORLD));
-    /* 32 heads, 8 KV heads: tp=16 breaks both (and crosses 8-GPU nodes). */
-    CHECK_INT(rules("tp=16", 2, 64),
-              ONLY(PT_REJECT_KV_HEADS_TP) | ONLY(PT_REJECT_TP_SPANS_NODES));
-    CHECK_INT(rules("tp=32,dp=1", 4, 64), ONLY(PT_REJECT_KV_HEADS_TP) |
-                                          ONLY(PT_REJECT_TP_SPANS_NODES));
+    /* 32 heads, 8 KV heads: tp=16 and 32 replicate each KV head over 2 and 4 ranks
+     * (allowed), but cross 8-GPU nodes. */
+    CHECK_INT(rules("tp=16", 2, 64), ONLY(PT_REJECT_TP_SPANS_NODES));
+    CHECK_INT(rules("tp=32,dp=1", 4, 64), ONLY(PT_REJECT_TP_SPANS_NODES));
+    /* 6 KV heads (of 48): tp=4 neither divides them nor is divided by them. */
+    {
+        pt_model m = model();
+        m.heads = 48;
+        m.hidden = 6144;
+        m.kv_heads = 6;
+        pt_cluster c = cluster(1);
+        pt_layout l;
+        pt_err err;
+        uint32_t mask;
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse("tp=4,dp=2", 8, 64, &l, &err), 0);
+        pt_layout_check(&m, &c, 64, &l, &mask);
+        CHECK(mask & ONLY(PT_REJECT_KV_HEADS_TP));
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse("tp=2,dp=4", 8, 64, &l, &err), 0);
+        pt_layout_check(&m, &c, 64, &l, &mask);
+        CHECK(!(mask & ONLY(PT_REJECT_KV_HEADS_TP)));
+    }
     CHECK_INT(rules("pp=8,dp=1,vp=8", 1, 64), ONLY(PT_REJECT_LAYERS_PP)); /* 32 % 64 */
     CHECK_INT(rules("pp=8,dp=1,vp=4", 1, 64), 0);
     CHECK_INT(rules("cp=8", 1, 64), 0);
@@ -123,6 +151,8 @@ static void test_rules(void)
     CHECK_INT(rules("dp=8,mbs=3", 1, 64), ONLY(PT_REJECT_BATCH_DP));
     CHECK_INT(rules("dp=8", 1, 100), ONLY(PT_REJECT_BATCH_DP));
     CHECK_INT(rules("sp=1,dp=8", 1, 64), ONLY(PT_REJECT_SP_WITHOUT_TP));
+    CHECK_INT(rules("tp=2,dp=4,tp_overlap=1", 1, 64), ONLY(PT_REJECT_OVERLAP_WITHOUT_SP));
+    CHECK_INT(rules("tp=2,sp=1,dp=4,tp_overlap=1", 1, 64), 0);
     CHECK_INT(rules("schedule=interleaved,pp=2", 1, 64), ONLY(PT_REJECT_SCHEDULE_VP));
     CHECK_INT(rules("pp=2,vp=2,schedule=1f1b", 1, 64), ONLY(PT_REJECT_SCHEDULE_VP));
     /* A global batch of 6 over dp = 2 gives 3 micro-batches: not a multiple of pp = 4. */

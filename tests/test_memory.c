@@ -87,6 +87,12 @@ static void test_params_tp(void)
     /* t = 8: (4096·6144 + 4096·4096 + 3·4096·14336)/8 + 2·4096 RMSNorm gains. */
     CHECK_INT(pt_params_layer(&l8, 8), (4096LL * 6144 + 4096LL * 4096 + 3LL * 4096 * 14336) / 8 +
                                            2 * 4096);
+    /* t = 16 > 8 KV heads: each rank holds 2 of the 32 query heads and the one KV head
+     * they use (128 rows of K and of V), replicated over 2 ranks. */
+    CHECK_INT(pt_kv_heads_rank(&l8, 16), 1);
+    CHECK_INT(pt_kv_heads_rank(&l8, 4), 2);
+    CHECK_INT(pt_params_layer(&l8, 16), 4096LL * (256 + 2 * 128) + 4096LL * 4096 / 16 +
+                                            3LL * 4096 * 14336 / 16 + 2 * 4096);
 }
 
 /* ---- Precisions and defaults -------------------------------------------------- */

@@ -112,6 +112,21 @@ static void test_collectives(void)
             CHECK_NEAR(f.op[i].coll.bytes, 2.0 * 1024 * 1024, 0);
     pt_oplist_free(&f);
     pt_oplist_free(&b);
+    /* tp_overlap: the gathers before column-parallel GEMMs (2 forward, 2 of the 4
+     * backward) run beside them; the backward's gradient gathers and every
+     * reduce-scatter stay exposed. */
+    for (int on = 0; on < 2; on++) {
+        layer_lists(on ? "tp=4,sp=1,tp_overlap=1,dp=1" : "tp=4,sp=1,dp=1", &f, &b);
+        int hidden_f = 0, hidden_b = 0;
+        for (int i = 0; i < f.n; i++)
+            hidden_f += f.op[i].cls == PT_OP_COLL && f.op[i].overlapped;
+        for (int i = 0; i < b.n; i++)
+            hidden_b += b.op[i].cls == PT_OP_COLL && b.op[i].overlapped;
+        CHECK_INT(hidden_f, on ? 2 : 0);
+        CHECK_INT(hidden_b, on ? 2 : 0);
+        pt_oplist_free(&f);
+        pt_oplist_free(&b);
+    }
     /* cp: a ring of c-1 K/V steps forward, overlapped. */
     layer_lists("cp=4,dp=1", &f, &b);
     CHECK_INT(count(&f, PT_COLL_SENDRECV, PT_GROUP_CP), 1);

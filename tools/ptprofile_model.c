@@ -61,6 +61,8 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
         if (rc == 0)
             rc = pt_net_backward(&net, 0, err);
     }
+    if (rc == 0)
+        rc = pt_trace_expand(&tr, err);
     if (rc == 0) {
         drop_gemms(&tr);
         rc = pt_trace_to_costdb(&tr, db, c->device.name, PT_SOURCE_PROFILE, 1, stored, err);

@@ -228,7 +228,8 @@ static int build(const options *o, run *r, pt_err *err)
             return pt_err_set(err, "cannot start the CPU backend (out of memory)");
     } else {
         char why[256] = "";
-        r->kn = pt_kernels_cuda(0, why, sizeof why);
+        /* one GPU per rank: the node's ranks take its GPUs in turn */
+        r->kn = pt_kernels_cuda(r->comm ? pt_comm_local_rank(r->comm) : 0, why, sizeof why);
         if (!r->kn)
             return pt_err_set(err, "%s: the plan is for %s devices, but the CUDA backend cannot "
                                    "start: %s", o->plan, p->cluster.device.name, why);

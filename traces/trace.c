@@ -3,6 +3,10 @@
  * writer and reader (the Trace Event Format's complete events, "ph": "X", with
  * microsecond timestamps, plus metadata events naming the processes and threads;
  * Google, "Trace Event Format", 2016).
+ *
+ * Recording runs for every op of every step (the default job: 8,000 spans a step of
+ * 0.1-0.2 s), so it stores 32 bytes a span and interns what ran; the full spans, over
+ * 200 bytes each, exist only once the run is over (bench/bench_trace.sh measures the cost).
  */
 #include "trace.h"
 
@@ -30,18 +34,181 @@ void pt_trace_init(pt_trace *t, bool on)
     *t = (pt_trace){.on = on, .origin_s = pt_trace_now()};
 }
 
+/* ---- Recording ----------------------------------------------------------------------- */
+
+/* What ran where: everything a span holds but its times, micro-batch and chunk. A run
+ * has a few hundred distinct ones (its ops' keys and the instruction kinds), each
+ * interned once; a recorded span names one by index. */
+typedef struct {
+    char name[48];   /* an instruction's kind ("fwd") when ins */
+    char key[128];
+    double flops, bytes;
+    int32_t dtype, rank, stream, ins;
+    uint64_t hash;
+} site;
+
+/* One recorded span. */
+typedef struct {
+    double t0_s, dur_s; /* t0 from the trace's origin */
+    int32_t site;
+    int32_t mb, chunk;  /* -1 when none */
+} rec;
+
+struct pt_trace_log {
+    rec *r;
+    size_t n, cap;
+    site *s;
+    size_t n_s, cap_s;
+    int32_t *slot;      /* open addressing over sites: index + 1, 0 when empty */
+    size_t n_slot;      /* a power of two, at least twice n_s */
+};
+
+/* The first allocation holds this many spans (2 MiB): about eight steps of the default
+ * job before the array doubles. */
+#define LOG_FIRST_CAP 65536
+
+static void log_free(struct pt_trace_log *L)
+{
+    if (!L)
+        return;
+    free(L->r);
+    free(L->s);
+    free(L->slot);
+    free(L);
+}
+
 void pt_trace_free(pt_trace *t)
 {
+    log_free(t->log);
     free(t->v);
     *t = (pt_trace){0};
 }
 
-/* A bounded copy without printf's parsing: this runs for every op of every step. */
-static void copy_text(char *dst, size_t cap, const char *src)
+/* A multiply-xorshift step over 64-bit words: recording hashes every span's name and
+ * key, so a word at a time rather than FNV's byte at a time. */
+static uint64_t mix(uint64_t h, uint64_t w)
 {
-    size_t n = strnlen(src, cap - 1);
-    memcpy(dst, src, n);
-    dst[n] = 0;
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull; /* 2^64 / golden ratio (Knuth, TAOCP 6.4) */
+    return h ^ (h >> 29);
+}
+
+static uint64_t mix_text(uint64_t h, const char *s, size_t n)
+{
+    uint64_t w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        h = mix(h, w);
+    }
+    w = 0;
+    memcpy(&w, s + i, n - i);
+    return mix(h, w ^ n);
+}
+
+/* The hash of a site's text and numbers; *n_name and *n_key receive the lengths (cut to
+ * fit the site's fields). */
+static uint64_t site_hash(const char *name, size_t *n_name, const char *key, size_t *n_key,
+                          const int32_t ints[4], const double nums[2])
+{
+    *n_name = strnlen(name, sizeof ((site *)0)->name - 1);
+    *n_key = strnlen(key, sizeof ((site *)0)->key - 1);
+    uint64_t w[4];
+    memcpy(w, nums, 2 * sizeof *nums);
+    memcpy(&w[2], ints, 4 * sizeof *ints);
+    uint64_t h = mix_text(mix_text(0, name, *n_name), key, *n_key);
+    for (int i = 0; i < 4; i++)
+        h = mix(h, w[i]);
+    return h;
+}
+
+static bool site_is(const site *x, uint64_t h, const char *name, size_t n_name,
+                    const char *key, size_t n_key, const int32_t ints[4], const double nums[2])
+{
+    return x->hash == h && x->dtype == ints[0] && x->rank == ints[1] &&
+           x->stream == ints[2] && x->ins == ints[3] && x->flops == nums[0] &&
+           x->bytes == nums[1] && memcmp(x->name, name, n_name) == 0 && !x->name[n_name] &&
+           memcmp(x->key, key, n_key) == 0 && !x->key[n_key];
+}
+
+/* Doubles the hash table and puts every site back. */
+static int rehash(struct pt_trace_log *L)
+{
+    size_t n = L->n_slot ? 2 * L->n_slot : 1024;
+    int32_t *slot = calloc(n, sizeof *slot);
+    if (!slot)
+        return -1;
+    for (size_t i = 0; i < L->n_s; i++) {
+        size_t j = L->s[i].hash & (n - 1);
+        while (slot[j])
+            j = (j + 1) & (n - 1);
+        slot[j] = (int32_t)i + 1;
+    }
+    free(L->slot);
+    L->slot = slot;
+    L->n_slot = n;
+    return 0;
+}
+
+/* The index of the site, interned here the first time it is seen; -1 when out of
+ * memory. */
+static int32_t site_of(struct pt_trace_log *L, const char *name, const char *key,
+                       const int32_t ints[4], const double nums[2])
+{
+    size_t n_name, n_key;
+    uint64_t h = site_hash(name, &n_name, key, &n_key, ints, nums);
+    if (2 * (L->n_s + 1) > L->n_slot && rehash(L))
+        return -1;
+    size_t j = h & (L->n_slot - 1);
+    for (; L->slot[j]; j = (j + 1) & (L->n_slot - 1))
+        if (site_is(&L->s[L->slot[j] - 1], h, name, n_name, key, n_key, ints, nums))
+            return L->slot[j] - 1;
+    if (L->n_s == L->cap_s) {
+        size_t cap = L->cap_s ? 2 * L->cap_s : 256;
+        site *s = realloc(L->s, cap * sizeof *s);
+        if (!s)
+            return -1;
+        L->s = s;
+        L->cap_s = cap;
+    }
+    site *x = &L->s[L->n_s];
+    memset(x, 0, sizeof *x);
+    memcpy(x->name, name, n_name);
+    memcpy(x->key, key, n_key);
+    x->dtype = ints[0];
+    x->rank = ints[1];
+    x->stream = ints[2];
+    x->ins = ints[3];
+    x->flops = nums[0];
+    x->bytes = nums[1];
+    x->hash = h;
+    L->slot[j] = (int32_t)L->n_s + 1;
+    return (int32_t)L->n_s++;
+}
+
+/* A new span, its site interned; NULL (and t->oom) when out of memory. */
+static rec *record(pt_trace *t, const char *name, const char *key, const int32_t ints[4],
+                   const double nums[2], double t0, double t1)
+{
+    struct pt_trace_log *L = t->log;
+    if (!L && !(L = t->log = calloc(1, sizeof *L)))
+        goto oom;
+    if (L->n == L->cap) {
+        size_t cap = L->cap ? 2 * L->cap : LOG_FIRST_CAP;
+        rec *r = realloc(L->r, cap * sizeof *r);
+        if (!r)
+            goto oom;
+        L->r = r;
+        L->cap = cap;
+    }
+    int32_t i = site_of(L, name, key, ints, nums);
+    if (i < 0)
+        goto oom;
+    rec *r = &L->r[L->n++];
+    *r = (rec){.t0_s = t0 - t->origin_s, .dur_s = t1 - t0, .site = i, .mb = -1, .chunk = -1};
+    return r;
+oom:
+    t->oom = true;
+    return NULL;
 }
 
 void pt_trace_sync(pt_trace *t)
@@ -51,25 +218,27 @@ void pt_trace_sync(pt_trace *t)
     t->sync_s[t->n_sync < 2 ? t->n_sync++ : 1] = pt_trace_now();
 }
 
-/* An instruction span is named "<kind> mb<m> c<c>" (must match pt_engine_step in
- * runtime/engine.c and the simulator's spans in planner/sim.c). Its micro-batch and
- * chunk go to it and to the op spans it contains, which were recorded before it (an
- * instruction's span ends after its ops'); so the ops of a span are the ones just
- * before it that started no earlier, and each op is visited once. */
-static void adopt_ops(pt_trace *t, pt_span *ins)
+void pt_trace_add_ins(pt_trace *t, int rank, int stream, const char *kind, int mb,
+                      int chunk, double t0, double t1)
 {
-    int mb, chunk;
-    const char *p = strstr(ins->name, " mb");
-    if (!p || sscanf(p, " mb%d c%d", &mb, &chunk) != 2)
+    if (!t || !t->on)
+        return;
+    int32_t ints[4] = {PT_DTYPE_FP32, rank, stream, 1};
+    double nums[2] = {0, 0};
+    rec *ins = record(t, kind, "", ints, nums, t0, t1);
+    if (!ins)
         return;
     ins->mb = mb;
     ins->chunk = chunk;
-    for (size_t i = t->n - 1; i-- > 0;) {
-        pt_span *s = &t->v[i];
-        if (s->t0_s < ins->t0_s || s->mb >= 0 || s->rank != ins->rank)
+    /* The op spans of an instruction were recorded before it (its span ends after
+     * theirs): they are the ones just before it that started no earlier, and each is
+     * visited once. */
+    const struct pt_trace_log *L = t->log;
+    for (rec *r = ins; r-- > L->r;) {
+        if (r->t0_s < ins->t0_s || r->mb >= 0 || L->s[r->site].rank != rank)
             break;
-        s->mb = mb;
-        s->chunk = chunk;
+        r->mb = mb;
+        r->chunk = chunk;
     }
 }
 
@@ -78,28 +247,19 @@ void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const cha
 {
     if (!t || !t->on)
         return;
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 4096;
-        pt_span *v = realloc(t->v, cap * sizeof *v);
-        if (!v) {
-            t->oom = true;
-            return;
-        }
-        t->v = v;
-        t->cap = cap;
+    int mb, chunk;
+    const char *p = key && key[0] ? NULL : strstr(name, " mb");
+    if (p && sscanf(p, " mb%d c%d", &mb, &chunk) == 2) {
+        char kind[48];
+        size_t n = (size_t)(p - name) < sizeof kind ? (size_t)(p - name) : sizeof kind - 1;
+        memcpy(kind, name, n);
+        kind[n] = 0;
+        pt_trace_add_ins(t, rank, stream, kind, mb, chunk, t0, t1);
+        return;
     }
-    pt_span *s = &t->v[t->n++];
-    copy_text(s->name, sizeof s->name, name);
-    copy_text(s->key, sizeof s->key, key ? key : "");
-    s->rank = rank;
-    s->stream = stream;
-    s->mb = s->chunk = -1;
-    s->t0_s = t0 - t->origin_s;
-    s->dur_s = t1 - t0;
-    s->flops = s->bytes = 0;
-    s->dtype = PT_DTYPE_FP32;
-    if (!s->key[0])
-        adopt_ops(t, s);
+    int32_t ints[4] = {PT_DTYPE_FP32, rank, stream, 0};
+    double nums[2] = {0, 0};
+    record(t, name, key ? key : "", ints, nums, t0, t1);
 }
 
 void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
@@ -107,13 +267,58 @@ void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
 {
     if (!t || !t->on)
         return;
-    size_t before = t->n;
-    pt_trace_add(t, rank, stream, name, op->key, t0, t1);
-    if (t->n > before) {
-        t->v[before].flops = op->flops;
-        t->v[before].bytes = op->bytes;
-        t->v[before].dtype = op->dtype;
-    }
+    int32_t ints[4] = {(int32_t)op->dtype, rank, stream, 0};
+    double nums[2] = {op->flops, op->bytes};
+    record(t, name, op->key, ints, nums, t0, t1);
+}
+
+/* A recorded span in full: its site's name (an instruction's with micro-batch and
+ * chunk), key and figures. */
+static void expand_one(const site *x, const rec *r, pt_span *s)
+{
+    memset(s, 0, sizeof *s);
+    if (x->ins) /* kinds are a dozen letters at most (pt_ins_name) */
+        snprintf(s->name, sizeof s->name, "%.24s mb%d c%d", x->name, (int)r->mb,
+                 (int)r->chunk);
+    else
+        memcpy(s->name, x->name, sizeof s->name);
+    memcpy(s->key, x->key, sizeof s->key);
+    s->rank = x->rank;
+    s->stream = x->stream;
+    s->mb = r->mb;
+    s->chunk = r->chunk;
+    s->t0_s = r->t0_s;
+    s->dur_s = r->dur_s;
+    s->flops = x->flops;
+    s->bytes = x->bytes;
+    s->dtype = (pt_dtype)x->dtype;
+}
+
+static int grow_spans(pt_trace *t, size_t more, pt_err *err)
+{
+    if (t->n + more <= t->cap)
+        return 0;
+    size_t cap = t->n + more;
+    pt_span *v = realloc(t->v, (cap ? cap : 1) * sizeof *v);
+    if (!v)
+        return pt_err_set(err, "out of memory for %zu spans", cap);
+    t->v = v;
+    t->cap = cap;
+    return 0;
+}
+
+int pt_trace_expand(pt_trace *t, pt_err *err)
+{
+    struct pt_trace_log *L = t->log;
+    if (!L)
+        return 0;
+    if (grow_spans(t, L->n, err))
+        return -1;
+    for (size_t i = 0; i < L->n; i++)
+        expand_one(&L->s[L->r[i].site], &L->r[i], &t->v[t->n++]);
+    log_free(L);
+    t->log = NULL;
+    return 0;
 }
 
 /* ---- Trace -> cost samples ------------------------------------------------------- */
@@ -190,29 +395,34 @@ int pt_trace_to_costdb_stat(const pt_trace *t, pt_costdb *db, const char *device
 
 /* ---- Merging the ranks' traces ----------------------------------------------------------- */
 
-/* What one rank sends to rank 0, followed by its spans. */
+/* What one rank sends to rank 0, followed by its sites and its recorded spans. */
 typedef struct {
     uint32_t magic;      /* PACK_MAGIC: the buffer is a packed trace of this build */
     int32_t n_sync;
     double origin_s, sync_s[2];
     pt_run_rank mem;
-    uint64_t n_spans;
+    uint64_t n_sites, n_spans;
 } pack_header;
 
-#define PACK_MAGIC 0x70747472u /* "pttr" */
+#define PACK_MAGIC 0x70747432u /* "ptt2" */
 
 int pt_trace_pack(const pt_trace *t, const pt_run_rank *mem, void **buf, int64_t *n,
                   pt_err *err)
 {
-    size_t bytes = sizeof(pack_header) + t->n * sizeof(pt_span);
+    const struct pt_trace_log *L = t->log;
+    size_t n_sites = L ? L->n_s : 0, n_spans = L ? L->n : 0;
+    size_t bytes = sizeof(pack_header) + n_sites * sizeof(site) + n_spans * sizeof(rec);
     pack_header h = {.magic = PACK_MAGIC, .n_sync = t->n_sync, .origin_s = t->origin_s,
-                     .sync_s = {t->sync_s[0], t->sync_s[1]}, .mem = *mem, .n_spans = t->n};
+                     .sync_s = {t->sync_s[0], t->sync_s[1]}, .mem = *mem,
+                     .n_sites = n_sites, .n_spans = n_spans};
     char *b = malloc(bytes);
     if (!b)
-        return pt_err_set(err, "out of memory packing %zu spans", t->n);
+        return pt_err_set(err, "out of memory packing %zu spans", n_spans);
     memcpy(b, &h, sizeof h);
-    if (t->n)
-        memcpy(b + sizeof h, t->v, t->n * sizeof(pt_span));
+    if (n_sites)
+        memcpy(b + sizeof h, L->s, n_sites * sizeof(site));
+    if (n_spans)
+        memcpy(b + sizeof h + n_sites * sizeof(site), L->r, n_spans * sizeof(rec));
     *buf = b;
     *n = (int64_t)bytes;
     return 0;
@@ -247,6 +457,24 @@ static int by_rank_then_time(const void *a, const void *b)
     return (x->t0_s > y->t0_s) - (x->t0_s < y->t0_s);
 }
 
+/* Whether a packed buffer of `size` bytes holds what its header announces, and every
+ * span names one of its sites. */
+static bool pack_ok(const pack_header *h, const char *body, int64_t size)
+{
+    if (h->magic != PACK_MAGIC || h->n_sync < 0 || h->n_sync > 2 ||
+        h->n_sites > (uint64_t)INT32_MAX || h->n_spans > (uint64_t)size ||
+        (int64_t)(sizeof *h + h->n_sites * sizeof(site) + h->n_spans * sizeof(rec)) != size)
+        return false;
+    const char *spans = body + h->n_sites * sizeof(site);
+    for (uint64_t i = 0; i < h->n_spans; i++) {
+        rec r;
+        memcpy(&r, spans + i * sizeof r, sizeof r);
+        if (r.site < 0 || (uint64_t)r.site >= h->n_sites)
+            return false;
+    }
+    return true;
+}
+
 int pt_trace_merge(const void *all, const int64_t *sizes, int world, pt_trace *out,
                    pt_run_rank *mem, pt_err *err)
 {
@@ -254,7 +482,7 @@ int pt_trace_merge(const void *all, const int64_t *sizes, int world, pt_trace *o
     if (world < 1 || world > PT_TRACE_MAX_RANKS)
         return pt_err_set(err, "cannot merge the traces of %d ranks", world);
     const char *p = all;
-    pack_header r0;
+    pack_header r0 = {0};
     size_t total = 0;
     for (int r = 0; r < world; r++) {
         pack_header h;
@@ -262,34 +490,35 @@ int pt_trace_merge(const void *all, const int64_t *sizes, int world, pt_trace *o
             return pt_err_set(err, "the trace of rank %d is damaged (%lld bytes)", r,
                               (long long)sizes[r]);
         memcpy(&h, p, sizeof h);
-        if (h.magic != PACK_MAGIC || h.n_sync < 0 || h.n_sync > 2 ||
-            (int64_t)(sizeof h + h.n_spans * sizeof(pt_span)) != sizes[r])
+        if (!pack_ok(&h, p + sizeof h, sizes[r]))
             return pt_err_set(err, "the trace of rank %d is damaged or from another build", r);
         if (r == 0)
             r0 = h;
         total += h.n_spans;
         p += sizes[r];
     }
-    out->v = malloc((total ? total : 1) * sizeof *out->v);
-    if (!out->v)
-        return pt_err_set(err, "out of memory merging %zu spans", total);
-    out->cap = total;
+    if (grow_spans(out, total, err))
+        return -1;
     out->origin_s = r0.origin_s;
     out->world = world;
     p = all;
     for (int r = 0; r < world; r++) {
         pack_header h;
         memcpy(&h, p, sizeof h);
-        memcpy(out->v + out->n, p + sizeof h, h.n_spans * sizeof(pt_span));
+        const char *sites = p + sizeof h, *spans = sites + h.n_sites * sizeof(site);
         for (size_t i = 0; i < h.n_spans; i++) {
-            pt_span *s = &out->v[out->n + i];
+            rec x;
+            site y;
+            memcpy(&x, spans + i * sizeof x, sizeof x);
+            memcpy(&y, sites + (size_t)x.site * sizeof y, sizeof y);
+            pt_span *s = &out->v[out->n++];
+            expand_one(&y, &x, s);
             double t0 = align(h.origin_s + s->t0_s, &h, &r0);
             double t1 = align(h.origin_s + s->t0_s + s->dur_s, &h, &r0);
             s->t0_s = t0 - r0.origin_s;
             s->dur_s = t1 - t0;
             s->rank = r; /* the rank that sent it, whatever it wrote */
         }
-        out->n += h.n_spans;
         if (mem) {
             mem[r] = h.mem;
             mem[r].rank = r;
@@ -322,69 +551,101 @@ int pt_trace_plan_id(const char *path, char out[17], pt_err *err)
 
 /* ---- Chrome trace writer ----------------------------------------------------------------- */
 
-static json_t *meta_event(const char *what, int rank, int tid, const char *name)
+/* The writer prints the JSON itself, one event after the other, instead of building a
+ * jansson tree of every span first: a run's trace has hundreds of thousands of spans.
+ * The file is one compact line, without spaces (jansson's JSON_COMPACT form, which
+ * tools/ and tests/ grep). */
+
+/* s as a JSON string, quoted and escaped (RFC 8259, sec. 7). */
+static void put_string(FILE *f, const char *s)
 {
-    return json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", what, "ph", "M", "pid", rank,
-                     "tid", tid, "args", "name", name);
+    putc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            putc(c, f);
+    }
+    putc('"', f);
 }
 
-static json_t *span_event(const pt_span *s)
+static void put_meta(FILE *f, const char *sep, const char *what, int rank, int tid,
+                     const char *name)
 {
-    json_t *e = json_pack("{s:s, s:s, s:f, s:f, s:i, s:i}", "name", s->name, "ph", "X", "ts",
-                          s->t0_s * 1e6, "dur", s->dur_s * 1e6, "pid", s->rank, "tid",
-                          s->stream);
-    if (!e)
-        return NULL;
-    json_t *args = json_object();
-    if (s->mb >= 0) {
-        json_object_set_new(args, "mb", json_integer(s->mb));
-        json_object_set_new(args, "chunk", json_integer(s->chunk));
-    }
+    fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", sep,
+            what, rank, tid);
+    put_string(f, name);
+    fputs("}}", f);
+}
+
+/* Times in microseconds to the nanosecond, what the clocks resolve. */
+static void put_span(FILE *f, const char *sep, const pt_span *s)
+{
+    fprintf(f, "%s{\"name\":", sep);
+    put_string(f, s->name);
+    fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{",
+            s->t0_s * 1e6, s->dur_s * 1e6, s->rank, s->stream);
+    if (s->mb >= 0)
+        fprintf(f, "\"mb\":%d,\"chunk\":%d%s", s->mb, s->chunk, s->key[0] ? "," : "");
     if (s->key[0]) {
-        json_object_set_new(args, "key", json_string(s->key));
-        json_object_set_new(args, "flops", json_real(s->flops));
-        json_object_set_new(args, "bytes", json_real(s->bytes));
-        json_object_set_new(args, "dtype", json_string(pt_dtype_name(s->dtype)));
+        fputs("\"key\":", f);
+        put_string(f, s->key);
+        fprintf(f, ",\"flops\":%.17g,\"bytes\":%.17g,\"dtype\":\"%s\"", s->flops, s->bytes,
+                pt_dtype_name(s->dtype));
     }
-    json_object_set_new(e, "args", args);
-    return e;
+    fputs("}}", f);
 }
 
-int pt_trace_write_chrome(const pt_trace *t, const char *path, pt_err *err)
+static void put_trace(FILE *f, const pt_trace *t)
 {
-    json_t *events = json_array();
     int max_rank = -1;
     for (size_t i = 0; i < t->n; i++)
         if (t->v[i].rank > max_rank)
             max_rank = t->v[i].rank;
     if (t->world > max_rank + 1)
         max_rank = t->world - 1;
+    fputs("{\"traceEvents\":[", f);
     for (int r = 0; r <= max_rank; r++) {
         char name[32];
         snprintf(name, sizeof name, "rank %d", r);
-        json_array_append_new(events, meta_event("process_name", r, 0, name));
-        json_array_append_new(events, meta_event("thread_name", r, 0, "compute"));
-        json_array_append_new(events, meta_event("thread_name", r, 1, "communication"));
+        put_meta(f, r ? "," : "", "process_name", r, 0, name);
+        put_meta(f, ",", "thread_name", r, 0, "compute");
+        put_meta(f, ",", "thread_name", r, 1, "communication");
     }
     for (size_t i = 0; i < t->n; i++)
-        json_array_append_new(events, span_event(&t->v[i]));
-    json_t *other = json_pack("{s:s, s:s, s:s, s:i, s:I}", "format", PT_TRACE_FORMAT,
-                              "plan_id", t->plan_id, "plan", t->plan_path, "world",
-                              t->world > 0 ? t->world : max_rank + 1, "spans",
-                              (json_int_t)t->n);
-    json_t *root = json_pack("{s:o, s:s, s:o}", "traceEvents", events, "displayTimeUnit", "ms",
-                             "otherData", other);
+        put_span(f, i || max_rank >= 0 ? "," : "", &t->v[i]);
+    fprintf(f, "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"format\":\"%s\",\"plan_id\":",
+            PT_TRACE_FORMAT);
+    put_string(f, t->plan_id);
+    fputs(",\"plan\":", f);
+    put_string(f, t->plan_path);
+    fprintf(f, ",\"world\":%d,\"spans\":%zu}}", t->world > 0 ? t->world : max_rank + 1, t->n);
+}
+
+int pt_trace_write_chrome(const pt_trace *t, const char *path, pt_err *err)
+{
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     errno = 0;
-    int rc = root ? json_dump_file(root, tmp, JSON_COMPACT) : -1;
-    json_decref(root);
+    FILE *f = fopen(tmp, "wb");
+    int rc = f ? 0 : -1;
+    if (f) {
+        setvbuf(f, NULL, _IOFBF, 1 << 20);
+        put_trace(f, t);
+        rc = ferror(f) ? -1 : 0;
+        if (fclose(f) != 0)
+            rc = -1;
+    }
     if (rc == 0 && rename(tmp, path) != 0)
         rc = -1;
     if (rc) {
+        int e = errno;
         remove(tmp);
         return pt_err_set(err, "cannot write trace '%s': %s", path,
-                          errno ? strerror(errno) : "out of memory");
+                          e ? strerror(e) : "write error");
     }
     return 0;
 }

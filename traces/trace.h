@@ -19,15 +19,23 @@
 extern "C" {
 #endif
 
-/* Spans are pt_span (cost.h), the form the cost database stores them in. */
+/* Spans are pt_span (cost.h), the form the cost database stores them in. While a run
+ * goes they are recorded in a compact form instead (a few words a span: its times,
+ * micro-batch and chunk, and the index of what ran, each distinct op or instruction kind
+ * interned once with its name, key, FLOPs, bytes and data type), so that recording copies
+ * and formats nothing; merging (pt_trace_merge) or expanding (pt_trace_expand) turns them
+ * into pt_span. */
 
 /* The largest world a merged trace holds. */
 #define PT_TRACE_MAX_RANKS 4096
 
+struct pt_trace_log; /* the compact spans recorded so far (trace.c) */
+
 typedef struct {
     bool on;         /* a trace that is off records nothing and costs nothing */
     double origin_s; /* monotonic time at start */
-    pt_span *v;
+    struct pt_trace_log *log; /* recorded, not yet expanded; NULL when none */
+    pt_span *v;      /* full spans: merged, read from a file, or expanded */
     size_t n, cap;
     bool oom;        /* a span was dropped for lack of memory */
     double sync_s[2]; /* monotonic times of the barriers the clocks are aligned by */
@@ -42,13 +50,28 @@ typedef struct {
 double pt_trace_now(void);
 void pt_trace_init(pt_trace *t, bool on);
 void pt_trace_free(pt_trace *t);
+
+/* ---- Recording (once per instruction and op: cheap, no formatting) ------------------- */
+
 /* Records a span from t0 to t1 (monotonic seconds, as pt_trace_now gives); t may be
- * NULL (no trace). */
+ * NULL (no trace). A span without a key named "<kind> mb<m> c<c>" is taken for an
+ * instruction, as pt_trace_add_ins records it (which is the cheaper call). */
 void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const char *key,
                   double t0, double t1);
 /* Records an op span: its key, FLOPs, bytes and data type come from `op`. */
 void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
                      const pt_kernel_op *op, double t0, double t1);
+/* Records an instruction of the schedule program: `kind` ("fwd", "bwd", ...) on
+ * micro-batch mb of model chunk `chunk`; it is named "<kind> mb<m> c<c>" (must match
+ * the simulator's spans in planner/sim.c). The op spans recorded since the instruction
+ * began, on the same rank, take its micro-batch and chunk. */
+void pt_trace_add_ins(pt_trace *t, int rank, int stream, const char *kind, int mb,
+                      int chunk, double t0, double t1);
+
+/* Turns the spans recorded so far into full spans appended to t->v (times relative to
+ * t->origin_s), as the functions below that read t->v need; -1 with err when out of
+ * memory. */
+int pt_trace_expand(pt_trace *t, pt_err *err);
 
 /* Records the moment every rank leaves a barrier: call right after one (at the start
  * of the run and again before merging), on every rank. Merging aligns the ranks'
@@ -57,7 +80,7 @@ void pt_trace_sync(pt_trace *t);
 
 /* ---- Merging the ranks' traces -------------------------------------------------------- */
 
-/* Packs this rank's spans, sync instants and memory figures into one malloc'd buffer
+/* Packs this rank's recorded spans (compact), sync instants and memory figures into one malloc'd buffer
  * (*buf, *n bytes; the caller frees) to be gathered to rank 0, where pt_trace_merge
  * reads every rank's buffer. Buffers are read by the same build that wrote them. */
 int pt_trace_pack(const pt_trace *t, const pt_run_rank *mem, void **buf, int64_t *n,
@@ -78,9 +101,9 @@ int pt_trace_plan_id(const char *path, char out[17], pt_err *err);
  * an error naming the path (and for JSON errors the line and column). */
 int pt_trace_read_chrome(const char *path, pt_trace *out, pt_err *err);
 
-/* Turns the op spans into kernel samples of `device`: for each key, the median of
- * its spans' durations (after dropping the first `skip` spans of each key, the
- * warm-up), stored with pt_costdb_put_kernel (replacing older samples of the same
+/* Turns the op spans (t->v: expand a recorded trace first) into kernel samples of
+ * `device`: for each key, the median of its spans' durations (after dropping the first
+ * `skip` spans of each key, the warm-up), stored with pt_costdb_put_kernel (replacing older samples of the same
  * source). *stored counts the keys written. */
 int pt_trace_to_costdb(const pt_trace *t, pt_costdb *db, const char *device, pt_source source,
                        int skip, int64_t *stored, pt_err *err);
