@@ -67,13 +67,16 @@ static int pieces(const dims *d)
     return d->cp > 1 ? 2 : 1;
 }
 
+/* A rank's tokens are laid out chunk by chunk: rows [p·b·sc, (p+1)·b·sc) are chunk p
+ * of each of the b sequences, (b, sc) — without cp, simply (b, s). So every op over a
+ * chunk is one call on b sequences. */
 void pt_net_cp_slice(const pt_net *n, const int32_t *full, int32_t *local)
 {
     dims d = dims_of(n);
     int64_t s = n->spec.seq;
-    for (int64_t bi = 0; bi < d.b; bi++)
-        for (int p = 0; p < pieces(&d); p++)
-            memcpy(local + bi * d.s + p * d.sc, full + bi * s + piece_pos(&d, d.cr, p),
+    for (int p = 0; p < pieces(&d); p++)
+        for (int64_t bi = 0; bi < d.b; bi++)
+            memcpy(local + (p * d.b + bi) * d.sc, full + bi * s + piece_pos(&d, d.cr, p),
                    (size_t)d.sc * sizeof *local);
 }
 
@@ -162,8 +165,8 @@ static void carve_scratch(carve *c, const pt_net *n, const dims *d, pt_scratch *
     S->dkv = d->kv_share > 1 ? take(c, n->spec.kv_heads * (int64_t)d->d * (d->h + 1), 4) : NULL;
     for (int i = 0; i < 2; i++)
         S->ring[i] = d->cp > 1 ? take(c, 4 * kv, ab) : NULL;
-    S->part = d->cp > 1 ? take(c, d->sc * d->a * d->d, ab) : NULL;
-    S->part_lse = d->cp > 1 ? take(c, d->a * d->sc, 4) : NULL;
+    S->part = d->cp > 1 ? take(c, d->b * d->sc * d->a * d->d, ab) : NULL;
+    S->part_lse = d->cp > 1 ? take(c, d->b * d->a * d->sc, 4) : NULL;
 }
 
 static pt_acts *alloc_slot(pt_net *n, const dims *d)
@@ -338,11 +341,13 @@ static void dropout_rows(ctx *c, float *buf, const float *dout, int64_t row0, in
     pt_kernels *kn = c->n->kn;
     const dims *d = &c->d;
     for (int64_t r = row0; r < row0 + rows;) {
-        int64_t bi = r / d->s, j = r % d->s;
-        int64_t len = (j / d->sc + 1) * d->sc - j; /* to the end of this chunk */
+        /* row r is position j of chunk p of sequence bi (pt_net_cp_slice's layout) */
+        int p = (int)(r / (d->b * d->sc));
+        int64_t bi = r / d->sc % d->b, j = r % d->sc;
+        int64_t len = d->sc - j; /* to the end of this chunk */
         if (len > row0 + rows - r)
             len = row0 + rows - r;
-        int64_t pos = piece_pos(d, d->cr, (int)(j / d->sc)) + j % d->sc;
+        int64_t pos = piece_pos(d, d->cr, p) + j;
         uint64_t id = drop_tensor(c, c->A->first_sample + bi, site);
         float *out = at_elem(c, buf, (r - row0) * d->h);
         if (dout)
@@ -498,24 +503,16 @@ static void rope_all(ctx *c, float *t, int nh, bool backward, float *grad_out)
 {
     pt_kernels *kn = c->n->kn;
     const dims *d = &c->d;
-    if (pieces(d) == 1) {
+    for (int p = 0; p < pieces(d); p++) {
+        int64_t off = p * d->b * d->sc * nh * d->d;
+        int pos0 = (int)piece_pos(d, d->cr, p);
         if (backward)
-            kn->rope_backward(kn, grad_out, t, (int)d->b, (int)d->s, nh, d->d, 0, kRopeTheta);
+            kn->rope_backward(kn, at_elem(c, grad_out, off), at_elem(c, t, off), (int)d->b,
+                              (int)d->sc, nh, d->d, pos0, kRopeTheta);
         else
-            kn->rope_forward(kn, t, t, (int)d->b, (int)d->s, nh, d->d, 0, kRopeTheta);
-        return;
+            kn->rope_forward(kn, at_elem(c, t, off), at_elem(c, t, off), (int)d->b, (int)d->sc,
+                             nh, d->d, pos0, kRopeTheta);
     }
-    for (int64_t bi = 0; bi < d->b; bi++)
-        for (int p = 0; p < 2; p++) {
-            int64_t off = (bi * d->s + p * d->sc) * nh * d->d;
-            int pos0 = (int)piece_pos(d, d->cr, p);
-            if (backward)
-                kn->rope_backward(kn, at_elem(c, grad_out, off), at_elem(c, t, off), 1,
-                                  (int)d->sc, nh, d->d, pos0, kRopeTheta);
-            else
-                kn->rope_forward(kn, at_elem(c, t, off), at_elem(c, t, off), 1, (int)d->sc, nh,
-                                 d->d, pos0, kRopeTheta);
-        }
 }
 
 static int attention_fwd(ctx *c);
@@ -779,16 +776,16 @@ static int attn_bwd_op(ctx *c, const char *op)
 
 /* ---- Attention, with the context-parallel ring ---------------------------------------------- */
 
-/* Pointers to sequence chunk p of row bi of a (b, s_r, nh, d) tensor, and to its
- * (a, sc) log-sum-exp block (cp keeps lse as (b, 2, a, sc)). */
-static float *chunk_of(const ctx *c, const float *t, int64_t bi, int p, int nh)
+/* Chunk p, (b, sc, nh, d), of a (T, nh, d) tensor laid out chunk by chunk, and its
+ * (b, a, sc) log-sum-exp block (lse is (2, b, a, sc) with cp). */
+static float *chunk_of(const ctx *c, const float *t, int p, int nh)
 {
-    return at_elem(c, t, (bi * c->d.s + p * c->d.sc) * nh * c->d.d);
+    return at_elem(c, t, p * c->d.b * c->d.sc * nh * c->d.d);
 }
 
-static float *lse_of(const ctx *c, float *lse, int64_t bi, int p)
+static float *lse_of(const ctx *c, float *lse, int p)
 {
-    return lse + (bi * 2 + p) * c->d.a * c->d.sc;
+    return lse + p * c->d.b * c->d.a * c->d.sc;
 }
 
 /* Ring messages: tags above the pipeline's (which are below 2^14). */
@@ -829,25 +826,22 @@ static int attention_fwd(ctx *c)
                                                  cur, (int64_t)act_bytes(c, 2 * kv), c->err))
             return -1;
         const float *k = cur, *v = at_elem(c, cur, kv);
-        for (int64_t bi = 0; bi < d->b; bi++)
-            for (int qp = 0; qp < 2; qp++)
-                for (int kp = 0; kp < 2; kp++) {
-                    if (!visible(d, src, qp, kp))
-                        continue;
-                    bool first = j == 0 && kp == 0; /* the diagonal chunk: always seen */
-                    float *out = first ? chunk_of(c, L->att, bi, qp, d->a) : S->part;
-                    float *lse = first ? lse_of(c, L->lse, bi, qp) : S->part_lse;
-                    kn->attention_forward(kn, out, lse, chunk_of(c, L->q, bi, qp, d->a),
-                                          chunk_of(c, k, bi, kp, d->kh),
-                                          chunk_of(c, v, bi, kp, d->kh), 1, (int)d->sc,
-                                          (int)d->sc, d->a, d->kh, d->d,
-                                          (int)piece_pos(d, d->cr, qp),
-                                          (int)piece_pos(d, src, kp), 1);
-                    if (!first)
-                        kn->attention_combine(kn, chunk_of(c, L->att, bi, qp, d->a),
-                                              lse_of(c, L->lse, bi, qp), S->part, S->part_lse,
-                                              1, (int)d->sc, d->a, d->d);
-                }
+        for (int qp = 0; qp < 2; qp++)
+            for (int kp = 0; kp < 2; kp++) {
+                if (!visible(d, src, qp, kp))
+                    continue;
+                bool first = j == 0 && kp == 0; /* the diagonal chunk: always seen */
+                float *out = first ? chunk_of(c, L->att, qp, d->a) : S->part;
+                float *lse = first ? lse_of(c, L->lse, qp) : S->part_lse;
+                kn->attention_forward(kn, out, lse, chunk_of(c, L->q, qp, d->a),
+                                      chunk_of(c, k, kp, d->kh), chunk_of(c, v, kp, d->kh),
+                                      (int)d->b, (int)d->sc, (int)d->sc, d->a, d->kh, d->d,
+                                      (int)piece_pos(d, d->cr, qp), (int)piece_pos(d, src, kp), 1);
+                if (!first)
+                    kn->attention_combine(kn, chunk_of(c, L->att, qp, d->a),
+                                          lse_of(c, L->lse, qp), S->part, S->part_lse, (int)d->b,
+                                          (int)d->sc, d->a, d->d);
+            }
         if (j < d->cp - 1) {
             if (pt_comm_recv_bytes(c->n->comm, c->n->cp_prev, tag_ring(j, false), next,
                                    (int64_t)act_bytes(c, 2 * kv), c->err))
@@ -887,19 +881,18 @@ static int attention_bwd(ctx *c)
             int src = (d->cr - j + d->cp) % d->cp;
             float *k = cur, *v = at_elem(c, cur, kv), *dk = at_elem(c, cur, 2 * kv),
                   *dv = at_elem(c, cur, 3 * kv);
-            for (int64_t bi = 0; bi < d->b; bi++)
-                for (int qp = 0; qp < 2; qp++)
-                    for (int kp = 0; kp < 2; kp++) {
-                        if (!visible(d, src, qp, kp))
-                            continue;
-                        kn->attention_backward(
-                            kn, chunk_of(c, S->dq, bi, qp, d->a), chunk_of(c, dk, bi, kp, d->kh),
-                            chunk_of(c, dv, bi, kp, d->kh), chunk_of(c, S->datt, bi, qp, d->a),
-                            chunk_of(c, L->q, bi, qp, d->a), chunk_of(c, k, bi, kp, d->kh),
-                            chunk_of(c, v, bi, kp, d->kh), chunk_of(c, L->att, bi, qp, d->a),
-                            lse_of(c, L->lse, bi, qp), 1, (int)d->sc, (int)d->sc, d->a, d->kh,
-                            d->d, (int)piece_pos(d, d->cr, qp), (int)piece_pos(d, src, kp), 1);
-                    }
+            for (int qp = 0; qp < 2; qp++)
+                for (int kp = 0; kp < 2; kp++) {
+                    if (!visible(d, src, qp, kp))
+                        continue;
+                    kn->attention_backward(
+                        kn, chunk_of(c, S->dq, qp, d->a), chunk_of(c, dk, kp, d->kh),
+                        chunk_of(c, dv, kp, d->kh), chunk_of(c, S->datt, qp, d->a),
+                        chunk_of(c, L->q, qp, d->a), chunk_of(c, k, kp, d->kh),
+                        chunk_of(c, v, kp, d->kh), chunk_of(c, L->att, qp, d->a),
+                        lse_of(c, L->lse, qp), (int)d->b, (int)d->sc, (int)d->sc, d->a, d->kh,
+                        d->d, (int)piece_pos(d, d->cr, qp), (int)piece_pos(d, src, kp), 1);
+                }
             /* on: K, V and their gradients; the last hop takes only the gradients home */
             bool last = j == d->cp - 1;
             float *from = last ? dk : cur, *into = last ? at_elem(c, next, 2 * kv) : next;
@@ -1013,19 +1006,16 @@ static int embed_op(ctx *c, const char *op)
     const float *pos = d->tr == 0 ? wpe.w : NULL;
     float *out = fwd ? row_out(c, c->A->x[0]) : NULL;
     const float *dout = c->S->gdres;
-    for (int64_t bi = 0; bi < (pieces(d) == 1 ? 1 : d->b); bi++)
-        for (int p = 0; p < pieces(d); p++) {
-            /* without cp, one call for the whole micro-batch */
-            int b = pieces(d) == 1 ? (int)d->b : 1, s = (int)d->sc;
-            int64_t row = bi * d->s + p * d->sc;
-            int pos0 = (int)piece_pos(d, d->cr, p);
-            if (fwd)
-                kn->embed_forward(kn, at_elem(c, out, row * d->h), c->A->tokens + row, wte.w,
-                                  pos, b, s, d->h, v0, d->v, pos0);
-            else
-                kn->embed_backward(kn, wte.g, wpe.g, at_elem(c, dout, row * d->h),
-                                   c->A->tokens + row, b, s, d->h, v0, d->v, pos0);
-        }
+    for (int p = 0; p < pieces(d); p++) { /* each chunk at its place in the sequence */
+        int64_t row = p * d->b * d->sc;
+        int pos0 = (int)piece_pos(d, d->cr, p);
+        if (fwd)
+            kn->embed_forward(kn, at_elem(c, out, row * d->h), c->A->tokens + row, wte.w, pos,
+                              (int)d->b, (int)d->sc, d->h, v0, d->v, pos0);
+        else
+            kn->embed_backward(kn, wte.g, wpe.g, at_elem(c, dout, row * d->h),
+                               c->A->tokens + row, (int)d->b, (int)d->sc, d->h, v0, d->v, pos0);
+    }
     return 0;
 }
 

@@ -15,8 +15,9 @@
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (R, h) [act], (R), (R) */
     float *q, *k, *v;                 /* (b, s_r, a/t, d), (b, s_r, k/t, d) x2 [act] */
-    float *att, *lse;                 /* (b, s_r, a/t, d) [act]; (b, a/t, s_r), or with
-                                         cp (b, 2, a/t, s_r/2): per sequence chunk */
+    float *att, *lse;                 /* (T, a/t, d) [act]; (b, a/t, s_r), or with cp
+                                         (2, b, a/t, s_r/2): per sequence chunk (with cp
+                                         the T rows are chunk by chunk, (2, b, s_r/2)) */
     float *x2;                        /* (R, h) [act] residual stream after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *gate, *up, *act;           /* (T, f/t) [act] each; gate only with SwiGLU */
@@ -55,8 +56,8 @@ typedef struct {
                                          bias gradients, when tp > k */
     float *ring[2];                   /* cp: K, V, dK, dV of a travelling block, each
                                          (b, s_r, k/t, d) [act]; two to swap */
-    float *part, *part_lse;           /* cp: one block's (1, s_r/2, a/t, d) [act] and
-                                         (a/t, s_r/2) fp32 result before combining */
+    float *part, *part_lse;           /* cp: one block's (b, s_r/2, a/t, d) [act] and
+                                         (b, a/t, s_r/2) fp32 result before combining */
 } pt_scratch;
 
 /* ZeRO 2 and 3 (runtime/zero.c): shards of every segment (layer, embedding, head)

@@ -79,7 +79,7 @@ else
     both="$both|2 pp=2,schedule=afab,mbs=2|2 pp=2,schedule=1f1b,mbs=2|4 pp=4,schedule=1f1b,mbs=2"
     both="$both|4 pp=4,schedule=afab,mbs=2|2 pp=2,vp=2,mbs=2|4 dp=2,pp=2,zero=1,mbs=2"
     both="$both|8 dp=2,pp=4,mbs=2|2 pp=2,recompute=full,mbs=2|2 dp=2,recompute=selective,mbs=2"
-    both="$both|2 dp=2,zero=3,mbs=2|4 dp=4,zero=3,mbs=2"
+    both="$both|4 dp=4,zero=2,mbs=2|2 dp=2,zero=3,mbs=2|4 dp=4,zero=3,mbs=2"
     resume_cases="2 dp=2,zero=1,mbs=2|2 pp=2,vp=2,mbs=2|4 dp=2,pp=2,zero=1,mbs=2|2 dp=2,zero=3,mbs=2"
 fi
 
