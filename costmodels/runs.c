@@ -136,130 +136,116 @@ static int prepare(const pt_costdb *db, const char *sql, int64_t run_id, sqlite3
     return 0;
 }
 
-int pt_costdb_runs(const pt_costdb *db, pt_run_record **out, size_t *n, pt_err *err)
+/* Runs sql (run_id bound to ?1 when >= 0) and collects its rows into a malloc'd array
+ * of elem-byte records, each filled from its row by fill(row, st); `what` names the
+ * rows in errors. */
+typedef void (*row_fill)(void *row, sqlite3_stmt *st);
+
+static int read_rows(const pt_costdb *db, const char *sql, int64_t run_id, size_t elem,
+                     row_fill fill, void **out, size_t *n, const char *what, pt_err *err)
 {
     sqlite3_stmt *st;
     *out = NULL;
     *n = 0;
-    if (prepare(db,
-                "SELECT id, created_at, host, git_revision, model, cluster, layout, world, steps,"
-                " predicted_step_s, measured_step_s, predicted_mfu, measured_mfu,"
-                " predicted_memory_bytes, measured_memory_bytes, plan_id, plan_path, log_path,"
-                " trace_path FROM runs ORDER BY id",
-                -1, &st, err))
+    if (prepare(db, sql, run_id, &st, err))
         return -1;
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (grow_one((void **)out, sizeof **out, *n, &cap)) {
+        if (grow_one(out, elem, *n, &cap)) {
             sqlite3_finalize(st);
-            return pt_err_set(err, "%s: out of memory reading runs", pt_costdb_where(db));
+            return pt_err_set(err, "%s: out of memory reading %s", pt_costdb_where(db), what);
         }
-        pt_run_record *r = &(*out)[(*n)++];
-        memset(r, 0, sizeof *r);
-        r->id = sqlite3_column_int64(st, 0);
-        text_into(r->created_at, sizeof r->created_at, st, 1);
-        text_into(r->host, sizeof r->host, st, 2);
-        text_into(r->git_revision, sizeof r->git_revision, st, 3);
-        text_into(r->model, sizeof r->model, st, 4);
-        text_into(r->cluster, sizeof r->cluster, st, 5);
-        text_into(r->layout, sizeof r->layout, st, 6);
-        r->world = sqlite3_column_int64(st, 7);
-        r->steps = sqlite3_column_int64(st, 8);
-        r->predicted_step_s = sqlite3_column_double(st, 9);
-        r->measured_step_s = sqlite3_column_double(st, 10);
-        r->predicted_mfu = sqlite3_column_double(st, 11);
-        r->measured_mfu = sqlite3_column_double(st, 12);
-        r->predicted_memory_bytes = sqlite3_column_double(st, 13);
-        r->measured_memory_bytes = sqlite3_column_double(st, 14);
-        text_into(r->plan_id, sizeof r->plan_id, st, 15);
-        text_into(r->plan_path, sizeof r->plan_path, st, 16);
-        text_into(r->log_path, sizeof r->log_path, st, 17);
-        text_into(r->trace_path, sizeof r->trace_path, st, 18);
+        void *row = (char *)*out + (*n)++ * elem;
+        memset(row, 0, elem);
+        fill(row, st);
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
         free(*out);
         *out = NULL;
         *n = 0;
-        return pt_costdb_sql_fail(db, err, "cannot read runs");
+        char why[64];
+        snprintf(why, sizeof why, "cannot read %s", what);
+        return pt_costdb_sql_fail(db, err, why);
     }
     return 0;
+}
+
+static void fill_run(void *row, sqlite3_stmt *st)
+{
+    pt_run_record *r = row;
+    r->id = sqlite3_column_int64(st, 0);
+    text_into(r->created_at, sizeof r->created_at, st, 1);
+    text_into(r->host, sizeof r->host, st, 2);
+    text_into(r->git_revision, sizeof r->git_revision, st, 3);
+    text_into(r->model, sizeof r->model, st, 4);
+    text_into(r->cluster, sizeof r->cluster, st, 5);
+    text_into(r->layout, sizeof r->layout, st, 6);
+    r->world = sqlite3_column_int64(st, 7);
+    r->steps = sqlite3_column_int64(st, 8);
+    r->predicted_step_s = sqlite3_column_double(st, 9);
+    r->measured_step_s = sqlite3_column_double(st, 10);
+    r->predicted_mfu = sqlite3_column_double(st, 11);
+    r->measured_mfu = sqlite3_column_double(st, 12);
+    r->predicted_memory_bytes = sqlite3_column_double(st, 13);
+    r->measured_memory_bytes = sqlite3_column_double(st, 14);
+    text_into(r->plan_id, sizeof r->plan_id, st, 15);
+    text_into(r->plan_path, sizeof r->plan_path, st, 16);
+    text_into(r->log_path, sizeof r->log_path, st, 17);
+    text_into(r->trace_path, sizeof r->trace_path, st, 18);
+}
+
+int pt_costdb_runs(const pt_costdb *db, pt_run_record **out, size_t *n, pt_err *err)
+{
+    return read_rows(db,
+                     "SELECT id, created_at, host, git_revision, model, cluster, layout, world,"
+                     " steps, predicted_step_s, measured_step_s, predicted_mfu, measured_mfu,"
+                     " predicted_memory_bytes, measured_memory_bytes, plan_id, plan_path,"
+                     " log_path, trace_path FROM runs ORDER BY id",
+                     -1, sizeof **out, fill_run, (void **)out, n, "runs", err);
+}
+
+static void fill_rank(void *row, sqlite3_stmt *st)
+{
+    *(pt_run_rank *)row = (pt_run_rank){sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
+                                        sqlite3_column_double(st, 2),
+                                        sqlite3_column_double(st, 3),
+                                        sqlite3_column_double(st, 4)};
 }
 
 int pt_costdb_run_ranks(const pt_costdb *db, int64_t run_id, pt_run_rank **out, size_t *n,
                         pt_err *err)
 {
-    sqlite3_stmt *st;
-    *out = NULL;
-    *n = 0;
-    if (prepare(db,
-                "SELECT rank, stage, predicted_memory_bytes, measured_memory_bytes,"
-                " peak_rss_bytes FROM run_ranks WHERE run_id = ?1 ORDER BY rank",
-                run_id, &st, err))
-        return -1;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (grow_one((void **)out, sizeof **out, *n, &cap)) {
-            sqlite3_finalize(st);
-            return pt_err_set(err, "%s: out of memory reading ranks", pt_costdb_where(db));
-        }
-        (*out)[(*n)++] = (pt_run_rank){sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
-                                       sqlite3_column_double(st, 2),
-                                       sqlite3_column_double(st, 3),
-                                       sqlite3_column_double(st, 4)};
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return pt_costdb_sql_fail(db, err, "cannot read the run's ranks");
-    }
-    return 0;
+    return read_rows(db,
+                     "SELECT rank, stage, predicted_memory_bytes, measured_memory_bytes,"
+                     " peak_rss_bytes FROM run_ranks WHERE run_id = ?1 ORDER BY rank",
+                     run_id, sizeof **out, fill_rank, (void **)out, n, "the run's ranks", err);
+}
+
+static void fill_span(void *row, sqlite3_stmt *st)
+{
+    pt_span *s = row;
+    s->rank = sqlite3_column_int(st, 0);
+    s->stream = sqlite3_column_int(st, 1);
+    text_into(s->name, sizeof s->name, st, 2);
+    text_into(s->key, sizeof s->key, st, 3);
+    s->mb = sqlite3_column_int(st, 4);
+    s->chunk = sqlite3_column_int(st, 5);
+    s->t0_s = sqlite3_column_double(st, 6);
+    s->dur_s = sqlite3_column_double(st, 7);
+    s->flops = sqlite3_column_double(st, 8);
+    s->bytes = sqlite3_column_double(st, 9);
+    const unsigned char *dt = sqlite3_column_text(st, 10);
+    if (pt_dtype_parse(dt ? (const char *)dt : "", &s->dtype, NULL))
+        s->dtype = PT_DTYPE_FP32;
 }
 
 int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size_t *n,
                         pt_err *err)
 {
-    sqlite3_stmt *st;
-    *out = NULL;
-    *n = 0;
-    if (prepare(db,
-                "SELECT rank, stream, name, op_key, mb, chunk, start_s, dur_s, flops, bytes,"
-                " dtype FROM spans WHERE run_id = ?1 ORDER BY rank, start_s, id",
-                run_id, &st, err))
-        return -1;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (grow_one((void **)out, sizeof **out, *n, &cap)) {
-            sqlite3_finalize(st);
-            return pt_err_set(err, "%s: out of memory reading spans", pt_costdb_where(db));
-        }
-        pt_span *s = &(*out)[(*n)++];
-        memset(s, 0, sizeof *s);
-        s->rank = sqlite3_column_int(st, 0);
-        s->stream = sqlite3_column_int(st, 1);
-        text_into(s->name, sizeof s->name, st, 2);
-        text_into(s->key, sizeof s->key, st, 3);
-        s->mb = sqlite3_column_int(st, 4);
-        s->chunk = sqlite3_column_int(st, 5);
-        s->t0_s = sqlite3_column_double(st, 6);
-        s->dur_s = sqlite3_column_double(st, 7);
-        s->flops = sqlite3_column_double(st, 8);
-        s->bytes = sqlite3_column_double(st, 9);
-        const unsigned char *dt = sqlite3_column_text(st, 10);
-        if (pt_dtype_parse(dt ? (const char *)dt : "", &s->dtype, NULL))
-            s->dtype = PT_DTYPE_FP32;
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return pt_costdb_sql_fail(db, err, "cannot read the run's spans");
-    }
-    return 0;
+    return read_rows(db,
+                     "SELECT rank, stream, name, op_key, mb, chunk, start_s, dur_s, flops, bytes,"
+                     " dtype FROM spans WHERE run_id = ?1 ORDER BY rank, start_s, id",
+                     run_id, sizeof **out, fill_span, (void **)out, n, "the run's spans", err);
 }

@@ -42,6 +42,12 @@ int64_t pt_kv_heads_rank(const pt_model *m, int tp)
     return m->kv_heads >= t ? m->kv_heads / t : 1;
 }
 
+int pt_kv_head_copies(const pt_model *m, int tp)
+{
+    int64_t t = pt_params_tp(tp);
+    return m->kv_heads >= t ? 1 : (int)(t / m->kv_heads);
+}
+
 int64_t pt_params_layer(const pt_model *m, int tp)
 {
     int64_t t = pt_params_tp(tp);

@@ -38,7 +38,7 @@ static dims dims_of(const pt_net *n)
               .d = (int)(m->hidden / m->heads), .f = (int)(m->ffn / t),
               .v = (int)(pt_vocab_padded(m, t) / t), .t = t, .tr = n->tp_rank, .cp = l->cp,
               .cr = n->cp_rank, .sp = l->sp && t > 1};
-    d.kv_share = t > m->kv_heads ? (int)(t / m->kv_heads) : 1;
+    d.kv_share = pt_kv_head_copies(m, t);
     d.T = d.b * d.s;
     d.R = d.sp ? d.T / t : d.T;
     d.sc = d.cp > 1 ? d.s / 2 : d.s;
@@ -931,11 +931,6 @@ static bool starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
 
 /* The residual rows a row-parallel op (or the embedding) just produced. */
 static float *row_parallel_rows(ctx *c, const char *prev)
@@ -973,7 +968,7 @@ static int tp_collective(ctx *c, const char *op)
     }
     if (!strcmp(op, "sp_allgather")) {
         /* before a row-parallel backward (or the embedding's): the residual gradient */
-        if (ends_with(next, "_dgrad") || !strcmp(next, "embed_bwd"))
+        if (pt_ends_with(next, "_dgrad") || !strcmp(next, "embed_bwd"))
             return pt_comm_allgather(comm, PT_GROUP_TP, c->S->dres, c->S->gdres, Rh, c->err);
         /* before column-parallel GEMMs: the norm output they read */
         if (!c->col_in)

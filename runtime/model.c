@@ -186,11 +186,6 @@ static float normal_at(uint64_t seed, uint64_t name_hash, int64_t i)
     return (float)(i % 2 ? r * sin(angle) : r * cos(angle));
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
 
 /* Index in the whole (unsplit) tensor of element i of this rank's part. */
 static int64_t whole_index(const pt_param *p, int64_t i)
@@ -206,8 +201,8 @@ static int64_t whole_index(const pt_param *p, int64_t i)
  * the unsplit model. */
 static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, float *w)
 {
-    bool norm_w = strstr(p->name, "norm") && ends_with(p->name, ".w");
-    if (ends_with(p->name, ".b") || norm_w) {
+    bool norm_w = strstr(p->name, "norm") && pt_ends_with(p->name, ".w");
+    if (pt_ends_with(p->name, ".b") || norm_w) {
         for (int64_t i = 0; i < p->count; i++)
             w[i] = norm_w ? 1.0f : 0.0f;
         return;
@@ -313,8 +308,7 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
     n->chunk_layers = n->spec.layers / ((int64_t)n->layout.pp * n->layout.vp);
     n->n_layers = n->chunk_layers * n->layout.vp;
     table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank,
-               .kv_share = n->layout.tp > n->spec.kv_heads ? (int)(n->layout.tp / n->spec.kv_heads)
-                                                            : 1};
+               .kv_share = pt_kv_head_copies(&n->spec, n->layout.tp)};
     build_table(&t, n);
     if (t.oom) {
         free(t.v);

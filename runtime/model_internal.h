@@ -7,6 +7,8 @@
 
 #include "runtime.h"
 
+#include <string.h>
+
 /* What one transformer layer keeps of a micro-batch. T = b·s_r tokens pass through
  * the layer on this rank (s_r = s/cp); R of them are this rank's rows of the
  * residual stream: T, or T/t with sequence parallelism (rows [tp_rank·R, +R)).
@@ -98,6 +100,13 @@ int pt_zero_reduce_whole(pt_net *n, pt_err *err);
 int pt_zero_gather_whole(pt_net *n, pt_err *err);
 
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err);
+
+/* Whether s ends with suffix (parameter and op names). */
+static inline bool pt_ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
 void pt_net_free_runtime(pt_net *n);
 
 #endif

@@ -87,7 +87,21 @@ run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quie
 [ "$(loss_at "$tmp/again.jsonl" step 12)" = "$(loss_at "$tmp/full.jsonl" step 12)" ] ||
     fail "the same run twice gives different losses"
 
+# Dropout is applied: the same run with --dropout 0.1 has another step-1 loss (every
+# layout matching one rank with dropout on, in mpi_equivalence.sh, would also hold if
+# dropout were never applied at all).
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 1 --val-every 0 --sample 0 --quiet \
+    --dropout 0.1 --log "$tmp/drop.jsonl"
+[ -n "$(loss_at "$tmp/drop.jsonl" step 1)" ] &&
+    [ "$(loss_at "$tmp/drop.jsonl" step 1)" != "$(loss_at "$tmp/full.jsonl" step 1)" ] ||
+    fail "--dropout 0.1 leaves the step-1 loss as it was"
+
 # ---- bad input -----------------------------------------------------------------------
+run 1 "$build/ptrun" "$tmp/plan.json" --dropout 1
+err_has "--dropout" "dropout probability out of range"
+sed 's/"dropout": 0\(\.0\)*,/"dropout": -0.5,/' "$tmp/plan.json" >"$tmp/plan-drop.json"
+run 1 "$build/ptrun" "$tmp/plan-drop.json"
+err_has "dropout" "negative dropout in the plan"
 run 0 "$build/ptplan" --devices 2 --out "$tmp/plan2.json" --top 1
 run 1 "$build/ptrun" "$tmp/plan2.json"
 err_has "needs 2 ranks, but ptrun was started as 1" "plan for another world size"

@@ -133,6 +133,24 @@ if [ "$suite" = tensor ]; then
     exit 0
 fi
 
+# ZeRO saves memory: on 4 data-parallel ranks, each stage allocates less than the one
+# before (1: Adam moments for a shard; 2: gradients in shards; 3: weights in shards),
+# as each rank prints it (equivalence alone would hold with full-size buffers).
+prev=""
+for z in 0 1 2 3; do
+    "$build/ptplan" --devices 4 --layout "dp=4,zero=$z,mbs=2" --global-batch 16 --steps 1 \
+        --out "$tmp/z.json" >/dev/null
+    mib=$(timeout 300 $mpirun -np 4 "$build/ptrun" "$tmp/z.json" --val-every 0 --sample 0 \
+        --quiet 2>/dev/null | sed -n 's/^memory  rank 0 .*: \([0-9.]*\) MiB allocated.*/\1/p')
+    if [ -z "$mib" ]; then
+        fail "ZeRO-$z on 4 ranks: no memory figure printed"
+    elif [ -n "$prev" ] && ! awk -v a="$mib" -v b="$prev" 'BEGIN { exit !(a < b) }'; then
+        fail "ZeRO-$z allocates $mib MiB per rank, not less than ZeRO-$((z - 1))'s $prev"
+    fi
+    echo "ZeRO-$z: $mib MiB allocated per rank"
+    prev=$mib
+done
+
 # A rank that fails takes the others down with its reason instead of leaving them in
 # a collective: the data file is missing on the stages that read data.
 "$build/ptplan" --devices 2 --layout "pp=2,mbs=2" --global-batch 16 --out "$tmp/pp.json" >/dev/null
