@@ -160,14 +160,22 @@ typedef struct {
     double ab;       /* bytes per activation element */
 } dims;
 
+pt_rank_shape pt_rank_shape_of(const pt_model *m, const pt_layout *l)
+{
+    pt_rank_shape s = {.tokens = m->seq / l->cp * l->mbs, .heads = m->heads / l->tp,
+                       .kv_heads = pt_kv_heads_rank(m, l->tp), .head_dim = m->hidden / m->heads,
+                       .ffn = m->ffn / l->tp, .vocab = pt_vocab_padded(m, l->tp) / l->tp};
+    s.rows = l->sp ? s.tokens / l->tp : s.tokens;
+    return s;
+}
+
 static dims dims_of(const pt_opctx *c)
 {
     const pt_model *m = c->m;
     const pt_layout *l = c->l;
-    dims d = {.tokens = m->seq / l->cp * l->mbs, .h = m->hidden, .f = m->ffn, .t = l->tp,
-              .hd = m->hidden / m->heads, .ab = c->prec.act_bytes};
-    d.kvr = pt_kv_heads_rank(m, l->tp) * d.hd;
-    d.rows = l->sp ? d.tokens / l->tp : d.tokens;
+    pt_rank_shape s = pt_rank_shape_of(m, l);
+    dims d = {.tokens = s.tokens, .rows = s.rows, .h = m->hidden, .f = m->ffn, .t = l->tp,
+              .hd = s.head_dim, .kvr = s.kv_heads * s.head_dim, .ab = c->prec.act_bytes};
     return d;
 }
 

@@ -364,6 +364,18 @@ typedef struct {
     int embed_ranks_per_node;         /* first and last stage (tied embedding group) */
 } pt_opctx;
 
+/* What one rank of layout l holds of a micro-batch going through a layer: the op
+ * lists price these sizes and the runtime allocates and computes with the same. */
+typedef struct {
+    int64_t tokens;        /* T = b·s/cp: tokens a layer sees on this rank */
+    int64_t rows;          /* the residual-stream rows here: T, or T/t with sp */
+    int64_t heads, kv_heads; /* attention and KV heads on this rank */
+    int64_t head_dim;      /* d = h/a */
+    int64_t ffn;           /* f/t */
+    int64_t vocab;         /* padded vocabulary / t */
+} pt_rank_shape;
+pt_rank_shape pt_rank_shape_of(const pt_model *m, const pt_layout *l);
+
 void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_train *t,
                    const pt_cluster *cl);
 

@@ -33,14 +33,12 @@ static dims dims_of(const pt_net *n)
     const pt_model *m = &n->spec;
     const pt_layout *l = &n->layout;
     int t = l->tp;
-    dims d = {.b = l->mbs, .s = m->seq / l->cp, .h = (int)m->hidden,
-              .a = (int)(m->heads / t), .kh = (int)pt_kv_heads_rank(m, t),
-              .d = (int)(m->hidden / m->heads), .f = (int)(m->ffn / t),
-              .v = (int)(pt_vocab_padded(m, t) / t), .t = t, .tr = n->tp_rank, .cp = l->cp,
-              .cr = n->cp_rank, .sp = l->sp && t > 1};
+    pt_rank_shape r = pt_rank_shape_of(m, l); /* the sizes the planner priced */
+    dims d = {.b = l->mbs, .s = m->seq / l->cp, .T = r.tokens, .R = r.rows, .h = (int)m->hidden,
+              .a = (int)r.heads, .kh = (int)r.kv_heads, .d = (int)r.head_dim, .f = (int)r.ffn,
+              .v = (int)r.vocab, .t = t, .tr = n->tp_rank, .cp = l->cp, .cr = n->cp_rank,
+              .sp = l->sp && t > 1};
     d.kv_share = pt_kv_head_copies(m, t);
-    d.T = d.b * d.s;
-    d.R = d.sp ? d.T / t : d.T;
     d.sc = d.cp > 1 ? d.s / 2 : d.s;
     return d;
 }
