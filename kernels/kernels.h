@@ -362,6 +362,10 @@ pt_kernels *pt_kernels_cpu(int threads);
  * device cannot be opened; err (cap bytes, may be NULL) then says why. */
 pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap);
 
+/* How many CUDA devices this process sees (after CUDA_VISIBLE_DEVICES and a launcher's
+ * binding); 0 without CUDA, without a device, or when the driver cannot be asked. */
+int pt_kernels_cuda_devices(void);
+
 /* Calls kn->destroy; NULL is a no-op. */
 void pt_kernels_destroy(pt_kernels *kn);
 

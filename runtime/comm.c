@@ -245,6 +245,18 @@ int pt_comm_use_device(pt_comm *c, pt_kernels *kn, pt_err *err)
                                "others through %s): NCCL is its only way to communicate",
                           c->rank, c->size, c->rdv.dir);
 #ifdef PT_RT_HAVE_NCCL
+    if (want_nccl && c->mpi) {
+        /* NCCL refuses two ranks on one GPU: stage through host memory over MPI then */
+        bool shared = false;
+        if (pt_nccl_device_shared(c, &shared, err))
+            return -1;
+        if (shared) {
+            if (c->rank == 0)
+                fprintf(stderr, "ptrun: ranks share a GPU, which NCCL refuses: collectives "
+                                "are staged through host memory over MPI\n");
+            want_nccl = false;
+        }
+    }
     if (want_nccl) {
         if (!c->grouped)
             return pt_err_set(err, "internal: pt_comm_use_device before pt_comm_groups");

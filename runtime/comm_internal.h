@@ -87,6 +87,9 @@ static inline void pt_comm_op_sizes(pt_comm_op op, int64_t n, int size, int64_t 
  * group's MPI communicator, or through the rendezvous directory when c->file.
  * Collective over the world. */
 int pt_nccl_open(pt_comm *c, pt_err *err);
+/* Under MPI: whether two ranks of one node use the same GPU (same device UUID), which
+ * NCCL refuses ("Duplicate GPU detected"); collective over the world. -1 on error. */
+int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err);
 void pt_nccl_close(pt_comm *c);
 /* ncclCommAbort on every communicator: what a failing rank does before it exits. */
 void pt_nccl_abort(pt_comm *c);

@@ -169,6 +169,43 @@ static int open_group(pt_comm *c, int slot, pt_err *err)
     return settle(c, comm, r, timeout, what, err);
 }
 
+int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err)
+{
+    /* a node's ranks share its memory (MPI_COMM_TYPE_SHARED); among them, compare the
+     * devices' UUIDs, which stay the same whatever CUDA_VISIBLE_DEVICES renumbers */
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "reading the device's UUID");
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                            &node) != MPI_SUCCESS)
+        return pt_err_set(err, "MPI_Comm_split_type failed");
+    int n = 1;
+    MPI_Comm_size(node, &n);
+    char *all = malloc((size_t)n * sizeof prop.uuid.bytes);
+    int rc = all ? 0 : pt_err_set(err, "out of memory");
+    if (rc == 0 && MPI_Allgather(prop.uuid.bytes, (int)sizeof prop.uuid.bytes, MPI_BYTE, all,
+                                 (int)sizeof prop.uuid.bytes, MPI_BYTE, node) != MPI_SUCCESS)
+        rc = pt_err_set(err, "MPI_Allgather of the devices' UUIDs failed");
+    int mine = 0;
+    for (int i = 0; rc == 0 && i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            mine |= memcmp(all + (size_t)i * sizeof prop.uuid.bytes,
+                           all + (size_t)j * sizeof prop.uuid.bytes, sizeof prop.uuid.bytes) == 0;
+    free(all);
+    MPI_Comm_free(&node);
+    /* one answer for the world, so every rank takes the same path */
+    int any = 0;
+    if (rc == 0 && MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        rc = pt_err_set(err, "MPI_Allreduce failed");
+    *shared = any != 0;
+    return rc;
+}
+
 int pt_nccl_open(pt_comm *c, pt_err *err)
 {
     pt_nccl *n = calloc(1, sizeof *n);

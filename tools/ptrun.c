@@ -228,8 +228,12 @@ static int build(const options *o, run *r, pt_err *err)
             return pt_err_set(err, "cannot start the CPU backend (out of memory)");
     } else {
         char why[256] = "";
-        /* one GPU per rank: the node's ranks take its GPUs in turn */
-        r->kn = pt_kernels_cuda(r->comm ? pt_comm_local_rank(r->comm) : 0, why, sizeof why);
+        /* one GPU per rank: the node's ranks take the GPUs this process sees in turn
+         * (modulo their count, so srun --gpus-per-task, CUDA_VISIBLE_DEVICES and several
+         * ranks sharing one GPU all work) */
+        int seen = pt_kernels_cuda_devices();
+        int local = r->comm ? pt_comm_local_rank(r->comm) : 0;
+        r->kn = pt_kernels_cuda(seen > 0 ? local % seen : local, why, sizeof why);
         if (!r->kn)
             return pt_err_set(err, "%s: the plan is for %s devices, but the CUDA backend cannot "
                                    "start: %s", o->plan, p->cluster.device.name, why);

@@ -117,4 +117,6 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
         snprintf(err, cap, "CUDA device %d: ptkernels was built without CUDA", device);
     return NULL;
 }
+
+int pt_kernels_cuda_devices(void) { return 0; }
 #endif

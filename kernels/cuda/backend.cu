@@ -232,6 +232,16 @@ static void set_err(char *err, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
+int pt_kernels_cuda_devices(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
 pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
 {
     int count = 0;

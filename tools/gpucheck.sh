@@ -1,0 +1,220 @@
+#!/bin/sh
+# Checks and measures ptrun's CUDA path on a machine with an NVIDIA GPU, CUDA, NCCL,
+# PyTorch and Python, but possibly no package manager: one command that writes every
+# log and a one-page summary into OUTDIR.
+#   usage: tools/gpucheck.sh OUTDIR [STAGE...]
+# Stages (all, in this order, when none is named):
+#   env       the GPU, driver, CUDA, cuBLAS, NCCL and PyTorch versions
+#   test      the GPU kernel tests (every CUDA op against the CPU op)
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the kernel tests
+#   bench     build/bench_kernels_cuda beside the same shapes through PyTorch
+#   gpt2      GPT-2 124M on one GPU: the first loss against the CPU run's, 200 steps at
+#             the largest micro-batch that fits, tokens/s against tools/torch_ref.py
+#   gpt2xl    GPT-2 1.5B on one GPU: MFU, and the PyTorch reference
+#   mpi       two ranks on the one GPU under mpirun: dp=2 and pp=2 against one rank
+#   profile   ptprofile --backend cuda into OUTDIR/costs.db, then ptplan's predicted
+#             step time against ptrun's measured one for GPT-2 124M and 1.5B
+# The binaries come from .gpu/bundle.tar.xz (made here by tools/gpubundle.sh, which
+# lists what travels) when it exists, else from build/ (tools/setup.sh there). Each
+# stage runs under a time limit (GPUCHECK_LIMIT_S, 240 s by default) and a failing
+# stage does not stop the others; the exit status is 1 when any failed.
+set -u
+cd "$(dirname "$0")/.."
+root=$(pwd)
+[ $# -ge 1 ] || { echo "usage: tools/gpucheck.sh OUTDIR [STAGE...]" >&2; exit 2; }
+out=$1
+shift
+stages=${*:-env test sanitize bench gpt2 gpt2xl mpi profile}
+limit=${GPUCHECK_LIMIT_S:-240}
+mkdir -p "$out" || exit 1
+out=$(cd "$out" && pwd)
+summary="$out/summary.md"
+failed=0
+
+# ---- the binaries and the libraries they need --------------------------------------------
+if [ -f .gpu/bundle.tar.xz ]; then
+    bundle=/tmp/ptbundle
+    rm -rf "$bundle" && mkdir -p "$bundle" && tar -C "$bundle" -xJf .gpu/bundle.tar.xz || exit 1
+    bin="$bundle/bin"
+    # the GPU machine's own CUDA libraries: the toolkit's, else PyTorch's wheels'
+    cudalibs=$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu/ /opt/ \
+                    /usr/local/lib/ -maxdepth 8 \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \
+                    -o -name 'libcudart.so.13' -o -name 'libcudnn.so.9' \) 2>/dev/null |
+               xargs -r -n1 dirname | awk '!seen[$0]++' | tr '\n' ':')
+    export LD_LIBRARY_PATH="$bundle/lib:${cudalibs}${LD_LIBRARY_PATH:-}"
+    export OPAL_PREFIX="$bundle/ompi" PMIX_INSTALL_PREFIX="$bundle/pmix2"
+    export PATH="$bundle/ompi/bin:$PATH"
+else
+    bin="$root/build"
+    [ -x build/ptrun ] || tools/setup.sh build || exit 1
+    cp build/tests/test_kernels_cuda build/tests/test_kernels build/ 2>/dev/null
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
+       OMPI_MCA_btl=self,vader OMPI_MCA_osc=pt2pt OMPI_MCA_btl_vader_single_copy_mechanism=none
+export PT_COSTS_DB="$out/costs.db"
+corpus=/usr/share/common-licenses/GPL-3
+[ -f "$corpus" ] || corpus="$root/tests/data/GPL-3"
+py=$(command -v python3)
+
+note() { printf '%s\n' "$*" | tee -a "$summary"; }
+
+# step NAME CMD...: runs CMD under the time limit into OUTDIR/NAME.log
+step() {
+    name=$1
+    shift
+    t0=$(date +%s)
+    timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    dt=$(($(date +%s) - t0))
+    if [ $rc -eq 0 ]; then
+        note "- $name: ok (${dt} s)"
+    else
+        [ $rc -eq 124 ] && why="timed out after $limit s" || why="exit $rc"
+        note "- $name: FAILED, $why (${dt} s); last lines of $name.log:"
+        tail -n 8 "$out/$name.log" | sed 's/^/      /' | tee -a "$summary"
+        failed=1
+    fi
+    return $rc
+}
+
+# a run's median tokens/s and MFU after its first two steps, and its first loss
+runfig() {
+    "$py" - "$1" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+steps = [r for r in rows if r.get("type", "step") == "step" and "loss" in r]
+tail = steps[2:] or steps
+def med(key):
+    v = [r[key] for r in tail if key in r]
+    return statistics.median(v) if v else float("nan")
+print("first loss %.4f, last loss %.4f over %d steps, %.0f tokens/s, MFU %.1f%%, step %.4f s" % (
+    steps[0]["loss"], steps[-1]["loss"], len(steps), med("tokens_per_s"),
+    100 * med("mfu"), med("time_s")))
+EOF
+}
+
+stage_env() {
+    note "## Machine"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader |
+        sed 's/^/- GPU: /' | tee -a "$summary"
+    note "- CUDA compiler: $(nvcc --version 2>/dev/null | tail -n 2 | head -n 1)"
+    note "- libraries: $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' ')"
+    note "- PyTorch: $("$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -n 1)"
+    note "- bundle: $("$bin/ptplan" --version 2>&1)"
+}
+
+stage_test() {
+    note "## GPU tests"
+    PT_TEST_VERBOSE=1 step test_kernels_cuda "$bin/test_kernels_cuda"
+    grep -E "FAIL|fail" "$out/test_kernels_cuda.log" | head -n 20 | sed 's/^/      /' | tee -a "$summary"
+}
+
+stage_sanitize() {
+    note "## compute-sanitizer on the kernel tests"
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck synccheck; do
+        PT_TEST_SMALL=1 step "sanitize_$tool" "$cs" --tool "$tool" --error-exitcode 3 \
+            --print-limit 20 "$bin/test_kernels_cuda"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize_$tool.log" | sed 's/^/      /' |
+            tee -a "$summary"
+    done
+}
+
+stage_bench() {
+    note "## Kernels against PyTorch"
+    step bench_kernels_cuda "$bin/bench_kernels_cuda" --reps 10
+    step torch_kernels "$py" tools/torch_ref.py kernels
+    note '```'
+    sed -n '/^2\. GEMMs/,$p' "$out/bench_kernels_cuda.log" | tee -a "$summary"
+    cat "$out/torch_kernels.log" | tee -a "$summary"
+    note '```'
+}
+
+# train MODEL NAME GLOBAL_BATCH STEPS [LAYOUT]: plan on dgx-h100 with one device, then ptrun
+train() {
+    model=$1 name=$2 gb=$3 steps=$4 layout=${5:-}
+    set -- --model "$model" --cluster dgx-h100 --devices 1 --global-batch "$gb" --max-mbs 64 \
+           --out "$out/$name.plan.json"
+    [ -n "$layout" ] && set -- "$@" --layout "$layout"
+    step "$name.plan" "$bin/ptplan" "$@" || return 1
+    step "$name" "$bin/ptrun" "$out/$name.plan.json" --steps "$steps" --data "$corpus" \
+        --val-every 0 --val-batches 1 --sample 0 --log "$out/$name.jsonl" --record || return 1
+    note "- $name: $(grep -m1 '^plan' "$out/$name.log" | sed 's/.*tiny on//')"
+    note "  $(grep -m1 'predicted' "$out/$name.log")"
+    note "  $(runfig "$out/$name.jsonl")"
+}
+
+stage_gpt2() {
+    note "## GPT-2 124M on one GPU"
+    # the first loss against the CPU run's (same plan settings, seed and data): global
+    # batch 4; ptrun on the CPU gives 1 micro-batch x 4 (tools/gpucheck-ref.txt)
+    train gpt2-124m gpt2_first 4 2 "mbs=4"
+    ref=$(cat tools/gpucheck-ref.txt 2>/dev/null | grep '^gpt2-124m' | awk '{print $2}')
+    note "  CPU first loss (tools/gpucheck-ref.txt): ${ref:-none}"
+    train gpt2-124m gpt2 64 "${GPUCHECK_GPT2_STEPS:-200}" ""
+    mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2.plan.json" 2>/dev/null || echo 8)
+    step torch_gpt2 "$py" tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
+        --steps 10
+    note "  $(tail -n 1 "$out/torch_gpt2.log")"
+}
+
+stage_gpt2xl() {
+    note "## GPT-2 1.5B on one GPU"
+    train gpt2-1.5b gpt2xl 16 20 ""
+    mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2xl.plan.json" 2>/dev/null || echo 4)
+    step torch_gpt2xl "$py" tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
+        --steps 5 --warmup 3
+    note "  $(tail -n 1 "$out/torch_gpt2xl.log")"
+}
+
+stage_mpi() {
+    note "## Two ranks on one GPU (mpirun)"
+    for lay in "dp=1" "dp=2" "pp=2"; do
+        n=$(echo "$lay" | tr -d '=')
+        np=1
+        [ "$lay" != "dp=1" ] && np=2
+        step "mpi_$n.plan" "$bin/ptplan" --model tiny --cluster dgx-h100 --devices "$np" \
+            --global-batch 8 --layout "$lay,mbs=2" --out "$out/mpi_$n.json" || continue
+        if [ "$np" = 1 ]; then
+            step "mpi_$n" "$bin/ptrun" "$out/mpi_$n.json" --steps 10 --data "$corpus" --sample 0 \
+                --val-every 0 --val-batches 1 --log "$out/mpi_$n.jsonl"
+        else
+            step "mpi_$n" mpirun --oversubscribe -np 2 "$bin/ptrun" "$out/mpi_$n.json" --steps 10 \
+                --data "$corpus" --sample 0 --val-every 0 --val-batches 1 --log "$out/mpi_$n.jsonl"
+        fi
+        note "  $lay: $(grep -o 'loss [0-9.]*' "$out/mpi_$n.log" | head -n 10 | awk '{print $2}' | tr '\n' ' ')"
+    done
+}
+
+stage_profile() {
+    note "## Profile and prediction"
+    step profile_124m "$bin/ptprofile" --backend cuda --model gpt2-124m --cluster dgx-h100 \
+        --devices 1 --global-batch 64 --max-mbs 64 --no-collectives --db "$out/costs.db"
+    step profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
+        --devices 1 --global-batch 16 --max-mbs 64 --no-collectives --db "$out/costs.db" --resume
+    for name in gpt2 gpt2xl; do
+        [ -f "$out/$name.jsonl" ] || continue
+        set -- $("$py" -c "import json,sys; p=json.load(open(sys.argv[1])); print(p['model']['name'], p['layout']['string'], p['training']['global_batch'])" "$out/$name.plan.json")
+        "$bin/ptplan" --model "$1" --cluster dgx-h100 --devices 1 --global-batch "$3" \
+            --layout "$2" --db "$out/costs.db" --json > "$out/$name.predict.json" 2>&1
+        note "- $name ($2): $("$py" - "$out/$name.predict.json" "$out/$name.jsonl" <<'EOF'
+import json, statistics, sys
+pred = json.load(open(sys.argv[1]))["predicted"]
+steps = [json.loads(l) for l in open(sys.argv[2]) if '"step"' in l]
+meas = statistics.median(r["time_s"] for r in steps[2:] if r.get("type") == "step")
+print("predicted %.4f s (%s), measured %.4f s: %+.1f%%" % (pred["step_time_s"],
+      pred.get("provenance"), meas, 100 * (pred["step_time_s"] / meas - 1)))
+EOF
+)"
+    done
+}
+
+: > "$summary"
+note "# gpucheck $(date -u +%Y-%m-%dT%H:%MZ), stages: $stages"
+for s in $stages; do
+    case $s in
+    env | test | sanitize | bench | gpt2 | gpt2xl | mpi | profile) "stage_$s" ;;
+    *) note "- unknown stage $s"; failed=1 ;;
+    esac
+done
+exit $failed

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""PyTorch references for ptrun's CUDA path, run by tools/gpucheck.sh on a GPU machine.
+
+  torch_ref.py kernels            the shapes of build/bench_kernels_cuda through PyTorch:
+                                  GEMMs, SDPA (flash) forward and backward, layer norm,
+                                  cross-entropy, fused AdamW; one line per case
+  torch_ref.py gpt2 --model 124m --batch B --seq 1024 --steps N
+                                  GPT-2 trained the way a PyTorch user would write it
+                                  today: bf16 autocast, torch.compile, SDPA flash
+                                  attention, fused AdamW; prints tokens/s and MFU
+
+Times are CUDA-event medians after warm-up. The GPT-2 here is the model ptrun trains:
+learned positions, pre-norm blocks, GELU (tanh) MLP of 4h, tied token embedding and
+head, the vocabulary given by --vocab (ptrun's padded one by default).
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# GPT-2 sizes (Radford et al. 2019, table 2): layers, hidden, heads
+GPT2 = {"124m": (12, 768, 12), "350m": (24, 1024, 16), "774m": (36, 1280, 20),
+        "1.5b": (48, 1600, 25)}
+H100_BF16_DENSE = 989.4e12  # H100 SXM5 datasheet, dense bf16 tensor-core peak
+
+
+def median_ms(fn, warmup=3, reps=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def kernels(args):
+    dev = "cuda"
+    bf = torch.bfloat16
+    print("torch kernels: %s, torch %s" % (torch.cuda.get_device_name(), torch.__version__))
+    print("%-22s %10s %10s" % ("case", "ms", "TF/s|GB/s"))
+    for name, n, ic, oc in [("gpt2 qkv", 8192, 768, 2304), ("gpt2 fc", 8192, 768, 3072),
+                            ("llama7b qkv", 8192, 4096, 12288), ("llama7b up", 8192, 4096, 11008),
+                            ("llama7b down", 8192, 11008, 4096), ("odd", 1000, 999, 1001)]:
+        x = torch.randn(n, ic, device=dev, dtype=bf)
+        w = torch.randn(oc, ic, device=dev, dtype=bf)
+        ms = median_ms(lambda: F.linear(x, w))
+        print("%-22s %10.3f %10.1f" % ("matmul " + name, ms, 2 * n * ic * oc / ms / 1e9))
+    for d in (64, 128):
+        for s in (1024, 2048, 4096, 8192):
+            b, a = 16384 // s, 16
+            q, k, v = (torch.randn(b, a, s, d, device=dev, dtype=bf, requires_grad=True)
+                       for _ in range(3))
+            flops = 2.0 * b * a * s * s * d  # causal: QK^T and PV over half the square
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                ms_f = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+                g = torch.randn_like(o)
+                ms_b = median_ms(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True))
+            print("%-22s %10.3f %10.1f" % ("sdpa fwd d%d s%d" % (d, s), ms_f, flops / ms_f / 1e9))
+            print("%-22s %10.3f %10.1f" % ("sdpa bwd d%d s%d" % (d, s), ms_b,
+                                            2.5 * flops / ms_b / 1e9))
+    rows, h = 16384, 4096
+    x = torch.randn(rows, h, device=dev, dtype=bf)
+    ln = nn.LayerNorm(h, device=dev, dtype=bf)
+    ms = median_ms(lambda: ln(x))
+    print("%-22s %10.3f %10.1f" % ("layernorm_forward", ms, 4 * rows * h / ms / 1e6))
+    v = 32768
+    ce_rows = (64 << 20) // v
+    logits = torch.randn(ce_rows, v, device=dev, dtype=bf)
+    tgt = torch.randint(0, v, (ce_rows,), device=dev)
+    ms = median_ms(lambda: F.cross_entropy(logits.float(), tgt))
+    print("%-22s %10.3f %10.1f" % ("crossentropy", ms, 4 * ce_rows * v / ms / 1e6))
+    p = torch.zeros(64 << 20, device=dev, dtype=torch.float32, requires_grad=True)
+    p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW([p], lr=3e-4, fused=True)
+    ms = median_ms(opt.step)
+    print("%-22s %10.3f %10.1f" % ("adamw fused (fp32)", ms, 16 * 4 * p.numel() / ms / 1e6))
+
+
+class Block(nn.Module):
+    def __init__(self, h, a):
+        super().__init__()
+        self.a = a
+        self.ln1 = nn.LayerNorm(h)
+        self.qkv = nn.Linear(h, 3 * h)
+        self.proj = nn.Linear(h, h)
+        self.ln2 = nn.LayerNorm(h)
+        self.fc = nn.Linear(h, 4 * h)
+        self.out = nn.Linear(4 * h, h)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(h, dim=2)
+        q, k, v = (t.view(b, s, self.a, h // self.a).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, s, h))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, h, a, vocab, seq):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, h)
+        self.wpe = nn.Embedding(seq, h)
+        self.blocks = nn.ModuleList(Block(h, a) for _ in range(layers))
+        self.lnf = nn.LayerNorm(h)
+
+    def forward(self, idx, tgt):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        logits = F.linear(self.lnf(x), self.wte.weight)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), tgt.view(-1))
+
+
+def gpt2(args):
+    layers, h, a = GPT2[args.model]
+    torch.manual_seed(1234)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    model = GPT(layers, h, a, args.vocab, args.seq).cuda()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=True)
+    step_fn = torch.compile(model) if not args.no_compile else model
+    idx = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
+    tgt = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
+
+    def step():
+        for _ in range(args.accum):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = step_fn(idx, tgt) / args.accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    t0 = time.time()
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    print("torch gpt2-%s: %d parameters, batch %d x %d (accum %d), warm-up %.1f s" %
+          (args.model, n_params, args.batch, args.seq, args.accum, time.time() - t0))
+    times = []
+    for _ in range(args.steps):
+        t = time.time()
+        loss = step()
+        torch.cuda.synchronize()
+        times.append(time.time() - t)
+    med = statistics.median(times)
+    tokens = args.batch * args.seq * args.accum
+    # 6·N per token for the weights plus 6·layers·s·h for causal attention (half of
+    # the 12·l·s·h of the full square; PaLM appendix B counts the full square)
+    flops = 6 * n_params * tokens + 6 * layers * args.seq * h * tokens
+    print("torch gpt2-%s: step %.4f s median of %d, %.0f tokens/s, MFU %.1f%% of %.0f TF/s, "
+          "loss %.4f, peak memory %.1f GiB" %
+          (args.model, med, args.steps, tokens / med, 100 * flops / med / H100_BF16_DENSE,
+           H100_BF16_DENSE / 1e12, loss.item() * args.accum,
+           torch.cuda.max_memory_allocated() / 2**30))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("kernels")
+    g = sub.add_parser("gpt2")
+    g.add_argument("--model", choices=sorted(GPT2), default="124m")
+    g.add_argument("--batch", type=int, default=16)
+    g.add_argument("--seq", type=int, default=1024)
+    g.add_argument("--accum", type=int, default=1)
+    g.add_argument("--vocab", type=int, default=50257)
+    g.add_argument("--steps", type=int, default=20)
+    g.add_argument("--warmup", type=int, default=5)
+    g.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("torch_ref.py: no CUDA device")
+    (kernels if args.cmd == "kernels" else gpt2)(args)
+
+
+if __name__ == "__main__":
+    main()
