@@ -6,6 +6,7 @@
 #   bin/   ptrun, ptplan, ptprofile, ptprofile-coll, ptcalib, the GPU test and benchmark
 #   lib/   every shared library those need that such a machine lacks: jansson, SQLite,
 #          OpenBLAS (with libgfortran), Open MPI's libraries, hwloc, libevent, PMIx
+#   data/  the default corpus (Debian's GPL-3 text), for the CPU run's first loss
 #   ompi/  Open MPI's launcher (mpirun), its plugins and help texts, relocatable
 #          through OPAL_PREFIX (Open MPI FAQ, "relocating an installation"); PMIx's
 #          plugins through PMIX_INSTALL_PREFIX
@@ -33,6 +34,8 @@ for b in $bins; do
     [ -x "$b" ] || { echo "gpubundle: missing $b" >&2; exit 1; }
     cp "$b" "$stage/bin/"
 done
+# the default corpus, which a GPU machine's image may lack
+mkdir -p "$stage/data" && cp /usr/share/common-licenses/GPL-3 "$stage/data/"
 cp "$(readlink -f /usr/bin/mpirun)" "$stage/ompi/bin/mpirun"
 cp "$(command -v orted)" "$stage/ompi/bin/orted"
 

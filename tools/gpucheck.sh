@@ -53,7 +53,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob
        OMPI_MCA_btl=self,vader OMPI_MCA_osc=pt2pt OMPI_MCA_btl_vader_single_copy_mechanism=none
 export PT_COSTS_DB="$out/costs.db"
 corpus=/usr/share/common-licenses/GPL-3
-[ -f "$corpus" ] || corpus="$root/tests/data/GPL-3"
+[ -f "$corpus" ] || corpus="${bundle:-}/data/GPL-3"
 py=$(command -v python3)
 
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
