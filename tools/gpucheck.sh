@@ -60,22 +60,25 @@ note() { printf '%s\n' "$*" | tee -a "$summary"; }
 
 # step NAME CMD...: runs CMD under the time limit into OUTDIR/NAME.log
 step() {
-    name=$1
+    step_name=$1
     shift
     t0=$(date +%s)
-    timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
+    timeout -k 10 "$limit" "$@" > "$out/$step_name.log" 2>&1
     rc=$?
     dt=$(($(date +%s) - t0))
     if [ $rc -eq 0 ]; then
-        note "- $name: ok (${dt} s)"
+        note "- $step_name: ok (${dt} s)"
     else
         [ $rc -eq 124 ] && why="timed out after $limit s" || why="exit $rc"
-        note "- $name: FAILED, $why (${dt} s); last lines of $name.log:"
-        tail -n 8 "$out/$name.log" | sed 's/^/      /' | tee -a "$summary"
+        note "- $step_name: FAILED, $why (${dt} s); last lines of $step_name.log:"
+        tail -n 8 "$out/$step_name.log" | sed 's/^/      /' | tee -a "$summary"
         failed=1
     fi
     return $rc
 }
+
+# PyTorch brings its own cuDNN and NCCL: keep the bundle's library path away from it
+pyrun() { env -u LD_LIBRARY_PATH "$py" "$@"; }
 
 # a run's median tokens/s and MFU after its first two steps, and its first loss
 runfig() {
@@ -99,7 +102,7 @@ stage_env() {
         sed 's/^/- GPU: /' | tee -a "$summary"
     note "- CUDA compiler: $(nvcc --version 2>/dev/null | tail -n 2 | head -n 1)"
     note "- libraries: $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' ')"
-    note "- PyTorch: $("$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -n 1)"
+    note "- PyTorch: $(pyrun -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -n 1)"
     note "- bundle: $("$bin/ptplan" --version 2>&1)"
 }
 
@@ -123,7 +126,7 @@ stage_sanitize() {
 stage_bench() {
     note "## Kernels against PyTorch"
     step bench_kernels_cuda "$bin/bench_kernels_cuda" --reps 10
-    step torch_kernels "$py" tools/torch_ref.py kernels
+    step torch_kernels pyrun tools/torch_ref.py kernels
     note '```'
     sed -n '/^2\. GEMMs/,$p' "$out/bench_kernels_cuda.log" | tee -a "$summary"
     cat "$out/torch_kernels.log" | tee -a "$summary"
@@ -139,7 +142,7 @@ train() {
     step "$name.plan" "$bin/ptplan" "$@" || return 1
     step "$name" "$bin/ptrun" "$out/$name.plan.json" --steps "$steps" --data "$corpus" \
         --val-every 0 --val-batches 1 --sample 0 --log "$out/$name.jsonl" --record || return 1
-    note "- $name: $(grep -m1 '^plan' "$out/$name.log" | sed 's/.*tiny on//')"
+    note "- $name: $(grep -m1 '^plan' "$out/$name.log" | sed 's/^plan *//')"
     note "  $(grep -m1 'predicted' "$out/$name.log")"
     note "  $(runfig "$out/$name.jsonl")"
 }
@@ -153,7 +156,7 @@ stage_gpt2() {
     note "  CPU first loss (tools/gpucheck-ref.txt): ${ref:-none}"
     train gpt2-124m gpt2 64 "${GPUCHECK_GPT2_STEPS:-200}" ""
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2.plan.json" 2>/dev/null || echo 8)
-    step torch_gpt2 "$py" tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
+    step torch_gpt2 pyrun tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
         --steps 10
     note "  $(tail -n 1 "$out/torch_gpt2.log")"
 }
@@ -162,7 +165,7 @@ stage_gpt2xl() {
     note "## GPT-2 1.5B on one GPU"
     train gpt2-1.5b gpt2xl 16 20 ""
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2xl.plan.json" 2>/dev/null || echo 4)
-    step torch_gpt2xl "$py" tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
+    step torch_gpt2xl pyrun tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
         --steps 5 --warmup 3
     note "  $(tail -n 1 "$out/torch_gpt2xl.log")"
 }

@@ -14,6 +14,7 @@ learned positions, pre-norm blocks, GELU (tanh) MLP of 4h, tied token embedding 
 head, the vocabulary given by --vocab (ptrun's padded one by default).
 """
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -115,6 +116,14 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(seq, h)
         self.blocks = nn.ModuleList(Block(h, a) for _ in range(layers))
         self.lnf = nn.LayerNorm(h)
+        # GPT-2's initialisation: N(0, 0.02) weights, zero biases, the residual
+        # projections scaled by 1/sqrt(2·layers) (Radford et al. 2019, section 2.3)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.zeros_(p) if name.endswith("bias") else nn.init.ones_(p)
+            else:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx, tgt):
         pos = torch.arange(idx.shape[1], device=idx.device)
