@@ -1130,6 +1130,8 @@ static int run_list(ctx *c, list_id id)
     c->list = list;
     for (int i = 0; i < list->n; i++) {
         const pt_op *op = &list->op[i];
+        if (c->n->trace_sync && c->n->kn->sync(c->n->kn))
+            return pt_err_set(c->err, "%s", c->n->kn->err);
         double t0 = pt_trace_now();
         c->at = i;
         if (op->cls == PT_OP_COLL) {
@@ -1148,6 +1150,8 @@ static int run_list(ctx *c, list_id id)
                                       "does not know", op->name);
         if (rc)
             return -1;
+        if (c->n->trace_sync && c->n->kn->sync(c->n->kn))
+            return pt_err_set(c->err, "%s", c->n->kn->err);
         pt_trace_add_op(c->n->trace, c->n->rank, 0, op->name, &op->kernel, t0, pt_trace_now());
     }
     return finish_gather(c);

@@ -294,6 +294,8 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
     n->layout = p->layout;
     n->kn = kn;
     n->trace = trace;
+    const char *ts = getenv("PT_TRACE_SYNC");
+    n->trace_sync = trace && trace->on && ts && strcmp(ts, "1") == 0;
     n->stage = at->stage;
     n->tp_rank = at->tp_rank;
     n->cp_rank = at->cp_rank;

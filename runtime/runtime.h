@@ -335,6 +335,8 @@ typedef struct {
     pt_layout layout;
     pt_kernels *kn;
     pt_trace *trace;          /* may be off */
+    bool trace_sync;          /* PT_TRACE_SYNC=1: wait for the device around each op, so
+                               * a span is the op's device time, not its launch */
     int rank;                 /* for trace spans */
     int stage;                /* pipeline stage of this rank */
     int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */

@@ -806,7 +806,31 @@ static void test_attention(void)
     test_attention_shape(1, 50, 64, 2, 1, 64, 64, 0, 1);    /* a CP block: all keys earlier */
     test_attention_shape(1, 50, 64, 2, 1, 64, 0, 64, 1);    /* a CP block: no key visible */
     test_attention_shape(1, 80, 100, 2, 2, 64, 30, 10, 1);  /* partly visible, offsets */
+    /* the tensor-core path over many tiles: double buffering, GQA groups of 4, causal
+     * offsets that are not multiples of a tile, a ragged last tile */
+    test_attention_shape(2, 300, 300, 8, 2, 128, 0, 0, 1);
+    test_attention_shape(1, 257, 400, 4, 4, 64, 143, 0, 1);
+    test_attention_shape(1, 96, 160, 4, 1, 128, 0, 0, 0);
     test_attention_combine();
+}
+
+/* the same shapes on the CUDA-core kernels: a second backend without the tensor-core path */
+static void test_attention_simple(void)
+{
+    setenv("PT_KCUDA_SIMPLE_ATTN", "1", 1);
+    char err[256];
+    pt_kernels *fb = pt_kernels_cuda(0, err, sizeof err);
+    unsetenv("PT_KCUDA_SIMPLE_ATTN");
+    CHECK(fb != NULL);
+    if (!fb)
+        return;
+    pt_kernels *saved = GPU;
+    GPU = fb;
+    test_attention_shape(2, 70, 70, 4, 2, 64, 0, 0, 1);
+    test_attention_shape(1, 130, 130, 4, 1, 128, 0, 0, 1);
+    test_attention_shape(1, 80, 100, 2, 2, 64, 30, 10, 1);
+    GPU = saved;
+    pt_kernels_destroy(fb);
 }
 
 /* ---- Cross-entropy -------------------------------------------------------------------------------------------- */
@@ -992,6 +1016,7 @@ int main(void)
     test_pointwise();
     test_dropout();
     test_attention();
+    test_attention_simple();
     test_crossentropy();
     test_adamw();
     test_sumsq();

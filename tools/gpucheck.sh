@@ -12,7 +12,9 @@
 #             the largest micro-batch that fits, tokens/s against tools/torch_ref.py
 #   gpt2xl    GPT-2 1.5B on one GPU: MFU, and the PyTorch reference
 #   mpi       two ranks on the one GPU under mpirun: dp=2 and pp=2 against one rank
-#   profile   ptprofile --backend cuda into OUTDIR/costs.db, then ptplan's predicted
+#   trace     GPT-2 124M for 4 steps with PT_TRACE_SYNC=1 (each op waited for, so its
+#             span is its device time): where a step's time goes, op by op
+#   profile   ptprofile --backend cuda into OUTDIR/h100.db, then ptplan's predicted
 #             step time against ptrun's measured one for GPT-2 124M and 1.5B
 # The binaries come from .gpu/bundle.tar.xz (made here by tools/gpubundle.sh, which
 # lists what travels) when it exists, else from build/ (tools/setup.sh there). Each
@@ -24,7 +26,7 @@ root=$(pwd)
 [ $# -ge 1 ] || { echo "usage: tools/gpucheck.sh OUTDIR [STAGE...]" >&2; exit 2; }
 out=$1
 shift
-stages=${*:-env test sanitize bench gpt2 gpt2xl mpi profile}
+stages=${*:-env test sanitize bench gpt2 gpt2xl mpi trace profile}
 limit=${GPUCHECK_LIMIT_S:-240}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
@@ -51,7 +53,7 @@ else
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
        OMPI_MCA_btl=self,vader OMPI_MCA_osc=pt2pt OMPI_MCA_btl_vader_single_copy_mechanism=none
-export PT_COSTS_DB="$out/costs.db"
+export PT_COSTS_DB="$out/runs.db"   # ptrun --record; the profile goes to h100.db
 corpus=/usr/share/common-licenses/GPL-3
 [ -f "$corpus" ] || corpus="${bundle:-}/data/GPL-3"
 py=$(command -v python3)
@@ -192,14 +194,14 @@ stage_mpi() {
 stage_profile() {
     note "## Profile and prediction"
     step profile_124m "$bin/ptprofile" --backend cuda --model gpt2-124m --cluster dgx-h100 \
-        --devices 1 --global-batch 64 --max-mbs 64 --no-collectives --db "$out/costs.db"
+        --devices 1 --global-batch 64 --max-mbs 64 --no-collectives --db "$out/h100.db"
     step profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
-        --devices 1 --global-batch 16 --max-mbs 64 --no-collectives --db "$out/costs.db" --resume
+        --devices 1 --global-batch 16 --max-mbs 64 --no-collectives --db "$out/h100.db" --resume
     for name in gpt2 gpt2xl; do
         [ -f "$out/$name.jsonl" ] || continue
         set -- $("$py" -c "import json,sys; p=json.load(open(sys.argv[1])); print(p['model']['name'], p['layout']['string'], p['training']['global_batch'])" "$out/$name.plan.json")
         "$bin/ptplan" --model "$1" --cluster dgx-h100 --devices 1 --global-batch "$3" \
-            --layout "$2" --db "$out/costs.db" --json > "$out/$name.predict.json" 2>&1
+            --layout "$2" --db "$out/h100.db" --json > "$out/$name.predict.json" 2>&1
         note "- $name ($2): $("$py" - "$out/$name.predict.json" "$out/$name.jsonl" <<'EOF'
 import json, statistics, sys
 pred = json.load(open(sys.argv[1]))["predicted"]
@@ -212,11 +214,36 @@ EOF
     done
 }
 
+stage_trace() {
+    note "## Where GPT-2 124M's step goes (device time per op, PT_TRACE_SYNC=1)"
+    step trace.plan "$bin/ptplan" --model gpt2-124m --cluster dgx-h100 --devices 1 \
+        --global-batch 64 --max-mbs 64 --out "$out/trace.plan.json" || return 1
+    PT_TRACE_SYNC=1 step trace "$bin/ptrun" "$out/trace.plan.json" --steps 4 --data "$corpus" \
+        --val-every 0 --val-batches 1 --sample 0 --trace "$out/trace.json" || return 1
+    note '```'
+    "$py" - "$out/trace.json" <<'EOF' | tee -a "$summary"
+import collections, json, re, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+tot, cnt = collections.Counter(), collections.Counter()
+for e in ev:
+    if e.get("ph") == "X" and "dur" in e:
+        name = re.sub(r"\d+", "#", e["name"])  # fwd mb3 c0 -> fwd mb# c#
+        tot[name] += e["dur"]
+        cnt[name] += 1
+print("%-34s %8s %10s %9s" % ("span", "count", "total ms", "mean us"))
+for name, us in tot.most_common(30):
+    print("%-34s %8d %10.1f %9.1f" % (name[:34], cnt[name], us / 1e3, us / cnt[name]))
+EOF
+    note '```'
+    rm -f "$out/trace.json"
+}
+
 : > "$summary"
 note "# gpucheck $(date -u +%Y-%m-%dT%H:%MZ), stages: $stages"
 for s in $stages; do
     case $s in
-    env | test | sanitize | bench | gpt2 | gpt2xl | mpi | profile) "stage_$s" ;;
+    env | test | sanitize | bench | gpt2 | gpt2xl | mpi | trace | profile) "stage_$s" ;;
     *) note "- unknown stage $s"; failed=1 ;;
     esac
 done

@@ -2,7 +2,10 @@
  * Causal attention with grouped queries on CUDA, over one K/V block (context
  * parallelism merges blocks with attention_combine), in the manner of FlashAttention
  * (Dao et al. 2022; FlashAttention-2, Dao 2023), written for clarity first: fp32 FMAs
- * on CUDA cores from bf16 tiles in shared memory, no tensor cores yet.
+ * on CUDA cores from bf16 tiles in shared memory. Head dimensions 64 and 128 take the
+ * tensor-core kernels of attention_tc.cu; these are the reference they are tested
+ * against and the path for every other head dimension (and for all with
+ * PT_KCUDA_SIMPLE_ATTN=1).
  *
  * Tiling. A block of 256 threads owns a tile of 64 rows (queries in the forward and in
  * dQ, keys in dK/dV) of one head of one sequence and walks the 64-row tiles of the
@@ -28,6 +31,8 @@
  * dV += P^T dout, dK += scale · dS^T q, dQ += scale · dS k, as kernels/cpu/attention.c.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda.cuh"
 
@@ -464,6 +469,9 @@ template <typename K> static int raise_smem(pt_kernels *kn, K kernel, size_t byt
  * dimension needs (d = 64 for DJ = 4, d = 128 for DJ = 8). */
 int pt_kcuda_attention_init(pt_kernels *kn)
 {
+    const char *simple = getenv("PT_KCUDA_SIMPLE_ATTN");
+    if (!(simple && simple[0] && strcmp(simple, "0") != 0) && pt_kcuda_attn_tc_init(kn))
+        return -1;
     return raise_smem(kn, attn_forward_kernel<4>, fwd_smem_bytes(64)) ||
            raise_smem(kn, attn_forward_kernel<8>, fwd_smem_bytes(128)) ||
            raise_smem(kn, attn_bwd_dkdv_kernel<4>, bwd_smem_bytes(64)) ||
@@ -495,6 +503,12 @@ void pt_kcuda_attention_forward(pt_kernels *kn,
 {
     if (b <= 0 || sq <= 0 || a <= 0 || attn_check(kn, b, sq, a, kh, d))
         return;
+    const void *ptrs[] = {out, q, k, v};
+    if (pt_kcuda_attn_tc_ok(kn, d, ptrs, 4)) {
+        pt_kcuda_attn_tc_forward(kn, (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
+                                 (const bf16 *)v, b, sq, skv, a, kh, d, q0, k0, causal);
+        return;
+    }
     cudaStream_t st = pt_kcuda_ctx(kn)->stream;
     const float scale = 1.0f / sqrtf((float)d);
     dim3 grid((unsigned)((sq + BT - 1) / BT), (unsigned)a, (unsigned)b);
@@ -534,6 +548,13 @@ void pt_kcuda_attention_backward(pt_kernels *kn,
                           ATT_THREADS, 0, st>>>(D, (const bf16 *)dout, (const bf16 *)out, b, sq,
                                                 a, d);
     PT_LAUNCHED(kn, "attention_backward_dot");
+    const void *ptrs[] = {dq, dk, dv, dout, q, k, v};
+    if (pt_kcuda_attn_tc_ok(kn, d, ptrs, 7)) {
+        pt_kcuda_attn_tc_backward(kn, (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
+                                  (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, b,
+                                  sq, skv, a, kh, d, q0, k0, causal);
+        return;
+    }
     dim3 kgrid((unsigned)((skv + BT - 1) / BT), (unsigned)kh, (unsigned)b);
     dim3 qgrid((unsigned)((sq + BT - 1) / BT), (unsigned)a, (unsigned)b);
     size_t smem = bwd_smem_bytes(d);

@@ -53,6 +53,8 @@ typedef struct {
     void *lt_ws;               /* cuBLASLt workspace */
     size_t lt_ws_bytes;
     int no_lt;                 /* PT_KCUDA_NO_LT set: every GEMM on the fallback kernel */
+    int attn_tc;               /* the tensor-core attention kernels can run (attention_tc.cu);
+                                * 0 with PT_KCUDA_SIMPLE_ATTN=1 */
     void *scratch;             /* per-op temporaries, reused in stream order */
     size_t scratch_bytes;
     double *host_sum;          /* pinned: the result of sumsq */
@@ -227,6 +229,19 @@ void pt_kcuda_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64
 void pt_kcuda_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64_t n);
 /* attention.cu */
 int pt_kcuda_attention_init(pt_kernels *kn);
+/* attention_tc.cu: the tensor-core path for head dimensions 64 and 128. _init raises
+ * the kernels' shared-memory limits and sets ctx->attn_tc when the device allows them;
+ * _ok says whether a call with head dimension d and these pointers can take the path;
+ * Dsum is the backward's rowsum(dout ∘ out), (b, a, sq) fp32. */
+int pt_kcuda_attn_tc_init(pt_kernels *kn);
+bool pt_kcuda_attn_tc_ok(pt_kernels *kn, int d, const void *const *ptrs, int n);
+void pt_kcuda_attn_tc_forward(pt_kernels *kn, bf16 *out, float *lse, const bf16 *q,
+                              const bf16 *k, const bf16 *v, int b, int sq, int skv, int a,
+                              int kh, int d, int q0, int k0, int causal);
+void pt_kcuda_attn_tc_backward(pt_kernels *kn, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
+                               const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+                               const float *Dsum, int b, int sq, int skv, int a, int kh, int d,
+                               int q0, int k0, int causal);
 void pt_kcuda_attention_forward(pt_kernels *kn, float *out, float *lse, const float *q,
                                 const float *k, const float *v, int b, int sq, int skv,
                                 int a, int kh, int d, int q0, int k0, int causal);
