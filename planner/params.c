@@ -32,8 +32,14 @@ static int64_t pt_params_tp(int tp)
 
 int64_t pt_vocab_padded(const pt_model *m, int tp)
 {
-    int64_t t = pt_params_tp(tp);
-    return (m->vocab + t - 1) / t * t;
+    /* Rounded up to a multiple of 128 (Megatron-LM's --make-vocab-size-divisible-by
+     * default), so the head's GEMMs have aligned leading dimensions (GPT-2's 50257 rows
+     * push cuBLASLt onto slow kernels), then to a multiple of t for the vocab-parallel
+     * split. Unlike Megatron-LM's 128·t, the size then stays the same for every t that
+     * divides it, so layouts train the same model. The padded rows are parameters like
+     * the others; no target names them, so training pushes their logits down. */
+    int64_t t = pt_params_tp(tp), v = (m->vocab + 127) / 128 * 128;
+    return (v + t - 1) / t * t;
 }
 
 int64_t pt_kv_heads_rank(const pt_model *m, int tp)
@@ -92,8 +98,11 @@ int64_t pt_params_head(const pt_model *m, int tp, int pp)
 
 int64_t pt_model_params_total(const pt_model *m)
 {
+    /* the model's own parameters, as published: the vocabulary's padding rows
+     * (pt_vocab_padded) are allocated and trained but not counted */
+    int64_t tables = m->tied_embeddings ? 1 : 2;
     return pt_params_embedding(m, 1) + m->layers * pt_params_layer(m, 1) +
-           pt_params_head(m, 1, 1);
+           pt_params_head(m, 1, 1) - tables * (pt_vocab_padded(m, 1) - m->vocab) * m->hidden;
 }
 
 int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool first,

@@ -70,7 +70,7 @@ int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
 
 /* Parameter counts (planner/params.c). `tp` is the tensor-parallel size: the figures
  * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
-int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to a multiple of t */
+int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to 128, then to t */
 int64_t pt_params_layer(const pt_model *m, int tp);
 /* KV heads one tensor-parallel rank holds: k/t, or 1 when tp > k (each KV head then
  * replicated over the tp/k ranks whose query heads use it). */

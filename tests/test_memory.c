@@ -69,17 +69,18 @@ static void test_params_published(void)
 static void test_params_tp(void)
 {
     pt_model g = gpt(12, 768, 12, 50257, 1024);
-    CHECK_INT(pt_vocab_padded(&g, 1), 50257);
-    CHECK_INT(pt_vocab_padded(&g, 2), 50258);
-    CHECK_INT(pt_vocab_padded(&g, 8), 50264);
+    CHECK_INT(pt_vocab_padded(&g, 1), 50304);
+    CHECK_INT(pt_vocab_padded(&g, 2), 50304);
+    CHECK_INT(pt_vocab_padded(&g, 3), 50304);
+    CHECK_INT(pt_vocab_padded(&g, 7), 50309);
     /* t = 2: split weights and column biases halve, replicated biases (2·768) and
      * norms (4·768) stay: (7,087,872 - 6·768)/2 + 6·768. */
     CHECK_INT(pt_params_layer(&g, 2), (7087872 - 6 * 768) / 2 + 6 * 768);
     /* Tied head: nothing but the final norm with p = 1, a vocab-parallel copy of the
      * embedding on the last stage with p > 1. */
     CHECK_INT(pt_params_head(&g, 1, 1), 2 * 768);
-    CHECK_INT(pt_params_head(&g, 2, 4), 2 * 768 + 50258 * 768 / 2);
-    CHECK_INT(pt_params_embedding(&g, 2), 50258 * 768 / 2 + 1024 * 768);
+    CHECK_INT(pt_params_head(&g, 2, 4), 2 * 768 + 50304 * 768 / 2);
+    CHECK_INT(pt_params_embedding(&g, 2), 50304 * 768 / 2 + 1024 * 768);
 
     pt_model l8 = llama(32, 4096, 32, 8, 14336, 128256, 8192);
     CHECK_INT(pt_params_embedding(&l8, 8), 128256 * 4096 / 8); /* RoPE: no table */
@@ -261,45 +262,46 @@ static void test_stage_by_hand(void)
     CHECK_NEAR(pt_mem_layer_activations(&m, &l, pt_precision_of(PT_PREC_BF16)), 688128.0,
                1e-15);
 
-    /* Stage 0: weights 2·90,560 = 181,120; grads 4·90,560 = 362,240; optimizer
-     * 12·90,560/2 = 543,360; min(2 - 0, 4) = 2 micro-batches of 2 layers:
+    /* The vocabulary 1000 is padded to 1024 (a multiple of 128), 512 rows per rank.
+     * Stage 0: weights 2·91,328 = 182,656; grads 4·91,328 = 365,312; optimizer
+     * 12·91,328/2 = 547,968; min(2 - 0, 4) = 2 micro-batches of 2 layers:
      * 4·688,128 = 2,752,512; embedding dropout mask of min(p, n) = 2 micro-batches:
-     * 2·16,384 = 32,768; comm: two buckets of min(25 MiB, 362,240) = 724,480 plus
-     * send/receive 2·2·16,384 = 65,536: 790,016. Total 4,662,016. */
+     * 2·16,384 = 32,768; comm: two buckets of min(25 MiB, 365,312) = 730,624 plus
+     * send/receive 2·2·16,384 = 65,536: 796,160. Total 4,677,376. */
     pt_memory s;
     pt_mem_stage(&m, &l, &t, 0, &s);
     CHECK_INT(s.stage, 0);
-    CHECK_NEAR(s.params, 90560, 1e-15);
+    CHECK_NEAR(s.params, 91328, 1e-15);
     CHECK_INT(s.layers, 2);
     CHECK_INT(s.in_flight, 2);
-    CHECK_NEAR(s.weights_bytes, 181120, 1e-15);
-    CHECK_NEAR(s.grads_bytes, 362240, 1e-15);
-    CHECK_NEAR(s.optimizer_bytes, 543360, 1e-15);
+    CHECK_NEAR(s.weights_bytes, 182656, 1e-15);
+    CHECK_NEAR(s.grads_bytes, 365312, 1e-15);
+    CHECK_NEAR(s.optimizer_bytes, 547968, 1e-15);
     CHECK_NEAR(s.activations_bytes, 2752512, 1e-15);
     CHECK_NEAR(s.embed_head_bytes, 32768, 1e-15);
     CHECK(s.recompute_bytes == 0);
-    CHECK_NEAR(s.comm_bytes, 790016, 1e-15);
-    CHECK_NEAR(s.total_bytes, 4662016, 1e-15);
+    CHECK_NEAR(s.comm_bytes, 796160, 1e-15);
+    CHECK_NEAR(s.total_bytes, 4677376, 1e-15);
 
-    /* Stage 1: weights 164,992; grads 329,984; optimizer 494,976; one micro-batch of
+    /* Stage 1: weights 166,528; grads 333,056; optimizer 499,584; one micro-batch of
      * 2 layers: 1,376,256; final-norm input 2·16,384 = 32,768 plus fp32 logits
-     * 4·256·1000/2 = 512,000: 544,768; comm 2·329,984 + 65,536 = 725,504.
-     * Total 3,636,480. */
+     * 4·256·1024/2 = 524,288: 557,056; comm 2·333,056 + 65,536 = 731,648.
+     * Total 3,664,128. */
     pt_mem_stage(&m, &l, &t, 1, &s);
     CHECK_INT(s.stage, 1);
-    CHECK_NEAR(s.params, 82496, 1e-15);
+    CHECK_NEAR(s.params, 83264, 1e-15);
     CHECK_INT(s.in_flight, 1);
-    CHECK_NEAR(s.weights_bytes, 164992, 1e-15);
-    CHECK_NEAR(s.grads_bytes, 329984, 1e-15);
-    CHECK_NEAR(s.optimizer_bytes, 494976, 1e-15);
+    CHECK_NEAR(s.weights_bytes, 166528, 1e-15);
+    CHECK_NEAR(s.grads_bytes, 333056, 1e-15);
+    CHECK_NEAR(s.optimizer_bytes, 499584, 1e-15);
     CHECK_NEAR(s.activations_bytes, 1376256, 1e-15);
-    CHECK_NEAR(s.embed_head_bytes, 544768, 1e-15);
-    CHECK_NEAR(s.comm_bytes, 725504, 1e-15);
-    CHECK_NEAR(s.total_bytes, 3636480, 1e-15);
+    CHECK_NEAR(s.embed_head_bytes, 557056, 1e-15);
+    CHECK_NEAR(s.comm_bytes, 731648, 1e-15);
+    CHECK_NEAR(s.total_bytes, 3664128, 1e-15);
 
     pt_mem_rank_max(&m, &l, &t, &s);
     CHECK_INT(s.stage, 0);
-    CHECK_NEAR(s.total_bytes, 4662016, 1e-15);
+    CHECK_NEAR(s.total_bytes, 4677376, 1e-15);
 
     /* Recomputation working space: full rebuilds one whole layer (688,128), selective
      * one attention core (327,680). */
@@ -314,18 +316,19 @@ static void test_stage_by_hand(void)
 
 static void test_single_rank(void)
 {
-    /* One rank holds the whole model, tied head included once. */
+    /* One rank holds the whole model, tied head included once, the vocabulary padded
+     * to 50,304 rows: 124,439,808 + 47·768 parameters. */
     pt_model g = gpt(12, 768, 12, 50257, 1024);
     pt_layout l = layout(1, 1, 1);
     l.n_micro = 8;
     pt_train t = train(PT_PREC_BF16);
     pt_memory s;
     pt_mem_stage(&g, &l, &t, 0, &s);
-    CHECK_NEAR(s.params, 124439808, 1e-15);
+    CHECK_NEAR(s.params, 124475904, 1e-15);
     CHECK_INT(s.in_flight, 1); /* gradient accumulation keeps one micro-batch */
     CHECK_INT(s.layers, 12);
     CHECK(s.comm_bytes == 0);
-    CHECK_NEAR(s.weights_bytes + s.grads_bytes + s.optimizer_bytes, 18.0 * 124439808, 1e-15);
+    CHECK_NEAR(s.weights_bytes + s.grads_bytes + s.optimizer_bytes, 18.0 * 124475904, 1e-15);
 
     /* A tied model over p stages holds one extra copy of the embedding matrix. */
     l.pp = 4;
@@ -334,7 +337,7 @@ static void test_single_rank(void)
         pt_mem_stage(&g, &l, &t, st, &s);
         sum += s.params;
     }
-    CHECK_NEAR(sum, 124439808.0 + 50257.0 * 768, 1e-15);
+    CHECK_NEAR(sum, 124475904.0 + 50304.0 * 768, 1e-15);
 }
 
 /* ---- Directions of the knobs -------------------------------------------------- */

@@ -81,8 +81,9 @@ static void check_fd(bool llama)
     CHECK_INT(pt_net_init(&n, &p, kn, 0, 1, 42, NULL, &err), 0);
     data d = make_data();
     gradients(&n, &d);
-    /* A few elements of every parameter: central differences of the fp32 loss. */
-    const float eps = 1e-2f;
+    /* A few elements of every parameter: central differences of the fp32 loss, with a
+     * step small enough that their O(eps²) truncation error stays near 2 % */
+    const float eps = 5e-3f;
     double worst = 0;
     for (int i = 0; i < n.n_param; i++) {
         const pt_param *q = &n.param[i];
@@ -151,7 +152,7 @@ static void check_init(void)
     const pt_param *ln = pt_net_param(&a, "layers.1.norm2.w");
     CHECK(ln && a.master[ln->offset] == 1.0f);
     const pt_param *wte = pt_net_param(&a, "wte");
-    CHECK(wte && wte->shape[0] == 32 && wte->shape[1] == 16);
+    CHECK(wte && wte->shape[0] == 128 && wte->shape[1] == 16); /* 32 padded to 128 */
     pt_net_free(&a);
     pt_net_free(&b);
     pt_net_free(&c);

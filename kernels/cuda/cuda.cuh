@@ -31,14 +31,17 @@
 
 typedef __nv_bfloat16 bf16;
 
-/* Entries of the cuBLASLt algorithm cache (matmul.cu): one per distinct GEMM shape,
- * type and pointer alignment seen; the layers of a model need a few dozen. */
-enum { PT_KCUDA_ALGO_CACHE = 128 };
+/* Slots of the cuBLASLt algorithm cache (matmul.cu), a hash table: one entry per
+ * distinct GEMM shape, type and pointer alignment class seen; a model's layers need a
+ * few dozen to a few hundred (forward, both backward products, recomputation, ragged
+ * tensor-parallel row splits). */
+enum { PT_KCUDA_ALGO_CACHE = 1024 };
 
 typedef struct {
     uint64_t key[6];           /* shape, transposes, types, alignments, epilogue */
     cublasLtMatmulAlgo_t algo;
     int ok;                    /* 0: no cuBLASLt algorithm, use the fallback kernel */
+    int used;                  /* the slot holds an entry */
 } pt_kcuda_algo;
 
 /* kn->priv. The stream is the first member so that code holding only the priv pointer

@@ -1,14 +1,15 @@
 /*
  * Token and position embedding on CUDA, including the vocab-parallel form (a rank holds
  * token rows [v0, v0+vr) and produces a partial sum). The backward must add the
- * gradients of repeated tokens without atomics, so each distinct token row is owned by
- * the block of its FIRST occurrence, which adds the gradients of all its occurrences
- * in position order: the same order (and so the same fp32 result) as the CPU loop.
- * Finding first occurrences and their repeats scans the token array once per distinct
- * token: O((b·s)²) integer compares, coalesced and from L2, small next to a layer for
- * the b·s of one micro-batch (16 K tokens: ~2.7e8 compares), but quadratic; a
- * sort-based grouping would replace it for much longer micro-batches. dwpe sums over the batch in order.
+ * gradients of repeated tokens without atomics: the (token, position) pairs of the
+ * micro-batch are sorted by token with CUB's stable radix sort (part of the CUDA
+ * toolkit), so each token's positions come out in position order; the block at the
+ * start of each run of one token then adds the gradient rows of its positions in that
+ * order, the same order (and so the same fp32 result) as the CPU loop, in O(b·s·h)
+ * work. dwpe sums over the batch in order.
  */
+#include <cub/device/device_radix_sort.cuh>
+
 #include "cuda.cuh"
 
 __global__ void embed_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
@@ -43,64 +44,52 @@ void pt_kcuda_embed_forward(pt_kernels *kn,
     PT_LAUNCHED(kn, "embed_forward");
 }
 
-enum { EMB_THREADS = 128, EMB_LIST = 2 * EMB_THREADS };
+enum { EMB_THREADS = 128, EMB_COLS = 8 };
 
-/* One block of EMB_THREADS per position p; it works only when p is the first occurrence
- * of its token within this rank's rows. It then collects the positions q >= p holding
- * the same token, in order, into a shared list (an ordered compaction: ballot within
- * each warp, warps in order), and adds their gradient rows into the token's row of dwte
- * column by column, list entry by list entry, whenever the list may overflow and at
- * the end. */
-__global__ void embed_backward_wte_kernel(float *dwte, const bf16 *dout, const int32_t *tokens,
-                                          int64_t rows, int h, int v0, int vr)
+/* the sort's input: this rank's rows of dwte get their token (relative to v0) as key,
+ * the others vr (sorted last, never added); positions as values */
+__global__ void embed_keys_kernel(int32_t *keys, int32_t *pos, const int32_t *tokens,
+                                  int64_t rows, int v0, int vr)
 {
-    __shared__ int64_t list[EMB_LIST];
-    __shared__ int warp_count[EMB_THREADS / 32];
-    __shared__ int list_n;
-    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    int64_t p = blockIdx.x;
-    int32_t t = tokens[p];
-    if (t - v0 < 0 || t - v0 >= vr)
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < rows;
+         p += (int64_t)gridDim.x * blockDim.x) {
+        const int t = tokens[p] - v0;
+        keys[p] = t >= 0 && t < vr ? t : vr;
+        pos[p] = (int32_t)p;
+    }
+}
+
+/* one block per sorted entry i; it works only when i starts a run of one token, and adds
+ * the run's gradient rows, in position order, into that token's row of dwte */
+__global__ void embed_backward_wte_kernel(float *dwte, const bf16 *dout, const int32_t *keys,
+                                          const int32_t *pos, int64_t rows, int h, int vr)
+{
+    const int64_t i = blockIdx.x;
+    const int t = keys[i];
+    if (t >= vr || (i > 0 && keys[i - 1] == t))
         return;
-    int seen = 0;
-    for (int64_t q = tid; q < p && !seen; q += EMB_THREADS)
-        seen = tokens[q] == t;
-    if (__syncthreads_or(seen))
-        return;
-    float *dte = dwte + (int64_t)(t - v0) * h;
-    if (tid == 0)
-        list_n = 0;
-    __syncthreads();
-    for (int64_t base = p; base < rows; base += EMB_THREADS) {
-        int64_t q = base + tid;
-        int match = q < rows && tokens[q] == t;
-        unsigned ballot = __ballot_sync(0xffffffffu, match);
-        if (lane == 0)
-            warp_count[warp] = __popc(ballot);
-        __syncthreads();
-        int before = list_n, total = list_n;
-        for (int w = 0; w < EMB_THREADS / 32; w++) {
-            before += w < warp ? warp_count[w] : 0;
-            total += warp_count[w];
+    int64_t end = i + 1;
+    while (end < rows && keys[end] == t)
+        end++;
+    /* each thread owns up to EMB_COLS columns at a time, so that many independent loads
+     * are in flight per position of a long run (a frequent token) */
+    float *dte = dwte + (int64_t)t * h;
+    for (int c0 = threadIdx.x; c0 < h; c0 += EMB_COLS * EMB_THREADS) {
+        float acc[EMB_COLS];
+#pragma unroll
+        for (int k = 0; k < EMB_COLS; k++)
+            acc[k] = c0 + k * EMB_THREADS < h ? dte[c0 + k * EMB_THREADS] : 0.0f;
+        for (int64_t m = i; m < end; m++) {
+            const bf16 *row = dout + (int64_t)pos[m] * h + c0;
+#pragma unroll
+            for (int k = 0; k < EMB_COLS; k++)
+                if (c0 + k * EMB_THREADS < h)
+                    acc[k] += pt_ld(row + k * EMB_THREADS);
         }
-        if (match)
-            list[before + __popc(ballot & ((1u << lane) - 1u))] = q;
-        __syncthreads();
-        if (tid == 0)
-            list_n = total;
-        __syncthreads();
-        if (total > EMB_LIST - EMB_THREADS || base + EMB_THREADS >= rows) {
-            for (int i = tid; i < h; i += EMB_THREADS) {
-                float acc = dte[i];
-                for (int m = 0; m < total; m++)
-                    acc += pt_ld(dout + list[m] * h + i);
-                dte[i] = acc;
-            }
-            __syncthreads();
-            if (tid == 0)
-                list_n = 0;
-            __syncthreads();
-        }
+#pragma unroll
+        for (int k = 0; k < EMB_COLS; k++)
+            if (c0 + k * EMB_THREADS < h)
+                dte[c0 + k * EMB_THREADS] = acc[k];
     }
 }
 
@@ -131,8 +120,31 @@ void pt_kcuda_embed_backward(pt_kernels *kn,
     if (rows <= 0)
         return;
     if (dwte) {
-        embed_backward_wte_kernel<<<(unsigned)rows, EMB_THREADS, 0, st>>>(dwte, (const bf16 *)dout,
-                                                                  tokens, rows, h, v0, vr);
+        if (rows > INT32_MAX) {
+            pt_kcuda_fail(kn, __FILE__, __LINE__, "embed_backward: %lld rows", (long long)rows);
+            return;
+        }
+        /* scratch: keys and positions in, sorted keys and positions out, CUB's space */
+        int bits = 1;
+        while (bits < 31 && (1ll << bits) <= vr)
+            bits++;
+        size_t cub_bytes = 0, arr = ((size_t)rows * sizeof(int32_t) + 255) / 256 * 256;
+        cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL, (int32_t *)NULL,
+                                        (const int32_t *)NULL, (int32_t *)NULL, (int)rows, 0,
+                                        bits, st);
+        char *base = (char *)pt_kcuda_scratch(kn, 4 * arr + cub_bytes);
+        if (!base)
+            return;
+        int32_t *keys = (int32_t *)base, *pos = (int32_t *)(base + arr);
+        int32_t *skeys = (int32_t *)(base + 2 * arr), *spos = (int32_t *)(base + 3 * arr);
+        embed_keys_kernel<<<pt_kcuda_blocks(rows, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, st>>>(
+            keys, pos, tokens, rows, v0, vr);
+        PT_LAUNCHED(kn, "embed_backward_keys");
+        if (PT_CU(kn, cub::DeviceRadixSort::SortPairs(base + 4 * arr, cub_bytes, keys, skeys,
+                                                      pos, spos, (int)rows, 0, bits, st)))
+            return;
+        embed_backward_wte_kernel<<<(unsigned)rows, EMB_THREADS, 0, st>>>(
+            dwte, (const bf16 *)dout, skeys, spos, rows, h, vr);
         PT_LAUNCHED(kn, "embed_backward_wte");
     }
     if (dwpe) {

@@ -17,7 +17,7 @@
  * sum (backend.cu's two passes), not an epilogue, so it never needs atomics.
  *
  * cuBLASLt picks one algorithm per shape (its heuristic; cached here, keyed by shape,
- * types and pointer alignment, since the heuristic assumes 256-byte-aligned buffers
+ * types and pointer alignment class, since the heuristic assumes 256-byte-aligned buffers
  * unless told otherwise and the runtime passes views into larger allocations). cuBLAS
  * documents bit-wise reproducibility for a fixed algorithm, toolkit and GPU model.
  * When cuBLASLt offers no algorithm (rare odd leading dimensions), or PT_KCUDA_NO_LT
@@ -89,10 +89,18 @@ __global__ void add_bias_kernel(bf16 *C, const bf16 *bias, int64_t m, int64_t n,
 
 /* ---- cuBLASLt ------------------------------------------------------------------------------- */
 
-/* the largest power of two dividing the address, capped at 256 (cuBLASLt's default) */
+/* The alignment class of an address: 256 (cuBLASLt's default assumption), 16 (what
+ * its tensor-core kernels load with), or the largest power of two below that. An
+ * algorithm chosen for a class runs on any pointer of that class, so the cache keeps
+ * a few entries per shape however the runtime's views fall in their allocations. */
 static uint64_t align_of(const void *p)
 {
-    uint64_t a = (uint64_t)(uintptr_t)p, al = 256;
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    if (a % 256 == 0)
+        return 256;
+    if (a % 16 == 0)
+        return 16;
+    uint64_t al = 8;
     while (al > 1 && a % al)
         al >>= 1;
     return al;
@@ -121,9 +129,18 @@ static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_pr
                                     const void *A, const void *B, const void *C)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    for (int i = 0; i < ctx->n_algos; i++)
-        if (!memcmp(ctx->algos[i].key, key, sizeof ctx->algos[i].key))
-            return &ctx->algos[i];
+    /* open addressing on an FNV-1a hash of the key: a lookup costs a probe or two */
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 6; i++)
+        h = (h ^ key[i]) * 1099511628211ull;
+    unsigned slot = (unsigned)(h % PT_KCUDA_ALGO_CACHE);
+    for (int n = 0; n < PT_KCUDA_ALGO_CACHE; n++, slot = (slot + 1) % PT_KCUDA_ALGO_CACHE) {
+        pt_kcuda_algo *e = &ctx->algos[slot];
+        if (!e->used)
+            break;
+        if (!memcmp(e->key, key, sizeof e->key))
+            return e;
+    }
     pt_kcuda_algo entry;
     memset(&entry, 0, sizeof entry);
     memcpy(entry.key, key, sizeof entry.key);
@@ -151,13 +168,13 @@ static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_pr
     entry.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
     if (entry.ok)
         entry.algo = res.algo;
-    if (ctx->n_algos < PT_KCUDA_ALGO_CACHE) {
-        ctx->algos[ctx->n_algos] = entry;
-        return &ctx->algos[ctx->n_algos++];
-    }
-    /* cache full (an unusual number of shapes): keep the answer in the last slot */
-    ctx->algos[PT_KCUDA_ALGO_CACHE - 1] = entry;
-    return &ctx->algos[PT_KCUDA_ALGO_CACHE - 1];
+    entry.used = 1;
+    /* slot: the first free one of the probe, or, with the table full (an unusual
+     * number of shapes), the home slot, whose old entry is forgotten */
+    if (ctx->n_algos < PT_KCUDA_ALGO_CACHE)
+        ctx->n_algos++;
+    ctx->algos[slot] = entry;
+    return &ctx->algos[slot];
 }
 
 /* Column-major C (m, n) = alpha · op(A) · op(B) + beta · C (+ bias (m) broadcast over
