@@ -81,6 +81,7 @@ step() {
 
 # PyTorch brings its own cuDNN and NCCL: keep the bundle's library path away from it
 pyrun() { env -u LD_LIBRARY_PATH "$py" "$@"; }
+pyclean="env -u LD_LIBRARY_PATH $py"
 
 # a run's median tokens/s and MFU after its first two steps, and its first loss
 runfig() {
@@ -128,7 +129,7 @@ stage_sanitize() {
 stage_bench() {
     note "## Kernels against PyTorch"
     step bench_kernels_cuda "$bin/bench_kernels_cuda" --reps 10
-    step torch_kernels pyrun tools/torch_ref.py kernels
+    step torch_kernels $pyclean tools/torch_ref.py kernels
     note '```'
     sed -n '/^2\. GEMMs/,$p' "$out/bench_kernels_cuda.log" | tee -a "$summary"
     cat "$out/torch_kernels.log" | tee -a "$summary"
@@ -139,7 +140,7 @@ stage_bench() {
 train() {
     model=$1 name=$2 gb=$3 steps=$4 layout=${5:-}
     set -- --model "$model" --cluster dgx-h100 --devices 1 --global-batch "$gb" --max-mbs 64 \
-           --out "$out/$name.plan.json"
+           --db "$out/none.db" --out "$out/$name.plan.json"
     [ -n "$layout" ] && set -- "$@" --layout "$layout"
     step "$name.plan" "$bin/ptplan" "$@" || return 1
     step "$name" "$bin/ptrun" "$out/$name.plan.json" --steps "$steps" --data "$corpus" \
@@ -158,7 +159,7 @@ stage_gpt2() {
     note "  CPU first loss (tools/gpucheck-ref.txt): ${ref:-none}"
     train gpt2-124m gpt2 64 "${GPUCHECK_GPT2_STEPS:-200}" ""
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2.plan.json" 2>/dev/null || echo 8)
-    step torch_gpt2 pyrun tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
+    step torch_gpt2 $pyclean tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
         --steps 10
     note "  $(tail -n 1 "$out/torch_gpt2.log")"
 }
@@ -167,7 +168,7 @@ stage_gpt2xl() {
     note "## GPT-2 1.5B on one GPU"
     train gpt2-1.5b gpt2xl 16 20 ""
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2xl.plan.json" 2>/dev/null || echo 4)
-    step torch_gpt2xl pyrun tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
+    step torch_gpt2xl $pyclean tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
         --steps 5 --warmup 3
     note "  $(tail -n 1 "$out/torch_gpt2xl.log")"
 }
@@ -217,7 +218,7 @@ EOF
 stage_trace() {
     note "## Where GPT-2 124M's step goes (device time per op, PT_TRACE_SYNC=1)"
     step trace.plan "$bin/ptplan" --model gpt2-124m --cluster dgx-h100 --devices 1 \
-        --global-batch 64 --max-mbs 64 --out "$out/trace.plan.json" || return 1
+        --global-batch 64 --max-mbs 64 --db "$out/none.db" --out "$out/trace.plan.json" || return 1
     PT_TRACE_SYNC=1 step trace "$bin/ptrun" "$out/trace.plan.json" --steps 4 --data "$corpus" \
         --val-every 0 --val-batches 1 --sample 0 --trace "$out/trace.json" || return 1
     note '```'
