@@ -796,6 +796,9 @@ static int go(const options *o, run *r, pt_err *err)
 
 int main(int argc, char **argv)
 {
+    /* a line at a time, also into a file or pipe: a long run's progress shows as it
+     * happens and survives the run being killed */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     run r;
     memset(&r, 0, sizeof r);
     pt_err err = {""};

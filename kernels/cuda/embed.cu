@@ -44,7 +44,7 @@ void pt_kcuda_embed_forward(pt_kernels *kn,
     PT_LAUNCHED(kn, "embed_forward");
 }
 
-enum { EMB_THREADS = 128, EMB_COLS = 8 };
+enum { EMB_THREADS = 128, EMB_COLS = 8, EMB_UNROLL = 8 };
 
 /* the sort's input: this rank's rows of dwte get their token (relative to v0) as key,
  * the others vr (sorted last, never added); positions as values */
@@ -79,7 +79,25 @@ __global__ void embed_backward_wte_kernel(float *dwte, const bf16 *dout, const i
 #pragma unroll
         for (int k = 0; k < EMB_COLS; k++)
             acc[k] = c0 + k * EMB_THREADS < h ? dte[c0 + k * EMB_THREADS] : 0.0f;
-        for (int64_t m = i; m < end; m++) {
+        /* EMB_UNROLL positions at a time: their loads are all issued before the adds,
+         * which still go in position order */
+        int64_t m = i;
+        for (; m + EMB_UNROLL <= end; m += EMB_UNROLL) {
+            float x[EMB_UNROLL][EMB_COLS];
+#pragma unroll
+            for (int u = 0; u < EMB_UNROLL; u++) {
+                const bf16 *row = dout + (int64_t)pos[m + u] * h + c0;
+#pragma unroll
+                for (int k = 0; k < EMB_COLS; k++)
+                    x[u][k] = c0 + k * EMB_THREADS < h ? pt_ld(row + k * EMB_THREADS) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < EMB_UNROLL; u++)
+#pragma unroll
+                for (int k = 0; k < EMB_COLS; k++)
+                    acc[k] += x[u][k];
+        }
+        for (; m < end; m++) {
             const bf16 *row = dout + (int64_t)pos[m] * h + c0;
 #pragma unroll
             for (int k = 0; k < EMB_COLS; k++)
