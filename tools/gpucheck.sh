@@ -120,7 +120,7 @@ stage_test() {
 stage_sanitize() {
     note "## compute-sanitizer on the kernel tests"
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    for tool in memcheck racecheck synccheck; do
+    for tool in ${GPUCHECK_SANITIZERS:-memcheck racecheck synccheck}; do
         # the tests provoke an out-of-memory on purpose: API errors are not findings
         step "sanitize_$tool" "$cs" --tool "$tool" --error-exitcode 3 --report-api-errors no \
             --print-limit 20 "$bin/test_kernels_cuda"
