@@ -59,8 +59,13 @@ done
 
 mkdir -p "$out"
 tar -C "$stage" -cf - . | xz -T0 -6 > "$out/bundle.tar.xz"
-exclude="$(git rev-parse --git-path info/exclude 2>/dev/null || echo .git/info/exclude)"
-mkdir -p "$(dirname "$exclude")"
-grep -qx "/$out/" "$exclude" 2>/dev/null || echo "/$out/" >> "$exclude"
+case $out in
+/*) ;; # outside the tree: nothing for git to ignore
+*)
+    exclude="$(git rev-parse --git-path info/exclude 2>/dev/null || echo .git/info/exclude)"
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx "/$out/" "$exclude" 2>/dev/null || echo "/$out/" >> "$exclude"
+    ;;
+esac
 echo "gpubundle: $out/bundle.tar.xz ($(du -h "$out/bundle.tar.xz" | cut -f1)):" \
      "$(ls "$stage/bin" | tr '\n' ' ')and $(ls "$stage/lib" | wc -l) libraries"

@@ -16,8 +16,9 @@
 #             span is its device time): where a step's time goes, op by op
 #   profile   ptprofile --backend cuda into OUTDIR/h100.db, then ptplan's predicted
 #             step time against ptrun's measured one for GPT-2 124M and 1.5B
-# The binaries come from .gpu/bundle.tar.xz (made here by tools/gpubundle.sh, which
-# lists what travels) when it exists, else from build/ (tools/setup.sh there). Each
+# The binaries come from .gpu/bundle.tar.xz ($GPUCHECK_BUNDLE; made by
+# tools/gpubundle.sh, which lists what travels) when it exists, else from build/
+# (tools/setup.sh there; $GPUCHECK_BUILD names another build directory). Each
 # stage runs under a time limit (GPUCHECK_LIMIT_S, 240 s by default) and a failing
 # stage does not stop the others; the exit status is 1 when any failed.
 # GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile) and
@@ -36,10 +37,12 @@ summary="$out/summary.md"
 failed=0
 
 # ---- the binaries and the libraries they need --------------------------------------------
-if [ -f .gpu/bundle.tar.xz ]; then
-    bundle=/tmp/ptbundle
-    rm -rf "$bundle" && mkdir -p "$bundle" && tar -C "$bundle" -xJf .gpu/bundle.tar.xz || exit 1
-    bin="$bundle/bin"
+archive=${GPUCHECK_BUNDLE:-.gpu/bundle.tar.xz}
+if [ -f "$archive" ]; then
+    bundle=$(mktemp -d "${TMPDIR:-/tmp}/ptbundle.XXXXXX") || exit 1
+    trap 'rm -rf "$bundle"' EXIT
+    tar -C "$bundle" -xJf "$archive" || exit 1
+    bin="$bundle/bin" tbin="$bundle/bin"
     # the GPU machine's own CUDA libraries: the toolkit's, else PyTorch's wheels'
     cudalibs=$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu/ /opt/ \
                     /usr/local/lib/ -maxdepth 8 \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \
@@ -49,9 +52,9 @@ if [ -f .gpu/bundle.tar.xz ]; then
     export OPAL_PREFIX="$bundle/ompi" PMIX_INSTALL_PREFIX="$bundle/pmix2"
     export PATH="$bundle/ompi/bin:$PATH"
 else
-    bin="$root/build"
-    [ -x build/ptrun ] || tools/setup.sh build || exit 1
-    cp build/tests/test_kernels_cuda build/tests/test_kernels build/ 2>/dev/null
+    build=${GPUCHECK_BUILD:-build}
+    [ -x "$build/ptrun" ] || tools/setup.sh "$build" || exit 1
+    bin=$(cd "$build" && pwd) tbin=$(cd "$build" && pwd)/tests
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
        OMPI_MCA_btl=self,vader OMPI_MCA_osc=pt2pt OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -72,6 +75,9 @@ step() {
     dt=$(($(date +%s) - t0))
     if [ $rc -eq 0 ]; then
         note "- $step_name: ok (${dt} s)"
+    elif [ $rc -eq 77 ]; then
+        note "- $step_name: skipped, no GPU: $(tail -n 1 "$out/$step_name.log")"
+        failed=1
     else
         [ $rc -eq 124 ] && why="timed out after $limit s" || why="exit $rc"
         note "- $step_name: FAILED, $why (${dt} s); last lines of $step_name.log:"
@@ -113,7 +119,7 @@ stage_env() {
 
 stage_test() {
     note "## GPU tests"
-    PT_TEST_VERBOSE=1 step test_kernels_cuda "$bin/test_kernels_cuda"
+    PT_TEST_VERBOSE=1 step test_kernels_cuda "$tbin/test_kernels_cuda"
     grep -E "FAIL|fail" "$out/test_kernels_cuda.log" | head -n 20 | sed 's/^/      /' | tee -a "$summary"
 }
 
@@ -123,7 +129,7 @@ stage_sanitize() {
     for tool in ${GPUCHECK_SANITIZERS:-memcheck racecheck synccheck}; do
         # the tests provoke an out-of-memory on purpose: API errors are not findings
         step "sanitize_$tool" "$cs" --tool "$tool" --error-exitcode 3 --report-api-errors no \
-            --print-limit 20 "$bin/test_kernels_cuda"
+            --print-limit 20 "$tbin/test_kernels_cuda"
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize_$tool.log" | sed 's/^/      /' |
             tee -a "$summary"
     done
@@ -201,9 +207,11 @@ stage_mpi() {
 stage_profile() {
     note "## Profile and prediction"
     step profile_124m "$bin/ptprofile" --backend cuda --model gpt2-124m --cluster dgx-h100 \
-        --devices 1 --global-batch 64 --max-mbs 64 --no-collectives --db "$out/h100.db"
+        --devices 1 --global-batch 64 --max-mbs 64 --max-gflop 100000 --no-collectives \
+        --db "$out/h100.db"
     [ "${GPUCHECK_PROFILE_XL:-1}" = 1 ] && step profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
-        --devices 1 --global-batch 16 --max-mbs 64 --no-collectives --db "$out/h100.db" --resume
+        --devices 1 --global-batch 16 --max-mbs 64 --max-gflop 100000 --no-collectives \
+        --db "$out/h100.db" --resume
     for name in gpt2 gpt2xl; do
         [ -f "$out/$name.jsonl" ] || continue
         set -- $("$py" -c "import json,sys; p=json.load(open(sys.argv[1])); print(p['model']['name'], p['layout']['string'], p['training']['global_batch'])" "$out/$name.plan.json")

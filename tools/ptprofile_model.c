@@ -50,6 +50,11 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
     int rc = !kn || !tok || !tgt ? pt_err_set(err, "out of memory") : 0;
     if (rc == 0)
         rc = pt_net_init(&net, &p, kn, 0, 1, 1, &tr, err);
+    /* on a GPU an op returns once its kernels are queued: wait for the device around
+     * each op, so that a span is the op's device time and not its launch (the wait adds
+     * a few microseconds to each, which the small kernels' figures then include) */
+    if (rc == 0 && kn->act_dtype != PT_KDTYPE_F32)
+        net.trace_sync = true;
     for (int64_t i = 0; rc == 0 && i < T; i++) {
         tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
         tgt[i] = (int32_t)((i * 40503u + 7) % (uint64_t)m->vocab);
