@@ -309,6 +309,39 @@ __device__ __forceinline__ void add_row(bf16 *dst, const float (*acc)[4], int ha
     }
 }
 
+/* The backward's two score-shaped products over one 64-row tile of the other side, for
+ * this warp's 16 rows [16w, 16w+16) of its block's own tiles A1 and A2:
+ * s = A1 · B1^T and dp = A2 · B2^T, each 16 x 64, over D columns. The dK/dV kernel
+ * passes (K, Q, V, dO), giving S^T and dP^T; the dQ kernel (Q, K, dO, V), giving S and dP. */
+template <int D>
+__device__ __forceinline__ void bwd_products(float s[8][4], float dp[8][4], const bf16 *A1,
+                                             const bf16 *B1, const bf16 *A2, const bf16 *B2,
+                                             int warp, int lane)
+{
+    constexpr int LDS = D + 8;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a1[4], a2[4];
+        frag_a(a1, A1, LDS, warp * 16, kk * 16, lane);
+        frag_a(a2, A2, LDS, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            uint32_t b[4];
+            frag_bt(b, B1, LDS, p * 16, kk * 16, lane);
+            mma(s[2 * p], a1, b[0], b[1]);
+            mma(s[2 * p + 1], a1, b[2], b[3]);
+            frag_bt(b, B2, LDS, p * 16, kk * 16, lane);
+            mma(dp[2 * p], a2, b[0], b[1]);
+            mma(dp[2 * p + 1], a2, b[2], b[3]);
+        }
+    }
+}
+
 /* grid (key tiles, kh, b): dK and dV of 64 keys of one KV head over every query tile of
  * every query head of its group; warp w owns keys [16w, 16w+16) of the tile */
 template <int D>
@@ -377,27 +410,7 @@ tc_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, 
 
         /* S^T = K Q^T and dP^T = V dO^T: rows keys, columns queries */
         float s[8][4], dp[8][4];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t ka[4], va[4];
-            frag_a(ka, Ks, LDS, warp * 16, kk * 16, lane);
-            frag_a(va, Vs, LDS, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-                uint32_t b[4];
-                frag_bt(b, Qt, LDS, p * 16, kk * 16, lane);
-                mma(s[2 * p], ka, b[0], b[1]);
-                mma(s[2 * p + 1], ka, b[2], b[3]);
-                frag_bt(b, Gt, LDS, p * 16, kk * 16, lane);
-                mma(dp[2 * p], va, b[0], b[1]);
-                mma(dp[2 * p + 1], va, b[2], b[3]);
-            }
-        }
+        bwd_products<D>(s, dp, Ks, Qt, Vs, Gt, warp, lane);
         /* P^T and dS^T = P^T ∘ (dP^T - D) */
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -502,27 +515,7 @@ tc_bwd_dq(bf16 *dq, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *
         const bf16 *Kt = Ks + buf * TC_COLS * LDS, *Vt = Vs + buf * TC_COLS * LDS;
 
         float s[8][4], dp[8][4];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t qa[4], ga[4];
-            frag_a(qa, Qs, LDS, warp * 16, kk * 16, lane);
-            frag_a(ga, Gs, LDS, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-                uint32_t b[4];
-                frag_bt(b, Kt, LDS, p * 16, kk * 16, lane);
-                mma(s[2 * p], qa, b[0], b[1]);
-                mma(s[2 * p + 1], qa, b[2], b[3]);
-                frag_bt(b, Vt, LDS, p * 16, kk * 16, lane);
-                mma(dp[2 * p], ga, b[0], b[1]);
-                mma(dp[2 * p + 1], ga, b[2], b[3]);
-            }
-        }
+        bwd_products<D>(s, dp, Qs, Kt, Gs, Vt, warp, lane);
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
