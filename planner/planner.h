@@ -71,12 +71,12 @@ int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
 /* Parameter counts (planner/params.c). `tp` is the tensor-parallel size: the figures
  * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
 int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to 128, then to t */
-int64_t pt_params_layer(const pt_model *m, int tp);
+int64_t pt_params_layer(const pt_model *m, int tp);       /* one transformer layer */
 /* KV heads one tensor-parallel rank holds: k/t, or 1 when tp > k (each KV head then
  * replicated over the tp/k ranks whose query heads use it). */
 int64_t pt_kv_heads_rank(const pt_model *m, int tp);
 /* Tensor-parallel ranks holding the same KV head: tp/k when tp > k, else 1. */
-int pt_kv_head_copies(const pt_model *m, int tp);       /* one transformer layer */
+int pt_kv_head_copies(const pt_model *m, int tp);
 int64_t pt_params_embedding(const pt_model *m, int tp);   /* token (vocab-parallel) + learned positions */
 int64_t pt_params_head(const pt_model *m, int tp, int pp);/* final norm + output head; the head is
                                                              a copy of the embedding when tied and p > 1,

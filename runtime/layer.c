@@ -929,7 +929,6 @@ static bool starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-
 /* The residual rows a row-parallel op (or the embedding) just produced. */
 static float *row_parallel_rows(ctx *c, const char *prev)
 {

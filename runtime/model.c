@@ -186,7 +186,6 @@ static float normal_at(uint64_t seed, uint64_t name_hash, int64_t i)
     return (float)(i % 2 ? r * sin(angle) : r * cos(angle));
 }
 
-
 /* Index in the whole (unsplit) tensor of element i of this rank's part. */
 static int64_t whole_index(const pt_param *p, int64_t i)
 {

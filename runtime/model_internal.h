@@ -100,6 +100,7 @@ int pt_zero_reduce_whole(pt_net *n, pt_err *err);
 int pt_zero_gather_whole(pt_net *n, pt_err *err);
 
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err);
+void pt_net_free_runtime(pt_net *n);
 
 /* Whether s ends with suffix (parameter and op names). */
 static inline bool pt_ends_with(const char *s, const char *suffix)
@@ -107,6 +108,5 @@ static inline bool pt_ends_with(const char *s, const char *suffix)
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
-void pt_net_free_runtime(pt_net *n);
 
 #endif

@@ -545,27 +545,36 @@ static void test_matmuls(void)
     test_gemm(0, 1, 128, 64, 96);
 }
 
-/* the same GEMMs on the fallback kernel: a second backend with cuBLASLt switched off */
-static void test_matmul_fallback(void)
+/* Runs cases as GPU on a second backend created with the environment variable var set
+ * to 1 (a backend reads its switches when it is created). */
+static void with_backend_env(const char *var, void (*cases)(void))
 {
-    setenv("PT_KCUDA_NO_LT", "1", 1);
+    setenv(var, "1", 1);
     char err[256];
-    pt_kernels *fb = pt_kernels_cuda(0, err, sizeof err);
-    unsetenv("PT_KCUDA_NO_LT");
-    CHECK(fb != NULL);
-    if (!fb)
+    pt_kernels *second = pt_kernels_cuda(0, err, sizeof err);
+    unsetenv(var);
+    CHECK(second != NULL);
+    if (!second)
         return;
     pt_kernels *saved = GPU;
-    GPU = fb;
+    GPU = second;
+    cases();
+    GPU = saved;
+    pt_kernels_destroy(second);
+}
+
+static void matmul_fallback_cases(void)
+{
     test_matmul_shape(7, 13, 5, 1, 0);
     test_matmul_shape(65, 33, 17, 1, 1);
     test_matmul_shape(128, 96, 80, 0, 0);
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             test_gemm(ta, tb, 19, 23, 29);
-    GPU = saved;
-    pt_kernels_destroy(fb);
 }
+
+/* the same GEMMs on the fallback kernel: a second backend with cuBLASLt switched off */
+static void test_matmul_fallback(void) { with_backend_env("PT_KCUDA_NO_LT", matmul_fallback_cases); }
 
 /* ---- RoPE -------------------------------------------------------------------------------------------- */
 
@@ -814,23 +823,17 @@ static void test_attention(void)
     test_attention_combine();
 }
 
-/* the same shapes on the CUDA-core kernels: a second backend without the tensor-core path */
-static void test_attention_simple(void)
+static void attention_simple_cases(void)
 {
-    setenv("PT_KCUDA_SIMPLE_ATTN", "1", 1);
-    char err[256];
-    pt_kernels *fb = pt_kernels_cuda(0, err, sizeof err);
-    unsetenv("PT_KCUDA_SIMPLE_ATTN");
-    CHECK(fb != NULL);
-    if (!fb)
-        return;
-    pt_kernels *saved = GPU;
-    GPU = fb;
     test_attention_shape(2, 70, 70, 4, 2, 64, 0, 0, 1);
     test_attention_shape(1, 130, 130, 4, 1, 128, 0, 0, 1);
     test_attention_shape(1, 80, 100, 2, 2, 64, 30, 10, 1);
-    GPU = saved;
-    pt_kernels_destroy(fb);
+}
+
+/* the same shapes on the CUDA-core kernels: a second backend without the tensor-core path */
+static void test_attention_simple(void)
+{
+    with_backend_env("PT_KCUDA_SIMPLE_ATTN", attention_simple_cases);
 }
 
 /* ---- Cross-entropy -------------------------------------------------------------------------------------------- */

@@ -62,7 +62,6 @@ typedef struct {
     size_t scratch_bytes;
     double *host_sum;          /* pinned: the result of sumsq */
     pt_kcuda_algo algos[PT_KCUDA_ALGO_CACHE];
-    int n_algos;
 } pt_kcuda;
 
 static inline pt_kcuda *pt_kcuda_ctx(pt_kernels *kn) { return (pt_kcuda *)kn->priv; }

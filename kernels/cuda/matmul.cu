@@ -171,8 +171,6 @@ static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_pr
     entry.used = 1;
     /* slot: the first free one of the probe, or, with the table full (an unusual
      * number of shapes), the home slot, whose old entry is forgotten */
-    if (ctx->n_algos < PT_KCUDA_ALGO_CACHE)
-        ctx->n_algos++;
     ctx->algos[slot] = entry;
     return &ctx->algos[slot];
 }
