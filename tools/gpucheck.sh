@@ -90,6 +90,21 @@ step() {
 # PyTorch brings its own cuDNN and NCCL: keep the bundle's library path away from it
 pyclean="env -u LD_LIBRARY_PATH $py"
 
+# The PyTorch reference's tokens/s (last line of LOG) and its MFU counted as ptrun
+# counts (the planner's FLOPs per token, from the plan's predicted MFU and tokens/s)
+torch_fig() {
+    "$py" - "$1" "$2" <<'EOF'
+import json, re, sys
+line = open(sys.argv[1]).read().strip().splitlines()[-1]
+m = re.search(r"([0-9.]+) tokens/s", line)
+if not m:  # the reference failed: its last line says why
+    sys.exit(print(line))
+pred = json.load(open(sys.argv[2]))["predicted"]
+tok = float(m.group(1))
+print("%s; MFU %.1f%% by ptrun's FLOP count" % (line, 100 * pred["mfu"] / pred["tokens_per_s"] * tok))
+EOF
+}
+
 # a run's first and last loss, and its median tokens/s, MFU and step time after two steps
 runfig() {
     "$py" - "$1" <<'EOF'
@@ -186,7 +201,7 @@ EOF
     [ "${GPUCHECK_TORCH:-1}" = 1 ] || return 0
     step torch_gpt2 $pyclean tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
         --steps 10
-    note "  $(tail -n 1 "$out/torch_gpt2.log")"
+    note "  $(torch_fig "$out/torch_gpt2.log" "$out/gpt2.plan.json")"
 }
 
 stage_gpt2xl() {
@@ -196,7 +211,7 @@ stage_gpt2xl() {
     [ "${GPUCHECK_TORCH:-1}" = 1 ] || return 0
     step torch_gpt2xl $pyclean tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
         --steps 5 --warmup 3
-    note "  $(tail -n 1 "$out/torch_gpt2xl.log")"
+    note "  $(torch_fig "$out/torch_gpt2xl.log" "$out/gpt2xl.plan.json")"
 }
 
 stage_mpi() {
