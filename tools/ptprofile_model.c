@@ -53,7 +53,7 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
     /* on a GPU an op returns once its kernels are queued: wait for the device around
      * each op, so that a span is the op's device time and not its launch (the wait adds
      * a few microseconds to each, which the small kernels' figures then include) */
-    if (rc == 0 && kn->act_dtype != PT_KDTYPE_F32)
+    if (rc == 0 && strcmp(kn->name, "cuda") == 0)
         net.trace_sync = true;
     for (int64_t i = 0; rc == 0 && i < T; i++) {
         tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
