@@ -224,6 +224,7 @@ typedef struct {
     int rank;
     int stream;      /* 0 compute, 1 communication */
     int mb, chunk;
+    int step;        /* the optimizer step it ran in; -1 when unknown */
     double t0_s;
     double dur_s;
     double flops, bytes; /* of an op span, for cost samples */

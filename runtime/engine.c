@@ -525,6 +525,7 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
                    const pt_plan *p, int64_t step, pt_step_stats *out, pt_err *err)
 {
     memset(out, 0, sizeof *out);
+    pt_trace_set_step(n->trace, step);
     double t0 = pt_trace_now(), loss_sum = 0;
     batch b;
     if (batch_alloc(&b, n)) {

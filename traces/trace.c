@@ -31,7 +31,16 @@ double pt_trace_now(void)
 
 void pt_trace_init(pt_trace *t, bool on)
 {
-    *t = (pt_trace){.on = on, .origin_s = pt_trace_now()};
+    *t = (pt_trace){.on = on, .origin_s = pt_trace_now(), .step = -1, .first_step = -1};
+}
+
+void pt_trace_set_step(pt_trace *t, int64_t step)
+{
+    if (!t || !t->on)
+        return;
+    t->step = step > INT32_MAX ? INT32_MAX : (int32_t)step;
+    if (t->first_step < 0)
+        t->first_step = t->step;
 }
 
 /* ---- Recording ----------------------------------------------------------------------- */
@@ -52,6 +61,7 @@ typedef struct {
     double t0_s, dur_s; /* t0 from the trace's origin */
     int32_t site;
     int32_t mb, chunk;  /* -1 when none */
+    int32_t step;       /* the optimizer step it ran in (pt_trace_set_step); -1 before any */
 } rec;
 
 struct pt_trace_log {
@@ -204,7 +214,8 @@ static rec *record(pt_trace *t, const char *name, const char *key, const int32_t
     if (i < 0)
         goto oom;
     rec *r = &L->r[L->n++];
-    *r = (rec){.t0_s = t0 - t->origin_s, .dur_s = t1 - t0, .site = i, .mb = -1, .chunk = -1};
+    *r = (rec){.t0_s = t0 - t->origin_s, .dur_s = t1 - t0, .site = i, .mb = -1, .chunk = -1,
+               .step = t->step};
     return r;
 oom:
     t->oom = true;
@@ -262,14 +273,24 @@ void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const cha
     record(t, name, key ? key : "", ints, nums, t0, t1);
 }
 
-void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
-                     const pt_kernel_op *op, double t0, double t1)
+int64_t pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
+                        const pt_kernel_op *op, double t0, double t1)
 {
     if (!t || !t->on)
-        return;
+        return -1;
     int32_t ints[4] = {(int32_t)op->dtype, rank, stream, 0};
     double nums[2] = {op->flops, op->bytes};
-    record(t, name, op->key, ints, nums, t0, t1);
+    rec *r = record(t, name, op->key, ints, nums, t0, t1);
+    return r ? (int64_t)(r - t->log->r) : -1;
+}
+
+void pt_trace_retime(pt_trace *t, int64_t span, double t0, double t1)
+{
+    if (!t || !t->on || !t->log || span < 0 || (uint64_t)span >= t->log->n || !(t1 >= t0))
+        return;
+    rec *r = &t->log->r[span];
+    r->t0_s = t0 - t->origin_s;
+    r->dur_s = t1 - t0;
 }
 
 /* A recorded span in full: its site's name (an instruction's with micro-batch and
@@ -287,6 +308,7 @@ static void expand_one(const site *x, const rec *r, pt_span *s)
     s->stream = x->stream;
     s->mb = r->mb;
     s->chunk = r->chunk;
+    s->step = r->step;
     s->t0_s = r->t0_s;
     s->dur_s = r->dur_s;
     s->flops = x->flops;
@@ -399,12 +421,13 @@ int pt_trace_to_costdb_stat(const pt_trace *t, pt_costdb *db, const char *device
 typedef struct {
     uint32_t magic;      /* PACK_MAGIC: the buffer is a packed trace of this build */
     int32_t n_sync;
+    int32_t first_step;  /* the run's first (warm-up) step on this rank */
     double origin_s, sync_s[2];
     pt_run_rank mem;
     uint64_t n_sites, n_spans;
 } pack_header;
 
-#define PACK_MAGIC 0x70747432u /* "ptt2" */
+#define PACK_MAGIC 0x70747433u /* "ptt3" */
 
 int pt_trace_pack(const pt_trace *t, const pt_run_rank *mem, void **buf, int64_t *n,
                   pt_err *err)
@@ -412,7 +435,8 @@ int pt_trace_pack(const pt_trace *t, const pt_run_rank *mem, void **buf, int64_t
     const struct pt_trace_log *L = t->log;
     size_t n_sites = L ? L->n_s : 0, n_spans = L ? L->n : 0;
     size_t bytes = sizeof(pack_header) + n_sites * sizeof(site) + n_spans * sizeof(rec);
-    pack_header h = {.magic = PACK_MAGIC, .n_sync = t->n_sync, .origin_s = t->origin_s,
+    pack_header h = {.magic = PACK_MAGIC, .n_sync = t->n_sync, .first_step = t->first_step,
+                     .origin_s = t->origin_s,
                      .sync_s = {t->sync_s[0], t->sync_s[1]}, .mem = *mem,
                      .n_sites = n_sites, .n_spans = n_spans};
     char *b = malloc(bytes);
@@ -501,6 +525,7 @@ int pt_trace_merge(const void *all, const int64_t *sizes, int world, pt_trace *o
         return -1;
     out->origin_s = r0.origin_s;
     out->world = world;
+    out->first_step = r0.first_step;
     p = all;
     for (int r = 0; r < world; r++) {
         pack_header h;
@@ -588,10 +613,11 @@ static void put_span(FILE *f, const char *sep, const pt_span *s)
     put_string(f, s->name);
     fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{",
             s->t0_s * 1e6, s->dur_s * 1e6, s->rank, s->stream);
+    fprintf(f, "\"step\":%d", s->step);
     if (s->mb >= 0)
-        fprintf(f, "\"mb\":%d,\"chunk\":%d%s", s->mb, s->chunk, s->key[0] ? "," : "");
+        fprintf(f, ",\"mb\":%d,\"chunk\":%d", s->mb, s->chunk);
     if (s->key[0]) {
-        fputs("\"key\":", f);
+        fputs(",\"key\":", f);
         put_string(f, s->key);
         fprintf(f, ",\"flops\":%.17g,\"bytes\":%.17g,\"dtype\":\"%s\"", s->flops, s->bytes,
                 pt_dtype_name(s->dtype));
@@ -622,7 +648,8 @@ static void put_trace(FILE *f, const pt_trace *t)
     put_string(f, t->plan_id);
     fputs(",\"plan\":", f);
     put_string(f, t->plan_path);
-    fprintf(f, ",\"world\":%d,\"spans\":%zu}}", t->world > 0 ? t->world : max_rank + 1, t->n);
+    fprintf(f, ",\"world\":%d,\"first_step\":%d,\"spans\":%zu}}",
+            t->world > 0 ? t->world : max_rank + 1, (int)t->first_step, t->n);
 }
 
 int pt_trace_write_chrome(const pt_trace *t, const char *path, pt_err *err)
@@ -670,7 +697,11 @@ static int read_event(const char *path, size_t i, json_t *e, pt_span *s, pt_err 
     s->stream = (int)json_integer_value(tid);
     s->t0_s = json_number_value(ts) * 1e-6;
     s->dur_s = json_number_value(dur) * 1e-6;
-    s->mb = s->chunk = -1;
+    s->mb = s->chunk = s->step = -1;
+    json_t *step = json_object_get(args, "step");
+    if (json_is_integer(step) && json_integer_value(step) >= -1 &&
+        json_integer_value(step) <= INT32_MAX)
+        s->step = (int)json_integer_value(step);
     json_t *mb = json_object_get(args, "mb"), *chunk = json_object_get(args, "chunk");
     if (json_is_integer(mb) && json_is_integer(chunk)) {
         s->mb = (int)json_integer_value(mb);
@@ -738,6 +769,10 @@ int pt_trace_read_chrome(const char *path, pt_trace *out, pt_err *err)
         snprintf(out->plan_id, sizeof out->plan_id, "%s", plan_id);
         snprintf(out->plan_path, sizeof out->plan_path, "%s", plan ? plan : "");
         out->world = (int)json_integer_value(world);
+        json_t *first = json_object_get(other, "first_step");
+        if (json_is_integer(first) && json_integer_value(first) >= -1 &&
+            json_integer_value(first) <= INT32_MAX)
+            out->first_step = (int32_t)json_integer_value(first);
         rc = read_spans(path, events, out, err);
     }
     if (rc == 0 && (json_int_t)out->n != json_integer_value(spans))

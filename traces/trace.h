@@ -44,6 +44,8 @@ typedef struct {
     char plan_id[17];
     char plan_path[512];
     int world;       /* ranks merged; 0 for one rank's own trace */
+    int32_t step;    /* the step spans are being recorded in (pt_trace_set_step); -1 before */
+    int32_t first_step; /* the run's first step (its warm-up), -1 when none was set */
 } pt_trace;
 
 /* Monotonic seconds. */
@@ -58,9 +60,19 @@ void pt_trace_free(pt_trace *t);
  * instruction, as pt_trace_add_ins records it (which is the cheaper call). */
 void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const char *key,
                   double t0, double t1);
-/* Records an op span: its key, FLOPs, bytes and data type come from `op`. */
-void pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
-                     const pt_kernel_op *op, double t0, double t1);
+/* Records an op span: its key, FLOPs, bytes and data type come from `op`. Returns a
+ * handle for pt_trace_retime (-1 when nothing was recorded: no trace, or out of memory). */
+int64_t pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
+                        const pt_kernel_op *op, double t0, double t1);
+/* Gives a recorded span new times (monotonic seconds, as pt_trace_now's): how a backend
+ * whose ops run asynchronously (CUDA) records a span at launch, keeping its place among
+ * the instruction's spans, and sets its device times once they are known (after the
+ * step). Handles stay valid until the trace is expanded or packed; a bad handle or
+ * t1 < t0 is ignored. */
+void pt_trace_retime(pt_trace *t, int64_t span, double t0, double t1);
+/* Sets the optimizer step the following spans belong to (the engine calls it as a step
+ * starts); the first step set is the run's warm-up step (first_step). */
+void pt_trace_set_step(pt_trace *t, int64_t step);
 /* Records an instruction of the schedule program: `kind` ("fwd", "bwd", ...) on
  * micro-batch mb of model chunk `chunk`; it is named "<kind> mb<m> c<c>" (must match
  * the simulator's spans in planner/sim.c). The op spans recorded since the instruction
