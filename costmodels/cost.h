@@ -204,6 +204,11 @@ typedef struct {
     char plan_path[512];       /* where it was, and the run's log and trace, "" if none */
     char log_path[512];
     char trace_path[512];
+    /* from schema version 5 on (0 and "" in older rows) */
+    int64_t steps_timed;       /* the steps measured_step_s is the median of (after warm-up) */
+    double gemm_ratio;         /* its GEMMs' median time over the profiled time (0: unknown) */
+    char noisy[256];           /* why its timings were not calibrated into the tables, or "" */
+    bool forgotten;            /* ptcalib --forget removed its samples and fits */
 } pt_run_record;
 
 /* One rank of a run: its memory, predicted for its stage against measured. */
@@ -231,13 +236,54 @@ typedef struct {
     pt_dtype dtype;
 } pt_span;
 
+/* ---- Robust statistics of repeated timings (costmodels/stats.c) ------------------------ */
+
+/* A timing repeated n times is summarised by its median and its median absolute
+ * deviation (MAD), which one pre-empted repeat cannot move; repeats whose modified
+ * z-score 0.6745·|x - median| / MAD exceeds PT_OUTLIER_Z are outliers (Iglewicz and
+ * Hoaglin, "How to Detect and Handle Outliers", ASQC 1993, sec. 3.3, who recommend 3.5),
+ * and the mean is taken over the rest. */
+#define PT_OUTLIER_Z 3.5
+/* The fewest repeats (after warm-up and outliers) a timing needs to become a cost
+ * sample: with fewer, the median is one or two numbers and nothing is robust. */
+#define PT_MIN_SPANS 3
+
+typedef struct {
+    int64_t spans;           /* repeats summarised */
+    int64_t kept;            /* left after outlier rejection */
+    double median_s, mad_s;  /* of every repeat */
+    double mean_s;           /* of the kept repeats */
+    double min_s, max_s, total_s; /* of every repeat */
+} pt_robust;
+
+/* Summarises v[0 .. n) (sorted in place); n = 0 gives all zeros. */
+void pt_robust_of(double *v, size_t n, pt_robust *out);
+/* Merges summaries of the same timing on several ranks: the median of their medians and
+ * of their MADs, and the sums and extremes of the rest. */
+void pt_robust_merge(const pt_robust *const *v, size_t n, pt_robust *out);
+
+/* What a run stores per op and rank instead of every span: the statistics of one op
+ * key (or, for a collective without a key, one name) of one rank and stream over the
+ * run's steps after its warm-up. */
+typedef struct {
+    int rank, stream;
+    char name[48];
+    char key[128];           /* "" for a collective */
+    pt_dtype dtype;
+    double flops, bytes;
+    pt_robust st;
+} pt_op_stat;
+
 /* Appends a run; the table must be a file. */
 int pt_costdb_add_run(pt_costdb *db, const pt_run_record *r, pt_err *err);
-/* Appends a run with its ranks and spans (either may be 0 long) in one transaction;
- * *id (may be NULL) receives the run's id. */
+/* Appends a run with its ranks, op statistics and spans (any may be 0 long) in one
+ * transaction; *id (may be NULL) receives the run's id. */
 int pt_costdb_record_run(pt_costdb *db, const pt_run_record *r, const pt_run_rank *ranks,
-                         int n_ranks, const pt_span *spans, size_t n_spans, int64_t *id,
-                         pt_err *err);
+                         int n_ranks, const pt_op_stat *stats, size_t n_stats,
+                         const pt_span *spans, size_t n_spans, int64_t *id, pt_err *err);
+/* A run's op statistics (by rank, stream, key, name); malloc'd, caller frees. */
+int pt_costdb_run_op_stats(const pt_costdb *db, int64_t run_id, pt_op_stat **out, size_t *n,
+                           pt_err *err);
 /* Reads every run in the order recorded; *out is malloc'd (the caller frees; NULL when
  * there is none). */
 int pt_costdb_runs(const pt_costdb *db, pt_run_record **out, size_t *n, pt_err *err);
@@ -246,6 +292,58 @@ int pt_costdb_run_ranks(const pt_costdb *db, int64_t run_id, pt_run_rank **out, 
                         pt_err *err);
 int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size_t *n,
                         pt_err *err);
+
+/* ---- Samples from a run (costmodels/calib.c) ---------------------------------------- */
+
+/* One op key's timing over a whole run: its ranks' statistics merged. An op that the
+ * runtime fuses into another (the cross-entropy's backward, computed by its forward)
+ * is timed with its partner: both are measured as one and the pair's time is split
+ * between them in the proportion the tables price them (fused_with names the partner). */
+typedef struct {
+    pt_kernel_op op;
+    pt_robust st;            /* st.median_s is the sample's time */
+    int ranks;
+    char fused_with[128];    /* the partner's key, "" when measured alone */
+    bool fused_inner;        /* computed inside its partner (whose span times both) */
+} pt_op_sample;
+
+/* The samples of the compute ops (stream 0, with a key) among v; `tables` (may be NULL:
+ * an even split) prices fused pairs. *out malloc'd, caller frees. */
+int pt_op_samples(const pt_op_stat *v, size_t n, const pt_costdb *tables,
+                  const pt_cost_hw *hw, pt_op_sample **out, size_t *n_out, pt_err *err);
+
+/* The load check: the median over GEMM keys of measured time over the profiled tables'
+ * time (only keys they price from measured or interpolated samples); 0 when there is
+ * none. *keys (may be NULL) receives how many keys it is the median of. A run whose
+ * ratio is above PT_NOISY_GEMM_RATIO ran on a machine busier than when it was profiled:
+ * its timings are kept with the run but not calibrated into the tables. */
+double pt_gemm_ratio(const pt_op_sample *v, size_t n, const pt_costdb *profile,
+                     const pt_cost_hw *hw, int *keys);
+#define PT_NOISY_GEMM_RATIO 1.25
+
+/* Stores the samples of run run_id (source trace) that have at least PT_MIN_SPANS
+ * kept repeats, replacing the run's earlier ones, in one transaction; *stored counts
+ * them. */
+int pt_costdb_put_run_samples(pt_costdb *db, const char *device, int64_t run_id,
+                              const pt_op_sample *v, size_t n, int64_t *stored, pt_err *err);
+/* Marks run_id noisy with why (stored in runs.noisy). */
+int pt_costdb_mark_noisy(pt_costdb *db, int64_t run_id, const char *why, pt_err *err);
+
+/* Undoing a run: its kernel samples and the fits its calibration stored are deleted
+ * (the fits in force before it are in force again) and the run is marked forgotten.
+ * Runs in the caller's transaction (pt_costdb_begin): commit keeps it, pt_costdb_rollback
+ * undoes it (a dry run); either way the in-memory tables follow. */
+typedef struct {
+    int64_t samples, kernel_fits, link_fits;
+} pt_forgotten;
+int pt_costdb_forget_run(pt_costdb *db, int64_t run_id, pt_forgotten *out, pt_err *err);
+int pt_costdb_rollback(pt_costdb *db, pt_err *err);
+
+/* The traced runs whose samples of `device` are in the tables (ascending, at most cap
+ * written), and how many of the device's kernel samples came from ptprofile. Returns
+ * the number of runs. */
+int pt_costdb_sample_runs(const pt_costdb *db, const char *device, int64_t *runs, int cap,
+                          int64_t *profile_samples);
 
 /* ---- Calibration (costmodels/fit.c) ------------------------------------------------ */
 
@@ -271,6 +369,11 @@ typedef struct {
     double fixed_s;       /* per-kernel fixed time: launch, ramp-up */
     int samples;          /* distinct keys fitted */
     double rms_rel_err;   /* of the fit over its samples */
+    /* judged by pt_cost_fit_judge_kernels */
+    double cv_rel_err;    /* rms relative error on each key when fitted without it */
+    double prev_rel_err;  /* rms relative error of the model in force on the same keys */
+    bool accepted;        /* stored; else why says why not */
+    char why[128];
 } pt_kernel_fit;
 
 typedef struct {
@@ -284,7 +387,20 @@ typedef struct {
     double alpha_s, bw_Bps;
     int samples;
     double rms_rel_err;
+    /* judged by pt_cost_fit_judge_links, as for kernels */
+    double cv_rel_err, prev_rel_err;
+    bool accepted;
+    char why[128];
 } pt_link_fit;
+
+/* A fit is stored only when it is a model of its samples and better than the one in
+ * force: efficiency at most 100% (a kernel cannot beat the peak; a memory-bound one that
+ * seems to has its data in cache, and its bytes are not what it moves), rms error over
+ * its own samples at most PT_FIT_MAX_RMS, and its error on each sample when fitted
+ * without it (leave-one-out cross-validation) below the error of the model in force
+ * (the newest stored fit, else the built-in figures). A class of one or two sizes
+ * cannot be cross-validated and is not stored. */
+#define PT_FIT_MAX_RMS 0.25
 
 /* Fits each kernel class of device hw->device from its samples (the median of each
  * key's repeats, every source), minimising the sum of squared relative errors; a class
@@ -294,11 +410,16 @@ void pt_cost_fit_kernels(const pt_costdb *db, const pt_cost_hw *hw, pt_kernel_fi
  * inter-node level (one rank per node) from the collective samples of `backend`. */
 void pt_cost_fit_links(const pt_costdb *db, const char *backend, pt_link_fit *intra,
                        pt_link_fit *inter);
-/* Stores fits (replacing earlier fits of the same device or backend); fitted ones only. */
-int pt_costdb_put_kernel_fits(pt_costdb *db, const char *device, const pt_kernel_fits *fits,
-                              pt_err *err);
-int pt_costdb_put_link_fits(pt_costdb *db, const char *backend, const pt_link_fit *intra,
-                            const pt_link_fit *inter, pt_err *err);
+/* Judges fits against the tables' samples and the fits in force (PT_FIT_MAX_RMS). */
+void pt_cost_fit_judge_kernels(const pt_costdb *db, const pt_cost_hw *hw, pt_kernel_fits *fits);
+void pt_cost_fit_judge_links(const pt_costdb *db, const pt_cost_hw *hw, pt_link_fit *intra,
+                             pt_link_fit *inter);
+/* Stores the accepted fits as made by the calibration of run run_id (replacing that
+ * run's earlier fits of the same classes); they are in force from now on. */
+int pt_costdb_put_kernel_fits(pt_costdb *db, const char *device, int64_t run_id,
+                              const pt_kernel_fits *fits, pt_err *err);
+int pt_costdb_put_link_fits(pt_costdb *db, const char *backend, int64_t run_id,
+                            const pt_link_fit *intra, const pt_link_fit *inter, pt_err *err);
 /* The stored fits of a device / backend (links not stored have ok false). */
 void pt_costdb_kernel_fits(const pt_costdb *db, const char *device, pt_kernel_fits *out);
 void pt_costdb_link_fits(const pt_costdb *db, const char *backend, pt_link_fit *intra,

@@ -143,6 +143,72 @@ static const char *const migrations[] = {
     "  rms_rel_err REAL NOT NULL,"
     "  created_at TEXT NOT NULL,"
     "  PRIMARY KEY(backend, level));",
+    /* 4 -> 5: calibration that can be trusted and undone (issue 13). A trace sample
+     * names the run it came from (run_id; NULL for ptprofile's) with its robust spread
+     * and span count, so that ptcalib --forget removes exactly one run's figures. A run
+     * keeps per-(rank, op) statistics (op_stats) instead of every span, its GEMM rate
+     * against the profile and why it was judged too noisy to calibrate from. Fits keep
+     * their history, one row per calibration (run_id, 0 for fits made before), the
+     * newest row of a class being the one in force, so that forgetting a run restores
+     * the fits that were in force before it. */
+    "ALTER TABLE kernel_samples ADD COLUMN run_id INTEGER;"
+    "ALTER TABLE kernel_samples ADD COLUMN spread_s REAL NOT NULL DEFAULT 0;"
+    "ALTER TABLE kernel_samples ADD COLUMN spans INTEGER NOT NULL DEFAULT 1;"
+    "CREATE INDEX kernel_samples_by_run ON kernel_samples(run_id);"
+    "ALTER TABLE runs ADD COLUMN steps_timed INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE runs ADD COLUMN gemm_ratio REAL NOT NULL DEFAULT 0;"
+    "ALTER TABLE runs ADD COLUMN noisy TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE runs ADD COLUMN forgotten INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE op_stats("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  rank INTEGER NOT NULL CHECK(rank >= 0),"
+    "  stream INTEGER NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  op_key TEXT NOT NULL,"
+    "  dtype TEXT NOT NULL,"
+    "  flops REAL NOT NULL,"
+    "  bytes REAL NOT NULL,"
+    "  spans INTEGER NOT NULL CHECK(spans >= 1),"
+    "  kept INTEGER NOT NULL CHECK(kept BETWEEN 1 AND spans),"
+    "  median_s REAL NOT NULL CHECK(median_s >= 0),"
+    "  mad_s REAL NOT NULL CHECK(mad_s >= 0),"
+    "  mean_s REAL NOT NULL CHECK(mean_s >= 0),"
+    "  min_s REAL NOT NULL,"
+    "  max_s REAL NOT NULL,"
+    "  total_s REAL NOT NULL,"
+    "  PRIMARY KEY(run_id, rank, stream, name, op_key));"
+    "CREATE TABLE kernel_fits_5("
+    "  device TEXT NOT NULL,"
+    "  class TEXT NOT NULL,"
+    "  run_id INTEGER NOT NULL,"
+    "  eff REAL NOT NULL CHECK(eff > 0),"
+    "  fixed_s REAL NOT NULL CHECK(fixed_s >= 0),"
+    "  samples INTEGER NOT NULL,"
+    "  rms_rel_err REAL NOT NULL,"
+    "  cv_rel_err REAL NOT NULL DEFAULT 0,"
+    "  created_at TEXT NOT NULL,"
+    "  PRIMARY KEY(device, class, run_id));"
+    "INSERT INTO kernel_fits_5(device, class, run_id, eff, fixed_s, samples, rms_rel_err,"
+    "  created_at) SELECT device, class, 0, eff, fixed_s, samples, rms_rel_err, created_at"
+    "  FROM kernel_fits;"
+    "DROP TABLE kernel_fits;"
+    "ALTER TABLE kernel_fits_5 RENAME TO kernel_fits;"
+    "CREATE TABLE link_fits_5("
+    "  backend TEXT NOT NULL,"
+    "  level TEXT NOT NULL CHECK(level IN ('intra', 'inter')),"
+    "  run_id INTEGER NOT NULL,"
+    "  alpha_s REAL NOT NULL CHECK(alpha_s >= 0),"
+    "  bw_Bps REAL NOT NULL CHECK(bw_Bps > 0),"
+    "  samples INTEGER NOT NULL,"
+    "  rms_rel_err REAL NOT NULL,"
+    "  cv_rel_err REAL NOT NULL DEFAULT 0,"
+    "  created_at TEXT NOT NULL,"
+    "  PRIMARY KEY(backend, level, run_id));"
+    "INSERT INTO link_fits_5(backend, level, run_id, alpha_s, bw_Bps, samples, rms_rel_err,"
+    "  created_at) SELECT backend, level, 0, alpha_s, bw_Bps, samples, rms_rel_err,"
+    "  created_at FROM link_fits;"
+    "DROP TABLE link_fits;"
+    "ALTER TABLE link_fits_5 RENAME TO link_fits;",
 };
 
 enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };
@@ -464,8 +530,8 @@ static int load_kernels(pt_costdb *db, pt_err *err)
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db->sql,
                            "SELECT id, device, op_key, dtype, flops, bytes, time_s, kind, source,"
-                           " created_at FROM kernel_samples WHERE source = 'profile' OR ?1 = 0"
-                           " ORDER BY id",
+                           " created_at, run_id FROM kernel_samples"
+                           " WHERE source = 'profile' OR ?1 = 0 ORDER BY id",
                            -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, err, "damaged cost database");
     sqlite3_bind_int(st, 1, db->profile_only);
@@ -482,7 +548,10 @@ static int load_kernels(pt_costdb *db, pt_err *err)
         else if (make_ksample(&db->ks[db->nk], col_text(st, 1), col_text(st, 2), (int)dt,
                               sqlite3_column_double(st, 4), sqlite3_column_double(st, 5),
                               sqlite3_column_double(st, 6), why, sizeof why) == 0) {
-            db->nk++;
+            /* a trace sample stored before schema 5 names no run: -1 */
+            db->ks[db->nk++].run_id = sqlite3_column_type(st, 10) != SQLITE_NULL
+                                          ? sqlite3_column_int64(st, 10)
+                                          : strcmp(col_text(st, 8), "trace") == 0 ? -1 : 0;
             continue;
         }
         pt_err_set(err, "%s: damaged cost database: kernel sample %lld: %s", where(db),
@@ -686,16 +755,15 @@ void pt_costdb_close(pt_costdb *db)
 
 /* ---- Inserts ------------------------------------------------------------------------------ */
 
-/* Binds the arguments described by `types` ('t' text, 'd' double, 'i' integer) and runs
- * one INSERT. */
-int pt_costdb_insert_row(pt_costdb *db, const char *sql, const char *types, pt_err *err,
-                         const char *what, ...)
+/* Prepares sql, binds the arguments described by `types` ('t' text, 'd' double, 'i'
+ * int64) from ap and runs it to completion; *changes (may be NULL) receives the rows it
+ * changed. */
+static int run_bound(pt_costdb *db, const char *sql, const char *types, va_list ap,
+                     int64_t *changes, pt_err *err, const char *what)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, err, what);
-    va_list ap;
-    va_start(ap, what);
     for (int i = 0; types[i]; i++) {
         if (types[i] == 't')
             sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
@@ -704,12 +772,33 @@ int pt_costdb_insert_row(pt_costdb *db, const char *sql, const char *types, pt_e
         else
             sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
     }
-    va_end(ap);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return sql_fail(db, err, what);
+    if (changes)
+        *changes = sqlite3_changes(db->sql);
     return 0;
+}
+
+int pt_costdb_insert_row(pt_costdb *db, const char *sql, const char *types, pt_err *err,
+                         const char *what, ...)
+{
+    va_list ap;
+    va_start(ap, what);
+    int rc = run_bound(db, sql, types, ap, NULL, err, what);
+    va_end(ap);
+    return rc;
+}
+
+int pt_costdb_exec_bound(pt_costdb *db, const char *sql, const char *types, int64_t *changes,
+                         pt_err *err, const char *what, ...)
+{
+    va_list ap;
+    va_start(ap, what);
+    int rc = run_bound(db, sql, types, ap, changes, err, what);
+    va_end(ap);
+    return rc;
 }
 
 int pt_costdb_add_device(pt_costdb *db, const pt_cost_hw *hw, pt_err *err)
@@ -748,8 +837,11 @@ int pt_costdb_device(const pt_costdb *db, const char *name, pt_cost_hw *out, pt_
                       name ? name : "(null)");
 }
 
-int pt_costdb_add_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
-                         double time_s, pt_source source, pt_err *err)
+/* A kernel sample with where it came from: run_id 0 for ptprofile's (stored NULL), else
+ * the traced run, with its spread and the repeats it summarises. */
+int pt_costdb_add_kernel_from(pt_costdb *db, const char *device, const pt_kernel_op *op,
+                              double time_s, pt_source source, int64_t run_id,
+                              double spread_s, int64_t spans, pt_err *err)
 {
     if (!db)
         return pt_err_set(err, "no cost table to add to");
@@ -763,21 +855,30 @@ int pt_costdb_add_kernel(pt_costdb *db, const char *device, const pt_kernel_op *
                           where(db), op->key, (int)source);
     if (reserve_kernel(db, err))
         return -1;
+    s.run_id = run_id > 0 ? run_id : 0;
     char kind[sizeof s.key];
     snprintf(kind, sizeof kind, "%.*s", s.kind_len, s.key);
     iso_now(now);
     if (db->sql &&
         insert_row(db,
                    "INSERT INTO kernel_samples(device, op_key, kind, dtype, flops, bytes,"
-                   " time_s, source, created_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   "ttttdddtt", err, "cannot store kernel sample", s.device, s.key, kind,
+                   " time_s, source, created_at, run_id, spread_s, spans)"
+                   " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, 0), ?, ?)",
+                   "ttttdddttidi", err, "cannot store kernel sample", s.device, s.key, kind,
                    pt_dtype_name(s.dtype), s.flops, s.bytes, s.time_s, source_names[source],
-                   now))
+                   now, s.run_id, isfinite(spread_s) && spread_s > 0 ? spread_s : 0.0,
+                   spans > 0 ? spans : (int64_t)1))
         return -1;
     db->ks[db->nk] = s;
     pt_costdb_index_kernel(db, (uint32_t)db->nk);
     db->nk++;
     return 0;
+}
+
+int pt_costdb_add_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
+                         double time_s, pt_source source, pt_err *err)
+{
+    return pt_costdb_add_kernel_from(db, device, op, time_s, source, 0, 0, 1, err);
 }
 
 int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
@@ -824,8 +925,8 @@ int pt_costdb_commit(pt_costdb *db, pt_err *err)
 }
 
 /* Reads every sample again after rows were deleted (the in-memory arrays are
- * append-only). */
-static int reload(pt_costdb *db, pt_err *err)
+ * append-only), and the fits. */
+int pt_costdb_reload(pt_costdb *db, pt_err *err)
 {
     free(db->ks);
     free(db->k_by_key);
@@ -834,32 +935,22 @@ static int reload(pt_costdb *db, pt_err *err)
     free(db->c_by_cfg);
     db->ks = NULL, db->k_by_key = db->k_by_x = NULL, db->cs = NULL, db->c_by_cfg = NULL;
     db->nk = db->capk = db->nc = db->capc = 0;
-    return load_kernels(db, err) || load_colls(db, err) || build_indexes(db, err) ? -1 : 0;
+    return load_kernels(db, err) || load_colls(db, err) || build_indexes(db, err) ||
+                   pt_costdb_load_fits(db, err)
+               ? -1
+               : 0;
 }
 
-/* Runs a DELETE with the given text and double/integer bindings; reloads the
- * in-memory tables when it removed rows. */
+/* Runs a DELETE with the given bindings; reloads the in-memory tables when it removed
+ * rows. */
 static int delete_rows(pt_costdb *db, const char *sql, const char *types, pt_err *err, ...)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
-        return sql_fail(db, err, "cannot replace samples");
     va_list ap;
     va_start(ap, err);
-    for (int i = 0; types[i]; i++) {
-        if (types[i] == 't')
-            sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
-        else if (types[i] == 'd')
-            sqlite3_bind_double(st, i + 1, va_arg(ap, double));
-        else
-            sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
-    }
+    int64_t changes = 0;
+    int rc = run_bound(db, sql, types, ap, &changes, err, "cannot replace samples");
     va_end(ap);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE)
-        return sql_fail(db, err, "cannot replace samples");
-    return sqlite3_changes(db->sql) > 0 ? reload(db, err) : 0;
+    return rc == 0 && changes > 0 ? pt_costdb_reload(db, err) : rc;
 }
 
 int pt_costdb_put_kernel(pt_costdb *db, const char *device, const pt_kernel_op *op,
@@ -867,7 +958,8 @@ int pt_costdb_put_kernel(pt_costdb *db, const char *device, const pt_kernel_op *
 {
     if (db && db->sql && (unsigned)source <= PT_SOURCE_TRACE &&
         delete_rows(db, "DELETE FROM kernel_samples WHERE device = ? AND op_key = ? AND"
-                        " source = ?", "ttt", err, device, op->key, source_names[source]))
+                        " source = ? AND run_id IS NULL", "ttt", err, device, op->key,
+                    source_names[source]))
         return -1;
     return pt_costdb_add_kernel(db, device, op, time_s, source, err);
 }

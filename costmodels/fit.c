@@ -109,11 +109,19 @@ static pt_kernel_op op_of(const pt_ksample *s)
     return op;
 }
 
+/* One key's observation: its class, its ideal time, its measured time and the built-in
+ * curve's time. */
+typedef struct {
+    int cls;
+    double x, t, builtin;
+} kobs;
+
 typedef struct {
     const pt_cost_hw *hw;
-    lsq2 l[PT_FIT_MAX_CLASSES];
-    double sq[PT_FIT_MAX_CLASSES];
-    pt_kernel_fits *out;
+    pt_kernel_fits *classes;
+    kobs *v;
+    size_t n, cap;
+    bool oom;
 } kfit_ctx;
 
 /* The index of class cls in out (added when new; -1 when the table is full). */
@@ -135,54 +143,140 @@ static void kfit_add(void *ctx, const pt_ksample *s, double t)
     pt_kernel_op op = op_of(s);
     char cls[32];
     pt_fit_class_of(&op, cls);
-    int c = class_index(k->out, cls);
-    if (c >= 0)
-        lsq_add(&k->l[c], ideal_s(k->hw, &op), 1.0, t);
+    int c = class_index(k->classes, cls);
+    double x = ideal_s(k->hw, &op);
+    if (c < 0 || !(t > 0) || !isfinite(x))
+        return;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 256;
+        kobs *v = realloc(k->v, cap * sizeof *v);
+        if (!v) {
+            k->oom = true;
+            return;
+        }
+        k->v = v, k->cap = cap;
+    }
+    k->v[k->n++] = (kobs){c, x, t, pt_cost_kernel_analytic(k->hw, &op)};
 }
 
-static void kfit_err(void *ctx, const pt_ksample *s, double t)
+/* Fits class c from its observations, leaving out observation `skip` (-1: none):
+ * t = x / eff + fixed. A class measured at one size only gets its efficiency alone. */
+static bool fit_class(const kfit_ctx *k, int c, size_t skip, double *inv_eff, double *fixed)
 {
-    kfit_ctx *k = ctx;
-    pt_kernel_op op = op_of(s);
-    char cls[32];
-    pt_fit_class_of(&op, cls);
-    for (int c = 0; c < k->out->n; c++)
-        if (strcmp(k->out->v[c].cls, cls) == 0) {
-            double e = (pt_cost_kernel_fitted(k->hw, &op, k->out) - t) / t;
-            k->sq[c] += e * e;
-        }
+    lsq2 l = {0};
+    for (size_t i = 0; i < k->n; i++)
+        if (k->v[i].cls == c && i != skip)
+            lsq_add(&l, k->v[i].x, 1.0, k->v[i].t);
+    if (l.n >= 2)
+        return lsq_solve(&l, inv_eff, fixed);
+    *fixed = 0;
+    *inv_eff = l.sxx > 0 ? l.sxt / l.sxx : 0;
+    return *inv_eff > 0;
+}
+
+/* Collects the observations of every key of hw's device into k (classes in *classes). */
+static void collect(const pt_costdb *db, const pt_cost_hw *hw, pt_kernel_fits *classes,
+                    kfit_ctx *k)
+{
+    *k = (kfit_ctx){.hw = hw, .classes = classes};
+    classes->n = 0;
+    each_key(db, hw->device, kfit_add, k);
 }
 
 void pt_cost_fit_kernels(const pt_costdb *db, const pt_cost_hw *hw, pt_kernel_fits *out)
 {
-    kfit_ctx *k = calloc(1, sizeof *k);
-    pt_kernel_fits all = {0};
+    pt_kernel_fits *all = calloc(1, sizeof *all);
+    kfit_ctx k;
     out->n = 0;
-    if (!k)
+    if (!all)
         return; /* nothing fitted: the built-in curves stay */
-    k->hw = hw;
-    k->out = &all;
-    each_key(db, hw->device, kfit_add, k);
-    for (int c = 0; c < all.n; c++) {
+    collect(db, hw, all, &k);
+    for (int c = 0; c < all->n && !k.oom; c++) {
         double inv_eff, fixed;
-        lsq2 *l = &k->l[c];
-        /* one size only: the efficiency alone (a line through the origin) */
-        bool ok = l->n >= 2 ? lsq_solve(l, &inv_eff, &fixed)
-                            : (fixed = 0, inv_eff = l->sxx > 0 ? l->sxt / l->sxx : 0) > 0;
-        if (!ok)
+        if (!fit_class(&k, c, (size_t)-1, &inv_eff, &fixed))
             continue;
         pt_kernel_fit *f = &out->v[out->n++];
-        *f = all.v[c];
+        *f = all->v[c];
         f->eff = 1.0 / inv_eff;
         f->fixed_s = fixed;
-        f->samples = l->n;
+        double sq = 0, cv = 0;
+        int m = 0;
+        for (size_t i = 0; i < k.n; i++) {
+            if (k.v[i].cls != c)
+                continue;
+            double e = (k.v[i].x * inv_eff + fixed - k.v[i].t) / k.v[i].t, a, b;
+            sq += e * e;
+            m++;
+            /* leave-one-out: the key predicted by the fit of the others */
+            double ecv = fit_class(&k, c, i, &a, &b) ? (k.v[i].x * a + b - k.v[i].t) / k.v[i].t
+                                                     : 1.0;
+            cv += ecv * ecv;
+        }
+        f->samples = m;
+        f->rms_rel_err = sqrt(sq / m);
+        f->cv_rel_err = m >= 2 ? sqrt(cv / m) : NAN;
     }
-    k->out = out;
-    memset(k->sq, 0, sizeof k->sq);
-    each_key(db, hw->device, kfit_err, k);
-    for (int c = 0; c < out->n; c++)
-        out->v[c].rms_rel_err = sqrt(k->sq[c] / out->v[c].samples);
-    free(k);
+    free(k.v);
+    free(all);
+}
+
+/* Why a fit with these figures is not a model to store, or NULL when it may be. */
+static const char *implausible(double eff, double rms, double cv, double prev, int samples,
+                               char *why, size_t cap)
+{
+    if (eff > 1.0)
+        snprintf(why, cap, "efficiency %.0f%% is above 100%%: the samples do not measure "
+                           "what the model counts", 100 * eff);
+    else if (rms > PT_FIT_MAX_RMS)
+        snprintf(why, cap, "rms error %.1f%% over its own samples (more than %.0f%%): not "
+                           "a model of them", 100 * rms, 100 * PT_FIT_MAX_RMS);
+    else if (samples < 2 || !isfinite(cv))
+        snprintf(why, cap, "too few sizes (%d) to hold one out: not validated", samples);
+    else if (!(cv < prev))
+        snprintf(why, cap, "held-out error %.1f%% is not below %.1f%% of the model in force",
+                 100 * cv, 100 * prev);
+    else
+        return NULL;
+    return why;
+}
+
+void pt_cost_fit_judge_kernels(const pt_costdb *db, const pt_cost_hw *hw, pt_kernel_fits *fits)
+{
+    pt_kernel_fits *all = calloc(1, sizeof *all);
+    kfit_ctx k;
+    if (!all) {
+        for (int c = 0; c < fits->n; c++)
+            fits->v[c].accepted = false, snprintf(fits->v[c].why, 128, "out of memory");
+        return;
+    }
+    collect(db, hw, all, &k);
+    for (int f = 0; f < fits->n; f++) {
+        pt_kernel_fit *x = &fits->v[f];
+        double sq = 0;
+        int m = 0;
+        for (size_t i = 0; i < k.n; i++) {
+            if (strcmp(all->v[k.v[i].cls].cls, x->cls) != 0)
+                continue;
+            /* the model in force: the stored fit of the class, else the built-in curve */
+            double prev = k.v[i].builtin;
+            for (size_t j = 0; db && j < db->nfits; j++) {
+                const pt_fit_row *r = &db->fits[j];
+                if (r->what == PT_FIT_KERNEL && !strcmp(r->cls, x->cls) &&
+                    !strcmp(r->target, hw->device))
+                    prev = k.v[i].x / r->p1 + r->p2;
+            }
+            double e = (prev - k.v[i].t) / k.v[i].t;
+            sq += e * e;
+            m++;
+        }
+        x->prev_rel_err = m ? sqrt(sq / m) : INFINITY;
+        x->accepted = !implausible(x->eff, x->rms_rel_err, x->cv_rel_err, x->prev_rel_err,
+                                   x->samples, x->why, sizeof x->why);
+        if (x->accepted)
+            x->why[0] = 0;
+    }
+    free(k.v);
+    free(all);
 }
 
 /* ---- Link fits ---------------------------------------------------------------------------- */
@@ -220,43 +314,83 @@ static int level_of(const pt_csample *s)
     return s->ranks_per_node == 1 ? 1 : -1;
 }
 
+/* Fits level lv of backend's samples, leaving out sample `skip` (-1: none). */
+static bool fit_level(const pt_costdb *db, const char *backend, int lv, size_t skip,
+                      double *inv_bw, double *alpha, int *n)
+{
+    lsq2 l = {0};
+    for (size_t i = 0; db && i < db->nc; i++) {
+        const pt_csample *s = &db->cs[i];
+        double steps, volume;
+        if (i == skip || level_of(s) != lv || strcmp(s->backend, backend) != 0)
+            continue;
+        coll_regressors(s->op, s->group, s->bytes, &steps, &volume);
+        lsq_add(&l, volume, steps, s->time_s);
+    }
+    *n = l.n;
+    return lsq_solve(&l, inv_bw, alpha);
+}
+
 void pt_cost_fit_links(const pt_costdb *db, const char *backend, pt_link_fit *intra,
                        pt_link_fit *inter)
 {
-    lsq2 l[2];
-    memset(l, 0, sizeof l);
     pt_link_fit *out[2] = {intra, inter};
     *intra = *inter = (pt_link_fit){0};
-    for (size_t i = 0; db && i < db->nc; i++) {
-        const pt_csample *s = &db->cs[i];
-        int lv = level_of(s);
-        double steps, volume;
-        if (lv < 0 || strcmp(s->backend, backend) != 0)
-            continue;
-        coll_regressors(s->op, s->group, s->bytes, &steps, &volume);
-        lsq_add(&l[lv], volume, steps, s->time_s);
-    }
     for (int lv = 0; lv < 2; lv++) {
         double inv_bw, alpha;
-        if (!lsq_solve(&l[lv], &inv_bw, &alpha))
+        int n;
+        if (!fit_level(db, backend, lv, (size_t)-1, &inv_bw, &alpha, &n))
             continue;
         *out[lv] = (pt_link_fit){.ok = true, .alpha_s = alpha, .bw_Bps = 1.0 / inv_bw,
-                                 .samples = l[lv].n};
+                                 .samples = n};
+        double sq = 0, cv = 0;
+        for (size_t i = 0; i < db->nc; i++) {
+            const pt_csample *s = &db->cs[i];
+            double steps, volume, a, b;
+            int m;
+            if (level_of(s) != lv || strcmp(s->backend, backend) != 0)
+                continue;
+            coll_regressors(s->op, s->group, s->bytes, &steps, &volume);
+            double e = (alpha * steps + volume * inv_bw - s->time_s) / s->time_s;
+            double ecv = fit_level(db, backend, lv, i, &b, &a, &m)
+                             ? (a * steps + volume * b - s->time_s) / s->time_s
+                             : 1.0;
+            sq += e * e;
+            cv += ecv * ecv;
+        }
+        out[lv]->rms_rel_err = sqrt(sq / n);
+        out[lv]->cv_rel_err = n >= 3 ? sqrt(cv / n) : NAN;
     }
-    double sq[2] = {0, 0};
-    for (size_t i = 0; db && i < db->nc; i++) {
-        const pt_csample *s = &db->cs[i];
-        int lv = level_of(s);
-        double steps, volume;
-        if (lv < 0 || strcmp(s->backend, backend) != 0 || !out[lv]->ok)
+}
+
+void pt_cost_fit_judge_links(const pt_costdb *db, const pt_cost_hw *hw, pt_link_fit *intra,
+                             pt_link_fit *inter)
+{
+    pt_link_fit *lv[2] = {intra, inter}, in_force[2];
+    pt_costdb_link_fits(db, hw->backend, &in_force[0], &in_force[1]);
+    for (int l = 0; l < 2; l++) {
+        pt_link_fit *x = lv[l];
+        if (!x->ok)
             continue;
-        coll_regressors(s->op, s->group, s->bytes, &steps, &volume);
-        double e = (out[lv]->alpha_s * steps + volume / out[lv]->bw_Bps - s->time_s) / s->time_s;
-        sq[lv] += e * e;
+        double sq = 0;
+        int m = 0;
+        for (size_t i = 0; db && i < db->nc; i++) {
+            const pt_csample *s = &db->cs[i];
+            if (level_of(s) != l || strcmp(s->backend, hw->backend) != 0)
+                continue;
+            pt_coll_op op = {s->op, s->bytes, s->group, s->ranks_per_node};
+            double prev = pt_cost_coll_fitted(hw, &op, &in_force[0], &in_force[1]);
+            double e = (prev - s->time_s) / s->time_s;
+            sq += e * e;
+            m++;
+        }
+        x->prev_rel_err = m ? sqrt(sq / m) : INFINITY;
+        /* a link has no efficiency: 1 passes the first rule */
+        x->accepted = !implausible(1.0, x->rms_rel_err, x->cv_rel_err, x->prev_rel_err,
+                                   x->samples >= 3 ? x->samples : 1, x->why, sizeof x->why);
+        if (x->accepted)
+            x->why[0] = 0;
     }
-    for (int lv = 0; lv < 2; lv++)
-        if (out[lv]->ok)
-            out[lv]->rms_rel_err = sqrt(sq[lv] / out[lv]->samples);
 }
 
 /* ---- Fitted models -------------------------------------------------------------------------- */
@@ -319,17 +453,6 @@ static int keep_fit(pt_costdb *db, const pt_fit_row *row)
     return 0;
 }
 
-/* Forgets the fits of `target` of the kinds in `what` (a kernel, or both link levels). */
-static void drop_fits(pt_costdb *db, const char *target, bool links)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < db->nfits; i++)
-        if (!((db->fits[i].what != PT_FIT_KERNEL) == links &&
-              strcmp(db->fits[i].target, target) == 0))
-            db->fits[k++] = db->fits[i];
-    db->nfits = k;
-}
-
 static int load_table(pt_costdb *db, const char *sql, bool links, pt_err *err)
 {
     sqlite3_stmt *st;
@@ -368,39 +491,32 @@ int pt_costdb_load_fits(pt_costdb *db, pt_err *err)
     db->nfits = 0;
     if (!db->sql)
         return 0;
+    /* in the order stored: the newest fit of a class or level is the one in force */
     return load_table(db, "SELECT device, class, eff, fixed_s, samples, rms_rel_err"
-                          " FROM kernel_fits ORDER BY device, class", false, err) ||
+                          " FROM kernel_fits ORDER BY rowid", false, err) ||
                    load_table(db, "SELECT backend, level, alpha_s, bw_Bps, samples, rms_rel_err"
-                                  " FROM link_fits ORDER BY backend, level", true, err)
+                                  " FROM link_fits ORDER BY rowid", true, err)
                ? -1
                : 0;
 }
 
-static int exec_bound(pt_costdb *db, const char *sql, const char *arg, pt_err *err)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL) != SQLITE_OK)
-        return pt_costdb_sql_fail(db, err, "cannot store fits");
-    sqlite3_bind_text(st, 1, arg, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : pt_costdb_sql_fail(db, err, "cannot store fits");
-}
-
-static int store_row(pt_costdb *db, const pt_fit_row *row, pt_err *err)
+static int store_row(pt_costdb *db, const pt_fit_row *row, int64_t run_id, double cv,
+                     pt_err *err)
 {
     char now[32];
     pt_costdb_iso_now(now);
     bool kernel = row->what == PT_FIT_KERNEL;
-    const char *sql = kernel ? "INSERT INTO kernel_fits(device, class, eff, fixed_s, samples,"
-                               " rms_rel_err, created_at) VALUES(?, ?, ?, ?, ?, ?, ?)"
-                             : "INSERT INTO link_fits(backend, level, alpha_s, bw_Bps, samples,"
-                               " rms_rel_err, created_at) VALUES(?, ?, ?, ?, ?, ?, ?)";
-    if (db->sql && pt_costdb_insert_row(db, sql, "ttddidt", err, "cannot store fits",
+    const char *sql = kernel ? "INSERT OR REPLACE INTO kernel_fits(device, class, run_id, eff,"
+                               " fixed_s, samples, rms_rel_err, cv_rel_err, created_at)"
+                               " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                             : "INSERT OR REPLACE INTO link_fits(backend, level, run_id,"
+                               " alpha_s, bw_Bps, samples, rms_rel_err, cv_rel_err, created_at)"
+                               " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    if (db->sql && pt_costdb_insert_row(db, sql, "ttiddiddt", err, "cannot store fits",
                                         row->target,
                                         kernel ? row->cls : level_names[row->what - PT_FIT_INTRA],
-                                        row->p1, row->p2, (int64_t)row->samples,
-                                        row->rms_rel_err, now))
+                                        run_id, row->p1, row->p2, (int64_t)row->samples,
+                                        row->rms_rel_err, isfinite(cv) ? cv : 0.0, now))
         return -1;
     return keep_fit(db, row) ? pt_err_set(err, "out of memory for fits") : 0;
 }
@@ -415,29 +531,27 @@ static int check_target(const pt_costdb *db, const char *target, size_t cap, pt_
     return 0;
 }
 
-/* Replaces every fit of `target` (its kernel classes, or its link levels) by rows. */
-static int replace_fits(pt_costdb *db, const char *target, bool links, const pt_fit_row *rows,
-                        int n, pt_err *err)
+/* Stores rows (cv[i] their held-out errors) as run_id's fits, in one transaction. */
+static int store_fits(pt_costdb *db, const pt_fit_row *rows, const double *cv, int n,
+                      int64_t run_id, pt_err *err)
 {
     if (pt_costdb_begin(db, err))
         return -1;
-    int rc = !db->sql ? 0
-             : links  ? exec_bound(db, "DELETE FROM link_fits WHERE backend = ?", target, err)
-                      : exec_bound(db, "DELETE FROM kernel_fits WHERE device = ?", target, err);
-    drop_fits(db, target, links);
+    int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = store_row(db, &rows[i], err);
+        rc = store_row(db, &rows[i], run_id, cv[i], err);
     if (rc == 0)
         return pt_costdb_commit(db, err);
-    if (db->sql)
-        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+    pt_costdb_rollback(db, NULL);
     return -1;
 }
 
-int pt_costdb_put_kernel_fits(pt_costdb *db, const char *device, const pt_kernel_fits *fits,
-                              pt_err *err)
+int pt_costdb_put_kernel_fits(pt_costdb *db, const char *device, int64_t run_id,
+                              const pt_kernel_fits *fits, pt_err *err)
 {
     pt_fit_row rows[PT_FIT_MAX_CLASSES];
+    double cv[PT_FIT_MAX_CLASSES];
+    int n = 0;
     if (check_target(db, device, sizeof rows[0].target, err))
         return -1;
     if (fits->n < 0 || fits->n > PT_FIT_MAX_CLASSES)
@@ -445,29 +559,33 @@ int pt_costdb_put_kernel_fits(pt_costdb *db, const char *device, const pt_kernel
                           PT_FIT_MAX_CLASSES);
     for (int c = 0; c < fits->n; c++) {
         const pt_kernel_fit *f = &fits->v[c];
+        if (!f->accepted)
+            continue;
         if (!f->cls[0] || !(isfinite(f->eff) && f->eff > 0 && isfinite(f->fixed_s) &&
                             f->fixed_s >= 0))
             return pt_err_set(err, "%s: fit of class '%s' of %s: efficiency %g and fixed time %g "
                                    "must be finite and positive", pt_costdb_where(db), f->cls,
                               device, f->eff, f->fixed_s);
-        rows[c] = (pt_fit_row){.what = PT_FIT_KERNEL, .p1 = f->eff, .p2 = f->fixed_s,
+        rows[n] = (pt_fit_row){.what = PT_FIT_KERNEL, .p1 = f->eff, .p2 = f->fixed_s,
                                .samples = f->samples, .rms_rel_err = f->rms_rel_err};
-        snprintf(rows[c].target, sizeof rows[c].target, "%s", device);
-        snprintf(rows[c].cls, sizeof rows[c].cls, "%s", f->cls);
+        cv[n] = f->cv_rel_err;
+        snprintf(rows[n].target, sizeof rows[n].target, "%s", device);
+        snprintf(rows[n++].cls, sizeof rows[0].cls, "%s", f->cls);
     }
-    return replace_fits(db, device, false, rows, fits->n, err);
+    return store_fits(db, rows, cv, n, run_id, err);
 }
 
-int pt_costdb_put_link_fits(pt_costdb *db, const char *backend, const pt_link_fit *intra,
-                            const pt_link_fit *inter, pt_err *err)
+int pt_costdb_put_link_fits(pt_costdb *db, const char *backend, int64_t run_id,
+                            const pt_link_fit *intra, const pt_link_fit *inter, pt_err *err)
 {
     const pt_link_fit *lv[2] = {intra, inter};
     pt_fit_row rows[2];
+    double cv[2];
     int n = 0;
     if (check_target(db, backend, sizeof rows[0].target, err))
         return -1;
     for (int i = 0; i < 2; i++) {
-        if (!lv[i] || !lv[i]->ok)
+        if (!lv[i] || !lv[i]->ok || !lv[i]->accepted)
             continue;
         if (!(isfinite(lv[i]->alpha_s) && lv[i]->alpha_s >= 0 && isfinite(lv[i]->bw_Bps) &&
               lv[i]->bw_Bps > 0))
@@ -477,9 +595,10 @@ int pt_costdb_put_link_fits(pt_costdb *db, const char *backend, const pt_link_fi
         rows[n] = (pt_fit_row){.what = PT_FIT_INTRA + i, .p1 = lv[i]->alpha_s,
                                .p2 = lv[i]->bw_Bps, .samples = lv[i]->samples,
                                .rms_rel_err = lv[i]->rms_rel_err};
+        cv[n] = lv[i]->cv_rel_err;
         snprintf(rows[n++].target, sizeof rows[0].target, "%s", backend);
     }
-    return replace_fits(db, backend, true, rows, n, err);
+    return store_fits(db, rows, cv, n, run_id, err);
 }
 
 void pt_costdb_kernel_fits(const pt_costdb *db, const char *device, pt_kernel_fits *out)
@@ -491,7 +610,7 @@ void pt_costdb_kernel_fits(const pt_costdb *db, const char *device, pt_kernel_fi
             continue;
         pt_kernel_fit *f = &out->v[out->n++];
         *f = (pt_kernel_fit){.eff = r->p1, .fixed_s = r->p2, .samples = r->samples,
-                             .rms_rel_err = r->rms_rel_err};
+                             .rms_rel_err = r->rms_rel_err, .accepted = true};
         snprintf(f->cls, sizeof f->cls, "%s", r->cls);
     }
 }
@@ -505,6 +624,7 @@ void pt_costdb_link_fits(const pt_costdb *db, const char *backend, pt_link_fit *
         if (r->what == PT_FIT_KERNEL || strcmp(r->target, backend) != 0)
             continue;
         *(r->what == PT_FIT_INTRA ? intra : inter) =
-            (pt_link_fit){true, r->p1, r->p2, r->samples, r->rms_rel_err};
+            (pt_link_fit){.ok = true, .alpha_s = r->p1, .bw_Bps = r->p2, .samples = r->samples,
+                          .rms_rel_err = r->rms_rel_err, .accepted = true};
     }
 }

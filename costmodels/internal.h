@@ -22,6 +22,9 @@ typedef struct {
     int kind_len;
     pt_dtype dtype;
     double flops, bytes, time_s;
+    int64_t run_id;           /* the traced run it came from; 0 for ptprofile's, -1 for a
+                                 trace sample stored before schema 5 (not part of the
+                                 orders or the fingerprint) */
 } pt_ksample;
 
 /* One collective sample. */
@@ -106,5 +109,15 @@ double pt_cost_kernel_stored_fit(const pt_costdb *db, const pt_cost_hw *hw,
                                  const pt_kernel_op *op);
 /* Reads the fits tables into db->fits (fit.c). */
 int pt_costdb_load_fits(pt_costdb *db, pt_err *err);
+/* pt_costdb_add_kernel with the sample's run (0: ptprofile's), spread and repeats. */
+int pt_costdb_add_kernel_from(pt_costdb *db, const char *device, const pt_kernel_op *op,
+                              double time_s, pt_source source, int64_t run_id,
+                              double spread_s, int64_t spans, pt_err *err);
+/* Reads every sample again (after rows were deleted or a transaction rolled back). */
+int pt_costdb_reload(pt_costdb *db, pt_err *err);
+/* Runs one statement with bound arguments ('t' text, 'd' double, 'i' int64) that returns
+ * no rows; *changes (may be NULL) receives how many rows it changed. */
+int pt_costdb_exec_bound(pt_costdb *db, const char *sql, const char *types, int64_t *changes,
+                         pt_err *err, const char *what, ...);
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * Training runs in costs.db: each ptrun that records appends its predicted and
- * measured figures (table runs), the memory of each of its ranks (run_ranks) and the
- * spans of its merged trace (spans), in one transaction; calibration (ptcalib) and
- * reports (ptreport) read them back. The schema is db.c's (versions 3 and 4).
+ * measured figures (table runs), the memory of each of its ranks (run_ranks), the
+ * statistics of each op on each rank (op_stats) and the spans of the schedule's
+ * instructions in its last step (spans), in one transaction; calibration (ptcalib) and
+ * reports (ptreport) read them back. The schema is db.c's (versions 3 to 5).
  */
 #include "internal.h"
 
@@ -21,11 +22,51 @@ static int insert_run(pt_costdb *db, const pt_run_record *r, pt_err *err)
         "INSERT INTO runs(created_at, host, git_revision, model, cluster, layout, world, steps,"
         " predicted_step_s, measured_step_s, predicted_mfu, measured_mfu,"
         " predicted_memory_bytes, measured_memory_bytes, plan_id, plan_path, log_path,"
-        " trace_path) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        "ttttttiiddddddtttt", err, "cannot record the run", now, r->host, r->git_revision,
+        " trace_path, steps_timed, gemm_ratio, noisy, forgotten)"
+        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "ttttttiiddddddttttidti", err, "cannot record the run", now, r->host, r->git_revision,
         r->model, r->cluster, r->layout, r->world, r->steps, r->predicted_step_s,
         r->measured_step_s, r->predicted_mfu, r->measured_mfu, r->predicted_memory_bytes,
-        r->measured_memory_bytes, r->plan_id, r->plan_path, r->log_path, r->trace_path);
+        r->measured_memory_bytes, r->plan_id, r->plan_path, r->log_path, r->trace_path,
+        r->steps_timed, r->gemm_ratio, r->noisy, (int64_t)r->forgotten);
+}
+
+static int insert_stats(pt_costdb *db, int64_t run, const pt_op_stat *v, size_t n, pt_err *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql,
+                           "INSERT INTO op_stats(run_id, rank, stream, name, op_key, dtype, flops,"
+                           " bytes, spans, kept, median_s, mad_s, mean_s, min_s, max_s, total_s)"
+                           " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return pt_costdb_sql_fail(db, err, "cannot record the run's op statistics");
+    int rc = SQLITE_DONE;
+    for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
+        const pt_op_stat *s = &v[i];
+        if (s->st.spans < 1)
+            continue;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, run);
+        sqlite3_bind_int(st, 2, s->rank);
+        sqlite3_bind_int(st, 3, s->stream);
+        sqlite3_bind_text(st, 4, s->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, s->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, pt_dtype_name(s->dtype), -1, SQLITE_STATIC);
+        sqlite3_bind_double(st, 7, s->flops);
+        sqlite3_bind_double(st, 8, s->bytes);
+        sqlite3_bind_int64(st, 9, s->st.spans);
+        sqlite3_bind_int64(st, 10, s->st.kept > 0 ? s->st.kept : 1);
+        sqlite3_bind_double(st, 11, s->st.median_s > 0 ? s->st.median_s : 0);
+        sqlite3_bind_double(st, 12, s->st.mad_s > 0 ? s->st.mad_s : 0);
+        sqlite3_bind_double(st, 13, s->st.mean_s > 0 ? s->st.mean_s : 0);
+        sqlite3_bind_double(st, 14, s->st.min_s);
+        sqlite3_bind_double(st, 15, s->st.max_s);
+        sqlite3_bind_double(st, 16, s->st.total_s);
+        rc = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0
+                             : pt_costdb_sql_fail(db, err, "cannot record the run's op statistics");
 }
 
 static int insert_spans(pt_costdb *db, int64_t run, const pt_span *v, size_t n, pt_err *err)
@@ -60,8 +101,8 @@ static int insert_spans(pt_costdb *db, int64_t run, const pt_span *v, size_t n, 
 }
 
 int pt_costdb_record_run(pt_costdb *db, const pt_run_record *r, const pt_run_rank *ranks,
-                         int n_ranks, const pt_span *spans, size_t n_spans, int64_t *id,
-                         pt_err *err)
+                         int n_ranks, const pt_op_stat *stats, size_t n_stats,
+                         const pt_span *spans, size_t n_spans, int64_t *id, pt_err *err)
 {
     if (!db || !db->sql)
         return pt_err_set(err, "no cost database file to record the run in");
@@ -82,6 +123,8 @@ int pt_costdb_record_run(pt_costdb *db, const pt_run_record *r, const pt_run_ran
                                   (int64_t)ranks[i].rank, (int64_t)ranks[i].stage,
                                   ranks[i].predicted_memory_bytes,
                                   ranks[i].measured_memory_bytes, ranks[i].peak_rss_bytes);
+    if (rc == 0 && n_stats)
+        rc = insert_stats(db, run, stats, n_stats, err);
     if (rc == 0 && n_spans)
         rc = insert_spans(db, run, spans, n_spans, err);
     if (rc == 0)
@@ -97,7 +140,7 @@ int pt_costdb_record_run(pt_costdb *db, const pt_run_record *r, const pt_run_ran
 
 int pt_costdb_add_run(pt_costdb *db, const pt_run_record *r, pt_err *err)
 {
-    return pt_costdb_record_run(db, r, NULL, 0, NULL, 0, NULL, err);
+    return pt_costdb_record_run(db, r, NULL, 0, NULL, 0, NULL, 0, NULL, err);
 }
 
 /* ---- Reading -------------------------------------------------------------------------------- */
@@ -194,6 +237,10 @@ static void fill_run(void *row, sqlite3_stmt *st)
     text_into(r->plan_path, sizeof r->plan_path, st, 16);
     text_into(r->log_path, sizeof r->log_path, st, 17);
     text_into(r->trace_path, sizeof r->trace_path, st, 18);
+    r->steps_timed = sqlite3_column_int64(st, 19);
+    r->gemm_ratio = sqlite3_column_double(st, 20);
+    text_into(r->noisy, sizeof r->noisy, st, 21);
+    r->forgotten = sqlite3_column_int(st, 22) != 0;
 }
 
 int pt_costdb_runs(const pt_costdb *db, pt_run_record **out, size_t *n, pt_err *err)
@@ -202,7 +249,8 @@ int pt_costdb_runs(const pt_costdb *db, pt_run_record **out, size_t *n, pt_err *
                      "SELECT id, created_at, host, git_revision, model, cluster, layout, world,"
                      " steps, predicted_step_s, measured_step_s, predicted_mfu, measured_mfu,"
                      " predicted_memory_bytes, measured_memory_bytes, plan_id, plan_path,"
-                     " log_path, trace_path FROM runs ORDER BY id",
+                     " log_path, trace_path, steps_timed, gemm_ratio, noisy, forgotten"
+                     " FROM runs ORDER BY id",
                      -1, sizeof **out, fill_run, (void **)out, n, "runs", err);
 }
 
@@ -248,4 +296,36 @@ int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size
                      "SELECT rank, stream, name, op_key, mb, chunk, start_s, dur_s, flops, bytes,"
                      " dtype FROM spans WHERE run_id = ?1 ORDER BY rank, start_s, id",
                      run_id, sizeof **out, fill_span, (void **)out, n, "the run's spans", err);
+}
+
+static void fill_stat(void *row, sqlite3_stmt *st)
+{
+    pt_op_stat *s = row;
+    s->rank = sqlite3_column_int(st, 0);
+    s->stream = sqlite3_column_int(st, 1);
+    text_into(s->name, sizeof s->name, st, 2);
+    text_into(s->key, sizeof s->key, st, 3);
+    const unsigned char *dt = sqlite3_column_text(st, 4);
+    if (pt_dtype_parse(dt ? (const char *)dt : "", &s->dtype, NULL))
+        s->dtype = PT_DTYPE_FP32;
+    s->flops = sqlite3_column_double(st, 5);
+    s->bytes = sqlite3_column_double(st, 6);
+    s->st = (pt_robust){.spans = sqlite3_column_int64(st, 7), .kept = sqlite3_column_int64(st, 8),
+                        .median_s = sqlite3_column_double(st, 9),
+                        .mad_s = sqlite3_column_double(st, 10),
+                        .mean_s = sqlite3_column_double(st, 11),
+                        .min_s = sqlite3_column_double(st, 12),
+                        .max_s = sqlite3_column_double(st, 13),
+                        .total_s = sqlite3_column_double(st, 14)};
+}
+
+int pt_costdb_run_op_stats(const pt_costdb *db, int64_t run_id, pt_op_stat **out, size_t *n,
+                           pt_err *err)
+{
+    return read_rows(db,
+                     "SELECT rank, stream, name, op_key, dtype, flops, bytes, spans, kept,"
+                     " median_s, mad_s, mean_s, min_s, max_s, total_s FROM op_stats"
+                     " WHERE run_id = ?1 ORDER BY rank, stream, op_key, name",
+                     run_id, sizeof **out, fill_stat, (void **)out, n, "the run's op statistics",
+                     err);
 }

@@ -1,14 +1,17 @@
 /*
- * ptcalib — closes the loop from a run back to the cost tables. It reads a run's
- * merged trace (the file ptrun --trace wrote, or the spans ptrun --record stored),
- * checks that it was made from the plan it is compared with, turns every rank's op
- * spans into kernel samples (source trace), fits what the analytic fallbacks assume
- * (efficiency per kind of kernel, latency and bandwidth per link level) by least
- * squares and stores the fits, so that the planner's next prediction uses them. It
- * prints each op's measured time against what the tables predicted before the run
- * (and what the fitted model gives), with the error of each, and the step time and
- * MFU predicted by the plan, re-predicted from the calibrated tables and measured.
- * Exit code: 0 done, 1 bad input or failure.
+ * ptcalib — closes the loop from a run back to the cost tables, and undoes it. It reads
+ * a run's per-op statistics (what ptrun --record stored, or computed from the merged
+ * trace ptrun --trace wrote), checks that they were made from the plan they are compared
+ * with and on a machine no busier than when it was profiled (the load check: the run's
+ * GEMMs against the profile), turns them into kernel samples under the run's id, fits
+ * what the analytic fallbacks assume (efficiency per kind of kernel, latency and
+ * bandwidth per link level) and keeps a fit only where it is plausible and predicts
+ * held-out samples better than the figures in force. It prints each op's median measured
+ * time against what the tables predicted before the run and what the fitted model gives,
+ * and the step time and MFU predicted by the plan, re-predicted and measured.
+ * ptcalib --forget RUN removes a run's samples and the fits its calibration stored, so
+ * that the tables are exactly what they were before it (--dry-run shows the change).
+ * Exit code: 0 done, 1 bad input, a noisy run refused, or failure.
  */
 #include "planner.h"
 #include "trace.h"
@@ -22,34 +25,41 @@
 
 static const char usage_text[] =
     "usage: ptcalib [--trace FILE | --run ID] [--plan PLAN.json] [options]\n"
+    "       ptcalib --forget ID [--dry-run] [--db FILE]\n"
     "\n"
     "Calibrates the cost tables from a recorded run (ptrun --record; the latest run\n"
-    "unless --run or --trace says which) and prints predicted against measured per op.\n"
+    "unless --run or --trace says which) and prints predicted against measured per op;\n"
+    "--forget undoes the calibration of a run.\n"
     "\n"
-    "  --trace FILE   the run's merged Chrome trace (ptrun --trace) instead of its spans\n"
-    "                 in the database\n"
-    "  --run ID       the run (id in table runs) whose stored spans to use\n"
+    "  --trace FILE   the run's merged Chrome trace (ptrun --trace) instead of the\n"
+    "                 statistics stored in the database\n"
+    "  --run ID       the run (id in table runs) whose stored statistics to use\n"
     "  --plan FILE    the plan the run trained [the one the trace or run names]\n"
     "  --db FILE      the cost table [$PT_COSTS_DB, else ~/.local/share/ptplan/costs.db]\n"
     "  --no-store     print, fit and re-predict, but change nothing in the database\n"
+    "  --force        calibrate from a run the load check found noisy\n"
     "  --top N        ops in the table, by measured time [all]\n"
+    "  --forget ID    remove run ID's cost samples and the fits its calibration stored:\n"
+    "                 the tables are again what they were before it\n"
+    "  --dry-run      with --forget: show what would change, change nothing\n"
     "  -h, --help     this text\n";
 
 typedef struct {
     const char *trace, *plan;
     char db[512];
-    int64_t run, top;
-    bool store;
+    int64_t run, top, forget;
+    bool store, force, dry_run;
 } options;
 
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum { O_TRACE = 256, O_RUN, O_PLAN, O_DB, O_NOSTORE, O_TOP };
+    enum { O_TRACE = 256, O_RUN, O_PLAN, O_DB, O_NOSTORE, O_TOP, O_FORCE, O_FORGET, O_DRY };
     static const struct option longopts[] = {
         {"trace", 1, 0, O_TRACE}, {"run", 1, 0, O_RUN}, {"plan", 1, 0, O_PLAN},
         {"db", 1, 0, O_DB}, {"no-store", 0, 0, O_NOSTORE}, {"top", 1, 0, O_TOP},
+        {"force", 0, 0, O_FORCE}, {"forget", 1, 0, O_FORGET}, {"dry-run", 0, 0, O_DRY},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    *o = (options){.run = -1, .store = true};
+    *o = (options){.run = -1, .forget = -1, .store = true};
     pt_cli_default_db(o->db, sizeof o->db, false);
     opterr = 0;
     int c, bad = 0;
@@ -61,6 +71,11 @@ static int parse_options(int argc, char **argv, options *o)
         case O_DB: snprintf(o->db, sizeof o->db, "%s", optarg); break;
         case O_NOSTORE: o->store = false; break;
         case O_TOP: bad = pt_cli_int("ptcalib", "--top", optarg, 1, 1 << 20, &o->top); break;
+        case O_FORCE: o->force = true; break;
+        case O_FORGET:
+            bad = pt_cli_int("ptcalib", "--forget", optarg, 1, INT64_MAX, &o->forget);
+            break;
+        case O_DRY: o->dry_run = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: return pt_cli_bad_option("ptcalib", c, argv[optind - 1]);
         }
@@ -75,6 +90,15 @@ static int parse_options(int argc, char **argv, options *o)
         fprintf(stderr, "ptcalib: --trace and --run both name a run; give one\n");
         return -1;
     }
+    if (o->forget >= 0 && (o->trace || o->run >= 0 || o->plan || !o->store || o->force)) {
+        fprintf(stderr, "ptcalib: --forget takes only --dry-run and --db\n");
+        return -1;
+    }
+    if (o->dry_run && o->forget < 0) {
+        fprintf(stderr, "ptcalib: --dry-run goes with --forget ID (--no-store is the dry run "
+                        "of a calibration)\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -83,8 +107,11 @@ static int parse_options(int argc, char **argv, options *o)
 typedef struct {
     pt_costdb *db;              /* read and written */
     pt_costdb *before;          /* the same file without trace samples: as profiled */
-    pt_run_record run;          /* the run the spans come from */
-    pt_trace spans;             /* every rank's, on one clock */
+    pt_run_record run;          /* the run the statistics come from */
+    pt_op_stat *stats;          /* every rank's, per op */
+    size_t n_stats;
+    char plan_id[17];           /* of the plan the statistics were made from */
+    char plan_from[512];        /* the plan they name */
     pt_plan plan;
     char plan_path[512];
     pt_cost_hw hw;
@@ -117,27 +144,46 @@ static int pick_run(const options *o, job *j, const char *plan_id, pt_err *err)
     return rc;
 }
 
-/* The spans, from the trace file or from the run's rows in the database. */
-static int load_spans(const options *o, job *j, pt_err *err)
+/* Per-op statistics of spans (a trace file's, or a run recorded before schema 5 with
+ * every span stored). */
+static int stats_of_spans(job *j, pt_trace *t, pt_err *err)
+{
+    int rc = pt_trace_op_stats(t, &j->stats, &j->n_stats, err);
+    pt_trace_free(t);
+    return rc;
+}
+
+/* The statistics: computed from the trace file, or the run's stored ones. */
+static int load_stats(const options *o, job *j, pt_err *err)
 {
     if (o->trace) {
-        if (pt_trace_read_chrome(o->trace, &j->spans, err) ||
-            pick_run(o, j, j->spans.plan_id, err))
+        pt_trace t;
+        if (pt_trace_read_chrome(o->trace, &t, err))
             return -1;
-        return 0;
+        snprintf(j->plan_id, sizeof j->plan_id, "%s", t.plan_id);
+        snprintf(j->plan_from, sizeof j->plan_from, "%s", t.plan_path);
+        if (pick_run(o, j, t.plan_id, err)) {
+            pt_trace_free(&t);
+            return -1;
+        }
+        return stats_of_spans(j, &t, err);
     }
-    size_t n;
     if (pick_run(o, j, NULL, err) ||
-        pt_costdb_run_spans(j->db, j->run.id, &j->spans.v, &n, err))
+        pt_costdb_run_op_stats(j->db, j->run.id, &j->stats, &j->n_stats, err))
         return -1;
-    j->spans.n = j->spans.cap = n;
-    j->spans.on = true;
-    j->spans.world = (int)j->run.world;
-    snprintf(j->spans.plan_id, sizeof j->spans.plan_id, "%s", j->run.plan_id);
-    snprintf(j->spans.plan_path, sizeof j->spans.plan_path, "%s", j->run.plan_path);
-    if (n == 0)
-        return pt_err_set(err, "%s: run %lld has no spans stored (recorded before schema 4, "
-                               "or without a trace); give its trace with --trace", o->db,
+    snprintf(j->plan_id, sizeof j->plan_id, "%s", j->run.plan_id);
+    snprintf(j->plan_from, sizeof j->plan_from, "%s", j->run.plan_path);
+    if (j->n_stats == 0) { /* recorded before schema 5: every span is stored */
+        pt_trace t;
+        pt_trace_init(&t, true);
+        if (pt_costdb_run_spans(j->db, j->run.id, &t.v, &t.n, err))
+            return -1;
+        if (stats_of_spans(j, &t, err))
+            return -1;
+    }
+    if (j->n_stats == 0)
+        return pt_err_set(err, "%s: run %lld has no op statistics stored (recorded without a "
+                               "trace?); give its trace with --trace", o->db,
                           (long long)j->run.id);
     return 0;
 }
@@ -146,16 +192,16 @@ static int load_spans(const options *o, job *j, pt_err *err)
 static int load_plan(const options *o, job *j, pt_err *err)
 {
     const char *from = o->trace ? o->trace : "the run";
-    snprintf(j->plan_path, sizeof j->plan_path, "%s", o->plan ? o->plan : j->spans.plan_path);
+    snprintf(j->plan_path, sizeof j->plan_path, "%s", o->plan ? o->plan : j->plan_from);
     if (!j->plan_path[0])
         return pt_err_set(err, "%s names no plan; give it with --plan", from);
     char id[17];
     if (pt_trace_plan_id(j->plan_path, id, err))
         return -1;
-    if (!j->spans.plan_id[0] || strcmp(id, j->spans.plan_id) != 0)
+    if (!j->plan_id[0] || strcmp(id, j->plan_id) != 0)
         return pt_err_set(err, "%s was recorded from another plan (plan_id %s, %s), not from %s "
-                               "(plan_id %s)", from, j->spans.plan_id[0] ? j->spans.plan_id : "none",
-                          j->spans.plan_path[0] ? j->spans.plan_path : "no path", j->plan_path, id);
+                               "(plan_id %s)", from, j->plan_id[0] ? j->plan_id : "none",
+                          j->plan_from[0] ? j->plan_from : "no path", j->plan_path, id);
     if (pt_plan_read(j->plan_path, &j->plan, err))
         return -1;
     pt_cluster_apply_profile(&j->plan.cluster, j->db);
@@ -166,19 +212,13 @@ static int load_plan(const options *o, job *j, pt_err *err)
 /* ---- Per-op table --------------------------------------------------------------------------- */
 
 typedef struct {
-    const pt_span *first;       /* name, key, flops, bytes, dtype */
-    int64_t count;
-    double measured_s, total_s; /* median and sum of the spans' durations */
-    pt_cost before;             /* the tables' answer before this run */
-    double fitted_s;            /* the fitted analytic model's */
+    const pt_op_sample *s;
+    const pt_op_sample *partner; /* the op measured with it (fused), or NULL */
+    double measured_s;           /* median (of the pair, when fused) */
+    double total_s;              /* every span's time, for the order and the weights */
+    pt_cost before;              /* the tables' answer before this run */
+    double fitted_s;             /* the fitted analytic model's */
 } op_row;
-
-static int by_key(const void *a, const void *b)
-{
-    const pt_span *x = *(const pt_span *const *)a, *y = *(const pt_span *const *)b;
-    int c = strcmp(x->key, y->key);
-    return c ? c : (x->t0_s > y->t0_s) - (x->t0_s < y->t0_s);
-}
 
 static int by_total(const void *a, const void *b)
 {
@@ -186,52 +226,38 @@ static int by_total(const void *a, const void *b)
     return (x->total_s < y->total_s) - (x->total_s > y->total_s);
 }
 
-/* One row per op key of the compute stream: the mean of its spans after the first
- * (the warm-up), as the samples are stored (pt_trace_to_costdb_stat, PT_TRACE_MEAN). */
-static int op_rows(const pt_trace *t, op_row **out, size_t *n_out, pt_err *err)
+static const pt_op_sample *find(const pt_op_sample *v, size_t n, const char *key)
 {
-    const pt_span **v = malloc((t->n ? t->n : 1) * sizeof *v);
-    double *d = malloc((t->n ? t->n : 1) * sizeof *d);
-    op_row *rows = calloc(t->n ? t->n : 1, sizeof *rows);
-    size_t n = 0, nr = 0;
-    if (!v || !d || !rows) {
-        free(v), free(d), free(rows);
-        return pt_err_set(err, "out of memory for %zu spans", t->n);
-    }
-    for (size_t i = 0; i < t->n; i++)
-        if (t->v[i].key[0] && t->v[i].stream == 0)
-            v[n++] = &t->v[i];
-    qsort(v, n, sizeof *v, by_key);
-    for (size_t a = 0, b; a < n; a = b) {
-        for (b = a + 1; b < n && strcmp(v[b]->key, v[a]->key) == 0; b++)
-            ;
-        size_t skip = b - a > 1 ? 1 : 0, m = 0;
-        op_row *r = &rows[nr++];
-        r->first = v[a];
-        r->count = (int64_t)(b - a);
-        for (size_t k = a; k < b; k++) {
-            r->total_s += v[k]->dur_s;
-            if (k >= a + skip)
-                d[m++] = v[k]->dur_s;
-        }
-        double sum = 0;
-        for (size_t k = 0; k < m; k++)
-            sum += d[k];
-        r->measured_s = sum / (double)m;
-    }
-    qsort(rows, nr, sizeof *rows, by_total);
-    free(v);
-    free(d);
-    *out = rows;
-    *n_out = nr;
-    return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(v[i].op.key, key))
+            return &v[i];
+    return NULL;
 }
 
-static pt_kernel_op kernel_of(const pt_span *s)
+/* One row per op key, a fused pair in one row (the outer op's, which comes first in
+ * the runtime). */
+static size_t op_rows(const job *j, const pt_op_sample *v, size_t n, const pt_kernel_fits *k,
+                      op_row *rows)
 {
-    pt_kernel_op op = {.dtype = s->dtype, .flops = s->flops, .bytes = s->bytes};
-    snprintf(op.key, sizeof op.key, "%s", s->key);
-    return op;
+    size_t nr = 0;
+    for (size_t i = 0; i < n; i++) {
+        const pt_op_sample *p = v[i].fused_with[0] ? find(v, n, v[i].fused_with) : NULL;
+        if (p && v[i].fused_inner)
+            continue; /* shown with its partner */
+        op_row *r = &rows[nr++];
+        *r = (op_row){.s = &v[i], .partner = p, .measured_s = v[i].st.median_s,
+                      .total_s = v[i].st.total_s};
+        r->before = pt_cost_kernel(j->before, &j->hw, &v[i].op);
+        r->fitted_s = pt_cost_kernel_fitted(&j->hw, &v[i].op, k);
+        if (p) {
+            r->measured_s += p->st.median_s;
+            r->total_s += p->st.total_s;
+            r->before.time_s += pt_cost_kernel(j->before, &j->hw, &p->op).time_s;
+            r->fitted_s += pt_cost_kernel_fitted(&j->hw, &p->op, k);
+        }
+    }
+    qsort(rows, nr, sizeof *rows, by_total);
+    return nr;
 }
 
 static double pct(double predicted, double measured)
@@ -239,13 +265,14 @@ static double pct(double predicted, double measured)
     return measured > 0 ? 100.0 * (predicted - measured) / measured : 0;
 }
 
-static void print_table(const options *o, op_row *rows, size_t n)
+static void print_table(const options *o, const op_row *rows, size_t n)
 {
     double sum = 0, err_before = 0, err_fitted = 0;
     for (size_t i = 0; i < n; i++)
         sum += rows[i].total_s;
-    printf("\n%-14s %-40s %6s %11s %11s %-12s %8s %11s %8s\n", "op", "key", "spans",
-           "measured", "predicted", "(from)", "error", "fitted", "error");
+    printf("\n%-46s %9s %11s %9s %11s %-12s %8s %11s %8s\n", "op key (median over spans "
+           "after warm-up)", "kept/all", "measured", "spread", "predicted", "(from)", "error",
+           "fitted", "error");
     for (size_t i = 0; i < n; i++) {
         const op_row *r = &rows[i];
         double w = sum > 0 ? r->total_s / sum : 0;
@@ -253,8 +280,15 @@ static void print_table(const options *o, op_row *rows, size_t n)
         err_fitted += w * fabs(pct(r->fitted_s, r->measured_s));
         if (o->top && (int64_t)i >= o->top)
             continue;
-        printf("%-14.14s %-40.40s %6lld %9.1fus %9.1fus %-12s %+7.1f%% %9.1fus %+7.1f%%\n",
-               r->first->name, r->first->key, (long long)r->count, 1e6 * r->measured_s,
+        char key[160];
+        const char *kind_end = r->partner ? strchr(r->partner->op.key, ':') : NULL;
+        snprintf(key, sizeof key, "%s%s%.*s", r->s->op.key, r->partner ? " +" : "",
+                 kind_end ? (int)(kind_end - r->partner->op.key) : 0, r->partner->op.key);
+        char kept[24];
+        snprintf(kept, sizeof kept, "%lld/%lld", (long long)r->s->st.kept,
+                 (long long)r->s->st.spans);
+        printf("%-46.46s %9s %9.1fus %7.1fus %9.1fus %-12s %+7.1f%% %9.1fus %+7.1f%%\n", key,
+               kept, 1e6 * r->measured_s, 1e6 * r->s->st.mad_s * (r->partner ? 2 : 1),
                1e6 * r->before.time_s, pt_prov_name(r->before.prov),
                pct(r->before.time_s, r->measured_s), 1e6 * r->fitted_s,
                pct(r->fitted_s, r->measured_s));
@@ -262,46 +296,70 @@ static void print_table(const options *o, op_row *rows, size_t n)
     if (o->top && (int64_t)n > o->top)
         printf("(%zu more ops; --top)\n", n - (size_t)o->top);
     printf("time-weighted mean absolute error over %zu ops: tables before the run %.1f%%, "
-           "fitted model %.1f%%\n", n, err_before, err_fitted);
+           "fitted model %.1f%%\n(spread: the median absolute deviation of the spans; a fused "
+           "op is timed with its partner, whose span is empty, and the pair compared as one)\n",
+           n, err_before, err_fitted);
 }
 
 /* ---- Fits ---------------------------------------------------------------------------------- */
 
-static void print_fits(const job *j, const pt_kernel_fits *k, const pt_link_fit *intra,
-                       const pt_link_fit *inter)
+static void verdict(bool accepted, const char *why, bool store)
 {
-    printf("\nfitted on %s (least squares in relative error; x = FLOPs at peak, or bytes at "
-           "the memory bandwidth for kernels without FLOPs):\n", j->hw.device);
-    for (int c = 0; c < k->n; c++)
-        printf("  %-14s efficiency %7.2f%%, fixed %6.2f us per kernel   (%d keys, rms error "
-               "%.1f%%)\n", k->v[c].cls, 100 * k->v[c].eff, 1e6 * k->v[c].fixed_s,
-               k->v[c].samples, 100 * k->v[c].rms_rel_err);
+    if (accepted)
+        printf("      %s\n", store ? "stored: in force from now on" : "would be stored");
+    else
+        printf("      not stored: %s\n", why);
+}
+
+static void print_fits(const job *j, const pt_kernel_fits *k, const pt_link_fit *intra,
+                       const pt_link_fit *inter, bool store)
+{
+    printf("\nfits on %s (least squares in relative error; x = FLOPs at peak, or bytes at the "
+           "memory bandwidth for kernels without FLOPs; held-out: each size predicted by the "
+           "fit of the others, against the model in force on the same sizes):\n", j->hw.device);
+    for (int c = 0; c < k->n; c++) {
+        const pt_kernel_fit *f = &k->v[c];
+        printf("  %-14s efficiency %7.2f%%, fixed %6.2f us per kernel   (%d sizes, rms error "
+               "%.1f%%, held-out %.1f%% against %.1f%%)\n", f->cls, 100 * f->eff,
+               1e6 * f->fixed_s, f->samples, 100 * f->rms_rel_err, 100 * f->cv_rel_err,
+               100 * f->prev_rel_err);
+        verdict(f->accepted, f->why, store);
+    }
     const pt_link_fit *lv[2] = {intra, inter};
     const char *names[2] = {"intra-node", "inter-node"};
     for (int i = 0; i < 2; i++) {
-        if (!lv[i]->ok)
+        if (!lv[i]->ok) {
             printf("  %-10s link not fitted (no %s samples of backend %s)\n", names[i],
                    names[i], j->hw.backend);
-        else
-            printf("  %-10s link latency %.2f us, bandwidth %.2f GB/s   (%d samples, rms error "
-                   "%.1f%%)\n", names[i], 1e6 * lv[i]->alpha_s, 1e-9 * lv[i]->bw_Bps,
-                   lv[i]->samples, 100 * lv[i]->rms_rel_err);
+            continue;
+        }
+        printf("  %-10s link latency %.2f us, bandwidth %.2f GB/s   (%d samples, rms error "
+               "%.1f%%, held-out %.1f%% against %.1f%%)\n", names[i], 1e6 * lv[i]->alpha_s,
+               1e-9 * lv[i]->bw_Bps, lv[i]->samples, 100 * lv[i]->rms_rel_err,
+               100 * lv[i]->cv_rel_err, 100 * lv[i]->prev_rel_err);
+        verdict(lv[i]->accepted, lv[i]->why, store);
     }
 }
 
 /* ---- Step level ------------------------------------------------------------------------------ */
 
+static int predict(const pt_plan *p, const pt_costdb *db, pt_candidate *c, pt_err *err)
+{
+    return pt_evaluate(&p->model, &p->cluster, &p->train, db, &p->layout, NULL, c, err);
+}
+
 static int print_step(const job *j, pt_err *err)
 {
     const pt_plan *p = &j->plan;
     pt_candidate c;
-    if (pt_evaluate(&p->model, &p->cluster, &p->train, j->db, &p->layout, NULL, &c, err))
+    if (predict(p, j->db, &c, err))
         return -1;
     const pt_run_record *r = &j->run;
     printf("\nstep of run %lld (%s, %lld ranks):\n", (long long)r->id, r->layout,
            (long long)r->world);
-    printf("  step time  measured %.4g s; plan predicted %.4g s (%+.1f%%); re-predicted from "
-           "the calibrated tables %.4g s (%+.1f%%)\n", r->measured_step_s,
+    printf("  step time  measured %.4g s (median of %lld steps); plan predicted %.4g s "
+           "(%+.1f%%); re-predicted from the calibrated tables %.4g s (%+.1f%%)\n",
+           r->measured_step_s, (long long)(r->steps_timed ? r->steps_timed : r->steps),
            p->predicted.step_time_s, pct(p->predicted.step_time_s, r->measured_step_s),
            c.predicted.step_time_s, pct(c.predicted.step_time_s, r->measured_step_s));
     printf("  MFU        measured %.2f%%; plan predicted %.2f%% (%+.1f%%); re-predicted %.2f%% "
@@ -311,56 +369,160 @@ static int print_step(const job *j, pt_err *err)
     return 0;
 }
 
-/* ---- Main ---------------------------------------------------------------------------------------- */
+/* ---- Calibrating ------------------------------------------------------------------------------ */
+
+/* The load check, again (a trace file may be calibrated from without its run's record
+ * having run it); a noisy run is refused unless --force. */
+static int check_load(const options *o, const job *j, const pt_op_sample *v, size_t n,
+                      pt_err *err)
+{
+    int keys = 0;
+    double ratio = pt_gemm_ratio(v, n, j->before, &j->hw, &keys);
+    if (keys)
+        printf("load check: the run's GEMMs took %.2fx the profiled time (median of %d shapes; "
+               "noisy above %.2fx)\n", ratio, keys, PT_NOISY_GEMM_RATIO);
+    else
+        printf("load check: no GEMM of the run is in the profile; not checked\n");
+    char why[300] = "";
+    if (j->run.noisy[0])
+        snprintf(why, sizeof why, "%s", j->run.noisy);
+    else if (ratio > PT_NOISY_GEMM_RATIO)
+        snprintf(why, sizeof why, "its GEMMs took %.2fx the profiled time", ratio);
+    if (!why[0])
+        return 0;
+    if (o->force) {
+        printf("run %lld is noisy (%s); calibrating from it anyway (--force)\n",
+               (long long)j->run.id, why);
+        return 0;
+    }
+    return pt_err_set(err, "run %lld is noisy: %s; not calibrated (run it again on a quieter "
+                           "machine, or give --force)", (long long)j->run.id, why);
+}
 
 static int calibrate(const options *o, job *j, pt_err *err)
 {
     if (pt_costdb_open(o->db, PT_COSTDB_READ, &j->db, err) ||
         pt_costdb_open(o->db, PT_COSTDB_READ | PT_COSTDB_PROFILE_ONLY, &j->before, err) ||
-        load_spans(o, j, err) || load_plan(o, j, err))
+        load_stats(o, j, err) || load_plan(o, j, err))
         return -1;
-    printf("run %lld: %s on %s, %s, %lld ranks, %zu spans; plan %s (%s)\n",
+    printf("run %lld: %s on %s, %s, %lld ranks, %zu op statistics; plan %s (%s)\n",
            (long long)j->run.id, j->run.model, j->run.cluster, j->run.layout,
-           (long long)j->run.world, j->spans.n, j->plan_path, j->spans.plan_id);
+           (long long)j->run.world, j->n_stats, j->plan_path, j->plan_id);
+    if (j->run.forgotten)
+        printf("(run %lld was forgotten; calibrating from it again brings it back)\n",
+               (long long)j->run.id);
 
+    pt_op_sample *v = NULL;
     op_row *rows = NULL;
-    size_t n = 0;
-    if (op_rows(&j->spans, &rows, &n, err))
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        pt_kernel_op op = kernel_of(rows[i].first);
-        rows[i].before = pt_cost_kernel(j->before, &j->hw, &op);
-    }
-    int64_t stored = 0;
-    int rc = 0;
-    if (o->store)
-        rc = pt_trace_to_costdb_stat(&j->spans, j->db, j->hw.device, PT_SOURCE_TRACE, 1,
-                                     PT_TRACE_MEAN, &stored, err);
     pt_kernel_fits *k = malloc(sizeof *k);
     pt_link_fit intra, inter;
-    if (!k)
+    size_t n = 0;
+    int64_t stored = 0;
+    int rc = k ? pt_op_samples(j->stats, j->n_stats, j->before, &j->hw, &v, &n, err)
+               : pt_err_set(err, "out of memory");
+    if (rc == 0 && !(rows = calloc(n ? n : 1, sizeof *rows)))
         rc = pt_err_set(err, "out of memory");
+    if (rc == 0)
+        rc = check_load(o, j, v, n, err);
+    if (rc == 0 && o->store)
+        rc = pt_costdb_put_run_samples(j->db, j->hw.device, j->run.id, v, n, &stored, err);
     if (rc == 0) {
         pt_cost_fit_kernels(j->db, &j->hw, k);
+        pt_cost_fit_judge_kernels(j->db, &j->hw, k);
         pt_cost_fit_links(j->db, j->hw.backend, &intra, &inter);
-        for (size_t i = 0; i < n; i++) {
-            pt_kernel_op op = kernel_of(rows[i].first);
-            rows[i].fitted_s = pt_cost_kernel_fitted(&j->hw, &op, k);
-        }
-        print_table(o, rows, n);
-        print_fits(j, k, &intra, &inter);
+        pt_cost_fit_judge_links(j->db, &j->hw, &intra, &inter);
+        print_table(o, rows, op_rows(j, v, n, k, rows));
+        print_fits(j, k, &intra, &inter, o->store);
     }
     if (rc == 0 && o->store &&
-        (pt_costdb_put_kernel_fits(j->db, j->hw.device, k, err) ||
-         pt_costdb_put_link_fits(j->db, j->hw.backend, &intra, &inter, err)))
+        (pt_costdb_put_kernel_fits(j->db, j->hw.device, j->run.id, k, err) ||
+         pt_costdb_put_link_fits(j->db, j->hw.backend, j->run.id, &intra, &inter, err)))
         rc = -1;
     if (rc == 0)
         rc = print_step(j, err);
     if (rc == 0 && o->store)
-        printf("\nstored in %s: %lld op timings (source trace) and the fits\n", o->db,
-               (long long)stored);
+        printf("\nstored in %s: %lld op timings of run %lld (source trace; at least %d spans "
+               "each) and the accepted fits; ptcalib --forget %lld undoes them\n", o->db,
+               (long long)stored, (long long)j->run.id, PT_MIN_SPANS, (long long)j->run.id);
+    free(v);
     free(rows);
     free(k);
+    return rc;
+}
+
+/* ---- Forgetting a run -------------------------------------------------------------------------- */
+
+/* The fits in force that differ between two states of the tables. */
+static void print_fit_changes(const pt_kernel_fits *a, const pt_kernel_fits *b)
+{
+    for (int i = 0; i < a->n; i++) {
+        const pt_kernel_fit *x = &a->v[i], *y = NULL;
+        for (int k = 0; k < b->n && !y; k++)
+            if (!strcmp(b->v[k].cls, x->cls))
+                y = &b->v[k];
+        if (!y)
+            printf("  fit of %-12s efficiency %.2f%% -> the built-in curve\n", x->cls,
+                   100 * x->eff);
+        else if (y->eff != x->eff || y->fixed_s != x->fixed_s)
+            printf("  fit of %-12s efficiency %.2f%% -> %.2f%%, fixed %.2f -> %.2f us\n", x->cls,
+                   100 * x->eff, 100 * y->eff, 1e6 * x->fixed_s, 1e6 * y->fixed_s);
+    }
+}
+
+static int forget(const options *o, pt_err *err)
+{
+    pt_costdb *db;
+    if (pt_costdb_open(o->db, PT_COSTDB_READ, &db, err))
+        return -1;
+    pt_run_record *runs = NULL, *r = NULL;
+    size_t n = 0;
+    pt_plan plan;
+    bool have_plan = false;
+    pt_candidate before, after;
+    pt_cost_hw hw = {0};
+    pt_kernel_fits *kf = calloc(2, sizeof *kf);
+    pt_forgotten f;
+    int rc = kf ? pt_costdb_runs(db, &runs, &n, err) : pt_err_set(err, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (runs[i].id == o->forget)
+            r = &runs[i];
+    if (rc == 0 && !r)
+        rc = pt_err_set(err, "%s: no run %lld to forget", o->db, (long long)o->forget);
+    if (rc == 0) {
+        /* the prediction of the run's own plan, before and after, when it can be read */
+        have_plan = pt_plan_read(r->plan_path, &plan, NULL) == 0;
+        if (have_plan) {
+            pt_cluster_apply_profile(&plan.cluster, db);
+            pt_cost_hw_of(&plan.cluster, &hw);
+            have_plan = predict(&plan, db, &before, NULL) == 0;
+        }
+        pt_costdb_kernel_fits(db, hw.device, &kf[0]);
+        rc = pt_costdb_begin(db, err) || pt_costdb_forget_run(db, o->forget, &f, err) ? -1 : 0;
+    }
+    if (rc == 0) {
+        pt_costdb_kernel_fits(db, hw.device, &kf[1]);
+        if (have_plan && predict(&plan, db, &after, NULL))
+            have_plan = false;
+        printf("run %lld (%s, %s, recorded %s)%s: %lld kernel samples, %lld kernel fits and %lld "
+               "link fits %s\n", (long long)r->id, r->model, r->layout, r->created_at,
+               r->forgotten ? " was forgotten before" : "", (long long)f.samples,
+               (long long)f.kernel_fits, (long long)f.link_fits,
+               o->dry_run ? "would be removed" : "removed");
+        if (hw.device[0])
+            print_fit_changes(&kf[0], &kf[1]);
+        if (have_plan)
+            printf("  its plan (%s) is predicted at %.4g s now, %.4g s without run %lld\n",
+                   r->plan_path, before.predicted.step_time_s, after.predicted.step_time_s,
+                   (long long)r->id);
+        rc = o->dry_run ? pt_costdb_rollback(db, err) : pt_costdb_commit(db, err);
+        if (rc == 0)
+            printf("%s\n", o->dry_run ? "dry run: nothing changed" : "done");
+    } else {
+        pt_costdb_rollback(db, NULL);
+    }
+    free(runs);
+    free(kf);
+    pt_costdb_close(db);
     return rc;
 }
 
@@ -372,10 +534,10 @@ int main(int argc, char **argv)
     job j;
     memset(&j, 0, sizeof j);
     pt_err err = {""};
-    int rc = calibrate(&o, &j, &err);
+    int rc = o.forget >= 0 ? forget(&o, &err) : calibrate(&o, &j, &err);
     if (rc)
         fprintf(stderr, "ptcalib: %s\n", err.msg);
-    pt_trace_free(&j.spans);
+    free(j.stats);
     pt_costdb_close(j.db);
     pt_costdb_close(j.before);
     return rc ? 1 : 0;

@@ -48,13 +48,12 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
     memset(&net, 0, sizeof net);
     pt_trace_init(&tr, true);
     int rc = !kn || !tok || !tgt ? pt_err_set(err, "out of memory") : 0;
+    /* on a GPU an op returns once its kernels are queued: the runtime times each op
+     * with the backend's device timers and retimes its span at the end of each pass
+     * (pt_net_trace_resolve), so a span is the op's device time, without waiting
+     * around it */
     if (rc == 0)
         rc = pt_net_init(&net, &p, kn, 0, 1, 1, &tr, err);
-    /* on a GPU an op returns once its kernels are queued: wait for the device around
-     * each op, so that a span is the op's device time and not its launch (the wait adds
-     * a few microseconds to each, which the small kernels' figures then include) */
-    if (rc == 0 && strcmp(kn->name, "cuda") == 0)
-        net.trace_sync = true;
     for (int64_t i = 0; rc == 0 && i < T; i++) {
         tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
         tgt[i] = (int32_t)((i * 40503u + 7) % (uint64_t)m->vocab);
@@ -70,7 +69,7 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
         rc = pt_trace_expand(&tr, err);
     if (rc == 0) {
         drop_gemms(&tr);
-        rc = pt_trace_to_costdb(&tr, db, c->device.name, PT_SOURCE_PROFILE, 1, stored, err);
+        rc = pt_trace_to_costdb(&tr, db, c->device.name, PT_SOURCE_PROFILE, stored, err);
     }
     pt_net_free(&net);
     pt_trace_free(&tr);

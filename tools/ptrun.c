@@ -17,10 +17,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Text shipped with every Debian system (package base-files): the built-in corpus. */
@@ -44,6 +46,7 @@ static const char usage_text[] =
     "  --log FILE           one JSON line per step and validation\n"
     "  --trace FILE         Chrome trace of every instruction and op of every rank, on one\n"
     "                       clock (Perfetto)\n"
+    "  --trace-steps K      only the last K steps in the --trace file [all]\n"
     "  --sample N           generate N tokens at the end [64; 0 = none]\n"
     "  --stop-after N       stop (with a checkpoint, when asked for) after step N, as an\n"
     "                       interruption would; --resume continues the same run\n"
@@ -51,9 +54,11 @@ static const char usage_text[] =
     "                       [the plan's training.dropout]\n"
     "  --threads N          BLAS threads of this rank [1]\n"
     "  --quiet              no per-step lines\n"
-    "  --record             append this run (predicted against measured step time, MFU,\n"
-    "                       each rank's memory), its spans and its op timings (source\n"
-    "                       trace) to the cost table\n"
+    "  --record             append this run to the cost table: predicted against measured\n"
+    "                       step time, MFU and each rank's memory, per-op statistics of\n"
+    "                       every rank, the last step's schedule, and (unless its GEMMs\n"
+    "                       ran slower than profiled: a busy machine) its op timings as\n"
+    "                       cost samples that ptcalib --forget RUN removes again\n"
     "  --db FILE            the cost table for --record [$PT_COSTS_DB, else\n"
     "                       ~/.local/share/ptplan/costs.db]\n"
     "  -h, --help           this text\n";
@@ -62,6 +67,7 @@ typedef struct {
     const char *plan, *data, *ckpt, *resume, *log, *trace, *db;
     bool record;
     int64_t steps, val_every, val_batches, ckpt_every, sample, threads, stop_after;
+    int64_t trace_steps;      /* 0: every step */
     double dropout;           /* < 0: the plan's */
     bool quiet;
 } options;
@@ -69,14 +75,14 @@ typedef struct {
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
-           O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB, O_DROPOUT };
+           O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB, O_DROPOUT, O_TRACE_STEPS };
     static const struct option longopts[] = {
         {"data", 1, 0, O_DATA}, {"steps", 1, 0, O_STEPS}, {"val-every", 1, 0, O_VAL},
         {"val-batches", 1, 0, O_VALB}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 1, 0, O_RESUME}, {"log", 1, 0, O_LOG},
         {"trace", 1, 0, O_TRACE}, {"sample", 1, 0, O_SAMPLE}, {"threads", 1, 0, O_THREADS},
         {"quiet", 0, 0, O_QUIET}, {"stop-after", 1, 0, O_STOP}, {"help", 0, 0, 'h'},
-        {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB}, {"dropout", 1, 0, O_DROPOUT},
+        {"trace-steps", 1, 0, O_TRACE_STEPS}, {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB}, {"dropout", 1, 0, O_DROPOUT},
         {0, 0, 0, 0}};
     *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1, .dropout = -1};
     opterr = 0;
@@ -94,6 +100,9 @@ static int parse_options(int argc, char **argv, options *o)
         case O_RESUME: o->resume = optarg; break;
         case O_LOG: o->log = optarg; break;
         case O_TRACE: o->trace = optarg; break;
+        case O_TRACE_STEPS:
+            bad = pt_cli_int("ptrun", "--trace-steps", optarg, 1, 1LL << 40, &o->trace_steps);
+            break;
         case O_SAMPLE: bad = pt_cli_int("ptrun", "--sample", optarg, 0, 1 << 20, &o->sample); break;
         case O_THREADS: bad = pt_cli_int("ptrun", "--threads", optarg, 1, 1024, &o->threads); break;
         case O_QUIET: o->quiet = true; break;
@@ -134,8 +143,8 @@ typedef struct {
     pt_dist dist;
     pt_net_place place;       /* this rank's part of the model */
     int rank, world, stage;
-    double time_sum, mfu_sum;  /* over the steps after this process's first */
-    int64_t timed_steps;
+    double *step_s;           /* the time of each step after this process's first */
+    int64_t timed_steps, steps_run, cap_step_s;
     bool has_data;            /* the first and last stage read data; others none */
     int64_t start_step;
     char config_hash[17];
@@ -439,6 +448,65 @@ static int resume(const char *dir, run *r, pt_err *err)
     return rc;
 }
 
+/* ---- The JSON-lines log --------------------------------------------------------------------- */
+
+/* Now, in UTC, ISO 8601 with milliseconds: "2026-11-23T10:00:00.123Z". */
+static void utc_now(char out[32])
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03dZ", (int)(ts.tv_nsec / 1000000));
+}
+
+/* Starts a line of --log and returns the log to write its fields into, each with its
+ * leading comma, before the closing "}\n"; NULL without a log. The line starts
+ * {"type":TYPE, "step":STEP (when STEP >= 0), "time":now. type and step lead, in this
+ * order: tests and scripts find a step's line by the text "type":"step","step":N, and
+ * read its last field up to the closing brace (tests/cli_ptrun.sh, mpi_equivalence.sh). */
+static FILE *log_begin(run *r, const char *type, int64_t step)
+{
+    if (!r->log)
+        return NULL;
+    char now[32];
+    utc_now(now);
+    fprintf(r->log, "{\"type\":\"%s\"", type);
+    if (step >= 0)
+        fprintf(r->log, ",\"step\":%lld", (long long)step);
+    fprintf(r->log, ",\"time\":\"%s\"", now);
+    return r->log;
+}
+
+/* A whole line of --log: log_begin, then the fields `fields` formats. */
+__attribute__((format(printf, 4, 5)))
+static void log_line(run *r, const char *type, int64_t step, const char *fields, ...)
+{
+    FILE *f = log_begin(r, type, step);
+    if (!f)
+        return;
+    va_list ap;
+    va_start(ap, fields);
+    vfprintf(f, fields, ap);
+    va_end(ap);
+    fputs("}\n", f);
+}
+
+/* ,"key":"value" with value escaped as a JSON string (paths and names may hold quotes). */
+static void log_string(FILE *f, const char *key, const char *value)
+{
+    fprintf(f, ",\"%s\":\"", key);
+    for (const unsigned char *c = (const unsigned char *)value; *c; c++)
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20)
+            fprintf(f, "\\u%04x", *c);
+        else
+            fputc(*c, f);
+    fputc('"', f);
+}
+
 /* ---- Training ------------------------------------------------------------------------------ */
 
 static void report_step(const options *o, run *r, int64_t step, const pt_step_stats *s,
@@ -457,11 +525,9 @@ static void report_step(const options *o, run *r, int64_t step, const pt_step_st
         printf("  ETA %d:%02d\n", (int)eta / 60, (int)eta % 60);
         fflush(stdout);
     }
-    if (r->log)
-        fprintf(r->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%.17g,\"lr\":%.17g,"
-                        "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
-                        "\"time_s\":%.6g}\n", (long long)step + 1, s->loss, s->lr,
-                s->grad_norm, tokens / s->time_s, mfu, s->time_s);
+    log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,"
+             "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"time_s\":%.6g", s->loss, s->lr, s->grad_norm,
+             tokens / s->time_s, mfu, s->time_s);
 }
 
 static int validate(const options *o, run *r, int64_t step, pt_err *err)
@@ -471,9 +537,7 @@ static int validate(const options *o, run *r, int64_t step, pt_err *err)
                        err))
         return -1;
     printf("step %5lld  validation loss %.4f\n", (long long)step, loss);
-    if (r->log)
-        fprintf(r->log, "{\"type\":\"val\",\"step\":%lld,\"loss\":%.17g}\n", (long long)step,
-                loss);
+    log_line(r, "val", step, ",\"loss\":%.17g", loss);
     return 0;
 }
 
@@ -551,6 +615,21 @@ static int sample_text(run *r, int64_t count, pt_err *err)
     return rc;
 }
 
+/* Keeps a step's time for the run's median. */
+static int keep_step_time(run *r, double time_s, pt_err *err)
+{
+    if (r->timed_steps == r->cap_step_s) {
+        int64_t cap = r->cap_step_s ? 2 * r->cap_step_s : 256;
+        double *v = realloc(r->step_s, (size_t)cap * sizeof *v);
+        if (!v)
+            return pt_err_set(err, "out of memory for %lld step times", (long long)cap);
+        r->step_s = v;
+        r->cap_step_s = cap;
+    }
+    r->step_s[r->timed_steps++] = time_s;
+    return 0;
+}
+
 static int train(const options *o, run *r, pt_err *err)
 {
     const pt_plan *p = &r->plan;
@@ -567,11 +646,9 @@ static int train(const options *o, run *r, pt_err *err)
             return 2;
         }
         report_step(o, r, step, &s, pt_trace_now() - t0);
-        if (step > r->start_step) { /* the first step pays for warming up */
-            r->time_sum += s.time_s;
-            r->mfu_sum += r->peak_flops > 0 ? r->model_flops / (s.time_s * r->peak_flops) : 0;
-            r->timed_steps++;
-        }
+        r->steps_run++;
+        if (step > r->start_step && keep_step_time(r, s.time_s, err)) /* not the warm-up */
+            return -1;
         if (o->val_every && (step + 1) % o->val_every == 0 && validate(o, r, step + 1, err))
             return -1;
         if (o->ckpt && o->ckpt_every && (step + 1) % o->ckpt_every == 0 &&
@@ -589,9 +666,7 @@ static int train(const options *o, run *r, pt_err *err)
     double sumsq = pt_engine_param_sumsq(&r->net, &r->dist, err);
     if (sumsq < 0)
         return -1;
-    if (r->log)
-        fprintf(r->log, "{\"type\":\"params\",\"step\":%lld,\"sumsq\":%.17g}\n",
-                (long long)p->run.steps, sumsq);
+    log_line(r, "params", p->run.steps, ",\"sumsq\":%.17g", sumsq);
     bool just_validated = o->val_every && p->run.steps % o->val_every == 0;
     if (!just_validated && validate(o, r, p->run.steps, err))
         return -1;
@@ -610,6 +685,7 @@ static void cleanup(run *r)
     pt_tokens_free(&r->train);
     pt_tokens_free(&r->val);
     pt_trace_free(&r->trace);
+    free(r->step_s);
     if (r->log)
         fclose(r->log);
 }
@@ -686,19 +762,74 @@ static int gather_trace(const options *o, run *r, pt_trace *merged, pt_run_rank 
     return rc;
 }
 
-/* Appends the run, its ranks' memory and its merged spans to the cost table, and the op
- * timings of every rank as kernel samples of source trace. */
+/* The spans of the schedule's instructions and collectives (no key) in the last step:
+ * the measured timeline the report draws. *out malloc'd (NULL when none). */
+static int last_step_spans(const pt_trace *t, pt_span **out, size_t *n, pt_err *err)
+{
+    int last = -1;
+    *out = NULL;
+    *n = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].step > last)
+            last = t->v[i].step;
+    for (size_t i = 0; i < t->n; i++)
+        *n += t->v[i].step == last && !t->v[i].key[0];
+    if (*n && !(*out = malloc(*n * sizeof **out)))
+        return pt_err_set(err, "out of memory for %zu spans", *n);
+    size_t k = 0;
+    for (size_t i = 0; i < t->n && *out; i++)
+        if (t->v[i].step == last && !t->v[i].key[0])
+            (*out)[k++] = t->v[i];
+    return 0;
+}
+
+/* The load check: whether this run's GEMMs ran as fast as the profile says they do.
+ * Fills rec's gemm_ratio and, when they ran slower than PT_NOISY_GEMM_RATIO, rec->noisy. */
+static void load_check(const pt_op_sample *smp, size_t n, const char *path, const pt_plan *p,
+                       pt_run_record *rec)
+{
+    pt_costdb *profile;
+    pt_cost_hw hw;
+    pt_cluster c = p->cluster;
+    int keys = 0;
+    if (pt_costdb_open(path, PT_COSTDB_READ | PT_COSTDB_PROFILE_ONLY, &profile, NULL))
+        return;
+    pt_cluster_apply_profile(&c, profile);
+    pt_cost_hw_of(&c, &hw);
+    rec->gemm_ratio = pt_gemm_ratio(smp, n, profile, &hw, &keys);
+    pt_costdb_close(profile);
+    if (rec->gemm_ratio > PT_NOISY_GEMM_RATIO)
+        snprintf(rec->noisy, sizeof rec->noisy,
+                 "its GEMMs took %.2fx the profiled time (median of %d shapes; more than "
+                 "%.2fx means the machine was busier than when it was profiled)",
+                 rec->gemm_ratio, keys, PT_NOISY_GEMM_RATIO);
+}
+
+/* Appends the run, its ranks' memory, its per-op statistics and its last step's
+ * schedule to the cost table and, unless the load check finds it noisy, its op timings
+ * as kernel samples (source trace) under its id. */
 static int record_run(const options *o, run *r, const pt_trace *merged, const pt_run_rank *mem,
                       pt_err *err)
 {
     if (r->timed_steps == 0)
         return pt_err_set(err, "--record needs at least two steps to time");
     const pt_plan *p = &r->plan;
-    pt_run_record rec = {.world = r->world, .steps = r->timed_steps,
+    double *d = malloc((size_t)r->timed_steps * sizeof *d);
+    if (!d)
+        return pt_err_set(err, "out of memory");
+    pt_robust steps;
+    memcpy(d, r->step_s, (size_t)r->timed_steps * sizeof *d);
+    pt_robust_of(d, (size_t)r->timed_steps, &steps);
+    free(d);
+    /* the median step, and the MFU of that step: one pre-empted step moves neither */
+    pt_run_record rec = {.world = r->world, .steps = r->steps_run,
+                         .steps_timed = r->timed_steps,
                          .predicted_step_s = p->predicted.step_time_s,
-                         .measured_step_s = r->time_sum / (double)r->timed_steps,
+                         .measured_step_s = steps.median_s,
                          .predicted_mfu = p->predicted.mfu,
-                         .measured_mfu = r->mfu_sum / (double)r->timed_steps,
+                         .measured_mfu = r->peak_flops > 0
+                                             ? r->model_flops / (steps.median_s * r->peak_flops)
+                                             : 0,
                          .predicted_memory_bytes = p->memory.total_bytes};
     for (int i = 0; i < r->world; i++) /* the largest rank, as the plan predicts it */
         if (mem[i].measured_memory_bytes > rec.measured_memory_bytes)
@@ -719,22 +850,54 @@ static int record_run(const options *o, run *r, const pt_trace *merged, const pt
         snprintf(path, sizeof path, "%s", o->db);
     else
         pt_cli_default_db(path, sizeof path, true);
-    pt_costdb *db;
+    pt_costdb *db = NULL;
+    pt_op_stat *stats = NULL;
+    pt_op_sample *smp = NULL;
+    size_t n_stats = 0, n_smp = 0;
     int64_t ops = 0, id = 0;
     if (r->log)
         fflush(r->log);
-    if (pt_costdb_open(path, PT_COSTDB_CREATE, &db, err))
-        return -1;
-    int rc = pt_trace_to_costdb_stat(merged, db, p->cluster.device.name, PT_SOURCE_TRACE, 1,
-                                     PT_TRACE_MEAN, &ops, err);
+    pt_cost_hw hw;
+    pt_cluster c = p->cluster;
+    int rc = pt_costdb_open(path, PT_COSTDB_CREATE, &db, err);
+    if (rc == 0) {
+        pt_cluster_apply_profile(&c, db);
+        pt_cost_hw_of(&c, &hw);
+        rc = pt_trace_op_stats(merged, &stats, &n_stats, err) ||
+                     pt_op_samples(stats, n_stats, db, &hw, &smp, &n_smp, err)
+                 ? -1
+                 : 0;
+    }
     if (rc == 0)
-        rc = pt_costdb_record_run(db, &rec, mem, r->world, merged->v, merged->n, &id, err);
+        load_check(smp, n_smp, path, p, &rec);
+    pt_span *spans = NULL;
+    size_t n_spans = 0;
+    if (rc == 0)
+        rc = last_step_spans(merged, &spans, &n_spans, err);
+    if (rc == 0)
+        rc = pt_costdb_record_run(db, &rec, mem, r->world, stats, n_stats, spans, n_spans,
+                                  &id, err);
+    free(spans);
+    if (rc == 0 && !rec.noisy[0])
+        rc = pt_costdb_put_run_samples(db, hw.device, id, smp, n_smp, &ops, err);
     pt_costdb_close(db);
-    if (rc == 0)
-        printf("recorded in %s: run %lld (%.4g s/step measured, %.4g predicted), %d ranks' "
-               "memory, %zu spans and %lld op timings\n", path, (long long)id,
-               rec.measured_step_s, rec.predicted_step_s, r->world, merged->n, (long long)ops);
-    return rc;
+    free(stats);
+    free(smp);
+    if (rc)
+        return rc;
+    printf("recorded in %s: run %lld (%.4g s/step measured, the median of %lld steps; %.4g "
+           "predicted), %d ranks' memory, %zu op statistics, %zu spans of the last step\n",
+           path, (long long)id, rec.measured_step_s, (long long)rec.steps_timed,
+           rec.predicted_step_s, r->world, n_stats, n_spans);
+    if (rec.noisy[0])
+        printf("noisy:  run %lld is not calibrated into the tables: %s; its statistics are "
+               "kept (ptcalib --run %lld --force uses them anyway)\n", (long long)id,
+               rec.noisy, (long long)id);
+    else
+        printf("        %lld op timings stored as cost samples of run %lld (GEMMs at %.2fx "
+               "the profiled time; ptcalib --forget %lld removes them)\n", (long long)ops,
+               (long long)id, rec.gemm_ratio, (long long)id);
+    return 0;
 }
 
 /* Merges the ranks' traces on rank 0, writes it as one Chrome trace (--trace) and
@@ -744,10 +907,12 @@ static int trace_and_record(const options *o, run *r, pt_err *err)
     pt_trace merged;
     pt_run_rank *mem = calloc((size_t)r->world, sizeof *mem);
     int rc = mem ? gather_trace(o, r, &merged, mem, err) : pt_err_set(err, "out of memory");
-    if (rc == 0 && r->rank == 0 && o->trace)
-        rc = pt_trace_write_chrome(&merged, o->trace, err);
     if (rc == 0 && r->rank == 0 && o->record)
         rc = record_run(o, r, &merged, mem, err);
+    if (rc == 0 && r->rank == 0 && o->trace) {
+        pt_trace_keep_steps(&merged, o->trace_steps); /* after the record's statistics */
+        rc = pt_trace_write_chrome(&merged, o->trace, err);
+    }
     pt_trace_free(&merged);
     free(mem);
     return rc;
@@ -759,6 +924,35 @@ static int trace_and_record(const options *o, run *r, pt_err *err)
 static bool whole_model_here(const pt_layout *l)
 {
     return l->pp == 1 && l->tp == 1 && l->cp == 1 && l->zero < 3;
+}
+
+/* The log's first line, and again where a resumed run appends to it: what ran (the plan
+ * file and its identity, layout, model, cluster, ranks, steps) and which build ran it. */
+static int log_header(const options *o, run *r, pt_err *err)
+{
+    const pt_plan *p = &r->plan;
+    char id[17], path[4096], layout[256], version[64];
+    if (pt_trace_plan_id(o->plan, id, err))
+        return -1;
+    absolute_path(o->plan, path, sizeof path);
+    pt_layout_format(&p->layout, layout, sizeof layout);
+    /* the build, in the words of ptplan --version */
+    snprintf(version, sizeof version, "ptrun %s (CUDA backend: %s)", PT_VERSION,
+             PT_HAVE_CUDA ? "yes" : "no");
+    FILE *f = log_begin(r, "header", -1);
+    log_string(f, "plan", path);
+    log_string(f, "plan_id", id);
+    log_string(f, "plan_created_by", p->created_by);
+    log_string(f, "layout", layout);
+    log_string(f, "model", p->model.name);
+    log_string(f, "cluster", p->cluster.name);
+    fprintf(f, ",\"world\":%d,\"steps\":%lld", r->world, (long long)p->run.steps);
+    log_string(f, "version", version);
+    log_string(f, "git_revision", PT_GIT_REVISION);
+    if (o->resume)
+        fprintf(f, ",\"resumed_from_step\":%lld", (long long)r->start_step);
+    fputs("}\n", f);
+    return 0;
 }
 
 static int go(const options *o, run *r, pt_err *err)
@@ -775,6 +969,11 @@ static int go(const options *o, run *r, pt_err *err)
     if (o->log && !(r->log = fopen(o->log, r->start_step ? "a" : "w"))) {
         pt_err_set(err, "cannot write '%s': %s", o->log, strerror(errno));
         return 1;
+    }
+    if (r->log) {
+        setvbuf(r->log, NULL, _IOLBF, 0); /* a line at a time: the log can be followed live */
+        if (log_header(o, r, err))
+            return 1;
     }
     report_memory(r);
     printf("train   %lld steps of %lld sequences of %lld tokens, predicted %.3g s/step\n",

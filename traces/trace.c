@@ -343,76 +343,113 @@ int pt_trace_expand(pt_trace *t, pt_err *err)
     return 0;
 }
 
-/* ---- Trace -> cost samples ------------------------------------------------------- */
+/* ---- Trace -> op statistics and cost samples ------------------------------------------ */
 
-static int by_key_then_time(const void *a, const void *b)
+/* Op spans: those with a key (compute ops) and the collectives of the communication
+ * stream (no key, no micro-batch in the name); not the schedule's instructions. */
+static bool is_op_span(const pt_span *s)
+{
+    return s->key[0] || (s->stream != 0 && !strstr(s->name, " mb"));
+}
+
+static int by_op_then_time(const void *a, const void *b)
 {
     const pt_span *x = *(const pt_span *const *)a, *y = *(const pt_span *const *)b;
-    int c = strcmp(x->key, y->key);
+    int c = (x->rank > y->rank) - (x->rank < y->rank);
+    if (!c)
+        c = (x->stream > y->stream) - (x->stream < y->stream);
+    if (!c)
+        c = strcmp(x->key, y->key);
+    if (!c)
+        c = strcmp(x->name, y->name);
     return c ? c : (x->t0_s > y->t0_s) - (x->t0_s < y->t0_s);
 }
 
-static int by_duration(const void *a, const void *b)
+int pt_trace_op_stats(const pt_trace *t, pt_op_stat **out, size_t *n_out, pt_err *err)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median (or mean) duration of spans [i, j) after the first `skip`. */
-static double stat_of(pt_span *const *v, size_t i, size_t j, int skip, pt_trace_stat stat,
-                      double *tmp)
-{
-    size_t n = 0;
-    double sum = 0;
-    for (size_t k = i + (size_t)skip < j ? i + (size_t)skip : i; k < j; k++)
-        sum += tmp[n++] = v[k]->dur_s;
-    if (stat == PT_TRACE_MEAN)
-        return sum / (double)n;
-    qsort(tmp, n, sizeof *tmp, by_duration);
-    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    *out = NULL;
+    *n_out = 0;
+    const pt_span **v = malloc((t->n ? t->n : 1) * sizeof *v);
+    double *d = malloc((t->n ? t->n : 1) * sizeof *d);
+    pt_op_stat *st = calloc(t->n ? t->n : 1, sizeof *st);
+    if (!v || !d || !st) {
+        free(v), free(d), free(st);
+        return pt_err_set(err, "out of memory for the statistics of %zu spans", t->n);
+    }
+    size_t n = 0, ns = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (is_op_span(&t->v[i]))
+            v[n++] = &t->v[i];
+    qsort(v, n, sizeof *v, by_op_then_time);
+    for (size_t a = 0, b; a < n; a = b) {
+        for (b = a + 1; b < n && v[b]->rank == v[a]->rank && v[b]->stream == v[a]->stream &&
+                        !strcmp(v[b]->key, v[a]->key) && !strcmp(v[b]->name, v[a]->name);
+             b++)
+            ;
+        /* the warm-up: the run's first step, or (a trace without steps) the first span */
+        size_t m = 0;
+        for (size_t k = a; k < b; k++)
+            if (t->first_step >= 0 ? v[k]->step != t->first_step : k > a || b - a == 1)
+                d[m++] = v[k]->dur_s > 0 ? v[k]->dur_s : 0;
+        if (m == 0)
+            continue;
+        pt_op_stat *o = &st[ns++];
+        o->rank = v[a]->rank;
+        o->stream = v[a]->stream;
+        memcpy(o->name, v[a]->name, sizeof o->name);
+        memcpy(o->key, v[a]->key, sizeof o->key);
+        o->dtype = v[a]->dtype;
+        o->flops = v[a]->flops;
+        o->bytes = v[a]->bytes;
+        pt_robust_of(d, m, &o->st);
+    }
+    free(v);
+    free(d);
+    *out = st;
+    *n_out = ns;
+    return 0;
 }
 
 int pt_trace_to_costdb(const pt_trace *t, pt_costdb *db, const char *device, pt_source source,
-                       int skip, int64_t *stored, pt_err *err)
-{
-    return pt_trace_to_costdb_stat(t, db, device, source, skip, PT_TRACE_MEDIAN, stored, err);
-}
-
-int pt_trace_to_costdb_stat(const pt_trace *t, pt_costdb *db, const char *device,
-                            pt_source source, int skip, pt_trace_stat stat, int64_t *stored,
-                            pt_err *err)
+                       int64_t *stored, pt_err *err)
 {
     *stored = 0;
-    pt_span **v = malloc((t->n ? t->n : 1) * sizeof *v);
-    double *tmp = malloc((t->n ? t->n : 1) * sizeof *tmp);
-    size_t n = 0;
-    int rc = 0;
-    if (!v || !tmp)
-        rc = pt_err_set(err, "out of memory reading %zu spans", t->n);
-    for (size_t i = 0; rc == 0 && i < t->n; i++)
-        if (t->v[i].key[0] && t->v[i].stream == 0)
-            v[n++] = &t->v[i];
-    if (rc == 0) {
-        qsort(v, n, sizeof *v, by_key_then_time);
-        rc = pt_costdb_begin(db, err);
-    }
-    for (size_t i = 0, j; rc == 0 && i < n; i = j) {
-        for (j = i + 1; j < n && strcmp(v[j]->key, v[i]->key) == 0; j++)
-            ;
-        double time_s = stat_of(v, i, j, skip, stat, tmp);
-        pt_kernel_op op = {.dtype = v[i]->dtype, .flops = v[i]->flops, .bytes = v[i]->bytes};
-        snprintf(op.key, sizeof op.key, "%s", v[i]->key);
-        if (time_s <= 0)
+    pt_op_stat *st = NULL;
+    pt_op_sample *smp = NULL;
+    size_t n = 0, ns = 0;
+    pt_cost_hw hw = {0};
+    snprintf(hw.device, sizeof hw.device, "%s", device);
+    int rc = pt_trace_op_stats(t, &st, &n, err) || pt_op_samples(st, n, db, &hw, &smp, &ns, err)
+                 ? -1
+                 : pt_costdb_begin(db, err);
+    for (size_t i = 0; rc == 0 && i < ns; i++) {
+        if (!(smp[i].st.median_s > 0))
             continue; /* below the clock's resolution: nothing to learn */
-        rc = pt_costdb_put_kernel(db, device, &op, time_s, source, err);
+        rc = pt_costdb_put_kernel(db, device, &smp[i].op, smp[i].st.median_s, source, err);
         if (rc == 0)
             (*stored)++;
     }
     if (rc == 0)
         rc = pt_costdb_commit(db, err);
-    free(v);
-    free(tmp);
+    free(st);
+    free(smp);
     return rc;
+}
+
+void pt_trace_keep_steps(pt_trace *t, int64_t steps)
+{
+    int32_t last = -1;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].step > last)
+            last = t->v[i].step;
+    if (steps < 1 || last < 0)
+        return;
+    int64_t from = (int64_t)last - steps + 1;
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].step >= from)
+            t->v[k++] = t->v[i];
+    t->n = k;
 }
 
 /* ---- Merging the ranks' traces ----------------------------------------------------------- */

@@ -113,19 +113,19 @@ int pt_trace_plan_id(const char *path, char out[17], pt_err *err);
  * an error naming the path (and for JSON errors the line and column). */
 int pt_trace_read_chrome(const char *path, pt_trace *out, pt_err *err);
 
-/* Turns the op spans (t->v: expand a recorded trace first) into kernel samples of
- * `device`: for each key, the median of its spans' durations (after dropping the first
- * `skip` spans of each key, the warm-up), stored with pt_costdb_put_kernel (replacing older samples of the same
- * source). *stored counts the keys written. */
+/* The statistics of every op of every rank (t->v: expand a recorded trace first): per
+ * rank, stream, key and name, the robust summary (pt_robust_of) of its spans' durations
+ * after the warm-up (the spans of the run's first step, t->first_step; without steps,
+ * the first span of each op). Compute ops have a key; collectives are the communication
+ * stream's spans without one; the schedule's instructions are left out. *out malloc'd. */
+int pt_trace_op_stats(const pt_trace *t, pt_op_stat **out, size_t *n, pt_err *err);
+/* Stores the op spans' samples (pt_op_samples of pt_trace_op_stats: the median of every
+ * key over the ranks) as kernel samples of `device` and `source`, replacing older ones
+ * of that source without a run (ptprofile's); *stored counts the keys written. */
 int pt_trace_to_costdb(const pt_trace *t, pt_costdb *db, const char *device, pt_source source,
-                       int skip, int64_t *stored, pt_err *err);
-/* The same with the statistic chosen: the median (what a microbenchmark reports) or the
- * mean, which is what predicts a step: its time is the sum of its ops' times, whose
- * expectation is the sum of their means, preemptions and cache misses included. */
-typedef enum { PT_TRACE_MEDIAN, PT_TRACE_MEAN } pt_trace_stat;
-int pt_trace_to_costdb_stat(const pt_trace *t, pt_costdb *db, const char *device,
-                            pt_source source, int skip, pt_trace_stat stat, int64_t *stored,
-                            pt_err *err);
+                       int64_t *stored, pt_err *err);
+/* Keeps only the spans of the last `steps` steps (what --trace-steps writes). */
+void pt_trace_keep_steps(pt_trace *t, int64_t steps);
 
 /* Writes {"traceEvents": [...], "otherData": {...}} with one process per rank and one
  * thread per stream; a span's args carry its key, micro-batch, chunk, FLOPs, bytes and
