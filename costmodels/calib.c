@@ -152,6 +152,16 @@ double pt_gemm_ratio(const pt_op_sample *v, size_t n, const pt_costdb *profile,
     return ratio;
 }
 
+double pt_span_excess(const pt_op_sample *v, size_t n)
+{
+    double total = 0, median = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += v[i].st.total_s;
+        median += (double)v[i].st.spans * v[i].st.median_s;
+    }
+    return median > 0 ? total / median : 0;
+}
+
 /* ---- Storing and forgetting a run's samples ---------------------------------------------- */
 
 int pt_costdb_put_run_samples(pt_costdb *db, const char *device, int64_t run_id,

@@ -320,6 +320,14 @@ int pt_op_samples(const pt_op_stat *v, size_t n, const pt_costdb *tables,
 double pt_gemm_ratio(const pt_op_sample *v, size_t n, const pt_costdb *profile,
                      const pt_cost_hw *hw, int *keys);
 #define PT_NOISY_GEMM_RATIO 1.25
+/* The second load check, from the run alone: the time its compute ops' spans took over
+ * what their medians account for (sum of durations / sum of repeats x median). A
+ * pre-empted span takes a scheduler slice more than its median; on an idle machine this
+ * machine's 2-core runs of the tiny model show 1.08, busy ones (two other jobs on the two
+ * cores) 1.7 to 2.7. A run above PT_NOISY_EXCESS is noisy: its step time is the
+ * machine's load, not the layout's. */
+double pt_span_excess(const pt_op_sample *v, size_t n);
+#define PT_NOISY_EXCESS 1.25
 
 /* Stores the samples of run run_id (source trace) that have at least PT_MIN_SPANS
  * kept repeats, replacing the run's earlier ones, in one transaction; *stored counts

@@ -590,7 +590,7 @@ static void test_open_errors(void)
     make_v1(path);
     sql_script(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
     expect_open_error(path, PT_COSTDB_READ, "schema version 99 is newer than this build "
-                                            "understands (4); update ptplan");
+                                            "understands (5); update ptplan");
 
     path_in_tmp(path, sizeof path, "badversion.db");
     make_v1(path);
@@ -751,7 +751,7 @@ static void test_migration(void)
     pt_costdb_id id;
     pt_costdb_identity(db, &id);
     CHECK_INT(id.schema_version, pt_costdb_schema_version());
-    CHECK_INT(id.schema_version, 4);
+    CHECK_INT(id.schema_version, 5);
     CHECK_INT(id.kernel_samples, 0);
     pt_coll_op op = cop(PT_COLL_ALLGATHER, 1e6, 8, 8);
     CHECK_INT(pt_costdb_add_coll(db, "nccl", &op, 1e-4, PT_SOURCE_PROFILE, &err), 0);
@@ -763,7 +763,7 @@ static void test_migration(void)
     CHECK_INT(sqlite3_prepare_v2(s, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
                                  &st, NULL), SQLITE_OK);
     CHECK_INT(sqlite3_step(st), SQLITE_ROW);
-    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "4");
+    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "5");
     sqlite3_finalize(st);
     CHECK_INT(sqlite3_prepare_v2(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
                                     " AND name IN ('devices', 'kernel_samples', 'coll_samples',"
@@ -868,6 +868,242 @@ static void test_put_and_runs(void)
     sqlite3_close(s);
 }
 
+/* ---- Robust statistics, fits, runs' samples, forgetting (calibration) ------------------ */
+
+static void test_robust(void)
+{
+    /* nine repeats around 100 us and one pre-empted repeat of 3 ms */
+    double v[10] = {100e-6, 101e-6, 99e-6, 102e-6, 98e-6, 100e-6, 103e-6, 97e-6, 100e-6, 3e-3};
+    pt_robust r;
+    pt_robust_of(v, 10, &r);
+    CHECK_INT(r.spans, 10);
+    CHECK_INT(r.kept, 9); /* the 3 ms repeat is an outlier */
+    CHECK_NEAR(r.median_s, 100e-6, 1e-12);
+    /* deviations 0 1 1 2 2 0 3 3 0 2900 (us): sorted 0 0 0 1 1 2 2 3 3 2900, MAD 1.5 */
+    CHECK_NEAR(r.mad_s, 1.5e-6, 1e-12);
+    CHECK_NEAR(r.mean_s, 900e-6 / 9, 1e-12);
+    CHECK_NEAR(r.max_s, 3e-3, 1e-15);
+    CHECK_NEAR(r.total_s, 900e-6 + 3e-3, 1e-12);
+    pt_robust a = {.spans = 4, .kept = 4, .median_s = 1, .mad_s = 0.1, .mean_s = 1,
+                   .min_s = 0.5, .max_s = 2, .total_s = 4};
+    pt_robust b = {.spans = 2, .kept = 1, .median_s = 3, .mad_s = 0.3, .mean_s = 3,
+                   .min_s = 0.2, .max_s = 9, .total_s = 12};
+    const pt_robust *both[2] = {&a, &b};
+    pt_robust m;
+    pt_robust_merge(both, 2, &m);
+    CHECK_INT(m.spans, 6);
+    CHECK_INT(m.kept, 5);
+    CHECK_NEAR(m.median_s, 2, 1e-15);
+    CHECK_NEAR(m.mean_s, 7.0 / 5, 1e-15);
+    CHECK_NEAR(m.min_s, 0.2, 1e-15);
+    CHECK_NEAR(m.max_s, 9, 1e-15);
+}
+
+/* A cpu-like device: 100 GFLOP/s fp32, 10 GB/s. */
+static pt_cost_hw small_cpu(void)
+{
+    pt_cost_hw hw = {.device = "cpu", .backend = "mpi", .mem_bw_Bps = 10e9,
+                     .devices_per_node = 2};
+    hw.peak_flops[PT_DTYPE_FP32] = 100e9;
+    return hw;
+}
+
+static void test_fit_recovers(void)
+{
+    pt_costdb *db;
+    pt_err err;
+    CHECK_INT(pt_costdb_open(NULL, 0, &db, &err), 0);
+    pt_cost_hw hw = small_cpu();
+    /* a memory-bound class made with efficiency 20% and 3 us a kernel (bytes / 10 GB/s
+     * / 0.2 + 3 us), with +-1% of alternating noise; one at 150% of the bandwidth (a
+     * cache-resident kernel whose bytes are not DRAM traffic); one of a single size
+     * (CHECK_NEAR's tolerance is relative) */
+    const double sizes[5] = {1e5, 4e5, 1.6e6, 6.4e6, 2.56e7};
+    for (int i = 0; i < 5; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "gelu_fwd:fp32:n=%g", sizes[i]);
+        pt_kernel_op op = kop(key, PT_DTYPE_FP32, 0, sizes[i]);
+        double t = (sizes[i] / 10e9 / 0.2 + 3e-6) * (i % 2 ? 1.005 : 0.995);
+        CHECK_INT(pt_costdb_add_kernel(db, "cpu", &op, t, PT_SOURCE_PROFILE, &err), 0);
+        snprintf(key, sizeof key, "add_fwd:fp32:n=%g", sizes[i]);
+        op = kop(key, PT_DTYPE_FP32, 0, sizes[i]);
+        CHECK_INT(pt_costdb_add_kernel(db, "cpu", &op, sizes[i] / 10e9 / 1.5, PT_SOURCE_PROFILE,
+                                       &err), 0);
+    }
+    pt_kernel_op one = kop("softmax:fp32:n=1", PT_DTYPE_FP32, 0, 1e6);
+    CHECK_INT(pt_costdb_add_kernel(db, "cpu", &one, 1e-3, PT_SOURCE_PROFILE, &err), 0);
+    pt_kernel_fits f;
+    pt_cost_fit_kernels(db, &hw, &f);
+    pt_cost_fit_judge_kernels(db, &hw, &f);
+    CHECK_INT(f.n, 3);
+    for (int c = 0; c < f.n; c++) {
+        const pt_kernel_fit *x = &f.v[c];
+        if (!strcmp(x->cls, "gelu_fwd")) {
+            CHECK_NEAR(x->eff, 0.2, 0.01);
+            CHECK_NEAR(x->fixed_s, 3e-6, 0.15);
+            CHECK(x->rms_rel_err < 0.02);
+            CHECK(x->cv_rel_err < 0.05);
+            CHECK(x->accepted); /* the built-in curve misses these by far more */
+        } else if (!strcmp(x->cls, "add_fwd")) {
+            CHECK_NEAR(x->eff, 1.5, 1e-6);
+            CHECK(!x->accepted);
+            CHECK_STR_HAS(x->why, "above 100%");
+        } else {
+            CHECK_STR_HAS(x->cls, "softmax");
+            CHECK(!x->accepted);
+            CHECK_STR_HAS(x->why, "too few sizes (1)");
+        }
+    }
+    /* Stored, the accepted fit is in force, and a second judgement of the same fit
+     * finds nothing better than itself: not stored again. */
+    pt_costdb_close(db);
+    char path[600];
+    path_in_tmp(path, sizeof path, "fits.db");
+    CHECK_INT(pt_costdb_open(path, PT_COSTDB_CREATE, &db, &err), 0);
+    for (int i = 0; i < 5; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "gelu_fwd:fp32:n=%g", sizes[i]);
+        pt_kernel_op op = kop(key, PT_DTYPE_FP32, 0, sizes[i]);
+        double t = (sizes[i] / 10e9 / 0.2 + 3e-6) * (i % 2 ? 1.005 : 0.995);
+        CHECK_INT(pt_costdb_add_kernel(db, "cpu", &op, t, PT_SOURCE_PROFILE, &err), 0);
+    }
+    pt_cost_fit_kernels(db, &hw, &f);
+    pt_cost_fit_judge_kernels(db, &hw, &f);
+    CHECK_INT(pt_costdb_put_kernel_fits(db, "cpu", 7, &f, &err), 0);
+    pt_kernel_fits in_force;
+    pt_costdb_kernel_fits(db, "cpu", &in_force);
+    CHECK_INT(in_force.n, 1);
+    CHECK_NEAR(in_force.v[0].eff, f.v[0].eff, 1e-15);
+    /* a size beyond the samples: no interpolation, the analytic model with the fit */
+    pt_kernel_op other = kop("gelu_fwd:fp32:n=1e9", PT_DTYPE_FP32, 0, 1e9);
+    CHECK_NEAR(pt_cost_kernel(db, &hw, &other).time_s, 1e9 / 10e9 / f.v[0].eff + f.v[0].fixed_s,
+               1e-12);
+    pt_cost_fit_judge_kernels(db, &hw, &f);
+    CHECK(!f.v[0].accepted);
+    CHECK_STR_HAS(f.v[0].why, "is not below");
+    pt_costdb_close(db);
+}
+
+static pt_op_stat opstat(int rank, const char *key, double flops, double bytes, double median,
+                         int64_t kept)
+{
+    pt_op_stat s = {.rank = rank, .dtype = PT_DTYPE_FP32, .flops = flops, .bytes = bytes};
+    snprintf(s.key, sizeof s.key, "%s", key);
+    snprintf(s.name, sizeof s.name, "%.*s", (int)(strchr(key, ':') - key), key);
+    s.st = (pt_robust){.spans = kept, .kept = kept, .median_s = median, .mad_s = median / 100,
+                       .mean_s = median, .min_s = median, .max_s = median,
+                       .total_s = median * (double)kept};
+    return s;
+}
+
+static void test_run_samples_and_forget(void)
+{
+    char path[600];
+    path_in_tmp(path, sizeof path, "runs5.db");
+    pt_costdb *db;
+    pt_err err;
+    pt_cost_hw hw = small_cpu();
+    CHECK_INT(pt_costdb_open(path, PT_COSTDB_CREATE, &db, &err), 0);
+    const char *g1 = "gemm:fp32:m=64,n=64,k=64", *g2 = "gemm:fp32:m=128,n=64,k=64";
+    const char *xf = "xent_fwd:fp32:rows=8,cols=256", *xb = "xent_bwd:fp32:rows=8,cols=256";
+    pt_kernel_op o1 = kop(g1, PT_DTYPE_FP32, 2.0 * 64 * 64 * 64, 0);
+    pt_kernel_op o2 = kop(g2, PT_DTYPE_FP32, 2.0 * 128 * 64 * 64, 0);
+    pt_kernel_op of = kop(xf, PT_DTYPE_FP32, 0, 16384), ob = kop(xb, PT_DTYPE_FP32, 0, 16384);
+    CHECK_INT(pt_costdb_add_kernel(db, "cpu", &o1, 10e-6, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_costdb_add_kernel(db, "cpu", &o2, 20e-6, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_costdb_add_kernel(db, "cpu", &of, 30e-6, PT_SOURCE_PROFILE, &err), 0);
+    CHECK_INT(pt_costdb_add_kernel(db, "cpu", &ob, 10e-6, PT_SOURCE_PROFILE, &err), 0);
+
+    /* two ranks' statistics; the cross-entropy's backward is computed by its forward */
+    pt_op_stat st[] = {opstat(0, g1, o1.flops, 0, 11e-6, 8), opstat(1, g1, o1.flops, 0, 13e-6, 8),
+                       opstat(0, g2, o2.flops, 0, 24e-6, 8), opstat(0, xf, 0, 16384, 48e-6, 4),
+                       opstat(0, xb, 0, 16384, 0.1e-6, 4),
+                       opstat(0, "attn_fwd:fp32:b=1", 1e6, 0, 5e-6, 2)};
+    pt_op_sample *v;
+    size_t n;
+    CHECK_INT(pt_op_samples(st, 6, db, &hw, &v, &n, &err), 0);
+    CHECK_INT((long long)n, 5);
+    int keys;
+    /* g1 merged: median of 11 and 13 us = 12 us, 1.2x its 10 us; g2 24/20 = 1.2x */
+    CHECK_NEAR(pt_gemm_ratio(v, n, db, &hw, &keys), 1.2, 1e-12);
+    CHECK_INT(keys, 2);
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(v[i].op.key, g1)) {
+            CHECK_NEAR(v[i].st.median_s, 12e-6, 1e-15);
+            CHECK_INT(v[i].ranks, 2);
+            CHECK_INT(v[i].st.kept, 16);
+        }
+        /* the pair's 48.1 us split 3:1 as the tables price them (30 and 10 us) */
+        if (!strcmp(v[i].op.key, xf)) {
+            CHECK_NEAR(v[i].st.median_s, 0.75 * 48.1e-6, 1e-15);
+            CHECK_STR_HAS(v[i].fused_with, xb);
+            CHECK(!v[i].fused_inner);
+        }
+        if (!strcmp(v[i].op.key, xb)) {
+            CHECK_NEAR(v[i].st.median_s, 0.25 * 48.1e-6, 1e-15);
+            CHECK(v[i].fused_inner);
+        }
+    }
+    pt_run_record rec = {.world = 2, .steps = 5, .steps_timed = 4, .measured_step_s = 0.1,
+                         .model = "tiny", .layout = "dp=2", .gemm_ratio = 1.2};
+    int64_t run;
+    CHECK_INT(pt_costdb_record_run(db, &rec, NULL, 0, st, 6, NULL, 0, &run, &err), 0);
+    pt_cost before[4] = {pt_cost_kernel(db, &hw, &o1), pt_cost_kernel(db, &hw, &o2),
+                         pt_cost_kernel(db, &hw, &of), pt_cost_kernel(db, &hw, &ob)};
+    int64_t stored;
+    CHECK_INT(pt_costdb_put_run_samples(db, "cpu", run, v, n, &stored, &err), 0);
+    CHECK_INT(stored, 4); /* attn_fwd has 2 repeats, fewer than PT_MIN_SPANS */
+    /* again: the run's samples are replaced, not piled up */
+    CHECK_INT(pt_costdb_put_run_samples(db, "cpu", run, v, n, &stored, &err), 0);
+    pt_costdb_id ident;
+    pt_costdb_identity(db, &ident);
+    CHECK_INT(ident.kernel_samples, 8);
+    CHECK_NEAR(pt_cost_kernel(db, &hw, &o1).time_s, 11e-6, 1e-15); /* median of 10 and 12 */
+    pt_kernel_fits f = {.n = 1};
+    f.v[0] = (pt_kernel_fit){.cls = "gemm", .eff = 0.5, .samples = 3, .accepted = true};
+    CHECK_INT(pt_costdb_put_kernel_fits(db, "cpu", run, &f, &err), 0);
+    int64_t runs[4], prof;
+    CHECK_INT(pt_costdb_sample_runs(db, "cpu", runs, 4, &prof), 1);
+    CHECK_INT(runs[0], run);
+    CHECK_INT(prof, 4);
+
+    /* the stored statistics read back */
+    pt_op_stat *back;
+    size_t nb;
+    CHECK_INT(pt_costdb_run_op_stats(db, run, &back, &nb, &err), 0);
+    CHECK_INT((long long)nb, 6);
+    free(back);
+
+    /* a dry run changes nothing; forgetting restores every answer exactly */
+    pt_forgotten gone;
+    pt_cost now = pt_cost_kernel(db, &hw, &o1);
+    CHECK_INT(pt_costdb_begin(db, &err), 0);
+    CHECK_INT(pt_costdb_forget_run(db, run, &gone, &err), 0);
+    CHECK_INT(gone.samples, 4);
+    CHECK_INT(gone.kernel_fits, 1);
+    CHECK(pt_cost_kernel(db, &hw, &o1).time_s == before[0].time_s);
+    CHECK_INT(pt_costdb_rollback(db, &err), 0);
+    CHECK(pt_cost_kernel(db, &hw, &o1).time_s == now.time_s);
+    CHECK_INT(pt_costdb_begin(db, &err), 0);
+    CHECK_INT(pt_costdb_forget_run(db, run, &gone, &err), 0);
+    CHECK_INT(pt_costdb_commit(db, &err), 0);
+    pt_costdb_close(db);
+    CHECK_INT(pt_costdb_open(path, PT_COSTDB_READ, &db, &err), 0);
+    pt_kernel_op ops[4] = {o1, o2, of, ob};
+    for (int i = 0; i < 4; i++)
+        CHECK(pt_cost_kernel(db, &hw, &ops[i]).time_s == before[i].time_s);
+    pt_costdb_kernel_fits(db, "cpu", &f);
+    CHECK_INT(f.n, 0);
+    pt_run_record *rr;
+    size_t nr;
+    CHECK_INT(pt_costdb_runs(db, &rr, &nr, &err), 0);
+    CHECK_INT((long long)nr, 1);
+    CHECK(nr == 1 && rr[0].forgotten && rr[0].steps_timed == 4 && rr[0].gemm_ratio == 1.2);
+    free(rr);
+    free(v);
+    pt_costdb_close(db);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_cost.XXXXXX");
@@ -885,6 +1121,9 @@ int main(void)
     test_insert_errors();
     test_migration();
     test_put_and_runs();
+    test_robust();
+    test_fit_recovers();
+    test_run_samples_and_forget();
     remove_tree();
     return pt_check_result();
 }

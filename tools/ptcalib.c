@@ -383,16 +383,21 @@ static int check_load(const options *o, const job *j, const pt_op_sample *v, siz
                "noisy above %.2fx)\n", ratio, keys, PT_NOISY_GEMM_RATIO);
     else
         printf("load check: no GEMM of the run is in the profile; not checked\n");
+    double excess = pt_span_excess(v, n);
+    printf("            its ops took %.2fx what their medians account for (noisy above %.2fx)\n",
+           excess, PT_NOISY_EXCESS);
     char why[300] = "";
     if (j->run.noisy[0])
         snprintf(why, sizeof why, "%s", j->run.noisy);
+    else if (excess > PT_NOISY_EXCESS)
+        snprintf(why, sizeof why, "its ops took %.2fx what their medians account for", excess);
     else if (ratio > PT_NOISY_GEMM_RATIO)
         snprintf(why, sizeof why, "its GEMMs took %.2fx the profiled time", ratio);
     if (!why[0])
         return 0;
-    if (o->force) {
-        printf("run %lld is noisy (%s); calibrating from it anyway (--force)\n",
-               (long long)j->run.id, why);
+    if (o->force || !o->store) {
+        printf("run %lld is noisy (%s); %s\n", (long long)j->run.id, why,
+               o->force ? "calibrating from it anyway (--force)" : "nothing is stored (--no-store)");
         return 0;
     }
     return pt_err_set(err, "run %lld is noisy: %s; not calibrated (run it again on a quieter "

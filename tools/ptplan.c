@@ -373,8 +373,22 @@ void print_job_header(const job *j)
     if (j->db) {
         pt_costdb_id id;
         pt_costdb_identity(j->db, &id);
-        printf("costs   %s: %lld kernel and %lld collective samples\n\n", j->db_path,
+        printf("costs   %s: %lld kernel and %lld collective samples\n", j->db_path,
                (long long)id.kernel_samples, (long long)id.coll_samples);
+        /* where the measured figures of this device come from: the profile and which
+         * recorded runs (ptcalib --forget RUN takes one out) */
+        int64_t runs[16], profiled;
+        int n = pt_costdb_sample_runs(j->db, j->c.device.name, runs, 16, &profiled);
+        printf("        %s kernel samples: %lld from ptprofile", j->c.device.name,
+               (long long)profiled);
+        if (n > 0) {
+            printf(", the rest from the traces of run%s", n > 1 ? "s" : "");
+            for (int i = 0; i < n; i++)
+                printf(runs[i] < 0 ? "%s(older, no run id)" : "%s%lld", i ? ", " : " ",
+                       (long long)runs[i]);
+            printf(n == 16 ? ", ..." : "");
+        }
+        printf("\n\n");
     } else {
         printf("costs   no cost table at %s: analytic figures (ptprofile measures them)\n\n",
                j->db_path);

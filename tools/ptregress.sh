@@ -3,14 +3,15 @@
 # layouts of the tiny model (at most 2 ranks, as many as CI's cores, so timings mean
 # something), calibrates the cost tables from each run's trace (ptcalib), re-predicts
 # every layout from the calibrated tables and prints the mean absolute percentage
-# error (MAPE) of step time and of MFU, before and after calibration. Exits 1 when the
-# calibrated MAPE of step time is above the threshold.
-#   usage: tools/ptregress.sh BUILD_DIR [THRESHOLD_PCT (default 60)]
-# The default is loose on purpose: on the 2-core CI machine, shared with other jobs,
-# 2-rank layouts measured 35-50% slower than even the calibrated prediction.
+# error (MAPE) of step time and of MFU, before and after calibration. A benchmark, not a
+# test: its figures depend on the machine and its load (ptcalib --force calibrates from
+# runs the load check finds noisy, and the script says how many were). Exits 1 only when
+# a THRESHOLD_PCT is given and the calibrated MAPE of step time is above it.
+#   usage: tools/ptregress.sh BUILD_DIR [THRESHOLD_PCT]
+# ctest checks calibration on a recorded fixture instead (tests/cli_calib_fixture.sh).
 set -eu
 build=$(cd "$1" && pwd)
-threshold="${2:-60}"
+threshold="${2:-}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -30,7 +31,8 @@ echo "$matrix" | while read -r layout n; do
         >/dev/null </dev/null
     $mpi -np "$n" "$build/ptrun" "plan$i.json" --steps 6 --val-every 0 --sample 0 --quiet \
         --record --trace "trace$i.json" >/dev/null </dev/null
-    "$build/ptcalib" --trace "trace$i.json" --plan "plan$i.json" >"calib$i.txt" </dev/null
+    "$build/ptcalib" --trace "trace$i.json" --plan "plan$i.json" --force >"calib$i.txt" </dev/null
+    grep -q "is noisy" "calib$i.txt" && echo "run $i ($layout) was noisy: $(grep -o 'is noisy ([^;]*' "calib$i.txt")"
 done
 # re-predict every layout from the calibrated tables, against what its run measured
 i=0
@@ -45,6 +47,5 @@ awk -v thr="$threshold" '
     END {
         printf "layouts %d\nstep time MAPE: %.1f%% as planned, %.1f%% re-predicted after calibration\n", n, b / n, a / n
         printf "MFU MAPE:       %.1f%% as planned, %.1f%% re-predicted after calibration\n", bm / n, am / n
-        if (a / n > thr) { printf "FAIL: step time MAPE %.1f%% > %s%%\n", a / n, thr; exit 1 }
-        printf "ok: below the threshold of %s%%\n", thr
+        if (thr != "" && a / n > thr) { printf "FAIL: step time MAPE %.1f%% > %s%%\n", a / n, thr; exit 1 }
     }' steps.txt
