@@ -86,6 +86,25 @@ struct pt_kernels {
     /* waits for queued work; 0, or -1 after any failure (message in kn->err) */
     int (*sync)(pt_kernels *kn);
 
+    /* -- Device timers (optional, all three or none: NULL on a backend whose ops
+     * finish before they return, as the CPU's, where the host clock around a call is
+     * its time) --
+     * event_record records a timing event on the stream the ops run on, behind the
+     * work queued so far, without waiting. *event names an event of the backend's
+     * pool: a negative value asks for a free one, whose index is stored there; the
+     * caller keeps it, records it again as often as it likes (every step: no event
+     * is created after the first) and gives it back with event_release. 0, or -1
+     * with kn->err set.
+     * event_elapsed sets *ms to the milliseconds from event `from` to event `to`
+     * (negative when `to` ran first), both recorded and complete: call it after
+     * sync(). CUDA's resolution is about half a microsecond. 0, or -1 with kn->err
+     * set (an index not handed out, an event not recorded).
+     * event_release returns an event to the pool (a negative index is ignored); the
+     * pool's events are destroyed with the backend. */
+    int (*event_record)(pt_kernels *kn, int *event);
+    int (*event_elapsed)(pt_kernels *kn, int from, int to, double *ms);
+    void (*event_release)(pt_kernels *kn, int event);
+
     /* -- Token and position embedding (GPT-2: wte and wpe; LLaMA: wte only) --
      * out[b,s,:] = wte[tok - v0, :] (when v0 <= tok < v0 + vr, else 0)
      *            + wpe[pos0 + s, :] (when wpe is non-NULL).

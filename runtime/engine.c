@@ -4,7 +4,9 @@
  * micro-batches drawn from the sampler, activations and their gradients sent and
  * received between pipeline stages, gradient reduction over the data-parallel group,
  * clipping and AdamW — the same program the simulator timed. Every instruction is a
- * span in the trace: compute on stream 0, transfers and reductions on stream 1.
+ * span in the trace: compute on stream 0, transfers and reductions on stream 1. On a
+ * backend with device timers the step ends by giving its op spans the device's times
+ * (pt_net_trace_resolve).
  *
  * Data parallelism: each dp rank takes its consecutive share of the step's global
  * samples. With ZeRO 0 each chunk's gradients are all-reduced in buckets started
@@ -554,6 +556,11 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
         rc = pt_comm_allreduce_f64(d->comm, -1, &loss_sum, 1, err);
     out->loss = loss_sum / (double)(p->train.global_batch * p->model.seq);
     out->time_s = pt_trace_now() - t0;
+    /* the op spans' device times, now that the step's work is done (the optimizer step
+     * ended with a wait, so nothing waits here); the trace's bookkeeping, outside
+     * time_s */
+    if (rc == 0)
+        rc = pt_net_trace_resolve(n, err);
     return rc;
 }
 
@@ -600,6 +607,9 @@ int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t 
             rc = pt_net_forward(n, 0, b.in_cp, b.tg_cp, 0.0f, &sum, err);
         else
             rc = eval_batch(n, d, &b, &sum, err);
+        /* the batch's op spans get their device times before the next batch */
+        if (rc == 0)
+            rc = pt_net_trace_resolve(n, err);
     }
     batch_free(&b);
     /* each dp replica evaluated the same batches; the loss sits on the last stages'

@@ -1123,35 +1123,53 @@ static int collective(ctx *c, const pt_op *op)
     return tp_collective(c, op->name);
 }
 
+/* Runs an op list in order, each op a span of the trace: a compute op on stream 0
+ * under its planner key, a collective on stream 1. The host clock around a call times
+ * what the call does on the host: the whole op on the CPU, but only its launch on a
+ * device whose ops run asynchronously. There, when the backend has device timers
+ * (n->devtime), an event is recorded before and after each compute op, without
+ * waiting; the span is recorded at launch, which keeps its place among its
+ * instruction's spans, and pt_net_trace_resolve gives it the device's times once the
+ * step's work is done (devtime.c says how they meet the host clock). Collectives keep host times (they wait for the device
+ * first). PT_TRACE_SYNC=1 (n->trace_sync) instead waits for the device around each
+ * op and keeps host times. */
 static int run_list(ctx *c, list_id id)
 {
-    const pt_oplist *list = &c->n->ops[id];
+    pt_net *n = c->n;
+    const pt_oplist *list = &n->ops[id];
+    bool device_timed = n->devtime && !n->trace_sync;
     c->list = list;
     for (int i = 0; i < list->n; i++) {
         const pt_op *op = &list->op[i];
-        if (c->n->trace_sync && c->n->kn->sync(c->n->kn))
-            return pt_err_set(c->err, "%s", c->n->kn->err);
-        double t0 = pt_trace_now();
+        if (n->trace_sync && n->kn->sync(n->kn))
+            return pt_err_set(c->err, "%s", n->kn->err);
         c->at = i;
         if (op->cls == PT_OP_COLL) {
+            double t0 = pt_trace_now();
             int rc = collective(c, op);
             if (rc > 0)
                 return pt_err_set(c->err, "op '%s' is a collective this runtime does not run",
                                   op->name);
             if (rc)
                 return -1;
-            pt_trace_add(c->n->trace, c->n->rank, 1, op->name, NULL, t0, pt_trace_now());
+            pt_trace_add(n->trace, n->rank, 1, op->name, NULL, t0, pt_trace_now());
             continue;
         }
+        if (device_timed && pt_devtime_before(n, c->err))
+            return -1;
+        double t0 = pt_trace_now();
         int rc = dispatch(c, id, op);
         if (rc > 0)
             return pt_err_set(c->err, "internal: the planner lists op '%s', which the runtime "
                                       "does not know", op->name);
         if (rc)
             return -1;
-        if (c->n->trace_sync && c->n->kn->sync(c->n->kn))
-            return pt_err_set(c->err, "%s", c->n->kn->err);
-        pt_trace_add_op(c->n->trace, c->n->rank, 0, op->name, &op->kernel, t0, pt_trace_now());
+        if (n->trace_sync && n->kn->sync(n->kn))
+            return pt_err_set(c->err, "%s", n->kn->err);
+        int64_t span = pt_trace_add_op(n->trace, n->rank, 0, op->name, &op->kernel, t0,
+                                       pt_trace_now());
+        if (device_timed && pt_devtime_after(n, span, c->err))
+            return -1;
     }
     return finish_gather(c);
 }
@@ -1322,7 +1340,7 @@ int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *ta
         if (pt_net_forward_chunk(n, slot, c, tokens, targets, dloss, loss_sum, err))
             return -1;
     }
-    return 0;
+    return pt_net_trace_resolve(n, err);
 }
 
 int pt_net_backward(pt_net *n, int slot, pt_err *err)
@@ -1330,7 +1348,7 @@ int pt_net_backward(pt_net *n, int slot, pt_err *err)
     for (int c = n->layout.vp - 1; c >= 0; c--)
         if (pt_net_backward_chunk(n, slot, c, err))
             return -1;
-    return 0;
+    return pt_net_trace_resolve(n, err);
 }
 
 const float *pt_net_last_logits(const pt_net *n, int slot)

@@ -343,6 +343,8 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
     free(host);
     if (rc == 0)
         rc = pt_net_alloc_runtime(n, p, slots, err);
+    if (rc == 0)
+        rc = pt_devtime_init(n, err);
     return rc;
 }
 
@@ -360,6 +362,7 @@ void pt_net_free(pt_net *n)
         kn->free(kn, n->v);
     }
     pt_net_free_runtime(n);
+    pt_devtime_free(n);
     free(n->param);
     memset(n, 0, sizeof *n);
 }

@@ -1,6 +1,7 @@
 /*
  * Internal to runtime/: the activation slots and gradient scratch of a model, shared
- * by model.c (which allocates parameters) and layer.c (which executes the op lists).
+ * by model.c (which allocates parameters) and layer.c (which executes the op lists),
+ * and the device timers of its op spans (devtime.c).
  */
 #ifndef PT_RT_MODEL_INTERNAL_H
 #define PT_RT_MODEL_INTERNAL_H
@@ -101,6 +102,17 @@ int pt_zero_gather_whole(pt_net *n, pt_err *err);
 
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err);
 void pt_net_free_runtime(pt_net *n);
+
+/* Device times of op spans (runtime/devtime.c; pt_net_trace_resolve in runtime.h).
+ * init sets n->devtime when the trace is on, PT_TRACE_SYNC is not, and the backend has
+ * device timers; free releases it. Around each compute op, when n->devtime is set:
+ * before (the first op after a resolve also waits for the stream and records the
+ * anchor) records the op's start event; after records its end event and keeps `span`
+ * (pt_trace_add_op's handle) pending. 0, or -1 with err set. */
+int pt_devtime_init(pt_net *n, pt_err *err);
+void pt_devtime_free(pt_net *n);
+int pt_devtime_before(pt_net *n, pt_err *err);
+int pt_devtime_after(pt_net *n, int64_t span, pt_err *err);
 
 /* Whether s ends with suffix (parameter and op names). */
 static inline bool pt_ends_with(const char *s, const char *suffix)

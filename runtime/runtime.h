@@ -336,7 +336,11 @@ typedef struct {
     pt_kernels *kn;
     pt_trace *trace;          /* may be off */
     bool trace_sync;          /* PT_TRACE_SYNC=1: wait for the device around each op, so
-                               * a span is the op's device time, not its launch */
+                               * a span is its host time around the device's work (the
+                               * device timers are then not used) */
+    struct pt_devtime *devtime; /* op spans waiting for their device times (runtime/
+                                 devtime.c): with the trace on, on a backend with
+                                 device timers; NULL otherwise */
     int rank;                 /* for trace spans */
     int stage;                /* pipeline stage of this rank */
     int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */
@@ -440,10 +444,18 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err);
 float *pt_net_chunk_input(pt_net *n, int slot, int chunk);
 float *pt_net_chunk_output(pt_net *n, int slot, int chunk);
 float *pt_net_dres(pt_net *n);
-/* The whole model on one stage (pp = 1): every chunk in order. */
+/* The whole model on one stage (pp = 1): every chunk in order; each ends by giving
+ * the op spans their device times (pt_net_trace_resolve). */
 int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
                    float dloss, double *loss_sum, pt_err *err);
 int pt_net_backward(pt_net *n, int slot, pt_err *err);
+/* Gives the op spans recorded since the last call their device times, on a backend
+ * with device timers (kernels.h's event_record; on others nothing waits): waits for
+ * the device, then retimes each span (pt_trace_retime) from its launch to when its
+ * work ran. pt_engine_step calls it at the step's end, pt_engine_eval after each
+ * batch, pt_net_forward and pt_net_backward at their end; a caller that runs chunks
+ * itself calls it before the trace is expanded or packed. 0, or -1 with err set. */
+int pt_net_trace_resolve(pt_net *n, pt_err *err);
 /* Elements of one micro-batch's residual stream on this rank: what a pipeline
  * stage sends on (b·s/cp tokens, divided by tp again with sequence parallelism,
  * times h). */

@@ -13,6 +13,7 @@
  * a tile (7, 13, 771), sequence length 1, one head, GQA with one KV head, head
  * dimensions 64, 128 and 40, attention blocks that see no key, buffers at odd offsets
  * (cuBLASLt alignment), in-place forms, and the fallback GEMM (PT_KCUDA_NO_LT).
+ * The device timers (event_record, event_elapsed) time a GEMM and order three.
  *
  * Without a CUDA device (or without CUDA in the build) the test prints why and exits
  * with 77, which ctest reports as skipped, never as passed.
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "kernels.h"
@@ -977,6 +979,85 @@ static void test_sumsq(void)
     CHECK(GPU->sync(GPU) == 0);
 }
 
+/* ---- Device timers ------------------------------------------------------------------ */
+
+/* Monotonic seconds, as the runtime's trace clock. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Three GEMMs between pairs of events, put on the host clock as the runtime does
+ * (runtime/devtime.c: an anchor event recorded on the idle stream, each op's start
+ * from the anchor and its duration from its own pair): each takes a positive time, the
+ * spans follow one another and lie between the anchor and the end of the wait; a
+ * second round records the same events again, without new ones; a released event is
+ * handed out again. The CPU backend has no timers. */
+static void test_event_timer(void)
+{
+    CHECK(GPU->event_record && GPU->event_elapsed && GPU->event_release);
+    CHECK(!CPU->event_record && !CPU->event_elapsed && !CPU->event_release);
+    if (!GPU->event_record || !GPU->event_elapsed || !GPU->event_release)
+        return;
+    const int64_t m = 2048, n = 2048, k = 2048;
+    size_t ab = pt_kdtype_bytes(GPU->act_dtype);
+    void *a = GPU->alloc(GPU, (size_t)(m * k) * ab), *b = GPU->alloc(GPU, (size_t)(n * k) * ab);
+    void *c = GPU->alloc(GPU, (size_t)(m * n) * ab);
+    CHECK(a && b && c);
+    if (!a || !b || !c)
+        return;
+    GPU->zero(GPU, a, (size_t)(m * k) * ab);
+    GPU->zero(GPU, b, (size_t)(n * k) * ab);
+    int ev[7] = {-1, -1, -1, -1, -1, -1, -1}, first[7];
+    for (int round = 0; round < 2; round++) {
+        CHECK(GPU->sync(GPU) == 0);
+        double h0 = now_s();
+        CHECK(GPU->event_record(GPU, &ev[0]) == 0);
+        double anchor_s = 0.5 * (h0 + now_s());
+        for (int i = 0; i < 3; i++) {
+            CHECK(GPU->event_record(GPU, &ev[1 + 2 * i]) == 0);
+            GPU->matmul_forward(GPU, c, a, b, NULL, m, (int)k, (int)n);
+            CHECK(GPU->event_record(GPU, &ev[2 + 2 * i]) == 0);
+        }
+        CHECK(GPU->sync(GPU) == 0);
+        double done_s = now_s(), prev_end = anchor_s;
+        for (int i = 0; i < 3; i++) {
+            double start_ms = -1, dur_ms = -1;
+            CHECK(GPU->event_elapsed(GPU, ev[0], ev[1 + 2 * i], &start_ms) == 0);
+            CHECK(GPU->event_elapsed(GPU, ev[1 + 2 * i], ev[2 + 2 * i], &dur_ms) == 0);
+            double t0 = anchor_s + 1e-3 * start_ms, t1 = t0 + 1e-3 * dur_ms;
+            if (verbose())
+                printf("event timer: GEMM %d at +%.1f us for %.1f us\n", i, 1e6 * (t0 - anchor_s),
+                       1e6 * (t1 - t0));
+            CHECK(dur_ms > 0);        /* 2·2048³ FLOPs: tens of microseconds at least */
+            CHECK(start_ms >= 0);
+            CHECK(t0 >= prev_end - 1e-6); /* float milliseconds round by nanoseconds here */
+            CHECK(t1 <= done_s + 1e-4);   /* the anchor's host time is off by microseconds */
+            prev_end = t1;
+        }
+        if (round == 0)
+            memcpy(first, ev, sizeof ev);
+        else
+            CHECK(memcmp(first, ev, sizeof ev) == 0);
+    }
+    for (int i = 0; i < 7; i++)
+        for (int j = 0; j < i; j++)
+            CHECK(ev[i] != ev[j]);
+    /* released events are handed out again */
+    GPU->event_release(GPU, ev[3]);
+    int again = -1;
+    CHECK(GPU->event_record(GPU, &again) == 0);
+    CHECK(again == ev[3]);
+    for (int i = 0; i < 7; i++)
+        GPU->event_release(GPU, ev[i]);
+    GPU->free(GPU, a);
+    GPU->free(GPU, b);
+    GPU->free(GPU, c);
+    CHECK(GPU->sync(GPU) == 0);
+}
+
 /* ---- Errors ---------------------------------------------------------------------------------------------------- */
 
 static void test_errors(void)
@@ -992,6 +1073,19 @@ static void test_errors(void)
     kn->attention_forward(kn, NULL, NULL, NULL, NULL, NULL, 1, 4, 4, 1, 1, 200, 0, 0, 1);
     CHECK(kn->sync(kn) == -1);
     CHECK_STR_HAS(kn->err, "head dim");
+    pt_kernels_destroy(kn);
+    /* a timing event the pool never handed out */
+    kn = pt_kernels_cuda(0, err, sizeof err);
+    CHECK(kn != NULL);
+    if (!kn)
+        return;
+    int ev = -1, bad = 1000000;
+    double ms;
+    CHECK(kn->event_record(kn, &ev) == 0 && ev >= 0);
+    CHECK(kn->event_record(kn, &bad) == -1);
+    CHECK_STR_HAS(kn->err, "timing event");
+    CHECK(kn->event_elapsed(kn, ev, 1000000, &ms) == -1);
+    CHECK(kn->sync(kn) == -1);
     pt_kernels_destroy(kn);
 }
 
@@ -1023,6 +1117,7 @@ int main(void)
     test_crossentropy();
     test_adamw();
     test_sumsq();
+    test_event_timer();
     test_errors();
     pt_kernels_destroy(GPU);
     pt_kernels_destroy(CPU);

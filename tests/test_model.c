@@ -2,8 +2,10 @@
  * The model as the runtime runs it (op lists dispatched to kernels): the gradient
  * of the loss with respect to parameters of every kind matches central finite
  * differences, for a GPT-2-shaped and a LLaMA-shaped model; recomputation (none,
- * selective, full) gives bit-identical gradients; and the parameter table matches
- * the planner's count.
+ * selective, full) gives bit-identical gradients; the parameter table matches
+ * the planner's count; and with a (fake) device timer, op spans take the device's
+ * times after each step and validation batch, in order, within their instruction
+ * (and, where a CUDA device is present, with the real one).
  */
 #include "check.h"
 #include "runtime.h"
@@ -159,6 +161,258 @@ static void check_init(void)
     pt_kernels_destroy(kn);
 }
 
+/* ---- Device times of op spans ------------------------------------------------------
+ * A fake device timer on the CPU backend (kernels.h's event_record, event_elapsed):
+ * the r-th event recorded in the test is at T(r) = 0.01·r(r+1)/2 ms, so the gap from
+ * event r-1 to r, 0.01·r ms, differs for every event, and an op's duration says which
+ * pair of events it was given. A resolve period records its anchor (event a), then a
+ * start and an end event per op: op k of the period lasts T(a+2+2k) - T(a+1+2k) =
+ * 0.01·(a+2+2k) ms and starts T(a+1+2k) - T(a) after the anchor. */
+
+static struct {
+    double at_ms[8192];       /* device time of each pool event's last record */
+    int pool;                 /* events created */
+    int free[8192], n_free;   /* released, handed out again first */
+    int records;              /* events recorded */
+    bool fail_record, fail_elapsed;
+} fake;
+
+static double fake_T(int r)
+{
+    return 0.01 * r * (r + 1) / 2.0;
+}
+
+static int fake_record(pt_kernels *kn, int *event)
+{
+    if (fake.fail_record || (*event < 0 && fake.pool == 8192)) {
+        snprintf(kn->err, sizeof kn->err, "fake: record failed");
+        return -1;
+    }
+    if (*event < 0)
+        *event = fake.n_free ? fake.free[--fake.n_free] : fake.pool++;
+    fake.at_ms[*event] = fake_T(fake.records++);
+    return 0;
+}
+
+static void fake_release(pt_kernels *kn, int event)
+{
+    (void)kn;
+    if (event >= 0)
+        fake.free[fake.n_free++] = event;
+}
+
+static int fake_elapsed(pt_kernels *kn, int from, int to, double *ms)
+{
+    if (fake.fail_elapsed || from < 0 || to < 0 || from >= fake.pool || to >= fake.pool) {
+        snprintf(kn->err, sizeof kn->err, "fake: elapsed failed");
+        return -1;
+    }
+    *ms = fake.at_ms[to] - fake.at_ms[from];
+    return 0;
+}
+
+static bool is_op(const pt_span *s)
+{
+    return s->key[0] && s->stream == 0;
+}
+
+/* Checks `ops` op spans of an expanded trace from span *at on, one resolve period
+ * whose anchor was event a: each op has its scripted duration and start, the ops
+ * follow one another, and each takes the micro-batch and chunk of the instruction
+ * recorded after it. Moves *at to the next op span after them. */
+static void check_period(const pt_trace *t, size_t *at, int a, int ops)
+{
+    int k = 0;
+    size_t since = *at; /* the ops since the last instruction */
+    double t0_first = 0, prev_end = -1e300;
+    for (; *at < t->n; (*at)++) {
+        const pt_span *s = &t->v[*at];
+        if (!s->key[0] && strstr(s->name, " mb")) { /* an instruction */
+            for (size_t j = since; j < *at; j++)
+                if (is_op(&t->v[j])) {
+                    CHECK_INT(t->v[j].mb, s->mb);
+                    CHECK_INT(t->v[j].chunk, s->chunk);
+                }
+            since = *at + 1;
+            continue;
+        }
+        if (!is_op(s))
+            continue;
+        if (k == ops)
+            break;
+        if (k == 0)
+            t0_first = s->t0_s;
+        double dur_ms = 0.01 * (a + 2 + 2 * k);
+        double start_ms = fake_T(a + 1 + 2 * k) - fake_T(a + 1);
+        CHECK(fabs(s->dur_s - dur_ms * 1e-3) < 1e-9);
+        CHECK(fabs((s->t0_s - t0_first) - start_ms * 1e-3) < 1e-9);
+        CHECK(s->t0_s >= prev_end - 1e-12);
+        prev_end = s->t0_s + s->dur_s;
+        k++;
+    }
+    CHECK_INT(k, ops);
+}
+
+static void check_device_times(void)
+{
+    pt_kernels *kn = pt_kernels_cpu(1);
+    kn->event_record = fake_record;
+    kn->event_elapsed = fake_elapsed;
+    kn->event_release = fake_release;
+    memset(&fake, 0, sizeof fake);
+    pt_plan p = plan_of(small(false), PT_RECOMPUTE_NONE);
+    p.layout.n_micro = 2;
+    p.train.global_batch = 4;
+    pt_err err;
+    pt_sched s;
+    CHECK_INT(pt_sched_build(p.layout.schedule, 1, 1, 2, &s, &err), 0);
+    pt_grid g;
+    pt_grid_init(&g, &p.layout);
+    pt_dist d;
+    CHECK_INT(pt_dist_init(&d, NULL, &g, 0, &err), 0);
+    pt_trace tr;
+    pt_trace_init(&tr, true);
+    pt_net n;
+    CHECK_INT(pt_net_init(&n, &p, kn, 0, pt_sched_peak_in_flight(&s, 0), 42, &tr, &err), 0);
+    CHECK(n.devtime != NULL);
+
+    /* two steps: the second records the first's events again and creates none */
+    pt_step_stats st;
+    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 0, &st, &err), 0);
+    int after_one = fake.records, pool = fake.pool;
+    CHECK(after_one > 1 && pool == after_one);
+    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 1, &st, &err), 0);
+    CHECK_INT(fake.records, 2 * after_one);
+    CHECK_INT(fake.pool, pool);
+    /* validation: resolved after its batch, with its own anchor */
+    double loss;
+    CHECK_INT(pt_engine_eval(&n, &d, NULL, 1, &loss, &err), 0);
+    int eval_anchor = 2 * after_one;
+
+    CHECK_INT(pt_trace_expand(&tr, &err), 0);
+    int ops = (after_one - 1) / 2, step_ops[2] = {0, 0}, eval_ops = 0;
+    for (size_t i = 0; i < tr.n; i++)
+        if (is_op(&tr.v[i])) {
+            if (tr.v[i].mb < 0)
+                eval_ops++;
+            else if (tr.v[i].step == 0 || tr.v[i].step == 1)
+                step_ops[tr.v[i].step]++;
+        }
+    /* every op of a step got its pair of events; validation ran one micro-batch's
+     * forward ops */
+    CHECK_INT(1 + 2 * step_ops[0], after_one);
+    CHECK_INT(step_ops[1], ops);
+    CHECK(eval_ops > 0 && eval_ops < ops);
+    CHECK_INT(fake.records, eval_anchor + 1 + 2 * eval_ops);
+    if (getenv("PT_TEST_VERBOSE"))
+        printf("device times: %d ops a step, %d in validation, %d events\n", ops, eval_ops,
+               fake.pool);
+    size_t at = 0;
+    check_period(&tr, &at, 0, ops);
+    check_period(&tr, &at, after_one, ops);
+    check_period(&tr, &at, eval_anchor, eval_ops);
+
+    /* a failing timer fails the step with the backend's message */
+    fake.fail_record = true;
+    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 2, &st, &err), -1);
+    CHECK_STR_HAS(err.msg, "fake: record failed");
+    fake.fail_record = false;
+    kn->err[0] = '\0';
+    CHECK_INT(pt_net_trace_resolve(&n, &err), 0); /* what the failed step left */
+    fake.fail_elapsed = true;
+    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 3, &st, &err), -1);
+    CHECK_STR_HAS(err.msg, "fake: elapsed failed");
+    fake.fail_elapsed = false;
+    kn->err[0] = '\0';
+    CHECK_INT(pt_net_trace_resolve(&n, &err), 0); /* nothing left pending */
+    pt_net_free(&n);
+    CHECK_INT(fake.n_free, fake.pool); /* every event given back */
+    pt_trace_free(&tr);
+    /* and taken again by the next net (one forward pass, resolved at its end) */
+    pt_trace_init(&tr, true);
+    CHECK_INT(pt_net_init(&n, &p, kn, 0, 2, 42, &tr, &err), 0);
+    data dd = make_data();
+    CHECK_INT(pt_net_forward(&n, 0, dd.tok, dd.tgt, 0.0f, &loss, &err), 0);
+    CHECK_INT(fake.pool, pool);
+    CHECK_INT(fake.n_free, pool - (1 + 2 * eval_ops));
+    pt_net_free(&n);
+    pt_trace_free(&tr);
+
+    /* PT_TRACE_SYNC=1 waits around each op and keeps host times: no device timers */
+    pt_trace_init(&tr, true);
+    setenv("PT_TRACE_SYNC", "1", 1);
+    CHECK_INT(pt_net_init(&n, &p, kn, 0, 2, 42, &tr, &err), 0);
+    unsetenv("PT_TRACE_SYNC");
+    CHECK(n.devtime == NULL && n.trace_sync);
+    pt_net_free(&n);
+    pt_trace_free(&tr);
+    /* nor without a trace */
+    CHECK_INT(pt_net_init(&n, &p, kn, 0, 2, 42, NULL, &err), 0);
+    CHECK(n.devtime == NULL);
+    pt_net_free(&n);
+    pt_sched_free(&s);
+    pt_kernels_destroy(kn);
+}
+
+/* The same on the CUDA backend where a device is present: after a step, every op span
+ * lasts a non-negative time, the spans follow one another (the device runs them in
+ * order on one stream) within the step, and their sum fits in the step's time. */
+static void check_device_times_cuda(void)
+{
+    char why[256] = "";
+    pt_kernels *kn = pt_kernels_cuda(0, why, sizeof why);
+    if (!kn) {
+        printf("device times on CUDA: skipped (%s)\n", why);
+        return;
+    }
+    pt_plan p = plan_of(small(true), PT_RECOMPUTE_NONE);
+    pt_err err;
+    pt_sched s;
+    CHECK_INT(pt_sched_build(p.layout.schedule, 1, 1, 1, &s, &err), 0);
+    pt_grid g;
+    pt_grid_init(&g, &p.layout);
+    pt_dist d;
+    CHECK_INT(pt_dist_init(&d, NULL, &g, 0, &err), 0);
+    pt_trace tr;
+    pt_trace_init(&tr, true);
+    pt_net n;
+    int rc = pt_net_init(&n, &p, kn, 0, pt_sched_peak_in_flight(&s, 0), 42, &tr, &err);
+    CHECK_INT(rc, 0);
+    CHECK(rc || n.devtime != NULL);
+    pt_step_stats st;
+    double t_begin = 0, t_end = 0;
+    for (int step = 0; rc == 0 && step < 2; step++) {
+        t_begin = pt_trace_now();
+        CHECK_INT(rc = pt_engine_step(&n, &d, &s, NULL, &p, step, &st, &err), 0);
+        t_end = pt_trace_now();
+    }
+    if (rc)
+        fprintf(stderr, "CUDA step: %s\n", err.msg);
+    CHECK_INT(pt_trace_expand(&tr, &err), 0);
+    double prev_end = -1e300, busy = 0;
+    int ops = 0;
+    for (size_t i = 0; rc == 0 && i < tr.n; i++) {
+        const pt_span *sp = &tr.v[i];
+        if (!is_op(sp) || sp->step != 1)
+            continue;
+        double t0 = sp->t0_s + tr.origin_s;
+        CHECK(sp->dur_s >= 0);
+        CHECK(sp->t0_s >= prev_end - 1e-6); /* float milliseconds from the anchor */
+        CHECK(t0 >= t_begin - 1e-4 && t0 + sp->dur_s <= t_end + 1e-4);
+        prev_end = sp->t0_s + sp->dur_s;
+        busy += sp->dur_s;
+        ops++;
+    }
+    if (getenv("PT_TEST_VERBOSE"))
+        printf("device times on CUDA: %d ops, %.1f us busy in a step of %.1f us\n", ops,
+               1e6 * busy, 1e6 * (t_end - t_begin));
+    CHECK(rc || (ops > 0 && busy > 0 && busy <= t_end - t_begin));
+    pt_net_free(&n);
+    pt_trace_free(&tr);
+    pt_sched_free(&s);
+    pt_kernels_destroy(kn);
+}
+
 int main(void)
 {
     check_fd(false);
@@ -166,5 +420,7 @@ int main(void)
     check_recompute(false);
     check_recompute(true);
     check_init();
+    check_device_times();
+    check_device_times_cuda();
     return pt_check_result();
 }

@@ -3,9 +3,10 @@
  * --record) it draws, with gnuplot, as PNG and SVG: predicted against measured MFU
  * over all runs with the y = x line and error bands; step time across runs and git
  * revisions; per-op predicted against measured times of the latest traced run; that
- * run's pipeline timeline predicted beside measured; predicted against measured memory
- * per rank; and the loss curves of the runs' logs. It writes the data and gnuplot
- * scripts beside the pictures and an index page (index.md) that links them.
+ * run's pipeline timeline predicted above measured, on one time scale; predicted against
+ * measured memory per rank; and the loss curves of the runs' logs. Runs are labelled
+ * with their layout. It writes the data and gnuplot scripts beside the pictures and an
+ * index page (index.md) that links them.
  * Exit code: 0 done, 1 bad input or failure.
  */
 #include "planner.h"
@@ -130,6 +131,90 @@ static const char *short_rev(const char *rev)
     return buf;
 }
 
+/* The value of `key` in a canonical layout string ("tp=2,sp=0,pp=1,...", written by
+ * pt_layout_format) into v; false when the string has no such key. */
+static bool layout_value(const char *canon, const char *key, char *v, size_t cap)
+{
+    size_t k = strlen(key);
+    for (const char *s = canon; s; s = strchr(s, ',')) {
+        s += *s == ',';
+        if (!strncmp(s, key, k) && s[k] == '=') {
+            snprintf(v, cap, "%.*s", (int)strcspn(s + k + 1, ","), s + k + 1);
+            return true;
+        }
+    }
+    return false;
+}
+
+static void append(char *out, size_t cap, const char *a, const char *b)
+{
+    size_t n = strlen(out);
+    snprintf(out + n, cap > n ? cap - n : 0, "%s%s", a, b);
+}
+
+/* A run's layout as a label: "tp2 pp1 dp1 mbs4", with sequence parallelism, vp, cp, ZeRO,
+ * recompute and (with pipelining) the schedule where they are not the default. A string
+ * that is not a canonical layout is kept as it is. */
+static void short_layout(const char *canon, char *out, size_t cap)
+{
+    enum { TP, SP, PP, VP, CP, DP, ZERO, MBS, RECOMPUTE, SCHEDULE, N_KEYS };
+    static const char *const keys[N_KEYS] = {"tp", "sp", "pp", "vp", "cp",
+                                             "dp", "zero", "mbs", "recompute", "schedule"};
+    char v[N_KEYS][32];
+    for (int i = 0; i < N_KEYS; i++)
+        if (!layout_value(canon, keys[i], v[i], sizeof v[i])) {
+            snprintf(out, cap, "%s", canon);
+            return;
+        }
+    out[0] = '\0';
+    append(out, cap, "tp", v[TP]);
+    if (strcmp(v[SP], "0"))
+        append(out, cap, " sp", "");
+    append(out, cap, " pp", v[PP]);
+    if (strcmp(v[VP], "1"))
+        append(out, cap, " vp", v[VP]);
+    if (strcmp(v[CP], "1"))
+        append(out, cap, " cp", v[CP]);
+    append(out, cap, " dp", v[DP]);
+    if (strcmp(v[ZERO], "0"))
+        append(out, cap, " zero", v[ZERO]);
+    append(out, cap, " mbs", v[MBS]);
+    if (strcmp(v[RECOMPUTE], "none"))
+        append(out, cap, " recompute=", v[RECOMPUTE]);
+    if (strcmp(v[PP], "1"))
+        append(out, cap, " ", v[SCHEDULE]);
+}
+
+/* The longest label (the first double-quoted field of a line) of a data file written
+ * here, in characters; 0 when it has none. */
+static int longest_label(const report *R, const char *name)
+{
+    char path[1024], line[4096];
+    snprintf(path, sizeof path, "%s/%s", R->o->out, name);
+    FILE *f = fopen(path, "r");
+    int longest = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *open = strchr(line, '"'), *close = open ? strchr(open + 1, '"') : NULL;
+        if (line[0] != '#' && close && close - open - 1 > longest)
+            longest = (int)(close - open - 1);
+    }
+    if (f)
+        fclose(f);
+    return longest;
+}
+
+/* Margins that leave room for xtic labels of `chars` characters turned clockwise by `deg`
+ * degrees (gnuplot's "rotate by -deg"), in a font `scale` times the default: they hang
+ * below the axis, and the last one past the plot's right edge. gnuplot measures bmargin
+ * in character heights and rmargin in character widths; a character of the default font
+ * is about half as wide as it is high. */
+static void xtic_margins(FILE *gp, int chars, double deg, double scale)
+{
+    double rad = deg * 3.14159265358979 / 180, width = chars * scale;
+    fprintf(gp, "set bmargin %d\nset rmargin %d\n", (int)ceil(0.5 * width * sin(rad)) + 2,
+            (int)ceil(width * cos(rad)) + 2);
+}
+
 /* ---- MFU over all runs ------------------------------------------------------------------- */
 
 static int draw_mfu(report *R, pt_err *err)
@@ -138,11 +223,13 @@ static int draw_mfu(report *R, pt_err *err)
     if (!f)
         return -1;
     double max = 0;
-    fprintf(f, "# run predicted_mfu_pct measured_mfu_pct layout\n");
+    fprintf(f, "# run predicted_mfu_pct measured_mfu_pct label layout\n");
     for (size_t i = 0; i < R->n_runs; i++) {
         const pt_run_record *r = &R->runs[i];
-        fprintf(f, "%lld %.6g %.6g \"%s\"\n", (long long)r->id, 100 * r->predicted_mfu,
-                100 * r->measured_mfu, r->layout);
+        char lay[128];
+        short_layout(r->layout, lay, sizeof lay);
+        fprintf(f, "%lld %.6g %.6g \"#%lld %s\" \"%s\"\n", (long long)r->id,
+                100 * r->predicted_mfu, 100 * r->measured_mfu, (long long)r->id, lay, r->layout);
         max = fmax(max, fmax(r->predicted_mfu, r->measured_mfu) * 100);
     }
     fclose(f);
@@ -159,14 +246,16 @@ static int draw_mfu(report *R, pt_err *err)
             "     '+' using 1:($1*0.9):($1*1.1) with filledcurves lc rgb '#b5cdea' "
             "title '±10%%', \\\n"
             "     x with lines lc rgb 'black' dt 2 title 'y = x', \\\n"
-            "     'mfu.dat' using 2:3 with points pt 7 ps 1.2 lc rgb '#c0392b' title 'runs'\n",
+            "     'mfu.dat' using 2:3 with points pt 7 ps 1.2 lc rgb '#c0392b' title 'runs', \\\n"
+            "     'mfu.dat' using 2:3:4 with labels left offset char 0.8,0 font ',8' "
+            "noenhanced notitle\n",
             top, top);
     fclose(f);
     if (gnuplot(R, "mfu", "700,650", err))
         return -1;
     link(R, "mfu", "Predicted against measured MFU",
-         "Each point is a recorded run; on the dashed line the prediction was exact, inside "
-         "the bands it was within 10% and 25%.");
+         "Each point is a recorded run, labelled with its id and layout; on the dashed line "
+         "the prediction was exact, inside the bands it was within 10% and 25%.");
     return 0;
 }
 
@@ -177,30 +266,37 @@ static int draw_steptime(report *R, pt_err *err)
     FILE *f = open_in(R, "steptime.dat", err);
     if (!f)
         return -1;
-    fprintf(f, "# n predicted_s measured_s label(revision, layout)\n");
+    fprintf(f, "# n predicted_s measured_s label(run id, revision, layout)\n");
     for (size_t i = 0; i < R->n_runs; i++) {
         const pt_run_record *r = &R->runs[i];
-        fprintf(f, "%zu %.6g %.6g \"%s #%lld\"\n", i, r->predicted_step_s, r->measured_step_s,
-                short_rev(r->git_revision), (long long)r->id);
+        char lay[128];
+        short_layout(r->layout, lay, sizeof lay);
+        fprintf(f, "%zu %.6g %.6g \"#%lld %s %s\"\n", i, r->predicted_step_s,
+                r->measured_step_s, (long long)r->id, short_rev(r->git_revision), lay);
     }
     fclose(f);
     if (!(f = open_in(R, "steptime.gp", err)))
         return -1;
     fprintf(f,
-            "set title 'Step time of every recorded run, by git revision and run id'\n"
+            "set title 'Step time of every recorded run: run id, git revision and layout'\n"
             "set ylabel 'seconds per step'\nset logscale y\nset grid ytics\n"
-            "set xtics rotate by -45 noenhanced\nset key top left\nset offsets 0.5, 0.5, 0, 0\n"
-            "set bmargin 7\n"
+            "set xtics rotate by -45 noenhanced\nset key outside right top\n"
+            "set offsets 0.5, 0.5, 0, 0\n");
+    int longest = longest_label(R, "steptime.dat");
+    xtic_margins(f, longest, 45, 1);
+    fprintf(f,
             "plot 'steptime.dat' using 1:3:xtic(4) with points pt 7 ps 1.2 lc rgb '#c0392b' "
             "title 'measured', \\\n"
             "     'steptime.dat' using 1:2 with points pt 6 ps 1.5 lc rgb '#2c3e50' "
             "title 'predicted'\n");
     fclose(f);
-    if (gnuplot(R, "steptime", "900,500", err))
+    char size[32]; /* room for the turned labels beside a plot of about 600 x 300 */
+    snprintf(size, sizeof size, "%d,%d", 700 + 5 * longest, 350 + 5 * longest);
+    if (gnuplot(R, "steptime", size, err))
         return -1;
-    link(R, "steptime", "Step time across git revisions",
+    link(R, "steptime", "Step time across runs",
          "Measured (filled) and predicted (open) seconds per step of each run in the order "
-         "they were recorded, labelled with the git revision and the run id.");
+         "they were recorded, labelled with the run id, the git revision and the layout.");
     return 0;
 }
 
@@ -220,20 +316,8 @@ static const pt_run_record *latest_traced(report *R, pt_span **spans, size_t *n,
     return NULL;
 }
 
-static int by_key(const void *a, const void *b)
-{
-    const pt_span *x = *(const pt_span *const *)a, *y = *(const pt_span *const *)b;
-    return strcmp(x->key, y->key);
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct {
-    const pt_span *s;
+    const pt_op_sample *s;
     double median_s, total_s, predicted_s, fitted_s;
 } op_bar;
 
@@ -245,8 +329,30 @@ static int by_total(const void *a, const void *b)
 
 #define OPS_DRAWN 14
 
-static int draw_ops(report *R, const pt_run_record *run, const pt_span *v, size_t n,
-                    pt_err *err)
+/* The run's op samples: from its stored per-op statistics, or (a run recorded before
+ * schema 5) from its stored spans. */
+static int run_samples(report *R, const pt_run_record *run, const pt_cost_hw *hw,
+                       pt_op_sample **v, size_t *n, pt_err *err)
+{
+    pt_op_stat *st = NULL;
+    size_t ns = 0;
+    if (pt_costdb_run_op_stats(R->db, run->id, &st, &ns, err))
+        return -1;
+    if (ns == 0) {
+        pt_trace t;
+        pt_trace_init(&t, true);
+        int rc = pt_costdb_run_spans(R->db, run->id, &t.v, &t.n, err) ||
+                 pt_trace_op_stats(&t, &st, &ns, err);
+        pt_trace_free(&t);
+        if (rc)
+            return -1;
+    }
+    int rc = pt_op_samples(st, ns, R->before, hw, v, n, err);
+    free(st);
+    return rc;
+}
+
+static int draw_ops(report *R, const pt_run_record *run, pt_err *err)
 {
     pt_plan plan;
     if (pt_plan_read(run->plan_path, &plan, NULL)) {
@@ -258,35 +364,27 @@ static int draw_ops(report *R, const pt_run_record *run, const pt_span *v, size_
     pt_cluster_apply_profile(&plan.cluster, R->db);
     pt_cost_hw_of(&plan.cluster, &hw);
     pt_kernel_fits *fits = malloc(sizeof *fits);
+    pt_op_sample *v = NULL;
+    size_t n = 0, nb = 0;
     if (!fits)
         return pt_err_set(err, "out of memory");
+    if (run_samples(R, run, &hw, &v, &n, err)) {
+        free(fits);
+        return -1;
+    }
     pt_costdb_kernel_fits(R->db, hw.device, fits);
-    const pt_span **ops = malloc((n ? n : 1) * sizeof *ops);
     op_bar *bars = calloc(n ? n : 1, sizeof *bars);
-    double *d = malloc((n ? n : 1) * sizeof *d);
-    size_t m = 0, nb = 0;
-    if (!ops || !bars || !d) {
-        free(ops), free(bars), free(d), free(fits);
+    if (!bars) {
+        free(v), free(fits);
         return pt_err_set(err, "out of memory");
     }
-    for (size_t i = 0; i < n; i++)
-        if (v[i].key[0] && v[i].stream == 0)
-            ops[m++] = &v[i];
-    qsort(ops, m, sizeof *ops, by_key);
-    for (size_t a = 0, b; a < m; a = b) {
-        size_t k = 0;
-        for (b = a; b < m && strcmp(ops[b]->key, ops[a]->key) == 0; b++)
-            d[k++] = ops[b]->dur_s;
+    for (size_t i = 0; i < n; i++) {
         op_bar *o = &bars[nb++];
-        o->s = ops[a];
-        for (size_t i = 0; i < k; i++)
-            o->total_s += d[i];
-        qsort(d, k, sizeof *d, by_value);
-        o->median_s = k % 2 ? d[k / 2] : 0.5 * (d[k / 2 - 1] + d[k / 2]);
-        pt_kernel_op op = {.dtype = o->s->dtype, .flops = o->s->flops, .bytes = o->s->bytes};
-        snprintf(op.key, sizeof op.key, "%s", o->s->key);
-        o->predicted_s = pt_cost_kernel(R->before, &hw, &op).time_s;
-        o->fitted_s = pt_cost_kernel_fitted(&hw, &op, fits);
+        o->s = &v[i];
+        o->median_s = v[i].st.median_s; /* the statistic ptcalib prints and stores */
+        o->total_s = v[i].st.total_s;
+        o->predicted_s = pt_cost_kernel(R->before, &hw, &v[i].op).time_s;
+        o->fitted_s = pt_cost_kernel_fitted(&hw, &v[i].op, fits);
     }
     qsort(bars, nb, sizeof *bars, by_total);
     FILE *f = open_in(R, "ops.dat", err);
@@ -294,15 +392,16 @@ static int draw_ops(report *R, const pt_run_record *run, const pt_span *v, size_
     if (f) {
         fprintf(f, "# label measured_us predicted_us fitted_us key\n");
         for (size_t i = 0; i < nb && i < OPS_DRAWN; i++) {
-            const char *shape = strchr(bars[i].s->key, ':');
-            shape = shape ? strchr(shape + 1, ':') : NULL;
-            fprintf(f, "\"%s %s\" %.6g %.6g %.6g \"%s\"\n", bars[i].s->name,
+            const char *key = bars[i].s->op.key, *kind_end = strchr(key, ':');
+            const char *shape = kind_end ? strchr(kind_end + 1, ':') : NULL;
+            fprintf(f, "\"%.*s %s\" %.6g %.6g %.6g \"%s\"\n",
+                    kind_end ? (int)(kind_end - key) : (int)strlen(key), key,
                     shape ? shape + 1 : "", 1e6 * bars[i].median_s, 1e6 * bars[i].predicted_s,
-                    1e6 * bars[i].fitted_s, bars[i].s->key);
+                    1e6 * bars[i].fitted_s, key);
         }
         fclose(f);
     }
-    free(ops), free(bars), free(d), free(fits);
+    free(v), free(bars), free(fits);
     if (rc || !(f = open_in(R, "ops.gp", err)))
         return -1;
     fprintf(f,
@@ -310,11 +409,13 @@ static int draw_ops(report *R, const pt_run_record *run, const pt_span *v, size_
             "set ylabel 'microseconds per call'\nset logscale y\nset grid ytics\n"
             "set style data histograms\nset style histogram clustered gap 1\n"
             "set style fill solid 0.85 border -1\nset boxwidth 0.9\n"
-            "set xtics rotate by -50 noenhanced font ',8'\nset bmargin 12\nset key top right\n"
+            "set xtics rotate by -50 noenhanced font ',8'\nset key top right\n",
+            (long long)run->id, OPS_DRAWN);
+    xtic_margins(f, longest_label(R, "ops.dat"), 50, 0.8);
+    fprintf(f,
             "plot 'ops.dat' using 2:xtic(1) lc rgb '#c0392b' title 'measured (median over all ranks)', \\\n"
             "     '' using 3 lc rgb '#2c3e50' title 'predicted by the tables before the run', \\\n"
-            "     '' using 4 lc rgb '#95a5a6' title 'fitted analytic model'\n",
-            (long long)run->id, OPS_DRAWN);
+            "     '' using 4 lc rgb '#95a5a6' title 'fitted analytic model'\n");
     fclose(f);
     if (gnuplot(R, "ops", "1000,600", err))
         return -1;
@@ -338,17 +439,20 @@ static int kind_of(const char *name)
     return 3;
 }
 
-/* One box per instruction: rank row, start and end in ms from the step's start. */
-static void box(FILE *f, int rank, int stream, double t0_ms, double t1_ms, const char *name)
+/* One box per instruction: rank row, start and end in ms from the step's start; *end_ms
+ * becomes the latest end drawn. */
+static void box(FILE *f, int rank, int stream, double t0_ms, double t1_ms, const char *name,
+                double *end_ms)
 {
     double y = rank + (stream ? 0.22 : -0.08), h = stream ? 0.12 : 0.3;
+    *end_ms = fmax(*end_ms, t1_ms);
     fprintf(f, "%.6g %.6g %.6g %.6g %.6g %.6g %d\n", 0.5 * (t0_ms + t1_ms), y, t0_ms, t1_ms,
             y - h, y + h, kind_of(name));
 }
 
 /* The measured step: on each rank the instructions after its second-to-last optimizer
  * step (the last whole step), on the common clock, from the earliest of them. */
-static int measured_timeline(FILE *f, const pt_span *v, size_t n, int world)
+static int measured_timeline(FILE *f, const pt_span *v, size_t n, int world, double *end_ms)
 {
     double from = INFINITY;
     int drawn = 0;
@@ -368,7 +472,7 @@ static int measured_timeline(FILE *f, const pt_span *v, size_t n, int world)
                     from = fmin(from, s->t0_s);
                 else {
                     box(f, r, s->stream, 1e3 * (s->t0_s - from),
-                        1e3 * (s->t0_s + s->dur_s - from), s->name);
+                        1e3 * (s->t0_s + s->dur_s - from), s->name, end_ms);
                     drawn++;
                 }
             }
@@ -376,7 +480,8 @@ static int measured_timeline(FILE *f, const pt_span *v, size_t n, int world)
     return drawn;
 }
 
-static int predicted_timeline(FILE *f, const pt_plan *p, const pt_costdb *db, pt_err *err)
+static int predicted_timeline(FILE *f, const pt_plan *p, const pt_costdb *db, double *end_ms,
+                              pt_err *err)
 {
     json_t *events = json_array();
     pt_candidate c;
@@ -392,7 +497,7 @@ static int predicted_timeline(FILE *f, const pt_plan *p, const pt_costdb *db, pt
         double ts = json_number_value(json_object_get(e, "ts")) * 1e-3;
         double dur = json_number_value(json_object_get(e, "dur")) * 1e-3;
         box(f, (int)json_integer_value(json_object_get(e, "pid")),
-            (int)json_integer_value(json_object_get(e, "tid")) ? 1 : 0, ts, ts + dur, name);
+            (int)json_integer_value(json_object_get(e, "tid")) ? 1 : 0, ts, ts + dur, name, end_ms);
     }
     json_decref(events);
     return rc;
@@ -409,12 +514,14 @@ static int draw_timeline(report *R, const pt_run_record *run, const pt_span *v, 
     if (!f)
         return -1;
     fprintf(f, "# x y xlow xhigh ylow yhigh kind(1 fwd, 2 bwd, 3 other)\n");
-    int rc = predicted_timeline(f, &plan, R->db, err);
+    double end_ms = 0; /* of both steps: one time scale, so they compare by eye */
+    int rc = predicted_timeline(f, &plan, R->db, &end_ms, err);
     fclose(f);
     if (rc || !(f = open_in(R, "timeline_measured.dat", err)))
         return -1;
     fprintf(f, "# x y xlow xhigh ylow yhigh kind(1 fwd, 2 bwd, 3 other)\n");
-    measured_timeline(f, v, n, (int)run->world);
+    measured_timeline(f, v, n, (int)run->world, &end_ms);
+    double right = end_ms > 0 ? 1.02 * end_ms : 1;
     fclose(f);
     if (!(f = open_in(R, "timeline.gp", err)))
         return -1;
@@ -428,18 +535,21 @@ static int draw_timeline(report *R, const pt_run_record *run, const pt_span *v, 
             "set grid xtics\n"
             "set title 'Predicted step (simulator): forward blue, backward orange, transfers "
             "and reductions green'\n"
+            "set xrange [0:%.6g]\n"
             "plot 'timeline_predicted.dat' using 1:2:3:4:5:6:7 %s\n"
             "set title 'Measured step (the last whole step of run %lld, all ranks on one "
             "clock)'\n"
+            "set xrange [0:%.6g]\n"
             "plot 'timeline_measured.dat' using 1:2:3:4:5:6:7 %s\n"
             "unset multiplot\n",
-            (long long)run->world, style, (long long)run->id, style);
+            (long long)run->world, right, style, (long long)run->id, right, style);
     fclose(f);
     if (gnuplot(R, "timeline", "1000,650", err))
         return -1;
     link(R, "timeline", "Pipeline timeline, predicted beside measured",
          "One row per rank (compute below, the communication stream above it); the "
-         "simulator's step from the plan on top, the measured last step of the run below.");
+         "simulator's step from the plan on top, the measured last step of the run below, "
+         "both on the same time scale.");
     return 0;
 }
 
@@ -479,11 +589,16 @@ static int draw_memory(report *R, pt_err *err)
             "set title 'Memory per rank of run %lld (%lld ranks)'\nset ylabel 'MiB'\n"
             "set logscale y\n"
             "set grid ytics\nset style data histograms\nset style histogram clustered gap 1\n"
-            "set style fill solid 0.85 border -1\nset key top left\nset xtics noenhanced\n"
+            "set style fill solid 0.85 border -1\nset key top left\nset xtics noenhanced\n",
+            (long long)run->id, (long long)run->world);
+    if (run->world > 4) { /* more rank labels than fit side by side */
+        fprintf(f, "set xtics rotate by -45\n");
+        xtic_margins(f, longest_label(R, "memory.dat"), 45, 1);
+    }
+    fprintf(f,
             "plot 'memory.dat' using 2:xtic(1) lc rgb '#2c3e50' title 'predicted (memory model)', "
             "\\\n     '' using 3 lc rgb '#c0392b' title 'allocated by the model', \\\n"
-            "     '' using 4 lc rgb '#95a5a6' title 'process peak (resident set)'\n",
-            (long long)run->id, (long long)run->world);
+            "     '' using 4 lc rgb '#95a5a6' title 'process peak (resident set)'\n");
     fclose(f);
     if (gnuplot(R, "memory", "800,500", err))
         return -1;
@@ -496,25 +611,45 @@ static int draw_memory(report *R, pt_err *err)
 
 /* ---- Loss curves ---------------------------------------------------------------------------------- */
 
+/* What the loss chart shows of the logs: the curves' labels and the ranges that hold
+ * every point, the last validation point included. */
+typedef struct {
+    const char *path[8];
+    char layout[8][128];      /* short, from the log's header line; "" without one */
+    int block[8];             /* its training losses' data block; validation the next */
+    int n;
+    double step_lo, step_hi, loss_lo, loss_hi;
+} loss_chart;
+
 /* Copies the step and validation losses of a ptrun --log file into f as two gnuplot data
- * blocks; false when it holds none. */
-static bool copy_losses(FILE *f, const char *path)
+ * blocks, widens c's ranges to hold them and keeps the run's layout from the log's
+ * header line; the number of training steps copied, -1 when the file cannot be read. */
+static int copy_losses(FILE *f, const char *path, loss_chart *c)
 {
     FILE *in = fopen(path, "r");
     if (!in)
-        return false;
-    char line[1024];
+        return -1;
+    char *line = NULL;
+    size_t cap = 0;
     int steps = 0;
+    c->layout[c->n][0] = '\0';
     for (int want = 0; want < 2; want++) {
         rewind(in);
         fprintf(f, "# %s: %s\n", path, want ? "validation" : "training");
         int rows = 0;
-        while (fgets(line, sizeof line, in)) {
+        while (getline(&line, &cap, in) > 0) {
             json_t *j = json_loads(line, 0, NULL);
             const char *type = json_string_value(json_object_get(j, "type"));
-            if (type && !strcmp(type, want ? "val" : "step")) {
-                fprintf(f, "%lld %.6g\n", (long long)json_integer_value(json_object_get(j, "step")),
-                        json_number_value(json_object_get(j, "loss")));
+            const char *layout = json_string_value(json_object_get(j, "layout"));
+            json_t *step = json_object_get(j, "step"), *loss = json_object_get(j, "loss");
+            if (type && !strcmp(type, "header") && layout && !c->layout[c->n][0])
+                short_layout(layout, c->layout[c->n], sizeof c->layout[c->n]);
+            if (type && !strcmp(type, want ? "val" : "step") && json_is_integer(step) &&
+                json_is_number(loss)) {
+                double x = (double)json_integer_value(step), y = json_number_value(loss);
+                fprintf(f, "%.0f %.6g\n", x, y);
+                c->step_lo = fmin(c->step_lo, x), c->step_hi = fmax(c->step_hi, x);
+                c->loss_lo = fmin(c->loss_lo, y), c->loss_hi = fmax(c->loss_hi, y);
                 rows++;
             }
             json_decref(j);
@@ -524,11 +659,21 @@ static bool copy_losses(FILE *f, const char *path)
         steps += want ? 0 : rows;
         fprintf(f, "\n\n");
     }
+    free(line);
     fclose(in);
-    return steps > 0;
+    return steps;
 }
 
-static int draw_loss(report *R, pt_err *err)
+/* Whether two paths name one file (a log given with --log may be a run's recorded one). */
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !strcmp(a, b) || (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+                             sa.st_ino == sb.st_ino);
+}
+
+/* gather_losses' work, into the open f. */
+static int copy_all_losses(report *R, FILE *f, loss_chart *c, pt_err *err)
 {
     const char *paths[MAX_LOGS + 64];
     int n = 0;
@@ -537,41 +682,80 @@ static int draw_loss(report *R, pt_err *err)
     for (size_t i = R->n_runs; i-- > 0 && n < MAX_LOGS + 64;)
         if (R->runs[i].log_path[0])
             paths[n++] = R->runs[i].log_path;
+    *c = (loss_chart){.step_lo = INFINITY, .step_hi = -INFINITY, .loss_lo = INFINITY,
+                      .loss_hi = -INFINITY};
+    for (int i = 0, blocks = 0; i < n && c->n < 8; i++) {
+        bool seen = false;
+        for (int k = 0; k < c->n; k++)
+            seen |= same_file(c->path[k], paths[i]);
+        if (seen)
+            continue;
+        int steps = copy_losses(f, paths[i], c);
+        bool given = i < R->o->n_logs;
+        if (given && steps < 0)
+            return pt_err_set(err, "cannot read the log '%s': %s", paths[i], strerror(errno));
+        if (given && steps == 0)
+            return pt_err_set(err, "%s: no training steps in it (want a ptrun --log file)",
+                              paths[i]);
+        if (steps > 0)
+            c->path[c->n] = paths[i], c->block[c->n++] = blocks;
+        blocks += steps >= 0 ? 2 : 0; /* copied, if only to be skipped */
+    }
+    return 0;
+}
+
+/* The logs to draw, into c and as data blocks into loss.dat: those given with --log first
+ * (one that cannot be read or holds no training step is an error), then the runs'
+ * recorded logs, newest first, where they can still be read. */
+static int gather_losses(report *R, loss_chart *c, pt_err *err)
+{
     FILE *f = open_in(R, "loss.dat", err);
     if (!f)
         return -1;
-    const char *used[8];
-    int n_used = 0;
-    for (int i = 0; i < n && n_used < 8; i++) {
-        bool seen = false;
-        for (int k = 0; k < n_used; k++)
-            seen |= !strcmp(used[k], paths[i]);
-        if (!seen && copy_losses(f, paths[i]))
-            used[n_used++] = paths[i];
-    }
-    fclose(f);
-    if (!n_used) {
+    int rc = copy_all_losses(R, f, c, err);
+    if (fclose(f) != 0 && rc == 0)
+        rc = pt_err_set(err, "cannot write '%s/loss.dat'", R->o->out);
+    return rc;
+}
+
+static int draw_loss(report *R, const loss_chart *c, pt_err *err)
+{
+    if (!c->n) {
         fprintf(R->index, "## Loss curves\n\nNot drawn: no run has a readable log (ptrun --log "
                           "FILE --record, or ptreport --log FILE).\n\n");
         return 0;
     }
-    if (!(f = open_in(R, "loss.gp", err)))
+    FILE *f = open_in(R, "loss.gp", err);
+    if (!f)
         return -1;
-    fprintf(f, "set title 'Loss'\nset xlabel 'step'\nset ylabel 'loss (nats per token)'\n"
-               "set grid\nset key top right noenhanced\nplot ");
-    for (int i = 0; i < n_used; i++) {
-        const char *base = strrchr(used[i], '/');
-        base = base ? base + 1 : used[i];
-        fprintf(f, "%s'loss.dat' index %d using 1:2 with lines lw 2 lc %d title '%s (training)', "
-                   "'' index %d using 1:2 with points pt 7 ps 1.3 lc %d title '%s (validation)'",
-                i ? ", \\\n     " : "", 2 * i, i + 1, base, 2 * i + 1, i + 1, base);
+    /* explicit ranges with a margin: a point on the border, such as the last validation,
+     * would be cut in half */
+    double dx = fmax(0.5, 0.03 * (c->step_hi - c->step_lo));
+    double dy = c->loss_hi > c->loss_lo ? 0.05 * (c->loss_hi - c->loss_lo)
+                                        : 0.05 * fabs(c->loss_hi) + 0.01;
+    fprintf(f, "set title 'Loss: training per step (lines), validation (points)'\n"
+               "set xlabel 'step'\nset ylabel 'loss (nats per token)'\n"
+               "set grid\nset key below left noenhanced\nset xrange [%.6g:%.6g]\n"
+               "set yrange [%.6g:%.6g]\nplot ", c->step_lo - dx, c->step_hi + dx,
+            c->loss_lo - dy, c->loss_hi + dy);
+    for (int i = 0; i < c->n; i++) {
+        const char *base = strrchr(c->path[i], '/');
+        char name[256];
+        snprintf(name, sizeof name, "%s%s%s", base ? base + 1 : c->path[i],
+                 c->layout[i][0] ? ": " : "", c->layout[i]);
+        fprintf(f, "%s'loss.dat' index %d using 1:2 with lines lw 2 lc %d title '%s', "
+                   "'' index %d using 1:2 with points pt 7 ps 1.3 lc %d notitle",
+                i ? ", \\\n     " : "", c->block[i], i + 1, name, c->block[i] + 1, i + 1);
     }
     fprintf(f, "\n");
     fclose(f);
-    if (gnuplot(R, "loss", "800,500", err))
+    char size[32]; /* a key line below the plot per log */
+    snprintf(size, sizeof size, "800,%d", 480 + 18 * c->n);
+    if (gnuplot(R, "loss", size, err))
         return -1;
     link(R, "loss", "Loss curves", "Training loss per step (lines) and validation loss "
-                                   "(points) from the runs' --log files.");
+                                   "(points of the same colour) from the runs' --log files, "
+                                   "each named with its run's layout.");
     return 0;
 }
 
@@ -590,7 +774,8 @@ static int make_report(const options *o, report *R, pt_err *err)
         return pt_err_set(err, "gnuplot is not installed (tools/setup.sh installs gnuplot-nox)");
     if (mkdir(o->out, 0777) != 0 && errno != EEXIST)
         return pt_err_set(err, "cannot create '%s': %s", o->out, strerror(errno));
-    if (!(R->index = open_in(R, "index.md", err)))
+    loss_chart losses; /* first: a --log file that cannot be drawn fails before the rest */
+    if (gather_losses(R, &losses, err) || !(R->index = open_in(R, "index.md", err)))
         return -1;
     fprintf(R->index, "# ptplan report\n\n%zu runs recorded in `%s`; the latest: run %lld, %s "
                       "on %s, %s, %lld ranks, revision %s, %s.\n\n", R->n_runs, o->db,
@@ -607,12 +792,12 @@ static int make_report(const options *o, report *R, pt_err *err)
     if (rc == 0 && !traced && err->msg[0])
         rc = -1;
     if (rc == 0 && traced)
-        rc = draw_ops(R, traced, spans, n, err) || draw_timeline(R, traced, spans, n, err) ? -1 : 0;
+        rc = draw_ops(R, traced, err) || draw_timeline(R, traced, spans, n, err) ? -1 : 0;
     else if (rc == 0)
         fprintf(R->index, "## Per-op times and timeline\n\nNot drawn: no recorded run has "
                           "spans (ptrun --record stores them).\n\n");
     if (rc == 0)
-        rc = draw_memory(R, err) || draw_loss(R, err) ? -1 : 0;
+        rc = draw_memory(R, err) || draw_loss(R, &losses, err) ? -1 : 0;
     free(spans);
     return rc;
 }

@@ -798,7 +798,12 @@ static void load_check(const pt_op_sample *smp, size_t n, const char *path, cons
     pt_cost_hw_of(&c, &hw);
     rec->gemm_ratio = pt_gemm_ratio(smp, n, profile, &hw, &keys);
     pt_costdb_close(profile);
-    if (rec->gemm_ratio > PT_NOISY_GEMM_RATIO)
+    double excess = pt_span_excess(smp, n);
+    if (excess > PT_NOISY_EXCESS)
+        snprintf(rec->noisy, sizeof rec->noisy,
+                 "its ops took %.2fx what their medians account for (pre-empted: more than "
+                 "%.2fx means the machine was busy)", excess, PT_NOISY_EXCESS);
+    else if (rec->gemm_ratio > PT_NOISY_GEMM_RATIO)
         snprintf(rec->noisy, sizeof rec->noisy,
                  "its GEMMs took %.2fx the profiled time (median of %d shapes; more than "
                  "%.2fx means the machine was busier than when it was profiled)",

@@ -2,9 +2,10 @@
  * The CUDA backend: opens a device (compute capability 8.0 or newer, for bf16 tensor
  * cores and the shared-memory sizes the attention kernels use), creates the stream,
  * the cuBLASLt handle and its workspace, fills the pt_kernels table with the kernels
- * of this folder, and provides device memory through it. It also holds the checked-
- * call helpers that record a backend's first failure for sync(), the growable scratch
- * buffer, and the second pass of the deterministic column reductions.
+ * of this folder, and provides device memory and timing events through it. It also
+ * holds the checked-call helpers that record a backend's first failure for sync(),
+ * the growable scratch buffer, and the second pass of the deterministic column
+ * reductions.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -155,12 +156,82 @@ int pt_kcuda_sync(pt_kernels *kn)
     return kn->err[0] ? -1 : 0;
 }
 
+/* ---- Device timers ----------------------------------------------------------------------- */
+
+/* A free event of the pool: a released one, or a new one with timing on
+ * (cudaEventDefault); its index, or -1. */
+static int take_event(pt_kernels *kn)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (ctx->n_free > 0)
+        return ctx->free_events[--ctx->n_free];
+    if (ctx->n_events == ctx->cap_events) {
+        int cap = ctx->cap_events ? 2 * ctx->cap_events : 256;
+        cudaEvent_t *e = (cudaEvent_t *)realloc(ctx->events, (size_t)cap * sizeof *e);
+        if (e)
+            ctx->events = e;
+        int *f = e ? (int *)realloc(ctx->free_events, (size_t)cap * sizeof *f) : NULL;
+        if (!f) {
+            pt_kcuda_fail(kn, __FILE__, __LINE__, "out of host memory for %d timing events",
+                          cap);
+            return -1;
+        }
+        ctx->free_events = f;
+        ctx->cap_events = cap;
+    }
+    if (PT_CU(kn, cudaEventCreate(&ctx->events[ctx->n_events])))
+        return -1;
+    return ctx->n_events++;
+}
+
+int pt_kcuda_event_record(pt_kernels *kn, int *event)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (*event < 0 && (*event = take_event(kn)) < 0)
+        return -1;
+    if (*event >= ctx->n_events) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "timing event %d: the pool holds %d", *event,
+                      ctx->n_events);
+        return -1;
+    }
+    return PT_CU(kn, cudaEventRecord(ctx->events[*event], ctx->stream));
+}
+
+int pt_kcuda_event_elapsed(pt_kernels *kn, int from, int to, double *ms)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (from < 0 || to < 0 || from >= ctx->n_events || to >= ctx->n_events) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "timing events %d, %d: the pool holds %d", from,
+                      to, ctx->n_events);
+        return -1;
+    }
+    float f = 0;
+    if (PT_CU(kn, cudaEventElapsedTime(&f, ctx->events[from], ctx->events[to])))
+        return -1;
+    *ms = f;
+    return 0;
+}
+
+void pt_kcuda_event_release(pt_kernels *kn, int event)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    /* every handed-out index fits: n_free < n_events <= cap_events */
+    if (event >= 0 && event < ctx->n_events && ctx->n_free < ctx->n_events)
+        ctx->free_events[ctx->n_free++] = event;
+}
+
+/* ---- Lifetime ----------------------------------------------------------------------------- */
+
 void pt_kcuda_destroy(pt_kernels *kn)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     if (ctx) {
         if (ctx->stream)
             cudaStreamSynchronize(ctx->stream);
+        for (int i = 0; i < ctx->n_events; i++)
+            cudaEventDestroy(ctx->events[i]);
+        free(ctx->events);
+        free(ctx->free_events);
         if (ctx->lt)
             cublasLtDestroy(ctx->lt);
         cudaFree(ctx->lt_ws);
@@ -188,6 +259,9 @@ static pt_kernels cuda_table(void)
     t.copy = pt_kcuda_copy;
     t.zero = pt_kcuda_zero;
     t.sync = pt_kcuda_sync;
+    t.event_record = pt_kcuda_event_record;
+    t.event_elapsed = pt_kcuda_event_elapsed;
+    t.event_release = pt_kcuda_event_release;
     t.embed_forward = pt_kcuda_embed_forward;
     t.embed_backward = pt_kcuda_embed_backward;
     t.layernorm_forward = pt_kcuda_layernorm_forward;

@@ -61,6 +61,12 @@ typedef struct {
     void *scratch;             /* per-op temporaries, reused in stream order */
     size_t scratch_bytes;
     double *host_sum;          /* pinned: the result of sumsq */
+    cudaEvent_t *events;       /* [n_events] the timer pool (event_record), created as
+                                * first asked for, with timing on; destroyed with the
+                                * backend */
+    int *free_events;          /* [n_free] indices released, handed out again first;
+                                * room for cap_events */
+    int n_events, n_free, cap_events;
     pt_kcuda_algo algos[PT_KCUDA_ALGO_CACHE];
 } pt_kcuda;
 
@@ -179,6 +185,9 @@ void pt_kcuda_free(pt_kernels *kn, void *p);
 void pt_kcuda_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir);
 void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes);
 int pt_kcuda_sync(pt_kernels *kn);
+int pt_kcuda_event_record(pt_kernels *kn, int *event);
+int pt_kcuda_event_elapsed(pt_kernels *kn, int from, int to, double *ms);
+void pt_kcuda_event_release(pt_kernels *kn, int event);
 /* embed.cu */
 void pt_kcuda_embed_forward(pt_kernels *kn, float *out, const int32_t *tokens,
                             const float *wte, const float *wpe, int b, int s, int h,

@@ -1,0 +1,153 @@
+#!/bin/sh
+# ptrun's JSON-lines log and ptreport's pictures, by their structure (never by speed):
+# the log opens with a header naming plan, layout, model, cluster, ranks, steps and
+# build, a resumed run appends another, and every line is JSON with a UTC timestamp;
+# ptreport labels each run with its layout, draws both timelines on one time scale and
+# keeps the last validation point inside the loss chart; bad input is one clear error.
+#   usage: cli_ptreport.sh BUILD_DIR
+set -u
+build="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+export PT_COSTS_DB="$tmp/costs.db"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+run() {
+    want=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    [ "$got" = "$want" ] || fail "$* exited $got, want $want; stderr: $(tail -3 "$tmp/err")"
+}
+err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2): $(cat "$tmp/err")"; }
+# check WHAT PYTHON_CODE ARGS...: the code (argv[1:] = ARGS) exits non-zero, printing
+# why, when WHAT does not hold
+check() {
+    what=$1 code=$2; shift 2
+    why=$(python3 -c "$code" "$@" 2>&1) || fail "$what: $why"
+}
+layout1="tp=1,pp=1,vp=1,cp=1,dp=1,zero=0,recompute=none,sp=0,schedule=1f1b"
+
+run 0 "$build/ptprofile" --quick --no-collectives
+run 0 "$build/ptplan" --devices 1 --global-batch 8 --out "$tmp/plan.json"
+run 0 "$build/ptplan" --devices 1 --global-batch 8 --out "$tmp/plan2.json" \
+    --layout "$layout1,mbs=2"
+run 0 "$build/ptrun" "$tmp/plan2.json" --steps 3 --val-every 0 --sample 0 --quiet --record
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 4 --val-every 2 --sample 0 --quiet --record \
+    --log "$tmp/log.jsonl"
+
+# The log: every line a JSON object with "time" in UTC, to the millisecond; the first
+# the header, matching the plan and the run recorded from it
+check "every log line is JSON with a UTC time" '
+import json, re, sys
+for n, line in enumerate(open(sys.argv[1]), 1):
+    j = json.loads(line)
+    if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", j.get("time", "")):
+        sys.exit("line %d: time %r" % (n, j.get("time")))
+' "$tmp/log.jsonl"
+plan_id=$(sqlite3 "$tmp/costs.db" "SELECT plan_id FROM runs ORDER BY id DESC LIMIT 1")
+check "the log opens with the run's header" '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+h, plan = lines[0], json.load(open(sys.argv[2]))
+want = {"type": "header", "plan": sys.argv[2], "plan_id": sys.argv[3],
+        "layout": plan["layout"]["string"], "model": plan["model"]["name"],
+        "cluster": plan["cluster"]["name"], "world": 1, "steps": 4}
+for k, v in want.items():
+    if h.get(k) != v:
+        sys.exit("%s is %r, want %r" % (k, h.get(k), v))
+if not h.get("version", "").startswith("ptrun ") or "git_revision" not in h:
+    sys.exit("no version or git revision: %r" % h)
+if "resumed_from_step" in h or sum(l["type"] == "header" for l in lines) != 1:
+    sys.exit("one header, not resumed")
+kinds = [(l["type"], l.get("step")) for l in lines[1:]]
+if kinds != [("step", 1), ("step", 2), ("val", 2), ("step", 3), ("step", 4), ("val", 4),
+             ("params", 4)]:
+    sys.exit("lines after the header: %r" % kinds)
+' "$tmp/log.jsonl" "$tmp/plan.json" "$plan_id"
+
+# a resumed run appends a second header that says from which step
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 4 --val-every 0 --sample 0 --quiet \
+    --checkpoint "$tmp/ck" --stop-after 2 --log "$tmp/part.jsonl"
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 4 --val-every 0 --sample 0 --quiet \
+    --resume "$tmp/ck" --log "$tmp/part.jsonl"
+check "a resumed log has a second header" '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+heads = [i for i, l in enumerate(lines) if l["type"] == "header"]
+if heads != [0, 3] or "resumed_from_step" in lines[0] or lines[3].get("resumed_from_step") != 2:
+    sys.exit("headers at lines %r: %r" % (heads, [lines[i] for i in heads]))
+steps = [l["step"] for l in lines if l["type"] == "step"]
+if steps != [1, 2, 3, 4]:
+    sys.exit("steps %r" % steps)
+' "$tmp/part.jsonl"
+
+# ptreport, with the recorded log also given by a relative path: drawn once
+run 0 "$build/ptreport" --out "$tmp/report" --log log.jsonl
+for p in mfu steptime ops timeline memory loss; do
+    [ -s "$tmp/report/$p.png" ] && [ -s "$tmp/report/$p.svg" ] || fail "report draws $p"
+done
+# runs are labelled with their layouts: "#id tp1 pp1 dp1 mbs2" beside each MFU point
+# and under each step time
+sqlite3 -separator ' ' "$tmp/costs.db" "SELECT id, layout FROM runs" >"$tmp/runs"
+check "runs are labelled with their layouts" '
+import sys
+def short(layout):
+    v = dict(kv.split("=") for kv in layout.split(","))
+    return "tp%s pp%s dp%s mbs%s" % (v["tp"], v["pp"], v["dp"], v["mbs"])
+runs = [l.split(" ", 1) for l in open(sys.argv[1]).read().split("\n") if l]
+if len(runs) != 2:
+    sys.exit("%d runs recorded, want 2" % len(runs))
+for name in sys.argv[2:]:
+    text = open(name).read()
+    for i, layout in runs:
+        if "#%s " % i not in text or short(layout.strip()) + "\"" not in text:
+            sys.exit("%s lacks run %s with %r" % (name, i, short(layout.strip())))
+' "$tmp/runs" "$tmp/report/mfu.dat" "$tmp/report/steptime.dat"
+grep -q "set bmargin" "$tmp/report/steptime.gp" &&
+    grep -q "set rmargin" "$tmp/report/steptime.gp" ||
+    fail "the step time chart leaves room for its turned labels"
+grep -q "set bmargin" "$tmp/report/ops.gp" || fail "the per-op chart leaves room for its labels"
+# one time scale for the predicted and the measured step, holding both
+check "both timelines share one xrange that holds them" '
+import re, sys
+ranges = re.findall(r"^set xrange \[(\S+):(\S+)\]$", open(sys.argv[1]).read(), re.M)
+if len(ranges) != 2 or ranges[0] != ranges[1]:
+    sys.exit("xranges %r" % ranges)
+for name in sys.argv[2:]:
+    ends = [float(l.split()[3]) for l in open(name) if l[0] != "#"]
+    if not ends or max(ends) > float(ranges[0][1]) or float(ranges[0][0]) != 0:
+        sys.exit("%s: boxes end at %r, past [%s:%s]" % (name, max(ends or [0]), *ranges[0]))
+' "$tmp/report/timeline.gp" "$tmp/report/timeline_predicted.dat" "$tmp/report/timeline_measured.dat"
+# the loss chart's ranges hold every point with room: the last validation (step 4) is
+# inside the border, not on it; each curve is named with its run's layout
+check "the loss chart holds the last validation point" '
+import json, re, sys
+gp = open(sys.argv[1]).read()
+x = [float(v) for v in re.search(r"set xrange \[(\S+):(\S+)\]", gp).groups()]
+y = [float(v) for v in re.search(r"set yrange \[(\S+):(\S+)\]", gp).groups()]
+lines = [json.loads(l) for l in open(sys.argv[2])]
+for l in lines:
+    if l["type"] in ("step", "val") and not (x[0] < l["step"] < x[1] and y[0] < l["loss"] < y[1]):
+        sys.exit("%s at step %d (loss %g) is not inside x %r, y %r" % (l["type"], l["step"],
+                                                                       l["loss"], x, y))
+if gp.count("index") != 2 or "log.jsonl: tp1 pp1 dp1 mbs" not in gp:
+    sys.exit("want one log, named with its layout: %s" % gp)
+' "$tmp/report/loss.gp" "$tmp/log.jsonl"
+
+# bad input
+run 1 "$build/ptreport" --out "$tmp/r2" --log "$tmp/missing.jsonl"
+err_has "cannot read the log '$tmp/missing.jsonl'" "a --log file that is not there"
+run 1 "$build/ptreport" --out "$tmp/r2" --log "$tmp/plan.json"
+err_has "plan.json: no training steps in it" "a --log file that is not a log"
+run 1 "$build/ptreport" --out /dev/null/report
+err_has "cannot create '/dev/null/report'" "an output folder that cannot be made"
+run 1 "$build/ptreport" --db "$tmp/none.db" --out "$tmp/r2"
+err_has "none.db" "a cost database that is not there"
+run 1 "$build/ptreport" --bogus
+err_has "bogus" "an unknown option"
+run 1 "$build/ptrun" "$tmp/plan.json" --steps 2 --sample 0 --quiet --log "$tmp/no/log.jsonl"
+err_has "cannot write '$tmp/no/log.jsonl'" "a log that cannot be written"
+
+[ "$failures" = 0 ] && echo "cli_ptreport: all passed"
+exit "$failures"
