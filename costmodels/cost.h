@@ -322,9 +322,9 @@ double pt_gemm_ratio(const pt_op_sample *v, size_t n, const pt_costdb *profile,
 #define PT_NOISY_GEMM_RATIO 1.25
 /* The second load check, from the run alone: the time its compute ops' spans took over
  * what their medians account for (sum of durations / sum of repeats x median). A
- * pre-empted span takes a scheduler slice more than its median; on an idle machine this
- * machine's 2-core runs of the tiny model show 1.08, busy ones (two other jobs on the two
- * cores) 1.7 to 2.7. A run above PT_NOISY_EXCESS is noisy: its step time is the
+ * pre-empted span takes a scheduler slice more than its median; on the idle 2-core
+ * machine the default job showed 1.09 and single-rank runs of tiny 1.07, runs made while
+ * other builds loaded both cores 1.6 to 2.7. A run above PT_NOISY_EXCESS is noisy: its step time is the
  * machine's load, not the layout's. */
 double pt_span_excess(const pt_op_sample *v, size_t n);
 #define PT_NOISY_EXCESS 1.25
