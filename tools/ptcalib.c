@@ -281,9 +281,10 @@ static void print_table(const options *o, const op_row *rows, size_t n)
         if (o->top && (int64_t)i >= o->top)
             continue;
         char key[160];
-        const char *kind_end = r->partner ? strchr(r->partner->op.key, ':') : NULL;
+        const char *partner_key = r->partner ? r->partner->op.key : "";
+        const char *kind_end = strchr(partner_key, ':');
         snprintf(key, sizeof key, "%s%s%.*s", r->s->op.key, r->partner ? " +" : "",
-                 kind_end ? (int)(kind_end - r->partner->op.key) : 0, r->partner->op.key);
+                 kind_end ? (int)(kind_end - partner_key) : 0, partner_key);
         char kept[24];
         snprintf(kept, sizeof kept, "%lld/%lld", (long long)r->s->st.kept,
                  (long long)r->s->st.spans);
