@@ -87,6 +87,10 @@ run 0 "$build/ptreport" --out "$tmp/report" --log log.jsonl
 for p in mfu steptime ops timeline memory loss; do
     [ -s "$tmp/report/$p.png" ] && [ -s "$tmp/report/$p.svg" ] || fail "report draws $p"
 done
+# every file index.md names (images, data, scripts) is in the report's folder
+for f in $(grep -o '[(`][a-z_]*\.\(dat\|gp\|png\|svg\)[`)]' "$tmp/report/index.md" | tr -d '`()'); do
+    [ -s "$tmp/report/$f" ] || fail "index.md names $f, which the report lacks"
+done
 # runs are labelled with their layouts: "#id tp1 pp1 dp1 mbs2" beside each MFU point
 # and under each step time
 sqlite3 -separator ' ' "$tmp/costs.db" "SELECT id, layout FROM runs" >"$tmp/runs"

@@ -117,11 +117,23 @@ static int gnuplot(const report *R, const char *name, const char *size, pt_err *
 }
 
 /* An entry of index.md: the picture, its SVG and what it shows. */
+/* The chart `name` in index.md; its data is `name`.dat unless `data` names the files. */
+static void link_data(report *R, const char *name, const char *data, const char *title,
+                      const char *what)
+{
+    fprintf(R->index, "## %s\n\n%s\n\n![%s](%s.png)\n\n[SVG](%s.svg) · data and script: ",
+            title, what, title, name, name);
+    if (data)
+        fprintf(R->index, "%s", data);
+    else
+        fprintf(R->index, "`%s.dat`", name);
+    fprintf(R->index, ", `%s.gp`\n\n", name);
+    R->drawn++;
+}
+
 static void link(report *R, const char *name, const char *title, const char *what)
 {
-    fprintf(R->index, "## %s\n\n%s\n\n![%s](%s.png)\n\n[SVG](%s.svg) · data and script: "
-                      "`%s.dat`, `%s.gp`\n\n", title, what, title, name, name, name, name);
-    R->drawn++;
+    link_data(R, name, NULL, title, what);
 }
 
 static const char *short_rev(const char *rev)
@@ -546,10 +558,11 @@ static int draw_timeline(report *R, const pt_run_record *run, const pt_span *v, 
     fclose(f);
     if (gnuplot(R, "timeline", "1000,650", err))
         return -1;
-    link(R, "timeline", "Pipeline timeline, predicted beside measured",
-         "One row per rank (compute below, the communication stream above it); the "
-         "simulator's step from the plan on top, the measured last step of the run below, "
-         "both on the same time scale.");
+    link_data(R, "timeline", "`timeline_predicted.dat`, `timeline_measured.dat`",
+              "Pipeline timeline, predicted beside measured",
+              "One row per rank (compute below, the communication stream above it); the "
+              "simulator's step from the plan on top, the measured last step of the run below, "
+              "both on the same time scale.");
     return 0;
 }
 
