@@ -50,7 +50,13 @@ grep -q '"step":3' "$tmp/trace.json" || fail "spans carry their step"
 [ "$(q "SELECT steps || ' ' || steps_timed FROM runs")" = "4 3" ] || fail "runs.steps is the steps run"
 [ "$(q "SELECT count(*) FROM run_ranks WHERE measured_memory_bytes > 0 AND peak_rss_bytes > \
       measured_memory_bytes AND predicted_memory_bytes > 0")" = 2 ] || fail "both ranks' memory recorded"
-[ "$(q "SELECT count(DISTINCT rank) FROM spans")" = 2 ] || fail "spans of both ranks stored"
+# only the schedule's instructions, each once: 4 micro-batches through a 2-stage 1F1B
+# pipeline are 4 x (fwd, bwd, and a send and a receive) a rank, plus reduce_grads and
+# optim_step; the ops inside them are in op_stats
+[ "$(q "SELECT count(*) FROM spans WHERE name LIKE '% mb%' GROUP BY rank" | tr '\n' ' ')" = "18 18 " ] ||
+    fail "spans: the last step's 18 instructions a rank ($(q "SELECT rank, name FROM spans" | tr '\n' ' '))"
+[ "$(q "SELECT count(*) FROM spans WHERE name NOT LIKE '% mb%'")" = 0 ] ||
+    fail "spans holds only instructions"
 # a GEMM ratio was measured (the profile has the run's GEMM shapes)
 [ "$(q "SELECT gemm_ratio > 0 FROM runs")" = 1 ] || fail "the load check ran"
 [ "$(q "SELECT length(plan_id) FROM runs")" = 16 ] || fail "the run names its plan"

@@ -1,8 +1,8 @@
 /*
  * pttrace: compact recording and its expansion (names, keys, micro-batches adopted by
- * the ops of an instruction), packing two ranks and merging them onto one clock, the
- * Chrome trace written and read back, and the errors: a damaged packed buffer, a file
- * cut short.
+ * the ops of an instruction; which spans are ops and which instructions), packing two
+ * ranks and merging them onto one clock, the Chrome trace written and read back, and
+ * the errors: a damaged packed buffer, a file cut short.
  */
 #include "check.h"
 #include "trace.h"
@@ -50,6 +50,10 @@ static void test_expand(void)
         CHECK_INT(t.v[i].mb, 1);
     CHECK_INT(t.v[0].mb, 0);
     CHECK(strcmp(t.v[8].name, "optim_step mb-1 c-1") == 0);
+    /* ops (compute with a key, the collective) against the schedule's instructions */
+    const bool is_op[9] = {true, true, true, false, true, true, true, false, false};
+    for (int i = 0; i < 9; i++)
+        CHECK(pt_span_is_op(&t.v[i]) == is_op[i]);
     pt_trace_free(&t);
 
     pt_trace off;

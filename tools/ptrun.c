@@ -763,8 +763,12 @@ static int gather_trace(const options *o, run *r, pt_trace *merged, pt_run_rank 
     return rc;
 }
 
-/* The spans of the schedule's instructions and collectives (no key) in the last step:
- * the measured timeline the report draws. *out malloc'd (NULL when none). */
+/* The spans of the schedule's instructions in the last step: the measured timeline the
+ * report draws beside the simulator's, which has the same instructions. The ops inside
+ * them, collectives included, are summed up by op_stats instead: a layer's tensor-
+ * parallel collectives alone are thousands of spans a step on a large model (20 layers
+ * x 128 micro-batches x 8 is 20,480 a rank), which would make this table grow with
+ * layers x micro-batches x ranks. *out malloc'd (NULL when none). */
 static int last_step_spans(const pt_trace *t, pt_span **out, size_t *n, pt_err *err)
 {
     int last = -1;
@@ -774,12 +778,12 @@ static int last_step_spans(const pt_trace *t, pt_span **out, size_t *n, pt_err *
         if (t->v[i].step > last)
             last = t->v[i].step;
     for (size_t i = 0; i < t->n; i++)
-        *n += t->v[i].step == last && !t->v[i].key[0];
+        *n += t->v[i].step == last && !pt_span_is_op(&t->v[i]);
     if (*n && !(*out = malloc(*n * sizeof **out)))
         return pt_err_set(err, "out of memory for %zu spans", *n);
     size_t k = 0;
     for (size_t i = 0; i < t->n && *out; i++)
-        if (t->v[i].step == last && !t->v[i].key[0])
+        if (t->v[i].step == last && !pt_span_is_op(&t->v[i]))
             (*out)[k++] = t->v[i];
     return 0;
 }

@@ -345,9 +345,7 @@ int pt_trace_expand(pt_trace *t, pt_err *err)
 
 /* ---- Trace -> op statistics and cost samples ------------------------------------------ */
 
-/* Op spans: those with a key (compute ops) and the collectives of the communication
- * stream (no key, no micro-batch in the name); not the schedule's instructions. */
-static bool is_op_span(const pt_span *s)
+bool pt_span_is_op(const pt_span *s)
 {
     return s->key[0] || (s->stream != 0 && !strstr(s->name, " mb"));
 }
@@ -378,7 +376,7 @@ int pt_trace_op_stats(const pt_trace *t, pt_op_stat **out, size_t *n_out, pt_err
     }
     size_t n = 0, ns = 0;
     for (size_t i = 0; i < t->n; i++)
-        if (is_op_span(&t->v[i]))
+        if (pt_span_is_op(&t->v[i]))
             v[n++] = &t->v[i];
     qsort(v, n, sizeof *v, by_op_then_time);
     for (size_t a = 0, b; a < n; a = b) {

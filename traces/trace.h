@@ -80,6 +80,11 @@ void pt_trace_set_step(pt_trace *t, int64_t step);
 void pt_trace_add_ins(pt_trace *t, int rank, int stream, const char *kind, int mb,
                       int chunk, double t0, double t1);
 
+/* Whether a span is an op's: one with a key (a compute op) or a collective of the
+ * communication stream (no key, no micro-batch in its name); false for the schedule's
+ * instructions. */
+bool pt_span_is_op(const pt_span *s);
+
 /* Turns the spans recorded so far into full spans appended to t->v (times relative to
  * t->origin_s), as the functions below that read t->v need; -1 with err when out of
  * memory. */
