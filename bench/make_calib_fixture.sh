@@ -15,12 +15,11 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 export PT_COSTS_DB="$work/costs.db"
 "$build/ptprofile" --quick --no-collectives >/dev/null
-i=0
-for layout in "tp=1,pp=1,vp=1,cp=1,dp=1,zero=0,mbs=2,recompute=none,sp=0,schedule=1f1b" \
-              "tp=1,pp=1,vp=1,cp=1,dp=1,zero=0,mbs=2,recompute=full,sp=0,schedule=1f1b"; do
-    i=$((i + 1))
-    name=$(echo "$i" | tr 12 ab)
-    "$build/ptplan" --devices 1 --global-batch 16 --layout "$layout" --out "plan_$name.json" >/dev/null
+# both plans from the profile alone, before either run stores samples
+base="tp=1,pp=1,vp=1,cp=1,dp=1,zero=0,mbs=2,sp=0,schedule=1f1b"
+"$build/ptplan" --devices 1 --global-batch 16 --layout "$base,recompute=none" --out plan_a.json >/dev/null
+"$build/ptplan" --devices 1 --global-batch 16 --layout "$base,recompute=full" --out plan_b.json >/dev/null
+for name in a b; do
     "$build/ptrun" "plan_$name.json" --steps 8 --val-every 0 --sample 0 --quiet --record >/dev/null
 done
 sqlite3 costs.db "DELETE FROM kernel_samples WHERE source = 'trace'; DELETE FROM kernel_fits;

@@ -855,7 +855,8 @@ int pt_costdb_add_kernel_from(pt_costdb *db, const char *device, const pt_kernel
                           where(db), op->key, (int)source);
     if (reserve_kernel(db, err))
         return -1;
-    s.run_id = run_id > 0 ? run_id : 0;
+    /* in memory, a trace sample without a run is -1, as one read back is */
+    s.run_id = run_id > 0 ? run_id : source == PT_SOURCE_TRACE ? -1 : 0;
     char kind[sizeof s.key];
     snprintf(kind, sizeof kind, "%.*s", s.kind_len, s.key);
     iso_now(now);
@@ -866,7 +867,7 @@ int pt_costdb_add_kernel_from(pt_costdb *db, const char *device, const pt_kernel
                    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, 0), ?, ?)",
                    "ttttdddttidi", err, "cannot store kernel sample", s.device, s.key, kind,
                    pt_dtype_name(s.dtype), s.flops, s.bytes, s.time_s, source_names[source],
-                   now, s.run_id, isfinite(spread_s) && spread_s > 0 ? spread_s : 0.0,
+                   now, run_id > 0 ? run_id : (int64_t)0, isfinite(spread_s) && spread_s > 0 ? spread_s : 0.0,
                    spans > 0 ? spans : (int64_t)1))
         return -1;
     db->ks[db->nk] = s;

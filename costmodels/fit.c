@@ -81,7 +81,7 @@ static bool lsq_solve(const lsq2 *l, double *p, double *q)
 
 /* ---- Kernel fits ------------------------------------------------------------------------ */
 
-/* Calls f for each distinct key of `device`, with the median of its repeats. */
+/* Calls f for each distinct key of `device`, with the time its repeats stand for. */
 typedef void (*key_fn)(void *ctx, const pt_ksample *s, double time_s);
 
 static void each_key(const pt_costdb *db, const char *device, key_fn f, void *ctx)
@@ -94,11 +94,7 @@ static void each_key(const pt_costdb *db, const char *device, key_fn f, void *ct
             ;
         if (strcmp(s->device, device) != 0)
             continue;
-        size_t n = b - a, m = a + n / 2; /* the run is in time order */
-        double t = n % 2 ? db->ks[db->k_by_key[m]].time_s
-                         : 0.5 * (db->ks[db->k_by_key[m - 1]].time_s +
-                                  db->ks[db->k_by_key[m]].time_s);
-        f(ctx, s, t);
+        f(ctx, s, pt_ksample_key_time(db, db->k_by_key, a, b));
     }
 }
 

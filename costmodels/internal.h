@@ -23,8 +23,8 @@ typedef struct {
     pt_dtype dtype;
     double flops, bytes, time_s;
     int64_t run_id;           /* the traced run it came from; 0 for ptprofile's, -1 for a
-                                 trace sample stored before schema 5 (not part of the
-                                 orders or the fingerprint) */
+                                 trace sample without one (stored before schema 5); the
+                                 orders sort run samples before the profile's */
 } pt_ksample;
 
 /* One collective sample. */
@@ -53,8 +53,10 @@ struct pt_costdb {
     int schema_version;
 
     pt_ksample *ks;           /* append-only */
-    uint32_t *k_by_key;       /* (device, key, time, flops, bytes, dtype) */
-    uint32_t *k_by_x;         /* (device, kind, dtype, axis, x, key, time, flops, bytes) */
+    uint32_t *k_by_key;       /* (device, key, origin, time, flops, bytes, dtype) */
+    uint32_t *k_by_x;         /* (device, kind, dtype, axis, x, key, origin, time, flops,
+                                 bytes); origin: a training run's samples before the
+                                 profile's */
     size_t nk, capk;
 
     pt_csample *cs;           /* append-only */
@@ -71,13 +73,17 @@ struct pt_costdb {
 
 /* Levels of the kernel orders: comparing "up to level L" compares the first L
  * fields of the order named above. */
-enum { PT_KKEY_DEVICE = 1, PT_KKEY_KEY = 2, PT_KKEY_ALL = 6 };
+enum { PT_KKEY_DEVICE = 1, PT_KKEY_KEY = 2, PT_KKEY_ALL = 7 };
 enum { PT_KX_DEVICE = 1, PT_KX_KIND, PT_KX_DTYPE, PT_KX_AXIS, PT_KX_X, PT_KX_KEY,
-       PT_KX_ALL = 9 };
+       PT_KX_ALL = 10 };
 enum { PT_CC_BACKEND = 1, PT_CC_OP, PT_CC_GROUP, PT_CC_RPN, PT_CC_BYTES, PT_CC_ALL = 6 };
 
 int pt_ksample_cmp_key(const pt_ksample *a, const pt_ksample *b, int level);
 int pt_ksample_cmp_x(const pt_ksample *a, const pt_ksample *b, int level);
+/* The time one op key's repeats idx[a, b) (a run of either kernel order) stand for: the
+ * median of those measured in training runs (trace samples, timed where the op really
+ * runs, among its neighbours) when there are any, else of the profile's. */
+double pt_ksample_key_time(const pt_costdb *db, const uint32_t *idx, size_t a, size_t b);
 int pt_csample_cmp(const pt_csample *a, const pt_csample *b, int level);
 
 /* The interpolation axis of a kernel: FLOPs (axis 0) when it has any, else bytes

@@ -5,8 +5,13 @@
  * 10^5-10^6 times per search). db.c fills the tables; this file owns their orders.
  *
  * Repeats of one op are kept as separate samples; the answer for an op is the median
- * of its repeats, read from the middle of its run in an order whose last field is
- * the time.
+ * of its repeats, read from the middle of its run in an order whose last fields are
+ * the origin and the time. Samples from training runs (ptrun --record, ptcalib) come
+ * first and, where a key has any, stand for it alone: they were timed inside the
+ * program the planner predicts, among the ops that really precede and follow it
+ * (caches, memory traffic, the other stream), where the profile times the op in a loop
+ * of its own. On the fixture of tests/data/calib the median of a profile figure and a
+ * run's figure moved a re-prediction half way; the run's alone moves it all the way.
  */
 #include "internal.h"
 
@@ -35,7 +40,14 @@ static double kx(const pt_ksample *s)
     return s->flops > 0 ? s->flops : s->bytes;
 }
 
-/* (device, key, time, flops, bytes, dtype) */
+/* 0 for a sample measured in a training run (any run id, -1 for one stored before runs
+ * had ids), 1 for the profile's: run samples sort first. */
+static int origin(const pt_ksample *s)
+{
+    return s->run_id == 0;
+}
+
+/* (device, key, origin, time, flops, bytes, dtype) */
 int pt_ksample_cmp_key(const pt_ksample *a, const pt_ksample *b, int level)
 {
     int c = 0;
@@ -43,13 +55,15 @@ int pt_ksample_cmp_key(const pt_ksample *a, const pt_ksample *b, int level)
         return c;
     if (level >= 2 && (c = strcmp(a->key, b->key)))
         return c;
-    if (level >= 3 && (c = cmp_d(a->time_s, b->time_s)))
+    if (level >= 3 && (c = cmp_i(origin(a), origin(b))))
         return c;
-    if (level >= 4 && (c = cmp_d(a->flops, b->flops)))
+    if (level >= 4 && (c = cmp_d(a->time_s, b->time_s)))
         return c;
-    if (level >= 5 && (c = cmp_d(a->bytes, b->bytes)))
+    if (level >= 5 && (c = cmp_d(a->flops, b->flops)))
         return c;
-    if (level >= 6)
+    if (level >= 6 && (c = cmp_d(a->bytes, b->bytes)))
+        return c;
+    if (level >= 7)
         c = cmp_i(a->dtype, b->dtype);
     return c;
 }
@@ -61,7 +75,7 @@ static int cmp_kind(const pt_ksample *a, const pt_ksample *b)
     return c ? c : cmp_i(a->kind_len, b->kind_len);
 }
 
-/* (device, kind, dtype, axis, x, key, time, flops, bytes) */
+/* (device, kind, dtype, axis, x, key, origin, time, flops, bytes) */
 int pt_ksample_cmp_x(const pt_ksample *a, const pt_ksample *b, int level)
 {
     int c = 0;
@@ -78,11 +92,13 @@ int pt_ksample_cmp_x(const pt_ksample *a, const pt_ksample *b, int level)
         return c;
     if (level >= PT_KX_KEY && (c = strcmp(a->key, b->key)))
         return c;
-    if (level >= 7 && (c = cmp_d(a->time_s, b->time_s)))
+    if (level >= 7 && (c = cmp_i(origin(a), origin(b))))
         return c;
-    if (level >= 8 && (c = cmp_d(a->flops, b->flops)))
+    if (level >= 8 && (c = cmp_d(a->time_s, b->time_s)))
         return c;
-    if (level >= 9)
+    if (level >= 9 && (c = cmp_d(a->flops, b->flops)))
+        return c;
+    if (level >= 10)
         c = cmp_d(a->bytes, b->bytes);
     return c;
 }
@@ -210,9 +226,13 @@ static double loglog(double x1, double y1, double x2, double y2, double x)
     return exp(log(y1) + f * (log(y2) - log(y1)));
 }
 
-/* Median time of the run idx[a, b), whose samples are in time order. */
-static double run_median_k(const pt_costdb *db, const uint32_t *idx, size_t a, size_t b)
+double pt_ksample_key_time(const pt_costdb *db, const uint32_t *idx, size_t a, size_t b)
 {
+    size_t r = a; /* the run's samples come first, each origin in time order */
+    while (r < b && origin(&db->ks[idx[r]]) == 0)
+        r++;
+    if (r > a)
+        b = r;
     size_t n = b - a, m = a + n / 2;
     return n % 2 ? db->ks[idx[m]].time_s
                  : 0.5 * (db->ks[idx[m - 1]].time_s + db->ks[idx[m]].time_s);
@@ -253,7 +273,7 @@ static int kernel_interp(const pt_costdb *db, const pt_ksample *q, double *t)
         return -1;
     const pt_ksample *lo = &db->ks[idx[p - 1]];
     size_t la = bound(o, idx, ga, p, lo, PT_KX_KEY, false);
-    double t_lo = run_median_k(db, idx, la, p);
+    double t_lo = pt_ksample_key_time(db, idx, la, p);
     if (kx(lo) == x) {
         *t = t_lo;
         return 0;
@@ -262,7 +282,7 @@ static int kernel_interp(const pt_costdb *db, const pt_ksample *q, double *t)
         return -1;
     const pt_ksample *hi = &db->ks[idx[p]];
     size_t hb = bound(o, idx, p, gb, hi, PT_KX_KEY, true);
-    *t = loglog(kx(lo), t_lo, kx(hi), run_median_k(db, idx, p, hb), x);
+    *t = loglog(kx(lo), t_lo, kx(hi), pt_ksample_key_time(db, idx, p, hb), x);
     return 0;
 }
 
@@ -279,7 +299,7 @@ pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kerne
         size_t a = bound(o, db->k_by_key, 0, db->nk, &q, PT_KKEY_KEY, false);
         size_t b = bound(o, db->k_by_key, a, db->nk, &q, PT_KKEY_KEY, true);
         if (a < b)
-            return (pt_cost){run_median_k(db, db->k_by_key, a, b), PT_PROV_MEASURED};
+            return (pt_cost){pt_ksample_key_time(db, db->k_by_key, a, b), PT_PROV_MEASURED};
         double t;
         if (kernel_interp(db, &q, &t) == 0)
             return (pt_cost){t, PT_PROV_INTERPOLATED};

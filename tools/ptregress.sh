@@ -23,12 +23,17 @@ matrix="tp=1,pp=1,vp=1,cp=1,dp=1,zero=0,mbs=2,recompute=none,sp=0,schedule=1f1b 
 tp=1,pp=1,vp=1,cp=1,dp=1,zero=0,mbs=4,recompute=full,sp=0,schedule=1f1b 1
 tp=1,pp=1,vp=1,cp=1,dp=2,zero=1,mbs=2,recompute=none,sp=0,schedule=1f1b 2
 tp=1,pp=2,vp=1,cp=1,dp=1,zero=0,mbs=2,recompute=none,sp=0,schedule=1f1b 2"
+# every layout planned from the profile alone, before any run is calibrated from
+i=0
+echo "$matrix" | while read -r layout n; do
+    i=$((i + 1))
+    "$build/ptplan" --devices "$n" --global-batch 16 --layout "$layout" --out "plan$i.json" \
+        >/dev/null </dev/null
+done
 i=0
 echo "$matrix" | while read -r layout n; do
     i=$((i + 1))
     # (mpirun reads stdin: every command here gets /dev/null, not the matrix)
-    "$build/ptplan" --devices "$n" --global-batch 16 --layout "$layout" --out "plan$i.json" \
-        >/dev/null </dev/null
     $mpi -np "$n" "$build/ptrun" "plan$i.json" --steps 6 --val-every 0 --sample 0 --quiet \
         --record --trace "trace$i.json" >/dev/null </dev/null
     "$build/ptcalib" --trace "trace$i.json" --plan "plan$i.json" --force >"calib$i.txt" </dev/null
