@@ -37,7 +37,9 @@ echo "$matrix" | while read -r layout n; do
     $mpi -np "$n" "$build/ptrun" "plan$i.json" --steps 6 --val-every 0 --sample 0 --quiet \
         --record --trace "trace$i.json" >/dev/null </dev/null
     "$build/ptcalib" --trace "trace$i.json" --plan "plan$i.json" --force >"calib$i.txt" </dev/null
-    grep -q "is noisy" "calib$i.txt" && echo "run $i ($layout) was noisy: $(grep -o 'is noisy ([^;]*' "calib$i.txt")"
+    if grep -q "is noisy" "calib$i.txt"; then
+        echo "run $i ($layout) was noisy: $(grep -o 'is noisy ([^;]*' "calib$i.txt")"
+    fi
 done
 # re-predict every layout from the calibrated tables, against what its run measured
 i=0
