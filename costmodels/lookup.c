@@ -10,8 +10,8 @@
  * first and, where a key has any, stand for it alone: they were timed inside the
  * program the planner predicts, among the ops that really precede and follow it
  * (caches, memory traffic, the other stream), where the profile times the op in a loop
- * of its own. On the fixture of tests/data/calib the median of a profile figure and a
- * run's figure moved a re-prediction half way; the run's alone moves it all the way.
+ * of its own; the median of one profile figure and one run's figure is their mean, which
+ * would move a prediction only half way to what the run measured.
  */
 #include "internal.h"
 
