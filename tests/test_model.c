@@ -253,6 +253,21 @@ static void check_period(const pt_trace *t, size_t *at, int a, int ops)
     CHECK_INT(k, ops);
 }
 
+/* One rank of plan p on kn with a trace on: its schedule of n_micro micro-batches, its
+ * place (no communicator) and its net. */
+static int traced_rank(const pt_plan *p, pt_kernels *kn, int n_micro, pt_sched *s,
+                       pt_dist *d, pt_trace *tr, pt_net *n, pt_err *err)
+{
+    pt_trace_init(tr, true);
+    if (pt_sched_build(p->layout.schedule, 1, 1, n_micro, s, err))
+        return -1;
+    pt_grid g;
+    pt_grid_init(&g, &p->layout);
+    if (pt_dist_init(d, NULL, &g, 0, err))
+        return -1;
+    return pt_net_init(n, p, kn, 0, pt_sched_peak_in_flight(s, 0), 42, tr, err);
+}
+
 static void check_device_times(void)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
@@ -265,15 +280,10 @@ static void check_device_times(void)
     p.train.global_batch = 4;
     pt_err err;
     pt_sched s;
-    CHECK_INT(pt_sched_build(p.layout.schedule, 1, 1, 2, &s, &err), 0);
-    pt_grid g;
-    pt_grid_init(&g, &p.layout);
     pt_dist d;
-    CHECK_INT(pt_dist_init(&d, NULL, &g, 0, &err), 0);
     pt_trace tr;
-    pt_trace_init(&tr, true);
     pt_net n;
-    CHECK_INT(pt_net_init(&n, &p, kn, 0, pt_sched_peak_in_flight(&s, 0), 42, &tr, &err), 0);
+    CHECK_INT(traced_rank(&p, kn, 2, &s, &d, &tr, &n, &err), 0);
     CHECK(n.devtime != NULL);
 
     /* two steps: the second records the first's events again and creates none */
@@ -368,15 +378,10 @@ static void check_device_times_cuda(void)
     pt_plan p = plan_of(small(true), PT_RECOMPUTE_NONE);
     pt_err err;
     pt_sched s;
-    CHECK_INT(pt_sched_build(p.layout.schedule, 1, 1, 1, &s, &err), 0);
-    pt_grid g;
-    pt_grid_init(&g, &p.layout);
     pt_dist d;
-    CHECK_INT(pt_dist_init(&d, NULL, &g, 0, &err), 0);
     pt_trace tr;
-    pt_trace_init(&tr, true);
     pt_net n;
-    int rc = pt_net_init(&n, &p, kn, 0, pt_sched_peak_in_flight(&s, 0), 42, &tr, &err);
+    int rc = traced_rank(&p, kn, 1, &s, &d, &tr, &n, &err);
     CHECK_INT(rc, 0);
     CHECK(rc || n.devtime != NULL);
     pt_step_stats st;
