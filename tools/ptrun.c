@@ -766,9 +766,10 @@ static int gather_trace(const options *o, run *r, pt_trace *merged, pt_run_rank 
 /* The spans of the schedule's instructions in the last step: the measured timeline the
  * report draws beside the simulator's, which has the same instructions. The ops inside
  * them, collectives included, are summed up by op_stats instead: a layer's tensor-
- * parallel collectives alone are thousands of spans a step on a large model (20 layers
- * x 128 micro-batches x 8 is 20,480 a rank), which would make this table grow with
- * layers x micro-batches x ranks. *out malloc'd (NULL when none). */
+ * parallel collectives alone grow with layers x micro-batches (tiny at tp = 2 with sp,
+ * 4 layers and 8 micro-batches, ran 520 a step on each rank: bench/bench_storage.sh),
+ * which would make this table grow with layers x micro-batches x ranks. *out malloc'd
+ * (NULL when none). */
 static int last_step_spans(const pt_trace *t, pt_span **out, size_t *n, pt_err *err)
 {
     int last = -1;
