@@ -17,10 +17,12 @@
 static const char *const recompute_names[PT_RECOMPUTE_COUNT] = {"none", "selective", "full"};
 static const char *const schedule_names[PT_SCHED_COUNT] = {"afab", "1f1b", "interleaved"};
 static const char *const dim_names[PT_NDIM] = {"tp", "cp", "dp", "pp"};
+static const char *const dp_overlap_names[PT_DPO_COUNT] = {"none", "last", "backward"};
 
 const char *pt_recompute_name(pt_recompute r) { return recompute_names[r]; }
 const char *pt_schedule_name(pt_schedule s) { return schedule_names[s]; }
 const char *pt_dim_name(pt_dim d) { return dim_names[d]; }
+const char *pt_dp_overlap_name(pt_dp_overlap o) { return dp_overlap_names[o]; }
 
 static const struct {
     const char *key;
@@ -44,6 +46,8 @@ static const struct {
                                      "interleaving needs micro-batches a multiple of pp"},
     [PT_REJECT_ZERO_NO_DP] = {"zero_no_dp", "ZeRO stage > 0 with dp*cp = 1 shards nothing"},
     [PT_REJECT_ZERO_PP] = {"zero_pp", "ZeRO stage 2/3 with pipeline parallelism"},
+    [PT_REJECT_UNEVEN_SPLIT] = {"uneven_split",
+                                "first_layers/last_layers leave no valid split of the layers"},
     [PT_REJECT_BAD_VALUE] = {"bad_value", "a size below 1 or ZeRO stage outside 0..3"},
 };
 
@@ -56,6 +60,7 @@ void pt_layout_default(pt_layout *l)
 {
     *l = (pt_layout){.tp = 1, .cp = 1, .pp = 1, .dp = 1, .vp = 1, .sp = false, .zero = 0,
                      .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
+                     .dp_overlap = PT_DPO_LAST,
                      .schedule = PT_SCHED_1F1B,
                      .order = {PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP}};
 }
@@ -99,19 +104,35 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
              "schedule=%s,order=%s",
              l->tp, l->sp ? 1 : 0, l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
              recompute_names[l->recompute], schedule_names[l->schedule], order);
-    if (l->tp_overlap) { /* written only when on, so older layout strings stay valid */
-        size_t used = strlen(buf);
-        snprintf(buf + used, n > used ? n - used : 0, ",tp_overlap=1");
-    }
+    /* The keys below are written only when they differ from the default, so that
+     * layout strings from before they existed stay canonical. */
+    size_t used = strlen(buf);
+#define APPEND(...)                                                             \
+    do {                                                                        \
+        int w_ = snprintf(buf + used, n > used ? n - used : 0, __VA_ARGS__);    \
+        used += w_ > 0 ? (size_t)w_ : 0;                                        \
+    } while (0)
+    if (l->tp_overlap)
+        APPEND(",tp_overlap=1");
+    if (l->dp_overlap != PT_DPO_LAST)
+        APPEND(",dp_overlap=%s", dp_overlap_names[l->dp_overlap]);
+    if (l->param_overlap)
+        APPEND(",param_overlap=1");
+    if (l->first_layers)
+        APPEND(",first_layers=%lld", (long long)l->first_layers);
+    if (l->last_layers)
+        APPEND(",last_layers=%lld", (long long)l->last_layers);
+#undef APPEND
 }
 
 /* ---- Parsing ----------------------------------------------------------------- */
 
 enum { K_TP, K_SP, K_PP, K_VP, K_CP, K_DP, K_ZERO, K_MBS, K_RECOMPUTE, K_SCHEDULE,
-       K_ORDER, K_TP_OVERLAP, K_COUNT };
+       K_ORDER, K_TP_OVERLAP, K_DP_OVERLAP, K_PARAM_OVERLAP, K_FIRST_LAYERS, K_LAST_LAYERS,
+       K_COUNT };
 static const char *const layout_keys[K_COUNT] = {
     "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order",
-    "tp_overlap"};
+    "tp_overlap", "dp_overlap", "param_overlap", "first_layers", "last_layers"};
 
 static int parse_int(const char *key, const char *val, int64_t lo, int64_t hi, int64_t *out,
                      pt_err *err)
@@ -167,6 +188,22 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
             return -1;
         l->tp_overlap = v == 1;
         return 0;
+    case K_PARAM_OVERLAP:
+        if (parse_int("param_overlap", val, 0, 1, &v, err))
+            return -1;
+        l->param_overlap = v == 1;
+        return 0;
+    case K_DP_OVERLAP:
+        if (parse_name("dp_overlap", val, dp_overlap_names, PT_DPO_COUNT, &e, err))
+            return -1;
+        l->dp_overlap = (pt_dp_overlap)e;
+        return 0;
+    case K_FIRST_LAYERS: case K_LAST_LAYERS:
+        /* 0 is the even split; a model has at most 2^16 layers (model.c) */
+        if (parse_int(layout_keys[key], val, 0, max_size, &v, err))
+            return -1;
+        *(key == K_FIRST_LAYERS ? &l->first_layers : &l->last_layers) = v;
+        return 0;
     case K_ZERO:
         if (parse_int("zero", val, 0, 3, &v, err))
             return -1;
@@ -214,7 +251,8 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
             key++;
         if (key == K_COUNT)
             return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
-                                   "zero, mbs, recompute, schedule, order, tp_overlap)", item);
+                                   "zero, mbs, recompute, schedule, order, tp_overlap, dp_overlap, "
+                                   "param_overlap, first_layers, last_layers)", item);
         if (given[key])
             return pt_err_set(err, "layout: key '%s' given twice", item);
         given[key] = true;

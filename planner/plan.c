@@ -122,7 +122,9 @@ static const char *const plan_keys[] = {"format_version", "created_by", "model",
                                         "predicted", "cost_table", NULL};
 static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "pp", "vp",
                                           "cp", "dp", "zero", "mbs", "n_micro", "recompute",
-                                          "schedule", "order", "world", NULL};
+                                          "schedule", "order", "world", "dp_overlap",
+                                          "param_overlap", "first_layers", "last_layers",
+                                          NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
@@ -190,7 +192,20 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     *l = (pt_layout){.tp = (int)v[0], .pp = (int)v[1], .vp = (int)v[2], .cp = (int)v[3],
                      .dp = (int)v[4], .zero = (int)v[5], .mbs = v[6], .n_micro = v[7],
                      .sp = sp, .tp_overlap = overlap, .recompute = (pt_recompute)rec,
-                     .schedule = (pt_schedule)sch};
+                     .schedule = (pt_schedule)sch, .dp_overlap = PT_DPO_LAST};
+    /* Fields that plans written before they existed leave out (their defaults). */
+    static const char *const dpo_names[] = {"none", "last", "backward"};
+    int dpo = PT_DPO_LAST;
+    if ((json_object_get(o.obj, "dp_overlap") &&
+         pt_json_get_enum(&o, "dp_overlap", dpo_names, PT_DPO_COUNT, &dpo, err)) ||
+        (json_object_get(o.obj, "param_overlap") &&
+         pt_json_get_bool(&o, "param_overlap", &l->param_overlap, err)) ||
+        (json_object_get(o.obj, "first_layers") &&
+         get_int_in(&o, "first_layers", 0, 1 << 16, &l->first_layers, err)) ||
+        (json_object_get(o.obj, "last_layers") &&
+         get_int_in(&o, "last_layers", 0, 1 << 16, &l->last_layers, err)))
+        return -1;
+    l->dp_overlap = (pt_dp_overlap)dpo;
     pt_err why;
     if (pt_order_parse(order, l->order, &why))
         return pt_err_set(err, "%s: field 'layout.order': %s", o.origin, why.msg);

@@ -131,6 +131,84 @@ static inline int64_t pt_cluster_world(const pt_cluster *c)
     return (int64_t)c->nodes * c->devices_per_node;
 }
 
+/* How the data-parallel gradient reduction (ZeRO 0/1 buckets) overlaps the backward:
+ * none (every bucket after the step's last backward), last (buckets reduced as the
+ * last micro-batch's backward of each chunk fills them: PyTorch DDP under no_sync,
+ * Megatron-LM's --overlap-grad-reduce), or backward (every micro-batch's gradients
+ * reduced during its own backward, n_micro times the traffic: FSDP without no_sync). */
+typedef enum { PT_DPO_NONE, PT_DPO_LAST, PT_DPO_BACKWARD, PT_DPO_COUNT } pt_dp_overlap;
+
+/* ---- Software stack (planner/stack.c) ------------------------------------------ */
+
+/* How a training framework executes a step: the planner prices the same layout
+ * differently under Megatron-LM 2021, Megatron-Core with Transformer Engine, PyTorch
+ * FSDP or ptrun itself. Built-ins: "ptrun" (the default), "megatron-lm",
+ * "megatron-core", "fsdp"; any other as a JSON file (stack.c documents the format). */
+typedef enum {
+    PT_ATTN_PTRUN,   /* ptrun's own kernels: one kernel per direction that writes and
+                        reads the score matrix (keys attn_fwd / attn_bwd) */
+    PT_ATTN_UNFUSED, /* score GEMM, fused scale-mask-softmax, dropout and context GEMM
+                        as separate kernels, the score matrix through memory each time */
+    PT_ATTN_FLASH,   /* tiled attention: no score matrix, the causal half of the FLOPs,
+                        the scores recomputed in the backward */
+    PT_ATTN_COUNT
+} pt_attn_impl;
+const char *pt_attn_impl_name(pt_attn_impl a); /* "ptrun", "unfused", "flash" */
+
+/* Attention kernel efficiency on one device family (flash only). */
+typedef struct {
+    char device[32];        /* prefix of the device name ("A100", "H100"); "*" matches all */
+    double fwd, bwd;        /* share of the dense peak FLOP/s in the training dtype */
+} pt_attn_eff;
+
+/* How gradient buckets are sized: a fixed size, or Megatron-Core's distributed
+ * optimizer rule max(40,000,000, 1,000,000 x dp) parameters per bucket. */
+typedef enum { PT_BUCKET_FIXED, PT_BUCKET_MEGATRON, PT_BUCKET_COUNT } pt_bucket_rule;
+
+#define PT_STACK_MAX_ATTN_EFF 8
+
+typedef struct {
+    char name[64];
+    char about[256];               /* which software and version it describes, and sources */
+    pt_attn_impl attention;
+    int n_attn_eff;
+    pt_attn_eff attn_eff[PT_STACK_MAX_ATTN_EFF]; /* first matching prefix wins */
+    /* what the stack can run at all */
+    bool tp, pp, cp, sp;           /* tensor, pipeline, context parallelism, sequence par. */
+    unsigned zero_stages;          /* bit z set: ZeRO stage z offered */
+    /* overlaps: which exist, and the default of each layout key */
+    bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */
+    double tp_overlap_reach;       /* share of that communication the GEMMs hide */
+    unsigned dp_overlap_modes;     /* bit o set: dp_overlap o offered */
+    pt_dp_overlap dp_overlap;      /* default */
+    bool param_overlap;            /* parameter all-gather beside the next forward offered
+                                      (and the default when offered) */
+    int zero3_prefetch;            /* ZeRO-3 layers gathered ahead (0: each gather blocks) */
+    double comm_compute_slowdown;  /* compute slowdown while a collective shares the SMs */
+    /* gradients and loss */
+    pt_bucket_rule bucket_rule;
+    int64_t bucket_bytes;          /* PT_BUCKET_FIXED; 0: the training's --bucket-mib */
+    pt_dtype grad_reduce_dtype;    /* fp32 or bf16 gradient reduction */
+    bool fused_xent;               /* cross-entropy in one kernel per direction */
+    int64_t vocab_multiple;        /* vocabulary padded to a multiple of this (x tp) */
+    double step_overhead_s;        /* per step: launch gaps, logging, data loader */
+} pt_stack;
+
+int pt_stack_builtin_count(void);
+const pt_stack *pt_stack_builtin(int i);
+/* A built-in by name, else a JSON file; errors name the unknown stack or the file and
+ * field. */
+int pt_stack_get(const char *name, pt_stack *out, pt_err *err);
+int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err);
+int pt_stack_from_json(const char *text, const char *origin, pt_stack *out, pt_err *err);
+/* A JSON text (with its newline) that pt_stack_from_json reads back identically;
+ * NULL only when out of memory. */
+char *pt_stack_to_json(const pt_stack *s);
+int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err);
+/* The efficiency the stack's flash attention reaches on `device` (fwd or bwd); 0
+ * when no entry matches. */
+double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward);
+
 /* ---- Layout ------------------------------------------------------------------ */
 
 typedef enum { PT_RECOMPUTE_NONE, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL,
@@ -142,6 +220,7 @@ typedef enum { PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP, PT_NDIM } pt_dim;
 const char *pt_recompute_name(pt_recompute r);
 const char *pt_schedule_name(pt_schedule s);
 const char *pt_dim_name(pt_dim d);
+const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" */
 
 typedef struct {
     int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */
@@ -149,6 +228,13 @@ typedef struct {
     bool sp;                /* sequence parallelism (only with tp > 1) */
     bool tp_overlap;        /* the sequence-parallel all-gathers run beside the GEMMs
                                that read them (only with sp) */
+    pt_dp_overlap dp_overlap; /* data-parallel reduction beside the backward [last] */
+    bool param_overlap;     /* ZeRO 1/2 (distributed optimizer): the all-gather of updated
+                               weights runs beside the next step's forward, bucket by
+                               bucket, instead of after the optimizer step */
+    int64_t first_layers, last_layers; /* layers on the first and last pipeline stage
+                               (0: the even split L/p); the rest divide evenly over the
+                               middle stages, each stage's over its vp chunks */
     int zero;               /* ZeRO stage 0..3, sharding over the dp×cp group */
     int64_t mbs;            /* b: micro-batch size */
     int64_t n_micro;        /* micro-batches per step per data-parallel rank */
@@ -195,6 +281,7 @@ typedef enum {
     PT_REJECT_INTERLEAVED_MICRO,  /* interleaving needs micro-batches a multiple of p */
     PT_REJECT_ZERO_NO_DP,         /* ZeRO stage > 0 with d·c = 1: nothing to shard */
     PT_REJECT_ZERO_PP,            /* ZeRO 2/3 with pipeline parallelism */
+    PT_REJECT_UNEVEN_SPLIT,       /* first_layers/last_layers leave no valid split */
     PT_REJECT_BAD_VALUE,          /* a size below 1, zero outside 0..3, ... */
     PT_REJECT_COUNT
 } pt_reject;
@@ -207,6 +294,18 @@ const char *pt_reject_describe(pt_reject r); /* one line for humans */
  * *mask for each broken rule r (mask may be NULL). */
 int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch,
                     const pt_layout *l, uint32_t *mask);
+/* Layers of virtual stage vs (0 .. p·vp-1; vs = chunk·p + pipeline rank) under the
+ * layout's split (first_layers, last_layers, the rest even), and in *first (may be
+ * NULL) the model index of its first layer: virtual stages hold consecutive layers
+ * in order. The memory model, op lists, simulator and runtime all ask this. */
+int64_t pt_stage_layers(const pt_model *m, const pt_layout *l, int vs, int64_t *first);
+/* Layers pipeline rank r holds over all its chunks. */
+int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r);
+
+/* Whether stack s can run layout l: the parallelisms, ZeRO stage and overlaps it
+ * offers. The error names the layout key and the stack. */
+int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err);
+
 /* Writes one line on why rule `r` rejects `l`, with the values involved
  * (e.g. "heads (32) are not divisible by tp (3)"). */
 void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
@@ -260,6 +359,7 @@ typedef struct {
     int64_t global_batch;   /* sequences per optimizer step */
     pt_prec_kind precision;
     int64_t bucket_bytes;   /* gradient-reduction bucket (PyTorch DDP default: 25 MiB) */
+    pt_stack stack;         /* the software that runs the step [ptrun] */
 } pt_train;
 
 void pt_train_default(pt_train *t, const pt_cluster *c);
