@@ -67,6 +67,7 @@ void pt_train_default(pt_train *t, const pt_cluster *c)
     /* A device without bf16 throughput (the CPU backend) trains in fp32. */
     bool bf16 = c != NULL && c->device.peak_flops[PT_DTYPE_BF16] > 0;
     t->precision = bf16 ? PT_PREC_BF16 : PT_PREC_FP32;
+    t->stack = *pt_stack_builtin(0); /* ptrun */
 }
 
 /* ---- Model states ------------------------------------------------------------ */

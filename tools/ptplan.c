@@ -38,7 +38,11 @@ static const char usage_text[] =
     "  --order ORDER           rank order, fastest first [tp-cp-dp-pp]\n"
     "  --max-mbs N             micro-batch sizes tried: powers of two up to N [8]\n"
     "  --mem-fraction F        share of device memory a layout may use [0.95]\n"
-    "  --bucket-mib N          gradient-reduction bucket size in MiB [25]\n"
+    "  --bucket-mib N          gradient-reduction bucket size in MiB [25; a stack with\n"
+    "                          its own bucket rule uses that]\n"
+    "  --stack NAME|FILE       the software that runs the step: ptrun, megatron-lm,\n"
+    "                          megatron-core, fsdp or a stack JSON file [ptrun]; it\n"
+    "                          decides attention, overlaps and the layouts tried\n"
     "  --db FILE               cost table [$PT_COSTS_DB, else ~/.local/share/ptplan/\n"
     "                          costs.db; analytic figures when that does not exist]\n"
     "  --sim-top N             simulate the N best by estimate in full [1000; 0 = all]\n"
@@ -59,6 +63,8 @@ static const char usage_text[] =
     "  --list-clusters         list the built-in clusters\n"
     "  --dump-model NAME|FILE  print a model spec as JSON (loads back identically)\n"
     "  --dump-cluster NAME|FILE print a cluster spec as JSON\n"
+    "  --list-stacks           list the built-in software stacks\n"
+    "  --dump-stack NAME|FILE  print a stack spec as JSON (loads back identically)\n"
     "\n"
     "Output:\n"
     "  --json                  machine-readable JSON on stdout\n"
@@ -86,7 +92,7 @@ static int parse_options(int argc, char **argv, options *o)
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
-           O_LR, O_SEED, O_DATA, O_DEVICES };
+           O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -99,6 +105,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"db", 1, 0, O_DB}, {"out", 1, 0, O_OUT}, {"no-out", 0, 0, O_NOOUT},
         {"timeline", 1, 0, O_TIMELINE}, {"sim-top", 1, 0, O_SIMTOP}, {"steps", 1, 0, O_STEPS},
         {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA}, {"devices", 1, 0, O_DEVICES},
+        {"stack", 1, 0, O_STACK}, {"list-stacks", 0, 0, O_LS}, {"dump-stack", 1, 0, O_DS},
         {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
@@ -110,6 +117,9 @@ static int parse_options(int argc, char **argv, options *o)
         switch (c) {
         case O_MODEL: o->model = optarg; break;
         case O_CLUSTER: o->cluster = optarg; break;
+        case O_STACK: o->stack = optarg; break;
+        case O_LS: o->list_stacks = true; break;
+        case O_DS: o->dump_stack = optarg; break;
         case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
         case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
         case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
@@ -156,10 +166,12 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     int modes = (o->layout != NULL) + (o->groups != NULL) + o->list_models + o->list_clusters +
-                (o->dump_model != NULL) + (o->dump_cluster != NULL);
+                (o->dump_model != NULL) + (o->dump_cluster != NULL) + o->list_stacks +
+                (o->dump_stack != NULL);
     if (modes > 1) {
         fprintf(stderr, "ptplan: choose one of --layout, --groups, --list-models, "
-                        "--list-clusters, --dump-model, --dump-cluster\n");
+                        "--list-clusters, --list-stacks, --dump-model, --dump-cluster, "
+                        "--dump-stack\n");
         return -1;
     }
     if (o->explain && !o->layout) {
@@ -247,6 +259,53 @@ static int list_clusters(bool json)
     return 0;
 }
 
+static int list_stacks(bool json)
+{
+    json_t *arr = json_array();
+    if (!json)
+        printf("%-14s %-8s %-14s %-13s %-6s %s\n", "name", "attn", "parallelism", "zero",
+               "dp ovl", "about");
+    for (int i = 0; i < pt_stack_builtin_count(); i++) {
+        const pt_stack *s = pt_stack_builtin(i);
+        if (json) {
+            json_array_append_new(arr, spec_json(pt_stack_to_json(s)));
+            continue;
+        }
+        char par[32] = "dp", zero[16] = "";
+        if (s->tp)
+            strcat(par, s->sp ? ",tp,sp" : ",tp");
+        if (s->pp)
+            strcat(par, ",pp");
+        if (s->cp)
+            strcat(par, ",cp");
+        for (int z = 0; z < 4; z++)
+            if (s->zero_stages & (1u << z))
+                snprintf(zero + strlen(zero), sizeof zero - strlen(zero), "%s%d",
+                         zero[0] ? "," : "", z);
+        printf("%-14s %-8s %-14s %-13s %-6s %s\n", s->name, pt_attn_impl_name(s->attention),
+               par, zero, pt_dp_overlap_name(s->dp_overlap), s->about);
+    }
+    if (json)
+        print_json(arr);
+    else
+        json_decref(arr);
+    return 0;
+}
+
+static int dump_stack(const char *name)
+{
+    pt_stack s;
+    pt_err err;
+    if (pt_stack_get(name, &s, &err))
+        return pt_tool_fail("%s", err.msg);
+    char *text = pt_stack_to_json(&s);
+    if (!text)
+        return pt_tool_fail("%s", "out of memory");
+    fputs(text, stdout);
+    free(text);
+    return 0;
+}
+
 static int dump_model(const char *name)
 {
     pt_model m;
@@ -309,6 +368,8 @@ int load_job(const options *o, job *j)
             return pt_tool_fail("%s", err.msg);
     }
     pt_train_default(&j->t, &j->c);
+    if (o->stack && pt_stack_get(o->stack, &j->t.stack, &err))
+        return pt_tool_fail("--stack: %s", err.msg);
     j->t.global_batch = o->global_batch;
     j->t.bucket_bytes = o->bucket_mib << 20;
     if (o->precision && pt_prec_parse(o->precision, &j->t.precision, &err))
@@ -368,8 +429,9 @@ void print_job_header(const job *j)
            "GiB\n", j->c.name, j->c.nodes, j->c.devices_per_node, j->c.device.name,
            gib((double)j->c.device.memory_bytes), 100 * j->eo.mem_fraction,
            gib(limit_bytes(j)));
-    printf("train   global batch %lld, precision %s, rank order %s\n",
-           (long long)j->t.global_batch, pt_prec_name(j->t.precision), order);
+    printf("train   global batch %lld, precision %s, rank order %s, stack %s\n",
+           (long long)j->t.global_batch, pt_prec_name(j->t.precision), order,
+           j->t.stack.name);
     if (j->db) {
         pt_costdb_id id;
         pt_costdb_identity(j->db, &id);
@@ -465,6 +527,10 @@ int main(int argc, char **argv)
         return list_models(o.json);
     if (o.list_clusters)
         return list_clusters(o.json);
+    if (o.list_stacks)
+        return list_stacks(o.json);
+    if (o.dump_stack)
+        return dump_stack(o.dump_stack);
     if (o.dump_model)
         return dump_model(o.dump_model);
     if (o.dump_cluster)

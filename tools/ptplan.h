@@ -13,10 +13,10 @@ enum { EXIT_BAD_INPUT = 1, EXIT_REJECTED = 3 };
 
 typedef struct {
     const char *model, *cluster, *layout, *groups, *dump_model, *dump_cluster;
-    const char *precision, *order, *db, *out, *timeline, *data;
+    const char *precision, *order, *db, *out, *timeline, *data, *stack, *dump_stack;
     int64_t nodes, devices, global_batch, seq, max_mbs, top, bucket_mib, sim_top, steps, seed;
     double mem_fraction, lr;
-    bool explain, json, list_models, list_clusters, no_out;
+    bool explain, json, list_models, list_clusters, list_stacks, no_out;
 } options;
 
 typedef struct {

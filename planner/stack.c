@@ -1,0 +1,562 @@
+/*
+ * Software stacks: how a training framework executes a step. The same layout costs
+ * different time under Megatron-LM of 2021-22 (unfused attention, gradients reduced
+ * after the backward), Megatron-Core with Transformer Engine (flash attention, TP
+ * communication overlap, overlapped bucketed reduction and parameter gathers), PyTorch
+ * FSDP (per-layer gathers prefetched one layer ahead) and ptrun itself. This file owns
+ * the built-ins, the JSON form and its checks; ops.c and sim.c price by it.
+ *
+ * JSON format (every field required, unknown fields refused):
+ *   {
+ *     "name": "my-stack",                       at most 63 bytes
+ *     "about": "what software, which version",  at most 255 bytes
+ *     "attention": {
+ *       "impl": "flash",                        ptrun | unfused | flash
+ *       "efficiency": [                         flash: share of dense peak, first
+ *         {"device": "H100", "fwd": 0.6, "bwd": 0.45},   matching device-name prefix
+ *         {"device": "*", "fwd": 0.5, "bwd": 0.4}        wins ("*" matches any); at
+ *       ]                                       most 8 entries, values in (0, 1]
+ *     },
+ *     "parallelism": {"tp": true, "pp": true, "cp": true, "sp": true,
+ *                     "zero": [0, 1]},          ZeRO stages offered
+ *     "overlap": {
+ *       "tp": true,                             TP communication beside the GEMMs
+ *       "tp_reach": 0.9,                        share of it hidden, [0, 1]
+ *       "dp": ["none", "last"],                 dp_overlap values offered
+ *       "dp_default": "last",
+ *       "param_gather": true,                   ZeRO 1/2 gather beside the next forward
+ *       "zero3_prefetch": 1,                    layers gathered ahead, 0..8
+ *       "compute_slowdown": 0.05                compute slower while NCCL shares SMs, [0, 1)
+ *     },
+ *     "gradients": {"bucket_rule": "fixed", "bucket_bytes": 26214400,  0: --bucket-mib
+ *                   "reduce_dtype": "fp32"},     fp32 | bf16
+ *     "loss": {"fused_xent": true, "vocab_multiple": 128},
+ *     "step_overhead_s": 0.0                    fixed time per step, >= 0
+ *   }
+ */
+#include "specjson.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *const attn_names[PT_ATTN_COUNT] = {"ptrun", "unfused", "flash"};
+static const char *const bucket_names[PT_BUCKET_COUNT] = {"fixed", "megatron"};
+static const char *const dpo_names[PT_DPO_COUNT] = {"none", "last", "backward"};
+
+const char *pt_attn_impl_name(pt_attn_impl a)
+{
+    return (unsigned)a < PT_ATTN_COUNT ? attn_names[a] : "?";
+}
+
+#define BIT(x) (1u << (x))
+
+/* ---- Built-in stacks ---------------------------------------------------------- */
+
+/* ptrun: what this project's runtime does, priced exactly as before stacks existed,
+ * so that predictions of ptrun's own runs (and the calibration built on them) do not
+ * move. Its attention kernels write the score matrix (runtime/, kernels/); buckets
+ * are reduced as the last backward of a chunk fills them; ZeRO-3 gathers the next
+ * layer beside the current one; the cross-entropy is one fused pair; the vocabulary
+ * is padded to a multiple of 128 (planner/params.c). */
+static const pt_stack stack_ptrun = {
+    .name = "ptrun",
+    .about = "ptrun, this project's trainer (CPU: OpenBLAS + MPI; CUDA: cuBLASLt + NCCL)",
+    .attention = PT_ATTN_PTRUN,
+    .tp = true, .pp = true, .cp = true, .sp = true,
+    .zero_stages = BIT(0) | BIT(1) | BIT(2) | BIT(3),
+    .tp_overlap = true, .tp_overlap_reach = 1.0,
+    .dp_overlap_modes = BIT(PT_DPO_LAST), .dp_overlap = PT_DPO_LAST,
+    .param_overlap = false,
+    .zero3_prefetch = 1,
+    .comm_compute_slowdown = 0,
+    .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
+    .grad_reduce_dtype = PT_DTYPE_FP32,
+    .fused_xent = true,
+    .vocab_multiple = 128,
+    .step_overhead_s = 0,
+};
+
+/* Megatron-LM as it trained GPT-3-class models in 2021-22 (Narayanan et al., SC'21;
+ * Korthikanti et al. 2022) and as Megatron-DeepSpeed forks ran it (BLOOM, MT-NLG):
+ * - attention unfused: QK^T and scores x V as batched GEMMs with the fused
+ *   scale-mask-softmax kernel (--masked-softmax-fusion) and dropout between them, the
+ *   b·a·s² score matrix written and read by each (Korthikanti Sec. 4.1 counts it);
+ * - gradients reduced after the last micro-batch's backward (its "local" DDP's
+ *   allreduce_gradients() in train_step; DeepSpeed's pipeline engine likewise reduces
+ *   after the backward of every micro-batch), in fp32 (main_grad accumulation);
+ * - ZeRO-1 at most (the distributed optimizer; DeepSpeed's pipeline engine refuses
+ *   ZeRO-2/3), no TP overlap, no context parallelism (added in Megatron-Core 2024);
+ * - vocabulary-parallel cross-entropy in several kernels; vocabulary padded to a
+ *   multiple of 128 x tp (--make-vocab-size-divisible-by 128). */
+static const pt_stack stack_megatron_lm = {
+    .name = "megatron-lm",
+    .about = "Megatron-LM 2021-22 (Narayanan et al. SC'21, Korthikanti et al. 2022), "
+             "Megatron-DeepSpeed: unfused attention, reduction after the backward",
+    .attention = PT_ATTN_UNFUSED,
+    .tp = true, .pp = true, .cp = false, .sp = true,
+    .zero_stages = BIT(0) | BIT(1),
+    .tp_overlap = false, .tp_overlap_reach = 0,
+    .dp_overlap_modes = BIT(PT_DPO_NONE), .dp_overlap = PT_DPO_NONE,
+    .param_overlap = false,
+    .zero3_prefetch = 0,
+    .comm_compute_slowdown = 0,
+    .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
+    .grad_reduce_dtype = PT_DTYPE_FP32,
+    .fused_xent = false,
+    .vocab_multiple = 128,
+    .step_overhead_s = 0,
+};
+
+/* Megatron-Core (r0.8 and later) with Transformer Engine:
+ * - flash attention through TE (cuDNN fused attention on Hopper; FlashAttention-2 on
+ *   Ampere). Efficiencies: FlashAttention-2 reaches 60-72% of A100 peak forward and
+ *   about 50% backward at head size 64-128 (Dao, "FlashAttention-2", 2023, Fig. 4-5);
+ *   Hopper kernels of the FlashAttention-3 class (which cuDNN matches) reach 62-75%
+ *   of H100 peak forward and 45-55% backward (Shah et al., "FlashAttention-3", 2024,
+ *   Fig. 5-7);
+ * - --tp-comm-overlap (TE userbuffers: all-gathers and reduce-scatters pipelined with
+ *   the GEMMs; the chunk that starts a pipeline is not hidden: reach 0.8),
+ *   --overlap-grad-reduce (buckets as the last micro-batch's backward fills them),
+ *   --overlap-param-gather (the distributed optimizer's all-gather beside the next
+ *   forward);
+ * - the distributed optimizer's buckets hold max(40,000,000, 1,000,000 x dp)
+ *   parameters (megatron/training/training.py, get_model);
+ * - gradients reduced in fp32 unless --grad-reduce-in-bf16;
+ * - NCCL kernels take SMs from the overlapped compute: Megatron-Core's default of
+ *   NCCL channels on H100 costs some compute throughput; we charge 3% while overlapped
+ *   communication runs (an estimate; ptprofile cannot measure it without a GPU). */
+static const pt_stack stack_megatron_core = {
+    .name = "megatron-core",
+    .about = "Megatron-Core r0.8+ with Transformer Engine: flash attention, TP comm "
+             "overlap, overlapped grad reduce and param gather, distributed optimizer",
+    .attention = PT_ATTN_FLASH,
+    .n_attn_eff = 3,
+    .attn_eff = {{"A100", 0.62, 0.50}, {"H100", 0.62, 0.48}, {"*", 0.5, 0.4}},
+    .tp = true, .pp = true, .cp = true, .sp = true,
+    .zero_stages = BIT(0) | BIT(1),
+    .tp_overlap = true, .tp_overlap_reach = 0.8,
+    .dp_overlap_modes = BIT(PT_DPO_NONE) | BIT(PT_DPO_LAST), .dp_overlap = PT_DPO_LAST,
+    .param_overlap = true,
+    .zero3_prefetch = 0,
+    .comm_compute_slowdown = 0.03,
+    .bucket_rule = PT_BUCKET_MEGATRON, .bucket_bytes = 0,
+    .grad_reduce_dtype = PT_DTYPE_FP32,
+    .fused_xent = false,
+    .vocab_multiple = 128,
+    .step_overhead_s = 0,
+};
+
+/* PyTorch FSDP (FULL_SHARD; SHARD_GRAD_OP is ZeRO-2, NO_SHARD plain DDP) with
+ * FlashAttention-2 as llm-foundry and torchtitan run it, data parallelism only:
+ * - each FSDP unit (a transformer layer) is all-gathered before its forward and again
+ *   before its backward, with the next unit's gather issued one ahead
+ *   (backward_prefetch=BACKWARD_PRE, forward prefetch through the limit_all_gathers
+ *   rate limiter: one unit in flight); gradients are reduce-scattered per unit during
+ *   the backward of every micro-batch (FSDP docs, "FullyShardedDataParallel");
+ * - FlashAttention-2 on Hopper lacks the Hopper-specific instructions: 35% of H100
+ *   peak forward and about 28% backward (Shah et al. 2024, Fig. 5-7, FA2 curves);
+ *   on A100 as Dao 2023 measured (see megatron-core);
+ * - gradients reduced in fp32 (torchtitan's mixed_precision_reduce default);
+ * - the vocabulary is not padded (Hugging Face-style embeddings);
+ * - NCCL's collectives run concurrently with compute on the same SMs: 3% as above. */
+static const pt_stack stack_fsdp = {
+    .name = "fsdp",
+    .about = "PyTorch FSDP full shard with FlashAttention-2 (llm-foundry, torchtitan 1D)",
+    .attention = PT_ATTN_FLASH,
+    .n_attn_eff = 3,
+    .attn_eff = {{"A100", 0.62, 0.50}, {"H100", 0.35, 0.28}, {"*", 0.4, 0.3}},
+    .tp = false, .pp = false, .cp = false, .sp = false,
+    .zero_stages = BIT(0) | BIT(2) | BIT(3),
+    .tp_overlap = false, .tp_overlap_reach = 0,
+    .dp_overlap_modes = BIT(PT_DPO_LAST) | BIT(PT_DPO_BACKWARD), .dp_overlap = PT_DPO_LAST,
+    .param_overlap = false,
+    .zero3_prefetch = 1,
+    .comm_compute_slowdown = 0.03,
+    .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
+    .grad_reduce_dtype = PT_DTYPE_FP32,
+    .fused_xent = false,
+    .vocab_multiple = 1,
+    .step_overhead_s = 0,
+};
+
+static const pt_stack *const builtins[] = {&stack_ptrun, &stack_megatron_lm,
+                                           &stack_megatron_core, &stack_fsdp};
+
+int pt_stack_builtin_count(void)
+{
+    return (int)(sizeof builtins / sizeof builtins[0]);
+}
+
+const pt_stack *pt_stack_builtin(int i)
+{
+    return i >= 0 && i < pt_stack_builtin_count() ? builtins[i] : NULL;
+}
+
+double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward)
+{
+    for (int i = 0; i < s->n_attn_eff && i < PT_STACK_MAX_ATTN_EFF; i++) {
+        const pt_attn_eff *e = &s->attn_eff[i];
+        if (strcmp(e->device, "*") == 0 || strncmp(device, e->device, strlen(e->device)) == 0)
+            return backward ? e->bwd : e->fwd;
+    }
+    return 0;
+}
+
+/* ---- Lookup ------------------------------------------------------------------- */
+
+int pt_stack_get(const char *name, pt_stack *out, pt_err *err)
+{
+    if (!name)
+        return pt_err_set(err, "no stack name given; see ptplan --list-stacks");
+    for (int i = 0; i < pt_stack_builtin_count(); i++)
+        if (strcmp(builtins[i]->name, name) == 0) {
+            *out = *builtins[i];
+            return 0;
+        }
+    struct stat st;
+    if (stat(name, &st) == 0)
+        return pt_stack_load_file(name, out, err);
+    char names[160] = "";
+    for (int i = 0; i < pt_stack_builtin_count(); i++) {
+        strncat(names, builtins[i]->name, sizeof names - strlen(names) - 1);
+        if (i + 1 < pt_stack_builtin_count())
+            strncat(names, ", ", sizeof names - strlen(names) - 1);
+    }
+    return pt_err_set(err, "unknown stack '%s' (not a built-in and no such file); built-ins: "
+                           "%s", name, names);
+}
+
+int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err)
+{
+    char *text = pt_json_read_file(path, err);
+    if (!text)
+        return -1;
+    int rc = pt_stack_from_json(text, path, out, err);
+    free(text);
+    return rc;
+}
+
+/* ---- Reading ------------------------------------------------------------------- */
+
+static const char *const top_keys[] = {"name", "about", "attention", "parallelism", "overlap",
+                                       "gradients", "loss", "step_overhead_s", NULL};
+static const char *const attn_keys[] = {"impl", "efficiency", NULL};
+static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
+static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
+static const char *const ovl_keys[] = {"tp", "tp_reach", "dp", "dp_default", "param_gather",
+                                       "zero3_prefetch", "compute_slowdown", NULL};
+static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype", NULL};
+static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", NULL};
+
+/* An array field of `o`; *n its length. */
+static const json_t *get_array(const pt_json_obj *o, const char *key, size_t max, pt_err *err)
+{
+    char name[160];
+    pt_json_field_name(o, key, name, sizeof name);
+    const json_t *v = json_object_get(o->obj, key);
+    if (!v) {
+        pt_err_set(err, "%s: missing field '%s'", o->origin, name);
+        return NULL;
+    }
+    if (!json_is_array(v)) {
+        pt_err_set(err, "%s: field '%s': expected an array", o->origin, name);
+        return NULL;
+    }
+    if (json_array_size(v) > max) {
+        pt_err_set(err, "%s: field '%s' has %zu entries, at most %zu allowed", o->origin, name,
+                   json_array_size(v), max);
+        return NULL;
+    }
+    return v;
+}
+
+static int read_attention(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
+    pt_json_obj a;
+    int impl;
+    if (pt_json_get_object(top, "attention", attn_keys, &a, err) ||
+        pt_json_get_enum(&a, "impl", attn_names, PT_ATTN_COUNT, &impl, err))
+        return -1;
+    s->attention = (pt_attn_impl)impl;
+    const json_t *arr = get_array(&a, "efficiency", PT_STACK_MAX_ATTN_EFF, err);
+    if (!arr)
+        return -1;
+    s->n_attn_eff = (int)json_array_size(arr);
+    for (int i = 0; i < s->n_attn_eff; i++) {
+        const json_t *item = json_array_get(arr, (size_t)i);
+        pt_json_obj e = {.obj = item, .origin = a.origin};
+        snprintf(e.path, sizeof e.path, "attention.efficiency[%d]", i);
+        if (!json_is_object(item))
+            return pt_err_set(err, "%s: field '%s': expected an object", a.origin, e.path);
+        pt_attn_eff *x = &s->attn_eff[i];
+        if (pt_json_check_keys(&e, eff_keys, err) ||
+            pt_json_get_string(&e, "device", x->device, sizeof x->device, err) ||
+            pt_json_get_real(&e, "fwd", &x->fwd, err) || pt_json_get_real(&e, "bwd", &x->bwd, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* A list of names (of `names`) as a bit set. */
+static int read_name_set(const pt_json_obj *o, const char *key, const char *const *names,
+                         int count, unsigned *out, pt_err *err)
+{
+    const json_t *arr = get_array(o, key, (size_t)count, err);
+    if (!arr)
+        return -1;
+    *out = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const char *v = json_string_value(json_array_get(arr, i));
+        int k = 0;
+        while (v && k < count && strcmp(v, names[k]) != 0)
+            k++;
+        if (!v || k == count)
+            return pt_err_set(err, "%s: field '%s.%s[%zu]': expected one of none, last, "
+                                   "backward", o->origin, o->path, key, i);
+        *out |= BIT(k);
+    }
+    return 0;
+}
+
+static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
+    pt_json_obj p;
+    if (pt_json_get_object(top, "parallelism", par_keys, &p, err) ||
+        pt_json_get_bool(&p, "tp", &s->tp, err) || pt_json_get_bool(&p, "pp", &s->pp, err) ||
+        pt_json_get_bool(&p, "cp", &s->cp, err) || pt_json_get_bool(&p, "sp", &s->sp, err))
+        return -1;
+    const json_t *arr = get_array(&p, "zero", 4, err);
+    if (!arr)
+        return -1;
+    s->zero_stages = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 3)
+            return pt_err_set(err, "%s: field 'parallelism.zero[%zu]': expected a ZeRO stage "
+                                   "0..3", p.origin, i);
+        s->zero_stages |= BIT(json_integer_value(v));
+    }
+    return 0;
+}
+
+static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
+    pt_json_obj o;
+    int dflt;
+    if (pt_json_get_object(top, "overlap", ovl_keys, &o, err) ||
+        pt_json_get_bool(&o, "tp", &s->tp_overlap, err) ||
+        pt_json_get_real(&o, "tp_reach", &s->tp_overlap_reach, err) ||
+        read_name_set(&o, "dp", dpo_names, PT_DPO_COUNT, &s->dp_overlap_modes, err) ||
+        pt_json_get_enum(&o, "dp_default", dpo_names, PT_DPO_COUNT, &dflt, err) ||
+        pt_json_get_bool(&o, "param_gather", &s->param_overlap, err) ||
+        pt_json_get_int32(&o, "zero3_prefetch", &s->zero3_prefetch, err) ||
+        pt_json_get_real(&o, "compute_slowdown", &s->comm_compute_slowdown, err))
+        return -1;
+    s->dp_overlap = (pt_dp_overlap)dflt;
+    return 0;
+}
+
+static int read_gradients(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
+    pt_json_obj g;
+    int rule, dt;
+    static const char *const dtypes[] = {"fp32", "bf16"};
+    if (pt_json_get_object(top, "gradients", grad_keys, &g, err) ||
+        pt_json_get_enum(&g, "bucket_rule", bucket_names, PT_BUCKET_COUNT, &rule, err) ||
+        pt_json_get_int(&g, "bucket_bytes", &s->bucket_bytes, err) ||
+        pt_json_get_enum(&g, "reduce_dtype", dtypes, 2, &dt, err))
+        return -1;
+    s->bucket_rule = (pt_bucket_rule)rule;
+    s->grad_reduce_dtype = dt ? PT_DTYPE_BF16 : PT_DTYPE_FP32;
+    return 0;
+}
+
+static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
+    pt_json_obj l;
+    if (pt_json_check_keys(top, top_keys, err) ||
+        pt_json_get_string(top, "name", s->name, sizeof s->name, err) ||
+        pt_json_get_string(top, "about", s->about, sizeof s->about, err) ||
+        read_attention(top, s, err) || read_parallelism(top, s, err) ||
+        read_overlap(top, s, err) || read_gradients(top, s, err) ||
+        pt_json_get_object(top, "loss", loss_keys, &l, err) ||
+        pt_json_get_bool(&l, "fused_xent", &s->fused_xent, err) ||
+        pt_json_get_int(&l, "vocab_multiple", &s->vocab_multiple, err) ||
+        pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err))
+        return -1;
+    return 0;
+}
+
+int pt_stack_from_json(const char *text, const char *origin, pt_stack *out, pt_err *err)
+{
+    pt_json_obj top;
+    json_t *root = pt_json_parse_object(text, origin, &top, err);
+    if (!root)
+        return -1;
+    pt_stack s;
+    memset(&s, 0, sizeof s);
+    int rc = read_stack(&top, &s, err);
+    json_decref(root);
+    if (rc == 0)
+        rc = pt_stack_validate(&s, origin, err);
+    if (rc == 0)
+        *out = s;
+    return rc;
+}
+
+/* ---- Checks --------------------------------------------------------------------- */
+
+static int in_range(const char *origin, const char *field, double v, double lo, double hi,
+                    bool lo_open, pt_err *err)
+{
+    if (isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi)
+        return 0;
+    return pt_err_set(err, "%s: field '%s' = %g: expected a value in %s%g, %g]", origin, field,
+                      v, lo_open ? "(" : "[", lo, hi);
+}
+
+int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
+{
+    if (!memchr(s->name, '\0', sizeof s->name) || !s->name[0])
+        return pt_err_set(err, "%s: field 'name' is empty", origin);
+    if ((unsigned)s->attention >= PT_ATTN_COUNT)
+        return pt_err_set(err, "%s: field 'attention.impl': not a known implementation", origin);
+    if (s->attention == PT_ATTN_FLASH && s->n_attn_eff == 0)
+        return pt_err_set(err, "%s: field 'attention.efficiency' is empty: flash attention "
+                               "needs at least one entry (\"device\": \"*\" matches any)", origin);
+    for (int i = 0; i < s->n_attn_eff; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "attention.efficiency[%d].fwd", i);
+        if (in_range(origin, f, s->attn_eff[i].fwd, 0, 1, true, err))
+            return -1;
+        snprintf(f, sizeof f, "attention.efficiency[%d].bwd", i);
+        if (in_range(origin, f, s->attn_eff[i].bwd, 0, 1, true, err))
+            return -1;
+        if (!s->attn_eff[i].device[0])
+            return pt_err_set(err, "%s: field 'attention.efficiency[%d].device' is empty",
+                              origin, i);
+    }
+    if (!(s->zero_stages & 0xf))
+        return pt_err_set(err, "%s: field 'parallelism.zero' offers no ZeRO stage", origin);
+    if (in_range(origin, "overlap.tp_reach", s->tp_overlap_reach, 0, 1, false, err) ||
+        in_range(origin, "overlap.compute_slowdown", s->comm_compute_slowdown, 0, 0.99, false,
+                 err) ||
+        in_range(origin, "step_overhead_s", s->step_overhead_s, 0, 3600, false, err))
+        return -1;
+    if (s->tp_overlap && !s->sp)
+        return pt_err_set(err, "%s: field 'overlap.tp' is true but 'parallelism.sp' is false: "
+                               "TP overlap pipelines sequence-parallel collectives", origin);
+    if (!s->dp_overlap_modes)
+        return pt_err_set(err, "%s: field 'overlap.dp' is empty: list at least one of none, "
+                               "last, backward", origin);
+    if (!(s->dp_overlap_modes & BIT(s->dp_overlap)))
+        return pt_err_set(err, "%s: field 'overlap.dp_default' = \"%s\" is not in 'overlap.dp'",
+                          origin, dpo_names[s->dp_overlap]);
+    if (s->zero3_prefetch < 0 || s->zero3_prefetch > 8)
+        return pt_err_set(err, "%s: field 'overlap.zero3_prefetch' = %d: expected 0..8", origin,
+                          s->zero3_prefetch);
+    if (s->bucket_bytes < 0 || s->bucket_bytes > (INT64_C(1) << 40))
+        return pt_err_set(err, "%s: field 'gradients.bucket_bytes' = %lld: expected 0 (the "
+                               "training's bucket) up to 2^40", origin,
+                          (long long)s->bucket_bytes);
+    if (s->vocab_multiple < 1 || s->vocab_multiple > 65536)
+        return pt_err_set(err, "%s: field 'loss.vocab_multiple' = %lld: expected 1..65536",
+                          origin, (long long)s->vocab_multiple);
+    return 0;
+}
+
+int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
+{
+    if (l->tp > 1 && !s->tp)
+        return pt_err_set(err, "layout tp=%d: stack '%s' has no tensor parallelism", l->tp,
+                          s->name);
+    if (l->pp > 1 && !s->pp)
+        return pt_err_set(err, "layout pp=%d: stack '%s' has no pipeline parallelism", l->pp,
+                          s->name);
+    if (l->cp > 1 && !s->cp)
+        return pt_err_set(err, "layout cp=%d: stack '%s' has no context parallelism", l->cp,
+                          s->name);
+    if (l->sp && !s->sp)
+        return pt_err_set(err, "layout sp=1: stack '%s' has no sequence parallelism", s->name);
+    if (!(s->zero_stages & BIT(l->zero)))
+        return pt_err_set(err, "layout zero=%d: stack '%s' does not offer ZeRO stage %d",
+                          l->zero, s->name, l->zero);
+    if (l->tp_overlap && !s->tp_overlap)
+        return pt_err_set(err, "layout tp_overlap=1: stack '%s' does not overlap TP "
+                               "communication", s->name);
+    if (!(s->dp_overlap_modes & BIT(l->dp_overlap))) {
+        char modes[64] = "";
+        for (int k = 0; k < PT_DPO_COUNT; k++)
+            if (s->dp_overlap_modes & BIT(k)) {
+                strncat(modes, modes[0] ? ", " : "", sizeof modes - strlen(modes) - 1);
+                strncat(modes, dpo_names[k], sizeof modes - strlen(modes) - 1);
+            }
+        return pt_err_set(err, "layout dp_overlap=%s: stack '%s' offers only %s",
+                          dpo_names[l->dp_overlap], s->name, modes);
+    }
+    if (l->param_overlap && !s->param_overlap)
+        return pt_err_set(err, "layout param_overlap=1: stack '%s' does not overlap the "
+                               "parameter all-gather", s->name);
+    if (l->param_overlap && l->zero != 1 && l->zero != 2)
+        return pt_err_set(err, "layout param_overlap=1 with zero=%d: only ZeRO 1 and 2 gather "
+                               "parameters after the optimizer step", l->zero);
+    return 0;
+}
+
+/* ---- Writing ---------------------------------------------------------------------- */
+
+char *pt_stack_to_json(const pt_stack *s)
+{
+    json_t *root = json_object(), *attn = json_object(), *eff = json_array(),
+           *par = json_object(), *zero = json_array(), *ovl = json_object(),
+           *dp = json_array(), *grad = json_object(), *loss = json_object();
+    int bad = !root || !attn || !eff || !par || !zero || !ovl || !dp || !grad || !loss;
+    for (int i = 0; !bad && i < s->n_attn_eff; i++)
+        bad |= json_array_append_new(eff, json_pack("{s:s, s:f, s:f}", "device",
+                                                    s->attn_eff[i].device, "fwd",
+                                                    s->attn_eff[i].fwd, "bwd",
+                                                    s->attn_eff[i].bwd));
+    for (int z = 0; !bad && z < 4; z++)
+        if (s->zero_stages & BIT(z))
+            bad |= json_array_append_new(zero, json_integer(z));
+    for (int k = 0; !bad && k < PT_DPO_COUNT; k++)
+        if (s->dp_overlap_modes & BIT(k))
+            bad |= json_array_append_new(dp, json_string(dpo_names[k]));
+    if (!bad) {
+        bad |= pt_json_set(attn, "impl", json_string(pt_attn_impl_name(s->attention)));
+        bad |= pt_json_set(attn, "efficiency", json_incref(eff));
+        bad |= pt_json_set(par, "tp", json_boolean(s->tp));
+        bad |= pt_json_set(par, "pp", json_boolean(s->pp));
+        bad |= pt_json_set(par, "cp", json_boolean(s->cp));
+        bad |= pt_json_set(par, "sp", json_boolean(s->sp));
+        bad |= pt_json_set(par, "zero", json_incref(zero));
+        bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
+        bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));
+        bad |= pt_json_set(ovl, "dp", json_incref(dp));
+        bad |= pt_json_set(ovl, "dp_default", json_string(dpo_names[s->dp_overlap]));
+        bad |= pt_json_set(ovl, "param_gather", json_boolean(s->param_overlap));
+        bad |= pt_json_set(ovl, "zero3_prefetch", json_integer(s->zero3_prefetch));
+        bad |= pt_json_set(ovl, "compute_slowdown", json_real(s->comm_compute_slowdown));
+        bad |= pt_json_set(grad, "bucket_rule", json_string(bucket_names[s->bucket_rule]));
+        bad |= pt_json_set(grad, "bucket_bytes", json_integer(s->bucket_bytes));
+        bad |= pt_json_set(grad, "reduce_dtype",
+                           json_string(s->grad_reduce_dtype == PT_DTYPE_BF16 ? "bf16" : "fp32"));
+        bad |= pt_json_set(loss, "fused_xent", json_boolean(s->fused_xent));
+        bad |= pt_json_set(loss, "vocab_multiple", json_integer(s->vocab_multiple));
+        bad |= pt_json_set(root, "name", json_string(s->name));
+        bad |= pt_json_set(root, "about", json_string(s->about));
+        bad |= pt_json_set(root, "attention", json_incref(attn));
+        bad |= pt_json_set(root, "parallelism", json_incref(par));
+        bad |= pt_json_set(root, "overlap", json_incref(ovl));
+        bad |= pt_json_set(root, "gradients", json_incref(grad));
+        bad |= pt_json_set(root, "loss", json_incref(loss));
+        bad |= pt_json_set(root, "step_overhead_s", json_real(s->step_overhead_s));
+    }
+    char *text = bad ? NULL : pt_json_dump(root);
+    json_t *all[] = {root, attn, eff, par, zero, ovl, dp, grad, loss};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        json_decref(all[i]);
+    return text;
+}
