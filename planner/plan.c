@@ -78,13 +78,17 @@ json_t *pt_plan_json(const pt_plan *p)
     json_t *predicted = pt_sim_result_json(&p->predicted);
     if (predicted)
         json_object_set_new(predicted, "memory", pt_memory_json(&p->memory));
-    return json_pack("{s:i, s:s, s:o, s:o, s:o, s:s, s:s, s:o, s:o, s:{s:s, s:i, s:I, s:I, s:s}}",
+    char *stack_text = pt_stack_to_json(&p->train.stack);
+    json_t *stack = stack_text ? json_loads(stack_text, JSON_DECODE_ANY, NULL) : NULL;
+    free(stack_text);
+    return json_pack("{s:i, s:s, s:o, s:o, s:o, s:s, s:s, s:o, s:o, s:o, s:{s:s, s:i, s:I, s:I, "
+                     "s:s}}",
                      "format_version", p->format_version, "created_by", p->created_by,
                      "model", pt_model_json_obj(&p->model), "cluster",
                      pt_cluster_json_obj(&p->cluster), "layout", pt_layout_json(&p->layout),
                      "schedule", pt_schedule_name(p->layout.schedule), "rank_order", order,
-                     "training", training_json(&p->train, &p->run), "predicted", predicted,
-                     "cost_table", "path", p->costs.path, "schema_version",
+                     "training", training_json(&p->train, &p->run), "stack", stack,
+                     "predicted", predicted, "cost_table", "path", p->costs.path, "schema_version",
                      p->costs.schema_version, "kernel_samples",
                      (json_int_t)p->costs.kernel_samples, "coll_samples",
                      (json_int_t)p->costs.coll_samples, "fingerprint", p->costs.fingerprint);
@@ -119,7 +123,7 @@ int pt_plan_write(const pt_plan *p, const char *path, pt_err *err)
 
 static const char *const plan_keys[] = {"format_version", "created_by", "model", "cluster",
                                         "layout", "schedule", "rank_order", "training",
-                                        "predicted", "cost_table", NULL};
+                                        "stack", "predicted", "cost_table", NULL};
 static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "pp", "vp",
                                           "cp", "dp", "zero", "mbs", "n_micro", "recompute",
                                           "schedule", "order", "world", "dp_overlap",
@@ -246,6 +250,25 @@ static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt
     return 0;
 }
 
+/* The software stack the plan was priced for; plans written before stacks existed
+ * have none and were priced as ptrun runs. */
+static int read_stack(const pt_json_obj *top, pt_train *t, pt_err *err)
+{
+    const json_t *v = json_object_get(top->obj, "stack");
+    t->stack = *pt_stack_builtin(0);
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return pt_err_set(err, "%s: field 'stack': expected an object", top->origin);
+    char *text = json_dumps(v, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    char origin[600];
+    snprintf(origin, sizeof origin, "%s: field 'stack'", top->origin);
+    int rc = text ? pt_stack_from_json(text, origin, &t->stack, err)
+                  : pt_err_set(err, "%s: out of memory", origin);
+    free(text);
+    return rc;
+}
+
 static int read_memory(const pt_json_obj *pred, pt_memory *m, pt_err *err)
 {
     pt_json_obj o;
@@ -367,7 +390,7 @@ int pt_plan_from_json(const char *text, const char *origin, pt_plan *out, pt_err
              pt_model_read_obj(&mo, &p.model, err) ||
              pt_json_get_object(&top, "cluster", NULL, &co, err) ||
              pt_cluster_read_obj(&co, &p.cluster, err) || read_layout(&top, &p.layout, err) ||
-             read_training(&top, &p.train, &p.run, err) ||
+             read_training(&top, &p.train, &p.run, err) || read_stack(&top, &p.train, err) ||
              read_predicted(&top, &p.predicted, &p.memory, err) ||
              read_costs(&top, &p.costs, err) || check_plan(&top, &p, err);
     p.predicted.pp = p.layout.pp;

@@ -294,13 +294,32 @@ const char *pt_reject_describe(pt_reject r); /* one line for humans */
  * *mask for each broken rule r (mask may be NULL). */
 int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch,
                     const pt_layout *l, uint32_t *mask);
+/* Layers per pipeline stage: Megatron-Core's decoder_first_pipeline_num_layers /
+ * decoder_last_pipeline_num_layers rule. With F = first_layers and Z = last_layers
+ * both 0, every one of the p·vp virtual stages holds L/(p·vp) layers (rule
+ * layers_pp). Otherwise (rule uneven_split) pipeline rank 0 holds F layers and rank
+ * p-1 holds Z; the ranks whose count is not given (0 means not given) share the rest
+ * evenly: the p-2 middle ranks when both are given, else the middle ranks and the end
+ * left out (first_layers=7 alone on pp=4 with 31 layers: 7, 8, 8, 8). Each rank's
+ * layers divide evenly over its vp chunks. Valid only when pp > 1, F and Z are
+ * multiples of vp, the rest divides evenly over the other ranks (with pp = 2 and both
+ * given: F + Z = L), and every chunk holds at least one layer. Llama 3 405B: L = 126,
+ * pp = 16, F = Z = 7, 8 on each middle rank. */
+
 /* Layers of virtual stage vs (0 .. p·vp-1; vs = chunk·p + pipeline rank) under the
- * layout's split (first_layers, last_layers, the rest even), and in *first (may be
- * NULL) the model index of its first layer: virtual stages hold consecutive layers
- * in order. The memory model, op lists, simulator and runtime all ask this. */
+ * layout's split, and in *first (may be NULL) the model index of its first layer:
+ * virtual stages hold consecutive layers in vs order, so rank 0's chunks are not
+ * contiguous with interleaving. The memory model, simulator and runtime all ask this.
+ * Meaningful for layouts pt_layout_check accepts; for others a non-negative estimate
+ * (the even split rounded up). */
 int64_t pt_stage_layers(const pt_model *m, const pt_layout *l, int vs, int64_t *first);
-/* Layers pipeline rank r holds over all its chunks. */
+/* Layers pipeline rank r holds over all its chunks: vp times its chunk's layers. */
 int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r);
+
+/* pt_layout_parse with the stack's defaults for the keys left out (dp_overlap;
+ * param_overlap on for ZeRO 1/2 when the stack offers it), then pt_stack_check_layout. */
+int pt_layout_parse_stack(const char *text, int64_t world, int64_t global_batch,
+                          const pt_stack *s, pt_layout *l, pt_err *err);
 
 /* Whether stack s can run layout l: the parallelisms, ZeRO stage and overlaps it
  * offers. The error names the layout key and the stack. */

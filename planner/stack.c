@@ -560,3 +560,16 @@ char *pt_stack_to_json(const pt_stack *s)
         json_decref(all[i]);
     return text;
 }
+
+int pt_layout_parse_stack(const char *text, int64_t world, int64_t global_batch,
+                          const pt_stack *s, pt_layout *l, pt_err *err)
+{
+    l->dp_overlap = s->dp_overlap;
+    if (pt_layout_parse(text, world, global_batch, l, err))
+        return -1;
+    /* a key is given when it starts the text or follows a comma */
+    bool given = strncmp(text, "param_overlap=", 14) == 0 || strstr(text, ",param_overlap=");
+    if (!given && s->param_overlap && (l->zero == 1 || l->zero == 2))
+        l->param_overlap = true;
+    return pt_stack_check_layout(s, l, err);
+}

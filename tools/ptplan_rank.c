@@ -177,7 +177,8 @@ static int evaluate_job(const options *o, job *j)
     pt_layout l;
     pt_layout_default(&l);
     memcpy(l.order, j->eo.order, sizeof l.order);
-    if (pt_layout_parse(o->layout, pt_cluster_world(&j->c), j->t.global_batch, &l, &err))
+    if (pt_layout_parse_stack(o->layout, pt_cluster_world(&j->c), j->t.global_batch,
+                              &j->t.stack, &l, &err))
         return pt_tool_fail("--layout: %s", err.msg);
     uint32_t mask;
     int broken = pt_layout_check(&j->m, &j->c, j->t.global_batch, &l, &mask);
