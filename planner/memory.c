@@ -154,13 +154,25 @@ static double pt_mem_layer_linear(const pt_model *m, const pt_mem_dims *d)
 
 double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precision p)
 {
+    return pt_mem_layer_activations_attn(m, l, p, PT_ATTN_PTRUN);
+}
+
+double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_precision p,
+                                     pt_attn_impl attn)
+{
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     /* Full recomputation keeps only the layer input (Korthikanti Sec. 5: 2sbh). */
     if (l->recompute == PT_RECOMPUTE_FULL)
         return d.ab * d.sb * (double)m->hidden / d.rep;
     double bytes = pt_mem_layer_linear(m, &d);
-    /* Selective recomputation drops the attention core (Korthikanti Sec. 5). */
-    if (l->recompute == PT_RECOMPUTE_NONE)
+    /* Selective recomputation drops the attention core (Korthikanti Sec. 5). Flash
+     * attention keeps no score matrix at all, only the output (counted with the
+     * output projection's input) and the softmax statistics: one fp32 log-sum-exp per
+     * head and query (Dao et al. 2022, Alg. 2); its dropout mask is regenerated
+     * from the RNG state. */
+    if (attn == PT_ATTN_FLASH)
+        bytes += 4.0 * (double)m->heads * d.sb / d.t;
+    else if (l->recompute == PT_RECOMPUTE_NONE)
         bytes += pt_mem_attention_core(m, &d);
     return bytes;
 }
@@ -185,14 +197,15 @@ static pt_mem_flight pt_mem_flight_of(const pt_model *m, const pt_layout *l, int
         return (pt_mem_flight){1, layers, 1, 1};
     if (vp > 1) { /* the layout rules allow vp > 1 only with the interleaved schedule */
         /* Megatron's interleaved 1F1B: (p - stage - 1)·2 + (vp - 1)·p warm-up forwards
-         * plus the steady state's first forward, each a chunk of L/(p·vp) layers; at
-         * stage 0 that is L·(1 + (p-1)/(p·vp)) layers (Korthikanti Sec. 4.2.3). The
-         * chunk order (p micro-batches per chunk in turn) keeps up to 2p micro-batches
-         * in flight on stage 0's first chunk, and one on the last stage's last chunk. */
+         * plus the steady state's first forward, each a chunk of this stage's layers/vp
+         * (L/(p·vp) with the even split); at stage 0 that is L·(1 + (p-1)/(p·vp))
+         * layers (Korthikanti Sec. 4.2.3). The chunk order (p micro-batches per chunk
+         * in turn) keeps up to 2p micro-batches in flight on stage 0's first chunk, and
+         * one on the last stage's last chunk. */
         int64_t chunks = (pp - stage - 1) * 2 + (vp - 1) * pp + 1;
         if (chunks > n * vp)
             chunks = n * vp;
-        int64_t chunk_layers = (m->layers + pp * vp - 1) / (pp * vp);
+        int64_t chunk_layers = pt_stage_layers(m, l, stage, NULL);
         return (pt_mem_flight){chunks, chunk_layers, 2 * pp < n ? 2 * pp : n, 1};
     }
     /* 1F1B (PipeDream-Flush): stage i runs p - i warm-up forwards before its first
@@ -254,7 +267,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
     if (stage > pp - 1)
         stage = (int)(pp - 1);
     bool first = stage == 0, last = stage == pp - 1;
-    int64_t layers = (m->layers + pp - 1) / pp;
+    int64_t layers = pt_rank_layers(m, l, stage);
 
     int64_t params = pt_params_part(m, l->tp, (int)pp, layers, first, last);
     int64_t shard = pt_mem_pos(l->dp) * pt_mem_pos(l->cp);
@@ -262,13 +275,13 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
-    double act = pt_mem_layer_activations(m, l, p);
+    double act = pt_mem_layer_activations_attn(m, l, p, t->stack.attention);
 
     double recompute = 0;
     if (l->recompute == PT_RECOMPUTE_FULL) {
         pt_layout none = *l;
         none.recompute = PT_RECOMPUTE_NONE;
-        recompute = pt_mem_layer_activations(m, &none, p);
+        recompute = pt_mem_layer_activations_attn(m, &none, p, t->stack.attention);
     } else if (l->recompute == PT_RECOMPUTE_SELECTIVE) {
         recompute = pt_mem_attention_core(m, &d);
     }
@@ -294,10 +307,11 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 void pt_mem_rank_max(const pt_model *m, const pt_layout *l, const pt_train *t,
                      pt_memory *out)
 {
-    /* Three stages suffice. Stage 0 holds the embedding, stage p-1 the head. The
-     * middle stages 1..p-2 hold the same parameters (layers only) and the same
-     * buffers, and the activations they keep in flight never grow with the stage
-     * index: constant under all-forward-all-backward, min(p - i, n) under 1F1B and
+    /* Three stages suffice. Stage 0 holds the embedding, stage p-1 the head, and
+     * with first_layers/last_layers their own number of layers. The middle stages
+     * 1..p-2 hold the same layers (pt_stage_layers), parameters and buffers, and the
+     * activations they keep in flight never grow with the stage index: constant
+     * under all-forward-all-backward, min(p - i, n) under 1F1B and
      * min(2(p - i - 1) + (vp - 1)p + 1, n·vp) chunks under interleaving. So stage 1
      * bounds every middle stage. */
     int64_t pp = pt_mem_pos(l->pp);

@@ -394,6 +394,9 @@ pt_model_states pt_mem_model_states(double params, int shard, int stage, pt_prec
  * on one rank (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
  * Transformer Models", Sec. 4, generalised to GQA, SwiGLU and models without dropout). */
 double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precision p);
+/* The same under attention implementation `attn` (the figure above is PT_ATTN_PTRUN's). */
+double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_precision p,
+                                     pt_attn_impl attn);
 
 /* Per-rank memory of one pipeline stage, with its breakdown (bytes). */
 typedef struct {
