@@ -274,6 +274,120 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
     return 0;
 }
 
+/* ---- Layers per pipeline stage ----------------------------------------------- */
+
+/* The layers of each pipeline rank: [0] the first, [1] each middle one, [2] the last
+ * (planner.h states the rule). For a layout the rules reject, the counts are a
+ * non-negative estimate: the even split rounds up, a negative share becomes 0. */
+static void split_of(const pt_model *m, const pt_layout *l, int64_t rank[3])
+{
+    int64_t L = m->layers, p = l->pp > 1 ? l->pp : 1;
+    int64_t F = l->first_layers, Z = l->last_layers;
+    if (p == 1 || (F == 0 && Z == 0)) {
+        int64_t even = (L + p - 1) / p;
+        rank[0] = rank[1] = rank[2] = even;
+        return;
+    }
+    /* the ranks whose count is not given share what the given ones leave */
+    int64_t others = p - (F > 0) - (Z > 0), rest = L - F - Z;
+    int64_t share = others > 0 && rest > 0 ? (rest + others - 1) / others : 0;
+    rank[0] = F > 0 ? F : share;
+    rank[1] = share;
+    rank[2] = Z > 0 ? Z : share;
+}
+
+/* Layers of one chunk of pipeline rank r. */
+static int64_t chunk_of(const int64_t rank[3], const pt_layout *l, int64_t r)
+{
+    int64_t vp = l->vp > 1 ? l->vp : 1, p = l->pp > 1 ? l->pp : 1;
+    int64_t n = r == 0 ? rank[0] : r == p - 1 ? rank[2] : rank[1];
+    return (n + vp - 1) / vp;
+}
+
+int64_t pt_stage_layers(const pt_model *m, const pt_layout *l, int vs, int64_t *first)
+{
+    int64_t rank[3];
+    split_of(m, l, rank);
+    int64_t p = l->pp > 1 ? l->pp : 1, r = vs % p, c = vs / p;
+    int64_t c0 = chunk_of(rank, l, 0), cm = chunk_of(rank, l, 1 < p - 1 ? 1 : 0),
+            cz = chunk_of(rank, l, p - 1);
+    /* virtual stages hold consecutive layers: c whole rounds of p stages, then the
+     * ranks before r in this round */
+    int64_t round = p == 1 ? c0 : c0 + (p - 2) * cm + cz;
+    int64_t before = r == 0 ? 0 : c0 + (r - 1) * cm;
+    if (first)
+        *first = c * round + before;
+    return chunk_of(rank, l, r);
+}
+
+int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r)
+{
+    int64_t rank[3];
+    split_of(m, l, rank);
+    return (l->vp > 1 ? l->vp : 1) * chunk_of(rank, l, r);
+}
+
+/* Whether first_layers/last_layers give a valid split; if not, and why is not NULL,
+ * one line on what is wrong with the numbers. Only asked when one of them is set. */
+static bool split_ok(const pt_model *m, const pt_layout *l, char *why, size_t n)
+{
+    int64_t L = m->layers, p = l->pp, vp = l->vp, F = l->first_layers, Z = l->last_layers;
+    char dummy[8], given[96];
+    if (!why) {
+        why = dummy;
+        n = sizeof dummy;
+    }
+    if (F > 0 && Z > 0)
+        snprintf(given, sizeof given, "first_layers = %lld, last_layers = %lld", (long long)F,
+                 (long long)Z);
+    else
+        snprintf(given, sizeof given, "%s = %lld", F > 0 ? "first_layers" : "last_layers",
+                 (long long)(F > 0 ? F : Z));
+    if (p == 1) {
+        snprintf(why, n, "%s needs pp > 1: with pp = 1 one stage holds all %lld layers", given,
+                 (long long)L);
+        return false;
+    }
+    if (F % vp || Z % vp) {
+        snprintf(why, n, "%s (%lld) is not divisible by vp (%lld): a stage's layers divide "
+                 "evenly over its vp chunks", F % vp ? "first_layers" : "last_layers",
+                 (long long)(F % vp ? F : Z), (long long)vp);
+        return false;
+    }
+    int64_t others = p - (F > 0) - (Z > 0), rest = L - F - Z;
+    const char *who = F > 0 && Z > 0 ? "middle stages"
+                      : p == 2       ? (F > 0 ? "last stage" : "first stage")
+                      : F > 0        ? "middle and last stages"
+                                     : "first and middle stages";
+    if (others == 0) { /* pp = 2 with both given */
+        if (rest == 0)
+            return true;
+        snprintf(why, n, "first_layers + last_layers = %lld + %lld = %lld, but with pp = 2 "
+                 "they must add up to the model's %lld layers", (long long)F, (long long)Z,
+                 (long long)(F + Z), (long long)L);
+        return false;
+    }
+    if (rest < others * vp) {
+        snprintf(why, n, "%s leave%s %lld of the %lld layers for the %lld %s, whose %lld "
+                 "chunks need at least one layer each", given, F > 0 && Z > 0 ? "" : "s",
+                 (long long)rest, (long long)L, (long long)others, who,
+                 (long long)(others * vp));
+        return false;
+    }
+    if (rest % others) {
+        snprintf(why, n, "the %lld layers that %s leave%s do not divide evenly over the %lld "
+                 "%s", (long long)rest, given, F > 0 && Z > 0 ? "" : "s", (long long)others,
+                 who);
+        return false;
+    }
+    if ((rest / others) % vp) {
+        snprintf(why, n, "the %s hold %lld layers each, not divisible by vp (%lld)", who,
+                 (long long)(rest / others), (long long)vp);
+        return false;
+    }
+    return true;
+}
+
 /* ---- Validity rules ---------------------------------------------------------- */
 
 /* Whether a tensor-parallel group crosses nodes. Under the default order (tp
@@ -304,7 +418,7 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     if (cond)              \
     bad |= 1u << (reason)
     if (l->tp < 1 || l->cp < 1 || l->pp < 1 || l->dp < 1 || l->vp < 1 || l->mbs < 1 ||
-        l->zero < 0 || l->zero > 3) {
+        l->zero < 0 || l->zero > 3 || l->first_layers < 0 || l->last_layers < 0) {
         bad |= 1u << PT_REJECT_BAD_VALUE;
         if (mask)
             *mask = bad;
@@ -315,7 +429,9 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     /* fewer KV heads than tp: each is replicated over tp/k ranks (Megatron-LM) */
     RULE(m->kv_heads % l->tp && l->tp % m->kv_heads, PT_REJECT_KV_HEADS_TP);
     RULE(m->ffn % l->tp, PT_REJECT_FFN_TP);
-    RULE(m->layers % ((int64_t)l->pp * l->vp), PT_REJECT_LAYERS_PP);
+    bool uneven = l->first_layers > 0 || l->last_layers > 0;
+    RULE(!uneven && m->layers % ((int64_t)l->pp * l->vp), PT_REJECT_LAYERS_PP);
+    RULE(uneven && !split_ok(m, l, NULL, 0), PT_REJECT_UNEVEN_SPLIT);
     RULE(l->cp > 1 && m->seq % (2 * (int64_t)l->cp), PT_REJECT_SEQ_CP);
     RULE(l->sp && (m->seq % l->cp || (m->seq / l->cp) % l->tp), PT_REJECT_SEQ_SP);
     RULE(global_batch % (l->mbs * l->dp), PT_REJECT_BATCH_DP);
@@ -406,8 +522,14 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         snprintf(buf, n, "zero = %d with pp = %d: ZeRO 2/3 would reduce gradients every "
                  "micro-batch; use zero <= 1 with pipelining", l->zero, l->pp);
         break;
+    case PT_REJECT_UNEVEN_SPLIT:
+        if (split_ok(m, l, buf, n))
+            snprintf(buf, n, "first_layers = %lld, last_layers = %lld split the %lld layers "
+                     "validly", (long long)l->first_layers, (long long)l->last_layers, L);
+        break;
     default:
-        snprintf(buf, n, "sizes must be at least 1 and zero within 0..3");
+        snprintf(buf, n, "sizes must be at least 1, zero within 0..3 and first_layers, "
+                 "last_layers at least 0");
         break;
     }
 }

@@ -129,7 +129,8 @@ static int price_micro_batch(const pricer *p, const pt_opctx *ctx, double layer_
 /* Parameters of virtual stage vs (of V). */
 static double stage_params(const pt_model *m, const pt_layout *l, int vs, int V)
 {
-    return (double)pt_params_part(m, l->tp, l->pp, m->layers / V, vs == 0, vs == V - 1);
+    return (double)pt_params_part(m, l->tp, l->pp, pt_stage_layers(m, l, vs, NULL), vs == 0,
+                                  vs == V - 1);
 }
 
 static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
@@ -216,7 +217,6 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
     pt_opctx ctx;
     pt_opctx_init(&ctx, m, l, t, c);
     int V = l->pp * l->vp;
-    int64_t chunk_layers = m->layers / V;
     double n = (double)l->n_micro;
     list_time lt[N_LISTS];
     if (price_micro_batch(&p, &ctx, n * (double)m->layers, n, lt) ||
@@ -225,7 +225,7 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
         return pt_err_set(err, "out of memory pricing layout");
     }
     for (int vs = 0; vs < V; vs++) {
-        double cl = (double)chunk_layers;
+        double cl = (double)pt_stage_layers(m, l, vs, NULL);
         out->fwd_s[vs] = cl * lt[L_FWD].time_s;
         out->bwd_s[vs] = cl * lt[L_BWD].time_s;
         out->fwd_comm_s[vs] = cl * lt[L_FWD].comm_s;
