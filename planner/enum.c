@@ -7,6 +7,8 @@
  */
 #include "internal.h"
 
+#include <stdlib.h>
+
 void pt_enum_opts_default(pt_enum_opts *o)
 {
     o->max_mbs = 8;
@@ -52,41 +54,134 @@ static void visit(enum_state *st, const pt_layout *l)
         st->stop = true;
 }
 
-/* The settings that do not change the rank grid, for one (tp, cp, pp, dp). */
+/* The settings that do not change the rank grid or the layers per stage. */
 static void enum_settings(enum_state *st, const pt_enum_opts *o, pt_layout *l)
 {
-    int64_t per_stage = st->m->layers % l->pp ? 1 : st->m->layers / l->pp;
-    for (int64_t vp = 1; vp <= per_stage && !st->stop; vp++) {
-        if (per_stage % vp || (vp > 1 && l->pp == 1))
-            continue;
-        l->vp = (int)vp;
-        for (int sp = 0; sp <= (l->tp > 1) && !st->stop; sp++) {
-            l->sp = sp;
-            for (int zero = 0; zero <= 3 && !st->stop; zero++) {
-                l->zero = zero;
-                for (int64_t mbs = 1; mbs <= o->max_mbs && !st->stop; mbs *= 2) {
-                    l->mbs = mbs;
-                    l->n_micro = st->t->global_batch / (mbs * l->dp);
-                    for (int r = 0; r < PT_RECOMPUTE_COUNT && !st->stop; r++) {
-                        l->recompute = (pt_recompute)r;
-                        if (l->pp == 1) {
-                            l->schedule = PT_SCHED_1F1B;
+    for (int sp = 0; sp <= (l->tp > 1) && !st->stop; sp++) {
+        l->sp = sp;
+        for (int zero = 0; zero <= 3 && !st->stop; zero++) {
+            l->zero = zero;
+            for (int64_t mbs = 1; mbs <= o->max_mbs && !st->stop; mbs *= 2) {
+                l->mbs = mbs;
+                l->n_micro = st->t->global_batch / (mbs * l->dp);
+                for (int r = 0; r < PT_RECOMPUTE_COUNT && !st->stop; r++) {
+                    l->recompute = (pt_recompute)r;
+                    if (l->pp == 1) {
+                        l->schedule = PT_SCHED_1F1B;
+                        visit(st, l);
+                    } else if (l->vp > 1) {
+                        l->schedule = PT_SCHED_INTERLEAVED;
+                        visit(st, l);
+                    } else {
+                        l->schedule = PT_SCHED_AFAB;
+                        visit(st, l);
+                        l->schedule = PT_SCHED_1F1B;
+                        if (!st->stop)
                             visit(st, l);
-                        } else if (vp > 1) {
-                            l->schedule = PT_SCHED_INTERLEAVED;
-                            visit(st, l);
-                        } else {
-                            l->schedule = PT_SCHED_AFAB;
-                            visit(st, l);
-                            l->schedule = PT_SCHED_1F1B;
-                            if (!st->stop)
-                                visit(st, l);
-                        }
                     }
                 }
             }
         }
     }
+}
+
+static int64_t gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The vp values one (tp, cp, pp, dp) has tried with an uneven split. */
+typedef struct {
+    int64_t vp[256];
+    int n;
+} vp_set;
+
+static bool vp_seen(const vp_set *v, int64_t vp)
+{
+    for (int i = 0; i < v->n; i++)
+        if (v->vp[i] == vp)
+            return true;
+    return false;
+}
+
+/* Every vp dividing `per_chunk` (what each stage's layer count is a multiple of),
+ * vp > 1 only with pipelining, except those in *done (may be NULL), which it extends. */
+static void enum_vp(enum_state *st, const pt_enum_opts *o, pt_layout *l, int64_t per_chunk,
+                    vp_set *done)
+{
+    for (int64_t vp = 1; vp <= per_chunk && !st->stop; vp++) {
+        if (per_chunk % vp || (vp > 1 && l->pp == 1) || (done && vp_seen(done, vp)))
+            continue;
+        if (done && done->n < (int)(sizeof done->vp / sizeof done->vp[0]))
+            done->vp[done->n++] = vp;
+        l->vp = (int)vp;
+        enum_settings(st, o, l);
+    }
+}
+
+typedef struct {
+    int64_t first, last, middle;
+} split;
+
+/* Most balanced first (first and last closest), then the lighter last stage: the
+ * head's GEMM and loss weigh more than the embedding's lookup (for Llama 3 405B on 32
+ * stages, vp = 2, the split 4, 4 x 30, 2 predicts a 7% shorter step than 2, 4 x 30,
+ * 4), though the first stage keeps the most micro-batches in flight. */
+static int split_order(const void *a, const void *b)
+{
+    const split *x = a, *y = b;
+    int64_t dx = x->first > x->last ? x->first - x->last : x->last - x->first;
+    int64_t dy = y->first > y->last ? y->first - y->last : y->last - y->first;
+    if (dx != dy)
+        return dx < dy ? -1 : 1;
+    return (x->first < y->first) - (x->first > y->first);
+}
+
+/* How the layers split over the pipeline stages, for one (tp, cp, pp, dp): the even
+ * split (rejected under layers_pp when p does not divide L), then a few uneven ones
+ * that lighten the first and last stage, which also hold the embedding and the head
+ * (and on the first, the most micro-batches in flight): middle stages of k layers,
+ * first and last of k - j1 and k - j2 for j1, j2 in 0..2, with (p-2)k + 2k - j1 - j2
+ * = L. Llama 3 405B's 7, 8 x 14, 7 on 16 stages (Dubey et al. 2024, Sec. 3.3.2) is
+ * among them, and so is 5, 6 x 10, 5 for 70 layers (BLOOM's) on 12. Each vp is tried
+ * with one uneven split only, the first in split_order whose counts it divides, so
+ * that a pp adds at most as many layouts as its even split would: every split makes
+ * layouts valid that the search then prices, and llama3-405b on 2,048 nodes must stay
+ * under 10 s (bench/bench_search.c). */
+static void enum_splits(enum_state *st, const pt_enum_opts *o, pt_layout *l)
+{
+    int64_t L = st->m->layers, p = l->pp;
+    l->first_layers = l->last_layers = 0;
+    enum_vp(st, o, l, L % p ? 1 : L / p, NULL);
+    split cand[9];
+    int n = 0;
+    for (int64_t s = 1; s <= 4 && p > 1; s++) {
+        if ((L + s) % p)
+            continue;
+        int64_t k = (L + s) / p;
+        for (int64_t j1 = s > 2 ? s - 2 : 0; j1 <= 2 && j1 <= s; j1++) {
+            split c = {k - j1, k - (s - j1), k};
+            bool seen = c.first < 1 || c.last < 1 || (p == 2 && c.first == c.last);
+            for (int i = 0; i < n; i++) /* with p = 2 the first fixes the split */
+                seen |= cand[i].first == c.first && cand[i].last == c.last;
+            if (!seen)
+                cand[n++] = c;
+        }
+    }
+    qsort(cand, (size_t)n, sizeof cand[0], split_order);
+    vp_set done = {.n = 0};
+    for (int i = 0; i < n && !st->stop; i++) {
+        l->first_layers = cand[i].first;
+        l->last_layers = cand[i].last;
+        int64_t g = gcd(cand[i].first, cand[i].last);
+        enum_vp(st, o, l, p > 2 ? gcd(g, cand[i].middle) : g, &done);
+    }
+    l->first_layers = l->last_layers = 0;
 }
 
 void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
@@ -114,7 +209,7 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
                 l.pp = (int)pp;
                 l.dp = (int)(world / (tp * cp * pp));
                 st.tp_spans = pt_layout_tp_spans_nodes(&l, c->devices_per_node);
-                enum_settings(&st, o, &l);
+                enum_splits(&st, o, &l);
             }
         }
     }

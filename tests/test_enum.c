@@ -119,9 +119,87 @@ static void test_stop(void)
     CHECK_INT(n.valid, 7);
 }
 
+/* The uneven splits the enumeration offers, by (pp, vp): at most one each. */
+typedef struct {
+    const pt_model *m;
+    int64_t global_batch;
+    int64_t n_uneven, split[17][4][2]; /* [pp][vp]: first, last */
+    int64_t even_pp16;
+} split_walk;
+
+static int visit_split(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    (void)mem;
+    (void)fits;
+    split_walk *w = ctx;
+    CHECK_INT(pt_layout_check(w->m, NULL, w->global_batch, l, NULL), 0);
+    if (l->pp == 16 && !l->first_layers)
+        w->even_pp16++;
+    if (!l->first_layers && !l->last_layers)
+        return 0;
+    w->n_uneven++;
+    CHECK(l->first_layers > 0 && l->last_layers > 0);
+    int64_t sum = 0;
+    for (int r = 0; r < l->pp; r++)
+        sum += pt_rank_layers(w->m, l, r);
+    CHECK_INT(sum, w->m->layers);
+    /* first and last at most two below the middle stages, within one of each other
+     * beyond two stages */
+    int64_t mid = pt_rank_layers(w->m, l, l->pp > 2 ? 1 : 0);
+    CHECK(l->pp == 2 || (mid - l->first_layers <= 2 && mid - l->last_layers <= 2 &&
+                         mid >= l->first_layers && mid >= l->last_layers));
+    if (l->pp <= 16 && l->vp < 4) {
+        int64_t *s = w->split[l->pp][l->vp];
+        CHECK((s[0] == 0 && s[1] == 0) || (s[0] == l->first_layers && s[1] == l->last_layers));
+        s[0] = l->first_layers;
+        s[1] = l->last_layers;
+    }
+    return 0;
+}
+
+/* Llama 3 405B's 126 layers on 16 stages: only uneven splits are valid, Meta's 7, 8 x
+ * 14, 7 among them; 70 layers on 12 stages get 5, 6 x 10, 5. */
+static void test_uneven_splits(void)
+{
+    pt_model m = gpt2();
+    m.layers = 126;
+    pt_cluster c = node8(1LL << 50); /* everything fits */
+    c.devices_per_node = 16;
+    pt_train t;
+    pt_train_default(&t, &c);
+    t.global_batch = 64;
+    pt_enum_opts o;
+    pt_enum_opts_default(&o);
+    o.max_mbs = 1;
+    split_walk w = {.m = &m, .global_batch = t.global_batch};
+    pt_enum_counts n;
+    pt_enum_layouts(&m, &c, &t, &o, visit_split, &w, &n);
+    CHECK_INT(w.even_pp16, 0);
+    CHECK_INT(w.split[16][1][0], 7);
+    CHECK_INT(w.split[16][1][1], 7);
+    /* vp = 2 needs even counts: 8, 8 x 14, 6 (the lighter last stage first) */
+    CHECK_INT(w.split[16][2][0], 8);
+    CHECK_INT(w.split[16][2][1], 6);
+    /* pp = 2 divides 126 evenly, yet 62/64 is tried (one split per vp) */
+    CHECK_INT(w.split[2][1][0] + w.split[2][1][1], 126);
+    CHECK(w.n_uneven > 0);
+    /* few extra layouts: at most one uneven split per (tp, cp, pp, dp, vp) */
+    CHECK(n.valid < 3 * (n.valid - w.n_uneven));
+
+    m.layers = 70;
+    c.devices_per_node = 12;
+    c.nodes = 1;
+    t.global_batch = 12;
+    split_walk b = {.m = &m, .global_batch = t.global_batch};
+    pt_enum_layouts(&m, &c, &t, &o, visit_split, &b, &n);
+    CHECK_INT(b.split[12][1][0], 5);
+    CHECK_INT(b.split[12][1][1], 5);
+}
+
 int main(void)
 {
     test_counts();
+    test_uneven_splits();
     test_interleaving_and_order();
     test_stop();
     return pt_check_result();
