@@ -1184,8 +1184,7 @@ static ctx context(pt_net *n, int slot, float dloss, pt_err *err)
 static void at_layer(ctx *c, int chunk, int64_t i)
 {
     const pt_net *n = c->n;
-    int64_t vs = (int64_t)chunk * n->layout.pp + n->stage;
-    c->l = vs * n->chunk_layers + i;
+    c->l = n->chunk_first[chunk] + i;
     c->li = chunk * n->chunk_layers + i;
     c->xi = chunk * (n->chunk_layers + 1) + i;
     c->col_in = NULL;

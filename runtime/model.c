@@ -138,7 +138,7 @@ static void build_table(table *t, pt_net *n)
                 add(t, "wpe", m->seq, m->hidden);
         }
         for (int64_t i = 0; i < n->chunk_layers; i++)
-            layer_params(t, m, tp, vs * n->chunk_layers + i);
+            layer_params(t, m, tp, n->chunk_first[c] + i);
         if (vs == V - 1) {
             norm(t, m, "final_norm");
             if (!m->tied_embeddings)
@@ -306,8 +306,12 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
     int stage = at->stage;
     if (n->layout.vp > 64)
         return pt_err_set(err, "vp = %d: at most 64 model chunks per rank", n->layout.vp);
-    n->chunk_layers = n->spec.layers / ((int64_t)n->layout.pp * n->layout.vp);
+    /* uneven stages (first_layers, last_layers) differ between ranks, never between
+     * the chunks of one rank */
+    n->chunk_layers = pt_stage_layers(&n->spec, &n->layout, stage, NULL);
     n->n_layers = n->chunk_layers * n->layout.vp;
+    for (int c = 0; c < n->layout.vp; c++)
+        pt_stage_layers(&n->spec, &n->layout, c * n->layout.pp + stage, &n->chunk_first[c]);
     table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank,
                .kv_share = pt_kv_head_copies(&n->spec, n->layout.tp)};
     build_table(&t, n);

@@ -348,8 +348,10 @@ typedef struct {
     int cp_next, cp_prev;     /* world ranks after and before this one in the cp ring */
     float dropout;            /* probability on the embedding and residual branches */
     uint64_t seed;            /* the run's seed: keys initialisation and dropout */
-    int64_t chunk_layers;     /* layers per model chunk, L / (pp·vp) */
+    int64_t chunk_layers;     /* layers per model chunk: every chunk of a rank holds as
+                                 many (pt_stage_layers; L / (pp·vp) when even) */
     int64_t n_layers;         /* layers on this rank, vp·chunk_layers */
+    int64_t chunk_first[64];  /* model index of each chunk's first layer */
     int64_t chunk_begin[64], chunk_end[64]; /* parameter elements of each chunk: its
                                  layers, with the embedding on virtual stage 0 and the
                                  final norm and head on the last virtual stage */
