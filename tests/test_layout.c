@@ -214,6 +214,160 @@ static void test_explain(void)
     }
 }
 
+/* ---- Uneven pipeline stages ----------------------------------------------------- */
+
+/* The layout `text` (world and batch large enough for any grid) on a model of L
+ * layers: its broken-rule mask, and in *l the parsed layout. */
+static uint32_t split_rules(const char *text, int64_t L, pt_layout *l)
+{
+    pt_model m = model();
+    m.layers = L;
+    pt_err err;
+    pt_layout_default(l);
+    if (pt_layout_parse(text, 0, 1024, l, &err)) {
+        fprintf(stderr, "unexpected parse error: %s\n", err.msg);
+        pt_check_failures++;
+        return 0;
+    }
+    uint32_t mask;
+    pt_layout_check(&m, NULL, 1024, l, &mask);
+    return mask;
+}
+
+/* Checks every virtual stage's layers and first layer against `want` (layers per
+ * virtual stage in vs order), and the ranks' sums. */
+static void expect_stages(const char *text, int64_t L, const int64_t *want)
+{
+    pt_layout l;
+    CHECK_INT(split_rules(text, L, &l), 0);
+    pt_model m = model();
+    m.layers = L;
+    int64_t next = 0, V = (int64_t)l.pp * l.vp;
+    for (int vs = 0; vs < V; vs++) {
+        int64_t first = -1;
+        CHECK_INT(pt_stage_layers(&m, &l, vs, &first), want[vs]);
+        CHECK_INT(first, next); /* consecutive layers in vs order */
+        next += want[vs];
+    }
+    CHECK_INT(next, L);
+    for (int r = 0; r < l.pp; r++) {
+        int64_t sum = 0;
+        for (int c = 0; c < l.vp; c++)
+            sum += want[c * l.pp + r];
+        CHECK_INT(pt_rank_layers(&m, &l, r), sum);
+    }
+}
+
+static void test_uneven_split(void)
+{
+    /* Llama 3 405B: 7, 8 x 14, 7 */
+    int64_t llama[16] = {7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7};
+    expect_stages("pp=16,first_layers=7,last_layers=7", 126, llama);
+    /* 70 layers (BLOOM's) on 12 stages: 5, 6 x 10, 5 */
+    int64_t bloom[12] = {5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5};
+    expect_stages("pp=12,first_layers=5,last_layers=5", 70, bloom);
+    /* interleaved: rank 0's 2 layers in chunks of 1, rank 1's 4 in chunks of 2;
+     * virtual stages 0, 1, 2, 3 = rank 0, rank 1, rank 0, rank 1 */
+    int64_t inter[4] = {1, 2, 1, 2};
+    expect_stages("pp=2,vp=2,first_layers=2,last_layers=4", 6, inter);
+    /* one end given: the other ranks share the rest, the end left out included */
+    int64_t first_only[4] = {7, 8, 8, 8};
+    expect_stages("pp=4,first_layers=7", 31, first_only);
+    int64_t last_only[3] = {4, 4, 2};
+    expect_stages("pp=3,last_layers=2", 10, last_only);
+    /* both 0: the even split */
+    int64_t even[8] = {4, 4, 4, 4, 4, 4, 4, 4};
+    expect_stages("pp=4,vp=2", 32, even);
+
+    pt_layout l;
+    /* an uneven layout is judged by its split, not by layers_pp */
+    CHECK_INT(split_rules("pp=16,first_layers=7,last_layers=7", 126, &l), 0);
+    CHECK_INT(split_rules("pp=16", 126, &l), ONLY(PT_REJECT_LAYERS_PP));
+    CHECK_INT(split_rules("pp=2,first_layers=1,last_layers=1", 32, &l),
+              ONLY(PT_REJECT_UNEVEN_SPLIT)); /* 1 + 1 != 32 */
+    CHECK_INT(split_rules("pp=2,first_layers=12,last_layers=20", 32, &l), 0);
+    CHECK_INT(split_rules("first_layers=4", 32, &l), ONLY(PT_REJECT_UNEVEN_SPLIT)); /* pp=1 */
+    CHECK_INT(split_rules("pp=4,vp=2,first_layers=7,last_layers=7", 32, &l),
+              ONLY(PT_REJECT_UNEVEN_SPLIT)); /* 7 % 2 */
+    CHECK_INT(split_rules("pp=4,vp=2,first_layers=6,last_layers=6", 32, &l), 0); /* 6,10,10,6 */
+    CHECK_INT(split_rules("pp=4,vp=2,first_layers=6,last_layers=8", 32, &l),
+              ONLY(PT_REJECT_UNEVEN_SPLIT)); /* 9 per middle rank, odd */
+    CHECK_INT(split_rules("pp=4,first_layers=6,last_layers=7", 32, &l),
+              ONLY(PT_REJECT_UNEVEN_SPLIT)); /* 19 over 2 */
+    CHECK_INT(split_rules("pp=4,first_layers=16,last_layers=16", 32, &l),
+              ONLY(PT_REJECT_UNEVEN_SPLIT)); /* nothing left for the middle */
+    CHECK_INT(split_rules("pp=3,first_layers=30", 32, &l), 0); /* 30, 1, 1 */
+    CHECK_INT(split_rules("pp=3,first_layers=31", 32, &l), ONLY(PT_REJECT_UNEVEN_SPLIT));
+    CHECK_INT(split_rules("pp=3,first_layers=40", 32, &l), ONLY(PT_REJECT_UNEVEN_SPLIT));
+    /* negative counts (a plan built in code) are bad values */
+    l.first_layers = -1;
+    pt_model m = model();
+    uint32_t mask;
+    pt_layout_check(&m, NULL, 1024, &l, &mask);
+    CHECK_INT(mask, ONLY(PT_REJECT_BAD_VALUE));
+}
+
+/* The layout strings carry the split and read back; the even split writes nothing. */
+static void test_uneven_format(void)
+{
+    pt_layout l, back;
+    pt_err err;
+    char text[256], again[256];
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=8,pp=16,first_layers=7,last_layers=7", 1024, 2048, &l, &err),
+              0);
+    CHECK_INT(l.first_layers, 7);
+    CHECK_INT(l.last_layers, 7);
+    pt_layout_format(&l, text, sizeof text);
+    CHECK_STR_HAS(text, ",first_layers=7,last_layers=7");
+    pt_layout_default(&back);
+    CHECK_INT(pt_layout_parse(text, 0, 2048, &back, &err), 0);
+    pt_layout_format(&back, again, sizeof again);
+    CHECK(strcmp(text, again) == 0);
+    CHECK_INT(back.first_layers, 7);
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("pp=2,last_layers=3", 2, 8, &l, &err), 0);
+    pt_layout_format(&l, text, sizeof text);
+    CHECK(strstr(text, "first_layers") == NULL);
+    CHECK_STR_HAS(text, ",last_layers=3");
+    pt_layout_default(&l);
+    pt_layout_format(&l, text, sizeof text);
+    CHECK(strstr(text, "_layers") == NULL);
+    expect_parse_error("pp=2,first_layers=-1", 0, "first_layers=-1");
+    expect_parse_error("pp=2,last_layers=x", 0, "last_layers=x");
+}
+
+/* --explain names the numbers that do not work. */
+static void expect_explain(const char *text, int64_t L, const char *a, const char *b)
+{
+    pt_layout l;
+    CHECK_INT(split_rules(text, L, &l), ONLY(PT_REJECT_UNEVEN_SPLIT));
+    pt_model m = model();
+    m.layers = L;
+    char buf[256];
+    pt_reject_explain(PT_REJECT_UNEVEN_SPLIT, &m, NULL, 1024, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, a);
+    CHECK_STR_HAS(buf, b);
+}
+
+static void test_uneven_explain(void)
+{
+    expect_explain("pp=2,first_layers=1,last_layers=1", 32, "1 + 1 = 2",
+                   "add up to the model's 32 layers");
+    expect_explain("first_layers=4", 32, "first_layers = 4 needs pp > 1", "32 layers");
+    expect_explain("pp=4,vp=2,first_layers=7,last_layers=7", 32, "first_layers (7)",
+                   "not divisible by vp (2)");
+    expect_explain("pp=4,vp=2,first_layers=6,last_layers=8", 32, "middle stages hold 9",
+                   "vp (2)");
+    expect_explain("pp=4,first_layers=6,last_layers=7", 32, "the 19 layers",
+                   "do not divide evenly over the 2 middle stages");
+    expect_explain("pp=4,first_layers=16,last_layers=16", 32, "leave 0 of the 32 layers",
+                   "2 middle stages");
+    expect_explain("pp=3,first_layers=31", 32, "first_layers = 31 leaves 1 of the 32",
+                   "2 middle and last stages");
+    expect_explain("pp=2,last_layers=32", 32, "leaves 0 of the 32", "first stage");
+}
+
 int main(void)
 {
     test_parse_format();
@@ -221,5 +375,8 @@ int main(void)
     test_rules();
     test_sequence_rules();
     test_explain();
+    test_uneven_split();
+    test_uneven_format();
+    test_uneven_explain();
     return pt_check_result();
 }

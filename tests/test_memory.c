@@ -454,6 +454,82 @@ static void test_rank_max(void)
     CHECK(checked > 300);
 }
 
+/* Uneven stages (first_layers, last_layers): each stage counts its own layers'
+ * parameters and activations; interleaved chunks hold that rank's layers / vp. */
+static void test_uneven_stages(void)
+{
+    /* test_stage_by_hand's model and layout with 1 layer on stage 0 and 3 on stage 1 */
+    pt_model m = gpt(4, 64, 4, 1000, 128);
+    pt_layout l = layout(2, 2, 2);
+    l.zero = 1;
+    l.mbs = 2;
+    l.n_micro = 4;
+    l.first_layers = 1;
+    l.last_layers = 3;
+    pt_train t = train(PT_PREC_BF16);
+    pt_memory s;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    CHECK_INT(s.layers, 1);
+    CHECK_NEAR(s.params, 91328 - 25184, 1e-15);         /* one layer fewer */
+    CHECK_NEAR(s.activations_bytes, 2 * 688128, 1e-15); /* 2 micro-batches x 1 layer */
+    pt_mem_stage(&m, &l, &t, 1, &s);
+    CHECK_INT(s.layers, 3);
+    CHECK_NEAR(s.params, 83264 + 25184, 1e-15);         /* one layer more */
+    CHECK_NEAR(s.activations_bytes, 3 * 688128, 1e-15); /* 1 micro-batch x 3 layers */
+
+    /* Interleaved, 6 layers: rank 0 holds 2 in chunks of 1, rank 1 holds 4 in chunks
+     * of 2; each in-flight chunk carries its own rank's chunk. */
+    m.layers = 6;
+    l.vp = 2;
+    l.schedule = PT_SCHED_INTERLEAVED;
+    l.first_layers = 2;
+    l.last_layers = 4;
+    double act = pt_mem_layer_activations(&m, &l, pt_precision_of(PT_PREC_BF16));
+    for (int st = 0; st < 2; st++) {
+        pt_mem_stage(&m, &l, &t, st, &s);
+        CHECK_INT(s.layers, st == 0 ? 2 : 4);
+        CHECK_NEAR(s.activations_bytes, (double)s.in_flight * (st == 0 ? 1 : 2) * act, 1e-15);
+    }
+
+    /* pt_mem_rank_max still finds the largest stage: ends lighter or heavier than the
+     * middle, every schedule and recomputation. */
+    pt_model ms[2] = {gpt(0, 64, 4, 1000, 128), llama(0, 64, 4, 2, 160, 5000, 256)};
+    int64_t ends[2][2] = {{20, 22}, {26, 28}}, mid = 24;
+    int checked = 0;
+    for (int i = 0; i < 2; i++) {
+        for (int pp = 2; pp <= 8; pp++) {
+            for (int e = 0; e < 2; e++) {
+                for (int sch = 0; sch < PT_SCHED_COUNT; sch++) {
+                    for (int r = 0; r < PT_RECOMPUTE_COUNT; r++) {
+                        ms[i].layers = ends[e][0] + ends[e][1] + (pp - 2) * mid;
+                        pt_layout u = layout(2, pp, 2);
+                        u.schedule = (pt_schedule)sch;
+                        u.vp = sch == PT_SCHED_INTERLEAVED ? 2 : 1;
+                        u.n_micro = 2 * pp;
+                        u.zero = 1;
+                        u.recompute = (pt_recompute)r;
+                        u.first_layers = ends[e][0];
+                        u.last_layers = ends[e][1];
+                        CHECK_INT(pt_layout_check(&ms[i], NULL, 2 * pp * 2, &u, NULL), 0);
+                        double want = 0;
+                        for (int st = 0; st < pp; st++) {
+                            pt_mem_stage(&ms[i], &u, &t, st, &s);
+                            CHECK_INT(s.layers, st == 0 ? ends[e][0]
+                                                : st == pp - 1 ? ends[e][1] : mid);
+                            want = s.total_bytes > want ? s.total_bytes : want;
+                        }
+                        pt_memory got;
+                        pt_mem_rank_max(&ms[i], &u, &t, &got);
+                        CHECK(got.total_bytes == want);
+                        checked++;
+                    }
+                }
+            }
+        }
+    }
+    CHECK(checked > 200);
+}
+
 int main(void)
 {
     test_params_published();
@@ -466,5 +542,6 @@ int main(void)
     test_single_rank();
     test_directions();
     test_rank_max();
+    test_uneven_stages();
     return pt_check_result();
 }

@@ -194,9 +194,46 @@ static void test_measured_costs(void)
     pt_oplist_free(&o);
 }
 
+/* Uneven stages: every virtual stage is priced with its own layers (7, 9, 9, 7 of
+ * llama3-8b's 32 against 8 each), and its gradient reduction and optimizer step with
+ * its own parameters. */
+static void test_uneven_priced(void)
+{
+    pt_model m;
+    pt_cluster cl;
+    pt_err err;
+    CHECK_INT(pt_model_get("llama3-8b", &m, &err), 0);
+    CHECK_INT(pt_cluster_get("dgx-h100", &cl, &err), 0);
+    cl.nodes = 2;
+    pt_train t;
+    pt_train_default(&t, &cl);
+    t.global_batch = 64;
+    pt_layout even, uneven;
+    pt_layout_default(&even);
+    pt_layout_default(&uneven);
+    CHECK_INT(pt_layout_parse("tp=2,pp=4,dp=2", 16, 64, &even, &err), 0);
+    CHECK_INT(pt_layout_parse("tp=2,pp=4,dp=2,first_layers=7,last_layers=7", 16, 64, &uneven,
+                              &err), 0);
+    CHECK_INT(pt_layout_check(&m, &cl, 64, &uneven, NULL), 0);
+    pt_sim_costs e, u;
+    CHECK_INT(pt_sim_price(&m, &cl, &t, NULL, &even, &e, &err), 0);
+    CHECK_INT(pt_sim_price(&m, &cl, &t, NULL, &uneven, &u, &err), 0);
+    double layer_fwd = e.fwd_s[1] / 8, layer_bwd = e.bwd_s[1] / 8;
+    CHECK(layer_fwd > 0);
+    CHECK_NEAR(u.fwd_s[1], 9 * layer_fwd, 1e-12);
+    CHECK_NEAR(u.bwd_s[2], 9 * layer_bwd, 1e-12);
+    CHECK_NEAR(e.fwd_s[0] - u.fwd_s[0], layer_fwd, 1e-9); /* the embedding stays */
+    CHECK_NEAR(e.bwd_s[3] - u.bwd_s[3], layer_bwd, 1e-9); /* the head stays */
+    CHECK(u.sync_s[1] > e.sync_s[1] && u.sync_s[0] < e.sync_s[0]);
+    CHECK(u.optim_s[1] > e.optim_s[1] && u.optim_s[3] < e.optim_s[3]);
+    pt_sim_costs_free(&e);
+    pt_sim_costs_free(&u);
+}
+
 int main(void)
 {
     test_measured_costs();
+    test_uneven_priced();
     test_bubbles();
     test_transfers();
     test_gradient_overlap();
