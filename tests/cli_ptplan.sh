@@ -92,6 +92,39 @@ run 3 --model llama3-8b --cluster dgx-h100 --layout "tp=2,pp=2,zero=2" --json
 out_has '"reason": "zero_pp"' "zero_pp reason in JSON"
 out_has '"valid": false' "invalid in JSON"
 
+# Uneven pipeline stages: Llama 3 405B's 7, 8 x 14, 7 is valid (it does not fit without
+# sharding or sp: 87 GiB on the busiest stage, 52 GiB with zero=1); splits that leave no
+# valid division are refused with the numbers that do not work.
+l405="tp=8,pp=16,dp=64,first_layers=7,last_layers=7,mbs=1,recompute=full"
+run 3 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 --seq 8192 \
+    --layout "$l405" --explain --no-out
+out_has "first_layers=7,last_layers=7" "the canonical layout string carries the split"
+out_has "stage 0: 7 layers" "the first stage holds 7 layers"
+out_has "stage 1: 8 layers" "a middle stage holds 8 layers"
+out_has "stage 15: 7 layers" "the last stage holds 7 layers"
+out_has "fits: NO" "llama3-405b's layout without sharding does not fit"
+grep -q "invalid" "$tmp/out" && fail "llama3-405b's 7/8/7 split is valid"
+run 0 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 --seq 8192 \
+    --layout "$l405,zero=1" --no-out
+out_has "fits: yes" "llama3-405b's layout fits with zero=1"
+run 3 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 \
+    --layout "tp=8,pp=16,dp=64" --no-out
+out_has "layers_pp .*layers (126) are not divisible by pp\*vp = 16\*1" "126 layers on 16 stages"
+run 3 --model gpt2-124m --devices 2 --layout "pp=2,first_layers=1,last_layers=1" --no-out
+out_has "uneven_split .*1 + 1 = 2, but with pp = 2 they must add up to the model's 12 layers" \
+    "pp=2 split that does not add up"
+out_has "invalid: 1 rule(s) broken" "one rule broken by the bad split"
+run 3 --model gpt2-124m --devices 4 --layout "pp=4,first_layers=5,last_layers=4" --no-out
+out_has "uneven_split .*the 3 layers that first_layers = 5, last_layers = 4 leave do not" \
+    "middle layers that do not divide"
+run 3 --model gpt2-124m --devices 2 --layout "pp=2,vp=2,first_layers=3,last_layers=9" --no-out
+out_has "uneven_split .*first_layers (3) is not divisible by vp (2)" "chunks of a stage"
+run 3 --model gpt2-124m --devices 1 --layout "first_layers=4" --json --no-out
+out_has '"reason": "uneven_split"' "uneven_split reason in JSON"
+run 1 --model gpt2-124m --devices 2 --layout "pp=2,first_layers=-1"
+err_has "first_layers=-1" "negative first_layers"
+one_line_error "negative first_layers"
+
 # ---- ranking ----------------------------------------------------------------------
 run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --top 5 --out "$tmp/best.json" \
     --timeline "$tmp/best.trace.json"

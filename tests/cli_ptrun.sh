@@ -114,6 +114,17 @@ err_has "dropout" "negative dropout in the plan"
 run 0 "$build/ptplan" --devices 2 --out "$tmp/plan2.json" --top 1
 run 1 "$build/ptrun" "$tmp/plan2.json"
 err_has "needs 2 ranks, but ptrun was started as 1" "plan for another world size"
+# a plan edited to an uneven split of tiny's 4 layers that does not add up: refused
+# before anything starts, with the numbers
+run 0 "$build/ptplan" --devices 2 --layout "pp=2,first_layers=1,last_layers=3" \
+    --out "$tmp/plan-split.json"
+sed 's/first_layers=1/first_layers=2/; s/"first_layers": 1,/"first_layers": 2,/' \
+    "$tmp/plan-split.json" >"$tmp/plan-split2.json"
+grep -q '"first_layers": 2,' "$tmp/plan-split2.json" || fail "plan.json carries first_layers"
+run 1 "$build/ptrun" "$tmp/plan-split2.json"
+err_has "plan-split2.json: the layout is invalid (uneven_split): first_layers + last_layers = 2 + 3 = 5, but with pp = 2 they must add up to the model's 4 layers" \
+    "hand-edited uneven split"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for the bad split: $(cat "$tmp/err")"
 run 1 "$build/ptrun" "$tmp/plan.json" --data "$tmp/missing.txt"
 err_has "missing.txt" "missing data file"
 printf 'short' >"$tmp/short.txt"

@@ -35,6 +35,15 @@ cat >"$tmp/tiny-llama.json" <<'JSON'
  "tied_embeddings": false, "bias": false, "dropout": false}
 JSON
 
+# Six-layer versions of both, for uneven pipeline stages with interleaving (a rank's
+# layers divide over its vp chunks: 2 and 4 layers on pp=2, vp=2 are chunks of 1 and 2).
+"$build/ptplan" --dump-model tiny |
+    sed 's/"layers": *4,/"layers": 6,/; s/"name": *"tiny"/"name": "tiny6"/' >"$tmp/tiny6.json"
+sed 's/"layers": 4,/"layers": 6,/; s/"tiny-llama"/"tiny-llama6"/' "$tmp/tiny-llama.json" \
+    >"$tmp/tiny-llama6.json"
+grep -q '"layers": 6,' "$tmp/tiny6.json" && grep -q '"layers": 6,' "$tmp/tiny-llama6.json" ||
+    fail "six-layer model files"
+
 # train MODEL NP LAYOUT -> the log's losses and parameter fingerprint, one per line
 train() {
     model=$1 np=$2 layout=$3
@@ -66,13 +75,18 @@ compare() {
 }
 
 # The layouts of the suite, "RANKS LAYOUT" each; with tp=4 tiny LLaMA's 2 KV heads are
-# each replicated over 2 ranks.
+# each replicated over 2 ranks. `six` runs on the six-layer models. Uneven pipeline
+# stages (first_layers, last_layers): 1 + 3 layers on pp=2, 1 + 2 + 1 on pp=3 (4 layers
+# do not divide by 3), 1 + 2 + 2 + 1 on pp=4, and interleaved 2 + 4 in chunks of 1
+# and 2.
 if [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2|2 tp=2,sp=1,mbs=2|4 tp=4,mbs=2|4 tp=4,sp=1,mbs=2"
     both="$both|2 cp=2,mbs=2|4 cp=4,mbs=2|4 tp=2,dp=2,zero=1,mbs=2"
     both="$both|8 tp=2,pp=2,dp=2,mbs=2|8 tp=2,cp=2,pp=2,mbs=2|4 tp=2,sp=1,cp=2,recompute=full,mbs=2"
     both="$both|4 tp=2,sp=1,dp=2,zero=3,mbs=2|4 cp=2,dp=2,zero=3,recompute=full,mbs=2"
     both="$both|2 tp=2,sp=1,tp_overlap=1,mbs=2|4 tp=4,sp=1,tp_overlap=1,recompute=full,mbs=2"
+    both="$both|4 tp=2,pp=2,first_layers=1,last_layers=3,mbs=2"
+    six=""
     resume_cases="4 tp=2,sp=1,dp=2,zero=1,mbs=2|4 cp=2,pp=2,mbs=2|4 tp=2,dp=2,zero=3,mbs=2"
 else
     both="2 dp=2,mbs=2|4 dp=4,mbs=2|2 dp=2,zero=1,mbs=2|2 dp=2,zero=2,mbs=2|4 dp=4,zero=1,mbs=2"
@@ -80,12 +94,21 @@ else
     both="$both|4 pp=4,schedule=afab,mbs=2|2 pp=2,vp=2,mbs=2|4 dp=2,pp=2,zero=1,mbs=2"
     both="$both|8 dp=2,pp=4,mbs=2|2 pp=2,recompute=full,mbs=2|2 dp=2,recompute=selective,mbs=2"
     both="$both|4 dp=4,zero=2,mbs=2|2 dp=2,zero=3,mbs=2|4 dp=4,zero=3,mbs=2"
+    both="$both|2 pp=2,first_layers=1,last_layers=3,mbs=2|3 pp=3,first_layers=1,last_layers=1,mbs=2"
+    six="2 pp=2,vp=2,first_layers=2,last_layers=4,mbs=2|2 pp=2,vp=2,first_layers=4,last_layers=2,mbs=2"
+    six="$six|4 pp=4,first_layers=1,last_layers=1,schedule=afab,mbs=2"
+    six="$six|4 dp=2,pp=2,zero=1,first_layers=4,last_layers=2,mbs=2"
     resume_cases="2 dp=2,zero=1,mbs=2|2 pp=2,vp=2,mbs=2|4 dp=2,pp=2,zero=1,mbs=2|2 dp=2,zero=3,mbs=2"
+    resume_cases="$resume_cases|2 pp=2,first_layers=1,last_layers=3,mbs=2"
 fi
 
-for model in tiny "$tmp/tiny-llama.json"; do
+for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.json"; do
     short=$(basename "$model" .json)
-    cases="$both"
+    case "$short" in
+    *6) cases="$six" ;;
+    *) cases="$both" ;;
+    esac
+    [ -n "$cases" ] || continue
     train "$model" 1 "mbs=2" >"$tmp/ref" || continue
     old_ifs=$IFS
     IFS='|'

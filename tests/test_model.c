@@ -161,6 +161,56 @@ static void check_init(void)
     pt_kernels_destroy(kn);
 }
 
+/* Uneven stages: 6 layers on pp=2, vp=2 with first_layers=2, last_layers=4. Rank 0
+ * holds layers 0 and 3 (chunks of 1), rank 1 layers 1, 2 and 4, 5 (chunks of 2), each
+ * initialised as the same-named parameter of the whole model on one rank. */
+static void check_uneven_stages(void)
+{
+    pt_kernels *kn = pt_kernels_cpu(1);
+    pt_model m = small(true);
+    m.layers = 6;
+    pt_plan whole = plan_of(m, PT_RECOMPUTE_NONE);
+    pt_plan p = whole;
+    p.cluster.devices_per_node = 2;
+    p.layout.pp = 2;
+    p.layout.vp = 2;
+    p.layout.schedule = PT_SCHED_INTERLEAVED;
+    p.layout.n_micro = 2;
+    p.train.global_batch = 4;
+    p.layout.first_layers = 2;
+    p.layout.last_layers = 4;
+    CHECK_INT(pt_layout_check(&m, &p.cluster, 4, &p.layout, NULL), 0);
+    pt_net one, st[2];
+    pt_err err;
+    CHECK_INT(pt_net_init(&one, &whole, kn, 0, 1, 7, NULL, &err), 0);
+    static const int64_t chunk[2] = {1, 2}, first[2][2] = {{0, 3}, {1, 4}};
+    static const bool holds[2][6] = {{1, 0, 0, 1, 0, 0}, {0, 1, 1, 0, 1, 1}};
+    for (int r = 0; r < 2; r++) {
+        CHECK_INT(pt_net_init(&st[r], &p, kn, r, 2, 7, NULL, &err), 0);
+        CHECK_INT(st[r].chunk_layers, chunk[r]);
+        CHECK_INT(st[r].n_layers, 2 * chunk[r]);
+        CHECK_INT(st[r].chunk_first[0], first[r][0]);
+        CHECK_INT(st[r].chunk_first[1], first[r][1]);
+        for (int l = 0; l < 6; l++) {
+            char name[48];
+            snprintf(name, sizeof name, "layers.%d.mlp_up.w", l);
+            const pt_param *q = pt_net_param(&st[r], name), *w = pt_net_param(&one, name);
+            CHECK(!q == !holds[r][l]);
+            if (q && w)
+                CHECK(memcmp(st[r].master + q->offset, one.master + w->offset,
+                             (size_t)q->count * sizeof(float)) == 0);
+        }
+    }
+    CHECK(pt_net_param(&st[0], "wte") && !pt_net_param(&st[1], "wte"));
+    CHECK(pt_net_param(&st[1], "lm_head.w") && !pt_net_param(&st[0], "lm_head.w"));
+    /* together the stages hold the whole model's parameters */
+    CHECK_INT(st[0].n_elems + st[1].n_elems, one.n_elems);
+    pt_net_free(&one);
+    pt_net_free(&st[0]);
+    pt_net_free(&st[1]);
+    pt_kernels_destroy(kn);
+}
+
 /* ---- Device times of op spans ------------------------------------------------------
  * A fake device timer on the CPU backend (kernels.h's event_record, event_elapsed):
  * the r-th event recorded in the test is at T(r) = 0.01·r(r+1)/2 ms, so the gap from
@@ -425,6 +475,7 @@ int main(void)
     check_recompute(false);
     check_recompute(true);
     check_init();
+    check_uneven_stages();
     check_device_times();
     check_device_times_cuda();
     return pt_check_result();
