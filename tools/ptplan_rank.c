@@ -243,7 +243,7 @@ int evaluate_layout(const options *o)
 static void print_ranking(const options *o, const pt_search_result *r, const job *j)
 {
     int64_t shown = o->top > 0 && o->top < r->n_best ? o->top : r->n_best;
-    printf("%-4s %-56s %7s %9s %10s %6s %7s %6s  %s\n", "rank", "layout", "GiB", "step s",
+    printf("%-4s %-68s %7s %9s %10s %6s %7s %6s  %s\n", "rank", "layout", "GiB", "step s",
            "tokens/s", "MFU%", "bubble%", "comm%", "priced from");
     for (int64_t i = 0; i < shown; i++) {
         const pt_candidate *c = &r->best[i];
@@ -252,8 +252,14 @@ static void print_ranking(const options *o, const pt_search_result *r, const job
         snprintf(text, sizeof text, "tp%d%s pp%d vp%d cp%d dp%d z%d mbs%lld %s %s", l->tp,
                  l->sp ? " sp" : "", l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
                  pt_recompute_name(l->recompute), pt_schedule_name(l->schedule));
+        if (l->first_layers || l->last_layers) { /* uneven stages: the ends' layers */
+            size_t used = strlen(text);
+            snprintf(text + used, sizeof text - used, " first%lld last%lld",
+                     (long long)pt_rank_layers(&j->m, l, 0),
+                     (long long)pt_rank_layers(&j->m, l, l->pp - 1));
+        }
         provenance_text(&c->predicted, prov, sizeof prov);
-        printf("%-4lld %-56s %7.3g %9.4g %10.0f %6.1f %7.1f %6.1f  %s\n", (long long)i + 1, text,
+        printf("%-4lld %-68s %7.3g %9.4g %10.0f %6.1f %7.1f %6.1f  %s\n", (long long)i + 1, text,
                gib(c->memory.total_bytes), c->predicted.step_time_s, c->predicted.tokens_per_s,
                100 * c->predicted.mfu, 100 * c->predicted.bubble_fraction,
                100 * c->predicted.exposed_comm_fraction, prov);
