@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- Defaults for unknown figures ------------------------------------------------- */
@@ -139,11 +140,75 @@ static double kind_efficiency(const char *key)
         n = sizeof kind - 1;
     memcpy(kind, key, n);
     kind[n] = 0;
-    if (strncmp(kind, "gemm", 4) == 0 || strncmp(kind, "matmul", 6) == 0)
+    if (strncmp(kind, "gemm", 4) == 0 || strncmp(kind, "matmul", 6) == 0 ||
+        strcmp(kind, "bmm") == 0)
         return E_MAX_GEMM;
     if (strstr(kind, "attn") || strstr(kind, "attention"))
         return E_MAX_ATTENTION;
     return E_MAX_OTHER;
+}
+
+/* ---- GEMM efficiency by shape ----------------------------------------------------- */
+
+/* On a GPU whose SM count is known, a GEMM's efficiency follows from its shape: cuBLAS
+ * and CUTLASS give each thread block one output tile, so the output is cut into tiles
+ * (the last row and column of tiles partly empty: tile quantisation) and the tiles run
+ * in waves of one per SM (the last wave partly empty: wave quantisation) (NVIDIA,
+ * "Matrix Multiplication Background User's Guide", Deep Learning Performance docs,
+ * sections "Tile Quantization" and "Wave Quantization"). 128x256 is CUTLASS's default
+ * bf16 tile on SM80 and SM90 (either orientation; we take the better one, as the
+ * library's heuristics pick). A tile's main loop runs k/64 steps of 64, and its
+ * prologue and epilogue cost about one step more: k / (k + 64). The rate with full
+ * waves is the best rate measured on the device (gemm_max_eff: maximum achievable
+ * matmul FLOPs, stas00/ml-engineering's MAMF table: 80.3% of peak on H100 SXM, 86.9%
+ * on A100 80GB). */
+#define GEMM_TILE_A 128
+#define GEMM_TILE_B 256
+#define GEMM_K_STEP 64
+
+/* The integer after "name=" in a key's shape (after the second ':'), 0 when absent. */
+static double key_dim(const char *key, const char *name)
+{
+    const char *p = strchr(key, ':');
+    p = p ? strchr(p + 1, ':') : NULL;
+    size_t n = strlen(name);
+    while (p) {
+        p++;
+        if (strncmp(p, name, n) == 0 && p[n] == '=')
+            return strtod(p + n + 1, NULL);
+        p = strchr(p, ',');
+    }
+    return 0;
+}
+
+static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, double n, double k)
+{
+    double best = 0, sms = hw->sm_count;
+    for (int o = 0; o < 2; o++) {
+        double tm = o ? GEMM_TILE_B : GEMM_TILE_A, tn = o ? GEMM_TILE_A : GEMM_TILE_B;
+        double tiles = ceil(m / tm) * ceil(n / tn) * batch;
+        double quant = m * n * batch / (tiles * tm * tn);
+        double waves = ceil(tiles / sms);
+        double eff = quant * tiles / (waves * sms);
+        best = fmax(best, eff);
+    }
+    return hw->gemm_max_eff * best * k / (k + GEMM_K_STEP);
+}
+
+/* The compute efficiency of a GEMM ("gemm" or batched "bmm" key with m, n, k and for
+ * bmm the batch b) from its shape; 0 when the model does not apply. */
+static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
+{
+    if (hw->sm_count <= 0 || !(hw->gemm_max_eff > 0))
+        return 0;
+    bool batched = strncmp(op->key, "bmm:", 4) == 0;
+    if (!batched && strncmp(op->key, "gemm:", 5) != 0)
+        return 0;
+    double m = key_dim(op->key, "m"), n = key_dim(op->key, "n"), k = key_dim(op->key, "k");
+    double b = batched ? key_dim(op->key, "b") : 1;
+    if (!(m >= 1 && n >= 1 && k >= 1 && b >= 1))
+        return 0;
+    return gemm_shape_eff(hw, b, m, n, k);
 }
 
 double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op)
@@ -154,8 +219,15 @@ double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op)
     double flops = op->flops > 0 ? op->flops : 0;
     double bytes = op->bytes > 0 ? op->bytes : 0;
 
-    double e_c = kind_efficiency(op->key), f_half = peak * COMPUTE_HALF_EFF_S;
-    double compute_s = flops > 0 ? flops / (peak * e_c * flops / (flops + f_half)) : 0;
+    double compute_s = 0, shape_eff = gemm_efficiency(hw, op);
+    if (flops > 0 && shape_eff > 0) {
+        compute_s = flops / (peak * shape_eff);
+    } else if (flops > 0) {
+        double e_c = op->efficiency > 0 && op->efficiency <= 1 ? op->efficiency
+                                                               : kind_efficiency(op->key);
+        double f_half = peak * COMPUTE_HALF_EFF_S;
+        compute_s = flops / (peak * e_c * flops / (flops + f_half));
+    }
     double m_half = bw * MEMORY_HALF_EFF_S;
     double memory_s = bytes > 0 ? bytes / (bw * E_MAX_MEMORY * bytes / (bytes + m_half)) : 0;
     return fmax(compute_s, memory_s) + KERNEL_LAUNCH_S;
@@ -211,10 +283,17 @@ double pt_cost_coll_analytic(const pt_cost_hw *hw, const pt_coll_op *op)
     int ppn = op->ranks_per_node < 1 ? 1 : op->ranks_per_node > n ? n : op->ranks_per_node;
     int nodes = (n + ppn - 1) / ppn; /* a ragged last node is charged as a full one */
     double bytes = op->bytes > 0 ? op->bytes : 0;
+    /* NCCL's achievable bus bandwidth where the spec gives it, else the line rate:
+     * the bus bandwidth is defined so that a ring collective's time is its bytes
+     * factor over it (nccl-tests doc/PERFORMANCE.md), which is how beta enters below. */
+    double in_bw = hw->intra_busbw_Bps > 0 ? hw->intra_busbw_Bps : hw->intra_bw_Bps;
+    double out_bw = hw->inter_busbw_Bps > 0 ? hw->inter_busbw_Bps : hw->inter_bw_Bps;
+    if (op->op == PT_COLL_ALLREDUCE && hw->intra_allreduce_busbw_Bps > 0)
+        in_bw = hw->intra_allreduce_busbw_Bps;
     link in = {or_default(hw->intra_latency_s, DEFAULT_LINK_LATENCY_S),
-               or_default(hw->intra_bw_Bps, DEFAULT_LINK_BW_BPS)};
+               or_default(in_bw, DEFAULT_LINK_BW_BPS)};
     link out = {or_default(hw->inter_latency_s, DEFAULT_LINK_LATENCY_S),
-                or_default(hw->inter_bw_Bps, DEFAULT_LINK_BW_BPS)};
+                or_default(out_bw, DEFAULT_LINK_BW_BPS)};
     bool spans = ppn < n;
 
     switch (op->op) {

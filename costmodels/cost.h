@@ -64,6 +64,13 @@ typedef struct {
     int devices_per_node;
     double intra_bw_Bps, intra_latency_s; /* per device per direction */
     double inter_bw_Bps, inter_latency_s;
+    /* What software reaches on that hardware (0: unknown, line rates and the
+     * built-in efficiency curves are used). */
+    int sm_count;                      /* streaming multiprocessors: GEMM waves */
+    double gemm_max_eff;               /* best GEMM rate measured, share of peak */
+    double intra_busbw_Bps;            /* NCCL bus bandwidth inside a node */
+    double intra_allreduce_busbw_Bps;  /* all-reduce inside a node (NVLink SHARP) */
+    double inter_busbw_Bps;            /* NCCL bus bandwidth between nodes, per device */
 } pt_cost_hw;
 
 /* Writes into buf (cap bytes, always NUL-terminated) a one-line note naming each
@@ -81,6 +88,8 @@ typedef struct {
     pt_dtype dtype;
     double flops;  /* floating-point operations; 0 for purely memory-bound kernels */
     double bytes;  /* device-memory traffic (reads + writes) */
+    double efficiency; /* share of peak the analytic model assumes for its FLOPs when
+                          known from elsewhere (a stack's attention kernel); 0: by kind */
 } pt_kernel_op;
 
 typedef enum { PT_COLL_ALLREDUCE, PT_COLL_ALLGATHER, PT_COLL_REDUCESCATTER, PT_COLL_ALLTOALL,

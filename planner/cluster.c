@@ -41,6 +41,20 @@ static const char *const dtype_names[] = {"fp32", "tf32", "bf16", "fp16", "fp8",
 
 /* ---- Built-in clusters ------------------------------------------------------- */
 
+/* What software reaches on these machines, beside the datasheets' line rates:
+ * - sm_count: 108 SMs on A100 (NVIDIA A100 Tensor Core GPU Architecture whitepaper,
+ *   2020), 132 on H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022);
+ * - gemm_max_eff: the maximum achievable bf16 matmul rate over a shape sweep
+ *   (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul
+ *   FLOPS comparison table"): 271.2 TFLOP/s = 86.9% of peak on A100 80GB, 794.5 =
+ *   80.3% on H100 SXM;
+ * - NCCL bus bandwidth: on 8x H100 NVLink about 370 GB/s for ring collectives (450
+ *   line rate less ~20% protocol overhead) and 480 GB/s for all-reduce with NVLink
+ *   SHARP (NCCL maintainer in NVIDIA/nccl-tests#212, 2024); 46-48 GB/s per 400 Gb/s NDR
+ *   NIC (NVIDIA in nccl-tests#290, 2025): 46; 8x A100 NVLink all-reduce about
+ *   200 GB/s (nccl-tests#149); HDR 200 Gb/s per NIC: the same 92% of line rate as NDR,
+ *   23 GB/s. */
+
 /* Link latencies are estimates (NVLink/NVSwitch hop and one InfiniBand switch hop
  * as seen by a small NCCL message), to be replaced by ptprofile's measurements. */
 #define PT_NVLINK_LATENCY_S 3e-6
@@ -59,9 +73,12 @@ static const pt_cluster cluster_dgx_a100 = {
     .device = {.name = "A100-SXM4-80GB",
                .peak_flops = {19.5e12, 156e12, 312e12, 312e12, 0},
                .memory_bytes = INT64_C(80) << 30,
-               .memory_bw_Bps = 2039e9},
-    .intra = {.name = "NVLink3", .bw_Bps = 300e9, .latency_s = PT_NVLINK_LATENCY_S},
-    .inter = {.name = "HDR-InfiniBand-200G", .bw_Bps = 25e9, .latency_s = PT_IB_LATENCY_S},
+               .memory_bw_Bps = 2039e9,
+               .sm_count = 108, .gemm_max_eff = 0.869},
+    .intra = {.name = "NVLink3", .bw_Bps = 300e9, .latency_s = PT_NVLINK_LATENCY_S,
+              .busbw_Bps = 200e9},
+    .inter = {.name = "HDR-InfiniBand-200G", .bw_Bps = 25e9, .latency_s = PT_IB_LATENCY_S,
+              .busbw_Bps = 23e9},
 };
 
 /* NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): FP32 67 TFLOPS, and
@@ -76,9 +93,12 @@ static const pt_cluster cluster_dgx_h100 = {
     .device = {.name = "H100-SXM5-80GB",
                .peak_flops = {67e12, 494.7e12, 989.4e12, 989.4e12, 1978.9e12},
                .memory_bytes = INT64_C(80) << 30,
-               .memory_bw_Bps = 3.35e12},
-    .intra = {.name = "NVLink4", .bw_Bps = 450e9, .latency_s = PT_NVLINK_LATENCY_S},
-    .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S},
+               .memory_bw_Bps = 3.35e12,
+               .sm_count = 132, .gemm_max_eff = 0.803},
+    .intra = {.name = "NVLink4", .bw_Bps = 450e9, .latency_s = PT_NVLINK_LATENCY_S,
+              .busbw_Bps = 370e9, .allreduce_busbw_Bps = 480e9},
+    .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
+              .busbw_Bps = 46e9},
 };
 
 /* This machine as one node whose "devices" are its online CPU cores, each with an
@@ -157,8 +177,16 @@ int pt_cluster_load_file(const char *path, pt_cluster *out, pt_err *err)
 static const char *const cluster_keys[] = {"name", "nodes", "devices_per_node", "device",
                                            "intra_node", "inter_node", NULL};
 static const char *const device_keys[] = {"name", "memory_bytes", "memory_bandwidth",
-                                          "peak_flops", NULL};
-static const char *const link_keys[] = {"name", "bandwidth", "latency", NULL};
+                                          "peak_flops", "sm_count", "gemm_max_efficiency",
+                                          NULL};
+static const char *const link_keys[] = {"name", "bandwidth", "latency", "bus_bandwidth",
+                                        "allreduce_bus_bandwidth", NULL};
+
+/* Optional fields (specs written before they existed leave them out: 0, unknown). */
+static int opt_real(const pt_json_obj *o, const char *key, double *out, pt_err *err)
+{
+    return json_object_get(o->obj, key) ? pt_json_get_real(o, key, out, err) : 0;
+}
 
 static int link_read(const pt_json_obj *o, const char *key, pt_link *l, pt_err *err)
 {
@@ -166,7 +194,9 @@ static int link_read(const pt_json_obj *o, const char *key, pt_link *l, pt_err *
     if (pt_json_get_object(o, key, link_keys, &lo, err) ||
         pt_json_get_string(&lo, "name", l->name, sizeof l->name, err) ||
         pt_json_get_real(&lo, "bandwidth", &l->bw_Bps, err) ||
-        pt_json_get_real(&lo, "latency", &l->latency_s, err))
+        pt_json_get_real(&lo, "latency", &l->latency_s, err) ||
+        opt_real(&lo, "bus_bandwidth", &l->busbw_Bps, err) ||
+        opt_real(&lo, "allreduce_bus_bandwidth", &l->allreduce_busbw_Bps, err))
         return -1;
     return 0;
 }
@@ -178,7 +208,10 @@ static int device_read(const pt_json_obj *o, pt_device *d, pt_err *err)
         pt_json_get_string(&dev, "name", d->name, sizeof d->name, err) ||
         pt_json_get_int(&dev, "memory_bytes", &d->memory_bytes, err) ||
         pt_json_get_real(&dev, "memory_bandwidth", &d->memory_bw_Bps, err) ||
-        pt_json_get_object(&dev, "peak_flops", dtype_names, &flops, err))
+        pt_json_get_object(&dev, "peak_flops", dtype_names, &flops, err) ||
+        (json_object_get(dev.obj, "sm_count") &&
+         pt_json_get_int32(&dev, "sm_count", &d->sm_count, err)) ||
+        opt_real(&dev, "gemm_max_efficiency", &d->gemm_max_eff, err))
         return -1;
     for (int t = 0; t < PT_DTYPE_COUNT; t++)
         if (pt_json_get_real(&flops, dtype_names[t], &d->peak_flops[t], err))
@@ -224,6 +257,10 @@ static json_t *link_to_json(const pt_link *l)
     int bad = pt_json_set(o, "name", json_string(l->name));
     bad |= pt_json_set(o, "bandwidth", json_real(l->bw_Bps));
     bad |= pt_json_set(o, "latency", json_real(l->latency_s));
+    if (l->busbw_Bps)
+        bad |= pt_json_set(o, "bus_bandwidth", json_real(l->busbw_Bps));
+    if (l->allreduce_busbw_Bps)
+        bad |= pt_json_set(o, "allreduce_bus_bandwidth", json_real(l->allreduce_busbw_Bps));
     if (bad) {
         json_decref(o);
         return NULL;
@@ -242,6 +279,10 @@ static json_t *device_to_json(const pt_device *d)
         bad |= pt_json_set(o, "memory_bytes", json_integer(d->memory_bytes));
         bad |= pt_json_set(o, "memory_bandwidth", json_real(d->memory_bw_Bps));
         bad |= pt_json_set(o, "peak_flops", json_incref(flops));
+        if (d->sm_count)
+            bad |= pt_json_set(o, "sm_count", json_integer(d->sm_count));
+        if (d->gemm_max_eff)
+            bad |= pt_json_set(o, "gemm_max_efficiency", json_real(d->gemm_max_eff));
     }
     json_decref(flops);
     if (bad) {
@@ -359,6 +400,10 @@ static int cluster_check_rates(const pt_cluster *c, const char *origin, pt_err *
         {"intra_node.latency", c->intra.latency_s},
         {"inter_node.bandwidth", c->inter.bw_Bps},
         {"inter_node.latency", c->inter.latency_s},
+        {"intra_node.bus_bandwidth", c->intra.busbw_Bps},
+        {"intra_node.allreduce_bus_bandwidth", c->intra.allreduce_busbw_Bps},
+        {"inter_node.bus_bandwidth", c->inter.busbw_Bps},
+        {"inter_node.allreduce_bus_bandwidth", c->inter.allreduce_busbw_Bps},
     };
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
         if (cluster_check_rate(rates[i].value, rates[i].key, origin, err))
@@ -371,6 +416,12 @@ int pt_cluster_validate(const pt_cluster *c, const char *origin, pt_err *err)
     if (cluster_check_names(c, origin, err) || cluster_check_counts(c, origin, err) ||
         cluster_check_rates(c, origin, err))
         return -1;
+    if (c->device.sm_count < 0 || c->device.sm_count > (1 << 20))
+        return pt_err_set(err, "%s: field 'device.sm_count' = %d: must be 0 (unknown) to 2^20",
+                          origin, c->device.sm_count);
+    if (!(c->device.gemm_max_eff >= 0 && c->device.gemm_max_eff <= 1))
+        return pt_err_set(err, "%s: field 'device.gemm_max_efficiency' = %g: must be a share "
+                               "of peak from 0 (unknown) to 1", origin, c->device.gemm_max_eff);
     return 0;
 }
 

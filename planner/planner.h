@@ -33,7 +33,9 @@ extern "C" {
 
 typedef enum { PT_NORM_LAYERNORM, PT_NORM_RMSNORM } pt_norm;
 typedef enum { PT_ACT_GELU, PT_ACT_SWIGLU } pt_act;
-typedef enum { PT_POS_LEARNED, PT_POS_ROPE } pt_pos;
+/* ALiBi (Press et al. 2022, BLOOM, MPT): no position embedding; a per-head linear bias
+ * added to the attention scores inside the attention kernel, so no op of its own. */
+typedef enum { PT_POS_LEARNED, PT_POS_ROPE, PT_POS_ALIBI } pt_pos;
 
 typedef struct {
     char name[64];
@@ -97,12 +99,17 @@ typedef struct {
     double peak_flops[PT_DTYPE_COUNT]; /* dense FLOP/s; 0 = not supported / not yet profiled */
     int64_t memory_bytes;
     double memory_bw_Bps;              /* bytes per second */
+    int sm_count;                      /* streaming multiprocessors (GEMM waves); 0 unknown */
+    double gemm_max_eff;               /* best measured GEMM rate, share of peak; 0 unknown */
 } pt_device;
 
 typedef struct {
     char name[64];
     double bw_Bps;    /* per device per direction, bytes per second; 0 = not yet profiled */
     double latency_s;
+    double busbw_Bps; /* NCCL's achievable bus bandwidth per device (0: the line rate) */
+    double allreduce_busbw_Bps; /* all-reduce bus bandwidth where it differs (NVLink
+                                   SHARP); 0: busbw_Bps */
 } pt_link;
 
 typedef struct {
