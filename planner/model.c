@@ -17,7 +17,7 @@
  *     "seq": 8192,                 s, integer: training sequence length
  *     "norm": "rmsnorm",           "layernorm" | "rmsnorm"
  *     "activation": "swiglu",      "gelu" | "swiglu"
- *     "positions": "rope",         "learned" | "rope" (rope needs an even h/a)
+ *     "positions": "rope",         "learned" | "rope" (rope needs an even h/a) | "alibi"
  *     "tied_embeddings": false,    output head shares the token embedding
  *     "bias": false,               linear layers carry biases
  *     "dropout": false             dropout layers present
@@ -136,7 +136,7 @@ int pt_model_load_file(const char *path, pt_model *out, pt_err *err)
 /* Indexed by pt_norm, pt_act and pt_pos. */
 static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 static const char *const act_names[] = {"gelu", "swiglu"};
-static const char *const pos_names[] = {"learned", "rope"};
+static const char *const pos_names[] = {"learned", "rope", "alibi"};
 
 /* In the order pt_model_to_json writes them. */
 static const char *const model_keys[] = {
@@ -148,7 +148,7 @@ static int model_read_enums(const pt_json_obj *o, pt_model *m, pt_err *err)
     int norm, act, pos;
     if (pt_json_get_enum(o, "norm", norm_names, 2, &norm, err) ||
         pt_json_get_enum(o, "activation", act_names, 2, &act, err) ||
-        pt_json_get_enum(o, "positions", pos_names, 2, &pos, err))
+        pt_json_get_enum(o, "positions", pos_names, 3, &pos, err))
         return -1;
     m->norm = (pt_norm)norm;
     m->act = (pt_act)act;
@@ -208,7 +208,10 @@ json_t *pt_model_json_obj(const pt_model *m)
     /* Indexing by comparison keeps an unvalidated enum value inside the tables. */
     bad |= pt_json_set(root, "norm", json_string(norm_names[m->norm == PT_NORM_RMSNORM]));
     bad |= pt_json_set(root, "activation", json_string(act_names[m->act == PT_ACT_SWIGLU]));
-    bad |= pt_json_set(root, "positions", json_string(pos_names[m->pos == PT_POS_ROPE]));
+    bad |= pt_json_set(root, "positions",
+                       json_string(pos_names[m->pos == PT_POS_ROPE    ? 1
+                                             : m->pos == PT_POS_ALIBI ? 2
+                                                                      : 0]));
     bad |= pt_json_set(root, "tied_embeddings", json_boolean(m->tied_embeddings));
     bad |= pt_json_set(root, "bias", json_boolean(m->bias));
     bad |= pt_json_set(root, "dropout", json_boolean(m->dropout));
@@ -269,7 +272,7 @@ static int model_check_enums(const pt_model *m, const char *origin, pt_err *err)
     if (m->act != PT_ACT_GELU && m->act != PT_ACT_SWIGLU)
         return pt_err_set(err, "%s: field 'activation' = %d: not a known activation", origin,
                           (int)m->act);
-    if (m->pos != PT_POS_LEARNED && m->pos != PT_POS_ROPE)
+    if (m->pos != PT_POS_LEARNED && m->pos != PT_POS_ROPE && m->pos != PT_POS_ALIBI)
         return pt_err_set(err, "%s: field 'positions' = %d: not a known position encoding",
                           origin, (int)m->pos);
     return 0;

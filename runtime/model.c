@@ -289,6 +289,13 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
                    int slots, uint64_t seed, pt_trace *trace, pt_err *err)
 {
     memset(n, 0, sizeof *n);
+    /* The planner prices ALiBi models (BLOOM, MPT) for validation against published
+     * runs; the runtime's attention kernels have no score bias, so it refuses them
+     * rather than train a model without positions. */
+    if (p->model.pos == PT_POS_ALIBI)
+        return pt_err_set(err, "model '%s': positions 'alibi' are not implemented by the "
+                               "runtime (learned and rope are); the planner can still price "
+                               "it", p->model.name);
     n->spec = p->model;
     n->layout = p->layout;
     n->kn = kn;

@@ -65,6 +65,10 @@ static const char usage_text[] =
     "  --dump-cluster NAME|FILE print a cluster spec as JSON\n"
     "  --list-stacks           list the built-in software stacks\n"
     "  --dump-stack NAME|FILE  print a stack spec as JSON (loads back identically)\n"
+    "  --validate FILE         predict every published run of FILE (e.g. tests/validation/\n"
+    "                          public-set.json) and print predicted against measured step\n"
+    "                          time, the error of each and the mean and largest error\n"
+    "                          (--db FILE: price with that cost table, else analytic)\n"
     "\n"
     "Output:\n"
     "  --json                  machine-readable JSON on stdout\n"
@@ -77,7 +81,7 @@ static const char usage_text[] =
     "  --version               version and build configuration\n"
     "\n"
     "Exit status: 0 success, 1 bad input, 3 the evaluated layout is invalid or does not\n"
-    "fit (--layout).\n";
+    "fit (--layout), or a point of the set could not be evaluated (--validate).\n";
 
 int pt_tool_fail(const char *fmt, const char *msg)
 {
@@ -92,7 +96,7 @@ static int parse_options(int argc, char **argv, options *o)
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
-           O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS };
+           O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -106,6 +110,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"timeline", 1, 0, O_TIMELINE}, {"sim-top", 1, 0, O_SIMTOP}, {"steps", 1, 0, O_STEPS},
         {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA}, {"devices", 1, 0, O_DEVICES},
         {"stack", 1, 0, O_STACK}, {"list-stacks", 0, 0, O_LS}, {"dump-stack", 1, 0, O_DS},
+        {"validate", 1, 0, O_VALIDATE},
         {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
@@ -120,6 +125,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_STACK: o->stack = optarg; break;
         case O_LS: o->list_stacks = true; break;
         case O_DS: o->dump_stack = optarg; break;
+        case O_VALIDATE: o->validate = optarg; break;
         case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
         case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
         case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
@@ -167,11 +173,11 @@ static int parse_options(int argc, char **argv, options *o)
     }
     int modes = (o->layout != NULL) + (o->groups != NULL) + o->list_models + o->list_clusters +
                 (o->dump_model != NULL) + (o->dump_cluster != NULL) + o->list_stacks +
-                (o->dump_stack != NULL);
+                (o->dump_stack != NULL) + (o->validate != NULL);
     if (modes > 1) {
         fprintf(stderr, "ptplan: choose one of --layout, --groups, --list-models, "
                         "--list-clusters, --list-stacks, --dump-model, --dump-cluster, "
-                        "--dump-stack\n");
+                        "--dump-stack, --validate\n");
         return -1;
     }
     if (o->explain && !o->layout) {
@@ -539,5 +545,7 @@ int main(int argc, char **argv)
         return show_groups(&o);
     if (o.layout)
         return evaluate_layout(&o);
+    if (o.validate)
+        return validate_set(&o);
     return rank_layouts(&o);
 }

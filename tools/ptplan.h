@@ -14,6 +14,7 @@ enum { EXIT_BAD_INPUT = 1, EXIT_REJECTED = 3 };
 typedef struct {
     const char *model, *cluster, *layout, *groups, *dump_model, *dump_cluster;
     const char *precision, *order, *db, *out, *timeline, *data, *stack, *dump_stack;
+    const char *validate;    /* --validate FILE */
     int64_t nodes, devices, global_batch, seq, max_mbs, top, bucket_mib, sim_top, steps, seed;
     double mem_fraction, lr;
     bool explain, json, list_models, list_clusters, list_stacks, no_out;
@@ -41,5 +42,7 @@ double gib(double bytes);
 
 int evaluate_layout(const options *o);
 int rank_layouts(const options *o);
+/* ptplan_validate.c: predicted against measured over a set of published runs. */
+int validate_set(const options *o);
 
 #endif

@@ -1,0 +1,997 @@
+/*
+ * ptplan --validate FILE: the planner's predictions against published training runs.
+ *
+ * FILE holds measured runs as their sources published them (tests/validation/
+ * public-set.json is the project's set, holdout.json the runs it was not tuned on):
+ * per point the model's sizes, the GPUs, the layout, the global batch and what was
+ * measured. An optional "ptplan" object per point says how ptplan models the run:
+ *   "ptplan": {
+ *     "label": "bloom-176b",             short name for the listing [the source's
+ *                                        first words]
+ *     "cluster": "dgx-a100-80g",         built-in name, or a cluster JSON file relative
+ *                                        to FILE [from "gpu": a100-80g, h100-sxm]
+ *     "stack": "megatron-lm",            built-in name, or a stack JSON file relative
+ *                                        to FILE [ptrun]
+ *     "why": "...",                      why that cluster and stack (free text)
+ *     "assume": {"mbs": {"value": 1, "why": "..."}, ...}
+ *   }
+ * The source's fields are required as the public set writes them (model sizes, norm,
+ * activation, bias, tied_embeddings; gpus, tp, pp, dp, mbs, global_batch, zero,
+ * recompute, measured); where a source gives no value the field is null. An
+ * assumption fills such a null (or a zero/recompute text that names no value, or an
+ * optional field left out: positions [learned], dropout [none], vp, cp [1], sp [off])
+ * and carries its reason; one that contradicts a value the source gives is refused.
+ * Keys: the fields above, first_layers, last_layers, dp_overlap, tp_overlap,
+ * param_overlap, and tflops_convention (how a TFLOP/s-per-GPU figure counts FLOPs).
+ *
+ * Measured step time: "step_s" when the source gives it; else global batch x seq /
+ * (tokens/s per GPU x GPUs); else the FLOPs of one step under the source's
+ * convention / (TFLOP/s per GPU x GPUs). Predicted: pt_evaluate on the spec and
+ * layout built from the point (analytic costs, or the --db cost table). Error =
+ * predicted / measured - 1.
+ *
+ * Exit status: 0 when every point was evaluated; 3 when some point could not be (it is
+ * listed with the reason: a layout the rules or the stack refuse, a value that cannot
+ * be read); 1 when FILE is not a validation set (missing, malformed JSON, a point
+ * without a required field, an unknown cluster or stack, a malformed "ptplan" object),
+ * with one message naming the file and field.
+ */
+#include "ptplan.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- Where a value is --------------------------------------------------------------- */
+
+typedef struct {
+    const char *file;  /* the validation file, as given */
+    char dir[1024];    /* its folder with a trailing '/', "" for the working directory */
+    char at[64];       /* the point being read: "points[3]" */
+    const json_t *assume; /* the point's ptplan.assume, or NULL */
+} vctx;
+
+/* Read results: the point is read, the point cannot be evaluated (the reason goes in
+ * the point's listing), or the file is bad input (err filled). */
+enum { V_OK = 0, V_SKIP = 1, V_BAD = -1 };
+
+/* "FILE: points[3].model.hidden: <message>" into err; returns V_BAD. */
+static int bad(const vctx *v, pt_err *err, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int bad(const vctx *v, pt_err *err, const char *field, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pt_err_set(err, "%s: %s%s%s: %s", v->file, v->at, field[0] ? "." : "", field, msg);
+    return V_BAD;
+}
+
+/* ---- One point --------------------------------------------------------------------- */
+
+typedef struct {
+    char label[48];
+    char source[160];
+    int64_t gpus;
+    pt_model m;
+    pt_cluster c;
+    pt_train t;
+    pt_layout l;
+    char layout_text[160];     /* compact, for the listing */
+    const char *measured_from; /* "step_s", "tokens_per_s_per_gpu", "tflops_per_gpu" */
+    double measured_s;
+    char assumed[256];         /* the assumption keys used, comma-separated */
+    bool ok;                   /* evaluated */
+    char reason[512];          /* why not */
+    pt_candidate cand;
+    double error;              /* predicted / measured - 1 */
+} vpoint;
+
+static int skip(vpoint *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int skip(vpoint *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->reason, sizeof p->reason, fmt, ap);
+    va_end(ap);
+    return V_SKIP;
+}
+
+/* ---- Fields -------------------------------------------------------------------------- */
+
+/* Reads obj[key] (obj at `path` inside the point, "" for the point itself). Each
+ * returns V_OK when read, V_SKIP when absent or null and not required, V_BAD when
+ * required and absent or of the wrong type. */
+static int field_name(char *buf, size_t n, const char *path, const char *key)
+{
+    return snprintf(buf, n, "%s%s%s", path, path[0] ? "." : "", key);
+}
+
+static const json_t *field(const vctx *v, const json_t *obj, const char *path, const char *key,
+                           bool required, int *rc, pt_err *err)
+{
+    char name[128];
+    field_name(name, sizeof name, path, key);
+    const json_t *x = json_object_get(obj, key);
+    if (!x || json_is_null(x)) {
+        *rc = required ? bad(v, err, name, "missing (the field is required)") : V_SKIP;
+        return NULL;
+    }
+    *rc = V_OK;
+    return x;
+}
+
+static int get_int(const vctx *v, const json_t *obj, const char *path, const char *key,
+                   bool required, int64_t *out, pt_err *err)
+{
+    int rc;
+    const json_t *x = field(v, obj, path, key, required, &rc, err);
+    if (!x)
+        return rc;
+    char name[128];
+    field_name(name, sizeof name, path, key);
+    if (!json_is_integer(x))
+        return bad(v, err, name, "expected an integer");
+    *out = json_integer_value(x);
+    return V_OK;
+}
+
+static int get_real(const vctx *v, const json_t *obj, const char *path, const char *key,
+                    bool required, double *out, pt_err *err)
+{
+    int rc;
+    const json_t *x = field(v, obj, path, key, required, &rc, err);
+    if (!x)
+        return rc;
+    char name[128];
+    field_name(name, sizeof name, path, key);
+    if (!json_is_number(x))
+        return bad(v, err, name, "expected a number");
+    *out = json_number_value(x);
+    return V_OK;
+}
+
+static int get_string(const vctx *v, const json_t *obj, const char *path, const char *key,
+                      bool required, const char **out, pt_err *err)
+{
+    int rc;
+    const json_t *x = field(v, obj, path, key, required, &rc, err);
+    if (!x)
+        return rc;
+    char name[128];
+    field_name(name, sizeof name, path, key);
+    if (!json_is_string(x))
+        return bad(v, err, name, "expected a string");
+    *out = json_string_value(x);
+    return V_OK;
+}
+
+/* ---- Assumptions --------------------------------------------------------------------- */
+
+static const char *const assume_keys[] = {
+    "mbs", "zero", "recompute", "sp", "vp", "cp", "kv_heads", "ffn", "norm", "activation",
+    "bias", "tied_embeddings", "positions", "dropout", "first_layers", "last_layers",
+    "dp_overlap", "tp_overlap", "param_overlap", "tflops_convention", NULL};
+
+/* Checks ptplan.assume: known keys, each {"value": ..., "why": "<reason>"}. */
+static int check_assume(const vctx *v, const json_t *assume, pt_err *err)
+{
+    if (!json_is_object(assume))
+        return bad(v, err, "ptplan.assume", "expected an object of {\"value\", \"why\"}");
+    const char *key;
+    const json_t *a;
+    json_object_foreach((json_t *)assume, key, a) {
+        char name[128];
+        snprintf(name, sizeof name, "ptplan.assume.%s", key);
+        int k = 0;
+        while (assume_keys[k] && strcmp(assume_keys[k], key) != 0)
+            k++;
+        if (!assume_keys[k])
+            return bad(v, err, name, "unknown assumption (known: mbs, zero, recompute, sp, vp, "
+                                     "cp, kv_heads, ffn, norm, activation, bias, "
+                                     "tied_embeddings, positions, dropout, first_layers, "
+                                     "last_layers, dp_overlap, tp_overlap, param_overlap, "
+                                     "tflops_convention)");
+        const json_t *why = json_object_get(a, "why");
+        if (!json_is_object(a) || json_object_size(a) != 2 || !json_object_get(a, "value") ||
+            !json_is_string(why) || !json_string_length(why))
+            return bad(v, err, name, "expected {\"value\": ..., \"why\": \"<the reason>\"}");
+    }
+    return V_OK;
+}
+
+/* The assumed value of `key`, or NULL. Records the key in p->assumed. */
+static const json_t *assumed(const vctx *v, vpoint *p, const char *key)
+{
+    const json_t *a = v->assume ? json_object_get(v->assume, key) : NULL;
+    if (!a)
+        return NULL;
+    size_t n = strlen(p->assumed);
+    snprintf(p->assumed + n, sizeof p->assumed - n, "%s%s", n ? "," : "", key);
+    return json_object_get(a, "value");
+}
+
+/* A value the source gives must not be replaced by an assumption. */
+static int conflict(vpoint *p, const char *key, const json_t *given)
+{
+    char *text = json_dumps(given, JSON_ENCODE_ANY);
+    skip(p, "ptplan.assume.%s: the source gives %s = %s; an assumption only fills what the "
+            "source leaves out", key, key, text ? text : "?");
+    free(text);
+    return V_SKIP;
+}
+
+/* A value of the point and where it came from. */
+typedef struct {
+    const json_t *val; /* NULL: absent, and not required */
+    char name[128];    /* for messages: "model.ffn" or "ptplan.assume.ffn" */
+} vval;
+
+/* The value of obj[key] (obj at `path` in the point, "" for the point itself): the
+ * source's, or the assumed one where the source writes null. An absent key is bad
+ * input when required (a source that gives no value says null), else no value; a
+ * null without an assumption leaves the point unevaluated. */
+static int resolve(const vctx *v, vpoint *p, const json_t *obj, const char *path,
+                   const char *key, bool required, vval *out, pt_err *err)
+{
+    field_name(out->name, sizeof out->name, path, key);
+    const json_t *x = json_object_get(obj, key);
+    const json_t *a = assumed(v, p, key);
+    out->val = NULL;
+    if (!x && required)
+        return bad(v, err, out->name, "missing (the field is required; write null where the "
+                                      "source gives no value)");
+    if (x && !json_is_null(x)) {
+        out->val = x;
+        return a ? conflict(p, key, x) : V_OK;
+    }
+    if (a) {
+        snprintf(out->name, sizeof out->name, "ptplan.assume.%s", key);
+        out->val = a;
+        return V_OK;
+    }
+    if (x)
+        return skip(p, "the source gives no %s; state one in ptplan.assume.%s with its reason",
+                    out->name, key);
+    return V_OK;
+}
+
+static int as_int(const vctx *v, const vval *x, int64_t *out, pt_err *err)
+{
+    if (!json_is_integer(x->val))
+        return bad(v, err, x->name, "expected an integer");
+    *out = json_integer_value(x->val);
+    return V_OK;
+}
+
+static int as_string(const vctx *v, const vval *x, const char **out, pt_err *err)
+{
+    if (!json_is_string(x->val))
+        return bad(v, err, x->name, "expected a string");
+    *out = json_string_value(x->val);
+    return V_OK;
+}
+
+/* true/false, or 0/1 as some sources write flags. */
+static int as_bool(const vctx *v, const vval *x, bool *out, pt_err *err)
+{
+    if (json_is_boolean(x->val))
+        *out = json_is_true(x->val);
+    else if (json_is_integer(x->val) && (json_integer_value(x->val) & ~1) == 0)
+        *out = json_integer_value(x->val) == 1;
+    else
+        return bad(v, err, x->name, "expected true or false");
+    return V_OK;
+}
+
+/* An integer of the point: the source's or the assumed one; `def` when absent (and
+ * not required). */
+static int point_int(const vctx *v, vpoint *p, const json_t *obj, const char *path,
+                     const char *key, bool required, int64_t def, int64_t *out, pt_err *err)
+{
+    vval x;
+    int rc = resolve(v, p, obj, path, key, required, &x, err);
+    if (rc)
+        return rc;
+    *out = def;
+    return x.val ? as_int(v, &x, out, err) : V_OK;
+}
+
+static int point_bool(const vctx *v, vpoint *p, const json_t *obj, const char *path,
+                      const char *key, bool required, bool def, bool *out, pt_err *err)
+{
+    vval x;
+    int rc = resolve(v, p, obj, path, key, required, &x, err);
+    if (rc)
+        return rc;
+    *out = def;
+    return x.val ? as_bool(v, &x, out, err) : V_OK;
+}
+
+/* ---- Text the sources write ------------------------------------------------------ */
+
+/* Whether `word` occurs in `text`, ignoring case. */
+static bool has(const char *text, const char *word)
+{
+    size_t n = strlen(word);
+    for (; *text; text++)
+        if (strncasecmp(text, word, n) == 0)
+            return true;
+    return false;
+}
+
+/* The ZeRO stage a source's text names ("FSDP FULL_SHARD (ZeRO-3 equivalent)",
+ * "ZeRO-1 equivalent"), or -1 when it names none or several. */
+static int zero_of_text(const char *t)
+{
+    int found = -1, n = 0;
+    static const struct {
+        const char *word;
+        int stage;
+    } words[] = {{"zero-3", 3}, {"zero stage 3", 3}, {"full_shard", 3}, {"full shard", 3},
+                 {"zero-2", 2}, {"zero stage 2", 2}, {"shard_grad_op", 2},
+                 {"zero-1", 1}, {"zero stage 1", 1}, {"zero-0", 0}, {"no_shard", 0}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (has(t, words[i].word) && found != words[i].stage) {
+            found = words[i].stage;
+            n++;
+        }
+    if (strcasecmp(t, "none") == 0 && n == 0)
+        return 0;
+    return n == 1 ? found : -1;
+}
+
+/* "full", "full (--checkpoint-activations)", "selective (per-op SAC)", "none". */
+static int recompute_of_text(const char *t, pt_recompute *out)
+{
+    if (strncasecmp(t, "full", 4) == 0)
+        *out = PT_RECOMPUTE_FULL;
+    else if (strncasecmp(t, "selective", 9) == 0)
+        *out = PT_RECOMPUTE_SELECTIVE;
+    else if (strncasecmp(t, "none", 4) == 0)
+        *out = PT_RECOMPUTE_NONE;
+    else
+        return -1;
+    return 0;
+}
+
+/* "learned" / "absolute", "alibi", "rope..." / "rotary..." */
+static int pos_of_text(const char *t, pt_pos *out)
+{
+    if (strcasecmp(t, "learned") == 0 || strcasecmp(t, "absolute") == 0)
+        *out = PT_POS_LEARNED;
+    else if (strcasecmp(t, "alibi") == 0)
+        *out = PT_POS_ALIBI;
+    else if (strncasecmp(t, "rope", 4) == 0 || strncasecmp(t, "rotary", 6) == 0)
+        *out = PT_POS_ROPE;
+    else
+        return -1;
+    return 0;
+}
+
+/* ---- The model ------------------------------------------------------------------------ */
+
+static int model_sizes(const vctx *v, vpoint *p, const json_t *mo, pt_err *err)
+{
+    pt_model *m = &p->m;
+    struct {
+        const char *key;
+        int64_t *out;
+    } sizes[] = {{"layers", &m->layers}, {"hidden", &m->hidden}, {"heads", &m->heads},
+                 {"kv_heads", &m->kv_heads}, {"ffn", &m->ffn}, {"vocab", &m->vocab},
+                 {"seq", &m->seq}};
+    int rc;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if ((rc = point_int(v, p, mo, "model", sizes[i].key, true, 0, sizes[i].out, err)))
+            return rc;
+    if ((rc = point_bool(v, p, mo, "model", "bias", true, false, &m->bias, err)) ||
+        (rc = point_bool(v, p, mo, "model", "tied_embeddings", true, false,
+                         &m->tied_embeddings, err)) ||
+        (rc = point_bool(v, p, mo, "model", "dropout", false, false, &m->dropout, err)))
+        return rc;
+    return V_OK;
+}
+
+/* norm and activation ("layernorm (+ embedding layernorm)" reads as layernorm);
+ * positions: learned when the source names none. */
+static int model_kinds(const vctx *v, vpoint *p, const json_t *mo, pt_err *err)
+{
+    vval norm, act, pos;
+    const char *tn = "", *ta = "", *tp = "learned";
+    int rc;
+    if ((rc = resolve(v, p, mo, "model", "norm", true, &norm, err)) ||
+        (rc = as_string(v, &norm, &tn, err)) ||
+        (rc = resolve(v, p, mo, "model", "activation", true, &act, err)) ||
+        (rc = as_string(v, &act, &ta, err)) ||
+        (rc = resolve(v, p, mo, "model", "positions", false, &pos, err)) ||
+        (pos.val && (rc = as_string(v, &pos, &tp, err))))
+        return rc;
+    if (strncasecmp(tn, "layernorm", 9) == 0)
+        p->m.norm = PT_NORM_LAYERNORM;
+    else if (strncasecmp(tn, "rmsnorm", 7) == 0)
+        p->m.norm = PT_NORM_RMSNORM;
+    else
+        return skip(p, "%s '%s': expected layernorm or rmsnorm", norm.name, tn);
+    if (strncasecmp(ta, "gelu", 4) == 0)
+        p->m.act = PT_ACT_GELU;
+    else if (strncasecmp(ta, "swiglu", 6) == 0)
+        p->m.act = PT_ACT_SWIGLU;
+    else
+        return skip(p, "%s '%s': expected gelu or swiglu", act.name, ta);
+    if (pos_of_text(tp, &p->m.pos))
+        return skip(p, "%s '%s': expected learned, rope or alibi", pos.name, tp);
+    return V_OK;
+}
+
+static int read_model(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
+{
+    int rc;
+    const json_t *mo = field(v, pt, "", "model", true, &rc, err);
+    if (!mo)
+        return rc;
+    if (!json_is_object(mo))
+        return bad(v, err, "model", "expected an object");
+    memset(&p->m, 0, sizeof p->m);
+    const char *name = "model";
+    if (get_string(v, mo, "model", "name", false, &name, err) == V_BAD)
+        return V_BAD;
+    snprintf(p->m.name, sizeof p->m.name, "%s", name);
+    if ((rc = model_sizes(v, p, mo, err)) || (rc = model_kinds(v, p, mo, err)))
+        return rc;
+    pt_err why;
+    if (pt_model_validate(&p->m, "model", &why))
+        return skip(p, "%s", why.msg);
+    return V_OK;
+}
+
+/* ---- Cluster and stack ------------------------------------------------------------------ */
+
+/* A built-in name, or a file relative to the validation file (any name with a '/' or
+ * ending in .json). */
+static void spec_path(const vctx *v, const char *name, char *buf, size_t n)
+{
+    size_t len = strlen(name);
+    bool file = strchr(name, '/') || (len > 5 && strcmp(name + len - 5, ".json") == 0);
+    snprintf(buf, n, "%s%s", file && name[0] != '/' ? v->dir : "", name);
+}
+
+/* The built-in cluster of a point's "gpu" when ptplan.cluster is not given. */
+static const char *cluster_of_gpu(const char *gpu)
+{
+    if (strcmp(gpu, "a100-80g") == 0)
+        return "dgx-a100-80g";
+    if (strcmp(gpu, "h100-sxm") == 0)
+        return "dgx-h100";
+    return NULL;
+}
+
+static int read_cluster(const vctx *v, const json_t *pt, const json_t *pp, vpoint *p,
+                        pt_err *err)
+{
+    const char *name = NULL, *gpu = NULL;
+    if (pp && get_string(v, pp, "ptplan", "cluster", false, &name, err) == V_BAD)
+        return V_BAD;
+    if (!name) {
+        if (get_string(v, pt, "", "gpu", false, &gpu, err) == V_BAD)
+            return V_BAD;
+        if (!gpu || !(name = cluster_of_gpu(gpu)))
+            return bad(v, err, "ptplan.cluster", "missing, and gpu '%s' has no built-in "
+                                                 "cluster: name one (or a cluster file)",
+                       gpu ? gpu : "(none)");
+    }
+    char path[1200];
+    spec_path(v, name, path, sizeof path);
+    pt_err why;
+    if (pt_cluster_get(path, &p->c, &why))
+        return bad(v, err, "ptplan.cluster", "%s", why.msg);
+    int dpn = p->c.devices_per_node;
+    if (p->gpus < dpn)
+        p->c.devices_per_node = (int)p->gpus;
+    else if (p->gpus % dpn)
+        return skip(p, "%lld GPUs are not whole nodes of %d (cluster %s)", (long long)p->gpus,
+                    dpn, p->c.name);
+    p->c.nodes = (int)(p->gpus / p->c.devices_per_node);
+    return V_OK;
+}
+
+static int read_stack(const vctx *v, const json_t *pp, vpoint *p, pt_err *err)
+{
+    const char *name = "ptrun";
+    if (pp && get_string(v, pp, "ptplan", "stack", false, &name, err) == V_BAD)
+        return V_BAD;
+    char path[1200];
+    spec_path(v, name, path, sizeof path);
+    pt_err why;
+    if (pt_stack_get(path, &p->t.stack, &why))
+        return bad(v, err, "ptplan.stack", "%s", why.msg);
+    return V_OK;
+}
+
+/* The "ptplan" object: its keys, the label, and the assumptions it states. */
+static int read_ptplan(vctx *v, const json_t *pt, const json_t **pp, vpoint *p, pt_err *err)
+{
+    static const char *const keys[] = {"label", "cluster", "stack", "why", "assume", NULL};
+    *pp = json_object_get(pt, "ptplan");
+    v->assume = NULL;
+    const char *label = NULL;
+    if (*pp) {
+        if (!json_is_object(*pp))
+            return bad(v, err, "ptplan", "expected an object");
+        const char *key;
+        const json_t *x;
+        json_object_foreach((json_t *)*pp, key, x) {
+            int k = 0;
+            while (keys[k] && strcmp(keys[k], key) != 0)
+                k++;
+            if (!keys[k])
+                return bad(v, err, "ptplan", "unknown key '%s' (known: label, cluster, stack, "
+                                             "why, assume)", key);
+        }
+        if (get_string(v, *pp, "ptplan", "label", false, &label, err) == V_BAD ||
+            get_string(v, *pp, "ptplan", "why", false, &(const char *){NULL}, err) == V_BAD)
+            return V_BAD;
+        v->assume = json_object_get(*pp, "assume");
+        if (v->assume && check_assume(v, v->assume, err))
+            return V_BAD;
+    }
+    const char *source = NULL;
+    if (get_string(v, pt, "", "source", true, &source, err))
+        return V_BAD;
+    snprintf(p->source, sizeof p->source, "%s", source);
+    if (label)
+        snprintf(p->label, sizeof p->label, "%s", label);
+    else /* the source's first word */
+        snprintf(p->label, sizeof p->label, "%.*s", (int)strcspn(source, " ,("), source);
+    return V_OK;
+}
+
+/* ---- The layout ------------------------------------------------------------------------- */
+
+/* zero: required; the source's stage (a number, or text naming one), else (null, or
+ * text that names none) the assumed one. */
+static int layout_zero(const vctx *v, const json_t *pt, vpoint *p, int64_t *zero, pt_err *err)
+{
+    const json_t *z = json_object_get(pt, "zero");
+    if (!z)
+        return bad(v, err, "zero", "missing (the field is required; write null where the "
+                                   "source gives no value)");
+    const json_t *a = assumed(v, p, "zero");
+    int given = -1;
+    if (json_is_integer(z))
+        given = (int)json_integer_value(z);
+    else if (json_is_string(z))
+        given = zero_of_text(json_string_value(z));
+    else if (!json_is_null(z))
+        return bad(v, err, "zero", "expected a stage number or text naming one");
+    if (given >= 0 && a)
+        return conflict(p, "zero", z);
+    if (given >= 0) {
+        *zero = given;
+        return V_OK;
+    }
+    if (!a)
+        return skip(p, "zero '%s' names no ZeRO stage; state one in ptplan.assume.zero with "
+                       "its reason", json_is_string(z) ? json_string_value(z) : "null");
+    if (!json_is_integer(a))
+        return bad(v, err, "ptplan.assume.zero", "expected an integer");
+    *zero = json_integer_value(a);
+    return V_OK;
+}
+
+/* recompute: required; "full ...", "selective ...", "none", else assumed. */
+static int layout_recompute(const vctx *v, const json_t *pt, vpoint *p, pt_recompute *r,
+                            pt_err *err)
+{
+    const json_t *x = json_object_get(pt, "recompute");
+    if (!x)
+        return bad(v, err, "recompute", "missing (the field is required; write null where "
+                                        "the source gives no value)");
+    if (!json_is_string(x) && !json_is_null(x))
+        return bad(v, err, "recompute", "expected a string");
+    const char *text = json_is_string(x) ? json_string_value(x) : NULL;
+    const json_t *a = assumed(v, p, "recompute");
+    if (text && recompute_of_text(text, r) == 0)
+        return a ? conflict(p, "recompute", x) : V_OK;
+    if (!a)
+        return skip(p, "recompute '%s': expected none, selective or full, or state one in "
+                       "ptplan.assume.recompute", text ? text : "null");
+    if (!json_is_string(a) || recompute_of_text(json_string_value(a), r))
+        return bad(v, err, "ptplan.assume.recompute", "expected none, selective or full");
+    return V_OK;
+}
+
+/* Keys that only an assumption sets: appended to the layout text as given. */
+static int layout_extra(const vctx *v, vpoint *p, char *text, size_t n, pt_err *err)
+{
+    static const char *const keys[] = {"first_layers", "last_layers", "dp_overlap",
+                                       "tp_overlap", "param_overlap", NULL};
+    for (int k = 0; keys[k]; k++) {
+        const json_t *a = assumed(v, p, keys[k]);
+        if (!a)
+            continue;
+        size_t used = strlen(text);
+        if (json_is_integer(a))
+            snprintf(text + used, n - used, ",%s=%lld", keys[k], (long long)json_integer_value(a));
+        else if (json_is_boolean(a))
+            snprintf(text + used, n - used, ",%s=%d", keys[k], json_is_true(a));
+        else if (json_is_string(a))
+            snprintf(text + used, n - used, ",%s=%s", keys[k], json_string_value(a));
+        else
+            return bad(v, err, "ptplan.assume", "%s: expected an integer, boolean or string "
+                                                "value", keys[k]);
+    }
+    return V_OK;
+}
+
+static void layout_label(vpoint *p)
+{
+    const pt_layout *l = &p->l;
+    char vp[16] = "", cp[16] = "", split[48] = "";
+    if (l->vp > 1)
+        snprintf(vp, sizeof vp, " vp%d", l->vp);
+    if (l->cp > 1)
+        snprintf(cp, sizeof cp, " cp%d", l->cp);
+    if (l->first_layers || l->last_layers)
+        snprintf(split, sizeof split, " L%lld/%lld", (long long)l->first_layers,
+                 (long long)l->last_layers);
+    /* "tp8 sp pp16 vp2 dp48 z1 mbs1 none": sizes 1 of vp and cp left out */
+    snprintf(p->layout_text, sizeof p->layout_text, "tp%d%s pp%d%s%s dp%d z%d mbs%lld %s%s",
+             l->tp, l->sp ? " sp" : "", l->pp, vp, cp, l->dp, l->zero, (long long)l->mbs,
+             pt_recompute_name(l->recompute), split);
+}
+
+/* Every rule the layout breaks, "; "-joined, into the point's reason. */
+static int layout_rules(vpoint *p, uint32_t mask)
+{
+    size_t n = 0;
+    for (int r = 0; r < PT_REJECT_COUNT; r++) {
+        if (!(mask & (1u << r)))
+            continue;
+        char why[256];
+        pt_reject_explain((pt_reject)r, &p->m, &p->c, p->t.global_batch, &p->l, why, sizeof why);
+        n += (size_t)snprintf(p->reason + n, n < sizeof p->reason ? sizeof p->reason - n : 0,
+                              "%sinvalid layout: %s", n ? "; " : "", why);
+        if (n >= sizeof p->reason)
+            break;
+    }
+    return V_SKIP;
+}
+
+static int read_layout(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
+{
+    int64_t tp, pp, dp, vp = 1, cp = 1, mbs = 1, zero = 0;
+    int rc;
+    if (get_int(v, pt, "", "tp", true, &tp, err) || get_int(v, pt, "", "pp", true, &pp, err) ||
+        get_int(v, pt, "", "dp", true, &dp, err))
+        return V_BAD;
+    if ((rc = point_int(v, p, pt, "", "vp", false, 1, &vp, err)) ||
+        (rc = point_int(v, p, pt, "", "cp", false, 1, &cp, err)) ||
+        (rc = point_int(v, p, pt, "", "mbs", true, 1, &mbs, err)) ||
+        (rc = layout_zero(v, pt, p, &zero, err)))
+        return rc;
+    pt_recompute rec = PT_RECOMPUTE_NONE;
+    bool sp = false;
+    if ((rc = layout_recompute(v, pt, p, &rec, err)) ||
+        (rc = point_bool(v, p, pt, "", "sp", false, false, &sp, err)))
+        return rc;
+    char text[400];
+    snprintf(text, sizeof text, "tp=%lld,pp=%lld,vp=%lld,cp=%lld,dp=%lld,zero=%lld,mbs=%lld,"
+                                "recompute=%s,sp=%d", (long long)tp, (long long)pp,
+             (long long)vp, (long long)cp, (long long)dp, (long long)zero, (long long)mbs,
+             pt_recompute_name(rec), sp);
+    if ((rc = layout_extra(v, p, text, sizeof text, err)))
+        return rc;
+    /* One optimizer step: global_batch / (mbs x dp) micro-batches per data-parallel rank,
+     * 1F1B (interleaved when vp > 1), the stack's overlap defaults. */
+    pt_layout_default(&p->l);
+    pt_err why;
+    if (pt_layout_parse_stack(text, pt_cluster_world(&p->c), p->t.global_batch, &p->t.stack,
+                              &p->l, &why))
+        return skip(p, "%s", why.msg);
+    layout_label(p);
+    uint32_t mask;
+    if (pt_layout_check(&p->m, &p->c, p->t.global_batch, &p->l, &mask))
+        return layout_rules(p, mask);
+    return V_OK;
+}
+
+/* ---- Measured step time ------------------------------------------------------------------ */
+
+/* FLOPs of one step of B sequences as the source counted them.
+ * "megatron-2021": Narayanan et al. 2021, "Efficient Large-Scale Language Model
+ *   Training on GPU Clusters Using Megatron-LM", Sec. 5.1, eq. (3):
+ *   96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)), which counts full recomputation.
+ * "megatron-core": Megatron-LM's num_floating_point_operations (megatron/training/
+ *   training.py at core_r0.8.0), model FLOPs without recomputation:
+ *   12·B·s·L·h²·((1 + k/a + s/h)·(a·d/h) + (f/h)·g + Vp/(2·L·h)), d = h/a, g = 3/2
+ *   for SwiGLU, Vp the vocabulary padded to 128·tp. */
+static int step_flops(const char *conv, const vpoint *p, double *out)
+{
+    const pt_model *m = &p->m;
+    double B = (double)p->t.global_batch, s = (double)m->seq, L = (double)m->layers;
+    double h = (double)m->hidden, a = (double)m->heads, k = (double)m->kv_heads;
+    if (strcmp(conv, "megatron-2021") == 0) {
+        double V = (double)m->vocab;
+        *out = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
+        return 0;
+    }
+    if (strcmp(conv, "megatron-core") == 0) {
+        int64_t mult = 128 * (int64_t)p->l.tp;
+        double Vp = (double)((m->vocab + mult - 1) / mult * mult);
+        double g = m->act == PT_ACT_SWIGLU ? 1.5 : 1.0;
+        double d = h / a;
+        *out = 12 * B * s * L * h * h *
+               ((1 + k / a + s / h) * (a * d / h) + (double)m->ffn / h * g + Vp / (2 * L * h));
+        return 0;
+    }
+    return -1;
+}
+
+static int read_measured(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
+{
+    int rc;
+    const json_t *me = field(v, pt, "", "measured", true, &rc, err);
+    if (!me)
+        return rc;
+    if (!json_is_object(me))
+        return bad(v, err, "measured", "expected an object");
+    double x;
+    if ((rc = get_real(v, me, "measured", "step_s", false, &x, err)) != V_SKIP) {
+        p->measured_from = "step_s";
+        p->measured_s = x;
+    } else if ((rc = get_real(v, me, "measured", "tokens_per_s_per_gpu", false, &x, err)) !=
+               V_SKIP) {
+        p->measured_from = "tokens_per_s_per_gpu";
+        p->measured_s = (double)p->t.global_batch * (double)p->m.seq / (x * (double)p->gpus);
+    } else if ((rc = get_real(v, me, "measured", "tflops_per_gpu", false, &x, err)) != V_SKIP) {
+        p->measured_from = "tflops_per_gpu";
+        const json_t *a = assumed(v, p, "tflops_convention");
+        double flops;
+        if (rc == V_OK && !a)
+            return skip(p, "measured.tflops_per_gpu needs the FLOP count it was computed with: "
+                           "state it in ptplan.assume.tflops_convention");
+        if (rc == V_OK && (!json_is_string(a) || step_flops(json_string_value(a), p, &flops)))
+            return bad(v, err, "ptplan.assume.tflops_convention",
+                       "expected megatron-2021 or megatron-core");
+        if (rc == V_OK)
+            p->measured_s = flops / (x * 1e12 * (double)p->gpus);
+    } else
+        return skip(p, "measured gives none of step_s, tokens_per_s_per_gpu, tflops_per_gpu");
+    if (rc == V_BAD)
+        return rc;
+    if (!(p->measured_s > 0) || !isfinite(p->measured_s))
+        return skip(p, "measured %s gives no positive step time", p->measured_from);
+    return V_OK;
+}
+
+/* ---- Reading and evaluating one point ------------------------------------------------------ */
+
+static int read_point(vctx *v, const json_t *pt, vpoint *p, pt_err *err)
+{
+    const json_t *pp;
+    int rc;
+    if (!json_is_object(pt))
+        return bad(v, err, "", "expected an object");
+    if ((rc = read_ptplan(v, pt, &pp, p, err)))
+        return rc;
+    if (get_int(v, pt, "", "gpus", true, &p->gpus, err) ||
+        get_int(v, pt, "", "global_batch", true, &p->t.global_batch, err))
+        return V_BAD;
+    if (p->gpus < 1 || p->gpus > (1 << 24))
+        return bad(v, err, "gpus", "%lld: expected 1 to 2^24", (long long)p->gpus);
+    if (p->t.global_batch < 1)
+        return bad(v, err, "global_batch", "%lld: expected at least 1",
+                   (long long)p->t.global_batch);
+    /* Bad input first (every required field, the cluster and the stack), so that a broken
+     * file is reported as such even when an earlier part of a point cannot be evaluated. */
+    int64_t batch = p->t.global_batch;
+    if ((rc = read_model(v, pt, p, err)) == V_BAD)
+        return rc;
+    int rc_c = read_cluster(v, pt, pp, p, err);
+    if (rc_c == V_BAD)
+        return rc_c;
+    pt_train_default(&p->t, &p->c);
+    p->t.global_batch = batch;
+    p->t.precision = PT_PREC_BF16;
+    int rc_s = read_stack(v, pp, p, err);
+    if (rc_s == V_BAD)
+        return rc_s;
+    if (rc || rc_c)
+        return V_SKIP;
+    if ((rc = read_layout(v, pt, p, err)))
+        return rc;
+    return read_measured(v, pt, p, err);
+}
+
+static void evaluate_point(const pt_costdb *db, vpoint *p)
+{
+    pt_err err;
+    if (pt_evaluate(&p->m, &p->c, &p->t, db, &p->l, NULL, &p->cand, &err)) {
+        skip(p, "%s", err.msg);
+        return;
+    }
+    p->ok = true;
+    p->error = p->cand.predicted.step_time_s / p->measured_s - 1;
+}
+
+/* ---- Output ------------------------------------------------------------------------------ */
+
+static json_t *point_json(int i, const vpoint *p)
+{
+    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:s, s:s, s:b}", "index", i, "label",
+                          p->label, "source", p->source, "model", p->m.name, "gpus",
+                          (json_int_t)p->gpus, "cluster", p->c.name, "stack", p->t.stack.name,
+                          "evaluable", p->ok);
+    if (p->layout_text[0])
+        json_object_set_new(o, "layout", json_string(p->layout_text));
+    json_object_set_new(o, "assumed", json_string(p->assumed));
+    if (!p->ok) {
+        json_object_set_new(o, "reason", json_string(p->reason));
+        return o;
+    }
+    const pt_sim_result *r = &p->cand.predicted;
+    json_object_set_new(o, "measured_from", json_string(p->measured_from));
+    json_object_set_new(o, "measured_step_s", json_real(p->measured_s));
+    json_object_set_new(o, "predicted_step_s", json_real(r->step_time_s));
+    json_object_set_new(o, "error", json_real(p->error));
+    json_object_set_new(o, "predicted_mfu", json_real(r->mfu));
+    json_object_set_new(o, "bubble_fraction", json_real(r->bubble_fraction));
+    json_object_set_new(o, "exposed_comm_fraction", json_real(r->exposed_comm_fraction));
+    json_object_set_new(o, "memory_bytes", json_real(p->cand.memory.total_bytes));
+    json_object_set_new(o, "fits", json_boolean(p->cand.memory.total_bytes <=
+                                                (double)p->c.device.memory_bytes));
+    return o;
+}
+
+typedef struct {
+    int n, evaluated;
+    double mean_abs, max_abs;
+    int worst;
+} vsummary;
+
+static void summarise(const vpoint *p, int n, vsummary *s)
+{
+    *s = (vsummary){.n = n, .worst = -1};
+    for (int i = 0; i < n; i++) {
+        if (!p[i].ok)
+            continue;
+        double e = fabs(p[i].error);
+        s->evaluated++;
+        s->mean_abs += e;
+        if (e > s->max_abs || s->worst < 0) {
+            s->max_abs = e;
+            s->worst = i;
+        }
+    }
+    if (s->evaluated)
+        s->mean_abs /= s->evaluated;
+}
+
+static void print_text(const char *file, const char *costs, const vpoint *p, int n,
+                       const vsummary *s)
+{
+    printf("validation set %s: %d points, %s\n\n", file, n, costs);
+    printf("%3s %-16s %-12s %5s %-34s %10s %11s %7s %6s  %s\n", "#", "source", "model", "gpus",
+           "layout", "measured s", "predicted s", "error", "MFU", "note");
+    for (int i = 0; i < n; i++) {
+        const vpoint *q = &p[i];
+        printf("%3d %-16.16s %-12.12s %5lld %-34.34s ", i, q->label, q->m.name,
+               (long long)q->gpus, q->layout_text[0] ? q->layout_text : "-");
+        if (!q->ok) {
+            printf("%10s %11s %7s %6s  NOT EVALUATED: %s\n", "-", "-", "-", "-", q->reason);
+            continue;
+        }
+        const pt_sim_result *r = &q->cand.predicted;
+        char note[96] = "";
+        if (q->cand.memory.total_bytes > (double)q->c.device.memory_bytes)
+            snprintf(note, sizeof note, "over memory: %.1f of %.1f GiB ",
+                     gib(q->cand.memory.total_bytes), gib((double)q->c.device.memory_bytes));
+        if (q->assumed[0])
+            snprintf(note + strlen(note), sizeof note - strlen(note), "assumed %s", q->assumed);
+        printf("%10.4g %11.4g %+6.1f%% %5.1f%%  %s\n", q->measured_s, r->step_time_s,
+               100 * q->error, 100 * r->mfu, note);
+    }
+    printf("\n");
+    if (s->evaluated)
+        printf("mean |error| %.1f%% over %d evaluated points; max |error| %.1f%% (#%d %s %s)\n",
+               100 * s->mean_abs, s->evaluated, 100 * s->max_abs, s->worst, p[s->worst].label,
+               p[s->worst].m.name);
+    if (s->evaluated < n)
+        printf("%d of %d points could not be evaluated\n", n - s->evaluated, n);
+}
+
+static void print_json_out(const char *file, const char *costs, const vpoint *p, int n,
+                           const vsummary *s)
+{
+    json_t *list = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(list, point_json(i, &p[i]));
+    json_t *root = json_pack("{s:s, s:s, s:o, s:i, s:i}", "file", file, "costs", costs,
+                             "points", list, "count", n, "evaluated", s->evaluated);
+    json_object_set_new(root, "mean_abs_error", s->evaluated ? json_real(s->mean_abs) : json_null());
+    json_object_set_new(root, "max_abs_error", s->evaluated ? json_real(s->max_abs) : json_null());
+    print_json(root);
+}
+
+/* ---- The file ------------------------------------------------------------------------------ */
+
+static json_t *load_set(const char *file, vctx *v, pt_err *err)
+{
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        pt_err_set(err, "cannot read validation set '%s': %s", file, strerror(errno));
+        return NULL;
+    }
+    json_error_t je;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    if (!root) {
+        pt_err_set(err, "%s:%d:%d: %s", file, je.line, je.column, je.text);
+        return NULL;
+    }
+    const json_t *points = json_object_get(root, "points");
+    if (!json_is_object(root) || !json_is_array(points) || json_array_size(points) == 0) {
+        pt_err_set(err, "%s: expected an object with a non-empty array 'points'", file);
+        json_decref(root);
+        return NULL;
+    }
+    v->file = file;
+    const char *slash = strrchr(file, '/');
+    size_t n = slash ? (size_t)(slash - file) + 1 : 0;
+    snprintf(v->dir, sizeof v->dir, "%.*s", (int)n, file);
+    return root;
+}
+
+static int open_db(const options *o, pt_costdb **db, char *costs, size_t n)
+{
+    *db = NULL;
+    snprintf(costs, n, "analytic costs (no --db)");
+    if (!o->db)
+        return 0;
+    pt_err err;
+    if (pt_costdb_open(o->db, PT_COSTDB_READ, db, &err))
+        return pt_tool_fail("%s", err.msg);
+    snprintf(costs, n, "cost table %s", o->db);
+    return 0;
+}
+
+int validate_set(const options *o)
+{
+    vctx v = {0};
+    pt_err err;
+    json_t *root = load_set(o->validate, &v, &err);
+    if (!root)
+        return pt_tool_fail("%s", err.msg);
+    const json_t *points = json_object_get(root, "points");
+    int n = (int)json_array_size(points);
+    vpoint *p = calloc((size_t)n, sizeof *p);
+    pt_costdb *db = NULL;
+    char costs[600];
+    int rc = p ? open_db(o, &db, costs, sizeof costs) : pt_tool_fail("%s", "out of memory");
+    for (int i = 0; rc == 0 && i < n; i++) {
+        snprintf(v.at, sizeof v.at, "points[%d]", i);
+        int r = read_point(&v, json_array_get(points, (size_t)i), &p[i], &err);
+        if (r == V_BAD)
+            rc = pt_tool_fail("%s", err.msg);
+        else if (r == V_OK)
+            evaluate_point(db, &p[i]);
+    }
+    if (rc == 0) {
+        vsummary s;
+        summarise(p, n, &s);
+        if (o->json)
+            print_json_out(o->validate, costs, p, n, &s);
+        else
+            print_text(o->validate, costs, p, n, &s);
+        rc = s.evaluated == n ? 0 : EXIT_REJECTED;
+    }
+    pt_costdb_close(db);
+    free(p);
+    json_decref(root);
+    return rc;
+}
