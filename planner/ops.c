@@ -81,6 +81,8 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
     int coords[PT_NDIM] = {0};
     coords[PT_DIM_PP] = l->pp - 1;
     c->embed_ranks_per_node = pt_grid_rank(&g, coords) / dpn == 0 ? 2 : 1;
+    if (cl)
+        snprintf(c->device, sizeof c->device, "%s", cl->device.name);
 }
 
 /* ---- Op builders ---------------------------------------------------------------- */
@@ -215,13 +217,21 @@ static void tp_gather_input(builder *b, const dims *d)
              d->ab * (double)d->tokens * (double)d->h, 1, b->c->l->tp_overlap);
 }
 
+/* Whether the stack pipelines every sequence-parallel collective with its GEMM
+ * (Transformer Engine's userbuffers: all-gathers and reduce-scatters), not only the
+ * input gathers (ptrun). */
+static bool tp_overlap_all(const builder *b)
+{
+    return b->c->l->tp_overlap && b->c->t->stack.tp_overlap_rs;
+}
+
 /* Gathers the residual-stream gradient's shards before a row-parallel backward (or
- * the embedding's); not overlapped. */
+ * the embedding's); overlapped only by a stack that overlaps all TP collectives. */
 static void tp_enter(builder *b, const dims *d)
 {
     if (b->c->l->sp)
         coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
-             d->ab * (double)d->tokens * (double)d->h, 1, false);
+             d->ab * (double)d->tokens * (double)d->h, 1, tp_overlap_all(b));
 }
 
 /* After a row-parallel GEMM: all-reduce ("g"), or reduce-scatter with sp. */
@@ -229,36 +239,125 @@ static void tp_exit(builder *b, const dims *d)
 {
     double bytes = d->ab * (double)d->tokens * (double)d->h;
     if (b->c->l->sp)
-        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, false);
+        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1,
+             tp_overlap_all(b));
     else
         coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
 }
 
-static void attention_core(builder *b, const dims *d, bool backward)
+/* The attention core as the stack runs it. Model FLOPs count the full (not causal)
+ * score matrix, as the MFU convention does; a flash kernel skips the masked half.
+ * sq queries on this rank attend to sk = s keys (all of them with cp). */
+typedef struct {
+    double b, heads, kv, sq, sk, hd;
+} attn_dims;
+
+static attn_dims attn_dims_of(const builder *b, const dims *d)
 {
     const pt_model *m = b->c->m;
     const pt_layout *l = b->c->l;
-    int64_t heads = m->heads / l->tp, kv = pt_kv_heads_rank(m, l->tp);
-    int64_t sq = m->seq / l->cp, sk = m->seq;
+    return (attn_dims){(double)l->mbs, (double)(m->heads / l->tp),
+                       (double)pt_kv_heads_rank(m, l->tp), (double)(m->seq / l->cp),
+                       (double)m->seq, (double)d->hd};
+}
+
+static void attn_key(builder *b, pt_op *op, const char *kind, const attn_dims *a)
+{
+    snprintf(op->kernel.key, sizeof op->kernel.key,
+             "%s:%s:b=%.0f,a=%.0f,kv=%.0f,sq=%.0f,sk=%.0f,d=%.0f", kind,
+             pt_dtype_name(b->c->dtype), a->b, a->heads, a->kv, a->sq, a->sk, a->hd);
+}
+
+/* ptrun's kernels: QK^T and scores·V, 2·2·sq·sk·hd per head and sequence (backward
+ * twice that); Q, K, V and output plus the materialised scores written and read (the
+ * memory model keeps them too: Korthikanti's 5as²b). */
+static void attention_ptrun(builder *b, const dims *d, bool backward)
+{
+    attn_dims a = attn_dims_of(b, d);
     pt_op *op = add_op(b, backward ? "attn_bwd" : "attn");
     if (!op)
         return;
-    /* QK^T and scores·V: 2·2·sq·sk·hd per head and sequence, the full (not causal)
-     * count as in the model-FLOPs convention; backward is twice that. */
-    double fwd = 4.0 * (double)l->mbs * (double)heads * (double)sq * (double)sk * (double)d->hd;
+    double fwd = 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
     op->cls = PT_OP_KERNEL;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = backward ? 2 * fwd : fwd;
-    /* Q, K, V and output, plus the materialised scores written and read (the memory
-     * model keeps them too: Korthikanti's 5as²b). */
-    double qkvo = (double)l->mbs * (2.0 * (double)sq * (double)heads + 2.0 * (double)sk * (double)kv) *
-                  (double)d->hd;
-    double scores = (double)l->mbs * (double)heads * (double)sq * (double)sk;
+    double qkvo = a.b * (2.0 * a.sq * a.heads + 2.0 * a.sk * a.kv) * a.hd;
+    double scores = a.b * a.heads * a.sq * a.sk;
     op->kernel.bytes = d->ab * (qkvo + 3 * scores) * (backward ? 2 : 1);
-    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:b=%lld,a=%lld,kv=%lld,sq=%lld,sk=%lld,d=%lld",
-             backward ? "attn_bwd" : "attn_fwd", pt_dtype_name(b->c->dtype),
-             (long long)l->mbs, (long long)heads, (long long)kv, (long long)sq, (long long)sk,
-             (long long)d->hd);
+    attn_key(b, op, backward ? "attn_bwd" : "attn_fwd", &a);
+}
+
+/* Flash attention (Dao et al. 2022; FlashAttention-2, Dao 2023): one kernel, no score
+ * matrix. Causal masking skips the blocks above the diagonal: half the FLOPs (the
+ * papers' own convention). The backward recomputes the scores: 5 matrix products
+ * against the forward's 2, 2.5x its FLOPs. Memory traffic: Q, K, V, O (forward), and
+ * Q, K, V, O, dO, dQ, dK, dV (backward). Its efficiency is the stack's for the device. */
+static void attention_flash(builder *b, const dims *d, bool backward)
+{
+    attn_dims a = attn_dims_of(b, d);
+    pt_op *op = add_op(b, backward ? "attn_bwd" : "attn");
+    if (!op)
+        return;
+    double fwd = 0.5 * 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
+    double q = a.b * a.sq * a.heads * a.hd, kv = a.b * a.sk * a.kv * a.hd;
+    op->cls = PT_OP_KERNEL;
+    op->kernel.dtype = b->c->dtype;
+    op->kernel.flops = backward ? 2.5 * fwd : fwd;
+    op->kernel.bytes = d->ab * (backward ? 4 * q + 4 * kv : 2 * q + 2 * kv);
+    op->kernel.efficiency = pt_stack_attn_eff(&b->c->t->stack, b->c->device, backward);
+    attn_key(b, op, backward ? "flash_bwd" : "flash_fwd", &a);
+}
+
+/* One batched GEMM of the unfused attention: b·heads products of m x k by k x n. */
+static void bmm(builder *b, const char *name, double batch, double m, double n, double k)
+{
+    pt_op *op = add_op(b, name);
+    if (!op)
+        return;
+    op->cls = PT_OP_KERNEL;
+    op->kernel.dtype = b->c->dtype;
+    op->kernel.flops = 2.0 * batch * m * n * k;
+    op->kernel.bytes = b->c->prec.act_bytes * batch * (m * k + k * n + m * n);
+    snprintf(op->kernel.key, sizeof op->kernel.key, "bmm:%s:b=%.0f,m=%.0f,n=%.0f,k=%.0f",
+             pt_dtype_name(b->c->dtype), batch, m, n, k);
+}
+
+/* Megatron-LM's unfused attention (Shoeybi et al. 2019; Korthikanti et al. 2022,
+ * Sec. 4.1): the score GEMM QK^T, the fused scale-mask-softmax kernel, dropout on the
+ * probabilities (when the model has dropout) and the context GEMM, each through
+ * memory: the b·a·sq·sk score matrix is written and read by every step. The
+ * backward mirrors it: two GEMMs per product, the dropout and softmax backward. */
+static void attention_unfused(builder *b, const dims *d, bool backward)
+{
+    attn_dims a = attn_dims_of(b, d);
+    double batch = a.b * a.heads, scores = batch * a.sq * a.sk, ab = d->ab;
+    char shape[96];
+    snprintf(shape, sizeof shape, "b=%.0f,sq=%.0f,sk=%.0f", batch, a.sq, a.sk);
+    bool drop = b->c->m->dropout;
+    if (!backward) {
+        bmm(b, "attn_scores", batch, a.sq, a.sk, a.hd);
+        membound(b, "attn_softmax", "softmax_fwd", 2 * ab * scores, shape);
+        if (drop) /* reads the probabilities, writes them and a 1-byte mask */
+            membound(b, "attn_dropout", "dropout_fwd", (2 * ab + 1) * scores, shape);
+        bmm(b, "attn_ctx", batch, a.sq, a.hd, a.sk);
+        return;
+    }
+    bmm(b, "attn_ctx_dgrad", batch, a.sq, a.sk, a.hd);  /* dP = dO V^T */
+    bmm(b, "attn_ctx_wgrad", batch, a.sk, a.hd, a.sq);  /* dV = P^T dO */
+    if (drop)
+        membound(b, "attn_dropout_bwd", "dropout_bwd", (2 * ab + 1) * scores, shape);
+    membound(b, "attn_softmax_bwd", "softmax_bwd", 3 * ab * scores, shape);
+    bmm(b, "attn_scores_dgrad", batch, a.sq, a.hd, a.sk); /* dQ = dS K */
+    bmm(b, "attn_scores_wgrad", batch, a.sk, a.hd, a.sq); /* dK = dS^T Q */
+}
+
+static void attention_core(builder *b, const dims *d, bool backward)
+{
+    switch (b->c->t->stack.attention) {
+    case PT_ATTN_FLASH: attention_flash(b, d, backward); break;
+    case PT_ATTN_UNFUSED: attention_unfused(b, d, backward); break;
+    default: attention_ptrun(b, d, backward); break;
+    }
 }
 
 /* Context parallelism: the K/V blocks travel around the cp ring (c-1 steps), and in
@@ -304,7 +403,9 @@ static void zero3_gather(builder *b)
     if (c->l->zero < 3)
         return;
     double bytes = (double)pt_params_layer(c->m, c->l->tp) * c->prec.weight_bytes;
-    coll(b, "zero3_allgather", PT_COLL_ALLGATHER, PT_GROUP_DPCP, bytes, 1, true);
+    /* prefetched beside the previous layer's compute, or blocking without prefetch */
+    coll(b, "zero3_allgather", PT_COLL_ALLGATHER, PT_GROUP_DPCP, bytes, 1,
+         c->t->stack.zero3_prefetch > 0);
 }
 
 /* ---- Transformer layer ---------------------------------------------------------- */
@@ -361,7 +462,8 @@ static void column_parallel_bwd(builder *b, const dims *d, const proj *p, int np
     }
     double bytes = d->ab * (double)d->tokens * (double)d->h;
     if (b->c->l->sp)
-        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, false);
+        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1,
+             tp_overlap_all(b));
     else
         coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
 }
@@ -427,7 +529,7 @@ static void layer_backward(builder *b, const dims *d)
     column_parallel_bwd(b, d, attn, na);
     norm(b, d, "norm1_bwd", true);
     if (c->l->zero >= 2) { /* ZeRO-2/3 reduce-scatter each layer's gradients at once */
-        double bytes = (double)pt_params_layer(c->m, c->l->tp) * c->prec.grad_bytes;
+        double bytes = (double)pt_params_layer(c->m, c->l->tp) * pt_grad_reduce_bytes(c);
         coll(b, "zero_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, bytes, 1, true);
     }
 }
@@ -481,13 +583,19 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
     double stats = 3.0 * 4.0 * (double)d.tokens;
     double logits = 4.0 * (double)d.tokens * (double)v;
     proj head = {"logits", v};
+    /* Fused (ptrun, Megatron-Core's loss fusion): one read and one write of the fp32
+     * logits each way. Unfused (Megatron-LM's vocab-parallel cross-entropy in PyTorch
+     * ops): the cast to fp32, the max, the exponentials and their sum, the normalised
+     * softmax kept for the backward: four passes forward; the backward's one-hot
+     * subtraction and scaling, and the cast back: three. */
+    double fwd_passes = c->t->stack.fused_xent ? 2 : 4, bwd_passes = c->t->stack.fused_xent ? 2 : 3;
     if (!backward) {
         norm(&b, &d, "final_norm", false);
         column_parallel_fwd(&b, &d, &head, 1);
-        membound(&b, "xent", "xent_fwd", 2 * logits, shape);
+        membound(&b, "xent", "xent_fwd", fwd_passes * logits, shape);
         coll(&b, "xent_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, stats, 1, false);
     } else {
-        membound(&b, "xent_bwd", "xent_bwd", 2 * logits, shape);
+        membound(&b, "xent_bwd", "xent_bwd", bwd_passes * logits, shape);
         column_parallel_bwd(&b, &d, &head, 1);
         norm(&b, &d, "final_norm_bwd", true);
     }
@@ -496,12 +604,30 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
 
 /* ---- Gradient reduction and optimizer ------------------------------------------- */
 
+double pt_grad_reduce_bytes(const pt_opctx *c)
+{
+    int g = c->prec.grad_bytes;
+    return c->t->stack.grad_reduce_dtype == PT_DTYPE_BF16 && g > 2 ? 2 : g;
+}
+
+double pt_bucket_bytes(const pt_opctx *c)
+{
+    const pt_stack *s = &c->t->stack;
+    if (s->bucket_rule == PT_BUCKET_MEGATRON) {
+        /* Megatron-Core: max(40,000,000, 1,000,000 x dp) parameters per bucket
+         * (megatron/training/training.py, the DDP config's bucket_size). */
+        double params = fmax(40e6, 1e6 * (double)c->l->dp);
+        return params * pt_grad_reduce_bytes(c);
+    }
+    return (double)(s->bucket_bytes > 0 ? s->bucket_bytes : c->t->bucket_bytes);
+}
+
 int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist *out)
 {
     builder b = {.c = c, .out = out};
     if (c->l->zero <= 1) {
-        double total = params * c->prec.grad_bytes;
-        double bucket = (double)c->t->bucket_bytes;
+        double total = params * pt_grad_reduce_bytes(c);
+        double bucket = pt_bucket_bytes(c);
         pt_coll what = c->l->zero == 0 ? PT_COLL_ALLREDUCE : PT_COLL_REDUCESCATTER;
         for (double done = 0; done < total; done += bucket) {
             double bytes = total - done < bucket ? total - done : bucket;
@@ -521,7 +647,7 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist
                                     .ranks_per_node = c->embed_ranks_per_node,
                                     .bytes = (double)pt_vocab_padded(c->m, c->l->tp) /
                                              c->l->tp * (double)c->m->hidden *
-                                             c->prec.grad_bytes};
+                                             pt_grad_reduce_bytes(c)};
         }
     }
     return finish(&b);
@@ -546,9 +672,11 @@ int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out)
         op->kernel.bytes = bytes;
         snprintf(op->kernel.key, sizeof op->kernel.key, "adam:fp32:%s", shape);
     }
+    /* With param_overlap the gather runs beside the next step's forward (the simulator
+     * hides it behind that forward). */
     if (c->l->zero == 1 || c->l->zero == 2)
         coll(&b, "zero_allgather", PT_COLL_ALLGATHER, PT_GROUP_DPCP, params * p.weight_bytes,
-             1, false);
+             1, c->l->param_overlap);
     return finish(&b);
 }
 

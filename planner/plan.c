@@ -53,11 +53,16 @@ json_t *pt_sim_result_json(const pt_sim_result *r)
     json_t *busy = json_array();
     for (int i = 0; busy && i < r->pp && i < 64; i++)
         json_array_append_new(busy, json_real(r->stage_busy_s[i]));
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "step_time_s", r->step_time_s,
-                     "tokens_per_s", r->tokens_per_s, "mfu", r->mfu, "hfu", r->hfu,
-                     "bubble_fraction", r->bubble_fraction, "exposed_comm_fraction",
+    json_t *bd = json_object();
+    for (int k = 0; bd && k < PT_BD_COUNT; k++)
+        json_object_set_new(bd, pt_bd_name((pt_bd)k),
+                            json_pack("{s:f, s:f}", "exposed_s", r->breakdown_s[k], "hidden_s",
+                                      r->hidden_s[k]));
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o, s:o}", "step_time_s",
+                     r->step_time_s, "tokens_per_s", r->tokens_per_s, "mfu", r->mfu, "hfu",
+                     r->hfu, "bubble_fraction", r->bubble_fraction, "exposed_comm_fraction",
                      r->exposed_comm_fraction, "provenance", prov_json(r->prov_share),
-                     "stage_busy_s", busy);
+                     "stage_busy_s", busy, "breakdown", bd);
 }
 
 static json_t *training_json(const pt_train *t, const pt_run_opts *r)
@@ -135,7 +140,8 @@ static const char *const training_keys[] = {"global_batch", "precision", "bucket
                                             "data", NULL};
 static const char *const predicted_keys[] = {"step_time_s", "tokens_per_s", "mfu", "hfu",
                                              "bubble_fraction", "exposed_comm_fraction",
-                                             "provenance", "stage_busy_s", "memory", NULL};
+                                             "provenance", "stage_busy_s", "memory",
+                                             "breakdown", NULL};
 static const char *const memory_keys[] = {"stage", "layers", "in_flight", "params",
                                           "weights_bytes", "grads_bytes", "optimizer_bytes",
                                           "activations_bytes", "embed_head_bytes",
@@ -316,6 +322,18 @@ static int read_predicted(const pt_json_obj *top, pt_sim_result *r, pt_memory *m
             return pt_err_set(err, "%s: field 'predicted.stage_busy_s[%zu]': expected a "
                                    "number >= 0", o.origin, i);
         r->stage_busy_s[i] = json_number_value(x);
+    }
+    /* The time breakdown (plans written before it have none). */
+    pt_json_obj bd, part;
+    static const char *const part_keys[] = {"exposed_s", "hidden_s", NULL};
+    if (json_object_get(o.obj, "breakdown")) {
+        if (pt_json_get_object(&o, "breakdown", NULL, &bd, err))
+            return -1;
+        for (int k = 0; k < PT_BD_COUNT; k++)
+            if (pt_json_get_object(&bd, pt_bd_name((pt_bd)k), part_keys, &part, err) ||
+                get_real_in(&part, "exposed_s", 0, 1e18, &r->breakdown_s[k], err) ||
+                get_real_in(&part, "hidden_s", 0, 1e18, &r->hidden_s[k], err))
+                return -1;
     }
     return read_memory(&o, mem, err);
 }

@@ -185,6 +185,7 @@ typedef struct {
     unsigned zero_stages;          /* bit z set: ZeRO stage z offered */
     /* overlaps: which exist, and the default of each layout key */
     bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */
+    bool tp_overlap_rs;            /* the reduce-scatters too, not only the all-gathers */
     double tp_overlap_reach;       /* share of that communication the GEMMs hide */
     unsigned dp_overlap_modes;     /* bit o set: dp_overlap o offered */
     pt_dp_overlap dp_overlap;      /* default */
@@ -491,6 +492,8 @@ typedef struct {
     pt_dtype dtype;                   /* data type of GEMMs and activations */
     int ranks_per_node[PT_GROUP_COUNT];
     int embed_ranks_per_node;         /* first and last stage (tied embedding group) */
+    char device[64];                  /* the cluster's device (the stack's attention
+                                         efficiency is per device); "" without one */
 } pt_opctx;
 
 /* What one rank of layout l holds of a micro-batch going through a layer: the op
@@ -520,6 +523,11 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out);
  * per bucket (all-reduce for ZeRO 0, reduce-scatter for ZeRO 1-3), and the tied
  * embedding's all-reduce between first and last stage when `tied_copy`. */
 int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist *out);
+/* Bytes per gradient element in the data-parallel reduction (the stack's reduction
+ * dtype, never wider than the gradients), and the gradient bucket size in bytes (the
+ * stack's rule, else the training's bucket). */
+double pt_grad_reduce_bytes(const pt_opctx *c);
+double pt_bucket_bytes(const pt_opctx *c);
 /* The optimizer step over this rank's shard of `params` parameters, and for ZeRO 1
  * and 2 the all-gather of updated weights. */
 int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out);
@@ -589,6 +597,16 @@ int pt_sched_peak_in_flight(const pt_sched *s, int rank);
 
 /* ---- Simulator (planner/sim.c) ------------------------------------------------- */
 
+/* Where a step's time goes (the --explain breakdown and predicted.breakdown): compute by
+ * kind, communication by group (exposed on the compute stream's critical path, or
+ * hidden beside compute), the optimizer step, the stack's fixed per-step overhead and
+ * the pipeline's idle time. */
+typedef enum { PT_BD_GEMM, PT_BD_ATTN, PT_BD_OTHER, PT_BD_TP, PT_BD_CP, PT_BD_DP, PT_BD_P2P,
+               PT_BD_OPTIM, PT_BD_OVERHEAD, PT_BD_BUBBLE, PT_BD_COUNT } pt_bd;
+const char *pt_bd_name(pt_bd b); /* "gemm", "attention", "other_compute", "tp", "cp",
+                                    "dp_zero", "pipeline_p2p", "optimizer", "overhead",
+                                    "bubble" */
+
 /* What one layout's instructions cost, in seconds, priced from the op lists and the
  * cost tables (or written by hand in tests). Indexed by virtual stage vs = c·p + r
  * ([p·vp]) or by pipeline rank ([p]). */
@@ -602,6 +620,11 @@ typedef struct {
     double *optim_s, *optim_comm_s;  /* [p] optimizer step, and its exposed all-gather */
     double prov_s[PT_PROV_COUNT];    /* priced time per step by provenance */
     double model_flops, hardware_flops; /* of the whole step, all ranks */
+    double *bd_exposed, *bd_hidden;  /* [p·vp·PT_BD_COUNT] forward + backward of one
+                                        micro-batch through the stage, by pt_bd */
+    double *optim_adam_s;            /* [p] the optimizer kernel alone */
+    double overhead_s;               /* the stack's fixed time per step */
+    pt_dp_overlap dp_overlap;        /* how the reduction overlaps the backward */
 } pt_sim_costs;
 
 int pt_sim_costs_alloc(pt_sim_costs *c, int pp, int vp);
@@ -617,6 +640,10 @@ typedef struct {
     double prov_share[PT_PROV_COUNT];  /* share of priced time by provenance */
     int pp;
     double stage_busy_s[64];           /* compute busy time of the first 64 stages */
+    double breakdown_s[PT_BD_COUNT];   /* on the rank that ends the step last: compute
+                                          and exposed communication; they sum to the
+                                          step time */
+    double hidden_s[PT_BD_COUNT];      /* communication that ran beside compute */
 } pt_sim_result;
 
 /* The hardware figures of a cluster as the cost tables want them; the backend is

@@ -34,8 +34,13 @@ int pt_sim_costs_alloc(pt_sim_costs *c, int pp, int vp)
     c->p2p_s = calloc((size_t)pp, sizeof *c->p2p_s);
     c->optim_s = calloc((size_t)pp, sizeof *c->optim_s);
     c->optim_comm_s = calloc((size_t)pp, sizeof *c->optim_comm_s);
+    c->optim_adam_s = calloc((size_t)pp, sizeof *c->optim_adam_s);
+    c->bd_exposed = calloc(v * PT_BD_COUNT, sizeof *c->bd_exposed);
+    c->bd_hidden = calloc(v * PT_BD_COUNT, sizeof *c->bd_hidden);
+    c->dp_overlap = PT_DPO_LAST;
     if (!c->fwd_s || !c->bwd_s || !c->fwd_comm_s || !c->bwd_comm_s || !c->sync_s ||
-        !c->sync_buckets || !c->p2p_s || !c->optim_s || !c->optim_comm_s) {
+        !c->sync_buckets || !c->p2p_s || !c->optim_s || !c->optim_comm_s ||
+        !c->optim_adam_s || !c->bd_exposed || !c->bd_hidden) {
         pt_sim_costs_free(c);
         return -1;
     }
@@ -53,6 +58,9 @@ void pt_sim_costs_free(pt_sim_costs *c)
     free(c->p2p_s);
     free(c->optim_s);
     free(c->optim_comm_s);
+    free(c->optim_adam_s);
+    free(c->bd_exposed);
+    free(c->bd_hidden);
     *c = (pt_sim_costs){0};
 }
 
@@ -78,37 +86,102 @@ void pt_cost_hw_of(const pt_cluster *c, pt_cost_hw *hw)
 
 /* ---- Pricing ---------------------------------------------------------------------- */
 
+static const char *const bd_names[PT_BD_COUNT] = {
+    "gemm", "attention", "other_compute", "tp", "cp", "dp_zero", "pipeline_p2p",
+    "optimizer", "overhead", "bubble"};
+
+const char *pt_bd_name(pt_bd b)
+{
+    return (unsigned)b < PT_BD_COUNT ? bd_names[b] : "?";
+}
+
 typedef struct {
     const pt_costdb *db;
     pt_cost_hw hw;
     double *prov_s;
+    const pt_stack *stack;
 } pricer;
 
 /* Time of an op list on the compute stream and the part of it that is exposed
- * communication. `runs` is how often the list runs per step (for provenance). */
+ * communication, with both by breakdown category. `runs` is how often the list runs
+ * per step (for provenance). */
 typedef struct {
     double time_s, comm_s;
+    double exposed[PT_BD_COUNT], hidden[PT_BD_COUNT];
 } list_time;
 
+/* The breakdown category of an op: compute by kernel kind, communication by group. */
+static pt_bd op_category(const pt_op *op)
+{
+    if (op->cls == PT_OP_COLL) {
+        switch (op->group) {
+        case PT_GROUP_TP: return PT_BD_TP;
+        case PT_GROUP_CP: return PT_BD_CP;
+        default: return PT_BD_DP; /* dp×cp reductions, ZeRO gathers, tied embedding */
+        }
+    }
+    const char *k = op->kernel.key;
+    if (strncmp(k, "gemm:", 5) == 0)
+        return PT_BD_GEMM;
+    if (strncmp(k, "attn_", 5) == 0 || strncmp(k, "flash_", 6) == 0 ||
+        strncmp(k, "bmm:", 4) == 0 || strncmp(k, "softmax_", 8) == 0 ||
+        strncmp(k, "dropout_", 8) == 0)
+        return PT_BD_ATTN;
+    return PT_BD_OTHER;
+}
+
+/* Overlapped communication is hidden behind the list's compute as far as that lasts;
+ * TP communication only to the stack's reach (the chunk that starts a pipelined GEMM
+ * is not hidden). While it runs, NCCL's kernels slow the compute they share the SMs
+ * with by the stack's compute_slowdown. */
 static list_time price_list(const pricer *p, const pt_oplist *o, double runs)
 {
-    double compute = 0, exposed = 0, overlapped = 0;
+    list_time lt = {0};
+    double compute = 0, exposed = 0, overlapped = 0, ovl[PT_BD_COUNT] = {0};
     for (int i = 0; i < o->n; i++) {
         const pt_op *op = &o->op[i];
         pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
                                             : pt_cost_coll(p->db, &p->hw, &op->coll);
         double t = c.time_s * op->count;
+        pt_bd cat = op_category(op);
         p->prov_s[c.prov] += t * runs;
-        if (op->cls == PT_OP_KERNEL)
+        if (op->cls == PT_OP_KERNEL) {
             compute += t;
-        else if (op->overlapped)
-            overlapped += t;
-        else
+            lt.exposed[cat] += t;
+        } else if (op->overlapped) {
+            double reach = op->group == PT_GROUP_TP ? p->stack->tp_overlap_reach : 1;
+            overlapped += reach * t;
+            ovl[cat] += reach * t;
+            exposed += (1 - reach) * t;
+            lt.exposed[cat] += (1 - reach) * t;
+        } else {
             exposed += t;
+            lt.exposed[cat] += t;
+        }
     }
     double hidden_excess = overlapped > compute ? overlapped - compute : 0;
-    return (list_time){.time_s = compute + hidden_excess + exposed,
-                       .comm_s = exposed + hidden_excess};
+    double slow = p->stack->comm_compute_slowdown * fmin(overlapped, compute);
+    for (int k = 0; k < PT_BD_COUNT; k++) {
+        double share = overlapped > 0 ? ovl[k] / overlapped : 0;
+        lt.exposed[k] += hidden_excess * share;
+        lt.hidden[k] += ovl[k] - hidden_excess * share;
+    }
+    for (int k = PT_BD_GEMM; k <= PT_BD_OTHER && compute > 0; k++)
+        lt.exposed[k] += slow * (lt.exposed[k] / compute);
+    lt.time_s = compute + slow + hidden_excess + exposed;
+    lt.comm_s = exposed + hidden_excess;
+    return lt;
+}
+
+/* dst += scale · src, for the times and the breakdown of a list. */
+static void list_add(list_time *dst, const list_time *src, double scale)
+{
+    dst->time_s += scale * src->time_s;
+    dst->comm_s += scale * src->comm_s;
+    for (int k = 0; k < PT_BD_COUNT; k++) {
+        dst->exposed[k] += scale * src->exposed[k];
+        dst->hidden[k] += scale * src->hidden[k];
+    }
 }
 
 typedef enum { L_FWD, L_BWD, E_FWD, E_BWD, H_FWD, H_BWD, N_LISTS } list_id;
@@ -163,8 +236,11 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
     return 0;
 }
 
+/* The optimizer step of each pipeline rank: its kernel, and for ZeRO 1/2 the
+ * all-gather of the updated weights (exposed after it, or with param_overlap beside
+ * the next step's forward: see pt_sim_price). */
 static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
-                           pt_sim_costs *out)
+                           pt_sim_costs *out, double *gather_s)
 {
     int V = l->pp * l->vp;
     pt_oplist o = {0};
@@ -177,9 +253,21 @@ static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout
             pt_oplist_free(&o);
             return -1;
         }
-        list_time t = price_list(p, &o, 1);
-        out->optim_s[r] = t.time_s;
-        out->optim_comm_s[r] = t.comm_s;
+        double adam = 0, gather = 0;
+        for (int i = 0; i < o.n; i++) {
+            const pt_op *op = &o.op[i];
+            pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
+                                                : pt_cost_coll(p->db, &p->hw, &op->coll);
+            p->prov_s[c.prov] += c.time_s * op->count;
+            if (op->cls == PT_OP_KERNEL)
+                adam += c.time_s * op->count;
+            else
+                gather += c.time_s * op->count;
+        }
+        out->optim_adam_s[r] = adam;
+        gather_s[r] = gather;
+        out->optim_s[r] = adam + (l->param_overlap ? 0 : gather);
+        out->optim_comm_s[r] = l->param_overlap ? 0 : gather;
     }
     pt_oplist_free(&o);
     return 0;
@@ -224,30 +312,68 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
     int V = l->pp * l->vp;
     double n = (double)l->n_micro;
     list_time lt[N_LISTS];
-    if (price_micro_batch(&p, &ctx, n * (double)m->layers, n, lt) ||
-        price_sync(&p, &ctx, l, out) || price_optimizer(&p, &ctx, l, out)) {
+    double *gather_s = calloc((size_t)l->pp, sizeof *gather_s);
+    p.stack = &t->stack;
+    if (!gather_s || price_micro_batch(&p, &ctx, n * (double)m->layers, n, lt) ||
+        price_sync(&p, &ctx, l, out) || price_optimizer(&p, &ctx, l, out, gather_s)) {
+        free(gather_s);
         pt_sim_costs_free(out);
         return pt_err_set(err, "out of memory pricing layout");
     }
+    /* ZeRO-3 prefetches the next layer's weights beside the current layer; the first
+     * layer of each pass has nothing before it to hide behind. */
+    list_time first_gather = {0};
+    if (l->zero == 3 && t->stack.zero3_prefetch > 0) {
+        pt_oplist o = {0};
+        if (pt_ops_layer(&ctx, false, &o) == 0)
+            for (int i = 0; i < o.n; i++)
+                if (strcmp(o.op[i].name, "zero3_allgather") == 0) {
+                    double g = pt_cost_coll(db, &p.hw, &o.op[i].coll).time_s;
+                    first_gather.time_s = first_gather.comm_s = g;
+                    first_gather.exposed[PT_BD_DP] = g;
+                    break;
+                }
+        pt_oplist_free(&o);
+    }
     for (int vs = 0; vs < V; vs++) {
         double cl = (double)pt_stage_layers(m, l, vs, NULL);
-        out->fwd_s[vs] = cl * lt[L_FWD].time_s;
-        out->bwd_s[vs] = cl * lt[L_BWD].time_s;
-        out->fwd_comm_s[vs] = cl * lt[L_FWD].comm_s;
-        out->bwd_comm_s[vs] = cl * lt[L_BWD].comm_s;
+        list_time f = {0}, b = {0};
+        list_add(&f, &lt[L_FWD], cl);
+        list_add(&b, &lt[L_BWD], cl);
+        list_add(&f, &first_gather, 1);
+        list_add(&b, &first_gather, 1);
         if (vs == 0) {
-            out->fwd_s[vs] += lt[E_FWD].time_s;
-            out->bwd_s[vs] += lt[E_BWD].time_s;
-            out->fwd_comm_s[vs] += lt[E_FWD].comm_s;
-            out->bwd_comm_s[vs] += lt[E_BWD].comm_s;
+            list_add(&f, &lt[E_FWD], 1);
+            list_add(&b, &lt[E_BWD], 1);
         }
         if (vs == V - 1) {
-            out->fwd_s[vs] += lt[H_FWD].time_s;
-            out->bwd_s[vs] += lt[H_BWD].time_s;
-            out->fwd_comm_s[vs] += lt[H_FWD].comm_s;
-            out->bwd_comm_s[vs] += lt[H_BWD].comm_s;
+            list_add(&f, &lt[H_FWD], 1);
+            list_add(&b, &lt[H_BWD], 1);
+        }
+        out->fwd_s[vs] = f.time_s;
+        out->bwd_s[vs] = b.time_s;
+        out->fwd_comm_s[vs] = f.comm_s;
+        out->bwd_comm_s[vs] = b.comm_s;
+        for (int k = 0; k < PT_BD_COUNT; k++) {
+            out->bd_exposed[(size_t)vs * PT_BD_COUNT + k] = f.exposed[k] + b.exposed[k];
+            out->bd_hidden[(size_t)vs * PT_BD_COUNT + k] = f.hidden[k] + b.hidden[k];
         }
     }
+    /* param_overlap: the gather of the updated weights runs beside the next step's
+     * first forward of each chunk (Megatron-Core's --overlap-param-gather issues it
+     * bucket by bucket as the forward reaches them); what that forward does not
+     * cover is exposed. */
+    for (int r = 0; r < l->pp && l->param_overlap; r++) {
+        double fwd = 0;
+        for (int c = 0; c < l->vp; c++)
+            fwd += out->fwd_s[c * l->pp + r];
+        double exposed = gather_s[r] > fwd ? gather_s[r] - fwd : 0;
+        out->optim_s[r] += exposed;
+        out->optim_comm_s[r] += exposed;
+    }
+    free(gather_s);
+    out->dp_overlap = l->dp_overlap;
+    out->overhead_s = t->stack.step_overhead_s;
     price_p2p(&p, &ctx, c, l, out);
     out->model_flops = pt_step_model_flops(&ctx);
     out->hardware_flops = pt_step_hardware_flops(&ctx);
@@ -257,18 +383,29 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
 double pt_sim_estimate(const pt_layout *l, const pt_sim_costs *costs)
 {
     /* Busiest rank's compute, plus the warm-up and cool-down of the pipeline
-     * ((p-1)/vp micro-batch times, Narayanan et al. 2021), plus the optimizer. */
-    double busiest = 0, mean = 0, optim = 0, p2p = 0;
+     * ((p-1)/vp micro-batch times, Narayanan et al. 2021), plus the optimizer, plus
+     * the reduction where it is not overlapped (or exceeds the backward it overlaps). */
+    double busiest = 0, mean = 0, optim = 0, p2p = 0, sync = 0;
     for (int r = 0; r < l->pp; r++) {
-        double per_mb = 0;
-        for (int c = 0; c < l->vp; c++)
+        double per_mb = 0, bwd = 0, red = 0;
+        for (int c = 0; c < l->vp; c++) {
             per_mb += costs->fwd_s[c * l->pp + r] + costs->bwd_s[c * l->pp + r];
+            bwd += costs->bwd_s[c * l->pp + r];
+            red += costs->sync_s[c * l->pp + r];
+        }
         busiest = fmax(busiest, per_mb * (double)l->n_micro);
         mean += per_mb / l->pp;
         optim = fmax(optim, costs->optim_s[r]);
         p2p = fmax(p2p, costs->p2p_s[r]);
+        if (costs->dp_overlap == PT_DPO_NONE)
+            sync = fmax(sync, red);
+        else if (costs->dp_overlap == PT_DPO_BACKWARD)
+            sync = fmax(sync, (red - bwd) * (double)l->n_micro);
+        else
+            sync = fmax(sync, red - bwd / l->vp);
     }
-    return busiest + (l->pp - 1) * (mean / l->vp + 2 * p2p) + optim;
+    return busiest + (l->pp - 1) * (mean / l->vp + 2 * p2p) + optim + fmax(0, sync) +
+           costs->overhead_s;
 }
 
 /* ---- Simulation ------------------------------------------------------------------- */
@@ -279,7 +416,10 @@ typedef struct {
     double clock;          /* compute stream free */
     double dp_free;        /* data-parallel stream free */
     double first_fwd, last_bwd_end, busy, comm, end;
+    double dp_wait;        /* the optimizer step's wait for the reduction */
+    double sync_total;     /* reduction time issued on the data-parallel stream */
     double *bwd_start, *bwd_end; /* [vp] last backward of each chunk */
+    bool *pending;         /* [vp] dp_overlap=none: reductions held for the step's end */
 } rank_state;
 
 typedef struct {
@@ -308,21 +448,33 @@ static void span(sim *S, int rank, int tid, const char *name, int mb, int chunk,
                                     "tid", tid));
 }
 
-/* Gradient buckets of a chunk become ready evenly over its last backward and are
- * reduced one after another on the data-parallel stream. */
-static void reduce_grads(sim *S, int r, int chunk)
+/* Reduces a chunk's gradient buckets on the data-parallel stream, one after another,
+ * the buckets becoming ready evenly over [t0, t1]. */
+static void reduce_buckets(sim *S, int r, int chunk, double t0, double t1)
 {
     rank_state *st = &S->rs[r];
     int vs = chunk * S->l->pp + r;
     int nb = S->c->sync_buckets[vs];
-    double t0 = st->bwd_start[chunk], t1 = st->bwd_end[chunk];
     for (int i = 0; i < nb; i++) {
         double ready = t0 + (t1 - t0) * (i + 1) / nb;
         double start = fmax(ready, st->dp_free);
         double dur = S->c->sync_s[vs] / nb;
         st->dp_free = start + dur;
+        st->sync_total += dur;
         span(S, r, 1, "reduce", -1, chunk, start, dur);
     }
+}
+
+/* A chunk's gradients are final. dp_overlap=last: its buckets became ready over its
+ * last backward; none: they wait for the step's last backward (the optimizer step
+ * starts them); backward: every micro-batch's backward already reduced its own. */
+static void reduce_grads(sim *S, int r, int chunk)
+{
+    rank_state *st = &S->rs[r];
+    if (S->c->dp_overlap == PT_DPO_LAST)
+        reduce_buckets(S, r, chunk, st->bwd_start[chunk], st->bwd_end[chunk]);
+    else if (S->c->dp_overlap == PT_DPO_NONE)
+        st->pending[chunk] = true;
 }
 
 /* Runs one instruction of rank r if it can; returns false when it must wait. */
@@ -351,6 +503,8 @@ static bool step(sim *S, int r)
             st->bwd_start[in->chunk] = st->clock;
             st->bwd_end[in->chunk] = st->clock + dur;
             st->last_bwd_end = st->clock + dur;
+            if (S->c->dp_overlap == PT_DPO_BACKWARD)
+                reduce_buckets(S, r, in->chunk, st->clock, st->clock + dur);
         }
         span(S, r, 0, fwd ? "F" : "B", in->mb, in->chunk, st->clock, dur);
         st->clock += dur;
@@ -368,10 +522,16 @@ static bool step(sim *S, int r)
         reduce_grads(S, r, in->chunk);
         break;
     default: { /* PT_INS_OPTIM_STEP: after every reduction */
+        for (int c = 0; c < S->l->vp; c++)
+            if (st->pending[c]) {
+                reduce_buckets(S, r, c, st->clock, st->clock);
+                st->pending[c] = false;
+            }
         double start = fmax(st->clock, st->dp_free);
+        st->dp_wait = start - st->clock;
         st->comm += start - st->clock + S->c->optim_comm_s[r];
         span(S, r, 0, "optimizer", -1, 0, start, S->c->optim_s[r]);
-        st->clock = start + S->c->optim_s[r];
+        st->clock = start + S->c->optim_s[r] + S->c->overhead_s;
         st->end = st->clock;
         break;
     }
@@ -397,6 +557,41 @@ static int run_programs(sim *S, pt_err *err)
     return 0;
 }
 
+/* Where rank `crit`'s step went: its forward and backward by category (the priced
+ * lists, n_micro times), the reduction's wait and the optimizer's exposed gather as
+ * DP, the optimizer kernel, the overhead; its idle time is the pipeline's: the
+ * transfers on the warm-up and cool-down chain (2(p-1) of them) as p2p, the rest bubble. */
+static void breakdown(const sim *S, int crit, pt_sim_result *out)
+{
+    const pt_layout *l = S->l;
+    const pt_sim_costs *c = S->c;
+    const rank_state *st = &S->rs[crit];
+    double n = (double)l->n_micro, *e = out->breakdown_s, *h = out->hidden_s;
+    for (int ch = 0; ch < l->vp; ch++) {
+        size_t vs = (size_t)(ch * l->pp + crit);
+        for (int k = 0; k < PT_BD_COUNT; k++) {
+            e[k] += n * c->bd_exposed[vs * PT_BD_COUNT + k];
+            h[k] += n * c->bd_hidden[vs * PT_BD_COUNT + k];
+        }
+    }
+    e[PT_BD_DP] += st->dp_wait + c->optim_comm_s[crit];
+    h[PT_BD_DP] += fmax(0, st->sync_total - st->dp_wait);
+    e[PT_BD_OPTIM] += c->optim_adam_s[crit];
+    e[PT_BD_OVERHEAD] += c->overhead_s;
+    double accounted = 0;
+    for (int k = 0; k < PT_BD_COUNT; k++)
+        accounted += e[k];
+    double idle = fmax(0, st->end - accounted), p2p = 0;
+    for (int r = 0; r < l->pp; r++)
+        p2p = fmax(p2p, c->p2p_s[r]);
+    double chain = l->pp > 1 ? 2.0 * (l->pp - 1) * p2p : 0;
+    e[PT_BD_P2P] = fmin(idle, chain);
+    h[PT_BD_P2P] = l->pp > 1 ? 2.0 * n * l->vp * p2p - e[PT_BD_P2P] : 0;
+    if (h[PT_BD_P2P] < 0)
+        h[PT_BD_P2P] = 0;
+    e[PT_BD_BUBBLE] = idle - e[PT_BD_P2P];
+}
+
 static void summarise(const sim *S, int64_t tokens, double peak, pt_sim_result *out)
 {
     const pt_layout *l = S->l;
@@ -420,6 +615,7 @@ static void summarise(const sim *S, int64_t tokens, double peak, pt_sim_result *
         out->mfu = S->c->model_flops / (t * peak);
         out->hfu = S->c->hardware_flops / (t * peak);
     }
+    breakdown(S, crit, out);
     double total = 0;
     for (int p = 0; p < PT_PROV_COUNT; p++)
         total += S->c->prov_s[p];
@@ -440,8 +636,9 @@ int pt_sim_run(const pt_layout *l, const pt_sim_costs *costs, int64_t tokens_per
     S.grad = malloc(slots * sizeof *S.grad);
     S.rs = calloc((size_t)l->pp, sizeof *S.rs);
     double *chunk_times = calloc(2 * (size_t)V, sizeof *chunk_times);
+    bool *pending = calloc((size_t)V, sizeof *pending);
     int rc = -1;
-    if (!S.act || !S.grad || !S.rs || !chunk_times) {
+    if (!S.act || !S.grad || !S.rs || !chunk_times || !pending) {
         pt_err_set(err, "out of memory simulating %lld micro-batches", (long long)l->n_micro);
         goto done;
     }
@@ -451,6 +648,7 @@ int pt_sim_run(const pt_layout *l, const pt_sim_costs *costs, int64_t tokens_per
         S.rs[r].first_fwd = -1;
         S.rs[r].bwd_start = chunk_times + (size_t)r * l->vp;
         S.rs[r].bwd_end = chunk_times + (size_t)V + (size_t)r * l->vp;
+        S.rs[r].pending = pending + (size_t)r * l->vp;
     }
     rc = run_programs(&S, err);
     if (rc == 0)
@@ -460,6 +658,7 @@ done:
     free(S.grad);
     free(S.rs);
     free(chunk_times);
+    free(pending);
     pt_sched_free(&s);
     return rc;
 }

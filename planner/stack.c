@@ -21,6 +21,7 @@
  *                     "zero": [0, 1]},          ZeRO stages offered
  *     "overlap": {
  *       "tp": true,                             TP communication beside the GEMMs
+ *       "tp_reduce_scatter": true,              ... the reduce-scatters too
  *       "tp_reach": 0.9,                        share of it hidden, [0, 1]
  *       "dp": ["none", "last"],                 dp_overlap values offered
  *       "dp_default": "last",
@@ -136,7 +137,7 @@ static const pt_stack stack_megatron_core = {
     .attn_eff = {{"A100", 0.62, 0.50}, {"H100", 0.62, 0.48}, {"*", 0.5, 0.4}},
     .tp = true, .pp = true, .cp = true, .sp = true,
     .zero_stages = BIT(0) | BIT(1),
-    .tp_overlap = true, .tp_overlap_reach = 0.8,
+    .tp_overlap = true, .tp_overlap_rs = true, .tp_overlap_reach = 0.8,
     .dp_overlap_modes = BIT(PT_DPO_NONE) | BIT(PT_DPO_LAST), .dp_overlap = PT_DPO_LAST,
     .param_overlap = true,
     .zero3_prefetch = 0,
@@ -245,7 +246,7 @@ static const char *const top_keys[] = {"name", "about", "attention", "parallelis
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
-static const char *const ovl_keys[] = {"tp", "tp_reach", "dp", "dp_default", "param_gather",
+static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "dp", "dp_default", "param_gather",
                                        "zero3_prefetch", "compute_slowdown", NULL};
 static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype", NULL};
 static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", NULL};
@@ -347,6 +348,7 @@ static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
     int dflt;
     if (pt_json_get_object(top, "overlap", ovl_keys, &o, err) ||
         pt_json_get_bool(&o, "tp", &s->tp_overlap, err) ||
+        pt_json_get_bool(&o, "tp_reduce_scatter", &s->tp_overlap_rs, err) ||
         pt_json_get_real(&o, "tp_reach", &s->tp_overlap_reach, err) ||
         read_name_set(&o, "dp", dpo_names, PT_DPO_COUNT, &s->dp_overlap_modes, err) ||
         pt_json_get_enum(&o, "dp_default", dpo_names, PT_DPO_COUNT, &dflt, err) ||
@@ -445,6 +447,9 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
                  err) ||
         in_range(origin, "step_overhead_s", s->step_overhead_s, 0, 3600, false, err))
         return -1;
+    if (s->tp_overlap_rs && !s->tp_overlap)
+        return pt_err_set(err, "%s: field 'overlap.tp_reduce_scatter' is true but 'overlap.tp' "
+                               "is false", origin);
     if (s->tp_overlap && !s->sp)
         return pt_err_set(err, "%s: field 'overlap.tp' is true but 'parallelism.sp' is false: "
                                "TP overlap pipelines sequence-parallel collectives", origin);
@@ -533,6 +538,7 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(par, "sp", json_boolean(s->sp));
         bad |= pt_json_set(par, "zero", json_incref(zero));
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
+        bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));
         bad |= pt_json_set(ovl, "dp", json_incref(dp));
         bad |= pt_json_set(ovl, "dp_default", json_string(dpo_names[s->dp_overlap]));

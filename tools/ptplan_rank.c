@@ -111,6 +111,18 @@ static void print_prediction(const pt_sim_result *r)
            100 * r->prov_share[PT_PROV_ANALYTIC]);
 }
 
+/* Where the step's time goes, on the rank that finishes last. */
+static void print_breakdown(const pt_sim_result *r)
+{
+    printf("\ntime per step (the rank that ends it):  %10s %10s\n", "exposed s", "hidden s");
+    for (int k = 0; k < PT_BD_COUNT; k++) {
+        if (r->breakdown_s[k] == 0 && r->hidden_s[k] == 0)
+            continue;
+        printf("  %-38s %10.4g %10.4g  %5.1f%%\n", pt_bd_name((pt_bd)k), r->breakdown_s[k],
+               r->hidden_s[k], r->step_time_s > 0 ? 100 * r->breakdown_s[k] / r->step_time_s : 0);
+    }
+}
+
 static json_t *candidate_json(const pt_candidate *c)
 {
     return json_pack("{s:o, s:o, s:o}", "layout", pt_layout_json(&c->layout), "memory",
@@ -211,6 +223,7 @@ static int evaluate_job(const options *o, job *j)
             printf("fits: NO, over by %.2f GiB\n", gib(c.memory.total_bytes - limit_bytes(j)));
         print_prediction(&c.predicted);
         if (o->explain) {
+            print_breakdown(&c.predicted);
             print_stages(j, &l);
             if (!fits)
                 printf("\nto fit, try a larger zero stage, recompute=selective or full, sp=1, "

@@ -159,6 +159,17 @@ static int check_plan(const options *o, run *r, pt_err *err)
         return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %d "
                                "(launch with mpirun -np %lld)", o->plan, (long long)world,
                           r->world, (long long)world);
+    /* A plan priced for another framework's stack trains here with ptrun's own
+     * kernels: the layout is the same, the op lists are ptrun's. */
+    const pt_stack *own = pt_stack_builtin(0);
+    if (strcmp(p->train.stack.name, own->name) != 0) {
+        if (r->rank == 0)
+            fprintf(stderr, "ptrun: note: %s was priced for stack '%s'; ptrun trains it with "
+                            "its own kernels (stack '%s'), so the measured step time is not "
+                            "that prediction's (ptplan --stack ptrun predicts this run)\n",
+                    o->plan, p->train.stack.name, own->name);
+        p->train.stack = *own;
+    }
     if (o->dropout >= 0)
         p->run.dropout = o->dropout;
     if (o->steps)
