@@ -341,7 +341,7 @@ static int zero_of_text(const char *t)
             found = words[i].stage;
             n++;
         }
-    if (strcasecmp(t, "none") == 0 && n == 0)
+    if (n == 0 && strncasecmp(t, "none", 4) == 0) /* "none", "none (no distributed ...)" */
         return 0;
     return n == 1 ? found : -1;
 }
@@ -876,23 +876,23 @@ static void print_text(const char *file, const char *costs, const vpoint *p, int
                        const vsummary *s)
 {
     printf("validation set %s: %d points, %s\n\n", file, n, costs);
-    printf("%3s %-16s %-12s %5s %-34s %10s %11s %7s %6s  %s\n", "#", "source", "model", "gpus",
+    printf("%3s %-16s %-12s %5s %-38s %10s %11s %7s %6s  %s\n", "#", "source", "model", "gpus",
            "layout", "measured s", "predicted s", "error", "MFU", "note");
     for (int i = 0; i < n; i++) {
         const vpoint *q = &p[i];
-        printf("%3d %-16.16s %-12.12s %5lld %-34.34s ", i, q->label, q->m.name,
+        printf("%3d %-16.16s %-12.12s %5lld %-38.38s ", i, q->label, q->m.name,
                (long long)q->gpus, q->layout_text[0] ? q->layout_text : "-");
         if (!q->ok) {
             printf("%10s %11s %7s %6s  NOT EVALUATED: %s\n", "-", "-", "-", "-", q->reason);
             continue;
         }
         const pt_sim_result *r = &q->cand.predicted;
-        char note[96] = "";
+        char note[400] = "";
         if (q->cand.memory.total_bytes > (double)q->c.device.memory_bytes)
             snprintf(note, sizeof note, "over memory: %.1f of %.1f GiB ",
                      gib(q->cand.memory.total_bytes), gib((double)q->c.device.memory_bytes));
         if (q->assumed[0])
-            snprintf(note + strlen(note), sizeof note - strlen(note), "assumed %s", q->assumed);
+            snprintf(note + strlen(note), sizeof note - strlen(note), "assumed: %s", q->assumed);
         printf("%10.4g %11.4g %+6.1f%% %5.1f%%  %s\n", q->measured_s, r->step_time_s,
                100 * q->error, 100 * r->mfu, note);
     }
