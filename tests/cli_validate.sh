@@ -123,6 +123,22 @@ derive unknown_assume.json 'd["points"][18]["ptplan"]["assume"]["mbz"] = {"value
 run 1 "$ptplan" --validate "$tmp/unknown_assume.json"
 err_has "ptplan.assume.mbz: unknown assumption" "an unknown assumption is named"
 
+derive no_cluster.json 'del d["points"][0]["ptplan"]["cluster"]; del d["points"][15]["ptplan"]["cluster"]'
+run 1 "$ptplan" --validate "$tmp/no_cluster.json"
+err_has "points\[15\].ptplan.cluster: missing, and gpu 'h100-hbm2e-96gb-500w' has no built-in" \
+    "a GPU without a built-in cluster needs ptplan.cluster"
+derive gpu_cluster.json 'del d["points"][0]["ptplan"]["cluster"]'
+run 0 "$ptplan" --validate "$tmp/gpu_cluster.json" --json
+grep -q '"cluster": "dgx-h100"' "$tmp/out" || fail "gpu h100-sxm picks the built-in dgx-h100"
+
+# --db: priced from a cost table (the calibration fixture's CPU samples match no GPU
+# here, so the figures stay analytic) and named in the output
+sqlite3 "$tmp/costs.db" <"$src/tests/data/calib/costs.sql"
+run 0 "$ptplan" --validate "$val/public-set.json" --db "$tmp/costs.db"
+out_has "21 points, cost table $tmp/costs.db" "--db names the cost table"
+run 1 "$ptplan" --validate "$val/public-set.json" --db "$tmp/no-such.db"
+err_has "no-such.db" "a missing --db is named"
+
 derive empty.json 'd["points"] = []'
 run 1 "$ptplan" --validate "$tmp/empty.json"
 err_has "non-empty array 'points'" "an empty set is refused"
