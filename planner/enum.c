@@ -34,24 +34,53 @@ typedef struct {
     bool stop;
 } enum_state;
 
-static void visit(enum_state *st, const pt_layout *l)
+/* Hands one valid layout to the caller in every overlap variant the stack offers:
+ * tp_overlap with sp, dp_overlap where gradients are reduced by buckets (ZeRO 0/1
+ * over dp·cp > 1), param_overlap with ZeRO 1/2. Overlaps change no memory figure. */
+static void visit_overlaps(enum_state *st, const pt_layout *base, const pt_memory *mem,
+                           bool fits)
+{
+    const pt_stack *s = &st->t->stack;
+    pt_layout l = *base;
+    bool buckets = l.zero <= 1 && (int64_t)l.dp * l.cp > 1;
+    bool gathers = (l.zero == 1 || l.zero == 2) && s->param_overlap;
+    for (int tpo = 0; tpo <= (l.sp && s->tp_overlap) && !st->stop; tpo++)
+        for (int dpo = 0; dpo < PT_DPO_COUNT && !st->stop; dpo++) {
+            if (!(s->dp_overlap_modes & (1u << dpo)) || (!buckets && dpo != (int)s->dp_overlap))
+                continue;
+            for (int po = 0; po <= gathers && !st->stop; po++) {
+                l.tp_overlap = tpo;
+                l.dp_overlap = (pt_dp_overlap)dpo;
+                l.param_overlap = po;
+                st->counts->enumerated++;
+                st->counts->valid++;
+                if (fits)
+                    st->counts->fit++;
+                else
+                    st->counts->too_big++;
+                if (st->fn && st->fn(&l, mem, fits, st->ctx))
+                    st->stop = true;
+            }
+        }
+}
+
+static void visit(enum_state *st, const pt_layout *in)
 {
     uint32_t mask;
-    st->counts->enumerated++;
+    pt_layout base = *in, *l = &base;
+    base.tp_overlap = base.param_overlap = false;
+    base.dp_overlap = st->t->stack.dp_overlap;
+    /* what the stack cannot run is not a layout of this search */
+    if (pt_stack_check_layout(&st->t->stack, l, NULL))
+        return;
     if (pt_layout_check_spans(st->m, st->c, st->t->global_batch, l, st->tp_spans, &mask)) {
+        st->counts->enumerated++;
         st->counts->rejected[__builtin_ctz(mask)]++;
         return;
     }
-    st->counts->valid++;
     pt_memory mem;
     pt_mem_rank_max(st->m, l, st->t, &mem);
-    bool fits = mem.total_bytes <= st->limit_bytes;
-    if (fits)
-        st->counts->fit++;
-    else
-        st->counts->too_big++;
-    if (st->fn && st->fn(l, &mem, fits, st->ctx))
-        st->stop = true;
+    visit_overlaps(st, l, &mem, mem.total_bytes <= st->limit_bytes);
 }
 
 /* The settings that do not change the rank grid or the layers per stage. */

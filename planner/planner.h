@@ -683,7 +683,12 @@ typedef struct {
     int64_t priced;             /* layouts that fit, all priced and estimated */
     pt_candidate *best;         /* the simulated ones, fastest first */
     int64_t n_best;
+    pt_candidate *over;         /* the fastest valid layouts that do not fit (within
+                                   PT_SEARCH_OVER_FACTOR of the memory limit), simulated */
+    int64_t n_over;
 } pt_search_result;
+#define PT_SEARCH_OVER_FACTOR 1.5
+#define PT_SEARCH_OVER_SHOWN 3
 
 /* The peak FLOP/s of all devices of the cluster in the training precision's
  * compute type (0 when the spec does not know it). */

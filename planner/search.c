@@ -41,11 +41,13 @@ typedef struct {
     bool oom;
 } fit_list;
 
-static int collect(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+typedef struct {
+    fit_list fit, over;   /* layouts that fit; near misses */
+    double over_bytes;    /* the largest memory a near miss may need */
+} collected;
+
+static int append(fit_list *f, const pt_layout *l, const pt_memory *mem)
 {
-    fit_list *f = ctx;
-    if (!fits)
-        return 0;
     if (f->n == f->cap) {
         int64_t cap = f->cap ? 2 * f->cap : 1024;
         pt_candidate *v = realloc(f->v, (size_t)cap * sizeof *v);
@@ -63,6 +65,16 @@ static int collect(const pt_layout *l, const pt_memory *mem, bool fits, void *ct
     return 0;
 }
 
+static int collect(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    collected *k = ctx;
+    if (fits)
+        return append(&k->fit, l, mem);
+    if (mem->total_bytes <= k->over_bytes)
+        return append(&k->over, l, mem);
+    return 0;
+}
+
 static int by_estimate(const void *a, const void *b)
 {
     double x = ((const pt_candidate *)a)->estimate_s, y = ((const pt_candidate *)b)->estimate_s;
@@ -73,7 +85,37 @@ static int by_step_time(const void *a, const void *b)
 {
     double x = ((const pt_candidate *)a)->predicted.step_time_s;
     double y = ((const pt_candidate *)b)->predicted.step_time_s;
-    return (x > y) - (x < y);
+    if (x != y)
+        return (x > y) - (x < y);
+    /* equal times: less memory first */
+    double p = ((const pt_candidate *)a)->memory.total_bytes;
+    double q = ((const pt_candidate *)b)->memory.total_bytes;
+    return (p > q) - (p < q);
+}
+
+/* Prices and estimates every layout of f, then simulates the `top` best estimates in
+ * full (0: all) and sorts those by step time; returns how many were simulated, -1 on
+ * error. */
+static int64_t price_and_simulate(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                                  const pt_costdb *db, fit_list *f, int64_t top, pt_err *err)
+{
+    for (int64_t i = 0; i < f->n; i++) {
+        pt_sim_costs costs;
+        if (pt_sim_price(m, c, t, db, &f->v[i].layout, &costs, err))
+            return -1;
+        f->v[i].estimate_s = pt_sim_estimate(&f->v[i].layout, &costs);
+        pt_sim_costs_free(&costs);
+    }
+    qsort(f->v, (size_t)f->n, sizeof *f->v, by_estimate);
+    int64_t n = top > 0 && top < f->n ? top : f->n;
+    for (int64_t i = 0; i < n; i++) {
+        double estimate = f->v[i].estimate_s;
+        if (pt_evaluate(m, c, t, db, &f->v[i].layout, NULL, &f->v[i], err))
+            return -1;
+        f->v[i].estimate_s = estimate;
+    }
+    qsort(f->v, (size_t)n, sizeof *f->v, by_step_time);
+    return n;
 }
 
 int pt_search(const pt_model *m, const pt_cluster *c, const pt_train *t,
@@ -81,40 +123,34 @@ int pt_search(const pt_model *m, const pt_cluster *c, const pt_train *t,
               pt_search_result *out, pt_err *err)
 {
     memset(out, 0, sizeof *out);
-    fit_list f = {0};
-    pt_enum_layouts(m, c, t, o, collect, &f, &out->counts);
-    if (f.oom) {
-        free(f.v);
-        return pt_err_set(err, "out of memory collecting %lld layouts", (long long)f.n);
+    collected k = {.over_bytes = PT_SEARCH_OVER_FACTOR * o->mem_fraction *
+                                 (double)c->device.memory_bytes};
+    pt_enum_layouts(m, c, t, o, collect, &k, &out->counts);
+    if (k.fit.oom || k.over.oom) {
+        free(k.fit.v);
+        free(k.over.v);
+        return pt_err_set(err, "out of memory collecting %lld layouts",
+                          (long long)(k.fit.n + k.over.n));
     }
-    for (int64_t i = 0; i < f.n; i++) {
-        pt_sim_costs costs;
-        if (pt_sim_price(m, c, t, db, &f.v[i].layout, &costs, err)) {
-            free(f.v);
-            return -1;
-        }
-        f.v[i].estimate_s = pt_sim_estimate(&f.v[i].layout, &costs);
-        pt_sim_costs_free(&costs);
+    int64_t n = price_and_simulate(m, c, t, db, &k.fit, sim_top, err);
+    int64_t n_over = n < 0 ? -1 : price_and_simulate(m, c, t, db, &k.over,
+                                                       PT_SEARCH_OVER_SHOWN, err);
+    if (n < 0 || n_over < 0) {
+        free(k.fit.v);
+        free(k.over.v);
+        return -1;
     }
-    out->priced = f.n;
-    qsort(f.v, (size_t)f.n, sizeof *f.v, by_estimate);
-    int64_t n = sim_top > 0 && sim_top < f.n ? sim_top : f.n;
-    for (int64_t i = 0; i < n; i++) {
-        double estimate = f.v[i].estimate_s;
-        if (pt_evaluate(m, c, t, db, &f.v[i].layout, NULL, &f.v[i], err)) {
-            free(f.v);
-            return -1;
-        }
-        f.v[i].estimate_s = estimate;
-    }
-    qsort(f.v, (size_t)n, sizeof *f.v, by_step_time);
-    out->best = f.v;
+    out->priced = k.fit.n;
+    out->best = k.fit.v;
     out->n_best = n;
+    out->over = k.over.v;
+    out->n_over = n_over;
     return 0;
 }
 
 void pt_search_free(pt_search_result *r)
 {
     free(r->best);
+    free(r->over);
     memset(r, 0, sizeof *r);
 }

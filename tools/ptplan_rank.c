@@ -253,29 +253,103 @@ int evaluate_layout(const options *o)
 
 /* ---- Ranking ------------------------------------------------------------------------- */
 
+/* The short form of a layout in the ranking table. */
+static void row_text(const pt_layout *l, const job *j, char *text, size_t cap)
+{
+    snprintf(text, cap, "tp%d%s pp%d vp%d cp%d dp%d z%d mbs%lld %s %s", l->tp,
+             l->sp ? " sp" : "", l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
+             pt_recompute_name(l->recompute), pt_schedule_name(l->schedule));
+    size_t used = strlen(text);
+    if (l->first_layers || l->last_layers) /* uneven stages: the ends' layers */
+        used += (size_t)snprintf(text + used, cap - used, " first%lld last%lld",
+                                 (long long)pt_rank_layers(&j->m, l, 0),
+                                 (long long)pt_rank_layers(&j->m, l, l->pp - 1));
+    if (used < cap && l->tp_overlap)
+        used += (size_t)snprintf(text + used, cap - used, " tpo");
+    if (used < cap && l->dp_overlap != PT_DPO_LAST)
+        used += (size_t)snprintf(text + used, cap - used, " dpo:%s",
+                                 pt_dp_overlap_name(l->dp_overlap));
+    if (used < cap && l->param_overlap)
+        snprintf(text + used, cap - used, " pgo");
+}
+
+/* Layouts whose predicted time and memory agree within this share are one row. */
+#define SAME_SHARE 0.005
+
+static bool same_row(const pt_candidate *a, const pt_candidate *b)
+{
+    double ta = a->predicted.step_time_s, tb = b->predicted.step_time_s;
+    double ma = a->memory.total_bytes, mb = b->memory.total_bytes;
+    return fabs(ta - tb) <= SAME_SHARE * fmax(ta, tb) && fabs(ma - mb) <= SAME_SHARE * fmax(ma, mb);
+}
+
+/* The rows of the ranking: starts of groups of equivalent layouts, each represented by
+ * its member with the least memory (ties in time go to less memory). *rows receives
+ * malloc'd [start, count, representative] triples; returns the number of rows. */
+static int64_t group_rows(const pt_search_result *r, int64_t **rows)
+{
+    *rows = malloc((size_t)(r->n_best ? r->n_best : 1) * 3 * sizeof **rows);
+    if (!*rows)
+        return 0;
+    int64_t n = 0;
+    for (int64_t i = 0; i < r->n_best;) {
+        int64_t k = i + 1, best = i;
+        while (k < r->n_best && same_row(&r->best[i], &r->best[k])) {
+            if (r->best[k].memory.total_bytes < r->best[best].memory.total_bytes)
+                best = k;
+            k++;
+        }
+        (*rows)[3 * n] = i;
+        (*rows)[3 * n + 1] = k - i;
+        (*rows)[3 * n + 2] = best;
+        n++;
+        i = k;
+    }
+    return n;
+}
+
+static void print_row(const char *rank, const pt_candidate *c, const job *j, int64_t count,
+                      const char *extra)
+{
+    char text[256], prov[64], same[24] = "";
+    row_text(&c->layout, j, text, sizeof text);
+    provenance_text(&c->predicted, prov, sizeof prov);
+    if (count > 1)
+        snprintf(same, sizeof same, "x%lld", (long long)count);
+    printf("%-4s %-76s %5s %7.3g %9.4g %10.0f %6.1f %7.1f %6.1f  %s%s\n", rank, text, same,
+           gib(c->memory.total_bytes), c->predicted.step_time_s, c->predicted.tokens_per_s,
+           100 * c->predicted.mfu, 100 * c->predicted.bubble_fraction,
+           100 * c->predicted.exposed_comm_fraction, prov, extra);
+}
+
 static void print_ranking(const options *o, const pt_search_result *r, const job *j)
 {
-    int64_t shown = o->top > 0 && o->top < r->n_best ? o->top : r->n_best;
-    printf("%-4s %-68s %7s %9s %10s %6s %7s %6s  %s\n", "rank", "layout", "GiB", "step s",
-           "tokens/s", "MFU%", "bubble%", "comm%", "priced from");
+    int64_t *rows;
+    int64_t n_rows = group_rows(r, &rows);
+    int64_t shown = o->top > 0 && o->top < n_rows ? o->top : n_rows;
+    printf("%-4s %-76s %5s %7s %9s %10s %6s %7s %6s  %s\n", "rank", "layout", "same", "GiB",
+           "step s", "tokens/s", "MFU%", "bubble%", "comm%", "priced from");
     for (int64_t i = 0; i < shown; i++) {
-        const pt_candidate *c = &r->best[i];
-        char text[256], prov[64];
-        const pt_layout *l = &c->layout;
-        snprintf(text, sizeof text, "tp%d%s pp%d vp%d cp%d dp%d z%d mbs%lld %s %s", l->tp,
-                 l->sp ? " sp" : "", l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
-                 pt_recompute_name(l->recompute), pt_schedule_name(l->schedule));
-        if (l->first_layers || l->last_layers) { /* uneven stages: the ends' layers */
-            size_t used = strlen(text);
-            snprintf(text + used, sizeof text - used, " first%lld last%lld",
-                     (long long)pt_rank_layers(&j->m, l, 0),
-                     (long long)pt_rank_layers(&j->m, l, l->pp - 1));
+        char rank[24];
+        snprintf(rank, sizeof rank, "%lld", (long long)i + 1);
+        print_row(rank, &r->best[rows[3 * i + 2]], j, rows[3 * i + 1], "");
+    }
+    free(rows);
+    if (shown)
+        printf("(same: layouts predicted within %.1f%% in time and memory, listed once with "
+               "the least memory)\n", 100 * SAME_SHARE);
+    double limit = limit_bytes(j);
+    if (r->n_over > 0) {
+        printf("\nfaster layouts that do not fit:\n");
+        for (int64_t i = 0; i < r->n_over; i++) {
+            if (r->n_best > 0 &&
+                r->over[i].predicted.step_time_s >= r->best[0].predicted.step_time_s)
+                break;
+            char extra[64];
+            snprintf(extra, sizeof extra, "  over by %.2f GiB",
+                     gib(r->over[i].memory.total_bytes - limit));
+            print_row("-", &r->over[i], j, 1, extra);
         }
-        provenance_text(&c->predicted, prov, sizeof prov);
-        printf("%-4lld %-68s %7.3g %9.4g %10.0f %6.1f %7.1f %6.1f  %s\n", (long long)i + 1, text,
-               gib(c->memory.total_bytes), c->predicted.step_time_s, c->predicted.tokens_per_s,
-               100 * c->predicted.mfu, 100 * c->predicted.bubble_fraction,
-               100 * c->predicted.exposed_comm_fraction, prov);
     }
     const pt_enum_counts *n = &r->counts;
     printf("\n%lld layouts enumerated: %lld valid, %lld fit in memory (all priced, %lld "
@@ -300,8 +374,22 @@ static void ranking_json(const options *o, const pt_search_result *r, const job 
     for (int k = 0; k < PT_REJECT_COUNT; k++)
         if (n->rejected[k])
             json_object_set_new(rej, pt_reject_name((pt_reject)k), json_integer(n->rejected[k]));
-    for (int64_t i = 0; i < shown; i++)
-        json_array_append_new(list, candidate_json(&r->best[i]));
+    int64_t *rows;
+    int64_t n_rows = group_rows(r, &rows);
+    shown = o->top > 0 && o->top < n_rows ? o->top : n_rows;
+    for (int64_t i = 0; i < shown; i++) {
+        json_t *c = candidate_json(&r->best[rows[3 * i + 2]]);
+        json_object_set_new(c, "equivalent", json_integer(rows[3 * i + 1]));
+        json_array_append_new(list, c);
+    }
+    free(rows);
+    json_t *over = json_array();
+    for (int64_t i = 0; i < r->n_over; i++) {
+        json_t *c = candidate_json(&r->over[i]);
+        json_object_set_new(c, "over_bytes", json_integer((json_int_t)llround(
+                                                 r->over[i].memory.total_bytes - limit_bytes(j))));
+        json_array_append_new(over, c);
+    }
     json_object_set_new(root, "counts",
                         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "enumerated",
                                   (json_int_t)n->enumerated, "valid", (json_int_t)n->valid,
@@ -310,6 +398,7 @@ static void ranking_json(const options *o, const pt_search_result *r, const job 
                                   (json_int_t)shown));
     json_object_set_new(root, "rejected", rej);
     json_object_set_new(root, "layouts", list);
+    json_object_set_new(root, "not_fitting", over);
     print_json(root);
 }
 
