@@ -16,18 +16,22 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void bench(const char *model, int nodes, int64_t global_batch, double target_s)
+static void bench(const char *model, int nodes, int64_t global_batch, const char *stack,
+                  double target_s)
 {
     pt_model m;
     pt_cluster c;
     pt_err err;
-    if (pt_model_get(model, &m, &err) || pt_cluster_get("dgx-h100", &c, &err)) {
+    pt_train t;
+    if (pt_model_get(model, &m, &err) || pt_cluster_get("dgx-h100", &c, &err) ||
+        pt_stack_get(stack, &t.stack, &err)) {
         fprintf(stderr, "bench_search: %s\n", err.msg);
         exit(1);
     }
     c.nodes = nodes;
-    pt_train t;
+    pt_stack keep = t.stack;
     pt_train_default(&t, &c);
+    t.stack = keep;
     t.global_batch = global_batch;
     pt_enum_opts o;
     pt_enum_opts_default(&o);
@@ -38,9 +42,9 @@ static void bench(const char *model, int nodes, int64_t global_batch, double tar
         exit(1);
     }
     double dt = now_s() - t0;
-    printf("%-12s on %4d dgx-h100 nodes, gb %lld, seq %lld: %lld layouts, %lld fit and "
+    printf("%-12s on %4d dgx-h100 nodes, stack %s, gb %lld, seq %lld: %lld layouts, %lld fit and "
            "priced, %lld simulated in full; %.3f s (target < %.1f s: %s); best %.3f s/step, "
-           "MFU %.1f%%\n", model, nodes, (long long)global_batch, (long long)m.seq,
+           "MFU %.1f%%\n", model, nodes, stack, (long long)global_batch, (long long)m.seq,
            (long long)r.counts.enumerated, (long long)r.priced, (long long)r.n_best, dt,
            target_s, dt < target_s ? "met" : "MISSED",
            r.n_best ? r.best[0].predicted.step_time_s : 0,
@@ -50,8 +54,13 @@ static void bench(const char *model, int nodes, int64_t global_batch, double tar
 
 int main(void)
 {
-    bench("llama3-8b", 1, 512, 0.5);
-    bench("llama3-70b", 64, 1024, 10);
-    bench("llama3-405b", 2048, 2048, 10);
+    /* ptrun (no overlap choices but tp_overlap) and megatron-core (every overlap key
+     * enumerated: the largest search) */
+    for (int s = 0; s < 2; s++) {
+        const char *stack = s ? "megatron-core" : "ptrun";
+        bench("llama3-8b", 1, 512, stack, 0.5);
+        bench("llama3-70b", 64, 1024, stack, 10);
+        bench("llama3-405b", 2048, 2048, stack, 10);
+    }
     return 0;
 }

@@ -202,7 +202,8 @@ static void enum_splits(enum_state *st, const pt_enum_opts *o, pt_layout *l)
                 cand[n++] = c;
         }
     }
-    qsort(cand, (size_t)n, sizeof cand[0], split_order);
+    if (n > 1)
+        qsort(cand, (size_t)n, sizeof cand[0], split_order);
     vp_set done = {.n = 0};
     for (int i = 0; i < n && !st->stop; i++) {
         l->first_layers = cand[i].first;

@@ -99,6 +99,8 @@ static int by_step_time(const void *a, const void *b)
 static int64_t price_and_simulate(const pt_model *m, const pt_cluster *c, const pt_train *t,
                                   const pt_costdb *db, fit_list *f, int64_t top, pt_err *err)
 {
+    if (f->n == 0)
+        return 0; /* qsort must not be given a null base, even for no elements */
     for (int64_t i = 0; i < f->n; i++) {
         pt_sim_costs costs;
         if (pt_sim_price(m, c, t, db, &f->v[i].layout, &costs, err))
