@@ -50,6 +50,66 @@ out_has '"nodes": 4' "--nodes sizes the dumped cluster"
 run 0 --dump-cluster "$tmp/c.json"
 cmp -s "$tmp/out" "$tmp/c.json" || fail "dumped cluster does not load back identically"
 
+# ---- software stacks ------------------------------------------------------------
+run 0 --list-stacks
+for s in ptrun megatron-lm megatron-core fsdp; do out_has "^$s " "--list-stacks lists $s"; done
+for s in ptrun megatron-lm megatron-core fsdp; do
+    run 0 --dump-stack "$s"
+    cp "$tmp/out" "$tmp/stack-$s.json"
+    run 0 --dump-stack "$tmp/stack-$s.json"
+    cmp -s "$tmp/out" "$tmp/stack-$s.json" || fail "dumped stack $s does not load back identically"
+done
+# A stack from a file prices like the built-in it was dumped from.
+run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout "tp=2,pp=2,zero=1" --json
+grep -v '"name"' "$tmp/out" >"$tmp/a"
+run 0 --model llama3-8b --cluster dgx-h100 --stack "$tmp/stack-megatron-core.json" \
+    --layout "tp=2,pp=2,zero=1" --json
+grep -v '"name"' "$tmp/out" >"$tmp/b"
+cmp -s "$tmp/a" "$tmp/b" || fail "a dumped stack prices differently from its built-in"
+grep -q '"about": "Megatron-Core' "$tmp/out" || fail "the JSON output names its stack"
+out_has '"breakdown"' "predicted.breakdown in JSON"
+# The breakdown in --explain, and stacks that price differently.
+run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-lm \
+    --layout "tp=2,pp=2,zero=1,recompute=selective" --explain --no-out
+out_has "attention" "--explain lists attention in the breakdown"
+out_has "bubble" "--explain lists the bubble"
+# Unsupported overlaps and parallelisms are refused, naming the key and the stack.
+run 1 --model gpt2-124m --devices 2 --stack megatron-lm --layout "dp_overlap=last" --no-out
+err_has "dp_overlap=last: stack 'megatron-lm' offers only none" "overlap the stack lacks"
+one_line_error "overlap the stack lacks"
+run 1 --model gpt2-124m --devices 2 --stack megatron-lm --layout "zero=1,param_overlap=1" --no-out
+err_has "param_overlap=1: stack 'megatron-lm' does not overlap" "param overlap the stack lacks"
+run 1 --model gpt2-124m --devices 2 --stack fsdp --layout "tp=2" --no-out
+err_has "stack 'fsdp' has no tensor parallelism" "parallelism the stack lacks"
+run 1 --model gpt2-124m --devices 2 --stack megatron-core --layout "zero=3" --no-out
+err_has "stack 'megatron-core' does not offer ZeRO stage 3" "ZeRO stage the stack lacks"
+run 1 --model gpt2-124m --devices 2 --layout "dp_overlap=sideways" --no-out
+err_has "dp_overlap=sideways" "unknown dp_overlap"; one_line_error "unknown dp_overlap"
+# Unknown and malformed stacks.
+run 1 --stack no-such-stack --no-out
+err_has "unknown stack 'no-such-stack'" "unknown stack"; one_line_error "unknown stack"
+printf '{"name": "x",\n' >"$tmp/cut.json"
+run 1 --stack "$tmp/cut.json" --no-out
+err_has "cut.json:2" "truncated stack JSON with its line"; one_line_error "truncated stack"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1] + "/stack-megatron-core.json"))
+bad = [("reach", ("overlap", "tp_reach", 1.5)), ("mode", ("overlap", "dp", ["sideways"])),
+       ("typo", ("attention", "typo", 1)), ("eff", ("attention", "impl", "magic"))]
+for name, (sec, key, val) in bad:
+    e = json.loads(json.dumps(d))
+    e[sec][key] = val
+    json.dump(e, open(sys.argv[1] + "/bad-%s.json" % name, "w"))
+PY
+run 1 --stack "$tmp/bad-reach.json" --no-out
+err_has "overlap.tp_reach' = 1.5" "tp_reach out of range"; one_line_error "tp_reach"
+run 1 --stack "$tmp/bad-mode.json" --no-out
+err_has "overlap.dp\[0\]" "unknown dp overlap in a stack"; one_line_error "stack dp mode"
+run 1 --stack "$tmp/bad-typo.json" --no-out
+err_has "unknown field 'attention.typo'" "misspelt stack field"; one_line_error "stack typo"
+run 1 --stack "$tmp/bad-eff.json" --no-out
+err_has "attention.impl" "unknown attention implementation"; one_line_error "attention impl"
+
 # A model from a file plans like the built-in it was dumped from.
 run 0 --model llama3-8b --cluster dgx-h100 --layout tp=8 --json
 cp "$tmp/out" "$tmp/builtin.out"

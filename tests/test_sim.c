@@ -234,8 +234,87 @@ static void test_uneven_priced(void)
     pt_sim_costs_free(&u);
 }
 
+/* Step time of `layout` for llama3-8b on two DGX H100 nodes under `stack`; the
+ * candidate's breakdown must add up to its step time, with no negative part. */
+static double stack_step(const char *stack, const char *layout, pt_candidate *cand)
+{
+    pt_model m;
+    pt_cluster cl;
+    pt_err err;
+    CHECK_INT(pt_model_get("llama3-8b", &m, &err), 0);
+    CHECK_INT(pt_cluster_get("dgx-h100", &cl, &err), 0);
+    cl.nodes = 2;
+    pt_train t;
+    pt_train_default(&t, &cl);
+    t.global_batch = 64;
+    CHECK_INT(pt_stack_get(stack, &t.stack, &err), 0);
+    pt_layout l;
+    pt_layout_default(&l);
+    if (pt_layout_parse_stack(layout, 16, 64, &t.stack, &l, &err) ||
+        pt_evaluate(&m, &cl, &t, NULL, &l, NULL, cand, &err)) {
+        fprintf(stderr, "%s under %s: %s\n", layout, stack, err.msg);
+        pt_check_failures++;
+        return -1;
+    }
+    double sum = 0;
+    for (int k = 0; k < PT_BD_COUNT; k++) {
+        CHECK(cand->predicted.breakdown_s[k] >= 0 && cand->predicted.hidden_s[k] >= 0);
+        sum += cand->predicted.breakdown_s[k];
+    }
+    CHECK_NEAR(sum, cand->predicted.step_time_s, 1e-9 * cand->predicted.step_time_s);
+    return cand->predicted.step_time_s;
+}
+
+/* Each stack prices a layout as its software runs the step. */
+static void test_stacks(void)
+{
+    pt_candidate a, b;
+    /* The breakdown adds up under every built-in stack and its own kind of layout. */
+    CHECK(stack_step("ptrun", "tp=2,pp=2,dp=4,zero=1", &a) > 0);
+    CHECK(a.predicted.breakdown_s[PT_BD_BUBBLE] > 0 && a.predicted.breakdown_s[PT_BD_TP] > 0);
+    CHECK(stack_step("megatron-lm", "tp=2,pp=2,dp=4,zero=1", &a) > 0);
+    CHECK(stack_step("megatron-core", "tp=2,pp=2,vp=2,dp=4,zero=1,tp_overlap=1", &a) > 0);
+    CHECK(stack_step("fsdp", "dp=16,zero=3", &a) > 0);
+    CHECK(a.predicted.hidden_s[PT_BD_DP] > 0); /* FSDP's gathers run beside compute */
+
+    /* Reducing gradients only after the backward (Megatron-LM's DDP) leaves the whole
+     * reduction exposed; overlapping it with the last micro-batch's backward hides some. */
+    double none = stack_step("megatron-core", "tp=2,pp=2,dp=4,zero=1,dp_overlap=none", &a);
+    double last = stack_step("megatron-core", "tp=2,pp=2,dp=4,zero=1,dp_overlap=last", &b);
+    CHECK(none > last);
+    CHECK(a.predicted.breakdown_s[PT_BD_DP] > b.predicted.breakdown_s[PT_BD_DP]);
+    CHECK(b.predicted.hidden_s[PT_BD_DP] > a.predicted.hidden_s[PT_BD_DP]);
+
+    /* Unfused attention writes and reads the score matrix: megatron-lm's attention costs
+     * more than megatron-core's flash attention on the same layout. */
+    stack_step("megatron-lm", "tp=2,pp=2,dp=4,zero=1", &a);
+    stack_step("megatron-core", "tp=2,pp=2,dp=4,zero=1,dp_overlap=none,param_overlap=0", &b);
+    CHECK(a.predicted.breakdown_s[PT_BD_ATTN] > b.predicted.breakdown_s[PT_BD_ATTN]);
+
+    /* Flash attention keeps no score matrix: its activations are the unfused ones less
+     * the bf16 softmax output (2 bytes per head, query and key; llama3-8b has no
+     * dropout) plus one fp32 log-sum-exp per head and query. */
+    pt_model m;
+    pt_err err;
+    CHECK_INT(pt_model_get("llama3-8b", &m, &err), 0);
+    pt_layout l;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,mbs=1", 2, 64, &l, &err), 0);
+    pt_precision bf16 = pt_precision_of(PT_PREC_BF16);
+    double flash = pt_mem_layer_activations_attn(&m, &l, bf16, PT_ATTN_FLASH);
+    double unfused = pt_mem_layer_activations_attn(&m, &l, bf16, PT_ATTN_UNFUSED);
+    double heads = (double)(m.heads / 2), s = (double)m.seq;
+    CHECK(flash > 0);
+    CHECK_NEAR(unfused - flash, 2.0 * heads * s * s - 4.0 * heads * s, 1.0);
+    /* ... and with full recomputation both keep only the layer input. */
+    l.recompute = PT_RECOMPUTE_FULL;
+    CHECK_NEAR(pt_mem_layer_activations_attn(&m, &l, bf16, PT_ATTN_FLASH),
+               pt_mem_layer_activations_attn(&m, &l, bf16, PT_ATTN_UNFUSED), 0);
+}
+
 int main(void)
 {
+    test_stacks();
     test_measured_costs();
     test_uneven_priced();
     test_bubbles();

@@ -412,9 +412,10 @@ json_t *job_json(const job *j)
 {
     pt_costdb_id id;
     pt_costdb_identity(j->db, &id);
-    return json_pack("{s:o, s:o, s:I, s:s, s:I, s:{s:s, s:b, s:I, s:I}}", "model",
+    return json_pack("{s:o, s:o, s:o, s:I, s:s, s:I, s:{s:s, s:b, s:I, s:I}}", "model",
                      spec_json(pt_model_to_json(&j->m)), "cluster",
-                     spec_json(pt_cluster_to_json(&j->c)), "global_batch",
+                     spec_json(pt_cluster_to_json(&j->c)), "stack",
+                     spec_json(pt_stack_to_json(&j->t.stack)), "global_batch",
                      (json_int_t)j->t.global_batch, "precision", pt_prec_name(j->t.precision),
                      "memory_limit_bytes", (json_int_t)llround(limit_bytes(j)), "cost_table",
                      "path", j->db_path, "used", j->db != NULL, "kernel_samples",

@@ -845,6 +845,7 @@ static json_t *point_json(int i, const vpoint *p)
     json_object_set_new(o, "memory_bytes", json_real(p->cand.memory.total_bytes));
     json_object_set_new(o, "fits", json_boolean(p->cand.memory.total_bytes <=
                                                 (double)p->c.device.memory_bytes));
+    json_object_set_new(o, "predicted", pt_sim_result_json(r)); /* with the time breakdown */
     return o;
 }
 
