@@ -216,15 +216,16 @@ static pt_mem_flight pt_mem_flight_of(const pt_model *m, const pt_layout *l, int
 
 /* Embedding dropout mask on stage 0; final-norm input and fp32 logits for the
  * cross-entropy backward on the last stage (Korthikanti Sec. 4.3). */
-static double pt_mem_embed_head(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
-                                bool first, bool last, const pt_mem_flight *fl)
+static double pt_mem_embed_head(const pt_model *m, const pt_layout *l, const pt_stack *s,
+                                const pt_mem_dims *d, bool first, bool last,
+                                const pt_mem_flight *fl)
 {
     double sbh = d->sb * (double)m->hidden;
     double bytes = 0;
     if (first && m->dropout)
         bytes += (double)fl->mb_first * sbh / d->rep;
     if (last) {
-        double logits = 4.0 * d->sb * (double)pt_vocab_padded(m, l->tp) / d->t;
+        double logits = 4.0 * d->sb * (double)pt_stack_vocab(s, m, l->tp) / d->t;
         bytes += (double)fl->mb_last * (d->ab * sbh / d->rep + logits);
     }
     return bytes;
@@ -292,7 +293,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
         .grads_bytes = ms.grads_bytes,
         .optimizer_bytes = ms.optimizer_bytes,
         .activations_bytes = (double)(fl.in_flight * fl.chunk_layers) * act,
-        .embed_head_bytes = pt_mem_embed_head(m, l, &d, first, last, &fl),
+        .embed_head_bytes = pt_mem_embed_head(m, l, &t->stack, &d, first, last, &fl),
         .recompute_bytes = recompute,
         .comm_bytes = pt_mem_comm(m, l, t, p, &d, (double)params, ms.grads_bytes),
         .params = (double)params,

@@ -575,7 +575,7 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
 {
     builder b = {.c = c, .out = out};
     dims d = dims_of(c);
-    int64_t v = pt_vocab_padded(c->m, c->l->tp) / c->l->tp;
+    int64_t v = pt_stack_vocab(&c->t->stack, c->m, c->l->tp) / c->l->tp;
     char shape[64];
     shape_rows(shape, sizeof shape, d.tokens, v);
     /* Vocabulary-parallel cross-entropy in fp32: max, sum of exponentials and the
@@ -645,7 +645,8 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist
             op->overlapped = true;
             op->coll = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .group = 2,
                                     .ranks_per_node = c->embed_ranks_per_node,
-                                    .bytes = (double)pt_vocab_padded(c->m, c->l->tp) /
+                                    .bytes = (double)pt_stack_vocab(&c->t->stack, c->m,
+                                                                    c->l->tp) /
                                              c->l->tp * (double)c->m->hidden *
                                              pt_grad_reduce_bytes(c)};
         }

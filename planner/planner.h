@@ -198,7 +198,8 @@ typedef struct {
     int64_t bucket_bytes;          /* PT_BUCKET_FIXED; 0: the training's --bucket-mib */
     pt_dtype grad_reduce_dtype;    /* fp32 or bf16 gradient reduction */
     bool fused_xent;               /* cross-entropy in one kernel per direction */
-    int64_t vocab_multiple;        /* vocabulary padded to a multiple of this (x tp) */
+    int64_t vocab_multiple;        /* vocabulary padded to a multiple of this, */
+    bool vocab_per_tp;             /* ... times tp (Megatron), else then to one of tp */
     double step_overhead_s;        /* per step: launch gaps, logging, data loader */
 } pt_stack;
 
@@ -215,6 +216,10 @@ char *pt_stack_to_json(const pt_stack *s);
 int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err);
 /* The efficiency the stack's flash attention reaches on `device` (fwd or bwd); 0
  * when no entry matches. */
+/* The vocabulary as stack s pads it under tensor parallelism tp: rounded up to a
+ * multiple of vocab_multiple·tp (Megatron-LM's --make-vocab-size-divisible-by), or to
+ * a multiple of vocab_multiple and then of tp (ptrun: pt_vocab_padded). */
+int64_t pt_stack_vocab(const pt_stack *s, const pt_model *m, int tp);
 double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward);
 
 /* ---- Layout ------------------------------------------------------------------ */

@@ -31,7 +31,8 @@
  *     },
  *     "gradients": {"bucket_rule": "fixed", "bucket_bytes": 26214400,  0: --bucket-mib
  *                   "reduce_dtype": "fp32"},     fp32 | bf16
- *     "loss": {"fused_xent": true, "vocab_multiple": 128},
+ *     "loss": {"fused_xent": true, "vocab_multiple": 128,
+ *              "vocab_per_tp": false},           optional: the multiple is x tp
  *     "step_overhead_s": 0.0                    fixed time per step, >= 0
  *   }
  */
@@ -106,7 +107,7 @@ static const pt_stack stack_megatron_lm = {
     .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
     .fused_xent = false,
-    .vocab_multiple = 128,
+    .vocab_multiple = 128, .vocab_per_tp = true,
     .step_overhead_s = 0,
 };
 
@@ -145,7 +146,7 @@ static const pt_stack stack_megatron_core = {
     .bucket_rule = PT_BUCKET_MEGATRON, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
     .fused_xent = false,
-    .vocab_multiple = 128,
+    .vocab_multiple = 128, .vocab_per_tp = true,
     .step_overhead_s = 0,
 };
 
@@ -193,6 +194,15 @@ int pt_stack_builtin_count(void)
 const pt_stack *pt_stack_builtin(int i)
 {
     return i >= 0 && i < pt_stack_builtin_count() ? builtins[i] : NULL;
+}
+
+int64_t pt_stack_vocab(const pt_stack *s, const pt_model *m, int tp)
+{
+    int64_t t = tp < 1 ? 1 : tp, q = s->vocab_multiple < 1 ? 1 : s->vocab_multiple;
+    if (s->vocab_per_tp)
+        q *= t; /* both at most 2^24 (model limits), so no overflow */
+    int64_t v = (m->vocab + q - 1) / q * q;
+    return (v + t - 1) / t * t;
 }
 
 double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward)
@@ -249,7 +259,7 @@ static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
 static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "dp", "dp_default", "param_gather",
                                        "zero3_prefetch", "compute_slowdown", NULL};
 static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype", NULL};
-static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", NULL};
+static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", "vocab_per_tp", NULL};
 
 /* An array field of `o`; *n its length. */
 static const json_t *get_array(const pt_json_obj *o, const char *key, size_t max, pt_err *err)
@@ -386,6 +396,8 @@ static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
         pt_json_get_object(top, "loss", loss_keys, &l, err) ||
         pt_json_get_bool(&l, "fused_xent", &s->fused_xent, err) ||
         pt_json_get_int(&l, "vocab_multiple", &s->vocab_multiple, err) ||
+        (json_object_get(l.obj, "vocab_per_tp") &&
+         pt_json_get_bool(&l, "vocab_per_tp", &s->vocab_per_tp, err)) ||
         pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err))
         return -1;
     return 0;
@@ -551,6 +563,7 @@ char *pt_stack_to_json(const pt_stack *s)
                            json_string(s->grad_reduce_dtype == PT_DTYPE_BF16 ? "bf16" : "fp32"));
         bad |= pt_json_set(loss, "fused_xent", json_boolean(s->fused_xent));
         bad |= pt_json_set(loss, "vocab_multiple", json_integer(s->vocab_multiple));
+        bad |= pt_json_set(loss, "vocab_per_tp", json_boolean(s->vocab_per_tp));
         bad |= pt_json_set(root, "name", json_string(s->name));
         bad |= pt_json_set(root, "about", json_string(s->about));
         bad |= pt_json_set(root, "attention", json_incref(attn));

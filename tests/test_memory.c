@@ -41,7 +41,8 @@ static pt_layout layout(int tp, int pp, int dp)
 
 static pt_train train(pt_prec_kind p)
 {
-    pt_train t = {.global_batch = 512, .precision = p, .bucket_bytes = 25 * 1024 * 1024};
+    pt_train t = {.global_batch = 512, .precision = p, .bucket_bytes = 25 * 1024 * 1024,
+                  .stack = *pt_stack_builtin(0)}; /* ptrun */
     return t;
 }
 

@@ -310,6 +310,19 @@ static void test_stacks(void)
     l.recompute = PT_RECOMPUTE_FULL;
     CHECK_NEAR(pt_mem_layer_activations_attn(&m, &l, bf16, PT_ATTN_FLASH),
                pt_mem_layer_activations_attn(&m, &l, bf16, PT_ATTN_UNFUSED), 0);
+
+    /* Vocabulary padding by stack: GPT-2's 50,257 at tp = 8 is 51,200 under Megatron's
+     * 128·tp rule, 50,304 under ptrun's (128, then a multiple of tp), as is under FSDP. */
+    pt_model g;
+    CHECK_INT(pt_model_get("gpt2-124m", &g, &err), 0);
+    pt_stack st;
+    CHECK_INT(pt_stack_get("megatron-core", &st, &err), 0);
+    CHECK_INT(pt_stack_vocab(&st, &g, 8), 51200);
+    CHECK_INT(pt_stack_get("ptrun", &st, &err), 0);
+    CHECK_INT(pt_stack_vocab(&st, &g, 8), pt_vocab_padded(&g, 8));
+    CHECK_INT(pt_stack_vocab(&st, &g, 8), 50304);
+    CHECK_INT(pt_stack_get("fsdp", &st, &err), 0);
+    CHECK_INT(pt_stack_vocab(&st, &g, 1), 50257);
 }
 
 int main(void)
