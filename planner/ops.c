@@ -629,10 +629,20 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist
         double total = params * pt_grad_reduce_bytes(c);
         double bucket = pt_bucket_bytes(c);
         pt_coll what = c->l->zero == 0 ? PT_COLL_ALLREDUCE : PT_COLL_REDUCESCATTER;
-        for (double done = 0; done < total; done += bucket) {
-            double bytes = total - done < bucket ? total - done : bucket;
-            coll(&b, "dp_bucket", what, PT_GROUP_DPCP, bytes, 1, true);
+        /* The full buckets as one op run `count` times, then the rest: the same
+         * collectives as one op per bucket, without a list as long as the bucket
+         * count (a tiny bucket_bytes would make that list enormous). Past 2^30 buckets
+         * the count stays 2^30 and each carries its share of the rest. */
+        double full = floor(total / bucket), rest = total - full * bucket;
+        if (full > 0x1p30) {
+            bucket = total / 0x1p30;
+            full = 0x1p30;
+            rest = 0;
         }
+        if (full >= 1)
+            coll(&b, "dp_bucket", what, PT_GROUP_DPCP, bucket, (int)full, true);
+        if (rest > 0)
+            coll(&b, "dp_bucket", what, PT_GROUP_DPCP, rest, 1, true);
     }
     if (tied_copy) {
         /* Megatron-LM keeps the tied word embedding on the first and the last stage

@@ -620,7 +620,7 @@ typedef struct {
     double *fwd_s, *bwd_s;           /* [p·vp] one micro-batch through the stage */
     double *fwd_comm_s, *bwd_comm_s; /* [p·vp] the exposed communication inside them */
     double *sync_s;                  /* [p·vp] data-parallel reduction of its gradients */
-    int *sync_buckets;               /* [p·vp] buckets that reduction is cut into */
+    int64_t *sync_buckets;           /* [p·vp] buckets that reduction is cut into */
     double *p2p_s;                   /* [p] send from pipeline rank r to r+1 (mod p) */
     double *optim_s, *optim_comm_s;  /* [p] optimizer step, and its exposed all-gather */
     double prov_s[PT_PROV_COUNT];    /* priced time per step by provenance */

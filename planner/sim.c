@@ -224,13 +224,15 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
             return -1;
         }
         double total = 0;
+        int64_t buckets = 0;
         for (int i = 0; i < o.n; i++) {
             pt_cost c = pt_cost_coll(p->db, &p->hw, &o.op[i].coll);
-            total += c.time_s;
-            p->prov_s[c.prov] += c.time_s;
+            total += c.time_s * o.op[i].count;
+            p->prov_s[c.prov] += c.time_s * o.op[i].count;
+            buckets += o.op[i].count;
         }
         out->sync_s[vs] = total;
-        out->sync_buckets[vs] = o.n;
+        out->sync_buckets[vs] = buckets;
     }
     pt_oplist_free(&o);
     return 0;
@@ -454,11 +456,25 @@ static void reduce_buckets(sim *S, int r, int chunk, double t0, double t1)
 {
     rank_state *st = &S->rs[r];
     int vs = chunk * S->l->pp + r;
-    int nb = S->c->sync_buckets[vs];
-    for (int i = 0; i < nb; i++) {
-        double ready = t0 + (t1 - t0) * (i + 1) / nb;
+    int64_t nb = S->c->sync_buckets[vs];
+    if (nb < 1)
+        return;
+    double dur = S->c->sync_s[vs] / (double)nb;
+    if (nb > 64) {
+        /* Bucket i is ready at t0 + (t1 - t0)(i + 1)/nb and the stream runs them in
+         * order: the last ends at the largest of (free + nb·dur) and (ready_i +
+         * (nb - i)·dur), which is linear in i, so at i = 0 or i = nb - 1. One span. */
+        double first = t0 + (t1 - t0) / (double)nb;
+        double start = fmax(first, st->dp_free);
+        double end = fmax(start + (double)nb * dur, t1 + dur);
+        st->dp_free = end;
+        st->sync_total += (double)nb * dur;
+        span(S, r, 1, "reduce", -1, chunk, start, end - start);
+        return;
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        double ready = t0 + (t1 - t0) * (double)(i + 1) / (double)nb;
         double start = fmax(ready, st->dp_free);
-        double dur = S->c->sync_s[vs] / nb;
         st->dp_free = start + dur;
         st->sync_total += dur;
         span(S, r, 1, "reduce", -1, chunk, start, dur);

@@ -187,17 +187,29 @@ static void test_grad_sync_and_optimizer(void)
     pt_opctx c;
     pt_opctx_init(&c, &m, &l, &t, NULL);
     pt_oplist o = {0};
-    /* 1100 parameters of fp32 gradients = 4400 bytes: buckets 1000 x4 + 400 */
+    /* 1100 parameters of fp32 gradients = 4400 bytes: buckets 1000 x4 (one op run
+     * four times) + 400 */
     CHECK_INT(pt_ops_grad_sync(&c, 1100, false, &o), 0);
-    CHECK_INT(o.n, 5);
-    CHECK_NEAR(o.op[4].coll.bytes, 400, 0);
+    CHECK_INT(o.n, 2);
+    CHECK_NEAR(o.op[0].coll.bytes, 1000, 0);
+    CHECK_INT(o.op[0].count, 4);
+    CHECK_NEAR(o.op[1].coll.bytes, 400, 0);
+    CHECK_INT(o.op[1].count, 1);
     CHECK_INT(o.op[0].coll.op, PT_COLL_ALLREDUCE);
     CHECK_INT(o.op[0].coll.group, 8);
     pt_oplist_free(&o);
     CHECK_INT(pt_ops_grad_sync(&c, 1100, true, &o), 0);
-    CHECK_INT(o.n, 6);
-    CHECK(strcmp(o.op[5].name, "embed_allreduce") == 0);
+    CHECK_INT(o.n, 3);
+    CHECK(strcmp(o.op[2].name, "embed_allreduce") == 0);
     pt_oplist_free(&o);
+    /* A 1-byte bucket over 2^40 bytes stays one op, with at most 2^30 buckets. */
+    t.bucket_bytes = 1;
+    CHECK_INT(pt_ops_grad_sync(&c, 0x1p38, false, &o), 0);
+    CHECK_INT(o.n, 1);
+    CHECK_INT(o.op[0].count, 1 << 30);
+    CHECK_NEAR(o.op[0].coll.bytes * o.op[0].count, 0x1p40, 0);
+    pt_oplist_free(&o);
+    t.bucket_bytes = 1000;
     /* ZeRO-1 shards the optimizer over 8 ranks and all-gathers the weights after. */
     l.zero = 1;
     CHECK_INT(pt_ops_optimizer(&c, 8000, &o), 0);

@@ -94,6 +94,15 @@ static void test_gradient_overlap(void)
     /* Buckets slower than the backward: 4 x 1 s from 1.5 -> ends 5.5. */
     c.sync_s[0] = 4.0;
     CHECK_NEAR(run(&l, &c, &r), 6.0, 1e-12);
+    /* 100 buckets (run as one span): 0.01 s each, ready every 0.02 s over [1, 3]:
+     * the stream keeps up and the last ends at 3.01; at 0.04 s each it falls behind
+     * from the first (ready at 1.02) and ends at 5.02. */
+    c.sync_buckets[0] = 100;
+    c.sync_s[0] = 1.0;
+    CHECK_NEAR(run(&l, &c, &r), 3.51, 1e-12);
+    c.sync_s[0] = 4.0;
+    CHECK_NEAR(run(&l, &c, &r), 5.52, 1e-12);
+    c.sync_buckets[0] = 4;
     /* Exposed communication inside forward and backward counts too. */
     c.sync_s[0] = 0;
     c.sync_buckets[0] = 0;
