@@ -144,6 +144,9 @@ static inline int64_t pt_cluster_world(const pt_cluster *c)
  * Megatron-LM's --overlap-grad-reduce), or backward (every micro-batch's gradients
  * reduced during its own backward, n_micro times the traffic: FSDP without no_sync). */
 typedef enum { PT_DPO_NONE, PT_DPO_LAST, PT_DPO_BACKWARD, PT_DPO_COUNT } pt_dp_overlap;
+/* Pipeline sends: beside compute, blocking the sender's compute until delivered, or
+ * beside compute only with interleaving (Megatron-Core's overlap_p2p_comm). */
+typedef enum { PT_P2P_OVERLAPPED, PT_P2P_BLOCKING, PT_P2P_INTERLEAVED, PT_P2P_COUNT } pt_p2p_mode;
 
 /* ---- Software stack (planner/stack.c) ------------------------------------------ */
 
@@ -193,6 +196,7 @@ typedef struct {
                                       (and the default when offered) */
     int zero3_prefetch;            /* ZeRO-3 layers gathered ahead (0: each gather blocks) */
     double comm_compute_slowdown;  /* compute slowdown while a collective shares the SMs */
+    pt_p2p_mode p2p;               /* pipeline sends beside compute or blocking */
     /* gradients and loss */
     pt_bucket_rule bucket_rule;
     int64_t bucket_bytes;          /* PT_BUCKET_FIXED; 0: the training's --bucket-mib */
@@ -630,6 +634,7 @@ typedef struct {
     double *optim_adam_s;            /* [p] the optimizer kernel alone */
     double overhead_s;               /* the stack's fixed time per step */
     pt_dp_overlap dp_overlap;        /* how the reduction overlaps the backward */
+    bool p2p_blocking;               /* a send holds its sender's compute until delivered */
 } pt_sim_costs;
 
 int pt_sim_costs_alloc(pt_sim_costs *c, int pp, int vp);

@@ -375,6 +375,8 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
     }
     free(gather_s);
     out->dp_overlap = l->dp_overlap;
+    out->p2p_blocking = l->pp > 1 && (t->stack.p2p == PT_P2P_BLOCKING ||
+                                      (t->stack.p2p == PT_P2P_INTERLEAVED && l->vp == 1));
     out->overhead_s = t->stack.step_overhead_s;
     price_p2p(&p, &ctx, c, l, out);
     out->model_flops = pt_step_model_flops(&ctx);
@@ -406,8 +408,10 @@ double pt_sim_estimate(const pt_layout *l, const pt_sim_costs *costs)
         else
             sync = fmax(sync, red - bwd / l->vp);
     }
-    return busiest + (l->pp - 1) * (mean / l->vp + 2 * p2p) + optim + fmax(0, sync) +
-           costs->overhead_s;
+    /* Blocking sends hold each micro-batch's chunk for two transfers. */
+    double blocked = costs->p2p_blocking ? 2.0 * (double)l->n_micro * l->vp * p2p : 0;
+    return busiest + blocked + (l->pp - 1) * (mean / l->vp + 2 * p2p) + optim +
+           fmax(0, sync) + costs->overhead_s;
 }
 
 /* ---- Simulation ------------------------------------------------------------------- */
@@ -419,6 +423,7 @@ typedef struct {
     double dp_free;        /* data-parallel stream free */
     double first_fwd, last_bwd_end, busy, comm, end;
     double dp_wait;        /* the optimizer step's wait for the reduction */
+    double p2p_blocked;    /* compute held by blocking sends */
     double sync_total;     /* reduction time issued on the data-parallel stream */
     double *bwd_start, *bwd_end; /* [vp] last backward of each chunk */
     bool *pending;         /* [vp] dp_overlap=none: reductions held for the step's end */
@@ -528,12 +533,22 @@ static bool step(sim *S, int r)
         st->comm += fwd ? S->c->fwd_comm_s[vs] : S->c->bwd_comm_s[vs];
         break;
     }
-    case PT_INS_SEND_ACT: /* to virtual stage vs + 1 over the link r -> r + 1 */
-        S->act[slot + 1] = st->clock + S->c->p2p_s[r];
+    case PT_INS_SEND_ACT:   /* to virtual stage vs + 1 over the link r -> r + 1 */
+    case PT_INS_SEND_GRAD: { /* to virtual stage vs - 1 over the link r - 1 -> r */
+        bool act = in->kind == PT_INS_SEND_ACT;
+        double t = S->c->p2p_s[act ? r : (r + pp - 1) % pp];
+        if (act)
+            S->act[slot + 1] = st->clock + t;
+        else
+            S->grad[slot - 1] = st->clock + t;
+        if (S->c->p2p_blocking) { /* the sender's compute waits for the delivery */
+            span(S, r, 0, act ? "send" : "send grad", in->mb, in->chunk, st->clock, t);
+            st->clock += t;
+            st->comm += t;
+            st->p2p_blocked += t;
+        }
         break;
-    case PT_INS_SEND_GRAD: /* to virtual stage vs - 1 over the link r - 1 -> r */
-        S->grad[slot - 1] = st->clock + S->c->p2p_s[(r + pp - 1) % pp];
-        break;
+    }
     case PT_INS_REDUCE_GRADS:
         reduce_grads(S, r, in->chunk);
         break;
@@ -601,8 +616,8 @@ static void breakdown(const sim *S, int crit, pt_sim_result *out)
     for (int r = 0; r < l->pp; r++)
         p2p = fmax(p2p, c->p2p_s[r]);
     double chain = l->pp > 1 ? 2.0 * (l->pp - 1) * p2p : 0;
-    e[PT_BD_P2P] = fmin(idle, chain);
-    h[PT_BD_P2P] = l->pp > 1 ? 2.0 * n * l->vp * p2p - e[PT_BD_P2P] : 0;
+    e[PT_BD_P2P] = fmin(idle, st->p2p_blocked + chain);
+    h[PT_BD_P2P] = l->pp > 1 && !c->p2p_blocking ? 2.0 * n * l->vp * p2p - e[PT_BD_P2P] : 0;
     if (h[PT_BD_P2P] < 0)
         h[PT_BD_P2P] = 0;
     e[PT_BD_BUBBLE] = idle - e[PT_BD_P2P];

@@ -27,7 +27,8 @@
  *       "dp_default": "last",
  *       "param_gather": true,                   ZeRO 1/2 gather beside the next forward
  *       "zero3_prefetch": 1,                    layers gathered ahead, 0..8
- *       "compute_slowdown": 0.05                compute slower while NCCL shares SMs, [0, 1)
+ *       "compute_slowdown": 0.05,               compute slower while NCCL shares SMs, [0, 1)
+ *       "p2p": "overlapped"                     optional: overlapped | blocking | interleaved
  *     },
  *     "gradients": {"bucket_rule": "fixed", "bucket_bytes": 26214400,  0: --bucket-mib
  *                   "reduce_dtype": "fp32"},     fp32 | bf16
@@ -46,6 +47,7 @@
 static const char *const attn_names[PT_ATTN_COUNT] = {"ptrun", "unfused", "flash"};
 static const char *const bucket_names[PT_BUCKET_COUNT] = {"fixed", "megatron"};
 static const char *const dpo_names[PT_DPO_COUNT] = {"none", "last", "backward"};
+static const char *const p2p_names[PT_P2P_COUNT] = {"overlapped", "blocking", "interleaved"};
 
 const char *pt_attn_impl_name(pt_attn_impl a)
 {
@@ -73,6 +75,7 @@ static const pt_stack stack_ptrun = {
     .param_overlap = false,
     .zero3_prefetch = 1,
     .comm_compute_slowdown = 0,
+    .p2p = PT_P2P_OVERLAPPED, /* MPI_Isend, completed later (runtime/comm.c) */
     .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
     .fused_xent = true,
@@ -91,7 +94,11 @@ static const pt_stack stack_ptrun = {
  * - ZeRO-1 at most (the distributed optimizer; DeepSpeed's pipeline engine refuses
  *   ZeRO-2/3), no TP overlap, no context parallelism (added in Megatron-Core 2024);
  * - vocabulary-parallel cross-entropy in several kernels; vocabulary padded to a
- *   multiple of 128 x tp (--make-vocab-size-divisible-by 128). */
+ *   multiple of 128 x tp (--make-vocab-size-divisible-by 128);
+ * - pipeline transfers block: Megatron-LM's p2p_communication._communicate posts the
+ *   sends and receives with batch_isend_irecv and waits on every request (then
+ *   synchronises the device) before the next forward or backward; DeepSpeed's
+ *   pipeline engine sends with blocking torch.distributed send/recv. */
 static const pt_stack stack_megatron_lm = {
     .name = "megatron-lm",
     .about = "Megatron-LM 2021-22 (Narayanan et al. SC'21, Korthikanti et al. 2022), "
@@ -104,6 +111,7 @@ static const pt_stack stack_megatron_lm = {
     .param_overlap = false,
     .zero3_prefetch = 0,
     .comm_compute_slowdown = 0,
+    .p2p = PT_P2P_BLOCKING,
     .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
     .fused_xent = false,
@@ -126,6 +134,8 @@ static const pt_stack stack_megatron_lm = {
  * - the distributed optimizer's buckets hold max(40,000,000, 1,000,000 x dp)
  *   parameters (megatron/training/training.py, get_model);
  * - gradients reduced in fp32 unless --grad-reduce-in-bf16;
+ * - pipeline transfers beside compute only in the interleaved schedule
+ *   (overlap_p2p_comm, "only for interleaved" in its arguments); 1F1B waits on them;
  * - NCCL kernels take SMs from the overlapped compute: Megatron-Core's default of
  *   NCCL channels on H100 costs some compute throughput; we charge 3% while overlapped
  *   communication runs (an estimate; ptprofile cannot measure it without a GPU). */
@@ -143,6 +153,7 @@ static const pt_stack stack_megatron_core = {
     .param_overlap = true,
     .zero3_prefetch = 0,
     .comm_compute_slowdown = 0.03,
+    .p2p = PT_P2P_INTERLEAVED,
     .bucket_rule = PT_BUCKET_MEGATRON, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
     .fused_xent = false,
@@ -176,6 +187,7 @@ static const pt_stack stack_fsdp = {
     .param_overlap = false,
     .zero3_prefetch = 1,
     .comm_compute_slowdown = 0.03,
+    .p2p = PT_P2P_OVERLAPPED, /* no pipeline */
     .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
     .fused_xent = false,
@@ -257,7 +269,7 @@ static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
 static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "dp", "dp_default", "param_gather",
-                                       "zero3_prefetch", "compute_slowdown", NULL};
+                                       "zero3_prefetch", "compute_slowdown", "p2p", NULL};
 static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype", NULL};
 static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", "vocab_per_tp", NULL};
 
@@ -367,6 +379,11 @@ static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
         pt_json_get_real(&o, "compute_slowdown", &s->comm_compute_slowdown, err))
         return -1;
     s->dp_overlap = (pt_dp_overlap)dflt;
+    int p2p = PT_P2P_OVERLAPPED;
+    if (json_object_get(o.obj, "p2p") &&
+        pt_json_get_enum(&o, "p2p", p2p_names, PT_P2P_COUNT, &p2p, err))
+        return -1;
+    s->p2p = (pt_p2p_mode)p2p;
     return 0;
 }
 
@@ -437,6 +454,8 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
         return pt_err_set(err, "%s: field 'name' is empty", origin);
     if ((unsigned)s->attention >= PT_ATTN_COUNT)
         return pt_err_set(err, "%s: field 'attention.impl': not a known implementation", origin);
+    if ((unsigned)s->p2p >= PT_P2P_COUNT)
+        return pt_err_set(err, "%s: field 'overlap.p2p': not a known mode", origin);
     if (s->attention == PT_ATTN_FLASH && s->n_attn_eff == 0)
         return pt_err_set(err, "%s: field 'attention.efficiency' is empty: flash attention "
                                "needs at least one entry (\"device\": \"*\" matches any)", origin);
@@ -557,6 +576,7 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(ovl, "param_gather", json_boolean(s->param_overlap));
         bad |= pt_json_set(ovl, "zero3_prefetch", json_integer(s->zero3_prefetch));
         bad |= pt_json_set(ovl, "compute_slowdown", json_real(s->comm_compute_slowdown));
+        bad |= pt_json_set(ovl, "p2p", json_string(p2p_names[s->p2p]));
         bad |= pt_json_set(grad, "bucket_rule", json_string(bucket_names[s->bucket_rule]));
         bad |= pt_json_set(grad, "bucket_bytes", json_integer(s->bucket_bytes));
         bad |= pt_json_set(grad, "reduce_dtype",

@@ -76,6 +76,22 @@ static void test_transfers(void)
     CHECK_NEAR(run(&l, &c, &r), 7.0, 1e-12);
     CHECK_NEAR(r.bubble_fraction, (7.0 - 3.0) / 3.0, 1e-12);
     pt_sim_costs_free(&c);
+
+    /* Two micro-batches, 1F1B. Sends beside compute: r0 F0 [0,1] F1 [1,2]; r1 F0
+     * [1.5,2.5] B0 [2.5,4.5] F1 [4.5,5.5] B1 [5.5,7.5]; r0 B0 [5,7] B1 [8,10]. Blocking
+     * sends (Megatron-LM) hold the sender until delivery: r0 F1 starts at 1.5, r1 F1 at
+     * 5 and B1 ends at 8, its send at 8.5, so r0's B1 runs [8.5,10.5]. */
+    l = pipeline(2, 1, 2, PT_SCHED_1F1B);
+    uniform(&c, 2, 1);
+    c.p2p_s[0] = c.p2p_s[1] = 0.5;
+    CHECK_NEAR(run(&l, &c, &r), 10.0, 1e-12);
+    c.p2p_blocking = true;
+    CHECK_NEAR(run(&l, &c, &r), 10.5, 1e-12);
+    /* rank 0 ends it: its two blocked sends (1.0) and the warm-up and cool-down chain's
+     * 2(p - 1) transfers (1.0) are exposed p2p */
+    CHECK_NEAR(r.breakdown_s[PT_BD_P2P], 2.0, 1e-12);
+    CHECK_NEAR(r.hidden_s[PT_BD_P2P], 0, 0);
+    pt_sim_costs_free(&c);
 }
 
 static void test_gradient_overlap(void)
@@ -282,6 +298,8 @@ static void test_stacks(void)
     CHECK(stack_step("ptrun", "tp=2,pp=2,dp=4,zero=1", &a) > 0);
     CHECK(a.predicted.breakdown_s[PT_BD_BUBBLE] > 0 && a.predicted.breakdown_s[PT_BD_TP] > 0);
     CHECK(stack_step("megatron-lm", "tp=2,pp=2,dp=4,zero=1", &a) > 0);
+    /* Megatron-LM's pipeline sends block: every transfer is exposed, none hidden. */
+    CHECK(a.predicted.breakdown_s[PT_BD_P2P] > 0 && a.predicted.hidden_s[PT_BD_P2P] == 0);
     CHECK(stack_step("megatron-core", "tp=2,pp=2,vp=2,dp=4,zero=1,tp_overlap=1", &a) > 0);
     CHECK(stack_step("fsdp", "dp=16,zero=3", &a) > 0);
     CHECK(a.predicted.hidden_s[PT_BD_DP] > 0); /* FSDP's gathers run beside compute */
