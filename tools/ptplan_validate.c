@@ -104,71 +104,89 @@ static int skip(vpoint *p, const char *fmt, ...)
 
 /* ---- Fields -------------------------------------------------------------------------- */
 
-/* Reads obj[key] (obj at `path` inside the point, "" for the point itself). Each
- * returns V_OK when read, V_SKIP when absent or null and not required, V_BAD when
- * required and absent or of the wrong type. */
+/* A value of the point and where it came from. */
+typedef struct {
+    const json_t *val; /* NULL: absent, and not required */
+    char name[128];    /* for messages: "model.ffn" or "ptplan.assume.ffn" */
+} vval;
+
 static int field_name(char *buf, size_t n, const char *path, const char *key)
 {
     return snprintf(buf, n, "%s%s%s", path, path[0] ? "." : "", key);
 }
 
-static const json_t *field(const vctx *v, const json_t *obj, const char *path, const char *key,
-                           bool required, int *rc, pt_err *err)
+/* obj[key] (obj at `path` inside the point, "" for the point itself) into x: V_OK when
+ * present, V_SKIP when absent or null and not required, V_BAD when required. */
+static int field(const vctx *v, const json_t *obj, const char *path, const char *key,
+                 bool required, vval *x, pt_err *err)
 {
-    char name[128];
-    field_name(name, sizeof name, path, key);
-    const json_t *x = json_object_get(obj, key);
-    if (!x || json_is_null(x)) {
-        *rc = required ? bad(v, err, name, "missing (the field is required)") : V_SKIP;
-        return NULL;
-    }
-    *rc = V_OK;
-    return x;
+    field_name(x->name, sizeof x->name, path, key);
+    x->val = json_object_get(obj, key);
+    if (x->val && !json_is_null(x->val))
+        return V_OK;
+    x->val = NULL;
+    return required ? bad(v, err, x->name, "missing (the field is required)") : V_SKIP;
 }
 
+static int as_int(const vctx *v, const vval *x, int64_t *out, pt_err *err)
+{
+    if (!json_is_integer(x->val))
+        return bad(v, err, x->name, "expected an integer");
+    *out = json_integer_value(x->val);
+    return V_OK;
+}
+
+static int as_real(const vctx *v, const vval *x, double *out, pt_err *err)
+{
+    if (!json_is_number(x->val))
+        return bad(v, err, x->name, "expected a number");
+    *out = json_number_value(x->val);
+    return V_OK;
+}
+
+static int as_string(const vctx *v, const vval *x, const char **out, pt_err *err)
+{
+    if (!json_is_string(x->val))
+        return bad(v, err, x->name, "expected a string");
+    *out = json_string_value(x->val);
+    return V_OK;
+}
+
+/* true/false, or 0/1 as some sources write flags. */
+static int as_bool(const vctx *v, const vval *x, bool *out, pt_err *err)
+{
+    if (json_is_boolean(x->val))
+        *out = json_is_true(x->val);
+    else if (json_is_integer(x->val) && (json_integer_value(x->val) & ~1) == 0)
+        *out = json_integer_value(x->val) == 1;
+    else
+        return bad(v, err, x->name, "expected true or false");
+    return V_OK;
+}
+
+/* obj[key] of one type: the codes of field(), or V_BAD for the wrong type. */
 static int get_int(const vctx *v, const json_t *obj, const char *path, const char *key,
                    bool required, int64_t *out, pt_err *err)
 {
-    int rc;
-    const json_t *x = field(v, obj, path, key, required, &rc, err);
-    if (!x)
-        return rc;
-    char name[128];
-    field_name(name, sizeof name, path, key);
-    if (!json_is_integer(x))
-        return bad(v, err, name, "expected an integer");
-    *out = json_integer_value(x);
-    return V_OK;
+    vval x;
+    int rc = field(v, obj, path, key, required, &x, err);
+    return rc ? rc : as_int(v, &x, out, err);
 }
 
 static int get_real(const vctx *v, const json_t *obj, const char *path, const char *key,
                     bool required, double *out, pt_err *err)
 {
-    int rc;
-    const json_t *x = field(v, obj, path, key, required, &rc, err);
-    if (!x)
-        return rc;
-    char name[128];
-    field_name(name, sizeof name, path, key);
-    if (!json_is_number(x))
-        return bad(v, err, name, "expected a number");
-    *out = json_number_value(x);
-    return V_OK;
+    vval x;
+    int rc = field(v, obj, path, key, required, &x, err);
+    return rc ? rc : as_real(v, &x, out, err);
 }
 
 static int get_string(const vctx *v, const json_t *obj, const char *path, const char *key,
                       bool required, const char **out, pt_err *err)
 {
-    int rc;
-    const json_t *x = field(v, obj, path, key, required, &rc, err);
-    if (!x)
-        return rc;
-    char name[128];
-    field_name(name, sizeof name, path, key);
-    if (!json_is_string(x))
-        return bad(v, err, name, "expected a string");
-    *out = json_string_value(x);
-    return V_OK;
+    vval x;
+    int rc = field(v, obj, path, key, required, &x, err);
+    return rc ? rc : as_string(v, &x, out, err);
 }
 
 /* ---- Assumptions --------------------------------------------------------------------- */
@@ -226,12 +244,6 @@ static int conflict(vpoint *p, const char *key, const json_t *given)
     return V_SKIP;
 }
 
-/* A value of the point and where it came from. */
-typedef struct {
-    const json_t *val; /* NULL: absent, and not required */
-    char name[128];    /* for messages: "model.ffn" or "ptplan.assume.ffn" */
-} vval;
-
 /* The value of obj[key] (obj at `path` in the point, "" for the point itself): the
  * source's, or the assumed one where the source writes null. An absent key is bad
  * input when required (a source that gives no value says null), else no value; a
@@ -258,34 +270,6 @@ static int resolve(const vctx *v, vpoint *p, const json_t *obj, const char *path
     if (x)
         return skip(p, "the source gives no %s; state one in ptplan.assume.%s with its reason",
                     out->name, key);
-    return V_OK;
-}
-
-static int as_int(const vctx *v, const vval *x, int64_t *out, pt_err *err)
-{
-    if (!json_is_integer(x->val))
-        return bad(v, err, x->name, "expected an integer");
-    *out = json_integer_value(x->val);
-    return V_OK;
-}
-
-static int as_string(const vctx *v, const vval *x, const char **out, pt_err *err)
-{
-    if (!json_is_string(x->val))
-        return bad(v, err, x->name, "expected a string");
-    *out = json_string_value(x->val);
-    return V_OK;
-}
-
-/* true/false, or 0/1 as some sources write flags. */
-static int as_bool(const vctx *v, const vval *x, bool *out, pt_err *err)
-{
-    if (json_is_boolean(x->val))
-        *out = json_is_true(x->val);
-    else if (json_is_integer(x->val) && (json_integer_value(x->val) & ~1) == 0)
-        *out = json_integer_value(x->val) == 1;
-    else
-        return bad(v, err, x->name, "expected true or false");
     return V_OK;
 }
 
@@ -430,10 +414,11 @@ static int model_kinds(const vctx *v, vpoint *p, const json_t *mo, pt_err *err)
 
 static int read_model(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
 {
-    int rc;
-    const json_t *mo = field(v, pt, "", "model", true, &rc, err);
-    if (!mo)
+    vval mv;
+    int rc = field(v, pt, "", "model", true, &mv, err);
+    if (rc)
         return rc;
+    const json_t *mo = mv.val;
     if (!json_is_object(mo))
         return bad(v, err, "model", "expected an object");
     memset(&p->m, 0, sizeof p->m);
@@ -734,10 +719,11 @@ static int step_flops(const char *conv, const vpoint *p, double *out)
 
 static int read_measured(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
 {
-    int rc;
-    const json_t *me = field(v, pt, "", "measured", true, &rc, err);
-    if (!me)
+    vval mv;
+    int rc = field(v, pt, "", "measured", true, &mv, err);
+    if (rc)
         return rc;
+    const json_t *me = mv.val;
     if (!json_is_object(me))
         return bad(v, err, "measured", "expected an object");
     double x;
