@@ -7,17 +7,7 @@
 set -u
 build="$1"
 with_coll="${2:-}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-run() {
-    want=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    [ "$got" = "$want" ] || fail "$* exited $got, want $want; stderr: $(tail -3 "$tmp/err")"
-}
-err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2): $(cat "$tmp/err")"; }
+. "$(dirname "$0")/cli_lib.sh"
 q() { sqlite3 "$tmp/c.db" "$1"; }
 
 coll="--no-collectives"

@@ -6,19 +6,9 @@
 #   usage: cli_ptrun.sh BUILD_DIR
 set -u
 build="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-run() {
-    want=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    [ "$got" = "$want" ] || fail "$* exited $got, want $want; stderr: $(tail -3 "$tmp/err")"
-}
-err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2): $(cat "$tmp/err")"; }
 # field N of the log line of step S: jq-free, the log's fields are in a fixed order
 loss_at() { grep "\"type\":\"$2\",\"step\":$3," "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/; s/.*"loss":\([^}]*\)}.*/\1/'; }
 

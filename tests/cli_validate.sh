@@ -18,24 +18,9 @@ PUBLIC_MEAN_ABS_ERROR_MAX=0.30
 # tuned to it (0.163, max 0.389, at the same commit); every point must be evaluable.
 HOLDOUT_MEAN_ABS_ERROR_MAX=0.50
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-run() {
-    want=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    [ "$got" = "$want" ] || fail "$* exited $got, want $want; stderr: $(tail -3 "$tmp/err")"
-}
-err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2): $(cat "$tmp/err")"; }
-out_has() { grep -q -- "$1" "$tmp/out" || fail "stdout lacks '$1' ($2)"; }
-one_line_error() {
-    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "want one error line ($1), got: $(cat "$tmp/err")"
-    [ ! -s "$tmp/out" ] || fail "stdout not empty on error ($1)"
-}
 ptplan="$build/ptplan"
 val="$src/tests/validation"
 
