@@ -223,6 +223,17 @@ static void test_measured_costs(void)
     pt_oplist_free(&o);
 }
 
+/* llama3-8b on two DGX H100 nodes (16 ranks), global batch 64, the ptrun stack. */
+static void two_nodes_8b(pt_model *m, pt_cluster *cl, pt_train *t)
+{
+    pt_err err;
+    CHECK_INT(pt_model_get("llama3-8b", m, &err), 0);
+    CHECK_INT(pt_cluster_get("dgx-h100", cl, &err), 0);
+    cl->nodes = 2;
+    pt_train_default(t, cl);
+    t->global_batch = 64;
+}
+
 /* Uneven stages: every virtual stage is priced with its own layers (7, 9, 9, 7 of
  * llama3-8b's 32 against 8 each), and its gradient reduction and optimizer step with
  * its own parameters. */
@@ -230,13 +241,9 @@ static void test_uneven_priced(void)
 {
     pt_model m;
     pt_cluster cl;
-    pt_err err;
-    CHECK_INT(pt_model_get("llama3-8b", &m, &err), 0);
-    CHECK_INT(pt_cluster_get("dgx-h100", &cl, &err), 0);
-    cl.nodes = 2;
     pt_train t;
-    pt_train_default(&t, &cl);
-    t.global_batch = 64;
+    pt_err err;
+    two_nodes_8b(&m, &cl, &t);
     pt_layout even, uneven;
     pt_layout_default(&even);
     pt_layout_default(&uneven);
@@ -265,13 +272,9 @@ static double stack_step(const char *stack, const char *layout, pt_candidate *ca
 {
     pt_model m;
     pt_cluster cl;
-    pt_err err;
-    CHECK_INT(pt_model_get("llama3-8b", &m, &err), 0);
-    CHECK_INT(pt_cluster_get("dgx-h100", &cl, &err), 0);
-    cl.nodes = 2;
     pt_train t;
-    pt_train_default(&t, &cl);
-    t.global_batch = 64;
+    pt_err err;
+    two_nodes_8b(&m, &cl, &t);
     CHECK_INT(pt_stack_get(stack, &t.stack, &err), 0);
     pt_layout l;
     pt_layout_default(&l);
