@@ -38,7 +38,16 @@ int64_t pt_vocab_padded(const pt_model *m, int tp)
      * split. Unlike Megatron-LM's 128·t, the size then stays the same for every t that
      * divides it, so layouts train the same model. The padded rows are parameters like
      * the others; no target names them, so training pushes their logits down. */
-    int64_t t = pt_params_tp(tp), v = (m->vocab + 127) / 128 * 128;
+    return pt_vocab_round(m, tp, 128, false);
+}
+
+int64_t pt_vocab_round(const pt_model *m, int tp, int64_t multiple, bool per_tp)
+{
+    /* multiple <= 65536 (stack files) and t <= 2^24 (world sizes): no overflow */
+    int64_t t = pt_params_tp(tp), q = multiple < 1 ? 1 : multiple;
+    if (per_tp)
+        q *= t;
+    int64_t v = (m->vocab + q - 1) / q * q;
     return (v + t - 1) / t * t;
 }
 

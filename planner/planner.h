@@ -73,6 +73,8 @@ int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
 /* Parameter counts (planner/params.c). `tp` is the tensor-parallel size: the figures
  * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
 int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to 128, then to t */
+/* v rounded up to a multiple of `multiple` (times t when per_tp), then of t. */
+int64_t pt_vocab_round(const pt_model *m, int tp, int64_t multiple, bool per_tp);
 int64_t pt_params_layer(const pt_model *m, int tp);       /* one transformer layer */
 /* KV heads one tensor-parallel rank holds: k/t, or 1 when tp > k (each KV head then
  * replicated over the tp/k ranks whose query heads use it). */

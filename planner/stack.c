@@ -210,11 +210,7 @@ const pt_stack *pt_stack_builtin(int i)
 
 int64_t pt_stack_vocab(const pt_stack *s, const pt_model *m, int tp)
 {
-    int64_t t = tp < 1 ? 1 : tp, q = s->vocab_multiple < 1 ? 1 : s->vocab_multiple;
-    if (s->vocab_per_tp)
-        q *= t; /* both at most 2^24 (model limits), so no overflow */
-    int64_t v = (m->vocab + q - 1) / q * q;
-    return (v + t - 1) / t * t;
+    return pt_vocab_round(m, tp, s->vocab_multiple, s->vocab_per_tp);
 }
 
 double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward)
