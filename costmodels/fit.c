@@ -469,9 +469,11 @@ static int load_table(pt_costdb *db, const char *sql, bool links, pt_err *err)
         row.samples = sqlite3_column_int(st, 4);
         row.rms_rel_err = sqlite3_column_double(st, 5);
         if (row.what < 0 || !target || !target[0] || !what || !what[0]) {
+            /* the message first: the row's text lives only until the statement ends */
+            pt_err_set(err, "%s: damaged cost database: a fit of '%s' names no target "
+                            "or an unknown level", pt_costdb_where(db), what ? what : "");
             sqlite3_finalize(st);
-            return pt_err_set(err, "%s: damaged cost database: a fit of '%s' names no target "
-                                   "or an unknown level", pt_costdb_where(db), what ? what : "");
+            return -1;
         }
         if (keep_fit(db, &row)) {
             sqlite3_finalize(st);

@@ -616,6 +616,19 @@ static void test_open_errors(void)
                      " VALUES('nccl', 'allreduce', 'lots', 2, 2, 0, 1, 'profile', 'x')");
     expect_open_error(path, PT_COSTDB_READ, "must be numbers");
 
+    /* A fit that names no device: the message quotes the row, which must be read
+     * before its statement ends (the ASan build caught a use after free here). */
+    path_in_tmp(path, sizeof path, "nodevice.db");
+    {
+        pt_costdb *db;
+        pt_err err;
+        CHECK_INT(pt_costdb_open(path, PT_COSTDB_CREATE, &db, &err), 0);
+        pt_costdb_close(db);
+    }
+    sql_script(path, "INSERT INTO kernel_fits(device, class, run_id, eff, fixed_s, samples,"
+                     " rms_rel_err, created_at) VALUES('', 'gemm', 1, 0.5, 0, 3, 0.01, 'x')");
+    expect_open_error(path, PT_COSTDB_READ, "a fit of 'gemm' names no target");
+
     /* A database cut short: page count in the header no longer matches. */
     path_in_tmp(path, sizeof path, "truncated.db");
     make_v1(path);
