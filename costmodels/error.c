@@ -1,6 +1,6 @@
 /*
- * Error reporting for library code, and the names of the data types: the small
- * vocabulary every library of the project shares. Library functions fill a pt_err
+ * Error reporting for library code, checked arithmetic on sizes, and the names of the
+ * data types: the small vocabulary every library of the project shares. Library functions fill a pt_err
  * and return -1; only tools/ print it and choose an exit code.
  */
 #include "cost.h"
@@ -18,6 +18,34 @@ int pt_err_set(pt_err *err, const char *fmt, ...)
         va_end(ap);
     }
     return -1;
+}
+
+bool pt_mul64(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return false;
+    *out = r;
+    return true;
+}
+
+bool pt_add64(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return false;
+    *out = r;
+    return true;
+}
+
+bool pt_prod64(const int64_t *factors, int n, int64_t *out)
+{
+    int64_t r = 1;
+    for (int i = 0; i < n; i++)
+        if (factors[i] < 0 || !pt_mul64(r, factors[i], &r))
+            return false;
+    *out = r;
+    return true;
 }
 
 static const char *const dtype_names[PT_DTYPE_COUNT] = {"fp32", "tf32", "bf16", "fp16", "fp8"};

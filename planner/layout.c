@@ -67,7 +67,8 @@ void pt_layout_default(pt_layout *l)
 
 int64_t pt_layout_world(const pt_layout *l)
 {
-    return (int64_t)l->tp * l->cp * l->pp * l->dp;
+    int64_t dims[] = {l->tp, l->cp, l->pp, l->dp}, world;
+    return pt_prod64(dims, 4, &world) ? world : -1;
 }
 
 int pt_order_parse(const char *text, pt_dim order[PT_NDIM], pt_err *err)
@@ -167,7 +168,7 @@ static int parse_name(const char *key, const char *val, const char *const *names
 /* Sets one key of l from its text value. */
 static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
 {
-    /* 2^20 ranks per dimension keeps every product of sizes within int64. */
+    /* at most 2^20 ranks per dimension; their product is checked (pt_layout_world) */
     const int64_t max_size = 1 << 20;
     int64_t v = 0;
     int e = 0;
@@ -267,6 +268,10 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
                               (long long)world);
         l->dp = (int)(world / rest);
     }
+    int64_t w = pt_layout_world(l);
+    if (w < 0 || w > PT_MAX_WORLD)
+        return pt_err_set(err, "layout: tp*cp*pp*dp = %d*%d*%d*%d is more than %lld ranks",
+                          l->tp, l->cp, l->pp, l->dp, (long long)PT_MAX_WORLD);
     if (!given[K_SCHEDULE] && l->vp > 1)
         l->schedule = PT_SCHED_INTERLEAVED;
     if (global_batch > 0)
@@ -462,9 +467,14 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
     long long L = m->layers, s = m->seq;
     switch (r) {
     case PT_REJECT_WORLD:
-        snprintf(buf, n, "tp*cp*pp*dp = %d*%d*%d*%d = %lld, but the cluster has %lld ranks",
-                 l->tp, l->cp, l->pp, l->dp, (long long)pt_layout_world(l),
-                 c ? (long long)pt_cluster_world(c) : 0LL);
+        if (pt_layout_world(l) < 0)
+            snprintf(buf, n, "tp*cp*pp*dp = %d*%d*%d*%d is more than 2^63 ranks, but the "
+                     "cluster has %lld", l->tp, l->cp, l->pp, l->dp,
+                     c ? (long long)pt_cluster_world(c) : 0LL);
+        else
+            snprintf(buf, n, "tp*cp*pp*dp = %d*%d*%d*%d = %lld, but the cluster has %lld ranks",
+                     l->tp, l->cp, l->pp, l->dp, (long long)pt_layout_world(l),
+                     c ? (long long)pt_cluster_world(c) : 0LL);
         break;
     case PT_REJECT_HEADS_TP:
         snprintf(buf, n, "attention heads (%lld) are not divisible by tp (%d)",
@@ -482,7 +492,8 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         snprintf(buf, n, "layers (%lld) are not divisible by pp*vp = %d*%d", L, l->pp, l->vp);
         break;
     case PT_REJECT_SEQ_CP:
-        snprintf(buf, n, "sequence (%lld) is not divisible by 2*cp = %d", s, 2 * l->cp);
+        snprintf(buf, n, "sequence (%lld) is not divisible by 2*cp = %lld", s,
+                 2 * (long long)l->cp);
         break;
     case PT_REJECT_SEQ_SP:
         snprintf(buf, n, "sequence per cp rank (%lld/%d) is not divisible by tp (%d)", s,
@@ -515,8 +526,8 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
                  (long long)l->n_micro, l->pp);
         break;
     case PT_REJECT_ZERO_NO_DP:
-        snprintf(buf, n, "zero = %d with dp*cp = %d: there is nothing to shard over", l->zero,
-                 l->dp * l->cp);
+        snprintf(buf, n, "zero = %d with dp*cp = %lld: there is nothing to shard over",
+                 l->zero, (long long)l->dp * l->cp);
         break;
     case PT_REJECT_ZERO_PP:
         snprintf(buf, n, "zero = %d with pp = %d: ZeRO 2/3 would reduce gradients every "

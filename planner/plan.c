@@ -187,7 +187,7 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     if (pt_json_get_object(top, "layout", layout_keys, &o, err))
         return -1;
     for (int i = 0; i < 9; i++)
-        if (get_int_in(&o, ints[i], i == 5 ? 0 : 1, i == 5 ? 3 : (1LL << 30), &v[i], err))
+        if (get_int_in(&o, ints[i], i == 5 ? 0 : 1, i == 5 ? 3 : PT_MAX_WORLD, &v[i], err))
             return -1;
     static const char *const rec_names[] = {"none", "selective", "full"};
     static const char *const sch_names[] = {"afab", "1f1b", "interleaved"};
@@ -198,6 +198,13 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
         pt_json_get_string(&o, "order", order, sizeof order, err) ||
         pt_json_get_string(&o, "string", text, sizeof text, err))
         return -1;
+    /* the world size first: every later check and the runtime's group tables use it */
+    int64_t world;
+    if (!pt_prod64((int64_t[]){v[0], v[3], v[1], v[4]}, 4, &world) || world > PT_MAX_WORLD)
+        return pt_err_set(err, "%s: fields 'layout.tp', 'cp', 'pp' and 'dp' = %lld, %lld, "
+                               "%lld, %lld: their product (the world size) is more than %lld "
+                               "ranks", o.origin, (long long)v[0], (long long)v[3],
+                          (long long)v[1], (long long)v[4], (long long)PT_MAX_WORLD);
     pt_layout_default(l);
     *l = (pt_layout){.tp = (int)v[0], .pp = (int)v[1], .vp = (int)v[2], .cp = (int)v[3],
                      .dp = (int)v[4], .zero = (int)v[5], .mbs = v[6], .n_micro = v[7],

@@ -274,6 +274,9 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
                     pt_err *err);
 /* Writes the canonical string form (the one pt_layout_parse reads) into buf. */
 void pt_layout_format(const pt_layout *l, char *buf, size_t n);
+/* The most ranks a layout may have (2^30; plan.json's 'world' has the same bound). */
+#define PT_MAX_WORLD (INT64_C(1) << 30)
+/* tp*cp*pp*dp, or -1 when that product does not fit in int64_t. */
 int64_t pt_layout_world(const pt_layout *l);
 /* Parses "tp-cp-dp-pp" style rank orders (each dimension exactly once). */
 int pt_order_parse(const char *text, pt_dim order[PT_NDIM], pt_err *err);

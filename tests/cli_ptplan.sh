@@ -249,6 +249,10 @@ run 1 --cluster dgx-h100 --layout "tp=2,foo=1"
 err_has "unknown key 'foo'" "unknown layout key"; one_line_error "unknown layout key"
 run 1 --cluster dgx-h100 --layout "tp=x"
 err_has "tp=x" "bad layout value"; one_line_error "bad layout value"
+# four dimensions at their per-key maximum: 2^80 ranks, refused rather than wrapped
+run 1 --model tiny --devices 4 --layout "tp=1048576,pp=1048576,cp=1048576,dp=1048576"
+err_has "is more than 1073741824 ranks" "a world size beyond the limit"
+one_line_error "a world size beyond the limit"
 run 1 --cluster dgx-h100 --layout "tp=3"
 err_has "does not divide the world size 8" "underivable dp"; one_line_error "underivable dp"
 run 1 --nodes 0

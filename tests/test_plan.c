@@ -113,6 +113,10 @@ static void test_damage(const char *dir)
     expect_damage(dir, "\"fingerprint\"", "\"fingerprintz\"", "fingerprintz");
     expect_damage(dir, "\"layout\": {", "\"layout\": 5, \"old\": {", "layout");
     expect_damage(dir, "{", "{,", "plan_bad.json:1:");
+    /* a world size beyond the limit (or beyond int64: 2^30 per field allows 2^120) is
+     * refused before anything uses it, not wrapped to a small number */
+    expect_damage(dir, "\"cp\": 1,\n  \"dp\": 2", "\"cp\": 1073741824,\n  \"dp\": 1073741824",
+                  "their product (the world size) is more than 1073741824 ranks");
     pt_plan p;
     pt_err err;
     CHECK_INT(pt_plan_read("/no/such/plan.json", &p, &err), -1);
