@@ -37,9 +37,10 @@ struct pt_st_file {
     char path[512];
     json_t *root;        /* the header, which owns the metadata strings */
     void *data;          /* the byte buffer after the header (malloc'd) */
-    int64_t data_bytes;
+    int64_t data_bytes;  /* what the file holds after the header (fstat), read or not */
     int n;
     pt_st_tensor *t;     /* n tensors, in the header's order */
+    int64_t *begin;      /* n offsets of the tensors' data in the byte buffer */
 };
 
 /* ---- Data types -------------------------------------------------------------------- */
@@ -300,8 +301,9 @@ static int st_get_header(FILE *fp, pt_st_file *f, int64_t len, pt_err *err)
     return rc;
 }
 
-/* Reads the whole file: header length, header JSON and the byte buffer. */
-static int st_load(FILE *fp, pt_st_file *f, pt_err *err)
+/* Reads the header length and the header; the byte buffer's size comes from fstat, so
+ * that the header is checked against the file before any data are read. */
+static int st_load_header(FILE *fp, pt_st_file *f, pt_err *err)
 {
     struct stat st;
     if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode))
@@ -311,11 +313,22 @@ static int st_load(FILE *fp, pt_st_file *f, pt_err *err)
         st_get_header(fp, f, len, err) != 0)
         return -1;
     f->data_bytes = (int64_t)st.st_size - 8 - len;
+    return 0;
+}
+
+/* Reads the byte buffer, whose layout st_parse has checked, and points the tensors
+ * into it. */
+static int st_load_data(FILE *fp, pt_st_file *f, pt_err *err)
+{
     f->data = malloc(f->data_bytes > 0 ? (size_t)f->data_bytes : 1);
     if (!f->data)
         return pt_err_set(err, "%s: out of memory for %" PRId64 " bytes of data", f->path,
                           f->data_bytes);
-    return st_get(fp, f->data, (size_t)f->data_bytes, f->path, err);
+    if (st_get(fp, f->data, (size_t)f->data_bytes, f->path, err) != 0)
+        return -1;
+    for (int i = 0; i < f->n; i++)
+        f->t[i].data = (const char *)f->data + f->begin[i];
+    return 0;
 }
 
 /* ---- Reading: the header ----------------------------------------------------------- */
@@ -402,7 +415,7 @@ static int st_parse_tensor(const pt_st_file *f, const char *name, const json_t *
         return st_tensor_err(err, f->path, name, "data_offsets [%" PRId64 ", %" PRId64 "] "
                              "run past the end of the data (%" PRId64 " bytes): truncated "
                              "file?", off[0], off[1], f->data_bytes);
-    t->data = (const char *)f->data + off[0];
+    t->data = NULL; /* st_load_data points it into the buffer */
     t->bytes = (size_t)want;
     span->begin = off[0];
     span->end = off[1];
@@ -465,8 +478,9 @@ static int st_parse(pt_st_file *f, pt_err *err)
         return -1;
     size_t n = json_object_size(f->root) - (meta != NULL);
     f->t = calloc(n + 1, sizeof *f->t);
+    f->begin = calloc(n + 1, sizeof *f->begin);
     st_span *span = calloc(n + 1, sizeof *span);
-    if (!f->t || !span) {
+    if (!f->t || !f->begin || !span) {
         free(span);
         return pt_err_set(err, "%s: out of memory for %zu tensors", f->path, n);
     }
@@ -480,6 +494,7 @@ static int st_parse(pt_st_file *f, pt_err *err)
         rc = st_parse_tensor(f, key, v, &f->t[f->n], &span[f->n], err);
         if (rc != 0)
             break;
+        f->begin[f->n] = span[f->n].begin;
         f->n++;
     }
     if (rc == 0)
@@ -503,10 +518,14 @@ int pt_st_open(const char *path, pt_st_file **out, pt_err *err)
         pt_st_close(f);
         return -1;
     }
-    int rc = st_load(fp, f, err);
-    fclose(fp);
+    /* the header and every offset are checked against the file's size before any data
+     * are read: a damaged header of a large (or sparse) file is refused at once */
+    int rc = st_load_header(fp, f, err);
     if (rc == 0)
         rc = st_parse(f, err);
+    if (rc == 0)
+        rc = st_load_data(fp, f, err);
+    fclose(fp);
     if (rc != 0) {
         pt_st_close(f);
         return -1;
@@ -564,5 +583,6 @@ void pt_st_close(pt_st_file *f)
     json_decref(f->root);
     free(f->data);
     free(f->t);
+    free(f->begin);
     free(f);
 }

@@ -16,8 +16,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* Whether AddressSanitizer is on (GCC says so with a macro, clang with a feature). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifndef TEST_ASAN
+#define TEST_ASAN 0
+#endif
 
 static char scratch[3072];
 
@@ -388,6 +402,83 @@ static void test_damaged(void)
               "the header is not valid JSON: duplicate object key");
 }
 
+/* ---- Large files: the header is checked before any data are read ---------------------- */
+
+/* A sparse file of 8 GiB (no disk blocks behind its data) with `header` at its start. */
+static int write_sparse(const char *path, const char *header)
+{
+    write_raw(path, header, -1, 0);
+    return truncate(path, (off_t)8 << 30);
+}
+
+/* pt_st_open(path) in a child process whose heap is capped at 256 MiB (RLIMIT_DATA
+ * counts malloc's mmaps since Linux 4.7): a reader that allocated or read the 8 GiB
+ * before refusing the header fails there with "out of memory" instead of the refusal.
+ * The child's message comes back through a pipe into msg. Under AddressSanitizer,
+ * whose shadow memory the cap would break, the cap is left off. */
+static void open_capped(const char *path, char *msg, size_t cap)
+{
+    int fd[2];
+    msg[0] = '\0';
+    CHECK_INT(pipe(fd), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+#if !TEST_ASAN
+        struct rlimit rl = {256 << 20, 256 << 20};
+        setrlimit(RLIMIT_DATA, &rl);
+#endif
+        pt_err err = {{0}};
+        pt_st_file *f = NULL;
+        if (pt_st_open(path, &f, &err) == 0)
+            snprintf(err.msg, sizeof err.msg, "opened");
+        pt_st_close(f);
+        ssize_t w = write(fd[1], err.msg, strlen(err.msg));
+        _exit(w < 0);
+    }
+    close(fd[1]);
+    ssize_t got = read(fd[0], msg, cap - 1);
+    msg[got > 0 ? got : 0] = '\0';
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+}
+
+static void test_large(void)
+{
+    char path[4096], msg[512];
+    in_scratch(path, "sparse.safetensors");
+    /* Valid JSON, a bad field: refused naming the file, tensor and field, not after
+     * reading 8 GiB. */
+    if (write_sparse(path, "{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}")
+        == 0) {
+        open_capped(path, msg, sizeof msg);
+        CHECK_STR_HAS(msg, "sparse.safetensors: tensor 'a': unknown dtype 'F33'");
+    }
+    /* Sizes that disagree with the file's (8 GiB of data, 4 GiB declared). */
+    if (write_sparse(path, "{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296],"
+                           "\"data_offsets\":[0,4294967296]}}") == 0) {
+        open_capped(path, msg, sizeof msg);
+        CHECK_STR_HAS(msg, "sparse.safetensors: bytes [4294967296, 8589934");
+        CHECK_STR_HAS(msg, "at the end of the data belong to no tensor");
+    }
+    /* A corrupt header. */
+    if (write_sparse(path, "{\"a\": nope}") == 0) {
+        open_capped(path, msg, sizeof msg);
+        CHECK_STR_HAS(msg, "sparse.safetensors: the header is not valid JSON");
+    }
+    unlink(path);
+    /* Offsets beyond the end of a small file: the declared 8 GiB are never allocated. */
+    in_scratch(path, "short.safetensors");
+    write_raw(path, "{\"a\":{\"dtype\":\"U8\",\"shape\":[8589934592],"
+                    "\"data_offsets\":[0,8589934592]}}", -1, 16);
+    open_capped(path, msg, sizeof msg);
+    CHECK_STR_HAS(msg, "short.safetensors: tensor 'a': data_offsets [0, 8589934592] run past "
+                       "the end of the data (16 bytes)");
+    unlink(path);
+}
+
 /* ---- Looking tensors up ------------------------------------------------------------ */
 
 static void test_get(void)
@@ -639,6 +730,7 @@ int main(int argc, char **argv)
     test_write_errors();
     test_truncated();
     test_damaged();
+    test_large();
     test_get();
     test_meta();
     test_bad_meta();
