@@ -5,7 +5,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-packages="cmake make gcc pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenmpi-dev openmpi-bin gnuplot-nox"
+# clang and its runtimes build the fuzz harnesses (-DPT_FUZZ=ON): Debian 12's clang-14
+# only recommends libclang-rt-14-dev, which holds libFuzzer and the sanitizers.
+packages="cmake make gcc pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-14-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -1,0 +1,39 @@
+/*
+ * Fuzzes the checkpoint metadata reader (pt_ckpt_meta_read: runtime/checkpoint.c) on
+ * the input written as meta.json of a temporary directory. Metadata it accepts must
+ * write out and read back unchanged.
+ */
+#include "fuzz.h"
+#include "runtime.h"
+
+/* Writes the input as <dir>/meta.json. */
+static void put_meta(const char *dir, const uint8_t *data, size_t size)
+{
+    char path[96];
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char dir[64] = "/tmp/ptfuzz-XXXXXX", path[96];
+    if (!mkdtemp(dir))
+        abort();
+    put_meta(dir, data, size);
+    pt_ckpt_meta m, back;
+    pt_err err;
+    if (pt_ckpt_meta_read(dir, &m, &err) == 0) {
+        FUZZ_CHECK(pt_ckpt_meta_write(dir, &m, &err) == 0);
+        FUZZ_CHECK(pt_ckpt_meta_read(dir, &back, &err) == 0);
+        FUZZ_CHECK(strcmp(m.layout, back.layout) == 0 && m.step == back.step &&
+                   m.data_pos == back.data_pos && m.world == back.world &&
+                   strcmp(m.config_hash, back.config_hash) == 0 &&
+                   m.format_version == back.format_version);
+    }
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    unlink(path);
+    rmdir(dir);
+    return 0;
+}
