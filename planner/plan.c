@@ -246,7 +246,7 @@ static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt
     if (pt_json_get_object(top, "training", training_keys, &o, err) ||
         get_int_in(&o, "global_batch", 1, 1LL << 30, &t->global_batch, err) ||
         pt_json_get_string(&o, "precision", prec, sizeof prec, err) ||
-        get_int_in(&o, "bucket_bytes", 1, 1LL << 40, &t->bucket_bytes, err) ||
+        get_int_in(&o, "bucket_bytes", PT_MIN_BUCKET_BYTES, 1LL << 40, &t->bucket_bytes, err) ||
         get_int_in(&o, "steps", 1, 1LL << 40, &r->steps, err) ||
         get_real_in(&o, "lr", 0, 1e3, &r->lr, err) ||
         get_real_in(&o, "min_lr", 0, 1e3, &r->min_lr, err) ||

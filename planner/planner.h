@@ -274,6 +274,11 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
                     pt_err *err);
 /* Writes the canonical string form (the one pt_layout_parse reads) into buf. */
 void pt_layout_format(const pt_layout *l, char *buf, size_t n);
+/* The smallest gradient bucket (plan.json's training.bucket_bytes, a stack's
+ * gradients.bucket_bytes): below 64 KiB an all-reduce is all latency (the small-message
+ * regime of NCCL and MPI), so smaller buckets add only calls — a 1-byte bucket made one
+ * call per gradient element and a two-step run of a tiny model took minutes. */
+#define PT_MIN_BUCKET_BYTES (INT64_C(1) << 16)
 /* The most ranks a layout may have (2^30; plan.json's 'world' has the same bound). */
 #define PT_MAX_WORLD (INT64_C(1) << 30)
 /* tp*cp*pp*dp, or -1 when that product does not fit in int64_t. */

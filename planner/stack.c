@@ -493,9 +493,10 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
     if (s->zero3_prefetch < 0 || s->zero3_prefetch > 8)
         return pt_err_set(err, "%s: field 'overlap.zero3_prefetch' = %d: expected 0..8", origin,
                           s->zero3_prefetch);
-    if (s->bucket_bytes < 0 || s->bucket_bytes > (INT64_C(1) << 40))
+    if (s->bucket_bytes < 0 || (s->bucket_bytes > 0 && s->bucket_bytes < PT_MIN_BUCKET_BYTES) ||
+        s->bucket_bytes > (INT64_C(1) << 40))
         return pt_err_set(err, "%s: field 'gradients.bucket_bytes' = %lld: expected 0 (the "
-                               "training's bucket) up to 2^40", origin,
+                               "training's bucket) or 65536 up to 2^40", origin,
                           (long long)s->bucket_bytes);
     if (s->vocab_multiple < 1 || s->vocab_multiple > 65536)
         return pt_err_set(err, "%s: field 'loss.vocab_multiple' = %lld: expected 1..65536",

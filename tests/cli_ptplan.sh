@@ -96,7 +96,8 @@ import json, sys
 d = json.load(open(sys.argv[1] + "/stack-megatron-core.json"))
 bad = [("reach", ("overlap", "tp_reach", 1.5)), ("mode", ("overlap", "dp", ["sideways"])),
        ("typo", ("attention", "typo", 1)), ("eff", ("attention", "impl", "magic")),
-       ("p2p", ("overlap", "p2p", "sometimes")), ("vpt", ("loss", "vocab_per_tp", "yes"))]
+       ("p2p", ("overlap", "p2p", "sometimes")), ("vpt", ("loss", "vocab_per_tp", "yes")),
+       ("bucket", ("gradients", "bucket_bytes", 1))]
 for name, (sec, key, val) in bad:
     e = json.loads(json.dumps(d))
     e[sec][key] = val
@@ -114,6 +115,8 @@ run 1 --stack "$tmp/bad-p2p.json" --no-out
 err_has "overlap.p2p" "unknown p2p mode"; one_line_error "p2p mode"
 run 1 --stack "$tmp/bad-vpt.json" --no-out
 err_has "loss.vocab_per_tp" "vocab_per_tp not a boolean"; one_line_error "vocab_per_tp"
+run 1 --stack "$tmp/bad-bucket.json" --no-out
+err_has "gradients.bucket_bytes' = 1: expected 0" "a 1-byte bucket"; one_line_error "bucket"
 
 # A model from a file plans like the built-in it was dumped from.
 run 0 --model llama3-8b --cluster dgx-h100 --layout tp=8 --json

@@ -105,6 +105,9 @@ static void test_damage(const char *dir)
                   "\"schedule\": \"1f1b\",\n \"rank_order\"", "disagrees with layout.schedule");
     expect_damage(dir, "\"global_batch\": 64", "\"global_batch\": 65", "invalid (batch_dp)");
     expect_damage(dir, "\"global_batch\": 64", "\"global_batch\": 128", "n_micro");
+    /* one call per gradient element made a two-step run take minutes */
+    expect_damage(dir, "\"bucket_bytes\": 26214400", "\"bucket_bytes\": 1",
+                  "training.bucket_bytes");
     expect_damage(dir, "\"precision\": \"bf16\"", "\"precision\": \"fp4\"", "training.precision");
     expect_damage(dir, "\"heads\": 12", "\"heads\": 7", "heads");
     expect_damage(dir, "\"steps\": 50", "\"steps\": 0", "training.steps");
