@@ -661,7 +661,7 @@ static void test_replace(void)
     CHECK_STR_HAS(tmp, "ck.tmp-");
     fill_checkpoint(tmp, 1);
     CHECK(!exists(dir));
-    CHECK_INT(pt_ckpt_commit(tmp, dir, &err), 0);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, 1, &err), 0);
     CHECK_INT(checkpoint_step(dir), 1);
     CHECK(!exists(tmp));
 
@@ -674,47 +674,280 @@ static void test_replace(void)
 
     /* An incomplete one (no meta.json) is refused, the first stays. */
     CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
-    CHECK_INT(pt_ckpt_commit(tmp, dir, &err), -1);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, 1, &err), -1);
     CHECK_STR_HAS(err.msg, "it has no meta.json, so it is not a complete checkpoint");
     CHECK_INT(checkpoint_step(dir), 1);
 
-    /* A stale temporary folder of the same name is cleared by begin. */
-    snprintf(stale, sizeof stale, "%s/junk", tmp);
-    mkdir(stale, 0777);
-    write_text(strcat(stale, "/f"), "x");
+    /* A stale temporary folder of the same name is cleared by begin when it holds only
+     * a checkpoint's files, and refused otherwise. */
+    snprintf(stale, sizeof stale, "%s/model.safetensors", tmp);
+    write_text(stale, "x");
     CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
     CHECK_INT(count_entries(tmp), 0);
+    snprintf(stale, sizeof stale, "%s/notes.txt", tmp);
+    write_text(stale, "mine");
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), -1);
+    CHECK_STR_HAS(err.msg, "is not a checkpoint's temporary folder: refusing to remove it");
+    CHECK(exists(stale));
+    pt_ckpt_abort(tmp); /* not ours: stays */
+    CHECK(exists(stale));
+    unlink(stale);
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
 
     /* The third, committed (through "ck/"): the first is gone, nothing else is left. */
     fill_checkpoint(tmp, 3);
     char slash[4300];
     snprintf(slash, sizeof slash, "%s/", dir);
-    CHECK_INT(pt_ckpt_commit(tmp, slash, &err), 0);
+    CHECK_INT(pt_ckpt_commit(tmp, slash, 1, &err), 0);
     CHECK_INT(checkpoint_step(dir), 3);
     CHECK_INT(count_entries(parent), 1);
     CHECK_INT(count_entries(dir), 2);
 
-    /* When the new one cannot be renamed into place (here: it lies inside the old one,
-     * which has been moved aside by then), the old one comes back. */
+    /* A checkpoint folder that holds something else is not ours: a commit refuses to
+     * move it, and it stays as it was. */
     char inner[4300];
     snprintf(inner, sizeof inner, "%s/inner", dir);
     mkdir(inner, 0777);
-    fill_checkpoint(inner, 4);
-    CHECK_INT(pt_ckpt_commit(inner, dir, &err), -1);
-    CHECK_STR_HAS(err.msg, "cannot rename '");
-    CHECK_STR_HAS(err.msg, "No such file or directory");
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+    fill_checkpoint(tmp, 4);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, 1, &err), -1);
+    CHECK_STR_HAS(err.msg, "ck' exists and is not a checkpoint written by ptrun");
     CHECK_INT(checkpoint_step(dir), 3);
-    CHECK_INT(checkpoint_step(inner), 4);
-    CHECK_INT(count_entries(parent), 1);
-    pt_ckpt_abort(inner);
+    CHECK(exists(inner));
+    CHECK_INT(checkpoint_step(tmp), 4);
+    pt_ckpt_abort(tmp);
+    rmdir(inner);
 
     char small[8];
     CHECK_INT(pt_ckpt_begin(dir, small, sizeof small, &err), -1);
     CHECK_STR_HAS(err.msg, "too small");
-    CHECK_INT(pt_ckpt_commit(tmp, dir, &err), -1);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, 1, &err), -1);
     CHECK_INT(checkpoint_step(dir), 3);
     pt_ckpt_abort(dir);
     CHECK(!exists(dir));
+}
+
+/* ---- Folders that are not ours ----------------------------------------------------------- */
+
+static void test_not_ours(void)
+{
+    char parent[4096], dir[4200], file[4300], tmp[4300];
+    pt_err err = {{0}};
+    in_scratch(parent, "ckpt_foreign");
+    mkdir(parent, 0777);
+    snprintf(dir, sizeof dir, "%s/data", parent);
+
+    /* absent, or an empty folder: fine */
+    CHECK_INT(pt_ckpt_check_target(dir, 2, &err), 0);
+    mkdir(dir, 0777);
+    CHECK_INT(pt_ckpt_check_target(dir, 2, &err), 0);
+    /* a folder of the user's, even one with a model.safetensors: refused, kept */
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    write_text(file, "the user's");
+    CHECK_INT(pt_ckpt_check_target(dir, 2, &err), -1);
+    CHECK_STR_HAS(err.msg, "checkpoint directory '");
+    CHECK_STR_HAS(err.msg, "ckpt_foreign/data' exists and is not a checkpoint written by ptrun");
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+    fill_checkpoint(tmp, 1);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, 1, &err), -1);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, 3, &err), -1);
+    pt_ckpt_abort(tmp);
+    CHECK_INT(file_size(file), 10);
+    pt_ckpt_abort(dir);
+    CHECK_INT(file_size(file), 10);
+    unlink(file);
+    /* a file */
+    rmdir(dir);
+    write_text(dir, "a file");
+    CHECK_INT(pt_ckpt_check_target(dir, 1, &err), -1);
+    CHECK_STR_HAS(err.msg, "data' exists and is not a checkpoint written by ptrun");
+    unlink(dir);
+    /* a kept copy's name taken by something else */
+    snprintf(file, sizeof file, "%s.1", dir);
+    write_text(file, "x");
+    CHECK_INT(pt_ckpt_check_target(dir, 1, &err), 0);
+    CHECK_INT(pt_ckpt_check_target(dir, 2, &err), -1);
+    CHECK_STR_HAS(err.msg, "data.1' exists and is not a checkpoint written by ptrun");
+    unlink(file);
+    /* a meta.json of another format */
+    mkdir(dir, 0777);
+    snprintf(file, sizeof file, "%s/meta.json", dir);
+    write_text(file, "{\"format_version\": 99}");
+    CHECK_INT(pt_ckpt_check_target(dir, 1, &err), -1);
+    unlink(file);
+    rmdir(dir);
+
+    /* pt_path_writable: a probe in the folder, nothing left behind */
+    CHECK_INT(pt_path_writable(dir, &err), 0);
+    CHECK_INT(count_entries(parent), 0);
+    snprintf(file, sizeof file, "%s/no/such/folder/ck", parent);
+    CHECK_INT(pt_path_writable(file, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot write '");
+    CHECK_STR_HAS(err.msg, "no/such/folder/ck': its folder '");
+    CHECK_STR_HAS(err.msg, "No such file or directory");
+    CHECK_INT(pt_ckpt_check_target(file, 1, &err), -1);
+    CHECK_STR_HAS(err.msg, "no/such/folder/ck");
+    if (geteuid() != 0) { /* root writes anywhere */
+        chmod(parent, 0555);
+        CHECK_INT(pt_path_writable(dir, &err), -1);
+        CHECK_STR_HAS(err.msg, "Permission denied");
+        CHECK_INT(pt_ckpt_check_target(dir, 1, &err), -1);
+        CHECK_STR_HAS(err.msg, "ckpt_foreign/data'");
+        chmod(parent, 0777);
+    }
+}
+
+/* ---- Keeping several, finding the newest, orphans ---------------------------------------- */
+
+/* A complete checkpoint of `step` at path (made directly, as a commit leaves it). */
+static void make_checkpoint(const char *path, int64_t step)
+{
+    mkdir(path, 0777);
+    fill_checkpoint(path, step);
+}
+
+/* The step of the checkpoint pt_ckpt_find picks for dir, -1 when none. */
+static int64_t found_step(const char *dir, int64_t below, char *where)
+{
+    pt_ckpt_meta m;
+    pt_err err = {{0}};
+    char path[4400];
+    if (pt_ckpt_find(dir, "0123456789abcdef", below, path, sizeof path, &m, &err) != 0)
+        return -1;
+    if (where)
+        strcpy(where, path);
+    return m.step;
+}
+
+static void test_keep(void)
+{
+    char parent[4096], dir[4200], tmp[4300], path[4400];
+    pt_err err = {{0}};
+    in_scratch(parent, "ckpt_keep");
+    mkdir(parent, 0777);
+    snprintf(dir, sizeof dir, "%s/ck", parent);
+    for (int step = 1; step <= 4; step++) {
+        CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+        fill_checkpoint(tmp, step);
+        CHECK_INT(pt_ckpt_commit(tmp, dir, 3, &err), 0);
+    }
+    /* the newest three, newest first; nothing else */
+    CHECK_INT(checkpoint_step(dir), 4);
+    snprintf(path, sizeof path, "%s.1", dir);
+    CHECK_INT(checkpoint_step(path), 3);
+    snprintf(path, sizeof path, "%s.2", dir);
+    CHECK_INT(checkpoint_step(path), 2);
+    CHECK_INT(count_entries(parent), 3);
+    CHECK_INT(found_step(dir, -1, NULL), 4);
+    /* the newest before a step: what a rollback takes */
+    CHECK_INT(found_step(dir, 4, path), 3);
+    CHECK_STR_HAS(path, "ck.1");
+    CHECK_INT(found_step(dir, 3, NULL), 2);
+    CHECK_INT(found_step(dir, 2, NULL), -1);
+    pt_ckpt_meta m;
+    CHECK_INT(pt_ckpt_find(dir, NULL, 2, path, sizeof path, &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "no complete checkpoint from before step 2");
+    /* fewer kept from now on: the older ones beyond stay where they are, untouched */
+    CHECK_INT(pt_ckpt_begin(dir, tmp, sizeof tmp, &err), 0);
+    fill_checkpoint(tmp, 5);
+    CHECK_INT(pt_ckpt_commit(tmp, dir, 1, &err), 0);
+    CHECK_INT(checkpoint_step(dir), 5);
+    CHECK_INT(count_entries(parent), 3);
+}
+
+/* A kill at each point of a commit of step 2 over step 1 (keeping 1 or 2) leaves a
+ * state on disk; from each, --resume (pt_ckpt_find) takes the newest complete
+ * checkpoint, and the next commit keeps what it should and removes the orphans. */
+static void test_interrupted(void)
+{
+    char parent[4096], dir[4200], tmp[4300], old[4300], kept[4300], orphan[4300], path[4400];
+    pt_err err = {{0}};
+    in_scratch(parent, "ckpt_killed");
+    mkdir(parent, 0777);
+    snprintf(dir, sizeof dir, "%s/ck", parent);
+    /* a pid no process has (above the kernel's pid_max limit of 2^22) */
+    snprintf(tmp, sizeof tmp, "%s.tmp-99999999", dir);
+    snprintf(old, sizeof old, "%s.old-99999999", dir);
+    snprintf(kept, sizeof kept, "%s.1", dir);
+
+    /* keep 1: [ck=1, tmp without meta] -> [ck=1, tmp=2] -> [old=1, tmp=2] ->
+     * [old=1, ck=2] -> [ck=2] */
+    make_checkpoint(dir, 1);
+    mkdir(tmp, 0777);
+    CHECK_INT(found_step(dir, -1, NULL), 1); /* an incomplete temporary is not taken */
+    fill_checkpoint(tmp, 2);
+    CHECK_INT(found_step(dir, -1, path), 2);
+    CHECK_STR_HAS(path, "ck.tmp-99999999");
+    CHECK_INT(rename(dir, old), 0);
+    CHECK_INT(found_step(dir, -1, path), 2); /* between the two renames */
+    CHECK_STR_HAS(path, "ck.tmp-99999999");
+    CHECK_INT(rename(tmp, dir), 0);
+    CHECK_INT(found_step(dir, -1, path), 2);
+    CHECK_STR_HAS(path, "/ck");
+    /* a checkpoint moved aside half-removed (meta.json goes first) is not taken */
+    snprintf(path, sizeof path, "%s/meta.json", old);
+    unlink(path);
+    CHECK_INT(found_step(dir, -1, NULL), 2);
+    pt_ckpt_abort(dir);
+    CHECK_INT(found_step(dir, -1, NULL), -1);
+    pt_ckpt_abort(old);
+
+    /* killed between the renames again; the resumed run's next commit (step 3) first puts
+     * the newest orphan back in place, so keeping 2 gives ck=3, ck.1=2 */
+    make_checkpoint(old, 1);
+    make_checkpoint(tmp, 2);
+    char mine[4300];
+    CHECK_INT(pt_ckpt_begin(dir, mine, sizeof mine, &err), 0);
+    fill_checkpoint(mine, 3);
+    CHECK_INT(pt_ckpt_commit(mine, dir, 2, &err), 0);
+    CHECK_INT(checkpoint_step(dir), 3);
+    CHECK_INT(checkpoint_step(kept), 2);
+    CHECK(!exists(tmp));
+    CHECK(!exists(old)); /* older than the one committed: an orphan, removed */
+    CHECK_INT(count_entries(parent), 2);
+
+    /* keep 2: [ck=3, ck.1=2, tmp=4] -> [ck=3, old=2, tmp=4] -> [ck.1=3, old=2, tmp=4] */
+    make_checkpoint(tmp, 4);
+    CHECK_INT(rename(kept, old), 0);
+    CHECK_INT(found_step(dir, -1, NULL), 4);
+    CHECK_INT(rename(dir, kept), 0);
+    CHECK_INT(found_step(dir, -1, path), 4);
+    CHECK_STR_HAS(path, "ck.tmp-99999999");
+    CHECK_INT(found_step(dir, 4, path), 3);
+    CHECK_STR_HAS(path, "ck.1");
+
+    /* Orphans: incomplete or not newer ones of ours go at the next commit; a newer
+     * complete one, a live process's and anything not ours stay. */
+    CHECK_INT(rename(tmp, dir), 0);           /* [ck=4, ck.1=3, old=2] */
+    make_checkpoint(tmp, 9);                  /* newer than what comes next */
+    snprintf(orphan, sizeof orphan, "%s.tmp-99999998", dir);
+    mkdir(orphan, 0777);                      /* incomplete */
+    snprintf(path, sizeof path, "%s/optim_rank3.safetensors.tmp-12", orphan);
+    write_text(path, "half");
+    char alien[4300], live[4300];
+    snprintf(alien, sizeof alien, "%s.tmp-99999997", dir);
+    mkdir(alien, 0777);
+    snprintf(path, sizeof path, "%s/notes.txt", alien);
+    write_text(path, "not ours");
+    snprintf(live, sizeof live, "%s.tmp-1", dir); /* pid 1 is alive */
+    mkdir(live, 0777);
+    CHECK_INT(pt_ckpt_begin(dir, mine, sizeof mine, &err), 0);
+    fill_checkpoint(mine, 5);
+    CHECK_INT(pt_ckpt_commit(mine, dir, 2, &err), 0);
+    CHECK_INT(checkpoint_step(dir), 5);
+    CHECK_INT(checkpoint_step(kept), 4);
+    CHECK(!exists(old));
+    CHECK(!exists(orphan));
+    CHECK_INT(checkpoint_step(tmp), 9);
+    CHECK(exists(path));
+    CHECK(exists(live));
+    pt_ckpt_abort(tmp);
+    pt_ckpt_abort(alien); /* not ours: stays */
+    CHECK(exists(path));
+    unlink(path);
+    rmdir(alien);
+    rmdir(live);
+    CHECK_INT(count_entries(parent), 2);
 }
 
 int main(int argc, char **argv)
@@ -735,5 +968,8 @@ int main(int argc, char **argv)
     test_meta();
     test_bad_meta();
     test_replace();
+    test_not_ours();
+    test_keep();
+    test_interrupted();
     return pt_check_result();
 }
