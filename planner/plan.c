@@ -106,20 +106,7 @@ int pt_plan_write(const pt_plan *p, const char *path, pt_err *err)
     json_decref(root);
     if (!text)
         return pt_err_set(err, "%s: out of memory writing the plan", path);
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int rc = 0;
-    if (!f) {
-        rc = pt_err_set(err, "cannot write '%s': %s", tmp, strerror(errno));
-    } else {
-        bool ok = fputs(text, f) >= 0;
-        ok = fclose(f) == 0 && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            rc = pt_err_set(err, "cannot write '%s': %s", path, strerror(errno));
-            remove(tmp);
-        }
-    }
+    int rc = pt_file_write_atomic(path, text, strlen(text), err);
     free(text);
     return rc;
 }

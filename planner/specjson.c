@@ -11,6 +11,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Spec files are small; anything this big is a mistake (a token file, a dump). */
 #define PT_JSON_MAX_FILE_BYTES ((size_t)64 << 20)
@@ -351,4 +353,41 @@ char *pt_json_dump(const json_t *root)
         free(text);
     }
     return NULL;
+}
+
+/* Writes and closes f, keeping errno of the first failure; false when any step failed. */
+static bool write_all(FILE *f, const char *text, size_t n, bool sync)
+{
+    bool ok = fwrite(text, 1, n, f) == n;
+    ok = fflush(f) == 0 && ok;
+    ok = (!sync || fsync(fileno(f)) == 0) && ok;
+    return fclose(f) == 0 && ok;
+}
+
+int pt_file_write_atomic(const char *path, const char *text, size_t n, pt_err *err)
+{
+    /* a device or pipe (/dev/stdout, a FIFO) is written in place: it cannot be renamed
+     * over, and replacing it would destroy it */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        errno = 0;
+        FILE *f = fopen(path, "wb");
+        if (!f || !write_all(f, text, n, false))
+            return pt_err_set(err, "cannot write '%s': %s", path,
+                              errno ? strerror(errno) : "write error");
+        return 0;
+    }
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= sizeof tmp)
+        return pt_err_set(err, "cannot write '%s': the path is too long", path);
+    errno = 0;
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && write_all(f, text, n, true) && rename(tmp, path) == 0;
+    if (!ok) {
+        int e = errno;
+        if (f)
+            remove(tmp);
+        return pt_err_set(err, "cannot write '%s': %s", path, e ? strerror(e) : "write error");
+    }
+    return 0;
 }

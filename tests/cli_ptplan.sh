@@ -206,6 +206,17 @@ out_has "wrote $tmp/best.json" "plan.json written"
 grep -q '"format_version": 1' "$tmp/best.json" || fail "plan.json has its format version"
 grep -q '"step_time_s"' "$tmp/best.json" || fail "plan.json has the prediction"
 grep -q '"traceEvents"' "$tmp/best.trace.json" || fail "--timeline writes a Chrome trace"
+ls "$tmp" | grep -q "\.tmp-" && fail "plan.json and the timeline leave no temporary files"
+# A full disk (/dev/full): a clear error and exit 1, never "wrote"; the device itself is
+# written in place, not replaced by a renamed file.
+if [ -c /dev/full ]; then
+    run 1 --model tiny --devices 1 --no-out --timeline /dev/full
+    err_has "timeline: cannot write '/dev/full': No space left" "timeline on a full disk"
+    grep -q "wrote /dev/full" "$tmp/out" && fail "a failed timeline is not reported as written"
+    [ -c /dev/full ] || fail "--timeline /dev/full replaced the device"
+    run 1 --model tiny --devices 1 --out /dev/full
+    err_has "cannot write '/dev/full'" "plan.json on a full disk"
+fi
 # The best layout's step time is the first row's, and no listed row is faster.
 awk '/^[0-9]+ +tp/{print $(NF-5)}' "$tmp/out" >"$tmp/times"
 sort -g -c "$tmp/times" || fail "layouts are listed fastest first"

@@ -5,6 +5,7 @@
  * on request, its predicted timeline as a Chrome trace.
  */
 #include "ptplan.h"
+#include "specjson.h"
 #include "ptconfig.h"
 
 #include <errno.h>
@@ -48,10 +49,14 @@ static int write_timeline(const char *path, json_t *events, int pp)
                                             tid ? "data-parallel reduction" : "compute"));
     }
     json_t *root = json_pack("{s:o, s:s}", "traceEvents", events, "displayTimeUnit", "ms");
-    int rc = root ? json_dump_file(root, path, JSON_COMPACT) : -1;
+    char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
+    pt_err err;
+    int rc = text ? pt_file_write_atomic(path, text, strlen(text), &err)
+                  : pt_err_set(&err, "out of memory writing timeline '%s'", path);
+    free(text);
     if (rc)
-        return pt_tool_fail("cannot write timeline '%s'", path);
+        return pt_tool_fail("timeline: %s", err.msg);
     return 0;
 }
 
