@@ -224,6 +224,7 @@ int pt_costdb_rollback(pt_costdb *db, pt_err *err)
 {
     if (!db || !db->sql)
         return 0;
+    db->tx_depth = 0;
     if (sqlite3_get_autocommit(db->sql) == 0 &&
         sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK)
         return pt_costdb_sql_fail(db, err, "cannot roll back");

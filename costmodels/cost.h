@@ -179,7 +179,9 @@ pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kerne
 pt_cost pt_cost_coll(const pt_costdb *db, const pt_cost_hw *hw, const pt_coll_op *op);
 
 /* Groups writes into one transaction (one commit instead of one per sample; SQLite
- * commits are slow). No-ops on the in-memory table. */
+ * commits are slow). They nest: calls that are transactions of their own (recording a
+ * run, storing its samples) become one atomic change inside an outer begin/commit, and
+ * a failure in any of them rolls the whole of it back. No-ops on the in-memory table. */
 int pt_costdb_begin(pt_costdb *db, pt_err *err);
 int pt_costdb_commit(pt_costdb *db, pt_err *err);
 

@@ -915,14 +915,33 @@ int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
 
 /* ---- Transactions, replacing samples, profile runs ------------------------------------ */
 
+/* Transactions nest: only the outermost begin starts one and only the outermost commit
+ * ends it, so a caller can make several recording calls (each a transaction of its own
+ * when called alone) one atomic change. Any rollback undoes the whole transaction. */
 int pt_costdb_begin(pt_costdb *db, pt_err *err)
 {
-    return db && db->sql ? exec(db, "BEGIN IMMEDIATE", err, "cannot start a transaction") : 0;
+    if (!db || !db->sql)
+        return 0;
+    if (db->tx_depth > 0 && sqlite3_get_autocommit(db->sql) == 0) {
+        db->tx_depth++;
+        return 0;
+    }
+    if (exec(db, "BEGIN IMMEDIATE", err, "cannot start a transaction"))
+        return -1;
+    db->tx_depth = 1;
+    return 0;
 }
 
 int pt_costdb_commit(pt_costdb *db, pt_err *err)
 {
-    return db && db->sql ? exec(db, "COMMIT", err, "cannot commit") : 0;
+    if (!db || !db->sql)
+        return 0;
+    if (db->tx_depth > 1) {
+        db->tx_depth--;
+        return 0;
+    }
+    db->tx_depth = 0;
+    return exec(db, "COMMIT", err, "cannot commit");
 }
 
 /* Reads every sample again after rows were deleted (the in-memory arrays are

@@ -69,6 +69,7 @@ struct pt_costdb {
     bool profile_only;        /* opened with PT_COSTDB_PROFILE_ONLY */
     pt_fit_row *fits;         /* fitted figures (tables kernel_fits, link_fits) */
     size_t nfits;
+    int tx_depth;             /* pt_costdb_begin calls not yet committed (nesting) */
 };
 
 /* Levels of the kernel orders: comparing "up to level L" compares the first L

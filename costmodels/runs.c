@@ -130,7 +130,7 @@ int pt_costdb_record_run(pt_costdb *db, const pt_run_record *r, const pt_run_ran
     if (rc == 0)
         rc = pt_costdb_commit(db, err);
     if (rc) {
-        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+        pt_costdb_rollback(db, NULL);
         return -1;
     }
     if (id)

@@ -167,6 +167,32 @@ static void carve_scratch(carve *c, const pt_net *n, const dims *d, pt_scratch *
     S->part_lse = d->cp > 1 ? take(c, d->b * d->a * d->sc, 4) : NULL;
 }
 
+/* The widest per-token row any buffer has (values). */
+static int64_t widest_row(const dims *d)
+{
+    int64_t w = d->h;
+    int64_t rows[] = {(int64_t)d->a * d->d, (int64_t)d->kh * d->d, d->f, d->v, 4};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        w = rows[i] > w ? rows[i] : w;
+    return w;
+}
+
+/* Whether every size carve_slot and carve_scratch compute fits (checked arithmetic):
+ * each buffer is at most tokens x widest row (or b·a·s, which is no larger) values of at
+ * most 8 bytes, and there are fewer than 20 buffers per layer and chunk plus 40 more,
+ * per slot, plus the scratch. The plan's sizes come from a file a user may have edited,
+ * so the products are checked rather than trusted. */
+static bool sizes_addressable(const pt_net *n, const dims *d, int slots)
+{
+    int64_t buffers, bound;
+    int64_t lse = 0;
+    return pt_prod64((int64_t[]){d->b, d->a, d->s}, 3, &lse) &&
+           pt_add64(20 * (n->n_layers + n->layout.vp), 40, &buffers) &&
+           pt_prod64((int64_t[]){d->T, widest_row(d), 8, buffers, (int64_t)slots + 1}, 5,
+                     &bound) &&
+           lse <= d->T * widest_row(d) && (uint64_t)bound <= SIZE_MAX / 2;
+}
+
 static pt_acts *alloc_slot(pt_net *n, const dims *d)
 {
     pt_acts *A = calloc(1, sizeof *A);
@@ -232,6 +258,11 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
     if (d.cp > 1 && n->spec.seq % (2 * d.cp))
         return pt_err_set(err, "context parallelism: sequence %lld does not split into "
                                "2·cp = %d chunks", (long long)n->spec.seq, 2 * d.cp);
+    if (!sizes_addressable(n, &d, slots))
+        return pt_err_set(err, "the activations of %d micro-batch(es) of %lld tokens (widest "
+                               "row %lld values, %lld layers) are more bytes than this machine "
+                               "can address", slots, (long long)d.T,
+                          (long long)widest_row(&d), (long long)n->n_layers);
     if (build_op_lists(n, p))
         return pt_err_set(err, "out of memory building the op lists");
     n->slot = calloc((size_t)slots, sizeof *n->slot);

@@ -1061,6 +1061,21 @@ static void test_run_samples_and_forget(void)
     pt_run_record rec = {.world = 2, .steps = 5, .steps_timed = 4, .measured_step_s = 0.1,
                          .model = "tiny", .layout = "dp=2", .gemm_ratio = 1.2};
     int64_t run;
+    /* ptrun records a run and its samples in one transaction: when storing the samples
+     * fails (here a device name the table refuses; a full disk in life), the run's
+     * record goes too, though recording it had committed its own, inner transaction */
+    {
+        int64_t stored;
+        pt_run_record *none;
+        size_t n_none;
+        CHECK_INT(pt_costdb_begin(db, &err), 0);
+        CHECK_INT(pt_costdb_record_run(db, &rec, NULL, 0, st, 6, NULL, 0, &run, &err), 0);
+        CHECK_INT(pt_costdb_put_run_samples(db, "", run, v, n, &stored, &err), -1);
+        CHECK_INT(pt_costdb_rollback(db, &err), 0);
+        CHECK_INT(pt_costdb_runs(db, &none, &n_none, &err), 0);
+        CHECK_INT((long long)n_none, 0);
+        free(none);
+    }
     CHECK_INT(pt_costdb_record_run(db, &rec, NULL, 0, st, 6, NULL, 0, &run, &err), 0);
     pt_cost before[4] = {pt_cost_kernel(db, &hw, &o1), pt_cost_kernel(db, &hw, &o2),
                          pt_cost_kernel(db, &hw, &of), pt_cost_kernel(db, &hw, &ob)};
