@@ -8,6 +8,10 @@
  * Groups are made with MPI_Comm_split, colouring each rank by the smallest world rank
  * of its group as pt_grid_group lists it and ordering by world rank, so group order is
  * the planner's; the NCCL communicators use the same order.
+ *
+ * Every MPI operation is started in its nonblocking form and waited for through the
+ * watchdog (comm_watch.c, pt_comm_await), blocking calls included, so that no wait
+ * outlasts the run's deadline.
  */
 #include "comm_internal.h"
 
@@ -35,7 +39,7 @@ static MPI_Datatype mpi_type(pt_comm_type t)
            : t == PT_CT_I32 ? MPI_INT : MPI_BYTE;
 }
 
-static const char *op_name(pt_comm_op op)
+const char *pt_comm_op_name(pt_comm_op op)
 {
     static const char *const names[] = {"all-reduce", "all-reduce (max)", "all-reduce (min)",
                                         "reduce-scatter", "all-gather", "all-to-all",
@@ -119,11 +123,12 @@ int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err)
     for (int k = 0; k < PT_COMM_SLOTS; k++)
         c->group[k] = MPI_COMM_NULL;
     c->size = 1;
-    int rc = 0;
+    c->step = -1;
+    int rc = pt_comm_timeout_from_env(&c->timeout_s, err);
     pt_rdv r;
-    if (launched())
+    if (rc == 0 && launched())
         rc = init_mpi(c, argc, argv, err);
-    else if ((rc = pt_rdv_from_env(&r, err)) == 0 && r.size > 1)
+    else if (rc == 0 && (rc = pt_rdv_from_env(&r, err)) == 0 && r.size > 1)
         rc = init_file(c, &r, err);
     if (rc) {
         free(c);
@@ -175,6 +180,28 @@ static int split(pt_comm *c, int slot, int color, pt_err *err)
     return 0;
 }
 
+/* Keeps the world ranks of slot's group (pt_grid_group's members, group order by
+ * world rank) for the watchdog's report. */
+static int keep_members(pt_comm *c, int slot, const int64_t *ranks, pt_err *err)
+{
+    int n = c->grp[slot].size;
+    int *m = malloc((size_t)n * sizeof *m);
+    if (!m)
+        return pt_err_set(err, "out of memory");
+    for (int i = 0; i < n; i++)
+        m[i] = (int)ranks[i];
+    /* group order is world order (place_in); pt_grid_group may list them otherwise */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && m[j - 1] > m[j]; j--) {
+            int t = m[j];
+            m[j] = m[j - 1];
+            m[j - 1] = t;
+        }
+    free(c->members[slot]);
+    c->members[slot] = m;
+    return 0;
+}
+
 int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
 {
     if (g->world != c->size)
@@ -189,7 +216,8 @@ int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
     for (int k = 0; k < PT_GROUP_COUNT && rc == 0; k++) {
         pt_grid_group(g, (pt_group_kind)k, c->rank, ranks);
         c->grp[k] = place_in(c, ranks, pt_grid_group_size(g, (pt_group_kind)k));
-        if (c->mpi)
+        rc = keep_members(c, k, ranks, err);
+        if (rc == 0 && c->mpi)
             rc = split(c, k, c->grp[k].leader, err);
     }
     /* The first and last stage of each pipeline hold the tied embedding. */
@@ -202,6 +230,8 @@ int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
     coords[PT_DIM_PP] = pp - 1;
     ranks[1] = pt_grid_rank(g, coords);
     c->grp[PT_COMM_EMBED] = end ? place_in(c, ranks, pp > 1 ? 2 : 1) : (pt_comm_group){0};
+    if (rc == 0 && end)
+        rc = keep_members(c, PT_COMM_EMBED, ranks, err);
     if (rc == 0 && c->mpi)
         rc = split(c, PT_COMM_EMBED, end ? (int)ranks[0] : MPI_UNDEFINED, err);
     free(ranks);
@@ -305,14 +335,14 @@ static void req_free(pt_comm_req *r)
     free(r);
 }
 
-/* Completes the MPI part of r: waits for its requests, then copies the staged result
- * to the device. */
+/* Completes the MPI part of r: waits for its requests under the watchdog's deadline,
+ * then copies the staged result to the device. */
 static int mpi_finish(pt_comm *c, pt_comm_req *r, pt_err *err)
 {
-    int rc = r->n_mpi ? MPI_Waitall(r->n_mpi, r->mpi, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+    int rc = r->n_mpi ? pt_comm_await(c, r->n_mpi, r->mpi, &r->what, err) : 0;
     r->n_mpi = 0;
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "completing a collective");
+    if (rc)
+        return -1;
     if (r->dst && r->dst_bytes)
         c->kn->copy(c->kn, r->dst, r->host_out, r->dst_bytes, PT_KCOPY_H2D);
     return 0;
@@ -321,8 +351,8 @@ static int mpi_finish(pt_comm *c, pt_comm_req *r, pt_err *err)
 /* MPI counts are ints: long reductions go in pieces. */
 #define PT_CHUNK (INT_MAX / 2)
 
-/* Starts op on MPI over comm with host buffers hin/hout: blocking when r is NULL, else
- * its requests go into r. */
+/* Starts op on MPI over comm with host buffers hin/hout, its requests into r: always
+ * the nonblocking form, so that every wait polls under the watchdog's deadline. */
 static int mpi_start(pt_comm_op op, MPI_Comm comm, int grank, pt_comm_type t, void *hin,
                      void *hout, int64_t n, pt_comm_req *r, pt_err *err)
 {
@@ -334,49 +364,42 @@ static int mpi_start(pt_comm_op op, MPI_Comm comm, int grank, pt_comm_type t, vo
         for (int64_t off = 0; off < n && rc == MPI_SUCCESS; off += PT_CHUNK) {
             int cnt = (int)(n - off < PT_CHUNK ? n - off : PT_CHUNK);
             void *p = (char *)hout + off * (int64_t)es;
-            if (!r) {
-                rc = MPI_Allreduce(MPI_IN_PLACE, p, cnt, ty, mop, comm);
-            } else if (r->n_mpi == (int)(sizeof r->mpi / sizeof *r->mpi)) {
-                return pt_err_set(err, "an asynchronous all-reduce of %lld elements is too "
-                                       "large for MPI", (long long)n);
+            if (r->n_mpi == (int)(sizeof r->mpi / sizeof *r->mpi)) {
+                return pt_err_set(err, "an all-reduce of %lld elements is too large for MPI",
+                                  (long long)n);
             } else {
                 rc = MPI_Iallreduce(MPI_IN_PLACE, p, cnt, ty, mop, comm, &r->mpi[r->n_mpi]);
                 r->n_mpi += rc == MPI_SUCCESS;
             }
         }
-        return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, op_name(op));
+        return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, pt_comm_op_name(op));
     }
     if (n > INT_MAX)
-        return pt_err_set(err, "%s of %lld elements per rank is too large for MPI", op_name(op),
-                          (long long)n);
+        return pt_err_set(err, "%s of %lld elements per rank is too large for MPI",
+                          pt_comm_op_name(op), (long long)n);
     int cnt = (int)n;
-    MPI_Request *q = r ? &r->mpi[r->n_mpi] : NULL;
+    MPI_Request *q = &r->mpi[r->n_mpi];
     switch (op) {
     case PT_CO_BCAST:
-        rc = q ? MPI_Ibcast(hout, cnt, ty, 0, comm, q) : MPI_Bcast(hout, cnt, ty, 0, comm);
+        rc = MPI_Ibcast(hout, cnt, ty, 0, comm, q);
         break;
     case PT_CO_RS:
-        rc = q ? MPI_Ireduce_scatter_block(hin, hout, cnt, ty, MPI_SUM, comm, q)
-               : MPI_Reduce_scatter_block(hin, hout, cnt, ty, MPI_SUM, comm);
+        rc = MPI_Ireduce_scatter_block(hin, hout, cnt, ty, MPI_SUM, comm, q);
         break;
     case PT_CO_AG:
         /* the input already in its place in the output: MPI's in-place form */
         if (hin == (char *)hout + (int64_t)grank * n * (int64_t)es)
-            rc = q ? MPI_Iallgather(MPI_IN_PLACE, 0, ty, hout, cnt, ty, comm, q)
-                   : MPI_Allgather(MPI_IN_PLACE, 0, ty, hout, cnt, ty, comm);
+            rc = MPI_Iallgather(MPI_IN_PLACE, 0, ty, hout, cnt, ty, comm, q);
         else
-            rc = q ? MPI_Iallgather(hin, cnt, ty, hout, cnt, ty, comm, q)
-                   : MPI_Allgather(hin, cnt, ty, hout, cnt, ty, comm);
+            rc = MPI_Iallgather(hin, cnt, ty, hout, cnt, ty, comm, q);
         break;
     default: /* PT_CO_A2A */
-        rc = q ? MPI_Ialltoall(hin, cnt, ty, hout, cnt, ty, comm, q)
-               : MPI_Alltoall(hin, cnt, ty, hout, cnt, ty, comm);
+        rc = MPI_Ialltoall(hin, cnt, ty, hout, cnt, ty, comm, q);
         break;
     }
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, op_name(op));
-    if (r)
-        r->n_mpi++;
+        return mpi_fail(err, rc, pt_comm_op_name(op));
+    r->n_mpi++;
     return 0;
 }
 
@@ -392,6 +415,8 @@ static int mpi_op(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const voi
     pt_comm_req stack = {0}, *r = reqp ? calloc(1, sizeof *r) : &stack;
     if (!r)
         return pt_err_set(err, "out of memory");
+    r->what = (pt_comm_wait_for){.op = pt_comm_op_name(op), .slot = slot,
+                                 .bytes = (n_in > n_out ? n_in : n_out) * (int64_t)es};
     void *hin = (void *)in, *hout = out;
     int rc = 0;
     if (staged) {
@@ -405,8 +430,8 @@ static int mpi_op(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const voi
             hin = hout; /* in place */
         }
         if (!hout || !hin) {
-            rc = pt_err_set(err, "out of memory staging a %s of %lld bytes", op_name(op),
-                            (long long)(n_out * (int64_t)es));
+            rc = pt_err_set(err, "out of memory staging a %s of %lld bytes",
+                            pt_comm_op_name(op), (long long)(n_out * (int64_t)es));
         } else {
             c->kn->copy(c->kn, hin, op == PT_CO_RS || op == PT_CO_A2A || op == PT_CO_AG ? in
                                                                                         : out,
@@ -416,7 +441,7 @@ static int mpi_op(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const voi
         }
     }
     if (rc == 0)
-        rc = mpi_start(op, c->group[slot], g->rank, t, hin, hout, n, reqp ? r : NULL, err);
+        rc = mpi_start(op, c->group[slot], g->rank, t, hin, hout, n, r, err);
     if (rc == 0 && !reqp)
         rc = mpi_finish(c, r, err);
     if (rc != 0 || !reqp) {
@@ -455,7 +480,7 @@ static int coll(pt_comm *c, pt_comm_op op, int kind, pt_comm_type t, const void 
 #endif
     if (c->file)
         return pt_err_set(err, "internal: a %s before pt_comm_use_device in a run without MPI",
-                          op_name(op));
+                          pt_comm_op_name(op));
     return mpi_op(c, op, slot, t, in, out, n, dev && c->mem == PT_MEM_STAGED, req, err);
 }
 
@@ -555,7 +580,14 @@ static int gather_mpi(pt_comm *c, const void *buf, int64_t n, void **all, int64_
         free(counts);
         return pt_err_set(err, "out of memory");
     }
-    int rc = MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    pt_comm_wait_for what = {.op = "gather", .slot = PT_COMM_WORLD, .bytes = n};
+    MPI_Request q;
+    int rc = MPI_Igather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
+    if (rc == MPI_SUCCESS && pt_comm_await(c, 1, &q, &what, err)) {
+        free(counts);
+        free(displs);
+        return -1;
+    }
     int64_t total = 0;
     for (int r = 0; c->rank == 0 && r < c->size; r++) {
         displs[r] = (int)total;
@@ -570,9 +602,16 @@ static int gather_mpi(pt_comm *c, const void *buf, int64_t n, void **all, int64_
     if (rc == MPI_SUCCESS && c->rank == 0 && !(*all = malloc(total > 0 ? (size_t)total : 1)))
         rc = MPI_ERR_NO_MEM;
     if (rc == MPI_SUCCESS)
-        rc = MPI_Gatherv(buf, mine, MPI_BYTE, *all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+        rc = MPI_Igatherv(buf, mine, MPI_BYTE, *all, counts, displs, MPI_BYTE, 0,
+                          MPI_COMM_WORLD, &q);
+    bool late = rc == MPI_SUCCESS && pt_comm_await(c, 1, &q, &what, err);
     free(counts);
     free(displs);
+    if (late) {
+        free(*all);
+        *all = NULL;
+        return -1;
+    }
     if (rc != MPI_SUCCESS) {
         free(*all);
         *all = NULL;
@@ -655,12 +694,22 @@ static int recv_typed(pt_comm *c, int from, int tag, void *buf, int64_t n, pt_co
     void *h = staged ? malloc(bytes ? bytes : 1) : buf;
     if (!h)
         return pt_err_set(err, "out of memory staging a receive of %zu bytes", bytes);
-    int rc = MPI_Recv(h, (int)n, mpi_type(t), from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    if (rc == MPI_SUCCESS && staged)
+    pt_comm_wait_for what = {.op = "receive", .slot = -1, .peer = from, .bytes = (int64_t)bytes};
+    MPI_Request q;
+    int rc = MPI_Irecv(h, (int)n, mpi_type(t), from, tag, MPI_COMM_WORLD, &q);
+    if (rc != MPI_SUCCESS) {
+        if (staged)
+            free(h);
+        return mpi_fail(err, rc, "receive");
+    }
+    /* a missed deadline under timeout_returns leaves the receive posted: keep h */
+    if (pt_comm_await(c, 1, &q, &what, err))
+        return -1;
+    if (staged) {
         c->kn->copy(c->kn, buf, h, bytes, PT_KCOPY_H2D);
-    if (staged)
         free(h);
-    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "receive");
+    }
+    return 0;
 }
 
 static int isend_typed(pt_comm *c, int to, int tag, const void *buf, int64_t n,
@@ -693,6 +742,7 @@ static int isend_typed(pt_comm *c, int to, int tag, const void *buf, int64_t n,
         c->kn->copy(c->kn, p->copy, buf, bytes, PT_KCOPY_D2H);
     else
         memcpy(p->copy, buf, bytes);
+    p->what = (pt_comm_wait_for){.op = "send", .slot = -1, .peer = to, .bytes = (int64_t)bytes};
     int rc = MPI_Isend(p->copy, (int)n, mpi_type(t), to, tag, MPI_COMM_WORLD, &p->req);
     if (rc != MPI_SUCCESS) {
         free(p->copy);
@@ -725,15 +775,16 @@ int pt_comm_isend_bytes(pt_comm *c, int to, int tag, const void *buf, int64_t by
 
 static int wait_mpi_sends(pt_comm *c, pt_err *err)
 {
-    int bad = MPI_SUCCESS;
-    for (int i = 0; i < c->n_sends; i++) {
-        int rc = MPI_Wait(&c->sends[i].req, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS)
-            bad = rc;
-        free(c->sends[i].copy);
+    int rc = 0;
+    for (int i = 0; i < c->n_sends && rc == 0; i++) {
+        rc = pt_comm_await(c, 1, &c->sends[i].req, &c->sends[i].what, err);
+        if (rc == 0)
+            free(c->sends[i].copy);
     }
+    /* after an error the sends not completed stay posted (MPI may still read their
+     * copies) and are dropped: the run is ending */
     c->n_sends = 0;
-    return bad == MPI_SUCCESS ? 0 : mpi_fail(err, bad, "completing sends");
+    return rc;
 }
 
 int pt_comm_wait_sends(pt_comm *c, pt_err *err)
@@ -778,6 +829,8 @@ void pt_comm_finalize(pt_comm *c)
     for (int k = 0; k < PT_COMM_WORLD; k++)
         if (c->group[k] != MPI_COMM_NULL)
             MPI_Comm_free(&c->group[k]);
+    for (int k = 0; k < PT_COMM_SLOTS; k++)
+        free(c->members[k]);
     free(c);
     if (mpi)
         MPI_Finalize();

@@ -37,9 +37,18 @@ typedef struct {
 } pt_comm_group;
 
 /* A send posted over MPI: the private copy MPI reads until the send completes. */
+/* What a wait waits for, as the watchdog reports it. */
+typedef struct {
+    const char *op;   /* "all-reduce", "receive", ... */
+    int slot;         /* the group's slot; -1: point to point with `peer` */
+    int peer;         /* world rank */
+    int64_t bytes;    /* this rank's buffer */
+} pt_comm_wait_for;
+
 typedef struct {
     MPI_Request req;
     void *copy;
+    pt_comm_wait_for what;
 } pt_comm_send;
 
 typedef struct pt_nccl pt_nccl;
@@ -57,6 +66,13 @@ struct pt_comm {
     pt_comm_mem mem;
     pt_nccl *nccl;     /* PT_MEM_NCCL */
     pt_rdv rdv;        /* file */
+    int *members[PT_COMM_SLOTS]; /* world ranks of each group, in group order (NULL:
+                                  * the world, or not grouped yet) */
+    /* The watchdog (comm_watch.c): every wait ends by timeout_s (0: never). */
+    double timeout_s;
+    int64_t step;      /* pt_comm_set_context: the trainer's step, < 0 none */
+    const char *doing; /* and what it is doing there */
+    bool timeout_returns; /* tests: a missed deadline returns its error, no abort */
 };
 
 /* An asynchronous operation: MPI requests, host staging buffers copied back into dst
@@ -68,9 +84,29 @@ struct pt_comm_req {
     void *dst;          /* [backend] destination of host_out's dst_bytes bytes */
     size_t dst_bytes;
     void *event;        /* NCCL: a cudaEvent_t recorded after the operation */
+    pt_comm_wait_for what; /* for the watchdog */
 };
 
 size_t pt_comm_type_bytes(pt_comm_type t);
+/* "all-reduce", "reduce-scatter", ...: op as errors and the watchdog name it. */
+const char *pt_comm_op_name(pt_comm_op op);
+
+
+/* The deadline PT_COMM_TIMEOUT asks for, else the default. Errors: not a number >= 0. */
+int pt_comm_timeout_from_env(double *timeout_s, pt_err *err);
+/* Waits for the n requests q under c's deadline, polling (MPI_Testall and
+ * pt_comm_nap). 0 when all are done; an MPI error named with w->op; a missed deadline
+ * as pt_comm_missed. */
+int pt_comm_await(pt_comm *c, int n, MPI_Request *q, const pt_comm_wait_for *w, pt_err *err);
+/* Seconds since an arbitrary fixed point (CLOCK_MONOTONIC). */
+double pt_comm_now_s(void);
+/* One pause of a polling wait that has waited waited_s: none at first (the wait is
+ * likely short and MPI_Wait would spin as well), then naps growing to a few hundred
+ * microseconds, so an idle rank leaves its core to others. */
+void pt_comm_nap(double waited_s);
+/* Past c's deadline by waited_s: reports w with the step and the peers on stderr and
+ * ends the run (pt_comm_abort); under timeout_returns, -1 with the report in err. */
+int pt_comm_missed(pt_comm *c, const pt_comm_wait_for *w, double waited_s, pt_err *err);
 
 /* Elements of the input and output buffers of op with count n (see pt_comm_op) on a
  * group of `size` ranks. */

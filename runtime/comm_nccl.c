@@ -27,7 +27,11 @@
  * Communicators are nonblocking (ncclConfig_t.blocking = 0, NCCL 2.14 and newer): a
  * call may return ncclInProgress and this file polls ncclCommGetAsyncError until it is
  * done, watching a deadline and, in a run without MPI, the rendezvous abort file, so a
- * rank whose peers are gone reports it instead of hanging in ncclCommInitRank.
+ * rank whose peers are gone reports it instead of hanging in ncclCommInitRank. After
+ * the start that deadline is the watchdog's (comm_watch.c): a call that stays in
+ * progress, and a host collective's wait for the stream, end the run with its report.
+ * The host does not wait for queued operations, so a peer that stalls during one
+ * shows only as a kernel stream that never finishes (kn->sync), which is not watched.
  *
  * Plain C against cuda_runtime.h and nccl.h (as tools/coll_nccl.c); no nvcc needed.
  */
@@ -87,11 +91,14 @@ static void nap_ms(int ms)
 
 /* Waits until `comm` has finished what the call that returned r started (r is
  * ncclInProgress on a nonblocking communicator), up to timeout_s (0: no deadline),
- * watching the rendezvous abort file in a run without MPI. */
+ * watching the rendezvous abort file in a run without MPI. With `w`, the deadline is
+ * the watchdog's (comm_watch.c), which reports w and ends the run when it passes. */
 static int settle(pt_comm *c, ncclComm_t comm, ncclResult_t r, double timeout_s,
-                  const char *what, pt_err *err)
+                  const char *what, const pt_comm_wait_for *w, pt_err *err)
 {
     double t0 = now_s();
+    if (w)
+        timeout_s = c->timeout_s;
     for (int i = 0; r == ncclInProgress; i++) {
         ncclResult_t q = ncclCommGetAsyncError(comm, &r);
         if (q != ncclSuccess)
@@ -101,9 +108,10 @@ static int settle(pt_comm *c, ncclComm_t comm, ncclResult_t r, double timeout_s,
         if (c->file && i % 100 == 99 && pt_rdv_aborted(&c->rdv, err))
             return -1;
         if (timeout_s > 0 && now_s() - t0 > timeout_s)
-            return pt_err_set(err, "%s: NCCL did not finish within %.0f s (a rank that never "
-                                   "started, or a network NCCL cannot reach: see "
-                                   "NCCL_SOCKET_IFNAME in README)", what, timeout_s);
+            return w ? pt_comm_missed(c, w, now_s() - t0, err)
+                     : pt_err_set(err, "%s: NCCL did not finish within %.0f s (a rank that "
+                                       "never started, or a network NCCL cannot reach: see "
+                                       "NCCL_SOCKET_IFNAME in README)", what, timeout_s);
         nap_ms(1);
     }
     if (r == ncclSuccess)
@@ -166,7 +174,7 @@ static int open_group(pt_comm *c, int slot, pt_err *err)
         return pt_err_set(err, "%s: %s", what, ncclGetErrorString(r));
     c->nccl->comm[slot] = comm;
     double timeout = c->file ? c->rdv.timeout_s : PT_NCCL_INIT_TIMEOUT_S;
-    return settle(c, comm, r, timeout, what, err);
+    return settle(c, comm, r, timeout, what, NULL, err);
 }
 
 int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err)
@@ -254,7 +262,7 @@ void pt_nccl_close(pt_comm *c)
         /* ncclCommFinalize flushes what is queued; on a nonblocking communicator it
          * may return ncclInProgress (NCCL user guide, "Destroying a communicator") */
         settle(c, n->comm[s], ncclCommFinalize(n->comm[s]), PT_NCCL_INIT_TIMEOUT_S,
-               "ncclCommFinalize", NULL);
+               "ncclCommFinalize", NULL, NULL);
         ncclCommDestroy(n->comm[s]);
     }
     if (n->cstream)
@@ -322,7 +330,10 @@ static int enqueue(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const vo
         }
         break;
     }
-    return settle(c, comm, r, 0, "NCCL collective", err);
+    size_t bytes = cnt * es * (op == PT_CO_RS || op == PT_CO_AG || op == PT_CO_A2A
+                               ? (size_t)c->grp[slot].size : 1);
+    pt_comm_wait_for w = {.op = pt_comm_op_name(op), .slot = slot, .bytes = (int64_t)bytes};
+    return settle(c, comm, r, 0, "NCCL collective", &w, err);
 }
 
 int pt_nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
@@ -368,9 +379,11 @@ int pt_nccl_wait(pt_comm *c, pt_comm_req *req, pt_err *err)
 
 /* Waits for the kernel stream, checking the rendezvous abort file every 100 ms: a host
  * collective of a run without MPI may wait long (rank 0 writing a checkpoint) but must
- * end when another rank has failed. */
-static int wait_stream(pt_comm *c, pt_err *err)
+ * end when another rank has failed, or, reported as w, when the watchdog's deadline
+ * passes. */
+static int wait_stream(pt_comm *c, const pt_comm_wait_for *w, pt_err *err)
 {
+    double t0 = now_s();
     for (int i = 0;; i++) {
         cudaError_t e = cudaStreamQuery(c->nccl->kstream);
         if (e == cudaSuccess)
@@ -381,6 +394,8 @@ static int wait_stream(pt_comm *c, pt_err *err)
             pt_nccl_abort(c);
             return -1;
         }
+        if (c->timeout_s > 0 && now_s() - t0 > c->timeout_s)
+            return pt_comm_missed(c, w, now_s() - t0, err);
         nap_ms(1);
     }
 }
@@ -408,7 +423,9 @@ int pt_nccl_host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const
     if (enqueue(c, op, slot, t, din, dout, n, nc->kstream, err))
         return -1;
     CUDA_TRY(cudaMemcpyAsync(out, dout, out_bytes, cudaMemcpyDeviceToHost, nc->kstream));
-    return wait_stream(c, err);
+    pt_comm_wait_for w = {.op = "host collective", .slot = slot,
+                          .bytes = (int64_t)(in_bytes > out_bytes ? in_bytes : out_bytes)};
+    return wait_stream(c, &w, err);
 }
 
 /* ---- Point to point --------------------------------------------------------------------------- */
@@ -450,7 +467,9 @@ static int p2p_group(pt_comm *c, int from, void *buf, int64_t bytes, pt_err *err
     ncclResult_t end = ncclGroupEnd();
     if (r == ncclSuccess)
         r = end;
-    int rc = settle(c, world, r, 0, buf ? "NCCL receive" : "NCCL send", err);
+    pt_comm_wait_for w = {.op = buf ? "receive" : "send", .slot = -1,
+                          .peer = buf ? from : nc->nq ? nc->q[0].to : -1, .bytes = bytes};
+    int rc = settle(c, world, r, 0, buf ? "NCCL receive" : "NCCL send", &w, err);
     for (int i = 0; i < nc->nq; i++)
         cudaFreeAsync(nc->q[i].copy, nc->kstream);
     nc->nq = 0;

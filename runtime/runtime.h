@@ -265,6 +265,23 @@ int pt_comm_isend_bytes(pt_comm *c, int to, int tag, const void *buf, int64_t by
                         pt_err *err);
 int pt_comm_wait_sends(pt_comm *c, pt_err *err);
 
+/* -- The watchdog (runtime/comm_watch.c). Every wait of a collective or transfer on
+ * MPI (and every NCCL call the host waits for) has a deadline: a rank that has waited
+ * that long prints one line on stderr naming the operation, its bytes, the group (or
+ * peer), the ranks it waited on and the step set by pt_comm_set_context, and ends the
+ * run with pt_comm_abort, so that a rank that stalls (stopped, swapping) or dies
+ * unseen cannot leave the others waiting for ever. The deadline comes from
+ * PT_COMM_TIMEOUT (seconds; 0: none) when pt_comm_init runs, else 300 s, which no
+ * healthy wait nears; pt_comm_init fails on a PT_COMM_TIMEOUT that is not a number
+ * >= 0. */
+/* Sets the deadline in seconds (<= 0: none). c may be NULL (nothing to do). */
+void pt_comm_set_timeout(pt_comm *c, double seconds);
+double pt_comm_timeout(const pt_comm *c);
+/* What the trainer is doing, for the watchdog's report: step (the step number the
+ * trainer shows; < 0: none) and `doing` ("training", "validation", ...; NULL for
+ * the default), a string that must outlive the comm. c may be NULL. */
+void pt_comm_set_context(pt_comm *c, int64_t step, const char *doing);
+
 /* Ends every rank of the run at once with `why` printed by this rank: what a failing
  * rank does, so that no other rank hangs in a collective (MPI_Abort; in a file
  * rendezvous an abort file in the directory, which ranks waiting there see). */

@@ -183,14 +183,24 @@ rc=$?
 [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "a failing rank ends the run (exit $rc)"
 grep -q "missing.txt" "$tmp/err" || fail "the failing rank's reason is printed: $(cat "$tmp/err")"
 [ $(( $(date +%s) - start )) -lt 30 ] || fail "the run took more than 30 s to end"
-# A rank killed in the middle of a run: mpirun ends the others.
+# A rank killed in the middle of a run: mpirun ends the others, and if it did not, the
+# survivor's watchdog would (--comm-timeout 10: it reports the all-reduce it waits in
+# and ends the run), so the run ends well within 30 s whichever comes first.
 "$build/ptplan" --devices 2 --layout "dp=2,mbs=2" --global-batch 16 --out "$tmp/dp.json" \
     --steps 100000 >/dev/null
-$mpirun -np 2 "$build/ptrun" "$tmp/dp.json" --quiet --val-every 0 >/dev/null 2>&1 &
+$mpirun -np 2 "$build/ptrun" "$tmp/dp.json" --quiet --val-every 0 --sample 0 \
+    --comm-timeout 10 >"$tmp/killed.out" 2>&1 &
 launcher=$!
-sleep 3
-victim=$(pgrep -f "ptrun $tmp/dp.json" | tail -1)
-[ -n "$victim" ] && kill -9 "$victim"
+# the rank is killed once the steps run (rank 0 has printed the training summary), not
+# while the ranks still start, which a loaded machine can stretch past any fixed sleep
+for _ in $(seq 1 300); do
+    grep -q '^train' "$tmp/killed.out" 2>/dev/null && break
+    sleep 0.2
+done
+sleep 1
+# the last ptrun rank, not mpirun, whose command line names the plan as well
+victim=$(pgrep -f "^$build/ptrun $tmp/dp.json" | tail -1)
+[ -n "$victim" ] && kill -9 "$victim" || fail "no rank of the run to kill"
 start=$(date +%s)
 while kill -0 "$launcher" 2>/dev/null && [ $(( $(date +%s) - start )) -lt 30 ]; do sleep 1; done
 if kill -0 "$launcher" 2>/dev/null; then

@@ -1,0 +1,89 @@
+#!/bin/sh
+# The communication watchdog end to end: a 2-rank run with one rank stopped (SIGSTOP)
+# in the middle, data parallel (a gradient all-reduce) and pipeline parallel (a stage
+# transfer). The other rank must report, at --comm-timeout 5, the operation, the step
+# and the rank it waited on, and end the run with a non-zero exit; without the
+# watchdog the run would wait for ever (the outer timeout of 60 s bounds the test, and
+# a run still going then fails it). Skipped (77) where mpirun is missing.
+#   usage: cli_watchdog.sh BUILD_DIR
+set -u
+build=$(cd "$1" && pwd)
+command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
+tmp=$(mktemp -d)
+launcher=""
+cleanup() {
+    # a run the test failed to end: resume and end its ranks (those of this test only)
+    for p in $(pgrep -f "^$build/ptrun $tmp/" 2>/dev/null); do
+        kill -CONT "$p" 2>/dev/null
+        kill -9 "$p" 2>/dev/null
+    done
+    [ -n "$launcher" ] && kill -9 "$launcher" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+cd "$tmp" || exit 1
+export PT_COSTS_DB="$tmp/none.db"
+mpirun="mpirun -q --oversubscribe"
+[ "$(id -u)" = 0 ] && mpirun="$mpirun --allow-run-as-root"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# stalled NAME LAYOUT WHICH: runs NAME on 2 ranks, stops the rank WHICH (first or
+# last of the two ptrun processes) once the run is under way, and leaves its exit
+# status in $rc and its stderr in $tmp/NAME.err.
+stalled() {
+    name=$1 layout=$2 which=$3
+    "$build/ptplan" --devices 2 --layout "$layout" --global-batch 16 --steps 100000 \
+        --out "$tmp/$name.json" >/dev/null || { fail "$name: ptplan"; return; }
+    timeout 60 $mpirun -np 2 "$build/ptrun" "$tmp/$name.json" --quiet --val-every 0 \
+        --sample 0 --comm-timeout 5 >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    launcher=$!
+    # under way: rank 0 has printed its plan summary and steps are running
+    for _ in $(seq 1 100); do
+        grep -q '^train' "$tmp/$name.out" 2>/dev/null && break
+        sleep 0.2
+    done
+    sleep 2
+    ranks=$(pgrep -f "^$build/ptrun $tmp/$name.json")
+    if [ "$which" = first ]; then victim=$(echo "$ranks" | head -1); else victim=$(echo "$ranks" | tail -1); fi
+    if [ -z "$victim" ]; then
+        fail "$name: no rank to stop (the run ended early: $(cat "$tmp/$name.err"))"
+    else
+        kill -STOP "$victim"
+    fi
+    wait "$launcher"
+    rc=$?
+    launcher=""
+    [ -n "$victim" ] && kill -CONT "$victim" 2>/dev/null
+    [ "$rc" = 124 ] && fail "$name: the run with a stopped rank was still going after 60 s"
+    [ "$rc" != 0 ] || fail "$name: the run with a stopped rank exited 0"
+}
+
+# (a) data parallel: the gradient all-reduce over dp, rank 1 stopped; rank 0 names it
+stalled dp "dp=2,mbs=2" last
+grep -q "rank 0: comm timeout: all-reduce of [0-9]* bytes over dp\*cp (2 ranks) in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
+    "$tmp/dp.err" || fail "dp: the report names the all-reduce, its group, step and peer: $(cat "$tmp/dp.err")"
+[ "$(grep -c 'comm timeout' "$tmp/dp.err")" -ge 1 ] || fail "dp: no report"
+
+# (b) pipeline parallel: the stage transfer, either stage stopped; the other names
+# the send or receive, the step and the stopped stage's rank
+stalled pp1 "pp=2,mbs=2" last
+grep -q "rank 0: comm timeout: \(receive\|send\) of [0-9]* bytes \(from\|to\) world rank 1 in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
+    "$tmp/pp1.err" || fail "pp, last stage stopped: the report names the transfer, step and peer: $(cat "$tmp/pp1.err")"
+stalled pp0 "pp=2,mbs=2" first
+grep -q "rank 1: comm timeout: \(receive\|send\) of [0-9]* bytes \(from\|to\) world rank 0 in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 0" \
+    "$tmp/pp0.err" || fail "pp, first stage stopped: the report names the transfer, step and peer: $(cat "$tmp/pp0.err")"
+
+# A bad deadline is refused, naming the option and the variable.
+"$build/ptrun" "$tmp/dp.json" --comm-timeout soon >/dev/null 2>"$tmp/bad.err" &&
+    fail "--comm-timeout soon is accepted"
+grep -q -- "--comm-timeout" "$tmp/bad.err" || fail "--comm-timeout soon: $(cat "$tmp/bad.err")"
+PT_COMM_TIMEOUT=-3 "$build/ptrun" "$tmp/dp.json" >/dev/null 2>"$tmp/bad.err" &&
+    fail "PT_COMM_TIMEOUT=-3 is accepted"
+grep -q "PT_COMM_TIMEOUT='-3'" "$tmp/bad.err" || fail "PT_COMM_TIMEOUT=-3: $(cat "$tmp/bad.err")"
+
+if [ "$failures" -gt 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "a stopped rank ends the run with a report naming the operation, step and peer"

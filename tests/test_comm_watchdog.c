@@ -1,0 +1,143 @@
+/*
+ * The communication watchdog (runtime/comm_watch.c) under mpirun on 2 ranks
+ * (tests/run_mpi.sh 2 test_comm_watchdog), on a dp = 2 grid: PT_COMM_TIMEOUT is read
+ * and checked; a collective, a receive and a send whose peer comes 2 s late each end
+ * at a 1 s deadline with the report naming the operation, its bytes, the group or
+ * peer, the ranks waited on and the step; the late peer's side still completes. The
+ * test asks the comm to return the report (timeout_returns, comm_internal.h) instead
+ * of ending the run; tests/cli_watchdog.sh checks the ending with ptrun.
+ */
+#include "check.h"
+#include "comm_internal.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+enum { N = 7, BIG = 1 << 18 }; /* BIG floats: 1 MiB, past MPI's eager limit */
+
+/* Buffers of operations a missed deadline leaves posted: MPI may write them later. */
+static float coll_buf[N], recv_buf[4], send_buf[BIG], late_buf[BIG];
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void check_env(void)
+{
+    pt_err err = {""};
+    double t = 0;
+    setenv("PT_COMM_TIMEOUT", "2.5", 1);
+    CHECK_INT(pt_comm_timeout_from_env(&t, &err), 0);
+    CHECK_NEAR(t, 2.5, 0);
+    setenv("PT_COMM_TIMEOUT", "0", 1);
+    CHECK_INT(pt_comm_timeout_from_env(&t, &err), 0);
+    CHECK_NEAR(t, 0, 0);
+    setenv("PT_COMM_TIMEOUT", "soon", 1);
+    CHECK(pt_comm_timeout_from_env(&t, &err) != 0);
+    CHECK_STR_HAS(err.msg, "PT_COMM_TIMEOUT='soon'");
+    setenv("PT_COMM_TIMEOUT", "-1", 1);
+    CHECK(pt_comm_timeout_from_env(&t, &err) != 0);
+    unsetenv("PT_COMM_TIMEOUT");
+    CHECK_INT(pt_comm_timeout_from_env(&t, &err), 0);
+    CHECK_NEAR(t, 300, 0);
+}
+
+/* Between the phases: every rank here, with a generous deadline. */
+static void barrier(pt_comm *c)
+{
+    pt_comm_set_timeout(c, 60);
+    CHECK(pt_comm_all_ok(c, true));
+    pt_comm_set_timeout(c, 1);
+}
+
+int main(int argc, char **argv)
+{
+    pt_comm *c = NULL;
+    pt_err err = {""};
+    if (pt_comm_init(&argc, &argv, &c, &err)) {
+        fprintf(stderr, "test_comm_watchdog: %s\n", err.msg);
+        return 1;
+    }
+    int rank = pt_comm_rank(c);
+    if (pt_comm_size(c) != 2) {
+        fprintf(stderr, "test_comm_watchdog: run me on 2 ranks, not %d\n", pt_comm_size(c));
+        pt_comm_finalize(c);
+        return 1;
+    }
+    check_env();
+    if (!getenv("PT_COMM_TIMEOUT"))
+        CHECK_NEAR(pt_comm_timeout(c), 300, 0);
+    pt_layout l;
+    pt_layout_default(&l);
+    l.tp = l.pp = l.cp = 1;
+    l.dp = 2;
+    pt_grid grid;
+    pt_grid_init(&grid, &l);
+    CHECK_INT(pt_comm_groups(c, &grid, &err), 0);
+    c->timeout_returns = true;
+    pt_comm_set_context(c, 7, "testing");
+    barrier(c);
+
+    /* a collective: rank 1 comes late, rank 0 reports it */
+    for (int i = 0; i < N; i++)
+        coll_buf[i] = (float)(rank + i);
+    if (rank == 0) {
+        double t0 = pt_comm_now_s();
+        CHECK(pt_comm_allreduce(c, PT_GROUP_DP, coll_buf, N, &err) != 0);
+        CHECK(pt_comm_now_s() - t0 >= 1.0); /* the deadline, not earlier */
+        CHECK_STR_HAS(err.msg, "comm timeout: all-reduce of 28 bytes over dp (2 ranks) in "
+                               "step 7 (testing) did not finish within 1 s, waiting on world "
+                               "rank(s) 1");
+    } else {
+        sleep_s(2);
+        CHECK_INT(pt_comm_allreduce(c, PT_GROUP_DP, coll_buf, N, &err), 0);
+        CHECK_NEAR(coll_buf[N - 1], 2 * (N - 1) + 1, 0); /* rank 0's part still arrived */
+    }
+    barrier(c);
+
+    /* a receive whose sender comes late */
+    pt_comm_set_context(c, -1, NULL);
+    if (rank == 0) {
+        CHECK(pt_comm_recv(c, 1, 5, recv_buf, 4, &err) != 0);
+        CHECK_STR_HAS(err.msg, "comm timeout: receive of 16 bytes from world rank 1 outside "
+                               "the training steps did not finish within 1 s, waiting on "
+                               "world rank(s) 1");
+    } else {
+        sleep_s(2);
+        float v[4] = {1, 2, 3, 4};
+        CHECK_INT(pt_comm_isend(c, 0, 5, v, 4, &err), 0);
+        CHECK_INT(pt_comm_wait_sends(c, &err), 0);
+    }
+    barrier(c);
+
+    /* a send too large to go eagerly, whose receiver comes late */
+    pt_comm_set_context(c, 12, NULL);
+    if (rank == 1) {
+        for (int i = 0; i < BIG; i++)
+            send_buf[i] = (float)i;
+        CHECK_INT(pt_comm_isend(c, 0, 9, send_buf, BIG, &err), 0);
+        CHECK(pt_comm_wait_sends(c, &err) != 0);
+        CHECK_STR_HAS(err.msg, "comm timeout: send of 1048576 bytes to world rank 0 in step 12 "
+                               "(training)");
+    } else {
+        sleep_s(2);
+        CHECK_INT(pt_comm_recv(c, 1, 9, late_buf, BIG, &err), 0);
+        CHECK_NEAR(late_buf[BIG - 1], BIG - 1, 0);
+    }
+    barrier(c);
+
+    /* without a deadline a late peer is waited for */
+    pt_comm_set_timeout(c, 0);
+    if (rank == 1)
+        sleep_s(1.5);
+    float one = 1;
+    CHECK_INT(pt_comm_allreduce(c, PT_GROUP_DP, &one, 1, &err), 0);
+    CHECK_NEAR(one, 2, 0);
+
+    pt_comm_set_timeout(c, 60);
+    bool ok = pt_comm_all_ok(c, pt_check_failures == 0);
+    pt_comm_finalize(c);
+    return ok ? 0 : 1;
+}
