@@ -134,6 +134,15 @@ run 1 "$build/ptreport" --out "$tmp/r2" --log "$tmp/missing.jsonl"
 err_has "cannot read the log '$tmp/missing.jsonl'" "a --log file that is not there"
 run 1 "$build/ptreport" --out "$tmp/r2" --log "$tmp/plan.json"
 err_has "plan.json: no training steps in it" "a --log file that is not a log"
+# a failed report changes nothing: the folder made for it is gone, an earlier report in
+# the same folder stays whole, and no staging folder or empty file is left behind
+[ -e "$tmp/r2" ] && fail "a failed report leaves no folder it made"
+cp "$tmp/report/index.md" "$tmp/index-before.md"
+run 1 "$build/ptreport" --out "$tmp/report" --log "$tmp/plan.json"
+cmp -s "$tmp/report/index.md" "$tmp/index-before.md" ||
+    fail "a failed report leaves the earlier one in its folder alone"
+ls -A "$tmp/report" | grep -q "^\.ptreport-" && fail "a failed report leaves no staging folder"
+[ -z "$(find "$tmp/report" -type f -empty)" ] || fail "a failed report leaves no empty files"
 run 1 "$build/ptreport" --out /dev/null/report
 err_has "cannot create '/dev/null/report'" "an output folder that cannot be made"
 run 1 "$build/ptreport" --db "$tmp/none.db" --out "$tmp/r2"

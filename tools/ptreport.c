@@ -13,6 +13,7 @@
 #include "trace.h"
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage_text[] =
     "usage: ptreport [options]\n"
@@ -79,6 +81,9 @@ static int parse_options(int argc, char **argv, options *o)
 
 typedef struct {
     const options *o;
+    char dir[1024];           /* where files are written: the staging folder in --out */
+    int write_errno;          /* the first failed write of a file (a full disk), 0: none */
+    bool made_out;            /* --out was created by this run */
     pt_costdb *db, *before;   /* before: the tables without trace samples (as profiled) */
     pt_run_record *runs;
     size_t n_runs;
@@ -88,12 +93,23 @@ typedef struct {
 
 static FILE *open_in(const report *R, const char *name, pt_err *err)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", R->o->out, name);
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", R->dir, name);
     FILE *f = fopen(path, "w");
     if (!f)
-        pt_err_set(err, "cannot write '%s': %s", path, strerror(errno));
+        pt_err_set(err, "cannot write '%s/%s': %s", R->o->out, name, strerror(errno));
     return f;
+}
+
+/* Closes a file written in the report, keeping the first failure for make_report: a
+ * data or script file cut short by a full disk must not become a picture. */
+static void close_out(report *R, FILE *f)
+{
+    errno = 0;
+    bool bad = ferror(f) != 0;
+    bad = fclose(f) != 0 || bad;
+    if (bad && !R->write_errno)
+        R->write_errno = errno ? errno : EIO;
 }
 
 /* Runs the gnuplot script `name`.gp (already written in the report folder) twice, into
@@ -105,13 +121,21 @@ static int gnuplot(const report *R, const char *name, const char *size, pt_err *
              "cd '%s' && gnuplot -e \"set terminal pngcairo size %s font ',10'; "
              "set output '%s.png'; load '%s.gp'; set terminal svg size %s dynamic "
              "font 'sans,10'; set output '%s.svg'; load '%s.gp'\" 2>'%s.gnuplot.log'",
-             R->o->out, size, name, name, size, name, name, name);
+             R->dir, size, name, name, size, name, name, name);
     int rc = system(cmd);
-    if (rc != 0)
-        return pt_err_set(err, "gnuplot failed drawing %s/%s (see %s/%s.gnuplot.log)",
-                          R->o->out, name, R->o->out, name);
-    char log[1024];
-    snprintf(log, sizeof log, "%s/%s.gnuplot.log", R->o->out, name);
+    char log[2048];
+    snprintf(log, sizeof log, "%s/%s.gnuplot.log", R->dir, name);
+    if (rc != 0) {
+        /* the staging folder goes: what gnuplot said is part of the message */
+        char said[160] = "";
+        FILE *f = fopen(log, "r");
+        if (f && fgets(said, sizeof said, f))
+            said[strcspn(said, "\n")] = 0;
+        if (f)
+            fclose(f);
+        return pt_err_set(err, "gnuplot failed drawing %s/%s%s%s", R->o->out, name,
+                          said[0] ? ": " : "", said);
+    }
     remove(log);
     return 0;
 }
@@ -131,7 +155,7 @@ static void link_data(report *R, const char *name, const char *data, const char 
     R->drawn++;
 }
 
-static void link(report *R, const char *name, const char *title, const char *what)
+static void index_entry(report *R, const char *name, const char *title, const char *what)
 {
     link_data(R, name, NULL, title, what);
 }
@@ -201,8 +225,8 @@ static void short_layout(const char *canon, char *out, size_t cap)
  * here, in characters; 0 when it has none. */
 static int longest_label(const report *R, const char *name)
 {
-    char path[1024], line[4096];
-    snprintf(path, sizeof path, "%s/%s", R->o->out, name);
+    char path[2048], line[4096];
+    snprintf(path, sizeof path, "%s/%s", R->dir, name);
     FILE *f = fopen(path, "r");
     int longest = 0;
     while (f && fgets(line, sizeof line, f)) {
@@ -244,7 +268,7 @@ static int draw_mfu(report *R, pt_err *err)
                 100 * r->predicted_mfu, 100 * r->measured_mfu, (long long)r->id, lay, r->layout);
         max = fmax(max, fmax(r->predicted_mfu, r->measured_mfu) * 100);
     }
-    fclose(f);
+    close_out(R, f);
     if (!(f = open_in(R, "mfu.gp", err)))
         return -1;
     double top = max > 0 ? ceil(max * 1.3) : 1;
@@ -262,10 +286,10 @@ static int draw_mfu(report *R, pt_err *err)
             "     'mfu.dat' using 2:3:4 with labels left offset char 0.8,0 font ',8' "
             "noenhanced notitle\n",
             top, top);
-    fclose(f);
+    close_out(R, f);
     if (gnuplot(R, "mfu", "700,650", err))
         return -1;
-    link(R, "mfu", "Predicted against measured MFU",
+    index_entry(R, "mfu", "Predicted against measured MFU",
          "Each point is a recorded run, labelled with its id and layout; on the dashed line "
          "the prediction was exact, inside the bands it was within 10% and 25%.");
     return 0;
@@ -286,7 +310,7 @@ static int draw_steptime(report *R, pt_err *err)
         fprintf(f, "%zu %.6g %.6g \"#%lld %s %s\"\n", i, r->predicted_step_s,
                 r->measured_step_s, (long long)r->id, short_rev(r->git_revision), lay);
     }
-    fclose(f);
+    close_out(R, f);
     if (!(f = open_in(R, "steptime.gp", err)))
         return -1;
     fprintf(f,
@@ -301,12 +325,12 @@ static int draw_steptime(report *R, pt_err *err)
             "title 'measured', \\\n"
             "     'steptime.dat' using 1:2 with points pt 6 ps 1.5 lc rgb '#2c3e50' "
             "title 'predicted'\n");
-    fclose(f);
+    close_out(R, f);
     char size[32]; /* room for the turned labels beside a plot of about 600 x 300 */
     snprintf(size, sizeof size, "%d,%d", 700 + 5 * longest, 350 + 5 * longest);
     if (gnuplot(R, "steptime", size, err))
         return -1;
-    link(R, "steptime", "Step time across runs",
+    index_entry(R, "steptime", "Step time across runs",
          "Measured (filled) and predicted (open) seconds per step of each run in the order "
          "they were recorded, labelled with the run id, the git revision and the layout.");
     return 0;
@@ -411,7 +435,7 @@ static int draw_ops(report *R, const pt_run_record *run, pt_err *err)
                     shape ? shape + 1 : "", 1e6 * bars[i].median_s, 1e6 * bars[i].predicted_s,
                     1e6 * bars[i].fitted_s, key);
         }
-        fclose(f);
+        close_out(R, f);
     }
     free(v), free(bars), free(fits);
     if (rc || !(f = open_in(R, "ops.gp", err)))
@@ -428,10 +452,10 @@ static int draw_ops(report *R, const pt_run_record *run, pt_err *err)
             "plot 'ops.dat' using 2:xtic(1) lc rgb '#c0392b' title 'measured (median over all ranks)', \\\n"
             "     '' using 3 lc rgb '#2c3e50' title 'predicted by the tables before the run', \\\n"
             "     '' using 4 lc rgb '#95a5a6' title 'fitted analytic model'\n");
-    fclose(f);
+    close_out(R, f);
     if (gnuplot(R, "ops", "1000,600", err))
         return -1;
-    link(R, "ops", "Per-op predicted against measured",
+    index_entry(R, "ops", "Per-op predicted against measured",
          "Per call, for the ops of the latest traced run that took the most time: the median "
          "measured over every rank, what the cost tables predicted before any run was "
          "calibrated into them, and the analytic model with the fitted efficiencies (ptcalib).");
@@ -528,13 +552,13 @@ static int draw_timeline(report *R, const pt_run_record *run, const pt_span *v, 
     fprintf(f, "# x y xlow xhigh ylow yhigh kind(1 fwd, 2 bwd, 3 other)\n");
     double end_ms = 0; /* of both steps: one time scale, so they compare by eye */
     int rc = predicted_timeline(f, &plan, R->db, &end_ms, err);
-    fclose(f);
+    close_out(R, f);
     if (rc || !(f = open_in(R, "timeline_measured.dat", err)))
         return -1;
     fprintf(f, "# x y xlow xhigh ylow yhigh kind(1 fwd, 2 bwd, 3 other)\n");
     measured_timeline(f, v, n, (int)run->world, &end_ms);
     double right = end_ms > 0 ? 1.02 * end_ms : 1;
-    fclose(f);
+    close_out(R, f);
     if (!(f = open_in(R, "timeline.gp", err)))
         return -1;
     const char *style = "with boxxyerror fs solid 0.8 border rgb 'white' lc variable notitle";
@@ -555,7 +579,7 @@ static int draw_timeline(report *R, const pt_run_record *run, const pt_span *v, 
             "plot 'timeline_measured.dat' using 1:2:3:4:5:6:7 %s\n"
             "unset multiplot\n",
             (long long)run->world, right, style, (long long)run->id, right, style);
-    fclose(f);
+    close_out(R, f);
     if (gnuplot(R, "timeline", "1000,650", err))
         return -1;
     link_data(R, "timeline", "`timeline_predicted.dat`, `timeline_measured.dat`",
@@ -594,7 +618,7 @@ static int draw_memory(report *R, pt_err *err)
         fprintf(f, "\"rank %d (stage %d)\" %.6g %.6g %.6g\n", ranks[i].rank, ranks[i].stage,
                 ranks[i].predicted_memory_bytes / mib, ranks[i].measured_memory_bytes / mib,
                 ranks[i].peak_rss_bytes / mib);
-    fclose(f);
+    close_out(R, f);
     free(ranks);
     if (!(f = open_in(R, "memory.gp", err)))
         return -1;
@@ -612,10 +636,10 @@ static int draw_memory(report *R, pt_err *err)
             "plot 'memory.dat' using 2:xtic(1) lc rgb '#2c3e50' title 'predicted (memory model)', "
             "\\\n     '' using 3 lc rgb '#c0392b' title 'allocated by the model', \\\n"
             "     '' using 4 lc rgb '#95a5a6' title 'process peak (resident set)'\n");
-    fclose(f);
+    close_out(R, f);
     if (gnuplot(R, "memory", "800,500", err))
         return -1;
-    link(R, "memory", "Memory per rank, predicted against measured",
+    index_entry(R, "memory", "Memory per rank, predicted against measured",
          "For the latest run with per-rank figures: the memory model's prediction for each "
          "rank's stage, what its model allocated, and the whole process's peak resident set "
          "(which also holds the data, MPI and the program).");
@@ -761,12 +785,12 @@ static int draw_loss(report *R, const loss_chart *c, pt_err *err)
                 i ? ", \\\n     " : "", c->block[i], i + 1, name, c->block[i] + 1, i + 1);
     }
     fprintf(f, "\n");
-    fclose(f);
+    close_out(R, f);
     char size[32]; /* a key line below the plot per log */
     snprintf(size, sizeof size, "800,%d", 480 + 18 * c->n);
     if (gnuplot(R, "loss", size, err))
         return -1;
-    link(R, "loss", "Loss curves", "Training loss per step (lines) and validation loss "
+    index_entry(R, "loss", "Loss curves", "Training loss per step (lines) and validation loss "
                                    "(points of the same colour) from the runs' --log files, "
                                    "each named with its run's layout.");
     return 0;
@@ -785,8 +809,18 @@ static int make_report(const options *o, report *R, pt_err *err)
                                "ptrun PLAN.json --record --db %s)", o->db, o->db);
     if (system("gnuplot --version >/dev/null 2>&1") != 0)
         return pt_err_set(err, "gnuplot is not installed (tools/setup.sh installs gnuplot-nox)");
-    if (mkdir(o->out, 0777) != 0 && errno != EEXIST)
+    if (mkdir(o->out, 0777) == 0)
+        R->made_out = true;
+    else if (errno != EEXIST)
         return pt_err_set(err, "cannot create '%s': %s", o->out, strerror(errno));
+    /* everything is written into a staging folder and moved into --out only when the
+     * whole report is done: a failure leaves --out as it was */
+    snprintf(R->dir, sizeof R->dir, "%s/.ptreport-%ld", o->out, (long)getpid());
+    if (mkdir(R->dir, 0777) != 0) {
+        int e = errno;
+        R->dir[0] = 0;
+        return pt_err_set(err, "cannot write in '%s': %s", o->out, strerror(e));
+    }
     loss_chart losses; /* first: a --log file that cannot be drawn fails before the rest */
     if (gather_losses(R, &losses, err) || !(R->index = open_in(R, "index.md", err)))
         return -1;
@@ -815,6 +849,37 @@ static int make_report(const options *o, report *R, pt_err *err)
     return rc;
 }
 
+/* Moves the staged files into --out, index.md last (so that it never links a picture
+ * not yet there); then removes the staging folder with whatever is left in it. */
+static int publish(report *R, bool keep, pt_err *err)
+{
+    DIR *d = opendir(R->dir);
+    int rc = d ? 0 : pt_err_set(err, "cannot read '%s': %s", R->dir, strerror(errno));
+    char from[2048], to[2048];
+    for (int pass = 0; d && pass < 2; pass++) {
+        rewinddir(d);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            bool index = !strcmp(e->d_name, "index.md");
+            if (e->d_name[0] == '.' || index != (pass == 1))
+                continue;
+            snprintf(from, sizeof from, "%s/%s", R->dir, e->d_name);
+            snprintf(to, sizeof to, "%s/%s", R->o->out, e->d_name);
+            if (keep && rc == 0 && rename(from, to) != 0)
+                rc = pt_err_set(err, "cannot move '%s' into '%s': %s", e->d_name, R->o->out,
+                                strerror(errno));
+            if (!keep || rc)
+                remove(from);
+        }
+    }
+    if (d)
+        closedir(d);
+    rmdir(R->dir);
+    if (!keep && R->made_out)
+        rmdir(R->o->out); /* only when empty: nothing of anyone else's goes */
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -823,8 +888,13 @@ int main(int argc, char **argv)
     report R = {.o = &o};
     pt_err err = {""};
     int rc = make_report(&o, &R, &err);
-    if (R.index && fclose(R.index) != 0 && rc == 0)
-        rc = pt_err_set(&err, "cannot write '%s/index.md'", o.out);
+    if (R.index)
+        close_out(&R, R.index);
+    if (rc == 0 && R.write_errno)
+        rc = pt_err_set(&err, "cannot write the report in '%s': %s; nothing was changed there",
+                        o.out, strerror(R.write_errno));
+    if (R.dir[0] && publish(&R, rc == 0, rc ? NULL : &err))
+        rc = -1;
     if (rc)
         fprintf(stderr, "ptreport: %s\n", err.msg);
     else
