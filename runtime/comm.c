@@ -775,16 +775,32 @@ int pt_comm_isend_bytes(pt_comm *c, int to, int tag, const void *buf, int64_t by
 
 static int wait_mpi_sends(pt_comm *c, pt_err *err)
 {
-    int rc = 0;
-    for (int i = 0; i < c->n_sends && rc == 0; i++) {
-        rc = pt_comm_await(c, 1, &c->sends[i].req, &c->sends[i].what, err);
+    int rc = 0, done = 0;
+    for (; done < c->n_sends && rc == 0; done++) {
+        rc = pt_comm_await(c, 1, &c->sends[done].req, &c->sends[done].what, err);
         if (rc == 0)
-            free(c->sends[i].copy);
+            free(c->sends[done].copy);
     }
     /* after an error the sends not completed stay posted (MPI may still read their
-     * copies) and are dropped: the run is ending */
-    c->n_sends = 0;
+     * copies): they are kept for a later wait, or for pt_comm_finalize */
+    if (rc)
+        done--;
+    memmove(c->sends, c->sends + done, (size_t)(c->n_sends - done) * sizeof *c->sends);
+    c->n_sends -= done;
     return rc;
+}
+
+/* At the end: the sends that completed are freed without waiting for the others (after
+ * an error a peer may never receive them); those MPI may still read stay allocated. */
+static void drop_mpi_sends(pt_comm *c)
+{
+    for (int i = 0; i < c->n_sends; i++) {
+        int complete = 0;
+        if (MPI_Test(&c->sends[i].req, &complete, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+            complete)
+            free(c->sends[i].copy);
+    }
+    c->n_sends = 0;
 }
 
 int pt_comm_wait_sends(pt_comm *c, pt_err *err)
@@ -820,7 +836,7 @@ void pt_comm_finalize(pt_comm *c)
     if (!c)
         return;
     bool mpi = c->mpi;
-    wait_mpi_sends(c, NULL);
+    drop_mpi_sends(c);
 #ifdef PT_RT_HAVE_NCCL
     if (c->nccl) /* drops sends still queued: the kernel backend may be gone already */
         pt_nccl_close(c);

@@ -397,7 +397,7 @@ void pt_sampler_fill(const pt_sampler *s, int64_t first, int count,
 {
     const uint16_t *tok = s->data->tok;
     for (int i = 0; i < count; i++) {
-        const uint16_t *win = tok + pt_sampler_offset(s, first + i);
+        const uint16_t *win = tok + pt_sampler_offset(s, s->skip + first + i);
         int32_t *in = inputs + (int64_t)i * s->seq, *tg = targets + (int64_t)i * s->seq;
         for (int64_t j = 0; j < s->seq; j++) {
             in[j] = win[j];

@@ -64,13 +64,15 @@ typedef struct {
     int64_t seq;
     int64_t windows;   /* W */
     uint64_t seed;
+    int64_t skip;      /* samples skipped (a loss spike's batches, ptrun --spike-action
+                        * rollback): pt_sampler_fill's sample g is global sample g + skip */
 } pt_sampler;
 
 int pt_sampler_init(pt_sampler *s, const pt_tokens *data, int64_t seq, uint64_t seed,
                     pt_err *err);
 /* Start offset in data->tok of global sample g. */
 int64_t pt_sampler_offset(const pt_sampler *s, int64_t g);
-/* Fills inputs and targets for `count` consecutive global samples from `first`. */
+/* Fills inputs and targets for `count` consecutive global samples from first + skip. */
 void pt_sampler_fill(const pt_sampler *s, int64_t first, int count,
                      int32_t *inputs,    /* (count, s) */
                      int32_t *targets);  /* (count, s) */
@@ -96,7 +98,9 @@ int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *cons
 
 typedef struct pt_st_file pt_st_file;
 /* Reads and validates a whole file: header JSON, offsets inside the data, no
- * overlaps, sizes agreeing with dtype and shape. Errors name the file and tensor. */
+ * overlaps, sizes agreeing with dtype and shape. The header and its offsets are checked
+ * against the file's size before any tensor data are read, so a damaged header of a
+ * large file is refused without reading it. Errors name the file and tensor. */
 int pt_st_open(const char *path, pt_st_file **out, pt_err *err);
 int pt_st_count(const pt_st_file *f);
 const pt_st_tensor *pt_st_at(const pt_st_file *f, int i);
@@ -111,8 +115,10 @@ void pt_st_close(pt_st_file *f);
 /* A checkpoint directory: meta.json (format version, layout string, step, data
  * position, config hash, the files below), model.safetensors (parameters),
  * optim_rank<N>.safetensors (optimizer state and RNG state of each rank). Written as
- * <dir>.tmp-<pid> and renamed to <dir> when complete, replacing an older <dir> only
- * then. */
+ * <dir>.tmp-<pid> and renamed to <dir> when complete; the `keep` newest stay, the
+ * older ones as <dir>.1, <dir>.2, ... A folder is taken for a checkpoint of ours only
+ * when it holds nothing but a checkpoint's files and a meta.json this build reads (an
+ * empty folder counts too); nothing else is ever moved or removed. */
 typedef struct {
     int format_version;
     char layout[256];     /* pt_layout_format of the layout that wrote it */
@@ -124,12 +130,31 @@ typedef struct {
 
 int pt_ckpt_meta_write(const char *dir, const pt_ckpt_meta *m, pt_err *err);
 int pt_ckpt_meta_read(const char *dir, pt_ckpt_meta *m, pt_err *err);
+/* Whether a file can be created at `path`: makes and removes a probe file in its
+ * folder. The error names path, its folder and the reason. Changes nothing. */
+int pt_path_writable(const char *path, pt_err *err);
+/* Whether checkpoints may be written to `dir` (what to check before training): dir and
+ * its kept copies <dir>.1 .. <dir>.<keep-1> are each absent, an empty folder or a
+ * checkpoint of ours, and dir's folder is writable. The error names the path. */
+int pt_ckpt_check_target(const char *dir, int keep, pt_err *err);
 /* Creates the temporary directory for a checkpoint of `dir` and returns its path;
- * pt_ckpt_commit renames it into place (removing an older checkpoint only after
- * the new one is complete); pt_ckpt_abort removes it. */
+ * pt_ckpt_commit syncs it and renames it into place, after moving the previous ones
+ * down a place (<dir> to <dir>.1, ...; the one beyond `keep` is removed, and so are
+ * orphaned temporaries of killed runs that are ours and not newer); each move is one
+ * rename, so a kill at any point leaves every complete checkpoint where pt_ckpt_find
+ * looks. It refuses to move anything that is not ours. pt_ckpt_abort removes tmp (a
+ * temporary folder or a checkpoint of ours; anything else stays). */
 int pt_ckpt_begin(const char *dir, char *tmp, size_t n, pt_err *err);
-int pt_ckpt_commit(const char *tmp, const char *dir, pt_err *err);
+int pt_ckpt_commit(const char *tmp, const char *dir, int keep, pt_err *err);
 void pt_ckpt_abort(const char *tmp);
+/* The newest complete checkpoint (one with a meta.json this build reads) among dir,
+ * its kept copies <dir>.<N> and the temporaries an interrupted commit leaves
+ * (<dir>.tmp-<pid>, <dir>.old-<pid>), with a step below `below_step` (< 0: any); one
+ * whose config hash is `config_hash` is preferred (NULL: any). Its path goes to found
+ * (n bytes), its meta.json to m. When there is none the error is why dir's own
+ * meta.json cannot be read. */
+int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, char *found,
+                 size_t n, pt_ckpt_meta *m, pt_err *err);
 
 /* ---- Communication (runtime/comm.c, comm_nccl.c, rendezvous.c) --------------------------- */
 

@@ -147,6 +147,35 @@ run 2 "$build/ptrun" "$tmp/plan-hot.json" --steps 30 --quiet --sample 0
 err_has "stopping" "diverged loss"
 run 1 "$build/ptrun" "$tmp/missing-plan.json"
 err_has "missing-plan.json" "missing plan"
+# a plan edited to sizes whose activation buffers cannot be addressed (2^52 tokens per
+# micro-batch): refused with the sizes named, before any of it is allocated
+python3 - "$tmp/plan.json" "$tmp/plan-huge.json" <<'PY' 2>/dev/null
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+l = d["layout"]
+l["mbs"], l["n_micro"] = 1 << 30, 1
+l["string"] = re.sub(r"mbs=\d+", "mbs=1073741824", l["string"])
+d["training"]["global_batch"] = (1 << 30) * l["dp"]
+d["model"]["seq"], d["model"]["positions"] = 1 << 22, "rope"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+if [ -s "$tmp/plan-huge.json" ]; then
+    head -c 8500000 /dev/zero | tr '\0' 'a' >"$tmp/huge.txt"
+    run 1 "$build/ptrun" "$tmp/plan-huge.json" --data "$tmp/huge.txt" --steps 1
+    err_has "of 4503599627370496 tokens (widest row" "activations too large to address"
+fi
+# Outputs that cannot be written are found before the first step, not after the last
+run 1 "$build/ptrun" "$tmp/plan.json" --steps 3 --trace "$tmp/no-such-dir/trace.json"
+err_has "--trace '$tmp/no-such-dir/trace.json' cannot be written" "unwritable trace"
+grep -q "^step" "$tmp/out" && fail "an unwritable trace is found before training"
+run 1 "$build/ptrun" "$tmp/plan.json" --steps 3 --record --db "$tmp/no-such-dir/costs.db"
+err_has "no-such-dir/costs.db" "unwritable cost database"
+grep -q "^step" "$tmp/out" && fail "an unwritable cost database is found before training"
+# a log on a full disk: exit 1 and the cause, never a log cut mid-line with exit 0
+if [ -c /dev/full ]; then
+    run 1 "$build/ptrun" "$tmp/plan.json" --steps 3 --log /dev/full
+    err_has "cannot write the log '/dev/full': No space left on device" "log on a full disk"
+fi
 run 1 "$build/ptrun"
 err_has "which plan" "no plan given"
 

@@ -15,6 +15,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,7 +43,21 @@ static const char usage_text[] =
     "  --checkpoint DIR     write a checkpoint to DIR (every --checkpoint-every steps and\n"
     "                       at the end)\n"
     "  --checkpoint-every N [0 = only at the end]\n"
-    "  --resume DIR         continue from the checkpoint in DIR\n"
+    "  --resume DIR         continue from the newest complete checkpoint in DIR (or in\n"
+    "                       the DIR.N, DIR.tmp-PID and DIR.old-PID an interrupted\n"
+    "                       run left)\n"
+    "  --keep-checkpoints K keep the K newest checkpoints: DIR, DIR.1 .. DIR.K-1 [2]\n"
+    "  --spike-window N     a loss spike is a step whose loss is over --spike-factor\n"
+    "                       times, or whose gradient norm is over --spike-grad-factor\n"
+    "                       times, the median of the last N steps [32; checked from\n"
+    "                       8 steps on]\n"
+    "  --spike-factor X     [3]\n"
+    "  --spike-grad-factor X [10]\n"
+    "  --spike-action A     on a spike (or a NaN/Inf loss): stop, keeping the checkpoints\n"
+    "                       from before it (exit 2); rollback: reload the newest\n"
+    "                       checkpoint from before it, skip the batches since, and go on\n"
+    "                       (at most 4 times); off: NaN/Inf stop, spikes are ignored\n"
+    "                       [stop]\n"
     "  --log FILE           JSON lines: a header (plan, layout, versions), then one per\n"
     "                       step and validation, each with its time\n"
     "  --trace FILE         Chrome trace of every instruction and op of every rank, on one\n"
@@ -54,6 +69,9 @@ static const char usage_text[] =
     "  --dropout P          dropout probability on the embedding and residual branches\n"
     "                       [the plan's training.dropout]\n"
     "  --threads N          BLAS threads of this rank [1]\n"
+    "  --comm-timeout S     a rank that waits S seconds in one collective or transfer\n"
+    "                       (a stalled or dead peer) reports it and ends the run\n"
+    "                       [$PT_COMM_TIMEOUT, else 300; 0 = wait for ever]\n"
     "  --quiet              no per-step lines\n"
     "  --record             append this run to the cost table: predicted against measured\n"
     "                       step time, MFU and each rank's memory, per-op statistics of\n"
@@ -70,13 +88,22 @@ typedef struct {
     int64_t steps, val_every, val_batches, ckpt_every, sample, threads, stop_after;
     int64_t trace_steps;      /* 0: every step */
     double dropout;           /* < 0: the plan's */
+    double comm_timeout_s;    /* < 0: PT_COMM_TIMEOUT's or the default */
+    int64_t keep_ckpt;        /* checkpoints kept: DIR, DIR.1, ... */
+    int64_t spike_window;     /* steps whose median a spike is measured against */
+    double spike_factor, spike_grad_factor; /* over the medians of loss, gradient norm */
+    int spike_action;         /* SPIKE_* */
     bool quiet;
 } options;
+
+enum { SPIKE_OFF, SPIKE_STOP, SPIKE_ROLLBACK };
 
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
-           O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB, O_DROPOUT, O_TRACE_STEPS };
+           O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB, O_DROPOUT, O_TRACE_STEPS,
+           O_COMM_TIMEOUT };
+    enum { O_KEEP = 512, O_SPIKE_WINDOW, O_SPIKE_FACTOR, O_SPIKE_GFACTOR, O_SPIKE_ACTION };
     static const struct option longopts[] = {
         {"data", 1, 0, O_DATA}, {"steps", 1, 0, O_STEPS}, {"val-every", 1, 0, O_VAL},
         {"val-batches", 1, 0, O_VALB}, {"checkpoint", 1, 0, O_CKPT},
@@ -84,8 +111,18 @@ static int parse_options(int argc, char **argv, options *o)
         {"trace", 1, 0, O_TRACE}, {"sample", 1, 0, O_SAMPLE}, {"threads", 1, 0, O_THREADS},
         {"quiet", 0, 0, O_QUIET}, {"stop-after", 1, 0, O_STOP}, {"help", 0, 0, 'h'},
         {"trace-steps", 1, 0, O_TRACE_STEPS}, {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB}, {"dropout", 1, 0, O_DROPOUT},
+        {"comm-timeout", 1, 0, O_COMM_TIMEOUT},
+        {"keep-checkpoints", 1, 0, O_KEEP}, {"spike-window", 1, 0, O_SPIKE_WINDOW},
+        {"spike-factor", 1, 0, O_SPIKE_FACTOR}, {"spike-grad-factor", 1, 0, O_SPIKE_GFACTOR},
+        {"spike-action", 1, 0, O_SPIKE_ACTION},
         {0, 0, 0, 0}};
-    *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1, .dropout = -1};
+    *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1, .dropout = -1,
+                   .comm_timeout_s = -1};
+    o->keep_ckpt = 2;
+    o->spike_window = 32;
+    o->spike_factor = 3;
+    o->spike_grad_factor = 10;
+    o->spike_action = SPIKE_STOP;
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -110,7 +147,32 @@ static int parse_options(int argc, char **argv, options *o)
         case O_RECORD: o->record = true; break;
         case O_DB: o->db = optarg; break;
         case O_DROPOUT: bad = pt_cli_real("ptrun", "--dropout", optarg, 0, 0.99, &o->dropout); break;
+        case O_COMM_TIMEOUT:
+            bad = pt_cli_real("ptrun", "--comm-timeout", optarg, 0, 1e9, &o->comm_timeout_s);
+            break;
         case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
+        case O_KEEP: bad = pt_cli_int("ptrun", "--keep-checkpoints", optarg, 1, 100, &o->keep_ckpt); break;
+        case O_SPIKE_WINDOW:
+            bad = pt_cli_int("ptrun", "--spike-window", optarg, 1, 1 << 20, &o->spike_window);
+            break;
+        case O_SPIKE_FACTOR:
+            bad = pt_cli_real("ptrun", "--spike-factor", optarg, 1, 1e30, &o->spike_factor);
+            break;
+        case O_SPIKE_GFACTOR:
+            bad = pt_cli_real("ptrun", "--spike-grad-factor", optarg, 1, 1e30,
+                              &o->spike_grad_factor);
+            break;
+        case O_SPIKE_ACTION:
+            o->spike_action = strcmp(optarg, "stop") == 0       ? SPIKE_STOP
+                              : strcmp(optarg, "rollback") == 0 ? SPIKE_ROLLBACK
+                              : strcmp(optarg, "off") == 0      ? SPIKE_OFF
+                                                                : -1;
+            if (o->spike_action < 0) {
+                fprintf(stderr, "ptrun: --spike-action '%s': expected stop, rollback or off\n",
+                        optarg);
+                bad = 1;
+            }
+            break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default:
             return pt_cli_bad_option("ptrun", c, argv[optind - 1]);
@@ -138,6 +200,7 @@ typedef struct {
     pt_sched sched;
     pt_trace trace;
     FILE *log;
+    int log_errno;              /* errno of the first failed --log line, 0 when none */
     double model_flops;       /* per step, all ranks, the planner's count */
     double peak_flops;        /* all the layout's devices */
     pt_comm *comm;
@@ -148,6 +211,8 @@ typedef struct {
     int64_t timed_steps, steps_run, cap_step_s;
     bool has_data;            /* the first and last stage read data; others none */
     int64_t start_step;
+    int64_t data_skip;        /* samples skipped by spike rollbacks (train_s.skip) */
+    bool spike_fired;         /* the PT_TEST_SPIKE_AT test hook has fired */
     char config_hash[17];
 } run;
 
@@ -357,8 +422,9 @@ static int write_state(const char *tmp, run *r, const host_state *h, pt_err *err
 
 static int write_meta(const char *tmp, run *r, int64_t step, pt_err *err)
 {
+    /* the data position: the step's first sample, past the samples rollbacks skipped */
     pt_ckpt_meta meta = {.format_version = 1, .step = step, .world = r->world,
-                         .data_pos = step * r->plan.train.global_batch};
+                         .data_pos = step * r->plan.train.global_batch + r->data_skip};
     pt_layout_format(&r->plan.layout, meta.layout, sizeof meta.layout);
     snprintf(meta.config_hash, sizeof meta.config_hash, "%s", r->config_hash);
     return pt_ckpt_meta_write(tmp, &meta, err);
@@ -366,8 +432,8 @@ static int write_meta(const char *tmp, run *r, int64_t step, pt_err *err)
 
 /* Every rank writes its files into one temporary directory that rank 0 made; rank 0
  * then writes meta.json and renames the directory into place, only if every rank
- * succeeded. */
-static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
+ * succeeded, keeping the `keep` newest (DIR, DIR.1, ...). */
+static int save_checkpoint(const char *dir, int keep, run *r, int64_t step, pt_err *err)
 {
     host_state h;
     char tmp[1024] = "";
@@ -385,7 +451,7 @@ static int save_checkpoint(const char *dir, run *r, int64_t step, pt_err *err)
     bool all = pt_comm_all_ok(r->comm, rc == 0);
     if (r->rank == 0) {
         if (all && (rc = write_meta(tmp, r, step, err)) == 0)
-            rc = pt_ckpt_commit(tmp, dir, err);
+            rc = pt_ckpt_commit(tmp, dir, keep, err);
         else
             pt_ckpt_abort(tmp);
     }
@@ -429,35 +495,64 @@ static int read_state(const char *dir, run *r, host_state *h, pt_err *err)
     return rc ? -1 : 0;
 }
 
-static int resume(const char *dir, run *r, pt_err *err)
+/* Loads the checkpoint at path, whose meta.json pt_ckpt_find read, after checking that
+ * it belongs to this run, and takes its data position. Collective when the model's
+ * state is (pt_net_set_state). */
+static int load_checkpoint(const char *path, const pt_ckpt_meta *meta, run *r, pt_err *err)
 {
-    pt_ckpt_meta meta;
     char layout[256];
-    if (pt_ckpt_meta_read(dir, &meta, err))
-        return -1;
+    int64_t first = meta->step * r->plan.train.global_batch;
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
-    if (strcmp(meta.layout, layout) != 0)
+    if (strcmp(meta->layout, layout) != 0)
         return pt_err_set(err, "%s: the checkpoint was written by layout %s; this plan's is %s",
-                          dir, meta.layout, layout);
-    if (strcmp(meta.config_hash, r->config_hash) != 0)
+                          path, meta->layout, layout);
+    if (strcmp(meta->config_hash, r->config_hash) != 0)
         return pt_err_set(err, "%s: the checkpoint was written for another model or other "
-                               "training settings (config hash %s, this plan %s)", dir,
-                          meta.config_hash, r->config_hash);
-    if (meta.world != r->world)
+                               "training settings (config hash %s, this plan %s)", path,
+                          meta->config_hash, r->config_hash);
+    if (meta->world != r->world)
         return pt_err_set(err, "%s: the checkpoint was written by %lld ranks, this run has %d",
-                          dir, (long long)meta.world, r->world);
+                          path, (long long)meta->world, r->world);
+    if (meta->step > r->plan.run.steps)
+        return pt_err_set(err, "%s/meta.json: field 'step' = %lld is beyond the plan's "
+                               "run.steps (%lld)", path, (long long)meta->step,
+                          (long long)r->plan.run.steps);
+    /* data_pos is the step's first sample plus what spike rollbacks skipped */
+    if (meta->data_pos < first || meta->data_pos - first > (1LL << 50))
+        return pt_err_set(err, "%s/meta.json: field 'data_pos' = %lld does not fit step %lld "
+                               "(expected at least step x global batch = %lld, and at most "
+                               "2^50 skipped samples more)", path, (long long)meta->data_pos,
+                          (long long)meta->step, (long long)first);
     host_state h;
     int rc = host_state_alloc(&h, &r->net) ? pt_err_set(err, "out of memory") : 0;
     if (rc == 0)
-        rc = read_state(dir, r, &h, err);
+        rc = read_state(path, r, &h, err);
     if (rc == 0)
         rc = pt_net_set_state(&r->net, h.master, h.m, h.v, err);
     host_state_free(&h);
     if (rc == 0) {
-        r->start_step = meta.step;
-        printf("resumed %s at step %lld\n", dir, (long long)meta.step);
+        r->data_skip = meta->data_pos - first;
+        r->train_s.skip = r->data_skip;
     }
     return rc;
+}
+
+/* Continues from the newest complete checkpoint of dir: dir itself, or where a commit
+ * that was interrupted left a newer one (pt_ckpt_find). */
+static int resume(const char *dir, run *r, pt_err *err)
+{
+    pt_ckpt_meta meta;
+    char path[4096];
+    if (pt_ckpt_find(dir, r->config_hash, -1, path, sizeof path, &meta, err) ||
+        load_checkpoint(path, &meta, r, err))
+        return -1;
+    r->start_step = meta.step;
+    printf("resumed %s at step %lld", path, (long long)meta.step);
+    if (r->data_skip)
+        printf(", data position %lld (%lld samples skipped)", (long long)meta.data_pos,
+               (long long)r->data_skip);
+    printf("\n");
+    return 0;
 }
 
 /* ---- The JSON-lines log --------------------------------------------------------------------- */
@@ -491,6 +586,28 @@ static FILE *log_begin(run *r, const char *type, int64_t step)
     return r->log;
 }
 
+/* Whether every line of --log reached its file: a full disk sets the stream's error flag
+ * and cuts the log mid-line, which must not pass as a complete log. */
+static int log_check(const options *o, run *r, pt_err *err)
+{
+    if (!r->log)
+        return 0;
+    errno = 0;
+    if (fflush(r->log) == 0 && !ferror(r->log))
+        return 0;
+    int e = r->log_errno ? r->log_errno : errno;
+    return pt_err_set(err, "cannot write the log '%s': %s; it is incomplete", o->log,
+                      e ? strerror(e) : "write error");
+}
+
+/* Ends a line of --log, keeping the cause of the first failure for log_check. */
+static void log_end(run *r, FILE *f)
+{
+    errno = 0;
+    if ((fputs("}\n", f) < 0 || ferror(f)) && !r->log_errno)
+        r->log_errno = errno ? errno : EIO;
+}
+
 /* A whole line of --log: log_begin, then the fields `fields` formats. */
 __attribute__((format(printf, 4, 5)))
 static void log_line(run *r, const char *type, int64_t step, const char *fields, ...)
@@ -502,7 +619,7 @@ static void log_line(run *r, const char *type, int64_t step, const char *fields,
     va_start(ap, fields);
     vfprintf(f, fields, ap);
     va_end(ap);
-    fputs("}\n", f);
+    log_end(r, f);
 }
 
 /* ,"key":"value" with value escaped as a JSON string (paths and names may hold quotes). */
@@ -642,39 +759,243 @@ static int keep_step_time(run *r, double time_s, pt_err *err)
     return 0;
 }
 
+/* ---- The loss-spike guard ------------------------------------------------------------------ */
+
+/* A loss spike: a step whose loss, or gradient norm, is far above the median of the
+ * steps before it. Large runs see them (PaLM: Chowdhery et al. 2022, section 5.1, which
+ * restarted from a checkpoint about 100 steps before the spike and skipped 200-500
+ * batches); a diverging run passes through them before its loss becomes NaN, so a
+ * checkpoint written after one may already be damaged. The guard measures each step
+ * against the medians of the last --spike-window healthy steps, once it has
+ * SPIKE_MIN_STEPS of them (the first steps' losses fall fast), and a spiking step is
+ * never checkpointed. The decision is the same on every rank: the loss and gradient
+ * norm are the global batch's, summed over ranks. */
+enum { SPIKE_MIN_STEPS = 8, SPIKE_MAX_ROLLBACKS = 4 };
+
+typedef struct {
+    double *loss, *gnorm, *scratch;   /* the last `window` healthy steps, a ring */
+    int64_t window, n, next;
+    double loss_median, gnorm_median; /* of the ring, as the last check found them */
+    int rollbacks;
+} spike_guard;
+
+static int spike_init(spike_guard *g, int64_t window, pt_err *err)
+{
+    *g = (spike_guard){.window = window};
+    g->loss = calloc((size_t)window, sizeof *g->loss);
+    g->gnorm = calloc((size_t)window, sizeof *g->gnorm);
+    g->scratch = calloc((size_t)window, sizeof *g->scratch);
+    return g->loss && g->gnorm && g->scratch ? 0 : pt_err_set(err, "out of memory");
+}
+
+static void spike_free(spike_guard *g)
+{
+    free(g->loss);
+    free(g->gnorm);
+    free(g->scratch);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double spike_median(spike_guard *g, const double *v)
+{
+    memcpy(g->scratch, v, (size_t)g->n * sizeof *v);
+    qsort(g->scratch, (size_t)g->n, sizeof *v, cmp_double);
+    return g->n % 2 ? g->scratch[g->n / 2]
+                    : 0.5 * (g->scratch[g->n / 2 - 1] + g->scratch[g->n / 2]);
+}
+
+/* Whether step s spikes; the medians it was measured against stay in g. */
+static bool spike_check(const options *o, spike_guard *g, const pt_step_stats *s)
+{
+    if (g->n < SPIKE_MIN_STEPS && g->n < g->window)
+        return false;
+    g->loss_median = spike_median(g, g->loss);
+    g->gnorm_median = spike_median(g, g->gnorm);
+    return s->loss > o->spike_factor * g->loss_median ||
+           s->grad_norm > o->spike_grad_factor * g->gnorm_median;
+}
+
+static void spike_push(spike_guard *g, const pt_step_stats *s)
+{
+    g->loss[g->next] = s->loss;
+    g->gnorm[g->next] = s->grad_norm;
+    g->next = (g->next + 1) % g->window;
+    g->n += g->n < g->window;
+}
+
+/* Test hook (tests/cli_checkpoint.sh), not an option: PT_TEST_SPIKE_AT=N multiplies
+ * every parameter by 100 just before step N runs the first time in this process, so
+ * that step's loss and gradients really explode, deterministically; a rollback must
+ * undo it by reloading the weights. Collective, like every call here. */
+static int test_spike_hook(run *r, int64_t step, pt_err *err)
+{
+    const char *at = getenv("PT_TEST_SPIKE_AT");
+    if (!at || r->spike_fired || atoll(at) != step + 1)
+        return 0;
+    r->spike_fired = true;
+    host_state h;
+    int rc = host_state_alloc(&h, &r->net) ? pt_err_set(err, "out of memory") : 0;
+    if (rc == 0)
+        rc = pt_net_get_state(&r->net, h.master, h.m, h.v, err);
+    for (int64_t i = 0; rc == 0 && i < r->net.n_elems; i++)
+        h.master[i] *= 100.0f;
+    if (rc == 0)
+        rc = pt_net_set_state(&r->net, h.master, h.m, h.v, err);
+    host_state_free(&h);
+    return rc;
+}
+
+/* "checkpoint DIR.1 (step 40, from before it) is kept", or why there is none. */
+static void kept_checkpoint(const options *o, const run *r, int64_t bad, char *out, size_t n)
+{
+    pt_ckpt_meta meta;
+    pt_err ignored;
+    char path[4096];
+    if (!o->ckpt)
+        snprintf(out, n, "no checkpoint was asked for");
+    else if (pt_ckpt_find(o->ckpt, r->config_hash, bad, path, sizeof path, &meta, &ignored))
+        snprintf(out, n, "no checkpoint from before it is in %s", o->ckpt);
+    else
+        snprintf(out, n, "checkpoint %s (step %lld, from before it) is kept", path,
+                 (long long)meta.step);
+}
+
+/* Back to the newest checkpoint from before step `bad` (1-based: the spike's), with the
+ * data position just past the spike's batch, so that the batches of the steps since
+ * that checkpoint are skipped. Returns the checkpoint's step, or -1. Collective. */
+static int64_t rollback(const options *o, run *r, int64_t bad, pt_err *err)
+{
+    pt_ckpt_meta meta;
+    char path[4096];
+    int64_t batch = r->plan.train.global_batch;
+    int64_t past = bad * batch + r->data_skip; /* the data position after the spike */
+    if (!o->ckpt)
+        return pt_err_set(err, "--spike-action rollback needs --checkpoint"), -1;
+    if (pt_ckpt_find(o->ckpt, r->config_hash, bad, path, sizeof path, &meta, err) ||
+        load_checkpoint(path, &meta, r, err))
+        return -1;
+    r->data_skip = past - meta.step * batch;
+    r->train_s.skip = r->data_skip;
+    printf("rollback: back to %s (step %lld), skipping the %lld batches of steps %lld-%lld "
+           "(data position now %lld)\n", path, (long long)meta.step,
+           (long long)(bad - meta.step), (long long)meta.step + 1, (long long)bad,
+           (long long)past);
+    log_line(r, "rollback", bad, ",\"to_step\":%lld,\"batches_skipped\":%lld,"
+             "\"data_pos\":%lld", (long long)meta.step, (long long)(bad - meta.step),
+             (long long)past);
+    return meta.step;
+}
+
+/* What to do about step `step` (0-based) whose figures are s: 0 go on, 1 rolled back
+ * (*step is then the checkpoint's step - 1, for the loop's increment), 2 stop (err
+ * says why), -1 failure. */
+static int guard_step(const options *o, run *r, spike_guard *g, int64_t *step,
+                      const pt_step_stats *s, pt_err *err)
+{
+    int64_t bad = *step + 1;
+    bool finite = isfinite(s->loss) && isfinite(s->grad_norm);
+    bool spike = finite && o->spike_action != SPIKE_OFF && spike_check(o, g, s);
+    char kept[4200];
+    if (finite && !spike) {
+        spike_push(g, s);
+        return 0;
+    }
+    if (spike) {
+        printf("spike:  step %lld: loss %.4g (median %.4g of the last %lld steps, %.3gx), grad "
+               "norm %.4g (median %.4g, %.3gx)\n", (long long)bad, s->loss, g->loss_median,
+               (long long)g->n, s->loss / g->loss_median, s->grad_norm, g->gnorm_median,
+               s->grad_norm / g->gnorm_median);
+        log_line(r, "spike", bad, ",\"loss\":%.17g,\"grad_norm\":%.17g,\"median_loss\":%.17g,"
+                 "\"median_grad_norm\":%.17g", s->loss, s->grad_norm, g->loss_median,
+                 g->gnorm_median);
+    }
+    pt_ckpt_meta before;
+    pt_err none;
+    char path[4096];
+    bool can_roll = o->spike_action == SPIKE_ROLLBACK && g->rollbacks < SPIKE_MAX_ROLLBACKS &&
+                    o->ckpt && pt_ckpt_find(o->ckpt, r->config_hash, bad, path, sizeof path,
+                                            &before, &none) == 0;
+    if (can_roll) {
+        if (!spike)
+            printf("spike:  step %lld: the loss became %s (grad norm %g)\n", (long long)bad,
+                   isnan(s->loss) ? "NaN" : !isfinite(s->loss) ? "infinite" : "finite",
+                   s->grad_norm);
+        g->rollbacks++;
+        int64_t to = rollback(o, r, bad, err);
+        if (to < 0)
+            return -1;
+        *step = to - 1;
+        return 1;
+    }
+    kept_checkpoint(o, r, bad, kept, sizeof kept);
+    if (!finite)
+        pt_err_set(err, "the loss became %s at step %lld (grad norm %g): stopping; %s",
+                   isnan(s->loss) ? "NaN" : !isfinite(s->loss) ? "infinite" : "finite",
+                   (long long)bad, s->grad_norm, kept);
+    else
+        pt_err_set(err, "loss spike at step %lld: loss %.4g, %.3gx the median %.4g of the last "
+                        "%lld steps (grad norm %.4g, median %.4g): stopping%s; %s",
+                   (long long)bad, s->loss, s->loss / g->loss_median, g->loss_median,
+                   (long long)g->n, s->grad_norm, g->gnorm_median,
+                   g->rollbacks ? " after the most rollbacks allowed" : "", kept);
+    return 2;
+}
+
 static int train(const options *o, run *r, pt_err *err)
 {
     const pt_plan *p = &r->plan;
     double t0 = pt_trace_now();
-    for (int64_t step = r->start_step; step < p->run.steps; step++) {
+    int keep = (int)o->keep_ckpt;
+    spike_guard g;
+    if (spike_init(&g, o->spike_window, err)) {
+        spike_free(&g);
+        return -1;
+    }
+    int rc = 0;
+    for (int64_t step = r->start_step; step < p->run.steps && rc == 0; step++) {
         pt_step_stats s;
-        if (pt_engine_step(&r->net, &r->dist, &r->sched, r->has_data ? &r->train_s : NULL, p,
-                           step, &s, err))
-            return -1;
-        if (!isfinite(s.loss) || !isfinite(s.grad_norm)) {
-            pt_err_set(err, "the loss became %s at step %lld (grad norm %g): stopping; the last "
-                            "checkpoint%s is kept", isnan(s.loss) ? "NaN" : "infinite",
-                       (long long)step + 1, s.grad_norm, o->ckpt ? "" : " (none was asked for)");
-            return 2;
+        pt_comm_set_context(r->comm, step + 1, "training"); /* for the watchdog's report */
+        if (test_spike_hook(r, step, err) ||
+            pt_engine_step(&r->net, &r->dist, &r->sched, r->has_data ? &r->train_s : NULL, p,
+                           step, &s, err)) {
+            rc = -1;
+            break;
+        }
+        int guard = guard_step(o, r, &g, &step, &s, err);
+        if (guard == 1)
+            continue;
+        if (guard) {
+            rc = guard;
+            break;
         }
         report_step(o, r, step, &s, pt_trace_now() - t0);
         r->steps_run++;
         if (step > r->start_step && keep_step_time(r, s.time_s, err)) /* not the warm-up */
-            return -1;
-        if (o->val_every && (step + 1) % o->val_every == 0 && validate(o, r, step + 1, err))
-            return -1;
-        if (o->ckpt && o->ckpt_every && (step + 1) % o->ckpt_every == 0 &&
-            save_checkpoint(o->ckpt, r, step + 1, err))
-            return -1;
-        if (o->stop_after && step + 1 == o->stop_after && step + 1 < p->run.steps) {
+            rc = -1;
+        else if (o->val_every && (step + 1) % o->val_every == 0 && validate(o, r, step + 1, err))
+            rc = -1;
+        else if (o->ckpt && o->ckpt_every && (step + 1) % o->ckpt_every == 0 &&
+                 save_checkpoint(o->ckpt, keep, r, step + 1, err))
+            rc = -1;
+        else if (o->stop_after && step + 1 == o->stop_after && step + 1 < p->run.steps) {
             if (o->ckpt && !(o->ckpt_every && (step + 1) % o->ckpt_every == 0) &&
-                save_checkpoint(o->ckpt, r, step + 1, err))
-                return -1;
-            printf("stopped after step %lld as asked%s\n", (long long)step + 1,
-                   o->ckpt ? "; --resume continues" : "");
-            return 3;
+                save_checkpoint(o->ckpt, keep, r, step + 1, err))
+                rc = -1;
+            else {
+                printf("stopped after step %lld as asked%s\n", (long long)step + 1,
+                       o->ckpt ? "; --resume continues" : "");
+                rc = 3;
+            }
         }
     }
+    spike_free(&g);
+    if (rc)
+        return rc;
     double sumsq = pt_engine_param_sumsq(&r->net, &r->dist, err);
     if (sumsq < 0)
         return -1;
@@ -683,7 +1004,7 @@ static int train(const options *o, run *r, pt_err *err)
     if (!just_validated && validate(o, r, p->run.steps, err))
         return -1;
     bool just_saved = o->ckpt_every && p->run.steps % o->ckpt_every == 0;
-    if (o->ckpt && !just_saved && save_checkpoint(o->ckpt, r, p->run.steps, err))
+    if (o->ckpt && !just_saved && save_checkpoint(o->ckpt, keep, r, p->run.steps, err))
         return -1;
     return 0;
 }
@@ -896,12 +1217,19 @@ static int record_run(const options *o, run *r, const pt_trace *merged, const pt
     size_t n_spans = 0;
     if (rc == 0)
         rc = last_step_spans(merged, &spans, &n_spans, err);
+    /* the run and its samples in one transaction: a failure (a full disk) leaves neither */
+    if (rc == 0)
+        rc = pt_costdb_begin(db, err);
     if (rc == 0)
         rc = pt_costdb_record_run(db, &rec, mem, r->world, stats, n_stats, spans, n_spans,
                                   &id, err);
     free(spans);
     if (rc == 0 && !rec.noisy[0])
         rc = pt_costdb_put_run_samples(db, hw.device, id, smp, n_smp, &ops, err);
+    if (rc == 0)
+        rc = pt_costdb_commit(db, err);
+    else
+        pt_costdb_rollback(db, NULL);
     pt_costdb_close(db);
     free(stats);
     free(smp);
@@ -973,13 +1301,54 @@ static int log_header(const options *o, run *r, pt_err *err)
     log_string(f, "git_revision", PT_GIT_REVISION);
     if (o->resume)
         fprintf(f, ",\"resumed_from_step\":%lld", (long long)r->start_step);
-    fputs("}\n", f);
+    log_end(r, f);
+    return log_check(o, r, err); /* an unwritable log is found before training */
+}
+
+/* Whether a file can be created where `path` will be written (its folder exists and is
+ * writable): a probe file beside it, created and removed. */
+static int probe_writable(const char *path, const char *what, pt_err *err)
+{
+    char probe[4096];
+    if ((size_t)snprintf(probe, sizeof probe, "%s.probe-%ld", path, (long)getpid()) >=
+        sizeof probe)
+        return pt_err_set(err, "%s '%s': the path is too long", what, path);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return pt_err_set(err, "%s '%s' cannot be written: %s", what, path, strerror(errno));
+    close(fd);
+    unlink(probe);
     return 0;
+}
+
+/* The outputs of the end of the run, checked before training so that an unwritable
+ * trace or cost database is found in the first second, not after the last step. */
+static int outputs_writable(const options *o, run *r, pt_err *err)
+{
+    if (r->rank != 0)
+        return 0;
+    if (o->trace && probe_writable(o->trace, "--trace", err))
+        return -1;
+    if (!o->record)
+        return 0;
+    char path[512];
+    if (o->db)
+        snprintf(path, sizeof path, "%s", o->db);
+    else
+        pt_cli_default_db(path, sizeof path, true);
+    pt_costdb *db = NULL;
+    int rc = pt_costdb_open(path, PT_COSTDB_CREATE, &db, err);
+    pt_costdb_close(db);
+    return rc;
 }
 
 static int go(const options *o, run *r, pt_err *err)
 {
     if (pt_plan_read(o->plan, &r->plan, err) || check_plan(o, r, err) || place(r, err))
+        return 1;
+    /* a checkpoint that cannot be written, or would replace what is not ours, is
+     * refused now, not after training */
+    if (o->ckpt && r->rank == 0 && pt_ckpt_check_target(o->ckpt, (int)o->keep_ckpt, err))
         return 1;
     char layout[256];
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
@@ -997,11 +1366,15 @@ static int go(const options *o, run *r, pt_err *err)
         if (log_header(o, r, err))
             return 1;
     }
+    if (outputs_writable(o, r, err))
+        return 1;
     report_memory(r);
     printf("train   %lld steps of %lld sequences of %lld tokens, predicted %.3g s/step\n",
            (long long)r->plan.run.steps, (long long)r->plan.train.global_batch,
            (long long)r->plan.model.seq, r->plan.predicted.step_time_s);
     int rc = train(o, r, err);
+    if ((rc == 0 || rc == 3) && log_check(o, r, err))
+        return 1;
     if (rc == 3) /* --stop-after: an interruption on purpose */
         return 0;
     if (rc)
@@ -1038,6 +1411,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ptrun: rank %d: cannot silence stdout\n", r.rank);
     if (r.rank != 0)
         o.log = NULL;
+    if (o.comm_timeout_s >= 0)
+        pt_comm_set_timeout(r.comm, o.comm_timeout_s);
     int rc = go(&o, &r, &err);
     if (rc && r.world > 1)
         pt_comm_abort(r.comm, err.msg); /* takes every rank down, none hangs */
