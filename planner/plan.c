@@ -389,7 +389,7 @@ int pt_plan_from_json(const char *text, const char *origin, pt_plan *out, pt_err
         return -1;
     pt_plan p;
     memset(&p, 0, sizeof p);
-    int64_t version;
+    int64_t version = 0;
     int rc = pt_json_check_keys(&top, plan_keys, err) ||
              pt_json_get_int(&top, "format_version", &version, err);
     if (rc == 0 && version != PT_PLAN_FORMAT_VERSION)
