@@ -1148,6 +1148,15 @@ static void load_check(const pt_op_sample *smp, size_t n, const char *path, cons
                  rec->gemm_ratio, keys, PT_NOISY_GEMM_RATIO);
 }
 
+/* The cost database of --record: --db, else the default (created with its folder). */
+static void db_path(const options *o, char *path, size_t n)
+{
+    if (o->db)
+        snprintf(path, n, "%s", o->db);
+    else
+        pt_cli_default_db(path, n, true);
+}
+
 /* Appends the run, its ranks' memory, its per-op statistics and its last step's
  * schedule to the cost table and, unless the load check finds it noisy, its op timings
  * as kernel samples (source trace) under its id. */
@@ -1189,10 +1198,7 @@ static int record_run(const options *o, run *r, const pt_trace *merged, const pt
     if (o->trace)
         absolute_path(o->trace, rec.trace_path, sizeof rec.trace_path);
     char path[512];
-    if (o->db)
-        snprintf(path, sizeof path, "%s", o->db);
-    else
-        pt_cli_default_db(path, sizeof path, true);
+    db_path(o, path, sizeof path);
     pt_costdb *db = NULL;
     pt_op_stat *stats = NULL;
     pt_op_sample *smp = NULL;
@@ -1332,10 +1338,7 @@ static int outputs_writable(const options *o, run *r, pt_err *err)
     if (!o->record)
         return 0;
     char path[512];
-    if (o->db)
-        snprintf(path, sizeof path, "%s", o->db);
-    else
-        pt_cli_default_db(path, sizeof path, true);
+    db_path(o, path, sizeof path);
     pt_costdb *db = NULL;
     int rc = pt_costdb_open(path, PT_COSTDB_CREATE, &db, err);
     pt_costdb_close(db);
