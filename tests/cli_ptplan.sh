@@ -193,6 +193,15 @@ run 1 --model gpt2-124m --devices 2 --layout "pp=2,first_layers=-1"
 err_has "first_layers=-1" "negative first_layers"
 one_line_error "negative first_layers"
 
+# ---- nothing fits ---------------------------------------------------------------------
+# The search's no-fit path: it says so and why, and writes no plan (its exit status is
+# the checkpoints-and-exits issue's to change).
+"$ptplan" --model gpt3-175b --devices 1 --out "$tmp/nofit.json" >"$tmp/out" 2>"$tmp/err"
+out_has "0 fit in memory" "nothing fits: the summary says so"
+out_has "12 valid but too big" "nothing fits: how many were too big"
+grep -q "no layout fits" "$tmp/out" "$tmp/err" || fail "nothing fits: the advice is printed"
+[ -e "$tmp/nofit.json" ] && fail "nothing fits: no plan is written"
+
 # ---- ranking ----------------------------------------------------------------------
 run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --top 5 --out "$tmp/best.json" \
     --timeline "$tmp/best.trace.json"

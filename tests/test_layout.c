@@ -208,6 +208,19 @@ static void test_explain(void)
     pt_reject_explain(PT_REJECT_WORLD, &m, &c, 64, &l, buf, sizeof buf);
     CHECK_STR_HAS(buf, "= 3");
     CHECK_STR_HAS(buf, "8 ranks");
+    /* sizes a plan.json allows (2^30 per field): the messages' products do not wrap */
+    pt_layout_default(&l);
+    l.cp = 1 << 30;
+    l.dp = 1 << 30;
+    l.zero = 1;
+    pt_reject_explain(PT_REJECT_SEQ_CP, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "2*cp = 2147483648");
+    pt_reject_explain(PT_REJECT_ZERO_NO_DP, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "dp*cp = 1152921504606846976");
+    l.tp = l.pp = 1 << 30;
+    CHECK_INT(pt_layout_world(&l), -1); /* 2^120: beyond int64, said so */
+    pt_reject_explain(PT_REJECT_WORLD, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "more than 2^63 ranks");
     for (int r = 0; r < PT_REJECT_COUNT; r++) {
         CHECK(strlen(pt_reject_name((pt_reject)r)) > 0);
         CHECK(strlen(pt_reject_describe((pt_reject)r)) > 0);
