@@ -65,14 +65,17 @@ grep -q "rank 0: comm timeout: all-reduce of [0-9]* bytes over dp\*cp (2 ranks) 
     "$tmp/dp.err" || fail "dp: the report names the all-reduce, its group, step and peer: $(cat "$tmp/dp.err")"
 [ "$(grep -c 'comm timeout' "$tmp/dp.err")" -ge 1 ] || fail "dp: no report"
 
-# (b) pipeline parallel: the stage transfer, either stage stopped; the other names
-# the send or receive, the step and the stopped stage's rank
+# (b) pipeline parallel, either stage stopped: the other names what it waited in — the
+# stage transfer (send or receive) or, when the stop lands at the end of a step, the
+# all-reduce of the tied embedding between the first and last stage — with the step and
+# the stopped stage's rank
+what="\(\(receive\|send\) of [0-9]* bytes \(from\|to\) world rank R\|all-reduce of [0-9]* bytes over the tied-embedding pair (2 ranks)\)"
 stalled pp1 "pp=2,mbs=2" last
-grep -q "rank 0: comm timeout: \(receive\|send\) of [0-9]* bytes \(from\|to\) world rank 1 in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
-    "$tmp/pp1.err" || fail "pp, last stage stopped: the report names the transfer, step and peer: $(cat "$tmp/pp1.err")"
+grep -q "rank 0: comm timeout: $(echo "$what" | sed 's/R/1/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
+    "$tmp/pp1.err" || fail "pp, last stage stopped: the report names the wait, step and peer: $(cat "$tmp/pp1.err")"
 stalled pp0 "pp=2,mbs=2" first
-grep -q "rank 1: comm timeout: \(receive\|send\) of [0-9]* bytes \(from\|to\) world rank 0 in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 0" \
-    "$tmp/pp0.err" || fail "pp, first stage stopped: the report names the transfer, step and peer: $(cat "$tmp/pp0.err")"
+grep -q "rank 1: comm timeout: $(echo "$what" | sed 's/R/0/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 0" \
+    "$tmp/pp0.err" || fail "pp, first stage stopped: the report names the wait, step and peer: $(cat "$tmp/pp0.err")"
 
 # A bad deadline is refused, naming the option and the variable.
 "$build/ptrun" "$tmp/dp.json" --comm-timeout soon >/dev/null 2>"$tmp/bad.err" &&
