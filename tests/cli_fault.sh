@@ -1,7 +1,7 @@
 #!/bin/sh
 # Fault injection (tests/fault/fault.c): ptrun and ptreport with the N-th write, flush,
 # close, sync or rename failing, and every later one (a disk that has just filled up),
-# for every N the run makes. Whatever N, nothing is lost or half-written: the run either
+# for every N the run makes; likewise ptrun's N-th allocation (memory run out). Whatever N, nothing is lost or half-written: the run either
 # succeeds whole or exits 1 or 2 with one "ptrun:" / "ptreport:" line naming the cause
 # (never a crash or a sanitizer report), the checkpoint it resumed from or a newer
 # complete one is still found by --resume, a log that is not whole is reported as such,
@@ -56,6 +56,32 @@ while [ "$n" -le "$calls" ]; do
     n=$((n + stride))
 done
 echo "checkpoint and log: $calls fault points, every ${stride}th tried"
+
+# ---- allocations: every malloc, calloc and realloc of the project's code in a run that
+# resumes and writes a checkpoint fails from the N-th on; the run ends cleanly ("out of
+# memory ..." or the like, exit 1 or 2) or succeeds, and a checkpoint stays resumable
+go_alloc() {
+    rm -rf ck ck.* log.jsonl
+    cp -r ck0 ck
+    PT_FAULT_ALLOC_AT=$1 PT_FAULT_ALLOC_COUNT="$tmp/acount" "$build/tests/ptrun_fault" \
+        plan.json --resume ck --checkpoint ck --checkpoint-every 1 --log log.jsonl --quiet \
+        --sample 0 --val-every 0 >"$tmp/out" 2>"$tmp/err"
+}
+go_alloc 0
+[ $? = 0 ] || fail "the fault build runs clean without an allocation failure"
+allocs=$(cat "$tmp/acount" 2>/dev/null || echo 0)
+[ "$allocs" -gt 50 ] || fail "the run counts its allocations ($allocs)"
+n=1
+while [ "$n" -le "$allocs" ]; do
+    go_alloc "$n"
+    rc=$?
+    clean_end "ptrun with allocation $n of $allocs failing" "$rc" ptrun
+    "$build/ptrun" plan.json --resume ck --quiet --sample 0 --val-every 0 \
+        >/dev/null 2>"$tmp/err2" ||
+        fail "allocation $n (exit $rc): no checkpoint to resume from: $(cat "$tmp/err2")"
+    n=$((n + stride))
+done
+echo "allocations: $allocs fault points, every ${stride}th tried"
 
 # ---- the report ------------------------------------------------------------------------
 if command -v gnuplot >/dev/null 2>&1; then

@@ -12,12 +12,20 @@
  *                     many N a test has to try)
  * Failed calls set errno to ENOSPC (EIO for fsync) and return their failure value;
  * fclose still closes the stream (the descriptor must not leak).
+ *
+ * Allocations (malloc, calloc, realloc in the project's own code; the shared libraries'
+ * are not wrapped) have a counter of their own, for running out of memory:
+ *   PT_FAULT_ALLOC_AT=N      the N-th allocation fails (NULL, ENOMEM), and every later one
+ *   PT_FAULT_ALLOC_COUNT=F   at exit, the number of allocations counted is written to F
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
 size_t __real_fwrite(const void *p, size_t size, size_t n, FILE *f);
 int __real_fputs(const char *s, FILE *f);
 int __real_fflush(FILE *f);
@@ -96,4 +104,50 @@ int __wrap_fsync(int fd)
 int __wrap_rename(const char *from, const char *to)
 {
     return fault(ENOSPC) ? -1 : __real_rename(from, to);
+}
+
+/* ---- allocations ---------------------------------------------------------------- */
+
+static long allocs, alloc_fail_at = -2;
+static const char *alloc_count_file;
+
+static void write_alloc_count(void)
+{
+    FILE *f = fopen(alloc_count_file, "w");
+    if (f) {
+        fprintf(f, "%ld\n", allocs);
+        __real_fclose(f);
+    }
+}
+
+static int alloc_fault(void)
+{
+    if (alloc_fail_at == -2) {
+        const char *at = getenv("PT_FAULT_ALLOC_AT");
+        alloc_fail_at = at ? atol(at) : -1;
+        alloc_count_file = getenv("PT_FAULT_ALLOC_COUNT");
+        if (alloc_count_file)
+            atexit(write_alloc_count);
+    }
+    allocs++;
+    if (alloc_fail_at > 0 && allocs >= alloc_fail_at) {
+        errno = ENOMEM;
+        return 1;
+    }
+    return 0;
+}
+
+void *__wrap_malloc(size_t n)
+{
+    return alloc_fault() ? NULL : __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    return alloc_fault() ? NULL : __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+    return alloc_fault() ? NULL : __real_realloc(p, n);
 }
