@@ -785,7 +785,8 @@ static int wait_mpi_sends(pt_comm *c, pt_err *err)
      * copies): they are kept for a later wait, or for pt_comm_finalize */
     if (rc)
         done--;
-    memmove(c->sends, c->sends + done, (size_t)(c->n_sends - done) * sizeof *c->sends);
+    if (done > 0 && c->n_sends > done)
+        memmove(c->sends, c->sends + done, (size_t)(c->n_sends - done) * sizeof *c->sends);
     c->n_sends -= done;
     return rc;
 }
