@@ -17,6 +17,7 @@
  * runs, when they are ours, their process is gone and they are not newer.
  */
 #include "runtime.h"
+#include "specjson.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -40,31 +41,11 @@ static const char *const ckpt_fields[] = {"format_version", "layout", "step", "d
 
 /* ---- Files and directories --------------------------------------------------------- */
 
-/* Writes text to path through a temporary file renamed when complete. */
+/* Writes text to path through a temporary file renamed when complete (the project's
+ * one atomic writer, planner/specjson.c). */
 static int ckpt_write_atomic(const char *path, const char *text, pt_err *err)
 {
-    char tmp[CKPT_PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return pt_err_set(err, "%s: path too long", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp)
-        return pt_err_set(err, "cannot write '%s': %s", tmp, strerror(errno));
-    size_t len = strlen(text);
-    int ok = fwrite(text, 1, len, fp) == len && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int saved = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok) {
-        remove(tmp);
-        return pt_err_set(err, "cannot write '%s': %s", path, strerror(saved));
-    }
-    return 0;
+    return pt_file_write_atomic(path, text, strlen(text), err);
 }
 
 /* Removes path: a file or link, or a directory with everything in it (links are

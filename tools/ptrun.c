@@ -15,7 +15,6 @@
 #include "cli.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1311,30 +1310,15 @@ static int log_header(const options *o, run *r, pt_err *err)
     return log_check(o, r, err); /* an unwritable log is found before training */
 }
 
-/* Whether a file can be created where `path` will be written (its folder exists and is
- * writable): a probe file beside it, created and removed. */
-static int probe_writable(const char *path, const char *what, pt_err *err)
-{
-    char probe[4096];
-    if ((size_t)snprintf(probe, sizeof probe, "%s.probe-%ld", path, (long)getpid()) >=
-        sizeof probe)
-        return pt_err_set(err, "%s '%s': the path is too long", what, path);
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0)
-        return pt_err_set(err, "%s '%s' cannot be written: %s", what, path, strerror(errno));
-    close(fd);
-    unlink(probe);
-    return 0;
-}
-
 /* The outputs of the end of the run, checked before training so that an unwritable
  * trace or cost database is found in the first second, not after the last step. */
 static int outputs_writable(const options *o, run *r, pt_err *err)
 {
     if (r->rank != 0)
         return 0;
-    if (o->trace && probe_writable(o->trace, "--trace", err))
-        return -1;
+    pt_err why;
+    if (o->trace && pt_path_writable(o->trace, &why))
+        return pt_err_set(err, "--trace '%s' cannot be written (%s)", o->trace, why.msg);
     if (!o->record)
         return 0;
     char path[512];
