@@ -28,11 +28,14 @@ clean_end() { # WHAT RC
     fail "ptplan writes the plan"
 "$build/ptrun" plan.json --stop-after 2 --checkpoint ck0 --quiet --sample 0 --val-every 0 \
     >/dev/null 2>&1 || fail "the first two steps and their checkpoint"
-go() { # N: resume from ck0's copy, train step 3 with its checkpoint and a log
+go() { # [VAR] N: resume from ck0's copy, train step 3 with its checkpoint and a log,
+       # the N-th I/O call failing (or, with VAR=PT_FAULT_ALLOC, the N-th allocation)
+    var=PT_FAULT
+    [ $# = 2 ] && { var=$1; shift; }
     rm -rf ck ck.* log.jsonl
     cp -r ck0 ck
-    PT_FAULT_AT=$1 PT_FAULT_COUNT="$tmp/count" "$build/tests/ptrun_fault" plan.json --resume ck \
-        --checkpoint ck --checkpoint-every 1 --log log.jsonl --quiet --sample 0 \
+    env "${var}_AT=$1" "${var}_COUNT=$tmp/count" "$build/tests/ptrun_fault" plan.json \
+        --resume ck --checkpoint ck --checkpoint-every 1 --log log.jsonl --quiet --sample 0 \
         --val-every 0 >"$tmp/out" 2>"$tmp/err"
 }
 go 0
@@ -60,20 +63,13 @@ echo "checkpoint and log: $calls fault points, every ${stride}th tried"
 # ---- allocations: every malloc, calloc and realloc of the project's code in a run that
 # resumes and writes a checkpoint fails from the N-th on; the run ends cleanly ("out of
 # memory ..." or the like, exit 1 or 2) or succeeds, and a checkpoint stays resumable
-go_alloc() {
-    rm -rf ck ck.* log.jsonl
-    cp -r ck0 ck
-    PT_FAULT_ALLOC_AT=$1 PT_FAULT_ALLOC_COUNT="$tmp/acount" "$build/tests/ptrun_fault" \
-        plan.json --resume ck --checkpoint ck --checkpoint-every 1 --log log.jsonl --quiet \
-        --sample 0 --val-every 0 >"$tmp/out" 2>"$tmp/err"
-}
-go_alloc 0
+go PT_FAULT_ALLOC 0
 [ $? = 0 ] || fail "the fault build runs clean without an allocation failure"
-allocs=$(cat "$tmp/acount" 2>/dev/null || echo 0)
+allocs=$(cat "$tmp/count" 2>/dev/null || echo 0)
 [ "$allocs" -gt 50 ] || fail "the run counts its allocations ($allocs)"
 n=1
 while [ "$n" -le "$allocs" ]; do
-    go_alloc "$n"
+    go PT_FAULT_ALLOC "$n"
     rc=$?
     clean_end "ptrun with allocation $n of $allocs failing" "$rc" ptrun
     "$build/ptrun" plan.json --resume ck --quiet --sample 0 --val-every 0 \

@@ -33,36 +33,58 @@ int __real_fclose(FILE *f);
 int __real_fsync(int fd);
 int __real_rename(const char *from, const char *to);
 
-static long calls, fail_at = -1;
-static const char *count_file;
+/* One kind of call counted: the N-th and later ones fail (N from `at_env`), and the
+ * count is written at exit to the file `count_env` names. */
+typedef struct {
+    const char *at_env, *count_env;
+    long calls, fail_at;
+    const char *count_file;
+    int ready;
+} counter;
 
-static void write_count(void)
+static counter io = {"PT_FAULT_AT", "PT_FAULT_COUNT", 0, -1, NULL, 0};
+static counter mem = {"PT_FAULT_ALLOC_AT", "PT_FAULT_ALLOC_COUNT", 0, -1, NULL, 0};
+
+static void write_count(const counter *c)
 {
-    FILE *f = fopen(count_file, "w");
+    FILE *f = c->count_file ? fopen(c->count_file, "w") : NULL;
     if (f) {
-        fprintf(f, "%ld\n", calls);
+        fprintf(f, "%ld\n", c->calls);
         __real_fclose(f);
     }
 }
 
-/* Counts one call; true when it must fail. */
-static int fault(int err)
+static void write_counts(void)
 {
-    static int ready;
-    if (!ready) {
-        ready = 1;
-        const char *at = getenv("PT_FAULT_AT");
-        fail_at = at ? atol(at) : -1;
-        count_file = getenv("PT_FAULT_COUNT");
-        if (count_file)
-            atexit(write_count);
+    write_count(&io);
+    write_count(&mem);
+}
+
+/* Counts one call of c's kind; true (errno = err) when it must fail. */
+static int hit(counter *c, int err)
+{
+    static int registered;
+    if (!c->ready) {
+        c->ready = 1;
+        const char *at = getenv(c->at_env);
+        c->fail_at = at ? atol(at) : -1;
+        c->count_file = getenv(c->count_env);
+        if (c->count_file && !registered) {
+            registered = 1;
+            atexit(write_counts);
+        }
     }
-    calls++;
-    if (fail_at > 0 && calls >= fail_at) {
+    c->calls++;
+    if (c->fail_at > 0 && c->calls >= c->fail_at) {
         errno = err;
         return 1;
     }
     return 0;
+}
+
+static int fault(int err)
+{
+    return hit(&io, err);
 }
 
 /* Writes to stdout and stderr are not counted: the report of a failure must get out. */
@@ -108,33 +130,9 @@ int __wrap_rename(const char *from, const char *to)
 
 /* ---- allocations ---------------------------------------------------------------- */
 
-static long allocs, alloc_fail_at = -2;
-static const char *alloc_count_file;
-
-static void write_alloc_count(void)
-{
-    FILE *f = fopen(alloc_count_file, "w");
-    if (f) {
-        fprintf(f, "%ld\n", allocs);
-        __real_fclose(f);
-    }
-}
-
 static int alloc_fault(void)
 {
-    if (alloc_fail_at == -2) {
-        const char *at = getenv("PT_FAULT_ALLOC_AT");
-        alloc_fail_at = at ? atol(at) : -1;
-        alloc_count_file = getenv("PT_FAULT_ALLOC_COUNT");
-        if (alloc_count_file)
-            atexit(write_alloc_count);
-    }
-    allocs++;
-    if (alloc_fail_at > 0 && allocs >= alloc_fail_at) {
-        errno = ENOMEM;
-        return 1;
-    }
-    return 0;
+    return hit(&mem, ENOMEM);
 }
 
 void *__wrap_malloc(size_t n)
