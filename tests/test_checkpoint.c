@@ -954,6 +954,12 @@ int main(int argc, char **argv)
 {
     /* Not "test_checkpoint": that is the name of this program in the build folder. */
     snprintf(scratch, sizeof scratch, "%s/checkpoint_scratch", argc > 1 ? argv[1] : ".");
+    /* a fresh folder every run: the states an interrupted commit leaves are built in it,
+     * and a checkpoint kept from an earlier run would be found instead */
+    char clear[3200];
+    snprintf(clear, sizeof clear, "rm -rf '%s'", scratch);
+    if (system(clear) != 0)
+        fprintf(stderr, "test_checkpoint: cannot clear '%s'\n", scratch);
     if (mkdir(scratch, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "test_checkpoint: cannot create '%s': %s\n", scratch, strerror(errno));
         return 1;
