@@ -67,9 +67,9 @@ grep -q "rank 0: comm timeout: all-reduce of [0-9]* bytes over dp\*cp (2 ranks) 
 
 # (b) pipeline parallel, either stage stopped: the other names what it waited in — the
 # stage transfer (send or receive) or, when the stop lands at the end of a step, the
-# all-reduce of the tied embedding between the first and last stage — with the step and
-# the stopped stage's rank
-what="\(\(receive\|send\) of [0-9]* bytes \(from\|to\) world rank R\|all-reduce of [0-9]* bytes over the tied-embedding pair (2 ranks)\)"
+# all-reduce of the tied embedding between the first and last stage or the step's
+# world-wide reductions (loss, gradient norm) — with the step and the stopped stage's rank
+what="\(\(receive\|send\) of [0-9]* bytes \(from\|to\) world rank R\|all-reduce of [0-9]* bytes over \(the tied-embedding pair\|the world\) (2 ranks)\)"
 stalled pp1 "pp=2,mbs=2" last
 grep -q "rank 0: comm timeout: $(echo "$what" | sed 's/R/1/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
     "$tmp/pp1.err" || fail "pp, last stage stopped: the report names the wait, step and peer: $(cat "$tmp/pp1.err")"
