@@ -28,8 +28,8 @@ mpirun="mpirun -q --oversubscribe"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# stalled NAME LAYOUT WHICH: runs NAME on 2 ranks, stops the rank WHICH (first or
-# last of the two ptrun processes) once the run is under way, and leaves its exit
+# stalled NAME LAYOUT WHICH: runs NAME on 2 ranks, stops the rank WHICH (first: world
+# rank 0, last: world rank 1) once the run is under way, and leaves its exit
 # status in $rc and its stderr in $tmp/NAME.err.
 stalled() {
     name=$1 layout=$2 which=$3
@@ -44,8 +44,15 @@ stalled() {
         sleep 0.2
     done
     sleep 2
-    ranks=$(pgrep -f "^$build/ptrun $tmp/$name.json")
-    if [ "$which" = first ]; then victim=$(echo "$ranks" | head -1); else victim=$(echo "$ranks" | tail -1); fi
+    # the victim by its MPI rank (Open MPI puts it in each process's environment), not
+    # by process id order, which a wrapped pid counter would reverse
+    want=1
+    [ "$which" = first ] && want=0
+    victim=""
+    for p in $(pgrep -f "^$build/ptrun $tmp/$name.json"); do
+        r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+        [ "$r" = "$want" ] && victim=$p
+    done
     if [ -z "$victim" ]; then
         fail "$name: no rank to stop (the run ended early: $(cat "$tmp/$name.err"))"
     else
