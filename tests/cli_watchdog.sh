@@ -66,9 +66,10 @@ stalled() {
     [ "$rc" != 0 ] || fail "$name: the run with a stopped rank exited 0"
 }
 
-# (a) data parallel: the gradient all-reduce over dp, rank 1 stopped; rank 0 names it
+# (a) data parallel, rank 1 stopped: rank 0 names the gradient all-reduce over dp·cp
+# or, when the stop lands after it, the step's world-wide reduction (loss, gradient norm)
 stalled dp "dp=2,mbs=2" last
-grep -q "rank 0: comm timeout: all-reduce of [0-9]* bytes over dp\*cp (2 ranks) in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
+grep -q "rank 0: comm timeout: all-reduce of [0-9]* bytes over \(dp\*cp\|the world\) (2 ranks) in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
     "$tmp/dp.err" || fail "dp: the report names the all-reduce, its group, step and peer: $(cat "$tmp/dp.err")"
 [ "$(grep -c 'comm timeout' "$tmp/dp.err")" -ge 1 ] || fail "dp: no report"
 
