@@ -53,4 +53,27 @@ static inline void fuzz_file(const uint8_t *data, size_t size, char path[64])
         }                                                                            \
     } while (0)
 
+/* The harness of a spec reader (model, cluster, stack: pt_<T>_from_json,
+ * pt_<T>_validate, pt_<T>_to_json over planner/specjson.c): a spec it accepts must also
+ * validate, and must read back unchanged from the JSON written for it. */
+#define FUZZ_SPEC_HARNESS(T)                                                         \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)                     \
+    {                                                                                \
+        char *text = fuzz_text(data, size);                                          \
+        pt_##T v;                                                                    \
+        pt_err err;                                                                  \
+        if (pt_##T##_from_json(text, "<fuzz>", &v, &err) == 0) {                     \
+            FUZZ_CHECK(pt_##T##_validate(&v, "<fuzz>", &err) == 0);                  \
+            char *out = pt_##T##_to_json(&v);                                        \
+            pt_##T back;                                                             \
+            FUZZ_CHECK(out && pt_##T##_from_json(out, "<written>", &back, &err) == 0); \
+            char *again = pt_##T##_to_json(&back);                                   \
+            FUZZ_CHECK(again && strcmp(out, again) == 0);                            \
+            free(again);                                                             \
+            free(out);                                                               \
+        }                                                                            \
+        free(text);                                                                  \
+        return 0;                                                                    \
+    }
+
 #endif
