@@ -587,6 +587,15 @@ static void ckpt_slot(const char *base, int i, char *out)
         out[0] = '\0';
 }
 
+/* Where rotation moves slot i: the next slot, or `old` for the last of the keep. */
+static void ckpt_slot_next(const char *base, int i, int keep, const char *old, char *out)
+{
+    if (i == keep - 1)
+        snprintf(out, CKPT_PATH_MAX, "%s", old);
+    else
+        ckpt_slot(base, i + 1, out);
+}
+
 /* Moves the checkpoints in the slots <base>, <base>.1, ... one place down to make room
  * for a new <base>, the oldest to `old` (removed after the commit). Every step is one
  * rename, so a kill at any point leaves each complete checkpoint under a name
@@ -604,10 +613,7 @@ static int ckpt_rotate(const char *base, int keep, const char *old, pt_err *err)
         return pt_err_set(err, "cannot remove the stale '%s': %s", old, strerror(errno));
     for (int i = keep - 1; i >= 0; i--) {
         ckpt_slot(base, i, from);
-        if (i == keep - 1)
-            snprintf(to, sizeof to, "%s", old);
-        else
-            ckpt_slot(base, i + 1, to);
+        ckpt_slot_next(base, i, keep, old, to);
         if (ckpt_exists(from) && rename(from, to) != 0)
             return pt_err_set(err, "cannot move '%s' aside to '%s': %s", from, to,
                               strerror(errno));
@@ -664,10 +670,7 @@ static int ckpt_swap(const char *tmp, const char *base, int keep, const char *ol
         char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
         for (int i = 0; i < keep; i++) { /* back up the slots again */
             ckpt_slot(base, i, to);
-            if (i == keep - 1)
-                snprintf(from, sizeof from, "%s", old);
-            else
-                ckpt_slot(base, i + 1, from);
+            ckpt_slot_next(base, i, keep, old, from);
             if (ckpt_exists(from) && rename(from, to) != 0)
                 return pt_err_set(err, "cannot rename '%s' to '%s': %s; the previous "
                                   "checkpoint is in '%s'", tmp, base, strerror(saved), from);
