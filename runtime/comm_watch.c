@@ -104,21 +104,13 @@ static const char *slot_name(int slot)
 static void list_peers(const pt_comm *c, int slot, char *out, size_t cap)
 {
     const pt_comm_group *g = &c->grp[slot];
-    size_t len = strlen(out);
-    int listed = 0, more = 0;
+    pt_rank_list l = {out, cap, strlen(out), 0, 0};
     for (int i = 0; i < g->size; i++) {
         int r = c->members[slot] ? c->members[slot][i] : i;
-        if (r == c->rank)
-            continue;
-        if (listed < 16 && len < cap) {
-            len += (size_t)snprintf(out + len, cap - len, "%s%d", listed ? ", " : "", r);
-            listed++;
-        } else {
-            more++;
-        }
+        if (r != c->rank)
+            pt_rank_list_add(&l, r);
     }
-    if (more && len < cap)
-        snprintf(out + len, cap - len, " and %d more", more);
+    pt_rank_list_end(&l);
 }
 
 int pt_comm_missed(pt_comm *c, const pt_comm_wait_for *w, double waited_s, pt_err *err)

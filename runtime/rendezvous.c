@@ -192,26 +192,35 @@ void pt_rdv_abort(const pt_rdv *r, const char *why)
 
 /* ---- Barrier and broadcast --------------------------------------------------------------- */
 
+void pt_rank_list_add(pt_rank_list *l, int rank)
+{
+    if (l->listed < 16 && l->len < l->cap) {
+        l->len += (size_t)snprintf(l->out + l->len, l->cap - l->len, "%s%d",
+                                   l->listed ? ", " : "", rank);
+        l->listed++;
+    } else {
+        l->more++;
+    }
+}
+
+void pt_rank_list_end(pt_rank_list *l)
+{
+    if (l->more && l->len < l->cap)
+        snprintf(l->out + l->len, l->cap - l->len, " and %d more", l->more);
+}
+
 /* Lists the ranks whose barrier file is missing into out ("3, 5, 9 and 12 more"). */
 static void missing_ranks(const pt_rdv *r, const char *name, char *out, size_t cap)
 {
-    int listed = 0, more = 0;
-    size_t len = 0;
+    pt_rank_list l = {out, cap, 0, 0, 0};
     out[0] = '\0';
     for (int k = 0; k < r->size; k++) {
         char path[1100];
         path_of(r, name, k, path, sizeof path);
-        if (exists(path))
-            continue;
-        if (listed < 16 && len < cap) {
-            len += (size_t)snprintf(out + len, cap - len, "%s%d", listed ? ", " : "", k);
-            listed++;
-        } else {
-            more++;
-        }
+        if (!exists(path))
+            pt_rank_list_add(&l, k);
     }
-    if (more && len < cap)
-        snprintf(out + len, cap - len, " and %d more", more);
+    pt_rank_list_end(&l);
 }
 
 int pt_rdv_barrier(const pt_rdv *r, const char *name, pt_err *err)

@@ -315,6 +315,17 @@ void pt_comm_finalize(pt_comm *c);
 
 /* ---- File rendezvous (runtime/rendezvous.c) ------------------------------------------------ */
 
+/* Ranks named in a message, "1, 3, 5 and 12 more" (the first 16 by number): set out and
+ * cap (out[0] = '\0'), add the ranks, then end. What the rendezvous and the collective
+ * watchdog say they wait on. */
+typedef struct {
+    char *out;
+    size_t cap, len;
+    int listed, more;
+} pt_rank_list;
+void pt_rank_list_add(pt_rank_list *l, int rank);
+void pt_rank_list_end(pt_rank_list *l);
+
 /* Where a launcher without MPI put this process, from the environment: rank and world
  * size from SLURM_PROCID and SLURM_NTASKS (srun), else RANK and WORLD_SIZE (torchrun
  * and others); local rank from SLURM_LOCALID, else LOCAL_RANK; the directory from

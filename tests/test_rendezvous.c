@@ -297,6 +297,30 @@ static int init_as(int rank)
     return rc ? rc : size == 1 ? 0 : 6;
 }
 
+/* The rank list of the messages: the first 16 by number, then a count; appended after
+ * what out already holds; cut, never overrun, by a small buffer. */
+static void test_rank_list(void)
+{
+    char out[256] = "waiting on ";
+    pt_rank_list l = {out, sizeof out, strlen(out), 0, 0};
+    for (int r = 0; r < 20; r++)
+        pt_rank_list_add(&l, r * 2);
+    pt_rank_list_end(&l);
+    CHECK(strcmp(out, "waiting on 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, "
+                      "30 and 4 more") == 0);
+    char few[8] = "";
+    pt_rank_list s = {few, sizeof few, 0, 0, 0};
+    pt_rank_list_add(&s, 3);
+    pt_rank_list_end(&s);
+    CHECK(strcmp(few, "3") == 0);
+    char tiny[6] = "";
+    pt_rank_list t = {tiny, sizeof tiny, 0, 0, 0};
+    for (int r = 100; r < 140; r++)
+        pt_rank_list_add(&t, r);
+    pt_rank_list_end(&t);
+    CHECK(strcmp(tiny, "100, ") == 0);
+}
+
 static void test_init(void)
 {
     int r0 = 0, r1 = 1, st[2];
@@ -331,6 +355,7 @@ int main(int argc, char **argv)
         perror(dir);
         return 1;
     }
+    test_rank_list();
     test_env();
     test_exchange();
     test_timeouts();
