@@ -28,6 +28,12 @@ clean_end() { # WHAT RC
     fail "ptplan writes the plan"
 "$build/ptrun" plan.json --stop-after 2 --checkpoint ck0 --quiet --sample 0 --val-every 0 \
     >/dev/null 2>&1 || fail "the first two steps and their checkpoint"
+# a complete checkpoint is still there to resume from, whatever failed before
+resumable() { # WHAT
+    "$build/ptrun" plan.json --resume ck --quiet --sample 0 --val-every 0 \
+        >/dev/null 2>"$tmp/err2" ||
+        fail "$1: no checkpoint to resume from: $(cat "$tmp/err2")"
+}
 go() { # [VAR] N: resume from ck0's copy, train step 3 with its checkpoint and a log,
        # the N-th I/O call failing (or, with VAR=PT_FAULT_ALLOC, the N-th allocation)
     var=PT_FAULT
@@ -52,10 +58,7 @@ while [ "$n" -le "$calls" ]; do
         awk '!/^\{.*\}$/ { bad = 1 } END { exit bad }' log.jsonl ||
             fail "fault $n: exit 0 but the log has a cut line"
     fi
-    # a complete checkpoint is still there to resume from
-    "$build/ptrun" plan.json --resume ck --quiet --sample 0 --val-every 0 \
-        >/dev/null 2>"$tmp/err2" ||
-        fail "fault $n (exit $rc): no checkpoint to resume from: $(cat "$tmp/err2")"
+    resumable "fault $n (exit $rc)"
     n=$((n + stride))
 done
 echo "checkpoint and log: $calls fault points, every ${stride}th tried"
@@ -72,9 +75,7 @@ while [ "$n" -le "$allocs" ]; do
     go PT_FAULT_ALLOC "$n"
     rc=$?
     clean_end "ptrun with allocation $n of $allocs failing" "$rc" ptrun
-    "$build/ptrun" plan.json --resume ck --quiet --sample 0 --val-every 0 \
-        >/dev/null 2>"$tmp/err2" ||
-        fail "allocation $n (exit $rc): no checkpoint to resume from: $(cat "$tmp/err2")"
+    resumable "allocation $n (exit $rc)"
     n=$((n + stride))
 done
 echo "allocations: $allocs fault points, every ${stride}th tried"
