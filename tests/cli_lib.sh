@@ -4,6 +4,10 @@
 #                         and fails unless it exits WANT
 #   err_has TEXT WHAT / out_has TEXT WHAT   grep -- TEXT in $tmp/err / $tmp/out
 #   one_line_error WHAT   stderr is one line and stdout empty
+#   $mpirun               mpirun as the multi-rank tests launch it
+#   await_training OUT N  waits (N times 0.2 s at most) until ptrun's stdout in OUT
+#                         shows training under way (its '^train' summary line)
+#   rank_pid PLAN RANK    the process id of ptrun's MPI rank RANK running PLAN
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -19,4 +23,22 @@ out_has() { grep -q -- "$1" "$tmp/out" || fail "stdout lacks '$1' ($2)"; }
 one_line_error() {
     [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "want one error line ($1), got: $(cat "$tmp/err")"
     [ ! -s "$tmp/out" ] || fail "stdout not empty on error ($1)"
+}
+mpirun="mpirun -q --oversubscribe"
+[ "$(id -u)" = 0 ] && mpirun="$mpirun --allow-run-as-root"
+await_training() {
+    for _ in $(seq 1 "$2"); do
+        grep -q '^train' "$1" 2>/dev/null && return 0
+        sleep 0.2
+    done
+    return 1
+}
+# by the rank Open MPI puts in each process's environment, not by process id order,
+# which a wrapped pid counter would reverse
+rank_pid() {
+    for p in $(pgrep -f "^$build/ptrun $1"); do
+        r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+        [ "$r" = "$2" ] && { echo "$p"; return 0; }
+    done
+    return 1
 }

@@ -9,7 +9,7 @@
 set -u
 build=$(cd "$1" && pwd)
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
-tmp=$(mktemp -d)
+. "$(dirname "$0")/cli_lib.sh"
 launcher=""
 cleanup() {
     # a run the test failed to end: resume and end its ranks (those of this test only)
@@ -23,10 +23,6 @@ cleanup() {
 trap cleanup EXIT
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
-mpirun="mpirun -q --oversubscribe"
-[ "$(id -u)" = 0 ] && mpirun="$mpirun --allow-run-as-root"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # stalled NAME LAYOUT WHICH: runs NAME on 2 ranks, stops the rank WHICH (first: world
 # rank 0, last: world rank 1) once the run is under way, and leaves its exit
@@ -39,20 +35,11 @@ stalled() {
         --sample 0 --comm-timeout 5 >"$tmp/$name.out" 2>"$tmp/$name.err" &
     launcher=$!
     # under way: rank 0 has printed its plan summary and steps are running
-    for _ in $(seq 1 100); do
-        grep -q '^train' "$tmp/$name.out" 2>/dev/null && break
-        sleep 0.2
-    done
+    await_training "$tmp/$name.out" 100
     sleep 2
-    # the victim by its MPI rank (Open MPI puts it in each process's environment), not
-    # by process id order, which a wrapped pid counter would reverse
     want=1
     [ "$which" = first ] && want=0
-    victim=""
-    for p in $(pgrep -f "^$build/ptrun $tmp/$name.json"); do
-        r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-        [ "$r" = "$want" ] && victim=$p
-    done
+    victim=$(rank_pid "$tmp/$name.json" "$want")
     if [ -z "$victim" ]; then
         fail "$name: no rank to stop (the run ended early: $(cat "$tmp/$name.err"))"
     else

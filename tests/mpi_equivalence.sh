@@ -15,14 +15,9 @@
 set -u
 build="$1"
 suite="${2:-pipeline}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
-mpirun="mpirun -q --oversubscribe"
-[ "$(id -u)" = 0 ] && mpirun="$mpirun --allow-run-as-root"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 steps=20
 # Extra ptrun options of every run of the suite (the reference's too).
 extra=""
@@ -193,13 +188,10 @@ $mpirun -np 2 "$build/ptrun" "$tmp/dp.json" --quiet --val-every 0 --sample 0 \
 launcher=$!
 # the rank is killed once the steps run (rank 0 has printed the training summary), not
 # while the ranks still start, which a loaded machine can stretch past any fixed sleep
-for _ in $(seq 1 300); do
-    grep -q '^train' "$tmp/killed.out" 2>/dev/null && break
-    sleep 0.2
-done
+await_training "$tmp/killed.out" 300
 sleep 1
-# the last ptrun rank, not mpirun, whose command line names the plan as well
-victim=$(pgrep -f "^$build/ptrun $tmp/dp.json" | tail -1)
+# a ptrun rank (rank 1), not mpirun, whose command line names the plan as well
+victim=$(rank_pid "$tmp/dp.json" 1)
 [ -n "$victim" ] && kill -9 "$victim" || fail "no rank of the run to kill"
 start=$(date +%s)
 while kill -0 "$launcher" 2>/dev/null && [ $(( $(date +%s) - start )) -lt 30 ]; do sleep 1; done
