@@ -1,11 +1,12 @@
 /*
  * The communication watchdog (runtime/comm_watch.c) under mpirun on 2 ranks
  * (tests/run_mpi.sh 2 test_comm_watchdog), on a dp = 2 grid: PT_COMM_TIMEOUT is read
- * and checked; a collective, a receive and a send whose peer comes 2 s late each end
- * at a 1 s deadline with the report naming the operation, its bytes, the group or
- * peer, the ranks waited on and the step; the late peer's side still completes. The
- * test asks the comm to return the report (timeout_returns, comm_internal.h) instead
- * of ending the run; tests/cli_watchdog.sh checks the ending with ptrun.
+ * and checked; a collective, a receive and a send whose peer comes LATE_S (4 s) late
+ * each end at a 1 s deadline (3 s of margin for a busy machine's scheduling) with the
+ * report naming the operation, its bytes, the group or peer, the ranks waited on and
+ * the step; the late peer's side still completes. The test asks the comm to return the
+ * report (timeout_returns, comm_internal.h) instead of ending the run;
+ * tests/cli_watchdog.sh checks the ending with ptrun.
  */
 #include "check.h"
 #include "comm_internal.h"
@@ -14,6 +15,7 @@
 #include <time.h>
 
 enum { N = 7, BIG = 1 << 18 }; /* BIG floats: 1 MiB, past MPI's eager limit */
+#define LATE_S 4.0 /* how late the peer comes, against the 1 s deadline */
 
 /* Buffers of operations a missed deadline leaves posted: MPI may write them later. */
 static float coll_buf[N], recv_buf[4], send_buf[BIG], late_buf[BIG];
@@ -91,7 +93,7 @@ int main(int argc, char **argv)
                                "step 7 (testing) did not finish within 1 s, waiting on world "
                                "rank(s) 1");
     } else {
-        sleep_s(2);
+        sleep_s(LATE_S);
         CHECK_INT(pt_comm_allreduce(c, PT_GROUP_DP, coll_buf, N, &err), 0);
         CHECK_NEAR(coll_buf[N - 1], 2 * (N - 1) + 1, 0); /* rank 0's part still arrived */
     }
@@ -105,7 +107,7 @@ int main(int argc, char **argv)
                                "the training steps did not finish within 1 s, waiting on "
                                "world rank(s) 1");
     } else {
-        sleep_s(2);
+        sleep_s(LATE_S);
         float v[4] = {1, 2, 3, 4};
         CHECK_INT(pt_comm_isend(c, 0, 5, v, 4, &err), 0);
         CHECK_INT(pt_comm_wait_sends(c, &err), 0);
@@ -122,7 +124,7 @@ int main(int argc, char **argv)
         CHECK_STR_HAS(err.msg, "comm timeout: send of 1048576 bytes to world rank 0 in step 12 "
                                "(training)");
     } else {
-        sleep_s(2);
+        sleep_s(LATE_S);
         CHECK_INT(pt_comm_recv(c, 1, 9, late_buf, BIG, &err), 0);
         CHECK_NEAR(late_buf[BIG - 1], BIG - 1, 0);
     }
