@@ -80,17 +80,25 @@ void pt_net_cp_slice(const pt_net *n, const int32_t *full, int32_t *local)
 
 /* ---- Allocation of slots and scratch ---------------------------------------------------- */
 
-/* Hands out consecutive pieces of one allocation (or, with base NULL, only counts). */
+/* Hands out consecutive pieces of one allocation (or, with base NULL, only counts; a
+ * count past half the address space sets `overflow`: the plan's sizes come from a file
+ * a user may have edited, so the sums are checked rather than trusted). */
 typedef struct {
     char *base;
     size_t used;
+    bool overflow;
 } carve;
 
 static float *take(carve *c, int64_t elems, size_t elem_bytes)
 {
-    size_t bytes = ((size_t)elems * elem_bytes + 63) & ~(size_t)63;
+    int64_t bytes;
+    if (c->overflow || elems < 0 || !pt_mul64(elems, (int64_t)elem_bytes, &bytes) ||
+        !pt_add64(bytes, 63, &bytes) || (uint64_t)bytes > SIZE_MAX / 2 - c->used) {
+        c->overflow = true;
+        return NULL;
+    }
     float *p = c->base ? (float *)(c->base + c->used) : NULL;
-    c->used += bytes;
+    c->used += (size_t)bytes & ~(size_t)63;
     return p;
 }
 
@@ -177,47 +185,58 @@ static int64_t widest_row(const dims *d)
     return w;
 }
 
-/* Whether every size carve_slot and carve_scratch compute fits (checked arithmetic):
- * each buffer is at most tokens x widest row (or b·a·s, which is no larger) values of at
- * most 8 bytes, and there are fewer than 20 buffers per layer and chunk plus 40 more,
- * per slot, plus the scratch. The plan's sizes come from a file a user may have edited,
- * so the products are checked rather than trusted. */
-static bool sizes_addressable(const pt_net *n, const dims *d, int slots)
+/* Whether each buffer's size can be computed: carve_slot and carve_scratch take at most
+ * tokens x the widest row (or b·a·s, which is no larger) values of at most 8 bytes per
+ * buffer, products they form in int64 before take checks the sums. */
+static bool buffer_sizes_fit(const dims *d)
 {
-    int64_t buffers, bound;
-    int64_t lse = 0;
-    return pt_prod64((int64_t[]){d->b, d->a, d->s}, 3, &lse) &&
-           pt_add64(20 * (n->n_layers + n->layout.vp), 40, &buffers) &&
-           pt_prod64((int64_t[]){d->T, widest_row(d), 8, buffers, (int64_t)slots + 1}, 5,
-                     &bound) &&
-           lse <= d->T * widest_row(d) && (uint64_t)bound <= SIZE_MAX / 2;
+    int64_t row, lse;
+    return pt_prod64((int64_t[]){d->T, widest_row(d), 8}, 3, &row) &&
+           pt_prod64((int64_t[]){d->b, d->a, d->s}, 3, &lse) && lse <= d->T * widest_row(d);
 }
 
-static pt_acts *alloc_slot(pt_net *n, const dims *d)
+static int too_large(pt_err *err, const pt_net *n, const dims *d, int slots)
+{
+    return pt_err_set(err, "the activations of %d micro-batch(es) of %lld tokens (widest row "
+                           "%lld values, %lld layers) are more bytes than this machine can "
+                           "address", slots, (long long)d->T, (long long)widest_row(d),
+                      (long long)n->n_layers);
+}
+
+static int alloc_slot(pt_net *n, const dims *d, int slots, pt_acts **out, pt_err *err)
 {
     pt_acts *A = calloc(1, sizeof *A);
     int64_t L = n->n_layers;
+    *out = NULL;
     if (!A || !(A->x = calloc((size_t)(L + n->layout.vp), sizeof *A->x)) ||
         !(A->layer = calloc((size_t)L, sizeof *A->layer))) {
         if (A)
             free(A->x);
         free(A);
-        return NULL;
+        return pt_err_set(err, "out of memory");
     }
     carve c = {0};
     carve_slot(&c, n, d, A);
+    if (c.overflow) {
+        free(A->x);
+        free(A->layer);
+        free(A);
+        return too_large(err, n, d, slots);
+    }
     n->bytes += (int64_t)c.used;
     c.base = n->kn->alloc(n->kn, c.used);
     if (!c.base) {
         free(A->x);
         free(A->layer);
         free(A);
-        return NULL;
+        return pt_err_set(err, "out of memory for the activations of %d micro-batches of "
+                               "%lld tokens", slots, (long long)d->T);
     }
     A->mem = c.base;
     c.used = 0;
     carve_slot(&c, n, d, A);
-    return A;
+    *out = A;
+    return 0;
 }
 
 static void free_slot(pt_net *n, pt_acts *A)
@@ -258,11 +277,8 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
     if (d.cp > 1 && n->spec.seq % (2 * d.cp))
         return pt_err_set(err, "context parallelism: sequence %lld does not split into "
                                "2·cp = %d chunks", (long long)n->spec.seq, 2 * d.cp);
-    if (!sizes_addressable(n, &d, slots))
-        return pt_err_set(err, "the activations of %d micro-batch(es) of %lld tokens (widest "
-                               "row %lld values, %lld layers) are more bytes than this machine "
-                               "can address", slots, (long long)d.T,
-                          (long long)widest_row(&d), (long long)n->n_layers);
+    if (!buffer_sizes_fit(&d))
+        return too_large(err, n, &d, slots);
     if (build_op_lists(n, p))
         return pt_err_set(err, "out of memory building the op lists");
     n->slot = calloc((size_t)slots, sizeof *n->slot);
@@ -274,11 +290,12 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
     n->scratch = S;
     n->n_slots = slots;
     for (int i = 0; i < slots; i++)
-        if (!(n->slot[i] = alloc_slot(n, &d)))
-            return pt_err_set(err, "out of memory for the activations of %d micro-batches of "
-                                   "%lld tokens", slots, (long long)d.T);
+        if (alloc_slot(n, &d, slots, &n->slot[i], err))
+            return -1;
     carve c = {0};
     carve_scratch(&c, n, &d, S);
+    if (c.overflow)
+        return too_large(err, n, &d, slots);
     n->bytes += (int64_t)c.used;
     if (!(c.base = n->kn->alloc(n->kn, c.used)))
         return pt_err_set(err, "out of memory for gradient scratch (%zu bytes)", c.used);

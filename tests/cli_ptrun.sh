@@ -147,22 +147,26 @@ run 2 "$build/ptrun" "$tmp/plan-hot.json" --steps 30 --quiet --sample 0
 err_has "stopping" "diverged loss"
 run 1 "$build/ptrun" "$tmp/missing-plan.json"
 err_has "missing-plan.json" "missing plan"
-# a plan edited to sizes whose activation buffers cannot be addressed (2^52 tokens per
-# micro-batch): refused with the sizes named, before any of it is allocated
-python3 - "$tmp/plan.json" "$tmp/plan-huge.json" <<'PY' 2>/dev/null
+# a plan edited to sizes whose activation buffers cannot be addressed: refused with the
+# sizes named, before any of it is allocated — at 2^52 tokens per micro-batch one
+# buffer's size does not fit int64; at 2^50 each does, but not their sum over a slot
+python3 - "$tmp/plan.json" "$tmp/plan-huge" <<'PY' 2>/dev/null
 import json, re, sys
-d = json.load(open(sys.argv[1]))
-l = d["layout"]
-l["mbs"], l["n_micro"] = 1 << 30, 1
-l["string"] = re.sub(r"mbs=\d+", "mbs=1073741824", l["string"])
-d["training"]["global_batch"] = (1 << 30) * l["dp"]
-d["model"]["seq"], d["model"]["positions"] = 1 << 22, "rope"
-json.dump(d, open(sys.argv[2], "w"))
+for log_mbs in (30, 28):
+    d = json.load(open(sys.argv[1]))
+    l = d["layout"]
+    l["mbs"], l["n_micro"] = 1 << log_mbs, 1
+    l["string"] = re.sub(r"mbs=\d+", "mbs=%d" % (1 << log_mbs), l["string"])
+    d["training"]["global_batch"] = (1 << log_mbs) * l["dp"]
+    d["model"]["seq"], d["model"]["positions"] = 1 << 22, "rope"
+    json.dump(d, open("%s-%d.json" % (sys.argv[2], log_mbs), "w"))
 PY
-if [ -s "$tmp/plan-huge.json" ]; then
+if [ -s "$tmp/plan-huge-30.json" ]; then
     head -c 8500000 /dev/zero | tr '\0' 'a' >"$tmp/huge.txt"
-    run 1 "$build/ptrun" "$tmp/plan-huge.json" --data "$tmp/huge.txt" --steps 1
+    run 1 "$build/ptrun" "$tmp/plan-huge-30.json" --data "$tmp/huge.txt" --steps 1
     err_has "of 4503599627370496 tokens (widest row" "activations too large to address"
+    run 1 "$build/ptrun" "$tmp/plan-huge-28.json" --data "$tmp/huge.txt" --steps 1
+    err_has "of 1125899906842624 tokens (widest row" "a slot too large to address"
 fi
 # Outputs that cannot be written are found before the first step, not after the last
 run 1 "$build/ptrun" "$tmp/plan.json" --steps 3 --trace "$tmp/no-such-dir/trace.json"
