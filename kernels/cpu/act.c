@@ -20,6 +20,7 @@ void pt_kcpu_gelu_forward(pt_kernels *kn,
                           int64_t n)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + GELU_CUBE * x * x * x)));
@@ -33,6 +34,7 @@ void pt_kcpu_gelu_backward(pt_kernels *kn,
                            int64_t n)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
@@ -50,6 +52,7 @@ void pt_kcpu_swiglu_forward(pt_kernels *kn,
                             int64_t n, int f)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n * f)
     for (int64_t i = 0; i < n * f; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -65,6 +68,7 @@ void pt_kcpu_swiglu_backward(pt_kernels *kn,
                              int64_t n, int f)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n * f)
     for (int64_t i = 0; i < n * f; i++) {
         float g = gate[i];
         float sig = 1.0f / (1.0f + expf(-g));

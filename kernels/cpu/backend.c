@@ -11,6 +11,10 @@
 
 #include "cpu.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 size_t pt_kdtype_bytes(pt_kdtype dt) { return dt == PT_KDTYPE_BF16 ? 2 : 4; }
 
 const char *pt_kdtype_name(pt_kdtype dt) { return dt == PT_KDTYPE_BF16 ? "bf16" : "fp32"; }
@@ -98,8 +102,12 @@ pt_kernels *pt_kernels_cpu(int threads)
         return NULL;
     *kn = cpu_table;
     kn->err[0] = '\0';
-    if (threads > 0)
+    if (threads > 0) {
         openblas_set_num_threads(threads);
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+    }
     return kn;
 }
 

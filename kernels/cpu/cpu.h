@@ -9,6 +9,20 @@
 
 #include "kernels.h"
 
+/* Loops over independent rows or elements run on the backend's threads (--threads, the
+ * same count OpenBLAS uses) when the build has OpenMP, and only when there is enough
+ * work (PT_KCPU_PAR_MIN elements) to pay for waking them. Each iteration computes the
+ * same numbers whichever thread runs it, so results do not depend on the thread count;
+ * reductions across iterations stay serial (or fixed-size blocks, pt_kcpu_sumsq). */
+#define PT_KCPU_PAR_MIN 32768
+#ifdef _OPENMP
+#define PT_KCPU_PRAGMA(x) _Pragma(#x)
+#define PT_KCPU_PARALLEL_FOR(work) \
+    PT_KCPU_PRAGMA(omp parallel for schedule(static) if ((work) >= 32768))
+#else
+#define PT_KCPU_PARALLEL_FOR(work)
+#endif
+
 /* embed.c */
 void pt_kcpu_embed_forward(pt_kernels *kn, float *out, const int32_t *tokens,
                            const float *wte, const float *wpe, int b, int s, int h,

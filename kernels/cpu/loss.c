@@ -15,6 +15,7 @@ void pt_kcpu_ce_local_max(pt_kernels *kn,
                           int64_t n, int vr)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n * vr)
     for (int64_t r = 0; r < n; r++) {
         const float *x = logits + r * vr;
         float mx = -INFINITY;
@@ -31,6 +32,7 @@ void pt_kcpu_ce_local_sumexp(pt_kernels *kn,
                              int64_t n, int vr)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n * vr)
     for (int64_t r = 0; r < n; r++) {
         const float *x = logits + r * vr;
         double sum = 0.0;
@@ -64,6 +66,7 @@ void pt_kcpu_ce_finalize(pt_kernels *kn,
                          int64_t n, int vr, int v0, float dloss)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n * vr)
     for (int64_t r = 0; r < n; r++) {
         const float *x = logits + r * vr;
         if (targets[r] < 0) { /* padded row */
@@ -95,6 +98,7 @@ void pt_kcpu_crossentropy(pt_kernels *kn,
 {
     /* the vocab-parallel pieces with one slice holding the whole vocabulary, row by
      * row so that the statistics stay in registers */
+    PT_KCPU_PARALLEL_FOR(n * (int64_t)v)
     for (int64_t r = 0; r < n; r++) {
         float mx, sum, tgt;
         const float *x = logits + r * v;

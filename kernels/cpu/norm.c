@@ -17,6 +17,7 @@ void pt_kcpu_layernorm_forward(pt_kernels *kn,
                                int64_t n, int h, float eps)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n * (int64_t)h)
     for (int64_t r = 0; r < n; r++) {
         const float *x = inp + r * h;
         float *o = out + r * h;
@@ -79,6 +80,7 @@ void pt_kcpu_rmsnorm_forward(pt_kernels *kn,
                              int64_t n, int h, float eps)
 {
     (void)kn;
+    PT_KCPU_PARALLEL_FOR(n * (int64_t)h)
     for (int64_t r = 0; r < n; r++) {
         const float *x = inp + r * h;
         float *o = out + r * h;

@@ -4,6 +4,7 @@
  * and the sum of squares that the global gradient norm and clipping are built from.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu.h"
 
@@ -18,6 +19,7 @@ void pt_kcpu_adamw(pt_kernels *kn,
 {
     (void)kn;
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
+    PT_KCPU_PARALLEL_FOR(n)
     for (int64_t i = 0; i < n; i++) {
         float g = grads[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -28,19 +30,46 @@ void pt_kcpu_adamw(pt_kernels *kn,
         m[i] = mi;
         v[i] = vi;
         params[i] = p;
-        if (params_bf16)
-            params_bf16[i] = pt_k_bf16_from_f32(p);
+    }
+    if (params_bf16) {
+        PT_KCPU_PARALLEL_FOR(n)
+        for (int64_t i = 0; i < n; i++)
+            params_bf16[i] = pt_k_bf16_from_f32(params[i]);
     }
 }
+
+/* Blocks of SUMSQ_BLOCK elements are summed on the threads and the block sums added in
+ * order: the same result for any thread count. */
+#define SUMSQ_BLOCK 16384
 
 double pt_kcpu_sumsq(pt_kernels *kn,
                      const float *x,                /* (n) */
                      int64_t n)
 {
     (void)kn;
+    int64_t nb = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
+    double stack[64], *part = nb <= 64 ? stack : malloc((size_t)nb * sizeof *part);
     double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)x[i] * x[i];
+    if (!part) { /* no room for the block sums: the same blocks, one after another */
+        for (int64_t b = 0; b < nb; b++) {
+            double s = 0.0;
+            for (int64_t i = b * SUMSQ_BLOCK; i < n && i < (b + 1) * SUMSQ_BLOCK; i++)
+                s += (double)x[i] * x[i];
+            sum += s;
+        }
+        return sum;
+    }
+    PT_KCPU_PARALLEL_FOR(n)
+    for (int64_t b = 0; b < nb; b++) {
+        double s = 0.0;
+        for (int64_t i = b * SUMSQ_BLOCK; i < n && i < (b + 1) * SUMSQ_BLOCK; i++)
+            s += (double)x[i] * x[i];
+        part[b] = s;
+    }
+    for (int64_t b = 0; b < nb; b++)
+        sum += part[b];
+    if (part != stack)
+        free(part);
     return sum;
 }
 
