@@ -3,7 +3,9 @@
  * for a transformer layer (forward and backward), the embedding, the head with its
  * loss, the gradient reduction and the optimizer step. The simulator prices these
  * ops from the cost tables; the runtime executes the same ops and traces them under
- * the same keys. A change of what a layer does is made here and nowhere else.
+ * the same keys. A change of what a layer does is made here and nowhere else. Each op
+ * is typed (planner.h: its kind, the parameters it uses, the buffers a collective
+ * moves), so the runtime needs no names to find out what to do.
  *
  * Letters as in planner.h. On a rank, T = s_r·b tokens (s_r = s/c) flow through
  * a layer; with sequence parallelism the norms, dropouts and residual adds see
@@ -16,13 +18,88 @@
  * Op keys (the cost-table keys; ptprofile and the runtime's traces must write the
  * same): "<kind>:<dtype>:<shape>", kinds gemm, attn_fwd, attn_bwd, layernorm_fwd/_bwd,
  * rmsnorm_fwd/_bwd, gelu_fwd/_bwd, swiglu_fwd/_bwd, rope_fwd/_bwd, add_fwd,
- * embed_fwd/_bwd, xent_fwd/_bwd, adam.
+ * embed_fwd/_bwd, xent (fused; xent_max and xent_sumexp its vocab-parallel passes),
+ * xent_fwd/_bwd (unfused), adam; the unfused attention's bmm, softmax_fwd/_bwd and
+ * dropout_fwd/_bwd, flash attention's flash_fwd/_bwd.
  */
 #include "planner.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- Names ---------------------------------------------------------------------- */
+
+static const char *const kind_names[PT_OPK_COUNT] = {
+    [PT_OPK_NORM1] = "norm1", [PT_OPK_Q] = "q", [PT_OPK_K] = "k", [PT_OPK_V] = "v",
+    [PT_OPK_ROPE] = "rope", [PT_OPK_ATTN] = "attn", [PT_OPK_ATTN_OUT] = "attn_out",
+    [PT_OPK_ADD1] = "add1", [PT_OPK_NORM2] = "norm2", [PT_OPK_MLP_GATE] = "mlp_gate",
+    [PT_OPK_MLP_UP] = "mlp_up", [PT_OPK_ACT] = "act", [PT_OPK_MLP_DOWN] = "mlp_down",
+    [PT_OPK_ADD2] = "add2", [PT_OPK_MLP_DOWN_DGRAD] = "mlp_down_dgrad",
+    [PT_OPK_MLP_DOWN_WGRAD] = "mlp_down_wgrad", [PT_OPK_ACT_BWD] = "act_bwd",
+    [PT_OPK_MLP_GATE_DGRAD] = "mlp_gate_dgrad", [PT_OPK_MLP_UP_DGRAD] = "mlp_up_dgrad",
+    [PT_OPK_MLP_GATE_WGRAD] = "mlp_gate_wgrad", [PT_OPK_MLP_UP_WGRAD] = "mlp_up_wgrad",
+    [PT_OPK_NORM2_BWD] = "norm2_bwd", [PT_OPK_ATTN_OUT_DGRAD] = "attn_out_dgrad",
+    [PT_OPK_ATTN_OUT_WGRAD] = "attn_out_wgrad", [PT_OPK_ATTN_BWD] = "attn_bwd",
+    [PT_OPK_ROPE_BWD] = "rope_bwd", [PT_OPK_Q_DGRAD] = "q_dgrad", [PT_OPK_K_DGRAD] = "k_dgrad",
+    [PT_OPK_V_DGRAD] = "v_dgrad", [PT_OPK_Q_WGRAD] = "q_wgrad", [PT_OPK_K_WGRAD] = "k_wgrad",
+    [PT_OPK_V_WGRAD] = "v_wgrad", [PT_OPK_NORM1_BWD] = "norm1_bwd",
+    [PT_OPK_ATTN_SCORES] = "attn_scores", [PT_OPK_ATTN_SOFTMAX] = "attn_softmax",
+    [PT_OPK_ATTN_DROPOUT] = "attn_dropout", [PT_OPK_ATTN_CTX] = "attn_ctx",
+    [PT_OPK_ATTN_CTX_DGRAD] = "attn_ctx_dgrad", [PT_OPK_ATTN_CTX_WGRAD] = "attn_ctx_wgrad",
+    [PT_OPK_ATTN_DROPOUT_BWD] = "attn_dropout_bwd",
+    [PT_OPK_ATTN_SOFTMAX_BWD] = "attn_softmax_bwd",
+    [PT_OPK_ATTN_SCORES_DGRAD] = "attn_scores_dgrad",
+    [PT_OPK_ATTN_SCORES_WGRAD] = "attn_scores_wgrad", [PT_OPK_EMBED] = "embed",
+    [PT_OPK_EMBED_BWD] = "embed_bwd", [PT_OPK_FINAL_NORM] = "final_norm",
+    [PT_OPK_LOGITS] = "logits", [PT_OPK_LOGITS_DGRAD] = "logits_dgrad",
+    [PT_OPK_LOGITS_WGRAD] = "logits_wgrad", [PT_OPK_FINAL_NORM_BWD] = "final_norm_bwd",
+    [PT_OPK_XENT] = "xent", [PT_OPK_XENT_MAX] = "xent_max", [PT_OPK_XENT_SUMEXP] = "xent_sumexp",
+    [PT_OPK_XENT_MAX_ALLREDUCE] = "xent_max_allreduce",
+    [PT_OPK_XENT_SUM_ALLREDUCE] = "xent_sum_allreduce", [PT_OPK_XENT_BWD] = "xent_bwd",
+    [PT_OPK_XENT_ALLREDUCE] = "xent_allreduce", [PT_OPK_TP_ALLREDUCE] = "tp_allreduce",
+    [PT_OPK_SP_ALLGATHER] = "sp_allgather", [PT_OPK_SP_REDUCESCATTER] = "sp_reducescatter",
+    [PT_OPK_CP_RING] = "cp_ring", [PT_OPK_CP_RING_BWD] = "cp_ring_bwd",
+    [PT_OPK_ZERO3_ALLGATHER] = "zero3_allgather",
+    [PT_OPK_ZERO_REDUCESCATTER] = "zero_reducescatter", [PT_OPK_DP_BUCKET] = "dp_bucket",
+    [PT_OPK_EMBED_ALLREDUCE] = "embed_allreduce", [PT_OPK_ADAM] = "adam",
+    [PT_OPK_ZERO_ALLGATHER] = "zero_allgather",
+};
+
+const char *pt_op_kind_name(pt_op_kind k)
+{
+    return k >= 0 && k < PT_OPK_COUNT && kind_names[k] ? kind_names[k] : "?";
+}
+
+static const char *const param_names[PT_PARAM_COUNT] = {
+    [PT_PARAM_NORM1] = "norm1", [PT_PARAM_Q] = "q", [PT_PARAM_K] = "k", [PT_PARAM_V] = "v",
+    [PT_PARAM_ATTN_OUT] = "attn_out", [PT_PARAM_NORM2] = "norm2",
+    [PT_PARAM_MLP_GATE] = "mlp_gate", [PT_PARAM_MLP_UP] = "mlp_up",
+    [PT_PARAM_MLP_DOWN] = "mlp_down", [PT_PARAM_FINAL_NORM] = "final_norm",
+    [PT_PARAM_HEAD] = "lm_head", [PT_PARAM_WTE] = "wte", [PT_PARAM_WPE] = "wpe",
+};
+
+const char *pt_param_ref_name(pt_param_ref r)
+{
+    return r > PT_PARAM_NONE && r < PT_PARAM_COUNT ? param_names[r] : NULL;
+}
+
+static const char *const tensor_names[PT_TEN_COUNT] = {
+    [PT_TEN_NONE] = "none", [PT_TEN_ATTN_RES] = "attn_res", [PT_TEN_MLP_RES] = "mlp_res",
+    [PT_TEN_EMBED_RES] = "embed_res", [PT_TEN_ROW_PARTIAL] = "row_partial",
+    [PT_TEN_LN1] = "ln1", [PT_TEN_LN2] = "ln2", [PT_TEN_LNF] = "lnf",
+    [PT_TEN_GATHERED] = "gathered", [PT_TEN_DRES] = "dres",
+    [PT_TEN_DRES_GATHERED] = "dres_gathered", [PT_TEN_DLN] = "dln",
+    [PT_TEN_DLN_ROWS] = "dln_rows", [PT_TEN_XENT_MAX] = "xent_max",
+    [PT_TEN_XENT_SUMS] = "xent_sums", [PT_TEN_KV] = "kv",
+    [PT_TEN_LAYER_WEIGHTS] = "layer_weights", [PT_TEN_LAYER_GRADS] = "layer_grads",
+    [PT_TEN_GRADS] = "grads", [PT_TEN_EMBED_GRAD] = "embed_grad", [PT_TEN_WEIGHTS] = "weights",
+};
+
+const char *pt_tensor_name(pt_tensor t)
+{
+    return t >= 0 && t < PT_TEN_COUNT ? tensor_names[t] : "?";
+}
 
 /* ---- The list ------------------------------------------------------------------ */
 
@@ -94,25 +171,27 @@ typedef struct {
     bool recompute; /* mark ops as recomputation */
 } builder;
 
-static pt_op *add_op(builder *b, const char *name)
+static pt_op *add_op(builder *b, pt_op_kind kind)
 {
     pt_op *op = push(b->out);
     if (!op) {
         b->failed = 1;
         return NULL;
     }
-    snprintf(op->name, sizeof op->name, "%s", name);
+    op->kind = kind;
     op->recompute = b->recompute;
     return op;
 }
 
-static void gemm(builder *b, const char *name, int64_t m, int64_t n, int64_t k)
+static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
+                 int64_t k)
 {
-    pt_op *op = add_op(b, name);
+    pt_op *op = add_op(b, kind);
     if (!op)
         return;
     double ab = b->c->prec.act_bytes;
     op->cls = PT_OP_KERNEL;
+    op->param = param;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * (double)m * (double)n * (double)k;
     op->kernel.bytes = ab * ((double)m * (double)k + (double)k * (double)n + (double)m * (double)n);
@@ -121,20 +200,26 @@ static void gemm(builder *b, const char *name, int64_t m, int64_t n, int64_t k)
 }
 
 /* A memory-bound kernel reading and writing `bytes` in all; `shape` completes the key. */
-static void membound(builder *b, const char *name, const char *kind, double bytes,
-                     const char *shape)
+static pt_op *membound(builder *b, pt_op_kind op_kind, const char *kind, double bytes,
+                       const char *shape)
 {
-    pt_op *op = add_op(b, name);
+    pt_op *op = add_op(b, op_kind);
     if (!op)
-        return;
+        return NULL;
     op->cls = PT_OP_KERNEL;
     op->kernel.dtype = b->c->dtype;
     op->kernel.bytes = bytes;
     snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:%s", kind,
              pt_dtype_name(b->c->dtype), shape);
+    return op;
 }
 
-static void coll(builder *b, const char *name, pt_coll what, pt_group_kind group,
+/* A collective moving `src` into `dst` (the same buffer for an in-place reduction). */
+typedef struct {
+    pt_tensor src, dst;
+} moves;
+
+static void coll(builder *b, pt_op_kind kind, moves mv, pt_coll what, pt_group_kind group,
                  double bytes, int count, bool overlapped)
 {
     pt_grid g;
@@ -142,10 +227,12 @@ static void coll(builder *b, const char *name, pt_coll what, pt_group_kind group
     int size = pt_grid_group_size(&g, group);
     if (size == 1)
         return;
-    pt_op *op = add_op(b, name);
+    pt_op *op = add_op(b, kind);
     if (!op)
         return;
     op->cls = PT_OP_COLL;
+    op->src = mv.src;
+    op->dst = mv.dst;
     op->coll = (pt_coll_op){.op = what, .bytes = bytes, .group = size,
                             .ranks_per_node = b->c->ranks_per_node[group]};
     op->group = group;
@@ -186,7 +273,7 @@ static void shape_rows(char *buf, size_t n, int64_t rows, int64_t cols)
     snprintf(buf, n, "rows=%lld,cols=%lld", (long long)rows, (long long)cols);
 }
 
-static void norm(builder *b, const dims *d, const char *name, bool backward)
+static void norm(builder *b, const dims *d, pt_op_kind name, pt_param_ref param, bool backward)
 {
     char shape[64];
     const char *kind = b->c->m->norm == PT_NORM_RMSNORM
@@ -195,10 +282,12 @@ static void norm(builder *b, const dims *d, const char *name, bool backward)
     shape_rows(shape, sizeof shape, d->rows, d->h);
     /* forward reads x, writes y; backward reads x and dy, writes dx */
     double elems = (double)d->rows * (double)d->h;
-    membound(b, name, kind, d->ab * elems * (backward ? 3 : 2), shape);
+    pt_op *op = membound(b, name, kind, d->ab * elems * (backward ? 3 : 2), shape);
+    if (op)
+        op->param = param;
 }
 
-static void residual_add(builder *b, const dims *d, const char *name)
+static void residual_add(builder *b, const dims *d, pt_op_kind name)
 {
     char shape[64];
     shape_rows(shape, sizeof shape, d->rows, d->h);
@@ -210,11 +299,11 @@ static void residual_add(builder *b, const dims *d, const char *name)
  * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. With
  * tp_overlap the gather runs beside the GEMM that reads it (which starts on the
  * rank's own rows), as Megatron-LM's TP communication overlap does. */
-static void tp_gather_input(builder *b, const dims *d)
+static void tp_gather_input(builder *b, const dims *d, pt_tensor norm_out)
 {
     if (b->c->l->sp)
-        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
-             d->ab * (double)d->tokens * (double)d->h, 1, b->c->l->tp_overlap);
+        coll(b, PT_OPK_SP_ALLGATHER, (moves){norm_out, PT_TEN_GATHERED}, PT_COLL_ALLGATHER,
+             PT_GROUP_TP, d->ab * (double)d->tokens * (double)d->h, 1, b->c->l->tp_overlap);
 }
 
 /* Whether the stack pipelines every sequence-parallel collective with its GEMM
@@ -230,19 +319,23 @@ static bool tp_overlap_all(const builder *b)
 static void tp_enter(builder *b, const dims *d)
 {
     if (b->c->l->sp)
-        coll(b, "sp_allgather", PT_COLL_ALLGATHER, PT_GROUP_TP,
-             d->ab * (double)d->tokens * (double)d->h, 1, tp_overlap_all(b));
+        coll(b, PT_OPK_SP_ALLGATHER, (moves){PT_TEN_DRES, PT_TEN_DRES_GATHERED},
+             PT_COLL_ALLGATHER, PT_GROUP_TP, d->ab * (double)d->tokens * (double)d->h, 1,
+             tp_overlap_all(b));
 }
 
-/* After a row-parallel GEMM: all-reduce ("g"), or reduce-scatter with sp. */
-static void tp_exit(builder *b, const dims *d)
+/* After a row-parallel GEMM that wrote the partial sums of the residual rows `res`:
+ * all-reduce them in place ("g"), or with sp reduce-scatter them there from the (T, h)
+ * partial output. */
+static void tp_exit(builder *b, const dims *d, pt_tensor res)
 {
     double bytes = d->ab * (double)d->tokens * (double)d->h;
     if (b->c->l->sp)
-        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1,
-             tp_overlap_all(b));
+        coll(b, PT_OPK_SP_REDUCESCATTER, (moves){PT_TEN_ROW_PARTIAL, res},
+             PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, tp_overlap_all(b));
     else
-        coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
+        coll(b, PT_OPK_TP_ALLREDUCE, (moves){res, res}, PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes,
+             1, false);
 }
 
 /* The attention core as the stack runs it. Model FLOPs count the full (not causal)
@@ -274,7 +367,7 @@ static void attn_key(builder *b, pt_op *op, const char *kind, const attn_dims *a
 static void attention_ptrun(builder *b, const dims *d, bool backward)
 {
     attn_dims a = attn_dims_of(b, d);
-    pt_op *op = add_op(b, backward ? "attn_bwd" : "attn");
+    pt_op *op = add_op(b, backward ? PT_OPK_ATTN_BWD : PT_OPK_ATTN);
     if (!op)
         return;
     double fwd = 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
@@ -295,7 +388,7 @@ static void attention_ptrun(builder *b, const dims *d, bool backward)
 static void attention_flash(builder *b, const dims *d, bool backward)
 {
     attn_dims a = attn_dims_of(b, d);
-    pt_op *op = add_op(b, backward ? "attn_bwd" : "attn");
+    pt_op *op = add_op(b, backward ? PT_OPK_ATTN_BWD : PT_OPK_ATTN);
     if (!op)
         return;
     double fwd = 0.5 * 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
@@ -309,7 +402,7 @@ static void attention_flash(builder *b, const dims *d, bool backward)
 }
 
 /* One batched GEMM of the unfused attention: b·heads products of m x k by k x n. */
-static void bmm(builder *b, const char *name, double batch, double m, double n, double k)
+static void bmm(builder *b, pt_op_kind name, double batch, double m, double n, double k)
 {
     pt_op *op = add_op(b, name);
     if (!op)
@@ -335,20 +428,20 @@ static void attention_unfused(builder *b, const dims *d, bool backward)
     snprintf(shape, sizeof shape, "b=%.0f,sq=%.0f,sk=%.0f", batch, a.sq, a.sk);
     bool drop = b->c->m->dropout;
     if (!backward) {
-        bmm(b, "attn_scores", batch, a.sq, a.sk, a.hd);
-        membound(b, "attn_softmax", "softmax_fwd", 2 * ab * scores, shape);
+        bmm(b, PT_OPK_ATTN_SCORES, batch, a.sq, a.sk, a.hd);
+        membound(b, PT_OPK_ATTN_SOFTMAX, "softmax_fwd", 2 * ab * scores, shape);
         if (drop) /* reads the probabilities, writes them and a 1-byte mask */
-            membound(b, "attn_dropout", "dropout_fwd", (2 * ab + 1) * scores, shape);
-        bmm(b, "attn_ctx", batch, a.sq, a.hd, a.sk);
+            membound(b, PT_OPK_ATTN_DROPOUT, "dropout_fwd", (2 * ab + 1) * scores, shape);
+        bmm(b, PT_OPK_ATTN_CTX, batch, a.sq, a.hd, a.sk);
         return;
     }
-    bmm(b, "attn_ctx_dgrad", batch, a.sq, a.sk, a.hd);  /* dP = dO V^T */
-    bmm(b, "attn_ctx_wgrad", batch, a.sk, a.hd, a.sq);  /* dV = P^T dO */
+    bmm(b, PT_OPK_ATTN_CTX_DGRAD, batch, a.sq, a.sk, a.hd);  /* dP = dO V^T */
+    bmm(b, PT_OPK_ATTN_CTX_WGRAD, batch, a.sk, a.hd, a.sq);  /* dV = P^T dO */
     if (drop)
-        membound(b, "attn_dropout_bwd", "dropout_bwd", (2 * ab + 1) * scores, shape);
-    membound(b, "attn_softmax_bwd", "softmax_bwd", 3 * ab * scores, shape);
-    bmm(b, "attn_scores_dgrad", batch, a.sq, a.hd, a.sk); /* dQ = dS K */
-    bmm(b, "attn_scores_wgrad", batch, a.sk, a.hd, a.sq); /* dK = dS^T Q */
+        membound(b, PT_OPK_ATTN_DROPOUT_BWD, "dropout_bwd", (2 * ab + 1) * scores, shape);
+    membound(b, PT_OPK_ATTN_SOFTMAX_BWD, "softmax_bwd", 3 * ab * scores, shape);
+    bmm(b, PT_OPK_ATTN_SCORES_DGRAD, batch, a.sq, a.hd, a.sk); /* dQ = dS K */
+    bmm(b, PT_OPK_ATTN_SCORES_WGRAD, batch, a.sk, a.hd, a.sq); /* dK = dS^T Q */
 }
 
 static void attention_core(builder *b, const dims *d, bool backward)
@@ -366,8 +459,8 @@ static void cp_ring(builder *b, const dims *d, bool backward)
 {
     int cp = b->c->l->cp;
     double kv_bytes = 2.0 * d->ab * (double)d->tokens * (double)d->kvr;
-    coll(b, backward ? "cp_ring_bwd" : "cp_ring", PT_COLL_SENDRECV, PT_GROUP_CP,
-         backward ? 2 * kv_bytes : kv_bytes, cp - 1, true);
+    coll(b, backward ? PT_OPK_CP_RING_BWD : PT_OPK_CP_RING, (moves){PT_TEN_KV, PT_TEN_KV},
+         PT_COLL_SENDRECV, PT_GROUP_CP, backward ? 2 * kv_bytes : kv_bytes, cp - 1, true);
 }
 
 static void rope(builder *b, const dims *d, bool backward)
@@ -377,7 +470,7 @@ static void rope(builder *b, const dims *d, bool backward)
     char shape[64];
     int64_t cols = d->h / d->t + d->kvr;
     shape_rows(shape, sizeof shape, d->tokens, cols);
-    membound(b, backward ? "rope_bwd" : "rope", backward ? "rope_bwd" : "rope_fwd",
+    membound(b, backward ? PT_OPK_ROPE_BWD : PT_OPK_ROPE, backward ? "rope_bwd" : "rope_fwd",
              2 * d->ab * (double)d->tokens * (double)cols, shape);
 }
 
@@ -392,7 +485,7 @@ static void activation(builder *b, const dims *d, bool backward)
     double n = (swiglu ? (backward ? 5 : 3) : (backward ? 3 : 2));
     const char *kind = swiglu ? (backward ? "swiglu_bwd" : "swiglu_fwd")
                               : (backward ? "gelu_bwd" : "gelu_fwd");
-    membound(b, backward ? "act_bwd" : "act", kind,
+    membound(b, backward ? PT_OPK_ACT_BWD : PT_OPK_ACT, kind,
              n * d->ab * (double)d->tokens * (double)cols, shape);
 }
 
@@ -404,8 +497,8 @@ static void zero3_gather(builder *b)
         return;
     double bytes = (double)pt_params_layer(c->m, c->l->tp) * c->prec.weight_bytes;
     /* prefetched beside the previous layer's compute, or blocking without prefetch */
-    coll(b, "zero3_allgather", PT_COLL_ALLGATHER, PT_GROUP_DPCP, bytes, 1,
-         c->t->stack.zero3_prefetch > 0);
+    coll(b, PT_OPK_ZERO3_ALLGATHER, (moves){PT_TEN_LAYER_WEIGHTS, PT_TEN_LAYER_WEIGHTS},
+         PT_COLL_ALLGATHER, PT_GROUP_DPCP, bytes, 1, c->t->stack.zero3_prefetch > 0);
 }
 
 /* ---- Transformer layer ---------------------------------------------------------- */
@@ -414,68 +507,69 @@ static void zero3_gather(builder *b)
  * q, k and v of attention (separate, so the attention kernel reads contiguous
  * heads), gate and up of SwiGLU, up of GELU, the output head. */
 typedef struct {
-    const char *name;
+    pt_op_kind fwd, dgrad, wgrad;
+    pt_param_ref param;
     int64_t n_out; /* output features on this rank */
 } proj;
 
 static int attention_projs(const dims *d, proj p[3])
 {
-    p[0] = (proj){"q", d->h / d->t};
-    p[1] = (proj){"k", d->kvr};
-    p[2] = (proj){"v", d->kvr};
+    p[0] = (proj){PT_OPK_Q, PT_OPK_Q_DGRAD, PT_OPK_Q_WGRAD, PT_PARAM_Q, d->h / d->t};
+    p[1] = (proj){PT_OPK_K, PT_OPK_K_DGRAD, PT_OPK_K_WGRAD, PT_PARAM_K, d->kvr};
+    p[2] = (proj){PT_OPK_V, PT_OPK_V_DGRAD, PT_OPK_V_WGRAD, PT_PARAM_V, d->kvr};
     return 3;
 }
 
 static int mlp_projs(const builder *b, const dims *d, proj p[2])
 {
+    proj up = {PT_OPK_MLP_UP, PT_OPK_MLP_UP_DGRAD, PT_OPK_MLP_UP_WGRAD, PT_PARAM_MLP_UP,
+               d->f / d->t};
     if (b->c->m->act == PT_ACT_SWIGLU) {
-        p[0] = (proj){"mlp_gate", d->f / d->t};
-        p[1] = (proj){"mlp_up", d->f / d->t};
+        p[0] = (proj){PT_OPK_MLP_GATE, PT_OPK_MLP_GATE_DGRAD, PT_OPK_MLP_GATE_WGRAD,
+                      PT_PARAM_MLP_GATE, d->f / d->t};
+        p[1] = up;
         return 2;
     }
-    p[0] = (proj){"mlp_up", d->f / d->t};
+    p[0] = up;
     return 1;
 }
 
-static void column_parallel_fwd(builder *b, const dims *d, const proj *p, int np)
+/* The column-parallel projections reading the norm output `in`. */
+static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np)
 {
-    tp_gather_input(b, d);
+    tp_gather_input(b, d, in);
     for (int i = 0; i < np; i++)
-        gemm(b, p[i].name, d->tokens, p[i].n_out, d->h);
+        gemm(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h);
 }
 
 /* Backward of the column-parallel projections of one input: the data gradients
  * (summed into one), with sp the input gathered again for the weight gradients
  * (Megatron keeps it sharded), the weight gradients, then one reduce-scatter (sp) or
  * all-reduce of the input gradient. */
-static void column_parallel_bwd(builder *b, const dims *d, const proj *p, int np)
+static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np)
 {
-    char name[24];
-    for (int i = 0; i < np; i++) {
-        snprintf(name, sizeof name, "%s_dgrad", p[i].name);
-        gemm(b, name, d->tokens, d->h, p[i].n_out);
-    }
-    tp_gather_input(b, d);
-    for (int i = 0; i < np; i++) {
-        snprintf(name, sizeof name, "%s_wgrad", p[i].name);
-        gemm(b, name, p[i].n_out, d->h, d->tokens);
-    }
+    for (int i = 0; i < np; i++)
+        gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out);
+    tp_gather_input(b, d, in);
+    for (int i = 0; i < np; i++)
+        gemm(b, p[i].wgrad, p[i].param, p[i].n_out, d->h, d->tokens);
     double bytes = d->ab * (double)d->tokens * (double)d->h;
     if (b->c->l->sp)
-        coll(b, "sp_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1,
-             tp_overlap_all(b));
+        coll(b, PT_OPK_SP_REDUCESCATTER, (moves){PT_TEN_DLN, PT_TEN_DLN_ROWS},
+             PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, tp_overlap_all(b));
     else
-        coll(b, "tp_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, bytes, 1, false);
+        coll(b, PT_OPK_TP_ALLREDUCE, (moves){PT_TEN_DLN, PT_TEN_DLN}, PT_COLL_ALLREDUCE,
+             PT_GROUP_TP, bytes, 1, false);
 }
 
 /* Backward of a row-parallel GEMM (input width k_in = n_in/t): with sp the incoming
  * gradient is first gathered; then data and weight gradients. */
-static void row_parallel_bwd(builder *b, const dims *d, const char *dgrad, const char *wgrad,
-                             int64_t k_in)
+static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_kind wgrad,
+                             pt_param_ref param, int64_t k_in)
 {
     tp_enter(b, d);
-    gemm(b, dgrad, d->tokens, k_in, d->h);
-    gemm(b, wgrad, d->h, k_in, d->tokens);
+    gemm(b, dgrad, param, d->tokens, k_in, d->h);
+    gemm(b, wgrad, param, d->h, k_in, d->tokens);
 }
 
 static void layer_forward(builder *b, const dims *d)
@@ -483,21 +577,21 @@ static void layer_forward(builder *b, const dims *d)
     proj attn[3], mlp[2];
     int na = attention_projs(d, attn), nm = mlp_projs(b, d, mlp);
     zero3_gather(b);
-    norm(b, d, "norm1", false);
-    column_parallel_fwd(b, d, attn, na);
+    norm(b, d, PT_OPK_NORM1, PT_PARAM_NORM1, false);
+    column_parallel_fwd(b, d, PT_TEN_LN1, attn, na);
     rope(b, d, false);
     if (b->c->l->cp > 1)
         cp_ring(b, d, false);
     attention_core(b, d, false);
-    gemm(b, "attn_out", d->tokens, d->h, d->h / d->t);
-    tp_exit(b, d);
-    residual_add(b, d, "add1");
-    norm(b, d, "norm2", false);
-    column_parallel_fwd(b, d, mlp, nm);
+    gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t);
+    tp_exit(b, d, PT_TEN_ATTN_RES);
+    residual_add(b, d, PT_OPK_ADD1);
+    norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
+    column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm);
     activation(b, d, false);
-    gemm(b, "mlp_down", d->tokens, d->h, d->f / d->t);
-    tp_exit(b, d);
-    residual_add(b, d, "add2");
+    gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t);
+    tp_exit(b, d, PT_TEN_MLP_RES);
+    residual_add(b, d, PT_OPK_ADD2);
 }
 
 static void layer_backward(builder *b, const dims *d)
@@ -512,11 +606,13 @@ static void layer_backward(builder *b, const dims *d)
     } else {
         zero3_gather(b); /* ZeRO-3 freed the weights after the forward */
     }
-    row_parallel_bwd(b, d, "mlp_down_dgrad", "mlp_down_wgrad", d->f / d->t);
+    row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_PARAM_MLP_DOWN,
+                     d->f / d->t);
     activation(b, d, true);
-    column_parallel_bwd(b, d, mlp, nm);
-    norm(b, d, "norm2_bwd", true);
-    row_parallel_bwd(b, d, "attn_out_dgrad", "attn_out_wgrad", d->h / d->t);
+    column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm);
+    norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
+    row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
+                     d->h / d->t);
     if (c->l->recompute == PT_RECOMPUTE_SELECTIVE) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);
@@ -526,11 +622,12 @@ static void layer_backward(builder *b, const dims *d)
     if (c->l->cp > 1)
         cp_ring(b, d, true);
     rope(b, d, true);
-    column_parallel_bwd(b, d, attn, na);
-    norm(b, d, "norm1_bwd", true);
+    column_parallel_bwd(b, d, PT_TEN_LN1, attn, na);
+    norm(b, d, PT_OPK_NORM1_BWD, PT_PARAM_NORM1, true);
     if (c->l->zero >= 2) { /* ZeRO-2/3 reduce-scatter each layer's gradients at once */
         double bytes = (double)pt_params_layer(c->m, c->l->tp) * pt_grad_reduce_bytes(c);
-        coll(b, "zero_reducescatter", PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, bytes, 1, true);
+        coll(b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_LAYER_GRADS, PT_TEN_LAYER_GRADS},
+             PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, bytes, 1, true);
     }
 }
 
@@ -561,14 +658,49 @@ int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out)
     double bytes = d.ab * (double)d.tokens * (double)d.h;
     /* Vocabulary-parallel embedding: each rank looks up its slice of the vocabulary
      * and the partial outputs are summed (reduce-scattered with sp). */
+    pt_op *op;
     if (!backward) {
-        membound(&b, "embed", "embed_fwd", 2 * bytes, shape);
-        tp_exit(&b, &d);
+        op = membound(&b, PT_OPK_EMBED, "embed_fwd", 2 * bytes, shape);
+        tp_exit(&b, &d, PT_TEN_EMBED_RES);
     } else {
         tp_enter(&b, &d);
-        membound(&b, "embed_bwd", "embed_bwd", 2 * bytes, shape);
+        op = membound(&b, PT_OPK_EMBED_BWD, "embed_bwd", 2 * bytes, shape);
     }
+    if (op)
+        op->param = PT_PARAM_WTE;
     return finish(&b);
+}
+
+/* The cross-entropy after the logits GEMM. Fused (ptrun; Megatron-Core's loss fusion):
+ * the forward also writes the logits' gradient, so there is no backward op: with the
+ * whole vocabulary one op reading the fp32 logits twice (row maximum, then sum of
+ * exponentials and target) and writing the gradient; vocabulary-parallel, those passes
+ * as ops of their own around the two all-reduces of the row statistics over tp (the
+ * maxima, then the sums and target logits: Megatron-LM's vocab-parallel loss). Unfused
+ * (Megatron-LM's cross-entropy in PyTorch ops): the cast to fp32, the max, the
+ * exponentials and their sum, the normalised softmax kept for the backward: four passes
+ * forward, one all-reduce of three floats per token; the backward's one-hot subtraction
+ * and scaling, and the cast back: three. */
+static void xent_forward(builder *b, const dims *d, int64_t v, const char *shape)
+{
+    double logits = 4.0 * (double)d->tokens * (double)v, rows = 4.0 * (double)d->tokens;
+    if (!b->c->t->stack.fused_xent) {
+        membound(b, PT_OPK_XENT, "xent_fwd", 4 * logits, shape);
+        coll(b, PT_OPK_XENT_ALLREDUCE, (moves){PT_TEN_XENT_SUMS, PT_TEN_XENT_SUMS},
+             PT_COLL_ALLREDUCE, PT_GROUP_TP, 3 * rows, 1, false);
+        return;
+    }
+    if (b->c->l->tp == 1) {
+        membound(b, PT_OPK_XENT, "xent", 4 * logits, shape);
+        return;
+    }
+    membound(b, PT_OPK_XENT_MAX, "xent_max", logits, shape);
+    coll(b, PT_OPK_XENT_MAX_ALLREDUCE, (moves){PT_TEN_XENT_MAX, PT_TEN_XENT_MAX},
+         PT_COLL_ALLREDUCE, PT_GROUP_TP, rows, 1, false);
+    membound(b, PT_OPK_XENT_SUMEXP, "xent_sumexp", logits, shape);
+    coll(b, PT_OPK_XENT_SUM_ALLREDUCE, (moves){PT_TEN_XENT_SUMS, PT_TEN_XENT_SUMS},
+         PT_COLL_ALLREDUCE, PT_GROUP_TP, 2 * rows, 1, false);
+    membound(b, PT_OPK_XENT, "xent", 2 * logits, shape);
 }
 
 int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
@@ -578,26 +710,17 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
     int64_t v = pt_stack_vocab(&c->t->stack, c->m, c->l->tp) / c->l->tp;
     char shape[64];
     shape_rows(shape, sizeof shape, d.tokens, v);
-    /* Vocabulary-parallel cross-entropy in fp32: max, sum of exponentials and the
-     * target logit are all-reduced over tp (Megatron-LM), three floats per token. */
-    double stats = 3.0 * 4.0 * (double)d.tokens;
-    double logits = 4.0 * (double)d.tokens * (double)v;
-    proj head = {"logits", v};
-    /* Fused (ptrun, Megatron-Core's loss fusion): one read and one write of the fp32
-     * logits each way. Unfused (Megatron-LM's vocab-parallel cross-entropy in PyTorch
-     * ops): the cast to fp32, the max, the exponentials and their sum, the normalised
-     * softmax kept for the backward: four passes forward; the backward's one-hot
-     * subtraction and scaling, and the cast back: three. */
-    double fwd_passes = c->t->stack.fused_xent ? 2 : 4, bwd_passes = c->t->stack.fused_xent ? 2 : 3;
+    proj head = {PT_OPK_LOGITS, PT_OPK_LOGITS_DGRAD, PT_OPK_LOGITS_WGRAD, PT_PARAM_HEAD, v};
     if (!backward) {
-        norm(&b, &d, "final_norm", false);
-        column_parallel_fwd(&b, &d, &head, 1);
-        membound(&b, "xent", "xent_fwd", fwd_passes * logits, shape);
-        coll(&b, "xent_allreduce", PT_COLL_ALLREDUCE, PT_GROUP_TP, stats, 1, false);
+        norm(&b, &d, PT_OPK_FINAL_NORM, PT_PARAM_FINAL_NORM, false);
+        column_parallel_fwd(&b, &d, PT_TEN_LNF, &head, 1);
+        xent_forward(&b, &d, v, shape);
     } else {
-        membound(&b, "xent_bwd", "xent_bwd", bwd_passes * logits, shape);
-        column_parallel_bwd(&b, &d, &head, 1);
-        norm(&b, &d, "final_norm_bwd", true);
+        if (!c->t->stack.fused_xent)
+            membound(&b, PT_OPK_XENT_BWD, "xent_bwd", 3 * 4.0 * (double)d.tokens * (double)v,
+                     shape);
+        column_parallel_bwd(&b, &d, PT_TEN_LNF, &head, 1);
+        norm(&b, &d, PT_OPK_FINAL_NORM_BWD, PT_PARAM_FINAL_NORM, true);
     }
     return finish(&b);
 }
@@ -629,6 +752,7 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist
         double total = params * pt_grad_reduce_bytes(c);
         double bucket = pt_bucket_bytes(c);
         pt_coll what = c->l->zero == 0 ? PT_COLL_ALLREDUCE : PT_COLL_REDUCESCATTER;
+        moves grads = {PT_TEN_GRADS, PT_TEN_GRADS};
         /* The full buckets as one op run `count` times, then the rest: the same
          * collectives as one op per bucket, without a list as long as the bucket
          * count (a tiny bucket_bytes would make that list enormous). Past 2^30 buckets
@@ -640,16 +764,17 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist
             rest = 0;
         }
         if (full >= 1)
-            coll(&b, "dp_bucket", what, PT_GROUP_DPCP, bucket, (int)full, true);
+            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, bucket, (int)full, true);
         if (rest > 0)
-            coll(&b, "dp_bucket", what, PT_GROUP_DPCP, rest, 1, true);
+            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, rest, 1, true);
     }
     if (tied_copy) {
         /* Megatron-LM keeps the tied word embedding on the first and the last stage
          * and all-reduces its gradient between the two. */
-        pt_op *op = add_op(&b, "embed_allreduce");
+        pt_op *op = add_op(&b, PT_OPK_EMBED_ALLREDUCE);
         if (op) {
             op->cls = PT_OP_COLL;
+            op->src = op->dst = PT_TEN_EMBED_GRAD;
             op->group = PT_GROUP_PP;
             op->count = 1;
             op->overlapped = true;
@@ -676,7 +801,7 @@ int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out)
                            (p.master_bytes ? p.weight_bytes : 0));
     char shape[64];
     snprintf(shape, sizeof shape, "n=%lld", (long long)llround(mine));
-    pt_op *op = add_op(&b, "adam");
+    pt_op *op = add_op(&b, PT_OPK_ADAM);
     if (op) {
         op->cls = PT_OP_KERNEL;
         op->kernel.dtype = PT_DTYPE_FP32;
@@ -686,8 +811,8 @@ int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out)
     /* With param_overlap the gather runs beside the next step's forward (the simulator
      * hides it behind that forward). */
     if (c->l->zero == 1 || c->l->zero == 2)
-        coll(&b, "zero_allgather", PT_COLL_ALLGATHER, PT_GROUP_DPCP, params * p.weight_bytes,
-             1, c->l->param_overlap);
+        coll(&b, PT_OPK_ZERO_ALLGATHER, (moves){PT_TEN_WEIGHTS, PT_TEN_WEIGHTS},
+             PT_COLL_ALLGATHER, PT_GROUP_DPCP, params * p.weight_bytes, 1, c->l->param_overlap);
     return finish(&b);
 }
 

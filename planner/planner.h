@@ -475,16 +475,100 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
                      const pt_enum_opts *o, pt_enum_fn fn, void *ctx,
                      pt_enum_counts *counts);
 
-/* ---- Layer op lists (planner/ops.c) --------------------------------------------- */
+/* ---- Layer op lists: the step's typed instructions (planner/ops.c) -------------- */
 
-/* One op of a training step on one rank: a compute kernel or a collective. The
- * kernel's key (pt_kernel_op.key) is its cost-table key; the runtime's trace spans
- * carry the same keys, so predicted and measured meet op by op. */
+/* One op of a training step on one rank: a compute kernel or a collective. The op
+ * lists are the one description of what a micro-batch does: the simulator prices each
+ * op from the cost tables and the runtime (runtime/layer.c) executes each with one
+ * switch over its kind, compiled with -Wswitch-enum, so an op the planner adds and the
+ * runtime does not run fails the build, not a run. The kernel's key (pt_kernel_op.key)
+ * is its cost-table key; the runtime's trace spans carry the same keys and names, so
+ * predicted and measured meet op by op. */
 typedef enum { PT_OP_KERNEL, PT_OP_COLL } pt_op_class;
 
+/* What an op does. The name of each (pt_op_kind_name: "q", "attn", "tp_allreduce", ...)
+ * is its trace span's name. Kinds marked "priced only" describe other stacks' kernels
+ * (Megatron-LM's unfused attention and cross-entropy); ptrun trains every plan with its
+ * own stack's ops (tools/ptrun.c) and refuses to run them. */
+typedef enum {
+    /* a transformer layer's forward (also what recomputation runs again) */
+    PT_OPK_NORM1, PT_OPK_Q, PT_OPK_K, PT_OPK_V, PT_OPK_ROPE, PT_OPK_ATTN, PT_OPK_ATTN_OUT,
+    PT_OPK_ADD1, PT_OPK_NORM2, PT_OPK_MLP_GATE, PT_OPK_MLP_UP, PT_OPK_ACT, PT_OPK_MLP_DOWN,
+    PT_OPK_ADD2,
+    /* its backward */
+    PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_OPK_ACT_BWD, PT_OPK_MLP_GATE_DGRAD,
+    PT_OPK_MLP_UP_DGRAD, PT_OPK_MLP_GATE_WGRAD, PT_OPK_MLP_UP_WGRAD, PT_OPK_NORM2_BWD,
+    PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_OPK_ATTN_BWD, PT_OPK_ROPE_BWD,
+    PT_OPK_Q_DGRAD, PT_OPK_K_DGRAD, PT_OPK_V_DGRAD, PT_OPK_Q_WGRAD, PT_OPK_K_WGRAD,
+    PT_OPK_V_WGRAD, PT_OPK_NORM1_BWD,
+    /* unfused attention (priced only) */
+    PT_OPK_ATTN_SCORES, PT_OPK_ATTN_SOFTMAX, PT_OPK_ATTN_DROPOUT, PT_OPK_ATTN_CTX,
+    PT_OPK_ATTN_CTX_DGRAD, PT_OPK_ATTN_CTX_WGRAD, PT_OPK_ATTN_DROPOUT_BWD,
+    PT_OPK_ATTN_SOFTMAX_BWD, PT_OPK_ATTN_SCORES_DGRAD, PT_OPK_ATTN_SCORES_WGRAD,
+    /* embedding and head */
+    PT_OPK_EMBED, PT_OPK_EMBED_BWD, PT_OPK_FINAL_NORM, PT_OPK_LOGITS, PT_OPK_LOGITS_DGRAD,
+    PT_OPK_LOGITS_WGRAD, PT_OPK_FINAL_NORM_BWD,
+    /* cross-entropy. Fused (ptrun): one op computes the loss and the logits' gradient;
+     * vocabulary-parallel (tp > 1) it is cut where the row statistics are reduced over
+     * tp: local maxima, their all-reduce, local sums of exponentials and target logits,
+     * their all-reduce, then the loss and gradient. Unfused (priced only): forward and
+     * backward ops with one all-reduce of the statistics. */
+    PT_OPK_XENT, PT_OPK_XENT_MAX, PT_OPK_XENT_SUMEXP, PT_OPK_XENT_MAX_ALLREDUCE,
+    PT_OPK_XENT_SUM_ALLREDUCE, PT_OPK_XENT_BWD, PT_OPK_XENT_ALLREDUCE,
+    /* tensor and context parallelism */
+    PT_OPK_TP_ALLREDUCE, PT_OPK_SP_ALLGATHER, PT_OPK_SP_REDUCESCATTER, PT_OPK_CP_RING,
+    PT_OPK_CP_RING_BWD,
+    /* data parallelism, ZeRO and the optimizer */
+    PT_OPK_ZERO3_ALLGATHER, PT_OPK_ZERO_REDUCESCATTER, PT_OPK_DP_BUCKET,
+    PT_OPK_EMBED_ALLREDUCE, PT_OPK_ADAM, PT_OPK_ZERO_ALLGATHER,
+    PT_OPK_COUNT
+} pt_op_kind;
+const char *pt_op_kind_name(pt_op_kind k);
+
+/* The parameters a kernel op reads and whose gradients it writes (its weight, and
+ * bias where the model has one): per layer for layer ops. The runtime resolves each to
+ * its place once, when it allocates, not by name per op. */
+typedef enum {
+    PT_PARAM_NONE, PT_PARAM_NORM1, PT_PARAM_Q, PT_PARAM_K, PT_PARAM_V, PT_PARAM_ATTN_OUT,
+    PT_PARAM_NORM2, PT_PARAM_MLP_GATE, PT_PARAM_MLP_UP, PT_PARAM_MLP_DOWN,
+    PT_PARAM_FINAL_NORM, PT_PARAM_HEAD, PT_PARAM_WTE, PT_PARAM_WPE, PT_PARAM_COUNT
+} pt_param_ref;
+/* Its name in the model's parameter table without the "layers.<i>." prefix and the
+ * ".w"/".b" suffix ("norm1", "q", "lm_head", "wte"); NULL for PT_PARAM_NONE. */
+const char *pt_param_ref_name(pt_param_ref r);
+
+/* The buffers a collective moves, from (src) and into (dst); the same buffer for an
+ * in-place all-reduce. Micro-batch buffers are the running layer's (or the embedding's
+ * or head's); scratch is one per rank. */
+typedef enum {
+    PT_TEN_NONE,
+    PT_TEN_ATTN_RES,     /* (R, h) the residual stream after attention (x2) */
+    PT_TEN_MLP_RES,      /* (R, h) the layer's output */
+    PT_TEN_EMBED_RES,    /* (R, h) the embedding's output */
+    PT_TEN_ROW_PARTIAL,  /* (T, h) a row-parallel output before its reduce-scatter (sp) */
+    PT_TEN_LN1, PT_TEN_LN2, PT_TEN_LNF, /* (R, h) a norm's output */
+    PT_TEN_GATHERED,     /* (T, h) a norm output gathered over tp (sp) */
+    PT_TEN_DRES,         /* (R, h) the residual stream's gradient */
+    PT_TEN_DRES_GATHERED,/* (T, h) ... gathered over tp (sp) */
+    PT_TEN_DLN,          /* (T, h) a column-parallel input's gradient, partial over tp */
+    PT_TEN_DLN_ROWS,     /* (R, h) its reduced rows (sp) */
+    PT_TEN_XENT_MAX,     /* (T) fp32 row maxima of the logits */
+    PT_TEN_XENT_SUMS,    /* (2, T) fp32 sums of exponentials and target logits */
+    PT_TEN_KV,           /* the K/V blocks (and their gradients) travelling the cp ring */
+    PT_TEN_LAYER_WEIGHTS,/* a layer's weights (ZeRO-3 gather) */
+    PT_TEN_LAYER_GRADS,  /* a layer's gradients (ZeRO-2/3 reduce-scatter) */
+    PT_TEN_GRADS,        /* the gradient buffer (data-parallel buckets) */
+    PT_TEN_EMBED_GRAD,   /* the tied embedding's gradient */
+    PT_TEN_WEIGHTS,      /* the updated weights (ZeRO 1/2 gather) */
+    PT_TEN_COUNT
+} pt_tensor;
+const char *pt_tensor_name(pt_tensor t);
+
 typedef struct {
-    char name[24];          /* role in the model: "qkv", "attn", "tp_allreduce", ... */
+    pt_op_kind kind;
     pt_op_class cls;
+    pt_param_ref param;     /* kernel ops: the parameters it uses; PT_PARAM_NONE */
+    pt_tensor src, dst;     /* collectives: what they move */
     pt_kernel_op kernel;    /* cls == PT_OP_KERNEL */
     pt_coll_op coll;        /* cls == PT_OP_COLL */
     pt_group_kind group;    /* the group a collective runs in */

@@ -329,7 +329,7 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
         pt_oplist o = {0};
         if (pt_ops_layer(&ctx, false, &o) == 0)
             for (int i = 0; i < o.n; i++)
-                if (strcmp(o.op[i].name, "zero3_allgather") == 0) {
+                if (o.op[i].kind == PT_OPK_ZERO3_ALLGATHER) {
                     double g = pt_cost_coll(db, &p.hw, &o.op[i].coll).time_s;
                     first_gather.time_s = first_gather.comm_s = g;
                     first_gather.exposed[PT_BD_DP] = g;

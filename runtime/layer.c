@@ -249,6 +249,8 @@ static void free_slot(pt_net *n, pt_acts *A)
     free(A);
 }
 
+static int resolve_params(pt_net *n, pt_err *err);
+
 static int build_op_lists(pt_net *n, const pt_plan *p)
 {
     pt_opctx c;
@@ -281,6 +283,8 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
         return too_large(err, n, &d, slots);
     if (build_op_lists(n, p))
         return pt_err_set(err, "out of memory building the op lists");
+    if (resolve_params(n, err))
+        return -1;
     n->slot = calloc((size_t)slots, sizeof *n->slot);
     pt_scratch *S = calloc(1, sizeof *S);
     if (!n->slot || !S) {
@@ -316,6 +320,8 @@ void pt_net_free_runtime(pt_net *n)
     free(S);
     for (int i = 0; i < 6; i++)
         pt_oplist_free(&n->ops[i]);
+    free(n->pref);
+    n->pref = NULL;
     n->slot = NULL;
     n->scratch = NULL;
 }
@@ -334,8 +340,6 @@ typedef struct {
     const float *col_in; /* (T, h) input of the next column-parallel GEMMs */
     pt_comm_req *gather; /* tp_overlap: the all-gather into col_in still in flight */
     const float *gather_shard; /* its source: this rank's (R, h) rows */
-    const pt_oplist *list;
-    int at;         /* index in list of the op running */
     pt_err *err;
 } ctx;
 
@@ -417,24 +421,60 @@ static int64_t own_row0(const ctx *c)
     return c->d.sp ? (int64_t)c->d.tr * c->d.R : 0;
 }
 
-/* ---- Parameters by name ------------------------------------------------------------------- */
+/* ---- Parameters, resolved once ------------------------------------------------------------- */
 
-/* A layer's parameter `what` ("q.w", "norm1.b", ...): its weights (in w, [act])
- * and its gradient (fp32); NULL when the model has no such parameter (a bias of a
- * model without biases). */
+/* A parameter's weights (in w, [act]) and its gradient (fp32); NULL when the model has no
+ * such parameter (a bias of a model without biases) or this rank does not hold it. */
 typedef struct {
     const float *w;
     float *g;
 } pview;
 
-static pview param(const pt_net *n, int64_t layer, const char *what)
+/* The row of n->pref for layer li of this rank (0 .. n_layers-1), or with li < 0 the
+ * parameters outside the layers: weight and bias of each pt_param_ref. */
+static const pt_param *const *param_row(const pt_net *n, int64_t li)
 {
-    char name[48];
-    if (layer >= 0)
-        snprintf(name, sizeof name, "layers.%lld.%s", (long long)layer, what);
-    else
-        snprintf(name, sizeof name, "%s", what);
-    const pt_param *p = pt_net_param(n, name);
+    return n->pref + (size_t)(li < 0 ? n->n_layers : li) * PT_PARAM_COUNT * 2;
+}
+
+/* Fills n->pref from the parameter table's names, once: the ops name their parameters
+ * by pt_param_ref, which the layer's row maps to the table's entry. */
+static int resolve_params(pt_net *n, pt_err *err)
+{
+    size_t rows = (size_t)n->n_layers + 1;
+    n->pref = calloc(rows * PT_PARAM_COUNT * 2, sizeof *n->pref);
+    if (!n->pref)
+        return pt_err_set(err, "out of memory");
+    char name[64];
+    for (int64_t li = 0; li <= n->n_layers; li++) {
+        bool layer = li < n->n_layers;
+        int64_t l = layer ? n->chunk_first[li / n->chunk_layers] + li % n->chunk_layers : -1;
+        const pt_param **row = n->pref + (size_t)li * PT_PARAM_COUNT * 2;
+        for (int r = PT_PARAM_NONE + 1; r < PT_PARAM_COUNT; r++) {
+            const char *base = pt_param_ref_name((pt_param_ref)r);
+            if ((r <= PT_PARAM_MLP_DOWN) != layer) /* the layers' come first (planner.h) */
+                continue;
+            if (r == PT_PARAM_WTE || r == PT_PARAM_WPE ||
+                (r == PT_PARAM_HEAD && n->spec.tied_embeddings)) {
+                /* the output head's weight is the token embedding when tied */
+                row[2 * r] = pt_net_param(n, r == PT_PARAM_HEAD ? "wte" : base);
+                continue;
+            }
+            for (int bias = 0; bias < 2; bias++) {
+                if (layer)
+                    snprintf(name, sizeof name, "layers.%lld.%s.%c", (long long)l, base,
+                             bias ? 'b' : 'w');
+                else
+                    snprintf(name, sizeof name, "%s.%c", base, bias ? 'b' : 'w');
+                row[2 * r + bias] = pt_net_param(n, name);
+            }
+        }
+    }
+    return 0;
+}
+
+static pview view_of(const pt_net *n, const pt_param *p)
+{
     if (!p)
         return (pview){NULL, NULL};
     if (n->zero)
@@ -444,22 +484,20 @@ static pview param(const pt_net *n, int64_t layer, const char *what)
                    n->grad + p->offset};
 }
 
-/* The output head's weight: its own, or the token embedding when tied. */
-static pview head_weight(const pt_net *n)
+/* The weight (bias false) or the bias of parameters `r` of the running layer, or outside
+ * the layers when none runs. */
+static pview param(const ctx *c, pt_param_ref r, bool bias)
 {
-    return n->spec.tied_embeddings ? param(n, -1, "wte") : param(n, -1, "lm_head.w");
+    return view_of(c->n, param_row(c->n, c->l < 0 ? -1 : c->li)[2 * r + bias]);
 }
 
 /* ---- Forward ops -------------------------------------------------------------------------- */
 
-static void norm_fwd(ctx *c, const char *which, const float *inp, float *out, float *mean,
+static void norm_fwd(ctx *c, pt_param_ref which, const float *inp, float *out, float *mean,
                      float *rstd)
 {
     pt_kernels *kn = c->n->kn;
-    char wn[24], bn[24];
-    snprintf(wn, sizeof wn, "%s.w", which);
-    snprintf(bn, sizeof bn, "%s.b", which);
-    pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
+    pview w = param(c, which, false), b = param(c, which, true);
     if (c->n->spec.norm == PT_NORM_RMSNORM)
         kn->rmsnorm_forward(kn, out, rstd, inp, w.w, c->d.R, c->d.h, kEps);
     else
@@ -524,13 +562,10 @@ static int gemm_over_rows(ctx *c, const rows_gemm *g, const float *inp)
     return 0;
 }
 
-static int linear_fwd(ctx *c, const char *which, float *out, const float *inp, int ic, int oc,
+static int linear_fwd(ctx *c, pt_param_ref which, float *out, const float *inp, int ic, int oc,
                       bool row_parallel)
 {
-    char wn[32], bn[32];
-    snprintf(wn, sizeof wn, "%s.w", which);
-    snprintf(bn, sizeof bn, "%s.b", which);
-    pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
+    pview w = param(c, which, false), b = param(c, which, true);
     const float *bias = row_parallel && c->d.tr != 0 ? NULL : b.w;
     rows_gemm g = {.w = w.w, .bias = bias, .out = out, .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
@@ -572,60 +607,12 @@ static void residual_add(ctx *c, float *branch, const float *skip, int site)
     c->n->kn->residual_forward(c->n->kn, branch, branch, skip, c->d.R * c->d.h);
 }
 
-/* One op of a layer's forward (also run again by recomputation). */
-static int layer_fwd_op(ctx *c, const char *op)
-{
-    pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->li];
-    const dims *d = &c->d;
-    float *x = c->A->x[c->xi], *y = c->A->x[c->xi + 1];
-    int qd = d->a * d->d, kvd = d->kh * d->d;
-    if (!strcmp(op, "norm1"))
-        norm_fwd(c, "norm1", x, L->ln1, L->ln1_mean, L->ln1_rstd);
-    else if (!strcmp(op, "q"))
-        return linear_fwd(c, "q", L->q, c->col_in, d->h, qd, false);
-    else if (!strcmp(op, "k"))
-        return linear_fwd(c, "k", L->k, c->col_in, d->h, kvd, false);
-    else if (!strcmp(op, "v"))
-        return linear_fwd(c, "v", L->v, c->col_in, d->h, kvd, false);
-    else if (!strcmp(op, "rope")) {
-        rope_all(c, L->q, d->a, false, NULL);
-        rope_all(c, L->k, d->kh, false, NULL);
-    } else if (!strcmp(op, "attn"))
-        return attention_fwd(c);
-    else if (!strcmp(op, "attn_out"))
-        return linear_fwd(c, "attn_out", row_out(c, L->x2), L->att, qd, d->h, true);
-    else if (!strcmp(op, "add1"))
-        residual_add(c, L->x2, x, DROP_ATTN);
-    else if (!strcmp(op, "norm2"))
-        norm_fwd(c, "norm2", L->x2, L->ln2, L->ln2_mean, L->ln2_rstd);
-    else if (!strcmp(op, "mlp_gate"))
-        return linear_fwd(c, "mlp_gate", L->gate, c->col_in, d->h, d->f, false);
-    else if (!strcmp(op, "mlp_up"))
-        return linear_fwd(c, "mlp_up", L->up, c->col_in, d->h, d->f, false);
-    else if (!strcmp(op, "act")) {
-        if (c->n->spec.act == PT_ACT_SWIGLU)
-            kn->swiglu_forward(kn, L->act, L->gate, L->up, d->T, d->f);
-        else
-            kn->gelu_forward(kn, L->act, L->up, d->T * d->f);
-    } else if (!strcmp(op, "mlp_down"))
-        return linear_fwd(c, "mlp_down", row_out(c, y), L->act, d->f, d->h, true);
-    else if (!strcmp(op, "add2"))
-        residual_add(c, y, L->x2, DROP_MLP);
-    else
-        return 1; /* not an op of this function */
-    return 0;
-}
-
 /* ---- Backward ops -------------------------------------------------------------------------- */
 
-static int linear_bwd(ctx *c, const char *which, bool data, float *dinp, const float *dout,
+static int linear_bwd(ctx *c, pt_param_ref which, bool data, float *dinp, const float *dout,
                       const float *inp, int ic, int oc)
 {
-    char wn[32], bn[32];
-    snprintf(wn, sizeof wn, "%s.w", which);
-    snprintf(bn, sizeof bn, "%s.b", which);
-    pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
+    pview w = param(c, which, false), b = param(c, which, true);
     if (data) {
         c->n->kn->matmul_backward(c->n->kn, dinp, NULL, NULL, dout, inp, w.w, c->d.T, ic, oc);
         return 0;
@@ -658,14 +645,11 @@ static int add_f32(ctx *c, float *dst, const float *src, int64_t n)
 /* A norm's backward. With sequence parallelism each tp rank sees only its rows, so
  * the weight gradients of this micro-batch are summed over tp before they are added
  * (Korthikanti et al. 2022) — here, so that every ZeRO stage finds them complete. */
-static int norm_bwd(ctx *c, const char *which, float *dinp, const float *dout,
+static int norm_bwd(ctx *c, pt_param_ref which, float *dinp, const float *dout,
                     const float *inp, const float *mean, const float *rstd)
 {
     pt_kernels *kn = c->n->kn;
-    char wn[24], bn[24];
-    snprintf(wn, sizeof wn, "%s.w", which);
-    snprintf(bn, sizeof bn, "%s.b", which);
-    pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
+    pview w = param(c, which, false), b = param(c, which, true);
     int h = c->d.h;
     float *dw = w.g, *db = b.g;
     if (c->d.sp) {
@@ -702,59 +686,16 @@ static const float *branch_grad(ctx *c, int site, bool first)
     return c->S->ddrop;
 }
 
-/* The MLP half of a layer's backward. */
-static int mlp_bwd_op(ctx *c, const char *op)
-{
-    pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->li];
-    pt_scratch *S = c->S;
-    const dims *d = &c->d;
-    bool swiglu = c->n->spec.act == PT_ACT_SWIGLU;
-    int64_t Tf = d->T * d->f;
-    if (!strcmp(op, "mlp_down_dgrad")) {
-        kn->zero(kn, S->dact, act_bytes(c, Tf));
-        return linear_bwd(c, "mlp_down", true, S->dact, branch_grad(c, DROP_MLP, true), L->act, d->f,
-                   d->h);
-    } else if (!strcmp(op, "mlp_down_wgrad"))
-        return linear_bwd(c, "mlp_down", false, NULL, branch_grad(c, DROP_MLP, false), L->act, d->f,
-                   d->h);
-    else if (!strcmp(op, "act_bwd")) {
-        kn->zero(kn, S->dup, act_bytes(c, Tf));
-        if (swiglu) {
-            kn->zero(kn, S->dgate, act_bytes(c, Tf));
-            kn->swiglu_backward(kn, S->dgate, S->dup, S->dact, L->gate, L->up, d->T, d->f);
-        } else
-            kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
-        kn->zero(kn, S->dln, act_bytes(c, d->T * d->h)); /* the block's input gradient */
-        c->col_in = L->ln2;
-    } else if (!strcmp(op, "mlp_gate_dgrad"))
-        return linear_bwd(c, "mlp_gate", true, S->dln, S->dgate, NULL, d->h, d->f);
-    else if (!strcmp(op, "mlp_up_dgrad"))
-        return linear_bwd(c, "mlp_up", true, S->dln, S->dup, NULL, d->h, d->f);
-    else if (!strcmp(op, "mlp_gate_wgrad"))
-        return linear_bwd(c, "mlp_gate", false, NULL, S->dgate, c->col_in, d->h, d->f);
-    else if (!strcmp(op, "mlp_up_wgrad"))
-        return linear_bwd(c, "mlp_up", false, NULL, S->dup, c->col_in, d->h, d->f);
-    else if (!strcmp(op, "norm2_bwd"))
-        return norm_bwd(c, "norm2", S->dres, S->dlns, L->x2, L->ln2_mean, L->ln2_rstd);
-    else
-        return 1; /* not an op of this function */
-    return 0;
-}
-
 /* The weight gradients of K or V when one KV head is shared by several tp ranks
  * (tp > k): each rank's share comes from its own query heads, and the head's
  * gradient is the sum over the ranks sharing it. Each rank writes its share into its
  * head's slot of a buffer of every head, the buffer is summed over tp (the other
  * heads' ranks add into the other slots), and each rank takes its head's slot. */
-static int kv_wgrad_shared(ctx *c, const char *which, const float *dout)
+static int kv_wgrad_shared(ctx *c, pt_param_ref which, const float *dout)
 {
     pt_kernels *kn = c->n->kn;
     const dims *d = &c->d;
-    char wn[32], bn[32];
-    snprintf(wn, sizeof wn, "%s.w", which);
-    snprintf(bn, sizeof bn, "%s.b", which);
-    pview w = param(c->n, c->l, wn), b = param(c->n, c->l, bn);
+    pview w = param(c, which, false), b = param(c, which, true);
     int kvd = d->kh * d->d;
     int64_t part = (int64_t)kvd * (d->h + 1), heads = c->n->spec.kv_heads;
     float *mine = c->S->dkv + (d->tr / d->kv_share) * part;
@@ -769,54 +710,6 @@ static int kv_wgrad_shared(ctx *c, const char *which, const float *dout)
         add_f32(c, w.g, mine, (int64_t)kvd * d->h) ||
         (b.g && add_f32(c, b.g, mine + (int64_t)kvd * d->h, kvd)))
         return -1;
-    return 0;
-}
-
-/* The attention half of a layer's backward. */
-static int attn_bwd_op(ctx *c, const char *op)
-{
-    pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->li];
-    pt_scratch *S = c->S;
-    const dims *d = &c->d;
-    int qd = d->a * d->d, kvd = d->kh * d->d;
-    bool rope = c->n->spec.pos == PT_POS_ROPE;
-    /* Without RoPE the projections' gradients are the attention's directly. */
-    float *gq = rope ? S->dqr : S->dq, *gk = rope ? S->dkr : S->dk;
-    if (!strcmp(op, "attn_out_dgrad")) {
-        kn->zero(kn, S->datt, act_bytes(c, d->T * qd));
-        return linear_bwd(c, "attn_out", true, S->datt, branch_grad(c, DROP_ATTN, true), L->att, qd,
-                   d->h);
-    } else if (!strcmp(op, "attn_out_wgrad"))
-        return linear_bwd(c, "attn_out", false, NULL, branch_grad(c, DROP_ATTN, false), L->att, qd,
-                   d->h);
-    else if (!strcmp(op, "attn_bwd"))
-        return attention_bwd(c);
-    else if (!strcmp(op, "rope_bwd")) {
-        kn->zero(kn, S->dqr, act_bytes(c, d->T * qd));
-        kn->zero(kn, S->dkr, act_bytes(c, d->T * kvd));
-        rope_all(c, S->dq, d->a, true, S->dqr);
-        rope_all(c, S->dk, d->kh, true, S->dkr);
-    } else if (!strcmp(op, "q_dgrad"))
-        return linear_bwd(c, "q", true, S->dln, gq, NULL, d->h, qd);
-    else if (!strcmp(op, "k_dgrad"))
-        return linear_bwd(c, "k", true, S->dln, gk, NULL, d->h, kvd);
-    else if (!strcmp(op, "v_dgrad"))
-        return linear_bwd(c, "v", true, S->dln, S->dv, NULL, d->h, kvd);
-    else if (!strcmp(op, "q_wgrad"))
-        return linear_bwd(c, "q", false, NULL, gq, c->col_in, d->h, qd);
-    else if (!strcmp(op, "k_wgrad") && d->kv_share > 1)
-        return kv_wgrad_shared(c, "k", gk);
-    else if (!strcmp(op, "v_wgrad") && d->kv_share > 1)
-        return kv_wgrad_shared(c, "v", S->dv);
-    else if (!strcmp(op, "k_wgrad"))
-        return linear_bwd(c, "k", false, NULL, gk, c->col_in, d->h, kvd);
-    else if (!strcmp(op, "v_wgrad"))
-        return linear_bwd(c, "v", false, NULL, S->dv, c->col_in, d->h, kvd);
-    else if (!strcmp(op, "norm1_bwd"))
-        return norm_bwd(c, "norm1", S->dres, S->dlns, c->A->x[c->xi], L->ln1_mean, L->ln1_rstd);
-    else
-        return 1; /* not an op of this function */
     return 0;
 }
 
@@ -963,85 +856,113 @@ static int attention_bwd(ctx *c)
     return 0;
 }
 
-/* ---- Collectives inside a layer ---------------------------------------------------------------- */
+/* ---- The buffers an op names -------------------------------------------------------------- */
 
-/* The name of the op `delta` places from the running one, or "". */
-static const char *neighbour(const ctx *c, int delta)
+/* The buffer `t` of the running layer (or of the embedding or head), or NULL for what is
+ * not one buffer of the micro-batch (parameters, the K/V ring, gradient buckets: their
+ * ops move them themselves). */
+static float *tensor(ctx *c, pt_tensor t)
 {
-    int i = c->at + delta;
-    return i >= 0 && i < c->list->n ? c->list->op[i].name : "";
-}
-
-static bool starts_with(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-/* The residual rows a row-parallel op (or the embedding) just produced. */
-static float *row_parallel_rows(ctx *c, const char *prev)
-{
-    if (!strcmp(prev, "attn_out"))
-        return c->A->layer[c->li].x2;
-    if (!strcmp(prev, "mlp_down"))
-        return c->A->x[c->xi + 1];
-    if (!strcmp(prev, "embed"))
-        return c->A->x[0];
+    pt_acts *A = c->A;
+    pt_scratch *S = c->S;
+    pt_layer_acts *L = c->l >= 0 ? &A->layer[c->li] : NULL;
+    switch (t) {
+    case PT_TEN_ATTN_RES: return L ? L->x2 : NULL;
+    case PT_TEN_MLP_RES: return L ? A->x[c->xi + 1] : NULL;
+    case PT_TEN_EMBED_RES: return A->x[0];
+    case PT_TEN_ROW_PARTIAL: return S->rout;
+    case PT_TEN_LN1: return L ? L->ln1 : NULL;
+    case PT_TEN_LN2: return L ? L->ln2 : NULL;
+    case PT_TEN_LNF: return A->lnf;
+    case PT_TEN_GATHERED: return S->gath;
+    case PT_TEN_DRES: return S->dres;
+    case PT_TEN_DRES_GATHERED: return S->gdres;
+    case PT_TEN_DLN: return S->dln;
+    case PT_TEN_DLN_ROWS: return S->dlns;
+    case PT_TEN_XENT_MAX: return S->ce;
+    case PT_TEN_XENT_SUMS: return S->ce ? S->ce + c->d.T : NULL;
+    case PT_TEN_NONE:
+    case PT_TEN_KV:
+    case PT_TEN_LAYER_WEIGHTS:
+    case PT_TEN_LAYER_GRADS:
+    case PT_TEN_GRADS:
+    case PT_TEN_EMBED_GRAD:
+    case PT_TEN_WEIGHTS:
+    case PT_TEN_COUNT:
+        break;
+    }
     return NULL;
 }
 
+/* ---- Collectives inside a micro-batch ------------------------------------------------------ */
+
+/* Before a collective reads what the kernels wrote: their queue done, and the one
+ * overlapped gather that may be in flight finished. */
+static int coll_ready(ctx *c)
+{
+    pt_kernels *kn = c->n->kn;
+    if (kn->sync(kn))
+        return pt_err_set(c->err, "%s", kn->err);
+    return finish_gather(c);
+}
+
 /* Megatron-LM's f and g operators (Shoeybi et al. 2019) and their sequence-parallel
- * forms (Korthikanti et al. 2022): which tensor each collective of the op list moves
- * follows from its neighbours in the list, which the planner laid out. */
-static int tp_collective(ctx *c, const char *op)
+ * forms (Korthikanti et al. 2022), on the buffers the op names: the partial sums of a
+ * row-parallel output (all-reduced in place, or reduce-scattered from the (T, h) partial
+ * output into this rank's rows), a column-parallel input's gradient, the norm output the
+ * column-parallel GEMMs read (gathered, beside the next GEMM with tp_overlap) and the
+ * residual gradient a row-parallel backward reads (gathered). */
+static int tp_collective(ctx *c, const pt_op *op)
 {
     pt_comm *comm = c->n->comm;
     const dims *d = &c->d;
-    const char *prev = neighbour(c, -1), *next = neighbour(c, 1);
+    float *src = tensor(c, op->src), *dst = tensor(c, op->dst);
     int64_t Rh = d->R * d->h;
-    if (!strcmp(op, "tp_allreduce")) {
-        float *rows = row_parallel_rows(c, prev);
-        if (rows) /* forward: the partial sums of a row-parallel output */
-            return pt_comm_allreduce(comm, PT_GROUP_TP, rows, d->T * d->h, c->err);
-        /* backward: a column-parallel input's gradient, partial over the heads/slices */
-        return pt_comm_allreduce(comm, PT_GROUP_TP, c->S->dln, d->T * d->h, c->err);
-    }
-    if (!strcmp(op, "sp_reducescatter")) {
-        float *rows = row_parallel_rows(c, prev);
-        if (rows)
-            return pt_comm_reducescatter(comm, PT_GROUP_TP, c->S->rout, rows, Rh, c->err);
-        return pt_comm_reducescatter(comm, PT_GROUP_TP, c->S->dln, c->S->dlns, Rh, c->err);
-    }
-    if (!strcmp(op, "sp_allgather")) {
-        /* before a row-parallel backward (or the embedding's): the residual gradient */
-        if (pt_ends_with(next, "_dgrad") || !strcmp(next, "embed_bwd"))
-            return pt_comm_allgather(comm, PT_GROUP_TP, c->S->dres, c->S->gdres, Rh, c->err);
-        /* before column-parallel GEMMs: the norm output they read */
-        if (!c->col_in)
-            return pt_err_set(c->err, "internal: sp_allgather before '%s' has no input", next);
-        int rc;
-        if (c->list->op[c->at].overlapped) { /* tp_overlap: the next GEMM waits for it */
-            c->gather_shard = c->col_in;
-            rc = pt_comm_iallgather(comm, PT_GROUP_TP, c->col_in, c->S->gath, Rh, &c->gather,
-                                    c->err);
-        } else
-            rc = pt_comm_allgather(comm, PT_GROUP_TP, c->col_in, c->S->gath, Rh, c->err);
-        c->col_in = c->S->gath;
-        return rc;
-    }
-    return 1; /* not a tensor-parallel collective */
+    if (!src || !dst)
+        return pt_err_set(c->err, "internal: %s moves %s into %s, which this op list does "
+                                  "not hold here", pt_op_kind_name(op->kind),
+                          pt_tensor_name(op->src), pt_tensor_name(op->dst));
+    if (coll_ready(c))
+        return -1;
+    if (op->kind == PT_OPK_TP_ALLREDUCE)
+        return pt_comm_allreduce(comm, PT_GROUP_TP, dst, d->T * d->h, c->err);
+    if (op->kind == PT_OPK_SP_REDUCESCATTER)
+        return pt_comm_reducescatter(comm, PT_GROUP_TP, src, dst, Rh, c->err);
+    if (op->dst != PT_TEN_GATHERED) /* the residual gradient */
+        return pt_comm_allgather(comm, PT_GROUP_TP, src, dst, Rh, c->err);
+    int rc;
+    if (op->overlapped) { /* tp_overlap: the next GEMM starts on this rank's rows */
+        c->gather_shard = src;
+        rc = pt_comm_iallgather(comm, PT_GROUP_TP, src, dst, Rh, &c->gather, c->err);
+    } else
+        rc = pt_comm_allgather(comm, PT_GROUP_TP, src, dst, Rh, c->err);
+    c->col_in = dst;
+    return rc;
 }
 
-/* ---- Embedding and head -------------------------------------------------------------------- */
+/* The vocab-parallel loss statistics (kernels.h): the row maxima (max-reduced), then the
+ * sums of exponentials and target logits (summed), over tp. */
+static int xent_allreduce(ctx *c, const pt_op *op)
+{
+    float *buf = tensor(c, op->dst);
+    if (!buf)
+        return pt_err_set(c->err, "internal: %s without the loss statistics' buffer (tp = 1)",
+                          pt_op_kind_name(op->kind));
+    if (coll_ready(c))
+        return -1;
+    if (op->kind == PT_OPK_XENT_MAX_ALLREDUCE)
+        return pt_comm_allreduce_max(c->n->comm, PT_GROUP_TP, buf, c->d.T, c->err);
+    return pt_comm_allreduce(c->n->comm, PT_GROUP_TP, buf, 2 * c->d.T, c->err);
+}
 
-static int embed_op(ctx *c, const char *op)
+/* ---- Embedding and cross-entropy ------------------------------------------------------------ */
+
+static void embed(ctx *c, bool fwd)
 {
     pt_kernels *kn = c->n->kn;
     const dims *d = &c->d;
-    pview wte = param(c->n, -1, "wte"), wpe = param(c->n, -1, "wpe");
+    pview wte = param(c, PT_PARAM_WTE, false), wpe = param(c, PT_PARAM_WPE, false);
     int v0 = d->tr * d->v;
-    bool fwd = !strcmp(op, "embed");
-    if (!fwd && strcmp(op, "embed_bwd"))
-        return 1;
     /* The positions are added by one tp rank: the partial lookups are summed. */
     const float *pos = d->tr == 0 ? wpe.w : NULL;
     float *out = fwd ? row_out(c, c->A->x[0]) : NULL;
@@ -1056,68 +977,228 @@ static int embed_op(ctx *c, const char *op)
             kn->embed_backward(kn, wte.g, wpe.g, at_elem(c, dout, row * d->h),
                                c->A->tokens + row, (int)d->b, (int)d->sc, d->h, v0, d->v, pos0);
     }
-    return 0;
 }
 
-/* Vocabulary-parallel cross-entropy (kernels.h): the statistics of each row are
- * reduced over tp, so the full logits are never gathered. */
-static int xent_parallel(ctx *c)
+/* The fused cross-entropy: the loss, and in a training forward (dloss > 0) the logits'
+ * gradient in place of the logits. With tp > 1 the row statistics are the ones
+ * xent_max, xent_sumexp and their all-reduces left in the scratch. */
+static void xent(ctx *c)
 {
     pt_kernels *kn = c->n->kn;
     pt_acts *A = c->A;
     const dims *d = &c->d;
+    float *dlogits = c->dloss > 0 ? A->logits : NULL;
+    if (d->t == 1) {
+        kn->crossentropy(kn, A->losses, dlogits, A->logits, A->targets, d->T, d->v, c->dloss);
+        return;
+    }
     float *mx = c->S->ce, *sum = mx + d->T, *tgt = sum + d->T;
-    kn->ce_local_max(kn, mx, A->logits, d->T, d->v);
-    if (kn->sync(kn))
-        return pt_err_set(c->err, "%s", kn->err);
-    if (pt_comm_allreduce_max(c->n->comm, PT_GROUP_TP, mx, d->T, c->err))
-        return -1;
-    kn->ce_local_sumexp(kn, sum, A->logits, mx, d->T, d->v);
-    kn->ce_local_target(kn, tgt, A->logits, A->targets, d->T, d->v, d->tr * d->v);
-    if (kn->sync(kn))
-        return pt_err_set(c->err, "%s", kn->err);
-    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, sum, 2 * d->T, c->err))
-        return -1;
-    kn->ce_finalize(kn, A->losses, c->dloss > 0 ? A->logits : NULL, A->logits, A->targets, mx,
-                    sum, tgt, d->T, d->v, d->tr * d->v, c->dloss);
-    return 0;
+    kn->ce_finalize(kn, A->losses, dlogits, A->logits, A->targets, mx, sum, tgt, d->T, d->v,
+                    d->tr * d->v, c->dloss);
 }
 
-static int head_op(ctx *c, const char *op)
+/* ---- One op ----------------------------------------------------------------------------- */
+
+static int priced_only(ctx *c, const pt_op *op)
+{
+    return pt_err_set(c->err, "internal: op '%s' describes another stack's kernels; ptrun "
+                              "trains with its own (plans are re-listed for stack 'ptrun')",
+                      pt_op_kind_name(op->kind));
+}
+
+static int outside_micro_batch(ctx *c, const pt_op *op)
+{
+    return pt_err_set(c->err, "internal: op '%s' belongs to the step's end, not to a "
+                              "micro-batch's op list", pt_op_kind_name(op->kind));
+}
+
+/* Runs op `op` of the running list on the context's micro-batch and layer: 0, or -1
+ * with the error set. One case per kind (-Wswitch-enum: a kind the planner gains and
+ * this switch lacks does not compile). Backward ops accumulate (see the top). */
+static int run_op(ctx *c, const pt_op *op)
 {
     pt_kernels *kn = c->n->kn;
     pt_acts *A = c->A;
     pt_scratch *S = c->S;
     const dims *d = &c->d;
-    pview w = head_weight(c->n);
-    /* the output of this rank's last chunk */
+    pt_layer_acts *L = c->l >= 0 ? &A->layer[c->li] : NULL;
+    float *x = L ? A->x[c->xi] : NULL, *y = L ? A->x[c->xi + 1] : NULL;
+    /* the output of this rank's last chunk, which the head reads */
     float *xl = A->x[(c->n->layout.vp - 1) * (c->n->chunk_layers + 1) + c->n->chunk_layers];
-    if (!strcmp(op, "final_norm"))
-        norm_fwd(c, "final_norm", xl, A->lnf, A->lnf_mean, A->lnf_rstd);
-    else if (!strcmp(op, "logits")) {
-        rows_gemm g = {.w = w.w, .out = A->logits, .ic = d->h, .oc = d->v};
+    int qd = d->a * d->d, kvd = d->kh * d->d;
+    int64_t Tf = d->T * d->f;
+    pt_param_ref w = op->param;
+    /* Without RoPE the projections' gradients are the attention's directly. */
+    bool rope = c->n->spec.pos == PT_POS_ROPE;
+    float *gq = rope ? S->dqr : S->dq, *gk = rope ? S->dkr : S->dk;
+    if (!L && op->kind <= PT_OPK_ATTN_SCORES_WGRAD)
+        return pt_err_set(c->err, "internal: layer op '%s' outside a layer",
+                          pt_op_kind_name(op->kind));
+    switch (op->kind) {
+    /* a layer's forward */
+    case PT_OPK_NORM1:
+        norm_fwd(c, w, x, L->ln1, L->ln1_mean, L->ln1_rstd);
+        return 0;
+    case PT_OPK_Q: return linear_fwd(c, w, L->q, c->col_in, d->h, qd, false);
+    case PT_OPK_K: return linear_fwd(c, w, L->k, c->col_in, d->h, kvd, false);
+    case PT_OPK_V: return linear_fwd(c, w, L->v, c->col_in, d->h, kvd, false);
+    case PT_OPK_ROPE:
+        rope_all(c, L->q, d->a, false, NULL);
+        rope_all(c, L->k, d->kh, false, NULL);
+        return 0;
+    case PT_OPK_ATTN: return attention_fwd(c);
+    case PT_OPK_ATTN_OUT: return linear_fwd(c, w, row_out(c, L->x2), L->att, qd, d->h, true);
+    case PT_OPK_ADD1:
+        residual_add(c, L->x2, x, DROP_ATTN);
+        return 0;
+    case PT_OPK_NORM2:
+        norm_fwd(c, w, L->x2, L->ln2, L->ln2_mean, L->ln2_rstd);
+        return 0;
+    case PT_OPK_MLP_GATE: return linear_fwd(c, w, L->gate, c->col_in, d->h, d->f, false);
+    case PT_OPK_MLP_UP: return linear_fwd(c, w, L->up, c->col_in, d->h, d->f, false);
+    case PT_OPK_ACT:
+        if (c->n->spec.act == PT_ACT_SWIGLU)
+            kn->swiglu_forward(kn, L->act, L->gate, L->up, d->T, d->f);
+        else
+            kn->gelu_forward(kn, L->act, L->up, Tf);
+        return 0;
+    case PT_OPK_MLP_DOWN: return linear_fwd(c, w, row_out(c, y), L->act, d->f, d->h, true);
+    case PT_OPK_ADD2:
+        residual_add(c, y, L->x2, DROP_MLP);
+        return 0;
+    /* its backward: the MLP half */
+    case PT_OPK_MLP_DOWN_DGRAD:
+        kn->zero(kn, S->dact, act_bytes(c, Tf));
+        return linear_bwd(c, w, true, S->dact, branch_grad(c, DROP_MLP, true), L->act, d->f,
+                          d->h);
+    case PT_OPK_MLP_DOWN_WGRAD:
+        return linear_bwd(c, w, false, NULL, branch_grad(c, DROP_MLP, false), L->act, d->f,
+                          d->h);
+    case PT_OPK_ACT_BWD:
+        kn->zero(kn, S->dup, act_bytes(c, Tf));
+        if (c->n->spec.act == PT_ACT_SWIGLU) {
+            kn->zero(kn, S->dgate, act_bytes(c, Tf));
+            kn->swiglu_backward(kn, S->dgate, S->dup, S->dact, L->gate, L->up, d->T, d->f);
+        } else
+            kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
+        kn->zero(kn, S->dln, act_bytes(c, d->T * d->h)); /* the block's input gradient */
+        c->col_in = L->ln2;
+        return 0;
+    case PT_OPK_MLP_GATE_DGRAD: return linear_bwd(c, w, true, S->dln, S->dgate, NULL, d->h, d->f);
+    case PT_OPK_MLP_UP_DGRAD: return linear_bwd(c, w, true, S->dln, S->dup, NULL, d->h, d->f);
+    case PT_OPK_MLP_GATE_WGRAD:
+        return linear_bwd(c, w, false, NULL, S->dgate, c->col_in, d->h, d->f);
+    case PT_OPK_MLP_UP_WGRAD: return linear_bwd(c, w, false, NULL, S->dup, c->col_in, d->h, d->f);
+    case PT_OPK_NORM2_BWD:
+        return norm_bwd(c, w, S->dres, S->dlns, L->x2, L->ln2_mean, L->ln2_rstd);
+    /* the attention half */
+    case PT_OPK_ATTN_OUT_DGRAD:
+        kn->zero(kn, S->datt, act_bytes(c, d->T * qd));
+        return linear_bwd(c, w, true, S->datt, branch_grad(c, DROP_ATTN, true), L->att, qd,
+                          d->h);
+    case PT_OPK_ATTN_OUT_WGRAD:
+        return linear_bwd(c, w, false, NULL, branch_grad(c, DROP_ATTN, false), L->att, qd,
+                          d->h);
+    case PT_OPK_ATTN_BWD: return attention_bwd(c);
+    case PT_OPK_ROPE_BWD:
+        kn->zero(kn, S->dqr, act_bytes(c, d->T * qd));
+        kn->zero(kn, S->dkr, act_bytes(c, d->T * kvd));
+        rope_all(c, S->dq, d->a, true, S->dqr);
+        rope_all(c, S->dk, d->kh, true, S->dkr);
+        return 0;
+    case PT_OPK_Q_DGRAD: return linear_bwd(c, w, true, S->dln, gq, NULL, d->h, qd);
+    case PT_OPK_K_DGRAD: return linear_bwd(c, w, true, S->dln, gk, NULL, d->h, kvd);
+    case PT_OPK_V_DGRAD: return linear_bwd(c, w, true, S->dln, S->dv, NULL, d->h, kvd);
+    case PT_OPK_Q_WGRAD: return linear_bwd(c, w, false, NULL, gq, c->col_in, d->h, qd);
+    case PT_OPK_K_WGRAD:
+        if (d->kv_share > 1)
+            return kv_wgrad_shared(c, w, gk);
+        return linear_bwd(c, w, false, NULL, gk, c->col_in, d->h, kvd);
+    case PT_OPK_V_WGRAD:
+        if (d->kv_share > 1)
+            return kv_wgrad_shared(c, w, S->dv);
+        return linear_bwd(c, w, false, NULL, S->dv, c->col_in, d->h, kvd);
+    case PT_OPK_NORM1_BWD:
+        return norm_bwd(c, w, S->dres, S->dlns, x, L->ln1_mean, L->ln1_rstd);
+    /* other stacks' kernels */
+    case PT_OPK_ATTN_SCORES:
+    case PT_OPK_ATTN_SOFTMAX:
+    case PT_OPK_ATTN_DROPOUT:
+    case PT_OPK_ATTN_CTX:
+    case PT_OPK_ATTN_CTX_DGRAD:
+    case PT_OPK_ATTN_CTX_WGRAD:
+    case PT_OPK_ATTN_DROPOUT_BWD:
+    case PT_OPK_ATTN_SOFTMAX_BWD:
+    case PT_OPK_ATTN_SCORES_DGRAD:
+    case PT_OPK_ATTN_SCORES_WGRAD:
+    case PT_OPK_XENT_BWD:
+    case PT_OPK_XENT_ALLREDUCE:
+        return priced_only(c, op);
+    /* embedding and head */
+    case PT_OPK_EMBED:
+        embed(c, true);
+        return 0;
+    case PT_OPK_EMBED_BWD:
+        embed(c, false);
+        return 0;
+    case PT_OPK_FINAL_NORM:
+        norm_fwd(c, w, xl, A->lnf, A->lnf_mean, A->lnf_rstd);
+        return 0;
+    case PT_OPK_LOGITS: {
+        rows_gemm g = {.w = param(c, w, false).w, .out = A->logits, .ic = d->h, .oc = d->v};
         return gemm_over_rows(c, &g, c->col_in);
     }
-    else if (!strcmp(op, "xent")) { /* fused: the forward also writes dlogits */
-        if (d->t > 1)
-            return xent_parallel(c);
-        kn->crossentropy(kn, A->losses, c->dloss > 0 ? A->logits : NULL, A->logits,
-                         A->targets, d->T, d->v, c->dloss);
-    } else if (!strcmp(op, "xent_allreduce") || !strcmp(op, "xent_bwd"))
-        return 0; /* done inside the fused, vocab-parallel "xent" */
-    else if (!strcmp(op, "logits_dgrad")) {
+    case PT_OPK_LOGITS_DGRAD:
         kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
-        kn->matmul_backward(kn, S->dln, NULL, NULL, A->logits, NULL, w.w, d->T, d->h, d->v);
+        kn->matmul_backward(kn, S->dln, NULL, NULL, A->logits, NULL, param(c, w, false).w, d->T,
+                            d->h, d->v);
         c->col_in = A->lnf;
-    } else if (!strcmp(op, "logits_wgrad")) {
-        rows_gemm g = {.w = w.w, .dw = w.g, .dout = A->logits, .ic = d->h, .oc = d->v};
+        return 0;
+    case PT_OPK_LOGITS_WGRAD: {
+        pview hw = param(c, w, false);
+        rows_gemm g = {.w = hw.w, .dw = hw.g, .dout = A->logits, .ic = d->h, .oc = d->v};
         return gemm_over_rows(c, &g, c->col_in);
     }
-    else if (!strcmp(op, "final_norm_bwd"))
-        return norm_bwd(c, "final_norm", S->dres, S->dlns, xl, A->lnf_mean, A->lnf_rstd);
-    else
-        return 1; /* not an op of this function */
-    return 0;
+    case PT_OPK_FINAL_NORM_BWD:
+        return norm_bwd(c, w, S->dres, S->dlns, xl, A->lnf_mean, A->lnf_rstd);
+    case PT_OPK_XENT:
+        xent(c);
+        return 0;
+    case PT_OPK_XENT_MAX:
+        kn->ce_local_max(kn, S->ce, A->logits, d->T, d->v);
+        return 0;
+    case PT_OPK_XENT_SUMEXP:
+        kn->ce_local_sumexp(kn, S->ce + d->T, A->logits, S->ce, d->T, d->v);
+        kn->ce_local_target(kn, S->ce + 2 * d->T, A->logits, A->targets, d->T, d->v,
+                            d->tr * d->v);
+        return 0;
+    case PT_OPK_XENT_MAX_ALLREDUCE:
+    case PT_OPK_XENT_SUM_ALLREDUCE:
+        return xent_allreduce(c, op);
+    /* tensor and context parallelism */
+    case PT_OPK_TP_ALLREDUCE:
+    case PT_OPK_SP_ALLGATHER:
+    case PT_OPK_SP_REDUCESCATTER:
+        return tp_collective(c, op);
+    case PT_OPK_CP_RING:
+    case PT_OPK_CP_RING_BWD:
+        /* The K/V blocks travel inside the attention ops, beside their compute, as the
+         * op's `overlapped` prices them. */
+        return 0;
+    /* ZeRO inside the layers */
+    case PT_OPK_ZERO3_ALLGATHER: return pt_zero_gather_layer(c->n, c->l, c->err);
+    case PT_OPK_ZERO_REDUCESCATTER:
+        return c->n->zero ? pt_zero_reduce_layer(c->n, c->l, c->err) : 0;
+    /* the step's end: the engine's (runtime/engine.c) */
+    case PT_OPK_DP_BUCKET:
+    case PT_OPK_EMBED_ALLREDUCE:
+    case PT_OPK_ADAM:
+    case PT_OPK_ZERO_ALLGATHER:
+        return outside_micro_batch(c, op);
+    case PT_OPK_COUNT:
+        break;
+    }
+    return pt_err_set(c->err, "internal: op kind %d", (int)op->kind);
 }
 
 /* ---- Running op lists ---------------------------------------------------------------------- */
@@ -1125,96 +1206,41 @@ static int head_op(ctx *c, const char *op)
 typedef enum { LIST_LAYER_FWD, LIST_LAYER_BWD, LIST_EMBED_FWD, LIST_EMBED_BWD, LIST_HEAD_FWD,
                LIST_HEAD_BWD } list_id;
 
-/* Runs one kernel op: 0 done, -1 failed (err set), 1 an op this file does not know. */
-static int dispatch(ctx *c, list_id id, const pt_op *op)
-{
-    const char *name = op->name;
-    switch (id) {
-    case LIST_LAYER_FWD:
-        return layer_fwd_op(c, name);
-    case LIST_LAYER_BWD:
-        if (op->recompute)
-            return layer_fwd_op(c, name);
-        int rc = mlp_bwd_op(c, name);
-        return rc == 1 ? attn_bwd_op(c, name) : rc;
-    case LIST_EMBED_FWD:
-    case LIST_EMBED_BWD:
-        return embed_op(c, name);
-    default:
-        return head_op(c, name);
-    }
-}
-
-/* A collective of the op list: 0 done, -1 failed, 1 not one this file runs. */
-static int collective(ctx *c, const pt_op *op)
-{
-    /* ZeRO-2's gradient reduce-scatter: the engine reduce-scatters the whole flat
-     * gradient buffer at the optimizer step instead of layer by layer, which gives
-     * the same numbers (the planner times it per layer, overlapped). */
-    if (!strcmp(op->name, "zero_reducescatter"))
-        return c->n->zero ? pt_zero_reduce_layer(c->n, c->l, c->err) : 0;
-    /* ZeRO-3 gathers the layer's weights before its forward and its backward. */
-    if (!strcmp(op->name, "zero3_allgather"))
-        return pt_zero_gather_layer(c->n, c->l, c->err);
-    /* The K/V ring runs inside the attention ops, beside their compute, as the
-     * planner's overlapped cp_ring ops say. */
-    if (starts_with(op->name, "cp_ring"))
-        return 0;
-    /* The loss statistics' reductions run inside the vocab-parallel "xent". */
-    if (!strcmp(op->name, "xent_allreduce"))
-        return 0;
-    pt_kernels *kn = c->n->kn;
-    if (kn->sync(kn)) /* the collective reads what the kernels queued */
-        return pt_err_set(c->err, "%s", kn->err);
-    if (finish_gather(c)) /* one overlapped gather at a time */
-        return -1;
-    return tp_collective(c, op->name);
-}
-
-/* Runs an op list in order, each op a span of the trace: a compute op on stream 0
- * under its planner key, a collective on stream 1. The host clock around a call times
- * what the call does on the host: the whole op on the CPU, but only its launch on a
- * device whose ops run asynchronously. There, when the backend has device timers
+/* Runs an op list in order, each op a span of the trace under its kind's name: a compute
+ * op on stream 0 with its planner key, a collective on stream 1. The host clock around a
+ * call times what the call does on the host: the whole op on the CPU, but only its launch
+ * on a device whose ops run asynchronously. There, when the backend has device timers
  * (n->devtime), an event is recorded before and after each compute op, without
  * waiting; the span is recorded at launch, which keeps its place among its
  * instruction's spans, and pt_net_trace_resolve gives it the device's times once the
- * step's work is done (devtime.c says how they meet the host clock). Collectives keep host times (they wait for the device
- * first). PT_TRACE_SYNC=1 (n->trace_sync) instead waits for the device around each
- * op and keeps host times. */
+ * step's work is done (devtime.c says how they meet the host clock). Collectives keep
+ * host times (they wait for the device first). PT_TRACE_SYNC=1 (n->trace_sync) instead
+ * waits for the device around each op and keeps host times. */
 static int run_list(ctx *c, list_id id)
 {
     pt_net *n = c->n;
     const pt_oplist *list = &n->ops[id];
     bool device_timed = n->devtime && !n->trace_sync;
-    c->list = list;
     for (int i = 0; i < list->n; i++) {
         const pt_op *op = &list->op[i];
+        const char *name = pt_op_kind_name(op->kind);
         if (n->trace_sync && n->kn->sync(n->kn))
             return pt_err_set(c->err, "%s", n->kn->err);
-        c->at = i;
         if (op->cls == PT_OP_COLL) {
             double t0 = pt_trace_now();
-            int rc = collective(c, op);
-            if (rc > 0)
-                return pt_err_set(c->err, "op '%s' is a collective this runtime does not run",
-                                  op->name);
-            if (rc)
+            if (run_op(c, op))
                 return -1;
-            pt_trace_add(n->trace, n->rank, 1, op->name, NULL, t0, pt_trace_now());
+            pt_trace_add(n->trace, n->rank, 1, name, NULL, t0, pt_trace_now());
             continue;
         }
         if (device_timed && pt_devtime_before(n, c->err))
             return -1;
         double t0 = pt_trace_now();
-        int rc = dispatch(c, id, op);
-        if (rc > 0)
-            return pt_err_set(c->err, "internal: the planner lists op '%s', which the runtime "
-                                      "does not know", op->name);
-        if (rc)
+        if (run_op(c, op))
             return -1;
         if (n->trace_sync && n->kn->sync(n->kn))
             return pt_err_set(c->err, "%s", n->kn->err);
-        int64_t span = pt_trace_add_op(n->trace, n->rank, 0, op->name, &op->kernel, t0,
+        int64_t span = pt_trace_add_op(n->trace, n->rank, 0, name, &op->kernel, t0,
                                        pt_trace_now());
         if (device_timed && pt_devtime_after(n, span, c->err))
             return -1;
@@ -1327,12 +1353,11 @@ static int grads_done(ctx *c, int chunk, int64_t l, bool past)
     pt_net *n = c->n;
     if (!n->grad_done)
         return 0;
-    char prefix[32];
-    size_t len = (size_t)snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)l);
     int64_t lo = n->chunk_end[chunk], hi = n->chunk_begin[chunk];
-    for (int i = 0; l >= 0 && i < n->n_param; i++) {
-        const pt_param *q = &n->param[i];
-        if (strncmp(q->name, prefix, len))
+    const pt_param *const *row = param_row(n, c->li); /* the layer's, resolved at allocation */
+    for (int i = 0; l >= 0 && i < 2 * PT_PARAM_COUNT; i++) {
+        const pt_param *q = row[i];
+        if (!q)
             continue;
         lo = q->offset < lo ? q->offset : lo;
         hi = q->offset + q->count > hi ? q->offset + q->count : hi;

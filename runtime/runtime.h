@@ -435,6 +435,11 @@ typedef struct {
                                  memory model predicts for the rank */
     pt_oplist ops[6];         /* the planner's op lists this model executes:
                                  layer fwd/bwd, embed fwd/bwd, head fwd/bwd */
+    const pt_param **pref;    /* [(n_layers + 1)·PT_PARAM_COUNT·2]: the weight and bias
+                                 of each pt_param_ref of each layer on this rank (its
+                                 index in n_layers), then of the parts outside layers;
+                                 NULL where there is none. Resolved once by name when
+                                 the runtime is allocated; the ops index it. */
 
     /* Optional (NULL: not called): pt_net_backward_chunk calls it as the chunk's
      * gradient becomes final for this micro-batch — after the head's backward, each

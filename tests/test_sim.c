@@ -187,7 +187,7 @@ static void test_measured_costs(void)
     memset(&q_gemm, 0, sizeof q_gemm);
     const pt_kernel_op *q_op = &q_gemm;
     for (int i = 0; i < o.n; i++)
-        if (strcmp(o.op[i].name, "q") == 0)
+        if (o.op[i].kind == PT_OPK_Q)
             q_gemm = o.op[i].kernel;
     CHECK(q_gemm.flops > 0);
     pt_cost_hw hw;
