@@ -1,6 +1,6 @@
 /*
  * From a run's per-op statistics to cost samples, and back out again: the samples of a
- * run (its ranks merged, fused pairs split), the load check that keeps a run made on a
+ * run (its ranks merged), the load check that keeps a run made on a
  * busy machine out of the tables, storing a run's samples under its id, and forgetting
  * a run (its samples and the fits its calibration made) so that the tables are exactly
  * what they were before it.
@@ -12,34 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- Fused ops ------------------------------------------------------------------------- */
-
-/* Ops the runtime computes inside another one: it records their span (empty) but their
- * work is timed in the partner's. The CPU and CUDA cross-entropy write the logits'
- * gradient while computing the loss (runtime/layer.c, op "xent"), so the planner's
- * xent_bwd runs inside xent_fwd. */
-static const struct {
-    const char *kind, *into;
-} fused[] = {{"xent_bwd", "xent_fwd"}};
-
-/* The key of the op `key` is fused into (same dtype and shape), or "" when none. */
-static void fused_partner(const char *key, char out[128], bool *is_inner)
-{
-    out[0] = 0;
-    *is_inner = false;
-    const char *colon = strchr(key, ':');
-    size_t n = colon ? (size_t)(colon - key) : strlen(key);
-    for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) {
-        bool inner = strlen(fused[i].kind) == n && !strncmp(key, fused[i].kind, n);
-        bool outer = strlen(fused[i].into) == n && !strncmp(key, fused[i].into, n);
-        if (inner || outer) {
-            snprintf(out, 128, "%s%s", inner ? fused[i].into : fused[i].kind, colon ? colon : "");
-            *is_inner = inner;
-            return;
-        }
-    }
-}
-
 /* ---- Samples ------------------------------------------------------------------------------ */
 
 static int by_key(const void *a, const void *b)
@@ -49,35 +21,8 @@ static int by_key(const void *a, const void *b)
     return c ? c : (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-static pt_op_sample *find_sample(pt_op_sample *v, size_t n, const char *key)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(v[i].op.key, key))
-            return &v[i];
-    return NULL;
-}
-
-/* Splits the time measured for a fused pair (both spans together) between its two ops
- * in the proportion the tables price them. */
-static void split_pair(pt_op_sample *outer, pt_op_sample *inner, const pt_costdb *tables,
-                       const pt_cost_hw *hw)
-{
-    double po = pt_cost_kernel(tables, hw, &outer->op).time_s;
-    double pi = pt_cost_kernel(tables, hw, &inner->op).time_s;
-    double share = po > 0 && pi > 0 ? po / (po + pi) : 0.5;
-    double pair = outer->st.median_s + inner->st.median_s;
-    double spread = outer->st.mad_s + inner->st.mad_s;
-    int64_t kept = outer->st.kept < inner->st.kept ? outer->st.kept : inner->st.kept;
-    outer->st.median_s = share * pair, inner->st.median_s = (1 - share) * pair;
-    outer->st.mad_s = share * spread, inner->st.mad_s = (1 - share) * spread;
-    outer->st.kept = inner->st.kept = kept;
-    snprintf(outer->fused_with, sizeof outer->fused_with, "%s", inner->op.key);
-    snprintf(inner->fused_with, sizeof inner->fused_with, "%s", outer->op.key);
-    inner->fused_inner = true;
-}
-
-int pt_op_samples(const pt_op_stat *v, size_t n, const pt_costdb *tables,
-                  const pt_cost_hw *hw, pt_op_sample **out, size_t *n_out, pt_err *err)
+int pt_op_samples(const pt_op_stat *v, size_t n, pt_op_sample **out, size_t *n_out,
+                  pt_err *err)
 {
     *out = NULL;
     *n_out = 0;
@@ -103,14 +48,6 @@ int pt_op_samples(const pt_op_stat *v, size_t n, const pt_costdb *tables,
         snprintf(x->op.key, sizeof x->op.key, "%s", ops[a]->key);
         x->ranks = (int)k;
         pt_robust_merge(st, k, &x->st);
-    }
-    for (size_t i = 0; i < ns; i++) {
-        char partner[128];
-        bool inner;
-        fused_partner(s[i].op.key, partner, &inner);
-        pt_op_sample *p = partner[0] && !inner ? find_sample(s, ns, partner) : NULL;
-        if (p && !s[i].fused_with[0])
-            split_pair(&s[i], p, tables, hw);
     }
     free(ops);
     free(st);

@@ -318,22 +318,19 @@ int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size
 
 /* ---- Samples from a run (costmodels/calib.c) ---------------------------------------- */
 
-/* One op key's timing over a whole run: its ranks' statistics merged. An op that the
- * runtime fuses into another (the cross-entropy's backward, computed by its forward)
- * is timed with its partner: both are measured as one and the pair's time is split
- * between them in the proportion the tables price them (fused_with names the partner). */
+/* One op key's timing over a whole run: its ranks' statistics merged. The planner and
+ * the runtime list the same ops (a fused kernel is one op in both: planner/ops.c), so
+ * every sample times exactly the op its key prices. */
 typedef struct {
     pt_kernel_op op;
     pt_robust st;            /* st.median_s is the sample's time */
     int ranks;
-    char fused_with[128];    /* the partner's key, "" when measured alone */
-    bool fused_inner;        /* computed inside its partner (whose span times both) */
 } pt_op_sample;
 
-/* The samples of the compute ops (stream 0, with a key) among v; `tables` (may be NULL:
- * an even split) prices fused pairs. *out malloc'd, caller frees. */
-int pt_op_samples(const pt_op_stat *v, size_t n, const pt_costdb *tables,
-                  const pt_cost_hw *hw, pt_op_sample **out, size_t *n_out, pt_err *err);
+/* The samples of the compute ops (stream 0, with a key) among v. *out malloc'd, caller
+ * frees. */
+int pt_op_samples(const pt_op_stat *v, size_t n, pt_op_sample **out, size_t *n_out,
+                  pt_err *err);
 
 /* The load check: the median over GEMM keys of measured time over the profiled tables'
  * time (only keys they price from measured or interpolated samples); 0 when there is

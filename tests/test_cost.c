@@ -1019,24 +1019,22 @@ static void test_run_samples_and_forget(void)
     pt_cost_hw hw = small_cpu();
     CHECK_INT(pt_costdb_open(path, PT_COSTDB_CREATE, &db, &err), 0);
     const char *g1 = "gemm:fp32:m=64,n=64,k=64", *g2 = "gemm:fp32:m=128,n=64,k=64";
-    const char *xf = "xent_fwd:fp32:rows=8,cols=256", *xb = "xent_bwd:fp32:rows=8,cols=256";
+    const char *xf = "xent:fp32:rows=8,cols=256";
     pt_kernel_op o1 = kop(g1, PT_DTYPE_FP32, 2.0 * 64 * 64 * 64, 0);
     pt_kernel_op o2 = kop(g2, PT_DTYPE_FP32, 2.0 * 128 * 64 * 64, 0);
-    pt_kernel_op of = kop(xf, PT_DTYPE_FP32, 0, 16384), ob = kop(xb, PT_DTYPE_FP32, 0, 16384);
+    pt_kernel_op of = kop(xf, PT_DTYPE_FP32, 0, 16384);
     CHECK_INT(pt_costdb_add_kernel(db, "cpu", &o1, 10e-6, PT_SOURCE_PROFILE, &err), 0);
     CHECK_INT(pt_costdb_add_kernel(db, "cpu", &o2, 20e-6, PT_SOURCE_PROFILE, &err), 0);
     CHECK_INT(pt_costdb_add_kernel(db, "cpu", &of, 30e-6, PT_SOURCE_PROFILE, &err), 0);
-    CHECK_INT(pt_costdb_add_kernel(db, "cpu", &ob, 10e-6, PT_SOURCE_PROFILE, &err), 0);
 
-    /* two ranks' statistics; the cross-entropy's backward is computed by its forward */
+    /* two ranks' statistics of g1 */
     pt_op_stat st[] = {opstat(0, g1, o1.flops, 0, 11e-6, 8), opstat(1, g1, o1.flops, 0, 13e-6, 8),
                        opstat(0, g2, o2.flops, 0, 24e-6, 8), opstat(0, xf, 0, 16384, 48e-6, 4),
-                       opstat(0, xb, 0, 16384, 0.1e-6, 4),
                        opstat(0, "attn_fwd:fp32:b=1", 1e6, 0, 5e-6, 2)};
     pt_op_sample *v;
     size_t n;
-    CHECK_INT(pt_op_samples(st, 6, db, &hw, &v, &n, &err), 0);
-    CHECK_INT((long long)n, 5);
+    CHECK_INT(pt_op_samples(st, 5, &v, &n, &err), 0);
+    CHECK_INT((long long)n, 4);
     int keys;
     /* g1 merged: median of 11 and 13 us = 12 us, 1.2x its 10 us; g2 24/20 = 1.2x */
     CHECK_NEAR(pt_gemm_ratio(v, n, db, &hw, &keys), 1.2, 1e-12);
@@ -1047,16 +1045,9 @@ static void test_run_samples_and_forget(void)
             CHECK_INT(v[i].ranks, 2);
             CHECK_INT(v[i].st.kept, 16);
         }
-        /* the pair's 48.1 us split 3:1 as the tables price them (30 and 10 us) */
-        if (!strcmp(v[i].op.key, xf)) {
-            CHECK_NEAR(v[i].st.median_s, 0.75 * 48.1e-6, 1e-15);
-            CHECK_STR_HAS(v[i].fused_with, xb);
-            CHECK(!v[i].fused_inner);
-        }
-        if (!strcmp(v[i].op.key, xb)) {
-            CHECK_NEAR(v[i].st.median_s, 0.25 * 48.1e-6, 1e-15);
-            CHECK(v[i].fused_inner);
-        }
+        /* the fused cross-entropy is one op: its sample is its own span's time */
+        if (!strcmp(v[i].op.key, xf))
+            CHECK_NEAR(v[i].st.median_s, 48e-6, 1e-15);
     }
     pt_run_record rec = {.world = 2, .steps = 5, .steps_timed = 4, .measured_step_s = 0.1,
                          .model = "tiny", .layout = "dp=2", .gemm_ratio = 1.2};
@@ -1069,24 +1060,24 @@ static void test_run_samples_and_forget(void)
         pt_run_record *none;
         size_t n_none;
         CHECK_INT(pt_costdb_begin(db, &err), 0);
-        CHECK_INT(pt_costdb_record_run(db, &rec, NULL, 0, st, 6, NULL, 0, &run, &err), 0);
+        CHECK_INT(pt_costdb_record_run(db, &rec, NULL, 0, st, 5, NULL, 0, &run, &err), 0);
         CHECK_INT(pt_costdb_put_run_samples(db, "", run, v, n, &stored, &err), -1);
         CHECK_INT(pt_costdb_rollback(db, &err), 0);
         CHECK_INT(pt_costdb_runs(db, &none, &n_none, &err), 0);
         CHECK_INT((long long)n_none, 0);
         free(none);
     }
-    CHECK_INT(pt_costdb_record_run(db, &rec, NULL, 0, st, 6, NULL, 0, &run, &err), 0);
-    pt_cost before[4] = {pt_cost_kernel(db, &hw, &o1), pt_cost_kernel(db, &hw, &o2),
-                         pt_cost_kernel(db, &hw, &of), pt_cost_kernel(db, &hw, &ob)};
+    CHECK_INT(pt_costdb_record_run(db, &rec, NULL, 0, st, 5, NULL, 0, &run, &err), 0);
+    pt_cost before[3] = {pt_cost_kernel(db, &hw, &o1), pt_cost_kernel(db, &hw, &o2),
+                         pt_cost_kernel(db, &hw, &of)};
     int64_t stored;
     CHECK_INT(pt_costdb_put_run_samples(db, "cpu", run, v, n, &stored, &err), 0);
-    CHECK_INT(stored, 4); /* attn_fwd has 2 repeats, fewer than PT_MIN_SPANS */
+    CHECK_INT(stored, 3); /* attn_fwd has 2 repeats, fewer than PT_MIN_SPANS */
     /* again: the run's samples are replaced, not piled up */
     CHECK_INT(pt_costdb_put_run_samples(db, "cpu", run, v, n, &stored, &err), 0);
     pt_costdb_id ident;
     pt_costdb_identity(db, &ident);
-    CHECK_INT(ident.kernel_samples, 8);
+    CHECK_INT(ident.kernel_samples, 6);
     /* the run's 12 us, not the median with the profile's 10 us */
     CHECK_NEAR(pt_cost_kernel(db, &hw, &o1).time_s, 12e-6, 1e-15);
     pt_kernel_fits f = {.n = 1};
@@ -1095,13 +1086,13 @@ static void test_run_samples_and_forget(void)
     int64_t runs[4], prof;
     CHECK_INT(pt_costdb_sample_runs(db, "cpu", runs, 4, &prof), 1);
     CHECK_INT(runs[0], run);
-    CHECK_INT(prof, 4);
+    CHECK_INT(prof, 3);
 
     /* the stored statistics read back */
     pt_op_stat *back;
     size_t nb;
     CHECK_INT(pt_costdb_run_op_stats(db, run, &back, &nb, &err), 0);
-    CHECK_INT((long long)nb, 6);
+    CHECK_INT((long long)nb, 5);
     free(back);
 
     /* a dry run changes nothing; forgetting restores every answer exactly */
@@ -1109,7 +1100,7 @@ static void test_run_samples_and_forget(void)
     pt_cost now = pt_cost_kernel(db, &hw, &o1);
     CHECK_INT(pt_costdb_begin(db, &err), 0);
     CHECK_INT(pt_costdb_forget_run(db, run, &gone, &err), 0);
-    CHECK_INT(gone.samples, 4);
+    CHECK_INT(gone.samples, 3);
     CHECK_INT(gone.kernel_fits, 1);
     CHECK(pt_cost_kernel(db, &hw, &o1).time_s == before[0].time_s);
     CHECK_INT(pt_costdb_rollback(db, &err), 0);
@@ -1119,8 +1110,8 @@ static void test_run_samples_and_forget(void)
     CHECK_INT(pt_costdb_commit(db, &err), 0);
     pt_costdb_close(db);
     CHECK_INT(pt_costdb_open(path, PT_COSTDB_READ, &db, &err), 0);
-    pt_kernel_op ops[4] = {o1, o2, of, ob};
-    for (int i = 0; i < 4; i++)
+    pt_kernel_op ops[3] = {o1, o2, of};
+    for (int i = 0; i < 3; i++)
         CHECK(pt_cost_kernel(db, &hw, &ops[i]).time_s == before[i].time_s);
     pt_costdb_kernel_fits(db, "cpu", &f);
     CHECK_INT(f.n, 0);

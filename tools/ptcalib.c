@@ -213,8 +213,7 @@ static int load_plan(const options *o, job *j, pt_err *err)
 
 typedef struct {
     const pt_op_sample *s;
-    const pt_op_sample *partner; /* the op measured with it (fused), or NULL */
-    double measured_s;           /* median (of the pair, when fused) */
+    double measured_s;           /* median */
     double total_s;              /* every span's time, for the order and the weights */
     pt_cost before;              /* the tables' answer before this run */
     double fitted_s;             /* the fitted analytic model's */
@@ -226,38 +225,18 @@ static int by_total(const void *a, const void *b)
     return (x->total_s < y->total_s) - (x->total_s > y->total_s);
 }
 
-static const pt_op_sample *find(const pt_op_sample *v, size_t n, const char *key)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(v[i].op.key, key))
-            return &v[i];
-    return NULL;
-}
-
-/* One row per op key, a fused pair in one row (the outer op's, which comes first in
- * the runtime). */
+/* One row per op key. */
 static size_t op_rows(const job *j, const pt_op_sample *v, size_t n, const pt_kernel_fits *k,
                       op_row *rows)
 {
-    size_t nr = 0;
     for (size_t i = 0; i < n; i++) {
-        const pt_op_sample *p = v[i].fused_with[0] ? find(v, n, v[i].fused_with) : NULL;
-        if (p && v[i].fused_inner)
-            continue; /* shown with its partner */
-        op_row *r = &rows[nr++];
-        *r = (op_row){.s = &v[i], .partner = p, .measured_s = v[i].st.median_s,
-                      .total_s = v[i].st.total_s};
-        r->before = pt_cost_kernel(j->before, &j->hw, &v[i].op);
-        r->fitted_s = pt_cost_kernel_fitted(&j->hw, &v[i].op, k);
-        if (p) {
-            r->measured_s += p->st.median_s;
-            r->total_s += p->st.total_s;
-            r->before.time_s += pt_cost_kernel(j->before, &j->hw, &p->op).time_s;
-            r->fitted_s += pt_cost_kernel_fitted(&j->hw, &p->op, k);
-        }
+        rows[i] = (op_row){.s = &v[i], .measured_s = v[i].st.median_s,
+                           .total_s = v[i].st.total_s};
+        rows[i].before = pt_cost_kernel(j->before, &j->hw, &v[i].op);
+        rows[i].fitted_s = pt_cost_kernel_fitted(&j->hw, &v[i].op, k);
     }
-    qsort(rows, nr, sizeof *rows, by_total);
-    return nr;
+    qsort(rows, n, sizeof *rows, by_total);
+    return n;
 }
 
 static double pct(double predicted, double measured)
@@ -280,16 +259,12 @@ static void print_table(const options *o, const op_row *rows, size_t n)
         err_fitted += w * fabs(pct(r->fitted_s, r->measured_s));
         if (o->top && (int64_t)i >= o->top)
             continue;
-        char key[160];
-        const char *partner_key = r->partner ? r->partner->op.key : "";
-        const char *kind_end = strchr(partner_key, ':');
-        snprintf(key, sizeof key, "%s%s%.*s", r->s->op.key, r->partner ? " +" : "",
-                 kind_end ? (int)(kind_end - partner_key) : 0, partner_key);
         char kept[24];
         snprintf(kept, sizeof kept, "%lld/%lld", (long long)r->s->st.kept,
                  (long long)r->s->st.spans);
-        printf("%-46.46s %9s %9.1fus %7.1fus %9.1fus %-12s %+7.1f%% %9.1fus %+7.1f%%\n", key,
-               kept, 1e6 * r->measured_s, 1e6 * r->s->st.mad_s * (r->partner ? 2 : 1),
+        printf("%-46.46s %9s %9.1fus %7.1fus %9.1fus %-12s %+7.1f%% %9.1fus %+7.1f%%\n",
+               r->s->op.key,
+               kept, 1e6 * r->measured_s, 1e6 * r->s->st.mad_s,
                1e6 * r->before.time_s, pt_prov_name(r->before.prov),
                pct(r->before.time_s, r->measured_s), 1e6 * r->fitted_s,
                pct(r->fitted_s, r->measured_s));
@@ -297,8 +272,7 @@ static void print_table(const options *o, const op_row *rows, size_t n)
     if (o->top && (int64_t)n > o->top)
         printf("(%zu more ops; --top)\n", n - (size_t)o->top);
     printf("time-weighted mean absolute error over %zu ops: tables before the run %.1f%%, "
-           "fitted model %.1f%%\n(spread: the median absolute deviation of the spans; a fused "
-           "op is timed with its partner, whose span is empty, and the pair compared as one)\n",
+           "fitted model %.1f%%\n(spread: the median absolute deviation of the spans)\n",
            n, err_before, err_fitted);
 }
 
@@ -424,7 +398,7 @@ static int calibrate(const options *o, job *j, pt_err *err)
     pt_link_fit intra, inter;
     size_t n = 0;
     int64_t stored = 0;
-    int rc = k ? pt_op_samples(j->stats, j->n_stats, j->before, &j->hw, &v, &n, err)
+    int rc = k ? pt_op_samples(j->stats, j->n_stats, &v, &n, err)
                : pt_err_set(err, "out of memory");
     if (rc == 0 && !(rows = calloc(n ? n : 1, sizeof *rows)))
         rc = pt_err_set(err, "out of memory");

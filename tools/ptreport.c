@@ -367,7 +367,7 @@ static int by_total(const void *a, const void *b)
 
 /* The run's op samples: from its stored per-op statistics, or (a run recorded before
  * schema 5) from its stored spans. */
-static int run_samples(report *R, const pt_run_record *run, const pt_cost_hw *hw,
+static int run_samples(report *R, const pt_run_record *run,
                        pt_op_sample **v, size_t *n, pt_err *err)
 {
     pt_op_stat *st = NULL;
@@ -383,7 +383,7 @@ static int run_samples(report *R, const pt_run_record *run, const pt_cost_hw *hw
         if (rc)
             return -1;
     }
-    int rc = pt_op_samples(st, ns, R->before, hw, v, n, err);
+    int rc = pt_op_samples(st, ns, v, n, err);
     free(st);
     return rc;
 }
@@ -404,7 +404,7 @@ static int draw_ops(report *R, const pt_run_record *run, pt_err *err)
     size_t n = 0, nb = 0;
     if (!fits)
         return pt_err_set(err, "out of memory");
-    if (run_samples(R, run, &hw, &v, &n, err)) {
+    if (run_samples(R, run, &v, &n, err)) {
         free(fits);
         return -1;
     }

@@ -1212,7 +1212,7 @@ static int record_run(const options *o, run *r, const pt_trace *merged, const pt
         pt_cluster_apply_profile(&c, db);
         pt_cost_hw_of(&c, &hw);
         rc = pt_trace_op_stats(merged, &stats, &n_stats, err) ||
-                     pt_op_samples(stats, n_stats, db, &hw, &smp, &n_smp, err)
+                     pt_op_samples(stats, n_stats, &smp, &n_smp, err)
                  ? -1
                  : 0;
     }

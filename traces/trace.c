@@ -415,9 +415,7 @@ int pt_trace_to_costdb(const pt_trace *t, pt_costdb *db, const char *device, pt_
     pt_op_stat *st = NULL;
     pt_op_sample *smp = NULL;
     size_t n = 0, ns = 0;
-    pt_cost_hw hw = {0};
-    snprintf(hw.device, sizeof hw.device, "%s", device);
-    int rc = pt_trace_op_stats(t, &st, &n, err) || pt_op_samples(st, n, db, &hw, &smp, &ns, err)
+    int rc = pt_trace_op_stats(t, &st, &n, err) || pt_op_samples(st, n, &smp, &ns, err)
                  ? -1
                  : pt_costdb_begin(db, err);
     for (size_t i = 0; rc == 0 && i < ns; i++) {
