@@ -19,38 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h" /* pt_err, checked arithmetic, pt_dtype */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- Errors (shared by every library of the project) -------------------------- */
-
-typedef struct {
-    char msg[512];
-} pt_err;
-
-/* Formats msg into err (when err is non-NULL) and returns -1, so that callers
- * can write `return pt_err_set(err, "...", ...);`. */
-int pt_err_set(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* ---- Checked arithmetic on sizes ----------------------------------------------- */
-
-/* Every product or sum of sizes that reach us from user input (layout dimensions,
- * batch and micro-batch counts, sequence, model sizes, byte counts) goes through these:
- * false when the exact result does not fit in int64_t (then *out is left unchanged),
- * so a caller refuses the input instead of wrapping to a small, plausible number. The
- * documented limits (README, "Limits") keep valid inputs far from overflow; these catch
- * everything else. pt_prod64 multiplies n factors, all of which must be >= 0. */
-bool pt_mul64(int64_t a, int64_t b, int64_t *out);
-bool pt_add64(int64_t a, int64_t b, int64_t *out);
-bool pt_prod64(const int64_t *factors, int n, int64_t *out);
-
-/* ---- Data types ---------------------------------------------------------------- */
-
-typedef enum { PT_DTYPE_FP32, PT_DTYPE_TF32, PT_DTYPE_BF16, PT_DTYPE_FP16, PT_DTYPE_FP8,
-               PT_DTYPE_COUNT } pt_dtype;
-const char *pt_dtype_name(pt_dtype d);   /* "fp32", "tf32", "bf16", "fp16", "fp8" */
-int pt_dtype_parse(const char *text, pt_dtype *out, pt_err *err);
 
 /* ---- Provenance ---------------------------------------------------------------- */
 

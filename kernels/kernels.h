@@ -11,10 +11,9 @@
  * one K/V block for context parallelism) expose the local pieces; the runtime
  * combines them across ranks.
  *
- * Dimension legend (comments, names, formulas; the same letters as the planner):
- *   b micro-batch   s sequence      h hidden        a heads       k KV heads
- *   d head dim      f FFN size      v vocabulary    t tp size
- *   n a count of rows (usually b·s) or of elements, said where used.
+ * Dimension letters: the one legend of common/common.h (b micro-batch, s sequence,
+ * h hidden, a heads, k KV heads, d head dim, f FFN size, v vocabulary, t tp size; n a
+ * count of rows, usually b·s, or of elements, said where used).
  *
  * ---- The contract of the table ---------------------------------------------------
  *

@@ -3,14 +3,11 @@
  * the layout space with its validity rules, the rank grid and its process groups,
  * and the per-rank memory model.
  *
- * Dimension letters used in comments, names and formulas throughout the project:
- *   b  micro-batch size          s  sequence length        h  hidden size
- *   a  attention heads           k  key/value heads (GQA)  f  FFN size
- *   v  vocabulary                L  layers                 t  tensor-parallel size
- *   c  context-parallel size     p  pipeline size          d  data-parallel size
+ * Dimension letters: the one legend of common/common.h (b, s, h, a, k, d, f, v, L, t,
+ * c, p; dp written out).
  *
  * Errors: library functions never exit or print. They return 0 on success and -1
- * on error, filling a pt_err (costmodels/cost.h) whose message names the file, field
+ * on error, filling a pt_err (common/common.h) whose message names the file, field
  * or value at fault; tools/ decides what to do with it.
  */
 #ifndef PT_PLANNER_H
@@ -299,7 +296,7 @@ typedef enum {
     PT_REJECT_LAYERS_PP,          /* L not divisible by p·vp */
     PT_REJECT_SEQ_CP,             /* s not divisible by 2·c (load-balanced causal split) */
     PT_REJECT_SEQ_SP,             /* s/c not divisible by t with sequence parallelism */
-    PT_REJECT_BATCH_DP,           /* global batch not divisible by b·d */
+    PT_REJECT_BATCH_DP,           /* global batch not divisible by b·dp */
     PT_REJECT_TP_SPANS_NODES,     /* a tensor-parallel group crosses a node boundary */
     PT_REJECT_SP_WITHOUT_TP,      /* sp requested with t = 1 */
     PT_REJECT_OVERLAP_WITHOUT_SP, /* tp_overlap requested without sequence parallelism */

@@ -5,7 +5,8 @@
  * optimizer step). This file owns the one generator per pipeline schedule and the
  * checker that proves a set of programs complete, consistent and deadlock-free.
  * The simulator (sim.c) and the runtime engine execute these programs; nothing else
- * decides the order of a training step (DESIGN.md, "One source of truth").
+ * decides the order of a training step (ARCHITECTURE.md, "The one description of a
+ * step").
  *
  * Sources:
  *   all-forward-all-backward: GPipe (Huang et al. 2019, "GPipe: Efficient Training

@@ -5,8 +5,8 @@
  * lists through the kernel table), the engine that runs the planner's schedule
  * programs, the optimizer step, and checkpoints.
  *
- * Letters as in planner.h and kernels.h: b micro-batch, s sequence, h hidden,
- * a heads, k KV heads, d head dim, f FFN size, v vocabulary, L layers.
+ * Dimension letters: the one legend of common/common.h (b micro-batch, s sequence,
+ * h hidden, a heads, k KV heads, d head dim, f FFN size, v vocabulary, L layers).
  *
  * Errors: functions return 0 on success and -1 on error with a pt_err naming the
  * file, tensor or value at fault; they never exit.

@@ -3,7 +3,7 @@
  * data types: the small vocabulary every library of the project shares. Library functions fill a pt_err
  * and return -1; only tools/ print it and choose an exit code.
  */
-#include "cost.h"
+#include "common.h"
 
 #include <stdarg.h>
 #include <stdio.h>

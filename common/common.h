@@ -1,0 +1,64 @@
+/*
+ * ptcommon — the small vocabulary every library of the project shares: the error type
+ * that library functions fill instead of printing or exiting, checked arithmetic on
+ * sizes, the data types, and the one legend of dimension letters.
+ *
+ * Dimension letters, used in comments (each tensor pointer's trailing shape comment),
+ * variable names and formulas everywhere (planner, kernels, runtime):
+ *   b  micro-batch size          s  sequence length        h  hidden size
+ *   a  attention heads           k  key/value heads (GQA)  d  head dimension (h/a)
+ *   f  FFN size                  v  vocabulary             L  layers
+ *   t  tensor-parallel size      c  context-parallel size  p  pipeline size
+ *   dp the data-parallel size, written out (d is the head dimension)
+ *   T  tokens a layer sees on a rank (b·s/c)   R  its residual-stream rows (T, or T/t
+ *      with sequence parallelism)             n  a count of rows or elements, said where used
+ * Per-rank sizes carry their divisor in the shape comment: (T, f/t), (b, a/t, s).
+ *
+ * Errors: library functions return 0 on success and -1 on error, filling a pt_err
+ * whose message names the file, field or value at fault; only tools/ print it and
+ * choose an exit code.
+ */
+#ifndef PT_COMMON_H
+#define PT_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Errors ----------------------------------------------------------- */
+
+typedef struct {
+    char msg[512];
+} pt_err;
+
+/* Formats msg into err (when err is non-NULL) and returns -1, so that callers
+ * can write `return pt_err_set(err, "...", ...);`. */
+int pt_err_set(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- Checked arithmetic on sizes ----------------------------------------------- */
+
+/* Every product or sum of sizes that reach us from user input (layout dimensions,
+ * batch and micro-batch counts, sequence, model sizes, byte counts) goes through these:
+ * false when the exact result does not fit in int64_t (then *out is left unchanged),
+ * so a caller refuses the input instead of wrapping to a small, plausible number. The
+ * documented limits (README, "Limits") keep valid inputs far from overflow; these catch
+ * everything else. pt_prod64 multiplies n factors, all of which must be >= 0. */
+bool pt_mul64(int64_t a, int64_t b, int64_t *out);
+bool pt_add64(int64_t a, int64_t b, int64_t *out);
+bool pt_prod64(const int64_t *factors, int n, int64_t *out);
+
+/* ---- Data types ---------------------------------------------------------------- */
+
+typedef enum { PT_DTYPE_FP32, PT_DTYPE_TF32, PT_DTYPE_BF16, PT_DTYPE_FP16, PT_DTYPE_FP8,
+               PT_DTYPE_COUNT } pt_dtype;
+const char *pt_dtype_name(pt_dtype d);   /* "fp32", "tf32", "bf16", "fp16", "fp8" */
+int pt_dtype_parse(const char *text, pt_dtype *out, pt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
