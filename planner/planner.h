@@ -694,6 +694,12 @@ int pt_sched_check(const pt_sched *s, pt_err *err);
 /* The most (mb, chunk) pairs whose forward has run and backward has not, at any
  * point of rank `rank`'s program: what the memory model counts as in flight. */
 int pt_sched_peak_in_flight(const pt_sched *s, int rank);
+/* The same for the micro-batches of model chunk `chunk` only (-1: every chunk). A
+ * (mb, chunk)'s activations are held from its forward, or the receive of its input
+ * just before it, to the end of its backward: in every schedule the receive comes
+ * with no other forward or backward between, so these counts are also the most
+ * activation slots the runtime holds at once. */
+int pt_sched_peak_in_flight_chunk(const pt_sched *s, int rank, int chunk);
 
 /* ---- Simulator (planner/sim.c) ------------------------------------------------- */
 

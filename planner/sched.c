@@ -243,11 +243,18 @@ void pt_sched_free(pt_sched *s)
 
 int pt_sched_peak_in_flight(const pt_sched *s, int rank)
 {
+    return pt_sched_peak_in_flight_chunk(s, rank, -1);
+}
+
+int pt_sched_peak_in_flight_chunk(const pt_sched *s, int rank, int chunk)
+{
     if (!s || !s->prog || rank < 0 || rank >= s->pp)
         return -1;
     int now = 0, peak = 0;
     const pt_prog *p = &s->prog[rank];
     for (int i = 0; i < p->n; i++) {
+        if (chunk >= 0 && p->ins[i].chunk != chunk)
+            continue;
         now += p->ins[i].kind == PT_INS_FWD;
         now -= p->ins[i].kind == PT_INS_BWD;
         if (now > peak)

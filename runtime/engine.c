@@ -121,11 +121,11 @@ static int64_t first_sample(const pt_plan *p, const pt_dist *d, int64_t step, in
            (int64_t)d->dp_index * p->layout.n_micro * p->layout.mbs + (int64_t)mb * p->layout.mbs;
 }
 
-/* The activation slot of micro-batch mb: the micro-batches in flight are consecutive
- * and never more than the slots, so they take distinct slots in turn. */
-static int slot_of(const pt_net *n, int mb)
+/* The activation slot of (mb, chunk): taken from the pool when the chunk's input is
+ * received or its forward starts, given back when its backward ends. */
+static int slot_for(pt_net *n, const pt_ins *in, pt_err *err)
 {
-    return mb % n->n_slots;
+    return pt_net_slot_take(n, in->mb, in->chunk, err);
 }
 
 /* Bytes of one micro-batch's activations (or their gradient) between stages, in the
@@ -454,15 +454,19 @@ static int64_t vs_of(const pt_net *n, int chunk)
 static int transfer(step_ctx *c, const pt_ins *in)
 {
     pt_net *n = c->n;
-    int slot = slot_of(n, in->mb), peer = c->d->pipe[in->peer];
+    int peer = c->d->pipe[in->peer];
     int64_t vs = vs_of(n, in->chunk), bytes = act_bytes(n);
+    bool act = in->kind == PT_INS_RECV_ACT || in->kind == PT_INS_SEND_ACT;
+    int slot = act ? slot_for(n, in, c->err) : -1;
+    if (act && slot < 0)
+        return -1;
     switch (in->kind) {
     case PT_INS_RECV_ACT:
         return pt_comm_recv_bytes(c->d->comm, peer, tag_act_into(vs),
-                                  pt_net_chunk_input(n, slot, in->chunk), bytes, c->err);
+                                  pt_net_chunk_input(n, slot), bytes, c->err);
     case PT_INS_SEND_ACT:
         return pt_comm_isend_bytes(c->d->comm, peer, tag_act_into(vs + 1),
-                                   pt_net_chunk_output(n, slot, in->chunk), bytes, c->err);
+                                   pt_net_chunk_output(n, slot), bytes, c->err);
     case PT_INS_RECV_GRAD:
         return pt_comm_recv_bytes(c->d->comm, peer, tag_grad_from(vs + 1), pt_net_dres(n),
                                   bytes, c->err);
@@ -480,20 +484,27 @@ static int run_instruction(step_ctx *c, const pt_ins *in)
     switch (in->kind) {
     case PT_INS_FWD: {
         int64_t first = first_sample(p, c->d, c->step, in->mb);
+        int slot = slot_for(n, in, c->err);
+        if (slot < 0)
+            return -1;
         if (c->data) /* only the first and last stage read data */
             batch_fill(c->b, n, c->data, first);
-        pt_net_set_batch(n, slot_of(n, in->mb), c->step, first, true);
-        return pt_net_forward_chunk(n, slot_of(n, in->mb), in->chunk, c->b->in_cp,
-                                    c->b->tg_cp, 1.0f / (float)tokens_per_step, c->loss_sum,
-                                    c->err);
+        pt_net_set_batch(n, slot, in->mb, c->step, first, true);
+        return pt_net_forward_chunk(n, slot, in->chunk, c->b->in_cp, c->b->tg_cp,
+                                    1.0f / (float)tokens_per_step, c->loss_sum, c->err);
     }
     case PT_INS_BWD: {
+        int slot = pt_net_slot_of(n, in->mb, in->chunk);
+        if (slot < 0)
+            return pt_err_set(c->err, "internal: the backward of micro-batch %d, chunk %d "
+                                      "before its forward", in->mb, in->chunk);
         /* the chunk's last backward of the step starts its gradient buckets */
         bool last = c->bk->on && c->pc == c->bk->last_bwd[in->chunk];
         n->grad_done = last ? bucket_ready : NULL;
         n->grad_done_ctx = c->bk;
-        int rc = pt_net_backward_chunk(n, slot_of(n, in->mb), in->chunk, c->err);
+        int rc = pt_net_backward_chunk(n, slot, in->chunk, c->err);
         n->grad_done = NULL;
+        pt_net_slot_give(n, in->mb, in->chunk);
         return rc;
     }
     case PT_INS_REDUCE_GRADS:
@@ -528,6 +539,7 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
 {
     memset(out, 0, sizeof *out);
     pt_trace_set_step(n->trace, step);
+    pt_net_slots_reset(n); /* a step that failed may have left slots taken */
     double t0 = pt_trace_now(), loss_sum = 0;
     batch b;
     if (batch_alloc(&b, n)) {
@@ -574,14 +586,16 @@ static int eval_batch(pt_net *n, const pt_dist *d, const batch *b, double *sum, 
         if (owner != n->stage)
             continue;
         int rc = 0;
+        /* chunk c in slot c: a chunk's output may still be on its way when the rank's
+         * next chunk runs */
         if (vs > 0)
             rc = pt_comm_recv_bytes(d->comm, d->pipe[(vs - 1) % pp], tag_act_into(vs),
-                                    pt_net_chunk_input(n, 0, chunk), bytes, err);
+                                    pt_net_chunk_input(n, chunk), bytes, err);
         if (rc == 0)
-            rc = pt_net_forward_chunk(n, 0, chunk, b->in_cp, b->tg_cp, 0.0f, sum, err);
+            rc = pt_net_forward_chunk(n, chunk, chunk, b->in_cp, b->tg_cp, 0.0f, sum, err);
         if (rc == 0 && vs < V - 1)
             rc = pt_comm_isend_bytes(d->comm, d->pipe[(vs + 1) % pp], tag_act_into(vs + 1),
-                                     pt_net_chunk_output(n, 0, chunk), bytes, err);
+                                     pt_net_chunk_output(n, chunk), bytes, err);
         if (rc)
             return rc;
     }

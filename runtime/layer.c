@@ -121,14 +121,15 @@ static void carve_layer(carve *c, const pt_net *n, const dims *d, size_t ab, pt_
     L->act = take(c, d->T * d->f, ab);
 }
 
-/* Lays out one slot; with full recomputation all layers share one set of views. */
+/* Lays out one slot: one chunk's layers; with full recomputation all layers share one
+ * set of views. */
 static void carve_slot(carve *c, const pt_net *n, const dims *d, pt_acts *A)
 {
     size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
-    int64_t L = n->n_layers;
+    int64_t L = n->chunk_layers;
     A->tokens = (int32_t *)take(c, d->T, 4);
     A->targets = (int32_t *)take(c, d->T, 4);
-    for (int64_t l = 0; l < L + n->layout.vp; l++) /* each chunk's input and layer outputs */
+    for (int64_t l = 0; l < L + 1; l++) /* the chunk's input and its layers' outputs */
         A->x[l] = take(c, d->R * d->h, ab);
     bool shared = n->layout.recompute == PT_RECOMPUTE_FULL;
     for (int64_t l = 0; l < L; l++) {
@@ -137,11 +138,16 @@ static void carve_slot(carve *c, const pt_net *n, const dims *d, pt_acts *A)
         else
             carve_layer(c, n, d, ab, &A->layer[l]);
     }
-    A->lnf = take(c, d->R * d->h, ab);
-    A->lnf_mean = take(c, d->R, 4);
-    A->lnf_rstd = take(c, d->R, 4);
-    A->logits = take(c, d->T * d->v, ab);
-    A->losses = take(c, d->T, 4);
+}
+
+static void carve_head(carve *c, const pt_net *n, const dims *d, pt_head_acts *H)
+{
+    size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
+    H->lnf = take(c, d->R * d->h, ab);
+    H->lnf_mean = take(c, d->R, 4);
+    H->lnf_rstd = take(c, d->R, 4);
+    H->logits = take(c, d->T * d->v, ab);
+    H->losses = take(c, d->T, 4);
 }
 
 /* Scratch the layout needs: gathers and reduce-scatters with sp, dropout's branch
@@ -206,9 +212,9 @@ static int too_large(pt_err *err, const pt_net *n, const dims *d, int slots)
 static int alloc_slot(pt_net *n, const dims *d, int slots, pt_acts **out, pt_err *err)
 {
     pt_acts *A = calloc(1, sizeof *A);
-    int64_t L = n->n_layers;
+    int64_t L = n->chunk_layers;
     *out = NULL;
-    if (!A || !(A->x = calloc((size_t)(L + n->layout.vp), sizeof *A->x)) ||
+    if (!A || !(A->x = calloc((size_t)(L + 1), sizeof *A->x)) ||
         !(A->layer = calloc((size_t)L, sizeof *A->layer))) {
         if (A)
             free(A->x);
@@ -236,6 +242,24 @@ static int alloc_slot(pt_net *n, const dims *d, int slots, pt_acts **out, pt_err
     c.used = 0;
     carve_slot(&c, n, d, A);
     *out = A;
+    return 0;
+}
+
+static int alloc_head(pt_net *n, const dims *d, pt_head_acts **out, pt_err *err)
+{
+    pt_head_acts *H = calloc(1, sizeof *H);
+    if (!(*out = H))
+        return pt_err_set(err, "out of memory");
+    carve c = {0};
+    carve_head(&c, n, d, H);
+    if (c.overflow)
+        return too_large(err, n, d, n->n_head);
+    n->bytes += (int64_t)c.used;
+    if (!(H->mem = c.base = n->kn->alloc(n->kn, c.used)))
+        return pt_err_set(err, "out of memory for the logits of %d micro-batch(es) of %lld "
+                               "tokens", n->n_head, (long long)d->T);
+    c.used = 0;
+    carve_head(&c, n, d, H);
     return 0;
 }
 
@@ -285,17 +309,38 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
         return pt_err_set(err, "out of memory building the op lists");
     if (resolve_params(n, err))
         return -1;
+    /* evaluation runs each of the rank's chunks in a slot of its own */
+    if (slots < n->layout.vp)
+        slots = n->layout.vp;
+    int n_mc = (int)(n->layout.n_micro * n->layout.vp);
     n->slot = calloc((size_t)slots, sizeof *n->slot);
+    n->slot_busy = calloc((size_t)slots, sizeof *n->slot_busy);
+    n->slot_map = malloc((size_t)n_mc * sizeof *n->slot_map);
     pt_scratch *S = calloc(1, sizeof *S);
-    if (!n->slot || !S) {
+    if (!n->slot || !n->slot_busy || !n->slot_map || !S) {
         free(S);
         return pt_err_set(err, "out of memory");
     }
     n->scratch = S;
     n->n_slots = slots;
+    pt_net_slots_reset(n);
     for (int i = 0; i < slots; i++)
         if (alloc_slot(n, &d, slots, &n->slot[i], err))
             return -1;
+    if (n->stage == n->layout.pp - 1) { /* the head's buffers */
+        pt_sched s;
+        if (pt_sched_build(n->layout.schedule, n->layout.pp, n->layout.vp,
+                           (int)n->layout.n_micro, &s, err))
+            return -1;
+        n->n_head = pt_sched_peak_in_flight_chunk(&s, n->stage, n->layout.vp - 1);
+        pt_sched_free(&s);
+        n->n_head = n->n_head < 1 ? 1 : n->n_head;
+        if (!(n->head = calloc((size_t)n->n_head, sizeof *n->head)))
+            return pt_err_set(err, "out of memory");
+        for (int i = 0; i < n->n_head; i++)
+            if (alloc_head(n, &d, (pt_head_acts **)&n->head[i], err))
+                return -1;
+    }
     carve c = {0};
     carve_scratch(&c, n, &d, S);
     if (c.overflow)
@@ -314,6 +359,18 @@ void pt_net_free_runtime(pt_net *n)
     for (int i = 0; i < n->n_slots; i++)
         free_slot(n, n->slot[i]);
     free(n->slot);
+    free(n->slot_busy);
+    free(n->slot_map);
+    for (int i = 0; n->head && i < n->n_head; i++) {
+        pt_head_acts *H = n->head[i];
+        if (H && n->kn)
+            n->kn->free(n->kn, H->mem);
+        free(H);
+    }
+    free(n->head);
+    n->head = NULL;
+    n->slot_busy = NULL;
+    n->slot_map = NULL;
     pt_scratch *S = n->scratch;
     if (S && n->kn)
         n->kn->free(n->kn, S->mem);
@@ -326,6 +383,59 @@ void pt_net_free_runtime(pt_net *n)
     n->scratch = NULL;
 }
 
+/* ---- The slot pool ----------------------------------------------------------------------- */
+
+void pt_net_slots_reset(pt_net *n)
+{
+    for (int64_t i = 0; n->slot_map && i < n->layout.n_micro * n->layout.vp; i++)
+        n->slot_map[i] = -1;
+    for (int i = 0; n->slot_busy && i < n->n_slots; i++)
+        n->slot_busy[i] = false;
+}
+
+static int64_t pair_index(const pt_net *n, int mb, int chunk)
+{
+    return (int64_t)mb * n->layout.vp + chunk;
+}
+
+static bool pair_valid(const pt_net *n, int mb, int chunk)
+{
+    return mb >= 0 && mb < n->layout.n_micro && chunk >= 0 && chunk < n->layout.vp;
+}
+
+int pt_net_slot_of(const pt_net *n, int mb, int chunk)
+{
+    return pair_valid(n, mb, chunk) ? n->slot_map[pair_index(n, mb, chunk)] : -1;
+}
+
+int pt_net_slot_take(pt_net *n, int mb, int chunk, pt_err *err)
+{
+    if (!pair_valid(n, mb, chunk))
+        return pt_err_set(err, "internal: micro-batch %d of chunk %d is outside the step", mb,
+                          chunk);
+    int have = pt_net_slot_of(n, mb, chunk);
+    if (have >= 0)
+        return have;
+    for (int i = 0; i < n->n_slots; i++)
+        if (!n->slot_busy[i]) {
+            n->slot_busy[i] = true;
+            n->slot_map[pair_index(n, mb, chunk)] = i;
+            return i;
+        }
+    return pt_err_set(err, "internal: all %d activation slots are in use when micro-batch %d "
+                           "of chunk %d starts (the schedule keeps more in flight than "
+                           "planned)", n->n_slots, mb, chunk);
+}
+
+void pt_net_slot_give(pt_net *n, int mb, int chunk)
+{
+    int s = pt_net_slot_of(n, mb, chunk);
+    if (s < 0)
+        return;
+    n->slot_busy[s] = false;
+    n->slot_map[pair_index(n, mb, chunk)] = -1;
+}
+
 /* ---- The op context ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -334,8 +444,10 @@ typedef struct {
     pt_scratch *S;
     dims d;
     int64_t l;      /* layer (global index, names its parameters), -1 outside */
-    int64_t li;     /* the layer's index on this rank (its activations) */
-    int64_t xi;     /* index in A->x of the layer's input */
+    int64_t li;     /* the layer's index on this rank (its parameters' row) */
+    int64_t ai;     /* its index in the chunk's slot (its activations) */
+    int64_t xi;     /* index in A->x of the layer's input (ai) */
+    pt_head_acts *H; /* the head's buffers of this micro-batch (last stage) */
     float dloss;
     const float *col_in; /* (T, h) input of the next column-parallel GEMMs */
     pt_comm_req *gather; /* tp_overlap: the all-gather into col_in still in flight */
@@ -745,7 +857,7 @@ static bool visible(const dims *d, int src, int qp, int kp)
 static int attention_fwd(ctx *c)
 {
     pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->li];
+    pt_layer_acts *L = &c->A->layer[c->ai];
     pt_scratch *S = c->S;
     const dims *d = &c->d;
     if (d->cp == 1) {
@@ -799,7 +911,7 @@ static int attention_fwd(ctx *c)
 static int attention_bwd(ctx *c)
 {
     pt_kernels *kn = c->n->kn;
-    pt_layer_acts *L = &c->A->layer[c->li];
+    pt_layer_acts *L = &c->A->layer[c->ai];
     pt_scratch *S = c->S;
     const dims *d = &c->d;
     int qd = d->a * d->d;
@@ -865,7 +977,8 @@ static float *tensor(ctx *c, pt_tensor t)
 {
     pt_acts *A = c->A;
     pt_scratch *S = c->S;
-    pt_layer_acts *L = c->l >= 0 ? &A->layer[c->li] : NULL;
+    pt_head_acts *H = c->H;
+    pt_layer_acts *L = c->l >= 0 ? &A->layer[c->ai] : NULL;
     switch (t) {
     case PT_TEN_ATTN_RES: return L ? L->x2 : NULL;
     case PT_TEN_MLP_RES: return L ? A->x[c->xi + 1] : NULL;
@@ -873,7 +986,7 @@ static float *tensor(ctx *c, pt_tensor t)
     case PT_TEN_ROW_PARTIAL: return S->rout;
     case PT_TEN_LN1: return L ? L->ln1 : NULL;
     case PT_TEN_LN2: return L ? L->ln2 : NULL;
-    case PT_TEN_LNF: return A->lnf;
+    case PT_TEN_LNF: return H ? H->lnf : NULL;
     case PT_TEN_GATHERED: return S->gath;
     case PT_TEN_DRES: return S->dres;
     case PT_TEN_DRES_GATHERED: return S->gdres;
@@ -986,14 +1099,15 @@ static void xent(ctx *c)
 {
     pt_kernels *kn = c->n->kn;
     pt_acts *A = c->A;
+    pt_head_acts *H = c->H;
     const dims *d = &c->d;
-    float *dlogits = c->dloss > 0 ? A->logits : NULL;
+    float *dlogits = c->dloss > 0 ? H->logits : NULL;
     if (d->t == 1) {
-        kn->crossentropy(kn, A->losses, dlogits, A->logits, A->targets, d->T, d->v, c->dloss);
+        kn->crossentropy(kn, H->losses, dlogits, H->logits, A->targets, d->T, d->v, c->dloss);
         return;
     }
     float *mx = c->S->ce, *sum = mx + d->T, *tgt = sum + d->T;
-    kn->ce_finalize(kn, A->losses, dlogits, A->logits, A->targets, mx, sum, tgt, d->T, d->v,
+    kn->ce_finalize(kn, H->losses, dlogits, H->logits, A->targets, mx, sum, tgt, d->T, d->v,
                     d->tr * d->v, c->dloss);
 }
 
@@ -1021,10 +1135,11 @@ static int run_op(ctx *c, const pt_op *op)
     pt_acts *A = c->A;
     pt_scratch *S = c->S;
     const dims *d = &c->d;
-    pt_layer_acts *L = c->l >= 0 ? &A->layer[c->li] : NULL;
+    pt_layer_acts *L = c->l >= 0 ? &A->layer[c->ai] : NULL;
+    pt_head_acts *H = c->H;
     float *x = L ? A->x[c->xi] : NULL, *y = L ? A->x[c->xi + 1] : NULL;
-    /* the output of this rank's last chunk, which the head reads */
-    float *xl = A->x[(c->n->layout.vp - 1) * (c->n->chunk_layers + 1) + c->n->chunk_layers];
+    /* the chunk's output, which the head reads (in the last chunk's slot) */
+    float *xl = A->x[c->n->chunk_layers];
     int qd = d->a * d->d, kvd = d->kh * d->d;
     int64_t Tf = d->T * d->f;
     pt_param_ref w = op->param;
@@ -1033,6 +1148,9 @@ static int run_op(ctx *c, const pt_op *op)
     float *gq = rope ? S->dqr : S->dq, *gk = rope ? S->dkr : S->dk;
     if (!L && op->kind <= PT_OPK_ATTN_SCORES_WGRAD)
         return pt_err_set(c->err, "internal: layer op '%s' outside a layer",
+                          pt_op_kind_name(op->kind));
+    if (!H && op->kind >= PT_OPK_FINAL_NORM && op->kind <= PT_OPK_XENT_ALLREDUCE)
+        return pt_err_set(c->err, "internal: head op '%s' on a stage without the head",
                           pt_op_kind_name(op->kind));
     switch (op->kind) {
     /* a layer's forward */
@@ -1142,34 +1260,34 @@ static int run_op(ctx *c, const pt_op *op)
         embed(c, false);
         return 0;
     case PT_OPK_FINAL_NORM:
-        norm_fwd(c, w, xl, A->lnf, A->lnf_mean, A->lnf_rstd);
+        norm_fwd(c, w, xl, H->lnf, H->lnf_mean, H->lnf_rstd);
         return 0;
     case PT_OPK_LOGITS: {
-        rows_gemm g = {.w = param(c, w, false).w, .out = A->logits, .ic = d->h, .oc = d->v};
+        rows_gemm g = {.w = param(c, w, false).w, .out = H->logits, .ic = d->h, .oc = d->v};
         return gemm_over_rows(c, &g, c->col_in);
     }
     case PT_OPK_LOGITS_DGRAD:
         kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
-        kn->matmul_backward(kn, S->dln, NULL, NULL, A->logits, NULL, param(c, w, false).w, d->T,
+        kn->matmul_backward(kn, S->dln, NULL, NULL, H->logits, NULL, param(c, w, false).w, d->T,
                             d->h, d->v);
-        c->col_in = A->lnf;
+        c->col_in = H->lnf;
         return 0;
     case PT_OPK_LOGITS_WGRAD: {
         pview hw = param(c, w, false);
-        rows_gemm g = {.w = hw.w, .dw = hw.g, .dout = A->logits, .ic = d->h, .oc = d->v};
+        rows_gemm g = {.w = hw.w, .dw = hw.g, .dout = H->logits, .ic = d->h, .oc = d->v};
         return gemm_over_rows(c, &g, c->col_in);
     }
     case PT_OPK_FINAL_NORM_BWD:
-        return norm_bwd(c, w, S->dres, S->dlns, xl, A->lnf_mean, A->lnf_rstd);
+        return norm_bwd(c, w, S->dres, S->dlns, xl, H->lnf_mean, H->lnf_rstd);
     case PT_OPK_XENT:
         xent(c);
         return 0;
     case PT_OPK_XENT_MAX:
-        kn->ce_local_max(kn, S->ce, A->logits, d->T, d->v);
+        kn->ce_local_max(kn, S->ce, H->logits, d->T, d->v);
         return 0;
     case PT_OPK_XENT_SUMEXP:
-        kn->ce_local_sumexp(kn, S->ce + d->T, A->logits, S->ce, d->T, d->v);
-        kn->ce_local_target(kn, S->ce + 2 * d->T, A->logits, A->targets, d->T, d->v,
+        kn->ce_local_sumexp(kn, S->ce + d->T, H->logits, S->ce, d->T, d->v);
+        kn->ce_local_target(kn, S->ce + 2 * d->T, H->logits, A->targets, d->T, d->v,
                             d->tr * d->v);
         return 0;
     case PT_OPK_XENT_MAX_ALLREDUCE:
@@ -1248,10 +1366,17 @@ static int run_list(ctx *c, list_id id)
     return finish_gather(c);
 }
 
+/* The head's buffers of the micro-batch in slot A: a pool indexed by micro-batch (the
+ * last chunk's micro-batches in flight are consecutive). */
+static pt_head_acts *head_of(const pt_net *n, const pt_acts *A)
+{
+    return n->head ? n->head[A->mb % n->n_head] : NULL;
+}
+
 static ctx context(pt_net *n, int slot, float dloss, pt_err *err)
 {
-    return (ctx){.n = n, .A = n->slot[slot], .S = n->scratch, .d = dims_of(n), .l = -1,
-                 .dloss = dloss, .err = err};
+    return (ctx){.n = n, .A = n->slot[slot], .H = head_of(n, n->slot[slot]), .S = n->scratch,
+                 .d = dims_of(n), .l = -1, .dloss = dloss, .err = err};
 }
 
 /* Points the context at layer i of chunk `chunk`. */
@@ -1260,7 +1385,7 @@ static void at_layer(ctx *c, int chunk, int64_t i)
     const pt_net *n = c->n;
     c->l = n->chunk_first[chunk] + i;
     c->li = chunk * n->chunk_layers + i;
-    c->xi = chunk * (n->chunk_layers + 1) + i;
+    c->ai = c->xi = i;
     c->col_in = NULL;
 }
 
@@ -1274,14 +1399,14 @@ static bool last_vs(const pt_net *n, int chunk)
     return chunk == n->layout.vp - 1 && n->stage == n->layout.pp - 1;
 }
 
-float *pt_net_chunk_input(pt_net *n, int slot, int chunk)
+float *pt_net_chunk_input(pt_net *n, int slot)
 {
-    return n->slot[slot]->x[chunk * (n->chunk_layers + 1)];
+    return n->slot[slot]->x[0];
 }
 
-float *pt_net_chunk_output(pt_net *n, int slot, int chunk)
+float *pt_net_chunk_output(pt_net *n, int slot)
 {
-    return n->slot[slot]->x[chunk * (n->chunk_layers + 1) + n->chunk_layers];
+    return n->slot[slot]->x[n->chunk_layers];
 }
 
 float *pt_net_dres(pt_net *n)
@@ -1289,9 +1414,11 @@ float *pt_net_dres(pt_net *n)
     return ((pt_scratch *)n->scratch)->dres;
 }
 
-void pt_net_set_batch(pt_net *n, int slot, int64_t step, int64_t first_sample, bool train)
+void pt_net_set_batch(pt_net *n, int slot, int mb, int64_t step, int64_t first_sample,
+                      bool train)
 {
     pt_acts *A = n->slot[slot];
+    A->mb = mb;
     A->step = step;
     A->first_sample = first_sample;
     A->train = train;
@@ -1307,7 +1434,7 @@ static int sum_losses(ctx *c, double *loss_sum)
     float *losses = malloc((size_t)c->d.T * sizeof *losses);
     if (!losses)
         return pt_err_set(c->err, "out of memory");
-    kn->copy(kn, losses, c->A->losses, (size_t)c->d.T * sizeof *losses, PT_KCOPY_D2H);
+    kn->copy(kn, losses, c->H->losses, (size_t)c->d.T * sizeof *losses, PT_KCOPY_D2H);
     int rc = kn->sync(kn) ? pt_err_set(c->err, "%s", kn->err) : 0;
     for (int64_t i = 0; rc == 0 && i < c->d.T; i++)
         *loss_sum += losses[i];
@@ -1402,28 +1529,26 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
 int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
                    float dloss, double *loss_sum, pt_err *err)
 {
-    if (n->layout.pp != 1)
-        return pt_err_set(err, "internal: the whole-model forward needs one pipeline stage");
-    for (int c = 0; c < n->layout.vp; c++) {
-        if (c > 0) /* a chunk's input is the previous chunk's output */
-            n->kn->copy(n->kn, pt_net_chunk_input(n, slot, c), pt_net_chunk_output(n, slot, c - 1),
-                        (size_t)pt_net_act_elems(n) * pt_kdtype_bytes(n->kn->act_dtype),
-                        PT_KCOPY_D2D);
-        if (pt_net_forward_chunk(n, slot, c, tokens, targets, dloss, loss_sum, err))
-            return -1;
-    }
+    if (n->layout.pp != 1 || n->layout.vp != 1) /* the layout rules keep vp > 1 to pp > 1 */
+        return pt_err_set(err, "internal: the whole-model forward needs one pipeline stage of "
+                               "one chunk");
+    if (pt_net_forward_chunk(n, slot, 0, tokens, targets, dloss, loss_sum, err))
+        return -1;
     return pt_net_trace_resolve(n, err);
 }
 
 int pt_net_backward(pt_net *n, int slot, pt_err *err)
 {
-    for (int c = n->layout.vp - 1; c >= 0; c--)
-        if (pt_net_backward_chunk(n, slot, c, err))
-            return -1;
+    if (n->layout.pp != 1 || n->layout.vp != 1)
+        return pt_err_set(err, "internal: the whole-model backward needs one pipeline stage "
+                               "of one chunk");
+    if (pt_net_backward_chunk(n, slot, 0, err))
+        return -1;
     return pt_net_trace_resolve(n, err);
 }
 
 const float *pt_net_last_logits(const pt_net *n, int slot)
 {
-    return n->slot[slot]->logits;
+    const pt_head_acts *H = head_of(n, n->slot[slot]);
+    return H ? H->logits : NULL;
 }

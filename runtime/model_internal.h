@@ -26,17 +26,30 @@ typedef struct {
     float *gate, *up, *act;           /* (T, f/t) [act] each; gate only with SwiGLU */
 } pt_layer_acts;
 
+/* One activation slot: what one model chunk keeps of one micro-batch between its
+ * forward and its backward (the memory model's unit, a (micro-batch, chunk) in flight).
+ * The engine hands slots out from a pool as a chunk's forward (or the receive of its
+ * input) starts and takes them back when its backward ends. */
 struct pt_acts {
     void *mem;                        /* one backend allocation for all of the below */
     int32_t *tokens, *targets;        /* (T) in backend memory */
-    float **x;                        /* [L+vp] (R, h) [act] residual stream between layers */
-    pt_layer_acts *layer;             /* [L] */
+    float **x;                        /* [chunk_layers + 1] (R, h) [act] the chunk's input
+                                         and each of its layers' outputs */
+    pt_layer_acts *layer;             /* [chunk_layers] */
+    int64_t step, first_sample;       /* the micro-batch in the slot (dropout's keys) */
+    int mb;                           /* its index in the step (the head's slot) */
+    bool train;                       /* dropout applies */
+};
+
+/* What the head keeps of one micro-batch on the last stage, from its forward to its
+ * backward: a pool of its own, as many as the schedule has last-chunk micro-batches in
+ * flight (one under 1F1B, every micro-batch under all-forward-all-backward). */
+typedef struct {
+    void *mem;
     float *lnf, *lnf_mean, *lnf_rstd; /* final norm, (R, h) */
     float *logits;                    /* (T, v/t) [act]; dlogits after a training forward */
     float *losses;                    /* (T) fp32 */
-    int64_t step, first_sample;       /* the micro-batch in the slot (dropout's keys) */
-    bool train;                       /* dropout applies */
-};
+} pt_head_acts;
 
 /* Gradient scratch, reused by every layer and micro-batch. */
 typedef struct {

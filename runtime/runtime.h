@@ -427,8 +427,12 @@ typedef struct {
                                  and v are shard arrays of opt_elems floats and w is
                                  NULL */
 
-    pt_acts **slot;           /* activations of the micro-batches in flight */
+    pt_acts **slot;           /* activation slots: one (micro-batch, chunk) each */
     int n_slots;
+    int *slot_map;            /* [n_micro·vp] the slot of (mb, chunk) in flight, or -1 */
+    bool *slot_busy;          /* [n_slots] */
+    void **head;              /* the head's buffers (pt_head_acts), last stage only */
+    int n_head;
     void *scratch;            /* gradient scratch shared by all layers */
 
     int64_t bytes;            /* backend memory this model allocated: what the planner's
@@ -481,11 +485,24 @@ int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err);
 int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
                      pt_err *err);
 
-/* Names the micro-batch about to run in `slot` for dropout: its masks are keyed by
- * the step, the global index of each sample and each element's position in the
- * whole sequence and hidden vector, so every layout drops the same elements.
+/* Activation slots: each holds one model chunk's activations of one micro-batch, from
+ * its forward (or the receive of its input) to the end of its backward. take hands
+ * (mb, chunk) a free slot (the one it holds, if any; -1 with err set when none is
+ * free), of gives its slot (-1: none), give frees it; reset frees all (a step's start).
+ * There are pt_sched_peak_in_flight slots, at least vp (evaluation runs chunk c in
+ * slot c). */
+int pt_net_slot_take(pt_net *n, int mb, int chunk, pt_err *err);
+int pt_net_slot_of(const pt_net *n, int mb, int chunk);
+void pt_net_slot_give(pt_net *n, int mb, int chunk);
+void pt_net_slots_reset(pt_net *n);
+
+/* Names the micro-batch about to run in `slot`: its index mb in the step (which of the
+ * head's buffers it uses) and, for dropout, the step and its first sample: masks are
+ * keyed by the step, the global index of each sample and each element's position in
+ * the whole sequence and hidden vector, so every layout drops the same elements.
  * Training forwards use dropout only after this call; evaluation never does. */
-void pt_net_set_batch(pt_net *n, int slot, int64_t step, int64_t first_sample, bool train);
+void pt_net_set_batch(pt_net *n, int slot, int mb, int64_t step, int64_t first_sample,
+                      bool train);
 
 /* Forward of model chunk `chunk` of one micro-batch (b = layout mbs rows of s tokens)
  * in activation slot `slot`, executing the planner's op lists in order: the
@@ -499,13 +516,13 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
  * the last virtual stage, else from the output gradient in pt_net_dres; it leaves
  * the chunk's input gradient in pt_net_dres. */
 int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err);
-/* The chunk's input (received from the previous stage) and output (sent on) in
+/* The input (received from the previous stage) and output (sent on) of the chunk in
  * `slot`, (b·s, h) [act]; and the residual-stream gradient (b·s, h) [act]. */
-float *pt_net_chunk_input(pt_net *n, int slot, int chunk);
-float *pt_net_chunk_output(pt_net *n, int slot, int chunk);
+float *pt_net_chunk_input(pt_net *n, int slot);
+float *pt_net_chunk_output(pt_net *n, int slot);
 float *pt_net_dres(pt_net *n);
-/* The whole model on one stage (pp = 1): every chunk in order; each ends by giving
- * the op spans their device times (pt_net_trace_resolve). */
+/* The whole model on one stage of one chunk (pp = vp = 1); each ends by giving the op
+ * spans their device times (pt_net_trace_resolve). */
 int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
                    float dloss, double *loss_sum, pt_err *err);
 int pt_net_backward(pt_net *n, int slot, pt_err *err);

@@ -211,6 +211,61 @@ static void check_uneven_stages(void)
     pt_kernels_destroy(kn);
 }
 
+/* Activation slots hold one model chunk each (the memory model's unit): one more slot
+ * costs the same on a stage of two one-layer chunks (pp=2, vp=2, 4 layers) as on a
+ * stage of one one-layer chunk (pp=2, 2 layers). A slot holding every chunk of the rank
+ * would cost twice as much with vp=2. Only the last stage keeps the head's buffers: as
+ * many as the schedule has last-chunk micro-batches in flight (1F1B: one). */
+static void check_slots_per_chunk(void)
+{
+    pt_kernels *kn = pt_kernels_cpu(1);
+    pt_err err;
+    int64_t per_slot[2];
+    for (int vp = 1; vp <= 2; vp++) {
+        pt_model m = small(false);
+        m.layers = 2 * vp;
+        pt_plan p = plan_of(m, PT_RECOMPUTE_NONE);
+        p.cluster.devices_per_node = 2;
+        p.layout.pp = 2;
+        p.layout.vp = vp;
+        p.layout.schedule = vp > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
+        p.layout.n_micro = 2;
+        p.train.global_batch = 4;
+        CHECK_INT(pt_layout_check(&m, &p.cluster, 4, &p.layout, NULL), 0);
+        pt_net a, b;
+        CHECK_INT(pt_net_init(&a, &p, kn, 0, 3, 7, NULL, &err), 0);
+        CHECK_INT(pt_net_init(&b, &p, kn, 0, 4, 7, NULL, &err), 0);
+        per_slot[vp - 1] = b.bytes - a.bytes;
+        CHECK(per_slot[vp - 1] > 0);
+        CHECK(a.head == NULL && a.n_head == 0); /* stage 0 has no head */
+        pt_net_free(&a);
+        pt_net_free(&b);
+        CHECK_INT(pt_net_init(&a, &p, kn, 1, 3, 7, NULL, &err), 0);
+        CHECK_INT(a.n_head, 1);
+        /* the pool: distinct slots for what is in flight, a full pool refuses, a slot
+         * given back is taken again */
+        int s0 = pt_net_slot_take(&a, 0, 0, &err), s1 = pt_net_slot_take(&a, 1, 0, &err);
+        CHECK(s0 >= 0 && s1 >= 0 && s0 != s1);
+        CHECK_INT(pt_net_slot_take(&a, 0, 0, &err), s0);
+        CHECK_INT(pt_net_slot_of(&a, 1, 0), s1);
+        int s2 = pt_net_slot_take(&a, 0, vp - 1 == 0 ? 0 : 1, &err);
+        if (vp == 1) { /* (0, 0) again: its slot */
+            CHECK_INT(s2, s0);
+        } else {
+            CHECK(s2 >= 0 && s2 != s0 && s2 != s1);
+            CHECK_INT(pt_net_slot_take(&a, 1, 1, &err), -1);
+            CHECK_STR_HAS(err.msg, "activation slots are in use");
+        }
+        pt_net_slot_give(&a, 0, 0);
+        CHECK_INT(pt_net_slot_of(&a, 0, 0), -1);
+        CHECK_INT(pt_net_slot_take(&a, 1, vp - 1, &err) >= 0, 1);
+        CHECK_INT(pt_net_slot_take(&a, 5, 0, &err), -1); /* outside the step */
+        pt_net_free(&a);
+    }
+    CHECK_INT(per_slot[1], per_slot[0]);
+    pt_kernels_destroy(kn);
+}
+
 /* ---- Device times of op spans ------------------------------------------------------
  * A fake device timer on the CPU backend (kernels.h's event_record, event_elapsed):
  * the r-th event recorded in the test is at T(r) = 0.01·r(r+1)/2 ms, so the gap from
@@ -476,6 +531,7 @@ int main(void)
     check_recompute(true);
     check_init();
     check_uneven_stages();
+    check_slots_per_chunk();
     check_device_times();
     check_device_times_cuda();
     return pt_check_result();

@@ -154,6 +154,34 @@ static int want_peak(const pt_sched *s, int r)
     return w < total ? w : total;
 }
 
+/* The runtime's slots: a (mb, chunk) holds one from its input's receive (or, without
+ * one, its forward) to the end of its backward. Their peak is the in-flight count, and
+ * the last stage's last chunk has the memory model's mb_last micro-batches in flight
+ * (its logits): every one under AFAB, one otherwise. */
+static void check_slots(const pt_sched *s, int r)
+{
+    const pt_prog *p = &s->prog[r];
+    int now = 0, peak = 0;
+    for (int i = 0; i < p->n; i++) {
+        pt_ins in = p->ins[i];
+        bool received = false;
+        for (int j = 0; j < i && in.kind == PT_INS_FWD; j++)
+            received |= p->ins[j].kind == PT_INS_RECV_ACT && p->ins[j].mb == in.mb &&
+                        p->ins[j].chunk == in.chunk;
+        now += in.kind == PT_INS_RECV_ACT || (in.kind == PT_INS_FWD && !received);
+        now -= in.kind == PT_INS_BWD;
+        peak = now > peak ? now : peak;
+    }
+    CHECK_INT(peak, pt_sched_peak_in_flight(s, r));
+    int sum = 0;
+    for (int c = 0; c < s->vp; c++)
+        sum += pt_sched_peak_in_flight_chunk(s, r, c);
+    CHECK(sum >= peak);
+    if (r == s->pp - 1)
+        CHECK_INT(pt_sched_peak_in_flight_chunk(s, r, s->vp - 1),
+                  s->kind == PT_SCHED_AFAB ? s->n_micro : 1);
+}
+
 static int check_shape(pt_schedule kind, int pp, int vp, int n)
 {
     pt_sched s;
@@ -172,6 +200,7 @@ static int check_shape(pt_schedule kind, int pp, int vp, int n)
     for (int r = 0; r < pp; r++) {
         check_counts(&s, r);
         CHECK_INT(pt_sched_peak_in_flight(&s, r), want_peak(&s, r));
+        check_slots(&s, r);
     }
     check_memory_agrees(&s);
     pt_sched_free(&s);
