@@ -46,7 +46,9 @@ struct pt_zero {
     float *window, *gwindow;   /* (max shard · dp) a gathered layer; a layer's gradients */
     int win_seg, gwin_seg;     /* the segment in each window, -1 none */
     float *whole, *gwhole;     /* weights and gradients kept whole */
-    int64_t win_elems, whole_elems, gwhole_elems, master_elems;
+    float *staging;            /* (stage_elems) host floats: a padded segment on its way
+                                  through a collective, allocated once, not per layer */
+    int64_t win_elems, whole_elems, gwhole_elems, master_elems, stage_elems;
 };
 
 /* The layer a parameter name belongs to ("layers.12.q.w" -> 12), or -1. */
@@ -85,6 +87,8 @@ static int build_segments(pt_net *n, pt_zero *z)
         g->wbase = g->gbase = g->mbase = -1;
         if (g->layer >= 0 && g->shard * z->dp_size > z->win_elems)
             z->win_elems = g->shard * z->dp_size;
+        if (g->shard * z->dp_size > z->stage_elems)
+            z->stage_elems = g->shard * z->dp_size;
         if (g->layer < 0 || !z->gather_layers) {
             g->wbase = z->whole_elems;
             z->whole_elems += len;
@@ -143,11 +147,13 @@ int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *in
     z->gwindow = kn->alloc(kn, win);
     z->whole = kn->alloc(kn, whole);
     z->gwhole = kn->alloc(kn, gwhole);
+    z->staging = malloc(floats(z->stage_elems));
     n->w = NULL;
-    size_t total = 3 * opt + mst + (z->gather_layers ? 2 : 1) * win + whole + gwhole;
+    size_t total = 3 * opt + mst + (z->gather_layers ? 2 : 1) * win + whole + gwhole +
+                   floats(z->stage_elems);
     n->bytes += (int64_t)total;
     if (!n->master || !n->grad || !n->m || !n->v || (z->gather_layers && !z->window) ||
-        !z->gwindow || !z->whole || !z->gwhole)
+        !z->gwindow || !z->whole || !z->gwhole || !z->staging)
         return pt_err_set(err, "out of memory for ZeRO-%d shards and windows (%.1f MiB)", stage,
                           (double)total / 1048576);
     kn->zero(kn, n->grad, opt);
@@ -172,6 +178,7 @@ void pt_zero_free(pt_net *n)
     kn->free(kn, z->gwindow);
     kn->free(kn, z->whole);
     kn->free(kn, z->gwhole);
+    free(z->staging);
     free(z->seg);
     free(z);
     n->zero = NULL;
@@ -292,13 +299,10 @@ int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err)
     if (z->gwin_seg != s)
         return pt_err_set(err, "internal: zero_reducescatter of layer %lld outside its backward",
                           (long long)layer);
-    float *mine = malloc((size_t)g->shard * sizeof *mine);
-    if (!mine)
-        return pt_err_set(err, "out of memory");
+    float *mine = z->staging;
     int rc = pt_comm_reducescatter(n->comm, PT_GROUP_DPCP, z->gwindow, mine, g->shard, err);
     for (int64_t i = 0; rc == 0 && i < g->shard; i++)
         n->grad[g->sbase + i] += mine[i];
-    free(mine);
     memset(z->gwindow, 0, (size_t)z->win_elems * sizeof(float));
     z->gwin_seg = -1;
     return rc;
@@ -353,13 +357,12 @@ int pt_zero_reduce_whole(pt_net *n, pt_err *err)
         const segment *g = &z->seg[s];
         if (g->gbase < 0)
             continue;
-        float *padded = calloc((size_t)(g->shard * z->dp_size), sizeof *padded);
-        if (!padded)
-            return pt_err_set(err, "out of memory");
-        memcpy(padded, z->gwhole + g->gbase, (size_t)(g->end - g->begin) * sizeof *padded);
+        float *padded = z->staging;
+        int64_t len = g->end - g->begin;
+        memcpy(padded, z->gwhole + g->gbase, (size_t)len * sizeof *padded);
+        memset(padded + len, 0, (size_t)(g->shard * z->dp_size - len) * sizeof *padded);
         rc = pt_comm_reducescatter(n->comm, PT_GROUP_DPCP, padded, n->grad + g->sbase, g->shard,
                                    err);
-        free(padded);
     }
     memset(z->gwhole, 0, floats(z->gwhole_elems));
     return rc;
@@ -373,13 +376,10 @@ int pt_zero_gather_whole(pt_net *n, pt_err *err)
         const segment *g = &z->seg[s];
         if (g->wbase < 0)
             continue;
-        float *padded = calloc((size_t)(g->shard * z->dp_size), sizeof *padded);
-        if (!padded)
-            return pt_err_set(err, "out of memory");
+        float *padded = z->staging;
         rc = gather(n, g, padded, err);
         if (rc == 0)
             memcpy(z->whole + g->wbase, padded, (size_t)(g->end - g->begin) * sizeof *padded);
-        free(padded);
     }
     z->win_seg = -1; /* the window holds weights from before the step */
     return rc;
