@@ -571,7 +571,7 @@ static void utc_now(char out[32])
  * leading comma, before the closing "}\n"; NULL without a log. The line starts
  * {"type":TYPE, "step":STEP (when STEP >= 0), "time":now. type and step lead, in this
  * order: tests and scripts find a step's line by the text "type":"step","step":N, and
- * read its last field up to the closing brace (tests/cli_ptrun.sh, mpi_equivalence.sh). */
+ * read its last field up to the closing brace (tests/tools/cli_ptrun.sh, mpi_equivalence.sh). */
 static FILE *log_begin(run *r, const char *type, int64_t step)
 {
     if (!r->log)
@@ -827,7 +827,7 @@ static void spike_push(spike_guard *g, const pt_step_stats *s)
     g->n += g->n < g->window;
 }
 
-/* Test hook (tests/cli_checkpoint.sh), not an option: PT_TEST_SPIKE_AT=N multiplies
+/* Test hook (tests/tools/cli_checkpoint.sh), not an option: PT_TEST_SPIKE_AT=N multiplies
  * every parameter by 100 just before step N runs the first time in this process, so
  * that step's loss and gradients really explode, deterministically; a rollback must
  * undo it by reloading the weights. Collective, like every call here. */

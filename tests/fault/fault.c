@@ -3,7 +3,7 @@
  * linked with -Wl,--wrap for the calls below): the N-th call that writes, flushes,
  * closes a written file, syncs or renames fails, and so does every later one, as on a
  * disk that has just filled up. SQLite's tests fail the N-th I/O for every N the same
- * way; tests/cli_fault.sh runs every N and checks that nothing is lost or half-written
+ * way; tests/tools/cli_fault.sh runs every N and checks that nothing is lost or half-written
  * and that the failure is reported.
  *
  * Environment:

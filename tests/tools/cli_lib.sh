@@ -1,4 +1,4 @@
-# Sourced by the command-line tests (". tests/cli_lib.sh"): a scratch folder removed
+# Sourced by the command-line tests (". tests/tools/cli_lib.sh"): a scratch folder removed
 # on exit, a failure count, and the checks they share.
 #   run WANT CMD ARGS...  runs CMD, keeping stdout in $tmp/out and stderr in $tmp/err,
 #                         and fails unless it exits WANT

@@ -6,7 +6,7 @@
  * report naming the operation, its bytes, the group or peer, the ranks waited on and
  * the step; the late peer's side still completes. The test asks the comm to return the
  * report (timeout_returns, comm_internal.h) instead of ending the run;
- * tests/cli_watchdog.sh checks the ending with ptrun.
+ * tests/tools/cli_watchdog.sh checks the ending with ptrun.
  */
 #include "check.h"
 #include "comm_internal.h"
