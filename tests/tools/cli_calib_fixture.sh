@@ -23,8 +23,8 @@ errors() { grep '^  step time' | sed 's/.*(\([-+][0-9.]*\)%).*(\([-+][0-9.]*\)%)
 calib --run 2 --plan "$data/plan_b.json" --no-store >"$tmp/b0" || fail "B before: $(cat "$tmp/err")"
 set -- $(errors <"$tmp/b0")
 b_planned=${1:-x} b_before=${2:-x}
-# The fixture's runs were recorded on the idle 2-core machine: their GEMMs took 1.07x
-# the profile and their spans 1.09x their medians, within the load check. A copy of
+# The fixture's runs were recorded on the idle 2-core machine: their GEMMs took 1.11x
+# the profile and their spans 1.10x their medians, within the load check. A copy of
 # run A whose spans took twice as long in all (pre-empted) is refused without --force:
 cp "$db" "$tmp/noisy.db"
 sqlite3 "$tmp/noisy.db" "UPDATE op_stats SET total_s = 2 * total_s WHERE run_id = 1"
