@@ -177,6 +177,37 @@ double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_p
     return bytes;
 }
 
+/* What a layer keeps under torchtitan's per-op selective recomputation (ops.c,
+ * recompute_op_policy): its input, the attention kernel's output and softmax
+ * statistics, and the outputs of the 1st, 3rd, ... GEMM of the forward in order (q,
+ * k, v, the output projection, [gate,] up, down); the rest is rebuilt before the
+ * backward. */
+static double pt_mem_layer_op_policy(const pt_model *m, const pt_mem_dims *d)
+{
+    double h = (double)m->hidden, f = (double)m->ffn;
+    double kvr = (double)pt_kv_heads_rank(m, (int)d->t) * (double)(m->hidden / pt_mem_pos(m->heads));
+    double widths[7] = {h / d->t, kvr, kvr, h, f / d->t, f / d->t, h};
+    int n = m->act == PT_ACT_SWIGLU ? 7 : 6;
+    if (n == 6)
+        widths[5] = h; /* GELU: up, then down */
+    double cols = 0;
+    for (int i = 0; i < n; i += 2)
+        cols += widths[i];
+    double bytes = d->ab * d->sb * (h / d->rep + h / d->t + cols);
+    return bytes + 4.0 * (double)m->heads * d->sb / d->t;
+}
+
+/* The activations one layer keeps under the stack's attention and selective policy. */
+static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, pt_precision p,
+                                const pt_stack *s)
+{
+    if (l->recompute == PT_RECOMPUTE_SELECTIVE && s->selective == PT_SELECTIVE_OP) {
+        pt_mem_dims d = pt_mem_dims_of(m, l, p);
+        return pt_mem_layer_op_policy(m, &d);
+    }
+    return pt_mem_layer_activations_attn(m, l, p, s->attention);
+}
+
 /* ---- One pipeline stage ------------------------------------------------------ */
 
 /* How many micro-batches (or chunks) a stage holds activations for at its peak. */
@@ -276,14 +307,19 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
-    double act = pt_mem_layer_activations_attn(m, l, p, t->stack.attention);
+    double act = pt_mem_layer_kept(m, l, p, &t->stack);
 
+    /* What one layer's recomputation holds at once: the whole layer rebuilt (full, or
+     * the per-op policy), or the attention core's score matrix (which flash never
+     * writes). */
     double recompute = 0;
-    if (l->recompute == PT_RECOMPUTE_FULL) {
+    bool op_policy = l->recompute == PT_RECOMPUTE_SELECTIVE &&
+                     t->stack.selective == PT_SELECTIVE_OP;
+    if (l->recompute == PT_RECOMPUTE_FULL || op_policy) {
         pt_layout none = *l;
         none.recompute = PT_RECOMPUTE_NONE;
         recompute = pt_mem_layer_activations_attn(m, &none, p, t->stack.attention);
-    } else if (l->recompute == PT_RECOMPUTE_SELECTIVE) {
+    } else if (l->recompute == PT_RECOMPUTE_SELECTIVE && t->stack.attention != PT_ATTN_FLASH) {
         recompute = pt_mem_attention_core(m, &d);
     }
 

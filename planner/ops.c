@@ -273,6 +273,43 @@ static void shape_rows(char *buf, size_t n, int64_t rows, int64_t cols)
     snprintf(buf, n, "rows=%lld,cols=%lld", (long long)rows, (long long)cols);
 }
 
+/* ---- Eager PyTorch modules ------------------------------------------------------ */
+
+/* Whether the stack runs norms, RoPE and the gated activation operator by operator. */
+static bool eager(const builder *b)
+{
+    return b->c->t->stack.kernels == PT_KERNELS_EAGER;
+}
+
+/* Bytes per element of torchtitan's RMSNorm (its model.py: _norm(x.float()).type_as(x)
+ * * weight, _norm = x * rsqrt(x.pow(2).mean(-1) + eps)), a = activation bytes, each
+ * kernel reading its inputs and writing its output once (per-row values left out).
+ * Forward: x.float() a+4, pow 4+4, mean 4, the product with rsqrt 4+4, type_as 4+a,
+ * the weight product a+a: 28 + 4a. Backward (autograd in reverse): the weight
+ * product's input gradient 2a and weight gradient 4a (product and sum), type_as back
+ * to fp32 a+4, the rsqrt product's input gradient 8 and row gradient 16 (product and
+ * sum), pow's 2x·g 16 (two kernels), the two gradients of x added 12, the cast back
+ * 4+a: 60 + 8a. */
+static double eager_rmsnorm_bytes(double a, bool backward)
+{
+    return backward ? 60 + 8 * a : 28 + 4 * a;
+}
+
+/* Bytes per element of q and k through torchtitan's RoPE (view_as_complex of
+ * x.float(), a complex product with the frequencies, type_as): a+4, 4+4, 4+a forward;
+ * the same three kernels backward. */
+static double eager_rope_bytes(double a)
+{
+    return 16 + 2 * a;
+}
+
+/* Bytes per element of f through silu(w1 x) * w3 x: forward silu 2a and the product
+ * 3a; backward the product's two gradients 3a each and silu's 3a. */
+static double eager_swiglu_bytes(double a, bool backward)
+{
+    return backward ? 9 * a : 5 * a;
+}
+
 static void norm(builder *b, const dims *d, pt_op_kind name, pt_param_ref param, bool backward)
 {
     char shape[64];
@@ -282,7 +319,10 @@ static void norm(builder *b, const dims *d, pt_op_kind name, pt_param_ref param,
     shape_rows(shape, sizeof shape, d->rows, d->h);
     /* forward reads x, writes y; backward reads x and dy, writes dx */
     double elems = (double)d->rows * (double)d->h;
-    pt_op *op = membound(b, name, kind, d->ab * elems * (backward ? 3 : 2), shape);
+    double per_elem = d->ab * (backward ? 3 : 2);
+    if (eager(b) && b->c->m->norm == PT_NORM_RMSNORM)
+        per_elem = eager_rmsnorm_bytes(d->ab, backward);
+    pt_op *op = membound(b, name, kind, per_elem * elems, shape);
     if (op)
         op->param = param;
 }
@@ -470,8 +510,9 @@ static void rope(builder *b, const dims *d, bool backward)
     char shape[64];
     int64_t cols = d->h / d->t + d->kvr;
     shape_rows(shape, sizeof shape, d->tokens, cols);
+    double per_elem = eager(b) ? eager_rope_bytes(d->ab) : 2 * d->ab;
     membound(b, backward ? PT_OPK_ROPE_BWD : PT_OPK_ROPE, backward ? "rope_bwd" : "rope_fwd",
-             2 * d->ab * (double)d->tokens * (double)cols, shape);
+             per_elem * (double)d->tokens * (double)cols, shape);
 }
 
 static void activation(builder *b, const dims *d, bool backward)
@@ -483,6 +524,8 @@ static void activation(builder *b, const dims *d, bool backward)
     /* GeLU reads one and writes one (backward: reads two, writes one); SwiGLU reads
      * gate and up and writes one (backward: reads three, writes two). */
     double n = (swiglu ? (backward ? 5 : 3) : (backward ? 3 : 2));
+    if (swiglu && eager(b))
+        n = eager_swiglu_bytes(d->ab, backward) / d->ab;
     const char *kind = swiglu ? (backward ? "swiglu_bwd" : "swiglu_fwd")
                               : (backward ? "gelu_bwd" : "gelu_fwd");
     membound(b, backward ? PT_OPK_ACT_BWD : PT_OPK_ACT, kind,
@@ -594,17 +637,50 @@ static void layer_forward(builder *b, const dims *d)
     residual_add(b, d, PT_OPK_ADD2);
 }
 
+static bool attention_core_kind(pt_op_kind k)
+{
+    return k == PT_OPK_ATTN || k == PT_OPK_ATTN_SCORES || k == PT_OPK_ATTN_SOFTMAX ||
+           k == PT_OPK_ATTN_DROPOUT || k == PT_OPK_ATTN_CTX;
+}
+
+/* torchtitan's per-op selective recomputation before a layer's backward: its policy
+ * keeps the attention kernel's output and that of the 1st, 3rd, ... matmul of the
+ * layer's forward (q, v, the gate or MLP up, ...) and recomputes every other kernel;
+ * collectives are not repeated (the ZeRO-3 gather is the backward's own). Memory:
+ * pt_mem_layer_activations_attn keeps the same tensors. */
+static void recompute_op_policy(builder *b, const dims *d)
+{
+    pt_oplist *o = b->out;
+    int start = o->n, keep = start, gemms = 0;
+    b->recompute = true;
+    layer_forward(b, d);
+    b->recompute = false;
+    for (int i = start; i < o->n; i++) {
+        const pt_op *op = &o->op[i];
+        bool saved = op->cls != PT_OP_KERNEL || attention_core_kind(op->kind);
+        if (!saved && strncmp(op->kernel.key, "gemm:", 5) == 0)
+            saved = ++gemms % 2 == 1;
+        if (!saved)
+            o->op[keep++] = *op;
+    }
+    o->n = keep;
+}
+
 static void layer_backward(builder *b, const dims *d)
 {
     const pt_opctx *c = b->c;
     proj attn[3], mlp[2];
     int na = attention_projs(d, attn), nm = mlp_projs(b, d, mlp);
+    bool selective = c->l->recompute == PT_RECOMPUTE_SELECTIVE;
+    bool op_policy = selective && c->t->stack.selective == PT_SELECTIVE_OP;
     if (c->l->recompute == PT_RECOMPUTE_FULL) {
         b->recompute = true; /* the whole forward again, gathers included */
         layer_forward(b, d);
         b->recompute = false;
     } else {
         zero3_gather(b); /* ZeRO-3 freed the weights after the forward */
+        if (op_policy)
+            recompute_op_policy(b, d);
     }
     row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_PARAM_MLP_DOWN,
                      d->f / d->t);
@@ -613,7 +689,7 @@ static void layer_backward(builder *b, const dims *d)
     norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
                      d->h / d->t);
-    if (c->l->recompute == PT_RECOMPUTE_SELECTIVE) {
+    if (selective && !op_policy) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);
         b->recompute = false;

@@ -170,6 +170,21 @@ typedef struct {
     double fwd, bwd;        /* share of the dense peak FLOP/s in the training dtype */
 } pt_attn_eff;
 
+/* How the memory-bound ops of a layer (norms, RoPE, the gated activation) run:
+ * fused, one kernel per direction reading and writing each tensor once (Megatron's
+ * and Transformer Engine's kernels, ptrun's), or eager, as PyTorch runs the modules
+ * of torchtitan's Llama operator by operator (RMSNorm through fp32 copies, RoPE in
+ * complex fp32, SiLU and the product as kernels of their own): several passes each.
+ * LayerNorm and GELU are one PyTorch kernel per direction either way. */
+typedef enum { PT_KERNELS_FUSED, PT_KERNELS_EAGER, PT_KERNELS_COUNT } pt_kernel_style;
+const char *pt_kernel_style_name(pt_kernel_style k); /* "fused", "eager" */
+
+/* What recompute=selective rebuilds: the attention core only (Korthikanti et al.
+ * 2022, Megatron), or every op but the attention kernel and every other GEMM
+ * (torchtitan's per-op selective checkpointing policy, selective_ac_option "op"). */
+typedef enum { PT_SELECTIVE_ATTENTION, PT_SELECTIVE_OP, PT_SELECTIVE_COUNT } pt_selective;
+const char *pt_selective_name(pt_selective s); /* "attention", "op" */
+
 /* How gradient buckets are sized: a fixed size, or Megatron-Core's distributed
  * optimizer rule max(40,000,000, 1,000,000 x dp) parameters per bucket. */
 typedef enum { PT_BUCKET_FIXED, PT_BUCKET_MEGATRON, PT_BUCKET_COUNT } pt_bucket_rule;
@@ -204,6 +219,8 @@ typedef struct {
     int64_t vocab_multiple;        /* vocabulary padded to a multiple of this, */
     bool vocab_per_tp;             /* ... times tp (Megatron), else then to one of tp */
     double step_overhead_s;        /* per step: launch gaps, logging, data loader */
+    pt_kernel_style kernels;       /* norms, RoPE, activation: fused or eager */
+    pt_selective selective;        /* what recompute=selective rebuilds */
 } pt_stack;
 
 int pt_stack_builtin_count(void);

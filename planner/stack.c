@@ -34,7 +34,9 @@
  *                   "reduce_dtype": "fp32"},     fp32 | bf16
  *     "loss": {"fused_xent": true, "vocab_multiple": 128,
  *              "vocab_per_tp": false},           optional: the multiple is x tp
- *     "step_overhead_s": 0.0                    fixed time per step, >= 0
+ *     "step_overhead_s": 0.0,                   fixed time per step, >= 0
+ *     "kernels": "eager",                       optional: fused (default) | eager
+ *     "selective": "op"                         optional: attention (default) | op
  *   }
  */
 #include "specjson.h"
@@ -48,6 +50,18 @@ static const char *const attn_names[PT_ATTN_COUNT] = {"ptrun", "unfused", "flash
 static const char *const bucket_names[PT_BUCKET_COUNT] = {"fixed", "megatron"};
 static const char *const dpo_names[PT_DPO_COUNT] = {"none", "last", "backward"};
 static const char *const p2p_names[PT_P2P_COUNT] = {"overlapped", "blocking", "interleaved"};
+static const char *const kernel_names[PT_KERNELS_COUNT] = {"fused", "eager"};
+static const char *const selective_names[PT_SELECTIVE_COUNT] = {"attention", "op"};
+
+const char *pt_kernel_style_name(pt_kernel_style k)
+{
+    return (unsigned)k < PT_KERNELS_COUNT ? kernel_names[k] : "?";
+}
+
+const char *pt_selective_name(pt_selective s)
+{
+    return (unsigned)s < PT_SELECTIVE_COUNT ? selective_names[s] : "?";
+}
 
 const char *pt_attn_impl_name(pt_attn_impl a)
 {
@@ -177,7 +191,17 @@ static const pt_stack stack_megatron_core = {
  * - gradients reduced in fp32 (torchtitan's mixed_precision_reduce default);
  * - the vocabulary is not padded (Hugging Face-style embeddings);
  * - NCCL's collectives run concurrently with compute on the same SMs: 18.9% of the
- *   overlapped compute, as measured by Lee et al. 2025 (see megatron-core). */
+ *   overlapped compute, as measured by Lee et al. 2025 (see megatron-core);
+ * - eager PyTorch modules: torchtitan's Llama (its model.py, after
+ *   facebookresearch/llama) computes RMSNorm as x.float(), pow, mean, rsqrt, a product,
+ *   type_as and the weight product, RoPE through view_as_complex(x.float()) times the
+ *   frequencies and type_as, SwiGLU as silu(w1 x) * w3 x: each a kernel of its own
+ *   (ops.c counts their bytes); llm-foundry's MPT uses F.layer_norm and nn.GELU, one
+ *   kernel per direction, so eager costs it nothing more;
+ * - recompute=selective is torchtitan's per-op policy (selective_ac_option "op",
+ *   torchtitan/parallelisms/parallelize_llama.py, _save_list and the mm count): the
+ *   outputs of the attention kernel and of every other matmul are kept, everything
+ *   else is recomputed before the backward. */
 static const pt_stack stack_fsdp = {
     .name = "fsdp",
     .about = "PyTorch FSDP full shard with FlashAttention-2 (llm-foundry, torchtitan 1D)",
@@ -197,6 +221,8 @@ static const pt_stack stack_fsdp = {
     .fused_xent = false,
     .vocab_multiple = 1,
     .step_overhead_s = 0,
+    .kernels = PT_KERNELS_EAGER,
+    .selective = PT_SELECTIVE_OP,
 };
 
 static const pt_stack *const builtins[] = {&stack_ptrun, &stack_megatron_lm,
@@ -264,7 +290,8 @@ int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err)
 /* ---- Reading ------------------------------------------------------------------- */
 
 static const char *const top_keys[] = {"name", "about", "attention", "parallelism", "overlap",
-                                       "gradients", "loss", "step_overhead_s", NULL};
+                                       "gradients", "loss", "step_overhead_s", "kernels",
+                                       "selective", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
@@ -417,6 +444,15 @@ static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
          pt_json_get_bool(&l, "vocab_per_tp", &s->vocab_per_tp, err)) ||
         pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err))
         return -1;
+    int kernels = PT_KERNELS_FUSED, selective = PT_SELECTIVE_ATTENTION;
+    if ((json_object_get(top->obj, "kernels") &&
+         pt_json_get_enum(top, "kernels", kernel_names, PT_KERNELS_COUNT, &kernels, err)) ||
+        (json_object_get(top->obj, "selective") &&
+         pt_json_get_enum(top, "selective", selective_names, PT_SELECTIVE_COUNT, &selective,
+                          err)))
+        return -1;
+    s->kernels = (pt_kernel_style)kernels;
+    s->selective = (pt_selective)selective;
     return 0;
 }
 
@@ -456,6 +492,10 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
         return pt_err_set(err, "%s: field 'attention.impl': not a known implementation", origin);
     if ((unsigned)s->p2p >= PT_P2P_COUNT)
         return pt_err_set(err, "%s: field 'overlap.p2p': not a known mode", origin);
+    if ((unsigned)s->kernels >= PT_KERNELS_COUNT)
+        return pt_err_set(err, "%s: field 'kernels': not fused or eager", origin);
+    if ((unsigned)s->selective >= PT_SELECTIVE_COUNT)
+        return pt_err_set(err, "%s: field 'selective': not attention or op", origin);
     if (s->attention == PT_ATTN_FLASH && s->n_attn_eff == 0)
         return pt_err_set(err, "%s: field 'attention.efficiency' is empty: flash attention "
                                "needs at least one entry (\"device\": \"*\" matches any)", origin);
@@ -593,6 +633,8 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(root, "gradients", json_incref(grad));
         bad |= pt_json_set(root, "loss", json_incref(loss));
         bad |= pt_json_set(root, "step_overhead_s", json_real(s->step_overhead_s));
+        bad |= pt_json_set(root, "kernels", json_string(pt_kernel_style_name(s->kernels)));
+        bad |= pt_json_set(root, "selective", json_string(pt_selective_name(s->selective)));
     }
     char *text = bad ? NULL : pt_json_dump(root);
     json_t *all[] = {root, attn, eff, par, zero, ovl, dp, grad, loss};

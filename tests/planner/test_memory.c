@@ -313,6 +313,25 @@ static void test_stage_by_hand(void)
     l.recompute = PT_RECOMPUTE_SELECTIVE;
     pt_mem_stage(&m, &l, &t, 0, &s);
     CHECK_NEAR(s.recompute_bytes, 327680, 1e-15);
+
+    /* torchtitan's per-op policy (the fsdp stack, given tp here to test the widths)
+     * keeps per layer the input (R: sbh = 16,384 elements), the attention output
+     * (sbh/t = 8,192), q (sb·h/t = 8,192), v (sb·kvd/t = 8,192) and the MLP up output
+     * (sb·f/t = 32,768): 73,728 bf16 elements = 147,456 bytes, plus the fp32
+     * log-sum-exp 4·(a/t)·sb = 2,048: 149,504 per layer, 4 layer-chunks in flight;
+     * its recomputation holds one whole layer without recompute, flash attention
+     * (360,448 + 2,048). */
+    pt_err err;
+    CHECK_INT(pt_stack_get("fsdp", &t.stack, &err), 0);
+    t.stack.tp = true; /* only the widths matter here */
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    CHECK_NEAR(s.activations_bytes, 4 * 149504.0, 1e-15);
+    CHECK_NEAR(s.recompute_bytes, 360448 + 2048, 1e-15);
+    /* Korthikanti's selective recomputation with flash attention keeps no score
+     * matrix to rebuild. */
+    t.stack.selective = PT_SELECTIVE_ATTENTION;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    CHECK(s.recompute_bytes == 0);
 }
 
 static void test_single_rank(void)

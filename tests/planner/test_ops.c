@@ -238,6 +238,97 @@ static void test_ranks_per_node(void)
     CHECK_INT(c.embed_ranks_per_node, 2);
 }
 
+/* Sums over a list: the FLOPs of kernels marked recompute, and the bytes of kernels of
+ * one kind. */
+static double recompute_flops(const pt_oplist *o)
+{
+    double f = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].cls == PT_OP_KERNEL && o->op[i].recompute)
+            f += o->op[i].kernel.flops * o->op[i].count;
+    return f;
+}
+
+static double kind_bytes(const pt_oplist *o, pt_op_kind k, bool recompute)
+{
+    double b = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].kind == k && o->op[i].recompute == recompute)
+            b += o->op[i].kernel.bytes;
+    return b;
+}
+
+/* The backward of one llama-shaped layer (RMSNorm, SwiGLU, RoPE, GQA) under a stack. */
+static void llama_lists(const pt_stack *st, const char *text, pt_oplist *fwd, pt_oplist *bwd)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 32000);
+    m.norm = PT_NORM_RMSNORM;
+    m.act = PT_ACT_SWIGLU;
+    m.pos = PT_POS_ROPE;
+    m.kv_heads = 4;
+    m.ffn = 2816;
+    m.dropout = m.bias = false;
+    pt_layout l = layout(text, 16);
+    pt_train t = train(16);
+    t.stack = *st;
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    *fwd = (pt_oplist){0};
+    *bwd = (pt_oplist){0};
+    CHECK_INT(pt_ops_layer(&c, false, fwd), 0);
+    CHECK_INT(pt_ops_layer(&c, true, bwd), 0);
+}
+
+/* torchtitan's per-op selective recomputation rebuilds the 2nd, 4th and 6th GEMM of
+ * the forward (k, the output projection and up), never the attention kernel, and
+ * every memory-bound op; Korthikanti's rebuilds only the attention kernel. Eager
+ * modules move more bytes than fused kernels: RMSNorm 36 against 4 bytes per element
+ * forward, RoPE 20 against 4, SwiGLU 10 against 6 (bf16). */
+static void test_stack_kernels_and_selective(void)
+{
+    pt_stack st;
+    pt_err err;
+    CHECK_INT(pt_stack_get("fsdp", &st, &err), 0);
+    CHECK_INT(st.kernels, PT_KERNELS_EAGER);
+    CHECK_INT(st.selective, PT_SELECTIVE_OP);
+    pt_oplist f, b;
+    llama_lists(&st, "dp=1,mbs=2,recompute=selective", &f, &b);
+    double T = 2 * 1024.0, h = 1024, kv = 4 * 64.0, ffn = 2816;
+    CHECK_NEAR(recompute_flops(&b), 2 * T * (h * kv + h * h + h * ffn), 1.0);
+    for (int i = 0; i < b.n; i++) {
+        const pt_op *op = &b.op[i];
+        if (op->recompute) {
+            CHECK(op->kind != PT_OPK_ATTN && op->kind != PT_OPK_Q && op->kind != PT_OPK_V &&
+                  op->kind != PT_OPK_MLP_GATE && op->kind != PT_OPK_MLP_DOWN);
+            CHECK(op->cls == PT_OP_KERNEL);
+        }
+    }
+    /* every memory-bound forward op is rebuilt once: as many bytes as the forward's */
+    CHECK_NEAR(kind_bytes(&b, PT_OPK_NORM1, true), kind_bytes(&f, PT_OPK_NORM1, false), 0);
+    CHECK_NEAR(kind_bytes(&b, PT_OPK_ACT, true), kind_bytes(&f, PT_OPK_ACT, false), 0);
+    CHECK_NEAR(kind_bytes(&f, PT_OPK_NORM1, false), 36 * T * h, 0);
+    CHECK_NEAR(kind_bytes(&b, PT_OPK_NORM1_BWD, false), 76 * T * h, 0);
+    CHECK_NEAR(kind_bytes(&f, PT_OPK_ROPE, false), 20 * T * (h + kv), 0);
+    CHECK_NEAR(kind_bytes(&f, PT_OPK_ACT, false), 10 * T * ffn, 0);
+    CHECK_NEAR(kind_bytes(&b, PT_OPK_ACT_BWD, false), 18 * T * ffn, 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+
+    /* The same stack with fused kernels and Korthikanti's selective recomputation. */
+    st.kernels = PT_KERNELS_FUSED;
+    st.selective = PT_SELECTIVE_ATTENTION;
+    llama_lists(&st, "dp=1,mbs=2,recompute=selective", &f, &b);
+    CHECK_NEAR(kind_bytes(&f, PT_OPK_NORM1, false), 4 * T * h, 0);
+    CHECK_NEAR(kind_bytes(&f, PT_OPK_ROPE, false), 4 * T * (h + kv), 0);
+    CHECK_NEAR(kind_bytes(&f, PT_OPK_ACT, false), 6 * T * ffn, 0);
+    CHECK_NEAR(kind_bytes(&b, PT_OPK_NORM1, true), 0, 0);
+    for (int i = 0; i < b.n; i++)
+        if (b.op[i].recompute)
+            CHECK_INT(b.op[i].kind, PT_OPK_ATTN);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
 int main(void)
 {
     test_flops_formula();
@@ -245,5 +336,6 @@ int main(void)
     test_keys();
     test_grad_sync_and_optimizer();
     test_ranks_per_node();
+    test_stack_kernels_and_selective();
     return pt_check_result();
 }

@@ -117,6 +117,28 @@ run 1 --stack "$tmp/bad-vpt.json" --no-out
 err_has "loss.vocab_per_tp" "vocab_per_tp not a boolean"; one_line_error "vocab_per_tp"
 run 1 --stack "$tmp/bad-bucket.json" --no-out
 err_has "gradients.bucket_bytes' = 1: expected 0" "a 1-byte bucket"; one_line_error "bucket"
+# The optional top-level "kernels" and "selective": bad values are refused naming the
+# field; left out, a stack runs fused kernels and Korthikanti's selective recomputation.
+run 0 --dump-stack fsdp
+cp "$tmp/out" "$tmp/fsdp.json"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1] + "/fsdp.json"))
+assert d["kernels"] == "eager" and d["selective"] == "op", d
+for key, val in (("kernels", "sometimes"), ("selective", "partly")):
+    e = dict(d)
+    e[key] = val
+    json.dump(e, open(sys.argv[1] + "/bad-%s.json" % key, "w"))
+e = dict(d)
+del e["kernels"], e["selective"]
+json.dump(e, open(sys.argv[1] + "/fsdp-plain.json", "w"))
+PY
+run 1 --stack "$tmp/bad-kernels.json" --no-out
+err_has "field 'kernels'" "unknown kernel style"; one_line_error "kernels"
+run 1 --stack "$tmp/bad-selective.json" --no-out
+err_has "field 'selective'" "unknown selective policy"; one_line_error "selective"
+run 0 --dump-stack "$tmp/fsdp-plain.json"
+out_has '"kernels": "fused"' "kernels default"; out_has '"selective": "attention"' "selective default"
 
 # A model from a file plans like the built-in it was dumped from.
 run 0 --model llama3-8b --cluster dgx-h100 --layout tp=8 --json
