@@ -13,8 +13,10 @@ src="$2"
 # ---- The error bounds (fractions). Tighten as the cost model improves. ------------
 # Public set: mean |predicted/measured - 1| over every point. At the commit that added
 # this test the analytic model reached 0.250 (max 0.379); with the measured compute
-# slowdown under overlapped NCCL (planner/stack.c) 0.231 (max 0.364).
-PUBLIC_MEAN_ABS_ERROR_MAX=0.26
+# slowdown under overlapped NCCL (planner/stack.c) 0.231 (max 0.364); with eager
+# PyTorch modules and torchtitan's per-op selective recomputation in the fsdp stack
+# 0.202 (max 0.337).
+PUBLIC_MEAN_ABS_ERROR_MAX=0.22
 # Hold-out set: only a loose bound against gross regressions, so that no constant is
 # tuned to it (0.163, max 0.389, when the test was added; 0.146, max 0.381, now);
 # every point must be evaluable.
