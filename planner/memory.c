@@ -177,35 +177,27 @@ double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_p
     return bytes;
 }
 
-/* What a layer keeps under torchtitan's per-op selective recomputation (ops.c,
- * recompute_op_policy): its input, the attention kernel's output and softmax
- * statistics, and the outputs of the 1st, 3rd, ... GEMM of the forward in order (q,
- * k, v, the output projection, [gate,] up, down); the rest is rebuilt before the
- * backward. */
-static double pt_mem_layer_op_policy(const pt_model *m, const pt_mem_dims *d)
+/* The activations one layer keeps under the stack's attention and selective policy.
+ * torchtitan's per-op policy keeps the layer input, the attention output and its
+ * fp32 softmax statistics, and the GEMM outputs the op lists say it does not rebuild
+ * (pt_ops_op_policy_kept_elems). */
+static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, const pt_train *t,
+                                pt_precision p)
 {
-    double h = (double)m->hidden, f = (double)m->ffn;
-    double kvr = (double)pt_kv_heads_rank(m, (int)d->t) * (double)(m->hidden / pt_mem_pos(m->heads));
-    double widths[7] = {h / d->t, kvr, kvr, h, f / d->t, f / d->t, h};
-    int n = m->act == PT_ACT_SWIGLU ? 7 : 6;
-    if (n == 6)
-        widths[5] = h; /* GELU: up, then down */
-    double cols = 0;
-    for (int i = 0; i < n; i += 2)
-        cols += widths[i];
-    double bytes = d->ab * d->sb * (h / d->rep + h / d->t + cols);
-    return bytes + 4.0 * (double)m->heads * d->sb / d->t;
-}
-
-/* The activations one layer keeps under the stack's attention and selective policy. */
-static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, pt_precision p,
-                                const pt_stack *s)
-{
-    if (l->recompute == PT_RECOMPUTE_SELECTIVE && s->selective == PT_SELECTIVE_OP) {
-        pt_mem_dims d = pt_mem_dims_of(m, l, p);
-        return pt_mem_layer_op_policy(m, &d);
+    if (l->recompute != PT_RECOMPUTE_SELECTIVE || t->stack.selective != PT_SELECTIVE_OP)
+        return pt_mem_layer_activations_attn(m, l, p, t->stack.attention);
+    pt_mem_dims d = pt_mem_dims_of(m, l, p);
+    pt_opctx c;
+    pt_opctx_init(&c, m, l, t, NULL);
+    double gemm_out = pt_ops_op_policy_kept_elems(&c);
+    if (gemm_out < 0) { /* out of memory listing the ops: count the whole layer kept */
+        pt_layout none = *l;
+        none.recompute = PT_RECOMPUTE_NONE;
+        return pt_mem_layer_activations_attn(m, &none, p, t->stack.attention);
     }
-    return pt_mem_layer_activations_attn(m, l, p, s->attention);
+    double h = (double)m->hidden;
+    return d.ab * (d.sb * (h / d.rep + h / d.t) + gemm_out) +
+           4.0 * (double)m->heads * d.sb / d.t;
 }
 
 /* ---- One pipeline stage ------------------------------------------------------ */
@@ -307,7 +299,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
-    double act = pt_mem_layer_kept(m, l, p, &t->stack);
+    double act = pt_mem_layer_kept(m, l, t, p);
 
     /* What one layer's recomputation holds at once: the whole layer rebuilt (full, or
      * the per-op policy), or the attention core's score matrix (which flash never

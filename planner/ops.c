@@ -195,6 +195,7 @@ static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * (double)m * (double)n * (double)k;
     op->kernel.bytes = ab * ((double)m * (double)k + (double)k * (double)n + (double)m * (double)n);
+    op->out_elems = (double)m * (double)n;
     snprintf(op->kernel.key, sizeof op->kernel.key, "gemm:%s:m=%lld,n=%lld,k=%lld",
              pt_dtype_name(b->c->dtype), (long long)m, (long long)n, (long long)k);
 }
@@ -643,11 +644,20 @@ static bool attention_core_kind(pt_op_kind k)
            k == PT_OPK_ATTN_DROPOUT || k == PT_OPK_ATTN_CTX;
 }
 
-/* torchtitan's per-op selective recomputation before a layer's backward: its policy
- * keeps the attention kernel's output and that of the 1st, 3rd, ... matmul of the
- * layer's forward (q, v, the gate or MLP up, ...) and recomputes every other kernel;
- * collectives are not repeated (the ZeRO-3 gather is the backward's own). Memory:
- * pt_mem_layer_activations_attn keeps the same tensors. */
+/* Whether torchtitan's per-op policy keeps a forward kernel's output: its save list
+ * holds the attention kernel and matmuls, and its matmul count drops every second one
+ * (torchtitan/parallelisms/parallelize_llama.py); `gemms` counts the GEMMs seen. */
+static bool op_policy_keeps(const pt_op *op, int *gemms)
+{
+    if (attention_core_kind(op->kind))
+        return true;
+    return op->out_elems > 0 && ++*gemms % 2 == 1;
+}
+
+/* torchtitan's per-op selective recomputation before a layer's backward: the kernels
+ * whose outputs the policy did not keep run again; collectives are not repeated (the
+ * ZeRO-3 gather is the backward's own). The memory model keeps the other outputs
+ * (pt_ops_op_policy_kept_elems). */
 static void recompute_op_policy(builder *b, const dims *d)
 {
     pt_oplist *o = b->out;
@@ -657,13 +667,25 @@ static void recompute_op_policy(builder *b, const dims *d)
     b->recompute = false;
     for (int i = start; i < o->n; i++) {
         const pt_op *op = &o->op[i];
-        bool saved = op->cls != PT_OP_KERNEL || attention_core_kind(op->kind);
-        if (!saved && strncmp(op->kernel.key, "gemm:", 5) == 0)
-            saved = ++gemms % 2 == 1;
-        if (!saved)
+        if (op->cls == PT_OP_KERNEL && !op_policy_keeps(op, &gemms))
             o->op[keep++] = *op;
     }
     o->n = keep;
+}
+
+double pt_ops_op_policy_kept_elems(const pt_opctx *c)
+{
+    pt_oplist o = {0};
+    builder b = {.c = c, .out = &o};
+    dims d = dims_of(c);
+    layer_forward(&b, &d);
+    double elems = b.failed ? -1 : 0;
+    int gemms = 0;
+    for (int i = 0; !b.failed && i < o.n; i++)
+        if (o.op[i].cls == PT_OP_KERNEL && op_policy_keeps(&o.op[i], &gemms))
+            elems += o.op[i].out_elems;
+    pt_oplist_free(&o);
+    return elems;
 }
 
 static void layer_backward(builder *b, const dims *d)

@@ -590,6 +590,7 @@ typedef struct {
     bool overlapped;        /* a collective that runs beside compute (CP ring, ZeRO-3
                                prefetch) instead of blocking the compute stream */
     bool recompute;         /* a forward op run again during backward */
+    double out_elems;       /* GEMMs: elements of the output (m·n), else 0 */
 } pt_op;
 
 typedef struct {
@@ -634,6 +635,10 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
  * the final norm, output head and loss (last virtual stage). Return -1 only when
  * out of memory. */
 int pt_ops_layer(const pt_opctx *c, bool backward, pt_oplist *out);
+/* Elements of the GEMM outputs one layer's forward keeps under torchtitan's per-op
+ * selective recomputation (the 1st, 3rd, ... GEMM: the ones its backward does not
+ * rebuild); -1 when out of memory. The memory model counts these. */
+double pt_ops_op_policy_kept_elems(const pt_opctx *c);
 int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out);
 int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out);
 /* Gradient reduction of `params` parameters over the dp×cp group, one collective
