@@ -226,6 +226,11 @@ typedef struct {
     int stream;      /* 0 compute, 1 communication */
     int mb, chunk;
     int step;        /* the optimizer step it ran in; -1 when unknown */
+    int ins;         /* the index of the schedule-program instruction it ran in (of
+                        its rank's program: planner/sched.c), an instruction span's own;
+                        -1 when none */
+    int op;          /* an op span's place among the ops of its instruction (the op
+                        lists of planner/ops.c in the order they ran); -1 otherwise */
     double t0_s;
     double dur_s;
     double flops, bytes; /* of an op span, for cost samples */

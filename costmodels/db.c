@@ -209,6 +209,11 @@ static const char *const migrations[] = {
     "  created_at FROM link_fits;"
     "DROP TABLE link_fits;"
     "ALTER TABLE link_fits_5 RENAME TO link_fits;",
+    /* 5 -> 6: a span says which instruction of its rank's schedule program it ran in, and
+     * an op span its place in its op list (-1: not known, as in older runs) */
+    "ALTER TABLE spans"
+    "  ADD COLUMN ins INTEGER NOT NULL DEFAULT -1;"
+    "ALTER TABLE spans ADD COLUMN op INTEGER NOT NULL DEFAULT -1;",
 };
 
 enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };

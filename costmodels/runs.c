@@ -74,8 +74,8 @@ static int insert_spans(pt_costdb *db, int64_t run, const pt_span *v, size_t n, 
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db->sql,
                            "INSERT INTO spans(run_id, rank, stream, name, op_key, mb, chunk,"
-                           " start_s, dur_s, flops, bytes, dtype)"
-                           " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           " start_s, dur_s, flops, bytes, dtype, ins, op)"
+                           " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            -1, &st, NULL) != SQLITE_OK)
         return pt_costdb_sql_fail(db, err, "cannot record the run's spans");
     int rc = SQLITE_DONE;
@@ -94,6 +94,8 @@ static int insert_spans(pt_costdb *db, int64_t run, const pt_span *v, size_t n, 
         sqlite3_bind_double(st, 10, s->flops);
         sqlite3_bind_double(st, 11, s->bytes);
         sqlite3_bind_text(st, 12, pt_dtype_name(s->dtype), -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 13, s->ins);
+        sqlite3_bind_int(st, 14, s->op);
         rc = sqlite3_step(st);
     }
     sqlite3_finalize(st);
@@ -287,6 +289,8 @@ static void fill_span(void *row, sqlite3_stmt *st)
     const unsigned char *dt = sqlite3_column_text(st, 10);
     if (pt_dtype_parse(dt ? (const char *)dt : "", &s->dtype, NULL))
         s->dtype = PT_DTYPE_FP32;
+    s->ins = sqlite3_column_int(st, 11);
+    s->op = sqlite3_column_int(st, 12);
 }
 
 int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size_t *n,
@@ -294,7 +298,7 @@ int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size
 {
     return read_rows(db,
                      "SELECT rank, stream, name, op_key, mb, chunk, start_s, dur_s, flops, bytes,"
-                     " dtype FROM spans WHERE run_id = ?1 ORDER BY rank, start_s, id",
+                     " dtype, ins, op FROM spans WHERE run_id = ?1 ORDER BY rank, start_s, id",
                      run_id, sizeof **out, fill_span, (void **)out, n, "the run's spans", err);
 }
 

@@ -20,6 +20,7 @@
  */
 #include "planner.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- Precisions -------------------------------------------------------------- */
@@ -281,6 +282,119 @@ static double pt_mem_comm(const pt_model *m, const pt_layout *l, const pt_train 
     return bytes;
 }
 
+/* ---- ptrun's own stack ----------------------------------------------------------- */
+
+static double pt_mem_ceil_div(int64_t a, int64_t b)
+{
+    return (double)((a + b - 1) / b);
+}
+
+/* Elements one rank owns of ZeRO 1's buckets (runtime/model.c's zero1_buckets): in
+ * each of the stage's chunks, buckets of bucket_elems from the end down and the rest,
+ * each padded to a multiple of N and shared N ways; a tied embedding's copy (first and
+ * last stage, pp > 1) is a bucket of its own. */
+static double pt_mem_zero1_shares(const pt_model *m, const pt_layout *l, int64_t bucket_elems,
+                                  int stage, int64_t N)
+{
+    int64_t pp = pt_mem_pos(l->pp), vp = pt_mem_pos(l->vp), V = pp * vp;
+    int64_t B = bucket_elems < 1 ? 1 : bucket_elems;
+    int64_t tied = m->tied_embeddings && pp > 1
+                       ? pt_vocab_padded(m, l->tp) / pt_mem_pos(l->tp) * m->hidden : 0;
+    double shares = 0;
+    for (int64_t c = 0; c < vp; c++) {
+        int64_t vs = c * pp + stage;
+        bool first = vs == 0, last = vs == V - 1;
+        int64_t len = pt_params_part(m, l->tp, (int)pp,
+                                     pt_stage_layers(m, l, (int)vs, NULL), first, last);
+        if ((first || last) && tied) {
+            len -= tied;
+            shares += pt_mem_ceil_div(tied, N);
+        }
+        shares += (double)(len / B) * pt_mem_ceil_div(B, N);
+        if (len % B)
+            shares += pt_mem_ceil_div(len % B, N);
+    }
+    return shares;
+}
+
+/* ptrun's model states, as runtime/model.c and zero.c allocate them (fp32 elements
+ * of the flat parameter buffer). ZeRO 0 keeps master weights, gradients and both
+ * moments whole (plus the working weights in the activation dtype when that is not
+ * fp32). ZeRO 1 keeps the moments of its share of every gradient bucket, and (`comm`)
+ * the buckets' padded copies it reduce-scatters and its reduced shares. ZeRO 2 and 3 cut
+ * the parameters into segments, each layer one and the embedding and head pieces one
+ * each, sharded on their own (ceil(len/N) per rank): gradient and moment shards, a
+ * window a layer's gradients accumulate in, the embedding's and head's weights and
+ * gradients whole (FSDP's root unit), and a staging buffer of the largest padded
+ * segment; stage 3 keeps the layers' weights as master shards and gathers each into
+ * a window, stage 2 keeps every weight whole. */
+static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage, int64_t layers,
+                                pt_precision p, int64_t bucket_elems, pt_memory *out)
+{
+    int64_t pp = pt_mem_pos(l->pp), N = pt_mem_pos(l->dp) * pt_mem_pos(l->cp);
+    bool first = stage == 0, last = stage == pp - 1;
+    double P = (double)pt_params_part(m, l->tp, (int)pp, layers, first, last), f32 = 4.0;
+    double work = p.act_bytes == 4 ? 0.0 : (double)p.act_bytes; /* working weights */
+    if (l->zero == 0 || N == 1) {
+        out->weights_bytes = (f32 + work) * P;
+        out->grads_bytes = f32 * P;
+        out->optimizer_bytes = 2 * f32 * P;
+        return;
+    }
+    if (l->zero == 1) { /* bucket shares, and the buckets' padded copies */
+        double shares = pt_mem_zero1_shares(m, l, bucket_elems, stage, N);
+        out->weights_bytes = (f32 + work) * P;
+        out->grads_bytes = f32 * P;
+        out->optimizer_bytes = 2 * f32 * shares;
+        out->comm_bytes += f32 * (shares * (double)N + shares);
+        return;
+    }
+    int64_t lp = pt_params_layer(m, l->tp);
+    int64_t emb = first ? pt_params_embedding(m, l->tp) : 0;
+    int64_t head = last ? pt_params_head(m, l->tp, (int)pp) : 0;
+    double layer_shard = pt_mem_ceil_div(lp, N), whole = (double)(emb + head);
+    double shards = (double)layers * layer_shard + (emb ? pt_mem_ceil_div(emb, N) : 0) +
+                    (head ? pt_mem_ceil_div(head, N) : 0);
+    double window = layer_shard * (double)N, staging = window;
+    int64_t pieces[2] = {emb, head};
+    for (int i = 0; i < 2; i++)
+        if (pt_mem_ceil_div(pieces[i], N) * (double)N > staging)
+            staging = pt_mem_ceil_div(pieces[i], N) * (double)N;
+    bool gather = l->zero >= 3;
+    out->weights_bytes = f32 * (gather ? whole + (double)layers * layer_shard : P);
+    out->grads_bytes = f32 * (shards + (layers > 0 ? window : 0) + whole);
+    out->optimizer_bytes = 2 * f32 * shards;
+    out->comm_bytes += f32 * ((gather && layers > 0 ? window : 0) + staging);
+}
+
+/* Memory of a stage under ptrun's own stack: exactly the buffers ptrun allocates —
+ * the model states above, one activation slot per micro-batch chunk the schedule
+ * keeps in flight, the head's buffers for the micro-batches whose loss waits for its
+ * backward, the backward's scratch (reported as the working space of recomputation),
+ * all from planner/buffers.c's list, and the stage boundary's send and receive
+ * copies that the communication layer keeps. */
+static void pt_mem_stage_ptrun(const pt_model *m, const pt_layout *l, int stage,
+                               int64_t layers, const pt_mem_flight *fl, pt_precision p,
+                               int64_t bucket_elems, pt_memory *out)
+{
+    pt_buffers B;
+    pt_buffers_of(m, l, (int)p.act_bytes, m->dropout, &B);
+    int64_t pp = pt_mem_pos(l->pp), slots = fl->in_flight;
+    if (slots < pt_mem_pos(l->vp)) /* evaluation runs each chunk in a slot of its own */
+        slots = pt_mem_pos(l->vp);
+    pt_mem_ptrun_states(m, l, stage, layers, p, bucket_elems, out);
+    out->activations_bytes =
+        (double)slots * pt_buffers_slot(&B, fl->chunk_layers, l->recompute == PT_RECOMPUTE_FULL);
+    out->embed_head_bytes = stage == pp - 1 ? (double)fl->mb_last * pt_buffers_head(&B) : 0;
+    out->recompute_bytes = pt_buffers_scratch(&B);
+    if (l->pp > 1) {
+        pt_mem_dims d = pt_mem_dims_of(m, l, p);
+        out->comm_bytes += 2 * d.ab * d.sb * (double)m->hidden / d.rep;
+    }
+    if (B.overflow)
+        out->activations_bytes = HUGE_VAL;
+}
+
 void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int stage,
                   pt_memory *out)
 {
@@ -299,6 +413,15 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
+    if (t->stack.attention == PT_ATTN_PTRUN) {
+        *out = (pt_memory){.stage = stage, .params = (double)params, .layers = layers,
+                           .in_flight = fl.in_flight};
+        pt_mem_stage_ptrun(m, l, stage, layers, &fl, p, t->bucket_bytes / 4, out);
+        out->total_bytes = out->weights_bytes + out->grads_bytes + out->optimizer_bytes +
+                           out->activations_bytes + out->embed_head_bytes +
+                           out->recompute_bytes + out->comm_bytes;
+        return;
+    }
     double act = pt_mem_layer_kept(m, l, t, p);
 
     /* What one layer's recomputation holds at once: the whole layer rebuilt (full, or

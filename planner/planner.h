@@ -324,6 +324,8 @@ typedef enum {
     PT_REJECT_ZERO_PP,            /* ZeRO 2/3 with pipeline parallelism */
     PT_REJECT_UNEVEN_SPLIT,       /* first_layers/last_layers leave no valid split */
     PT_REJECT_BAD_VALUE,          /* a size below 1, zero outside 0..3, ... */
+    PT_REJECT_BACKEND,            /* ptrun's backend for the cluster's devices does not run
+                                     it (pt_layout_supported; not a pt_layout_check rule) */
     PT_REJECT_COUNT
 } pt_reject;
 
@@ -396,6 +398,27 @@ int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *r
 /* True when some group of `kind` has members on two nodes of `devices_per_node`. */
 bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node);
 
+/* ---- Backend capabilities (planner/caps.c) ------------------------------------ */
+
+/* The compute backends ptrun trains on: the CPU backend (C and OpenBLAS, MPI) for a
+ * cluster whose device name starts with "cpu", the CUDA backend (cuBLASLt, NCCL) for any
+ * other. What each runs is said here and nowhere else: the enumeration skips what a
+ * backend does not run (counted under PT_REJECT_BACKEND), ptplan --layout refuses it,
+ * and ptrun asks before it trains. */
+typedef enum { PT_BACKEND_CPU, PT_BACKEND_CUDA, PT_BACKEND_COUNT } pt_backend;
+pt_backend pt_cluster_backend(const pt_cluster *c);
+const char *pt_backend_name(pt_backend b); /* "cpu", "cuda" */
+/* Whether ptrun's backend for c's devices runs layout l (one pt_layout_check accepts).
+ * The CPU backend runs every valid layout; the CUDA backend runs data and pipeline
+ * parallelism with ZeRO 0 so far (no collectives on its bf16 activations, which tp and
+ * cp need, and no sharded optimizer step, which works on host buffers). The error names
+ * the layout's keys at fault, the backend and the device. */
+int pt_layout_supported(const pt_cluster *c, const pt_layout *l, pt_err *err);
+/* Whether plans priced for stack s are trained by ptrun, so that pt_layout_supported
+ * decides which layouts the planner offers for it: ptrun's own stack (by name). Another
+ * framework's stack says itself what it runs (pt_stack_check_layout). */
+bool pt_stack_is_ptrun(const pt_stack *s);
+
 /* ---- Memory model ------------------------------------------------------------ */
 
 /* Storage sizes of one parameter and its training state, in bytes. */
@@ -438,6 +461,44 @@ double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precis
 /* The same under attention implementation `attn` (the figure above is PT_ATTN_PTRUN's). */
 double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_precision p,
                                      pt_attn_impl attn);
+
+/* The buffers ptrun allocates per micro-batch (planner/buffers.c): the runtime carves
+ * its activation slots, head buffers and backward scratch from this list, and the
+ * memory model sums it for ptrun's own stack, so the two cannot differ. In order:
+ * one layer's kept activations, the rest of a slot, the head, the scratch. */
+typedef enum {
+    PT_BUF_LN1, PT_BUF_LN1_MEAN, PT_BUF_LN1_RSTD, PT_BUF_Q, PT_BUF_K, PT_BUF_V, PT_BUF_ATT,
+    PT_BUF_LSE, PT_BUF_X2, PT_BUF_LN2, PT_BUF_LN2_MEAN, PT_BUF_LN2_RSTD, PT_BUF_GATE,
+    PT_BUF_UP, PT_BUF_ACT,
+    PT_BUF_TOKENS, PT_BUF_TARGETS, PT_BUF_X,
+    PT_BUF_LNF, PT_BUF_LNF_MEAN, PT_BUF_LNF_RSTD, PT_BUF_LOGITS, PT_BUF_LOSSES,
+    PT_BUF_DRES, PT_BUF_DLN, PT_BUF_DLNS, PT_BUF_GATH, PT_BUF_GDRES, PT_BUF_ROUT,
+    PT_BUF_DDROP, PT_BUF_DQ, PT_BUF_DK, PT_BUF_DV, PT_BUF_DQR, PT_BUF_DKR, PT_BUF_DATT,
+    PT_BUF_DGATE, PT_BUF_DUP, PT_BUF_DACT, PT_BUF_CE, PT_BUF_DNORM, PT_BUF_DKV,
+    PT_BUF_RING0, PT_BUF_RING1, PT_BUF_PART, PT_BUF_PART_LSE,
+    PT_BUF_COUNT
+} pt_buf;
+
+#define PT_BUF_ALIGN 64 /* bytes: every buffer starts on a cache line */
+
+typedef struct {
+    int64_t elems[PT_BUF_COUNT]; /* 0: not allocated (absent, or an alias) */
+    int bytes[PT_BUF_COUNT];     /* bytes of one element */
+    bool overflow;               /* a size past int64: refused by the runtime */
+} pt_buffers;
+
+/* The buffers of layout l on one rank, activations of act_bytes per element, with a
+ * dropout gradient buffer when `dropout`. */
+void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dropout,
+                   pt_buffers *out);
+const char *pt_buf_name(pt_buf b);
+int64_t pt_buf_bytes(const pt_buffers *B, pt_buf b);        /* aligned */
+double pt_buffers_layer(const pt_buffers *B);               /* one layer's kept activations */
+/* One activation slot: one chunk of `layers` layers of one micro-batch (with full
+ * recomputation the layers share one set of layer buffers). */
+double pt_buffers_slot(const pt_buffers *B, int64_t layers, bool full_recompute);
+double pt_buffers_head(const pt_buffers *B);                /* one micro-batch's head */
+double pt_buffers_scratch(const pt_buffers *B);             /* the backward's scratch */
 
 /* Per-rank memory of one pipeline stage, with its breakdown (bytes). */
 typedef struct {

@@ -439,8 +439,11 @@ typedef struct {
     json_t *trace;
 } sim;
 
-static void span(sim *S, int rank, int tid, const char *name, int mb, int chunk, double t0,
-                 double dur)
+/* A timeline span; `ins` is the index of the instruction of rank's program it
+ * belongs to (-1: none, the buckets), the index ptrun's trace gives the spans of the
+ * same instruction (args.ins), so that predicted and measured meet one to one. */
+static void span(sim *S, int rank, int tid, const char *name, int mb, int chunk, int ins,
+                 double t0, double dur)
 {
     if (!S->trace)
         return;
@@ -449,10 +452,11 @@ static void span(sim *S, int rank, int tid, const char *name, int mb, int chunk,
         snprintf(label, sizeof label, "%s mb%d c%d", name, mb, chunk);
     else
         snprintf(label, sizeof label, "%s c%d", name, chunk);
-    json_array_append_new(S->trace,
-                          json_pack("{s:s, s:s, s:f, s:f, s:i, s:i}", "name", label, "ph",
-                                    "X", "ts", t0 * 1e6, "dur", dur * 1e6, "pid", rank,
-                                    "tid", tid));
+    json_t *e = json_pack("{s:s, s:s, s:f, s:f, s:i, s:i}", "name", label, "ph", "X", "ts",
+                          t0 * 1e6, "dur", dur * 1e6, "pid", rank, "tid", tid);
+    if (e && ins >= 0)
+        json_object_set_new(e, "args", json_pack("{s:i}", "ins", ins));
+    json_array_append_new(S->trace, e);
 }
 
 /* Reduces a chunk's gradient buckets on the data-parallel stream, one after another,
@@ -474,7 +478,7 @@ static void reduce_buckets(sim *S, int r, int chunk, double t0, double t1)
         double end = fmax(start + (double)nb * dur, t1 + dur);
         st->dp_free = end;
         st->sync_total += (double)nb * dur;
-        span(S, r, 1, "reduce", -1, chunk, start, end - start);
+        span(S, r, 1, "reduce", -1, chunk, -1, start, end - start);
         return;
     }
     for (int64_t i = 0; i < nb; i++) {
@@ -482,7 +486,7 @@ static void reduce_buckets(sim *S, int r, int chunk, double t0, double t1)
         double start = fmax(ready, st->dp_free);
         st->dp_free = start + dur;
         st->sync_total += dur;
-        span(S, r, 1, "reduce", -1, chunk, start, dur);
+        span(S, r, 1, "reduce", -1, chunk, -1, start, dur);
     }
 }
 
@@ -527,7 +531,7 @@ static bool step(sim *S, int r)
             if (S->c->dp_overlap == PT_DPO_BACKWARD)
                 reduce_buckets(S, r, in->chunk, st->clock, st->clock + dur);
         }
-        span(S, r, 0, fwd ? "F" : "B", in->mb, in->chunk, st->clock, dur);
+        span(S, r, 0, fwd ? "F" : "B", in->mb, in->chunk, st->pc, st->clock, dur);
         st->clock += dur;
         st->busy += dur;
         st->comm += fwd ? S->c->fwd_comm_s[vs] : S->c->bwd_comm_s[vs];
@@ -542,7 +546,7 @@ static bool step(sim *S, int r)
         else
             S->grad[slot - 1] = st->clock + t;
         if (S->c->p2p_blocking) { /* the sender's compute waits for the delivery */
-            span(S, r, 0, act ? "send" : "send grad", in->mb, in->chunk, st->clock, t);
+            span(S, r, 0, act ? "send" : "send grad", in->mb, in->chunk, st->pc, st->clock, t);
             st->clock += t;
             st->comm += t;
             st->p2p_blocked += t;
@@ -561,7 +565,7 @@ static bool step(sim *S, int r)
         double start = fmax(st->clock, st->dp_free);
         st->dp_wait = start - st->clock;
         st->comm += start - st->clock + S->c->optim_comm_s[r];
-        span(S, r, 0, "optimizer", -1, 0, start, S->c->optim_s[r]);
+        span(S, r, 0, "optimizer", -1, 0, st->pc, start, S->c->optim_s[r]);
         st->clock = start + S->c->optim_s[r] + S->c->overhead_s;
         st->end = st->clock;
         break;

@@ -215,44 +215,63 @@ static int step_replicated(pt_net *n, const pt_dist *d, const pt_plan *p, int64_
     return 0;
 }
 
-/* ZeRO 1: reduce-scatter the padded flat gradients, update this rank's shard,
- * all-gather the weights. */
-static int step_sharded(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
-                        pt_step_stats *out, pt_err *err)
+/* Rank r's share of ZeRO-1 bucket z: flat elements [*lo, *hi), possibly empty. */
+static void zero1_share(const pt_zero1_bucket *z, int64_t r, int64_t *lo, int64_t *hi)
 {
-    int64_t dp = d->dp_size, shard = n->opt_elems, lo = n->opt_first;
-    int64_t hi = lo + shard < n->n_elems ? lo + shard : n->n_elems;
-    if (shard * dp < n->n_elems || lo != d->dp_rank * shard)
-        return pt_err_set(err, "internal: the optimizer shard does not match the dp group");
-    float *padded = calloc((size_t)(shard * dp), sizeof *padded);
-    float *mine = calloc((size_t)shard, sizeof *mine);
-    int rc = padded && mine ? 0 : pt_err_set(err, "out of memory for ZeRO shards");
-    if (rc == 0) {
-        memcpy(padded, n->grad, (size_t)n->n_elems * sizeof *padded);
-        rc = pt_comm_reducescatter(d->comm, PT_GROUP_DPCP, padded, mine, shard, err);
+    *lo = z->lo + r * z->share;
+    *hi = *lo + z->share < z->hi ? *lo + z->share : z->hi;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
+                       pt_err *err);
+
+/* ZeRO 1 (Megatron-Core's distributed optimizer): every bucket was reduce-scattered into
+ * this rank's share during the backward, but the tied embedding's copy, reduced now
+ * (its sum over the first and last stage came first: optimizer_step); update the
+ * shares, then all-gather each bucket's updated weights back into every rank's copy. */
+static int step_zero1(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
+                      pt_step_stats *out, pt_err *err)
+{
+    int64_t r = d->dp_rank;
+    if (d->dp_size != n->opt_ranks)
+        return pt_err_set(err, "internal: the optimizer shares do not match the dp group");
+    int rc = 0;
+    for (int b = 0; b < n->n_z1 && rc == 0; b++) {
+        pt_comm_req *req = NULL;
+        if (n->z1[b].at_step && (rc = zero1_start(n, d->comm, &n->z1[b], &req, err)) == 0)
+            rc = pt_comm_wait(d->comm, req, err);
     }
     double sumsq = 0;
-    if (rc == 0 && hi > lo) {
-        /* the shard's sum of squares, without the tied copy */
-        memcpy(n->grad + lo, mine, (size_t)(hi - lo) * sizeof *mine);
-        sumsq = sumsq_range(n, n->grad + lo, lo, hi);
+    for (int b = 0; b < n->n_z1 && rc == 0; b++) {
+        int64_t lo, hi;
+        zero1_share(&n->z1[b], r, &lo, &hi);
+        if (hi > lo) /* without the tied copy */
+            sumsq += sumsq_range(n, n->rs_shard + n->z1[b].shard_at, lo, hi);
     }
     if (rc == 0)
         rc = pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err);
-    if (rc == 0) {
-        out->grad_norm = sqrt(sumsq);
-        float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
+    if (rc)
+        return rc;
+    out->grad_norm = sqrt(sumsq);
+    float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
+    for (int b = 0; b < n->n_z1; b++) {
+        const pt_zero1_bucket *z = &n->z1[b];
+        int64_t lo, hi;
+        zero1_share(z, r, &lo, &hi);
         if (hi > lo)
-            adamw_range(n, p, n->master + lo, n->grad + lo, n->m, n->v, lo, hi, out->lr, step,
-                        scale);
-        memcpy(padded + lo, n->master + lo, (size_t)(hi - lo) * sizeof *padded);
-        rc = pt_comm_allgather(d->comm, PT_GROUP_DPCP, padded + lo, padded, shard, err);
+            adamw_range(n, p, n->master + lo, n->rs_shard + z->shard_at, n->m + z->shard_at,
+                        n->v + z->shard_at, lo, hi, out->lr, step, scale);
+        float *full = n->rs_full + z->full_at;
+        memcpy(full + r * z->share, n->master + lo, (size_t)(hi - lo) * sizeof *full);
+        rc = pt_comm_allgather(d->comm, PT_GROUP_DPCP, full + r * z->share, full, z->share,
+                               err);
+        if (rc)
+            return rc;
+        memcpy(n->master + z->lo, full, (size_t)(z->hi - z->lo) * sizeof *full);
     }
-    if (rc == 0)
-        memcpy(n->master, padded, (size_t)n->n_elems * sizeof *padded);
-    free(padded);
-    free(mine);
-    return rc;
+    return 0;
 }
 
 /* ZeRO 2 and 3: every segment's gradient shard is complete (layers reduce-scattered
@@ -290,7 +309,7 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
         rc = reduce_tied(n, d, err);
     if (rc == 0)
         rc = n->zero ? step_segmented(n, d, p, step, out, err)
-             : p->layout.zero >= 1 && d->dp_size > 1 ? step_sharded(n, d, p, step, out, err)
+             : p->layout.zero >= 1 && d->dp_size > 1 ? step_zero1(n, d, p, step, out, err)
                                                      : step_replicated(n, d, p, step, out, err);
     kn->zero(kn, n->grad, (size_t)(n->zero ? n->opt_elems : n->n_elems) * sizeof(float));
     if (rc == 0 && kn->sync(kn))
@@ -308,19 +327,24 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
  * first layer, embedding (pt_net.grad_done says how far). Each bucket is the next
  * bucket_bytes / 4 fp32 elements below those already started; what is left starts
  * at REDUCE_GRADS, which then waits for all of the chunk's buckets: ceil(elements /
- * bucket) all-reduces per chunk, as pt_ops_grad_sync prices them. Every rank of the
- * dp·cp group runs the same program on the same parameter table, so all start the
- * same buckets in the same order, as MPI and NCCL require. Each start and each wait
- * is a span on the communication stream. */
+ * bucket) collectives per chunk, as pt_ops_grad_sync prices them. ZeRO 0 all-reduces
+ * each bucket in place; ZeRO 1 copies it into its padded slot of rs_full and
+ * reduce-scatters that into this rank's share (rs_shard), the buckets model.c listed
+ * in the same order (pt_zero1_bucket). Every rank of the dp·cp group runs the same
+ * program on the same parameter table, so all start the same buckets in the same
+ * order, as MPI and NCCL require. Each start and each wait is a span on the
+ * communication stream. */
 typedef struct {
-    int64_t started;          /* elements [started, chunk_end) are in buckets */
+    int64_t started;          /* elements [started, reduce_hi) are in buckets */
+    int next_z1;              /* ZeRO 1: the chunk's next bucket in pt_net.z1 */
     pt_comm_req **req;        /* [n_req] the buckets in flight, in start order */
     int64_t *bytes;           /* [n_req] their sizes */
     int n_req, cap;
 } chunk_buckets;
 
 typedef struct {
-    bool on;                  /* ZeRO 0 with dp·cp > 1 */
+    bool on;                  /* ZeRO 0 or 1 with dp·cp > 1 */
+    bool scatter;             /* ZeRO 1: reduce-scatter into shares */
     pt_net *n;
     pt_comm *comm;
     int64_t bucket_elems;
@@ -332,7 +356,8 @@ static void buckets_init(buckets *B, pt_net *n, const pt_dist *d, const pt_plan 
                          const pt_prog *prog)
 {
     memset(B, 0, sizeof *B);
-    B->on = d->comm && d->dp_size > 1 && p->layout.zero == 0;
+    B->on = d->comm && d->dp_size > 1 && p->layout.zero <= 1;
+    B->scatter = B->on && p->layout.zero == 1;
     B->n = n;
     B->comm = d->comm;
     B->bucket_elems = p->train.bucket_bytes / (int64_t)sizeof(float);
@@ -340,8 +365,12 @@ static void buckets_init(buckets *B, pt_net *n, const pt_dist *d, const pt_plan 
         B->bucket_elems = 1;
     for (int c = 0; c < n->layout.vp; c++) {
         B->last_bwd[c] = -1;
-        B->c[c].started = n->chunk_end[c];
+        B->c[c].started = n->reduce_hi[c];
+        B->c[c].next_z1 = -1;
     }
+    for (int b = n->n_z1 - 1; b >= 0; b--) /* each chunk's first bucket */
+        if (n->z1[b].chunk >= 0)
+            B->c[n->z1[b].chunk].next_z1 = b;
     for (int i = 0; i < prog->n; i++)
         if (prog->ins[i].kind == PT_INS_BWD)
             B->last_bwd[prog->ins[i].chunk] = i;
@@ -374,7 +403,20 @@ static void bucket_span(const buckets *B, const char *what, int chunk, int64_t b
     pt_trace_add(t, B->n->rank, 1, name, NULL, t0, pt_trace_now());
 }
 
-/* Starts the all-reduce of elements [lo, started) of chunk `chunk`. */
+/* Starts ZeRO 1's reduce-scatter of bucket z: its gradients copied into its padded
+ * slot of rs_full (the padding zero), this rank's share reduced into rs_shard. */
+static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
+                       pt_err *err)
+{
+    float *full = n->rs_full + z->full_at;
+    int64_t len = z->hi - z->lo, padded = z->share * n->opt_ranks;
+    memcpy(full, n->grad + z->lo, (size_t)len * sizeof *full);
+    memset(full + len, 0, (size_t)(padded - len) * sizeof *full);
+    return pt_comm_ireducescatter(comm, PT_GROUP_DPCP, full, n->rs_shard + z->shard_at,
+                                  z->share, req, err);
+}
+
+/* Starts the collective of elements [lo, started) of chunk `chunk`. */
 static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
 {
     chunk_buckets *cb = &B->c[chunk];
@@ -393,9 +435,21 @@ static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
         cb->cap = cap;
     }
     double t0 = pt_trace_now();
-    if (pt_comm_iallreduce(B->comm, PT_GROUP_DPCP, B->n->grad + lo, count, &cb->req[cb->n_req],
-                           err))
+    if (B->scatter) {
+        pt_net *n = B->n;
+        int k = cb->next_z1;
+        if (k < 0 || k >= n->n_z1 || n->z1[k].chunk != chunk || n->z1[k].lo != lo ||
+            n->z1[k].hi != cb->started)
+            return pt_err_set(err, "internal: ZeRO-1 bucket [%lld, %lld) of chunk %d is not "
+                                   "the one listed", (long long)lo, (long long)cb->started,
+                              chunk);
+        cb->next_z1 = k + 1 < n->n_z1 && n->z1[k + 1].chunk == chunk ? k + 1 : -1;
+        if (zero1_start(n, B->comm, &n->z1[k], &cb->req[cb->n_req], err))
+            return -1;
+    } else if (pt_comm_iallreduce(B->comm, PT_GROUP_DPCP, B->n->grad + lo, count,
+                                  &cb->req[cb->n_req], err)) {
         return -1;
+    }
     int64_t bytes = count * (int64_t)sizeof(float);
     cb->bytes[cb->n_req++] = bytes;
     cb->started = lo;
@@ -414,11 +468,14 @@ static int bucket_ready(void *ctx, int chunk, int64_t lo, pt_err *err)
     return 0;
 }
 
-/* REDUCE_GRADS: starts the rest of the chunk as its last bucket and waits for all. */
+/* REDUCE_GRADS: starts the whole buckets left, then the rest of the chunk as its last
+ * bucket, and waits for all. */
 static int buckets_finish(buckets *B, int chunk, pt_err *err)
 {
     chunk_buckets *cb = &B->c[chunk];
-    int rc = bucket_start(B, chunk, B->n->chunk_begin[chunk], err);
+    int rc = bucket_ready(B, chunk, B->n->reduce_lo[chunk], err);
+    if (rc == 0)
+        rc = bucket_start(B, chunk, B->n->reduce_lo[chunk], err);
     for (int i = 0; i < cb->n_req; i++) {
         double t0 = pt_trace_now();
         pt_err e2;
@@ -556,9 +613,10 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
         const pt_ins *in = &prog->ins[i];
         double ti = pt_trace_now();
         c.pc = i;
+        n->op_seq = 0;
         rc = run_instruction(&c, in);
         pt_trace_add_ins(n->trace, n->rank, comm_stream(in->kind), pt_ins_name(in->kind),
-                         in->mb, in->chunk, ti, pt_trace_now());
+                         in->mb, in->chunk, i, ti, pt_trace_now());
     }
     buckets_free(&bk);
     batch_free(&b);
@@ -585,6 +643,7 @@ static int eval_batch(pt_net *n, const pt_dist *d, const batch *b, double *sum, 
         int owner = (int)(vs % pp), chunk = (int)(vs / pp);
         if (owner != n->stage)
             continue;
+        n->op_seq = 0; /* ops counted per chunk's pass (no instruction of a step) */
         int rc = 0;
         /* chunk c in slot c: a chunk's output may still be on its way when the rank's
          * next chunk runs */

@@ -102,83 +102,101 @@ static float *take(carve *c, int64_t elems, size_t elem_bytes)
     return p;
 }
 
-static void carve_layer(carve *c, const pt_net *n, const dims *d, size_t ab, pt_layer_acts *L)
+/* The buffer list this rank carves (planner/buffers.c, which the memory model sums). */
+static void buffers_of(const pt_net *n, pt_buffers *B)
 {
-    L->ln1 = take(c, d->R * d->h, ab);
-    L->ln1_mean = take(c, d->R, 4);
-    L->ln1_rstd = take(c, d->R, 4);
-    L->q = take(c, d->T * d->a * d->d, ab);
-    L->k = take(c, d->T * d->kh * d->d, ab);
-    L->v = take(c, d->T * d->kh * d->d, ab);
-    L->att = take(c, d->T * d->a * d->d, ab);
-    L->lse = take(c, d->b * d->a * d->s, 4);
-    L->x2 = take(c, d->R * d->h, ab);
-    L->ln2 = take(c, d->R * d->h, ab);
-    L->ln2_mean = take(c, d->R, 4);
-    L->ln2_rstd = take(c, d->R, 4);
-    L->gate = n->spec.act == PT_ACT_SWIGLU ? take(c, d->T * d->f, ab) : NULL;
-    L->up = take(c, d->T * d->f, ab);
-    L->act = take(c, d->T * d->f, ab);
+    pt_buffers_of(&n->spec, &n->layout, (int)pt_kdtype_bytes(n->kn->act_dtype),
+                  n->spec.dropout || n->dropout > 0, B);
+}
+
+/* Buffer b of the list, or NULL when the list has none (absent in this layout). */
+static float *take_buf(carve *c, const pt_buffers *B, pt_buf b)
+{
+    if (B->elems[b] == 0)
+        return NULL;
+    return take(c, B->elems[b], (size_t)B->bytes[b]);
+}
+
+static void carve_layer(carve *c, const pt_buffers *B, pt_layer_acts *L)
+{
+    L->ln1 = take_buf(c, B, PT_BUF_LN1);
+    L->ln1_mean = take_buf(c, B, PT_BUF_LN1_MEAN);
+    L->ln1_rstd = take_buf(c, B, PT_BUF_LN1_RSTD);
+    L->q = take_buf(c, B, PT_BUF_Q);
+    L->k = take_buf(c, B, PT_BUF_K);
+    L->v = take_buf(c, B, PT_BUF_V);
+    L->att = take_buf(c, B, PT_BUF_ATT);
+    L->lse = take_buf(c, B, PT_BUF_LSE);
+    L->x2 = take_buf(c, B, PT_BUF_X2);
+    L->ln2 = take_buf(c, B, PT_BUF_LN2);
+    L->ln2_mean = take_buf(c, B, PT_BUF_LN2_MEAN);
+    L->ln2_rstd = take_buf(c, B, PT_BUF_LN2_RSTD);
+    L->gate = take_buf(c, B, PT_BUF_GATE);
+    L->up = take_buf(c, B, PT_BUF_UP);
+    L->act = take_buf(c, B, PT_BUF_ACT);
 }
 
 /* Lays out one slot: one chunk's layers; with full recomputation all layers share one
- * set of views. */
-static void carve_slot(carve *c, const pt_net *n, const dims *d, pt_acts *A)
+ * set of views (pt_buffers_slot counts the same). */
+static void carve_slot(carve *c, const pt_net *n, pt_acts *A)
 {
-    size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
+    pt_buffers B;
+    buffers_of(n, &B);
     int64_t L = n->chunk_layers;
-    A->tokens = (int32_t *)take(c, d->T, 4);
-    A->targets = (int32_t *)take(c, d->T, 4);
+    A->tokens = (int32_t *)take_buf(c, &B, PT_BUF_TOKENS);
+    A->targets = (int32_t *)take_buf(c, &B, PT_BUF_TARGETS);
     for (int64_t l = 0; l < L + 1; l++) /* the chunk's input and its layers' outputs */
-        A->x[l] = take(c, d->R * d->h, ab);
+        A->x[l] = take_buf(c, &B, PT_BUF_X);
     bool shared = n->layout.recompute == PT_RECOMPUTE_FULL;
     for (int64_t l = 0; l < L; l++) {
         if (shared && l > 0)
             A->layer[l] = A->layer[0];
         else
-            carve_layer(c, n, d, ab, &A->layer[l]);
+            carve_layer(c, &B, &A->layer[l]);
     }
 }
 
-static void carve_head(carve *c, const pt_net *n, const dims *d, pt_head_acts *H)
+static void carve_head(carve *c, const pt_net *n, pt_head_acts *H)
 {
-    size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
-    H->lnf = take(c, d->R * d->h, ab);
-    H->lnf_mean = take(c, d->R, 4);
-    H->lnf_rstd = take(c, d->R, 4);
-    H->logits = take(c, d->T * d->v, ab);
-    H->losses = take(c, d->T, 4);
+    pt_buffers B;
+    buffers_of(n, &B);
+    H->lnf = take_buf(c, &B, PT_BUF_LNF);
+    H->lnf_mean = take_buf(c, &B, PT_BUF_LNF_MEAN);
+    H->lnf_rstd = take_buf(c, &B, PT_BUF_LNF_RSTD);
+    H->logits = take_buf(c, &B, PT_BUF_LOGITS);
+    H->losses = take_buf(c, &B, PT_BUF_LOSSES);
 }
 
 /* Scratch the layout needs: gathers and reduce-scatters with sp, dropout's branch
- * gradient, vocab-parallel loss statistics with tp, the K/V ring with cp. */
-static void carve_scratch(carve *c, const pt_net *n, const dims *d, pt_scratch *S)
+ * gradient, vocab-parallel loss statistics with tp, the K/V ring with cp. Without sp
+ * the gathered views are the buffers themselves. */
+static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
 {
-    size_t ab = pt_kdtype_bytes(n->kn->act_dtype);
-    int64_t Th = d->T * d->h, kv = d->T * d->kh * d->d;
-    S->dres = take(c, d->R * d->h, ab);
-    S->dln = take(c, Th, ab);
-    S->dlns = d->sp ? take(c, d->R * d->h, ab) : S->dln;
-    S->gath = d->sp ? take(c, Th, ab) : NULL;
-    S->gdres = d->sp ? take(c, Th, ab) : S->dres;
-    S->rout = d->sp ? take(c, Th, ab) : NULL;
-    S->ddrop = n->dropout > 0 ? take(c, Th, ab) : NULL;
-    S->dq = take(c, d->T * d->a * d->d, ab);
-    S->dk = take(c, kv, ab);
-    S->dv = take(c, kv, ab);
-    S->dqr = take(c, d->T * d->a * d->d, ab);
-    S->dkr = take(c, kv, ab);
-    S->datt = take(c, d->T * d->a * d->d, ab);
-    S->dgate = take(c, d->T * d->f, ab);
-    S->dup = take(c, d->T * d->f, ab);
-    S->dact = take(c, d->T * d->f, ab);
-    S->ce = d->t > 1 ? take(c, 3 * d->T, 4) : NULL;
-    S->dnorm = d->sp ? take(c, 2 * d->h, 4) : NULL;
-    S->dkv = d->kv_share > 1 ? take(c, n->spec.kv_heads * (int64_t)d->d * (d->h + 1), 4) : NULL;
-    for (int i = 0; i < 2; i++)
-        S->ring[i] = d->cp > 1 ? take(c, 4 * kv, ab) : NULL;
-    S->part = d->cp > 1 ? take(c, d->b * d->sc * d->a * d->d, ab) : NULL;
-    S->part_lse = d->cp > 1 ? take(c, d->b * d->a * d->sc, 4) : NULL;
+    pt_buffers B;
+    buffers_of(n, &B);
+    S->dres = take_buf(c, &B, PT_BUF_DRES);
+    S->dln = take_buf(c, &B, PT_BUF_DLN);
+    S->dlns = B.elems[PT_BUF_DLNS] ? take_buf(c, &B, PT_BUF_DLNS) : S->dln;
+    S->gath = take_buf(c, &B, PT_BUF_GATH);
+    S->gdres = B.elems[PT_BUF_GDRES] ? take_buf(c, &B, PT_BUF_GDRES) : S->dres;
+    S->rout = take_buf(c, &B, PT_BUF_ROUT);
+    S->ddrop = take_buf(c, &B, PT_BUF_DDROP);
+    S->dq = take_buf(c, &B, PT_BUF_DQ);
+    S->dk = take_buf(c, &B, PT_BUF_DK);
+    S->dv = take_buf(c, &B, PT_BUF_DV);
+    S->dqr = take_buf(c, &B, PT_BUF_DQR);
+    S->dkr = take_buf(c, &B, PT_BUF_DKR);
+    S->datt = take_buf(c, &B, PT_BUF_DATT);
+    S->dgate = take_buf(c, &B, PT_BUF_DGATE);
+    S->dup = take_buf(c, &B, PT_BUF_DUP);
+    S->dact = take_buf(c, &B, PT_BUF_DACT);
+    S->ce = take_buf(c, &B, PT_BUF_CE);
+    S->dnorm = take_buf(c, &B, PT_BUF_DNORM);
+    S->dkv = take_buf(c, &B, PT_BUF_DKV);
+    S->ring[0] = take_buf(c, &B, PT_BUF_RING0);
+    S->ring[1] = take_buf(c, &B, PT_BUF_RING1);
+    S->part = take_buf(c, &B, PT_BUF_PART);
+    S->part_lse = take_buf(c, &B, PT_BUF_PART_LSE);
 }
 
 /* The widest per-token row any buffer has (values). */
@@ -222,7 +240,7 @@ static int alloc_slot(pt_net *n, const dims *d, int slots, pt_acts **out, pt_err
         return pt_err_set(err, "out of memory");
     }
     carve c = {0};
-    carve_slot(&c, n, d, A);
+    carve_slot(&c, n, A);
     if (c.overflow) {
         free(A->x);
         free(A->layer);
@@ -240,7 +258,7 @@ static int alloc_slot(pt_net *n, const dims *d, int slots, pt_acts **out, pt_err
     }
     A->mem = c.base;
     c.used = 0;
-    carve_slot(&c, n, d, A);
+    carve_slot(&c, n, A);
     *out = A;
     return 0;
 }
@@ -251,7 +269,7 @@ static int alloc_head(pt_net *n, const dims *d, pt_head_acts **out, pt_err *err)
     if (!(*out = H))
         return pt_err_set(err, "out of memory");
     carve c = {0};
-    carve_head(&c, n, d, H);
+    carve_head(&c, n, H);
     if (c.overflow)
         return too_large(err, n, d, n->n_head);
     n->bytes += (int64_t)c.used;
@@ -259,7 +277,7 @@ static int alloc_head(pt_net *n, const dims *d, pt_head_acts **out, pt_err *err)
         return pt_err_set(err, "out of memory for the logits of %d micro-batch(es) of %lld "
                                "tokens", n->n_head, (long long)d->T);
     c.used = 0;
-    carve_head(&c, n, d, H);
+    carve_head(&c, n, H);
     return 0;
 }
 
@@ -303,7 +321,9 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
     if (d.cp > 1 && n->spec.seq % (2 * d.cp))
         return pt_err_set(err, "context parallelism: sequence %lld does not split into "
                                "2·cp = %d chunks", (long long)n->spec.seq, 2 * d.cp);
-    if (!buffer_sizes_fit(&d))
+    pt_buffers B;
+    buffers_of(n, &B);
+    if (B.overflow || !buffer_sizes_fit(&d))
         return too_large(err, n, &d, slots);
     if (build_op_lists(n, p))
         return pt_err_set(err, "out of memory building the op lists");
@@ -342,7 +362,7 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
                 return -1;
     }
     carve c = {0};
-    carve_scratch(&c, n, &d, S);
+    carve_scratch(&c, n, S);
     if (c.overflow)
         return too_large(err, n, &d, slots);
     n->bytes += (int64_t)c.used;
@@ -350,7 +370,7 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
         return pt_err_set(err, "out of memory for gradient scratch (%zu bytes)", c.used);
     S->mem = c.base;
     c.used = 0;
-    carve_scratch(&c, n, &d, S);
+    carve_scratch(&c, n, S);
     return 0;
 }
 
@@ -1348,7 +1368,7 @@ static int run_list(ctx *c, list_id id)
             double t0 = pt_trace_now();
             if (run_op(c, op))
                 return -1;
-            pt_trace_add(n->trace, n->rank, 1, name, NULL, t0, pt_trace_now());
+            pt_trace_add_coll(n->trace, n->rank, name, n->op_seq++, t0, pt_trace_now());
             continue;
         }
         if (device_timed && pt_devtime_before(n, c->err))
@@ -1358,8 +1378,8 @@ static int run_list(ctx *c, list_id id)
             return -1;
         if (n->trace_sync && n->kn->sync(n->kn))
             return pt_err_set(c->err, "%s", n->kn->err);
-        int64_t span = pt_trace_add_op(n->trace, n->rank, 0, name, &op->kernel, t0,
-                                       pt_trace_now());
+        int64_t span = pt_trace_add_op(n->trace, n->rank, 0, name, &op->kernel, n->op_seq++,
+                                       t0, pt_trace_now());
         if (device_timed && pt_devtime_after(n, span, c->err))
             return -1;
     }

@@ -236,17 +236,88 @@ static int upload(pt_net *n, const float *host, pt_err *err)
     return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
 
-/* The optimizer's share of the buffer: with ZeRO >= 1 over several data-parallel
- * ranks, shard dp_rank of the buffer padded to a multiple of dp, so the moments
- * take 1/dp of the memory, as the planner's memory model assumes. */
-static void optimizer_share(pt_net *n, const pt_net_place *at)
+/* The elements each chunk's gradient buckets reduce: the chunk's, less a tied
+ * embedding's copy under ZeRO 1 (on the first stage at the chunk's start, on the last
+ * at its end: build_table), whose sum over the two stages must come first. */
+static void reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi)
+{
+    *tied_lo = *tied_hi = 0;
+    for (int c = 0; c < n->layout.vp; c++) {
+        n->reduce_lo[c] = n->chunk_begin[c];
+        n->reduce_hi[c] = n->chunk_end[c];
+    }
+    bool tied_copy = n->spec.tied_embeddings && n->layout.pp > 1 &&
+                     (n->stage == 0 || n->stage == n->layout.pp - 1);
+    if (n->layout.zero != 1 || !tied_copy)
+        return;
+    const pt_param *q = pt_net_param(n, "wte");
+    *tied_lo = q->offset;
+    *tied_hi = q->offset + q->count;
+    for (int c = 0; c < n->layout.vp; c++) {
+        if (n->reduce_lo[c] == *tied_lo)
+            n->reduce_lo[c] = *tied_hi;
+        else if (n->reduce_hi[c] == *tied_hi)
+            n->reduce_hi[c] = *tied_lo;
+    }
+}
+
+/* ZeRO 1's buckets, as the engine starts them: in each chunk, from the end of its
+ * reduced range down, buckets of bucket_elems while that many remain, then the rest;
+ * the tied copy last. Returns the count; fills z (when not NULL). */
+static int zero1_buckets(const pt_net *n, int64_t bucket_elems, int64_t tied_lo,
+                         int64_t tied_hi, pt_zero1_bucket *z)
+{
+    int k = 0;
+    for (int c = 0; c < n->layout.vp; c++) {
+        for (int64_t hi = n->reduce_hi[c]; hi > n->reduce_lo[c];) {
+            int64_t lo = hi - n->reduce_lo[c] >= bucket_elems ? hi - bucket_elems
+                                                               : n->reduce_lo[c];
+            if (z)
+                z[k] = (pt_zero1_bucket){.chunk = c, .lo = lo, .hi = hi};
+            k++;
+            hi = lo;
+        }
+    }
+    if (tied_hi > tied_lo) {
+        if (z)
+            z[k] = (pt_zero1_bucket){.chunk = -1, .at_step = true, .lo = tied_lo, .hi = tied_hi};
+        k++;
+    }
+    return k;
+}
+
+/* The optimizer's share of the buffer. With ZeRO 1 over several data-parallel ranks,
+ * each gradient bucket is padded to a multiple of dp and this rank owns share
+ * dp_rank of every one (Megatron-Core's distributed optimizer), so the moments take
+ * about 1/dp of the memory, as the planner's memory model counts them. */
+static int optimizer_share(pt_net *n, const pt_plan *p, const pt_net_place *at, pt_err *err)
 {
     n->opt_first = 0;
     n->opt_elems = n->n_elems;
-    if (n->layout.zero >= 1 && at->dp_size > 1) {
-        n->opt_elems = (n->n_elems + at->dp_size - 1) / at->dp_size;
-        n->opt_first = (int64_t)at->dp_rank * n->opt_elems;
+    n->opt_ranks = 1;
+    int64_t tied_lo, tied_hi;
+    reduce_ranges(n, &tied_lo, &tied_hi);
+    if (n->layout.zero < 1 || at->dp_size <= 1)
+        return 0;
+    int64_t dp = at->dp_size, bucket = p->train.bucket_bytes / (int64_t)sizeof(float);
+    if (bucket < 1)
+        bucket = 1;
+    n->opt_ranks = dp;
+    n->n_z1 = zero1_buckets(n, bucket, tied_lo, tied_hi, NULL);
+    if (!(n->z1 = calloc((size_t)(n->n_z1 > 0 ? n->n_z1 : 1), sizeof *n->z1)))
+        return pt_err_set(err, "out of memory for %d ZeRO-1 buckets", n->n_z1);
+    zero1_buckets(n, bucket, tied_lo, tied_hi, n->z1);
+    int64_t full = 0, shard = 0;
+    for (int b = 0; b < n->n_z1; b++) {
+        pt_zero1_bucket *z = &n->z1[b];
+        z->share = (z->hi - z->lo + dp - 1) / dp;
+        z->full_at = full;
+        z->shard_at = shard;
+        full += z->share * dp;
+        shard += z->share;
     }
+    n->opt_elems = shard;
+    return 0;
 }
 
 static int alloc_state(pt_net *n, pt_err *err)
@@ -261,6 +332,15 @@ static int alloc_state(pt_net *n, pt_err *err)
     n->v = kn->alloc(kn, opt);
     n->bytes += (int64_t)(2 * f32 + 2 * opt) +
                 (fp32 ? 0 : (int64_t)n->n_elems * (int64_t)pt_kdtype_bytes(kn->act_dtype));
+    if (n->opt_ranks > 1) { /* ZeRO 1: the buckets' padded copies and shares */
+        size_t full = (size_t)n->opt_ranks * opt;
+        n->rs_full = kn->alloc(kn, full);
+        n->rs_shard = kn->alloc(kn, opt);
+        n->bytes += (int64_t)(full + opt);
+        if (!n->rs_full || !n->rs_shard)
+            return pt_err_set(err, "out of memory for the ZeRO-1 reduce-scatter buffers "
+                                   "(%.1f MiB)", (double)(full + opt) / 1048576);
+    }
     if (!n->master || !n->w || !n->grad || !n->m || !n->v)
         return pt_err_set(err, "out of memory for %lld parameters and their optimizer state "
                                "(%.1f MiB)", (long long)n->n_elems,
@@ -339,6 +419,8 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
                           (long long)n->n_elems);
     for (int i = 0; i < n->n_param; i++)
         init_param(&n->param[i], &n->spec, seed, host + n->param[i].offset);
+    int64_t tied_lo, tied_hi; /* (ZeRO 1 sets the ranges again with its buckets) */
+    reduce_ranges(n, &tied_lo, &tied_hi);
     int rc;
     if (n->layout.zero >= 2 && at->dp_size > 1) {
         if (!n->comm)
@@ -346,8 +428,9 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
         else
             rc = pt_zero_init(n, n->layout.zero, at->dp_rank, at->dp_size, host, err);
     } else {
-        optimizer_share(n, at);
-        rc = alloc_state(n, err);
+        rc = optimizer_share(n, p, at, err);
+        if (rc == 0)
+            rc = alloc_state(n, err);
         if (rc == 0)
             rc = upload(n, host, err);
     }
@@ -371,7 +454,10 @@ void pt_net_free(pt_net *n)
         kn->free(kn, n->grad);
         kn->free(kn, n->m);
         kn->free(kn, n->v);
+        kn->free(kn, n->rs_full);
+        kn->free(kn, n->rs_shard);
     }
+    free(n->z1);
     pt_net_free_runtime(n);
     pt_devtime_free(n);
     free(n->param);

@@ -14,6 +14,7 @@
 #ifndef PT_RUNTIME_H
 #define PT_RUNTIME_H
 
+#include "comm.h"
 #include "kernels.h"
 #include "planner.h"
 #include "trace.h"
@@ -156,210 +157,7 @@ void pt_ckpt_abort(const char *tmp);
 int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, char *found,
                  size_t n, pt_ckpt_meta *m, pt_err *err);
 
-/* ---- Communication (runtime/comm.c, comm_nccl.c, rendezvous.c) --------------------------- */
-
-/* The ranks of a run and their process groups, built from the planner's rank grid
- * (pt_grid_group), so the runtime's groups are the ones the planner priced. Every
- * call is collective over the group named: `kind` is a pt_group_kind, PT_GROUP_COUNT
- * for the tied-embedding pair (the first and last stage of each pipeline), or < 0 for
- * the whole world. Collectives over a group this rank is not in, and every
- * collective in a world of one, are local (a copy where in and out differ).
- *
- * Backends. MPI on host buffers: the CPU backend, and every host-buffer call below.
- * After pt_comm_use_device with the CUDA backend, the "backend memory" calls take
- * the kernel backend's (device) buffers and go through NCCL (one communicator per
- * group, on the kernel backend's stream) where this build has NCCL, else through
- * host memory over MPI (copied with kn->copy). Which memory each call takes is said
- * with it: [backend] (the kernel backend's memory once pt_comm_use_device has been
- * called, host memory before) or [host].
- *
- * Element types: calls on `float *` are fp32 on every backend (gradients, master
- * weights, optimizer state: kernels.h's non-[act] buffers); the *_bytes calls move
- * any element type, among them the bf16 [act] activations of the CUDA backend.
- *
- * Launch. mpirun, or any launcher that starts MPI (srun --mpi=pmix): MPI_Init, and
- * the NCCL unique id of each group is broadcast over that group's MPI communicator,
- * so no master address or port is configured. A launcher without MPI (srun without
- * PMIx, or anything that sets RANK and WORLD_SIZE) with PT_RENDEZVOUS=DIR set: rank
- * and world size from SLURM_PROCID and SLURM_NTASKS, else RANK and WORLD_SIZE, and
- * the ranks meet through files in DIR (a directory every node shares) to exchange
- * the NCCL unique ids; such a run does every collective through NCCL, so it needs
- * this build's NCCL and the CUDA backend. Without a launcher: a world of one. */
-typedef struct pt_comm pt_comm;
-/* An asynchronous operation in flight; pt_comm_wait completes and frees it. */
-typedef struct pt_comm_req pt_comm_req;
-
-/* Starts the run's communication as described above. Errors: MPI_Init failing; a
- * rank started without MPI and without PT_RENDEZVOUS by a launcher that says it has
- * other ranks; a rendezvous without NCCL in this build, or whose ranks do not all
- * arrive within PT_RENDEZVOUS_TIMEOUT seconds (the error names the directory and the
- * missing ranks). */
-int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
-int pt_comm_rank(const pt_comm *c);
-int pt_comm_size(const pt_comm *c);
-/* This rank's index among the ranks of its node (the device it should drive). */
-int pt_comm_local_rank(const pt_comm *c);
-/* "none" (a world of one), "mpi", "mpi+staging" (device buffers through host
- * memory), "nccl" (device buffers through NCCL, MPI for host buffers) or "nccl+file"
- * (NCCL only, ranks met through the rendezvous directory). */
-const char *pt_comm_backend(const pt_comm *c);
-/* Whether this build has the NCCL backend. */
-bool pt_comm_have_nccl(void);
-/* Builds a communicator for every group kind of `g` (tp, cp, dp, pp, dp*cp, tp*cp)
- * and the tied-embedding pair. Errors: the grid's world is not the run's. */
-int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err);
-/* Selects how [backend] buffers travel, once the kernel backend `kn` exists (it must
- * outlive the comm) and after pt_comm_groups: the CPU backend changes nothing; the
- * CUDA backend uses NCCL on kn's stream where built (each group's communicator made
- * here, collectively), else host staging over MPI. PT_COMM_NCCL=0 in the
- * environment selects staging even where NCCL is built. Errors: a run without MPI
- * whose backend cannot use NCCL; NCCL failing to start (named with the group). */
-int pt_comm_use_device(pt_comm *c, pt_kernels *kn, pt_err *err);
-/* Host staging over MPI for [backend] buffers of any kernel backend: what the CUDA
- * backend without NCCL does; tests use it to exercise that path on the CPU backend. */
-int pt_comm_use_staging(pt_comm *c, pt_kernels *kn, pt_err *err);
-
-/* -- Blocking collectives. On NCCL they are queued on the kernel backend's stream
- * and return at once: kernels queued after them see the result, the host after
- * kn->sync. Elsewhere the result is there on return. */
-
-/* Sums in place over the group. buf (n) fp32 [backend]. */
-int pt_comm_allreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err);
-/* The same on doubles; buf (n) [host]. */
-int pt_comm_allreduce_f64(pt_comm *c, int kind, double *buf, int64_t n, pt_err *err);
-/* The element-wise maximum over the group, in place. buf (n) fp32 [backend]. */
-int pt_comm_allreduce_max(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err);
-/* in (n·size) summed over the group, this rank's n-element slice into out (n); fp32
- * [backend]. */
-int pt_comm_reducescatter(pt_comm *c, int kind, const float *in, float *out, int64_t n,
-                          pt_err *err);
-/* Every rank's n elements, in group order, into out (n·size); in may be out + rank·n.
- * fp32 [backend]. */
-int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
-                      pt_err *err);
-/* All-to-all: block j (n elements) of in (n·size) goes to group rank j, and block i of
- * out (n·size) comes from group rank i. in and out must not overlap. fp32 [backend]. */
-int pt_comm_alltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
-                     pt_err *err);
-/* Rank 0's n bytes to every rank of the world; buf [host]. */
-int pt_comm_bcast(pt_comm *c, void *buf, int64_t n, pt_err *err);
-/* Every rank's n bytes (n may differ by rank) to world rank 0: there *all (malloc'd,
- * the caller frees) holds them in rank order and sizes[r] (world size entries) says
- * how many bytes came from rank r; on other ranks *all is NULL. buf [host]. */
-int pt_comm_gather_bytes(pt_comm *c, const void *buf, int64_t n, void **all, int64_t *sizes,
-                         pt_err *err);
-/* Whether every rank's `ok` is true (a world-wide AND; a barrier). */
-bool pt_comm_all_ok(pt_comm *c, bool ok);
-
-/* -- Asynchronous collectives: each starts the operation and returns a handle in *req
- * (NULL when it completed at once, e.g. a group of one); the buffers must stay
- * untouched until pt_comm_wait(req). On NCCL the operation runs on a communication
- * stream of its own, after the work already queued on the kernel backend's stream
- * (so gradients produced by queued kernels are the ones reduced), and overlaps the
- * kernels queued after it; asynchronous operations run there one after another, and
- * pt_comm_wait makes the kernel stream wait for this one (the host does not wait).
- * On MPI they are MPI-3 nonblocking collectives (Open MPI progresses them inside MPI
- * calls, so most of the transfer happens in pt_comm_wait on the CPU backend). Start
- * them in the same order on every rank of the group, as MPI and NCCL require. */
-int pt_comm_iallreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_comm_req **req,
-                       pt_err *err);
-int pt_comm_ireducescatter(pt_comm *c, int kind, const float *in, float *out, int64_t n,
-                           pt_comm_req **req, pt_err *err);
-int pt_comm_iallgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
-                       pt_comm_req **req, pt_err *err);
-int pt_comm_ialltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
-                      pt_comm_req **req, pt_err *err);
-/* Completes and frees req (NULL: nothing to do). After it, the result is in the
- * buffers as for the blocking call. An error still frees req. */
-int pt_comm_wait(pt_comm *c, pt_comm_req *req, pt_err *err);
-
-/* -- Point to point between world ranks (pipeline transfers). Sends do not wait for
- * their receiver, as the schedule programs assume: a send takes a private copy of buf
- * (so the caller may reuse buf at once) and pt_comm_wait_sends completes every posted
- * send. The tag tells transfers apart on MPI; NCCL has no tags, so between two ranks
- * receives must be posted in the order of the matching sends. On NCCL a send is
- * issued together with this rank's next receive (one NCCL group, so that neither
- * waits for the other, as Megatron-LM batches its pipeline sends and receives), or
- * before its next collective, or by pt_comm_wait_sends. */
-/* buf (n) fp32 [backend] */
-int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err);
-int pt_comm_isend(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err);
-/* buf (bytes) of any element type [backend]: bf16 activations on the CUDA backend */
-int pt_comm_recv_bytes(pt_comm *c, int from, int tag, void *buf, int64_t bytes, pt_err *err);
-int pt_comm_isend_bytes(pt_comm *c, int to, int tag, const void *buf, int64_t bytes,
-                        pt_err *err);
-int pt_comm_wait_sends(pt_comm *c, pt_err *err);
-
-/* -- The watchdog (runtime/comm_watch.c). Every wait of a collective or transfer on
- * MPI (and every NCCL call the host waits for) has a deadline: a rank that has waited
- * that long prints one line on stderr naming the operation, its bytes, the group (or
- * peer), the ranks it waited on and the step set by pt_comm_set_context, and ends the
- * run with pt_comm_abort, so that a rank that stalls (stopped, swapping) or dies
- * unseen cannot leave the others waiting for ever. The deadline comes from
- * PT_COMM_TIMEOUT (seconds; 0: none) when pt_comm_init runs, else 300 s, which no
- * healthy wait nears; pt_comm_init fails on a PT_COMM_TIMEOUT that is not a number
- * >= 0. */
-/* Sets the deadline in seconds (<= 0: none). c may be NULL (nothing to do). */
-void pt_comm_set_timeout(pt_comm *c, double seconds);
-double pt_comm_timeout(const pt_comm *c);
-/* What the trainer is doing, for the watchdog's report: step (the step number the
- * trainer shows; < 0: none) and `doing` ("training", "validation", ...; NULL for
- * the default), a string that must outlive the comm. c may be NULL. */
-void pt_comm_set_context(pt_comm *c, int64_t step, const char *doing);
-
-/* Ends every rank of the run at once with `why` printed by this rank: what a failing
- * rank does, so that no other rank hangs in a collective (MPI_Abort; in a file
- * rendezvous an abort file in the directory, which ranks waiting there see). */
-void pt_comm_abort(pt_comm *c, const char *why);
-void pt_comm_finalize(pt_comm *c);
-
-/* ---- File rendezvous (runtime/rendezvous.c) ------------------------------------------------ */
-
-/* Ranks named in a message, "1, 3, 5 and 12 more" (the first 16 by number): set out and
- * cap (out[0] = '\0'), add the ranks, then end. What the rendezvous and the collective
- * watchdog say they wait on. */
-typedef struct {
-    char *out;
-    size_t cap, len;
-    int listed, more;
-} pt_rank_list;
-void pt_rank_list_add(pt_rank_list *l, int rank);
-void pt_rank_list_end(pt_rank_list *l);
-
-/* Where a launcher without MPI put this process, from the environment: rank and world
- * size from SLURM_PROCID and SLURM_NTASKS (srun), else RANK and WORLD_SIZE (torchrun
- * and others); local rank from SLURM_LOCALID, else LOCAL_RANK; the directory from
- * PT_RENDEZVOUS; a key telling runs that share the directory apart from
- * PT_RENDEZVOUS_KEY, else SLURM_JOB_ID.SLURM_STEP_ID, else "run"; the timeout from
- * PT_RENDEZVOUS_TIMEOUT (seconds, default 300). */
-typedef struct {
-    int rank, size, local_rank;  /* size 0: the environment names no world */
-    const char *source;          /* "SLURM_PROCID/SLURM_NTASKS" or "RANK/WORLD_SIZE" */
-    char dir[512];               /* "" when PT_RENDEZVOUS is not set */
-    char key[128];
-    double timeout_s;
-} pt_rdv;
-
-/* Fills r from the environment. Errors: a value that is not a number, a rank outside
- * the world, a bad timeout, a directory that does not exist. */
-int pt_rdv_from_env(pt_rdv *r, pt_err *err);
-/* Every rank posts that it has arrived under `name` and waits until all r->size have.
- * Errors name the directory, the time waited and the ranks that did not arrive, or
- * the reason of a rank that aborted. */
-int pt_rdv_barrier(const pt_rdv *r, const char *name, pt_err *err);
-/* `bytes` bytes of world rank `root` to every rank that calls it (any subset): the
- * root writes the file `name` (atomically: written under a temporary name and
- * renamed), the others wait for it. Errors name the directory, the file and the root. */
-int pt_rdv_bcast(const pt_rdv *r, const char *name, int root, void *buf, size_t bytes,
-                 pt_err *err);
-/* Writes the abort file with `why` (what pt_rdv_barrier and pt_rdv_bcast report). */
-void pt_rdv_abort(const pt_rdv *r, const char *why);
-/* -1 with the reason in err when a rank of this run has written the abort file; else 0. */
-int pt_rdv_aborted(const pt_rdv *r, pt_err *err);
-/* Removes every file of this run (its key) from the directory; call it on one rank,
- * once every rank is past its last pt_rdv_* call (after a collective over the
- * communicators the rendezvous set up), or a slow rank would miss a file. */
-void pt_rdv_cleanup(const pt_rdv *r);
+/* ---- Communication: the communication layer (comm/comm.h: pt_comm, pt_rdv) ------------ */
 
 /* ---- The model (runtime/model.c, runtime/layer.c) ----------------------------------- */
 
@@ -380,6 +178,19 @@ typedef struct {
                            shape[1] of them from column `first`) */
 } pt_param;
 
+/* One gradient bucket of ZeRO 1 (Megatron-Core's distributed optimizer: each bucket
+ * padded to a multiple of dp and reduce-scattered on its own, every rank owning one
+ * share of each, so the reduction overlaps the backward as DDP's all-reduces do). */
+typedef struct pt_zero1_bucket {
+    int chunk;
+    bool at_step;             /* the tied embedding's copy: reduced at the optimizer step */
+    int64_t lo, hi;           /* gradient elements [lo, hi) */
+    int64_t share;            /* elements each rank owns: ceil((hi - lo) / dp); rank r
+                                 owns [lo + r·share, lo + (r+1)·share) ∩ [lo, hi) */
+    int64_t full_at;          /* where the padded copy (share·dp) sits in rs_full */
+    int64_t shard_at;         /* where this rank's share sits in rs_shard, m and v */
+} pt_zero1_bucket;
+
 /* Activations one micro-batch keeps for its backward pass (one "slot"). */
 typedef struct pt_acts pt_acts;
 
@@ -395,6 +206,8 @@ typedef struct {
                                  devtime.c): with the trace on, on a backend with
                                  device timers; NULL otherwise */
     int rank;                 /* for trace spans */
+    int op_seq;               /* the next op span's place in its instruction (the engine
+                                 resets it as each instruction starts) */
     int stage;                /* pipeline stage of this rank */
     int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */
     pt_comm *comm;            /* tp/cp collectives and the cp ring; NULL on one rank */
@@ -415,12 +228,27 @@ typedef struct {
     float *w;                 /* (n_elems) [act] every parameter, one buffer */
     float *grad;              /* (n_elems) fp32 */
     float *m, *v;             /* (opt_elems) fp32 Adam moments of elements
-                                 [opt_first, opt_first + opt_elems) */
-    int64_t opt_first, opt_elems; /* the optimizer's share: every element, or with
-                                 ZeRO >= 1 this data-parallel rank's shard of the
-                                 buffer padded to a multiple of dp (Rajbhandari et
-                                 al. 2020); elements past n_elems are padding */
+                                 [opt_first, opt_first + opt_elems), or with ZeRO 1
+                                 of this rank's share of every bucket in turn */
+    int64_t opt_first, opt_elems; /* the optimizer's share: every element; with ZeRO 1
+                                 the sum of this rank's bucket shares (z1); with
+                                 ZeRO 2/3 its segment shards (zero.c) */
     float *master;            /* (n_elems) fp32 master weights; == w on fp32 backends */
+    int64_t opt_ranks;        /* ranks the optimizer state is sharded over (1: none) */
+    int64_t reduce_lo[64], reduce_hi[64]; /* the elements of each chunk its gradient
+                                 buckets reduce during the backward: the chunk's, but
+                                 with ZeRO 1 a tied embedding's copy (first and last
+                                 stage), which the optimizer step reduces after its
+                                 sum over the two stages */
+    struct pt_zero1_bucket *z1; /* ZeRO 1 over dp > 1: every gradient bucket, chunk by
+                                 chunk, each from the chunk's end down (engine.c's
+                                 order), the tied copy's last; n_z1 of them */
+    int n_z1;
+    float *rs_full, *rs_shard; /* ZeRO 1: the buckets' padded copies, each
+                                 reduce-scattered as the backward finishes it
+                                 (rs_full), and this rank's reduced shares of them
+                                 (opt_elems floats, rs_shard); allocated with the
+                                 model */
 
     struct pt_zero *zero;     /* ZeRO 2/3's shards and windows (runtime/zero.c), with
                                  dp·cp > 1; NULL otherwise. With it, master, grad, m
@@ -588,4 +416,8 @@ int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t 
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- The trainer (runtime/trainer.h): a plan's run from open to close ---------------- */
+#include "trainer.h"
+
 #endif

@@ -2,8 +2,9 @@
  * ptprofile-coll internals — the collective benchmark that ptprofile runs under
  * mpirun. ptprofile_coll.c drives the measurement (groups, sizes, repeats, timing
  * reductions, the output file); coll_opts.c parses and checks the command line;
- * coll_topo.c learns which node each rank is on; coll_mpi.c and coll_nccl.c are the
- * communication backends, each one table of function pointers (pt_cb_backend).
+ * coll_topo.c learns which node each rank is on; coll_comm.c runs and times each op
+ * through the communication layer (comm.h), the same calls ptrun makes, on host
+ * buffers over MPI or on device buffers over NCCL.
  *
  * Sizes follow nccl-tests (and cost.h's pt_coll_op): `bytes` is the per-rank buffer
  * for all-reduce, broadcast, all-to-all and send/recv, and the whole gathered (or
@@ -17,16 +18,13 @@
 #ifndef PT_COLL_BENCH_H
 #define PT_COLL_BENCH_H
 
+#include "comm.h"
 #include "cost.h"
 
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-
-#ifndef PT_HAVE_NCCL
-#define PT_HAVE_NCCL 0
-#endif
 
 /* ---- Options (coll_opts.c) ------------------------------------------------------ */
 
@@ -81,31 +79,52 @@ void pt_cb_topo_free(pt_cb_topo *t);
 /* The most members of the group of world ranks 0..group-1 that sit on one node. */
 int pt_cb_topo_ranks_per_node(const pt_cb_topo *t, int group);
 
-/* ---- Backends (coll_mpi.c, coll_nccl.c) ------------------------------------------ */
+/* ---- Measuring through the communication layer (coll_comm.c) -------------------------- */
 
+/* The run's side of it: the world's comm and, for nccl, the CUDA kernel backend on this
+ * rank's GPU (local rank modulo the visible devices), whose stream the NCCL calls and
+ * the timing events run on. */
 typedef struct {
-    const char *name; /* "mpi", "nccl" */
-    /* Sets up this rank (for NCCL: picks and checks its GPU). Not collective; the
-     * caller agrees on the result over the world. *state is the backend's. */
-    int (*open)(const pt_cb_topo *topo, void **state, pt_err *err);
-    /* The library's name and version, one line, into buf. */
-    void (*library)(void *state, char *buf, size_t cap);
-    /* Collective over comm (the group's ranks only), agreed: a communicator and
-     * send/receive buffers for sizes up to max_bytes. */
-    int (*group_open)(void *state, MPI_Comm comm, int64_t max_bytes, void **group,
-                      pt_err *err);
-    /* Collective over the group: runs op once on `bytes` (already rounded by
-     * pt_cb_round_bytes) and gives this rank's elapsed time. The op is complete on
-     * return. An error here may leave other ranks inside the collective: the caller
-     * aborts the job. */
-    int (*run)(void *group, pt_coll op, int64_t bytes, double *time_s, pt_err *err);
-    void (*group_close)(void *group);
-    void (*close)(void *state);
-} pt_cb_backend;
+    const char *backend; /* "mpi" or "nccl" */
+    pt_comm *world;      /* pt_comm_init's, over MPI_COMM_WORLD */
+    pt_kernels *kn;      /* nccl only; NULL for mpi (host buffers) */
+} pt_cb_comm;
 
-extern const pt_cb_backend pt_cb_backend_mpi;
-#if PT_HAVE_NCCL
-extern const pt_cb_backend pt_cb_backend_nccl;
-#endif
+/* Starts the comm (MPI must be running) and for nccl the device. Not collective; the
+ * caller agrees on the result over the world. On error nothing is left to close. */
+int pt_cb_comm_open(pt_cb_comm *cc, const char *backend, const pt_cb_topo *topo,
+                    pt_err *err);
+void pt_cb_comm_close(pt_cb_comm *cc);
+
+/* One measured group: world ranks 0..size-1 as a comm of their own (pt_comm_sub), and
+ * two buffers of max_bytes in the backend's memory. */
+typedef struct {
+    pt_comm *comm;
+    pt_kernels *kn;      /* as pt_cb_comm's: NULL times with the host clock */
+    int rank, size;
+    float *send, *recv;  /* [max_bytes / 4] each, zeros (sums of zeros stay zeros) */
+    int ev_start, ev_stop; /* kn's timing events; -1 until first recorded */
+} pt_cb_group;
+
+/* Collective over the world: ranks 0..size-1 get *out, the others NULL (and 0). Not
+ * agreed: the caller agrees over the world. Errors name the group and what failed; on
+ * error *out is NULL. */
+int pt_cb_group_split(const pt_cb_comm *cc, int size, pt_cb_group **out, pt_err *err);
+/* Collective over the group's ranks: for nccl selects NCCL on the device (its
+ * communicator made here), then makes the buffers. Not agreed: the caller agrees
+ * over the group. */
+int pt_cb_group_open(pt_cb_group *g, int64_t max_bytes, pt_err *err);
+/* Collective over the group: runs op once on `bytes` (already rounded by
+ * pt_cb_round_bytes) through the comm layer and gives this rank's elapsed time: the
+ * host clock around the call on host buffers, the device's events around it on
+ * device buffers. The op is complete on return. Send/recv is a ring exchange, as
+ * nccl-tests' sendrecv: each rank sends to (r+1)%g and receives from (r-1+g)%g, so
+ * in a group of 2 both directions of one link are busy. An error here may leave
+ * other ranks inside the collective: the caller aborts the job. */
+int pt_cb_group_run(pt_cb_group *g, pt_coll op, int64_t bytes, double *time_s, pt_err *err);
+/* The library that moves the group's buffers, one line ("Open MPI v4.1.4, ...",
+ * "NCCL 2.21.5"). */
+void pt_cb_group_library(const pt_cb_group *g, char *buf, size_t cap);
+void pt_cb_group_close(pt_cb_group *g);
 
 #endif

@@ -230,10 +230,11 @@ static int check_backend(const char *name, pt_err *err)
     if (strcmp(name, "mpi") == 0)
         return 0;
     if (strcmp(name, "nccl") == 0)
-        return PT_HAVE_NCCL ? 0
-                            : pt_err_set(err, "--backend nccl: this ptprofile-coll was built "
-                                         "without NCCL (CMake found no CUDA toolkit and NCCL, "
-                                         "or was given -DPT_WITH_NCCL=OFF)");
+        return pt_comm_have_nccl()
+                   ? 0
+                   : pt_err_set(err, "--backend nccl: this ptprofile-coll was built without "
+                                     "NCCL (CMake found no CUDA toolkit and NCCL, or was "
+                                     "given -DPT_WITH_NCCL=OFF)");
     return pt_err_set(err, "--backend '%s': want mpi or nccl", name);
 }
 

@@ -59,6 +59,10 @@ static const char usage_text[] =
     "                          dp to what fills the cluster. --explain shows every rule\n"
     "                          broken with its values and the memory of each stage.\n"
     "  --groups L              print the process groups of layout L\n"
+    "  --list-layouts          print every layout the search would price (valid, run by\n"
+    "                          the stack's software on these devices, fitting in memory),\n"
+    "                          one a line in --layout's form, in enumeration order\n"
+    "                          (--json: a JSON array of them); nothing is priced\n"
     "  --list-models           list the built-in models\n"
     "  --list-clusters         list the built-in clusters\n"
     "  --dump-model NAME|FILE  print a model spec as JSON (loads back identically)\n"
@@ -96,7 +100,7 @@ static int parse_options(int argc, char **argv, options *o)
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
-           O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE };
+           O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -110,7 +114,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"timeline", 1, 0, O_TIMELINE}, {"sim-top", 1, 0, O_SIMTOP}, {"steps", 1, 0, O_STEPS},
         {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA}, {"devices", 1, 0, O_DEVICES},
         {"stack", 1, 0, O_STACK}, {"list-stacks", 0, 0, O_LS}, {"dump-stack", 1, 0, O_DS},
-        {"validate", 1, 0, O_VALIDATE},
+        {"validate", 1, 0, O_VALIDATE}, {"list-layouts", 0, 0, O_LL},
         {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
@@ -126,6 +130,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_LS: o->list_stacks = true; break;
         case O_DS: o->dump_stack = optarg; break;
         case O_VALIDATE: o->validate = optarg; break;
+        case O_LL: o->list_layouts = true; break;
         case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
         case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
         case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
@@ -173,11 +178,11 @@ static int parse_options(int argc, char **argv, options *o)
     }
     int modes = (o->layout != NULL) + (o->groups != NULL) + o->list_models + o->list_clusters +
                 (o->dump_model != NULL) + (o->dump_cluster != NULL) + o->list_stacks +
-                (o->dump_stack != NULL) + (o->validate != NULL);
+                (o->dump_stack != NULL) + (o->validate != NULL) + o->list_layouts;
     if (modes > 1) {
         fprintf(stderr, "ptplan: choose one of --layout, --groups, --list-models, "
                         "--list-clusters, --list-stacks, --dump-model, --dump-cluster, "
-                        "--dump-stack, --validate\n");
+                        "--dump-stack, --validate, --list-layouts\n");
         return -1;
     }
     if (o->explain && !o->layout) {
@@ -548,5 +553,7 @@ int main(int argc, char **argv)
         return evaluate_layout(&o);
     if (o.validate)
         return validate_set(&o);
+    if (o.list_layouts)
+        return list_layouts(&o);
     return rank_layouts(&o);
 }

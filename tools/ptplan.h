@@ -17,7 +17,7 @@ typedef struct {
     const char *validate;    /* --validate FILE */
     int64_t nodes, devices, global_batch, seq, max_mbs, top, bucket_mib, sim_top, steps, seed;
     double mem_fraction, lr;
-    bool explain, json, list_models, list_clusters, list_stacks, no_out;
+    bool explain, json, list_models, list_clusters, list_stacks, no_out, list_layouts;
 } options;
 
 typedef struct {
@@ -42,6 +42,8 @@ double gib(double bytes);
 
 int evaluate_layout(const options *o);
 int rank_layouts(const options *o);
+/* --list-layouts: every layout the search would price, unpriced. */
+int list_layouts(const options *o);
 /* ptplan_validate.c: predicted against measured over a set of published runs. */
 int validate_set(const options *o);
 

@@ -199,6 +199,11 @@ static int evaluate_job(const options *o, job *j)
         return pt_tool_fail("--layout: %s", err.msg);
     uint32_t mask;
     int broken = pt_layout_check(&j->m, &j->c, j->t.global_batch, &l, &mask);
+    /* a plan for ptrun must be one its backend for these devices trains */
+    if (pt_stack_is_ptrun(&j->t.stack) && pt_layout_supported(&j->c, &l, NULL)) {
+        mask |= 1u << PT_REJECT_BACKEND;
+        broken++;
+    }
     pt_candidate c = {0};
     if (!broken && pt_evaluate(&j->m, &j->c, &j->t, j->db, &l, NULL, &c, &err))
         return pt_tool_fail("%s", err.msg);
@@ -435,4 +440,36 @@ int rank_layouts(const options *o)
     pt_search_free(&r);
     free_job(&j);
     return rc;
+}
+
+/* ---- --list-layouts ----------------------------------------------------------------- */
+
+static int print_fitting(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    (void)mem;
+    if (!fits)
+        return 0;
+    char text[256];
+    pt_layout_format(l, text, sizeof text);
+    if (ctx)
+        json_array_append_new(ctx, json_string(text));
+    else
+        printf("%s\n", text);
+    return 0;
+}
+
+int list_layouts(const options *o)
+{
+    job j;
+    if (load_job(o, &j)) {
+        free_job(&j);
+        return EXIT_BAD_INPUT;
+    }
+    json_t *list = o->json ? json_array() : NULL;
+    pt_enum_counts counts;
+    pt_enum_layouts(&j.m, &j.c, &j.t, &j.eo, print_fitting, list, &counts);
+    if (list)
+        print_json(list);
+    free_job(&j);
+    return 0;
 }

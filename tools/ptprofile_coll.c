@@ -7,9 +7,11 @@
  * small groups sit inside one node and the large ones cross nodes, which is what the
  * cost tables need.
  *
- * A sample is taken as nccl-tests takes it, one op at a time: barrier, time the op
- * on every rank, keep the slowest rank's time; after one or two warm-up runs, the
- * median over the repeats is written. Bus bandwidth is nccl-tests' (pt_coll_busbw).
+ * Each op runs through the communication layer (coll_comm.c), the calls ptrun makes,
+ * so the cost tables price the code that trains. A sample is taken as nccl-tests
+ * takes it, one op at a time: barrier, time the op on every rank, keep the slowest
+ * rank's time; after one or two warm-up runs, the median over the repeats is written.
+ * Bus bandwidth is nccl-tests' (pt_coll_busbw).
  *
  * Output (rank 0; FILE.tmp renamed to FILE when complete, removed on a clean
  * failure): JSON lines, a header then one line per sample,
@@ -35,6 +37,7 @@ typedef struct {
     FILE *f;
     char *tmp;        /* path + ".tmp", written until complete */
     const char *path; /* renamed to at the end */
+    bool header;      /* the header line is written */
 } pt_cb_out;
 
 static int out_open(pt_cb_out *out, const char *path, pt_err *err)
@@ -82,11 +85,15 @@ static void out_abandon(pt_cb_out *out)
     *out = (pt_cb_out){0};
 }
 
-static int out_header(pt_cb_out *out, const pt_cb_backend *be, void *state,
+/* The header, once: written with the first group, whose comm names the library. */
+static int out_header(pt_cb_out *out, const char *backend, const pt_cb_group *g,
                       const pt_cb_topo *topo, pt_err *err)
 {
+    if (out->header)
+        return 0;
+    out->header = true;
     char library[256], host[256] = "unknown", started[32];
-    be->library(state, library, sizeof library);
+    pt_cb_group_library(g, library, sizeof library);
     gethostname(host, sizeof host);
     host[sizeof host - 1] = '\0';
     time_t now = time(NULL);
@@ -94,7 +101,7 @@ static int out_header(pt_cb_out *out, const pt_cb_backend *be, void *state,
     strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
     return out_line(out,
                     json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:s}", "type", "header",
-                              "backend", be->name, "library", library, "host", host,
+                              "backend", backend, "library", library, "host", host,
                               "world", topo->world, "nodes", topo->nodes, "started_at",
                               started),
                     err);
@@ -137,9 +144,8 @@ static void progress_step(pt_cb_progress *p, pt_coll op, int group, int rpn, int
 /* What every member of one group measures with. */
 typedef struct {
     const pt_cb_opts *o;
-    const pt_cb_backend *be;
-    void *group;    /* the backend's group state */
-    MPI_Comm comm;  /* the group's ranks */
+    pt_cb_group *group; /* the op's comm and buffers */
+    MPI_Comm comm;  /* the group's ranks, for the barriers and the slowest time */
     int rank, size; /* in the group */
     double *times;  /* [o->repeats], the slowest rank's time of each repeat */
 } pt_cb_bench;
@@ -152,7 +158,7 @@ static double timed_run(const pt_cb_bench *b, pt_coll op, int64_t bytes, bool ev
     double t = 0, slowest = 0;
     pt_err err;
     MPI_Barrier(b->comm);
-    if (b->be->run(b->group, op, bytes, &t, &err) != 0) {
+    if (pt_cb_group_run(b->group, op, bytes, &t, &err) != 0) {
         fprintf(stderr, "ptprofile-coll: rank %d: %s\n", b->rank, err.msg);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -219,7 +225,7 @@ static int measure_op(const pt_cb_bench *b, pt_coll op, int rpn, pt_cb_out *out,
         measure_point(b, op, bytes, &time_s, &repeats);
         ++*points;
         if (rc == 0 && b->rank == 0)
-            rc = out_line(out, sample_json(b->be->name, op, bytes, b->size, rpn, time_s,
+            rc = out_line(out, sample_json(b->o->backend, op, bytes, b->size, rpn, time_s,
                                            repeats), err);
     }
     return rc;
@@ -228,24 +234,26 @@ static int measure_op(const pt_cb_bench *b, pt_coll op, int rpn, pt_cb_out *out,
 /* What the whole run shares; out and progress are rank 0's (NULL elsewhere). */
 typedef struct {
     const pt_cb_opts *o;
-    const pt_cb_backend *be;
-    void *state;
+    const pt_cb_comm *cc;
     const pt_cb_topo *topo;
     pt_cb_out *out;
     pt_cb_progress *progress;
 } pt_cb_run;
 
-/* Collective over comm (world ranks 0..g-1), agreed. */
-static int measure_group(const pt_cb_run *run, MPI_Comm comm, pt_err *err)
+/* Collective over comm (world ranks 0..g-1, group's ranks), agreed. */
+static int measure_group(const pt_cb_run *run, MPI_Comm comm, pt_cb_group *group,
+                         pt_err *err)
 {
-    pt_cb_bench b = {.o = run->o, .be = run->be, .comm = comm};
+    pt_cb_bench b = {.o = run->o, .group = group, .comm = comm};
     MPI_Comm_rank(comm, &b.rank);
     MPI_Comm_size(comm, &b.size);
     int rpn = pt_cb_topo_ranks_per_node(run->topo, b.size);
     b.times = malloc(sizeof *b.times * (size_t)run->o->repeats);
-    int rc = b.times ? 0 : pt_err_set(err, "out of memory");
-    if (pt_cb_agree(comm, rc, err) != 0 ||
-        run->be->group_open(run->state, comm, run->o->max_bytes, &b.group, err) != 0) {
+    int rc = b.times ? pt_cb_group_open(group, run->o->max_bytes, err)
+                     : pt_err_set(err, "out of memory");
+    if (rc == 0 && b.rank == 0)
+        rc = out_header(run->out, run->o->backend, group, run->topo, err);
+    if (pt_cb_agree(comm, rc, err) != 0) {
         free(b.times);
         return -1;
     }
@@ -258,7 +266,6 @@ static int measure_group(const pt_cb_run *run, MPI_Comm comm, pt_err *err)
         if (rc == 0 && b.rank == 0)
             progress_step(run->progress, (pt_coll)c, b.size, rpn, points, MPI_Wtime() - t0);
     }
-    run->be->group_close(b.group);
     free(b.times);
     return rc;
 }
@@ -268,14 +275,17 @@ static int measure_group(const pt_cb_run *run, MPI_Comm comm, pt_err *err)
 static int measure_groups(const pt_cb_run *run, pt_err *err)
 {
     for (int i = 0; i < run->o->ngroups; i++) {
-        int g = run->o->groups[i], rc = 0;
+        int g = run->o->groups[i];
         MPI_Comm comm;
         MPI_Comm_split(MPI_COMM_WORLD, run->topo->rank < g ? 0 : MPI_UNDEFINED,
                        run->topo->rank, &comm);
-        if (comm != MPI_COMM_NULL) {
-            rc = measure_group(run, comm, err);
+        pt_cb_group *group = NULL;
+        int rc = pt_cb_agree(MPI_COMM_WORLD, pt_cb_group_split(run->cc, g, &group, err), err);
+        if (rc == 0 && comm != MPI_COMM_NULL)
+            rc = measure_group(run, comm, group, err);
+        pt_cb_group_close(group);
+        if (comm != MPI_COMM_NULL)
             MPI_Comm_free(&comm);
-        }
         if (pt_cb_agree(MPI_COMM_WORLD, rc, err) != 0)
             return -1;
     }
@@ -291,18 +301,16 @@ static int count_ops(const pt_cb_opts *o)
 }
 
 /* Collective over the world, agreed: opens the output, measures, and commits it. */
-static int measure_all(const pt_cb_opts *o, const pt_cb_backend *be, void *state,
-                       const pt_cb_topo *topo, pt_err *err)
+static int measure_all(const pt_cb_opts *o, const pt_cb_comm *cc, const pt_cb_topo *topo,
+                       pt_err *err)
 {
     pt_cb_out out = {0};
     pt_cb_progress progress = {.mode = o->progress, .total = o->ngroups * count_ops(o)};
     if (progress.mode == PT_CB_PROGRESS_AUTO)
         progress.mode = isatty(STDERR_FILENO) ? PT_CB_PROGRESS_BAR : PT_CB_PROGRESS_LINES;
     bool root = topo->rank == 0;
-    pt_cb_run run = {o, be, state, topo, root ? &out : NULL, root ? &progress : NULL};
+    pt_cb_run run = {o, cc, topo, root ? &out : NULL, root ? &progress : NULL};
     int rc = root ? out_open(&out, o->out, err) : 0;
-    if (rc == 0 && root)
-        rc = out_header(&out, be, state, topo, err);
     if (pt_cb_agree(MPI_COMM_WORLD, rc, err) == 0) {
         progress.start_s = MPI_Wtime();
         rc = measure_groups(&run, err);
@@ -317,16 +325,6 @@ static int measure_all(const pt_cb_opts *o, const pt_cb_backend *be, void *state
 
 /* ---- Main ------------------------------------------------------------------------------- */
 
-static const pt_cb_backend *backend_named(const char *name)
-{
-#if PT_HAVE_NCCL
-    if (strcmp(name, "nccl") == 0)
-        return &pt_cb_backend_nccl;
-#endif
-    (void)name;
-    return &pt_cb_backend_mpi;
-}
-
 /* Every rank runs this; all return the same exit code. */
 static int profile(int argc, char **argv, int world, pt_err *err)
 {
@@ -340,17 +338,16 @@ static int profile(int argc, char **argv, int world, pt_err *err)
             pt_cb_usage(stdout);
         return 0;
     }
-    const pt_cb_backend *be = backend_named(o.backend);
     pt_cb_topo topo;
-    void *state = NULL;
+    pt_cb_comm cc;
     int rc = pt_cb_topo_init(&topo, err);
     if (rc == 0) {
-        int opened = be->open(&topo, &state, err);
+        int opened = pt_cb_comm_open(&cc, o.backend, &topo, err);
         rc = pt_cb_agree(MPI_COMM_WORLD, opened, err);
         if (rc == 0)
-            rc = measure_all(&o, be, state, &topo, err);
+            rc = measure_all(&o, &cc, &topo, err);
         if (opened == 0)
-            be->close(state);
+            pt_cb_comm_close(&cc);
         pt_cb_topo_free(&topo);
     }
     pt_cb_opts_free(&o);

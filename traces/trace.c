@@ -62,6 +62,7 @@ typedef struct {
     int32_t site;
     int32_t mb, chunk;  /* -1 when none */
     int32_t step;       /* the optimizer step it ran in (pt_trace_set_step); -1 before any */
+    int32_t ins, op;    /* instruction index, op-list index; -1 when none */
 } rec;
 
 struct pt_trace_log {
@@ -215,7 +216,7 @@ static rec *record(pt_trace *t, const char *name, const char *key, const int32_t
         goto oom;
     rec *r = &L->r[L->n++];
     *r = (rec){.t0_s = t0 - t->origin_s, .dur_s = t1 - t0, .site = i, .mb = -1, .chunk = -1,
-               .step = t->step};
+               .step = t->step, .ins = -1, .op = -1};
     return r;
 oom:
     t->oom = true;
@@ -230,7 +231,7 @@ void pt_trace_sync(pt_trace *t)
 }
 
 void pt_trace_add_ins(pt_trace *t, int rank, int stream, const char *kind, int mb,
-                      int chunk, double t0, double t1)
+                      int chunk, int index, double t0, double t1)
 {
     if (!t || !t->on)
         return;
@@ -241,6 +242,7 @@ void pt_trace_add_ins(pt_trace *t, int rank, int stream, const char *kind, int m
         return;
     ins->mb = mb;
     ins->chunk = chunk;
+    ins->ins = index;
     /* The op spans of an instruction were recorded before it (its span ends after
      * theirs): they are the ones just before it that started no earlier, and each is
      * visited once. */
@@ -250,6 +252,7 @@ void pt_trace_add_ins(pt_trace *t, int rank, int stream, const char *kind, int m
             break;
         r->mb = mb;
         r->chunk = chunk;
+        r->ins = index;
     }
 }
 
@@ -265,7 +268,7 @@ void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const cha
         size_t n = (size_t)(p - name) < sizeof kind ? (size_t)(p - name) : sizeof kind - 1;
         memcpy(kind, name, n);
         kind[n] = 0;
-        pt_trace_add_ins(t, rank, stream, kind, mb, chunk, t0, t1);
+        pt_trace_add_ins(t, rank, stream, kind, mb, chunk, -1, t0, t1);
         return;
     }
     int32_t ints[4] = {PT_DTYPE_FP32, rank, stream, 0};
@@ -274,14 +277,29 @@ void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const cha
 }
 
 int64_t pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
-                        const pt_kernel_op *op, double t0, double t1)
+                        const pt_kernel_op *op, int index, double t0, double t1)
 {
     if (!t || !t->on)
         return -1;
     int32_t ints[4] = {(int32_t)op->dtype, rank, stream, 0};
     double nums[2] = {op->flops, op->bytes};
     rec *r = record(t, name, op->key, ints, nums, t0, t1);
-    return r ? (int64_t)(r - t->log->r) : -1;
+    if (!r)
+        return -1;
+    r->op = index;
+    return (int64_t)(r - t->log->r);
+}
+
+void pt_trace_add_coll(pt_trace *t, int rank, const char *name, int index, double t0,
+                       double t1)
+{
+    if (!t || !t->on)
+        return;
+    int32_t ints[4] = {PT_DTYPE_FP32, rank, 1, 0};
+    double nums[2] = {0, 0};
+    rec *r = record(t, name, "", ints, nums, t0, t1);
+    if (r)
+        r->op = index;
 }
 
 void pt_trace_retime(pt_trace *t, int64_t span, double t0, double t1)
@@ -309,6 +327,8 @@ static void expand_one(const site *x, const rec *r, pt_span *s)
     s->mb = r->mb;
     s->chunk = r->chunk;
     s->step = r->step;
+    s->ins = r->ins;
+    s->op = r->op;
     s->t0_s = r->t0_s;
     s->dur_s = r->dur_s;
     s->flops = x->flops;
@@ -649,6 +669,10 @@ static void put_span(FILE *f, const char *sep, const pt_span *s)
     fprintf(f, "\"step\":%d", s->step);
     if (s->mb >= 0)
         fprintf(f, ",\"mb\":%d,\"chunk\":%d", s->mb, s->chunk);
+    if (s->ins >= 0)
+        fprintf(f, ",\"ins\":%d", s->ins);
+    if (s->op >= 0)
+        fprintf(f, ",\"op\":%d", s->op);
     if (s->key[0]) {
         fputs(",\"key\":", f);
         put_string(f, s->key);
@@ -730,7 +754,14 @@ static int read_event(const char *path, size_t i, json_t *e, pt_span *s, pt_err 
     s->stream = (int)json_integer_value(tid);
     s->t0_s = json_number_value(ts) * 1e-6;
     s->dur_s = json_number_value(dur) * 1e-6;
-    s->mb = s->chunk = s->step = -1;
+    s->mb = s->chunk = s->step = s->ins = s->op = -1;
+    const char *idx_names[2] = {"ins", "op"};
+    int *idx[2] = {&s->ins, &s->op};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(args, idx_names[k]);
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX)
+            *idx[k] = (int)json_integer_value(v);
+    }
     json_t *step = json_object_get(args, "step");
     if (json_is_integer(step) && json_integer_value(step) >= -1 &&
         json_integer_value(step) <= INT32_MAX)

@@ -60,10 +60,16 @@ void pt_trace_free(pt_trace *t);
  * instruction, as pt_trace_add_ins records it (which is the cheaper call). */
 void pt_trace_add(pt_trace *t, int rank, int stream, const char *name, const char *key,
                   double t0, double t1);
-/* Records an op span: its key, FLOPs, bytes and data type come from `op`. Returns a
- * handle for pt_trace_retime (-1 when nothing was recorded: no trace, or out of memory). */
+/* Records an op span: its key, FLOPs, bytes and data type come from `op`; `index` is
+ * its place among the ops of the instruction it runs in (0, 1, ...: the embedding's,
+ * each layer's and the head's lists in the order they ran; -1: none). Returns a handle for pt_trace_retime (-1 when
+ * nothing was recorded: no trace, or out of memory). */
 int64_t pt_trace_add_op(pt_trace *t, int rank, int stream, const char *name,
-                        const pt_kernel_op *op, double t0, double t1);
+                        const pt_kernel_op *op, int index, double t0, double t1);
+/* Records a collective of an op list (stream 1, no key) at its place `index`, counted
+ * as pt_trace_add_op counts. */
+void pt_trace_add_coll(pt_trace *t, int rank, const char *name, int index, double t0,
+                       double t1);
 /* Gives a recorded span new times (monotonic seconds, as pt_trace_now's): how a backend
  * whose ops run asynchronously (CUDA) records a span at launch, keeping its place among
  * the instruction's spans, and sets its device times once they are known (after the
@@ -73,12 +79,14 @@ void pt_trace_retime(pt_trace *t, int64_t span, double t0, double t1);
 /* Sets the optimizer step the following spans belong to (the engine calls it as a step
  * starts); the first step set is the run's warm-up step (first_step). */
 void pt_trace_set_step(pt_trace *t, int64_t step);
-/* Records an instruction of the schedule program: `kind` ("fwd", "bwd", ...) on
- * micro-batch mb of model chunk `chunk`; it is named "<kind> mb<m> c<c>" (must match
- * the simulator's spans in planner/sim.c). The op spans recorded since the instruction
- * began, on the same rank, take its micro-batch and chunk. */
+/* Records instruction `ins` (its index in the rank's schedule program) : `kind`
+ * ("fwd", "bwd", ...) on micro-batch mb of model chunk `chunk`; it is named
+ * "<kind> mb<m> c<c>". The op spans recorded since the instruction began, on the same
+ * rank, take its micro-batch, chunk and index, so that every span of a step says which
+ * instruction it belongs to, as the simulator's timeline says of its spans
+ * (planner/sim.c): predicted and measured meet instruction by instruction. */
 void pt_trace_add_ins(pt_trace *t, int rank, int stream, const char *kind, int mb,
-                      int chunk, double t0, double t1);
+                      int chunk, int ins, double t0, double t1);
 
 /* Whether a span is an op's: one with a key (a compute op) or a collective of the
  * communication stream (no key, no micro-batch in its name); false for the schedule's

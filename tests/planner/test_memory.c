@@ -9,6 +9,9 @@
 #include "check.h"
 #include "planner.h"
 
+#include <math.h>
+#include <stdio.h>
+
 /* ---- Models and layouts ------------------------------------------------------- */
 
 static pt_model gpt(int64_t L, int64_t h, int64_t a, int64_t v, int64_t s)
@@ -39,10 +42,14 @@ static pt_layout layout(int tp, int pp, int dp)
     return l;
 }
 
+/* ptrun's stack with unfused attention (Megatron-LM's: the score matrix is kept), so
+ * that the figures are Korthikanti et al.'s; ptrun's own attention is memory of its
+ * own buffers (test_ptrun_buffers). */
 static pt_train train(pt_prec_kind p)
 {
     pt_train t = {.global_batch = 512, .precision = p, .bucket_bytes = 25 * 1024 * 1024,
                   .stack = *pt_stack_builtin(0)}; /* ptrun */
+    t.stack.attention = PT_ATTN_UNFUSED;
     return t;
 }
 
@@ -550,6 +557,120 @@ static void test_uneven_stages(void)
     CHECK(checked > 200);
 }
 
+
+/* ---- ptrun's own stack: the buffers it allocates --------------------------------- */
+
+/* The memory model for ptrun's stack sums planner/buffers.c's list, the one the
+ * runtime carves (the equivalence suite compares each rank's allocation with it). */
+static void test_ptrun_buffers(void)
+{
+    /* GPT, L = 2, h = 64, a = k = 4 (d = 16), f = 256, s = 128, b = 1, fp32: T = R =
+     * 128. One layer keeps ln1, q, k, v, att, x2, ln2 (T·h·4 = 32,768 bytes each),
+     * four means/rstds (T·4 = 512), lse (b·a·s·4 = 2,048), up and act (T·f·4 =
+     * 131,072 each), no gate (GELU): 229,376 + 2,048 + 2,048 + 262,144 = 495,616. */
+    pt_model m = gpt(2, 64, 4, 1000, 128);
+    pt_layout l = layout(1, 1, 1);
+    pt_buffers B;
+    pt_buffers_of(&m, &l, 4, false, &B);
+    CHECK(!B.overflow);
+    CHECK_NEAR(pt_buffers_layer(&B), 495616, 1e-15);
+    CHECK_INT(B.elems[PT_BUF_GATE], 0);
+    CHECK_INT(B.elems[PT_BUF_DDROP], 0);
+    /* a slot of 2 layers: tokens and targets (512 each), 3 residual streams (32,768
+     * each) and two layers' buffers; full recomputation keeps one set */
+    CHECK_NEAR(pt_buffers_slot(&B, 2, false), 1024 + 3 * 32768 + 2 * 495616.0, 1e-15);
+    CHECK_NEAR(pt_buffers_slot(&B, 2, true), 1024 + 3 * 32768 + 495616.0, 1e-15);
+    /* every buffer starts on a 64-byte line: 3 fp32 values take 64 bytes */
+    l.tp = 2;
+    pt_buffers_of(&m, &l, 4, true, &B);
+    CHECK_INT(B.elems[PT_BUF_CE], 3 * 128);
+    CHECK_INT(B.elems[PT_BUF_DDROP], 128 * 64);
+    CHECK_INT(B.elems[PT_BUF_Q], 128 * 2 * 16);
+    CHECK_INT(pt_buf_bytes(&B, PT_BUF_LSE), 1 * 2 * 128 * 4);
+    pt_model big = gpt(2, 1 << 20, 1 << 10, 1000, 1LL << 40);
+    pt_buffers_of(&big, &l, 4, true, &B);
+    CHECK(B.overflow);
+
+    /* The stage total: ZeRO 0, one rank, 1F1B, n = 1: states 16 bytes per parameter,
+     * one slot, one head, the scratch, nothing else. */
+    pt_train t = train(PT_PREC_FP32);
+    t.stack = *pt_stack_builtin(0);
+    l = layout(1, 1, 1);
+    pt_buffers_of(&m, &l, 4, m.dropout, &B);
+    pt_memory s;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    double P = (double)pt_params_part(&m, 1, 1, 2, true, true);
+    CHECK_NEAR(s.weights_bytes + s.grads_bytes + s.optimizer_bytes, 16 * P, 1e-15);
+    CHECK_NEAR(s.activations_bytes, pt_buffers_slot(&B, 2, false), 1e-15);
+    CHECK_NEAR(s.embed_head_bytes, pt_buffers_head(&B), 1e-15);
+    CHECK_NEAR(s.recompute_bytes, pt_buffers_scratch(&B), 1e-15);
+    CHECK(s.comm_bytes == 0);
+
+    /* ZeRO 3 over 4 ranks: each layer (pt_params_layer elements) a segment of its own,
+     * the embedding and the head pieces too, each padded to a multiple of 4; the
+     * layers' weights are shards, the embedding's and head's whole. */
+    l = layout(1, 1, 4);
+    l.zero = 3;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    int64_t lp = pt_params_layer(&m, 1), emb = pt_params_embedding(&m, 1),
+            head = pt_params_head(&m, 1, 1);
+    double shards = 2.0 * ((lp + 3) / 4) + (double)((emb + 3) / 4) + (double)((head + 3) / 4);
+    double window = 4.0 * (double)((lp + 3) / 4);
+    CHECK_NEAR(s.weights_bytes, 4.0 * ((double)(emb + head) + 2.0 * (double)((lp + 3) / 4)), 1e-15);
+    CHECK_NEAR(s.grads_bytes, 4.0 * (shards + window + (double)(emb + head)), 1e-15);
+    CHECK_NEAR(s.optimizer_bytes, 8.0 * shards, 1e-15);
+    double staging = fmax(window, 4.0 * (double)((emb + 3) / 4));
+    CHECK_NEAR(s.comm_bytes, 4.0 * (window + staging), 1e-15);
+}
+
+/* ptrun holds one activation slot per micro-batch chunk in flight, as many as the
+ * schedule program's peak (pt_sched_peak_in_flight), and the head's buffers for the
+ * last chunk's peak: the memory model's closed forms must give the same counts for
+ * every schedule. */
+static void test_slots_match_schedules(void)
+{
+    pt_model m = gpt(24, 64, 4, 1000, 128);
+    pt_train t = train(PT_PREC_FP32);
+    t.stack = *pt_stack_builtin(0);
+    int checked = 0;
+    for (int kind = 0; kind < 3; kind++)
+        for (int pp = 1; pp <= 6; pp++)
+            for (int vp = 1; vp <= 4; vp++)
+                for (int n = 1; n <= 12; n++) {
+                    pt_schedule sk = (pt_schedule)kind;
+                    if ((vp > 1) != (sk == PT_SCHED_INTERLEAVED) || (vp > 1 && n % pp) ||
+                        24 % (pp * vp))
+                        continue;
+                    pt_sched sch;
+                    pt_err err;
+                    if (pt_sched_build(sk, pp, vp, n, &sch, &err))
+                        continue;
+                    pt_layout l = layout(1, pp, 1);
+                    l.vp = vp;
+                    l.n_micro = n;
+                    l.schedule = sk;
+                    for (int r = 0; r < pp; r++) {
+                        pt_memory s;
+                        pt_mem_stage(&m, &l, &t, r, &s);
+                        int slots = pt_sched_peak_in_flight(&sch, r);
+                        if (s.in_flight != slots)
+                            printf("  %s pp=%d vp=%d n=%d stage %d: model %lld, program %d\n",
+                                   pt_schedule_name(sk), pp, vp, n, r, (long long)s.in_flight,
+                                   slots);
+                        CHECK_INT(s.in_flight, slots);
+                        if (r == pp - 1) { /* the head: the last chunk's peak */
+                            pt_buffers B;
+                            pt_buffers_of(&m, &l, 4, m.dropout, &B);
+                            int heads = pt_sched_peak_in_flight_chunk(&sch, r, vp - 1);
+                            CHECK_NEAR(s.embed_head_bytes, heads * pt_buffers_head(&B), 1e-15);
+                        }
+                        checked++;
+                    }
+                    pt_sched_free(&sch);
+                }
+    CHECK(checked > 100);
+}
+
 int main(void)
 {
     test_params_published();
@@ -563,5 +684,7 @@ int main(void)
     test_directions();
     test_rank_max();
     test_uneven_stages();
+    test_ptrun_buffers();
+    test_slots_match_schedules();
     return pt_check_result();
 }

@@ -141,18 +141,20 @@ run 0 --dump-stack "$tmp/fsdp-plain.json"
 out_has '"kernels": "fused"' "kernels default"; out_has '"selective": "attention"' "selective default"
 
 # A model from a file plans like the built-in it was dumped from.
-run 0 --model llama3-8b --cluster dgx-h100 --layout tp=8 --json
+run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout tp=8 --json
 cp "$tmp/out" "$tmp/builtin.out"
 run 0 --dump-model llama3-8b
 cp "$tmp/out" "$tmp/l8.json"
-run 0 --model "$tmp/l8.json" --cluster dgx-h100 --layout tp=8 --json
+run 0 --model "$tmp/l8.json" --cluster dgx-h100 --stack megatron-core --layout tp=8 --json
 grep -v '"name"' "$tmp/out" >"$tmp/a"
 grep -v '"name"' "$tmp/builtin.out" >"$tmp/b"
 cmp -s "$tmp/a" "$tmp/b" || fail "a model file plans differently from its built-in"
 
 # ---- one layout ------------------------------------------------------------------
-run 0 --model llama3-8b --cluster dgx-h100 --layout "tp=4,dp=2,zero=1" --global-batch 64 --json \
-    --out "$tmp/one.json"
+# (tp and ZeRO on GPUs: a layout of Megatron-Core's; ptrun's CUDA backend runs dp and pp
+# with ZeRO 0 only, checked under "backend capabilities" below)
+run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout "tp=4,dp=2,zero=1" \
+    --global-batch 64 --json --out "$tmp/one.json"
 out_has '"total_bytes"' "memory.total_bytes in --layout --json"
 out_has '"step_time_s"' "predicted.step_time_s in --layout --json"
 out_has '"mfu"' "predicted.mfu in --layout --json"
@@ -163,7 +165,7 @@ out_has '"weights_bytes"' "breakdown in --layout --json"
 out_has '"valid": true' "valid layout"
 out_has '"fits": true' "llama3-8b fits with tp=4, zero 1 over dp=2"
 
-run 0 --model llama3-70b --cluster dgx-h100 --nodes 4 --global-batch 128 \
+run 0 --model llama3-70b --cluster dgx-h100 --nodes 4 --global-batch 128 --stack megatron-core \
     --layout "tp=8,pp=4,vp=2,cp=1,dp=1,zero=0,mbs=1,recompute=selective,sp=1,schedule=interleaved" --explain
 out_has "stage 3:" "--explain lists every stage"
 out_has "predicted step" "the evaluated layout gets a step time"
@@ -187,7 +189,7 @@ out_has '"valid": false' "invalid in JSON"
 # valid division are refused with the numbers that do not work.
 l405="tp=8,pp=16,dp=64,first_layers=7,last_layers=7,mbs=1,recompute=full"
 run 3 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 --seq 8192 \
-    --layout "$l405" --explain --no-out
+    --stack megatron-core --layout "$l405" --explain --no-out
 out_has "first_layers=7,last_layers=7" "the canonical layout string carries the split"
 out_has "stage 0: 7 layers" "the first stage holds 7 layers"
 out_has "stage 1: 8 layers" "a middle stage holds 8 layers"
@@ -195,7 +197,7 @@ out_has "stage 15: 7 layers" "the last stage holds 7 layers"
 out_has "fits: NO" "llama3-405b's layout without sharding does not fit"
 grep -q "invalid" "$tmp/out" && fail "llama3-405b's 7/8/7 split is valid"
 run 0 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 --seq 8192 \
-    --layout "$l405,zero=1" --no-out
+    --stack megatron-core --layout "$l405,zero=1" --no-out
 out_has "fits: yes" "llama3-405b's layout fits with zero=1"
 run 3 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 \
     --layout "tp=8,pp=16,dp=64" --no-out
@@ -214,6 +216,49 @@ out_has '"reason": "uneven_split"' "uneven_split reason in JSON"
 run 1 --model gpt2-124m --devices 2 --layout "pp=2,first_layers=-1"
 err_has "first_layers=-1" "negative first_layers"
 one_line_error "negative first_layers"
+
+# ---- backend capabilities -------------------------------------------------------------
+# A plan for ptrun on GPUs is one ptrun's CUDA backend trains: dp and pp with ZeRO 0.
+# Other layouts are refused naming the keys, the backend and the device (exit 3, like a
+# broken rule), skipped by the search and counted under "backend"; other stacks' layouts
+# are their software's, and the CPU backend runs every valid layout.
+run 3 --model llama3-8b --cluster dgx-h100 --layout "tp=4,dp=2,zero=1" --global-batch 64 \
+    --out "$tmp/refused.json"
+out_has "invalid: 1 rule(s) broken" "a layout ptrun's CUDA backend does not run"
+out_has "backend .*layout tp=4,zero=1: ptrun's cuda backend (device 'H100-SXM5-80GB') runs only dp and pp with zero=0" \
+    "the backend refusal names the keys, the backend and the device"
+[ -e "$tmp/refused.json" ] && fail "no plan is written for a layout the backend does not run"
+run 3 --model llama3-8b --cluster dgx-h100 --layout "cp=2,dp=4" --json --no-out
+out_has '"reason": "backend"' "backend reason in JSON"
+out_has "layout cp=2: ptrun's cuda backend" "cp on the CUDA backend"
+run 3 --model llama3-8b --cluster dgx-h100 --layout "tp=3,pp=1,dp=1" --no-out
+out_has "heads_tp" "a broken rule and the backend are both listed"
+out_has "backend .*layout tp=3:" "tp=3 is not the CUDA backend's either"
+run 0 --model gpt2-124m --cluster dgx-h100 --layout "pp=2,dp=4" --global-batch 64 --no-out
+grep -q "backend" "$tmp/out" && fail "pp and dp with ZeRO 0 run on the CUDA backend"
+run 0 --model tiny --devices 4 --layout "tp=2,cp=2,zero=1" --no-out
+grep -q "backend" "$tmp/out" && fail "the CPU backend runs every valid layout"
+run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --top 3 --no-out
+out_has "^  backend .*ptrun's backend for the devices does not run it" \
+    "the search counts what the backend does not run"
+awk '/^[0-9]+ +tp/ && ($2 != "tp1" || / cp[2-9]/ || !/ z0 /)' "$tmp/out" | grep -q . &&
+    fail "the search offers ptrun on GPUs only dp and pp with ZeRO 0"
+run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --top 3 --no-out \
+    --stack megatron-core
+grep -q "^  backend" "$tmp/out" && fail "another stack's layouts are not ptrun's backend's"
+run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --list-layouts
+[ -s "$tmp/out" ] || fail "--list-layouts lists the layouts ptrun's CUDA backend runs"
+grep -v "^tp=1,sp=0,.*,cp=1,.*zero=0," "$tmp/out" | grep -q . &&
+    fail "--list-layouts lists only dp and pp with ZeRO 0 for ptrun on GPUs"
+run 0 --model tiny --devices 2 --list-layouts
+out_has "^tp=2,sp=1,pp=1,vp=1,cp=1,dp=1,zero=0," "--list-layouts lists tp on the CPU"
+first=$(head -1 "$tmp/out")
+run 0 --model tiny --devices 2 --list-layouts --json
+out_has "\"$first\"" "--list-layouts --json lists the same"
+run 0 --model tiny --devices 2 --layout "$first" --no-out
+out_has "fits: yes" "a listed layout evaluates as valid and fitting"
+run 1 --list-layouts --layout tp=1
+err_has "choose one" "--list-layouts is a mode of its own"
 
 # ---- nothing fits ---------------------------------------------------------------------
 # The search's no-fit path: it says so and why, and writes no plan (its exit status is

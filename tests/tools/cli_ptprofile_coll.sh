@@ -2,7 +2,9 @@
 # ptprofile-coll as ptprofile runs it, under mpirun on 2 and 4 ranks: the header,
 # one sample per op × group × size with positive times, nothing left half-written,
 # and every bad option refused by rank 0 with one clear message, a non-zero exit and
-# no hang; --backend nccl refused here (built without NCCL, or no GPU).
+# no hang; --backend nccl refused here (built without NCCL, or no GPU); and the ops
+# going through the communication layer (comm/): its PT_COMM_TIMEOUT read, its
+# watchdog ending a run whose deadline no wait meets.
 #   usage: cli_ptprofile_coll.sh PATH/TO/ptprofile-coll PATH/TO/mpirun
 #
 # mpirun flags (Open MPI 4.1, Debian 12, in a container, as root, on 2 cores):
@@ -159,6 +161,21 @@ refuse "cannot write no-such-dir/bad.jsonl.tmp" --out no-such-dir/bad.jsonl --qu
 refuse "built without NCCL\|no CUDA device: --backend nccl needs a GPU" --out bad.jsonl \
     --backend nccl --quick
 check_refused
+
+# The collectives are the communication layer's (comm/), the code ptrun runs: its
+# deadline (PT_COMM_TIMEOUT) is read and a bad one refused, and a deadline no wait can
+# meet ends the run with the watchdog's report.
+export PT_COMM_TIMEOUT=soon
+run 2 1 --out "$tmp/t.jsonl" --quick
+grep -q "PT_COMM_TIMEOUT='soon': expected seconds" "$tmp/err" ||
+    fail "PT_COMM_TIMEOUT=soon: stderr: $(cat "$tmp/err")"
+[ ! -e "$tmp/t.jsonl" ] || fail "PT_COMM_TIMEOUT=soon wrote an output file"
+PT_COMM_TIMEOUT=0.000001
+run 2 1 --out "$tmp/t.jsonl" --quick --max-bytes 64K --progress none
+grep -q "comm timeout: .* did not finish within 0 s" "$tmp/err" ||
+    fail "PT_COMM_TIMEOUT=0.000001: no watchdog report; stderr: $(cat "$tmp/err")"
+[ ! -e "$tmp/t.jsonl" ] || fail "PT_COMM_TIMEOUT=0.000001 left an output file"
+unset PT_COMM_TIMEOUT
 
 # One rank is not a group.
 run 1 1 --out "$tmp/one.jsonl" --quick

@@ -51,12 +51,28 @@ train() {
         mv "$tmp/p64.json" "$tmp/plan.json"
     if [ "$np" = 1 ]; then
         "$build/ptrun" "$tmp/plan.json" --val-every 0 --sample 0 --quiet --log "$tmp/log" \
-            $extra >/dev/null 2>"$tmp/err"
+            $extra >"$tmp/out" 2>"$tmp/err"
     else
         timeout 300 $mpirun -np "$np" "$build/ptrun" "$tmp/plan.json" --val-every 0 --sample 0 \
-            --quiet --log "$tmp/log" $extra >/dev/null 2>"$tmp/err"
+            --quiet --log "$tmp/log" $extra >"$tmp/out" 2>"$tmp/err"
     fi || { fail "ptrun $model $layout on $np ranks: $(tail -2 "$tmp/err")"; return 1; }
+    check_memory "$(basename "$model" .json) $layout" "$np"
     sed -n 's/.*"\(loss\|sumsq\)":\([^,}]*\).*/\2/p' "$tmp/log"
+}
+
+# check_memory NAME NP: every rank's memory line ("memory  rank R (stage S): A MiB
+# allocated by the model; planned P MiB ...", rank 0 on stdout, the others on stderr)
+# says it allocated within 5 % of what the plan's memory model predicts for its stage.
+# Its report goes to stderr: train's standard output is the figures compared.
+check_memory() {
+    cat "$tmp/out" "$tmp/err" | awk -v name="$1" -v np="$2" '
+        /^memory  rank / { n++; a = $6; p = $13
+            r = (a - p) / p; if (r < 0) r = -r
+            if (r > worst) worst = r
+            if (r > 0.05) { print "FAIL: " name ": " $0; bad = 1 } }
+        END { if (n != np) { print "FAIL: " name ": " n " memory lines for " np " ranks"; exit 1 }
+              printf "%-44s memory within %.1f %% of the plan on every rank\n", name, 100 * worst
+              exit bad }' >&2 || fail "$1: memory differs from the plan" >&2
 }
 
 # compare REFERENCE CANDIDATE NAME: every line within relative 1e-5

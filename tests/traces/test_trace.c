@@ -1,6 +1,6 @@
 /*
- * pttrace: compact recording and its expansion (names, keys, micro-batches adopted by
- * the ops of an instruction; which spans are ops and which instructions), packing two
+ * pttrace: compact recording and its expansion (names, keys, micro-batches and
+ * instruction indices adopted by the ops of an instruction, op-list indices; which spans are ops and which instructions), packing two
  * ranks and merging them onto one clock, the Chrome trace written and read back, and
  * the errors: a damaged packed buffer, a file cut short.
  */
@@ -17,10 +17,10 @@ static void record_step(pt_trace *t, int rank, double at)
     pt_kernel_op a = {.key = "attn_fwd:fp32:b=1,s=64", .dtype = PT_DTYPE_BF16, .bytes = 8};
     for (int mb = 0; mb < 2; mb++) {
         double t0 = at + mb * 1e-3;
-        pt_trace_add_op(t, rank, 0, "q", &q, t0 + 1e-5, t0 + 2e-5);
-        pt_trace_add_op(t, rank, 0, "attn", &a, t0 + 3e-5, t0 + 4e-5);
-        pt_trace_add(t, rank, 1, "dp_allreduce", NULL, t0 + 5e-5, t0 + 6e-5);
-        pt_trace_add_ins(t, rank, 0, "fwd", mb, 0, t0, t0 + 7e-5);
+        pt_trace_add_op(t, rank, 0, "q", &q, 0, t0 + 1e-5, t0 + 2e-5);
+        pt_trace_add_op(t, rank, 0, "attn", &a, 1, t0 + 3e-5, t0 + 4e-5);
+        pt_trace_add_coll(t, rank, "dp_allreduce", 2, t0 + 5e-5, t0 + 6e-5);
+        pt_trace_add_ins(t, rank, 0, "fwd", mb, 0, 3 + mb, t0, t0 + 7e-5);
     }
     /* the older form of an instruction: its name parsed */
     pt_trace_add(t, rank, 0, "optim_step mb-1 c-1", NULL, at + 3e-3, at + 4e-3);
@@ -50,6 +50,14 @@ static void test_expand(void)
         CHECK_INT(t.v[i].mb, 1);
     CHECK_INT(t.v[0].mb, 0);
     CHECK(strcmp(t.v[8].name, "optim_step mb-1 c-1") == 0);
+    /* every span of an instruction carries its index in the program; ops their index
+     * in their list */
+    for (int i = 0; i < 8; i++) {
+        CHECK_INT(t.v[i].ins, 3 + i / 4);
+        CHECK_INT(t.v[i].op, i % 4 == 3 ? -1 : i % 4);
+    }
+    CHECK_INT(t.v[8].ins, -1);
+    CHECK_INT(t.v[8].op, -1);
     /* ops (compute with a key, the collective) against the schedule's instructions */
     const bool is_op[9] = {true, true, true, false, true, true, true, false, false};
     for (int i = 0; i < 9; i++)
@@ -106,6 +114,9 @@ static void test_merge_and_files(const char *dir)
     /* rank 1's spans on rank 0's clock: the same times as rank 0's */
     CHECK_INT(m.v[9].rank, 1);
     CHECK_NEAR(m.v[9].t0_s, m.v[0].t0_s, 1e-9);
+    CHECK_INT(m.v[9].ins, m.v[0].ins);
+    CHECK_INT(m.v[10].op, 0); /* merged in time order: the instruction, then its ops */
+    CHECK_INT(m.v[11].op, 1);
     CHECK(strcmp(m.v[9].key, m.v[0].key) == 0);
 
     char path[1024], cut[1024];
@@ -123,6 +134,8 @@ static void test_merge_and_files(const char *dir)
         CHECK(strcmp(back.v[i].name, m.v[i].name) == 0);
         CHECK(strcmp(back.v[i].key, m.v[i].key) == 0);
         CHECK_INT(back.v[i].mb, m.v[i].mb);
+        CHECK_INT(back.v[i].ins, m.v[i].ins);
+        CHECK_INT(back.v[i].op, m.v[i].op);
         CHECK_INT(back.v[i].dtype, m.v[i].dtype);
         CHECK_NEAR(back.v[i].t0_s, m.v[i].t0_s, 1e-8);
         CHECK_NEAR(back.v[i].flops, m.v[i].flops, 0);
@@ -147,7 +160,8 @@ static void test_merge_and_files(const char *dir)
 
     /* a damaged buffer: a span naming a site its rank does not have */
     char *p = all;
-    memset(p + sizes[0] - 16, 0x7f, 4); /* the last span's site (trace.c's rec) */
+    memset(p + sizes[0] - 24, 0x7f, 4); /* the last span's site (trace.c's rec: two
+                                           doubles, then site, mb, chunk, step, ins, op) */
     CHECK_INT(pt_trace_merge(all, sizes, 2, &m, mem, &err), -1);
     CHECK(strstr(err.msg, "rank 0") != NULL);
     pt_trace_free(&m);

@@ -14,7 +14,7 @@
  * performs the rename in one operation, so a reader sees either no file or the whole
  * file. Readers poll, backing off from 10 ms to 200 ms.
  */
-#include "runtime.h"
+#include "comm.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /*
- * The file rendezvous (runtime/rendezvous.c) with fork()ed processes on a temporary
+ * The file rendezvous (comm/rendezvous.c) with fork()ed processes on a temporary
  * directory: rank and world from the launcher's environment (and every bad value
  * refused), a barrier and a broadcast among 4 processes, the timeout error naming the
  * directory and the ranks that never arrived, a broadcast whose root never writes, an
@@ -7,7 +7,7 @@
  * launcher without MPI started.
  */
 #include "check.h"
-#include "runtime.h"
+#include "comm.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>

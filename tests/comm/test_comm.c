@@ -6,12 +6,17 @@
  * host collectives (f64 sums, broadcast, the world-wide AND, gathering bytes), all
  * twice: on host buffers (the CPU backend) and through the host-staging path that a
  * CUDA backend without NCCL takes (pt_comm_use_staging, here with the CPU backend's
- * copies). Values are small integers, so every sum is exact and compared exactly.
+ * copies); which backend table each selection picks (pt_comm_backend, pt_comm_library);
+ * and a run of the first three ranks (pt_comm_sub, what ptprofile-coll measures
+ * over), on host buffers and staged. Values are small integers, so every sum is exact
+ * and compared exactly. It links the communication layer alone (ptcomm), not the
+ * runtime.
  */
 #include "check.h"
-#include "runtime.h"
+#include "comm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 enum { N = 7 };
 
@@ -60,6 +65,15 @@ static void check_group(pt_comm *c, int kind, bool async)
     int me, gs = members(kind, m, &me);
     pt_err err = {""};
     pt_comm_req *req[5] = {0};
+
+    /* broadcast from the group's rank 0 (its lowest world rank) */
+    float *bc = fbuf(N);
+    for (int64_t i = 0; i < N; i++)
+        bc[i] = val(rank_, i);
+    CHECK_INT(pt_comm_broadcast(c, kind, bc, N, &err), 0);
+    for (int64_t i = 0; i < N; i++)
+        CHECK_INT(bc[i], val((int)m[0], i));
+    free(bc);
 
     /* sum and max */
     float *sum = fbuf(N), *mx = fbuf(N);
@@ -180,6 +194,52 @@ static void check_host(pt_comm *c)
     free(all);
 }
 
+/* The first three ranks as a run of their own: rank 3 is left out; collectives,
+ * broadcast and the ring of transfers go over the three only, on host buffers and
+ * staged (kn). */
+static void check_sub(pt_comm *c, pt_kernels *kn)
+{
+    pt_err err = {""};
+    pt_comm *s = NULL;
+    CHECK(pt_comm_sub(c, 1, &s, &err) != 0 && !s);
+    CHECK_STR_HAS(err.msg, "want 2 to 4");
+    CHECK(pt_comm_sub(c, 5, &s, &err) != 0 && !s);
+    err.msg[0] = '\0';
+    CHECK_INT(pt_comm_sub(c, 3, &s, &err), 0);
+    CHECK(rank_ == 3 ? !s : s != NULL);
+    if (!s)
+        return;
+    CHECK_INT(pt_comm_size(s), 3);
+    CHECK_INT(pt_comm_rank(s), rank_);
+    CHECK(strcmp(pt_comm_backend(s), "mpi") == 0);
+    for (int staged = 0; staged < 2; staged++) {
+        if (staged) {
+            CHECK_INT(pt_comm_use_staging(s, kn, &err), 0);
+            CHECK(strcmp(pt_comm_backend(s), "mpi+staging") == 0);
+        }
+        float sum[N], ag[3 * N], ring[N];
+        for (int i = 0; i < N; i++)
+            sum[i] = val(rank_, i);
+        CHECK_INT(pt_comm_allreduce(s, -1, sum, N, &err), 0);
+        CHECK_INT(pt_comm_allgather(s, -1, sum, ag, N, &err), 0);
+        CHECK_INT(pt_comm_broadcast(s, -1, sum, N, &err), 0);
+        CHECK_INT(pt_comm_isend(s, (rank_ + 1) % 3, 0, sum, N, &err), 0);
+        CHECK_INT(pt_comm_recv(s, (rank_ + 2) % 3, 0, ring, N, &err), 0);
+        CHECK_INT(pt_comm_wait_sends(s, &err), 0);
+        for (int i = 0; i < N; i++) {
+            float want = val(0, i) + val(1, i) + val(2, i);
+            CHECK_INT(sum[i], want);
+            CHECK_INT(ring[i], want);
+            for (int k = 0; k < 3; k++)
+                CHECK_INT(ag[k * N + i], want);
+        }
+    }
+    CHECK(pt_comm_all_ok(s, true));
+    if (err.msg[0])
+        fprintf(stderr, "rank %d, first three ranks: %s\n", rank_, err.msg);
+    pt_comm_finalize(s); /* MPI stays up for c */
+}
+
 static void check_all(pt_comm *c, const char *path)
 {
     int before = pt_check_failures;
@@ -231,11 +291,15 @@ int main(int argc, char **argv)
     pt_kernels *kn = pt_kernels_cpu(1);
     CHECK(kn != NULL);
     CHECK_INT(pt_comm_use_device(c, kn, &err), 0); /* the CPU backend: nothing changes */
-    CHECK_STR_HAS(pt_comm_backend(c), "mpi");
+    CHECK(strcmp(pt_comm_backend(c), "mpi") == 0);
+    char library[256];
+    pt_comm_library(c, library, sizeof library);
+    CHECK_STR_HAS(library, "MPI");
     check_all(c, "host buffers");
+    check_sub(c, kn);
 
     CHECK_INT(pt_comm_use_staging(c, kn, &err), 0);
-    CHECK_STR_HAS(pt_comm_backend(c), "mpi+staging");
+    CHECK(strcmp(pt_comm_backend(c), "mpi+staging") == 0);
     check_all(c, "host staging");
 
     bool ok = pt_comm_all_ok(c, pt_check_failures == 0);

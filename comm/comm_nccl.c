@@ -33,7 +33,11 @@
  * The host does not wait for queued operations, so a peer that stalls during one
  * shows only as a kernel stream that never finishes (kn->sync), which is not watched.
  *
- * Plain C against cuda_runtime.h and nccl.h (as tools/coll_nccl.c); no nvcc needed.
+ * The two tables at the end are this file's only entry points besides starting NCCL
+ * (pt_nccl_open, pt_nccl_device_shared): pt_comm_be_nccl for device buffers, and
+ * pt_comm_be_nccl_host for the host collectives of a run without MPI.
+ *
+ * Plain C against cuda_runtime.h and nccl.h; no nvcc needed.
  */
 #include "comm_internal.h"
 
@@ -188,8 +192,8 @@ int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err)
         e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess)
         return cuda_fail(err, e, "reading the device's UUID");
-    MPI_Comm node;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+    MPI_Comm node, world = c->group[PT_COMM_WORLD];
+    if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
                             &node) != MPI_SUCCESS)
         return pt_err_set(err, "MPI_Comm_split_type failed");
     int n = 1;
@@ -208,11 +212,13 @@ int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err)
     MPI_Comm_free(&node);
     /* one answer for the world, so every rank takes the same path */
     int any = 0;
-    if (rc == 0 && MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+    if (rc == 0 && MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world) != MPI_SUCCESS)
         rc = pt_err_set(err, "MPI_Allreduce failed");
     *shared = any != 0;
     return rc;
 }
+
+static void nccl_abort(pt_comm *c);
 
 int pt_nccl_open(pt_comm *c, pt_err *err)
 {
@@ -235,7 +241,7 @@ int pt_nccl_open(pt_comm *c, pt_err *err)
         if (c->grp[s].in && c->grp[s].size > 1)
             rc = open_group(c, s, err);
     if (rc) {
-        pt_nccl_abort(c);
+        nccl_abort(c);
         return -1;
     }
     return 0;
@@ -248,7 +254,7 @@ static void free_queue(pt_nccl *n)
     n->nq = 0;
 }
 
-void pt_nccl_close(pt_comm *c)
+static void nccl_close(pt_comm *c)
 {
     pt_nccl *n = c->nccl;
     if (!n)
@@ -273,7 +279,8 @@ void pt_nccl_close(pt_comm *c)
     c->nccl = NULL;
 }
 
-void pt_nccl_abort(pt_comm *c)
+/* ncclCommAbort on every communicator: what a failing rank does before it exits. */
+static void nccl_abort(pt_comm *c)
 {
     pt_nccl *n = c->nccl;
     if (!n)
@@ -336,11 +343,15 @@ static int enqueue(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const vo
     return settle(c, comm, r, 0, "NCCL collective", &w, err);
 }
 
-int pt_nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
-                 void *out, int64_t n, pt_comm_req **req, pt_err *err)
+static int nccl_flush(pt_comm *c, pt_err *err);
+
+/* op over slot on device buffers: blocking ones queued on the kernel backend's stream;
+ * async ones on the communication stream, *req set. */
+static int nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
+                     void *out, int64_t n, pt_comm_req **req, pt_err *err)
 {
     pt_nccl *nc = c->nccl;
-    if (pt_nccl_flush(c, err))
+    if (nccl_flush(c, err))
         return -1;
     if (!req)
         return enqueue(c, op, slot, t, in, out, n, nc->kstream, err);
@@ -369,7 +380,7 @@ int pt_nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void
     return 0;
 }
 
-int pt_nccl_wait(pt_comm *c, pt_comm_req *req, pt_err *err)
+static int nccl_wait(pt_comm *c, pt_comm_req *req, pt_err *err)
 {
     cudaError_t e = cudaStreamWaitEvent(c->nccl->kstream, (cudaEvent_t)req->event, 0);
     cudaEventDestroy((cudaEvent_t)req->event);
@@ -391,7 +402,7 @@ static int wait_stream(pt_comm *c, const pt_comm_wait_for *w, pt_err *err)
         if (e != cudaErrorNotReady)
             return cuda_fail(err, e, "a host collective");
         if (i % 100 == 99 && pt_rdv_aborted(&c->rdv, err)) {
-            pt_nccl_abort(c);
+            nccl_abort(c);
             return -1;
         }
         if (c->timeout_s > 0 && now_s() - t0 > c->timeout_s)
@@ -400,15 +411,22 @@ static int wait_stream(pt_comm *c, const pt_comm_wait_for *w, pt_err *err)
     }
 }
 
-int pt_nccl_host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
-                      void *out, int64_t n, pt_err *err)
+/* op over slot on host buffers, through a device buffer, waited for: the host
+ * collectives of a run without MPI (blocking only: every asynchronous call takes
+ * [backend] buffers). */
+static int nccl_host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t,
+                          const void *in, void *out, int64_t n, pt_comm_req **req,
+                          pt_err *err)
 {
     pt_nccl *nc = c->nccl;
+    if (req)
+        return pt_err_set(err, "internal: an asynchronous %s on host buffers without MPI",
+                          pt_comm_op_name(op));
     size_t es = pt_comm_type_bytes(t);
     int64_t n_in, n_out;
     pt_comm_op_sizes(op, n, c->grp[slot].size, &n_in, &n_out);
     size_t in_bytes = ((size_t)n_in * es + 255) & ~(size_t)255, out_bytes = (size_t)n_out * es;
-    if (pt_nccl_flush(c, err))
+    if (nccl_flush(c, err))
         return -1;
     if (in_bytes + out_bytes > nc->scratch_bytes) {
         CUDA_TRY(cudaStreamSynchronize(nc->kstream)); /* queued work may use the old one */
@@ -430,9 +448,13 @@ int pt_nccl_host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const
 
 /* ---- Point to point --------------------------------------------------------------------------- */
 
-int pt_nccl_send(pt_comm *c, int to, const void *buf, int64_t bytes, pt_err *err)
+/* NCCL has no tags: tag is unused (receives are posted in the order of the sends). */
+static int nccl_send(pt_comm *c, int to, int tag, const void *buf, int64_t n, pt_comm_type t,
+                     pt_err *err)
 {
+    (void)tag;
     pt_nccl *nc = c->nccl;
+    int64_t bytes = n * (int64_t)pt_comm_type_bytes(t);
     if (nc->nq == nc->capq) {
         int cap = nc->capq ? 2 * nc->capq : 16;
         queued_send *v = realloc(nc->q, (size_t)cap * sizeof *v);
@@ -476,14 +498,55 @@ static int p2p_group(pt_comm *c, int from, void *buf, int64_t bytes, pt_err *err
     return rc;
 }
 
-int pt_nccl_recv(pt_comm *c, int from, void *buf, int64_t bytes, pt_err *err)
+static int nccl_recv(pt_comm *c, int from, int tag, void *buf, int64_t n, pt_comm_type t,
+                     pt_err *err)
 {
-    return p2p_group(c, from, buf, bytes, err);
+    (void)tag;
+    return p2p_group(c, from, buf, n * (int64_t)pt_comm_type_bytes(t), err);
 }
 
-int pt_nccl_flush(pt_comm *c, pt_err *err)
+/* Issues the sends nccl_send queued. */
+static int nccl_flush(pt_comm *c, pt_err *err)
 {
     if (!c->nccl || c->nccl->nq == 0)
         return 0;
     return p2p_group(c, -1, NULL, 0, err);
 }
+
+static void nccl_library(char *buf, size_t cap)
+{
+    int v = 0;
+    ncclGetVersion(&v);
+    /* NCCL_VERSION_CODE: major·10000 + minor·100 + patch since 2.9 */
+    snprintf(buf, cap, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+}
+
+/* ---- The tables ------------------------------------------------------------------------------ */
+
+const pt_comm_be pt_comm_be_nccl = {
+    .name = "nccl",
+    .library = nccl_library,
+    .coll = nccl_coll,
+    .wait = nccl_wait,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .flush = nccl_flush,
+    .gather = NULL, /* NCCL has no gather: two all-gathers (comm.c) */
+    .close = nccl_close,
+    .abort = nccl_abort,
+};
+
+/* Host buffers of a run without MPI: collectives only (transfers are [backend]); the
+ * device table closes and aborts the communicators both share. */
+const pt_comm_be pt_comm_be_nccl_host = {
+    .name = "nccl",
+    .library = nccl_library,
+    .coll = nccl_host_coll,
+    .wait = NULL,
+    .send = NULL,
+    .recv = NULL,
+    .flush = NULL,
+    .gather = NULL,
+    .close = NULL,
+    .abort = NULL,
+};

@@ -1,5 +1,5 @@
 /*
- * The communication watchdog (runtime/comm_watch.c) under mpirun on 2 ranks
+ * The communication watchdog (comm/comm_watch.c) under mpirun on 2 ranks
  * (tests/run_mpi.sh 2 test_comm_watchdog), on a dp = 2 grid: PT_COMM_TIMEOUT is read
  * and checked; a collective, a receive and a send whose peer comes LATE_S (4 s) late
  * each end at a 1 s deadline (3 s of margin for a busy machine's scheduling) with the

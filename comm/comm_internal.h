@@ -1,13 +1,15 @@
 /*
- * What the communication layer's files share (comm.c: the run, its groups, MPI and
- * host staging; comm_nccl.c: NCCL on device buffers; rendezvous.c needs none of it):
- * the pt_comm context, requests, and the NCCL backend's entry points, which exist only
- * where the build found NCCL (PT_RT_HAVE_NCCL).
+ * What the communication layer's files share (comm.c: the world, its groups, the
+ * choice of backend and the calls every caller makes; comm_mpi.c: MPI on host buffers
+ * and host staging of device buffers; comm_nccl.c: NCCL; comm_watch.c: deadlines;
+ * rendezvous.c needs none of it): the pt_comm context, requests, and the backend
+ * table. The NCCL backend exists only where the build found NCCL (PT_COMM_HAVE_NCCL).
+ * Tests may include this header (test_comm_watchdog sets timeout_returns).
  */
 #ifndef PT_COMM_INTERNAL_H
 #define PT_COMM_INTERNAL_H
 
-#include "runtime.h"
+#include "comm.h"
 
 #include <mpi.h>
 
@@ -22,13 +24,6 @@ typedef enum { PT_CO_SUM, PT_CO_MAX, PT_CO_MIN, PT_CO_RS, PT_CO_AG, PT_CO_A2A,
                PT_CO_BCAST } pt_comm_op;
 typedef enum { PT_CT_F32, PT_CT_F64, PT_CT_I32, PT_CT_BYTE } pt_comm_type;
 
-/* How [backend] buffers travel. */
-typedef enum {
-    PT_MEM_HOST,    /* they are host memory: MPI on them directly */
-    PT_MEM_STAGED,  /* device memory, copied through host memory for MPI */
-    PT_MEM_NCCL     /* device memory, NCCL */
-} pt_comm_mem;
-
 /* This rank's place in one group (from the planner's grid; the world by itself). */
 typedef struct {
     bool in;        /* this rank belongs to a group of this kind */
@@ -36,7 +31,6 @@ typedef struct {
     int leader;     /* world rank of the group's rank 0 */
 } pt_comm_group;
 
-/* A send posted over MPI: the private copy MPI reads until the send completes. */
 /* What a wait waits for, as the watchdog reports it. */
 typedef struct {
     const char *op;   /* "all-reduce", "receive", ... */
@@ -45,6 +39,7 @@ typedef struct {
     int64_t bytes;    /* this rank's buffer */
 } pt_comm_wait_for;
 
+/* A send posted over MPI: the private copy MPI reads until the send completes. */
 typedef struct {
     MPI_Request req;
     void *copy;
@@ -53,18 +48,67 @@ typedef struct {
 
 typedef struct pt_nccl pt_nccl;
 
+/* ---- The backend table -------------------------------------------------------------------- */
+
+/* How one kind of buffer travels: one table per backend, chosen once per comm (at
+ * pt_comm_init for host buffers, at pt_comm_use_device / pt_comm_use_staging for
+ * [backend] buffers), so no call below asks which backend it is on. comm.c's front
+ * handles what every backend shares first: the group slot, a group of one (local), a
+ * world of one. Entries marked optional may be NULL; the front asks before it calls. */
+typedef struct {
+    const char *name;   /* "mpi", "mpi+staging", "nccl", ... (pt_comm_backend) */
+    /* The library and version that moves the buffers, one line (pt_comm_library). */
+    void (*library)(char *buf, size_t cap);
+    /* op over `slot` (a group of two or more ranks that this rank is in), count n as
+     * pt_comm_op says. Blocking with req NULL; else started, *req set (optional:
+     * NULL when the backend has no asynchronous form). */
+    int (*coll)(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
+                void *out, int64_t n, pt_comm_req **req, pt_err *err);
+    /* Completes and frees a request coll started (NULL where coll never starts one). */
+    int (*wait)(pt_comm *c, pt_comm_req *req, pt_err *err);
+    /* Point to point between world ranks (n elements of t); a send returns at once and
+     * flush completes every posted send (NULL: host buffers have no transfers). */
+    int (*send)(pt_comm *c, int to, int tag, const void *buf, int64_t n, pt_comm_type t,
+                pt_err *err);
+    int (*recv)(pt_comm *c, int from, int tag, void *buf, int64_t n, pt_comm_type t,
+                pt_err *err);
+    int (*flush)(pt_comm *c, pt_err *err);
+    /* Every rank's n bytes to world rank 0 (pt_comm_gather_bytes; optional: NULL gathers
+     * with two all-gathers). */
+    int (*gather)(pt_comm *c, const void *buf, int64_t n, void **all, int64_t *sizes,
+                  pt_err *err);
+    /* Releases what the backend holds, at the end (optional); abort: at once, when a
+     * rank fails (optional). */
+    void (*close)(pt_comm *c);
+    void (*abort)(pt_comm *c);
+} pt_comm_be;
+
+/* comm_mpi.c: MPI on host buffers; device buffers copied through host memory for MPI. */
+extern const pt_comm_be pt_comm_be_mpi, pt_comm_be_staged;
+/* comm.c: a run without MPI before NCCL is open; every call is refused. */
+extern const pt_comm_be pt_comm_be_unready;
+#ifdef PT_COMM_HAVE_NCCL
+/* comm_nccl.c: NCCL on device buffers; host buffers through a device buffer (the
+ * host collectives of a run without MPI: coll only). */
+extern const pt_comm_be pt_comm_be_nccl, pt_comm_be_nccl_host;
+#endif
+
 struct pt_comm {
-    bool mpi;          /* MPI started (a launcher gave us a world) */
+    bool mpi;          /* MPI in use (a launcher gave us a world, or the caller began it) */
+    bool own_mpi;      /* we called MPI_Init, so pt_comm_finalize ends MPI */
     bool file;         /* ranks met through the rendezvous directory: no MPI */
+    bool sub;          /* made by pt_comm_sub: group[PT_COMM_WORLD] is ours to free */
     int rank, size, local_rank;
-    MPI_Comm group[PT_COMM_SLOTS];
+    MPI_Comm group[PT_COMM_SLOTS]; /* group[PT_COMM_WORLD]: this comm's world */
     pt_comm_group grp[PT_COMM_SLOTS];
     bool grouped;      /* pt_comm_groups done */
     pt_comm_send *sends;
     int n_sends, cap_sends;
     pt_kernels *kn;    /* set by pt_comm_use_device / pt_comm_use_staging */
-    pt_comm_mem mem;
-    pt_nccl *nccl;     /* PT_MEM_NCCL */
+    const pt_comm_be *dev;  /* how [backend] buffers travel */
+    const pt_comm_be *host; /* how [host] buffers travel */
+    bool on_device;    /* [backend] buffers are the kernel backend's device memory */
+    pt_nccl *nccl;     /* NCCL open (pt_comm_be_nccl, pt_comm_be_nccl_host) */
     pt_rdv rdv;        /* file */
     int *members[PT_COMM_SLOTS]; /* world ranks of each group, in group order (NULL:
                                   * the world, or not grouped yet) */
@@ -88,9 +132,10 @@ struct pt_comm_req {
 };
 
 size_t pt_comm_type_bytes(pt_comm_type t);
+/* An MPI error code as err: "what: MPI's text". */
+int pt_comm_mpi_fail(pt_err *err, int code, const char *what);
 /* "all-reduce", "reduce-scatter", ...: op as errors and the watchdog name it. */
 const char *pt_comm_op_name(pt_comm_op op);
-
 
 /* The deadline PT_COMM_TIMEOUT asks for, else the default. Errors: not a number >= 0. */
 int pt_comm_timeout_from_env(double *timeout_s, pt_err *err);
@@ -117,7 +162,7 @@ static inline void pt_comm_op_sizes(pt_comm_op op, int64_t n, int size, int64_t 
     *out = op == PT_CO_AG || op == PT_CO_A2A ? n * size : n;
 }
 
-#ifdef PT_RT_HAVE_NCCL
+#ifdef PT_COMM_HAVE_NCCL
 /* Makes a communicator for the world and for every group this rank is in (after
  * cudaSetDevice: the kernel backend's device), each unique id broadcast over the
  * group's MPI communicator, or through the rendezvous directory when c->file.
@@ -126,22 +171,6 @@ int pt_nccl_open(pt_comm *c, pt_err *err);
 /* Under MPI: whether two ranks of one node use the same GPU (same device UUID), which
  * NCCL refuses ("Duplicate GPU detected"); collective over the world. -1 on error. */
 int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err);
-void pt_nccl_close(pt_comm *c);
-/* ncclCommAbort on every communicator: what a failing rank does before it exits. */
-void pt_nccl_abort(pt_comm *c);
-/* op over slot on device buffers: blocking ones queued on the kernel backend's stream;
- * async ones on the communication stream, *req set. */
-int pt_nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
-                 void *out, int64_t n, pt_comm_req **req, pt_err *err);
-/* op over slot on host buffers, through a device buffer, waited for: the host
- * collectives of a run without MPI. */
-int pt_nccl_host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
-                      void *out, int64_t n, pt_err *err);
-int pt_nccl_wait(pt_comm *c, pt_comm_req *req, pt_err *err);
-int pt_nccl_send(pt_comm *c, int to, const void *buf, int64_t bytes, pt_err *err);
-int pt_nccl_recv(pt_comm *c, int from, void *buf, int64_t bytes, pt_err *err);
-/* Issues the sends pt_nccl_send queued. */
-int pt_nccl_flush(pt_comm *c, pt_err *err);
 #endif
 
 #endif

@@ -4,8 +4,8 @@
  * without its launcher noticing ends the run with a report instead of leaving the
  * other ranks spinning in MPI for ever. This file owns the deadline (PT_COMM_TIMEOUT,
  * pt_comm_set_timeout), the trainer's context that the report names
- * (pt_comm_set_context), the polling wait on MPI requests that comm.c uses in place of
- * MPI_Wait, and the report itself.
+ * (pt_comm_set_context), the polling wait on MPI requests that comm_mpi.c uses in
+ * place of MPI_Wait, and the report itself.
  *
  * Why poll: a blocking MPI call cannot be given a deadline, and an MPI request of a
  * collective may be neither cancelled nor freed (MPI 3.1, section 5.12), so a rank

@@ -1,0 +1,158 @@
+/*
+ * The buffers ptrun allocates for a micro-batch, one list that the runtime carves its
+ * memory from (runtime/layer.c) and the memory model sums for ptrun's own stack
+ * (memory.c). So the bytes a plan promises for ptrun are the bytes ptrun takes: a
+ * buffer added here is allocated and counted, one left out is neither.
+ *
+ * Sizes come from pt_rank_shape_of, the sizes the op lists price: T tokens and R
+ * residual rows (T/t with sequence parallelism) on this rank, a and k heads of width
+ * d, f the MLP width and v the vocabulary slice of one tp rank. Every buffer is
+ * rounded up to PT_BUF_ALIGN bytes, as the runtime lays them out.
+ */
+#include "planner.h"
+
+static const char *const buf_names[PT_BUF_COUNT] = {
+    [PT_BUF_LN1] = "ln1", [PT_BUF_LN1_MEAN] = "ln1_mean", [PT_BUF_LN1_RSTD] = "ln1_rstd",
+    [PT_BUF_Q] = "q", [PT_BUF_K] = "k", [PT_BUF_V] = "v", [PT_BUF_ATT] = "att",
+    [PT_BUF_LSE] = "lse", [PT_BUF_X2] = "x2", [PT_BUF_LN2] = "ln2",
+    [PT_BUF_LN2_MEAN] = "ln2_mean", [PT_BUF_LN2_RSTD] = "ln2_rstd", [PT_BUF_GATE] = "gate",
+    [PT_BUF_UP] = "up", [PT_BUF_ACT] = "act", [PT_BUF_TOKENS] = "tokens",
+    [PT_BUF_TARGETS] = "targets", [PT_BUF_X] = "x", [PT_BUF_LNF] = "lnf",
+    [PT_BUF_LNF_MEAN] = "lnf_mean", [PT_BUF_LNF_RSTD] = "lnf_rstd", [PT_BUF_LOGITS] = "logits",
+    [PT_BUF_LOSSES] = "losses", [PT_BUF_DRES] = "dres", [PT_BUF_DLN] = "dln",
+    [PT_BUF_DLNS] = "dlns", [PT_BUF_GATH] = "gath", [PT_BUF_GDRES] = "gdres",
+    [PT_BUF_ROUT] = "rout", [PT_BUF_DDROP] = "ddrop", [PT_BUF_DQ] = "dq", [PT_BUF_DK] = "dk",
+    [PT_BUF_DV] = "dv", [PT_BUF_DQR] = "dqr", [PT_BUF_DKR] = "dkr", [PT_BUF_DATT] = "datt",
+    [PT_BUF_DGATE] = "dgate", [PT_BUF_DUP] = "dup", [PT_BUF_DACT] = "dact", [PT_BUF_CE] = "ce",
+    [PT_BUF_DNORM] = "dnorm", [PT_BUF_DKV] = "dkv", [PT_BUF_RING0] = "ring0",
+    [PT_BUF_RING1] = "ring1", [PT_BUF_PART] = "part", [PT_BUF_PART_LSE] = "part_lse",
+};
+
+const char *pt_buf_name(pt_buf b)
+{
+    return (unsigned)b < PT_BUF_COUNT && buf_names[b] ? buf_names[b] : "?";
+}
+
+/* Sets buffer b to the product of n factors, `bytes` per element; a product past
+ * int64 marks the whole list as overflowing (the sizes come from spec files). */
+static void set(pt_buffers *B, pt_buf b, int bytes, int n, const int64_t *factors)
+{
+    int64_t e;
+    if (!pt_prod64(factors, n, &e) || !pt_mul64(e, bytes, &(int64_t){0})) {
+        B->overflow = true;
+        e = 0;
+    }
+    B->elems[b] = e;
+    B->bytes[b] = bytes;
+}
+
+#define SET(B, b, bytes, ...)                                                                \
+    set(B, b, bytes, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),            \
+        (int64_t[]){__VA_ARGS__})
+
+void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dropout,
+                   pt_buffers *out)
+{
+    pt_buffers *B = out;
+    *B = (pt_buffers){0};
+    pt_rank_shape r = pt_rank_shape_of(m, l);
+    int ab = act_bytes, t = l->tp;
+    bool sp = l->sp && t > 1, cp = l->cp > 1, swiglu = m->act == PT_ACT_SWIGLU;
+    int64_t T = r.tokens, R = r.rows, h = m->hidden, a = r.heads, k = r.kv_heads,
+            d = r.head_dim, f = r.ffn, v = r.vocab, b = l->mbs, s = m->seq / l->cp;
+    int64_t sc = cp ? s / 2 : s; /* one of the two sequence chunks a cp rank holds */
+
+    /* one layer's activations, kept for its backward */
+    SET(B, PT_BUF_LN1, ab, R, h);
+    SET(B, PT_BUF_LN1_MEAN, 4, R);
+    SET(B, PT_BUF_LN1_RSTD, 4, R);
+    SET(B, PT_BUF_Q, ab, T, a, d);
+    SET(B, PT_BUF_K, ab, T, k, d);
+    SET(B, PT_BUF_V, ab, T, k, d);
+    SET(B, PT_BUF_ATT, ab, T, a, d);
+    SET(B, PT_BUF_LSE, 4, b, a, s);
+    SET(B, PT_BUF_X2, ab, R, h);
+    SET(B, PT_BUF_LN2, ab, R, h);
+    SET(B, PT_BUF_LN2_MEAN, 4, R);
+    SET(B, PT_BUF_LN2_RSTD, 4, R);
+    SET(B, PT_BUF_GATE, ab, swiglu ? T : 0, f);
+    SET(B, PT_BUF_UP, ab, T, f);
+    SET(B, PT_BUF_ACT, ab, T, f);
+    /* the rest of a slot: token ids, targets, and one residual stream per layer
+     * boundary (pt_buffers_slot multiplies) */
+    SET(B, PT_BUF_TOKENS, 4, T);
+    SET(B, PT_BUF_TARGETS, 4, T);
+    SET(B, PT_BUF_X, ab, R, h);
+    /* the head: final norm, logits (the cross-entropy writes their gradient over
+     * them), per-token losses */
+    SET(B, PT_BUF_LNF, ab, R, h);
+    SET(B, PT_BUF_LNF_MEAN, 4, R);
+    SET(B, PT_BUF_LNF_RSTD, 4, R);
+    SET(B, PT_BUF_LOGITS, ab, T, v);
+    SET(B, PT_BUF_LOSSES, 4, T);
+    /* the backward's scratch: gradients of one layer at a time; with sp the gathered
+     * rows and their gradients; the ring's K/V blocks and partial outputs with cp */
+    SET(B, PT_BUF_DRES, ab, R, h);
+    SET(B, PT_BUF_DLN, ab, T, h);
+    SET(B, PT_BUF_DLNS, ab, sp ? R : 0, h);
+    SET(B, PT_BUF_GATH, ab, sp ? T : 0, h);
+    SET(B, PT_BUF_GDRES, ab, sp ? T : 0, h);
+    SET(B, PT_BUF_ROUT, ab, sp ? T : 0, h);
+    SET(B, PT_BUF_DDROP, ab, dropout ? T : 0, h);
+    SET(B, PT_BUF_DQ, ab, T, a, d);
+    SET(B, PT_BUF_DK, ab, T, k, d);
+    SET(B, PT_BUF_DV, ab, T, k, d);
+    SET(B, PT_BUF_DQR, ab, T, a, d);
+    SET(B, PT_BUF_DKR, ab, T, k, d);
+    SET(B, PT_BUF_DATT, ab, T, a, d);
+    SET(B, PT_BUF_DGATE, ab, T, f);
+    SET(B, PT_BUF_DUP, ab, T, f);
+    SET(B, PT_BUF_DACT, ab, T, f);
+    SET(B, PT_BUF_CE, 4, t > 1 ? 3 : 0, T);
+    SET(B, PT_BUF_DNORM, 4, sp ? 2 : 0, h);
+    /* tp ranks sharing a KV head sum its weights' gradients (K and V rows, bias) */
+    SET(B, PT_BUF_DKV, 4, pt_kv_head_copies(m, t) > 1 ? m->kv_heads : 0, d, h + 1);
+    SET(B, PT_BUF_RING0, ab, cp ? 4 : 0, T, k, d);
+    SET(B, PT_BUF_RING1, ab, cp ? 4 : 0, T, k, d);
+    SET(B, PT_BUF_PART, ab, cp ? b : 0, sc, a, d);
+    SET(B, PT_BUF_PART_LSE, 4, cp ? b : 0, a, sc);
+}
+
+int64_t pt_buf_bytes(const pt_buffers *B, pt_buf b)
+{
+    int64_t n = B->elems[b] * B->bytes[b]; /* checked in pt_buffers_of */
+    return (n + PT_BUF_ALIGN - 1) / PT_BUF_ALIGN * PT_BUF_ALIGN;
+}
+
+/* Sum of buffers [first, end), as doubles: a sum of checked sizes may still pass
+ * int64 for absurd specs, which the memory model then reports as not fitting. */
+static double range_bytes(const pt_buffers *B, pt_buf first, pt_buf end)
+{
+    double s = 0;
+    for (int b = first; b < (int)end; b++)
+        s += (double)pt_buf_bytes(B, (pt_buf)b);
+    return s;
+}
+
+double pt_buffers_layer(const pt_buffers *B)
+{
+    return range_bytes(B, PT_BUF_LN1, PT_BUF_TOKENS);
+}
+
+double pt_buffers_slot(const pt_buffers *B, int64_t layers, bool full_recompute)
+{
+    double kept = full_recompute && layers > 0 ? 1.0 : (double)layers;
+    return (double)pt_buf_bytes(B, PT_BUF_TOKENS) + (double)pt_buf_bytes(B, PT_BUF_TARGETS) +
+           (double)(layers + 1) * (double)pt_buf_bytes(B, PT_BUF_X) +
+           kept * pt_buffers_layer(B);
+}
+
+double pt_buffers_head(const pt_buffers *B)
+{
+    return range_bytes(B, PT_BUF_LNF, PT_BUF_DRES);
+}
+
+double pt_buffers_scratch(const pt_buffers *B)
+{
+    return range_bytes(B, PT_BUF_DRES, PT_BUF_COUNT);
+}

@@ -1,0 +1,194 @@
+/*
+ * The trainer: what runs a plan.json from its first step to its last on this rank —
+ * the plan's checks, this rank's place in the planner's rank grid (computed once, at
+ * open, and handed to the communicator and the engine), the data, the model on its
+ * backend, steps under the loss-spike guard, validation, checkpoints (save, resume,
+ * rollback), the JSON-lines log, sampling, and the trace and cost-table record of the
+ * run. It prints nothing: each call returns what happened, and tools/ptrun.c says it.
+ * Part of ptrt; runtime.h includes this header.
+ *
+ * Collective calls (marked so) must be made by every rank of the run in the same
+ * order. Errors: 0, or -1 (other codes where said) with a pt_err naming the file,
+ * option or value at fault.
+ */
+#ifndef PT_TRAINER_H
+#define PT_TRAINER_H
+
+#include "runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Opening a run ------------------------------------------------------------------- */
+
+/* Text shipped with every Debian system (package base-files): the built-in corpus, used
+ * when neither the plan nor the options name data. */
+#define PT_TRAINER_DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
+
+/* What to do on a loss spike (or a NaN/Inf loss). */
+typedef enum { PT_SPIKE_OFF, PT_SPIKE_STOP, PT_SPIKE_ROLLBACK } pt_spike_action;
+
+/* The trainer's settings: the plan and what the command line changes about it. The
+ * strings are the caller's and must outlive the trainer. */
+typedef struct {
+    const char *plan;            /* plan.json path */
+    const char *data;            /* overrides the plan's data; NULL: the plan's, else
+                                    PT_TRAINER_DEFAULT_CORPUS */
+    int64_t steps;               /* overrides the plan's run.steps; 0: the plan's */
+    double dropout;              /* overrides the plan's; < 0: the plan's */
+    int threads;                 /* BLAS threads of the CPU backend */
+    const char *ckpt;            /* checkpoint directory (NULL: none) */
+    int keep_ckpt;               /* checkpoints kept: DIR, DIR.1, ... (>= 1) */
+    const char *log;             /* JSON-lines log (NULL: none); give it on rank 0 only */
+    bool resuming;               /* the log is appended to and its header says so */
+    const char *trace;           /* Chrome trace written by pt_trainer_trace_and_record */
+    int64_t trace_steps;         /* only the last K steps in it; 0: all */
+    const char *record_db;       /* cost table the run is recorded in (NULL: no record) */
+    int64_t val_batches;         /* micro-batches per validation */
+    int64_t spike_window;        /* steps whose medians a spike is measured against */
+    double spike_factor;         /* over the median loss */
+    double spike_grad_factor;    /* over the median gradient norm */
+    pt_spike_action spike_action;
+    const char *version;         /* "ptrun X (CUDA backend: yes)", for the log's header */
+    const char *git_revision;    /* for the log's header and the record */
+} pt_trainer_opts;
+
+/* Fills o with the defaults of ptrun's options (keep 2 checkpoints, 8 validation
+ * micro-batches, spike window 32, factors 3 and 10, stop on a spike, one thread). */
+void pt_trainer_opts_default(pt_trainer_opts *o);
+
+typedef struct pt_trainer pt_trainer;
+
+/* What pt_trainer_open found, for the caller to report. */
+typedef struct {
+    char priced_stack[64];       /* the stack the plan was priced for when it is not
+                                    ptrun's own ("": it is), which trains it anyway */
+    char layout[256];            /* pt_layout_format of the plan's layout */
+    bool has_data;               /* this rank reads data (first and last stage) */
+    char data_path[512];         /* what it read, with its token counts */
+    int64_t tokens, train_tokens, val_tokens;
+} pt_trainer_info;
+
+/* Opens the run of world rank pt_comm_rank(comm) (comm: pt_comm_init's, also for a
+ * world of one; it must outlive the trainer): reads
+ * and checks the plan (its world size against the run's, the layout against what the
+ * backend of its cluster's devices runs, pt_layout_supported), applies the options,
+ * computes the rank grid once and from it this rank's place and process groups (the
+ * communicator's and the engine's), refuses a checkpoint target that cannot be written,
+ * loads the data, starts the compute backend and builds this rank's part of the model.
+ * Collective. On error *out may hold a partly opened trainer: pt_trainer_close it. */
+int pt_trainer_open(pt_trainer **out, const pt_trainer_opts *o, pt_comm *comm,
+                    pt_trainer_info *info, pt_err *err);
+/* The plan as it trains (options applied, ptrun's stack). */
+const pt_plan *pt_trainer_plan(const pt_trainer *t);
+/* Frees everything; closes the log. t may be NULL. */
+void pt_trainer_close(pt_trainer *t);
+
+/* ---- Checkpoints -------------------------------------------------------------------- */
+
+typedef struct {
+    char path[4096];             /* the checkpoint loaded */
+    int64_t step;                /* its step: training continues after it */
+    int64_t data_pos;            /* its data position */
+    int64_t data_skip;           /* samples skipped by spike rollbacks before it */
+} pt_trainer_resumed;
+
+/* Continues from the newest complete checkpoint of dir (dir itself, or where an
+ * interrupted commit left a newer one), after checking it belongs to this run (layout,
+ * configuration hash, world, step, data position). Collective. */
+int pt_trainer_resume(pt_trainer *t, const char *dir, pt_trainer_resumed *out, pt_err *err);
+/* Writes a checkpoint of the state after `step` steps to the options' directory: every
+ * rank its files into one temporary directory, renamed into place only when all
+ * succeeded, keeping the newest keep_ckpt. Collective. */
+int pt_trainer_save(pt_trainer *t, int64_t step, pt_err *err);
+
+/* ---- Training ------------------------------------------------------------------------ */
+
+/* Opens the log (appended to after a resume) and writes its header, and checks that the
+ * trace and the record's cost table can be written: what fails here fails before the
+ * first step. Call after pt_trainer_resume, if any. */
+int pt_trainer_start(pt_trainer *t, pt_err *err);
+
+/* This rank's model memory beside the planner's prediction for its stage. */
+typedef struct {
+    int rank, stage;
+    double allocated_bytes;      /* what the model allocated on the backend */
+    double planned_bytes;        /* the memory model's total for the stage */
+    double planned_comm_bytes;   /* of which communication buffers */
+} pt_trainer_memory;
+void pt_trainer_memory_of(const pt_trainer *t, pt_trainer_memory *out);
+
+/* The next step to run, 0-based (after a resume, the checkpoint's step). */
+int64_t pt_trainer_next_step(const pt_trainer *t);
+
+/* What one call of pt_trainer_step did. */
+typedef struct {
+    int64_t step;                /* 1-based: the step run */
+    pt_step_stats stats;
+    double tokens_per_s, mfu;    /* mfu 0 when the cluster's peak is unknown */
+    double eta_s;                /* to the last step, at the pace since the first */
+    /* the loss-spike guard */
+    bool spike;                  /* a spike: loss or gradient norm far over the medians */
+    double median_loss, median_grad_norm;
+    int64_t window;              /* steps the medians are of */
+    bool nonfinite;              /* the loss or gradient norm is NaN or infinite */
+    bool rolled_back;            /* back to an earlier checkpoint (below) */
+    char rollback_path[4096];
+    int64_t rollback_to;         /* its step: the next step run is rollback_to + 1 */
+    int64_t rollback_data_pos;   /* the data position now: past the spike's batch */
+} pt_trainer_step_result;
+
+/* Runs step pt_trainer_next_step (its batch, the schedule program, the optimizer) and
+ * guards it: a finite, ordinary step returns 0 and is logged; a spike or a NaN/Inf
+ * loss under --spike-action rollback with a checkpoint from before it reloads that
+ * checkpoint and skips the batches since (returns 1; the step is not counted); else it
+ * returns 2 with err saying why training stops and which checkpoint is kept. -1 on
+ * failure. Collective. */
+int pt_trainer_step(pt_trainer *t, pt_trainer_step_result *out, pt_err *err);
+/* The mean token loss over val_batches micro-batches of the validation data, logged at
+ * `step`. Collective. */
+int pt_trainer_evaluate(pt_trainer *t, int64_t step, double *loss, pt_err *err);
+/* Logs the sum of squares of every parameter (a fingerprint of the weights any layout
+ * can compare) at the last step. Collective. */
+int pt_trainer_fingerprint(pt_trainer *t, double *sumsq, pt_err *err);
+/* Whether every line of the log reached its file (a full disk cuts it mid-line). */
+int pt_trainer_log_check(pt_trainer *t, pt_err *err);
+
+/* ---- The end of a run ------------------------------------------------------------------ */
+
+/* What pt_trainer_trace_and_record recorded, on rank 0. */
+typedef struct {
+    bool recorded;
+    char db[512];
+    int64_t run_id;
+    double measured_step_s, predicted_step_s;
+    int64_t steps_timed;
+    int world;
+    size_t n_stats, n_spans;
+    char noisy[256];             /* why the run is not calibrated into the tables ("": it is) */
+    int64_t samples;             /* op timings stored as cost samples */
+    double gemm_ratio;           /* its GEMMs' time over the profiled time */
+} pt_trainer_record;
+
+/* Gathers every rank's spans and memory to rank 0, merges them on rank 0's clock,
+ * writes the Chrome trace (options' trace) and records the run in the cost table
+ * (options' record_db): predicted against measured, each rank's memory, per-op
+ * statistics, the last step's spans and, unless the load check finds the machine busy,
+ * the op timings as samples. Collective; rec is filled on rank 0. */
+int pt_trainer_trace_and_record(pt_trainer *t, pt_trainer_record *rec, pt_err *err);
+
+/* Whether one rank holds the whole model and runs it alone (no pipeline stages, no
+ * collectives inside a layer, no ZeRO-3 gathers): what sampling needs. */
+bool pt_trainer_can_sample(const pt_trainer *t);
+/* Generates `count` tokens after a prompt from the validation data, each drawn at
+ * temperature 0.8 with a Philox stream keyed by the run's seed (the same run writes the
+ * same text), and writes them decoded into text (cap bytes); with a vocabulary larger
+ * than the byte tokenizer's, a note that they are token ids. Needs
+ * pt_trainer_can_sample. */
+int pt_trainer_sample(pt_trainer *t, int64_t count, char *text, size_t cap, pt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

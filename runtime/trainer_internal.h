@@ -1,0 +1,77 @@
+/*
+ * Internal to the trainer (runtime/trainer*.c): the state of one rank's run and what its
+ * three files share. trainer.c opens a run and steps it, trainer_ckpt.c saves and loads
+ * checkpoints, trainer_log.c writes the JSON-lines log, the trace and the record.
+ */
+#ifndef PT_TRAINER_INTERNAL_H
+#define PT_TRAINER_INTERNAL_H
+
+#include "trainer.h"
+
+#include <stdio.h>
+
+struct pt_trainer {
+    pt_trainer_opts o;
+    pt_plan plan;
+    pt_grid grid;               /* the layout's rank grid, computed once at open: the
+                                   communicator's groups, the engine's pipeline and
+                                   this rank's place all come from it */
+    pt_tokens all, train, val;
+    pt_sampler train_s, val_s;
+    pt_kernels *kn;
+    pt_net net;
+    bool net_built;
+    pt_sched sched;
+    pt_trace trace;
+    FILE *log;
+    int log_errno;              /* errno of the first failed log line, 0 when none */
+    double model_flops;         /* per step, all ranks, the planner's count */
+    double peak_flops;          /* all the layout's devices */
+    pt_comm *comm;
+    pt_dist dist;
+    pt_net_place place;         /* this rank's part of the model */
+    int rank, world, stage;
+    double *step_s;             /* the time of each step after this process's first */
+    int64_t timed_steps, steps_run, cap_step_s;
+    bool has_data;              /* the first and last stage read data; others none */
+    int64_t start_step;         /* the step this process started at */
+    int64_t next;               /* the next step to run, 0-based */
+    double t0;                  /* when this process ran its first step (pt_trace_now) */
+    int64_t data_skip;          /* samples skipped by spike rollbacks (train_s.skip) */
+    bool spike_fired;           /* the PT_TEST_SPIKE_AT test hook has fired */
+    struct pt_spike_guard *guard;
+    char config_hash[17];
+};
+
+/* ---- trainer_ckpt.c ---- */
+
+/* Loads the checkpoint at path, whose meta.json pt_ckpt_find read, after checking that
+ * it belongs to this run, and takes its data position. Collective. */
+int pt_trainer_load_ckpt(pt_trainer *r, const char *path, const pt_ckpt_meta *meta,
+                         pt_err *err);
+/* Test hook (tests/tools/cli_checkpoint.sh), not an option: PT_TEST_SPIKE_AT=N multiplies
+ * every parameter by 100 just before step N runs the first time in this process, so
+ * that step's loss and gradients really explode, deterministically. Collective. */
+int pt_trainer_test_spike(pt_trainer *r, int64_t step, pt_err *err);
+
+/* ---- trainer_log.c ---- */
+
+/* Starts a line of the log and returns the log to write its fields into, each with its
+ * leading comma, before pt_trainer_log_end; NULL without a log. The line starts
+ * {"type":TYPE, "step":STEP (when STEP >= 0), "time":now. type and step lead, in this
+ * order: tests and scripts find a step's line by the text "type":"step","step":N, and
+ * read its last field up to the closing brace (tests/tools/cli_ptrun.sh,
+ * mpi_equivalence.sh). */
+FILE *pt_trainer_log_begin(pt_trainer *r, const char *type, int64_t step);
+/* Ends a line, keeping the cause of the first failure for pt_trainer_log_check. */
+void pt_trainer_log_end(pt_trainer *r, FILE *f);
+/* A whole line: log_begin, then the fields `fields` formats. */
+__attribute__((format(printf, 4, 5)))
+void pt_trainer_log_line(pt_trainer *r, const char *type, int64_t step, const char *fields, ...);
+/* The log's first line, and again where a resumed run appends to it: what ran and which
+ * build ran it. Opens the log. */
+int pt_trainer_log_open(pt_trainer *r, pt_err *err);
+/* The absolute form of path (as given when it cannot be resolved). */
+void pt_trainer_abs_path(const char *path, char *out, size_t cap);
+
+#endif
