@@ -323,11 +323,13 @@ static double pt_mem_zero1_shares(const pt_model *m, const pt_layout *l, int64_t
  * fp32). ZeRO 1 keeps the moments of its share of every gradient bucket, and (`comm`)
  * the buckets' padded copies it reduce-scatters and its reduced shares. ZeRO 2 and 3 cut
  * the parameters into segments, each layer one and the embedding and head pieces one
- * each, sharded on their own (ceil(len/N) per rank): gradient and moment shards, a
- * window a layer's gradients accumulate in, the embedding's and head's weights and
+ * each, sharded on their own (ceil(len/N) per rank): gradient and moment shards, two
+ * windows layers' gradients accumulate in (one reduce-scattering while the next
+ * fills) with the shares they reduce into, the embedding's and head's weights and
  * gradients whole (FSDP's root unit), and a staging buffer of the largest padded
- * segment; stage 3 keeps the layers' weights as master shards and gathers each into
- * a window, stage 2 keeps every weight whole. */
+ * segment; stage 3 keeps the layers' weights as master shards and gathers them into
+ * two windows (the current layer and the prefetched next), stage 2 keeps every weight
+ * whole. */
 static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage, int64_t layers,
                                 pt_precision p, int64_t bucket_elems, pt_memory *out)
 {
@@ -362,9 +364,10 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
             staging = pt_mem_ceil_div(pieces[i], N) * (double)N;
     bool gather = l->zero >= 3;
     out->weights_bytes = f32 * (gather ? whole + (double)layers * layer_shard : P);
-    out->grads_bytes = f32 * (shards + (layers > 0 ? window : 0) + whole);
+    double windows = layers > 0 ? 2 * window : 0; /* two of each, used in turn */
+    out->grads_bytes = f32 * (shards + windows + whole);
     out->optimizer_bytes = 2 * f32 * shards;
-    out->comm_bytes += f32 * ((gather && layers > 0 ? window : 0) + staging);
+    out->comm_bytes += f32 * ((gather ? windows : 0) + staging + 2 * layer_shard);
 }
 
 /* Memory of a stage under ptrun's own stack: exactly the buffers ptrun allocates —

@@ -462,6 +462,8 @@ static int bucket_ready(void *ctx, int chunk, int64_t lo, pt_err *err)
 {
     buckets *B = ctx;
     chunk_buckets *cb = &B->c[chunk];
+    if (lo < B->n->reduce_lo[chunk]) /* a tied copy below is reduced at the step */
+        lo = B->n->reduce_lo[chunk];
     while (cb->started - lo >= B->bucket_elems)
         if (bucket_start(B, chunk, cb->started - B->bucket_elems, err))
             return -1;

@@ -464,6 +464,7 @@ typedef struct {
     pt_scratch *S;
     dims d;
     int64_t l;      /* layer (global index, names its parameters), -1 outside */
+    int64_t next_l; /* the layer this pass runs next (-1: none): ZeRO-3 prefetches it */
     int64_t li;     /* the layer's index on this rank (its parameters' row) */
     int64_t ai;     /* its index in the chunk's slot (its activations) */
     int64_t xi;     /* index in A->x of the layer's input (ai) */
@@ -1324,7 +1325,7 @@ static int run_op(ctx *c, const pt_op *op)
          * op's `overlapped` prices them. */
         return 0;
     /* ZeRO inside the layers */
-    case PT_OPK_ZERO3_ALLGATHER: return pt_zero_gather_layer(c->n, c->l, c->err);
+    case PT_OPK_ZERO3_ALLGATHER: return pt_zero_gather_layer(c->n, c->l, c->next_l, c->err);
     case PT_OPK_ZERO_REDUCESCATTER:
         return c->n->zero ? pt_zero_reduce_layer(c->n, c->l, c->err) : 0;
     /* the step's end: the engine's (runtime/engine.c) */
@@ -1404,6 +1405,7 @@ static void at_layer(ctx *c, int chunk, int64_t i)
 {
     const pt_net *n = c->n;
     c->l = n->chunk_first[chunk] + i;
+    c->next_l = -1;
     c->li = chunk * n->chunk_layers + i;
     c->ai = c->xi = i;
     c->col_in = NULL;
@@ -1479,6 +1481,7 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
     }
     for (int64_t i = 0; i < n->chunk_layers; i++) {
         at_layer(&c, chunk, i);
+        c.next_l = i + 1 < n->chunk_layers ? c.l + 1 : -1;
         if (run_list(&c, LIST_LAYER_FWD))
             return -1;
     }
@@ -1526,6 +1529,7 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
     }
     for (int64_t i = n->chunk_layers - 1; i >= 0; i--) {
         at_layer(&c, chunk, i);
+        c.next_l = i > 0 ? c.l - 1 : -1;
         if (n->zero && pt_zero_begin_backward(n, c.l, err))
             return -1;
         if (run_list(&c, LIST_LAYER_BWD) || grads_done(&c, chunk, c.l, false))

@@ -92,8 +92,12 @@ int pt_zero_get_master(pt_net *n, float *whole, pt_err *err);
 int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err);
 /* The op list's zero3_allgather and zero_reducescatter of a layer; a layer's
  * backward opens its gradient window first. */
-int pt_zero_gather_layer(pt_net *n, int64_t layer, pt_err *err);
+/* Gathers layer's weights into a window (waiting for its prefetch when one was
+ * started) and starts gathering next's (-1: none) into the other window. */
+int pt_zero_gather_layer(pt_net *n, int64_t layer, int64_t next, pt_err *err);
 int pt_zero_begin_backward(pt_net *n, int64_t layer, pt_err *err);
+/* Starts the reduce-scatter of layer's gradient window; begin_backward of a later
+ * layer waits for the one before last (two windows), the step for all. */
 int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err);
 /* Where parameter p's weights and gradient are now: in the window (NULL when its
  * layer is not gathered, or not in its backward) or in the whole copies. */

@@ -7,12 +7,15 @@
  * on its own, as FSDP shards its units. A rank keeps only its shard of every
  * segment's fp32 master weights, gradients and Adam moments.
  *
- * A layer's gradients accumulate in one window during the layer's backward, which
- * the op list's zero_reducescatter reduce-scatters into this rank's gradient shard
- * (the window is then reused by the next layer). With stage 3, a layer's weights are
- * all-gathered into a window when the op list says (zero3_allgather, before the
- * layer's forward and again before its backward); with stage 2 every rank keeps the
- * whole weights, and the updated shards are all-gathered after each step. The
+ * A layer's gradients accumulate in a window during the layer's backward, which the
+ * op list's zero_reducescatter starts reduce-scattering while the next layer's
+ * backward accumulates into the other window (two, used in turn: a window is waited
+ * for, its reduced share added to this rank's gradient shard, before it is reused).
+ * With stage 3, a layer's weights are all-gathered into a window when the op list
+ * says (zero3_allgather, before the layer's forward and again before its backward),
+ * and the next layer's gather starts then into the other window (the prefetch the
+ * ptrun stack prices: zero3_prefetch = 1); with stage 2 every rank keeps the whole
+ * weights, and the updated shards are all-gathered after each step. The
  * embedding and head segments are not in layer op lists: their weights stay whole on
  * every rank (as FSDP keeps its root unit), their gradients are reduce-scattered at
  * the optimizer step and their updated shards all-gathered back.
@@ -43,12 +46,21 @@ struct pt_zero {
     int n_seg;
     int dp_rank, dp_size;
     bool gather_layers;        /* stage 3: layers' weights live in shards only */
-    float *window, *gwindow;   /* (max shard · dp) a gathered layer; a layer's gradients */
-    int win_seg, gwin_seg;     /* the segment in each window, -1 none */
+    float *window[2];          /* (win_elems) gathered layers' weights, used in turn */
+    int win_seg[2];            /* the segment each holds (or is being gathered), -1 none */
+    pt_comm_req *win_req[2];   /* a prefetch in flight into the window, or NULL */
+    int win_last;              /* the window the current layer's weights are in */
+    float *gwindow[2];         /* (win_elems) layers' gradients, used in turn */
+    int gwin_seg;              /* the segment accumulating in gwindow[gcur], -1 none */
+    int gcur;
+    int grs_seg[2];            /* the segment each gradient window is being
+                                  reduce-scattered for, -1 none */
+    pt_comm_req *grs_req[2];
+    float *gshare[2];          /* (max layer shard) each reduce-scatter's output */
     float *whole, *gwhole;     /* weights and gradients kept whole */
     float *staging;            /* (stage_elems) host floats: a padded segment on its way
-                                  through a collective, allocated once, not per layer */
-    int64_t win_elems, whole_elems, gwhole_elems, master_elems, stage_elems;
+                                  through the step's collectives, allocated once */
+    int64_t win_elems, whole_elems, gwhole_elems, master_elems, stage_elems, max_shard;
 };
 
 /* The layer a parameter name belongs to ("layers.12.q.w" -> 12), or -1. */
@@ -85,8 +97,10 @@ static int build_segments(pt_net *n, pt_zero *z)
         g->sbase = sbase;
         sbase += g->shard;
         g->wbase = g->gbase = g->mbase = -1;
-        if (g->layer >= 0 && g->shard * z->dp_size > z->win_elems)
+        if (g->layer >= 0 && g->shard * z->dp_size > z->win_elems) {
             z->win_elems = g->shard * z->dp_size;
+            z->max_shard = g->shard;
+        }
         if (g->shard * z->dp_size > z->stage_elems)
             z->stage_elems = g->shard * z->dp_size;
         if (g->layer < 0 || !z->gather_layers) {
@@ -134,7 +148,7 @@ int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *in
     z->dp_rank = dp_rank;
     z->dp_size = dp_size;
     z->gather_layers = stage >= 3;
-    z->win_seg = z->gwin_seg = -1;
+    z->win_seg[0] = z->win_seg[1] = z->gwin_seg = z->grs_seg[0] = z->grs_seg[1] = -1;
     if (build_segments(n, z))
         return pt_err_set(err, "out of memory for the ZeRO segments");
     size_t opt = floats(n->opt_elems), win = floats(z->win_elems), mst = floats(z->master_elems);
@@ -143,23 +157,29 @@ int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *in
     n->grad = kn->alloc(kn, opt);
     n->m = kn->alloc(kn, opt);
     n->v = kn->alloc(kn, opt);
-    z->window = z->gather_layers ? kn->alloc(kn, win) : NULL;
-    z->gwindow = kn->alloc(kn, win);
+    bool windows_ok = true;
+    for (int k = 0; k < 2; k++) {
+        z->window[k] = z->gather_layers ? kn->alloc(kn, win) : NULL;
+        z->gwindow[k] = kn->alloc(kn, win);
+        z->gshare[k] = kn->alloc(kn, floats(z->max_shard));
+        windows_ok &= (!z->gather_layers || z->window[k]) && z->gwindow[k] && z->gshare[k];
+    }
     z->whole = kn->alloc(kn, whole);
     z->gwhole = kn->alloc(kn, gwhole);
     z->staging = malloc(floats(z->stage_elems));
     n->w = NULL;
-    size_t total = 3 * opt + mst + (z->gather_layers ? 2 : 1) * win + whole + gwhole +
-                   floats(z->stage_elems);
+    size_t total = 3 * opt + mst + (z->gather_layers ? 4 : 2) * win + whole + gwhole +
+                   2 * floats(z->max_shard) + floats(z->stage_elems);
     n->bytes += (int64_t)total;
-    if (!n->master || !n->grad || !n->m || !n->v || (z->gather_layers && !z->window) ||
-        !z->gwindow || !z->whole || !z->gwhole || !z->staging)
+    if (!n->master || !n->grad || !n->m || !n->v || !windows_ok || !z->whole || !z->gwhole ||
+        !z->staging)
         return pt_err_set(err, "out of memory for ZeRO-%d shards and windows (%.1f MiB)", stage,
                           (double)total / 1048576);
     kn->zero(kn, n->grad, opt);
     kn->zero(kn, n->m, opt);
     kn->zero(kn, n->v, opt);
-    kn->zero(kn, z->gwindow, win);
+    kn->zero(kn, z->gwindow[0], win);
+    kn->zero(kn, z->gwindow[1], win);
     kn->zero(kn, z->gwhole, gwhole);
     return pt_zero_set_master(n, init, err);
 }
@@ -174,8 +194,11 @@ void pt_zero_free(pt_net *n)
     kn->free(kn, n->grad);
     kn->free(kn, n->m);
     kn->free(kn, n->v);
-    kn->free(kn, z->window);
-    kn->free(kn, z->gwindow);
+    for (int k = 0; k < 2; k++) {
+        kn->free(kn, z->window[k]);
+        kn->free(kn, z->gwindow[k]);
+        kn->free(kn, z->gshare[k]);
+    }
     kn->free(kn, z->whole);
     kn->free(kn, z->gwhole);
     free(z->staging);
@@ -219,12 +242,13 @@ int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err)
         kn->copy(kn, n->master + g->mbase, whole + lo, (size_t)(hi - lo) * sizeof(float),
                  PT_KCOPY_H2D);
     }
-    z->win_seg = -1; /* the window holds old weights */
+    z->win_seg[0] = z->win_seg[1] = -1; /* the windows hold old weights */
     return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
 
-/* All-gathers segment g's master shards into `into` (shard · dp elements). */
-static int gather(pt_net *n, const segment *g, float *into, pt_err *err)
+/* All-gathers segment g's master shards into `into` (shard · dp elements); with req,
+ * only starts it (pt_comm_wait completes it). */
+static int gather(pt_net *n, const segment *g, float *into, pt_comm_req **req, pt_err *err)
 {
     pt_zero *z = n->zero;
     int64_t lo, hi;
@@ -232,6 +256,8 @@ static int gather(pt_net *n, const segment *g, float *into, pt_err *err)
     float *mine = into + (int64_t)z->dp_rank * g->shard;
     memset(mine, 0, (size_t)g->shard * sizeof *mine);
     memcpy(mine, master_of(n, g, lo), (size_t)(hi - lo) * sizeof *mine);
+    if (req)
+        return pt_comm_iallgather(n->comm, PT_GROUP_DPCP, mine, into, g->shard, req, err);
     return pt_comm_allgather(n->comm, PT_GROUP_DPCP, mine, into, g->shard, err);
 }
 
@@ -246,7 +272,7 @@ int pt_zero_get_master(pt_net *n, float *whole, pt_err *err)
     int rc = 0;
     for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
-        rc = gather(n, g, tmp, err);
+        rc = gather(n, g, tmp, NULL, err);
         if (rc == 0)
             memcpy(whole + g->begin, tmp, (size_t)(g->end - g->begin) * sizeof *tmp);
     }
@@ -264,15 +290,72 @@ static int layer_segment(const pt_zero *z, int64_t layer, pt_err *err)
     return pt_err_set(err, "internal: ZeRO has no segment for layer %lld", (long long)layer);
 }
 
-int pt_zero_gather_layer(pt_net *n, int64_t layer, pt_err *err)
+/* Waits for window k's prefetch, if one is in flight. */
+static int window_ready(pt_net *n, int k, pt_err *err)
+{
+    pt_zero *z = n->zero;
+    pt_comm_req *req = z->win_req[k];
+    z->win_req[k] = NULL;
+    if (req && pt_comm_wait(n->comm, req, err)) {
+        z->win_seg[k] = -1;
+        return -1;
+    }
+    return 0;
+}
+
+int pt_zero_gather_layer(pt_net *n, int64_t layer, int64_t next, pt_err *err)
 {
     pt_zero *z = n->zero;
     int s = layer_segment(z, layer, err);
     if (s < 0)
         return -1;
-    if (gather(n, &z->seg[s], z->window, err))
+    int k = z->win_seg[0] == s ? 0 : z->win_seg[1] == s ? 1 : -1;
+    if (k >= 0) { /* prefetched (or still there) */
+        if (window_ready(n, k, err))
+            return -1;
+    } else { /* the window the layer before did not use */
+        k = 1 - z->win_last;
+        if (window_ready(n, k, err))
+            return -1;
+        z->win_seg[k] = -1;
+        if (gather(n, &z->seg[s], z->window[k], NULL, err))
+            return -1;
+        z->win_seg[k] = s;
+    }
+    z->win_last = k;
+    if (next < 0)
+        return 0;
+    int t = layer_segment(z, next, err);
+    if (t < 0)
         return -1;
-    z->win_seg = s;
+    if (z->win_seg[1 - k] == t) /* already there, or on its way */
+        return 0;
+    if (window_ready(n, 1 - k, err))
+        return -1;
+    z->win_seg[1 - k] = t;
+    if (gather(n, &z->seg[t], z->window[1 - k], &z->win_req[1 - k], err)) {
+        z->win_seg[1 - k] = -1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Completes gradient window k's reduce-scatter: its share is added to this rank's
+ * gradient shard and the window zeroed for reuse. */
+static int gwindow_done(pt_net *n, int k, pt_err *err)
+{
+    pt_zero *z = n->zero;
+    if (z->grs_seg[k] < 0)
+        return 0;
+    const segment *g = &z->seg[z->grs_seg[k]];
+    pt_comm_req *req = z->grs_req[k];
+    z->grs_req[k] = NULL;
+    z->grs_seg[k] = -1;
+    if (pt_comm_wait(n->comm, req, err))
+        return -1;
+    for (int64_t i = 0; i < g->shard; i++)
+        n->grad[g->sbase + i] += z->gshare[k][i];
+    memset(z->gwindow[k], 0, (size_t)z->win_elems * sizeof(float));
     return 0;
 }
 
@@ -285,6 +368,8 @@ int pt_zero_begin_backward(pt_net *n, int64_t layer, pt_err *err)
     if (z->gwin_seg >= 0 && z->gwin_seg != s)
         return pt_err_set(err, "internal: layer %lld's gradients were not reduce-scattered",
                           (long long)z->seg[z->gwin_seg].layer);
+    if (z->gwin_seg < 0 && gwindow_done(n, z->gcur, err)) /* its previous reduction */
+        return -1;
     z->gwin_seg = s;
     return 0;
 }
@@ -299,12 +384,26 @@ int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err)
     if (z->gwin_seg != s)
         return pt_err_set(err, "internal: zero_reducescatter of layer %lld outside its backward",
                           (long long)layer);
-    float *mine = z->staging;
-    int rc = pt_comm_reducescatter(n->comm, PT_GROUP_DPCP, z->gwindow, mine, g->shard, err);
-    for (int64_t i = 0; rc == 0 && i < g->shard; i++)
-        n->grad[g->sbase + i] += mine[i];
-    memset(z->gwindow, 0, (size_t)z->win_elems * sizeof(float));
+    int k = z->gcur;
+    if (pt_comm_ireducescatter(n->comm, PT_GROUP_DPCP, z->gwindow[k], z->gshare[k], g->shard,
+                               &z->grs_req[k], err))
+        return -1;
+    z->grs_seg[k] = s;
     z->gwin_seg = -1;
+    z->gcur = 1 - k; /* the next layer accumulates in the other window */
+    return 0;
+}
+
+/* Completes every collective the layers left in flight: the gradient windows'
+ * reduce-scatters and a weight prefetch (none is left by a whole pass; an error may). */
+static int zero_drain(pt_net *n, pt_err *err)
+{
+    int rc = 0;
+    for (int k = 0; k < 2; k++) {
+        pt_err e2;
+        if (gwindow_done(n, k, rc ? &e2 : err) || window_ready(n, k, rc ? &e2 : err))
+            rc = -1;
+    }
     return rc;
 }
 
@@ -315,7 +414,9 @@ float *pt_zero_weight(pt_net *n, const pt_param *p)
     const segment *g = &z->seg[s];
     if (g->wbase >= 0)
         return z->whole + g->wbase + (p->offset - g->begin);
-    return z->win_seg == s ? z->window + (p->offset - g->begin) : NULL;
+    if (z->win_req[z->win_last] == NULL && z->win_seg[z->win_last] == s)
+        return z->window[z->win_last] + (p->offset - g->begin);
+    return NULL;
 }
 
 float *pt_zero_grad(pt_net *n, const pt_param *p)
@@ -326,7 +427,7 @@ float *pt_zero_grad(pt_net *n, const pt_param *p)
     if (g->gbase >= 0)
         return z->gwhole + g->gbase + (p->offset - g->begin);
     /* a layer's gradients exist during its backward only */
-    return z->gwin_seg == s ? z->gwindow + (p->offset - g->begin) : NULL;
+    return z->gwin_seg == s ? z->gwindow[z->gcur] + (p->offset - g->begin) : NULL;
 }
 
 /* ---- The optimizer's view ----------------------------------------------------------------- */
@@ -352,7 +453,7 @@ pt_zero_shard pt_zero_shard_of(pt_net *n, int s)
 int pt_zero_reduce_whole(pt_net *n, pt_err *err)
 {
     pt_zero *z = n->zero;
-    int rc = 0;
+    int rc = zero_drain(n, err);
     for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
         if (g->gbase < 0)
@@ -377,10 +478,10 @@ int pt_zero_gather_whole(pt_net *n, pt_err *err)
         if (g->wbase < 0)
             continue;
         float *padded = z->staging;
-        rc = gather(n, g, padded, err);
+        rc = gather(n, g, padded, NULL, err);
         if (rc == 0)
             memcpy(z->whole + g->wbase, padded, (size_t)(g->end - g->begin) * sizeof *padded);
     }
-    z->win_seg = -1; /* the window holds weights from before the step */
+    z->win_seg[0] = z->win_seg[1] = -1; /* the windows hold weights from before the step */
     return rc;
 }

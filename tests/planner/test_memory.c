@@ -608,7 +608,8 @@ static void test_ptrun_buffers(void)
 
     /* ZeRO 3 over 4 ranks: each layer (pt_params_layer elements) a segment of its own,
      * the embedding and the head pieces too, each padded to a multiple of 4; the
-     * layers' weights are shards, the embedding's and head's whole. */
+     * layers' weights are shards, the embedding's and head's whole; two weight and two
+     * gradient windows, two reduced shares of a layer. */
     l = layout(1, 1, 4);
     l.zero = 3;
     pt_mem_stage(&m, &l, &t, 0, &s);
@@ -617,10 +618,10 @@ static void test_ptrun_buffers(void)
     double shards = 2.0 * ((lp + 3) / 4) + (double)((emb + 3) / 4) + (double)((head + 3) / 4);
     double window = 4.0 * (double)((lp + 3) / 4);
     CHECK_NEAR(s.weights_bytes, 4.0 * ((double)(emb + head) + 2.0 * (double)((lp + 3) / 4)), 1e-15);
-    CHECK_NEAR(s.grads_bytes, 4.0 * (shards + window + (double)(emb + head)), 1e-15);
+    CHECK_NEAR(s.grads_bytes, 4.0 * (shards + 2 * window + (double)(emb + head)), 1e-15);
     CHECK_NEAR(s.optimizer_bytes, 8.0 * shards, 1e-15);
     double staging = fmax(window, 4.0 * (double)((emb + 3) / 4));
-    CHECK_NEAR(s.comm_bytes, 4.0 * (window + staging), 1e-15);
+    CHECK_NEAR(s.comm_bytes, 4.0 * (2 * window + staging + 2.0 * (double)((lp + 3) / 4)), 1e-15);
 }
 
 /* ptrun holds one activation slot per micro-batch chunk in flight, as many as the

@@ -40,11 +40,12 @@ grep -q '"layers": 6,' "$tmp/tiny6.json" && grep -q '"layers": 6,' "$tmp/tiny-ll
     fail "six-layer model files"
 
 # train MODEL NP LAYOUT -> the log's losses and parameter fingerprint, one per line
+# (its standard output is the figures: what it has to say goes to stderr)
 train() {
     model=$1 np=$2 layout=$3
     "$build/ptplan" --model "$model" --devices "$np" --layout "$layout" --global-batch 16 \
         --out "$tmp/plan.json" --steps $steps >/dev/null 2>"$tmp/err" ||
-        { fail "ptplan $model $layout: $(cat "$tmp/err")"; return 1; }
+        { fail "ptplan $model $layout: $(cat "$tmp/err")" >&2; return 1; }
     # 64 KiB gradient buckets, so that ZeRO 0 reduces each chunk of these tiny models in
     # several buckets started during its backward (--bucket-mib 1 would hold it whole)
     sed 's/"bucket_bytes": *[0-9]*/"bucket_bytes": 65536/' "$tmp/plan.json" >"$tmp/p64.json" &&
@@ -55,7 +56,7 @@ train() {
     else
         timeout 300 $mpirun -np "$np" "$build/ptrun" "$tmp/plan.json" --val-every 0 --sample 0 \
             --quiet --log "$tmp/log" $extra >"$tmp/out" 2>"$tmp/err"
-    fi || { fail "ptrun $model $layout on $np ranks: $(tail -2 "$tmp/err")"; return 1; }
+    fi || { fail "ptrun $model $layout on $np ranks: $(tail -2 "$tmp/err")" >&2; return 1; }
     check_memory "$(basename "$model" .json) $layout" "$np"
     sed -n 's/.*"\(loss\|sumsq\)":\([^,}]*\).*/\2/p' "$tmp/log"
 }
