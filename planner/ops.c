@@ -62,7 +62,8 @@ static const char *const kind_names[PT_OPK_COUNT] = {
     [PT_OPK_CP_RING] = "cp_ring", [PT_OPK_CP_RING_BWD] = "cp_ring_bwd",
     [PT_OPK_ZERO3_ALLGATHER] = "zero3_allgather",
     [PT_OPK_ZERO_REDUCESCATTER] = "zero_reducescatter", [PT_OPK_DP_BUCKET] = "dp_bucket",
-    [PT_OPK_EMBED_ALLREDUCE] = "embed_allreduce", [PT_OPK_ADAM] = "adam",
+    [PT_OPK_EMBED_ALLREDUCE] = "embed_allreduce", [PT_OPK_GRAD_NORM] = "grad_norm_allreduce",
+    [PT_OPK_ADAM] = "adam",
     [PT_OPK_ZERO_ALLGATHER] = "zero_allgather",
 };
 
@@ -158,6 +159,7 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
     int coords[PT_NDIM] = {0};
     coords[PT_DIM_PP] = l->pp - 1;
     c->embed_ranks_per_node = pt_grid_rank(&g, coords) / dpn == 0 ? 2 : 1;
+    c->world_ranks_per_node = g.world < dpn ? (int)g.world : dpn;
     if (cl)
         snprintf(c->device, sizeof c->device, "%s", cl->device.name);
 }
@@ -843,7 +845,7 @@ double pt_bucket_bytes(const pt_opctx *c)
     return (double)(s->bucket_bytes > 0 ? s->bucket_bytes : c->t->bucket_bytes);
 }
 
-int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist *out)
+int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out)
 {
     builder b = {.c = c, .out = out};
     if (c->l->zero <= 1) {
@@ -866,32 +868,62 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist
         if (rest > 0)
             coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, rest, 1, true);
     }
-    if (tied_copy) {
+    return finish(&b);
+}
+
+double pt_step_tied(const pt_opctx *c, int vs, int V)
+{
+    if (!c->m->tied_embeddings || c->l->pp == 1 || (vs != 0 && vs != V - 1))
+        return 0;
+    return (double)pt_stack_vocab(&c->t->stack, c->m, c->l->tp) / c->l->tp *
+           (double)c->m->hidden;
+}
+
+double pt_step_tied_out(const pt_opctx *c, int vs, int V)
+{
+    return c->l->zero == 1 ? pt_step_tied(c, vs, V) : 0;
+}
+
+int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out)
+{
+    builder b = {.c = c, .out = out};
+    int zero = c->l->zero;
+    double g = pt_grad_reduce_bytes(c);
+    if (sp->tied > 0) {
         /* Megatron-LM keeps the tied word embedding on the first and the last stage
-         * and all-reduces its gradient between the two. */
+         * and all-reduces its gradient between the two after the backward
+         * (finalize_model_grads), before the optimizer. */
         pt_op *op = add_op(&b, PT_OPK_EMBED_ALLREDUCE);
         if (op) {
             op->cls = PT_OP_COLL;
             op->src = op->dst = PT_TEN_EMBED_GRAD;
             op->group = PT_GROUP_PP;
             op->count = 1;
-            op->overlapped = true;
             op->coll = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .group = 2,
                                     .ranks_per_node = c->embed_ranks_per_node,
-                                    .bytes = (double)pt_stack_vocab(&c->t->stack, c->m,
-                                                                    c->l->tp) /
-                                             c->l->tp * (double)c->m->hidden *
-                                             pt_grad_reduce_bytes(c)};
+                                    .bytes = sp->tied * g};
         }
     }
-    return finish(&b);
-}
-
-int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out)
-{
-    builder b = {.c = c, .out = out};
+    /* what the backward left unreduced: ZeRO 2/3's whole embedding and head, ZeRO 1's
+     * tied copy */
+    double left = zero >= 2 ? sp->edge : zero == 1 ? sp->tied : 0;
+    if (left > 0)
+        coll(&b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_GRADS, PT_TEN_GRADS},
+             PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, left * g, 1, false);
+    pt_grid grid;
+    pt_grid_init(&grid, c->l);
+    if (grid.world > 1) { /* the gradient norm: one double summed over every rank */
+        pt_op *op = add_op(&b, PT_OPK_GRAD_NORM);
+        if (op) {
+            op->cls = PT_OP_COLL;
+            op->group = PT_GROUP_COUNT;
+            op->count = 1;
+            op->coll = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .group = (int)grid.world,
+                                    .ranks_per_node = c->world_ranks_per_node, .bytes = 8};
+        }
+    }
     int64_t shard = (int64_t)c->l->dp * c->l->cp;
-    double mine = c->l->zero >= 1 ? params / (double)shard : params;
+    double mine = zero >= 1 ? sp->params / (double)shard : sp->params;
     pt_precision p = c->prec;
     /* Adam reads gradient, master weight and both moments and writes the last three
      * and the working weight. */
@@ -908,9 +940,10 @@ int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out)
     }
     /* With param_overlap the gather runs beside the next step's forward (the simulator
      * hides it behind that forward). */
-    if (c->l->zero == 1 || c->l->zero == 2)
+    double gather = zero == 1 || zero == 2 ? sp->params : zero >= 3 ? sp->edge : 0;
+    if (gather > 0)
         coll(&b, PT_OPK_ZERO_ALLGATHER, (moves){PT_TEN_WEIGHTS, PT_TEN_WEIGHTS},
-             PT_COLL_ALLGATHER, PT_GROUP_DPCP, params * p.weight_bytes, 1, c->l->param_overlap);
+             PT_COLL_ALLGATHER, PT_GROUP_DPCP, gather * p.weight_bytes, 1, c->l->param_overlap);
     return finish(&b);
 }
 

@@ -595,7 +595,7 @@ typedef enum {
     PT_OPK_CP_RING_BWD,
     /* data parallelism, ZeRO and the optimizer */
     PT_OPK_ZERO3_ALLGATHER, PT_OPK_ZERO_REDUCESCATTER, PT_OPK_DP_BUCKET,
-    PT_OPK_EMBED_ALLREDUCE, PT_OPK_ADAM, PT_OPK_ZERO_ALLGATHER,
+    PT_OPK_EMBED_ALLREDUCE, PT_OPK_GRAD_NORM, PT_OPK_ADAM, PT_OPK_ZERO_ALLGATHER,
     PT_OPK_COUNT
 } pt_op_kind;
 const char *pt_op_kind_name(pt_op_kind k);
@@ -646,7 +646,8 @@ typedef struct {
     pt_tensor src, dst;     /* collectives: what they move */
     pt_kernel_op kernel;    /* cls == PT_OP_KERNEL */
     pt_coll_op coll;        /* cls == PT_OP_COLL */
-    pt_group_kind group;    /* the group a collective runs in */
+    pt_group_kind group;    /* the group a collective runs in (PT_GROUP_COUNT: every
+                               rank of the run, the gradient norm's sum) */
     int count;              /* times the op runs in a row (CP ring steps); >= 1 */
     bool overlapped;        /* a collective that runs beside compute (CP ring, ZeRO-3
                                prefetch) instead of blocking the compute stream */
@@ -671,6 +672,7 @@ typedef struct {
     pt_dtype dtype;                   /* data type of GEMMs and activations */
     int ranks_per_node[PT_GROUP_COUNT];
     int embed_ranks_per_node;         /* first and last stage (tied embedding group) */
+    int world_ranks_per_node;         /* every rank of the run */
     char device[64];                  /* the cluster's device (the stack's attention
                                          efficiency is per device); "" without one */
 } pt_opctx;
@@ -702,18 +704,36 @@ int pt_ops_layer(const pt_opctx *c, bool backward, pt_oplist *out);
 double pt_ops_op_policy_kept_elems(const pt_opctx *c);
 int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out);
 int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out);
-/* Gradient reduction of `params` parameters over the dp×cp group, one collective
- * per bucket (all-reduce for ZeRO 0, reduce-scatter for ZeRO 1-3), and the tied
- * embedding's all-reduce between first and last stage when `tied_copy`. */
-int pt_ops_grad_sync(const pt_opctx *c, double params, bool tied_copy, pt_oplist *out);
+/* A chunk's gradient reduction during the backward: `params` parameters over the
+ * dp×cp group, one collective per bucket (all-reduce for ZeRO 0, reduce-scatter for
+ * ZeRO 1), run as the chunk's last backward fills them; none for ZeRO 2/3 (their
+ * layers reduce-scatter in the layer lists). The engine runs this list at the
+ * chunk's REDUCE_GRADS. */
+int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out);
 /* Bytes per gradient element in the data-parallel reduction (the stack's reduction
  * dtype, never wider than the gradients), and the gradient bucket size in bytes (the
  * stack's rule, else the training's bucket). */
 double pt_grad_reduce_bytes(const pt_opctx *c);
 double pt_bucket_bytes(const pt_opctx *c);
-/* The optimizer step over this rank's shard of `params` parameters, and for ZeRO 1
- * and 2 the all-gather of updated weights. */
-int pt_ops_optimizer(const pt_opctx *c, double params, pt_oplist *out);
+/* What a pipeline rank holds that its step's end works on. */
+typedef struct {
+    double params;      /* parameters on the rank (all its chunks) */
+    double edge;        /* of which the embedding's and the head's (first, last stage) */
+    double tied;        /* a tied embedding's copy (first and last stage, pp > 1), else 0 */
+} pt_step_params;
+/* The step's end on one pipeline rank, in the order the engine runs it at
+ * OPTIM_STEP: the tied embedding's all-reduce between first and last stage; the
+ * reduce-scatter of what the backward did not reduce (ZeRO 2/3: the embedding's and
+ * head's gradients, kept whole; ZeRO 1: the tied copy, after its sum); the gradient
+ * norm's sum over every rank; Adam over this rank's share; the all-gather of the
+ * updated weights (ZeRO 1/2: all; ZeRO 3: the embedding and head, kept whole). A
+ * chunk's gradient buckets take the tied copy out under ZeRO 1 (pt_step_tied_out). */
+int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out);
+/* The parameters of a tied embedding's copy on virtual stage vs of V (pp > 1, first
+ * or last), else 0; and how many of them a chunk's gradient buckets leave to the step
+ * (ZeRO 1). */
+double pt_step_tied(const pt_opctx *c, int vs, int V);
+double pt_step_tied_out(const pt_opctx *c, int vs, int V);
 
 /* Model FLOPs of one training step over all ranks (forward and backward, without
  * recomputation), summed from the op lists; and the hardware FLOPs (with it). */

@@ -218,8 +218,8 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
     pt_oplist o = {0};
     for (int vs = 0; vs < V; vs++) {
         o.n = 0;
-        bool tied = ctx->m->tied_embeddings && l->pp > 1 && (vs == 0 || vs == V - 1);
-        if (pt_ops_grad_sync(ctx, stage_params(ctx->m, l, vs, V), tied, &o)) {
+        double params = stage_params(ctx->m, l, vs, V) - pt_step_tied_out(ctx, vs, V);
+        if (pt_ops_grad_sync(ctx, params, &o)) {
             pt_oplist_free(&o);
             return -1;
         }
@@ -238,24 +238,30 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
     return 0;
 }
 
-/* The optimizer step of each pipeline rank: its kernel, and for ZeRO 1/2 the
- * all-gather of the updated weights (exposed after it, or with param_overlap beside
- * the next step's forward: see pt_sim_price). */
+/* The step's end on each pipeline rank (pt_ops_optimizer): the collectives before
+ * the update (tied embedding, what the backward left unreduced, the gradient norm)
+ * exposed, the Adam kernel, and the all-gather of the updated weights (exposed after
+ * it, or with param_overlap beside the next step's forward: see pt_sim_price). */
 static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
                            pt_sim_costs *out, double *gather_s)
 {
     int V = l->pp * l->vp;
     pt_oplist o = {0};
     for (int r = 0; r < l->pp; r++) {
-        double params = 0;
+        pt_step_params sp = {0};
         for (int c = 0; c < l->vp; c++)
-            params += stage_params(ctx->m, l, c * l->pp + r, V);
+            sp.params += stage_params(ctx->m, l, c * l->pp + r, V);
+        if (r == 0)
+            sp.edge += (double)pt_params_embedding(ctx->m, l->tp);
+        if (r == l->pp - 1)
+            sp.edge += (double)pt_params_head(ctx->m, l->tp, l->pp);
+        sp.tied = pt_step_tied(ctx, r == 0 ? 0 : (l->vp - 1) * l->pp + r, V);
         o.n = 0;
-        if (pt_ops_optimizer(ctx, params, &o)) {
+        if (pt_ops_optimizer(ctx, &sp, &o)) {
             pt_oplist_free(&o);
             return -1;
         }
-        double adam = 0, gather = 0;
+        double adam = 0, gather = 0, before = 0;
         for (int i = 0; i < o.n; i++) {
             const pt_op *op = &o.op[i];
             pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
@@ -263,13 +269,15 @@ static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout
             p->prov_s[c.prov] += c.time_s * op->count;
             if (op->cls == PT_OP_KERNEL)
                 adam += c.time_s * op->count;
-            else
+            else if (op->kind == PT_OPK_ZERO_ALLGATHER)
                 gather += c.time_s * op->count;
+            else
+                before += c.time_s * op->count;
         }
         out->optim_adam_s[r] = adam;
         gather_s[r] = gather;
-        out->optim_s[r] = adam + (l->param_overlap ? 0 : gather);
-        out->optim_comm_s[r] = l->param_overlap ? 0 : gather;
+        out->optim_s[r] = before + adam + (l->param_overlap ? 0 : gather);
+        out->optim_comm_s[r] = before + (l->param_overlap ? 0 : gather);
     }
     pt_oplist_free(&o);
     return 0;

@@ -89,7 +89,7 @@ static const pt_stack stack_ptrun = {
     .param_overlap = false,
     .zero3_prefetch = 1,
     .comm_compute_slowdown = 0,
-    .p2p = PT_P2P_OVERLAPPED, /* MPI_Isend, completed later (runtime/comm.c) */
+    .p2p = PT_P2P_OVERLAPPED, /* MPI_Isend, completed later (comm/comm_mpi.c) */
     .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
     .fused_xent = true,

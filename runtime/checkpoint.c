@@ -312,7 +312,7 @@ static int ckpt_numbered(const char *name, const char *prefix, const char *suffi
 }
 
 /* A file name a checkpoint holds: meta.json, model.safetensors, model_rank<N>.safetensors,
- * optim_rank<N>.safetensors (the names tools/ptrun.c's state_paths gives), or one of
+ * optim_rank<N>.safetensors (the names runtime/trainer_ckpt.c's state_paths gives), or one of
  * those with the ".tmp-<pid>" of a file being written. */
 static int ckpt_our_file(const char *name)
 {

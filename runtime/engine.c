@@ -200,21 +200,6 @@ static int reduce_tied(pt_net *n, const pt_dist *d, pt_err *err)
     return pt_comm_allreduce(d->comm, PT_GROUP_COUNT, n->grad + q->offset, q->count, err);
 }
 
-/* ZeRO 0: gradients are whole everywhere (reduced chunk by chunk). */
-static int step_replicated(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
-                           pt_step_stats *out, pt_err *err)
-{
-    double sumsq = sumsq_range(n, n->grad, 0, n->n_elems);
-    /* every dp·cp replica holds the same gradients: the world's sum counts them dp·cp
-     * times */
-    if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err))
-        return -1;
-    out->grad_norm = sqrt(sumsq / d->dp_size);
-    float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
-    adamw_range(n, p, n->master, n->grad, n->m, n->v, 0, n->n_elems, out->lr, step, scale);
-    return 0;
-}
-
 /* Rank r's share of ZeRO-1 bucket z: flat elements [*lo, *hi), possibly empty. */
 static void zero1_share(const pt_zero1_bucket *z, int64_t r, int64_t *lo, int64_t *hi)
 {
@@ -227,90 +212,181 @@ static void zero1_share(const pt_zero1_bucket *z, int64_t r, int64_t *lo, int64_
 static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
                        pt_err *err);
 
-/* ZeRO 1 (Megatron-Core's distributed optimizer): every bucket was reduce-scattered into
- * this rank's share during the backward, but the tied embedding's copy, reduced now
- * (its sum over the first and last stage came first: optimizer_step); update the
- * shares, then all-gather each bucket's updated weights back into every rank's copy. */
-static int step_zero1(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
-                      pt_step_stats *out, pt_err *err)
+/* The step's end (pt_ops_optimizer's list), op by op. How the gradients are held:
+ * ZeRO 0 whole everywhere (reduced chunk by chunk); ZeRO 1 (Megatron-Core's
+ * distributed optimizer) this rank's share of every bucket, reduce-scattered during
+ * the backward, but the tied embedding's copy, reduced at the step after its sum over
+ * the first and last stage; ZeRO 2/3 segment shards (runtime/zero.c). */
+typedef struct {
+    pt_net *n;
+    const pt_dist *d;
+    const pt_plan *p;
+    int64_t step;
+    pt_step_stats *out;
+    bool have_norm;           /* the gradient norm is known (GRAD_NORM ran) */
+    bool updated;             /* ADAM ran */
+    float scale;              /* the clipping factor it gives */
+} step_end;
+
+/* The sum of squares of the gradients this rank holds, each element counted once
+ * over its holders but a replicated one (ZeRO 0) dp·cp times. */
+static double local_sumsq(step_end *e)
 {
-    int64_t r = d->dp_rank;
-    if (d->dp_size != n->opt_ranks)
-        return pt_err_set(err, "internal: the optimizer shares do not match the dp group");
-    int rc = 0;
-    for (int b = 0; b < n->n_z1 && rc == 0; b++) {
-        pt_comm_req *req = NULL;
-        if (n->z1[b].at_step && (rc = zero1_start(n, d->comm, &n->z1[b], &req, err)) == 0)
-            rc = pt_comm_wait(d->comm, req, err);
-    }
+    pt_net *n = e->n;
     double sumsq = 0;
-    for (int b = 0; b < n->n_z1 && rc == 0; b++) {
-        int64_t lo, hi;
-        zero1_share(&n->z1[b], r, &lo, &hi);
-        if (hi > lo) /* without the tied copy */
-            sumsq += sumsq_range(n, n->rs_shard + n->z1[b].shard_at, lo, hi);
+    if (n->zero) {
+        for (int s = 0; s < pt_zero_segments(n); s++) {
+            pt_zero_shard h = pt_zero_shard_of(n, s);
+            sumsq += sumsq_range(n, h.grad, h.lo, h.hi);
+        }
+    } else if (n->n_z1 > 0) {
+        for (int b = 0; b < n->n_z1; b++) {
+            int64_t lo, hi;
+            zero1_share(&n->z1[b], e->d->dp_rank, &lo, &hi);
+            if (hi > lo) /* without the tied copy */
+                sumsq += sumsq_range(n, n->rs_shard + n->z1[b].shard_at, lo, hi);
+        }
+    } else {
+        sumsq = sumsq_range(n, n->grad, 0, n->n_elems);
     }
-    if (rc == 0)
-        rc = pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err);
-    if (rc)
-        return rc;
-    out->grad_norm = sqrt(sumsq);
-    float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
+    return sumsq;
+}
+
+/* GRAD_NORM (sum over every rank: with_sum) or, on one rank, the norm before ADAM. */
+static int grad_norm(step_end *e, bool with_sum, pt_err *err)
+{
+    pt_net *n = e->n;
+    if (n->zero && pt_zero_drain(n, err)) /* the layers' last reductions */
+        return -1;
+    double sumsq = local_sumsq(e);
+    if (with_sum && pt_comm_allreduce_f64(e->d->comm, -1, &sumsq, 1, err))
+        return -1;
+    /* every dp·cp replica of ZeRO 0 holds the same gradients: the sum counts them
+     * dp·cp times */
+    double copies = n->zero || n->n_z1 > 0 ? 1.0 : (double)e->d->dp_size;
+    e->out->grad_norm = sqrt(sumsq / copies);
+    e->scale = pt_k_clip_scale(e->out->grad_norm, e->p->run.grad_clip);
+    e->have_norm = true;
+    return 0;
+}
+
+/* ADAM over what this rank updates. */
+static int adam(step_end *e, pt_err *err)
+{
+    pt_net *n = e->n;
+    const pt_plan *p = e->p;
+    if (!e->have_norm && grad_norm(e, false, err))
+        return -1;
+    double lr = e->out->lr;
+    if (n->zero) {
+        for (int s = 0; s < pt_zero_segments(n); s++) {
+            pt_zero_shard h = pt_zero_shard_of(n, s);
+            adamw_range(n, p, h.master, h.grad, h.m, h.v, h.lo, h.hi, lr, e->step, e->scale);
+        }
+    } else if (n->n_z1 > 0) {
+        for (int b = 0; b < n->n_z1; b++) {
+            const pt_zero1_bucket *z = &n->z1[b];
+            int64_t lo, hi;
+            zero1_share(z, e->d->dp_rank, &lo, &hi);
+            if (hi > lo)
+                adamw_range(n, p, n->master + lo, n->rs_shard + z->shard_at, n->m + z->shard_at,
+                            n->v + z->shard_at, lo, hi, lr, e->step, e->scale);
+        }
+    } else {
+        adamw_range(n, p, n->master, n->grad, n->m, n->v, 0, n->n_elems, lr, e->step, e->scale);
+    }
+    e->updated = true;
+    return 0;
+}
+
+/* ZERO_REDUCESCATTER at the step: ZeRO 2/3 the embedding's and head's gradients
+ * (kept whole); ZeRO 1 the tied copy's bucket. */
+static int reduce_left(step_end *e, pt_err *err)
+{
+    pt_net *n = e->n;
+    if (n->zero)
+        return pt_zero_reduce_whole(n, err);
+    for (int b = 0; b < n->n_z1; b++) {
+        pt_comm_req *req = NULL;
+        if (n->z1[b].at_step && (zero1_start(n, e->d->comm, &n->z1[b], &req, err) ||
+                                 pt_comm_wait(e->d->comm, req, err)))
+            return -1;
+    }
+    return 0;
+}
+
+/* ZERO_ALLGATHER: the updated weights back to every rank (ZeRO 1: bucket by bucket;
+ * ZeRO 2/3: the segments kept whole). */
+static int gather_updated(step_end *e, pt_err *err)
+{
+    pt_net *n = e->n;
+    if (n->zero)
+        return pt_zero_gather_whole(n, err);
+    int64_t r = e->d->dp_rank;
     for (int b = 0; b < n->n_z1; b++) {
         const pt_zero1_bucket *z = &n->z1[b];
         int64_t lo, hi;
         zero1_share(z, r, &lo, &hi);
-        if (hi > lo)
-            adamw_range(n, p, n->master + lo, n->rs_shard + z->shard_at, n->m + z->shard_at,
-                        n->v + z->shard_at, lo, hi, out->lr, step, scale);
         float *full = n->rs_full + z->full_at;
         memcpy(full + r * z->share, n->master + lo, (size_t)(hi - lo) * sizeof *full);
-        rc = pt_comm_allgather(d->comm, PT_GROUP_DPCP, full + r * z->share, full, z->share,
-                               err);
-        if (rc)
-            return rc;
+        if (pt_comm_allgather(e->d->comm, PT_GROUP_DPCP, full + r * z->share, full, z->share,
+                              err))
+            return -1;
         memcpy(n->master + z->lo, full, (size_t)(z->hi - z->lo) * sizeof *full);
     }
     return 0;
 }
 
-/* ZeRO 2 and 3: every segment's gradient shard is complete (layers reduce-scattered
- * theirs in backward; the embedding and head now); update the shards, gather the
- * weights kept whole back. */
-static int step_segmented(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
-                      pt_step_stats *out, pt_err *err)
+static int step_op(step_end *e, const pt_op *op, pt_err *err)
 {
-    if (pt_zero_reduce_whole(n, err))
-        return -1;
-    double sumsq = 0;
-    for (int s = 0; s < pt_zero_segments(n); s++) {
-        pt_zero_shard h = pt_zero_shard_of(n, s);
-        sumsq += sumsq_range(n, h.grad, h.lo, h.hi);
+    switch (op->kind) {
+    case PT_OPK_EMBED_ALLREDUCE:
+        return reduce_tied(e->n, e->d, err);
+    case PT_OPK_ZERO_REDUCESCATTER:
+        return reduce_left(e, err);
+    case PT_OPK_GRAD_NORM:
+        return grad_norm(e, true, err);
+    case PT_OPK_ADAM:
+        return adam(e, err);
+    case PT_OPK_ZERO_ALLGATHER:
+        return gather_updated(e, err);
+    default:
+        return pt_err_set(err, "internal: op '%s' in the step's end", pt_op_kind_name(op->kind));
     }
-    /* the shards are disjoint over dp·cp: the world's sum counts each element once */
-    if (pt_comm_allreduce_f64(d->comm, -1, &sumsq, 1, err))
-        return -1;
-    out->grad_norm = sqrt(sumsq);
-    float scale = pt_k_clip_scale(out->grad_norm, p->run.grad_clip);
-    for (int s = 0; s < pt_zero_segments(n); s++) {
-        pt_zero_shard h = pt_zero_shard_of(n, s);
-        adamw_range(n, p, h.master, h.grad, h.m, h.v, h.lo, h.hi, out->lr, step, scale);
-    }
-    return pt_zero_gather_whole(n, err);
 }
 
+/* OPTIM_STEP: the step's end list, each op a span under its name and key. */
 static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
                           pt_step_stats *out, pt_err *err)
 {
     pt_kernels *kn = n->kn;
     out->lr = pt_lr_at(&p->run, step);
+    step_end e = {.n = n, .d = d, .p = p, .step = step, .out = out};
     int rc = d->comm ? pt_comm_wait_sends(d->comm, err) : 0;
-    if (rc == 0)
-        rc = reduce_tied(n, d, err);
-    if (rc == 0)
-        rc = n->zero ? step_segmented(n, d, p, step, out, err)
-             : p->layout.zero >= 1 && d->dp_size > 1 ? step_zero1(n, d, p, step, out, err)
-                                                     : step_replicated(n, d, p, step, out, err);
+    /* a kernel op's span takes the device's times where the layer lists' do
+     * (runtime/layer.c's run_list, devtime.c) */
+    bool device_timed = n->devtime && !n->trace_sync;
+    for (int i = 0; i < n->ops_step.n && rc == 0; i++) {
+        const pt_op *op = &n->ops_step.op[i];
+        bool kernel = op->cls == PT_OP_KERNEL;
+        if (kernel && device_timed && pt_devtime_before(n, err))
+            return -1;
+        double t0 = pt_trace_now();
+        rc = step_op(&e, op, err);
+        if (rc == 0 && kernel && n->trace_sync && kn->sync(kn))
+            rc = pt_err_set(err, "%s", kn->err);
+        if (!kernel) {
+            pt_trace_add_coll(n->trace, n->rank, pt_op_kind_name(op->kind), n->op_seq++, t0,
+                              pt_trace_now());
+            continue;
+        }
+        int64_t span = pt_trace_add_op(n->trace, n->rank, 0, pt_op_kind_name(op->kind),
+                                       &op->kernel, n->op_seq++, t0, pt_trace_now());
+        if (rc == 0 && device_timed && pt_devtime_after(n, span, err))
+            rc = -1;
+    }
+    if (rc == 0 && !e.updated) /* a list without ADAM is the planner's error */
+        rc = pt_err_set(err, "internal: the step's end list has no optimizer update");
     kn->zero(kn, n->grad, (size_t)(n->zero ? n->opt_elems : n->n_elems) * sizeof(float));
     if (rc == 0 && kn->sync(kn))
         rc = pt_err_set(err, "%s", kn->err);
@@ -535,6 +611,34 @@ static int transfer(step_ctx *c, const pt_ins *in)
     }
 }
 
+/* REDUCE_GRADS: the chunk's gradient-bucket list (pt_ops_grad_sync). Its buckets
+ * started as the chunk's last backward filled them (bucket_ready); the first
+ * DP_BUCKET op starts what is left and waits for them all, so the op is one span of
+ * the wait. ZeRO 2/3's list is empty (their layers reduce in the layer lists); on one
+ * data-parallel rank so is every list. */
+static int reduce_grads(step_ctx *c, int chunk)
+{
+    pt_net *n = c->n;
+    const pt_oplist *o = &n->ops_sync[chunk];
+    for (int i = 0; i < o->n; i++) {
+        const pt_op *op = &o->op[i];
+        if (op->kind != PT_OPK_DP_BUCKET)
+            return pt_err_set(c->err, "internal: op '%s' in a gradient-bucket list",
+                              pt_op_kind_name(op->kind));
+        if (i > 0) /* the rest bucket of the list: waited for with the first */
+            continue;
+        if (!c->bk->on)
+            return pt_err_set(c->err, "internal: gradient buckets listed for chunk %d, none "
+                                      "started", chunk);
+        double t0 = pt_trace_now();
+        if (buckets_finish(c->bk, chunk, c->err))
+            return -1;
+        pt_trace_add_coll(n->trace, n->rank, pt_op_kind_name(op->kind), n->op_seq++, t0,
+                          pt_trace_now());
+    }
+    return 0;
+}
+
 static int run_instruction(step_ctx *c, const pt_ins *in)
 {
     pt_net *n = c->n;
@@ -567,9 +671,7 @@ static int run_instruction(step_ctx *c, const pt_ins *in)
         return rc;
     }
     case PT_INS_REDUCE_GRADS:
-        if (!c->bk->on)
-            return 0; /* ZeRO 1 reduce-scatters at the optimizer step, 2 and 3 per layer */
-        return buckets_finish(c->bk, in->chunk, c->err);
+        return reduce_grads(c, in->chunk);
     case PT_INS_OPTIM_STEP:
         return optimizer_step(n, c->d, p, c->step, c->out, c->err);
     default:

@@ -293,6 +293,9 @@ static void free_slot(pt_net *n, pt_acts *A)
 
 static int resolve_params(pt_net *n, pt_err *err);
 
+/* The planner's lists this rank runs: a layer's, the embedding's and the head's (here),
+ * each chunk's gradient buckets over its reduced range and the step's end (the engine),
+ * the latter from the same parameter counts the simulator gives them (planner/sim.c). */
 static int build_op_lists(pt_net *n, const pt_plan *p)
 {
     pt_opctx c;
@@ -304,7 +307,21 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
              : i < 4 ? pt_ops_embed(&c, bwd, &n->ops[i])
                      : pt_ops_head(&c, bwd, &n->ops[i]);
     }
-    return rc;
+    const pt_layout *l = &n->layout;
+    int V = l->pp * l->vp;
+    pt_step_params sp = {.params = (double)n->n_elems};
+    for (int ch = 0; ch < l->vp && rc == 0; ch++) {
+        int vs = ch * l->pp + n->stage;
+        double chunk = (double)(n->chunk_end[ch] - n->chunk_begin[ch]);
+        rc = pt_ops_grad_sync(&c, chunk - pt_step_tied_out(&c, vs, V), &n->ops_sync[ch]);
+        if (vs == 0 || vs == V - 1)
+            sp.tied = pt_step_tied(&c, vs, V);
+    }
+    if (n->stage == 0)
+        sp.edge += (double)pt_params_embedding(&n->spec, l->tp);
+    if (n->stage == l->pp - 1)
+        sp.edge += (double)pt_params_head(&n->spec, l->tp, l->pp);
+    return rc ? rc : pt_ops_optimizer(&c, &sp, &n->ops_step);
 }
 
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
@@ -397,6 +414,9 @@ void pt_net_free_runtime(pt_net *n)
     free(S);
     for (int i = 0; i < 6; i++)
         pt_oplist_free(&n->ops[i]);
+    for (int i = 0; i < 64; i++)
+        pt_oplist_free(&n->ops_sync[i]);
+    pt_oplist_free(&n->ops_step);
     free(n->pref);
     n->pref = NULL;
     n->slot = NULL;
@@ -1331,6 +1351,7 @@ static int run_op(ctx *c, const pt_op *op)
     /* the step's end: the engine's (runtime/engine.c) */
     case PT_OPK_DP_BUCKET:
     case PT_OPK_EMBED_ALLREDUCE:
+    case PT_OPK_GRAD_NORM:
     case PT_OPK_ADAM:
     case PT_OPK_ZERO_ALLGATHER:
         return outside_micro_batch(c, op);

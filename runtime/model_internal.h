@@ -115,6 +115,9 @@ pt_zero_shard pt_zero_shard_of(pt_net *n, int s);
  * their shards; after the update, the shards of every segment whose weights are kept
  * whole gathered back into the copies. */
 int pt_zero_reduce_whole(pt_net *n, pt_err *err);
+/* Completes the collectives the layers left in flight (the last gradient windows'
+ * reduce-scatters); the step's end calls it before it reads the shards. */
+int pt_zero_drain(pt_net *n, pt_err *err);
 int pt_zero_gather_whole(pt_net *n, pt_err *err);
 
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err);

@@ -267,6 +267,9 @@ typedef struct {
                                  memory model predicts for the rank */
     pt_oplist ops[6];         /* the planner's op lists this model executes:
                                  layer fwd/bwd, embed fwd/bwd, head fwd/bwd */
+    pt_oplist ops_sync[64];   /* each chunk's gradient buckets (pt_ops_grad_sync), run
+                                 by the engine at its REDUCE_GRADS */
+    pt_oplist ops_step;       /* the step's end (pt_ops_optimizer), run at OPTIM_STEP */
     const pt_param **pref;    /* [(n_layers + 1)·PT_PARAM_COUNT·2]: the weight and bias
                                  of each pt_param_ref of each layer on this rank (its
                                  index in n_layers), then of the parts outside layers;

@@ -396,7 +396,7 @@ int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err)
 
 /* Completes every collective the layers left in flight: the gradient windows'
  * reduce-scatters and a weight prefetch (none is left by a whole pass; an error may). */
-static int zero_drain(pt_net *n, pt_err *err)
+int pt_zero_drain(pt_net *n, pt_err *err)
 {
     int rc = 0;
     for (int k = 0; k < 2; k++) {
@@ -453,7 +453,7 @@ pt_zero_shard pt_zero_shard_of(pt_net *n, int s)
 int pt_zero_reduce_whole(pt_net *n, pt_err *err)
 {
     pt_zero *z = n->zero;
-    int rc = zero_drain(n, err);
+    int rc = pt_zero_drain(n, err);
     for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
         if (g->gbase < 0)

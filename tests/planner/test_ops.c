@@ -189,7 +189,7 @@ static void test_grad_sync_and_optimizer(void)
     pt_oplist o = {0};
     /* 1100 parameters of fp32 gradients = 4400 bytes: buckets 1000 x4 (one op run
      * four times) + 400 */
-    CHECK_INT(pt_ops_grad_sync(&c, 1100, false, &o), 0);
+    CHECK_INT(pt_ops_grad_sync(&c, 1100, &o), 0);
     CHECK_INT(o.n, 2);
     CHECK_NEAR(o.op[0].coll.bytes, 1000, 0);
     CHECK_INT(o.op[0].count, 4);
@@ -198,26 +198,66 @@ static void test_grad_sync_and_optimizer(void)
     CHECK_INT(o.op[0].coll.op, PT_COLL_ALLREDUCE);
     CHECK_INT(o.op[0].coll.group, 8);
     pt_oplist_free(&o);
-    CHECK_INT(pt_ops_grad_sync(&c, 1100, true, &o), 0);
-    CHECK_INT(o.n, 3);
-    CHECK(o.op[2].kind == PT_OPK_EMBED_ALLREDUCE && o.op[2].src == PT_TEN_EMBED_GRAD);
-    pt_oplist_free(&o);
     /* A 1-byte bucket over 2^40 bytes stays one op, with at most 2^30 buckets. */
     t.bucket_bytes = 1;
-    CHECK_INT(pt_ops_grad_sync(&c, 0x1p38, false, &o), 0);
+    CHECK_INT(pt_ops_grad_sync(&c, 0x1p38, &o), 0);
     CHECK_INT(o.n, 1);
     CHECK_INT(o.op[0].count, 1 << 30);
     CHECK_NEAR(o.op[0].coll.bytes * o.op[0].count, 0x1p40, 0);
     pt_oplist_free(&o);
     t.bucket_bytes = 1000;
+    /* ZeRO 2/3 reduce in their layer lists: no buckets */
+    l.zero = 2;
+    CHECK_INT(pt_ops_grad_sync(&c, 1100, &o), 0);
+    CHECK_INT(o.n, 0);
+    pt_oplist_free(&o);
+
+    /* The step's end, ZeRO 0: the gradient norm summed over all 8 ranks (one double),
+     * then Adam over every parameter. */
+    l.zero = 0;
+    pt_step_params sp = {.params = 8000, .edge = 3000, .tied = 0};
+    CHECK_INT(pt_ops_optimizer(&c, &sp, &o), 0);
+    CHECK_INT(o.n, 2);
+    CHECK(o.op[0].kind == PT_OPK_GRAD_NORM && o.op[0].group == PT_GROUP_COUNT);
+    CHECK_INT(o.op[0].coll.group, 8);
+    CHECK_NEAR(o.op[0].coll.bytes, 8, 0);
+    CHECK(strcmp(o.op[1].kernel.key, "adam:fp32:n=8000") == 0);
+    pt_oplist_free(&o);
     /* ZeRO-1 shards the optimizer over 8 ranks and all-gathers the weights after. */
     l.zero = 1;
-    CHECK_INT(pt_ops_optimizer(&c, 8000, &o), 0);
-    CHECK_INT(o.n, 2);
-    CHECK(strcmp(o.op[0].kernel.key, "adam:fp32:n=1000") == 0);
-    CHECK_INT(o.op[1].coll.op, PT_COLL_ALLGATHER);
-    CHECK_NEAR(o.op[1].coll.bytes, 8000 * 2, 0);
+    CHECK_INT(pt_ops_optimizer(&c, &sp, &o), 0);
+    CHECK_INT(o.n, 3);
+    CHECK(strcmp(o.op[1].kernel.key, "adam:fp32:n=1000") == 0);
+    CHECK_INT(o.op[2].coll.op, PT_COLL_ALLGATHER);
+    CHECK_NEAR(o.op[2].coll.bytes, 8000 * 2, 0);
     pt_oplist_free(&o);
+    /* ZeRO 3: the embedding's and head's gradients (kept whole) reduce-scattered first,
+     * their weights gathered after */
+    l.zero = 3;
+    CHECK_INT(pt_ops_optimizer(&c, &sp, &o), 0);
+    CHECK_INT(o.n, 4);
+    CHECK(o.op[0].kind == PT_OPK_ZERO_REDUCESCATTER && !o.op[0].overlapped);
+    CHECK_NEAR(o.op[0].coll.bytes, 3000 * 4, 0);
+    CHECK(o.op[3].kind == PT_OPK_ZERO_ALLGATHER);
+    CHECK_NEAR(o.op[3].coll.bytes, 3000 * 2, 0);
+    pt_oplist_free(&o);
+    /* A tied copy (first or last stage of a pipeline): its all-reduce over the two
+     * stages comes first; ZeRO 1 reduce-scatters it at the step, the chunk's buckets
+     * leave it out. */
+    pt_layout lp = layout("pp=2,dp=4,zero=1", 16);
+    pt_opctx_init(&c, &m, &lp, &t, NULL);
+    double tied = pt_step_tied(&c, 0, 2);
+    CHECK_NEAR(tied, 50304.0 * 1024, 0);
+    CHECK_NEAR(pt_step_tied_out(&c, 1, 2), tied, 0);
+    sp.tied = tied;
+    CHECK_INT(pt_ops_optimizer(&c, &sp, &o), 0);
+    CHECK_INT(o.n, 5);
+    CHECK(o.op[0].kind == PT_OPK_EMBED_ALLREDUCE && o.op[0].src == PT_TEN_EMBED_GRAD);
+    CHECK(o.op[1].kind == PT_OPK_ZERO_REDUCESCATTER);
+    CHECK_NEAR(o.op[1].coll.bytes, tied * 4, 0);
+    pt_oplist_free(&o);
+    lp.zero = 0;
+    CHECK_NEAR(pt_step_tied_out(&c, 0, 2), 0, 0);
 }
 
 static void test_ranks_per_node(void)

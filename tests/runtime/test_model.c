@@ -408,13 +408,13 @@ static void check_device_times(void)
     int ops = (after_one - 1) / 2, step_ops[2] = {0, 0}, eval_ops = 0;
     for (size_t i = 0; i < tr.n; i++)
         if (is_op(&tr.v[i])) {
-            if (tr.v[i].mb < 0)
+            if (tr.v[i].ins < 0) /* validation runs outside the schedule's instructions */
                 eval_ops++;
             else if (tr.v[i].step == 0 || tr.v[i].step == 1)
                 step_ops[tr.v[i].step]++;
         }
-    /* every op of a step got its pair of events; validation ran one micro-batch's
-     * forward ops */
+    /* every op of a step (the step's end's Adam included) got its pair of events;
+     * validation ran one micro-batch's forward ops */
     CHECK_INT(1 + 2 * step_ops[0], after_one);
     CHECK_INT(step_ops[1], ops);
     CHECK(eval_ops > 0 && eval_ops < ops);
