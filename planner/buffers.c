@@ -105,7 +105,7 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_DQR, ab, T, a, d);
     SET(B, PT_BUF_DKR, ab, T, k, d);
     SET(B, PT_BUF_DATT, ab, T, a, d);
-    SET(B, PT_BUF_DGATE, ab, T, f);
+    SET(B, PT_BUF_DGATE, ab, swiglu ? T : 0, f); /* the gate (SwiGLU only) */
     SET(B, PT_BUF_DUP, ab, T, f);
     SET(B, PT_BUF_DACT, ab, T, f);
     SET(B, PT_BUF_CE, 4, t > 1 ? 3 : 0, T);

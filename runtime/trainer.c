@@ -151,9 +151,11 @@ static int build(pt_trainer *r, pt_err *err)
     /* the first of the two barriers the merged trace aligns the ranks' clocks on */
     if (r->trace.on && pt_comm_all_ok(r->comm, true))
         pt_trace_sync(&r->trace);
+    /* a net that fails half-way is freed too (pt_net_free takes any state
+     * pt_net_init_at leaves) */
+    r->net_built = true;
     if (pt_net_init_at(&r->net, p, r->kn, &r->place, slots, p->run.seed, &r->trace, err))
         return -1;
-    r->net_built = true;
     r->net.rank = r->rank;
     pt_opctx c;
     pt_opctx_init(&c, &p->model, &p->layout, &p->train, &p->cluster);

@@ -575,6 +575,7 @@ static void test_ptrun_buffers(void)
     CHECK(!B.overflow);
     CHECK_NEAR(pt_buffers_layer(&B), 495616, 1e-15);
     CHECK_INT(B.elems[PT_BUF_GATE], 0);
+    CHECK_INT(B.elems[PT_BUF_DGATE], 0); /* GELU: no gate, nor its gradient */
     CHECK_INT(B.elems[PT_BUF_DDROP], 0);
     /* a slot of 2 layers: tokens and targets (512 each), 3 residual streams (32,768
      * each) and two layers' buffers; full recomputation keeps one set */
