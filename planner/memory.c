@@ -297,7 +297,7 @@ static double pt_mem_zero1_shares(const pt_model *m, const pt_layout *l, int64_t
                                   int stage, int64_t N)
 {
     int64_t pp = pt_mem_pos(l->pp), vp = pt_mem_pos(l->vp), V = pp * vp;
-    int64_t B = bucket_elems < 1 ? 1 : bucket_elems;
+    int64_t B = bucket_elems;
     int64_t tied = m->tied_embeddings && pp > 1
                        ? pt_vocab_padded(m, l->tp) / pt_mem_pos(l->tp) * m->hidden : 0;
     double shares = 0;
@@ -308,11 +308,9 @@ static double pt_mem_zero1_shares(const pt_model *m, const pt_layout *l, int64_t
                                      pt_stage_layers(m, l, (int)vs, NULL), first, last);
         if ((first || last) && tied) {
             len -= tied;
-            shares += pt_mem_ceil_div(tied, N);
+            shares += pt_bucket_shares(tied, tied, N); /* one bucket of its own */
         }
-        shares += (double)(len / B) * pt_mem_ceil_div(B, N);
-        if (len % B)
-            shares += pt_mem_ceil_div(len % B, N);
+        shares += pt_bucket_shares(len, B, N);
     }
     return shares;
 }

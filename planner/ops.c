@@ -845,6 +845,35 @@ double pt_bucket_bytes(const pt_opctx *c)
     return (double)(s->bucket_bytes > 0 ? s->bucket_bytes : c->t->bucket_bytes);
 }
 
+int64_t pt_bucket_count(int64_t len, int64_t bucket)
+{
+    bucket = bucket < 1 ? 1 : bucket;
+    return len <= 0 ? 0 : len / bucket + (len % bucket != 0);
+}
+
+void pt_bucket_at(int64_t len, int64_t bucket, int64_t k, int64_t *off, int64_t *n)
+{
+    bucket = bucket < 1 ? 1 : bucket;
+    int64_t full = len / bucket;
+    if (k < full) {
+        *off = len - (k + 1) * bucket;
+        *n = bucket;
+    } else { /* the rest, at the bottom */
+        *off = 0;
+        *n = len - full * bucket;
+    }
+}
+
+double pt_bucket_shares(int64_t len, int64_t bucket, int64_t N)
+{
+    bucket = bucket < 1 ? 1 : bucket;
+    N = N < 1 ? 1 : N;
+    if (len <= 0)
+        return 0;
+    int64_t full = len / bucket, rest = len % bucket;
+    return (double)full * (double)((bucket + N - 1) / N) + (double)((rest + N - 1) / N);
+}
+
 int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out)
 {
     builder b = {.c = c, .out = out};

@@ -715,6 +715,17 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out);
  * stack's rule, else the training's bucket). */
 double pt_grad_reduce_bytes(const pt_opctx *c);
 double pt_bucket_bytes(const pt_opctx *c);
+/* How a range of `len` gradient elements is cut into buckets of `bucket` elements as
+ * the backward makes them final from the range's end down (PyTorch DDP's and
+ * Megatron's order): whole buckets from the top, what is left at the bottom. The
+ * runtime's ZeRO-1 buckets (runtime/model.c) and the memory model's count of their
+ * shares (memory.c) both take them from here. pt_bucket_count: how many; pt_bucket_at:
+ * bucket k (0 the top) starts *off elements above the range's start and holds *n;
+ * pt_bucket_shares: the elements one of N ranks owns when each bucket is padded to a
+ * multiple of N and shared N ways. bucket < 1 counts as 1. */
+int64_t pt_bucket_count(int64_t len, int64_t bucket);
+void pt_bucket_at(int64_t len, int64_t bucket, int64_t k, int64_t *off, int64_t *n);
+double pt_bucket_shares(int64_t len, int64_t bucket, int64_t N);
 /* What a pipeline rank holds that its step's end works on. */
 typedef struct {
     double params;      /* parameters on the rank (all its chunks) */

@@ -238,8 +238,9 @@ static int upload(pt_net *n, const float *host, pt_err *err)
 
 /* The elements each chunk's gradient buckets reduce: the chunk's, less a tied
  * embedding's copy under ZeRO 1 (on the first stage at the chunk's start, on the last
- * at its end: build_table), whose sum over the two stages must come first. */
-static void reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi)
+ * at its end: build_table), whose sum over the two stages must come first; *tied_lo,
+ * *tied_hi: that copy, or an empty range. */
+static int reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi, pt_err *err)
 {
     *tied_lo = *tied_hi = 0;
     for (int c = 0; c < n->layout.vp; c++) {
@@ -249,33 +250,39 @@ static void reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi)
     bool tied_copy = n->spec.tied_embeddings && n->layout.pp > 1 &&
                      (n->stage == 0 || n->stage == n->layout.pp - 1);
     if (n->layout.zero != 1 || !tied_copy)
-        return;
+        return 0;
     const pt_param *q = pt_net_param(n, "wte");
     *tied_lo = q->offset;
     *tied_hi = q->offset + q->count;
     for (int c = 0; c < n->layout.vp; c++) {
-        if (n->reduce_lo[c] == *tied_lo)
+        if (n->reduce_lo[c] == *tied_lo) {
             n->reduce_lo[c] = *tied_hi;
-        else if (n->reduce_hi[c] == *tied_hi)
+            return 0;
+        }
+        if (n->reduce_hi[c] == *tied_hi) {
             n->reduce_hi[c] = *tied_lo;
+            return 0;
+        }
     }
+    return pt_err_set(err, "internal: stage %d's tied embedding [%lld, %lld) is at neither end "
+                           "of a chunk", n->stage, (long long)*tied_lo, (long long)*tied_hi);
 }
 
-/* ZeRO 1's buckets, as the engine starts them: in each chunk, from the end of its
- * reduced range down, buckets of bucket_elems while that many remain, then the rest;
- * the tied copy last. Returns the count; fills z (when not NULL). */
+/* ZeRO 1's buckets, as the engine starts them: in each chunk its reduced range cut by
+ * the planner's rule (pt_bucket_at: from the end down), the tied copy last, a bucket
+ * of its own. Returns the count; fills z (when not NULL). */
 static int zero1_buckets(const pt_net *n, int64_t bucket_elems, int64_t tied_lo,
                          int64_t tied_hi, pt_zero1_bucket *z)
 {
     int k = 0;
     for (int c = 0; c < n->layout.vp; c++) {
-        for (int64_t hi = n->reduce_hi[c]; hi > n->reduce_lo[c];) {
-            int64_t lo = hi - n->reduce_lo[c] >= bucket_elems ? hi - bucket_elems
-                                                               : n->reduce_lo[c];
+        int64_t len = n->reduce_hi[c] - n->reduce_lo[c];
+        for (int64_t b = 0; b < pt_bucket_count(len, bucket_elems); b++, k++) {
+            int64_t off, cnt;
+            pt_bucket_at(len, bucket_elems, b, &off, &cnt);
             if (z)
-                z[k] = (pt_zero1_bucket){.chunk = c, .lo = lo, .hi = hi};
-            k++;
-            hi = lo;
+                z[k] = (pt_zero1_bucket){.chunk = c, .lo = n->reduce_lo[c] + off,
+                                         .hi = n->reduce_lo[c] + off + cnt};
         }
     }
     if (tied_hi > tied_lo) {
@@ -290,18 +297,14 @@ static int zero1_buckets(const pt_net *n, int64_t bucket_elems, int64_t tied_lo,
  * each gradient bucket is padded to a multiple of dp and this rank owns share
  * dp_rank of every one (Megatron-Core's distributed optimizer), so the moments take
  * about 1/dp of the memory, as the planner's memory model counts them. */
-static int optimizer_share(pt_net *n, const pt_plan *p, const pt_net_place *at, pt_err *err)
+static int optimizer_share(pt_net *n, const pt_plan *p, const pt_net_place *at,
+                           int64_t tied_lo, int64_t tied_hi, pt_err *err)
 {
-    n->opt_first = 0;
     n->opt_elems = n->n_elems;
     n->opt_ranks = 1;
-    int64_t tied_lo, tied_hi;
-    reduce_ranges(n, &tied_lo, &tied_hi);
     if (n->layout.zero < 1 || at->dp_size <= 1)
         return 0;
     int64_t dp = at->dp_size, bucket = p->train.bucket_bytes / (int64_t)sizeof(float);
-    if (bucket < 1)
-        bucket = 1;
     n->opt_ranks = dp;
     n->n_z1 = zero1_buckets(n, bucket, tied_lo, tied_hi, NULL);
     if (!(n->z1 = calloc((size_t)(n->n_z1 > 0 ? n->n_z1 : 1), sizeof *n->z1)))
@@ -413,14 +416,15 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
         return pt_err_set(err, "internal: stage %d has %lld parameters, the planner counts "
                                "%lld", stage, (long long)n->n_elems,
                           (long long)planned_params(n));
+    int64_t tied_lo, tied_hi;
+    if (reduce_ranges(n, &tied_lo, &tied_hi, err))
+        return -1;
     float *host = malloc((size_t)n->n_elems * sizeof *host);
     if (!host)
         return pt_err_set(err, "out of memory initialising %lld parameters",
                           (long long)n->n_elems);
     for (int i = 0; i < n->n_param; i++)
         init_param(&n->param[i], &n->spec, seed, host + n->param[i].offset);
-    int64_t tied_lo, tied_hi; /* (ZeRO 1 sets the ranges again with its buckets) */
-    reduce_ranges(n, &tied_lo, &tied_hi);
     int rc;
     if (n->layout.zero >= 2 && at->dp_size > 1) {
         if (!n->comm)
@@ -428,7 +432,7 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
         else
             rc = pt_zero_init(n, n->layout.zero, at->dp_rank, at->dp_size, host, err);
     } else {
-        rc = optimizer_share(n, p, at, err);
+        rc = optimizer_share(n, p, at, tied_lo, tied_hi, err);
         if (rc == 0)
             rc = alloc_state(n, err);
         if (rc == 0)

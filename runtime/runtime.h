@@ -227,12 +227,12 @@ typedef struct {
     int64_t n_elems;          /* parameters on this rank */
     float *w;                 /* (n_elems) [act] every parameter, one buffer */
     float *grad;              /* (n_elems) fp32 */
-    float *m, *v;             /* (opt_elems) fp32 Adam moments of elements
-                                 [opt_first, opt_first + opt_elems), or with ZeRO 1
-                                 of this rank's share of every bucket in turn */
-    int64_t opt_first, opt_elems; /* the optimizer's share: every element; with ZeRO 1
-                                 the sum of this rank's bucket shares (z1); with
-                                 ZeRO 2/3 its segment shards (zero.c) */
+    float *m, *v;             /* (opt_elems) fp32 Adam moments: of every element, or
+                                 with ZeRO 1 of this rank's share of every bucket in
+                                 turn, or with ZeRO 2/3 of its segment shards */
+    int64_t opt_elems;        /* the optimizer's share: every element; with ZeRO 1 the
+                                 sum of this rank's bucket shares (z1); with ZeRO 2/3
+                                 its segment shards (zero.c) */
     float *master;            /* (n_elems) fp32 master weights; == w on fp32 backends */
     int64_t opt_ranks;        /* ranks the optimizer state is sharded over (1: none) */
     int64_t reduce_lo[64], reduce_hi[64]; /* the elements of each chunk its gradient

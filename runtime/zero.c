@@ -115,7 +115,6 @@ static int build_segments(pt_net *n, pt_zero *z)
             z->gwhole_elems += len;
         }
     }
-    n->opt_first = 0;
     n->opt_elems = sbase;
     return 0;
 }

@@ -103,13 +103,13 @@ static int parse_options(int argc, char **argv, options *o)
         {"spike-factor", 1, 0, O_SPIKE_FACTOR}, {"spike-grad-factor", 1, 0, O_SPIKE_GFACTOR},
         {"spike-action", 1, 0, O_SPIKE_ACTION},
         {0, 0, 0, 0}};
-    *o = (options){.val_every = 25, .val_batches = 8, .sample = 64, .threads = 1, .dropout = -1,
-                   .comm_timeout_s = -1};
-    o->keep_ckpt = 2;
-    o->spike_window = 32;
-    o->spike_factor = 3;
-    o->spike_grad_factor = 10;
-    o->spike_action = PT_SPIKE_STOP;
+    pt_trainer_opts d; /* the trainer's defaults (runtime/trainer.c) */
+    pt_trainer_opts_default(&d);
+    *o = (options){.val_every = 25, .sample = 64, .val_batches = d.val_batches,
+                   .threads = d.threads, .dropout = d.dropout, .comm_timeout_s = -1,
+                   .keep_ckpt = d.keep_ckpt, .spike_window = d.spike_window,
+                   .spike_factor = d.spike_factor, .spike_grad_factor = d.spike_grad_factor,
+                   .spike_action = (int)d.spike_action};
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {

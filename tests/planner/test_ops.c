@@ -206,6 +206,23 @@ static void test_grad_sync_and_optimizer(void)
     CHECK_NEAR(o.op[0].coll.bytes * o.op[0].count, 0x1p40, 0);
     pt_oplist_free(&o);
     t.bucket_bytes = 1000;
+    /* The bucket rule the runtime's ZeRO-1 buckets and the memory model share: 10
+     * elements in buckets of 4 from the top down are [6, 10), [2, 6), then [0, 2); over
+     * 3 ranks each owns ceil(4/3) + ceil(4/3) + ceil(2/3) = 5 of them. */
+    CHECK_INT(pt_bucket_count(10, 4), 3);
+    CHECK_INT(pt_bucket_count(8, 4), 2);
+    CHECK_INT(pt_bucket_count(0, 4), 0);
+    int64_t off, cnt;
+    pt_bucket_at(10, 4, 0, &off, &cnt);
+    CHECK(off == 6 && cnt == 4);
+    pt_bucket_at(10, 4, 1, &off, &cnt);
+    CHECK(off == 2 && cnt == 4);
+    pt_bucket_at(10, 4, 2, &off, &cnt);
+    CHECK(off == 0 && cnt == 2);
+    pt_bucket_at(8, 4, 1, &off, &cnt);
+    CHECK(off == 0 && cnt == 4);
+    CHECK_NEAR(pt_bucket_shares(10, 4, 3), 5, 0);
+    CHECK_NEAR(pt_bucket_shares(8, 4, 3), 4, 0);
     /* ZeRO 2/3 reduce in their layer lists: no buckets */
     l.zero = 2;
     CHECK_INT(pt_ops_grad_sync(&c, 1100, &o), 0);
