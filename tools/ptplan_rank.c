@@ -29,6 +29,11 @@ static int write_plan(const options *o, const job *j, const pt_candidate *best)
         return pt_tool_fail("%s", err.msg);
     if (!o->json)
         printf("wrote %s\n", o->out);
+    /* A plan priced for another framework's stack may hold a layout ptrun's backend for
+     * these devices does not run (caps.c): said now, not when ptrun refuses it. */
+    if (!pt_stack_is_ptrun(&j->t.stack) && pt_layout_supported(&j->c, &best->layout, &err))
+        fprintf(stderr, "ptplan: note: %s is priced for stack '%s'; ptrun cannot train it "
+                        "here: %s\n", o->out, j->t.stack.name, err.msg);
     return 0;
 }
 

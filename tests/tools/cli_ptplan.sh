@@ -68,6 +68,15 @@ grep -v '"name"' "$tmp/out" >"$tmp/b"
 cmp -s "$tmp/a" "$tmp/b" || fail "a dumped stack prices differently from its built-in"
 grep -q '"about": "Megatron-Core' "$tmp/out" || fail "the JSON output names its stack"
 out_has '"breakdown"' "predicted.breakdown in JSON"
+# A plan for another stack that ptrun's backend for these devices cannot train is
+# written, with a note saying so; one it can train gets none.
+run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout "tp=2,pp=2,zero=1" \
+    --out "$tmp/mc.json"
+err_has "ptrun cannot train it here: layout tp=2,zero=1" "a plan ptrun's backend cannot run"
+[ -s "$tmp/mc.json" ] || fail "the plan for megatron-core was not written"
+run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout "pp=2,dp=4,recompute=full" \
+    --out "$tmp/mc.json"
+[ ! -s "$tmp/err" ] || fail "a note for a plan ptrun can run: $(cat "$tmp/err")"
 # The breakdown in --explain, and stacks that price differently.
 run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-lm \
     --layout "tp=2,pp=2,zero=1,recompute=selective" --explain --no-out
