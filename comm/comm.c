@@ -19,8 +19,15 @@
 
 size_t pt_comm_type_bytes(pt_comm_type t)
 {
-    return t == PT_CT_F64 ? 8 : t == PT_CT_BYTE ? 1 : 4;
+    return t == PT_CT_F64 ? 8 : t == PT_CT_BYTE ? 1 : t == PT_CT_BF16 ? 2 : 4;
 }
+
+/* What comm_nccl.c does with sends (nccl_send; keep the two together): each its own
+ * operation on a send stream, after an event on the kernel stream, its copy in one of
+ * send_slots slots used in turn. Four slots: the model check proves two enough for
+ * every schedule (tests/comm/test_sched_nccl.c); the other two let a receiver fall a
+ * transfer or two behind before a copy has to wait for it. */
+const pt_p2p_issue pt_comm_nccl_p2p = {.policy = PT_P2P_SEND_STREAM, .send_slots = 4};
 
 const char *pt_comm_op_name(pt_comm_op op)
 {
@@ -396,6 +403,7 @@ const pt_comm_be pt_comm_be_unready = {
     .send = unready_send,
     .recv = unready_recv,
     .flush = unready_flush,
+    .reserve = NULL,
     .gather = NULL,
     .close = NULL,
     .abort = NULL,
@@ -436,9 +444,82 @@ static int coll(pt_comm *c, pt_comm_op op, int kind, pt_comm_type t, const void 
     return be->coll(c, op, slot, t, in, out, n, req, err);
 }
 
+/* The internal element type of t; -1 (with err set) when t is none. */
+static int dtype(pt_comm_dtype t, pt_comm_type *ct, pt_err *err)
+{
+    switch (t) {
+    case PT_COMM_F32:
+        *ct = PT_CT_F32;
+        return 0;
+    case PT_COMM_BF16:
+        *ct = PT_CT_BF16;
+        return 0;
+    case PT_COMM_F64:
+        *ct = PT_CT_F64;
+        return 0;
+    }
+    return pt_err_set(err, "internal: element type %d of a collective", (int)t);
+}
+
+/* A typed collective on [backend] buffers (req NULL: blocking). */
+static int coll_t(pt_comm *c, pt_comm_op op, int kind, pt_comm_dtype t, const void *in,
+                  void *out, int64_t n, pt_comm_req **req, pt_err *err)
+{
+    pt_comm_type ct = PT_CT_F32;
+    if (req)
+        *req = NULL;
+    if (dtype(t, &ct, err))
+        return -1;
+    return coll(c, op, kind, ct, in, out, n, true, req, err);
+}
+
+int pt_comm_allreduce_t(pt_comm *c, int kind, pt_comm_dtype t, void *buf, int64_t n,
+                        pt_err *err)
+{
+    return coll_t(c, PT_CO_SUM, kind, t, buf, buf, n, NULL, err);
+}
+
+int pt_comm_allreduce_max_t(pt_comm *c, int kind, pt_comm_dtype t, void *buf, int64_t n,
+                            pt_err *err)
+{
+    return coll_t(c, PT_CO_MAX, kind, t, buf, buf, n, NULL, err);
+}
+
+int pt_comm_reducescatter_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                            int64_t n, pt_err *err)
+{
+    return coll_t(c, PT_CO_RS, kind, t, in, out, n, NULL, err);
+}
+
+int pt_comm_allgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                        int64_t n, pt_err *err)
+{
+    return coll_t(c, PT_CO_AG, kind, t, in, out, n, NULL, err);
+}
+
+int pt_comm_iallreduce_t(pt_comm *c, int kind, pt_comm_dtype t, void *buf, int64_t n,
+                         pt_comm_req **req, pt_err *err)
+{
+    return coll_t(c, PT_CO_SUM, kind, t, buf, buf, n, req, err);
+}
+
+int pt_comm_ireducescatter_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                             int64_t n, pt_comm_req **req, pt_err *err)
+{
+    return coll_t(c, PT_CO_RS, kind, t, in, out, n, req, err);
+}
+
+int pt_comm_iallgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                         int64_t n, pt_comm_req **req, pt_err *err)
+{
+    return coll_t(c, PT_CO_AG, kind, t, in, out, n, req, err);
+}
+
+/* The fp32 calls: the typed ones with PT_COMM_F32 (all-to-all and broadcast have no
+ * typed form yet). */
 int pt_comm_allreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err)
 {
-    return coll(c, PT_CO_SUM, kind, PT_CT_F32, buf, buf, n, true, NULL, err);
+    return pt_comm_allreduce_t(c, kind, PT_COMM_F32, buf, n, err);
 }
 
 int pt_comm_allreduce_f64(pt_comm *c, int kind, double *buf, int64_t n, pt_err *err)
@@ -448,19 +529,19 @@ int pt_comm_allreduce_f64(pt_comm *c, int kind, double *buf, int64_t n, pt_err *
 
 int pt_comm_allreduce_max(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err)
 {
-    return coll(c, PT_CO_MAX, kind, PT_CT_F32, buf, buf, n, true, NULL, err);
+    return pt_comm_allreduce_max_t(c, kind, PT_COMM_F32, buf, n, err);
 }
 
 int pt_comm_reducescatter(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                           pt_err *err)
 {
-    return coll(c, PT_CO_RS, kind, PT_CT_F32, in, out, n, true, NULL, err);
+    return pt_comm_reducescatter_t(c, kind, PT_COMM_F32, in, out, n, err);
 }
 
 int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                       pt_err *err)
 {
-    return coll(c, PT_CO_AG, kind, PT_CT_F32, in, out, n, true, NULL, err);
+    return pt_comm_allgather_t(c, kind, PT_COMM_F32, in, out, n, err);
 }
 
 int pt_comm_alltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
@@ -477,19 +558,19 @@ int pt_comm_broadcast(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err)
 int pt_comm_iallreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_comm_req **req,
                        pt_err *err)
 {
-    return coll(c, PT_CO_SUM, kind, PT_CT_F32, buf, buf, n, true, req, err);
+    return pt_comm_iallreduce_t(c, kind, PT_COMM_F32, buf, n, req, err);
 }
 
 int pt_comm_ireducescatter(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                            pt_comm_req **req, pt_err *err)
 {
-    return coll(c, PT_CO_RS, kind, PT_CT_F32, in, out, n, true, req, err);
+    return pt_comm_ireducescatter_t(c, kind, PT_COMM_F32, in, out, n, req, err);
 }
 
 int pt_comm_iallgather(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                        pt_comm_req **req, pt_err *err)
 {
-    return coll(c, PT_CO_AG, kind, PT_CT_F32, in, out, n, true, req, err);
+    return pt_comm_iallgather_t(c, kind, PT_COMM_F32, in, out, n, req, err);
 }
 
 int pt_comm_ialltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
@@ -607,6 +688,13 @@ int pt_comm_isend_bytes(pt_comm *c, int to, int tag, const void *buf, int64_t by
 int pt_comm_wait_sends(pt_comm *c, pt_err *err)
 {
     return c->dev->flush(c, err);
+}
+
+int pt_comm_reserve_sends(pt_comm *c, int64_t bytes, pt_err *err)
+{
+    if (bytes < 0)
+        return pt_err_set(err, "internal: room for sends of %lld bytes", (long long)bytes);
+    return c->dev->reserve ? c->dev->reserve(c, bytes, err) : 0;
 }
 
 /* ---- The end ------------------------------------------------------------------------------- */

@@ -39,8 +39,9 @@ extern "C" {
  * called, host memory before) or [host].
  *
  * Element types: calls on `float *` are fp32 on every backend (gradients, master
- * weights, optimizer state: kernels.h's non-[act] buffers); the *_bytes calls move
- * any element type, among them the bf16 [act] activations of the CUDA backend.
+ * weights, optimizer state: kernels.h's non-[act] buffers); the typed calls (*_t)
+ * take a pt_comm_dtype, among them bf16 for the [act] activations of the CUDA
+ * backend; the *_bytes calls move any element type.
  *
  * Launch. mpirun, or any launcher that starts MPI (srun --mpi=pmix): MPI_Init, and
  * the NCCL unique id of each group is broadcast over that group's MPI communicator,
@@ -77,10 +78,11 @@ bool pt_comm_have_nccl(void);
 int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err);
 /* Selects how [backend] buffers travel, once the kernel backend `kn` exists (it must
  * outlive the comm) and after pt_comm_groups: the CPU backend changes nothing; the
- * CUDA backend uses NCCL on kn's stream where built (each group's communicator made
- * here, collectively), else host staging over MPI. PT_COMM_NCCL=0 in the
- * environment selects staging even where NCCL is built. Errors: a run without MPI
- * whose backend cannot use NCCL; NCCL failing to start (named with the group). */
+ * CUDA backend uses NCCL on kn's stream where built (each group's communicator, and
+ * the links of point-to-point transfers below, made here, collectively), else host
+ * staging over MPI. PT_COMM_NCCL=0 in the environment selects staging even where
+ * NCCL is built. Errors: a run without MPI whose backend cannot use NCCL; NCCL failing
+ * to start (named with the group or link). */
 int pt_comm_use_device(pt_comm *c, pt_kernels *kn, pt_err *err);
 /* Host staging over MPI for [backend] buffers of any kernel backend: what the CUDA
  * backend without NCCL does; tests use it to exercise that path on the CPU backend. */
@@ -102,6 +104,29 @@ int pt_comm_sub(pt_comm *c, int n, pt_comm **out, pt_err *err);
 /* -- Blocking collectives. On NCCL they are queued on the kernel backend's stream
  * and return at once: kernels queued after them see the result, the host after
  * kn->sync. Elsewhere the result is there on return. */
+
+/* Element types of the typed collectives (*_t). bf16 sums and maxima: on MPI (host
+ * buffers, and device buffers staged through host memory) MPI has no bf16 type, so
+ * the values are widened to fp32 on the host, reduced by MPI in fp32 and rounded once
+ * to bf16 (round to nearest, ties to even: pt_k_bf16_from_f32), at twice the bytes
+ * on the wire: one rounding to bf16 whatever the group's size (the sum itself is as
+ * exact as fp32 in MPI's order). NCCL reduces bf16 itself (ncclBfloat16), rounding to
+ * bf16 at each step of its algorithm, so its sums over three or more ranks may differ
+ * from the MPI paths' in the last bit. All-gathers move the elements unchanged. */
+typedef enum { PT_COMM_F32, PT_COMM_BF16, PT_COMM_F64 } pt_comm_dtype;
+
+/* The typed forms of the collectives below, on [backend] buffers of n elements of t
+ * (counts as in the fp32 calls); the fp32 calls are these with PT_COMM_F32. Errors
+ * as theirs, and a t outside pt_comm_dtype. PT_COMM_F64 sums [backend] memory (the
+ * gradient norm's square on the device); pt_comm_allreduce_f64 sums [host] memory. */
+int pt_comm_allreduce_t(pt_comm *c, int kind, pt_comm_dtype t, void *buf, int64_t n,
+                        pt_err *err);
+int pt_comm_allreduce_max_t(pt_comm *c, int kind, pt_comm_dtype t, void *buf, int64_t n,
+                            pt_err *err);
+int pt_comm_reducescatter_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                            int64_t n, pt_err *err);
+int pt_comm_allgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                        int64_t n, pt_err *err);
 
 /* Sums in place over the group. buf (n) fp32 [backend]. */
 int pt_comm_allreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err);
@@ -152,18 +177,42 @@ int pt_comm_iallgather(pt_comm *c, int kind, const float *in, float *out, int64_
                        pt_comm_req **req, pt_err *err);
 int pt_comm_ialltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                       pt_comm_req **req, pt_err *err);
+/* The typed forms (element type t, as the blocking *_t calls above). */
+int pt_comm_iallreduce_t(pt_comm *c, int kind, pt_comm_dtype t, void *buf, int64_t n,
+                         pt_comm_req **req, pt_err *err);
+int pt_comm_ireducescatter_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                             int64_t n, pt_comm_req **req, pt_err *err);
+int pt_comm_iallgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                         int64_t n, pt_comm_req **req, pt_err *err);
 /* Completes and frees req (NULL: nothing to do). After it, the result is in the
  * buffers as for the blocking call. An error still frees req. */
 int pt_comm_wait(pt_comm *c, pt_comm_req *req, pt_err *err);
 
-/* -- Point to point between world ranks (pipeline transfers). Sends do not wait for
- * their receiver, as the schedule programs assume: a send takes a private copy of buf
- * (so the caller may reuse buf at once) and pt_comm_wait_sends completes every posted
- * send. The tag tells transfers apart on MPI; NCCL has no tags, so between two ranks
- * receives must be posted in the order of the matching sends. On NCCL a send is
- * issued together with this rank's next receive (one NCCL group, so that neither
- * waits for the other, as Megatron-LM batches its pipeline sends and receives), or
- * before its next collective, or by pt_comm_wait_sends. */
+/* -- Point to point between world ranks (pipeline transfers, the context-parallel
+ * ring). Sends do not wait for their receiver, as the schedule programs assume: a send
+ * takes a private copy of buf (so the caller may reuse buf at once) and
+ * pt_comm_wait_sends completes every posted send. A receive waits for its data (on
+ * NCCL: kernels queued after it see the data). The tag tells transfers apart on MPI;
+ * NCCL has no tags, so between two ranks receives must be posted in the order of the
+ * matching sends.
+ *
+ * On NCCL (comm_nccl.c) every send is its own NCCL operation on a send stream, started
+ * by an event recorded on the kernel backend's stream after the kernels that produced
+ * buf and the copy of buf into a send slot; receives are queued on the kernel stream.
+ * So a send blocked until its receiver posts the receive (as NCCL sends are) holds up
+ * neither this rank's kernels nor its receives: pt_comm_nccl_p2p describes this for
+ * the planner's model check (pt_sched_check_nccl), which proves every schedule free of
+ * deadlock under it. Each direction between two ranks has its own two-rank NCCL
+ * communicator (NCCL serialises a communicator's operations whatever their streams),
+ * made by pt_comm_use_device for the neighbours in the rings of the pipeline group and
+ * the context-parallel group, and of the world in a pt_comm_sub (ptprofile-coll); a
+ * transfer between other ranks is refused.
+ * The copies go to a pool of pt_comm_nccl_p2p.send_slots slots, taken in turn; a copy
+ * waits (on the kernel stream) for the send that last used its slot. The slots are
+ * allocated outside steps only: by pt_comm_reserve_sends, else by pt_comm_wait_sends
+ * once a step has sent more than a slot holds (such sends take a stream-ordered
+ * allocation of their own meanwhile, cudaMallocAsync, which never waits for the
+ * device). pt_comm_wait_sends waits on the host for every send stream. */
 /* buf (n) fp32 [backend] */
 int pt_comm_recv(pt_comm *c, int from, int tag, float *buf, int64_t n, pt_err *err);
 int pt_comm_isend(pt_comm *c, int to, int tag, const float *buf, int64_t n, pt_err *err);
@@ -172,6 +221,14 @@ int pt_comm_recv_bytes(pt_comm *c, int from, int tag, void *buf, int64_t bytes, 
 int pt_comm_isend_bytes(pt_comm *c, int to, int tag, const void *buf, int64_t bytes,
                         pt_err *err);
 int pt_comm_wait_sends(pt_comm *c, pt_err *err);
+/* Makes room for sends of up to `bytes` each (NCCL: the send slots, allocated here;
+ * elsewhere nothing to do), after completing every posted send: call it outside a
+ * step, before the first, with the largest transfer the run makes. Errors: the
+ * device's memory. */
+int pt_comm_reserve_sends(pt_comm *c, int64_t bytes, pt_err *err);
+/* How the NCCL backend issues sends (see above), for pt_sched_check_nccl: the policy
+ * comm_nccl.c implements and the number of send slots it allocates. */
+extern const pt_p2p_issue pt_comm_nccl_p2p;
 
 /* -- The watchdog (comm_watch.c). Every wait of a collective or transfer on
  * MPI (and every NCCL call the host waits for) has a deadline: a rank that has waited

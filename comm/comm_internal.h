@@ -22,7 +22,7 @@ enum { PT_COMM_EMBED = PT_GROUP_COUNT, PT_COMM_WORLD, PT_COMM_SLOTS };
  * and all-to-all the elements per rank. */
 typedef enum { PT_CO_SUM, PT_CO_MAX, PT_CO_MIN, PT_CO_RS, PT_CO_AG, PT_CO_A2A,
                PT_CO_BCAST } pt_comm_op;
-typedef enum { PT_CT_F32, PT_CT_F64, PT_CT_I32, PT_CT_BYTE } pt_comm_type;
+typedef enum { PT_CT_F32, PT_CT_F64, PT_CT_I32, PT_CT_BYTE, PT_CT_BF16 } pt_comm_type;
 
 /* This rank's place in one group (from the planner's grid; the world by itself). */
 typedef struct {
@@ -73,6 +73,9 @@ typedef struct {
     int (*recv)(pt_comm *c, int from, int tag, void *buf, int64_t n, pt_comm_type t,
                 pt_err *err);
     int (*flush)(pt_comm *c, pt_err *err);
+    /* Room for sends of up to `bytes` (pt_comm_reserve_sends; optional: NULL where a
+     * send needs none). */
+    int (*reserve)(pt_comm *c, int64_t bytes, pt_err *err);
     /* Every rank's n bytes to world rank 0 (pt_comm_gather_bytes; optional: NULL gathers
      * with two all-gathers). */
     int (*gather)(pt_comm *c, const void *buf, int64_t n, void **all, int64_t *sizes,
@@ -120,12 +123,18 @@ struct pt_comm {
 };
 
 /* An asynchronous operation: MPI requests, host staging buffers copied back into dst
- * once the requests complete, or the NCCL backend's completion event. */
+ * once the requests complete, or the NCCL backend's completion event. A bf16
+ * reduction on MPI runs in fp32 (host_out); completing it rounds host_out's b16_n
+ * elements into b16_to, which is host_b16 when that is staged on to dst. */
 struct pt_comm_req {
     MPI_Request mpi[8];
     int n_mpi;
     void *host_in, *host_out;
-    void *dst;          /* [backend] destination of host_out's dst_bytes bytes */
+    void *host_b16;     /* owned bf16 staging of a staged bf16 reduction, or NULL */
+    void *b16_to;       /* bf16 result of host_out's fp32 (b16_n elements), or NULL */
+    int64_t b16_n;
+    void *dst;          /* [backend] destination of dst_bytes bytes (host_b16 when a
+                           bf16 result, else host_out) */
     size_t dst_bytes;
     void *event;        /* NCCL: a cudaEvent_t recorded after the operation */
     pt_comm_wait_for what; /* for the watchdog */

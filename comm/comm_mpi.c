@@ -9,7 +9,8 @@
  * watchdog (comm_watch.c, pt_comm_await), blocking calls included, so that no wait
  * outlasts the run's deadline. Operations go over the comm's own communicators
  * (group[PT_COMM_WORLD] is its world: MPI_COMM_WORLD, or the communicator of a
- * pt_comm_sub).
+ * pt_comm_sub). MPI has no bf16: bf16 reductions run in fp32 and are rounded once at
+ * the end (bf16_stage); bf16 that are only moved travel as 16-bit words.
  */
 #include "comm_internal.h"
 
@@ -26,10 +27,11 @@ int pt_comm_mpi_fail(pt_err *err, int code, const char *what)
     return pt_err_set(err, "%s: %s", what, text);
 }
 
+/* bf16 travels as 16-bit words: only moved, never reduced by MPI (mpi_op_bf16). */
 static MPI_Datatype mpi_type(pt_comm_type t)
 {
     return t == PT_CT_F32 ? MPI_FLOAT : t == PT_CT_F64 ? MPI_DOUBLE
-           : t == PT_CT_I32 ? MPI_INT : MPI_BYTE;
+           : t == PT_CT_I32 ? MPI_INT : t == PT_CT_BF16 ? MPI_UINT16_T : MPI_BYTE;
 }
 
 static void mpi_library(char *buf, size_t cap)
@@ -50,19 +52,26 @@ static void req_free(pt_comm_req *r)
         return;
     free(r->host_in);
     free(r->host_out);
+    free(r->host_b16);
     free(r);
 }
 
 /* Completes the MPI part of r: waits for its requests under the watchdog's deadline,
- * then copies the staged result to the device. */
+ * rounds a bf16 reduction's fp32 result to bf16, then copies a staged result to the
+ * device. */
 static int mpi_finish(pt_comm *c, pt_comm_req *r, pt_err *err)
 {
     int rc = r->n_mpi ? pt_comm_await(c, r->n_mpi, r->mpi, &r->what, err) : 0;
     r->n_mpi = 0;
     if (rc)
         return -1;
+    const float *sum = r->host_out;
+    uint16_t *b16 = r->b16_to;
+    for (int64_t i = 0; b16 && i < r->b16_n; i++)
+        b16[i] = pt_k_bf16_from_f32(sum[i]);
     if (r->dst && r->dst_bytes)
-        c->kn->copy(c->kn, r->dst, r->host_out, r->dst_bytes, PT_KCOPY_H2D);
+        c->kn->copy(c->kn, r->dst, b16 ? (void *)b16 : r->host_out, r->dst_bytes,
+                    PT_KCOPY_H2D);
     return 0;
 }
 
@@ -156,6 +165,51 @@ static int stage_in(pt_comm *c, pt_comm_op op, const pt_comm_group *g, pt_comm_t
     return 0;
 }
 
+/* A bf16 reduction (sum, max, min, reduce-scatter): MPI has no bf16 type, so the input
+ * is widened to fp32 on the host (exactly), MPI reduces fp32 into r->host_out, and
+ * mpi_finish rounds the result once to bf16 into out (with `staged` through
+ * r->host_b16 and a copy to the device). The bf16 are read from in now, written to out
+ * at completion. */
+static int bf16_stage(pt_comm *c, pt_comm_op op, const pt_comm_group *g, const void *in,
+                      void *out, int64_t n, bool staged, pt_comm_req *r, void **hin,
+                      void **hout, pt_err *err)
+{
+    int64_t n_in, n_out;
+    pt_comm_op_sizes(op, n, g->size, &n_in, &n_out);
+    bool separate = op == PT_CO_RS;
+    float *w_in = malloc(n_in ? (size_t)n_in * sizeof *w_in : 1);
+    float *w_out = separate ? malloc(n_out ? (size_t)n_out * sizeof *w_out : 1) : w_in;
+    uint16_t *h16 = staged ? malloc((size_t)(n_in > n_out ? n_in : n_out) * 2 + 2) : NULL;
+    if (separate)
+        r->host_in = w_in;
+    r->host_out = w_out;
+    r->host_b16 = h16;
+    if (!w_in || !w_out || (staged && !h16))
+        return pt_err_set(err, "out of memory widening a bf16 %s of %lld elements",
+                          pt_comm_op_name(op), (long long)n_in);
+    const uint16_t *src = in;
+    if (staged) {
+        c->kn->copy(c->kn, h16, in, (size_t)n_in * 2, PT_KCOPY_D2H);
+        src = h16;
+    }
+    for (int64_t i = 0; i < n_in; i++)
+        w_in[i] = pt_k_f32_from_bf16(src[i]);
+    r->b16_to = staged ? (void *)h16 : out;
+    r->b16_n = n_out;
+    if (staged) {
+        r->dst = out;
+        r->dst_bytes = (size_t)n_out * 2;
+    }
+    *hin = w_in;
+    *hout = w_out;
+    return 0;
+}
+
+static bool reduces(pt_comm_op op)
+{
+    return op == PT_CO_SUM || op == PT_CO_MAX || op == PT_CO_MIN || op == PT_CO_RS;
+}
+
 /* op over MPI; with `staged`, in and out are device buffers copied through host
  * memory. Blocking when reqp is NULL. */
 static int mpi_op(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
@@ -171,9 +225,13 @@ static int mpi_op(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const voi
     r->what = (pt_comm_wait_for){.op = pt_comm_op_name(op), .slot = slot,
                                  .bytes = (n_in > n_out ? n_in : n_out) * (int64_t)es};
     void *hin = (void *)in, *hout = out;
-    int rc = staged ? stage_in(c, op, g, t, in, out, n, r, &hin, &hout, err) : 0;
+    bool widen = t == PT_CT_BF16 && reduces(op);
+    int rc = widen    ? bf16_stage(c, op, g, in, out, n, staged, r, &hin, &hout, err)
+             : staged ? stage_in(c, op, g, t, in, out, n, r, &hin, &hout, err)
+                      : 0;
     if (rc == 0)
-        rc = mpi_start(op, c->group[slot], g->rank, t, hin, hout, n, r, err);
+        rc = mpi_start(op, c->group[slot], g->rank, widen ? PT_CT_F32 : t, hin, hout, n, r,
+                       err);
     if (rc == 0 && !reqp)
         rc = mpi_finish(c, r, err);
     if (rc != 0 || !reqp) {
@@ -182,6 +240,7 @@ static int mpi_op(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const voi
         } else {
             free(stack.host_in);
             free(stack.host_out);
+            free(stack.host_b16);
         }
         return rc;
     }
@@ -390,6 +449,7 @@ const pt_comm_be pt_comm_be_mpi = {
     .send = host_send,
     .recv = host_recv,
     .flush = mpi_flush,
+    .reserve = NULL, /* each send mallocs its host copy */
     .gather = mpi_gather,
     .close = mpi_close,
     .abort = NULL, /* MPI_Abort, which pt_comm_abort calls for every MPI run */
@@ -403,6 +463,7 @@ const pt_comm_be pt_comm_be_staged = {
     .send = staged_send,
     .recv = staged_recv,
     .flush = mpi_flush,
+    .reserve = NULL, /* each send mallocs its host copy */
     .gather = NULL, /* [host] only: the host table's */
     .close = mpi_close,
     .abort = NULL,

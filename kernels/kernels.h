@@ -65,6 +65,51 @@ const char *pt_kdtype_name(pt_kdtype dt); /* "fp32", "bf16" */
 
 typedef enum { PT_KCOPY_H2H, PT_KCOPY_H2D, PT_KCOPY_D2H, PT_KCOPY_D2D } pt_kcopy;
 
+/* ---- Descriptions the table's calls take ------------------------------------------- */
+
+/* The largest shapes a model's ops run with on this rank, over every call of a step
+ * (training, recomputation, validation): what reserve sizes the backend's temporaries
+ * for. A field left 0 reserves nothing for the ops it covers. */
+typedef struct {
+    int64_t rows;        /* largest n (= b·s, tokens of a micro-batch here) of a norm
+                          * backward, matmul_backward, embed_backward or attention */
+    int64_t cols;        /* largest h of a norm backward, and oc of a matmul_backward
+                          * with dbias (3h/t, f/t, v/t, h, ...) */
+    int heads;           /* largest a (query heads here) of an attention_backward */
+    int kv_heads;        /* its kh and d: the CUDA backend's cuDNN attention backward */
+    int head_dim;        /* writes dq, dk and dv into temporaries before adding them */
+    int vocab_rows;      /* largest vr of an embed_backward with dwte */
+    int adamw_tensors;   /* largest count of an adamw_multi */
+} pt_k_scratch_shape;
+
+/* One tensor (or slice of one) of an adamw_multi: the buffers of the per-tensor adamw
+ * below, with its own weight decay. Pointers are backend memory. */
+typedef struct {
+    float *params;                 /* (n) fp32 master */
+    uint16_t *params_bf16;         /* (n) bf16 or NULL */
+    const float *grads;            /* (n) fp32 */
+    float *m;                      /* (n) fp32 */
+    float *v;                      /* (n) fp32 */
+    int64_t n;
+    float weight_decay;
+} pt_k_adamw_tensor;
+
+/* The step-wide arguments of an adamw_multi. The clipping factor is computed by the
+ * backend from the global sum of squares, where the op runs:
+ *     grad_scale = pt_k_clip_scale(sqrt(*sumsq / copies), max_norm),
+ * the same float to the bit as the host computing it (1 when max_norm <= 0, and then
+ * sumsq is not read and may be NULL). */
+typedef struct {
+    float lr, beta1, beta2, eps;
+    int step;                      /* counts from 1 */
+    double max_norm;               /* <= 0: no clipping */
+    const double *sumsq;           /* (1) backend memory: the sum of squares of every
+                                    * gradient over every rank (sumsq_acc, then the
+                                    * caller's all-reduce), read when the op runs */
+    double copies;                 /* > 0: how many times the sum counts each element
+                                    * (replicas holding the same gradients) */
+} pt_k_adamw_args;
+
 /* ---- The backend table ------------------------------------------------------------ */
 
 typedef struct pt_kernels pt_kernels;
@@ -84,6 +129,24 @@ struct pt_kernels {
     void (*zero)(pt_kernels *kn, void *p, size_t bytes);
     /* waits for queued work; 0, or -1 after any failure (message in kn->err) */
     int (*sync)(pt_kernels *kn);
+
+    /* -- Temporaries (optional, both or neither: NULL on a backend whose ops allocate
+     * nothing a step could wait on, as the CPU's) --
+     * Some ops need device temporaries (the partial sums of a deterministic column
+     * reduction, a sort's space, the descriptor table of adamw_multi). Without reserve
+     * the backend grows them when a call needs more, which waits for the stream and
+     * frees and allocates device memory: harmless in a test, a hang in a step whose
+     * collectives run on another stream. So the runtime calls reserve once at setup,
+     * before the first step, with the largest shapes of every op; reserve allocates
+     * everything then (waiting for the stream) and marks the backend steady: from then
+     * on no op allocates or frees device memory, and a call that would need more than
+     * was reserved does nothing and records an error naming the shortfall (returned by
+     * sync) instead of growing. Call reserve again between steps to grow (larger
+     * validation batches); it never shrinks.
+     * scratch_bytes says how many bytes of backend memory reserve holds for shape
+     * (for the memory plan); reserve returns 0, or -1 with kn->err set. */
+    size_t (*scratch_bytes)(pt_kernels *kn, const pt_k_scratch_shape *shape);
+    int (*reserve)(pt_kernels *kn, const pt_k_scratch_shape *shape);
 
     /* -- Device timers (optional, all three or none: NULL on a backend whose ops
      * finish before they return, as the CPU's, where the host clock around a call is
@@ -189,7 +252,8 @@ struct pt_kernels {
     /* -- Rotary position embedding (Su et al. 2021, RoFormer), on q (nh = a) and on
      * k (nh = k): each pair (x[2i], x[2i+1]) of a head is rotated by the angle
      * (pos0 + s) · theta^(-2i/d), as in Meta's LLaMA. theta is 10000 in LLaMA 2,
-     * 500000 in LLaMA 3. out may equal inp (in place). */
+     * 500000 in LLaMA 3. out may equal inp (in place). Positions below 2^24 and d at
+     * most 512 (the CUDA backend's fp32 angles; a larger d is recorded as an error). */
     void (*rope_forward)(pt_kernels *kn,
                          float *out,               /* (b, s, nh, d) [act] */
                          const float *inp,         /* (b, s, nh, d) [act] */
@@ -356,6 +420,32 @@ struct pt_kernels {
     double (*sumsq)(pt_kernels *kn,
                     const float *x,                /* (n) fp32 */
                     int64_t n);
+    /* The optimizer step without the host: sumsq_acc adds the sum of squares of x to
+     * *acc, a double in backend memory, without waiting; the sum over x is the one
+     * sumsq returns (the same blocks in the same order), so after *acc = 0 and calls
+     * on buffers x1, x2, ... *acc holds 0 + sumsq(x1) + sumsq(x2) + ... to the bit on
+     * the same backend. The caller all-reduces *acc over ranks on the device, then
+     * adamw_multi applies AdamW to count tensors in one pass (one launch on CUDA), with
+     * the clipping factor of pt_k_adamw_args computed from *a->sumsq where it runs.
+     * Each tensor's results equal adamw's on its buffers with that grad_scale, bit for
+     * bit. The list t is host memory, read before the call returns; the tensors must
+     * not overlap. On CUDA the list goes to a device table without waiting; the table
+     * grows when count does, which after reserve is an error (see reserve). */
+    void (*sumsq_acc)(pt_kernels *kn,
+                      const float *x,              /* (n) fp32 */
+                      int64_t n,
+                      double *acc);                /* (1) fp64, += */
+    void (*adamw_multi)(pt_kernels *kn,
+                        const pt_k_adamw_tensor *t, /* (count) host memory */
+                        int count,
+                        const pt_k_adamw_args *a);
+
+    /* dst += src elementwise, fp32 backend memory (ZeRO's gradient shards, a
+     * norm's weight gradient summed over tp); dst and src do not overlap. */
+    void (*add_f32)(pt_kernels *kn,
+                    float *dst,                    /* (n) fp32 */
+                    const float *src,              /* (n) fp32 */
+                    int64_t n);
 
     /* -- Conversions (round to nearest even; NaN stays NaN). Optional. -- */
     void (*f32_to_bf16)(pt_kernels *kn,
@@ -410,6 +500,9 @@ float pt_k_f32_from_bf16(uint16_t x);
  * min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_; 1 when
  * max_norm <= 0 (clipping off). */
 float pt_k_clip_scale(double norm, double max_norm);
+
+/* kn->scratch_bytes(kn, shape), or 0 on a backend without temporaries. */
+size_t pt_k_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape);
 
 #ifdef __cplusplus
 }

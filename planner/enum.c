@@ -3,9 +3,7 @@
  * world size, crossed with virtual stages, sequence parallelism, ZeRO stage,
  * micro-batch size, recomputation and schedule. Each candidate is checked against
  * the rules of layout.c; a rejected one is counted under the first rule it breaks,
- * and so is a valid one that ptrun's backend for the cluster's devices does not run
- * when the layouts are planned for ptrun (caps.c); a valid one gets its memory figures
- * and is handed to the caller.
+ * and a valid one gets its memory figures and is handed to the caller.
  */
 #include "internal.h"
 
@@ -33,7 +31,6 @@ typedef struct {
     void *ctx;
     pt_enum_counts *counts;
     int tp_spans;
-    bool backend_gate;  /* the layouts are ptrun's: its backend's capabilities apply */
     bool stop;
 } enum_state;
 
@@ -79,12 +76,6 @@ static void visit(enum_state *st, const pt_layout *in)
     if (pt_layout_check_spans(st->m, st->c, st->t->global_batch, l, st->tp_spans, &mask)) {
         st->counts->enumerated++;
         st->counts->rejected[__builtin_ctz(mask)]++;
-        return;
-    }
-    /* a valid layout that ptrun's backend for these devices cannot train (caps.c) */
-    if (st->backend_gate && pt_layout_supported(st->c, l, NULL)) {
-        st->counts->enumerated++;
-        st->counts->rejected[PT_REJECT_BACKEND]++;
         return;
     }
     pt_memory mem;
@@ -228,8 +219,7 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
 {
     *counts = (pt_enum_counts){0};
     enum_state st = {.m = m, .c = c, .t = t, .fn = fn, .ctx = ctx, .counts = counts,
-                     .limit_bytes = o->mem_fraction * (double)c->device.memory_bytes,
-                     .backend_gate = pt_stack_is_ptrun(&t->stack)};
+                     .limit_bytes = o->mem_fraction * (double)c->device.memory_bytes};
     int64_t world = pt_cluster_world(c);
     pt_layout l;
     pt_layout_default(&l);

@@ -49,7 +49,6 @@ static const struct {
     [PT_REJECT_UNEVEN_SPLIT] = {"uneven_split",
                                 "first_layers/last_layers leave no valid split of the layers"},
     [PT_REJECT_BAD_VALUE] = {"bad_value", "a size below 1 or ZeRO stage outside 0..3"},
-    [PT_REJECT_BACKEND] = {"backend", "ptrun's backend for the devices does not run it"},
 };
 
 const char *pt_reject_name(pt_reject r) { return reject_info[r].key; }
@@ -539,15 +538,6 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
             snprintf(buf, n, "first_layers = %lld, last_layers = %lld split the %lld layers "
                      "validly", (long long)l->first_layers, (long long)l->last_layers, L);
         break;
-    case PT_REJECT_BACKEND: {
-        pt_err why = {""};
-        if (c && pt_layout_supported(c, l, &why))
-            snprintf(buf, n, "%s", why.msg);
-        else
-            snprintf(buf, n, "ptrun's %s backend runs this layout",
-                     c ? pt_backend_name(pt_cluster_backend(c)) : "cpu");
-        break;
-    }
     default:
         snprintf(buf, n, "sizes must be at least 1, zero within 0..3 and first_layers, "
                  "last_layers at least 0");

@@ -324,8 +324,6 @@ typedef enum {
     PT_REJECT_ZERO_PP,            /* ZeRO 2/3 with pipeline parallelism */
     PT_REJECT_UNEVEN_SPLIT,       /* first_layers/last_layers leave no valid split */
     PT_REJECT_BAD_VALUE,          /* a size below 1, zero outside 0..3, ... */
-    PT_REJECT_BACKEND,            /* ptrun's backend for the cluster's devices does not run
-                                     it (pt_layout_supported; not a pt_layout_check rule) */
     PT_REJECT_COUNT
 } pt_reject;
 
@@ -398,25 +396,16 @@ int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *r
 /* True when some group of `kind` has members on two nodes of `devices_per_node`. */
 bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node);
 
-/* ---- Backend capabilities (planner/caps.c) ------------------------------------ */
+/* ---- Compute backends (planner/caps.c) ---------------------------------------- */
 
 /* The compute backends ptrun trains on: the CPU backend (C and OpenBLAS, MPI) for a
  * cluster whose device name starts with "cpu", the CUDA backend (cuBLASLt, NCCL) for any
- * other. What each runs is said here and nowhere else: the enumeration skips what a
- * backend does not run (counted under PT_REJECT_BACKEND), ptplan --layout refuses it,
- * and ptrun asks before it trains. */
+ * other. Both train every layout pt_layout_check accepts. */
 typedef enum { PT_BACKEND_CPU, PT_BACKEND_CUDA, PT_BACKEND_COUNT } pt_backend;
 pt_backend pt_cluster_backend(const pt_cluster *c);
-const char *pt_backend_name(pt_backend b); /* "cpu", "cuda" */
-/* Whether ptrun's backend for c's devices runs layout l (one pt_layout_check accepts).
- * The CPU backend runs every valid layout; the CUDA backend runs data and pipeline
- * parallelism with ZeRO 0 so far (no collectives on its bf16 activations, which tp and
- * cp need, and no sharded optimizer step, which works on host buffers). The error names
- * the layout's keys at fault, the backend and the device. */
-int pt_layout_supported(const pt_cluster *c, const pt_layout *l, pt_err *err);
-/* Whether plans priced for stack s are trained by ptrun, so that pt_layout_supported
- * decides which layouts the planner offers for it: ptrun's own stack (by name). Another
- * framework's stack says itself what it runs (pt_stack_check_layout). */
+/* Whether plans priced for stack s are ptrun's own (by name). A plan priced for another
+ * framework's stack trains with ptrun's stack in its place (runtime/trainer.c); that
+ * stack says itself what it runs (pt_stack_check_layout). */
 bool pt_stack_is_ptrun(const pt_stack *s);
 
 /* ---- Memory model ------------------------------------------------------------ */
@@ -978,6 +967,43 @@ json_t *pt_sim_result_json(const pt_sim_result *r);
  * are part of ptplan's documented --json output and of plan.json. */
 json_t *pt_layout_json(const pt_layout *l);
 json_t *pt_memory_json(const pt_memory *mem);
+
+/* ---- Pipeline transfers on NCCL (planner/sched_nccl.c) ------------------------ */
+
+/* How a runtime issues a schedule's sends and receives to NCCL, whose point-to-point
+ * calls have no tags and block their stream until the peer's matching call runs
+ * (NCCL user guide, "Point-to-point communication"). Receives go on the kernel
+ * stream, in program order, under both policies. */
+typedef enum {
+    PT_P2P_GROUPED,     /* each send queued, then issued in one NCCL group with the
+                           rank's next receive on the kernel stream (the rest before
+                           the optimizer step) */
+    PT_P2P_SEND_STREAM, /* each send copied on the kernel stream after the kernels that
+                           produced it, then its own NCCL operation on a send stream,
+                           started by an event recorded after the copy */
+    PT_P2P_SERIAL,      /* each send its own operation, but run in issue order with the
+                           receives: what NCCL makes of a send stream and a kernel
+                           stream sharing one communicator */
+    PT_P2P_POLICY_COUNT
+} pt_p2p_policy;
+const char *pt_p2p_policy_name(pt_p2p_policy p); /* "grouped", "send-stream", "serial" */
+
+typedef struct {
+    pt_p2p_policy policy;
+    /* PT_P2P_SEND_STREAM: the copies a rank's sends use, in turn; the copy for its
+     * send j waits on the kernel stream until send j - send_slots has completed.
+     * 0: as many as there are sends. */
+    int send_slots;
+} pt_p2p_issue;
+
+/* Replays every rank's transfers of `s` as issued under `how`, under NCCL's blocking
+ * semantics: each stream a FIFO; a send and its receive (the k-th send from a to b
+ * meets the k-th receive b posts from a) both execute, blocking their streams, until
+ * the other is executing too; grouped calls progress together. 0 when every stream
+ * runs to its end. Errors: the programs fail pt_sched_check (its error); a send that
+ * would meet a receive of other data; a deadlock, naming each rank's stream and the
+ * instructions it is stuck at. */
+int pt_sched_check_nccl(const pt_sched *s, const pt_p2p_issue *how, pt_err *err);
 
 #ifdef __cplusplus
 }

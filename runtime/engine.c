@@ -155,39 +155,49 @@ static bool counted_here(const pt_net *n, const pt_param *q)
 }
 
 /* Sum of squares of elements [lo, hi) of buf (a parameter-shaped buffer, indexed
- * from lo), over the parameters counted here. */
-static double sumsq_range(pt_net *n, const float *buf, int64_t lo, int64_t hi)
+ * from lo), over the parameters counted here: added to *acc (backend memory) where
+ * the kernels run when acc is given (the step's gradients: nothing waits), else
+ * returned to the host. */
+static double sumsq_range(pt_net *n, const float *buf, int64_t lo, int64_t hi, double *acc)
 {
     double s = 0;
     for (int i = 0; i < n->n_param; i++) {
         const pt_param *q = &n->param[i];
         int64_t a = q->offset > lo ? q->offset : lo;
         int64_t b = q->offset + q->count < hi ? q->offset + q->count : hi;
-        if (a < b && counted_here(n, q))
+        if (a >= b || !counted_here(n, q))
+            continue;
+        if (acc)
+            n->kn->sumsq_acc(n->kn, buf + (a - lo), b - a, acc);
+        else
             s += n->kn->sumsq(n->kn, buf + (a - lo), b - a);
     }
     return s;
 }
 
-/* AdamW over elements [lo, hi) of the buffers, parameter by parameter (weight decay
- * on matrices only, the GPT-2/llm.c practice); master, grad, m and v hold element lo
- * first. */
-static void adamw_range(pt_net *n, const pt_plan *p, float *master, const float *grad,
-                        float *m, float *v, int64_t lo, int64_t hi, double lr, int64_t step,
-                        float scale)
+/* The tensors of AdamW over elements [lo, hi) of the buffers, parameter by parameter
+ * (weight decay on matrices only, the GPT-2/llm.c practice), appended to list from
+ * index k (list NULL: only counted); master, grad, m and v hold element lo first.
+ * Returns the new count. */
+static int adam_range(pt_net *n, const pt_plan *p, pt_k_adamw_tensor *list, int k,
+                      float *master, const float *grad, float *m, float *v, int64_t lo,
+                      int64_t hi)
 {
-    pt_kernels *kn = n->kn;
     for (int i = 0; i < n->n_param; i++) {
         const pt_param *q = &n->param[i];
         int64_t a = q->offset > lo ? q->offset : lo;
         int64_t b = q->offset + q->count < hi ? q->offset + q->count : hi;
         if (a >= b)
             continue;
-        uint16_t *b16 = !n->w || n->w == n->master ? NULL : (uint16_t *)n->w + a;
-        kn->adamw(kn, master + (a - lo), b16, grad + (a - lo), m + (a - lo), v + (a - lo), b - a,
-                  (float)lr, 0.9f, 0.95f, 1e-8f, q->decay ? (float)p->run.weight_decay : 0.0f,
-                  (int)step + 1, scale);
+        if (list)
+            list[k] = (pt_k_adamw_tensor){
+                .params = master + (a - lo),
+                .params_bf16 = !n->w || n->w == n->master ? NULL : (uint16_t *)n->w + a,
+                .grads = grad + (a - lo), .m = m + (a - lo), .v = v + (a - lo), .n = b - a,
+                .weight_decay = q->decay ? (float)p->run.weight_decay : 0.0f};
+        k++;
     }
+    return k;
 }
 
 /* Sums a tied embedding's gradient over its two copies (first and last stage). */
@@ -223,78 +233,97 @@ typedef struct {
     const pt_plan *p;
     int64_t step;
     pt_step_stats *out;
-    bool have_norm;           /* the gradient norm is known (GRAD_NORM ran) */
+    bool have_norm;           /* the gradient norm's square is in n->gsq (GRAD_NORM ran) */
     bool updated;             /* ADAM ran */
-    float scale;              /* the clipping factor it gives */
+    double copies;            /* how many times n->gsq counts each gradient element */
 } step_end;
 
-/* The sum of squares of the gradients this rank holds, each element counted once
- * over its holders but a replicated one (ZeRO 0) dp·cp times. */
-static double local_sumsq(step_end *e)
+/* Adds the sum of squares of the gradients this rank holds to n->gsq, each element
+ * counted once over its holders but a replicated one (ZeRO 0) dp·cp times. */
+static void local_sumsq(step_end *e)
 {
     pt_net *n = e->n;
-    double sumsq = 0;
     if (n->zero) {
         for (int s = 0; s < pt_zero_segments(n); s++) {
             pt_zero_shard h = pt_zero_shard_of(n, s);
-            sumsq += sumsq_range(n, h.grad, h.lo, h.hi);
+            sumsq_range(n, h.grad, h.lo, h.hi, n->gsq);
         }
     } else if (n->n_z1 > 0) {
         for (int b = 0; b < n->n_z1; b++) {
             int64_t lo, hi;
             zero1_share(&n->z1[b], e->d->dp_rank, &lo, &hi);
             if (hi > lo) /* without the tied copy */
-                sumsq += sumsq_range(n, n->rs_shard + n->z1[b].shard_at, lo, hi);
+                sumsq_range(n, n->rs_shard + n->z1[b].shard_at, lo, hi, n->gsq);
         }
     } else {
-        sumsq = sumsq_range(n, n->grad, 0, n->n_elems);
+        sumsq_range(n, n->grad, 0, n->n_elems, n->gsq);
     }
-    return sumsq;
 }
 
-/* GRAD_NORM (sum over every rank: with_sum) or, on one rank, the norm before ADAM. */
+/* GRAD_NORM (sum over every rank: with_sum) or, on one rank, the norm before ADAM:
+ * its square into n->gsq on the device, read by ADAM's clipping where it runs and by
+ * the host after the step. */
 static int grad_norm(step_end *e, bool with_sum, pt_err *err)
 {
     pt_net *n = e->n;
     if (n->zero && pt_zero_drain(n, err)) /* the layers' last reductions */
         return -1;
-    double sumsq = local_sumsq(e);
-    if (with_sum && pt_comm_allreduce_f64(e->d->comm, -1, &sumsq, 1, err))
+    n->kn->zero(n->kn, n->gsq, sizeof *n->gsq);
+    local_sumsq(e);
+    if (with_sum && pt_comm_allreduce_t(e->d->comm, -1, PT_COMM_F64, n->gsq, 1, err))
         return -1;
     /* every dp·cp replica of ZeRO 0 holds the same gradients: the sum counts them
      * dp·cp times */
-    double copies = n->zero || n->n_z1 > 0 ? 1.0 : (double)e->d->dp_size;
-    e->out->grad_norm = sqrt(sumsq / copies);
-    e->scale = pt_k_clip_scale(e->out->grad_norm, e->p->run.grad_clip);
+    e->copies = n->zero || n->n_z1 > 0 ? 1.0 : (double)e->d->dp_size;
     e->have_norm = true;
     return 0;
 }
 
-/* ADAM over what this rank updates. */
+/* The optimizer's tensors over what this rank updates, into list (NULL: counted). */
+static int adam_list(pt_net *n, const pt_plan *p, int64_t dp_rank, pt_k_adamw_tensor *list)
+{
+    int k = 0;
+    if (n->zero) {
+        for (int s = 0; s < pt_zero_segments(n); s++) {
+            pt_zero_shard h = pt_zero_shard_of(n, s);
+            k = adam_range(n, p, list, k, h.master, h.grad, h.m, h.v, h.lo, h.hi);
+        }
+    } else if (n->n_z1 > 0) {
+        for (int b = 0; b < n->n_z1; b++) {
+            const pt_zero1_bucket *z = &n->z1[b];
+            int64_t lo, hi;
+            zero1_share(z, dp_rank, &lo, &hi);
+            if (hi > lo)
+                k = adam_range(n, p, list, k, n->master + lo, n->rs_shard + z->shard_at,
+                               n->m + z->shard_at, n->v + z->shard_at, lo, hi);
+        }
+    } else {
+        k = adam_range(n, p, list, k, n->master, n->grad, n->m, n->v, 0, n->n_elems);
+    }
+    return k;
+}
+
+/* ADAM over what this rank updates: one multi-tensor AdamW, clipped by the norm in
+ * n->gsq where it runs. */
 static int adam(step_end *e, pt_err *err)
 {
     pt_net *n = e->n;
     const pt_plan *p = e->p;
     if (!e->have_norm && grad_norm(e, false, err))
         return -1;
-    double lr = e->out->lr;
-    if (n->zero) {
-        for (int s = 0; s < pt_zero_segments(n); s++) {
-            pt_zero_shard h = pt_zero_shard_of(n, s);
-            adamw_range(n, p, h.master, h.grad, h.m, h.v, h.lo, h.hi, lr, e->step, e->scale);
-        }
-    } else if (n->n_z1 > 0) {
-        for (int b = 0; b < n->n_z1; b++) {
-            const pt_zero1_bucket *z = &n->z1[b];
-            int64_t lo, hi;
-            zero1_share(z, e->d->dp_rank, &lo, &hi);
-            if (hi > lo)
-                adamw_range(n, p, n->master + lo, n->rs_shard + z->shard_at, n->m + z->shard_at,
-                            n->v + z->shard_at, lo, hi, lr, e->step, e->scale);
-        }
-    } else {
-        adamw_range(n, p, n->master, n->grad, n->m, n->v, 0, n->n_elems, lr, e->step, e->scale);
+    int count = adam_list(n, p, e->d->dp_rank, NULL);
+    if (count > n->adam_cap) {
+        pt_k_adamw_tensor *t = realloc(n->adam, (size_t)count * sizeof *t);
+        if (!t)
+            return pt_err_set(err, "out of memory for %d optimizer tensors", count);
+        n->adam = t;
+        n->adam_cap = count;
     }
+    adam_list(n, p, e->d->dp_rank, n->adam);
+    pt_k_adamw_args a = {.lr = (float)e->out->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                         .step = (int)e->step + 1, .max_norm = p->run.grad_clip,
+                         .sumsq = n->gsq, .copies = e->copies};
+    n->kn->adamw_multi(n->kn, n->adam, count, &a);
     e->updated = true;
     return 0;
 }
@@ -315,11 +344,13 @@ static int reduce_left(step_end *e, pt_err *err)
     return 0;
 }
 
-/* ZERO_ALLGATHER: the updated weights back to every rank (ZeRO 1: bucket by bucket;
- * ZeRO 2/3: the segments kept whole). */
+/* ZERO_ALLGATHER: the updated weights back to every rank (ZeRO 1: bucket by bucket,
+ * the fp32 master weights, then on a bf16 backend the bucket's compute copy rounded
+ * from them; ZeRO 2/3: the segments kept whole). */
 static int gather_updated(step_end *e, pt_err *err)
 {
     pt_net *n = e->n;
+    pt_kernels *kn = n->kn;
     if (n->zero)
         return pt_zero_gather_whole(n, err);
     int64_t r = e->d->dp_rank;
@@ -328,11 +359,15 @@ static int gather_updated(step_end *e, pt_err *err)
         int64_t lo, hi;
         zero1_share(z, r, &lo, &hi);
         float *full = n->rs_full + z->full_at;
-        memcpy(full + r * z->share, n->master + lo, (size_t)(hi - lo) * sizeof *full);
+        kn->copy(kn, full + r * z->share, n->master + lo, (size_t)(hi - lo) * sizeof *full,
+                 PT_KCOPY_D2D);
         if (pt_comm_allgather(e->d->comm, PT_GROUP_DPCP, full + r * z->share, full, z->share,
                               err))
             return -1;
-        memcpy(n->master + z->lo, full, (size_t)(z->hi - z->lo) * sizeof *full);
+        kn->copy(kn, n->master + z->lo, full, (size_t)(z->hi - z->lo) * sizeof *full,
+                 PT_KCOPY_D2D);
+        if (n->w != n->master)
+            kn->f32_to_bf16(kn, (uint16_t *)n->w + z->lo, n->master + z->lo, z->hi - z->lo);
     }
     return 0;
 }
@@ -390,6 +425,11 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
     kn->zero(kn, n->grad, (size_t)(n->zero ? n->opt_elems : n->n_elems) * sizeof(float));
     if (rc == 0 && kn->sync(kn))
         rc = pt_err_set(err, "%s", kn->err);
+    if (rc == 0) { /* the step is done: its gradient norm to the host */
+        double sq = 0;
+        kn->copy(kn, &sq, n->gsq, sizeof sq, PT_KCOPY_D2H);
+        out->grad_norm = sqrt(sq / e.copies);
+    }
     return rc;
 }
 
@@ -484,10 +524,11 @@ static void bucket_span(const buckets *B, const char *what, int chunk, int64_t b
 static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
                        pt_err *err)
 {
+    pt_kernels *kn = n->kn;
     float *full = n->rs_full + z->full_at;
     int64_t len = z->hi - z->lo, padded = z->share * n->opt_ranks;
-    memcpy(full, n->grad + z->lo, (size_t)len * sizeof *full);
-    memset(full + len, 0, (size_t)(padded - len) * sizeof *full);
+    kn->copy(kn, full, n->grad + z->lo, (size_t)len * sizeof *full, PT_KCOPY_D2D);
+    kn->zero(kn, full + len, (size_t)(padded - len) * sizeof *full);
     return pt_comm_ireducescatter(comm, PT_GROUP_DPCP, full, n->rs_shard + z->shard_at,
                                   z->share, req, err);
 }
@@ -803,10 +844,10 @@ double pt_engine_param_sumsq(pt_net *n, const pt_dist *d, pt_err *err)
     if (n->zero) /* disjoint shards: each element once over dp·cp */
         for (int i = 0; i < pt_zero_segments(n); i++) {
             pt_zero_shard h = pt_zero_shard_of(n, i);
-            s += sumsq_range(n, h.master, h.lo, h.hi);
+            s += sumsq_range(n, h.master, h.lo, h.hi, NULL);
         }
     else
-        s = sumsq_range(n, n->master, 0, n->n_elems);
+        s = sumsq_range(n, n->master, 0, n->n_elems, NULL);
     if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &s, 1, err))
         return -1;
     return n->zero ? s : s / d->dp_size; /* each dp·cp replica holds the same weights */

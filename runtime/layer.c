@@ -49,6 +49,15 @@ int64_t pt_net_act_elems(const pt_net *n)
     return d.R * d.h;
 }
 
+int64_t pt_net_p2p_bytes(const pt_net *n)
+{
+    dims d = dims_of(n);
+    int64_t ab = (int64_t)pt_kdtype_bytes(n->kn->act_dtype);
+    int64_t stage = d.R * d.h * ab;                      /* a stage boundary's activations */
+    int64_t ring = d.cp > 1 ? 4 * d.T * d.kh * d.d * ab : 0; /* K, V and their gradients */
+    return stage > ring ? stage : ring;
+}
+
 /* Context parallelism with causal load balancing (Megatron-LM's context parallel,
  * Liu et al. 2023's ring attention): the sequence is cut into 2·cp chunks and cp
  * rank i holds chunks i and 2·cp-1-i, so every rank gets the same share of the
@@ -79,6 +88,36 @@ void pt_net_cp_slice(const pt_net *n, const int32_t *full, int32_t *local)
 }
 
 /* ---- Allocation of slots and scratch ---------------------------------------------------- */
+
+/* The kernels' own temporaries, sized once for the largest op of this rank (kernels.h:
+ * reserve), so that no op allocates or waits inside a step; and the device scalar of
+ * the gradient norm. Every op runs on at most T rows (validation and sampling take the
+ * micro-batch's shape); the widest biased or normalised rows are the fused QKV, the
+ * MLP's (twice f for SwiGLU's gate and up) and the vocabulary slice. The optimizer's
+ * tensors number at most one per parameter plus one per range cut (a ZeRO segment or
+ * bucket share cuts at most one parameter in two). */
+static int reserve_kernels(pt_net *n, const dims *d, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    if (!(n->gsq = kn->alloc(kn, sizeof *n->gsq)))
+        return pt_err_set(err, "out of memory");
+    n->bytes += (int64_t)sizeof *n->gsq;
+    if (!kn->reserve)
+        return 0;
+    int64_t cols = d->h, qkv = (int64_t)(d->a + 2 * d->kh) * d->d;
+    cols = qkv > cols ? qkv : cols;
+    cols = 2 * (int64_t)d->f > cols ? 2 * (int64_t)d->f : cols;
+    cols = d->v > cols ? d->v : cols;
+    int64_t ranges = n->zero ? pt_zero_segments(n) : n->n_z1 > 0 ? n->n_z1 : 1;
+    pt_k_scratch_shape sh = {.rows = d->T, .cols = cols, .heads = d->a, .kv_heads = d->kh,
+                             .head_dim = d->d, .vocab_rows = d->v,
+                             .adamw_tensors = (int)(n->n_param + ranges)};
+    /* the backend's, like cuBLASLt's workspace: not in the model's bytes, which the
+     * memory model predicts */
+    if (kn->reserve(kn, &sh))
+        return pt_err_set(err, "the %s backend's temporaries: %s", kn->name, kn->err);
+    return 0;
+}
 
 /* Hands out consecutive pieces of one allocation (or, with base NULL, only counts; a
  * count past half the address space sets `overflow`: the plan's sizes come from a file
@@ -388,7 +427,7 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
     S->mem = c.base;
     c.used = 0;
     carve_scratch(&c, n, S);
-    return 0;
+    return reserve_kernels(n, &d, err);
 }
 
 void pt_net_free_runtime(pt_net *n)
@@ -412,6 +451,12 @@ void pt_net_free_runtime(pt_net *n)
     if (S && n->kn)
         n->kn->free(n->kn, S->mem);
     free(S);
+    if (n->kn)
+        n->kn->free(n->kn, n->gsq);
+    n->gsq = NULL;
+    free(n->adam);
+    n->adam = NULL;
+    n->adam_cap = 0;
     for (int i = 0; i < 6; i++)
         pt_oplist_free(&n->ops[i]);
     for (int i = 0; i < 64; i++)
@@ -774,27 +819,6 @@ static int linear_bwd(ctx *c, pt_param_ref which, bool data, float *dinp, const 
     return gemm_over_rows(c, &g, inp);
 }
 
-/* dst += src, n fp32 elements of backend memory, through host copies (small: a
- * norm's weights). */
-static int add_f32(ctx *c, float *dst, const float *src, int64_t n)
-{
-    pt_kernels *kn = c->n->kn;
-    float *a = malloc(2 * (size_t)n * sizeof *a);
-    if (!a)
-        return pt_err_set(c->err, "out of memory");
-    kn->copy(kn, a, dst, (size_t)n * sizeof *a, PT_KCOPY_D2H);
-    kn->copy(kn, a + n, src, (size_t)n * sizeof *a, PT_KCOPY_D2H);
-    int rc = kn->sync(kn) ? pt_err_set(c->err, "%s", kn->err) : 0;
-    for (int64_t i = 0; rc == 0 && i < n; i++)
-        a[i] += a[n + i];
-    if (rc == 0)
-        kn->copy(kn, dst, a, (size_t)n * sizeof *a, PT_KCOPY_H2D);
-    if (rc == 0 && kn->sync(kn))
-        rc = pt_err_set(c->err, "%s", kn->err);
-    free(a);
-    return rc;
-}
-
 /* A norm's backward. With sequence parallelism each tp rank sees only its rows, so
  * the weight gradients of this micro-batch are summed over tp before they are added
  * (Korthikanti et al. 2022) — here, so that every ZeRO stage finds them complete. */
@@ -816,11 +840,12 @@ static int norm_bwd(ctx *c, pt_param_ref which, float *dinp, const float *dout,
         kn->layernorm_backward(kn, dinp, dw, db, dout, inp, w.w, mean, rstd, c->d.R, h);
     if (!c->d.sp)
         return 0;
-    if (kn->sync(kn))
-        return pt_err_set(c->err, "%s", kn->err);
-    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, c->S->dnorm, 2 * (int64_t)h, c->err) ||
-        add_f32(c, w.g, dw, h) || (db && add_f32(c, b.g, db, h)))
+    /* the collective is ordered after the kernels on every backend (comm.h) */
+    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, c->S->dnorm, 2 * (int64_t)h, c->err))
         return -1;
+    kn->add_f32(kn, w.g, dw, h);
+    if (db)
+        kn->add_f32(kn, b.g, db, h);
     return 0;
 }
 
@@ -857,12 +882,11 @@ static int kv_wgrad_shared(ctx *c, pt_param_ref which, const float *dout)
     kn->zero(kn, c->S->dkv, (size_t)(heads * part) * sizeof(float));
     kn->matmul_backward(kn, NULL, mine, b.g ? mine + (int64_t)kvd * d->h : NULL, dout, c->col_in,
                         w.w, d->T, d->h, kvd);
-    if (kn->sync(kn))
-        return pt_err_set(c->err, "%s", kn->err);
-    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, c->S->dkv, heads * part, c->err) ||
-        add_f32(c, w.g, mine, (int64_t)kvd * d->h) ||
-        (b.g && add_f32(c, b.g, mine + (int64_t)kvd * d->h, kvd)))
+    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, c->S->dkv, heads * part, c->err))
         return -1;
+    kn->add_f32(kn, w.g, mine, (int64_t)kvd * d->h);
+    if (b.g)
+        kn->add_f32(kn, b.g, mine + (int64_t)kvd * d->h, kvd);
     return 0;
 }
 
@@ -912,8 +936,6 @@ static int attention_fwd(ctx *c)
     kn->copy(kn, at_elem(c, cur, kv), L->v, act_bytes(c, kv), PT_KCOPY_D2D);
     for (int j = 0; j < d->cp; j++) {
         int src = (d->cr - j + d->cp) % d->cp;
-        if (kn->sync(kn))
-            return pt_err_set(c->err, "%s", kn->err);
         if (j < d->cp - 1 && pt_comm_isend_bytes(c->n->comm, c->n->cp_next, tag_ring(j, false),
                                                  cur, (int64_t)act_bytes(c, 2 * kv), c->err))
             return -1;
@@ -989,8 +1011,6 @@ static int attention_bwd(ctx *c)
             bool last = j == d->cp - 1;
             float *from = last ? dk : cur, *into = last ? at_elem(c, next, 2 * kv) : next;
             int64_t count = last ? 2 * kv : 4 * kv;
-            if (kn->sync(kn))
-                return pt_err_set(c->err, "%s", kn->err);
             int64_t bytes = (int64_t)act_bytes(c, count);
             if (pt_comm_isend_bytes(c->n->comm, c->n->cp_next, tag_ring(j, true), from, bytes,
                                     c->err) ||
@@ -1050,13 +1070,11 @@ static float *tensor(ctx *c, pt_tensor t)
 
 /* ---- Collectives inside a micro-batch ------------------------------------------------------ */
 
-/* Before a collective reads what the kernels wrote: their queue done, and the one
- * overlapped gather that may be in flight finished. */
+/* Before a collective: the one overlapped gather that may be in flight finished. (The
+ * kernels that wrote its input need no wait: every backend orders a collective after
+ * the work queued before it, comm.h.) */
 static int coll_ready(ctx *c)
 {
-    pt_kernels *kn = c->n->kn;
-    if (kn->sync(kn))
-        return pt_err_set(c->err, "%s", kn->err);
     return finish_gather(c);
 }
 
@@ -1072,6 +1090,9 @@ static int tp_collective(ctx *c, const pt_op *op)
     const dims *d = &c->d;
     float *src = tensor(c, op->src), *dst = tensor(c, op->dst);
     int64_t Rh = d->R * d->h;
+    /* [act] buffers: bf16 on the CUDA backend, summed by the collective in that type
+     * (Megatron-LM's tensor-parallel all-reduces run in the compute dtype) */
+    pt_comm_dtype t = c->n->kn->act_dtype == PT_KDTYPE_BF16 ? PT_COMM_BF16 : PT_COMM_F32;
     if (!src || !dst)
         return pt_err_set(c->err, "internal: %s moves %s into %s, which this op list does "
                                   "not hold here", pt_op_kind_name(op->kind),
@@ -1079,17 +1100,17 @@ static int tp_collective(ctx *c, const pt_op *op)
     if (coll_ready(c))
         return -1;
     if (op->kind == PT_OPK_TP_ALLREDUCE)
-        return pt_comm_allreduce(comm, PT_GROUP_TP, dst, d->T * d->h, c->err);
+        return pt_comm_allreduce_t(comm, PT_GROUP_TP, t, dst, d->T * d->h, c->err);
     if (op->kind == PT_OPK_SP_REDUCESCATTER)
-        return pt_comm_reducescatter(comm, PT_GROUP_TP, src, dst, Rh, c->err);
+        return pt_comm_reducescatter_t(comm, PT_GROUP_TP, t, src, dst, Rh, c->err);
     if (op->dst != PT_TEN_GATHERED) /* the residual gradient */
-        return pt_comm_allgather(comm, PT_GROUP_TP, src, dst, Rh, c->err);
+        return pt_comm_allgather_t(comm, PT_GROUP_TP, t, src, dst, Rh, c->err);
     int rc;
     if (op->overlapped) { /* tp_overlap: the next GEMM starts on this rank's rows */
         c->gather_shard = src;
-        rc = pt_comm_iallgather(comm, PT_GROUP_TP, src, dst, Rh, &c->gather, c->err);
+        rc = pt_comm_iallgather_t(comm, PT_GROUP_TP, t, src, dst, Rh, &c->gather, c->err);
     } else
-        rc = pt_comm_allgather(comm, PT_GROUP_TP, src, dst, Rh, c->err);
+        rc = pt_comm_allgather_t(comm, PT_GROUP_TP, t, src, dst, Rh, c->err);
     c->col_in = dst;
     return rc;
 }

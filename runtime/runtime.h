@@ -250,6 +250,11 @@ typedef struct {
                                  (opt_elems floats, rs_shard); allocated with the
                                  model */
 
+    double *gsq;              /* (1) backend memory: the step's gradient sum of squares,
+                                 summed over the ranks on the device (engine.c) */
+    pt_k_adamw_tensor *adam;  /* [adam_cap] the optimizer's tensor list (host) */
+    int adam_cap;
+
     struct pt_zero *zero;     /* ZeRO 2/3's shards and windows (runtime/zero.c), with
                                  dp·cp > 1; NULL otherwise. With it, master, grad, m
                                  and v are shard arrays of opt_elems floats and w is
@@ -368,6 +373,9 @@ int pt_net_trace_resolve(pt_net *n, pt_err *err);
  * stage sends on (b·s/cp tokens, divided by tp again with sequence parallelism,
  * times h). */
 int64_t pt_net_act_elems(const pt_net *n);
+/* The largest point-to-point transfer this rank makes: a stage boundary's activations
+ * or gradients, or (cp) one hop of the K/V ring with its gradients. */
+int64_t pt_net_p2p_bytes(const pt_net *n);
 /* This rank's context-parallel share of a micro-batch's tokens: from full (b, s),
  * chunks cp_rank and 2·cp-1-cp_rank of each row into local (b, s/cp). */
 void pt_net_cp_slice(const pt_net *n, const int32_t *full, int32_t *local);

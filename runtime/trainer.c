@@ -25,8 +25,8 @@ static void spike_free(struct pt_spike_guard *g);
 
 /* ---- Opening -------------------------------------------------------------------------- */
 
-/* The plan against this run: its world size, ptrun's own stack, what the backend of its
- * devices runs, and the options that override it. */
+/* The plan against this run: its world size, ptrun's own stack and the options that
+ * override it. */
 static int check_plan(pt_trainer *r, pt_trainer_info *info, pt_err *err)
 {
     pt_plan *p = &r->plan;
@@ -42,9 +42,6 @@ static int check_plan(pt_trainer *r, pt_trainer_info *info, pt_err *err)
         snprintf(info->priced_stack, sizeof info->priced_stack, "%s", p->train.stack.name);
         p->train.stack = *own;
     }
-    pt_err why;
-    if (pt_layout_supported(&p->cluster, &p->layout, &why))
-        return pt_err_set(err, "%s: %s", r->o.plan, why.msg);
     if (r->o.dropout >= 0)
         p->run.dropout = r->o.dropout;
     if (r->o.steps)
@@ -157,6 +154,9 @@ static int build(pt_trainer *r, pt_err *err)
     if (pt_net_init_at(&r->net, p, r->kn, &r->place, slots, p->run.seed, &r->trace, err))
         return -1;
     r->net.rank = r->rank;
+    /* the send pool, allocated now rather than inside the first step */
+    if (pt_comm_reserve_sends(r->comm, pt_net_p2p_bytes(&r->net), err))
+        return -1;
     pt_opctx c;
     pt_opctx_init(&c, &p->model, &p->layout, &p->train, &p->cluster);
     r->model_flops = pt_step_model_flops(&c);

@@ -71,13 +71,12 @@ typedef struct {
 } pt_trainer_info;
 
 /* Opens the run of world rank pt_comm_rank(comm) (comm: pt_comm_init's, also for a
- * world of one; it must outlive the trainer): reads
- * and checks the plan (its world size against the run's, the layout against what the
- * backend of its cluster's devices runs, pt_layout_supported), applies the options,
- * computes the rank grid once and from it this rank's place and process groups (the
- * communicator's and the engine's), refuses a checkpoint target that cannot be written,
- * loads the data, starts the compute backend and builds this rank's part of the model.
- * Collective. On error *out may hold a partly opened trainer: pt_trainer_close it. */
+ * world of one; it must outlive the trainer): reads and checks the plan (its world size
+ * against the run's), applies the options, computes the rank grid once and from it this
+ * rank's place and process groups (the communicator's and the engine's), refuses a
+ * checkpoint target that cannot be written, loads the data, starts the compute backend
+ * and builds this rank's part of the model. Collective. On error *out may hold a partly
+ * opened trainer: pt_trainer_close it. */
 int pt_trainer_open(pt_trainer **out, const pt_trainer_opts *o, pt_comm *comm,
                     pt_trainer_info *info, pt_err *err);
 /* The plan as it trains (options applied, ptrun's stack). */

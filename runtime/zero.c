@@ -22,7 +22,15 @@
  *
  * Addressing stays the flat buffer's: a parameter's offset says where it sits in its
  * segment, and pt_zero_weight / pt_zero_grad map it into a window or a whole copy.
- * Host buffers only (the fp32 CPU backend); ptrun refuses ZeRO on others.
+ *
+ * Element types. Gradients, master weights and moments are fp32 on every backend;
+ * the weights the layers read (windows, whole copies) are the backend's [act] type.
+ * On the fp32 CPU backend a whole copy is also its segment's master (ZeRO 2 keeps
+ * no second copy); on a bf16 backend (CUDA) every segment has an fp32 master shard,
+ * and a gather rounds this rank's shard to bf16 before it all-gathers, so bf16
+ * weights travel (FSDP's mixed precision, where parameters are gathered in the
+ * compute type). Every buffer is backend memory and every move a kernel or a
+ * collective on it: no host loop touches a shard, and nothing waits on the host.
  */
 #include "model_internal.h"
 
@@ -36,9 +44,9 @@ typedef struct {
     int64_t sbase;        /* where this rank's shard starts in the shard arrays */
     int64_t wbase;        /* weights kept whole: where they start in `whole`, else -1 */
     int64_t gbase;        /* gradients kept whole: where in `gwhole`, else -1 */
-    int64_t mbase;        /* weights not kept whole: where this rank's fp32 master shard
-                             starts in n->master, else -1 (the whole copy is the master:
-                             on the fp32 backend weights and master weights are one) */
+    int64_t mbase;        /* where this rank's fp32 master shard starts in n->master, or
+                             -1: the whole copy is the master (weights kept whole on
+                             the fp32 backend, where weights and master weights are one) */
 } segment;
 
 struct pt_zero {
@@ -46,7 +54,10 @@ struct pt_zero {
     int n_seg;
     int dp_rank, dp_size;
     bool gather_layers;        /* stage 3: layers' weights live in shards only */
-    float *window[2];          /* (win_elems) gathered layers' weights, used in turn */
+    bool sep_master;           /* weights are bf16: every segment has an fp32 master shard */
+    pt_comm_dtype wtype;       /* the weights' type in collectives */
+    size_t ab;                 /* bytes per weight element ([act]) */
+    char *window[2];           /* (win_elems) [act] gathered layers' weights, used in turn */
     int win_seg[2];            /* the segment each holds (or is being gathered), -1 none */
     pt_comm_req *win_req[2];   /* a prefetch in flight into the window, or NULL */
     int win_last;              /* the window the current layer's weights are in */
@@ -57,9 +68,10 @@ struct pt_zero {
                                   reduce-scattered for, -1 none */
     pt_comm_req *grs_req[2];
     float *gshare[2];          /* (max layer shard) each reduce-scatter's output */
-    float *whole, *gwhole;     /* weights and gradients kept whole */
-    float *staging;            /* (stage_elems) host floats: a padded segment on its way
-                                  through the step's collectives, allocated once */
+    char *whole;               /* (whole_elems) [act] weights kept whole */
+    float *gwhole;             /* (gwhole_elems) fp32 gradients kept whole */
+    float *staging;            /* (stage_elems) fp32 backend memory: a padded segment on
+                                  its way through the step's collectives, allocated once */
     int64_t win_elems, whole_elems, gwhole_elems, master_elems, stage_elems, max_shard;
 };
 
@@ -106,7 +118,8 @@ static int build_segments(pt_net *n, pt_zero *z)
         if (g->layer < 0 || !z->gather_layers) {
             g->wbase = z->whole_elems;
             z->whole_elems += len;
-        } else {
+        }
+        if (g->wbase < 0 || z->sep_master) {
             g->mbase = z->master_elems;
             z->master_elems += g->shard;
         }
@@ -137,6 +150,17 @@ static size_t floats(int64_t n)
     return (size_t)(n > 0 ? n : 1) * sizeof(float);
 }
 
+/* Bytes of n weights ([act]), at least one element's. */
+static size_t wbytes(const pt_zero *z, int64_t n)
+{
+    return (size_t)(n > 0 ? n : 1) * z->ab;
+}
+
+static char *at_weight(const pt_zero *z, char *base, int64_t elem)
+{
+    return base + (size_t)elem * z->ab;
+}
+
 int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *init, pt_err *err)
 {
     pt_kernels *kn = n->kn;
@@ -147,28 +171,32 @@ int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *in
     z->dp_rank = dp_rank;
     z->dp_size = dp_size;
     z->gather_layers = stage >= 3;
+    z->ab = pt_kdtype_bytes(kn->act_dtype);
+    z->sep_master = kn->act_dtype != PT_KDTYPE_F32;
+    z->wtype = z->sep_master ? PT_COMM_BF16 : PT_COMM_F32;
     z->win_seg[0] = z->win_seg[1] = z->gwin_seg = z->grs_seg[0] = z->grs_seg[1] = -1;
     if (build_segments(n, z))
         return pt_err_set(err, "out of memory for the ZeRO segments");
     size_t opt = floats(n->opt_elems), win = floats(z->win_elems), mst = floats(z->master_elems);
-    size_t whole = floats(z->whole_elems), gwhole = floats(z->gwhole_elems);
+    size_t wwin = wbytes(z, z->win_elems), whole = wbytes(z, z->whole_elems);
+    size_t gwhole = floats(z->gwhole_elems);
     n->master = kn->alloc(kn, mst);
     n->grad = kn->alloc(kn, opt);
     n->m = kn->alloc(kn, opt);
     n->v = kn->alloc(kn, opt);
     bool windows_ok = true;
     for (int k = 0; k < 2; k++) {
-        z->window[k] = z->gather_layers ? kn->alloc(kn, win) : NULL;
+        z->window[k] = z->gather_layers ? kn->alloc(kn, wwin) : NULL;
         z->gwindow[k] = kn->alloc(kn, win);
         z->gshare[k] = kn->alloc(kn, floats(z->max_shard));
         windows_ok &= (!z->gather_layers || z->window[k]) && z->gwindow[k] && z->gshare[k];
     }
     z->whole = kn->alloc(kn, whole);
     z->gwhole = kn->alloc(kn, gwhole);
-    z->staging = malloc(floats(z->stage_elems));
+    z->staging = kn->alloc(kn, floats(z->stage_elems));
     n->w = NULL;
-    size_t total = 3 * opt + mst + (z->gather_layers ? 4 : 2) * win + whole + gwhole +
-                   2 * floats(z->max_shard) + floats(z->stage_elems);
+    size_t total = 3 * opt + mst + (z->gather_layers ? 2 * wwin : 0) + 2 * win + whole +
+                   gwhole + 2 * floats(z->max_shard) + floats(z->stage_elems);
     n->bytes += (int64_t)total;
     if (!n->master || !n->grad || !n->m || !n->v || !windows_ok || !z->whole || !z->gwhole ||
         !z->staging)
@@ -200,7 +228,7 @@ void pt_zero_free(pt_net *n)
     }
     kn->free(kn, z->whole);
     kn->free(kn, z->gwhole);
-    free(z->staging);
+    kn->free(kn, z->staging);
     free(z->seg);
     free(z);
     n->zero = NULL;
@@ -221,61 +249,93 @@ static void shard_range(const pt_zero *z, const segment *g, int64_t *lo, int64_t
 static float *master_of(pt_net *n, const segment *g, int64_t lo)
 {
     pt_zero *z = n->zero;
-    return g->wbase >= 0 ? z->whole + g->wbase + (lo - g->begin) : n->master + g->mbase;
+    return g->mbase >= 0 ? n->master + g->mbase
+                         : (float *)at_weight(z, z->whole, g->wbase + (lo - g->begin));
+}
+
+/* Host fp32 into backend [act] weights: a copy, or rounded to bf16 on the way. */
+static int upload_weights(pt_net *n, char *dst, const float *src, int64_t count, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    if (!n->zero->sep_master) {
+        kn->copy(kn, dst, src, (size_t)count * sizeof *src, PT_KCOPY_H2D);
+        return 0;
+    }
+    uint16_t *b16 = malloc((size_t)(count > 0 ? count : 1) * sizeof *b16);
+    if (!b16)
+        return pt_err_set(err, "out of memory converting %lld weights", (long long)count);
+    for (int64_t i = 0; i < count; i++)
+        b16[i] = pt_k_bf16_from_f32(src[i]);
+    kn->copy(kn, dst, b16, (size_t)count * sizeof *b16, PT_KCOPY_H2D);
+    int rc = kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0; /* b16 is read until then */
+    free(b16);
+    return rc;
 }
 
 int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err)
 {
     pt_zero *z = n->zero;
     pt_kernels *kn = n->kn;
-    for (int s = 0; s < z->n_seg; s++) {
+    int rc = 0;
+    for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
         int64_t lo, hi;
         shard_range(z, g, &lo, &hi);
-        if (g->wbase >= 0) {
-            kn->copy(kn, z->whole + g->wbase, whole + g->begin,
-                     (size_t)(g->end - g->begin) * sizeof(float), PT_KCOPY_H2D);
+        if (g->wbase >= 0)
+            rc = upload_weights(n, at_weight(z, z->whole, g->wbase), whole + g->begin,
+                                g->end - g->begin, err);
+        if (g->mbase < 0)
             continue;
-        }
         kn->zero(kn, n->master + g->mbase, (size_t)g->shard * sizeof(float));
         kn->copy(kn, n->master + g->mbase, whole + lo, (size_t)(hi - lo) * sizeof(float),
                  PT_KCOPY_H2D);
     }
     z->win_seg[0] = z->win_seg[1] = -1; /* the windows hold old weights */
-    return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
+    if (rc == 0 && kn->sync(kn))
+        rc = pt_err_set(err, "%s", kn->err);
+    return rc;
 }
 
-/* All-gathers segment g's master shards into `into` (shard · dp elements); with req,
- * only starts it (pt_comm_wait completes it). */
-static int gather(pt_net *n, const segment *g, float *into, pt_comm_req **req, pt_err *err)
+/* All-gathers segment g's shards into `into` (shard · dp elements): the weights the
+ * layers read ([act]: this rank's master shard rounded to bf16 on a bf16 backend),
+ * or with `master` the fp32 master weights. With req, only starts it (pt_comm_wait
+ * completes it). */
+static int gather(pt_net *n, const segment *g, void *into, bool master, pt_comm_req **req,
+                  pt_err *err)
 {
     pt_zero *z = n->zero;
+    pt_kernels *kn = n->kn;
     int64_t lo, hi;
     shard_range(z, g, &lo, &hi);
-    float *mine = into + (int64_t)z->dp_rank * g->shard;
-    memset(mine, 0, (size_t)g->shard * sizeof *mine);
-    memcpy(mine, master_of(n, g, lo), (size_t)(hi - lo) * sizeof *mine);
+    bool round = z->sep_master && !master;
+    size_t eb = round ? z->ab : sizeof(float);
+    char *mine = (char *)into + (size_t)z->dp_rank * (size_t)g->shard * eb;
+    kn->zero(kn, mine, (size_t)g->shard * eb);
+    if (round)
+        kn->f32_to_bf16(kn, (uint16_t *)mine, master_of(n, g, lo), hi - lo);
+    else
+        kn->copy(kn, mine, master_of(n, g, lo), (size_t)(hi - lo) * sizeof(float),
+                 PT_KCOPY_D2D);
+    pt_comm_dtype t = round ? z->wtype : PT_COMM_F32;
     if (req)
-        return pt_comm_iallgather(n->comm, PT_GROUP_DPCP, mine, into, g->shard, req, err);
-    return pt_comm_allgather(n->comm, PT_GROUP_DPCP, mine, into, g->shard, err);
+        return pt_comm_iallgather_t(n->comm, PT_GROUP_DPCP, t, mine, into, g->shard, req, err);
+    return pt_comm_allgather_t(n->comm, PT_GROUP_DPCP, t, mine, into, g->shard, err);
 }
 
 int pt_zero_get_master(pt_net *n, float *whole, pt_err *err)
 {
     pt_zero *z = n->zero;
-    /* room for the largest segment, padded */
-    float *tmp = malloc(floats(z->win_elems > z->whole_elems ? z->win_elems : z->whole_elems) +
-                        (size_t)z->dp_size * sizeof *tmp);
-    if (!tmp)
-        return pt_err_set(err, "out of memory gathering the weights");
+    pt_kernels *kn = n->kn;
     int rc = 0;
     for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
-        rc = gather(n, g, tmp, NULL, err);
+        rc = gather(n, g, z->staging, true, NULL, err);
         if (rc == 0)
-            memcpy(whole + g->begin, tmp, (size_t)(g->end - g->begin) * sizeof *tmp);
+            kn->copy(kn, whole + g->begin, z->staging, (size_t)(g->end - g->begin) * sizeof(float),
+                     PT_KCOPY_D2H);
+        if (rc == 0 && kn->sync(kn)) /* staging is reused by the next segment */
+            rc = pt_err_set(err, "%s", kn->err);
     }
-    free(tmp);
     return rc;
 }
 
@@ -317,7 +377,7 @@ int pt_zero_gather_layer(pt_net *n, int64_t layer, int64_t next, pt_err *err)
         if (window_ready(n, k, err))
             return -1;
         z->win_seg[k] = -1;
-        if (gather(n, &z->seg[s], z->window[k], NULL, err))
+        if (gather(n, &z->seg[s], z->window[k], false, NULL, err))
             return -1;
         z->win_seg[k] = s;
     }
@@ -332,7 +392,7 @@ int pt_zero_gather_layer(pt_net *n, int64_t layer, int64_t next, pt_err *err)
     if (window_ready(n, 1 - k, err))
         return -1;
     z->win_seg[1 - k] = t;
-    if (gather(n, &z->seg[t], z->window[1 - k], &z->win_req[1 - k], err)) {
+    if (gather(n, &z->seg[t], z->window[1 - k], false, &z->win_req[1 - k], err)) {
         z->win_seg[1 - k] = -1;
         return -1;
     }
@@ -352,9 +412,8 @@ static int gwindow_done(pt_net *n, int k, pt_err *err)
     z->grs_seg[k] = -1;
     if (pt_comm_wait(n->comm, req, err))
         return -1;
-    for (int64_t i = 0; i < g->shard; i++)
-        n->grad[g->sbase + i] += z->gshare[k][i];
-    memset(z->gwindow[k], 0, (size_t)z->win_elems * sizeof(float));
+    n->kn->add_f32(n->kn, n->grad + g->sbase, z->gshare[k], g->shard);
+    n->kn->zero(n->kn, z->gwindow[k], (size_t)z->win_elems * sizeof(float));
     return 0;
 }
 
@@ -412,9 +471,9 @@ float *pt_zero_weight(pt_net *n, const pt_param *p)
     int s = segment_of(z, p->offset);
     const segment *g = &z->seg[s];
     if (g->wbase >= 0)
-        return z->whole + g->wbase + (p->offset - g->begin);
+        return (float *)at_weight(z, z->whole, g->wbase + (p->offset - g->begin));
     if (z->win_req[z->win_last] == NULL && z->win_seg[z->win_last] == s)
-        return z->window[z->win_last] + (p->offset - g->begin);
+        return (float *)at_weight(z, z->window[z->win_last], p->offset - g->begin);
     return NULL;
 }
 
@@ -452,6 +511,7 @@ pt_zero_shard pt_zero_shard_of(pt_net *n, int s)
 int pt_zero_reduce_whole(pt_net *n, pt_err *err)
 {
     pt_zero *z = n->zero;
+    pt_kernels *kn = n->kn;
     int rc = pt_zero_drain(n, err);
     for (int s = 0; s < z->n_seg && rc == 0; s++) {
         const segment *g = &z->seg[s];
@@ -459,12 +519,12 @@ int pt_zero_reduce_whole(pt_net *n, pt_err *err)
             continue;
         float *padded = z->staging;
         int64_t len = g->end - g->begin;
-        memcpy(padded, z->gwhole + g->gbase, (size_t)len * sizeof *padded);
-        memset(padded + len, 0, (size_t)(g->shard * z->dp_size - len) * sizeof *padded);
+        kn->copy(kn, padded, z->gwhole + g->gbase, (size_t)len * sizeof *padded, PT_KCOPY_D2D);
+        kn->zero(kn, padded + len, (size_t)(g->shard * z->dp_size - len) * sizeof *padded);
         rc = pt_comm_reducescatter(n->comm, PT_GROUP_DPCP, padded, n->grad + g->sbase, g->shard,
                                    err);
     }
-    memset(z->gwhole, 0, floats(z->gwhole_elems));
+    kn->zero(kn, z->gwhole, floats(z->gwhole_elems));
     return rc;
 }
 
@@ -476,10 +536,10 @@ int pt_zero_gather_whole(pt_net *n, pt_err *err)
         const segment *g = &z->seg[s];
         if (g->wbase < 0)
             continue;
-        float *padded = z->staging;
-        rc = gather(n, g, padded, NULL, err);
+        rc = gather(n, g, z->staging, false, NULL, err);
         if (rc == 0)
-            memcpy(z->whole + g->wbase, padded, (size_t)(g->end - g->begin) * sizeof *padded);
+            n->kn->copy(n->kn, at_weight(z, z->whole, g->wbase), z->staging,
+                        (size_t)(g->end - g->begin) * z->ab, PT_KCOPY_D2D);
     }
     z->win_seg[0] = z->win_seg[1] = -1; /* the windows hold weights from before the step */
     return rc;

@@ -29,11 +29,6 @@ static int write_plan(const options *o, const job *j, const pt_candidate *best)
         return pt_tool_fail("%s", err.msg);
     if (!o->json)
         printf("wrote %s\n", o->out);
-    /* A plan priced for another framework's stack may hold a layout ptrun's backend for
-     * these devices does not run (caps.c): said now, not when ptrun refuses it. */
-    if (!pt_stack_is_ptrun(&j->t.stack) && pt_layout_supported(&j->c, &best->layout, &err))
-        fprintf(stderr, "ptplan: note: %s is priced for stack '%s'; ptrun cannot train it "
-                        "here: %s\n", o->out, j->t.stack.name, err.msg);
     return 0;
 }
 
@@ -204,11 +199,6 @@ static int evaluate_job(const options *o, job *j)
         return pt_tool_fail("--layout: %s", err.msg);
     uint32_t mask;
     int broken = pt_layout_check(&j->m, &j->c, j->t.global_batch, &l, &mask);
-    /* a plan for ptrun must be one its backend for these devices trains */
-    if (pt_stack_is_ptrun(&j->t.stack) && pt_layout_supported(&j->c, &l, NULL)) {
-        mask |= 1u << PT_REJECT_BACKEND;
-        broken++;
-    }
     pt_candidate c = {0};
     if (!broken && pt_evaluate(&j->m, &j->c, &j->t, j->db, &l, NULL, &c, &err))
         return pt_tool_fail("%s", err.msg);

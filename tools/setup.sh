@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # clang and its runtimes build the fuzz harnesses (-DPT_FUZZ=ON): Debian 12's clang-14
 # only recommends libclang-rt-14-dev, which holds libFuzzer and the sanitizers.
 # libopenblas-openmp-dev: OpenBLAS on the OpenMP threads the CPU kernels use
-# (kernels/CMakeLists.txt).
-packages="cmake make gcc pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-14-dev"
+# (kernels/CMakeLists.txt). g++: the CUDA emulation lane (-DPT_CUDA_EMU=ON) compiles
+# kernels/cuda/ as C++.
+packages="cmake make gcc g++ pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-14-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -53,6 +53,14 @@ static void cpu_zero(pt_kernels *kn, void *p, size_t bytes)
 /* CPU ops run synchronously; the only failure is running out of scratch memory */
 static int cpu_sync(pt_kernels *kn) { return kn->err[0] ? -1 : 0; }
 
+/* optim.c: the multi-tensor optimizer step (declared here rather than in cpu.h while
+ * that header is being changed alongside; they belong with pt_kcpu_adamw there) */
+void pt_kcpu_sumsq_acc(pt_kernels *kn, const float *x, int64_t n, double *acc);
+void pt_kcpu_adamw_multi(pt_kernels *kn, const pt_k_adamw_tensor *t, int count,
+                         const pt_k_adamw_args *a);
+
+/* scratch_bytes and reserve stay NULL: CPU ops take host memory, which no collective
+ * waits on */
 static const pt_kernels cpu_table = {
     .name = "cpu",
     .act_dtype = PT_KDTYPE_F32,
@@ -91,8 +99,11 @@ static const pt_kernels cpu_table = {
     .ce_finalize = pt_kcpu_ce_finalize,
     .adamw = pt_kcpu_adamw,
     .sumsq = pt_kcpu_sumsq,
+    .sumsq_acc = pt_kcpu_sumsq_acc,
+    .adamw_multi = pt_kcpu_adamw_multi,
     .f32_to_bf16 = pt_kcpu_f32_to_bf16,
     .bf16_to_f32 = pt_kcpu_bf16_to_f32,
+    .add_f32 = pt_kcpu_add_f32,
 };
 
 pt_kernels *pt_kernels_cpu(int threads)
@@ -109,6 +120,11 @@ pt_kernels *pt_kernels_cpu(int threads)
 #endif
     }
     return kn;
+}
+
+size_t pt_k_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
+{
+    return kn->scratch_bytes ? kn->scratch_bytes(kn, shape) : 0;
 }
 
 void pt_kernels_destroy(pt_kernels *kn)

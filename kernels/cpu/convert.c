@@ -45,3 +45,13 @@ void pt_kcpu_bf16_to_f32(pt_kernels *kn,
     for (int64_t i = 0; i < n; i++)
         dst[i] = pt_k_f32_from_bf16(src[i]);
 }
+
+void pt_kcpu_add_f32(pt_kernels *kn,
+                     float *dst,                    /* (n) */
+                     const float *src,              /* (n) */
+                     int64_t n)
+{
+    (void)kn;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}

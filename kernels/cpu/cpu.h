@@ -107,5 +107,6 @@ double pt_kcpu_sumsq(pt_kernels *kn, const float *x, int64_t n);
 /* convert.c */
 void pt_kcpu_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64_t n);
 void pt_kcpu_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64_t n);
+void pt_kcpu_add_f32(pt_kernels *kn, float *dst, const float *src, int64_t n);
 
 #endif

@@ -1,7 +1,9 @@
 /*
  * The optimizer on the CPU: fused AdamW (Kingma & Ba 2015, with the decoupled weight
  * decay of Loshchilov & Hutter 2019, as torch.optim.AdamW) on fp32 master weights,
- * and the sum of squares that the global gradient norm and clipping are built from.
+ * and the sum of squares that the global gradient norm and clipping are built from;
+ * the multi-tensor forms the runtime's step uses (sumsq_acc into one double, then one
+ * adamw_multi over every tensor with the clipping factor computed here from it).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -71,6 +73,39 @@ double pt_kcpu_sumsq(pt_kernels *kn,
     if (part != stack)
         free(part);
     return sum;
+}
+
+void pt_kcpu_sumsq_acc(pt_kernels *kn,
+                       const float *x,              /* (n) */
+                       int64_t n,
+                       double *acc)                 /* (1), += */
+{
+    if (n > 0) /* adds nothing, as on CUDA (keeps a -0.0 too) */
+        *acc += pt_kcpu_sumsq(kn, x, n);
+}
+
+/* The clipping factor of an adamw_multi: the contract of pt_k_adamw_args, the same
+ * expression the CUDA kernel evaluates (kernels/cuda/optim.cu, clip_factor). */
+static float multi_scale(const pt_k_adamw_args *a)
+{
+    if (a->max_norm <= 0.0)
+        return 1.0f;
+    return pt_k_clip_scale(sqrt(*a->sumsq / a->copies), a->max_norm);
+}
+
+/* Tensor by tensor through pt_kcpu_adamw: on the CPU one pass over the list is the
+ * fusion there is, and it makes each tensor's results adamw's by construction. */
+void pt_kcpu_adamw_multi(pt_kernels *kn,
+                         const pt_k_adamw_tensor *t, /* (count) */
+                         int count,
+                         const pt_k_adamw_args *a)
+{
+    if (count <= 0)
+        return;
+    float scale = multi_scale(a);
+    for (int i = 0; i < count; i++)
+        pt_kcpu_adamw(kn, t[i].params, t[i].params_bf16, t[i].grads, t[i].m, t[i].v, t[i].n,
+                      a->lr, a->beta1, a->beta2, a->eps, t[i].weight_decay, a->step, scale);
 }
 
 float pt_k_clip_scale(double norm, double max_norm)

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 attn_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int sq,
                     int skv, int a, int kh, int d, int q0, int k0, int causal, float scale)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
+    PT_DYNAMIC_SMEM(smem);
     const int lds = tile_lds(d);
     bf16 *Qs = (bf16 *)smem, *Ks = Qs + BT * lds, *Vs = Ks + BT * lds;
     float *Ps = (float *)(Vs + BT * lds);
@@ -268,7 +268,7 @@ attn_bwd_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const 
                      const bf16 *v, const float *lse, const float *D, int sq, int skv, int a,
                      int kh, int d, int q0, int k0, int causal, float scale)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
+    PT_DYNAMIC_SMEM(smem);
     const int lds = tile_lds(d);
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + BT * lds, *Qs = Vs + BT * lds, *Gs = Qs + BT * lds;
     float *Ps = (float *)(Gs + BT * lds), *lse_s = Ps + BT * PLD, *D_s = lse_s + BT;
@@ -352,7 +352,7 @@ attn_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const bf16 *q, const bf16 *k, con
                    const float *lse, const float *D, int sq, int skv, int a, int kh, int d,
                    int q0, int k0, int causal, float scale)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
+    PT_DYNAMIC_SMEM(smem);
     const int lds = tile_lds(d);
     bf16 *Qs = (bf16 *)smem, *Gs = Qs + BT * lds, *Ks = Gs + BT * lds, *Vs = Ks + BT * lds;
     float *Ps = (float *)(Vs + BT * lds), *lse_s = Ps + BT * PLD, *D_s = lse_s + BT;
@@ -513,13 +513,13 @@ void pt_kcuda_attention_forward(pt_kernels *kn,
     const float scale = 1.0f / sqrtf((float)d);
     dim3 grid((unsigned)((sq + BT - 1) / BT), (unsigned)a, (unsigned)b);
     if (d <= 64)
-        attn_forward_kernel<4><<<grid, ATT_THREADS, fwd_smem_bytes(d), st>>>(
-            (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, sq, skv, a,
-            kh, d, q0, k0, causal, scale);
+        PT_LAUNCH(grid, ATT_THREADS, fwd_smem_bytes(d), st, attn_forward_kernel<4>)((bf16 *)out,
+            lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, sq, skv, a, kh, d, q0, k0,
+            causal, scale);
     else
-        attn_forward_kernel<8><<<grid, ATT_THREADS, fwd_smem_bytes(d), st>>>(
-            (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, sq, skv, a,
-            kh, d, q0, k0, causal, scale);
+        PT_LAUNCH(grid, ATT_THREADS, fwd_smem_bytes(d), st, attn_forward_kernel<8>)((bf16 *)out,
+            lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, sq, skv, a, kh, d, q0, k0,
+            causal, scale);
     PT_LAUNCHED(kn, "attention_forward");
 }
 
@@ -544,9 +544,9 @@ void pt_kcuda_attention_backward(pt_kernels *kn,
     float *D = (float *)pt_kcuda_scratch(kn, (size_t)rows * sizeof(float));
     if (!D)
         return;
-    attn_bwd_dot_kernel<<<(unsigned)((rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32)),
-                          ATT_THREADS, 0, st>>>(D, (const bf16 *)dout, (const bf16 *)out, b, sq,
-                                                a, d);
+    PT_LAUNCH((unsigned)((rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32)), ATT_THREADS, 0, st,
+              attn_bwd_dot_kernel)(
+        D, (const bf16 *)dout, (const bf16 *)out, b, sq, a, d);
     PT_LAUNCHED(kn, "attention_backward_dot");
     const void *ptrs[] = {dq, dk, dv, dout, q, k, v};
     if (pt_kcuda_attn_tc_ok(kn, d, ptrs, 7)) {
@@ -559,19 +559,19 @@ void pt_kcuda_attention_backward(pt_kernels *kn,
     dim3 qgrid((unsigned)((sq + BT - 1) / BT), (unsigned)a, (unsigned)b);
     size_t smem = bwd_smem_bytes(d);
     if (d <= 64) {
-        attn_bwd_dkdv_kernel<4><<<kgrid, ATT_THREADS, smem, st>>>(
-            (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
-            (const bf16 *)v, lse, D, sq, skv, a, kh, d, q0, k0, causal, scale);
-        attn_bwd_dq_kernel<4><<<qgrid, ATT_THREADS, smem, st>>>(
-            (bf16 *)dq, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-            lse, D, sq, skv, a, kh, d, q0, k0, causal, scale);
+        PT_LAUNCH(kgrid, ATT_THREADS, smem, st, attn_bwd_dkdv_kernel<4>)((bf16 *)dk, (bf16 *)dv,
+            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
+            a, kh, d, q0, k0, causal, scale);
+        PT_LAUNCH(qgrid, ATT_THREADS, smem, st, attn_bwd_dq_kernel<4>)((bf16 *)dq,
+            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
+            a, kh, d, q0, k0, causal, scale);
     } else {
-        attn_bwd_dkdv_kernel<8><<<kgrid, ATT_THREADS, smem, st>>>(
-            (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
-            (const bf16 *)v, lse, D, sq, skv, a, kh, d, q0, k0, causal, scale);
-        attn_bwd_dq_kernel<8><<<qgrid, ATT_THREADS, smem, st>>>(
-            (bf16 *)dq, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-            lse, D, sq, skv, a, kh, d, q0, k0, causal, scale);
+        PT_LAUNCH(kgrid, ATT_THREADS, smem, st, attn_bwd_dkdv_kernel<8>)((bf16 *)dk, (bf16 *)dv,
+            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
+            a, kh, d, q0, k0, causal, scale);
+        PT_LAUNCH(qgrid, ATT_THREADS, smem, st, attn_bwd_dq_kernel<8>)((bf16 *)dq,
+            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
+            a, kh, d, q0, k0, causal, scale);
     }
     PT_LAUNCHED(kn, "attention_backward");
 }
@@ -586,8 +586,8 @@ void pt_kcuda_attention_combine(pt_kernels *kn,
     const int64_t rows = (int64_t)b * a * sq;
     if (rows <= 0)
         return;
-    attn_combine_kernel<<<(unsigned)((rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32)),
-                          ATT_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
+    PT_LAUNCH((unsigned)((rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32)), ATT_THREADS, 0,
+              pt_kcuda_ctx(kn)->stream, attn_combine_kernel)(
         (bf16 *)out, lse, (const bf16 *)out2, lse2, b, sq, a, d);
     PT_LAUNCHED(kn, "attention_combine");
 }

@@ -35,43 +35,73 @@ constexpr int TC_THREADS = 128; /* 4 warps of 16 rows */
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
-/* ---- PTX wrappers ---------------------------------------------------------------------- */
+/* ---- PTX wrappers ----------------------------------------------------------------------
+ * Under PT_CUDA_EMU the same operations run in the emulator (kernels/emu/pt_emu.h), which
+ * implements the PTX ISA's fragment layouts; ldmatrix and mma are warp collectives there
+ * too, and cp.async lands at issue or at the wait that covers its group. */
 
 __device__ __forceinline__ void cp16(void *dst, const void *src, bool valid)
 {
+#ifdef PT_CUDA_EMU
+    pt_emu::cp_async(dst, src, 16, valid ? 16 : 0);
+#else
     unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     /* src-size 0 fills the 16 bytes with zeros and reads nothing (PTX ISA, cp.async) */
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
                  "r"(valid ? 16 : 0));
+#endif
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_commit()
+{
+#ifdef PT_CUDA_EMU
+    pt_emu::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 template <int N> __device__ __forceinline__ void cp_wait()
 {
+#ifdef PT_CUDA_EMU
+    pt_emu::cp_async_wait(N);
+#else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 __device__ __forceinline__ void ldsm4(uint32_t r[4], const bf16 *p)
 {
+#ifdef PT_CUDA_EMU
+    pt_emu::ldmatrix_x4(r, p, false);
+#else
     unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
+#endif
 }
 __device__ __forceinline__ void ldsm4t(uint32_t r[4], const bf16 *p)
 {
+#ifdef PT_CUDA_EMU
+    pt_emu::ldmatrix_x4(r, p, true);
+#else
     unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
+#endif
 }
 
 /* c (16x8 fp32) += a (16x16 bf16, row) · b (16x8 bf16, col) */
 __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
+#ifdef PT_CUDA_EMU
+    pt_emu::mma_m16n8k16_bf16(c, a, b0, b1);
+#else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 __device__ __forceinline__ uint32_t pack(float lo, float hi)
@@ -156,7 +186,7 @@ tc_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, i
            int a, int kh, int q0, int k0, int causal, float scale2)
 {
     constexpr int LDS = D + 8;
-    extern __shared__ __align__(16) unsigned char smem[];
+    PT_DYNAMIC_SMEM(smem);
     bf16 *Qs = (bf16 *)smem, *Ks = Qs + TC_ROWS * LDS, *Vs = Ks + 2 * TC_COLS * LDS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * TC_ROWS;
@@ -351,7 +381,7 @@ tc_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, 
             int causal, float scale2, float scale)
 {
     constexpr int LDS = D + 8;
-    extern __shared__ __align__(16) unsigned char smem[];
+    PT_DYNAMIC_SMEM(smem);
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * LDS, *Qs = Vs + TC_ROWS * LDS;
     bf16 *Gs = Qs + 2 * TC_COLS * LDS;
     float *Ls = (float *)(Gs + 2 * TC_COLS * LDS), *Ds = Ls + 2 * TC_COLS;
@@ -465,7 +495,7 @@ tc_bwd_dq(bf16 *dq, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *
           int causal, float scale2, float scale)
 {
     constexpr int LDS = D + 8;
-    extern __shared__ __align__(16) unsigned char smem[];
+    PT_DYNAMIC_SMEM(smem);
     bf16 *Qs = (bf16 *)smem, *Gs = Qs + TC_ROWS * LDS, *Ks = Gs + TC_ROWS * LDS;
     bf16 *Vs = Ks + 2 * TC_COLS * LDS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
@@ -605,11 +635,11 @@ void pt_kcuda_attn_tc_forward(pt_kernels *kn, bf16 *out, float *lse, const bf16 
     const float scale2 = LOG2E / sqrtf((float)d);
     dim3 grid((unsigned)((sq + TC_ROWS - 1) / TC_ROWS), (unsigned)a, (unsigned)b);
     if (d == 64)
-        tc_forward<64><<<grid, TC_THREADS, fwd_bytes(64), st>>>(out, lse, q, k, v, sq, skv, a, kh,
-                                                                q0, k0, causal, scale2);
+        PT_LAUNCH(grid, TC_THREADS, fwd_bytes(64), st, tc_forward<64>)(out, lse, q, k, v, sq, skv,
+            a, kh, q0, k0, causal, scale2);
     else
-        tc_forward<128><<<grid, TC_THREADS, fwd_bytes(128), st>>>(out, lse, q, k, v, sq, skv, a,
-                                                                  kh, q0, k0, causal, scale2);
+        PT_LAUNCH(grid, TC_THREADS, fwd_bytes(128), st, tc_forward<128>)(out, lse, q, k, v, sq, skv,
+            a, kh, q0, k0, causal, scale2);
     PT_LAUNCHED(kn, "attention_forward (tensor cores)");
 }
 
@@ -623,15 +653,15 @@ void pt_kcuda_attn_tc_backward(pt_kernels *kn, bf16 *dq, bf16 *dk, bf16 *dv, con
     dim3 kgrid((unsigned)((skv + TC_ROWS - 1) / TC_ROWS), (unsigned)kh, (unsigned)b);
     dim3 qgrid((unsigned)((sq + TC_ROWS - 1) / TC_ROWS), (unsigned)a, (unsigned)b);
     if (d == 64) {
-        tc_bwd_dkdv<64><<<kgrid, TC_THREADS, dkdv_bytes(64), st>>>(
-            dk, dv, dout, q, k, v, lse, Dsum, sq, skv, a, kh, q0, k0, causal, scale2, scale);
-        tc_bwd_dq<64><<<qgrid, TC_THREADS, dq_bytes(64), st>>>(
-            dq, dout, q, k, v, lse, Dsum, sq, skv, a, kh, q0, k0, causal, scale2, scale);
+        PT_LAUNCH(kgrid, TC_THREADS, dkdv_bytes(64), st, tc_bwd_dkdv<64>)(dk, dv, dout, q, k, v,
+            lse, Dsum, sq, skv, a, kh, q0, k0, causal, scale2, scale);
+        PT_LAUNCH(qgrid, TC_THREADS, dq_bytes(64), st, tc_bwd_dq<64>)(dq, dout, q, k, v, lse, Dsum,
+            sq, skv, a, kh, q0, k0, causal, scale2, scale);
     } else {
-        tc_bwd_dkdv<128><<<kgrid, TC_THREADS, dkdv_bytes(128), st>>>(
-            dk, dv, dout, q, k, v, lse, Dsum, sq, skv, a, kh, q0, k0, causal, scale2, scale);
-        tc_bwd_dq<128><<<qgrid, TC_THREADS, dq_bytes(128), st>>>(
-            dq, dout, q, k, v, lse, Dsum, sq, skv, a, kh, q0, k0, causal, scale2, scale);
+        PT_LAUNCH(kgrid, TC_THREADS, dkdv_bytes(128), st, tc_bwd_dkdv<128>)(dk, dv, dout, q, k, v,
+            lse, Dsum, sq, skv, a, kh, q0, k0, causal, scale2, scale);
+        PT_LAUNCH(qgrid, TC_THREADS, dq_bytes(128), st, tc_bwd_dq<128>)(dq, dout, q, k, v, lse,
+            Dsum, sq, skv, a, kh, q0, k0, causal, scale2, scale);
     }
     PT_LAUNCHED(kn, "attention_backward (tensor cores)");
 }

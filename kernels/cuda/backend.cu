@@ -4,8 +4,9 @@
  * the cuBLASLt handle and its workspace, fills the pt_kernels table with the kernels
  * of this folder, and provides device memory and timing events through it. It also
  * holds the checked-call helpers that record a backend's first failure for sync(),
- * the growable scratch buffer, and the second pass of the deterministic column
- * reductions.
+ * the scratch buffer and its reserve (the one point where the backend's temporaries
+ * are sized for a model, so that no step allocates), and the second pass of the
+ * deterministic column reductions.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -13,11 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "cuda.cuh"
 
 /* cuBLASLt's workspace: 32 MiB is what NVIDIA recommends for Hopper (cuBLAS docs,
  * "cublasSetWorkspace"); smaller GPUs need less, but it is cheap next to a model. */
 #define PT_KCUDA_LT_WORKSPACE ((size_t)32 << 20)
+
+/* The smallest scratch buffer: small requests of many shapes share it without growing. */
+#define PT_KCUDA_SCRATCH_MIN ((size_t)1 << 20)
 
 /* ---- Checked calls --------------------------------------------------------------------- */
 
@@ -57,6 +63,13 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     if (bytes <= ctx->scratch_bytes)
         return ctx->scratch;
+    if (ctx->steady) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__,
+                      "scratch: an op needs %zu bytes, reserve made %zu; the shapes given to "
+                      "reserve miss this call (no allocation after reserve)",
+                      bytes, ctx->scratch_bytes);
+        return NULL;
+    }
     /* kernels queued earlier may still read the old buffer */
     if (PT_CU(kn, cudaStreamSynchronize(ctx->stream)))
         return NULL;
@@ -64,13 +77,88 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
         cudaFree(ctx->scratch);
     ctx->scratch = NULL;
     ctx->scratch_bytes = 0;
-    size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    size_t want = bytes < PT_KCUDA_SCRATCH_MIN ? PT_KCUDA_SCRATCH_MIN : bytes;
     if (PT_CU(kn, cudaMalloc(&ctx->scratch, want))) {
         ctx->scratch = NULL;
         return NULL;
     }
     ctx->scratch_bytes = want;
     return ctx->scratch;
+}
+
+/* ---- Reserve: every temporary sized before the first step ------------------------------- */
+
+/* The scratch requests of the ops, for the largest shapes (must match the calls of
+ * pt_kcuda_scratch in norm.cu, matmul.cu, attention.cu and embed.cu):
+ * - LayerNorm/RMSNorm backward: 2 (LayerNorm) · chunks(n) · h fp32 partials;
+ * - matmul_backward's dbias: chunks(n) · oc fp32 partials;
+ * - attention_backward: b·sq·a fp32 (rowsum(dout ∘ out));
+ * - embed_backward with dwte: four int32 arrays of b·s, each rounded up to 256 bytes,
+ *   and CUB's radix sort space for b·s pairs over the key bits of vr.
+ * chunks(n) is not monotonic in n (pt_kcuda_chunk_rows jumps at 64·256 rows), so its
+ * bound for every n <= rows is used: min(ceil(rows / 64), PT_KCUDA_MAX_CHUNKS). Sums of
+ * squares use their own buffer (ctx->sumsq_part), not scratch. */
+static size_t scratch_need(const pt_k_scratch_shape *sh)
+{
+    size_t need = 0;
+    int64_t rows = sh->rows > 0 ? sh->rows : 0;
+    int64_t chunks = (rows + 63) / 64;
+    if (chunks > PT_KCUDA_MAX_CHUNKS)
+        chunks = PT_KCUDA_MAX_CHUNKS;
+    if (sh->cols > 0) {
+        size_t partials = 2 * (size_t)chunks * (size_t)sh->cols * sizeof(float);
+        need = partials > need ? partials : need;
+    }
+    if (sh->heads > 0) {
+        size_t dsum = (size_t)rows * (size_t)sh->heads * sizeof(float);
+        need = dsum > need ? dsum : need;
+#ifdef PT_KCUDA_HAVE_CUDNN
+        /* attention_cudnn.cu's backward: softmax_sum (b·sq·a fp32, 256-byte rounded)
+         * and bf16 dq, dk, dv; cuDNN's own workspace is added when a plan reports
+         * it, and a call it does not fit runs on our kernels instead */
+        if (sh->head_dim > 0) {
+            size_t parts = ((size_t)rows * (size_t)(sh->heads + 2 * sh->kv_heads) *
+                            (size_t)sh->head_dim) * 2;
+            size_t cudnn = (dsum + 255) / 256 * 256 + parts;
+            need = cudnn > need ? cudnn : need;
+        }
+#endif
+    }
+    if (sh->vocab_rows > 0 && rows > 0 && rows <= INT32_MAX) {
+        int bits = 1;
+        while (bits < 31 && (1ll << bits) <= sh->vocab_rows)
+            bits++;
+        size_t cub_bytes = 0, arr = ((size_t)rows * sizeof(int32_t) + 255) / 256 * 256;
+        cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL, (int32_t *)NULL,
+                                        (const int32_t *)NULL, (int32_t *)NULL, (int)rows, 0,
+                                        bits);
+        size_t sort = 4 * arr + cub_bytes;
+        need = sort > need ? sort : need;
+    }
+    return need;
+}
+
+size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
+{
+    (void)kn;
+    size_t need = scratch_need(shape);
+    int count = shape->adamw_tensors > 0 ? shape->adamw_tensors : 0;
+    if (need > 0 && need < PT_KCUDA_SCRATCH_MIN) /* what pt_kcuda_scratch allocates */
+        need = PT_KCUDA_SCRATCH_MIN;
+    return need + (size_t)count * sizeof(struct pt_kcuda_adamw_desc);
+}
+
+int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    size_t need = scratch_need(shape);
+    ctx->steady = 0; /* lets pt_kcuda_scratch grow once more */
+    if (need > ctx->scratch_bytes && !pt_kcuda_scratch(kn, need))
+        return -1;
+    if (pt_kcuda_adamw_grow(kn, shape->adamw_tensors))
+        return -1;
+    ctx->steady = 1;
+    return kn->err[0] ? -1 : 0;
 }
 
 /* ---- Deterministic column reductions, second pass --------------------------------------- */
@@ -93,8 +181,8 @@ void pt_kcuda_sum_partials(pt_kernels *kn,
 {
     if (cols <= 0)
         return;
-    sum_partials_kernel<<<(cols + 255) / 256, 256, 0, pt_kcuda_ctx(kn)->stream>>>(
-        dst, partials, chunks, cols);
+    PT_LAUNCH((cols + 255) / 256, 256, 0, pt_kcuda_ctx(kn)->stream, sum_partials_kernel)(dst,
+        partials, chunks, cols);
     PT_LAUNCHED(kn, "sum_partials");
 }
 
@@ -232,10 +320,16 @@ void pt_kcuda_destroy(pt_kernels *kn)
             cudaEventDestroy(ctx->events[i]);
         free(ctx->events);
         free(ctx->free_events);
+#ifdef PT_KCUDA_HAVE_CUDNN
+        pt_kcuda_cudnn_destroy(kn);
+#endif
         if (ctx->lt)
             cublasLtDestroy(ctx->lt);
         cudaFree(ctx->lt_ws);
         cudaFree(ctx->scratch);
+        cudaFree(ctx->sumsq_part);
+        cudaFree(ctx->adamw_table);
+        free(ctx->adamw_host);
         if (ctx->host_sum)
             cudaFreeHost(ctx->host_sum);
         if (ctx->stream)
@@ -259,6 +353,8 @@ static pt_kernels cuda_table(void)
     t.copy = pt_kcuda_copy;
     t.zero = pt_kcuda_zero;
     t.sync = pt_kcuda_sync;
+    t.scratch_bytes = pt_kcuda_scratch_bytes;
+    t.reserve = pt_kcuda_reserve;
     t.event_record = pt_kcuda_event_record;
     t.event_elapsed = pt_kcuda_event_elapsed;
     t.event_release = pt_kcuda_event_release;
@@ -291,8 +387,11 @@ static pt_kernels cuda_table(void)
     t.ce_finalize = pt_kcuda_ce_finalize;
     t.adamw = pt_kcuda_adamw;
     t.sumsq = pt_kcuda_sumsq;
+    t.sumsq_acc = pt_kcuda_sumsq_acc;
+    t.adamw_multi = pt_kcuda_adamw_multi;
     t.f32_to_bf16 = pt_kcuda_f32_to_bf16;
     t.bf16_to_f32 = pt_kcuda_bf16_to_f32;
+    t.add_f32 = pt_kcuda_add_f32;
     return t;
 }
 
@@ -314,6 +413,41 @@ int pt_kernels_cuda_devices(void)
         return 0;
     }
     return count;
+}
+
+/* The attention entries, from PT_KCUDA_ATTN: unset, "" or "auto" use cuDNN's fused
+ * attention where this build has cuDNN and it opens (attention_cudnn.cu; our kernels run
+ * the calls it declines), "own" only our kernels (the reference; also what auto means
+ * with PT_KCUDA_SIMPLE_ATTN set), "cudnn" cuDNN for every call (an error where it is
+ * missing or declines). 0, or -1 with kn->err set. */
+static int select_attention(pt_kernels *kn)
+{
+    const char *mode = getenv("PT_KCUDA_ATTN");
+    const char *simple = getenv("PT_KCUDA_SIMPLE_ATTN");
+    bool required = mode && strcmp(mode, "cudnn") == 0;
+    if (mode && mode[0] && strcmp(mode, "auto") != 0 && strcmp(mode, "own") != 0 &&
+        !required) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "PT_KCUDA_ATTN=%s: want auto, own or cudnn",
+                      mode);
+        return -1;
+    }
+    if ((mode && strcmp(mode, "own") == 0) ||
+        (!required && simple && simple[0] && strcmp(simple, "0") != 0))
+        return 0;
+#ifdef PT_KCUDA_HAVE_CUDNN
+    if (pt_kcuda_cudnn_init(kn, required))
+        return -1;
+    if (pt_kcuda_ctx(kn)->cudnn) {
+        kn->attention_forward = pt_kcuda_cudnn_attention_forward;
+        kn->attention_backward = pt_kcuda_cudnn_attention_backward;
+    }
+    return 0;
+#else
+    if (required)
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "PT_KCUDA_ATTN=cudnn: ptkernels was built "
+                      "without cuDNN");
+    return required ? -1 : 0;
+#endif
 }
 
 pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
@@ -368,7 +502,9 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
         PT_LT(kn, cublasLtCreate(&ctx->lt)) ||
         PT_CU(kn, cudaMalloc(&ctx->lt_ws, ctx->lt_ws_bytes)) ||
         PT_CU(kn, cudaMallocHost((void **)&ctx->host_sum, sizeof(double))) ||
-        pt_kcuda_attention_init(kn)) {
+        PT_CU(kn, cudaMalloc((void **)&ctx->sumsq_part,
+                             (PT_KCUDA_SUMSQ_BLOCKS + 1) * sizeof(double))) ||
+        pt_kcuda_attention_init(kn) || select_attention(kn)) {
         set_err(err, cap, "CUDA device %d (%s): %s", device, prop.name, kn->err);
         pt_kcuda_destroy(kn);
         return NULL;

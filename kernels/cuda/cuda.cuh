@@ -12,6 +12,12 @@
  * returns a number) and sync wait. The device is selected once, when the backend is
  * created: a process drives one device through one table.
  *
+ * Device memory: the backend's own buffers (cuBLASLt's workspace, sumsq's partial
+ * sums) are allocated with it; the per-op scratch and adamw_multi's descriptor table
+ * grow on demand until reserve (backend.cu) sizes them for the model and sets steady,
+ * after which nothing in an op allocates, frees or waits (pt_kcuda_scratch and
+ * adamw_multi fail instead of growing).
+ *
  * Numerics: [act] buffers hold bf16 (__nv_bfloat16 behind the float * of kernels.h);
  * arithmetic is fp32 (double where the CPU reference uses double for a row sum), and
  * backwards that accumulate into an [act] gradient read it, add in fp32 and round
@@ -44,6 +50,23 @@ typedef struct {
     int used;                  /* the slot holds an entry */
 } pt_kcuda_algo;
 
+/* sumsq's first pass: at most this many blocks, each writing one partial sum */
+enum { PT_KCUDA_SUMSQ_BLOCKS = 1024 };
+
+/* One tensor of adamw_multi as its kernel reads it (optim.cu): the fields of
+ * pt_k_adamw_tensor and the index of its first block in the launch (64 bytes). */
+struct pt_kcuda_adamw_desc {
+    float *params;
+    uint16_t *params_bf16;
+    const float *grads;
+    float *m;
+    float *v;
+    int64_t n;
+    int64_t first_block;
+    float weight_decay;
+    float unused;              /* explicit padding: descriptors are compared with memcmp */
+};
+
 /* kn->priv. The stream is the first member so that code holding only the priv pointer
  * (the runtime, to order its NCCL calls after the kernels) can read it as a
  * cudaStream_t; keep it first. */
@@ -58,9 +81,18 @@ typedef struct {
     int no_lt;                 /* PT_KCUDA_NO_LT set: every GEMM on the fallback kernel */
     int attn_tc;               /* the tensor-core attention kernels can run (attention_tc.cu);
                                 * 0 with PT_KCUDA_SIMPLE_ATTN=1 */
+    struct pt_kcuda_cudnn *cudnn; /* attention through cuDNN (attention_cudnn.cu): its
+                                * handle and plans; NULL when our kernels run it all */
     void *scratch;             /* per-op temporaries, reused in stream order */
     size_t scratch_bytes;
+    int steady;                /* reserve ran: scratch and the adamw table never grow */
     double *host_sum;          /* pinned: the result of sumsq */
+    double *sumsq_part;        /* [PT_KCUDA_SUMSQ_BLOCKS + 1] device: sumsq's result and
+                                * the partial sums of sumsq and sumsq_acc */
+    struct pt_kcuda_adamw_desc *adamw_table; /* [adamw_cap] device: adamw_multi's list */
+    struct pt_kcuda_adamw_desc *adamw_host;  /* [adamw_cap] host: what the device table
+                                * holds, entries [0, adamw_valid) uploaded */
+    int adamw_cap, adamw_valid;
     cudaEvent_t *events;       /* [n_events] the timer pool (event_record), created as
                                 * first asked for, with timing on; destroyed with the
                                 * backend */
@@ -89,9 +121,37 @@ void pt_kcuda_fail(pt_kernels *kn, const char *file, int line, const char *fmt, 
 #define PT_LAUNCHED(kn, name) pt_kcuda_check((kn), cudaGetLastError(), (name), __FILE__, __LINE__)
 
 /* A device buffer of at least bytes for one op's temporaries, valid until the next
- * call that asks for scratch (ops run in stream order, so reuse is safe). Growing
- * waits for the stream. NULL (error recorded) when out of memory. */
+ * call that asks for scratch (ops run in stream order, so reuse is safe). Before
+ * reserve, growing waits for the stream and reallocates; after it (ctx->steady) a
+ * request above the reserved size is an error. NULL (error recorded) when out of
+ * memory or beyond the reserve. What each op asks for is mirrored by
+ * pt_kcuda_scratch_bytes (backend.cu): change both together. */
 void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes);
+
+/* ---- Launches ------------------------------------------------------------------------- */
+
+/* PT_LAUNCH(grid, block, smem, stream, kernel)(args...) launches kernel as
+ * kernel<<<grid, block, smem, stream>>>(args...) does; under PT_CUDA_EMU (kernels/emu/,
+ * the .cu files compiled as host C++) it hands the launch to the emulator. The kernel
+ * comes last so that template arguments with commas pass through; the indirection lets
+ * the first four come from one macro (pointwise.cu's LAUNCH). Every launch in this
+ * folder goes through it. */
+#define PT_LAUNCH(...) PT_LAUNCH_(__VA_ARGS__)
+#ifdef PT_CUDA_EMU
+#define PT_LAUNCH_(g, b, s, st, ...)                                                       \
+    ::pt_emu::launch((g), (b), (s), (st), #__VA_ARGS__, __VA_ARGS__)
+#else
+#define PT_LAUNCH_(g, b, s, st, ...) __VA_ARGS__<<<g, b, s, st>>>
+#endif
+
+/* PT_DYNAMIC_SMEM(name); declares name, the block's dynamic shared memory (the launch's
+ * smem bytes), 16-byte aligned: extern __shared__ under nvcc, the emulator's per-block
+ * buffer under PT_CUDA_EMU. */
+#ifdef PT_CUDA_EMU
+#define PT_DYNAMIC_SMEM(name) unsigned char *const name = ::pt_emu::dynamic_smem()
+#else
+#define PT_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 
 /* ---- Launch shapes ------------------------------------------------------------------- */
 
@@ -185,6 +245,8 @@ void pt_kcuda_free(pt_kernels *kn, void *p);
 void pt_kcuda_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir);
 void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes);
 int pt_kcuda_sync(pt_kernels *kn);
+size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape);
+int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape);
 int pt_kcuda_event_record(pt_kernels *kn, int *event);
 int pt_kcuda_event_elapsed(pt_kernels *kn, int from, int to, double *ms);
 void pt_kcuda_event_release(pt_kernels *kn, int event);
@@ -238,6 +300,7 @@ void pt_kcuda_dropout_backward(pt_kernels *kn, float *dinp, const float *dout, i
                                float p, uint64_t seed, uint64_t tensor_id, int64_t offset);
 void pt_kcuda_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64_t n);
 void pt_kcuda_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64_t n);
+void pt_kcuda_add_f32(pt_kernels *kn, float *dst, const float *src, int64_t n);
 /* attention.cu */
 int pt_kcuda_attention_init(pt_kernels *kn);
 /* attention_tc.cu: the tensor-core path for head dimensions 64 and 128. _init raises
@@ -263,6 +326,25 @@ void pt_kcuda_attention_backward(pt_kernels *kn, float *dq, float *dk, float *dv
                                  int k0, int causal);
 void pt_kcuda_attention_combine(pt_kernels *kn, float *out, float *lse, const float *out2,
                                 const float *lse2, int b, int sq, int a, int d);
+/* attention_cudnn.cu, in builds that found cuDNN (PT_KCUDA_HAVE_CUDNN): attention
+ * through cuDNN's fused flash attention. _init opens cuDNN on the backend's stream and
+ * sets ctx->cudnn; without a usable cuDNN it leaves it NULL and returns 0, unless
+ * required (PT_KCUDA_ATTN=cudnn): then -1 with kn->err set. The two entries are the
+ * table's attention_forward and attention_backward while ctx->cudnn is set: cuDNN runs
+ * the calls it takes, pt_kcuda_attention_forward/_backward the others (when required,
+ * a call it does not take is an error instead). _destroy frees the plans and the
+ * handle (backend.cu's destroy). */
+typedef struct pt_kcuda_cudnn pt_kcuda_cudnn;
+int pt_kcuda_cudnn_init(pt_kernels *kn, bool required);
+void pt_kcuda_cudnn_destroy(pt_kernels *kn);
+void pt_kcuda_cudnn_attention_forward(pt_kernels *kn, float *out, float *lse, const float *q,
+                                      const float *k, const float *v, int b, int sq, int skv,
+                                      int a, int kh, int d, int q0, int k0, int causal);
+void pt_kcuda_cudnn_attention_backward(pt_kernels *kn, float *dq, float *dk, float *dv,
+                                       const float *dout, const float *q, const float *k,
+                                       const float *v, const float *out, const float *lse,
+                                       int b, int sq, int skv, int a, int kh, int d, int q0,
+                                       int k0, int causal);
 /* loss.cu */
 void pt_kcuda_crossentropy(pt_kernels *kn, float *losses, float *dlogits,
                            const float *logits, const int32_t *targets, int64_t n, int v,
@@ -283,6 +365,12 @@ void pt_kcuda_adamw(pt_kernels *kn, float *params, uint16_t *params_bf16,
                     float beta1, float beta2, float eps, float weight_decay, int step,
                     float grad_scale);
 double pt_kcuda_sumsq(pt_kernels *kn, const float *x, int64_t n);
+void pt_kcuda_sumsq_acc(pt_kernels *kn, const float *x, int64_t n, double *acc);
+void pt_kcuda_adamw_multi(pt_kernels *kn, const pt_k_adamw_tensor *t, int count,
+                          const pt_k_adamw_args *a);
+/* Makes room for count descriptors in adamw_multi's table (reserve's part): waits for
+ * the stream when it grows. 0, or -1 with the error recorded. */
+int pt_kcuda_adamw_grow(pt_kernels *kn, int count);
 
 /* ---- Deterministic column reductions (backend.cu) -------------------------------------
  * A weight gradient summed over n rows (dbias, LayerNorm's dw) is reduced in two

@@ -39,8 +39,8 @@ void pt_kcuda_embed_forward(pt_kernels *kn,
     int64_t rows = (int64_t)b * s;
     if (rows <= 0)
         return;
-    embed_forward_kernel<<<(unsigned)rows, 128, 0, pt_kcuda_ctx(kn)->stream>>>(
-        (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, s, h, v0, vr, pos0);
+    PT_LAUNCH((unsigned)rows, 128, 0, pt_kcuda_ctx(kn)->stream, embed_forward_kernel)((bf16 *)out,
+        tokens, (const bf16 *)wte, (const bf16 *)wpe, s, h, v0, vr, pos0);
     PT_LAUNCHED(kn, "embed_forward");
 }
 
@@ -155,20 +155,21 @@ void pt_kcuda_embed_backward(pt_kernels *kn,
             return;
         int32_t *keys = (int32_t *)base, *pos = (int32_t *)(base + arr);
         int32_t *skeys = (int32_t *)(base + 2 * arr), *spos = (int32_t *)(base + 3 * arr);
-        embed_keys_kernel<<<pt_kcuda_blocks(rows, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, st>>>(
+        PT_LAUNCH(pt_kcuda_blocks(rows, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, st,
+                  embed_keys_kernel)(
             keys, pos, tokens, rows, v0, vr);
         PT_LAUNCHED(kn, "embed_backward_keys");
         if (PT_CU(kn, cub::DeviceRadixSort::SortPairs(base + 4 * arr, cub_bytes, keys, skeys,
                                                       pos, spos, (int)rows, 0, bits, st)))
             return;
-        embed_backward_wte_kernel<<<(unsigned)rows, EMB_THREADS, 0, st>>>(
-            dwte, (const bf16 *)dout, skeys, spos, rows, h, vr);
+        PT_LAUNCH((unsigned)rows, EMB_THREADS, 0, st, embed_backward_wte_kernel)(dwte,
+            (const bf16 *)dout, skeys, spos, rows, h, vr);
         PT_LAUNCHED(kn, "embed_backward_wte");
     }
     if (dwpe) {
-        embed_backward_wpe_kernel<<<pt_kcuda_blocks((int64_t)s * h, PT_KCUDA_THREADS),
-                                    PT_KCUDA_THREADS, 0, st>>>(dwpe, (const bf16 *)dout, b, s,
-                                                               h, pos0);
+        PT_LAUNCH(pt_kcuda_blocks((int64_t)s * h, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, st,
+                  embed_backward_wpe_kernel)(
+            dwpe, (const bf16 *)dout, b, s, h, pos0);
         PT_LAUNCHED(kn, "embed_backward_wpe");
     }
 }

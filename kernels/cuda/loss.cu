@@ -138,8 +138,8 @@ void pt_kcuda_crossentropy(pt_kernels *kn,
 {
     if (n <= 0)
         return;
-    crossentropy_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
-        losses, (bf16 *)dlogits, (const bf16 *)logits, targets, n, v, dloss);
+    PT_LAUNCH(row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream, crossentropy_kernel)(losses,
+        (bf16 *)dlogits, (const bf16 *)logits, targets, n, v, dloss);
     PT_LAUNCHED(kn, "crossentropy");
 }
 
@@ -190,8 +190,8 @@ void pt_kcuda_ce_local_max(pt_kernels *kn, float *lmax, const float *logits, int
 {
     if (n <= 0)
         return;
-    ce_local_max_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
-        lmax, (const bf16 *)logits, n, vr);
+    PT_LAUNCH(row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream, ce_local_max_kernel)(lmax,
+        (const bf16 *)logits, n, vr);
     PT_LAUNCHED(kn, "ce_local_max");
 }
 
@@ -200,8 +200,8 @@ void pt_kcuda_ce_local_sumexp(pt_kernels *kn, float *lsum, const float *logits,
 {
     if (n <= 0)
         return;
-    ce_local_sumexp_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
-        lsum, (const bf16 *)logits, gmax, n, vr);
+    PT_LAUNCH(row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream, ce_local_sumexp_kernel)(lsum,
+        (const bf16 *)logits, gmax, n, vr);
     PT_LAUNCHED(kn, "ce_local_sumexp");
 }
 
@@ -210,9 +210,9 @@ void pt_kcuda_ce_local_target(pt_kernels *kn, float *ltarget, const float *logit
 {
     if (n <= 0)
         return;
-    ce_local_target_kernel<<<pt_kcuda_blocks(n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
-                             pt_kcuda_ctx(kn)->stream>>>(ltarget, (const bf16 *)logits, targets,
-                                                         n, vr, v0);
+    PT_LAUNCH(pt_kcuda_blocks(n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, pt_kcuda_ctx(kn)->stream,
+              ce_local_target_kernel)(
+        ltarget, (const bf16 *)logits, targets, n, vr, v0);
     PT_LAUNCHED(kn, "ce_local_target");
 }
 
@@ -226,8 +226,7 @@ void pt_kcuda_ce_finalize(pt_kernels *kn,
 {
     if (n <= 0)
         return;
-    ce_finalize_kernel<<<row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
-        losses, (bf16 *)dlogits, (const bf16 *)logits, targets, gmax, gsum, gtarget, n, vr, v0,
-        dloss);
+    PT_LAUNCH(row_grid(n), CE_THREADS, 0, pt_kcuda_ctx(kn)->stream, ce_finalize_kernel)(losses,
+        (bf16 *)dlogits, (const bf16 *)logits, targets, gmax, gsum, gtarget, n, vr, v0, dloss);
     PT_LAUNCHED(kn, "ce_finalize");
 }

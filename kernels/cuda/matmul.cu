@@ -193,8 +193,9 @@ static void lt_gemm(pt_kernels *kn, int ta, int tb, int64_t m, int64_t n, int64_
         /* cuBLASLt's bias epilogue wants an aligned vector: add the bias afterwards */
         lt_gemm(kn, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, NULL);
         if (!c_f32) {
-            add_bias_kernel<<<pt_kcuda_blocks(m * n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
-                              ctx->stream>>>((bf16 *)C, bias, m, n, ldc);
+            PT_LAUNCH(pt_kcuda_blocks(m * n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, ctx->stream,
+                      add_bias_kernel)(
+                (bf16 *)C, bias, m, n, ldc);
             PT_LAUNCHED(kn, "add_bias");
         }
         return;
@@ -254,13 +255,11 @@ static void lt_gemm(pt_kernels *kn, int ta, int tb, int64_t m, int64_t n, int64_
     dim3 grid((unsigned)((m + FB_TILE - 1) / FB_TILE), (unsigned)((n + FB_TILE - 1) / FB_TILE));
     dim3 block(FB_TILE, FB_TILE);
     if (c_f32)
-        gemm_fallback_kernel<float><<<grid, block, 0, ctx->stream>>>(
-            ta, tb, (int)m, (int)n, (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta,
-            (float *)C, ldc, bias);
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<float>)(ta, tb, (int)m, (int)n,
+            (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta, (float *)C, ldc, bias);
     else
-        gemm_fallback_kernel<bf16><<<grid, block, 0, ctx->stream>>>(
-            ta, tb, (int)m, (int)n, (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta,
-            (bf16 *)C, ldc, bias);
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<bf16>)(ta, tb, (int)m, (int)n,
+            (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta, (bf16 *)C, ldc, bias);
     PT_LAUNCHED(kn, "gemm_fallback");
 }
 
@@ -297,8 +296,8 @@ static void colsum_bf16(pt_kernels *kn, float *dst, const bf16 *src, int64_t n, 
     if (!partials)
         return;
     dim3 grid((unsigned)((cols + 31) / 32), (unsigned)chunks), block(32, 8);
-    colsum_partial_kernel<<<grid, block, 0, pt_kcuda_ctx(kn)->stream>>>(
-        partials, src, n, cols, pt_kcuda_chunk_rows(n));
+    PT_LAUNCH(grid, block, 0, pt_kcuda_ctx(kn)->stream, colsum_partial_kernel)(partials, src, n,
+        cols, pt_kcuda_chunk_rows(n));
     PT_LAUNCHED(kn, "colsum_partial");
     pt_kcuda_sum_partials(kn, dst, partials, chunks, cols);
 }

@@ -55,9 +55,9 @@ void pt_kcuda_layernorm_forward(pt_kernels *kn,
 {
     if (n <= 0)
         return;
-    layernorm_forward_kernel<<<row_blocks(n), PT_KCUDA_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
-        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)bias, n, h,
-        eps);
+    PT_LAUNCH(row_blocks(n), PT_KCUDA_THREADS, 0, pt_kcuda_ctx(kn)->stream,
+              layernorm_forward_kernel)(
+        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)bias, n, h, eps);
     PT_LAUNCHED(kn, "layernorm_forward");
 }
 
@@ -134,8 +134,8 @@ static void norm_backward(pt_kernels *kn, bf16 *dinp, float *dw, float *dbias,
     cudaStream_t st = pt_kcuda_ctx(kn)->stream;
     if (n <= 0 || h <= 0)
         return;
-    norm_backward_dinp_kernel<RMS><<<row_blocks(n), PT_KCUDA_THREADS, 0, st>>>(
-        dinp, dout, inp, w, mean, rstd, n, h);
+    PT_LAUNCH(row_blocks(n), PT_KCUDA_THREADS, 0, st, norm_backward_dinp_kernel<RMS>)(dinp, dout,
+        inp, w, mean, rstd, n, h);
     PT_LAUNCHED(kn, "norm_backward_dinp");
     int chunks = pt_kcuda_chunks(n);
     size_t per = (size_t)chunks * h;
@@ -143,9 +143,8 @@ static void norm_backward(pt_kernels *kn, bf16 *dinp, float *dw, float *dbias,
     if (!part)
         return;
     dim3 grid((unsigned)((h + 31) / 32), (unsigned)chunks), block(32, 8);
-    norm_backward_dw_kernel<RMS><<<grid, block, 0, st>>>(part, RMS ? NULL : part + per, dout,
-                                                         inp, mean, rstd, n, h,
-                                                         pt_kcuda_chunk_rows(n));
+    PT_LAUNCH(grid, block, 0, st, norm_backward_dw_kernel<RMS>)(part, RMS ? NULL : part + per, dout,
+        inp, mean, rstd, n, h, pt_kcuda_chunk_rows(n));
     PT_LAUNCHED(kn, "norm_backward_dw");
     pt_kcuda_sum_partials(kn, dw, part, chunks, h);
     if (!RMS)
@@ -200,7 +199,7 @@ void pt_kcuda_rmsnorm_forward(pt_kernels *kn,
 {
     if (n <= 0)
         return;
-    rmsnorm_forward_kernel<<<row_blocks(n), PT_KCUDA_THREADS, 0, pt_kcuda_ctx(kn)->stream>>>(
+    PT_LAUNCH(row_blocks(n), PT_KCUDA_THREADS, 0, pt_kcuda_ctx(kn)->stream, rmsnorm_forward_kernel)(
         (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, n, h, eps);
     PT_LAUNCHED(kn, "rmsnorm_forward");
 }

@@ -5,29 +5,56 @@
  * squares behind the global gradient norm: two passes in double (a partial per block
  * over a grid whose size depends on n only, then one block sums the partials in
  * order), so the result is the same on every run.
+ *
+ * The step without the host: sumsq_acc queues the same two passes with the second
+ * adding into a device double; adamw_multi updates a list of tensors in one launch,
+ * blocks mapped over (tensor, chunk of ADAMW_CHUNK elements) through a device table
+ * of descriptors, and computes the clipping factor from the device sum in every block.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda.cuh"
+
+/* One element of AdamW, the formula of kernels/cpu/optim.c. Both kernels below go
+ * through this one function, so the multi-tensor form evaluates the same expression
+ * with the same fused multiply-adds as the per-tensor form: the same bits. */
+static __device__ __forceinline__ void adamw_element(float *params, uint16_t *params_bf16,
+                                                     const float *grads, float *m, float *v,
+                                                     int64_t i, float lr, float beta1,
+                                                     float beta2, float eps,
+                                                     float weight_decay, float bc1, float bc2,
+                                                     float grad_scale)
+{
+    float g = grads[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    float p = params[i];
+    p -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p);
+    m[i] = mi;
+    v[i] = vi;
+    params[i] = p;
+    if (params_bf16)
+        params_bf16[i] = pt_bf16_bits(p);
+}
 
 __global__ void adamw_kernel(float *params, uint16_t *params_bf16, const float *grads, float *m,
                              float *v, int64_t n, float lr, float beta1, float beta2, float eps,
                              float weight_decay, float bc1, float bc2, float grad_scale)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float g = grads[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        float p = params[i];
-        p -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p);
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p;
-        if (params_bf16)
-            params_bf16[i] = pt_bf16_bits(p);
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        adamw_element(params, params_bf16, grads, m, v, i, lr, beta1, beta2, eps, weight_decay,
+                      bc1, bc2, grad_scale);
+}
+
+/* bias corrections on the host, in float, exactly as the CPU backend */
+static void bias_corrections(float beta1, float beta2, int step, float *bc1, float *bc2)
+{
+    *bc1 = 1.0f - powf(beta1, (float)step);
+    *bc2 = 1.0f - powf(beta2, (float)step);
 }
 
 void pt_kcuda_adamw(pt_kernels *kn,
@@ -41,17 +68,188 @@ void pt_kcuda_adamw(pt_kernels *kn,
 {
     if (n <= 0)
         return;
-    /* bias corrections on the host, in float, exactly as the CPU backend */
-    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
-    adamw_kernel<<<pt_kcuda_blocks(n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
-                   pt_kcuda_ctx(kn)->stream>>>(params, params_bf16, grads, m, v, n, lr, beta1,
-                                               beta2, eps, weight_decay, bc1, bc2, grad_scale);
+    float bc1, bc2;
+    bias_corrections(beta1, beta2, step, &bc1, &bc2);
+    PT_LAUNCH(pt_kcuda_blocks(n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, pt_kcuda_ctx(kn)->stream,
+              adamw_kernel)(
+        params, params_bf16, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
+        grad_scale);
     PT_LAUNCHED(kn, "adamw");
+}
+
+/* ---- AdamW over a list of tensors ------------------------------------------------------------ */
+
+enum {
+    ADAMW_THREADS = 256,
+    ADAMW_CHUNK = 64 * ADAMW_THREADS, /* elements per block: 64 per thread */
+    ADAMW_UPLOAD = 48                 /* descriptors per upload: 3 KiB of kernel
+                                       * parameters, under CUDA's 4 KiB */
+};
+
+/* A batch of descriptors travelling as a kernel parameter (by value). */
+struct adamw_upload {
+    pt_kcuda_adamw_desc d[ADAMW_UPLOAD];
+};
+
+/* Writes count descriptors into the table. The driver copies a launch's parameters when
+ * the launch is queued, so this upload never waits and needs no pinned staging buffer
+ * (cudaMemcpyAsync from pageable memory may wait for the stream; from a pinned buffer,
+ * the buffer could not be rewritten for the next list until the copy had run), and it
+ * stays in stream order with the kernels that read the table. */
+__global__ void adamw_upload_kernel(pt_kcuda_adamw_desc *table, adamw_upload batch, int count)
+{
+    if ((int)threadIdx.x < count)
+        table[threadIdx.x] = batch.d[threadIdx.x];
+}
+
+/* pt_k_clip_scale(sqrt(*sumsq / copies), max_norm) with the same double operations:
+ * division and square root are correctly rounded on the device as on the host, and
+ * nothing here can be contracted into a fused multiply-add, so the factor is the float
+ * the host would compute. */
+static __device__ float clip_factor(double max_norm, const double *sumsq, double copies)
+{
+    if (max_norm <= 0.0)
+        return 1.0f;
+    double norm = sqrt(*sumsq / copies);
+    if (norm + 1e-6 <= max_norm)
+        return 1.0f;
+    return (float)(max_norm / (norm + 1e-6));
+}
+
+/* Block j updates chunk j - first_block of the tensor whose blocks hold j: the last
+ * descriptor with first_block <= j (a binary search; the table holds no empty tensor,
+ * so first_block strictly increases). */
+__global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, float lr,
+                                   float beta1, float beta2, float eps, float bc1, float bc2,
+                                   double max_norm, const double *sumsq, double copies)
+{
+    const int64_t j = blockIdx.x;
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (table[mid].first_block <= j)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const pt_kcuda_adamw_desc d = table[lo];
+    const float scale = clip_factor(max_norm, sumsq, copies);
+    const int64_t i0 = (j - d.first_block) * ADAMW_CHUNK;
+    const int64_t i1 = i0 + ADAMW_CHUNK < d.n ? i0 + ADAMW_CHUNK : d.n;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+        adamw_element(d.params, d.params_bf16, d.grads, d.m, d.v, i, lr, beta1, beta2, eps,
+                      d.weight_decay, bc1, bc2, scale);
+}
+
+int pt_kcuda_adamw_grow(pt_kernels *kn, int count)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (count <= ctx->adamw_cap)
+        return 0;
+    /* kernels queued earlier may still read the old table */
+    if (PT_CU(kn, cudaStreamSynchronize(ctx->stream)))
+        return -1;
+    pt_kcuda_adamw_desc *host =
+        (pt_kcuda_adamw_desc *)realloc(ctx->adamw_host, (size_t)count * sizeof *host);
+    if (!host) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "adamw_multi: out of host memory for %d tensors",
+                      count);
+        return -1;
+    }
+    ctx->adamw_host = host;
+    cudaFree(ctx->adamw_table);
+    ctx->adamw_table = NULL;
+    ctx->adamw_cap = ctx->adamw_valid = 0;
+    if (PT_CU(kn, cudaMalloc((void **)&ctx->adamw_table,
+                             (size_t)count * sizeof(pt_kcuda_adamw_desc)))) {
+        ctx->adamw_table = NULL;
+        return -1;
+    }
+    ctx->adamw_cap = count;
+    return 0;
+}
+
+/* Brings table entries [at, at + k) to batch's, uploading only when they differ from
+ * what the table holds (ctx->adamw_host mirrors it): a runtime that passes the same list
+ * every step uploads it once. */
+static void adamw_put(pt_kernels *kn, const adamw_upload *batch, int at, int k)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    size_t bytes = (size_t)k * sizeof(pt_kcuda_adamw_desc);
+    if (at + k <= ctx->adamw_valid && !memcmp(ctx->adamw_host + at, batch->d, bytes))
+        return;
+    memcpy(ctx->adamw_host + at, batch->d, bytes);
+    PT_LAUNCH(1, ADAMW_UPLOAD, 0, ctx->stream, adamw_upload_kernel)(ctx->adamw_table + at, *batch,
+                                                                    k);
+    PT_LAUNCHED(kn, "adamw_multi_upload");
+    if (at + k > ctx->adamw_valid) /* uploads run from entry 0 up: at <= adamw_valid */
+        ctx->adamw_valid = at + k;
+}
+
+void pt_kcuda_adamw_multi(pt_kernels *kn,
+                          const pt_k_adamw_tensor *t, /* (count) host */
+                          int count,
+                          const pt_k_adamw_args *a)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    int nd = 0; /* descriptors: the tensors that hold elements */
+    for (int i = 0; i < count; i++)
+        nd += t[i].n > 0;
+    if (nd == 0)
+        return;
+    if (nd > ctx->adamw_cap) {
+        if (ctx->steady) {
+            pt_kcuda_fail(kn, __FILE__, __LINE__,
+                          "adamw_multi: %d tensors, reserve made room for %d "
+                          "(pt_k_scratch_shape.adamw_tensors; no allocation after reserve)",
+                          nd, ctx->adamw_cap);
+            return;
+        }
+        if (pt_kcuda_adamw_grow(kn, nd))
+            return;
+    }
+    adamw_upload batch;
+    memset(&batch, 0, sizeof batch); /* padding too: batches are compared with memcmp */
+    int k = 0, at = 0;
+    int64_t blocks = 0;
+    for (int i = 0; i < count; i++) {
+        if (t[i].n <= 0)
+            continue;
+        pt_kcuda_adamw_desc *d = &batch.d[k++];
+        d->params = t[i].params;
+        d->params_bf16 = t[i].params_bf16;
+        d->grads = t[i].grads;
+        d->m = t[i].m;
+        d->v = t[i].v;
+        d->n = t[i].n;
+        d->first_block = blocks;
+        d->weight_decay = t[i].weight_decay;
+        blocks += (t[i].n + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+        if (k == ADAMW_UPLOAD) {
+            adamw_put(kn, &batch, at, k);
+            at += k;
+            k = 0;
+            memset(&batch, 0, sizeof batch);
+        }
+    }
+    if (k > 0)
+        adamw_put(kn, &batch, at, k);
+    if (blocks > INT32_MAX) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "adamw_multi: %lld blocks of %d elements",
+                      (long long)blocks, (int)ADAMW_CHUNK);
+        return;
+    }
+    float bc1, bc2;
+    bias_corrections(a->beta1, a->beta2, a->step, &bc1, &bc2);
+    PT_LAUNCH((unsigned)blocks, ADAMW_THREADS, 0, ctx->stream, adamw_multi_kernel)(
+        ctx->adamw_table, nd, a->lr, a->beta1, a->beta2, a->eps, bc1, bc2, a->max_norm,
+        a->sumsq, a->copies);
+    PT_LAUNCHED(kn, "adamw_multi");
 }
 
 /* ---- Sum of squares ------------------------------------------------------------------------- */
 
-enum { SUMSQ_THREADS = 256, SUMSQ_MAX_BLOCKS = 1024 };
+enum { SUMSQ_THREADS = 256 };
 
 __global__ void sumsq_partial_kernel(double *partials, const float *x, int64_t n)
 {
@@ -65,15 +263,33 @@ __global__ void sumsq_partial_kernel(double *partials, const float *x, int64_t n
         partials[blockIdx.x] = s;
 }
 
-__global__ void sumsq_final_kernel(double *result, const double *partials, int count)
+/* *result = the sum of the partials, or *result += it (accumulate) */
+__global__ void sumsq_final_kernel(double *result, const double *partials, int count,
+                                   int accumulate)
 {
     __shared__ double shared[32];
     double s = 0.0;
-    for (int i = threadIdx.x; i < count; i += SUMSQ_MAX_BLOCKS)
+    for (int i = threadIdx.x; i < count; i += PT_KCUDA_SUMSQ_BLOCKS)
         s += partials[i];
     s = pt_block_sum(s, shared);
     if (threadIdx.x == 0)
-        *result = s;
+        *result = accumulate ? *result + s : s;
+}
+
+/* Queues both passes over x (n > 0) into *result; the partials live in
+ * ctx->sumsq_part[1...], reused in stream order. */
+static void sumsq_queue(pt_kernels *kn, const float *x, int64_t n, double *result,
+                        int accumulate)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    int64_t want = (n + SUMSQ_THREADS * 4 - 1) / (SUMSQ_THREADS * 4);
+    int blocks = (int)(want < PT_KCUDA_SUMSQ_BLOCKS ? want : PT_KCUDA_SUMSQ_BLOCKS);
+    double *part = ctx->sumsq_part + 1;
+    PT_LAUNCH(blocks, SUMSQ_THREADS, 0, ctx->stream, sumsq_partial_kernel)(part, x, n);
+    PT_LAUNCHED(kn, "sumsq_partial");
+    PT_LAUNCH(1, PT_KCUDA_SUMSQ_BLOCKS, 0, ctx->stream, sumsq_final_kernel)(result, part, blocks,
+                                                                           accumulate);
+    PT_LAUNCHED(kn, "sumsq_final");
 }
 
 double pt_kcuda_sumsq(pt_kernels *kn,
@@ -83,18 +299,19 @@ double pt_kcuda_sumsq(pt_kernels *kn,
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     if (n <= 0)
         return 0.0;
-    int64_t want = (n + SUMSQ_THREADS * 4 - 1) / (SUMSQ_THREADS * 4);
-    int blocks = (int)(want < SUMSQ_MAX_BLOCKS ? want : SUMSQ_MAX_BLOCKS);
-    double *part = (double *)pt_kcuda_scratch(kn, (size_t)(blocks + 1) * sizeof(double));
-    if (!part)
-        return NAN;
-    sumsq_partial_kernel<<<blocks, SUMSQ_THREADS, 0, ctx->stream>>>(part + 1, x, n);
-    PT_LAUNCHED(kn, "sumsq_partial");
-    sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, ctx->stream>>>(part, part + 1, blocks);
-    PT_LAUNCHED(kn, "sumsq_final");
-    if (PT_CU(kn, cudaMemcpyAsync(ctx->host_sum, part, sizeof(double), cudaMemcpyDeviceToHost,
-                                  ctx->stream)) ||
+    sumsq_queue(kn, x, n, ctx->sumsq_part, 0);
+    if (PT_CU(kn, cudaMemcpyAsync(ctx->host_sum, ctx->sumsq_part, sizeof(double),
+                                  cudaMemcpyDeviceToHost, ctx->stream)) ||
         PT_CU(kn, cudaStreamSynchronize(ctx->stream)))
         return NAN;
     return *ctx->host_sum;
+}
+
+void pt_kcuda_sumsq_acc(pt_kernels *kn,
+                        const float *x,             /* (n) fp32 */
+                        int64_t n,
+                        double *acc)                /* (1) fp64 device, += */
+{
+    if (n > 0)
+        sumsq_queue(kn, x, n, acc, 1);
 }

@@ -2,10 +2,11 @@
  * Pointwise ops on CUDA: rotary position embedding, GELU, SwiGLU, the residual add,
  * dropout and the bf16 conversions, forward and backward. Each is a grid-stride loop
  * over elements with the same formulas as the CPU reference (kernels/cpu/act.c,
- * rope.c, rng.c, convert.c), evaluated in fp32 on bf16 data; RoPE's angles are
- * computed in double from the absolute position, as on the CPU. Dropout runs the same
- * Philox4x32-10 with the same counter scheme as pt_k_dropout_keep, so its masks equal
- * the CPU's bit for bit. Backwards accumulate (+=) into their gradients.
+ * rope.c, rng.c, convert.c), evaluated in fp32 on bf16 data; RoPE's angles are fp32
+ * from the absolute position, the inverse frequency in two floats and the reduction by
+ * 2π exact (the error bound is above rope_sincos). Dropout runs the same Philox4x32-10
+ * with the same counter scheme as pt_k_dropout_keep, so its masks equal the CPU's bit
+ * for bit. Backwards accumulate (+=) into their gradients.
  */
 #include "cuda.cuh"
 
@@ -17,10 +18,52 @@
 
 /* ---- RoPE ------------------------------------------------------------------------------ */
 
+/* The angle of pair i at position p is p · f_i, f_i = theta^(-2i/d), and positions reach
+ * 128K (LLaMA 3.1). Plain fp32 is not enough there: rounding f_i costs p · f_i · 2^-24
+ * (0.008 rad at p = 2^17, f_0 = 1) and rounding the product half as much again, about
+ * 1.2% of the element where a bf16 rounding is at most 0.4%; double pow/sin/cos per
+ * element are exact but slow on GPUs without full-rate fp64. So, in fp32 throughout:
+ * - f_i is computed per call on the host in double (pow, as the CPU) and split into
+ *   fp32 hi + lo, together f_i to 2^-48 relative, passed as a kernel parameter (no
+ *   device memory, no upload);
+ * - P = p is exact for p < 2^24; P·hi = a_hi + e exactly, e = fmaf(P, hi, -a_hi), and
+ *   a_lo = e + P·lo holds the rest of the angle to 1e-7 rad (1e-9 for p <= 2^17);
+ * - a_hi is reduced by 2π: k = rint(a_hi / 2π), |k| < 2^22; a_hi - k·C1 (C1 = 2π in
+ *   fp32) is exact, both being multiples of 2^-22 once k != 0 and the difference below
+ *   4; then k·C2 (C2 = 2π - C1 in fp32; C1 + C2 is 2π to 2^-47, so k·2^-47 < 3e-8 rad)
+ *   and a_lo are added with one rounding each, at most 2^-23 and 2^-22;
+ * - sincosf is within 2 ulp (CUDA Programming Guide, "Mathematical Functions"), 1.2e-7
+ *   on the reduced angle (|r| < π + 1).
+ * The cosine and sine so differ from the CPU's (double, rounded to fp32) by under 1e-6
+ * at any position below 2^24, independent of the position: the bf16 outputs equal the
+ * CPU's or lie one bf16 ulp away where the fp32 values straddle a rounding midpoint,
+ * as for every pointwise op, inside TOL_ELEM of tests/kernels/test_kernels_cuda.c (it
+ * checks pos0 = 100000 as well as 0). */
+enum { ROPE_MAX_HALF = 256 }; /* d <= 512: 2 KiB of parameters */
+
+struct rope_freqs {
+    float2 f[ROPE_MAX_HALF]; /* (hi, lo) of theta^(-2i/d) */
+};
+
+#define ROPE_TWO_PI_HI 6.28318548202514648f      /* 2π rounded to fp32 */
+#define ROPE_TWO_PI_LO -1.74845553146951305e-7f  /* 2π - ROPE_TWO_PI_HI, rounded */
+#define ROPE_INV_TWO_PI 0.159154943091895336f
+
+static __device__ __forceinline__ void rope_sincos(int pos, float2 f, float *sn, float *c)
+{
+    const float P = (float)pos;
+    const float a_hi = __fmul_rn(P, f.x); /* rounded, never fused: e below is its error */
+    const float a_lo = fmaf(P, f.x, -a_hi) + P * f.y;
+    const float k = rintf(a_hi * ROPE_INV_TWO_PI);
+    float r = fmaf(-k, ROPE_TWO_PI_HI, a_hi);
+    r = fmaf(-k, ROPE_TWO_PI_LO, r);
+    sincosf(r + a_lo, sn, c);
+}
+
 /* one thread per pair (x[2i], x[2i+1]) of one head of one token */
 template <bool BACKWARD>
 __global__ void rope_kernel(bf16 *out, const bf16 *inp, int b, int s, int nh, int d, int pos0,
-                            float theta)
+                            rope_freqs freqs)
 {
     int half = d / 2;
     int64_t total = (int64_t)b * s * nh * half;
@@ -28,9 +71,8 @@ __global__ void rope_kernel(bf16 *out, const bf16 *inp, int b, int s, int nh, in
         int i = (int)(e % half);
         int64_t row = e / half; /* (bi, si, hi) */
         int si = (int)(row / nh % s);
-        double freq = pow((double)theta, -2.0 * i / d);
-        double angle = (double)(pos0 + si) * freq;
-        float c = (float)cos(angle), sn = (float)sin(angle);
+        float c, sn;
+        rope_sincos(pos0 + si, freqs.f[i], &sn, &c);
         int64_t off = row * d + 2 * i;
         float x0 = pt_ld(inp + off), x1 = pt_ld(inp + off + 1);
         if (!BACKWARD) {
@@ -43,16 +85,34 @@ __global__ void rope_kernel(bf16 *out, const bf16 *inp, int b, int s, int nh, in
     }
 }
 
+/* The inverse frequencies of a call, with pow in double exactly as kernels/cpu/rope.c;
+ * 0 or -1 (error recorded) when d is beyond the table. */
+static int rope_freqs_of(pt_kernels *kn, int d, float theta, rope_freqs *fr)
+{
+    if (d / 2 > ROPE_MAX_HALF) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "rope: head dim %d, at most %d", d,
+                      2 * ROPE_MAX_HALF);
+        return -1;
+    }
+    for (int i = 0; i < d / 2; i++) {
+        double f = pow((double)theta, -2.0 * i / d);
+        float hi = (float)f;
+        fr->f[i] = make_float2(hi, (float)(f - hi));
+    }
+    return 0;
+}
+
 void pt_kcuda_rope_forward(pt_kernels *kn,
                            float *out,              /* (b, s, nh, d) [act] */
                            const float *inp,        /* (b, s, nh, d) [act] */
                            int b, int s, int nh, int d, int pos0, float theta)
 {
     int64_t total = (int64_t)b * s * nh * (d / 2);
-    if (total <= 0)
+    rope_freqs fr;
+    if (total <= 0 || rope_freqs_of(kn, d, theta, &fr))
         return;
-    rope_kernel<false><<<LAUNCH(total)>>>((bf16 *)out, (const bf16 *)inp, b, s, nh, d, pos0,
-                                          theta);
+    PT_LAUNCH(LAUNCH(total), rope_kernel<false>)((bf16 *)out, (const bf16 *)inp, b, s, nh, d, pos0,
+        fr);
     PT_LAUNCHED(kn, "rope_forward");
 }
 
@@ -62,10 +122,11 @@ void pt_kcuda_rope_backward(pt_kernels *kn,
                             int b, int s, int nh, int d, int pos0, float theta)
 {
     int64_t total = (int64_t)b * s * nh * (d / 2);
-    if (total <= 0)
+    rope_freqs fr;
+    if (total <= 0 || rope_freqs_of(kn, d, theta, &fr))
         return;
-    rope_kernel<true><<<LAUNCH(total)>>>((bf16 *)dinp, (const bf16 *)dout, b, s, nh, d, pos0,
-                                         theta);
+    PT_LAUNCH(LAUNCH(total), rope_kernel<true>)((bf16 *)dinp, (const bf16 *)dout, b, s, nh, d, pos0,
+        fr);
     PT_LAUNCHED(kn, "rope_backward");
 }
 
@@ -104,7 +165,7 @@ void pt_kcuda_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t
 {
     if (n <= 0)
         return;
-    gelu_forward_kernel<<<LAUNCH(n)>>>((bf16 *)out, (const bf16 *)inp, n);
+    PT_LAUNCH(LAUNCH(n), gelu_forward_kernel)((bf16 *)out, (const bf16 *)inp, n);
     PT_LAUNCHED(kn, "gelu_forward");
 }
 
@@ -113,7 +174,8 @@ void pt_kcuda_gelu_backward(pt_kernels *kn, float *dinp, const float *dout, cons
 {
     if (n <= 0)
         return;
-    gelu_backward_kernel<<<LAUNCH(n)>>>((bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, n);
+    PT_LAUNCH(LAUNCH(n), gelu_backward_kernel)((bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp,
+        n);
     PT_LAUNCHED(kn, "gelu_backward");
 }
 
@@ -146,8 +208,8 @@ void pt_kcuda_swiglu_forward(pt_kernels *kn, float *out, const float *gate, cons
     int64_t total = n * f;
     if (total <= 0)
         return;
-    swiglu_forward_kernel<<<LAUNCH(total)>>>((bf16 *)out, (const bf16 *)gate, (const bf16 *)up,
-                                             total);
+    PT_LAUNCH(LAUNCH(total), swiglu_forward_kernel)((bf16 *)out, (const bf16 *)gate,
+        (const bf16 *)up, total);
     PT_LAUNCHED(kn, "swiglu_forward");
 }
 
@@ -157,8 +219,8 @@ void pt_kcuda_swiglu_backward(pt_kernels *kn, float *dgate, float *dup, const fl
     int64_t total = n * f;
     if (total <= 0)
         return;
-    swiglu_backward_kernel<<<LAUNCH(total)>>>((bf16 *)dgate, (bf16 *)dup, (const bf16 *)dout,
-                                              (const bf16 *)gate, (const bf16 *)up, total);
+    PT_LAUNCH(LAUNCH(total), swiglu_backward_kernel)((bf16 *)dgate, (bf16 *)dup, (const bf16 *)dout,
+        (const bf16 *)gate, (const bf16 *)up, total);
     PT_LAUNCHED(kn, "swiglu_backward");
 }
 
@@ -183,8 +245,8 @@ void pt_kcuda_residual_forward(pt_kernels *kn, float *out, const float *inp1,
 {
     if (n <= 0)
         return;
-    residual_forward_kernel<<<LAUNCH(n)>>>((bf16 *)out, (const bf16 *)inp1, (const bf16 *)inp2,
-                                           n);
+    PT_LAUNCH(LAUNCH(n), residual_forward_kernel)((bf16 *)out, (const bf16 *)inp1,
+        (const bf16 *)inp2, n);
     PT_LAUNCHED(kn, "residual_forward");
 }
 
@@ -193,8 +255,8 @@ void pt_kcuda_residual_backward(pt_kernels *kn, float *dinp1, float *dinp2, cons
 {
     if (n <= 0)
         return;
-    residual_backward_kernel<<<LAUNCH(n)>>>((bf16 *)dinp1, (bf16 *)dinp2, (const bf16 *)dout,
-                                            n);
+    PT_LAUNCH(LAUNCH(n), residual_backward_kernel)((bf16 *)dinp1, (bf16 *)dinp2, (const bf16 *)dout,
+        n);
     PT_LAUNCHED(kn, "residual_backward");
 }
 
@@ -248,8 +310,8 @@ static void dropout(pt_kernels *kn, bf16 *out, const bf16 *inp, int64_t n, float
         return;
     const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* as rng.c */
     int64_t blk0 = offset / 4, nblk = (offset + n - 1) / 4 - blk0 + 1;
-    dropout_kernel<ACC><<<LAUNCH(nblk)>>>(out, inp, n, p, keep_scale, seed, tensor_id, offset,
-                                          blk0, nblk);
+    PT_LAUNCH(LAUNCH(nblk), dropout_kernel<ACC>)(out, inp, n, p, keep_scale, seed, tensor_id,
+        offset, blk0, nblk);
     PT_LAUNCHED(kn, name);
 }
 
@@ -274,6 +336,11 @@ __global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, int64_t n)
     GRID_STRIDE(e, n) dst[e] = pt_bf16_bits(src[e]);
 }
 
+__global__ void add_f32_kernel(float *dst, const float *src, int64_t n)
+{
+    GRID_STRIDE(e, n) dst[e] += src[e];
+}
+
 __global__ void bf16_to_f32_kernel(float *dst, const uint16_t *src, int64_t n)
 {
     GRID_STRIDE(e, n) dst[e] = __uint_as_float((uint32_t)src[e] << 16);
@@ -283,7 +350,7 @@ void pt_kcuda_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64
 {
     if (n <= 0)
         return;
-    f32_to_bf16_kernel<<<LAUNCH(n)>>>(dst, src, n);
+    PT_LAUNCH(LAUNCH(n), f32_to_bf16_kernel)(dst, src, n);
     PT_LAUNCHED(kn, "f32_to_bf16");
 }
 
@@ -291,6 +358,14 @@ void pt_kcuda_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64
 {
     if (n <= 0)
         return;
-    bf16_to_f32_kernel<<<LAUNCH(n)>>>(dst, src, n);
+    PT_LAUNCH(LAUNCH(n), bf16_to_f32_kernel)(dst, src, n);
     PT_LAUNCHED(kn, "bf16_to_f32");
+}
+
+void pt_kcuda_add_f32(pt_kernels *kn, float *dst, const float *src, int64_t n)
+{
+    if (n <= 0)
+        return;
+    PT_LAUNCH(LAUNCH(n), add_f32_kernel)(dst, src, n);
+    PT_LAUNCHED(kn, "add_f32");
 }

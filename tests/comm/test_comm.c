@@ -9,12 +9,17 @@
  * copies); which backend table each selection picks (pt_comm_backend, pt_comm_library);
  * and a run of the first three ranks (pt_comm_sub, what ptprofile-coll measures
  * over), on host buffers and staged. Values are small integers, so every sum is exact
- * and compared exactly. It links the communication layer alone (ptcomm), not the
+ * and compared exactly. The typed collectives (*_t) on bf16, f64 and fp32 over every
+ * group (sizes 1, 2 and 4) and the first three ranks, with an odd count: bf16 values
+ * with 8 significant bits whose sums are exact in fp32, so the expected bf16 result is
+ * that sum rounded once to nearest even, computed here with rint (ties included) and
+ * compared bit for bit. It links the communication layer alone (ptcomm), not the
  * runtime.
  */
 #include "check.h"
 #include "comm.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,6 +141,148 @@ static void check_group(pt_comm *c, int kind, bool async)
     free(a_in), free(a_out);
 }
 
+/* ---- Typed collectives (bf16, f64) ---------------------------------------------------- */
+
+/* World rank r's bf16 at index i: sign, exponent 0 to 2, a 7-bit fraction; every
+ * value a multiple of 2^-7 below 8 in magnitude, so sums of up to 4 are exact in fp32
+ * (and in double). */
+static uint16_t bf_bits(int r, int64_t i)
+{
+    unsigned sign = (r + i) % 5 == 0, ex = 127 + (unsigned)(i % 3);
+    unsigned frac = (unsigned)(r * 37 + i * 11) % 128;
+    return (uint16_t)(sign << 15 | ex << 7 | frac);
+}
+
+static double bf_value(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static int ties; /* expected sums that fell halfway between two bf16 */
+
+/* x (exact in fp32) rounded to bf16, to nearest with ties to even, by arithmetic
+ * rather than bits: the 8 significant bits of bf16 are a quantum of 2^(k-8) for x in
+ * [2^(k-1), 2^k); rint rounds halfway cases to even. */
+static uint16_t bf_round(double x)
+{
+    if (x == 0)
+        return signbit(x) ? 0x8000 : 0;
+    int k;
+    frexp(x, &k);
+    double q = ldexp(1.0, k - 8), y = x / q;
+    ties += fabs(y - trunc(y)) == 0.5;
+    float f = (float)(rint(y) * q);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    CHECK_INT(u & 0xffff, 0); /* the rounded value is a bf16 */
+    return (uint16_t)(u >> 16);
+}
+
+/* rank r's f64 at i: exact sums */
+static double f64_val(int r, int64_t i) { return r * 1000.0 + (double)i + 0.25; }
+
+static void *xalloc(size_t bytes)
+{
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (!p)
+        abort();
+    return p;
+}
+
+/* Every typed call over the group `kind` of c, whose members (world ranks, group
+ * order) are m[0..gs-1], this rank m[me]; n elements per rank. */
+static void check_typed(pt_comm *c, int kind, const int64_t *m, int gs, int me, int64_t n)
+{
+    pt_err err = {""};
+    size_t nn = (size_t)n, ng = (size_t)(n * gs);
+    uint16_t *sum = xalloc(nn * 2), *mx = xalloc(nn * 2), *asum = xalloc(nn * 2);
+    uint16_t *rs_in = xalloc(ng * 2), *rs_out = xalloc(nn * 2), *ars_out = xalloc(nn * 2);
+    uint16_t *ag_in = xalloc(nn * 2), *ag_out = xalloc(ng * 2), *ag_ip = xalloc(ng * 2);
+    uint16_t *aag_out = xalloc(ng * 2);
+    double *d = xalloc(nn * 8), *dmax = xalloc(nn * 8), *drs_in = xalloc(ng * 8);
+    double *drs_out = xalloc(nn * 8), *dasum = xalloc(nn * 8);
+    float *f = xalloc(nn * 4);
+    for (int64_t i = 0; i < n; i++) {
+        sum[i] = mx[i] = asum[i] = ag_in[i] = ag_ip[me * n + i] = bf_bits(rank_, i);
+        d[i] = dmax[i] = dasum[i] = f64_val(rank_, i);
+        f[i] = val(rank_, i);
+    }
+    for (int64_t i = 0; i < n * gs; i++) {
+        rs_in[i] = bf_bits(rank_, i);
+        drs_in[i] = f64_val(rank_, i);
+    }
+    pt_comm_req *req[3] = {0};
+    CHECK_INT(pt_comm_iallreduce_t(c, kind, PT_COMM_BF16, asum, n, &req[0], &err), 0);
+    CHECK_INT(pt_comm_allreduce_t(c, kind, PT_COMM_BF16, sum, n, &err), 0);
+    CHECK_INT(pt_comm_ireducescatter_t(c, kind, PT_COMM_BF16, rs_in, ars_out, n, &req[1],
+                                       &err), 0);
+    CHECK_INT(pt_comm_allreduce_max_t(c, kind, PT_COMM_BF16, mx, n, &err), 0);
+    CHECK_INT(pt_comm_iallgather_t(c, kind, PT_COMM_BF16, ag_in, aag_out, n, &req[2], &err),
+              0);
+    CHECK_INT(pt_comm_reducescatter_t(c, kind, PT_COMM_BF16, rs_in, rs_out, n, &err), 0);
+    CHECK_INT(pt_comm_allgather_t(c, kind, PT_COMM_BF16, ag_in, ag_out, n, &err), 0);
+    CHECK_INT(pt_comm_allgather_t(c, kind, PT_COMM_BF16, ag_ip + me * n, ag_ip, n, &err), 0);
+    for (int k = 0; k < 3; k++)
+        CHECK_INT(pt_comm_wait(c, req[k], &err), 0);
+    pt_comm_req *dreq = NULL;
+    CHECK_INT(pt_comm_iallreduce_t(c, kind, PT_COMM_F64, dasum, n, &dreq, &err), 0);
+    CHECK_INT(pt_comm_wait(c, dreq, &err), 0);
+    CHECK_INT(pt_comm_allreduce_t(c, kind, PT_COMM_F64, d, n, &err), 0);
+    CHECK_INT(pt_comm_allreduce_max_t(c, kind, PT_COMM_F64, dmax, n, &err), 0);
+    CHECK_INT(pt_comm_reducescatter_t(c, kind, PT_COMM_F64, drs_in, drs_out, n, &err), 0);
+    CHECK_INT(pt_comm_allreduce_t(c, kind, PT_COMM_F32, f, n, &err), 0);
+    if (err.msg[0])
+        fprintf(stderr, "rank %d kind %d typed: %s\n", rank_, kind, err.msg);
+
+    for (int64_t i = 0; i < n; i++) {
+        double s = 0, x = -1e300, r = 0, ds = 0, dx = -1e300, dr = 0;
+        float fs = 0;
+        for (int k = 0; k < gs; k++) {
+            int w = (int)m[k];
+            s += bf_value(bf_bits(w, i));
+            x = fmax(x, bf_value(bf_bits(w, i)));
+            r += bf_value(bf_bits(w, me * n + i));
+            ds += f64_val(w, i);
+            dx = fmax(dx, f64_val(w, i));
+            dr += f64_val(w, me * n + i);
+            fs += val(w, i);
+        }
+        uint16_t want_sum = bf_round(s), want_rs = bf_round(r);
+        CHECK_INT(sum[i], want_sum);
+        CHECK_INT(asum[i], want_sum);
+        CHECK_INT(bf_value(mx[i]), x);
+        CHECK_INT(mx[i], bf_round(x));
+        CHECK_INT(rs_out[i], want_rs);
+        CHECK_INT(ars_out[i], want_rs);
+        for (int k = 0; k < gs; k++) {
+            CHECK_INT(ag_out[k * n + i], bf_bits((int)m[k], i));
+            CHECK_INT(aag_out[k * n + i], bf_bits((int)m[k], i));
+            CHECK_INT(ag_ip[k * n + i], bf_bits((int)m[k], i));
+        }
+        CHECK(d[i] == ds && dasum[i] == ds && dmax[i] == dx && drs_out[i] == dr);
+        CHECK_INT(f[i], fs);
+    }
+    free(sum), free(mx), free(asum), free(rs_in), free(rs_out), free(ars_out);
+    free(ag_in), free(ag_out), free(ag_ip), free(aag_out);
+    free(d), free(dmax), free(drs_in), free(drs_out), free(dasum), free(f);
+}
+
+/* check_typed over the group `kind` of the 4-rank grid, and an element type no
+ * collective knows refused. */
+static void check_typed_group(pt_comm *c, int kind)
+{
+    int64_t m[64];
+    int me, gs = members(kind, m, &me);
+    check_typed(c, kind, m, gs, me, N);
+    pt_err err = {""};
+    float one = 1;
+    CHECK(pt_comm_allreduce_t(c, kind, (pt_comm_dtype)7, &one, 1, &err) != 0);
+    CHECK_STR_HAS(err.msg, "element type 7");
+}
+
 /* Floats and bytes around the ring of world ranks; two messages per pair, told apart
  * by tag and received in the order sent. */
 static void check_p2p(pt_comm *c)
@@ -233,6 +380,8 @@ static void check_sub(pt_comm *c, pt_kernels *kn)
             for (int k = 0; k < 3; k++)
                 CHECK_INT(ag[k * N + i], want);
         }
+        const int64_t first3[3] = {0, 1, 2};
+        check_typed(s, -1, first3, 3, rank_, 5);
     }
     CHECK(pt_comm_all_ok(s, true));
     if (err.msg[0])
@@ -248,6 +397,7 @@ static void check_all(pt_comm *c, const char *path)
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         check_group(c, kinds[k], false);
         check_group(c, kinds[k], true);
+        check_typed_group(c, kinds[k]);
     }
     check_p2p(c);
     check_host(c);
@@ -302,6 +452,7 @@ int main(int argc, char **argv)
     CHECK(strcmp(pt_comm_backend(c), "mpi+staging") == 0);
     check_all(c, "host staging");
 
+    CHECK(ties > 0); /* the bf16 sums exercised rounding halfway cases */
     bool ok = pt_comm_all_ok(c, pt_check_failures == 0);
     pt_kernels_destroy(kn);
     pt_comm_finalize(c);

@@ -776,6 +776,122 @@ static void test_norm_clip(void)
     CHECK(pt_k_clip_scale(100.0, 0.0) == 1.0f);
 }
 
+/* sumsq_acc adds exactly sumsq's double: from 0 one call gives it to the bit, and
+ * several accumulate in call order; sizes cover one block, a partial block, and more
+ * block sums than pt_kcpu_sumsq keeps on its stack. */
+static void test_sumsq_acc(void)
+{
+    int64_t sizes[] = {1, 1000, 100003, 1100000};
+    double acc_all = 0.0, want_all = 0.0;
+    for (int c = 0; c < 4; c++) {
+        int64_t n = sizes[c];
+        float *x = frand(n, 3);
+        double want = K->sumsq(K, x, n), acc = 0.0;
+        K->sumsq_acc(K, x, n, &acc);
+        CHECK(memcmp(&acc, &want, sizeof acc) == 0);
+        K->sumsq_acc(K, x, n, &acc_all);
+        want_all += want;
+        free(x);
+    }
+    CHECK(memcmp(&acc_all, &want_all, sizeof acc_all) == 0);
+    double acc = 5.0;
+    K->sumsq_acc(K, NULL, 0, &acc);
+    CHECK(acc == 5.0);
+}
+
+/* One adamw_multi over several tensors (empty, one element, sizes that are no
+ * multiple of anything, with and without the bf16 copy, each with its weight decay)
+ * against adamw on copies of each tensor with grad_scale = pt_k_clip_scale(
+ * sqrt(sumsq / copies), max_norm) computed here: bit-identical, over two steps. */
+enum { MT = 5 };
+
+typedef struct {
+    float *p, *g, *m, *v;
+    uint16_t *bf;
+    int64_t n;
+} mt_buf;
+
+static void mt_make(mt_buf *b, const mt_buf *from, int64_t n, int with_bf16)
+{
+    b->n = n;
+    b->p = from ? fcopy(from->p, n) : frand(n, 1);
+    b->g = from ? fcopy(from->g, n) : frand(n, 1);
+    b->m = from ? fcopy(from->m, n) : frand(n, 0.1);
+    b->v = from ? fcopy(from->v, n) : frand(n, 0.01);
+    if (!from)
+        for (int64_t i = 0; i < n; i++)
+            b->v[i] = fabsf(b->v[i]);
+    b->bf = with_bf16 ? calloc((size_t)(n ? n : 1), sizeof(uint16_t)) : NULL;
+}
+
+static int mt_same(const mt_buf *a, const mt_buf *b)
+{
+    size_t fb = (size_t)a->n * sizeof(float);
+    return !memcmp(a->p, b->p, fb) && !memcmp(a->m, b->m, fb) && !memcmp(a->v, b->v, fb) &&
+           (!a->bf || !memcmp(a->bf, b->bf, (size_t)a->n * sizeof(uint16_t)));
+}
+
+static void mt_free(mt_buf *b)
+{
+    free(b->p);
+    free(b->g);
+    free(b->m);
+    free(b->v);
+    free(b->bf);
+}
+
+/* returns the grad_scale the multi form was checked against */
+static float check_adamw_multi(double max_norm, double copies, double sumsq)
+{
+    const int64_t sizes[MT] = {0, 1, 1001, 77, 40000};
+    const float wd[MT] = {0.1f, 0.0f, 0.1f, 0.0f, 0.05f};
+    mt_buf multi[MT], single[MT];
+    pt_k_adamw_tensor t[MT];
+    for (int i = 0; i < MT; i++) {
+        mt_make(&multi[i], NULL, sizes[i], i % 2 == 0);
+        mt_make(&single[i], &multi[i], sizes[i], i % 2 == 0);
+        t[i] = (pt_k_adamw_tensor){multi[i].p, multi[i].bf, multi[i].g, multi[i].m,
+                                   multi[i].v, sizes[i], wd[i]};
+    }
+    pt_k_adamw_args a = {3e-4f, 0.9f, 0.95f, 1e-8f, 0, max_norm, &sumsq, copies};
+    float scale = pt_k_clip_scale(sqrt(sumsq / copies), max_norm);
+    for (int step = 1; step <= 2; step++) {
+        a.step = step;
+        K->adamw_multi(K, t, MT, &a);
+        for (int i = 0; i < MT; i++)
+            K->adamw(K, single[i].p, single[i].bf, single[i].g, single[i].m, single[i].v,
+                     sizes[i], a.lr, a.beta1, a.beta2, a.eps, wd[i], step, scale);
+    }
+    for (int i = 0; i < MT; i++) {
+        CHECK(mt_same(&multi[i], &single[i]));
+        mt_free(&multi[i]);
+        mt_free(&single[i]);
+    }
+    return scale;
+}
+
+static void test_adamw_multi(void)
+{
+    /* clipping: norm sqrt(400/4) = 10 against 1 */
+    float s = check_adamw_multi(1.0, 4.0, 400.0);
+    CHECK(s == (float)(1.0 / (10.0 + 1e-6)));
+    /* a norm below max_norm, clipping off (sumsq not read), one copy */
+    CHECK(check_adamw_multi(20.0, 2.0, 400.0) == 1.0f);
+    CHECK(check_adamw_multi(0.0, 1.0, 1e30) == 1.0f);
+    pt_k_adamw_args off = {1e-2f, 0.9f, 0.95f, 1e-8f, 1, 0.0, NULL, 1.0};
+    float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
+    pt_k_adamw_tensor one = {&p, NULL, &g, &m, &v, 1, 0.0f};
+    K->adamw_multi(K, &one, 1, &off); /* max_norm 0: sumsq NULL is not read */
+    CHECK(p < 1.0f && m > 0.0f && v > 0.0f);
+    K->adamw_multi(K, NULL, 0, &off);
+    /* the CPU backend reserves nothing */
+    pt_k_scratch_shape shape = {.rows = 1024, .cols = 768, .heads = 12, .vocab_rows = 50257,
+                                .adamw_tensors = 100};
+    CHECK(K->scratch_bytes == NULL && K->reserve == NULL);
+    CHECK(pt_k_scratch_bytes(K, &shape) == 0);
+    CHECK(K->sync(K) == 0);
+}
+
 static uint32_t fbits(float f)
 {
     uint32_t u;
@@ -817,6 +933,17 @@ static void test_bf16(void)
     K->f32_to_bf16(K, mid, src, 3);
     K->bf16_to_f32(K, back, mid, 3);
     CHECK(back[0] == 1.0f && back[1] == -2.5f && isnan(back[2]));
+}
+
+/* add_f32: dst += src element by element, src untouched */
+static void test_add_f32(void)
+{
+    float dst[4] = {1.0f, -2.0f, 0.5f, 3.0f}, src[4] = {0.25f, 2.0f, -0.5f, 1e-8f};
+    K->add_f32(K, dst, src, 4);
+    CHECK(dst[0] == 1.25f && dst[1] == 0.0f && dst[2] == 0.0f && dst[3] == 3.0f + 1e-8f);
+    CHECK(src[0] == 0.25f && src[3] == 1e-8f);
+    K->add_f32(K, dst, src, 0);
+    CHECK(dst[0] == 1.25f);
 }
 
 static void test_philox_dropout(void)
@@ -945,7 +1072,10 @@ int main(void)
     test_crossentropy();
     test_adamw();
     test_norm_clip();
+    test_sumsq_acc();
+    test_adamw_multi();
     test_bf16();
+    test_add_f32();
     test_philox_dropout();
     test_determinism();
     pt_kernels_destroy(K);

@@ -16,7 +16,9 @@
  * The device timers (event_record, event_elapsed) time a GEMM and order three.
  *
  * Without a CUDA device (or without CUDA in the build) the test prints why and exits
- * with 77, which ctest reports as skipped, never as passed.
+ * with 77, which ctest reports as skipped, never as passed. Built with PT_CUDA_EMU (the
+ * emulation lane, kernels/emu/), the same checks run the CUDA code on the CPU; only the
+ * timed GEMM is smaller there.
  * PT_TEST_VERBOSE=1 prints every measured error.
  */
 #include <math.h>
@@ -308,6 +310,24 @@ static void test_convert(void)
     run_case("f32_to_bf16", to, NB(to), op_f32_to_bf16, &arg);
     tbuf from[] = {{"src", BF16, N, x, 0}, {"dst", F32, N, NULL, EXACT}};
     run_case("bf16_to_f32", from, NB(from), op_bf16_to_f32, &arg);
+}
+
+static void op_add_f32(pt_kernels *kn, void **b, const void *arg)
+{
+    kn->add_f32(kn, F(b[1]), CF(b[0]), ((const n_arg *)arg)->n);
+}
+
+/* dst += src in fp32: each element one IEEE addition on both backends (an odd length
+ * leaves a partial last block) */
+static void test_add_f32(void)
+{
+    enum { N = 771 };
+    float *src = frand(N, 10.0), *dst = frand(N, 10.0);
+    n_arg arg = {N};
+    tbuf add[] = {{"src", F32, N, src, 0}, {"dst", F32, N, dst, EXACT}};
+    run_case("add_f32", add, NB(add), op_add_f32, &arg);
+    free(src);
+    free(dst);
 }
 
 /* ---- Embedding ------------------------------------------------------------------------------ */
@@ -621,6 +641,10 @@ static void test_rope(void)
     test_rope_shape(2, 5, 3, 16, 7, 10000.0f);
     test_rope_shape(1, 1, 1, 128, 4095, 500000.0f);
     test_rope_shape(3, 33, 2, 64, 0, 10000.0f);
+    /* long contexts: fp32 angles with the two-float frequency and exact reduction by 2π
+     * (pointwise.cu) stay within a bf16 rounding of the CPU's double ones */
+    test_rope_shape(1, 3, 2, 128, 100000, 500000.0f);
+    test_rope_shape(2, 4, 1, 64, 131000, 10000.0f);
 }
 
 /* ---- Pointwise ----------------------------------------------------------------------------------------- */
@@ -838,6 +862,82 @@ static void test_attention_simple(void)
     with_backend_env("PT_KCUDA_SIMPLE_ATTN", attention_simple_cases);
 }
 
+/* ---- Attention modes (PT_KCUDA_ATTN) ---------------------------------------------------
+ * The default backend gives cuDNN's fused attention the calls it takes, when the build
+ * has cuDNN (kernels/cuda/attention_cudnn.cu), so test_attention checks a mix. Here the
+ * same shapes run on our kernels alone (own), and the shapes cuDNN takes run with cuDNN
+ * required (cudnn: a call it declined would be an error), against the same CPU reference
+ * and tolerances, each twice for determinism. */
+
+/* A second backend with PT_KCUDA_ATTN=mode, or NULL after saying why: skipped when the
+ * build has no cuDNN and mode is "cudnn", a failure otherwise. */
+static pt_kernels *attention_backend(const char *mode)
+{
+    char err[256] = "";
+    setenv("PT_KCUDA_ATTN", mode, 1);
+    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
+    unsetenv("PT_KCUDA_ATTN");
+    if (!kn && strstr(err, "built without cuDNN")) {
+        printf("SKIPPED attention with PT_KCUDA_ATTN=%s: %s\n", mode, err);
+        return NULL;
+    }
+    if (!kn)
+        fprintf(stderr, "PT_KCUDA_ATTN=%s: %s\n", mode, err);
+    CHECK(kn != NULL);
+    return kn;
+}
+
+static void with_attention(const char *mode, void (*cases)(void))
+{
+    pt_kernels *second = attention_backend(mode);
+    if (!second)
+        return;
+    pt_kernels *saved = GPU;
+    GPU = second;
+    cases();
+    GPU = saved;
+    pt_kernels_destroy(second);
+}
+
+/* shapes cuDNN's path takes: head dimension a multiple of 8 up to 128, causal blocks
+ * with q0 = k0 or every key visible, not one query and one key */
+static void attention_cudnn_cases(void)
+{
+    test_attention_shape(2, 70, 70, 4, 2, 64, 0, 0, 1);       /* GQA, a ragged last tile */
+    test_attention_shape(1, 130, 130, 4, 1, 128, 0, 0, 1);    /* head dim 128, MQA */
+    test_attention_shape(2, 128, 128, 4, 4, 64, 128, 128, 1); /* a CP diagonal, q0 = k0 > 0 */
+    test_attention_shape(1, 50, 64, 2, 1, 64, 64, 0, 1);      /* a CP block: all keys earlier */
+    test_attention_shape(1, 64, 200, 2, 1, 64, 0, 0, 1);      /* causal, more keys than queries */
+    test_attention_shape(1, 96, 160, 4, 1, 128, 0, 0, 0);     /* not causal */
+    test_attention_shape(2, 33, 45, 3, 3, 40, 0, 0, 0);       /* head dim 40 */
+    test_attention_shape(2, 300, 300, 8, 2, 128, 0, 0, 1);    /* many tiles, groups of 4 */
+    test_attention_shape(1, 256, 256, 2, 2, 64, 0, 0, 1);     /* lengths multiples of 128 */
+}
+
+static void test_attention_own(void) { with_attention("own", test_attention); }
+
+static void test_attention_cudnn(void) { with_attention("cudnn", attention_cudnn_cases); }
+
+/* A mode that does not exist fails backend creation; with cuDNN required, a call its
+ * path does not take (a partly visible causal block) is an error sync reports. */
+static void test_attention_mode_errors(void)
+{
+    char err[256] = "";
+    setenv("PT_KCUDA_ATTN", "bogus", 1);
+    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
+    unsetenv("PT_KCUDA_ATTN");
+    CHECK(kn == NULL);
+    CHECK_STR_HAS(err, "PT_KCUDA_ATTN=bogus");
+    pt_kernels_destroy(kn);
+    if (!(kn = attention_backend("cudnn")))
+        return;
+    kn->attention_forward(kn, NULL, NULL, NULL, NULL, NULL, 1, 80, 100, 2, 2, 64, 30, 10, 1);
+    CHECK(kn->sync(kn) == -1);
+    CHECK_STR_HAS(kn->err, "PT_KCUDA_ATTN=cudnn");
+    CHECK_STR_HAS(kn->err, "offset");
+    pt_kernels_destroy(kn);
+}
+
 /* ---- Cross-entropy -------------------------------------------------------------------------------------------- */
 
 typedef struct { int64_t n; int v, vr, v0, with_dlogits, in_place; float dloss; } ce_arg;
@@ -979,7 +1079,325 @@ static void test_sumsq(void)
     CHECK(GPU->sync(GPU) == 0);
 }
 
+/* sumsq_acc: from 0, the double sumsq returns on the same backend to the bit, and the
+ * CPU's within 1e-12 relative (both sum exact products in double, in other orders);
+ * several calls add in call order; n = 0 adds nothing. */
+static void test_sumsq_acc(void)
+{
+    int64_t sizes[] = {1, 1000, 100003, 3000000};
+    double *acc = GPU->alloc(GPU, 2 * sizeof(double)); /* [0] one buffer, [1] all of them */
+    CHECK(acc != NULL);
+    if (!acc)
+        return;
+    GPU->zero(GPU, acc + 1, sizeof(double));
+    double gpu_all = 0.0, cpu_all = 0.0, got, all;
+    for (int c = 0; c < 4; c++) {
+        int64_t n = sizes[c];
+        float *x = frand(n, 3);
+        tbuf t = {"x", F32, n, x, 0};
+        float *dev = upload(GPU, &t);
+        GPU->zero(GPU, acc, sizeof(double));
+        GPU->sumsq_acc(GPU, dev, n, acc);
+        GPU->sumsq_acc(GPU, dev, n, acc + 1);
+        GPU->copy(GPU, &got, acc, sizeof got, PT_KCOPY_D2H);
+        double want_gpu = GPU->sumsq(GPU, dev, n), want_cpu = CPU->sumsq(CPU, x, n);
+        if (verbose())
+            printf("sumsq_acc n%-10lld rel err %.2e\n", (long long)n,
+                   fabs(got - want_cpu) / want_cpu);
+        CHECK(memcmp(&got, &want_gpu, sizeof got) == 0);
+        CHECK_NEAR(got, want_cpu, 1e-12);
+        gpu_all += want_gpu;
+        cpu_all += want_cpu;
+        GPU->free(GPU, dev);
+        free(x);
+    }
+    GPU->sumsq_acc(GPU, NULL, 0, acc + 1);
+    GPU->copy(GPU, &all, acc + 1, sizeof all, PT_KCOPY_D2H);
+    CHECK(memcmp(&all, &gpu_all, sizeof all) == 0);
+    CHECK_NEAR(all, cpu_all, 1e-12);
+    GPU->free(GPU, acc);
+    CHECK(GPU->sync(GPU) == 0);
+}
+
+/* adamw_multi over MT tensors (more than one upload batch of descriptors; empty ones;
+ * sizes at and around a block's chunk of 16384; with and without the bf16 copy; each
+ * with its weight decay), two steps: bit-identical to adamw per tensor on the GPU with
+ * the host's clip factor, and within TOL_OPT of the CPU's adamw_multi. */
+enum { MT = 60 };
+
+typedef struct {
+    int64_t n;
+    float wd;
+    float *p, *g, *m, *v; /* host initial values */
+} mt_host;
+
+static void mt_make(mt_host *h, int i)
+{
+    static const int64_t base[] = {0, 1, 1001, 16384, 16385, 0, 100000, 3};
+    h->n = i < 8 ? base[i] : 1 + (i * 37) % 500;
+    h->wd = i % 3 == 0 ? 0.0f : 0.1f;
+    h->p = frand(h->n, 1);
+    h->g = frand(h->n, 1);
+    h->m = frand(h->n, 0.1);
+    h->v = frand(h->n, 0.01);
+    for (int64_t j = 0; j < h->n; j++)
+        h->v[j] = fabsf(h->v[j]);
+}
+
+static void mt_upload(pt_kernels *kn, const mt_host *h, int with_bf16, pt_k_adamw_tensor *t)
+{
+    tbuf bp = {"p", F32, h->n, h->p, 0}, bg = {"g", F32, h->n, h->g, 0};
+    tbuf bm = {"m", F32, h->n, h->m, 0}, bv = {"v", F32, h->n, h->v, 0};
+    tbuf bb = {"bf16", BF16, h->n, NULL, 0};
+    t->params = upload(kn, &bp);
+    t->grads = upload(kn, &bg);
+    t->m = upload(kn, &bm);
+    t->v = upload(kn, &bv);
+    t->params_bf16 = with_bf16 ? upload(kn, &bb) : NULL;
+    t->n = h->n;
+    t->weight_decay = h->wd;
+}
+
+static void mt_release(pt_kernels *kn, pt_k_adamw_tensor *t)
+{
+    kn->free(kn, t->params);
+    kn->free(kn, (void *)t->grads);
+    kn->free(kn, t->m);
+    kn->free(kn, t->v);
+    kn->free(kn, t->params_bf16);
+}
+
+/* two steps on kn: adamw_multi over the list (in list order), or adamw per tensor with
+ * grad_scale = pt_k_clip_scale(sqrt(sumsq / copies), max_norm) */
+static void mt_run(pt_kernels *kn, pt_k_adamw_tensor *t, const int *order, double max_norm,
+                   double copies, double sumsq, int multi)
+{
+    double *dsum = kn->alloc(kn, sizeof(double));
+    CHECK(dsum != NULL);
+    kn->copy(kn, dsum, &sumsq, sizeof sumsq, PT_KCOPY_H2D);
+    pt_k_adamw_args a = {3e-4f, 0.9f, 0.95f, 1e-8f, 0, max_norm, max_norm > 0 ? dsum : NULL,
+                         copies};
+    pt_k_adamw_tensor list[MT];
+    for (int i = 0; i < MT; i++)
+        list[i] = t[order[i]];
+    float scale = pt_k_clip_scale(sqrt(sumsq / copies), max_norm);
+    for (int step = 1; step <= 2; step++) {
+        a.step = step;
+        if (multi)
+            kn->adamw_multi(kn, list, MT, &a);
+        else
+            for (int i = 0; i < MT; i++)
+                kn->adamw(kn, list[i].params, list[i].params_bf16, list[i].grads, list[i].m,
+                          list[i].v, list[i].n, a.lr, a.beta1, a.beta2, a.eps,
+                          list[i].weight_decay, step, scale);
+    }
+    int rc = kn->sync(kn);
+    if (rc)
+        fprintf(stderr, "%s backend failed: %s\n", kn->name, kn->err);
+    CHECK(rc == 0);
+    kn->free(kn, dsum);
+}
+
+/* compares one buffer of tensor i: bits against the per-tensor run, tol against the CPU */
+static void mt_compare(const char *what, const char *name, int kind, int64_t n,
+                       const void *multi, const void *single, const void *cpu, double tol)
+{
+    tbuf t = {name, kind, n, NULL, tol};
+    float *a = download(GPU, &t, multi), *b = download(GPU, &t, single);
+    float *c = download(CPU, &t, cpu);
+    if (memcmp(a, b, (size_t)n * sizeof(float))) {
+        fprintf(stderr, "%s: %s: adamw_multi differs from adamw's bits\n", what, name);
+        pt_check_failures++;
+    }
+    report(what, name, nerr(a, c, n), tol);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void mt_case(const char *what, double max_norm, double copies, double sumsq,
+                    int reversed)
+{
+    mt_host h[MT];
+    pt_k_adamw_tensor gm[MT], gs[MT], cm[MT];
+    int order[MT];
+    for (int i = 0; i < MT; i++) {
+        mt_make(&h[i], i);
+        mt_upload(GPU, &h[i], i % 2 == 0, &gm[i]);
+        mt_upload(GPU, &h[i], i % 2 == 0, &gs[i]);
+        mt_upload(CPU, &h[i], i % 2 == 0, &cm[i]);
+        order[i] = reversed ? MT - 1 - i : i;
+    }
+    mt_run(GPU, gm, order, max_norm, copies, sumsq, 1);
+    mt_run(GPU, gs, order, max_norm, copies, sumsq, 0);
+    mt_run(CPU, cm, order, max_norm, copies, sumsq, 1);
+    for (int i = 0; i < MT; i++) {
+        int64_t n = h[i].n;
+        char name[32];
+        snprintf(name, sizeof name, "%d params", i);
+        mt_compare(what, name, F32, n, gm[i].params, gs[i].params, cm[i].params, TOL_OPT);
+        snprintf(name, sizeof name, "%d m", i);
+        mt_compare(what, name, F32, n, gm[i].m, gs[i].m, cm[i].m, TOL_OPT);
+        snprintf(name, sizeof name, "%d v", i);
+        mt_compare(what, name, F32, n, gm[i].v, gs[i].v, cm[i].v, TOL_OPT);
+        if (i % 2 == 0) {
+            snprintf(name, sizeof name, "%d bf16", i);
+            mt_compare(what, name, BF16, n, gm[i].params_bf16, gs[i].params_bf16,
+                       cm[i].params_bf16, TOL_ELEM);
+        }
+        mt_release(GPU, &gm[i]);
+        mt_release(GPU, &gs[i]);
+        mt_release(CPU, &cm[i]);
+        free(h[i].p);
+        free(h[i].g);
+        free(h[i].m);
+        free(h[i].v);
+    }
+    CHECK(GPU->sync(GPU) == 0);
+}
+
+static void test_adamw_multi(void)
+{
+    mt_case("adamw_multi clipped", 1.0, 4.0, 400.0, 0);    /* factor 1/(10 + 1e-6) */
+    mt_case("adamw_multi below max_norm", 20.0, 2.0, 400.0, 1); /* a new list: uploaded */
+    mt_case("adamw_multi max_norm 0", 0.0, 1.0, 0.0, 0);    /* sumsq NULL, not read */
+    GPU->adamw_multi(GPU, NULL, 0, NULL);                   /* nothing to do */
+    CHECK(GPU->sync(GPU) == 0);
+}
+
+/* ---- Reserve: no allocation inside a step ------------------------------------------------ */
+
+static void *dzero(pt_kernels *kn, size_t bytes)
+{
+    void *p = kn->alloc(kn, bytes);
+    CHECK(p != NULL);
+    if (p)
+        kn->zero(kn, p, bytes);
+    return p;
+}
+
+/* matmul_backward's dbias alone (scratch: its column partials) */
+static void reserve_dbias(pt_kernels *kn, int64_t n, int oc)
+{
+    size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    void *dout = dzero(kn, (size_t)n * oc * ab), *dbias = dzero(kn, (size_t)oc * 4);
+    kn->matmul_backward(kn, NULL, NULL, dbias, dout, dout, dout, n, 1, oc);
+    kn->sync(kn);
+    kn->free(kn, dout);
+    kn->free(kn, dbias);
+}
+
+/* LayerNorm's backward (scratch: 2 · chunks(n) · h partials) */
+static void reserve_ln(pt_kernels *kn, int64_t n, int h)
+{
+    size_t ab = pt_kdtype_bytes(kn->act_dtype), nh = (size_t)n * h;
+    void *dinp = dzero(kn, nh * ab), *dout = dzero(kn, nh * ab), *inp = dzero(kn, nh * ab);
+    void *w = dzero(kn, (size_t)h * ab), *dw = dzero(kn, (size_t)h * 4);
+    void *db = dzero(kn, (size_t)h * 4), *stat = dzero(kn, (size_t)n * 4);
+    kn->layernorm_backward(kn, dinp, dw, db, dout, inp, w, stat, stat, n, h);
+    kn->sync(kn);
+    void *bufs[] = {dinp, dout, inp, w, dw, db, stat};
+    for (int i = 0; i < 7; i++)
+        kn->free(kn, bufs[i]);
+}
+
+/* Every op that takes scratch, at the reserved shapes, runs without error; a call
+ * beyond them fails with a message naming reserve instead of allocating, for scratch
+ * and for adamw_multi's table; reserve again grows; the chunk bound (chunks(n) jumps
+ * at 16384 rows) covers n below rows. */
+static void test_reserve(void)
+{
+    char err[256] = "";
+    CHECK(GPU->scratch_bytes && GPU->reserve);
+    pt_k_scratch_shape big = {.rows = 16385, .cols = 1100, .adamw_tensors = 10};
+    /* 2 · 256 chunks · 1100 fp32, and ten 64-byte descriptors */
+    CHECK(pt_k_scratch_bytes(GPU, &big) == 2 * 256 * 1100 * 4 + 10 * 64);
+
+    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
+    CHECK(kn != NULL);
+    if (!kn)
+        return;
+    pt_k_scratch_shape sh = {.rows = 256, .cols = 300, .heads = 4, .vocab_rows = 1000,
+                             .adamw_tensors = 3};
+    CHECK(kn->reserve(kn, &sh) == 0);
+    size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    reserve_ln(kn, 256, 300);
+    reserve_dbias(kn, 256, 300);
+    reserve_dbias(kn, 100, 7);
+    {   /* attention_backward: b·sq·a = 64 · 4 rows of D */
+        size_t nq = (size_t)64 * 4 * 64;
+        void *q = dzero(kn, nq * ab), *dq = dzero(kn, nq * ab), *dk = dzero(kn, nq * ab);
+        void *dv = dzero(kn, nq * ab), *lse = dzero(kn, 64 * 4 * 4);
+        kn->attention_backward(kn, dq, dk, dv, q, q, q, q, q, lse, 1, 64, 64, 4, 4, 64, 0, 0, 1);
+        kn->sync(kn);
+        void *bufs[] = {q, dq, dk, dv, lse};
+        for (int i = 0; i < 5; i++)
+            kn->free(kn, bufs[i]);
+    }
+    {   /* embed_backward with dwte: the sort of 256 rows over 1000 tokens */
+        void *dwte = dzero(kn, (size_t)1000 * 64 * 4), *dout = dzero(kn, (size_t)256 * 64 * ab);
+        void *tok = dzero(kn, 256 * 4);
+        kn->embed_backward(kn, dwte, NULL, dout, tok, 1, 256, 64, 0, 1000, 0);
+        kn->sync(kn);
+        kn->free(kn, dwte);
+        kn->free(kn, dout);
+        kn->free(kn, tok);
+    }
+    {   /* adamw_multi over the reserved three tensors */
+        float *buf = dzero(kn, 4 * 12 * sizeof(float)); /* params, grads, m, v of 4 x 3 */
+        pt_k_adamw_tensor t[4];
+        for (int i = 0; i < 4; i++)
+            t[i] = (pt_k_adamw_tensor){buf + 3 * i, NULL, buf + 12 + 3 * i, buf + 24 + 3 * i,
+                                       buf + 36 + 3 * i, 3, 0.0f};
+        pt_k_adamw_args a = {1e-3f, 0.9f, 0.95f, 1e-8f, 1, 0.0, NULL, 1.0};
+        kn->adamw_multi(kn, t, 3, &a);
+        CHECK(kn->sync(kn) == 0);
+        kn->adamw_multi(kn, t, 4, &a); /* one more than reserved */
+        CHECK(kn->sync(kn) == -1);
+        CHECK_STR_HAS(kn->err, "adamw_multi: 4 tensors, reserve made room for 3");
+        kn->free(kn, buf);
+    }
+    pt_kernels_destroy(kn);
+
+    /* scratch beyond the reserve: an error, not a reallocation */
+    kn = pt_kernels_cuda(0, err, sizeof err);
+    CHECK(kn != NULL);
+    if (!kn)
+        return;
+    CHECK(kn->reserve(kn, &sh) == 0);
+    CHECK(kn->sync(kn) == 0);
+    reserve_dbias(kn, 16384, 1100); /* 256 · 1100 fp32 partials, above the 1 MiB minimum */
+    CHECK(kn->sync(kn) == -1);
+    CHECK_STR_HAS(kn->err, "reserve");
+    pt_kernels_destroy(kn);
+
+    /* reserve again, larger, between steps; n = 16384 needs 256 chunks although
+     * 16385 rows take 253: the bound holds */
+    kn = pt_kernels_cuda(0, err, sizeof err);
+    CHECK(kn != NULL);
+    if (!kn)
+        return;
+    CHECK(kn->reserve(kn, &sh) == 0);
+    pt_k_scratch_shape grown = {.rows = 16385, .cols = 1100};
+    CHECK(kn->reserve(kn, &grown) == 0);
+    reserve_ln(kn, 16384, 1100);
+    reserve_dbias(kn, 16384, 1100);
+    int rc = kn->sync(kn);
+    if (rc)
+        fprintf(stderr, "reserve: %s\n", kn->err);
+    CHECK(rc == 0);
+    pt_kernels_destroy(kn);
+}
+
 /* ---- Device timers ------------------------------------------------------------------ */
+
+/* The timed GEMM's size: big enough for a GPU to take measurable time; the emulator's
+ * cuBLASLt runs at CPU speed, where a small one takes long enough. */
+#ifdef PT_CUDA_EMU
+enum { TIMER_GEMM = 256 };
+#else
+enum { TIMER_GEMM = 2048 };
+#endif
 
 /* Monotonic seconds, as the runtime's trace clock. */
 static double now_s(void)
@@ -1001,7 +1419,7 @@ static void test_event_timer(void)
     CHECK(!CPU->event_record && !CPU->event_elapsed && !CPU->event_release);
     if (!GPU->event_record || !GPU->event_elapsed || !GPU->event_release)
         return;
-    const int64_t m = 2048, n = 2048, k = 2048;
+    const int64_t m = TIMER_GEMM, n = TIMER_GEMM, k = TIMER_GEMM;
     size_t ab = pt_kdtype_bytes(GPU->act_dtype);
     void *a = GPU->alloc(GPU, (size_t)(m * k) * ab), *b = GPU->alloc(GPU, (size_t)(n * k) * ab);
     void *c = GPU->alloc(GPU, (size_t)(m * n) * ab);
@@ -1031,7 +1449,7 @@ static void test_event_timer(void)
             if (verbose())
                 printf("event timer: GEMM %d at +%.1f us for %.1f us\n", i, 1e6 * (t0 - anchor_s),
                        1e6 * (t1 - t0));
-            CHECK(dur_ms > 0);        /* 2·2048³ FLOPs: tens of microseconds at least */
+            CHECK(dur_ms > 0);        /* 2·TIMER_GEMM³ FLOPs: microseconds at least */
             CHECK(start_ms >= 0);
             CHECK(t0 >= prev_end - 1e-6); /* float milliseconds round by nanoseconds here */
             CHECK(t1 <= done_s + 1e-4);   /* the anchor's host time is off by microseconds */
@@ -1105,6 +1523,7 @@ int main(void)
     CHECK(strcmp(GPU->name, "cuda") == 0);
     test_memory();
     test_convert();
+    test_add_f32();
     test_embed();
     test_norms();
     test_matmuls();
@@ -1114,9 +1533,15 @@ int main(void)
     test_dropout();
     test_attention();
     test_attention_simple();
+    test_attention_own();
+    test_attention_cudnn();
+    test_attention_mode_errors();
     test_crossentropy();
     test_adamw();
     test_sumsq();
+    test_sumsq_acc();
+    test_adamw_multi();
+    test_reserve();
     test_event_timer();
     test_errors();
     pt_kernels_destroy(GPU);

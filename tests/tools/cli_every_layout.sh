@@ -3,8 +3,7 @@
 # CPU cluster (ptplan --devices N) at world sizes 1, 2 and 4, ptplan --list-layouts names
 # the layouts the search would price; each is written as a plan (ptplan --layout ...
 # --out) and trained for one step under mpirun with that many ranks, which must exit 0
-# with a finite loss. What ptplan writes and ptrun cannot run (a capability the planner
-# does not know, caps.c) fails here.
+# with a finite loss. What ptplan writes and ptrun cannot run fails here.
 #
 # World 1 runs every layout. Worlds 2 and 4 have 192 and 912 (one launch is seconds on
 # two busy cores), so they run a deterministic subset that covers every grid (tp, cp,

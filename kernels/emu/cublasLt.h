@@ -1,0 +1,166 @@
+/*
+ * A CPU stand-in for cuBLASLt (PT_CUDA_EMU), implemented in emu_cublaslt.cpp after
+ * NVIDIA's cuBLAS documentation ("Using the cuBLASLt API"): handles, matmul descriptors,
+ * column-major matrix layouts (with batches), preferences, a heuristic that offers one
+ * algorithm, and cublasLtMatmul computing
+ *     D = alpha · op(A) · op(B) + beta · C (+ bias broadcast over D's columns)
+ * for A and B both bf16 or both fp32, C = D in type, bf16 or fp32, compute type
+ * CUBLAS_COMPUTE_32F with fp32 scalars. Each element of D sums its k products in fp32,
+ * in order of k, then scales; bf16 results round to nearest even. Epilogues: DEFAULT and
+ * BIAS; others, row-major layouts and other types return CUBLAS_STATUS_NOT_SUPPORTED.
+ *
+ * The algorithm honours the alignment its heuristic was told to assume: found under
+ * CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES = a (256 when not set, as
+ * documented), it needs min(a, 16) bytes of alignment of that matrix at run time (the
+ * 16-byte loads of tensor-core kernels), and cublasLtMatmul refuses pointers that lack it
+ * with CUBLAS_STATUS_INVALID_VALUE. Enumerator values are this stand-in's own.
+ */
+#ifndef PT_EMU_CUBLASLT_H
+#define PT_EMU_CUBLASLT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_runtime.h"
+
+/* ---- Types (library_types.h, cublas_api.h, cublasLt.h) ------------------------------------- */
+
+typedef enum cudaDataType_t {
+    CUDA_R_32F = 0,
+    CUDA_R_64F = 1,
+    CUDA_R_16F = 2,
+    CUDA_R_16BF = 14,
+} cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
+    CUBLAS_STATUS_INTERNAL_ERROR = 14,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15,
+} cublasStatus_t;
+
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+
+typedef enum {
+    CUBLAS_COMPUTE_16F = 64,
+    CUBLAS_COMPUTE_32F = 68,
+    CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+    CUBLAS_COMPUTE_64F = 70,
+} cublasComputeType_t;
+
+typedef enum {
+    CUBLASLT_POINTER_MODE_HOST = 0,
+    CUBLASLT_POINTER_MODE_DEVICE = 1,
+} cublasLtPointerMode_t;
+
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_RELU = 2,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_RELU_BIAS = 6,
+    CUBLASLT_EPILOGUE_GELU = 32,
+    CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+} cublasLtEpilogue_t;
+
+typedef enum { CUBLASLT_ORDER_COL = 0, CUBLASLT_ORDER_ROW = 1 } cublasLtOrder_t;
+
+/* attribute: the type its buffer holds */
+typedef enum {
+    CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,  /* int32_t (cublasComputeType_t) */
+    CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,    /* int32_t (cudaDataType) */
+    CUBLASLT_MATMUL_DESC_POINTER_MODE = 2,  /* int32_t (cublasLtPointerMode_t) */
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,        /* int32_t (cublasOperation_t) */
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,        /* int32_t (cublasOperation_t) */
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,      /* uint32_t (cublasLtEpilogue_t) */
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  /* const void * */
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26, /* int32_t (cudaDataType), -1: D's type */
+} cublasLtMatmulDescAttributes_t;
+
+typedef enum {
+    CUBLASLT_MATRIX_LAYOUT_TYPE = 0,                 /* uint32_t (cudaDataType) */
+    CUBLASLT_MATRIX_LAYOUT_ORDER = 1,                /* int32_t (cublasLtOrder_t) */
+    CUBLASLT_MATRIX_LAYOUT_ROWS = 2,                 /* uint64_t */
+    CUBLASLT_MATRIX_LAYOUT_COLS = 3,                 /* uint64_t */
+    CUBLASLT_MATRIX_LAYOUT_LD = 4,                   /* int64_t */
+    CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,          /* int32_t */
+    CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6, /* int64_t, elements */
+} cublasLtMatrixLayoutAttribute_t;
+
+typedef enum {
+    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,           /* uint32_t */
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,   /* uint64_t */
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5, /* uint32_t */
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, /* uint32_t */
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7, /* uint32_t */
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8, /* uint32_t */
+} cublasLtMatmulPreferenceAttributes_t;
+
+typedef struct cublasLtContext *cublasLtHandle_t;
+typedef struct cublasLtMatmulDescOpaque *cublasLtMatmulDesc_t;
+typedef struct cublasLtMatrixLayoutOpaque *cublasLtMatrixLayout_t;
+typedef struct cublasLtMatmulPreferenceOpaque *cublasLtMatmulPreference_t;
+
+typedef struct {
+    uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+/* ---- Functions ------------------------------------------------------------------------------ */
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t bytes);
+cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr, void *buf,
+                                              size_t bytes, size_t *written);
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t bytes);
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t bytes);
+
+/* At most one result: the stand-in's algorithm, when it can do the problem. */
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
+                                              cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a_desc,
+                                              cublasLtMatrixLayout_t b_desc,
+                                              cublasLtMatrixLayout_t c_desc,
+                                              cublasLtMatrixLayout_t d_desc,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *returned);
+
+/* algo may be NULL (the heuristic's choice under default preferences). */
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void *alpha, const void *A, cublasLtMatrixLayout_t a_desc,
+                              const void *B, cublasLtMatrixLayout_t b_desc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t c_desc, void *D,
+                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t *algo,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
+#endif

@@ -1,0 +1,434 @@
+/*
+ * The cuBLASLt stand-in of the CUDA emulator (cublasLt.h states what it covers): the
+ * descriptor objects, argument checks with the statuses the cuBLAS documentation lists
+ * (NOT_INITIALIZED for a missing handle, INVALID_VALUE for missing pointers, sizes in
+ * conflict, a leading dimension below the rows, a wrong attribute size; NOT_SUPPORTED
+ * for types, orders and epilogues outside the stand-in), and a column-major GEMM on the
+ * CPU. The product of each element of D is summed in fp32 in order of k, so results do
+ * not depend on blocking; rows are blocked by 64 only so that the inner loop vectorises.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "cuda_bf16.h"
+#include "cublasLt.h"
+#include "emu_internal.h"
+
+struct cublasLtContext {
+    uint64_t magic;
+};
+
+struct cublasLtMatmulDescOpaque {
+    int32_t compute, scale, pointer_mode, transa, transb;
+    uint32_t epilogue;
+    const void *bias;
+    int32_t bias_type;
+};
+
+struct cublasLtMatrixLayoutOpaque {
+    uint32_t type;
+    int32_t order;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch;
+    int64_t stride; /* elements between batches */
+};
+
+struct cublasLtMatmulPreferenceOpaque {
+    uint32_t search;
+    uint64_t max_workspace;
+    uint32_t align[4]; /* A, B, C, D */
+};
+
+namespace {
+
+constexpr uint64_t HANDLE_MAGIC = 0x70745f656d756c74ull; /* "pt_emult" */
+constexpr uint64_t ALGO_MAGIC = 0x70745f656d75616cull;   /* "pt_emual" */
+constexpr uint32_t DEFAULT_ALIGN = 256;                  /* cuBLAS docs: the default */
+constexpr uint32_t ALGO_MAX_ALIGN = 16;
+constexpr int ROWS = 64; /* rows of A per block of the product */
+
+template <typename T> cublasStatus_t put(T *field, const void *buf, size_t bytes)
+{
+    if (!buf || bytes != sizeof(T))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(field, buf, sizeof(T));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+size_t type_bytes(uint32_t t) { return t == CUDA_R_16BF ? 2 : 4; }
+
+float load(uint32_t type, const void *p, int64_t i)
+{
+    if (type == CUDA_R_16BF)
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+void store(uint32_t type, void *p, int64_t i, float v)
+{
+    if (type == CUDA_R_16BF)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+bool op_valid(int32_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
+
+struct problem {
+    int64_t m, n, k;
+    int batch;
+    bool ta, tb; /* CUBLAS_OP_C is CUBLAS_OP_T for real types */
+    uint32_t bias_type;
+};
+
+cublasStatus_t check(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                     cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                     cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, problem *p)
+{
+    if (!handle || handle->magic != HANDLE_MAGIC)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!desc || !a || !b || !c || !d)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!op_valid(desc->transa) || !op_valid(desc->transb))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (desc->compute != CUBLAS_COMPUTE_32F || desc->scale != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    const cublasLtMatrixLayout_t all[4] = {a, b, c, d};
+    for (cublasLtMatrixLayout_t l : all)
+        if (l->order != CUBLASLT_ORDER_COL)
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a->type != b->type || c->type != d->type ||
+        (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) ||
+        (d->type != CUDA_R_16BF && d->type != CUDA_R_32F) ||
+        (a->type == CUDA_R_32F && d->type != CUDA_R_32F))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    p->ta = desc->transa != CUBLAS_OP_N;
+    p->tb = desc->transb != CUBLAS_OP_N;
+    p->m = (int64_t)d->rows;
+    p->n = (int64_t)d->cols;
+    p->k = (int64_t)(p->ta ? a->rows : a->cols);
+    const uint64_t a_rows = p->ta ? a->cols : a->rows;
+    const uint64_t b_rows = p->tb ? b->cols : b->rows, b_cols = p->tb ? b->rows : b->cols;
+    if (a_rows != d->rows || b_rows != (uint64_t)p->k || b_cols != d->cols ||
+        c->rows != d->rows || c->cols != d->cols)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (p->m < 1 || p->n < 1 || p->k < 1 || (uint64_t)p->m >> 31 || (uint64_t)p->n >> 31 ||
+        (uint64_t)p->k >> 31)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (cublasLtMatrixLayout_t l : all)
+        if (l->ld < 1 || (uint64_t)l->ld < l->rows || l->batch < 1 || l->batch != d->batch)
+            return CUBLAS_STATUS_INVALID_VALUE;
+    p->batch = d->batch;
+    p->bias_type = desc->bias_type < 0 ? d->type : (uint32_t)desc->bias_type;
+    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && p->bias_type != CUDA_R_16BF &&
+        p->bias_type != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* the alignment the algorithm found under preference bytes needs, at least an element */
+uint32_t needed_align(uint32_t pref, uint32_t type)
+{
+    uint32_t a = pref < ALGO_MAX_ALIGN ? pref : ALGO_MAX_ALIGN;
+    return a < type_bytes(type) ? (uint32_t)type_bytes(type) : a;
+}
+
+/* One batch: D = alpha · op(A) · op(B) + beta · C (+ bias), column-major. */
+void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, float beta,
+          const char *A, const cublasLtMatrixLayoutOpaque *la, const char *B,
+          const cublasLtMatrixLayoutOpaque *lb, const char *C,
+          const cublasLtMatrixLayoutOpaque *lc, char *D, const cublasLtMatrixLayoutOpaque *ld)
+{
+    const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    std::vector<float> ablk((size_t)p.k * ROWS), bcol((size_t)p.k);
+    float acc[ROWS];
+    for (int64_t i0 = 0; i0 < p.m; i0 += ROWS) {
+        const int rows = (int)(p.m - i0 < ROWS ? p.m - i0 : ROWS);
+        /* op(A)(i0 + r, kk) at ablk[kk · ROWS + r], zeros past the last row */
+        for (int64_t kk = 0; kk < p.k; kk++)
+            for (int r = 0; r < ROWS; r++)
+                ablk[(size_t)kk * ROWS + r] =
+                    r >= rows ? 0.0f
+                    : p.ta    ? load(la->type, A, (i0 + r) * la->ld + kk)
+                              : load(la->type, A, kk * la->ld + i0 + r);
+        for (int64_t j = 0; j < p.n; j++) {
+            for (int64_t kk = 0; kk < p.k; kk++)
+                bcol[(size_t)kk] = p.tb ? load(lb->type, B, kk * lb->ld + j)
+                                        : load(lb->type, B, j * lb->ld + kk);
+            for (int r = 0; r < ROWS; r++)
+                acc[r] = 0.0f;
+            for (int64_t kk = 0; kk < p.k; kk++) {
+                const float bv = bcol[(size_t)kk], *a = &ablk[(size_t)kk * ROWS];
+                for (int r = 0; r < ROWS; r++)
+                    acc[r] += a[r] * bv;
+            }
+            for (int r = 0; r < rows; r++) {
+                const int64_t i = i0 + r;
+                float v = alpha * acc[r];
+                if (beta != 0.0f) /* beta = 0: C is not read (it may hold NaN) */
+                    v += beta * load(lc->type, C, j * lc->ld + i);
+                if (bias)
+                    v += load(p.bias_type, desc->bias, i);
+                store(ld->type, D, j * ld->ld + i, v);
+            }
+        }
+    }
+}
+
+} // namespace
+
+/* ---- Handles and descriptors -------------------------------------------------------------------- */
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle)
+{
+    if (!handle)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *handle = new cublasLtContext{HANDLE_MAGIC};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle)
+{
+    if (!handle || handle->magic != HANDLE_MAGIC)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->magic = 0;
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale)
+{
+    if (!desc)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *desc = new cublasLtMatmulDescOpaque{(int32_t)compute,   (int32_t)scale,
+                                         CUBLASLT_POINTER_MODE_HOST,
+                                         CUBLAS_OP_N,        CUBLAS_OP_N,
+                                         CUBLASLT_EPILOGUE_DEFAULT,
+                                         NULL,               -1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc)
+{
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t bytes)
+{
+    if (!desc)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
+        return put(&desc->compute, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
+        return put(&desc->scale, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: {
+        int32_t mode;
+        cublasStatus_t st = put(&mode, buf, bytes);
+        if (st == CUBLAS_STATUS_SUCCESS && mode != CUBLASLT_POINTER_MODE_HOST &&
+            mode != CUBLASLT_POINTER_MODE_DEVICE)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (st == CUBLAS_STATUS_SUCCESS)
+            desc->pointer_mode = mode;
+        return st;
+    }
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+        return put(&desc->transa, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        return put(&desc->transb, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        return put(&desc->epilogue, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        return put(&desc->bias, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        return put(&desc->bias_type, buf, bytes);
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr, void *buf,
+                                              size_t bytes, size_t *written)
+{
+    if (!desc)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const void *src = NULL;
+    size_t size = 4;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: src = &desc->compute; break;
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: src = &desc->scale; break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: src = &desc->pointer_mode; break;
+    case CUBLASLT_MATMUL_DESC_TRANSA: src = &desc->transa; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: src = &desc->transb; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: src = &desc->epilogue; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: src = &desc->bias; size = sizeof(void *); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: src = &desc->bias_type; break;
+    }
+    if (!src)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    /* documented: bytes = 0 asks for the size only */
+    if (bytes == 0 && written) {
+        *written = size;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (!buf || bytes < size)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(buf, src, size);
+    if (written)
+        *written = size;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld)
+{
+    if (!layout)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *layout = new cublasLtMatrixLayoutOpaque{(uint32_t)type, CUBLASLT_ORDER_COL, rows, cols, ld,
+                                             1, 0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout)
+{
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t bytes)
+{
+    if (!layout)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_TYPE: return put(&layout->type, buf, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: return put(&layout->order, buf, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS: return put(&layout->rows, buf, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_COLS: return put(&layout->cols, buf, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_LD: return put(&layout->ld, buf, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return put(&layout->batch, buf, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return put(&layout->stride, buf, bytes);
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
+{
+    if (!pref)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *pref = new cublasLtMatmulPreferenceOpaque{
+        0, 0, {DEFAULT_ALIGN, DEFAULT_ALIGN, DEFAULT_ALIGN, DEFAULT_ALIGN}};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref)
+{
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t bytes)
+{
+    if (!pref)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return put(&pref->search, buf, bytes);
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return put(&pref->max_workspace, buf, bytes);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return put(&pref->align[0], buf, bytes);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return put(&pref->align[1], buf, bytes);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return put(&pref->align[2], buf, bytes);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return put(&pref->align[3], buf, bytes);
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* ---- Heuristic and product ----------------------------------------------------------------------- */
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
+                                              cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a_desc,
+                                              cublasLtMatrixLayout_t b_desc,
+                                              cublasLtMatrixLayout_t c_desc,
+                                              cublasLtMatrixLayout_t d_desc,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *returned)
+{
+    if (returned)
+        *returned = 0;
+    problem p;
+    cublasStatus_t st = check(handle, desc, a_desc, b_desc, c_desc, d_desc, &p);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    if (!pref || requested < 1 || !results || !returned)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = ALGO_MAGIC;
+    const uint32_t types[4] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type};
+    for (int i = 0; i < 4; i++)
+        results[0].algo.data[1 + i] = needed_align(pref->align[i], types[i]);
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void *alpha, const void *A, cublasLtMatrixLayout_t a_desc,
+                              const void *B, cublasLtMatrixLayout_t b_desc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t c_desc, void *D,
+                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t *algo,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    (void)workspace;
+    (void)workspace_bytes; /* the algorithm needs none */
+    problem p;
+    cublasStatus_t st = check(handle, desc, a_desc, b_desc, c_desc, d_desc, &p);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    if (!alpha || !beta || !A || !B || !D)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    if (!C && be != 0.0f)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (C == D && (c_desc->ld != d_desc->ld || c_desc->stride != d_desc->stride))
+        return CUBLAS_STATUS_INVALID_VALUE; /* in place needs C's layout to be D's */
+    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && !desc->bias)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const uint32_t types[4] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type};
+    uint64_t need[4];
+    if (algo) {
+        if (algo->data[0] != ALGO_MAGIC)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        for (int i = 0; i < 4; i++)
+            need[i] = algo->data[1 + i];
+    } else {
+        for (int i = 0; i < 4; i++)
+            need[i] = needed_align(DEFAULT_ALIGN, types[i]);
+    }
+    const void *ptrs[4] = {A, B, C ? C : D, D};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)ptrs[i] % need[i])
+            return CUBLAS_STATUS_INVALID_VALUE;
+    if (pt_emu::sticky_error() != cudaSuccess || !pt_emu::stream_valid(stream))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    for (int b = 0; b < p.batch; b++)
+        gemm(p, desc, al, be, (const char *)A + b * a_desc->stride * type_bytes(types[0]), a_desc,
+             (const char *)B + b * b_desc->stride * type_bytes(types[1]), b_desc,
+             C ? (const char *)C + b * c_desc->stride * type_bytes(types[2]) : NULL, c_desc,
+             (char *)D + b * d_desc->stride * type_bytes(types[3]), d_desc);
+    return CUBLAS_STATUS_SUCCESS;
+}
