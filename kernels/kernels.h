@@ -435,6 +435,12 @@ struct pt_kernels {
                       const float *x,              /* (n) fp32 */
                       int64_t n,
                       double *acc);                /* (1) fp64, += */
+    /* sum_acc adds the plain sum of x to *acc (backend memory) the same way, without
+     * waiting: the step's token losses, read by the host once the step is done. */
+    void (*sum_acc)(pt_kernels *kn,
+                    const float *x,                /* (n) fp32 */
+                    int64_t n,
+                    double *acc);                  /* (1) fp64, += */
     void (*adamw_multi)(pt_kernels *kn,
                         const pt_k_adamw_tensor *t, /* (count) host memory */
                         int count,

@@ -743,6 +743,7 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
     pt_trace_set_step(n->trace, step);
     pt_net_slots_reset(n); /* a step that failed may have left slots taken */
     double t0 = pt_trace_now(), loss_sum = 0;
+    n->kn->zero(n->kn, n->lsum, sizeof *n->lsum);
     batch b;
     if (batch_alloc(&b, n)) {
         batch_free(&b);
@@ -752,7 +753,7 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
     buckets bk;
     buckets_init(&bk, n, d, p, prog);
     step_ctx c = {.n = n, .d = d, .data = data, .p = p, .step = step, .b = &b,
-                  .loss_sum = &loss_sum, .out = out, .bk = &bk, .err = err};
+                  .loss_sum = n->lsum, .out = out, .bk = &bk, .err = err};
     int rc = 0;
     for (int i = 0; i < prog->n && rc == 0; i++) {
         const pt_ins *in = &prog->ins[i];
@@ -765,6 +766,9 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
     }
     buckets_free(&bk);
     batch_free(&b);
+    /* the step's work is done (OPTIM_STEP waited for it): its losses to the host */
+    if (rc == 0)
+        n->kn->copy(n->kn, &loss_sum, n->lsum, sizeof loss_sum, PT_KCOPY_D2H);
     /* the loss lives on the last stages' tp rank 0, in parts over cp: the world's sum
      * is the global batch's */
     if (rc == 0 && d->comm)
@@ -816,20 +820,26 @@ int pt_engine_eval(pt_net *n, const pt_dist *d, const pt_sampler *data, int64_t 
         return pt_err_set(err, "out of memory");
     }
     double sum = 0;
+    n->kn->zero(n->kn, n->lsum, sizeof *n->lsum);
     int rc = 0;
     for (int64_t i = 0; i < batches && rc == 0; i++) {
         /* validation samples in a fixed order, the same on every dp rank */
         if (data)
             batch_fill(&b, n, data, i * rows);
         if (n->layout.pp == 1 && n->layout.vp == 1)
-            rc = pt_net_forward(n, 0, b.in_cp, b.tg_cp, 0.0f, &sum, err);
+            rc = pt_net_forward_chunk(n, 0, 0, b.in_cp, b.tg_cp, 0.0f, n->lsum, err);
         else
-            rc = eval_batch(n, d, &b, &sum, err);
+            rc = eval_batch(n, d, &b, n->lsum, err);
         /* the batch's op spans get their device times before the next batch */
         if (rc == 0)
             rc = pt_net_trace_resolve(n, err);
     }
     batch_free(&b);
+    if (rc == 0) {
+        n->kn->copy(n->kn, &sum, n->lsum, sizeof sum, PT_KCOPY_D2H);
+        if (n->kn->sync(n->kn))
+            rc = pt_err_set(err, "%s", n->kn->err);
+    }
     /* each dp replica evaluated the same batches; the loss sits on the last stages'
      * tp rank 0, in parts over cp */
     if (rc == 0 && d->comm)

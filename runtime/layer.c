@@ -99,9 +99,10 @@ void pt_net_cp_slice(const pt_net *n, const int32_t *full, int32_t *local)
 static int reserve_kernels(pt_net *n, const dims *d, pt_err *err)
 {
     pt_kernels *kn = n->kn;
-    if (!(n->gsq = kn->alloc(kn, sizeof *n->gsq)))
+    if (!(n->gsq = kn->alloc(kn, 2 * sizeof *n->gsq)))
         return pt_err_set(err, "out of memory");
-    n->bytes += (int64_t)sizeof *n->gsq;
+    n->lsum = n->gsq + 1;
+    n->bytes += (int64_t)(2 * sizeof *n->gsq);
     if (!kn->reserve)
         return 0;
     int64_t cols = d->h, qkv = (int64_t)(d->a + 2 * d->kh) * d->d;
@@ -453,7 +454,7 @@ void pt_net_free_runtime(pt_net *n)
     free(S);
     if (n->kn)
         n->kn->free(n->kn, n->gsq);
-    n->gsq = NULL;
+    n->gsq = n->lsum = NULL;
     free(n->adam);
     n->adam = NULL;
     n->adam_cap = 0;
@@ -1488,22 +1489,13 @@ void pt_net_set_batch(pt_net *n, int slot, int mb, int64_t step, int64_t first_s
     A->train = train;
 }
 
-/* Adds the micro-batch's token losses; every tp rank holds the same losses, and tp
- * rank 0 counts them. */
+/* Adds the micro-batch's token losses to *loss_sum (backend memory) where the kernels
+ * run; every tp rank holds the same losses, and tp rank 0 counts them. */
 static int sum_losses(ctx *c, double *loss_sum)
 {
-    pt_kernels *kn = c->n->kn;
-    if (c->d.tr != 0)
-        return 0;
-    float *losses = malloc((size_t)c->d.T * sizeof *losses);
-    if (!losses)
-        return pt_err_set(c->err, "out of memory");
-    kn->copy(kn, losses, c->H->losses, (size_t)c->d.T * sizeof *losses, PT_KCOPY_D2H);
-    int rc = kn->sync(kn) ? pt_err_set(c->err, "%s", kn->err) : 0;
-    for (int64_t i = 0; rc == 0 && i < c->d.T; i++)
-        *loss_sum += losses[i];
-    free(losses);
-    return rc;
+    if (c->d.tr == 0)
+        c->n->kn->sum_acc(c->n->kn, c->H->losses, c->d.T, loss_sum);
+    return 0;
 }
 
 int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
@@ -1589,7 +1581,7 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
         if (run_list(&c, LIST_EMBED_BWD) || grads_done(&c, chunk, -1, false))
             return -1;
     }
-    return n->kn->sync(n->kn) ? pt_err_set(err, "%s", n->kn->err) : 0;
+    return 0;
 }
 
 int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
@@ -1598,8 +1590,15 @@ int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *ta
     if (n->layout.pp != 1 || n->layout.vp != 1) /* the layout rules keep vp > 1 to pp > 1 */
         return pt_err_set(err, "internal: the whole-model forward needs one pipeline stage of "
                                "one chunk");
-    if (pt_net_forward_chunk(n, slot, 0, tokens, targets, dloss, loss_sum, err))
+    pt_kernels *kn = n->kn;
+    kn->zero(kn, n->lsum, sizeof *n->lsum);
+    if (pt_net_forward_chunk(n, slot, 0, tokens, targets, dloss, n->lsum, err))
         return -1;
+    double sum = 0;
+    kn->copy(kn, &sum, n->lsum, sizeof sum, PT_KCOPY_D2H);
+    if (kn->sync(kn))
+        return pt_err_set(err, "%s", kn->err);
+    *loss_sum += sum;
     return pt_net_trace_resolve(n, err);
 }
 
@@ -1610,6 +1609,8 @@ int pt_net_backward(pt_net *n, int slot, pt_err *err)
                                "of one chunk");
     if (pt_net_backward_chunk(n, slot, 0, err))
         return -1;
+    if (n->kn->sync(n->kn))
+        return pt_err_set(err, "%s", n->kn->err);
     return pt_net_trace_resolve(n, err);
 }
 

@@ -250,8 +250,10 @@ typedef struct {
                                  (opt_elems floats, rs_shard); allocated with the
                                  model */
 
-    double *gsq;              /* (1) backend memory: the step's gradient sum of squares,
-                                 summed over the ranks on the device (engine.c) */
+    double *gsq;              /* (2) backend memory: the step's gradient sum of squares,
+                                 summed over the ranks on the device (engine.c), and
+                                 lsum */
+    double *lsum;             /* (1) backend memory: token losses summed (gsq + 1) */
     pt_k_adamw_tensor *adam;  /* [adam_cap] the optimizer's tensor list (host) */
     int adam_cap;
 
@@ -344,7 +346,8 @@ void pt_net_set_batch(pt_net *n, int slot, int mb, int64_t step, int64_t first_s
  * in activation slot `slot`, executing the planner's op lists in order: the
  * embedding first on virtual stage 0 (tokens used there), the head and loss last on
  * the last virtual stage (targets used there), which adds the sum of its token
- * losses to *loss_sum. Other chunks start from pt_net_chunk_input. dloss is
+ * losses to *loss_sum, a double of backend memory, where the kernels run (nothing
+ * waits: the host reads it once the step is done). Other chunks start from pt_net_chunk_input. dloss is
  * dL/dloss_token (1 / tokens of the global batch); 0 keeps no gradient (evaluation). */
 int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
                          const int32_t *targets, float dloss, double *loss_sum, pt_err *err);
@@ -357,8 +360,9 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err);
 float *pt_net_chunk_input(pt_net *n, int slot);
 float *pt_net_chunk_output(pt_net *n, int slot);
 float *pt_net_dres(pt_net *n);
-/* The whole model on one stage of one chunk (pp = vp = 1); each ends by giving the op
- * spans their device times (pt_net_trace_resolve). */
+/* The whole model on one stage of one chunk (pp = vp = 1); each waits for its work and
+ * ends by giving the op spans their device times (pt_net_trace_resolve). Here
+ * *loss_sum is host memory, added to. */
 int pt_net_forward(pt_net *n, int slot, const int32_t *tokens, const int32_t *targets,
                    float dloss, double *loss_sum, pt_err *err);
 int pt_net_backward(pt_net *n, int slot, pt_err *err);

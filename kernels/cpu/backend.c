@@ -56,6 +56,7 @@ static int cpu_sync(pt_kernels *kn) { return kn->err[0] ? -1 : 0; }
 /* optim.c: the multi-tensor optimizer step (declared here rather than in cpu.h while
  * that header is being changed alongside; they belong with pt_kcpu_adamw there) */
 void pt_kcpu_sumsq_acc(pt_kernels *kn, const float *x, int64_t n, double *acc);
+void pt_kcpu_sum_acc(pt_kernels *kn, const float *x, int64_t n, double *acc);
 void pt_kcpu_adamw_multi(pt_kernels *kn, const pt_k_adamw_tensor *t, int count,
                          const pt_k_adamw_args *a);
 
@@ -100,6 +101,7 @@ static const pt_kernels cpu_table = {
     .adamw = pt_kcpu_adamw,
     .sumsq = pt_kcpu_sumsq,
     .sumsq_acc = pt_kcpu_sumsq_acc,
+    .sum_acc = pt_kcpu_sum_acc,
     .adamw_multi = pt_kcpu_adamw_multi,
     .f32_to_bf16 = pt_kcpu_f32_to_bf16,
     .bf16_to_f32 = pt_kcpu_bf16_to_f32,

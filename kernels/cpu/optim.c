@@ -84,6 +84,19 @@ void pt_kcpu_sumsq_acc(pt_kernels *kn,
         *acc += pt_kcpu_sumsq(kn, x, n);
 }
 
+void pt_kcpu_sum_acc(pt_kernels *kn,
+                     const float *x,                /* (n) */
+                     int64_t n,
+                     double *acc)                   /* (1), += */
+{
+    (void)kn;
+    double s = 0.0; /* in order: the token losses of one micro-batch */
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    if (n > 0)
+        *acc += s;
+}
+
 /* The clipping factor of an adamw_multi: the contract of pt_k_adamw_args, the same
  * expression the CUDA kernel evaluates (kernels/cuda/optim.cu, clip_factor). */
 static float multi_scale(const pt_k_adamw_args *a)

@@ -388,6 +388,7 @@ static pt_kernels cuda_table(void)
     t.adamw = pt_kcuda_adamw;
     t.sumsq = pt_kcuda_sumsq;
     t.sumsq_acc = pt_kcuda_sumsq_acc;
+    t.sum_acc = pt_kcuda_sum_acc;
     t.adamw_multi = pt_kcuda_adamw_multi;
     t.f32_to_bf16 = pt_kcuda_f32_to_bf16;
     t.bf16_to_f32 = pt_kcuda_bf16_to_f32;

@@ -366,6 +366,7 @@ void pt_kcuda_adamw(pt_kernels *kn, float *params, uint16_t *params_bf16,
                     float grad_scale);
 double pt_kcuda_sumsq(pt_kernels *kn, const float *x, int64_t n);
 void pt_kcuda_sumsq_acc(pt_kernels *kn, const float *x, int64_t n, double *acc);
+void pt_kcuda_sum_acc(pt_kernels *kn, const float *x, int64_t n, double *acc);
 void pt_kcuda_adamw_multi(pt_kernels *kn, const pt_k_adamw_tensor *t, int count,
                           const pt_k_adamw_args *a);
 /* Makes room for count descriptors in adamw_multi's table (reserve's part): waits for

@@ -251,13 +251,14 @@ void pt_kcuda_adamw_multi(pt_kernels *kn,
 
 enum { SUMSQ_THREADS = 256 };
 
-__global__ void sumsq_partial_kernel(double *partials, const float *x, int64_t n)
+/* square: the sum of squares (sumsq), else the plain sum (sum_acc) */
+__global__ void sumsq_partial_kernel(double *partials, const float *x, int64_t n, int square)
 {
     __shared__ double shared[32];
     double s = 0.0;
     for (int64_t i = blockIdx.x * (int64_t)SUMSQ_THREADS + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * SUMSQ_THREADS)
-        s += (double)x[i] * x[i];
+        s += square ? (double)x[i] * x[i] : (double)x[i];
     s = pt_block_sum(s, shared);
     if (threadIdx.x == 0)
         partials[blockIdx.x] = s;
@@ -279,13 +280,13 @@ __global__ void sumsq_final_kernel(double *result, const double *partials, int c
 /* Queues both passes over x (n > 0) into *result; the partials live in
  * ctx->sumsq_part[1...], reused in stream order. */
 static void sumsq_queue(pt_kernels *kn, const float *x, int64_t n, double *result,
-                        int accumulate)
+                        int accumulate, int square)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     int64_t want = (n + SUMSQ_THREADS * 4 - 1) / (SUMSQ_THREADS * 4);
     int blocks = (int)(want < PT_KCUDA_SUMSQ_BLOCKS ? want : PT_KCUDA_SUMSQ_BLOCKS);
     double *part = ctx->sumsq_part + 1;
-    PT_LAUNCH(blocks, SUMSQ_THREADS, 0, ctx->stream, sumsq_partial_kernel)(part, x, n);
+    PT_LAUNCH(blocks, SUMSQ_THREADS, 0, ctx->stream, sumsq_partial_kernel)(part, x, n, square);
     PT_LAUNCHED(kn, "sumsq_partial");
     PT_LAUNCH(1, PT_KCUDA_SUMSQ_BLOCKS, 0, ctx->stream, sumsq_final_kernel)(result, part, blocks,
                                                                            accumulate);
@@ -299,7 +300,7 @@ double pt_kcuda_sumsq(pt_kernels *kn,
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     if (n <= 0)
         return 0.0;
-    sumsq_queue(kn, x, n, ctx->sumsq_part, 0);
+    sumsq_queue(kn, x, n, ctx->sumsq_part, 0, 1);
     if (PT_CU(kn, cudaMemcpyAsync(ctx->host_sum, ctx->sumsq_part, sizeof(double),
                                   cudaMemcpyDeviceToHost, ctx->stream)) ||
         PT_CU(kn, cudaStreamSynchronize(ctx->stream)))
@@ -313,5 +314,14 @@ void pt_kcuda_sumsq_acc(pt_kernels *kn,
                         double *acc)                /* (1) fp64 device, += */
 {
     if (n > 0)
-        sumsq_queue(kn, x, n, acc, 1);
+        sumsq_queue(kn, x, n, acc, 1, 1);
+}
+
+void pt_kcuda_sum_acc(pt_kernels *kn,
+                      const float *x,               /* (n) fp32 */
+                      int64_t n,
+                      double *acc)                  /* (1) fp64 device, += */
+{
+    if (n > 0)
+        sumsq_queue(kn, x, n, acc, 1, 0);
 }
