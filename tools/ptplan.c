@@ -164,7 +164,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_LR: bad = pt_cli_real("ptplan", "--lr", optarg, 1e-12, 1e3, &o->lr); break;
         case 'h': fputs(usage_text, stdout); exit(0);
         case O_VERSION:
-            printf("ptplan %s (CUDA backend: %s)\n", PT_VERSION, PT_HAVE_CUDA ? "yes" : "no");
+            printf("ptplan %s (CUDA backend: %s)\n", PT_VERSION, PT_CUDA_BACKEND_STATE);
             exit(0);
         default:
             return pt_cli_bad_option("ptplan", c, argv[optind - 1]);

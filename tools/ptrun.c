@@ -201,7 +201,7 @@ static void trainer_opts(const options *o, int rank, char *db, size_t n_db, char
     t->spike_action = (pt_spike_action)o->spike_action;
     /* the build, in the words of ptplan --version */
     snprintf(version, n_version, "ptrun %s (CUDA backend: %s)", PT_VERSION,
-             PT_HAVE_CUDA ? "yes" : "no");
+             PT_CUDA_BACKEND_STATE);
     t->version = version;
     t->git_revision = PT_GIT_REVISION;
     if (o->record) { /* --db, else the default (rank 0 makes its folder) */

@@ -45,6 +45,13 @@ char *stack_of(int slot)
     return stack_base[slot];
 }
 
+/* The top of a slot's stack, a little lower for each slot: stacks 256 KiB apart would
+ * all start in the same cache sets, and every switch would evict another thread's top. */
+char *stack_top(char *base, int slot)
+{
+    return base + STACK_BYTES - (size_t)(slot % 61) * 272;
+}
+
 } // namespace
 
 #ifndef PT_EMU_FIBER_UCONTEXT
@@ -100,7 +107,7 @@ fiber *fiber_start(fiber *f, int slot, void (*fn)(void *), void *arg)
     /* the top, 16-byte aligned: after the switch's final ret pops the entry address, rsp
      * is the top again, so the call in pt_emu_fiber_entry enters fn with rsp = 8 mod 16
      * as the ABI wants */
-    uint64_t *sp = (uint64_t *)(((uintptr_t)base + STACK_BYTES) & ~(uintptr_t)15);
+    uint64_t *sp = (uint64_t *)(((uintptr_t)stack_top(base, slot)) & ~(uintptr_t)15);
     uint32_t mxcsr = 0;
     uint16_t fpcw = 0;
     asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpcw));
@@ -135,7 +142,7 @@ fiber *fiber_start(fiber *f, int slot, void (*fn)(void *), void *arg)
     if (!base || getcontext(&f->uc) != 0)
         return NULL;
     f->uc.uc_stack.ss_sp = base;
-    f->uc.uc_stack.ss_size = STACK_BYTES;
+    f->uc.uc_stack.ss_size = (size_t)(stack_top(base, slot) - base);
     f->uc.uc_link = NULL;
     f->fn = fn;
     f->arg = arg;

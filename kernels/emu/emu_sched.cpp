@@ -14,7 +14,9 @@
  * wrong result under some order. When the last participant reaches a barrier, its
  * waiters can run again. Nothing able to run while threads remain is a barrier that
  * cannot complete: the launch stops there and reports where every thread waits. When a
- * cp.async's data lands is part of the schedule too (cp_async below).
+ * cp.async's data lands is part of the schedule too (cp_async below). Threads hand over
+ * to each other directly (yield); the scheduler's own context runs between blocks only,
+ * and when nothing can run.
  *
  * Warp collectives: lane l of a warp writes its inputs to in[l] of the exchange slot of
  * the collective's parity (the lane's count of collectives so far, mod 2) and waits; the
@@ -87,10 +89,13 @@ struct grid_run {
     dim3 grid, dim;
     size_t smem;
     unsigned nthreads, bar_arrived;
+    unsigned alive; /* threads of the block that have not returned */
     std::vector<emu_thread> threads; /* DEV_MAX_THREADS, made once */
     std::vector<emu_warp> warps;
     std::vector<unsigned> order;     /* thread of each rank */
+    emu_thread *by_rank[DEV_MAX_THREADS];
     uint64_t ready[DEV_MAX_THREADS / 64]; /* bit r: the thread of rank r can run */
+    unsigned ready_words;            /* words of ready in use */
     uint64_t rng;                    /* per block: when shuffled copies land */
     block_state blk;
     fiber sched;
@@ -118,7 +123,24 @@ emu_thread *cur()
     return static_cast<emu_thread *>(self);
 }
 
-void yield(emu_thread *t) { fiber_switch(&t->ctx, &G.sched); }
+emu_thread *next_ready();
+
+/* The running thread t stops (it blocked at a barrier, or returned): the first thread of
+ * the order that can run takes over at once, t itself when that is t (no switch); the
+ * scheduler only when nothing can run (the block is done, or stuck) or after a fault.
+ * Returns when t runs again. */
+void yield(emu_thread *t)
+{
+    emu_thread *next = G.faulted ? NULL : next_ready();
+    if (next == t)
+        return;
+    if (!next) {
+        fiber_switch(&t->ctx, &G.sched);
+        return;
+    }
+    self = next;
+    fiber_switch(&t->ctx, &next->ctx);
+}
 
 void set_state(emu_thread *t, int state)
 {
@@ -133,9 +155,9 @@ void set_state(emu_thread *t, int state)
 /* the first thread in the block's order that can run, or NULL */
 emu_thread *next_ready()
 {
-    for (unsigned i = 0; i < (G.nthreads + 63) / 64; i++)
+    for (unsigned i = 0; i < G.ready_words; i++)
         if (G.ready[i])
-            return &G.threads[G.order[i * 64 + (unsigned)__builtin_ctzll(G.ready[i])]];
+            return G.by_rank[i * 64 + (unsigned)__builtin_ctzll(G.ready[i])];
     return NULL;
 }
 
@@ -228,8 +250,11 @@ void make_order(uint64_t launch_no, uint64_t block_no)
             G.order[k] = G.order[j];
             G.order[j] = tmp;
         }
-    for (unsigned k = 0; k < n; k++)
+    for (unsigned k = 0; k < n; k++) {
         G.threads[G.order[k]].rank = k;
+        G.by_rank[k] = &G.threads[G.order[k]];
+    }
+    G.ready_words = (n + 63) / 64;
     G.rng = s;
 }
 
@@ -255,6 +280,7 @@ void thread_main(void *p)
     G.entry(G.args);
     /* a thread that returns with copies in flight: they land (nothing reads them) */
     complete_copies(t, t->pending.size());
+    G.alive--;
     set_state(t, EXITED);
     yield(t);
     abort(); /* never resumed */
@@ -309,20 +335,17 @@ bool run_block(uint3 idx, uint64_t launch_no, uint64_t block_no)
     for (emu_warp &w : G.warps)
         w.arrived[0] = w.arrived[1] = 0;
     G.bar_arrived = 0;
-    unsigned alive = G.nthreads;
-    while (alive) {
-        emu_thread *t = next_ready();
-        if (!t) {
-            describe_deadlock();
-            return false;
-        }
-        self = t;
-        fiber_switch(&G.sched, &t->ctx);
-        self = NULL;
-        if (G.faulted)
-            return false;
-        if (t->state == EXITED)
-            alive--;
+    G.alive = G.nthreads;
+    /* the threads hand over to each other (yield); control comes back here when the
+     * block is done, stuck, or faulted */
+    self = next_ready();
+    fiber_switch(&G.sched, &static_cast<emu_thread *>(self)->ctx);
+    self = NULL;
+    if (G.faulted)
+        return false;
+    if (G.alive) {
+        describe_deadlock();
+        return false;
     }
     return true;
 }

@@ -27,6 +27,10 @@ sum="$tmp/out/summary.md"
 has "$sum" "## Machine"
 has "$sum" "mpi_dp2.plan: ok"
 has "$sum" "mpi_pp2.plan: ok"
+# tensor, context parallelism and ZeRO are planned for the GPU as well
+has "$sum" "mpi_tp2.plan: ok"
+has "$sum" "mpi_cp2.plan: ok"
+has "$sum" "mpi_dp2zero3.plan: ok"
 if [ "$gpu" = 0 ]; then
     has "$sum" "mpi_dp1: FAILED"
     has "$tmp/out/mpi_dp1.log" "CUDA backend cannot start"

@@ -117,6 +117,9 @@ if [ "$suite" = cuda ]; then
     both="2 tp=2,mbs=2|2 tp=2,sp=1,tp_overlap=1,mbs=2|2 cp=2,mbs=2|2 dp=2,mbs=2"
     both="$both|2 dp=2,zero=1,mbs=2|2 dp=2,zero=2,mbs=2|2 dp=2,zero=3,mbs=2"
     both="$both|2 pp=2,vp=2,mbs=2|4 tp=2,dp=2,zero=3,mbs=2|4 tp=2,sp=1,cp=2,mbs=2"
+    # LLaMA's own paths (RMSNorm, SwiGLU, RoPE, GQA) through each collective kind once:
+    # the emulator takes about 20 s a run
+    llama="2 tp=2,sp=1,tp_overlap=1,mbs=2|2 cp=2,mbs=2|2 dp=2,zero=1,mbs=2|2 dp=2,zero=3,mbs=2"
     six=""
     resume_cases="2 dp=2,zero=3,mbs=2"
 elif [ "$suite" = tensor ]; then
@@ -146,6 +149,7 @@ for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.jso
     short=$(basename "$model" .json)
     case "$short" in
     *6) cases="$six" ;;
+    tiny-llama) cases="${llama:-$both}" ;;
     *) cases="$both" ;;
     esac
     [ -n "$cases" ] || continue
