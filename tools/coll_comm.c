@@ -88,6 +88,10 @@ int pt_cb_group_open(pt_cb_group *g, int64_t max_bytes, pt_err *err)
                               (long long)max_bytes, g->kn->err);
         g->kn->zero(g->kn, g->send, (size_t)max_bytes);
         g->kn->zero(g->kn, g->recv, (size_t)max_bytes);
+        /* the send pool now, as ptrun makes it before its first step: no timed send
+         * allocates */
+        if (pt_comm_reserve_sends(g->comm, max_bytes, err))
+            return -1;
         return g->kn->sync(g->kn) == 0 ? 0 : pt_err_set(err, "%s", g->kn->err);
     }
     g->send = malloc((size_t)max_bytes);
