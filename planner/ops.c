@@ -970,9 +970,14 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
     /* With param_overlap the gather runs beside the next step's forward (the simulator
      * hides it behind that forward). */
     double gather = zero == 1 || zero == 2 ? sp->params : zero >= 3 ? sp->edge : 0;
+    /* ptrun's ZeRO 1 keeps the whole fp32 master on every rank and gathers it, then
+     * rounds its compute copy (runtime/engine.c, gather_updated); ZeRO 2/3 and the
+     * other stacks gather the weights in their own type */
+    double gather_bytes = zero == 1 && pt_stack_is_ptrun(&c->t->stack) && p.master_bytes
+                              ? p.master_bytes : p.weight_bytes;
     if (gather > 0)
         coll(&b, PT_OPK_ZERO_ALLGATHER, (moves){PT_TEN_WEIGHTS, PT_TEN_WEIGHTS},
-             PT_COLL_ALLGATHER, PT_GROUP_DPCP, gather * p.weight_bytes, 1, c->l->param_overlap);
+             PT_COLL_ALLGATHER, PT_GROUP_DPCP, gather * gather_bytes, 1, c->l->param_overlap);
     return finish(&b);
 }
 

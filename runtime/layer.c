@@ -1071,13 +1071,6 @@ static float *tensor(ctx *c, pt_tensor t)
 
 /* ---- Collectives inside a micro-batch ------------------------------------------------------ */
 
-/* Before a collective: the one overlapped gather that may be in flight finished. (The
- * kernels that wrote its input need no wait: every backend orders a collective after
- * the work queued before it, comm.h.) */
-static int coll_ready(ctx *c)
-{
-    return finish_gather(c);
-}
 
 /* Megatron-LM's f and g operators (Shoeybi et al. 2019) and their sequence-parallel
  * forms (Korthikanti et al. 2022), on the buffers the op names: the partial sums of a
@@ -1098,7 +1091,10 @@ static int tp_collective(ctx *c, const pt_op *op)
         return pt_err_set(c->err, "internal: %s moves %s into %s, which this op list does "
                                   "not hold here", pt_op_kind_name(op->kind),
                           pt_tensor_name(op->src), pt_tensor_name(op->dst));
-    if (coll_ready(c))
+    /* the overlapped gather that may be in flight finished first (the kernels that
+     * wrote the input need no wait: every backend orders a collective after the work
+     * queued before it, comm.h) */
+    if (finish_gather(c))
         return -1;
     if (op->kind == PT_OPK_TP_ALLREDUCE)
         return pt_comm_allreduce_t(comm, PT_GROUP_TP, t, dst, d->T * d->h, c->err);
@@ -1124,7 +1120,7 @@ static int xent_allreduce(ctx *c, const pt_op *op)
     if (!buf)
         return pt_err_set(c->err, "internal: %s without the loss statistics' buffer (tp = 1)",
                           pt_op_kind_name(op->kind));
-    if (coll_ready(c))
+    if (finish_gather(c)) /* as tp_collective */
         return -1;
     if (op->kind == PT_OPK_XENT_MAX_ALLREDUCE)
         return pt_comm_allreduce_max(c->n->comm, PT_GROUP_TP, buf, c->d.T, c->err);
@@ -1491,11 +1487,10 @@ void pt_net_set_batch(pt_net *n, int slot, int mb, int64_t step, int64_t first_s
 
 /* Adds the micro-batch's token losses to *loss_sum (backend memory) where the kernels
  * run; every tp rank holds the same losses, and tp rank 0 counts them. */
-static int sum_losses(ctx *c, double *loss_sum)
+static void sum_losses(ctx *c, double *loss_sum)
 {
     if (c->d.tr == 0)
         c->n->kn->sum_acc(c->n->kn, c->H->losses, c->d.T, loss_sum);
-    return 0;
 }
 
 int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
@@ -1524,7 +1519,10 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
     if (!last_vs(n, chunk))
         return 0;
     kn->copy(kn, c.A->targets, targets, tb, PT_KCOPY_H2D);
-    return run_list(&c, LIST_HEAD_FWD) ? -1 : sum_losses(&c, loss_sum);
+    if (run_list(&c, LIST_HEAD_FWD))
+        return -1;
+    sum_losses(&c, loss_sum);
+    return 0;
 }
 
 /* Calls the engine's pt_net.grad_done, when it asked, once elements [lo, chunk end) of

@@ -218,21 +218,32 @@ static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, floa
 
 /* ---- Buffers ------------------------------------------------------------------------------- */
 
+int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t count,
+                          pt_err *err)
+{
+    if (kn->act_dtype == PT_KDTYPE_F32) {
+        kn->copy(kn, dst, src, (size_t)count * sizeof *src, PT_KCOPY_H2D);
+        return 0;
+    }
+    uint16_t *b16 = malloc((size_t)(count > 0 ? count : 1) * sizeof *b16);
+    if (!b16)
+        return pt_err_set(err, "out of memory converting %lld parameters", (long long)count);
+    for (int64_t i = 0; i < count; i++)
+        b16[i] = pt_k_bf16_from_f32(src[i]);
+    kn->copy(kn, dst, b16, (size_t)count * sizeof *b16, PT_KCOPY_H2D);
+    int rc = kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0; /* b16 is read until then */
+    free(b16);
+    return rc;
+}
+
 static int upload(pt_net *n, const float *host, pt_err *err)
 {
     pt_kernels *kn = n->kn;
     size_t bytes = (size_t)n->n_elems * sizeof(float);
     kn->copy(kn, n->master, host, bytes, PT_KCOPY_H2D);
-    if (n->master != n->w) { /* bf16 compute copy of the fp32 master weights */
-        uint16_t *b16 = malloc((size_t)n->n_elems * sizeof *b16);
-        if (!b16)
-            return pt_err_set(err, "out of memory converting %lld parameters",
-                              (long long)n->n_elems);
-        for (int64_t i = 0; i < n->n_elems; i++)
-            b16[i] = pt_k_bf16_from_f32(host[i]);
-        kn->copy(kn, n->w, b16, (size_t)n->n_elems * sizeof *b16, PT_KCOPY_H2D);
-        free(b16);
-    }
+    /* the bf16 compute copy of the fp32 master weights */
+    if (n->master != n->w && pt_net_upload_weights(kn, n->w, host, n->n_elems, err))
+        return -1;
     return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
 

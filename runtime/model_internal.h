@@ -81,6 +81,10 @@ typedef struct {
  * (and with stage 3 one for its gathered weights), and whole copies of the weights
  * kept whole. */
 typedef struct pt_zero pt_zero;
+/* count host fp32 weights into backend [act] memory dst: copied, or rounded to bf16
+ * (waits until the host copy may go). Errors: out of memory. */
+int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t count,
+                          pt_err *err);
 /* Shards `init` (n_elems host floats) and allocates the windows; sets n->master,
  * grad, m and v to shard arrays of opt_elems floats and n->w to NULL. */
 int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *init,

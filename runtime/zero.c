@@ -253,25 +253,6 @@ static float *master_of(pt_net *n, const segment *g, int64_t lo)
                          : (float *)at_weight(z, z->whole, g->wbase + (lo - g->begin));
 }
 
-/* Host fp32 into backend [act] weights: a copy, or rounded to bf16 on the way. */
-static int upload_weights(pt_net *n, char *dst, const float *src, int64_t count, pt_err *err)
-{
-    pt_kernels *kn = n->kn;
-    if (!n->zero->sep_master) {
-        kn->copy(kn, dst, src, (size_t)count * sizeof *src, PT_KCOPY_H2D);
-        return 0;
-    }
-    uint16_t *b16 = malloc((size_t)(count > 0 ? count : 1) * sizeof *b16);
-    if (!b16)
-        return pt_err_set(err, "out of memory converting %lld weights", (long long)count);
-    for (int64_t i = 0; i < count; i++)
-        b16[i] = pt_k_bf16_from_f32(src[i]);
-    kn->copy(kn, dst, b16, (size_t)count * sizeof *b16, PT_KCOPY_H2D);
-    int rc = kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0; /* b16 is read until then */
-    free(b16);
-    return rc;
-}
-
 int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err)
 {
     pt_zero *z = n->zero;
@@ -282,8 +263,8 @@ int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err)
         int64_t lo, hi;
         shard_range(z, g, &lo, &hi);
         if (g->wbase >= 0)
-            rc = upload_weights(n, at_weight(z, z->whole, g->wbase), whole + g->begin,
-                                g->end - g->begin, err);
+            rc = pt_net_upload_weights(kn, at_weight(z, z->whole, g->wbase),
+                                       whole + g->begin, g->end - g->begin, err);
         if (g->mbase < 0)
             continue;
         kn->zero(kn, n->master + g->mbase, (size_t)g->shard * sizeof(float));

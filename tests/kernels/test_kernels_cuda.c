@@ -567,6 +567,16 @@ static void test_matmuls(void)
     test_gemm(0, 1, 128, 64, 96);
 }
 
+/* Runs cases with `second` as GPU, then destroys it. */
+static void cases_on(pt_kernels *second, void (*cases)(void))
+{
+    pt_kernels *saved = GPU;
+    GPU = second;
+    cases();
+    GPU = saved;
+    pt_kernels_destroy(second);
+}
+
 /* Runs cases as GPU on a second backend created with the environment variable var set
  * to 1 (a backend reads its switches when it is created). */
 static void with_backend_env(const char *var, void (*cases)(void))
@@ -576,13 +586,8 @@ static void with_backend_env(const char *var, void (*cases)(void))
     pt_kernels *second = pt_kernels_cuda(0, err, sizeof err);
     unsetenv(var);
     CHECK(second != NULL);
-    if (!second)
-        return;
-    pt_kernels *saved = GPU;
-    GPU = second;
-    cases();
-    GPU = saved;
-    pt_kernels_destroy(second);
+    if (second)
+        cases_on(second, cases);
 }
 
 static void matmul_fallback_cases(void)
@@ -890,13 +895,8 @@ static pt_kernels *attention_backend(const char *mode)
 static void with_attention(const char *mode, void (*cases)(void))
 {
     pt_kernels *second = attention_backend(mode);
-    if (!second)
-        return;
-    pt_kernels *saved = GPU;
-    GPU = second;
-    cases();
-    GPU = saved;
-    pt_kernels_destroy(second);
+    if (second)
+        cases_on(second, cases);
 }
 
 /* shapes cuDNN's path takes: head dimension a multiple of 8 up to 128, causal blocks

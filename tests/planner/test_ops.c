@@ -240,13 +240,23 @@ static void test_grad_sync_and_optimizer(void)
     CHECK_NEAR(o.op[0].coll.bytes, 8, 0);
     CHECK(strcmp(o.op[1].kernel.key, "adam:fp32:n=8000") == 0);
     pt_oplist_free(&o);
-    /* ZeRO-1 shards the optimizer over 8 ranks and all-gathers the weights after. */
+    /* ZeRO-1 shards the optimizer over 8 ranks and all-gathers after: ptrun keeps the
+     * whole fp32 master on every rank and gathers that (runtime/engine.c), a stack
+     * with Megatron's distributed optimizer the bf16 weights */
     l.zero = 1;
     CHECK_INT(pt_ops_optimizer(&c, &sp, &o), 0);
     CHECK_INT(o.n, 3);
     CHECK(strcmp(o.op[1].kernel.key, "adam:fp32:n=1000") == 0);
     CHECK_INT(o.op[2].coll.op, PT_COLL_ALLGATHER);
-    CHECK_NEAR(o.op[2].coll.bytes, 8000 * 2, 0);
+    CHECK_NEAR(o.op[2].coll.bytes, 8000 * 4, 0);
+    pt_oplist_free(&o);
+    pt_train tm = t;
+    pt_err serr;
+    CHECK_INT(pt_stack_get("megatron-core", &tm.stack, &serr), 0);
+    pt_opctx cm;
+    pt_opctx_init(&cm, &m, &l, &tm, NULL);
+    CHECK_INT(pt_ops_optimizer(&cm, &sp, &o), 0);
+    CHECK_NEAR(o.op[o.n - 1].coll.bytes, 8000 * 2, 0);
     pt_oplist_free(&o);
     /* ZeRO 3: the embedding's and head's gradients (kept whole) reduce-scattered first,
      * their weights gathered after */
