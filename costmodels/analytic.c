@@ -202,7 +202,10 @@ static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
     if (hw->sm_count <= 0 || !(hw->gemm_max_eff > 0))
         return 0;
     bool batched = strncmp(op->key, "bmm:", 4) == 0;
-    if (!batched && strncmp(op->key, "gemm:", 5) != 0)
+    /* a GEMM with a pointwise epilogue (gemm_gelu, gemm_dgelu) tiles as the GEMM does */
+    bool plain = strncmp(op->key, "gemm:", 5) == 0 || strncmp(op->key, "gemm_gelu:", 10) == 0 ||
+                 strncmp(op->key, "gemm_dgelu:", 11) == 0;
+    if (!batched && !plain)
         return 0;
     double m = key_dim(op->key, "m"), n = key_dim(op->key, "n"), k = key_dim(op->key, "k");
     double b = batched ? key_dim(op->key, "b") : 1;

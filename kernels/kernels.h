@@ -224,6 +224,31 @@ struct pt_kernels {
                              const float *rstd,    /* (n) */
                              int64_t n, int h);
 
+    /* -- The residual add fused with the norm after it --
+     * res = inp1 + inp2 (the residual stream, rounded to [act]), then the norm of res
+     * into out: to the bit what residual_forward followed by layernorm_forward (or
+     * rmsnorm_forward) on res gives on the same backend, in one pass over the rows (on
+     * CUDA one kernel, 16-byte loads where h and the pointers allow). res may equal
+     * inp1 or inp2; out must not alias any input. */
+    void (*residual_layernorm_forward)(pt_kernels *kn,
+                                       float *res,         /* (n, h) [act] inp1 + inp2 */
+                                       float *out,         /* (n, h) [act] */
+                                       float *mean,        /* (n) fp32 */
+                                       float *rstd,        /* (n) fp32 */
+                                       const float *inp1,  /* (n, h) [act] */
+                                       const float *inp2,  /* (n, h) [act] */
+                                       const float *w,     /* (h) [act] */
+                                       const float *bias,  /* (h) [act] */
+                                       int64_t n, int h, float eps);
+    void (*residual_rmsnorm_forward)(pt_kernels *kn,
+                                     float *res,           /* (n, h) [act] inp1 + inp2 */
+                                     float *out,           /* (n, h) [act] */
+                                     float *rstd,          /* (n) fp32 */
+                                     const float *inp1,    /* (n, h) [act] */
+                                     const float *inp2,    /* (n, h) [act] */
+                                     const float *w,       /* (h) [act] */
+                                     int64_t n, int h, float eps);
+
     /* -- Linear layer: out = inp · w^T + bias, with w stored (oc, ic) as in
      * PyTorch's Linear and llm.c. Rows n = b·s; ic, oc are the in and out features
      * (h, 3h/t, f/t, v/t, ... depending on the layer). Backward:
@@ -242,6 +267,31 @@ struct pt_kernels {
                             const float *inp,      /* (n, ic) [act] */
                             const float *w,        /* (oc, ic) [act] */
                             int64_t n, int ic, int oc);
+    /* -- Linear layers fused with the GELU around them (the MLP of GELU models) --
+     * matmul_forward_gelu: pre = inp · w^T + bias and out = gelu(pre) in one op, the
+     * MLP's up projection and its activation (pre is kept for the backward). On CUDA,
+     * cuBLASLt's GELU_AUX_BIAS epilogue writes both from the GEMM (out is the GELU of
+     * the fp32 sum, pre that sum rounded; the unfused ops take the GELU of the rounded
+     * pre); on CPU it is matmul_forward then gelu_forward, to the bit. */
+    void (*matmul_forward_gelu)(pt_kernels *kn,
+                                float *out,        /* (n, oc) [act]: gelu(pre) */
+                                float *pre,        /* (n, oc) [act] */
+                                const float *inp,  /* (n, ic) [act] */
+                                const float *w,    /* (oc, ic) [act] */
+                                const float *bias, /* (oc) [act] or NULL */
+                                int64_t n, int ic, int oc);
+    /* matmul_backward_dgelu: the input gradient of a linear layer whose input was
+     * gelu(pre), taken through the GELU: dpre = (dout · w) ⊙ gelu'(pre), WRITTEN (the
+     * MLP's down projection's data gradient and the activation's backward in one op).
+     * On CUDA cuBLASLt's DGELU epilogue (dout · w is not rounded to bf16 before the
+     * product); on CPU, to the bit, matmul_backward's dinp into a zeroed buffer, then
+     * gelu_backward into a zeroed dpre. dpre must not alias pre or dout. */
+    void (*matmul_backward_dgelu)(pt_kernels *kn,
+                                  float *dpre,       /* (n, ic) [act], written */
+                                  const float *dout, /* (n, oc) [act] */
+                                  const float *w,    /* (oc, ic) [act] */
+                                  const float *pre,  /* (n, ic) [act] */
+                                  int64_t n, int ic, int oc);
     /* General GEMM, the transposes the layers do not cover (optional; may be NULL):
      * c = alpha · op(a) · op(b) + beta · c, op(x) = x or x^T, c (m, n) with leading
      * dimension ldc; a is (m, kk) or (kk, m) when transposed, likewise b. Row-major. */

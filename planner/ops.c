@@ -19,6 +19,8 @@
  * same): "<kind>:<dtype>:<shape>", kinds gemm, attn_fwd, attn_bwd, layernorm_fwd/_bwd,
  * rmsnorm_fwd/_bwd, gelu_fwd/_bwd, swiglu_fwd/_bwd, rope_fwd/_bwd, add_fwd,
  * embed_fwd/_bwd, xent (fused; xent_max and xent_sumexp its vocab-parallel passes),
+ * gemm_gelu and gemm_dgelu (a GEMM with the GELU or its derivative in its epilogue),
+ * add_layernorm_fwd and add_rmsnorm_fwd (the residual add fused into the norm),
  * xent_fwd/_bwd (unfused), adam; the unfused attention's bmm, softmax_fwd/_bwd and
  * dropout_fwd/_bwd, flash attention's flash_fwd/_bwd.
  */
@@ -35,7 +37,9 @@ static const char *const kind_names[PT_OPK_COUNT] = {
     [PT_OPK_ROPE] = "rope", [PT_OPK_ATTN] = "attn", [PT_OPK_ATTN_OUT] = "attn_out",
     [PT_OPK_ADD1] = "add1", [PT_OPK_NORM2] = "norm2", [PT_OPK_MLP_GATE] = "mlp_gate",
     [PT_OPK_MLP_UP] = "mlp_up", [PT_OPK_ACT] = "act", [PT_OPK_MLP_DOWN] = "mlp_down",
-    [PT_OPK_ADD2] = "add2", [PT_OPK_MLP_DOWN_DGRAD] = "mlp_down_dgrad",
+    [PT_OPK_ADD2] = "add2", [PT_OPK_ADD1_NORM2] = "add1_norm2",
+    [PT_OPK_MLP_UP_GELU] = "mlp_up_gelu", [PT_OPK_MLP_DOWN_DGRAD_GELU] = "mlp_down_dgrad_gelu",
+    [PT_OPK_MLP_DOWN_DGRAD] = "mlp_down_dgrad",
     [PT_OPK_MLP_DOWN_WGRAD] = "mlp_down_wgrad", [PT_OPK_ACT_BWD] = "act_bwd",
     [PT_OPK_MLP_GATE_DGRAD] = "mlp_gate_dgrad", [PT_OPK_MLP_UP_DGRAD] = "mlp_up_dgrad",
     [PT_OPK_MLP_GATE_WGRAD] = "mlp_gate_wgrad", [PT_OPK_MLP_UP_WGRAD] = "mlp_up_wgrad",
@@ -185,21 +189,37 @@ static pt_op *add_op(builder *b, pt_op_kind kind)
     return op;
 }
 
-static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
-                 int64_t k)
+/* What a GEMM's epilogue does besides the product (cuBLASLt's epilogues on ptrun's
+ * CUDA backend): nothing, the GELU of its output (writing the pre-activation too, kept
+ * for the backward: one more m x n write), or the GELU's derivative of a data gradient
+ * (reading the saved pre-activation: one more m x n read). */
+typedef enum { EP_NONE, EP_GELU, EP_DGELU } epilogue;
+
+static void gemm_ep(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
+                    int64_t k, epilogue ep)
 {
+    static const char *const names[] = {[EP_NONE] = "gemm", [EP_GELU] = "gemm_gelu",
+                                        [EP_DGELU] = "gemm_dgelu"};
     pt_op *op = add_op(b, kind);
     if (!op)
         return;
     double ab = b->c->prec.act_bytes;
+    double out = (double)m * (double)n;
     op->cls = PT_OP_KERNEL;
     op->param = param;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * (double)m * (double)n * (double)k;
-    op->kernel.bytes = ab * ((double)m * (double)k + (double)k * (double)n + (double)m * (double)n);
-    op->out_elems = (double)m * (double)n;
-    snprintf(op->kernel.key, sizeof op->kernel.key, "gemm:%s:m=%lld,n=%lld,k=%lld",
+    op->kernel.bytes = ab * ((double)m * (double)k + (double)k * (double)n + out +
+                             (ep != EP_NONE ? out : 0));
+    op->out_elems = out;
+    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:m=%lld,n=%lld,k=%lld", names[ep],
              pt_dtype_name(b->c->dtype), (long long)m, (long long)n, (long long)k);
+}
+
+static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
+                 int64_t k)
+{
+    gemm_ep(b, kind, param, m, n, k, EP_NONE);
 }
 
 /* A memory-bound kernel reading and writing `bytes` in all; `shape` completes the key. */
@@ -336,6 +356,34 @@ static void residual_add(builder *b, const dims *d, pt_op_kind name)
     shape_rows(shape, sizeof shape, d->rows, d->h);
     /* dropout (when present) and the residual add, fused: read two, write one */
     membound(b, name, "add_fwd", 3 * d->ab * (double)d->rows * (double)d->h, shape);
+}
+
+/* Whether the stack fuses epilogues (see pt_stack.fused_epilogues), and whether the
+ * model's MLP has the GELU those fuse into the GEMMs. */
+static bool fused_epilogues(const builder *b)
+{
+    return b->c->t->stack.fused_epilogues;
+}
+
+static bool fused_gelu(const builder *b)
+{
+    return fused_epilogues(b) && b->c->m->act == PT_ACT_GELU;
+}
+
+/* The residual add after attention and the second norm as one kernel: it reads the
+ * branch and the residual stream and writes the sum (the stream the MLP's residual
+ * adds to) and the normalised rows, against the separate ops' 3 + 2 passes. With
+ * dropout, the branch's dropout still runs before it (priced inside it, as add_fwd
+ * prices it). */
+static void residual_norm(builder *b, const dims *d)
+{
+    char shape[64];
+    const char *kind = b->c->m->norm == PT_NORM_RMSNORM ? "add_rmsnorm_fwd" : "add_layernorm_fwd";
+    shape_rows(shape, sizeof shape, d->rows, d->h);
+    pt_op *op = membound(b, PT_OPK_ADD1_NORM2, kind, 4 * d->ab * (double)d->rows * (double)d->h,
+                         shape);
+    if (op)
+        op->param = PT_PARAM_NORM2;
 }
 
 /* Gathers the sequence-parallel shards of a norm output before a column-parallel
@@ -556,23 +604,29 @@ typedef struct {
     pt_op_kind fwd, dgrad, wgrad;
     pt_param_ref param;
     int64_t n_out; /* output features on this rank */
+    epilogue ep;   /* of the forward GEMM */
 } proj;
 
 static int attention_projs(const dims *d, proj p[3])
 {
-    p[0] = (proj){PT_OPK_Q, PT_OPK_Q_DGRAD, PT_OPK_Q_WGRAD, PT_PARAM_Q, d->h / d->t};
-    p[1] = (proj){PT_OPK_K, PT_OPK_K_DGRAD, PT_OPK_K_WGRAD, PT_PARAM_K, d->kvr};
-    p[2] = (proj){PT_OPK_V, PT_OPK_V_DGRAD, PT_OPK_V_WGRAD, PT_PARAM_V, d->kvr};
+    p[0] = (proj){PT_OPK_Q, PT_OPK_Q_DGRAD, PT_OPK_Q_WGRAD, PT_PARAM_Q, d->h / d->t,
+                  EP_NONE};
+    p[1] = (proj){PT_OPK_K, PT_OPK_K_DGRAD, PT_OPK_K_WGRAD, PT_PARAM_K, d->kvr, EP_NONE};
+    p[2] = (proj){PT_OPK_V, PT_OPK_V_DGRAD, PT_OPK_V_WGRAD, PT_PARAM_V, d->kvr, EP_NONE};
     return 3;
 }
 
 static int mlp_projs(const builder *b, const dims *d, proj p[2])
 {
     proj up = {PT_OPK_MLP_UP, PT_OPK_MLP_UP_DGRAD, PT_OPK_MLP_UP_WGRAD, PT_PARAM_MLP_UP,
-               d->f / d->t};
+               d->f / d->t, EP_NONE};
+    if (fused_gelu(b)) { /* the GELU in the up projection's epilogue */
+        up.fwd = PT_OPK_MLP_UP_GELU;
+        up.ep = EP_GELU;
+    }
     if (b->c->m->act == PT_ACT_SWIGLU) {
         p[0] = (proj){PT_OPK_MLP_GATE, PT_OPK_MLP_GATE_DGRAD, PT_OPK_MLP_GATE_WGRAD,
-                      PT_PARAM_MLP_GATE, d->f / d->t};
+                      PT_PARAM_MLP_GATE, d->f / d->t, EP_NONE};
         p[1] = up;
         return 2;
     }
@@ -585,7 +639,7 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
 {
     tp_gather_input(b, d, in);
     for (int i = 0; i < np; i++)
-        gemm(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h);
+        gemm_ep(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h, p[i].ep);
 }
 
 /* Backward of the column-parallel projections of one input: the data gradients
@@ -609,12 +663,13 @@ static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const p
 }
 
 /* Backward of a row-parallel GEMM (input width k_in = n_in/t): with sp the incoming
- * gradient is first gathered; then data and weight gradients. */
+ * gradient is first gathered; then data and weight gradients. With EP_DGELU the data
+ * gradient goes on through the GELU before the layer in the GEMM's epilogue. */
 static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_kind wgrad,
-                             pt_param_ref param, int64_t k_in)
+                             pt_param_ref param, int64_t k_in, epilogue ep)
 {
     tp_enter(b, d);
-    gemm(b, dgrad, param, d->tokens, k_in, d->h);
+    gemm_ep(b, dgrad, param, d->tokens, k_in, d->h, ep);
     gemm(b, wgrad, param, d->h, k_in, d->tokens);
 }
 
@@ -631,10 +686,15 @@ static void layer_forward(builder *b, const dims *d)
     attention_core(b, d, false);
     gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t);
     tp_exit(b, d, PT_TEN_ATTN_RES);
-    residual_add(b, d, PT_OPK_ADD1);
-    norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
+    if (fused_epilogues(b)) {
+        residual_norm(b, d);
+    } else {
+        residual_add(b, d, PT_OPK_ADD1);
+        norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
+    }
     column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm);
-    activation(b, d, false);
+    if (!fused_gelu(b))
+        activation(b, d, false);
     gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t);
     tp_exit(b, d, PT_TEN_MLP_RES);
     residual_add(b, d, PT_OPK_ADD2);
@@ -706,13 +766,18 @@ static void layer_backward(builder *b, const dims *d)
         if (op_policy)
             recompute_op_policy(b, d);
     }
-    row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_PARAM_MLP_DOWN,
-                     d->f / d->t);
-    activation(b, d, true);
+    if (fused_gelu(b)) {
+        row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD_GELU, PT_OPK_MLP_DOWN_WGRAD,
+                         PT_PARAM_MLP_DOWN, d->f / d->t, EP_DGELU);
+    } else {
+        row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_PARAM_MLP_DOWN,
+                         d->f / d->t, EP_NONE);
+        activation(b, d, true);
+    }
     column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm);
     norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
-                     d->h / d->t);
+                     d->h / d->t, EP_NONE);
     if (selective && !op_policy) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);
@@ -810,7 +875,8 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
     int64_t v = pt_stack_vocab(&c->t->stack, c->m, c->l->tp) / c->l->tp;
     char shape[64];
     shape_rows(shape, sizeof shape, d.tokens, v);
-    proj head = {PT_OPK_LOGITS, PT_OPK_LOGITS_DGRAD, PT_OPK_LOGITS_WGRAD, PT_PARAM_HEAD, v};
+    proj head = {PT_OPK_LOGITS, PT_OPK_LOGITS_DGRAD, PT_OPK_LOGITS_WGRAD, PT_PARAM_HEAD, v,
+                 EP_NONE};
     if (!backward) {
         norm(&b, &d, PT_OPK_FINAL_NORM, PT_PARAM_FINAL_NORM, false);
         column_parallel_fwd(&b, &d, PT_TEN_LNF, &head, 1);

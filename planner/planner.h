@@ -221,6 +221,9 @@ typedef struct {
     double step_overhead_s;        /* per step: launch gaps, logging, data loader */
     pt_kernel_style kernels;       /* norms, RoPE, activation: fused or eager */
     pt_selective selective;        /* what recompute=selective rebuilds */
+    bool fused_epilogues;          /* the residual add inside the next norm's kernel and,
+                                      for GELU models, the GELU and its derivative in the
+                                      MLP GEMMs' epilogues (ptrun: cuBLASLt's) */
 } pt_stack;
 
 int pt_stack_builtin_count(void);
@@ -559,12 +562,19 @@ typedef enum {
     PT_OPK_NORM1, PT_OPK_Q, PT_OPK_K, PT_OPK_V, PT_OPK_ROPE, PT_OPK_ATTN, PT_OPK_ATTN_OUT,
     PT_OPK_ADD1, PT_OPK_NORM2, PT_OPK_MLP_GATE, PT_OPK_MLP_UP, PT_OPK_ACT, PT_OPK_MLP_DOWN,
     PT_OPK_ADD2,
+    /* ... its fused forms (a stack with fused_epilogues): the residual add in the
+     * second norm's kernel (add1 + norm2), the GELU in the up projection's epilogue
+     * (mlp_up + act) */
+    PT_OPK_ADD1_NORM2, PT_OPK_MLP_UP_GELU,
     /* its backward */
     PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_OPK_ACT_BWD, PT_OPK_MLP_GATE_DGRAD,
     PT_OPK_MLP_UP_DGRAD, PT_OPK_MLP_GATE_WGRAD, PT_OPK_MLP_UP_WGRAD, PT_OPK_NORM2_BWD,
     PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_OPK_ATTN_BWD, PT_OPK_ROPE_BWD,
     PT_OPK_Q_DGRAD, PT_OPK_K_DGRAD, PT_OPK_V_DGRAD, PT_OPK_Q_WGRAD, PT_OPK_K_WGRAD,
     PT_OPK_V_WGRAD, PT_OPK_NORM1_BWD,
+    /* ... its fused form: the down projection's data gradient through the GELU's
+     * derivative in the GEMM's epilogue (mlp_down_dgrad + act_bwd) */
+    PT_OPK_MLP_DOWN_DGRAD_GELU,
     /* unfused attention (priced only) */
     PT_OPK_ATTN_SCORES, PT_OPK_ATTN_SOFTMAX, PT_OPK_ATTN_DROPOUT, PT_OPK_ATTN_CTX,
     PT_OPK_ATTN_CTX_DGRAD, PT_OPK_ATTN_CTX_WGRAD, PT_OPK_ATTN_DROPOUT_BWD,

@@ -36,7 +36,10 @@
  *              "vocab_per_tp": false},           optional: the multiple is x tp
  *     "step_overhead_s": 0.0,                   fixed time per step, >= 0
  *     "kernels": "eager",                       optional: fused (default) | eager
- *     "selective": "op"                         optional: attention (default) | op
+ *     "selective": "op",                        optional: attention (default) | op
+ *     "fused_epilogues": true                   optional (default false): the residual
+ *                                               add in the next norm's kernel, GELU and
+ *                                               its derivative in the MLP GEMMs
  *   }
  */
 #include "specjson.h"
@@ -95,6 +98,7 @@ static const pt_stack stack_ptrun = {
     .fused_xent = true,
     .vocab_multiple = 128,
     .step_overhead_s = 0,
+    .fused_epilogues = true, /* runtime/layer.c: add1_norm2, mlp_up_gelu, mlp_down_dgrad_gelu */
 };
 
 /* Megatron-LM as it trained GPT-3-class models in 2021-22 (Narayanan et al., SC'21;
@@ -291,7 +295,7 @@ int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err)
 
 static const char *const top_keys[] = {"name", "about", "attention", "parallelism", "overlap",
                                        "gradients", "loss", "step_overhead_s", "kernels",
-                                       "selective", NULL};
+                                       "selective", "fused_epilogues", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
@@ -442,7 +446,9 @@ static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
         pt_json_get_int(&l, "vocab_multiple", &s->vocab_multiple, err) ||
         (json_object_get(l.obj, "vocab_per_tp") &&
          pt_json_get_bool(&l, "vocab_per_tp", &s->vocab_per_tp, err)) ||
-        pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err))
+        pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err) ||
+        (json_object_get(top->obj, "fused_epilogues") &&
+         pt_json_get_bool(top, "fused_epilogues", &s->fused_epilogues, err)))
         return -1;
     int kernels = PT_KERNELS_FUSED, selective = PT_SELECTIVE_ATTENTION;
     if ((json_object_get(top->obj, "kernels") &&
@@ -635,6 +641,7 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(root, "step_overhead_s", json_real(s->step_overhead_s));
         bad |= pt_json_set(root, "kernels", json_string(pt_kernel_style_name(s->kernels)));
         bad |= pt_json_set(root, "selective", json_string(pt_selective_name(s->selective)));
+        bad |= pt_json_set(root, "fused_epilogues", json_boolean(s->fused_epilogues));
     }
     char *text = bad ? NULL : pt_json_dump(root);
     json_t *all[] = {root, attn, eff, par, zero, ovl, dp, grad, loss};

@@ -711,6 +711,8 @@ static void norm_fwd(ctx *c, pt_param_ref which, const float *inp, float *out, f
 typedef struct {
     const float *w, *bias;  /* weights (oc, ic) [act], bias or NULL */
     float *out;             /* forward: (T, oc) [act]; NULL for a weight gradient */
+    float *pre;             /* forward with the GELU in the epilogue: (T, oc) [act] the
+                             * product before it (out is then its GELU); else NULL */
     float *dw, *dbias;      /* weight gradient: (oc, ic) and (oc) fp32 */
     const float *dout;      /* weight gradient: (T, oc) [act] */
     int ic, oc;
@@ -719,7 +721,11 @@ typedef struct {
 static void gemm_rows(ctx *c, const rows_gemm *g, int64_t row0, int64_t rows, const float *inp)
 {
     pt_kernels *kn = c->n->kn;
-    if (g->out)
+    if (g->pre)
+        kn->matmul_forward_gelu(kn, at_elem(c, g->out, row0 * g->oc),
+                                at_elem(c, g->pre, row0 * g->oc), inp, g->w, g->bias, rows,
+                                g->ic, g->oc);
+    else if (g->out)
         kn->matmul_forward(kn, at_elem(c, g->out, row0 * g->oc), inp, g->w, g->bias, rows, g->ic,
                            g->oc);
     else
@@ -770,6 +776,16 @@ static int linear_fwd(ctx *c, pt_param_ref which, float *out, const float *inp, 
     return gemm_over_rows(c, &g, inp);
 }
 
+/* A column-parallel linear layer with the GELU after it in its epilogue (mlp_up_gelu):
+ * pre = inp · w^T + bias, act = gelu(pre). */
+static int linear_gelu_fwd(ctx *c, pt_param_ref which, float *act, float *pre, const float *inp,
+                           int ic, int oc)
+{
+    pview w = param(c, which, false), b = param(c, which, true);
+    rows_gemm g = {.w = w.w, .bias = b.w, .out = act, .pre = pre, .ic = ic, .oc = oc};
+    return gemm_over_rows(c, &g, inp);
+}
+
 /* Where a row-parallel GEMM writes its (T, h) partial sum: in place of the residual
  * rows it becomes (summed over tp there), or, with sp, into a buffer that the
  * reduce-scatter then spreads over the ranks' rows. */
@@ -804,6 +820,25 @@ static void residual_add(ctx *c, float *branch, const float *skip, int site)
     if (dropping(c))
         dropout_rows(c, branch, NULL, own_row0(c), c->d.R, site);
     c->n->kn->residual_forward(c->n->kn, branch, branch, skip, c->d.R * c->d.h);
+}
+
+/* The residual add after a branch fused with the norm that follows it (add1_norm2):
+ * the branch's dropout first, then branch += skip and the norm of the sum in one
+ * kernel, the same values as residual_add then norm_fwd. */
+static void residual_norm_fwd(ctx *c, pt_param_ref which, float *branch, const float *skip,
+                              int site, float *out, float *mean, float *rstd)
+{
+    pt_kernels *kn = c->n->kn;
+    if (dropping(c))
+        dropout_rows(c, branch, NULL, own_row0(c), c->d.R, site);
+    pview w = param(c, which, false), b = param(c, which, true);
+    if (c->n->spec.norm == PT_NORM_RMSNORM)
+        kn->residual_rmsnorm_forward(kn, branch, out, rstd, branch, skip, w.w, c->d.R, c->d.h,
+                                     kEps);
+    else
+        kn->residual_layernorm_forward(kn, branch, out, mean, rstd, branch, skip, w.w, b.w,
+                                       c->d.R, c->d.h, kEps);
+    c->col_in = out; /* what the next column-parallel GEMMs read (gathered with sp) */
 }
 
 /* ---- Backward ops -------------------------------------------------------------------------- */
@@ -889,6 +924,15 @@ static int kv_wgrad_shared(ctx *c, pt_param_ref which, const float *dout)
     if (b.g)
         kn->add_f32(kn, b.g, mine + (int64_t)kvd * d->h, kvd);
     return 0;
+}
+
+/* Once the MLP's up (and gate) gradients are complete: the MLP block's input gradient
+ * starts from zero (its data gradients accumulate into it) and its weight gradients
+ * read the second norm's output. */
+static void begin_mlp_input_grad(ctx *c, const pt_layer_acts *L)
+{
+    c->n->kn->zero(c->n->kn, c->S->dln, act_bytes(c, c->d.T * c->d.h));
+    c->col_in = L->ln2;
 }
 
 /* ---- Attention, with the context-parallel ring ---------------------------------------------- */
@@ -1243,6 +1287,19 @@ static int run_op(ctx *c, const pt_op *op)
     case PT_OPK_ADD2:
         residual_add(c, y, L->x2, DROP_MLP);
         return 0;
+    /* fused forms */
+    case PT_OPK_ADD1_NORM2:
+        residual_norm_fwd(c, w, L->x2, x, DROP_ATTN, L->ln2, L->ln2_mean, L->ln2_rstd);
+        return 0;
+    case PT_OPK_MLP_UP_GELU: return linear_gelu_fwd(c, w, L->act, L->up, c->col_in, d->h, d->f);
+    case PT_OPK_MLP_DOWN_DGRAD_GELU: {
+        /* dup = (gradient of the down projection's output · w) ⊙ gelu'(up), written */
+        pview wd = param(c, w, false);
+        kn->matmul_backward_dgelu(kn, S->dup, branch_grad(c, DROP_MLP, true), wd.w, L->up, d->T,
+                                  d->f, d->h);
+        begin_mlp_input_grad(c, L);
+        return 0;
+    }
     /* its backward: the MLP half */
     case PT_OPK_MLP_DOWN_DGRAD:
         kn->zero(kn, S->dact, act_bytes(c, Tf));
@@ -1258,8 +1315,7 @@ static int run_op(ctx *c, const pt_op *op)
             kn->swiglu_backward(kn, S->dgate, S->dup, S->dact, L->gate, L->up, d->T, d->f);
         } else
             kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
-        kn->zero(kn, S->dln, act_bytes(c, d->T * d->h)); /* the block's input gradient */
-        c->col_in = L->ln2;
+        begin_mlp_input_grad(c, L);
         return 0;
     case PT_OPK_MLP_GATE_DGRAD: return linear_bwd(c, w, true, S->dln, S->dgate, NULL, d->h, d->f);
     case PT_OPK_MLP_UP_DGRAD: return linear_bwd(c, w, true, S->dln, S->dup, NULL, d->h, d->f);

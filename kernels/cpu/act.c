@@ -3,6 +3,7 @@
  * residual add, forward and backward. Every backward accumulates into its gradients.
  */
 #include <math.h>
+#include <string.h>
 
 #include "cpu.h"
 
@@ -27,6 +28,16 @@ void pt_kcpu_gelu_forward(pt_kernels *kn,
     }
 }
 
+/* d gelu(x) / dx of the tanh approximation */
+static inline float gelu_grad(float x)
+{
+    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+    float th = tanh_fast(u);
+    float sech2 = 1.0f - th * th;
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+}
+
 void pt_kcpu_gelu_backward(pt_kernels *kn,
                            float *dinp,             /* (n) */
                            const float *dout,       /* (n) */
@@ -35,14 +46,38 @@ void pt_kcpu_gelu_backward(pt_kernels *kn,
 {
     (void)kn;
     PT_KCPU_PARALLEL_FOR(n)
-    for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-        float th = tanh_fast(u);
-        float sech2 = 1.0f - th * th;
-        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-        dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
-    }
+    for (int64_t i = 0; i < n; i++)
+        dinp[i] += dout[i] * gelu_grad(inp[i]);
+}
+
+/* The fused linear + GELU ops of the table, as the compositions they stand for (the
+ * CPU has no epilogue to fuse into; the results are those of the separate ops). */
+void pt_kcpu_matmul_forward_gelu(pt_kernels *kn,
+                                 float *out,        /* (n, oc) */
+                                 float *pre,        /* (n, oc) */
+                                 const float *inp,  /* (n, ic) */
+                                 const float *w,    /* (oc, ic) */
+                                 const float *bias, /* (oc) or NULL */
+                                 int64_t n, int ic, int oc)
+{
+    pt_kcpu_matmul_forward(kn, pre, inp, w, bias, n, ic, oc);
+    pt_kcpu_gelu_forward(kn, out, pre, n * oc);
+}
+
+void pt_kcpu_matmul_backward_dgelu(pt_kernels *kn,
+                                   float *dpre,       /* (n, ic), written */
+                                   const float *dout, /* (n, oc) */
+                                   const float *w,    /* (oc, ic) */
+                                   const float *pre,  /* (n, ic) */
+                                   int64_t n, int ic, int oc)
+{
+    int64_t count = n * ic;
+    memset(dpre, 0, (size_t)count * sizeof(float));
+    pt_kcpu_matmul_backward(kn, dpre, NULL, NULL, dout, NULL, w, n, ic, oc);
+    /* 0 + product · gelu'(pre): what gelu_backward adds into a zeroed buffer */
+    PT_KCPU_PARALLEL_FOR(count)
+    for (int64_t i = 0; i < count; i++)
+        dpre[i] = 0.0f + dpre[i] * gelu_grad(pre[i]);
 }
 
 void pt_kcpu_swiglu_forward(pt_kernels *kn,

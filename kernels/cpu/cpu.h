@@ -69,6 +69,17 @@ void pt_kcpu_attention_combine(pt_kernels *kn, float *out, float *lse, const flo
                                const float *lse2, int b, int sq, int a, int d);
 /* act.c */
 void pt_kcpu_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t n);
+void pt_kcpu_matmul_forward_gelu(pt_kernels *kn, float *out, float *pre, const float *inp,
+                                 const float *w, const float *bias, int64_t n, int ic, int oc);
+void pt_kcpu_matmul_backward_dgelu(pt_kernels *kn, float *dpre, const float *dout,
+                                   const float *w, const float *pre, int64_t n, int ic, int oc);
+void pt_kcpu_residual_layernorm_forward(pt_kernels *kn, float *res, float *out, float *mean,
+                                        float *rstd, const float *inp1, const float *inp2,
+                                        const float *w, const float *bias, int64_t n, int h,
+                                        float eps);
+void pt_kcpu_residual_rmsnorm_forward(pt_kernels *kn, float *res, float *out, float *rstd,
+                                      const float *inp1, const float *inp2, const float *w,
+                                      int64_t n, int h, float eps);
 void pt_kcpu_gelu_backward(pt_kernels *kn, float *dinp, const float *dout,
                            const float *inp, int64_t n);
 void pt_kcpu_swiglu_forward(pt_kernels *kn, float *out, const float *gate,

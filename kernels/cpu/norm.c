@@ -120,3 +120,33 @@ void pt_kcpu_rmsnorm_backward(pt_kernels *kn,
         }
     }
 }
+
+/* The residual add fused with the norm after it, as the two ops it stands for (in one
+ * call; the values are those of residual_forward then the norm on the sum). */
+void pt_kcpu_residual_layernorm_forward(pt_kernels *kn,
+                                        float *res,         /* (n, h) */
+                                        float *out,         /* (n, h) */
+                                        float *mean,        /* (n) */
+                                        float *rstd,        /* (n) */
+                                        const float *inp1,  /* (n, h) */
+                                        const float *inp2,  /* (n, h) */
+                                        const float *w,     /* (h) */
+                                        const float *bias,  /* (h) */
+                                        int64_t n, int h, float eps)
+{
+    pt_kcpu_residual_forward(kn, res, inp1, inp2, n * h);
+    pt_kcpu_layernorm_forward(kn, out, mean, rstd, res, w, bias, n, h, eps);
+}
+
+void pt_kcpu_residual_rmsnorm_forward(pt_kernels *kn,
+                                      float *res,           /* (n, h) */
+                                      float *out,           /* (n, h) */
+                                      float *rstd,          /* (n) */
+                                      const float *inp1,    /* (n, h) */
+                                      const float *inp2,    /* (n, h) */
+                                      const float *w,       /* (h) */
+                                      int64_t n, int h, float eps)
+{
+    pt_kcpu_residual_forward(kn, res, inp1, inp2, n * h);
+    pt_kcpu_rmsnorm_forward(kn, out, rstd, res, w, n, h, eps);
+}

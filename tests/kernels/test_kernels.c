@@ -936,6 +936,67 @@ static void test_bf16(void)
 }
 
 /* add_f32: dst += src element by element, src untouched */
+/* The fused ops equal, to the bit, the separate ops they stand for: GEMM then GELU,
+ * the data gradient then the GELU's backward into zeroed buffers, the residual add
+ * then the norm (in place on either input too). */
+static void test_fused(void)
+{
+    const int64_t n = 37;
+    const int ic = 24, oc = 40, h = 48;
+    float *inp = frand(n * ic, 1.0), *w = frand((int64_t)oc * ic, 0.3), *bias = frand(oc, 0.2);
+    float *out = fzero(n * oc), *pre = fzero(n * oc), *want_pre = fzero(n * oc),
+          *want_out = fzero(n * oc);
+    K->matmul_forward_gelu(K, out, pre, inp, w, bias, n, ic, oc);
+    K->matmul_forward(K, want_pre, inp, w, bias, n, ic, oc);
+    K->gelu_forward(K, want_out, want_pre, n * oc);
+    CHECK(memcmp(pre, want_pre, (size_t)(n * oc) * sizeof(float)) == 0);
+    CHECK(memcmp(out, want_out, (size_t)(n * oc) * sizeof(float)) == 0);
+    K->matmul_forward_gelu(K, out, pre, inp, w, NULL, n, ic, oc);
+    K->matmul_forward(K, want_pre, inp, w, NULL, n, ic, oc);
+    CHECK(memcmp(pre, want_pre, (size_t)(n * oc) * sizeof(float)) == 0);
+
+    /* backward of a layer (oc2 = ic outputs) reading gelu(pre), pre (n, oc) */
+    float *dout = frand(n * ic, 1.0), *dpre = frand(n * oc, 5.0); /* garbage: written */
+    float *dact = fzero(n * oc), *want_dpre = fzero(n * oc), *w2 = frand((int64_t)ic * oc, 0.3);
+    K->matmul_backward_dgelu(K, dpre, dout, w2, pre, n, oc, ic);
+    K->matmul_backward(K, dact, NULL, NULL, dout, NULL, w2, n, oc, ic);
+    K->gelu_backward(K, want_dpre, dact, pre, n * oc);
+    CHECK(memcmp(dpre, want_dpre, (size_t)(n * oc) * sizeof(float)) == 0);
+    double nz = 0;
+    for (int64_t i = 0; i < n * oc; i++)
+        nz += fabs(dpre[i]);
+    CHECK(nz > 0);
+
+    for (int rms = 0; rms < 2; rms++)
+        for (int place = 0; place < 3; place++) { /* res apart, res = inp1, res = inp2 */
+            float *a = frand(n * h, 1.0), *b = frand(n * h, 1.0), *nw = frand(h, 1.0),
+                  *nb = frand(h, 0.5);
+            float *a0 = fcopy(a, n * h), *b0 = fcopy(b, n * h), *sep = fzero(n * h);
+            float *res = place == 1 ? a : place == 2 ? b : sep;
+            float *o = fzero(n * h), *mean = fzero(n), *rstd = fzero(n);
+            float *wres = fzero(n * h), *wo = fzero(n * h), *wmean = fzero(n), *wrstd = fzero(n);
+            if (rms)
+                K->residual_rmsnorm_forward(K, res, o, rstd, a, b, nw, n, h, 1e-5f);
+            else
+                K->residual_layernorm_forward(K, res, o, mean, rstd, a, b, nw, nb, n, h, 1e-5f);
+            K->residual_forward(K, wres, a0, b0, n * h);
+            if (rms)
+                K->rmsnorm_forward(K, wo, wrstd, wres, nw, n, h, 1e-5f);
+            else
+                K->layernorm_forward(K, wo, wmean, wrstd, wres, nw, nb, n, h, 1e-5f);
+            CHECK(memcmp(res, wres, (size_t)(n * h) * sizeof(float)) == 0);
+            CHECK(memcmp(o, wo, (size_t)(n * h) * sizeof(float)) == 0);
+            CHECK(memcmp(rstd, wrstd, (size_t)n * sizeof(float)) == 0);
+            CHECK(rms || memcmp(mean, wmean, (size_t)n * sizeof(float)) == 0);
+            float *all[] = {a, b, nw, nb, a0, b0, sep, o, mean, rstd, wres, wo, wmean, wrstd};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                free(all[i]);
+        }
+    float *all[] = {inp, w, bias, out, pre, want_pre, want_out, dout, dpre, dact, want_dpre, w2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+}
+
 static void test_add_f32(void)
 {
     float dst[4] = {1.0f, -2.0f, 0.5f, 3.0f}, src[4] = {0.25f, 2.0f, -0.5f, 1e-8f};
@@ -1076,6 +1137,7 @@ int main(void)
     test_adamw_multi();
     test_bf16();
     test_add_f32();
+    test_fused();
     test_philox_dropout();
     test_determinism();
     pt_kernels_destroy(K);

@@ -396,6 +396,107 @@ static void test_stack_kernels_and_selective(void)
     pt_oplist_free(&b);
 }
 
+static int kind_count(const pt_oplist *o, pt_op_kind k)
+{
+    int n = 0;
+    for (int i = 0; i < o->n; i++)
+        n += o->op[i].kind == k;
+    return n;
+}
+
+static const char *kind_key(const pt_oplist *o, pt_op_kind k)
+{
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].kind == k)
+            return o->op[i].kernel.key;
+    return "";
+}
+
+static double list_total(const pt_oplist *o, bool flops)
+{
+    double t = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].cls == PT_OP_KERNEL)
+            t += (flops ? o->op[i].kernel.flops : o->op[i].kernel.bytes) * o->op[i].count;
+    return t;
+}
+
+/* ptrun fuses its epilogues (pt_stack.fused_epilogues): the residual add after attention
+ * runs inside the second norm's kernel (one pass over T·h less), and GPT-2's GELU in the
+ * up projection's GEMM (its T·f read and write become one more write of the saved
+ * pre-activation) and the GELU's backward in the down projection's data gradient (its
+ * two reads and one write become one read of that pre-activation). FLOPs do not move. */
+static void test_fused_epilogues(void)
+{
+    pt_oplist f, b, uf, ub;
+    layer_lists("tp=2,sp=1,dp=1", &f, &b);
+    pt_stack st;
+    pt_err err;
+    CHECK_INT(pt_stack_get("ptrun", &st, &err), 0);
+    CHECK(st.fused_epilogues);
+    CHECK_INT(kind_count(&f, PT_OPK_ADD1_NORM2), 1);
+    CHECK_INT(kind_count(&f, PT_OPK_MLP_UP_GELU), 1);
+    CHECK_INT(kind_count(&b, PT_OPK_MLP_DOWN_DGRAD_GELU), 1);
+    const pt_op_kind gone[] = {PT_OPK_ADD1, PT_OPK_NORM2, PT_OPK_MLP_UP, PT_OPK_ACT,
+                               PT_OPK_MLP_DOWN_DGRAD, PT_OPK_ACT_BWD};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        CHECK_INT(kind_count(&f, gone[i]) + kind_count(&b, gone[i]), 0);
+    /* T = 1024 tokens, sp: R = 512 rows per rank; f/t = 2048 */
+    CHECK(strcmp(kind_key(&f, PT_OPK_ADD1_NORM2), "add_layernorm_fwd:bf16:rows=512,cols=1024") == 0);
+    CHECK(strcmp(kind_key(&f, PT_OPK_MLP_UP_GELU), "gemm_gelu:bf16:m=1024,n=2048,k=1024") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_MLP_DOWN_DGRAD_GELU),
+                 "gemm_dgelu:bf16:m=1024,n=2048,k=1024") == 0);
+    /* the op order: the fused norm between the reduce-scatter and the gather, the GELU
+     * GEMM's data gradient before the weight gradient */
+    int at_rs = -1, at_fused = -1;
+    for (int i = 0; i < f.n; i++) {
+        if (f.op[i].kind == PT_OPK_SP_REDUCESCATTER && at_rs < 0)
+            at_rs = i;
+        if (f.op[i].kind == PT_OPK_ADD1_NORM2)
+            at_fused = i;
+    }
+    CHECK(at_rs >= 0 && at_fused == at_rs + 1 && f.op[at_fused + 1].kind == PT_OPK_SP_ALLGATHER);
+
+    /* the same layer without fusion (a JSON stack can say so) */
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout("tp=2,sp=1,dp=1", 16);
+    pt_train t = train(16);
+    t.stack.fused_epilogues = false;
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    uf = ub = (pt_oplist){0};
+    CHECK_INT(pt_ops_layer(&c, false, &uf), 0);
+    CHECK_INT(pt_ops_layer(&c, true, &ub), 0);
+    CHECK_INT(kind_count(&uf, PT_OPK_ADD1_NORM2) + kind_count(&uf, PT_OPK_MLP_UP_GELU) +
+                  kind_count(&ub, PT_OPK_MLP_DOWN_DGRAD_GELU), 0);
+    CHECK_INT(kind_count(&uf, PT_OPK_ACT), 1);
+    double R = 512, T = 1024, h = 1024, fr = 2048;
+    CHECK_NEAR(list_total(&f, true), list_total(&uf, true), 0);
+    CHECK_NEAR(list_total(&b, true), list_total(&ub, true), 0);
+    CHECK_NEAR(list_total(&uf, false) - list_total(&f, false), 2 * (R * h + T * fr), 0);
+    CHECK_NEAR(list_total(&ub, false) - list_total(&b, false), 2 * 2 * T * fr, 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    pt_oplist_free(&uf);
+    pt_oplist_free(&ub);
+
+    /* LLaMA under ptrun: the residual add fuses into RMSNorm; SwiGLU has no epilogue */
+    llama_lists(&st, "dp=1", &f, &b);
+    CHECK(strcmp(kind_key(&f, PT_OPK_ADD1_NORM2), "add_rmsnorm_fwd:bf16:rows=1024,cols=1024") == 0);
+    CHECK_INT(kind_count(&f, PT_OPK_ACT), 1);
+    CHECK_INT(kind_count(&f, PT_OPK_MLP_UP_GELU) + kind_count(&b, PT_OPK_MLP_DOWN_DGRAD_GELU), 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    /* other stacks price their own kernels, unfused */
+    CHECK_INT(pt_stack_get("megatron-core", &st, &err), 0);
+    CHECK(!st.fused_epilogues);
+    llama_lists(&st, "dp=1", &f, &b);
+    CHECK_INT(kind_count(&f, PT_OPK_ADD1_NORM2), 0);
+    CHECK_INT(kind_count(&f, PT_OPK_ADD1), 1);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
 int main(void)
 {
     test_flops_formula();
@@ -404,5 +505,6 @@ int main(void)
     test_grad_sync_and_optimizer();
     test_ranks_per_node();
     test_stack_kernels_and_selective();
+    test_fused_epilogues();
     return pt_check_result();
 }

@@ -125,12 +125,13 @@ python3 - "$tmp" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1] + "/fsdp.json"))
 assert d["kernels"] == "eager" and d["selective"] == "op", d
-for key, val in (("kernels", "sometimes"), ("selective", "partly")):
+assert d["fused_epilogues"] is False, d
+for key, val in (("kernels", "sometimes"), ("selective", "partly"), ("fused_epilogues", "yes")):
     e = dict(d)
     e[key] = val
     json.dump(e, open(sys.argv[1] + "/bad-%s.json" % key, "w"))
 e = dict(d)
-del e["kernels"], e["selective"]
+del e["kernels"], e["selective"], e["fused_epilogues"]
 json.dump(e, open(sys.argv[1] + "/fsdp-plain.json", "w"))
 PY
 run 1 --stack "$tmp/bad-kernels.json" --no-out
@@ -139,6 +140,11 @@ run 1 --stack "$tmp/bad-selective.json" --no-out
 err_has "field 'selective'" "unknown selective policy"; one_line_error "selective"
 run 0 --dump-stack "$tmp/fsdp-plain.json"
 out_has '"kernels": "fused"' "kernels default"; out_has '"selective": "attention"' "selective default"
+out_has '"fused_epilogues": false' "fused_epilogues default"
+run 1 --stack "$tmp/bad-fused_epilogues.json" --no-out
+err_has "fused_epilogues" "fused_epilogues not a boolean"; one_line_error "fused_epilogues"
+run 0 --dump-stack ptrun
+out_has '"fused_epilogues": true' "ptrun fuses its epilogues"
 
 # A model from a file plans like the built-in it was dumped from.
 run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout tp=8 --json
