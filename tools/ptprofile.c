@@ -147,7 +147,8 @@ typedef struct {
     uint64_t mbs_single; /* bit i: a fitting layout with tp = cp = 1 uses mbs 2^i */
 } collect_ctx;
 
-/* Every GEMM of a fitting layout's op lists: the keys ptplan will look up. */
+/* Every GEMM of a fitting layout's op lists, with or without an epilogue: the keys
+ * ptplan will look up. */
 static int collect_gemms(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
 {
     (void)mem;
@@ -159,11 +160,13 @@ static int collect_gemms(const pt_layout *l, const pt_memory *mem, bool fits, vo
     pt_opctx oc;
     pt_opctx_init(&oc, &c->j->m, l, &c->j->t, &c->j->c);
     pt_oplist o = {0};
+    int64_t m, n, k;
     int rc = pt_ops_layer(&oc, false, &o) || pt_ops_layer(&oc, true, &o) ||
              pt_ops_embed(&oc, false, &o) || pt_ops_embed(&oc, true, &o) ||
              pt_ops_head(&oc, false, &o) || pt_ops_head(&oc, true, &o);
     for (int i = 0; rc == 0 && i < o.n; i++)
-        if (o.op[i].cls == PT_OP_KERNEL && strncmp(o.op[i].kernel.key, "gemm:", 5) == 0)
+        if (o.op[i].cls == PT_OP_KERNEL &&
+            pt_prof_gemm_shape(o.op[i].kernel.key, &m, &n, &k, NULL) == 0)
             op_set_add(c->ops, &o.op[i].kernel);
     pt_oplist_free(&o);
     return rc || c->ops->oom;
@@ -216,18 +219,21 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
     for (int i = 0; i < ops->n && !interrupted; i++) {
         const pt_kernel_op *op = &ops->v[i];
         int64_t m, n, k;
+        pt_prof_epilogue ep = PT_PROF_EP_NONE;
         char result[64];
         if (o->resume && pt_costdb_has_kernel(j->db, device, op->key)) {
             pt_progress_step(&p, op->flops, op->key, "kept");
             continue;
         }
-        if (op->flops > o->max_gflop * 1e9 || pt_prof_gemm_shape(op->key, &m, &n, &k)) {
+        if (op->flops > o->max_gflop * 1e9 || pt_prof_gemm_shape(op->key, &m, &n, &k, &ep)) {
             pt_progress_step(&p, op->flops, op->key, "skipped (over --max-gflop)");
             continue;
         }
         double best;
-        double t = strcmp(o->backend, "cuda") == 0
-                       ? pt_prof_gemm_backend(o->kn, m, n, k, o->repeats, &best)
+        /* the CPU's plain GEMMs through OpenBLAS directly (with a time budget); the
+         * CPU's fused keys through its kernel table, which composes them */
+        double t = strcmp(o->backend, "cuda") == 0 || ep != PT_PROF_EP_NONE
+                       ? pt_prof_gemm_backend(o->kn, m, n, k, ep, o->repeats, &best)
                        : pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
         if (t <= 0)
             return pt_err_set(err, "out of memory timing %s", op->key);

@@ -25,8 +25,14 @@ double pt_prof_gemm(int64_t m, int64_t n, int64_t k, int repeats, double budget_
 /* Best sgemm rate (FLOP/s) on a square problem and streaming bandwidth (bytes/s). */
 double pt_prof_cpu_peak_flops(int repeats);
 double pt_prof_cpu_mem_bw(int64_t bytes, int repeats);
-/* Parses "gemm:<dtype>:m=..,n=..,k=.." into its sizes; -1 when it is not one. */
-int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k);
+/* What a GEMM key's epilogue adds (planner/ops.c): none ("gemm"), the GELU of the
+ * output ("gemm_gelu": matmul_forward_gelu), the GELU's derivative of a data gradient
+ * ("gemm_dgelu": matmul_backward_dgelu). */
+typedef enum { PT_PROF_EP_NONE, PT_PROF_EP_GELU, PT_PROF_EP_DGELU } pt_prof_epilogue;
+/* Parses "<gemm|gemm_gelu|gemm_dgelu>:<dtype>:m=..,n=..,k=.." into its sizes and
+ * epilogue (ep may be NULL); -1 when it is not one. */
+int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
+                       pt_prof_epilogue *ep);
 
 /* ---- The model's other kernels (ptprofile_model.c) ------------------------------------- */
 
@@ -36,10 +42,11 @@ int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k);
 int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c,
                           const pt_train *t, int64_t mbs, int repeats, pt_costdb *db,
                           int64_t *stored, pt_err *err);
-/* Median seconds of the kernel table's matmul (any backend); *best_s the fastest run;
- * -1 when the backend fails or runs out of memory. */
-double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k, int repeats,
-                            double *best_s);
+/* Median seconds of the kernel table's matmul (any backend) with epilogue ep, as the
+ * runtime calls it for a key of that shape; *best_s the fastest run; -1 when the
+ * backend fails or runs out of memory. */
+double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
+                            pt_prof_epilogue ep, int repeats, double *best_s);
 
 /* ---- The CUDA backend's timer (ptprofile_cuda.c, built with the CUDA backend) ----------- */
 

@@ -130,15 +130,25 @@ double pt_prof_cpu_mem_bw(int64_t bytes, int repeats)
     return 2.0 * (double)n / median(times, repeats);
 }
 
-int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k)
+int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
+                       pt_prof_epilogue *ep)
 {
+    static const char *const kinds[] = {[PT_PROF_EP_NONE] = "gemm",
+                                        [PT_PROF_EP_GELU] = "gemm_gelu",
+                                        [PT_PROF_EP_DGELU] = "gemm_dgelu"};
     long long mm, nn, kk;
-    char dtype[16];
-    if (sscanf(key, "gemm:%15[^:]:m=%lld,n=%lld,k=%lld", dtype, &mm, &nn, &kk) != 4 ||
+    char kind[16], dtype[16];
+    if (sscanf(key, "%15[^:]:%15[^:]:m=%lld,n=%lld,k=%lld", kind, dtype, &mm, &nn, &kk) != 5 ||
         mm < 1 || nn < 1 || kk < 1)
         return -1;
-    *m = mm;
-    *n = nn;
-    *k = kk;
-    return 0;
+    for (int e = 0; e < (int)(sizeof kinds / sizeof kinds[0]); e++)
+        if (strcmp(kind, kinds[e]) == 0) {
+            *m = mm;
+            *n = nn;
+            *k = kk;
+            if (ep)
+                *ep = (pt_prof_epilogue)e;
+            return 0;
+        }
+    return -1;
 }

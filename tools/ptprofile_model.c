@@ -28,11 +28,13 @@ static pt_plan plan_for(const pt_model *m, const pt_cluster *c, const pt_train *
     return p;
 }
 
-/* Removes the GEMM spans (measured on their own) so only the other kernels remain. */
+/* Removes the GEMM spans, with or without an epilogue (measured on their own), so
+ * only the other kernels remain. */
 static void drop_gemms(pt_trace *tr)
 {
+    int64_t m, n, k;
     for (size_t i = 0; i < tr->n; i++)
-        if (strncmp(tr->v[i].key, "gemm:", 5) == 0)
+        if (pt_prof_gemm_shape(tr->v[i].key, &m, &n, &k, NULL) == 0)
             tr->v[i].key[0] = '\0';
 }
 
@@ -79,14 +81,28 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
 }
 
 typedef struct {
-    void *a, *b, *c;
+    void *a, *b, *c, *aux;
     int64_t m, n, k;
+    pt_prof_epilogue ep;
 } gemm_args;
 
+/* c (m, n) from a (m, k) and b: the forward's a · b^T with b (n, k), alone or with the
+ * GELU (aux the pre-activation it keeps); or the data gradient a · b with b (k, n)
+ * through the GELU's derivative at aux, as the MLP's down projection runs it. */
 static void run_gemm(pt_kernels *kn, void *arg)
 {
     gemm_args *g = arg;
-    kn->matmul_forward(kn, g->c, g->a, g->b, NULL, g->m, (int)g->k, (int)g->n);
+    switch (g->ep) {
+    case PT_PROF_EP_NONE:
+        kn->matmul_forward(kn, g->c, g->a, g->b, NULL, g->m, (int)g->k, (int)g->n);
+        break;
+    case PT_PROF_EP_GELU:
+        kn->matmul_forward_gelu(kn, g->c, g->aux, g->a, g->b, NULL, g->m, (int)g->k, (int)g->n);
+        break;
+    case PT_PROF_EP_DGELU:
+        kn->matmul_backward_dgelu(kn, g->c, g->a, g->b, g->aux, g->m, (int)g->n, (int)g->k);
+        break;
+    }
 }
 
 /* Seconds of `repeats` runs of the GEMM into times; how many were measured. On the
@@ -112,17 +128,21 @@ static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double *times)
 
 /* Median seconds of the backend's matmul on (m, k) x (n, k)^T in its activation type,
  * after warm-up; *best_s the fastest run. */
-double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k, int repeats,
-                            double *best_s)
+double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
+                            pt_prof_epilogue ep, int repeats, double *best_s)
 {
     size_t ab = pt_kdtype_bytes(kn->act_dtype);
     gemm_args g = {kn->alloc(kn, (size_t)(m * k) * ab), kn->alloc(kn, (size_t)(n * k) * ab),
-                   kn->alloc(kn, (size_t)(m * n) * ab), m, n, k};
+                   kn->alloc(kn, (size_t)(m * n) * ab),
+                   ep != PT_PROF_EP_NONE ? kn->alloc(kn, (size_t)(m * n) * ab) : NULL, m, n, k,
+                   ep};
     double times[64], t = -1;
     int done = 0;
-    if (g.a && g.b && g.c) {
+    if (g.a && g.b && g.c && (g.aux || ep == PT_PROF_EP_NONE)) {
         kn->zero(kn, g.a, (size_t)(m * k) * ab);
         kn->zero(kn, g.b, (size_t)(n * k) * ab);
+        if (g.aux)
+            kn->zero(kn, g.aux, (size_t)(m * n) * ab);
         done = time_gemm(kn, &g, repeats < 64 ? repeats : 64, times);
     }
     if (done > 0) {
@@ -138,5 +158,6 @@ double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k, int
     kn->free(kn, g.a);
     kn->free(kn, g.b);
     kn->free(kn, g.c);
+    kn->free(kn, g.aux);
     return t;
 }
