@@ -11,7 +11,13 @@
  *   3. attention forward and backward, bf16, causal, head dims 64 and 128, sequences
  *      1 K to 8 K at 16 K tokens per batch and 16 heads, as TFLOP/s: forward
  *      2·b·a·s²·d (QK^T and PV over half the square), backward 2.5 times that (five
- *      products: S again, dP, dV, dQ, dK), FlashAttention's convention.
+ *      products: S again, dP, dV, dQ, dK), FlashAttention's convention;
+ *   4. the fused ops against the ops they replace, on GPT-2 124M's MLP and its
+ *      pre-norm residual at b·s = 8·1024 (h 768, f 3072): matmul_forward_gelu against
+ *      matmul_forward + gelu_forward, matmul_backward_dgelu against zero +
+ *      matmul_backward's dinp + gelu_backward, residual_layernorm_forward against
+ *      residual_forward + layernorm_forward, as times and the unfused/fused ratio,
+ *      under the backend's PT_KCUDA_EPILOGUES (auto: fused GEMM epilogues from sm_90).
  * Each figure is the best of --reps timed runs, timed on the host around a sync.
  *   usage: bench_kernels_cuda [--reps N] [--device D]
  * Without a CUDA device it says so and exits 1.
@@ -371,6 +377,108 @@ static void bench_attention(void)
         }
 }
 
+/* ---- 4. fused ops against the ops they replace ---------------------------------------------- */
+
+typedef struct {
+    int64_t n;
+    int h, f;
+    void *x, *w_fc, *b_fc, *pre, *act, *w_proj, *dout, *dgrad, *res, *res2, *ln_w, *ln_b,
+        *ln_out, *mean, *rstd;
+} mlp_ctx;
+
+static void run_fc_unfused(void *p)
+{
+    mlp_ctx *c = p;
+    K->matmul_forward(K, c->pre, c->x, c->w_fc, c->b_fc, c->n, c->h, c->f);
+    K->gelu_forward(K, c->act, c->pre, c->n * c->f);
+}
+
+static void run_fc_fused(void *p)
+{
+    mlp_ctx *c = p;
+    K->matmul_forward_gelu(K, c->act, c->pre, c->x, c->w_fc, c->b_fc, c->n, c->h, c->f);
+}
+
+/* dgrad holds two (n, f) bf16 halves: the data gradient of the projection, then dpre;
+ * gelu_backward accumulates, so both start from zero (one zero call) */
+static void run_proj_bwd_unfused(void *p)
+{
+    mlp_ctx *c = p;
+    size_t half = (size_t)c->n * c->f * 2;
+    char *dact = c->dgrad, *dpre = dact + half;
+    K->zero(K, dact, 2 * half);
+    K->matmul_backward(K, (float *)dact, NULL, NULL, c->dout, c->act, c->w_proj, c->n, c->f,
+                       c->h);
+    K->gelu_backward(K, (float *)dpre, (const float *)dact, c->pre, c->n * c->f);
+}
+
+static void run_proj_bwd_fused(void *p)
+{
+    mlp_ctx *c = p;
+    K->matmul_backward_dgelu(K, c->dgrad, c->dout, c->w_proj, c->pre, c->n, c->f, c->h);
+}
+
+static void run_resln_unfused(void *p)
+{
+    mlp_ctx *c = p;
+    K->residual_forward(K, c->res2, c->res, c->x, c->n * c->h);
+    K->layernorm_forward(K, c->ln_out, c->mean, c->rstd, c->res2, c->ln_w, c->ln_b, c->n, c->h,
+                         1e-5f);
+}
+
+static void run_resln_fused(void *p)
+{
+    mlp_ctx *c = p;
+    K->residual_layernorm_forward(K, c->res2, c->ln_out, c->mean, c->rstd, c->res, c->x,
+                                  c->ln_w, c->ln_b, c->n, c->h, 1e-5f);
+}
+
+static void bench_fused(void)
+{
+    mlp_ctx c;
+    memset(&c, 0, sizeof c);
+    c.n = 8 * 1024;
+    c.h = 768;
+    c.f = 3072;
+    size_t nh = (size_t)c.n * c.h * 2, nf = (size_t)c.n * c.f * 2, hf = (size_t)c.h * c.f * 2;
+    c.x = dbuf(nh);
+    c.w_fc = dbuf(hf);
+    c.b_fc = dbuf((size_t)c.f * 2);
+    c.pre = dbuf(nf);
+    c.act = dbuf(nf);
+    c.w_proj = dbuf(hf);
+    c.dout = dbuf(nh);
+    c.dgrad = dbuf(2 * nf);
+    c.res = dbuf(nh);
+    c.res2 = dbuf(nh);
+    c.ln_w = dbuf((size_t)c.h * 2);
+    c.ln_b = dbuf((size_t)c.h * 2);
+    c.ln_out = dbuf(nh);
+    c.mean = dbuf((size_t)c.n * 4);
+    c.rstd = dbuf((size_t)c.n * 4);
+    const char *mode = getenv("PT_KCUDA_EPILOGUES");
+    printf("\n4. fused ops, GPT-2 124M MLP and residual at b·s = 8·1024, h %d, f %d "
+           "(PT_KCUDA_EPILOGUES=%s)\n", c.h, c.f, mode && mode[0] ? mode : "auto");
+    printf("%-34s %12s %10s %8s\n", "op", "unfused ms", "fused ms", "ratio");
+    struct {
+        const char *name;
+        bench_fn unfused, fused;
+    } cases[] = {
+        {"fc forward + gelu", run_fc_unfused, run_fc_fused},
+        {"proj backward dinp + gelu bwd", run_proj_bwd_unfused, run_proj_bwd_fused},
+        {"residual + layernorm forward", run_resln_unfused, run_resln_fused},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double tu = best_time(cases[i].unfused, &c, cases[i].name);
+        double tf = best_time(cases[i].fused, &c, cases[i].name);
+        printf("%-34s %12.3f %10.3f %7.2fx\n", cases[i].name, tu * 1e3, tf * 1e3, tu / tf);
+    }
+    void *bufs[] = {c.x,   c.w_fc, c.b_fc,   c.pre,  c.act,    c.w_proj, c.dout, c.dgrad,
+                    c.res, c.res2, c.ln_w,   c.ln_b, c.ln_out, c.mean,   c.rstd};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        K->free(K, bufs[i]);
+}
+
 int main(int argc, char **argv)
 {
     int device = 0;
@@ -405,6 +513,7 @@ int main(int argc, char **argv)
     bench_memory(peak_gbs > 0 ? peak_gbs : 1.0);
     bench_gemm();
     bench_attention();
+    bench_fused();
     pt_kernels_destroy(K);
     return 0;
 }

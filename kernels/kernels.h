@@ -270,9 +270,12 @@ struct pt_kernels {
     /* -- Linear layers fused with the GELU around them (the MLP of GELU models) --
      * matmul_forward_gelu: pre = inp · w^T + bias and out = gelu(pre) in one op, the
      * MLP's up projection and its activation (pre is kept for the backward). On CUDA,
-     * cuBLASLt's GELU_AUX_BIAS epilogue writes both from the GEMM (out is the GELU of
-     * the fp32 sum, pre that sum rounded; the unfused ops take the GELU of the rounded
-     * pre); on CPU it is matmul_forward then gelu_forward, to the bit. */
+     * where the backend fuses (PT_KCUDA_EPILOGUES: by default on compute capability
+     * 9.0 and newer) and cuBLASLt takes the call (oc a multiple of 8, pre and bias
+     * 16-byte aligned, an algorithm offered), cuBLASLt's GELU_AUX_BIAS epilogue
+     * (GELU_AUX without a bias) writes both from the GEMM: out is the GELU of the fp32
+     * sum, pre that sum rounded (the separate ops take the GELU of the rounded pre).
+     * Otherwise, and on CPU (to the bit), matmul_forward then gelu_forward. */
     void (*matmul_forward_gelu)(pt_kernels *kn,
                                 float *out,        /* (n, oc) [act]: gelu(pre) */
                                 float *pre,        /* (n, oc) [act] */
@@ -283,9 +286,12 @@ struct pt_kernels {
     /* matmul_backward_dgelu: the input gradient of a linear layer whose input was
      * gelu(pre), taken through the GELU: dpre = (dout · w) ⊙ gelu'(pre), WRITTEN (the
      * MLP's down projection's data gradient and the activation's backward in one op).
-     * On CUDA cuBLASLt's DGELU epilogue (dout · w is not rounded to bf16 before the
-     * product); on CPU, to the bit, matmul_backward's dinp into a zeroed buffer, then
-     * gelu_backward into a zeroed dpre. dpre must not alias pre or dout. */
+     * On CUDA, under the same conditions with ic a multiple of 8, cuBLASLt's DGELU
+     * epilogue (dout · w is not rounded to bf16 before the product); otherwise the
+     * product is written to dpre, rounded, and multiplied in place by gelu'(pre) with
+     * gelu_backward's formula. On CPU, to the bit, matmul_backward's dinp into a zeroed
+     * buffer, then gelu_backward into a zeroed dpre. dpre must not alias pre, dout or
+     * w. */
     void (*matmul_backward_dgelu)(pt_kernels *kn,
                                   float *dpre,       /* (n, ic) [act], written */
                                   const float *dout, /* (n, oc) [act] */

@@ -91,7 +91,8 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
 /* The scratch requests of the ops, for the largest shapes (must match the calls of
  * pt_kcuda_scratch in norm.cu, matmul.cu, attention.cu and embed.cu):
  * - LayerNorm/RMSNorm backward: 2 (LayerNorm) · chunks(n) · h fp32 partials;
- * - matmul_backward's dbias: chunks(n) · oc fp32 partials;
+ * - matmul_backward's dbias: chunks(n) · oc fp32 partials (the column sum), or oc fp32
+ *   (cuBLASLt's BGRADB epilogue writes the column sums there before they are added);
  * - attention_backward: b·sq·a fp32 (rowsum(dout ∘ out));
  * - embed_backward with dwte: four int32 arrays of b·s, each rounded up to 256 bytes,
  *   and CUB's radix sort space for b·s pairs over the key bits of vr.
@@ -107,7 +108,9 @@ static size_t scratch_need(const pt_k_scratch_shape *sh)
         chunks = PT_KCUDA_MAX_CHUNKS;
     if (sh->cols > 0) {
         size_t partials = 2 * (size_t)chunks * (size_t)sh->cols * sizeof(float);
+        size_t bgrad = (size_t)sh->cols * sizeof(float);
         need = partials > need ? partials : need;
+        need = bgrad > need ? bgrad : need;
     }
     if (sh->heads > 0) {
         size_t dsum = (size_t)rows * (size_t)sh->heads * sizeof(float);
@@ -364,8 +367,12 @@ static pt_kernels cuda_table(void)
     t.layernorm_backward = pt_kcuda_layernorm_backward;
     t.rmsnorm_forward = pt_kcuda_rmsnorm_forward;
     t.rmsnorm_backward = pt_kcuda_rmsnorm_backward;
+    t.residual_layernorm_forward = pt_kcuda_residual_layernorm_forward;
+    t.residual_rmsnorm_forward = pt_kcuda_residual_rmsnorm_forward;
     t.matmul_forward = pt_kcuda_matmul_forward;
     t.matmul_backward = pt_kcuda_matmul_backward;
+    t.matmul_forward_gelu = pt_kcuda_matmul_forward_gelu;
+    t.matmul_backward_dgelu = pt_kcuda_matmul_backward_dgelu;
     t.gemm = pt_kcuda_gemm;
     t.rope_forward = pt_kcuda_rope_forward;
     t.rope_backward = pt_kcuda_rope_backward;
@@ -451,6 +458,33 @@ static int select_attention(pt_kernels *kn)
 #endif
 }
 
+/* The fused GEMM epilogues of matmul.cu (GELU_AUX_BIAS, DGELU, BGRADB), from
+ * PT_KCUDA_EPILOGUES: unset, "" or "auto" use them on compute capability 9.0 and newer
+ * and compose the unfused ops below it, "on" always asks cuBLASLt for them (it may still
+ * decline a call), "off" never does. auto follows llm.c (karpathy/llm.c, train_gpt2.cu,
+ * option -ge: "gelu fusion ... default: 2 for >=SM90, 0 for older GPUs"), which measured
+ * cuBLASLt's GELU fusion faster only on Hopper; the bias-gradient epilogue follows the
+ * same switch (one user measured it faster for a 1.5-billion-parameter BERT and slower
+ * for a 10-billion one on A100s, NVIDIA/CUDALibrarySamples issue 90), so that one
+ * variable compares every fusion against its composed form. 0, or -1 with kn->err set. */
+static int select_epilogues(pt_kernels *kn, const cudaDeviceProp *prop)
+{
+    const char *mode = getenv("PT_KCUDA_EPILOGUES");
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (!mode || !mode[0] || strcmp(mode, "auto") == 0)
+        ctx->epilogues = prop->major >= 9;
+    else if (strcmp(mode, "on") == 0)
+        ctx->epilogues = 1;
+    else if (strcmp(mode, "off") == 0)
+        ctx->epilogues = 0;
+    else {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "PT_KCUDA_EPILOGUES=%s: want auto, on or off",
+                      mode);
+        return -1;
+    }
+    return 0;
+}
+
 pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
 {
     int count = 0;
@@ -499,7 +533,7 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
 
     /* a blocking stream: it stays ordered with work others queue on the legacy default
      * stream (plain cudaMemcpy), which a non-blocking one would race */
-    if (PT_CU(kn, cudaStreamCreate(&ctx->stream)) ||
+    if (select_epilogues(kn, &prop) || PT_CU(kn, cudaStreamCreate(&ctx->stream)) ||
         PT_LT(kn, cublasLtCreate(&ctx->lt)) ||
         PT_CU(kn, cudaMalloc(&ctx->lt_ws, ctx->lt_ws_bytes)) ||
         PT_CU(kn, cudaMallocHost((void **)&ctx->host_sum, sizeof(double))) ||

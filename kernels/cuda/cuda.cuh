@@ -38,13 +38,14 @@
 typedef __nv_bfloat16 bf16;
 
 /* Slots of the cuBLASLt algorithm cache (matmul.cu), a hash table: one entry per
- * distinct GEMM shape, type and pointer alignment class seen; a model's layers need a
- * few dozen to a few hundred (forward, both backward products, recomputation, ragged
- * tensor-parallel row splits). */
+ * distinct GEMM shape, type, epilogue and pointer alignment class seen; a model's
+ * layers need a few dozen to a few hundred (forward, both backward products,
+ * recomputation, ragged tensor-parallel row splits). */
 enum { PT_KCUDA_ALGO_CACHE = 1024 };
 
 typedef struct {
-    uint64_t key[6];           /* shape, transposes, types, alignments, epilogue */
+    uint64_t key[6];           /* shape, leading dimensions (aux's too), transposes,
+                                * types, epilogue kind, alignments (bias and aux too) */
     cublasLtMatmulAlgo_t algo;
     int ok;                    /* 0: no cuBLASLt algorithm, use the fallback kernel */
     int used;                  /* the slot holds an entry */
@@ -79,6 +80,9 @@ typedef struct {
     void *lt_ws;               /* cuBLASLt workspace */
     size_t lt_ws_bytes;
     int no_lt;                 /* PT_KCUDA_NO_LT set: every GEMM on the fallback kernel */
+    int epilogues;             /* PT_KCUDA_EPILOGUES (backend.cu): 1 to ask cuBLASLt for the
+                                * GELU, GELU-gradient and bias-gradient epilogues (matmul.cu),
+                                * 0 to compose those ops from plain GEMMs and our kernels */
     int attn_tc;               /* the tensor-core attention kernels can run (attention_tc.cu);
                                 * 0 with PT_KCUDA_SIMPLE_ATTN=1 */
     struct pt_kcuda_cudnn *cudnn; /* attention through cuDNN (attention_cudnn.cu): its
@@ -269,12 +273,24 @@ void pt_kcuda_rmsnorm_forward(pt_kernels *kn, float *out, float *rstd, const flo
 void pt_kcuda_rmsnorm_backward(pt_kernels *kn, float *dinp, float *dw, const float *dout,
                                const float *inp, const float *w, const float *rstd,
                                int64_t n, int h);
+void pt_kcuda_residual_layernorm_forward(pt_kernels *kn, float *res, float *out, float *mean,
+                                         float *rstd, const float *inp1, const float *inp2,
+                                         const float *w, const float *bias, int64_t n, int h,
+                                         float eps);
+void pt_kcuda_residual_rmsnorm_forward(pt_kernels *kn, float *res, float *out, float *rstd,
+                                       const float *inp1, const float *inp2, const float *w,
+                                       int64_t n, int h, float eps);
 /* matmul.cu */
 void pt_kcuda_matmul_forward(pt_kernels *kn, float *out, const float *inp, const float *w,
                              const float *bias, int64_t n, int ic, int oc);
 void pt_kcuda_matmul_backward(pt_kernels *kn, float *dinp, float *dw, float *dbias,
                               const float *dout, const float *inp, const float *w,
                               int64_t n, int ic, int oc);
+void pt_kcuda_matmul_forward_gelu(pt_kernels *kn, float *out, float *pre, const float *inp,
+                                  const float *w, const float *bias, int64_t n, int ic, int oc);
+void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn, float *dpre, const float *dout,
+                                    const float *w, const float *pre, int64_t n, int ic,
+                                    int oc);
 void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
                    float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc);
@@ -286,6 +302,9 @@ void pt_kcuda_rope_backward(pt_kernels *kn, float *dinp, const float *dout, int 
 void pt_kcuda_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t n);
 void pt_kcuda_gelu_backward(pt_kernels *kn, float *dinp, const float *dout,
                             const float *inp, int64_t n);
+/* d = bf16(d · gelu'(pre)) in place, with gelu_backward's gelu': the second half of
+ * matmul_backward_dgelu when cuBLASLt's DGELU epilogue is not used (matmul.cu) */
+void pt_kcuda_dgelu_inplace(pt_kernels *kn, bf16 *d, const bf16 *pre, int64_t n);
 void pt_kcuda_swiglu_forward(pt_kernels *kn, float *out, const float *gate,
                              const float *up, int64_t n, int f);
 void pt_kcuda_swiglu_backward(pt_kernels *kn, float *dgate, float *dup, const float *dout,

@@ -9,19 +9,37 @@
  * C (M, N) = op(A) (M, K) · op(B) (K, N) is computed as the column-major product
  * C^T (N, M) = op(B)^T · op(A)^T: swap the operands, keep each one's transpose flag.
  *
+ * Fused epilogues (cublasLt.h's cublasLtEpilogue_t), where the backend asks for them
+ * (ctx->epilogues, PT_KCUDA_EPILOGUES in backend.cu):
+ * - matmul_forward_gelu: GELU_AUX_BIAS (GELU_AUX without a bias) writes pre as the aux
+ *   matrix (the biased fp32 sum rounded to bf16) and out = gelu of the fp32 sum;
+ * - matmul_backward_dgelu: DGELU reads pre as the aux matrix and writes
+ *   dpre = (dout · w) ⊙ gelu'(pre) from the fp32 product, beta = 0;
+ * - matmul_backward's dbias: BGRADB on the weight-gradient GEMM sums op(B) = dout over
+ *   the rows (k) into an fp32 scratch vector, which add_f32 adds to dbias (the epilogue
+ *   writes, the contract accumulates).
+ * cuBLASLt may decline an epilogue (no algorithm; an aux leading dimension that is no
+ * multiple of 8, as the header requires; aux or bias not 16-byte aligned; no cuBLASLt at
+ * all), and then the op is composed of the unfused pieces: matmul_forward then
+ * gelu_forward; the plain GEMM into dpre with beta = 0, then pointwise.cu's
+ * dgelu_inplace (one more bf16 rounding of the product); the GEMM, then the
+ * deterministic column sum of backend.cu's two passes for dbias, which is also the path
+ * when dw is not wanted.
+ *
  * Precision notes. dinp += dout · w accumulates through beta = 1 into a bf16 buffer:
  * the old value is read as bf16 and the sum rounded to bf16 once per call, so a
  * gradient accumulated over many micro-batches loses bits a fp32 buffer would keep
  * (as in llm.c; activation gradients live for one step only). dw accumulates into
- * fp32 through beta = 1, exactly as the CPU backend. dbias is a deterministic column
- * sum (backend.cu's two passes), not an epilogue, so it never needs atomics.
+ * fp32 through beta = 1, exactly as the CPU backend. No path uses atomics.
  *
  * cuBLASLt picks one algorithm per shape (its heuristic; cached here, keyed by shape,
- * types and pointer alignment class, since the heuristic assumes 256-byte-aligned buffers
- * unless told otherwise and the runtime passes views into larger allocations). cuBLAS
- * documents bit-wise reproducibility for a fixed algorithm, toolkit and GPU model.
- * When cuBLASLt offers no algorithm (rare odd leading dimensions), or PT_KCUDA_NO_LT
- * is set (used by the tests to cover it), a plain tiled kernel does the product.
+ * types, epilogue and pointer alignment class, since the heuristic assumes
+ * 256-byte-aligned buffers unless told otherwise, reads the alignment of the bias and
+ * aux pointers from their values, and the runtime passes views into larger
+ * allocations). cuBLAS documents bit-wise reproducibility for a fixed algorithm,
+ * toolkit and GPU model. When cuBLASLt offers no algorithm for a plain product (rare odd
+ * leading dimensions), or PT_KCUDA_NO_LT is set (used by the tests to cover it), a
+ * plain tiled kernel does the product.
  */
 #include <stdio.h>
 #include <string.h>
@@ -106,6 +124,87 @@ static uint64_t align_of(const void *p)
     return al;
 }
 
+/* log2 of align_of, plus one; 0 for NULL: four bits of the cache key */
+static uint64_t align_code(const void *p)
+{
+    if (!p)
+        return 0;
+    uint64_t a = align_of(p), code = 1;
+    while (a > 1) {
+        a >>= 1;
+        code++;
+    }
+    return code;
+}
+
+/* One column-major product: C (m, n) = alpha · op(A) · op(B) + beta · C, A and B bf16,
+ * C bf16 (c_f32 = 0) or fp32 (c_f32 = 1). op(A) is (m, k): A is (m, k) with leading
+ * dimension lda, or (k, m) when ta. Likewise B, (k, n). */
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k;
+    float alpha;
+    const bf16 *A;
+    int64_t lda;
+    const bf16 *B;
+    int64_t ldb;
+    float beta;
+    void *C;
+    int64_t ldc;
+    int c_f32;
+} lt_args;
+
+static lt_args lt_product(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                          const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb, float beta,
+                          void *C, int64_t ldc, int c_f32)
+{
+    lt_args g;
+    g.ta = ta;
+    g.tb = tb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.alpha = alpha;
+    g.A = A;
+    g.lda = lda;
+    g.B = B;
+    g.ldb = ldb;
+    g.beta = beta;
+    g.C = C;
+    g.ldc = ldc;
+    g.c_f32 = c_f32;
+    return g;
+}
+
+/* What the epilogue adds to the product (the cache key's epilogue kind: keep the values) */
+typedef enum {
+    EPI_NONE = 0,   /* C as the product says */
+    EPI_BIAS = 1,   /* + bias (m) broadcast over columns */
+    EPI_GELU = 2,   /* v = product (+ bias); aux = v rounded, C = gelu(v) */
+    EPI_DGELU = 3,  /* C = product · gelu'(aux) */
+    EPI_BGRADB = 4, /* C as the product, and bgrad (n) = the sums of op(B) over k */
+} lt_epi_kind;
+
+typedef struct {
+    lt_epi_kind kind;
+    const bf16 *bias;  /* BIAS; GELU: (m) or NULL */
+    bf16 *aux;         /* GELU: (m, n) written; DGELU: (m, n) read; leading dim aux_ld */
+    int64_t aux_ld;
+    float *bgrad;      /* BGRADB: (n) fp32, written */
+} lt_epi;
+
+static lt_epi lt_epilogue(lt_epi_kind kind, const bf16 *bias, bf16 *aux, int64_t aux_ld,
+                          float *bgrad)
+{
+    lt_epi e;
+    e.kind = kind;
+    e.bias = bias;
+    e.aux = aux;
+    e.aux_ld = aux_ld;
+    e.bgrad = bgrad;
+    return e;
+}
+
 typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
@@ -175,92 +274,164 @@ static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_pr
     return &ctx->algos[slot];
 }
 
-/* Column-major C (m, n) = alpha · op(A) · op(B) + beta · C (+ bias (m) broadcast over
- * columns), A and B bf16, C bf16 (c_f32 = 0) or fp32 (c_f32 = 1). op(A) is (m, k):
- * A is (m, k) with leading dimension lda, or (k, m) when ta. Likewise B, (k, n). */
-static void lt_gemm(pt_kernels *kn, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                    float alpha, const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb,
-                    float beta, void *C, int64_t ldc, int c_f32, const bf16 *bias)
+/* The epilogue's attributes on the descriptor; false when cuBLASLt refuses one (an
+ * older library), which declines the epilogue rather than failing the backend. The aux
+ * matrix's type is left at its default, D's type (bf16 here), as the header documents. */
+static bool lt_set_epilogue(cublasLtMatmulDesc_t desc, const lt_epi *e)
+{
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *vec = NULL; /* the bias or bias-gradient pointer */
+    cudaDataType vec_type = CUDA_R_16BF;
+    switch (e->kind) {
+    case EPI_NONE:
+        return true;
+    case EPI_BIAS:
+        epi = CUBLASLT_EPILOGUE_BIAS;
+        vec = e->bias;
+        break;
+    case EPI_GELU:
+        epi = e->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        vec = e->bias;
+        break;
+    case EPI_DGELU:
+        epi = CUBLASLT_EPILOGUE_DGELU;
+        break;
+    case EPI_BGRADB:
+        /* the bias gradient has the output's type (the header), fp32 here */
+        epi = CUBLASLT_EPILOGUE_BGRADB;
+        vec = e->bgrad;
+        vec_type = CUDA_R_32F;
+        break;
+    }
+    bool ok = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                             sizeof epi) == CUBLAS_STATUS_SUCCESS;
+    if (ok && vec)
+        ok = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
+                                            sizeof vec) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                            &vec_type, sizeof vec_type) == CUBLAS_STATUS_SUCCESS;
+    if (ok && (e->kind == EPI_GELU || e->kind == EPI_DGELU)) {
+        const void *aux = e->aux;
+        int64_t ld = e->aux_ld;
+        ok = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                            sizeof aux) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                            sizeof ld) == CUBLAS_STATUS_SUCCESS;
+    }
+    return ok;
+}
+
+/* Runs g with epilogue e through cuBLASLt. 0 when it ran (or failed, the error
+ * recorded); 1 when declined: cuBLASLt is off or has no algorithm, k = 0 (cuBLASLt
+ * rejects it), or the epilogue's vectors break its rules (aux's leading dimension a
+ * multiple of 8 and at least m, cublasLt.h; aux, bias and bias gradient 16-byte
+ * aligned, what its vector loads need). The caller then does the work another way. */
+static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    if (m <= 0 || n <= 0)
-        return;
-    if (k <= 0) {
-        /* an empty sum: cuBLASLt rejects k = 0; C = beta · C (+ bias) still holds */
-        A = B = NULL;
-    }
-    if (bias && !ctx->no_lt && k > 0 && align_of(bias) < 16) {
-        /* cuBLASLt's bias epilogue wants an aligned vector: add the bias afterwards */
-        lt_gemm(kn, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, NULL);
-        if (!c_f32) {
-            PT_LAUNCH(pt_kcuda_blocks(m * n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, ctx->stream,
-                      add_bias_kernel)(
-                (bf16 *)C, bias, m, n, ldc);
-            PT_LAUNCHED(kn, "add_bias");
-        }
-        return;
-    }
-    const pt_kcuda_algo *algo = NULL;
+    if (ctx->no_lt || g->k <= 0)
+        return 1;
+    if ((e->bias && align_of(e->bias) < 16) || (e->bgrad && align_of(e->bgrad) < 16))
+        return 1;
+    if ((e->kind == EPI_GELU || e->kind == EPI_DGELU) &&
+        (e->aux_ld % 8 != 0 || e->aux_ld < g->m || align_of(e->aux) < 16))
+        return 1;
     lt_problem p;
     memset(&p, 0, sizeof p);
-    cudaDataType ct = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
-    if (!ctx->no_lt && k > 0) {
-        cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-        cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-        int ok = !PT_LT(kn, cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
-                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                           &opa, sizeof opa)) &&
-                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                           &opb, sizeof opb)) &&
-                 !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, ta ? k : m,
-                                                       ta ? m : k, lda)) &&
-                 !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, tb ? n : k,
-                                                       tb ? k : n, ldb)) &&
-                 !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lc, ct, m, n, ldc));
-        if (ok && bias) {
-            cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-            cudaDataType bt = CUDA_R_16BF;
-            ok = !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                           &epi, sizeof epi)) &&
-                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(
-                                p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) &&
-                 !PT_LT(kn, cublasLtMatmulDescSetAttribute(
-                                p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-        }
-        if (!ok) {
-            lt_release(&p);
-            return;
-        }
-        uint64_t key[6] = {(uint64_t)m, (uint64_t)n, (uint64_t)k,
-                           (uint64_t)lda << 32 ^ (uint64_t)ldb, (uint64_t)ldc,
-                           (uint64_t)ta | (uint64_t)tb << 1 | (uint64_t)c_f32 << 2 |
-                               (uint64_t)(bias != NULL) << 3 | align_of(A) << 8 |
-                               align_of(B) << 20 | align_of(C) << 32 |
-                               (bias ? align_of(bias) : 0) << 44};
-        algo = lt_algo(kn, key, &p, A, B, C);
-    }
-    if (algo && algo->ok) {
-        PT_LT(kn, cublasLtMatmul(ctx->lt, p.desc, &alpha, A, p.la, B, p.lb, &beta, C, p.lc, C,
-                                 p.lc, &algo->algo, ctx->lt_ws, ctx->lt_ws_bytes, ctx->stream));
+    cudaDataType ct = g->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    cublasOperation_t opa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ok = !PT_LT(kn, cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
+             !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                                       sizeof opa)) &&
+             !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                                       sizeof opb)) &&
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, g->ta ? g->k : g->m,
+                                                   g->ta ? g->m : g->k, g->lda)) &&
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, g->tb ? g->n : g->k,
+                                                   g->tb ? g->k : g->n, g->ldb)) &&
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lc, ct, g->m, g->n, g->ldc));
+    if (!ok) {
         lt_release(&p);
-        return;
+        return 0; /* the error is recorded */
     }
+    if (!lt_set_epilogue(p.desc, e)) {
+        lt_release(&p);
+        return 1;
+    }
+    /* key[4]: ldc and aux's leading dimension; key[5]: transposes, output type, epilogue
+     * kind, then 4-bit alignment codes of A, B, C, the bias or bias gradient, and aux */
+    const void *vec = e->kind == EPI_BGRADB ? (const void *)e->bgrad : (const void *)e->bias;
+    uint64_t key[6] = {(uint64_t)g->m, (uint64_t)g->n, (uint64_t)g->k,
+                       (uint64_t)g->lda << 32 ^ (uint64_t)g->ldb,
+                       (uint64_t)g->ldc | (uint64_t)e->aux_ld << 32,
+                       (uint64_t)g->ta | (uint64_t)g->tb << 1 | (uint64_t)g->c_f32 << 2 |
+                           (uint64_t)e->kind << 3 | align_code(g->A) << 8 |
+                           align_code(g->B) << 12 | align_code(g->C) << 16 |
+                           align_code(vec) << 20 | align_code(e->aux) << 24};
+    const pt_kcuda_algo *algo = lt_algo(kn, key, &p, g->A, g->B, g->C);
+    if (!algo || !algo->ok) {
+        lt_release(&p);
+        return algo ? 1 : 0;
+    }
+    PT_LT(kn, cublasLtMatmul(ctx->lt, p.desc, &g->alpha, g->A, p.la, g->B, p.lb, &g->beta, g->C,
+                             p.lc, g->C, p.lc, &algo->algo, ctx->lt_ws, ctx->lt_ws_bytes,
+                             ctx->stream));
     lt_release(&p);
+    return 0;
+}
+
+/* the fallback kernel for g (+ bias (m) broadcast over columns) */
+static void fallback_gemm(pt_kernels *kn, const lt_args *g, const bf16 *bias)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    int64_t m = g->m, n = g->n, k = g->k > 0 ? g->k : 0;
     if (m > INT32_MAX || n > INT32_MAX || (n + FB_TILE - 1) / FB_TILE > 65535) {
         pt_kcuda_fail(kn, __FILE__, __LINE__,
                       "gemm %lld x %lld x %lld: no cuBLASLt algorithm and too large for the "
                       "fallback kernel", (long long)m, (long long)n, (long long)k);
         return;
     }
+    /* an empty sum (k = 0): C = beta · C (+ bias) still holds, no operand is read */
+    const bf16 *A = k > 0 ? g->A : NULL, *B = k > 0 ? g->B : NULL;
     dim3 grid((unsigned)((m + FB_TILE - 1) / FB_TILE), (unsigned)((n + FB_TILE - 1) / FB_TILE));
     dim3 block(FB_TILE, FB_TILE);
-    if (c_f32)
-        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<float>)(ta, tb, (int)m, (int)n,
-            (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta, (float *)C, ldc, bias);
+    if (g->c_f32)
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<float>)(g->ta, g->tb, (int)m,
+            (int)n, (int)k, g->alpha, A, g->lda, B, g->ldb, g->beta, (float *)g->C, g->ldc, bias);
     else
-        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<bf16>)(ta, tb, (int)m, (int)n,
-            (int)(k > 0 ? k : 0), alpha, A, lda, B, ldb, beta, (bf16 *)C, ldc, bias);
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<bf16>)(g->ta, g->tb, (int)m,
+            (int)n, (int)k, g->alpha, A, g->lda, B, g->ldb, g->beta, (bf16 *)g->C, g->ldc, bias);
     PT_LAUNCHED(kn, "gemm_fallback");
+}
+
+/* g (+ bias (m) broadcast over columns, bf16 C only): cuBLASLt, or the fallback kernel
+ * where it declines. Never fails for want of an algorithm. */
+static void lt_gemm(pt_kernels *kn, const lt_args *g, const bf16 *bias)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (g->m <= 0 || g->n <= 0)
+        return;
+    if (bias && !ctx->no_lt && g->k > 0 && align_of(bias) < 16) {
+        /* cuBLASLt's bias epilogue wants an aligned vector: add the bias afterwards */
+        lt_gemm(kn, g, NULL);
+        if (!g->c_f32) {
+            PT_LAUNCH(pt_kcuda_blocks(g->m * g->n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
+                      ctx->stream, add_bias_kernel)((bf16 *)g->C, bias, g->m, g->n, g->ldc);
+            PT_LAUNCHED(kn, "add_bias");
+        }
+        return;
+    }
+    lt_epi e = lt_epilogue(bias ? EPI_BIAS : EPI_NONE, bias, NULL, 0, NULL);
+    if (lt_run(kn, g, &e))
+        fallback_gemm(kn, g, bias);
+}
+
+/* whether to ask cuBLASLt for a fused epilogue for g at all */
+static bool lt_fuse(pt_kernels *kn, const lt_args *g)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    return ctx->epilogues && !ctx->no_lt && g->m > 0 && g->n > 0 && g->k > 0;
 }
 
 /* ---- dbias: column sums of dout, first pass (second pass in backend.cu) ---------------- */
@@ -313,8 +484,9 @@ void pt_kcuda_matmul_forward(pt_kernels *kn,
 {
     /* row-major out (n, oc) = inp (n, ic) · w^T: column-major out^T (oc, n) =
      * (w-view (ic, oc))^T · inp-view (ic, n) */
-    lt_gemm(kn, 1, 0, oc, n, ic, 1.0f, (const bf16 *)w, ic, (const bf16 *)inp, ic, 0.0f, out,
-            oc, 0, (const bf16 *)bias);
+    lt_args g = lt_product(1, 0, oc, n, ic, 1.0f, (const bf16 *)w, ic, (const bf16 *)inp, ic,
+                           0.0f, out, oc, 0);
+    lt_gemm(kn, &g, (const bf16 *)bias);
 }
 
 void pt_kcuda_matmul_backward(pt_kernels *kn,
@@ -328,16 +500,68 @@ void pt_kcuda_matmul_backward(pt_kernels *kn,
 {
     /* dinp (n, ic) += dout (n, oc) · w (oc, ic): column-major dinp^T (ic, n) =
      * w-view (ic, oc) · dout-view (oc, n) */
-    if (dinp)
-        lt_gemm(kn, 0, 0, ic, n, oc, 1.0f, (const bf16 *)w, ic, (const bf16 *)dout, oc, 1.0f,
-                dinp, ic, 0, NULL);
-    /* dw (oc, ic) += dout^T (oc, n) · inp (n, ic): column-major dw^T (ic, oc) =
-     * inp-view (ic, n) · (dout-view (oc, n))^T, into fp32 */
-    if (dw)
-        lt_gemm(kn, 0, 1, ic, oc, n, 1.0f, (const bf16 *)inp, ic, (const bf16 *)dout, oc, 1.0f,
-                dw, ic, 1, NULL);
+    if (dinp) {
+        lt_args g = lt_product(0, 0, ic, n, oc, 1.0f, (const bf16 *)w, ic, (const bf16 *)dout,
+                               oc, 1.0f, dinp, ic, 0);
+        lt_gemm(kn, &g, NULL);
+    }
+    if (dw) {
+        /* dw (oc, ic) += dout^T (oc, n) · inp (n, ic): column-major dw^T (ic, oc) =
+         * inp-view (ic, n) · (dout-view (oc, n))^T, into fp32. Its op(B) is dout (n, oc)
+         * with k = n: BGRADB's sums over k are dbias, written to scratch (oc fp32, in
+         * backend.cu's reserve) and added, since the contract accumulates. */
+        lt_args g = lt_product(0, 1, ic, oc, n, 1.0f, (const bf16 *)inp, ic, (const bf16 *)dout,
+                               oc, 1.0f, dw, ic, 1);
+        if (dbias && lt_fuse(kn, &g)) {
+            float *col = (float *)pt_kcuda_scratch(kn, (size_t)oc * sizeof(float));
+            if (!col)
+                return;
+            lt_epi e = lt_epilogue(EPI_BGRADB, NULL, NULL, 0, col);
+            if (!lt_run(kn, &g, &e)) {
+                pt_kcuda_add_f32(kn, dbias, col, oc);
+                return;
+            }
+        }
+        lt_gemm(kn, &g, NULL);
+    }
     if (dbias)
         colsum_bf16(kn, dbias, (const bf16 *)dout, n, oc);
+}
+
+void pt_kcuda_matmul_forward_gelu(pt_kernels *kn,
+                                  float *out,        /* (n, oc) [act]: gelu(pre) */
+                                  float *pre,        /* (n, oc) [act] */
+                                  const float *inp,  /* (n, ic) [act] */
+                                  const float *w,    /* (oc, ic) [act] */
+                                  const float *bias, /* (oc) [act] or NULL */
+                                  int64_t n, int ic, int oc)
+{
+    /* matmul_forward's product, with pre as the aux matrix (leading dimension oc) */
+    lt_args g = lt_product(1, 0, oc, n, ic, 1.0f, (const bf16 *)w, ic, (const bf16 *)inp, ic,
+                           0.0f, out, oc, 0);
+    lt_epi e = lt_epilogue(EPI_GELU, (const bf16 *)bias, (bf16 *)pre, oc, NULL);
+    if (lt_fuse(kn, &g) && !lt_run(kn, &g, &e))
+        return;
+    pt_kcuda_matmul_forward(kn, pre, inp, w, bias, n, ic, oc);
+    pt_kcuda_gelu_forward(kn, out, pre, n * oc);
+}
+
+void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn,
+                                    float *dpre,       /* (n, ic) [act], written */
+                                    const float *dout, /* (n, oc) [act] */
+                                    const float *w,    /* (oc, ic) [act] */
+                                    const float *pre,  /* (n, ic) [act] */
+                                    int64_t n, int ic, int oc)
+{
+    /* matmul_backward's dinp product with beta = 0 (dpre is written, its old contents
+     * never read), pre as the aux matrix (leading dimension ic) */
+    lt_args g = lt_product(0, 0, ic, n, oc, 1.0f, (const bf16 *)w, ic, (const bf16 *)dout, oc,
+                           0.0f, dpre, ic, 0);
+    lt_epi e = lt_epilogue(EPI_DGELU, NULL, (bf16 *)pre, ic, NULL);
+    if (lt_fuse(kn, &g) && !lt_run(kn, &g, &e))
+        return;
+    lt_gemm(kn, &g, NULL);
+    pt_kcuda_dgelu_inplace(kn, (bf16 *)dpre, (const bf16 *)pre, n * ic);
 }
 
 void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
@@ -346,6 +570,7 @@ void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int k
 {
     /* row-major c (m, n) = op(a) · op(b): column-major c^T (n, m) = op(b)^T · op(a)^T,
      * each operand's column-major view carrying its own transpose flag */
-    lt_gemm(kn, trans_b, trans_a, n, m, kk, alpha, (const bf16 *)b, ldb, (const bf16 *)a, lda,
-            beta, c, ldc, 0, NULL);
+    lt_args g = lt_product(trans_b, trans_a, n, m, kk, alpha, (const bf16 *)b, ldb,
+                           (const bf16 *)a, lda, beta, c, ldc, 0);
+    lt_gemm(kn, &g, NULL);
 }

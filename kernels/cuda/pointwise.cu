@@ -6,7 +6,8 @@
  * from the absolute position, the inverse frequency in two floats and the reduction by
  * 2π exact (the error bound is above rope_sincos). Dropout runs the same Philox4x32-10
  * with the same counter scheme as pt_k_dropout_keep, so its masks equal the CPU's bit
- * for bit. Backwards accumulate (+=) into their gradients.
+ * for bit. Backwards accumulate (+=) into their gradients; dgelu_inplace, the GELU half
+ * of matmul_backward_dgelu when matmul.cu composes it, scales its buffer in place.
  */
 #include "cuda.cuh"
 
@@ -148,17 +149,29 @@ __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, int64_t n)
     }
 }
 
+/* gelu'(x): d/dx of 0.5 x (1 + tanh(u)), u = s (x + c x^3) */
+static __device__ __forceinline__ float gelu_grad(float x)
+{
+    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+    float th = tanh_fast(u);
+    float sech2 = 1.0f - th * th;
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+}
+
 __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, int64_t n)
 {
     GRID_STRIDE(e, n) {
-        float x = pt_ld(inp + e);
-        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-        float th = tanh_fast(u);
-        float sech2 = 1.0f - th * th;
-        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-        float g = pt_ld(dout + e) * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+        float g = pt_ld(dout + e) * gelu_grad(pt_ld(inp + e));
         pt_st(dinp + e, pt_ld(dinp + e) + g);
     }
+}
+
+/* d = d · gelu'(pre), written: the data gradient of a GEMM (d) taken through the GELU
+ * whose input was pre (matmul_backward_dgelu without cuBLASLt's DGELU epilogue) */
+__global__ void dgelu_inplace_kernel(bf16 *d, const bf16 *pre, int64_t n)
+{
+    GRID_STRIDE(e, n) pt_st(d + e, pt_ld(d + e) * gelu_grad(pt_ld(pre + e)));
 }
 
 void pt_kcuda_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t n)
@@ -177,6 +190,17 @@ void pt_kcuda_gelu_backward(pt_kernels *kn, float *dinp, const float *dout, cons
     PT_LAUNCH(LAUNCH(n), gelu_backward_kernel)((bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp,
         n);
     PT_LAUNCHED(kn, "gelu_backward");
+}
+
+void pt_kcuda_dgelu_inplace(pt_kernels *kn,
+                            bf16 *d,                /* (n) in/out */
+                            const bf16 *pre,        /* (n) */
+                            int64_t n)
+{
+    if (n <= 0)
+        return;
+    PT_LAUNCH(LAUNCH(n), dgelu_inplace_kernel)(d, pre, n);
+    PT_LAUNCHED(kn, "dgelu_inplace");
 }
 
 /* ---- SwiGLU ----------------------------------------------------------------------------- */

@@ -1,19 +1,37 @@
 /*
  * A CPU stand-in for cuBLASLt (PT_CUDA_EMU), implemented in emu_cublaslt.cpp after
- * NVIDIA's cuBLAS documentation ("Using the cuBLASLt API"): handles, matmul descriptors,
- * column-major matrix layouts (with batches), preferences, a heuristic that offers one
- * algorithm, and cublasLtMatmul computing
- *     D = alpha · op(A) · op(B) + beta · C (+ bias broadcast over D's columns)
+ * NVIDIA's cuBLAS documentation ("Using the cuBLASLt API") and the comments of the real
+ * cublasLt.h: handles, matmul descriptors, column-major matrix layouts (with batches),
+ * preferences, a heuristic that offers one algorithm, and cublasLtMatmul computing
+ *     v = alpha · op(A) · op(B) + beta · C
  * for A and B both bf16 or both fp32, C = D in type, bf16 or fp32, compute type
- * CUBLAS_COMPUTE_32F with fp32 scalars. Each element of D sums its k products in fp32,
- * in order of k, then scales; bf16 results round to nearest even. Epilogues: DEFAULT and
- * BIAS; others, row-major layouts and other types return CUBLAS_STATUS_NOT_SUPPORTED.
+ * CUBLAS_COMPUTE_32F with fp32 scalars. Each element of v sums its k products in fp32,
+ * in order of k, then scales; bf16 results round to nearest even. Epilogues:
+ * - DEFAULT: D = v; BIAS: D = v + bias (bias: D's rows, broadcast over columns);
+ * - GELU_AUX, GELU_AUX_BIAS: u = v (+ bias), aux = u, D = gelu(u) from the fp32 u,
+ *   GELU the tanh approximation 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))), which
+ *   is what Transformer Engine and llm.c assume when they swap this epilogue for their
+ *   own tanh-GELU kernels;
+ * - DGELU: D = v · gelu'(aux), gelu' the derivative of that tanh form (the formula of
+ *   kernels/cuda/pointwise.cu's gelu_backward);
+ * - BGRADB: D = v, and the bias gradient (BIAS_POINTER, D's columns, of the bias type,
+ *   by default D's type) = the sums of op(B) over k, in fp32 in order of k.
+ * The aux matrix (EPILOGUE_AUX_POINTER, written by GELU_AUX*, read by DGELU) has D's
+ * shape, leading dimension EPILOGUE_AUX_LD (a multiple of 8 and at least D's rows, else
+ * CUBLAS_STATUS_INVALID_VALUE, as the header states) and EPILOGUE_AUX_DATA_TYPE (-1, the
+ * default: D's type; bf16 or fp32). A missing aux, bias or bias-gradient pointer is
+ * CUBLAS_STATUS_INVALID_VALUE at cublasLtMatmul. Other epilogues, aux or bias-gradient
+ * epilogues with batches, row-major layouts and other types return
+ * CUBLAS_STATUS_NOT_SUPPORTED.
  *
  * The algorithm honours the alignment its heuristic was told to assume: found under
  * CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES = a (256 when not set, as
  * documented), it needs min(a, 16) bytes of alignment of that matrix at run time (the
  * 16-byte loads of tensor-core kernels), and cublasLtMatmul refuses pointers that lack it
- * with CUBLAS_STATUS_INVALID_VALUE. Enumerator values are this stand-in's own.
+ * with CUBLAS_STATUS_INVALID_VALUE. The bias and aux pointers are held to the alignment
+ * of the values the descriptor had when the heuristic ran (capped at 16), since the real
+ * heuristic reads their alignment from those values. The epilogues and descriptor
+ * attributes have the values of CUDA 13.0's cublasLt.h; other enumerators need not.
  */
 #ifndef PT_EMU_CUBLASLT_H
 #define PT_EMU_CUBLASLT_H
@@ -64,6 +82,10 @@ typedef enum {
     CUBLASLT_EPILOGUE_RELU_BIAS = 6,
     CUBLASLT_EPILOGUE_GELU = 32,
     CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+    CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+    CUBLASLT_EPILOGUE_DGELU = 64 | 128,
+    CUBLASLT_EPILOGUE_BGRADB = 512,
 } cublasLtEpilogue_t;
 
 typedef enum { CUBLASLT_ORDER_COL = 0, CUBLASLT_ORDER_ROW = 1 } cublasLtOrder_t;
@@ -76,7 +98,10 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,        /* int32_t (cublasOperation_t) */
     CUBLASLT_MATMUL_DESC_TRANSB = 4,        /* int32_t (cublasOperation_t) */
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,      /* uint32_t (cublasLtEpilogue_t) */
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  /* const void * */
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  /* const void * (BGRADB: void *) */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,   /* void * */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,        /* int64_t */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22, /* int32_t (cudaDataType), -1: D's type */
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26, /* int32_t (cudaDataType), -1: D's type */
 } cublasLtMatmulDescAttributes_t;
 

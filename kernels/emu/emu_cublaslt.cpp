@@ -2,11 +2,14 @@
  * The cuBLASLt stand-in of the CUDA emulator (cublasLt.h states what it covers): the
  * descriptor objects, argument checks with the statuses the cuBLAS documentation lists
  * (NOT_INITIALIZED for a missing handle, INVALID_VALUE for missing pointers, sizes in
- * conflict, a leading dimension below the rows, a wrong attribute size; NOT_SUPPORTED
- * for types, orders and epilogues outside the stand-in), and a column-major GEMM on the
- * CPU. The product of each element of D is summed in fp32 in order of k, so results do
- * not depend on blocking; rows are blocked by 64 only so that the inner loop vectorises.
+ * conflict, a leading dimension below the rows, an aux leading dimension that is no
+ * multiple of 8, a wrong attribute size; NOT_SUPPORTED for types, orders and epilogues
+ * outside the stand-in), and a column-major GEMM on the CPU with the epilogues
+ * (bias, GELU with its aux output, the GELU gradient, the bias gradient of B). The
+ * product of each element of D is summed in fp32 in order of k, so results do not depend
+ * on blocking; rows are blocked by 64 only so that the inner loop vectorises.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,8 +26,11 @@ struct cublasLtContext {
 struct cublasLtMatmulDescOpaque {
     int32_t compute, scale, pointer_mode, transa, transb;
     uint32_t epilogue;
-    const void *bias;
+    const void *bias; /* the bias, or the bias gradient BGRADB writes */
     int32_t bias_type;
+    void *aux;        /* GELU_AUX*: written; DGELU: read */
+    int64_t aux_ld;
+    int32_t aux_type;
 };
 
 struct cublasLtMatrixLayoutOpaque {
@@ -81,8 +87,53 @@ struct problem {
     int64_t m, n, k;
     int batch;
     bool ta, tb; /* CUBLAS_OP_C is CUBLAS_OP_T for real types */
-    uint32_t bias_type;
+    uint32_t bias_type, aux_type;
 };
+
+/* what an epilogue reads or writes besides D */
+bool epi_bias(uint32_t e)
+{
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool epi_gelu(uint32_t e)
+{
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool epi_aux(uint32_t e) { return epi_gelu(e) || e == CUBLASLT_EPILOGUE_DGELU; }
+/* the epilogues of the stand-in */
+bool epi_known(uint32_t e)
+{
+    return e == CUBLASLT_EPILOGUE_DEFAULT || epi_bias(e) || epi_aux(e) ||
+           e == CUBLASLT_EPILOGUE_BGRADB;
+}
+
+bool vector_type(uint32_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
+
+/* GELU, tanh approximation, and its derivative (kernels/cuda/pointwise.cu's formula) */
+constexpr float GELU_SCALE = 0.7978845608028654f; /* sqrt(2/pi) */
+constexpr float GELU_CUBE = 0.044715f;
+
+float gelu(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x)));
+}
+
+float gelu_grad(float x)
+{
+    const float th = tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x));
+    const float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
+/* the alignment of an address, capped at 256 (NULL counts as 256) */
+uint32_t address_align(const void *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    uint32_t al = 1;
+    while (al < DEFAULT_ALIGN && a % (2 * al) == 0)
+        al *= 2;
+    return al;
+}
 
 cublasStatus_t check(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -96,7 +147,7 @@ cublasStatus_t check(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
         return CUBLAS_STATUS_INVALID_VALUE;
     if (desc->compute != CUBLAS_COMPUTE_32F || desc->scale != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS)
+    if (!epi_known(desc->epilogue))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     const cublasLtMatrixLayout_t all[4] = {a, b, c, d};
     for (cublasLtMatrixLayout_t l : all)
@@ -125,9 +176,19 @@ cublasStatus_t check(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
             return CUBLAS_STATUS_INVALID_VALUE;
     p->batch = d->batch;
     p->bias_type = desc->bias_type < 0 ? d->type : (uint32_t)desc->bias_type;
-    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && p->bias_type != CUDA_R_16BF &&
-        p->bias_type != CUDA_R_32F)
+    p->aux_type = desc->aux_type < 0 ? d->type : (uint32_t)desc->aux_type;
+    const uint32_t epi = desc->epilogue;
+    if ((epi_bias(epi) || epi == CUBLASLT_EPILOGUE_BGRADB) && !vector_type(p->bias_type))
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (epi_aux(epi) && !vector_type(p->aux_type))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* no AUX_BATCH_STRIDE or BIAS_BATCH_STRIDE here */
+    if ((epi_aux(epi) || epi == CUBLASLT_EPILOGUE_BGRADB) && p->batch > 1)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* the header: the GELU input's leading dimension "must be divisible by 8 and be no
+     * less than the number of rows in the output matrix" */
+    if (epi_aux(epi) && (desc->aux_ld % 8 != 0 || desc->aux_ld < (int64_t)d->rows))
+        return CUBLAS_STATUS_INVALID_VALUE;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -138,13 +199,15 @@ uint32_t needed_align(uint32_t pref, uint32_t type)
     return a < type_bytes(type) ? (uint32_t)type_bytes(type) : a;
 }
 
-/* One batch: D = alpha · op(A) · op(B) + beta · C (+ bias), column-major. */
+/* One batch: D = alpha · op(A) · op(B) + beta · C and the epilogue, column-major. */
 void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, float beta,
           const char *A, const cublasLtMatrixLayoutOpaque *la, const char *B,
           const cublasLtMatrixLayoutOpaque *lb, const char *C,
           const cublasLtMatrixLayoutOpaque *lc, char *D, const cublasLtMatrixLayoutOpaque *ld)
 {
-    const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    const uint32_t epi = desc->epilogue;
+    const bool bias = epi_bias(epi), gelu_aux = epi_gelu(epi);
+    const bool dgelu = epi == CUBLASLT_EPILOGUE_DGELU, bgradb = epi == CUBLASLT_EPILOGUE_BGRADB;
     std::vector<float> ablk((size_t)p.k * ROWS), bcol((size_t)p.k);
     float acc[ROWS];
     for (int64_t i0 = 0; i0 < p.m; i0 += ROWS) {
@@ -160,6 +223,12 @@ void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, f
             for (int64_t kk = 0; kk < p.k; kk++)
                 bcol[(size_t)kk] = p.tb ? load(lb->type, B, kk * lb->ld + j)
                                         : load(lb->type, B, j * lb->ld + kk);
+            if (bgradb && i0 == 0) { /* column j of op(B) summed over k, once */
+                float s = 0.0f;
+                for (int64_t kk = 0; kk < p.k; kk++)
+                    s += bcol[(size_t)kk];
+                store(p.bias_type, (void *)desc->bias, j, s);
+            }
             for (int r = 0; r < ROWS; r++)
                 acc[r] = 0.0f;
             for (int64_t kk = 0; kk < p.k; kk++) {
@@ -174,6 +243,12 @@ void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, f
                     v += beta * load(lc->type, C, j * lc->ld + i);
                 if (bias)
                     v += load(p.bias_type, desc->bias, i);
+                if (gelu_aux) { /* aux holds the GELU's input, D its output from fp32 */
+                    store(p.aux_type, desc->aux, j * desc->aux_ld + i, v);
+                    v = gelu(v);
+                }
+                if (dgelu)
+                    v *= gelu_grad(load(p.aux_type, desc->aux, j * desc->aux_ld + i));
                 store(ld->type, D, j * ld->ld + i, v);
             }
         }
@@ -210,7 +285,9 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
                                          CUBLASLT_POINTER_MODE_HOST,
                                          CUBLAS_OP_N,        CUBLAS_OP_N,
                                          CUBLASLT_EPILOGUE_DEFAULT,
-                                         NULL,               -1};
+                                         NULL,               -1,
+                                         NULL,               0,
+                                         -1};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -251,6 +328,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
         return put(&desc->bias, buf, bytes);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         return put(&desc->bias_type, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        return put(&desc->aux, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        return put(&desc->aux_ld, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+        return put(&desc->aux_type, buf, bytes);
     }
     return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -272,6 +355,9 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
     case CUBLASLT_MATMUL_DESC_EPILOGUE: src = &desc->epilogue; break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: src = &desc->bias; size = sizeof(void *); break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: src = &desc->bias_type; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: src = &desc->aux; size = sizeof(void *); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: src = &desc->aux_ld; size = 8; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: src = &desc->aux_type; break;
     }
     if (!src)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -379,6 +465,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
     const uint32_t types[4] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type};
     for (int i = 0; i < 4; i++)
         results[0].algo.data[1 + i] = needed_align(pref->align[i], types[i]);
+    /* the bias and aux vectors: the alignment of the values set now */
+    results[0].algo.data[5] = needed_align(address_align(desc->bias), p.bias_type);
+    results[0].algo.data[6] = needed_align(address_align(desc->aux), p.aux_type);
     results[0].workspaceSize = 0;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
@@ -406,21 +495,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         return CUBLAS_STATUS_INVALID_VALUE;
     if (C == D && (c_desc->ld != d_desc->ld || c_desc->stride != d_desc->stride))
         return CUBLAS_STATUS_INVALID_VALUE; /* in place needs C's layout to be D's */
-    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && !desc->bias)
+    const uint32_t epi = desc->epilogue;
+    if ((epi_bias(epi) || epi == CUBLASLT_EPILOGUE_BGRADB) && !desc->bias)
         return CUBLAS_STATUS_INVALID_VALUE;
-    const uint32_t types[4] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type};
-    uint64_t need[4];
+    if (epi_aux(epi) && !desc->aux)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const uint32_t types[6] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type,
+                               p.bias_type, p.aux_type};
+    uint64_t need[6];
     if (algo) {
         if (algo->data[0] != ALGO_MAGIC)
             return CUBLAS_STATUS_INVALID_VALUE;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 6; i++)
             need[i] = algo->data[1 + i];
     } else {
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 6; i++)
             need[i] = needed_align(DEFAULT_ALIGN, types[i]);
     }
-    const void *ptrs[4] = {A, B, C ? C : D, D};
-    for (int i = 0; i < 4; i++)
+    const void *ptrs[6] = {A, B, C ? C : D, D, desc->bias, desc->aux};
+    for (int i = 0; i < 6; i++)
         if ((uintptr_t)ptrs[i] % need[i])
             return CUBLAS_STATUS_INVALID_VALUE;
     if (pt_emu::sticky_error() != cudaSuccess || !pt_emu::stream_valid(stream))

@@ -12,7 +12,10 @@
  *   ldmatrix x4 / x4.trans, against a plain matrix product; cp.async groups, landing at
  *   issue or at the wait as the order says;
  * - the cuBLASLt stand-in against a naive GEMM over transposes, leading dimensions,
- *   output types, bias, in place and batches, and the statuses of bad arguments;
+ *   output types, bias, in place and batches, its epilogues (GELU with its aux matrix,
+ *   the GELU gradient, the bias gradient of B) against their definitions, and the
+ *   statuses of bad arguments (an aux leading dimension that is no multiple of 8, a
+ *   missing aux or bias-gradient pointer, a misaligned aux);
  * - CUB's radix sort: stability, bit ranges, signed keys, the temporary storage;
  * - the runtime: launch limits, shared memory limits, memory checks, events, streams.
  * Faults print their report on stderr; the test says beforehand which ones to expect.
@@ -710,6 +713,285 @@ static void test_lt_errors(cublasLtHandle_t lt)
     cudaFree(D);
 }
 
+/* ---- cuBLASLt's epilogues ---------------------------------------------------------------- */
+
+static double gelu_ref(double x) /* tanh approximation, in double */
+{
+    const double s = 0.7978845608028654;
+    return 0.5 * x * (1.0 + tanh(s * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_grad_ref(double x)
+{
+    const double s = 0.7978845608028654, th = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3 * 0.044715 * x * x);
+}
+
+static float bf16_value(float x) { return pt_k_f32_from_bf16(pt_k_bf16_from_f32(x)); }
+
+/* A column-major (M, K) · (K, N) product with D's rows M = 20 and the aux matrix's
+ * leading dimension 24 (a multiple of 8 above the rows), run with one epilogue; the
+ * buffers are bf16 on the device, values in [-2, 2) so that the GELU sees both sides. */
+struct epi_fixture {
+    enum { M = 20, N = 7, K = 13, AUX_LD = 24 };
+    std::vector<float> A, B, bias, pre; /* bf16-rounded host values; pre: (AUX_LD, N) */
+    uint16_t *dA, *dB, *dbias, *dpre, *dD;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+
+    epi_fixture() : A(M * K), B(K * N), bias(M), pre(AUX_LD * N)
+    {
+        std::vector<float> *all[] = {&A, &B, &bias, &pre};
+        for (std::vector<float> *v : all)
+            for (float &x : *v)
+                x = bf16_value((float)(2 * urand()));
+        dA = upload(A);
+        dB = upload(B);
+        dbias = upload(bias);
+        dpre = upload(pre);
+        dD = dev_alloc<uint16_t>(M * N);
+        cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, M, K, M);
+        cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, N, K);
+        cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, M, N, M);
+    }
+    ~epi_fixture()
+    {
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(desc);
+        const void *bufs[] = {dA, dB, dbias, dpre, dD};
+        for (const void *b : bufs)
+            cudaFree((void *)b);
+    }
+    static uint16_t *upload(const std::vector<float> &v)
+    {
+        std::vector<uint16_t> h(v.size());
+        for (size_t i = 0; i < v.size(); i++)
+            h[i] = pt_k_bf16_from_f32(v[i]);
+        uint16_t *d = dev_alloc<uint16_t>(v.size());
+        cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
+        return d;
+    }
+    /* the product of element (i, j) as the stand-in sums it: fp32, in order of k */
+    float product(int i, int j) const
+    {
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++)
+            acc += A[k * M + i] * B[j * K + k];
+        return acc;
+    }
+    void set(cublasLtMatmulDescAttributes_t attr, const void *buf, size_t bytes)
+    {
+        CHECK_INT(cublasLtMatmulDescSetAttribute(desc, attr, buf, bytes), 0);
+    }
+    void epilogue(cublasLtEpilogue_t e) { set(CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e); }
+    void aux(const void *p, int64_t ldv)
+    {
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p, sizeof p);
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldv, sizeof ldv);
+    }
+    cublasStatus_t run(cublasLtHandle_t lt)
+    {
+        const float one = 1.0f, zero = 0.0f;
+        return cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL,
+                              0, 0);
+    }
+};
+
+/* D (bf16) against want within half an ulp of bf16 and a little fp32 */
+static void check_bf16_near(const char *what, const uint16_t *dD, const std::vector<double> &want)
+{
+    std::vector<uint16_t> got = download(dD, want.size());
+    double err = 0, scale = 1e-6;
+    for (size_t i = 0; i < want.size(); i++) {
+        err = std::max(err, fabs(pt_k_f32_from_bf16(got[i]) - want[i]));
+        scale = std::max(scale, fabs(want[i]));
+    }
+    if (!(err / scale <= 4e-3)) {
+        fprintf(stderr, "cuBLASLt %s: error %.3g > 4e-3\n", what, err / scale);
+        pt_check_failures++;
+    }
+}
+
+/* GELU_AUX_BIAS: aux = the biased fp32 sum rounded to bf16 (bits), D = its GELU, tanh
+ * form, from the fp32 sum; GELU_AUX with an fp32 aux: the sum itself (bits) */
+static void test_lt_gelu_aux(cublasLtHandle_t lt)
+{
+    typedef epi_fixture F;
+    F f;
+    f.epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+    const void *bp = f.dbias;
+    f.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+    uint16_t *aux = dev_alloc<uint16_t>(F::AUX_LD * F::N);
+    cudaMemset(aux, 0, F::AUX_LD * F::N * 2);
+    f.aux(aux, F::AUX_LD);
+    CHECK_INT(f.run(lt), CUBLAS_STATUS_SUCCESS);
+    std::vector<uint16_t> got_aux = download(aux, F::AUX_LD * F::N);
+    std::vector<double> want(F::M * F::N);
+    int bad = 0;
+    for (int j = 0; j < F::N; j++)
+        for (int i = 0; i < F::AUX_LD; i++) {
+            const uint16_t g = got_aux[j * F::AUX_LD + i];
+            if (i >= F::M) { /* past D's rows: untouched */
+                bad += g != 0;
+                continue;
+            }
+            const float v = f.product(i, j) + f.bias[i];
+            bad += g != pt_k_bf16_from_f32(v);
+            want[j * F::M + i] = gelu_ref(v);
+        }
+    CHECK_INT(bad, 0);
+    check_bf16_near("GELU_AUX_BIAS", f.dD, want);
+
+    F g; /* GELU_AUX, the aux matrix in fp32 */
+    g.epilogue(CUBLASLT_EPILOGUE_GELU_AUX);
+    float *aux32 = dev_alloc<float>(F::AUX_LD * F::N);
+    const int32_t f32 = CUDA_R_32F;
+    g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &f32, sizeof f32);
+    g.aux(aux32, F::AUX_LD);
+    CHECK_INT(g.run(lt), CUBLAS_STATUS_SUCCESS);
+    std::vector<float> got32 = download(aux32, F::AUX_LD * F::N);
+    bad = 0;
+    for (int j = 0; j < F::N; j++)
+        for (int i = 0; i < F::M; i++) {
+            const float v = g.product(i, j);
+            bad += memcmp(&got32[j * F::AUX_LD + i], &v, 4) != 0;
+            want[j * F::M + i] = gelu_ref(v);
+        }
+    CHECK_INT(bad, 0);
+    check_bf16_near("GELU_AUX fp32 aux", g.dD, want);
+    cudaFree(aux);
+    cudaFree(aux32);
+}
+
+/* DGELU: D = the fp32 product times gelu'(aux), aux read with its leading dimension */
+static void test_lt_dgelu(cublasLtHandle_t lt)
+{
+    typedef epi_fixture F;
+    F f;
+    f.epilogue(CUBLASLT_EPILOGUE_DGELU);
+    f.aux(f.dpre, F::AUX_LD);
+    CHECK_INT(f.run(lt), CUBLAS_STATUS_SUCCESS);
+    std::vector<double> want(F::M * F::N);
+    for (int j = 0; j < F::N; j++)
+        for (int i = 0; i < F::M; i++)
+            want[j * F::M + i] = f.product(i, j) * gelu_grad_ref(f.pre[j * F::AUX_LD + i]);
+    check_bf16_near("DGELU", f.dD, want);
+}
+
+/* BGRADB on a weight-gradient product (fp32 D += A · B^T, as matmul.cu's dw): the bias
+ * gradient, fp32 by default (D's type), is the column sums of op(B) over k in order of k
+ * (bits), and D is what the plain product gives (bits) */
+static void test_lt_bgradb(cublasLtHandle_t lt)
+{
+    enum { M = 12, N = 9, K = 70 };
+    std::vector<float> A(M * K), Bt(N * K), C(M * N);
+    for (float &x : A)
+        x = bf16_value((float)urand());
+    for (float &x : Bt)
+        x = bf16_value((float)urand());
+    for (float &x : C)
+        x = (float)urand();
+    uint16_t *dA = epi_fixture::upload(A), *dB = epi_fixture::upload(Bt);
+    float *dC = dev_alloc<float>(M * N), *dC2 = dev_alloc<float>(M * N);
+    float *grad = dev_alloc<float>(N);
+    cudaMemcpy(dC, C.data(), M * N * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC2, C.data(), M * N * 4, cudaMemcpyHostToDevice);
+    cublasLtMatmulDesc_t plain, desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulDescCreate(&plain, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t t = CUBLAS_OP_T;
+    cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BGRADB;
+    CHECK_INT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                             sizeof epi), 0);
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, M, K, M);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, N, K, N); /* B^T stored (N, K) */
+    cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, M, N, M);
+    const float one = 1.0f;
+    /* the bias-gradient pointer is required */
+    CHECK_INT(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &one, dC, lc, dC, lc, NULL, NULL, 0,
+                             0), CUBLAS_STATUS_INVALID_VALUE);
+    void *gp = grad;
+    CHECK_INT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &gp,
+                                             sizeof gp), 0);
+    CHECK_INT(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &one, dC, lc, dC, lc, NULL, NULL, 0,
+                             0), CUBLAS_STATUS_SUCCESS);
+    CHECK_INT(cublasLtMatmul(lt, plain, &one, dA, la, dB, lb, &one, dC2, lc, dC2, lc, NULL, NULL,
+                             0, 0), CUBLAS_STATUS_SUCCESS);
+    std::vector<float> got = download(grad, N), d1 = download(dC, M * N), d2 = download(dC2, M * N);
+    int bad = 0;
+    for (int j = 0; j < N; j++) {
+        float s = 0.0f;
+        for (int k = 0; k < K; k++)
+            s += Bt[k * N + j];
+        bad += memcmp(&got[j], &s, 4) != 0;
+    }
+    CHECK_INT(bad, 0);
+    CHECK(memcmp(d1.data(), d2.data(), M * N * 4) == 0);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(plain);
+    cublasLtMatmulDescDestroy(desc);
+    const void *bufs[] = {dA, dB, dC, dC2, grad};
+    for (const void *b : bufs)
+        cudaFree((void *)b);
+}
+
+/* the aux matrix's rules: leading dimension a multiple of 8 and at least D's rows, a
+ * pointer present, aligned as when the heuristic ran; no batches */
+static void test_lt_epilogue_errors(cublasLtHandle_t lt)
+{
+    typedef epi_fixture F;
+    F f;
+    f.epilogue(CUBLASLT_EPILOGUE_GELU_AUX);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = -1;
+    f.aux(f.dpre, 20); /* D's rows, but no multiple of 8 */
+    CHECK_INT(f.run(lt), CUBLAS_STATUS_INVALID_VALUE);
+    CHECK_INT(cublasLtMatmulAlgoGetHeuristic(lt, f.desc, f.la, f.lb, f.ld, f.ld, pref, 1, &res,
+                                             &found), CUBLAS_STATUS_INVALID_VALUE);
+    CHECK_INT(found, 0);
+    f.aux(f.dpre, 16); /* a multiple of 8 below the rows */
+    CHECK_INT(f.run(lt), CUBLAS_STATUS_INVALID_VALUE);
+    f.aux(NULL, F::AUX_LD); /* no aux matrix */
+    CHECK_INT(f.run(lt), CUBLAS_STATUS_INVALID_VALUE);
+    /* an algorithm found for a 16-byte-aligned aux refuses one 2 bytes further */
+    f.aux(f.dpre, F::AUX_LD);
+    CHECK_INT(cublasLtMatmulAlgoGetHeuristic(lt, f.desc, f.la, f.lb, f.ld, f.ld, pref, 1, &res,
+                                             &found), 0);
+    CHECK_INT(found, 1);
+    const float one = 1.0f, zero = 0.0f;
+    f.aux(f.dpre + 1, F::AUX_LD);
+    CHECK_INT(cublasLtMatmul(lt, f.desc, &one, f.dA, f.la, f.dB, f.lb, &zero, f.dD, f.ld, f.dD,
+                             f.ld, &res.algo, NULL, 0, 0), CUBLAS_STATUS_INVALID_VALUE);
+    f.aux(f.dpre, F::AUX_LD);
+    CHECK_INT(cublasLtMatmul(lt, f.desc, &one, f.dA, f.la, f.dB, f.lb, &zero, f.dD, f.ld, f.dD,
+                             f.ld, &res.algo, NULL, 0, 0), CUBLAS_STATUS_SUCCESS);
+    int64_t ld = 0;
+    size_t written = 0;
+    CHECK_INT(cublasLtMatmulDescGetAttribute(f.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                             sizeof ld, &written), 0);
+    CHECK(ld == F::AUX_LD && written == sizeof ld);
+    /* an aux type outside bf16 and fp32; then batches, which have no aux stride here */
+    const int32_t f16 = CUDA_R_16F, unset = -1, two = 2;
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &f16, sizeof f16);
+    CHECK_INT(f.run(lt), CUBLAS_STATUS_NOT_SUPPORTED);
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &unset, sizeof unset);
+    cublasLtMatrixLayout_t ls[3] = {f.la, f.lb, f.ld};
+    for (cublasLtMatrixLayout_t l : ls)
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &two, sizeof two);
+    CHECK_INT(f.run(lt), CUBLAS_STATUS_NOT_SUPPORTED);
+    cublasLtMatmulPreferenceDestroy(pref);
+}
+
 static void test_cublaslt()
 {
     cublasLtHandle_t lt;
@@ -723,6 +1005,10 @@ static void test_cublaslt()
     test_lt_case(lt, lt_case{0, 1, 65, 17, 40, 0, 1, 1, 1}); /* in place, bias */
     test_lt_case(lt, lt_case{1, 0, 12, 5, 7, 1, 0, 0, 3});   /* strided batches */
     test_lt_errors(lt);
+    test_lt_gelu_aux(lt);
+    test_lt_dgelu(lt);
+    test_lt_bgradb(lt);
+    test_lt_epilogue_errors(lt);
     CHECK_INT(cublasLtDestroy(lt), 0);
 }
 

@@ -12,7 +12,10 @@
  * contract of kernels.h: no atomics). Shapes include odd sizes that are no multiple of
  * a tile (7, 13, 771), sequence length 1, one head, GQA with one KV head, head
  * dimensions 64, 128 and 40, attention blocks that see no key, buffers at odd offsets
- * (cuBLASLt alignment), in-place forms, and the fallback GEMM (PT_KCUDA_NO_LT).
+ * (cuBLASLt alignment), in-place forms, and the fallback GEMM (PT_KCUDA_NO_LT). The
+ * fused ops (matmul with GELU, the residual add with the norm) are checked against the
+ * CPU with cuBLASLt's epilogues on, off (PT_KCUDA_EPILOGUES) and declined, and the fused
+ * norms against residual_forward + the norm forward on the GPU, bit for bit.
  * The device timers (event_record, event_elapsed) time a GEMM and order three.
  *
  * Without a CUDA device (or without CUDA in the build) the test prints why and exits
@@ -474,6 +477,109 @@ static void test_norms(void)
     test_norm_shape(20000, 16); /* chunks of more than 64 rows */
 }
 
+/* ---- The residual add fused with the norm forward ----------------------------------------- */
+
+/* in_place: 0 res is its own buffer, 1 res = inp1, 2 res = inp2 (res's buffer holds that
+ * input's values); off2 shifts inp2 by that many elements (a misaligned view) */
+typedef struct { int64_t n; int h, rms, in_place, off2; } resnorm_arg;
+
+/* buffers: res, out, mean, rstd, inp1, inp2 (n·h + off2), w, bias */
+static void resnorm_inputs(pt_kernels *kn, void **b, const resnorm_arg *a, const float **inp1,
+                           const float **inp2)
+{
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    *inp1 = a->in_place == 1 ? CF(b[0]) : CF(b[4]);
+    *inp2 = a->in_place == 2 ? CF(b[0]) : CF((char *)b[5] + a->off2 * eb);
+}
+
+static void op_resnorm(pt_kernels *kn, void **b, const void *p)
+{
+    const resnorm_arg *a = p;
+    const float *inp1, *inp2;
+    resnorm_inputs(kn, b, a, &inp1, &inp2);
+    if (a->rms)
+        kn->residual_rmsnorm_forward(kn, F(b[0]), F(b[1]), F(b[3]), inp1, inp2, CF(b[6]), a->n,
+                                     a->h, 1e-5f);
+    else
+        kn->residual_layernorm_forward(kn, F(b[0]), F(b[1]), F(b[2]), F(b[3]), inp1, inp2,
+                                       CF(b[6]), CF(b[7]), a->n, a->h, 1e-5f);
+}
+
+/* the unfused ops: residual_forward into res, then the norm forward of res */
+static void op_res_then_norm(pt_kernels *kn, void **b, const void *p)
+{
+    const resnorm_arg *a = p;
+    const float *inp1, *inp2;
+    resnorm_inputs(kn, b, a, &inp1, &inp2);
+    kn->residual_forward(kn, F(b[0]), inp1, inp2, a->n * a->h);
+    if (a->rms)
+        kn->rmsnorm_forward(kn, F(b[1]), F(b[3]), CF(b[0]), CF(b[6]), a->n, a->h, 1e-5f);
+    else
+        kn->layernorm_forward(kn, F(b[1]), F(b[2]), F(b[3]), CF(b[0]), CF(b[6]), CF(b[7]), a->n,
+                              a->h, 1e-5f);
+}
+
+/* residual_*norm_forward against the CPU, and on the GPU against residual_forward followed
+ * by the norm forward, bit for bit (kernels.h's contract). The GPU rounds res to bf16
+ * before the norm reads it, where the CPU's res stays fp32, so the statistics differ by
+ * a bf16 rounding of their inputs: TOL_ELEM, not TOL_F32. */
+static void test_resnorm_shape(int64_t n, int h, int rms, int in_place, int off2)
+{
+    resnorm_arg a = {n, h, rms, in_place, off2};
+    int64_t nh = n * h;
+    float *x1 = frand(nh, 2), *x2 = frand(nh + off2, 2), *w = frand(h, 1), *bias = frand(h, 1);
+    float *junk = frand(nh, 100), *stat = frand(n, 100); /* outputs must be overwritten */
+    for (int64_t i = 0; i < nh; i++) /* an offset, so that the mean matters */
+        x1[i] += 0.5f;
+    const float *res0 = in_place == 1 ? x1 : in_place == 2 ? x2 + off2 : junk;
+    char what[96];
+    snprintf(what, sizeof what, "residual_%s n%lld h%d%s%s", rms ? "rmsnorm" : "layernorm",
+             (long long)n, h, in_place == 1 ? " res=inp1" : in_place == 2 ? " res=inp2" : "",
+             off2 ? " inp2 misaligned" : "");
+    tbuf bufs[] = {{"res", ACT, nh, res0, TOL_ELEM},   {"out", ACT, nh, junk, TOL_ELEM},
+                   {"mean", F32, n, stat, TOL_ELEM},   {"rstd", F32, n, stat, TOL_ELEM},
+                   {"inp1", ACT, nh, x1, 0},           {"inp2", ACT, nh + off2, x2, 0},
+                   {"w", ACT, h, w, 0},                {"bias", ACT, h, bias, 0}};
+    run_case(what, bufs, NB(bufs), op_resnorm, &a);
+    float *fused[MAXBUF] = {0}, *composed[MAXBUF] = {0};
+    if (!run_on(GPU, bufs, NB(bufs), op_resnorm, &a, fused) &&
+        !run_on(GPU, bufs, NB(bufs), op_res_then_norm, &a, composed)) {
+        for (int i = 0; i < 4; i++) {
+            if (memcmp(fused[i], composed[i], (size_t)bufs[i].n * sizeof(float))) {
+                fprintf(stderr, "%s: %s: differs from residual_forward + the norm forward\n",
+                        what, bufs[i].name);
+                pt_check_failures++;
+            } else if (verbose()) {
+                printf("%-44s %-8s fused == unfused\n", what, bufs[i].name);
+            }
+        }
+    }
+    for (int i = 0; i < MAXBUF; i++) {
+        free(fused[i]);
+        free(composed[i]);
+    }
+    free(x1); free(x2); free(w); free(bias); free(junk); free(stat);
+}
+
+/* h a multiple of 8 with aligned buffers (16-byte loads) and not (element by element),
+ * more chunks than lanes, in place on either input, and a misaligned inp2 that puts the
+ * fused op on the scalar path while the plain norm of the aligned res takes the vector
+ * one: the bits agree either way */
+static void test_residual_norms(void)
+{
+    for (int rms = 0; rms < 2; rms++) {
+        test_resnorm_shape(37, 771, rms, 0, 0);
+        test_resnorm_shape(33, 64, rms, 0, 0);
+        test_resnorm_shape(5, 1288, rms, 0, 0); /* 161 chunks: lanes take five or six */
+        test_resnorm_shape(1, 8, rms, 0, 0);
+        test_resnorm_shape(33, 64, rms, 1, 0);
+        test_resnorm_shape(37, 771, rms, 2, 0);
+        test_resnorm_shape(20, 264, rms, 2, 0);
+        test_resnorm_shape(33, 64, rms, 0, 1);
+        test_resnorm_shape(33, 64, rms, 1, 3);
+    }
+}
+
 /* ---- Matmul and GEMM --------------------------------------------------------------------------- */
 
 typedef struct { int64_t n; int ic, oc, with_bias, off; } mm_arg;
@@ -590,11 +696,215 @@ static void with_backend_env(const char *var, void (*cases)(void))
         cases_on(second, cases);
 }
 
+/* ---- Linear layers fused with the GELU, and dbias through the epilogue ---------------------- */
+
+/* buffers: out, pre, inp, w, bias (forward); dpre, dout, w, pre (backward); off > 0 shifts
+ * every pointer by off elements */
+static void op_mm_gelu_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const mm_arg *a = p;
+    int o = a->off;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    char *out = b[0], *pre = b[1], *inp = b[2], *w = b[3], *bias = b[4];
+    kn->matmul_forward_gelu(kn, F(out + o * eb), F(pre + o * eb), CF(inp + o * eb),
+                            CF(w + o * eb), a->with_bias ? CF(bias + o * eb) : NULL, a->n, a->ic,
+                            a->oc);
+}
+
+static void op_mm_dgelu(pt_kernels *kn, void **b, const void *p)
+{
+    const mm_arg *a = p;
+    int o = a->off;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    char *dpre = b[0], *dout = b[1], *w = b[2], *pre = b[3];
+    kn->matmul_backward_dgelu(kn, F(dpre + o * eb), CF(dout + o * eb), CF(w + o * eb),
+                              CF(pre + o * eb), a->n, a->ic, a->oc);
+}
+
+/* out and pre of the forward, and dpre (written over what it held) of the backward,
+ * against the CPU; the GPU's fused epilogue rounds pre once where the CPU's fp32 keeps
+ * it, inside TOL_GEMM */
+static void test_mlp_gelu_shape(int64_t n, int ic, int oc, int with_bias, int off)
+{
+    mm_arg a = {n, ic, oc, with_bias, off};
+    int64_t ni = n * ic + off, no = n * oc + off, nw = (int64_t)oc * ic + off;
+    float *inp = frand(ni, 1), *w = frand(nw, 1), *bias = frand(oc + off, 1);
+    float *dout = frand(no, 1), *pre = frand(ni, 2), *junk = frand(ni > no ? ni : no, 100);
+    char what[80];
+    snprintf(what, sizeof what, "matmul+gelu n%lld ic%d oc%d%s%s", (long long)n, ic, oc,
+             with_bias ? " bias" : "", off ? " odd-offset" : "");
+    tbuf fwd[] = {{"out", ACT, no, junk, TOL_GEMM},
+                  {"pre", ACT, no, junk, TOL_GEMM},
+                  {"inp", ACT, ni, inp, 0},
+                  {"w", ACT, nw, w, 0},
+                  {"bias", ACT, oc + off, bias, 0}};
+    run_case(what, fwd, NB(fwd), op_mm_gelu_fwd, &a);
+    tbuf bwd[] = {{"dpre", ACT, ni, junk, TOL_GEMM},
+                  {"dout", ACT, no, dout, 0},
+                  {"w", ACT, nw, w, 0},
+                  {"pre", ACT, ni, pre, 0}};
+    run_case(what, bwd, NB(bwd), op_mm_dgelu, &a);
+    free(inp); free(w); free(bias); free(dout); free(pre); free(junk);
+}
+
+/* matmul_backward twice into the same dw and dbias: both accumulate (+=), through
+ * cuBLASLt's BGRADB epilogue where the backend fuses (it writes its sums to scratch) */
+static void op_mm_bwd_twice(pt_kernels *kn, void **b, const void *p)
+{
+    op_mm_bwd(kn, b, p);
+    op_mm_bwd(kn, b, p);
+}
+
+static void test_dbias_twice_shape(int64_t n, int ic, int oc)
+{
+    mm_arg a = {n, ic, oc, 1, 0};
+    float *inp = frand(n * ic, 1), *w = frand((int64_t)oc * ic, 1), *dout = frand(n * oc, 1);
+    float *dinp0 = frand(n * ic, 1), *dw0 = frand((int64_t)oc * ic, 1), *db0 = frand(oc, 1);
+    char what[80];
+    snprintf(what, sizeof what, "matmul_backward twice n%lld ic%d oc%d", (long long)n, ic, oc);
+    tbuf bwd[] = {{"dinp", ACT, n * ic, dinp0, TOL_GEMM},
+                  {"dw", F32, (int64_t)oc * ic, dw0, TOL_F32_GEMM},
+                  {"dbias", F32, oc, db0, TOL_F32},
+                  {"dout", ACT, n * oc, dout, 0},
+                  {"inp", ACT, n * ic, inp, 0},
+                  {"w", ACT, (int64_t)oc * ic, w, 0}};
+    run_case(what, bwd, NB(bwd), op_mm_bwd_twice, &a);
+    free(inp); free(w); free(dout); free(dinp0); free(dw0); free(db0);
+}
+
+/* shapes where cuBLASLt's epilogues apply (leading dimensions multiples of 8, aligned
+ * buffers) and where the op is composed instead: oc or ic not a multiple of 8 (the aux
+ * matrix's leading dimension), 2-byte-aligned views, no bias */
+static void test_mlp_gelu(void)
+{
+    test_mlp_gelu_shape(64, 48, 40, 1, 0);
+    test_mlp_gelu_shape(33, 24, 16, 0, 0);
+    test_mlp_gelu_shape(7, 13, 5, 1, 0);
+    test_mlp_gelu_shape(65, 40, 17, 1, 0); /* forward composed, backward fused */
+    test_mlp_gelu_shape(64, 64, 64, 1, 1);
+    test_dbias_twice_shape(128, 64, 48);
+    test_dbias_twice_shape(65, 33, 17);
+}
+
+/* A second backend with PT_KCUDA_EPILOGUES=mode (a backend reads it when it is created). */
+static pt_kernels *epilogue_backend(const char *mode)
+{
+    char err[256] = "";
+    setenv("PT_KCUDA_EPILOGUES", mode, 1);
+    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
+    unsetenv("PT_KCUDA_EPILOGUES");
+    if (!kn)
+        fprintf(stderr, "PT_KCUDA_EPILOGUES=%s: %s\n", mode, err);
+    CHECK(kn != NULL);
+    return kn;
+}
+
+static void epilogue_cases(void)
+{
+    test_mlp_gelu();
+    test_matmul_shape(65, 33, 17, 1, 0);
+    test_matmul_shape(64, 64, 64, 1, 1);
+}
+
+/* every fused op with cuBLASLt's epilogues asked for (on) and never (off): the composed
+ * forms (gelu kernels after the GEMM, the column sum for dbias) against the same CPU
+ * reference and tolerances; a mode that does not exist fails backend creation */
+static void test_epilogue_modes(void)
+{
+    const char *modes[] = {"on", "off"};
+    for (int i = 0; i < 2; i++) {
+        pt_kernels *kn = epilogue_backend(modes[i]);
+        if (kn)
+            cases_on(kn, epilogue_cases);
+    }
+    char err[256] = "";
+    setenv("PT_KCUDA_EPILOGUES", "sometimes", 1);
+    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
+    unsetenv("PT_KCUDA_EPILOGUES");
+    CHECK(kn == NULL);
+    CHECK_STR_HAS(err, "PT_KCUDA_EPILOGUES=sometimes");
+    pt_kernels_destroy(kn);
+}
+
+#ifdef PT_CUDA_EMU
+/* The emulator's cuBLASLt takes every epilogue asked here, so with epilogues on the
+ * fused paths must run, which its results show: pre is the same bits either way (the
+ * bias epilogue and GELU_AUX_BIAS round the same fp32 sum), out and dpre differ in some
+ * element (the fused path takes the GELU, or its gradient, of the fp32 sum instead of
+ * the rounded one), and BGRADB's column sums are the stand-in's, in order of the rows,
+ * so dbias after two calls is (db0 + s) + s to the bit (written to scratch, then added:
+ * the contract's +=). */
+static int differ(const float *x, const float *y, int64_t n)
+{
+    return memcmp(x, y, (size_t)n * sizeof(float)) != 0;
+}
+
+static void test_epilogues_ran(void)
+{
+    pt_kernels *on = epilogue_backend("on"), *off = epilogue_backend("off");
+    if (!on || !off) {
+        pt_kernels_destroy(on);
+        pt_kernels_destroy(off);
+        return;
+    }
+    enum { N = 64, IC = 48, OC = 40 };
+    mm_arg a = {N, IC, OC, 1, 0};
+    float *inp = frand(N * IC, 1), *w = frand(OC * IC, 1), *bias = frand(OC, 1);
+    float *dout = frand(N * OC, 1), *pre = frand(N * IC, 2), *junk = frand(N * OC, 100);
+    float *db0 = frand(OC, 1);
+    float *x[MAXBUF] = {0}, *y[MAXBUF] = {0};
+    tbuf fwd[] = {{"out", ACT, N * OC, junk, TOL_GEMM}, {"pre", ACT, N * OC, junk, TOL_GEMM},
+                  {"inp", ACT, N * IC, inp, 0},         {"w", ACT, OC * IC, w, 0},
+                  {"bias", ACT, OC, bias, 0}};
+    if (!run_on(on, fwd, NB(fwd), op_mm_gelu_fwd, &a, x) &&
+        !run_on(off, fwd, NB(fwd), op_mm_gelu_fwd, &a, y)) {
+        CHECK(differ(x[0], y[0], N * OC));
+        CHECK(!differ(x[1], y[1], N * OC));
+    }
+    for (int i = 0; i < MAXBUF; i++) {
+        free(x[i]);
+        free(y[i]);
+        x[i] = y[i] = NULL;
+    }
+    tbuf bwd[] = {{"dpre", ACT, N * IC, junk, TOL_GEMM}, {"dout", ACT, N * OC, dout, 0},
+                  {"w", ACT, OC * IC, w, 0},             {"pre", ACT, N * IC, pre, 0}};
+    if (!run_on(on, bwd, NB(bwd), op_mm_dgelu, &a, x) &&
+        !run_on(off, bwd, NB(bwd), op_mm_dgelu, &a, y))
+        CHECK(differ(x[0], y[0], N * IC));
+    for (int i = 0; i < MAXBUF; i++) {
+        free(x[i]);
+        free(y[i]);
+        x[i] = NULL;
+    }
+    tbuf mb[] = {{"dinp", ACT, N * IC, junk, TOL_GEMM},  {"dw", F32, OC * IC, junk, TOL_F32},
+                 {"dbias", F32, OC, db0, TOL_F32},       {"dout", ACT, N * OC, dout, 0},
+                 {"inp", ACT, N * IC, inp, 0},           {"w", ACT, OC * IC, w, 0}};
+    if (!run_on(on, mb, NB(mb), op_mm_bwd_twice, &a, x)) {
+        int bad = 0;
+        for (int j = 0; j < OC; j++) {
+            float col = 0.0f;
+            for (int r = 0; r < N; r++)
+                col += bf16_round(dout[r * OC + j]);
+            float want = (db0[j] + col) + col;
+            bad += memcmp(&x[2][j], &want, sizeof want) != 0;
+        }
+        CHECK(bad == 0);
+    }
+    for (int i = 0; i < MAXBUF; i++)
+        free(x[i]);
+    free(inp); free(w); free(bias); free(dout); free(pre); free(junk); free(db0);
+    pt_kernels_destroy(on);
+    pt_kernels_destroy(off);
+}
+#endif
+
 static void matmul_fallback_cases(void)
 {
     test_matmul_shape(7, 13, 5, 1, 0);
     test_matmul_shape(65, 33, 17, 1, 1);
     test_matmul_shape(128, 96, 80, 0, 0);
+    test_mlp_gelu_shape(64, 48, 40, 1, 0); /* the epilogues declined: composed */
+    test_dbias_twice_shape(65, 33, 17);
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             test_gemm(ta, tb, 19, 23, 29);
@@ -1287,6 +1597,20 @@ static void reserve_dbias(pt_kernels *kn, int64_t n, int oc)
     kn->free(kn, dbias);
 }
 
+/* matmul_backward's dw and dbias (scratch: BGRADB's oc fp32 column sums where the
+ * epilogue runs, the column partials where it does not) */
+static void reserve_dw_dbias(pt_kernels *kn, int64_t n, int ic, int oc)
+{
+    size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    void *dout = dzero(kn, (size_t)n * oc * ab), *inp = dzero(kn, (size_t)n * ic * ab);
+    void *dw = dzero(kn, (size_t)oc * ic * 4), *dbias = dzero(kn, (size_t)oc * 4);
+    kn->matmul_backward(kn, NULL, dw, dbias, dout, inp, dout, n, ic, oc);
+    kn->sync(kn);
+    void *bufs[] = {dout, inp, dw, dbias};
+    for (int i = 0; i < 4; i++)
+        kn->free(kn, bufs[i]);
+}
+
 /* LayerNorm's backward (scratch: 2 · chunks(n) · h partials) */
 static void reserve_ln(pt_kernels *kn, int64_t n, int h)
 {
@@ -1324,6 +1648,7 @@ static void test_reserve(void)
     reserve_ln(kn, 256, 300);
     reserve_dbias(kn, 256, 300);
     reserve_dbias(kn, 100, 7);
+    reserve_dw_dbias(kn, 256, 8, 300);
     {   /* attention_backward: b·sq·a = 64 · 4 rows of D */
         size_t nq = (size_t)64 * 4 * 64;
         void *q = dzero(kn, nq * ab), *dq = dzero(kn, nq * ab), *dk = dzero(kn, nq * ab);
@@ -1526,7 +1851,13 @@ int main(void)
     test_add_f32();
     test_embed();
     test_norms();
+    test_residual_norms();
     test_matmuls();
+    test_mlp_gelu();
+    test_epilogue_modes();
+#ifdef PT_CUDA_EMU
+    test_epilogues_ran();
+#endif
     test_matmul_fallback();
     test_rope();
     test_pointwise();
