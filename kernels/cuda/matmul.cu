@@ -158,22 +158,7 @@ static lt_args lt_product(int ta, int tb, int64_t m, int64_t n, int64_t k, float
                           const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb, float beta,
                           void *C, int64_t ldc, int c_f32)
 {
-    lt_args g;
-    g.ta = ta;
-    g.tb = tb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.alpha = alpha;
-    g.A = A;
-    g.lda = lda;
-    g.B = B;
-    g.ldb = ldb;
-    g.beta = beta;
-    g.C = C;
-    g.ldc = ldc;
-    g.c_f32 = c_f32;
-    return g;
+    return lt_args{ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32};
 }
 
 /* What the epilogue adds to the product (the cache key's epilogue kind: keep the values) */
@@ -196,13 +181,7 @@ typedef struct {
 static lt_epi lt_epilogue(lt_epi_kind kind, const bf16 *bias, bf16 *aux, int64_t aux_ld,
                           float *bgrad)
 {
-    lt_epi e;
-    e.kind = kind;
-    e.bias = bias;
-    e.aux = aux;
-    e.aux_ld = aux_ld;
-    e.bgrad = bgrad;
-    return e;
+    return lt_epi{kind, bias, aux, aux_ld, bgrad};
 }
 
 typedef struct {
