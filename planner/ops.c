@@ -333,21 +333,33 @@ static double eager_swiglu_bytes(double a, bool backward)
     return backward ? 9 * a : 5 * a;
 }
 
-static void norm(builder *b, const dims *d, pt_op_kind name, pt_param_ref param, bool backward)
+/* A norm over the rank's rows; with_add: the forward with the residual add before it
+ * in the same kernel (add1_norm2), which also reads the branch and the stream and
+ * writes their sum (two more passes) instead of reading a sum written before. */
+static void norm_op(builder *b, const dims *d, pt_op_kind name, pt_param_ref param,
+                    bool backward, bool with_add)
 {
     char shape[64];
-    const char *kind = b->c->m->norm == PT_NORM_RMSNORM
-                           ? (backward ? "rmsnorm_bwd" : "rmsnorm_fwd")
-                           : (backward ? "layernorm_bwd" : "layernorm_fwd");
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s%s_%s", with_add ? "add_" : "",
+             b->c->m->norm == PT_NORM_RMSNORM ? "rmsnorm" : "layernorm",
+             backward ? "bwd" : "fwd");
     shape_rows(shape, sizeof shape, d->rows, d->h);
     /* forward reads x, writes y; backward reads x and dy, writes dx */
     double elems = (double)d->rows * (double)d->h;
     double per_elem = d->ab * (backward ? 3 : 2);
     if (eager(b) && b->c->m->norm == PT_NORM_RMSNORM)
         per_elem = eager_rmsnorm_bytes(d->ab, backward);
+    if (with_add)
+        per_elem += 2 * d->ab;
     pt_op *op = membound(b, name, kind, per_elem * elems, shape);
     if (op)
         op->param = param;
+}
+
+static void norm(builder *b, const dims *d, pt_op_kind name, pt_param_ref param, bool backward)
+{
+    norm_op(b, d, name, param, backward, false);
 }
 
 static void residual_add(builder *b, const dims *d, pt_op_kind name)
@@ -377,13 +389,7 @@ static bool fused_gelu(const builder *b)
  * prices it). */
 static void residual_norm(builder *b, const dims *d)
 {
-    char shape[64];
-    const char *kind = b->c->m->norm == PT_NORM_RMSNORM ? "add_rmsnorm_fwd" : "add_layernorm_fwd";
-    shape_rows(shape, sizeof shape, d->rows, d->h);
-    pt_op *op = membound(b, PT_OPK_ADD1_NORM2, kind, 4 * d->ab * (double)d->rows * (double)d->h,
-                         shape);
-    if (op)
-        op->param = PT_PARAM_NORM2;
+    norm_op(b, d, PT_OPK_ADD1_NORM2, PT_PARAM_NORM2, false, true);
 }
 
 /* Gathers the sequence-parallel shards of a norm output before a column-parallel

@@ -692,15 +692,26 @@ static pview param(const ctx *c, pt_param_ref r, bool bias)
 
 /* ---- Forward ops -------------------------------------------------------------------------- */
 
-static void norm_fwd(ctx *c, pt_param_ref which, const float *inp, float *out, float *mean,
-                     float *rstd)
+/* A norm's forward of the rank's rows of inp. With skip (add1_norm2), inp is a branch's
+ * output and the residual add runs in the norm's kernel first: inp += skip, then the
+ * norm of the sum, the same values as residual_forward then the norm. */
+static void norm_fwd(ctx *c, pt_param_ref which, float *inp, const float *skip, float *out,
+                     float *mean, float *rstd)
 {
     pt_kernels *kn = c->n->kn;
     pview w = param(c, which, false), b = param(c, which, true);
-    if (c->n->spec.norm == PT_NORM_RMSNORM)
-        kn->rmsnorm_forward(kn, out, rstd, inp, w.w, c->d.R, c->d.h, kEps);
+    bool rms = c->n->spec.norm == PT_NORM_RMSNORM;
+    int64_t R = c->d.R;
+    int h = c->d.h;
+    if (skip && rms)
+        kn->residual_rmsnorm_forward(kn, inp, out, rstd, inp, skip, w.w, R, h, kEps);
+    else if (skip)
+        kn->residual_layernorm_forward(kn, inp, out, mean, rstd, inp, skip, w.w, b.w, R, h,
+                                       kEps);
+    else if (rms)
+        kn->rmsnorm_forward(kn, out, rstd, inp, w.w, R, h, kEps);
     else
-        kn->layernorm_forward(kn, out, mean, rstd, inp, w.w, b.w, c->d.R, c->d.h, kEps);
+        kn->layernorm_forward(kn, out, mean, rstd, inp, w.w, b.w, R, h, kEps);
     c->col_in = out; /* what the next column-parallel GEMMs read (gathered with sp) */
 }
 
@@ -814,31 +825,18 @@ static void rope_all(ctx *c, float *t, int nh, bool backward, float *grad_out)
 static int attention_fwd(ctx *c);
 static int attention_bwd(ctx *c);
 
+/* A branch's dropout before its residual add (in place), when the model drops. */
+static void drop_branch(ctx *c, float *branch, int site)
+{
+    if (dropping(c))
+        dropout_rows(c, branch, NULL, own_row0(c), c->d.R, site);
+}
+
 /* The residual add after a branch, with the branch's dropout first. */
 static void residual_add(ctx *c, float *branch, const float *skip, int site)
 {
-    if (dropping(c))
-        dropout_rows(c, branch, NULL, own_row0(c), c->d.R, site);
+    drop_branch(c, branch, site);
     c->n->kn->residual_forward(c->n->kn, branch, branch, skip, c->d.R * c->d.h);
-}
-
-/* The residual add after a branch fused with the norm that follows it (add1_norm2):
- * the branch's dropout first, then branch += skip and the norm of the sum in one
- * kernel, the same values as residual_add then norm_fwd. */
-static void residual_norm_fwd(ctx *c, pt_param_ref which, float *branch, const float *skip,
-                              int site, float *out, float *mean, float *rstd)
-{
-    pt_kernels *kn = c->n->kn;
-    if (dropping(c))
-        dropout_rows(c, branch, NULL, own_row0(c), c->d.R, site);
-    pview w = param(c, which, false), b = param(c, which, true);
-    if (c->n->spec.norm == PT_NORM_RMSNORM)
-        kn->residual_rmsnorm_forward(kn, branch, out, rstd, branch, skip, w.w, c->d.R, c->d.h,
-                                     kEps);
-    else
-        kn->residual_layernorm_forward(kn, branch, out, mean, rstd, branch, skip, w.w, b.w,
-                                       c->d.R, c->d.h, kEps);
-    c->col_in = out; /* what the next column-parallel GEMMs read (gathered with sp) */
 }
 
 /* ---- Backward ops -------------------------------------------------------------------------- */
@@ -1258,7 +1256,7 @@ static int run_op(ctx *c, const pt_op *op)
     switch (op->kind) {
     /* a layer's forward */
     case PT_OPK_NORM1:
-        norm_fwd(c, w, x, L->ln1, L->ln1_mean, L->ln1_rstd);
+        norm_fwd(c, w, x, NULL, L->ln1, L->ln1_mean, L->ln1_rstd);
         return 0;
     case PT_OPK_Q: return linear_fwd(c, w, L->q, c->col_in, d->h, qd, false);
     case PT_OPK_K: return linear_fwd(c, w, L->k, c->col_in, d->h, kvd, false);
@@ -1273,7 +1271,7 @@ static int run_op(ctx *c, const pt_op *op)
         residual_add(c, L->x2, x, DROP_ATTN);
         return 0;
     case PT_OPK_NORM2:
-        norm_fwd(c, w, L->x2, L->ln2, L->ln2_mean, L->ln2_rstd);
+        norm_fwd(c, w, L->x2, NULL, L->ln2, L->ln2_mean, L->ln2_rstd);
         return 0;
     case PT_OPK_MLP_GATE: return linear_fwd(c, w, L->gate, c->col_in, d->h, d->f, false);
     case PT_OPK_MLP_UP: return linear_fwd(c, w, L->up, c->col_in, d->h, d->f, false);
@@ -1289,7 +1287,8 @@ static int run_op(ctx *c, const pt_op *op)
         return 0;
     /* fused forms */
     case PT_OPK_ADD1_NORM2:
-        residual_norm_fwd(c, w, L->x2, x, DROP_ATTN, L->ln2, L->ln2_mean, L->ln2_rstd);
+        drop_branch(c, L->x2, DROP_ATTN); /* then the add in the norm's kernel */
+        norm_fwd(c, w, L->x2, x, L->ln2, L->ln2_mean, L->ln2_rstd);
         return 0;
     case PT_OPK_MLP_UP_GELU: return linear_gelu_fwd(c, w, L->act, L->up, c->col_in, d->h, d->f);
     case PT_OPK_MLP_DOWN_DGRAD_GELU: {
@@ -1375,7 +1374,7 @@ static int run_op(ctx *c, const pt_op *op)
         embed(c, false);
         return 0;
     case PT_OPK_FINAL_NORM:
-        norm_fwd(c, w, xl, H->lnf, H->lnf_mean, H->lnf_rstd);
+        norm_fwd(c, w, xl, NULL, H->lnf, H->lnf_mean, H->lnf_rstd);
         return 0;
     case PT_OPK_LOGITS: {
         rows_gemm g = {.w = param(c, w, false).w, .out = H->logits, .ic = d->h, .oc = d->v};

@@ -462,8 +462,9 @@ static int select_attention(pt_kernels *kn)
  * PT_KCUDA_EPILOGUES: unset, "" or "auto" use them on compute capability 9.0 and newer
  * and compose the unfused ops below it, "on" always asks cuBLASLt for them (it may still
  * decline a call), "off" never does. auto follows llm.c (karpathy/llm.c, train_gpt2.cu,
- * option -ge: "gelu fusion ... default: 2 for >=SM90, 0 for older GPUs"), which measured
- * cuBLASLt's GELU fusion faster only on Hopper; the bias-gradient epilogue follows the
+ * option -ge: "gelu fusion ... default: 2 for >=SM90, 0 for older GPUs"; its pull
+ * request 338 found cuBLASLt's bf16 GELU fusion slower than its own GELU kernel on an
+ * older GPU); the bias-gradient epilogue follows the
  * same switch (one user measured it faster for a 1.5-billion-parameter BERT and slower
  * for a 10-billion one on A100s, NVIDIA/CUDALibrarySamples issue 90), so that one
  * variable compares every fusion against its composed form. 0, or -1 with kn->err set. */
