@@ -512,14 +512,11 @@ void pt_kcuda_attention_forward(pt_kernels *kn,
     cudaStream_t st = pt_kcuda_ctx(kn)->stream;
     const float scale = 1.0f / sqrtf((float)d);
     dim3 grid((unsigned)((sq + BT - 1) / BT), (unsigned)a, (unsigned)b);
-    if (d <= 64)
-        PT_LAUNCH(grid, ATT_THREADS, fwd_smem_bytes(d), st, attn_forward_kernel<4>)((bf16 *)out,
-            lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, sq, skv, a, kh, d, q0, k0,
-            causal, scale);
-    else
-        PT_LAUNCH(grid, ATT_THREADS, fwd_smem_bytes(d), st, attn_forward_kernel<8>)((bf16 *)out,
-            lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, sq, skv, a, kh, d, q0, k0,
-            causal, scale);
+    /* DJ = 4 accumulator columns a thread for d <= 64, 8 up to 128 */
+    auto attn_forward = d <= 64 ? attn_forward_kernel<4> : attn_forward_kernel<8>;
+    PT_LAUNCH(grid, ATT_THREADS, fwd_smem_bytes(d), st, attn_forward)((bf16 *)out, lse,
+        (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, sq, skv, a, kh, d, q0, k0, causal,
+        scale);
     PT_LAUNCHED(kn, "attention_forward");
 }
 
@@ -558,21 +555,15 @@ void pt_kcuda_attention_backward(pt_kernels *kn,
     dim3 kgrid((unsigned)((skv + BT - 1) / BT), (unsigned)kh, (unsigned)b);
     dim3 qgrid((unsigned)((sq + BT - 1) / BT), (unsigned)a, (unsigned)b);
     size_t smem = bwd_smem_bytes(d);
-    if (d <= 64) {
-        PT_LAUNCH(kgrid, ATT_THREADS, smem, st, attn_bwd_dkdv_kernel<4>)((bf16 *)dk, (bf16 *)dv,
-            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
-            a, kh, d, q0, k0, causal, scale);
-        PT_LAUNCH(qgrid, ATT_THREADS, smem, st, attn_bwd_dq_kernel<4>)((bf16 *)dq,
-            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
-            a, kh, d, q0, k0, causal, scale);
-    } else {
-        PT_LAUNCH(kgrid, ATT_THREADS, smem, st, attn_bwd_dkdv_kernel<8>)((bf16 *)dk, (bf16 *)dv,
-            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
-            a, kh, d, q0, k0, causal, scale);
-        PT_LAUNCH(qgrid, ATT_THREADS, smem, st, attn_bwd_dq_kernel<8>)((bf16 *)dq,
-            (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv,
-            a, kh, d, q0, k0, causal, scale);
-    }
+    /* DJ = 4 accumulator columns a thread for d <= 64, 8 up to 128 */
+    auto attn_bwd_dkdv = d <= 64 ? attn_bwd_dkdv_kernel<4> : attn_bwd_dkdv_kernel<8>;
+    auto attn_bwd_dq = d <= 64 ? attn_bwd_dq_kernel<4> : attn_bwd_dq_kernel<8>;
+    PT_LAUNCH(kgrid, ATT_THREADS, smem, st, attn_bwd_dkdv)((bf16 *)dk, (bf16 *)dv,
+        (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv, a,
+        kh, d, q0, k0, causal, scale);
+    PT_LAUNCH(qgrid, ATT_THREADS, smem, st, attn_bwd_dq)((bf16 *)dq, (const bf16 *)dout,
+        (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, lse, D, sq, skv, a, kh, d, q0, k0,
+        causal, scale);
     PT_LAUNCHED(kn, "attention_backward");
 }
 

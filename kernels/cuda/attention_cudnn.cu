@@ -200,6 +200,42 @@ static void finalize(graph *g, cudnnBackendDescriptor_t d, const char *what)
         fail(g, st, "cudnnBackendFinalize", what);
 }
 
+/* One attribute of a descriptor: count values of type at value, what naming it in a
+ * failure. A NULL value leaves the attribute unset (an optional operand). */
+typedef struct {
+    cudnnBackendAttributeName_t name;
+    cudnnBackendAttributeType_t type;
+    int64_t count;
+    const void *value;
+    const char *what;
+} attr;
+
+/* an attribute that names another descriptor, *d: an operation's tensors and its own
+ * descriptor (d NULL: an optional operand left unset) */
+static attr operand(cudnnBackendAttributeName_t name, const cudnnBackendDescriptor_t *d,
+                    const char *what)
+{
+    attr at = {name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, d, what};
+    return at;
+}
+
+/* A descriptor of type with the n attributes of at set in order, then finalized: the
+ * backend API's create, set and finalize, with what naming the descriptor. */
+static cudnnBackendDescriptor_t describe(graph *g, cudnnBackendDescriptorType_t type,
+                                         const char *what, const attr *at, int n)
+{
+    cudnnBackendDescriptor_t d = make(g, type, what);
+    for (int i = 0; i < n; i++)
+        if (at[i].value)
+            set(g, d, at[i].name, at[i].type, at[i].count, at[i].value, at[i].what);
+    finalize(g, d, what);
+    return d;
+}
+
+/* describe over a whole array of attributes */
+#define DESCRIBE(g, type, what, at) \
+    describe(g, type, what, at, (int)(sizeof(at) / sizeof((at)[0])))
+
 static void destroy_all(cudnnBackendDescriptor_t *descs, int n)
 {
     for (int i = n - 1; i >= 0; i--)
@@ -233,25 +269,21 @@ static shape4 dense(int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 static cudnnBackendDescriptor_t tensor(graph *g, int64_t uid, cudnnDataType_t type, shape4 s,
                                        bool by_value)
 {
-    cudnnBackendDescriptor_t t = make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
     bool is_virtual = uid == 0;
     int64_t alignment = 16;
     if (is_virtual)
         uid = g->next_uid++;
-    set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor data type");
-    set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, s.dim, "tensor dimensions");
-    set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, s.stride, "tensor strides");
-    set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor unique id");
-    set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment,
-        "tensor alignment");
-    if (is_virtual)
-        set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual,
-            "tensor is virtual");
-    if (by_value)
-        set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value,
-            "tensor is by value");
-    finalize(g, t, "tensor");
-    return t;
+    attr at[] = {
+        {CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor data type"},
+        {CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, s.dim, "tensor dimensions"},
+        {CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, s.stride, "tensor strides"},
+        {CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor unique id"},
+        {CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment, "tensor alignment"},
+        {CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, is_virtual ? &is_virtual : NULL,
+         "tensor is virtual"},
+        {CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, by_value ? &by_value : NULL,
+         "tensor is by value"}};
+    return DESCRIBE(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor", at);
 }
 
 static cudnnBackendDescriptor_t virt(graph *g, cudnnDataType_t type, shape4 s)
@@ -285,36 +317,26 @@ static void pointwise(graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
                       cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
                       cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis)
 {
-    cudnnBackendDescriptor_t pw = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise");
-    set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode,
-        "pointwise mode");
-    set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec,
-        "pointwise math precision");
-    if (mode == CUDNN_POINTWISE_GEN_INDEX)
-        set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pointwise axis");
-    finalize(g, pw, "pointwise");
-
-    cudnnBackendDescriptor_t op =
-        make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise operation");
+    attr pw_at[] = {
+        {CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode"},
+        {CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec,
+         "pointwise math precision"},
+        {CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1,
+         mode == CUDNN_POINTWISE_GEN_INDEX ? &axis : NULL, "pointwise axis"}};
+    cudnnBackendDescriptor_t pw =
+        DESCRIBE(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise", pw_at);
     float one = 1.0f;
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-        &pw, "pointwise operation descriptor");
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
-        "pointwise x");
-    if (b)
-        set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
-            "pointwise b");
-    if (t)
-        set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t,
-            "pointwise t");
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
-        "pointwise y");
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one,
-        "pointwise alpha1");
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one,
-        "pointwise alpha2");
-    finalize(g, op, "pointwise operation");
-    add_op(g, op);
+    attr op_at[] = {
+        operand(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, &pw,
+                "pointwise operation descriptor"),
+        operand(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &x, "pointwise x"),
+        operand(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b ? &b : NULL, "pointwise b"),
+        operand(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t ? &t : NULL, "pointwise t"),
+        operand(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &y, "pointwise y"),
+        {CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one, "pointwise alpha1"},
+        {CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one, "pointwise alpha2"}};
+    add_op(g, DESCRIBE(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise operation",
+                  op_at));
 }
 
 /* y = mode(x, b) in fp32 */
@@ -329,23 +351,15 @@ static void pw2(graph *g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
 static void matmul(graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
                    cudnnBackendDescriptor_t c)
 {
-    cudnnBackendDescriptor_t mm = make(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul");
     cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp,
-        "matmul compute type");
-    finalize(g, mm, "matmul");
-    cudnnBackendDescriptor_t op =
-        make(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul operation");
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a,
-        "matmul a");
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
-        "matmul b");
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c,
-        "matmul c");
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm,
-        "matmul operation descriptor");
-    finalize(g, op, "matmul operation");
-    add_op(g, op);
+    attr mm_at[] = {
+        {CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "matmul compute type"}};
+    cudnnBackendDescriptor_t mm = DESCRIBE(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul", mm_at);
+    attr op_at[] = {operand(CUDNN_ATTR_OPERATION_MATMUL_ADESC, &a, "matmul a"),
+                    operand(CUDNN_ATTR_OPERATION_MATMUL_BDESC, &b, "matmul b"),
+                    operand(CUDNN_ATTR_OPERATION_MATMUL_CDESC, &c, "matmul c"),
+                    operand(CUDNN_ATTR_OPERATION_MATMUL_DESC, &mm, "matmul operation descriptor")};
+    add_op(g, DESCRIBE(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul operation", op_at));
 }
 
 /* y = reduce(x) over the dimensions where y has extent 1 (or, for the GQA gradients,
@@ -353,36 +367,27 @@ static void matmul(graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_
 static void reduction(graph *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
                       cudnnBackendDescriptor_t y)
 {
-    cudnnBackendDescriptor_t red = make(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction");
     cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    set(g, red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode,
-        "reduction operator");
-    set(g, red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp,
-        "reduction compute type");
-    finalize(g, red, "reduction");
-    cudnnBackendDescriptor_t op =
-        make(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction operation");
-    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
-        "reduction x");
-    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
-        "reduction y");
-    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &red,
-        "reduction operation descriptor");
-    finalize(g, op, "reduction operation");
-    add_op(g, op);
+    attr red_at[] = {{CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode,
+                      "reduction operator"},
+                     {CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp,
+                      "reduction compute type"}};
+    cudnnBackendDescriptor_t red =
+        DESCRIBE(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction", red_at);
+    attr op_at[] = {operand(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, &x, "reduction x"),
+                    operand(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &y, "reduction y"),
+                    operand(CUDNN_ATTR_OPERATION_REDUCTION_DESC, &red,
+                            "reduction operation descriptor")};
+    add_op(g, DESCRIBE(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction operation",
+                  op_at));
 }
 
 /* y: the same elements as x under y's dimensions and strides (a transposed view) */
 static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
 {
-    cudnnBackendDescriptor_t op =
-        make(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape operation");
-    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
-        "reshape x");
-    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
-        "reshape y");
-    finalize(g, op, "reshape operation");
-    add_op(g, op);
+    attr op_at[] = {operand(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, &x, "reshape x"),
+                    operand(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, &y, "reshape y")};
+    add_op(g, DESCRIBE(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape operation", op_at));
 }
 
 /* ---- The attention graphs --------------------------------------------------------------- */
@@ -646,13 +651,12 @@ static cudnnBackendDescriptor_t plan_from_heuristics(graph *g, cudnnHandle_t han
 /* The plan of the graph's operations and its workspace; NULL with g->why set. */
 static cudnnBackendDescriptor_t plan_graph(graph *g, cudnnHandle_t handle, int64_t *ws_bytes)
 {
+    attr at[] = {{CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
+                  "operation graph handle"},
+                 {CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops,
+                  "operation graph operations"}};
     cudnnBackendDescriptor_t op_graph =
-        make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
-    set(g, op_graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
-        "operation graph handle");
-    set(g, op_graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops,
-        g->ops, "operation graph operations");
-    finalize(g, op_graph, "operation graph");
+        DESCRIBE(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph", at);
     char last[WHY_BYTES] = "heuristics: no engine configuration";
     cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     cudnnBackendDescriptor_t plan = NULL;

@@ -195,6 +195,31 @@ static __device__ __forceinline__ bf16 pt_bf16(float x)
 
 static __device__ __forceinline__ void pt_st(bf16 *p, float x) { *p = pt_bf16(x); }
 
+/* The 8 bf16 at p (16-byte aligned) as fp32, in one 16-byte load: the values of pt_ld. */
+static __device__ __forceinline__ void pt_ld8(float f[8], const bf16 *p)
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h2[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+/* f rounded to bf16 (pt_bf16, as pt_st) into the 8 bf16 at p (16-byte aligned), in one
+ * 16-byte store. */
+static __device__ __forceinline__ void pt_st8(bf16 *p, const float f[8])
+{
+    uint4 u;
+    __nv_bfloat162 *h2 = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h2[i] = __halves2bfloat162(pt_bf16(f[2 * i]), pt_bf16(f[2 * i + 1]));
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+
 /* ---- Block reductions (device) -------------------------------------------------------- */
 
 /* Sum / max over a warp by a fixed butterfly: every lane gets the same result, in the

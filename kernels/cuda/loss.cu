@@ -19,25 +19,13 @@ static __device__ __forceinline__ bool row_vec(const bf16 *x, int vr)
     return ((uintptr_t)x & 15) == 0 && vr % 8 == 0;
 }
 
-static __device__ __forceinline__ void load8(float f[8], const bf16 *x)
-{
-    uint4 u = *reinterpret_cast<const uint4 *>(x);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
-}
-
 static __device__ float row_max(const bf16 *x, int vr, float *shared)
 {
     float mx = -INFINITY;
     if (row_vec(x, vr)) {
         for (int j = threadIdx.x * 8; j < vr; j += CE_THREADS * 8) {
             float f[8];
-            load8(f, x + j);
+            pt_ld8(f, x + j);
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 mx = fmaxf(mx, f[i]);
@@ -55,7 +43,7 @@ static __device__ float row_sumexp(const bf16 *x, int vr, float gmax, double *sh
     if (row_vec(x, vr)) {
         for (int j = threadIdx.x * 8; j < vr; j += CE_THREADS * 8) {
             float f[8], part = 0.0f;
-            load8(f, x + j);
+            pt_ld8(f, x + j);
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 part += expf(f[i] - gmax);
@@ -89,16 +77,11 @@ static __device__ void row_finalize(float *loss, bf16 *dx, const bf16 *x, int32_
     if (row_vec(x, vr) && row_vec(dx, vr)) {
         for (int j = threadIdx.x * 8; j < vr; j += CE_THREADS * 8) {
             float f[8];
-            load8(f, x + j);
-            uint4 u;
-            __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+            pt_ld8(f, x + j);
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float p0 = expf(f[2 * i] - gmax) * inv - (j + 2 * i == t ? 1.0f : 0.0f);
-                float p1 = expf(f[2 * i + 1] - gmax) * inv - (j + 2 * i + 1 == t ? 1.0f : 0.0f);
-                h[i] = __halves2bfloat162(pt_bf16(p0 * dloss), pt_bf16(p1 * dloss));
-            }
-            *reinterpret_cast<uint4 *>(dx + j) = u;
+            for (int i = 0; i < 8; i++)
+                f[i] = (expf(f[i] - gmax) * inv - (j + i == t ? 1.0f : 0.0f)) * dloss;
+            pt_st8(dx + j, f);
         }
         return;
     }

@@ -452,6 +452,29 @@ static void colsum_bf16(pt_kernels *kn, float *dst, const bf16 *src, int64_t n, 
     pt_kcuda_sum_partials(kn, dst, partials, chunks, cols);
 }
 
+/* ---- The two products of a linear layer -------------------------------------------------- */
+
+/* The forward product, matmul_forward's and matmul_forward_gelu's: row-major
+ * out (n, oc) = inp (n, ic) · w^T, as column-major out^T (oc, n) =
+ * (w-view (ic, oc))^T · inp-view (ic, n), beta = 0. */
+static lt_args forward_product(float *out, const float *inp, const float *w, int64_t n, int ic,
+                               int oc)
+{
+    return lt_product(1, 0, oc, n, ic, 1.0f, (const bf16 *)w, ic, (const bf16 *)inp, ic, 0.0f,
+                      out, oc, 0);
+}
+
+/* The data-gradient product, matmul_backward's dinp (beta = 1: +=) and
+ * matmul_backward_dgelu's dpre (beta = 0: written): row-major
+ * dinp (n, ic) = dout (n, oc) · w (oc, ic) + beta · dinp, as column-major
+ * dinp^T (ic, n) = w-view (ic, oc) · dout-view (oc, n). */
+static lt_args dinp_product(float *dinp, const float *dout, const float *w, int64_t n, int ic,
+                            int oc, float beta)
+{
+    return lt_product(0, 0, ic, n, oc, 1.0f, (const bf16 *)w, ic, (const bf16 *)dout, oc, beta,
+                      dinp, ic, 0);
+}
+
 /* ---- The table's entries ----------------------------------------------------------------- */
 
 void pt_kcuda_matmul_forward(pt_kernels *kn,
@@ -461,10 +484,7 @@ void pt_kcuda_matmul_forward(pt_kernels *kn,
                              const float *bias,     /* (oc) [act] or NULL */
                              int64_t n, int ic, int oc)
 {
-    /* row-major out (n, oc) = inp (n, ic) · w^T: column-major out^T (oc, n) =
-     * (w-view (ic, oc))^T · inp-view (ic, n) */
-    lt_args g = lt_product(1, 0, oc, n, ic, 1.0f, (const bf16 *)w, ic, (const bf16 *)inp, ic,
-                           0.0f, out, oc, 0);
+    lt_args g = forward_product(out, inp, w, n, ic, oc);
     lt_gemm(kn, &g, (const bf16 *)bias);
 }
 
@@ -477,11 +497,8 @@ void pt_kcuda_matmul_backward(pt_kernels *kn,
                               const float *w,       /* (oc, ic) [act] */
                               int64_t n, int ic, int oc)
 {
-    /* dinp (n, ic) += dout (n, oc) · w (oc, ic): column-major dinp^T (ic, n) =
-     * w-view (ic, oc) · dout-view (oc, n) */
-    if (dinp) {
-        lt_args g = lt_product(0, 0, ic, n, oc, 1.0f, (const bf16 *)w, ic, (const bf16 *)dout,
-                               oc, 1.0f, dinp, ic, 0);
+    if (dinp) { /* dinp += dout · w */
+        lt_args g = dinp_product(dinp, dout, w, n, ic, oc, 1.0f);
         lt_gemm(kn, &g, NULL);
     }
     if (dw) {
@@ -515,9 +532,8 @@ void pt_kcuda_matmul_forward_gelu(pt_kernels *kn,
                                   const float *bias, /* (oc) [act] or NULL */
                                   int64_t n, int ic, int oc)
 {
-    /* matmul_forward's product, with pre as the aux matrix (leading dimension oc) */
-    lt_args g = lt_product(1, 0, oc, n, ic, 1.0f, (const bf16 *)w, ic, (const bf16 *)inp, ic,
-                           0.0f, out, oc, 0);
+    /* the forward product, with pre as the aux matrix (leading dimension oc) */
+    lt_args g = forward_product(out, inp, w, n, ic, oc);
     lt_epi e = lt_epilogue(EPI_GELU, (const bf16 *)bias, (bf16 *)pre, oc, NULL);
     if (lt_fuse(kn, &g) && !lt_run(kn, &g, &e))
         return;
@@ -532,10 +548,9 @@ void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn,
                                     const float *pre,  /* (n, ic) [act] */
                                     int64_t n, int ic, int oc)
 {
-    /* matmul_backward's dinp product with beta = 0 (dpre is written, its old contents
-     * never read), pre as the aux matrix (leading dimension ic) */
-    lt_args g = lt_product(0, 0, ic, n, oc, 1.0f, (const bf16 *)w, ic, (const bf16 *)dout, oc,
-                           0.0f, dpre, ic, 0);
+    /* the data-gradient product with beta = 0 (dpre is written, its old contents never
+     * read), pre as the aux matrix (leading dimension ic) */
+    lt_args g = dinp_product(dpre, dout, w, n, ic, oc, 0.0f);
     lt_epi e = lt_epilogue(EPI_DGELU, NULL, (bf16 *)pre, ic, NULL);
     if (lt_fuse(kn, &g) && !lt_run(kn, &g, &e))
         return;

@@ -30,36 +30,22 @@ static unsigned row_blocks(int64_t n) { return (unsigned)((n + ROWS_PER_BLOCK - 
 template <bool VEC>
 static __device__ __forceinline__ void load_chunk(float f[8], const bf16 *p, int count)
 {
-    if (VEC) {
-        uint4 u = *reinterpret_cast<const uint4 *>(p);
-        const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 t = __bfloat1622float2(h2[i]);
-            f[2 * i] = t.x;
-            f[2 * i + 1] = t.y;
-        }
-    } else {
+    if (VEC)
+        pt_ld8(f, p);
+    else
         for (int i = 0; i < count; i++)
             f[i] = pt_ld(p + i);
-    }
 }
 
 /* stores f rounded to bf16 (pt_bf16, as pt_st) */
 template <bool VEC>
 static __device__ __forceinline__ void store_chunk(bf16 *p, const float f[8], int count)
 {
-    if (VEC) {
-        uint4 u;
-        __nv_bfloat162 *h2 = reinterpret_cast<__nv_bfloat162 *>(&u);
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            h2[i] = __halves2bfloat162(pt_bf16(f[2 * i]), pt_bf16(f[2 * i + 1]));
-        *reinterpret_cast<uint4 *>(p) = u;
-    } else {
+    if (VEC)
+        pt_st8(p, f);
+    else
         for (int i = 0; i < count; i++)
             pt_st(p + i, f[i]);
-    }
 }
 
 /* One warp per row. RES: res = inp1 + inp2 rounded to bf16 (written), then the norm of

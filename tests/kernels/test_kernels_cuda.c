@@ -673,6 +673,45 @@ static void test_matmuls(void)
     test_gemm(0, 1, 128, 64, 96);
 }
 
+/* A backend of the test's own, created with the environment variable var set to value
+ * (var NULL: the environment as it is; a backend reads its switches when it is created,
+ * and var is unset again after); NULL with the reason in err. */
+static pt_kernels *backend_with(const char *var, const char *value, char *err, size_t cap)
+{
+    if (var)
+        setenv(var, value, 1);
+    pt_kernels *kn = pt_kernels_cuda(0, err, cap);
+    if (var)
+        unsetenv(var);
+    return kn;
+}
+
+/* A backend of the test's own, as backend_with creates it (to run cases with a switch
+ * set, to reserve, or to record an error the shared GPU must not see), or NULL after a
+ * failed check that says why. */
+static pt_kernels *own_backend(const char *var, const char *value)
+{
+    char err[256] = "";
+    pt_kernels *kn = backend_with(var, value, err, sizeof err);
+    if (!kn && var)
+        fprintf(stderr, "%s=%s: %s\n", var, value, err);
+    else if (!kn)
+        fprintf(stderr, "pt_kernels_cuda: %s\n", err);
+    CHECK(kn != NULL);
+    return kn;
+}
+
+/* var=value names no mode: creating a backend fails, and the error names the setting. */
+static void check_bad_mode(const char *var, const char *value)
+{
+    char err[256] = "", want[128];
+    pt_kernels *kn = backend_with(var, value, err, sizeof err);
+    CHECK(kn == NULL);
+    snprintf(want, sizeof want, "%s=%s", var, value);
+    CHECK_STR_HAS(err, want);
+    pt_kernels_destroy(kn);
+}
+
 /* Runs cases with `second` as GPU, then destroys it. */
 static void cases_on(pt_kernels *second, void (*cases)(void))
 {
@@ -687,11 +726,7 @@ static void cases_on(pt_kernels *second, void (*cases)(void))
  * to 1 (a backend reads its switches when it is created). */
 static void with_backend_env(const char *var, void (*cases)(void))
 {
-    setenv(var, "1", 1);
-    char err[256];
-    pt_kernels *second = pt_kernels_cuda(0, err, sizeof err);
-    unsetenv(var);
-    CHECK(second != NULL);
+    pt_kernels *second = own_backend(var, "1");
     if (second)
         cases_on(second, cases);
 }
@@ -789,14 +824,7 @@ static void test_mlp_gelu(void)
 /* A second backend with PT_KCUDA_EPILOGUES=mode (a backend reads it when it is created). */
 static pt_kernels *epilogue_backend(const char *mode)
 {
-    char err[256] = "";
-    setenv("PT_KCUDA_EPILOGUES", mode, 1);
-    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
-    unsetenv("PT_KCUDA_EPILOGUES");
-    if (!kn)
-        fprintf(stderr, "PT_KCUDA_EPILOGUES=%s: %s\n", mode, err);
-    CHECK(kn != NULL);
-    return kn;
+    return own_backend("PT_KCUDA_EPILOGUES", mode);
 }
 
 static void epilogue_cases(void)
@@ -817,13 +845,7 @@ static void test_epilogue_modes(void)
         if (kn)
             cases_on(kn, epilogue_cases);
     }
-    char err[256] = "";
-    setenv("PT_KCUDA_EPILOGUES", "sometimes", 1);
-    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
-    unsetenv("PT_KCUDA_EPILOGUES");
-    CHECK(kn == NULL);
-    CHECK_STR_HAS(err, "PT_KCUDA_EPILOGUES=sometimes");
-    pt_kernels_destroy(kn);
+    check_bad_mode("PT_KCUDA_EPILOGUES", "sometimes");
 }
 
 #ifdef PT_CUDA_EMU
@@ -1189,9 +1211,7 @@ static void test_attention_simple(void)
 static pt_kernels *attention_backend(const char *mode)
 {
     char err[256] = "";
-    setenv("PT_KCUDA_ATTN", mode, 1);
-    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
-    unsetenv("PT_KCUDA_ATTN");
+    pt_kernels *kn = backend_with("PT_KCUDA_ATTN", mode, err, sizeof err);
     if (!kn && strstr(err, "built without cuDNN")) {
         printf("SKIPPED attention with PT_KCUDA_ATTN=%s: %s\n", mode, err);
         return NULL;
@@ -1232,14 +1252,9 @@ static void test_attention_cudnn(void) { with_attention("cudnn", attention_cudnn
  * path does not take (a partly visible causal block) is an error sync reports. */
 static void test_attention_mode_errors(void)
 {
-    char err[256] = "";
-    setenv("PT_KCUDA_ATTN", "bogus", 1);
-    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
-    unsetenv("PT_KCUDA_ATTN");
-    CHECK(kn == NULL);
-    CHECK_STR_HAS(err, "PT_KCUDA_ATTN=bogus");
-    pt_kernels_destroy(kn);
-    if (!(kn = attention_backend("cudnn")))
+    check_bad_mode("PT_KCUDA_ATTN", "bogus");
+    pt_kernels *kn = attention_backend("cudnn");
+    if (!kn)
         return;
     kn->attention_forward(kn, NULL, NULL, NULL, NULL, NULL, 1, 80, 100, 2, 2, 64, 30, 10, 1);
     CHECK(kn->sync(kn) == -1);
@@ -1631,14 +1646,12 @@ static void reserve_ln(pt_kernels *kn, int64_t n, int h)
  * at 16384 rows) covers n below rows. */
 static void test_reserve(void)
 {
-    char err[256] = "";
     CHECK(GPU->scratch_bytes && GPU->reserve);
     pt_k_scratch_shape big = {.rows = 16385, .cols = 1100, .adamw_tensors = 10};
     /* 2 · 256 chunks · 1100 fp32, and ten 64-byte descriptors */
     CHECK(pt_k_scratch_bytes(GPU, &big) == 2 * 256 * 1100 * 4 + 10 * 64);
 
-    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
-    CHECK(kn != NULL);
+    pt_kernels *kn = own_backend(NULL, NULL);
     if (!kn)
         return;
     pt_k_scratch_shape sh = {.rows = 256, .cols = 300, .heads = 4, .vocab_rows = 1000,
@@ -1685,9 +1698,7 @@ static void test_reserve(void)
     pt_kernels_destroy(kn);
 
     /* scratch beyond the reserve: an error, not a reallocation */
-    kn = pt_kernels_cuda(0, err, sizeof err);
-    CHECK(kn != NULL);
-    if (!kn)
+    if (!(kn = own_backend(NULL, NULL)))
         return;
     CHECK(kn->reserve(kn, &sh) == 0);
     CHECK(kn->sync(kn) == 0);
@@ -1698,9 +1709,7 @@ static void test_reserve(void)
 
     /* reserve again, larger, between steps; n = 16384 needs 256 chunks although
      * 16385 rows take 253: the bound holds */
-    kn = pt_kernels_cuda(0, err, sizeof err);
-    CHECK(kn != NULL);
-    if (!kn)
+    if (!(kn = own_backend(NULL, NULL)))
         return;
     CHECK(kn->reserve(kn, &sh) == 0);
     pt_k_scratch_shape grown = {.rows = 16385, .cols = 1100};
@@ -1809,8 +1818,7 @@ static void test_errors(void)
     CHECK(pt_kernels_cuda(9999, err, sizeof err) == NULL);
     CHECK_STR_HAS(err, "9999");
     /* a head dimension the kernels do not take: recorded, reported by sync */
-    pt_kernels *kn = pt_kernels_cuda(0, err, sizeof err);
-    CHECK(kn != NULL);
+    pt_kernels *kn = own_backend(NULL, NULL);
     if (!kn)
         return;
     kn->attention_forward(kn, NULL, NULL, NULL, NULL, NULL, 1, 4, 4, 1, 1, 200, 0, 0, 1);
@@ -1818,9 +1826,7 @@ static void test_errors(void)
     CHECK_STR_HAS(kn->err, "head dim");
     pt_kernels_destroy(kn);
     /* a timing event the pool never handed out */
-    kn = pt_kernels_cuda(0, err, sizeof err);
-    CHECK(kn != NULL);
-    if (!kn)
+    if (!(kn = own_backend(NULL, NULL)))
         return;
     int ev = -1, bad = 1000000;
     double ms;
