@@ -9,7 +9,6 @@
 #define PT_EMU_CUDA_BF16_H
 
 #include <stdint.h>
-#include <string.h>
 
 #include "pt_emu_types.h"
 
@@ -18,8 +17,7 @@ namespace pt_emu {
 /* fp32 -> bf16 bits, round to nearest even, NaN -> 0x7fff */
 inline uint16_t bf16_bits_rn(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    const uint32_t u = bit_cast<uint32_t>(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return 0x7fffu;
     const uint32_t lower = u & 0xffffu, upper = u >> 16;
@@ -29,13 +27,7 @@ inline uint16_t bf16_bits_rn(float f)
     return (uint16_t)upper;
 }
 
-inline float bf16_bits_to_float(uint16_t b)
-{
-    const uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+inline float bf16_bits_to_float(uint16_t b) { return bit_cast<float>((uint32_t)b << 16); }
 
 } // namespace pt_emu
 

@@ -56,12 +56,77 @@ constexpr uint32_t DEFAULT_ALIGN = 256;                  /* cuBLAS docs: the def
 constexpr uint32_t ALGO_MAX_ALIGN = 16;
 constexpr int ROWS = 64; /* rows of A per block of the product */
 
-template <typename T> cublasStatus_t put(T *field, const void *buf, size_t bytes)
+/* An object's Create: a new object holding init (NULL out: INVALID_VALUE). */
+template <typename T> cublasStatus_t create(T **out, const T &init)
 {
-    if (!buf || bytes != sizeof(T))
+    if (!out)
         return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(field, buf, sizeof(T));
+    *out = new T(init);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Where an attribute lives in its object, and its size: the attribute's type in
+ * cublasLt.h. at is NULL for an attribute the object lacks. */
+struct field {
+    void *at;
+    size_t bytes;
+};
+
+template <typename T> field field_of(T &member) { return field{&member, sizeof member}; }
+
+/* SetAttribute's rule: a known attribute and a buffer of exactly its size. */
+cublasStatus_t set_field(field f, const void *buf, size_t bytes)
+{
+    if (!f.at || !buf || bytes != f.bytes)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(f.at, buf, bytes);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* the attribute tables of the three descriptor objects, for Set and Get alike */
+field desc_field(cublasLtMatmulDescOpaque *d, cublasLtMatmulDescAttributes_t attr)
+{
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return field_of(d->compute);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return field_of(d->scale);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return field_of(d->pointer_mode);
+    case CUBLASLT_MATMUL_DESC_TRANSA: return field_of(d->transa);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return field_of(d->transb);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return field_of(d->epilogue);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return field_of(d->bias);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return field_of(d->bias_type);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return field_of(d->aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return field_of(d->aux_ld);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return field_of(d->aux_type);
+    }
+    return field{NULL, 0};
+}
+
+field layout_field(cublasLtMatrixLayoutOpaque *l, cublasLtMatrixLayoutAttribute_t attr)
+{
+    switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_TYPE: return field_of(l->type);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: return field_of(l->order);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS: return field_of(l->rows);
+    case CUBLASLT_MATRIX_LAYOUT_COLS: return field_of(l->cols);
+    case CUBLASLT_MATRIX_LAYOUT_LD: return field_of(l->ld);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return field_of(l->batch);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return field_of(l->stride);
+    }
+    return field{NULL, 0};
+}
+
+field pref_field(cublasLtMatmulPreferenceOpaque *p, cublasLtMatmulPreferenceAttributes_t attr)
+{
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return field_of(p->search);
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return field_of(p->max_workspace);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return field_of(p->align[0]);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return field_of(p->align[1]);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return field_of(p->align[2]);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return field_of(p->align[3]);
+    }
+    return field{NULL, 0};
 }
 
 size_t type_bytes(uint32_t t) { return t == CUDA_R_16BF ? 2 : 4; }
@@ -261,10 +326,7 @@ void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, f
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle)
 {
-    if (!handle)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *handle = new cublasLtContext{HANDLE_MAGIC};
-    return CUBLAS_STATUS_SUCCESS;
+    return create(handle, cublasLtContext{HANDLE_MAGIC});
 }
 
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle)
@@ -279,16 +341,13 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle)
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
                                         cudaDataType_t scale)
 {
-    if (!desc)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *desc = new cublasLtMatmulDescOpaque{(int32_t)compute,   (int32_t)scale,
-                                         CUBLASLT_POINTER_MODE_HOST,
-                                         CUBLAS_OP_N,        CUBLAS_OP_N,
-                                         CUBLASLT_EPILOGUE_DEFAULT,
-                                         NULL,               -1,
-                                         NULL,               0,
-                                         -1};
-    return CUBLAS_STATUS_SUCCESS;
+    return create(desc, cublasLtMatmulDescOpaque{(int32_t)compute,   (int32_t)scale,
+                                                 CUBLASLT_POINTER_MODE_HOST,
+                                                 CUBLAS_OP_N,        CUBLAS_OP_N,
+                                                 CUBLASLT_EPILOGUE_DEFAULT,
+                                                 NULL,               -1,
+                                                 NULL,               0,
+                                                 -1});
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc)
@@ -303,39 +362,13 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
 {
     if (!desc)
         return CUBLAS_STATUS_INVALID_VALUE;
-    switch (attr) {
-    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
-        return put(&desc->compute, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
-        return put(&desc->scale, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_POINTER_MODE: {
+    if (attr == CUBLASLT_MATMUL_DESC_POINTER_MODE) { /* one of the two modes, else unchanged */
         int32_t mode;
-        cublasStatus_t st = put(&mode, buf, bytes);
-        if (st == CUBLAS_STATUS_SUCCESS && mode != CUBLASLT_POINTER_MODE_HOST &&
-            mode != CUBLASLT_POINTER_MODE_DEVICE)
+        if (set_field(field_of(mode), buf, bytes) != CUBLAS_STATUS_SUCCESS ||
+            (mode != CUBLASLT_POINTER_MODE_HOST && mode != CUBLASLT_POINTER_MODE_DEVICE))
             return CUBLAS_STATUS_INVALID_VALUE;
-        if (st == CUBLAS_STATUS_SUCCESS)
-            desc->pointer_mode = mode;
-        return st;
     }
-    case CUBLASLT_MATMUL_DESC_TRANSA:
-        return put(&desc->transa, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_TRANSB:
-        return put(&desc->transb, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE:
-        return put(&desc->epilogue, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
-        return put(&desc->bias, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
-        return put(&desc->bias_type, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
-        return put(&desc->aux, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
-        return put(&desc->aux_ld, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
-        return put(&desc->aux_type, buf, bytes);
-    }
-    return CUBLAS_STATUS_INVALID_VALUE;
+    return set_field(desc_field(desc, attr), buf, bytes);
 }
 
 cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
@@ -344,44 +377,27 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
 {
     if (!desc)
         return CUBLAS_STATUS_INVALID_VALUE;
-    const void *src = NULL;
-    size_t size = 4;
-    switch (attr) {
-    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: src = &desc->compute; break;
-    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: src = &desc->scale; break;
-    case CUBLASLT_MATMUL_DESC_POINTER_MODE: src = &desc->pointer_mode; break;
-    case CUBLASLT_MATMUL_DESC_TRANSA: src = &desc->transa; break;
-    case CUBLASLT_MATMUL_DESC_TRANSB: src = &desc->transb; break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE: src = &desc->epilogue; break;
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: src = &desc->bias; size = sizeof(void *); break;
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: src = &desc->bias_type; break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: src = &desc->aux; size = sizeof(void *); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: src = &desc->aux_ld; size = 8; break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: src = &desc->aux_type; break;
-    }
-    if (!src)
+    const field f = desc_field(desc, attr);
+    if (!f.at)
         return CUBLAS_STATUS_INVALID_VALUE;
     /* documented: bytes = 0 asks for the size only */
     if (bytes == 0 && written) {
-        *written = size;
+        *written = f.bytes;
         return CUBLAS_STATUS_SUCCESS;
     }
-    if (!buf || bytes < size)
+    if (!buf || bytes < f.bytes)
         return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(buf, src, size);
+    memcpy(buf, f.at, f.bytes);
     if (written)
-        *written = size;
+        *written = f.bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld)
 {
-    if (!layout)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *layout = new cublasLtMatrixLayoutOpaque{(uint32_t)type, CUBLASLT_ORDER_COL, rows, cols, ld,
-                                             1, 0};
-    return CUBLAS_STATUS_SUCCESS;
+    return create(layout, cublasLtMatrixLayoutOpaque{(uint32_t)type, CUBLASLT_ORDER_COL, rows,
+                                                     cols, ld, 1, 0});
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout)
@@ -396,25 +412,13 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
 {
     if (!layout)
         return CUBLAS_STATUS_INVALID_VALUE;
-    switch (attr) {
-    case CUBLASLT_MATRIX_LAYOUT_TYPE: return put(&layout->type, buf, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_ORDER: return put(&layout->order, buf, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_ROWS: return put(&layout->rows, buf, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_COLS: return put(&layout->cols, buf, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_LD: return put(&layout->ld, buf, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return put(&layout->batch, buf, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return put(&layout->stride, buf, bytes);
-    }
-    return CUBLAS_STATUS_INVALID_VALUE;
+    return set_field(layout_field(layout, attr), buf, bytes);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
 {
-    if (!pref)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *pref = new cublasLtMatmulPreferenceOpaque{
-        0, 0, {DEFAULT_ALIGN, DEFAULT_ALIGN, DEFAULT_ALIGN, DEFAULT_ALIGN}};
-    return CUBLAS_STATUS_SUCCESS;
+    return create(pref, cublasLtMatmulPreferenceOpaque{
+                            0, 0, {DEFAULT_ALIGN, DEFAULT_ALIGN, DEFAULT_ALIGN, DEFAULT_ALIGN}});
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref)
@@ -429,15 +433,7 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 {
     if (!pref)
         return CUBLAS_STATUS_INVALID_VALUE;
-    switch (attr) {
-    case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return put(&pref->search, buf, bytes);
-    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return put(&pref->max_workspace, buf, bytes);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return put(&pref->align[0], buf, bytes);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return put(&pref->align[1], buf, bytes);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return put(&pref->align[2], buf, bytes);
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return put(&pref->align[3], buf, bytes);
-    }
-    return CUBLAS_STATUS_INVALID_VALUE;
+    return set_field(pref_field(pref, attr), buf, bytes);
 }
 
 /* ---- Heuristic and product ----------------------------------------------------------------------- */

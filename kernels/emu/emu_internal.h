@@ -50,7 +50,8 @@ cudaError_t set_error(cudaError_t e);
 /* Whether s is 0 (the legacy default stream) or a live stream. */
 bool stream_valid(cudaStream_t s);
 /* The sticky error, or cudaErrorInvalidResourceHandle for a bad stream, recorded for
- * cudaGetLastError; else cudaSuccess: what a library call (CUB) checks first. */
+ * cudaGetLastError; else cudaSuccess: what a call on a stream (the runtime's, CUB's)
+ * checks first. */
 cudaError_t library_call_check(cudaStream_t stream);
 /* The dynamic shared memory limit of kernel (cudaFuncSetAttribute, else 48 KiB). */
 size_t smem_limit(const void *kernel);

@@ -73,6 +73,31 @@ cudaError_t entry_check()
     return s;
 }
 
+/* Create and Destroy of a stream or an event: a handle is valid while it is in live. */
+template <typename T>
+cudaError_t handle_create(std::set<T *> &live, T **out, bool flags_ok, const T &init)
+{
+    if (cudaError_t e = entry_check())
+        return e;
+    if (!out || !flags_ok)
+        return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> lock(mu);
+    *out = new T(init);
+    live.insert(*out);
+    return cudaSuccess;
+}
+
+template <typename T> cudaError_t handle_destroy(std::set<T *> &live, T *h)
+{
+    if (cudaError_t e = entry_check())
+        return e;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!h || !live.erase(h))
+        return set_error(cudaErrorInvalidResourceHandle);
+    delete h;
+    return cudaSuccess;
+}
+
 } // namespace
 
 cudaError_t sticky_error() { return (cudaError_t)sticky.load(); }
@@ -337,10 +362,8 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream)
 {
-    if (cudaError_t e = entry_check())
+    if (cudaError_t e = library_call_check(stream))
         return e;
-    if (!stream_valid(stream))
-        return set_error(cudaErrorInvalidResourceHandle);
     if (!bytes)
         return cudaSuccess;
     if (!dst || !src)
@@ -380,10 +403,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream)
 {
-    if (cudaError_t e = entry_check())
+    if (cudaError_t e = library_call_check(stream))
         return e;
-    if (!stream_valid(stream))
-        return set_error(cudaErrorInvalidResourceHandle);
     if (!bytes)
         return cudaSuccess;
     {
@@ -404,14 +425,7 @@ cudaError_t cudaMemset(void *ptr, int value, size_t bytes)
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags)
 {
-    if (cudaError_t e = entry_check())
-        return e;
-    if (!stream || flags > cudaStreamNonBlocking)
-        return set_error(cudaErrorInvalidValue);
-    std::lock_guard<std::mutex> lock(mu);
-    *stream = new CUstream_st{flags};
-    streams.insert(*stream);
-    return cudaSuccess;
+    return handle_create(streams, stream, flags <= cudaStreamNonBlocking, CUstream_st{flags});
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *stream)
@@ -419,33 +433,17 @@ cudaError_t cudaStreamCreate(cudaStream_t *stream)
     return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
 }
 
-cudaError_t cudaStreamDestroy(cudaStream_t stream)
-{
-    if (cudaError_t e = entry_check())
-        return e;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!stream || !streams.erase(stream))
-        return set_error(cudaErrorInvalidResourceHandle);
-    delete stream;
-    return cudaSuccess;
-}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) { return handle_destroy(streams, stream); }
 
 /* every operation has finished when its call returns: a valid stream is always idle */
-cudaError_t cudaStreamSynchronize(cudaStream_t stream)
-{
-    if (cudaError_t e = entry_check())
-        return e;
-    return stream_valid(stream) ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
-}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return library_call_check(stream); }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags)
 {
-    if (cudaError_t e = entry_check())
+    if (cudaError_t e = library_call_check(stream))
         return e;
-    if (!stream_valid(stream))
-        return set_error(cudaErrorInvalidResourceHandle);
     std::lock_guard<std::mutex> lock(mu);
     if (!events.count(event))
         return set_error(cudaErrorInvalidResourceHandle);
@@ -454,14 +452,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags)
 {
-    if (cudaError_t e = entry_check())
-        return e;
-    if (!event || flags > (cudaEventBlockingSync | cudaEventDisableTiming))
-        return set_error(cudaErrorInvalidValue);
-    std::lock_guard<std::mutex> lock(mu);
-    *event = new CUevent_st{flags, false, 0.0};
-    events.insert(*event);
-    return cudaSuccess;
+    return handle_create(events, event, flags <= (cudaEventBlockingSync | cudaEventDisableTiming),
+                         CUevent_st{flags, false, 0.0});
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *event)
@@ -469,23 +461,12 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
     return cudaEventCreateWithFlags(event, cudaEventDefault);
 }
 
-cudaError_t cudaEventDestroy(cudaEvent_t event)
-{
-    if (cudaError_t e = entry_check())
-        return e;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!event || !events.erase(event))
-        return set_error(cudaErrorInvalidResourceHandle);
-    delete event;
-    return cudaSuccess;
-}
+cudaError_t cudaEventDestroy(cudaEvent_t event) { return handle_destroy(events, event); }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
-    if (cudaError_t e = entry_check())
+    if (cudaError_t e = library_call_check(stream))
         return e;
-    if (!stream_valid(stream))
-        return set_error(cudaErrorInvalidResourceHandle);
     std::lock_guard<std::mutex> lock(mu);
     if (!events.count(event))
         return set_error(cudaErrorInvalidResourceHandle);

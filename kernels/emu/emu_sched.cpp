@@ -492,32 +492,10 @@ void ldmatrix_trans_complete(exchange *x, uint32_t lanes)
     }
 }
 
-float bf16_lo(uint32_t v)
-{
-    const uint32_t u = v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-float bf16_hi(uint32_t v)
-{
-    const uint32_t u = v & 0xffff0000u;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-float as_float(uint32_t v)
-{
-    float f;
-    memcpy(&f, &v, 4);
-    return f;
-}
-uint32_t float_bits(float f)
-{
-    uint32_t v;
-    memcpy(&v, &f, 4);
-    return v;
-}
+float bf16_lo(uint32_t v) { return bit_cast<float>(v << 16); }
+float bf16_hi(uint32_t v) { return bit_cast<float>(v & 0xffff0000u); }
+float as_float(uint32_t v) { return bit_cast<float>(v); }
+uint32_t float_bits(float f) { return bit_cast<uint32_t>(f); }
 
 /* in[l] = a[0..3], b0, b1, c[0..3] of lane l; the layouts of pt_emu.h */
 void mma_complete(exchange *x, uint32_t lanes)

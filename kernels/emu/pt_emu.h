@@ -219,32 +219,12 @@ inline unsigned __ballot_sync(unsigned mask, int pred)
 inline int __any_sync(unsigned mask, int pred) { return (int)pt_emu::vote(mask, pred, pt_emu::VOTE_ANY); }
 inline int __all_sync(unsigned mask, int pred) { return (int)pt_emu::vote(mask, pred, pt_emu::VOTE_ALL); }
 
-inline unsigned __float_as_uint(float x)
-{
-    unsigned u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-inline float __uint_as_float(unsigned u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-inline int __float_as_int(float x) { return (int)__float_as_uint(x); }
-inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
-inline long long __double_as_longlong(double x)
-{
-    long long u;
-    memcpy(&u, &x, 8);
-    return u;
-}
-inline double __longlong_as_double(long long u)
-{
-    double x;
-    memcpy(&x, &u, 8);
-    return x;
-}
+inline unsigned __float_as_uint(float x) { return pt_emu::bit_cast<unsigned>(x); }
+inline float __uint_as_float(unsigned u) { return pt_emu::bit_cast<float>(u); }
+inline int __float_as_int(float x) { return pt_emu::bit_cast<int>(x); }
+inline float __int_as_float(int i) { return pt_emu::bit_cast<float>(i); }
+inline long long __double_as_longlong(double x) { return pt_emu::bit_cast<long long>(x); }
+inline double __longlong_as_double(long long u) { return pt_emu::bit_cast<double>(u); }
 
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 inline int __mulhi(int a, int b) { return (int)(((int64_t)a * b) >> 32); }

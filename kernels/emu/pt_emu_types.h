@@ -1,8 +1,9 @@
 /*
  * The CUDA emulator's basic types (kernels/emu/, the PT_CUDA_EMU build): the vector
  * types of CUDA's vector_types.h that kernels/cuda/ uses (uint3, dim3, float2, uint4,
- * ...), with CUDA's sizes and alignments, and the handle and error types that both the
- * device side (pt_emu.h) and the runtime (cuda_runtime.h) need. Written for this
+ * ...), with CUDA's sizes and alignments, the handle and error types that both the
+ * device side (pt_emu.h) and the runtime (cuda_runtime.h) need, and the bit cast that
+ * the intrinsics, the bf16 conversions and the scheduler's warp collectives share. Written for this
  * project from NVIDIA's documentation, not copied from the toolkit; host C++17 only.
  */
 #ifndef PT_EMU_TYPES_H
@@ -10,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- Vector types (CUDA Programming Guide, "Built-in Vector Types") ------------------- */
 
@@ -54,6 +56,21 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
 {
     return uint4{x, y, z, w};
 }
+
+/* ---- Bits ----------------------------------------------------------------------------- */
+
+namespace pt_emu {
+
+/* v's bits as a To of the same size (C++20's std::bit_cast) */
+template <typename To, typename From> inline To bit_cast(const From &v)
+{
+    static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+    To r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+} // namespace pt_emu
 
 /* ---- Errors and handles (CUDA Runtime API, "Data types") ------------------------------ */
 

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <vector>
 
 #include <cub/cub.cuh>
@@ -482,6 +483,19 @@ struct lt_case {
     int ta, tb, m, n, k, d_f32, bias, in_place, batch;
 };
 
+/* the end of a cuBLASLt test: its layouts, descriptors and device buffers (NULL: none) */
+static void lt_free(std::initializer_list<cublasLtMatrixLayout_t> layouts,
+                    std::initializer_list<cublasLtMatmulDesc_t> descs,
+                    std::initializer_list<const void *> bufs)
+{
+    for (cublasLtMatrixLayout_t l : layouts)
+        cublasLtMatrixLayoutDestroy(l);
+    for (cublasLtMatmulDesc_t d : descs)
+        cublasLtMatmulDescDestroy(d);
+    for (const void *b : bufs)
+        cudaFree((void *)b);
+}
+
 /* D = alpha · op(A) · op(B) + beta · C (+ bias) in double, column-major */
 static void lt_naive(const lt_case &c, const std::vector<float> &A, int lda,
                      const std::vector<float> &B, int ldb, const std::vector<float> &C, int ldc,
@@ -611,17 +625,7 @@ static void test_lt_case(cublasLtHandle_t lt, const lt_case &c)
         }
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(desc);
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dbias);
-    cudaFree(dC);
-    if (!c.in_place)
-        cudaFree(dD);
+    lt_free({la, lb, lc, ld}, {desc}, {dA, dB, dbias, dC, c.in_place ? NULL : dD});
 }
 
 /* the statuses cuBLASLt documents for bad arguments, and the alignment contract */
@@ -704,13 +708,66 @@ static void test_lt_errors(cublasLtHandle_t lt)
               CUBLAS_STATUS_INVALID_VALUE);
     CHECK_INT(found, 0);
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayout_t ls[] = {la, lb, ld, bad_ld, wide, lf32};
-    for (cublasLtMatrixLayout_t l : ls)
-        cublasLtMatrixLayoutDestroy(l);
+    lt_free({la, lb, ld, bad_ld, wide, lf32}, {desc}, {A, B, D});
+}
+
+/* the descriptors' attribute tables: a buffer of exactly the attribute's type, Get as Set
+ * left it, the size query; unknown attributes, NULL objects and outputs refused */
+static void test_lt_attributes()
+{
+    const cublasStatus_t BAD = CUBLAS_STATUS_INVALID_VALUE;
+    CHECK_INT(cublasLtCreate(NULL), BAD);
+    CHECK_INT(cublasLtMatmulDescCreate(NULL, CUBLAS_COMPUTE_32F, CUDA_R_32F), BAD);
+    cublasLtMatmulDesc_t desc;
+    CHECK_INT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), 0);
+    /* the pointer mode takes its two values only; a refused one leaves it as it was */
+    const int32_t device = CUBLASLT_POINTER_MODE_DEVICE, seven = 7;
+    const cublasLtMatmulDescAttributes_t mode = CUBLASLT_MATMUL_DESC_POINTER_MODE;
+    CHECK_INT(cublasLtMatmulDescSetAttribute(desc, mode, &device, sizeof device), 0);
+    CHECK_INT(cublasLtMatmulDescSetAttribute(desc, mode, &seven, sizeof seven), BAD);
+    CHECK_INT(cublasLtMatmulDescSetAttribute(desc, mode, NULL, sizeof seven), BAD);
+    int32_t got = -1;
+    size_t written = 0;
+    CHECK_INT(cublasLtMatmulDescGetAttribute(desc, mode, &got, sizeof got, &written), 0);
+    CHECK(got == CUBLASLT_POINTER_MODE_DEVICE && written == sizeof got);
+    CHECK_INT(cublasLtMatmulDescGetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, NULL, 0,
+                                             &written), 0);
+    CHECK(written == sizeof(void *));
+    CHECK_INT(cublasLtMatmulDescGetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &got,
+                                             sizeof got, &written), BAD); /* int64_t */
+    const cublasLtMatmulDescAttributes_t no_desc_attr = (cublasLtMatmulDescAttributes_t)5;
+    CHECK_INT(cublasLtMatmulDescSetAttribute(desc, no_desc_attr, &got, sizeof got), BAD);
+    CHECK_INT(cublasLtMatmulDescGetAttribute(desc, no_desc_attr, &got, sizeof got, &written), BAD);
+    CHECK_INT(cublasLtMatmulDescGetAttribute(NULL, mode, &got, sizeof got, &written), BAD);
+    CHECK_INT(cublasLtMatmulDescSetAttribute(NULL, mode, &device, sizeof device), BAD);
     cublasLtMatmulDescDestroy(desc);
-    cudaFree(A);
-    cudaFree(B);
-    cudaFree(D);
+
+    cublasLtMatrixLayout_t l;
+    CHECK_INT(cublasLtMatrixLayoutCreate(NULL, CUDA_R_16BF, 4, 4, 4), BAD);
+    CHECK_INT(cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, 4, 4, 4), 0);
+    const uint64_t rows = 8;
+    const int32_t rows32 = 8;
+    CHECK_INT(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof rows),
+              0);
+    CHECK_INT(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows32,
+                                               sizeof rows32), BAD);
+    CHECK_INT(cublasLtMatrixLayoutSetAttribute(l, (cublasLtMatrixLayoutAttribute_t)7, &rows,
+                                               sizeof rows), BAD);
+    CHECK_INT(cublasLtMatrixLayoutSetAttribute(NULL, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows,
+                                               sizeof rows), BAD);
+    cublasLtMatrixLayoutDestroy(l);
+
+    cublasLtMatmulPreference_t pref;
+    CHECK_INT(cublasLtMatmulPreferenceCreate(NULL), BAD);
+    CHECK_INT(cublasLtMatmulPreferenceCreate(&pref), 0);
+    const uint64_t ws = 1 << 20;
+    const cublasLtMatmulPreferenceAttributes_t max_ws = CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
+    CHECK_INT(cublasLtMatmulPreferenceSetAttribute(pref, max_ws, &ws, sizeof ws), 0);
+    CHECK_INT(cublasLtMatmulPreferenceSetAttribute(pref, max_ws, &rows32, sizeof rows32), BAD);
+    CHECK_INT(cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)2,
+                                                   &rows32, sizeof rows32), BAD);
+    CHECK_INT(cublasLtMatmulPreferenceSetAttribute(NULL, max_ws, &ws, sizeof ws), BAD);
+    cublasLtMatmulPreferenceDestroy(pref);
 }
 
 /* ---- cuBLASLt's epilogues ---------------------------------------------------------------- */
@@ -755,16 +812,7 @@ struct epi_fixture {
         cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, N, K);
         cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, M, N, M);
     }
-    ~epi_fixture()
-    {
-        cublasLtMatrixLayoutDestroy(la);
-        cublasLtMatrixLayoutDestroy(lb);
-        cublasLtMatrixLayoutDestroy(ld);
-        cublasLtMatmulDescDestroy(desc);
-        const void *bufs[] = {dA, dB, dbias, dpre, dD};
-        for (const void *b : bufs)
-            cudaFree((void *)b);
-    }
+    ~epi_fixture() { lt_free({la, lb, ld}, {desc}, {dA, dB, dbias, dpre, dD}); }
     static uint16_t *upload(const std::vector<float> &v)
     {
         std::vector<uint16_t> h(v.size());
@@ -933,14 +981,7 @@ static void test_lt_bgradb(cublasLtHandle_t lt)
     }
     CHECK_INT(bad, 0);
     CHECK(memcmp(d1.data(), d2.data(), M * N * 4) == 0);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(plain);
-    cublasLtMatmulDescDestroy(desc);
-    const void *bufs[] = {dA, dB, dC, dC2, grad};
-    for (const void *b : bufs)
-        cudaFree((void *)b);
+    lt_free({la, lb, lc}, {plain, desc}, {dA, dB, dC, dC2, grad});
 }
 
 /* the aux matrix's rules: leading dimension a multiple of 8 and at least D's rows, a
@@ -1005,6 +1046,7 @@ static void test_cublaslt()
     test_lt_case(lt, lt_case{0, 1, 65, 17, 40, 0, 1, 1, 1}); /* in place, bias */
     test_lt_case(lt, lt_case{1, 0, 12, 5, 7, 1, 0, 0, 3});   /* strided batches */
     test_lt_errors(lt);
+    test_lt_attributes();
     test_lt_gelu_aux(lt);
     test_lt_dgelu(lt);
     test_lt_bgradb(lt);
@@ -1189,6 +1231,15 @@ static void test_runtime()
     CHECK_INT(cudaStreamDestroy(st), cudaSuccess);
     CHECK_INT(cudaStreamSynchronize(st), cudaErrorInvalidResourceHandle);
     CHECK_INT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+    /* a destroyed stream is refused by the calls on it; flags outside the documented ones */
+    CHECK_INT(cudaStreamDestroy(st), cudaErrorInvalidResourceHandle);
+    CHECK_INT(cudaMemsetAsync(out, 0, 4, st), cudaErrorInvalidResourceHandle);
+    CHECK_INT(cudaMemcpyAsync(out, out + 1, 4, cudaMemcpyDeviceToDevice, st),
+              cudaErrorInvalidResourceHandle);
+    CHECK_INT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking + 1), cudaErrorInvalidValue);
+    CHECK_INT(cudaStreamCreateWithFlags(NULL, cudaStreamDefault), cudaErrorInvalidValue);
+    CHECK_INT(cudaEventCreateWithFlags(&e0, 4), cudaErrorInvalidValue);
+    CHECK_INT(cudaGetLastError(), cudaErrorInvalidValue);
     cudaFree(out);
 }
 
