@@ -1,20 +1,26 @@
 /*
- * Checkpoint directories: meta.json (what wrote the checkpoint and where training
- * stands), next to the safetensors files of parameters and per-rank optimizer state
- * that the trainer writes with pt_st_write (safetensors.c). This file owns meta.json
- * and the way a checkpoint replaces the previous ones: everything is written into
- * <dir>.tmp-<pid> and synced; only when that is complete does commit move the kept
- * ones a place down (<dir>.<keep-1> aside to <dir>.old-<pid>, ..., <dir> to <dir>.1),
- * rename the new one to <dir>, sync the parent folder and remove the one moved aside.
- * Each move is one rename, so a kill at any moment leaves every complete checkpoint
- * under one of the names pt_ckpt_find searches (<dir>, <dir>.<N>, <dir>.tmp-<pid>,
- * <dir>.old-<pid>), never a half-written one under <dir>: meta.json is written last
- * and removed first.
+ * Checkpoint directories, the Megatron-LM way (megatron/training/checkpointing.py: one
+ * iter_NNNNNNN folder per saved iteration, and latest_checkpointed_iteration.txt, the
+ * tracker, written last): under the --checkpoint folder DIR, one folder per step,
+ * DIR/step_NNNNNNNN, holding meta.json (what wrote it, the model, the training
+ * settings, where training stands) beside the safetensors files of whole tensors the
+ * trainer writes (trainer_ckpt.c), and DIR/latest_checkpointed_iteration.txt naming the
+ * newest step.
  *
- * Nothing that is not ours is moved or removed: a folder is ours when it holds only a
- * checkpoint's file names and (for <dir> and the kept copies) a meta.json this build
- * reads, or nothing at all. The next commit removes the orphaned temporaries of killed
- * runs, when they are ours, their process is gone and they are not newer.
+ * A step is written into DIR/step_N.tmp-<pid> and synced; commit renames it to
+ * DIR/step_N (a checkpoint of the same step already there is moved aside to
+ * step_N.old-<pid> first and removed after), syncs DIR, then rewrites the tracker
+ * (atomically) and removes the steps beyond --keep. Each move is one rename and
+ * meta.json is written last and removed first, so a kill at any moment leaves every
+ * complete checkpoint where pt_ckpt_find looks, never a half-written one under a
+ * step_N name. pt_ckpt_find trusts the tracker when the step it names is complete and
+ * otherwise takes the newest complete step folder.
+ *
+ * Nothing that is not ours is moved or removed: a step folder is ours when it holds
+ * only a checkpoint's file names and a meta.json this build reads (or nothing), and
+ * DIR is ours when it holds only the tracker, step folders that are ours and their
+ * temporaries. The next commit removes the orphaned temporaries of killed runs, when
+ * they are ours, their process is gone and they are not newer.
  */
 #include "runtime.h"
 #include "specjson.h"
@@ -33,20 +39,20 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The meta.json format this build writes and reads; a change of its fields bumps it. */
-enum { CKPT_FORMAT_VERSION = 1, CKPT_PATH_MAX = 4096 };
+/* The meta.json format this build writes and reads; a change of its fields bumps it.
+ * 1: one folder per checkpoint, state per rank (ptrun before the whole-tensor format). */
+enum { CKPT_FORMAT_VERSION = 2, CKPT_PATH_MAX = 4096 };
 
-static const char *const ckpt_fields[] = {"format_version", "layout", "step", "data_pos",
-                                          "config_hash", "world", "created_at"};
+#define CKPT_TRACKER "latest_checkpointed_iteration.txt"
+
+static const char *const ckpt_fields[] = {
+    "format_version", "step", "data_pos", "world", "layout", "config_hash", "plan_hash",
+    "created_at", "model", "training", NULL};
+static const char *const ckpt_training_fields[] = {
+    "steps", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "dropout", "seed",
+    "data", "global_batch", "precision", "train_tokens", NULL};
 
 /* ---- Files and directories --------------------------------------------------------- */
-
-/* Writes text to path through a temporary file renamed when complete (the project's
- * one atomic writer, planner/specjson.c). */
-static int ckpt_write_atomic(const char *path, const char *text, pt_err *err)
-{
-    return pt_file_write_atomic(path, text, strlen(text), err);
-}
 
 /* Removes path: a file or link, or a directory with everything in it (links are
  * removed, not followed). Returns -1 with errno set when something stays. */
@@ -85,26 +91,34 @@ static int ckpt_exists(const char *path)
     return lstat(path, &st) == 0;
 }
 
-/* dir without trailing slashes, so that "<dir>.tmp-<pid>" is a sibling of dir; short
- * enough for the siblings' suffixes and for "/meta.json". */
+static int ckpt_is_dir(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* dir without trailing slashes; short enough for a step folder's name and its files. */
 static int ckpt_base(const char *dir, char *out, pt_err *err)
 {
     size_t len = dir ? strlen(dir) : 0;
     while (len > 1 && dir[len - 1] == '/')
         len--;
-    if (len == 0 || len >= CKPT_PATH_MAX - 64)
+    if (len == 0 || len >= CKPT_PATH_MAX - 128)
         return pt_err_set(err, "checkpoint directory '%s': empty or too long", dir ? dir : "");
     memcpy(out, dir, len);
     out[len] = '\0';
     return 0;
 }
 
-/* "<base>.<what>-<pid>" */
-static int ckpt_sibling(const char *base, const char *what, char *out, pt_err *err)
+/* "<base>/step_<8 digits>" and its sibling "<that>.<what>-<pid>" (what NULL: none);
+ * base is short enough for them (ckpt_base), else out is "". */
+static void ckpt_step_path(const char *base, int64_t step, const char *what, char *out)
 {
-    if (snprintf(out, CKPT_PATH_MAX, "%s.%s-%ld", base, what, (long)getpid()) >= CKPT_PATH_MAX)
-        return pt_err_set(err, "checkpoint directory '%s': path too long", base);
-    return 0;
+    int n = what ? snprintf(out, CKPT_PATH_MAX, "%s/step_%08" PRId64 ".%s-%ld", base, step,
+                            what, (long)getpid())
+                 : snprintf(out, CKPT_PATH_MAX, "%s/step_%08" PRId64, base, step);
+    if (n < 0 || n >= CKPT_PATH_MAX)
+        out[0] = '\0';
 }
 
 /* ---- meta.json: writing ------------------------------------------------------------ */
@@ -127,12 +141,18 @@ static int ckpt_meta_check(const char *path, const pt_ckpt_meta *m, pt_err *err)
         !ckpt_hash_ok(m->config_hash))
         return pt_err_set(err, "%s: field 'config_hash': expected 1 to 16 hexadecimal digits",
                           path);
+    if (memchr(m->plan_hash, '\0', sizeof m->plan_hash) == NULL || !ckpt_hash_ok(m->plan_hash))
+        return pt_err_set(err, "%s: field 'plan_hash': expected 1 to 16 hexadecimal digits",
+                          path);
     if (m->step < 0 || m->data_pos < 0)
         return pt_err_set(err, "%s: field 'step' = %" PRId64 ", 'data_pos' = %" PRId64 ": "
                           "expected values >= 0", path, m->step, m->data_pos);
     if (m->world < 1)
         return pt_err_set(err, "%s: field 'world' = %" PRId64 ": expected at least 1", path,
                           m->world);
+    if (memchr(m->precision, '\0', sizeof m->precision) == NULL ||
+        memchr(m->run.data, '\0', sizeof m->run.data) == NULL)
+        return pt_err_set(err, "%s: field 'training': unterminated string", path);
     return 0;
 }
 
@@ -145,6 +165,19 @@ static void ckpt_now(char *buf, size_t cap)
         snprintf(buf, cap, "unknown");
 }
 
+static json_t *ckpt_training_json(const pt_ckpt_meta *m)
+{
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)m->run.seed);
+    return json_pack("{s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:s, s:s, s:I, s:s, s:I}", "steps",
+                     (json_int_t)m->run.steps, "lr", m->run.lr, "min_lr", m->run.min_lr,
+                     "warmup_steps", (json_int_t)m->run.warmup_steps, "weight_decay",
+                     m->run.weight_decay, "grad_clip", m->run.grad_clip, "dropout",
+                     m->run.dropout, "seed", seed, "data", m->run.data, "global_batch",
+                     (json_int_t)m->global_batch, "precision", m->precision, "train_tokens",
+                     (json_int_t)m->train_tokens);
+}
+
 int pt_ckpt_meta_write(const char *dir, const pt_ckpt_meta *m, pt_err *err)
 {
     char path[CKPT_PATH_MAX], created[32];
@@ -152,118 +185,75 @@ int pt_ckpt_meta_write(const char *dir, const pt_ckpt_meta *m, pt_err *err)
         return pt_err_set(err, "%s: path too long", dir);
     if (ckpt_meta_check(path, m, err) != 0)
         return -1;
-    ckpt_now(created, sizeof created);
-    json_t *o = json_pack("{s:i, s:s, s:I, s:I, s:s, s:I, s:s}", "format_version",
-                          CKPT_FORMAT_VERSION, "layout", m->layout, "step", (json_int_t)m->step,
-                          "data_pos", (json_int_t)m->data_pos, "config_hash", m->config_hash,
-                          "world", (json_int_t)m->world, "created_at", created);
-    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (m->created_at[0] && memchr(m->created_at, '\0', sizeof m->created_at))
+        snprintf(created, sizeof created, "%s", m->created_at);
+    else
+        ckpt_now(created, sizeof created);
+    json_t *o = json_pack("{s:i, s:I, s:I, s:I, s:s, s:s, s:s, s:s}", "format_version",
+                          CKPT_FORMAT_VERSION, "step", (json_int_t)m->step, "data_pos",
+                          (json_int_t)m->data_pos, "world", (json_int_t)m->world, "layout",
+                          m->layout, "config_hash", m->config_hash, "plan_hash", m->plan_hash,
+                          "created_at", created);
+    int bad = !o || pt_json_set(o, "model", pt_model_json_obj(&m->model)) ||
+              pt_json_set(o, "training", ckpt_training_json(m));
+    char *text = bad ? NULL : pt_json_dump(o);
     json_decref(o);
     if (!text)
-        return pt_err_set(err, "%s: cannot format (layout not valid UTF-8?)", path);
-    size_t len = strlen(text);
-    char *line = realloc(text, len + 2);
-    if (!line) {
-        free(text);
-        return pt_err_set(err, "%s: out of memory", path);
-    }
-    memcpy(line + len, "\n", 2);
-    int rc = ckpt_write_atomic(path, line, err);
-    free(line);
+        return pt_err_set(err, "%s: cannot format (a string not valid UTF-8?)", path);
+    int rc = pt_file_write_atomic(path, text, strlen(text), err);
+    free(text);
     return rc;
 }
 
 /* ---- meta.json: reading ------------------------------------------------------------ */
 
-static const char *ckpt_type(const json_t *v)
+static int ckpt_get_min(const pt_json_obj *o, const char *key, int64_t min, int64_t *out,
+                        pt_err *err)
 {
-    static const char *const names[] = {"an object", "an array", "a string", "an integer",
-                                        "a real", "true", "false", "null"};
-    return names[json_typeof(v)];
-}
-
-static const json_t *ckpt_field(const char *path, const json_t *o, const char *name,
-                                pt_err *err)
-{
-    const json_t *v = json_object_get(o, name);
-    if (!v)
-        pt_err_set(err, "%s: missing field '%s'", path, name);
-    return v;
-}
-
-static int ckpt_get_int(const char *path, const json_t *o, const char *name, int64_t min,
-                        int64_t *out, pt_err *err)
-{
-    const json_t *v = ckpt_field(path, o, name, err);
-    if (!v)
+    if (pt_json_get_int(o, key, out, err))
         return -1;
-    if (!json_is_integer(v))
-        return pt_err_set(err, "%s: field '%s': expected an integer, got %s", path, name,
-                          ckpt_type(v));
-    if (json_integer_value(v) < min)
-        return pt_err_set(err, "%s: field '%s' = %" JSON_INTEGER_FORMAT ": expected at least "
-                          "%" PRId64, path, name, json_integer_value(v), min);
-    *out = (int64_t)json_integer_value(v);
+    if (*out < min)
+        return pt_err_set(err, "%s: field '%s' = %" PRId64 ": expected at least %" PRId64,
+                          o->origin, key, *out, min);
     return 0;
 }
 
-static int ckpt_get_str(const char *path, const json_t *o, const char *name, char *out,
-                        size_t cap, pt_err *err)
+static int ckpt_get_hash(const pt_json_obj *o, const char *key, char out[17], pt_err *err)
 {
-    const json_t *v = ckpt_field(path, o, name, err);
-    if (!v)
+    char buf[64];
+    if (pt_json_get_string(o, key, buf, sizeof buf, err))
         return -1;
-    if (!json_is_string(v))
-        return pt_err_set(err, "%s: field '%s': expected a string, got %s", path, name,
-                          ckpt_type(v));
-    if (json_string_length(v) >= cap || json_string_length(v) == 0)
-        return pt_err_set(err, "%s: field '%s': empty or longer than %zu bytes", path, name,
-                          cap - 1);
-    memcpy(out, json_string_value(v), json_string_length(v) + 1);
+    if (!ckpt_hash_ok(buf))
+        return pt_err_set(err, "%s: field '%s' = \"%.20s\": expected 1 to 16 hexadecimal "
+                          "digits", o->origin, key, buf);
+    memcpy(out, buf, strlen(buf) + 1);
     return 0;
 }
 
-/* Every field is one this format has; a misspelt one would otherwise go unnoticed. */
-static int ckpt_known_fields(const char *path, const json_t *o, pt_err *err)
+static int ckpt_training_read(const pt_json_obj *top, pt_ckpt_meta *m, pt_err *err)
 {
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)o, key, v) {
-        size_t i = 0, n = sizeof ckpt_fields / sizeof ckpt_fields[0];
-        while (i < n && strcmp(key, ckpt_fields[i]) != 0)
-            i++;
-        if (i == n)
-            return pt_err_set(err, "%s: unknown field '%.64s' (expected format_version, "
-                              "layout, step, data_pos, config_hash, world, created_at)",
-                              path, key);
-    }
-    return 0;
-}
-
-static int ckpt_meta_parse(const char *path, const json_t *o, pt_ckpt_meta *m, pt_err *err)
-{
-    int64_t version;
-    char created[64];
-    if (!json_is_object(o))
-        return pt_err_set(err, "%s: expected a JSON object at the top level, got %s", path,
-                          ckpt_type(o));
-    if (ckpt_get_int(path, o, "format_version", 0, &version, err) != 0)
+    pt_json_obj t;
+    char seed[32], *end;
+    if (pt_json_get_object(top, "training", ckpt_training_fields, &t, err) ||
+        ckpt_get_min(&t, "steps", 0, &m->run.steps, err) ||
+        pt_json_get_real(&t, "lr", &m->run.lr, err) ||
+        pt_json_get_real(&t, "min_lr", &m->run.min_lr, err) ||
+        ckpt_get_min(&t, "warmup_steps", 0, &m->run.warmup_steps, err) ||
+        pt_json_get_real(&t, "weight_decay", &m->run.weight_decay, err) ||
+        pt_json_get_real(&t, "grad_clip", &m->run.grad_clip, err) ||
+        pt_json_get_real(&t, "dropout", &m->run.dropout, err) ||
+        pt_json_get_string(&t, "seed", seed, sizeof seed, err) ||
+        pt_json_get_string(&t, "data", m->run.data, sizeof m->run.data, err) ||
+        ckpt_get_min(&t, "global_batch", 1, &m->global_batch, err) ||
+        pt_json_get_string(&t, "precision", m->precision, sizeof m->precision, err) ||
+        ckpt_get_min(&t, "train_tokens", 0, &m->train_tokens, err))
         return -1;
-    if (version != CKPT_FORMAT_VERSION)
-        return pt_err_set(err, "%s: format_version %" PRId64 " is not the one this build "
-                          "reads (%d)", path, version, CKPT_FORMAT_VERSION);
-    m->format_version = (int)version;
-    if (ckpt_known_fields(path, o, err) != 0 ||
-        ckpt_get_str(path, o, "layout", m->layout, sizeof m->layout, err) != 0 ||
-        ckpt_get_int(path, o, "step", 0, &m->step, err) != 0 ||
-        ckpt_get_int(path, o, "data_pos", 0, &m->data_pos, err) != 0 ||
-        ckpt_get_str(path, o, "config_hash", m->config_hash, sizeof m->config_hash, err) != 0 ||
-        ckpt_get_int(path, o, "world", 1, &m->world, err) != 0 ||
-        ckpt_get_str(path, o, "created_at", created, sizeof created, err) != 0)
-        return -1;
-    if (!ckpt_hash_ok(m->config_hash))
-        return pt_err_set(err, "%s: field 'config_hash' = \"%s\": expected hexadecimal digits",
-                          path, m->config_hash);
+    errno = 0;
+    unsigned long long v = strtoull(seed, &end, 10);
+    if (!isdigit((unsigned char)seed[0]) || *end || errno)
+        return pt_err_set(err, "%s: field 'training.seed' = \"%s\": expected a decimal "
+                          "unsigned 64-bit integer", top->origin, seed);
+    m->run.seed = v;
     return 0;
 }
 
@@ -272,18 +262,40 @@ int pt_ckpt_meta_read(const char *dir, pt_ckpt_meta *m, pt_err *err)
     char path[CKPT_PATH_MAX];
     if (snprintf(path, sizeof path, "%s/meta.json", dir) >= (int)sizeof path)
         return pt_err_set(err, "%s: path too long", dir);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
-    json_error_t je;
-    json_t *o = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
-    fclose(fp);
-    if (!o)
-        return pt_err_set(err, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+    char *text = pt_json_read_file(path, err);
+    if (!text)
+        return -1;
+    pt_json_obj top, mo;
+    json_t *root = pt_json_parse_object(text, path, &top, err);
+    free(text);
+    if (!root)
+        return -1;
     memset(m, 0, sizeof *m);
-    int rc = ckpt_meta_parse(path, o, m, err);
-    json_decref(o);
-    return rc;
+    int64_t version = 0;
+    int rc = pt_json_get_int(&top, "format_version", &version, err);
+    if (rc == 0 && version != CKPT_FORMAT_VERSION)
+        rc = pt_err_set(err, "%s: format_version %" PRId64 " is not the one this build reads "
+                        "(%d)%s", path, version, CKPT_FORMAT_VERSION,
+                        version == 1 ? ": a checkpoint of an older ptrun, which kept each "
+                                       "rank's state in its own layout; it cannot be read "
+                                       "into whole tensors"
+                                     : "");
+    m->format_version = (int)version;
+    if (rc == 0)
+        rc = pt_json_check_keys(&top, ckpt_fields, err) ||
+             ckpt_get_min(&top, "step", 0, &m->step, err) ||
+             ckpt_get_min(&top, "data_pos", 0, &m->data_pos, err) ||
+             ckpt_get_min(&top, "world", 1, &m->world, err) ||
+             pt_json_get_string(&top, "layout", m->layout, sizeof m->layout, err) ||
+             ckpt_get_hash(&top, "config_hash", m->config_hash, err) ||
+             ckpt_get_hash(&top, "plan_hash", m->plan_hash, err) ||
+             pt_json_get_string(&top, "created_at", m->created_at, sizeof m->created_at, err) ||
+             pt_json_get_object(&top, "model", NULL, &mo, err) ||
+             pt_model_read_obj(&mo, &m->model, err) || ckpt_training_read(&top, m, err);
+    if (rc == 0 && m->layout[0] == '\0')
+        rc = pt_err_set(err, "%s: field 'layout' is empty", path);
+    json_decref(root);
+    return rc ? -1 : 0;
 }
 
 /* ---- What is ours --------------------------------------------------------------------- */
@@ -299,21 +311,43 @@ static int ckpt_digits(const char *s)
     return 1;
 }
 
-/* name = prefix + digits + suffix */
-static int ckpt_numbered(const char *name, const char *prefix, const char *suffix)
+/* name = prefix + digits + suffix; *value: the number (NULL: not wanted). */
+static int ckpt_numbered(const char *name, const char *prefix, const char *suffix,
+                         int64_t *value)
 {
     size_t p = strlen(prefix), n = strlen(name), q = strlen(suffix);
-    if (n <= p + q || strncmp(name, prefix, p) != 0 || strcmp(name + n - q, suffix) != 0)
+    if (n <= p + q || n - p - q > 18 || strncmp(name, prefix, p) != 0 ||
+        strcmp(name + n - q, suffix) != 0)
         return 0;
-    for (size_t i = p; i < n - q; i++)
+    int64_t v = 0;
+    for (size_t i = p; i < n - q; i++) {
         if (!isdigit((unsigned char)name[i]))
             return 0;
+        v = v * 10 + (name[i] - '0');
+    }
+    if (value)
+        *value = v;
     return 1;
 }
 
-/* A file name a checkpoint holds: meta.json, model.safetensors, model_rank<N>.safetensors,
- * optim_rank<N>.safetensors (the names runtime/trainer_ckpt.c's state_paths gives), or one of
- * those with the ".tmp-<pid>" of a file being written. */
+/* "model-00001-of-00004.safetensors" (Hugging Face's shard names) for `kind`. */
+static int ckpt_shard_name(const char *name, const char *kind)
+{
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "%s-", kind);
+    const char *of = strstr(name, "-of-");
+    if (!of || (size_t)(of - name) >= 64)
+        return 0;
+    char first[64];
+    memcpy(first, name, (size_t)(of - name));
+    first[of - name] = '\0';
+    return ckpt_numbered(first, prefix, "", NULL) &&
+           ckpt_numbered(of + 1, "of-", ".safetensors", NULL);
+}
+
+/* A file name a step folder holds (trainer_ckpt.c writes them): meta.json, the model's
+ * and the optimizer's index and shards, or one of those with the ".tmp-<pid>" of a file
+ * being written. */
 static int ckpt_our_file(const char *name)
 {
     char plain[256];
@@ -323,18 +357,17 @@ static int ckpt_our_file(const char *name)
         return 0;
     memcpy(plain, name, len);
     plain[len] = '\0';
-    return strcmp(plain, "meta.json") == 0 || strcmp(plain, "model.safetensors") == 0 ||
-           ckpt_numbered(plain, "model_rank", ".safetensors") ||
-           ckpt_numbered(plain, "optim_rank", ".safetensors");
+    return strcmp(plain, "meta.json") == 0 || strcmp(plain, "model.safetensors.index.json") == 0 ||
+           strcmp(plain, "optim.safetensors.index.json") == 0 ||
+           ckpt_shard_name(plain, "model") || ckpt_shard_name(plain, "optim");
 }
 
 /* Whether path is a folder (not a link) that holds only a checkpoint's files; *files
  * is how many it holds. */
 static int ckpt_only_ours(const char *path, int *files)
 {
-    struct stat st;
     *files = 0;
-    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (!ckpt_is_dir(path))
         return 0;
     DIR *d = opendir(path);
     if (!d)
@@ -351,8 +384,8 @@ static int ckpt_only_ours(const char *path, int *files)
     return ours;
 }
 
-/* A checkpoint folder ptrun wrote: only a checkpoint's files, and a meta.json this
- * build reads; or an empty folder, which holds nothing to lose. */
+/* A step folder ptrun wrote: only a checkpoint's files, and a meta.json this build
+ * reads; or an empty folder, which holds nothing to lose. */
 static int ckpt_is_ours(const char *path)
 {
     pt_ckpt_meta m;
@@ -361,6 +394,62 @@ static int ckpt_is_ours(const char *path)
     if (!ckpt_only_ours(path, &files))
         return 0;
     return files == 0 || pt_ckpt_meta_read(path, &m, &ignored) == 0;
+}
+
+/* What an entry of the checkpoint folder is. */
+enum { ENT_OTHER, ENT_TRACKER, ENT_STEP, ENT_TMP, ENT_OLD };
+
+/* step_N, step_N.tmp-<pid>, step_N.old-<pid>, the tracker (and its temporary);
+ * *step and *pid where they apply. */
+static int ckpt_entry(const char *name, int64_t *step, long *pid)
+{
+    *step = -1;
+    *pid = 0;
+    size_t tl = strlen(CKPT_TRACKER);
+    if (strcmp(name, CKPT_TRACKER) == 0 ||
+        (strncmp(name, CKPT_TRACKER, tl) == 0 && strncmp(name + tl, ".tmp-", 5) == 0 &&
+         ckpt_digits(name + tl + 5)))
+        return ENT_TRACKER;
+    if (ckpt_numbered(name, "step_", "", step))
+        return ENT_STEP;
+    const char *dot = strchr(name, '.');
+    if (!dot || (size_t)(dot - name) >= 64)
+        return ENT_OTHER;
+    char stem[64];
+    memcpy(stem, name, (size_t)(dot - name));
+    stem[dot - name] = '\0';
+    if (!ckpt_numbered(stem, "step_", "", step) || strlen(dot) < 6 || !ckpt_digits(dot + 5))
+        return ENT_OTHER;
+    *pid = strtol(dot + 5, NULL, 10);
+    return strncmp(dot, ".tmp-", 5) == 0 ? ENT_TMP : strncmp(dot, ".old-", 5) == 0 ? ENT_OLD
+                                                                                  : ENT_OTHER;
+}
+
+/* Calls visit for every entry of the checkpoint folder base with its kind; stops when
+ * visit returns non-zero and returns that. */
+static int ckpt_entries(const char *base,
+                        int (*visit)(const char *path, int kind, int64_t step, long pid,
+                                     void *ctx),
+                        void *ctx)
+{
+    DIR *d = opendir(base);
+    if (!d)
+        return 0;
+    int rc = 0;
+    const struct dirent *e;
+    char path[CKPT_PATH_MAX];
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        int64_t step;
+        long pid;
+        int kind = ckpt_entry(e->d_name, &step, &pid);
+        if (snprintf(path, sizeof path, "%s/%s", base, e->d_name) >= (int)sizeof path)
+            kind = ENT_OTHER;
+        rc = visit(path, kind, step, pid, ctx);
+    }
+    closedir(d);
+    return rc;
 }
 
 /* ---- Durability ------------------------------------------------------------------------ */
@@ -420,50 +509,11 @@ int pt_path_writable(const char *path, pt_err *err)
     return 0;
 }
 
-/* ---- Siblings: the kept copies and the temporaries of commits --------------------------- */
-
-enum { SIB_KEPT, SIB_TMP, SIB_OLD };
-
-/* Calls visit for every sibling of base in its folder: <base>.<N> (kept copies,
- * n = N), <base>.tmp-<pid> and <base>.old-<pid> (n = pid). Stops when visit returns
- * non-zero and returns that. */
-static int ckpt_siblings(const char *base,
-                         int (*visit)(const char *path, int kind, long n, void *ctx), void *ctx)
-{
-    char parent[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
-    const char *name;
-    ckpt_split(base, parent, &name);
-    size_t len = strlen(name);
-    DIR *d = opendir(parent);
-    if (!d)
-        return 0;
-    int rc = 0;
-    const struct dirent *e;
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        const char *rest = e->d_name + len;
-        if (strncmp(e->d_name, name, len) != 0 || rest[0] != '.')
-            continue;
-        int kind = ckpt_digits(rest + 1)                         ? SIB_KEPT
-                   : strncmp(rest, ".tmp-", 5) == 0 && ckpt_digits(rest + 5) ? SIB_TMP
-                   : strncmp(rest, ".old-", 5) == 0 && ckpt_digits(rest + 5) ? SIB_OLD
-                                                                              : -1;
-        /* named as base is ("ck.tmp-1" beside "ck", not "./ck.tmp-1") */
-        if (kind < 0 || snprintf(path, sizeof path, "%.*s%s", (int)(name - base), base,
-                                 e->d_name) >= (int)sizeof path)
-            continue;
-        rc = visit(path, kind, strtol(rest + (kind == SIB_KEPT ? 1 : 5), NULL, 10), ctx);
-    }
-    closedir(d);
-    return rc;
-}
-
 /* ---- Finding the newest checkpoint ------------------------------------------------------ */
 
 typedef struct {
     const char *hash;         /* preferred config hash, or NULL */
     int64_t below;            /* only steps below this; < 0: any */
-    const char *skip;         /* a folder not to consider (however it is named), or NULL */
-    int orphans_only;         /* only <base>.tmp-* and <base>.old-* */
     int found, found_match;
     char path[CKPT_PATH_MAX];
     pt_ckpt_meta meta;
@@ -475,12 +525,7 @@ static void ckpt_consider(ckpt_search *s, const char *path)
 {
     pt_ckpt_meta m;
     pt_err ignored;
-    if ((s->skip && strcmp(path, s->skip) == 0) || pt_ckpt_meta_read(path, &m, &ignored) != 0 ||
-        (s->below >= 0 && m.step >= s->below))
-        return;
-    struct stat a, b;
-    if (s->skip && stat(s->skip, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-        a.st_ino == b.st_ino)
+    if (pt_ckpt_meta_read(path, &m, &ignored) != 0 || (s->below >= 0 && m.step >= s->below))
         return;
     int match = !s->hash || strcmp(m.config_hash, s->hash) == 0;
     if (s->found && (s->found_match > match ||
@@ -492,33 +537,68 @@ static void ckpt_consider(ckpt_search *s, const char *path)
     snprintf(s->path, sizeof s->path, "%s", path);
 }
 
-static int ckpt_consider_sibling(const char *path, int kind, long n, void *ctx)
+static int ckpt_consider_entry(const char *path, int kind, int64_t step, long pid, void *ctx)
 {
-    ckpt_search *s = ctx;
-    (void)n;
-    if (!s->orphans_only || kind != SIB_KEPT)
-        ckpt_consider(s, path);
+    (void)step;
+    (void)pid;
+    if (kind == ENT_STEP || kind == ENT_TMP || kind == ENT_OLD)
+        ckpt_consider(ctx, path);
     return 0;
+}
+
+/* The step the tracker of base names, or -1. */
+static int64_t ckpt_tracker_step(const char *base)
+{
+    char path[CKPT_PATH_MAX], text[32] = "";
+    if (snprintf(path, sizeof path, "%s/" CKPT_TRACKER, base) >= (int)sizeof path)
+        return -1;
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    while (n > 0 && isspace((unsigned char)text[n - 1]))
+        text[--n] = '\0';
+    return ckpt_digits(text) && n <= 18 ? strtoll(text, NULL, 10) : -1;
 }
 
 int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, char *found,
                  size_t n, pt_ckpt_meta *m, pt_err *err)
 {
-    char base[CKPT_PATH_MAX];
+    char base[CKPT_PATH_MAX], meta[CKPT_PATH_MAX + 16];
     if (ckpt_base(dir, base, err) != 0)
         return -1;
     ckpt_search s = {.hash = config_hash, .below = below_step};
-    ckpt_consider(&s, base);
-    ckpt_siblings(base, ckpt_consider_sibling, &s);
+    snprintf(meta, sizeof meta, "%s/meta.json", base);
+    if (ckpt_exists(meta)) { /* a step folder itself */
+        if (pt_ckpt_meta_read(base, &s.meta, err) != 0)
+            return -1;
+        if (below_step >= 0 && s.meta.step >= below_step)
+            return pt_err_set(err, "%s: step %" PRId64 " is not before step %" PRId64, base,
+                              s.meta.step, below_step);
+        s.found = 1;
+        snprintf(s.path, sizeof s.path, "%s", base);
+    } else if (!ckpt_is_dir(base)) {
+        return pt_err_set(err, "cannot read checkpoint folder '%s': %s", base,
+                          ckpt_exists(base) ? "not a folder" : strerror(ENOENT));
+    } else {
+        int64_t latest = ckpt_tracker_step(base);
+        char path[CKPT_PATH_MAX];
+        if (latest >= 0 && (below_step < 0 || latest < below_step)) {
+            ckpt_step_path(base, latest, NULL, path);
+            ckpt_consider(&s, path);
+        }
+        /* the tracker's step when it is complete; else (a kill between the renames and
+         * the tracker, a folder removed by hand) the newest complete one */
+        if (!s.found || (s.hash && !s.found_match))
+            ckpt_entries(base, ckpt_consider_entry, &s);
+    }
     if (!s.found) {
         if (below_step >= 0)
-            return pt_err_set(err, "%s: no complete checkpoint from before step %" PRId64
-                              " (looked at it, %s.<N>, %s.tmp-* and %s.old-*)", base,
-                              below_step, base, base, base);
-        /* the reason the checkpoint itself cannot be read says most */
-        if (pt_ckpt_meta_read(base, m, err) != 0)
-            return -1;
-        return pt_err_set(err, "%s: no complete checkpoint", base);
+            return pt_err_set(err, "%s: no complete checkpoint from before step %" PRId64, base,
+                              below_step);
+        return pt_err_set(err, "%s: no complete checkpoint (no step_N folder with a meta.json "
+                          "of format %d)", base, CKPT_FORMAT_VERSION);
     }
     if (strlen(s.path) >= n)
         return pt_err_set(err, "%s: buffer of %zu bytes too small for the path", s.path, n);
@@ -533,38 +613,70 @@ int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, c
  * through is never taken for complete. */
 static int ckpt_remove_ours(const char *path)
 {
-    char meta[CKPT_PATH_MAX];
+    char meta[CKPT_PATH_MAX + 16];
     if (snprintf(meta, sizeof meta, "%s/meta.json", path) < (int)sizeof meta &&
         unlink(meta) != 0 && errno != ENOENT)
         return -1;
     return ckpt_remove(path);
 }
 
-int pt_ckpt_check_target(const char *dir, int keep, pt_err *err)
+typedef struct {
+    char bad[CKPT_PATH_MAX];  /* the first entry that is not ours */
+} ckpt_audit;
+
+static int ckpt_audit_one(const char *path, int kind, int64_t step, long pid, void *ctx)
 {
-    char base[CKPT_PATH_MAX], slot[CKPT_PATH_MAX];
-    if (ckpt_base(dir, base, err) != 0)
-        return -1;
-    for (int i = 0; i < keep || i == 0; i++) {
-        if (i == 0)
-            snprintf(slot, sizeof slot, "%s", base);
-        else if (snprintf(slot, sizeof slot, "%s.%d", base, i) >= (int)sizeof slot)
-            return pt_err_set(err, "checkpoint directory '%s': path too long", base);
-        if (ckpt_exists(slot) && !ckpt_is_ours(slot))
-            return pt_err_set(err, "checkpoint directory '%s' exists and is not a checkpoint "
-                              "written by ptrun (no meta.json of this format, or other files "
-                              "in it): refusing to replace it; choose another --checkpoint "
-                              "or move it away", slot);
-    }
-    return pt_path_writable(base, err);
+    ckpt_audit *a = ctx;
+    int files;
+    (void)step;
+    (void)pid;
+    int ours = kind == ENT_TRACKER ? !ckpt_is_dir(path)
+               : kind == ENT_STEP || kind == ENT_TMP || kind == ENT_OLD
+                   ? ckpt_only_ours(path, &files)
+                   : 0;
+    if (!ours)
+        snprintf(a->bad, sizeof a->bad, "%s", path);
+    return !ours;
 }
 
-int pt_ckpt_begin(const char *dir, char *tmp, size_t n, pt_err *err)
+int pt_ckpt_check_target(const char *dir, int keep, pt_err *err)
+{
+    char base[CKPT_PATH_MAX], meta[CKPT_PATH_MAX + 16];
+    if (ckpt_base(dir, base, err) != 0)
+        return -1;
+    if (keep < 1)
+        return pt_err_set(err, "%s: keep %d checkpoints? at least 1", base, keep);
+    if (!ckpt_exists(base))
+        return pt_path_writable(base, err);
+    if (!ckpt_is_dir(base))
+        return pt_err_set(err, "checkpoint directory '%s' exists and is not a folder", base);
+    snprintf(meta, sizeof meta, "%s/meta.json", base);
+    if (ckpt_exists(meta))
+        return pt_err_set(err, "checkpoint directory '%s' holds a meta.json: it is one "
+                          "checkpoint (of an older ptrun, or a step folder), not a folder of "
+                          "them; give --checkpoint a folder of its own", base);
+    ckpt_audit a = {""};
+    if (ckpt_entries(base, ckpt_audit_one, &a) != 0)
+        return pt_err_set(err, "checkpoint directory '%s' holds '%s', which is not a "
+                          "checkpoint written by ptrun: refusing to write beside it; choose "
+                          "another --checkpoint or move it away", base, a.bad);
+    char probe[CKPT_PATH_MAX + 64];
+    if (snprintf(probe, sizeof probe, "%s/" CKPT_TRACKER, base) >= (int)sizeof probe)
+        return pt_err_set(err, "%s: path too long", base);
+    return pt_path_writable(probe, err);
+}
+
+int pt_ckpt_begin(const char *dir, int64_t step, char *tmp, size_t n, pt_err *err)
 {
     char base[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
     int files;
-    if (ckpt_base(dir, base, err) != 0 || ckpt_sibling(base, "tmp", path, err) != 0)
+    if (ckpt_base(dir, base, err) != 0)
         return -1;
+    if (step < 0)
+        return pt_err_set(err, "%s: checkpoint of step %" PRId64 "?", base, step);
+    if (mkdir(base, 0777) != 0 && errno != EEXIST)
+        return pt_err_set(err, "cannot create checkpoint folder '%s': %s", base, strerror(errno));
+    ckpt_step_path(base, step, "tmp", path);
     if (strlen(path) >= n)
         return pt_err_set(err, "%s: buffer of %zu bytes too small for the path", path, n);
     /* one of an earlier process with our pid: removed when it holds only our files */
@@ -579,77 +691,41 @@ int pt_ckpt_begin(const char *dir, char *tmp, size_t n, pt_err *err)
     return 0;
 }
 
-/* "<base>.<i>" for i >= 1, base itself for 0. */
-static void ckpt_slot(const char *base, int i, char *out)
-{
-    /* base is short enough for any suffix (ckpt_base) */
-    if (snprintf(out, CKPT_PATH_MAX, i == 0 ? "%s" : "%s.%d", base, i) >= CKPT_PATH_MAX)
-        out[0] = '\0';
-}
-
-/* Where rotation moves slot i: the next slot, or `old` for the last of the keep. */
-static void ckpt_slot_next(const char *base, int i, int keep, const char *old, char *out)
-{
-    if (i == keep - 1)
-        snprintf(out, CKPT_PATH_MAX, "%s", old);
-    else
-        ckpt_slot(base, i + 1, out);
-}
-
-/* Moves the checkpoints in the slots <base>, <base>.1, ... one place down to make room
- * for a new <base>, the oldest to `old` (removed after the commit). Every step is one
- * rename, so a kill at any point leaves each complete checkpoint under a name
- * pt_ckpt_find looks at. */
-static int ckpt_rotate(const char *base, int keep, const char *old, pt_err *err)
-{
-    char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
-    for (int i = 0; i < keep; i++) {
-        ckpt_slot(base, i, from);
-        if (ckpt_exists(from) && !ckpt_is_ours(from))
-            return pt_err_set(err, "'%s' exists and is not a checkpoint written by ptrun: "
-                              "refusing to replace it", from);
-    }
-    if (ckpt_exists(old) && ckpt_remove_ours(old) != 0)
-        return pt_err_set(err, "cannot remove the stale '%s': %s", old, strerror(errno));
-    for (int i = keep - 1; i >= 0; i--) {
-        ckpt_slot(base, i, from);
-        ckpt_slot_next(base, i, keep, old, to);
-        if (ckpt_exists(from) && rename(from, to) != 0)
-            return pt_err_set(err, "cannot move '%s' aside to '%s': %s", from, to,
-                              strerror(errno));
-    }
-    return 0;
-}
-
-/* Where a commit was killed between its renames, no <base> exists: the newest complete
- * temporary of that commit becomes <base> again before the next rotation, so that it is
- * kept rather than taken for an orphan. */
-static int ckpt_recover(const char *base, const char *tmp, pt_err *err)
-{
-    if (ckpt_exists(base))
-        return 0;
-    ckpt_search s = {.below = -1, .skip = tmp, .orphans_only = 1};
-    ckpt_siblings(base, ckpt_consider_sibling, &s);
-    if (s.found && ckpt_is_ours(s.path) && rename(s.path, base) != 0)
-        return pt_err_set(err, "cannot move '%s' back to '%s': %s", s.path, base,
-                          strerror(errno));
-    return 0;
-}
+/* A complete step folder of ours, for pruning. */
+typedef struct {
+    int64_t step;
+    char path[CKPT_PATH_MAX];
+} ckpt_kept;
 
 typedef struct {
     int64_t step;             /* of the checkpoint just committed */
+    ckpt_kept *older;         /* complete step folders before it */
+    int n_older, cap;
 } ckpt_sweep;
 
-/* Removes an orphan of ours: <base>.tmp-<pid> or <base>.old-<pid> of a process that is
- * gone, holding only a checkpoint's files, and either incomplete or not newer than the
- * checkpoint just committed. Anything else is left alone. */
-static int ckpt_sweep_one(const char *path, int kind, long pid, void *ctx)
+/* Removes an orphan of ours (a step_N.tmp-<pid> or step_N.old-<pid> of a process that
+ * is gone, holding only a checkpoint's files, and either incomplete or not newer than
+ * the checkpoint just committed) and lists the step folders before the new one. */
+static int ckpt_sweep_one(const char *path, int kind, int64_t step, long pid, void *ctx)
 {
-    const ckpt_sweep *w = ctx;
+    ckpt_sweep *w = ctx;
     pt_ckpt_meta m;
     pt_err ignored;
     int files;
-    if (kind == SIB_KEPT || !ckpt_only_ours(path, &files))
+    if (kind == ENT_STEP && step < w->step && ckpt_is_ours(path)) {
+        if (w->n_older == w->cap) {
+            int cap = w->cap ? 2 * w->cap : 16;
+            ckpt_kept *v = realloc(w->older, (size_t)cap * sizeof *v);
+            if (!v)
+                return 0;
+            w->older = v;
+            w->cap = cap;
+        }
+        w->older[w->n_older].step = step;
+        snprintf(w->older[w->n_older++].path, CKPT_PATH_MAX, "%s", path);
+        return 0;
+    }
+    if ((kind != ENT_TMP && kind != ENT_OLD) || !ckpt_only_ours(path, &files))
         return 0;
     if (pid != (long)getpid() && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
         return 0; /* a live process's, perhaps a run writing the same checkpoint */
@@ -659,53 +735,61 @@ static int ckpt_sweep_one(const char *path, int kind, long pid, void *ctx)
     return 0;
 }
 
-/* Puts the new checkpoint in place; the old ones, rotated, come back when that fails. */
-static int ckpt_swap(const char *tmp, const char *base, int keep, const char *old,
-                     pt_err *err)
+static int ckpt_kept_newer(const void *a, const void *b)
 {
-    if (ckpt_recover(base, tmp, err) != 0 || ckpt_rotate(base, keep, old, err) != 0)
-        return -1;
-    if (rename(tmp, base) != 0) {
-        int saved = errno;
-        char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
-        for (int i = 0; i < keep; i++) { /* back up the slots again */
-            ckpt_slot(base, i, to);
-            ckpt_slot_next(base, i, keep, old, from);
-            if (ckpt_exists(from) && rename(from, to) != 0)
-                return pt_err_set(err, "cannot rename '%s' to '%s': %s; the previous "
-                                  "checkpoint is in '%s'", tmp, base, strerror(saved), from);
-        }
-        return pt_err_set(err, "cannot rename '%s' to '%s': %s", tmp, base, strerror(saved));
-    }
-    return 0;
+    int64_t x = ((const ckpt_kept *)a)->step, y = ((const ckpt_kept *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
 }
 
 int pt_ckpt_commit(const char *tmp, const char *dir, int keep, pt_err *err)
 {
-    char base[CKPT_PATH_MAX], old[CKPT_PATH_MAX], meta[CKPT_PATH_MAX], parent[CKPT_PATH_MAX];
-    const char *name;
+    char base[CKPT_PATH_MAX], final[CKPT_PATH_MAX], old[CKPT_PATH_MAX];
     pt_ckpt_meta m;
     if (ckpt_base(dir, base, err) != 0)
         return -1;
     if (keep < 1)
         return pt_err_set(err, "%s: keep %d checkpoints? at least 1", base, keep);
-    if (snprintf(meta, sizeof meta, "%s/meta.json", tmp) >= (int)sizeof meta)
-        return pt_err_set(err, "%s: path too long", tmp);
     if (pt_ckpt_meta_read(tmp, &m, err) != 0)
-        return pt_err_set(err, "refusing to commit '%s' as '%s': it has no meta.json, so it "
-                          "is not a complete checkpoint", tmp, base);
-    ckpt_split(base, parent, &name);
+        return pt_err_set(err, "refusing to commit '%s': it has no meta.json this build reads, "
+                          "so it is not a complete checkpoint", tmp);
+    ckpt_step_path(base, m.step, NULL, final);
+    ckpt_step_path(base, m.step, "old", old);
     /* the files' data were synced as they were written; now their names */
-    if (ckpt_sync_dir(tmp, err) != 0 || ckpt_sibling(base, "old", old, err) != 0 ||
-        ckpt_swap(tmp, base, keep, old, err) != 0)
+    if (ckpt_sync_dir(tmp, err) != 0)
         return -1;
-    int rc = ckpt_sync_dir(parent, err);
-    /* The new checkpoint is in place: failing to remove the old one or an orphan leaves
-     * garbage under a name nothing reads, not an error for training. */
+    if (ckpt_exists(final)) { /* the same step again (after a rollback or a resume) */
+        if (!ckpt_is_ours(final))
+            return pt_err_set(err, "'%s' exists and is not a checkpoint written by ptrun: "
+                              "refusing to replace it", final);
+        if (ckpt_exists(old) && ckpt_remove_ours(old) != 0)
+            return pt_err_set(err, "cannot remove the stale '%s': %s", old, strerror(errno));
+        if (rename(final, old) != 0)
+            return pt_err_set(err, "cannot move '%s' aside: %s", final, strerror(errno));
+    }
+    if (rename(tmp, final) != 0) {
+        int saved = errno;
+        if (ckpt_exists(old))
+            rename(old, final);
+        return pt_err_set(err, "cannot rename '%s' to '%s': %s", tmp, final, strerror(saved));
+    }
+    char tracker[CKPT_PATH_MAX + 64], text[32];
+    if (snprintf(tracker, sizeof tracker, "%s/" CKPT_TRACKER, base) >= (int)sizeof tracker)
+        return pt_err_set(err, "%s: path too long", base);
+    snprintf(text, sizeof text, "%" PRId64 "\n", m.step);
+    if (ckpt_sync_dir(base, err) != 0 || pt_file_write_atomic(tracker, text, strlen(text), err) ||
+        ckpt_sync_dir(base, err) != 0)
+        return -1;
+    /* The new checkpoint is in place: failing to remove an old one or an orphan leaves
+     * garbage under a name nothing reads, not an error for training. Step folders after
+     * the new one (of a run rolled back, or resumed from an older step) are kept. */
     ckpt_remove_ours(old);
     ckpt_sweep w = {.step = m.step};
-    ckpt_siblings(base, ckpt_sweep_one, &w);
-    return rc;
+    ckpt_entries(base, ckpt_sweep_one, &w);
+    qsort(w.older, (size_t)w.n_older, sizeof *w.older, ckpt_kept_newer);
+    for (int i = keep - 1; i < w.n_older; i++)
+        ckpt_remove_ours(w.older[i].path);
+    free(w.older);
+    return 0;
 }
 
 void pt_ckpt_abort(const char *tmp)
@@ -714,6 +798,6 @@ void pt_ckpt_abort(const char *tmp)
     if (!tmp || !tmp[0] || !ckpt_only_ours(tmp, &files))
         return;
     const char *t = strrchr(tmp, '.');
-    if ((t && strncmp(t, ".tmp-", 5) == 0 && ckpt_digits(t + 5)) || ckpt_is_ours(tmp))
+    if (t && strncmp(t, ".tmp-", 5) == 0 && ckpt_digits(t + 5))
         ckpt_remove_ours(tmp);
 }

@@ -1,17 +1,19 @@
 /*
  * Token data: what the model reads and in which order. This file owns the token
- * files (llm.c's format, see runtime.h), plain text read through the byte-level
- * tokenizer (token i is byte i), the split of a corpus into training and validation
- * parts, and the sampler that maps every global sample index to one window of
- * tokens. The sampler is the reason every layout trains on the same data: a sample's
- * window depends only on (seed, global index), never on the rank or micro-batch
- * that asks for it, and its permutation is computed, not stored, so nothing about
- * it has to be saved in a checkpoint beyond the next global index.
+ * files (llm.c's format, see runtime.h), plain text read through a tokenizer (the
+ * byte-level one, token i is byte i, or a BPE tokenizer of runtime/tokenizer.c), the
+ * rule that tells the two apart, the split of a corpus into training and validation
+ * parts, and the sampler that maps every global sample index to one window of tokens.
+ * The sampler is the reason every layout trains on the same data: a sample's window
+ * depends only on (seed, global index), never on the rank or micro-batch that asks for
+ * it, and its permutation is computed, not stored, so nothing about it has to be saved
+ * in a checkpoint beyond the next global index.
  *
  * Token files are the format of llm.c (karpathy/llm.c, dev/data/data_common.py
- * write_datafile and llmc/dataloader.h): 256 little-endian int32 (magic 20240520,
- * version 1, token count, the rest 0), then the tokens as little-endian uint16.
- * llm.c's version 2 (uint32 tokens, for Llama 3) is refused by name.
+ * HEADERS_INFO and write_datafile; llmc/dataloader.h reads the first kind): 256
+ * little-endian int32 (magic, version, token count, the rest 0), then the tokens,
+ * little-endian: uint16 after magic 20240520 and version 1 (GPT-2), uint32 after magic
+ * 20240801 and version 7 (Llama 3).
  */
 #include "runtime.h"
 
@@ -48,65 +50,88 @@ static int read_failed(FILE *f, const char *path, pt_err *err)
     return pt_err_set(err, "cannot read '%s': the file shrank while being read", path);
 }
 
-/* ---- Loading ---------------------------------------------------------------------- */
+/* ---- Token files ------------------------------------------------------------------- */
 
-/* The tokens of an llm.c file of `size` bytes whose header (when there is a whole one)
- * is in head. */
-static int load_token_file(FILE *f, const char *path, int64_t size, const unsigned char *head,
-                           pt_tokens *out, pt_err *err)
+/* The token width (2 or 4) a magic number announces, or 0 when it is not llm.c's. */
+static int magic_width(uint32_t magic)
 {
+    return magic == PT_TOKENS_MAGIC ? 2 : magic == PT_TOKENS_MAGIC_U32 ? 4 : 0;
+}
+
+/* The header of a file of `size` bytes whose first bytes (a whole header when there is
+ * one) are in head, announcing tokens of `width` bytes: their count. */
+static int check_header(const char *path, int64_t size, const unsigned char *head, int width,
+                        int32_t *count, pt_err *err)
+{
+    int32_t magic = (int32_t)get_u32le(head);
     if (size < HEADER_BYTES)
         return pt_err_set(err,
                           "%s: starts with the token-file magic number %d but holds only "
                           "%lld bytes, fewer than the %d-byte header",
-                          path, PT_TOKENS_MAGIC, (long long)size, HEADER_BYTES);
+                          path, magic, (long long)size, HEADER_BYTES);
     int32_t version = (int32_t)get_u32le(head + 4);
-    int32_t count = (int32_t)get_u32le(head + 8);
-    if (version != PT_TOKENS_VERSION)
+    int32_t want = width == 2 ? PT_TOKENS_VERSION : PT_TOKENS_VERSION_U32;
+    *count = (int32_t)get_u32le(head + 8);
+    if (version != want)
         return pt_err_set(err,
-                          "%s: token file version %d is not supported (only version %d: "
-                          "uint16 tokens, as llm.c writes for GPT-2)",
-                          path, version, PT_TOKENS_VERSION);
-    if (count < 0)
-        return pt_err_set(err, "%s: header says %d tokens, a negative count", path, count);
-    int64_t body = size - HEADER_BYTES;
-    if (body < 2 * (int64_t)count)
+                          "%s: token file version %d is not supported after magic %d "
+                          "(llm.c writes version %d after %d, uint16 tokens, and version %d "
+                          "after %d, uint32 tokens)",
+                          path, version, magic, PT_TOKENS_VERSION, PT_TOKENS_MAGIC,
+                          PT_TOKENS_VERSION_U32, PT_TOKENS_MAGIC_U32);
+    if (*count < 0)
+        return pt_err_set(err, "%s: header says %d tokens, a negative count", path, *count);
+    int64_t body = size - HEADER_BYTES, need = (int64_t)width * *count;
+    if (body < need)
         return pt_err_set(err, "%s: truncated: header says %d tokens, file holds %lld", path,
-                          count, (long long)(body / 2));
-    if (body > 2 * (int64_t)count)
+                          *count, (long long)(body / width));
+    if (body > need)
         return pt_err_set(err,
                           "%s: header says %d tokens, but the file holds %lld bytes after "
-                          "the header (%lld expected, 2 per token)",
-                          path, count, (long long)body, 2 * (long long)count);
-    if (count == 0)
+                          "the header (%lld expected, %d per token)",
+                          path, *count, (long long)body, (long long)need, width);
+    if (*count == 0)
         return pt_err_set(err, "%s: holds no tokens (the header says 0)", path);
-
-    uint16_t *tok = malloc((size_t)count * sizeof *tok);
-    if (!tok)
-        return pt_err_set(err, "%s: out of memory for %d tokens", path, count);
-    if (fread(tok, 2, (size_t)count, f) != (size_t)count) {
-        free(tok);
-        return read_failed(f, path, err);
-    }
-    /* In place from little-endian: token i's two bytes are read before they are
-     * overwritten, whatever the host's byte order. */
-    unsigned char *b = (unsigned char *)tok;
-    for (int64_t i = 0; i < count; i++)
-        tok[i] = (uint16_t)(b[2 * i] | b[2 * i + 1] << 8);
-    out->tok = tok;
-    out->n = count;
+    if ((uint64_t)*count > SIZE_MAX / sizeof(uint32_t))
+        return pt_err_set(err, "%s: %d tokens are too many to load", path, *count);
     return 0;
 }
 
-/* Plain text through the byte-level tokenizer; the first `got` bytes are in head. */
-static int load_text(FILE *f, const char *path, int64_t size, const unsigned char *head,
-                     size_t got, pt_tokens *out, pt_err *err)
+/* The tokens of an llm.c file, the stream just past its header. */
+static int load_token_file(FILE *f, const char *path, int64_t size, const unsigned char *head,
+                           int width, pt_tokens *out, pt_err *err)
 {
-    if (size == 0)
-        return pt_err_set(err, "%s: holds no tokens (the file is empty)", path);
-    if ((uint64_t)size > SIZE_MAX / sizeof(uint16_t))
-        return pt_err_set(err, "%s: %lld bytes are too many to load", path, (long long)size);
-    uint16_t *tok = malloc((size_t)size * sizeof *tok);
+    int32_t count = 0;
+    if (check_header(path, size, head, width, &count, err))
+        return -1;
+    uint32_t *tok = malloc((size_t)count * sizeof *tok);
+    if (!tok)
+        return pt_err_set(err, "%s: out of memory for %d tokens", path, count);
+    unsigned char buf[CHUNK_BYTES];
+    for (int64_t at = 0; at < count;) {
+        int64_t k = count - at < CHUNK_BYTES / width ? count - at : CHUNK_BYTES / width;
+        if (fread(buf, (size_t)width, (size_t)k, f) != (size_t)k) {
+            free(tok);
+            return read_failed(f, path, err);
+        }
+        for (int64_t i = 0; i < k; i++)
+            tok[at + i] = width == 2 ? (uint32_t)(buf[2 * i] | buf[2 * i + 1] << 8)
+                                     : get_u32le(buf + 4 * i);
+        at += k;
+    }
+    out->tok = tok;
+    out->n = count;
+    out->token_bytes = width;
+    return 0;
+}
+
+/* ---- Text ---------------------------------------------------------------------------- */
+
+/* Plain text through the byte-level tokenizer; the first `got` bytes are in head. */
+static int load_bytes(FILE *f, const char *path, int64_t size, const unsigned char *head,
+                      size_t got, pt_tokens *out, pt_err *err)
+{
+    uint32_t *tok = malloc((size_t)size * sizeof *tok);
     if (!tok)
         return pt_err_set(err, "%s: out of memory for %lld tokens", path, (long long)size);
     for (size_t i = 0; i < got; i++)
@@ -127,7 +152,80 @@ static int load_text(FILE *f, const char *path, int64_t size, const unsigned cha
     return 0;
 }
 
-int pt_tokens_load(const char *path, pt_tokens *out, pt_err *err)
+/* Plain text through the BPE tokenizer tk: the whole file, then encoded. */
+static int load_encoded(FILE *f, const char *path, int64_t size, const unsigned char *head,
+                        size_t got, const pt_tokenizer *tk, pt_tokens *out, pt_err *err)
+{
+    char *text = malloc((size_t)size);
+    if (!text)
+        return pt_err_set(err, "%s: out of memory for %lld bytes", path, (long long)size);
+    memcpy(text, head, got);
+    size_t rest = (size_t)size - got;
+    if (fread(text + got, 1, rest, f) != rest) {
+        free(text);
+        return read_failed(f, path, err);
+    }
+    pt_err why;
+    int rc = pt_tokenizer_encode(tk, text, (size_t)size, &out->tok, &out->n, &why);
+    free(text);
+    if (rc)
+        return pt_err_set(err, "%s: %s", path, why.msg);
+    return 0;
+}
+
+static bool is_bin_name(const char *path)
+{
+    size_t n = strlen(path);
+    return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
+}
+
+/* The error for a file that is neither: no magic number of ours, and a .bin name or a
+ * NUL byte among the first `got` bytes (head). Binary data read as text would train
+ * without complaint on the bytes of a header, which is the mistake this catches. */
+static int not_tokens(const char *path, const unsigned char *head, size_t got, pt_err *err)
+{
+    const unsigned char *nul = memchr(head, 0, got);
+    char why[64];
+    if (nul)
+        snprintf(why, sizeof why, "it holds a NUL byte at offset %zu", (size_t)(nul - head));
+    else
+        snprintf(why, sizeof why, "a .bin file is never read as text");
+    if (got < 4)
+        return pt_err_set(err, "%s: not a token file (%zu bytes, too few for the magic number "
+                               "%d or %d of llm.c's token files) and not text (%s)",
+                          path, got, PT_TOKENS_MAGIC, PT_TOKENS_MAGIC_U32, why);
+    uint32_t magic = get_u32le(head);
+    return pt_err_set(err, "%s: not a token file: its magic number is %d (0x%08x), not %d "
+                           "(llm.c, uint16 tokens) or %d (uint32 tokens); and not text: %s",
+                      path, (int32_t)magic, (unsigned)magic, PT_TOKENS_MAGIC,
+                      PT_TOKENS_MAGIC_U32, why);
+}
+
+/* ---- Loading ---------------------------------------------------------------------- */
+
+/* The contents of the open file f of `size` bytes, by the rule of runtime.h. */
+static int load_open(FILE *f, const char *path, int64_t size, const pt_tokenizer *tk,
+                     pt_tokens *out, pt_err *err)
+{
+    unsigned char head[HEADER_BYTES];
+    size_t got = size < HEADER_BYTES ? (size_t)size : HEADER_BYTES;
+    if (fread(head, 1, got, f) != got)
+        return read_failed(f, path, err);
+    int width = got >= 4 ? magic_width(get_u32le(head)) : 0;
+    if (width)
+        return load_token_file(f, path, size, head, width, out, err);
+    if (is_bin_name(path) || memchr(head, 0, got))
+        return not_tokens(path, head, got, err);
+    if (size == 0)
+        return pt_err_set(err, "%s: holds no tokens (the file is empty)", path);
+    if ((uint64_t)size > SIZE_MAX / sizeof(uint32_t))
+        return pt_err_set(err, "%s: %lld bytes are too many to load", path, (long long)size);
+    if (tk)
+        return load_encoded(f, path, size, head, got, tk, out, err);
+    return load_bytes(f, path, size, head, got, out, err);
+}
+
+int pt_tokens_load_with(const char *path, const pt_tokenizer *tk, pt_tokens *out, pt_err *err)
 {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
@@ -135,28 +233,26 @@ int pt_tokens_load(const char *path, pt_tokens *out, pt_err *err)
         return pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
     struct stat st;
     int rc;
-    if (fstat(fileno(f), &st) != 0) {
+    if (fstat(fileno(f), &st) != 0)
         rc = pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
-    } else if (S_ISDIR(st.st_mode)) {
+    else if (S_ISDIR(st.st_mode))
         rc = pt_err_set(err, "cannot read '%s': %s", path, strerror(EISDIR));
-    } else if (!S_ISREG(st.st_mode)) {
+    else if (!S_ISREG(st.st_mode))
         /* The size decides between formats and checks the header, so it must be known. */
         rc = pt_err_set(err, "cannot read '%s': not a regular file", path);
-    } else {
-        int64_t size = (int64_t)st.st_size;
-        unsigned char head[HEADER_BYTES];
-        size_t want = size < HEADER_BYTES ? (size_t)size : HEADER_BYTES;
-        if (fread(head, 1, want, f) != want)
-            rc = read_failed(f, path, err);
-        else if (want >= 4 && get_u32le(head) == PT_TOKENS_MAGIC)
-            rc = load_token_file(f, path, size, head, out, err);
-        else
-            rc = load_text(f, path, size, head, want, out, err);
-    }
+    else
+        rc = load_open(f, path, (int64_t)st.st_size, tk, out, err);
     fclose(f);
     if (rc == 0)
         snprintf(out->origin, sizeof out->origin, "%s", path);
+    else
+        memset(out, 0, sizeof *out);
     return rc;
+}
+
+int pt_tokens_load(const char *path, pt_tokens *out, pt_err *err)
+{
+    return pt_tokens_load_with(path, NULL, out, err);
 }
 
 void pt_tokens_free(pt_tokens *t)
@@ -170,23 +266,32 @@ void pt_tokens_free(pt_tokens *t)
 
 /* ---- Writing ---------------------------------------------------------------------- */
 
+int pt_tokens_width(int64_t vocab)
+{
+    return vocab <= 65536 ? 2 : 4;
+}
+
 /* Header and tokens to an open file; 0, or -1 with errno set. */
-static int write_body(FILE *f, const uint16_t *tok, int64_t n)
+static int write_body(FILE *f, const uint32_t *tok, int64_t n, int width)
 {
     unsigned char head[HEADER_BYTES] = {0};
-    put_u32le(head, PT_TOKENS_MAGIC);
-    put_u32le(head + 4, PT_TOKENS_VERSION);
+    put_u32le(head, width == 2 ? PT_TOKENS_MAGIC : PT_TOKENS_MAGIC_U32);
+    put_u32le(head + 4, width == 2 ? PT_TOKENS_VERSION : PT_TOKENS_VERSION_U32);
     put_u32le(head + 8, (uint32_t)n);
     if (fwrite(head, 1, sizeof head, f) != sizeof head)
         return -1;
     unsigned char buf[CHUNK_BYTES];
     for (int64_t at = 0; at < n;) {
-        int64_t k = n - at < CHUNK_BYTES / 2 ? n - at : CHUNK_BYTES / 2;
+        int64_t k = n - at < CHUNK_BYTES / width ? n - at : CHUNK_BYTES / width;
         for (int64_t i = 0; i < k; i++) {
-            buf[2 * i] = (unsigned char)tok[at + i];
-            buf[2 * i + 1] = (unsigned char)(tok[at + i] >> 8);
+            if (width == 4) {
+                put_u32le(buf + 4 * i, tok[at + i]);
+            } else {
+                buf[2 * i] = (unsigned char)tok[at + i];
+                buf[2 * i + 1] = (unsigned char)(tok[at + i] >> 8);
+            }
         }
-        if (fwrite(buf, 2, (size_t)k, f) != (size_t)k)
+        if (fwrite(buf, (size_t)width, (size_t)k, f) != (size_t)k)
             return -1;
         at += k;
     }
@@ -195,12 +300,21 @@ static int write_body(FILE *f, const uint16_t *tok, int64_t n)
     return 0;
 }
 
-int pt_tokens_write(const char *path, const uint16_t *tok, int64_t n, pt_err *err)
+int pt_tokens_write(const char *path, const uint32_t *tok, int64_t n, int token_bytes,
+                    pt_err *err)
 {
+    if (token_bytes != 2 && token_bytes != 4)
+        return pt_err_set(err, "cannot write '%s': %d-byte tokens (llm.c's files hold 2 or 4)",
+                          path, token_bytes);
     /* The header holds the count as int32; an empty file would not load back. */
     if (n < 1 || n > INT32_MAX)
         return pt_err_set(err, "cannot write '%s': %lld tokens (a token file holds 1 to %d)",
                           path, (long long)n, INT32_MAX);
+    for (int64_t i = 0; token_bytes == 2 && i < n; i++)
+        if (tok[i] > UINT16_MAX)
+            return pt_err_set(err, "cannot write '%s': token %u at position %lld does not fit "
+                                   "the uint16 format (a vocabulary over 65536 needs uint32)",
+                              path, (unsigned)tok[i], (long long)i);
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
     if (!tmp)
@@ -212,7 +326,7 @@ int pt_tokens_write(const char *path, const uint16_t *tok, int64_t n, pt_err *er
         free(tmp);
         return pt_err_set(err, "cannot write '%s': %s", path, strerror(e));
     }
-    int rc = write_body(f, tok, n);
+    int rc = write_body(f, tok, n, token_bytes);
     int e = errno;
     if (fclose(f) != 0 && rc == 0) {
         rc = -1;
@@ -237,8 +351,8 @@ int pt_tokens_check_vocab(const pt_tokens *t, int64_t vocab, pt_err *err)
     for (int64_t i = 0; i < t->n; i++)
         if (t->tok[i] >= vocab)
             return pt_err_set(err,
-                              "%s: token %d at position %lld is beyond the vocabulary (%lld)",
-                              t->origin, t->tok[i], (long long)i, (long long)vocab);
+                              "%s: token %u at position %lld is beyond the vocabulary (%lld)",
+                              t->origin, (unsigned)t->tok[i], (long long)i, (long long)vocab);
     return 0;
 }
 
@@ -251,6 +365,7 @@ static int copy_part(const pt_tokens *all, int64_t from, int64_t n, const char *
         return pt_err_set(err, "%s: out of memory for %lld tokens", all->origin, (long long)n);
     memcpy(out->tok, all->tok + from, (size_t)n * sizeof *out->tok);
     out->n = n;
+    out->token_bytes = all->token_bytes;
     /* The origin is truncated for very long paths; it only labels messages. */
     int w = (int)sizeof out->origin - (int)strlen(part) - 4;
     snprintf(out->origin, sizeof out->origin, "%.*s (%s)", w, all->origin, part);
@@ -395,13 +510,13 @@ void pt_sampler_fill(const pt_sampler *s, int64_t first, int count,
                      int32_t *inputs,    /* (count, s) */
                      int32_t *targets)   /* (count, s) */
 {
-    const uint16_t *tok = s->data->tok;
+    const uint32_t *tok = s->data->tok;
     for (int i = 0; i < count; i++) {
-        const uint16_t *win = tok + pt_sampler_offset(s, s->skip + first + i);
+        const uint32_t *win = tok + pt_sampler_offset(s, s->skip + first + i);
         int32_t *in = inputs + (int64_t)i * s->seq, *tg = targets + (int64_t)i * s->seq;
         for (int64_t j = 0; j < s->seq; j++) {
-            in[j] = win[j];
-            tg[j] = win[j + 1];
+            in[j] = (int32_t)win[j];   /* below the model's vocabulary: checked on load */
+            tg[j] = (int32_t)win[j + 1];
         }
     }
 }

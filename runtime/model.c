@@ -186,8 +186,7 @@ static float normal_at(uint64_t seed, uint64_t name_hash, int64_t i)
     return (float)(i % 2 ? r * sin(angle) : r * cos(angle));
 }
 
-/* Index in the whole (unsplit) tensor of element i of this rank's part. */
-static int64_t whole_index(const pt_param *p, int64_t i)
+int64_t pt_param_whole_index(const pt_param *p, int64_t i)
 {
     if (p->ndim == 1 || p->full_cols == p->shape[1])
         return p->first + i; /* whole, or split by rows: one contiguous range */
@@ -213,7 +212,7 @@ static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, floa
         std = 0.02 / sqrt(2.0 * (double)m->layers);
     uint64_t h = fnv1a(p->name);
     for (int64_t i = 0; i < p->count; i++)
-        w[i] = (float)(std * normal_at(seed, h, whole_index(p, i)));
+        w[i] = (float)(std * normal_at(seed, h, pt_param_whole_index(p, i)));
 }
 
 /* ---- Buffers ------------------------------------------------------------------------------- */
@@ -480,6 +479,62 @@ void pt_net_free(pt_net *n)
 }
 
 /* ---- State for checkpoints ---------------------------------------------------------------- */
+
+void pt_param_whole_shape(const pt_net *n, const pt_param *p, int64_t shape[2])
+{
+    /* parts split by rows (or KV heads) hold 1/(tp/copies) of the rows; a part split
+     * by columns holds shape[1] of full_cols columns */
+    int64_t parts = n->layout.tp / (p->tp_copies > 0 ? p->tp_copies : 1);
+    bool by_cols = p->ndim == 2 && p->full_cols != p->shape[1];
+    shape[0] = by_cols ? p->shape[0] : p->shape[0] * parts;
+    shape[1] = p->ndim == 2 ? p->full_cols : 0;
+}
+
+bool pt_param_writer(const pt_net *n, const pt_param *p)
+{
+    bool tied_copy = n->spec.tied_embeddings && n->layout.pp > 1 && n->stage > 0 &&
+                     strcmp(p->name, "wte") == 0;
+    return !tied_copy && (p->tp_copies <= 1 || n->tp_rank % p->tp_copies == 0);
+}
+
+int pt_net_opt_spans(const pt_net *n, int dp_rank, pt_net_span **out, int *count, pt_err *err)
+{
+    int cap = n->zero ? pt_zero_segments(n) : n->n_z1 > 0 ? n->n_z1 : 1, k = 0;
+    pt_net_span *s = calloc((size_t)cap, sizeof *s);
+    *out = s;
+    if (!s)
+        return pt_err_set(err, "out of memory");
+    if (n->zero) {
+        for (int i = 0; i < cap; i++) {
+            pt_zero_shard z = pt_zero_shard_of((pt_net *)n, i);
+            s[k++] = (pt_net_span){z.lo, z.hi, z.m - n->m};
+        }
+    } else if (n->n_z1 > 0) {
+        for (int b = 0; b < n->n_z1; b++) {
+            const pt_zero1_bucket *z = &n->z1[b];
+            int64_t lo = z->lo + (int64_t)dp_rank * z->share;
+            int64_t hi = lo + z->share < z->hi ? lo + z->share : z->hi;
+            s[k++] = (pt_net_span){lo, lo > hi ? lo : hi, z->shard_at};
+        }
+    } else {
+        s[k++] = (pt_net_span){0, n->n_elems, 0};
+    }
+    *count = k;
+    return 0;
+}
+
+int pt_net_get_own_master(pt_net *n, float *master, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    if (!n->zero)
+        kn->copy(kn, master, n->master, (size_t)n->n_elems * sizeof(float), PT_KCOPY_D2H);
+    for (int i = 0; n->zero && i < pt_zero_segments(n); i++) {
+        pt_zero_shard z = pt_zero_shard_of(n, i);
+        kn->copy(kn, master + z.lo, z.master, (size_t)(z.hi - z.lo) * sizeof(float),
+                 PT_KCOPY_D2H);
+    }
+    return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
+}
 
 int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err)
 {

@@ -1,6 +1,6 @@
 /*
- * ptrt — the runtime that trains a plan for real: data loading and the byte-level
- * tokenizer, the transformer model (parameters in one buffer with named views,
+ * ptrt — the runtime that trains a plan for real: data loading and the tokenizers,
+ * the transformer model (parameters in one buffer with named views,
  * initialisation keyed by name and element, layers executed from the planner's op
  * lists through the kernel table), the engine that runs the planner's schedule
  * programs, the optimizer step, and checkpoints.
@@ -25,35 +25,92 @@ extern "C" {
 
 /* ---- Token data (runtime/data.c) ---------------------------------------------------- */
 
-/* llm.c's token file: a header of 256 int32 (magic 20240520, version 1, token count,
- * the rest 0) followed by the tokens as uint16. */
-enum { PT_TOKENS_MAGIC = 20240520, PT_TOKENS_VERSION = 1, PT_TOKENS_HEADER_INTS = 256 };
+/* llm.c's token files (karpathy/llm.c, dev/data/data_common.py: HEADERS_INFO and
+ * write_datafile): a header of 256 little-endian int32 (magic, version, token count,
+ * the rest 0) followed by the tokens: uint16 for GPT-2's vocabulary (magic 20240520,
+ * version 1), uint32 for larger ones such as Llama 3's (magic 20240801, version 7). */
+enum {
+    PT_TOKENS_MAGIC = 20240520,     /* uint16 tokens */
+    PT_TOKENS_VERSION = 1,
+    PT_TOKENS_MAGIC_U32 = 20240801, /* uint32 tokens */
+    PT_TOKENS_VERSION_U32 = 7,
+    PT_TOKENS_HEADER_INTS = 256
+};
+
+typedef struct pt_tokenizer pt_tokenizer;
 
 typedef struct {
-    uint16_t *tok;     /* n tokens (malloc'd) */
+    uint32_t *tok;     /* n tokens (malloc'd) */
     int64_t n;
+    int token_bytes;   /* the width in the token file it came from (2 or 4); 0: text */
     char origin[512];  /* file it came from, for messages */
 } pt_tokens;
 
-/* Reads a token file; or, when the file does not start with the magic number, a
- * plain text file through the byte-level tokenizer (one token per byte, 0..255).
- * Errors name the file: unreadable, truncated, bad version, count disagreeing with
- * the file size. */
+/* Reads a token file of either width, or text. A file is a token file when its first 4
+ * bytes are one of the two magic numbers (then version, count and size must agree);
+ * else it is text, unless its name ends in ".bin" or its first 1024 bytes (a token
+ * file's header) hold a NUL byte: then it is refused, naming the magic number found and
+ * the expected ones. Text goes through tk, or with tk NULL through the byte-level
+ * tokenizer (one token per byte, 0..255). Errors name the file. */
+int pt_tokens_load_with(const char *path, const pt_tokenizer *tk, pt_tokens *out, pt_err *err);
+/* pt_tokens_load_with(path, NULL, out, err). */
 int pt_tokens_load(const char *path, pt_tokens *out, pt_err *err);
-/* Writes tokens in llm.c's format, through a temporary file renamed when complete. */
-int pt_tokens_write(const char *path, const uint16_t *tok, int64_t n, pt_err *err);
+/* The token width of a file for a vocabulary of v ids: 2 (uint16) up to 65536, else 4. */
+int pt_tokens_width(int64_t vocab);
+/* Writes tokens in llm.c's format of width token_bytes (2 or 4), through a temporary
+ * file renamed when complete; a token that does not fit 16 bits in a 2-byte file is an
+ * error naming it (nothing is written then). */
+int pt_tokens_write(const char *path, const uint32_t *tok, int64_t n, int token_bytes,
+                    pt_err *err);
 void pt_tokens_free(pt_tokens *t);
-/* Checks every token id is below `vocab`; the error names the first offender and
- * its position. */
+/* Checks every token id is below `vocab`; the error names the file, the first offender
+ * and its position, and the vocabulary. */
 int pt_tokens_check_vocab(const pt_tokens *t, int64_t vocab, pt_err *err);
 /* Splits off the last `val_fraction` of the tokens (at least seq+1 of them) as a
- * validation set; both outputs own copies. */
+ * validation set; both outputs own copies and keep all's token_bytes. */
 int pt_tokens_split(const pt_tokens *all, double val_fraction, int64_t seq, pt_tokens *train,
                     pt_tokens *val, pt_err *err);
 
 /* The byte-level tokenizer: token i is byte i. Decoding writes printable text (other
  * bytes as \xNN) into buf; returns the length written. */
 size_t pt_bytes_decode(const int32_t *tok, int64_t n, char *buf, size_t cap);
+
+/* ---- Tokenizers (runtime/tokenizer.c, tokenizer_encode.c) ----------------------------- */
+
+/* Byte-level BPE tokenizers read from files the user has (nothing is downloaded):
+ *   - a folder holding GPT-2's vocab.json and merges.txt;
+ *   - a Hugging Face tokenizer.json whose model is BPE over a ByteLevel pre-tokenizer
+ *     (GPT-2's, Llama 3's); other model types, normalizers and pre-tokenizers are
+ *     refused naming the field;
+ *   - a tiktoken rank file (each line: the token's bytes in base64, a space, its rank,
+ *     which is its id), as Llama 3's tokenizer.model; one of exactly 128000 ranks gets
+ *     Llama 3's 256 special tokens (ids 128000..128255) for decoding.
+ * A folder without vocab.json + merges.txt is searched for tokenizer.json, then
+ * tokenizer.model. Text is split into pieces by GPT-2's or Llama 3's pattern (README,
+ * "Data and tokenizers": exact for ASCII, approximate for other characters), and each
+ * piece's bytes are merged by rank. Special tokens decode to their names and are never
+ * produced by encoding. */
+
+/* Reads a tokenizer from path (a folder or a file, as above). Errors name the file and
+ * the line or JSON field at fault. */
+int pt_tokenizer_load(const char *path, pt_tokenizer **out, pt_err *err);
+void pt_tokenizer_free(pt_tokenizer *t);
+/* v: the highest id + 1 (special tokens included). */
+int64_t pt_tokenizer_vocab(const pt_tokenizer *t);
+/* One line for the user: the path, the kind of file, the counts and the split. */
+void pt_tokenizer_describe(const pt_tokenizer *t, char *buf, size_t cap);
+/* The tokens of text[0, len) into *tok (malloc'd, *n of them; NULL and 0 for no text). */
+int pt_tokenizer_encode(const pt_tokenizer *t, const char *text, size_t len, uint32_t **tok,
+                        int64_t *n, pt_err *err);
+/* The exact bytes of n tokens into *out (malloc'd, NUL-terminated after *len bytes); an
+ * id that is no token is an error naming it and its position. */
+int pt_tokenizer_decode(const pt_tokenizer *t, const uint32_t *tok, int64_t n, char **out,
+                        size_t *len, pt_err *err);
+/* Printable text of n tokens into buf (cap bytes, NUL-terminated; whole tokens only):
+ * their bytes, control bytes other than newline and tab as \xNN, ids that are no
+ * token as <tok N>. Returns the length written. */
+size_t pt_tokenizer_decode_text(const pt_tokenizer *t, const int32_t *tok, int64_t n,
+                                char *buf, size_t cap);
 
 /* Deterministic sampling: the data are cut into windows of s+1 tokens (inputs and
  * targets shifted by one); global sample g is window perm_e(g mod W) of epoch
@@ -111,49 +168,71 @@ int pt_st_get(const pt_st_file *f, const char *name, const char *dtype, int ndim
               const int64_t *shape, const pt_st_tensor **out, pt_err *err);
 /* The metadata value of `key`, or NULL. */
 const char *pt_st_meta(const pt_st_file *f, const char *key);
+/* Opens and checks a file as pt_st_open does but reads only its header: the tensors
+ * have no data pointers, and pt_st_read reads what is asked for from the file. */
+int pt_st_open_header(const char *path, pt_st_file **out, pt_err *err);
+/* Copies `bytes` bytes of tensor t of f (one of pt_st_at's or pt_st_get's) from byte
+ * `offset` of its data to dst, from memory or (pt_st_open_header) from the file. */
+int pt_st_read(const pt_st_file *f, const pt_st_tensor *t, int64_t offset, size_t bytes,
+               void *dst, pt_err *err);
+/* Where tensor t of f starts in the file (bytes from its beginning), or -1 when t is
+ * not one of f's. */
+int64_t pt_st_file_offset(const pt_st_file *f, const pt_st_tensor *t);
+/* Creates a file of tensors whose data other writers put in place later (each
+ * pwrite-ing its pieces at the offsets pt_st_open_header reads back): the header, and
+ * the data zero-filled to their full size. The tensors' data pointers are not read.
+ * Not atomic: used inside a checkpoint's temporary folder. */
+int pt_st_create(const char *path, const pt_st_tensor *t, int n, const char *const *meta_keys,
+                 const char *const *meta_values, int n_meta, pt_err *err);
 void pt_st_close(pt_st_file *f);
 
-/* A checkpoint directory: meta.json (format version, layout string, step, data
- * position, config hash, the files below), model.safetensors (parameters),
- * optim_rank<N>.safetensors (optimizer state and RNG state of each rank). Written as
- * <dir>.tmp-<pid> and renamed to <dir> when complete; the `keep` newest stay, the
- * older ones as <dir>.1, <dir>.2, ... A folder is taken for a checkpoint of ours only
- * when it holds nothing but a checkpoint's files and a meta.json this build reads (an
- * empty folder counts too); nothing else is ever moved or removed. */
+/* Checkpoint folders (runtime/checkpoint.c): --checkpoint DIR holds one folder per
+ * saved step, DIR/step_NNNNNNNN (meta.json beside the safetensors files of whole
+ * tensors, trainer_ckpt.c), and DIR/latest_checkpointed_iteration.txt, the tracker
+ * naming the newest, written last (Megatron-LM's layout). A folder is taken for ours
+ * only when it holds nothing but a checkpoint's files and a meta.json this build reads
+ * (an empty folder counts too); nothing else is ever moved or removed. */
 typedef struct {
     int format_version;
-    char layout[256];     /* pt_layout_format of the layout that wrote it */
     int64_t step;         /* optimizer steps done */
     int64_t data_pos;     /* next global sample index */
-    char config_hash[17]; /* hex hash of model spec + training settings that must match */
-    int64_t world;
+    int64_t world;        /* ranks of the run that wrote it */
+    char layout[256];     /* pt_layout_format of the layout that wrote it */
+    char config_hash[17]; /* hex hash of what a resume must match: model and seed */
+    char plan_hash[17];   /* hex hash of the plan file's text */
+    char created_at[32];  /* ISO 8601 UTC; "" when writing: now */
+    pt_model model;       /* the model's spec */
+    pt_run_opts run;      /* the training settings it ran with */
+    int64_t global_batch; /* samples per step */
+    char precision[16];   /* pt_prec_name */
+    int64_t train_tokens; /* tokens of the training data */
 } pt_ckpt_meta;
 
 int pt_ckpt_meta_write(const char *dir, const pt_ckpt_meta *m, pt_err *err);
+/* Reads dir/meta.json; every field is checked, unknown ones refused. */
 int pt_ckpt_meta_read(const char *dir, pt_ckpt_meta *m, pt_err *err);
 /* Whether a file can be created at `path`: makes and removes a probe file in its
  * folder. The error names path, its folder and the reason. Changes nothing. */
 int pt_path_writable(const char *path, pt_err *err);
-/* Whether checkpoints may be written to `dir` (what to check before training): dir and
- * its kept copies <dir>.1 .. <dir>.<keep-1> are each absent, an empty folder or a
- * checkpoint of ours, and dir's folder is writable. The error names the path. */
+/* Whether checkpoints may be written to `dir` (what to check before training): dir is
+ * absent, or a folder holding only the tracker, step folders of ours and their
+ * temporaries, and it is writable; keep >= 1. The error names the path at fault. */
 int pt_ckpt_check_target(const char *dir, int keep, pt_err *err);
-/* Creates the temporary directory for a checkpoint of `dir` and returns its path;
- * pt_ckpt_commit syncs it and renames it into place, after moving the previous ones
- * down a place (<dir> to <dir>.1, ...; the one beyond `keep` is removed, and so are
- * orphaned temporaries of killed runs that are ours and not newer); each move is one
- * rename, so a kill at any point leaves every complete checkpoint where pt_ckpt_find
- * looks. It refuses to move anything that is not ours. pt_ckpt_abort removes tmp (a
- * temporary folder or a checkpoint of ours; anything else stays). */
-int pt_ckpt_begin(const char *dir, char *tmp, size_t n, pt_err *err);
+/* Creates dir (when absent) and the temporary folder dir/step_N.tmp-<pid> for the
+ * checkpoint of `step`, and returns its path. pt_ckpt_commit syncs it and renames it to
+ * dir/step_N (one of the same step already there is replaced), rewrites the tracker,
+ * removes the step folders before it beyond the `keep` newest (later ones, of a run
+ * rolled back or resumed from an older step, are left alone) and orphaned temporaries
+ * of killed runs that are ours and not newer. pt_ckpt_abort removes tmp (only a
+ * temporary folder of ours). */
+int pt_ckpt_begin(const char *dir, int64_t step, char *tmp, size_t n, pt_err *err);
 int pt_ckpt_commit(const char *tmp, const char *dir, int keep, pt_err *err);
 void pt_ckpt_abort(const char *tmp);
-/* The newest complete checkpoint (one with a meta.json this build reads) among dir,
- * its kept copies <dir>.<N> and the temporaries an interrupted commit leaves
- * (<dir>.tmp-<pid>, <dir>.old-<pid>), with a step below `below_step` (< 0: any); one
- * whose config hash is `config_hash` is preferred (NULL: any). Its path goes to found
- * (n bytes), its meta.json to m. When there is none the error is why dir's own
- * meta.json cannot be read. */
+/* The checkpoint to load from dir: dir itself when it is a step folder (has a
+ * meta.json); else the step the tracker names when it is complete, or the newest
+ * complete step folder (or temporary an interrupted commit left); with a step below
+ * `below_step` (< 0: any), one whose config hash is `config_hash` preferred (NULL:
+ * any). Its path goes to found (n bytes), its meta.json to m. */
 int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, char *found,
                  size_t n, pt_ckpt_meta *m, pt_err *err);
 
@@ -322,6 +401,28 @@ const pt_param *pt_net_param(const pt_net *n, const char *name);
 int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err);
 int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
                      pt_err *err);
+
+/* Checkpoints in any layout: a parameter's part here and the whole tensor. */
+/* The whole (unsplit) tensor's shape ([1] is 0 for a vector). */
+void pt_param_whole_shape(const pt_net *n, const pt_param *p, int64_t shape[2]);
+/* Index in the whole tensor of element i of this rank's part. */
+int64_t pt_param_whole_index(const pt_param *p, int64_t i);
+/* Whether this rank's copy of p is the one a checkpoint takes among the tensor-parallel
+ * ranks that hold the same part and the pipeline stages that hold a tied embedding
+ * (the first stage's); data-parallel copies are the caller's to choose between. */
+bool pt_param_writer(const pt_net *n, const pt_param *p);
+/* The parameter elements whose Adam moments this rank holds: [lo, hi) of its flat
+ * buffer at m and v + opt_at. One span of every element without ZeRO; with ZeRO 1 its
+ * share of each bucket (dp_rank: its place in the dp·cp group); with ZeRO 2/3 its shard
+ * of each segment, whose master weights it alone holds too. *out is malloc'd. */
+typedef struct {
+    int64_t lo, hi, opt_at;
+} pt_net_span;
+int pt_net_opt_spans(const pt_net *n, int dp_rank, pt_net_span **out, int *count, pt_err *err);
+/* The fp32 master weights this rank holds to host memory (n_elems floats, by flat
+ * index): all of them, or with ZeRO 2/3 only its shards (other elements untouched).
+ * Not collective, unlike pt_net_get_state under ZeRO 2/3. */
+int pt_net_get_own_master(pt_net *n, float *master, pt_err *err);
 
 /* Activation slots: each holds one model chunk's activations of one micro-batch, from
  * its forward (or the receive of its input) to the end of its backward. take hands

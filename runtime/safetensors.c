@@ -41,6 +41,9 @@ struct pt_st_file {
     int n;
     pt_st_tensor *t;     /* n tensors, in the header's order */
     int64_t *begin;      /* n offsets of the tensors' data in the byte buffer */
+    int64_t data_at;     /* where the byte buffer starts in the file */
+    int fd;              /* opened with pt_st_open_header: the file, read by pt_st_read;
+                            else -1 */
 };
 
 /* ---- Data types -------------------------------------------------------------------- */
@@ -105,7 +108,8 @@ static int st_tensor_err(pt_err *err, const char *path, const char *name, const 
 /* ---- Writing ----------------------------------------------------------------------- */
 
 /* Checks one tensor to be written: name, dtype, shape and byte count agree. */
-static int st_check_out(const char *path, const pt_st_tensor *t, pt_err *err)
+/* pieces: the data come later (pt_st_create), so there are none yet. */
+static int st_check_out(const char *path, const pt_st_tensor *t, bool pieces, pt_err *err)
 {
     char shape[128];
     if (memchr(t->name, '\0', sizeof t->name) == NULL || t->name[0] == '\0' ||
@@ -126,7 +130,7 @@ static int st_check_out(const char *path, const pt_st_tensor *t, pt_err *err)
         return st_tensor_err(err, path, t->name, "%zu bytes do not match shape %s of %s "
                              "(%" PRId64 " bytes)", t->bytes,
                              st_shape_str(shape, sizeof shape, t->ndim, t->shape), t->dtype, want);
-    if (t->bytes > 0 && t->data == NULL)
+    if (t->bytes > 0 && t->data == NULL && !pieces)
         return st_tensor_err(err, path, t->name, "no data");
     return 0;
 }
@@ -159,14 +163,14 @@ static int st_meta_json(const char *path, const char *const *keys, const char *c
 /* The header object of n tensors laid out one after the other, in the order given. */
 static json_t *st_header_json(const char *path, const pt_st_tensor *t, int n,
                               const char *const *keys, const char *const *values, int n_meta,
-                              pt_err *err)
+                              bool pieces, pt_err *err)
 {
     json_t *root = json_object();
     if (n_meta > 0 && st_meta_json(path, keys, values, n_meta, root, err) != 0)
         goto fail;
     int64_t offset = 0;
     for (int i = 0; i < n; i++) {
-        if (st_check_out(path, &t[i], err) != 0)
+        if (st_check_out(path, &t[i], pieces, err) != 0)
             goto fail;
         if (json_object_get(root, t[i].name)) {
             st_tensor_err(err, path, t[i].name, "appears twice");
@@ -185,8 +189,8 @@ fail:
     return NULL;
 }
 
-/* The length field, the header padded with spaces to a multiple of 8, the data. */
-static int st_put(FILE *fp, const char *header, const pt_st_tensor *t, int n)
+/* The length field and the header padded with spaces to a multiple of 8. */
+static int st_put_header(FILE *fp, const char *header)
 {
     size_t len = strlen(header), padded = (len + 7) / 8 * 8;
     unsigned char size[8];
@@ -195,6 +199,13 @@ static int st_put(FILE *fp, const char *header, const pt_st_tensor *t, int n)
     int ok = fwrite(size, 1, 8, fp) == 8 && fwrite(header, 1, len, fp) == len;
     for (size_t i = len; ok && i < padded; i++)
         ok = fputc(' ', fp) != EOF;
+    return ok ? 0 : -1;
+}
+
+/* The header, then the data. */
+static int st_put(FILE *fp, const char *header, const pt_st_tensor *t, int n)
+{
+    int ok = st_put_header(fp, header) == 0;
     for (int i = 0; ok && i < n; i++)
         ok = t[i].bytes == 0 || fwrite(t[i].data, 1, t[i].bytes, fp) == t[i].bytes;
     ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
@@ -228,21 +239,63 @@ static int st_put_file(const char *path, const char *header, const pt_st_tensor 
     return 0;
 }
 
+/* The header's text, compact and in the order given. */
+static char *st_header_text(const char *path, const pt_st_tensor *t, int n,
+                            const char *const *keys, const char *const *values, int n_meta,
+                            bool pieces, pt_err *err)
+{
+    json_t *root = st_header_json(path, t, n, keys, values, n_meta, pieces, err);
+    if (!root)
+        return NULL;
+    char *header = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!header)
+        pt_err_set(err, "%s: out of memory formatting the header", path);
+    return header;
+}
+
 int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *const *meta_keys,
                 const char *const *meta_values, int n_meta, pt_err *err)
 {
     if (n < 0 || (n > 0 && !t) || (n_meta > 0 && (!meta_keys || !meta_values)))
         return pt_err_set(err, "%s: invalid tensor or metadata list", path);
-    json_t *root = st_header_json(path, t, n, meta_keys, meta_values, n_meta, err);
-    if (!root)
-        return -1;
-    char *header = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(root);
+    char *header = st_header_text(path, t, n, meta_keys, meta_values, n_meta, false, err);
     if (!header)
-        return pt_err_set(err, "%s: out of memory formatting the header", path);
+        return -1;
     int rc = st_put_file(path, header, t, n, err);
     free(header);
     return rc;
+}
+
+int pt_st_create(const char *path, const pt_st_tensor *t, int n, const char *const *meta_keys,
+                 const char *const *meta_values, int n_meta, pt_err *err)
+{
+    if (n < 0 || (n > 0 && !t) || (n_meta > 0 && (!meta_keys || !meta_values)))
+        return pt_err_set(err, "%s: invalid tensor or metadata list", path);
+    char *header = st_header_text(path, t, n, meta_keys, meta_values, n_meta, true, err);
+    if (!header)
+        return -1;
+    int64_t data = 0;
+    for (int i = 0; i < n; i++)
+        data += (int64_t)t[i].bytes; /* checked against their shapes: no overflow */
+    off_t size = (off_t)(8 + (strlen(header) + 7) / 8 * 8) + (off_t)data;
+    FILE *fp = fopen(path, "wb");
+    int rc = fp && st_put_header(fp, header) == 0 && fflush(fp) == 0 &&
+                     ftruncate(fileno(fp), size) == 0 && fsync(fileno(fp)) == 0
+                 ? 0
+                 : -1;
+    int saved = errno;
+    if (fp && fclose(fp) != 0 && rc == 0) {
+        rc = -1;
+        saved = errno;
+    }
+    free(header);
+    if (rc != 0) {
+        if (fp)
+            remove(path);
+        return pt_err_set(err, "cannot write '%s': %s", path, strerror(saved));
+    }
+    return 0;
 }
 
 /* ---- Reading: the file ------------------------------------------------------------- */
@@ -313,6 +366,7 @@ static int st_load_header(FILE *fp, pt_st_file *f, pt_err *err)
         st_get_header(fp, f, len, err) != 0)
         return -1;
     f->data_bytes = (int64_t)st.st_size - 8 - len;
+    f->data_at = 8 + len;
     return 0;
 }
 
@@ -505,12 +559,15 @@ static int st_parse(pt_st_file *f, pt_err *err)
 
 /* ---- Reading: the interface -------------------------------------------------------- */
 
-int pt_st_open(const char *path, pt_st_file **out, pt_err *err)
+/* Opens and checks a file; with `load` its data are read too, else the file stays open
+ * for pt_st_read. */
+static int st_open(const char *path, bool load, pt_st_file **out, pt_err *err)
 {
     *out = NULL;
     pt_st_file *f = calloc(1, sizeof *f);
     if (!f)
         return pt_err_set(err, "%s: out of memory", path);
+    f->fd = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
     FILE *fp = fopen(path, "rb");
     if (!fp) {
@@ -523,14 +580,55 @@ int pt_st_open(const char *path, pt_st_file **out, pt_err *err)
     int rc = st_load_header(fp, f, err);
     if (rc == 0)
         rc = st_parse(f, err);
-    if (rc == 0)
+    if (rc == 0 && load)
         rc = st_load_data(fp, f, err);
+    if (rc == 0 && !load && (f->fd = dup(fileno(fp))) < 0)
+        rc = pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
     fclose(fp);
     if (rc != 0) {
         pt_st_close(f);
         return -1;
     }
     *out = f;
+    return 0;
+}
+
+int pt_st_open(const char *path, pt_st_file **out, pt_err *err)
+{
+    return st_open(path, true, out, err);
+}
+
+int pt_st_open_header(const char *path, pt_st_file **out, pt_err *err)
+{
+    return st_open(path, false, out, err);
+}
+
+int64_t pt_st_file_offset(const pt_st_file *f, const pt_st_tensor *t)
+{
+    int64_t i = t - f->t;
+    return i >= 0 && i < f->n ? f->data_at + f->begin[i] : -1;
+}
+
+int pt_st_read(const pt_st_file *f, const pt_st_tensor *t, int64_t offset, size_t bytes,
+               void *dst, pt_err *err)
+{
+    int64_t i = t - f->t;
+    if (i < 0 || i >= f->n || offset < 0 || (uint64_t)offset > t->bytes ||
+        bytes > t->bytes - (uint64_t)offset)
+        return pt_err_set(err, "%s: tensor '%.128s': bytes [%" PRId64 ", +%zu) are outside "
+                          "its %zu", f->path, t->name, offset, bytes, t->bytes);
+    if (f->fd < 0) {
+        memcpy(dst, (const char *)t->data + offset, bytes);
+        return 0;
+    }
+    off_t at = (off_t)(f->data_at + f->begin[i] + offset);
+    for (size_t done = 0; done < bytes;) {
+        ssize_t got = pread(f->fd, (char *)dst + done, bytes - done, at + (off_t)done);
+        if (got <= 0)
+            return pt_err_set(err, "cannot read '%s': %s", f->path,
+                              got < 0 ? strerror(errno) : "the file is shorter than its header says");
+        done += (size_t)got;
+    }
     return 0;
 }
 
@@ -581,6 +679,8 @@ void pt_st_close(pt_st_file *f)
     if (!f)
         return;
     json_decref(f->root);
+    if (f->fd >= 0)
+        close(f->fd);
     free(f->data);
     free(f->t);
     free(f->begin);

@@ -9,6 +9,7 @@
  * here prints: tools/ptrun.c reports what each call returns.
  */
 #include "trainer_internal.h"
+#include "specjson.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -97,22 +98,29 @@ static int load_data(pt_trainer *r, pt_trainer_info *info, pt_err *err)
     return 0;
 }
 
-/* What must not change between a checkpoint and the run resuming from it. */
-static void config_hash(const pt_plan *p, char out[17])
+static void fnv_hex(const char *text, size_t n, char out[17])
 {
-    char *model = pt_model_to_json(&p->model);
-    char text[2048], layout[256];
-    pt_layout_format(&p->layout, layout, sizeof layout);
-    snprintf(text, sizeof text, "%s|%s|%lld|%s|%.17g|%.17g|%lld|%lld|%.17g|%.17g|%.17g|%llu|%s",
-             model ? model : "", layout, (long long)p->train.global_batch,
-             pt_prec_name(p->train.precision), p->run.lr, p->run.min_lr,
-             (long long)p->run.warmup_steps, (long long)p->run.steps, p->run.weight_decay,
-             p->run.grad_clip, p->run.dropout, (unsigned long long)p->run.seed, p->run.data);
-    free(model);
     uint64_t h = 1469598103934665603ull;
-    for (const char *s = text; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)text[i]) * 1099511628211ull;
     snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+/* What a checkpoint must share with a run resuming from it: the model and the seed
+ * (trainer_ckpt.c checks them field by field; the hash picks among checkpoints), and
+ * the hash of the plan file's text, which checkpoints record. */
+static void config_hash(pt_trainer *r)
+{
+    const pt_plan *p = &r->plan;
+    char *model = pt_model_to_json(&p->model);
+    char text[2048];
+    snprintf(text, sizeof text, "%s|%llu", model ? model : "", (unsigned long long)p->run.seed);
+    free(model);
+    fnv_hex(text, strlen(text), r->config_hash);
+    pt_err ignored;
+    char *plan = pt_json_read_file(r->o.plan, &ignored);
+    fnv_hex(plan ? plan : "", plan ? strlen(plan) : 0, r->plan_hash);
+    free(plan);
 }
 
 /* The compute backend of the plan's devices (pt_cluster_backend), the schedule program
@@ -161,7 +169,7 @@ static int build(pt_trainer *r, pt_err *err)
     pt_opctx_init(&c, &p->model, &p->layout, &p->train, &p->cluster);
     r->model_flops = pt_step_model_flops(&c);
     r->peak_flops = pt_peak_flops_total(&p->cluster, &p->train);
-    config_hash(p, r->config_hash);
+    config_hash(r);
     return 0;
 }
 
@@ -333,10 +341,10 @@ static int rollback(pt_trainer *r, int64_t bad, pt_trainer_step_result *res, pt_
     res->rolled_back = true;
     res->rollback_to = meta.step;
     res->rollback_data_pos = past;
+    r->next = meta.step; /* before the line: its tokens_seen are the checkpoint's */
     pt_trainer_log_line(r, "rollback", bad, ",\"to_step\":%lld,\"batches_skipped\":%lld,"
                         "\"data_pos\":%lld", (long long)meta.step,
                         (long long)(bad - meta.step), (long long)past);
-    r->next = meta.step;
     return 0;
 }
 
@@ -431,11 +439,11 @@ int pt_trainer_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
     int64_t done = step + 1 - r->start_step, left = p->run.steps - step - 1;
     double elapsed = pt_trace_now() - r->t0;
     res->eta_s = done > 0 ? elapsed / (double)done * (double)left : 0;
+    r->steps_run++;
+    r->next = step + 1; /* before the line: its tokens_seen count this step */
     pt_trainer_log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,"
                         "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"time_s\":%.6g", s->loss, s->lr,
                         s->grad_norm, res->tokens_per_s, res->mfu, s->time_s);
-    r->steps_run++;
-    r->next = step + 1;
     /* the process's first step is its warm-up, not timed */
     if (step > r->start_step && keep_step_time(r, s->time_s, err))
         return -1;

@@ -87,20 +87,42 @@ void pt_trainer_close(pt_trainer *t);
 /* ---- Checkpoints -------------------------------------------------------------------- */
 
 typedef struct {
-    char path[4096];             /* the checkpoint loaded */
+    char path[4096];             /* the checkpoint loaded (a step folder) */
     int64_t step;                /* its step: training continues after it */
     int64_t data_pos;            /* its data position */
-    int64_t data_skip;           /* samples skipped by spike rollbacks before it */
+    int64_t data_skip;           /* this run's sample offset: data_pos - step x batch */
+    char layout[256];            /* the layout that wrote it */
+    int64_t world;               /* and its ranks */
+    char changed[1024];          /* settings this run changes ("lr 0.0006 -> 0.0003, ..."),
+                                    "" when none */
 } pt_trainer_resumed;
 
-/* Continues from the newest complete checkpoint of dir (dir itself, or where an
- * interrupted commit left a newer one), after checking it belongs to this run (layout,
- * configuration hash, world, step, data position). Collective. */
+/* Continues from a checkpoint: dir is a step folder, or a --checkpoint folder whose
+ * newest complete step is taken. Any layout, ZeRO stage, micro-batch size or world size
+ * may have written it: each rank reads its elements of the whole tensors. The model,
+ * the seed and the training data must be the checkpoint's (the error names the field
+ * and both values) and its step at most this run's steps; other settings may differ
+ * and are listed in `changed`. Collective. */
 int pt_trainer_resume(pt_trainer *t, const char *dir, pt_trainer_resumed *out, pt_err *err);
-/* Writes a checkpoint of the state after `step` steps to the options' directory: every
- * rank its files into one temporary directory, renamed into place only when all
- * succeeded, keeping the newest keep_ckpt. Collective. */
+
+typedef struct {
+    char path[4096];             /* what was loaded */
+    bool hugging_face;           /* a Hugging Face model folder (else a checkpoint) */
+    int64_t step;                /* the checkpoint's step (training starts at 0 anyway) */
+} pt_trainer_initialized;
+/* Loads only the weights, from a checkpoint of ours (a step folder or a --checkpoint
+ * folder) or a Hugging Face GPT-2 / LLaMA folder (config.json and safetensors;
+ * runtime/hf.c); the model must agree, the optimizer starts afresh at step 0.
+ * Collective. */
+int pt_trainer_init_from(pt_trainer *t, const char *dir, pt_trainer_initialized *out,
+                         pt_err *err);
+/* Writes a checkpoint of the state after `step` steps to the options' directory, as
+ * DIR/step_N: every rank its pieces of the whole tensors into one temporary folder,
+ * renamed into place only when all succeeded, keeping the newest keep_ckpt.
+ * Collective. */
 int pt_trainer_save(pt_trainer *t, int64_t step, pt_err *err);
+/* The folder the last pt_trainer_save wrote ("" before any). */
+const char *pt_trainer_saved_path(const pt_trainer *t);
 
 /* ---- Training ------------------------------------------------------------------------ */
 

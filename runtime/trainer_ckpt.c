@@ -1,26 +1,51 @@
 /*
- * The trainer's checkpoints: what a rank's state is on disk (its stage's parameters as
- * fp32 master weights and its optimizer shard, in safetensors files of one temporary
- * directory that rank 0 commits only when every rank wrote its part), loading one back
- * after checking it belongs to this run, and resuming from the newest complete one.
- * The directory's own life (temporaries, renames, the kept copies) is checkpoint.c's.
+ * The trainer's checkpoints, in whole tensors that any layout reads back: parameters
+ * (fp32 master weights) and Adam moments saved by name in the unsplit shapes, the way
+ * Hugging Face shards a model (model-0000k-of-0000n.safetensors with
+ * model.safetensors.index.json mapping each tensor to its file; optim-… likewise, with
+ * "<name>.exp_avg" and "<name>.exp_avg_sq"). One file of each per pipeline stage: the
+ * stage's first rank creates it with its header and full size, then every rank writes
+ * the pieces it holds at their places in the whole tensors (pwrite), so no rank gathers
+ * the model or even a stage. Which copy writes: among tensor-parallel ranks holding the
+ * same part, the first; of a tied embedding, the first stage's; among data-parallel
+ * copies, rank 0 of the dp·cp group, except under ZeRO, where each rank writes the
+ * moments it holds (and under ZeRO 2/3 the master weights of its shards).
+ *
+ * Loading reads each rank's elements back from the whole tensors (pread), whatever
+ * layout, ZeRO stage, micro-batch or world size wrote them, and checks that the model,
+ * the seed and the training data are the checkpoint's; other settings may change and
+ * are reported. --init-from loads only the weights, from a checkpoint of ours or a
+ * Hugging Face directory (runtime/hf.c), through the same reader. The step folders'
+ * own life (temporaries, renames, the tracker, --keep) is checkpoint.c's.
  */
 #include "trainer_internal.h"
+#include "hf.h"
+#include "specjson.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Host copies of the state a checkpoint holds (the backend's memory may be a GPU's). */
 typedef struct {
     float *master, *m, *v;
 } host_state;
 
-static int host_state_alloc(host_state *h, const pt_net *net)
+static int host_state_alloc(host_state *h, const pt_net *net, bool moments, pt_err *err)
 {
-    h->master = malloc((size_t)net->n_elems * sizeof(float));
-    h->m = malloc((size_t)net->opt_elems * sizeof(float));
-    h->v = malloc((size_t)net->opt_elems * sizeof(float));
-    return h->master && h->m && h->v ? 0 : -1;
+    memset(h, 0, sizeof *h);
+    size_t opt = moments ? (size_t)net->opt_elems : 0;
+    h->master = calloc((size_t)net->n_elems + 1, sizeof(float));
+    h->m = calloc(opt + 1, sizeof(float));
+    h->v = calloc(opt + 1, sizeof(float));
+    return h->master && h->m && h->v ? 0 : pt_err_set(err, "out of memory for a checkpoint's "
+                                                           "host copy of %lld parameters",
+                                                      (long long)net->n_elems);
 }
 
 static void host_state_free(host_state *h)
@@ -30,165 +55,564 @@ static void host_state_free(host_state *h)
     free(h->v);
 }
 
-/* A rank's files in a checkpoint: model.safetensors and optim_rank0.safetensors for
- * one rank; with several, each rank its own (its stage's parameters, its optimizer
- * shard), model_rank<r> and optim_rank<r>. */
-static void state_paths(const char *dir, const pt_trainer *r, char *model, char *optim, size_t n)
+/* ---- Runs: this rank's elements in the whole tensors ---------------------------------- */
+
+/* A run of elements consecutive both in this rank's flat buffer and in one whole
+ * tensor: parameter p, flat index of its first element, index in the whole tensor. */
+typedef int (*run_fn)(void *ctx, const pt_param *p, int64_t flat, int64_t whole, int64_t len,
+                      pt_err *err);
+
+/* Calls fn for every run of flat elements [lo, hi) (of the parameters this rank writes,
+ * with writers_only): one per parameter part split by rows or whole, one per row of a
+ * part split by columns. */
+static int for_runs(const pt_net *n, int64_t lo, int64_t hi, bool writers_only, run_fn fn,
+                    void *ctx, pt_err *err)
 {
-    if (r->world == 1)
-        snprintf(model, n, "%s/model.safetensors", dir);
-    else
-        snprintf(model, n, "%s/model_rank%d.safetensors", dir, r->rank);
-    snprintf(optim, n, "%s/optim_rank%d.safetensors", dir, r->rank);
+    for (int k = 0; k < n->n_param; k++) {
+        const pt_param *q = &n->param[k];
+        int64_t a = lo > q->offset ? lo : q->offset;
+        int64_t b = hi < q->offset + q->count ? hi : q->offset + q->count;
+        if (a >= b || (writers_only && !pt_param_writer(n, q)))
+            continue;
+        int64_t cols = q->ndim == 2 && q->full_cols != q->shape[1] ? q->shape[1] : q->count;
+        for (int64_t i = a - q->offset; i < b - q->offset;) {
+            int64_t end = (i / cols + 1) * cols, stop = b - q->offset;
+            end = end < stop ? end : stop;
+            if (fn(ctx, q, q->offset + i, pt_param_whole_index(q, i), end - i, err))
+                return -1;
+            i = end;
+        }
+    }
+    return 0;
 }
 
-static int write_state(const char *tmp, pt_trainer *r, const host_state *h, pt_err *err)
+/* ---- Writing --------------------------------------------------------------------------- */
+
+/* "model-00002-of-00004.safetensors": stage 1 of 4 */
+static void shard_name(char *out, size_t n, const char *kind, int stage, int pp)
+{
+    snprintf(out, n, "%s-%05d-of-%05d.safetensors", kind, stage + 1, pp);
+}
+
+static int64_t whole_count(const pt_net *n, const pt_param *p, int64_t shape[2])
+{
+    pt_param_whole_shape(n, p, shape);
+    return shape[0] * (p->ndim == 2 ? shape[1] : 1);
+}
+
+/* The stage's first rank creates its model and optimizer files: every tensor this
+ * stage writes, whole, zero-filled, with the header the other ranks read offsets from. */
+static int create_files(const char *tmp, pt_trainer *r, int64_t step, pt_err *err)
+{
+    const pt_net *n = &r->net;
+    pt_st_tensor *mt = calloc((size_t)n->n_param + 1, sizeof *mt);
+    pt_st_tensor *ot = calloc(2 * (size_t)n->n_param + 1, sizeof *ot);
+    int k = 0;
+    for (int i = 0; mt && ot && i < n->n_param; i++) {
+        const pt_param *q = &n->param[i];
+        if (!pt_param_writer(n, q))
+            continue;
+        int64_t shape[2];
+        size_t bytes = (size_t)whole_count(n, q, shape) * sizeof(float);
+        mt[k] = (pt_st_tensor){.ndim = q->ndim, .shape = {shape[0], shape[1]}, .bytes = bytes};
+        snprintf(mt[k].name, sizeof mt[k].name, "%s", q->name);
+        snprintf(mt[k].dtype, sizeof mt[k].dtype, "F32");
+        for (int j = 0; j < 2; j++) {
+            ot[2 * k + j] = mt[k];
+            snprintf(ot[2 * k + j].name, sizeof ot[2 * k + j].name, "%s.%s", q->name,
+                     j ? "exp_avg_sq" : "exp_avg");
+        }
+        k++;
+    }
+    int rc = mt && ot ? 0 : pt_err_set(err, "out of memory");
+    char path[4200], file[64], steps[24], layout[256];
+    snprintf(steps, sizeof steps, "%lld", (long long)step);
+    pt_layout_format(&r->plan.layout, layout, sizeof layout);
+    /* "format": "pt" is what Hugging Face's loaders look for in a PyTorch checkpoint */
+    const char *keys[] = {"format", "producer", "model", "layout", "step"};
+    const char *vals[] = {"pt", "ptrun", r->plan.model.name, layout, steps};
+    for (int j = 0; j < 2 && rc == 0; j++) {
+        shard_name(file, sizeof file, j ? "optim" : "model", r->stage, r->plan.layout.pp);
+        snprintf(path, sizeof path, "%s/%s", tmp, file);
+        rc = pt_st_create(path, j ? ot : mt, j ? 2 * k : k, keys, vals, 5, err);
+    }
+    free(mt);
+    free(ot);
+    return rc;
+}
+
+/* A file of the checkpoint this rank writes pieces into. */
+typedef struct {
+    pt_st_file *hdr;
+    int fd;
+} piece_file;
+
+static int piece_open(piece_file *f, const char *tmp, const char *kind, const pt_trainer *r,
+                      pt_err *err)
+{
+    char path[4200], file[64];
+    shard_name(file, sizeof file, kind, r->stage, r->plan.layout.pp);
+    snprintf(path, sizeof path, "%s/%s", tmp, file);
+    f->fd = -1;
+    if (pt_st_open_header(path, &f->hdr, err))
+        return -1;
+    if ((f->fd = open(path, O_WRONLY)) < 0)
+        return pt_err_set(err, "cannot write '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+static int piece_close(piece_file *f, int rc, const char *tmp, pt_err *err)
+{
+    if (f->fd >= 0 && rc == 0 && fsync(f->fd) != 0)
+        rc = pt_err_set(err, "cannot sync a checkpoint file in '%s': %s", tmp, strerror(errno));
+    if (f->fd >= 0 && close(f->fd) != 0 && rc == 0)
+        rc = pt_err_set(err, "cannot write a checkpoint file in '%s': %s", tmp, strerror(errno));
+    pt_st_close(f->hdr);
+    f->fd = -1;
+    f->hdr = NULL;
+    return rc;
+}
+
+/* len floats from src to elements [whole, whole + len) of tensor `name` of f. */
+static int piece_put(piece_file *f, const char *name, int64_t whole, const float *src,
+                     int64_t len, pt_err *err)
+{
+    const pt_st_tensor *t;
+    if (pt_st_get(f->hdr, name, "F32", -1, NULL, &t, err))
+        return -1;
+    off_t at = (off_t)(pt_st_file_offset(f->hdr, t) + whole * (int64_t)sizeof(float));
+    size_t bytes = (size_t)len * sizeof(float), done = 0;
+    while (done < bytes) {
+        ssize_t put = pwrite(f->fd, (const char *)src + done, bytes - done, at + (off_t)done);
+        if (put <= 0)
+            return pt_err_set(err, "cannot write tensor '%s' of a checkpoint file: %s", name,
+                              put < 0 ? strerror(errno) : "no progress");
+        done += (size_t)put;
+    }
+    return 0;
+}
+
+typedef struct {
+    piece_file model, optim;
+    const host_state *h;
+    const pt_net_span *span;  /* the moments' span being written (or read) */
+    pt_wsrc *src;             /* reading */
+    const pt_net *net;
+} run_ctx;
+
+static int put_master(void *ctx, const pt_param *p, int64_t flat, int64_t whole, int64_t len,
+                      pt_err *err)
+{
+    run_ctx *c = ctx;
+    return piece_put(&c->model, p->name, whole, c->h->master + flat, len, err);
+}
+
+static int put_moments(void *ctx, const pt_param *p, int64_t flat, int64_t whole, int64_t len,
+                       pt_err *err)
+{
+    run_ctx *c = ctx;
+    char name[128];
+    int64_t at = c->span->opt_at + (flat - c->span->lo);
+    snprintf(name, sizeof name, "%s.exp_avg", p->name);
+    if (piece_put(&c->optim, name, whole, c->h->m + at, len, err))
+        return -1;
+    snprintf(name, sizeof name, "%s.exp_avg_sq", p->name);
+    return piece_put(&c->optim, name, whole, c->h->v + at, len, err);
+}
+
+/* This rank's pieces: master weights and moments it is the writer of. */
+static int write_pieces(const char *tmp, pt_trainer *r, const host_state *h, pt_err *err)
 {
     pt_net *n = &r->net;
-    char path[1100];
-    pt_st_tensor *t = calloc((size_t)n->n_param, sizeof *t);
-    if (!t)
-        return pt_err_set(err, "out of memory");
-    for (int i = 0; i < n->n_param; i++) {
-        const pt_param *q = &n->param[i];
-        t[i] = (pt_st_tensor){.ndim = q->ndim, .shape = {q->shape[0], q->shape[1]},
-                              .data = h->master + q->offset,
-                              .bytes = (size_t)q->count * sizeof(float)};
-        snprintf(t[i].name, sizeof t[i].name, "%s", q->name);
-        snprintf(t[i].dtype, sizeof t[i].dtype, "F32");
-    }
-    size_t bytes = (size_t)n->opt_elems * sizeof(float);
-    pt_st_tensor adam[2] = {{.name = "adam.m", .dtype = "F32", .ndim = 1, .shape = {n->opt_elems},
-                             .data = h->m, .bytes = bytes},
-                            {.name = "adam.v", .dtype = "F32", .ndim = 1, .shape = {n->opt_elems},
-                             .data = h->v, .bytes = bytes}};
-    char seed[32], optim[1100];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->plan.run.seed);
-    const char *keys[] = {"sampler_seed"}, *vals[] = {seed};
-    state_paths(tmp, r, path, optim, sizeof path);
-    int rc = pt_st_write(path, t, n->n_param, NULL, NULL, 0, err);
+    bool first = r->place.dp_rank == 0, sharded = n->opt_ranks > 1 || n->zero;
+    pt_net_span *spans = NULL;
+    int n_spans = 0;
+    run_ctx c = {.h = h, .model.fd = -1, .optim.fd = -1, .net = n};
+    int rc = pt_net_opt_spans(n, r->place.dp_rank, &spans, &n_spans, err);
     if (rc == 0)
-        rc = pt_st_write(optim, adam, 2, keys, vals, 1, err);
-    free(t);
+        rc = piece_open(&c.model, tmp, "model", r, err) || piece_open(&c.optim, tmp, "optim", r, err);
+    /* master weights: all of them from dp rank 0, or under ZeRO 2/3 each rank's shards */
+    if (rc == 0 && !n->zero && first)
+        rc = for_runs(n, 0, n->n_elems, true, put_master, &c, err);
+    for (int s = 0; rc == 0 && n->zero && s < n_spans; s++)
+        rc = for_runs(n, spans[s].lo, spans[s].hi, true, put_master, &c, err);
+    for (int s = 0; rc == 0 && (sharded || first) && s < n_spans; s++) {
+        c.span = &spans[s];
+        rc = for_runs(n, spans[s].lo, spans[s].hi, true, put_moments, &c, err);
+    }
+    rc = piece_close(&c.model, rc, tmp, err);
+    rc = piece_close(&c.optim, rc, tmp, err);
+    free(spans);
+    return rc ? -1 : 0;
+}
+
+/* kind.safetensors.index.json (Hugging Face's format): every tensor of the pp files
+ * and the file it is in. */
+static int write_index(const char *tmp, const char *kind, int pp, pt_err *err)
+{
+    json_t *map = json_object(), *root = json_object();
+    int64_t total = 0;
+    int rc = map && root ? 0 : pt_err_set(err, "out of memory");
+    for (int k = 0; k < pp && rc == 0; k++) {
+        char path[4200], file[64];
+        pt_st_file *f;
+        shard_name(file, sizeof file, kind, k, pp);
+        snprintf(path, sizeof path, "%s/%s", tmp, file);
+        if ((rc = pt_st_open_header(path, &f, err)) != 0)
+            break;
+        for (int i = 0; i < pt_st_count(f) && rc == 0; i++) {
+            const pt_st_tensor *t = pt_st_at(f, i);
+            total += (int64_t)t->bytes;
+            rc = pt_json_set(map, t->name, json_string(file));
+        }
+        pt_st_close(f);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.safetensors.index.json", tmp, kind);
+    char *text = NULL;
+    if (rc == 0 && (pt_json_set(root, "metadata", json_pack("{s:I}", "total_size",
+                                                            (json_int_t)total)) ||
+                    json_object_set(root, "weight_map", map) ||
+                    !(text = pt_json_dump(root))))
+        rc = pt_err_set(err, "%s: out of memory", path);
+    if (rc == 0)
+        rc = pt_file_write_atomic(path, text, strlen(text), err);
+    free(text);
+    json_decref(map);
+    json_decref(root);
     return rc;
 }
 
 static int write_meta(const char *tmp, pt_trainer *r, int64_t step, pt_err *err)
 {
+    const pt_plan *p = &r->plan;
     /* the data position: the step's first sample, past the samples rollbacks skipped */
-    pt_ckpt_meta meta = {.format_version = 1, .step = step, .world = r->world,
-                         .data_pos = step * r->plan.train.global_batch + r->data_skip};
-    pt_layout_format(&r->plan.layout, meta.layout, sizeof meta.layout);
+    pt_ckpt_meta meta = {.format_version = 2, .step = step, .world = r->world,
+                         .data_pos = step * p->train.global_batch + r->data_skip,
+                         .model = p->model, .run = p->run, .global_batch = p->train.global_batch,
+                         .train_tokens = r->train.n};
+    pt_layout_format(&p->layout, meta.layout, sizeof meta.layout);
     snprintf(meta.config_hash, sizeof meta.config_hash, "%s", r->config_hash);
+    snprintf(meta.plan_hash, sizeof meta.plan_hash, "%s", r->plan_hash);
+    snprintf(meta.precision, sizeof meta.precision, "%s", pt_prec_name(p->train.precision));
     return pt_ckpt_meta_write(tmp, &meta, err);
 }
 
-/* Every rank writes its files into one temporary directory that rank 0 made; rank 0
- * then writes meta.json and renames the directory into place, only if every rank
- * succeeded, keeping the keep_ckpt newest (DIR, DIR.1, ...). */
+/* Every rank writes its pieces into one temporary folder that rank 0 made, into files
+ * each stage's first rank created; rank 0 then writes the indexes and meta.json and
+ * commits the folder, only if every rank succeeded. */
 int pt_trainer_save(pt_trainer *r, int64_t step, pt_err *err)
 {
     const char *dir = r->o.ckpt;
-    int keep = r->o.keep_ckpt;
     if (!dir)
         return pt_err_set(err, "no checkpoint directory was given");
     host_state h;
-    char tmp[1024] = "";
-    int rc = host_state_alloc(&h, &r->net) ? pt_err_set(err, "out of memory") : 0;
+    char tmp[4096] = "";
+    int rc = host_state_alloc(&h, &r->net, true, err);
     if (rc == 0)
-        rc = pt_net_get_state(&r->net, h.master, h.m, h.v, err);
+        rc = pt_net_get_own_master(&r->net, h.master, err) ||
+             pt_net_get_state(&r->net, NULL, h.m, h.v, err);
     if (rc == 0 && r->rank == 0)
-        rc = pt_ckpt_begin(dir, tmp, sizeof tmp, err);
+        rc = pt_ckpt_begin(dir, step, tmp, sizeof tmp, err);
     if (!pt_comm_all_ok(r->comm, rc == 0) || pt_comm_bcast(r->comm, tmp, sizeof tmp, err)) {
         host_state_free(&h);
         return rc ? rc : pt_err_set(err, "another rank could not start the checkpoint");
     }
-    rc = write_state(tmp, r, &h, err);
+    bool leader = r->place.tp_rank == 0 && r->place.dp_rank == 0;
+    if (leader)
+        rc = create_files(tmp, r, step, err);
+    if (pt_comm_all_ok(r->comm, rc == 0))
+        rc = write_pieces(tmp, r, &h, err);
+    else if (rc == 0)
+        rc = pt_err_set(err, "another rank could not create its checkpoint files in %s", tmp);
     host_state_free(&h);
     bool all = pt_comm_all_ok(r->comm, rc == 0);
     if (r->rank == 0) {
-        if (all && (rc = write_meta(tmp, r, step, err)) == 0)
-            rc = pt_ckpt_commit(tmp, dir, keep, err);
+        if (all && (rc = write_index(tmp, "model", r->plan.layout.pp, err)) == 0 &&
+            (rc = write_index(tmp, "optim", r->plan.layout.pp, err)) == 0 &&
+            (rc = write_meta(tmp, r, step, err)) == 0)
+            rc = pt_ckpt_commit(tmp, dir, r->o.keep_ckpt, err);
         else
             pt_ckpt_abort(tmp);
     }
     if (!pt_comm_all_ok(r->comm, rc == 0) && rc == 0)
         rc = pt_err_set(err, "another rank could not write its part of checkpoint %s", dir);
+    if (rc == 0)
+        snprintf(r->saved_path, sizeof r->saved_path, "%s/step_%08lld", dir, (long long)step);
     return rc;
 }
 
-static int load_tensor(const pt_st_file *f, const char *name, int ndim, const int64_t *shape,
-                       float *dst, size_t bytes, pt_err *err)
+/* ---- Reading: a checkpoint of ours as a source of whole tensors ------------------------ */
+
+typedef struct {
+    pt_wsrc base;
+    char dir[4096];
+    json_t *map[2];           /* the model's and the optimizer's weight maps */
+    char (*name)[64];         /* files opened so far */
+    pt_st_file **file;
+    int n_files;
+} ckpt_src;
+
+static int ckpt_src_file(ckpt_src *s, const char *file, pt_st_file **out, pt_err *err)
 {
-    const pt_st_tensor *t;
-    if (pt_st_get(f, name, "F32", ndim, shape, &t, err))
+    for (int i = 0; i < s->n_files; i++)
+        if (strcmp(s->name[i], file) == 0) {
+            *out = s->file[i];
+            return 0;
+        }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", s->dir, file);
+    if (strchr(file, '/') || strlen(file) >= 64)
+        return pt_err_set(err, "%s: the index names file '%.80s', which is not a file of this "
+                          "folder", s->dir, file);
+    void *nn = realloc(s->name, (size_t)(s->n_files + 1) * sizeof *s->name);
+    if (nn)
+        s->name = nn;
+    void *nf = realloc(s->file, (size_t)(s->n_files + 1) * sizeof *s->file);
+    if (nf)
+        s->file = nf;
+    if (!nn || !nf)
+        return pt_err_set(err, "out of memory");
+    if (pt_st_open_header(path, out, err))
         return -1;
-    memcpy(dst, t->data, bytes);
+    snprintf(s->name[s->n_files], 64, "%s", file);
+    s->file[s->n_files++] = *out;
     return 0;
 }
 
-static int read_state(const char *dir, pt_trainer *r, host_state *h, pt_err *err)
+static int ckpt_src_read(pt_wsrc *base, const char *name, int ndim, const int64_t *shape,
+                         int64_t lo, int64_t count, float *dst, pt_err *err)
+{
+    ckpt_src *s = (ckpt_src *)base;
+    const json_t *file = NULL;
+    for (int i = 0; i < 2 && !file; i++)
+        file = s->map[i] ? json_object_get(s->map[i], name) : NULL;
+    if (!json_is_string(file))
+        return pt_err_set(err, "%s: no tensor '%s' in its index%s", s->dir, name,
+                          s->map[1] ? "es" : " (model.safetensors.index.json)");
+    pt_st_file *f;
+    const pt_st_tensor *t;
+    if (ckpt_src_file(s, json_string_value(file), &f, err) ||
+        pt_st_get(f, name, "F32", ndim, shape, &t, err))
+        return -1;
+    return pt_st_read(f, t, lo * (int64_t)sizeof(float), (size_t)count * sizeof(float), dst,
+                      err);
+}
+
+static void ckpt_src_close(pt_wsrc *base)
+{
+    ckpt_src *s = (ckpt_src *)base;
+    for (int i = 0; i < s->n_files; i++)
+        pt_st_close(s->file[i]);
+    json_decref(s->map[0]);
+    json_decref(s->map[1]);
+    free(s->name);
+    free(s->file);
+    free(s);
+}
+
+/* kind.safetensors.index.json's weight map, checked to be an object of strings. */
+static json_t *read_index(const char *dir, const char *kind, pt_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.safetensors.index.json", dir, kind);
+    char *text = pt_json_read_file(path, err);
+    pt_json_obj top;
+    json_t *root = text ? pt_json_parse_object(text, path, &top, err) : NULL;
+    free(text);
+    json_t *map = root ? json_object_get(root, "weight_map") : NULL;
+    const char *key;
+    json_t *v;
+    int ok = json_is_object(map);
+    json_object_foreach(ok ? map : NULL, key, v) ok = ok && json_is_string(v);
+    if (root && !ok)
+        pt_err_set(err, "%s: field 'weight_map': expected an object of file names", path);
+    if (ok)
+        json_incref(map);
+    json_decref(root);
+    return ok ? map : NULL;
+}
+
+/* Our checkpoint at dir (a step folder) as a source; with_optim: the moments too. */
+static int ckpt_src_open(const char *dir, bool with_optim, pt_wsrc **out, pt_err *err)
+{
+    ckpt_src *s = calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s)
+        return pt_err_set(err, "out of memory");
+    s->base = (pt_wsrc){ckpt_src_read, ckpt_src_close};
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    if (!(s->map[0] = read_index(dir, "model", err)) ||
+        (with_optim && !(s->map[1] = read_index(dir, "optim", err)))) {
+        ckpt_src_close(&s->base);
+        return -1;
+    }
+    *out = &s->base;
+    return 0;
+}
+
+/* ---- Reading into this rank's state ----------------------------------------------------- */
+
+static int get_master(void *ctx, const pt_param *p, int64_t flat, int64_t whole, int64_t len,
+                      pt_err *err)
+{
+    run_ctx *c = ctx;
+    int64_t shape[2];
+    pt_param_whole_shape(c->net, p, shape);
+    return c->src->read(c->src, p->name, p->ndim, shape, whole, len, c->h->master + flat, err);
+}
+
+static int get_moments(void *ctx, const pt_param *p, int64_t flat, int64_t whole, int64_t len,
+                       pt_err *err)
+{
+    run_ctx *c = ctx;
+    int64_t shape[2], at = c->span->opt_at + (flat - c->span->lo);
+    char name[128];
+    pt_param_whole_shape(c->net, p, shape);
+    snprintf(name, sizeof name, "%s.exp_avg", p->name);
+    if (c->src->read(c->src, name, p->ndim, shape, whole, len, c->h->m + at, err))
+        return -1;
+    snprintf(name, sizeof name, "%s.exp_avg_sq", p->name);
+    return c->src->read(c->src, name, p->ndim, shape, whole, len, c->h->v + at, err);
+}
+
+/* Sets this rank's master weights (and with `moments` its Adam moments; else they
+ * restart at zero) from src. Collective when the model's state is (pt_net_set_state). */
+static int load_from(pt_trainer *r, pt_wsrc *src, bool moments, pt_err *err)
 {
     pt_net *n = &r->net;
-    char path[1100], optim[1100];
-    pt_st_file *f;
-    state_paths(dir, r, path, optim, sizeof path);
-    if (pt_st_open(path, &f, err))
-        return -1;
-    int rc = 0;
-    for (int i = 0; i < n->n_param && rc == 0; i++) {
-        const pt_param *q = &n->param[i];
-        rc = load_tensor(f, q->name, q->ndim, q->shape, h->master + q->offset,
-                         (size_t)q->count * sizeof(float), err);
+    host_state h;
+    pt_net_span *spans = NULL;
+    int n_spans = 0;
+    run_ctx c = {.src = src, .net = n, .h = &h};
+    int rc = host_state_alloc(&h, n, moments, err);
+    if (rc == 0)
+        rc = for_runs(n, 0, n->n_elems, false, get_master, &c, err);
+    if (rc == 0 && moments)
+        rc = pt_net_opt_spans(n, r->place.dp_rank, &spans, &n_spans, err);
+    for (int s = 0; rc == 0 && s < n_spans; s++) {
+        c.span = &spans[s];
+        rc = for_runs(n, spans[s].lo, spans[s].hi, false, get_moments, &c, err);
     }
-    pt_st_close(f);
-    if (rc == 0 && (rc = pt_st_open(optim, &f, err)) == 0) {
-        int64_t shape[1] = {n->opt_elems};
-        size_t bytes = (size_t)n->opt_elems * sizeof(float);
-        rc = load_tensor(f, "adam.m", 1, shape, h->m, bytes, err) ||
-             load_tensor(f, "adam.v", 1, shape, h->v, bytes, err);
-        pt_st_close(f);
+    free(spans);
+    /* every rank sets its state, or none: pt_net_set_state is collective under ZeRO */
+    if (!pt_comm_all_ok(r->comm, rc == 0)) {
+        host_state_free(&h);
+        return rc ? -1 : pt_err_set(err, "another rank could not read its part of the "
+                                         "checkpoint");
     }
-    return rc ? -1 : 0;
+    rc = pt_net_set_state(n, h.master, moments ? h.m : NULL, moments ? h.v : NULL, err);
+    host_state_free(&h);
+    return rc;
+}
+
+/* ---- Checking a checkpoint against this run ------------------------------------------- */
+
+/* The first field of the model spec (its name aside, which is a label) where the
+ * checkpoint's and the plan's differ, said with both values; "" when they agree. */
+static void model_diff(const pt_model *ck, const pt_model *plan, char *out, size_t n)
+{
+    json_t *a = pt_model_json_obj(ck), *b = pt_model_json_obj(plan);
+    const char *key;
+    json_t *vb;
+    out[0] = '\0';
+    json_object_foreach(b, key, vb) {
+        const json_t *va = json_object_get(a, key);
+        if (strcmp(key, "name") == 0 || (va && json_equal(va, vb)))
+            continue;
+        char *ta = va ? json_dumps(va, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        char *tb = json_dumps(vb, JSON_ENCODE_ANY | JSON_COMPACT);
+        snprintf(out, n, "model field '%s': the checkpoint's is %s, this plan's %s", key,
+                 ta ? ta : "absent", tb ? tb : "?");
+        free(ta);
+        free(tb);
+        break;
+    }
+    json_decref(a);
+    json_decref(b);
+}
+
+/* Appends "name A -> B" to the note when the settings differ. */
+static void note_real(char *note, size_t n, const char *name, double ck, double now)
+{
+    size_t len = strlen(note);
+    if (ck != now && len < n)
+        snprintf(note + len, n - len, "%s%s %g -> %g", len ? ", " : "", name, ck, now);
+}
+
+static void note_text(char *note, size_t n, const char *name, const char *ck, const char *now)
+{
+    size_t len = strlen(note);
+    if (strcmp(ck, now) != 0 && len < n)
+        snprintf(note + len, n - len, "%s%s %s -> %s", len ? ", " : "", name, ck, now);
+}
+
+/* What must match for the run to go on (the model, the seed and the training data,
+ * which decide the weights' meaning and the sample order); what changes is noted. */
+static int check_meta(pt_trainer *r, const char *path, const pt_ckpt_meta *m, bool weights_only,
+                      pt_err *err)
+{
+    const pt_plan *p = &r->plan;
+    char diff[512], layout[256];
+    model_diff(&m->model, &p->model, diff, sizeof diff);
+    if (diff[0])
+        return pt_err_set(err, "%s: written for another model: %s", path, diff);
+    if (weights_only)
+        return 0;
+    if (m->run.seed != p->run.seed)
+        return pt_err_set(err, "%s: training field 'seed': the checkpoint's is %llu, this "
+                               "plan's %llu (the seed orders the data and keys dropout; "
+                               "--init-from takes the weights alone)", path,
+                          (unsigned long long)m->run.seed, (unsigned long long)p->run.seed);
+    if (m->train_tokens != r->train.n)
+        return pt_err_set(err, "%s: training field 'train_tokens': the checkpoint was trained "
+                               "on %lld tokens (%s), this run's data have %lld (%s); other "
+                               "data would not continue its sample order (--init-from takes "
+                               "the weights alone)", path, (long long)m->train_tokens,
+                          m->run.data[0] ? m->run.data : "the built-in corpus",
+                          (long long)r->train.n, p->run.data[0] ? p->run.data : "the built-in "
+                                                                                "corpus");
+    if (m->step > p->run.steps)
+        return pt_err_set(err, "%s/meta.json: field 'step' = %lld is beyond this run's %lld "
+                               "steps (--steps runs longer)", path, (long long)m->step,
+                          (long long)p->run.steps);
+    r->resume_note[0] = '\0';
+    pt_layout_format(&p->layout, layout, sizeof layout);
+    char *note = r->resume_note;
+    size_t n = sizeof r->resume_note;
+    note_text(note, n, "layout", m->layout, layout);
+    note_real(note, n, "world", (double)m->world, r->world);
+    note_real(note, n, "steps", (double)m->run.steps, (double)p->run.steps);
+    note_real(note, n, "global batch", (double)m->global_batch, (double)p->train.global_batch);
+    note_real(note, n, "lr", m->run.lr, p->run.lr);
+    note_real(note, n, "min lr", m->run.min_lr, p->run.min_lr);
+    note_real(note, n, "warmup", (double)m->run.warmup_steps, (double)p->run.warmup_steps);
+    note_real(note, n, "weight decay", m->run.weight_decay, p->run.weight_decay);
+    note_real(note, n, "grad clip", m->run.grad_clip, p->run.grad_clip);
+    note_real(note, n, "dropout", m->run.dropout, p->run.dropout);
+    note_text(note, n, "precision", m->precision, pt_prec_name(p->train.precision));
+    return 0;
 }
 
 /* Loads the checkpoint at path, whose meta.json pt_ckpt_find read, after checking that
- * it belongs to this run, and takes its data position. Collective when the model's
- * state is (pt_net_set_state). */
+ * it can continue this run, and takes its data position. Collective. */
 int pt_trainer_load_ckpt(pt_trainer *r, const char *path, const pt_ckpt_meta *meta, pt_err *err)
 {
-    char layout[256];
-    int64_t first = meta->step * r->plan.train.global_batch;
-    pt_layout_format(&r->plan.layout, layout, sizeof layout);
-    if (strcmp(meta->layout, layout) != 0)
-        return pt_err_set(err, "%s: the checkpoint was written by layout %s; this plan's is %s",
-                          path, meta->layout, layout);
-    if (strcmp(meta->config_hash, r->config_hash) != 0)
-        return pt_err_set(err, "%s: the checkpoint was written for another model or other "
-                               "training settings (config hash %s, this plan %s)", path,
-                          meta->config_hash, r->config_hash);
-    if (meta->world != r->world)
-        return pt_err_set(err, "%s: the checkpoint was written by %lld ranks, this run has %d",
-                          path, (long long)meta->world, r->world);
-    if (meta->step > r->plan.run.steps)
-        return pt_err_set(err, "%s/meta.json: field 'step' = %lld is beyond the plan's "
-                               "run.steps (%lld)", path, (long long)meta->step,
-                          (long long)r->plan.run.steps);
-    /* data_pos is the step's first sample plus what spike rollbacks skipped */
-    if (meta->data_pos < first || meta->data_pos - first > (1LL << 50))
-        return pt_err_set(err, "%s/meta.json: field 'data_pos' = %lld does not fit step %lld "
-                               "(expected at least step x global batch = %lld, and at most "
-                               "2^50 skipped samples more)", path, (long long)meta->data_pos,
-                          (long long)meta->step, (long long)first);
-    host_state h;
-    int rc = host_state_alloc(&h, &r->net) ? pt_err_set(err, "out of memory") : 0;
+    pt_wsrc *src = NULL;
+    int rc = check_meta(r, path, meta, false, err);
     if (rc == 0)
-        rc = read_state(path, r, &h, err);
-    if (rc == 0)
-        rc = pt_net_set_state(&r->net, h.master, h.m, h.v, err);
-    host_state_free(&h);
+        rc = ckpt_src_open(path, true, &src, err);
+    /* the checks and the files are the same on every rank: all fail or none */
+    if (!pt_comm_all_ok(r->comm, rc == 0)) {
+        if (src)
+            src->close(src);
+        return rc ? -1 : pt_err_set(err, "another rank could not open checkpoint %s", path);
+    }
+    rc = load_from(r, src, true, err);
+    src->close(src);
     if (rc == 0) {
-        r->data_skip = meta->data_pos - first;
+        /* the sample the checkpoint's next step starts at, whatever this run's batch */
+        r->data_skip = meta->data_pos - meta->step * r->plan.train.global_batch;
         r->train_s.skip = r->data_skip;
     }
     return rc;
@@ -205,7 +629,46 @@ int pt_trainer_resume(pt_trainer *r, const char *dir, pt_trainer_resumed *out, p
     out->step = meta.step;
     out->data_pos = meta.data_pos;
     out->data_skip = r->data_skip;
+    snprintf(out->layout, sizeof out->layout, "%s", meta.layout);
+    out->world = meta.world;
+    snprintf(out->changed, sizeof out->changed, "%s", r->resume_note);
     return 0;
+}
+
+int pt_trainer_init_from(pt_trainer *r, const char *dir, pt_trainer_initialized *out,
+                         pt_err *err)
+{
+    char config[4200], meta_path[4200];
+    pt_ckpt_meta meta;
+    pt_wsrc *src = NULL;
+    memset(out, 0, sizeof *out);
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    snprintf(meta_path, sizeof meta_path, "%s/meta.json", dir);
+    struct stat st;
+    int rc;
+    if (stat(config, &st) == 0 && stat(meta_path, &st) != 0) {
+        out->hugging_face = true;
+        snprintf(out->path, sizeof out->path, "%s", dir);
+        rc = pt_hf_open(dir, &r->plan.model, &src, err);
+    } else {
+        rc = pt_ckpt_find(dir, NULL, -1, out->path, sizeof out->path, &meta, err) ||
+             check_meta(r, out->path, &meta, true, err) ||
+             ckpt_src_open(out->path, false, &src, err);
+        out->step = meta.step;
+    }
+    if (!pt_comm_all_ok(r->comm, rc == 0)) {
+        if (src)
+            src->close(src);
+        return rc ? -1 : pt_err_set(err, "another rank could not open %s", dir);
+    }
+    rc = load_from(r, src, false, err);
+    src->close(src);
+    return rc;
+}
+
+const char *pt_trainer_saved_path(const pt_trainer *r)
+{
+    return r->saved_path;
 }
 
 int pt_trainer_test_spike(pt_trainer *r, int64_t step, pt_err *err)
@@ -214,14 +677,12 @@ int pt_trainer_test_spike(pt_trainer *r, int64_t step, pt_err *err)
     if (!at || r->spike_fired || atoll(at) != step + 1)
         return 0;
     r->spike_fired = true;
-    host_state h;
-    int rc = host_state_alloc(&h, &r->net) ? pt_err_set(err, "out of memory") : 0;
-    if (rc == 0)
-        rc = pt_net_get_state(&r->net, h.master, h.m, h.v, err);
+    float *w = malloc((size_t)r->net.n_elems * sizeof *w + 1);
+    int rc = w ? pt_net_get_state(&r->net, w, NULL, NULL, err) : pt_err_set(err, "out of memory");
     for (int64_t i = 0; rc == 0 && i < r->net.n_elems; i++)
-        h.master[i] *= 100.0f;
+        w[i] *= 100.0f;
     if (rc == 0)
-        rc = pt_net_set_state(&r->net, h.master, h.m, h.v, err);
-    host_state_free(&h);
+        rc = pt_net_set_state(&r->net, w, NULL, NULL, err);
+    free(w);
     return rc;
 }

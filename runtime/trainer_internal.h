@@ -40,7 +40,10 @@ struct pt_trainer {
     int64_t data_skip;          /* samples skipped by spike rollbacks (train_s.skip) */
     bool spike_fired;           /* the PT_TEST_SPIKE_AT test hook has fired */
     struct pt_spike_guard *guard;
-    char config_hash[17];
+    char config_hash[17];       /* what a resume must match: the model and the seed */
+    char plan_hash[17];         /* of the plan file's text, for checkpoints */
+    char saved_path[4200];      /* the checkpoint pt_trainer_save wrote last */
+    char resume_note[1024];     /* the settings a resume changed ("lr 0.0006 -> 0.0003") */
 };
 
 /* ---- trainer_ckpt.c ---- */
@@ -58,12 +61,15 @@ int pt_trainer_test_spike(pt_trainer *r, int64_t step, pt_err *err);
 
 /* Starts a line of the log and returns the log to write its fields into, each with its
  * leading comma, before pt_trainer_log_end; NULL without a log. The line starts
- * {"type":TYPE, "step":STEP (when STEP >= 0), "time":now. type and step lead, in this
- * order: tests and scripts find a step's line by the text "type":"step","step":N, and
- * read its last field up to the closing brace (tests/tools/cli_ptrun.sh,
- * mpi_equivalence.sh). */
+ * {"type":TYPE, "step":STEP (when STEP >= 0), "time":now (ISO 8601, UTC), "unix_s",
+ * "tokens_seen" (r->next steps' tokens: advance r->next before a step's line),
+ * "allocated_bytes", "peak_rss_bytes". type and step lead, in this order: tests and
+ * scripts find a step's line by the text "type":"step","step":N, and read its last
+ * field up to the closing brace (tests/tools/cli_ptrun.sh, mpi_equivalence.sh,
+ * bench/), so a type's own fields come after these and its last stays last. */
 FILE *pt_trainer_log_begin(pt_trainer *r, const char *type, int64_t step);
-/* Ends a line, keeping the cause of the first failure for pt_trainer_log_check. */
+/* Ends and flushes a line, keeping the cause of the first failure for
+ * pt_trainer_log_check. */
 void pt_trainer_log_end(pt_trainer *r, FILE *f);
 /* A whole line: log_begin, then the fields `fields` formats. */
 __attribute__((format(printf, 4, 5)))

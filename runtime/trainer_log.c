@@ -1,7 +1,8 @@
 /*
  * The trainer's outputs besides checkpoints: the JSON-lines log (a header naming the
- * plan and the build, then a line per step, validation, spike and rollback, each with
- * its time), and at the end the trace of every rank merged on rank 0's clock, written
+ * plan, the model and the build, then a line per step, validation, spike and rollback,
+ * each with its time, the tokens trained on so far and the memory in use, flushed as
+ * it is written), and at the end the trace of every rank merged on rank 0's clock, written
  * as a Chrome trace and recorded in the cost table with the run's predicted and
  * measured figures. What cannot be written is found by pt_trainer_start, before the
  * first step.
@@ -18,27 +19,43 @@
 
 /* ---- The JSON-lines log --------------------------------------------------------------------- */
 
-/* Now, in UTC, ISO 8601 with milliseconds: "2026-11-23T10:00:00.123Z". */
-static void utc_now(char out[32])
+/* ts in UTC, ISO 8601 with milliseconds: "2026-11-23T10:00:00.123Z". */
+static void utc_text(const struct timespec *ts, char out[32])
 {
-    struct timespec ts;
     struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&ts->tv_sec, &tm);
     size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, 32 - n, ".%03dZ", (int)(ts.tv_nsec / 1000000));
+    snprintf(out + n, 32 - n, ".%03dZ", (int)(ts->tv_nsec / 1000000));
 }
 
+/* The process's peak resident set in bytes (Linux reports ru_maxrss in KiB), 0 when
+ * getrusage fails. */
+static double peak_rss_bytes(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0;
+}
+
+/* Every line's leading fields: when (ISO 8601 and Unix seconds, one clock reading), the
+ * tokens of the steps the weights have taken (r->next of them, each global batch x
+ * sequence), the backend memory the model allocated and the process's peak RSS. */
 FILE *pt_trainer_log_begin(pt_trainer *r, const char *type, int64_t step)
 {
     if (!r->log)
         return NULL;
+    struct timespec ts;
     char now[32];
-    utc_now(now);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    utc_text(&ts, now);
+    const pt_plan *p = &r->plan;
     fprintf(r->log, "{\"type\":\"%s\"", type);
     if (step >= 0)
         fprintf(r->log, ",\"step\":%lld", (long long)step);
-    fprintf(r->log, ",\"time\":\"%s\"", now);
+    fprintf(r->log, ",\"time\":\"%s\",\"unix_s\":%lld.%03d,\"tokens_seen\":%lld,"
+            "\"allocated_bytes\":%lld,\"peak_rss_bytes\":%.0f", now, (long long)ts.tv_sec,
+            (int)(ts.tv_nsec / 1000000),
+            (long long)(r->next * p->train.global_batch * p->model.seq),
+            (long long)r->net.bytes, peak_rss_bytes());
     return r->log;
 }
 
@@ -56,10 +73,12 @@ int pt_trainer_log_check(pt_trainer *r, pt_err *err)
                       e ? strerror(e) : "write error");
 }
 
+/* Flushed line by line besides the stream's line buffering: a killed run's log holds
+ * every line it wrote, and a follower (tail -f) sees each step as it ends. */
 void pt_trainer_log_end(pt_trainer *r, FILE *f)
 {
     errno = 0;
-    if ((fputs("}\n", f) < 0 || ferror(f)) && !r->log_errno)
+    if ((fputs("}\n", f) < 0 || fflush(f) != 0 || ferror(f)) && !r->log_errno)
         r->log_errno = errno ? errno : EIO;
 }
 
@@ -89,8 +108,8 @@ static void log_string(FILE *f, const char *key, const char *value)
     fputc('"', f);
 }
 
-/* What ran (the plan file and its identity, layout, model, cluster, ranks, steps) and
- * which build ran it. */
+/* What ran (the plan file and its identity, layout, model with its size, cluster,
+ * ranks, batch, steps) and which build ran it. */
 int pt_trainer_log_open(pt_trainer *r, pt_err *err)
 {
     const pt_plan *p = &r->plan;
@@ -108,8 +127,17 @@ int pt_trainer_log_open(pt_trainer *r, pt_err *err)
     log_string(f, "plan_created_by", p->created_by);
     log_string(f, "layout", layout);
     log_string(f, "model", p->model.name);
+    const pt_model *m = &p->model;
+    fprintf(f, ",\"model_spec\":{\"params\":%lld,\"layers\":%lld,\"hidden\":%lld,"
+            "\"heads\":%lld,\"kv_heads\":%lld,\"ffn\":%lld,\"vocab\":%lld,\"seq\":%lld}",
+            (long long)pt_model_params_total(m), (long long)m->layers, (long long)m->hidden,
+            (long long)m->heads, (long long)m->kv_heads, (long long)m->ffn,
+            (long long)m->vocab, (long long)m->seq);
     log_string(f, "cluster", p->cluster.name);
-    fprintf(f, ",\"world\":%d,\"steps\":%lld", r->world, (long long)p->run.steps);
+    fprintf(f, ",\"world\":%d,\"steps\":%lld,\"global_batch\":%lld,\"tokens_per_step\":%lld",
+            r->world, (long long)p->run.steps, (long long)p->train.global_batch,
+            (long long)(p->train.global_batch * m->seq));
+    log_string(f, "precision", pt_prec_name(p->train.precision));
     log_string(f, "version", r->o.version);
     log_string(f, "git_revision", r->o.git_revision);
     if (r->o.resuming)
@@ -149,12 +177,11 @@ int pt_trainer_start(pt_trainer *r, pt_err *err)
 static pt_run_rank rank_memory(const pt_trainer *r)
 {
     pt_memory mem;
-    struct rusage ru;
     pt_mem_stage(&r->plan.model, &r->plan.layout, &r->plan.train, r->stage, &mem);
-    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0;
     return (pt_run_rank){.rank = r->rank, .stage = r->stage,
                          .predicted_memory_bytes = mem.total_bytes,
-                         .measured_memory_bytes = (double)r->net.bytes, .peak_rss_bytes = rss};
+                         .measured_memory_bytes = (double)r->net.bytes,
+                         .peak_rss_bytes = peak_rss_bytes()};
 }
 
 /* The absolute form of path (as given when it cannot be resolved), for the record: a

@@ -4,8 +4,10 @@
  * per-rank memory, predicted step time), or ranks every layout of a model on a
  * cluster by predicted step time and writes plan.json for the best. All the
  * planning lives in planner/; this file parses options, loads the job and prints;
- * ptplan_rank.c holds the evaluation and ranking modes. Exit code: 0 success,
- * 1 bad input, 3 the evaluated layout is invalid or does not fit.
+ * ptplan_rank.c holds the evaluation and ranking modes, ptplan_compare.c --compare.
+ * Exit code: 0 success, 1 bad input, 3 nothing that can run, so no plan (the
+ * evaluated layout, every layout of the search or every compared layout is invalid or
+ * does not fit).
  */
 #include "ptplan.h"
 #include "ptconfig.h"
@@ -58,6 +60,11 @@ static const char usage_text[] =
     "                          sp=1,schedule=interleaved\"; keys left out default to 1 / off,\n"
     "                          dp to what fills the cluster. --explain shows every rule\n"
     "                          broken with its values and the memory of each stage.\n"
+    "  --compare L1 L2 ...     price each layout and print them side by side: memory per\n"
+    "                          device and its parts, where the step's time goes, step\n"
+    "                          time, tokens/s, MFU; an invalid layout's column names the\n"
+    "                          rule it breaks, with its values below (--json: a \"layouts\"\n"
+    "                          array as --layout --json shows one); writes no plan\n"
     "  --groups L              print the process groups of layout L\n"
     "  --list-layouts          print every layout the search would price (valid, run by\n"
     "                          the stack's software on these devices, fitting in memory),\n"
@@ -84,8 +91,13 @@ static const char usage_text[] =
     "  -h, --help              this text\n"
     "  --version               version and build configuration\n"
     "\n"
-    "Exit status: 0 success, 1 bad input, 3 the evaluated layout is invalid or does not\n"
-    "fit (--layout), or a point of the set could not be evaluated (--validate).\n";
+    "Exit status: 0 success; 1 bad input (or an unwritable --out); 3 no plan, nothing\n"
+    "can run: no layout of the search is valid and fits (the message names the rules\n"
+    "that rejected them, with counts, or the memory), the --layout is invalid or does\n"
+    "not fit, none of the --compare layouts is valid and fits, or a point of the set\n"
+    "could not be evaluated (--validate). When no plan is written, a ptplan plan left\n"
+    "at --out by an earlier run is removed (a file there that is not a plan is left\n"
+    "alone), so that `ptplan ... && ptrun plan.json` never trains a stale plan.\n";
 
 int pt_tool_fail(const char *fmt, const char *msg)
 {
@@ -95,12 +107,25 @@ int pt_tool_fail(const char *fmt, const char *msg)
     return EXIT_BAD_INPUT;
 }
 
+/* One more layout for --compare. */
+static int add_compare(options *o, const char *layout)
+{
+    if (o->n_compare == COMPARE_MAX) {
+        fprintf(stderr, "ptplan: --compare sets at most %d layouts side by side\n",
+                COMPARE_MAX);
+        return -1;
+    }
+    o->compare[o->n_compare++] = layout;
+    return 0;
+}
+
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
-           O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL };
+           O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
+           O_COMPARE };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -115,7 +140,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA}, {"devices", 1, 0, O_DEVICES},
         {"stack", 1, 0, O_STACK}, {"list-stacks", 0, 0, O_LS}, {"dump-stack", 1, 0, O_DS},
         {"validate", 1, 0, O_VALIDATE}, {"list-layouts", 0, 0, O_LL},
-        {0, 0, 0, 0}};
+        {"compare", 1, 0, O_COMPARE}, {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
                    .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234};
@@ -131,6 +156,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_DS: o->dump_stack = optarg; break;
         case O_VALIDATE: o->validate = optarg; break;
         case O_LL: o->list_layouts = true; break;
+        case O_COMPARE: bad = add_compare(o, optarg); break;
         case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
         case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
         case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
@@ -172,17 +198,28 @@ static int parse_options(int argc, char **argv, options *o)
         if (bad)
             return -1;
     }
+    /* --compare's further layouts: getopt has moved them, and every other word that is
+     * not an option, behind the options */
+    for (; optind < argc && o->n_compare > 0; optind++)
+        if (add_compare(o, argv[optind]))
+            return -1;
     if (optind < argc) {
         fprintf(stderr, "ptplan: unexpected argument '%s' (see ptplan --help)\n", argv[optind]);
         return -1;
     }
     int modes = (o->layout != NULL) + (o->groups != NULL) + o->list_models + o->list_clusters +
                 (o->dump_model != NULL) + (o->dump_cluster != NULL) + o->list_stacks +
-                (o->dump_stack != NULL) + (o->validate != NULL) + o->list_layouts;
+                (o->dump_stack != NULL) + (o->validate != NULL) + o->list_layouts +
+                (o->n_compare > 0);
     if (modes > 1) {
         fprintf(stderr, "ptplan: choose one of --layout, --groups, --list-models, "
                         "--list-clusters, --list-stacks, --dump-model, --dump-cluster, "
-                        "--dump-stack, --validate, --list-layouts\n");
+                        "--dump-stack, --validate, --list-layouts, --compare\n");
+        return -1;
+    }
+    if (o->n_compare > 0 && o->timeline) {
+        fprintf(stderr, "ptplan: --compare writes no timeline: --timeline goes with --layout "
+                        "or the search\n");
         return -1;
     }
     if (o->explain && !o->layout) {
@@ -555,5 +592,7 @@ int main(int argc, char **argv)
         return validate_set(&o);
     if (o.list_layouts)
         return list_layouts(&o);
+    if (o.n_compare)
+        return compare_layouts(&o);
     return rank_layouts(&o);
 }

@@ -2,7 +2,10 @@
  * ptplan's planning modes: --layout evaluates one layout (validity with every broken
  * rule, memory by stage, predicted step time), and the default ranks every layout
  * that fits by predicted step time. Both write plan.json for the layout chosen and,
- * on request, its predicted timeline as a Chrome trace.
+ * on request, its predicted timeline as a Chrome trace. When there is nothing to
+ * plan they say why (the rules that rejected the layouts, with counts, or memory) and
+ * leave no plan of an earlier run at --out, so `ptplan ... && ptrun plan.json` never
+ * trains a stale plan.
  */
 #include "ptplan.h"
 #include "specjson.h"
@@ -12,6 +15,56 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* ---- No plan ------------------------------------------------------------------------- */
+
+/* Whether the file at path is a plan ptplan wrote: a JSON object with an integer
+ * format_version and a created_by that names ptplan (planner/plan.c writes both). */
+static bool is_ptplan_plan(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return false;
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *by = json_object_get(root, "created_by");
+    bool plan = json_is_integer(json_object_get(root, "format_version")) &&
+                json_is_string(by) && strncmp(json_string_value(by), "ptplan ", 7) == 0;
+    json_decref(root);
+    return plan;
+}
+
+/* No new plan is at --out: a plan an earlier run left there is removed, so that ptrun
+ * cannot train it in place of the one asked for; anything else there is left alone.
+ * Says on stderr what it did (nothing when nothing is there). Returns 0, or
+ * EXIT_BAD_INPUT when the old plan could not be removed. */
+static int clear_stale_plan(const options *o)
+{
+    struct stat st;
+    if (o->no_out || lstat(o->out, &st) != 0)
+        return 0;
+    if (!is_ptplan_plan(o->out)) {
+        fprintf(stderr, "ptplan: '%s' is not a ptplan plan: left untouched\n", o->out);
+        return 0;
+    }
+    if (remove(o->out) != 0) {
+        fprintf(stderr, "ptplan: cannot remove '%s', the plan of an earlier run: %s; do not "
+                        "train it\n", o->out, strerror(errno));
+        return EXIT_BAD_INPUT;
+    }
+    fprintf(stderr, "ptplan: removed '%s', the plan of an earlier run, so that it is not "
+                    "trained by mistake\n", o->out);
+    return 0;
+}
+
+/* Nothing can run: says why on stderr and clears --out of an earlier plan. Returns the
+ * exit status, EXIT_REJECTED unless the old plan could not be removed. */
+static int no_plan(const options *o, const char *why)
+{
+    fprintf(stderr, "ptplan: %s%s\n", o->no_out ? "" : "no plan written: ", why);
+    int rc = clear_stale_plan(o);
+    return rc ? rc : EXIT_REJECTED;
+}
 
 /* ---- plan.json and the timeline ----------------------------------------------------- */
 
@@ -25,8 +78,11 @@ static int write_plan(const options *o, const job *j, const pt_candidate *best)
     snprintf(p.created_by, sizeof p.created_by, "ptplan %s", PT_VERSION);
     pt_costdb_identity(j->db, &p.costs);
     pt_err err;
-    if (pt_plan_write(&p, o->out, &err))
-        return pt_tool_fail("%s", err.msg);
+    if (pt_plan_write(&p, o->out, &err)) {
+        pt_tool_fail("%s", err.msg);
+        clear_stale_plan(o);
+        return EXIT_BAD_INPUT;
+    }
     if (!o->json)
         printf("wrote %s\n", o->out);
     return 0;
@@ -80,20 +136,32 @@ static int timeline_of(const options *o, const job *j, const pt_layout *l)
 
 /* ---- Printing -------------------------------------------------------------------------- */
 
+void memory_parts(const pt_memory *mem, const char *names[MEM_PARTS], double bytes[MEM_PARTS])
+{
+    static const char *const part[MEM_PARTS] = {"weights", "gradients", "optimizer",
+                                                "activations", "embedding/head", "recompute",
+                                                "comm buffers"};
+    const double v[MEM_PARTS] = {mem->weights_bytes, mem->grads_bytes, mem->optimizer_bytes,
+                                 mem->activations_bytes, mem->embed_head_bytes,
+                                 mem->recompute_bytes, mem->comm_bytes};
+    for (int i = 0; i < MEM_PARTS; i++) {
+        names[i] = part[i];
+        bytes[i] = v[i];
+    }
+}
+
 static void print_memory(const pt_memory *mem, double limit)
 {
-    static const char *const names[] = {"weights", "gradients", "optimizer", "activations",
-                                        "embedding/head", "recompute", "comm buffers"};
-    const double v[] = {mem->weights_bytes, mem->grads_bytes, mem->optimizer_bytes,
-                        mem->activations_bytes, mem->embed_head_bytes, mem->recompute_bytes,
-                        mem->comm_bytes};
-    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+    const char *names[MEM_PARTS];
+    double v[MEM_PARTS];
+    memory_parts(mem, names, v);
+    for (int i = 0; i < MEM_PARTS; i++)
         printf("  %-15s %9.2f GiB\n", names[i], gib(v[i]));
     printf("  %-15s %9.2f GiB of %.2f GiB usable\n", "total", gib(mem->total_bytes), gib(limit));
 }
 
-/* "m 40% i 10% a 50%", or the single source when there is one. */
-static void provenance_text(const pt_sim_result *r, char *buf, size_t n)
+/* "m40 i10 a50", or the single source when there is one. */
+void provenance_text(const pt_sim_result *r, char *buf, size_t n)
 {
     for (int p = 0; p < PT_PROV_COUNT; p++)
         if (r->prov_share[p] > 0.9995) {
@@ -136,19 +204,38 @@ static json_t *candidate_json(const pt_candidate *c)
 
 /* ---- --layout --------------------------------------------------------------------------- */
 
-static void print_rules(const job *j, const pt_layout *l, uint32_t mask, json_t *rej)
+void print_rules(const job *j, const pt_layout *l, uint32_t mask)
 {
     char why[256];
     for (int r = 0; r < PT_REJECT_COUNT; r++) {
         if (!(mask & (1u << r)))
             continue;
         pt_reject_explain((pt_reject)r, &j->m, &j->c, j->t.global_batch, l, why, sizeof why);
-        if (rej)
-            json_array_append_new(rej, json_pack("{s:s, s:s}", "reason",
-                                                 pt_reject_name((pt_reject)r), "detail", why));
-        else
-            printf("  %-18s %s\n", pt_reject_name((pt_reject)r), why);
+        printf("  %-18s %s\n", pt_reject_name((pt_reject)r), why);
     }
+}
+
+static json_t *rules_json(const job *j, const pt_layout *l, uint32_t mask)
+{
+    char why[256];
+    json_t *rej = json_array();
+    for (int r = 0; r < PT_REJECT_COUNT; r++) {
+        if (!(mask & (1u << r)))
+            continue;
+        pt_reject_explain((pt_reject)r, &j->m, &j->c, j->t.global_batch, l, why, sizeof why);
+        json_array_append_new(rej, json_pack("{s:s, s:s}", "reason",
+                                             pt_reject_name((pt_reject)r), "detail", why));
+    }
+    return rej;
+}
+
+json_t *layout_result_json(const job *j, const pt_layout *l, uint32_t mask,
+                           const pt_candidate *c, bool fits)
+{
+    return json_pack("{s:o, s:b, s:o, s:b, s:o, s:o}", "layout", pt_layout_json(l), "valid",
+                     mask == 0, "rejected", rules_json(j, l, mask), "fits", fits, "memory",
+                     mask ? json_null() : pt_memory_json(&c->memory), "predicted",
+                     mask ? json_null() : pt_sim_result_json(&c->predicted));
 }
 
 static void print_stages(const job *j, const pt_layout *l)
@@ -166,15 +253,9 @@ static void print_stages(const job *j, const pt_layout *l)
 static int layout_json(const options *o, const job *j, const pt_layout *l, uint32_t mask,
                        const pt_candidate *c, bool fits)
 {
-    json_t *root = job_json(j);
-    json_t *rej = json_array();
-    print_rules(j, l, mask, rej);
-    json_object_set_new(root, "layout", pt_layout_json(l));
-    json_object_set_new(root, "valid", json_boolean(mask == 0));
-    json_object_set_new(root, "rejected", rej);
-    json_object_set_new(root, "fits", json_boolean(fits));
-    json_object_set_new(root, "memory", mask ? json_null() : pt_memory_json(&c->memory));
-    json_object_set_new(root, "predicted", mask ? json_null() : pt_sim_result_json(&c->predicted));
+    json_t *root = job_json(j), *result = layout_result_json(j, l, mask, c, fits);
+    json_object_update(root, result);
+    json_decref(result);
     if (o->explain && !mask) {
         json_t *stages = json_array();
         for (int s = 0; s < l->pp; s++) {
@@ -188,14 +269,70 @@ static int layout_json(const options *o, const job *j, const pt_layout *l, uint3
     return 0;
 }
 
+int parse_job_layout(const job *j, const char *text, pt_layout *l, pt_err *err)
+{
+    pt_layout_default(l);
+    memcpy(l->order, j->eo.order, sizeof l->order);
+    return pt_layout_parse_stack(text, pt_cluster_world(&j->c), j->t.global_batch,
+                                 &j->t.stack, l, err);
+}
+
+/* Why --layout's layout gets no plan: the rules it breaks, or its memory. */
+static int layout_no_plan(const options *o, const job *j, uint32_t mask, const pt_memory *mem)
+{
+    char why[512];
+    if (mask) {
+        size_t n = (size_t)snprintf(why, sizeof why, "the layout breaks %d rule(s):",
+                                    __builtin_popcount(mask));
+        for (int r = 0; r < PT_REJECT_COUNT && n < sizeof why; r++)
+            if (mask & (1u << r))
+                n += (size_t)snprintf(why + n, sizeof why - n, " %s",
+                                      pt_reject_name((pt_reject)r));
+    } else {
+        snprintf(why, sizeof why, "the layout needs %.2f GiB per device, over the %.2f GiB "
+                 "it may use", gib(mem->total_bytes), gib(limit_bytes(j)));
+    }
+    return no_plan(o, why);
+}
+
+static void print_layout(const options *o, const job *j, const pt_layout *l, uint32_t mask,
+                         const pt_candidate *c, bool fits)
+{
+    char text[256];
+    pt_layout_format(l, text, sizeof text);
+    print_job_header(j);
+    printf("layout  %s\n        world %lld = tp %d x cp %d x pp %d x dp %d; %lld "
+           "micro-batches of %lld per step\n", text, (long long)pt_layout_world(l), l->tp,
+           l->cp, l->pp, l->dp, (long long)l->n_micro, (long long)l->mbs);
+    if (mask) {
+        printf("invalid: %d rule(s) broken\n", __builtin_popcount(mask));
+        print_rules(j, l, mask);
+        if (!o->explain)
+            printf("(--explain shows more)\n");
+        return;
+    }
+    printf("memory per rank, largest stage (%d of %d: %lld layers, %lld in flight):\n",
+           c->memory.stage, l->pp, (long long)c->memory.layers, (long long)c->memory.in_flight);
+    print_memory(&c->memory, limit_bytes(j));
+    if (fits)
+        printf("fits: yes (%.2f GiB to spare)\n", gib(limit_bytes(j) - c->memory.total_bytes));
+    else
+        printf("fits: NO, over by %.2f GiB\n", gib(c->memory.total_bytes - limit_bytes(j)));
+    print_prediction(&c->predicted);
+    if (o->explain) {
+        print_breakdown(&c->predicted);
+        print_stages(j, l);
+        if (!fits)
+            printf("\nto fit, try a larger zero stage, recompute=selective or full, sp=1, "
+                   "a smaller mbs, or more tp/pp\n");
+    }
+}
+
 static int evaluate_job(const options *o, job *j)
 {
     pt_err err;
     pt_layout l;
-    pt_layout_default(&l);
-    memcpy(l.order, j->eo.order, sizeof l.order);
-    if (pt_layout_parse_stack(o->layout, pt_cluster_world(&j->c), j->t.global_batch,
-                              &j->t.stack, &l, &err))
+    if (parse_job_layout(j, o->layout, &l, &err))
         return pt_tool_fail("--layout: %s", err.msg);
     uint32_t mask;
     int broken = pt_layout_check(&j->m, &j->c, j->t.global_batch, &l, &mask);
@@ -205,43 +342,18 @@ static int evaluate_job(const options *o, job *j)
     bool fits = !broken && c.memory.total_bytes <= limit_bytes(j);
     if (o->json)
         layout_json(o, j, &l, mask, &c, fits);
-    else {
-        char text[256];
-        pt_layout_format(&l, text, sizeof text);
-        print_job_header(j);
-        printf("layout  %s\n        world %lld = tp %d x cp %d x pp %d x dp %d; %lld "
-               "micro-batches of %lld per step\n", text, (long long)pt_layout_world(&l), l.tp,
-               l.cp, l.pp, l.dp, (long long)l.n_micro, (long long)l.mbs);
-        if (broken) {
-            printf("invalid: %d rule(s) broken\n", broken);
-            print_rules(j, &l, mask, NULL);
-            if (!o->explain)
-                printf("(--explain shows more)\n");
-            return EXIT_REJECTED;
-        }
-        printf("memory per rank, largest stage (%d of %d: %lld layers, %lld in flight):\n",
-               c.memory.stage, l.pp, (long long)c.memory.layers, (long long)c.memory.in_flight);
-        print_memory(&c.memory, limit_bytes(j));
-        if (fits)
-            printf("fits: yes (%.2f GiB to spare)\n", gib(limit_bytes(j) - c.memory.total_bytes));
-        else
-            printf("fits: NO, over by %.2f GiB\n", gib(c.memory.total_bytes - limit_bytes(j)));
-        print_prediction(&c.predicted);
-        if (o->explain) {
-            print_breakdown(&c.predicted);
-            print_stages(j, &l);
-            if (!fits)
-                printf("\nto fit, try a larger zero stage, recompute=selective or full, sp=1, "
-                       "a smaller mbs, or more tp/pp\n");
-        }
-    }
-    if (broken)
-        return EXIT_REJECTED;
-    /* A plan is only written for a layout that can run. */
+    else
+        print_layout(o, j, &l, mask, &c, fits);
+    /* A plan only for a layout that can run; the timeline for any valid one. */
     int rc = fits ? write_plan(o, j, &c) : 0;
-    if (rc == 0)
+    if (rc == 0 && !broken)
         rc = timeline_of(o, j, &l);
-    return rc ? rc : fits ? 0 : EXIT_REJECTED;
+    if (!fits) { /* even when the timeline failed: no earlier plan may stay at --out */
+        fflush(stdout); /* the verdict after the figures, where both go to one terminal */
+        int why = layout_no_plan(o, j, mask, &c.memory);
+        rc = rc ? rc : why;
+    }
+    return rc;
 }
 
 int evaluate_layout(const options *o)
@@ -365,12 +477,116 @@ static void print_ranking(const options *o, const pt_search_result *r, const job
         if (n->rejected[k])
             printf("  %-18s %9lld  %s\n", pt_reject_name((pt_reject)k),
                    (long long)n->rejected[k], pt_reject_describe((pt_reject)k));
-    if (n->fit == 0)
-        printf("no layout fits: try more nodes, a smaller --global-batch or --seq\n");
-    (void)j;
 }
 
-static void ranking_json(const options *o, const pt_search_result *r, const job *j)
+/* ---- Nothing to plan: why ---------------------------------------------------------- */
+
+/* The size of the job that rule r holds a layout's degrees against, as " (32 heads)"; ""
+ * for the rules on how a layout's own settings combine. */
+static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
+{
+    const pt_model *m = &j->m;
+    buf[0] = 0;
+    switch (r) {
+    case PT_REJECT_WORLD:
+        snprintf(buf, n, " (%lld ranks)", (long long)pt_cluster_world(&j->c));
+        break;
+    case PT_REJECT_HEADS_TP: snprintf(buf, n, " (%lld heads)", (long long)m->heads); break;
+    case PT_REJECT_KV_HEADS_TP:
+        snprintf(buf, n, " (%lld KV heads)", (long long)m->kv_heads);
+        break;
+    case PT_REJECT_FFN_TP: snprintf(buf, n, " (FFN %lld)", (long long)m->ffn); break;
+    case PT_REJECT_LAYERS_PP:
+    case PT_REJECT_UNEVEN_SPLIT:
+        snprintf(buf, n, " (%lld layers)", (long long)m->layers);
+        break;
+    case PT_REJECT_SEQ_CP:
+    case PT_REJECT_SEQ_SP: snprintf(buf, n, " (sequence %lld)", (long long)m->seq); break;
+    case PT_REJECT_BATCH_DP:
+        snprintf(buf, n, " (global batch %lld)", (long long)j->t.global_batch);
+        break;
+    case PT_REJECT_TP_SPANS_NODES:
+        snprintf(buf, n, " (%d devices per node)", j->c.devices_per_node);
+        break;
+    case PT_REJECT_SP_WITHOUT_TP:
+    case PT_REJECT_OVERLAP_WITHOUT_SP:
+    case PT_REJECT_VP_WITHOUT_PP:
+    case PT_REJECT_SCHEDULE_VP:
+    case PT_REJECT_INTERLEAVED_MICRO:
+    case PT_REJECT_ZERO_NO_DP:
+    case PT_REJECT_ZERO_PP:
+    case PT_REJECT_BAD_VALUE:
+    case PT_REJECT_COUNT:
+        break;
+    }
+}
+
+/* "96 by heads_tp (4 heads), 48 by batch_dp (global batch 64)": the rules that
+ * rejected layouts, most first. */
+static void rejected_text(const job *j, const pt_enum_counts *n, char *buf, size_t cap)
+{
+    bool done[PT_REJECT_COUNT] = {false};
+    size_t used = 0;
+    buf[0] = 0;
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < PT_REJECT_COUNT; k++)
+            if (!done[k] && n->rejected[k] && (best < 0 || n->rejected[k] > n->rejected[best]))
+                best = k;
+        if (best < 0 || used >= cap)
+            return;
+        done[best] = true;
+        char subject[64];
+        rule_subject((pt_reject)best, j, subject, sizeof subject);
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld by %s%s", used ? ", " : "",
+                                 (long long)n->rejected[best], pt_reject_name((pt_reject)best),
+                                 subject);
+    }
+}
+
+static int smallest_memory(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    double *least = ctx;
+    (void)l;
+    (void)fits;
+    if (mem->total_bytes < *least)
+        *least = mem->total_bytes;
+    return 0;
+}
+
+/* Why the search has nothing to plan, and what would help: more devices only when memory
+ * is what stopped the valid layouts, never when the rules rejected every one. */
+static void no_layout_advice(const job *j, const pt_enum_counts *n, char *buf, size_t cap)
+{
+    char rules[1024];
+    rejected_text(j, n, rules, sizeof rules);
+    long long world = (long long)pt_cluster_world(&j->c);
+    if (n->enumerated == 0) {
+        snprintf(buf, cap, "no layout: stack '%s' runs none of the layouts of %lld ranks",
+                 j->t.stack.name, world);
+    } else if (n->valid == 0) {
+        snprintf(buf, cap, "no valid layout: all %lld layouts of %lld ranks were rejected: %s "
+                 "(ptplan --layout L --explain shows a layout's rules with their values)",
+                 (long long)n->enumerated, world, rules);
+    } else {
+        double least = INFINITY;
+        pt_enum_counts again;
+        pt_enum_layouts(&j->m, &j->c, &j->t, &j->eo, smallest_memory, &least, &again);
+        int used = snprintf(buf, cap, "no layout fits: none of the %lld valid layouts fits in "
+                            "the %.2f GiB a device may use (the smallest needs %.2f GiB)",
+                            (long long)n->valid, gib(limit_bytes(j)), gib(least));
+        if (n->enumerated > n->valid && used > 0 && (size_t)used < cap)
+            used += snprintf(buf + used, cap - (size_t)used, "; the other %lld broke rules: %s",
+                             (long long)(n->enumerated - n->valid), rules);
+        if (used > 0 && (size_t)used < cap)
+            snprintf(buf + used, cap - (size_t)used, ". Try more devices (--nodes, --devices), "
+                     "a smaller --global-batch or --seq, or a larger --mem-fraction");
+    }
+}
+
+/* advice: why nothing can be planned (NULL when something can) */
+static void ranking_json(const options *o, const pt_search_result *r, const job *j,
+                         const char *advice)
 {
     int64_t shown = o->top > 0 && o->top < r->n_best ? o->top : r->n_best;
     json_t *root = job_json(j);
@@ -404,6 +620,8 @@ static void ranking_json(const options *o, const pt_search_result *r, const job 
     json_object_set_new(root, "rejected", rej);
     json_object_set_new(root, "layouts", list);
     json_object_set_new(root, "not_fitting", over);
+    if (advice)
+        json_object_set_new(root, "advice", json_string(advice));
     print_json(root);
 }
 
@@ -420,8 +638,11 @@ int rank_layouts(const options *o)
         free_job(&j);
         return pt_tool_fail("%s", err.msg);
     }
+    char advice[2048] = "";
+    if (r.n_best == 0)
+        no_layout_advice(&j, &r.counts, advice, sizeof advice);
     if (o->json) {
-        ranking_json(o, &r, &j);
+        ranking_json(o, &r, &j, r.n_best ? NULL : advice);
     } else {
         print_job_header(&j);
         print_ranking(o, &r, &j);
@@ -431,6 +652,9 @@ int rank_layouts(const options *o)
         rc = write_plan(o, &j, &r.best[0]);
         if (rc == 0)
             rc = timeline_of(o, &j, &r.best[0].layout);
+    } else {
+        fflush(stdout); /* the verdict after the table, where both go to one terminal */
+        rc = no_plan(o, advice);
     }
     pt_search_free(&r);
     free_job(&j);

@@ -7,7 +7,10 @@
  * and rollbacks, a sample of generated text at the end, and the record. Under mpirun
  * rank 0 speaks for the run, and a rank that fails ends every rank with its reason.
  * Exit code: 0 done, 1 bad input or failure, 2 the loss diverged (NaN or Inf, or a
- * spike under --spike-action stop).
+ * spike under --spike-action stop), 75 stopped by SIGTERM or SIGINT after finishing
+ * its step (and writing a checkpoint when --checkpoint is given): run again with
+ * --resume to continue (75 is EX_TEMPFAIL of sysexits.h, "the user is invited to
+ * retry").
  */
 #include "runtime.h"
 #include "ptconfig.h"
@@ -15,6 +18,7 @@
 
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,13 +33,21 @@ static const char usage_text[] =
     "  --steps N            optimizer steps [the plan's]\n"
     "  --val-every N        validation loss every N steps [25; 0 = only at the end]\n"
     "  --val-batches N      micro-batches per validation [8]\n"
-    "  --checkpoint DIR     write a checkpoint to DIR (every --checkpoint-every steps and\n"
-    "                       at the end)\n"
+    "  --checkpoint DIR     write checkpoints into DIR, one folder per step\n"
+    "                       (DIR/step_00000050: whole tensors in safetensors files that\n"
+    "                       any layout reads; DIR/latest_checkpointed_iteration.txt names\n"
+    "                       the newest), every --checkpoint-every steps, at the end and\n"
+    "                       on SIGTERM/SIGINT\n"
     "  --checkpoint-every N [0 = only at the end]\n"
-    "  --resume DIR         continue from the newest complete checkpoint in DIR (or in\n"
-    "                       the DIR.N, DIR.tmp-PID and DIR.old-PID an interrupted\n"
-    "                       run left)\n"
-    "  --keep-checkpoints K keep the K newest checkpoints: DIR, DIR.1 .. DIR.K-1 [2]\n"
+    "  --keep K             keep the K newest step folders [2] (--keep-checkpoints)\n"
+    "  --resume DIR         continue from a checkpoint: DIR is a step folder, or a\n"
+    "                       --checkpoint folder whose newest complete step is taken. Any\n"
+    "                       layout, ZeRO stage, micro-batch or world size may have\n"
+    "                       written it; the model, seed and data must be its own, other\n"
+    "                       settings (--steps, lr, ...) may change and are listed\n"
+    "  --init-from DIR      start from the weights alone (optimizer afresh, step 0): a\n"
+    "                       checkpoint of ours, or a Hugging Face GPT-2 or LLaMA folder\n"
+    "                       (config.json and *.safetensors) whose sizes match the plan's\n"
     "  --spike-window N     a loss spike is a step whose loss is over --spike-factor\n"
     "                       times, or whose gradient norm is over --spike-grad-factor\n"
     "                       times, the median of the last N steps [32; checked from\n"
@@ -47,8 +59,10 @@ static const char usage_text[] =
     "                       checkpoint from before it, skip the batches since, and go on\n"
     "                       (at most 4 times); off: NaN/Inf stop, spikes are ignored\n"
     "                       [stop]\n"
-    "  --log FILE           JSON lines: a header (plan, layout, versions), then one per\n"
-    "                       step and validation, each with its time\n"
+    "  --log FILE           JSON lines, flushed as written: a header (plan and its hash,\n"
+    "                       model and its size, layout, batch, versions), then one per\n"
+    "                       step and validation, each with its time (ISO 8601 UTC and\n"
+    "                       Unix seconds), tokens seen, allocated and peak RSS bytes\n"
     "  --trace FILE         Chrome trace of every instruction and op of every rank, on one\n"
     "                       clock (Perfetto)\n"
     "  --trace-steps K      only the last K steps in the --trace file [all]\n"
@@ -72,7 +86,7 @@ static const char usage_text[] =
     "  -h, --help           this text\n";
 
 typedef struct {
-    const char *plan, *data, *ckpt, *resume, *log, *trace, *db;
+    const char *plan, *data, *ckpt, *resume, *init_from, *log, *trace, *db;
     bool record;
     int64_t steps, val_every, val_batches, ckpt_every, sample, threads, stop_after;
     int64_t trace_steps;      /* 0: every step */
@@ -90,7 +104,8 @@ static int parse_options(int argc, char **argv, options *o)
     enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
            O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB, O_DROPOUT, O_TRACE_STEPS,
            O_COMM_TIMEOUT };
-    enum { O_KEEP = 512, O_SPIKE_WINDOW, O_SPIKE_FACTOR, O_SPIKE_GFACTOR, O_SPIKE_ACTION };
+    enum { O_KEEP = 512, O_SPIKE_WINDOW, O_SPIKE_FACTOR, O_SPIKE_GFACTOR, O_SPIKE_ACTION,
+           O_INIT_FROM };
     static const struct option longopts[] = {
         {"data", 1, 0, O_DATA}, {"steps", 1, 0, O_STEPS}, {"val-every", 1, 0, O_VAL},
         {"val-batches", 1, 0, O_VALB}, {"checkpoint", 1, 0, O_CKPT},
@@ -99,7 +114,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"quiet", 0, 0, O_QUIET}, {"stop-after", 1, 0, O_STOP}, {"help", 0, 0, 'h'},
         {"trace-steps", 1, 0, O_TRACE_STEPS}, {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB}, {"dropout", 1, 0, O_DROPOUT},
         {"comm-timeout", 1, 0, O_COMM_TIMEOUT},
-        {"keep-checkpoints", 1, 0, O_KEEP}, {"spike-window", 1, 0, O_SPIKE_WINDOW},
+        {"keep-checkpoints", 1, 0, O_KEEP}, {"keep", 1, 0, O_KEEP},
+        {"init-from", 1, 0, O_INIT_FROM}, {"spike-window", 1, 0, O_SPIKE_WINDOW},
         {"spike-factor", 1, 0, O_SPIKE_FACTOR}, {"spike-grad-factor", 1, 0, O_SPIKE_GFACTOR},
         {"spike-action", 1, 0, O_SPIKE_ACTION},
         {0, 0, 0, 0}};
@@ -123,6 +139,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_CKPTE: bad = pt_cli_int("ptrun", "--checkpoint-every", optarg, 0, 1LL << 40, &o->ckpt_every);
             break;
         case O_RESUME: o->resume = optarg; break;
+        case O_INIT_FROM: o->init_from = optarg; break;
         case O_LOG: o->log = optarg; break;
         case O_TRACE: o->trace = optarg; break;
         case O_TRACE_STEPS:
@@ -138,7 +155,7 @@ static int parse_options(int argc, char **argv, options *o)
             bad = pt_cli_real("ptrun", "--comm-timeout", optarg, 0, 1e9, &o->comm_timeout_s);
             break;
         case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
-        case O_KEEP: bad = pt_cli_int("ptrun", "--keep-checkpoints", optarg, 1, 100, &o->keep_ckpt); break;
+        case O_KEEP: bad = pt_cli_int("ptrun", "--keep", optarg, 1, 1000000, &o->keep_ckpt); break;
         case O_SPIKE_WINDOW:
             bad = pt_cli_int("ptrun", "--spike-window", optarg, 1, 1 << 20, &o->spike_window);
             break;
@@ -167,6 +184,11 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (bad)
         return -1;
+    if (o->resume && o->init_from) {
+        fprintf(stderr, "ptrun: --resume and --init-from: one or the other (--resume continues "
+                        "a run with its optimizer state, --init-from takes weights alone)\n");
+        return -1;
+    }
     if (optind != argc - 1) {
         fprintf(stderr, optind < argc ? "ptrun: one plan file, please (see ptrun --help)\n"
                                       : "ptrun: which plan? usage: ptrun PLAN.json [options]\n");
@@ -255,9 +277,40 @@ static int validate(pt_trainer *t, int64_t step, pt_err *err)
     return 0;
 }
 
+/* The signal that asked the run to stop (SIGTERM, SIGINT), 0 while none has. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+    signal(sig, SIG_DFL); /* a second one ends the process at once */
+}
+
+/* SIGTERM (a scheduler's preemption, kill) and SIGINT (Ctrl-C) let the step finish. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* Writes a checkpoint of step and says where. Collective. */
+static int save(pt_trainer *t, int64_t step, pt_err *err)
+{
+    if (pt_trainer_save(t, step, err))
+        return -1;
+    printf("checkpoint step %lld written: %s\n", (long long)step, pt_trainer_saved_path(t));
+    return 0;
+}
+
 /* The steps, validation and checkpoints of the run: 0 done, 2 stopped by the loss-spike
- * guard (err says why), 3 stopped by --stop-after, -1 failure. Collective. */
-static int train(const options *o, pt_trainer *t, pt_err *err)
+ * guard (err says why), 3 stopped by --stop-after, 4 stopped by a signal, -1 failure.
+ * Collective. */
+static int train(const options *o, pt_trainer *t, pt_comm *comm, pt_err *err)
 {
     const pt_plan *p = pt_trainer_plan(t);
     int64_t steps = p->run.steps;
@@ -274,10 +327,20 @@ static int train(const options *o, pt_trainer *t, pt_err *err)
         bool saved = o->ckpt && o->ckpt_every && step % o->ckpt_every == 0;
         if (o->val_every && step % o->val_every == 0 && validate(t, step, err))
             return -1;
-        if (saved && pt_trainer_save(t, step, err))
+        if (saved && save(t, step, err))
             return -1;
+        /* a signal to any rank stops every rank after the same step */
+        if (!pt_comm_all_ok(comm, stop_signal == 0) && step < steps) {
+            if (o->ckpt && !saved && save(t, step, err))
+                return -1;
+            printf("interrupted after step %lld (%s)%s\n", (long long)step,
+                   stop_signal == SIGINT ? "SIGINT" : stop_signal ? "SIGTERM" : "another rank "
+                   "was signalled", o->ckpt ? "; --resume continues" : "; no --checkpoint, so "
+                   "nothing was saved");
+            return 4;
+        }
         if (o->stop_after && step == o->stop_after && step < steps) {
-            if (o->ckpt && !saved && pt_trainer_save(t, step, err))
+            if (o->ckpt && !saved && save(t, step, err))
                 return -1;
             printf("stopped after step %lld as asked%s\n", (long long)step,
                    o->ckpt ? "; --resume continues" : "");
@@ -291,7 +354,7 @@ static int train(const options *o, pt_trainer *t, pt_err *err)
     if (!just_validated && validate(t, steps, err))
         return -1;
     bool just_saved = o->ckpt_every && steps % o->ckpt_every == 0;
-    if (o->ckpt && !just_saved && pt_trainer_save(t, steps, err))
+    if (o->ckpt && !just_saved && save(t, steps, err))
         return -1;
     return 0;
 }
@@ -368,11 +431,20 @@ static int go(const options *o, pt_comm *comm, pt_trainer **tp, pt_err *err)
         pt_trainer_resumed r;
         if (pt_trainer_resume(t, o->resume, &r, err))
             return 1;
-        printf("resumed %s at step %lld", r.path, (long long)r.step);
-        if (r.data_skip)
-            printf(", data position %lld (%lld samples skipped)", (long long)r.data_pos,
-                   (long long)r.data_skip);
-        printf("\n");
+        printf("resumed %s at step %lld (written by %s on %lld ranks), data position %lld\n",
+               r.path, (long long)r.step, r.layout, (long long)r.world, (long long)r.data_pos);
+        if (r.changed[0])
+            printf("changed since the checkpoint: %s\n", r.changed);
+    }
+    if (o->init_from) {
+        pt_trainer_initialized r;
+        if (pt_trainer_init_from(t, o->init_from, &r, err))
+            return 1;
+        if (r.hugging_face)
+            printf("weights from %s (Hugging Face), optimizer afresh\n", r.path);
+        else
+            printf("weights from %s (step %lld), optimizer afresh at step 0\n", r.path,
+                   (long long)r.step);
     }
     if (pt_trainer_start(t, err))
         return 1;
@@ -380,11 +452,13 @@ static int go(const options *o, pt_comm *comm, pt_trainer **tp, pt_err *err)
     printf("train   %lld steps of %lld sequences of %lld tokens, predicted %.3g s/step\n",
            (long long)p->run.steps, (long long)p->train.global_batch, (long long)p->model.seq,
            p->predicted.step_time_s);
-    int rc = train(o, t, err);
-    if ((rc == 0 || rc == 3) && pt_trainer_log_check(t, err))
+    int rc = train(o, t, comm, err);
+    if ((rc == 0 || rc == 3 || rc == 4) && pt_trainer_log_check(t, err))
         return 1;
     if (rc == 3) /* --stop-after: an interruption on purpose */
         return 0;
+    if (rc == 4)
+        return 75;
     if (rc)
         return rc < 0 ? 1 : rc;
     pt_trainer_record rec;
@@ -426,10 +500,12 @@ int main(int argc, char **argv)
     if (o.comm_timeout_s >= 0)
         pt_comm_set_timeout(comm, o.comm_timeout_s);
     pt_trainer *t = NULL;
+    catch_stop_signals();
     int rc = go(&o, comm, &t, &err);
-    if (rc && world > 1)
+    /* stopped by a signal (75), every rank after the same step: not a failure to spread */
+    if (rc && rc != 75 && world > 1)
         pt_comm_abort(comm, err.msg); /* takes every rank down, none hangs */
-    if (rc)
+    if (rc && rc != 75)
         fprintf(stderr, "ptrun: %s\n", err.msg);
     pt_trainer_close(t);
     pt_comm_finalize(comm);

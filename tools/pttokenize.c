@@ -1,9 +1,12 @@
 /*
- * pttokenize — turns a text file into the token files that ptrun trains on: the
- * byte-level tokenizer (token i is byte i, vocabulary 256), the last part split off
- * for validation, both written in llm.c's token-file format. The tokenizing, the
- * split and the file format live in runtime/data.c; this file parses options and
- * reports. Exit status 0 on success, 1 on any error, with nothing written then.
+ * pttokenize — turns a text file into the token files that ptrun trains on (--data
+ * PREFIX_train.bin --val-data PREFIX_val.bin): tokenized byte by byte (token i is byte
+ * i, vocabulary 256) or with a BPE tokenizer the user has (--tokenizer: GPT-2's
+ * vocab.json + merges.txt, a tokenizer.json, a tiktoken file), the last part split off
+ * for validation, both written in llm.c's token-file format, uint16 when the
+ * vocabulary fits, else uint32. Tokenizers live in runtime/tokenizer.c, the split and
+ * the file format in runtime/data.c; this file parses options and reports. Exit status
+ * 0 on success, 1 on any error, with nothing written then.
  */
 #include "runtime.h"
 
@@ -14,13 +17,18 @@
 #include <unistd.h>
 
 static const char usage_text[] =
-    "usage: pttokenize INPUT OUTPUT_PREFIX [--val-fraction F] [--seq S]\n"
+    "usage: pttokenize INPUT OUTPUT_PREFIX [--tokenizer PATH] [--val-fraction F] [--seq S]\n"
     "\n"
-    "Tokenizes INPUT byte by byte (token i is byte i, a vocabulary of 256) and writes\n"
-    "OUTPUT_PREFIX_train.bin and OUTPUT_PREFIX_val.bin in llm.c's token-file format\n"
-    "(a 256-int32 header with magic 20240520, then uint16 tokens). INPUT may also be a\n"
-    "token file, which is split as it is.\n"
+    "Tokenizes the text INPUT and writes OUTPUT_PREFIX_train.bin and OUTPUT_PREFIX_val.bin\n"
+    "in llm.c's token-file format (a 256-int32 header, then the tokens: uint16 after\n"
+    "magic 20240520 when the vocabulary has at most 65536 ids, else uint32 after magic\n"
+    "20240801), for ptrun --data OUTPUT_PREFIX_train.bin --val-data OUTPUT_PREFIX_val.bin.\n"
+    "INPUT may also be a token file, which is split as it is.\n"
     "\n"
+    "  --tokenizer PATH   BPE tokenizer: a folder with GPT-2's vocab.json and merges.txt,\n"
+    "                     a Hugging Face tokenizer.json (byte-level BPE), or a tiktoken\n"
+    "                     file (Llama 3's tokenizer.model) [byte by byte: token i is\n"
+    "                     byte i, a vocabulary of 256]\n"
     "  --val-fraction F   share of the tokens, taken from the end, for validation [0.1]\n"
     "  --seq S            sequence length: each part gets at least S+1 tokens [64]\n"
     "  -h, --help         this text\n"
@@ -32,6 +40,7 @@ enum { EXIT_FAIL = 1, PATH_CAP = 4096 };
 typedef struct {
     const char *input;
     const char *prefix;
+    const char *tokenizer;   /* NULL: byte by byte */
     double val_fraction;
     int64_t seq;
 } pt_tokenize_opts;
@@ -89,6 +98,11 @@ static int parse_args(int argc, char **argv, pt_tokenize_opts *o, pt_err *err)
                 return pt_err_set(err, "--seq '%s' is not a whole number from 1 to %lld", v,
                                   1LL << 30);
             o->seq = s;
+        } else if (matches(a, "--tokenizer")) {
+            const char *v = option_value(argc, argv, &i, "--tokenizer");
+            if (!v || !*v)
+                return pt_err_set(err, "--tokenizer needs a path");
+            o->tokenizer = v;
         } else if (a[0] == '-' && a[1] != '\0') {
             return pt_err_set(err, "unknown option '%s' (try --help)", a);
         } else if (positional == 0) {
@@ -108,13 +122,14 @@ static int parse_args(int argc, char **argv, pt_tokenize_opts *o, pt_err *err)
     return 0;
 }
 
-/* Writes both parts, or neither: when the second file fails, the first is removed. */
+/* Writes both parts in tokens of `width` bytes, or neither: when the second file
+ * fails, the first is removed. */
 static int write_parts(const char *train_path, const pt_tokens *train, const char *val_path,
-                       const pt_tokens *val, pt_err *err)
+                       const pt_tokens *val, int width, pt_err *err)
 {
-    if (pt_tokens_write(train_path, train->tok, train->n, err) != 0)
+    if (pt_tokens_write(train_path, train->tok, train->n, width, err) != 0)
         return -1;
-    if (pt_tokens_write(val_path, val->tok, val->n, err) != 0) {
+    if (pt_tokens_write(val_path, val->tok, val->n, width, err) != 0) {
         unlink(train_path);
         return -1;
     }
@@ -138,15 +153,35 @@ int main(int argc, char **argv)
         snprintf(val_path, sizeof val_path, "%s_val.bin", o.prefix) >= PATH_CAP)
         return fail("OUTPUT_PREFIX is too long");
 
-    pt_tokens all, train, val;
-    if (pt_tokens_load(o.input, &all, &err) != 0)
+    pt_tokenizer *tk = NULL;
+    if (o.tokenizer && pt_tokenizer_load(o.tokenizer, &tk, &err) != 0)
         return fail(err.msg);
-    rc = pt_tokens_split(&all, o.val_fraction, o.seq, &train, &val, &err);
+    pt_tokens all = {0}, train = {0}, val = {0};
+    int64_t vocab = tk ? pt_tokenizer_vocab(tk) : 256;
+    rc = pt_tokens_load_with(o.input, tk, &all, &err);
+    /* a token file keeps its width, and must suit the tokenizer when one is given */
+    if (rc == 0 && all.token_bytes && tk)
+        rc = pt_tokens_check_vocab(&all, vocab, &err);
+    int width = all.token_bytes ? all.token_bytes : pt_tokens_width(vocab);
     if (rc == 0)
-        rc = write_parts(train_path, &train, val_path, &val, &err);
+        rc = pt_tokens_split(&all, o.val_fraction, o.seq, &train, &val, &err);
     if (rc == 0)
+        rc = write_parts(train_path, &train, val_path, &val, width, &err);
+    if (rc == 0) {
+        char about[1024];
+        if (tk) {
+            pt_tokenizer_describe(tk, about, sizeof about);
+            printf("tokenizer %s\n", about);
+        }
         printf("%s: %lld tokens\n%s: %lld tokens\n%s: %lld tokens\n", o.input,
                (long long)all.n, train_path, (long long)train.n, val_path, (long long)val.n);
+        printf("format: llm.c token files, %s tokens (magic %d)\n",
+               width == 2 ? "uint16" : "uint32",
+               width == 2 ? PT_TOKENS_MAGIC : PT_TOKENS_MAGIC_U32);
+        printf("train with: ptrun PLAN.json --data %s --val-data %s%s%s\n", train_path,
+               val_path, tk ? " --tokenizer " : "", tk ? o.tokenizer : "");
+    }
+    pt_tokenizer_free(tk);
     pt_tokens_free(&all);
     pt_tokens_free(&train);
     pt_tokens_free(&val);

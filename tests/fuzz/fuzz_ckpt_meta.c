@@ -30,7 +30,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(strcmp(m.layout, back.layout) == 0 && m.step == back.step &&
                    m.data_pos == back.data_pos && m.world == back.world &&
                    strcmp(m.config_hash, back.config_hash) == 0 &&
-                   m.format_version == back.format_version);
+                   strcmp(m.plan_hash, back.plan_hash) == 0 &&
+                   m.format_version == back.format_version &&
+                   strcmp(m.model.name, back.model.name) == 0 &&
+                   m.model.hidden == back.model.hidden && m.model.layers == back.model.layers &&
+                   m.run.seed == back.run.seed && m.run.steps == back.run.steps &&
+                   m.global_batch == back.global_batch &&
+                   m.train_tokens == back.train_tokens &&
+                   strcmp(m.run.data, back.run.data) == 0 &&
+                   strcmp(m.created_at, back.created_at) == 0);
     }
     snprintf(path, sizeof path, "%s/meta.json", dir);
     unlink(path);

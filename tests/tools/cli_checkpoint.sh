@@ -1,11 +1,14 @@
 #!/bin/sh
-# ptrun's checkpoints as a user meets them: a --checkpoint that is not ours (or cannot
-# be written) is refused before training and left alone; the K newest are kept;
-# --resume finds the newest complete one where an interrupted commit left it, checks
-# meta.json's step and data position, and continues bit for bit; orphaned temporaries
-# of ours are removed, nothing else is; a loss spike (provoked by the test hook
-# PT_TEST_SPIKE_AT, which multiplies the weights by 100 before that step) stops the run
-# keeping the checkpoints from before it, or rolls back past it and trains on.
+# ptrun's checkpoints as a user meets them: a --checkpoint folder that is not ours (or
+# cannot be written) is refused before training and left alone; each save is a step
+# folder (DIR/step_NNNNNNNN, whole tensors with an index, meta.json with the model and
+# the settings) named by the tracker, a line says so, and the --keep newest stay;
+# --resume continues bit for bit, may run longer (--steps) and says what changed; a
+# checkpoint of another model or seed is refused naming the field and both values;
+# SIGTERM finishes the step, writes a checkpoint, says so and exits 75; --init-from
+# takes the weights alone; a loss spike (provoked by the test hook PT_TEST_SPIKE_AT,
+# which multiplies the weights by 100 before that step) stops the run keeping the
+# checkpoints from before it, or rolls back past it and trains on.
 #   usage: cli_checkpoint.sh BUILD_DIR
 set -u
 build="$1"
@@ -13,102 +16,152 @@ build="$1"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
 loss_at() { grep "\"type\":\"step\",\"step\":$2," "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
-meta_field() { grep "\"$2\"" "$1/meta.json" | tr -dc '0-9'; }
+meta_field() { grep "\"$2\"" "$1/meta.json" | head -1 | tr -dc '0-9'; }
 train() { "$build/ptrun" plan.json --quiet --sample 0 --val-every 0 --checkpoint-every 10 "$@"; }
+step_dir() { printf '%s/step_%08d' "$1" "$2"; }
 
 run 0 "$build/ptplan" --model tiny --devices 1 --out plan.json --steps 40
 [ -f plan.json ] || fail "ptplan writes the plan"
 
-# 1. A folder or file that is not a checkpoint: refused naming it, before training,
-# and left as it was (an earlier ptrun moved it aside and deleted it).
+# 1. A folder or file that is not a checkpoint folder: refused naming it, before
+# training, and left as it was.
 mkdir mine && echo precious >mine/notes.txt && echo weights >mine/model.safetensors
 run 1 train --checkpoint mine
-err_has "checkpoint directory 'mine' exists and is not a checkpoint written by ptrun" "foreign folder"
+err_has "checkpoint directory 'mine' holds 'mine/" "foreign folder"
+err_has "which is not a checkpoint written by ptrun" "foreign folder, why"
 grep -q "^step\|^train" "$tmp/out" && fail "refused before training"
 [ "$(cat mine/notes.txt)" = precious ] && [ "$(cat mine/model.safetensors)" = weights ] ||
     fail "the folder that is not ours is left alone"
 [ "$(ls -a | grep -c '^mine')" = 1 ] || fail "nothing is made beside it: $(ls)"
 echo text >afile
 run 1 train --checkpoint afile
-err_has "'afile' exists and is not a checkpoint" "a file as --checkpoint"
+err_has "'afile' exists and is not a folder" "a file as --checkpoint"
 [ "$(cat afile)" = text ] || fail "the file is left alone"
-mkdir -p kept && echo x >kept.1
-run 1 train --checkpoint kept --keep-checkpoints 2
-err_has "'kept.1' exists and is not a checkpoint" "a kept copy's name taken"
 run 1 train --checkpoint no/such/folder/ck
 err_has "cannot write 'no/such/folder/ck'" "unwritable checkpoint path"
 grep -q "^train" "$tmp/out" && fail "an unwritable checkpoint is refused before training"
-run 1 train --keep-checkpoints 0
-err_has "keep-checkpoints" "--keep-checkpoints 0"
+run 1 train --keep 0
+err_has "--keep" "--keep 0"
 run 1 train --spike-action maybe
 err_has "expected stop, rollback or off" "unknown --spike-action"
+run 1 train --resume ck --init-from ck
+err_has "--resume and --init-from: one or the other" "--resume with --init-from"
 
-# 2. An empty folder may be used; the two newest are kept.
-mkdir ck
+# 2. A step folder per save, the two newest kept, the tracker naming the last; each
+# save says where it went; the files describe themselves.
 run 0 train --checkpoint ck --log full.jsonl
-[ "$(meta_field ck step)" = 40 ] && [ "$(meta_field ck.1 step)" = 30 ] ||
-    fail "ck holds step 40, ck.1 step 30"
-[ ! -e ck.2 ] || fail "only two are kept"
+out_has "checkpoint step 10 written: ck/step_00000010" "a line per checkpoint"
+out_has "checkpoint step 40 written: ck/step_00000040" "the last checkpoint's line"
+[ "$(meta_field "$(step_dir ck 40)" step)" = 40 ] && [ "$(meta_field "$(step_dir ck 30)" step)" = 30 ] ||
+    fail "ck holds steps 40 and 30"
+[ ! -e "$(step_dir ck 20)" ] || fail "only two are kept: $(ls ck)"
+[ "$(cat ck/latest_checkpointed_iteration.txt)" = 40 ] || fail "the tracker names step 40"
+s40=$(step_dir ck 40)
+for f in meta.json model.safetensors.index.json optim.safetensors.index.json \
+    model-00001-of-00001.safetensors optim-00001-of-00001.safetensors; do
+    [ -s "$s40/$f" ] || fail "the step folder holds $f: $(ls "$s40")"
+done
+grep -q '"hidden": 64' "$s40/meta.json" && grep -q '"layout": "' "$s40/meta.json" &&
+    grep -q '"plan_hash": "' "$s40/meta.json" && grep -q '"lr": ' "$s40/meta.json" ||
+    fail "meta.json holds the model, the layout, the plan hash and the settings"
+grep -q '"layers.3.mlp_down.w": "model-00001-of-00001.safetensors"' "$s40/model.safetensors.index.json" ||
+    fail "the index maps each tensor to its file"
+head -c 4096 "$s40/model-00001-of-00001.safetensors" | grep -q '"__metadata__":{"format":"pt","producer":"ptrun"' ||
+    fail "the safetensors files carry __metadata__"
+grep -q '"wte.exp_avg_sq"' "$s40/optim.safetensors.index.json" || fail "Adam's moments by name"
 
-# 3. A kill between a commit's renames leaves the newest as ck.tmp-PID (here: of a
-# process that is gone): --resume takes it and continues bit for bit, and the next
-# commit puts it back in line; orphans of ours go, one that is not ours stays.
-rm -rf ck ck.1
-run 0 train --checkpoint ck --stop-after 20
-mv ck ck.tmp-99999999
-mkdir ck.tmp-99999998 && echo half >ck.tmp-99999998/optim_rank0.safetensors.tmp-5
-mkdir ck.tmp-99999997 && echo mine >ck.tmp-99999997/notes.txt
-run 0 train --checkpoint ck --resume ck --log part.jsonl
-out_has "resumed ck.tmp-99999999 at step 20" "resume finds the interrupted commit's checkpoint"
+# 3. Stopped half-way, resumed: bit for bit the same run; a longer run from the last
+# checkpoint says what changed.
+run 0 train --checkpoint half --stop-after 20
+run 0 train --checkpoint half --resume half --log part.jsonl
+out_has "resumed half/step_00000020 at step 20 (written by " "resume names the step folder"
 for s in 21 30 40; do
     a=$(loss_at full.jsonl $s)
     b=$(loss_at part.jsonl $s)
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "step $s: resumed loss $b differs from $a"
 done
-[ "$(meta_field ck step)" = 40 ] && [ "$(meta_field ck.1 step)" = 30 ] ||
-    fail "after the resumed run: ck step 40, ck.1 step 30"
-[ ! -e ck.tmp-99999999 ] && [ ! -e ck.tmp-99999998 ] || fail "orphans of ours are removed: $(ls)"
-[ "$(cat ck.tmp-99999997/notes.txt)" = mine ] || fail "a folder that is not ours stays"
+run 0 train --resume ck --steps 50 --log longer.jsonl
+out_has "changed since the checkpoint: steps 40 -> 50" "a longer run says so"
+[ -n "$(loss_at longer.jsonl 50)" ] || fail "the longer run reaches step 50"
+run 0 train --resume "$(step_dir ck 30)" --log from30.jsonl
+out_has "resumed ck/step_00000030 at step 30" "a step folder given directly"
 
-# 4. meta.json's step and data position are checked against the plan.
-cp -r ck bad
+# 4. What must match: the model (named field, both values), the seed, the step.
+"$build/ptplan" --dump-model tiny | sed 's/"layers": *4,/"layers": 6,/' >tiny6.json
+run 0 "$build/ptplan" --model tiny6.json --devices 1 --out plan6.json --steps 40
+run 1 "$build/ptrun" plan6.json --quiet --sample 0 --resume ck
+err_has "written for another model: model field 'layers': the checkpoint's is 4, this plan's 6" \
+    "a checkpoint of another model"
+cp -r "$s40" bad
+sed -i 's/"seed": "[0-9]*"/"seed": "7"/' bad/meta.json
+run 1 train --resume bad
+err_has "training field 'seed': the checkpoint's is 7, this plan's" "another seed"
+cp "$s40/meta.json" bad/meta.json
 sed -i 's/"step": 40/"step": 999/' bad/meta.json
 run 1 train --resume bad
-err_has "bad/meta.json: field 'step' = 999 is beyond the plan's run.steps (40)" "step beyond the plan"
-cp ck/meta.json bad/meta.json
-sed -i 's/"data_pos": [0-9]*/"data_pos": 5/' bad/meta.json
-run 1 train --resume bad
-err_has "bad/meta.json: field 'data_pos' = 5 does not fit step 40" "data_pos before the step's"
+err_has "bad/meta.json: field 'step' = 999 is beyond this run's 40 steps" "step beyond the run"
 
-# 5. A spike at step 25 stops the run (exit 2), keeping the checkpoints from before it
+# 5. SIGTERM: the step finishes, a checkpoint is written and named, exit 75; --resume
+# continues from it. (A long run is stopped once its log shows step 3; the test only
+# relies on the step the run reports.)
+"$build/ptrun" plan.json --sample 0 --val-every 0 --steps 100000 --checkpoint sig \
+    --log sig.jsonl >sig.out 2>sig.err &
+pid=$!
+n=0
+while [ "$n" -lt 600 ] && ! grep -q '"type":"step","step":3,' sig.jsonl 2>/dev/null; do
+    sleep 0.1
+    n=$((n + 1))
+done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" = 75 ] || fail "SIGTERM: exit status $rc, expected 75 ($(tail -2 sig.err))"
+at=$(sed -n 's/^interrupted after step \([0-9]*\) (SIGTERM); --resume continues$/\1/p' sig.out)
+[ -n "$at" ] || fail "SIGTERM: a line says where the run stopped: $(tail -3 sig.out)"
+if [ -n "$at" ]; then
+    grep -q "^checkpoint step $at written: sig/step_$(printf %08d "$at")" sig.out ||
+        fail "SIGTERM: the checkpoint of step $at is written and named"
+    run 0 "$build/ptrun" plan.json --quiet --sample 0 --val-every 0 --resume sig \
+        --steps $((at + 2))
+    out_has "resumed sig/step_$(printf %08d "$at") at step $at" "the interrupted run resumes"
+fi
+
+# 6. --init-from: the weights of a checkpoint, the optimizer afresh from step 0: the
+# first step's loss is the trained model's, far below a fresh start's.
+run 0 train --init-from ck --log init.jsonl --steps 2
+out_has "weights from ck/step_00000040 (step 40), optimizer afresh at step 0" "init-from says what"
+awk -v a="$(loss_at init.jsonl 1)" -v b="$(loss_at full.jsonl 1)" 'BEGIN { exit !(a < b - 0.5) }' ||
+    fail "--init-from starts from the trained weights (step 1 loss $(loss_at init.jsonl 1), fresh $(loss_at full.jsonl 1))"
+run 1 "$build/ptrun" plan6.json --quiet --sample 0 --init-from ck
+err_has "model field 'layers'" "--init-from of another model"
+
+# 7. A spike at step 25 stops the run (exit 2), keeping the checkpoints from before it
 # (steps 20 and 10): the spiking step is not checkpointed.
-rm -rf ck ck.1
+rm -rf ck
 PT_TEST_SPIKE_AT=25 run 2 train --checkpoint ck
 err_has "loss spike at step 25" "the spike is named"
-err_has "stopping; checkpoint ck (step 20, from before it) is kept" "the kept checkpoint is named"
+err_has "stopping; checkpoint ck/step_00000020 (step 20, from before it) is kept" "the kept checkpoint is named"
 out_has "spike:  step 25: loss" "a line says what happened"
-[ "$(meta_field ck step)" = 20 ] && [ "$(meta_field ck.1 step)" = 10 ] ||
+[ -e "$(step_dir ck 20)" ] && [ -e "$(step_dir ck 10)" ] && [ ! -e "$(step_dir ck 30)" ] ||
     fail "the checkpoints from before the spike are kept"
-# with the guard off the run trains on through it
-rm -rf ck ck.1
 PT_TEST_SPIKE_AT=25 run 0 train --spike-action off
 grep -q "^spike" "$tmp/out" && fail "--spike-action off reports no spike"
 
-# 6. Rollback: back to step 20, the batches of steps 21-25 skipped, on to step 40 with
+# 8. Rollback: back to step 20, the batches of steps 21-25 skipped, on to step 40 with
 # a finite loss; the data position is in meta.json, and a run stopped after the
 # rollback resumes from it bit for bit.
+rm -rf ck
 PT_TEST_SPIKE_AT=25 run 0 train --checkpoint ck --spike-action rollback --log roll.jsonl
-out_has "rollback: back to ck (step 20), skipping the 5 batches of steps 21-25" "the rollback is reported"
+out_has "rollback: back to ck/step_00000020 (step 20), skipping the 5 batches of steps 21-25" "the rollback is reported"
 last=$(loss_at roll.jsonl 40)
 awk -v l="$last" 'BEGIN { exit !(l > 0 && l < 5) }' || fail "training goes on to a finite loss ($last)"
-[ "$(meta_field ck step)" = 40 ] || fail "the last checkpoint is step 40"
 b=$(grep -o '"global_batch": [0-9]*' plan.json | head -1 | tr -dc '0-9')
-[ "$(meta_field ck data_pos)" = $((45 * b)) ] || fail "data_pos counts the 5 skipped batches"
+[ "$(meta_field "$(step_dir ck 40)" data_pos)" = $((45 * b)) ] || fail "data_pos counts the 5 skipped batches"
 [ "$(loss_at roll.jsonl 21)" != "$(loss_at full.jsonl 21)" ] || fail "step 21 runs on other data"
-rm -rf ck ck.1
+rm -rf ck
 PT_TEST_SPIKE_AT=25 run 0 train --checkpoint ck --spike-action rollback --stop-after 30
 run 0 train --checkpoint ck --resume ck --spike-action rollback --log roll2.jsonl
-out_has "samples skipped" "resume reports the skipped data"
+out_has "data position $((35 * b))" "resume reports the data position"
 for s in 31 40; do
     [ "$(loss_at roll.jsonl $s)" = "$(loss_at roll2.jsonl $s)" ] ||
         fail "step $s after a rollback: the resumed run differs"

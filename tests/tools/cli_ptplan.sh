@@ -251,14 +251,97 @@ out_has "fits: yes" "a listed layout evaluates as valid and fitting"
 run 1 --list-layouts --layout tp=1
 err_has "choose one" "--list-layouts is a mode of its own"
 
-# ---- nothing fits ---------------------------------------------------------------------
-# The search's no-fit path: it says so and why, and writes no plan (its exit status is
-# the checkpoints-and-exits issue's to change).
-"$ptplan" --model gpt3-175b --devices 1 --out "$tmp/nofit.json" >"$tmp/out" 2>"$tmp/err"
+# ---- nothing to plan -------------------------------------------------------------------
+# Nothing fits: exit 3, the advice says memory is why (with the smallest layout's need)
+# and suggests more devices, and no plan is written.
+run 3 --model gpt3-175b --devices 1 --out "$tmp/nofit.json"
 out_has "0 fit in memory" "nothing fits: the summary says so"
 out_has "12 valid but too big" "nothing fits: how many were too big"
-grep -q "no layout fits" "$tmp/out" "$tmp/err" || fail "nothing fits: the advice is printed"
+err_has "no plan written: no layout fits: none of the 12 valid layouts fits in the" \
+    "nothing fits: the advice says memory is why"
+err_has "the smallest needs [0-9.]* GiB" "nothing fits: what the smallest layout needs"
+err_has "Try more devices (--nodes, --devices)" "nothing fits: more devices are suggested"
 [ -e "$tmp/nofit.json" ] && fail "nothing fits: no plan is written"
+run 3 --model gpt3-175b --devices 1 --no-out --json
+out_has '"advice": "no layout fits: none of the 12 valid layouts' "the advice in --json"
+# Every layout broken by a rule (tiny on 5 ranks: 4 heads, 4 layers, sequence 64, global
+# batch 64): the advice names the rules with the counts of the table and the job's sizes,
+# and suggests no more devices; a plan of an earlier run at --out is removed.
+run 0 --devices 1 --top 1 --out "$tmp/stale.json"
+[ -f "$tmp/stale.json" ] || fail "a plan to go stale is written"
+run 3 --devices 5 --out "$tmp/stale.json"
+for rule in "heads_tp (4 heads)" "layers_pp (4 layers)" "batch_dp (global batch 64)" \
+            "seq_cp (sequence 64)"; do
+    n=$(awk -v k="${rule%% *}" '$1 == k { print $2 }' "$tmp/out")
+    [ -n "$n" ] || fail "the table counts layouts under ${rule%% *}"
+    err_has "[:,] $n by $rule" "the advice names $rule with the table's count"
+done
+err_has "no plan written: no valid layout: all [0-9]* layouts of 5 ranks were rejected: " \
+    "every layout rejected by the rules"
+grep -q "more devices\|more nodes" "$tmp/err" && fail "rules, not memory: no more devices advised"
+[ -e "$tmp/stale.json" ] && fail "the plan of an earlier run is removed when none is written"
+err_has "removed '$tmp/stale.json', the plan of an earlier run" "the removal is reported"
+# ptplan ... && ptrun plan.json stops at ptplan
+"$ptplan" --devices 5 --out "$tmp/stale.json" >/dev/null 2>&1 && fail "ptplan && ptrun would run"
+# A file at --out that is not a plan (no created_by of ptplan) is left as it was.
+printf '{"format_version": 1, "note": "mine"}\n' >"$tmp/mine.json"
+cp "$tmp/mine.json" "$tmp/mine.orig"
+run 3 --devices 5 --out "$tmp/mine.json"
+cmp -s "$tmp/mine.json" "$tmp/mine.orig" || fail "a file that is not a plan is not touched"
+err_has "'$tmp/mine.json' is not a ptplan plan: left untouched" "the file left alone is named"
+# --no-out looks at no file; --layout that is invalid or does not fit removes a stale plan.
+run 0 --devices 1 --top 1 --out "$tmp/stale.json"
+run 3 --devices 5 --no-out --out "$tmp/stale.json"
+[ -f "$tmp/stale.json" ] || fail "--no-out leaves --out alone"
+err_has "^ptplan: no valid layout" "--no-out: the advice without 'no plan written'"
+run 3 --devices 2 --layout "tp=3,dp=1" --out "$tmp/stale.json"
+err_has "no plan written: the layout breaks 5 rule(s): world heads_tp" "--layout names its rules"
+[ -e "$tmp/stale.json" ] && fail "an invalid --layout removes the stale plan"
+run 0 --devices 1 --top 1 --out "$tmp/stale.json"
+run 3 --model llama3-70b --cluster dgx-h100 --layout "tp=1,dp=8,zero=0" --out "$tmp/stale.json"
+err_has "no plan written: the layout needs [0-9.]* GiB per device" "--layout that does not fit"
+[ -e "$tmp/stale.json" ] && fail "a --layout that does not fit removes the stale plan"
+
+# ---- --compare --------------------------------------------------------------------------
+# Layouts side by side: a column each with the figures of --layout, and a rejected one
+# names its rule; writes no plan.
+run 0 --devices 2 --compare "tp=2" "pp=2" "dp=2,mbs=64" "tp=3,dp=1" --out "$tmp/cmp.json"
+out_has "^  \[1\] tp=2,sp=0,pp=1," "the first layout in its canonical form"
+out_has "^  \[2\] tp=1,sp=0,pp=2," "the second layout"
+out_has "^valid  *yes  *yes  *no: batch_dp  *no: 5 rules$" "valid row: one rule named, or the count"
+out_has "^\[3\] rejected:" "the rejected layout's rules listed"
+out_has "batch_dp .*global batch (64) is not divisible by mbs\*dp = 64\*2" "its rule with values"
+out_has "^\[4\] rejected:" "the other rejected layout"
+out_has "heads_tp .*attention heads (4) are not divisible by tp (3)" "heads rule with values"
+for r in "  weights" "  activations" "  total" "  gemm" "  bubble" "step time, s" "tokens/s" \
+         "MFU %" "exposed communication %" "priced from"; do
+    out_has "^$r  " "--compare has the row '$r'"
+done
+[ -e "$tmp/cmp.json" ] && fail "--compare writes no plan"
+st=$(awk '/^step time, s/ { print $5, $6, $7 }' "$tmp/out")   # [2], [3], [4]
+case "$st" in [0-9]*" - -") ;; *) fail "step times of a valid and two rejected layouts: $st" ;; esac
+run 0 --devices 2 --compare "tp=2" "pp=2" --json
+python3 - "$tmp/out" "$ptplan" <<'PY' || fail "--compare --json: the figures of --layout --json"
+import json, subprocess, sys
+d = json.load(open(sys.argv[1]))
+assert d["runnable"] == 2, d["runnable"]
+for got, text in zip(d["layouts"], ["tp=2", "pp=2"]):
+    one = json.loads(subprocess.run([sys.argv[2], "--devices", "2", "--layout", text, "--json",
+                                     "--no-out"], capture_output=True, check=True).stdout)
+    assert got["predicted"]["step_time_s"] == one["predicted"]["step_time_s"], text
+    assert got["memory"] == one["memory"], text
+PY
+run 3 --devices 2 --compare "tp=3,dp=1" --json
+out_has '"reason": "heads_tp"' "--compare --json: the rejected layout's rules"
+out_has '"runnable": 0' "--compare --json: none runnable"
+err_has "the compared layout cannot run" "--compare: none can run"
+run 1 --devices 2 --compare "tp=2" "foo=1"
+err_has "--compare: layout 2 'foo=1': .*unknown key 'foo'" "an unreadable layout is named"
+one_line_error "--compare with an unreadable layout"
+run 1 --devices 2 --compare "tp=2" --timeline "$tmp/t.json"
+err_has "--compare writes no timeline" "--compare with --timeline"
+run 1 --devices 2 --compare "tp=2" --layout "tp=2"
+err_has "choose one" "--compare is a mode of its own"
 
 # ---- ranking ----------------------------------------------------------------------
 run 0 --model gpt2-124m --cluster dgx-a100-80g --global-batch 64 --top 5 --out "$tmp/best.json" \

@@ -43,6 +43,39 @@ awk -v a="$pm" -v b="$pt" -v c="$lm" -v d="$lt" \
     'BEGIN { x = a * b; y = c * d; e = (x - y) / x; if (e < 0) e = -e; exit !(x > 0 && e < 1e-3) }' ||
     fail "ptrun's MFU ($lm x $lt s) and the plan's ($pm x $pt s) count different FLOPs"
 
+# The log: a header naming the plan (path and hash), the model with its size, the layout
+# and the build; then on every line its time (ISO 8601 UTC and the same instant in Unix
+# seconds), the tokens the weights have been trained on and the memory in use; a step
+# line's time_s stays its last field (scripts read it up to the brace).
+python3 - "$tmp/log.jsonl" "$tmp/plan.json" <<'PY' || fail "the log's header and per-line fields"
+import datetime, json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+plan = json.load(open(sys.argv[2]))
+h = lines[0]
+assert h["type"] == "header" and h["plan"].endswith("/plan.json"), h
+assert len(h["plan_id"]) == 16 and h["plan_created_by"].startswith("ptplan "), h
+assert h["layout"] == plan["layout"]["string"] and h["version"], h
+spec = h["model_spec"]
+assert h["model"] == "tiny" and spec["layers"] == plan["model"]["layers"], h
+assert spec["hidden"] == plan["model"]["hidden"] and spec["params"] > 0, h
+tps = plan["training"]["global_batch"] * plan["model"]["seq"]
+assert h["tokens_per_step"] == tps, (h["tokens_per_step"], tps)
+utc = datetime.timezone.utc
+last = 0
+for l in lines:
+    t = datetime.datetime.strptime(l["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=utc)
+    assert abs(t.timestamp() - l["unix_s"]) < 0.0015, l
+    assert l["unix_s"] >= last, ("time goes back", l)
+    last = l["unix_s"]
+    assert l["allocated_bytes"] == lines[0]["allocated_bytes"] > 0, l
+    assert l["peak_rss_bytes"] > 0, l
+    # a val or params line: after the steps of its step number
+    want = 0 if l["type"] == "header" else l["step"] * tps
+    assert l["tokens_seen"] == want, (l, want)
+steps = [l for l in lines if l["type"] == "step"]
+assert len(steps) == 100 and list(steps[-1])[-1] == "time_s", steps[-1]
+PY
+
 # --record: the run, predicted against measured, and its op timings (source trace) go
 # into the cost table, and ptplan then prices that layout from them.
 run 0 "$build/ptrun" "$tmp/plan.json" --steps 6 --val-every 0 --sample 0 --quiet --record \
@@ -75,6 +108,12 @@ run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quie
 [ -f "$tmp/ck/meta.json" ] && [ -f "$tmp/ck/model.safetensors" ] || fail "checkpoint written"
 run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \
     --resume "$tmp/ck" --log "$tmp/part.jsonl"
+# the resumed run's header counts the 6 steps its checkpoint had taken
+grep '"type":"header"' "$tmp/part.jsonl" | tail -1 >"$tmp/h2"
+tps=$(grep -o '"tokens_per_step":[0-9]*' "$tmp/h2" | cut -d: -f2)
+grep -q "\"resumed_from_step\":6" "$tmp/h2" && [ -n "$tps" ] &&
+    grep -q "\"tokens_seen\":$((6 * tps))," "$tmp/h2" ||
+    fail "a resumed run's header has the checkpoint's tokens seen: $(cat "$tmp/h2")"
 for s in 7 9 12; do
     a=$(loss_at "$tmp/full.jsonl" step $s)
     b=$(loss_at "$tmp/part.jsonl" step $s)

@@ -5,7 +5,8 @@
 # after them agree with one rank's within a relative 1e-5 (fp32; measured: at most
 # 6e-9, from the order in which sums are taken across ranks and attention blocks).
 # Then: checkpoints of multi-rank runs resume
-# bit-identically, and (suite pipeline) a rank that fails, or is killed, ends the
+# bit-identically, (suite pipeline) a dp=2 ZeRO-3 checkpoint resumes under tp=2, pp=2
+# and one rank matching the uninterrupted run, and a rank that fails, or is killed, ends the
 # whole run within 30 s.
 #   usage: mpi_equivalence.sh BUILD_DIR [pipeline|tensor|cuda]
 #   pipeline: data parallel with ZeRO 0/1/2/3, pipeline schedules, recomputation
@@ -180,7 +181,9 @@ for case in $resume_cases; do
         --checkpoint "$tmp/ck" --stop-after $(( steps / 2 )) >/dev/null 2>&1 &&
     timeout 300 $mpirun -np "$np" "$build/ptrun" "$tmp/ck.json" $common --log "$tmp/part.log" \
         --resume "$tmp/ck" >/dev/null 2>"$tmp/err" || { fail "checkpoint run $layout: $(tail -2 "$tmp/err")"; continue; }
-    [ -f "$tmp/ck/optim_rank$((np - 1)).safetensors" ] || fail "every rank's optimizer state is saved"
+    pp=$(echo "$layout" | sed -n 's/.*pp=\([0-9]*\).*/\1/p')
+    [ -f "$tmp/ck/step_$(printf %08d $(( steps / 2 )))/optim-0000${pp:-1}-of-0000${pp:-1}.safetensors" ] ||
+        fail "$layout: every stage's optimizer state is saved: $(ls "$tmp/ck"/*)"
     for st in $(( steps / 2 + 1 )) $steps; do
         a=$(grep "\"type\":\"step\",\"step\":$st," "$tmp/full.log" | sed 's/.*"loss":\([^,]*\),.*/\1/')
         b=$(grep "\"type\":\"step\",\"step\":$st," "$tmp/part.log" | sed 's/.*"loss":\([^,]*\),.*/\1/')
@@ -189,6 +192,48 @@ for case in $resume_cases; do
     echo "$layout: resumed run bit-identical to the uninterrupted one"
 done
 IFS=$old_ifs
+
+# Checkpoints move between layouts: a dp=2 ZeRO-3 run stopped after half its steps
+# resumes as tp=2, as pp=2 with ZeRO-1 over dp=2, and on one rank with another
+# micro-batch size; each second half (and the final weights) matches the uninterrupted
+# run within the suite's tolerance (the layouts differ in their sums' order, as above).
+if [ "$suite" = pipeline ]; then
+    half=$(( steps / 2 ))
+    ckplan() { # NP LAYOUT OUT
+        "$build/ptplan" --devices "$1" --layout "$2" --global-batch 16 --steps $steps \
+            --out "$3" >/dev/null 2>"$tmp/err" || fail "ptplan $2: $(cat "$tmp/err")"
+    }
+    common="--val-every 0 --sample 0 --quiet"
+    ckplan 2 dp=2,zero=3,mbs=2 "$tmp/z3.json"
+    rm -rf "$tmp/xck" "$tmp/x.log"
+    timeout 300 $mpirun -np 2 "$build/ptrun" "$tmp/z3.json" $common --log "$tmp/xfull.log" \
+        >/dev/null 2>"$tmp/err" &&
+    timeout 300 $mpirun -np 2 "$build/ptrun" "$tmp/z3.json" $common --checkpoint "$tmp/xck" \
+        --stop-after $half >/dev/null 2>>"$tmp/err" || fail "dp=2 zero=3 with a checkpoint: $(tail -2 "$tmp/err")"
+    sed -n 's/.*"type":"step","step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p; s/.*"sumsq":\([^,}]*\).*/sumsq \1/p' \
+        "$tmp/xfull.log" | awk -v h=$half '$1 == "sumsq" || $1 > h { print $2 }' >"$tmp/xref"
+    for case in "2 tp=2,mbs=2" "4 dp=2,pp=2,zero=1,mbs=2" "1 mbs=1"; do
+        np=${case%% *} layout=${case#* }
+        ckplan "$np" "$layout" "$tmp/x.json"
+        rm -f "$tmp/x.log"
+        if [ "$np" = 1 ]; then
+            "$build/ptrun" "$tmp/x.json" $common --resume "$tmp/xck" --log "$tmp/x.log" \
+                >"$tmp/out" 2>"$tmp/err"
+        else
+            timeout 300 $mpirun -np "$np" "$build/ptrun" "$tmp/x.json" $common --resume "$tmp/xck" \
+                --log "$tmp/x.log" >"$tmp/out" 2>"$tmp/err"
+        fi || { fail "resume as $layout: $(tail -2 "$tmp/err")"; continue; }
+        grep -q "resumed .*step_$(printf %08d $half) at step $half (written by .*dp=2.*zero=3.* on 2 ranks)" "$tmp/out" ||
+            fail "resume as $layout names the checkpoint and its layout: $(cat "$tmp/out")"
+        sed -n 's/.*"type":"step","step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p; s/.*"sumsq":\([^,}]*\).*/sumsq \1/p' \
+            "$tmp/x.log" | awk -v h=$half '$1 == "sumsq" || $1 > h { print $2 }' >"$tmp/xgot"
+        paste "$tmp/xref" "$tmp/xgot" | awk -v name="dp=2,zero=3 -> $layout" -v want=$(( steps - half + 1 )) '
+            { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r; n++ }
+            END { if (n != want) { print "FAIL: " name ": " n " figures"; exit 1 }
+                  printf "%-44s resumed: worst relative difference %.2e\n", name, worst
+                  exit !(worst <= '"$tol"') }' || fail "resumed as $layout differs from the uninterrupted run"
+    done
+fi
 
 if [ "$suite" != pipeline ]; then
     if [ "$failures" -gt 0 ]; then

@@ -1,0 +1,72 @@
+/*
+ * Internal to the tokenizers (runtime/tokenizer.c loads the files and decodes,
+ * runtime/tokenizer_encode.c pre-tokenizes and merges): the tables a loaded tokenizer
+ * holds, and the pre-tokenizer on its own for tests/runtime/test_tokenizer.c.
+ */
+#ifndef PT_TOKENIZER_INTERNAL_H
+#define PT_TOKENIZER_INTERNAL_H
+
+#include "runtime.h"
+
+/* The three kinds of file (pt_tokenizer_load). */
+typedef enum { PT_TOK_GPT2_FILES, PT_TOK_HF_JSON, PT_TOK_TIKTOKEN } pt_tokenizer_format;
+
+/* The pre-tokenizers: GPT-2's split pattern (openai/gpt-2, src/encoder.py)
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * and Llama 3's (meta-llama/llama3, llama/tokenizer.py pat_str; also cl100k_base's)
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+typedef enum { PT_SPLIT_GPT2, PT_SPLIT_LLAMA3 } pt_split_pattern;
+
+/* How the pairs of a piece are ranked (tokenizer_encode.c): by the merge list of
+ * merges.txt / tokenizer.json (pair (a, b) has the rank of its line and makes the token
+ * the list's vocabulary names), or as tiktoken does, by the rank of the concatenated
+ * bytes, which is also the merged token's id. */
+typedef enum { PT_MERGE_LIST, PT_MERGE_CONCAT } pt_merge_rule;
+
+struct pt_tokenizer {
+    char origin[512];             /* the path it was read from, for messages */
+    pt_tokenizer_format format;
+    pt_split_pattern split;
+    pt_merge_rule merge;
+    bool whole_piece_first;       /* a piece that is itself a token is not merged
+                                     (tiktoken; tokenizer.json's model.ignore_merges) */
+    int64_t vocab;                /* v: the highest id + 1 */
+    int64_t n_tokens;             /* ids that are tokens (v minus the gaps) */
+    int64_t n_special;            /* of which special (decoded, never encoded) */
+    /* id -> its bytes: pool[at[id], at[id] + len[id]); len -1 where no token has the id */
+    int64_t *at;                  /* (v) */
+    int32_t *len;                 /* (v) */
+    unsigned char *pool;
+    size_t pool_bytes, pool_cap;
+    /* bytes -> id of the ordinary (BPE) tokens: open addressing, 0 empty, else id + 1 */
+    uint32_t *find;
+    size_t find_cap;              /* a power of two */
+    /* merge list: key (a << 32 | b) + 1, 0 empty; its rank and the token it makes */
+    uint64_t *pair_key;
+    uint32_t *pair_rank, *pair_made;
+    size_t pair_cap;              /* a power of two */
+    uint32_t byte_id[256];        /* the token of each single byte */
+};
+
+/* The id of the ordinary token with bytes b[0, n), or -1. */
+int64_t pt_tok_find(const pt_tokenizer *t, const unsigned char *b, size_t n);
+/* Whether the merge list merges (a, b); its rank and the token made. */
+bool pt_tok_pair(const pt_tokenizer *t, uint32_t a, uint32_t b, uint32_t *rank,
+                 uint32_t *made);
+
+/* ---- Pre-tokenization (tokenizer_encode.c) --------------------------------------- */
+
+/* Character classes of the split patterns' \p{L}, \p{N} and \s. */
+typedef enum { PT_CH_LETTER, PT_CH_NUMBER, PT_CH_SPACE, PT_CH_OTHER } pt_char_class;
+
+/* The length of the well-formed UTF-8 character at s[0, n) (RFC 3629, section 4) and
+ * its code point; 0 when the bytes there are not one. */
+size_t pt_utf8_char(const unsigned char *s, size_t n, uint32_t *cp);
+/* The class of the character at text[at] (at < len) and its length in bytes. */
+pt_char_class pt_char_at(const unsigned char *text, size_t len, size_t at, size_t *bytes);
+/* The end of the piece that starts at text[at] (at < len) under the pattern: always
+ * beyond at. */
+size_t pt_split_next(pt_split_pattern p, const unsigned char *text, size_t len, size_t at);
+
+#endif
