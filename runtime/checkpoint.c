@@ -785,7 +785,8 @@ int pt_ckpt_commit(const char *tmp, const char *dir, int keep, pt_err *err)
     ckpt_remove_ours(old);
     ckpt_sweep w = {.step = m.step};
     ckpt_entries(base, ckpt_sweep_one, &w);
-    qsort(w.older, (size_t)w.n_older, sizeof *w.older, ckpt_kept_newer);
+    if (w.n_older > 1)
+        qsort(w.older, (size_t)w.n_older, sizeof *w.older, ckpt_kept_newer);
     for (int i = keep - 1; i < w.n_older; i++)
         ckpt_remove_ours(w.older[i].path);
     free(w.older);

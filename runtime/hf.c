@@ -21,6 +21,9 @@
 
 enum { HF_PATH_MAX = 4096 };
 
+/* A field whose default is None (computed from others), as cfg_int's dflt. */
+#define HF_NONE INT64_MIN
+
 /* ---- config.json ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -152,14 +155,14 @@ static int cfg_gpt2(const hf_cfg *c, hf_layout *l)
     const char *act;
     if (cfg_family(c, HF_GPT2, "gpt2") || cfg_int(c, "n_embd", 768, &h) ||
         cfg_int(c, "n_layer", 12, &layers) || cfg_int(c, "n_head", 12, &heads) ||
-        cfg_int(c, "n_inner", -1, &ffn) || cfg_int(c, "vocab_size", 50257, &vocab) ||
+        cfg_int(c, "n_inner", HF_NONE, &ffn) || cfg_int(c, "vocab_size", 50257, &vocab) ||
         cfg_int(c, "n_positions", 1024, &npos) ||
         cfg_str(c, "activation_function", "gelu_new", &act) ||
         cfg_bool(c, "tie_word_embeddings", true, &tied) ||
         cfg_bool(c, "scale_attn_weights", true, &scale) ||
         cfg_bool(c, "scale_attn_by_inverse_layer_idx", false, &by_layer))
         return -1;
-    if (ffn == -1 && !pt_mul64(4, h, &ffn)) /* GPT2Block: 4 * hidden_size when None */
+    if (ffn == HF_NONE && !pt_mul64(4, h, &ffn)) /* GPT2Block: 4 * hidden_size when None */
         return cfg_type(c, "n_embd", "a size");
     if (cfg_same(c, "n_embd", h, "hidden", m->hidden) ||
         cfg_same(c, "n_layer", layers, "layers", m->layers) ||
@@ -219,9 +222,9 @@ static int cfg_llama(const hf_cfg *c, hf_layout *l)
     if (cfg_family(c, HF_LLAMA, "llama") || cfg_int(c, "hidden_size", 4096, &h) ||
         cfg_int(c, "num_hidden_layers", 32, &layers) ||
         cfg_int(c, "num_attention_heads", 32, &heads) ||
-        cfg_int(c, "num_key_value_heads", -1, &kv) ||
+        cfg_int(c, "num_key_value_heads", HF_NONE, &kv) ||
         cfg_int(c, "intermediate_size", 11008, &ffn) ||
-        cfg_int(c, "vocab_size", 32000, &vocab) || cfg_int(c, "head_dim", -1, &hd) ||
+        cfg_int(c, "vocab_size", 32000, &vocab) || cfg_int(c, "head_dim", HF_NONE, &hd) ||
         cfg_str(c, "hidden_act", "silu", &act) ||
         cfg_bool(c, "tie_word_embeddings", false, &tied) ||
         cfg_bool(c, "attention_bias", false, &attn_bias) ||
@@ -230,8 +233,8 @@ static int cfg_llama(const hf_cfg *c, hf_layout *l)
     if (cfg_same(c, "hidden_size", h, "hidden", m->hidden) ||
         cfg_same(c, "num_hidden_layers", layers, "layers", m->layers) ||
         cfg_same(c, "num_attention_heads", heads, "heads", m->heads) ||
-        cfg_same(c, "num_key_value_heads", kv == -1 ? heads : kv, "kv_heads", m->kv_heads) ||
-        cfg_same(c, "head_dim", hd == -1 ? m->hidden / m->heads : hd, "hidden/heads",
+        cfg_same(c, "num_key_value_heads", kv == HF_NONE ? heads : kv, "kv_heads", m->kv_heads) ||
+        cfg_same(c, "head_dim", hd == HF_NONE ? m->hidden / m->heads : hd, "hidden/heads",
                  m->hidden / m->heads) ||
         cfg_same(c, "intermediate_size", ffn, "ffn", m->ffn) || cfg_vocab(c, vocab, l) ||
         cfg_eps(c, "rms_norm_eps", 1e-6) || cfg_rope(c) ||
@@ -262,15 +265,18 @@ static int hf_read_config(const char *dir, const pt_model *m, hf_layout *l, pt_e
     hf_cfg c = {.root = root, .path = path, .m = m, .err = err};
     const char *type = NULL;
     int rc = cfg_str(&c, "model_type", NULL, &type);
-    if (rc == 0 && !type)
+    if (rc == 0 && !type) {
         rc = pt_err_set(err, "%s: no field 'model_type' (gpt2 or llama)", path);
-    else if (rc == 0 && !strcmp(type, "gpt2"))
-        rc = (l->family = HF_GPT2, cfg_gpt2(&c, l));
-    else if (rc == 0 && !strcmp(type, "llama"))
-        rc = (l->family = HF_LLAMA, cfg_llama(&c, l));
-    else if (rc == 0)
+    } else if (rc == 0 && !strcmp(type, "gpt2")) {
+        l->family = HF_GPT2;
+        rc = cfg_gpt2(&c, l);
+    } else if (rc == 0 && !strcmp(type, "llama")) {
+        l->family = HF_LLAMA;
+        rc = cfg_llama(&c, l);
+    } else if (rc == 0) {
         rc = pt_err_set(err, "%s: model_type = '%.64s': only gpt2 and llama are read", path,
                         type);
+    }
     json_decref(root);
     return rc;
 }

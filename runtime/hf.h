@@ -29,6 +29,12 @@ struct pt_wsrc {
     void (*close)(pt_wsrc *s);
 };
 
+/* Our checkpoint in step folder dir (runtime/trainer_ckpt.c): the tensors of its
+ * model.safetensors.index.json and, with `with_optim`, of optim.safetensors.index.json
+ * ("<name>.exp_avg", "<name>.exp_avg_sq"), read by their files' headers as asked for.
+ * The caller closes it. */
+int pt_ckpt_src_open(const char *dir, bool with_optim, pt_wsrc **out, pt_err *err);
+
 /* ---- Hugging Face directories --------------------------------------------------------- */
 
 /* Opens a Hugging Face model directory: config.json (model_type gpt2 or llama) and

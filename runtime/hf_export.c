@@ -224,11 +224,13 @@ static char *ex_config(const pt_model *m, hf_family family, const char *dtype)
 
 /* ---- The directory ------------------------------------------------------------------------- */
 
-/* out_dir absent (*exists false), or a directory that is empty or, with force, not. */
-static int ex_check_dir(const char *dir, bool force, bool *exists, pt_err *err)
+/* out_dir absent (*exists false), or a directory that is empty (*empty) or, with force,
+ * not. */
+static int ex_check_dir(const char *dir, bool force, bool *exists, bool *empty, pt_err *err)
 {
     struct stat st;
     *exists = stat(dir, &st) == 0;
+    *empty = true;
     if (!*exists)
         return errno == ENOENT ? pt_path_writable(dir, err)
                                : pt_err_set(err, "cannot use '%s': %s", dir, strerror(errno));
@@ -237,11 +239,10 @@ static int ex_check_dir(const char *dir, bool force, bool *exists, pt_err *err)
     DIR *d = opendir(dir);
     if (!d)
         return pt_err_set(err, "cannot read directory '%s': %s", dir, strerror(errno));
-    bool empty = true;
-    for (const struct dirent *e; empty && (e = readdir(d)) != NULL;)
-        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    for (const struct dirent *e; *empty && (e = readdir(d)) != NULL;)
+        *empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
     closedir(d);
-    if (!empty && !force)
+    if (!*empty && !force)
         return pt_err_set(err, "'%s' is not empty: nothing written (--force replaces its "
                           "config.json and model.safetensors)", dir);
     char probe[EX_PATH_MAX];
@@ -250,9 +251,9 @@ static int ex_check_dir(const char *dir, bool force, bool *exists, pt_err *err)
     return pt_path_writable(probe, err);
 }
 
-/* model.safetensors, then config.json, into dir (made when absent); on failure a
- * directory made here is removed again, with what was written into it. */
-static int ex_write(const char *dir, bool exists, const pt_st_tensor *t, int n,
+/* model.safetensors, then config.json, into dir (made when absent). On failure, a
+ * directory that was absent or empty is left as it was. */
+static int ex_write(const char *dir, bool exists, bool empty, const pt_st_tensor *t, int n,
                     const char *config, pt_err *err)
 {
     char weights[EX_PATH_MAX], cfg[EX_PATH_MAX];
@@ -261,16 +262,17 @@ static int ex_write(const char *dir, bool exists, const pt_st_tensor *t, int n,
         return pt_err_set(err, "%s: path too long", dir);
     if (!exists && mkdir(dir, 0777) != 0)
         return pt_err_set(err, "cannot create directory '%s': %s", dir, strerror(errno));
-    if (exists && unlink(cfg) != 0 && errno != ENOENT)
+    if (!empty && unlink(cfg) != 0 && errno != ENOENT)
         return pt_err_set(err, "cannot replace '%s': %s", cfg, strerror(errno));
     /* save_pretrained's metadata (transformers modeling_utils.py: {"format": "pt"}) */
     const char *key = "format", *value = "pt";
     int rc = pt_st_write(weights, t, n, &key, &value, 1, err);
     if (rc == 0)
         rc = pt_file_write_atomic(cfg, config, strlen(config), err);
-    if (rc != 0 && !exists) {
+    if (rc != 0 && empty) {
         unlink(weights);
-        rmdir(dir);
+        if (!exists)
+            rmdir(dir);
     }
     return rc;
 }
@@ -279,7 +281,7 @@ int pt_hf_export(const char *out_dir, const pt_model *spec, int64_t vocab_rows, 
                  const char *dtype, bool force, pt_hf_written *info, pt_err *err)
 {
     hf_family family;
-    bool exists;
+    bool exists, empty;
     if (pt_model_validate(spec, spec->name, err) || hf_family_of(spec, &family, err))
         return -1;
     if (strcmp(dtype, "F32") && strcmp(dtype, "BF16") && strcmp(dtype, "F16"))
@@ -287,7 +289,7 @@ int pt_hf_export(const char *out_dir, const pt_model *spec, int64_t vocab_rows, 
     if (vocab_rows < spec->vocab)
         return pt_err_set(err, "the embedding has %" PRId64 " rows, fewer than model '%s''s "
                           "vocab = %" PRId64, vocab_rows, spec->name, spec->vocab);
-    if (ex_check_dir(out_dir, force, &exists, err))
+    if (ex_check_dir(out_dir, force, &exists, &empty, err))
         return -1;
     hf_layout l = {.family = family, .prefix = "transformer.", .vocab = spec->vocab,
                    .positions = spec->seq};
@@ -300,7 +302,7 @@ int pt_hf_export(const char *out_dir, const pt_model *spec, int64_t vocab_rows, 
         rc = pt_err_set(err, "out of memory");
     if (rc == 0) {
         ex_convert(&x, dtype, t);
-        rc = ex_write(out_dir, exists, t, x.n, config, err);
+        rc = ex_write(out_dir, exists, empty, t, x.n, config, err);
     }
     if (rc == 0 && info) {
         info->family = family == HF_GPT2 ? "gpt2" : "llama";

@@ -99,6 +99,8 @@ void pt_tokenizer_free(pt_tokenizer *t);
 int64_t pt_tokenizer_vocab(const pt_tokenizer *t);
 /* One line for the user: the path, the kind of file, the counts and the split. */
 void pt_tokenizer_describe(const pt_tokenizer *t, char *buf, size_t cap);
+/* The path it was loaded from. */
+const char *pt_tokenizer_origin(const pt_tokenizer *t);
 /* The tokens of text[0, len) into *tok (malloc'd, *n of them; NULL and 0 for no text). */
 int pt_tokenizer_encode(const pt_tokenizer *t, const char *text, size_t len, uint32_t **tok,
                         int64_t *n, pt_err *err);

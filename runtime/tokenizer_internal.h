@@ -1,7 +1,8 @@
 /*
- * Internal to the tokenizers (runtime/tokenizer.c loads the files and decodes,
- * runtime/tokenizer_encode.c pre-tokenizes and merges): the tables a loaded tokenizer
- * holds, and the pre-tokenizer on its own for tests/runtime/test_tokenizer.c.
+ * Internal to the tokenizers (runtime/tokenizer.c: the table of tokens and decoding;
+ * tokenizer_read.c: the files; tokenizer_encode.c: pre-tokenizing and merging): the
+ * table a loaded tokenizer holds, how the readers fill it, and the pre-tokenizer on its
+ * own for tests/runtime/test_tokenizer.c.
  */
 #ifndef PT_TOKENIZER_INTERNAL_H
 #define PT_TOKENIZER_INTERNAL_H
@@ -48,6 +49,61 @@ struct pt_tokenizer {
     size_t pair_cap;              /* a power of two */
     uint32_t byte_id[256];        /* the token of each single byte */
 };
+
+/* Ids at or above this are refused: the largest vocabularies in use have about 2^18
+ * tokens, so a larger id is a corrupt file, not a tokenizer worth a table that big. */
+enum { PT_TOK_MAX_ID = 1 << 24 };
+
+/* ---- Filling the table (tokenizer.c, for tokenizer_read.c) -------------------------- */
+
+/* A token as read, before the count of ids is known. */
+typedef struct {
+    uint32_t id;
+    int32_t len;
+    bool special;
+    int64_t at;        /* in the tokenizer's pool */
+} pt_tok_entry;
+
+/* What a reader gathers: the tokens so far and scratch buffers. Zero-initialised. */
+typedef struct {
+    pt_tok_entry *e;
+    size_t n, cap;
+    unsigned char *scratch, *sides; /* a decoded string; the two sides of a merge */
+    size_t scratch_cap, sides_cap;
+} pt_tok_builder;
+
+void pt_tok_builder_free(pt_tok_builder *b);
+/* The builder's scratch buffer with room for n bytes; NULL when out of memory. */
+unsigned char *pt_tok_scratch(pt_tok_builder *b, size_t n);
+/* Adds token `id` (below PT_TOK_MAX_ID) with bytes[0, n) (not empty); special tokens
+ * only decode. `where` names its place (file and line or field) for messages. */
+int pt_tok_add(pt_tokenizer *t, pt_tok_builder *b, int64_t id, const unsigned char *bytes,
+               size_t n, bool special, const char *where, pt_err *err);
+/* Builds the id and byte tables from the tokens added, once all are: each id and each
+ * ordinary token's bytes once, all 256 single bytes present (t->format set first). */
+int pt_tok_build(pt_tokenizer *t, pt_tok_builder *b, const char *where, pt_err *err);
+/* Room in the merge table for n merges (after pt_tok_build). */
+int pt_tok_pairs_reserve(pt_tokenizer *t, size_t n, const char *where, pt_err *err);
+/* Merge number `rank`, given as its two byte-level strings a[0, na) and b[0, nb): both
+ * and their concatenation must be tokens, and the pair new. */
+int pt_tok_add_merge_strings(pt_tokenizer *t, pt_tok_builder *bd, const char *a, size_t na,
+                             const char *b, size_t nb, uint32_t rank, const char *where,
+                             pt_err *err);
+/* A byte-level string (a vocab.json key, one side of a merge) to the bytes it stands
+ * for, into out (at least n bytes); *bad_cp is the first character outside GPT-2's
+ * alphabet (UINT32_MAX: the string is not UTF-8). */
+int pt_tok_bytelevel_decode(const char *s, size_t n, unsigned char *out, size_t *out_n,
+                            uint32_t *bad_cp);
+/* The message for a string s[0, n) that pt_tok_bytelevel_decode refused. */
+int pt_tok_bytelevel_error(const char *where, const char *s, size_t n, uint32_t bad_cp,
+                           pt_err *err);
+/* A token's bytes for a message: printable ASCII as it is, the rest as \xNN, at most
+ * about 40 bytes of it, into out (cap >= 64). */
+const char *pt_tok_printable(const unsigned char *b, size_t n, char *out, size_t cap);
+/* The whole of a regular file of at most 1 GiB, NUL-terminated (*n excludes the NUL). */
+int pt_tok_read_all(const char *path, char **buf, size_t *n, pt_err *err);
+
+/* ---- Looking up (tokenizer.c, for tokenizer_encode.c) -------------------------------- */
 
 /* The id of the ordinary token with bytes b[0, n), or -1. */
 int64_t pt_tok_find(const pt_tokenizer *t, const unsigned char *b, size_t n);

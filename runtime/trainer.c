@@ -81,18 +81,34 @@ static int place(pt_trainer *r, pt_err *err)
     return pt_dist_init(&r->dist, r->world > 1 ? r->comm : NULL, g, r->rank, err);
 }
 
+/* The training and validation tokens: with val_data two files, each read whole, else
+ * one file whose last 10% validate. Text goes through the options' tokenizer, whose
+ * vocabulary must fit the model's. */
 static int load_data(pt_trainer *r, pt_trainer_info *info, pt_err *err)
 {
     const pt_plan *p = &r->plan;
+    const pt_tokenizer *tk = r->o.tokenizer;
     const char *path = p->run.data[0] ? p->run.data : PT_TRAINER_DEFAULT_CORPUS;
-    if (pt_tokens_load(path, &r->all, err) ||
-        pt_tokens_check_vocab(&r->all, p->model.vocab, err) ||
-        pt_tokens_split(&r->all, 0.1, p->model.seq, &r->train, &r->val, err) ||
-        pt_sampler_init(&r->train_s, &r->train, p->model.seq, p->run.seed, err) ||
+    const char *val = r->o.val_data;
+    if (tk && pt_tokenizer_vocab(tk) > p->model.vocab)
+        return pt_err_set(err, "tokenizer %s: its vocabulary of %lld ids is larger than model "
+                               "%s's of %lld", pt_tokenizer_origin(tk),
+                          (long long)pt_tokenizer_vocab(tk), p->model.name,
+                          (long long)p->model.vocab);
+    if (val ? pt_tokens_load_with(path, tk, &r->train, err) ||
+                  pt_tokens_check_vocab(&r->train, p->model.vocab, err) ||
+                  pt_tokens_load_with(val, tk, &r->val, err) ||
+                  pt_tokens_check_vocab(&r->val, p->model.vocab, err)
+            : pt_tokens_load_with(path, tk, &r->all, err) ||
+                  pt_tokens_check_vocab(&r->all, p->model.vocab, err) ||
+                  pt_tokens_split(&r->all, 0.1, p->model.seq, &r->train, &r->val, err))
+        return -1;
+    if (pt_sampler_init(&r->train_s, &r->train, p->model.seq, p->run.seed, err) ||
         pt_sampler_init(&r->val_s, &r->val, p->model.seq, p->run.seed ^ 0x5bd1e995ull, err))
         return -1;
     snprintf(info->data_path, sizeof info->data_path, "%s", path);
-    info->tokens = r->all.n;
+    snprintf(info->val_path, sizeof info->val_path, "%s", val ? val : "");
+    info->tokens = r->train.n + r->val.n;
     info->train_tokens = r->train.n;
     info->val_tokens = r->val.n;
     return 0;
@@ -539,10 +555,12 @@ int pt_trainer_sample(pt_trainer *r, int64_t count, char *text, size_t cap, pt_e
         pt_k_philox4x32_10(ctr, key, x);
         seq[len] = draw(row, v, 0.8, (double)(x[0] >> 8) / 16777216.0);
     }
-    if (rc == 0 && v <= 256)
+    if (rc == 0 && r->o.tokenizer)
+        pt_tokenizer_decode_text(r->o.tokenizer, seq + prompt, count, text, cap);
+    else if (rc == 0 && v <= 256)
         pt_bytes_decode(seq + prompt, count, text, cap);
     else if (rc == 0)
-        snprintf(text, cap, "(token ids; the tokenizer is byte-level)");
+        snprintf(text, cap, "(token ids; --tokenizer decodes them)");
     free(seq);
     free(win);
     free(row);

@@ -35,6 +35,12 @@ typedef struct {
     const char *plan;            /* plan.json path */
     const char *data;            /* overrides the plan's data; NULL: the plan's, else
                                     PT_TRAINER_DEFAULT_CORPUS */
+    const char *val_data;        /* validation data (token file or text): data is then
+                                    trained on whole; NULL: the last 10% of data */
+    const pt_tokenizer *tokenizer; /* encodes text data and decodes the sample (NULL:
+                                    byte-level); the caller's, loaded by
+                                    pt_tokenizer_load; its vocabulary must fit the
+                                    model's */
     int64_t steps;               /* overrides the plan's run.steps; 0: the plan's */
     double dropout;              /* overrides the plan's; < 0: the plan's */
     int threads;                 /* BLAS threads of the CPU backend */
@@ -67,6 +73,7 @@ typedef struct {
     char layout[256];            /* pt_layout_format of the plan's layout */
     bool has_data;               /* this rank reads data (first and last stage) */
     char data_path[512];         /* what it read, with its token counts */
+    char val_path[512];          /* the validation file ("": split off data_path's) */
     int64_t tokens, train_tokens, val_tokens;
 } pt_trainer_info;
 
@@ -204,9 +211,9 @@ int pt_trainer_trace_and_record(pt_trainer *t, pt_trainer_record *rec, pt_err *e
 bool pt_trainer_can_sample(const pt_trainer *t);
 /* Generates `count` tokens after a prompt from the validation data, each drawn at
  * temperature 0.8 with a Philox stream keyed by the run's seed (the same run writes the
- * same text), and writes them decoded into text (cap bytes); with a vocabulary larger
- * than the byte tokenizer's, a note that they are token ids. Needs
- * pt_trainer_can_sample. */
+ * same text), and writes them decoded into text (cap bytes) by the options' tokenizer,
+ * else the byte-level one; with a vocabulary larger than the byte tokenizer's and no
+ * tokenizer, a note that they are token ids. Needs pt_trainer_can_sample. */
 int pt_trainer_sample(pt_trainer *t, int64_t count, char *text, size_t cap, pt_err *err);
 
 #ifdef __cplusplus

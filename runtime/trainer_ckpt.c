@@ -433,8 +433,7 @@ static json_t *read_index(const char *dir, const char *kind, pt_err *err)
     return ok ? map : NULL;
 }
 
-/* Our checkpoint at dir (a step folder) as a source; with_optim: the moments too. */
-static int ckpt_src_open(const char *dir, bool with_optim, pt_wsrc **out, pt_err *err)
+int pt_ckpt_src_open(const char *dir, bool with_optim, pt_wsrc **out, pt_err *err)
 {
     ckpt_src *s = calloc(1, sizeof *s);
     *out = NULL;
@@ -601,7 +600,7 @@ int pt_trainer_load_ckpt(pt_trainer *r, const char *path, const pt_ckpt_meta *me
     pt_wsrc *src = NULL;
     int rc = check_meta(r, path, meta, false, err);
     if (rc == 0)
-        rc = ckpt_src_open(path, true, &src, err);
+        rc = pt_ckpt_src_open(path, true, &src, err);
     /* the checks and the files are the same on every rank: all fail or none */
     if (!pt_comm_all_ok(r->comm, rc == 0)) {
         if (src)
@@ -653,7 +652,7 @@ int pt_trainer_init_from(pt_trainer *r, const char *dir, pt_trainer_initialized 
     } else {
         rc = pt_ckpt_find(dir, NULL, -1, out->path, sizeof out->path, &meta, err) ||
              check_meta(r, out->path, &meta, true, err) ||
-             ckpt_src_open(out->path, false, &src, err);
+             pt_ckpt_src_open(out->path, false, &src, err);
         out->step = meta.step;
     }
     if (!pt_comm_all_ok(r->comm, rc == 0)) {

@@ -30,6 +30,13 @@ static const char usage_text[] =
     "\n"
     "  --data FILE          token file (llm.c format) or plain text; overrides the plan\n"
     "                       [the plan's, else " PT_TRAINER_DEFAULT_CORPUS "]\n"
+    "  --val-data FILE      validation data (token file or text), e.g. pttokenize's\n"
+    "                       PREFIX_val.bin; --data is then trained on whole [the last\n"
+    "                       10% of --data]\n"
+    "  --tokenizer PATH     BPE tokenizer that encodes text data and decodes the sample:\n"
+    "                       a folder with GPT-2's vocab.json and merges.txt, a\n"
+    "                       tokenizer.json, or a tiktoken file (Llama 3's\n"
+    "                       tokenizer.model) [byte-level]\n"
     "  --steps N            optimizer steps [the plan's]\n"
     "  --val-every N        validation loss every N steps [25; 0 = only at the end]\n"
     "  --val-batches N      micro-batches per validation [8]\n"
@@ -87,6 +94,8 @@ static const char usage_text[] =
 
 typedef struct {
     const char *plan, *data, *ckpt, *resume, *init_from, *log, *trace, *db;
+    const char *val_data, *tokenizer;
+    pt_tokenizer *tk;         /* --tokenizer, loaded by main (which frees it) */
     bool record;
     int64_t steps, val_every, val_batches, ckpt_every, sample, threads, stop_after;
     int64_t trace_steps;      /* 0: every step */
@@ -106,6 +115,7 @@ static int parse_options(int argc, char **argv, options *o)
            O_COMM_TIMEOUT };
     enum { O_KEEP = 512, O_SPIKE_WINDOW, O_SPIKE_FACTOR, O_SPIKE_GFACTOR, O_SPIKE_ACTION,
            O_INIT_FROM };
+    enum { O_VAL_DATA = 768, O_TOKENIZER };
     static const struct option longopts[] = {
         {"data", 1, 0, O_DATA}, {"steps", 1, 0, O_STEPS}, {"val-every", 1, 0, O_VAL},
         {"val-batches", 1, 0, O_VALB}, {"checkpoint", 1, 0, O_CKPT},
@@ -118,6 +128,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"init-from", 1, 0, O_INIT_FROM}, {"spike-window", 1, 0, O_SPIKE_WINDOW},
         {"spike-factor", 1, 0, O_SPIKE_FACTOR}, {"spike-grad-factor", 1, 0, O_SPIKE_GFACTOR},
         {"spike-action", 1, 0, O_SPIKE_ACTION},
+        {"val-data", 1, 0, O_VAL_DATA}, {"tokenizer", 1, 0, O_TOKENIZER},
         {0, 0, 0, 0}};
     pt_trainer_opts d; /* the trainer's defaults (runtime/trainer.c) */
     pt_trainer_opts_default(&d);
@@ -131,6 +142,8 @@ static int parse_options(int argc, char **argv, options *o)
     while (!bad && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case O_DATA: o->data = optarg; break;
+        case O_VAL_DATA: o->val_data = optarg; break;
+        case O_TOKENIZER: o->tokenizer = optarg; break;
         case O_STEPS: bad = pt_cli_int("ptrun", "--steps", optarg, 1, 1LL << 40, &o->steps); break;
         case O_VAL: bad = pt_cli_int("ptrun", "--val-every", optarg, 0, 1LL << 40, &o->val_every); break;
         case O_VALB: bad = pt_cli_int("ptrun", "--val-batches", optarg, 1, 1 << 20, &o->val_batches);
@@ -207,6 +220,8 @@ static void trainer_opts(const options *o, int rank, char *db, size_t n_db, char
     pt_trainer_opts_default(t);
     t->plan = o->plan;
     t->data = o->data;
+    t->val_data = o->val_data;
+    t->tokenizer = o->tk;
     t->steps = o->steps;
     t->dropout = o->dropout;
     t->threads = (int)o->threads;
@@ -414,9 +429,18 @@ static int open_run(const options *o, pt_comm *comm, char (*db)[512], char (*ver
         printf("plan    %s: %s on %s, %s\n", o->plan, p->model.name, p->cluster.name,
                info.layout);
     }
-    if (info.data_path[0])
+    if (info.data_path[0] && info.val_path[0])
+        printf("data    %s: %lld tokens (train); %s: %lld tokens (validation)\n",
+               info.data_path, (long long)info.train_tokens, info.val_path,
+               (long long)info.val_tokens);
+    else if (info.data_path[0])
         printf("data    %s: %lld tokens (%lld train, %lld validation)\n", info.data_path,
                (long long)info.tokens, (long long)info.train_tokens, (long long)info.val_tokens);
+    if (o->tk && rank == 0) {
+        char about[1024];
+        pt_tokenizer_describe(o->tk, about, sizeof about);
+        printf("tokens  %s\n", about);
+    }
     return rc;
 }
 
@@ -501,13 +525,16 @@ int main(int argc, char **argv)
         pt_comm_set_timeout(comm, o.comm_timeout_s);
     pt_trainer *t = NULL;
     catch_stop_signals();
-    int rc = go(&o, comm, &t, &err);
+    /* the tokenizer outlives the trainer, which uses it until it is closed */
+    int rc = o.tokenizer && pt_tokenizer_load(o.tokenizer, &o.tk, &err) ? 1
+                                                                          : go(&o, comm, &t, &err);
     /* stopped by a signal (75), every rank after the same step: not a failure to spread */
     if (rc && rc != 75 && world > 1)
         pt_comm_abort(comm, err.msg); /* takes every rank down, none hangs */
     if (rc && rc != 75)
         fprintf(stderr, "ptrun: %s\n", err.msg);
     pt_trainer_close(t);
+    pt_tokenizer_free(o.tk);
     pt_comm_finalize(comm);
     return rc;
 }

@@ -1,7 +1,7 @@
 /*
  * Fault injection for the test build of ptrun and ptreport (ptrun_fault, ptreport_fault,
- * linked with -Wl,--wrap for the calls below): the N-th call that writes, flushes,
- * closes a written file, syncs or renames fails, and so does every later one, as on a
+ * linked with -Wl,--wrap for the calls below): the N-th call that writes (fwrite, fputs,
+ * pwrite), sizes (ftruncate), flushes, closes a written file, syncs or renames fails, and so does every later one, as on a
  * disk that has just filled up. SQLite's tests fail the N-th I/O for every N the same
  * way; tests/tools/cli_fault.sh runs every N and checks that nothing is lost or half-written
  * and that the failure is reported.
@@ -32,6 +32,8 @@ int __real_fflush(FILE *f);
 int __real_fclose(FILE *f);
 int __real_fsync(int fd);
 int __real_rename(const char *from, const char *to);
+ssize_t __real_pwrite(int fd, const void *p, size_t n, off_t at);
+int __real_ftruncate(int fd, off_t size);
 
 /* One kind of call counted: the N-th and later ones fail (N from `at_env`), and the
  * count is written at exit to the file `count_env` names. */
@@ -126,6 +128,17 @@ int __wrap_fsync(int fd)
 int __wrap_rename(const char *from, const char *to)
 {
     return fault(ENOSPC) ? -1 : __real_rename(from, to);
+}
+
+/* a checkpoint's pieces (runtime/trainer_ckpt.c) and the files they go into */
+ssize_t __wrap_pwrite(int fd, const void *p, size_t n, off_t at)
+{
+    return fault(ENOSPC) ? -1 : __real_pwrite(fd, p, n, at);
+}
+
+int __wrap_ftruncate(int fd, off_t size)
+{
+    return fault(ENOSPC) ? -1 : __real_ftruncate(fd, size);
 }
 
 /* ---- allocations ---------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 /*
- * Token data (runtime/data.c): token files written and read back in llm.c's format,
- * plain text through the byte-level tokenizer, every malformed file refused with a
- * message that names it, the vocabulary check, the train/validation split, byte
+ * Token data (runtime/data.c): token files written and read back in llm.c's formats
+ * (uint16 and uint32 tokens), plain text through the byte-level tokenizer, every
+ * malformed file refused with a message that names it (a file with an unknown magic
+ * number never trained as text), the vocabulary check, the train/validation split, byte
  * decoding, and the sampler — its per-epoch permutation a bijection keyed by seed
  * and epoch, its windows inside the data, and what a step reads independent of how
  * the batch is cut into pieces. argv[1] is a scratch folder.
@@ -45,6 +46,17 @@ static void write_token_file(const char *path, int32_t magic, int32_t version, i
     free(b);
 }
 
+static long file_size(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
 /* Loads a file that must be refused; the message must name it and say `what`. */
 static void check_refused(const char *path, const char *what)
 {
@@ -61,13 +73,14 @@ static void test_round_trip(void)
     char path[512];
     path_of(path, sizeof path, "rt.bin");
     enum { N = 100000 };   /* more than one write chunk */
-    uint16_t *tok = malloc(N * sizeof *tok);
+    uint32_t *tok = malloc(N * sizeof *tok);
     for (int i = 0; i < N; i++)
         tok[i] = (uint16_t)(i * 2654435761u >> 7);
     tok[0] = 50256;
     tok[1] = 65535;
     pt_err err = {{0}};
-    CHECK_INT(pt_tokens_write(path, tok, N, &err), 0);
+    CHECK_INT(pt_tokens_write(path, tok, N, 2, &err), 0);
+    CHECK_INT(file_size(path), 1024 + 2 * N);
 
     /* The bytes on disk are llm.c's: little-endian header, then uint16 tokens. */
     FILE *f = fopen(path, "rb");
@@ -81,6 +94,7 @@ static void test_round_trip(void)
     pt_tokens t;
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);
     CHECK_INT(t.n, N);
+    CHECK_INT(t.token_bytes, 2);
     CHECK(t.tok && memcmp(t.tok, tok, N * sizeof *tok) == 0);
     CHECK_STR_HAS(t.origin, path);
     pt_tokens_free(&t);
@@ -97,30 +111,69 @@ static void test_round_trip(void)
     CHECK_INT(strays, 0);
 
     /* Overwriting an existing file replaces it. */
-    CHECK_INT(pt_tokens_write(path, tok + 5, 3, &err), 0);
+    CHECK_INT(pt_tokens_write(path, tok + 5, 3, 2, &err), 0);
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);
     CHECK_INT(t.n, 3);
     CHECK_INT(t.tok[2], tok[7]);
     pt_tokens_free(&t);
+
+    /* uint32 tokens (Llama 3's vocabulary of 128256): llm.c's magic 20240801 and
+     * version 7, 4 bytes per token, ids above 65535 kept whole. */
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(i * 2654435761u) % 128256;
+    tok[0] = 128255;
+    tok[1] = 65536;
+    tok[2] = 0x01020304;
+    path_of(path, sizeof path, "rt32.bin");
+    CHECK_INT(pt_tokens_write(path, tok, N, 4, &err), 0);
+    CHECK_INT(file_size(path), 1024 + 4 * N);
+    f = fopen(path, "rb");
+    unsigned char head32[1032];
+    CHECK(f && fread(head32, 1, sizeof head32, f) == sizeof head32);
+    if (f)
+        fclose(f);
+    CHECK(head32[0] == 0xa1 && head32[1] == 0xd9 && head32[2] == 0x34 && head32[3] == 0x01);
+    CHECK(head32[4] == 7 && head32[5] == 0 && head32[8] == (N & 0xff));
+    CHECK(head32[1024] == 0xff && head32[1025] == 0xf4 && head32[1026] == 0x01 &&
+          head32[1027] == 0);   /* 128255, little-endian */
+    CHECK(head32[1028] == 0 && head32[1029] == 0 && head32[1030] == 1 && head32[1031] == 0);
+    CHECK_INT(pt_tokens_load(path, &t, &err), 0);
+    CHECK_INT(t.n, N);
+    CHECK_INT(t.token_bytes, 4);
+    CHECK(t.tok && memcmp(t.tok, tok, N * sizeof *tok) == 0);
+    CHECK_INT(t.tok[2], 0x01020304);
+    pt_tokens_free(&t);
     free(tok);
+
+    CHECK_INT(pt_tokens_width(256), 2);
+    CHECK_INT(pt_tokens_width(65536), 2);
+    CHECK_INT(pt_tokens_width(65537), 4);
+    CHECK_INT(pt_tokens_width(128256), 4);
 }
 
 static void test_write_errors(void)
 {
-    uint16_t tok[4] = {1, 2, 3, 4};
+    uint32_t tok[4] = {1, 2, 3, 4};
     pt_err err = {{0}};
     char path[512];
     path_of(path, sizeof path, "no-such-dir/x.bin");
-    CHECK_INT(pt_tokens_write(path, tok, 4, &err), -1);
+    CHECK_INT(pt_tokens_write(path, tok, 4, 2, &err), -1);
     CHECK_STR_HAS(err.msg, "cannot write");
     CHECK_STR_HAS(err.msg, path);
     CHECK_STR_HAS(err.msg, "No such file or directory");
 
     path_of(path, sizeof path, "empty-write.bin");
-    CHECK_INT(pt_tokens_write(path, tok, 0, &err), -1);
+    CHECK_INT(pt_tokens_write(path, tok, 0, 2, &err), -1);
     CHECK_STR_HAS(err.msg, "0 tokens");
-    CHECK_INT(pt_tokens_write(path, tok, (int64_t)1 << 31, &err), -1);
+    CHECK_INT(pt_tokens_write(path, tok, (int64_t)1 << 31, 4, &err), -1);
     CHECK_STR_HAS(err.msg, "2147483648 tokens");
+    CHECK_INT(pt_tokens_write(path, tok, 4, 3, &err), -1);
+    CHECK_STR_HAS(err.msg, "3-byte tokens");
+    /* An id over 65535 in the uint16 format would be cut to 16 bits: refused. */
+    tok[2] = 65536;
+    CHECK_INT(pt_tokens_write(path, tok, 4, 2, &err), -1);
+    CHECK_STR_HAS(err.msg, path);
+    CHECK_STR_HAS(err.msg, "token 65536 at position 2 does not fit the uint16 format");
     FILE *f = fopen(path, "rb");
     CHECK(f == NULL);   /* refused before anything was written */
     if (f)
@@ -131,26 +184,29 @@ static void test_text(void)
 {
     char path[512];
     path_of(path, sizeof path, "text.txt");
-    const unsigned char text[] = {'H', 'i', '\n', 0xff, 0x00, 0xc8};
+    const unsigned char text[] = {'H', 'i', '\n', 0xff, 0x01, 0xc8};
     write_raw(path, text, sizeof text);
     pt_tokens t;
     pt_err err = {{0}};
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);
     CHECK_INT(t.n, 6);
+    CHECK_INT(t.token_bytes, 0);
     if (t.n == 6) {
         CHECK_INT(t.tok[0], 'H');
         CHECK_INT(t.tok[2], '\n');
         CHECK_INT(t.tok[3], 255);
-        CHECK_INT(t.tok[4], 0);
+        CHECK_INT(t.tok[4], 1);
         CHECK_INT(t.tok[5], 0xc8);
     }
     pt_tokens_free(&t);
 
-    /* A text longer than one read chunk, and shorter than 4 bytes (no magic to test). */
+    /* A text longer than one read chunk (a NUL byte past the first 1024 bytes is
+     * text), and shorter than 4 bytes (no magic to test). */
     enum { N = 200000 };
     unsigned char *big = malloc(N);
     for (int i = 0; i < N; i++)
-        big[i] = (unsigned char)(i * 7 + 3);
+        big[i] = (unsigned char)(i * 7 + 3 + (i < 1024 && (i * 7 + 3) % 256 == 0));
+    big[5000] = 0;
     write_raw(path, big, N);
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);
     CHECK_INT(t.n, N);
@@ -191,7 +247,41 @@ static void test_bad_files(void)
 
     path_of(path, sizeof path, "version.bin");
     write_token_file(path, PT_TOKENS_MAGIC, 2, 10, 1024, 40);
-    check_refused(path, "version 2 is not supported");
+    check_refused(path, "version 2 is not supported after magic 20240520");
+    check_refused(path, "version 7 after 20240801");
+    write_token_file(path, PT_TOKENS_MAGIC, 7, 10, 1024, 40);   /* uint32's version */
+    check_refused(path, "version 7 is not supported after magic 20240520");
+    write_token_file(path, PT_TOKENS_MAGIC_U32, 1, 10, 1024, 40);
+    check_refused(path, "version 1 is not supported after magic 20240801");
+
+    /* uint32 files: 4 bytes a token. */
+    path_of(path, sizeof path, "truncated32.bin");
+    write_token_file(path, PT_TOKENS_MAGIC_U32, 7, 10, 1024, 39);
+    check_refused(path, "truncated: header says 10 tokens, file holds 9");
+    write_token_file(path, PT_TOKENS_MAGIC_U32, 7, 10, 1024, 20);   /* a uint16 body */
+    check_refused(path, "truncated: header says 10 tokens, file holds 5");
+    write_token_file(path, PT_TOKENS_MAGIC_U32, 7, 10, 1024, 44);
+    check_refused(path, "but the file holds 44 bytes after the header (40 expected, 4 per token)");
+    write_token_file(path, PT_TOKENS_MAGIC_U32, 7, 0, 1024, 0);
+    check_refused(path, "no tokens");
+
+    /* An unknown magic number: never trained as text when the file is a .bin or
+     * holds a NUL byte in its first 1024 bytes, as every token-file header does. */
+    path_of(path, sizeof path, "magic.bin");
+    write_token_file(path, 20240521, 1, 10, 1024, 20);
+    check_refused(path, "not a token file: its magic number is 20240521 (0x0134d889), not "
+                        "20240520 (llm.c, uint16 tokens) or 20240801 (uint32 tokens)");
+    check_refused(path, "NUL byte at offset 5");
+    write_raw(path, "plain words", 11);   /* text, but named .bin */
+    check_refused(path, "a .bin file is never read as text");
+    write_raw(path, "ab", 2);
+    check_refused(path, "2 bytes, too few for the magic number 20240520 or 20240801");
+    path_of(path, sizeof path, "magic.tok");
+    write_token_file(path, 0x41414141, 0x41414141, 0x41414141, 1024, 20);
+    check_refused(path, "its magic number is 1094795585 (0x41414141)");
+    check_refused(path, "NUL byte at offset 12");
+    write_raw(path, "x\0y", 3);
+    check_refused(path, "NUL byte at offset 1");
 
     path_of(path, sizeof path, "negative.bin");
     write_token_file(path, PT_TOKENS_MAGIC, 1, -5, 1024, 0);
@@ -210,7 +300,7 @@ static void test_bad_files(void)
 
 static void test_vocab(void)
 {
-    uint16_t tok[20] = {0};
+    uint32_t tok[20] = {0};
     tok[17] = 300;
     tok[19] = 400;
     pt_tokens t = {.tok = tok, .n = 20};
@@ -221,15 +311,21 @@ static void test_vocab(void)
     CHECK_INT(pt_tokens_check_vocab(&t, 401, &err), 0);
     CHECK_INT(pt_tokens_check_vocab(&t, 400, &err), -1);
     CHECK_STR_HAS(err.msg, "token 400 at position 19");
+    /* ids of a uint32 file against Llama 3's vocabulary */
+    tok[3] = 128256;
+    CHECK_INT(pt_tokens_check_vocab(&t, 128256, &err), -1);
+    CHECK_STR_HAS(err.msg, "data.bin: token 128256 at position 3 is beyond the vocabulary "
+                           "(128256)");
+    CHECK_INT(pt_tokens_check_vocab(&t, 128257, &err), 0);
 }
 
 static void test_split(void)
 {
     enum { N = 1000 };
-    uint16_t tok[N];
+    uint32_t tok[N];
     for (int i = 0; i < N; i++)
-        tok[i] = (uint16_t)i;
-    pt_tokens all = {.tok = tok, .n = N};
+        tok[i] = (uint32_t)i;
+    pt_tokens all = {.tok = tok, .n = N, .token_bytes = 4};
     snprintf(all.origin, sizeof all.origin, "corpus.txt");
     pt_tokens train, val;
     pt_err err = {{0}};
@@ -244,6 +340,7 @@ static void test_split(void)
     CHECK(train.tok != tok && val.tok != tok);
     CHECK_STR_HAS(train.origin, "corpus.txt");
     CHECK_STR_HAS(val.origin, "corpus.txt");
+    CHECK(train.token_bytes == 4 && val.token_bytes == 4);
     pt_tokens_free(&train);
     pt_tokens_free(&val);
 
@@ -315,7 +412,7 @@ static pt_tokens counting_tokens(int64_t w, int64_t seq, int64_t extra)
     pt_tokens t = {.n = w * seq + 1 + extra};
     t.tok = malloc((size_t)t.n * sizeof *t.tok);
     for (int64_t i = 0; i < t.n; i++)
-        t.tok[i] = (uint16_t)i;
+        t.tok[i] = (uint32_t)i;
     snprintf(t.origin, sizeof t.origin, "counting");
     return t;
 }
@@ -428,8 +525,8 @@ static void test_sampler(void)
     for (int i = 0; i < COUNT; i++) {
         int64_t off = pt_sampler_offset(&s, first + i);
         for (int j = 0; j < SEQ; j++) {
-            ok &= in[i * SEQ + j] == t.tok[off + j];
-            ok &= tg[i * SEQ + j] == t.tok[off + j + 1];
+            ok &= in[i * SEQ + j] == (int32_t)t.tok[off + j];
+            ok &= tg[i * SEQ + j] == (int32_t)t.tok[off + j + 1];
             if (j + 1 < SEQ)
                 ok &= tg[i * SEQ + j] == in[i * SEQ + j + 1];
         }
@@ -457,7 +554,7 @@ static void test_sampler(void)
     free(t.tok);
 
     /* Too little data for one sequence, and a sequence of nothing. */
-    uint16_t few[65] = {0};
+    uint32_t few[65] = {0};
     pt_tokens small = {.tok = few, .n = 40};
     snprintf(small.origin, sizeof small.origin, "data.bin");
     CHECK_INT(pt_sampler_init(&s, &small, 64, 1, &err), -1);

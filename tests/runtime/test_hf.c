@@ -17,6 +17,7 @@
 #include "hf_internal.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <float.h>
 #include <jansson.h>
@@ -30,6 +31,9 @@
 
 static char scratch[2048];
 static const char *ptconvert;
+
+/* snprintf into an array, checked not to be cut */
+#define PATHF(buf, ...) CHECK(snprintf(buf, sizeof buf, __VA_ARGS__) < (int)sizeof buf)
 
 static const char *in_scratch(char *buf, const char *name)
 {
@@ -87,6 +91,10 @@ typedef struct {
 
 static htensor *hadd(hset *s, const char *name, const char *dtype, int64_t rows, int64_t cols)
 {
+    if (s->n == (int)(sizeof s->t / sizeof s->t[0])) {
+        fprintf(stderr, "test: more than %d tensors\n", s->n);
+        exit(2);
+    }
     htensor *t = &s->t[s->n++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -181,7 +189,7 @@ static void write_config(const char *dir, const char *base, const char *key, con
     else if (key)
         json_object_set_new(c, key, json_loads(value, JSON_DECODE_ANY, &je));
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    PATHF(path, "%s/config.json", dir);
     char *text = json_dumps(c, JSON_INDENT(2));
     write_text(path, text);
     free(text);
@@ -488,7 +496,7 @@ static void gpt2_dir(const char *dir, const hset *s, const char *config, const c
     make_dir(dir);
     if (config)
         write_config(dir, config, NULL, NULL);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    PATHF(path, "%s/model.safetensors", dir);
     hwrite(s, path, 0, s->n, skip, bad, how);
 }
 
@@ -551,7 +559,7 @@ static void test_gpt2(void)
     nobias.bias = false;
     open_fails(dir, &nobias, "model_type = 'gpt2'", "bias false");
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    PATHF(path, "%s/config.json", dir);
     write_text(path, "{\"model_type\": \"gpt2\",\n \"n_embd\": }");
     open_fails(dir, &m, "gpt2-bad/config.json:2:", NULL);
 
@@ -630,7 +638,7 @@ static void write_index(const char *dir, const hset *s, int split, const char *s
                                                 : shard[i >= split]));
     json_t *root = json_pack("{s:{s:i},s:o}", "metadata", "total_size", 0, "weight_map", map);
     char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    PATHF(path, "%s/model.safetensors.index.json", dir);
     CHECK(json_dump_file(root, path, JSON_INDENT(2)) == 0);
     json_decref(root);
 }
@@ -641,7 +649,7 @@ static void llama_dir(const char *dir, const hset *s, int split, const char *con
     make_dir(dir);
     write_config(dir, config, NULL, NULL);
     for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof path, "%s/%s", dir, shard[k]);
+        PATHF(path, "%s/%s", dir, shard[k]);
         hwrite(s, path, k ? split : 0, k ? s->n : split, NULL, NULL, NULL);
     }
     write_index(dir, s, split, NULL, NULL, NULL);
@@ -836,7 +844,7 @@ static void test_llama(void)
     write_index(dir, &s, split, NULL, "model.norm.weight", shard[0]);
     open_fails(dir, &m, "llama/model-00001-of-00002.safetensors: no tensor 'model.norm.weight'",
                NULL);
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    PATHF(path, "%s/model.safetensors.index.json", dir);
     write_text(path, "{\"weight_map\": {\"model.norm.weight\": 3}}");
     open_fails(dir, &m, "field 'weight_map': expected an object of file names", NULL);
     hfree(&s);
@@ -914,17 +922,17 @@ static void write_step(const char *dir, const pt_model *m, hset *s)
     free(names);
     char path[4096];
     for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof path, "%s/%s", dir, shard[k]);
+        PATHF(path, "%s/%s", dir, shard[k]);
         hwrite(s, path, k ? s->n / 2 : 0, k ? s->n : s->n / 2, NULL, NULL, NULL);
     }
     write_index(dir, s, s->n / 2, NULL, NULL, NULL);
-    char *model = pt_model_to_json(m);
-    char meta[8192];
-    snprintf(meta, sizeof meta, "{\"format_version\": 2, \"step\": 7, \"layout\": \"dp1\", "
-             "\"model\": %s}\n", model);
-    free(model);
-    snprintf(path, sizeof path, "%s/meta.json", dir);
-    write_text(path, meta);
+    pt_ckpt_meta meta = {.step = 7, .world = 1, .model = *m, .global_batch = 8};
+    snprintf(meta.layout, sizeof meta.layout, "tp=1");
+    snprintf(meta.config_hash, sizeof meta.config_hash, "ab");
+    snprintf(meta.plan_hash, sizeof meta.plan_hash, "cd");
+    snprintf(meta.precision, sizeof meta.precision, "fp32");
+    pt_run_opts_default(&meta.run, m);
+    CHECK(pt_ckpt_meta_write(dir, &meta, &err) == 0);
 }
 
 static float rounded(float v, const char *dtype)
@@ -961,7 +969,7 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
 {
     char path[4096];
     json_error_t je;
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    PATHF(path, "%s/config.json", dir);
     json_t *c = json_load_file(path, 0, &je);
     CHECK(c != NULL);
     bool gpt2 = m->pos == PT_POS_LEARNED;
@@ -978,7 +986,7 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
 
     pt_st_file *f = NULL;
     pt_err err = {{0}};
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    PATHF(path, "%s/model.safetensors", dir);
     CHECK(pt_st_open(path, &f, &err) == 0);
     if (!f)
         return;
@@ -1006,7 +1014,10 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
         int64_t kvd = m->kv_heads * (h / m->heads), d = h / m->heads;
         CHECK(pt_st_get(f, "model.embed_tokens.weight", dtype, 2, (int64_t[]){m->vocab, h}, &t,
                         &err) == 0);
-        CHECK(pt_st_get(f, "lm_head.weight", dtype, 2, (int64_t[]){m->vocab, h}, &t, &err) == 0);
+        CHECK((pt_st_get(f, "lm_head.weight", dtype, 2, (int64_t[]){m->vocab, h}, &t, &err) ==
+               0) == !m->tied_embeddings);
+        CHECK((pt_st_get(f, "model.layers.1.self_attn.o_proj.bias", dtype, 1, (int64_t[]){h}, &t,
+                         &err) == 0) == m->bias);
         CHECK(pt_st_get(f, "model.layers.1.self_attn.k_proj.weight", dtype, 2,
                         (int64_t[]){kvd, h}, &t, &err) == 0);
         CHECK(pt_st_get(f, "model.layers.0.self_attn.q_proj.weight", dtype, 2,
@@ -1022,19 +1033,32 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
                                    q[(head * d + 2 * i + p) * h + col];
             CHECK_INT(bad, 0);
         }
+        if (m->bias && !strcmp(dtype, "F32") &&
+            pt_st_get(f, "model.layers.0.self_attn.k_proj.bias", dtype, 1, (int64_t[]){kvd}, &t,
+                      &err) == 0) {
+            const float *b = t->data, *k = hget(s, "layers.0.k.b")->val;
+            int bad = 0;
+            for (int64_t j = 0; j < kvd; j++) /* row j = head·d + 2i + p of ours */
+                bad += b[j / d * d + (j % d % 2) * d / 2 + j % d / 2] != k[j];
+            CHECK_INT(bad, 0);
+        }
     }
     pt_st_close(f);
 }
 
 static void test_round_trip(void)
 {
-    const pt_model models[2] = {gpt2_spec(), llama_spec()};
-    const int tensors[2] = {28, 21};
+    /* GPT-2; LLaMA; LLaMA with biases (attention_bias, mlp_bias: q and k biases permuted
+     * as their rows) and a tied head */
+    pt_model models[3] = {gpt2_spec(), llama_spec(), llama_spec()};
+    models[2].bias = models[2].tied_embeddings = true;
+    const int tensors[3] = {28, 21, 34};
     const char *const dtypes[3][2] = {{"f32", "F32"}, {"bf16", "BF16"}, {"f16", "F16"}};
     char step[4096], out[4096];
-    for (int k = 0; k < 2; k++) {
+    const char *const steps[3] = {"step-gpt2", "step-llama", "step-llama-bias"};
+    for (int k = 0; k < 3; k++) {
         hset s = {0};
-        write_step(in_scratch(step, k ? "step-llama" : "step-gpt2"), &models[k], &s);
+        write_step(in_scratch(step, steps[k]), &models[k], &s);
         for (int d = 0; d < 3; d++) {
             snprintf(out, sizeof out, "%s/hf-%d-%s", scratch, k, dtypes[d][0]);
             const char *args[] = {step, out, "--dtype", dtypes[d][0], NULL};
@@ -1075,7 +1099,7 @@ static void test_ptconvert_cli(void)
     /* out is not empty: refused, then --force replaces it (and --dtype=bf16 is read) */
     const char *again[] = {step, out, NULL};
     refused(again, "is not empty: nothing written (--force replaces", NULL);
-    snprintf(path, sizeof path, "%s/notes.txt", out);
+    PATHF(path, "%s/notes.txt", out);
     write_text(path, "mine\n");
     const char *force[] = {step, out, "--force", "--dtype=bf16", NULL};
     CHECK_INT(run_ptconvert(force), 0);
@@ -1100,7 +1124,7 @@ static void test_ptconvert_cli(void)
     in_scratch(path, "no-such-checkpoint");
     const char *missing[] = {path, fresh, NULL};
     refused(missing, "no-such-checkpoint", fresh);
-    snprintf(path, sizeof path, "%s/no/such/parent", scratch);
+    PATHF(path, "%s/no/such/parent", scratch);
     const char *no_parent[] = {step, path, NULL};
     refused(no_parent, "no/such/parent", NULL);
 
@@ -1109,7 +1133,7 @@ static void test_ptconvert_cli(void)
     in_scratch(broken, "step-broken");
     hset b = {0};
     write_step(broken, &m, &b);
-    snprintf(path, sizeof path, "%s/%s", broken, shard[1]);
+    PATHF(path, "%s/%s", broken, shard[1]);
     hwrite(&b, path, b.n / 2, b.n, "final_norm.w", NULL, NULL);
     const char *damaged[] = {broken, fresh, NULL};
     refused(damaged, "step-broken/model-00002-of-00002.safetensors: no tensor 'final_norm.w'",
@@ -1127,11 +1151,23 @@ static void test_ptconvert_cli(void)
 
 /* ---- Main ------------------------------------------------------------------------------------------ */
 
+/* Removes path and all under it (links are removed, not followed). */
 static void remove_tree(const char *path)
 {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    CHECK(system(cmd) == 0);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        for (const struct dirent *e; d && (e = readdir(d)) != NULL;) {
+            char child[4096];
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                PATHF(child, "%s/%s", path, e->d_name);
+                remove_tree(child);
+            }
+        }
+        if (d)
+            closedir(d);
+    }
+    CHECK(remove(path) == 0);
 }
 
 int main(int argc, char **argv)

@@ -105,7 +105,8 @@ run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quie
     --log "$tmp/full.jsonl"
 run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \
     --checkpoint "$tmp/ck" --stop-after 6 --log "$tmp/part.jsonl"
-[ -f "$tmp/ck/meta.json" ] && [ -f "$tmp/ck/model.safetensors" ] || fail "checkpoint written"
+[ -f "$tmp/ck/step_00000006/meta.json" ] &&
+    [ -f "$tmp/ck/step_00000006/model-00001-of-00001.safetensors" ] || fail "checkpoint written"
 run 0 "$build/ptrun" "$tmp/plan.json" --steps 12 --val-every 0 --sample 0 --quiet \
     --resume "$tmp/ck" --log "$tmp/part.jsonl"
 # the resumed run's header counts the 6 steps its checkpoint had taken
@@ -173,13 +174,14 @@ fi
 run 1 "$build/ptrun" "$tmp/plan.json" --resume "$tmp/no-such-ckpt"
 err_has "no-such-ckpt" "unreadable checkpoint"
 cp -r "$tmp/ck" "$tmp/ck-before"
-echo "garbage" >"$tmp/ck/model.safetensors"
+echo "garbage" >"$tmp/ck/step_00000006/model-00001-of-00001.safetensors"
 run 1 "$build/ptrun" "$tmp/plan.json" --steps 12 --resume "$tmp/ck"
-err_has "model.safetensors" "damaged checkpoint"
-cmp -s "$tmp/ck/meta.json" "$tmp/ck-before/meta.json" || fail "a failed resume leaves the checkpoint alone"
+err_has "model-00001-of-00001.safetensors" "damaged checkpoint"
+cmp -s "$tmp/ck/step_00000006/meta.json" "$tmp/ck-before/step_00000006/meta.json" ||
+    fail "a failed resume leaves the checkpoint alone"
 run 0 "$build/ptplan" --devices 1 --out "$tmp/plan-other.json" --top 1 --seed 99
 run 1 "$build/ptrun" "$tmp/plan-other.json" --steps 12 --resume "$tmp/ck-before"
-err_has "another model or other training settings" "checkpoint of another run"
+err_has "training field 'seed': the checkpoint's is " "checkpoint of another run"
 # a learning rate that makes the loss diverge: exit 2 with a clear message
 run 0 "$build/ptplan" --devices 1 --out "$tmp/plan-hot.json" --top 1 --lr 1000
 run 2 "$build/ptrun" "$tmp/plan-hot.json" --steps 30 --quiet --sample 0

@@ -1,8 +1,9 @@
 #!/bin/sh
 # pttokenize as a user runs it: a small text split into llm.c token files whose bytes
 # are checked, a real document (the GPL-3 text where Debian ships it), a token file
-# re-split as it is, and every bad input refused with one clear message, a non-zero
-# exit and no output file left behind.
+# re-split as it is, BPE tokenizers the test writes (a tiktoken rank file, and a
+# tokenizer.json whose vocabulary needs uint32 tokens), and every bad input refused with
+# one clear message, a non-zero exit and no output file left behind.
 #   usage: cli_pttokenize.sh PATH/TO/pttokenize
 set -u
 tok="$1"
@@ -68,7 +69,7 @@ run 0 "$tmp/small.txt" "$tmp/eq" --val-fraction=0.5 --seq=2
 out_has "eq_val.bin: 10 tokens" "--val-fraction=0.5"
 
 # Bytes outside ASCII are tokens 128..255.
-printf '\000\001\377\200hello world\n' >"$tmp/bin.txt"
+printf '\033\001\377\200hello world\n' >"$tmp/bin.txt"
 run 0 "$tmp/bin.txt" "$tmp/bin" --val-fraction 0.5 --seq 2
 tokens "$tmp/bin_train.bin" >"$tmp/t1"
 tokens "$tmp/bin_val.bin" >>"$tmp/t1"
@@ -81,6 +82,57 @@ out_has "small_train.bin: 15 tokens" "a token file is read as tokens, not bytes"
 out_has "again_val.bin: 5 tokens" "and split by count"
 [ "$(tokens "$tmp/again_val.bin" | tr '\n' ' ')" = "107 108 109 110 111 " ] ||
     fail "re-split val tokens are '$(tokens "$tmp/again_val.bin" | tr '\n' ' ')'"
+
+# ---- BPE tokenizers ------------------------------------------------------------------
+# tiktoken ranks: byte b has rank b, then "he" 256 and "the" 257.
+for b in $(seq 0 255); do
+    printf "%s %d\n" "$(printf "\\$(printf %03o "$b")" | base64)" "$b"
+done >"$tmp/ranks.tiktoken"
+printf 'aGU= 256\ndGhl 257\n' >>"$tmp/ranks.tiktoken"
+printf 'the hehe hello' >"$tmp/he.txt"
+run 0 "$tmp/he.txt" "$tmp/he" --tokenizer "$tmp/ranks.tiktoken" --val-fraction 0.5 --seq 2
+out_has "tokenizer $tmp/ranks.tiktoken (tiktoken ranks): a vocabulary of 258 ids" "the tokenizer is named"
+out_has "he.txt: 9 tokens" "the text's token count"
+out_has "uint16 tokens (magic 20240520)" "a vocabulary of 258 fits uint16"
+out_has "train with: ptrun PLAN.json --data $tmp/he_train.bin --val-data $tmp/he_val.bin --tokenizer $tmp/ranks.tiktoken" \
+    "the ptrun command for these files"
+# "the" is a token; " hehe" is " ", he, he after merging (the space has no merge);
+# " hello" is " ", he, l, l, o
+[ "$(tokens "$tmp/he_train.bin" | tr '\n' ' ')$(tokens "$tmp/he_val.bin" | tr '\n' ' ')" = \
+  "257 32 256 256 32 256 108 108 111 " ] ||
+    fail "tiktoken tokens are '$(tokens "$tmp/he_train.bin" | tr '\n' ' ')$(tokens "$tmp/he_val.bin" | tr '\n' ' ')'"
+
+# tokenizer.json: GPT-2's byte-level alphabet as JSON escapes (bytes_to_unicode of
+# openai/gpt-2 src/encoder.py), the merge "h e", and a special token at id 70000: a
+# vocabulary beyond 65536, so the files hold uint32 tokens (llm.c's Llama 3 format).
+awk 'BEGIN {
+    n = 0; printf "{\"added_tokens\": [{\"id\": 70000, \"content\": \"<|big|>\"}], "
+    printf "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+    printf "\"add_prefix_space\": false}, \"model\": {\"type\": \"BPE\", \"vocab\": {"
+    for (b = 0; b < 256; b++) {
+        if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) cp = b
+        else cp = 256 + n++
+        printf "\"\\u%04x\": %d, ", cp, b
+    }
+    printf "\"he\": 256}, \"merges\": [\"h e\"]}}\n"
+}' >"$tmp/tokenizer.json"
+run 0 "$tmp/he.txt" "$tmp/big" --tokenizer "$tmp/tokenizer.json" --val-fraction 0.5 --seq 2
+out_has "a vocabulary of 70001 ids: 258 tokens (1 special)" "added tokens count in the vocabulary"
+out_has "he.txt: 10 tokens" "the text through GPT-2's split and the merge"
+out_has "uint32 tokens (magic 20240801)" "a vocabulary beyond 65536 needs uint32"
+[ "$(header "$tmp/big_train.bin")" = "20240801 7 5" ] ||
+    fail "uint32 train header is '$(header "$tmp/big_train.bin")', want llm.c's 20240801 7 5"
+[ "$(wc -c <"$tmp/big_train.bin")" -eq $((1024 + 4 * 5)) ] || fail "uint32 train file size"
+tokens32() { od -An -v -tu4 -j1024 "$1" | tr -s ' ' '\n' | grep -v '^$' | tr '\n' ' '; }
+[ "$(tokens32 "$tmp/big_train.bin")$(tokens32 "$tmp/big_val.bin")" = \
+  "116 256 32 256 256 32 256 108 108 111 " ] ||
+    fail "uint32 tokens of he.txt are '$(tokens32 "$tmp/big_train.bin")$(tokens32 "$tmp/big_val.bin")'"
+mkdir "$tmp/in" && cp "$tmp/he_train.bin" "$tmp/in/"   # refused() removes $tmp/*.bin
+head -256 "$tmp/ranks.tiktoken" >"$tmp/bytes.tiktoken"     # the bytes alone: 256 ids
+# A token file given with --tokenizer is split as it is, in its own width.
+run 0 "$tmp/big_train.bin" "$tmp/big2" --tokenizer "$tmp/tokenizer.json" --val-fraction 0.4 --seq 1
+out_has "big2_val.bin: 2 tokens" "a uint32 token file re-split"
+[ "$(header "$tmp/big2_val.bin")" = "20240801 7 2" ] || fail "re-split keeps uint32"
 
 # ---- a real document ---------------------------------------------------------------
 gpl=/usr/share/common-licenses/GPL-3
@@ -120,6 +172,25 @@ refused "too little text" "small.txt has 20 tokens, too few to split" \
 refused "unknown option" "unknown option '--vocab'" "$tmp/small.txt" "$tmp/x" --vocab 5
 refused "one argument" "expected INPUT and OUTPUT_PREFIX" "$tmp/small.txt"
 refused "three arguments" "unexpected argument 'extra'" "$tmp/small.txt" "$tmp/x" extra
+refused "tokenizer missing" "--tokenizer needs a path" "$tmp/small.txt" "$tmp/x" --tokenizer
+refused "tokenizer absent" "cannot read '$tmp/none.model'" "$tmp/small.txt" "$tmp/x" \
+    --tokenizer "$tmp/none.model"
+printf 'YQ== 0\nYg== one\n' >"$tmp/bad.tiktoken"
+refused "bad tiktoken line" "bad.tiktoken: line 2: the rank \"one\" is not a whole number" \
+    "$tmp/small.txt" "$tmp/x" --tokenizer "$tmp/bad.tiktoken"
+printf '{"model": {"type": "Unigram"}}' >"$tmp/uni.json"
+refused "tokenizer.json of another model" "uni.json: model.type is \"Unigram\"; only BPE" \
+    "$tmp/small.txt" "$tmp/x" --tokenizer "$tmp/uni.json"
+refused "token ids beyond the tokenizer" "he_train.bin: token 257 at position 0 is beyond the vocabulary (256)" \
+    "$tmp/in/he_train.bin" "$tmp/x" --tokenizer "$tmp/bytes.tiktoken" --seq 1
+# Binary files that are not token files are refused, never read as text.
+printf 'text\000with a NUL' >"$tmp/nul.txt"
+refused "a NUL byte" "nul.txt: not a token file: its magic number is 1954047348 (0x74786574)" \
+    "$tmp/nul.txt" "$tmp/x"
+err_has "not text: it holds a NUL byte at offset 4" "the NUL's offset"
+printf 'plain text in a .bin file' >"$tmp/in/words.bin"
+refused "a .bin file of text" "words.bin: not a token file" "$tmp/in/words.bin" "$tmp/x"
+err_has "a .bin file is never read as text" "why a .bin file is not text"
 refused "output folder missing" "cannot write '$tmp/no/dir_train.bin': No such file" \
     "$tmp/small.txt" "$tmp/no/dir" --seq 2
 touch "$tmp/plain"
