@@ -36,8 +36,9 @@ int64_t pt_vocab_padded(const pt_model *m, int tp)
      * default), so the head's GEMMs have aligned leading dimensions (GPT-2's 50257 rows
      * push cuBLASLt onto slow kernels), then to a multiple of t for the vocab-parallel
      * split. Unlike Megatron-LM's 128·t, the size then stays the same for every t that
-     * divides it, so layouts train the same model. The padded rows are parameters like
-     * the others; no target names them, so training pushes their logits down. */
+     * divides it, so layouts train the same model. The padded rows are allocated like
+     * the others, but the head masks their logits out of the softmax (runtime/layer.c,
+     * alloc_vocab_mask): the loss is the unpadded model's and they are never trained. */
     return pt_vocab_round(m, tp, 128, false);
 }
 

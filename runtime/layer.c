@@ -303,6 +303,32 @@ static int alloc_slot(pt_net *n, const dims *d, int slots, pt_acts **out, pt_err
     return 0;
 }
 
+/* The head's bias over this rank's slice of the padded vocabulary: 0 for the model's
+ * tokens, -inf for the rows pt_vocab_padded adds (GPT-2's 50257 become 50304), so the
+ * softmax gives the padding nothing and the loss is the unpadded model's, as a Hugging
+ * Face model loaded with --init-from computes it (llm.c's cross-entropy likewise runs
+ * over the real vocabulary only). Their logits' gradient is then 0: the padded rows are
+ * never trained. None (NULL) when the slice holds no padding. */
+static int alloc_vocab_mask(pt_net *n, const dims *d, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    int64_t real = n->spec.vocab - (int64_t)d->tr * d->v;
+    if (real >= d->v)
+        return 0;
+    float *host = malloc((size_t)d->v * sizeof *host);
+    size_t bytes = (size_t)d->v * pt_kdtype_bytes(kn->act_dtype);
+    if (!host || !(n->vocab_mask = kn->alloc(kn, bytes))) {
+        free(host);
+        return pt_err_set(err, "out of memory for the vocabulary's padding mask");
+    }
+    for (int64_t i = 0; i < d->v; i++)
+        host[i] = i < real ? 0.0f : -INFINITY;
+    int rc = pt_net_upload_weights(kn, n->vocab_mask, host, d->v, err);
+    free(host);
+    n->bytes += (int64_t)bytes;
+    return rc;
+}
+
 static int alloc_head(pt_net *n, const dims *d, pt_head_acts **out, pt_err *err)
 {
     pt_head_acts *H = calloc(1, sizeof *H);
@@ -417,6 +443,8 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
         for (int i = 0; i < n->n_head; i++)
             if (alloc_head(n, &d, (pt_head_acts **)&n->head[i], err))
                 return -1;
+        if (alloc_vocab_mask(n, &d, err))
+            return -1;
     }
     carve c = {0};
     carve_scratch(&c, n, S);
@@ -446,6 +474,9 @@ void pt_net_free_runtime(pt_net *n)
     }
     free(n->head);
     n->head = NULL;
+    if (n->vocab_mask && n->kn)
+        n->kn->free(n->kn, n->vocab_mask);
+    n->vocab_mask = NULL;
     n->slot_busy = NULL;
     n->slot_map = NULL;
     pt_scratch *S = n->scratch;
@@ -1377,7 +1408,8 @@ static int run_op(ctx *c, const pt_op *op)
         norm_fwd(c, w, xl, NULL, H->lnf, H->lnf_mean, H->lnf_rstd);
         return 0;
     case PT_OPK_LOGITS: {
-        rows_gemm g = {.w = param(c, w, false).w, .out = H->logits, .ic = d->h, .oc = d->v};
+        rows_gemm g = {.w = param(c, w, false).w, .bias = c->n->vocab_mask, .out = H->logits,
+                       .ic = d->h, .oc = d->v};
         return gemm_over_rows(c, &g, c->col_in);
     }
     case PT_OPK_LOGITS_DGRAD:

@@ -75,7 +75,7 @@ int pt_tokens_split(const pt_tokens *all, double val_fraction, int64_t seq, pt_t
  * bytes as \xNN) into buf; returns the length written. */
 size_t pt_bytes_decode(const int32_t *tok, int64_t n, char *buf, size_t cap);
 
-/* ---- Tokenizers (runtime/tokenizer.c, tokenizer_encode.c) ----------------------------- */
+/* ---- Tokenizers (runtime/tokenizer.c, tokenizer_read.c, tokenizer_encode.c) -------------- */
 
 /* Byte-level BPE tokenizers read from files the user has (nothing is downloaded):
  *   - a folder holding GPT-2's vocab.json and merges.txt;
@@ -348,6 +348,9 @@ typedef struct {
     int *slot_map;            /* [n_micro·vp] the slot of (mb, chunk) in flight, or -1 */
     bool *slot_busy;          /* [n_slots] */
     void **head;              /* the head's buffers (pt_head_acts), last stage only */
+    float *vocab_mask;        /* (vocab slice) [act] the head's bias: -inf on the padded
+                                 vocabulary's rows, 0 elsewhere; NULL without padding
+                                 in this rank's slice */
     int n_head;
     void *scratch;            /* gradient scratch shared by all layers */
 

@@ -1,5 +1,5 @@
 /*
- * Encoding with a loaded tokenizer (tokenizer.c): the text is cut into pieces by the
+ * Encoding with a loaded tokenizer (tokenizer_read.c): the text is cut into pieces by the
  * tokenizer's split pattern, and each piece, as bytes, is merged pair by pair, the
  * pair of lowest rank first (leftmost among equals), until no pair of neighbours has a
  * rank. This is the merge loop of Hugging Face's tokenizers (models/bpe/word.rs,

@@ -1,7 +1,7 @@
 /*
- * Tokenizers (runtime/tokenizer.c, tokenizer_encode.c) on small files this test
- * writes: GPT-2's vocab.json + merges.txt, a tokenizer.json of GPT-2's kind and one of
- * Llama 3's, and tiktoken rank files. Known merge sequences give the expected ids (the
+ * Tokenizers (runtime/tokenizer*.c) on small files this test writes: GPT-2's
+ * vocab.json + merges.txt, a tokenizer.json of GPT-2's kind and one of Llama 3's, and
+ * tiktoken rank files. Known merge sequences give the expected ids (the
  * merge list's order, tiktoken's ranks of concatenations, tokenizer.json's
  * ignore_merges), both split patterns cut known strings as the real regular
  * expressions do (answers from Python's regex module), encoding then decoding gives

@@ -135,7 +135,27 @@ awk -v a="$(loss_at init.jsonl 1)" -v b="$(loss_at full.jsonl 1)" 'BEGIN { exit 
 run 1 "$build/ptrun" plan6.json --quiet --sample 0 --init-from ck
 err_has "model field 'layers'" "--init-from of another model"
 
-# 7. A spike at step 25 stops the run (exit 2), keeping the checkpoints from before it
+# 7. A vocabulary that needs padding (200 tokens in 256 rows): the padded rows are
+# masked out of the loss, so their gradient is exactly 0 and so are their Adam moments;
+# the real rows' are not.
+"$build/ptplan" --dump-model tiny | sed 's/"vocab": *256,/"vocab": 200,/' >tiny200.json
+run 0 "$build/ptplan" --model tiny200.json --devices 1 --out plan200.json --steps 3
+run 0 "$build/ptrun" plan200.json --quiet --sample 0 --val-every 0 --checkpoint v200
+f=v200/step_00000003/optim-00001-of-00001.safetensors
+hlen=$(od -An -tu8 -N8 "$f" | tr -dc '0-9')
+begin=$(head -c $((8 + hlen)) "$f" | grep -ao '"wte.exp_avg":{[^}]*}' | sed 's/.*"data_offsets":\[\([0-9]*\),.*/\1/')
+floats() { od -An -v -tf4 -j "$1" -N "$2" "$f" | tr -s ' ' '\n' | grep -v '^$'; }
+if [ -n "$hlen" ] && [ -n "$begin" ]; then
+    at=$((8 + hlen + begin))
+    floats $((at + 200 * 64 * 4)) $((56 * 64 * 4)) | awk '$1 != 0 { bad = 1 } END { exit bad || NR != 56 * 64 }' ||
+        fail "the padded vocabulary rows get no gradient (their exp_avg is not all 0)"
+    floats "$at" $((200 * 64 * 4)) | awk '$1 != 0 { n++ } END { exit !(n > 1000) }' ||
+        fail "the real vocabulary rows are trained"
+else
+    fail "wte.exp_avg in $f's header"
+fi
+
+# 8. A spike at step 25 stops the run (exit 2), keeping the checkpoints from before it
 # (steps 20 and 10): the spiking step is not checkpointed.
 rm -rf ck
 PT_TEST_SPIKE_AT=25 run 2 train --checkpoint ck
@@ -147,7 +167,7 @@ out_has "spike:  step 25: loss" "a line says what happened"
 PT_TEST_SPIKE_AT=25 run 0 train --spike-action off
 grep -q "^spike" "$tmp/out" && fail "--spike-action off reports no spike"
 
-# 8. Rollback: back to step 20, the batches of steps 21-25 skipped, on to step 40 with
+# 9. Rollback: back to step 20, the batches of steps 21-25 skipped, on to step 40 with
 # a finite loss; the data position is in meta.json, and a run stopped after the
 # rollback resumes from it bit for bit.
 rm -rf ck
