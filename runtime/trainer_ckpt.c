@@ -117,34 +117,47 @@ static int create_files(const char *tmp, pt_trainer *r, int64_t step, pt_err *er
         mt[k] = (pt_st_tensor){.ndim = q->ndim, .shape = {shape[0], shape[1]}, .bytes = bytes};
         snprintf(mt[k].name, sizeof mt[k].name, "%s", q->name);
         snprintf(mt[k].dtype, sizeof mt[k].dtype, "F32");
-        for (int j = 0; j < 2; j++) {
-            ot[2 * k + j] = mt[k];
-            snprintf(ot[2 * k + j].name, sizeof ot[2 * k + j].name, "%s.%s", q->name,
-                     j ? "exp_avg_sq" : "exp_avg");
-        }
         k++;
     }
+    /* every exp_avg, then every exp_avg_sq: each in the order of the parameters, so a
+     * rank's consecutive elements stay consecutive in the file (one write, not one per
+     * tensor) */
+    for (int j = 0; j < 2 && mt && ot; j++)
+        for (int i = 0; i < k; i++) {
+            ot[j * k + i] = mt[i];
+            snprintf(ot[j * k + i].name, sizeof ot[j * k + i].name, "%s.%s", mt[i].name,
+                     j ? "exp_avg_sq" : "exp_avg");
+        }
     int rc = mt && ot ? 0 : pt_err_set(err, "out of memory");
     char path[4200], file[64], steps[24], layout[256];
     snprintf(steps, sizeof steps, "%lld", (long long)step);
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
     /* "format": "pt" is what Hugging Face's loaders look for in a PyTorch checkpoint */
-    const char *keys[] = {"format", "producer", "model", "layout", "step"};
-    const char *vals[] = {"pt", "ptrun", r->plan.model.name, layout, steps};
+    const char *keys[] = {"format", "producer", "model", "layout", "step", "plan_hash"};
+    const char *vals[] = {"pt", "ptrun", r->plan.model.name, layout, steps, r->plan_hash};
     for (int j = 0; j < 2 && rc == 0; j++) {
         shard_name(file, sizeof file, j ? "optim" : "model", r->stage, r->plan.layout.pp);
         snprintf(path, sizeof path, "%s/%s", tmp, file);
-        rc = pt_st_create(path, j ? ot : mt, j ? 2 * k : k, keys, vals, 5, err);
+        rc = pt_st_create(path, j ? ot : mt, j ? 2 * k : k, keys, vals, 6, err);
     }
     free(mt);
     free(ot);
     return rc;
 }
 
-/* A file of the checkpoint this rank writes pieces into. */
+/* A file of the checkpoint this rank writes pieces into. Pieces that follow each other
+ * both in memory and in the file are gathered into one write (one per stream: the
+ * master weights, or exp_avg and exp_avg_sq, which lie in two runs of the file). */
+typedef struct {
+    off_t at;
+    const float *src;
+    int64_t len;
+} pending;
+
 typedef struct {
     pt_st_file *hdr;
     int fd;
+    pending p[2];
 } piece_file;
 
 static int piece_open(piece_file *f, const char *tmp, const char *kind, const pt_trainer *r,
@@ -153,6 +166,7 @@ static int piece_open(piece_file *f, const char *tmp, const char *kind, const pt
     char path[4200], file[64];
     shard_name(file, sizeof file, kind, r->stage, r->plan.layout.pp);
     snprintf(path, sizeof path, "%s/%s", tmp, file);
+    memset(f, 0, sizeof *f);
     f->fd = -1;
     if (pt_st_open_header(path, &f->hdr, err))
         return -1;
@@ -161,8 +175,25 @@ static int piece_open(piece_file *f, const char *tmp, const char *kind, const pt
     return 0;
 }
 
+static int piece_flush(piece_file *f, pending *p, pt_err *err)
+{
+    size_t bytes = (size_t)p->len * sizeof(float), done = 0;
+    while (done < bytes) {
+        ssize_t put = pwrite(f->fd, (const char *)p->src + done, bytes - done, p->at + (off_t)done);
+        if (put <= 0)
+            return pt_err_set(err, "cannot write a checkpoint file: %s",
+                              put < 0 ? strerror(errno) : "no progress");
+        done += (size_t)put;
+    }
+    p->len = 0;
+    return 0;
+}
+
 static int piece_close(piece_file *f, int rc, const char *tmp, pt_err *err)
 {
+    for (int i = 0; i < 2 && f->fd >= 0; i++)
+        if (rc == 0 && f->p[i].len > 0)
+            rc = piece_flush(f, &f->p[i], err);
     if (f->fd >= 0 && rc == 0 && fsync(f->fd) != 0)
         rc = pt_err_set(err, "cannot sync a checkpoint file in '%s': %s", tmp, strerror(errno));
     if (f->fd >= 0 && close(f->fd) != 0 && rc == 0)
@@ -173,22 +204,24 @@ static int piece_close(piece_file *f, int rc, const char *tmp, pt_err *err)
     return rc;
 }
 
-/* len floats from src to elements [whole, whole + len) of tensor `name` of f. */
-static int piece_put(piece_file *f, const char *name, int64_t whole, const float *src,
+/* len floats from src to elements [whole, whole + len) of tensor `name` of f, through
+ * stream s. */
+static int piece_put(piece_file *f, int s, const char *name, int64_t whole, const float *src,
                      int64_t len, pt_err *err)
 {
     const pt_st_tensor *t;
     if (pt_st_get(f->hdr, name, "F32", -1, NULL, &t, err))
         return -1;
     off_t at = (off_t)(pt_st_file_offset(f->hdr, t) + whole * (int64_t)sizeof(float));
-    size_t bytes = (size_t)len * sizeof(float), done = 0;
-    while (done < bytes) {
-        ssize_t put = pwrite(f->fd, (const char *)src + done, bytes - done, at + (off_t)done);
-        if (put <= 0)
-            return pt_err_set(err, "cannot write tensor '%s' of a checkpoint file: %s", name,
-                              put < 0 ? strerror(errno) : "no progress");
-        done += (size_t)put;
+    pending *p = &f->p[s];
+    if (p->len > 0 && p->at + (off_t)(p->len * (int64_t)sizeof(float)) == at &&
+        p->src + p->len == src) {
+        p->len += len;
+        return 0;
     }
+    if (p->len > 0 && piece_flush(f, p, err))
+        return -1;
+    *p = (pending){at, src, len};
     return 0;
 }
 
@@ -204,7 +237,7 @@ static int put_master(void *ctx, const pt_param *p, int64_t flat, int64_t whole,
                       pt_err *err)
 {
     run_ctx *c = ctx;
-    return piece_put(&c->model, p->name, whole, c->h->master + flat, len, err);
+    return piece_put(&c->model, 0, p->name, whole, c->h->master + flat, len, err);
 }
 
 static int put_moments(void *ctx, const pt_param *p, int64_t flat, int64_t whole, int64_t len,
@@ -214,10 +247,10 @@ static int put_moments(void *ctx, const pt_param *p, int64_t flat, int64_t whole
     char name[128];
     int64_t at = c->span->opt_at + (flat - c->span->lo);
     snprintf(name, sizeof name, "%s.exp_avg", p->name);
-    if (piece_put(&c->optim, name, whole, c->h->m + at, len, err))
+    if (piece_put(&c->optim, 0, name, whole, c->h->m + at, len, err))
         return -1;
     snprintf(name, sizeof name, "%s.exp_avg_sq", p->name);
-    return piece_put(&c->optim, name, whole, c->h->v + at, len, err);
+    return piece_put(&c->optim, 1, name, whole, c->h->v + at, len, err);
 }
 
 /* This rank's pieces: master weights and moments it is the writer of. */

@@ -90,7 +90,12 @@ static const char usage_text[] =
     "                       cost samples that ptcalib --forget RUN removes again\n"
     "  --db FILE            the cost table for --record [$PT_COSTS_DB, else\n"
     "                       ~/.local/share/ptplan/costs.db]\n"
-    "  -h, --help           this text\n";
+    "  -h, --help           this text\n"
+    "\n"
+    "Exit status: 0 done (or stopped by --stop-after); 1 bad input or failure; 2 the\n"
+    "loss diverged (NaN/Inf, or a spike under --spike-action stop); 75 stopped by\n"
+    "SIGTERM or SIGINT after a whole step (with a checkpoint under --checkpoint):\n"
+    "--resume continues.\n";
 
 typedef struct {
     const char *plan, *data, *ckpt, *resume, *init_from, *log, *trace, *db;

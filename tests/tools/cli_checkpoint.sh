@@ -66,7 +66,8 @@ grep -q '"hidden": 64' "$s40/meta.json" && grep -q '"layout": "' "$s40/meta.json
     fail "meta.json holds the model, the layout, the plan hash and the settings"
 grep -q '"layers.3.mlp_down.w": "model-00001-of-00001.safetensors"' "$s40/model.safetensors.index.json" ||
     fail "the index maps each tensor to its file"
-head -c 4096 "$s40/model-00001-of-00001.safetensors" | grep -q '"__metadata__":{"format":"pt","producer":"ptrun"' ||
+head -c 4096 "$s40/model-00001-of-00001.safetensors" |
+    grep -aq '"__metadata__":{"format":"pt","producer":"ptrun","model":"tiny","layout":"tp=1,.*","step":"40","plan_hash":"[0-9a-f]\{16\}"}' ||
     fail "the safetensors files carry __metadata__"
 grep -q '"wte.exp_avg_sq"' "$s40/optim.safetensors.index.json" || fail "Adam's moments by name"
 
