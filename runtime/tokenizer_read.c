@@ -62,6 +62,23 @@ static int add_vocab_object(pt_tokenizer *t, pt_tok_builder *b, json_t *vocab, c
     return 0;
 }
 
+/* The next line of text[0, n) from *at (without its "\n" or "\r\n"): its start and
+ * length, *at moved past it. false at the end. */
+static bool next_line(char **at, const char *text, size_t n, char **line, size_t *len)
+{
+    if (*at >= text + n)
+        return false;
+    char *end = memchr(*at, '\n', (size_t)(text + n - *at));
+    char *next = end ? end + 1 : (char *)text + n;
+    end = end ? end : (char *)text + n;
+    if (end > *at && end[-1] == '\r')
+        end--;
+    *line = *at;
+    *len = (size_t)(end - *at);
+    *at = next;
+    return true;
+}
+
 /* The lines of merges.txt: an optional "#version" line, then one merge per line, two
  * byte-level tokens separated by one space, in the order they were learnt. */
 static int load_merges_txt(pt_tokenizer *t, pt_tok_builder *b, const char *path, pt_err *err)
@@ -77,26 +94,22 @@ static int load_merges_txt(pt_tokenizer *t, pt_tok_builder *b, const char *path,
     uint32_t rank = 0;
     int line = 0;
     char where[4200];
-    for (char *at = text; rc == 0 && at < text + n;) {
-        char *end = memchr(at, '\n', (size_t)(text + n - at));
-        char *next = end ? end + 1 : text + n;
-        end = end ? end : text + n;
+    char *at = text, *l;
+    size_t len;
+    while (rc == 0 && next_line(&at, text, n, &l, &len)) {
+        char *end = l + len;
         line++;
-        if (end > at && end[-1] == '\r')
-            end--;
-        size_t len = (size_t)(end - at);
-        if (memchr(at, '\0', len)) {
+        if (memchr(l, '\0', len)) {
             rc = pt_err_set(err, "%s: line %d: holds a NUL byte (is this merges.txt?)", path, line);
-        } else if (len > 0 && !(line == 1 && len >= 8 && memcmp(at, "#version", 8) == 0)) {
+        } else if (len > 0 && !(line == 1 && len >= 8 && memcmp(l, "#version", 8) == 0)) {
             snprintf(where, sizeof where, "%s: line %d", path, line);
-            char *space = memchr(at, ' ', len);
+            char *space = memchr(l, ' ', len);
             if (!space || memchr(space + 1, ' ', (size_t)(end - space - 1)))
                 rc = pt_err_set(err, "%s: expected two tokens separated by one space", where);
             else
-                rc = pt_tok_add_merge_strings(t, b, at, (size_t)(space - at), space + 1,
+                rc = pt_tok_add_merge_strings(t, b, l, (size_t)(space - l), space + 1,
                                        (size_t)(end - space - 1), rank++, where, err);
         }
-        at = next;
     }
     free(text);
     return rc;
@@ -438,17 +451,12 @@ static int load_tiktoken(pt_tokenizer *t, const char *path, pt_err *err)
     pt_tok_builder b = {0};
     char where[4200];
     int line = 0;
-    for (char *at = text; rc == 0 && at < text + n;) {
-        char *end = memchr(at, '\n', (size_t)(text + n - at));
-        char *next = end ? end + 1 : text + n;
-        end = end ? end : text + n;
-        line++;
-        if (end > at && end[-1] == '\r')
-            end--;
-        snprintf(where, sizeof where, "%s: line %d", path, line);
-        if (end > at)
-            rc = tiktoken_line(t, &b, at, (size_t)(end - at), where, err);
-        at = next;
+    char *at = text, *l;
+    size_t len;
+    while (rc == 0 && next_line(&at, text, n, &l, &len)) {
+        snprintf(where, sizeof where, "%s: line %d", path, ++line);
+        if (len > 0)
+            rc = tiktoken_line(t, &b, l, len, where, err);
     }
     free(text);
     if (rc == 0 && b.n == LLAMA3_RANKS)
