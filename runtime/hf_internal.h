@@ -71,9 +71,9 @@ int hf_map_of(const pt_model *m, const hf_layout *l, const char *name, hf_map *o
  * distance between its columns. false: a row of ours that theirs lacks (zero). */
 bool hf_row(const hf_map *mp, int64_t r, int64_t *at, int64_t *stride);
 
-/* Our parameter names of model m in the order runtime/model.c's build_table lays them
- * out on one rank (embedding, positions, each layer, final norm, untied head): must
- * stay in step with it. *names is malloc'd (*n of them); -1 when out of memory. */
+/* Our parameter names of model m in the order they lie on one rank
+ * (pt_model_param_table: runtime/model.c's own table). *names is malloc'd (*n of
+ * them); -1 when out of memory. */
 int hf_param_names(const pt_model *m, char (**names)[48], int *n, pt_err *err);
 
 /* 16-bit floats: IEEE binary16 and bfloat16, to fp32 exactly, and from fp32 rounded to

@@ -236,43 +236,20 @@ bool hf_row(const hf_map *mp, int64_t r, int64_t *at, int64_t *stride)
 
 int hf_param_names(const pt_model *m, char (**names)[48], int *n, pt_err *err)
 {
-    int per_layer = 0;
-    for (size_t i = 0; i < sizeof hf_parts / sizeof hf_parts[0]; i++) {
-        bool norm = !strncmp(hf_parts[i].ours, "norm", 4);
-        if (!strcmp(hf_parts[i].ours, "mlp_gate") && m->act != PT_ACT_SWIGLU)
-            continue;
-        per_layer += 1 + (norm ? m->norm == PT_NORM_LAYERNORM : m->bias);
-    }
-    /* layers are at most model_size_max (planner/model.c): no overflow in an int64 */
-    int64_t total = 1 + (m->pos == PT_POS_LEARNED) + m->layers * per_layer +
-                    1 + (m->norm == PT_NORM_LAYERNORM) + !m->tied_embeddings;
-    if (total > (1 << 24))
-        return pt_err_set(err, "model '%s': %lld parameter tensors, too many", m->name,
-                          (long long)total);
-    char(*v)[48] = malloc((size_t)total * sizeof *v);
+    pt_param *t;
+    int count;
+    *names = NULL;
+    *n = 0;
+    if (pt_model_param_table(m, &t, &count, err))
+        return -1;
+    char(*v)[48] = malloc((size_t)(count > 0 ? count : 1) * sizeof *v);
+    for (int i = 0; v && i < count; i++)
+        snprintf(v[i], sizeof v[i], "%s", t[i].name);
+    free(t);
     if (!v)
-        return pt_err_set(err, "out of memory for %lld parameter names", (long long)total);
-    int k = 0;
-    snprintf(v[k++], 48, "wte");
-    if (m->pos == PT_POS_LEARNED)
-        snprintf(v[k++], 48, "wpe");
-    for (int64_t l = 0; l < m->layers; l++)
-        for (size_t i = 0; i < sizeof hf_parts / sizeof hf_parts[0]; i++) {
-            const char *base = hf_parts[i].ours;
-            bool norm = !strncmp(base, "norm", 4);
-            if (!strcmp(base, "mlp_gate") && m->act != PT_ACT_SWIGLU)
-                continue;
-            snprintf(v[k++], 48, "layers.%lld.%s.w", (long long)l, base);
-            if (norm ? m->norm == PT_NORM_LAYERNORM : m->bias)
-                snprintf(v[k++], 48, "layers.%lld.%s.b", (long long)l, base);
-        }
-    snprintf(v[k++], 48, "final_norm.w");
-    if (m->norm == PT_NORM_LAYERNORM)
-        snprintf(v[k++], 48, "final_norm.b");
-    if (!m->tied_embeddings)
-        snprintf(v[k++], 48, "lm_head.w");
+        return pt_err_set(err, "out of memory for %d parameter names", count);
     *names = v;
-    *n = k;
+    *n = count;
     return 0;
 }
 

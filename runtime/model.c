@@ -150,6 +150,28 @@ static void build_table(table *t, pt_net *n)
     }
 }
 
+int pt_model_param_table(const pt_model *m, pt_param **out, int *count, pt_err *err)
+{
+    pt_net *n = calloc(1, sizeof *n);
+    *out = NULL;
+    *count = 0;
+    if (!n)
+        return pt_err_set(err, "out of memory");
+    n->spec = *m;
+    pt_layout_default(&n->layout); /* one rank: tp = pp = vp = 1 */
+    n->chunk_layers = n->n_layers = m->layers;
+    table t = {.tp = 1, .kv_share = 1};
+    build_table(&t, n);
+    free(n);
+    if (t.oom) {
+        free(t.v);
+        return pt_err_set(err, "out of memory for model '%s''s parameter table", m->name);
+    }
+    *out = t.v;
+    *count = t.n;
+    return 0;
+}
+
 const pt_param *pt_net_param(const pt_net *n, const char *name)
 {
     for (int i = 0; i < n->n_param; i++)

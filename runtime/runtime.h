@@ -398,6 +398,10 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
                    int slots, uint64_t seed, pt_trace *trace, pt_err *err);
 void pt_net_free(pt_net *n);
 const pt_param *pt_net_param(const pt_net *n, const char *name);
+/* The parameter table of the whole model on one rank (tp = pp = 1): every tensor's
+ * name and whole shape, in the order the buffer holds them; the one list the
+ * checkpoint and Hugging Face code walk. *out is malloc'd (*count entries). */
+int pt_model_param_table(const pt_model *m, pt_param **out, int *count, pt_err *err);
 
 /* Copies the fp32 master weights (n_elems floats) and Adam moments (opt_elems each)
  * to host arrays (any may be NULL), or sets them from host arrays (refreshing the
