@@ -19,8 +19,8 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_UP] = "up", [PT_BUF_ACT] = "act", [PT_BUF_TOKENS] = "tokens",
     [PT_BUF_TARGETS] = "targets", [PT_BUF_X] = "x", [PT_BUF_LNF] = "lnf",
     [PT_BUF_LNF_MEAN] = "lnf_mean", [PT_BUF_LNF_RSTD] = "lnf_rstd", [PT_BUF_LOGITS] = "logits",
-    [PT_BUF_LOSSES] = "losses", [PT_BUF_DRES] = "dres", [PT_BUF_DLN] = "dln",
-    [PT_BUF_DLNS] = "dlns", [PT_BUF_GATH] = "gath", [PT_BUF_GDRES] = "gdres",
+    [PT_BUF_LOSSES] = "losses", [PT_BUF_VMASK] = "vocab_mask", [PT_BUF_DRES] = "dres",
+    [PT_BUF_DLN] = "dln", [PT_BUF_DLNS] = "dlns", [PT_BUF_GATH] = "gath", [PT_BUF_GDRES] = "gdres",
     [PT_BUF_ROUT] = "rout", [PT_BUF_DDROP] = "ddrop", [PT_BUF_DQ] = "dq", [PT_BUF_DK] = "dk",
     [PT_BUF_DV] = "dv", [PT_BUF_DQR] = "dqr", [PT_BUF_DKR] = "dkr", [PT_BUF_DATT] = "datt",
     [PT_BUF_DGATE] = "dgate", [PT_BUF_DUP] = "dup", [PT_BUF_DACT] = "dact", [PT_BUF_CE] = "ce",
@@ -84,12 +84,13 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_TARGETS, 4, T);
     SET(B, PT_BUF_X, ab, R, h);
     /* the head: final norm, logits (the cross-entropy writes their gradient over
-     * them), per-token losses */
+     * them), per-token losses, and the logits' bias masking a padded vocabulary */
     SET(B, PT_BUF_LNF, ab, R, h);
     SET(B, PT_BUF_LNF_MEAN, 4, R);
     SET(B, PT_BUF_LNF_RSTD, 4, R);
     SET(B, PT_BUF_LOGITS, ab, T, v);
     SET(B, PT_BUF_LOSSES, 4, T);
+    SET(B, PT_BUF_VMASK, ab, pt_vocab_mask_elems(m, l->tp));
     /* the backward's scratch: gradients of one layer at a time; with sp the gathered
      * rows and their gradients; the ring's K/V blocks and partial outputs with cp */
     SET(B, PT_BUF_DRES, ab, R, h);

@@ -37,9 +37,16 @@ int64_t pt_vocab_padded(const pt_model *m, int tp)
      * push cuBLASLt onto slow kernels), then to a multiple of t for the vocab-parallel
      * split. Unlike Megatron-LM's 128·t, the size then stays the same for every t that
      * divides it, so layouts train the same model. The padded rows are allocated like
-     * the others, but the head masks their logits out of the softmax (runtime/layer.c,
-     * alloc_vocab_mask): the loss is the unpadded model's and they are never trained. */
+     * the others, but the head masks their logits out of the softmax (PT_BUF_VMASK,
+     * runtime/layer.c fill_vocab_mask): the loss is the unpadded model's and they are
+     * never trained. */
     return pt_vocab_round(m, tp, 128, false);
+}
+
+int64_t pt_vocab_mask_elems(const pt_model *m, int tp)
+{
+    int64_t padded = pt_vocab_padded(m, tp);
+    return padded > m->vocab ? padded / pt_params_tp(tp) : 0;
 }
 
 int64_t pt_vocab_round(const pt_model *m, int tp, int64_t multiple, bool per_tp)

@@ -70,6 +70,11 @@ int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
 /* Parameter counts (planner/params.c). `tp` is the tensor-parallel size: the figures
  * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
 int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to 128, then to t */
+/* Elements of the head's padding mask on one tensor-parallel rank of the last stage
+ * (PT_BUF_VMASK; runtime/layer.c, alloc_head: a bias of -inf on the rows
+ * pt_vocab_padded adds): the rank's vocabulary slice when the vocabulary is padded,
+ * else 0. */
+int64_t pt_vocab_mask_elems(const pt_model *m, int tp);
 /* v rounded up to a multiple of `multiple` (times t when per_tp), then of t. */
 int64_t pt_vocab_round(const pt_model *m, int tp, int64_t multiple, bool per_tp);
 int64_t pt_params_layer(const pt_model *m, int tp);       /* one transformer layer */
@@ -463,7 +468,7 @@ typedef enum {
     PT_BUF_LSE, PT_BUF_X2, PT_BUF_LN2, PT_BUF_LN2_MEAN, PT_BUF_LN2_RSTD, PT_BUF_GATE,
     PT_BUF_UP, PT_BUF_ACT,
     PT_BUF_TOKENS, PT_BUF_TARGETS, PT_BUF_X,
-    PT_BUF_LNF, PT_BUF_LNF_MEAN, PT_BUF_LNF_RSTD, PT_BUF_LOGITS, PT_BUF_LOSSES,
+    PT_BUF_LNF, PT_BUF_LNF_MEAN, PT_BUF_LNF_RSTD, PT_BUF_LOGITS, PT_BUF_LOSSES, PT_BUF_VMASK,
     PT_BUF_DRES, PT_BUF_DLN, PT_BUF_DLNS, PT_BUF_GATH, PT_BUF_GDRES, PT_BUF_ROUT,
     PT_BUF_DDROP, PT_BUF_DQ, PT_BUF_DK, PT_BUF_DV, PT_BUF_DQR, PT_BUF_DKR, PT_BUF_DATT,
     PT_BUF_DGATE, PT_BUF_DUP, PT_BUF_DACT, PT_BUF_CE, PT_BUF_DNORM, PT_BUF_DKV,

@@ -205,6 +205,7 @@ static void carve_head(carve *c, const pt_net *n, pt_head_acts *H)
     H->lnf_rstd = take_buf(c, &B, PT_BUF_LNF_RSTD);
     H->logits = take_buf(c, &B, PT_BUF_LOGITS);
     H->losses = take_buf(c, &B, PT_BUF_LOSSES);
+    H->vmask = B.elems[PT_BUF_VMASK] ? take_buf(c, &B, PT_BUF_VMASK) : NULL;
 }
 
 /* Scratch the layout needs: gathers and reduce-scatters with sp, dropout's branch
@@ -303,29 +304,25 @@ static int alloc_slot(pt_net *n, const dims *d, int slots, pt_acts **out, pt_err
     return 0;
 }
 
-/* The head's bias over this rank's slice of the padded vocabulary: 0 for the model's
- * tokens, -inf for the rows pt_vocab_padded adds (GPT-2's 50257 become 50304), so the
- * softmax gives the padding nothing and the loss is the unpadded model's, as a Hugging
- * Face model loaded with --init-from computes it (llm.c's cross-entropy likewise runs
- * over the real vocabulary only). Their logits' gradient is then 0: the padded rows are
- * never trained. None (NULL) when the slice holds no padding. */
-static int alloc_vocab_mask(pt_net *n, const dims *d, pt_err *err)
+/* The head's bias over this rank's slice of the padded vocabulary (PT_BUF_VMASK, one
+ * per head buffer set, as the memory model counts it): 0 for the model's tokens, -inf
+ * for the rows pt_vocab_padded adds (GPT-2's 50257 become 50304), so the softmax gives
+ * the padding nothing and the loss is the unpadded model's, as a Hugging Face model
+ * loaded with --init-from computes it (llm.c's cross-entropy likewise runs over the
+ * real vocabulary only). Their logits' gradient is then 0: the padded rows are never
+ * trained. Absent when the vocabulary is not padded. */
+static int fill_vocab_mask(pt_net *n, const dims *d, pt_head_acts *H, pt_err *err)
 {
-    pt_kernels *kn = n->kn;
-    int64_t real = n->spec.vocab - (int64_t)d->tr * d->v;
-    if (real >= d->v)
+    if (!H->vmask)
         return 0;
+    int64_t real = n->spec.vocab - (int64_t)d->tr * d->v;
     float *host = malloc((size_t)d->v * sizeof *host);
-    size_t bytes = (size_t)d->v * pt_kdtype_bytes(kn->act_dtype);
-    if (!host || !(n->vocab_mask = kn->alloc(kn, bytes))) {
-        free(host);
+    if (!host)
         return pt_err_set(err, "out of memory for the vocabulary's padding mask");
-    }
     for (int64_t i = 0; i < d->v; i++)
         host[i] = i < real ? 0.0f : -INFINITY;
-    int rc = pt_net_upload_weights(kn, n->vocab_mask, host, d->v, err);
+    int rc = pt_net_upload_weights(n->kn, H->vmask, host, d->v, err);
     free(host);
-    n->bytes += (int64_t)bytes;
     return rc;
 }
 
@@ -344,7 +341,7 @@ static int alloc_head(pt_net *n, const dims *d, pt_head_acts **out, pt_err *err)
                                "tokens", n->n_head, (long long)d->T);
     c.used = 0;
     carve_head(&c, n, H);
-    return 0;
+    return fill_vocab_mask(n, d, H, err);
 }
 
 static void free_slot(pt_net *n, pt_acts *A)
@@ -443,8 +440,6 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
         for (int i = 0; i < n->n_head; i++)
             if (alloc_head(n, &d, (pt_head_acts **)&n->head[i], err))
                 return -1;
-        if (alloc_vocab_mask(n, &d, err))
-            return -1;
     }
     carve c = {0};
     carve_scratch(&c, n, S);
@@ -474,9 +469,6 @@ void pt_net_free_runtime(pt_net *n)
     }
     free(n->head);
     n->head = NULL;
-    if (n->vocab_mask && n->kn)
-        n->kn->free(n->kn, n->vocab_mask);
-    n->vocab_mask = NULL;
     n->slot_busy = NULL;
     n->slot_map = NULL;
     pt_scratch *S = n->scratch;
@@ -1408,7 +1400,7 @@ static int run_op(ctx *c, const pt_op *op)
         norm_fwd(c, w, xl, NULL, H->lnf, H->lnf_mean, H->lnf_rstd);
         return 0;
     case PT_OPK_LOGITS: {
-        rows_gemm g = {.w = param(c, w, false).w, .bias = c->n->vocab_mask, .out = H->logits,
+        rows_gemm g = {.w = param(c, w, false).w, .bias = H->vmask, .out = H->logits,
                        .ic = d->h, .oc = d->v};
         return gemm_over_rows(c, &g, c->col_in);
     }

@@ -49,6 +49,8 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd; /* final norm, (R, h) */
     float *logits;                    /* (T, v/t) [act]; dlogits after a training forward */
     float *losses;                    /* (T) fp32 */
+    float *vmask;                     /* (v/t) [act] the logits' bias: -inf on the padded
+                                         vocabulary, else 0; NULL without padding */
 } pt_head_acts;
 
 /* Gradient scratch, reused by every layer and micro-batch. */

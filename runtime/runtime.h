@@ -348,9 +348,6 @@ typedef struct {
     int *slot_map;            /* [n_micro·vp] the slot of (mb, chunk) in flight, or -1 */
     bool *slot_busy;          /* [n_slots] */
     void **head;              /* the head's buffers (pt_head_acts), last stage only */
-    float *vocab_mask;        /* (vocab slice) [act] the head's bias: -inf on the padded
-                                 vocabulary's rows, 0 elsewhere; NULL without padding
-                                 in this rank's slice */
     int n_head;
     void *scratch;            /* gradient scratch shared by all layers */
 
