@@ -58,4 +58,15 @@ static inline int pt_check_result(void)
     return pt_check_failures ? 1 : 0;
 }
 
+/* Writes n bytes to a new file at path, counting a failure when it cannot. */
+static inline void check_write_file(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    CHECK(fwrite(bytes, 1, n, f) == n);
+    CHECK(fclose(f) == 0);
+}
+
 #endif

@@ -43,6 +43,18 @@ static inline void fuzz_file(const uint8_t *data, size_t size, char path[64])
     close(fd);
 }
 
+/* Writes data[0, size) as the file dir/name, for the parsers that read a folder.
+ * Aborts when it cannot (a full /tmp is no finding). */
+static inline void fuzz_put(const char *dir, const char *name, const void *data, size_t size)
+{
+    char path[256];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        abort();
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
+        abort();
+}
+
 /* An assertion of the property a harness checks beyond "no crash" (a spec written
  * out reads back the same): a failure aborts, which libFuzzer reports as a crash. */
 #define FUZZ_CHECK(cond)                                                             \

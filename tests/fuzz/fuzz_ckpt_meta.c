@@ -6,22 +6,12 @@
 #include "fuzz.h"
 #include "runtime.h"
 
-/* Writes the input as <dir>/meta.json. */
-static void put_meta(const char *dir, const uint8_t *data, size_t size)
-{
-    char path[96];
-    snprintf(path, sizeof path, "%s/meta.json", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-        abort();
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char dir[64] = "/tmp/ptfuzz-XXXXXX", path[96];
     if (!mkdtemp(dir))
         abort();
-    put_meta(dir, data, size);
+    fuzz_put(dir, "meta.json", data, size);
     pt_ckpt_meta m, back;
     pt_err err;
     if (pt_ckpt_meta_read(dir, &m, &err) == 0) {

@@ -127,16 +127,6 @@ static void make_file(void)
 
 /* ---- Each input ------------------------------------------------------------------------- */
 
-/* Writes data[0, size) as dir/name. */
-static void put(const char *dir, const char *name, const void *data, size_t size)
-{
-    char path[96];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-        abort();
-}
-
 /* Every parameter of m, read whole through src, then the embedding again in two parts. */
 static void read_all(pt_wsrc *src, const pt_model *m)
 {
@@ -201,8 +191,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char dir[64] = "/tmp/ptfuzz-XXXXXX", path[96];
     if (!mkdtemp(dir))
         abort();
-    put(dir, "config.json", data, size);
-    put(dir, "model.safetensors", file_bytes, file_size);
+    fuzz_put(dir, "config.json", data, size);
+    fuzz_put(dir, "model.safetensors", file_bytes, file_size);
     pt_model gpt2 = gpt2_spec(), llama = llama_spec();
     bool as_gpt2 = open_as(dir, &gpt2), as_llama = open_as(dir, &llama);
     FUZZ_CHECK(!(as_gpt2 && as_llama)); /* model_type names one family */

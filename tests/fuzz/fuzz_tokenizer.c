@@ -20,16 +20,6 @@ static const char fixed_text[] =
     "Hello, world! It's 12345 o'clock; THEY'LL see.\r\n\n  \t na\xc3\xafve caf\xc3\xa9 "
     "\xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e x\xff\xfe\xc3(\x80) tail   \0end";
 
-/* Writes data[0, size) as dir/name. */
-static void put(const char *dir, const char *name, const uint8_t *data, size_t size)
-{
-    char path[96];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-        abort();
-}
-
 /* Encodes text[0, n) and decodes it back: the same bytes, in at most n tokens, each
  * below the vocabulary; the printable form fits its buffer. */
 static void round_trip(const pt_tokenizer *t, const char *text, size_t n)
@@ -64,16 +54,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int mode = data[0] % 4;
     snprintf(path, sizeof path, "%s", dir);
     if (mode == 0) {
-        put(dir, "tokenizer.json", body, n);
+        fuzz_put(dir, "tokenizer.json", body, n);
     } else if (mode == 1) {
-        put(dir, "tokenizer.model", body, n);
+        fuzz_put(dir, "tokenizer.model", body, n);
     } else if (mode == 2) {
         const uint8_t *cut = memchr(body, '\0', n);
         size_t vocab_n = cut ? (size_t)(cut - body) : n;
-        put(dir, "vocab.json", body, vocab_n);
-        put(dir, "merges.txt", cut ? cut + 1 : body + n, cut ? n - vocab_n - 1 : 0);
+        fuzz_put(dir, "vocab.json", body, vocab_n);
+        fuzz_put(dir, "merges.txt", cut ? cut + 1 : body + n, cut ? n - vocab_n - 1 : 0);
     } else {
-        put(dir, "tokenizer", body, n);
+        fuzz_put(dir, "tokenizer", body, n);
         snprintf(path, sizeof path, "%s/tokenizer", dir);
     }
     pt_tokenizer *t = (pt_tokenizer *)&t;

@@ -21,16 +21,6 @@ static void path_of(char *buf, size_t n, const char *name)
     snprintf(buf, n, "%s/test_data_%s", scratch, name);
 }
 
-static void write_raw(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    CHECK(fwrite(bytes, 1, n, f) == n);
-    fclose(f);
-}
-
 /* A token-file header with the given fields, followed by `body` bytes of zeros. */
 static void write_token_file(const char *path, int32_t magic, int32_t version, int32_t count,
                              size_t header_bytes, size_t body)
@@ -42,7 +32,7 @@ static void write_token_file(const char *path, int32_t magic, int32_t version, i
         for (int k = 0; k < 4; k++)
             if ((size_t)(4 * i + k) < header_bytes)
                 b[4 * i + k] = (unsigned char)((uint32_t)fields[i] >> (8 * k));
-    write_raw(path, b, n);
+    check_write_file(path, b, n);
     free(b);
 }
 
@@ -185,7 +175,7 @@ static void test_text(void)
     char path[512];
     path_of(path, sizeof path, "text.txt");
     const unsigned char text[] = {'H', 'i', '\n', 0xff, 0x01, 0xc8};
-    write_raw(path, text, sizeof text);
+    check_write_file(path, text, sizeof text);
     pt_tokens t;
     pt_err err = {{0}};
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);
@@ -207,7 +197,7 @@ static void test_text(void)
     for (int i = 0; i < N; i++)
         big[i] = (unsigned char)(i * 7 + 3 + (i < 1024 && (i * 7 + 3) % 256 == 0));
     big[5000] = 0;
-    write_raw(path, big, N);
+    check_write_file(path, big, N);
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);
     CHECK_INT(t.n, N);
     int same = t.n == N;
@@ -216,7 +206,7 @@ static void test_text(void)
     CHECK(same);
     pt_tokens_free(&t);
     free(big);
-    write_raw(path, "ab", 2);
+    check_write_file(path, "ab", 2);
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);
     CHECK_INT(t.n, 2);
     pt_tokens_free(&t);
@@ -232,7 +222,7 @@ static void test_bad_files(void)
     check_refused(scratch, "Is a directory");
 
     path_of(path, sizeof path, "empty.txt");
-    write_raw(path, "", 0);
+    check_write_file(path, "", 0);
     check_refused(path, "no tokens");
 
     path_of(path, sizeof path, "truncated.bin");
@@ -272,15 +262,15 @@ static void test_bad_files(void)
     check_refused(path, "not a token file: its magic number is 20240521 (0x0134d889), not "
                         "20240520 (llm.c, uint16 tokens) or 20240801 (uint32 tokens)");
     check_refused(path, "NUL byte at offset 5");
-    write_raw(path, "plain words", 11);   /* text, but named .bin */
+    check_write_file(path, "plain words", 11);   /* text, but named .bin */
     check_refused(path, "a .bin file is never read as text");
-    write_raw(path, "ab", 2);
+    check_write_file(path, "ab", 2);
     check_refused(path, "2 bytes, too few for the magic number 20240520 or 20240801");
     path_of(path, sizeof path, "magic.tok");
     write_token_file(path, 0x41414141, 0x41414141, 0x41414141, 1024, 20);
     check_refused(path, "its magic number is 1094795585 (0x41414141)");
     check_refused(path, "NUL byte at offset 12");
-    write_raw(path, "x\0y", 3);
+    check_write_file(path, "x\0y", 3);
     check_refused(path, "NUL byte at offset 1");
 
     path_of(path, sizeof path, "negative.bin");
@@ -575,7 +565,7 @@ static void test_text_to_samples(void)
     char path[512];
     path_of(path, sizeof path, "sample.txt");
     const char *text = "the quick brown fox jumps over the lazy dog\n";
-    write_raw(path, text, strlen(text));
+    check_write_file(path, text, strlen(text));
     pt_tokens t;
     pt_err err = {{0}};
     CHECK_INT(pt_tokens_load(path, &t, &err), 0);

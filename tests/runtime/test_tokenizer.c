@@ -24,19 +24,9 @@ static void path_of(char *buf, size_t n, const char *name)
     snprintf(buf, n, "%s/test_tok_%s", scratch, name);
 }
 
-static void write_file(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    CHECK(fwrite(bytes, 1, n, f) == n);
-    fclose(f);
-}
-
 static void write_text(const char *path, const char *text)
 {
-    write_file(path, text, strlen(text));
+    check_write_file(path, text, strlen(text));
 }
 
 /* ---- Fixtures ------------------------------------------------------------------------- */
@@ -724,7 +714,7 @@ static void test_bad_files(void)
     check_refused(path, path, "line 1: rank 99999999 is beyond 16777215");
     write_text(path, "YQ== 0\n");
     check_refused(path, path, "no token for the byte 0x00");
-    write_file(path, "\x0a\x05<unk>\x00\x01", 10); /* the start of a SentencePiece model */
+    check_write_file(path, "\x0a\x05<unk>\x00\x01", 10); /* the start of a SentencePiece model */
     check_refused(path, path, "binary data, not a tiktoken rank file");
     path_of(path, sizeof path, "missing.model");
     check_refused(path, path, "cannot read");
