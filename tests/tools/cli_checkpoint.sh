@@ -127,6 +127,26 @@ if [ -n "$at" ]; then
     out_has "resumed sig/step_$(printf %08d "$at") at step $at" "the interrupted run resumes"
 fi
 
+# Under mpirun, SIGTERM to one rank stops every rank after the same step: the others
+# are told, the checkpoint is written, mpirun exits 75.
+run 0 "$build/ptplan" --devices 2 --layout dp=2,mbs=2 --global-batch 16 --out plan2.json \
+    --steps 100000
+$mpirun -np 2 "$build/ptrun" plan2.json --sample 0 --val-every 0 --checkpoint sig2 \
+    --log sig2.jsonl >sig2.out 2>sig2.err &
+pid=$!
+n=0
+while [ "$n" -lt 600 ] && ! grep -q '"type":"step","step":3,' sig2.jsonl 2>/dev/null; do
+    sleep 0.1
+    n=$((n + 1))
+done
+kill -TERM "$(rank_pid plan2.json 1)"
+wait "$pid"
+rc=$?
+[ "$rc" = 75 ] || fail "SIGTERM to rank 1: mpirun exits $rc, expected 75 ($(tail -2 sig2.err))"
+at=$(sed -n 's/^interrupted after step \([0-9]*\) (another rank was signalled); --resume continues$/\1/p' sig2.out)
+[ -n "$at" ] && grep -q "^checkpoint step $at written: sig2/step_" sig2.out ||
+    fail "SIGTERM to rank 1: rank 0 stops after the same step with a checkpoint: $(tail -3 sig2.out)"
+
 # 6. --init-from: the weights of a checkpoint, the optimizer afresh from step 0: the
 # first step's loss is the trained model's, far below a fresh start's.
 run 0 train --init-from ck --log init.jsonl --steps 2
