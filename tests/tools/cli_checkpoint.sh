@@ -19,6 +19,15 @@ loss_at() { grep "\"type\":\"step\",\"step\":$2," "$1" | tail -1 | sed 's/.*"los
 meta_field() { grep "\"$2\"" "$1/meta.json" | head -1 | tr -dc '0-9'; }
 train() { "$build/ptrun" plan.json --quiet --sample 0 --val-every 0 --checkpoint-every 10 "$@"; }
 step_dir() { printf '%s/step_%08d' "$1" "$2"; }
+# await_step LOG N: until the log shows step N (60 s at most; the checks that follow
+# rely only on the step the run then reports)
+await_step() {
+    n=0
+    while [ "$n" -lt 600 ] && ! grep -q "\"type\":\"step\",\"step\":$2," "$1" 2>/dev/null; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+}
 
 run 0 "$build/ptplan" --model tiny --devices 1 --out plan.json --steps 40
 [ -f plan.json ] || fail "ptplan writes the plan"
@@ -108,11 +117,7 @@ err_has "bad/meta.json: field 'step' = 999 is beyond this run's 40 steps" "step 
 "$build/ptrun" plan.json --sample 0 --val-every 0 --steps 100000 --checkpoint sig \
     --log sig.jsonl >sig.out 2>sig.err &
 pid=$!
-n=0
-while [ "$n" -lt 600 ] && ! grep -q '"type":"step","step":3,' sig.jsonl 2>/dev/null; do
-    sleep 0.1
-    n=$((n + 1))
-done
+await_step sig.jsonl 3
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
@@ -134,11 +139,7 @@ run 0 "$build/ptplan" --devices 2 --layout dp=2,mbs=2 --global-batch 16 --out pl
 $mpirun -np 2 "$build/ptrun" plan2.json --sample 0 --val-every 0 --checkpoint sig2 \
     --log sig2.jsonl >sig2.out 2>sig2.err &
 pid=$!
-n=0
-while [ "$n" -lt 600 ] && ! grep -q '"type":"step","step":3,' sig2.jsonl 2>/dev/null; do
-    sleep 0.1
-    n=$((n + 1))
-done
+await_step sig2.jsonl 3
 kill -TERM "$(rank_pid plan2.json 1)"
 wait "$pid"
 rc=$?
