@@ -19,7 +19,7 @@
 
 size_t pt_comm_type_bytes(pt_comm_type t)
 {
-    return t == PT_CT_F64 ? 8 : t == PT_CT_BYTE ? 1 : t == PT_CT_BF16 ? 2 : 4;
+    return t == PT_CT_F64 ? 8 : t == PT_CT_BYTE ? 1 : t == PT_CT_BF16 || t == PT_CT_BF16W ? 2 : 4;
 }
 
 /* What comm_nccl.c does with sends (nccl_send; keep the two together): each its own
@@ -457,6 +457,9 @@ static int dtype(pt_comm_dtype t, pt_comm_type *ct, pt_err *err)
     case PT_COMM_F64:
         *ct = PT_CT_F64;
         return 0;
+    case PT_COMM_BF16_WIRE:
+        *ct = PT_CT_BF16W;
+        return 0;
     }
     return pt_err_set(err, "internal: element type %d of a collective", (int)t);
 }
@@ -470,6 +473,9 @@ static int coll_t(pt_comm *c, pt_comm_op op, int kind, pt_comm_dtype t, const vo
         *req = NULL;
     if (dtype(t, &ct, err))
         return -1;
+    if (ct == PT_CT_BF16W && op != PT_CO_SUM && op != PT_CO_RS)
+        return pt_err_set(err, "internal: a %s of bf16 on the wire (sums only)",
+                          pt_comm_op_name(op));
     return coll(c, op, kind, ct, in, out, n, true, req, err);
 }
 

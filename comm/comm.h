@@ -113,7 +113,12 @@ int pt_comm_sub(pt_comm *c, int n, pt_comm **out, pt_err *err);
  * exact as fp32 in MPI's order). NCCL reduces bf16 itself (ncclBfloat16), rounding to
  * bf16 at each step of its algorithm, so its sums over three or more ranks may differ
  * from the MPI paths' in the last bit. All-gathers move the elements unchanged. */
-typedef enum { PT_COMM_F32, PT_COMM_BF16, PT_COMM_F64 } pt_comm_dtype;
+/* PT_COMM_BF16_WIRE sums bf16 as bf16 on every backend, two bytes per element on the
+ * wire (gradient compression, runtime/compress.c): on MPI a user-defined operation on
+ * 16-bit words widens each pair to fp32, adds and rounds the sum to bf16, at every
+ * step of MPI's algorithm, as ncclBfloat16 does on NCCL; sums only (all-reduce and
+ * reduce-scatter). */
+typedef enum { PT_COMM_F32, PT_COMM_BF16, PT_COMM_F64, PT_COMM_BF16_WIRE } pt_comm_dtype;
 
 /* The typed forms of the collectives below, on [backend] buffers of n elements of t
  * (counts as in the fp32 calls); the fp32 calls are these with PT_COMM_F32. Errors

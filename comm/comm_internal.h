@@ -22,7 +22,10 @@ enum { PT_COMM_EMBED = PT_GROUP_COUNT, PT_COMM_WORLD, PT_COMM_SLOTS };
  * and all-to-all the elements per rank. */
 typedef enum { PT_CO_SUM, PT_CO_MAX, PT_CO_MIN, PT_CO_RS, PT_CO_AG, PT_CO_A2A,
                PT_CO_BCAST } pt_comm_op;
-typedef enum { PT_CT_F32, PT_CT_F64, PT_CT_I32, PT_CT_BYTE, PT_CT_BF16 } pt_comm_type;
+/* PT_CT_BF16W: bf16 reduced as bf16 (PT_COMM_BF16_WIRE); PT_CT_BF16 is reduced in
+ * fp32 on MPI. */
+typedef enum { PT_CT_F32, PT_CT_F64, PT_CT_I32, PT_CT_BYTE, PT_CT_BF16,
+               PT_CT_BF16W } pt_comm_type;
 
 /* This rank's place in one group (from the planner's grid; the world by itself). */
 typedef struct {

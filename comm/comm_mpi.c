@@ -27,11 +27,43 @@ int pt_comm_mpi_fail(pt_err *err, int code, const char *what)
     return pt_err_set(err, "%s: %s", what, text);
 }
 
-/* bf16 travels as 16-bit words: only moved, never reduced by MPI (mpi_op_bf16). */
+/* bf16 travels as 16-bit words: PT_CT_BF16 only moved, never reduced by MPI
+ * (bf16_stage widens its reductions), PT_CT_BF16W reduced by bf16_sum. */
 static MPI_Datatype mpi_type(pt_comm_type t)
 {
     return t == PT_CT_F32 ? MPI_FLOAT : t == PT_CT_F64 ? MPI_DOUBLE
-           : t == PT_CT_I32 ? MPI_INT : t == PT_CT_BF16 ? MPI_UINT16_T : MPI_BYTE;
+           : t == PT_CT_I32                      ? MPI_INT
+           : t == PT_CT_BF16 || t == PT_CT_BF16W ? MPI_UINT16_T
+                                                 : MPI_BYTE;
+}
+
+/* MPI's user function for PT_CT_BF16W: inout[i] = bf16(f32(in[i]) + f32(inout[i])),
+ * rounded to nearest even as ncclBfloat16 sums round. */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = pt_k_bf16_from_f32(pt_k_f32_from_bf16(a[i]) + pt_k_f32_from_bf16(b[i]));
+}
+
+/* The MPI operation of a reduction: MPI's own, or bf16_sum (created at its first use
+ * and kept until MPI_Finalize frees it). */
+static int reduce_op(pt_comm_op op, pt_comm_type t, MPI_Op *mop, pt_err *err)
+{
+    static MPI_Op bf16_op = MPI_OP_NULL;
+    if (t == PT_CT_BF16W) {
+        if (op != PT_CO_SUM && op != PT_CO_RS)
+            return pt_err_set(err, "internal: a %s of bf16 on the wire", pt_comm_op_name(op));
+        int rc = bf16_op == MPI_OP_NULL ? MPI_Op_create(bf16_sum, 1, &bf16_op) : MPI_SUCCESS;
+        if (rc != MPI_SUCCESS)
+            return pt_comm_mpi_fail(err, rc, "creating MPI's bf16 sum");
+        *mop = bf16_op;
+        return 0;
+    }
+    *mop = op == PT_CO_MAX ? MPI_MAX : op == PT_CO_MIN ? MPI_MIN : MPI_SUM;
+    return 0;
 }
 
 static void mpi_library(char *buf, size_t cap)
@@ -84,7 +116,9 @@ static int mpi_start_reduce(pt_comm_op op, MPI_Comm comm, pt_comm_type t, void *
 {
     MPI_Datatype ty = mpi_type(t);
     size_t es = pt_comm_type_bytes(t);
-    MPI_Op mop = op == PT_CO_SUM ? MPI_SUM : op == PT_CO_MAX ? MPI_MAX : MPI_MIN;
+    MPI_Op mop;
+    if (reduce_op(op, t, &mop, err))
+        return -1;
     int rc = MPI_SUCCESS;
     for (int64_t off = 0; off < n && rc == MPI_SUCCESS; off += PT_CHUNK) {
         int cnt = (int)(n - off < PT_CHUNK ? n - off : PT_CHUNK);
@@ -112,12 +146,15 @@ static int mpi_start(pt_comm_op op, MPI_Comm comm, int grank, pt_comm_type t, vo
     size_t es = pt_comm_type_bytes(t);
     int cnt = (int)n, rc;
     MPI_Request *q = &r->mpi[r->n_mpi];
+    MPI_Op sum;
+    if (op == PT_CO_RS && reduce_op(op, t, &sum, err))
+        return -1;
     switch (op) {
     case PT_CO_BCAST:
         rc = MPI_Ibcast(hout, cnt, ty, 0, comm, q);
         break;
     case PT_CO_RS:
-        rc = MPI_Ireduce_scatter_block(hin, hout, cnt, ty, MPI_SUM, comm, q);
+        rc = MPI_Ireduce_scatter_block(hin, hout, cnt, ty, sum, comm, q);
         break;
     case PT_CO_AG:
         /* the input already in its place in the output: MPI's in-place form */

@@ -187,7 +187,9 @@ static int settle(pt_comm *c, ncclComm_t comm, ncclResult_t r, double timeout_s,
 static ncclDataType_t nccl_type(pt_comm_type t)
 {
     return t == PT_CT_F32 ? ncclFloat32 : t == PT_CT_F64 ? ncclFloat64
-           : t == PT_CT_I32 ? ncclInt32 : t == PT_CT_BF16 ? ncclBfloat16 : ncclUint8;
+           : t == PT_CT_I32                      ? ncclInt32
+           : t == PT_CT_BF16 || t == PT_CT_BF16W ? ncclBfloat16
+                                                 : ncclUint8;
 }
 
 /* ---- Communicators ---------------------------------------------------------------------- */

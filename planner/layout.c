@@ -18,11 +18,13 @@ static const char *const recompute_names[PT_RECOMPUTE_COUNT] = {"none", "selecti
 static const char *const schedule_names[PT_SCHED_COUNT] = {"afab", "1f1b", "interleaved"};
 static const char *const dim_names[PT_NDIM] = {"tp", "cp", "dp", "pp"};
 static const char *const dp_overlap_names[PT_DPO_COUNT] = {"none", "last", "backward"};
+static const char *const compress_names[PT_COMPRESS_COUNT] = {"none", "bf16", "powersgd"};
 
 const char *pt_recompute_name(pt_recompute r) { return recompute_names[r]; }
 const char *pt_schedule_name(pt_schedule s) { return schedule_names[s]; }
 const char *pt_dim_name(pt_dim d) { return dim_names[d]; }
 const char *pt_dp_overlap_name(pt_dp_overlap o) { return dp_overlap_names[o]; }
+const char *pt_compress_name(pt_compress c) { return compress_names[c]; }
 
 static const struct {
     const char *key;
@@ -48,6 +50,9 @@ static const struct {
     [PT_REJECT_ZERO_PP] = {"zero_pp", "ZeRO stage 2/3 with pipeline parallelism"},
     [PT_REJECT_UNEVEN_SPLIT] = {"uneven_split",
                                 "first_layers/last_layers leave no valid split of the layers"},
+    [PT_REJECT_COMPRESS_ZERO] = {"compress_zero", "gradient compression with ZeRO stage 2/3"},
+    [PT_REJECT_COMPRESS_NO_DP] = {"compress_no_dp",
+                                  "gradient compression with dp*cp = 1 compresses nothing"},
     [PT_REJECT_BAD_VALUE] = {"bad_value", "a size below 1 or ZeRO stage outside 0..3"},
 };
 
@@ -60,7 +65,8 @@ void pt_layout_default(pt_layout *l)
 {
     *l = (pt_layout){.tp = 1, .cp = 1, .pp = 1, .dp = 1, .vp = 1, .sp = false, .zero = 0,
                      .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
-                     .dp_overlap = PT_DPO_LAST,
+                     .dp_overlap = PT_DPO_LAST, .powersgd_rank = PT_POWERSGD_RANK,
+                     .powersgd_start = PT_POWERSGD_START,
                      .schedule = PT_SCHED_1F1B,
                      .order = {PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP}};
 }
@@ -123,6 +129,11 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
         APPEND(",first_layers=%lld", (long long)l->first_layers);
     if (l->last_layers)
         APPEND(",last_layers=%lld", (long long)l->last_layers);
+    if (l->compress != PT_COMPRESS_NONE)
+        APPEND(",compress=%s", compress_names[l->compress]);
+    if (l->compress == PT_COMPRESS_POWERSGD)
+        APPEND(",powersgd_rank=%d,powersgd_start=%lld", l->powersgd_rank,
+               (long long)l->powersgd_start);
 #undef APPEND
 }
 
@@ -130,10 +141,11 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
 
 enum { K_TP, K_SP, K_PP, K_VP, K_CP, K_DP, K_ZERO, K_MBS, K_RECOMPUTE, K_SCHEDULE,
        K_ORDER, K_TP_OVERLAP, K_DP_OVERLAP, K_PARAM_OVERLAP, K_FIRST_LAYERS, K_LAST_LAYERS,
-       K_COUNT };
+       K_COMPRESS, K_POWERSGD_RANK, K_POWERSGD_START, K_COUNT };
 static const char *const layout_keys[K_COUNT] = {
     "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order",
-    "tp_overlap", "dp_overlap", "param_overlap", "first_layers", "last_layers"};
+    "tp_overlap", "dp_overlap", "param_overlap", "first_layers", "last_layers", "compress",
+    "powersgd_rank", "powersgd_start"};
 
 static int parse_int(const char *key, const char *val, int64_t lo, int64_t hi, int64_t *out,
                      pt_err *err)
@@ -205,6 +217,21 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
             return -1;
         *(key == K_FIRST_LAYERS ? &l->first_layers : &l->last_layers) = v;
         return 0;
+    case K_COMPRESS:
+        if (parse_name("compress", val, compress_names, PT_COMPRESS_COUNT, &e, err))
+            return -1;
+        l->compress = (pt_compress)e;
+        return 0;
+    case K_POWERSGD_RANK:
+        if (parse_int("powersgd_rank", val, 1, PT_POWERSGD_MAX_RANK, &v, err))
+            return -1;
+        l->powersgd_rank = (int)v;
+        return 0;
+    case K_POWERSGD_START:
+        if (parse_int("powersgd_start", val, 0, INT32_MAX, &v, err))
+            return -1;
+        l->powersgd_start = v;
+        return 0;
     case K_ZERO:
         if (parse_int("zero", val, 0, 3, &v, err))
             return -1;
@@ -253,7 +280,8 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
         if (key == K_COUNT)
             return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
                                    "zero, mbs, recompute, schedule, order, tp_overlap, dp_overlap, "
-                                   "param_overlap, first_layers, last_layers)", item);
+                                   "param_overlap, first_layers, last_layers, compress, "
+                                   "powersgd_rank, powersgd_start)", item);
         if (given[key])
             return pt_err_set(err, "layout: key '%s' given twice", item);
         given[key] = true;
@@ -274,6 +302,11 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
                           l->tp, l->cp, l->pp, l->dp, (long long)PT_MAX_WORLD);
     if (!given[K_SCHEDULE] && l->vp > 1)
         l->schedule = PT_SCHED_INTERLEAVED;
+    if ((given[K_POWERSGD_RANK] || given[K_POWERSGD_START]) &&
+        l->compress != PT_COMPRESS_POWERSGD)
+        return pt_err_set(err, "layout: %s applies only with compress=powersgd (compress=%s)",
+                          given[K_POWERSGD_RANK] ? "powersgd_rank" : "powersgd_start",
+                          compress_names[l->compress]);
     if (global_batch > 0)
         l->n_micro = global_batch / ((int64_t)l->mbs * l->dp);
     return 0;
@@ -423,7 +456,10 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     if (cond)              \
     bad |= 1u << (reason)
     if (l->tp < 1 || l->cp < 1 || l->pp < 1 || l->dp < 1 || l->vp < 1 || l->mbs < 1 ||
-        l->zero < 0 || l->zero > 3 || l->first_layers < 0 || l->last_layers < 0) {
+        l->zero < 0 || l->zero > 3 || l->first_layers < 0 || l->last_layers < 0 ||
+        l->compress < 0 || l->compress >= PT_COMPRESS_COUNT || l->powersgd_start < 0 ||
+        (l->compress == PT_COMPRESS_POWERSGD &&
+         (l->powersgd_rank < 1 || l->powersgd_rank > PT_POWERSGD_MAX_RANK))) {
         bad |= 1u << PT_REJECT_BAD_VALUE;
         if (mask)
             *mask = bad;
@@ -455,6 +491,11 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     /* DeepSpeed refuses ZeRO-2/3 with its pipeline engine: partitioned gradients
      * would be reduced for every micro-batch instead of once per step. */
     RULE(l->zero >= 2 && l->pp > 1, PT_REJECT_ZERO_PP);
+    /* compression rides on the ZeRO 0/1 gradient buckets; ZeRO 2/3 reduce-scatter
+     * layer segments (runtime/zero.c), which it does not cover */
+    RULE(l->compress != PT_COMPRESS_NONE && l->zero >= 2, PT_REJECT_COMPRESS_ZERO);
+    RULE(l->compress != PT_COMPRESS_NONE && (int64_t)l->dp * l->cp == 1,
+         PT_REJECT_COMPRESS_NO_DP);
 #undef RULE
     if (mask)
         *mask = bad;
@@ -533,14 +574,25 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         snprintf(buf, n, "zero = %d with pp = %d: ZeRO 2/3 would reduce gradients every "
                  "micro-batch; use zero <= 1 with pipelining", l->zero, l->pp);
         break;
+    case PT_REJECT_COMPRESS_ZERO:
+        snprintf(buf, n, "compress=%s with zero = %d: compression applies to the ZeRO 0/1 "
+                 "gradient buckets; use zero <= 1 or compress=none", compress_names[l->compress],
+                 l->zero);
+        break;
+    case PT_REJECT_COMPRESS_NO_DP:
+        snprintf(buf, n, "compress=%s with dp*cp = %lld: no gradient is reduced over data "
+                 "parallelism, so there is nothing to compress", compress_names[l->compress],
+                 (long long)l->dp * l->cp);
+        break;
     case PT_REJECT_UNEVEN_SPLIT:
         if (split_ok(m, l, buf, n))
             snprintf(buf, n, "first_layers = %lld, last_layers = %lld split the %lld layers "
                      "validly", (long long)l->first_layers, (long long)l->last_layers, L);
         break;
     default:
-        snprintf(buf, n, "sizes must be at least 1, zero within 0..3 and first_layers, "
-                 "last_layers at least 0");
+        snprintf(buf, n, "sizes must be at least 1, zero within 0..3, first_layers, "
+                 "last_layers and powersgd_start at least 0, powersgd_rank within 1..%d",
+                 PT_POWERSGD_MAX_RANK);
         break;
     }
 }

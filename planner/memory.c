@@ -335,10 +335,13 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
     bool first = stage == 0, last = stage == pp - 1;
     double P = (double)pt_params_part(m, l->tp, (int)pp, layers, first, last), f32 = 4.0;
     double work = p.act_bytes == 4 ? 0.0 : (double)p.act_bytes; /* working weights */
+    /* compress=bf16 (runtime/compress.c): the buckets' bf16 copies beside the fp32 ones */
+    double bf16 = l->compress == PT_COMPRESS_BF16 && N > 1 ? 2.0 : 0.0;
     if (l->zero == 0 || N == 1) {
         out->weights_bytes = (f32 + work) * P;
         out->grads_bytes = f32 * P;
         out->optimizer_bytes = 2 * f32 * P;
+        out->comm_bytes += bf16 * P;
         return;
     }
     if (l->zero == 1) { /* bucket shares, and the buckets' padded copies */
@@ -346,7 +349,7 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
         out->weights_bytes = (f32 + work) * P;
         out->grads_bytes = f32 * P;
         out->optimizer_bytes = 2 * f32 * shares;
-        out->comm_bytes += f32 * (shares * (double)N + shares);
+        out->comm_bytes += (f32 + bf16) * (shares * (double)N + shares);
         return;
     }
     int64_t lp = pt_params_layer(m, l->tp);

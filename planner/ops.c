@@ -905,6 +905,12 @@ double pt_grad_reduce_bytes(const pt_opctx *c)
     return c->t->stack.grad_reduce_dtype == PT_DTYPE_BF16 && g > 2 ? 2 : g;
 }
 
+double pt_grad_wire_share(const pt_opctx *c)
+{
+    double g = pt_grad_reduce_bytes(c);
+    return c->l->compress == PT_COMPRESS_BF16 && g > 2 ? 2 / g : 1;
+}
+
 double pt_bucket_bytes(const pt_opctx *c)
 {
     const pt_stack *s = &c->t->stack;
@@ -964,10 +970,13 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out)
             full = 0x1p30;
             rest = 0;
         }
+        /* compress=bf16: the same buckets, each at two bytes per element on the wire */
+        double wire = pt_grad_wire_share(c);
         if (full >= 1)
-            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, bucket, (int)full, true);
+            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, bucket * wire, (int)full,
+                 true);
         if (rest > 0)
-            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, rest, 1, true);
+            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, rest * wire, 1, true);
     }
     return finish(&b);
 }
@@ -1010,7 +1019,8 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
     double left = zero >= 2 ? sp->edge : zero == 1 ? sp->tied : 0;
     if (left > 0)
         coll(&b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_GRADS, PT_TEN_GRADS},
-             PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, left * g, 1, false);
+             PT_COLL_REDUCESCATTER, PT_GROUP_DPCP,
+             left * g * (zero == 1 ? pt_grad_wire_share(c) : 1), 1, false);
     pt_grid grid;
     pt_grid_init(&grid, c->l);
     if (grid.world > 1) { /* the gradient norm: one double summed over every rank */

@@ -120,6 +120,7 @@ static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "p
                                           "cp", "dp", "zero", "mbs", "n_micro", "recompute",
                                           "schedule", "order", "world", "dp_overlap",
                                           "param_overlap", "first_layers", "last_layers",
+                                          "compress", "powersgd_rank", "powersgd_start",
                                           NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
@@ -196,11 +197,20 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     *l = (pt_layout){.tp = (int)v[0], .pp = (int)v[1], .vp = (int)v[2], .cp = (int)v[3],
                      .dp = (int)v[4], .zero = (int)v[5], .mbs = v[6], .n_micro = v[7],
                      .sp = sp, .tp_overlap = overlap, .recompute = (pt_recompute)rec,
-                     .schedule = (pt_schedule)sch, .dp_overlap = PT_DPO_LAST};
+                     .schedule = (pt_schedule)sch, .dp_overlap = PT_DPO_LAST,
+                     .powersgd_rank = PT_POWERSGD_RANK, .powersgd_start = PT_POWERSGD_START};
     /* Fields that plans written before they existed leave out (their defaults). */
     static const char *const dpo_names[] = {"none", "last", "backward"};
-    int dpo = PT_DPO_LAST;
-    if ((json_object_get(o.obj, "dp_overlap") &&
+    static const char *const compress_names[] = {"none", "bf16", "powersgd"};
+    int dpo = PT_DPO_LAST, cmp = PT_COMPRESS_NONE;
+    int64_t psgd_rank = PT_POWERSGD_RANK;
+    if ((json_object_get(o.obj, "compress") &&
+         pt_json_get_enum(&o, "compress", compress_names, PT_COMPRESS_COUNT, &cmp, err)) ||
+        (json_object_get(o.obj, "powersgd_rank") &&
+         get_int_in(&o, "powersgd_rank", 1, PT_POWERSGD_MAX_RANK, &psgd_rank, err)) ||
+        (json_object_get(o.obj, "powersgd_start") &&
+         get_int_in(&o, "powersgd_start", 0, INT32_MAX, &l->powersgd_start, err)) ||
+        (json_object_get(o.obj, "dp_overlap") &&
          pt_json_get_enum(&o, "dp_overlap", dpo_names, PT_DPO_COUNT, &dpo, err)) ||
         (json_object_get(o.obj, "param_overlap") &&
          pt_json_get_bool(&o, "param_overlap", &l->param_overlap, err)) ||
@@ -210,6 +220,8 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
          get_int_in(&o, "last_layers", 0, 1 << 16, &l->last_layers, err)))
         return -1;
     l->dp_overlap = (pt_dp_overlap)dpo;
+    l->compress = (pt_compress)cmp;
+    l->powersgd_rank = (int)psgd_rank;
     pt_err why;
     if (pt_order_parse(order, l->order, &why))
         return pt_err_set(err, "%s: field 'layout.order': %s", o.origin, why.msg);

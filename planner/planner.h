@@ -263,6 +263,20 @@ const char *pt_schedule_name(pt_schedule s);
 const char *pt_dim_name(pt_dim d);
 const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" */
 
+/* Compression of the data-parallel gradient reduction (ZeRO 0 and 1 buckets):
+ * none; bf16 (each bucket rounded to bf16 for the reduction and widened back, as
+ * PyTorch DDP's bf16_compress_hook); powersgd (rank-r PowerSGD, Vogels et al. 2019,
+ * "PowerSGD: Practical Low-Rank Gradient Compression for Distributed Optimization",
+ * NeurIPS: each weight matrix M reduced as P = MQ and Q = M^T P, with error feedback
+ * and warm-started Q; 1-D tensors, the embedding and the head stay uncompressed). */
+typedef enum { PT_COMPRESS_NONE, PT_COMPRESS_BF16, PT_COMPRESS_POWERSGD,
+               PT_COMPRESS_COUNT } pt_compress;
+const char *pt_compress_name(pt_compress c); /* "none", "bf16", "powersgd" */
+/* PowerSGD's defaults: rank 4 (Vogels et al. 2019 train their transformer language
+ * model at rank 4, Table 8) and 10 uncompressed steps first (PyTorch's
+ * PowerSGDState advises starting after the learning-rate warm-up). */
+enum { PT_POWERSGD_RANK = 4, PT_POWERSGD_START = 10, PT_POWERSGD_MAX_RANK = 1024 };
+
 typedef struct {
     int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */
     int vp;                 /* virtual stages (model chunks) per pipeline rank */
@@ -277,6 +291,10 @@ typedef struct {
                                (0: the even split L/p); the rest divide evenly over the
                                middle stages, each stage's over its vp chunks */
     int zero;               /* ZeRO stage 0..3, sharding over the dp×cp group */
+    pt_compress compress;   /* gradient compression of the dp·cp reduction [none] */
+    int powersgd_rank;      /* r of compress=powersgd [PT_POWERSGD_RANK] */
+    int64_t powersgd_start; /* the first step compressed by PowerSGD (the steps before
+                               are reduced uncompressed) [PT_POWERSGD_START] */
     int64_t mbs;            /* b: micro-batch size */
     int64_t n_micro;        /* micro-batches per step per data-parallel rank */
     pt_recompute recompute;
@@ -331,6 +349,8 @@ typedef enum {
     PT_REJECT_ZERO_NO_DP,         /* ZeRO stage > 0 with d·c = 1: nothing to shard */
     PT_REJECT_ZERO_PP,            /* ZeRO 2/3 with pipeline parallelism */
     PT_REJECT_UNEVEN_SPLIT,       /* first_layers/last_layers leave no valid split */
+    PT_REJECT_COMPRESS_ZERO,      /* gradient compression with ZeRO 2/3 */
+    PT_REJECT_COMPRESS_NO_DP,     /* gradient compression with d·c = 1: nothing reduced */
     PT_REJECT_BAD_VALUE,          /* a size below 1, zero outside 0..3, ... */
     PT_REJECT_COUNT
 } pt_reject;
@@ -719,6 +739,9 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out);
  * stack's rule, else the training's bucket). */
 double pt_grad_reduce_bytes(const pt_opctx *c);
 double pt_bucket_bytes(const pt_opctx *c);
+/* The share of a ZeRO 0/1 bucket's bytes that travels: 2/4 under compress=bf16 with
+ * fp32 gradient reduction, else 1. */
+double pt_grad_wire_share(const pt_opctx *c);
 /* How a range of `len` gradient elements is cut into buckets of `bucket` elements as
  * the backward makes them final from the range's end down (PyTorch DDP's and
  * Megatron's order): whole buckets from the top, what is left at the bottom. The

@@ -11,14 +11,17 @@ json_t *pt_layout_json(const pt_layout *l)
     char text[256], order[32];
     pt_layout_format(l, text, sizeof text);
     pt_order_format(l->order, order, sizeof order);
-    return json_pack("{s:s, s:i, s:b, s:b, s:s, s:b, s:i, s:i, s:I, s:I, s:i, s:i, s:i, s:I, "
-                     "s:I, s:s, s:s, s:s, s:I}",
+    return json_pack("{s:s, s:i, s:b, s:b, s:s, s:b, s:i, s:i, s:I, s:I, s:i, s:i, s:i, s:s, "
+                     "s:i, s:I, s:I, s:I, s:s, s:s, s:s, s:I}",
                      "string", text, "tp", l->tp, "sp", l->sp, "tp_overlap", l->tp_overlap,
                      "dp_overlap", pt_dp_overlap_name(l->dp_overlap),
                      "param_overlap", l->param_overlap, "pp", l->pp, "vp", l->vp,
                      "first_layers", (json_int_t)l->first_layers,
                      "last_layers", (json_int_t)l->last_layers,
-                     "cp", l->cp, "dp", l->dp, "zero", l->zero, "mbs", (json_int_t)l->mbs,
+                     "cp", l->cp, "dp", l->dp, "zero", l->zero,
+                     "compress", pt_compress_name(l->compress),
+                     "powersgd_rank", l->powersgd_rank,
+                     "powersgd_start", (json_int_t)l->powersgd_start, "mbs", (json_int_t)l->mbs,
                      "n_micro", (json_int_t)l->n_micro,
                      "recompute", pt_recompute_name(l->recompute),
                      "schedule", pt_schedule_name(l->schedule), "order", order,

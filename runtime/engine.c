@@ -221,6 +221,7 @@ static void zero1_share(const pt_zero1_bucket *z, int64_t r, int64_t *lo, int64_
 
 static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
                        pt_err *err);
+static int zero1_wait(pt_net *n, pt_comm *comm, int b, pt_comm_req *req, pt_err *err);
 
 /* The step's end (pt_ops_optimizer's list), op by op. How the gradients are held:
  * ZeRO 0 whole everywhere (reduced chunk by chunk); ZeRO 1 (Megatron-Core's
@@ -338,7 +339,7 @@ static int reduce_left(step_end *e, pt_err *err)
     for (int b = 0; b < n->n_z1; b++) {
         pt_comm_req *req = NULL;
         if (n->z1[b].at_step && (zero1_start(n, e->d->comm, &n->z1[b], &req, err) ||
-                                 pt_comm_wait(e->d->comm, req, err)))
+                                 zero1_wait(n, e->d->comm, b, req, err)))
             return -1;
     }
     return 0;
@@ -454,7 +455,10 @@ typedef struct {
     int64_t started;          /* elements [started, reduce_hi) are in buckets */
     int next_z1;              /* ZeRO 1: the chunk's next bucket in pt_net.z1 */
     pt_comm_req **req;        /* [n_req] the buckets in flight, in start order */
-    int64_t *bytes;           /* [n_req] their sizes */
+    int64_t *bytes;           /* [n_req] their sizes (fp32 bytes) */
+    int64_t *key;             /* [n_req] which: ZeRO 0 the first element, ZeRO 1 the
+                                 index in pt_net.z1 (a compressed bucket's result is
+                                 widened once waited for) */
     int n_req, cap;
 } chunk_buckets;
 
@@ -501,6 +505,7 @@ static void buckets_free(buckets *B)
     for (int c = 0; c < B->n->layout.vp; c++) {
         free(B->c[c].req);
         free(B->c[c].bytes);
+        free(B->c[c].key);
     }
 }
 
@@ -520,10 +525,13 @@ static void bucket_span(const buckets *B, const char *what, int chunk, int64_t b
 }
 
 /* Starts ZeRO 1's reduce-scatter of bucket z: its gradients copied into its padded
- * slot of rs_full (the padding zero), this rank's share reduced into rs_shard. */
+ * slot of rs_full (the padding zero), this rank's share reduced into rs_shard; under
+ * compression the bf16 copies of both (zero1_done widens the share). */
 static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
                        pt_err *err)
 {
+    if (pt_gc_on(n))
+        return pt_gc_rs_start(n, comm, z, req, err);
     pt_kernels *kn = n->kn;
     float *full = n->rs_full + z->full_at;
     int64_t len = z->hi - z->lo, padded = z->share * n->opt_ranks;
@@ -531,6 +539,26 @@ static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_co
     kn->zero(kn, full + len, (size_t)(padded - len) * sizeof *full);
     return pt_comm_ireducescatter(comm, PT_GROUP_DPCP, full, n->rs_shard + z->shard_at,
                                   z->share, req, err);
+}
+
+/* What follows the wait for a bucket's collective: a compressed bucket's result
+ * widened into the fp32 gradients (ZeRO 0) or this rank's share (ZeRO 1, bucket z). */
+static void bucket_done(pt_net *n, bool scatter, int64_t key, int64_t bytes)
+{
+    if (!pt_gc_on(n))
+        return;
+    if (scatter)
+        pt_gc_rs_done(n, &n->z1[key]);
+    else
+        pt_gc_allreduce_done(n, key, bytes / (int64_t)sizeof(float));
+}
+
+static int zero1_wait(pt_net *n, pt_comm *comm, int b, pt_comm_req *req, pt_err *err)
+{
+    if (pt_comm_wait(comm, req, err))
+        return -1;
+    bucket_done(n, true, b, 0);
+    return 0;
 }
 
 /* Starts the collective of elements [lo, started) of chunk `chunk`. */
@@ -546,15 +574,20 @@ static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
         if (r)
             cb->req = r;
         int64_t *b = r ? realloc(cb->bytes, (size_t)cap * sizeof *b) : NULL;
-        if (!b)
+        if (b)
+            cb->bytes = b;
+        int64_t *k = b ? realloc(cb->key, (size_t)cap * sizeof *k) : NULL;
+        if (!k)
             return pt_err_set(err, "out of memory for gradient buckets");
-        cb->bytes = b;
+        cb->key = k;
         cb->cap = cap;
     }
     double t0 = pt_trace_now();
+    cb->key[cb->n_req] = lo;
     if (B->scatter) {
         pt_net *n = B->n;
         int k = cb->next_z1;
+        cb->key[cb->n_req] = k;
         if (k < 0 || k >= n->n_z1 || n->z1[k].chunk != chunk || n->z1[k].lo != lo ||
             n->z1[k].hi != cb->started)
             return pt_err_set(err, "internal: ZeRO-1 bucket [%lld, %lld) of chunk %d is not "
@@ -563,8 +596,10 @@ static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
         cb->next_z1 = k + 1 < n->n_z1 && n->z1[k + 1].chunk == chunk ? k + 1 : -1;
         if (zero1_start(n, B->comm, &n->z1[k], &cb->req[cb->n_req], err))
             return -1;
-    } else if (pt_comm_iallreduce(B->comm, PT_GROUP_DPCP, B->n->grad + lo, count,
-                                  &cb->req[cb->n_req], err)) {
+    } else if (pt_gc_on(B->n) ? pt_gc_allreduce_start(B->n, B->comm, lo, count,
+                                                      &cb->req[cb->n_req], err)
+                              : pt_comm_iallreduce(B->comm, PT_GROUP_DPCP, B->n->grad + lo,
+                                                   count, &cb->req[cb->n_req], err)) {
         return -1;
     }
     int64_t bytes = count * (int64_t)sizeof(float);
@@ -600,6 +635,8 @@ static int buckets_finish(buckets *B, int chunk, pt_err *err)
         pt_err e2;
         if (pt_comm_wait(B->comm, cb->req[i], rc ? &e2 : err))
             rc = -1; /* every request is still waited for, and freed; the first error kept */
+        else
+            bucket_done(B->n, B->scatter, cb->key[i], cb->bytes[i]);
         bucket_span(B, "wait", chunk, cb->bytes[i], t0);
     }
     cb->n_req = 0;

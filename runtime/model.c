@@ -468,6 +468,8 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
         if (rc == 0)
             rc = alloc_state(n, err);
         if (rc == 0)
+            rc = pt_gc_init(n, at->dp_size, err);
+        if (rc == 0)
             rc = upload(n, host, err);
     }
     free(host);
@@ -493,6 +495,7 @@ void pt_net_free(pt_net *n)
         kn->free(kn, n->rs_full);
         kn->free(kn, n->rs_shard);
     }
+    pt_gc_free(n);
     free(n->z1);
     pt_net_free_runtime(n);
     pt_devtime_free(n);

@@ -338,6 +338,8 @@ typedef struct {
     pt_k_adamw_tensor *adam;  /* [adam_cap] the optimizer's tensor list (host) */
     int adam_cap;
 
+    struct pt_gcomp *gc;      /* gradient compression of the ZeRO 0/1 buckets
+                                 (runtime/compress.c); NULL without */
     struct pt_zero *zero;     /* ZeRO 2/3's shards and windows (runtime/zero.c), with
                                  dp·cp > 1; NULL otherwise. With it, master, grad, m
                                  and v are shard arrays of opt_elems floats and w is

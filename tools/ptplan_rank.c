@@ -387,7 +387,11 @@ static void row_text(const pt_layout *l, const job *j, char *text, size_t cap)
         used += (size_t)snprintf(text + used, cap - used, " dpo:%s",
                                  pt_dp_overlap_name(l->dp_overlap));
     if (used < cap && l->param_overlap)
-        snprintf(text + used, cap - used, " pgo");
+        used += (size_t)snprintf(text + used, cap - used, " pgo");
+    if (used < cap && l->compress == PT_COMPRESS_BF16)
+        snprintf(text + used, cap - used, " c:bf16");
+    else if (used < cap && l->compress == PT_COMPRESS_POWERSGD)
+        snprintf(text + used, cap - used, " c:psgd%d", l->powersgd_rank);
 }
 
 /* Layouts whose predicted time and memory agree within this share are one row. */
@@ -515,6 +519,8 @@ static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
     case PT_REJECT_INTERLEAVED_MICRO:
     case PT_REJECT_ZERO_NO_DP:
     case PT_REJECT_ZERO_PP:
+    case PT_REJECT_COMPRESS_ZERO:
+    case PT_REJECT_COMPRESS_NO_DP:
     case PT_REJECT_BAD_VALUE:
     case PT_REJECT_COUNT:
         break;
