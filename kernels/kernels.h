@@ -509,6 +509,21 @@ struct pt_kernels {
                     const float *src,              /* (n) fp32 */
                     int64_t n);
 
+    /* -- Gradient compression (PowerSGD, runtime/compress.c). Optional: without both,
+     * compress=powersgd is refused on the backend. -- */
+    /* gemm on fp32 operands and result (fp32 backend memory): c = alpha · op(a) · op(b)
+     * + beta · c, row-major, as gemm above, with fp32 products (no TF32). */
+    void (*gemm_f32)(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
+                     float alpha, const float *a, int lda, const float *b, int ldb,
+                     float beta, float *c, int ldc);
+    /* Orthonormalises the columns of p in place (modified Gram–Schmidt in column order,
+     * as PyTorch's PowerSGD hook): column i less its projection on each earlier column
+     * in turn, then divided by its norm + eps (a zero column stays zero). Dot products
+     * and norms are summed in double; p stays fp32. */
+    void (*orthonormalize)(pt_kernels *kn,
+                           float *p,               /* (rows, cols) fp32, row-major */
+                           int64_t rows, int cols, float eps);
+
     /* -- Conversions (round to nearest even; NaN stays NaN). Optional. -- */
     void (*f32_to_bf16)(pt_kernels *kn,
                         uint16_t *dst,             /* (n) bf16 */

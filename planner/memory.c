@@ -337,6 +337,17 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
     double work = p.act_bytes == 4 ? 0.0 : (double)p.act_bytes; /* working weights */
     /* compress=bf16 (runtime/compress.c): the buckets' bf16 copies beside the fp32 ones */
     double bf16 = l->compress == PT_COMPRESS_BF16 && N > 1 ? 2.0 : 0.0;
+    if (l->compress == PT_COMPRESS_POWERSGD && N > 1 && l->zero <= 1) {
+        /* compress=powersgd: the errors of the compressed matrices and the packed
+         * uncompressed rest (together the elements the buckets reduce: the stage's, less
+         * ZeRO 1's tied copy) and every matrix's P and Q */
+        int64_t compressed, factors;
+        pt_psgd_layer(m, l->tp, l->powersgd_rank, &compressed, &factors);
+        double tied = l->zero == 1 && m->tied_embeddings && pp > 1 && (first || last)
+                          ? (double)(pt_vocab_padded(m, l->tp) / pt_mem_pos(l->tp) * m->hidden)
+                          : 0;
+        out->comm_bytes += f32 * (P - tied + (double)layers * (double)factors);
+    }
     if (l->zero == 0 || N == 1) {
         out->weights_bytes = (f32 + work) * P;
         out->grads_bytes = f32 * P;

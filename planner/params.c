@@ -132,3 +132,56 @@ int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool f
         n += pt_params_head(m, tp, pp);
     return n;
 }
+
+/* ---- PowerSGD's matrices -------------------------------------------------------- */
+
+bool pt_psgd_compresses(int64_t rows, int64_t cols, int rank)
+{
+    /* PyTorch's PowerSGDState.min_compression_rate = 2 (its default): a matrix is
+     * compressed when its rank-r factors take less than half its elements */
+    int64_t r = pt_psgd_rank(rows, cols, rank);
+    return r > 0 && 2 * (rows + cols) * r < rows * cols;
+}
+
+int64_t pt_psgd_rank(int64_t rows, int64_t cols, int rank)
+{
+    int64_t r = rank;
+    if (rows < r)
+        r = rows;
+    if (cols < r)
+        r = cols;
+    return r;
+}
+
+int pt_psgd_layer_matrices(const pt_model *m, int tp, int64_t shape[PT_PSGD_LAYER_MAX][2])
+{
+    int64_t t = pt_params_tp(tp), h = m->hidden, f = m->ffn;
+    int64_t hd = m->heads > 0 ? h / m->heads : h, kvr = pt_kv_heads_rank(m, tp) * hd;
+    int n = 0;
+#define MAT(r, c) (shape[n][0] = (r), shape[n][1] = (c), n++)
+    MAT(h / t, h); /* q, k, v: column-parallel */
+    MAT(kvr, h);
+    MAT(kvr, h);
+    MAT(h, h / t); /* attn_out: row-parallel */
+    if (m->act == PT_ACT_SWIGLU)
+        MAT(f / t, h); /* mlp_gate */
+    MAT(f / t, h);     /* mlp_up */
+    MAT(h, f / t);     /* mlp_down */
+#undef MAT
+    return n;
+}
+
+void pt_psgd_layer(const pt_model *m, int tp, int rank, int64_t *compressed,
+                   int64_t *factors)
+{
+    int64_t shape[PT_PSGD_LAYER_MAX][2];
+    int n = pt_psgd_layer_matrices(m, tp, shape);
+    *compressed = *factors = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t rows = shape[i][0], cols = shape[i][1];
+        if (!pt_psgd_compresses(rows, cols, rank))
+            continue;
+        *compressed += rows * cols;
+        *factors += (rows + cols) * pt_psgd_rank(rows, cols, rank);
+    }
+}

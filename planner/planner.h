@@ -96,6 +96,21 @@ int64_t pt_model_params_total(const pt_model *m);         /* the published param
 int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool first,
                        bool last);
 
+/* PowerSGD's matrices (compress=powersgd; planner/params.c). The weight matrices of a
+ * transformer layer on one tensor-parallel rank, (rows, cols) each in the order the
+ * runtime's parameter table holds them (q, k, v, attn_out, [mlp_gate,] mlp_up,
+ * mlp_down); the embedding, the head, norms and biases are never compressed. A matrix
+ * is compressed at rank pt_psgd_rank = min(rank, rows, cols) when its factors P (rows,
+ * r) and Q (cols, r) take less than half its elements (pt_psgd_compresses). Per
+ * layer: *compressed elements are reduced as factors, *factors elements of P and Q
+ * travel instead. */
+enum { PT_PSGD_LAYER_MAX = 7 };
+int pt_psgd_layer_matrices(const pt_model *m, int tp, int64_t shape[PT_PSGD_LAYER_MAX][2]);
+int64_t pt_psgd_rank(int64_t rows, int64_t cols, int rank);
+bool pt_psgd_compresses(int64_t rows, int64_t cols, int rank);
+void pt_psgd_layer(const pt_model *m, int tp, int rank, int64_t *compressed,
+                   int64_t *factors);
+
 /* ---- Cluster spec ------------------------------------------------------------ */
 
 typedef struct {

@@ -465,6 +465,7 @@ typedef struct {
 typedef struct {
     bool on;                  /* ZeRO 0 or 1 with dp·cp > 1 */
     bool scatter;             /* ZeRO 1: reduce-scatter into shares */
+    bool powersgd;            /* this step's reduction is PowerSGD's (runtime/compress.c) */
     pt_net *n;
     pt_comm *comm;
     int64_t bucket_elems;
@@ -473,11 +474,12 @@ typedef struct {
 } buckets;
 
 static void buckets_init(buckets *B, pt_net *n, const pt_dist *d, const pt_plan *p,
-                         const pt_prog *prog)
+                         const pt_prog *prog, int64_t step)
 {
     memset(B, 0, sizeof *B);
     B->on = d->comm && d->dp_size > 1 && p->layout.zero <= 1;
-    B->scatter = B->on && p->layout.zero == 1;
+    B->powersgd = B->on && pt_gc_powersgd_at(n, step);
+    B->scatter = B->on && p->layout.zero == 1 && !B->powersgd;
     B->n = n;
     B->comm = d->comm;
     B->bucket_elems = p->train.bucket_bytes / (int64_t)sizeof(float);
@@ -616,6 +618,8 @@ static int bucket_ready(void *ctx, int chunk, int64_t lo, pt_err *err)
     chunk_buckets *cb = &B->c[chunk];
     if (lo < B->n->reduce_lo[chunk]) /* a tied copy below is reduced at the step */
         lo = B->n->reduce_lo[chunk];
+    if (B->powersgd)
+        return pt_gc_ready(B->n, B->comm, chunk, lo, err);
     while (cb->started - lo >= B->bucket_elems)
         if (bucket_start(B, chunk, cb->started - B->bucket_elems, err))
             return -1;
@@ -627,6 +631,8 @@ static int bucket_ready(void *ctx, int chunk, int64_t lo, pt_err *err)
 static int buckets_finish(buckets *B, int chunk, pt_err *err)
 {
     chunk_buckets *cb = &B->c[chunk];
+    if (B->powersgd)
+        return pt_gc_finish(B->n, B->comm, chunk, err);
     int rc = bucket_ready(B, chunk, B->n->reduce_lo[chunk], err);
     if (rc == 0)
         rc = bucket_start(B, chunk, B->n->reduce_lo[chunk], err);
@@ -788,7 +794,7 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
     }
     const pt_prog *prog = &s->prog[n->stage];
     buckets bk;
-    buckets_init(&bk, n, d, p, prog);
+    buckets_init(&bk, n, d, p, prog, step);
     step_ctx c = {.n = n, .d = d, .data = data, .p = p, .step = step, .b = &b,
                   .loss_sum = n->lsum, .out = out, .bk = &bk, .err = err};
     int rc = 0;

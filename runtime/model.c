@@ -219,6 +219,11 @@ int64_t pt_param_whole_index(const pt_param *p, int64_t i)
 /* Values of one parameter, element by element from its index in the whole tensor,
  * so that a tensor-parallel part holds exactly the values of the same elements of
  * the unsplit model. */
+float pt_net_normal(uint64_t seed, const char *key, int64_t i)
+{
+    return normal_at(seed, fnv1a(key), i);
+}
+
 static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, float *w)
 {
     bool norm_w = strstr(p->name, "norm") && pt_ends_with(p->name, ".w");
@@ -468,7 +473,8 @@ int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_pla
         if (rc == 0)
             rc = alloc_state(n, err);
         if (rc == 0)
-            rc = pt_gc_init(n, at->dp_size, err);
+            rc = pt_gc_init(n, at->dp_rank, at->dp_size,
+                            p->train.bucket_bytes / (int64_t)sizeof(float), err);
         if (rc == 0)
             rc = upload(n, host, err);
     }

@@ -91,12 +91,17 @@ int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t c
  * grad, m and v to shard arrays of opt_elems floats and n->w to NULL. */
 /* Gradient compression (runtime/compress.c), with the layout's compress over dp·cp >
  * 1 (ZeRO 0/1): pt_gc_init allocates its buffers after the model states (pt_net.gc
- * stays NULL without compression), pt_gc_free frees them. A bucket's collective
- * starts with pt_gc_allreduce_start (ZeRO 0: gradient elements [lo, lo + count)) or
- * pt_gc_rs_start (ZeRO 1: bucket z into this rank's share) and, once waited for, its
- * result is widened into the fp32 gradients (ZeRO 0) or rs_shard (ZeRO 1) by the
- * matching _done. */
-int pt_gc_init(pt_net *n, int dp_size, pt_err *err);
+ * stays NULL without compression; bucket_elems: the plan's bucket in fp32 elements),
+ * pt_gc_free frees them.
+ * bf16 (pt_gc_on): a bucket's collective starts with pt_gc_allreduce_start (ZeRO 0:
+ * gradient elements [lo, lo + count)) or pt_gc_rs_start (ZeRO 1: bucket z into this
+ * rank's share) and, once waited for, its result is widened into the fp32 gradients
+ * (ZeRO 0) or rs_shard (ZeRO 1) by the matching _done.
+ * powersgd (pt_gc_powersgd_at: from the layout's powersgd_start on): the engine hands
+ * a chunk's reduction over: pt_gc_ready as the backward makes elements [lo, chunk end)
+ * final, pt_gc_finish at its REDUCE_GRADS (reduced gradients in n->grad, with ZeRO 1
+ * this rank's shares in rs_shard). */
+int pt_gc_init(pt_net *n, int dp_rank, int dp_size, int64_t bucket_elems, pt_err *err);
 void pt_gc_free(pt_net *n);
 bool pt_gc_on(const pt_net *n);
 int pt_gc_allreduce_start(pt_net *n, pt_comm *comm, int64_t lo, int64_t count,
@@ -105,6 +110,11 @@ void pt_gc_allreduce_done(pt_net *n, int64_t lo, int64_t count);
 int pt_gc_rs_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
                    pt_err *err);
 void pt_gc_rs_done(pt_net *n, const pt_zero1_bucket *z);
+bool pt_gc_powersgd_at(const pt_net *n, int64_t step);
+int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err);
+int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err);
+/* Element i of a standard normal stream keyed by (seed, key) (model.c's initialiser). */
+float pt_net_normal(uint64_t seed, const char *key, int64_t i);
 
 int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *init,
                  pt_err *err);

@@ -51,6 +51,8 @@ void pt_kcpu_matmul_backward(pt_kernels *kn, float *dinp, float *dw, float *dbia
 void pt_kcpu_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
                   float alpha, const float *a, int lda, const float *b, int ldb,
                   float beta, float *c, int ldc);
+/* compress.c */
+void pt_kcpu_orthonormalize(pt_kernels *kn, float *p, int64_t rows, int cols, float eps);
 /* rope.c */
 void pt_kcpu_rope_forward(pt_kernels *kn, float *out, const float *inp, int b, int s,
                           int nh, int d, int pos0, float theta);

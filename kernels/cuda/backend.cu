@@ -374,6 +374,8 @@ static pt_kernels cuda_table(void)
     t.matmul_forward_gelu = pt_kcuda_matmul_forward_gelu;
     t.matmul_backward_dgelu = pt_kcuda_matmul_backward_dgelu;
     t.gemm = pt_kcuda_gemm;
+    t.gemm_f32 = pt_kcuda_gemm_f32;
+    t.orthonormalize = pt_kcuda_orthonormalize;
     t.rope_forward = pt_kcuda_rope_forward;
     t.rope_backward = pt_kcuda_rope_backward;
     t.attention_forward = pt_kcuda_attention_forward;

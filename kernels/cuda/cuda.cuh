@@ -319,6 +319,11 @@ void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn, float *dpre, const float *do
 void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
                    float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc);
+void pt_kcuda_gemm_f32(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
+                       float alpha, const float *a, int lda, const float *b, int ldb,
+                       float beta, float *c, int ldc);
+/* compress.cu */
+void pt_kcuda_orthonormalize(pt_kernels *kn, float *p, int64_t rows, int cols, float eps);
 /* pointwise.cu */
 void pt_kcuda_rope_forward(pt_kernels *kn, float *out, const float *inp, int b, int s,
                            int nh, int d, int pos0, float theta);

@@ -50,9 +50,12 @@
 
 enum { FB_TILE = 16 };
 
-template <typename TC>
+static __device__ __forceinline__ float fb_load(const bf16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ float fb_load(const float *p) { return *p; }
+
+template <typename TA, typename TC>
 __global__ void gemm_fallback_kernel(int ta, int tb, int m, int n, int k, float alpha,
-                                     const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb,
+                                     const TA *A, int64_t lda, const TA *B, int64_t ldb,
                                      float beta, TC *C, int64_t ldc, const bf16 *bias)
 {
     __shared__ float as[FB_TILE][FB_TILE + 1]; /* as[kk][i] = op(A)(i, kk) */
@@ -66,12 +69,12 @@ __global__ void gemm_fallback_kernel(int ta, int tb, int m, int n, int k, float 
         int ar = blockIdx.x * FB_TILE + tx, ak = k0 + ty;
         float av = 0.0f;
         if (ar < m && ak < k)
-            av = __bfloat162float(ta ? A[(int64_t)ar * lda + ak] : A[(int64_t)ak * lda + ar]);
+            av = fb_load(ta ? &A[(int64_t)ar * lda + ak] : &A[(int64_t)ak * lda + ar]);
         as[ty][tx] = av;
         int bc = blockIdx.y * FB_TILE + ty, bk = k0 + tx;
         float bv = 0.0f;
         if (bc < n && bk < k)
-            bv = __bfloat162float(tb ? B[(int64_t)bk * ldb + bc] : B[(int64_t)bc * ldb + bk]);
+            bv = fb_load(tb ? &B[(int64_t)bk * ldb + bc] : &B[(int64_t)bc * ldb + bk]);
         bs[ty][tx] = bv;
         __syncthreads();
         for (int kk = 0; kk < FB_TILE; kk++)
@@ -137,9 +140,10 @@ static uint64_t align_code(const void *p)
     return code;
 }
 
-/* One column-major product: C (m, n) = alpha · op(A) · op(B) + beta · C, A and B bf16,
- * C bf16 (c_f32 = 0) or fp32 (c_f32 = 1). op(A) is (m, k): A is (m, k) with leading
- * dimension lda, or (k, m) when ta. Likewise B, (k, n). */
+/* One column-major product: C (m, n) = alpha · op(A) · op(B) + beta · C, A and B bf16
+ * (or with ab_f32 fp32, then C fp32 too: gemm_f32), C bf16 (c_f32 = 0) or fp32
+ * (c_f32 = 1). op(A) is (m, k): A is (m, k) with leading dimension lda, or (k, m) when
+ * ta. Likewise B, (k, n). */
 typedef struct {
     int ta, tb;
     int64_t m, n, k;
@@ -152,13 +156,14 @@ typedef struct {
     void *C;
     int64_t ldc;
     int c_f32;
+    int ab_f32;
 } lt_args;
 
 static lt_args lt_product(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb, float beta,
                           void *C, int64_t ldc, int c_f32)
 {
-    return lt_args{ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32};
+    return lt_args{ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, 0};
 }
 
 /* What the epilogue adds to the product (the cache key's epilogue kind: keep the values) */
@@ -318,6 +323,7 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
     lt_problem p;
     memset(&p, 0, sizeof p);
     cudaDataType ct = g->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    cudaDataType abt = g->ab_f32 ? CUDA_R_32F : CUDA_R_16BF;
     cublasOperation_t opa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ok = !PT_LT(kn, cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
@@ -325,9 +331,9 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
                                                        sizeof opa)) &&
              !PT_LT(kn, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
                                                        sizeof opb)) &&
-             !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, g->ta ? g->k : g->m,
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.la, abt, g->ta ? g->k : g->m,
                                                    g->ta ? g->m : g->k, g->lda)) &&
-             !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, g->tb ? g->n : g->k,
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lb, abt, g->tb ? g->n : g->k,
                                                    g->tb ? g->k : g->n, g->ldb)) &&
              !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lc, ct, g->m, g->n, g->ldc));
     if (!ok) {
@@ -345,7 +351,8 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
                        (uint64_t)g->lda << 32 ^ (uint64_t)g->ldb,
                        (uint64_t)g->ldc | (uint64_t)e->aux_ld << 32,
                        (uint64_t)g->ta | (uint64_t)g->tb << 1 | (uint64_t)g->c_f32 << 2 |
-                           (uint64_t)e->kind << 3 | align_code(g->A) << 8 |
+                           (uint64_t)e->kind << 3 | (uint64_t)g->ab_f32 << 7 |
+                           align_code(g->A) << 8 |
                            align_code(g->B) << 12 | align_code(g->C) << 16 |
                            align_code(vec) << 20 | align_code(e->aux) << 24};
     const pt_kcuda_algo *algo = lt_algo(kn, key, &p, g->A, g->B, g->C);
@@ -375,12 +382,18 @@ static void fallback_gemm(pt_kernels *kn, const lt_args *g, const bf16 *bias)
     const bf16 *A = k > 0 ? g->A : NULL, *B = k > 0 ? g->B : NULL;
     dim3 grid((unsigned)((m + FB_TILE - 1) / FB_TILE), (unsigned)((n + FB_TILE - 1) / FB_TILE));
     dim3 block(FB_TILE, FB_TILE);
-    if (g->c_f32)
-        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<float>)(g->ta, g->tb, (int)m,
-            (int)n, (int)k, g->alpha, A, g->lda, B, g->ldb, g->beta, (float *)g->C, g->ldc, bias);
+    if (g->ab_f32)
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<float, float>)(g->ta, g->tb,
+            (int)m, (int)n, (int)k, g->alpha, (const float *)(const void *)A, g->lda,
+            (const float *)(const void *)B, g->ldb, g->beta, (float *)g->C, g->ldc, bias);
+    else if (g->c_f32)
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<bf16, float>)(g->ta, g->tb,
+            (int)m, (int)n, (int)k, g->alpha, A, g->lda, B, g->ldb, g->beta, (float *)g->C,
+            g->ldc, bias);
     else
-        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<bf16>)(g->ta, g->tb, (int)m,
-            (int)n, (int)k, g->alpha, A, g->lda, B, g->ldb, g->beta, (bf16 *)g->C, g->ldc, bias);
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fallback_kernel<bf16, bf16>)(g->ta, g->tb,
+            (int)m, (int)n, (int)k, g->alpha, A, g->lda, B, g->ldb, g->beta, (bf16 *)g->C,
+            g->ldc, bias);
     PT_LAUNCHED(kn, "gemm_fallback");
 }
 
@@ -566,5 +579,16 @@ void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int k
      * each operand's column-major view carrying its own transpose flag */
     lt_args g = lt_product(trans_b, trans_a, n, m, kk, alpha, (const bf16 *)b, ldb,
                            (const bf16 *)a, lda, beta, c, ldc, 0);
+    lt_gemm(kn, &g, NULL);
+}
+
+void pt_kcuda_gemm_f32(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
+                       float alpha, const float *a, int lda, const float *b, int ldb,
+                       float beta, float *c, int ldc)
+{
+    /* as pt_kcuda_gemm, on fp32 operands (CUBLAS_COMPUTE_32F: fp32 products, no TF32) */
+    lt_args g = lt_product(trans_b, trans_a, n, m, kk, alpha, (const bf16 *)(const void *)b,
+                           ldb, (const bf16 *)(const void *)a, lda, beta, c, ldc, 1);
+    g.ab_f32 = 1;
     lt_gemm(kn, &g, NULL);
 }
