@@ -15,6 +15,9 @@ void pt_enum_opts_default(pt_enum_opts *o)
     /* Leave 5% of device memory for what the model does not count: the CUDA context,
      * library workspaces and allocator fragmentation. */
     o->mem_fraction = 0.95;
+    /* bf16 halves the bytes at a rounding of each gradient; PowerSGD changes what the
+     * optimizer sees far more and is tried only when asked for (ptplan --compress) */
+    o->compress_modes = 1u << PT_COMPRESS_NONE | 1u << PT_COMPRESS_BF16;
     pt_layout l;
     pt_layout_default(&l);
     for (int i = 0; i < PT_NDIM; i++)
@@ -29,6 +32,7 @@ typedef struct {
     double limit_bytes;
     pt_enum_fn fn;
     void *ctx;
+    unsigned compress_modes;
     pt_enum_counts *counts;
     int tp_spans;
     bool stop;
@@ -81,6 +85,17 @@ static void visit(enum_state *st, const pt_layout *in)
     pt_memory mem;
     pt_mem_rank_max(st->m, l, st->t, &mem);
     visit_overlaps(st, l, &mem, mem.total_bytes <= st->limit_bytes);
+    /* gradient compression where the gradients go in buckets: its buffers change the
+     * memory; the pricing decides whether the bytes it saves outweigh its work */
+    bool buckets = l->zero <= 1 && (int64_t)l->dp * l->cp > 1;
+    for (int cm = 1; cm < PT_COMPRESS_COUNT && buckets && st->t->stack.compression; cm++) {
+        if (!(st->compress_modes & (1u << cm)) || st->stop)
+            continue;
+        pt_layout v = *l;
+        v.compress = (pt_compress)cm;
+        pt_mem_rank_max(st->m, &v, st->t, &mem);
+        visit_overlaps(st, &v, &mem, mem.total_bytes <= st->limit_bytes);
+    }
 }
 
 /* The settings that do not change the rank grid or the layers per stage. */
@@ -219,6 +234,7 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
 {
     *counts = (pt_enum_counts){0};
     enum_state st = {.m = m, .c = c, .t = t, .fn = fn, .ctx = ctx, .counts = counts,
+                     .compress_modes = o->compress_modes,
                      .limit_bytes = o->mem_fraction * (double)c->device.memory_bytes};
     int64_t world = pt_cluster_world(c);
     pt_layout l;

@@ -69,6 +69,11 @@ static const char *const kind_names[PT_OPK_COUNT] = {
     [PT_OPK_EMBED_ALLREDUCE] = "embed_allreduce", [PT_OPK_GRAD_NORM] = "grad_norm_allreduce",
     [PT_OPK_ADAM] = "adam",
     [PT_OPK_ZERO_ALLGATHER] = "zero_allgather",
+    [PT_OPK_BF16_CONVERT] = "bf16_convert", [PT_OPK_PSGD_ERROR] = "powersgd_error", [PT_OPK_PSGD_P] = "powersgd_p",
+    [PT_OPK_PSGD_ORTH] = "powersgd_orth", [PT_OPK_PSGD_Q] = "powersgd_q",
+    [PT_OPK_PSGD_DECOMPRESS] = "powersgd_decompress",
+    [PT_OPK_PSGD_ALLREDUCE_P] = "powersgd_allreduce_p",
+    [PT_OPK_PSGD_ALLREDUCE_Q] = "powersgd_allreduce_q",
 };
 
 const char *pt_op_kind_name(pt_op_kind k)
@@ -164,8 +169,10 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
     coords[PT_DIM_PP] = l->pp - 1;
     c->embed_ranks_per_node = pt_grid_rank(&g, coords) / dpn == 0 ? 2 : 1;
     c->world_ranks_per_node = g.world < dpn ? (int)g.world : dpn;
-    if (cl)
+    if (cl) {
         snprintf(c->device, sizeof c->device, "%s", cl->device.name);
+        c->sm_count = cl->device.sm_count;
+    }
 }
 
 /* ---- Op builders ---------------------------------------------------------------- */
@@ -952,31 +959,148 @@ double pt_bucket_shares(int64_t len, int64_t bucket, int64_t N)
     return (double)full * (double)((bucket + N - 1) / N) + (double)((rest + N - 1) / N);
 }
 
-int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out)
+/* `total` bytes in buckets of `bucket` bytes, `wire` of each travelling: the full
+ * buckets as one op run `count` times, then the rest — the same collectives as one op
+ * per bucket, without a list as long as the bucket count (a tiny bucket_bytes would
+ * make that list enormous). Past 2^30 buckets the count stays 2^30 and each carries
+ * its share of the rest. */
+static void buckets_of(builder *b, double total, double bucket, double wire, pt_coll what)
+{
+    moves grads = {PT_TEN_GRADS, PT_TEN_GRADS};
+    double full = floor(total / bucket), rest = total - full * bucket;
+    if (full > 0x1p30) {
+        bucket = total / 0x1p30;
+        full = 0x1p30;
+        rest = 0;
+    }
+    if (full >= 1)
+        coll(b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, bucket * wire, (int)full, true);
+    if (rest > 0)
+        coll(b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, rest * wire, 1, true);
+}
+
+/* An fp32 kernel of PowerSGD run `count` times (once per layer). */
+static void psgd_kernel(builder *b, pt_op_kind kind, const char *name, double flops,
+                        double bytes, int64_t rows, int64_t cols, int64_t r, int64_t count)
+{
+    pt_op *op = add_op(b, kind);
+    if (!op)
+        return;
+    op->cls = PT_OP_KERNEL;
+    op->kernel.dtype = PT_DTYPE_FP32;
+    op->kernel.flops = flops;
+    op->kernel.bytes = bytes;
+    op->count = (int)count;
+    if (flops > 0)
+        op->out_elems = (double)rows * (double)cols;
+    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:fp32:m=%lld,n=%lld,k=%lld", name,
+             (long long)rows, (long long)cols, (long long)r);
+}
+
+/* One P or Q all-reduce of `elems` fp32, run `count` times in a row. */
+static void psgd_allreduce(builder *b, pt_op_kind kind, double elems, int count)
+{
+    if (count > 0 && elems > 0)
+        coll(b, kind, (moves){PT_TEN_GRADS, PT_TEN_GRADS}, PT_COLL_ALLREDUCE, PT_GROUP_DPCP,
+             4 * elems, count, true);
+}
+
+/* compress=powersgd (runtime/compress.c): the chunk's uncompressed rest all-reduced in
+ * buckets; per compressed matrix shape (once per layer) the error added, P = M Q, its
+ * orthonormalisation, Q = M^T P and the decompression, fp32 throughout; and per group
+ * of matrices (at least a bucket's elements, from the chunk's end down, as the runtime
+ * groups them) one all-reduce of their P matrices and one of their Q matrices. */
+static void psgd_sync(builder *b, double params, int64_t layers)
+{
+    const pt_opctx *c = b->c;
+    int rank = c->l->powersgd_rank;
+    int64_t shape[PT_PSGD_LAYER_MAX][2], compressed, factors;
+    int n = pt_psgd_layer_matrices(c->m, c->l->tp, shape);
+    pt_psgd_layer(c->m, c->l->tp, rank, &compressed, &factors);
+    double bucket = fmax(1, floor(pt_bucket_bytes(c) / 4));
+    buckets_of(b, 4 * (params - (double)layers * (double)compressed), 4 * bucket, 1,
+               PT_COLL_ALLREDUCE);
+    for (int i = 0; i < n && layers > 0; i++) {
+        int64_t rows = shape[i][0], cols = shape[i][1], r = pt_psgd_rank(rows, cols, rank);
+        if (!pt_psgd_compresses(rows, cols, rank))
+            continue;
+        double mn = (double)rows * (double)cols, rr = (double)r;
+        /* M += e: read both, write M */
+        psgd_kernel(b, PT_OPK_PSGD_ERROR, "add_f32", 0, 12 * mn, rows, cols, r, layers);
+        /* P = M Q and Q = M^T P have r (a few) output columns, far below a GEMM tile
+         * (128): cuBLAS runs such products as GEMV-like kernels, bound by reading M,
+         * so they are priced by their traffic and FLOPs ("gemm_skinny"), not by the
+         * tile model of planner/ops.c's "gemm" keys (costmodels/analytic.c) */
+        psgd_kernel(b, PT_OPK_PSGD_P, "gemm_skinny", 2 * mn * rr,
+                    4 * (mn + (double)(cols + rows) * rr), rows, r, cols, layers);
+        /* modified Gram-Schmidt: r(r+1)/2 dot products and as many updates, each a pass
+         * over P's rows (strided: every pass reads P whole), in one thread block
+         * (kernels/cuda/compress.cu), which sees about 1/SMs of the device's memory
+         * bandwidth: its traffic counts sm_count times */
+        double sms = c->sm_count > 0 ? (double)c->sm_count : 1;
+        double ortho = 4 * (double)rows * rr * rr * (rr + 1) * sms;
+        psgd_kernel(b, PT_OPK_PSGD_ORTH, "orthonormalize", 2 * (double)rows * rr * rr, ortho,
+                    rows, r, r, layers);
+        psgd_kernel(b, PT_OPK_PSGD_Q, "gemm_skinny", 2 * mn * rr,
+                    4 * (mn + (double)(cols + rows) * rr), cols, r, rows, layers);
+        /* e = M (copy), e -= P Q^T / W, M = P Q^T: two GEMMs of rank r */
+        psgd_kernel(b, PT_OPK_PSGD_DECOMPRESS, "powersgd_decompress", 4 * mn * rr,
+                    4 * (5 * mn + 2 * (double)(cols + rows) * rr), rows, cols, r, layers);
+    }
+    /* the groups, as runtime/compress.c forms them: consecutive groups of the same
+     * sizes are one op run `count` times */
+    double acc = 0, gp = 0, gq = 0, last_p = -1, last_q = -1;
+    int run = 0;
+    for (int64_t l = 0; l < layers; l++)
+        for (int i = n - 1; i >= 0; i--) {
+            int64_t rows = shape[i][0], cols = shape[i][1], r = pt_psgd_rank(rows, cols, rank);
+            if (!pt_psgd_compresses(rows, cols, rank))
+                continue;
+            acc += (double)rows * (double)cols;
+            gp += (double)(rows * r);
+            gq += (double)(cols * r);
+            if (acc < bucket)
+                continue;
+            if (gp != last_p || gq != last_q) {
+                psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_P, last_p, run);
+                psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_Q, last_q, run);
+                last_p = gp;
+                last_q = gq;
+                run = 0;
+            }
+            run++;
+            acc = gp = gq = 0;
+        }
+    if (acc > 0) { /* the last group, smaller than a bucket */
+        psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_P, last_p, run);
+        psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_Q, last_q, run);
+        last_p = gp;
+        last_q = gq;
+        run = 1;
+    }
+    psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_P, last_p, run);
+    psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_Q, last_q, run);
+}
+
+int pt_ops_grad_sync(const pt_opctx *c, double params, int64_t layers, pt_oplist *out)
 {
     builder b = {.c = c, .out = out};
-    if (c->l->zero <= 1) {
-        double total = params * pt_grad_reduce_bytes(c);
-        double bucket = pt_bucket_bytes(c);
-        pt_coll what = c->l->zero == 0 ? PT_COLL_ALLREDUCE : PT_COLL_REDUCESCATTER;
-        moves grads = {PT_TEN_GRADS, PT_TEN_GRADS};
-        /* The full buckets as one op run `count` times, then the rest: the same
-         * collectives as one op per bucket, without a list as long as the bucket
-         * count (a tiny bucket_bytes would make that list enormous). Past 2^30 buckets
-         * the count stays 2^30 and each carries its share of the rest. */
-        double full = floor(total / bucket), rest = total - full * bucket;
-        if (full > 0x1p30) {
-            bucket = total / 0x1p30;
-            full = 0x1p30;
-            rest = 0;
+    if (c->l->zero <= 1 && c->l->compress == PT_COMPRESS_POWERSGD) {
+        psgd_sync(&b, params, layers);
+    } else if (c->l->zero <= 1) { /* compress=bf16: the same buckets, two bytes an element */
+        size_t before = (size_t)out->n;
+        buckets_of(&b, params * pt_grad_reduce_bytes(c), pt_bucket_bytes(c),
+                   pt_grad_wire_share(c),
+                   c->l->zero == 0 ? PT_COLL_ALLREDUCE : PT_COLL_REDUCESCATTER);
+        /* ... rounded to bf16 before and widened after: read 4 + write 2, read 2 +
+         * write 4 bytes an element (where a bucket runs at all) */
+        if (pt_grad_wire_share(c) < 1 && (size_t)out->n > before) {
+            char shape[48];
+            snprintf(shape, sizeof shape, "n=%.0f", params);
+            pt_op *op = membound(&b, PT_OPK_BF16_CONVERT, "bf16_convert", 12 * params, shape);
+            if (op)
+                op->kernel.dtype = PT_DTYPE_FP32;
         }
-        /* compress=bf16: the same buckets, each at two bytes per element on the wire */
-        double wire = pt_grad_wire_share(c);
-        if (full >= 1)
-            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, bucket * wire, (int)full,
-                 true);
-        if (rest > 0)
-            coll(&b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, rest * wire, 1, true);
     }
     return finish(&b);
 }

@@ -228,6 +228,7 @@ typedef struct {
     pt_dp_overlap dp_overlap;      /* default */
     bool param_overlap;            /* parameter all-gather beside the next forward offered
                                       (and the default when offered) */
+    bool compression;              /* runs the layout's compress=bf16|powersgd */
     int zero3_prefetch;            /* ZeRO-3 layers gathered ahead (0: each gather blocks) */
     double comm_compute_slowdown;  /* compute slowdown while a collective shares the SMs */
     pt_p2p_mode p2p;               /* pipeline sends beside compute or blocking */
@@ -561,6 +562,9 @@ typedef struct {
     int64_t max_mbs;          /* micro-batch sizes tried: powers of two up to this */
     double mem_fraction;      /* share of device memory a layout may use */
     pt_dim order[PT_NDIM];    /* rank order for all enumerated layouts */
+    unsigned compress_modes;  /* bit c: compress=c tried where gradients go in buckets
+                                 (ZeRO 0/1 over dp·cp > 1) and the stack compresses;
+                                 none is always tried [none, bf16] */
 } pt_enum_opts;
 
 void pt_enum_opts_default(pt_enum_opts *o);
@@ -635,6 +639,13 @@ typedef enum {
     /* data parallelism, ZeRO and the optimizer */
     PT_OPK_ZERO3_ALLGATHER, PT_OPK_ZERO_REDUCESCATTER, PT_OPK_DP_BUCKET,
     PT_OPK_EMBED_ALLREDUCE, PT_OPK_GRAD_NORM, PT_OPK_ADAM, PT_OPK_ZERO_ALLGATHER,
+    /* PowerSGD's compression of a chunk's gradients (compress=powersgd, in its
+     * gradient-bucket list; runtime/compress.c): the error added (M = g + e), P = M Q,
+     * P's orthonormalisation, Q = M^T P, the decompression (M = P Q^T and the new
+     * error), and the all-reduces of the P and Q matrices */
+    PT_OPK_BF16_CONVERT, /* compress=bf16: the buckets rounded to bf16 and back */
+    PT_OPK_PSGD_ERROR, PT_OPK_PSGD_P, PT_OPK_PSGD_ORTH, PT_OPK_PSGD_Q,
+    PT_OPK_PSGD_DECOMPRESS, PT_OPK_PSGD_ALLREDUCE_P, PT_OPK_PSGD_ALLREDUCE_Q,
     PT_OPK_COUNT
 } pt_op_kind;
 const char *pt_op_kind_name(pt_op_kind k);
@@ -714,6 +725,7 @@ typedef struct {
     int world_ranks_per_node;         /* every rank of the run */
     char device[64];                  /* the cluster's device (the stack's attention
                                          efficiency is per device); "" without one */
+    int sm_count;                     /* its streaming multiprocessors; 0 unknown */
 } pt_opctx;
 
 /* What one rank of layout l holds of a micro-batch going through a layer: the op
@@ -748,7 +760,7 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out);
  * ZeRO 1), run as the chunk's last backward fills them; none for ZeRO 2/3 (their
  * layers reduce-scatter in the layer lists). The engine runs this list at the
  * chunk's REDUCE_GRADS. */
-int pt_ops_grad_sync(const pt_opctx *c, double params, pt_oplist *out);
+int pt_ops_grad_sync(const pt_opctx *c, double params, int64_t layers, pt_oplist *out);
 /* Bytes per gradient element in the data-parallel reduction (the stack's reduction
  * dtype, never wider than the gradients), and the gradient bucket size in bytes (the
  * stack's rule, else the training's bucket). */
@@ -878,6 +890,8 @@ typedef struct {
     double *fwd_comm_s, *bwd_comm_s; /* [p·vp] the exposed communication inside them */
     double *sync_s;                  /* [p·vp] data-parallel reduction of its gradients */
     int64_t *sync_buckets;           /* [p·vp] buckets that reduction is cut into */
+    double *sync_compute_s;          /* [p·vp] compute of that reduction (PowerSGD's
+                                        compression), on the compute stream */
     double *p2p_s;                   /* [p] send from pipeline rank r to r+1 (mod p) */
     double *optim_s, *optim_comm_s;  /* [p] optimizer step, and its exposed all-gather */
     double prov_s[PT_PROV_COUNT];    /* priced time per step by provenance */

@@ -31,6 +31,7 @@ int pt_sim_costs_alloc(pt_sim_costs *c, int pp, int vp)
     c->bwd_comm_s = calloc(v, sizeof *c->bwd_comm_s);
     c->sync_s = calloc(v, sizeof *c->sync_s);
     c->sync_buckets = calloc(v, sizeof *c->sync_buckets);
+    c->sync_compute_s = calloc(v, sizeof *c->sync_compute_s);
     c->p2p_s = calloc((size_t)pp, sizeof *c->p2p_s);
     c->optim_s = calloc((size_t)pp, sizeof *c->optim_s);
     c->optim_comm_s = calloc((size_t)pp, sizeof *c->optim_comm_s);
@@ -39,7 +40,7 @@ int pt_sim_costs_alloc(pt_sim_costs *c, int pp, int vp)
     c->bd_hidden = calloc(v * PT_BD_COUNT, sizeof *c->bd_hidden);
     c->dp_overlap = PT_DPO_LAST;
     if (!c->fwd_s || !c->bwd_s || !c->fwd_comm_s || !c->bwd_comm_s || !c->sync_s ||
-        !c->sync_buckets || !c->p2p_s || !c->optim_s || !c->optim_comm_s ||
+        !c->sync_buckets || !c->sync_compute_s || !c->p2p_s || !c->optim_s || !c->optim_comm_s ||
         !c->optim_adam_s || !c->bd_exposed || !c->bd_hidden) {
         pt_sim_costs_free(c);
         return -1;
@@ -55,6 +56,7 @@ void pt_sim_costs_free(pt_sim_costs *c)
     free(c->bwd_comm_s);
     free(c->sync_s);
     free(c->sync_buckets);
+    free(c->sync_compute_s);
     free(c->p2p_s);
     free(c->optim_s);
     free(c->optim_comm_s);
@@ -219,20 +221,27 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
     for (int vs = 0; vs < V; vs++) {
         o.n = 0;
         double params = stage_params(ctx->m, l, vs, V) - pt_step_tied_out(ctx, vs, V);
-        if (pt_ops_grad_sync(ctx, params, &o)) {
+        if (pt_ops_grad_sync(ctx, params, pt_stage_layers(ctx->m, l, vs, NULL), &o)) {
             pt_oplist_free(&o);
             return -1;
         }
-        double total = 0;
+        double total = 0, compute = 0;
         int64_t buckets = 0;
         for (int i = 0; i < o.n; i++) {
-            pt_cost c = pt_cost_coll(p->db, &p->hw, &o.op[i].coll);
-            total += c.time_s * o.op[i].count;
-            p->prov_s[c.prov] += c.time_s * o.op[i].count;
-            buckets += o.op[i].count;
+            const pt_op *op = &o.op[i];
+            pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
+                                                : pt_cost_coll(p->db, &p->hw, &op->coll);
+            p->prov_s[c.prov] += c.time_s * op->count;
+            if (op->cls == PT_OP_KERNEL) { /* PowerSGD's compression */
+                compute += c.time_s * op->count;
+                continue;
+            }
+            total += c.time_s * op->count;
+            buckets += op->count;
         }
         out->sync_s[vs] = total;
         out->sync_buckets[vs] = buckets;
+        out->sync_compute_s[vs] = compute;
     }
     pt_oplist_free(&o);
     return 0;
@@ -399,13 +408,14 @@ double pt_sim_estimate(const pt_layout *l, const pt_sim_costs *costs)
      * the reduction where it is not overlapped (or exceeds the backward it overlaps). */
     double busiest = 0, mean = 0, optim = 0, p2p = 0, sync = 0;
     for (int r = 0; r < l->pp; r++) {
-        double per_mb = 0, bwd = 0, red = 0;
+        double per_mb = 0, bwd = 0, red = 0, comp = 0;
         for (int c = 0; c < l->vp; c++) {
             per_mb += costs->fwd_s[c * l->pp + r] + costs->bwd_s[c * l->pp + r];
             bwd += costs->bwd_s[c * l->pp + r];
             red += costs->sync_s[c * l->pp + r];
+            comp += costs->sync_compute_s[c * l->pp + r];
         }
-        busiest = fmax(busiest, per_mb * (double)l->n_micro);
+        busiest = fmax(busiest, per_mb * (double)l->n_micro + comp);
         mean += per_mb / l->pp;
         optim = fmax(optim, costs->optim_s[r]);
         p2p = fmax(p2p, costs->p2p_s[r]);
@@ -561,9 +571,17 @@ static bool step(sim *S, int r)
         }
         break;
     }
-    case PT_INS_REDUCE_GRADS:
+    case PT_INS_REDUCE_GRADS: {
+        /* PowerSGD's compression runs on the compute stream before the last waits */
+        double comp = S->c->sync_compute_s[vs];
+        if (comp > 0) {
+            span(S, r, 0, "compress", -1, in->chunk, st->pc, st->clock, comp);
+            st->clock += comp;
+            st->busy += comp;
+        }
         reduce_grads(S, r, in->chunk);
         break;
+    }
     default: { /* PT_INS_OPTIM_STEP: after every reduction */
         for (int c = 0; c < S->l->vp; c++)
             if (st->pending[c]) {
@@ -618,6 +636,8 @@ static void breakdown(const sim *S, int crit, pt_sim_result *out)
         }
     }
     e[PT_BD_DP] += st->dp_wait + c->optim_comm_s[crit];
+    for (int ch = 0; ch < l->vp; ch++) /* gradient compression's compute */
+        e[PT_BD_DP] += c->sync_compute_s[ch * l->pp + crit];
     h[PT_BD_DP] += fmax(0, st->sync_total - st->dp_wait);
     e[PT_BD_OPTIM] += c->optim_adam_s[crit];
     e[PT_BD_OVERHEAD] += c->overhead_s;

@@ -31,7 +31,8 @@
  *       "p2p": "overlapped"                     optional: overlapped | blocking | interleaved
  *     },
  *     "gradients": {"bucket_rule": "fixed", "bucket_bytes": 26214400,  0: --bucket-mib
- *                   "reduce_dtype": "fp32"},     fp32 | bf16
+ *                   "reduce_dtype": "fp32",      fp32 | bf16
+ *                   "compression": false},       optional: runs compress=bf16|powersgd
  *     "loss": {"fused_xent": true, "vocab_multiple": 128,
  *              "vocab_per_tp": false},           optional: the multiple is x tp
  *     "step_overhead_s": 0.0,                   fixed time per step, >= 0
@@ -95,6 +96,7 @@ static const pt_stack stack_ptrun = {
     .p2p = PT_P2P_OVERLAPPED, /* MPI_Isend, completed later (comm/comm_mpi.c) */
     .bucket_rule = PT_BUCKET_FIXED, .bucket_bytes = 0,
     .grad_reduce_dtype = PT_DTYPE_FP32,
+    .compression = true, /* runtime/compress.c */
     .fused_xent = true,
     .vocab_multiple = 128,
     .step_overhead_s = 0,
@@ -301,7 +303,8 @@ static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
 static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "dp", "dp_default", "param_gather",
                                        "zero3_prefetch", "compute_slowdown", "p2p", NULL};
-static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype", NULL};
+static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype",
+                                        "compression", NULL};
 static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", "vocab_per_tp", NULL};
 
 /* An array field of `o`; *n its length. */
@@ -426,7 +429,9 @@ static int read_gradients(const pt_json_obj *top, pt_stack *s, pt_err *err)
     if (pt_json_get_object(top, "gradients", grad_keys, &g, err) ||
         pt_json_get_enum(&g, "bucket_rule", bucket_names, PT_BUCKET_COUNT, &rule, err) ||
         pt_json_get_int(&g, "bucket_bytes", &s->bucket_bytes, err) ||
-        pt_json_get_enum(&g, "reduce_dtype", dtypes, 2, &dt, err))
+        pt_json_get_enum(&g, "reduce_dtype", dtypes, 2, &dt, err) ||
+        (json_object_get(g.obj, "compression") &&
+         pt_json_get_bool(&g, "compression", &s->compression, err)))
         return -1;
     s->bucket_rule = (pt_bucket_rule)rule;
     s->grad_reduce_dtype = dt ? PT_DTYPE_BF16 : PT_DTYPE_FP32;
@@ -585,6 +590,9 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
     if (l->param_overlap && l->zero != 1 && l->zero != 2)
         return pt_err_set(err, "layout param_overlap=1 with zero=%d: only ZeRO 1 and 2 gather "
                                "parameters after the optimizer step", l->zero);
+    if (l->compress != PT_COMPRESS_NONE && !s->compression)
+        return pt_err_set(err, "layout compress=%s: stack '%s' does not compress gradients",
+                          pt_compress_name(l->compress), s->name);
     return 0;
 }
 
@@ -628,6 +636,7 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(grad, "bucket_bytes", json_integer(s->bucket_bytes));
         bad |= pt_json_set(grad, "reduce_dtype",
                            json_string(s->grad_reduce_dtype == PT_DTYPE_BF16 ? "bf16" : "fp32"));
+        bad |= pt_json_set(grad, "compression", json_boolean(s->compression));
         bad |= pt_json_set(loss, "fused_xent", json_boolean(s->fused_xent));
         bad |= pt_json_set(loss, "vocab_multiple", json_integer(s->vocab_multiple));
         bad |= pt_json_set(loss, "vocab_per_tp", json_boolean(s->vocab_per_tp));

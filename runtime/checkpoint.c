@@ -346,8 +346,8 @@ static int ckpt_shard_name(const char *name, const char *kind)
 }
 
 /* A file name a step folder holds (trainer_ckpt.c writes them): meta.json, the model's
- * and the optimizer's index and shards, or one of those with the ".tmp-<pid>" of a file
- * being written. */
+ * and the optimizer's index and shards, PowerSGD's state files, or one of those with
+ * the ".tmp-<pid>" of a file being written. */
 static int ckpt_our_file(const char *name)
 {
     char plain[256];
@@ -359,7 +359,8 @@ static int ckpt_our_file(const char *name)
     plain[len] = '\0';
     return strcmp(plain, "meta.json") == 0 || strcmp(plain, "model.safetensors.index.json") == 0 ||
            strcmp(plain, "optim.safetensors.index.json") == 0 ||
-           ckpt_shard_name(plain, "model") || ckpt_shard_name(plain, "optim");
+           ckpt_shard_name(plain, "model") || ckpt_shard_name(plain, "optim") ||
+           ckpt_shard_name(plain, "powersgd");
 }
 
 /* Whether path is a folder (not a link) that holds only a checkpoint's files; *files

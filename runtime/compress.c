@@ -545,3 +545,36 @@ int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err)
         psgd_shares(n, chunk);
     return rc;
 }
+
+/* ---- PowerSGD's state in checkpoints -------------------------------------------------------- */
+
+bool pt_gc_state_sizes(const pt_net *n, int64_t *errors, int64_t *q)
+{
+    const struct pt_gcomp *g = n->gc;
+    if (!g || g->kind != PT_COMPRESS_POWERSGD)
+        return false;
+    *errors = g->e_elems;
+    *q = g->q_elems;
+    return true;
+}
+
+bool pt_gc_state_get(const pt_net *n, float *errors, float *q)
+{
+    const struct pt_gcomp *g = n->gc;
+    n->kn->copy(n->kn, errors, g->ebuf, (size_t)g->e_elems * sizeof *errors, PT_KCOPY_D2H);
+    n->kn->copy(n->kn, q, g->qbuf, (size_t)g->q_elems * sizeof *q, PT_KCOPY_D2H);
+    return g->q_ready;
+}
+
+void pt_gc_state_set(pt_net *n, const float *errors, const float *q, bool q_ready)
+{
+    struct pt_gcomp *g = n->gc;
+    pt_kernels *kn = n->kn;
+    if (errors)
+        kn->copy(kn, g->ebuf, errors, (size_t)g->e_elems * sizeof *errors, PT_KCOPY_H2D);
+    else
+        kn->zero(kn, g->ebuf, f32(g->e_elems));
+    if (q && q_ready)
+        kn->copy(kn, g->qbuf, q, (size_t)g->q_elems * sizeof *q, PT_KCOPY_H2D);
+    g->q_ready = q && q_ready;
+}

@@ -706,10 +706,12 @@ static int reduce_grads(step_ctx *c, int chunk)
     const pt_oplist *o = &n->ops_sync[chunk];
     for (int i = 0; i < o->n; i++) {
         const pt_op *op = &o->op[i];
-        if (op->kind != PT_OPK_DP_BUCKET)
+        /* compression's kernels and collectives (compress=bf16, powersgd) */
+        bool compress = op->kind >= PT_OPK_BF16_CONVERT && op->kind <= PT_OPK_PSGD_ALLREDUCE_Q;
+        if (op->kind != PT_OPK_DP_BUCKET && !compress)
             return pt_err_set(c->err, "internal: op '%s' in a gradient-bucket list",
                               pt_op_kind_name(op->kind));
-        if (i > 0) /* the rest bucket of the list: waited for with the first */
+        if (i > 0) /* the list's other ops: run (and waited for) with the first */
             continue;
         if (!c->bk->on)
             return pt_err_set(c->err, "internal: gradient buckets listed for chunk %d, none "

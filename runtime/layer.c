@@ -376,7 +376,8 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
     for (int ch = 0; ch < l->vp && rc == 0; ch++) {
         int vs = ch * l->pp + n->stage;
         double chunk = (double)(n->chunk_end[ch] - n->chunk_begin[ch]);
-        rc = pt_ops_grad_sync(&c, chunk - pt_step_tied_out(&c, vs, V), &n->ops_sync[ch]);
+        rc = pt_ops_grad_sync(&c, chunk - pt_step_tied_out(&c, vs, V), n->chunk_layers,
+                              &n->ops_sync[ch]);
         if (vs == 0 || vs == V - 1)
             sp.tied = pt_step_tied(&c, vs, V);
     }
@@ -1451,6 +1452,14 @@ static int run_op(ctx *c, const pt_op *op)
     case PT_OPK_GRAD_NORM:
     case PT_OPK_ADAM:
     case PT_OPK_ZERO_ALLGATHER:
+    case PT_OPK_BF16_CONVERT:
+    case PT_OPK_PSGD_ERROR:
+    case PT_OPK_PSGD_P:
+    case PT_OPK_PSGD_ORTH:
+    case PT_OPK_PSGD_Q:
+    case PT_OPK_PSGD_DECOMPRESS:
+    case PT_OPK_PSGD_ALLREDUCE_P:
+    case PT_OPK_PSGD_ALLREDUCE_Q:
         return outside_micro_batch(c, op);
     case PT_OPK_COUNT:
         break;

@@ -113,6 +113,14 @@ void pt_gc_rs_done(pt_net *n, const pt_zero1_bucket *z);
 bool pt_gc_powersgd_at(const pt_net *n, int64_t step);
 int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err);
 int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err);
+/* PowerSGD's state, which checkpoints keep: this rank's errors and its Q matrices
+ * (fp32, flat). pt_gc_state_sizes: false without PowerSGD, else their element counts.
+ * pt_gc_state_get copies them to host memory and says whether Q holds a warm start
+ * (a compressed step has run); pt_gc_state_set puts them back (errors NULL: zero; q
+ * NULL or !q_ready: Q is drawn afresh at the next compressed step). */
+bool pt_gc_state_sizes(const pt_net *n, int64_t *errors, int64_t *q);
+bool pt_gc_state_get(const pt_net *n, float *errors, float *q);
+void pt_gc_state_set(pt_net *n, const float *errors, const float *q, bool q_ready);
 /* Element i of a standard normal stream keyed by (seed, key) (model.c's initialiser). */
 float pt_net_normal(uint64_t seed, const char *key, int64_t i);
 

@@ -11,6 +11,13 @@
  * copies, rank 0 of the dp·cp group, except under ZeRO, where each rank writes the
  * moments it holds (and under ZeRO 2/3 the master weights of its shards).
  *
+ * PowerSGD's state (compress=powersgd: runtime/compress.c) is each rank's own — its
+ * error feedback differs between data-parallel ranks — so every rank writes it whole
+ * to powersgd-<rank+1>-of-<world>.safetensors ("error" and "q", fp32, with the layout
+ * in the metadata). A resume under the same layout and world reads it back, so the run
+ * continues bit for bit; under another, the errors start from zero and Q afresh, and
+ * the resume says so.
+ *
  * Loading reads each rank's elements back from the whole tensors (pread), whatever
  * layout, ZeRO stage, micro-batch or world size wrote them, and checks that the model,
  * the seed and the training data are the checkpoint's; other settings may change and
@@ -20,6 +27,7 @@
  */
 #include "trainer_internal.h"
 #include "hf.h"
+#include "model_internal.h"
 #include "specjson.h"
 
 #include <errno.h>
@@ -331,6 +339,81 @@ static int write_meta(const char *tmp, pt_trainer *r, int64_t step, pt_err *err)
     return pt_ckpt_meta_write(tmp, &meta, err);
 }
 
+/* ---- PowerSGD's state: a file per rank ---------------------------------------------------- */
+
+static void psgd_path(char *buf, size_t n, const char *dir, const pt_trainer *r)
+{
+    snprintf(buf, n, "%s/powersgd-%05d-of-%05d.safetensors", dir, r->rank + 1, r->world);
+}
+
+static int save_psgd(const char *tmp, pt_trainer *r, pt_err *err)
+{
+    int64_t ne, nq;
+    if (!pt_gc_state_sizes(&r->net, &ne, &nq))
+        return 0;
+    float *e = malloc((size_t)(ne + 1) * sizeof *e), *q = malloc((size_t)(nq + 1) * sizeof *q);
+    if (!e || !q) {
+        free(e);
+        free(q);
+        return pt_err_set(err, "out of memory for PowerSGD's state (%lld elements)",
+                          (long long)(ne + nq));
+    }
+    bool ready = pt_gc_state_get(&r->net, e, q);
+    pt_st_tensor t[2] = {{.name = "error", .dtype = "F32", .ndim = 1, .shape = {ne}, .data = e,
+                          .bytes = (size_t)ne * sizeof *e},
+                         {.name = "q", .dtype = "F32", .ndim = 1, .shape = {nq}, .data = q,
+                          .bytes = (size_t)nq * sizeof *q}};
+    char layout[256], rank[24], world[24], path[4200];
+    pt_layout_format(&r->plan.layout, layout, sizeof layout);
+    snprintf(rank, sizeof rank, "%d", r->rank);
+    snprintf(world, sizeof world, "%d", r->world);
+    const char *keys[] = {"format", "layout", "rank", "world", "q_ready"};
+    const char *vals[] = {"ptrun powersgd 1", layout, rank, world, ready ? "1" : "0"};
+    psgd_path(path, sizeof path, tmp, r);
+    int rc = pt_st_write(path, t, 2, keys, vals, 5, err);
+    free(e);
+    free(q);
+    return rc;
+}
+
+/* Reads this rank's PowerSGD state back when the checkpoint was written under this
+ * layout and world (on every rank, or on none: Q must agree over the group), else
+ * restarts it and notes that in the resume's note. Collective. */
+static int load_psgd(pt_trainer *r, const char *dir, const pt_ckpt_meta *meta, pt_err *err)
+{
+    int64_t ne, nq;
+    if (!pt_gc_state_sizes(&r->net, &ne, &nq))
+        return 0;
+    char layout[256], path[4200];
+    pt_layout_format(&r->plan.layout, layout, sizeof layout);
+    psgd_path(path, sizeof path, dir, r);
+    bool same = strcmp(meta->layout, layout) == 0 && meta->world == r->world &&
+                access(path, F_OK) == 0;
+    pt_st_file *f = NULL;
+    const pt_st_tensor *e = NULL, *q = NULL;
+    int rc = 0;
+    if (same && (rc = pt_st_open(path, &f, err)) == 0)
+        rc = pt_st_get(f, "error", "F32", 1, &ne, &e, err) ||
+             pt_st_get(f, "q", "F32", 1, &nq, &q, err);
+    bool all = pt_comm_all_ok(r->comm, same && rc == 0);
+    if (all) {
+        const char *ready = pt_st_meta(f, "q_ready");
+        pt_gc_state_set(&r->net, e->data, q->data, ready && strcmp(ready, "1") == 0);
+    } else {
+        pt_gc_state_set(&r->net, NULL, NULL, false);
+        size_t used = strlen(r->resume_note);
+        snprintf(r->resume_note + used, sizeof r->resume_note - used,
+                 "%sPowerSGD's errors and Q restart (%s)", used ? "; " : "",
+                 rc ? "a rank could not read its state" : "the checkpoint's layout or world "
+                                                          "differs, or it has no such state");
+    }
+    pt_st_close(f);
+    /* a damaged file of this layout is an error; a missing or foreign one a restart */
+    if (!pt_comm_all_ok(r->comm, rc == 0))
+        return rc ? -1 : pt_err_set(err, "another rank could not read its PowerSGD state");
+    return 0;
+}
+
 /* Every rank writes its pieces into one temporary folder that rank 0 made, into files
  * each stage's first rank created; rank 0 then writes the indexes and meta.json and
  * commits the folder, only if every rank succeeded. */
@@ -354,8 +437,11 @@ int pt_trainer_save(pt_trainer *r, int64_t step, pt_err *err)
     bool leader = r->place.tp_rank == 0 && r->place.dp_rank == 0;
     if (leader)
         rc = create_files(tmp, r, step, err);
-    if (pt_comm_all_ok(r->comm, rc == 0))
+    if (pt_comm_all_ok(r->comm, rc == 0)) {
         rc = write_pieces(tmp, r, &h, err);
+        if (rc == 0)
+            rc = save_psgd(tmp, r, err);
+    }
     else if (rc == 0)
         rc = pt_err_set(err, "another rank could not create its checkpoint files in %s", tmp);
     host_state_free(&h);
@@ -642,6 +728,9 @@ int pt_trainer_load_ckpt(pt_trainer *r, const char *path, const pt_ckpt_meta *me
     }
     rc = load_from(r, src, true, err);
     src->close(src);
+    if (!pt_comm_all_ok(r->comm, rc == 0))
+        return rc ? -1 : pt_err_set(err, "another rank could not load checkpoint %s", path);
+    rc = load_psgd(r, path, meta, err);
     if (rc == 0) {
         /* the sample the checkpoint's next step starts at, whatever this run's batch */
         r->data_skip = meta->data_pos - meta->step * r->plan.train.global_batch;

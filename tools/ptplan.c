@@ -48,6 +48,11 @@ static const char usage_text[] =
     "  --db FILE               cost table [$PT_COSTS_DB, else ~/.local/share/ptplan/\n"
     "                          costs.db; analytic figures when that does not exist]\n"
     "  --sim-top N             simulate the N best by estimate in full [1000; 0 = all]\n"
+    "  --compress MODES        gradient compression the search tries where gradients go\n"
+    "                          in buckets (ZeRO 0/1, dp*cp > 1): a comma list of none,\n"
+    "                          bf16, powersgd [none,bf16]; none is always tried. PowerSGD\n"
+    "                          changes what the optimizer sees (README: Gradient\n"
+    "                          compression), so it is tried only when named\n"
     "\n"
     "Training settings written into plan.json:\n"
     "  --steps N  --lr X  --seed N  --data FILE\n"
@@ -119,13 +124,35 @@ static int add_compare(options *o, const char *layout)
     return 0;
 }
 
+/* --compress: "none,bf16,powersgd" into a bit per mode (none always set). */
+static int parse_compress(const char *text, unsigned *modes)
+{
+    *modes = 1u << PT_COMPRESS_NONE;
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int k = 0;
+        while (k < PT_COMPRESS_COUNT && (strlen(pt_compress_name((pt_compress)k)) != len ||
+                                         strncmp(p, pt_compress_name((pt_compress)k), len)))
+            k++;
+        if (k == PT_COMPRESS_COUNT) {
+            fprintf(stderr, "ptplan: --compress %s: '%.*s' is not a compression (expected "
+                            "a comma list of none, bf16, powersgd)\n", text, (int)len, p);
+            return -1;
+        }
+        *modes |= 1u << k;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_MODEL = 256, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_PREC, O_ORDER, O_MAXMBS,
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
            O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
-           O_COMPARE };
+           O_COMPARE, O_COMPRESS };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -140,10 +167,11 @@ static int parse_options(int argc, char **argv, options *o)
         {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA}, {"devices", 1, 0, O_DEVICES},
         {"stack", 1, 0, O_STACK}, {"list-stacks", 0, 0, O_LS}, {"dump-stack", 1, 0, O_DS},
         {"validate", 1, 0, O_VALIDATE}, {"list-layouts", 0, 0, O_LL},
-        {"compare", 1, 0, O_COMPARE}, {0, 0, 0, 0}};
+        {"compare", 1, 0, O_COMPARE}, {"compress", 1, 0, O_COMPRESS}, {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
-                   .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234};
+                   .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234,
+                   .compress_modes = 1u << PT_COMPRESS_NONE | 1u << PT_COMPRESS_BF16};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -157,6 +185,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_VALIDATE: o->validate = optarg; break;
         case O_LL: o->list_layouts = true; break;
         case O_COMPARE: bad = add_compare(o, optarg); break;
+        case O_COMPRESS: bad = parse_compress(optarg, &o->compress_modes); break;
         case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
         case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
         case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
@@ -434,6 +463,7 @@ int load_job(const options *o, job *j)
     pt_enum_opts_default(&j->eo);
     j->eo.max_mbs = o->max_mbs;
     j->eo.mem_fraction = o->mem_fraction;
+    j->eo.compress_modes = o->compress_modes;
     if (o->order && pt_order_parse(o->order, j->eo.order, &err))
         return pt_tool_fail("--order: %s", err.msg);
     return open_costs(o, j);

@@ -23,6 +23,7 @@ typedef struct {
     const char *compare[COMPARE_MAX]; /* --compare L1 L2 ... */
     int n_compare;
     int64_t nodes, devices, global_batch, seq, max_mbs, top, bucket_mib, sim_top, steps, seed;
+    unsigned compress_modes; /* --compress: bit c tries compress=c (pt_enum_opts) */
     double mem_fraction, lr;
     bool explain, json, list_models, list_clusters, list_stacks, no_out, list_layouts;
 } options;

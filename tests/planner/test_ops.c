@@ -189,7 +189,7 @@ static void test_grad_sync_and_optimizer(void)
     pt_oplist o = {0};
     /* 1100 parameters of fp32 gradients = 4400 bytes: buckets 1000 x4 (one op run
      * four times) + 400 */
-    CHECK_INT(pt_ops_grad_sync(&c, 1100, &o), 0);
+    CHECK_INT(pt_ops_grad_sync(&c, 1100, 0, &o), 0);
     CHECK_INT(o.n, 2);
     CHECK_NEAR(o.op[0].coll.bytes, 1000, 0);
     CHECK_INT(o.op[0].count, 4);
@@ -200,7 +200,7 @@ static void test_grad_sync_and_optimizer(void)
     pt_oplist_free(&o);
     /* A 1-byte bucket over 2^40 bytes stays one op, with at most 2^30 buckets. */
     t.bucket_bytes = 1;
-    CHECK_INT(pt_ops_grad_sync(&c, 0x1p38, &o), 0);
+    CHECK_INT(pt_ops_grad_sync(&c, 0x1p38, 0, &o), 0);
     CHECK_INT(o.n, 1);
     CHECK_INT(o.op[0].count, 1 << 30);
     CHECK_NEAR(o.op[0].coll.bytes * o.op[0].count, 0x1p40, 0);
@@ -225,7 +225,7 @@ static void test_grad_sync_and_optimizer(void)
     CHECK_NEAR(pt_bucket_shares(8, 4, 3), 4, 0);
     /* ZeRO 2/3 reduce in their layer lists: no buckets */
     l.zero = 2;
-    CHECK_INT(pt_ops_grad_sync(&c, 1100, &o), 0);
+    CHECK_INT(pt_ops_grad_sync(&c, 1100, 0, &o), 0);
     CHECK_INT(o.n, 0);
     pt_oplist_free(&o);
 
