@@ -405,6 +405,36 @@ static int ub_start(pt_net *n, pt_comm *comm, int chunk, psgd_ubucket *u, pt_err
     return 0;
 }
 
+/* ---- One matrix (the reductions between the steps are the caller's) ---------------------- */
+
+void pt_psgd_local_p(pt_kernels *kn, float *M, const float *E, const float *Q, float *P,
+                     int64_t rows, int64_t cols, int64_t r)
+{
+    if (E)
+        kn->add_f32(kn, M, E, rows * cols);
+    kn->gemm_f32(kn, 0, 0, (int)rows, (int)r, (int)cols, 1.0f, M, (int)cols, Q, (int)r, 0.0f,
+                 P, (int)r);
+}
+
+void pt_psgd_local_q(pt_kernels *kn, const float *M, float *P, float *Q, int64_t rows,
+                     int64_t cols, int64_t r)
+{
+    kn->orthonormalize(kn, P, rows, (int)r, PSGD_EPS);
+    kn->gemm_f32(kn, 1, 0, (int)cols, (int)r, (int)rows, 1.0f, M, (int)cols, P, (int)r, 0.0f,
+                 Q, (int)r);
+}
+
+void pt_psgd_local_done(pt_kernels *kn, float *M, float *E, const float *P, const float *Q,
+                        int64_t rows, int64_t cols, int64_t r, int ranks)
+{
+    int ir = (int)rows, ic = (int)cols, rr = (int)r;
+    if (E) {
+        kn->copy(kn, E, M, (size_t)(rows * cols) * sizeof *E, PT_KCOPY_D2D);
+        kn->gemm_f32(kn, 0, 1, ir, ic, rr, -1.0f / (float)ranks, P, rr, Q, rr, 1.0f, E, ic);
+    }
+    kn->gemm_f32(kn, 0, 1, ir, ic, rr, 1.0f, P, rr, Q, rr, 0.0f, M, ic);
+}
+
 /* Phase 1: error feedback into the gradients (M = g + e), P = M Q, P all-reduced. */
 static int grp_start(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err *err)
 {
@@ -416,10 +446,8 @@ static int grp_start(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err
     const psgd_chunk *ch = &g->chunk[chunk];
     for (int i = gr->first; i < gr->first + gr->count; i++) {
         const psgd_mat *m = &ch->mat[i];
-        float *M = n->grad + m->lo;
-        kn->add_f32(kn, M, g->ebuf + m->e_at, m->rows * m->cols);
-        kn->gemm_f32(kn, 0, 0, (int)m->rows, (int)m->r, (int)m->cols, 1.0f, M, (int)m->cols,
-                     g->qbuf + m->q_at, (int)m->r, 0.0f, g->pbuf + m->p_at, (int)m->r);
+        pt_psgd_local_p(kn, n->grad + m->lo, g->ebuf + m->e_at, g->qbuf + m->q_at,
+                        g->pbuf + m->p_at, m->rows, m->cols, m->r);
     }
     if (pt_comm_iallreduce(comm, PT_GROUP_DPCP, g->pbuf + gr->p_at, gr->p_len, &gr->req, err))
         return -1;
@@ -443,10 +471,8 @@ static int grp_q(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err *er
     const psgd_chunk *ch = &g->chunk[chunk];
     for (int i = gr->first; i < gr->first + gr->count; i++) {
         const psgd_mat *m = &ch->mat[i];
-        float *P = g->pbuf + m->p_at;
-        kn->orthonormalize(kn, P, m->rows, (int)m->r, PSGD_EPS);
-        kn->gemm_f32(kn, 1, 0, (int)m->cols, (int)m->r, (int)m->rows, 1.0f, n->grad + m->lo,
-                     (int)m->cols, P, (int)m->r, 0.0f, g->qbuf + m->q_at, (int)m->r);
+        pt_psgd_local_q(kn, n->grad + m->lo, g->pbuf + m->p_at, g->qbuf + m->q_at, m->rows,
+                        m->cols, m->r);
     }
     if (pt_comm_iallreduce(comm, PT_GROUP_DPCP, g->qbuf + gr->q_at, gr->q_len, &gr->req, err))
         return -1;
@@ -468,15 +494,10 @@ static int grp_done(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err 
         return -1;
     psgd_span(n, "wait Q", chunk, gr->q_len, t0);
     const psgd_chunk *ch = &g->chunk[chunk];
-    float share = -1.0f / (float)g->dp_size;
     for (int i = gr->first; i < gr->first + gr->count; i++) {
         const psgd_mat *m = &ch->mat[i];
-        float *M = n->grad + m->lo, *E = g->ebuf + m->e_at;
-        const float *P = g->pbuf + m->p_at, *Q = g->qbuf + m->q_at;
-        int rows = (int)m->rows, cols = (int)m->cols, r = (int)m->r;
-        kn->copy(kn, E, M, (size_t)(m->rows * m->cols) * sizeof *E, PT_KCOPY_D2D);
-        kn->gemm_f32(kn, 0, 1, rows, cols, r, share, P, r, Q, r, 1.0f, E, cols);
-        kn->gemm_f32(kn, 0, 1, rows, cols, r, 1.0f, P, r, Q, r, 0.0f, M, cols);
+        pt_psgd_local_done(kn, n->grad + m->lo, g->ebuf + m->e_at, g->pbuf + m->p_at,
+                           g->qbuf + m->q_at, m->rows, m->cols, m->r, g->dp_size);
     }
     return 0;
 }

@@ -376,6 +376,18 @@ typedef struct {
     void *grad_done_ctx;
 } pt_net;
 
+/* PowerSGD's steps on one matrix M (rows, cols) of one rank, fp32 backend memory
+ * (runtime/compress.c; the sums over the ranks between them are the caller's):
+ * pt_psgd_local_p: M += E (E NULL: none), P (rows, r) = M Q (Q (cols, r));
+ * pt_psgd_local_q: P (summed) orthonormalised, Q = M^T P;
+ * pt_psgd_local_done: with Q summed, E = M - P Q^T / ranks (E NULL: none), M = P Q^T. */
+void pt_psgd_local_p(pt_kernels *kn, float *M, const float *E, const float *Q, float *P,
+                     int64_t rows, int64_t cols, int64_t r);
+void pt_psgd_local_q(pt_kernels *kn, const float *M, float *P, float *Q, int64_t rows,
+                     int64_t cols, int64_t r);
+void pt_psgd_local_done(pt_kernels *kn, float *M, float *E, const float *P, const float *Q,
+                        int64_t rows, int64_t cols, int64_t r, int ranks);
+
 /* Builds pipeline stage `stage` of the model of plan `p` (its vp chunks: virtual
  * stages c·p + stage) on backend `kn` with `slots` micro-batches of activations,
  * parameters initialised from `seed`: each element from a Philox stream keyed by
