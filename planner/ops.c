@@ -1033,12 +1033,13 @@ static void psgd_sync(builder *b, double params, int64_t layers)
          * tile model of planner/ops.c's "gemm" keys (costmodels/analytic.c) */
         psgd_kernel(b, PT_OPK_PSGD_P, "gemm_skinny", 2 * mn * rr,
                     4 * (mn + (double)(cols + rows) * rr), rows, r, cols, layers);
-        /* modified Gram-Schmidt: r(r+1)/2 dot products and as many updates, each a pass
-         * over P's rows (strided: every pass reads P whole), in one thread block
+        /* modified Gram-Schmidt: r(r-1)/2 dot products and as many updates, r norms
+         * and r scalings: r(r+1) passes over P's rows, each touching one 32-byte
+         * sector of every row (a row's r floats, when narrower) — in one thread block
          * (kernels/cuda/compress.cu), which sees about 1/SMs of the device's memory
          * bandwidth: its traffic counts sm_count times */
         double sms = c->sm_count > 0 ? (double)c->sm_count : 1;
-        double ortho = 4 * (double)rows * rr * rr * (rr + 1) * sms;
+        double ortho = (double)rows * fmin(4 * rr, 32) * rr * (rr + 1) * sms;
         psgd_kernel(b, PT_OPK_PSGD_ORTH, "orthonormalize", 2 * (double)rows * rr * rr, ortho,
                     rows, r, r, layers);
         psgd_kernel(b, PT_OPK_PSGD_Q, "gemm_skinny", 2 * mn * rr,

@@ -512,7 +512,8 @@ static void buckets_free(buckets *B)
 }
 
 /* A bucket's start or wait as a span on the communication stream, named
- * "bucket start c<chunk> <bytes> B" (waits follow the starts in order); formatted only
+ * "bucket start c<chunk> <bytes> B" with the bytes it puts on the wire (waits follow
+ * the starts in order); formatted only
  * when the trace records, and one name per chunk and size, as the trace keeps each
  * distinct name once. */
 static void bucket_span(const buckets *B, const char *what, int chunk, int64_t bytes,
@@ -524,6 +525,13 @@ static void bucket_span(const buckets *B, const char *what, int chunk, int64_t b
     char name[48];
     snprintf(name, sizeof name, "bucket %s c%d %lld B", what, chunk, (long long)bytes);
     pt_trace_add(t, B->n->rank, 1, name, NULL, t0, pt_trace_now());
+}
+
+/* The bytes a bucket of `bytes` fp32 gradients puts on the wire: half under bf16
+ * compression (the spans' names carry these). */
+static int64_t wire_bytes(const pt_net *n, int64_t bytes)
+{
+    return pt_gc_on(n) ? bytes / 2 : bytes;
 }
 
 /* Starts ZeRO 1's reduce-scatter of bucket z: its gradients copied into its padded
@@ -607,7 +615,7 @@ static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
     int64_t bytes = count * (int64_t)sizeof(float);
     cb->bytes[cb->n_req++] = bytes;
     cb->started = lo;
-    bucket_span(B, "start", chunk, bytes, t0);
+    bucket_span(B, "start", chunk, wire_bytes(B->n, bytes), t0);
     return 0;
 }
 
@@ -643,7 +651,7 @@ static int buckets_finish(buckets *B, int chunk, pt_err *err)
             rc = -1; /* every request is still waited for, and freed; the first error kept */
         else
             bucket_done(B->n, B->scatter, cb->key[i], cb->bytes[i]);
-        bucket_span(B, "wait", chunk, cb->bytes[i], t0);
+        bucket_span(B, "wait", chunk, wire_bytes(B->n, cb->bytes[i]), t0);
     }
     cb->n_req = 0;
     return rc;

@@ -295,6 +295,42 @@ static int layout_no_plan(const options *o, const job *j, uint32_t mask, const p
     return no_plan(o, why);
 }
 
+/* --explain: the layout under each gradient compression the stack runs, where its
+ * gradients go in buckets — step time, exposed data-parallel time (reduction and
+ * compression's work) and memory — and what each saves against none. */
+static void print_compression(const job *j, const pt_layout *l)
+{
+    if (l->zero > 1 || (int64_t)l->dp * l->cp <= 1 || !j->t.stack.compression)
+        return;
+    printf("\ngradient compression (compress=; README: Gradient compression):\n");
+    printf("  %-24s %10s %12s %10s %10s\n", "", "step s", "dp exposed s", "GiB", "saves");
+    double none_s = 0;
+    for (int k = 0; k < PT_COMPRESS_COUNT; k++) {
+        pt_layout v = *l;
+        v.compress = (pt_compress)k;
+        if (k == PT_COMPRESS_POWERSGD && l->compress != PT_COMPRESS_POWERSGD) {
+            v.powersgd_rank = PT_POWERSGD_RANK;
+            v.powersgd_start = PT_POWERSGD_START;
+        }
+        pt_candidate c = {0};
+        pt_err err;
+        char name[48];
+        snprintf(name, sizeof name, k == PT_COMPRESS_POWERSGD ? "%s rank %d" : "%s",
+                 pt_compress_name(v.compress), v.powersgd_rank);
+        if (pt_evaluate(&j->m, &j->c, &j->t, j->db, &v, NULL, &c, &err)) {
+            printf("  %-24s not priced: %s\n", name, err.msg);
+            continue;
+        }
+        double t = c.predicted.step_time_s;
+        if (k == PT_COMPRESS_NONE)
+            none_s = t;
+        printf("  %-24s %10.4g %12.4g %10.2f %9.1f%%%s\n", name, t,
+               c.predicted.breakdown_s[PT_BD_DP], gib(c.memory.total_bytes),
+               none_s > 0 ? 100 * (none_s - t) / none_s : 0.0,
+               k == (int)l->compress ? "  <- this layout" : "");
+    }
+}
+
 static void print_layout(const options *o, const job *j, const pt_layout *l, uint32_t mask,
                          const pt_candidate *c, bool fits)
 {
@@ -321,6 +357,7 @@ static void print_layout(const options *o, const job *j, const pt_layout *l, uin
     print_prediction(&c->predicted);
     if (o->explain) {
         print_breakdown(&c->predicted);
+        print_compression(j, l);
         print_stages(j, l);
         if (!fits)
             printf("\nto fit, try a larger zero stage, recompute=selective or full, sp=1, "
