@@ -75,7 +75,6 @@ typedef struct {
 typedef struct {
     int64_t u_at, len, lowest;
     pt_comm_req *req;
-    bool started;
 } psgd_ubucket;
 
 typedef struct {
@@ -400,7 +399,6 @@ static int ub_start(pt_net *n, pt_comm *comm, int chunk, psgd_ubucket *u, pt_err
     psgd_pack(n, &n->gc->chunk[chunk], u->u_at, u->len, true);
     if (pt_comm_iallreduce(comm, PT_GROUP_DPCP, n->gc->ubuf + u->u_at, u->len, &u->req, err))
         return -1;
-    u->started = true;
     psgd_span(n, "start u", chunk, u->len, t0);
     return 0;
 }
@@ -550,7 +548,6 @@ int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err)
         double t0 = pt_trace_now();
         rc = pt_comm_wait(comm, u->req, err);
         u->req = NULL;
-        u->started = false;
         if (rc == 0) {
             psgd_span(n, "wait u", chunk, u->len, t0);
             psgd_pack(n, ch, u->u_at, u->len, false);

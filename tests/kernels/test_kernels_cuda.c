@@ -658,6 +658,66 @@ static void test_gemm(int ta, int tb, int m, int n, int kk)
     free(c);
 }
 
+/* gemm_f32 (PowerSGD's products): fp32 operands and result, fp32 products on both
+ * backends, so only the order of the sums differs */
+static void op_gemm_f32(pt_kernels *kn, void **b, const void *p)
+{
+    const gemm_arg *g = p;
+    kn->gemm_f32(kn, g->ta, g->tb, g->m, g->n, g->kk, g->alpha, CF(b[1]), g->lda, CF(b[2]),
+                 g->ldb, g->beta, F(b[0]), g->ldc);
+}
+
+static void test_gemm_f32(int ta, int tb, int m, int n, int kk, float beta)
+{
+    int ar = ta ? kk : m, ac = ta ? m : kk, br = tb ? n : kk, bc = tb ? kk : n;
+    gemm_arg g = {ta, tb, m, n, kk, ac, bc, n, -0.5f, beta};
+    float *a = frand((int64_t)ar * g.lda, 1), *b = frand((int64_t)br * g.ldb, 1);
+    float *c = frand((int64_t)m * g.ldc, 1);
+    char what[64];
+    snprintf(what, sizeof what, "gemm_f32 %c%c m%d n%d k%d", ta ? 'T' : 'N', tb ? 'T' : 'N', m,
+             n, kk);
+    tbuf bufs[] = {{"c", F32, (int64_t)m * g.ldc, c, 1e-5},
+                   {"a", F32, (int64_t)ar * g.lda, a, 0},
+                   {"b", F32, (int64_t)br * g.ldb, b, 0}};
+    run_case(what, bufs, NB(bufs), op_gemm_f32, &g);
+    free(a);
+    free(b);
+    free(c);
+}
+
+typedef struct { int64_t rows; int cols; } ortho_arg;
+
+static void op_orthonormalize(pt_kernels *kn, void **b, const void *p)
+{
+    const ortho_arg *o = p;
+    kn->orthonormalize(kn, F(b[0]), o->rows, o->cols, 1e-8f);
+}
+
+static void test_orthonormalize(int64_t rows, int cols)
+{
+    float *p = frand(rows * cols, 1);
+    for (int64_t r = 0; r < rows && cols > 2; r++)
+        p[r * cols + 1] = 0; /* a zero column stays zero */
+    ortho_arg o = {rows, cols};
+    char what[64];
+    snprintf(what, sizeof what, "orthonormalize %lld x %d", (long long)rows, cols);
+    tbuf bufs[] = {{"p", F32, rows * cols, p, 1e-5}};
+    run_case(what, bufs, NB(bufs), op_orthonormalize, &o);
+    free(p);
+}
+
+static void test_compression(void)
+{
+    /* PowerSGD's three products: P = M Q, Q = M^T P, M - P Q^T / W */
+    test_gemm_f32(0, 0, 96, 4, 80, 0.0f);
+    test_gemm_f32(1, 0, 80, 4, 96, 0.0f);
+    test_gemm_f32(0, 1, 96, 80, 4, 1.0f);
+    test_gemm_f32(0, 1, 33, 17, 3, 0.0f);
+    test_orthonormalize(96, 4);
+    test_orthonormalize(1000, 7);
+    test_orthonormalize(5, 1);
+}
+
 static void test_matmuls(void)
 {
     test_matmul_shape(7, 13, 5, 1, 0);
@@ -930,6 +990,7 @@ static void matmul_fallback_cases(void)
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             test_gemm(ta, tb, 19, 23, 29);
+    test_gemm_f32(0, 1, 33, 17, 3, 1.0f); /* the fp32 fallback kernel */
 }
 
 /* the same GEMMs on the fallback kernel: a second backend with cuBLASLt switched off */
@@ -1859,6 +1920,7 @@ int main(void)
     test_norms();
     test_residual_norms();
     test_matmuls();
+    test_compression();
     test_mlp_gelu();
     test_epilogue_modes();
 #ifdef PT_CUDA_EMU
