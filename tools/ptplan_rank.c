@@ -250,6 +250,8 @@ static void print_stages(const job *j, const pt_layout *l)
     }
 }
 
+static json_t *compression_json(const job *j, const pt_layout *l);
+
 static int layout_json(const options *o, const job *j, const pt_layout *l, uint32_t mask,
                        const pt_candidate *c, bool fits)
 {
@@ -264,6 +266,7 @@ static int layout_json(const options *o, const job *j, const pt_layout *l, uint3
             json_array_append_new(stages, pt_memory_json(&sm));
         }
         json_object_set_new(root, "stages", stages);
+        json_object_set_new(root, "compression", compression_json(j, l));
     }
     print_json(root);
     return 0;
@@ -298,37 +301,88 @@ static int layout_no_plan(const options *o, const job *j, uint32_t mask, const p
 /* --explain: the layout under each gradient compression the stack runs, where its
  * gradients go in buckets — step time, exposed data-parallel time (reduction and
  * compression's work) and memory — and what each saves against none. */
-static void print_compression(const job *j, const pt_layout *l)
+typedef struct {
+    pt_layout l;
+    bool priced;
+    char why[512];            /* not priced: the error */
+    pt_candidate c;
+} compress_row;
+
+/* The rows (PT_COMPRESS_COUNT of them); false when compression does not apply. */
+static bool compression_rows(const job *j, const pt_layout *l, compress_row *rows)
 {
     if (l->zero > 1 || (int64_t)l->dp * l->cp <= 1 || !j->t.stack.compression)
+        return false;
+    for (int k = 0; k < PT_COMPRESS_COUNT; k++) {
+        compress_row *r = &rows[k];
+        *r = (compress_row){.l = *l};
+        r->l.compress = (pt_compress)k;
+        if (k == PT_COMPRESS_POWERSGD && l->compress != PT_COMPRESS_POWERSGD) {
+            r->l.powersgd_rank = PT_POWERSGD_RANK;
+            r->l.powersgd_start = PT_POWERSGD_START;
+        }
+        pt_err err;
+        r->priced = pt_evaluate(&j->m, &j->c, &j->t, j->db, &r->l, NULL, &r->c, &err) == 0;
+        if (!r->priced)
+            snprintf(r->why, sizeof r->why, "%s", err.msg);
+    }
+    return true;
+}
+
+/* The share of the step compression k saves against none (0 when either is unpriced). */
+static double compression_saves(const compress_row *rows, int k)
+{
+    double none = rows[PT_COMPRESS_NONE].c.predicted.step_time_s;
+    if (!rows[k].priced || !rows[PT_COMPRESS_NONE].priced || !(none > 0))
+        return 0;
+    return (none - rows[k].c.predicted.step_time_s) / none;
+}
+
+static void print_compression(const job *j, const pt_layout *l)
+{
+    compress_row rows[PT_COMPRESS_COUNT];
+    if (!compression_rows(j, l, rows))
         return;
     printf("\ngradient compression (compress=; README: Gradient compression):\n");
     printf("  %-24s %10s %12s %10s %10s\n", "", "step s", "dp exposed s", "GiB", "saves");
-    double none_s = 0;
     for (int k = 0; k < PT_COMPRESS_COUNT; k++) {
-        pt_layout v = *l;
-        v.compress = (pt_compress)k;
-        if (k == PT_COMPRESS_POWERSGD && l->compress != PT_COMPRESS_POWERSGD) {
-            v.powersgd_rank = PT_POWERSGD_RANK;
-            v.powersgd_start = PT_POWERSGD_START;
-        }
-        pt_candidate c = {0};
-        pt_err err;
+        const compress_row *r = &rows[k];
         char name[48];
         snprintf(name, sizeof name, k == PT_COMPRESS_POWERSGD ? "%s rank %d" : "%s",
-                 pt_compress_name(v.compress), v.powersgd_rank);
-        if (pt_evaluate(&j->m, &j->c, &j->t, j->db, &v, NULL, &c, &err)) {
-            printf("  %-24s not priced: %s\n", name, err.msg);
+                 pt_compress_name(r->l.compress), r->l.powersgd_rank);
+        if (!r->priced) {
+            printf("  %-24s not priced: %s\n", name, r->why);
             continue;
         }
-        double t = c.predicted.step_time_s;
-        if (k == PT_COMPRESS_NONE)
-            none_s = t;
-        printf("  %-24s %10.4g %12.4g %10.2f %9.1f%%%s\n", name, t,
-               c.predicted.breakdown_s[PT_BD_DP], gib(c.memory.total_bytes),
-               none_s > 0 ? 100 * (none_s - t) / none_s : 0.0,
+        printf("  %-24s %10.4g %12.4g %10.2f %9.1f%%%s\n", name, r->c.predicted.step_time_s,
+               r->c.predicted.breakdown_s[PT_BD_DP], gib(r->c.memory.total_bytes),
+               100 * compression_saves(rows, k),
                k == (int)l->compress ? "  <- this layout" : "");
     }
+}
+
+/* The same for --explain --json: an array of {layout, step_time_s, dp_exposed_s,
+ * memory_bytes, saves} (saves: the share of none's step), null where it does not
+ * apply. */
+static json_t *compression_json(const job *j, const pt_layout *l)
+{
+    compress_row rows[PT_COMPRESS_COUNT];
+    if (!compression_rows(j, l, rows))
+        return json_null();
+    json_t *a = json_array();
+    for (int k = 0; k < PT_COMPRESS_COUNT && a; k++) {
+        const compress_row *r = &rows[k];
+        char text[256];
+        pt_layout_format(&r->l, text, sizeof text);
+        json_array_append_new(
+            a, r->priced ? json_pack("{s:s, s:f, s:f, s:f, s:f}", "layout", text, "step_time_s",
+                                     r->c.predicted.step_time_s, "dp_exposed_s",
+                                     r->c.predicted.breakdown_s[PT_BD_DP], "memory_bytes",
+                                     r->c.memory.total_bytes, "saves",
+                                     compression_saves(rows, k))
+                         : json_pack("{s:s, s:s}", "layout", text, "error", r->why));
+    }
+    return a;
 }
 
 static void print_layout(const options *o, const job *j, const pt_layout *l, uint32_t mask,
