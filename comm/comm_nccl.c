@@ -116,7 +116,11 @@ typedef struct {
 
 struct pt_nccl {
     ncclComm_t comm[PT_COMM_SLOTS]; /* NULL: not in such a group, or a group of one */
-    cudaStream_t kstream;           /* the kernel backend's; not ours to destroy */
+    cudaStream_t *kstream;          /* the kernel backend's current stream (its main one,
+                                       or its side one between stream_select(kn, 1) and
+                                       (kn, 0)): read at each call, so that collectives
+                                       follow the kernels queued where they were; not
+                                       ours to destroy */
     cudaStream_t cstream;           /* asynchronous collectives */
     int device;
     void *scratch;                  /* host collectives of a run without MPI */
@@ -418,8 +422,9 @@ int pt_nccl_open(pt_comm *c, pt_err *err)
     if (!n)
         return pt_err_set(err, "out of memory");
     c->nccl = n;
-    /* kernels/cuda/cuda.cuh keeps the stream first in the backend's context for this */
-    n->kstream = *(cudaStream_t *)c->kn->priv;
+    /* kernels/cuda/cuda.cuh keeps the current stream first in the backend's context for
+     * this */
+    n->kstream = (cudaStream_t *)c->kn->priv;
     int rc = 0;
     cudaError_t e = cudaGetDevice(&n->device);
     if (e == cudaSuccess)
@@ -564,11 +569,11 @@ static int nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const 
 {
     pt_nccl *nc = c->nccl;
     if (!req)
-        return enqueue(c, op, slot, t, in, out, n, nc->kstream, err);
+        return enqueue(c, op, slot, t, in, out, n, *nc->kstream, err);
     /* after the kernels queued so far, on the communication stream */
     cudaEvent_t ready = NULL, done = NULL;
     CUDA_TRY(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    cudaError_t e = cudaEventRecord(ready, nc->kstream);
+    cudaError_t e = cudaEventRecord(ready, *nc->kstream);
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(nc->cstream, ready, 0);
     /* destroying a recorded event is safe: its resources go once it completes (CUDA
@@ -592,7 +597,7 @@ static int nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const 
 
 static int nccl_wait(pt_comm *c, pt_comm_req *req, pt_err *err)
 {
-    cudaError_t e = cudaStreamWaitEvent(c->nccl->kstream, (cudaEvent_t)req->event, 0);
+    cudaError_t e = cudaStreamWaitEvent(*c->nccl->kstream, (cudaEvent_t)req->event, 0);
     cudaEventDestroy((cudaEvent_t)req->event);
     free(req);
     return e == cudaSuccess ? 0 : cuda_fail(err, e, "waiting for an asynchronous collective");
@@ -639,7 +644,7 @@ static int nccl_host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t,
     pt_comm_op_sizes(op, n, c->grp[slot].size, &n_in, &n_out);
     size_t in_bytes = ((size_t)n_in * es + 255) & ~(size_t)255, out_bytes = (size_t)n_out * es;
     if (in_bytes + out_bytes > nc->scratch_bytes) {
-        CUDA_TRY(cudaStreamSynchronize(nc->kstream)); /* queued work may use the old one */
+        CUDA_TRY(cudaStreamSynchronize(*nc->kstream)); /* queued work may use the old one */
         cudaFree(nc->scratch);
         nc->scratch = NULL;
         nc->scratch_bytes = 0;
@@ -647,13 +652,13 @@ static int nccl_host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t,
         nc->scratch_bytes = in_bytes + out_bytes;
     }
     char *din = nc->scratch, *dout = din + in_bytes;
-    CUDA_TRY(cudaMemcpyAsync(din, in, (size_t)n_in * es, cudaMemcpyHostToDevice, nc->kstream));
-    if (enqueue(c, op, slot, t, din, dout, n, nc->kstream, err))
+    CUDA_TRY(cudaMemcpyAsync(din, in, (size_t)n_in * es, cudaMemcpyHostToDevice, *nc->kstream));
+    if (enqueue(c, op, slot, t, din, dout, n, *nc->kstream, err))
         return -1;
-    CUDA_TRY(cudaMemcpyAsync(out, dout, out_bytes, cudaMemcpyDeviceToHost, nc->kstream));
+    CUDA_TRY(cudaMemcpyAsync(out, dout, out_bytes, cudaMemcpyDeviceToHost, *nc->kstream));
     pt_comm_wait_for w = {.op = "host collective", .slot = slot,
                           .bytes = (int64_t)(in_bytes > out_bytes ? in_bytes : out_bytes)};
-    return wait_stream(c, nc->kstream, &w, err);
+    return wait_stream(c, *nc->kstream, &w, err);
 }
 
 /* ---- Point to point ------------------------------------------------------------------------ */
@@ -706,21 +711,21 @@ static int send_copy(pt_nccl *nc, cudaStream_t s, const void *buf, int64_t bytes
         int i = p->next;
         p->next = (i + 1) % p->n;
         if (p->used[i])
-            CUDA_TRY(cudaStreamWaitEvent(nc->kstream, p->sent[i], 0));
+            CUDA_TRY(cudaStreamWaitEvent(*nc->kstream, p->sent[i], 0));
         *copy = p->base + (int64_t)i * p->slot_bytes;
         CUDA_TRY(cudaMemcpyAsync(*copy, buf, (size_t)bytes, cudaMemcpyDeviceToDevice,
-                                 nc->kstream));
-        CUDA_TRY(cudaEventRecord(p->ready[i], nc->kstream));
+                                 *nc->kstream));
+        CUDA_TRY(cudaEventRecord(p->ready[i], *nc->kstream));
         CUDA_TRY(cudaStreamWaitEvent(s, p->ready[i], 0));
         *slot = i;
         return 0;
     }
     /* cudaMallocAsync and cudaFreeAsync never wait for the device (CUDA 11.2+) */
-    CUDA_TRY(cudaMallocAsync(copy, (size_t)bytes, nc->kstream));
-    CUDA_TRY(cudaMemcpyAsync(*copy, buf, (size_t)bytes, cudaMemcpyDeviceToDevice, nc->kstream));
+    CUDA_TRY(cudaMallocAsync(copy, (size_t)bytes, *nc->kstream));
+    CUDA_TRY(cudaMemcpyAsync(*copy, buf, (size_t)bytes, cudaMemcpyDeviceToDevice, *nc->kstream));
     cudaEvent_t ready = NULL;
     CUDA_TRY(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    cudaError_t e = cudaEventRecord(ready, nc->kstream);
+    cudaError_t e = cudaEventRecord(ready, *nc->kstream);
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(s, ready, 0);
     cudaEventDestroy(ready); /* safe once recorded: freed when it completes */
@@ -771,7 +776,7 @@ static int nccl_recv(pt_comm *c, int from, int tag, void *buf, int64_t n, pt_com
     int64_t bytes = n * (int64_t)pt_comm_type_bytes(t);
     pt_comm_wait_for w = {.op = "receive", .slot = -1, .peer = from, .bytes = bytes};
     return settle(c, l->comm, ncclRecv(bytes > 0 ? buf : c->nccl->probe, (size_t)bytes,
-                                       ncclUint8, 0, l->comm, c->nccl->kstream),
+                                       ncclUint8, 0, l->comm, *c->nccl->kstream),
                   0, "NCCL receive", &w, err);
 }
 

@@ -509,6 +509,16 @@ struct pt_kernels {
                     const float *src,              /* (n) fp32 */
                     int64_t n);
 
+    /* -- A second stream (optional; NULL on a backend with one queue, the CPU's). Ops
+     * queued after stream_select(kn, 1) run on the backend's side stream, after
+     * everything queued before on its main stream; stream_select(kn, 0) queues on the
+     * main stream again without waiting for the side stream; stream_join makes the
+     * main stream wait for what the side stream holds. Collectives on [backend]
+     * buffers follow the stream current when they are called (comm/comm_nccl.c). sync
+     * waits for both. PowerSGD's compression runs there beside the backward. -- */
+    void (*stream_select)(pt_kernels *kn, int side);
+    void (*stream_join)(pt_kernels *kn);
+
     /* -- Gradient compression (PowerSGD, runtime/compress.c). Optional: without both,
      * compress=powersgd is refused on the backend. -- */
     /* gemm on fp32 operands and result (fp32 backend memory): c = alpha · op(a) · op(b)

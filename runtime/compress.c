@@ -30,7 +30,11 @@
  * starts (error, P = MQ, its P all-reduce) once the backward has made its gradients
  * final, its Q step runs when the next group starts or at the chunk's REDUCE_GRADS,
  * which waits for everything, so the P all-reduce of one group overlaps the backward
- * of the layers below it. Steps before powersgd_start reduce as compress=none.
+ * of the layers below it. On a backend with a second stream (CUDA) all of PowerSGD's
+ * work — its kernels, and the waits for its collectives — is queued there, beside the
+ * backward on the main stream, which waits for it only at REDUCE_GRADS (the training
+ * diary's stream wrapper in the reference notes; on the CPU the host runs it between
+ * the backward's layers). Steps before powersgd_start reduce as compress=none.
  * ZeRO 1 under PowerSGD all-reduces (its uncompressed part too) and each rank then
  * takes its share of every bucket; the tied embedding's copy keeps its reduce-scatter
  * at the step.
@@ -500,7 +504,16 @@ static int grp_done(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err 
     return 0;
 }
 
-int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
+/* PowerSGD's work goes on the backend's side stream where it has one (the CUDA
+ * backend's), so that it and the waits for its collectives run beside the backward on
+ * the main stream; pt_gc_finish makes the main stream wait for it. */
+static void on_side(pt_net *n, int side)
+{
+    if (n->kn->stream_select)
+        n->kn->stream_select(n->kn, side);
+}
+
+static int ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
 {
     psgd_chunk *ch = &n->gc->chunk[chunk];
     while (ch->next_ub < ch->n_ub && ch->ub[ch->next_ub].lowest >= lo)
@@ -516,6 +529,14 @@ int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
             return -1;
     }
     return 0;
+}
+
+int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
+{
+    on_side(n, 1);
+    int rc = ready(n, comm, chunk, lo, err);
+    on_side(n, 0);
+    return rc;
 }
 
 /* ZeRO 1: this rank's share of each of the chunk's buckets, from the reduced
@@ -539,7 +560,8 @@ static void psgd_shares(pt_net *n, int chunk)
 int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err)
 {
     psgd_chunk *ch = &n->gc->chunk[chunk];
-    int rc = pt_gc_ready(n, comm, chunk, n->reduce_lo[chunk], err);
+    on_side(n, 1);
+    int rc = ready(n, comm, chunk, n->reduce_lo[chunk], err);
     for (int i = 0; i < ch->n_grp && rc == 0; i++)
         if (ch->grp[i].phase == 1)
             rc = grp_q(n, comm, chunk, &ch->grp[i], err);
@@ -561,6 +583,9 @@ int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err)
     ch->next_ub = ch->next_grp = 0;
     if (rc == 0 && n->n_z1 > 0)
         psgd_shares(n, chunk);
+    on_side(n, 0);
+    if (n->kn->stream_join) /* what follows reads the reduced gradients */
+        n->kn->stream_join(n->kn);
     return rc;
 }
 

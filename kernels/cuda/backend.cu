@@ -242,9 +242,59 @@ void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes)
 
 int pt_kcuda_sync(pt_kernels *kn)
 {
-    PT_CU(kn, cudaStreamSynchronize(pt_kcuda_ctx(kn)->stream));
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    PT_CU(kn, cudaStreamSynchronize(ctx->main_stream));
+    if (ctx->side)
+        PT_CU(kn, cudaStreamSynchronize(ctx->side));
     PT_CU(kn, cudaGetLastError());
     return kn->err[0] ? -1 : 0;
+}
+
+/* ---- The side stream ---------------------------------------------------------------------- */
+
+/* The side stream, its two ordering events and its cuBLASLt workspace, made once. */
+static int side_open(pt_kernels *kn)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (ctx->side)
+        return 0;
+    cudaStream_t s = NULL;
+    /* blocking, as the main stream: ordered with the legacy default stream */
+    if (PT_CU(kn, cudaStreamCreate(&s)) ||
+        PT_CU(kn, cudaEventCreateWithFlags(&ctx->side_ev[0], cudaEventDisableTiming)) ||
+        PT_CU(kn, cudaEventCreateWithFlags(&ctx->side_ev[1], cudaEventDisableTiming)) ||
+        PT_CU(kn, cudaMalloc(&ctx->lt_ws_side, ctx->lt_ws_bytes))) {
+        if (s)
+            cudaStreamDestroy(s);
+        return -1;
+    }
+    ctx->side = s;
+    return 0;
+}
+
+void pt_kcuda_stream_select(pt_kernels *kn, int side)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (!side) {
+        ctx->stream = ctx->main_stream;
+        return;
+    }
+    if (ctx->stream == ctx->side && ctx->side)
+        return;
+    /* a failure is recorded; the ops then stay on the main stream, in order */
+    if (side_open(kn) || PT_CU(kn, cudaEventRecord(ctx->side_ev[0], ctx->main_stream)) ||
+        PT_CU(kn, cudaStreamWaitEvent(ctx->side, ctx->side_ev[0], 0)))
+        return;
+    ctx->stream = ctx->side;
+}
+
+void pt_kcuda_stream_join(pt_kernels *kn)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (!ctx->side)
+        return;
+    if (!PT_CU(kn, cudaEventRecord(ctx->side_ev[1], ctx->side)))
+        PT_CU(kn, cudaStreamWaitEvent(ctx->main_stream, ctx->side_ev[1], 0));
 }
 
 /* ---- Device timers ----------------------------------------------------------------------- */
@@ -317,8 +367,15 @@ void pt_kcuda_destroy(pt_kernels *kn)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     if (ctx) {
-        if (ctx->stream)
-            cudaStreamSynchronize(ctx->stream);
+        if (ctx->main_stream)
+            cudaStreamSynchronize(ctx->main_stream);
+        if (ctx->side) {
+            cudaStreamSynchronize(ctx->side);
+            cudaStreamDestroy(ctx->side);
+            cudaEventDestroy(ctx->side_ev[0]);
+            cudaEventDestroy(ctx->side_ev[1]);
+        }
+        cudaFree(ctx->lt_ws_side);
         for (int i = 0; i < ctx->n_events; i++)
             cudaEventDestroy(ctx->events[i]);
         free(ctx->events);
@@ -335,8 +392,8 @@ void pt_kcuda_destroy(pt_kernels *kn)
         free(ctx->adamw_host);
         if (ctx->host_sum)
             cudaFreeHost(ctx->host_sum);
-        if (ctx->stream)
-            cudaStreamDestroy(ctx->stream);
+        if (ctx->main_stream)
+            cudaStreamDestroy(ctx->main_stream);
         free(ctx);
     }
     free(kn);
@@ -375,6 +432,8 @@ static pt_kernels cuda_table(void)
     t.matmul_backward_dgelu = pt_kcuda_matmul_backward_dgelu;
     t.gemm = pt_kcuda_gemm;
     t.gemm_f32 = pt_kcuda_gemm_f32;
+    t.stream_select = pt_kcuda_stream_select;
+    t.stream_join = pt_kcuda_stream_join;
     t.orthonormalize = pt_kcuda_orthonormalize;
     t.rope_forward = pt_kcuda_rope_forward;
     t.rope_backward = pt_kcuda_rope_backward;
@@ -536,8 +595,9 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
 
     /* a blocking stream: it stays ordered with work others queue on the legacy default
      * stream (plain cudaMemcpy), which a non-blocking one would race */
-    if (select_epilogues(kn, &prop) || PT_CU(kn, cudaStreamCreate(&ctx->stream)) ||
-        PT_LT(kn, cublasLtCreate(&ctx->lt)) ||
+    bool failed = select_epilogues(kn, &prop) || PT_CU(kn, cudaStreamCreate(&ctx->main_stream));
+    ctx->stream = ctx->main_stream;
+    if (failed || PT_LT(kn, cublasLtCreate(&ctx->lt)) ||
         PT_CU(kn, cudaMalloc(&ctx->lt_ws, ctx->lt_ws_bytes)) ||
         PT_CU(kn, cudaMallocHost((void **)&ctx->host_sum, sizeof(double))) ||
         PT_CU(kn, cudaMalloc((void **)&ctx->sumsq_part,

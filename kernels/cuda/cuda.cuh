@@ -68,11 +68,17 @@ struct pt_kcuda_adamw_desc {
     float unused;              /* explicit padding: descriptors are compared with memcmp */
 };
 
-/* kn->priv. The stream is the first member so that code holding only the priv pointer
- * (the runtime, to order its NCCL calls after the kernels) can read it as a
- * cudaStream_t; keep it first. */
+/* kn->priv. The current stream is the first member so that code holding only the priv
+ * pointer (the communication layer, to order its NCCL calls after the kernels) can
+ * read it as a cudaStream_t; keep it first. */
 typedef struct {
-    cudaStream_t stream;
+    cudaStream_t stream;       /* where ops are queued: main_stream, or side between
+                                * stream_select(kn, 1) and (kn, 0) */
+    cudaStream_t main_stream;
+    cudaStream_t side;         /* the second stream, made when first selected; NULL */
+    cudaEvent_t side_ev[2];    /* ordering: main before side, side before main */
+    void *lt_ws_side;          /* cuBLASLt's workspace for GEMMs on the side stream (one
+                                * workspace must not serve two streams at once) */
     int device;
     int sm_count;
     size_t smem_optin;         /* largest dynamic shared memory a block may ask for */
@@ -274,6 +280,8 @@ void pt_kcuda_free(pt_kernels *kn, void *p);
 void pt_kcuda_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir);
 void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes);
 int pt_kcuda_sync(pt_kernels *kn);
+void pt_kcuda_stream_select(pt_kernels *kn, int side);
+void pt_kcuda_stream_join(pt_kernels *kn);
 size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape);
 int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape);
 int pt_kcuda_event_record(pt_kernels *kn, int *event);

@@ -360,9 +360,10 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
         lt_release(&p);
         return algo ? 1 : 0;
     }
+    /* each stream its own workspace: GEMMs of the two streams may run at once */
+    void *ws = ctx->side && ctx->stream == ctx->side ? ctx->lt_ws_side : ctx->lt_ws;
     PT_LT(kn, cublasLtMatmul(ctx->lt, p.desc, &g->alpha, g->A, p.la, g->B, p.lb, &g->beta, g->C,
-                             p.lc, g->C, p.lc, &algo->algo, ctx->lt_ws, ctx->lt_ws_bytes,
-                             ctx->stream));
+                             p.lc, g->C, p.lc, &algo->algo, ws, ctx->lt_ws_bytes, ctx->stream));
     lt_release(&p);
     return 0;
 }
