@@ -572,7 +572,10 @@ static bool step(sim *S, int r)
         break;
     }
     case PT_INS_REDUCE_GRADS: {
-        /* PowerSGD's compression runs on the compute stream before the last waits */
+        /* gradient compression's work (bf16's conversions, PowerSGD's kernels), charged
+         * whole here: on the CPU the host runs it between the backward's layers; on the
+         * GPU PowerSGD's runs on a side stream beside the backward but shares its SMs,
+         * so this is an upper bound there */
         double comp = S->c->sync_compute_s[vs];
         if (comp > 0) {
             span(S, r, 0, "compress", -1, in->chunk, st->pc, st->clock, comp);

@@ -706,8 +706,62 @@ static void test_orthonormalize(int64_t rows, int cols)
     free(p);
 }
 
+/* The side stream (PowerSGD's): work queued there follows what the main stream held
+ * when it was selected; the main stream sees the side's after stream_join; GEMMs on
+ * both streams (each its own workspace) give the same results. */
+static void test_side_stream(void)
+{
+    enum { N = 4099, M = 48, K = 40 };
+    CHECK(GPU->stream_select != NULL && GPU->stream_join != NULL);
+    if (!GPU->stream_select || !GPU->stream_join)
+        return;
+    float *x = frand(N, 1.0), *a = frand(M * K, 1.0), *b = frand(K * 4, 1.0);
+    size_t bytes = N * sizeof(float);
+    float *d_x = GPU->alloc(GPU, bytes), *d_y = GPU->alloc(GPU, bytes);
+    float *d_a = GPU->alloc(GPU, M * K * sizeof(float)), *d_b = GPU->alloc(GPU, K * 4 * 4);
+    float *d_c = GPU->alloc(GPU, M * 4 * 4), *d_c2 = GPU->alloc(GPU, M * 4 * 4);
+    CHECK(d_x && d_y && d_a && d_b && d_c && d_c2);
+    if (d_x && d_y && d_a && d_b && d_c && d_c2) {
+        GPU->copy(GPU, d_x, x, bytes, PT_KCOPY_H2D);
+        GPU->copy(GPU, d_a, a, M * K * sizeof(float), PT_KCOPY_H2D);
+        GPU->copy(GPU, d_b, b, K * 4 * sizeof(float), PT_KCOPY_H2D);
+        GPU->zero(GPU, d_y, bytes);
+        GPU->add_f32(GPU, d_y, d_x, N);             /* main: y = x */
+        GPU->stream_select(GPU, 1);
+        GPU->add_f32(GPU, d_y, d_x, N);             /* side, after main's: y = 2x */
+        GPU->gemm_f32(GPU, 0, 0, M, 4, K, 1.0f, d_a, K, d_b, 4, 0.0f, d_c, 4);
+        GPU->stream_select(GPU, 0);
+        GPU->gemm_f32(GPU, 0, 0, M, 4, K, 1.0f, d_a, K, d_b, 4, 0.0f, d_c2, 4);
+        GPU->stream_join(GPU);
+        GPU->add_f32(GPU, d_y, d_x, N);             /* main, after the side's: y = 3x */
+        CHECK(GPU->sync(GPU) == 0);
+        float *y = xmalloc(bytes), *c = xmalloc(M * 4 * 4), *c2 = xmalloc(M * 4 * 4);
+        GPU->copy(GPU, y, d_y, bytes, PT_KCOPY_D2H);
+        GPU->copy(GPU, c, d_c, M * 4 * 4, PT_KCOPY_D2H);
+        GPU->copy(GPU, c2, d_c2, M * 4 * 4, PT_KCOPY_D2H);
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += y[i] != x[i] + x[i] + x[i];
+        CHECK(bad == 0);
+        CHECK(memcmp(c, c2, M * 4 * 4) == 0);
+        free(y);
+        free(c);
+        free(c2);
+    }
+    GPU->free(GPU, d_x);
+    GPU->free(GPU, d_y);
+    GPU->free(GPU, d_a);
+    GPU->free(GPU, d_b);
+    GPU->free(GPU, d_c);
+    GPU->free(GPU, d_c2);
+    free(x);
+    free(a);
+    free(b);
+}
+
 static void test_compression(void)
 {
+    test_side_stream();
     /* PowerSGD's three products: P = M Q, Q = M^T P, M - P Q^T / W */
     test_gemm_f32(0, 0, 96, 4, 80, 0.0f);
     test_gemm_f32(1, 0, 80, 4, 96, 0.0f);
