@@ -28,6 +28,25 @@ await_step() {
         n=$((n + 1))
     done
 }
+# interrupt NAME VICTIM CMD...: runs CMD in the background (stdout NAME.out, stderr
+# NAME.err; it logs to NAME.jsonl), sends SIGTERM once the log shows step 3 to VICTIM
+# ("self": CMD's own process; a number: that MPI rank of plan2.json) and leaves CMD's
+# exit status in $rc. CMD runs under a 300 s timeout (status 124, which fails every
+# check after), so a run that ignores the signal cannot hang the test.
+interrupt() {
+    name=$1 victim=$2
+    shift 2
+    timeout 300 "$@" >"$name.out" 2>"$name.err" &
+    pid=$!
+    await_step "$name.jsonl" 3
+    if [ "$victim" = self ]; then
+        pkill -TERM -P "$pid"
+    else
+        target=$(rank_pid plan2.json "$victim") && kill -TERM "$target"
+    fi
+    wait "$pid"
+    rc=$?
+}
 
 run 0 "$build/ptplan" --model tiny --devices 1 --out plan.json --steps 40
 [ -f plan.json ] || fail "ptplan writes the plan"
@@ -114,13 +133,8 @@ err_has "bad/meta.json: field 'step' = 999 is beyond this run's 40 steps" "step 
 # 5. SIGTERM: the step finishes, a checkpoint is written and named, exit 75; --resume
 # continues from it. (A long run is stopped once its log shows step 3; the test only
 # relies on the step the run reports.)
-"$build/ptrun" plan.json --sample 0 --val-every 0 --steps 100000 --checkpoint sig \
-    --log sig.jsonl >sig.out 2>sig.err &
-pid=$!
-await_step sig.jsonl 3
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
+interrupt sig self "$build/ptrun" plan.json --sample 0 --val-every 0 --steps 100000 \
+    --checkpoint sig --log sig.jsonl
 [ "$rc" = 75 ] || fail "SIGTERM: exit status $rc, expected 75 ($(tail -2 sig.err))"
 at=$(sed -n 's/^interrupted after step \([0-9]*\) (SIGTERM); --resume continues$/\1/p' sig.out)
 [ -n "$at" ] || fail "SIGTERM: a line says where the run stopped: $(tail -3 sig.out)"
@@ -140,13 +154,8 @@ run 0 "$build/ptplan" --devices 2 --layout dp=2,mbs=2 --global-batch 16 --out pl
 # LeakSanitizer would report at exit in the sanitizer build: this run, as every other
 # multi-rank test's, goes without leak detection; the one-rank runs above keep it.)
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
-    $mpirun -np 2 "$build/ptrun" plan2.json --sample 0 --val-every 0 --checkpoint sig2 \
-    --log sig2.jsonl >sig2.out 2>sig2.err &
-pid=$!
-await_step sig2.jsonl 3
-kill -TERM "$(rank_pid plan2.json 1)"
-wait "$pid"
-rc=$?
+    interrupt sig2 1 $mpirun -np 2 "$build/ptrun" plan2.json --sample 0 --val-every 0 \
+    --checkpoint sig2 --log sig2.jsonl
 [ "$rc" = 75 ] || fail "SIGTERM to rank 1: mpirun exits $rc, expected 75 ($(tail -2 sig2.err))"
 at=$(sed -n 's/^interrupted after step \([0-9]*\) (another rank was signalled); --resume continues$/\1/p' sig2.out)
 [ -n "$at" ] && grep -q "^checkpoint step $at written: sig2/step_" sig2.out ||
