@@ -144,7 +144,7 @@ static void test_two_ranks(pt_kernels *kn)
 /* Error feedback over T steps of a fixed gradient g: sum of outputs = T g - e_T. */
 static void test_feedback(pt_kernels *kn)
 {
-    enum { M_ = 16, N_ = 9, K = 2, MN = M_ * N_, T = 25 };
+    enum { M_ = 16, N_ = 9, K = 2, MN = M_ * N_, T = 100 };
     float g[MN], m[MN], e[MN] = {0}, q[N_ * K], p[M_ * K];
     double total[MN] = {0};
     fill(g, MN, 21);
@@ -164,8 +164,10 @@ static void test_feedback(pt_kernels *kn)
         ref += want * want;
     }
     CHECK(sqrt(d / ref) < 1e-5);
-    /* and the mean output approaches g: the error stays bounded while T grows */
-    CHECK(sqrt(frob2(e, MN) / frob2(g, MN)) < 0.5 * T);
+    /* and the mean output approaches g: the error stays bounded while T grows (measured
+     * 2.83, 2.78 and 2.84 times |g| after 25, 100 and 400 steps; an error that kept what
+     * each step missed without passing it on would be about T times the first one) */
+    CHECK(sqrt(frob2(e, MN) / frob2(g, MN)) < 4);
 }
 
 int main(void)
