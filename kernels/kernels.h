@@ -65,6 +65,10 @@ const char *pt_kdtype_name(pt_kdtype dt); /* "fp32", "bf16" */
 
 typedef enum { PT_KCOPY_H2H, PT_KCOPY_H2D, PT_KCOPY_D2H, PT_KCOPY_D2D } pt_kcopy;
 
+/* orthonormalize's widest matrix (PowerSGD's largest rank, planner.h's
+ * PT_POWERSGD_MAX_RANK) */
+enum { PT_K_ORTHO_MAX_COLS = 1024 };
+
 /* ---- Descriptions the table's calls take ------------------------------------------- */
 
 /* The largest shapes a model's ops run with on this rank, over every call of a step
@@ -526,10 +530,17 @@ struct pt_kernels {
     void (*gemm_f32)(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
                      float alpha, const float *a, int lda, const float *b, int ldb,
                      float beta, float *c, int ldc);
-    /* Orthonormalises the columns of p in place (modified Gram–Schmidt in column order,
-     * as PyTorch's PowerSGD hook): column i less its projection on each earlier column
-     * in turn, then divided by its norm + eps (a zero column stays zero). Dot products
-     * and norms are summed in double; p stays fp32. */
+    /* Orthonormalises the columns of p in place, in column order, by Gram–Schmidt
+     * twice (classical Gram–Schmidt with one re-orthogonalisation; "twice is enough":
+     * Giraud, Langou, Rozložník, "The loss of orthogonality in the Gram-Schmidt
+     * process", Comput. Math. Appl. 50, 2005): twice, the dot products d_j of column i
+     * with every earlier column j are taken (summed in double, rounded to float), then
+     * each row's p[r][i] -= d_j · p[r][j] for j in order; then column i is divided by
+     * its norm (summed in double) + eps, so a zero column stays zero. A pass's dot
+     * products do not depend on each other, so a device spreads them over all its
+     * blocks, where modified Gram–Schmidt (PyTorch's PowerSGD hook) needs one pass
+     * over the rows per pair of columns, in order. cols <= PT_K_ORTHO_MAX_COLS (more is
+     * a failure recorded in kn->err, p untouched). */
     void (*orthonormalize)(pt_kernels *kn,
                            float *p,               /* (rows, cols) fp32, row-major */
                            int64_t rows, int cols, float eps);

@@ -169,10 +169,8 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
     coords[PT_DIM_PP] = l->pp - 1;
     c->embed_ranks_per_node = pt_grid_rank(&g, coords) / dpn == 0 ? 2 : 1;
     c->world_ranks_per_node = g.world < dpn ? (int)g.world : dpn;
-    if (cl) {
+    if (cl)
         snprintf(c->device, sizeof c->device, "%s", cl->device.name);
-        c->sm_count = cl->device.sm_count;
-    }
 }
 
 /* ---- Op builders ---------------------------------------------------------------- */
@@ -1033,15 +1031,17 @@ static void psgd_sync(builder *b, double params, int64_t layers)
          * tile model of planner/ops.c's "gemm" keys (costmodels/analytic.c) */
         psgd_kernel(b, PT_OPK_PSGD_P, "gemm_skinny", 2 * mn * rr,
                     4 * (mn + (double)(cols + rows) * rr), rows, r, cols, layers);
-        /* modified Gram-Schmidt: r(r-1)/2 dot products and as many updates, r norms
-         * and r scalings: r(r+1) passes over P's rows, each touching one 32-byte
-         * sector of every row (a row's r floats, when narrower) — in one thread block
-         * (kernels/cuda/compress.cu), which sees about 1/SMs of the device's memory
-         * bandwidth: its traffic counts sm_count times */
-        double sms = c->sm_count > 0 ? (double)c->sm_count : 1;
-        double ortho = (double)rows * fmin(4 * rr, 32) * rr * (rr + 1) * sms;
-        psgd_kernel(b, PT_OPK_PSGD_ORTH, "orthonormalize", 2 * (double)rows * rr * rr, ortho,
-                    rows, r, r, layers);
+        /* Gram-Schmidt twice (kernels/cuda/compress.cu): column 0 one pass for its
+         * norm and one to scale; every later column i four passes over the first
+         * i + 1 floats of each row (dot products, projection, twice: whole 32-byte
+         * sectors) with the projections writing column i's sector, and the scaling
+         * pass; 5r - 3 launches, priced as that many of the average pass */
+        double launches = 5 * rr - 3, ortho = 96 * (double)rows;
+        for (int64_t i = 1; i < r; i++)
+            ortho += (double)rows * (4 * 32 * ceil(4.0 * (double)(i + 1) / 32) + 2 * 32 + 64);
+        psgd_kernel(b, PT_OPK_PSGD_ORTH, "orthonormalize_pass",
+                    (2 * (double)rows * rr * rr) / launches, ortho / launches, rows, r, r,
+                    layers * (int64_t)launches);
         psgd_kernel(b, PT_OPK_PSGD_Q, "gemm_skinny", 2 * mn * rr,
                     4 * (mn + (double)(cols + rows) * rr), cols, r, rows, layers);
         /* e = M (copy), e -= P Q^T / W, M = P Q^T: two GEMMs of rank r */

@@ -725,7 +725,6 @@ typedef struct {
     int world_ranks_per_node;         /* every rank of the run */
     char device[64];                  /* the cluster's device (the stack's attention
                                          efficiency is per device); "" without one */
-    int sm_count;                     /* its streaming multiprocessors; 0 unknown */
 } pt_opctx;
 
 /* What one rank of layout l holds of a micro-batch going through a layer: the op

@@ -16,7 +16,7 @@
  * pt_psgd_compresses picks is reduced as two thin matrices. With g_i this rank's
  * gradient and e_i its error (zero at first), M_i = g_i + e_i;
  *     P = sum_i M_i Q        (all-reduced; Q (cols, r) the last step's, warm start)
- *     P = orthonormal(P)     (Gram–Schmidt in fp32, kn->orthonormalize)
+ *     P = orthonormal(P)     (Gram–Schmidt twice in fp32, kn->orthonormalize)
  *     Q = sum_i M_i^T P      (all-reduced)
  *     M = P Q^T              (the reduced gradient: P P^T sum_i M_i)
  *     e_i = M_i - P Q^T / W  (W ranks: the errors sum to what the reduction missed)
@@ -51,6 +51,9 @@
  * training diary in the reference notes used 1e-6, far below a gradient column's norm
  * after the sum over ranks). */
 #define PSGD_EPS 1e-8f
+
+_Static_assert((int)PT_POWERSGD_MAX_RANK <= (int)PT_K_ORTHO_MAX_COLS,
+               "the largest powersgd_rank must fit kn->orthonormalize");
 
 /* One compressed matrix of a chunk. */
 typedef struct {

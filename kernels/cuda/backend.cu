@@ -388,6 +388,7 @@ void pt_kcuda_destroy(pt_kernels *kn)
         cudaFree(ctx->lt_ws);
         cudaFree(ctx->scratch);
         cudaFree(ctx->sumsq_part);
+        cudaFree(ctx->ortho_part);
         cudaFree(ctx->adamw_table);
         free(ctx->adamw_host);
         if (ctx->host_sum)
@@ -602,6 +603,9 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
         PT_CU(kn, cudaMallocHost((void **)&ctx->host_sum, sizeof(double))) ||
         PT_CU(kn, cudaMalloc((void **)&ctx->sumsq_part,
                              (PT_KCUDA_SUMSQ_BLOCKS + 1) * sizeof(double))) ||
+        PT_CU(kn, cudaMalloc((void **)&ctx->ortho_part, (size_t)PT_KCUDA_ORTHO_BLOCKS *
+                                                            (PT_K_ORTHO_MAX_COLS + 1) *
+                                                            sizeof(double))) ||
         pt_kcuda_attention_init(kn) || select_attention(kn)) {
         set_err(err, cap, "CUDA device %d (%s): %s", device, prop.name, kn->err);
         pt_kcuda_destroy(kn);

@@ -54,6 +54,10 @@ typedef struct {
 /* sumsq's first pass: at most this many blocks, each writing one partial sum */
 enum { PT_KCUDA_SUMSQ_BLOCKS = 1024 };
 
+/* orthonormalize's passes (compress.cu): at most this many blocks, each writing a
+ * partial sum per column */
+enum { PT_KCUDA_ORTHO_BLOCKS = 256 };
+
 /* One tensor of adamw_multi as its kernel reads it (optim.cu): the fields of
  * pt_k_adamw_tensor and the index of its first block in the launch (64 bytes). */
 struct pt_kcuda_adamw_desc {
@@ -99,6 +103,9 @@ typedef struct {
     double *host_sum;          /* pinned: the result of sumsq */
     double *sumsq_part;        /* [PT_KCUDA_SUMSQ_BLOCKS + 1] device: sumsq's result and
                                 * the partial sums of sumsq and sumsq_acc */
+    double *ortho_part;        /* [PT_KCUDA_ORTHO_BLOCKS · (PT_K_ORTHO_MAX_COLS + 1)]
+                                * device: orthonormalize's partial dot products and norms
+                                * (PowerSGD's, on whichever one stream it runs) */
     struct pt_kcuda_adamw_desc *adamw_table; /* [adamw_cap] device: adamw_multi's list */
     struct pt_kcuda_adamw_desc *adamw_host;  /* [adamw_cap] host: what the device table
                                 * holds, entries [0, adamw_valid) uploaded */

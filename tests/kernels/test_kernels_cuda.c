@@ -767,9 +767,14 @@ static void test_compression(void)
     test_gemm_f32(1, 0, 80, 4, 96, 0.0f);
     test_gemm_f32(0, 1, 96, 80, 4, 1.0f);
     test_gemm_f32(0, 1, 33, 17, 3, 0.0f);
+    /* Gram–Schmidt twice over the blocks: one block; several; more earlier columns
+     * than a block has warps (40); more rows than the grid's cap takes in one turn
+     * (PT_KCUDA_ORTHO_BLOCKS · 32) */
+    test_orthonormalize(5, 1);
     test_orthonormalize(96, 4);
     test_orthonormalize(1000, 7);
-    test_orthonormalize(5, 1);
+    test_orthonormalize(300, 40);
+    test_orthonormalize(9000, 3);
 }
 
 static void test_matmuls(void)
