@@ -11,17 +11,22 @@
 #    the checkpoint), and without that state it would not;
 #  - every rank allocates within 5% of the plan's memory;
 #  - the layouts it does not apply to, and bad values, are refused with one clear line.
-#   usage: cli_compress.sh BUILD_DIR
+# With `cuda` (the emulation lane: -DPT_CUDA_EMU=ON, the CUDA kernels on the CPU; on a
+# GPU machine the real device) it checks the CUDA backend's path instead, (f) below.
+#   usage: cli_compress.sh BUILD_DIR [cuda]
 set -u
 build="$1"
+mode="${2:-cpu}"
 . "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
 
 # plan NAME MODEL NP LAYOUT STEPS: a plan with 64 KiB buckets (several per chunk of
 # these tiny models, so the buckets and PowerSGD's groups start during the backward)
+# ($cluster, when set, names the cluster: a GPU one takes the CUDA backend)
+cluster=""
 plan() {
-    "$build/ptplan" --model "$2" --devices "$3" --layout "$4" --global-batch 16 \
+    "$build/ptplan" --model "$2" $cluster --devices "$3" --layout "$4" --global-batch 16 \
         --steps "$5" --out "$tmp/$1.json" >/dev/null 2>"$tmp/err" ||
         { fail "ptplan $2 $4: $(cat "$tmp/err")"; return 1; }
     sed -i 's/"bucket_bytes": *[0-9]*/"bucket_bytes": 65536/' "$tmp/$1.json"
@@ -44,6 +49,43 @@ train() {
 # figures LOG: the training losses, the validation loss and the sum of squares
 figures() { sed -n 's/.*"\(loss\|sumsq\)":\([^,}]*\).*/\2/p' "$1"; }
 val_loss() { grep '"type":"val"' "$1" | tail -1 | sed 's/.*"loss":\([^,}]*\).*/\1/'; }
+
+# (f) the CUDA backend's path: PowerSGD (rank 8, from step 2, ZeRO 1) on it against
+# the same plan on the CPU backend, every loss and the validation loss within a
+# relative 1e-3 and not equal (the CUDA path keeps activations in bf16; measured at
+# most 3e-4); it compresses (it differs from the uncompressed CUDA run); and a run
+# stopped and resumed continues bit for bit (the orthonormalisation's sums have a
+# fixed order)
+if [ "$mode" = cuda ]; then
+    export PT_COMM_NCCL=0 # several ranks share the (emulated) GPU: staged through MPI
+    lay="dp=2,zero=1,mbs=2,compress=powersgd,powersgd_start=2,powersgd_rank=8"
+    plan cpu tiny 2 "$lay" 8 && train cpu 2 --val-every 8
+    cluster="--cluster dgx-h100 --nodes 1"
+    plan gpu tiny 2 "$lay" 8 && train gpu 2 --val-every 8 && cp "$tmp/gpu.log" "$tmp/full.log"
+    plan none tiny 2 "dp=2,zero=1,mbs=2" 8 && train none 2 --val-every 8
+    grep '"type":"step"' "$tmp/cpu.log" | sed 's/.*"loss":\([^,}]*\).*/\1/' >"$tmp/cpu.fig"
+    grep '"type":"step"' "$tmp/full.log" | sed 's/.*"loss":\([^,}]*\).*/\1/' >"$tmp/gpu.fig"
+    val_loss "$tmp/cpu.log" >>"$tmp/cpu.fig"
+    val_loss "$tmp/full.log" >>"$tmp/gpu.fig"
+    paste "$tmp/cpu.fig" "$tmp/gpu.fig" | awk '
+        { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d; n++ }
+        END { printf "powersgd on CUDA: worst relative difference from the CPU %.2e over %d losses\n", w, n
+              exit !(n == 9 && w <= 1e-3 && w > 0) }' ||
+        fail "PowerSGD on CUDA: not within 1e-3 of the CPU's, or the same (not the CUDA path)"
+    [ "$(val_loss "$tmp/full.log")" != "$(val_loss "$tmp/none.log")" ] ||
+        fail "PowerSGD on CUDA made no difference to the uncompressed run"
+    rm -rf "$tmp/ck"
+    train gpu 2 --val-every 8 --checkpoint "$tmp/ck" --stop-after 5
+    train gpu 2 --val-every 8 --resume "$tmp/ck"
+    [ "$(figures "$tmp/full.log" | tail -5)" = "$(figures "$tmp/gpu.log" | tail -5)" ] ||
+        fail "the resumed PowerSGD run on CUDA differs from the uninterrupted one"
+    if [ "$failures" -gt 0 ]; then
+        echo "$failures failure(s)"
+        exit 1
+    fi
+    echo "gradient compression on CUDA: PowerSGD as on the CPU, and resumes bit for bit"
+    exit 0
+fi
 
 # (a) bf16 against the uncompressed run, over 20 steps
 for case in "2 dp=2,mbs=2" "4 dp=4,mbs=2" "4 dp=2,pp=2,zero=1,mbs=2"; do
