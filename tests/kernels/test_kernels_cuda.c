@@ -639,23 +639,31 @@ static void op_gemm(pt_kernels *kn, void **b, const void *p)
              g->beta, F(b[0]), g->ldc);
 }
 
-static void test_gemm(int ta, int tb, int m, int n, int kk)
+/* A gemm case: random a, b and c for g's shapes and leading dimensions, c compared
+ * (element type dt, tolerance tol) after op */
+static void gemm_case(const char *kind, int dt, double tol, op_fn op, const gemm_arg *g)
 {
-    /* leading dimensions wider than the matrices, as views of a larger one */
-    int ar = ta ? kk : m, ac = ta ? m : kk, br = tb ? n : kk, bc = tb ? kk : n;
-    gemm_arg g = {ta, tb, m, n, kk, ac + 3, bc + 5, n + 2, 0.5f, 0.75f};
-    float *a = frand((int64_t)ar * g.lda, 1), *b = frand((int64_t)br * g.ldb, 1);
-    float *c = frand((int64_t)m * g.ldc, 1);
+    int ar = g->ta ? g->kk : g->m, br = g->tb ? g->n : g->kk;
+    float *a = frand((int64_t)ar * g->lda, 1), *b = frand((int64_t)br * g->ldb, 1);
+    float *c = frand((int64_t)g->m * g->ldc, 1);
     char what[64];
-    snprintf(what, sizeof what, "gemm %c%c m%d n%d k%d", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n,
-             kk);
-    tbuf bufs[] = {{"c", ACT, (int64_t)m * g.ldc, c, TOL_GEMM},
-                   {"a", ACT, (int64_t)ar * g.lda, a, 0},
-                   {"b", ACT, (int64_t)br * g.ldb, b, 0}};
-    run_case(what, bufs, NB(bufs), op_gemm, &g);
+    snprintf(what, sizeof what, "%s %c%c m%d n%d k%d", kind, g->ta ? 'T' : 'N',
+             g->tb ? 'T' : 'N', g->m, g->n, g->kk);
+    tbuf bufs[] = {{"c", dt, (int64_t)g->m * g->ldc, c, tol},
+                   {"a", dt, (int64_t)ar * g->lda, a, 0},
+                   {"b", dt, (int64_t)br * g->ldb, b, 0}};
+    run_case(what, bufs, NB(bufs), op, g);
     free(a);
     free(b);
     free(c);
+}
+
+static void test_gemm(int ta, int tb, int m, int n, int kk)
+{
+    /* leading dimensions wider than the matrices, as views of a larger one */
+    int ac = ta ? m : kk, bc = tb ? kk : n;
+    gemm_arg g = {ta, tb, m, n, kk, ac + 3, bc + 5, n + 2, 0.5f, 0.75f};
+    gemm_case("gemm", ACT, TOL_GEMM, op_gemm, &g);
 }
 
 /* gemm_f32 (PowerSGD's products): fp32 operands and result, fp32 products on both
@@ -669,20 +677,8 @@ static void op_gemm_f32(pt_kernels *kn, void **b, const void *p)
 
 static void test_gemm_f32(int ta, int tb, int m, int n, int kk, float beta)
 {
-    int ar = ta ? kk : m, ac = ta ? m : kk, br = tb ? n : kk, bc = tb ? kk : n;
-    gemm_arg g = {ta, tb, m, n, kk, ac, bc, n, -0.5f, beta};
-    float *a = frand((int64_t)ar * g.lda, 1), *b = frand((int64_t)br * g.ldb, 1);
-    float *c = frand((int64_t)m * g.ldc, 1);
-    char what[64];
-    snprintf(what, sizeof what, "gemm_f32 %c%c m%d n%d k%d", ta ? 'T' : 'N', tb ? 'T' : 'N', m,
-             n, kk);
-    tbuf bufs[] = {{"c", F32, (int64_t)m * g.ldc, c, 1e-5},
-                   {"a", F32, (int64_t)ar * g.lda, a, 0},
-                   {"b", F32, (int64_t)br * g.ldb, b, 0}};
-    run_case(what, bufs, NB(bufs), op_gemm_f32, &g);
-    free(a);
-    free(b);
-    free(c);
+    gemm_arg g = {ta, tb, m, n, kk, ta ? m : kk, tb ? kk : n, n, -0.5f, beta};
+    gemm_case("gemm_f32", F32, 1e-5, op_gemm_f32, &g);
 }
 
 typedef struct { int64_t rows; int cols; } ortho_arg;
