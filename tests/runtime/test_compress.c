@@ -6,7 +6,8 @@
  * approximation, whose error is the sum of the squared singular values past r
  * (Eckart–Young); over two ranks the errors sum to what the reduction missed and both
  * ranks decompress the same sum; and with error feedback the outputs of T steps on a
- * fixed gradient add up to T times it less the last error (nothing is lost).
+ * fixed gradient add up to T times it less the last error (nothing is lost); and a
+ * matrix wider than the orthonormalisation takes is a recorded failure, left as it was.
  */
 #include "check.h"
 #include "runtime.h"
@@ -170,6 +171,25 @@ static void test_feedback(pt_kernels *kn)
     CHECK(sqrt(frob2(e, MN) / frob2(g, MN)) < 4);
 }
 
+/* Wider than PT_K_ORTHO_MAX_COLS: the backend records the failure and leaves p as it
+ * was (kernels.h). */
+static void test_too_wide(void)
+{
+    enum { C = PT_K_ORTHO_MAX_COLS + 1 };
+    pt_kernels *kn = pt_kernels_cpu(1);
+    CHECK(kn != NULL);
+    if (!kn)
+        return;
+    static float p[2 * C], before[2 * C];
+    fill(p, 2 * C, 31);
+    memcpy(before, p, sizeof p);
+    kn->orthonormalize(kn, p, 2, C, 1e-8f);
+    CHECK(memcmp(p, before, sizeof p) == 0);
+    CHECK(kn->sync(kn) == -1);
+    CHECK(strstr(kn->err, "orthonormalize: 1025 columns, at most 1024") != NULL);
+    pt_kernels_destroy(kn);
+}
+
 int main(void)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
@@ -182,6 +202,7 @@ int main(void)
     test_best_rank(kn);
     test_two_ranks(kn);
     test_feedback(kn);
+    test_too_wide();
     pt_kernels_destroy(kn);
     return pt_check_result();
 }
