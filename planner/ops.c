@@ -1048,19 +1048,19 @@ static void psgd_sync(builder *b, double params, int64_t layers)
         psgd_kernel(b, PT_OPK_PSGD_DECOMPRESS, "powersgd_decompress", 4 * mn * rr,
                     4 * (5 * mn + 2 * (double)(cols + rows) * rr), rows, cols, r, layers);
     }
-    /* the groups, as runtime/compress.c forms them: consecutive groups of the same
-     * sizes are one op run `count` times */
-    double acc = 0, gp = 0, gq = 0, last_p = -1, last_q = -1;
+    /* the groups (pt_psgd_group_closes, as runtime/compress.c forms them): consecutive
+     * groups of the same sizes are one op run `count` times */
+    int64_t acc = 0;
+    double gp = 0, gq = 0, last_p = -1, last_q = -1;
     int run = 0;
     for (int64_t l = 0; l < layers; l++)
         for (int i = n - 1; i >= 0; i--) {
             int64_t rows = shape[i][0], cols = shape[i][1], r = pt_psgd_rank(rows, cols, rank);
             if (!pt_psgd_compresses(rows, cols, rank))
                 continue;
-            acc += (double)rows * (double)cols;
             gp += (double)(rows * r);
             gq += (double)(cols * r);
-            if (acc < bucket)
+            if (!pt_psgd_group_closes(&acc, rows, cols, (int64_t)bucket))
                 continue;
             if (gp != last_p || gq != last_q) {
                 psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_P, last_p, run);
@@ -1070,7 +1070,7 @@ static void psgd_sync(builder *b, double params, int64_t layers)
                 run = 0;
             }
             run++;
-            acc = gp = gq = 0;
+            gp = gq = 0;
         }
     if (acc > 0) { /* the last group, smaller than a bucket */
         psgd_allreduce(b, PT_OPK_PSGD_ALLREDUCE_P, last_p, run);

@@ -153,6 +153,15 @@ int64_t pt_psgd_rank(int64_t rows, int64_t cols, int rank)
     return r;
 }
 
+bool pt_psgd_group_closes(int64_t *acc, int64_t rows, int64_t cols, int64_t bucket)
+{
+    *acc += rows * cols;
+    if (*acc < bucket)
+        return false;
+    *acc = 0;
+    return true;
+}
+
 int pt_psgd_layer_matrices(const pt_model *m, int tp, int64_t shape[PT_PSGD_LAYER_MAX][2])
 {
     int64_t t = pt_params_tp(tp), h = m->hidden, f = m->ffn;

@@ -110,6 +110,12 @@ int64_t pt_psgd_rank(int64_t rows, int64_t cols, int rank);
 bool pt_psgd_compresses(int64_t rows, int64_t cols, int rank);
 void pt_psgd_layer(const pt_model *m, int tp, int rank, int64_t *compressed,
                    int64_t *factors);
+/* PowerSGD's groups, the one rule runtime/compress.c forms them by and planner/ops.c
+ * prices them by: compressed matrices, taken from the chunk's end down, join the open
+ * group, whose P and Q are each all-reduced at once; the group closes once it holds at
+ * least `bucket` elements. Adds a (rows, cols) matrix to the open group's *acc and says
+ * whether that closes it (*acc is then 0, for the next group). */
+bool pt_psgd_group_closes(int64_t *acc, int64_t rows, int64_t cols, int64_t bucket);
 
 /* ---- Cluster spec ------------------------------------------------------------ */
 

@@ -145,19 +145,21 @@ static int psgd_matrices(pt_net *n, struct pt_gcomp *g, int c, psgd_chunk *ch)
     return 0;
 }
 
-/* Groups of at least `bucket` elements, from the chunk's end down; each group's P and
- * Q matrices one span of pbuf and qbuf. */
+/* The chunk's groups (pt_psgd_group_closes, the planner's rule), from its end down;
+ * each group's P and Q matrices one span of pbuf and qbuf. */
 static int psgd_groups(struct pt_gcomp *g, psgd_chunk *ch, int64_t bucket)
 {
     ch->grp = calloc((size_t)(ch->n_mat > 0 ? ch->n_mat : 1), sizeof *ch->grp);
     if (!ch->grp)
         return -1;
     int64_t acc = 0;
+    bool open = false;
     for (int i = 0; i < ch->n_mat; i++) {
         psgd_mat *m = &ch->mat[i];
-        if (acc == 0) {
+        if (!open) {
             ch->grp[ch->n_grp++] = (psgd_group){.first = i, .p_at = g->p_elems,
                                                 .q_at = g->q_elems};
+            open = true;
         }
         psgd_group *gr = &ch->grp[ch->n_grp - 1];
         m->p_at = g->p_elems;
@@ -168,9 +170,8 @@ static int psgd_groups(struct pt_gcomp *g, psgd_chunk *ch, int64_t bucket)
         gr->lowest = m->lo;
         gr->p_len = g->p_elems - gr->p_at;
         gr->q_len = g->q_elems - gr->q_at;
-        acc += m->rows * m->cols;
-        if (acc >= bucket)
-            acc = 0;
+        if (pt_psgd_group_closes(&acc, m->rows, m->cols, bucket))
+            open = false;
     }
     return 0;
 }
