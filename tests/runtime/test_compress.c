@@ -7,7 +7,8 @@
  * (Eckart–Young); over two ranks the errors sum to what the reduction missed and both
  * ranks decompress the same sum; and with error feedback the outputs of T steps on a
  * fixed gradient add up to T times it less the last error (nothing is lost); and a
- * matrix wider than the orthonormalisation takes is a recorded failure, left as it was.
+ * matrix wider than the orthonormalisation takes is a recorded failure, left as it was;
+ * and matrices group as the rule shared with the planner says.
  */
 #include "check.h"
 #include "runtime.h"
@@ -190,8 +191,25 @@ static void test_too_wide(void)
     pt_kernels_destroy(kn);
 }
 
+/* PowerSGD's grouping rule (pt_psgd_group_closes, shared by the runtime and the
+ * planner): with 25-element buckets, matrices of 10, 10, 5, 30 and 5 elements make the
+ * groups {10, 10, 5} (a bucket exactly closes it) and {30}, and the last 5 opens a third
+ * that stays open. */
+static void test_groups(void)
+{
+    const int64_t cols[] = {10, 10, 5, 30, 5};
+    const bool closes[] = {false, false, true, true, false};
+    const int64_t left[] = {10, 20, 0, 0, 5};
+    int64_t acc = 0;
+    for (int i = 0; i < 5; i++) {
+        CHECK(pt_psgd_group_closes(&acc, 1, cols[i], 25) == closes[i]);
+        CHECK(acc == left[i]);
+    }
+}
+
 int main(void)
 {
+    test_groups();
     pt_kernels *kn = pt_kernels_cpu(1);
     CHECK(kn != NULL);
     if (!kn)
