@@ -63,10 +63,8 @@ if [ "$mode" = cuda ]; then
     cluster="--cluster dgx-h100 --nodes 1"
     plan gpu tiny 2 "$lay" 8 && train gpu 2 --val-every 8 && cp "$tmp/gpu.log" "$tmp/full.log"
     plan none tiny 2 "dp=2,zero=1,mbs=2" 8 && train none 2 --val-every 8
-    grep '"type":"step"' "$tmp/cpu.log" | sed 's/.*"loss":\([^,}]*\).*/\1/' >"$tmp/cpu.fig"
-    grep '"type":"step"' "$tmp/full.log" | sed 's/.*"loss":\([^,}]*\).*/\1/' >"$tmp/gpu.fig"
-    val_loss "$tmp/cpu.log" >>"$tmp/cpu.fig"
-    val_loss "$tmp/full.log" >>"$tmp/gpu.fig"
+    { losses "$tmp/cpu.log"; val_loss "$tmp/cpu.log"; } >"$tmp/cpu.fig"
+    { losses "$tmp/full.log"; val_loss "$tmp/full.log"; } >"$tmp/gpu.fig"
     paste "$tmp/cpu.fig" "$tmp/gpu.fig" | awk '
         { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d; n++ }
         END { printf "powersgd on CUDA: worst relative difference from the CPU %.2e over %d losses\n", w, n

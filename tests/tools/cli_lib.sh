@@ -8,6 +8,7 @@
 #   await_training OUT N  waits (N times 0.2 s at most) until ptrun's stdout in OUT
 #                         shows training under way (its '^train' summary line)
 #   rank_pid PLAN RANK    the process id of ptrun's MPI rank RANK running PLAN
+#   losses LOG            the step losses in ptrun's log LOG, one a line
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -24,6 +25,7 @@ one_line_error() {
     [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "want one error line ($1), got: $(cat "$tmp/err")"
     [ ! -s "$tmp/out" ] || fail "stdout not empty on error ($1)"
 }
+losses() { grep '"type":"step"' "$1" | sed 's/.*"loss":\([^,}]*\).*/\1/'; }
 mpirun="mpirun -q --oversubscribe"
 [ "$(id -u)" = 0 ] && mpirun="$mpirun --allow-run-as-root"
 await_training() {

@@ -13,7 +13,6 @@ build="$1"
 . "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
-losses() { grep '"type":"step"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 train() { "$build/ptrun" "$@" --quiet --sample 0 --val-every 0; }
 
 for model in tiny tiny-llama; do
