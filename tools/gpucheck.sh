@@ -46,8 +46,10 @@ if [ -f "$archive" ]; then
     tar -C "$bundle" -xJf "$archive" || exit 1
     bin="$bundle/bin" tbin="$bundle/bin"
     # the GPU machine's own CUDA libraries: the toolkit's, else PyTorch's wheels'
-    cudalibs=$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu/ /opt/ \
-                    /usr/local/lib/ -maxdepth 8 \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \
+    # (the wheels' folder, site-packages/nvidia, lies 8 or more folders under /opt)
+    wheels=$(env -u LD_LIBRARY_PATH python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
+    cudalibs=$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib/x86_64-linux-gnu/ $wheels /opt/ \
+                    /usr/local/lib/ -maxdepth 10 \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \
                     -o -name 'libcudart.so.13' -o -name 'libcudnn.so.9' \) 2>/dev/null |
                xargs -r -n1 dirname | awk '!seen[$0]++' | tr '\n' ':')
     export LD_LIBRARY_PATH="$bundle/lib:${cudalibs}${LD_LIBRARY_PATH:-}"
@@ -131,6 +133,9 @@ stage_env() {
     note "- libraries: $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' ')"
     note "- PyTorch: $($pyclean -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -n 1)"
     note "- bundle: $("$bin/ptplan" --version 2>&1)"
+    note "- libraries ptrun does not find: $(ldd "$bin/ptrun" | grep 'not found' | tr -s ' \t\n' ' ')"
+    note "- ptrun's CUDA libraries: $(ldd "$bin/ptrun" | grep -E 'cud|nccl|cublas' | awk '{print $3}' | tr '\n' ' ')"
+    note "- compute-sanitizer: $($(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer) --version 2>&1 | tail -n 1)"
 }
 
 stage_test() {
