@@ -120,6 +120,7 @@ struct pt_kcuda_cudnn {
     cudnnHandle_t handle;            /* on the backend's stream */
     size_t version;                  /* cudnnGetVersion(), e.g. 91900 */
     bool required;                   /* PT_KCUDA_ATTN=cudnn: a declined call is an error */
+    bool told[2];                    /* a decline of the forward, backward was reported */
     attn_plan plans[PLAN_SLOTS];
 };
 
@@ -814,8 +815,18 @@ static const char *scratch_short(pt_kernels *kn, size_t need, char *why)
  * when cuDNN is required, with the refusal recorded in kn->err. */
 static bool refuse(pt_kernels *kn, int bwd, const char *why)
 {
-    if (!pt_kcuda_ctx(kn)->cudnn->required)
+    pt_kcuda_cudnn *c = pt_kcuda_ctx(kn)->cudnn;
+    if (!c->required) {
+        /* said once per direction and process: which attention a run trains with is
+         * not otherwise visible, and our kernels' speed is not cuDNN's (a decline
+         * after reserve, for scratch, can send every later call there) */
+        if (!c->told[bwd])
+            fprintf(stderr, "ptkernels: note: cuDNN declined an attention %s (%s); this "
+                            "project's kernels run such calls\n",
+                    bwd ? "backward" : "forward", why);
+        c->told[bwd] = true;
         return true;
+    }
     pt_kcuda_fail(kn, __FILE__, __LINE__, "PT_KCUDA_ATTN=cudnn: attention %s: %s",
                   bwd ? "backward" : "forward", why);
     return false;

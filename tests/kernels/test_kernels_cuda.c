@@ -24,6 +24,10 @@
  * timed GEMM is smaller there.
  * PT_TEST_VERBOSE=1 prints every measured error.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#endif
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -393,6 +397,11 @@ static void test_embed(void)
     test_embed_shape(2, 500, 40, 0, 1, 0, 1, 1);
     /* vocab-parallel slice: most tokens belong to other ranks */
     test_embed_shape(3, 50, 24, 40, 20, 3, 0, 100);
+    /* runs of exactly two rounds of the dwte kernel's unrolled loads (32 repeats) */
+    test_embed_shape(1, 32, 64, 0, 1, 0, 0, 1);
+    /* more rows than the dwte kernel's blocks per column slice (4096), so each block
+     * strides over entries; five long runs; h over two slices and a partial third */
+    test_embed_shape(2, 2100, 130, 0, 5, 0, 1, 5);
 }
 
 /* ---- Norms ------------------------------------------------------------------------------------ */
@@ -1347,19 +1356,45 @@ static void with_attention(const char *mode, void (*cases)(void))
         cases_on(second, cases);
 }
 
+/* The cuDNN this process loaded (cudnnGetVersion, looked up so that a build without
+ * cuDNN links too), or 0 when none is. */
+static size_t cudnn_version(void)
+{
+    size_t (*get)(void) = NULL;
+    void *sym = dlsym(RTLD_DEFAULT, "cudnnGetVersion");
+    memcpy(&get, &sym, sizeof get); /* POSIX: a function's address through void * */
+    return get ? get() : 0;
+}
+
+/* One shape with cuDNN required, unless the loaded cuDNN's backward refuses it by
+ * attention_cudnn.cu's rule (cuDNN <= 9.15 with skv not a multiple of 128: a known
+ * backward bug there), when that call would be an error by design: then skipped, said. */
+static void cudnn_shape(int b, int sq, int skv, int a, int kh, int d, int q0, int k0,
+                        int causal)
+{
+    size_t v = cudnn_version();
+    if (v <= 91500 && skv % 128 != 0) {
+        printf("SKIPPED cuDNN attention sq %d skv %d: cuDNN %zu's backward takes skv a "
+               "multiple of 128 only\n", sq, skv, v);
+        return;
+    }
+    test_attention_shape(b, sq, skv, a, kh, d, q0, k0, causal);
+}
+
 /* shapes cuDNN's path takes: head dimension a multiple of 8 up to 128, causal blocks
  * with q0 = k0 or every key visible, not one query and one key */
 static void attention_cudnn_cases(void)
 {
-    test_attention_shape(2, 70, 70, 4, 2, 64, 0, 0, 1);       /* GQA, a ragged last tile */
-    test_attention_shape(1, 130, 130, 4, 1, 128, 0, 0, 1);    /* head dim 128, MQA */
-    test_attention_shape(2, 128, 128, 4, 4, 64, 128, 128, 1); /* a CP diagonal, q0 = k0 > 0 */
-    test_attention_shape(1, 50, 64, 2, 1, 64, 64, 0, 1);      /* a CP block: all keys earlier */
-    test_attention_shape(1, 64, 200, 2, 1, 64, 0, 0, 1);      /* causal, more keys than queries */
-    test_attention_shape(1, 96, 160, 4, 1, 128, 0, 0, 0);     /* not causal */
-    test_attention_shape(2, 33, 45, 3, 3, 40, 0, 0, 0);       /* head dim 40 */
-    test_attention_shape(2, 300, 300, 8, 2, 128, 0, 0, 1);    /* many tiles, groups of 4 */
-    test_attention_shape(1, 256, 256, 2, 2, 64, 0, 0, 1);     /* lengths multiples of 128 */
+    cudnn_shape(2, 70, 70, 4, 2, 64, 0, 0, 1);       /* GQA, a ragged last tile */
+    cudnn_shape(1, 130, 130, 4, 1, 128, 0, 0, 1);    /* head dim 128, MQA */
+    cudnn_shape(2, 128, 128, 4, 4, 64, 128, 128, 1); /* a CP diagonal, q0 = k0 > 0 */
+    cudnn_shape(1, 50, 64, 2, 1, 64, 64, 0, 1);      /* a CP block: all keys earlier */
+    cudnn_shape(1, 64, 200, 2, 1, 64, 0, 0, 1);      /* causal, more keys than queries */
+    cudnn_shape(1, 96, 160, 4, 1, 128, 0, 0, 0);     /* not causal */
+    cudnn_shape(2, 33, 45, 3, 3, 40, 0, 0, 0);       /* head dim 40 */
+    cudnn_shape(2, 300, 300, 8, 2, 128, 0, 0, 1);    /* many tiles, groups of 4 */
+    cudnn_shape(1, 256, 256, 2, 2, 64, 0, 0, 1);     /* lengths multiples of 128 */
+    cudnn_shape(1, 128, 384, 2, 1, 64, 0, 0, 1);     /* causal, keys multiples of 128 */
 }
 
 static void test_attention_own(void) { with_attention("own", test_attention); }
