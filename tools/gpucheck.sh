@@ -361,15 +361,17 @@ stage_trace() {
 import collections, json, re, sys
 ev = json.load(open(sys.argv[1]))
 ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-tot, cnt = collections.Counter(), collections.Counter()
+import statistics
+durs = collections.defaultdict(list)
 for e in ev:
     if e.get("ph") == "X" and "dur" in e:
-        name = re.sub(r"\d+", "#", e["name"])  # fwd mb3 c0 -> fwd mb# c#
-        tot[name] += e["dur"]
-        cnt[name] += 1
-print("%-34s %8s %10s %9s" % ("span", "count", "total ms", "mean us"))
-for name, us in tot.most_common(30):
-    print("%-34s %8d %10.1f %9.1f" % (name[:34], cnt[name], us / 1e3, us / cnt[name]))
+        durs[re.sub(r"\d+", "#", e["name"])].append(e["dur"])  # fwd mb3 c0 -> fwd mb# c#
+# medians: the first step's spans include cuDNN's plan builds and cuBLASLt's searches
+med = {n: statistics.median(d) for n, d in durs.items()}
+print("%-34s %8s %10s %11s" % ("span", "count", "median us", "count x med"))
+for name in sorted(med, key=lambda n: -med[n] * len(durs[n]))[:30]:
+    print("%-34s %8d %10.1f %9.1f ms" % (name[:34], len(durs[name]), med[name],
+                                          med[name] * len(durs[name]) / 1e3))
 EOF
     note '```'
     rm -f "$out/trace.json"
