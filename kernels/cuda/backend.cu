@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,14 +94,39 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
  * - LayerNorm/RMSNorm backward: 2 (LayerNorm) · chunks(n) · h fp32 partials;
  * - matmul_backward's dbias: chunks(n) · oc fp32 partials (the column sum), or oc fp32
  *   (cuBLASLt's BGRADB epilogue writes the column sums there before they are added);
- * - attention_backward: b·sq·a fp32 (rowsum(dout ∘ out));
+ * - attention_backward: b·sq·a fp32 (rowsum(dout ∘ out)); through cuDNN, the same
+ *   row sums, bf16 dq, dk and dv, and cuDNN's workspace (cudnn_attn_workspace);
  * - embed_backward with dwte: four int32 arrays of b·s, each rounded up to 256 bytes,
  *   and CUB's radix sort space for b·s pairs over the key bits of vr.
  * chunks(n) is not monotonic in n (pt_kcuda_chunk_rows jumps at 64·256 rows), so its
  * bound for every n <= rows is used: min(ceil(rows / 64), PT_KCUDA_MAX_CHUNKS). Sums of
  * squares use their own buffer (ctx->sumsq_part), not scratch. */
-static size_t scratch_need(const pt_k_scratch_shape *sh)
+#ifdef PT_KCUDA_HAVE_CUDNN
+/* cuDNN's own workspace for its fused attention backward at the shape's largest call.
+ * With deterministic engines only (attention_cudnn.cu) it keeps dP, the gradient of
+ * the scores, there: b·a·sq·skv bf16, both lengths padded to 64, as cudnn-frontend
+ * sizes its "dP workspace" implementation, which it forces for a deterministic
+ * backward on Hopper (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h).
+ * On the H100 (2026-11-26) the backwards whose b·a·s²·2 passed 1 GiB, and those after
+ * a reserve that did not count this, were declined. 0 without attention, or when the
+ * size does not fit a size_t. */
+static size_t cudnn_attn_workspace(const pt_k_scratch_shape *sh)
 {
+    if (sh->heads <= 0 || sh->head_dim <= 0 || sh->attn_batch <= 0 || sh->attn_seq <= 0)
+        return 0;
+    uint64_t s = ((uint64_t)sh->attn_seq + 63) / 64 * 64, bytes; /* s < 2^32: s²·2 fits */
+    if (__builtin_mul_overflow((uint64_t)sh->attn_batch * (uint64_t)sh->heads, s * s * 2,
+                               &bytes) ||
+        bytes > SIZE_MAX - 255)
+        return 0;
+    return (size_t)(bytes + 255) / 256 * 256;
+}
+#endif
+
+/* with_ws: cuDNN's attention workspace counted (cudnn_attn_workspace) */
+static size_t scratch_need(const pt_k_scratch_shape *sh, bool with_ws)
+{
+    (void)with_ws; /* without cuDNN there is no workspace to count */
     size_t need = 0;
     int64_t rows = sh->rows > 0 ? sh->rows : 0;
     int64_t chunks = (rows + 63) / 64;
@@ -123,6 +149,8 @@ static size_t scratch_need(const pt_k_scratch_shape *sh)
             size_t parts = ((size_t)rows * (size_t)(sh->heads + 2 * sh->kv_heads) *
                             (size_t)sh->head_dim) * 2;
             size_t cudnn = (dsum + 255) / 256 * 256 + parts;
+            size_t ws = with_ws ? cudnn_attn_workspace(sh) : 0;
+            cudnn = ws <= SIZE_MAX - cudnn ? cudnn + ws : cudnn;
             need = cudnn > need ? cudnn : need;
         }
 #endif
@@ -144,7 +172,7 @@ static size_t scratch_need(const pt_k_scratch_shape *sh)
 size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     (void)kn;
-    size_t need = scratch_need(shape);
+    size_t need = scratch_need(shape, true);
     int count = shape->adamw_tensors > 0 ? shape->adamw_tensors : 0;
     if (need > 0 && need < PT_KCUDA_SCRATCH_MIN) /* what pt_kcuda_scratch allocates */
         need = PT_KCUDA_SCRATCH_MIN;
@@ -154,10 +182,20 @@ size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    size_t need = scratch_need(shape);
+    size_t need = scratch_need(shape, true), base = scratch_need(shape, false);
     ctx->steady = 0; /* lets pt_kcuda_scratch grow once more */
-    if (need > ctx->scratch_bytes && !pt_kcuda_scratch(kn, need))
-        return -1;
+    if (need > ctx->scratch_bytes && !pt_kcuda_scratch(kn, need)) {
+        if (base == need)
+            return -1;
+        /* cuDNN's attention workspace does not fit beside the model: its backward is
+         * then declined (and said once) and runs on our kernels */
+        fprintf(stderr, "ptkernels: note: %s; reserving %zu bytes instead, without cuDNN's "
+                        "attention workspace\n", kn->err, base);
+        kn->err[0] = '\0';
+        cudaGetLastError(); /* the failed allocation leaves nothing for sync() */
+        if (base > ctx->scratch_bytes && !pt_kcuda_scratch(kn, base))
+            return -1;
+    }
     if (pt_kcuda_adamw_grow(kn, shape->adamw_tensors))
         return -1;
     ctx->steady = 1;
