@@ -60,8 +60,8 @@
  * call whose temporaries do not fit is declined rather than grown: reserve counts
  * softmax_sum and the written gradients from the shape's heads, kv_heads and head_dim,
  * and the backward's workspace as cudnn-frontend sizes it from attn_batch and attn_seq
- * (backend.cu, scratch_need), or, where that much device memory is not free, leaves the
- * workspace out and the backward to our kernels. Every later call does no host
+ * (backend.cu, scratch_need), or, where that is over an eighth of the device's memory
+ * or not free, leaves the workspace out and the backward to our kernels. Every later call does no host
  * synchronisation and no allocation: a variant pack (a host descriptor) and one
  * cudnnBackendExecute on the backend's stream, plus the accumulation in the backward.
  */

@@ -183,6 +183,17 @@ int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     size_t need = scratch_need(shape, true), base = scratch_need(shape, false);
+    /* the cap attention_cudnn.cu puts on cuDNN's workspace before reserve holds here
+     * too: dP grows with s², 69 GB for 32 heads at 32K tokens */
+    size_t free_bytes = 0, total_bytes = 0;
+    if (need > base && cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+        cudaGetLastError();
+    else if (need > base && need - base > total_bytes / 8) {
+        fprintf(stderr, "ptkernels: note: cuDNN's attention backward wants %zu MiB of "
+                        "workspace, over an eighth of the device's memory: not reserved\n",
+                (need - base) >> 20);
+        need = base;
+    }
     ctx->steady = 0; /* lets pt_kcuda_scratch grow once more */
     if (need > ctx->scratch_bytes && !pt_kcuda_scratch(kn, need)) {
         if (base == need)
