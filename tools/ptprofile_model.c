@@ -128,34 +128,36 @@ static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double *times)
 }
 
 /* Fills count elements of the backend's activation type at dst with values in
- * [-1, 1) from a xorshift stream keyed by seed. GEMM inputs are never zeros: a
- * multiplier fed zeros toggles few bits and can run faster than on real data, and
- * the profile is to predict training (on the H100 of 2026-11-26 the planner's GEMMs
- * ran 1.15x and more their zero-fed profiled times inside training steps). */
+ * [-1, 1) from a xorshift stream keyed by seed: one chunk of random values, repeated
+ * (generating every element on the host took seconds per shape of GPT-2's head).
+ * GEMM inputs are never zeros: a multiplier fed zeros toggles few bits and can run
+ * faster than on real data, and the profile is to predict training (on the H100 of
+ * 2026-11-26 the planner's GEMMs ran 1.15x and more their zero-fed profiled times
+ * inside training steps). */
 static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint64_t seed)
 {
     enum { CHUNK = 1 << 20 };
     size_t eb = pt_kdtype_bytes(kn->act_dtype);
-    void *host = malloc((size_t)CHUNK * eb);
+    int64_t chunk = count < CHUNK ? count : CHUNK;
+    void *host = malloc((size_t)(chunk > 0 ? chunk : 1) * eb);
     if (!host)
         return -1;
     uint64_t x = seed * 0x9E3779B97F4A7C15ull | 1;
-    int rc = 0;
-    for (int64_t at = 0; rc == 0 && at < count; at += CHUNK) {
-        int64_t n = count - at < CHUNK ? count - at : CHUNK;
-        for (int64_t i = 0; i < n; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            float v = (float)((double)(x >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-            if (eb == 2)
-                ((uint16_t *)host)[i] = pt_k_bf16_from_f32(v);
-            else
-                ((float *)host)[i] = v;
-        }
-        kn->copy(kn, (char *)dst + (size_t)at * eb, host, (size_t)n * eb, PT_KCOPY_H2D);
-        rc = kn->sync(kn); /* host is refilled next */
+    for (int64_t i = 0; i < chunk; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        float v = (float)((double)(x >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+        if (eb == 2)
+            ((uint16_t *)host)[i] = pt_k_bf16_from_f32(v);
+        else
+            ((float *)host)[i] = v;
     }
+    for (int64_t at = 0; at < count; at += chunk) {
+        int64_t n = count - at < chunk ? count - at : chunk;
+        kn->copy(kn, (char *)dst + (size_t)at * eb, host, (size_t)n * eb, PT_KCOPY_H2D);
+    }
+    int rc = kn->sync(kn); /* host is read until the copies are done */
     free(host);
     return rc;
 }
