@@ -116,10 +116,15 @@ static size_t cudnn_attn_workspace(const pt_k_scratch_shape *sh)
         return 0;
     uint64_t s = ((uint64_t)sh->attn_seq + 63) / 64 * 64, bytes; /* s < 2^32: s²·2 fits */
     if (__builtin_mul_overflow((uint64_t)sh->attn_batch * (uint64_t)sh->heads, s * s * 2,
-                               &bytes) ||
-        bytes > SIZE_MAX - 255)
+                               &bytes))
         return 0;
-    return (size_t)(bytes + 255) / 256 * 256;
+    /* and a margin, 1/16 and 32 MiB: what else the engine keeps there is not documented,
+     * and a workspace a little over the reserve would send every backward to our
+     * kernels */
+    uint64_t margin = bytes / 16 + ((uint64_t)32 << 20);
+    if (bytes > (uint64_t)SIZE_MAX - margin - 255)
+        return 0;
+    return (size_t)(bytes + margin + 255) / 256 * 256;
 }
 #endif
 
