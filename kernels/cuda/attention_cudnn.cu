@@ -61,9 +61,10 @@
  * softmax_sum and the written gradients from the shape's heads, kv_heads and head_dim,
  * and the backward's workspace as cudnn-frontend sizes it from attn_batch and attn_seq
  * (backend.cu, scratch_need), or, where that is over an eighth of the device's memory
- * or not free, leaves the workspace out and the backward to our kernels. Every later call does no host
- * synchronisation and no allocation: a variant pack (a host descriptor) and one
- * cudnnBackendExecute on the backend's stream, plus the accumulation in the backward.
+ * or not free, leaves the workspace out and the backward to our kernels. Every later
+ * call does no host synchronisation and no allocation: a variant pack (a host
+ * descriptor) and one cudnnBackendExecute on the backend's stream, plus the
+ * accumulation in the backward.
  */
 #include <cudnn.h>
 #include <float.h>
