@@ -128,13 +128,13 @@ static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double *times)
 }
 
 /* Fills count elements of the backend's activation type at dst with values in
- * [-1, 1) from a xorshift stream keyed by seed: one chunk of random values, repeated
- * (generating every element on the host took seconds per shape of GPT-2's head).
- * GEMM inputs are never zeros: a multiplier fed zeros toggles few bits and can run
- * faster than on real data, and the profile is to predict training (on the H100 of
- * 2026-11-26 the planner's GEMMs ran 1.15x and more their zero-fed profiled times
- * inside training steps). */
-static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint64_t seed)
+ * [-1, 1) from the project's Philox stream (pt_k_philox4x32_10) keyed by seed: one
+ * chunk of random values, repeated (generating every element on the host took seconds
+ * per shape of GPT-2's head). GEMM inputs are never zeros: a multiplier fed zeros
+ * toggles few bits and can run faster than on real data, and the profile is to predict
+ * training (on the H100 of 2026-11-26 the planner's GEMMs ran 1.15x and more their
+ * zero-fed profiled times inside training steps). */
+static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
 {
     enum { CHUNK = 1 << 20 };
     size_t eb = pt_kdtype_bytes(kn->act_dtype);
@@ -142,16 +142,17 @@ static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint64_t seed)
     void *host = malloc((size_t)(chunk > 0 ? chunk : 1) * eb);
     if (!host)
         return -1;
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull | 1;
-    for (int64_t i = 0; i < chunk; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        float v = (float)((double)(x >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-        if (eb == 2)
-            ((uint16_t *)host)[i] = pt_k_bf16_from_f32(v);
-        else
-            ((float *)host)[i] = v;
+    const uint32_t key[2] = {seed, 0x70726f66u /* "prof" */};
+    for (int64_t i = 0; i < chunk; i += 4) {
+        uint32_t ctr[4] = {(uint32_t)(i / 4), 0, 0, 0}, out[4];
+        pt_k_philox4x32_10(ctr, key, out);
+        for (int64_t j = 0; j < 4 && i + j < chunk; j++) {
+            float v = (float)((double)(out[j] >> 8) * (2.0 / 16777216.0) - 1.0);
+            if (eb == 2)
+                ((uint16_t *)host)[i + j] = pt_k_bf16_from_f32(v);
+            else
+                ((float *)host)[i + j] = v;
+        }
     }
     for (int64_t at = 0; at < count; at += chunk) {
         int64_t n = count - at < chunk ? count - at : chunk;

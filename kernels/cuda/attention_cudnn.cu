@@ -80,13 +80,6 @@
  * visible blocks; validation may add a batch size), two directions each. */
 enum { PLAN_SLOTS = 64, WHY_BYTES = 192, MAX_OPS = 40 };
 
-/* Before reserve, when cuDNN is not required (our kernels need no workspace), a call
- * whose plan wants more workspace than an eighth of the device's memory, and at least
- * this, is declined: the backward's workspace grows with b·a·s² (backend.cu,
- * cudnn_attn_workspace), 4.3 GB for bench_kernels_cuda's sequence of 8192. After
- * reserve the reserved scratch decides. */
-#define MIN_WORKSPACE_CAP ((int64_t)1 << 30)
-
 /* Unique ids of the graphs' non-virtual tensors, the keys of the variant pack;
  * virtual tensors are numbered from UID_VIRTUAL. */
 enum {
@@ -128,7 +121,6 @@ struct pt_kcuda_cudnn {
     size_t version;                  /* cudnnGetVersion(), e.g. 91900 */
     bool required;                   /* PT_KCUDA_ATTN=cudnn: a declined call is an error */
     bool told[2];                    /* a decline of the forward, backward was reported */
-    int64_t ws_cap;                  /* the largest workspace taken before reserve */
     attn_plan plans[PLAN_SLOTS];
 };
 
@@ -814,16 +806,17 @@ static const char *scratch_short(pt_kernels *kn, size_t need, char *why)
     return why;
 }
 
-/* Before reserve, a plan's workspace over the cap when cuDNN is not required (a
- * reason, into why), else NULL. */
+/* Before reserve, when cuDNN is not required (our kernels need no workspace), a plan's
+ * workspace over ctx->attn_ws_cap (a reason, into why), else NULL: the backward's
+ * grows with b·a·s² (backend.cu, cudnn_attn_workspace), 4.3 GB for bench_kernels_cuda's
+ * sequence of 8192. After reserve the reserved scratch decides. */
 static const char *workspace_over_cap(pt_kernels *kn, int64_t ws, char *why)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    pt_kcuda_cudnn *c = ctx->cudnn;
-    if (ctx->steady || c->required || ws <= c->ws_cap)
+    if (ctx->steady || ctx->cudnn->required || (size_t)ws <= ctx->attn_ws_cap)
         return NULL;
-    snprintf(why, WHY_BYTES, "the plan's workspace of %lld MiB is over the %lld MiB allowed "
-             "before reserve", (long long)(ws >> 20), (long long)(c->ws_cap >> 20));
+    snprintf(why, WHY_BYTES, "the plan's workspace of %lld MiB is over the %zu MiB allowed "
+             "before reserve", (long long)(ws >> 20), ctx->attn_ws_cap >> 20);
     return why;
 }
 
@@ -949,13 +942,6 @@ int pt_kcuda_cudnn_init(pt_kernels *kn, bool required)
     }
     c->handle = handle;
     c->version = version;
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
-        cudaGetLastError();
-        total_bytes = 0;
-    }
-    c->ws_cap = (int64_t)(total_bytes / 8) > MIN_WORKSPACE_CAP ? (int64_t)(total_bytes / 8)
-                                                                : MIN_WORKSPACE_CAP;
     c->required = required;
     ctx->cudnn = c;
     return 0;

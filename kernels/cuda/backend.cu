@@ -128,6 +128,19 @@ static size_t cudnn_attn_workspace(const pt_k_scratch_shape *sh)
 }
 #endif
 
+/* Whether reserve holds cuDNN's attention workspace for the shape: not over the cap
+ * (ctx->attn_ws_cap); without cuDNN there is none to hold. */
+static bool attn_ws_reserved(pt_kernels *kn, const pt_k_scratch_shape *sh)
+{
+#ifdef PT_KCUDA_HAVE_CUDNN
+    return cudnn_attn_workspace(sh) <= pt_kcuda_ctx(kn)->attn_ws_cap;
+#else
+    (void)kn;
+    (void)sh;
+    return false;
+#endif
+}
+
 /* with_ws: cuDNN's attention workspace counted (cudnn_attn_workspace) */
 static size_t scratch_need(const pt_k_scratch_shape *sh, bool with_ws)
 {
@@ -176,8 +189,7 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool with_ws)
 
 size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
-    (void)kn;
-    size_t need = scratch_need(shape, true);
+    size_t need = scratch_need(shape, attn_ws_reserved(kn, shape));
     int count = shape->adamw_tensors > 0 ? shape->adamw_tensors : 0;
     if (need > 0 && need < PT_KCUDA_SCRATCH_MIN) /* what pt_kcuda_scratch allocates */
         need = PT_KCUDA_SCRATCH_MIN;
@@ -187,18 +199,12 @@ size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    size_t need = scratch_need(shape, true), base = scratch_need(shape, false);
-    /* the cap attention_cudnn.cu puts on cuDNN's workspace before reserve holds here
-     * too: dP grows with s², 69 GB for 32 heads at 32K tokens */
-    size_t free_bytes = 0, total_bytes = 0;
-    if (need > base && cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
-        cudaGetLastError();
-    else if (need > base && need - base > total_bytes / 8) {
+    size_t need = scratch_need(shape, attn_ws_reserved(kn, shape));
+    size_t base = scratch_need(shape, false);
+    if (need == base && scratch_need(shape, true) > base)
         fprintf(stderr, "ptkernels: note: cuDNN's attention backward wants %zu MiB of "
-                        "workspace, over an eighth of the device's memory: not reserved\n",
-                (need - base) >> 20);
-        need = base;
-    }
+                        "workspace, over the %zu MiB cap: not reserved\n",
+                (scratch_need(shape, true) - base) >> 20, ctx->attn_ws_cap >> 20);
     ctx->steady = 0; /* lets pt_kcuda_scratch grow once more */
     if (need > ctx->scratch_bytes && !pt_kcuda_scratch(kn, need)) {
         if (base == need)
@@ -645,6 +651,8 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
     ctx->sm_count = prop.multiProcessorCount;
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
     ctx->lt_ws_bytes = PT_KCUDA_LT_WORKSPACE;
+    ctx->attn_ws_cap = prop.totalGlobalMem / 8 > ((size_t)1 << 30) ? prop.totalGlobalMem / 8
+                                                                    : (size_t)1 << 30;
     const char *no_lt = getenv("PT_KCUDA_NO_LT");
     ctx->no_lt = no_lt && no_lt[0] && strcmp(no_lt, "0") != 0;
 

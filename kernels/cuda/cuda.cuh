@@ -97,6 +97,10 @@ typedef struct {
                                 * 0 with PT_KCUDA_SIMPLE_ATTN=1 */
     struct pt_kcuda_cudnn *cudnn; /* attention through cuDNN (attention_cudnn.cu): its
                                 * handle and plans; NULL when our kernels run it all */
+    size_t attn_ws_cap;        /* the most cuDNN's attention workspace may take, before
+                                * reserve and in it: an eighth of the device's memory, at
+                                * least 1 GiB (dP grows with s²: 69 GB for 32 heads at
+                                * 32K tokens) */
     void *scratch;             /* per-op temporaries, reused in stream order */
     size_t scratch_bytes;
     int steady;                /* reserve ran: scratch and the adamw table never grow */
