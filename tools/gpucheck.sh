@@ -202,7 +202,8 @@ rows = db.execute("select name, spans, median_s, flops, bytes from op_stats wher
                   "and rank = 0", (run,)).fetchall()
 def per_step(spans):
     # the timed steps' spans, and for forward ops also the final validation's one
-    # micro-batch: of the two counts per step, the one that comes out whole
+    # micro-batch (train's --val-batches 1): of the two counts per step, the one that
+    # comes out whole
     a, b = spans / steps, spans / (steps + 1 / mbs_per_step)
     return round(a if abs(a - round(a)) <= abs(b - round(b)) else b)
 per = sorted(((n, per_step(sp), med, fl, by) for n, sp, med, fl, by in rows),

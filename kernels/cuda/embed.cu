@@ -67,8 +67,8 @@ __global__ void embed_keys_kernel(int32_t *keys, int32_t *pos, const int32_t *to
  * (y) of that token's row of dwte. The columns are split over blocks because a frequent
  * token's run is added in order, one position after another: with one block per run,
  * GPT-2 124M's batch of 65,536 byte-level tokens of the default corpus (about a sixth
- * of them spaces) took 15.6 ms on an H100, against 0.24 ms for uniform tokens
- * (tools/gpucheck.sh, 2026-11-26); h / EMB_SLICE blocks now share such a run. */
+ * of them spaces) took 15.6 ms on an H100, against 0.24 ms for ptprofile's near-uniform
+ * tokens (tools/gpucheck.sh, 2026-11-26); h / EMB_SLICE blocks now share such a run. */
 __global__ void embed_backward_wte_kernel(float *dwte, const bf16 *dout, const int32_t *keys,
                                           const int32_t *pos, int64_t rows, int h, int vr)
 {
