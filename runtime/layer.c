@@ -110,10 +110,10 @@ static int reserve_kernels(pt_net *n, const dims *d, pt_err *err)
     cols = 2 * (int64_t)d->f > cols ? 2 * (int64_t)d->f : cols;
     cols = d->v > cols ? d->v : cols;
     int64_t ranges = n->zero ? pt_zero_segments(n) : n->n_z1 > 0 ? n->n_z1 : 1;
-    /* attention_bwd's calls: (b, s, s), or with cp (b, s/(2·cp), s/(2·cp)) blocks */
+    /* attention_bwd's calls: (b, sc, sc), sc being s without cp and a chunk with it */
     pt_k_scratch_shape sh = {.rows = d->T, .cols = cols, .heads = d->a, .kv_heads = d->kh,
                              .head_dim = d->d, .attn_batch = (int)d->b,
-                             .attn_seq = (int)(d->cp > 1 ? d->sc : d->s), .vocab_rows = d->v,
+                             .attn_seq = (int)d->sc, .vocab_rows = d->v,
                              .adamw_tensors = (int)(n->n_param + ranges)};
     /* the backend's, like cuBLASLt's workspace: not in the model's bytes, which the
      * memory model predicts */

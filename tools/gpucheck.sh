@@ -359,10 +359,9 @@ stage_trace() {
         --val-every 0 --val-batches 1 --sample 0 --trace "$out/trace.json" || return 1
     note '```'
     "$py" - "$out/trace.json" <<'EOF' | tee -a "$summary"
-import collections, json, re, sys
+import collections, json, re, statistics, sys
 ev = json.load(open(sys.argv[1]))
 ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-import statistics
 durs = collections.defaultdict(list)
 for e in ev:
     if e.get("ph") == "X" and "dur" in e:

@@ -132,7 +132,7 @@ static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double *times)
  * chunk of random values, repeated (generating every element on the host took seconds
  * per shape of GPT-2's head). GEMM inputs are never zeros: a multiplier fed zeros
  * toggles few bits and can run faster than on real data, and the profile is to predict
- * training (on the H100 of 2026-11-26 the planner's GEMMs ran 1.15x and more their
+ * training (on the H100 of 2026-11-26 the planner's GEMMs ran 1.11-1.78x their
  * zero-fed profiled times inside training steps). */
 static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
 {

@@ -200,11 +200,11 @@ int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     size_t need = scratch_need(shape, attn_ws_reserved(kn, shape));
-    size_t base = scratch_need(shape, false);
-    if (need == base && scratch_need(shape, true) > base)
+    size_t base = scratch_need(shape, false), full = scratch_need(shape, true);
+    if (need == base && full > base)
         fprintf(stderr, "ptkernels: note: cuDNN's attention backward wants %zu MiB of "
                         "workspace, over the %zu MiB cap: not reserved\n",
-                (scratch_need(shape, true) - base) >> 20, ctx->attn_ws_cap >> 20);
+                (full - base) >> 20, ctx->attn_ws_cap >> 20);
     ctx->steady = 0; /* lets pt_kcuda_scratch grow once more */
     if (need > ctx->scratch_bytes && !pt_kcuda_scratch(kn, need)) {
         if (base == need)
