@@ -107,9 +107,9 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
  * the scores, there: b·a·sq·skv bf16, both lengths padded to 64, as cudnn-frontend
  * sizes its "dP workspace" implementation, which it forces for a deterministic
  * backward on Hopper (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h).
- * On the H100 (2026-11-26) the backwards whose b·a·s²·2 passed 1 GiB, and those after
- * a reserve that did not count this, were declined. 0 without attention, or when the
- * size does not fit a size_t. */
+ * On the H100 (2026-11-26) the backwards whose b·a·s²·2 reached 1 GiB (the cap then),
+ * and those after a reserve that did not count this, were declined. 0 without
+ * attention, or when the size does not fit a size_t. */
 static size_t cudnn_attn_workspace(const pt_k_scratch_shape *sh)
 {
     if (sh->heads <= 0 || sh->head_dim <= 0 || sh->attn_batch <= 0 || sh->attn_seq <= 0)
@@ -161,8 +161,8 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool with_ws)
         need = dsum > need ? dsum : need;
 #ifdef PT_KCUDA_HAVE_CUDNN
         /* attention_cudnn.cu's backward: softmax_sum (b·sq·a fp32, 256-byte rounded)
-         * and bf16 dq, dk, dv; cuDNN's own workspace is added when a plan reports
-         * it, and a call it does not fit runs on our kernels instead */
+         * and bf16 dq, dk, dv; with with_ws cuDNN's own workspace as well (a call
+         * whose temporaries do not fit after reserve runs on our kernels instead) */
         if (sh->head_dim > 0) {
             size_t parts = ((size_t)rows * (size_t)(sh->heads + 2 * sh->kv_heads) *
                             (size_t)sh->head_dim) * 2;
@@ -199,9 +199,9 @@ size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    size_t need = scratch_need(shape, attn_ws_reserved(kn, shape));
     size_t base = scratch_need(shape, false), full = scratch_need(shape, true);
-    if (need == base && full > base)
+    size_t need = attn_ws_reserved(kn, shape) ? full : base;
+    if (need < full)
         fprintf(stderr, "ptkernels: note: cuDNN's attention backward wants %zu MiB of "
                         "workspace, over the %zu MiB cap: not reserved\n",
                 (full - base) >> 20, ctx->attn_ws_cap >> 20);
