@@ -585,9 +585,13 @@ void pt_kernels_destroy(pt_kernels *kn);
  * Philox4_32_10 gives the same stream for the same counter and key). */
 void pt_k_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
+/* A uniform in [0, 1) from one Philox word: its top 24 bits times 2^-24, exact in
+ * float and double (the CUDA backend's dropout computes the same in float). */
+double pt_k_philox_unit(uint32_t word);
+
 /* The dropout decision for element i of tensor tensor_id under seed: counter
  * (i/4 low, i/4 high, tensor_id low, tensor_id high), key (seed low, seed high),
- * uniform u = (word i%4 >> 8) · 2^-24 in [0, 1); the element is kept when u >= p.
+ * uniform u = pt_k_philox_unit(word i%4); the element is kept when u >= p.
  * Returns 1 to keep, 0 to drop. */
 int pt_k_dropout_keep(uint64_t seed, uint64_t tensor_id, int64_t i, float p);
 

@@ -202,7 +202,7 @@ static float normal_at(uint64_t seed, uint64_t name_hash, int64_t i)
     uint32_t out[4];
     pt_k_philox4x32_10(ctr, key, out);
     double u1 = ((double)(out[0] >> 8) + 1.0) / 16777217.0; /* (0, 1] */
-    double u2 = (double)(out[1] >> 8) / 16777216.0;
+    double u2 = pt_k_philox_unit(out[1]);
     double r = sqrt(-2.0 * log(u1));
     double angle = 2.0 * 3.14159265358979323846 * u2;
     return (float)(i % 2 ? r * sin(angle) : r * cos(angle));

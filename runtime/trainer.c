@@ -553,7 +553,7 @@ int pt_trainer_sample(pt_trainer *r, int64_t count, char *text, size_t cap, pt_e
             rc = pt_err_set(err, "%s", kn->err);
         uint32_t ctr[4] = {(uint32_t)len, 0, 0, 0}, key[2] = {(uint32_t)p->run.seed, 7}, x[4];
         pt_k_philox4x32_10(ctr, key, x);
-        seq[len] = draw(row, v, 0.8, (double)(x[0] >> 8) / 16777216.0);
+        seq[len] = draw(row, v, 0.8, pt_k_philox_unit(x[0]));
     }
     if (rc == 0 && r->o.tokenizer)
         pt_tokenizer_decode_text(r->o.tokenizer, seq + prompt, count, text, cap);

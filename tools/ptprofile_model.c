@@ -147,7 +147,7 @@ static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
         uint32_t ctr[4] = {(uint32_t)(i / 4), 0, 0, 0}, out[4];
         pt_k_philox4x32_10(ctr, key, out);
         for (int64_t j = 0; j < 4 && i + j < chunk; j++) {
-            float v = (float)((double)(out[j] >> 8) * (2.0 / 16777216.0) - 1.0);
+            float v = (float)(2.0 * pt_k_philox_unit(out[j]) - 1.0);
             if (eb == 2)
                 ((uint16_t *)host)[i + j] = pt_k_bf16_from_f32(v);
             else

@@ -34,6 +34,11 @@ void pt_k_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t o
     out[3] = c3;
 }
 
+double pt_k_philox_unit(uint32_t word)
+{
+    return (double)(word >> 8) * (1.0 / 16777216.0);
+}
+
 /* the four uniforms of one Philox block: elements 4·blk .. 4·blk+3 of tensor_id */
 static void dropout_block(uint64_t seed, uint64_t tensor_id, uint64_t blk, uint32_t r[4])
 {
@@ -45,7 +50,7 @@ static void dropout_block(uint64_t seed, uint64_t tensor_id, uint64_t blk, uint3
 
 static int dropout_keep_word(uint32_t word, float p)
 {
-    return (float)(word >> 8) * (1.0f / 16777216.0f) >= p;
+    return pt_k_philox_unit(word) >= p; /* u is exact in float: as the CUDA kernel's test */
 }
 
 int pt_k_dropout_keep(uint64_t seed, uint64_t tensor_id, int64_t i, float p)
