@@ -128,12 +128,17 @@ static size_t cudnn_attn_workspace(const pt_k_scratch_shape *sh)
 }
 #endif
 
-/* Whether reserve holds cuDNN's attention workspace for the shape: not over the cap
- * (ctx->attn_ws_cap); without cuDNN there is none to hold. */
+/* Whether attention runs through cuDNN (ctx->cudnn, attention_cudnn.cu), whose backward's
+ * temporaries reserve then counts: not in a build without cuDNN, with PT_KCUDA_ATTN=own
+ * or PT_KCUDA_SIMPLE_ATTN, or where cuDNN did not open, when our kernels run it all. */
+static bool attn_cudnn(pt_kernels *kn) { return pt_kcuda_ctx(kn)->cudnn != NULL; }
+
+/* Whether reserve holds cuDNN's attention workspace for the shape: attention runs
+ * through cuDNN and the workspace is not over the cap (ctx->attn_ws_cap). */
 static bool attn_ws_reserved(pt_kernels *kn, const pt_k_scratch_shape *sh)
 {
 #ifdef PT_KCUDA_HAVE_CUDNN
-    return cudnn_attn_workspace(sh) <= pt_kcuda_ctx(kn)->attn_ws_cap;
+    return attn_cudnn(kn) && cudnn_attn_workspace(sh) <= pt_kcuda_ctx(kn)->attn_ws_cap;
 #else
     (void)kn;
     (void)sh;
@@ -141,10 +146,12 @@ static bool attn_ws_reserved(pt_kernels *kn, const pt_k_scratch_shape *sh)
 #endif
 }
 
-/* with_ws: cuDNN's attention workspace counted (cudnn_attn_workspace) */
-static size_t scratch_need(const pt_k_scratch_shape *sh, bool with_ws)
+/* cudnn: cuDNN's attention backward's temporaries counted (attn_cudnn); with_ws: and its
+ * workspace (cudnn_attn_workspace) */
+static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_ws)
 {
-    (void)with_ws; /* without cuDNN there is no workspace to count */
+    (void)cudnn; /* without cuDNN in the build there is nothing of it to count */
+    (void)with_ws;
     size_t need = 0;
     int64_t rows = sh->rows > 0 ? sh->rows : 0;
     int64_t chunks = (rows + 63) / 64;
@@ -163,7 +170,7 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool with_ws)
         /* attention_cudnn.cu's backward: softmax_sum (b·sq·a fp32, 256-byte rounded)
          * and bf16 dq, dk, dv; with with_ws cuDNN's own workspace as well (a call
          * whose temporaries do not fit after reserve runs on our kernels instead) */
-        if (sh->head_dim > 0) {
+        if (cudnn && sh->head_dim > 0) {
             size_t parts = ((size_t)rows * (size_t)(sh->heads + 2 * sh->kv_heads) *
                             (size_t)sh->head_dim) * 2;
             size_t cudnn = (dsum + 255) / 256 * 256 + parts;
@@ -189,7 +196,7 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool with_ws)
 
 size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
-    size_t need = scratch_need(shape, attn_ws_reserved(kn, shape));
+    size_t need = scratch_need(shape, attn_cudnn(kn), attn_ws_reserved(kn, shape));
     int count = shape->adamw_tensors > 0 ? shape->adamw_tensors : 0;
     if (need > 0 && need < PT_KCUDA_SCRATCH_MIN) /* what pt_kcuda_scratch allocates */
         need = PT_KCUDA_SCRATCH_MIN;
@@ -199,7 +206,8 @@ size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    size_t base = scratch_need(shape, false), full = scratch_need(shape, true);
+    bool cudnn = attn_cudnn(kn);
+    size_t base = scratch_need(shape, cudnn, false), full = scratch_need(shape, cudnn, true);
     size_t need = attn_ws_reserved(kn, shape) ? full : base;
     if (need < full)
         fprintf(stderr, "ptkernels: note: cuDNN's attention backward wants %zu MiB of "

@@ -1812,6 +1812,16 @@ static void test_reserve(void)
     att0.attn_seq = 0;
     size_t dp = cudnn_version() ? (size_t)2 * 4 * 1024 * 1024 * 2 * 17 / 16 + (32 << 20) : 0;
     CHECK(pt_k_scratch_bytes(GPU, &att) - pt_k_scratch_bytes(GPU, &att0) == dp);
+    /* where our kernels run attention (PT_KCUDA_ATTN=own), nothing of cuDNN's: the row
+     * sums alone, b·sq·a fp32 (100 · 1000 rows of 4 heads, over the 1 MiB floor) */
+    pt_kernels *own = own_backend("PT_KCUDA_ATTN", "own");
+    if (own) {
+        pt_k_scratch_shape rows = att;
+        rows.rows = 100000;
+        rows.attn_batch = 100;
+        CHECK(pt_k_scratch_bytes(own, &rows) == (size_t)100000 * 4 * 4);
+        pt_kernels_destroy(own);
+    }
 
     pt_kernels *kn = own_backend(NULL, NULL);
     if (!kn)
