@@ -9,7 +9,8 @@
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the kernel tests
 #   bench     build/bench_kernels_cuda beside the same shapes through PyTorch
 #   gpt2      GPT-2 124M on one GPU: the first loss against the CPU run's, 200 steps at
-#             the largest micro-batch that fits, tokens/s against tools/torch_ref.py
+#             the largest micro-batch that fits, its warm-up again (equal bit for bit),
+#             tokens/s against tools/torch_ref.py
 #   gpt2xl    GPT-2 1.5B on one GPU: MFU, and the PyTorch reference
 #   mpi       two ranks on the one GPU under mpirun (staged through MPI: NCCL takes
 #             one rank per GPU): dp=2, pp=2, tp=2, sp with tp_overlap, cp=2, ZeRO 1
@@ -248,6 +249,39 @@ train() {
     note '```'
 }
 
+# The 124M plan again for its warm-up steps, against the long run's first ones. Every
+# kernel is deterministic (cuDNN's deterministic attention backward, two-pass
+# reductions, no fp32 atomics) and the warm-up's learning rates do not depend on --steps,
+# so the losses and gradient norms must be equal bit for bit (ptrun logs them with 17
+# digits). A difference points to a race or a read of unwritten memory, and tells a
+# loss spike of the run's own (repeated here) from one of a fault (not repeated).
+again() {
+    [ -f "$out/gpt2.jsonl" ] || return 0
+    warm=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['training']['warmup_steps'])" "$out/gpt2.plan.json")
+    step gpt2_again "$bin/ptrun" "$out/gpt2.plan.json" --steps "$warm" --data "$corpus" \
+        --val-every 0 --val-batches 1 --sample 0 --log "$out/gpt2_again.jsonl" || return 1
+    verdict=$("$py" - "$out/gpt2.jsonl" "$out/gpt2_again.jsonl" "$warm" <<'EOF'
+import json, sys
+def steps(path):
+    rows = [json.loads(l) for l in open(path)]
+    return [(r["loss"], r["grad_norm"]) for r in rows if r.get("type") == "step"]
+n = int(sys.argv[3])
+a, b = steps(sys.argv[1])[:n], steps(sys.argv[2])[:n]
+diff = [i + 1 for i in range(min(len(a), len(b))) if a[i] != b[i]]
+if len(a) < n or len(b) < n:
+    print("FAILED: %d and %d steps logged, %d wanted" % (len(a), len(b), n))
+elif diff:
+    print("FAILED: steps %s differ (first: loss %.17g against %.17g)" %
+          (diff, a[diff[0] - 1][0], b[diff[0] - 1][0]))
+else:
+    print("ok: %d losses and gradient norms equal bit for bit (step %d's loss %.4f)" %
+          (n, n, a[-1][0]))
+EOF
+)
+    note "- the warm-up again: $verdict"
+    case $verdict in ok*) ;; *) failed=1 ;; esac
+}
+
 stage_gpt2() {
     note "## GPT-2 124M on one GPU"
     # the first loss against the CPU run's (same plan settings, seed and data): global
@@ -271,6 +305,7 @@ EOF
         note "- first loss against the CPU's: not compared (no GPU run or no reference)"
     fi
     train gpt2-124m gpt2 64 "${GPUCHECK_GPT2_STEPS:-200}" ""
+    again
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2.plan.json" 2>/dev/null || echo 8)
     [ "${GPUCHECK_TORCH:-1}" = 1 ] || return 0
     step torch_gpt2 $pyclean tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
