@@ -195,6 +195,16 @@ static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, doubl
     return hw->gemm_max_eff * best * k / (k + GEMM_K_STEP);
 }
 
+bool pt_cost_key_is_gemm(const char *key)
+{
+    static const char *const kinds[] = {"gemm:", "gemm_gelu:", "gemm_dgrad:", "gemm_dgelu:",
+                                        "gemm_wgrad:", "gemm_wgrad_bias:"};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strncmp(key, kinds[i], strlen(kinds[i])) == 0)
+            return true;
+    return false;
+}
+
 /* The compute efficiency of a GEMM ("gemm" or batched "bmm" key with m, n, k and for
  * bmm the batch b) from its shape; 0 when the model does not apply. */
 static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
@@ -202,10 +212,8 @@ static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
     if (hw->sm_count <= 0 || !(hw->gemm_max_eff > 0))
         return 0;
     bool batched = strncmp(op->key, "bmm:", 4) == 0;
-    /* a GEMM with a pointwise epilogue (gemm_gelu, gemm_dgelu) tiles as the GEMM does */
-    bool plain = strncmp(op->key, "gemm:", 5) == 0 || strncmp(op->key, "gemm_gelu:", 10) == 0 ||
-                 strncmp(op->key, "gemm_dgelu:", 11) == 0;
-    if (!batched && !plain)
+    /* a gradient's GEMM, or one with a pointwise epilogue, tiles as the forward does */
+    if (!batched && !pt_cost_key_is_gemm(op->key))
         return 0;
     double m = key_dim(op->key, "m"), n = key_dim(op->key, "n"), k = key_dim(op->key, "k");
     double b = batched ? key_dim(op->key, "b") : 1;

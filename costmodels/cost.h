@@ -105,6 +105,10 @@ double pt_coll_busbw(pt_coll op, int group, double bytes, double time_s);
 /* Roofline with size-dependent efficiency: max(flops / (peak·eff_c), bytes /
  * (bw·eff_m)) plus a launch overhead. */
 double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op);
+/* Whether key names one of the layers' GEMMs (the kinds of planner/ops.c's GEMM roles,
+ * which this list must match: "gemm", "gemm_gelu", "gemm_dgrad", "gemm_dgelu",
+ * "gemm_wgrad", "gemm_wgrad_bias"), priced by the tile model and counted as GEMM time. */
+bool pt_cost_key_is_gemm(const char *key);
 /* Alpha-beta models: ring and tree (the faster is taken, as NCCL picks), and
  * hierarchical (intra-node, then inter-node, then intra-node) when the group spans
  * nodes. */
@@ -144,7 +148,9 @@ int pt_costdb_add_kernel(pt_costdb *db, const char *device, const pt_kernel_op *
 int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
                        double time_s, pt_source source, pt_err *err);
 
-/* Lookups: exact sample (median of repeats) → log-log interpolation between samples
+/* Lookups: exact sample (median of repeats) → for a gradient's GEMM key that has none,
+ * the forward GEMM ("gemm") of the same dtype and shape (interpolated: tables made
+ * before the roles had keys of their own) → log-log interpolation between samples
  * of the same kind, dtype and device over FLOPs (bytes for memory-bound kinds), or for
  * collectives of the same op and backend over bytes and then between group sizes →
  * analytic. db may be NULL (analytic only). */

@@ -16,6 +16,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- Orders ------------------------------------------------------------------------ */
@@ -286,6 +287,26 @@ static int kernel_interp(const pt_costdb *db, const pt_ksample *q, double *t)
     return 0;
 }
 
+/* For a gradient's GEMM key ("gemm_dgrad", "gemm_wgrad", "gemm_wgrad_bias") the samples
+ * of the forward GEMM of the same dtype and shape, k_by_key[*a, *b): what tables made
+ * before these kinds had keys of their own hold for it. False when it has none. */
+static bool forward_gemm(const pt_costdb *db, const pt_ksample *q, size_t *a, size_t *b)
+{
+    static const char *const kinds[] = {"gemm_dgrad:", "gemm_wgrad:", "gemm_wgrad_bias:"};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t n = strlen(kinds[i]);
+        if (strncmp(q->key, kinds[i], n) != 0)
+            continue;
+        pt_ksample f = *q;
+        snprintf(f.key, sizeof f.key, "gemm:%s", q->key + n);
+        order o = {db->ks, sizeof *db->ks, kkey_cmp};
+        *a = bound(o, db->k_by_key, 0, db->nk, &f, PT_KKEY_KEY, false);
+        *b = bound(o, db->k_by_key, *a, db->nk, &f, PT_KKEY_KEY, true);
+        return *a < *b;
+    }
+    return false;
+}
+
 pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op)
 {
     if (db && db->nk) {
@@ -300,6 +321,8 @@ pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kerne
         size_t b = bound(o, db->k_by_key, a, db->nk, &q, PT_KKEY_KEY, true);
         if (a < b)
             return (pt_cost){pt_ksample_key_time(db, db->k_by_key, a, b), PT_PROV_MEASURED};
+        if (forward_gemm(db, &q, &a, &b))
+            return (pt_cost){pt_ksample_key_time(db, db->k_by_key, a, b), PT_PROV_INTERPOLATED};
         double t;
         if (kernel_interp(db, &q, &t) == 0)
             return (pt_cost){t, PT_PROV_INTERPOLATED};

@@ -25,14 +25,25 @@ double pt_prof_gemm(int64_t m, int64_t n, int64_t k, int repeats, double budget_
 /* Best sgemm rate (FLOP/s) on a square problem and streaming bandwidth (bytes/s). */
 double pt_prof_cpu_peak_flops(int repeats);
 double pt_prof_cpu_mem_bw(int64_t bytes, int repeats);
-/* What a GEMM key's epilogue adds (planner/ops.c): none ("gemm"), the GELU of the
- * output ("gemm_gelu": matmul_forward_gelu), the GELU's derivative of a data gradient
- * ("gemm_dgelu": matmul_backward_dgelu). */
-typedef enum { PT_PROF_EP_NONE, PT_PROF_EP_GELU, PT_PROF_EP_DGELU } pt_prof_epilogue;
-/* Parses "<gemm|gemm_gelu|gemm_dgelu>:<dtype>:m=..,n=..,k=.." into its sizes and
- * epilogue (ep may be NULL); -1 when it is not one. */
+/* Which of the runtime's calls a GEMM key names (planner/ops.c's roles, whose kinds
+ * pt_prof_gemm_shape must match), each timed
+ * as that call: the forward ("gemm": matmul_forward), with the GELU ("gemm_gelu":
+ * matmul_forward_gelu), a data gradient added into its output ("gemm_dgrad":
+ * matmul_backward's dinp), one through the GELU's derivative ("gemm_dgelu":
+ * matmul_backward_dgelu), a weight gradient added into fp32 ("gemm_wgrad":
+ * matmul_backward's dw), with the bias gradient ("gemm_wgrad_bias"). */
+typedef enum {
+    PT_PROF_FWD,
+    PT_PROF_FWD_GELU,
+    PT_PROF_DGRAD,
+    PT_PROF_DGRAD_DGELU,
+    PT_PROF_WGRAD,
+    PT_PROF_WGRAD_BIAS
+} pt_prof_gemm_role;
+/* Parses "<kind>:<dtype>:m=..,n=..,k=.." of one of those kinds into its sizes and
+ * role (role may be NULL); -1 when it is not one. */
 int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
-                       pt_prof_epilogue *ep);
+                       pt_prof_gemm_role *role);
 
 /* ---- The model's other kernels (ptprofile_model.c) ------------------------------------- */
 
@@ -42,11 +53,11 @@ int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
 int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c,
                           const pt_train *t, int64_t mbs, int repeats, pt_costdb *db,
                           int64_t *stored, pt_err *err);
-/* Median seconds of the kernel table's matmul (any backend) with epilogue ep, as the
+/* Median seconds of the kernel table's matmul (any backend) in role `role`, as the
  * runtime calls it for a key of that shape; *best_s the fastest run; -1 when the
  * backend fails or runs out of memory. */
 double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
-                            pt_prof_epilogue ep, int repeats, double *best_s);
+                            pt_prof_gemm_role role, int repeats, double *best_s);
 
 /* ---- The CUDA backend's timer (ptprofile_cuda.c, built with the CUDA backend) ----------- */
 

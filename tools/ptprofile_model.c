@@ -84,24 +84,36 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
 typedef struct {
     void *a, *b, *c, *aux;
     int64_t m, n, k;
-    pt_prof_epilogue ep;
+    pt_prof_gemm_role role;
 } gemm_args;
 
-/* c (m, n) from a (m, k) and b: the forward's a · b^T with b (n, k), alone or with the
- * GELU (aux the pre-activation it keeps); or the data gradient a · b with b (k, n)
- * through the GELU's derivative at aux, as the MLP's down projection runs it. */
+/* c (m, n) from a and b, the key's m, n and k in the runtime's call of each role:
+ * - the forward c = a · b^T, a (m, k), b (n, k) (a layer's in and w), alone or with the
+ *   GELU (aux the pre-activation it keeps);
+ * - a data gradient c += a · b, a (m, k) the output's gradient, b (k, n) the weight,
+ *   alone or written through the GELU's derivative at aux;
+ * - a weight gradient c += a^T · b into fp32, a (k, m) the output's gradient, b (k, n)
+ *   the input, with the bias gradient (aux, m fp32) or without. */
 static void run_gemm(pt_kernels *kn, void *arg)
 {
     gemm_args *g = arg;
-    switch (g->ep) {
-    case PT_PROF_EP_NONE:
-        kn->matmul_forward(kn, g->c, g->a, g->b, NULL, g->m, (int)g->k, (int)g->n);
+    int m = (int)g->m, n = (int)g->n, k = (int)g->k;
+    switch (g->role) {
+    case PT_PROF_FWD:
+        kn->matmul_forward(kn, g->c, g->a, g->b, NULL, g->m, k, n);
         break;
-    case PT_PROF_EP_GELU:
-        kn->matmul_forward_gelu(kn, g->c, g->aux, g->a, g->b, NULL, g->m, (int)g->k, (int)g->n);
+    case PT_PROF_FWD_GELU:
+        kn->matmul_forward_gelu(kn, g->c, g->aux, g->a, g->b, NULL, g->m, k, n);
         break;
-    case PT_PROF_EP_DGELU:
-        kn->matmul_backward_dgelu(kn, g->c, g->a, g->b, g->aux, g->m, (int)g->n, (int)g->k);
+    case PT_PROF_DGRAD:
+        kn->matmul_backward(kn, g->c, NULL, NULL, g->a, NULL, g->b, g->m, n, k);
+        break;
+    case PT_PROF_DGRAD_DGELU:
+        kn->matmul_backward_dgelu(kn, g->c, g->a, g->b, g->aux, g->m, n, k);
+        break;
+    case PT_PROF_WGRAD:
+    case PT_PROF_WGRAD_BIAS:
+        kn->matmul_backward(kn, NULL, g->c, g->aux, g->a, g->b, g->b, g->k, n, m);
         break;
     }
 }
@@ -163,22 +175,32 @@ static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
     return rc;
 }
 
-/* Median seconds of the backend's matmul on (m, k) x (n, k)^T in its activation type,
- * on random inputs after warm-up; *best_s the fastest run. */
+/* Median seconds of the backend's matmul in role `role` (run_gemm) on random inputs
+ * after warm-up; *best_s the fastest run. */
 double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
-                            pt_prof_epilogue ep, int repeats, double *best_s)
+                            pt_prof_gemm_role role, int repeats, double *best_s)
 {
     size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    bool wgrad = role == PT_PROF_WGRAD || role == PT_PROF_WGRAD_BIAS;
+    /* aux: the pre-activation (m, n) beside a GELU, the bias gradient (m) fp32 */
+    size_t aux = role == PT_PROF_FWD_GELU || role == PT_PROF_DGRAD_DGELU ? (size_t)(m * n) * ab
+                 : role == PT_PROF_WGRAD_BIAS                             ? (size_t)m * 4
+                                                                          : 0;
     gemm_args g = {kn->alloc(kn, (size_t)(m * k) * ab), kn->alloc(kn, (size_t)(n * k) * ab),
-                   kn->alloc(kn, (size_t)(m * n) * ab),
-                   ep != PT_PROF_EP_NONE ? kn->alloc(kn, (size_t)(m * n) * ab) : NULL, m, n, k,
-                   ep};
+                   kn->alloc(kn, (size_t)(m * n) * (wgrad ? 4 : ab)),
+                   aux ? kn->alloc(kn, aux) : NULL, m, n, k, role};
     double times[64], t = -1;
     int done = 0;
-    if (g.a && g.b && g.c && (g.aux || ep == PT_PROF_EP_NONE) &&
-        fill_random(kn, g.a, m * k, 1) == 0 && fill_random(kn, g.b, n * k, 2) == 0 &&
-        (!g.aux || fill_random(kn, g.aux, m * n, 3) == 0))
+    /* an output that the call adds into starts from zeros: only the multiplier's
+     * inputs need to be random */
+    if (g.a && g.b && g.c && (g.aux || !aux) && fill_random(kn, g.a, m * k, 1) == 0 &&
+        fill_random(kn, g.b, n * k, 2) == 0 &&
+        (!aux || wgrad || fill_random(kn, g.aux, m * n, 3) == 0)) {
+        kn->zero(kn, g.c, (size_t)(m * n) * (wgrad ? 4 : ab));
+        if (aux && wgrad)
+            kn->zero(kn, g.aux, aux);
         done = time_gemm(kn, &g, repeats < 64 ? repeats : 64, times);
+    }
     if (done > 0) {
         for (int i = 1; i < done; i++) /* insertion sort: a handful of values */
             for (int j = i; j > 0 && times[j - 1] > times[j]; j--) {

@@ -238,7 +238,8 @@ static void fill(pt_costdb *db, bool reverse)
     } ks[] = {
         {GEMM_S, F_S, 6.3e6, 30e-6}, {GEMM_S, F_S, 6.3e6, 10e-6}, {GEMM_S, F_S, 6.3e6, 12e-6},
         {GEMM_L, F_L, 1e8, 200e-6},  {GEMM_L, F_L, 1e8, 210e-6},  {GEMM_L, F_L, 1e8, 190e-6},
-        {GEMM_L, F_L, 1e8, 250e-6},  {"rmsnorm:bf16:n=1e6", 0, 1e6, 5e-6},
+        {GEMM_L, F_L, 1e8, 250e-6},  {"gemm_dgrad:bf16:m=1024,n=1024,k=1024", F_S, 8.4e6, 17e-6},
+        {"rmsnorm:bf16:n=1e6", 0, 1e6, 5e-6},
         {"rmsnorm:bf16:n=1e8", 0, 1e8, 60e-6},
     };
     struct {
@@ -304,6 +305,23 @@ static void check_lookups(const pt_costdb *db)
     /* Another kind never borrows gemm samples. */
     pt_kernel_op at = kop("attn:bf16:s=2048", PT_DTYPE_BF16, F_M, 2.5e7);
     CHECK_INT(pt_cost_kernel(db, &hw, &at).prov, PT_PROV_ANALYTIC);
+
+    /* A gradient's GEMM with no sample of its kind takes the forward's of its very
+     * shape (interpolated: what tables made before the roles had keys hold for it);
+     * one with a sample of its own kind takes that; a forward with an epilogue, or a
+     * gradient of another shape, borrows nothing. */
+    pt_kernel_op wg = kop("gemm_wgrad_bias:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 6.3e6);
+    c = pt_cost_kernel(db, &hw, &wg);
+    CHECK_INT(c.prov, PT_PROV_INTERPOLATED);
+    CHECK_NEAR(c.time_s, 12e-6, 1e-15);
+    pt_kernel_op dg = kop("gemm_dgrad:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 8.4e6);
+    c = pt_cost_kernel(db, &hw, &dg);
+    CHECK_INT(c.prov, PT_PROV_MEASURED);
+    CHECK_NEAR(c.time_s, 17e-6, 1e-15);
+    pt_kernel_op ge = kop("gemm_gelu:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 6.3e6);
+    CHECK_INT(pt_cost_kernel(db, &hw, &ge).prov, PT_PROV_ANALYTIC);
+    pt_kernel_op wm = kop("gemm_wgrad:bf16:m=2048,n=2048,k=2048", PT_DTYPE_BF16, F_M, 2.5e7);
+    CHECK_INT(pt_cost_kernel(db, &hw, &wm).prov, PT_PROV_ANALYTIC);
 
     /* Memory-bound kinds interpolate over bytes. */
     pt_kernel_op nm = kop("rmsnorm:bf16:n=1e7", PT_DTYPE_BF16, 0, 1e7);
@@ -378,7 +396,7 @@ static void test_db_roundtrip(void)
     pt_costdb_identity(db, &id1);
     CHECK(strcmp(id1.path, path) == 0);
     CHECK_INT(id1.schema_version, pt_costdb_schema_version());
-    CHECK_INT(id1.kernel_samples, 9);
+    CHECK_INT(id1.kernel_samples, 10);
     CHECK_INT(id1.coll_samples, 6);
     CHECK_INT(strlen(id1.fingerprint), 16);
     pt_costdb_close(db);
@@ -391,7 +409,7 @@ static void test_db_roundtrip(void)
     check_lookups(db);
     pt_costdb_identity(db, &id2);
     CHECK(strcmp(id1.fingerprint, id2.fingerprint) == 0);
-    CHECK_INT(id2.kernel_samples, 9);
+    CHECK_INT(id2.kernel_samples, 10);
 
     pt_cost_hw got, want = h100();
     CHECK_INT(pt_costdb_device(db, "h100", &got, &err), 0);
@@ -414,7 +432,7 @@ static void test_db_roundtrip(void)
     CHECK_INT(pt_costdb_add_kernel(db, "h100", &m, 60e-6, PT_SOURCE_TRACE, &err), 0);
     pt_costdb_identity(db, &id3);
     CHECK(strcmp(id3.fingerprint, id1.fingerprint) != 0);
-    CHECK_INT(id3.kernel_samples, 10);
+    CHECK_INT(id3.kernel_samples, 11);
     pt_cost_hw hw = h100();
     pt_cost c = pt_cost_kernel(db, &hw, &m);
     CHECK_INT(c.prov, PT_PROV_MEASURED);

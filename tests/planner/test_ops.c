@@ -421,11 +421,56 @@ static double list_total(const pt_oplist *o, bool flops)
     return t;
 }
 
+/* Each GEMM's role is in its kind, as ptprofile times each (the runtime's call): data
+ * gradients add into their output (read and written), weight gradients add into fp32,
+ * with the bias gradient from the same call where the model has biases. */
+static void test_gemm_roles(void)
+{
+    pt_oplist f, b;
+    layer_lists("tp=4,dp=1", &f, &b);
+    CHECK(strcmp(kind_key(&b, PT_OPK_Q_DGRAD), "gemm_dgrad:bf16:m=1024,n=1024,k=256") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_Q_WGRAD), "gemm_wgrad_bias:bf16:m=256,n=1024,k=1024") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_ATTN_OUT_DGRAD), "gemm_dgrad:bf16:m=1024,n=256,k=1024") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_MLP_DOWN_WGRAD),
+                 "gemm_wgrad_bias:bf16:m=1024,n=1024,k=1024") == 0);
+    for (int i = 0; i < b.n; i++) {
+        const pt_kernel_op *k = &b.op[i].kernel;
+        double mn = 1024.0 * (b.op[i].kind == PT_OPK_Q_WGRAD ? 256 : 1024);
+        if (b.op[i].kind == PT_OPK_Q_DGRAD) /* T·h/t and h/t·h read, T·h read and written */
+            CHECK_NEAR(k->bytes, 2 * (1024.0 * 256 + 256.0 * 1024 + 2 * mn), 0);
+        if (b.op[i].kind == PT_OPK_Q_WGRAD) /* T·h/t and T·h, fp32 (h/t)·h and h/t bias */
+            CHECK_NEAR(k->bytes, 2 * (256.0 * 1024 + 1024.0 * 1024) + 8 * mn + 8 * 256.0, 0);
+    }
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    /* the output head has no bias; a model without biases has none anywhere */
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout("dp=1", 16);
+    pt_train t = train(16);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    pt_oplist h = {0};
+    CHECK_INT(pt_ops_head(&c, true, &h), 0);
+    CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS_WGRAD), "gemm_wgrad:bf16:");
+    CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS_DGRAD), "gemm_dgrad:bf16:");
+    pt_oplist_free(&h);
+    pt_stack st;
+    pt_err err;
+    CHECK_INT(pt_stack_get("ptrun", &st, &err), 0);
+    llama_lists(&st, "dp=1", &f, &b);
+    CHECK_STR_HAS(kind_key(&b, PT_OPK_Q_WGRAD), "gemm_wgrad:bf16:");
+    CHECK_STR_HAS(kind_key(&b, PT_OPK_MLP_GATE_WGRAD), "gemm_wgrad:bf16:");
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
 /* ptrun fuses its epilogues (pt_stack.fused_epilogues): the residual add after attention
  * runs inside the second norm's kernel (one pass over T·h less), and GPT-2's GELU in the
  * up projection's GEMM (its T·f read and write become one more write of the saved
- * pre-activation) and the GELU's backward in the down projection's data gradient (its
- * two reads and one write become one read of that pre-activation). FLOPs do not move. */
+ * pre-activation) and the GELU's backward in the down projection's data gradient (the
+ * gradient's read and write of T·f, as it adds into its output, and the GELU
+ * backward's two reads and one write become one write and one read of that
+ * pre-activation). FLOPs do not move. */
 static void test_fused_epilogues(void)
 {
     pt_oplist f, b, uf, ub;
@@ -474,7 +519,7 @@ static void test_fused_epilogues(void)
     CHECK_NEAR(list_total(&f, true), list_total(&uf, true), 0);
     CHECK_NEAR(list_total(&b, true), list_total(&ub, true), 0);
     CHECK_NEAR(list_total(&uf, false) - list_total(&f, false), 2 * (R * h + T * fr), 0);
-    CHECK_NEAR(list_total(&ub, false) - list_total(&b, false), 2 * 2 * T * fr, 0);
+    CHECK_NEAR(list_total(&ub, false) - list_total(&b, false), 3 * 2 * T * fr, 0);
     pt_oplist_free(&f);
     pt_oplist_free(&b);
     pt_oplist_free(&uf);
@@ -506,5 +551,6 @@ int main(void)
     test_ranks_per_node();
     test_stack_kernels_and_selective();
     test_fused_epilogues();
+    test_gemm_roles();
     return pt_check_result();
 }

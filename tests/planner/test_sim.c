@@ -203,20 +203,33 @@ static void test_measured_costs(void)
     CHECK_INT(pt_costdb_add_kernel(db, hw.device, q_op, 10 * analytic, PT_SOURCE_PROFILE, &err), 0);
     CHECK_INT(pt_evaluate(&m, &cl, &t, db, &l, NULL, &slow, &err), 0);
     CHECK(slow.predicted.prov_share[PT_PROV_MEASURED] > 0);
-    /* The op with that key is measured; the other GEMMs of exactly its FLOPs (k, v,
-     * the attention output and all their gradient GEMMs) are interpolated onto the
-     * same sample. Each then costs 10x q's analytic time instead of its own (which
-     * differs from q's by its shape), per layer and micro-batch (one stage, no overlap). */
-    int uses = 0;
+    /* The op with that key is measured; the other forward GEMMs of exactly its FLOPs
+     * (k, v, the attention output) are interpolated onto the same sample, and so is a
+     * gradient's GEMM of q's very shape (the attention output's data gradient: m = T,
+     * n = h/t, k = h), which takes the forward's sample of its shape where it has none
+     * of its own kind. Gradient GEMMs of other shapes stay analytic: their kinds have
+     * no sample. Each that takes it costs 10x q's analytic time instead of its own
+     * (which differs from q's by its shape), per layer and micro-batch (one stage, no
+     * overlap). */
+    int uses = 0, grads = 0;
     double grow = 0;
+    const char *q_shape = strchr(q_op->key, ':');
     CHECK_INT(pt_ops_layer(&ctx, true, &o), 0);
-    for (int i = 0; i < o.n; i++)
-        if (o.op[i].cls == PT_OP_KERNEL && strncmp(o.op[i].kernel.key, "gemm:", 5) == 0 &&
-            o.op[i].kernel.flops == q_op->flops) {
+    for (int i = 0; i < o.n; i++) {
+        const char *key = o.op[i].kernel.key, *shape = strchr(key, ':');
+        if (o.op[i].cls != PT_OP_KERNEL || !shape)
+            continue;
+        bool fwd = strncmp(key, "gemm:", 5) == 0 && o.op[i].kernel.flops == q_op->flops;
+        bool grad = (strncmp(key, "gemm_dgrad:", 11) == 0 ||
+                     strncmp(key, "gemm_wgrad:", 11) == 0) && strcmp(shape, q_shape) == 0;
+        if (fwd || grad) {
             uses++;
+            grads += grad;
             grow += 10 * analytic - pt_cost_kernel_analytic(&hw, &o.op[i].kernel);
         }
-    CHECK(uses >= 3);
+    }
+    CHECK(uses >= 4);
+    CHECK_INT(grads, 1);
     grow *= (double)m.layers * (double)l.n_micro;
     CHECK_NEAR(slow.predicted.step_time_s - base.predicted.step_time_s, grow, 1e-6);
     pt_costdb_close(db);

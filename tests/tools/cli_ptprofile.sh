@@ -15,6 +15,13 @@ coll="--no-collectives"
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick $coll
 n1=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gemm'")
 [ "$n1" -gt 10 ] || fail "GEMM samples stored ($n1)"
+# each role of the layers' GEMMs is timed as the runtime calls it (planner/ops.c): data
+# gradients, weight gradients with the bias gradient (the default model has biases),
+# the output head's without
+for kind in gemm_dgrad gemm_wgrad_bias gemm_wgrad; do
+    [ "$(q "SELECT count(*) FROM kernel_samples WHERE kind = '$kind'")" -gt 0 ] ||
+        fail "no $kind samples"
+done
 [ "$(q "SELECT peak_flops_fp32 > 1e8 AND mem_bw_Bps > 1e8 FROM devices WHERE name = 'cpu'")" = 1 ] ||
     fail "the CPU's description is stored"
 [ "$(q "SELECT status FROM profile_runs ORDER BY id DESC LIMIT 1")" = done ] ||
