@@ -84,7 +84,8 @@ typedef struct {
     int head_dim;        /* writes dq, dk and dv into temporaries before adding them */
     int attn_batch;      /* largest b and sq = skv of one attention_backward call: */
     int attn_seq;        /* cuDNN's backward keeps a b·a·sq·skv workspace (backend.cu) */
-    int vocab_rows;      /* largest vr of an embed_backward with dwte */
+    int vocab_rows;      /* largest vr of an embed_backward with dwte (its h at most
+                          * cols) */
     int adamw_tensors;   /* largest count of an adamw_multi */
 } pt_k_scratch_shape;
 

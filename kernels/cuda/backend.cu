@@ -97,7 +97,8 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
  * - attention_backward: b·sq·a fp32 (rowsum(dout ∘ out)); through cuDNN, the same
  *   row sums, bf16 dq, dk and dv, and cuDNN's workspace (cudnn_attn_workspace);
  * - embed_backward with dwte: four int32 arrays of b·s, each rounded up to 256 bytes,
- *   and CUB's radix sort space for b·s pairs over the key bits of vr.
+ *   the sums of long runs' pieces (pt_kcuda_embed_pieces_bytes, with cols for h) and
+ *   CUB's radix sort space for b·s pairs over the key bits of vr.
  * chunks(n) is not monotonic in n (pt_kcuda_chunk_rows jumps at 64·256 rows), so its
  * bound for every n <= rows is used: min(ceil(rows / 64), PT_KCUDA_MAX_CHUNKS). Sums of
  * squares use their own buffer (ctx->sumsq_part), not scratch. */
@@ -188,7 +189,7 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_w
         cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL, (int32_t *)NULL,
                                         (const int32_t *)NULL, (int32_t *)NULL, (int)rows, 0,
                                         bits);
-        size_t sort = 4 * arr + cub_bytes;
+        size_t sort = 4 * arr + pt_kcuda_embed_pieces_bytes(rows, sh->cols) + cub_bytes;
         need = sort > need ? sort : need;
     }
     return need;

@@ -148,6 +148,9 @@ void pt_kcuda_fail(pt_kernels *kn, const char *file, int line, const char *fmt, 
  * memory or beyond the reserve. What each op asks for is mirrored by
  * pt_kcuda_scratch_bytes (backend.cu): change both together. */
 void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes);
+/* The part of embed_backward's scratch that holds the sums of a long run's pieces, for
+ * b·s = rows and width h (embed.cu). */
+size_t pt_kcuda_embed_pieces_bytes(int64_t rows, int64_t h);
 
 /* ---- Launches ------------------------------------------------------------------------- */
 

@@ -3,10 +3,13 @@
  * token rows [v0, v0+vr) and produces a partial sum). The backward must add the
  * gradients of repeated tokens without atomics: the (token, position) pairs of the
  * micro-batch are sorted by token with CUB's stable radix sort (part of the CUDA
- * toolkit), so each token's positions come out in position order; the block at the
- * start of each run of one token then adds the gradient rows of its positions in that
- * order, the same order (and so the same fp32 result) as the CPU loop, in O(b·s·h)
- * work. dwpe sums over the batch in order.
+ * toolkit), so each token's positions come out in position order. A run of one token
+ * of at most EMB_PIECE positions is added into its row of dwte in that order, as the
+ * CPU loop adds it (the same fp32 result); a longer run is cut into pieces of
+ * EMB_PIECE positions from its start, each summed on its own, and the pieces are then
+ * added to the row in order: a fixed order, so the result is the same on every run and
+ * for every vocabulary split, within fp32 rounding of the CPU's. O(b·s·h) work. dwpe
+ * sums over the batch in order.
  */
 #include <cub/device/device_radix_sort.cuh>
 
@@ -44,10 +47,12 @@ void pt_kcuda_embed_forward(pt_kernels *kn,
     PT_LAUNCHED(kn, "embed_forward");
 }
 
-/* The dwte kernel's shape: a block is one warp that owns a slice of EMB_SLICE columns
+/* The dwte kernels' shape: a block is one warp that owns a slice of EMB_SLICE columns
  * (two per thread); EMB_GRID blocks per slice stride over the sorted entries; each
- * thread keeps EMB_UNROLL positions' loads in flight. */
-enum { EMB_WARP = 32, EMB_SLICE = 2 * EMB_WARP, EMB_UNROLL = 16, EMB_GRID = 4096 };
+ * thread keeps EMB_UNROLL positions' loads in flight; a run is summed in pieces of
+ * EMB_PIECE positions (a multiple of EMB_UNROLL). */
+enum { EMB_WARP = 32, EMB_SLICE = 2 * EMB_WARP, EMB_UNROLL = 16, EMB_GRID = 4096,
+       EMB_PIECE = 256 };
 
 /* the sort's input: this rank's rows of dwte get their token (relative to v0) as key,
  * the others vr (sorted last, never added); positions as values */
@@ -62,28 +67,72 @@ __global__ void embed_keys_kernel(int32_t *keys, int32_t *pos, const int32_t *to
     }
 }
 
+/* The first sorted entry of token t at or before entry i (whose key is t). */
+__device__ int64_t emb_run_start(const int32_t *keys, int64_t i, int t)
+{
+    int64_t lo = 0, hi = i; /* keys[hi] == t */
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Where a piece of a long run keeps its sums: two slots per window of EMB_PIECE
+ * entries, one for a piece that starts its run, one for a later piece. Unique: a
+ * window holds at most one later piece (a run's pieces start EMB_PIECE apart, and a
+ * run that follows one with a later piece in the window starts after it) and at most
+ * one first piece of a long run (the next run starts over EMB_PIECE after it). */
+__device__ int64_t emb_slot(int64_t piece, bool first)
+{
+    return 2 * (piece / EMB_PIECE) + (first ? 1 : 0);
+}
+
+/* Whether the run of token t that starts at sorted entry a is long (over EMB_PIECE). */
+__device__ bool emb_long(const int32_t *keys, int64_t a, int64_t rows, int t)
+{
+    return a + EMB_PIECE < rows && keys[a + EMB_PIECE] == t;
+}
+
 /* Blocks (x) stride over the sorted entries and work only where an entry starts a run
- * of one token: they add the run's gradient rows, in position order, into their slice
- * (y) of that token's row of dwte. The columns are split over blocks because a frequent
- * token's run is added in order, one position after another: with one block per run,
- * GPT-2 124M's batch of 65,536 byte-level tokens of the default corpus (about a sixth
- * of them spaces) took 15.6 ms on an H100, against 0.24 ms for ptprofile's near-uniform
- * tokens (tools/gpucheck.sh, 2026-11-26); h / EMB_SLICE blocks now share such a run. */
-__global__ void embed_backward_wte_kernel(float *dwte, const bf16 *dout, const int32_t *keys,
-                                          const int32_t *pos, int64_t rows, int h, int vr)
+ * of one token, or a piece of a long one: they add the gradient rows of its positions
+ * (at most EMB_PIECE), in position order, for their slice (y) of the columns: a short
+ * run into its token's row of dwte, a piece of a long run into its slot of `pieces`.
+ * The columns are split over blocks and long runs into pieces because a frequent
+ * token's run is added one position after another: with one block per run, GPT-2
+ * 124M's batch of 65,536 byte-level tokens of the default corpus (about a sixth of them
+ * spaces) took 15.6 ms on an H100, against 0.24 ms for ptprofile's near-uniform tokens
+ * (tools/gpucheck.sh, 2026-11-26); with h / EMB_SLICE blocks on each run, 4.8 ms on an
+ * H200 (that day, 0.57 ms profiled). */
+__global__ void embed_backward_wte_kernel(float *dwte, float *pieces, const bf16 *dout,
+                                          const int32_t *keys, const int32_t *pos,
+                                          int64_t rows, int h, int vr)
 {
     const int c = blockIdx.y * EMB_SLICE + 2 * threadIdx.x; /* this thread's two columns */
     const bool in0 = c < h, in1 = c + 1 < h;
     for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const int t = keys[i];
-        if (t >= vr || (i > 0 && keys[i - 1] == t))
+        if (t >= vr)
             continue;
-        float *dte = dwte + (int64_t)t * h + c;
-        float acc0 = in0 ? dte[0] : 0.0f, acc1 = in1 ? dte[1] : 0.0f;
+        int64_t a = i; /* the run's start */
+        if (i > 0 && keys[i - 1] == t) {
+            /* a later piece starts EMB_PIECE·j entries after its run's start */
+            if (i < EMB_PIECE || keys[i - EMB_PIECE] != t)
+                continue;
+            a = emb_run_start(keys, i, t);
+            if ((i - a) % EMB_PIECE)
+                continue;
+        }
+        const bool piece = emb_long(keys, a, rows, t);
+        float *dst = piece ? pieces + emb_slot(i, i == a) * h + c : dwte + (int64_t)t * h + c;
+        float acc0 = in0 && !piece ? dst[0] : 0.0f, acc1 = in1 && !piece ? dst[1] : 0.0f;
         /* EMB_UNROLL entries at a time: the keys say which still belong to the run (a
          * prefix, the keys being sorted); all their loads are issued before the adds,
-         * which go in position order and only for the run's entries */
-        for (int64_t m = i;; m += EMB_UNROLL) {
+         * which go in position order and only for the piece's entries */
+        for (int64_t m = i; m < i + EMB_PIECE; m += EMB_UNROLL) {
             bool run[EMB_UNROLL];
             float x0[EMB_UNROLL], x1[EMB_UNROLL];
 #pragma unroll
@@ -101,6 +150,31 @@ __global__ void embed_backward_wte_kernel(float *dwte, const bf16 *dout, const i
                 }
             if (!run[EMB_UNROLL - 1])
                 break;
+        }
+        if (in0)
+            dst[0] = acc0;
+        if (in1)
+            dst[1] = acc1;
+    }
+}
+
+/* The second pass for long runs: at the start of each, its pieces' sums are added into
+ * its token's row of dwte, in order. */
+__global__ void embed_backward_pieces_kernel(float *dwte, const float *pieces,
+                                             const int32_t *keys, int64_t rows, int h, int vr)
+{
+    const int c = blockIdx.y * EMB_SLICE + 2 * threadIdx.x;
+    const bool in0 = c < h, in1 = c + 1 < h;
+    for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+        const int t = keys[i];
+        if (t >= vr || (i > 0 && keys[i - 1] == t) || !emb_long(keys, i, rows, t))
+            continue;
+        float *dte = dwte + (int64_t)t * h + c;
+        float acc0 = in0 ? dte[0] : 0.0f, acc1 = in1 ? dte[1] : 0.0f;
+        for (int64_t p = i; p < rows && keys[p] == t; p += EMB_PIECE) {
+            const float *sum = pieces + emb_slot(p, p == i) * h + c;
+            acc0 += in0 ? sum[0] : 0.0f;
+            acc1 += in1 ? sum[1] : 0.0f;
         }
         if (in0)
             dte[0] = acc0;
@@ -124,6 +198,14 @@ __global__ void embed_backward_wpe_kernel(float *dwpe, const bf16 *dout, int b, 
     }
 }
 
+size_t pt_kcuda_embed_pieces_bytes(int64_t rows, int64_t h)
+{
+    /* emb_slot's two slots per window of EMB_PIECE entries, h fp32 each, 256-byte
+     * rounded like the other arrays */
+    size_t slots = 2 * (size_t)((rows + EMB_PIECE - 1) / EMB_PIECE);
+    return (slots * (size_t)h * sizeof(float) + 255) / 256 * 256;
+}
+
 void pt_kcuda_embed_backward(pt_kernels *kn,
                              float *dwte,           /* (vr, h) fp32 or NULL */
                              float *dwpe,           /* (>= pos0+s, h) fp32 or NULL */
@@ -140,31 +222,40 @@ void pt_kcuda_embed_backward(pt_kernels *kn,
             pt_kcuda_fail(kn, __FILE__, __LINE__, "embed_backward: %lld rows", (long long)rows);
             return;
         }
-        /* scratch: keys and positions in, sorted keys and positions out, CUB's space */
+        /* scratch: keys and positions in, sorted keys and positions out, the pieces'
+         * sums, CUB's space */
         int bits = 1;
         while (bits < 31 && (1ll << bits) <= vr)
             bits++;
         size_t cub_bytes = 0, arr = ((size_t)rows * sizeof(int32_t) + 255) / 256 * 256;
+        size_t piece_bytes = pt_kcuda_embed_pieces_bytes(rows, h);
         cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL, (int32_t *)NULL,
                                         (const int32_t *)NULL, (int32_t *)NULL, (int)rows, 0,
                                         bits, st);
-        char *base = (char *)pt_kcuda_scratch(kn, 4 * arr + cub_bytes);
+        char *base = (char *)pt_kcuda_scratch(kn, 4 * arr + piece_bytes + cub_bytes);
         if (!base)
             return;
         int32_t *keys = (int32_t *)base, *pos = (int32_t *)(base + arr);
         int32_t *skeys = (int32_t *)(base + 2 * arr), *spos = (int32_t *)(base + 3 * arr);
+        float *pieces = (float *)(base + 4 * arr);
         PT_LAUNCH(pt_kcuda_blocks(rows, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, st,
                   embed_keys_kernel)(
             keys, pos, tokens, rows, v0, vr);
         PT_LAUNCHED(kn, "embed_backward_keys");
-        if (PT_CU(kn, cub::DeviceRadixSort::SortPairs(base + 4 * arr, cub_bytes, keys, skeys,
-                                                      pos, spos, (int)rows, 0, bits, st)))
+        if (PT_CU(kn, cub::DeviceRadixSort::SortPairs(base + 4 * arr + piece_bytes, cub_bytes,
+                                                      keys, skeys, pos, spos, (int)rows, 0,
+                                                      bits, st)))
             return;
         dim3 grid((unsigned)(rows < EMB_GRID ? rows : EMB_GRID),
                   (unsigned)((h + EMB_SLICE - 1) / EMB_SLICE));
-        PT_LAUNCH(grid, EMB_WARP, 0, st, embed_backward_wte_kernel)(dwte, (const bf16 *)dout,
-            skeys, spos, rows, h, vr);
+        PT_LAUNCH(grid, EMB_WARP, 0, st, embed_backward_wte_kernel)(dwte, pieces,
+            (const bf16 *)dout, skeys, spos, rows, h, vr);
         PT_LAUNCHED(kn, "embed_backward_wte");
+        if (rows > EMB_PIECE) {
+            PT_LAUNCH(grid, EMB_WARP, 0, st, embed_backward_pieces_kernel)(dwte, pieces, skeys,
+                                                                           rows, h, vr);
+            PT_LAUNCHED(kn, "embed_backward_pieces");
+        }
     }
     if (dwpe) {
         PT_LAUNCH(pt_kcuda_blocks((int64_t)s * h, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, st,
