@@ -872,27 +872,36 @@ int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out)
     return finish(&b);
 }
 
+/* The longest row of logits the fused cross-entropy holds on chip while it makes three
+ * passes over it: a CUDA block's shared memory on compute capability 9.0, 227 KiB
+ * (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability";
+ * kernels/cuda/loss.cu's row kernel), which a CPU core's cache holds too. */
+#define XENT_ROW_ON_CHIP_BYTES (227.0 * 1024)
+
 /* The cross-entropy after the logits GEMM. Fused (ptrun; Megatron-Core's loss fusion):
  * the forward also writes the logits' gradient, so there is no backward op: with the
- * whole vocabulary one op reading the fp32 logits twice (row maximum, then sum of
- * exponentials and target) and writing the gradient; vocabulary-parallel, those passes
- * as ops of their own around the two all-reduces of the row statistics over tp (the
- * maxima, then the sums and target logits: Megatron-LM's vocab-parallel loss). Unfused
- * (Megatron-LM's cross-entropy in PyTorch ops): the cast to fp32, the max, the
- * exponentials and their sum, the normalised softmax kept for the backward: four passes
- * forward, one all-reduce of three floats per token; the backward's one-hot subtraction
- * and scaling, and the cast back: three. */
+ * whole vocabulary one op over the logits in the activation type (row maximum, then sum
+ * of exponentials and target, then the gradient), reading each row from memory once
+ * where it fits on chip and three times where not, and writing the gradient;
+ * vocabulary-parallel, those passes as ops of their own around the two all-reduces of
+ * the row statistics over tp (the maxima, then the sums and target logits: Megatron-LM's
+ * vocab-parallel loss). Unfused (Megatron-LM's cross-entropy in PyTorch ops): the cast
+ * to fp32, the max, the exponentials and their sum, the normalised softmax kept for the
+ * backward: four passes of fp32 forward, one all-reduce of three floats per token; the
+ * backward's one-hot subtraction and scaling, and the cast back: three. */
 static void xent_forward(builder *b, const dims *d, int64_t v, const char *shape)
 {
-    double logits = 4.0 * (double)d->tokens * (double)v, rows = 4.0 * (double)d->tokens;
+    double elems = (double)d->tokens * (double)v, rows = 4.0 * (double)d->tokens;
+    double logits = b->c->prec.act_bytes * elems;
     if (!b->c->t->stack.fused_xent) {
-        membound(b, PT_OPK_XENT, "xent_fwd", 4 * logits, shape);
+        membound(b, PT_OPK_XENT, "xent_fwd", 4 * 4.0 * elems, shape);
         coll(b, PT_OPK_XENT_ALLREDUCE, (moves){PT_TEN_XENT_SUMS, PT_TEN_XENT_SUMS},
              PT_COLL_ALLREDUCE, PT_GROUP_TP, 3 * rows, 1, false);
         return;
     }
     if (b->c->l->tp == 1) {
-        membound(b, PT_OPK_XENT, "xent", 4 * logits, shape);
+        bool on_chip = b->c->prec.act_bytes * (double)v <= XENT_ROW_ON_CHIP_BYTES;
+        membound(b, PT_OPK_XENT, "xent", (on_chip ? 2 : 4) * logits, shape);
         return;
     }
     membound(b, PT_OPK_XENT_MAX, "xent_max", logits, shape);

@@ -677,7 +677,7 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
         PT_CU(kn, cudaMalloc((void **)&ctx->ortho_part, (size_t)PT_KCUDA_ORTHO_BLOCKS *
                                                             (PT_K_ORTHO_MAX_COLS + 1) *
                                                             sizeof(double))) ||
-        pt_kcuda_attention_init(kn) || select_attention(kn)) {
+        pt_kcuda_loss_init(kn) || pt_kcuda_attention_init(kn) || select_attention(kn)) {
         set_err(err, cap, "CUDA device %d (%s): %s", device, prop.name, kn->err);
         pt_kcuda_destroy(kn);
         return NULL;

@@ -86,6 +86,8 @@ typedef struct {
     int device;
     int sm_count;
     size_t smem_optin;         /* largest dynamic shared memory a block may ask for */
+    size_t ce_row_bytes;       /* the longest row (bytes) the cross-entropy holds in shared
+                                * memory (loss.cu); 0: none */
     cublasLtHandle_t lt;
     void *lt_ws;               /* cuBLASLt workspace */
     size_t lt_ws_bytes;
@@ -372,6 +374,9 @@ void pt_kcuda_dropout_backward(pt_kernels *kn, float *dinp, const float *dout, i
 void pt_kcuda_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64_t n);
 void pt_kcuda_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64_t n);
 void pt_kcuda_add_f32(pt_kernels *kn, float *dst, const float *src, int64_t n);
+/* loss.cu: raises the row kernel's shared-memory limit to what the device allows and
+ * sets ctx->ce_row_bytes */
+int pt_kcuda_loss_init(pt_kernels *kn);
 /* attention.cu */
 int pt_kcuda_attention_init(pt_kernels *kn);
 /* attention_tc.cu: the tensor-core path for head dimensions 64 and 128. _init raises

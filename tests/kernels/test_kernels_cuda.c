@@ -1511,8 +1511,14 @@ static void test_ce_parallel(void)
 
 static void test_crossentropy(void)
 {
+    /* rows in shared memory (loss.cu's row kernel: 16-byte rows that fit), in place
+     * too, GPT-2's padded vocabulary among them; the three-pass kernel for rows not a
+     * multiple of 8 and for a row over the block's shared memory (128 K bf16 = 256 KB) */
     test_ce_shape(9, 1000, 1, 0);
+    test_ce_shape(6, 1000, 1, 1);
+    test_ce_shape(3, 50304, 1, 0);
     test_ce_shape(4, 50257, 1, 0);
+    test_ce_shape(2, 131072, 1, 0);
     test_ce_shape(5, 333, 1, 1);
     test_ce_shape(5, 333, 0, 0);
     test_ce_parallel();

@@ -464,6 +464,41 @@ static void test_gemm_roles(void)
     pt_oplist_free(&b);
 }
 
+/* The fused cross-entropy reads each row of bf16 logits once and writes its gradient
+ * where the row fits on chip (227 KiB: GPT-2's 50,304), three times where not (a
+ * 131,072 vocabulary, 256 KiB); vocabulary-parallel, its max and sum passes read the
+ * slice once each and the last reads and writes it. */
+static void test_xent_bytes(void)
+{
+    pt_stack st;
+    pt_err err;
+    CHECK_INT(pt_stack_get("ptrun", &st, &err), 0);
+    int64_t vocabs[] = {50304, 131072};
+    for (int i = 0; i < 2; i++) {
+        for (int tp = 1; tp <= 2; tp *= 2) {
+            pt_model m = gpt(4, 1024, 16, 1024, vocabs[i]);
+            char text[32];
+            snprintf(text, sizeof text, "tp=%d,dp=1", tp);
+            pt_layout l = layout(text, 16);
+            pt_train t = train(16);
+            t.stack = st;
+            pt_opctx c;
+            pt_opctx_init(&c, &m, &l, &t, NULL);
+            pt_oplist h = {0};
+            CHECK_INT(pt_ops_head(&c, false, &h), 0);
+            double slice = 2.0 * 1024 * (double)vocabs[i] / tp; /* T·v/t bf16 */
+            double want = tp > 1 ? 4 * slice : vocabs[i] == 50304 ? 2 * slice : 4 * slice;
+            double got = 0;
+            for (int k = 0; k < h.n; k++)
+                if (h.op[k].kind == PT_OPK_XENT || h.op[k].kind == PT_OPK_XENT_MAX ||
+                    h.op[k].kind == PT_OPK_XENT_SUMEXP)
+                    got += h.op[k].kernel.bytes;
+            CHECK_NEAR(got, want, 0);
+            pt_oplist_free(&h);
+        }
+    }
+}
+
 /* ptrun fuses its epilogues (pt_stack.fused_epilogues): the residual add after attention
  * runs inside the second norm's kernel (one pass over T·h less), and GPT-2's GELU in the
  * up projection's GEMM (its T·f read and write become one more write of the saved
@@ -552,5 +587,6 @@ int main(void)
     test_stack_kernels_and_selective();
     test_fused_epilogues();
     test_gemm_roles();
+    test_xent_bytes();
     return pt_check_result();
 }
