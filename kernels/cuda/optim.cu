@@ -17,9 +17,23 @@
 
 #include "cuda.cuh"
 
-/* One element of AdamW, the formula of kernels/cpu/optim.c. Both kernels below go
- * through this one function, so the multi-tensor form evaluates the same expression
- * with the same fused multiply-adds as the per-tensor form: the same bits. */
+/* One element of AdamW, the formula of kernels/cpu/optim.c: the new moments and
+ * weight from the gradient g and the old ones. Every kernel below goes through this one
+ * function, so the multi-tensor form (four elements at a time or one) evaluates the
+ * same expression with the same fused multiply-adds as the per-tensor form: the same
+ * bits. */
+static __device__ __forceinline__ void adamw_math(float g, float *m, float *v, float *p,
+                                                  float lr, float beta1, float beta2, float eps,
+                                                  float weight_decay, float bc1, float bc2)
+{
+    float mi = beta1 * *m + (1.0f - beta1) * g;
+    float vi = beta2 * *v + (1.0f - beta2) * g * g;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    *p -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * *p);
+    *m = mi;
+    *v = vi;
+}
+
 static __device__ __forceinline__ void adamw_element(float *params, uint16_t *params_bf16,
                                                      const float *grads, float *m, float *v,
                                                      int64_t i, float lr, float beta1,
@@ -27,17 +41,42 @@ static __device__ __forceinline__ void adamw_element(float *params, uint16_t *pa
                                                      float weight_decay, float bc1, float bc2,
                                                      float grad_scale)
 {
-    float g = grads[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    float p = params[i];
-    p -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p);
+    float mi = m[i], vi = v[i], p = params[i];
+    adamw_math(grads[i] * grad_scale, &mi, &vi, &p, lr, beta1, beta2, eps, weight_decay, bc1,
+               bc2);
     m[i] = mi;
     v[i] = vi;
     params[i] = p;
     if (params_bf16)
         params_bf16[i] = pt_bf16_bits(p);
+}
+
+/* Elements i .. i+3, each 16-byte load and store whole (the bf16 copy 8 bytes): four
+ * times the bytes in flight of one element's loads. */
+static __device__ __forceinline__ void adamw_element4(float *params, uint16_t *params_bf16,
+                                                      const float *grads, float *m, float *v,
+                                                      int64_t i, float lr, float beta1,
+                                                      float beta2, float eps,
+                                                      float weight_decay, float bc1, float bc2,
+                                                      float grad_scale)
+{
+    float4 g = *reinterpret_cast<const float4 *>(grads + i);
+    float4 mi = *reinterpret_cast<const float4 *>(m + i);
+    float4 vi = *reinterpret_cast<const float4 *>(v + i);
+    float4 p = *reinterpret_cast<const float4 *>(params + i);
+    adamw_math(g.x * grad_scale, &mi.x, &vi.x, &p.x, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+    adamw_math(g.y * grad_scale, &mi.y, &vi.y, &p.y, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+    adamw_math(g.z * grad_scale, &mi.z, &vi.z, &p.z, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+    adamw_math(g.w * grad_scale, &mi.w, &vi.w, &p.w, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+    *reinterpret_cast<float4 *>(m + i) = mi;
+    *reinterpret_cast<float4 *>(v + i) = vi;
+    *reinterpret_cast<float4 *>(params + i) = p;
+    if (params_bf16) {
+        uint2 b;
+        b.x = (uint32_t)pt_bf16_bits(p.x) | (uint32_t)pt_bf16_bits(p.y) << 16;
+        b.y = (uint32_t)pt_bf16_bits(p.z) | (uint32_t)pt_bf16_bits(p.w) << 16;
+        *reinterpret_cast<uint2 *>(params_bf16 + i) = b;
+    }
 }
 
 __global__ void adamw_kernel(float *params, uint16_t *params_bf16, const float *grads, float *m,
@@ -136,7 +175,22 @@ __global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, 
     const float scale = clip_factor(max_norm, sumsq, copies);
     const int64_t i0 = (j - d.first_block) * ADAMW_CHUNK;
     const int64_t i1 = i0 + ADAMW_CHUNK < d.n ? i0 + ADAMW_CHUNK : d.n;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+    /* four elements a thread where the tensor's buffers allow 16-byte accesses (i0, a
+     * multiple of ADAMW_CHUNK, keeps their alignment); the rest one by one. On an H200
+     * (2026-11-26) the one-by-one form moved GPT-2 1.5B's 47 GB of optimizer traffic
+     * at 2.2 TB/s, half the card's copy rate. */
+    const bool four = ((uintptr_t)d.params & 15) == 0 && ((uintptr_t)d.grads & 15) == 0 &&
+                      ((uintptr_t)d.m & 15) == 0 && ((uintptr_t)d.v & 15) == 0 &&
+                      ((uintptr_t)d.params_bf16 & 7) == 0;
+    int64_t i = i0;
+    if (four) {
+        const int64_t i4 = i0 + (i1 - i0) / 4 * 4;
+        for (int64_t k = i0 + 4 * (int64_t)threadIdx.x; k < i4; k += 4 * (int64_t)blockDim.x)
+            adamw_element4(d.params, d.params_bf16, d.grads, d.m, d.v, k, lr, beta1, beta2,
+                           eps, d.weight_decay, bc1, bc2, scale);
+        i = i4;
+    }
+    for (i += threadIdx.x; i < i1; i += blockDim.x)
         adamw_element(d.params, d.params_bf16, d.grads, d.m, d.v, i, lr, beta1, beta2, eps,
                       d.weight_decay, bc1, bc2, scale);
 }

@@ -1612,8 +1612,10 @@ static void test_sumsq_acc(void)
 
 /* adamw_multi over MT tensors (more than one upload batch of descriptors; empty ones;
  * sizes at and around a block's chunk of 16384; with and without the bf16 copy; each
- * with its weight decay), two steps: bit-identical to adamw per tensor on the GPU with
- * the host's clip factor, and within TOL_OPT of the CPU's adamw_multi. */
+ * with its weight decay; some views one element into their buffers, which the CUDA
+ * backend updates one element at a time where the others go four at a time), two
+ * steps: bit-identical to adamw per tensor on the GPU with the host's clip factor, and
+ * within TOL_OPT of the CPU's adamw_multi. */
 enum { MT = 60 };
 
 typedef struct {
@@ -1635,27 +1637,51 @@ static void mt_make(mt_host *h, int i)
         h->v[j] = fabsf(h->v[j]);
 }
 
-static void mt_upload(pt_kernels *kn, const mt_host *h, int with_bf16, pt_k_adamw_tensor *t)
+/* Tensor i's views start one element into their buffers for some i (unaligned for
+ * 16-byte accesses). */
+static int mt_shift(int i)
 {
-    tbuf bp = {"p", F32, h->n, h->p, 0}, bg = {"g", F32, h->n, h->g, 0};
-    tbuf bm = {"m", F32, h->n, h->m, 0}, bv = {"v", F32, h->n, h->v, 0};
-    tbuf bb = {"bf16", BF16, h->n, NULL, 0};
-    t->params = upload(kn, &bp);
-    t->grads = upload(kn, &bg);
-    t->m = upload(kn, &bm);
-    t->v = upload(kn, &bv);
-    t->params_bf16 = with_bf16 ? upload(kn, &bb) : NULL;
+    return i % 4 == 1 || i == 6;
+}
+
+/* n values of kind into a fresh buffer of n + shift, the view shift elements in */
+static void *mt_put(pt_kernels *kn, const char *name, int kind, int64_t n, const float *init,
+                    int shift)
+{
+    float *host = xmalloc((size_t)(n + shift + 1) * sizeof(float));
+    for (int k = 0; k < shift; k++)
+        host[k] = 0.5f;
+    if (init)
+        memcpy(host + shift, init, (size_t)n * sizeof(float));
+    else
+        memset(host + shift, 0, (size_t)n * sizeof(float));
+    tbuf t = {name, kind, n + shift, host, 0};
+    char *dev = upload(kn, &t);
+    free(host);
+    return dev ? dev + (size_t)shift * elem_bytes(kn, kind) : NULL;
+}
+
+static void mt_upload(pt_kernels *kn, const mt_host *h, int with_bf16, int shift,
+                      pt_k_adamw_tensor *t)
+{
+    t->params = mt_put(kn, "p", F32, h->n, h->p, shift);
+    t->grads = mt_put(kn, "g", F32, h->n, h->g, shift);
+    t->m = mt_put(kn, "m", F32, h->n, h->m, shift);
+    t->v = mt_put(kn, "v", F32, h->n, h->v, shift);
+    t->params_bf16 = with_bf16 ? mt_put(kn, "bf16", BF16, h->n, NULL, shift) : NULL;
     t->n = h->n;
     t->weight_decay = h->wd;
 }
 
-static void mt_release(pt_kernels *kn, pt_k_adamw_tensor *t)
+static void mt_release(pt_kernels *kn, pt_k_adamw_tensor *t, int shift)
 {
-    kn->free(kn, t->params);
-    kn->free(kn, (void *)t->grads);
-    kn->free(kn, t->m);
-    kn->free(kn, t->v);
-    kn->free(kn, t->params_bf16);
+    size_t f = (size_t)shift * elem_bytes(kn, F32), b = (size_t)shift * elem_bytes(kn, BF16);
+    kn->free(kn, (char *)t->params - f);
+    kn->free(kn, (char *)t->grads - f);
+    kn->free(kn, (char *)t->m - f);
+    kn->free(kn, (char *)t->v - f);
+    if (t->params_bf16)
+        kn->free(kn, (char *)t->params_bf16 - b);
 }
 
 /* two steps on kn: adamw_multi over the list (in list order), or adamw per tensor with
@@ -1714,9 +1740,9 @@ static void mt_case(const char *what, double max_norm, double copies, double sum
     int order[MT];
     for (int i = 0; i < MT; i++) {
         mt_make(&h[i], i);
-        mt_upload(GPU, &h[i], i % 2 == 0, &gm[i]);
-        mt_upload(GPU, &h[i], i % 2 == 0, &gs[i]);
-        mt_upload(CPU, &h[i], i % 2 == 0, &cm[i]);
+        mt_upload(GPU, &h[i], i % 2 == 0, mt_shift(i), &gm[i]);
+        mt_upload(GPU, &h[i], i % 2 == 0, mt_shift(i), &gs[i]);
+        mt_upload(CPU, &h[i], i % 2 == 0, mt_shift(i), &cm[i]);
         order[i] = reversed ? MT - 1 - i : i;
     }
     mt_run(GPU, gm, order, max_norm, copies, sumsq, 1);
@@ -1736,9 +1762,9 @@ static void mt_case(const char *what, double max_norm, double copies, double sum
             mt_compare(what, name, BF16, n, gm[i].params_bf16, gs[i].params_bf16,
                        cm[i].params_bf16, TOL_ELEM);
         }
-        mt_release(GPU, &gm[i]);
-        mt_release(GPU, &gs[i]);
-        mt_release(CPU, &cm[i]);
+        mt_release(GPU, &gm[i], mt_shift(i));
+        mt_release(GPU, &gs[i], mt_shift(i));
+        mt_release(CPU, &cm[i], mt_shift(i));
         free(h[i].p);
         free(h[i].g);
         free(h[i].m);
