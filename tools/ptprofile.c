@@ -366,11 +366,12 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
         if (!(cc.mbs_single >> b & 1))
             continue;
         int64_t stored_now = 0;
+        double t0 = pt_prof_now_s();
         rc = pt_prof_model_kernels(o->kn, &j->m, &j->c, &j->t, (int64_t)1 << b, o->repeats,
                                    j->db, &stored_now, err);
         kernels += stored_now;
-        fprintf(stderr, "ptprofile: kernels of %s at micro-batch %lld: %lld op keys\n",
-                j->m.name, 1LL << b, (long long)stored_now);
+        fprintf(stderr, "ptprofile: kernels of %s at micro-batch %lld: %lld op keys in %.1f s\n",
+                j->m.name, 1LL << b, (long long)stored_now, pt_prof_now_s() - t0);
     }
     if (rc == 0 && !interrupted && colls) {
         printf("ptprofile: %s collectives on %d ranks\n", cj.backend, cj.np);
