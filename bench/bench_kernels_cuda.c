@@ -17,7 +17,10 @@
  *      matmul_forward + gelu_forward, matmul_backward_dgelu against zero +
  *      matmul_backward's dinp + gelu_backward, residual_layernorm_forward against
  *      residual_forward + layernorm_forward, as times and the unfused/fused ratio,
- *      under the backend's PT_KCUDA_EPILOGUES (auto: fused GEMM epilogues from sm_90).
+ *      under the backend's PT_KCUDA_EPILOGUES (auto: fused GEMM epilogues from sm_90);
+ *      and the up projection's weight and bias gradients (matmul_backward's dw and
+ *      dbias) with cuBLASLt's BGRADB epilogue against a second backend made with
+ *      PT_KCUDA_EPILOGUES=off (the plain GEMM, then the column sum).
  * Each figure is the best of --reps timed runs, timed on the host around a sync.
  *   usage: bench_kernels_cuda [--reps N] [--device D]
  * Without a CUDA device it says so and exits 1.
@@ -32,6 +35,7 @@
 #include "kernels.h"
 
 static pt_kernels *K;
+static pt_kernels *K_plain; /* PT_KCUDA_EPILOGUES=off: section 4's unfused weight gradient */
 static int reps = 5;
 
 static double now_s(void)
@@ -43,10 +47,12 @@ static double now_s(void)
 
 static void check_sync(const char *what)
 {
-    if (K->sync(K)) {
-        fprintf(stderr, "bench_kernels_cuda: %s: %s\n", what, K->err);
-        exit(1);
-    }
+    pt_kernels *kns[] = {K, K_plain};
+    for (int i = 0; i < 2; i++)
+        if (kns[i] && kns[i]->sync(kns[i])) {
+            fprintf(stderr, "bench_kernels_cuda: %s: %s\n", what, kns[i]->err);
+            exit(1);
+        }
 }
 
 /* device buffer of bytes filled with small values: bytes 0x3c read as bf16 (0x3c3c)
@@ -384,6 +390,7 @@ typedef struct {
     int h, f;
     void *x, *w_fc, *b_fc, *pre, *act, *w_proj, *dout, *dgrad, *res, *res2, *ln_w, *ln_b,
         *ln_out, *mean, *rstd;
+    float *dw, *dbias;
 } mlp_ctx;
 
 static void run_fc_unfused(void *p)
@@ -416,6 +423,21 @@ static void run_proj_bwd_fused(void *p)
 {
     mlp_ctx *c = p;
     K->matmul_backward_dgelu(K, c->dgrad, c->dout, c->w_proj, c->pre, c->n, c->f, c->h);
+}
+
+/* the up projection's dw (f, h) and dbias (f), fp32, from dout = its output's gradient
+ * (n, f) and x (n, h): the plain GEMM and the column sum, or the GEMM with BGRADB */
+static void run_wgrad_bias_unfused(void *p)
+{
+    mlp_ctx *c = p;
+    K_plain->matmul_backward(K_plain, NULL, c->dw, c->dbias, c->act, c->x, c->w_fc, c->n, c->h,
+                             c->f);
+}
+
+static void run_wgrad_bias_fused(void *p)
+{
+    mlp_ctx *c = p;
+    K->matmul_backward(K, NULL, c->dw, c->dbias, c->act, c->x, c->w_fc, c->n, c->h, c->f);
 }
 
 static void run_resln_unfused(void *p)
@@ -456,6 +478,8 @@ static void bench_fused(void)
     c.ln_out = dbuf(nh);
     c.mean = dbuf((size_t)c.n * 4);
     c.rstd = dbuf((size_t)c.n * 4);
+    c.dw = dbuf(hf * 2);
+    c.dbias = dbuf((size_t)c.f * 4);
     const char *mode = getenv("PT_KCUDA_EPILOGUES");
     printf("\n4. fused ops, GPT-2 124M MLP and residual at b·s = 8·1024, h %d, f %d "
            "(PT_KCUDA_EPILOGUES=%s)\n", c.h, c.f, mode && mode[0] ? mode : "auto");
@@ -467,14 +491,17 @@ static void bench_fused(void)
         {"fc forward + gelu", run_fc_unfused, run_fc_fused},
         {"proj backward dinp + gelu bwd", run_proj_bwd_unfused, run_proj_bwd_fused},
         {"residual + layernorm forward", run_resln_unfused, run_resln_fused},
+        {"fc weight + bias gradient (BGRADB)", run_wgrad_bias_unfused, run_wgrad_bias_fused},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!K_plain && cases[i].unfused == run_wgrad_bias_unfused)
+            continue;
         double tu = best_time(cases[i].unfused, &c, cases[i].name);
         double tf = best_time(cases[i].fused, &c, cases[i].name);
         printf("%-34s %12.3f %10.3f %7.2fx\n", cases[i].name, tu * 1e3, tf * 1e3, tu / tf);
     }
-    void *bufs[] = {c.x,   c.w_fc, c.b_fc,   c.pre,  c.act,    c.w_proj, c.dout, c.dgrad,
-                    c.res, c.res2, c.ln_w,   c.ln_b, c.ln_out, c.mean,   c.rstd};
+    void *bufs[] = {c.x,    c.w_fc, c.b_fc, c.pre,    c.act,  c.w_proj, c.dout, c.dgrad, c.res,
+                    c.res2, c.ln_w, c.ln_b, c.ln_out, c.mean, c.rstd,   c.dw,   c.dbias};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         K->free(K, bufs[i]);
 }
@@ -500,6 +527,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels_cuda: no GPU to measure: %s\n", err);
         return 1;
     }
+    /* the second backend, without GEMM epilogues; the first keeps the user's setting */
+    const char *mode = getenv("PT_KCUDA_EPILOGUES");
+    char *saved = mode ? strdup(mode) : NULL;
+    setenv("PT_KCUDA_EPILOGUES", "off", 1);
+    K_plain = pt_kernels_cuda(device, err, sizeof err);
+    if (saved)
+        setenv("PT_KCUDA_EPILOGUES", saved, 1);
+    else
+        unsetenv("PT_KCUDA_EPILOGUES");
+    free(saved);
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, device);
     int mem_khz = 0, bus_bits = 0;
@@ -514,6 +551,8 @@ int main(int argc, char **argv)
     bench_gemm();
     bench_attention();
     bench_fused();
+    if (K_plain)
+        pt_kernels_destroy(K_plain);
     pt_kernels_destroy(K);
     return 0;
 }
