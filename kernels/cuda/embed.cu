@@ -3,13 +3,13 @@
  * token rows [v0, v0+vr) and produces a partial sum). The backward must add the
  * gradients of repeated tokens without atomics: the (token, position) pairs of the
  * micro-batch are sorted by token with CUB's stable radix sort (part of the CUDA
- * toolkit), so each token's positions come out in position order. A run of one token
- * of at most EMB_PIECE positions is added into its row of dwte in that order, as the
- * CPU loop adds it (the same fp32 result); a longer run is cut into pieces of
- * EMB_PIECE positions from its start, each summed on its own, and the pieces are then
- * added to the row in order: a fixed order, so the result is the same on every run and
- * for every vocabulary split, within fp32 rounding of the CPU's. O(b·s·h) work. dwpe
- * sums over the batch in order.
+ * toolkit), so each token's positions come out in position order. The sorted entries
+ * are cut into windows of EMB_PIECE: a run of one token inside one window is added into
+ * its row of dwte in position order, as the CPU loop adds it (the same fp32 result); a
+ * run across windows is cut at their edges into pieces, each summed on its own, and the
+ * pieces are then added to the row in order: a fixed order, so the result is the same
+ * on every run, within fp32 rounding of the CPU's. O(b·s·h) work. dwpe sums over the
+ * batch in order.
  */
 #include <cub/device/device_radix_sort.cuh>
 
@@ -49,8 +49,8 @@ void pt_kcuda_embed_forward(pt_kernels *kn,
 
 /* The dwte kernels' shape: a block is one warp that owns a slice of EMB_SLICE columns
  * (two per thread); EMB_GRID blocks per slice stride over the sorted entries; each
- * thread keeps EMB_UNROLL positions' loads in flight; a run is summed in pieces of
- * EMB_PIECE positions (a multiple of EMB_UNROLL). */
+ * thread keeps EMB_UNROLL positions' loads in flight; the sorted entries are cut into
+ * windows of EMB_PIECE, the longest chain of adds one after another. */
 enum { EMB_WARP = 32, EMB_SLICE = 2 * EMB_WARP, EMB_UNROLL = 16, EMB_GRID = 4096,
        EMB_PIECE = 256 };
 
@@ -67,46 +67,32 @@ __global__ void embed_keys_kernel(int32_t *keys, int32_t *pos, const int32_t *to
     }
 }
 
-/* The first sorted entry of token t at or before entry i (whose key is t). */
-__device__ int64_t emb_run_start(const int32_t *keys, int64_t i, int t)
+/* Where a piece of a run across windows keeps its sums: two slots per window, one for
+ * the piece at the window's start (a run that began in an earlier window), one for the
+ * piece that starts such a run (at most one a window: the run goes on to the window's
+ * end). */
+__device__ int64_t emb_slot(int64_t piece, bool run_start)
 {
-    int64_t lo = 0, hi = i; /* keys[hi] == t */
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (keys[mid] < t)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return 2 * (piece / EMB_PIECE) + (run_start ? 1 : 0);
 }
 
-/* Where a piece of a long run keeps its sums: two slots per window of EMB_PIECE
- * entries, one for a piece that starts its run, one for a later piece. Unique: a
- * window holds at most one later piece (a run's pieces start EMB_PIECE apart, and a
- * run that follows one with a later piece in the window starts after it) and at most
- * one first piece of a long run (the next run starts over EMB_PIECE after it). */
-__device__ int64_t emb_slot(int64_t piece, bool first)
+/* Whether the run of token t that starts at sorted entry a goes on past its window. */
+__device__ bool emb_across(const int32_t *keys, int64_t a, int64_t rows, int t)
 {
-    return 2 * (piece / EMB_PIECE) + (first ? 1 : 0);
-}
-
-/* Whether the run of token t that starts at sorted entry a is long (over EMB_PIECE). */
-__device__ bool emb_long(const int32_t *keys, int64_t a, int64_t rows, int t)
-{
-    return a + EMB_PIECE < rows && keys[a + EMB_PIECE] == t;
+    const int64_t next = (a / EMB_PIECE + 1) * EMB_PIECE;
+    return next < rows && keys[next] == t;
 }
 
 /* Blocks (x) stride over the sorted entries and work only where an entry starts a run
- * of one token, or a piece of a long one: they add the gradient rows of its positions
- * (at most EMB_PIECE), in position order, for their slice (y) of the columns: a short
- * run into its token's row of dwte, a piece of a long run into its slot of `pieces`.
- * The columns are split over blocks and long runs into pieces because a frequent
- * token's run is added one position after another: with one block per run, GPT-2
- * 124M's batch of 65,536 byte-level tokens of the default corpus (about a sixth of them
- * spaces) took 15.6 ms on an H100, against 0.24 ms for ptprofile's near-uniform tokens
- * (tools/gpucheck.sh, 2026-11-26); with h / EMB_SLICE blocks on each run, 4.8 ms on an
- * H200 (that day, 0.57 ms profiled). */
+ * of one token or a window inside one: they add the gradient rows of the positions
+ * from there to the run's or the window's end, in position order, for their slice (y)
+ * of the columns: a run inside one window into its token's row of dwte, a piece of a
+ * run across windows into its slot of `pieces`. The columns are split over blocks and
+ * long runs into pieces because a frequent token's run is added one position after
+ * another: with one block per run, GPT-2 124M's batch of 65,536 byte-level tokens of
+ * the default corpus (about a sixth of them spaces) took 15.6 ms on an H100, against
+ * 0.24 ms for ptprofile's near-uniform tokens (tools/gpucheck.sh, 2026-11-26); with
+ * h / EMB_SLICE blocks on each run, 4.8 ms on an H200 (that day, 0.57 ms profiled). */
 __global__ void embed_backward_wte_kernel(float *dwte, float *pieces, const bf16 *dout,
                                           const int32_t *keys, const int32_t *pos,
                                           int64_t rows, int h, int vr)
@@ -115,29 +101,22 @@ __global__ void embed_backward_wte_kernel(float *dwte, float *pieces, const bf16
     const bool in0 = c < h, in1 = c + 1 < h;
     for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const int t = keys[i];
-        if (t >= vr)
+        const bool run_start = i == 0 || keys[i - 1] != t;
+        if (t >= vr || !(run_start || i % EMB_PIECE == 0))
             continue;
-        int64_t a = i; /* the run's start */
-        if (i > 0 && keys[i - 1] == t) {
-            /* a later piece starts EMB_PIECE·j entries after its run's start */
-            if (i < EMB_PIECE || keys[i - EMB_PIECE] != t)
-                continue;
-            a = emb_run_start(keys, i, t);
-            if ((i - a) % EMB_PIECE)
-                continue;
-        }
-        const bool piece = emb_long(keys, a, rows, t);
-        float *dst = piece ? pieces + emb_slot(i, i == a) * h + c : dwte + (int64_t)t * h + c;
+        const bool piece = !run_start || emb_across(keys, i, rows, t);
+        float *dst = piece ? pieces + emb_slot(i, run_start) * h + c : dwte + (int64_t)t * h + c;
         float acc0 = in0 && !piece ? dst[0] : 0.0f, acc1 = in1 && !piece ? dst[1] : 0.0f;
-        /* EMB_UNROLL entries at a time: the keys say which still belong to the run (a
-         * prefix, the keys being sorted); all their loads are issued before the adds,
-         * which go in position order and only for the piece's entries */
-        for (int64_t m = i; m < i + EMB_PIECE; m += EMB_UNROLL) {
+        /* EMB_UNROLL entries at a time up to the window's end: the keys say which still
+         * belong to the run (a prefix, the keys being sorted); all their loads are issued
+         * before the adds, which go in position order and only for the run's entries */
+        const int64_t end = (i / EMB_PIECE + 1) * EMB_PIECE;
+        for (int64_t m = i; m < end; m += EMB_UNROLL) {
             bool run[EMB_UNROLL];
             float x0[EMB_UNROLL], x1[EMB_UNROLL];
 #pragma unroll
             for (int u = 0; u < EMB_UNROLL; u++) {
-                run[u] = m + u < rows && keys[m + u] == t;
+                run[u] = m + u < end && m + u < rows && keys[m + u] == t;
                 const bf16 *row = dout + (run[u] ? (int64_t)pos[m + u] * h + c : 0);
                 x0[u] = run[u] && in0 ? pt_ld(row) : 0.0f;
                 x1[u] = run[u] && in1 ? pt_ld(row + 1) : 0.0f;
@@ -158,8 +137,8 @@ __global__ void embed_backward_wte_kernel(float *dwte, float *pieces, const bf16
     }
 }
 
-/* The second pass for long runs: at the start of each, its pieces' sums are added into
- * its token's row of dwte, in order. */
+/* The second pass for runs across windows: at the start of each, its pieces' sums are
+ * added into its token's row of dwte, in order. */
 __global__ void embed_backward_pieces_kernel(float *dwte, const float *pieces,
                                              const int32_t *keys, int64_t rows, int h, int vr)
 {
@@ -167,12 +146,14 @@ __global__ void embed_backward_pieces_kernel(float *dwte, const float *pieces,
     const bool in0 = c < h, in1 = c + 1 < h;
     for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const int t = keys[i];
-        if (t >= vr || (i > 0 && keys[i - 1] == t) || !emb_long(keys, i, rows, t))
+        if (t >= vr || (i > 0 && keys[i - 1] == t) || !emb_across(keys, i, rows, t))
             continue;
         float *dte = dwte + (int64_t)t * h + c;
-        float acc0 = in0 ? dte[0] : 0.0f, acc1 = in1 ? dte[1] : 0.0f;
-        for (int64_t p = i; p < rows && keys[p] == t; p += EMB_PIECE) {
-            const float *sum = pieces + emb_slot(p, p == i) * h + c;
+        const float *sum = pieces + emb_slot(i, true) * h + c;
+        float acc0 = in0 ? dte[0] + sum[0] : 0.0f, acc1 = in1 ? dte[1] + sum[1] : 0.0f;
+        for (int64_t p = (i / EMB_PIECE + 1) * EMB_PIECE; p < rows && keys[p] == t;
+             p += EMB_PIECE) {
+            sum = pieces + emb_slot(p, false) * h + c;
             acc0 += in0 ? sum[0] : 0.0f;
             acc1 += in1 ? sum[1] : 0.0f;
         }

@@ -402,12 +402,12 @@ static void test_embed(void)
     /* more rows than the dwte kernel's blocks per column slice (4096), so each block
      * strides over entries; five long runs; h over two slices and a partial third */
     test_embed_shape(2, 2100, 130, 0, 5, 0, 1, 5);
-    /* a run of exactly one piece (256 positions: added straight into dwte), one of a
-     * piece and one position (two pieces, then their sums) */
+    /* a run of one whole window (256 sorted entries: added straight into dwte), one
+     * across two windows (two pieces, then their sums) */
     test_embed_shape(1, 256, 64, 0, 1, 0, 0, 1);
     test_embed_shape(1, 257, 64, 0, 1, 0, 0, 1);
     /* long runs of a vocab-parallel slice among other ranks' tokens: ~300 positions
-     * each, so a later piece of one run and the first of the next share a window */
+     * each, so a window holds the last piece of one run and the first of the next */
     test_embed_shape(4, 600, 70, 2, 3, 0, 0, 8);
 }
 
