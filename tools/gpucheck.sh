@@ -24,7 +24,8 @@
 # (tools/setup.sh there; $GPUCHECK_BUILD names another build directory). Each
 # stage runs under a time limit (GPUCHECK_LIMIT_S, 240 s by default) and a failing
 # stage does not stop the others; the exit status is 1 when any failed.
-# GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile) and
+# GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile),
+# GPUCHECK_TORCH_XL=0 only GPT-2 1.5B's (131 s on the H200 of 2026-11-26), and
 # GPUCHECK_PROFILE_XL=0 the profile of GPT-2 1.5B, for a shorter run;
 # GPUCHECK_PROFILE_LIMIT_S (400) limits each profile; GPUCHECK_SANITIZERS names the
 # compute-sanitizer tools and GPUCHECK_CS_ARGS adds options to each (a kernel filter,
@@ -317,7 +318,7 @@ stage_gpt2xl() {
     note "## GPT-2 1.5B on one GPU"
     train gpt2-1.5b gpt2xl 16 "${GPUCHECK_XL_STEPS:-20}" ""
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2xl.plan.json" 2>/dev/null || echo 4)
-    [ "${GPUCHECK_TORCH:-1}" = 1 ] || return 0
+    [ "${GPUCHECK_TORCH_XL:-${GPUCHECK_TORCH:-1}}" = 1 ] || return 0
     step torch_gpt2xl $pyclean tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
         --steps 5 --warmup 3
     note "  $(torch_fig "$out/torch_gpt2xl.log" "$out/gpt2xl.plan.json")"
