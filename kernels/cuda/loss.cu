@@ -95,40 +95,55 @@ static __device__ void row_finalize(float *loss, bf16 *dx, const bf16 *x, int32_
 
 static unsigned row_grid(int64_t n) { return (unsigned)(n < 65535 * 8 ? n : 65535 * 8); }
 
-__global__ void crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits,
-                                    const int32_t *targets, int64_t n, int v, float dloss)
-{
-    __shared__ float sf[32];
-    __shared__ double sd[32];
-    ROWS_LOOP(r, n) {
-        const bf16 *x = logits + r * v;
-        int32_t target = targets[r];
-        float tgt = target >= 0 && target < v ? pt_ld(x + target) : 0.0f;
-        float mx = row_max(x, v, sf);
-        float sum = row_sumexp(x, v, mx, sd);
-        row_finalize(losses + r, dlogits ? dlogits + r * v : NULL, x, target, v, 0, mx, sum, tgt,
-                     dloss);
-        __syncthreads(); /* the next row's reductions reuse the shared arrays */
-    }
-}
-
-/* crossentropy_row_kernel's loads in flight per thread (16 bytes each) while it copies
- * a row: at two blocks of CE_THREADS per multiprocessor (a 100 KB row each), one load
- * per thread would keep 8 KB in flight where the H200's 4.3 TB/s at about 0.7 us of
- * latency wants some 23 KB per multiprocessor (Little's law) */
+/* crossentropy_kernel's loads in flight per thread (16 bytes each) while it copies a
+ * row into shared memory: at two blocks of CE_THREADS per multiprocessor (a 100 KB row
+ * each), one load per thread would keep 8 KB in flight where the H200's 4.3 TB/s at
+ * about 0.7 us of latency wants some 23 KB per multiprocessor (Little's law) */
 enum { CE_ROW_LOADS = 4 };
 /* its static shared memory: the reductions' arrays, beside the row */
 enum { CE_STATIC_SMEM = 32 * sizeof(float) + 32 * sizeof(double) };
 
-/* The row read from device memory once: copied into shared memory (v bf16, dynamic)
- * while its maximum is taken, then its sum of exponentials and its gradient from
- * there. crossentropy_kernel reads it three times: GPT-2 124M's 65,536 rows of 50,304
- * took 6.1 ms in a step on an H200 (2026-11-26), 26 GB at 4.3 TB/s, the card's copy
- * rate, where this moves 13 GB. The same arithmetic in the same per-thread order as
- * crossentropy_kernel's 16-byte path; used where that path applies (16-byte aligned
- * rows, v a multiple of 8) and the row fits in a block's shared memory. */
-__global__ void crossentropy_row_kernel(float *losses, bf16 *dlogits, const bf16 *logits,
-                                        const int32_t *targets, int64_t n, int v, float dloss)
+/* Copies the 16-byte row x into shared memory at row and returns its maximum (the same
+ * per-thread order as row_max's 16-byte path); the block reduction's barriers publish
+ * the row. */
+static __device__ float row_copy_max(bf16 *row, const bf16 *x, int v, float *shared)
+{
+    float mx = -INFINITY;
+    for (int j0 = threadIdx.x * 8; j0 < v; j0 += CE_ROW_LOADS * CE_THREADS * 8) {
+        uint4 u[CE_ROW_LOADS];
+#pragma unroll
+        for (int k = 0; k < CE_ROW_LOADS; k++) {
+            const int j = j0 + k * CE_THREADS * 8;
+            if (j < v)
+                u[k] = *reinterpret_cast<const uint4 *>(x + j);
+        }
+#pragma unroll
+        for (int k = 0; k < CE_ROW_LOADS; k++) {
+            const int j = j0 + k * CE_THREADS * 8;
+            if (j >= v)
+                break;
+            *reinterpret_cast<uint4 *>(row + j) = u[k];
+            float f[8];
+            pt_ld8(f, row + j);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                mx = fmaxf(mx, f[i]);
+        }
+    }
+    return pt_block_max(mx, shared);
+}
+
+/* One block a row. IN_SMEM: the row is read from device memory once, copied into
+ * shared memory (v bf16, dynamic) while its maximum is taken, then its sum of
+ * exponentials and its gradient come from there; else it is read three times. Three
+ * reads and a write of GPT-2 124M's 65,536 rows of 50,304 took 6.1 ms in a step on an
+ * H200 (2026-11-26), 26 GB at 4.3 TB/s, the card's copy rate, where IN_SMEM moves
+ * 13 GB. Both do the same arithmetic in the same per-thread order on 16-byte rows;
+ * IN_SMEM is used where rows are such (aligned, v a multiple of 8) and one fits in a
+ * block's shared memory. */
+template <bool IN_SMEM>
+__global__ void crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits,
+                                    const int32_t *targets, int64_t n, int v, float dloss)
 {
     PT_DYNAMIC_SMEM(smem);
     bf16 *row = reinterpret_cast<bf16 *>(smem);
@@ -138,33 +153,12 @@ __global__ void crossentropy_row_kernel(float *losses, bf16 *dlogits, const bf16
         const bf16 *x = logits + r * v;
         int32_t target = targets[r];
         float tgt = target >= 0 && target < v ? pt_ld(x + target) : 0.0f;
-        float mx = -INFINITY;
-        for (int j0 = threadIdx.x * 8; j0 < v; j0 += CE_ROW_LOADS * CE_THREADS * 8) {
-            uint4 u[CE_ROW_LOADS];
-#pragma unroll
-            for (int k = 0; k < CE_ROW_LOADS; k++) {
-                const int j = j0 + k * CE_THREADS * 8;
-                if (j < v)
-                    u[k] = *reinterpret_cast<const uint4 *>(x + j);
-            }
-#pragma unroll
-            for (int k = 0; k < CE_ROW_LOADS; k++) {
-                const int j = j0 + k * CE_THREADS * 8;
-                if (j >= v)
-                    break;
-                *reinterpret_cast<uint4 *>(row + j) = u[k];
-                float f[8];
-                pt_ld8(f, row + j);
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    mx = fmaxf(mx, f[i]);
-            }
-        }
-        mx = pt_block_max(mx, sf); /* its barriers also publish the row */
-        float sum = row_sumexp(row, v, mx, sd);
-        row_finalize(losses + r, dlogits ? dlogits + r * v : NULL, row, target, v, 0, mx, sum,
+        float mx = IN_SMEM ? row_copy_max(row, x, v, sf) : row_max(x, v, sf);
+        const bf16 *src = IN_SMEM ? row : x;
+        float sum = row_sumexp(src, v, mx, sd);
+        row_finalize(losses + r, dlogits ? dlogits + r * v : NULL, src, target, v, 0, mx, sum,
                      tgt, dloss);
-        __syncthreads(); /* the next row overwrites the shared one */
+        __syncthreads(); /* the next row's reductions (and copy) reuse the shared arrays */
     }
 }
 
@@ -173,7 +167,7 @@ int pt_kcuda_loss_init(pt_kernels *kn)
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     size_t most = ctx->smem_optin > CE_STATIC_SMEM ? ctx->smem_optin - CE_STATIC_SMEM : 0;
     ctx->ce_row_bytes = 0;
-    if (most > 0 && PT_CU(kn, cudaFuncSetAttribute(crossentropy_row_kernel,
+    if (most > 0 && PT_CU(kn, cudaFuncSetAttribute(crossentropy_kernel<true>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)most)))
         return -1;
@@ -194,12 +188,12 @@ void pt_kcuda_crossentropy(pt_kernels *kn,
     size_t row = (size_t)v * sizeof(bf16);
     bool vec = ((uintptr_t)logits & 15) == 0 && ((uintptr_t)dlogits & 15) == 0 && v % 8 == 0;
     if (vec && row <= ctx->ce_row_bytes) {
-        PT_LAUNCH(row_grid(n), CE_THREADS, row, ctx->stream, crossentropy_row_kernel)(losses,
+        PT_LAUNCH(row_grid(n), CE_THREADS, row, ctx->stream, crossentropy_kernel<true>)(losses,
             (bf16 *)dlogits, (const bf16 *)logits, targets, n, v, dloss);
         PT_LAUNCHED(kn, "crossentropy_row");
         return;
     }
-    PT_LAUNCH(row_grid(n), CE_THREADS, 0, ctx->stream, crossentropy_kernel)(losses,
+    PT_LAUNCH(row_grid(n), CE_THREADS, 0, ctx->stream, crossentropy_kernel<false>)(losses,
         (bf16 *)dlogits, (const bf16 *)logits, targets, n, v, dloss);
     PT_LAUNCHED(kn, "crossentropy");
 }

@@ -17,33 +17,35 @@
 
 #include "cuda.cuh"
 
+/* One step's figures: the learning rate, betas, eps, a tensor's weight decay, the bias
+ * corrections and the gradient's scale (the clipping factor). */
+struct adamw_step {
+    float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
+};
+
 /* One element of AdamW, the formula of kernels/cpu/optim.c: the new moments and
  * weight from the gradient g and the old ones. Every kernel below goes through this one
  * function, so the multi-tensor form (four elements at a time or one) evaluates the
  * same expression with the same fused multiply-adds as the per-tensor form: the same
  * bits. */
-static __device__ __forceinline__ void adamw_math(float g, float *m, float *v, float *p,
-                                                  float lr, float beta1, float beta2, float eps,
-                                                  float weight_decay, float bc1, float bc2)
+static __device__ __forceinline__ void adamw_math(float grad, float *m, float *v, float *p,
+                                                  const adamw_step &s)
 {
-    float mi = beta1 * *m + (1.0f - beta1) * g;
-    float vi = beta2 * *v + (1.0f - beta2) * g * g;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    *p -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * *p);
+    float g = grad * s.grad_scale;
+    float mi = s.beta1 * *m + (1.0f - s.beta1) * g;
+    float vi = s.beta2 * *v + (1.0f - s.beta2) * g * g;
+    float mhat = mi / s.bc1, vhat = vi / s.bc2;
+    *p -= s.lr * (mhat / (sqrtf(vhat) + s.eps) + s.weight_decay * *p);
     *m = mi;
     *v = vi;
 }
 
 static __device__ __forceinline__ void adamw_element(float *params, uint16_t *params_bf16,
                                                      const float *grads, float *m, float *v,
-                                                     int64_t i, float lr, float beta1,
-                                                     float beta2, float eps,
-                                                     float weight_decay, float bc1, float bc2,
-                                                     float grad_scale)
+                                                     int64_t i, const adamw_step &s)
 {
     float mi = m[i], vi = v[i], p = params[i];
-    adamw_math(grads[i] * grad_scale, &mi, &vi, &p, lr, beta1, beta2, eps, weight_decay, bc1,
-               bc2);
+    adamw_math(grads[i], &mi, &vi, &p, s);
     m[i] = mi;
     v[i] = vi;
     params[i] = p;
@@ -55,19 +57,16 @@ static __device__ __forceinline__ void adamw_element(float *params, uint16_t *pa
  * times the bytes in flight of one element's loads. */
 static __device__ __forceinline__ void adamw_element4(float *params, uint16_t *params_bf16,
                                                       const float *grads, float *m, float *v,
-                                                      int64_t i, float lr, float beta1,
-                                                      float beta2, float eps,
-                                                      float weight_decay, float bc1, float bc2,
-                                                      float grad_scale)
+                                                      int64_t i, const adamw_step &s)
 {
     float4 g = *reinterpret_cast<const float4 *>(grads + i);
     float4 mi = *reinterpret_cast<const float4 *>(m + i);
     float4 vi = *reinterpret_cast<const float4 *>(v + i);
     float4 p = *reinterpret_cast<const float4 *>(params + i);
-    adamw_math(g.x * grad_scale, &mi.x, &vi.x, &p.x, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
-    adamw_math(g.y * grad_scale, &mi.y, &vi.y, &p.y, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
-    adamw_math(g.z * grad_scale, &mi.z, &vi.z, &p.z, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
-    adamw_math(g.w * grad_scale, &mi.w, &vi.w, &p.w, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+    adamw_math(g.x, &mi.x, &vi.x, &p.x, s);
+    adamw_math(g.y, &mi.y, &vi.y, &p.y, s);
+    adamw_math(g.z, &mi.z, &vi.z, &p.z, s);
+    adamw_math(g.w, &mi.w, &vi.w, &p.w, s);
     *reinterpret_cast<float4 *>(m + i) = mi;
     *reinterpret_cast<float4 *>(v + i) = vi;
     *reinterpret_cast<float4 *>(params + i) = p;
@@ -80,13 +79,11 @@ static __device__ __forceinline__ void adamw_element4(float *params, uint16_t *p
 }
 
 __global__ void adamw_kernel(float *params, uint16_t *params_bf16, const float *grads, float *m,
-                             float *v, int64_t n, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float bc1, float bc2, float grad_scale)
+                             float *v, int64_t n, adamw_step s)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        adamw_element(params, params_bf16, grads, m, v, i, lr, beta1, beta2, eps, weight_decay,
-                      bc1, bc2, grad_scale);
+        adamw_element(params, params_bf16, grads, m, v, i, s);
 }
 
 /* bias corrections on the host, in float, exactly as the CPU backend */
@@ -107,12 +104,10 @@ void pt_kcuda_adamw(pt_kernels *kn,
 {
     if (n <= 0)
         return;
-    float bc1, bc2;
-    bias_corrections(beta1, beta2, step, &bc1, &bc2);
+    adamw_step s = {lr, beta1, beta2, eps, weight_decay, 0.0f, 0.0f, grad_scale};
+    bias_corrections(beta1, beta2, step, &s.bc1, &s.bc2);
     PT_LAUNCH(pt_kcuda_blocks(n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0, pt_kcuda_ctx(kn)->stream,
-              adamw_kernel)(
-        params, params_bf16, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
-        grad_scale);
+              adamw_kernel)(params, params_bf16, grads, m, v, n, s);
     PT_LAUNCHED(kn, "adamw");
 }
 
@@ -158,8 +153,7 @@ static __device__ float clip_factor(double max_norm, const double *sumsq, double
 /* Block j updates chunk j - first_block of the tensor whose blocks hold j: the last
  * descriptor with first_block <= j (a binary search; the table holds no empty tensor,
  * so first_block strictly increases). */
-__global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, float lr,
-                                   float beta1, float beta2, float eps, float bc1, float bc2,
+__global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, adamw_step s,
                                    double max_norm, const double *sumsq, double copies)
 {
     const int64_t j = blockIdx.x;
@@ -172,7 +166,8 @@ __global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, 
             hi = mid - 1;
     }
     const pt_kcuda_adamw_desc d = table[lo];
-    const float scale = clip_factor(max_norm, sumsq, copies);
+    s.weight_decay = d.weight_decay;
+    s.grad_scale = clip_factor(max_norm, sumsq, copies);
     const int64_t i0 = (j - d.first_block) * ADAMW_CHUNK;
     const int64_t i1 = i0 + ADAMW_CHUNK < d.n ? i0 + ADAMW_CHUNK : d.n;
     /* four elements a thread where the tensor's buffers allow 16-byte accesses (i0, a
@@ -186,13 +181,11 @@ __global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, 
     if (four) {
         const int64_t i4 = i0 + (i1 - i0) / 4 * 4;
         for (int64_t k = i0 + 4 * (int64_t)threadIdx.x; k < i4; k += 4 * (int64_t)blockDim.x)
-            adamw_element4(d.params, d.params_bf16, d.grads, d.m, d.v, k, lr, beta1, beta2,
-                           eps, d.weight_decay, bc1, bc2, scale);
+            adamw_element4(d.params, d.params_bf16, d.grads, d.m, d.v, k, s);
         i = i4;
     }
     for (i += threadIdx.x; i < i1; i += blockDim.x)
-        adamw_element(d.params, d.params_bf16, d.grads, d.m, d.v, i, lr, beta1, beta2, eps,
-                      d.weight_decay, bc1, bc2, scale);
+        adamw_element(d.params, d.params_bf16, d.grads, d.m, d.v, i, s);
 }
 
 int pt_kcuda_adamw_grow(pt_kernels *kn, int count)
@@ -293,11 +286,11 @@ void pt_kcuda_adamw_multi(pt_kernels *kn,
                       (long long)blocks, (int)ADAMW_CHUNK);
         return;
     }
-    float bc1, bc2;
-    bias_corrections(a->beta1, a->beta2, a->step, &bc1, &bc2);
+    /* each block sets its tensor's weight decay and the clipping factor */
+    adamw_step s = {a->lr, a->beta1, a->beta2, a->eps, 0.0f, 0.0f, 0.0f, 1.0f};
+    bias_corrections(a->beta1, a->beta2, a->step, &s.bc1, &s.bc2);
     PT_LAUNCH((unsigned)blocks, ADAMW_THREADS, 0, ctx->stream, adamw_multi_kernel)(
-        ctx->adamw_table, nd, a->lr, a->beta1, a->beta2, a->eps, bc1, bc2, a->max_norm,
-        a->sumsq, a->copies);
+        ctx->adamw_table, nd, s, a->max_norm, a->sumsq, a->copies);
     PT_LAUNCHED(kn, "adamw_multi");
 }
 
