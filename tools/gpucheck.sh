@@ -260,6 +260,7 @@ again() {
     [ -f "$out/gpt2.jsonl" ] || return 0
     warm=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['training']['warmup_steps'])" "$out/gpt2.plan.json")
     [ "${warm:-0}" -ge 1 ] 2>/dev/null || { note "- the warm-up again: skipped (no warm-up)"; return 0; }
+    [ "${GPUCHECK_GPT2_STEPS:-200}" -lt "$warm" ] && warm=${GPUCHECK_GPT2_STEPS}
     step gpt2_again "$bin/ptrun" "$out/gpt2.plan.json" --steps "$warm" --data "$corpus" \
         --val-every 0 --val-batches 1 --sample 0 --log "$out/gpt2_again.jsonl" || return 1
     verdict=$("$py" - "$out/gpt2.jsonl" "$out/gpt2_again.jsonl" "$warm" <<'EOF'
