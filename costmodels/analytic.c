@@ -195,16 +195,6 @@ static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, doubl
     return hw->gemm_max_eff * best * k / (k + GEMM_K_STEP);
 }
 
-bool pt_cost_key_is_gemm(const char *key)
-{
-    static const char *const kinds[] = {"gemm:", "gemm_gelu:", "gemm_dgrad:", "gemm_dgelu:",
-                                        "gemm_wgrad:", "gemm_wgrad_bias:"};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strncmp(key, kinds[i], strlen(kinds[i])) == 0)
-            return true;
-    return false;
-}
-
 /* The compute efficiency of a GEMM ("gemm" or batched "bmm" key with m, n, k and for
  * bmm the batch b) from its shape; 0 when the model does not apply. */
 static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
@@ -213,7 +203,7 @@ static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
         return 0;
     bool batched = strncmp(op->key, "bmm:", 4) == 0;
     /* a gradient's GEMM, or one with a pointwise epilogue, tiles as the forward does */
-    if (!batched && !pt_cost_key_is_gemm(op->key))
+    if (!batched && pt_gemm_role_of(op->key) < 0)
         return 0;
     double m = key_dim(op->key, "m"), n = key_dim(op->key, "n"), k = key_dim(op->key, "k");
     double b = batched ? key_dim(op->key, "b") : 1;

@@ -77,6 +77,26 @@ typedef struct {
                           known from elsewhere (a stack's attention kernel); 0: by kind */
 } pt_kernel_op;
 
+/* The layers' GEMMs by the runtime call each is, which is their key's kind (the
+ * libraries choose other kernels for each, so each is priced and profiled apart):
+ * - PT_GEMM_FWD, "gemm": the forward, out = in · w^T (matmul_forward);
+ * - PT_GEMM_FWD_GELU, "gemm_gelu": with the GELU in its epilogue (matmul_forward_gelu);
+ * - PT_GEMM_DGRAD, "gemm_dgrad": a data gradient added into its output,
+ *   dinp += dout · w (matmul_backward's dinp);
+ * - PT_GEMM_DGRAD_DGELU, "gemm_dgelu": a data gradient through the GELU's derivative
+ *   (matmul_backward_dgelu);
+ * - PT_GEMM_WGRAD, "gemm_wgrad": a weight gradient added into fp32, dw += dout^T · in
+ *   (matmul_backward's dw);
+ * - PT_GEMM_WGRAD_BIAS, "gemm_wgrad_bias": with the bias gradient from the same call.
+ * planner/ops.c builds the keys, ptprofile times each role as that call, the lookups
+ * read them back: all through this table. */
+typedef enum { PT_GEMM_FWD, PT_GEMM_FWD_GELU, PT_GEMM_DGRAD, PT_GEMM_DGRAD_DGELU,
+               PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS, PT_GEMM_ROLE_COUNT } pt_gemm_role;
+const char *pt_gemm_role_kind(pt_gemm_role r); /* "gemm", "gemm_gelu", "gemm_dgrad", ... */
+/* The role whose kind starts key (up to its first ':'); -1 when key is not one of the
+ * layers' GEMMs. */
+int pt_gemm_role_of(const char *key);
+
 typedef enum { PT_COLL_ALLREDUCE, PT_COLL_ALLGATHER, PT_COLL_REDUCESCATTER, PT_COLL_ALLTOALL,
                PT_COLL_BROADCAST, PT_COLL_SENDRECV, PT_COLL_COUNT } pt_coll;
 const char *pt_coll_name(pt_coll c);  /* "allreduce", "allgather", "reducescatter",
@@ -105,10 +125,6 @@ double pt_coll_busbw(pt_coll op, int group, double bytes, double time_s);
 /* Roofline with size-dependent efficiency: max(flops / (peak·eff_c), bytes /
  * (bw·eff_m)) plus a launch overhead. */
 double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op);
-/* Whether key names one of the layers' GEMMs (the kinds of planner/ops.c's GEMM roles,
- * which this list must match: "gemm", "gemm_gelu", "gemm_dgrad", "gemm_dgelu",
- * "gemm_wgrad", "gemm_wgrad_bias"), priced by the tile model and counted as GEMM time. */
-bool pt_cost_key_is_gemm(const char *key);
 /* Alpha-beta models: ring and tree (the faster is taken, as NCCL picks), and
  * hierarchical (intra-node, then inter-node, then intra-node) when the group spans
  * nodes. */

@@ -287,24 +287,21 @@ static int kernel_interp(const pt_costdb *db, const pt_ksample *q, double *t)
     return 0;
 }
 
-/* For a gradient's GEMM key ("gemm_dgrad", "gemm_wgrad", "gemm_wgrad_bias") the samples
- * of the forward GEMM of the same dtype and shape, k_by_key[*a, *b): what tables made
- * before these kinds had keys of their own hold for it. False when it has none. */
+/* For a gradient's GEMM key (PT_GEMM_DGRAD, PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS) the
+ * samples of the forward GEMM of the same dtype and shape, k_by_key[*a, *b): what tables
+ * made before these roles had keys of their own hold for it. False when it has none. */
 static bool forward_gemm(const pt_costdb *db, const pt_ksample *q, size_t *a, size_t *b)
 {
-    static const char *const kinds[] = {"gemm_dgrad:", "gemm_wgrad:", "gemm_wgrad_bias:"};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        size_t n = strlen(kinds[i]);
-        if (strncmp(q->key, kinds[i], n) != 0)
-            continue;
-        pt_ksample f = *q;
-        snprintf(f.key, sizeof f.key, "gemm:%s", q->key + n);
-        order o = {db->ks, sizeof *db->ks, kkey_cmp};
-        *a = bound(o, db->k_by_key, 0, db->nk, &f, PT_KKEY_KEY, false);
-        *b = bound(o, db->k_by_key, *a, db->nk, &f, PT_KKEY_KEY, true);
-        return *a < *b;
-    }
-    return false;
+    int role = pt_gemm_role_of(q->key);
+    if (role != PT_GEMM_DGRAD && role != PT_GEMM_WGRAD && role != PT_GEMM_WGRAD_BIAS)
+        return false;
+    pt_ksample f = *q;
+    snprintf(f.key, sizeof f.key, "%s%s", pt_gemm_role_kind(PT_GEMM_FWD),
+             q->key + strcspn(q->key, ":"));
+    order o = {db->ks, sizeof *db->ks, kkey_cmp};
+    *a = bound(o, db->k_by_key, 0, db->nk, &f, PT_KKEY_KEY, false);
+    *b = bound(o, db->k_by_key, *a, db->nk, &f, PT_KKEY_KEY, true);
+    return *a < *b;
 }
 
 pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op)

@@ -1,5 +1,5 @@
 /*
- * The names of provenances and collectives, as they appear in costs.db, plan.json
+ * The names of provenances, GEMM roles and collectives, as they appear in costs.db, plan.json
  * and reports, and the bus-bandwidth convention that makes collective timings of
  * different group sizes comparable. Names here are part of the stored formats:
  * changing one breaks existing databases.
@@ -14,6 +14,25 @@ static const char *const prov_names[PT_PROV_COUNT] = {"measured", "interpolated"
 const char *pt_prov_name(pt_prov p)
 {
     return (unsigned)p < PT_PROV_COUNT ? prov_names[p] : "?";
+}
+
+static const char *const gemm_kinds[PT_GEMM_ROLE_COUNT] = {
+    [PT_GEMM_FWD] = "gemm",          [PT_GEMM_FWD_GELU] = "gemm_gelu",
+    [PT_GEMM_DGRAD] = "gemm_dgrad",  [PT_GEMM_DGRAD_DGELU] = "gemm_dgelu",
+    [PT_GEMM_WGRAD] = "gemm_wgrad", [PT_GEMM_WGRAD_BIAS] = "gemm_wgrad_bias"};
+
+const char *pt_gemm_role_kind(pt_gemm_role r)
+{
+    return (unsigned)r < PT_GEMM_ROLE_COUNT ? gemm_kinds[r] : "?";
+}
+
+int pt_gemm_role_of(const char *key)
+{
+    size_t n = strcspn(key, ":");
+    for (int r = 0; r < PT_GEMM_ROLE_COUNT; r++)
+        if (strlen(gemm_kinds[r]) == n && strncmp(key, gemm_kinds[r], n) == 0)
+            return r;
+    return -1;
 }
 
 static const char *const coll_names[PT_COLL_COUNT] = {

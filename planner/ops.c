@@ -194,61 +194,50 @@ static pt_op *add_op(builder *b, pt_op_kind kind)
     return op;
 }
 
-/* Which of the runtime's calls a GEMM is, and so its key's kind and its traffic:
- * - G_FWD, "gemm": the forward, out = in · w^T (matmul_forward);
- * - G_FWD_GELU, "gemm_gelu": with the GELU in its epilogue (matmul_forward_gelu), the
- *   pre-activation written too for the backward: one more m x n write;
- * - G_DGRAD, "gemm_dgrad": a data gradient added into its output, dinp += dout · w
- *   (matmul_backward): the output read and written;
- * - G_DGRAD_DGELU, "gemm_dgelu": a data gradient through the GELU's derivative
- *   (matmul_backward_dgelu): the output written, the saved pre-activation read;
- * - G_WGRAD, "gemm_wgrad": a weight gradient added into fp32, dw += dout^T · in
- *   (matmul_backward): the fp32 output read and written;
- * - G_WGRAD_BIAS, "gemm_wgrad_bias": with the bias gradient, the column sums of dout,
- *   from the same call (cuBLASLt's BGRADB epilogue on ptrun's CUDA backend).
- * The libraries choose other kernels for each (operand layouts, output type, epilogue),
- * so each is its own key and is profiled as the runtime calls it: on an H200
+/* A GEMM of the layers in one of its roles (pt_gemm_role, costmodels/cost.h: the key's
+ * kind names the runtime's call) and its traffic: the inputs read; the output written,
+ * with the GELU the pre-activation written too (kept for the backward), a data gradient
+ * read and written (it adds into its output), through the GELU's derivative written
+ * and the saved pre-activation read; a weight gradient's fp32 output read and written,
+ * and the bias gradient's with it. The roles are priced apart because the libraries
+ * pick other kernels for each (operand layouts, output type, epilogue): on an H200
  * (2026-11-26, README "On a GPU") GPT-2 124M's weight gradients with a bias ran
  * 1.31-1.72x the profiled forward GEMM of the same m, n and k, the head's without one
- * 1.01x, its data gradients 0.99-1.52x.
- * The kinds are read back by ptprofile (pt_prof_gemm_shape), the cost model
- * (pt_cost_key_is_gemm, and the lookup's forward fallback): change them together. */
-typedef enum { G_FWD, G_FWD_GELU, G_DGRAD, G_DGRAD_DGELU, G_WGRAD, G_WGRAD_BIAS } gemm_role;
-
+ * 1.01x, its data gradients 0.99-1.52x. */
 static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
-                 int64_t k, gemm_role role)
+                 int64_t k, pt_gemm_role role)
 {
-    static const char *const names[] = {[G_FWD] = "gemm", [G_FWD_GELU] = "gemm_gelu",
-                                        [G_DGRAD] = "gemm_dgrad", [G_DGRAD_DGELU] = "gemm_dgelu",
-                                        [G_WGRAD] = "gemm_wgrad",
-                                        [G_WGRAD_BIAS] = "gemm_wgrad_bias"};
     pt_op *op = add_op(b, kind);
     if (!op)
         return;
     double ab = b->c->prec.act_bytes;
-    double out = (double)m * (double)n, ins = ab * ((double)m * (double)k + (double)k * (double)n);
+    double out = (double)m * (double)n;
+    double ins = ab * ((double)m * (double)k + (double)k * (double)n);
     op->cls = PT_OP_KERNEL;
     op->param = param;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * (double)m * (double)n * (double)k;
     switch (role) {
-    case G_FWD: op->kernel.bytes = ins + ab * out; break;
-    case G_FWD_GELU:
-    case G_DGRAD:
-    case G_DGRAD_DGELU: op->kernel.bytes = ins + 2 * ab * out; break;
-    case G_WGRAD: op->kernel.bytes = ins + 8 * out; break;
-    case G_WGRAD_BIAS: op->kernel.bytes = ins + 8 * out + 8 * (double)m; break;
+    case PT_GEMM_FWD: op->kernel.bytes = ins + ab * out; break;
+    case PT_GEMM_FWD_GELU:
+    case PT_GEMM_DGRAD:
+    case PT_GEMM_DGRAD_DGELU: op->kernel.bytes = ins + 2 * ab * out; break;
+    case PT_GEMM_WGRAD: op->kernel.bytes = ins + 8 * out; break;
+    default: /* PT_GEMM_WGRAD_BIAS: and the bias gradient's fp32 */
+        op->kernel.bytes = ins + 8 * out + 8 * (double)m;
+        break;
     }
     op->out_elems = out;
-    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:m=%lld,n=%lld,k=%lld", names[role],
-             pt_dtype_name(b->c->dtype), (long long)m, (long long)n, (long long)k);
+    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:m=%lld,n=%lld,k=%lld",
+             pt_gemm_role_kind(role), pt_dtype_name(b->c->dtype), (long long)m, (long long)n,
+             (long long)k);
 }
 
 /* The weight gradient's role: with the bias gradient where the model's projections
  * have biases (the output head has none). */
-static gemm_role wgrad_role(const builder *b, pt_param_ref param)
+static pt_gemm_role wgrad_role(const builder *b, pt_param_ref param)
 {
-    return b->c->m->bias && param != PT_PARAM_HEAD ? G_WGRAD_BIAS : G_WGRAD;
+    return b->c->m->bias && param != PT_PARAM_HEAD ? PT_GEMM_WGRAD_BIAS : PT_GEMM_WGRAD;
 }
 
 /* A memory-bound kernel reading and writing `bytes` in all; `shape` completes the key. */
@@ -639,29 +628,29 @@ typedef struct {
     pt_op_kind fwd, dgrad, wgrad;
     pt_param_ref param;
     int64_t n_out; /* output features on this rank */
-    gemm_role fwd_role; /* G_FWD, or G_FWD_GELU with the GELU in the epilogue */
+    pt_gemm_role fwd_role; /* PT_GEMM_FWD, or PT_GEMM_FWD_GELU with the GELU fused */
 } proj;
 
 static int attention_projs(const dims *d, proj p[3])
 {
     p[0] = (proj){PT_OPK_Q, PT_OPK_Q_DGRAD, PT_OPK_Q_WGRAD, PT_PARAM_Q, d->h / d->t,
-                  G_FWD};
-    p[1] = (proj){PT_OPK_K, PT_OPK_K_DGRAD, PT_OPK_K_WGRAD, PT_PARAM_K, d->kvr, G_FWD};
-    p[2] = (proj){PT_OPK_V, PT_OPK_V_DGRAD, PT_OPK_V_WGRAD, PT_PARAM_V, d->kvr, G_FWD};
+                  PT_GEMM_FWD};
+    p[1] = (proj){PT_OPK_K, PT_OPK_K_DGRAD, PT_OPK_K_WGRAD, PT_PARAM_K, d->kvr, PT_GEMM_FWD};
+    p[2] = (proj){PT_OPK_V, PT_OPK_V_DGRAD, PT_OPK_V_WGRAD, PT_PARAM_V, d->kvr, PT_GEMM_FWD};
     return 3;
 }
 
 static int mlp_projs(const builder *b, const dims *d, proj p[2])
 {
     proj up = {PT_OPK_MLP_UP, PT_OPK_MLP_UP_DGRAD, PT_OPK_MLP_UP_WGRAD, PT_PARAM_MLP_UP,
-               d->f / d->t, G_FWD};
+               d->f / d->t, PT_GEMM_FWD};
     if (fused_gelu(b)) { /* the GELU in the up projection's epilogue */
         up.fwd = PT_OPK_MLP_UP_GELU;
-        up.fwd_role = G_FWD_GELU;
+        up.fwd_role = PT_GEMM_FWD_GELU;
     }
     if (b->c->m->act == PT_ACT_SWIGLU) {
         p[0] = (proj){PT_OPK_MLP_GATE, PT_OPK_MLP_GATE_DGRAD, PT_OPK_MLP_GATE_WGRAD,
-                      PT_PARAM_MLP_GATE, d->f / d->t, G_FWD};
+                      PT_PARAM_MLP_GATE, d->f / d->t, PT_GEMM_FWD};
         p[1] = up;
         return 2;
     }
@@ -684,7 +673,7 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
 static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np)
 {
     for (int i = 0; i < np; i++)
-        gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out, G_DGRAD);
+        gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out, PT_GEMM_DGRAD);
     tp_gather_input(b, d, in);
     for (int i = 0; i < np; i++)
         gemm(b, p[i].wgrad, p[i].param, p[i].n_out, d->h, d->tokens,
@@ -699,10 +688,10 @@ static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const p
 }
 
 /* Backward of a row-parallel GEMM (input width k_in = n_in/t): with sp the incoming
- * gradient is first gathered; then data and weight gradients. With G_DGRAD_DGELU the data
- * gradient goes on through the GELU before the layer in the GEMM's epilogue. */
+ * gradient is first gathered; then data and weight gradients. With PT_GEMM_DGRAD_DGELU
+ * the data gradient goes on through the GELU before the layer in the GEMM's epilogue. */
 static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_kind wgrad,
-                             pt_param_ref param, int64_t k_in, gemm_role dgrad_role)
+                             pt_param_ref param, int64_t k_in, pt_gemm_role dgrad_role)
 {
     tp_enter(b, d);
     gemm(b, dgrad, param, d->tokens, k_in, d->h, dgrad_role);
@@ -720,7 +709,7 @@ static void layer_forward(builder *b, const dims *d)
     if (b->c->l->cp > 1)
         cp_ring(b, d, false);
     attention_core(b, d, false);
-    gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t, G_FWD);
+    gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t, PT_GEMM_FWD);
     tp_exit(b, d, PT_TEN_ATTN_RES);
     if (fused_epilogues(b)) {
         residual_norm(b, d);
@@ -731,7 +720,7 @@ static void layer_forward(builder *b, const dims *d)
     column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm);
     if (!fused_gelu(b))
         activation(b, d, false);
-    gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t, G_FWD);
+    gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t, PT_GEMM_FWD);
     tp_exit(b, d, PT_TEN_MLP_RES);
     residual_add(b, d, PT_OPK_ADD2);
 }
@@ -804,16 +793,16 @@ static void layer_backward(builder *b, const dims *d)
     }
     if (fused_gelu(b)) {
         row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD_GELU, PT_OPK_MLP_DOWN_WGRAD,
-                         PT_PARAM_MLP_DOWN, d->f / d->t, G_DGRAD_DGELU);
+                         PT_PARAM_MLP_DOWN, d->f / d->t, PT_GEMM_DGRAD_DGELU);
     } else {
         row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_PARAM_MLP_DOWN,
-                         d->f / d->t, G_DGRAD);
+                         d->f / d->t, PT_GEMM_DGRAD);
         activation(b, d, true);
     }
     column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm);
     norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
-                     d->h / d->t, G_DGRAD);
+                     d->h / d->t, PT_GEMM_DGRAD);
     if (selective && !op_policy) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);
@@ -921,7 +910,7 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
     char shape[64];
     shape_rows(shape, sizeof shape, d.tokens, v);
     proj head = {PT_OPK_LOGITS, PT_OPK_LOGITS_DGRAD, PT_OPK_LOGITS_WGRAD, PT_PARAM_HEAD, v,
-                 G_FWD};
+                 PT_GEMM_FWD};
     if (!backward) {
         norm(&b, &d, PT_OPK_FINAL_NORM, PT_PARAM_FINAL_NORM, false);
         column_parallel_fwd(&b, &d, PT_TEN_LNF, &head, 1);

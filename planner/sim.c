@@ -123,7 +123,7 @@ static pt_bd op_category(const pt_op *op)
         }
     }
     const char *k = op->kernel.key;
-    if (pt_cost_key_is_gemm(k))
+    if (pt_gemm_role_of(k) >= 0)
         return PT_BD_GEMM;
     if (strncmp(k, "attn_", 5) == 0 || strncmp(k, "flash_", 6) == 0 ||
         strncmp(k, "bmm:", 4) == 0 || strncmp(k, "softmax_", 8) == 0 ||

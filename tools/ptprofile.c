@@ -219,7 +219,7 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
     for (int i = 0; i < ops->n && !interrupted; i++) {
         const pt_kernel_op *op = &ops->v[i];
         int64_t m, n, k;
-        pt_prof_gemm_role role = PT_PROF_FWD;
+        pt_gemm_role role = PT_GEMM_FWD;
         char result[64];
         if (o->resume && pt_costdb_has_kernel(j->db, device, op->key)) {
             pt_progress_step(&p, op->flops, op->key, "kept");
@@ -232,7 +232,7 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
         double best;
         /* the CPU's forward GEMMs through OpenBLAS directly (with a time budget); its
          * other roles through its kernel table, as the runtime calls them */
-        double t = strcmp(o->backend, "cuda") == 0 || role != PT_PROF_FWD
+        double t = strcmp(o->backend, "cuda") == 0 || role != PT_GEMM_FWD
                        ? pt_prof_gemm_backend(o->kn, m, n, k, role, o->repeats, &best)
                        : pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
         if (t <= 0)

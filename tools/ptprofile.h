@@ -25,25 +25,11 @@ double pt_prof_gemm(int64_t m, int64_t n, int64_t k, int repeats, double budget_
 /* Best sgemm rate (FLOP/s) on a square problem and streaming bandwidth (bytes/s). */
 double pt_prof_cpu_peak_flops(int repeats);
 double pt_prof_cpu_mem_bw(int64_t bytes, int repeats);
-/* Which of the runtime's calls a GEMM key names (planner/ops.c's roles, whose kinds
- * pt_prof_gemm_shape must match), each timed
- * as that call: the forward ("gemm": matmul_forward), with the GELU ("gemm_gelu":
- * matmul_forward_gelu), a data gradient added into its output ("gemm_dgrad":
- * matmul_backward's dinp), one through the GELU's derivative ("gemm_dgelu":
- * matmul_backward_dgelu), a weight gradient added into fp32 ("gemm_wgrad":
- * matmul_backward's dw), with the bias gradient ("gemm_wgrad_bias"). */
-typedef enum {
-    PT_PROF_FWD,
-    PT_PROF_FWD_GELU,
-    PT_PROF_DGRAD,
-    PT_PROF_DGRAD_DGELU,
-    PT_PROF_WGRAD,
-    PT_PROF_WGRAD_BIAS
-} pt_prof_gemm_role;
-/* Parses "<kind>:<dtype>:m=..,n=..,k=.." of one of those kinds into its sizes and
- * role (role may be NULL); -1 when it is not one. */
+/* Parses "<kind>:<dtype>:m=..,n=..,k=.." of one of the layers' GEMM roles
+ * (pt_gemm_role_of) into its sizes and role (role may be NULL); -1 when it is not one.
+ * ptprofile times each role as the runtime calls it. */
 int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
-                       pt_prof_gemm_role *role);
+                       pt_gemm_role *role);
 
 /* ---- The model's other kernels (ptprofile_model.c) ------------------------------------- */
 
@@ -57,7 +43,7 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
  * runtime calls it for a key of that shape; *best_s the fastest run; -1 when the
  * backend fails or runs out of memory. */
 double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
-                            pt_prof_gemm_role role, int repeats, double *best_s);
+                            pt_gemm_role role, int repeats, double *best_s);
 
 /* ---- The CUDA backend's timer (ptprofile_cuda.c, built with the CUDA backend) ----------- */
 

@@ -131,27 +131,19 @@ double pt_prof_cpu_mem_bw(int64_t bytes, int repeats)
 }
 
 int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
-                       pt_prof_gemm_role *role)
+                       pt_gemm_role *role)
 {
-    static const char *const kinds[] = {[PT_PROF_FWD] = "gemm",
-                                        [PT_PROF_FWD_GELU] = "gemm_gelu",
-                                        [PT_PROF_DGRAD] = "gemm_dgrad",
-                                        [PT_PROF_DGRAD_DGELU] = "gemm_dgelu",
-                                        [PT_PROF_WGRAD] = "gemm_wgrad",
-                                        [PT_PROF_WGRAD_BIAS] = "gemm_wgrad_bias"};
     long long mm, nn, kk;
-    char kind[24], dtype[16];
-    if (sscanf(key, "%23[^:]:%15[^:]:m=%lld,n=%lld,k=%lld", kind, dtype, &mm, &nn, &kk) != 5 ||
+    int r = pt_gemm_role_of(key);
+    const char *shape = strchr(key, ':');
+    shape = shape ? strchr(shape + 1, ':') : NULL;
+    if (r < 0 || !shape || sscanf(shape, ":m=%lld,n=%lld,k=%lld", &mm, &nn, &kk) != 3 ||
         mm < 1 || nn < 1 || kk < 1)
         return -1;
-    for (int r = 0; r < (int)(sizeof kinds / sizeof kinds[0]); r++)
-        if (strcmp(kind, kinds[r]) == 0) {
-            *m = mm;
-            *n = nn;
-            *k = kk;
-            if (role)
-                *role = (pt_prof_gemm_role)r;
-            return 0;
-        }
-    return -1;
+    *m = mm;
+    *n = nn;
+    *k = kk;
+    if (role)
+        *role = (pt_gemm_role)r;
+    return 0;
 }

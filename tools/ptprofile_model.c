@@ -84,7 +84,7 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
 typedef struct {
     void *a, *b, *c, *aux;
     int64_t m, n, k;
-    pt_prof_gemm_role role;
+    pt_gemm_role role;
 } gemm_args;
 
 /* c (m, n) from a and b, the key's m, n and k in the runtime's call of each role:
@@ -99,21 +99,23 @@ static void run_gemm(pt_kernels *kn, void *arg)
     gemm_args *g = arg;
     int m = (int)g->m, n = (int)g->n, k = (int)g->k;
     switch (g->role) {
-    case PT_PROF_FWD:
+    case PT_GEMM_FWD:
         kn->matmul_forward(kn, g->c, g->a, g->b, NULL, g->m, k, n);
         break;
-    case PT_PROF_FWD_GELU:
+    case PT_GEMM_FWD_GELU:
         kn->matmul_forward_gelu(kn, g->c, g->aux, g->a, g->b, NULL, g->m, k, n);
         break;
-    case PT_PROF_DGRAD:
+    case PT_GEMM_DGRAD:
         kn->matmul_backward(kn, g->c, NULL, NULL, g->a, NULL, g->b, g->m, n, k);
         break;
-    case PT_PROF_DGRAD_DGELU:
+    case PT_GEMM_DGRAD_DGELU:
         kn->matmul_backward_dgelu(kn, g->c, g->a, g->b, g->aux, g->m, n, k);
         break;
-    case PT_PROF_WGRAD:
-    case PT_PROF_WGRAD_BIAS:
+    case PT_GEMM_WGRAD:
+    case PT_GEMM_WGRAD_BIAS:
         kn->matmul_backward(kn, NULL, g->c, g->aux, g->a, g->b, g->b, g->k, n, m);
+        break;
+    case PT_GEMM_ROLE_COUNT: /* not a role: pt_prof_gemm_shape never returns it */
         break;
     }
 }
@@ -178,13 +180,13 @@ static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
 /* Median seconds of the backend's matmul in role `role` (run_gemm) on random inputs
  * after warm-up; *best_s the fastest run. */
 double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
-                            pt_prof_gemm_role role, int repeats, double *best_s)
+                            pt_gemm_role role, int repeats, double *best_s)
 {
     size_t ab = pt_kdtype_bytes(kn->act_dtype);
-    bool wgrad = role == PT_PROF_WGRAD || role == PT_PROF_WGRAD_BIAS;
+    bool wgrad = role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS;
     /* aux: the pre-activation (m, n) beside a GELU, the bias gradient (m) fp32 */
-    size_t aux = role == PT_PROF_FWD_GELU || role == PT_PROF_DGRAD_DGELU ? (size_t)(m * n) * ab
-                 : role == PT_PROF_WGRAD_BIAS                             ? (size_t)m * 4
+    size_t aux = role == PT_GEMM_FWD_GELU || role == PT_GEMM_DGRAD_DGELU ? (size_t)(m * n) * ab
+                 : role == PT_GEMM_WGRAD_BIAS                             ? (size_t)m * 4
                                                                           : 0;
     gemm_args g = {kn->alloc(kn, (size_t)(m * k) * ab), kn->alloc(kn, (size_t)(n * k) * ab),
                    kn->alloc(kn, (size_t)(m * n) * (wgrad ? 4 : ab)),

@@ -67,6 +67,18 @@ static void test_names(void)
     CHECK(strcmp(pt_coll_name(PT_COLL_REDUCESCATTER), "reducescatter") == 0);
     CHECK_INT(pt_coll_parse("allreduse", &c, &err), -1);
     CHECK_STR_HAS(err.msg, "allreduse");
+    /* a GEMM key's role is its whole kind: "gemm_wgrad" is not "gemm_wgrad_bias", and
+     * the other GEMM-like kinds (PowerSGD's "gemm_skinny", attention's "bmm") are none */
+    char key[64];
+    for (int r = 0; r < PT_GEMM_ROLE_COUNT; r++) {
+        snprintf(key, sizeof key, "%s:bf16:m=8,n=8,k=8", pt_gemm_role_kind((pt_gemm_role)r));
+        CHECK_INT(pt_gemm_role_of(key), r);
+    }
+    CHECK(strcmp(pt_gemm_role_kind(PT_GEMM_WGRAD_BIAS), "gemm_wgrad_bias") == 0);
+    CHECK_INT(pt_gemm_role_of("gemm_wgrad:bf16:m=8,n=8,k=8"), PT_GEMM_WGRAD);
+    CHECK_INT(pt_gemm_role_of("gemm_skinny:bf16:m=8,n=8,k=8"), -1);
+    CHECK_INT(pt_gemm_role_of("bmm:bf16:b=2,m=8,n=8,k=8"), -1);
+    CHECK_INT(pt_gemm_role_of("gemm_wgrad_biased:bf16:m=8,n=8,k=8"), -1);
 }
 
 static void test_busbw(void)
