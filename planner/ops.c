@@ -864,7 +864,10 @@ int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out)
 /* The longest row of logits the fused cross-entropy holds on chip while it makes three
  * passes over it: a CUDA block's shared memory on compute capability 9.0, 227 KiB
  * (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability";
- * kernels/cuda/loss.cu's row kernel), which a CPU core's cache holds too. */
+ * kernels/cuda/loss.cu's row kernel); a CPU core's L2 holds it too (1 MiB a core on
+ * the development machine's AMD EPYC, lscpu), where kernels/cpu/loss.c's passes run.
+ * The cluster files give no device's shared memory: on compute capability 8.0 (163 KiB
+ * a block) rows of 163-227 KiB run the three-pass kernel though counted as one pass. */
 #define XENT_ROW_ON_CHIP_BYTES (227.0 * 1024)
 
 /* The cross-entropy after the logits GEMM. Fused (ptrun; Megatron-Core's loss fusion):
