@@ -21,7 +21,8 @@ double pt_prof_now_s(void)
 
 const char *pt_prof_cpu_init(int threads)
 {
-    openblas_set_num_threads(threads);
+    if (threads > 0)
+        openblas_set_num_threads(threads);
     return openblas_get_config();
 }
 

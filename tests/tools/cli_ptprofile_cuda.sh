@@ -1,0 +1,31 @@
+#!/bin/sh
+# ptprofile --backend cuda in the emulation build (the CUDA kernels on the CPU): the
+# GEMMs of every role and the model's other kernels are stored under the cluster's
+# device name, and the host keeps all of OpenMP's threads for the runtime's host loops
+# (OpenBLAS's one-thread setting for the CPU's measurement is OpenMP's too: on one
+# thread GPT-2 1.5B's initial weights took 103 s per micro-batch size on an H100).
+#   usage: cli_ptprofile_cuda.sh BUILD_DIR
+set -u
+build="$1"
+. "$(dirname "$0")/cli_lib.sh"
+q() { sqlite3 "$tmp/g.db" "$1"; }
+
+OMP_NUM_THREADS=2 run 0 "$build/ptprofile" --db "$tmp/g.db" --backend cuda --model tiny \
+    --cluster dgx-h100 --devices 1 --global-batch 2 --max-mbs 2 --no-collectives --quick
+err_has "kernels of tiny at micro-batch 2: 9 op keys in .* (host on 2 threads)" \
+    "the runtime's host loops keep OpenMP's threads"
+for kind in gemm gemm_gelu gemm_dgrad gemm_dgelu gemm_wgrad_bias gemm_wgrad attn_fwd \
+            layernorm_bwd; do
+    [ "$(q "SELECT count(*) FROM kernel_samples WHERE device = 'H100-SXM5-80GB' AND kind = '$kind'")" -gt 0 ] ||
+        fail "no $kind samples under the cluster's device"
+done
+[ "$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu'")" = 0 ] ||
+    fail "nothing is filed under the CPU"
+[ "$(q "SELECT status FROM profile_runs ORDER BY id DESC LIMIT 1")" = done ] ||
+    fail "the run is recorded as done"
+
+if [ "$failures" -gt 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "all ptprofile --backend cuda checks passed"
