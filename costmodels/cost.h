@@ -149,7 +149,27 @@ int pt_costdb_schema_version(void);
  * table (every lookup analytic). All samples are read into memory, so lookups do
  * not touch SQLite. */
 int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err);
+/* Opens, in memory, the cost table that `sql` fills: statements run over a fresh
+ * schema (INSERTs into its tables, as a shipped profile holds them). `name` stands
+ * for the path in messages and pt_costdb_where. Nothing is read from or written to
+ * disk; writes go to the memory copy. Bad SQL is an error naming `name`. */
+int pt_costdb_open_sql(const char *name, const char *sql, pt_costdb **out, pt_err *err);
 void pt_costdb_close(pt_costdb *db);
+
+/* The profiles the project ships (costmodels/profiles/, compiled in): the SQL text of
+ * each device's, by the device's name; ended by {NULL, NULL}. */
+typedef struct {
+    const char *device;
+    const char *sql;
+} pt_shipped_sql;
+extern const pt_shipped_sql pt_shipped_sqls[];
+/* Opens the shipped profile of `device` in memory: 0 with *out; 1 with *out NULL when
+ * none is shipped for it; -1 with err when it does not load. */
+int pt_costdb_open_shipped(const char *device, pt_costdb **out, pt_err *err);
+/* What `device`'s samples in db were measured on, from its ptprofile runs: the first
+ * run's date, the number of runs, the libraries of the last that finished. -1 (buf "")
+ * when the table records no run of it. */
+int pt_costdb_profile_about(const pt_costdb *db, const char *device, char *buf, size_t cap);
 
 /* Where each sample came from. */
 typedef enum { PT_SOURCE_PROFILE, PT_SOURCE_TRACE } pt_source;

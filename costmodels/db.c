@@ -693,6 +693,32 @@ static int build_indexes(pt_costdb *db, pt_err *err)
 
 /* ---- Open and close ---------------------------------------------------------------------- */
 
+/* The schema checked (created where `flags` say so), `sql` run over it in one
+ * transaction where given, then every table read into memory: *out, or the table
+ * closed and -1. */
+static int finish_open(pt_costdb *db, int flags, const char *sql, pt_costdb **out,
+                       pt_err *err)
+{
+    int rc = check_schema(db, flags, err);
+    if (rc == 0 && sql) {
+        char *msg = NULL;
+        if (sqlite3_exec(db->sql, "BEGIN", NULL, NULL, NULL) != SQLITE_OK ||
+            sqlite3_exec(db->sql, sql, NULL, NULL, &msg) != SQLITE_OK ||
+            sqlite3_exec(db->sql, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+            rc = pt_err_set(err, "%s: bad cost data: %s", where(db),
+                            msg ? msg : sqlite3_errmsg(db->sql));
+            sqlite3_free(msg);
+        }
+    }
+    if (rc || load_devices(db, err) || load_kernels(db, err) || load_colls(db, err) ||
+        build_indexes(db, err) || pt_costdb_load_fits(db, err)) {
+        pt_costdb_close(db);
+        return -1;
+    }
+    *out = db;
+    return 0;
+}
+
 int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err)
 {
     *out = NULL;
@@ -733,13 +759,24 @@ int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err)
     }
     /* ptprofile's ranks may write one file at once: wait for the lock, don't fail. */
     sqlite3_busy_timeout(db->sql, 10000);
-    if (check_schema(db, flags, err) || load_devices(db, err) || load_kernels(db, err) ||
-        load_colls(db, err) || build_indexes(db, err) || pt_costdb_load_fits(db, err)) {
+    return finish_open(db, flags, NULL, out, err);
+}
+
+int pt_costdb_open_sql(const char *name, const char *sql, pt_costdb **out, pt_err *err)
+{
+    *out = NULL;
+    pt_costdb *db = calloc(1, sizeof *db);
+    if (!db)
+        return pt_err_set(err, "%s: out of memory", name);
+    db->schema_version = SCHEMA_VERSION;
+    snprintf(db->path, sizeof db->path, "%s", name);
+    if (sqlite3_open_v2(":memory:", &db->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                        NULL) != SQLITE_OK) {
+        sql_fail(db, err, "cannot open an in-memory cost table");
         pt_costdb_close(db);
         return -1;
     }
-    *out = db;
-    return 0;
+    return finish_open(db, PT_COSTDB_CREATE, sql, out, err);
 }
 
 void pt_costdb_close(pt_costdb *db)

@@ -46,7 +46,12 @@ static const char usage_text[] =
     "                          megatron-core, fsdp or a stack JSON file [ptrun]; it\n"
     "                          decides attention, overlaps and the layouts tried\n"
     "  --db FILE               cost table [$PT_COSTS_DB, else ~/.local/share/ptplan/\n"
-    "                          costs.db; analytic figures when that does not exist]\n"
+    "                          costs.db; analytic figures when that does not exist].\n"
+    "                          Where it holds no samples of the cluster's device and the\n"
+    "                          project ships a profile of it (costmodels/profiles/: the\n"
+    "                          H100-SXM5-80GB of dgx-h100), stack ptrun is priced from\n"
+    "                          that profile instead, and the header says so\n"
+    "  --no-shipped-profile    never use a shipped profile (the analytic figures instead)\n"
     "  --sim-top N             simulate the N best by estimate in full [1000; 0 = all]\n"
     "  --compress MODES        gradient compression the search tries where gradients go\n"
     "                          in buckets (ZeRO 0/1, dp*cp > 1): a comma list of none,\n"
@@ -152,7 +157,7 @@ static int parse_options(int argc, char **argv, options *o)
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
            O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
-           O_COMPARE, O_COMPRESS };
+           O_COMPARE, O_COMPRESS, O_NOSHIPPED };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -167,7 +172,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"lr", 1, 0, O_LR}, {"seed", 1, 0, O_SEED}, {"data", 1, 0, O_DATA}, {"devices", 1, 0, O_DEVICES},
         {"stack", 1, 0, O_STACK}, {"list-stacks", 0, 0, O_LS}, {"dump-stack", 1, 0, O_DS},
         {"validate", 1, 0, O_VALIDATE}, {"list-layouts", 0, 0, O_LL},
-        {"compare", 1, 0, O_COMPARE}, {"compress", 1, 0, O_COMPRESS}, {0, 0, 0, 0}};
+        {"compare", 1, 0, O_COMPARE}, {"compress", 1, 0, O_COMPRESS},
+        {"no-shipped-profile", 0, 0, O_NOSHIPPED}, {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
                    .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234,
@@ -209,6 +215,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_JSON: o->json = true; break;
         case O_TOP: bad = pt_cli_int("ptplan", "--top", optarg, 0, INT64_MAX, &o->top); break;
         case O_DB: o->db = optarg; break;
+        case O_NOSHIPPED: o->no_shipped = true; break;
         case O_OUT: o->out = optarg; break;
         case O_NOOUT: o->no_out = true; break;
         case O_TIMELINE: o->timeline = optarg; break;
@@ -411,8 +418,44 @@ static int dump_cluster(const char *name, int64_t nodes)
 
 /* ---- Loading what to plan ---------------------------------------------------- */
 
+/* Kernel samples of `device` in db (the profile's and the runs'). */
+static int64_t device_samples(const pt_costdb *db, const char *device)
+{
+    int64_t runs[1], profiled;
+    int n = pt_costdb_sample_runs(db, device, runs, 1, &profiled);
+    return profiled + n;
+}
+
+/* The shipped profile of the cluster's device in place of a table with no samples of
+ * it: a profile of this project's kernels, so for stack ptrun only (another stack's
+ * step runs other kernels; --validate prices those analytically). */
+static int use_shipped(const options *o, job *j)
+{
+    const char *device = j->c.device.name;
+    if (o->no_shipped || strcmp(j->t.stack.name, "ptrun") != 0 ||
+        device_samples(j->db, device) > 0)
+        return 0;
+    pt_err err;
+    pt_costdb *shipped;
+    int rc = pt_costdb_open_shipped(device, &shipped, &err);
+    if (rc < 0)
+        return pt_tool_fail("%s", err.msg);
+    if (rc > 0)
+        return 0;
+    snprintf(j->passed_over, sizeof j->passed_over, "%s", j->db ? j->db_path : "");
+    pt_costdb_close(j->db);
+    j->db = shipped;
+    j->shipped = true;
+    pt_costdb_id id;
+    pt_costdb_identity(shipped, &id);
+    snprintf(j->db_path, sizeof j->db_path, "%s", id.path);
+    pt_costdb_profile_about(shipped, device, j->db_about, sizeof j->db_about);
+    return 0;
+}
+
 /* The cost table: --db (must exist), else $PT_COSTS_DB or the default path when that
- * file exists, else none (analytic figures). */
+ * file exists, else none (analytic figures); then the shipped profile of the device
+ * where that table has no samples of it (use_shipped). */
 static int open_costs(const options *o, job *j)
 {
     pt_err err;
@@ -420,13 +463,13 @@ static int open_costs(const options *o, job *j)
         snprintf(j->db_path, sizeof j->db_path, "%s", o->db);
     else
         pt_cli_default_db(j->db_path, sizeof j->db_path, false);
-    if (!o->db && access(j->db_path, F_OK) != 0)
-        return 0;
-    if (pt_costdb_open(j->db_path, PT_COSTDB_READ, &j->db, &err))
-        return pt_tool_fail("%s", err.msg);
-    /* An unprofiled spec (the local machine) takes what ptprofile measured. */
-    pt_cluster_apply_profile(&j->c, j->db);
-    return 0;
+    if (o->db || access(j->db_path, F_OK) == 0) {
+        if (pt_costdb_open(j->db_path, PT_COSTDB_READ, &j->db, &err))
+            return pt_tool_fail("%s", err.msg);
+        /* An unprofiled spec (the local machine) takes what ptprofile measured. */
+        pt_cluster_apply_profile(&j->c, j->db);
+    }
+    return use_shipped(o, j);
 }
 
 int load_job(const options *o, job *j)
@@ -484,7 +527,7 @@ json_t *job_json(const job *j)
 {
     pt_costdb_id id;
     pt_costdb_identity(j->db, &id);
-    return json_pack("{s:o, s:o, s:o, s:I, s:s, s:I, s:{s:s, s:b, s:I, s:I}}", "model",
+    json_t *root = json_pack("{s:o, s:o, s:o, s:I, s:s, s:I, s:{s:s, s:b, s:I, s:I}}", "model",
                      spec_json(pt_model_to_json(&j->m)), "cluster",
                      spec_json(pt_cluster_to_json(&j->c)), "stack",
                      spec_json(pt_stack_to_json(&j->t.stack)), "global_batch",
@@ -493,6 +536,14 @@ json_t *job_json(const job *j)
                      "path", j->db_path, "used", j->db != NULL, "kernel_samples",
                      (json_int_t)id.kernel_samples, "coll_samples",
                      (json_int_t)id.coll_samples);
+    json_t *ct = json_object_get(root, "cost_table");
+    json_object_set_new(ct, "shipped", json_boolean(j->shipped));
+    if (j->shipped) {
+        json_object_set_new(ct, "about", json_string(j->db_about));
+        json_object_set_new(ct, "passed_over",
+                            j->passed_over[0] ? json_string(j->passed_over) : json_null());
+    }
+    return root;
 }
 
 void print_job_header(const job *j)
@@ -516,6 +567,15 @@ void print_job_header(const job *j)
         pt_costdb_identity(j->db, &id);
         printf("costs   %s: %lld kernel and %lld collective samples\n", j->db_path,
                (long long)id.kernel_samples, (long long)id.coll_samples);
+        if (j->shipped) {
+            printf("        %s", j->db_about);
+            if (j->passed_over[0])
+                printf("\n        (used instead of %s, which has no samples of %s)",
+                       j->passed_over, j->c.device.name);
+            printf("\n        what it lacks (collectives, the optimizer, other shapes) is "
+                   "analytic; --no-shipped-profile prices all analytically\n\n");
+            return;
+        }
         /* where the measured figures of this device come from: the profile and which
          * recorded runs (ptcalib --forget RUN takes one out) */
         int64_t runs[16], profiled;

@@ -26,6 +26,7 @@ typedef struct {
     unsigned compress_modes; /* --compress: bit c tries compress=c (pt_enum_opts) */
     double mem_fraction, lr;
     bool explain, json, list_models, list_clusters, list_stacks, no_out, list_layouts;
+    bool no_shipped;         /* --no-shipped-profile */
 } options;
 
 typedef struct {
@@ -36,6 +37,9 @@ typedef struct {
     pt_enum_opts eo;
     pt_costdb *db;           /* NULL: analytic only */
     char db_path[512];       /* what was (or would have been) opened */
+    bool shipped;            /* db is the device's shipped profile */
+    char db_about[512];      /* then what it was measured on (pt_costdb_profile_about) */
+    char passed_over[512];   /* and the table it replaced, "" for none */
 } job;
 
 /* Prints "ptplan: <msg>" to stderr and returns EXIT_BAD_INPUT. */
