@@ -369,10 +369,10 @@ stage_profile() {
     # GEMMs and gains what is missing; the kernels are measured again either way
     step profile_124m "$bin/ptprofile" --backend cuda --model gpt2-124m --cluster dgx-h100 \
         --devices 1 --global-batch 64 --max-mbs 64 --max-gflop 100000 --no-collectives \
-        --db "$out/h100.db" --resume
+        --db "$out/h100.db" --data "$corpus" --resume
     [ "${GPUCHECK_PROFILE_XL:-1}" = 1 ] && step profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
         --devices 1 --global-batch 16 --max-mbs 64 --max-gflop 100000 --no-collectives \
-        --db "$out/h100.db" --resume
+        --db "$out/h100.db" --data "$corpus" --resume
     limit=$stage_limit
     for name in gpt2 gpt2xl; do
         [ -f "$out/$name.jsonl" ] || continue

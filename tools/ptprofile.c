@@ -37,6 +37,9 @@ static const char usage_text[] =
     "  --cluster NAME|FILE  ... on this cluster [local]\n"
     "  --nodes N --devices N --global-batch B --seq S --max-mbs N\n"
     "                       as for ptplan [1, the cluster's, 64, the model's, 8]\n"
+    "  --data FILE          the tokens the model's other kernels are timed on, read as\n"
+    "                       ptrun reads --data [ptrun's built-in corpus, " PT_TRAINER_DEFAULT_CORPUS "]:\n"
+    "                       the embedding's backward depends on how often tokens repeat\n"
     "  --sweep              also time a standard set of square and skinny GEMMs\n"
     "  --quick              fewer repeats and a short collective sweep (1 KiB-16 MiB):\n"
     "                       enough for the default job in under a minute\n"
@@ -52,7 +55,8 @@ static const char usage_text[] =
 
 typedef struct {
     pt_kernels *kn;          /* the backend measured: CPU (OpenBLAS) or CUDA */
-    const char *db, *model, *cluster, *backend;
+    const char *db, *model, *cluster, *backend, *data;
+    pt_tokens tokens;        /* --data's */
     int64_t nodes, devices, global_batch, seq, np, repeats, max_mbs;
     double max_gflop;
     bool sweep, quick, no_coll, resume;
@@ -61,16 +65,17 @@ typedef struct {
 static int parse_options(int argc, char **argv, prof_opts *o)
 {
     enum { O_DB = 256, O_MODEL, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_SWEEP, O_QUICK, O_BACKEND,
-           O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME, O_DEVICES, O_MAXMBS };
+           O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME, O_DEVICES, O_MAXMBS, O_DATA };
     static const struct option longopts[] = {
         {"db", 1, 0, O_DB}, {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER},
         {"nodes", 1, 0, O_NODES}, {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ},
         {"sweep", 0, 0, O_SWEEP}, {"quick", 0, 0, O_QUICK}, {"backend", 1, 0, O_BACKEND},
         {"np", 1, 0, O_NP}, {"no-collectives", 0, 0, O_NOCOLL}, {"repeats", 1, 0, O_REPEATS},
         {"max-gflop", 1, 0, O_MAXGF}, {"resume", 0, 0, O_RESUME}, {"help", 0, 0, 'h'},
-        {"devices", 1, 0, O_DEVICES}, {"max-mbs", 1, 0, O_MAXMBS},
+        {"devices", 1, 0, O_DEVICES}, {"max-mbs", 1, 0, O_MAXMBS}, {"data", 1, 0, O_DATA},
         {0, 0, 0, 0}};
     *o = (prof_opts){.model = "tiny", .cluster = "local", .backend = "cpu", .global_batch = 64,
+                     .data = PT_TRAINER_DEFAULT_CORPUS,
                      .max_gflop = 50};
     opterr = 0;
     int c;
@@ -98,6 +103,7 @@ static int parse_options(int argc, char **argv, prof_opts *o)
             o->max_gflop = (double)gf;
             break;
         case O_RESUME: o->resume = true; break;
+        case O_DATA: o->data = optarg; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default:
             return pt_cli_bad_option("ptprofile", c, argv[optind - 1]);
@@ -334,7 +340,17 @@ static int load(prof_opts *o, job *j, pt_err *err)
         if (!o->kn)
             return pt_err_set(err, "--backend cuda: %s", why[0] ? why : "no CUDA device");
     }
-    return o->kn ? 0 : pt_err_set(err, "out of memory");
+    if (!o->kn)
+        return pt_err_set(err, "out of memory");
+    /* the model's other kernels run on these: refused here, before the table is touched */
+    if (pt_tokens_load(o->data, &o->tokens, err) ||
+        pt_tokens_check_vocab(&o->tokens, j->m.vocab, err))
+        return -1;
+    if (o->tokens.n <= j->m.seq)
+        return pt_err_set(err, "--data %s: %lld tokens, fewer than one sequence of %s "
+                               "(%lld + 1)", o->data, (long long)o->tokens.n, j->m.name,
+                          (long long)j->m.seq);
+    return 0;
 }
 
 static pt_coll_job coll_job(const prof_opts *o, const job *j, const char *self_dir)
@@ -380,8 +396,8 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
             continue;
         int64_t stored_now = 0;
         double t0 = pt_prof_now_s();
-        rc = pt_prof_model_kernels(o->kn, &j->m, &j->c, &j->t, (int64_t)1 << b, o->repeats,
-                                   j->db, &stored_now, err);
+        rc = pt_prof_model_kernels(o->kn, &j->m, &j->c, &j->t, &o->tokens, (int64_t)1 << b,
+                                   o->repeats, j->db, &stored_now, err);
         kernels += stored_now;
         fprintf(stderr, "ptprofile: kernels of %s at micro-batch %lld: %lld op keys in %.1f s "
                 "(host on %d thread%s)\n", j->m.name, 1LL << b, (long long)stored_now,
@@ -425,6 +441,7 @@ int main(int argc, char **argv)
         open_db(&o, &j, &err)) {
         fprintf(stderr, "ptprofile: %s\n", err.msg);
         pt_kernels_destroy(o.kn);
+        pt_tokens_free(&o.tokens);
         return 1;
     }
     pt_profile_run pr = {.backend = "mpi"};
@@ -455,5 +472,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "ptprofile: %s\n", end_err.msg);
     pt_costdb_close(j.db);
     pt_kernels_destroy(o.kn);
+    pt_tokens_free(&o.tokens);
     return rc ? 1 : interrupted ? 130 : 0;
 }

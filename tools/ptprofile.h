@@ -9,6 +9,7 @@
 
 #include "kernels.h"
 #include "planner.h"
+#include "runtime.h"
 
 #include <signal.h>
 
@@ -35,12 +36,13 @@ int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
 
 /* ---- The model's other kernels (ptprofile_model.c) ------------------------------------- */
 
-/* Runs the runtime's model of `m` with micro-batch size `mbs` on one rank, forward
- * and backward `repeats` times after a warm-up, and stores the median time of each
- * non-GEMM op key as a profile sample of the cluster's device. */
+/* Runs the runtime's model of `m` with micro-batch size `mbs` on one rank, `repeats`
+ * training steps of the engine after a warm-up one, on micro-batches of `data`, and
+ * stores the median time of each non-GEMM op key (the optimizer's among them) as a
+ * profile sample of the cluster's device. */
 int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c,
-                          const pt_train *t, int64_t mbs, int repeats, pt_costdb *db,
-                          int64_t *stored, pt_err *err);
+                          const pt_train *t, const pt_tokens *data, int64_t mbs, int repeats,
+                          pt_costdb *db, int64_t *stored, pt_err *err);
 /* Median seconds of the kernel table's matmul (any backend) in role `role`, as the
  * runtime calls it for a key of that shape; *best_s the fastest run; -1 when the
  * backend fails or runs out of memory. */

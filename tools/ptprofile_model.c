@@ -1,8 +1,9 @@
 /*
  * ptprofile's measurement of the model's other kernels — norms, attention, RoPE,
  * activations, residual adds, embedding, loss, the optimizer — in place: it builds
- * the runtime's model for a micro-batch size, runs forward and backward passes with
- * the trace on, and turns the op spans into cost samples under the planner's keys
+ * the runtime's model for a micro-batch size, runs training steps of the engine on
+ * the run's data with the trace on, and turns the op spans into cost samples under
+ * the planner's keys
  * (pt_trace_to_costdb). So the kernels are timed in the context, order and shapes
  * the planner prices them in. GEMMs are left to the standalone measurement (their
  * keys come from every layout, not only the single-rank ones this can run).
@@ -40,33 +41,39 @@ static void drop_gemms(pt_trace *tr)
 }
 
 int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c,
-                          const pt_train *t, int64_t mbs, int repeats, pt_costdb *db,
-                          int64_t *stored, pt_err *err)
+                          const pt_train *t, const pt_tokens *data, int64_t mbs, int repeats,
+                          pt_costdb *db, int64_t *stored, pt_err *err)
 {
     pt_plan p = plan_for(m, c, t, mbs);
-    int64_t T = mbs * m->seq;
-    int32_t *tok = malloc((size_t)T * sizeof *tok), *tgt = malloc((size_t)T * sizeof *tgt);
     pt_trace tr;
     pt_net net;
+    pt_sched sched;
+    pt_grid g;
+    pt_dist d;
+    pt_sampler sampler;
     memset(&net, 0, sizeof net);
+    memset(&sched, 0, sizeof sched);
     pt_trace_init(&tr, true);
-    int rc = !kn || !tok || !tgt ? pt_err_set(err, "out of memory") : 0;
-    /* on a GPU an op returns once its kernels are queued: the runtime times each op
-     * with the backend's device timers and retimes its span at the end of each pass
-     * (pt_net_trace_resolve), so a span is the op's device time, without waiting
-     * around it */
+    pt_grid_init(&g, &p.layout);
+    /* whole steps of the engine, as ptrun runs them: the layers' ops and the step's end
+     * (gradient norm, AdamW), on micro-batches of the run's data, whose repeats the
+     * embedding's backward depends on. On a GPU an op returns once its kernels are
+     * queued: the runtime times each op with the backend's device timers and retimes
+     * its span at the end of each pass (pt_net_trace_resolve), so a span is the op's
+     * device time, without waiting around it. */
+    int rc = kn ? 0 : pt_err_set(err, "out of memory");
     if (rc == 0)
-        rc = pt_net_init(&net, &p, kn, 0, 1, 1, &tr, err);
-    for (int64_t i = 0; rc == 0 && i < T; i++) {
-        tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
-        tgt[i] = (int32_t)((i * 40503u + 7) % (uint64_t)m->vocab);
-    }
-    /* one warm-up pass, then `repeats` timed ones */
+        rc = pt_sched_build(p.layout.schedule, 1, 1, 1, &sched, err);
+    if (rc == 0)
+        rc = pt_dist_init(&d, NULL, &g, 0, err);
+    if (rc == 0)
+        rc = pt_sampler_init(&sampler, data, m->seq, p.run.seed, err);
+    if (rc == 0)
+        rc = pt_net_init(&net, &p, kn, 0, pt_sched_peak_in_flight(&sched, 0), 1, &tr, err);
+    /* one warm-up step, then `repeats` timed ones */
     for (int r = 0; rc == 0 && r <= repeats; r++) {
-        double loss = 0;
-        rc = pt_net_forward(&net, 0, tok, tgt, 1.0f / (float)T, &loss, err);
-        if (rc == 0)
-            rc = pt_net_backward(&net, 0, err);
+        pt_step_stats st;
+        rc = pt_engine_step(&net, &d, &sched, &sampler, &p, r, &st, err);
     }
     if (rc == 0)
         rc = pt_trace_expand(&tr, err);
@@ -75,9 +82,8 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
         rc = pt_trace_to_costdb(&tr, db, c->device.name, PT_SOURCE_PROFILE, stored, err);
     }
     pt_net_free(&net);
+    pt_sched_free(&sched);
     pt_trace_free(&tr);
-    free(tok);
-    free(tgt);
     return rc;
 }
 

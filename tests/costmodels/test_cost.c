@@ -1155,6 +1155,84 @@ static void test_run_samples_and_forget(void)
     pt_costdb_close(db);
 }
 
+/* Cost tables from SQL text (pt_costdb_open_sql) and the shipped profiles built on it. */
+static void test_shipped(void)
+{
+    pt_err err;
+    pt_costdb *db = NULL;
+    const char *sql =
+        "INSERT INTO profile_runs(started_at, finished_at, host, device, backend, versions,"
+        " command, status) VALUES ('2026-01-02T03:04:05Z', NULL, 'h', 'dev', 'nccl',"
+        " 'old libraries', 'ptprofile', 'interrupted'), ('2026-01-03T00:00:00Z', 'x', 'h',"
+        " 'dev', 'nccl', 'libraries 1.2', 'ptprofile', 'done');"
+        "INSERT INTO kernel_samples(device, op_key, kind, dtype, flops, bytes, time_s, source,"
+        " created_at) VALUES ('dev', 'gemm:bf16:m=1024,n=1024,k=1024', 'gemm', 'bf16',"
+        " 2147483648, 6291456, 5e-6, 'profile', 'x');";
+    CHECK_INT(pt_costdb_open_sql("the test's profile", sql, &db, &err), 0);
+    if (!db) {
+        fprintf(stderr, "open_sql: %s\n", err.msg);
+        return;
+    }
+    pt_cost_hw hw = h100();
+    snprintf(hw.device, sizeof hw.device, "dev");
+    pt_kernel_op op = kop("gemm:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, 2147483648.0, 6291456);
+    pt_cost c = pt_cost_kernel(db, &hw, &op);
+    CHECK_INT(c.prov, PT_PROV_MEASURED);
+    CHECK_NEAR(c.time_s, 5e-6, 1e-15);
+    pt_costdb_id id;
+    pt_costdb_identity(db, &id);
+    CHECK(strcmp(id.path, "the test's profile") == 0);
+    CHECK_INT(id.kernel_samples, 1);
+    /* the first run's date, the runs, the last finished run's libraries */
+    char about[512];
+    CHECK_INT(pt_costdb_profile_about(db, "dev", about, sizeof about), 0);
+    CHECK(strcmp(about, "measured 2026-01-02 by 2 ptprofile runs; libraries 1.2") == 0);
+    CHECK_INT(pt_costdb_profile_about(db, "other", about, sizeof about), -1);
+    CHECK_INT(about[0], '\0');
+    pt_costdb_close(db);
+
+    /* Bad text: the error names the table, nothing is opened. */
+    db = NULL;
+    CHECK_INT(pt_costdb_open_sql("bad profile", "INSERT INTO nosuch VALUES (1);", &db, &err), -1);
+    CHECK(db == NULL);
+    CHECK_STR_HAS(err.msg, "bad profile: bad cost data: no such table: nosuch");
+    CHECK_INT(pt_costdb_open_sql("fp64 profile",
+                                 "INSERT INTO kernel_samples(device, op_key, kind, dtype, flops,"
+                                 " bytes, time_s, source, created_at) VALUES ('dev', 'gemm:fp64:x',"
+                                 " 'gemm', 'fp64', 1, 1, 1, 'profile', 'x');",
+                                 &db, &err),
+              -1);
+    CHECK_STR_HAS(err.msg, "unknown data type 'fp64'");
+
+    /* Every shipped profile loads, holds its device's profiled samples only and says
+     * what it was measured on; the H100's is among them. */
+    bool h100_shipped = false;
+    for (const pt_shipped_sql *s = pt_shipped_sqls; s->device; s++) {
+        h100_shipped |= strcmp(s->device, "H100-SXM5-80GB") == 0;
+        db = NULL;
+        CHECK_INT(pt_costdb_open_shipped(s->device, &db, &err), 0);
+        if (!db) {
+            fprintf(stderr, "shipped %s: %s\n", s->device, err.msg);
+            continue;
+        }
+        int64_t runs[4], profiled;
+        CHECK_INT(pt_costdb_sample_runs(db, s->device, runs, 4, &profiled), 0);
+        pt_costdb_identity(db, &id);
+        CHECK(profiled > 100);
+        CHECK_INT(id.kernel_samples, profiled);
+        CHECK_INT(id.coll_samples, 0);
+        CHECK_INT(pt_costdb_profile_about(db, s->device, about, sizeof about), 0);
+        CHECK(strncmp(about, "measured 20", 11) == 0);
+        CHECK_STR_HAS(about, "driver");
+        CHECK_STR_HAS(id.path, s->device);
+        pt_costdb_close(db);
+    }
+    CHECK(h100_shipped);
+    db = (pt_costdb *)&err; /* overwritten with NULL */
+    CHECK_INT(pt_costdb_open_shipped("no-such-device", &db, &err), 1);
+    CHECK(db == NULL);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_cost.XXXXXX");
@@ -1175,6 +1253,7 @@ int main(void)
     test_robust();
     test_fit_recovers();
     test_run_samples_and_forget();
+    test_shipped();
     remove_tree();
     return pt_check_result();
 }

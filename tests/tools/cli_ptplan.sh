@@ -383,6 +383,45 @@ run 0   # the built-in default job
 out_has "layouts enumerated" "the default job runs"
 [ -f "$tmp/plan.json" ] || fail "the default job writes plan.json"
 
+# ---- the shipped profile -----------------------------------------------------------
+# With no cost table, dgx-h100's device is priced from the profile the project ships
+# (costmodels/profiles/H100-SXM5-80GB.sql), and the header says so and what it was
+# measured on; --no-shipped-profile and another stack's kernels stay analytic.
+h1="--model gpt2-124m --cluster dgx-h100 --devices 1 --global-batch 64 --layout tp=1,mbs=64 --no-out"
+run 0 $h1
+out_has "^costs   the shipped profile of H100-SXM5-80GB (costmodels/profiles/H100-SXM5-80GB.sql)" \
+    "the shipped profile is named"
+out_has "^        measured 20..-..-.. by .* ptprofile runs; .*driver" "its date and libraries"
+out_has "^priced from: 9[0-9]% measured" "priced from the profile"
+shipped_step=$(sed -n 's/^predicted step \([0-9.]*\) s.*/\1/p' "$tmp/out")
+run 0 $h1 --no-shipped-profile
+out_has "^costs   no cost table" "--no-shipped-profile: no table"
+out_has "^priced from: 0% measured, 0% interpolated, 100% analytic" "--no-shipped-profile: analytic"
+analytic_step=$(sed -n 's/^predicted step \([0-9.]*\) s.*/\1/p' "$tmp/out")
+[ -n "$shipped_step" ] && [ "$shipped_step" != "$analytic_step" ] ||
+    fail "the profile changes the prediction ($shipped_step against $analytic_step)"
+run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout tp=8 --no-out
+out_has "^costs   no cost table" "another stack's kernels are not the profile's"
+run 0 $h1 --json
+[ "$(python3 -c 'import json,sys; c=json.load(sys.stdin)["cost_table"]; print(c["shipped"], c["about"][:8], c["passed_over"])' <"$tmp/out")" = "True measured None" ] ||
+    fail "--json: cost_table says shipped, what it was measured on, and no table passed over"
+# A table with no samples of the device is passed over, and the header says so; one
+# with samples of it is used.
+ptprofile="$(dirname "$ptplan")/ptprofile"
+if "$ptprofile" --db "$tmp/cpu.db" --model tiny --quick --no-collectives >/dev/null 2>&1; then
+    run 0 $h1 --db "$tmp/cpu.db"
+    out_has "^costs   the shipped profile of H100-SXM5-80GB" "a CPU-only table: the profile"
+    out_has "(used instead of $tmp/cpu.db, which has no samples of H100-SXM5-80GB)" \
+        "the table passed over is named"
+    sqlite3 "$tmp/cpu.db" "INSERT INTO kernel_samples(device, op_key, kind, dtype, flops, bytes,
+        time_s, source, created_at) VALUES ('H100-SXM5-80GB', 'gemm:bf16:m=65536,n=768,k=768',
+        'gemm', 'bf16', 77309411328, 201326592, 1e-4, 'profile', 'x')"
+    run 0 $h1 --db "$tmp/cpu.db"
+    out_has "^costs   $tmp/cpu.db: " "a table with samples of the device is the one used"
+else
+    fail "ptprofile made no cost table for the passed-over check"
+fi
+
 # ---- process groups ---------------------------------------------------------------
 run 0 --groups "tp=2,pp=4,dp=2"
 out_has "^tp    groups (8 of 2): \[0,1\] \[2,3\]" "tp groups of the 16-rank example"

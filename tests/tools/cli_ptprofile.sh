@@ -38,6 +38,9 @@ n2=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gem
 [ "$n2" = "$n1" ] || fail "a second run keeps $n1 GEMM samples, not $n2"
 [ "$(q "SELECT count(*) FROM kernel_samples WHERE kind IN ('attn_fwd', 'layernorm_bwd')")" -gt 1 ] ||
     fail "the model's other kernels are measured too"
+# whole training steps: the optimizer too, under the key the planner prices it by
+[ "$(q "SELECT count(*) FROM kernel_samples WHERE op_key LIKE 'adam:fp32:n=%'")" = 1 ] ||
+    fail "the optimizer step is measured"
 [ "$(q "SELECT count(*) FROM profile_runs")" = 2 ] || fail "both runs are recorded"
 # --resume measures nothing that is already there.
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives --resume
@@ -82,6 +85,13 @@ err_has "mpirun not found" "mpirun missing"
 [ -e "$tmp/d.db" ] && fail "no database is created when mpirun is missing"
 run 1 "$build/ptprofile" --repeats 0
 err_has "repeats" "bad repeats"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --data "$tmp/no-such-corpus.txt" --no-collectives
+err_has "no-such-corpus.txt" "missing --data"
+[ -e "$tmp/d.db" ] && fail "no database is created for missing --data"
+printf 'too short' >"$tmp/short.txt"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --data "$tmp/short.txt" --no-collectives
+err_has "data $tmp/short.txt: 9 tokens, fewer than one sequence of tiny" "--data too short"
+[ -e "$tmp/d.db" ] && fail "no database is created for a too short --data"
 run 1 "$build/ptplan" --db "$tmp/garbage.db"
 err_has "garbage.db" "missing database for ptplan"
 
