@@ -126,6 +126,8 @@ struct pt_kernels {
     pt_kdtype act_dtype;       /* element type of [act] buffers: fp32 on CPU, bf16 on CUDA */
     void *priv;                /* the backend's own context (handles, streams, scratch) */
     char err[256];             /* first failure of a device backend; "" when none */
+    char about[256];           /* the device and the libraries a device backend runs
+                                * through, for the records ptprofile keeps; "" on CPU */
 
     /* -- Lifetime, memory and synchronisation -- */
     void (*destroy)(pt_kernels *kn);

@@ -453,8 +453,9 @@ int main(int argc, char **argv)
      * OpenMP's: the runtime draws the model's initial weights on them for each
      * micro-batch size (pt_net_init), and on one thread GPT-2 1.5B's took 103 s of each
      * (H100 machine, 2026-11-27) */
-    snprintf(pr.versions, sizeof pr.versions, "ptprofile %s; %s", PT_VERSION,
-             pt_prof_cpu_init(strcmp(o.backend, "cpu") == 0 ? 1 : 0));
+    snprintf(pr.versions, sizeof pr.versions, "ptprofile %s; %s%s%s", PT_VERSION,
+             pt_prof_cpu_init(strcmp(o.backend, "cpu") == 0 ? 1 : 0),
+             o.kn->about[0] ? "; " : "", o.kn->about);
     for (int i = 0; i < argc; i++)
         snprintf(pr.command + strlen(pr.command), sizeof pr.command - strlen(pr.command),
                  "%s%s", i ? " " : "", argv[i]);

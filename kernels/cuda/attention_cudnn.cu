@@ -909,6 +909,8 @@ __global__ void attn_accumulate_kernel(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 
 
 /* ---- Lifetime ------------------------------------------------------------------------------ */
 
+size_t pt_kcuda_cudnn_version(void) { return cudnnGetVersion(); }
+
 int pt_kcuda_cudnn_init(pt_kernels *kn, bool required)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);

@@ -617,6 +617,31 @@ static int select_epilogues(pt_kernels *kn, const cudaDeviceProp *prop)
     return 0;
 }
 
+/* kn->about: the device and the versions of what the backend runs through, each as the
+ * library reports it (NVIDIA's encodings: CUDA's major·1000 + minor·10; cuBLASLt's
+ * and cuDNN's major·10000 + minor·100 + patch since cuBLAS 11 and cuDNN 9). */
+static void describe(pt_kernels *kn, const cudaDeviceProp *prop)
+{
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    size_t lt = cublasLtGetVersion();
+    int at = snprintf(kn->about, sizeof kn->about,
+                      "%.120s (compute capability %d.%d, %d SMs); CUDA driver API %d.%d, "
+                      "runtime %d.%d; cuBLASLt %zu.%zu.%zu", prop->name, prop->major,
+                      prop->minor, prop->multiProcessorCount, driver / 1000,
+                      driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, lt / 10000,
+                      lt / 100 % 100, lt % 100);
+#ifdef PT_KCUDA_HAVE_CUDNN
+    size_t dnn = pt_kcuda_cudnn_version();
+    if (at > 0 && (size_t)at < sizeof kn->about)
+        snprintf(kn->about + at, sizeof kn->about - (size_t)at, "; cuDNN %zu.%zu.%zu",
+                 dnn / 10000, dnn / 100 % 100, dnn % 100);
+#else
+    (void)at;
+#endif
+}
+
 pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
 {
     int count = 0;
@@ -682,5 +707,6 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
         pt_kcuda_destroy(kn);
         return NULL;
     }
+    describe(kn, &prop);
     return kn;
 }

@@ -412,6 +412,8 @@ void pt_kcuda_attention_combine(pt_kernels *kn, float *out, float *lse, const fl
  * handle (backend.cu's destroy). */
 typedef struct pt_kcuda_cudnn pt_kcuda_cudnn;
 int pt_kcuda_cudnn_init(pt_kernels *kn, bool required);
+/* cudnnGetVersion() of the cuDNN loaded, e.g. 91900 for 9.19.0 */
+size_t pt_kcuda_cudnn_version(void);
 void pt_kcuda_cudnn_destroy(pt_kernels *kn);
 void pt_kcuda_cudnn_attention_forward(pt_kernels *kn, float *out, float *lse, const float *q,
                                       const float *k, const float *v, int b, int sq, int skv,

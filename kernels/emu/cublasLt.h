@@ -144,6 +144,8 @@ typedef struct {
 /* ---- Functions ------------------------------------------------------------------------------ */
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);
+/* the emulator's: 0 (a real cuBLASLt's major·10000 + minor·100 + patch) */
+size_t cublasLtGetVersion(void);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,

@@ -89,6 +89,9 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
+/* the emulator's own number, CUDA's encoding (major·1000 + minor·10): 0.0 */
+cudaError_t cudaDriverGetVersion(int *version);
+cudaError_t cudaRuntimeGetVersion(int *version);
 
 /* ---- Errors -------------------------------------------------------------------------------- */
 

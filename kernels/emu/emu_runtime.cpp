@@ -145,6 +145,19 @@ cudaError_t cudaGetDeviceCount(int *count)
     return cudaSuccess;
 }
 
+cudaError_t cudaDriverGetVersion(int *version)
+{
+    if (!version)
+        return set_error(cudaErrorInvalidValue);
+    *version = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *version)
+{
+    return cudaDriverGetVersion(version);
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
 {
     if (!prop)
