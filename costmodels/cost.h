@@ -80,7 +80,9 @@ typedef struct {
 /* The layers' GEMMs by the runtime call each is, which is their key's kind (the
  * libraries choose other kernels for each, so each is priced and profiled apart):
  * - PT_GEMM_FWD, "gemm": the forward, out = in · w^T (matmul_forward);
+ * - PT_GEMM_FWD_BIAS, "gemm_bias": with a bias added in its epilogue;
  * - PT_GEMM_FWD_GELU, "gemm_gelu": with the GELU in its epilogue (matmul_forward_gelu);
+ * - PT_GEMM_FWD_GELU_BIAS, "gemm_gelu_bias": with the bias and the GELU;
  * - PT_GEMM_DGRAD, "gemm_dgrad": a data gradient added into its output,
  *   dinp += dout · w (matmul_backward's dinp);
  * - PT_GEMM_DGRAD_DGELU, "gemm_dgelu": a data gradient through the GELU's derivative
@@ -91,7 +93,8 @@ typedef struct {
  * planner/ops.c builds the keys, ptprofile times each role as that call, the lookups
  * read them back: all through this table. */
 typedef enum { PT_GEMM_FWD, PT_GEMM_FWD_GELU, PT_GEMM_DGRAD, PT_GEMM_DGRAD_DGELU,
-               PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS, PT_GEMM_ROLE_COUNT } pt_gemm_role;
+               PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS, PT_GEMM_FWD_BIAS, PT_GEMM_FWD_GELU_BIAS,
+               PT_GEMM_ROLE_COUNT } pt_gemm_role;
 const char *pt_gemm_role_kind(pt_gemm_role r); /* "gemm", "gemm_gelu", "gemm_dgrad", ... */
 /* The role whose kind starts key (up to its first ':'); -1 when key is not one of the
  * layers' GEMMs. */

@@ -288,15 +288,23 @@ static int kernel_interp(const pt_costdb *db, const pt_ksample *q, double *t)
 }
 
 /* For a gradient's GEMM key (PT_GEMM_DGRAD, PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS) the
- * samples of the forward GEMM of the same dtype and shape, k_by_key[*a, *b): what tables
- * made before these roles had keys of their own hold for it. False when it has none. */
+ * samples of the forward GEMM of the same dtype and shape, and for a biased forward's
+ * (PT_GEMM_FWD_BIAS, PT_GEMM_FWD_GELU_BIAS) those of the same forward without the bias,
+ * k_by_key[*a, *b): what tables made before these roles had keys of their own hold for
+ * it. False when it has none. */
 static bool forward_gemm(const pt_costdb *db, const pt_ksample *q, size_t *a, size_t *b)
 {
     int role = pt_gemm_role_of(q->key);
-    if (role != PT_GEMM_DGRAD && role != PT_GEMM_WGRAD && role != PT_GEMM_WGRAD_BIAS)
+    pt_gemm_role base;
+    if (role == PT_GEMM_DGRAD || role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS ||
+        role == PT_GEMM_FWD_BIAS)
+        base = PT_GEMM_FWD;
+    else if (role == PT_GEMM_FWD_GELU_BIAS)
+        base = PT_GEMM_FWD_GELU;
+    else
         return false;
     pt_ksample f = *q;
-    snprintf(f.key, sizeof f.key, "%s%s", pt_gemm_role_kind(PT_GEMM_FWD),
+    snprintf(f.key, sizeof f.key, "%s%s", pt_gemm_role_kind(base),
              q->key + strcspn(q->key, ":"));
     order o = {db->ks, sizeof *db->ks, kkey_cmp};
     *a = bound(o, db->k_by_key, 0, db->nk, &f, PT_KKEY_KEY, false);

@@ -217,8 +217,21 @@ static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int
     op->param = param;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * (double)m * (double)n * (double)k;
+    /* a forward with a bias (the model's, or the head's vocabulary mask) is another call:
+     * cuBLASLt's bias epilogue, which reads the bias too. On the H100 (2026-11-27) GPT-2's
+     * forward GEMMs, all biased, ran 1.03-1.25x the figures profiled without a bias
+     * inside training steps, the data gradients of the same shapes 1.08-1.13x. A
+     * row-parallel layer's bias is added by one tp rank: priced as that rank's call. */
+    bool bias = param == PT_PARAM_HEAD ? pt_vocab_mask_elems(b->c->m, b->c->l->tp) > 0
+                                       : b->c->m->bias;
+    if (bias && role == PT_GEMM_FWD)
+        role = PT_GEMM_FWD_BIAS;
+    else if (bias && role == PT_GEMM_FWD_GELU)
+        role = PT_GEMM_FWD_GELU_BIAS;
     switch (role) {
     case PT_GEMM_FWD: op->kernel.bytes = ins + ab * out; break;
+    case PT_GEMM_FWD_BIAS: op->kernel.bytes = ins + ab * out + ab * (double)n; break;
+    case PT_GEMM_FWD_GELU_BIAS: op->kernel.bytes = ins + 2 * ab * out + ab * (double)n; break;
     case PT_GEMM_FWD_GELU:
     case PT_GEMM_DGRAD:
     case PT_GEMM_DGRAD_DGELU: op->kernel.bytes = ins + 2 * ab * out; break;

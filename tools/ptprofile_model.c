@@ -88,14 +88,14 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
 }
 
 typedef struct {
-    void *a, *b, *c, *aux;
+    void *a, *b, *c, *aux, *bias;
     int64_t m, n, k;
     pt_gemm_role role;
 } gemm_args;
 
 /* c (m, n) from a and b, the key's m, n and k in the runtime's call of each role:
  * - the forward c = a · b^T, a (m, k), b (n, k) (a layer's in and w), alone or with the
- *   GELU (aux the pre-activation it keeps);
+ *   GELU (aux the pre-activation it keeps), each with a bias (n) or without;
  * - a data gradient c += a · b, a (m, k) the output's gradient, b (k, n) the weight,
  *   alone or written through the GELU's derivative at aux;
  * - a weight gradient c += a^T · b into fp32, a (k, m) the output's gradient, b (k, n)
@@ -106,10 +106,12 @@ static void run_gemm(pt_kernels *kn, void *arg)
     int m = (int)g->m, n = (int)g->n, k = (int)g->k;
     switch (g->role) {
     case PT_GEMM_FWD:
-        kn->matmul_forward(kn, g->c, g->a, g->b, NULL, g->m, k, n);
+    case PT_GEMM_FWD_BIAS:
+        kn->matmul_forward(kn, g->c, g->a, g->b, g->bias, g->m, k, n);
         break;
     case PT_GEMM_FWD_GELU:
-        kn->matmul_forward_gelu(kn, g->c, g->aux, g->a, g->b, NULL, g->m, k, n);
+    case PT_GEMM_FWD_GELU_BIAS:
+        kn->matmul_forward_gelu(kn, g->c, g->aux, g->a, g->b, g->bias, g->m, k, n);
         break;
     case PT_GEMM_DGRAD:
         kn->matmul_backward(kn, g->c, NULL, NULL, g->a, NULL, g->b, g->m, n, k);
@@ -190,20 +192,24 @@ double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
 {
     size_t ab = pt_kdtype_bytes(kn->act_dtype);
     bool wgrad = role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS;
-    /* aux: the pre-activation (m, n) beside a GELU, the bias gradient (m) fp32 */
-    size_t aux = role == PT_GEMM_FWD_GELU || role == PT_GEMM_DGRAD_DGELU ? (size_t)(m * n) * ab
-                 : role == PT_GEMM_WGRAD_BIAS                             ? (size_t)m * 4
-                                                                          : 0;
+    /* aux: the pre-activation (m, n) beside a GELU, the bias gradient (m) fp32; bias: a
+     * forward's (n) */
+    bool gelu = role == PT_GEMM_FWD_GELU || role == PT_GEMM_FWD_GELU_BIAS ||
+                role == PT_GEMM_DGRAD_DGELU;
+    size_t aux = gelu ? (size_t)(m * n) * ab : role == PT_GEMM_WGRAD_BIAS ? (size_t)m * 4 : 0;
+    bool bias = role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_GELU_BIAS;
     gemm_args g = {kn->alloc(kn, (size_t)(m * k) * ab), kn->alloc(kn, (size_t)(n * k) * ab),
                    kn->alloc(kn, (size_t)(m * n) * (wgrad ? 4 : ab)),
-                   aux ? kn->alloc(kn, aux) : NULL, m, n, k, role};
+                   aux ? kn->alloc(kn, aux) : NULL, bias ? kn->alloc(kn, (size_t)n * ab) : NULL,
+                   m, n, k, role};
     double times[64], t = -1;
     int done = 0;
     /* an output that the call adds into starts from zeros: only the multiplier's
-     * inputs need to be random */
-    if (g.a && g.b && g.c && (g.aux || !aux) && fill_random(kn, g.a, m * k, 1) == 0 &&
-        fill_random(kn, g.b, n * k, 2) == 0 &&
-        (!aux || wgrad || fill_random(kn, g.aux, m * n, 3) == 0)) {
+     * inputs (and a bias) need to be random */
+    if (g.a && g.b && g.c && (g.aux || !aux) && (g.bias || !bias) &&
+        fill_random(kn, g.a, m * k, 1) == 0 && fill_random(kn, g.b, n * k, 2) == 0 &&
+        (!aux || wgrad || fill_random(kn, g.aux, m * n, 3) == 0) &&
+        (!bias || fill_random(kn, g.bias, n, 4) == 0)) {
         kn->zero(kn, g.c, (size_t)(m * n) * (wgrad ? 4 : ab));
         if (aux && wgrad)
             kn->zero(kn, g.aux, aux);
@@ -223,5 +229,6 @@ double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
     kn->free(kn, g.b);
     kn->free(kn, g.c);
     kn->free(kn, g.aux);
+    kn->free(kn, g.bias);
     return t;
 }

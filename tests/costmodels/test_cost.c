@@ -75,6 +75,8 @@ static void test_names(void)
         CHECK_INT(pt_gemm_role_of(key), r);
     }
     CHECK(strcmp(pt_gemm_role_kind(PT_GEMM_WGRAD_BIAS), "gemm_wgrad_bias") == 0);
+    CHECK(strcmp(pt_gemm_role_kind(PT_GEMM_FWD_BIAS), "gemm_bias") == 0);
+    CHECK(strcmp(pt_gemm_role_kind(PT_GEMM_FWD_GELU_BIAS), "gemm_gelu_bias") == 0);
     CHECK_INT(pt_gemm_role_of("gemm_wgrad:bf16:m=8,n=8,k=8"), PT_GEMM_WGRAD);
     CHECK_INT(pt_gemm_role_of("gemm_skinny:bf16:m=8,n=8,k=8"), -1);
     CHECK_INT(pt_gemm_role_of("bmm:bf16:b=2,m=8,n=8,k=8"), -1);
@@ -334,6 +336,14 @@ static void check_lookups(const pt_costdb *db)
     CHECK_INT(pt_cost_kernel(db, &hw, &ge).prov, PT_PROV_ANALYTIC);
     pt_kernel_op wm = kop("gemm_wgrad:bf16:m=2048,n=2048,k=2048", PT_DTYPE_BF16, F_M, 2.5e7);
     CHECK_INT(pt_cost_kernel(db, &hw, &wm).prov, PT_PROV_ANALYTIC);
+    /* A biased forward with no sample of its kind takes the unbiased forward's of its
+     * shape; with the GELU, only the GELU forward's (none here), not the plain one's. */
+    pt_kernel_op fb = kop("gemm_bias:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 6.3e6);
+    c = pt_cost_kernel(db, &hw, &fb);
+    CHECK_INT(c.prov, PT_PROV_INTERPOLATED);
+    CHECK_NEAR(c.time_s, 12e-6, 1e-15);
+    pt_kernel_op gb = kop("gemm_gelu_bias:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 6.3e6);
+    CHECK_INT(pt_cost_kernel(db, &hw, &gb).prov, PT_PROV_ANALYTIC);
 
     /* Memory-bound kinds interpolate over bytes. */
     pt_kernel_op nm = kop("rmsnorm:bf16:n=1e7", PT_DTYPE_BF16, 0, 1e7);

@@ -163,7 +163,9 @@ static void test_keys(void)
     layer_lists("tp=4,dp=1", &f, &b);
     /* q, k, v: 1024 tokens, 1024/4 = 256 outputs each, 1024 inputs */
     CHECK(f.op[1].kind == PT_OPK_Q && f.op[1].param == PT_PARAM_Q);
-    CHECK(strcmp(f.op[1].kernel.key, "gemm:bf16:m=1024,n=256,k=1024") == 0);
+    CHECK(strcmp(f.op[1].kernel.key, "gemm_bias:bf16:m=1024,n=256,k=1024") == 0);
+    /* T·h and h·h/t read, T·h/t written, the bias (h/t) read */
+    CHECK_NEAR(f.op[1].kernel.bytes, 2 * (1024.0 * 1024 + 1024.0 * 256 + 1024.0 * 256 + 256), 0);
     CHECK(f.op[2].kind == PT_OPK_K && f.op[3].kind == PT_OPK_V);
     CHECK(strcmp(f.op[0].kernel.key, "layernorm_fwd:bf16:rows=1024,cols=1024") == 0);
     int attn = 0;
@@ -454,12 +456,30 @@ static void test_gemm_roles(void)
     CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS_WGRAD), "gemm_wgrad:bf16:");
     CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS_DGRAD), "gemm_dgrad:bf16:");
     pt_oplist_free(&h);
+    /* the head's forward has a bias where the vocabulary is padded (the runtime's mask
+     * of the padding, PT_BUF_VMASK): GPT-2's 50,257 to 50,304, not 50,304 itself */
+    CHECK_INT(pt_ops_head(&c, false, &h), 0);
+    CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS), "gemm:bf16:");
+    pt_oplist_free(&h);
+    m.vocab = 50257;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_head(&c, false, &h), 0);
+    CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS), "gemm_bias:bf16:");
+    pt_oplist_free(&h);
+    /* the layers' forwards with the model's biases: the row-parallel ones too */
+    layer_lists("tp=4,dp=1", &f, &b);
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_ATTN_OUT), "gemm_bias:bf16:");
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_MLP_DOWN), "gemm_bias:bf16:");
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
     pt_stack st;
     pt_err err;
     CHECK_INT(pt_stack_get("ptrun", &st, &err), 0);
     llama_lists(&st, "dp=1", &f, &b);
     CHECK_STR_HAS(kind_key(&b, PT_OPK_Q_WGRAD), "gemm_wgrad:bf16:");
     CHECK_STR_HAS(kind_key(&b, PT_OPK_MLP_GATE_WGRAD), "gemm_wgrad:bf16:");
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_Q), "gemm:bf16:");
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_MLP_UP), "gemm:bf16:");
     pt_oplist_free(&f);
     pt_oplist_free(&b);
 }
@@ -523,7 +543,7 @@ static void test_fused_epilogues(void)
         CHECK_INT(kind_count(&f, gone[i]) + kind_count(&b, gone[i]), 0);
     /* T = 1024 tokens, sp: R = 512 rows per rank; f/t = 2048 */
     CHECK(strcmp(kind_key(&f, PT_OPK_ADD1_NORM2), "add_layernorm_fwd:bf16:rows=512,cols=1024") == 0);
-    CHECK(strcmp(kind_key(&f, PT_OPK_MLP_UP_GELU), "gemm_gelu:bf16:m=1024,n=2048,k=1024") == 0);
+    CHECK(strcmp(kind_key(&f, PT_OPK_MLP_UP_GELU), "gemm_gelu_bias:bf16:m=1024,n=2048,k=1024") == 0);
     CHECK(strcmp(kind_key(&b, PT_OPK_MLP_DOWN_DGRAD_GELU),
                  "gemm_dgelu:bf16:m=1024,n=2048,k=1024") == 0);
     /* the op order: the fused norm between the reduce-scatter and the gather, the GELU

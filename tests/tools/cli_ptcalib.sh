@@ -35,7 +35,7 @@ grep -q '"step":3' "$tmp/trace.json" || fail "spans carry their step"
 # per-op statistics of both ranks, and the steps run and timed
 [ "$(q "SELECT count(*) FROM spans WHERE name LIKE 'fwd mb0 %' GROUP BY rank" | tr '\n' ' ')" = "1 1 " ] ||
     fail "the last step's instructions of both ranks are stored"
-[ "$(q "SELECT count(DISTINCT rank) FROM op_stats WHERE op_key LIKE 'gemm:%' AND kept >= 1")" = 2 ] ||
+[ "$(q "SELECT count(DISTINCT rank) FROM op_stats WHERE op_key LIKE 'gemm_bias:%' AND kept >= 1")" = 2 ] ||
     fail "op statistics of both ranks are stored"
 [ "$(q "SELECT steps || ' ' || steps_timed FROM runs")" = "4 3" ] || fail "runs.steps is the steps run"
 [ "$(q "SELECT count(*) FROM run_ranks WHERE measured_memory_bytes > 0 AND peak_rss_bytes > \

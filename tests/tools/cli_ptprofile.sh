@@ -13,12 +13,13 @@ q() { sqlite3 "$tmp/c.db" "$1"; }
 coll="--no-collectives"
 [ "$with_coll" = "--with-collectives" ] && coll=""
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick $coll
-n1=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gemm'")
+n1=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gemm_bias'")
 [ "$n1" -gt 10 ] || fail "GEMM samples stored ($n1)"
-# each role of the layers' GEMMs is timed as the runtime calls it (planner/ops.c): data
-# gradients, weight gradients with the bias gradient (the default model has biases),
+# each role of the layers' GEMMs is timed as the runtime calls it (planner/ops.c): the
+# forwards with their biases (the default model has biases), the output head's without
+# (an unpadded vocabulary), data gradients, weight gradients with the bias gradient,
 # the output head's without
-for kind in gemm_dgrad gemm_wgrad_bias gemm_wgrad; do
+for kind in gemm gemm_gelu_bias gemm_dgrad gemm_dgelu gemm_wgrad_bias gemm_wgrad; do
     [ "$(q "SELECT count(*) FROM kernel_samples WHERE kind = '$kind'")" -gt 0 ] ||
         fail "no $kind samples"
 done
@@ -34,7 +35,7 @@ fi
 
 # Measuring again updates the samples instead of adding repeats.
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives
-n2=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gemm'")
+n2=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gemm_bias'")
 [ "$n2" = "$n1" ] || fail "a second run keeps $n1 GEMM samples, not $n2"
 [ "$(q "SELECT count(*) FROM kernel_samples WHERE kind IN ('attn_fwd', 'layernorm_bwd')")" -gt 1 ] ||
     fail "the model's other kernels are measured too"
