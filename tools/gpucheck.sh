@@ -99,6 +99,46 @@ step() {
     return $rc
 }
 
+# clocks NAME CMD...: step NAME CMD... while nvidia-smi samples the GPU's SM clock and
+# power every 200 ms into OUTDIR/NAME.clocks, then notes what they were. Inside training
+# steps the H100's GEMMs ran 1.03-1.32x their profiled times (2026-11-27) while its
+# memory-bound ops and attention matched: whether the clocks drop under a training run's
+# sustained load, and not under the profile's, is what these say.
+clocks() {
+    smi=0
+    nvidia-smi -L > /dev/null 2>&1 && smi=1
+    if [ "$smi" = 1 ]; then
+        nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 \
+            > "$out/$1.clocks" 2>/dev/null &
+        smi_pid=$!
+    fi
+    step "$@"
+    clocks_rc=$?
+    if [ "$smi" = 1 ]; then
+        kill "$smi_pid" 2>/dev/null
+        wait "$smi_pid" 2>/dev/null
+        note "  $1, the GPU while it ran: $("$py" - "$out/$1.clocks" <<'EOF'
+import statistics, sys
+rows = []
+for line in open(sys.argv[1]):
+    try:
+        mhz, watts = (float(x) for x in line.split(","))
+        rows.append((mhz, watts))
+    except ValueError:
+        pass
+if not rows:
+    print("no samples")
+else:
+    mhz, watts = [r[0] for r in rows], [r[1] for r in rows]
+    print("SM clock median %.0f MHz (%.0f-%.0f), power median %.0f W (max %.0f), %d samples"
+          % (statistics.median(mhz), min(mhz), max(mhz), statistics.median(watts),
+             max(watts), len(rows)))
+EOF
+)"
+    fi
+    return $clocks_rc
+}
+
 # PyTorch brings its own cuDNN and NCCL: keep the bundle's library path away from it
 pyclean="env -u LD_LIBRARY_PATH $py"
 
@@ -239,7 +279,7 @@ train() {
     [ -n "$layout" ] && set -- "$@" --layout "$layout"
     # from the analytic model, never from what earlier stages recorded
     step "$name.plan" env PT_COSTS_DB="$out/none.db" "$bin/ptplan" "$@" || return 1
-    step "$name" "$bin/ptrun" "$out/$name.plan.json" --steps "$steps" --data "$corpus" \
+    clocks "$name" "$bin/ptrun" "$out/$name.plan.json" --steps "$steps" --data "$corpus" \
         --val-every 0 --val-batches 1 --sample 0 --log "$out/$name.jsonl" --record || return 1
     note "- $name: $(grep -m1 '^plan' "$out/$name.log" | sed 's/^plan *//')"
     note "  $(grep -m1 'predicted' "$out/$name.log")"
@@ -367,10 +407,10 @@ stage_profile() {
     limit=${GPUCHECK_PROFILE_LIMIT_S:-400}
     # --resume: a table already in OUTDIR (an earlier call's, copied there) keeps its
     # GEMMs and gains what is missing; the kernels are measured again either way
-    step profile_124m "$bin/ptprofile" --backend cuda --model gpt2-124m --cluster dgx-h100 \
+    clocks profile_124m "$bin/ptprofile" --backend cuda --model gpt2-124m --cluster dgx-h100 \
         --devices 1 --global-batch 64 --max-mbs 64 --max-gflop 100000 --no-collectives \
         --db "$out/h100.db" --data "$corpus" --resume
-    [ "${GPUCHECK_PROFILE_XL:-1}" = 1 ] && step profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
+    [ "${GPUCHECK_PROFILE_XL:-1}" = 1 ] && clocks profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
         --devices 1 --global-batch 16 --max-mbs 64 --max-gflop 100000 --no-collectives \
         --db "$out/h100.db" --data "$corpus" --resume
     limit=$stage_limit
