@@ -47,6 +47,22 @@ n2=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gem
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives --resume
 grep -q "0 GEMMs" "$tmp/out" || fail "--resume re-measured GEMMs: $(cat "$tmp/out")"
 
+# tools/ship_profile.sh writes the table's profile of a device as SQL that loads into a
+# fresh schema (as ptplan loads a shipped one), its runs dated, with the libraries added
+ship="$(dirname "$0")/../../tools/ship_profile.sh"
+run 0 "$ship" "$tmp/c.db" cpu "test libraries 1.0"
+cp "$tmp/out" "$tmp/cpu.sql"
+sqlite3 "$tmp/c.db" .schema | sqlite3 "$tmp/s.db" && sqlite3 -bail "$tmp/s.db" < "$tmp/cpu.sql" ||
+    fail "ship_profile's SQL does not load"
+[ "$(sqlite3 "$tmp/s.db" "SELECT count(*) FROM kernel_samples")" = \
+  "$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND source = 'profile'")" ] ||
+    fail "ship_profile keeps every profiled sample of the device"
+[ "$(sqlite3 "$tmp/s.db" "SELECT count(*) FROM profile_runs WHERE versions LIKE '%; test libraries 1.0'")" = \
+  "$(q "SELECT count(*) FROM profile_runs WHERE device = 'cpu'")" ] ||
+    fail "ship_profile adds the libraries to each run"
+run 1 "$ship" "$tmp/c.db" no-such-device
+err_has "has no profiled samples of 'no-such-device'" "ship_profile: unknown device"
+
 # ptplan prices a GEMM-heavy step (a small model of wide layers) from measured data:
 # most of the priced time is measured, and MFU is against the measured peak.
 cat >"$tmp/wide.json" <<'JSON'
