@@ -53,6 +53,4 @@ void pt_progress_end(pt_progress *p)
 {
     if (p->tty && p->done)
         fputc('\n', stderr);
-    fprintf(stderr, "ptprofile: %lld of %lld GEMM keys done in %.1f s\n", (long long)p->done,
-            (long long)p->total, pt_prof_now_s() - p->start_s);
 }

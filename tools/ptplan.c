@@ -432,7 +432,7 @@ static int64_t device_samples(const pt_costdb *db, const char *device)
 static int use_shipped(const options *o, job *j)
 {
     const char *device = j->c.device.name;
-    if (o->no_shipped || strcmp(j->t.stack.name, "ptrun") != 0 ||
+    if (o->no_shipped || !pt_stack_is_ptrun(&j->t.stack) ||
         device_samples(j->db, device) > 0)
         return 0;
     pt_err err;
@@ -572,8 +572,8 @@ void print_job_header(const job *j)
             if (j->passed_over[0])
                 printf("\n        (used instead of %s, which has no samples of %s)",
                        j->passed_over, j->c.device.name);
-            printf("\n        what it lacks (collectives, the optimizer, other shapes) is "
-                   "analytic; --no-shipped-profile prices all analytically\n\n");
+            printf("\n        ops it has no samples of (collectives among them) are priced "
+                   "analytically; --no-shipped-profile prices all so\n\n");
             return;
         }
         /* where the measured figures of this device come from: the profile and which

@@ -256,6 +256,8 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
         pt_progress_step(&p, op->flops, op->key, result);
     }
     pt_progress_end(&p);
+    fprintf(stderr, "ptprofile: %lld of %lld GEMM keys done in %.1f s\n", (long long)p.done,
+            (long long)p.total, pt_prof_now_s() - p.start_s);
     return 0;
 }
 
