@@ -188,8 +188,9 @@ int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
                        double time_s, pt_source source, pt_err *err);
 
 /* Lookups: exact sample (median of repeats) → for a gradient's GEMM key that has none,
- * the forward GEMM ("gemm") of the same dtype and shape (interpolated: tables made
- * before the roles had keys of their own) → log-log interpolation between samples
+ * the forward GEMM ("gemm") of the same dtype and shape, for a biased forward's the
+ * same forward without the bias (interpolated: tables made before the roles had keys
+ * of their own) → log-log interpolation between samples
  * of the same kind, dtype and device over FLOPs (bytes for memory-bound kinds), or for
  * collectives of the same op and backend over bytes and then between group sizes →
  * analytic. db may be NULL (analytic only). */

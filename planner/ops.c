@@ -220,7 +220,7 @@ static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int
     /* a forward with a bias (the model's, or the head's vocabulary mask) is another call:
      * cuBLASLt's bias epilogue, which reads the bias too. On the H100 (2026-11-27) GPT-2's
      * forward GEMMs, all biased, ran 1.03-1.25x the figures profiled without a bias
-     * inside training steps, the data gradients of the same shapes 1.08-1.13x. A
+     * inside training steps, the data gradients (no bias) 1.00-1.32x. A
      * row-parallel layer's bias is added by one tp rank: priced as that rank's call. */
     bool bias = param == PT_PARAM_HEAD ? pt_vocab_mask_elems(b->c->m, b->c->l->tp) > 0
                                        : b->c->m->bias;

@@ -101,9 +101,10 @@ step() {
 
 # clocks NAME CMD...: step NAME CMD... while nvidia-smi samples the GPU's SM clock and
 # power every 200 ms into OUTDIR/NAME.clocks, then notes what they were. Inside training
-# steps the H100's GEMMs ran 1.03-1.32x their profiled times (2026-11-27) while its
-# memory-bound ops and attention matched: whether the clocks drop under a training run's
-# sustained load, and not under the profile's, is what these say.
+# steps most of the H100's GEMMs ran 1.03-1.32x their profiled times (2026-11-27) while
+# its norms, residual adds, cross-entropy and attention stayed within 4 %: whether the
+# clocks drop under a training run's sustained load, and not under the profile's, is
+# what these say.
 clocks() {
     smi=0
     nvidia-smi -L > /dev/null 2>&1 && smi=1

@@ -173,7 +173,9 @@ __global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, 
     /* four elements a thread where the tensor's buffers allow 16-byte accesses (i0, a
      * multiple of ADAMW_CHUNK, keeps their alignment); the rest one by one. On an H200
      * (2026-11-26) the one-by-one form moved GPT-2 1.5B's 47 GB of optimizer traffic
-     * at 2.2 TB/s, 45 % of the 4.8 TB/s that bench_kernels_cuda reads off the device. */
+     * at 2.2 TB/s, 45 % of the 4.8 TB/s that bench_kernels_cuda reads off the device;
+     * on an H100 (2026-11-27) this form moved them at 2.0 TB/s (23.8 ms), GPT-2 124M's
+     * 3.7 GB at 1.4 TB/s (2.7 ms): still well under the device's bandwidth. */
     const bool four = ((uintptr_t)d.params & 15) == 0 && ((uintptr_t)d.grads & 15) == 0 &&
                       ((uintptr_t)d.m & 15) == 0 && ((uintptr_t)d.v & 15) == 0 &&
                       ((uintptr_t)d.params_bf16 & 7) == 0;
