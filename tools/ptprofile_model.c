@@ -63,7 +63,8 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
      * device time, without waiting around it. */
     int rc = kn ? 0 : pt_err_set(err, "out of memory");
     if (rc == 0)
-        rc = pt_sched_build(p.layout.schedule, 1, 1, 1, &sched, err);
+        rc = pt_sched_build(p.layout.schedule, p.layout.pp, p.layout.vp, (int)p.layout.n_micro,
+                            &sched, err);
     if (rc == 0)
         rc = pt_dist_init(&d, NULL, &g, 0, err);
     if (rc == 0)
