@@ -70,7 +70,8 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
     if (rc == 0)
         rc = pt_sampler_init(&sampler, data, m->seq, p.run.seed, err);
     if (rc == 0)
-        rc = pt_net_init(&net, &p, kn, 0, pt_sched_peak_in_flight(&sched, 0), 1, &tr, err);
+        rc = pt_net_init(&net, &p, kn, 0, pt_sched_peak_in_flight(&sched, 0), p.run.seed, &tr,
+                         err);
     /* one warm-up step, then `repeats` timed ones */
     for (int r = 0; rc == 0 && r <= repeats; r++) {
         pt_step_stats st;

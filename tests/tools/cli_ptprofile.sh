@@ -109,6 +109,16 @@ printf 'too short' >"$tmp/short.txt"
 run 1 "$build/ptprofile" --db "$tmp/d.db" --data "$tmp/short.txt" --no-collectives
 err_has "data $tmp/short.txt: 9 tokens, fewer than one sequence of tiny" "--data too short"
 [ -e "$tmp/d.db" ] && fail "no database is created for a too short --data"
+# a token file with an id beyond tiny's 256-token vocabulary (the format ptrun reads)
+python3 - "$tmp/big.bin" <<'PY' || fail "cannot write the token file"
+import struct, sys
+toks = [1, 2, 300] + [5] * 200
+hdr = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
+PY
+run 1 "$build/ptprofile" --db "$tmp/d.db" --data "$tmp/big.bin" --no-collectives
+err_has "token 300 at position 2 is beyond the vocabulary" "--data beyond the vocabulary"
+[ -e "$tmp/d.db" ] && fail "no database is created for --data beyond the vocabulary"
 run 1 "$build/ptplan" --db "$tmp/garbage.db"
 err_has "garbage.db" "missing database for ptplan"
 
