@@ -418,12 +418,13 @@ static int dump_cluster(const char *name, int64_t nodes)
 
 /* ---- Loading what to plan ---------------------------------------------------- */
 
-/* Kernel samples of `device` in db (the profile's and the runs'). */
-static int64_t device_samples(const pt_costdb *db, const char *device)
+/* Whether db holds kernel samples of `device`, ptprofile's or a recorded run's (false
+ * for no table). */
+static bool has_samples_of(const pt_costdb *db, const char *device)
 {
     int64_t runs[1], profiled;
     int n = pt_costdb_sample_runs(db, device, runs, 1, &profiled);
-    return profiled + n;
+    return profiled > 0 || n > 0;
 }
 
 /* The shipped profile of the cluster's device in place of a table with no samples of
@@ -432,8 +433,7 @@ static int64_t device_samples(const pt_costdb *db, const char *device)
 static int use_shipped(const options *o, job *j)
 {
     const char *device = j->c.device.name;
-    if (o->no_shipped || !pt_stack_is_ptrun(&j->t.stack) ||
-        device_samples(j->db, device) > 0)
+    if (o->no_shipped || !pt_stack_is_ptrun(&j->t.stack) || has_samples_of(j->db, device))
         return 0;
     pt_err err;
     pt_costdb *shipped;
