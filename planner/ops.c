@@ -221,9 +221,11 @@ static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int
      * cuBLASLt's bias epilogue, which reads the bias too. On the H100 (2026-11-27) GPT-2's
      * forward GEMMs, all biased, ran 1.03-1.25x the figures profiled without a bias
      * inside training steps, the data gradients (no bias) 1.00-1.32x. A
-     * row-parallel layer's bias is added by one tp rank: priced as that rank's call. */
+     * row-parallel layer's bias is added by tp rank 0 only (its partial outputs are
+     * summed over tp afterwards): the other ranks' call has none. */
+    bool row_parallel = param == PT_PARAM_ATTN_OUT || param == PT_PARAM_MLP_DOWN;
     bool bias = param == PT_PARAM_HEAD ? pt_vocab_mask_elems(b->c->m, b->c->l->tp) > 0
-                                       : b->c->m->bias;
+                                       : b->c->m->bias && !(row_parallel && b->c->tp_rank != 0);
     if (bias && role == PT_GEMM_FWD)
         role = PT_GEMM_FWD_BIAS;
     else if (bias && role == PT_GEMM_FWD_GELU)

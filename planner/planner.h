@@ -731,6 +731,9 @@ typedef struct {
     int world_ranks_per_node;         /* every rank of the run */
     char device[64];                  /* the cluster's device (the stack's attention
                                          efficiency is per device); "" without one */
+    int tp_rank;                      /* whose lists: 0, the tp rank that adds a
+                                         row-parallel layer's bias (the one priced), unless
+                                         the runtime sets its own rank's */
 } pt_opctx;
 
 /* What one rank of layout l holds of a micro-batch going through a layer: the op

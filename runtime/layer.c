@@ -365,6 +365,7 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
 {
     pt_opctx c;
     pt_opctx_init(&c, &n->spec, &n->layout, &p->train, &p->cluster);
+    c.tp_rank = n->tp_rank; /* its row-parallel forwards add no bias unless it is rank 0 */
     int rc = 0;
     for (int i = 0; i < 6 && rc == 0; i++) {
         bool bwd = i % 2;
@@ -741,8 +742,6 @@ static void norm_fwd(ctx *c, pt_param_ref which, float *inp, const float *skip, 
     c->col_in = out; /* what the next column-parallel GEMMs read (gathered with sp) */
 }
 
-/* A linear layer's forward. A row-parallel layer's bias is added by one tp rank only,
- * as its partial outputs are summed over tp afterwards. */
 /* A linear layer's forward or weight gradient over rows [row0, row0 + rows) of the
  * (T, ic) input, whose first row is at inp. */
 typedef struct {
@@ -804,6 +803,9 @@ static int gemm_over_rows(ctx *c, const rows_gemm *g, const float *inp)
     return 0;
 }
 
+/* A linear layer's forward. A row-parallel layer's bias is added by tp rank 0 only, as
+ * its partial outputs are summed over tp afterwards (the op's key says which call:
+ * planner/ops.c's gemm, from the rank's pt_opctx.tp_rank). */
 static int linear_fwd(ctx *c, pt_param_ref which, float *out, const float *inp, int ic, int oc,
                       bool row_parallel)
 {

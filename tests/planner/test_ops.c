@@ -466,10 +466,31 @@ static void test_gemm_roles(void)
     CHECK_INT(pt_ops_head(&c, false, &h), 0);
     CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS), "gemm_bias:bf16:");
     pt_oplist_free(&h);
-    /* the layers' forwards with the model's biases: the row-parallel ones too */
+    /* the layers' forwards with the model's biases: the row-parallel ones too, on tp
+     * rank 0 (the lists the planner prices) */
     layer_lists("tp=4,dp=1", &f, &b);
     CHECK_STR_HAS(kind_key(&f, PT_OPK_ATTN_OUT), "gemm_bias:bf16:");
     CHECK_STR_HAS(kind_key(&f, PT_OPK_MLP_DOWN), "gemm_bias:bf16:");
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    /* another tp rank's row-parallel forwards add no bias (the runtime's linear_fwd):
+     * their key and traffic say so; its column-parallel ones and its bias gradients
+     * keep theirs */
+    m = gpt(4, 1024, 16, 1024, 50304);
+    l = layout("tp=4,dp=1", 16);
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    c.tp_rank = 1;
+    f = (pt_oplist){0};
+    b = (pt_oplist){0};
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    CHECK(strcmp(kind_key(&f, PT_OPK_ATTN_OUT), "gemm:bf16:m=1024,n=1024,k=256") == 0);
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_MLP_DOWN), "gemm:bf16:");
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_Q), "gemm_bias:bf16:");
+    CHECK_STR_HAS(kind_key(&b, PT_OPK_ATTN_OUT_WGRAD), "gemm_wgrad_bias:bf16:");
+    for (int i = 0; i < f.n; i++)
+        if (f.op[i].kind == PT_OPK_ATTN_OUT) /* T·h/t and h·h/t read, T·h written */
+            CHECK_NEAR(f.op[i].kernel.bytes, 2 * (1024.0 * 256 + 1024.0 * 256 + 1024.0 * 1024), 0);
     pt_oplist_free(&f);
     pt_oplist_free(&b);
     pt_stack st;

@@ -91,6 +91,18 @@ for p in mfu steptime ops timeline memory loss; do
 done
 grep -q "report/index.md" "$tmp/out" || fail "ptreport says where the report is"
 
+# Each rank's spans are keyed by the call it makes: under tp=2 a row-parallel layer's
+# bias is added by tp rank 0 only, so rank 1's attn_out and mlp_down are plain GEMMs
+# (planner/ops.c's keys of that rank's lists), its q keeps its bias.
+run 0 "$build/ptplan" --devices 2 --global-batch 4 --out "$tmp/tp2.json" --layout tp=2,mbs=2
+run 0 $mpi "$build/ptrun" "$tmp/tp2.json" --steps 2 --val-every 0 --sample 0 --quiet \
+    --record --db "$tmp/tp2.db" --trace "$tmp/tp2trace.json"
+keys=$(sqlite3 "$tmp/tp2.db" "SELECT DISTINCT rank || ' ' || substr(op_key, 1, instr(op_key, ':') - 1)
+    FROM op_stats WHERE name = 'attn_out'" | sort | tr '\n' ',')
+[ "$keys" = "0 gemm_bias,1 gemm," ] || fail "tp=2 attn_out keys by rank: $keys"
+[ "$(sqlite3 "$tmp/tp2.db" "SELECT count(DISTINCT rank) FROM op_stats WHERE op_key = 'gemm_bias:fp32:m=128,n=32,k=64'")" = 2 ] ||
+    fail "tp=2: both ranks' q projections keep their bias"
+
 # bad input
 "$build/ptplan" --devices 2 --global-batch 16 --out "$tmp/other.json" --layout \
     "tp=1,pp=2,vp=1,cp=1,dp=1,zero=0,mbs=2,recompute=none,sp=0,schedule=1f1b" >/dev/null
