@@ -157,6 +157,16 @@ void pt_comm_library(const pt_comm *c, char *buf, size_t cap)
         snprintf(buf, cap, "none");
 }
 
+void pt_comm_nccl_library(char *buf, size_t cap)
+{
+#ifdef PT_COMM_HAVE_NCCL
+    pt_comm_be_nccl.library(buf, cap);
+#else
+    if (cap)
+        buf[0] = '\0';
+#endif
+}
+
 /* ---- Groups ----------------------------------------------------------------------------- */
 
 /* This rank's place among `members` (n world ranks, any order, this rank among them):

@@ -91,6 +91,9 @@ int pt_comm_use_staging(pt_comm *c, pt_kernels *kn, pt_err *err);
  * "Open MPI v4.1.4, ..." (MPI's first line), "NCCL 2.21.5", or "none" in a world of
  * one without MPI. */
 void pt_comm_library(const pt_comm *c, char *buf, size_t cap);
+/* The NCCL library's version ("NCCL 2.28.9") into buf where this layer was built with
+ * its NCCL backend, with no world open; "" without it. */
+void pt_comm_nccl_library(char *buf, size_t cap);
 /* A run of its own over world ranks 0..n-1 of c (2 <= n <= size), for measuring a
  * group of that size (ptprofile-coll): collective over c's world; ranks from n on get
  * *out = NULL. The new comm's world is those n ranks (world rank r of c is its rank

@@ -573,6 +573,13 @@ pt_kernels *pt_kernels_cpu(int threads);
  * device cannot be opened; err (cap bytes, may be NULL) then says why. */
 pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap);
 
+/* The NVIDIA driver's release ("580.159.04") into out (cap bytes) from the text of
+ * /proc/driver/nvidia/version, whose first line names it among other words ("NVRM
+ * version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Release Build ..."): the first
+ * word of that line made of digits and dots, with a dot inside. 0, or -1 with out
+ * empty when that line has none (or it does not fit). */
+int pt_nvidia_driver_release(const char *text, char *out, size_t cap);
+
 /* How many CUDA devices this process sees (after CUDA_VISIBLE_DEVICES and a launcher's
  * binding); 0 without CUDA, without a device, or when the driver cannot be asked. */
 int pt_kernels_cuda_devices(void);

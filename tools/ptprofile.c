@@ -12,6 +12,7 @@
 #include "kernels.h"
 #include "ptconfig.h"
 #include "cli.h"
+#include "comm.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -49,6 +50,9 @@ static const char usage_text[] =
     "                       at least 2]\n"
     "  --no-collectives     skip the collectives (no mpirun needed)\n"
     "  --repeats N          timed repeats per point, median kept [5; 3 with --quick]\n"
+    "  --soak-ms N          with --backend cuda, run each GEMM back to back for N ms\n"
+    "                       before timing it, so that it is timed at the clock the GPU\n"
+    "                       sustains under load, as in training [200; 0: none]\n"
     "  --max-gflop X        skip GEMMs above X GFLOP [50]\n"
     "  --resume             skip ops that already have a sample in the table\n"
     "  -h, --help           this text\n";
@@ -57,7 +61,7 @@ typedef struct {
     pt_kernels *kn;          /* the backend measured: CPU (OpenBLAS) or CUDA */
     const char *db, *model, *cluster, *backend, *data;
     pt_tokens tokens;        /* --data's */
-    int64_t nodes, devices, global_batch, seq, np, repeats, max_mbs;
+    int64_t nodes, devices, global_batch, seq, np, repeats, max_mbs, soak_ms;
     double max_gflop;
     bool sweep, quick, no_coll, resume;
 } prof_opts;
@@ -65,7 +69,8 @@ typedef struct {
 static int parse_options(int argc, char **argv, prof_opts *o)
 {
     enum { O_DB = 256, O_MODEL, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_SWEEP, O_QUICK, O_BACKEND,
-           O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME, O_DEVICES, O_MAXMBS, O_DATA };
+           O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME, O_DEVICES, O_MAXMBS, O_DATA,
+           O_SOAK };
     static const struct option longopts[] = {
         {"db", 1, 0, O_DB}, {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER},
         {"nodes", 1, 0, O_NODES}, {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ},
@@ -73,10 +78,10 @@ static int parse_options(int argc, char **argv, prof_opts *o)
         {"np", 1, 0, O_NP}, {"no-collectives", 0, 0, O_NOCOLL}, {"repeats", 1, 0, O_REPEATS},
         {"max-gflop", 1, 0, O_MAXGF}, {"resume", 0, 0, O_RESUME}, {"help", 0, 0, 'h'},
         {"devices", 1, 0, O_DEVICES}, {"max-mbs", 1, 0, O_MAXMBS}, {"data", 1, 0, O_DATA},
-        {0, 0, 0, 0}};
+        {"soak-ms", 1, 0, O_SOAK}, {0, 0, 0, 0}};
     *o = (prof_opts){.model = "tiny", .cluster = "local", .backend = "cpu", .global_batch = 64,
                      .data = PT_TRAINER_DEFAULT_CORPUS,
-                     .max_gflop = 50};
+                     .max_gflop = 50, .soak_ms = 200};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -98,6 +103,7 @@ static int parse_options(int argc, char **argv, prof_opts *o)
         case O_NP: bad = pt_cli_int("ptprofile", "--np", optarg, 2, 4096, &o->np); break;
         case O_NOCOLL: o->no_coll = true; break;
         case O_REPEATS: bad = pt_cli_int("ptprofile", "--repeats", optarg, 1, 64, &o->repeats); break;
+        case O_SOAK: bad = pt_cli_int("ptprofile", "--soak-ms", optarg, 0, 60000, &o->soak_ms); break;
         case O_MAXGF:
             bad = pt_cli_int("ptprofile", "--max-gflop", optarg, 1, 1 << 30, &gf);
             o->max_gflop = (double)gf;
@@ -242,7 +248,8 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
         /* the CPU's forward GEMMs through OpenBLAS directly (with a time budget); its
          * other roles through its kernel table, as the runtime calls them */
         double t = strcmp(o->backend, "cuda") == 0 || role != PT_GEMM_FWD
-                       ? pt_prof_gemm_backend(o->kn, m, n, k, role, o->repeats, &best)
+                       ? pt_prof_gemm_backend(o->kn, m, n, k, role, o->repeats,
+                                              1e-3 * (double)o->soak_ms, &best)
                        : pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
         if (t <= 0)
             return pt_err_set(err, "out of memory timing %s", op->key);
@@ -455,9 +462,12 @@ int main(int argc, char **argv)
      * OpenMP's: the runtime draws the model's initial weights on them for each
      * micro-batch size (pt_net_init), and on one thread GPT-2 1.5B's took 103 s of each
      * (H100 machine, 2026-11-27) */
-    snprintf(pr.versions, sizeof pr.versions, "ptprofile %s; %s%s%s", PT_VERSION,
+    char nccl[64] = "";
+    if (strcmp(o.backend, "cuda") == 0)
+        pt_comm_nccl_library(nccl, sizeof nccl);
+    snprintf(pr.versions, sizeof pr.versions, "ptprofile %s; %s%s%s%s%s", PT_VERSION,
              pt_prof_cpu_init(strcmp(o.backend, "cpu") == 0 ? 1 : 0),
-             o.kn->about[0] ? "; " : "", o.kn->about);
+             o.kn->about[0] ? "; " : "", o.kn->about, nccl[0] ? "; " : "", nccl);
     for (int i = 0; i < argc; i++)
         snprintf(pr.command + strlen(pr.command), sizeof pr.command - strlen(pr.command),
                  "%s%s", i ? " " : "", argv[i]);

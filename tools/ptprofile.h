@@ -44,19 +44,21 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
                           const pt_train *t, const pt_tokens *data, int64_t mbs, int repeats,
                           pt_costdb *db, int64_t *stored, pt_err *err);
 /* Median seconds of the kernel table's matmul (any backend) in role `role`, as the
- * runtime calls it for a key of that shape; *best_s the fastest run; -1 when the
- * backend fails or runs out of memory. */
+ * runtime calls it for a key of that shape, after soak_s seconds of it back to back on
+ * the CUDA backend (pt_prof_cuda_time; other backends take none); *best_s the fastest
+ * run; -1 when the backend fails or runs out of memory. */
 double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
-                            pt_gemm_role role, int repeats, double *best_s);
+                            pt_gemm_role role, int repeats, double soak_s, double *best_s);
 
 /* ---- The CUDA backend's timer (ptprofile_cuda.c, built with the CUDA backend) ----------- */
 
 /* Times run(kn, arg) on the CUDA backend kn with CUDA events on its stream: warm-up
- * runs, then `repeats` (at most 64) runs queued back to back, each between its own
- * events; each run's seconds into times_s. Returns how many were measured, or -1 when
- * kn is not the CUDA backend or a CUDA call fails. */
+ * runs, then runs back to back for about soak_s seconds (0: none), then `repeats` (at
+ * most 64) runs queued back to back, each between its own events; each run's seconds
+ * into times_s. Returns how many were measured, or -1 when kn is not the CUDA backend
+ * or a CUDA call fails. */
 int pt_prof_cuda_time(pt_kernels *kn, void (*run)(pt_kernels *kn, void *arg), void *arg,
-                      int repeats, double *times_s);
+                      int repeats, double soak_s, double *times_s);
 
 /* ---- Progress (ptprofile.c) ------------------------------------------------------------- */
 

@@ -6,11 +6,20 @@
  * GEMMs of tensor-parallel layouts is a large share of the kernel's time.
  *
  * Warm-up runs first (the first GEMM of a shape pays for cuBLASLt's algorithm search
- * and the GPU's climb out of idle clocks), then every timed run is queued back to back
- * between its own pair of events, so the GPU never waits for the host between runs,
- * and the times are read once the last event has completed. Clocks are not locked:
- * the GPU boosts and throttles as it will in training, which is what the planner
- * predicts; the median of the repeats absorbs the drift.
+ * and the GPU's climb out of idle clocks), then the op runs back to back for `soak_s`
+ * seconds, then every timed run is queued back to back between its own pair of
+ * events, so the GPU never waits for the host between runs, and the times are read
+ * once the last event has completed. Clocks are not locked: the GPU boosts and
+ * throttles as it will in training, which is what the planner predicts.
+ *
+ * The soak is there because a training step holds the GPU at its power limit and a
+ * burst of a few runs does not. On the H100 of 2026-11-27 (tools/gpucheck.sh, clocks
+ * sampled every 200 ms): GPT-2 124M's training drew a median 683 W of the card's
+ * 700 W (NVIDIA's H100 SXM datasheet) at a median SM clock of 1680 MHz, while the
+ * profile, which timed each GEMM in bursts of seven runs (about 3 ms of a GPT-2
+ * 124M GEMM), kept 1980 MHz and drew at most 615 W; the step's GEMMs then took
+ * 1.03-1.33x (7.8 % in all) their profiled times and the prediction fell 6.5 % short.
+ * The soak brings the GPU to the clock it sustains under that op before it is timed.
  *
  * Plain C against cuda_runtime.h; compiled where the CUDA backend is.
  */
@@ -22,8 +31,11 @@
 /* Warm-up runs before timing. */
 enum { PT_PROF_WARMUP = 2, PT_PROF_MAX_REPEATS = 64 };
 
+/* Runs of the soak at most, whatever a run's time: a bound on the host's launches. */
+enum { PT_PROF_MAX_SOAK_RUNS = 100000 };
+
 int pt_prof_cuda_time(pt_kernels *kn, void (*run)(pt_kernels *kn, void *arg), void *arg,
-                      int repeats, double *times_s)
+                      int repeats, double soak_s, double *times_s)
 {
     if (strcmp(kn->name, "cuda") != 0 || repeats < 1)
         return -1;
@@ -37,10 +49,24 @@ int pt_prof_cuda_time(pt_kernels *kn, void (*run)(pt_kernels *kn, void *arg), vo
     for (; made <= repeats; made++)
         if (cudaEventCreate(&ev[made]) != cudaSuccess)
             goto out;
-    for (int w = 0; w < PT_PROF_WARMUP; w++)
+    /* the last warm-up run, between events 0 and 1, sizes the soak */
+    for (int w = 0; w < PT_PROF_WARMUP; w++) {
+        if (w == PT_PROF_WARMUP - 1 && cudaEventRecord(ev[0], stream) != cudaSuccess)
+            goto out;
         run(kn, arg);
-    if (kn->sync(kn))
+    }
+    if (cudaEventRecord(ev[1], stream) != cudaSuccess ||
+        cudaEventSynchronize(ev[1]) != cudaSuccess || kn->sync(kn))
         goto out;
+    if (soak_s > 0) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
+            goto out;
+        double runs = ms > 0 ? soak_s / (1e-3 * (double)ms) : PT_PROF_MAX_SOAK_RUNS;
+        long n = runs < PT_PROF_MAX_SOAK_RUNS ? (long)runs + 1 : PT_PROF_MAX_SOAK_RUNS;
+        for (long i = 0; i < n; i++) /* no synchronisation: the timed runs follow at once */
+            run(kn, arg);
+    }
     /* run r lies between events r and r + 1 */
     if (cudaEventRecord(ev[0], stream) != cudaSuccess)
         goto out;

@@ -133,12 +133,13 @@ static void run_gemm(pt_kernels *kn, void *arg)
 /* Seconds of `repeats` runs of the GEMM into times; how many were measured. On the
  * CUDA backend CUDA events time the GPU's work (ptprofile_cuda.c); elsewhere (ops that
  * finish before they return) the monotonic clock around each run and its sync. */
-static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double *times)
+static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double soak_s, double *times)
 {
 #ifdef PT_PROF_HAVE_CUDA
     if (strcmp(kn->name, "cuda") == 0)
-        return pt_prof_cuda_time(kn, run_gemm, g, repeats, times);
+        return pt_prof_cuda_time(kn, run_gemm, g, repeats, soak_s, times);
 #endif
+    (void)soak_s;
     int done = 0;
     for (int r = -1; r < repeats && r < 64; r++) {
         double t0 = pt_prof_now_s();
@@ -190,7 +191,7 @@ static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
 /* Median seconds of the backend's matmul in role `role` (run_gemm) on random inputs
  * after warm-up; *best_s the fastest run. */
 double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
-                            pt_gemm_role role, int repeats, double *best_s)
+                            pt_gemm_role role, int repeats, double soak_s, double *best_s)
 {
     size_t ab = pt_kdtype_bytes(kn->act_dtype);
     bool wgrad = role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS;
@@ -215,7 +216,7 @@ double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
         kn->zero(kn, g.c, (size_t)(m * n) * (wgrad ? 4 : ab));
         if (aux && wgrad)
             kn->zero(kn, g.aux, aux);
-        done = time_gemm(kn, &g, repeats < 64 ? repeats : 64, times);
+        done = time_gemm(kn, &g, repeats < 64 ? repeats : 64, soak_s, times);
     }
     if (done > 0) {
         for (int i = 1; i < done; i++) /* insertion sort: a handful of values */

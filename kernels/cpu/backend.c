@@ -5,6 +5,7 @@
  * CUDA entry point used when the library is built without CUDA.
  */
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,33 @@ void pt_kernels_destroy(pt_kernels *kn)
 {
     if (kn)
         kn->destroy(kn);
+}
+
+int pt_nvidia_driver_release(const char *text, char *out, size_t cap)
+{
+    if (!out || cap == 0)
+        return -1;
+    out[0] = '\0';
+    if (!text)
+        return -1;
+    size_t line = strcspn(text, "\n");
+    for (size_t w = 0; w < line;) {
+        size_t e = w;
+        bool number = true, dot = false;
+        while (e < line && text[e] != ' ' && text[e] != '\t') {
+            dot |= text[e] == '.';
+            number &= text[e] == '.' || (text[e] >= '0' && text[e] <= '9');
+            e++;
+        }
+        /* digits first and last: "580.159.04", not "x86_64", "9." or "..." */
+        if (e > w && number && dot && text[w] != '.' && text[e - 1] != '.' && e - w < cap) {
+            memcpy(out, text + w, e - w);
+            out[e - w] = '\0';
+            return 0;
+        }
+        w = e + 1;
+    }
+    return -1;
 }
 
 /* kernels/cuda/ defines the real one and sets PT_KERNELS_HAVE_CUDA when it is built. */

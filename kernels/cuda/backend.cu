@@ -617,28 +617,48 @@ static int select_epilogues(pt_kernels *kn, const cudaDeviceProp *prop)
     return 0;
 }
 
+/* Appends to kn->about at *at while it has room (snprintf cuts what does not fit). */
+static void about_add(pt_kernels *kn, size_t *at, const char *fmt, ...)
+{
+    if (*at >= sizeof kn->about)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(kn->about + *at, sizeof kn->about - *at, fmt, ap);
+    va_end(ap);
+    *at += n > 0 ? (size_t)n : 0;
+}
+
 /* kn->about: the device and the versions of what the backend runs through, each as the
  * library reports it (NVIDIA's encodings: CUDA's major·1000 + minor·10; cuBLASLt's
- * and cuDNN's major·10000 + minor·100 + patch since cuBLAS 11 and cuDNN 9). */
+ * and cuDNN's major·10000 + minor·100 + patch since cuBLAS 11 and cuDNN 9), and the
+ * driver's release as its kernel module states it in /proc/driver/nvidia/version (the
+ * runtime's cudaDriverGetVersion gives only the CUDA version the driver supports). */
 static void describe(pt_kernels *kn, const cudaDeviceProp *prop)
 {
     int driver = 0, runtime = 0;
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
     size_t lt = cublasLtGetVersion();
-    int at = snprintf(kn->about, sizeof kn->about,
-                      "%.120s (compute capability %d.%d, %d SMs); CUDA driver API %d.%d, "
-                      "runtime %d.%d; cuBLASLt %zu.%zu.%zu", prop->name, prop->major,
-                      prop->minor, prop->multiProcessorCount, driver / 1000,
-                      driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, lt / 10000,
-                      lt / 100 % 100, lt % 100);
+    char release[64] = "", text[512];
+    FILE *f = fopen("/proc/driver/nvidia/version", "r");
+    if (f) {
+        size_t got = fread(text, 1, sizeof text - 1, f);
+        text[got] = '\0';
+        fclose(f);
+        pt_nvidia_driver_release(text, release, sizeof release);
+    }
+    size_t at = 0;
+    about_add(kn, &at, "%.120s (compute capability %d.%d, %d SMs); ", prop->name, prop->major,
+              prop->minor, prop->multiProcessorCount);
+    if (release[0])
+        about_add(kn, &at, "driver %s, ", release);
+    about_add(kn, &at, "CUDA driver API %d.%d, runtime %d.%d; cuBLASLt %zu.%zu.%zu",
+              driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10,
+              lt / 10000, lt / 100 % 100, lt % 100);
 #ifdef PT_KCUDA_HAVE_CUDNN
     size_t dnn = pt_kcuda_cudnn_version();
-    if (at > 0 && (size_t)at < sizeof kn->about)
-        snprintf(kn->about + at, sizeof kn->about - (size_t)at, "; cuDNN %zu.%zu.%zu",
-                 dnn / 10000, dnn / 100 % 100, dnn % 100);
-#else
-    (void)at;
+    about_add(kn, &at, "; cuDNN %zu.%zu.%zu", dnn / 10000, dnn / 100 % 100, dnn % 100);
 #endif
 }
 

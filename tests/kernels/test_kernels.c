@@ -1091,6 +1091,29 @@ static void test_determinism(void)
     free(w);
 }
 
+/* The driver's release from /proc/driver/nvidia/version's first line, as the CUDA
+ * backend reads it into kn->about: both kernel modules' wordings, and lines without one. */
+static void test_driver_release(void)
+{
+    char out[32];
+    CHECK_INT(pt_nvidia_driver_release("NVRM version: NVIDIA UNIX x86_64 Kernel Module  "
+                                       "580.159.04  Release Build  (dvs-builder@U16)  Thu\n"
+                                       "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
+                                       out, sizeof out), 0);
+    CHECK(strcmp(out, "580.159.04") == 0);
+    CHECK_INT(pt_nvidia_driver_release("NVRM version: NVIDIA UNIX Open Kernel Module for "
+                                       "x86_64  550.54.15  Release Build", out, sizeof out), 0);
+    CHECK(strcmp(out, "550.54.15") == 0);
+    /* the second line's "12.2.0" is not the driver's */
+    CHECK_INT(pt_nvidia_driver_release("NVRM version: unknown\ngcc 12.2.0\n", out, sizeof out),
+              -1);
+    CHECK(out[0] == '\0');
+    CHECK_INT(pt_nvidia_driver_release("x86_64 9. .5 1..", out, sizeof out), -1);
+    CHECK_INT(pt_nvidia_driver_release("Module 580.159.04", out, 6), -1); /* does not fit */
+    CHECK(out[0] == '\0');
+    CHECK_INT(pt_nvidia_driver_release(NULL, out, sizeof out), -1);
+}
+
 static void test_backend(void)
 {
     CHECK(strcmp(K->name, "cpu") == 0);
@@ -1124,6 +1147,7 @@ int main(void)
         return 1;
     }
     test_backend();
+    test_driver_release();
     test_matmul();
     test_norms();
     test_pointwise();

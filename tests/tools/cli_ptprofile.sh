@@ -102,6 +102,8 @@ err_has "mpirun not found" "mpirun missing"
 [ -e "$tmp/d.db" ] && fail "no database is created when mpirun is missing"
 run 1 "$build/ptprofile" --repeats 0
 err_has "repeats" "bad repeats"
+run 1 "$build/ptprofile" --soak-ms -5
+err_has "soak-ms -5: expected an integer from 0 to 60000" "bad --soak-ms"
 run 1 "$build/ptprofile" --db "$tmp/d.db" --data "$tmp/no-such-corpus.txt" --no-collectives
 err_has "no-such-corpus.txt" "missing --data"
 [ -e "$tmp/d.db" ] && fail "no database is created for missing --data"

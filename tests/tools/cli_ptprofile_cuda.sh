@@ -24,7 +24,9 @@ done
 [ "$(q "SELECT status FROM profile_runs ORDER BY id DESC LIMIT 1")" = done ] ||
     fail "the run is recorded as done"
 # the device and the CUDA libraries it ran through, as the shipped profiles date them
-q "SELECT versions FROM profile_runs" | grep -q "(compute capability 9.0, 132 SMs); CUDA driver API .*, runtime .*; cuBLASLt " ||
+# (the driver's release where /proc/driver/nvidia/version exists: not in emulation)
+q "SELECT versions FROM profile_runs" |
+    grep -Eq "\(compute capability 9\.0, 132 SMs\); (driver [0-9.]+, )?CUDA driver API .*, runtime .*; cuBLASLt " ||
     fail "the run records the device and the CUDA libraries: $(q "SELECT versions FROM profile_runs")"
 
 if [ "$failures" -gt 0 ]; then
