@@ -148,7 +148,9 @@ pyclean="env -u LD_LIBRARY_PATH $py"
 torch_fig() {
     "$py" - "$1" "$2" <<'EOF'
 import json, re, sys
-line = open(sys.argv[1]).read().strip().splitlines()[-1]
+lines = open(sys.argv[1]).read().strip().splitlines() or [""]
+# the step line (the kernel table of --profile follows it), else the last line
+line = ([l for l in lines if re.search(r"[0-9.]+ tokens/s", l)] or lines)[-1]
 m = re.search(r"([0-9.]+) tokens/s", line)
 if not m:  # the reference failed: its last line says why
     sys.exit(print(line))
@@ -353,8 +355,14 @@ EOF
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2.plan.json" 2>/dev/null || echo 8)
     [ "${GPUCHECK_TORCH:-1}" = 1 ] || return 0
     step torch_gpt2 $pyclean tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
-        --steps 10
+        --steps 10 --profile 3
     note "  $(torch_fig "$out/torch_gpt2.log" "$out/gpt2.plan.json")"
+    # where PyTorch's step goes, beside ptrun's table above: its kernels by device time
+    if grep -q "GPU kernels over" "$out/torch_gpt2.log" 2>/dev/null; then
+        note '```'
+        sed -n '/GPU kernels over/,$p' "$out/torch_gpt2.log" | tee -a "$summary"
+        note '```'
+    fi
 }
 
 stage_gpt2xl() {

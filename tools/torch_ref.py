@@ -8,6 +8,9 @@
                                   GPT-2 trained the way a PyTorch user would write it
                                   today: bf16 autocast, torch.compile, SDPA flash
                                   attention, fused AdamW; prints tokens/s
+      ... --profile N             then N more steps under torch.profiler: the GPU
+                                  kernels by device time per step, to set beside
+                                  ptrun's per-op medians (gpucheck's tables)
 
 Times are CUDA-event medians after warm-up. The GPT-2 here is the model ptrun trains:
 learned positions, pre-norm blocks, GELU (tanh) MLP of 4h, tied token embedding and
@@ -135,6 +138,25 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), tgt.view(-1))
 
 
+def kernel_table(events, steps, top):
+    """Lines of the `top` kernels by device time per step, from torch.profiler's
+    key_averages() over `steps` steps: ms per step, launches per step, name."""
+    rows = []
+    for e in events:
+        # self_device_time_total since PyTorch 2.4 (microseconds); self_cuda_time_total before
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append((us / 1e3 / steps, e.count / steps, e.key))
+    rows.sort(key=lambda r: -r[0])
+    total = sum(r[0] for r in rows)
+    out = ["%9s %7s  %s" % ("ms/step", "calls", "kernel")]
+    out += ["%9.3f %7.1f  %s" % (ms, n, name[:90]) for ms, n, name in rows[:top]]
+    out.append("%9.3f %7s  all %d kernels" % (total, "", len(rows)))
+    return out
+
+
 def gpt2(args):
     layers, h, a = GPT2[args.model]
     torch.manual_seed(1234)
@@ -177,6 +199,15 @@ def gpt2(args):
           "peak memory %.1f GiB" %
           (args.model, med, args.steps, tokens / med, loss.item() * args.accum,
            torch.cuda.max_memory_allocated() / 2**30))
+    if args.profile > 0:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.profile):
+                step()
+            torch.cuda.synchronize()
+        print("torch gpt2-%s: GPU kernels over %d profiled steps" % (args.model, args.profile))
+        for line in kernel_table(prof.key_averages(), args.profile, 40):
+            print(line)
 
 
 def main():
@@ -192,6 +223,8 @@ def main():
     g.add_argument("--steps", type=int, default=20)
     g.add_argument("--warmup", type=int, default=5)
     g.add_argument("--no-compile", action="store_true")
+    g.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="then N steps under torch.profiler: kernels by device time")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("torch_ref.py: no CUDA device")
