@@ -1,8 +1,10 @@
 /*
  * The CPU backend: fills the pt_kernels table with the fp32 OpenBLAS kernels of this
  * folder and provides host memory through it, so that the runtime drives CPU and CUDA
- * through the same calls. It also holds the data-type helpers of kernels.h and the
- * CUDA entry point used when the library is built without CUDA.
+ * through the same calls. It also holds the data-type helpers of kernels.h, the
+ * CUDA entry point used when the library is built without CUDA, and the reading of
+ * the NVIDIA driver's release that the CUDA backend names in its description (plain
+ * C, so that the CPU tests check it).
  */
 #include <cblas.h>
 #include <stdbool.h>

@@ -392,7 +392,7 @@ run 0 $h1
 out_has "^costs   the shipped profile of H100-SXM5-80GB (costmodels/profiles/H100-SXM5-80GB.sql)" \
     "the shipped profile is named"
 out_has "^        measured 20..-..-.. by .* ptprofile runs; .*driver" "its date and libraries"
-out_has "^priced from: [1-9][0-9]*% measured, [0-9]*% interpolated, [0-9]% analytic" \
+out_has "^priced from: \([1-9][0-9]\|100\)% measured, [0-9]*% interpolated, [0-9]% analytic" \
     "priced from the profile"
 shipped_step=$(sed -n 's/^predicted step \([0-9.]*\) s.*/\1/p' "$tmp/out")
 run 0 $h1 --no-shipped-profile
