@@ -169,7 +169,7 @@ static void layer_backward(pt_kernels *K, layer *L, const model *m)
     K->residual_backward(K, L->dx, L->dln2, L->dx2, n * h);
     K->matmul_backward(K, L->datt, L->dwbig, L->dbbig, L->dln2, L->att, L->wo, n, h, h);
     K->attention_backward(K, L->dq, L->dk, L->dv, L->datt, L->q, L->k, L->v, L->att, L->lse,
-                          m->b, m->s, m->s, m->a, m->a, d, 0, 0, 1);
+                          m->b, m->s, m->s, m->a, m->a, d, 0, 0, 1, 0);
     K->matmul_backward(K, L->dln1, L->dwbig, L->dbbig, L->dq, L->ln1, L->wq, n, h, h);
     K->matmul_backward(K, L->dln1, L->dwbig, L->dbbig, L->dk, L->ln1, L->wk, n, h, h);
     K->matmul_backward(K, L->dln1, L->dwbig, L->dbbig, L->dv, L->ln1, L->wv, n, h, h);

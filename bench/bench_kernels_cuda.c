@@ -350,7 +350,7 @@ static void run_att_b(void *p)
 {
     att_ctx *c = p;
     K->attention_backward(K, c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v, c->out, c->lse,
-                          c->b, c->s, c->s, c->a, c->a, c->d, 0, 0, 1);
+                          c->b, c->s, c->s, c->a, c->a, c->d, 0, 0, 1, 0);
 }
 
 static void bench_attention(void)

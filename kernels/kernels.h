@@ -34,13 +34,17 @@
  * tied embeddings) need no extra adds; the caller zeroes gradients once per step.
  * A NULL gradient pointer means "not needed" where the parameter's comment says
  * "or NULL". Gradient outputs must not alias inputs unless the comment says they may.
- * The one exception is the fused cross-entropy, which WRITES dlogits (it is a
- * forward and a backward in one op, as in llm.c).
+ * The exceptions: the fused cross-entropy WRITES dlogits (it is a forward and a
+ * backward in one op, as in llm.c), and attention_backward writes dq, dk and dv when
+ * its accumulate argument is 0.
  *
  * Determinism. The same inputs on the same backend, thread count and machine give
  * bit-identical outputs: no floating-point atomics, every reduction in a fixed order.
  * On CPU, OpenBLAS splits a GEMM by thread count, so bit-identity holds for a fixed
  * thread count (set once with pt_kernels_cpu's argument); it is checked by the tests.
+ * The one opt-out: the CUDA backend opened with PT_KCUDA_DETERMINISTIC=0 lets cuDNN's
+ * attention backward sum dQ over key blocks with fp32 atomics (its about line says
+ * so); nothing else changes.
  *
  * Errors. Ops return nothing: on CPU they cannot fail, and a device backend records
  * its first failure, which sync() returns (0 ok, -1 with kn->err filled). alloc
@@ -338,7 +342,11 @@ struct pt_kernels {
      * and merge the results with attention_combine.
      * The backward recomputes probabilities from q, k and lse (as FlashAttention-2,
      * Dao 2023) and needs the FINAL out and lse of the whole row (after combining
-     * every block), so that each K/V block's backward is exact on its own. */
+     * every block), so that each K/V block's backward is exact on its own. With
+     * accumulate != 0 the backward adds into dq, dk and dv (the rule above; context
+     * parallelism's blocks); with 0 it WRITES them and never reads their old contents
+     * (one block: no zeroing beforehand, and the cuDNN backward writes them directly
+     * rather than into temporaries added afterwards). */
     void (*attention_forward)(pt_kernels *kn,
                               float *out,          /* (b, sq, a, d) [act] */
                               float *lse,          /* (b, a, sq) fp32 */
@@ -358,7 +366,7 @@ struct pt_kernels {
                                const float *out,   /* (b, sq, a, d) [act] final */
                                const float *lse,   /* (b, a, sq) final */
                                int b, int sq, int skv, int a, int kh, int d,
-                               int q0, int k0, int causal);
+                               int q0, int k0, int causal, int accumulate);
     /* Merges the result of another K/V block into (out, lse), in place:
      * lse' = log(exp(lse) + exp(lse2)), out' = out·exp(lse - lse') + out2·exp(lse2 - lse').
      * Combining in a fixed block order keeps results deterministic. */

@@ -1050,14 +1050,12 @@ static int attention_bwd(ctx *c)
     const dims *d = &c->d;
     int qd = d->a * d->d;
     int64_t kv = d->T * d->kh * d->d;
-    kn->zero(kn, S->dq, act_bytes(c, d->T * qd));
-    kn->zero(kn, S->dk, act_bytes(c, kv));
-    kn->zero(kn, S->dv, act_bytes(c, kv));
-    if (d->cp == 1) {
+    if (d->cp == 1) { /* one block: written, not added to (no zeroing first) */
         kn->attention_backward(kn, S->dq, S->dk, S->dv, S->datt, L->q, L->k, L->v, L->att,
                                L->lse, (int)d->b, (int)d->s, (int)d->s, d->a, d->kh, d->d, 0,
-                               0, 1);
+                               0, 1, 0);
     } else {
+        kn->zero(kn, S->dq, act_bytes(c, d->T * qd));
         float *cur = S->ring[0], *next = S->ring[1];
         kn->copy(kn, cur, L->k, act_bytes(c, kv), PT_KCOPY_D2D);
         kn->copy(kn, at_elem(c, cur, kv), L->v, act_bytes(c, kv), PT_KCOPY_D2D);
@@ -1076,7 +1074,7 @@ static int attention_bwd(ctx *c)
                         chunk_of(c, L->q, qp, d->a), chunk_of(c, k, kp, d->kh),
                         chunk_of(c, v, kp, d->kh), chunk_of(c, L->att, qp, d->a),
                         lse_of(c, L->lse, qp), (int)d->b, (int)d->sc, (int)d->sc, d->a, d->kh,
-                        d->d, (int)piece_pos(d, d->cr, qp), (int)piece_pos(d, src, kp), 1);
+                        d->d, (int)piece_pos(d, d->cr, qp), (int)piece_pos(d, src, kp), 1, 1);
                 }
             /* on: K, V and their gradients; the last hop takes only the gradients home */
             bool last = j == d->cp - 1;

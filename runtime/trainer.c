@@ -211,6 +211,7 @@ int pt_trainer_open(pt_trainer **out, const pt_trainer_opts *o, pt_comm *comm,
     info->has_data = r->has_data;
     if ((r->has_data && load_data(r, info, err)) || build(r, err))
         return -1;
+    snprintf(info->device, sizeof info->device, "%s", r->kn->about);
     return 0;
 }
 

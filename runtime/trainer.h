@@ -75,6 +75,8 @@ typedef struct {
     char data_path[512];         /* what it read, with its token counts */
     char val_path[512];          /* the validation file ("": split off data_path's) */
     int64_t tokens, train_tokens, val_tokens;
+    char device[256];            /* a device backend's about line: the device, driver and
+                                    libraries ("": the CPU backend) */
 } pt_trainer_info;
 
 /* Opens the run of world rank pt_comm_rank(comm) (comm: pt_comm_init's, also for a

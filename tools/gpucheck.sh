@@ -24,6 +24,8 @@
 # (tools/setup.sh there; $GPUCHECK_BUILD names another build directory). Each
 # stage runs under a time limit (GPUCHECK_LIMIT_S, 240 s by default) and a failing
 # stage does not stop the others; the exit status is 1 when any failed.
+# GPUCHECK_VARIANTS lists backend switches gpt2 and gpt2xl train with again (see
+# variants below; GPUCHECK_VARIANT_STEPS, 50, steps for 124M's; "" for none);
 # GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile),
 # GPUCHECK_TORCH_XL=0 only GPT-2 1.5B's (131 s on the H200 of 2026-11-26), and
 # GPUCHECK_PROFILE_XL=0 the profile of GPT-2 1.5B, for a shorter run;
@@ -285,6 +287,7 @@ train() {
     clocks "$name" "$bin/ptrun" "$out/$name.plan.json" --steps "$steps" --data "$corpus" \
         --val-every 0 --val-batches 1 --sample 0 --log "$out/$name.jsonl" --record || return 1
     note "- $name: $(grep -m1 '^plan' "$out/$name.log" | sed 's/^plan *//')"
+    note "  $(grep -m1 '^device' "$out/$name.log")"
     note "  $(grep -m1 'predicted' "$out/$name.log")"
     note "  $(runfig "$out/$name.jsonl")"
     note '```'
@@ -328,6 +331,28 @@ EOF
     case $verdict in ok*) ;; *) failed=1 ;; esac
 }
 
+# variants MODEL NAME GLOBAL_BATCH STEPS: train's run again once per entry of
+# GPUCHECK_VARIANTS, "LABEL=VAR=VALUE" each (space-separated; by default
+# nondet=PT_KCUDA_DETERMINISTIC=0, where cuDNN's attention backward sums dQ with fp32
+# atomics as PyTorch's does; "" runs none), as NAME_LABEL with VAR=VALUE in the
+# environment: a backend switch's speed beside the default run's.
+variants() {
+    for v in ${GPUCHECK_VARIANTS-nondet=PT_KCUDA_DETERMINISTIC=0}; do
+        label=${v%%=*} assign=${v#*=}
+        var=${assign%%=*} val=${assign#*=}
+        case $var in PT_*) ;; *) note "- variant $v: FAILED, not LABEL=PT_VAR=VALUE"; failed=1; continue ;; esac
+        export "$var=$val"
+        note "- $2_$label: the same run with $var=$val"
+        train "$1" "$2_$label" "$3" "$4" ""
+        unset "$var"
+        if [ "$var" = PT_KCUDA_DETERMINISTIC ] && [ "$val" = 0 ] &&
+           ! grep -q "nondeterministic" "$out/$2_$label.log"; then
+            note "- $2_$label: FAILED, ptrun's device line does not say nondeterministic"
+            failed=1
+        fi
+    done
+}
+
 stage_gpt2() {
     note "## GPT-2 124M on one GPU"
     # the first loss against the CPU run's (same plan settings, seed and data): global
@@ -352,6 +377,7 @@ EOF
     fi
     train gpt2-124m gpt2 64 "${GPUCHECK_GPT2_STEPS:-200}" ""
     again
+    variants gpt2-124m gpt2 64 "${GPUCHECK_VARIANT_STEPS:-50}"
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2.plan.json" 2>/dev/null || echo 8)
     [ "${GPUCHECK_TORCH:-1}" = 1 ] || return 0
     step torch_gpt2 $pyclean tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
@@ -368,6 +394,7 @@ EOF
 stage_gpt2xl() {
     note "## GPT-2 1.5B on one GPU"
     train gpt2-1.5b gpt2xl 16 "${GPUCHECK_XL_STEPS:-20}" ""
+    variants gpt2-1.5b gpt2xl 16 "${GPUCHECK_XL_STEPS:-20}"
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2xl.plan.json" 2>/dev/null || echo 4)
     [ "${GPUCHECK_TORCH_XL:-${GPUCHECK_TORCH:-1}}" = 1 ] || return 0
     step torch_gpt2xl $pyclean tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \

@@ -441,6 +441,8 @@ static int open_run(const options *o, pt_comm *comm, char (*db)[512], char (*ver
     else if (info.data_path[0])
         printf("data    %s: %lld tokens (%lld train, %lld validation)\n", info.data_path,
                (long long)info.tokens, (long long)info.train_tokens, (long long)info.val_tokens);
+    if (info.device[0] && rank == 0)
+        printf("device  %s\n", info.device);
     if (o->tk && rank == 0) {
         char about[1024];
         pt_tokenizer_describe(o->tk, about, sizeof about);

@@ -116,8 +116,13 @@ void pt_kcpu_attention_backward(pt_kernels *kn,
                                 const float *out,   /* (b, sq, a, d) */
                                 const float *lse,   /* (b, a, sq) */
                                 int b, int sq, int skv, int a, int kh, int d,
-                                int q0, int k0, int causal)
+                                int q0, int k0, int causal, int accumulate)
 {
+    if (!accumulate) { /* written: zeroed, then summed into as below */
+        memset(dq, 0, (size_t)b * sq * a * d * sizeof(float));
+        memset(dk, 0, (size_t)b * skv * kh * d * sizeof(float));
+        memset(dv, 0, (size_t)b * skv * kh * d * sizeof(float));
+    }
     float *p = attn_scratch(kn, (size_t)2 * PT_ATTN_BQ * skv); /* p and dp, (bq, kmax) */
     if (!p)
         return;

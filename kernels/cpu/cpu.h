@@ -66,7 +66,7 @@ void pt_kcpu_attention_backward(pt_kernels *kn, float *dq, float *dk, float *dv,
                                 const float *dout, const float *q, const float *k,
                                 const float *v, const float *out, const float *lse,
                                 int b, int sq, int skv, int a, int kh, int d, int q0,
-                                int k0, int causal);
+                                int k0, int causal, int accumulate);
 void pt_kcpu_attention_combine(pt_kernels *kn, float *out, float *lse, const float *out2,
                                const float *lse2, int b, int sq, int a, int d);
 /* act.c */

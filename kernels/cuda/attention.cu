@@ -531,10 +531,15 @@ void pt_kcuda_attention_backward(pt_kernels *kn,
                                  const float *out,  /* (b, sq, a, d) [act] final */
                                  const float *lse,  /* (b, a, sq) final */
                                  int b, int sq, int skv, int a, int kh, int d,
-                                 int q0, int k0, int causal)
+                                 int q0, int k0, int causal, int accumulate)
 {
     if (b <= 0 || sq <= 0 || skv <= 0 || a <= 0 || attn_check(kn, b, sq, a, kh, d))
         return;
+    if (!accumulate) { /* written: zeroed, then summed into as below */
+        pt_kcuda_zero(kn, dq, (size_t)b * sq * a * d * sizeof(bf16));
+        pt_kcuda_zero(kn, dk, (size_t)b * skv * kh * d * sizeof(bf16));
+        pt_kcuda_zero(kn, dv, (size_t)b * skv * kh * d * sizeof(bf16));
+    }
     cudaStream_t st = pt_kcuda_ctx(kn)->stream;
     const float scale = 1.0f / sqrtf((float)d);
     const int64_t rows = (int64_t)b * sq * a;

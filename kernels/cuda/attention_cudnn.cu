@@ -35,8 +35,9 @@
  * scaled scores, per (b, h, s_q) row, fp32, natural log: kernels.h's lse exactly, in
  * the same (b, a, sq) layout, so the forward writes lse directly and the backward
  * reads it. Our attention has no dropout; neither has the graph. The backward WRITES
- * dQ, dK and dV, while kernels.h accumulates: it writes bf16 copies into scratch and
- * one kernel adds them into the gradients (fp32 add, one rounding).
+ * dQ, dK and dV: where the caller asks for that (accumulate 0) straight into the
+ * gradients; where it accumulates (context parallelism's blocks), into bf16 copies in
+ * scratch that one kernel adds into the gradients (fp32 add, one rounding).
  *
  * Which calls cuDNN takes: head dimension a multiple of 8 up to 128; a causal block
  * whose diagonal is aligned (q0 = k0, cuDNN's top-left causal mask), or a block whose
@@ -48,13 +49,16 @@
  * engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and is the graph that
  * cudnn-frontend builds for set_deterministic_algorithm(true) (dQ straight from the
  * last matmul, no fp32 dQ accumulator updated with atomics): kernels.h promises
- * bit-identical results run to run.
+ * bit-identical results run to run. The one exception, asked for with
+ * PT_KCUDA_DETERMINISTIC=0 (backend.cu): the graph with the accumulator, on any engine
+ * (backward_graph's accum_dq), the deterministic one where cuDNN builds none.
  *
  * Costs: a plan is built on the first call of its shape (the runtime fusion engine
  * compiles its kernel then; typically a second or so) and kept for the backend's life.
  * Temporaries come from the backend's scratch buffer (pt_kcuda_scratch): the plan's
- * workspace, and in the backward softmax_sum and the written gradients, about the
- * size of dq + dk + dv. The deterministic backward's workspace holds dP, b·a·sq·skv
+ * workspace, and in the backward softmax_sum, when it accumulates the written gradients,
+ * about the size of dq + dk + dv, and with the accumulator dQ_accum, b·a·sq·d fp32.
+ * The deterministic backward's workspace holds dP, b·a·sq·skv
  * bf16: GBs at GPT-2's shapes. Before reserve the buffer grows on the first call of a
  * shape, up to a cap on the workspace (workspace_over_cap); after it (ctx->steady) a
  * call whose temporaries do not fit is declined rather than grown: reserve counts
@@ -96,6 +100,7 @@ enum {
     UID_SCALE,       /* by value: 1/sqrt(d) */
     UID_NEG_INF,     /* by value: the masked score */
     UID_ONE,         /* by value: 1 (cudnn-frontend's dropout-scale slot, no dropout) */
+    UID_DQ_ACCUM,    /* nondeterministic backward: dQ summed in fp32, in scratch */
     UID_VIRTUAL = 100
 };
 
@@ -108,6 +113,7 @@ typedef struct {
     attn_key key;
     int used;                        /* the slot holds an entry */
     int ok;                          /* a plan was built; 0: cuDNN declines the shape */
+    int accum_dq;                    /* a backward plan of the graph with dQ_accum */
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t *descs; /* every descriptor the plan was built from, kept
                                       * alive as long as the plan */
@@ -120,7 +126,10 @@ struct pt_kcuda_cudnn {
     cudnnHandle_t handle;            /* on the backend's stream */
     size_t version;                  /* cudnnGetVersion(), e.g. 91900 */
     bool required;                   /* PT_KCUDA_ATTN=cudnn: a declined call is an error */
+    bool nondeterministic;           /* PT_KCUDA_DETERMINISTIC=0: the backward may sum dQ
+                                      * with atomics (backward_graph's accum_dq) */
     bool told[2];                    /* a decline of the forward, backward was reported */
+    bool told_accum;                 /* no dQ_accum plan for a shape was reported */
     attn_plan plans[PLAN_SLOTS];
 };
 
@@ -486,8 +495,14 @@ static void grad_kv(graph *g, const attn_key *key, cudnnBackendDescriptor_t lhs,
 
 /* Backward (FlashAttention-2's recomputation from the statistics): with
  * P = exp(scale · Q K^T - Stats), masked, and softmax_sum = rowsum(dO ∘ O):
- * dV = P^T dO; dS = P ∘ (dO V^T - softmax_sum) · scale; dK = dS^T Q; dQ = dS K. */
-static void backward_graph(graph *g, const attn_key *key)
+ * dV = P^T dO; dS = P ∘ (dO V^T - softmax_sum) · scale; dK = dS^T Q; dQ = dS K.
+ * accum_dq: dQ = dS K goes into dQ_accum, an fp32 (b, a, sq, d) tensor that the engine
+ * sums each key block's share into with atomics, then dQ = identity(dQ_accum): the
+ * graph cudnn-frontend builds when determinism is not asked for and dP does not fit
+ * its 256 MiB "dP workspace" limit (CompositeSDPABackwardNode, use_dp_workspace
+ * false), the backward PyTorch's cuDNN attention runs. Otherwise dQ straight from the
+ * matmul (the dP workspace form, forced for determinism). */
+static void backward_graph(graph *g, const attn_key *key, bool accum_dq)
 {
     attn_shapes s = shapes_of(key);
     int64_t b = key->b, a = key->a, sq = key->sq, skv = key->skv, d = key->d;
@@ -547,18 +562,25 @@ static void backward_graph(graph *g, const attn_key *key)
     reshape(g, ds, ds_t);
     grad_kv(g, key, ds_t, q, dk);
 
-    /* dQ = dS K, written by the matmul itself: the deterministic form (no fp32
-     * accumulator). K is K^T's buffer seen untransposed; the view's type is fp32 as
+    /* dQ = dS K. K is K^T's buffer seen untransposed; the view's type is fp32 as
      * cudnn-frontend leaves it (a virtual tensor takes the intermediate type). */
     cudnnBackendDescriptor_t k = virt(g, CUDNN_DATA_FLOAT, s.k);
     reshape(g, kt, k);
-    matmul(g, ds, k, dq);
+    if (accum_dq) {
+        cudnnBackendDescriptor_t acc =
+            tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, dense(b, a, sq, d), false);
+        matmul(g, ds, k, acc);
+        pointwise(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq, 0);
+    } else {
+        matmul(g, ds, k, dq); /* written by the matmul itself: no fp32 accumulator */
+    }
 }
 
 /* ---- Plans ------------------------------------------------------------------------------
  * The operation graph goes to cuDNN's heuristics (mode A, then the fallback list);
- * the first engine configuration without the NONDETERMINISTIC numerical note whose
- * execution plan finalizes is the plan. */
+ * the first engine configuration whose execution plan finalizes is the plan, and
+ * unless nondeterminism is allowed, the first without the NONDETERMINISTIC numerical
+ * note. */
 
 static bool deterministic(graph *g, cudnnBackendDescriptor_t cfg)
 {
@@ -584,7 +606,7 @@ static bool deterministic(graph *g, cudnnBackendDescriptor_t cfg)
 static cudnnBackendDescriptor_t plan_from_heuristics(graph *g, cudnnHandle_t handle,
                                                      cudnnBackendDescriptor_t op_graph,
                                                      cudnnBackendHeurMode_t mode,
-                                                     char *last)
+                                                     bool any_engine, char *last)
 {
     cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
     set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
@@ -626,7 +648,7 @@ static cudnnBackendDescriptor_t plan_from_heuristics(graph *g, cudnnHandle_t han
     }
     cudnnBackendDescriptor_t plan = NULL;
     for (int64_t i = 0; i < got && ok(g) && !plan; i++) {
-        if (!deterministic(g, cfgs[i])) {
+        if (!any_engine && !deterministic(g, cfgs[i])) {
             snprintf(last, WHY_BYTES, "heuristics: engine configuration %lld is "
                      "nondeterministic or has no numerical notes", (long long)i);
             continue;
@@ -650,7 +672,8 @@ static cudnnBackendDescriptor_t plan_from_heuristics(graph *g, cudnnHandle_t han
 }
 
 /* The plan of the graph's operations and its workspace; NULL with g->why set. */
-static cudnnBackendDescriptor_t plan_graph(graph *g, cudnnHandle_t handle, int64_t *ws_bytes)
+static cudnnBackendDescriptor_t plan_graph(graph *g, cudnnHandle_t handle, bool any_engine,
+                                           int64_t *ws_bytes)
 {
     attr at[] = {{CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
                   "operation graph handle"},
@@ -662,7 +685,7 @@ static cudnnBackendDescriptor_t plan_graph(graph *g, cudnnHandle_t handle, int64
     cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     cudnnBackendDescriptor_t plan = NULL;
     for (int m = 0; m < 2 && ok(g) && !plan; m++)
-        plan = plan_from_heuristics(g, handle, op_graph, modes[m], last);
+        plan = plan_from_heuristics(g, handle, op_graph, modes[m], any_engine, last);
     if (!ok(g))
         return NULL;
     if (!plan) {
@@ -680,30 +703,53 @@ static cudnnBackendDescriptor_t plan_graph(graph *g, cudnnHandle_t handle, int64
     return plan;
 }
 
-/* Builds the plan of p->key into p (p->ok, or p->why). */
-static void build_plan(pt_kcuda_cudnn *c, attn_plan *p)
+/* One try at the plan of p->key: the backward's graph with dQ_accum when accum_dq (any
+ * engine then), else the deterministic one. true with the plan in p; false with the
+ * failure in why. */
+static bool try_plan(pt_kcuda_cudnn *c, attn_plan *p, bool accum_dq, char *why)
 {
     graph g;
     memset(&g, 0, sizeof g);
     g.next_uid = UID_VIRTUAL;
     if (p->key.bwd)
-        backward_graph(&g, &p->key);
+        backward_graph(&g, &p->key, accum_dq);
     else
         forward_graph(&g, &p->key);
     int64_t ws = 0;
-    cudnnBackendDescriptor_t plan = ok(&g) ? plan_graph(&g, c->handle, &ws) : NULL;
+    cudnnBackendDescriptor_t plan = ok(&g) ? plan_graph(&g, c->handle, accum_dq, &ws) : NULL;
     if (!plan) {
-        p->ok = 0;
-        snprintf(p->why, WHY_BYTES, "%s", g.why[0] ? g.why : "no plan");
+        snprintf(why, WHY_BYTES, "%s", g.why[0] ? g.why : "no plan");
         destroy_all(g.descs, g.n_descs);
         cudaGetLastError(); /* a refused engine's CUDA calls are not our ops' failures */
-        return;
+        return false;
     }
     p->ok = 1;
+    p->accum_dq = accum_dq;
     p->plan = plan;
     p->descs = g.descs;
     p->n_descs = g.n_descs;
     p->ws_bytes = ws;
+    return true;
+}
+
+/* Builds the plan of p->key into p (p->ok, or p->why). A backward with nondeterminism
+ * allowed tries the dQ_accum graph first; where cuDNN builds none (said once), the
+ * deterministic graph. */
+static void build_plan(pt_kcuda_cudnn *c, attn_plan *p)
+{
+    p->ok = 0;
+    char why[WHY_BYTES];
+    if (p->key.bwd && c->nondeterministic) {
+        if (try_plan(c, p, true, why))
+            return;
+        if (!c->told_accum)
+            fprintf(stderr, "ptkernels: note: PT_KCUDA_DETERMINISTIC=0: cuDNN built no "
+                            "attention backward that sums dQ in fp32 (%s); the "
+                            "deterministic one runs\n", why);
+        c->told_accum = true;
+    }
+    if (!try_plan(c, p, false, why))
+        snprintf(p->why, WHY_BYTES, "%s", why);
 }
 
 static uint64_t key_hash(const attn_key *k)
@@ -911,7 +957,7 @@ __global__ void attn_accumulate_kernel(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 
 
 size_t pt_kcuda_cudnn_version(void) { return cudnnGetVersion(); }
 
-int pt_kcuda_cudnn_init(pt_kernels *kn, bool required)
+int pt_kcuda_cudnn_init(pt_kernels *kn, bool required, bool nondeterministic)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     size_t version = cudnnGetVersion();
@@ -945,6 +991,7 @@ int pt_kcuda_cudnn_init(pt_kernels *kn, bool required)
     c->handle = handle;
     c->version = version;
     c->required = required;
+    c->nondeterministic = nondeterministic;
     ctx->cudnn = c;
     return 0;
 }
@@ -1013,7 +1060,7 @@ void pt_kcuda_cudnn_attention_backward(pt_kernels *kn,
                                        const float *out,  /* (b, sq, a, d) [act] final */
                                        const float *lse,  /* (b, a, sq) final */
                                        int b, int sq, int skv, int a, int kh, int d,
-                                       int q0, int k0, int causal)
+                                       int q0, int k0, int causal, int accumulate)
 {
     pt_kcuda_cudnn *c = pt_kcuda_ctx(kn)->cudnn;
     const void *bufs[] = {dq, dk, dv, dout, q, k, v, out, lse};
@@ -1023,47 +1070,61 @@ void pt_kcuda_cudnn_attention_backward(pt_kernels *kn,
     const char *no = decline(c, &key, 1, b, sq, skv, a, kh, d, q0, k0, causal, bufs, 9, why);
     if (!no)
         no = plan_of(c, &key, &p);
-    /* scratch: cuDNN's workspace | softmax_sum (b, a, sq) fp32 | dq, dk, dv (bf16) */
+    /* scratch: cuDNN's workspace | softmax_sum (b, a, sq) fp32 | with the dQ_accum graph,
+     * dQ_accum (b, a, sq, d) fp32 | when accumulating, the written dq, dk, dv (bf16) */
     int64_t nq = (int64_t)b * sq * a * d, nkv = (int64_t)b * skv * kh * d;
-    size_t ws_bytes = p ? round256(p->ws_bytes) : 0;
+    size_t ws_bytes = p && p->ok ? round256(p->ws_bytes) : 0;
     size_t sum_bytes = round256((int64_t)b * a * sq * (int64_t)sizeof(float));
-    size_t parts_bytes = (size_t)(nq + 2 * nkv) * sizeof(bf16);
+    size_t acc_bytes = p && p->ok && p->accum_dq ? round256(nq * (int64_t)sizeof(float)) : 0;
+    size_t parts_bytes = accumulate ? (size_t)(nq + 2 * nkv) * sizeof(bf16) : 0;
+    size_t need = ws_bytes + sum_bytes + acc_bytes + parts_bytes;
     if (!no)
         no = workspace_over_cap(kn, p->ws_bytes, why);
     if (!no)
-        no = scratch_short(kn, ws_bytes + sum_bytes + parts_bytes, why);
+        no = scratch_short(kn, need, why);
     if (no) {
         if (refuse(kn, 1, no))
             pt_kcuda_attention_backward(kn, dq, dk, dv, dout, q, k, v, out, lse, b, sq, skv, a,
-                                        kh, d, q0, k0, causal);
+                                        kh, d, q0, k0, causal, accumulate);
         return;
     }
-    unsigned char *scratch =
-        (unsigned char *)pt_kcuda_scratch(kn, ws_bytes + sum_bytes + parts_bytes);
+    unsigned char *scratch = (unsigned char *)pt_kcuda_scratch(kn, need);
     if (!scratch)
         return;
     float *softmax_sum = (float *)(scratch + ws_bytes);
-    bf16 *parts = (bf16 *)(scratch + ws_bytes + sum_bytes);
+    float *dq_accum = (float *)(scratch + ws_bytes + sum_bytes);
+    bf16 *parts = (bf16 *)(scratch + ws_bytes + sum_bytes + acc_bytes);
+    /* before cuDNN 9.6.0 the caller zeroes dQ_accum (cudnn-frontend's
+     * collect_tensors_in_workspace_node); from it the engine does */
+    if (acc_bytes && c->version < 90600)
+        pt_kcuda_zero(kn, dq_accum, (size_t)nq * sizeof(float));
+    const void *gq = accumulate ? (const void *)parts : dq;
+    const void *gk = accumulate ? (const void *)(parts + nq) : dk;
+    const void *gv = accumulate ? (const void *)(parts + nq + nkv) : dv;
     float scale = 1.0f / sqrtf((float)d), one = 1.0f;
     float neg_inf = c->version >= 91000 ? -INFINITY : -FLT_MAX;
-    binding bind[] = {{UID_Q, q},
-                      {UID_K, k},
-                      {UID_V, v},
-                      {UID_O, out},
-                      {UID_DO, dout},
-                      {UID_STATS, lse},
-                      {UID_DQ, parts},
-                      {UID_DK, parts + nq},
-                      {UID_DV, parts + nq + nkv},
-                      {UID_SOFTMAX_SUM, softmax_sum},
-                      {UID_SCALE, &scale},
-                      {UID_ONE, &one},
-                      {UID_NEG_INF, &neg_inf}}; /* last: only in the causal graph */
-    execute(kn, p, bind, key.causal ? 13 : 12, p->ws_bytes > 0 ? scratch : NULL);
-    if (kn->err[0])
+    binding bind[MAX_BINDINGS] = {{UID_Q, q},
+                                  {UID_K, k},
+                                  {UID_V, v},
+                                  {UID_O, out},
+                                  {UID_DO, dout},
+                                  {UID_STATS, lse},
+                                  {UID_DQ, gq},
+                                  {UID_DK, gk},
+                                  {UID_DV, gv},
+                                  {UID_SOFTMAX_SUM, softmax_sum},
+                                  {UID_SCALE, &scale},
+                                  {UID_ONE, &one}};
+    int n = 12;
+    if (p->accum_dq)
+        bind[n++] = binding{UID_DQ_ACCUM, dq_accum};
+    if (key.causal)
+        bind[n++] = binding{UID_NEG_INF, &neg_inf};
+    execute(kn, p, bind, n, p->ws_bytes > 0 ? scratch : NULL);
+    if (kn->err[0] || !accumulate)
         return;
-    int64_t n = nq + 2 * nkv;
-    PT_LAUNCH(pt_kcuda_blocks(n, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
+    int64_t total = nq + 2 * nkv;
+    PT_LAUNCH(pt_kcuda_blocks(total, PT_KCUDA_THREADS), PT_KCUDA_THREADS, 0,
               pt_kcuda_ctx(kn)->stream, attn_accumulate_kernel)((bf16 *)dq, (bf16 *)dk,
                                                                 (bf16 *)dv, parts, nq, nkv);
     PT_LAUNCHED(kn, "attention_backward accumulate (cuDNN)");

@@ -95,7 +95,9 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
  * - matmul_backward's dbias: chunks(n) · oc fp32 partials (the column sum), or oc fp32
  *   (cuBLASLt's BGRADB epilogue writes the column sums there before they are added);
  * - attention_backward: b·sq·a fp32 (rowsum(dout ∘ out)); through cuDNN, the same
- *   row sums, bf16 dq, dk and dv, and cuDNN's workspace (cudnn_attn_workspace);
+ *   row sums, bf16 dq, dk and dv (needed only when it accumulates), with
+ *   PT_KCUDA_DETERMINISTIC=0 the fp32 dQ_accum, and cuDNN's workspace
+ *   (cudnn_attn_workspace);
  * - embed_backward with dwte: four int32 arrays of b·s, each rounded up to 256 bytes,
  *   the sums of long runs' pieces (pt_kcuda_embed_pieces_bytes, with cols for h) and
  *   CUB's radix sort space for b·s pairs over the key bits of vr.
@@ -148,11 +150,14 @@ static bool attn_ws_reserved(pt_kernels *kn, const pt_k_scratch_shape *sh)
 }
 
 /* cudnn: cuDNN's attention backward's temporaries counted (attn_cudnn); with_ws: and its
- * workspace (cudnn_attn_workspace) */
-static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_ws)
+ * workspace (cudnn_attn_workspace); accum_dq: and the fp32 dQ_accum of its
+ * nondeterministic graph (PT_KCUDA_DETERMINISTIC=0) */
+static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_ws,
+                           bool accum_dq)
 {
     (void)cudnn; /* without cuDNN in the build there is nothing of it to count */
     (void)with_ws;
+    (void)accum_dq;
     size_t need = 0;
     int64_t rows = sh->rows > 0 ? sh->rows : 0;
     int64_t chunks = (rows + 63) / 64;
@@ -175,6 +180,9 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_w
             size_t parts = ((size_t)rows * (size_t)(sh->heads + 2 * sh->kv_heads) *
                             (size_t)sh->head_dim) * 2;
             size_t cudnn = (dsum + 255) / 256 * 256 + parts;
+            if (accum_dq) /* b·sq·a·d fp32: twice the bf16 dq of parts */
+                cudnn += ((size_t)rows * (size_t)sh->heads * (size_t)sh->head_dim * 4 + 255) /
+                         256 * 256;
             size_t ws = with_ws ? cudnn_attn_workspace(sh) : 0;
             cudnn = ws <= SIZE_MAX - cudnn ? cudnn + ws : cudnn;
             need = cudnn > need ? cudnn : need;
@@ -197,7 +205,8 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_w
 
 size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
-    size_t need = scratch_need(shape, attn_cudnn(kn), attn_ws_reserved(kn, shape));
+    size_t need = scratch_need(shape, attn_cudnn(kn), attn_ws_reserved(kn, shape),
+                               pt_kcuda_ctx(kn)->nondeterministic);
     int count = shape->adamw_tensors > 0 ? shape->adamw_tensors : 0;
     if (need > 0 && need < PT_KCUDA_SCRATCH_MIN) /* what pt_kcuda_scratch allocates */
         need = PT_KCUDA_SCRATCH_MIN;
@@ -208,7 +217,9 @@ int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     bool cudnn = attn_cudnn(kn);
-    size_t base = scratch_need(shape, cudnn, false), full = scratch_need(shape, cudnn, true);
+    bool acc = ctx->nondeterministic;
+    size_t base = scratch_need(shape, cudnn, false, acc),
+           full = scratch_need(shape, cudnn, true, acc);
     size_t need = attn_ws_reserved(kn, shape) ? full : base;
     if (need < full)
         fprintf(stderr, "ptkernels: note: cuDNN's attention backward wants %zu MiB of "
@@ -574,7 +585,7 @@ static int select_attention(pt_kernels *kn)
         (!required && simple && simple[0] && strcmp(simple, "0") != 0))
         return 0;
 #ifdef PT_KCUDA_HAVE_CUDNN
-    if (pt_kcuda_cudnn_init(kn, required))
+    if (pt_kcuda_cudnn_init(kn, required, pt_kcuda_ctx(kn)->nondeterministic))
         return -1;
     if (pt_kcuda_ctx(kn)->cudnn) {
         kn->attention_forward = pt_kcuda_cudnn_attention_forward;
@@ -587,6 +598,26 @@ static int select_attention(pt_kernels *kn)
                       "without cuDNN");
     return required ? -1 : 0;
 #endif
+}
+
+/* Determinism, from PT_KCUDA_DETERMINISTIC: unset, "" or "1" keep kernels.h's promise
+ * of bit-identical reruns; "0" lets cuDNN's attention backward take the graph that sums
+ * dQ over key blocks in fp32 with atomics (attention_cudnn.cu, backward_graph), the one
+ * PyTorch's cuDNN attention runs: on the H100 GPT-2 124M's deterministic backward spent
+ * 24.3 ms of a step where PyTorch's took 14.9 (README, On a GPU). Nothing else changes.
+ * 0, or -1 with kn->err set. */
+static int select_determinism(pt_kernels *kn)
+{
+    const char *mode = getenv("PT_KCUDA_DETERMINISTIC");
+    if (!mode || !mode[0] || strcmp(mode, "1") == 0)
+        pt_kcuda_ctx(kn)->nondeterministic = 0;
+    else if (strcmp(mode, "0") == 0)
+        pt_kcuda_ctx(kn)->nondeterministic = 1;
+    else {
+        pt_kcuda_fail(kn, __FILE__, __LINE__, "PT_KCUDA_DETERMINISTIC=%s: want 1 or 0", mode);
+        return -1;
+    }
+    return 0;
 }
 
 /* The fused GEMM epilogues of matmul.cu (GELU_AUX_BIAS, DGELU, BGRADB), from
@@ -660,6 +691,8 @@ static void describe(pt_kernels *kn, const cudaDeviceProp *prop)
     size_t dnn = pt_kcuda_cudnn_version();
     about_add(kn, &at, "; cuDNN %zu.%zu.%zu", dnn / 10000, dnn / 100 % 100, dnn % 100);
 #endif
+    if (pt_kcuda_ctx(kn)->nondeterministic && pt_kcuda_ctx(kn)->cudnn)
+        about_add(kn, &at, "; nondeterministic (PT_KCUDA_DETERMINISTIC=0)");
 }
 
 pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
@@ -722,7 +755,8 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
         PT_CU(kn, cudaMalloc((void **)&ctx->ortho_part, (size_t)PT_KCUDA_ORTHO_BLOCKS *
                                                             (PT_K_ORTHO_MAX_COLS + 1) *
                                                             sizeof(double))) ||
-        pt_kcuda_loss_init(kn) || pt_kcuda_attention_init(kn) || select_attention(kn)) {
+        pt_kcuda_loss_init(kn) || pt_kcuda_attention_init(kn) || select_determinism(kn) ||
+        select_attention(kn)) {
         set_err(err, cap, "CUDA device %d (%s): %s", device, prop.name, kn->err);
         pt_kcuda_destroy(kn);
         return NULL;

@@ -99,6 +99,8 @@ typedef struct {
                                 * 0 with PT_KCUDA_SIMPLE_ATTN=1 */
     struct pt_kcuda_cudnn *cudnn; /* attention through cuDNN (attention_cudnn.cu): its
                                 * handle and plans; NULL when our kernels run it all */
+    int nondeterministic;      /* PT_KCUDA_DETERMINISTIC=0 (backend.cu): cuDNN's attention
+                                * backward may sum dQ with fp32 atomics */
     size_t attn_ws_cap;        /* the most cuDNN's attention workspace may take, before
                                 * reserve and in it: an eighth of the device's memory, at
                                 * least 1 GiB (dP grows with s²: 69 GB for 32 heads at
@@ -399,7 +401,7 @@ void pt_kcuda_attention_backward(pt_kernels *kn, float *dq, float *dk, float *dv
                                  const float *dout, const float *q, const float *k,
                                  const float *v, const float *out, const float *lse,
                                  int b, int sq, int skv, int a, int kh, int d, int q0,
-                                 int k0, int causal);
+                                 int k0, int causal, int accumulate);
 void pt_kcuda_attention_combine(pt_kernels *kn, float *out, float *lse, const float *out2,
                                 const float *lse2, int b, int sq, int a, int d);
 /* attention_cudnn.cu, in builds that found cuDNN (PT_KCUDA_HAVE_CUDNN): attention
@@ -409,9 +411,10 @@ void pt_kcuda_attention_combine(pt_kernels *kn, float *out, float *lse, const fl
  * table's attention_forward and attention_backward while ctx->cudnn is set: cuDNN runs
  * the calls it takes, pt_kcuda_attention_forward/_backward the others (when required,
  * a call it does not take is an error instead). _destroy frees the plans and the
- * handle (backend.cu's destroy). */
+ * handle (backend.cu's destroy). nondeterministic: the backward may take cuDNN's
+ * fp32-atomic dQ (ctx->nondeterministic). */
 typedef struct pt_kcuda_cudnn pt_kcuda_cudnn;
-int pt_kcuda_cudnn_init(pt_kernels *kn, bool required);
+int pt_kcuda_cudnn_init(pt_kernels *kn, bool required, bool nondeterministic);
 /* cudnnGetVersion() of the cuDNN loaded, e.g. 91900 for 9.19.0 */
 size_t pt_kcuda_cudnn_version(void);
 void pt_kcuda_cudnn_destroy(pt_kernels *kn);
@@ -422,7 +425,7 @@ void pt_kcuda_cudnn_attention_backward(pt_kernels *kn, float *dq, float *dk, flo
                                        const float *dout, const float *q, const float *k,
                                        const float *v, const float *out, const float *lse,
                                        int b, int sq, int skv, int a, int kh, int d, int q0,
-                                       int k0, int causal);
+                                       int k0, int causal, int accumulate);
 /* loss.cu */
 void pt_kcuda_crossentropy(pt_kernels *kn, float *losses, float *dlogits,
                            const float *logits, const int32_t *targets, int64_t n, int v,

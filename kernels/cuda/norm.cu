@@ -2,9 +2,10 @@
  * Normalisations on CUDA: LayerNorm (GPT-2) and RMSNorm (LLaMA), forward and backward,
  * and the residual add fused with the norm forward after it. One warp per row: row
  * statistics are summed in double, as the CPU reference does, and saved as fp32 (mean,
- * rstd). The backward's dinp is per row too; its weight gradients (dw, dbias: sums over
- * all n rows) are reduced in two deterministic passes (a partial per chunk of rows and
- * column, then backend.cu's in-order sum), never with atomics.
+ * rstd). The backward is one kernel over chunks of rows, threads across the columns
+ * (see its section); its weight gradients (dw, dbias: sums over all n rows) are reduced
+ * in two deterministic passes (a partial per chunk of rows and column, then a sum of
+ * the partials), never with atomics.
  *
  * Every forward (plain or fused, LayerNorm or RMSNorm) is one kernel template,
  * norm_forward_kernel, so that residual_layernorm_forward equals residual_forward
@@ -179,8 +180,212 @@ void pt_kcuda_residual_layernorm_forward(pt_kernels *kn,
 
 /* ---- Backward --------------------------------------------------------------------------- */
 
-/* dx += rstd · (dnorm - mean(dnorm) - xhat · mean(dnorm · xhat)), dnorm = g · w; with
- * rms, mean = 0 and the mean(dnorm) term is left out */
+/* The backward reads x, dout and dinp from device memory once and writes dinp once:
+ * for GPT-2 1.5B's n = 16384, h = 1600 that is 4 · 52 MB, ~70 µs at the H100's ~3 TB/s.
+ * On the H100 (2026-11-27, a scratch benchmark against the kernels before it: dinp
+ * with 2-byte loads reading x and dout twice, then a dw kernel reading both again, and
+ * backend.cu's pt_kcuda_sum_partials) LayerNorm went from 230 to 112 µs there, RMSNorm
+ * from 857 to 101 µs; h = 768: 103 to 56 µs (n = 16384), 25 to 24 µs (n = 4096);
+ * RMSNorm at h = 4096 and 8192: 2.19 to 0.23 ms and 4.41 to 0.43 ms (~2.4 TB/s).
+ *
+ * One kernel, norm_backward_kernel. Block b owns the rows of chunk b of the column
+ * reductions (pt_kcuda_chunk_rows(n) rows, pt_kcuda_chunks(n) blocks: one partial per
+ * chunk and column, what backend.cu's reserve counts), and its threads split every row
+ * by columns: thread t of a group of T holds the chunks of 8 elements c = t + T·k
+ * (k < K) of every row it sees, so its share of dw and dbias never leaves its registers
+ * and is added row after row in row order. Rows go R at a time: the R rows' chunks of
+ * x, dout and dinp are loaded together (16 bytes each on the vector path, 9 loads in
+ * flight a thread) and kept in registers as bf16; the two row sums go per thread in
+ * fp32 (over its 8·K elements), then in double over the warp by the butterfly and over
+ * the group's warps in warp order through shared memory (the CPU sums the row in
+ * double), and dinp is written from the registers. Each block then writes its
+ * partials, and norm_sum_partials_kernel adds them up. Every order depends on n and h
+ * only, so results are bit-identical run to run.
+ *
+ * Columns rather than a warp per row: with a warp per row the per-column sums would
+ * need 2·h floats of shared memory per warp (102 KB for 8 warps at h = 1600) and a
+ * shared read-modify-write per element, and a warp could hold its row in registers
+ * only with h fixed at compile time. Here K = 1 up to h = 4096 and K = 2 up to 8192,
+ * at most BWD_THREADS threads a block so that ptxas may use 65536 / 512 = 128
+ * registers a thread (R = 3 for K = 1 and 1 for K = 2 fit without spills; R = 4
+ * spilled); longer rows run the two kernels after it (norm_backward_dinp_kernel,
+ * norm_backward_dw_kernel). */
+enum { BWD_THREADS = 512 };
+/* threads an H100 holds at 128 registers a thread: 132 multiprocessors · 512, rounded;
+ * a constant, not the device's, so that the reduction's shape depends on n and h only */
+enum { BWD_GRID_THREADS = 65536 };
+
+/* The 8 bf16 of a chunk as raw bits: one 16-byte load (VEC) or count loads, the
+ * elements past count zero; unpack8 gives pt_ld8's values. Kept raw, a chunk takes 4
+ * registers instead of 8. */
+template <bool VEC>
+static __device__ __forceinline__ uint4 load_raw(const bf16 *p, int count)
+{
+    uint4 u = make_uint4(0u, 0u, 0u, 0u);
+    if (VEC) {
+        u = *reinterpret_cast<const uint4 *>(p);
+    } else {
+        bf16 *e = reinterpret_cast<bf16 *>(&u);
+        for (int i = 0; i < count; i++)
+            e[i] = p[i];
+    }
+    return u;
+}
+
+static __device__ __forceinline__ void unpack8(float f[8], uint4 u)
+{
+    const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h2[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+/* dx += rstd · (dnorm - mean(dnorm) - xhat · mean(dnorm · xhat)), dnorm = g · w, and
+ * the block's partials of dw (xhat · g) and dbias (g) into part_w, part_b
+ * (gridDim.x, h); with RMS, mean = 0, the mean(dnorm) term and dbias are left out.
+ * T: a multiple of 32 with T · K >= ceil(h / 8); blockDim.x: G · T, at most BWD_THREADS;
+ * dynamic shared memory: (G - 1) · K · 16 · T floats. Fused multiply-adds are explicit
+ * (fmaf) so that both paths round alike. The row sums pass through red,
+ * double-buffered: a thread writes red[buf] again two steps later, after the barrier
+ * of the step between, which every thread reaches only once it has read red[buf]; so
+ * one barrier a step suffices. */
+template <bool RMS, bool VEC, int K>
+__global__ __launch_bounds__(BWD_THREADS) void norm_backward_kernel(
+    bf16 *dinp, float *part_w, float *part_b, const bf16 *dout, const bf16 *inp,
+    const bf16 *w, const float *mean, const float *rstd, int64_t n, int h, int64_t chunk_rows,
+    int T)
+{
+    constexpr int R = K == 1 ? 3 : 1; /* rows a group */
+    __shared__ double red[2][R][2][BWD_THREADS / 32];
+    PT_DYNAMIC_SMEM(smem);
+    const int G = blockDim.x / T, grp = threadIdx.x / T, t = threadIdx.x % T;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warp0 = grp * (T / 32);
+    const int chunks = (h + 7) / 8;
+    const int64_t r0 = (int64_t)blockIdx.x * chunk_rows;
+    const int64_t r1 = r0 + chunk_rows < n ? r0 + chunk_rows : n;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    int count[K]; /* the elements of the thread's chunk k: 0 past the row */
+    float wv[K][8], acc_w[K][8], acc_b[K][8];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int c = t + T * k;
+        count[k] = c >= chunks ? 0 : VEC ? 8 : (h - 8 * c < 8 ? h - 8 * c : 8);
+        unpack8(wv[k], count[k] ? load_raw<VEC>(w + 8 * c, count[k]) : zero);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            acc_w[k][i] = acc_b[k][i] = 0.0f;
+    }
+    int buf = 0;
+    for (int64_t base = r0; base < r1; base += (int64_t)G * R, buf ^= 1) {
+        const int64_t r = base + (int64_t)grp * R; /* this group's rows: r .. r + R - 1 */
+        uint4 xr[R][K], gr[R][K], dr[R][K];
+#pragma unroll
+        for (int q = 0; q < R; q++)
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const bool on = r + q < r1 && count[k] > 0;
+                const int64_t off = (r + q) * h + 8 * (t + T * k);
+                xr[q][k] = on ? load_raw<VEC>(inp + off, count[k]) : zero;
+                gr[q][k] = on ? load_raw<VEC>(dout + off, count[k]) : zero;
+                dr[q][k] = on ? load_raw<VEC>(dinp + off, count[k]) : zero;
+            }
+        float m[R], rs[R];
+#pragma unroll
+        for (int q = 0; q < R; q++) {
+            const bool row = r + q < r1;
+            m[q] = RMS || !row ? 0.0f : mean[r + q];
+            rs[q] = row ? rstd[r + q] : 0.0f;
+            float f1 = 0.0f, f2 = 0.0f; /* the thread's sums of dnorm and dnorm · xhat */
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                float x[8], g[8];
+                unpack8(x, xr[q][k]);
+                unpack8(g, gr[q][k]);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (i < count[k]) {
+                        float xhat = (x[i] - m[q]) * rs[q], dnorm = wv[k][i] * g[i];
+                        f1 += dnorm;
+                        f2 = fmaf(dnorm, xhat, f2);
+                    }
+            }
+            double s1 = RMS ? 0.0 : pt_warp_sum((double)f1), s2 = pt_warp_sum((double)f2);
+            if (lane == 0) {
+                red[buf][q][0][warp] = s1;
+                red[buf][q][1][warp] = s2;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < R; q++) {
+            if (r + q >= r1)
+                break;
+            double s1 = 0.0, s2 = 0.0;
+            for (int i = warp0; i < warp0 + T / 32; i++) {
+                s1 += red[buf][q][0][i];
+                s2 += red[buf][q][1][i];
+            }
+            const float dm = RMS ? 0.0f : (float)(s1 / h), dxm = (float)(s2 / h);
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                if (count[k] == 0)
+                    continue;
+                float x[8], g[8], d[8];
+                unpack8(x, xr[q][k]);
+                unpack8(g, gr[q][k]);
+                unpack8(d, dr[q][k]);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (i < count[k]) {
+                        float xhat = (x[i] - m[q]) * rs[q], dnorm = wv[k][i] * g[i];
+                        d[i] = fmaf(rs[q], fmaf(-xhat, dxm, dnorm - dm), d[i]);
+                        acc_w[k][i] = fmaf(xhat, g[i], acc_w[k][i]);
+                        acc_b[k][i] += g[i];
+                    }
+                store_chunk<VEC>(dinp + (r + q) * h + 8 * (t + T * k), d, count[k]);
+            }
+        }
+    }
+    float *hand = reinterpret_cast<float *>(smem); /* [(G - 1) · K · 16][T] */
+    if (G > 1) {
+        if (grp > 0)
+#pragma unroll
+            for (int k = 0; k < K; k++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    hand[(((grp - 1) * K + k) * 16 + i) * T + t] = acc_w[k][i];
+                    hand[(((grp - 1) * K + k) * 16 + 8 + i) * T + t] = acc_b[k][i];
+                }
+        __syncthreads();
+        if (grp > 0)
+            return;
+        for (int g = 1; g < G; g++)
+#pragma unroll
+            for (int k = 0; k < K; k++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    acc_w[k][i] += hand[(((g - 1) * K + k) * 16 + i) * T + t];
+                    acc_b[k][i] += hand[(((g - 1) * K + k) * 16 + 8 + i) * T + t];
+                }
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int64_t col = (int64_t)blockIdx.x * h + 8 * (t + T * k);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (i < count[k]) {
+                part_w[col + i] = acc_w[k][i];
+                if (!RMS)
+                    part_b[col + i] = acc_b[k][i];
+            }
+    }
+}
+
+/* Rows longer than norm_backward_kernel holds (h > 8192), in two kernels: dinp, one
+ * warp per row, then the partials of dw and dbias. */
 template <bool RMS>
 __global__ void norm_backward_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp,
                                           const bf16 *w, const float *mean, const float *rstd,
@@ -209,8 +414,8 @@ __global__ void norm_backward_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf
     }
 }
 
-/* First pass of dw (and dbias): per (chunk of rows, column) partial sums of xhat · g
- * (and g). Block (32 columns, 8 row lanes), grid (column tiles, chunks). */
+/* per (chunk of rows, column) partial sums of xhat · g (and g). Block (32 columns,
+ * 8 row lanes), grid (column tiles, chunks). */
 template <bool RMS>
 __global__ void norm_backward_dw_kernel(float *part_w, float *part_b, const bf16 *dout,
                                         const bf16 *inp, const float *mean, const float *rstd,
@@ -244,6 +449,69 @@ __global__ void norm_backward_dw_kernel(float *part_w, float *part_b, const bf16
     }
 }
 
+/* The second pass, dw and dbias in one launch (blockIdx.y 0 and 1): dst[c] += the sum
+ * over chunks of part[chunk][c], each column's chunks in 8 slices (chunk ≡ ty mod 8)
+ * summed apart, then in slice order: a thread adds 32 partials at n >= 16384, where
+ * backend.cu's pt_kcuda_sum_partials (a thread a column, 7 blocks at h = 1600) adds 256
+ * in a dependent chain. On the H100 (2026-11-27) LayerNorm's backward at n = 16384,
+ * h = 1600 took 123 µs with two pt_kcuda_sum_partials calls, 112 µs with this launch.
+ * Block (32 columns, 8 slices), grid (column tiles, 1 or 2). */
+__global__ void norm_sum_partials_kernel(float *dw, float *dbias, const float *part, int chunks,
+                                         int h)
+{
+    __shared__ float s[8][33];
+    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    const float *p = part + (int64_t)blockIdx.y * chunks * h;
+    float acc = 0.0f;
+    if (c < h)
+#pragma unroll 8
+        for (int i = ty; i < chunks; i += 8)
+            acc += p[(int64_t)i * h + c];
+    s[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && c < h) {
+        float sum = 0.0f;
+        for (int i = 0; i < 8; i++)
+            sum += s[i][tx];
+        (blockIdx.y ? dbias : dw)[c] += sum;
+    }
+}
+
+/* norm_backward_kernel with K chunks a thread, on the vector path when vec: G groups of
+ * T threads (T · K >= the row's chunks) a block, each taking every G-th group of R rows
+ * of the block's chunk; groups 1 .. G-1 hand their column sums to group 0 through
+ * dynamic shared memory, added in group order. G brings the grid to about
+ * BWD_GRID_THREADS threads when its chunks(n) blocks have few columns: on the H100
+ * (2026-11-27) n = 4096, h = 768 (64 blocks of 96 threads) took 54 µs with G = 1 and
+ * 24 µs with G = 5; at n = 16384, h = 768 (256 blocks) 86 µs with G = 1, 60 with 5 and
+ * 56 with 2; at n = 16384, h = 1600 (256 blocks of 224) 102 µs (RMSNorm) with G = 1 and
+ * 111 µs with G = 2 (two blocks a multiprocessor, out of step, keep loads in flight
+ * while the other waits at its barrier). */
+template <bool RMS, int K>
+static void norm_backward_fused(pt_kernels *kn, bool vec, bf16 *dinp, float *part_w,
+                                float *part_b, const bf16 *dout, const bf16 *inp,
+                                const bf16 *w, const float *mean, const float *rstd,
+                                int64_t n, int h)
+{
+    cudaStream_t st = pt_kcuda_ctx(kn)->stream;
+    unsigned blocks = (unsigned)pt_kcuda_chunks(n);
+    int T = (((h + 7) / 8 + K - 1) / K + 31) / 32 * 32;
+    int64_t G = BWD_GRID_THREADS / ((int64_t)blocks * T);
+    G = G < 1 ? 1 : G > BWD_THREADS / T ? BWD_THREADS / T : G;
+    /* at most 480 · 16 floats, 31 KB (G > 1 only where T <= 256, so K = 1): under the
+     * 48 KB a launch may ask for without cudaFuncSetAttribute */
+    size_t smem = (size_t)(G - 1) * K * 16 * T * sizeof(float);
+    int64_t rows = pt_kcuda_chunk_rows(n);
+    unsigned threads = (unsigned)(G * T);
+    if (vec)
+        PT_LAUNCH(blocks, threads, smem, st, norm_backward_kernel<RMS, true, K>)(dinp, part_w,
+            part_b, dout, inp, w, mean, rstd, n, h, rows, T);
+    else
+        PT_LAUNCH(blocks, threads, smem, st, norm_backward_kernel<RMS, false, K>)(dinp, part_w,
+            part_b, dout, inp, w, mean, rstd, n, h, rows, T);
+    PT_LAUNCHED(kn, "norm_backward");
+}
+
 template <bool RMS>
 static void norm_backward(pt_kernels *kn, bf16 *dinp, float *dw, float *dbias,
                           const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
@@ -252,21 +520,32 @@ static void norm_backward(pt_kernels *kn, bf16 *dinp, float *dw, float *dbias,
     cudaStream_t st = pt_kcuda_ctx(kn)->stream;
     if (n <= 0 || h <= 0)
         return;
-    PT_LAUNCH(row_blocks(n), PT_KCUDA_THREADS, 0, st, norm_backward_dinp_kernel<RMS>)(dinp, dout,
-        inp, w, mean, rstd, n, h);
-    PT_LAUNCHED(kn, "norm_backward_dinp");
-    int chunks = pt_kcuda_chunks(n);
+    int chunks = pt_kcuda_chunks(n), col_chunks = (h + 7) / 8; /* of rows; of 8 columns */
     size_t per = (size_t)chunks * h;
     float *part = (float *)pt_kcuda_scratch(kn, (RMS ? 1 : 2) * per * sizeof(float));
     if (!part)
         return;
-    dim3 grid((unsigned)((h + 31) / 32), (unsigned)chunks), block(32, 8);
-    PT_LAUNCH(grid, block, 0, st, norm_backward_dw_kernel<RMS>)(part, RMS ? NULL : part + per, dout,
-        inp, mean, rstd, n, h, pt_kcuda_chunk_rows(n));
-    PT_LAUNCHED(kn, "norm_backward_dw");
-    pt_kcuda_sum_partials(kn, dw, part, chunks, h);
-    if (!RMS)
-        pt_kcuda_sum_partials(kn, dbias, part + per, chunks, h);
+    float *part_b = RMS ? NULL : part + per;
+    const void *ptrs[] = {dinp, dout, inp, w};
+    bool vec = h % 8 == 0;
+    for (const void *p : ptrs)
+        vec = vec && (uintptr_t)p % 16 == 0;
+    if (col_chunks <= BWD_THREADS) {
+        norm_backward_fused<RMS, 1>(kn, vec, dinp, part, part_b, dout, inp, w, mean, rstd, n, h);
+    } else if (col_chunks <= 2 * BWD_THREADS) {
+        norm_backward_fused<RMS, 2>(kn, vec, dinp, part, part_b, dout, inp, w, mean, rstd, n, h);
+    } else {
+        PT_LAUNCH(row_blocks(n), PT_KCUDA_THREADS, 0, st, norm_backward_dinp_kernel<RMS>)(dinp,
+            dout, inp, w, mean, rstd, n, h);
+        PT_LAUNCHED(kn, "norm_backward_dinp");
+        dim3 grid((unsigned)((h + 31) / 32), (unsigned)chunks), block(32, 8);
+        PT_LAUNCH(grid, block, 0, st, norm_backward_dw_kernel<RMS>)(part, part_b, dout, inp,
+            mean, rstd, n, h, pt_kcuda_chunk_rows(n));
+        PT_LAUNCHED(kn, "norm_backward_dw");
+    }
+    PT_LAUNCH(dim3((unsigned)((h + 31) / 32), RMS ? 1 : 2), dim3(32, 8), 0, st,
+              norm_sum_partials_kernel)(dw, dbias, part, chunks, h);
+    PT_LAUNCHED(kn, "norm_sum_partials");
 }
 
 void pt_kcuda_layernorm_backward(pt_kernels *kn,

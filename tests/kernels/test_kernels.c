@@ -550,7 +550,23 @@ static void test_attention_shape(int b, int sq, int skv, int a, int kh, int d, i
     if (fd) {
         float *dq = fzero(nq), *dk = fzero(nk), *dv = fzero(nk);
         K->attention_backward(K, dq, dk, dv, c.wts, c.q, c.k, c.v, c.out, c.lse, b, sq, skv, a,
-                              kh, d, q0, k0, causal);
+                              kh, d, q0, k0, causal, 1);
+        /* accumulate = 0 writes over whatever the buffers held: the same bits as adding
+         * into zeros (before the finite differences, which leave out and lse as their
+         * last evaluation had them) */
+        float *wq = fzero(nq), *wk = fzero(nk), *wv = fzero(nk);
+        for (int64_t i = 0; i < nq; i++)
+            wq[i] = 1e30f;
+        for (int64_t i = 0; i < nk; i++)
+            wk[i] = wv[i] = -1e30f;
+        K->attention_backward(K, wq, wk, wv, c.wts, c.q, c.k, c.v, c.out, c.lse, b, sq, skv, a,
+                              kh, d, q0, k0, causal, 0);
+        CHECK(memcmp(wq, dq, (size_t)nq * sizeof(float)) == 0);
+        CHECK(memcmp(wk, dk, (size_t)nk * sizeof(float)) == 0);
+        CHECK(memcmp(wv, dv, (size_t)nk * sizeof(float)) == 0);
+        free(wq);
+        free(wk);
+        free(wv);
         CHECK_ERR(what, fd_error(attn_loss, &c, c.q, nq, dq), FD_TOL);
         CHECK_ERR(what, fd_error(attn_loss, &c, c.k, nk, dk), FD_TOL);
         CHECK_ERR(what, fd_error(attn_loss, &c, c.v, nk, dv), FD_TOL);
@@ -593,7 +609,7 @@ static void test_attention_blocks(void)
     float *dq = fzero(nq), *dk = fzero(nk), *dv = fzero(nk), *dq2 = fzero(nq);
     float *dk2 = fzero(nk), *dv2 = fzero(nk);
     K->attention_backward(K, dq, dk, dv, full.wts, full.q, full.k, full.v, full.out, full.lse,
-                          b, s, s, a, kh, d, 0, 0, 1);
+                          b, s, s, a, kh, d, 0, 0, 1, 1);
     for (int blk = 0; blk < 3; blk++) {
         int k0 = cuts[blk], skv = cuts[blk + 1] - cuts[blk];
         for (int bi = 0; bi < b; bi++) {
@@ -605,7 +621,7 @@ static void test_attention_blocks(void)
         memset(dkb, 0, sizeof(float) * nk);
         memset(dvb, 0, sizeof(float) * nk);
         K->attention_backward(K, dq2, dkb, dvb, full.wts, full.q, kb, vb, out, lse, b, s, skv,
-                              a, kh, d, 0, k0, 1);
+                              a, kh, d, 0, k0, 1, 1);
         for (int bi = 0; bi < b; bi++)
             for (int64_t i = 0; i < (int64_t)skv * rowk; i++) {
                 dk2[((int64_t)bi * s + k0) * rowk + i] = dkb[(int64_t)bi * skv * rowk + i];
@@ -1061,7 +1077,7 @@ static void test_determinism(void)
         res[run][2] = fzero(nk);
         res[run][3] = fzero(nk);
         K->attention_backward(K, res[run][1], res[run][2], res[run][3], c.wts, c.q, c.k, c.v,
-                              c.out, c.lse, b, s, s, a, kh, d, 0, 0, 1);
+                              c.out, c.lse, b, s, s, a, kh, d, 0, 0, 1, 1);
     }
     CHECK(memcmp(res[0][0], res[1][0], sizeof(float) * nq) == 0);
     CHECK(memcmp(res[0][1], res[1][1], sizeof(float) * nq) == 0);
