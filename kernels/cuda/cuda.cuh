@@ -219,10 +219,9 @@ static __device__ __forceinline__ bf16 pt_bf16(float x)
 
 static __device__ __forceinline__ void pt_st(bf16 *p, float x) { *p = pt_bf16(x); }
 
-/* The 8 bf16 at p (16-byte aligned) as fp32, in one 16-byte load: the values of pt_ld. */
-static __device__ __forceinline__ void pt_ld8(float f[8], const bf16 *p)
+/* The 8 bf16 held in u (as 16 raw bytes) as fp32: the values of pt_ld. */
+static __device__ __forceinline__ void pt_unpack8(float f[8], uint4 u)
 {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
     const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -230,6 +229,12 @@ static __device__ __forceinline__ void pt_ld8(float f[8], const bf16 *p)
         f[2 * i] = t.x;
         f[2 * i + 1] = t.y;
     }
+}
+
+/* The 8 bf16 at p (16-byte aligned) as fp32, in one 16-byte load: the values of pt_ld. */
+static __device__ __forceinline__ void pt_ld8(float f[8], const bf16 *p)
+{
+    pt_unpack8(f, *reinterpret_cast<const uint4 *>(p));
 }
 
 /* f rounded to bf16 (pt_bf16, as pt_st) into the 8 bf16 at p (16-byte aligned), in one

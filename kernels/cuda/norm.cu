@@ -216,7 +216,7 @@ enum { BWD_THREADS = 512 };
 enum { BWD_GRID_THREADS = 65536 };
 
 /* The 8 bf16 of a chunk as raw bits: one 16-byte load (VEC) or count loads, the
- * elements past count zero; unpack8 gives pt_ld8's values. Kept raw, a chunk takes 4
+ * elements past count zero; pt_unpack8 gives pt_ld8's values. Kept raw, a chunk takes 4
  * registers instead of 8. */
 template <bool VEC>
 static __device__ __forceinline__ uint4 load_raw(const bf16 *p, int count)
@@ -230,17 +230,6 @@ static __device__ __forceinline__ uint4 load_raw(const bf16 *p, int count)
             e[i] = p[i];
     }
     return u;
-}
-
-static __device__ __forceinline__ void unpack8(float f[8], uint4 u)
-{
-    const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h2[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
 }
 
 /* dx += rstd · (dnorm - mean(dnorm) - xhat · mean(dnorm · xhat)), dnorm = g · w, and
@@ -273,7 +262,7 @@ __global__ __launch_bounds__(BWD_THREADS) void norm_backward_kernel(
     for (int k = 0; k < K; k++) {
         const int c = t + T * k;
         count[k] = c >= chunks ? 0 : VEC ? 8 : (h - 8 * c < 8 ? h - 8 * c : 8);
-        unpack8(wv[k], count[k] ? load_raw<VEC>(w + 8 * c, count[k]) : zero);
+        pt_unpack8(wv[k], count[k] ? load_raw<VEC>(w + 8 * c, count[k]) : zero);
 #pragma unroll
         for (int i = 0; i < 8; i++)
             acc_w[k][i] = acc_b[k][i] = 0.0f;
@@ -302,8 +291,8 @@ __global__ __launch_bounds__(BWD_THREADS) void norm_backward_kernel(
 #pragma unroll
             for (int k = 0; k < K; k++) {
                 float x[8], g[8];
-                unpack8(x, xr[q][k]);
-                unpack8(g, gr[q][k]);
+                pt_unpack8(x, xr[q][k]);
+                pt_unpack8(g, gr[q][k]);
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     if (i < count[k]) {
@@ -334,9 +323,9 @@ __global__ __launch_bounds__(BWD_THREADS) void norm_backward_kernel(
                 if (count[k] == 0)
                     continue;
                 float x[8], g[8], d[8];
-                unpack8(x, xr[q][k]);
-                unpack8(g, gr[q][k]);
-                unpack8(d, dr[q][k]);
+                pt_unpack8(x, xr[q][k]);
+                pt_unpack8(g, gr[q][k]);
+                pt_unpack8(d, dr[q][k]);
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     if (i < count[k]) {
