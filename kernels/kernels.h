@@ -132,6 +132,10 @@ struct pt_kernels {
     char err[256];             /* first failure of a device backend; "" when none */
     char about[256];           /* the device and the libraries a device backend runs
                                 * through, for the records ptprofile keeps; "" on CPU */
+    int nondeterministic;      /* 1: opened allowing kernels that are not bit-identical
+                                * run to run (CUDA: PT_KCUDA_DETERMINISTIC=0), whose
+                                * timings are not those of the deterministic kernels the
+                                * cost tables price; 0 on CPU */
 
     /* -- Lifetime, memory and synchronisation -- */
     void (*destroy)(pt_kernels *kn);

@@ -277,8 +277,9 @@ static void load_check(const pt_op_sample *smp, size_t n, const char *path, cons
 }
 
 /* Appends the run, its ranks' memory, its per-op statistics and its last step's
- * schedule to the cost table and, unless the load check finds it noisy, its op timings
- * as kernel samples (source trace) under its id. */
+ * schedule to the cost table and, unless the load check finds it noisy or its backend
+ * ran nondeterministic kernels, its op timings as kernel samples (source trace) under
+ * its id. */
 static int record_run(pt_trainer *r, const pt_trace *merged, const pt_run_rank *mem,
                       pt_trainer_record *out, pt_err *err)
 {
@@ -337,6 +338,13 @@ static int record_run(pt_trainer *r, const pt_trace *merged, const pt_run_rank *
     }
     if (rc == 0)
         load_check(smp, n_smp, path, p, &rec);
+    /* timings of kernels that the tables do not price (the plan prices the deterministic
+     * ones) would move their figures: the run is kept, its samples are not, whatever
+     * the load check found */
+    if (rc == 0 && r->kn->nondeterministic)
+        snprintf(rec.noisy, sizeof rec.noisy,
+                 "it ran with nondeterministic kernels (PT_KCUDA_DETERMINISTIC=0), which "
+                 "the tables do not price");
     pt_span *spans = NULL;
     size_t n_spans = 0;
     if (rc == 0)

@@ -206,7 +206,7 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_w
 size_t pt_kcuda_scratch_bytes(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     size_t need = scratch_need(shape, attn_cudnn(kn), attn_ws_reserved(kn, shape),
-                               pt_kcuda_ctx(kn)->nondeterministic);
+                               kn->nondeterministic);
     int count = shape->adamw_tensors > 0 ? shape->adamw_tensors : 0;
     if (need > 0 && need < PT_KCUDA_SCRATCH_MIN) /* what pt_kcuda_scratch allocates */
         need = PT_KCUDA_SCRATCH_MIN;
@@ -217,7 +217,7 @@ int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     bool cudnn = attn_cudnn(kn);
-    bool acc = ctx->nondeterministic;
+    bool acc = kn->nondeterministic;
     size_t base = scratch_need(shape, cudnn, false, acc),
            full = scratch_need(shape, cudnn, true, acc);
     size_t need = attn_ws_reserved(kn, shape) ? full : base;
@@ -246,26 +246,44 @@ int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 
 /* ---- Deterministic column reductions, second pass --------------------------------------- */
 
-__global__ void sum_partials_kernel(float *dst, const float *partials, int chunks, int cols)
+/* dst[c] += the sum over chunks of partials[chunk][c] (blockIdx.y 1: dst2 from the
+ * partials that follow), each column's chunks in 8 slices (chunk = ty mod 8) summed
+ * apart, then in slice order: a thread adds 32 partials at n >= 16384 rows rather than
+ * 256 in one dependent chain. On the H100 (2026-11-27) LayerNorm's backward at
+ * n = 16384, h = 1600 took 123 µs with the one-thread-a-column form called twice,
+ * 112 µs with this one launch (a benchmark written for the purpose, not kept).
+ * Block (32 columns, 8 slices), grid (column tiles, 1 or 2). */
+__global__ void sum_partials_kernel(float *dst, float *dst2, const float *partials, int chunks,
+                                    int cols)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols)
-        return;
-    float s = 0.0f;
-    for (int i = 0; i < chunks; i++)
-        s += partials[(int64_t)i * cols + c];
-    dst[c] += s;
+    __shared__ float s[8][33];
+    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    const float *p = partials + (int64_t)blockIdx.y * chunks * cols;
+    float acc = 0.0f;
+    if (c < cols)
+#pragma unroll 8
+        for (int i = ty; i < chunks; i += 8)
+            acc += p[(int64_t)i * cols + c];
+    s[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && c < cols) {
+        float sum = 0.0f;
+        for (int i = 0; i < 8; i++)
+            sum += s[i][tx];
+        (blockIdx.y ? dst2 : dst)[c] += sum;
+    }
 }
 
 void pt_kcuda_sum_partials(pt_kernels *kn,
                            float *dst,             /* (cols) fp32, += */
-                           const float *partials,  /* (chunks, cols) fp32 */
+                           float *dst2,            /* (cols) fp32, += , or NULL */
+                           const float *partials,  /* (1 or 2, chunks, cols) fp32 */
                            int chunks, int cols)
 {
     if (cols <= 0)
         return;
-    PT_LAUNCH((cols + 255) / 256, 256, 0, pt_kcuda_ctx(kn)->stream, sum_partials_kernel)(dst,
-        partials, chunks, cols);
+    PT_LAUNCH(dim3((unsigned)((cols + 31) / 32), dst2 ? 2 : 1), dim3(32, 8), 0,
+              pt_kcuda_ctx(kn)->stream, sum_partials_kernel)(dst, dst2, partials, chunks, cols);
     PT_LAUNCHED(kn, "sum_partials");
 }
 
@@ -585,7 +603,7 @@ static int select_attention(pt_kernels *kn)
         (!required && simple && simple[0] && strcmp(simple, "0") != 0))
         return 0;
 #ifdef PT_KCUDA_HAVE_CUDNN
-    if (pt_kcuda_cudnn_init(kn, required, pt_kcuda_ctx(kn)->nondeterministic))
+    if (pt_kcuda_cudnn_init(kn, required, kn->nondeterministic))
         return -1;
     if (pt_kcuda_ctx(kn)->cudnn) {
         kn->attention_forward = pt_kcuda_cudnn_attention_forward;
@@ -603,16 +621,18 @@ static int select_attention(pt_kernels *kn)
 /* Determinism, from PT_KCUDA_DETERMINISTIC: unset, "" or "1" keep kernels.h's promise
  * of bit-identical reruns; "0" lets cuDNN's attention backward take the graph that sums
  * dQ over key blocks in fp32 with atomics (attention_cudnn.cu, backward_graph), the one
- * PyTorch's cuDNN attention runs: on the H100 GPT-2 124M's deterministic backward spent
- * 24.3 ms of a step where PyTorch's took 14.9 (README, On a GPU). Nothing else changes.
- * 0, or -1 with kn->err set. */
+ * PyTorch's cuDNN attention runs. On the H100 (2026-11-27, gpucheck's op tables) it
+ * took GPT-2 124M's attention backward from 16.6 to 15.3 ms a step and 1.5B's from
+ * 35.9 to 33.3 (README, On a GPU). No other kernel changes; kn->nondeterministic keeps a
+ * recorded run's timings out of the cost tables (runtime/trainer_log.c). 0, or -1 with
+ * kn->err set. */
 static int select_determinism(pt_kernels *kn)
 {
     const char *mode = getenv("PT_KCUDA_DETERMINISTIC");
     if (!mode || !mode[0] || strcmp(mode, "1") == 0)
-        pt_kcuda_ctx(kn)->nondeterministic = 0;
+        kn->nondeterministic = 0;
     else if (strcmp(mode, "0") == 0)
-        pt_kcuda_ctx(kn)->nondeterministic = 1;
+        kn->nondeterministic = 1;
     else {
         pt_kcuda_fail(kn, __FILE__, __LINE__, "PT_KCUDA_DETERMINISTIC=%s: want 1 or 0", mode);
         return -1;
@@ -691,7 +711,7 @@ static void describe(pt_kernels *kn, const cudaDeviceProp *prop)
     size_t dnn = pt_kcuda_cudnn_version();
     about_add(kn, &at, "; cuDNN %zu.%zu.%zu", dnn / 10000, dnn / 100 % 100, dnn % 100);
 #endif
-    if (pt_kcuda_ctx(kn)->nondeterministic && pt_kcuda_ctx(kn)->cudnn)
+    if (kn->nondeterministic && pt_kcuda_ctx(kn)->cudnn)
         about_add(kn, &at, "; nondeterministic (PT_KCUDA_DETERMINISTIC=0)");
 }
 

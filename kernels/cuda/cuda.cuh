@@ -99,8 +99,6 @@ typedef struct {
                                 * 0 with PT_KCUDA_SIMPLE_ATTN=1 */
     struct pt_kcuda_cudnn *cudnn; /* attention through cuDNN (attention_cudnn.cu): its
                                 * handle and plans; NULL when our kernels run it all */
-    int nondeterministic;      /* PT_KCUDA_DETERMINISTIC=0 (backend.cu): cuDNN's attention
-                                * backward may sum dQ with fp32 atomics */
     size_t attn_ws_cap;        /* the most cuDNN's attention workspace may take, before
                                 * reserve and in it: an eighth of the device's memory, at
                                 * least 1 GiB (dP grows with s²: 69 GB for 32 heads at
@@ -417,7 +415,7 @@ void pt_kcuda_attention_combine(pt_kernels *kn, float *out, float *lse, const fl
  * the calls it takes, pt_kcuda_attention_forward/_backward the others (when required,
  * a call it does not take is an error instead). _destroy frees the plans and the
  * handle (backend.cu's destroy). nondeterministic: the backward may take cuDNN's
- * fp32-atomic dQ (ctx->nondeterministic). */
+ * fp32-atomic dQ (kn->nondeterministic). */
 typedef struct pt_kcuda_cudnn pt_kcuda_cudnn;
 int pt_kcuda_cudnn_init(pt_kernels *kn, bool required, bool nondeterministic);
 /* cudnnGetVersion() of the cuDNN loaded, e.g. 91900 for 9.19.0 */
@@ -463,8 +461,9 @@ int pt_kcuda_adamw_grow(pt_kernels *kn, int count);
  * A weight gradient summed over n rows (dbias, LayerNorm's dw) is reduced in two
  * passes without atomics: a first kernel writes one partial sum per (chunk of rows,
  * column) to scratch, in a fixed order within the chunk; pt_kcuda_sum_partials adds
- * the partials of each column, chunk by chunk in order, into dst (+=). The chunking
- * depends on n only. */
+ * the partials of each column into dst (+=) in a fixed order (8 slices of chunks, then
+ * the slices), and with dst2 a second set that follows the first (LayerNorm's dbias
+ * after its dw) in the same launch. The chunking depends on n only. */
 enum { PT_KCUDA_MAX_CHUNKS = 256 };
 static inline int64_t pt_kcuda_chunk_rows(int64_t n)
 {
@@ -479,7 +478,8 @@ static inline int pt_kcuda_chunks(int64_t n)
 }
 void pt_kcuda_sum_partials(pt_kernels *kn,
                            float *dst,             /* (cols) fp32, += */
-                           const float *partials,  /* (chunks, cols) fp32 */
+                           float *dst2,            /* (cols) fp32, += , or NULL */
+                           const float *partials,  /* (1 or 2, chunks, cols) fp32 */
                            int chunks, int cols);
 
 #endif

@@ -463,7 +463,7 @@ static void colsum_bf16(pt_kernels *kn, float *dst, const bf16 *src, int64_t n, 
     PT_LAUNCH(grid, block, 0, pt_kcuda_ctx(kn)->stream, colsum_partial_kernel)(partials, src, n,
         cols, pt_kcuda_chunk_rows(n));
     PT_LAUNCHED(kn, "colsum_partial");
-    pt_kcuda_sum_partials(kn, dst, partials, chunks, cols);
+    pt_kcuda_sum_partials(kn, dst, NULL, partials, chunks, cols);
 }
 
 /* ---- The two products of a linear layer -------------------------------------------------- */

@@ -182,11 +182,15 @@ void pt_kcuda_residual_layernorm_forward(pt_kernels *kn,
 
 /* The backward reads x, dout and dinp from device memory once and writes dinp once:
  * for GPT-2 1.5B's n = 16384, h = 1600 that is 4 · 52 MB, ~70 µs at the H100's ~3 TB/s.
- * On the H100 (2026-11-27, a scratch benchmark against the kernels before it: dinp
- * with 2-byte loads reading x and dout twice, then a dw kernel reading both again, and
- * backend.cu's pt_kcuda_sum_partials) LayerNorm went from 230 to 112 µs there, RMSNorm
- * from 857 to 101 µs; h = 768: 103 to 56 µs (n = 16384), 25 to 24 µs (n = 4096);
- * RMSNorm at h = 4096 and 8192: 2.19 to 0.23 ms and 4.41 to 0.43 ms (~2.4 TB/s).
+ * On the H100 (2026-11-27), inside training steps (gpucheck's op table, the medians
+ * ptrun --record keeps): 0.131 ms a call at 1.5B's shape, against 0.23 ms for the two
+ * kernels before it (dinp with 2-byte loads reading x and dout twice, then a dw kernel
+ * reading both again), and 0.20 ms at GPT-2 124M's n = 65536, h = 768. A benchmark
+ * written for the purpose (not kept; bench_kernels_cuda's layernorm_backward and
+ * rmsnorm_backward time the op at n = 16384, h = 4096) gave, before and after:
+ * LayerNorm 230 and 112 µs at 1.5B's shape, RMSNorm 857 and 101 µs; h = 768: 103 and
+ * 56 µs (n = 16384), 25 and 24 µs (n = 4096); RMSNorm at h = 4096 and 8192: 2.19 and
+ * 0.23 ms, 4.41 and 0.43 ms (~2.4 TB/s).
  *
  * One kernel, norm_backward_kernel. Block b owns the rows of chunk b of the column
  * reductions (pt_kcuda_chunk_rows(n) rows, pt_kcuda_chunks(n) blocks: one partial per
@@ -199,7 +203,7 @@ void pt_kcuda_residual_layernorm_forward(pt_kernels *kn,
  * fp32 (over its 8·K elements), then in double over the warp by the butterfly and over
  * the group's warps in warp order through shared memory (the CPU sums the row in
  * double), and dinp is written from the registers. Each block then writes its
- * partials, and norm_sum_partials_kernel adds them up. Every order depends on n and h
+ * partials, and pt_kcuda_sum_partials (backend.cu) adds them up. Every order depends on n and h
  * only, so results are bit-identical run to run.
  *
  * Columns rather than a warp per row: with a warp per row the per-column sums would
@@ -438,40 +442,12 @@ __global__ void norm_backward_dw_kernel(float *part_w, float *part_b, const bf16
     }
 }
 
-/* The second pass, dw and dbias in one launch (blockIdx.y 0 and 1): dst[c] += the sum
- * over chunks of part[chunk][c], each column's chunks in 8 slices (chunk ≡ ty mod 8)
- * summed apart, then in slice order: a thread adds 32 partials at n >= 16384, where
- * backend.cu's pt_kcuda_sum_partials (a thread a column, 7 blocks at h = 1600) adds 256
- * in a dependent chain. On the H100 (2026-11-27) LayerNorm's backward at n = 16384,
- * h = 1600 took 123 µs with two pt_kcuda_sum_partials calls, 112 µs with this launch.
- * Block (32 columns, 8 slices), grid (column tiles, 1 or 2). */
-__global__ void norm_sum_partials_kernel(float *dw, float *dbias, const float *part, int chunks,
-                                         int h)
-{
-    __shared__ float s[8][33];
-    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
-    const float *p = part + (int64_t)blockIdx.y * chunks * h;
-    float acc = 0.0f;
-    if (c < h)
-#pragma unroll 8
-        for (int i = ty; i < chunks; i += 8)
-            acc += p[(int64_t)i * h + c];
-    s[ty][tx] = acc;
-    __syncthreads();
-    if (ty == 0 && c < h) {
-        float sum = 0.0f;
-        for (int i = 0; i < 8; i++)
-            sum += s[i][tx];
-        (blockIdx.y ? dbias : dw)[c] += sum;
-    }
-}
-
 /* norm_backward_kernel with K chunks a thread, on the vector path when vec: G groups of
  * T threads (T · K >= the row's chunks) a block, each taking every G-th group of R rows
  * of the block's chunk; groups 1 .. G-1 hand their column sums to group 0 through
  * dynamic shared memory, added in group order. G brings the grid to about
  * BWD_GRID_THREADS threads when its chunks(n) blocks have few columns: on the H100
- * (2026-11-27) n = 4096, h = 768 (64 blocks of 96 threads) took 54 µs with G = 1 and
+ * (2026-11-27, the benchmark above) n = 4096, h = 768 (64 blocks of 96 threads) took 54 µs with G = 1 and
  * 24 µs with G = 5; at n = 16384, h = 768 (256 blocks) 86 µs with G = 1, 60 with 5 and
  * 56 with 2; at n = 16384, h = 1600 (256 blocks of 224) 102 µs (RMSNorm) with G = 1 and
  * 111 µs with G = 2 (two blocks a multiprocessor, out of step, keep loads in flight
@@ -532,9 +508,7 @@ static void norm_backward(pt_kernels *kn, bf16 *dinp, float *dw, float *dbias,
             mean, rstd, n, h, pt_kcuda_chunk_rows(n));
         PT_LAUNCHED(kn, "norm_backward_dw");
     }
-    PT_LAUNCH(dim3((unsigned)((h + 31) / 32), RMS ? 1 : 2), dim3(32, 8), 0, st,
-              norm_sum_partials_kernel)(dw, dbias, part, chunks, h);
-    PT_LAUNCHED(kn, "norm_sum_partials");
+    pt_kcuda_sum_partials(kn, dw, RMS ? NULL : dbias, part, chunks, h);
 }
 
 void pt_kcuda_layernorm_backward(pt_kernels *kn,

@@ -29,6 +29,21 @@ q "SELECT versions FROM profile_runs" |
     grep -Eq "\(compute capability 9\.0, 132 SMs\); (driver [0-9.]+, )?CUDA driver API .*, runtime .*; cuBLASLt " ||
     fail "the run records the device and the CUDA libraries: $(q "SELECT versions FROM profile_runs")"
 
+# a recorded run's op timings become cost samples, unless its backend ran with
+# PT_KCUDA_DETERMINISTIC=0: the tables price the deterministic kernels, so that run is
+# kept and its samples are not (whatever the load check finds: no timing decides this)
+run 0 "$build/ptplan" --model tiny --cluster dgx-h100 --devices 1 --global-batch 2 \
+    --out "$tmp/plan.json"
+run 0 env PT_KCUDA_DETERMINISTIC=0 "$build/ptrun" "$tmp/plan.json" --steps 3 --record \
+    --db "$tmp/g.db" --val-every 0 --sample 0
+out_has "not calibrated into the tables: it ran with nondeterministic kernels" \
+    "a nondeterministic run's timings are not calibrated into the tables"
+[ "$(q "SELECT count(*) FROM kernel_samples WHERE source = 'trace'")" = 0 ] ||
+    fail "no cost samples from the nondeterministic run"
+run 0 "$build/ptrun" "$tmp/plan.json" --steps 3 --record --db "$tmp/g.db" --val-every 0 \
+    --sample 0
+grep -q "nondeterministic" "$tmp/out" && fail "the deterministic run is not called nondeterministic"
+
 if [ "$failures" -gt 0 ]; then
     echo "$failures failure(s)"
     exit 1
