@@ -1,7 +1,8 @@
 /*
- * Error reporting for library code, checked arithmetic on sizes, and the names of the
- * data types: the small vocabulary every library of the project shares. Library functions fill a pt_err
- * and return -1; only tools/ print it and choose an exit code.
+ * Error reporting for library code, checked arithmetic on sizes, the names of the data
+ * types, UTF-8 and JSON strings: the small vocabulary every library of the project
+ * shares. Library functions fill a pt_err and return -1; only tools/ print it and
+ * choose an exit code.
  */
 #include "common.h"
 
@@ -64,4 +65,52 @@ int pt_dtype_parse(const char *text, pt_dtype *out, pt_err *err)
         }
     return pt_err_set(err, "unknown data type '%s' (expected fp32, tf32, bf16, fp16 or fp8)",
                       text);
+}
+
+size_t pt_utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    size_t k = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+             : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (k == 0 || k > n)
+        return 0;
+    unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+    unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    uint32_t v = c & (0x7f >> k);
+    for (size_t i = 1; i < k; i++) {
+        if (i > 1 && (s[i] & 0xc0) != 0x80)
+            return 0;
+        v = v << 6 | (s[i] & 0x3f);
+    }
+    *cp = v;
+    return k;
+}
+
+void pt_json_put_string(FILE *f, const char *s)
+{
+    const unsigned char *c = (const unsigned char *)s;
+    size_t n = strlen(s);
+    putc('"', f);
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = c[i] < 0x80 ? 1 : pt_utf8_char(c + i, n - i, &cp);
+        if (k == 0) {
+            fputs("\\ufffd", f); /* the replacement character */
+            i++;
+        } else if (c[i] == '"' || c[i] == '\\') {
+            fprintf(f, "\\%c", c[i]);
+        } else if (c[i] < 0x20) {
+            fprintf(f, "\\u%04x", c[i]);
+        } else {
+            fwrite(c + i, 1, k, f);
+        }
+        i += k;
+    }
+    putc('"', f);
 }

@@ -1,7 +1,8 @@
 /*
  * ptcommon — the small vocabulary every library of the project shares: the error type
  * that library functions fill instead of printing or exiting, checked arithmetic on
- * sizes, the data types, and the one legend of dimension letters.
+ * sizes, the data types, UTF-8 characters and JSON strings written by hand, and the one
+ * legend of dimension letters.
  *
  * Dimension letters, used in comments (each tensor pointer's trailing shape comment),
  * variable names and formulas everywhere (planner, kernels, runtime):
@@ -24,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,6 +59,17 @@ typedef enum { PT_DTYPE_FP32, PT_DTYPE_TF32, PT_DTYPE_BF16, PT_DTYPE_FP16, PT_DT
                PT_DTYPE_COUNT } pt_dtype;
 const char *pt_dtype_name(pt_dtype d);   /* "fp32", "tf32", "bf16", "fp16", "fp8" */
 int pt_dtype_parse(const char *text, pt_dtype *out, pt_err *err);
+
+/* ---- Text ---------------------------------------------------------------------- */
+
+/* The length of the well-formed UTF-8 character at s[0, n) (RFC 3629, section 4) and
+ * its code point; 0 when the bytes there are not one. */
+size_t pt_utf8_char(const unsigned char *s, size_t n, uint32_t *cp);
+/* Writes s to f as a JSON string, quoted and escaped (RFC 8259, section 7). Bytes that
+ * are not well-formed UTF-8 (a path on Linux need not be; a name cut to a fixed-size
+ * field may end inside a character) are written as U+FFFD, so that what is written is
+ * always JSON a reader accepts. */
+void pt_json_put_string(FILE *f, const char *s);
 
 #ifdef __cplusplus
 }

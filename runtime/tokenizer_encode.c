@@ -87,31 +87,6 @@ static pt_char_class class_of(uint32_t cp)
     return PT_CH_LETTER;
 }
 
-size_t pt_utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    unsigned c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    size_t k = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-             : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    if (k == 0 || k > n)
-        return 0;
-    unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
-    unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    uint32_t v = c & (0x7f >> k);
-    for (size_t i = 1; i < k; i++) {
-        if (i > 1 && (s[i] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    *cp = v;
-    return k;
-}
-
 pt_char_class pt_char_at(const unsigned char *text, size_t len, size_t at, size_t *bytes)
 {
     if (text[at] < 0x80) {

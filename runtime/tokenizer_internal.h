@@ -116,9 +116,6 @@ bool pt_tok_pair(const pt_tokenizer *t, uint32_t a, uint32_t b, uint32_t *rank,
 /* Character classes of the split patterns' \p{L}, \p{N} and \s. */
 typedef enum { PT_CH_LETTER, PT_CH_NUMBER, PT_CH_SPACE, PT_CH_OTHER } pt_char_class;
 
-/* The length of the well-formed UTF-8 character at s[0, n) (RFC 3629, section 4) and
- * its code point; 0 when the bytes there are not one. */
-size_t pt_utf8_char(const unsigned char *s, size_t n, uint32_t *cp);
 /* The class of the character at text[at] (at < len) and its length in bytes. */
 pt_char_class pt_char_at(const unsigned char *text, size_t len, size_t at, size_t *bytes);
 /* The end of the piece that starts at text[at] (at < len) under the pattern: always

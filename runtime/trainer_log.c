@@ -97,15 +97,8 @@ void pt_trainer_log_line(pt_trainer *r, const char *type, int64_t step, const ch
 /* ,"key":"value" with value escaped as a JSON string (paths and names may hold quotes). */
 static void log_string(FILE *f, const char *key, const char *value)
 {
-    fprintf(f, ",\"%s\":\"", key);
-    for (const unsigned char *c = (const unsigned char *)value; *c; c++)
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
-    fputc('"', f);
+    fprintf(f, ",\"%s\":", key);
+    pt_json_put_string(f, value);
 }
 
 /* What ran (the plan file and its identity, layout, model with its size, cluster,

@@ -19,9 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-/* The format name merged traces carry in otherData; a reader refuses others. */
-#define PT_TRACE_FORMAT "pttrace-1"
-
 double pt_trace_now(void)
 {
     struct timespec ts;
@@ -634,28 +631,12 @@ int pt_trace_plan_id(const char *path, char out[17], pt_err *err)
  * The file is one compact line, without spaces (jansson's JSON_COMPACT form, which
  * tools/ and tests/ grep). */
 
-/* s as a JSON string, quoted and escaped (RFC 8259, sec. 7). */
-static void put_string(FILE *f, const char *s)
-{
-    putc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            putc(c, f);
-    }
-    putc('"', f);
-}
-
 static void put_meta(FILE *f, const char *sep, const char *what, int rank, int tid,
                      const char *name)
 {
     fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", sep,
             what, rank, tid);
-    put_string(f, name);
+    pt_json_put_string(f, name);
     fputs("}}", f);
 }
 
@@ -663,7 +644,7 @@ static void put_meta(FILE *f, const char *sep, const char *what, int rank, int t
 static void put_span(FILE *f, const char *sep, const pt_span *s)
 {
     fprintf(f, "%s{\"name\":", sep);
-    put_string(f, s->name);
+    pt_json_put_string(f, s->name);
     fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{",
             s->t0_s * 1e6, s->dur_s * 1e6, s->rank, s->stream);
     fprintf(f, "\"step\":%d", s->step);
@@ -675,7 +656,7 @@ static void put_span(FILE *f, const char *sep, const pt_span *s)
         fprintf(f, ",\"op\":%d", s->op);
     if (s->key[0]) {
         fputs(",\"key\":", f);
-        put_string(f, s->key);
+        pt_json_put_string(f, s->key);
         fprintf(f, ",\"flops\":%.17g,\"bytes\":%.17g,\"dtype\":\"%s\"", s->flops, s->bytes,
                 pt_dtype_name(s->dtype));
     }
@@ -702,9 +683,9 @@ static void put_trace(FILE *f, const pt_trace *t)
         put_span(f, i || max_rank >= 0 ? "," : "", &t->v[i]);
     fprintf(f, "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"format\":\"%s\",\"plan_id\":",
             PT_TRACE_FORMAT);
-    put_string(f, t->plan_id);
+    pt_json_put_string(f, t->plan_id);
     fputs(",\"plan\":", f);
-    put_string(f, t->plan_path);
+    pt_json_put_string(f, t->plan_path);
     fprintf(f, ",\"world\":%d,\"first_step\":%d,\"spans\":%zu}}",
             t->world > 0 ? t->world : max_rank + 1, (int)t->first_step, t->n);
 }
@@ -749,6 +730,9 @@ static int read_event(const char *path, size_t i, json_t *e, pt_span *s, pt_err 
         json_integer_value(pid) >= PT_TRACE_MAX_RANKS)
         return pt_err_set(err, "%s: traceEvents[%zu]: a span needs name, ts, dur and a rank "
                                "(pid) in 0..%d", path, i, PT_TRACE_MAX_RANKS - 1);
+    if (strlen(name) >= sizeof s->name)
+        return pt_err_set(err, "%s: traceEvents[%zu]: name '%.40s...' is longer than the %zu "
+                               "bytes a span name holds", path, i, name, sizeof s->name - 1);
     snprintf(s->name, sizeof s->name, "%s", name);
     s->rank = (int)json_integer_value(pid);
     s->stream = (int)json_integer_value(tid);
@@ -774,6 +758,10 @@ static int read_event(const char *path, size_t i, json_t *e, pt_span *s, pt_err 
     const char *key = json_string_value(json_object_get(args, "key"));
     if (key) {
         const char *dtype = json_string_value(json_object_get(args, "dtype"));
+        if (strlen(key) >= sizeof s->key) /* cut short, it would price another op */
+            return pt_err_set(err, "%s: traceEvents[%zu] ('%s'): key '%.40s...' is longer "
+                                   "than the %zu bytes an op key holds", path, i, name, key,
+                              sizeof s->key - 1);
         snprintf(s->key, sizeof s->key, "%s", key);
         s->flops = json_number_value(json_object_get(args, "flops"));
         s->bytes = json_number_value(json_object_get(args, "bytes"));
@@ -829,6 +817,12 @@ int pt_trace_read_chrome(const char *path, pt_trace *out, pt_err *err)
              json_integer_value(world) < 1 || json_integer_value(world) > PT_TRACE_MAX_RANKS)
         rc = pt_err_set(err, "%s: otherData needs plan_id, world (1..%d) and spans", path,
                         PT_TRACE_MAX_RANKS);
+    else if (strlen(plan_id) >= sizeof out->plan_id)
+        rc = pt_err_set(err, "%s: otherData.plan_id '%.40s' is longer than the %zu bytes of "
+                             "a plan identity", path, plan_id, sizeof out->plan_id - 1);
+    else if (plan && strlen(plan) >= sizeof out->plan_path)
+        rc = pt_err_set(err, "%s: otherData.plan is longer than %zu bytes", path,
+                        sizeof out->plan_path - 1);
     if (rc == 0) {
         snprintf(out->plan_id, sizeof out->plan_id, "%s", plan_id);
         snprintf(out->plan_path, sizeof out->plan_path, "%s", plan ? plan : "");

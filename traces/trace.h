@@ -26,6 +26,9 @@ extern "C" {
  * and formats nothing; merging (pt_trace_merge) or expanding (pt_trace_expand) turns them
  * into pt_span. */
 
+/* The format name merged traces carry in otherData; a reader refuses others. */
+#define PT_TRACE_FORMAT "pttrace-1"
+
 /* The largest world a merged trace holds. */
 #define PT_TRACE_MAX_RANKS 4096
 

@@ -2,7 +2,8 @@
  * pttrace: compact recording and its expansion (names, keys, micro-batches and
  * instruction indices adopted by the ops of an instruction, op-list indices; which spans are ops and which instructions), packing two
  * ranks and merging them onto one clock, the Chrome trace written and read back, and
- * the errors: a damaged packed buffer, a file cut short.
+ * the errors: a damaged packed buffer, a file cut short, a key or name too long for a
+ * span; bytes that are not UTF-8 written so that the file reads back.
  */
 #include "check.h"
 #include "trace.h"
@@ -141,6 +142,36 @@ static void test_merge_and_files(const char *dir)
         CHECK_NEAR(back.v[i].flops, m.v[i].flops, 0);
     }
     pt_trace_free(&back);
+
+    /* bytes that are not UTF-8 (a Latin-1 directory; a name cut inside a character)
+     * are written as U+FFFD, so that the file still reads back */
+    snprintf(m.plan_path, sizeof m.plan_path, "/data/caf\xe9/plan.json");
+    snprintf(m.v[0].name, sizeof m.v[0].name, "q\xc6");
+    CHECK_INT(pt_trace_write_chrome(&m, path, &err), 0);
+    CHECK_INT(pt_trace_read_chrome(path, &back, &err), 0);
+    CHECK(strcmp(back.plan_path, "/data/caf\xef\xbf\xbd/plan.json") == 0);
+    CHECK(back.n == m.n && strcmp(back.v[0].name, "q\xef\xbf\xbd") == 0);
+    pt_trace_free(&back);
+
+    /* a key or name longer than a span holds is an error naming it, not cut short
+     * (a cut key would price another op) */
+    const char *too_long[2][2] = {{"\"q\"", "\"key\":\"%0128d\",\"dtype\":\"fp32\""},
+                                  {"\"%048d\"", "\"step\":1"}};
+    for (int k = 0; k < 2; k++) {
+        char fmt[512];
+        snprintf(fmt, sizeof fmt, "{\"traceEvents\":[{\"name\":%s,\"ph\":\"X\",\"ts\":1,"
+                 "\"dur\":1,\"pid\":0,\"tid\":0,\"args\":{%s}}],\"otherData\":{\"format\":"
+                 "\"%s\",\"plan_id\":\"0123456789abcdef\",\"world\":1,\"spans\":1}}",
+                 too_long[k][0], too_long[k][1], PT_TRACE_FORMAT);
+        FILE *f = fopen(cut, "wb");
+        if (f) {
+            fprintf(f, fmt, 0);
+            fclose(f);
+        }
+        CHECK_INT(pt_trace_read_chrome(cut, &back, &err), -1);
+        CHECK(strstr(err.msg, k ? "name '0000" : "key '0000") != NULL);
+        CHECK(strstr(err.msg, "traceEvents[0]") != NULL);
+    }
 
     /* a file cut short is an error naming it */
     FILE *in = fopen(path, "rb"), *out = fopen(cut, "wb");
