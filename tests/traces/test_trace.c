@@ -154,24 +154,32 @@ static void test_merge_and_files(const char *dir)
     pt_trace_free(&back);
 
     /* a key or name longer than a span holds is an error naming it, not cut short
-     * (a cut key would price another op) */
-    const char *too_long[2][2] = {{"\"q\"", "\"key\":\"%0128d\",\"dtype\":\"fp32\""},
-                                  {"\"%048d\"", "\"step\":1"}};
-    for (int k = 0; k < 2; k++) {
-        char fmt[512];
-        snprintf(fmt, sizeof fmt, "{\"traceEvents\":[{\"name\":%s,\"ph\":\"X\",\"ts\":1,"
-                 "\"dur\":1,\"pid\":0,\"tid\":0,\"args\":{%s}}],\"otherData\":{\"format\":"
-                 "\"%s\",\"plan_id\":\"0123456789abcdef\",\"world\":1,\"spans\":1}}",
-                 too_long[k][0], too_long[k][1], PT_TRACE_FORMAT);
-        FILE *f = fopen(cut, "wb");
-        if (f) {
-            fprintf(f, fmt, 0);
-            fclose(f);
+     * (a cut key would price another op); one that just fits is read whole */
+    const char *field[2][2] = {{"\"q\"", "\"key\":\"%0*d\",\"dtype\":\"fp32\""},
+                               {"\"%0*d\"", "\"step\":1"}};
+    const int holds[2] = {(int)sizeof back.v->key - 1, (int)sizeof back.v->name - 1};
+    for (int k = 0; k < 2; k++)
+        for (int over = 0; over < 2; over++) {
+            char fmt[512];
+            snprintf(fmt, sizeof fmt, "{\"traceEvents\":[{\"name\":%s,\"ph\":\"X\","
+                     "\"ts\":1,\"dur\":1,\"pid\":0,\"tid\":0,\"args\":{%s}}],"
+                     "\"otherData\":{\"format\":\"%s\",\"plan_id\":\"0123456789abcdef\","
+                     "\"world\":1,\"spans\":1}}", field[k][0], field[k][1], PT_TRACE_FORMAT);
+            FILE *f = fopen(cut, "wb");
+            if (f) {
+                fprintf(f, fmt, holds[k] + over, 0);
+                fclose(f);
+            }
+            CHECK_INT(pt_trace_read_chrome(cut, &back, &err), over ? -1 : 0);
+            if (over) {
+                CHECK(strstr(err.msg, k ? "name '0000" : "key '0000") != NULL);
+                CHECK(strstr(err.msg, "traceEvents[0]") != NULL);
+            } else {
+                CHECK(back.n == 1 && strlen(k ? back.v[0].name : back.v[0].key) ==
+                                         (size_t)holds[k]);
+                pt_trace_free(&back);
+            }
         }
-        CHECK_INT(pt_trace_read_chrome(cut, &back, &err), -1);
-        CHECK(strstr(err.msg, k ? "name '0000" : "key '0000") != NULL);
-        CHECK(strstr(err.msg, "traceEvents[0]") != NULL);
-    }
 
     /* a file cut short is an error naming it */
     FILE *in = fopen(path, "rb"), *out = fopen(cut, "wb");
