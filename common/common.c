@@ -99,7 +99,7 @@ void pt_json_put_string(FILE *f, const char *s)
     putc('"', f);
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        size_t k = c[i] < 0x80 ? 1 : pt_utf8_char(c + i, n - i, &cp);
+        size_t k = pt_utf8_char(c + i, n - i, &cp);
         if (k == 0) {
             fputs("\\ufffd", f); /* the replacement character */
             i++;
