@@ -85,7 +85,8 @@ typedef struct {
                           * with dbias (3h/t, f/t, v/t, h, ...) */
     int heads;           /* largest a (query heads here) of an attention_backward */
     int kv_heads;        /* its kh and d: the CUDA backend's cuDNN attention backward */
-    int head_dim;        /* writes dq, dk and dv into temporaries before adding them */
+    int head_dim;        /* keeps bf16 dq, dk and dv in temporaries when it accumulates
+                          * (context parallelism's blocks; reserve counts them always) */
     int attn_batch;      /* largest b and sq = skv of one attention_backward call: */
     int attn_seq;        /* cuDNN's backward keeps a b·a·sq·skv workspace (backend.cu) */
     int vocab_rows;      /* largest vr of an embed_backward with dwte (its h at most

@@ -174,8 +174,10 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_w
         need = dsum > need ? dsum : need;
 #ifdef PT_KCUDA_HAVE_CUDNN
         /* attention_cudnn.cu's backward: softmax_sum (b·sq·a fp32, 256-byte rounded)
-         * and bf16 dq, dk, dv; with with_ws cuDNN's own workspace as well (a call
-         * whose temporaries do not fit after reserve runs on our kernels instead) */
+         * and bf16 dq, dk, dv (used only when a call accumulates; the shape does not
+         * say whether one will, so always counted); with with_ws cuDNN's own workspace
+         * as well (a call whose temporaries do not fit after reserve runs on our
+         * kernels instead) */
         if (cudnn && sh->head_dim > 0) {
             size_t parts = ((size_t)rows * (size_t)(sh->heads + 2 * sh->kv_heads) *
                             (size_t)sh->head_dim) * 2;
