@@ -266,14 +266,9 @@ __global__ void sum_partials_kernel(float *dst, float *dst2, const float *partia
 #pragma unroll 8
         for (int i = ty; i < chunks; i += 8)
             acc += p[(int64_t)i * cols + c];
-    s[ty][tx] = acc;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-        float sum = 0.0f;
-        for (int i = 0; i < 8; i++)
-            sum += s[i][tx];
+    float sum = pt_fold_slices(s, acc);
+    if (ty == 0 && c < cols)
         (blockIdx.y ? dst2 : dst)[c] += sum;
-    }
 }
 
 void pt_kcuda_sum_partials(pt_kernels *kn,

@@ -292,6 +292,22 @@ static __device__ float pt_block_max(float x, float *shared)
     return pt_warp_max(m);
 }
 
+/* The deterministic column sums' fold, in a block of (32 columns, 8 slices): thread
+ * (tx, ty) gives acc, its slice's sum of column tx; row ty = 0 gets the 8 slices' sums
+ * added in slice order (the other rows 0). s: the block's __shared__ float[8][33].
+ * Must be reached by every thread of the block. */
+static __device__ __forceinline__ float pt_fold_slices(float (*s)[33], float acc)
+{
+    int tx = threadIdx.x, ty = threadIdx.y;
+    s[ty][tx] = acc;
+    __syncthreads();
+    float sum = 0.0f;
+    if (ty == 0)
+        for (int i = 0; i < 8; i++)
+            sum += s[i][tx];
+    return sum;
+}
+
 /* ---- The ops (one file per area) ------------------------------------------------------ */
 
 /* backend.cu */

@@ -443,14 +443,9 @@ __global__ void colsum_partial_kernel(float *partials, const bf16 *src, int64_t 
     if (c < cols)
         for (int64_t r = r0 + ty; r < r1; r += 8)
             s += __bfloat162float(src[r * cols + c]);
-    part[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-        float t = 0.0f;
-        for (int i = 0; i < 8; i++)
-            t += part[i][tx];
+    float t = pt_fold_slices(part, s);
+    if (ty == 0 && c < cols)
         partials[(int64_t)blockIdx.y * cols + c] = t;
-    }
 }
 
 static void colsum_bf16(pt_kernels *kn, float *dst, const bf16 *src, int64_t n, int cols)
