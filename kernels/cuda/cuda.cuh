@@ -247,6 +247,21 @@ static __device__ __forceinline__ void pt_st8(bf16 *p, const float f[8])
     *reinterpret_cast<uint4 *>(p) = u;
 }
 
+/* As pt_st8 with the device's paired conversion (cvt.rn.bf16x2.f32, one instruction a
+ * pair, where pt_bf16 takes about five an element): finite values and infinities round
+ * to the same bits as pt_bf16 (to nearest, ties to even); a NaN comes out as a NaN, not
+ * necessarily with pt_bf16's bits. For outputs that are pure arithmetic on finite
+ * inputs, in kernels whose instruction count bounds them. */
+static __device__ __forceinline__ void pt_st8_rn(bf16 *p, const float f[8])
+{
+    uint4 u;
+    __nv_bfloat162 *h2 = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+
 /* ---- Block reductions (device) -------------------------------------------------------- */
 
 /* Sum / max over a warp by a fixed butterfly: every lane gets the same result, in the

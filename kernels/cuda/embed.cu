@@ -48,11 +48,9 @@ void pt_kcuda_embed_forward(pt_kernels *kn,
 }
 
 /* The dwte kernels' shape: a block is one warp that owns a slice of EMB_SLICE columns
- * (two per thread); EMB_GRID blocks per slice stride over the sorted entries; each
- * thread keeps EMB_UNROLL positions' loads in flight; the sorted entries are cut into
- * windows of EMB_PIECE, the longest chain of adds one after another. */
-enum { EMB_WARP = 32, EMB_SLICE = 2 * EMB_WARP, EMB_UNROLL = 16, EMB_GRID = 4096,
-       EMB_PIECE = 256 };
+ * (two per thread) of one window of EMB_PIECE sorted entries, the longest chain of adds
+ * one after another; each thread keeps EMB_UNROLL entries' loads in flight. */
+enum { EMB_WARP = 32, EMB_SLICE = 2 * EMB_WARP, EMB_UNROLL = 16, EMB_PIECE = 256 };
 
 /* the sort's input: this rank's rows of dwte get their token (relative to v0) as key,
  * the others vr (sorted last, never added); positions as values */
@@ -83,54 +81,86 @@ __device__ bool emb_across(const int32_t *keys, int64_t a, int64_t rows, int t)
     return next < rows && keys[next] == t;
 }
 
-/* Blocks (x) stride over the sorted entries and work only where an entry starts a run
- * of one token or a window inside one: they add the gradient rows of the positions
- * from there to the run's or the window's end, in position order, for their slice (y)
- * of the columns: a run inside one window into its token's row of dwte, a piece of a
- * run across windows into its slot of `pieces`. The columns are split over blocks and
- * long runs into pieces because a frequent token's run is added one position after
- * another: with one block per run, GPT-2 124M's batch of 65,536 byte-level tokens of
- * the default corpus (about a sixth of them spaces) took 15.6 ms on an H100, against
- * 0.24 ms for ptprofile's near-uniform tokens (tools/gpucheck.sh, 2026-11-26); with
- * h / EMB_SLICE blocks on each run, 4.8 ms on an H200 (that day, 0.57 ms profiled);
- * with the windows, 2.1 ms on an H100 (2026-11-27). */
+/* The two gradient columns c, c + 1 of dout's row r (in0, in1: which exist), as fp32:
+ * one 4-byte load where rows are (h even, dout 4-byte aligned, c even), else two. */
+static __device__ __forceinline__ void emb_ld2(float *x0, float *x1, const bf16 *dout, int64_t r,
+                                               int h, int c, bool pair, bool in0, bool in1)
+{
+    const bf16 *p = dout + r * h + c;
+    if (pair && in1) {
+        const uint32_t u = *reinterpret_cast<const uint32_t *>(p);
+        *x0 = __uint_as_float(u << 16);
+        *x1 = __uint_as_float(u & 0xffff0000u);
+        return;
+    }
+    *x0 = in0 ? pt_ld(p) : 0.0f;
+    *x1 = in1 ? pt_ld(p + 1) : 0.0f;
+}
+
+/* Block (x, y) sweeps window x of the sorted entries for its slice y of the columns,
+ * adding each run's gradient rows in position order: a run inside the window into its
+ * token's row of dwte (from that row's old value), a piece of a run across windows
+ * into its slot of `pieces` (from zero). The window's keys and positions are read into
+ * shared memory first, so the row loads of EMB_UNROLL entries go out together whatever
+ * runs they belong to. One block a window: a frequent token's run is added one position
+ * after another, and GPT-2 124M's batch of 65,536 byte-level tokens of the default
+ * corpus (about a sixth of them spaces) took 15.6 ms on an H100 with one block a run,
+ * against 0.24 ms for ptprofile's near-uniform tokens (tools/gpucheck.sh, 2026-11-26);
+ * with h / EMB_SLICE blocks on each run, 4.8 ms on an H200 (that day, 0.57 ms
+ * profiled); with windows visited by a grid of 4096 blocks striding over every entry
+ * (so 16 blocks took the 256 window starts one after another), 2.2 ms on an H100
+ * (2026-11-27). */
 __global__ void embed_backward_wte_kernel(float *dwte, float *pieces, const bf16 *dout,
                                           const int32_t *keys, const int32_t *pos,
                                           int64_t rows, int h, int vr)
 {
+    __shared__ int32_t wkey[EMB_PIECE], wpos[EMB_PIECE];
     const int c = blockIdx.y * EMB_SLICE + 2 * threadIdx.x; /* this thread's two columns */
     const bool in0 = c < h, in1 = c + 1 < h;
-    for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const int t = keys[i];
-        const bool run_start = i == 0 || keys[i - 1] != t;
-        if (t >= vr || !(run_start || i % EMB_PIECE == 0))
-            continue;
-        const bool piece = !run_start || emb_across(keys, i, rows, t);
-        float *dst = piece ? pieces + emb_slot(i, run_start) * h + c : dwte + (int64_t)t * h + c;
-        float acc0 = in0 && !piece ? dst[0] : 0.0f, acc1 = in1 && !piece ? dst[1] : 0.0f;
-        /* EMB_UNROLL entries at a time up to the window's end: the keys say which still
-         * belong to the run (a prefix, the keys being sorted); all their loads are issued
-         * before the adds, which go in position order and only for the run's entries */
-        const int64_t end = (i / EMB_PIECE + 1) * EMB_PIECE;
-        for (int64_t m = i; m < end; m += EMB_UNROLL) {
-            bool run[EMB_UNROLL];
-            float x0[EMB_UNROLL], x1[EMB_UNROLL];
+    const bool pair = h % 2 == 0 && ((uintptr_t)dout & 3) == 0;
+    const int64_t w0 = (int64_t)blockIdx.x * EMB_PIECE;
+    const int len = (int)(rows - w0 < EMB_PIECE ? rows - w0 : EMB_PIECE);
+    for (int j = threadIdx.x; j < len; j += EMB_WARP) {
+        wkey[j] = keys[w0 + j];
+        wpos[j] = pos[w0 + j];
+    }
+    __syncthreads();
+    int t = -1; /* the token of the run being added, -1 before the first */
+    float acc0 = 0.0f, acc1 = 0.0f, *dst = NULL;
+    for (int j0 = 0; j0 < len; j0 += EMB_UNROLL) {
+        float x0[EMB_UNROLL], x1[EMB_UNROLL];
 #pragma unroll
-            for (int u = 0; u < EMB_UNROLL; u++) {
-                run[u] = m + u < end && m + u < rows && keys[m + u] == t;
-                const bf16 *row = dout + (run[u] ? (int64_t)pos[m + u] * h + c : 0);
-                x0[u] = run[u] && in0 ? pt_ld(row) : 0.0f;
-                x1[u] = run[u] && in1 ? pt_ld(row + 1) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < EMB_UNROLL; u++)
-                if (run[u]) {
-                    acc0 += x0[u];
-                    acc1 += x1[u];
-                }
-            if (!run[EMB_UNROLL - 1])
-                break;
+        for (int u = 0; u < EMB_UNROLL; u++) {
+            const int j = j0 + u;
+            const bool add = j < len && wkey[j] < vr;
+            emb_ld2(&x0[u], &x1[u], dout, add ? wpos[j] : 0, h, c, pair, add && in0,
+                    add && in1);
         }
+#pragma unroll
+        for (int u = 0; u < EMB_UNROLL; u++) {
+            const int j = j0 + u;
+            if (j >= len || wkey[j] >= vr) /* other ranks' tokens come last */
+                break;
+            if (wkey[j] != t) { /* a run, or the piece of one in this window, begins */
+                if (dst) {
+                    if (in0)
+                        dst[0] = acc0;
+                    if (in1)
+                        dst[1] = acc1;
+                }
+                t = wkey[j];
+                const bool run_start = j > 0 || w0 == 0 || keys[w0 - 1] != t;
+                const bool piece = !run_start || emb_across(keys, w0 + j, rows, t);
+                dst = piece ? pieces + emb_slot(w0 + j, run_start) * h + c
+                            : dwte + (int64_t)t * h + c;
+                acc0 = in0 && !piece ? dst[0] : 0.0f;
+                acc1 = in1 && !piece ? dst[1] : 0.0f;
+            }
+            acc0 += x0[u];
+            acc1 += x1[u];
+        }
+    }
+    if (dst) {
         if (in0)
             dst[0] = acc0;
         if (in1)
@@ -138,31 +168,33 @@ __global__ void embed_backward_wte_kernel(float *dwte, float *pieces, const bf16
     }
 }
 
-/* The second pass for runs across windows: at the start of each, its pieces' sums are
- * added into its token's row of dwte, in order. */
+/* The second pass for runs across windows, block (x, y) for window x: if a run starts
+ * there and goes on past its end, the sums of its pieces are added into its token's row
+ * of dwte, in order. */
 __global__ void embed_backward_pieces_kernel(float *dwte, const float *pieces,
                                              const int32_t *keys, int64_t rows, int h, int vr)
 {
     const int c = blockIdx.y * EMB_SLICE + 2 * threadIdx.x;
     const bool in0 = c < h, in1 = c + 1 < h;
-    for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        const int t = keys[i];
-        if (t >= vr || (i > 0 && keys[i - 1] == t) || !emb_across(keys, i, rows, t))
-            continue;
-        float *dte = dwte + (int64_t)t * h + c;
-        const float *sum = pieces + emb_slot(i, true) * h + c;
-        float acc0 = in0 ? dte[0] + sum[0] : 0.0f, acc1 = in1 ? dte[1] + sum[1] : 0.0f;
-        for (int64_t p = (i / EMB_PIECE + 1) * EMB_PIECE; p < rows && keys[p] == t;
-             p += EMB_PIECE) {
-            sum = pieces + emb_slot(p, false) * h + c;
-            acc0 += in0 ? sum[0] : 0.0f;
-            acc1 += in1 ? sum[1] : 0.0f;
-        }
-        if (in0)
-            dte[0] = acc0;
-        if (in1)
-            dte[1] = acc1;
+    const int64_t w0 = (int64_t)blockIdx.x * EMB_PIECE, next = w0 + EMB_PIECE;
+    if (next >= rows)
+        return;
+    const int t = keys[next - 1];
+    const bool starts_here = keys[w0] != t || w0 == 0 || keys[w0 - 1] != t;
+    if (t >= vr || keys[next] != t || !starts_here)
+        return;
+    float *dte = dwte + (int64_t)t * h + c;
+    const float *sum = pieces + emb_slot(w0, true) * h + c;
+    float acc0 = in0 ? dte[0] + sum[0] : 0.0f, acc1 = in1 ? dte[1] + sum[1] : 0.0f;
+    for (int64_t p = next; p < rows && keys[p] == t; p += EMB_PIECE) {
+        sum = pieces + emb_slot(p, false) * h + c;
+        acc0 += in0 ? sum[0] : 0.0f;
+        acc1 += in1 ? sum[1] : 0.0f;
     }
+    if (in0)
+        dte[0] = acc0;
+    if (in1)
+        dte[1] = acc1;
 }
 
 /* one thread per (si, column): dwpe[pos0 + si] += sum over the batch, in order */
@@ -228,7 +260,7 @@ void pt_kcuda_embed_backward(pt_kernels *kn,
                                                       keys, skeys, pos, spos, (int)rows, 0,
                                                       bits, st)))
             return;
-        dim3 grid((unsigned)(rows < EMB_GRID ? rows : EMB_GRID),
+        dim3 grid((unsigned)((rows + EMB_PIECE - 1) / EMB_PIECE),
                   (unsigned)((h + EMB_SLICE - 1) / EMB_SLICE));
         PT_LAUNCH(grid, EMB_WARP, 0, st, embed_backward_wte_kernel)(dwte, pieces,
             (const bf16 *)dout, skeys, spos, rows, h, vr);

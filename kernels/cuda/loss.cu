@@ -5,6 +5,14 @@
  * the CPU) through a fixed-shape block reduction, losses in fp32, dlogits written as
  * bf16. dlogits may equal logits: every thread reads the elements it writes, and the
  * target logit is read before the first barrier.
+ *
+ * The exponentials are the device's fast __expf (ex2.approx on x·log2 e: a relative
+ * error of a few fp32 ulps for the arguments x - max <= 0 met here, far under the bf16
+ * of dlogits and the 1e-4 the tests allow the loss) and the 16-byte stores round pairs
+ * in one instruction (pt_st8_rn): GPT-2's row kernel spent more issue slots than its
+ * memory needed with expf's range reduction and the bit-level rounding (about 37
+ * instructions an element, 4 ms of issue on an H100 for 124M's 65,536 rows of
+ * 50,304, against 4.4 ms of memory at 3 TB/s).
  */
 #include "cuda.cuh"
 
@@ -19,11 +27,11 @@ static __device__ __forceinline__ bool row_vec(const bf16 *x, int vr)
     return ((uintptr_t)x & 15) == 0 && vr % 8 == 0;
 }
 
-static __device__ float row_max(const bf16 *x, int vr, float *shared)
+template <int THREADS> static __device__ float row_max(const bf16 *x, int vr, float *shared)
 {
     float mx = -INFINITY;
     if (row_vec(x, vr)) {
-        for (int j = threadIdx.x * 8; j < vr; j += CE_THREADS * 8) {
+        for (int j = threadIdx.x * 8; j < vr; j += THREADS * 8) {
             float f[8];
             pt_ld8(f, x + j);
 #pragma unroll
@@ -31,32 +39,34 @@ static __device__ float row_max(const bf16 *x, int vr, float *shared)
                 mx = fmaxf(mx, f[i]);
         }
     } else {
-        for (int j = threadIdx.x; j < vr; j += CE_THREADS)
+        for (int j = threadIdx.x; j < vr; j += THREADS)
             mx = fmaxf(mx, pt_ld(x + j));
     }
     return pt_block_max(mx, shared);
 }
 
+template <int THREADS>
 static __device__ float row_sumexp(const bf16 *x, int vr, float gmax, double *shared)
 {
     double s = 0.0;
     if (row_vec(x, vr)) {
-        for (int j = threadIdx.x * 8; j < vr; j += CE_THREADS * 8) {
+        for (int j = threadIdx.x * 8; j < vr; j += THREADS * 8) {
             float f[8], part = 0.0f;
             pt_ld8(f, x + j);
 #pragma unroll
             for (int i = 0; i < 8; i++)
-                part += expf(f[i] - gmax);
+                part += __expf(f[i] - gmax);
             s += part;
         }
     } else {
-        for (int j = threadIdx.x; j < vr; j += CE_THREADS)
-            s += expf(pt_ld(x + j) - gmax);
+        for (int j = threadIdx.x; j < vr; j += THREADS)
+            s += __expf(pt_ld(x + j) - gmax);
     }
     return (float)pt_block_sum(s, shared);
 }
 
 /* the loss of one row and its slice of dlogits, from the global figures */
+template <int THREADS>
 static __device__ void row_finalize(float *loss, bf16 *dx, const bf16 *x, int32_t target, int vr,
                                     int v0, float gmax, float gsum, float gtarget, float dloss)
 {
@@ -64,7 +74,7 @@ static __device__ void row_finalize(float *loss, bf16 *dx, const bf16 *x, int32_
         if (threadIdx.x == 0)
             *loss = 0.0f;
         if (dx)
-            for (int j = threadIdx.x; j < vr; j += CE_THREADS)
+            for (int j = threadIdx.x; j < vr; j += THREADS)
                 dx[j] = pt_bf16(0.0f);
         return;
     }
@@ -75,18 +85,25 @@ static __device__ void row_finalize(float *loss, bf16 *dx, const bf16 *x, int32_
     float inv = 1.0f / gsum;
     int t = target - v0;
     if (row_vec(x, vr) && row_vec(dx, vr)) {
-        for (int j = threadIdx.x * 8; j < vr; j += CE_THREADS * 8) {
+        for (int j = threadIdx.x * 8; j < vr; j += THREADS * 8) {
             float f[8];
             pt_ld8(f, x + j);
 #pragma unroll
             for (int i = 0; i < 8; i++)
-                f[i] = (expf(f[i] - gmax) * inv - (j + i == t ? 1.0f : 0.0f)) * dloss;
-            pt_st8(dx + j, f);
+                f[i] = __expf(f[i] - gmax) * inv;
+            if ((unsigned)(t - j) < 8u) /* the target's chunk */
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    f[i] -= j + i == t ? 1.0f : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                f[i] *= dloss;
+            pt_st8_rn(dx + j, f);
         }
         return;
     }
-    for (int j = threadIdx.x; j < vr; j += CE_THREADS) {
-        float prob = expf(pt_ld(x + j) - gmax) * inv;
+    for (int j = threadIdx.x; j < vr; j += THREADS) {
+        float prob = __expf(pt_ld(x + j) - gmax) * inv;
         pt_st(dx + j, (prob - (j == t ? 1.0f : 0.0f)) * dloss);
     }
 }
@@ -96,36 +113,39 @@ static __device__ void row_finalize(float *loss, bf16 *dx, const bf16 *x, int32_
 static unsigned row_grid(int64_t n) { return (unsigned)(n < 65535 * 8 ? n : 65535 * 8); }
 
 /* crossentropy_kernel's loads in flight per thread (16 bytes each) while it copies a
- * row into shared memory. Two blocks of CE_THREADS fit on a multiprocessor beside
- * GPT-2's 100 KB rows, so one load a thread would keep 8 KB in flight there; the
- * three-pass form, eight blocks at its 32 registers a thread (ptxas, sm_90), keeps
- * 32 KB, and ran at 4.3 TB/s (below). Four loads a thread keep as much. */
-enum { CE_ROW_LOADS = 4 };
+ * row into shared memory, and its threads a block there. Two blocks fit on a
+ * multiprocessor beside GPT-2's 100 KB rows, so one load a thread of 256 would keep
+ * 8 KB in flight there; the three-pass form, eight blocks at its 32 registers a thread
+ * (ptxas, sm_90), keeps 32 KB, and ran at 4.3 TB/s (below). Four loads a thread of 256
+ * kept as much and ran at 2.1 TB/s on an H100; 512 threads (48 registers each, ptxas)
+ * keep twice that, and twice the warps to cover the exponentials' latency. */
+enum { CE_ROW_LOADS = 4, CE_ROW_THREADS = 512 };
 /* its static shared memory: the reductions' arrays, beside the row */
 enum { CE_STATIC_SMEM = 32 * sizeof(float) + 32 * sizeof(double) };
 
 /* Copies the 16-byte row x into shared memory at row and returns its maximum (the same
  * per-thread order as row_max's 16-byte path); the block reduction's barriers publish
  * the row. */
+template <int THREADS>
 static __device__ float row_copy_max(bf16 *row, const bf16 *x, int v, float *shared)
 {
     float mx = -INFINITY;
-    for (int j0 = threadIdx.x * 8; j0 < v; j0 += CE_ROW_LOADS * CE_THREADS * 8) {
+    for (int j0 = threadIdx.x * 8; j0 < v; j0 += CE_ROW_LOADS * THREADS * 8) {
         uint4 u[CE_ROW_LOADS];
 #pragma unroll
         for (int k = 0; k < CE_ROW_LOADS; k++) {
-            const int j = j0 + k * CE_THREADS * 8;
+            const int j = j0 + k * THREADS * 8;
             if (j < v)
                 u[k] = *reinterpret_cast<const uint4 *>(x + j);
         }
 #pragma unroll
         for (int k = 0; k < CE_ROW_LOADS; k++) {
-            const int j = j0 + k * CE_THREADS * 8;
+            const int j = j0 + k * THREADS * 8;
             if (j >= v)
                 break;
             *reinterpret_cast<uint4 *>(row + j) = u[k];
             float f[8];
-            pt_ld8(f, row + j);
+            pt_unpack8(f, u[k]);
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 mx = fmaxf(mx, f[i]);
@@ -143,9 +163,10 @@ static __device__ float row_copy_max(bf16 *row, const bf16 *x, int v, float *sha
  * H100 (2026-11-27) in 6.3 ms, 2.1 TB/s (three reads and a write there: 8.7 ms). Both do the same arithmetic in the same per-thread order on 16-byte rows;
  * IN_SMEM is used where rows are such (aligned, v a multiple of 8) and one fits in a
  * block's shared memory. */
-template <bool IN_SMEM>
-__global__ void crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits,
-                                    const int32_t *targets, int64_t n, int v, float dloss)
+template <bool IN_SMEM, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,
+                    int64_t n, int v, float dloss)
 {
     PT_DYNAMIC_SMEM(smem);
     bf16 *row = reinterpret_cast<bf16 *>(smem);
@@ -155,10 +176,10 @@ __global__ void crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *lo
         const bf16 *x = logits + r * v;
         int32_t target = targets[r];
         float tgt = target >= 0 && target < v ? pt_ld(x + target) : 0.0f;
-        float mx = IN_SMEM ? row_copy_max(row, x, v, sf) : row_max(x, v, sf);
+        float mx = IN_SMEM ? row_copy_max<THREADS>(row, x, v, sf) : row_max<THREADS>(x, v, sf);
         const bf16 *src = IN_SMEM ? row : x;
-        float sum = row_sumexp(src, v, mx, sd);
-        row_finalize(losses + r, dlogits ? dlogits + r * v : NULL, src, target, v, 0, mx, sum,
+        float sum = row_sumexp<THREADS>(src, v, mx, sd);
+        row_finalize<THREADS>(losses + r, dlogits ? dlogits + r * v : NULL, src, target, v, 0, mx, sum,
                      tgt, dloss);
         __syncthreads(); /* the next row's reductions (and copy) reuse the shared arrays */
     }
@@ -169,7 +190,7 @@ int pt_kcuda_loss_init(pt_kernels *kn)
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     size_t most = ctx->smem_optin > CE_STATIC_SMEM ? ctx->smem_optin - CE_STATIC_SMEM : 0;
     ctx->ce_row_bytes = 0;
-    if (most > 0 && PT_CU(kn, cudaFuncSetAttribute(crossentropy_kernel<true>,
+    if (most > 0 && PT_CU(kn, cudaFuncSetAttribute(crossentropy_kernel<true, CE_ROW_THREADS>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)most)))
         return -1;
@@ -190,12 +211,13 @@ void pt_kcuda_crossentropy(pt_kernels *kn,
     size_t row = (size_t)v * sizeof(bf16);
     bool vec = ((uintptr_t)logits & 15) == 0 && ((uintptr_t)dlogits & 15) == 0 && v % 8 == 0;
     if (vec && row <= ctx->ce_row_bytes) {
-        PT_LAUNCH(row_grid(n), CE_THREADS, row, ctx->stream, crossentropy_kernel<true>)(losses,
+        PT_LAUNCH(row_grid(n), CE_ROW_THREADS, row, ctx->stream,
+                  crossentropy_kernel<true, CE_ROW_THREADS>)(losses,
             (bf16 *)dlogits, (const bf16 *)logits, targets, n, v, dloss);
         PT_LAUNCHED(kn, "crossentropy_row");
         return;
     }
-    PT_LAUNCH(row_grid(n), CE_THREADS, 0, ctx->stream, crossentropy_kernel<false>)(losses,
+    PT_LAUNCH(row_grid(n), CE_THREADS, 0, ctx->stream, crossentropy_kernel<false, CE_THREADS>)(losses,
         (bf16 *)dlogits, (const bf16 *)logits, targets, n, v, dloss);
     PT_LAUNCHED(kn, "crossentropy");
 }
@@ -206,7 +228,7 @@ __global__ void ce_local_max_kernel(float *lmax, const bf16 *logits, int64_t n, 
 {
     __shared__ float sf[32];
     ROWS_LOOP(r, n) {
-        float mx = row_max(logits + r * vr, vr, sf);
+        float mx = row_max<CE_THREADS>(logits + r * vr, vr, sf);
         if (threadIdx.x == 0)
             lmax[r] = mx;
     }
@@ -217,7 +239,7 @@ __global__ void ce_local_sumexp_kernel(float *lsum, const bf16 *logits, const fl
 {
     __shared__ double sd[32];
     ROWS_LOOP(r, n) {
-        float s = row_sumexp(logits + r * vr, vr, gmax[r], sd);
+        float s = row_sumexp<CE_THREADS>(logits + r * vr, vr, gmax[r], sd);
         if (threadIdx.x == 0)
             lsum[r] = s;
     }
@@ -238,7 +260,7 @@ __global__ void ce_finalize_kernel(float *losses, bf16 *dlogits, const bf16 *log
                                    const float *gtarget, int64_t n, int vr, int v0, float dloss)
 {
     ROWS_LOOP(r, n) {
-        row_finalize(losses + r, dlogits ? dlogits + r * vr : NULL, logits + r * vr, targets[r],
+        row_finalize<CE_THREADS>(losses + r, dlogits ? dlogits + r * vr : NULL, logits + r * vr, targets[r],
                      vr, v0, gmax[r], gsum[r], gtarget[r], dloss);
     }
 }

@@ -78,6 +78,42 @@ static __device__ __forceinline__ void adamw_element4(float *params, uint16_t *p
     }
 }
 
+/* Elements i .. i+3 and j .. j+3: all eight 16-byte loads are issued before the first
+ * store, which the compiler may not move a later element's loads above (the buffers
+ * could alias, for all it knows): twice the bytes in flight of adamw_element4 a thread,
+ * the same arithmetic on each element. */
+static __device__ __forceinline__ void adamw_element4x2(float *params, uint16_t *params_bf16,
+                                                        const float *grads, float *m, float *v,
+                                                        int64_t i, int64_t j,
+                                                        const adamw_step &s)
+{
+    float4 g[2], mi[2], vi[2], p[2];
+    const int64_t at[2] = {i, j};
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        g[u] = *reinterpret_cast<const float4 *>(grads + at[u]);
+        mi[u] = *reinterpret_cast<const float4 *>(m + at[u]);
+        vi[u] = *reinterpret_cast<const float4 *>(v + at[u]);
+        p[u] = *reinterpret_cast<const float4 *>(params + at[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        adamw_math(g[u].x, &mi[u].x, &vi[u].x, &p[u].x, s);
+        adamw_math(g[u].y, &mi[u].y, &vi[u].y, &p[u].y, s);
+        adamw_math(g[u].z, &mi[u].z, &vi[u].z, &p[u].z, s);
+        adamw_math(g[u].w, &mi[u].w, &vi[u].w, &p[u].w, s);
+        *reinterpret_cast<float4 *>(m + at[u]) = mi[u];
+        *reinterpret_cast<float4 *>(v + at[u]) = vi[u];
+        *reinterpret_cast<float4 *>(params + at[u]) = p[u];
+        if (params_bf16) {
+            uint2 b;
+            b.x = (uint32_t)pt_bf16_bits(p[u].x) | (uint32_t)pt_bf16_bits(p[u].y) << 16;
+            b.y = (uint32_t)pt_bf16_bits(p[u].z) | (uint32_t)pt_bf16_bits(p[u].w) << 16;
+            *reinterpret_cast<uint2 *>(params_bf16 + at[u]) = b;
+        }
+    }
+}
+
 __global__ void adamw_kernel(float *params, uint16_t *params_bf16, const float *grads, float *m,
                              float *v, int64_t n, adamw_step s)
 {
@@ -171,18 +207,24 @@ __global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, 
     const int64_t i0 = (j - d.first_block) * ADAMW_CHUNK;
     const int64_t i1 = i0 + ADAMW_CHUNK < d.n ? i0 + ADAMW_CHUNK : d.n;
     /* four elements a thread where the tensor's buffers allow 16-byte accesses (i0, a
-     * multiple of ADAMW_CHUNK, keeps their alignment); the rest one by one. On an H200
-     * (2026-11-26) the one-by-one form moved GPT-2 1.5B's 47 GB of optimizer traffic
-     * at 2.2 TB/s, 45 % of the 4.8 TB/s that bench_kernels_cuda reads off the device;
-     * on an H100 (2026-11-27) this form moved them at 2.0 TB/s (23.8 ms), GPT-2 124M's
-     * 3.7 GB at 1.4 TB/s (2.7 ms): still well under the device's bandwidth. */
+     * multiple of ADAMW_CHUNK, keeps their alignment), two such groups at a time; the
+     * rest one by one. On an H200 (2026-11-26) the one-by-one form moved GPT-2 1.5B's
+     * 47 GB of optimizer traffic at 2.2 TB/s, 45 % of the 4.8 TB/s that
+     * bench_kernels_cuda reads off the device; on an H100 (2026-11-27) one group at a
+     * time moved them at 2.0 TB/s (23.8 ms with the gradient norm), GPT-2 124M's 3.7 GB
+     * at 1.4 TB/s (2.7 ms): at 54 registers (ptxas, sm_90) four blocks of 256 fit a
+     * multiprocessor, 64 KB of loads in flight there. Two groups take 76 registers
+     * (three blocks, 96 KB in flight); capped at 64 for four blocks they spill. */
     const bool four = ((uintptr_t)d.params & 15) == 0 && ((uintptr_t)d.grads & 15) == 0 &&
                       ((uintptr_t)d.m & 15) == 0 && ((uintptr_t)d.v & 15) == 0 &&
                       ((uintptr_t)d.params_bf16 & 7) == 0;
     int64_t i = i0;
     if (four) {
-        const int64_t i4 = i0 + (i1 - i0) / 4 * 4;
-        for (int64_t k = i0 + 4 * (int64_t)threadIdx.x; k < i4; k += 4 * (int64_t)blockDim.x)
+        const int64_t i4 = i0 + (i1 - i0) / 4 * 4, step = 4 * (int64_t)blockDim.x;
+        int64_t k = i0 + 4 * (int64_t)threadIdx.x;
+        for (; k + step < i4; k += 2 * step)
+            adamw_element4x2(d.params, d.params_bf16, d.grads, d.m, d.v, k, k + step, s);
+        if (k < i4)
             adamw_element4(d.params, d.params_bf16, d.grads, d.m, d.v, k, s);
         i = i4;
     }
@@ -300,14 +342,38 @@ void pt_kcuda_adamw_multi(pt_kernels *kn,
 
 enum { SUMSQ_THREADS = 256 };
 
-/* square: the sum of squares (sumsq), else the plain sum (sum_acc) */
+static __device__ __forceinline__ double sumsq_term(float x, int square)
+{
+    return square ? (double)x * x : (double)x;
+}
+
+/* square: the sum of squares (sumsq), else the plain sum (sum_acc). Where x is 16-byte
+ * aligned, each thread reads four elements a load (the tail of n % 4 one by one, by
+ * the first threads): with one 4-byte load a thread in flight over the grid's 262,144
+ * threads, about 1 MB was in flight, where the H100's ~3 TB/s at ~1 us latency wants
+ * several; the gradient norm read GPT-2 1.5B's 6.2 GB of gradients inside the "adam"
+ * op. The per-thread order depends on n and x's alignment only, so the sum is the same
+ * on every run. */
 __global__ void sumsq_partial_kernel(double *partials, const float *x, int64_t n, int square)
 {
     __shared__ double shared[32];
     double s = 0.0;
-    for (int64_t i = blockIdx.x * (int64_t)SUMSQ_THREADS + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * SUMSQ_THREADS)
-        s += square ? (double)x[i] * x[i] : (double)x[i];
+    const int64_t t = blockIdx.x * (int64_t)SUMSQ_THREADS + threadIdx.x;
+    const int64_t stride = (int64_t)gridDim.x * SUMSQ_THREADS;
+    int64_t i = t;
+    if (((uintptr_t)x & 15) == 0) {
+        const int64_t n4 = n / 4;
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+#pragma unroll 4
+        for (int64_t q = t; q < n4; q += stride) {
+            const float4 f = x4[q];
+            s += sumsq_term(f.x, square) + sumsq_term(f.y, square) +
+                 (sumsq_term(f.z, square) + sumsq_term(f.w, square));
+        }
+        i = 4 * n4 + t;
+    }
+    for (; i < n; i += stride)
+        s += sumsq_term(x[i], square);
     s = pt_block_sum(s, shared);
     if (threadIdx.x == 0)
         partials[blockIdx.x] = s;
