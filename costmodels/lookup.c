@@ -288,17 +288,20 @@ static int kernel_interp(const pt_costdb *db, const pt_ksample *q, double *t)
 }
 
 /* For a gradient's GEMM key (PT_GEMM_DGRAD, PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS) the
- * samples of the forward GEMM of the same dtype and shape, and for a biased forward's
+ * samples of the forward GEMM of the same dtype and shape, for a biased forward's
  * (PT_GEMM_FWD_BIAS, PT_GEMM_FWD_GELU_BIAS) those of the same forward without the bias,
- * k_by_key[*a, *b): what tables made before these roles had keys of their own hold for
- * it. False when it has none. */
+ * and for one with the residual (PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES) those of the
+ * same forward without it (with its bias), k_by_key[*a, *b): what tables made before
+ * these roles had keys of their own hold for it. False when it has none. */
 static bool forward_gemm(const pt_costdb *db, const pt_ksample *q, size_t *a, size_t *b)
 {
     int role = pt_gemm_role_of(q->key);
     pt_gemm_role base;
     if (role == PT_GEMM_DGRAD || role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS ||
-        role == PT_GEMM_FWD_BIAS)
+        role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_RES)
         base = PT_GEMM_FWD;
+    else if (role == PT_GEMM_FWD_BIAS_RES)
+        base = PT_GEMM_FWD_BIAS;
     else if (role == PT_GEMM_FWD_GELU_BIAS)
         base = PT_GEMM_FWD_GELU;
     else

@@ -301,6 +301,19 @@ struct pt_kernels {
                                 const float *w,    /* (oc, ic) [act] */
                                 const float *bias, /* (oc) [act] or NULL */
                                 int64_t n, int ic, int oc);
+    /* matmul_forward_res: out = inp · w^T + bias + res, a row-parallel layer's output
+     * with the residual add after it (tp = 1, nothing between the product and the add).
+     * On CUDA, where the backend fuses and cuBLASLt takes the call (as
+     * matmul_forward_gelu), res is the product's C with beta = 1: the fp32 sum plus res
+     * is rounded once. Otherwise, and on CPU (to the bit), matmul_forward into out, then
+     * residual_forward(out, out, res). out must not alias res, inp or w. */
+    void (*matmul_forward_res)(pt_kernels *kn,
+                               float *out,         /* (n, oc) [act] */
+                               const float *inp,   /* (n, ic) [act] */
+                               const float *w,     /* (oc, ic) [act] */
+                               const float *bias,  /* (oc) [act] or NULL */
+                               const float *res,   /* (n, oc) [act] */
+                               int64_t n, int ic, int oc);
     /* matmul_backward_dgelu: the input gradient of a linear layer whose input was
      * gelu(pre), taken through the GELU: dpre = (dout · w) ⊙ gelu'(pre), WRITTEN (the
      * MLP's down projection's data gradient and the activation's backward in one op).

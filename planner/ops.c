@@ -230,9 +230,13 @@ static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int
         role = PT_GEMM_FWD_BIAS;
     else if (bias && role == PT_GEMM_FWD_GELU)
         role = PT_GEMM_FWD_GELU_BIAS;
+    else if (bias && role == PT_GEMM_FWD_RES)
+        role = PT_GEMM_FWD_BIAS_RES;
     switch (role) {
     case PT_GEMM_FWD: op->kernel.bytes = ins + ab * out; break;
     case PT_GEMM_FWD_BIAS: op->kernel.bytes = ins + ab * out + ab * (double)n; break;
+    case PT_GEMM_FWD_RES: op->kernel.bytes = ins + 2 * ab * out; break; /* res read too */
+    case PT_GEMM_FWD_BIAS_RES: op->kernel.bytes = ins + 2 * ab * out + ab * (double)n; break;
     case PT_GEMM_FWD_GELU_BIAS: op->kernel.bytes = ins + 2 * ab * out + ab * (double)n; break;
     case PT_GEMM_FWD_GELU:
     case PT_GEMM_DGRAD:
@@ -713,10 +717,23 @@ static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_
     gemm(b, wgrad, param, d->h, k_in, d->tokens, wgrad_role(b, param));
 }
 
+/* Whether the residual adds ride the row-parallel GEMMs before them (matmul_forward_res:
+ * the product's addend, so the stream is read in the GEMM's epilogue instead of by an
+ * add kernel): where the stack fuses and nothing comes between product and add, i.e.
+ * tp = 1 (with tp the partial products are summed over the ranks first). A run that
+ * drops (ptrun --dropout) does the product, the dropout and the add apart under the
+ * GEMM's op (runtime/layer.c); the price leaves the dropout out, as add_fwd's does. */
+static bool residual_in_gemm(const builder *b)
+{
+    return fused_epilogues(b) && b->c->l->tp == 1;
+}
+
 static void layer_forward(builder *b, const dims *d)
 {
     proj attn[3], mlp[2];
     int na = attention_projs(d, attn), nm = mlp_projs(b, d, mlp);
+    bool res = residual_in_gemm(b);
+    pt_gemm_role row_role = res ? PT_GEMM_FWD_RES : PT_GEMM_FWD;
     zero3_gather(b);
     norm(b, d, PT_OPK_NORM1, PT_PARAM_NORM1, false);
     column_parallel_fwd(b, d, PT_TEN_LN1, attn, na);
@@ -724,9 +741,11 @@ static void layer_forward(builder *b, const dims *d)
     if (b->c->l->cp > 1)
         cp_ring(b, d, false);
     attention_core(b, d, false);
-    gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t, PT_GEMM_FWD);
+    gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t, row_role);
     tp_exit(b, d, PT_TEN_ATTN_RES);
-    if (fused_epilogues(b)) {
+    if (res) {
+        norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
+    } else if (fused_epilogues(b)) {
         residual_norm(b, d);
     } else {
         residual_add(b, d, PT_OPK_ADD1);
@@ -735,9 +754,10 @@ static void layer_forward(builder *b, const dims *d)
     column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm);
     if (!fused_gelu(b))
         activation(b, d, false);
-    gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t, PT_GEMM_FWD);
+    gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t, row_role);
     tp_exit(b, d, PT_TEN_MLP_RES);
-    residual_add(b, d, PT_OPK_ADD2);
+    if (!res)
+        residual_add(b, d, PT_OPK_ADD2);
 }
 
 static bool attention_core_kind(pt_op_kind k)

@@ -749,6 +749,8 @@ typedef struct {
     float *out;             /* forward: (T, oc) [act]; NULL for a weight gradient */
     float *pre;             /* forward with the GELU in the epilogue: (T, oc) [act] the
                              * product before it (out is then its GELU); else NULL */
+    const float *res;       /* forward with the residual add in its epilogue: (T, oc)
+                             * [act] added to the product (matmul_forward_res); else NULL */
     float *dw, *dbias;      /* weight gradient: (oc, ic) and (oc) fp32 */
     const float *dout;      /* weight gradient: (T, oc) [act] */
     int ic, oc;
@@ -761,6 +763,9 @@ static void gemm_rows(ctx *c, const rows_gemm *g, int64_t row0, int64_t rows, co
         kn->matmul_forward_gelu(kn, at_elem(c, g->out, row0 * g->oc),
                                 at_elem(c, g->pre, row0 * g->oc), inp, g->w, g->bias, rows,
                                 g->ic, g->oc);
+    else if (g->res)
+        kn->matmul_forward_res(kn, at_elem(c, g->out, row0 * g->oc), inp, g->w, g->bias,
+                               at_elem(c, g->res, row0 * g->oc), rows, g->ic, g->oc);
     else if (g->out)
         kn->matmul_forward(kn, at_elem(c, g->out, row0 * g->oc), inp, g->w, g->bias, rows, g->ic,
                            g->oc);
@@ -813,6 +818,33 @@ static int linear_fwd(ctx *c, pt_param_ref which, float *out, const float *inp, 
     const float *bias = row_parallel && c->d.tr != 0 ? NULL : b.w;
     rows_gemm g = {.w = w.w, .bias = bias, .out = out, .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
+}
+
+static void residual_add(ctx *c, float *branch, const float *skip, int site);
+
+/* A row-parallel layer's forward whose op adds the residual stream `res` (the plan's
+ * gemm_res roles: tp = 1, planner/ops.c's residual_in_gemm): out = inp · w^T + bias +
+ * res in the GEMM (matmul_forward_res). A run that drops does the product, the branch's
+ * dropout and the add apart, as without the fusion. */
+static int linear_res_fwd(ctx *c, pt_param_ref which, float *out, const float *inp,
+                          const float *res, int ic, int oc, int site)
+{
+    if (dropping(c) || !c->n->kn->matmul_forward_res) {
+        if (linear_fwd(c, which, out, inp, ic, oc, true))
+            return -1;
+        residual_add(c, out, res, site);
+        return 0;
+    }
+    pview w = param(c, which, false), b = param(c, which, true);
+    rows_gemm g = {.w = w.w, .bias = b.w, .out = out, .res = res, .ic = ic, .oc = oc};
+    return gemm_over_rows(c, &g, inp);
+}
+
+/* Whether a forward GEMM op adds the residual in its epilogue (its key's role). */
+static bool adds_residual(const pt_op *op)
+{
+    int role = pt_gemm_role_of(op->kernel.key);
+    return role == PT_GEMM_FWD_RES || role == PT_GEMM_FWD_BIAS_RES;
 }
 
 /* A column-parallel linear layer with the GELU after it in its epilogue (mlp_up_gelu):
@@ -1292,7 +1324,10 @@ static int run_op(ctx *c, const pt_op *op)
         rope_all(c, L->k, d->kh, false, NULL);
         return 0;
     case PT_OPK_ATTN: return attention_fwd(c);
-    case PT_OPK_ATTN_OUT: return linear_fwd(c, w, row_out(c, L->x2), L->att, qd, d->h, true);
+    case PT_OPK_ATTN_OUT:
+        if (adds_residual(op))
+            return linear_res_fwd(c, w, L->x2, L->att, x, qd, d->h, DROP_ATTN);
+        return linear_fwd(c, w, row_out(c, L->x2), L->att, qd, d->h, true);
     case PT_OPK_ADD1:
         residual_add(c, L->x2, x, DROP_ATTN);
         return 0;
@@ -1307,7 +1342,10 @@ static int run_op(ctx *c, const pt_op *op)
         else
             kn->gelu_forward(kn, L->act, L->up, Tf);
         return 0;
-    case PT_OPK_MLP_DOWN: return linear_fwd(c, w, row_out(c, y), L->act, d->f, d->h, true);
+    case PT_OPK_MLP_DOWN:
+        if (adds_residual(op))
+            return linear_res_fwd(c, w, y, L->act, L->x2, d->f, d->h, DROP_MLP);
+        return linear_fwd(c, w, row_out(c, y), L->act, d->f, d->h, true);
     case PT_OPK_ADD2:
         residual_add(c, y, L->x2, DROP_MLP);
         return 0;

@@ -26,6 +26,8 @@
 # stage does not stop the others; the exit status is 1 when any failed.
 # GPUCHECK_VARIANTS lists backend switches gpt2 and gpt2xl train with again (see
 # variants below; GPUCHECK_VARIANT_STEPS, 50, steps for 124M's; "" for none);
+# GPUCHECK_XL_BATCHES lists more global batches GPT-2 1.5B trains at ("64 128": its
+# micro-batches accumulated, the optimizer once a step; default none);
 # GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile),
 # GPUCHECK_TORCH_XL=0 only GPT-2 1.5B's (131 s on the H200 of 2026-11-26), and
 # GPUCHECK_PROFILE_XL=0 the profile of GPT-2 1.5B, for a shorter run;
@@ -395,6 +397,12 @@ stage_gpt2xl() {
     note "## GPT-2 1.5B on one GPU"
     train gpt2-1.5b gpt2xl 16 "${GPUCHECK_XL_STEPS:-20}" ""
     variants gpt2-1.5b gpt2xl 16 "${GPUCHECK_XL_STEPS:-20}"
+    # larger global batches: micro-batches accumulated, the optimizer once a step
+    for gbx in ${GPUCHECK_XL_BATCHES:-}; do
+        case $gbx in *[!0-9]*|'') note "- GPUCHECK_XL_BATCHES: FAILED, '$gbx' is not a batch"; failed=1; continue ;; esac
+        note "- gpt2xl_gb$gbx: global batch $gbx"
+        train gpt2-1.5b "gpt2xl_gb$gbx" "$gbx" "${GPUCHECK_XL_STEPS:-20}" ""
+    done
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2xl.plan.json" 2>/dev/null || echo 4)
     [ "${GPUCHECK_TORCH_XL:-${GPUCHECK_TORCH:-1}}" = 1 ] || return 0
     step torch_gpt2xl $pyclean tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \

@@ -96,8 +96,9 @@ typedef struct {
 } gemm_args;
 
 /* c (m, n) from a and b, the key's m, n and k in the runtime's call of each role:
- * - the forward c = a · b^T, a (m, k), b (n, k) (a layer's in and w), alone or with the
- *   GELU (aux the pre-activation it keeps), each with a bias (n) or without;
+ * - the forward c = a · b^T, a (m, k), b (n, k) (a layer's in and w), alone, with the
+ *   GELU (aux the pre-activation it keeps) or with the residual (aux, added), each with
+ *   a bias (n) or without;
  * - a data gradient c += a · b, a (m, k) the output's gradient, b (k, n) the weight,
  *   alone or written through the GELU's derivative at aux;
  * - a weight gradient c += a^T · b into fp32, a (k, m) the output's gradient, b (k, n)
@@ -114,6 +115,10 @@ static void run_gemm(pt_kernels *kn, void *arg)
     case PT_GEMM_FWD_GELU:
     case PT_GEMM_FWD_GELU_BIAS:
         kn->matmul_forward_gelu(kn, g->c, g->aux, g->a, g->b, g->bias, g->m, k, n);
+        break;
+    case PT_GEMM_FWD_RES:
+    case PT_GEMM_FWD_BIAS_RES:
+        kn->matmul_forward_res(kn, g->c, g->a, g->b, g->bias, g->aux, g->m, k, n);
         break;
     case PT_GEMM_DGRAD:
         kn->matmul_backward(kn, g->c, NULL, NULL, g->a, NULL, g->b, g->m, n, k);
@@ -195,12 +200,15 @@ double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
 {
     size_t ab = pt_kdtype_bytes(kn->act_dtype);
     bool wgrad = role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS;
-    /* aux: the pre-activation (m, n) beside a GELU, the bias gradient (m) fp32; bias: a
-     * forward's (n) */
+    /* aux: the pre-activation (m, n) beside a GELU, the residual (m, n) added, the bias
+     * gradient (m) fp32; bias: a forward's (n) */
     bool gelu = role == PT_GEMM_FWD_GELU || role == PT_GEMM_FWD_GELU_BIAS ||
                 role == PT_GEMM_DGRAD_DGELU;
-    size_t aux = gelu ? (size_t)(m * n) * ab : role == PT_GEMM_WGRAD_BIAS ? (size_t)m * 4 : 0;
-    bool bias = role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_GELU_BIAS;
+    bool res = role == PT_GEMM_FWD_RES || role == PT_GEMM_FWD_BIAS_RES;
+    size_t aux = gelu || res ? (size_t)(m * n) * ab
+                             : role == PT_GEMM_WGRAD_BIAS ? (size_t)m * 4 : 0;
+    bool bias = role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_GELU_BIAS ||
+                role == PT_GEMM_FWD_BIAS_RES;
     gemm_args g = {kn->alloc(kn, (size_t)(m * k) * ab), kn->alloc(kn, (size_t)(n * k) * ab),
                    kn->alloc(kn, (size_t)(m * n) * (wgrad ? 4 : ab)),
                    aux ? kn->alloc(kn, aux) : NULL, bias ? kn->alloc(kn, (size_t)n * ab) : NULL,

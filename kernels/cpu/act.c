@@ -50,8 +50,9 @@ void pt_kcpu_gelu_backward(pt_kernels *kn,
         dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
-/* The fused linear + GELU ops of the table, as the compositions they stand for (the
- * CPU has no epilogue to fuse into; the results are those of the separate ops). */
+/* The fused linear + GELU (and + residual) ops of the table, as the compositions they
+ * stand for (the CPU has no epilogue to fuse into; the results are those of the
+ * separate ops). */
 void pt_kcpu_matmul_forward_gelu(pt_kernels *kn,
                                  float *out,        /* (n, oc) */
                                  float *pre,        /* (n, oc) */
@@ -62,6 +63,18 @@ void pt_kcpu_matmul_forward_gelu(pt_kernels *kn,
 {
     pt_kcpu_matmul_forward(kn, pre, inp, w, bias, n, ic, oc);
     pt_kcpu_gelu_forward(kn, out, pre, n * oc);
+}
+
+void pt_kcpu_matmul_forward_res(pt_kernels *kn,
+                                float *out,        /* (n, oc) */
+                                const float *inp,  /* (n, ic) */
+                                const float *w,    /* (oc, ic) */
+                                const float *bias, /* (oc) or NULL */
+                                const float *res,  /* (n, oc) */
+                                int64_t n, int ic, int oc)
+{
+    pt_kcpu_matmul_forward(kn, out, inp, w, bias, n, ic, oc);
+    pt_kcpu_residual_forward(kn, out, out, res, n * oc);
 }
 
 void pt_kcpu_matmul_backward_dgelu(pt_kernels *kn,

@@ -83,6 +83,7 @@ static const pt_kernels cpu_table = {
     .matmul_forward = pt_kcpu_matmul_forward,
     .matmul_backward = pt_kcpu_matmul_backward,
     .matmul_forward_gelu = pt_kcpu_matmul_forward_gelu,
+    .matmul_forward_res = pt_kcpu_matmul_forward_res,
     .matmul_backward_dgelu = pt_kcpu_matmul_backward_dgelu,
     .residual_layernorm_forward = pt_kcpu_residual_layernorm_forward,
     .residual_rmsnorm_forward = pt_kcpu_residual_rmsnorm_forward,

@@ -71,6 +71,8 @@ void pt_kcpu_attention_combine(pt_kernels *kn, float *out, float *lse, const flo
                                const float *lse2, int b, int sq, int a, int d);
 /* act.c */
 void pt_kcpu_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t n);
+void pt_kcpu_matmul_forward_res(pt_kernels *kn, float *out, const float *inp, const float *w,
+                                const float *bias, const float *res, int64_t n, int ic, int oc);
 void pt_kcpu_matmul_forward_gelu(pt_kernels *kn, float *out, float *pre, const float *inp,
                                  const float *w, const float *bias, int64_t n, int ic, int oc);
 void pt_kcpu_matmul_backward_dgelu(pt_kernels *kn, float *dpre, const float *dout,

@@ -525,6 +525,7 @@ static pt_kernels cuda_table(void)
     t.matmul_forward = pt_kcuda_matmul_forward;
     t.matmul_backward = pt_kcuda_matmul_backward;
     t.matmul_forward_gelu = pt_kcuda_matmul_forward_gelu;
+    t.matmul_forward_res = pt_kcuda_matmul_forward_res;
     t.matmul_backward_dgelu = pt_kcuda_matmul_backward_dgelu;
     t.gemm = pt_kcuda_gemm;
     t.gemm_f32 = pt_kcuda_gemm_f32;

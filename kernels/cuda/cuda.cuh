@@ -373,6 +373,8 @@ void pt_kcuda_matmul_backward(pt_kernels *kn, float *dinp, float *dw, float *dbi
                               int64_t n, int ic, int oc);
 void pt_kcuda_matmul_forward_gelu(pt_kernels *kn, float *out, float *pre, const float *inp,
                                   const float *w, const float *bias, int64_t n, int ic, int oc);
+void pt_kcuda_matmul_forward_res(pt_kernels *kn, float *out, const float *inp, const float *w,
+                                 const float *bias, const float *res, int64_t n, int ic, int oc);
 void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn, float *dpre, const float *dout,
                                     const float *w, const float *pre, int64_t n, int ic,
                                     int oc);

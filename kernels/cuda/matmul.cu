@@ -15,13 +15,16 @@
  *   matrix (the biased fp32 sum rounded to bf16) and out = gelu of the fp32 sum;
  * - matmul_backward_dgelu: DGELU reads pre as the aux matrix and writes
  *   dpre = (dout · w) ⊙ gelu'(pre) from the fp32 product, beta = 0;
+ * - matmul_forward_res: the forward product (with BIAS where it has one) with beta = 1
+ *   on the residual as C and out as D: out = the fp32 sum plus the residual, rounded
+ *   once (no epilogue: C is cuBLASLt's own addend);
  * - matmul_backward's dbias: BGRADB on the weight-gradient GEMM sums op(B) = dout over
  *   the rows (k) into an fp32 scratch vector, which add_f32 adds to dbias (the epilogue
  *   writes, the contract accumulates).
  * cuBLASLt may decline an epilogue (no algorithm; an aux leading dimension that is no
  * multiple of 8, as the header requires; aux or bias not 16-byte aligned; no cuBLASLt at
  * all), and then the op is composed of the unfused pieces: matmul_forward then
- * gelu_forward; the plain GEMM into dpre with beta = 0, then pointwise.cu's
+ * gelu_forward (or residual_forward); the plain GEMM into dpre with beta = 0, then pointwise.cu's
  * dgelu_inplace (one more bf16 rounding of the product); the GEMM, then the
  * deterministic column sum of backend.cu's two passes for dbias, which is also the path
  * when dw is not wanted.
@@ -143,7 +146,8 @@ static uint64_t align_code(const void *p)
 /* One column-major product: C (m, n) = alpha · op(A) · op(B) + beta · C, A and B bf16
  * (or with ab_f32 fp32, then C fp32 too: gemm_f32), C bf16 (c_f32 = 0) or fp32
  * (c_f32 = 1). op(A) is (m, k): A is (m, k) with leading dimension lda, or (k, m) when
- * ta. Likewise B, (k, n). */
+ * ta. Likewise B, (k, n). With D set (cuBLASLt only: lt_run), the result goes to D
+ * (C's layout) and C is only read: matmul_forward_res's residual. */
 typedef struct {
     int ta, tb;
     int64_t m, n, k;
@@ -157,13 +161,14 @@ typedef struct {
     int64_t ldc;
     int c_f32;
     int ab_f32;
+    void *D;
 } lt_args;
 
 static lt_args lt_product(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb, float beta,
                           void *C, int64_t ldc, int c_f32)
 {
-    return lt_args{ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, 0};
+    return lt_args{ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, 0, NULL};
 }
 
 /* What the epilogue adds to the product (the cache key's epilogue kind: keep the values) */
@@ -209,7 +214,7 @@ static void lt_release(lt_problem *p)
 /* the cached algorithm for key, running the heuristic on a miss; NULL when cuBLASLt
  * has none (the caller falls back) */
 static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_problem *p,
-                                    const void *A, const void *B, const void *C)
+                                    const void *A, const void *B, const void *C, const void *D)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     /* open addressing on an FNV-1a hash of the key: a lookup costs a probe or two */
@@ -232,7 +237,7 @@ static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_pr
         return NULL;
     uint64_t ws = ctx->lt_ws_bytes;
     uint32_t al_a = (uint32_t)align_of(A), al_b = (uint32_t)align_of(B);
-    uint32_t al_c = (uint32_t)align_of(C);
+    uint32_t al_c = (uint32_t)align_of(C), al_d = (uint32_t)align_of(D);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof ws);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
@@ -242,7 +247,7 @@ static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_pr
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                                          &al_c, sizeof al_c);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                         &al_c, sizeof al_c);
+                                         &al_d, sizeof al_d);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc,
@@ -354,8 +359,9 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
                            (uint64_t)e->kind << 3 | (uint64_t)g->ab_f32 << 7 |
                            align_code(g->A) << 8 |
                            align_code(g->B) << 12 | align_code(g->C) << 16 |
-                           align_code(vec) << 20 | align_code(e->aux) << 24};
-    const pt_kcuda_algo *algo = lt_algo(kn, key, &p, g->A, g->B, g->C);
+                           align_code(vec) << 20 | align_code(e->aux) << 24 |
+                           (uint64_t)(g->D ? align_code(g->D) + 1 : 0) << 28};
+    const pt_kcuda_algo *algo = lt_algo(kn, key, &p, g->A, g->B, g->C, g->D ? g->D : g->C);
     if (!algo || !algo->ok) {
         lt_release(&p);
         return algo ? 1 : 0;
@@ -363,7 +369,8 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
     /* each stream its own workspace: GEMMs of the two streams may run at once */
     void *ws = ctx->side && ctx->stream == ctx->side ? ctx->lt_ws_side : ctx->lt_ws;
     PT_LT(kn, cublasLtMatmul(ctx->lt, p.desc, &g->alpha, g->A, p.la, g->B, p.lb, &g->beta, g->C,
-                             p.lc, g->C, p.lc, &algo->algo, ws, ctx->lt_ws_bytes, ctx->stream));
+                             p.lc, g->D ? g->D : g->C, p.lc, &algo->algo, ws, ctx->lt_ws_bytes,
+                             ctx->stream));
     lt_release(&p);
     return 0;
 }
@@ -548,6 +555,25 @@ void pt_kcuda_matmul_forward_gelu(pt_kernels *kn,
         return;
     pt_kcuda_matmul_forward(kn, pre, inp, w, bias, n, ic, oc);
     pt_kcuda_gelu_forward(kn, out, pre, n * oc);
+}
+
+void pt_kcuda_matmul_forward_res(pt_kernels *kn,
+                                 float *out,        /* (n, oc) [act] */
+                                 const float *inp,  /* (n, ic) [act] */
+                                 const float *w,    /* (oc, ic) [act] */
+                                 const float *bias, /* (oc) [act] or NULL */
+                                 const float *res,  /* (n, oc) [act] */
+                                 int64_t n, int ic, int oc)
+{
+    /* the forward product with beta = 1 on res as C, into out as D (res's layout) */
+    lt_args g = forward_product((float *)res, inp, w, n, ic, oc);
+    g.beta = 1.0f;
+    g.D = out;
+    lt_epi e = lt_epilogue(bias ? EPI_BIAS : EPI_NONE, (const bf16 *)bias, NULL, 0, NULL);
+    if (lt_fuse(kn, &g) && !lt_run(kn, &g, &e))
+        return;
+    pt_kcuda_matmul_forward(kn, out, inp, w, bias, n, ic, oc);
+    pt_kcuda_residual_forward(kn, out, out, res, n * oc);
 }
 
 void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn,

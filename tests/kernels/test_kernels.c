@@ -953,8 +953,8 @@ static void test_bf16(void)
 
 /* add_f32: dst += src element by element, src untouched */
 /* The fused ops equal, to the bit, the separate ops they stand for: GEMM then GELU,
- * the data gradient then the GELU's backward into zeroed buffers, the residual add
- * then the norm (in place on either input too). */
+ * GEMM then the residual add, the data gradient then the GELU's backward into zeroed
+ * buffers, the residual add then the norm (in place on either input too). */
 static void test_fused(void)
 {
     const int64_t n = 37;
@@ -970,6 +970,23 @@ static void test_fused(void)
     K->matmul_forward_gelu(K, out, pre, inp, w, NULL, n, ic, oc);
     K->matmul_forward(K, want_pre, inp, w, NULL, n, ic, oc);
     CHECK(memcmp(pre, want_pre, (size_t)(n * oc) * sizeof(float)) == 0);
+
+    /* the GEMM with the residual add: the product, then residual_forward, with and
+     * without a bias (out starts as garbage: written) */
+    float *res = frand(n * oc, 1.0);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        float *got = frand(n * oc, 5.0), *want = fzero(n * oc);
+        const float *bv = with_bias ? bias : NULL;
+        K->matmul_forward_res(K, got, inp, w, bv, res, n, ic, oc);
+        K->matmul_forward(K, want, inp, w, bv, n, ic, oc);
+        K->residual_forward(K, want, want, res, n * oc);
+        CHECK(memcmp(got, want, (size_t)(n * oc) * sizeof(float)) == 0);
+        K->matmul_forward(K, got, inp, w, bv, n, ic, oc); /* res did reach it */
+        CHECK(memcmp(got, want, (size_t)(n * oc) * sizeof(float)) != 0);
+        free(got);
+        free(want);
+    }
+    free(res);
 
     /* backward of a layer (oc2 = ic outputs) reading gelu(pre), pre (n, oc) */
     float *dout = frand(n * ic, 1.0), *dpre = frand(n * oc, 5.0); /* garbage: written */

@@ -973,6 +973,39 @@ static void op_mm_dgelu(pt_kernels *kn, void **b, const void *p)
                               CF(pre + o * eb), a->n, a->ic, a->oc);
 }
 
+/* buffers: out, inp, w, bias, res; off > 0 shifts every pointer by off elements */
+static void op_mm_res(pt_kernels *kn, void **b, const void *p)
+{
+    const mm_arg *a = p;
+    int o = a->off;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    char *out = b[0], *inp = b[1], *w = b[2], *bias = b[3], *res = b[4];
+    kn->matmul_forward_res(kn, F(out + o * eb), CF(inp + o * eb), CF(w + o * eb),
+                           a->with_bias ? CF(bias + o * eb) : NULL, CF(res + o * eb), a->n,
+                           a->ic, a->oc);
+}
+
+/* out = inp · w^T + bias + res (written over what it held) against the CPU's product
+ * then add; the GPU's fused form rounds once where the CPU rounds the product first,
+ * inside TOL_GEMM */
+static void test_mm_res_shape(int64_t n, int ic, int oc, int with_bias, int off)
+{
+    mm_arg a = {n, ic, oc, with_bias, off};
+    int64_t ni = n * ic + off, no = n * oc + off, nw = (int64_t)oc * ic + off;
+    float *inp = frand(ni, 1), *w = frand(nw, 1), *bias = frand(oc + off, 1);
+    float *res = frand(no, 2), *junk = frand(no, 100);
+    char what[80];
+    snprintf(what, sizeof what, "matmul+residual n%lld ic%d oc%d%s%s", (long long)n, ic, oc,
+             with_bias ? " bias" : "", off ? " odd-offset" : "");
+    tbuf bufs[] = {{"out", ACT, no, junk, TOL_GEMM},
+                   {"inp", ACT, ni, inp, 0},
+                   {"w", ACT, nw, w, 0},
+                   {"bias", ACT, oc + off, bias, 0},
+                   {"res", ACT, no, res, 0}};
+    run_case(what, bufs, NB(bufs), op_mm_res, &a);
+    free(inp); free(w); free(bias); free(res); free(junk);
+}
+
 /* out and pre of the forward, and dpre (written over what it held) of the backward,
  * against the CPU; the GPU's fused epilogue rounds pre once where the CPU's fp32 keeps
  * it, inside TOL_GEMM */
@@ -1036,6 +1069,10 @@ static void test_mlp_gelu(void)
     test_mlp_gelu_shape(64, 64, 64, 1, 1);
     test_dbias_twice_shape(128, 64, 48);
     test_dbias_twice_shape(65, 33, 17);
+    test_mm_res_shape(64, 48, 40, 1, 0);
+    test_mm_res_shape(33, 24, 16, 0, 0);
+    test_mm_res_shape(7, 13, 5, 1, 0);  /* oc not a multiple of 8 */
+    test_mm_res_shape(64, 64, 64, 1, 1); /* 2-byte-aligned views */
 }
 
 /* A second backend with PT_KCUDA_EPILOGUES=mode (a backend reads it when it is created). */
@@ -1105,6 +1142,18 @@ static void test_epilogues_ran(void)
         free(y[i]);
         x[i] = y[i] = NULL;
     }
+    float *res = frand(N * OC, 2);
+    tbuf rb[] = {{"out", ACT, N * OC, junk, TOL_GEMM}, {"inp", ACT, N * IC, inp, 0},
+                 {"w", ACT, OC * IC, w, 0},            {"bias", ACT, OC, bias, 0},
+                 {"res", ACT, N * OC, res, 0}};
+    if (!run_on(on, rb, NB(rb), op_mm_res, &a, x) && !run_on(off, rb, NB(rb), op_mm_res, &a, y))
+        CHECK(differ(x[0], y[0], N * OC)); /* one rounding, not two */
+    for (int i = 0; i < MAXBUF; i++) {
+        free(x[i]);
+        free(y[i]);
+        x[i] = y[i] = NULL;
+    }
+    free(res);
     tbuf bwd[] = {{"dpre", ACT, N * IC, junk, TOL_GEMM}, {"dout", ACT, N * OC, dout, 0},
                   {"w", ACT, OC * IC, w, 0},             {"pre", ACT, N * IC, pre, 0}};
     if (!run_on(on, bwd, NB(bwd), op_mm_dgelu, &a, x) &&
@@ -1143,6 +1192,7 @@ static void matmul_fallback_cases(void)
     test_matmul_shape(65, 33, 17, 1, 1);
     test_matmul_shape(128, 96, 80, 0, 0);
     test_mlp_gelu_shape(64, 48, 40, 1, 0); /* the epilogues declined: composed */
+    test_mm_res_shape(64, 48, 40, 1, 0);
     test_dbias_twice_shape(65, 33, 17);
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)

@@ -601,8 +601,9 @@ static void test_fused_epilogues(void)
     pt_oplist_free(&uf);
     pt_oplist_free(&ub);
 
-    /* LLaMA under ptrun: the residual add fuses into RMSNorm; SwiGLU has no epilogue */
-    llama_lists(&st, "dp=1", &f, &b);
+    /* LLaMA under ptrun with tp: the residual add fuses into RMSNorm; SwiGLU has no
+     * epilogue */
+    llama_lists(&st, "tp=2,dp=1", &f, &b);
     CHECK(strcmp(kind_key(&f, PT_OPK_ADD1_NORM2), "add_rmsnorm_fwd:bf16:rows=1024,cols=1024") == 0);
     CHECK_INT(kind_count(&f, PT_OPK_ACT), 1);
     CHECK_INT(kind_count(&f, PT_OPK_MLP_UP_GELU) + kind_count(&b, PT_OPK_MLP_DOWN_DGRAD_GELU), 0);
@@ -618,6 +619,59 @@ static void test_fused_epilogues(void)
     pt_oplist_free(&b);
 }
 
+/* With tp = 1 ptrun's residual adds ride the row-parallel GEMMs before them
+ * (matmul_forward_res, the "gemm_res" roles): attn_out and mlp_down read the stream as
+ * the product's addend, the second norm runs alone and add2 goes. FLOPs do not move;
+ * against the unfused layer the bytes fall by add1's and add2's three passes less the
+ * GEMMs' one read each, and by the GELU's pass (test_fused_epilogues). With tp the
+ * partial products are summed first: no residual in the GEMM (test_fused_epilogues'
+ * lists). */
+static void test_residual_in_gemm(void)
+{
+    pt_oplist f, b, uf, ub;
+    layer_lists("tp=1,dp=1", &f, &b);
+    CHECK(strcmp(kind_key(&f, PT_OPK_ATTN_OUT), "gemm_bias_res:bf16:m=1024,n=1024,k=1024") == 0);
+    CHECK(strcmp(kind_key(&f, PT_OPK_MLP_DOWN), "gemm_bias_res:bf16:m=1024,n=1024,k=4096") == 0);
+    CHECK_INT(kind_count(&f, PT_OPK_NORM2), 1);
+    CHECK_INT(kind_count(&f, PT_OPK_ADD1) + kind_count(&f, PT_OPK_ADD2) +
+                  kind_count(&f, PT_OPK_ADD1_NORM2),
+              0);
+    /* the norm after the GEMM that wrote its input */
+    for (int i = 0; i + 1 < f.n; i++)
+        if (f.op[i].kind == PT_OPK_ATTN_OUT)
+            CHECK_INT(f.op[i + 1].kind, PT_OPK_NORM2);
+    CHECK_INT(f.op[f.n - 1].kind, PT_OPK_MLP_DOWN);
+
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout("tp=1,dp=1", 16);
+    pt_train t = train(16);
+    t.stack.fused_epilogues = false;
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    uf = ub = (pt_oplist){0};
+    CHECK_INT(pt_ops_layer(&c, false, &uf), 0);
+    CHECK_INT(pt_ops_layer(&c, true, &ub), 0);
+    CHECK_INT(kind_count(&uf, PT_OPK_ADD1) + kind_count(&uf, PT_OPK_ADD2), 2);
+    CHECK(strcmp(kind_key(&uf, PT_OPK_MLP_DOWN), "gemm_bias:bf16:m=1024,n=1024,k=4096") == 0);
+    double T = 1024, h = 1024, fr = 4096, ab = 2;
+    CHECK_NEAR(list_total(&f, true), list_total(&uf, true), 0);
+    CHECK_NEAR(list_total(&uf, false) - list_total(&f, false), ab * (T * fr + 4 * T * h), 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    pt_oplist_free(&uf);
+    pt_oplist_free(&ub);
+
+    /* LLaMA has no biases: the plain residual role */
+    pt_stack st;
+    pt_err err;
+    CHECK_INT(pt_stack_get("ptrun", &st, &err), 0);
+    llama_lists(&st, "dp=1", &f, &b);
+    CHECK(strcmp(kind_key(&f, PT_OPK_ATTN_OUT), "gemm_res:bf16:m=1024,n=1024,k=1024") == 0);
+    CHECK_INT(kind_count(&f, PT_OPK_ADD2) + kind_count(&f, PT_OPK_ADD1_NORM2), 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
 int main(void)
 {
     test_flops_formula();
@@ -627,6 +681,7 @@ int main(void)
     test_ranks_per_node();
     test_stack_kernels_and_selective();
     test_fused_epilogues();
+    test_residual_in_gemm();
     test_gemm_roles();
     test_xent_bytes();
     return pt_check_result();
