@@ -1069,6 +1069,7 @@ static void test_mlp_gelu(void)
     test_mlp_gelu_shape(64, 64, 64, 1, 1);
     test_dbias_twice_shape(128, 64, 48);
     test_dbias_twice_shape(65, 33, 17);
+    test_dbias_twice_shape(128, 48, 64); /* oc > ic: the column sum, epilogues or not */
     test_mm_res_shape(64, 48, 40, 1, 0);
     test_mm_res_shape(33, 24, 16, 0, 0);
     test_mm_res_shape(7, 13, 5, 1, 0);  /* oc not a multiple of 8 */
