@@ -208,9 +208,13 @@ stage_sanitize() {
         # status. synccheck: cuDNN's runtime-compiled attention kernels are left out: in
         # them compute-sanitizer 2025.3.1 stopped with "Internal Sanitizer Error: The
         # Sanitizer failed to handle a hardware exception" and every later call failed
-        # (H100, cuDNN 9.19, 2026-11-26)
+        # (H100, cuDNN 9.19, 2026-11-26). racecheck leaves them out too: their hazards are
+        # NVIDIA's (1,495 reports on the H100 of 2026-11-27, none of them deciding the
+        # verdict), and instrumenting them took racecheck's whole 120 s limit before the
+        # tests after the attention cases ran
         set -- --error-exitcode 3
-        [ "$tool" = racecheck ] && set -- --error-exitcode 0 --print-limit 100000
+        [ "$tool" = racecheck ] && set -- --error-exitcode 0 --print-limit 100000 \
+            --kernel-name-exclude kns=cudnn_generated
         [ "$tool" = synccheck ] && set -- "$@" --kernel-name-exclude kns=cudnn_generated
         step "sanitize_$tool" "$cs" --tool "$tool" --report-api-errors no "$@" \
             ${GPUCHECK_CS_ARGS:-} "$tbin/test_kernels_cuda"
