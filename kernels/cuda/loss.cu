@@ -9,10 +9,12 @@
  * The exponentials are the device's fast __expf (ex2.approx on x·log2 e: a relative
  * error of a few fp32 ulps for the arguments x - max <= 0 met here, far under the bf16
  * of dlogits and the 1e-4 the tests allow the loss) and the 16-byte stores round pairs
- * in one instruction (pt_st8_rn): GPT-2's row kernel spent more issue slots than its
- * memory needed with expf's range reduction and the bit-level rounding (about 37
- * instructions an element, 4 ms of issue on an H100 for 124M's 65,536 rows of
- * 50,304, against 4.4 ms of memory at 3 TB/s).
+ * in one instruction (pt_st8_rn): by a count of its source's instructions (an estimate,
+ * not a profile), GPT-2's row kernel spent more issue slots than its memory needed with
+ * expf's range reduction and the bit-level rounding, about 37 an element, some 4 ms of
+ * issue on an H100 for 124M's 65,536 rows of 50,304 against 4.4 ms of memory at 3 TB/s.
+ * With them (and 512 threads) the kernel went from 6.47 to 4.86 ms of that step on the
+ * H100 (2026-11-27): 2.7 TB/s.
  */
 #include "cuda.cuh"
 
@@ -160,7 +162,9 @@ static __device__ float row_copy_max(bf16 *row, const bf16 *x, int v, float *sha
  * reads and a write of GPT-2 124M's 65,536 rows of 50,304 took 6.1 ms in a step on an
  * H200 (2026-11-26): 26 GB at 4.3 TB/s, 89 % of the 4.8 TB/s that bench_kernels_cuda
  * reads off the device (2 x 3201 MHz x 6016 bits), where IN_SMEM moves 13 GB: on an
- * H100 (2026-11-27) in 6.3 ms, 2.1 TB/s (three reads and a write there: 8.7 ms). Both do the same arithmetic in the same per-thread order on 16-byte rows;
+ * H100 (2026-11-27) in 6.3 ms, 2.1 TB/s (three reads and a write there: 8.7 ms), 4.9
+ * ms since (above). Both do the same arithmetic in the same per-thread order on 16-byte
+ * rows;
  * IN_SMEM is used where rows are such (aligned, v a multiple of 8) and one fits in a
  * block's shared memory. */
 template <bool IN_SMEM, int THREADS>
