@@ -540,6 +540,20 @@ static void test_xent_bytes(void)
     }
 }
 
+/* layer_lists' layer under a stack that fuses no epilogue (a JSON stack can say so) */
+static void unfused_lists(const char *text, pt_oplist *fwd, pt_oplist *bwd)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout(text, 16);
+    pt_train t = train(16);
+    t.stack.fused_epilogues = false;
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    *fwd = *bwd = (pt_oplist){0};
+    CHECK_INT(pt_ops_layer(&c, false, fwd), 0);
+    CHECK_INT(pt_ops_layer(&c, true, bwd), 0);
+}
+
 /* ptrun fuses its epilogues (pt_stack.fused_epilogues): the residual add after attention
  * runs inside the second norm's kernel (one pass over T·h less), and GPT-2's GELU in the
  * up projection's GEMM (its T·f read and write become one more write of the saved
@@ -579,15 +593,7 @@ static void test_fused_epilogues(void)
     CHECK(at_rs >= 0 && at_fused == at_rs + 1 && f.op[at_fused + 1].kind == PT_OPK_SP_ALLGATHER);
 
     /* the same layer without fusion (a JSON stack can say so) */
-    pt_model m = gpt(4, 1024, 16, 1024, 50304);
-    pt_layout l = layout("tp=2,sp=1,dp=1", 16);
-    pt_train t = train(16);
-    t.stack.fused_epilogues = false;
-    pt_opctx c;
-    pt_opctx_init(&c, &m, &l, &t, NULL);
-    uf = ub = (pt_oplist){0};
-    CHECK_INT(pt_ops_layer(&c, false, &uf), 0);
-    CHECK_INT(pt_ops_layer(&c, true, &ub), 0);
+    unfused_lists("tp=2,sp=1,dp=1", &uf, &ub);
     CHECK_INT(kind_count(&uf, PT_OPK_ADD1_NORM2) + kind_count(&uf, PT_OPK_MLP_UP_GELU) +
                   kind_count(&ub, PT_OPK_MLP_DOWN_DGRAD_GELU), 0);
     CHECK_INT(kind_count(&uf, PT_OPK_ACT), 1);
@@ -642,15 +648,7 @@ static void test_residual_in_gemm(void)
             CHECK_INT(f.op[i + 1].kind, PT_OPK_NORM2);
     CHECK_INT(f.op[f.n - 1].kind, PT_OPK_MLP_DOWN);
 
-    pt_model m = gpt(4, 1024, 16, 1024, 50304);
-    pt_layout l = layout("tp=1,dp=1", 16);
-    pt_train t = train(16);
-    t.stack.fused_epilogues = false;
-    pt_opctx c;
-    pt_opctx_init(&c, &m, &l, &t, NULL);
-    uf = ub = (pt_oplist){0};
-    CHECK_INT(pt_ops_layer(&c, false, &uf), 0);
-    CHECK_INT(pt_ops_layer(&c, true, &ub), 0);
+    unfused_lists("tp=1,dp=1", &uf, &ub);
     CHECK_INT(kind_count(&uf, PT_OPK_ADD1) + kind_count(&uf, PT_OPK_ADD2), 2);
     CHECK(strcmp(kind_key(&uf, PT_OPK_MLP_DOWN), "gemm_bias:bf16:m=1024,n=1024,k=4096") == 0);
     double T = 1024, h = 1024, fr = 4096, ab = 2;
