@@ -829,7 +829,7 @@ static void residual_add(ctx *c, float *branch, const float *skip, int site);
 static int linear_res_fwd(ctx *c, pt_param_ref which, float *out, const float *inp,
                           const float *res, int ic, int oc, int site)
 {
-    if (dropping(c) || !c->n->kn->matmul_forward_res) {
+    if (dropping(c)) {
         if (linear_fwd(c, which, out, inp, ic, oc, true))
             return -1;
         residual_add(c, out, res, site);

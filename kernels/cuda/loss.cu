@@ -119,7 +119,7 @@ static unsigned row_grid(int64_t n) { return (unsigned)(n < 65535 * 8 ? n : 6553
  * multiprocessor beside GPT-2's 100 KB rows, so one load a thread of 256 would keep
  * 8 KB in flight there; the three-pass form, eight blocks at its 32 registers a thread
  * (ptxas, sm_90), keeps 32 KB, and ran at 4.3 TB/s (below). Four loads a thread of 256
- * kept as much and ran at 2.1 TB/s on an H100; 512 threads (48 registers each, ptxas)
+ * kept as much and ran at 2.1 TB/s on an H100; 512 threads (40 registers each, ptxas)
  * keep twice that, and twice the warps to cover the exponentials' latency. */
 enum { CE_ROW_LOADS = 4, CE_ROW_THREADS = 512 };
 /* its static shared memory: the reductions' arrays, beside the row */
@@ -163,10 +163,10 @@ static __device__ float row_copy_max(bf16 *row, const bf16 *x, int v, float *sha
  * H200 (2026-11-26): 26 GB at 4.3 TB/s, 89 % of the 4.8 TB/s that bench_kernels_cuda
  * reads off the device (2 x 3201 MHz x 6016 bits), where IN_SMEM moves 13 GB: on an
  * H100 (2026-11-27) in 6.3 ms, 2.1 TB/s (three reads and a write there: 8.7 ms), 4.9
- * ms since (above). Both do the same arithmetic in the same per-thread order on 16-byte
- * rows;
- * IN_SMEM is used where rows are such (aligned, v a multiple of 8) and one fits in a
- * block's shared memory. */
+ * ms since (above). Both do the same arithmetic on 16-byte rows, in each thread's
+ * order for their block size (IN_SMEM's CE_ROW_THREADS, the three reads' CE_THREADS: so
+ * their sums may differ in the last bits); IN_SMEM is used where rows are such
+ * (aligned, v a multiple of 8) and one fits in a block's shared memory. */
 template <bool IN_SMEM, int THREADS>
 __global__ void __launch_bounds__(THREADS)
 crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,

@@ -344,6 +344,14 @@ static void check_lookups(const pt_costdb *db)
     CHECK_NEAR(c.time_s, 12e-6, 1e-15);
     pt_kernel_op gb = kop("gemm_gelu_bias:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 6.3e6);
     CHECK_INT(pt_cost_kernel(db, &hw, &gb).prov, PT_PROV_ANALYTIC);
+    /* A forward with the residual takes the same forward's without it: the plain one's
+     * for gemm_res; the biased one's (none here, and no further) for gemm_bias_res. */
+    pt_kernel_op fr = kop("gemm_res:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 8.4e6);
+    c = pt_cost_kernel(db, &hw, &fr);
+    CHECK_INT(c.prov, PT_PROV_INTERPOLATED);
+    CHECK_NEAR(c.time_s, 12e-6, 1e-15);
+    pt_kernel_op fbr = kop("gemm_bias_res:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 8.4e6);
+    CHECK_INT(pt_cost_kernel(db, &hw, &fbr).prov, PT_PROV_ANALYTIC);
 
     /* Memory-bound kinds interpolate over bytes. */
     pt_kernel_op nm = kop("rmsnorm:bf16:n=1e7", PT_DTYPE_BF16, 0, 1e7);
