@@ -351,7 +351,8 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
         return 1;
     }
     /* key[4]: ldc and aux's leading dimension; key[5]: transposes, output type, epilogue
-     * kind, then 4-bit alignment codes of A, B, C, the bias or bias gradient, and aux */
+     * kind, then 4-bit alignment codes of A, B, C, the bias or bias gradient, aux and D
+     * (align_code's 0 for a NULL D: the result goes to C) */
     const void *vec = e->kind == EPI_BGRADB ? (const void *)e->bgrad : (const void *)e->bias;
     uint64_t key[6] = {(uint64_t)g->m, (uint64_t)g->n, (uint64_t)g->k,
                        (uint64_t)g->lda << 32 ^ (uint64_t)g->ldb,
@@ -361,7 +362,7 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
                            align_code(g->A) << 8 |
                            align_code(g->B) << 12 | align_code(g->C) << 16 |
                            align_code(vec) << 20 | align_code(e->aux) << 24 |
-                           (uint64_t)(g->D ? align_code(g->D) + 1 : 0) << 28};
+                           align_code(g->D) << 28};
     const pt_kcuda_algo *algo = lt_algo(kn, key, &p, g->A, g->B, g->C, g->D ? g->D : g->C);
     if (!algo || !algo->ok) {
         lt_release(&p);
