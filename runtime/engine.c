@@ -169,10 +169,10 @@ static double sumsq_part(pt_net *n, const float *buf, int64_t lo, int64_t a, int
 /* Sum of squares of elements [lo, hi) of buf (a parameter-shaped buffer, indexed
  * from lo), over the parameters counted here: added to *acc (backend memory) where
  * the kernels run when acc is given (the step's gradients: nothing waits), else
- * returned to the host. Parameters counted here that lie end to end are one call: one
- * a parameter had GPT-2 1.5B's 580 tensors cost two launches each, most of them over a
- * bias or a norm's few thousand elements, inside the optimizer's step on the GPU. The
- * parts depend on the layout only, so the sum is the same on every run. */
+ * returned to the host. Parameters counted here that lie end to end are one call: at
+ * one call a parameter, GPT-2 1.5B's 580 tensors cost two launches each, most of them
+ * over a bias or a norm's few thousand elements, inside the optimizer's step on the GPU.
+ * The parts depend on the layout only, so the sum is the same on every run. */
 static double sumsq_range(pt_net *n, const float *buf, int64_t lo, int64_t hi, double *acc)
 {
     double s = 0;
