@@ -53,16 +53,13 @@ static __device__ __forceinline__ void adamw_element(float *params, uint16_t *pa
         params_bf16[i] = pt_bf16_bits(p);
 }
 
-/* Elements i .. i+3, each 16-byte load and store whole (the bf16 copy 8 bytes): four
- * times the bytes in flight of one element's loads. */
-static __device__ __forceinline__ void adamw_element4(float *params, uint16_t *params_bf16,
-                                                      const float *grads, float *m, float *v,
-                                                      int64_t i, const adamw_step &s)
+/* The update of elements i .. i+3 from their loaded g, m, v and params (mi, vi, p
+ * updated in place), each 16-byte store whole (the bf16 copy 8 bytes). */
+static __device__ __forceinline__ void adamw_apply4(float *params, uint16_t *params_bf16,
+                                                    float *m, float *v, int64_t i, const float4 &g,
+                                                    float4 &mi, float4 &vi, float4 &p,
+                                                    const adamw_step &s)
 {
-    float4 g = *reinterpret_cast<const float4 *>(grads + i);
-    float4 mi = *reinterpret_cast<const float4 *>(m + i);
-    float4 vi = *reinterpret_cast<const float4 *>(v + i);
-    float4 p = *reinterpret_cast<const float4 *>(params + i);
     adamw_math(g.x, &mi.x, &vi.x, &p.x, s);
     adamw_math(g.y, &mi.y, &vi.y, &p.y, s);
     adamw_math(g.z, &mi.z, &vi.z, &p.z, s);
@@ -76,6 +73,19 @@ static __device__ __forceinline__ void adamw_element4(float *params, uint16_t *p
         b.y = (uint32_t)pt_bf16_bits(p.z) | (uint32_t)pt_bf16_bits(p.w) << 16;
         *reinterpret_cast<uint2 *>(params_bf16 + i) = b;
     }
+}
+
+/* Elements i .. i+3, each 16-byte load whole: four times the bytes in flight of one
+ * element's loads. */
+static __device__ __forceinline__ void adamw_element4(float *params, uint16_t *params_bf16,
+                                                      const float *grads, float *m, float *v,
+                                                      int64_t i, const adamw_step &s)
+{
+    float4 g = *reinterpret_cast<const float4 *>(grads + i);
+    float4 mi = *reinterpret_cast<const float4 *>(m + i);
+    float4 vi = *reinterpret_cast<const float4 *>(v + i);
+    float4 p = *reinterpret_cast<const float4 *>(params + i);
+    adamw_apply4(params, params_bf16, m, v, i, g, mi, vi, p, s);
 }
 
 /* Elements i .. i+3 and j .. j+3: all eight 16-byte loads are issued before the first
@@ -97,21 +107,8 @@ static __device__ __forceinline__ void adamw_element4x2(float *params, uint16_t 
         p[u] = *reinterpret_cast<const float4 *>(params + at[u]);
     }
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
-        adamw_math(g[u].x, &mi[u].x, &vi[u].x, &p[u].x, s);
-        adamw_math(g[u].y, &mi[u].y, &vi[u].y, &p[u].y, s);
-        adamw_math(g[u].z, &mi[u].z, &vi[u].z, &p[u].z, s);
-        adamw_math(g[u].w, &mi[u].w, &vi[u].w, &p[u].w, s);
-        *reinterpret_cast<float4 *>(m + at[u]) = mi[u];
-        *reinterpret_cast<float4 *>(v + at[u]) = vi[u];
-        *reinterpret_cast<float4 *>(params + at[u]) = p[u];
-        if (params_bf16) {
-            uint2 b;
-            b.x = (uint32_t)pt_bf16_bits(p[u].x) | (uint32_t)pt_bf16_bits(p[u].y) << 16;
-            b.y = (uint32_t)pt_bf16_bits(p[u].z) | (uint32_t)pt_bf16_bits(p[u].w) << 16;
-            *reinterpret_cast<uint2 *>(params_bf16 + at[u]) = b;
-        }
-    }
+    for (int u = 0; u < 2; u++)
+        adamw_apply4(params, params_bf16, m, v, at[u], g[u], mi[u], vi[u], p[u], s);
 }
 
 __global__ void adamw_kernel(float *params, uint16_t *params_bf16, const float *grads, float *m,
