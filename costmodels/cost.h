@@ -102,6 +102,10 @@ const char *pt_gemm_role_kind(pt_gemm_role r); /* "gemm", "gemm_gelu", "gemm_dgr
 /* The role whose kind starts key (up to its first ':'); -1 when key is not one of the
  * layers' GEMMs. */
 int pt_gemm_role_of(const char *key);
+/* Whether role (a pt_gemm_role, or -1) adds the residual stream to its product
+ * (PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES): the runtime's op and ptprofile's call read
+ * res beside the product. */
+bool pt_gemm_role_adds_residual(int role);
 
 typedef enum { PT_COLL_ALLREDUCE, PT_COLL_ALLGATHER, PT_COLL_REDUCESCATTER, PT_COLL_ALLTOALL,
                PT_COLL_BROADCAST, PT_COLL_SENDRECV, PT_COLL_COUNT } pt_coll;

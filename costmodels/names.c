@@ -37,6 +37,11 @@ int pt_gemm_role_of(const char *key)
     return -1;
 }
 
+bool pt_gemm_role_adds_residual(int role)
+{
+    return role == PT_GEMM_FWD_RES || role == PT_GEMM_FWD_BIAS_RES;
+}
+
 static const char *const coll_names[PT_COLL_COUNT] = {
     "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"};
 

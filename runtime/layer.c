@@ -843,8 +843,7 @@ static int linear_res_fwd(ctx *c, pt_param_ref which, float *out, const float *i
 /* Whether a forward GEMM op adds the residual in its epilogue (its key's role). */
 static bool adds_residual(const pt_op *op)
 {
-    int role = pt_gemm_role_of(op->kernel.key);
-    return role == PT_GEMM_FWD_RES || role == PT_GEMM_FWD_BIAS_RES;
+    return pt_gemm_role_adds_residual(pt_gemm_role_of(op->kernel.key));
 }
 
 /* A column-parallel linear layer with the GELU after it in its epilogue (mlp_up_gelu):

@@ -204,7 +204,7 @@ double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
      * gradient (m) fp32; bias: a forward's (n) */
     bool gelu = role == PT_GEMM_FWD_GELU || role == PT_GEMM_FWD_GELU_BIAS ||
                 role == PT_GEMM_DGRAD_DGELU;
-    bool res = role == PT_GEMM_FWD_RES || role == PT_GEMM_FWD_BIAS_RES;
+    bool res = pt_gemm_role_adds_residual(role);
     size_t aux = gelu || res ? (size_t)(m * n) * ab
                              : role == PT_GEMM_WGRAD_BIAS ? (size_t)m * 4 : 0;
     bool bias = role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_GELU_BIAS ||

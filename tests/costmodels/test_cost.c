@@ -81,6 +81,14 @@ static void test_names(void)
     CHECK_INT(pt_gemm_role_of("gemm_skinny:bf16:m=8,n=8,k=8"), -1);
     CHECK_INT(pt_gemm_role_of("bmm:bf16:b=2,m=8,n=8,k=8"), -1);
     CHECK_INT(pt_gemm_role_of("gemm_wgrad_biased:bf16:m=8,n=8,k=8"), -1);
+    /* the residual's roles, and no other (nor a key that is no GEMM's), add the stream */
+    int adding = 0;
+    for (int r = 0; r < PT_GEMM_ROLE_COUNT; r++)
+        adding += pt_gemm_role_adds_residual(r);
+    CHECK_INT(adding, 2);
+    CHECK(pt_gemm_role_adds_residual(PT_GEMM_FWD_RES));
+    CHECK(pt_gemm_role_adds_residual(PT_GEMM_FWD_BIAS_RES));
+    CHECK(!pt_gemm_role_adds_residual(-1));
 }
 
 static void test_busbw(void)
