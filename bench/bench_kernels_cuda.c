@@ -20,9 +20,15 @@
  *      under the backend's PT_KCUDA_EPILOGUES (auto: fused GEMM epilogues from sm_90);
  *      and the up projection's weight and bias gradients (matmul_backward's dw and
  *      dbias) with cuBLASLt's BGRADB epilogue against a second backend made with
- *      PT_KCUDA_EPILOGUES=off (the plain GEMM, then the column sum).
+ *      PT_KCUDA_EPILOGUES=off (the plain GEMM, then the column sum);
+ *   5. q, k and v of one input as one batched call (matmul_forward_shared and
+ *      matmul_wgrad_shared, with biases) against three matmul_forward calls and three
+ *      matmul_backward weight-and-bias gradients, at GPT-2 124M's training shape
+ *      (b·s = 64·1024, h 768) and 1.5B's (16·1024, h 1600), as times, TFLOP/s and the
+ *      three-call/batched ratio; the layers lie as the runtime's (weights and biases
+ *      end to end, outputs end to end).
  * Each figure is the best of --reps timed runs, timed on the host around a sync.
- *   usage: bench_kernels_cuda [--reps N] [--device D]
+ *   usage: bench_kernels_cuda [--reps N] [--device D] [--only SECTION]
  * Without a CUDA device it says so and exits 1.
  */
 #include <cublasLt.h>
@@ -506,16 +512,127 @@ static void bench_fused(void)
         K->free(K, bufs[i]);
 }
 
+/* ---- 5. q, k and v as one batch ------------------------------------------------------------- */
+
+typedef struct {
+    int64_t n;
+    int h;
+    void *x, *wb, *out, *dout;
+    float *dwb;
+} qkv_ctx;
+
+/* layer i's weight, bias, output and output gradient; its weight and bias gradients */
+static const float *qkv_w(const qkv_ctx *c, int i)
+{
+    return (const float *)((char *)c->wb + (size_t)i * ((size_t)c->h * c->h + c->h) * 2);
+}
+static const float *qkv_b(const qkv_ctx *c, int i)
+{
+    return (const float *)((const char *)qkv_w(c, i) + (size_t)c->h * c->h * 2);
+}
+static float *qkv_out(void *base, const qkv_ctx *c, int i)
+{
+    return (float *)((char *)base + (size_t)i * c->n * c->h * 2);
+}
+static float *qkv_dw(const qkv_ctx *c, int i)
+{
+    return c->dwb + (size_t)i * ((size_t)c->h * c->h + c->h);
+}
+
+static void run_qkv_f_three(void *p)
+{
+    qkv_ctx *c = p;
+    for (int i = 0; i < 3; i++)
+        K->matmul_forward(K, qkv_out(c->out, c, i), c->x, qkv_w(c, i), qkv_b(c, i), c->n, c->h,
+                          c->h);
+}
+
+static void run_qkv_f_batch(void *p)
+{
+    qkv_ctx *c = p;
+    float *out[3];
+    const float *w[3], *b[3];
+    for (int i = 0; i < 3; i++) {
+        out[i] = qkv_out(c->out, c, i);
+        w[i] = qkv_w(c, i);
+        b[i] = qkv_b(c, i);
+    }
+    K->matmul_forward_shared(K, 3, out, c->x, w, b, c->n, c->h, c->h);
+}
+
+static void run_qkv_w_three(void *p)
+{
+    qkv_ctx *c = p;
+    for (int i = 0; i < 3; i++)
+        K->matmul_backward(K, NULL, qkv_dw(c, i), qkv_dw(c, i) + (size_t)c->h * c->h,
+                           qkv_out(c->dout, c, i), c->x, NULL, c->n, c->h, c->h);
+}
+
+static void run_qkv_w_batch(void *p)
+{
+    qkv_ctx *c = p;
+    float *dw[3], *db[3];
+    const float *dout[3];
+    for (int i = 0; i < 3; i++) {
+        dw[i] = qkv_dw(c, i);
+        db[i] = dw[i] + (size_t)c->h * c->h;
+        dout[i] = qkv_out(c->dout, c, i);
+    }
+    K->matmul_wgrad_shared(K, 3, dw, db, dout, c->x, c->n, c->h, c->h);
+}
+
+static void bench_qkv(void)
+{
+    printf("\n5. q, k and v of one input: three calls against one batch (with biases)\n");
+    printf("%-26s %10s %10s %8s %8s %7s\n", "op", "3 calls ms", "batch ms", "TF/s 3",
+           "TF/s b", "ratio");
+    const struct {
+        const char *model;
+        int64_t n;
+        int h;
+    } shapes[] = {{"GPT-2 124M", 64 * 1024, 768}, {"GPT-2 1.5B", 16 * 1024, 1600}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        qkv_ctx c = {shapes[s].n, shapes[s].h, NULL, NULL, NULL, NULL, NULL};
+        size_t nh = (size_t)c.n * c.h * 2, wb = 3 * ((size_t)c.h * c.h + c.h);
+        c.x = dbuf(nh);
+        c.wb = dbuf(wb * 2);
+        c.out = dbuf(3 * nh);
+        c.dout = dbuf(3 * nh);
+        c.dwb = dbuf(wb * 4);
+        double flops = 3 * 2.0 * (double)c.n * c.h * c.h;
+        const struct {
+            const char *name;
+            bench_fn three, batch;
+        } cases[] = {{"forward", run_qkv_f_three, run_qkv_f_batch},
+                     {"weight + bias gradient", run_qkv_w_three, run_qkv_w_batch}};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", shapes[s].model, cases[i].name);
+            double t3 = best_time(cases[i].three, &c, name);
+            double tb = best_time(cases[i].batch, &c, name);
+            printf("%-26s %10.3f %10.3f %8.0f %8.0f %6.2fx\n", name, t3 * 1e3, tb * 1e3,
+                   flops / t3 / 1e12, flops / tb / 1e12, t3 / tb);
+        }
+        void *bufs[] = {c.x, c.wb, c.out, c.dout, c.dwb};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            K->free(K, bufs[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    int device = 0;
+    int device = 0, only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
+                 atoi(argv[i + 1]) <= 5)
+            only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_kernels_cuda [--reps N] [--device D]\n");
+            fprintf(stderr, "usage: bench_kernels_cuda [--reps N] [--device D] "
+                            "[--only SECTION (1-5)]\n");
             return 2;
         }
     }
@@ -547,10 +664,16 @@ int main(int argc, char **argv)
            "(2 x %d MHz x %d bits)\n", device, prop.name, prop.major, prop.minor,
            prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, peak_gbs,
            mem_khz / 1000, bus_bits);
-    bench_memory(peak_gbs > 0 ? peak_gbs : 1.0);
-    bench_gemm();
-    bench_attention();
-    bench_fused();
+    if (!only || only == 1)
+        bench_memory(peak_gbs > 0 ? peak_gbs : 1.0);
+    if (!only || only == 2)
+        bench_gemm();
+    if (!only || only == 3)
+        bench_attention();
+    if (!only || only == 4)
+        bench_fused();
+    if (!only || only == 5)
+        bench_qkv();
     if (K_plain)
         pt_kernels_destroy(K_plain);
     pt_kernels_destroy(K);

@@ -196,7 +196,8 @@ static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, doubl
 }
 
 /* The compute efficiency of a GEMM ("gemm" or batched "bmm" key with m, n, k and for
- * bmm the batch b) from its shape; 0 when the model does not apply. */
+ * bmm the batch b; a layer GEMM's role key with b is a batch too, planner/ops.c's
+ * qkv) from its shape; 0 when the model does not apply. */
 static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
 {
     if (hw->sm_count <= 0 || !(hw->gemm_max_eff > 0))
@@ -206,7 +207,9 @@ static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
     if (!batched && pt_gemm_role_of(op->key) < 0)
         return 0;
     double m = key_dim(op->key, "m"), n = key_dim(op->key, "n"), k = key_dim(op->key, "k");
-    double b = batched ? key_dim(op->key, "b") : 1;
+    double b = key_dim(op->key, "b");
+    if (!batched && b == 0)
+        b = 1;
     if (!(m >= 1 && n >= 1 && k >= 1 && b >= 1))
         return 0;
     return gemm_shape_eff(hw, b, m, n, k);

@@ -72,6 +72,8 @@ typedef enum { PT_KCOPY_H2H, PT_KCOPY_H2D, PT_KCOPY_D2H, PT_KCOPY_D2D } pt_kcopy
 /* orthonormalize's widest matrix (PowerSGD's largest rank, planner.h's
  * PT_POWERSGD_MAX_RANK) */
 enum { PT_K_ORTHO_MAX_COLS = 1024 };
+/* The most linear layers one matmul_forward_shared or matmul_wgrad_shared call takes. */
+enum { PT_K_SHARED_MAX = 3 };
 
 /* ---- Descriptions the table's calls take ------------------------------------------- */
 
@@ -329,6 +331,32 @@ struct pt_kernels {
                                   const float *w,    /* (oc, ic) [act] */
                                   const float *pre,  /* (n, ic) [act] */
                                   int64_t n, int ic, int oc);
+    /* -- Linear layers of one input and one width (attention's q, k and v when they
+     * are as wide: multi-head attention) --
+     * matmul_forward_shared: out[i] = inp · w[i]^T + bias[i] for i < count;
+     * matmul_wgrad_shared: dw[i] += dout[i]^T · inp and dbias[i] += the column sums of
+     * dout[i] (dbias NULL, or its entries NULL, for none), the weight gradients of
+     * matmul_backward. 1 <= count <= PT_K_SHARED_MAX. On CUDA, where the backend fuses
+     * (as matmul_forward_gelu) and the pointers of each array lie at equal steps (a
+     * layer's q, k and v weights and biases sit end to end in the parameter buffer,
+     * its q, k and v activations in consecutive buffers), one strided-batched
+     * cuBLASLt call with the input's batch stride 0 (the bias and BGRADB's bias
+     * gradient stepped by CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE): one launch whose
+     * count·tiles fill the GPU better than count launches of a third as many.
+     * Otherwise, and on CPU (to the bit), count matmul_forward or matmul_backward
+     * calls. */
+    void (*matmul_forward_shared)(pt_kernels *kn, int count,
+                                  float *const out[],        /* (n, oc) [act] each */
+                                  const float *inp,          /* (n, ic) [act] */
+                                  const float *const w[],    /* (oc, ic) [act] each */
+                                  const float *const bias[], /* (oc) [act] each, or NULL */
+                                  int64_t n, int ic, int oc);
+    void (*matmul_wgrad_shared)(pt_kernels *kn, int count,
+                                float *const dw[],           /* (oc, ic) fp32 each */
+                                float *const dbias[],        /* (oc) fp32 each, or NULL */
+                                const float *const dout[],   /* (n, oc) [act] each */
+                                const float *inp,            /* (n, ic) [act] */
+                                int64_t n, int ic, int oc);
     /* General GEMM, the transposes the layers do not cover (optional; may be NULL):
      * c = alpha · op(a) · op(b) + beta · c, op(x) = x or x^T, c (m, n) with leading
      * dimension ldc; a is (m, kk) or (kk, m) when transposed, likewise b. Row-major. */

@@ -39,6 +39,7 @@ static const char *const kind_names[PT_OPK_COUNT] = {
     [PT_OPK_MLP_UP] = "mlp_up", [PT_OPK_ACT] = "act", [PT_OPK_MLP_DOWN] = "mlp_down",
     [PT_OPK_ADD2] = "add2", [PT_OPK_ADD1_NORM2] = "add1_norm2",
     [PT_OPK_MLP_UP_GELU] = "mlp_up_gelu", [PT_OPK_MLP_DOWN_DGRAD_GELU] = "mlp_down_dgrad_gelu",
+    [PT_OPK_QKV] = "qkv", [PT_OPK_QKV_WGRAD] = "qkv_wgrad",
     [PT_OPK_MLP_DOWN_DGRAD] = "mlp_down_dgrad",
     [PT_OPK_MLP_DOWN_WGRAD] = "mlp_down_wgrad", [PT_OPK_ACT_BWD] = "act_bwd",
     [PT_OPK_MLP_GATE_DGRAD] = "mlp_gate_dgrad", [PT_OPK_MLP_UP_DGRAD] = "mlp_up_dgrad",
@@ -204,19 +205,22 @@ static pt_op *add_op(builder *b, pt_op_kind kind)
  * (2026-11-26, README "On a GPU") GPT-2 124M's weight gradients with a bias ran
  * 1.31-1.72x the profiled forward GEMM of the same m, n and k, the head's without one
  * 1.01x, its data gradients 0.99-1.52x. */
-static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
-                 int64_t k, pt_gemm_role role)
+static void gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batch, int64_t m,
+                       int64_t n, int64_t k, pt_gemm_role role)
 {
     pt_op *op = add_op(b, kind);
     if (!op)
         return;
+    /* a batch of `batch` products of one shape (the layers of one input and one width:
+     * kernels.h's matmul_forward_shared, matmul_wgrad_shared), each counted as if alone,
+     * the shared operand read by each */
     double ab = b->c->prec.act_bytes;
-    double out = (double)m * (double)n;
-    double ins = ab * ((double)m * (double)k + (double)k * (double)n);
+    double out = (double)batch * (double)m * (double)n;
+    double ins = (double)batch * ab * ((double)m * (double)k + (double)k * (double)n);
     op->cls = PT_OP_KERNEL;
     op->param = param;
     op->kernel.dtype = b->c->dtype;
-    op->kernel.flops = 2.0 * (double)m * (double)n * (double)k;
+    op->kernel.flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
     /* a forward with a bias (the model's, or the head's vocabulary mask) is another call:
      * cuBLASLt's bias epilogue, which reads the bias too. On the H100 (2026-11-27) GPT-2's
      * forward GEMMs, all biased, ran 1.03-1.25x the figures profiled without a bias
@@ -234,22 +238,34 @@ static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int
         role = PT_GEMM_FWD_BIAS_RES;
     switch (role) {
     case PT_GEMM_FWD: op->kernel.bytes = ins + ab * out; break;
-    case PT_GEMM_FWD_BIAS: op->kernel.bytes = ins + ab * out + ab * (double)n; break;
+    case PT_GEMM_FWD_BIAS: op->kernel.bytes = ins + ab * out + ab * (double)batch * n; break;
     case PT_GEMM_FWD_RES: op->kernel.bytes = ins + 2 * ab * out; break; /* res read too */
-    case PT_GEMM_FWD_BIAS_RES: op->kernel.bytes = ins + 2 * ab * out + ab * (double)n; break;
-    case PT_GEMM_FWD_GELU_BIAS: op->kernel.bytes = ins + 2 * ab * out + ab * (double)n; break;
+    case PT_GEMM_FWD_BIAS_RES:
+    case PT_GEMM_FWD_GELU_BIAS:
+        op->kernel.bytes = ins + 2 * ab * out + ab * (double)batch * n;
+        break;
     case PT_GEMM_FWD_GELU:
     case PT_GEMM_DGRAD:
     case PT_GEMM_DGRAD_DGELU: op->kernel.bytes = ins + 2 * ab * out; break;
     case PT_GEMM_WGRAD: op->kernel.bytes = ins + 8 * out; break;
     default: /* PT_GEMM_WGRAD_BIAS: and the bias gradient's fp32 */
-        op->kernel.bytes = ins + 8 * out + 8 * (double)m;
+        op->kernel.bytes = ins + 8 * out + 8 * (double)batch * m;
         break;
     }
     op->out_elems = out;
-    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:m=%lld,n=%lld,k=%lld",
-             pt_gemm_role_kind(role), pt_dtype_name(b->c->dtype), (long long)m, (long long)n,
-             (long long)k);
+    /* a batch's key names its count first: "gemm_bias:bf16:b=3,m=...,n=...,k=..." */
+    char count[24] = "";
+    if (batch > 1)
+        snprintf(count, sizeof count, "b=%d,", batch);
+    snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:%sm=%lld,n=%lld,k=%lld",
+             pt_gemm_role_kind(role), pt_dtype_name(b->c->dtype), count, (long long)m,
+             (long long)n, (long long)k);
+}
+
+static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
+                 int64_t k, pt_gemm_role role)
+{
+    gemm_batch(b, kind, param, 1, m, n, k, role);
 }
 
 /* The weight gradient's role: with the bias gradient where the model's projections
@@ -677,10 +693,30 @@ static int mlp_projs(const builder *b, const dims *d, proj p[2])
     return 1;
 }
 
-/* The column-parallel projections reading the norm output `in`. */
-static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np)
+/* Whether attention's q, k and v run as one batched GEMM in the forward (qkv) and in
+ * the weight gradient (qkv_wgrad), kernels.h's matmul_forward_shared and
+ * matmul_wgrad_shared: where the stack fuses, the three are as wide (multi-head
+ * attention; grouped queries make k and v narrower) and tp = 1 (with tp > 1 the
+ * runtime may cut a GEMM's rows around an overlapped gather). On the H100 (2026-11-27)
+ * GPT-2 124M's nine q, k and v GEMMs (65536 x 768 x 768) ran at 400-580 TFLOP/s, 17.7
+ * ms of its step; a weight gradient's 768 x 768 output is 36 tiles of 128 x 128 for the
+ * GPU's 132 SMs, the batch of three 108. The data gradients stay three GEMMs adding
+ * into one input gradient: a batch's products cannot be summed. */
+static bool shared_qkv(const builder *b, const dims *d)
+{
+    return fused_epilogues(b) && b->c->l->tp == 1 && d->kvr == d->h / d->t;
+}
+
+/* The column-parallel projections reading the norm output `in`; with `batched` their
+ * forwards as one batched GEMM (shared_qkv), keyed by the first's op and parameter. */
+static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np,
+                                pt_op_kind batched)
 {
     tp_gather_input(b, d, in);
+    if (batched != PT_OPK_COUNT) {
+        gemm_batch(b, batched, p[0].param, np, d->tokens, p[0].n_out, d->h, p[0].fwd_role);
+        return;
+    }
     for (int i = 0; i < np; i++)
         gemm(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h, p[i].fwd_role);
 }
@@ -689,12 +725,16 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
  * (summed into one), with sp the input gathered again for the weight gradients
  * (Megatron keeps it sharded), the weight gradients, then one reduce-scatter (sp) or
  * all-reduce of the input gradient. */
-static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np)
+static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np,
+                                pt_op_kind batched)
 {
     for (int i = 0; i < np; i++)
         gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out, PT_GEMM_DGRAD);
     tp_gather_input(b, d, in);
-    for (int i = 0; i < np; i++)
+    if (batched != PT_OPK_COUNT)
+        gemm_batch(b, batched, p[0].param, np, p[0].n_out, d->h, d->tokens,
+                   wgrad_role(b, p[0].param));
+    for (int i = 0; batched == PT_OPK_COUNT && i < np; i++)
         gemm(b, p[i].wgrad, p[i].param, p[i].n_out, d->h, d->tokens,
              wgrad_role(b, p[i].param));
     double bytes = d->ab * (double)d->tokens * (double)d->h;
@@ -736,7 +776,8 @@ static void layer_forward(builder *b, const dims *d)
     pt_gemm_role row_role = res ? PT_GEMM_FWD_RES : PT_GEMM_FWD;
     zero3_gather(b);
     norm(b, d, PT_OPK_NORM1, PT_PARAM_NORM1, false);
-    column_parallel_fwd(b, d, PT_TEN_LN1, attn, na);
+    column_parallel_fwd(b, d, PT_TEN_LN1, attn, na,
+                        shared_qkv(b, d) ? PT_OPK_QKV : PT_OPK_COUNT);
     rope(b, d, false);
     if (b->c->l->cp > 1)
         cp_ring(b, d, false);
@@ -751,7 +792,7 @@ static void layer_forward(builder *b, const dims *d)
         residual_add(b, d, PT_OPK_ADD1);
         norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
     }
-    column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm);
+    column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm, PT_OPK_COUNT);
     if (!fused_gelu(b))
         activation(b, d, false);
     gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t, row_role);
@@ -834,7 +875,7 @@ static void layer_backward(builder *b, const dims *d)
                          d->f / d->t, PT_GEMM_DGRAD);
         activation(b, d, true);
     }
-    column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm);
+    column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm, PT_OPK_COUNT);
     norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
                      d->h / d->t, PT_GEMM_DGRAD);
@@ -847,7 +888,8 @@ static void layer_backward(builder *b, const dims *d)
     if (c->l->cp > 1)
         cp_ring(b, d, true);
     rope(b, d, true);
-    column_parallel_bwd(b, d, PT_TEN_LN1, attn, na);
+    column_parallel_bwd(b, d, PT_TEN_LN1, attn, na,
+                        shared_qkv(b, d) ? PT_OPK_QKV_WGRAD : PT_OPK_COUNT);
     norm(b, d, PT_OPK_NORM1_BWD, PT_PARAM_NORM1, true);
     if (c->l->zero >= 2) { /* ZeRO-2/3 reduce-scatter each layer's gradients at once */
         double bytes = (double)pt_params_layer(c->m, c->l->tp) * pt_grad_reduce_bytes(c);
@@ -951,13 +993,13 @@ int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out)
                  PT_GEMM_FWD};
     if (!backward) {
         norm(&b, &d, PT_OPK_FINAL_NORM, PT_PARAM_FINAL_NORM, false);
-        column_parallel_fwd(&b, &d, PT_TEN_LNF, &head, 1);
+        column_parallel_fwd(&b, &d, PT_TEN_LNF, &head, 1, PT_OPK_COUNT);
         xent_forward(&b, &d, v, shape);
     } else {
         if (!c->t->stack.fused_xent)
             membound(&b, PT_OPK_XENT_BWD, "xent_bwd", 3 * 4.0 * (double)d.tokens * (double)v,
                      shape);
-        column_parallel_bwd(&b, &d, PT_TEN_LNF, &head, 1);
+        column_parallel_bwd(&b, &d, PT_TEN_LNF, &head, 1, PT_OPK_COUNT);
         norm(&b, &d, PT_OPK_FINAL_NORM_BWD, PT_PARAM_FINAL_NORM, true);
     }
     return finish(&b);

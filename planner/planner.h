@@ -614,17 +614,19 @@ typedef enum {
     PT_OPK_ADD2,
     /* ... its fused forms (a stack with fused_epilogues): the residual add in the
      * second norm's kernel (add1 + norm2), the GELU in the up projection's epilogue
-     * (mlp_up + act) */
-    PT_OPK_ADD1_NORM2, PT_OPK_MLP_UP_GELU,
+     * (mlp_up + act), q, k and v as one batched GEMM (q + k + v: multi-head attention
+     * at tp = 1) */
+    PT_OPK_ADD1_NORM2, PT_OPK_MLP_UP_GELU, PT_OPK_QKV,
     /* its backward */
     PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_OPK_ACT_BWD, PT_OPK_MLP_GATE_DGRAD,
     PT_OPK_MLP_UP_DGRAD, PT_OPK_MLP_GATE_WGRAD, PT_OPK_MLP_UP_WGRAD, PT_OPK_NORM2_BWD,
     PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_OPK_ATTN_BWD, PT_OPK_ROPE_BWD,
     PT_OPK_Q_DGRAD, PT_OPK_K_DGRAD, PT_OPK_V_DGRAD, PT_OPK_Q_WGRAD, PT_OPK_K_WGRAD,
     PT_OPK_V_WGRAD, PT_OPK_NORM1_BWD,
-    /* ... its fused form: the down projection's data gradient through the GELU's
-     * derivative in the GEMM's epilogue (mlp_down_dgrad + act_bwd) */
-    PT_OPK_MLP_DOWN_DGRAD_GELU,
+    /* ... its fused forms: the down projection's data gradient through the GELU's
+     * derivative in the GEMM's epilogue (mlp_down_dgrad + act_bwd); the weight
+     * gradients of q, k and v as one batched GEMM (q_wgrad + k_wgrad + v_wgrad) */
+    PT_OPK_MLP_DOWN_DGRAD_GELU, PT_OPK_QKV_WGRAD,
     /* unfused attention (priced only) */
     PT_OPK_ATTN_SCORES, PT_OPK_ATTN_SOFTMAX, PT_OPK_ATTN_DROPOUT, PT_OPK_ATTN_CTX,
     PT_OPK_ATTN_CTX_DGRAD, PT_OPK_ATTN_CTX_WGRAD, PT_OPK_ATTN_DROPOUT_BWD,

@@ -224,11 +224,13 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->gdres = B.elems[PT_BUF_GDRES] ? take_buf(c, &B, PT_BUF_GDRES) : S->dres;
     S->rout = take_buf(c, &B, PT_BUF_ROUT);
     S->ddrop = take_buf(c, &B, PT_BUF_DDROP);
+    /* the weight gradients of q, k and v read (dq, dk, dv) without RoPE, (dqr, dkr, dv)
+     * with it: each set end to end (qkv_shared) */
     S->dq = take_buf(c, &B, PT_BUF_DQ);
     S->dk = take_buf(c, &B, PT_BUF_DK);
-    S->dv = take_buf(c, &B, PT_BUF_DV);
     S->dqr = take_buf(c, &B, PT_BUF_DQR);
     S->dkr = take_buf(c, &B, PT_BUF_DKR);
+    S->dv = take_buf(c, &B, PT_BUF_DV);
     S->datt = take_buf(c, &B, PT_BUF_DATT);
     S->dgate = take_buf(c, &B, PT_BUF_DGATE);
     S->dup = take_buf(c, &B, PT_BUF_DUP);
@@ -942,6 +944,36 @@ static int norm_bwd(ctx *c, pt_param_ref which, float *dinp, const float *dout,
     return 0;
 }
 
+/* q, k and v of one input and one width as one call each way (the plan's qkv and
+ * qkv_wgrad: planner/ops.c's shared_qkv, tp = 1): the forward into out, or with dout
+ * the weight gradients (kernels.h's matmul_forward_shared, matmul_wgrad_shared; they
+ * batch where the pointers lie at equal steps: the parameters sit (w, b) after (w, b),
+ * and carve_slot and carve_scratch lay q, k, v and the gradients the wgrad reads end to
+ * end). */
+static int qkv_shared(ctx *c, float *const out[3], const float *const dout[3])
+{
+    pt_kernels *kn = c->n->kn;
+    const dims *d = &c->d;
+    static const pt_param_ref refs[3] = {PT_PARAM_Q, PT_PARAM_K, PT_PARAM_V};
+    const float *w[3], *bias[3];
+    float *dw[3], *dbias[3];
+    for (int i = 0; i < 3; i++) {
+        pview pw = param(c, refs[i], false), pb = param(c, refs[i], true);
+        w[i] = pw.w;
+        dw[i] = pw.g;
+        bias[i] = pb.w;
+        dbias[i] = pb.g;
+    }
+    if (finish_gather(c))
+        return -1;
+    int oc = d->a * d->d;
+    if (out)
+        kn->matmul_forward_shared(kn, 3, out, c->col_in, w, bias, d->T, d->h, oc);
+    else
+        kn->matmul_wgrad_shared(kn, 3, dw, dbias, dout, c->col_in, d->T, d->h, oc);
+    return 0;
+}
+
 /* The gradient of a row-parallel layer's output: the residual stream's (T, h)
  * (gathered with sp), through the branch's dropout when there is one. Called by the
  * data-gradient op, which runs first; the weight-gradient op reuses the result. */
@@ -1318,6 +1350,10 @@ static int run_op(ctx *c, const pt_op *op)
     case PT_OPK_Q: return linear_fwd(c, w, L->q, c->col_in, d->h, qd, false);
     case PT_OPK_K: return linear_fwd(c, w, L->k, c->col_in, d->h, kvd, false);
     case PT_OPK_V: return linear_fwd(c, w, L->v, c->col_in, d->h, kvd, false);
+    case PT_OPK_QKV: {
+        float *const out[3] = {L->q, L->k, L->v};
+        return qkv_shared(c, out, NULL);
+    }
     case PT_OPK_ROPE:
         rope_all(c, L->q, d->a, false, NULL);
         rope_all(c, L->k, d->kh, false, NULL);
@@ -1413,6 +1449,10 @@ static int run_op(ctx *c, const pt_op *op)
         if (d->kv_share > 1)
             return kv_wgrad_shared(c, w, S->dv);
         return linear_bwd(c, w, false, NULL, S->dv, c->col_in, d->h, kvd);
+    case PT_OPK_QKV_WGRAD: {
+        const float *const dout[3] = {gq, gk, S->dv};
+        return qkv_shared(c, NULL, dout);
+    }
     case PT_OPK_NORM1_BWD:
         return norm_bwd(c, w, S->dres, S->dlns, x, L->ln1_mean, L->ln1_rstd);
     /* other stacks' kernels */

@@ -8,6 +8,8 @@
 #   test      the GPU kernel tests (every CUDA op against the CPU op)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the kernel tests
 #   bench     build/bench_kernels_cuda beside the same shapes through PyTorch
+#   qkv       bench_kernels_cuda's section 5 alone: q, k and v as one batched GEMM
+#             against three, at GPT-2 124M's and 1.5B's training shapes
 #   gpt2      GPT-2 124M on one GPU: the first loss against the CPU run's, 200 steps at
 #             the largest micro-batch that fits, its warm-up again (equal bit for bit),
 #             tokens/s against tools/torch_ref.py
@@ -282,6 +284,14 @@ stage_bench() {
     note '```'
 }
 
+stage_qkv() {
+    note "## q, k and v: three GEMMs against one batch"
+    step bench_qkv "$bin/bench_kernels_cuda" --only 5 --reps 20
+    note '```'
+    sed -n '/^5\. /,$p' "$out/bench_qkv.log" | tee -a "$summary"
+    note '```'
+}
+
 # train MODEL NAME GLOBAL_BATCH STEPS [LAYOUT]: plan on dgx-h100 with one device, then ptrun
 train() {
     model=$1 name=$2 gb=$3 steps=$4 layout=${5:-}
@@ -510,7 +520,7 @@ EOF
 note "# gpucheck $(date -u +%Y-%m-%dT%H:%MZ), stages: $stages"
 for s in $stages; do
     case $s in
-    env | test | sanitize | bench | gpt2 | gpt2xl | mpi | trace | profile) "stage_$s" ;;
+    env | test | sanitize | bench | qkv | gpt2 | gpt2xl | mpi | trace | profile) "stage_$s" ;;
     *) note "- unknown stage $s"; failed=1 ;;
     esac
 done

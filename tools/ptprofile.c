@@ -181,7 +181,7 @@ static int collect_gemms(const pt_layout *l, const pt_memory *mem, bool fits, vo
              pt_ops_head(&oc, false, &o) || pt_ops_head(&oc, true, &o);
     for (int i = 0; rc == 0 && i < o.n; i++)
         if (o.op[i].cls == PT_OP_KERNEL &&
-            pt_prof_gemm_shape(o.op[i].kernel.key, &m, &n, &k, NULL) == 0)
+            pt_prof_gemm_shape(o.op[i].kernel.key, &m, &n, &k, NULL, NULL) == 0)
             op_set_add(c->ops, &o.op[i].kernel);
     pt_oplist_free(&o);
     return rc || c->ops->oom;
@@ -235,20 +235,22 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
         const pt_kernel_op *op = &ops->v[i];
         int64_t m, n, k;
         pt_gemm_role role = PT_GEMM_FWD;
+        int batch = 1;
         char result[64];
         if (o->resume && pt_costdb_has_kernel(j->db, device, op->key)) {
             pt_progress_step(&p, op->flops, op->key, "kept");
             continue;
         }
-        if (op->flops > o->max_gflop * 1e9 || pt_prof_gemm_shape(op->key, &m, &n, &k, &role)) {
+        if (op->flops > o->max_gflop * 1e9 ||
+            pt_prof_gemm_shape(op->key, &m, &n, &k, &role, &batch)) {
             pt_progress_step(&p, op->flops, op->key, "skipped (over --max-gflop)");
             continue;
         }
         double best;
         /* the CPU's forward GEMMs through OpenBLAS directly (with a time budget); its
-         * other roles through its kernel table, as the runtime calls them */
-        double t = strcmp(o->backend, "cuda") == 0 || role != PT_GEMM_FWD
-                       ? pt_prof_gemm_backend(o->kn, m, n, k, role, o->repeats,
+         * other roles and batches through its kernel table, as the runtime calls them */
+        double t = strcmp(o->backend, "cuda") == 0 || role != PT_GEMM_FWD || batch > 1
+                       ? pt_prof_gemm_backend(o->kn, batch, m, n, k, role, o->repeats,
                                               1e-3 * (double)o->soak_ms, &best)
                        : pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
         if (t <= 0)

@@ -29,10 +29,11 @@ double pt_prof_gemm(int64_t m, int64_t n, int64_t k, int repeats, double budget_
 double pt_prof_cpu_peak_flops(int repeats);
 double pt_prof_cpu_mem_bw(int64_t bytes, int repeats);
 /* Parses "<kind>:<dtype>:m=..,n=..,k=.." of one of the layers' GEMM roles
- * (pt_gemm_role_of) into its sizes and role (role may be NULL); -1 when it is not one.
- * ptprofile times each role as the runtime calls it. */
+ * (pt_gemm_role_of), or "<kind>:<dtype>:b=..,m=..,n=..,k=.." of a batch of them, into
+ * its sizes, role and batch count (role and batch may be NULL; 1 without b); -1 when
+ * it is not one. ptprofile times each role as the runtime calls it. */
 int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
-                       pt_gemm_role *role);
+                       pt_gemm_role *role, int *batch);
 
 /* ---- The model's other kernels (ptprofile_model.c) ------------------------------------- */
 
@@ -44,10 +45,11 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
                           const pt_train *t, const pt_tokens *data, int64_t mbs, int repeats,
                           pt_costdb *db, int64_t *stored, pt_err *err);
 /* Median seconds of the kernel table's matmul (any backend) in role `role`, as the
- * runtime calls it for a key of that shape, after soak_s seconds of it back to back on
- * the CUDA backend (pt_prof_cuda_time; other backends take none); *best_s the fastest
- * run; -1 when the backend fails or runs out of memory. */
-double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
+ * runtime calls it for a key of that shape (with batch > 1 a batch of them through
+ * matmul_forward_shared or matmul_wgrad_shared), after soak_s seconds of it back to back
+ * on the CUDA backend (pt_prof_cuda_time; other backends take none); *best_s the
+ * fastest run; -1 when the backend fails or runs out of memory. */
+double pt_prof_gemm_backend(pt_kernels *kn, int batch, int64_t m, int64_t n, int64_t k,
                             pt_gemm_role role, int repeats, double soak_s, double *best_s);
 
 /* ---- The CUDA backend's timer (ptprofile_cuda.c, built with the CUDA backend) ----------- */

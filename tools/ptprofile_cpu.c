@@ -132,19 +132,34 @@ double pt_prof_cpu_mem_bw(int64_t bytes, int repeats)
 }
 
 int pt_prof_gemm_shape(const char *key, int64_t *m, int64_t *n, int64_t *k,
-                       pt_gemm_role *role)
+                       pt_gemm_role *role, int *batch)
 {
     long long mm, nn, kk;
-    int r = pt_gemm_role_of(key);
+    int r = pt_gemm_role_of(key), b = 1, used = 0;
     const char *shape = strchr(key, ':');
     shape = shape ? strchr(shape + 1, ':') : NULL;
-    if (r < 0 || !shape || sscanf(shape, ":m=%lld,n=%lld,k=%lld", &mm, &nn, &kk) != 3 ||
-        mm < 1 || nn < 1 || kk < 1)
+    if (r < 0 || !shape)
+        return -1;
+    shape++;
+    /* a batch (planner/ops.c's qkv and qkv_wgrad): forwards and weight gradients only,
+     * the roles of kernels.h's matmul_forward_shared and matmul_wgrad_shared */
+    if (strncmp(shape, "b=", 2) == 0) {
+        if (sscanf(shape, "b=%d,%n", &b, &used) != 1 || used == 0 || b < 2 ||
+            b > PT_K_SHARED_MAX ||
+            (r != PT_GEMM_FWD && r != PT_GEMM_FWD_BIAS && r != PT_GEMM_WGRAD &&
+             r != PT_GEMM_WGRAD_BIAS))
+            return -1;
+        shape += used;
+    }
+    if (sscanf(shape, "m=%lld,n=%lld,k=%lld", &mm, &nn, &kk) != 3 || mm < 1 || nn < 1 ||
+        kk < 1)
         return -1;
     *m = mm;
     *n = nn;
     *k = kk;
     if (role)
         *role = (pt_gemm_role)r;
+    if (batch)
+        *batch = b;
     return 0;
 }

@@ -36,7 +36,7 @@ static void drop_gemms(pt_trace *tr)
 {
     int64_t m, n, k;
     for (size_t i = 0; i < tr->n; i++)
-        if (pt_prof_gemm_shape(tr->v[i].key, &m, &n, &k, NULL) == 0)
+        if (pt_prof_gemm_shape(tr->v[i].key, &m, &n, &k, NULL, NULL) == 0)
             tr->v[i].key[0] = '\0';
 }
 
@@ -93,7 +93,38 @@ typedef struct {
     void *a, *b, *c, *aux, *bias;
     int64_t m, n, k;
     pt_gemm_role role;
+    int batch; /* > 1: a batch of products stepping through b, c and bias (a forward's)
+                * or a, c and aux (a weight gradient's), the other operand shared */
 } gemm_args;
+
+/* The batch's pointers: count of them from p, `step` bytes apart. */
+static void batch_ptrs(void *p, size_t step, int count, void *out[PT_K_SHARED_MAX])
+{
+    for (int i = 0; i < count; i++)
+        out[i] = p ? (char *)p + (size_t)i * step : NULL;
+}
+
+/* A batch of forwards or weight gradients (matmul_forward_shared, matmul_wgrad_shared)
+ * in g's layout. */
+static void run_gemm_batch(pt_kernels *kn, const gemm_args *g)
+{
+    size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    void *c[PT_K_SHARED_MAX], *v[PT_K_SHARED_MAX], *x[PT_K_SHARED_MAX];
+    int m = (int)g->m, n = (int)g->n, k = (int)g->k;
+    if (g->role == PT_GEMM_FWD || g->role == PT_GEMM_FWD_BIAS) {
+        batch_ptrs(g->c, (size_t)(g->m * n) * ab, g->batch, c);
+        batch_ptrs(g->b, (size_t)n * k * ab, g->batch, x);
+        batch_ptrs(g->bias, (size_t)n * ab, g->batch, v);
+        kn->matmul_forward_shared(kn, g->batch, (float *const *)c, g->a,
+                                  (const float *const *)x, (const float *const *)v, g->m, k, n);
+    } else {
+        batch_ptrs(g->c, (size_t)m * n * 4, g->batch, c);
+        batch_ptrs(g->a, (size_t)(g->k * m) * ab, g->batch, x);
+        batch_ptrs(g->aux, (size_t)m * 4, g->batch, v);
+        kn->matmul_wgrad_shared(kn, g->batch, (float *const *)c, (float *const *)v,
+                                (const float *const *)x, g->b, g->k, n, m);
+    }
+}
 
 /* c (m, n) from a and b, the key's m, n and k in the runtime's call of each role:
  * - the forward c = a · b^T, a (m, k), b (n, k) (a layer's in and w), alone, with the
@@ -107,6 +138,10 @@ static void run_gemm(pt_kernels *kn, void *arg)
 {
     gemm_args *g = arg;
     int m = (int)g->m, n = (int)g->n, k = (int)g->k;
+    if (g->batch > 1) {
+        run_gemm_batch(kn, g);
+        return;
+    }
     switch (g->role) {
     case PT_GEMM_FWD:
     case PT_GEMM_FWD_BIAS:
@@ -195,10 +230,12 @@ static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
 
 /* Median seconds of the backend's matmul in role `role` (run_gemm) on random inputs
  * after warm-up; *best_s the fastest run. */
-double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
+double pt_prof_gemm_backend(pt_kernels *kn, int batch, int64_t m, int64_t n, int64_t k,
                             pt_gemm_role role, int repeats, double soak_s, double *best_s)
 {
     size_t ab = pt_kdtype_bytes(kn->act_dtype);
+    /* a batch: the stepped operands `batch` times over, end to end */
+    size_t nb = batch > 1 ? (size_t)batch : 1;
     bool wgrad = role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS;
     /* aux: the pre-activation (m, n) beside a GELU, the residual (m, n) added, the bias
      * gradient (m) fp32; bias: a forward's (n) */
@@ -206,22 +243,26 @@ double pt_prof_gemm_backend(pt_kernels *kn, int64_t m, int64_t n, int64_t k,
                 role == PT_GEMM_DGRAD_DGELU;
     bool res = pt_gemm_role_adds_residual(role);
     size_t aux = gelu || res ? (size_t)(m * n) * ab
-                             : role == PT_GEMM_WGRAD_BIAS ? (size_t)m * 4 : 0;
+                             : role == PT_GEMM_WGRAD_BIAS ? nb * (size_t)m * 4 : 0;
     bool bias = role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_GELU_BIAS ||
                 role == PT_GEMM_FWD_BIAS_RES;
-    gemm_args g = {kn->alloc(kn, (size_t)(m * k) * ab), kn->alloc(kn, (size_t)(n * k) * ab),
-                   kn->alloc(kn, (size_t)(m * n) * (wgrad ? 4 : ab)),
-                   aux ? kn->alloc(kn, aux) : NULL, bias ? kn->alloc(kn, (size_t)n * ab) : NULL,
-                   m, n, k, role};
+    /* the weight gradient's a (the output's gradient) and the forward's b (the weight)
+     * are a batch's stepped multipliers */
+    int64_t na = (wgrad ? (int64_t)nb : 1) * m * k, nw = (wgrad ? 1 : (int64_t)nb) * n * k;
+    size_t c_bytes = nb * (size_t)(m * n) * (wgrad ? 4 : ab);
+    gemm_args g = {kn->alloc(kn, (size_t)na * ab), kn->alloc(kn, (size_t)nw * ab),
+                   kn->alloc(kn, c_bytes), aux ? kn->alloc(kn, aux) : NULL,
+                   bias ? kn->alloc(kn, nb * (size_t)n * ab) : NULL, m, n, k, role,
+                   (int)nb};
     double times[64], t = -1;
     int done = 0;
     /* an output that the call adds into starts from zeros: only the multiplier's
      * inputs (and a bias) need to be random */
     if (g.a && g.b && g.c && (g.aux || !aux) && (g.bias || !bias) &&
-        fill_random(kn, g.a, m * k, 1) == 0 && fill_random(kn, g.b, n * k, 2) == 0 &&
+        fill_random(kn, g.a, na, 1) == 0 && fill_random(kn, g.b, nw, 2) == 0 &&
         (!aux || wgrad || fill_random(kn, g.aux, m * n, 3) == 0) &&
-        (!bias || fill_random(kn, g.bias, n, 4) == 0)) {
-        kn->zero(kn, g.c, (size_t)(m * n) * (wgrad ? 4 : ab));
+        (!bias || fill_random(kn, g.bias, (int64_t)nb * n, 4) == 0)) {
+        kn->zero(kn, g.c, c_bytes);
         if (aux && wgrad)
             kn->zero(kn, g.aux, aux);
         done = time_gemm(kn, &g, repeats < 64 ? repeats : 64, soak_s, times);

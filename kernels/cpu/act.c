@@ -50,9 +50,9 @@ void pt_kcpu_gelu_backward(pt_kernels *kn,
         dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
-/* The fused linear + GELU (and + residual) ops of the table, as the compositions they
- * stand for (the CPU has no epilogue to fuse into; the results are those of the
- * separate ops). */
+/* The fused linear + GELU (and + residual, and the shared-input) ops of the table, as
+ * the compositions they stand for (the CPU has no epilogue to fuse into; the results
+ * are those of the separate ops). */
 void pt_kcpu_matmul_forward_gelu(pt_kernels *kn,
                                  float *out,        /* (n, oc) */
                                  float *pre,        /* (n, oc) */
@@ -75,6 +75,29 @@ void pt_kcpu_matmul_forward_res(pt_kernels *kn,
 {
     pt_kcpu_matmul_forward(kn, out, inp, w, bias, n, ic, oc);
     pt_kcpu_residual_forward(kn, out, out, res, n * oc);
+}
+
+void pt_kcpu_matmul_forward_shared(pt_kernels *kn, int count,
+                                   float *const out[],        /* (n, oc) each */
+                                   const float *inp,          /* (n, ic) */
+                                   const float *const w[],    /* (oc, ic) each */
+                                   const float *const bias[], /* (oc) each, or NULL */
+                                   int64_t n, int ic, int oc)
+{
+    for (int i = 0; i < count; i++)
+        pt_kcpu_matmul_forward(kn, out[i], inp, w[i], bias ? bias[i] : NULL, n, ic, oc);
+}
+
+void pt_kcpu_matmul_wgrad_shared(pt_kernels *kn, int count,
+                                 float *const dw[],         /* (oc, ic) each */
+                                 float *const dbias[],      /* (oc) each, or NULL */
+                                 const float *const dout[], /* (n, oc) each */
+                                 const float *inp,          /* (n, ic) */
+                                 int64_t n, int ic, int oc)
+{
+    for (int i = 0; i < count; i++)
+        pt_kcpu_matmul_backward(kn, NULL, dw[i], dbias ? dbias[i] : NULL, dout[i], inp, NULL,
+                                n, ic, oc);
 }
 
 void pt_kcpu_matmul_backward_dgelu(pt_kernels *kn,

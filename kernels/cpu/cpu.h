@@ -75,6 +75,12 @@ void pt_kcpu_matmul_forward_res(pt_kernels *kn, float *out, const float *inp, co
                                 const float *bias, const float *res, int64_t n, int ic, int oc);
 void pt_kcpu_matmul_forward_gelu(pt_kernels *kn, float *out, float *pre, const float *inp,
                                  const float *w, const float *bias, int64_t n, int ic, int oc);
+void pt_kcpu_matmul_forward_shared(pt_kernels *kn, int count, float *const out[],
+                                   const float *inp, const float *const w[],
+                                   const float *const bias[], int64_t n, int ic, int oc);
+void pt_kcpu_matmul_wgrad_shared(pt_kernels *kn, int count, float *const dw[],
+                                 float *const dbias[], const float *const dout[],
+                                 const float *inp, int64_t n, int ic, int oc);
 void pt_kcpu_matmul_backward_dgelu(pt_kernels *kn, float *dpre, const float *dout,
                                    const float *w, const float *pre, int64_t n, int ic, int oc);
 void pt_kcpu_residual_layernorm_forward(pt_kernels *kn, float *res, float *out, float *mean,

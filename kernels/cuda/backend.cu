@@ -526,6 +526,8 @@ static pt_kernels cuda_table(void)
     t.matmul_backward = pt_kcuda_matmul_backward;
     t.matmul_forward_gelu = pt_kcuda_matmul_forward_gelu;
     t.matmul_forward_res = pt_kcuda_matmul_forward_res;
+    t.matmul_forward_shared = pt_kcuda_matmul_forward_shared;
+    t.matmul_wgrad_shared = pt_kcuda_matmul_wgrad_shared;
     t.matmul_backward_dgelu = pt_kcuda_matmul_backward_dgelu;
     t.gemm = pt_kcuda_gemm;
     t.gemm_f32 = pt_kcuda_gemm_f32;

@@ -44,8 +44,9 @@ typedef __nv_bfloat16 bf16;
 enum { PT_KCUDA_ALGO_CACHE = 1024 };
 
 typedef struct {
-    uint64_t key[6];           /* shape, leading dimensions (aux's too), transposes,
-                                * types, epilogue kind, alignments (bias and aux too) */
+    uint64_t key[7];           /* shape, leading dimensions (aux's too), transposes,
+                                * types, epilogue kind, alignments (bias and aux too),
+                                * batch count and which operands it steps */
     cublasLtMatmulAlgo_t algo;
     int ok;                    /* 0: no cuBLASLt algorithm, use the fallback kernel */
     int used;                  /* the slot holds an entry */
@@ -375,6 +376,12 @@ void pt_kcuda_matmul_forward_gelu(pt_kernels *kn, float *out, float *pre, const 
                                   const float *w, const float *bias, int64_t n, int ic, int oc);
 void pt_kcuda_matmul_forward_res(pt_kernels *kn, float *out, const float *inp, const float *w,
                                  const float *bias, const float *res, int64_t n, int ic, int oc);
+void pt_kcuda_matmul_forward_shared(pt_kernels *kn, int count, float *const out[],
+                                    const float *inp, const float *const w[],
+                                    const float *const bias[], int64_t n, int ic, int oc);
+void pt_kcuda_matmul_wgrad_shared(pt_kernels *kn, int count, float *const dw[],
+                                  float *const dbias[], const float *const dout[],
+                                  const float *inp, int64_t n, int ic, int oc);
 void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn, float *dpre, const float *dout,
                                     const float *w, const float *pre, int64_t n, int ic,
                                     int oc);

@@ -18,6 +18,11 @@
  * - matmul_forward_res: the forward product (with BIAS where it has one) with beta = 1
  *   on the residual as C and out as D: out = the fp32 sum plus the residual, rounded
  *   once (no epilogue: C is cuBLASLt's own addend);
+ * - matmul_forward_shared and matmul_wgrad_shared: the products of matmul_forward and
+ *   matmul_backward's weight gradient as one strided batch (BATCH_COUNT and
+ *   STRIDED_BATCH_OFFSET on each matrix, the shared input's step 0), the bias or BGRADB's
+ *   bias gradients stepped by BIAS_BATCH_STRIDE, where the pointers allow (equal steps);
+ *   else one call per layer;
  * - matmul_backward's dbias where oc <= ic: BGRADB on the weight-gradient GEMM sums
  *   op(B) = dout over the rows (k) into an fp32 scratch vector, which add_f32 adds to
  *   dbias (the epilogue writes, the contract accumulates); a wider dout (the MLP's up
@@ -131,6 +136,14 @@ static uint64_t align_of(const void *p)
     return al;
 }
 
+/* For alignment only, never dereferenced: an address whose alignment class is that of
+ * every product's pointer in a batch, p stepped by `step` elements of `bytes` each (the
+ * lowest set bit of p | step·bytes is the lower of the two). NULL stays NULL. */
+static const void *stepped(const void *p, int64_t step, size_t bytes)
+{
+    return p ? (const void *)((uintptr_t)p | (uintptr_t)((uint64_t)step * bytes)) : NULL;
+}
+
 /* log2 of align_of, plus one; 0 for NULL: four bits of the cache key */
 static uint64_t align_code(const void *p)
 {
@@ -163,13 +176,16 @@ typedef struct {
     int c_f32;
     int ab_f32;
     void *D;
+    int batch;             /* > 1: a strided batch of products (matmul_*_shared) */
+    int64_t sa, sb, sc;    /* elements from one product's A, B, C (and D) to the next */
 } lt_args;
 
 static lt_args lt_product(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const bf16 *A, int64_t lda, const bf16 *B, int64_t ldb, float beta,
                           void *C, int64_t ldc, int c_f32)
 {
-    return lt_args{ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, 0, NULL};
+    return lt_args{ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, c_f32, 0, NULL, 1,
+                   0, 0, 0};
 }
 
 /* What the epilogue adds to the product (the cache key's epilogue kind: keep the values) */
@@ -187,12 +203,14 @@ typedef struct {
     bf16 *aux;         /* GELU: (m, n) written; DGELU: (m, n) read; leading dim aux_ld */
     int64_t aux_ld;
     float *bgrad;      /* BGRADB: (n) fp32, written */
+    int64_t vec_step;  /* a batch: elements from one product's bias or bias gradient to
+                        * the next */
 } lt_epi;
 
 static lt_epi lt_epilogue(lt_epi_kind kind, const bf16 *bias, bf16 *aux, int64_t aux_ld,
                           float *bgrad)
 {
-    return lt_epi{kind, bias, aux, aux_ld, bgrad};
+    return lt_epi{kind, bias, aux, aux_ld, bgrad, 0};
 }
 
 typedef struct {
@@ -214,13 +232,13 @@ static void lt_release(lt_problem *p)
 
 /* the cached algorithm for key, running the heuristic on a miss; NULL when cuBLASLt
  * has none (the caller falls back) */
-static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[6], lt_problem *p,
+static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[7], lt_problem *p,
                                     const void *A, const void *B, const void *C, const void *D)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     /* open addressing on an FNV-1a hash of the key: a lookup costs a probe or two */
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         h = (h ^ key[i]) * 1099511628211ull;
     unsigned slot = (unsigned)(h % PT_KCUDA_ALGO_CACHE);
     for (int n = 0; n < PT_KCUDA_ALGO_CACHE; n++, slot = (slot + 1) % PT_KCUDA_ALGO_CACHE) {
@@ -321,8 +339,17 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     if (ctx->no_lt || g->k <= 0)
         return 1;
-    if ((e->bias && align_of(e->bias) < 16) || (e->bgrad && align_of(e->bgrad) < 16))
+    /* a batch's operands and vectors by the alignment all of its products share */
+    bool batched = g->batch > 1;
+    size_t ab = g->ab_f32 ? 4 : 2, cb = g->c_f32 ? 4 : 2;
+    const void *A = stepped(g->A, g->sa, ab), *B = stepped(g->B, g->sb, ab);
+    const void *C = stepped(g->C, g->sc, cb), *D = stepped(g->D, g->sc, cb);
+    const void *bias = stepped(e->bias, e->vec_step, 2);
+    const void *bgrad = stepped(e->bgrad, e->vec_step, 4);
+    if ((bias && align_of(bias) < 16) || (bgrad && align_of(bgrad) < 16))
         return 1;
+    if (batched && (e->kind == EPI_GELU || e->kind == EPI_DGELU))
+        return 1; /* no aux batch stride here */
     if ((e->kind == EPI_GELU || e->kind == EPI_DGELU) &&
         (e->aux_ld % 8 != 0 || e->aux_ld < g->m || align_of(e->aux) < 16))
         return 1;
@@ -342,28 +369,48 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
              !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lb, abt, g->tb ? g->n : g->k,
                                                    g->tb ? g->k : g->n, g->ldb)) &&
              !PT_LT(kn, cublasLtMatrixLayoutCreate(&p.lc, ct, g->m, g->n, g->ldc));
+    if (ok && batched) {
+        /* cublasLt.h: BATCH_COUNT (int32) and STRIDED_BATCH_OFFSET (int64, elements) on
+         * each matrix; C's layout is D's too */
+        int32_t count = g->batch;
+        const cublasLtMatrixLayout_t ls[3] = {p.la, p.lb, p.lc};
+        const int64_t steps[3] = {g->sa, g->sb, g->sc};
+        for (int i = 0; ok && i < 3; i++)
+            ok = !PT_LT(kn, cublasLtMatrixLayoutSetAttribute(
+                                ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count)) &&
+                 !PT_LT(kn, cublasLtMatrixLayoutSetAttribute(
+                                ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &steps[i],
+                                sizeof steps[i]));
+    }
     if (!ok) {
         lt_release(&p);
         return 0; /* the error is recorded */
     }
-    if (!lt_set_epilogue(p.desc, e)) {
+    if (!lt_set_epilogue(p.desc, e) ||
+        (batched && (e->bias || e->bgrad) &&
+         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                        &e->vec_step, sizeof e->vec_step) !=
+             CUBLAS_STATUS_SUCCESS)) {
         lt_release(&p);
         return 1;
     }
     /* key[4]: ldc and aux's leading dimension; key[5]: transposes, output type, epilogue
      * kind, then 4-bit alignment codes of A, B, C, the bias or bias gradient, aux and D
-     * (align_code's 0 for a NULL D: the result goes to C) */
-    const void *vec = e->kind == EPI_BGRADB ? (const void *)e->bgrad : (const void *)e->bias;
-    uint64_t key[6] = {(uint64_t)g->m, (uint64_t)g->n, (uint64_t)g->k,
+     * (align_code's 0 for a NULL D: the result goes to C); key[6]: the batch count and
+     * which of A, B and C step (a zero step broadcasts) */
+    const void *vec = e->kind == EPI_BGRADB ? bgrad : bias;
+    uint64_t key[7] = {(uint64_t)g->m, (uint64_t)g->n, (uint64_t)g->k,
                        (uint64_t)g->lda << 32 ^ (uint64_t)g->ldb,
                        (uint64_t)g->ldc | (uint64_t)e->aux_ld << 32,
                        (uint64_t)g->ta | (uint64_t)g->tb << 1 | (uint64_t)g->c_f32 << 2 |
                            (uint64_t)e->kind << 3 | (uint64_t)g->ab_f32 << 7 |
-                           align_code(g->A) << 8 |
-                           align_code(g->B) << 12 | align_code(g->C) << 16 |
+                           align_code(A) << 8 |
+                           align_code(B) << 12 | align_code(C) << 16 |
                            align_code(vec) << 20 | align_code(e->aux) << 24 |
-                           align_code(g->D) << 28};
-    const pt_kcuda_algo *algo = lt_algo(kn, key, &p, g->A, g->B, g->C, g->D ? g->D : g->C);
+                           align_code(D) << 28,
+                       (uint64_t)g->batch | (uint64_t)(g->sa != 0) << 32 |
+                           (uint64_t)(g->sb != 0) << 33 | (uint64_t)(g->sc != 0) << 34};
+    const pt_kcuda_algo *algo = lt_algo(kn, key, &p, A, B, C, D ? D : C);
     if (!algo || !algo->ok) {
         lt_release(&p);
         return algo ? 1 : 0;
@@ -599,6 +646,103 @@ void pt_kcuda_matmul_backward_dgelu(pt_kernels *kn,
         return;
     lt_gemm(kn, &g, NULL);
     pt_kcuda_dgelu_inplace(kn, (bf16 *)dpre, (const bf16 *)pre, n * ic);
+}
+
+/* ---- Linear layers of one input: a strided batch ------------------------------------------ */
+
+/* The step in elements of `bytes` from each of count pointers to the next when they lie
+ * at one positive step (count >= 2), else -1: such arrays become one batched operand. */
+static int64_t equal_step(const void *const p[], int count, size_t bytes)
+{
+    if (count < 2 || !p[0] || !p[1])
+        return -1;
+    intptr_t step = (const char *)p[1] - (const char *)p[0];
+    if (step <= 0 || step % (intptr_t)bytes)
+        return -1;
+    for (int i = 2; i < count; i++)
+        if (!p[i] || (const char *)p[i] - (const char *)p[i - 1] != step)
+            return -1;
+    return (int64_t)(step / (intptr_t)bytes);
+}
+
+/* Whether a vector array (biases or bias gradients) is NULL or holds only NULLs. */
+static bool no_vectors(const void *const v[], int count)
+{
+    for (int i = 0; v && i < count; i++)
+        if (v[i])
+            return false;
+    return true;
+}
+
+void pt_kcuda_matmul_forward_shared(pt_kernels *kn, int count,
+                                    float *const out[],        /* (n, oc) [act] each */
+                                    const float *inp,          /* (n, ic) [act] */
+                                    const float *const w[],    /* (oc, ic) [act] each */
+                                    const float *const bias[], /* (oc) [act] each, or NULL */
+                                    int64_t n, int ic, int oc)
+{
+    /* the forward product of each, batched: A the weights (stepped), B the input (step
+     * 0), C the outputs (stepped), the biases stepped too */
+    bool unbiased = no_vectors((const void *const *)bias, count);
+    int64_t so = equal_step((const void *const *)out, count, 2);
+    int64_t sw = equal_step((const void *const *)w, count, 2);
+    int64_t sv = unbiased ? 0 : equal_step((const void *const *)bias, count, 2);
+    lt_args g = forward_product(out[0], inp, w[0], n, ic, oc);
+    g.batch = count;
+    g.sa = sw;
+    g.sc = so;
+    lt_epi e = lt_epilogue(unbiased ? EPI_NONE : EPI_BIAS, unbiased ? NULL : (const bf16 *)bias[0],
+                           NULL, 0, NULL);
+    e.vec_step = sv;
+    if (so > 0 && sw > 0 && sv >= 0 && lt_fuse(kn, &g) && !lt_run(kn, &g, &e))
+        return;
+    for (int i = 0; i < count; i++)
+        pt_kcuda_matmul_forward(kn, out[i], inp, w[i], unbiased ? NULL : bias[i], n, ic, oc);
+}
+
+void pt_kcuda_matmul_wgrad_shared(pt_kernels *kn, int count,
+                                  float *const dw[],         /* (oc, ic) fp32 each */
+                                  float *const dbias[],      /* (oc) fp32 each, or NULL */
+                                  const float *const dout[], /* (n, oc) [act] each */
+                                  const float *inp,          /* (n, ic) [act] */
+                                  int64_t n, int ic, int oc)
+{
+    /* matmul_backward's weight-gradient product of each, batched: A the input (step 0),
+     * B the output gradients (stepped), C the fp32 weight gradients (stepped); with
+     * biases (oc <= ic, as matmul_backward) BGRADB sums each op(B) over k into its oc
+     * of a count·oc scratch (the vectors' step oc), added to each dbias after */
+    bool unbiased = no_vectors((const void *const *)dbias, count);
+    int64_t sd = equal_step((const void *const *)dout, count, 2);
+    int64_t sw = equal_step((const void *const *)dw, count, 4);
+    lt_args g = lt_product(0, 1, ic, oc, n, 1.0f, (const bf16 *)inp, ic, (const bf16 *)dout[0],
+                           oc, 1.0f, dw[0], ic, 1);
+    g.batch = count;
+    g.sb = sd;
+    g.sc = sw;
+    bool fuse = sd > 0 && sw > 0 && lt_fuse(kn, &g);
+    if (fuse && !unbiased && oc <= ic) {
+        float *col = (float *)pt_kcuda_scratch(kn, (size_t)count * oc * sizeof(float));
+        if (!col)
+            return;
+        lt_epi e = lt_epilogue(EPI_BGRADB, NULL, NULL, 0, col);
+        e.vec_step = oc;
+        if (!lt_run(kn, &g, &e)) {
+            for (int i = 0; i < count; i++)
+                if (dbias[i])
+                    pt_kcuda_add_f32(kn, dbias[i], col + (int64_t)i * oc, oc);
+            return;
+        }
+    }
+    lt_epi none = lt_epilogue(EPI_NONE, NULL, NULL, 0, NULL);
+    if (fuse && !lt_run(kn, &g, &none)) {
+        for (int i = 0; !unbiased && i < count; i++)
+            if (dbias[i])
+                colsum_bf16(kn, dbias[i], (const bf16 *)dout[i], n, oc);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        pt_kcuda_matmul_backward(kn, NULL, dw[i], unbiased ? NULL : dbias[i], dout[i], inp, NULL,
+                                 n, ic, oc);
 }
 
 void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,

@@ -99,6 +99,7 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSB = 4,        /* int32_t (cublasOperation_t) */
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,      /* uint32_t (cublasLtEpilogue_t) */
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  /* const void * (BGRADB: void *) */
+    CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,      /* int64_t, elements */
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,   /* void * */
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,        /* int64_t */
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22, /* int32_t (cudaDataType), -1: D's type */

@@ -28,6 +28,7 @@ struct cublasLtMatmulDescOpaque {
     uint32_t epilogue;
     const void *bias; /* the bias, or the bias gradient BGRADB writes */
     int32_t bias_type;
+    int64_t bias_stride; /* elements from one batch's bias to the next */
     void *aux;        /* GELU_AUX*: written; DGELU: read */
     int64_t aux_ld;
     int32_t aux_type;
@@ -95,6 +96,7 @@ field desc_field(cublasLtMatmulDescOpaque *d, cublasLtMatmulDescAttributes_t att
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return field_of(d->epilogue);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return field_of(d->bias);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return field_of(d->bias_type);
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return field_of(d->bias_stride);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return field_of(d->aux);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return field_of(d->aux_ld);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return field_of(d->aux_type);
@@ -247,8 +249,8 @@ cublasStatus_t check(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (epi_aux(epi) && !vector_type(p->aux_type))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    /* no AUX_BATCH_STRIDE or BIAS_BATCH_STRIDE here */
-    if ((epi_aux(epi) || epi == CUBLASLT_EPILOGUE_BGRADB) && p->batch > 1)
+    /* no AUX_BATCH_STRIDE here (the bias and bias gradient step by BIAS_BATCH_STRIDE) */
+    if (epi_aux(epi) && p->batch > 1)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     /* the header: the GELU input's leading dimension "must be divisible by 8 and be no
      * less than the number of rows in the output matrix" */
@@ -265,8 +267,9 @@ uint32_t needed_align(uint32_t pref, uint32_t type)
 }
 
 /* One batch: D = alpha · op(A) · op(B) + beta · C and the epilogue, column-major. */
-void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, float beta,
-          const char *A, const cublasLtMatrixLayoutOpaque *la, const char *B,
+void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, const void *vec,
+          float alpha, float beta, const char *A, const cublasLtMatrixLayoutOpaque *la,
+          const char *B,
           const cublasLtMatrixLayoutOpaque *lb, const char *C,
           const cublasLtMatrixLayoutOpaque *lc, char *D, const cublasLtMatrixLayoutOpaque *ld)
 {
@@ -292,7 +295,7 @@ void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, f
                 float s = 0.0f;
                 for (int64_t kk = 0; kk < p.k; kk++)
                     s += bcol[(size_t)kk];
-                store(p.bias_type, (void *)desc->bias, j, s);
+                store(p.bias_type, (void *)vec, j, s);
             }
             for (int r = 0; r < ROWS; r++)
                 acc[r] = 0.0f;
@@ -307,7 +310,7 @@ void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float alpha, f
                 if (beta != 0.0f) /* beta = 0: C is not read (it may hold NaN) */
                     v += beta * load(lc->type, C, j * lc->ld + i);
                 if (bias)
-                    v += load(p.bias_type, desc->bias, i);
+                    v += load(p.bias_type, vec, i);
                 if (gelu_aux) { /* aux holds the GELU's input, D its output from fp32 */
                     store(p.aux_type, desc->aux, j * desc->aux_ld + i, v);
                     v = gelu(v);
@@ -348,8 +351,8 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
                                                  CUBLAS_OP_N,        CUBLAS_OP_N,
                                                  CUBLASLT_EPILOGUE_DEFAULT,
                                                  NULL,               -1,
-                                                 NULL,               0,
-                                                 -1});
+                                                 0,                  NULL,
+                                                 0,                  -1});
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc)
@@ -473,6 +476,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* cublasLtMatmul calls that ran, for tests that check which path an op took */
+static uint64_t matmuls_run;
+
+extern "C" uint64_t pt_emu_lt_matmuls(void) { return matmuls_run; }
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                               const void *alpha, const void *A, cublasLtMatrixLayout_t a_desc,
                               const void *B, cublasLtMatrixLayout_t b_desc, const void *beta,
@@ -510,16 +518,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         for (int i = 0; i < 6; i++)
             need[i] = needed_align(DEFAULT_ALIGN, types[i]);
     }
-    const void *ptrs[6] = {A, B, C ? C : D, D, desc->bias, desc->aux};
-    for (int i = 0; i < 6; i++)
-        if ((uintptr_t)ptrs[i] % need[i])
-            return CUBLAS_STATUS_INVALID_VALUE;
+    /* each batch's pointers, which the algorithm's alignment must hold for as the first's */
+    const int64_t steps[6] = {a_desc->stride, b_desc->stride, (C ? c_desc : d_desc)->stride,
+                              d_desc->stride, desc->bias_stride, 0};
+    for (int b = 0; b < p.batch; b++) {
+        const void *ptrs[6] = {A, B, C ? C : D, D, desc->bias, desc->aux};
+        for (int i = 0; i < 6; i++)
+            if (ptrs[i] && ((uintptr_t)ptrs[i] + (uint64_t)(b * steps[i]) * type_bytes(types[i])) %
+                               need[i])
+                return CUBLAS_STATUS_INVALID_VALUE;
+    }
     if (pt_emu::sticky_error() != cudaSuccess || !pt_emu::stream_valid(stream))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     for (int b = 0; b < p.batch; b++)
-        gemm(p, desc, al, be, (const char *)A + b * a_desc->stride * type_bytes(types[0]), a_desc,
+        gemm(p, desc,
+             desc->bias ? (const char *)desc->bias + b * desc->bias_stride * type_bytes(types[4])
+                        : NULL,
+             al, be, (const char *)A + b * a_desc->stride * type_bytes(types[0]), a_desc,
              (const char *)B + b * b_desc->stride * type_bytes(types[1]), b_desc,
              C ? (const char *)C + b * c_desc->stride * type_bytes(types[2]) : NULL, c_desc,
              (char *)D + b * d_desc->stride * type_bytes(types[3]), d_desc);
+    matmuls_run++;
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -1,5 +1,6 @@
 /*
- * Test-only controls of the CUDA emulator (PT_CUDA_EMU), for tests/kernels/test_emu.cpp:
+ * Test-only controls of the CUDA emulator (PT_CUDA_EMU), for tests/kernels/test_emu.cpp
+ * (and the call count for test_kernels_cuda.c):
  * choose the scheduling order in-process instead of through PT_EMU_ORDER and
  * PT_EMU_SEED, and read the report of the last kernel fault. Not for the backend.
  */
@@ -8,6 +9,15 @@
 
 #include <stdint.h>
 
+/* How many cublasLtMatmul calls the emulator's cuBLASLt has run (emu_cublaslt.cpp):
+ * one batched call or one per product tells which path an op took. C linkage, for the
+ * C tests too. */
+#ifdef __cplusplus
+extern "C"
+#endif
+uint64_t pt_emu_lt_matmuls(void);
+
+#ifdef __cplusplus
 namespace pt_emu {
 
 enum { ORDER_FORWARD, ORDER_REVERSE, ORDER_SHUFFLE };
@@ -19,5 +29,6 @@ void set_schedule(int order, uint64_t seed);
 const char *last_fault();
 
 } // namespace pt_emu
+#endif
 
 #endif

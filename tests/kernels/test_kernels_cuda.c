@@ -37,6 +37,9 @@
 
 #include "check.h"
 #include "kernels.h"
+#ifdef PT_CUDA_EMU
+#include "pt_emu_test.h"
+#endif
 
 /* Tolerances of the normalised error, by kind of output:
  * - bf16 outputs carry a rounding of 2^-9 relative to the element (<= 2e-3 of the
@@ -57,6 +60,7 @@
 #define EXACT (-1.0)
 
 static pt_kernels *CPU, *GPU;
+static pt_kernels *MAIN_GPU; /* GPU as main opened it (cases_on swaps GPU for a while) */
 
 /* ---- Random inputs ------------------------------------------------------------------- */
 
@@ -1082,9 +1086,12 @@ static pt_kernels *epilogue_backend(const char *mode)
     return own_backend("PT_KCUDA_EPILOGUES", mode);
 }
 
+static void test_mm_shared(void);
+
 static void epilogue_cases(void)
 {
     test_mlp_gelu();
+    test_mm_shared();
     test_matmul_shape(65, 33, 17, 1, 0);
     test_matmul_shape(64, 64, 64, 1, 1);
 }
@@ -1187,6 +1194,112 @@ static void test_epilogues_ran(void)
 }
 #endif
 
+/* ---- Linear layers of one input: matmul_forward_shared, matmul_wgrad_shared -------------- */
+
+/* Three layers of one input and width. The weights and biases lie as the runtime's
+ * parameters do, (w, b) after (w, b); outputs and output gradients end to end, the
+ * weight and bias gradients likewise as (dw, db) pairs. With uneven the third of each
+ * sits 8 elements further (16 bytes in bf16: still aligned, no longer at one step), so
+ * the backend takes one call per layer. */
+typedef struct { int64_t n; int ic, oc, with_bias, uneven; } sh_arg;
+
+enum { SH = 3 };
+
+static int64_t sh_at(const sh_arg *a, int64_t step, int i)
+{
+    return i * step + (a->uneven && i == SH - 1 ? 8 : 0);
+}
+
+/* buffers: out (SH of n·oc), inp, wb (SH of (oc, ic) weight then oc bias) */
+static void op_mm_shared_fwd(pt_kernels *kn, void **b, const void *p)
+{
+    const sh_arg *a = p;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    int64_t wb = (int64_t)a->oc * a->ic + a->oc, no = a->n * a->oc;
+    float *out[SH];
+    const float *w[SH], *bias[SH];
+    for (int i = 0; i < SH; i++) {
+        out[i] = F((char *)b[0] + sh_at(a, no, i) * eb);
+        w[i] = CF((char *)b[2] + sh_at(a, wb, i) * eb);
+        bias[i] = a->with_bias ? CF((char *)b[2] + (sh_at(a, wb, i) + wb - a->oc) * eb) : NULL;
+    }
+    kn->matmul_forward_shared(kn, SH, out, CF(b[1]), w, a->with_bias ? bias : NULL, a->n, a->ic,
+                              a->oc);
+}
+
+/* buffers: dwb (SH of (oc, ic) fp32 then oc fp32), dout (SH of n·oc), inp */
+static void op_mm_shared_wgrad(pt_kernels *kn, void **b, const void *p)
+{
+    const sh_arg *a = p;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    int64_t wb = (int64_t)a->oc * a->ic + a->oc, no = a->n * a->oc;
+    float *dw[SH], *db[SH];
+    const float *dout[SH];
+    for (int i = 0; i < SH; i++) {
+        dw[i] = F(b[0]) + sh_at(a, wb, i);
+        db[i] = a->with_bias ? dw[i] + wb - a->oc : NULL;
+        dout[i] = CF((char *)b[1] + sh_at(a, no, i) * eb);
+    }
+    kn->matmul_wgrad_shared(kn, SH, dw, db, dout, CF(b[2]), a->n, a->ic, a->oc);
+}
+
+/* both ops against the CPU's calls one layer at a time; the weight and bias gradients
+ * add to what they held */
+static void test_mm_shared_shape(int64_t n, int ic, int oc, int with_bias, int uneven)
+{
+    sh_arg a = {n, ic, oc, with_bias, uneven};
+    int64_t wb = SH * ((int64_t)oc * ic + oc) + 8, no = SH * n * oc + 8, ni = n * ic;
+    float *inp = frand(ni, 1), *w = frand(wb, 1), *dout = frand(no, 1), *dw0 = frand(wb, 2);
+    float *junk = frand(no, 100);
+    char what[96];
+    snprintf(what, sizeof what, "matmul shared x%d n%lld ic%d oc%d%s%s", SH, (long long)n, ic,
+             oc, with_bias ? " bias" : "", uneven ? " uneven" : "");
+    tbuf fwd[] = {{"out", ACT, no, junk, TOL_GEMM},
+                  {"inp", ACT, ni, inp, 0},
+                  {"wb", ACT, wb, w, 0}};
+    run_case(what, fwd, NB(fwd), op_mm_shared_fwd, &a);
+    tbuf bwd[] = {{"dwb", F32, wb, dw0, TOL_F32_GEMM},
+                  {"dout", ACT, no, dout, 0},
+                  {"inp", ACT, ni, inp, 0}};
+    run_case(what, bwd, NB(bwd), op_mm_shared_wgrad, &a);
+#ifdef PT_CUDA_EMU
+    /* on the main backend (epilogues on: the emulated device is compute capability 9.0)
+     * with the layers at one step, one batched cuBLASLt call each way; uneven, one call a
+     * layer (the bias gradients ride BGRADB where oc <= ic, else the column-sum kernels,
+     * so no call more) */
+    if (GPU != MAIN_GPU) {
+        free(inp); free(w); free(dout); free(dw0); free(junk);
+        return;
+    }
+    float *x[MAXBUF] = {0};
+    uint64_t before = pt_emu_lt_matmuls();
+    if (!run_on(GPU, fwd, NB(fwd), op_mm_shared_fwd, &a, x))
+        CHECK(pt_emu_lt_matmuls() - before == (uneven ? SH : 1));
+    for (int i = 0; i < MAXBUF; i++) {
+        free(x[i]);
+        x[i] = NULL;
+    }
+    before = pt_emu_lt_matmuls();
+    if (!run_on(GPU, bwd, NB(bwd), op_mm_shared_wgrad, &a, x))
+        CHECK(pt_emu_lt_matmuls() - before == (uneven ? SH : 1));
+    for (int i = 0; i < MAXBUF; i++)
+        free(x[i]);
+#endif
+    free(inp); free(w); free(dout); free(dw0); free(junk);
+}
+
+/* shapes where the batch runs (the weights' step oc·(ic + 1) a multiple of 8 elements:
+ * 16-byte aligned in bf16) with and without biases, BGRADB's oc <= ic and the column
+ * sums' oc > ic; and the uneven layouts, one call a layer */
+static void test_mm_shared(void)
+{
+    test_mm_shared_shape(64, 48, 40, 1, 0);
+    test_mm_shared_shape(33, 40, 48, 1, 0);
+    test_mm_shared_shape(64, 48, 40, 0, 0);
+    test_mm_shared_shape(64, 48, 40, 1, 1);
+    test_mm_shared_shape(17, 24, 16, 0, 1);
+}
+
 static void matmul_fallback_cases(void)
 {
     test_matmul_shape(7, 13, 5, 1, 0);
@@ -1195,6 +1308,7 @@ static void matmul_fallback_cases(void)
     test_mlp_gelu_shape(64, 48, 40, 1, 0); /* the epilogues declined: composed */
     test_mm_res_shape(64, 48, 40, 1, 0);
     test_dbias_twice_shape(65, 33, 17);
+    test_mm_shared_shape(64, 48, 40, 1, 0); /* one call a layer */
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             test_gemm(ta, tb, 19, 23, 29);
@@ -2219,7 +2333,7 @@ static void test_errors(void)
 int main(void)
 {
     char err[256] = "";
-    GPU = pt_kernels_cuda(0, err, sizeof err);
+    GPU = MAIN_GPU = pt_kernels_cuda(0, err, sizeof err);
     if (!GPU) {
         printf("SKIPPED: %s\n", err);
         return 77;
@@ -2239,6 +2353,7 @@ int main(void)
     test_matmuls();
     test_compression();
     test_mlp_gelu();
+    test_mm_shared();
     test_epilogue_modes();
 #ifdef PT_CUDA_EMU
     test_epilogues_ran();

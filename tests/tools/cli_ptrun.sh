@@ -28,10 +28,11 @@ awk -v l="$first" 'BEGIN { d = l - log(256); if (d < 0) d = -d; exit !(d / log(2
 val=$(loss_at "$tmp/log.jsonl" val 100)
 awk -v l="$val" 'BEGIN { exit !(l < 3.4) }' || fail "validation loss $val after 100 steps is not below 3.4"
 grep -q "^sample: " "$tmp/out" || fail "a sample of text is printed"
-# the q projection of tiny (h = 64, with a bias) on mbs x 64 tokens, under the planner's key
+# q, k and v of tiny (h = 64, with biases) on mbs x 64 tokens, one batched GEMM (qkv),
+# under the planner's key
 mbs=$(grep -o '"mbs": [0-9]*' "$tmp/plan.json" | head -1 | tr -dc '0-9')
-grep -q "\"key\":\"gemm_bias:fp32:m=$((mbs * 64)),n=64,k=64\"" "$tmp/trace.json" ||
-    fail "trace spans carry the planner's op keys"
+grep -q "\"name\":\"qkv\",[^}]*\"key\":\"gemm_bias:fp32:b=3,m=$((mbs * 64)),n=64,k=64\"" \
+    "$tmp/trace.json" || fail "trace spans carry the planner's op keys"
 grep -q '"name":"attn_bwd"' "$tmp/trace.json" || fail "trace has the backward ops"
 grep -q "MFU" "$tmp/out" || fail "steps print MFU"
 # ptrun's MFU counts the planner's FLOPs: MFU x time = FLOPs / peak on both sides.
