@@ -92,12 +92,15 @@ typedef struct {
  * - PT_GEMM_WGRAD_BIAS, "gemm_wgrad_bias": with the bias gradient from the same call;
  * - PT_GEMM_FWD_RES, "gemm_res": a forward with the residual add after it, res read as
  *   the product's addend (matmul_forward_res);
- * - PT_GEMM_FWD_BIAS_RES, "gemm_bias_res": with the bias too.
+ * - PT_GEMM_FWD_BIAS_RES, "gemm_bias_res": with the bias too;
+ * - PT_GEMM_DGRAD_WRITE, "gemm_dgrad_write": a data gradient written, dinp = dout · w
+ *   (matmul_dgrad), the first of those into a buffer.
  * planner/ops.c builds the keys, ptprofile times each role as that call, the lookups
  * read them back: all through this table. */
 typedef enum { PT_GEMM_FWD, PT_GEMM_FWD_GELU, PT_GEMM_DGRAD, PT_GEMM_DGRAD_DGELU,
                PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS, PT_GEMM_FWD_BIAS, PT_GEMM_FWD_GELU_BIAS,
-               PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES, PT_GEMM_ROLE_COUNT } pt_gemm_role;
+               PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES, PT_GEMM_DGRAD_WRITE,
+               PT_GEMM_ROLE_COUNT } pt_gemm_role;
 const char *pt_gemm_role_kind(pt_gemm_role r); /* "gemm", "gemm_gelu", "gemm_dgrad", ... */
 /* The role whose kind starts key (up to its first ':'); -1 when key is not one of the
  * layers' GEMMs. */

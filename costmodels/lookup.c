@@ -290,29 +290,40 @@ static int kernel_interp(const pt_costdb *db, const pt_ksample *q, double *t)
 /* For a gradient's GEMM key (PT_GEMM_DGRAD, PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS) the
  * samples of the forward GEMM of the same dtype and shape, for a biased forward's
  * (PT_GEMM_FWD_BIAS, PT_GEMM_FWD_GELU_BIAS) those of the same forward without the bias,
- * and for one with the residual (PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES) those of the
- * same forward without it (with its bias), k_by_key[*a, *b): what tables made before
- * these roles had keys of their own hold for it. False when it has none. */
+ * for one with the residual (PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES) those of the same
+ * forward without it (with its bias), and for a written data gradient
+ * (PT_GEMM_DGRAD_WRITE) those of the data gradient that adds, else of the forward,
+ * k_by_key[*a, *b): what tables made before these roles had keys of their own hold for
+ * it. False when it has none. */
 static bool forward_gemm(const pt_costdb *db, const pt_ksample *q, size_t *a, size_t *b)
 {
     int role = pt_gemm_role_of(q->key);
-    pt_gemm_role base;
+    pt_gemm_role base[2];
+    int nb = 1;
     if (role == PT_GEMM_DGRAD || role == PT_GEMM_WGRAD || role == PT_GEMM_WGRAD_BIAS ||
         role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_RES)
-        base = PT_GEMM_FWD;
+        base[0] = PT_GEMM_FWD;
     else if (role == PT_GEMM_FWD_BIAS_RES)
-        base = PT_GEMM_FWD_BIAS;
+        base[0] = PT_GEMM_FWD_BIAS;
     else if (role == PT_GEMM_FWD_GELU_BIAS)
-        base = PT_GEMM_FWD_GELU;
-    else
+        base[0] = PT_GEMM_FWD_GELU;
+    else if (role == PT_GEMM_DGRAD_WRITE) {
+        base[0] = PT_GEMM_DGRAD;
+        base[1] = PT_GEMM_FWD;
+        nb = 2;
+    } else
         return false;
-    pt_ksample f = *q;
-    snprintf(f.key, sizeof f.key, "%s%s", pt_gemm_role_kind(base),
-             q->key + strcspn(q->key, ":"));
     order o = {db->ks, sizeof *db->ks, kkey_cmp};
-    *a = bound(o, db->k_by_key, 0, db->nk, &f, PT_KKEY_KEY, false);
-    *b = bound(o, db->k_by_key, *a, db->nk, &f, PT_KKEY_KEY, true);
-    return *a < *b;
+    for (int i = 0; i < nb; i++) {
+        pt_ksample f = *q;
+        snprintf(f.key, sizeof f.key, "%s%s", pt_gemm_role_kind(base[i]),
+                 q->key + strcspn(q->key, ":"));
+        *a = bound(o, db->k_by_key, 0, db->nk, &f, PT_KKEY_KEY, false);
+        *b = bound(o, db->k_by_key, *a, db->nk, &f, PT_KKEY_KEY, true);
+        if (*a < *b)
+            return true;
+    }
+    return false;
 }
 
 pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op)

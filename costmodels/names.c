@@ -21,7 +21,8 @@ static const char *const gemm_kinds[PT_GEMM_ROLE_COUNT] = {
     [PT_GEMM_DGRAD] = "gemm_dgrad",  [PT_GEMM_DGRAD_DGELU] = "gemm_dgelu",
     [PT_GEMM_WGRAD] = "gemm_wgrad", [PT_GEMM_WGRAD_BIAS] = "gemm_wgrad_bias",
     [PT_GEMM_FWD_BIAS] = "gemm_bias", [PT_GEMM_FWD_GELU_BIAS] = "gemm_gelu_bias",
-    [PT_GEMM_FWD_RES] = "gemm_res",  [PT_GEMM_FWD_BIAS_RES] = "gemm_bias_res"};
+    [PT_GEMM_FWD_RES] = "gemm_res",  [PT_GEMM_FWD_BIAS_RES] = "gemm_bias_res",
+    [PT_GEMM_DGRAD_WRITE] = "gemm_dgrad_write"};
 
 const char *pt_gemm_role_kind(pt_gemm_role r)
 {

@@ -287,6 +287,16 @@ struct pt_kernels {
                             const float *inp,      /* (n, ic) [act] */
                             const float *w,        /* (oc, ic) [act] */
                             int64_t n, int ic, int oc);
+    /* matmul_dgrad: a linear layer's input gradient WRITTEN, dinp = dout · w: the first
+     * data gradient into a buffer, which matmul_backward (it adds) needs zeroed first,
+     * a pass of memset and a read of the zeros more. On CUDA the product with beta = 0;
+     * on CPU, to the bit, matmul_backward's dinp into a zeroed buffer. dinp must not
+     * alias dout or w. */
+    void (*matmul_dgrad)(pt_kernels *kn,
+                         float *dinp,              /* (n, ic) [act], written */
+                         const float *dout,        /* (n, oc) [act] */
+                         const float *w,           /* (oc, ic) [act] */
+                         int64_t n, int ic, int oc);
     /* -- Linear layers fused with the GELU around them (the MLP of GELU models) --
      * matmul_forward_gelu: pre = inp · w^T + bias and out = gelu(pre) in one op, the
      * MLP's up projection and its activation (pre is kept for the backward). On CUDA,

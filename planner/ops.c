@@ -244,6 +244,7 @@ static void gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batc
     case PT_GEMM_FWD_GELU_BIAS:
         op->kernel.bytes = ins + 2 * ab * out + ab * (double)batch * n;
         break;
+    case PT_GEMM_DGRAD_WRITE: op->kernel.bytes = ins + ab * out; break;
     case PT_GEMM_FWD_GELU:
     case PT_GEMM_DGRAD:
     case PT_GEMM_DGRAD_DGELU: op->kernel.bytes = ins + 2 * ab * out; break;
@@ -722,14 +723,16 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
 }
 
 /* Backward of the column-parallel projections of one input: the data gradients
- * (summed into one), with sp the input gathered again for the weight gradients
+ * (summed into one: the first written, the others added), with sp the input gathered
+ * again for the weight gradients
  * (Megatron keeps it sharded), the weight gradients, then one reduce-scatter (sp) or
  * all-reduce of the input gradient. */
 static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np,
                                 pt_op_kind batched)
 {
     for (int i = 0; i < np; i++)
-        gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out, PT_GEMM_DGRAD);
+        gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out,
+             i == 0 ? PT_GEMM_DGRAD_WRITE : PT_GEMM_DGRAD);
     tp_gather_input(b, d, in);
     if (batched != PT_OPK_COUNT)
         gemm_batch(b, batched, p[0].param, np, p[0].n_out, d->h, d->tokens,
@@ -872,13 +875,13 @@ static void layer_backward(builder *b, const dims *d)
                          PT_PARAM_MLP_DOWN, d->f / d->t, PT_GEMM_DGRAD_DGELU);
     } else {
         row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_PARAM_MLP_DOWN,
-                         d->f / d->t, PT_GEMM_DGRAD);
+                         d->f / d->t, PT_GEMM_DGRAD_WRITE);
         activation(b, d, true);
     }
     column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm, PT_OPK_COUNT);
     norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
-                     d->h / d->t, PT_GEMM_DGRAD);
+                     d->h / d->t, PT_GEMM_DGRAD_WRITE);
     if (selective && !op_policy) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);

@@ -902,16 +902,27 @@ static void residual_add(ctx *c, float *branch, const float *skip, int site)
 
 /* ---- Backward ops -------------------------------------------------------------------------- */
 
-static int linear_bwd(ctx *c, pt_param_ref which, bool data, float *dinp, const float *dout,
-                      const float *inp, int ic, int oc)
+/* A linear layer's weight (and bias) gradients from dout and its input inp, added. */
+static int linear_wgrad(ctx *c, pt_param_ref which, const float *dout, const float *inp, int ic,
+                        int oc)
 {
     pview w = param(c, which, false), b = param(c, which, true);
-    if (data) {
-        c->n->kn->matmul_backward(c->n->kn, dinp, NULL, NULL, dout, inp, w.w, c->d.T, ic, oc);
-        return 0;
-    }
     rows_gemm g = {.w = w.w, .dw = w.g, .dbias = b.g, .dout = dout, .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
+}
+
+/* A linear layer's data gradient into dinp (T, ic): written where the plan's key says
+ * so (gemm_dgrad_write: the first data gradient into its buffer, planner/ops.c), else
+ * added to what the buffer holds. */
+static int linear_dgrad(ctx *c, const pt_op *op, float *dinp, const float *dout, int ic, int oc)
+{
+    pt_kernels *kn = c->n->kn;
+    const float *w = param(c, op->param, false).w;
+    if (pt_gemm_role_of(op->kernel.key) == PT_GEMM_DGRAD_WRITE)
+        kn->matmul_dgrad(kn, dinp, dout, w, c->d.T, ic, oc);
+    else
+        kn->matmul_backward(kn, dinp, NULL, NULL, dout, NULL, w, c->d.T, ic, oc);
+    return 0;
 }
 
 /* A norm's backward. With sequence parallelism each tp rank sees only its rows, so
@@ -1015,12 +1026,11 @@ static int kv_wgrad_shared(ctx *c, pt_param_ref which, const float *dout)
     return 0;
 }
 
-/* Once the MLP's up (and gate) gradients are complete: the MLP block's input gradient
- * starts from zero (its data gradients accumulate into it) and its weight gradients
- * read the second norm's output. */
+/* Once the MLP's up (and gate) gradients are complete: the MLP block's weight
+ * gradients read the second norm's output (its input gradient is written by the first
+ * data gradient, linear_dgrad). */
 static void begin_mlp_input_grad(ctx *c, const pt_layer_acts *L)
 {
-    c->n->kn->zero(c->n->kn, c->S->dln, act_bytes(c, c->d.T * c->d.h));
     c->col_in = L->ln2;
 }
 
@@ -1156,8 +1166,7 @@ static int attention_bwd(ctx *c)
         kn->copy(kn, S->dk, at_elem(c, cur, 2 * kv), act_bytes(c, kv), PT_KCOPY_D2D);
         kn->copy(kn, S->dv, at_elem(c, cur, 3 * kv), act_bytes(c, kv), PT_KCOPY_D2D);
     }
-    kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
-    c->col_in = L->ln1;
+    c->col_in = L->ln1; /* the q, k and v data gradients write, then add to, S->dln */
     return 0;
 }
 
@@ -1400,12 +1409,9 @@ static int run_op(ctx *c, const pt_op *op)
     }
     /* its backward: the MLP half */
     case PT_OPK_MLP_DOWN_DGRAD:
-        kn->zero(kn, S->dact, act_bytes(c, Tf));
-        return linear_bwd(c, w, true, S->dact, branch_grad(c, DROP_MLP, true), L->act, d->f,
-                          d->h);
+        return linear_dgrad(c, op, S->dact, branch_grad(c, DROP_MLP, true), d->f, d->h);
     case PT_OPK_MLP_DOWN_WGRAD:
-        return linear_bwd(c, w, false, NULL, branch_grad(c, DROP_MLP, false), L->act, d->f,
-                          d->h);
+        return linear_wgrad(c, w, branch_grad(c, DROP_MLP, false), L->act, d->f, d->h);
     case PT_OPK_ACT_BWD:
         kn->zero(kn, S->dup, act_bytes(c, Tf));
         if (c->n->spec.act == PT_ACT_SWIGLU) {
@@ -1415,21 +1421,18 @@ static int run_op(ctx *c, const pt_op *op)
             kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
         begin_mlp_input_grad(c, L);
         return 0;
-    case PT_OPK_MLP_GATE_DGRAD: return linear_bwd(c, w, true, S->dln, S->dgate, NULL, d->h, d->f);
-    case PT_OPK_MLP_UP_DGRAD: return linear_bwd(c, w, true, S->dln, S->dup, NULL, d->h, d->f);
+    case PT_OPK_MLP_GATE_DGRAD: return linear_dgrad(c, op, S->dln, S->dgate, d->h, d->f);
+    case PT_OPK_MLP_UP_DGRAD: return linear_dgrad(c, op, S->dln, S->dup, d->h, d->f);
     case PT_OPK_MLP_GATE_WGRAD:
-        return linear_bwd(c, w, false, NULL, S->dgate, c->col_in, d->h, d->f);
-    case PT_OPK_MLP_UP_WGRAD: return linear_bwd(c, w, false, NULL, S->dup, c->col_in, d->h, d->f);
+        return linear_wgrad(c, w, S->dgate, c->col_in, d->h, d->f);
+    case PT_OPK_MLP_UP_WGRAD: return linear_wgrad(c, w, S->dup, c->col_in, d->h, d->f);
     case PT_OPK_NORM2_BWD:
         return norm_bwd(c, w, S->dres, S->dlns, L->x2, L->ln2_mean, L->ln2_rstd);
     /* the attention half */
     case PT_OPK_ATTN_OUT_DGRAD:
-        kn->zero(kn, S->datt, act_bytes(c, d->T * qd));
-        return linear_bwd(c, w, true, S->datt, branch_grad(c, DROP_ATTN, true), L->att, qd,
-                          d->h);
+        return linear_dgrad(c, op, S->datt, branch_grad(c, DROP_ATTN, true), qd, d->h);
     case PT_OPK_ATTN_OUT_WGRAD:
-        return linear_bwd(c, w, false, NULL, branch_grad(c, DROP_ATTN, false), L->att, qd,
-                          d->h);
+        return linear_wgrad(c, w, branch_grad(c, DROP_ATTN, false), L->att, qd, d->h);
     case PT_OPK_ATTN_BWD: return attention_bwd(c);
     case PT_OPK_ROPE_BWD:
         kn->zero(kn, S->dqr, act_bytes(c, d->T * qd));
@@ -1437,18 +1440,18 @@ static int run_op(ctx *c, const pt_op *op)
         rope_all(c, S->dq, d->a, true, S->dqr);
         rope_all(c, S->dk, d->kh, true, S->dkr);
         return 0;
-    case PT_OPK_Q_DGRAD: return linear_bwd(c, w, true, S->dln, gq, NULL, d->h, qd);
-    case PT_OPK_K_DGRAD: return linear_bwd(c, w, true, S->dln, gk, NULL, d->h, kvd);
-    case PT_OPK_V_DGRAD: return linear_bwd(c, w, true, S->dln, S->dv, NULL, d->h, kvd);
-    case PT_OPK_Q_WGRAD: return linear_bwd(c, w, false, NULL, gq, c->col_in, d->h, qd);
+    case PT_OPK_Q_DGRAD: return linear_dgrad(c, op, S->dln, gq, d->h, qd);
+    case PT_OPK_K_DGRAD: return linear_dgrad(c, op, S->dln, gk, d->h, kvd);
+    case PT_OPK_V_DGRAD: return linear_dgrad(c, op, S->dln, S->dv, d->h, kvd);
+    case PT_OPK_Q_WGRAD: return linear_wgrad(c, w, gq, c->col_in, d->h, qd);
     case PT_OPK_K_WGRAD:
         if (d->kv_share > 1)
             return kv_wgrad_shared(c, w, gk);
-        return linear_bwd(c, w, false, NULL, gk, c->col_in, d->h, kvd);
+        return linear_wgrad(c, w, gk, c->col_in, d->h, kvd);
     case PT_OPK_V_WGRAD:
         if (d->kv_share > 1)
             return kv_wgrad_shared(c, w, S->dv);
-        return linear_bwd(c, w, false, NULL, S->dv, c->col_in, d->h, kvd);
+        return linear_wgrad(c, w, S->dv, c->col_in, d->h, kvd);
     case PT_OPK_QKV_WGRAD: {
         const float *const dout[3] = {gq, gk, S->dv};
         return qkv_shared(c, NULL, dout);
@@ -1485,11 +1488,8 @@ static int run_op(ctx *c, const pt_op *op)
         return gemm_over_rows(c, &g, c->col_in);
     }
     case PT_OPK_LOGITS_DGRAD:
-        kn->zero(kn, S->dln, act_bytes(c, d->T * d->h));
-        kn->matmul_backward(kn, S->dln, NULL, NULL, H->logits, NULL, param(c, w, false).w, d->T,
-                            d->h, d->v);
         c->col_in = H->lnf;
-        return 0;
+        return linear_dgrad(c, op, S->dln, H->logits, d->h, d->v);
     case PT_OPK_LOGITS_WGRAD: {
         pview hw = param(c, w, false);
         rows_gemm g = {.w = hw.w, .dw = hw.g, .dout = H->logits, .ic = d->h, .oc = d->v};

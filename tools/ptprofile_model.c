@@ -131,7 +131,7 @@ static void run_gemm_batch(pt_kernels *kn, const gemm_args *g)
  *   GELU (aux the pre-activation it keeps) or with the residual (aux, added), each with
  *   a bias (n) or without;
  * - a data gradient c += a · b, a (m, k) the output's gradient, b (k, n) the weight,
- *   alone or written through the GELU's derivative at aux;
+ *   alone, or written (c = a · b), or written through the GELU's derivative at aux;
  * - a weight gradient c += a^T · b into fp32, a (k, m) the output's gradient, b (k, n)
  *   the input, with the bias gradient (aux, m fp32) or without. */
 static void run_gemm(pt_kernels *kn, void *arg)
@@ -157,6 +157,9 @@ static void run_gemm(pt_kernels *kn, void *arg)
         break;
     case PT_GEMM_DGRAD:
         kn->matmul_backward(kn, g->c, NULL, NULL, g->a, NULL, g->b, g->m, n, k);
+        break;
+    case PT_GEMM_DGRAD_WRITE:
+        kn->matmul_dgrad(kn, g->c, g->a, g->b, g->m, n, k);
         break;
     case PT_GEMM_DGRAD_DGELU:
         kn->matmul_backward_dgelu(kn, g->c, g->a, g->b, g->aux, g->m, n, k);

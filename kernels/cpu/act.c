@@ -77,6 +77,16 @@ void pt_kcpu_matmul_forward_res(pt_kernels *kn,
     pt_kcpu_residual_forward(kn, out, out, res, n * oc);
 }
 
+void pt_kcpu_matmul_dgrad(pt_kernels *kn,
+                          float *dinp,       /* (n, ic), written */
+                          const float *dout, /* (n, oc) */
+                          const float *w,    /* (oc, ic) */
+                          int64_t n, int ic, int oc)
+{
+    memset(dinp, 0, (size_t)(n * ic) * sizeof(float));
+    pt_kcpu_matmul_backward(kn, dinp, NULL, NULL, dout, NULL, w, n, ic, oc);
+}
+
 void pt_kcpu_matmul_forward_shared(pt_kernels *kn, int count,
                                    float *const out[],        /* (n, oc) each */
                                    const float *inp,          /* (n, ic) */

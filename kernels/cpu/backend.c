@@ -84,6 +84,7 @@ static const pt_kernels cpu_table = {
     .matmul_backward = pt_kcpu_matmul_backward,
     .matmul_forward_gelu = pt_kcpu_matmul_forward_gelu,
     .matmul_forward_res = pt_kcpu_matmul_forward_res,
+    .matmul_dgrad = pt_kcpu_matmul_dgrad,
     .matmul_forward_shared = pt_kcpu_matmul_forward_shared,
     .matmul_wgrad_shared = pt_kcpu_matmul_wgrad_shared,
     .matmul_backward_dgelu = pt_kcpu_matmul_backward_dgelu,

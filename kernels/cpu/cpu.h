@@ -75,6 +75,8 @@ void pt_kcpu_matmul_forward_res(pt_kernels *kn, float *out, const float *inp, co
                                 const float *bias, const float *res, int64_t n, int ic, int oc);
 void pt_kcpu_matmul_forward_gelu(pt_kernels *kn, float *out, float *pre, const float *inp,
                                  const float *w, const float *bias, int64_t n, int ic, int oc);
+void pt_kcpu_matmul_dgrad(pt_kernels *kn, float *dinp, const float *dout, const float *w,
+                          int64_t n, int ic, int oc);
 void pt_kcpu_matmul_forward_shared(pt_kernels *kn, int count, float *const out[],
                                    const float *inp, const float *const w[],
                                    const float *const bias[], int64_t n, int ic, int oc);

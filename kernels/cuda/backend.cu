@@ -526,6 +526,7 @@ static pt_kernels cuda_table(void)
     t.matmul_backward = pt_kcuda_matmul_backward;
     t.matmul_forward_gelu = pt_kcuda_matmul_forward_gelu;
     t.matmul_forward_res = pt_kcuda_matmul_forward_res;
+    t.matmul_dgrad = pt_kcuda_matmul_dgrad;
     t.matmul_forward_shared = pt_kcuda_matmul_forward_shared;
     t.matmul_wgrad_shared = pt_kcuda_matmul_wgrad_shared;
     t.matmul_backward_dgelu = pt_kcuda_matmul_backward_dgelu;

@@ -38,7 +38,8 @@
  * Precision notes. dinp += dout · w accumulates through beta = 1 into a bf16 buffer:
  * the old value is read as bf16 and the sum rounded to bf16 once per call, so a
  * gradient accumulated over many micro-batches loses bits a fp32 buffer would keep
- * (as in llm.c; activation gradients live for one step only). dw accumulates into
+ * (as in llm.c; activation gradients live for one step only); matmul_dgrad writes it
+ * (beta = 0), the first data gradient into a buffer. dw accumulates into
  * fp32 through beta = 1, exactly as the CPU backend. No path uses atomics.
  *
  * cuBLASLt picks one algorithm per shape (its heuristic; cached here, keyed by shape,
@@ -593,6 +594,17 @@ void pt_kcuda_matmul_backward(pt_kernels *kn,
     }
     if (dbias)
         colsum_bf16(kn, dbias, (const bf16 *)dout, n, oc);
+}
+
+void pt_kcuda_matmul_dgrad(pt_kernels *kn,
+                           float *dinp,       /* (n, ic) [act], written */
+                           const float *dout, /* (n, oc) [act] */
+                           const float *w,    /* (oc, ic) [act] */
+                           int64_t n, int ic, int oc)
+{
+    /* beta = 0: dinp's old contents are never read (cuBLASLt and the fallback kernel) */
+    lt_args g = dinp_product(dinp, dout, w, n, ic, oc, 0.0f);
+    lt_gemm(kn, &g, NULL);
 }
 
 void pt_kcuda_matmul_forward_gelu(pt_kernels *kn,

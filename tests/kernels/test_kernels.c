@@ -988,6 +988,47 @@ static void test_fused(void)
     }
     free(res);
 
+    /* the written data gradient: matmul_backward's dinp into zeros (dinp starts as
+     * garbage); the layers of one input one call at a time, with and without biases
+     * (the weight and bias gradients add to what they held) */
+    {
+        float *g = frand(n * oc, 1.0), *got = frand(n * ic, 5.0), *want = fzero(n * ic);
+        K->matmul_dgrad(K, got, g, w, n, ic, oc);
+        K->matmul_backward(K, want, NULL, NULL, g, NULL, w, n, ic, oc);
+        CHECK(memcmp(got, want, (size_t)(n * ic) * sizeof(float)) == 0);
+        enum { S = 3 };
+        float *outs = frand(S * n * oc, 5.0), *ws = frand(S * (int64_t)oc * ic, 0.3);
+        float *bs = frand(S * oc, 0.2), *sep = fzero(n * oc);
+        float *dws = frand(S * (int64_t)oc * ic, 1.0), *dbs = frand(S * oc, 1.0);
+        float *dw0 = fcopy(dws, S * (int64_t)oc * ic), *db0 = fcopy(dbs, S * oc);
+        float *o[S], *dw[S], *db[S];
+        const float *wp[S], *bp[S], *gp[S];
+        for (int i = 0; i < S; i++) {
+            o[i] = outs + i * n * oc;
+            wp[i] = ws + (int64_t)i * oc * ic;
+            bp[i] = bs + i * oc;
+            dw[i] = dws + (int64_t)i * oc * ic;
+            db[i] = dbs + i * oc;
+            gp[i] = outs + i * n * oc; /* the outputs as the gradients below */
+        }
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            K->matmul_forward_shared(K, S, o, inp, wp, with_bias ? bp : NULL, n, ic, oc);
+            for (int i = 0; i < S; i++) {
+                K->matmul_forward(K, sep, inp, wp[i], with_bias ? bp[i] : NULL, n, ic, oc);
+                CHECK(memcmp(o[i], sep, (size_t)(n * oc) * sizeof(float)) == 0);
+            }
+        }
+        K->matmul_wgrad_shared(K, S, dw, db, gp, inp, n, ic, oc);
+        for (int i = 0; i < S; i++) {
+            float *wdw = dw0 + (int64_t)i * oc * ic, *wdb = db0 + i * oc;
+            K->matmul_backward(K, NULL, wdw, wdb, gp[i], inp, NULL, n, ic, oc);
+            CHECK(memcmp(dw[i], wdw, (size_t)oc * ic * sizeof(float)) == 0);
+            CHECK(memcmp(db[i], wdb, (size_t)oc * sizeof(float)) == 0);
+        }
+        free(g); free(got); free(want); free(outs); free(ws); free(bs); free(sep);
+        free(dws); free(dbs); free(dw0); free(db0);
+    }
+
     /* backward of a layer (oc2 = ic outputs) reading gelu(pre), pre (n, oc) */
     float *dout = frand(n * ic, 1.0), *dpre = frand(n * oc, 5.0); /* garbage: written */
     float *dact = fzero(n * oc), *want_dpre = fzero(n * oc), *w2 = frand((int64_t)ic * oc, 0.3);

@@ -709,6 +709,16 @@ static void op_mm_bwd(pt_kernels *kn, void **b, const void *p)
                         CF(dout + o * eb), CF(inp + o * eb), CF(w + o * eb), a->n, a->ic, a->oc);
 }
 
+/* buffers as op_mm_bwd's: dinp written (b[0]), dout (b[3]), w (b[5]) */
+static void op_mm_dgrad(pt_kernels *kn, void **b, const void *p)
+{
+    const mm_arg *a = p;
+    int o = a->off;
+    size_t eb = pt_kdtype_bytes(kn->act_dtype);
+    kn->matmul_dgrad(kn, F((char *)b[0] + o * eb), CF((char *)b[3] + o * eb),
+                     CF((char *)b[5] + o * eb), a->n, a->ic, a->oc);
+}
+
 static void test_matmul_shape(int64_t n, int ic, int oc, int with_bias, int off)
 {
     mm_arg a = {n, ic, oc, with_bias, off};
@@ -731,6 +741,16 @@ static void test_matmul_shape(int64_t n, int ic, int oc, int with_bias, int off)
                   {"inp", ACT, ni, inp, 0},
                   {"w", ACT, nw, w, 0}};
     run_case(what, bwd, NB(bwd), op_mm_bwd, &a);
+    /* the written data gradient: dinp's old contents (large values) must not reach it */
+    float *junk = frand(ni, 1000);
+    tbuf dg[] = {{"dinp", ACT, ni, junk, TOL_GEMM},
+                 {"dw", F32, nw, dw0, 0},
+                 {"dbias", F32, oc + off, db0, 0},
+                 {"dout", ACT, no, dout, 0},
+                 {"inp", ACT, ni, inp, 0},
+                 {"w", ACT, nw, w, 0}};
+    run_case(what, dg, NB(dg), op_mm_dgrad, &a);
+    free(junk);
     free(inp); free(w); free(bias); free(dout); free(dinp0); free(dw0); free(db0);
 }
 

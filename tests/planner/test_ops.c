@@ -423,22 +423,30 @@ static double list_total(const pt_oplist *o, bool flops)
     return t;
 }
 
-/* Each GEMM's role is in its kind, as ptprofile times each (the runtime's call): data
- * gradients add into their output (read and written), weight gradients add into fp32,
- * with the bias gradient from the same call where the model has biases. */
+/* Each GEMM's role is in its kind, as ptprofile times each (the runtime's call): the
+ * first data gradient into a buffer writes it (the attention output's, the MLP's
+ * down projection's, the first projection of an input: q, the head's), the others add
+ * into it (read and written); weight gradients add into fp32, with the bias gradient
+ * from the same call where the model has biases. */
 static void test_gemm_roles(void)
 {
     pt_oplist f, b;
     layer_lists("tp=4,dp=1", &f, &b);
-    CHECK(strcmp(kind_key(&b, PT_OPK_Q_DGRAD), "gemm_dgrad:bf16:m=1024,n=1024,k=256") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_Q_DGRAD), "gemm_dgrad_write:bf16:m=1024,n=1024,k=256") ==
+          0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_K_DGRAD), "gemm_dgrad:bf16:m=1024,n=1024,k=256") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_V_DGRAD), "gemm_dgrad:bf16:m=1024,n=1024,k=256") == 0);
     CHECK(strcmp(kind_key(&b, PT_OPK_Q_WGRAD), "gemm_wgrad_bias:bf16:m=256,n=1024,k=1024") == 0);
-    CHECK(strcmp(kind_key(&b, PT_OPK_ATTN_OUT_DGRAD), "gemm_dgrad:bf16:m=1024,n=256,k=1024") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_ATTN_OUT_DGRAD),
+                 "gemm_dgrad_write:bf16:m=1024,n=256,k=1024") == 0);
     CHECK(strcmp(kind_key(&b, PT_OPK_MLP_DOWN_WGRAD),
                  "gemm_wgrad_bias:bf16:m=1024,n=1024,k=1024") == 0);
     for (int i = 0; i < b.n; i++) {
         const pt_kernel_op *k = &b.op[i].kernel;
         double mn = 1024.0 * (b.op[i].kind == PT_OPK_Q_WGRAD ? 256 : 1024);
-        if (b.op[i].kind == PT_OPK_Q_DGRAD) /* T·h/t and h/t·h read, T·h read and written */
+        if (b.op[i].kind == PT_OPK_Q_DGRAD) /* T·h/t and h/t·h read, T·h written */
+            CHECK_NEAR(k->bytes, 2 * (1024.0 * 256 + 256.0 * 1024 + mn), 0);
+        if (b.op[i].kind == PT_OPK_K_DGRAD) /* ... T·h read and written */
             CHECK_NEAR(k->bytes, 2 * (1024.0 * 256 + 256.0 * 1024 + 2 * mn), 0);
         if (b.op[i].kind == PT_OPK_Q_WGRAD) /* T·h/t and T·h, fp32 (h/t)·h and h/t bias */
             CHECK_NEAR(k->bytes, 2 * (256.0 * 1024 + 1024.0 * 1024) + 8 * mn + 8 * 256.0, 0);
@@ -454,7 +462,7 @@ static void test_gemm_roles(void)
     pt_oplist h = {0};
     CHECK_INT(pt_ops_head(&c, true, &h), 0);
     CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS_WGRAD), "gemm_wgrad:bf16:");
-    CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS_DGRAD), "gemm_dgrad:bf16:");
+    CHECK_STR_HAS(kind_key(&h, PT_OPK_LOGITS_DGRAD), "gemm_dgrad_write:bf16:");
     pt_oplist_free(&h);
     /* the head's forward has a bias where the vocabulary is padded (the runtime's mask
      * of the padding, PT_BUF_VMASK): GPT-2's 50,257 to 50,304, not 50,304 itself */
@@ -558,9 +566,9 @@ static void unfused_lists(const char *text, pt_oplist *fwd, pt_oplist *bwd)
  * runs inside the second norm's kernel (one pass over T·h less), and GPT-2's GELU in the
  * up projection's GEMM (its T·f read and write become one more write of the saved
  * pre-activation) and the GELU's backward in the down projection's data gradient (the
- * gradient's read and write of T·f, as it adds into its output, and the GELU
- * backward's two reads and one write become one write and one read of that
- * pre-activation). FLOPs do not move. */
+ * gradient's write of T·f, the first into its buffer, and the GELU backward's two
+ * reads and one write become one write and one read of that pre-activation). FLOPs do
+ * not move. */
 static void test_fused_epilogues(void)
 {
     pt_oplist f, b, uf, ub;
@@ -601,7 +609,7 @@ static void test_fused_epilogues(void)
     CHECK_NEAR(list_total(&f, true), list_total(&uf, true), 0);
     CHECK_NEAR(list_total(&b, true), list_total(&ub, true), 0);
     CHECK_NEAR(list_total(&uf, false) - list_total(&f, false), 2 * (R * h + T * fr), 0);
-    CHECK_NEAR(list_total(&ub, false) - list_total(&b, false), 3 * 2 * T * fr, 0);
+    CHECK_NEAR(list_total(&ub, false) - list_total(&b, false), 2 * 2 * T * fr, 0);
     pt_oplist_free(&f);
     pt_oplist_free(&b);
     pt_oplist_free(&uf);
@@ -670,6 +678,58 @@ static void test_residual_in_gemm(void)
     pt_oplist_free(&b);
 }
 
+/* ptrun at tp = 1 runs q, k and v of multi-head attention as one batched GEMM in the
+ * forward (qkv) and the weight gradient (qkv_wgrad): one op each, keyed with the batch
+ * count, three times one projection's FLOPs and bytes, in place of the three; the data
+ * gradients stay three (the first writes). Not with tp > 1, grouped queries or an
+ * unfused stack. */
+static void test_shared_qkv(void)
+{
+    pt_oplist f, b, tf, tb;
+    layer_lists("tp=1,dp=1", &f, &b);
+    layer_lists("tp=2,dp=1", &tf, &tb);
+    CHECK_INT(kind_count(&f, PT_OPK_QKV), 1);
+    CHECK_INT(kind_count(&b, PT_OPK_QKV_WGRAD), 1);
+    const pt_op_kind gone[] = {PT_OPK_Q, PT_OPK_K, PT_OPK_V, PT_OPK_Q_WGRAD, PT_OPK_K_WGRAD,
+                               PT_OPK_V_WGRAD};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        CHECK_INT(kind_count(&f, gone[i]) + kind_count(&b, gone[i]), 0);
+    CHECK_INT(kind_count(&b, PT_OPK_Q_DGRAD) + kind_count(&b, PT_OPK_K_DGRAD) +
+                  kind_count(&b, PT_OPK_V_DGRAD),
+              3);
+    CHECK(strcmp(kind_key(&f, PT_OPK_QKV), "gemm_bias:bf16:b=3,m=1024,n=1024,k=1024") == 0);
+    CHECK(strcmp(kind_key(&b, PT_OPK_QKV_WGRAD),
+                 "gemm_wgrad_bias:bf16:b=3,m=1024,n=1024,k=1024") == 0);
+    /* one projection: T·h and h·h read, T·h written, h bias read; three of those */
+    double T = 1024, h = 1024;
+    for (int i = 0; i < f.n; i++)
+        if (f.op[i].kind == PT_OPK_QKV) {
+            CHECK_NEAR(f.op[i].kernel.flops, 3 * 2 * T * h * h, 0);
+            CHECK_NEAR(f.op[i].kernel.bytes, 3 * 2 * (T * h + h * h + T * h + h), 0);
+            CHECK_INT(f.op[i].param, PT_PARAM_Q);
+        }
+    /* the same FLOPs in all as tp = 2's two ranks' q, k and v */
+    CHECK_NEAR(list_total(&f, true), 2 * list_total(&tf, true), 1e-12);
+    CHECK_INT(kind_count(&tf, PT_OPK_QKV) + kind_count(&tb, PT_OPK_QKV_WGRAD), 0);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    pt_oplist_free(&tf);
+    pt_oplist_free(&tb);
+    unfused_lists("tp=1,dp=1", &f, &b);
+    CHECK_INT(kind_count(&f, PT_OPK_QKV) + kind_count(&b, PT_OPK_QKV_WGRAD), 0);
+    CHECK_INT(kind_count(&f, PT_OPK_Q), 1);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    pt_stack st;
+    pt_err err;
+    CHECK_INT(pt_stack_get("ptrun", &st, &err), 0);
+    llama_lists(&st, "dp=1", &f, &b); /* 4 KV heads of 16: k and v a quarter of q */
+    CHECK_INT(kind_count(&f, PT_OPK_QKV) + kind_count(&b, PT_OPK_QKV_WGRAD), 0);
+    CHECK_INT(kind_count(&f, PT_OPK_Q) + kind_count(&f, PT_OPK_K) + kind_count(&f, PT_OPK_V), 3);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
 int main(void)
 {
     test_flops_formula();
@@ -680,6 +740,7 @@ int main(void)
     test_stack_kernels_and_selective();
     test_fused_epilogues();
     test_residual_in_gemm();
+    test_shared_qkv();
     test_gemm_roles();
     test_xent_bytes();
     return pt_check_result();

@@ -225,6 +225,7 @@ static void test_measured_costs(void)
             continue;
         bool fwd = strncmp(key, "gemm:", 5) == 0 && o.op[i].kernel.flops == q_op->flops;
         bool grad = (strncmp(key, "gemm_dgrad:", 11) == 0 ||
+                     strncmp(key, "gemm_dgrad_write:", 17) == 0 ||
                      strncmp(key, "gemm_wgrad:", 11) == 0) && strcmp(shape, q_shape) == 0;
         if (fwd || grad) {
             uses++;
