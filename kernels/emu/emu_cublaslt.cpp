@@ -464,10 +464,20 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
     memset(&results[0], 0, sizeof results[0]);
     results[0].algo.data[0] = ALGO_MAGIC;
     const uint32_t types[4] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type};
-    for (int i = 0; i < 4; i++)
-        results[0].algo.data[1 + i] = needed_align(pref->align[i], types[i]);
-    /* the bias and aux vectors: the alignment of the values set now */
-    results[0].algo.data[5] = needed_align(address_align(desc->bias), p.bias_type);
+    const cublasLtMatrixLayoutOpaque *ls[4] = {a_desc, b_desc, c_desc, d_desc};
+    /* an algorithm for every product of a batch: no more alignment than the step between
+     * them keeps (a step of 0 keeps any) */
+    for (int i = 0; i < 4; i++) {
+        uint32_t step =
+            address_align((const void *)(uintptr_t)(ls[i]->stride * type_bytes(types[i])));
+        results[0].algo.data[1 + i] =
+            needed_align(pref->align[i] < step ? pref->align[i] : step, types[i]);
+    }
+    /* the bias and aux vectors: the alignment of the values set now (and of the bias's
+     * batch step) */
+    uint32_t vec = address_align(desc->bias), vstep = address_align(
+        (const void *)(uintptr_t)(desc->bias_stride * type_bytes(p.bias_type)));
+    results[0].algo.data[5] = needed_align(vec < vstep ? vec : vstep, p.bias_type);
     results[0].algo.data[6] = needed_align(address_align(desc->aux), p.aux_type);
     results[0].workspaceSize = 0;
     results[0].state = CUBLAS_STATUS_SUCCESS;
