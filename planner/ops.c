@@ -724,8 +724,8 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
 
 /* Backward of the column-parallel projections of one input: the data gradients
  * (summed into one: the first written, the others added), with sp the input gathered
- * again for the weight gradients
- * (Megatron keeps it sharded), the weight gradients, then one reduce-scatter (sp) or
+ * again for the weight gradients (Megatron keeps it sharded), the weight gradients
+ * (with `batched` as one batched GEMM, shared_qkv), then one reduce-scatter (sp) or
  * all-reduce of the input gradient. */
 static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np,
                                 pt_op_kind batched)
