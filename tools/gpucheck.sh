@@ -33,7 +33,9 @@
 # GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile),
 # GPUCHECK_TORCH_XL=0 only GPT-2 1.5B's (131 s on the H200 of 2026-11-26), and
 # GPUCHECK_PROFILE_XL=0 the profile of GPT-2 1.5B, for a shorter run;
-# GPUCHECK_PROFILE_LIMIT_S (400) limits each profile; GPUCHECK_SANITIZERS names the
+# GPUCHECK_PROFILE_LIMIT_S (400) limits each profile; GPUCHECK_RACECHECK_LIMIT_S (400)
+# limits racecheck, which ran past 120 s on the H100 (2026-11-27) inside the attention
+# cases, before the tests after them; GPUCHECK_SANITIZERS names the
 # compute-sanitizer tools and GPUCHECK_CS_ARGS adds options to each (a kernel filter,
 # say). After each training run the summary lists where its step went, op by op (the
 # medians ptrun --record keeps in OUTDIR/runs.db).
@@ -218,8 +220,11 @@ stage_sanitize() {
         [ "$tool" = racecheck ] && set -- --error-exitcode 0 --print-limit 100000 \
             --kernel-name-exclude kns=cudnn_generated
         [ "$tool" = synccheck ] && set -- "$@" --kernel-name-exclude kns=cudnn_generated
+        saved_limit=$limit
+        [ "$tool" = racecheck ] && limit=${GPUCHECK_RACECHECK_LIMIT_S:-400}
         step "sanitize_$tool" "$cs" --tool "$tool" --report-api-errors no "$@" \
             ${GPUCHECK_CS_ARGS:-} "$tbin/test_kernels_cuda"
+        limit=$saved_limit
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize_$tool.log" | sort -u |
             sed 's/^/      /' | tee -a "$summary"
         [ "$tool" = racecheck ] || continue
