@@ -956,12 +956,12 @@ static int norm_bwd(ctx *c, pt_param_ref which, float *dinp, const float *dout,
 }
 
 /* q, k and v of one input and one width as one call each way (the plan's qkv and
- * qkv_wgrad: planner/ops.c's shared_qkv, tp = 1): the forward into out, or with dout
- * the weight gradients (kernels.h's matmul_forward_shared, matmul_wgrad_shared; they
+ * qkv_wgrad: planner/ops.c's shared_qkv, tp = 1, each oc wide): the forward into out,
+ * or with dout the weight gradients (kernels.h's matmul_forward_shared, matmul_wgrad_shared; they
  * batch where the pointers lie at equal steps: the parameters sit (w, b) after (w, b),
  * and carve_slot and carve_scratch lay q, k, v and the gradients the wgrad reads end to
  * end). */
-static int qkv_shared(ctx *c, float *const out[3], const float *const dout[3])
+static int qkv_shared(ctx *c, float *const out[3], const float *const dout[3], int oc)
 {
     pt_kernels *kn = c->n->kn;
     const dims *d = &c->d;
@@ -977,7 +977,6 @@ static int qkv_shared(ctx *c, float *const out[3], const float *const dout[3])
     }
     if (finish_gather(c))
         return -1;
-    int oc = d->a * d->d;
     if (out)
         kn->matmul_forward_shared(kn, 3, out, c->col_in, w, bias, d->T, d->h, oc);
     else
@@ -1361,7 +1360,7 @@ static int run_op(ctx *c, const pt_op *op)
     case PT_OPK_V: return linear_fwd(c, w, L->v, c->col_in, d->h, kvd, false);
     case PT_OPK_QKV: {
         float *const out[3] = {L->q, L->k, L->v};
-        return qkv_shared(c, out, NULL);
+        return qkv_shared(c, out, NULL, qd);
     }
     case PT_OPK_ROPE:
         rope_all(c, L->q, d->a, false, NULL);
@@ -1454,7 +1453,7 @@ static int run_op(ctx *c, const pt_op *op)
         return linear_wgrad(c, w, S->dv, c->col_in, d->h, kvd);
     case PT_OPK_QKV_WGRAD: {
         const float *const dout[3] = {gq, gk, S->dv};
-        return qkv_shared(c, NULL, dout);
+        return qkv_shared(c, NULL, dout, qd);
     }
     case PT_OPK_NORM1_BWD:
         return norm_bwd(c, w, S->dres, S->dlns, x, L->ln1_mean, L->ln1_rstd);

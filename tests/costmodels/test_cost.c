@@ -128,6 +128,20 @@ static void test_kernel_analytic(void)
     pt_kernel_op tiny = kop("gemm:bf16:m=16,n=16,k=16", PT_DTYPE_BF16, 8192, 1536);
     CHECK(pt_cost_kernel_analytic(&hw, &tiny) > 5e-6 + fh / (989e12 * 0.75) * 0.99);
 
+    /* The tile model (an SM count known): three weight gradients of 768 x 768 outputs
+     * batched (b=3, planner/ops.c's qkv_wgrad) fill three times the tiles of one (18 of
+     * 128 x 256 each, under one wave of 132 SMs), so the batch takes the time of one
+     * call, not three. */
+    pt_cost_hw sm = hw;
+    sm.sm_count = 132;
+    sm.gemm_max_eff = 0.8;
+    double fw = 2.0 * 768 * 768 * 65536;
+    pt_kernel_op w1 = kop("gemm_wgrad_bias:bf16:m=768,n=768,k=65536", PT_DTYPE_BF16, fw, 1);
+    pt_kernel_op w3 = kop("gemm_wgrad_bias:bf16:b=3,m=768,n=768,k=65536", PT_DTYPE_BF16, 3 * fw, 1);
+    double t1 = fw / (989e12 * 0.8 * 18.0 / 132 * 65536 / (65536 + 64)) + 5e-6;
+    CHECK_NEAR(pt_cost_kernel_analytic(&sm, &w1), t1, 1e-12);
+    CHECK_NEAR(pt_cost_kernel_analytic(&sm, &w3), t1, 1e-12);
+
     /* fp8 unknown on this device: bf16 peak used. */
     pt_kernel_op g8 = g;
     g8.dtype = PT_DTYPE_FP8;
@@ -360,6 +374,16 @@ static void check_lookups(const pt_costdb *db)
     CHECK_NEAR(c.time_s, 12e-6, 1e-15);
     pt_kernel_op fbr = kop("gemm_bias_res:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 8.4e6);
     CHECK_INT(pt_cost_kernel(db, &hw, &fbr).prov, PT_PROV_ANALYTIC);
+    /* A written data gradient takes the added one's samples of its shape (17 us, not
+     * the forward's 12), else the forward's (the large shape has no data gradient). */
+    pt_kernel_op dw = kop("gemm_dgrad_write:bf16:m=1024,n=1024,k=1024", PT_DTYPE_BF16, F_S, 6.3e6);
+    c = pt_cost_kernel(db, &hw, &dw);
+    CHECK_INT(c.prov, PT_PROV_INTERPOLATED);
+    CHECK_NEAR(c.time_s, 17e-6, 1e-15);
+    pt_kernel_op dwl = kop("gemm_dgrad_write:bf16:m=4096,n=4096,k=4096", PT_DTYPE_BF16, F_L, 1e8);
+    c = pt_cost_kernel(db, &hw, &dwl);
+    CHECK_INT(c.prov, PT_PROV_INTERPOLATED);
+    CHECK_NEAR(c.time_s, 205e-6, 1e-12);
 
     /* Memory-bound kinds interpolate over bytes. */
     pt_kernel_op nm = kop("rmsnorm:bf16:n=1e7", PT_DTYPE_BF16, 0, 1e7);

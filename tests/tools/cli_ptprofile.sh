@@ -18,10 +18,16 @@ n1=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gem
 # each role of the layers' GEMMs is timed as the runtime calls it (planner/ops.c): the
 # forwards with their biases (the default model has biases), the output head's without
 # (an unpadded vocabulary), data gradients, weight gradients with the bias gradient,
-# the output head's without
-for kind in gemm gemm_gelu_bias gemm_dgrad gemm_dgelu gemm_wgrad_bias gemm_wgrad; do
+# the output head's without; the first data gradient into a buffer, written; q, k and v
+# batched (b=3) at tp = 1, forward and weight gradient
+for kind in gemm gemm_gelu_bias gemm_dgrad gemm_dgrad_write gemm_dgelu gemm_wgrad_bias \
+    gemm_wgrad; do
     [ "$(q "SELECT count(*) FROM kernel_samples WHERE kind = '$kind'")" -gt 0 ] ||
         fail "no $kind samples"
+done
+for kind in gemm_bias gemm_wgrad_bias; do
+    n=$(q "SELECT count(*) FROM kernel_samples WHERE kind = '$kind' AND op_key LIKE '%:b=3,m=%'")
+    [ "$n" -gt 0 ] || fail "no batched $kind samples"
 done
 [ "$(q "SELECT peak_flops_fp32 > 1e8 AND mem_bw_Bps > 1e8 FROM devices WHERE name = 'cpu'")" = 1 ] ||
     fail "the CPU's description is stored"
