@@ -35,7 +35,8 @@
 # GPUCHECK_PROFILE_XL=0 the profile of GPT-2 1.5B, for a shorter run;
 # GPUCHECK_PROFILE_LIMIT_S (400) limits each profile; GPUCHECK_RACECHECK_LIMIT_S (400)
 # limits racecheck, which ran past 120 s on the H100 (2026-11-27) inside the attention
-# cases, before the tests after them; GPUCHECK_SANITIZERS names the
+# cases, before the tests after them (with cuDNN's generated kernels left out, the
+# whole run took 144 s on the H200 of 2026-11-27); GPUCHECK_SANITIZERS names the
 # compute-sanitizer tools and GPUCHECK_CS_ARGS adds options to each (a kernel filter,
 # say). After each training run the summary lists where its step went, op by op (the
 # medians ptrun --record keeps in OUTDIR/runs.db).
