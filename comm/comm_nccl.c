@@ -287,7 +287,7 @@ int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err)
 
 /* The rings whose neighbours get links: the pipeline group (pipeline transfers), the
  * context-parallel group (ring attention, runtime/layer.c) and, in a comm without
- * groups (pt_comm_sub), the world (ptprofile-coll's ring, tools/coll_comm.c). */
+ * groups (pt_comm_sub), the world (ptprofile-coll's ring, tools/ptprofile/coll_comm.c). */
 static const int link_rings[] = {PT_GROUP_PP, PT_GROUP_CP, PT_COMM_WORLD};
 
 /* The MPI tag of a link's unique id (no other transfer is in flight while links open). */

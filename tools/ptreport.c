@@ -808,7 +808,7 @@ static int make_report(const options *o, report *R, pt_err *err)
         return pt_err_set(err, "%s: no runs recorded in this cost database (record one with "
                                "ptrun PLAN.json --record --db %s)", o->db, o->db);
     if (system("gnuplot --version >/dev/null 2>&1") != 0)
-        return pt_err_set(err, "gnuplot is not installed (tools/setup.sh installs gnuplot-nox)");
+        return pt_err_set(err, "gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)");
     if (mkdir(o->out, 0777) == 0)
         R->made_out = true;
     else if (errno != EEXIST)

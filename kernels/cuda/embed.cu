@@ -105,7 +105,7 @@ static __device__ __forceinline__ void emb_ld2(float *x0, float *x1, const bf16 
  * runs they belong to. One block a window: a frequent token's run is added one position
  * after another, and GPT-2 124M's batch of 65,536 byte-level tokens of the default
  * corpus (about a sixth of them spaces) took 15.6 ms on an H100 with one block a run,
- * against 0.24 ms for ptprofile's near-uniform tokens (tools/gpucheck.sh, 2026-11-26);
+ * against 0.24 ms for ptprofile's near-uniform tokens (scripts/gpucheck.sh, 2026-11-26);
  * with h / EMB_SLICE blocks on each run, 4.8 ms on an H200 (that day, 0.57 ms
  * profiled); with windows visited by a grid of 4096 blocks striding over every entry
  * (so 16 blocks took the 256 window starts one after another), 2.2 ms on an H100

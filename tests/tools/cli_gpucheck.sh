@@ -1,5 +1,5 @@
 #!/bin/sh
-# tools/gpucheck.sh and tools/gpubundle.sh up to the GPU: on a machine without one the
+# scripts/gpucheck.sh and scripts/gpubundle.sh up to the GPU: on a machine without one the
 # check still plans every job, says which steps it could not run and why, writes its
 # summary and exits 1 (where there is a GPU, only what does not need one is checked); with a CUDA build, the bundle holds the tools, the libraries a
 # bare GPU machine lacks and a relocatable mpirun, and the check runs from it.
@@ -19,7 +19,7 @@ nvidia-smi -L > /dev/null 2>&1 && gpu=1
 
 # no bundle: the build's own binaries
 GPUCHECK_BUNDLE=/nonexistent GPUCHECK_BUILD="$build" GPUCHECK_LIMIT_S=120 \
-    "$src/tools/gpucheck.sh" "$tmp/out" env mpi > "$tmp/log" 2>&1
+    "$src/scripts/gpucheck.sh" "$tmp/out" env mpi > "$tmp/log" 2>&1
 rc=$?
 [ "$gpu" = 1 ] || [ "$rc" = 1 ] || fail "gpucheck without a GPU exited $rc, want 1"
 sum="$tmp/out/summary.md"
@@ -38,14 +38,14 @@ fi
 # the plans are the two-rank layouts on the one node the check asks for
 has "$tmp/out/mpi_dp2.json" '"dp": 2'
 has "$tmp/out/mpi_pp2.json" '"pp": 2'
-GPUCHECK_BUNDLE=/nonexistent "$src/tools/gpucheck.sh" "$tmp/out2" nonsense > /dev/null 2>&1
+GPUCHECK_BUNDLE=/nonexistent "$src/scripts/gpucheck.sh" "$tmp/out2" nonsense > /dev/null 2>&1
 [ $? = 1 ] || fail "an unknown stage is not an error"
 has "$tmp/out2/summary.md" "unknown stage nonsense"
-"$src/tools/gpucheck.sh" > /dev/null 2>&1
+"$src/scripts/gpucheck.sh" > /dev/null 2>&1
 [ $? = 2 ] || fail "gpucheck without OUTDIR is not a usage error"
 
 if "$build/ptplan" --version | grep -q "CUDA backend: yes"; then
-    "$src/tools/gpubundle.sh" "$build" "$tmp/bundle" > "$tmp/blog" 2>&1 ||
+    "$src/scripts/gpubundle.sh" "$build" "$tmp/bundle" > "$tmp/blog" 2>&1 ||
         fail "gpubundle: $(tail -3 "$tmp/blog")"
     tar -tJf "$tmp/bundle/bundle.tar.xz" > "$tmp/list" 2>/dev/null
     for f in bin/ptrun bin/ptplan bin/test_kernels_cuda lib/libjansson.so.4 \
@@ -57,7 +57,7 @@ if "$build/ptplan" --version | grep -q "CUDA backend: yes"; then
         fail "the bundle carries libraries the GPU machine has"
     # the check runs from the bundle: its ptplan plans, its test reports no GPU
     GPUCHECK_BUNDLE="$tmp/bundle/bundle.tar.xz" GPUCHECK_LIMIT_S=120 \
-        "$src/tools/gpucheck.sh" "$tmp/out3" env test > "$tmp/log3" 2>&1
+        "$src/scripts/gpucheck.sh" "$tmp/out3" env test > "$tmp/log3" 2>&1
     has "$tmp/out3/summary.md" "bundle: ptplan"
     [ "$gpu" = 1 ] || has "$tmp/out3/summary.md" "test_kernels_cuda: skipped, no GPU"
 fi

@@ -53,9 +53,9 @@ n2=$(q "SELECT count(*) FROM kernel_samples WHERE device = 'cpu' AND kind = 'gem
 run 0 "$build/ptprofile" --db "$tmp/c.db" --quick --no-collectives --resume
 grep -q "0 GEMMs" "$tmp/out" || fail "--resume re-measured GEMMs: $(cat "$tmp/out")"
 
-# tools/ship_profile.sh writes the table's profile of a device as SQL that loads into a
+# scripts/ship_profile.sh writes the table's profile of a device as SQL that loads into a
 # fresh schema (as ptplan loads a shipped one), its runs dated, with the libraries added
-ship="$(dirname "$0")/../../tools/ship_profile.sh"
+ship="$(dirname "$0")/../../scripts/ship_profile.sh"
 run 0 "$ship" "$tmp/c.db" cpu "test libraries 1.0"
 cp "$tmp/out" "$tmp/cpu.sql"
 sqlite3 "$tmp/c.db" .schema | sqlite3 "$tmp/s.db" && sqlite3 -bail "$tmp/s.db" < "$tmp/cpu.sql" ||

@@ -20,7 +20,7 @@
 #   - ptcalib calibrating gets --force: a 2-step run on a busy machine is noisy, which
 #     ptcalib refuses (README: "The load check");
 #   - mpirun gets --oversubscribe (and --allow-run-as-root as root).
-# tools/setup.sh is a stub that builds nothing: the build under test is already built.
+# scripts/setup.sh is a stub that builds nothing: the build under test is already built.
 # Files README takes to be the reader's own are made here: corpus.txt (a text),
 # my-cluster.json (examples/cluster-custom.json) and hosts (the two nodes it shows).
 # README must hold no indented code block (the test could not see it) and no untagged
@@ -36,21 +36,21 @@ command -v python3 >/dev/null || { echo "FAIL: doc_readme reads README.md with p
 start=$(date +%s)
 
 work="$tmp/work"
-mkdir -p "$work/tools" "$tmp/home" "$tmp/cmds"
+mkdir -p "$work/scripts" "$tmp/home" "$tmp/cmds"
 ln -s "$build" "$work/build"
 for d in "$src"/*/; do
     d=${d%/}
-    case "${d##*/}" in build* | tools) ;; *) ln -s "$d" "$work/${d##*/}" ;; esac
+    case "${d##*/}" in build* | scripts) ;; *) ln -s "$d" "$work/${d##*/}" ;; esac
 done
-for f in "$src"/tools/*; do
-    [ "${f##*/}" = setup.sh ] || ln -s "$f" "$work/tools/${f##*/}"
+for f in "$src"/scripts/*; do
+    [ "${f##*/}" = setup.sh ] || ln -s "$f" "$work/scripts/${f##*/}"
 done
-cat >"$work/tools/setup.sh" <<EOF
+cat >"$work/scripts/setup.sh" <<EOF
 #!/bin/sh
-[ \$# -eq 0 ] || { echo "doc_readme: tools/setup.sh \$*: the doc test runs no other build; mark the block skipped" >&2; exit 1; }
-echo "doc_readme: tools/setup.sh builds nothing here: testing $build"
+[ \$# -eq 0 ] || { echo "doc_readme: scripts/setup.sh \$*: the doc test runs no other build; mark the block skipped" >&2; exit 1; }
+echo "doc_readme: scripts/setup.sh builds nothing here: testing $build"
 EOF
-chmod +x "$work/tools/setup.sh"
+chmod +x "$work/scripts/setup.sh"
 cp /usr/share/common-licenses/GPL-3 "$work/corpus.txt"
 cp "$src/examples/cluster-custom.json" "$work/my-cluster.json"
 printf 'node1 slots=8\nnode2 slots=8\n' >"$work/hosts"
@@ -67,7 +67,7 @@ import math, os, re, sys
 readme, out, root = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 lines = open(readme, encoding="utf-8").read().split("\n")
 SHELL = {"sh", "bash", "shell", "console", "shell-session"}
-COMMAND_START = re.compile(r"\s*(build/|tools/|bench/|mpirun\s|srun\s|cmake\s|ctest\s)")
+COMMAND_START = re.compile(r"\s*(build/|scripts/|tools/|bench/|mpirun\s|srun\s|cmake\s|ctest\s)")
 MARKER = re.compile(r"<!--\s*doctest:\s*(.*?)\s*-->$")
 DIRECTIVE = re.compile(r'(?:"([^"]+)"\s+)?(?:skip:\s*(\S.*)|exit\s+(\d+))$')
 problems, cmds = [], []

@@ -7,7 +7,7 @@
  * as it is measured, so an interrupted run keeps its work and `--resume` skips it.
  * Exit code: 0 done, 1 bad input or failure, 130 interrupted.
  */
-#include "ptplan.h"
+#include "ptplan/ptplan.h" /* job: the model, cluster and layout that ptplan plans */
 #include "ptprofile.h"
 #include "kernels.h"
 #include "ptconfig.h"

@@ -6,7 +6,7 @@
 # inputs executed, libFuzzer's coverage (cov: edges, ft: features) and corpus size at
 # the end, and any crash, whose input stays in BUILD/crashes/<format>/. Configures and
 # builds BUILD with clang when its harnesses are missing.
-#   usage: tools/fuzz.sh [SECONDS [FORMAT...]]    (SECONDS 300; all formats)
+#   usage: scripts/fuzz.sh [SECONDS [FORMAT...]]    (SECONDS 300; all formats)
 #   env:   PT_FUZZ_BUILD (build-fuzz), PT_FUZZ_JOBS (cores for the build: all)
 # Exit status: 0 when nothing crashed, 1 when a harness crashed, 2 on bad usage.
 set -eu
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-300}"
 [ $# -gt 0 ] && shift
 case "$seconds" in
-    ''|*[!0-9]*) echo "usage: tools/fuzz.sh [SECONDS [FORMAT...]]" >&2; exit 2 ;;
+    ''|*[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS [FORMAT...]]" >&2; exit 2 ;;
 esac
 build="${PT_FUZZ_BUILD:-build-fuzz}"
 formats="$*"

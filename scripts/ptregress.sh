@@ -7,7 +7,7 @@
 # test: its figures depend on the machine and its load (ptcalib --force calibrates from
 # runs the load check finds noisy, and the script says how many were). Exits 1 only when
 # a THRESHOLD_PCT is given and the calibrated MAPE of step time is above it.
-#   usage: tools/ptregress.sh BUILD_DIR [THRESHOLD_PCT]
+#   usage: scripts/ptregress.sh BUILD_DIR [THRESHOLD_PCT]
 # ctest checks calibration on a recorded fixture instead (tests/tools/cli_calib_fixture.sh).
 set -eu
 build=$(cd "$1" && pwd)

@@ -35,7 +35,7 @@ int pt_prof_coll_check(const pt_coll_job *job, pt_err *err)
     char prof[1024];
     snprintf(prof, sizeof prof, "%s/ptprofile-coll", job->self_dir);
     if (!on_path("mpirun"))
-        return pt_err_set(err, "mpirun not found: install openmpi-bin (tools/setup.sh does), or "
+        return pt_err_set(err, "mpirun not found: install openmpi-bin (scripts/setup.sh does), or "
                                "pass --no-collectives");
     if (access(prof, X_OK) != 0)
         return pt_err_set(err, "cannot run '%s': %s", prof, strerror(errno));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch references for ptrun's CUDA path, run by tools/gpucheck.sh on a GPU machine.
+"""PyTorch references for ptrun's CUDA path, run by scripts/gpucheck.sh on a GPU machine.
 
   torch_ref.py kernels            the shapes of build/bench_kernels_cuda through PyTorch:
                                   GEMMs, SDPA (flash) forward and backward, layer norm,
@@ -193,7 +193,7 @@ def gpt2(args):
         times.append(time.time() - t)
     med = statistics.median(times)
     tokens = args.batch * args.seq * args.accum
-    # MFU is left to tools/gpucheck.sh, which counts FLOPs as ptrun does (the planner's
+    # MFU is left to scripts/gpucheck.sh, which counts FLOPs as ptrun does (the planner's
     # op lists), so the two are compared on one count
     print("torch gpt2-%s: step %.4f s median of %d, %.0f tokens/s, loss %.4f, "
           "peak memory %.1f GiB" %

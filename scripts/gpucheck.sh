@@ -2,7 +2,7 @@
 # Checks and measures ptrun's CUDA path on a machine with an NVIDIA GPU, CUDA, NCCL,
 # PyTorch and Python, but possibly no package manager: one command that writes every
 # log and a one-page summary into OUTDIR.
-#   usage: tools/gpucheck.sh OUTDIR [STAGE...]
+#   usage: scripts/gpucheck.sh OUTDIR [STAGE...]
 # Stages (all, in this order, when none is named):
 #   env       the GPU, driver, CUDA, cuBLAS, NCCL and PyTorch versions
 #   test      the GPU kernel tests (every CUDA op against the CPU op)
@@ -12,7 +12,7 @@
 #             against three, at GPT-2 124M's and 1.5B's training shapes
 #   gpt2      GPT-2 124M on one GPU: the first loss against the CPU run's, 200 steps at
 #             the largest micro-batch that fits, its warm-up again (equal bit for bit),
-#             tokens/s against tools/torch_ref.py
+#             tokens/s against scripts/torch_ref.py
 #   gpt2xl    GPT-2 1.5B on one GPU: MFU, and the PyTorch reference
 #   mpi       two ranks on the one GPU under mpirun (staged through MPI: NCCL takes
 #             one rank per GPU): dp=2, pp=2, tp=2, sp with tp_overlap, cp=2, ZeRO 1
@@ -22,8 +22,8 @@
 #   profile   ptprofile --backend cuda into OUTDIR/h100.db, then ptplan's predicted
 #             step time against ptrun's measured one for GPT-2 124M and 1.5B
 # The binaries come from .gpu/bundle.tar.xz ($GPUCHECK_BUNDLE; made by
-# tools/gpubundle.sh, which lists what travels) when it exists, else from build/
-# (tools/setup.sh there; $GPUCHECK_BUILD names another build directory). Each
+# scripts/gpubundle.sh, which lists what travels) when it exists, else from build/
+# (scripts/setup.sh there; $GPUCHECK_BUILD names another build directory). Each
 # stage runs under a time limit (GPUCHECK_LIMIT_S, 240 s by default) and a failing
 # stage does not stop the others; the exit status is 1 when any failed.
 # GPUCHECK_VARIANTS lists backend switches gpt2 and gpt2xl train with again (see
@@ -43,7 +43,7 @@
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
-[ $# -ge 1 ] || { echo "usage: tools/gpucheck.sh OUTDIR [STAGE...]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: scripts/gpucheck.sh OUTDIR [STAGE...]" >&2; exit 2; }
 out=$1
 shift
 stages=${*:-env test sanitize bench gpt2 gpt2xl mpi trace profile}
@@ -74,7 +74,7 @@ if [ -f "$archive" ]; then
     export PATH="$bundle/ompi/bin:$PATH"
 else
     build=${GPUCHECK_BUILD:-build}
-    [ -x "$build/ptrun" ] || tools/setup.sh "$build" || exit 1
+    [ -x "$build/ptrun" ] || scripts/setup.sh "$build" || exit 1
     bin=$(cd "$build" && pwd) tbin=$(cd "$build" && pwd)/tests
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
@@ -283,7 +283,7 @@ EOF
 stage_bench() {
     note "## Kernels against PyTorch"
     step bench_kernels_cuda "$bin/bench_kernels_cuda" --reps 10
-    step torch_kernels $pyclean tools/torch_ref.py kernels
+    step torch_kernels $pyclean scripts/torch_ref.py kernels
     note '```'
     sed -n '/^2\. GEMMs/,$p' "$out/bench_kernels_cuda.log" | tee -a "$summary"
     cat "$out/torch_kernels.log" | tee -a "$summary"
@@ -378,9 +378,9 @@ variants() {
 stage_gpt2() {
     note "## GPT-2 124M on one GPU"
     # the first loss against the CPU run's (same plan settings, seed and data): global
-    # batch 4; ptrun on the CPU gives 1 micro-batch x 4 (tools/gpucheck-ref.txt)
+    # batch 4; ptrun on the CPU gives 1 micro-batch x 4 (scripts/gpucheck-ref.txt)
     train gpt2-124m gpt2_first 4 2 "mbs=4"
-    ref=$(grep '^gpt2-124m' tools/gpucheck-ref.txt 2>/dev/null | awk '{print $2}')
+    ref=$(grep '^gpt2-124m' scripts/gpucheck-ref.txt 2>/dev/null | awk '{print $2}')
     if [ -f "$out/gpt2_first.jsonl" ] && [ -n "$ref" ]; then
         # bf16 activations against the CPU's fp32: equal to 1 % (the kernel tests' bound)
         verdict=$("$py" - "$out/gpt2_first.jsonl" "$ref" <<'EOF'
@@ -392,7 +392,7 @@ print("%s: GPU %.4f, CPU %.4f, relative difference %.1e (bound 1e-2)" %
       ("ok" if rel <= 1e-2 else "FAILED", gpu, cpu, rel))
 EOF
 )
-        note "- first loss against the CPU's (tools/gpucheck-ref.txt): $verdict"
+        note "- first loss against the CPU's (scripts/gpucheck-ref.txt): $verdict"
         case $verdict in ok*) ;; *) failed=1 ;; esac
     else
         note "- first loss against the CPU's: not compared (no GPU run or no reference)"
@@ -402,7 +402,7 @@ EOF
     variants gpt2-124m gpt2 64 "${GPUCHECK_VARIANT_STEPS:-50}"
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2.plan.json" 2>/dev/null || echo 8)
     [ "${GPUCHECK_TORCH:-1}" = 1 ] || return 0
-    step torch_gpt2 $pyclean tools/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
+    step torch_gpt2 $pyclean scripts/torch_ref.py gpt2 --model 124m --batch "$mbs" --accum $((64 / mbs)) \
         --steps 10 --profile 3
     note "  $(torch_fig "$out/torch_gpt2.log" "$out/gpt2.plan.json")"
     # where PyTorch's step goes, beside ptrun's table above: its kernels by device time
@@ -425,7 +425,7 @@ stage_gpt2xl() {
     done
     mbs=$("$py" -c "import json,sys; l=json.load(open(sys.argv[1]))['layout']; print(l['mbs'])" "$out/gpt2xl.plan.json" 2>/dev/null || echo 4)
     [ "${GPUCHECK_TORCH_XL:-${GPUCHECK_TORCH:-1}}" = 1 ] || return 0
-    step torch_gpt2xl $pyclean tools/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
+    step torch_gpt2xl $pyclean scripts/torch_ref.py gpt2 --model 1.5b --batch "$mbs" --accum $((16 / mbs)) \
         --steps 5 --warmup 3
     note "  $(torch_fig "$out/torch_gpt2xl.log" "$out/gpt2xl.plan.json")"
 }

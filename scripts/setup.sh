@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages the build needs (when missing; as root, or through
 # sudo), then configures and builds the project.
-#   usage: tools/setup.sh [BUILD_DIR [CMAKE_ARGS...]]     (BUILD_DIR defaults to build)
+#   usage: scripts/setup.sh [BUILD_DIR [CMAKE_ARGS...]]     (BUILD_DIR defaults to build)
 set -eu
 cd "$(dirname "$0")/.."
 

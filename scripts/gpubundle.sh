@@ -1,7 +1,7 @@
 #!/bin/sh
 # Packs a CUDA build of this project for a GPU machine that has the NVIDIA driver, the
 # CUDA libraries (cudart, cuBLAS/cuBLASLt, NCCL), PyTorch and Python but no package
-# manager: one archive, BUNDLE_DIR/bundle.tar.xz (about 20 MB), that tools/gpucheck.sh
+# manager: one archive, BUNDLE_DIR/bundle.tar.xz (about 20 MB), that scripts/gpucheck.sh
 # unpacks there. What travels:
 #   bin/   ptrun, ptplan, ptprofile, ptprofile-coll, ptcalib, the GPU test and benchmark
 #   lib/   every shared library those need that such a machine lacks: jansson, SQLite,
@@ -12,7 +12,7 @@
 #          plugins through PMIX_INSTALL_PREFIX
 # What does not travel (the machine's own copies are used): glibc, libstdc++, libgcc,
 # the CUDA driver, cudart, cuBLAS, cuBLASLt, cuDNN and NCCL, which are hundreds of MB.
-#   usage: tools/gpubundle.sh [BUILD_DIR [BUNDLE_DIR]]   (build, .gpu)
+#   usage: scripts/gpubundle.sh [BUILD_DIR [BUNDLE_DIR]]   (build, .gpu)
 # The build must have the CUDA backend (ptplan --version says so); BUNDLE_DIR is
 # ignored by git (.git/info/exclude) so that it can travel with the device tool's carry.
 set -eu
@@ -21,7 +21,7 @@ build="${1:-build}"
 out="${2:-.gpu}"
 
 if ! "$build/ptplan" --version 2>/dev/null | grep -q "CUDA backend: yes"; then
-    echo "gpubundle: $build has no CUDA build (run tools/setup.sh $build on a machine with nvcc)" >&2
+    echo "gpubundle: $build has no CUDA build (run scripts/setup.sh $build on a machine with nvcc)" >&2
     exit 1
 fi
 stage=$(mktemp -d)

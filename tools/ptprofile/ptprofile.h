@@ -16,7 +16,7 @@
 /* ---- CPU measurements (ptprofile_cpu.c) ---------------------------------------------- */
 
 /* Sets the BLAS threads (one rank per core: 1; 0 leaves them). Returns the library's
- * description. OpenBLAS's OpenMP build (tools/setup.sh) sets OpenMP's thread count with
+ * description. OpenBLAS's OpenMP build (scripts/setup.sh) sets OpenMP's thread count with
  * its own: after openblas_set_num_threads(1), omp_get_max_threads() reads 1. */
 const char *pt_prof_cpu_init(int threads);
 /* Median seconds of `repeats` timed runs (after one warm-up) of the fp32 GEMM

@@ -13,7 +13,7 @@
  * throttles as it will in training, which is what the planner predicts.
  *
  * The soak is there because a training step holds the GPU at its power limit and a
- * burst of a few runs does not. On the H100 of 2026-11-27 (tools/gpucheck.sh, clocks
+ * burst of a few runs does not. On the H100 of 2026-11-27 (scripts/gpucheck.sh, clocks
  * sampled every 200 ms): GPT-2 124M's training drew a median 683 W of the card's
  * 700 W (NVIDIA's H100 SXM datasheet) at a median SM clock of 1680 MHz, while the
  * profile, which timed each GEMM in bursts of seven runs (about 3 ms of a GPT-2
