@@ -18,8 +18,7 @@ snapshot() {
     b="$1"; out="$2"
     [ -x "$b/ptplan" ] || { echo "plan_same: no ptplan in $b" >&2; exit 2; }
     mkdir -p "$out"
-    db="$out/.none.db"
-    rm -f "$db"
+    db=/nonexistent/plan_same/costs.db  # no cost table: analytic, and the same text
     n=0
     run() {  # run NAME ARGS...: ptplan's stdout and exit status into DIR/NAME
         name="$1"; shift
@@ -71,12 +70,12 @@ snapshot() {
         run "validate-$(basename "$v" .json)" --validate "$v"
     done
     n=$((n + 1))
-    PT_COSTS_DB="$db" "$b/ptplan" --no-out --model gpt2-124m --cluster dgx-h100 \
-        --layout "pp=2,dp=4,mbs=2,schedule=1f1b" --timeline "$out/timeline.json" \
-        >"$out/timeline.out" 2>&1 || echo "exit $?" >>"$out/timeline.out"
-    PT_COSTS_DB="$db" "$b/ptplan" --devices 1 --out "$out/plan.json" >/dev/null 2>&1 ||
+    bin=$(cd "$b" && pwd)/ptplan
+    (cd "$out" && PT_COSTS_DB="$db" "$bin" --no-out --model gpt2-124m --cluster dgx-h100 \
+        --layout "pp=2,dp=4,mbs=2,schedule=1f1b" --timeline timeline.json \
+        >timeline.out 2>&1) || echo "exit $?" >>"$out/timeline.out"
+    (cd "$out" && PT_COSTS_DB="$db" "$bin" --devices 1 --out plan.json >/dev/null 2>&1) ||
         echo "ptplan --out failed" >"$out/plan.json"
-    rm -f "$db"
     echo "plan_same: $n ptplan calls of $b into $out" >&2
 }
 

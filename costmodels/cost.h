@@ -97,18 +97,24 @@ typedef struct {
  *   (matmul_dgrad), the first of those into a buffer.
  * planner/ops.c builds the keys, ptprofile times each role as that call, the lookups
  * read them back: all through this table. */
-typedef enum { PT_GEMM_FWD, PT_GEMM_FWD_GELU, PT_GEMM_DGRAD, PT_GEMM_DGRAD_DGELU,
+typedef enum { PT_GEMM_NONE = -1, /* not one of the layers' GEMMs */
+               PT_GEMM_FWD, PT_GEMM_FWD_GELU, PT_GEMM_DGRAD, PT_GEMM_DGRAD_DGELU,
                PT_GEMM_WGRAD, PT_GEMM_WGRAD_BIAS, PT_GEMM_FWD_BIAS, PT_GEMM_FWD_GELU_BIAS,
                PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES, PT_GEMM_DGRAD_WRITE,
                PT_GEMM_ROLE_COUNT } pt_gemm_role;
 const char *pt_gemm_role_kind(pt_gemm_role r); /* "gemm", "gemm_gelu", "gemm_dgrad", ... */
-/* The role whose kind starts key (up to its first ':'); -1 when key is not one of the
- * layers' GEMMs. */
-int pt_gemm_role_of(const char *key);
-/* Whether role (a pt_gemm_role, or -1) adds the residual stream to its product
- * (PT_GEMM_FWD_RES, PT_GEMM_FWD_BIAS_RES): the runtime's op and ptprofile's call read
- * res beside the product. */
-bool pt_gemm_role_adds_residual(int role);
+/* The role whose kind starts key (up to its first ':'); PT_GEMM_NONE (-1) when key is
+ * not one of the layers' GEMMs. Only for keys read back from cost tables and traces:
+ * an op list's GEMMs carry their role as a field (planner.h's pt_op.role). */
+pt_gemm_role pt_gemm_role_of(const char *key);
+/* Whether role adds the residual stream to its product (PT_GEMM_FWD_RES,
+ * PT_GEMM_FWD_BIAS_RES): the runtime's op and ptprofile's call read res beside the
+ * product. */
+bool pt_gemm_role_adds_residual(pt_gemm_role role);
+/* Whether role is a forward whose epilogue adds a bias (PT_GEMM_FWD_BIAS,
+ * PT_GEMM_FWD_GELU_BIAS, PT_GEMM_FWD_BIAS_RES), or a weight gradient that also forms
+ * the bias gradient (PT_GEMM_WGRAD_BIAS). */
+bool pt_gemm_role_has_bias(pt_gemm_role role);
 
 typedef enum { PT_COLL_ALLREDUCE, PT_COLL_ALLGATHER, PT_COLL_REDUCESCATTER, PT_COLL_ALLTOALL,
                PT_COLL_BROADCAST, PT_COLL_SENDRECV, PT_COLL_COUNT } pt_coll;

@@ -29,18 +29,24 @@ const char *pt_gemm_role_kind(pt_gemm_role r)
     return (unsigned)r < PT_GEMM_ROLE_COUNT ? gemm_kinds[r] : "?";
 }
 
-int pt_gemm_role_of(const char *key)
+pt_gemm_role pt_gemm_role_of(const char *key)
 {
     size_t n = strcspn(key, ":");
     for (int r = 0; r < PT_GEMM_ROLE_COUNT; r++)
         if (strlen(gemm_kinds[r]) == n && strncmp(key, gemm_kinds[r], n) == 0)
-            return r;
-    return -1;
+            return (pt_gemm_role)r;
+    return PT_GEMM_NONE;
 }
 
-bool pt_gemm_role_adds_residual(int role)
+bool pt_gemm_role_adds_residual(pt_gemm_role role)
 {
     return role == PT_GEMM_FWD_RES || role == PT_GEMM_FWD_BIAS_RES;
+}
+
+bool pt_gemm_role_has_bias(pt_gemm_role role)
+{
+    return role == PT_GEMM_FWD_BIAS || role == PT_GEMM_FWD_GELU_BIAS ||
+           role == PT_GEMM_FWD_BIAS_RES || role == PT_GEMM_WGRAD_BIAS;
 }
 
 static const char *const coll_names[PT_COLL_COUNT] = {

@@ -32,54 +32,132 @@
 
 /* ---- Names ---------------------------------------------------------------------- */
 
-static const char *const kind_names[PT_OPK_COUNT] = {
-    [PT_OPK_NORM1] = "norm1", [PT_OPK_Q] = "q", [PT_OPK_K] = "k", [PT_OPK_V] = "v",
-    [PT_OPK_ROPE] = "rope", [PT_OPK_ATTN] = "attn", [PT_OPK_ATTN_OUT] = "attn_out",
-    [PT_OPK_ADD1] = "add1", [PT_OPK_NORM2] = "norm2", [PT_OPK_MLP_GATE] = "mlp_gate",
-    [PT_OPK_MLP_UP] = "mlp_up", [PT_OPK_ACT] = "act", [PT_OPK_MLP_DOWN] = "mlp_down",
-    [PT_OPK_ADD2] = "add2", [PT_OPK_ADD1_NORM2] = "add1_norm2",
-    [PT_OPK_MLP_UP_GELU] = "mlp_up_gelu", [PT_OPK_MLP_DOWN_DGRAD_GELU] = "mlp_down_dgrad_gelu",
-    [PT_OPK_QKV] = "qkv", [PT_OPK_QKV_WGRAD] = "qkv_wgrad",
-    [PT_OPK_MLP_DOWN_DGRAD] = "mlp_down_dgrad",
-    [PT_OPK_MLP_DOWN_WGRAD] = "mlp_down_wgrad", [PT_OPK_ACT_BWD] = "act_bwd",
-    [PT_OPK_MLP_GATE_DGRAD] = "mlp_gate_dgrad", [PT_OPK_MLP_UP_DGRAD] = "mlp_up_dgrad",
-    [PT_OPK_MLP_GATE_WGRAD] = "mlp_gate_wgrad", [PT_OPK_MLP_UP_WGRAD] = "mlp_up_wgrad",
-    [PT_OPK_NORM2_BWD] = "norm2_bwd", [PT_OPK_ATTN_OUT_DGRAD] = "attn_out_dgrad",
-    [PT_OPK_ATTN_OUT_WGRAD] = "attn_out_wgrad", [PT_OPK_ATTN_BWD] = "attn_bwd",
-    [PT_OPK_ROPE_BWD] = "rope_bwd", [PT_OPK_Q_DGRAD] = "q_dgrad", [PT_OPK_K_DGRAD] = "k_dgrad",
-    [PT_OPK_V_DGRAD] = "v_dgrad", [PT_OPK_Q_WGRAD] = "q_wgrad", [PT_OPK_K_WGRAD] = "k_wgrad",
-    [PT_OPK_V_WGRAD] = "v_wgrad", [PT_OPK_NORM1_BWD] = "norm1_bwd",
-    [PT_OPK_ATTN_SCORES] = "attn_scores", [PT_OPK_ATTN_SOFTMAX] = "attn_softmax",
-    [PT_OPK_ATTN_DROPOUT] = "attn_dropout", [PT_OPK_ATTN_CTX] = "attn_ctx",
-    [PT_OPK_ATTN_CTX_DGRAD] = "attn_ctx_dgrad", [PT_OPK_ATTN_CTX_WGRAD] = "attn_ctx_wgrad",
-    [PT_OPK_ATTN_DROPOUT_BWD] = "attn_dropout_bwd",
-    [PT_OPK_ATTN_SOFTMAX_BWD] = "attn_softmax_bwd",
-    [PT_OPK_ATTN_SCORES_DGRAD] = "attn_scores_dgrad",
-    [PT_OPK_ATTN_SCORES_WGRAD] = "attn_scores_wgrad", [PT_OPK_EMBED] = "embed",
-    [PT_OPK_EMBED_BWD] = "embed_bwd", [PT_OPK_FINAL_NORM] = "final_norm",
-    [PT_OPK_LOGITS] = "logits", [PT_OPK_LOGITS_DGRAD] = "logits_dgrad",
-    [PT_OPK_LOGITS_WGRAD] = "logits_wgrad", [PT_OPK_FINAL_NORM_BWD] = "final_norm_bwd",
-    [PT_OPK_XENT] = "xent", [PT_OPK_XENT_MAX] = "xent_max", [PT_OPK_XENT_SUMEXP] = "xent_sumexp",
-    [PT_OPK_XENT_MAX_ALLREDUCE] = "xent_max_allreduce",
-    [PT_OPK_XENT_SUM_ALLREDUCE] = "xent_sum_allreduce", [PT_OPK_XENT_BWD] = "xent_bwd",
-    [PT_OPK_XENT_ALLREDUCE] = "xent_allreduce", [PT_OPK_TP_ALLREDUCE] = "tp_allreduce",
-    [PT_OPK_SP_ALLGATHER] = "sp_allgather", [PT_OPK_SP_REDUCESCATTER] = "sp_reducescatter",
-    [PT_OPK_CP_RING] = "cp_ring", [PT_OPK_CP_RING_BWD] = "cp_ring_bwd",
-    [PT_OPK_ZERO3_ALLGATHER] = "zero3_allgather",
-    [PT_OPK_ZERO_REDUCESCATTER] = "zero_reducescatter", [PT_OPK_DP_BUCKET] = "dp_bucket",
-    [PT_OPK_EMBED_ALLREDUCE] = "embed_allreduce", [PT_OPK_GRAD_NORM] = "grad_norm_allreduce",
-    [PT_OPK_ADAM] = "adam",
-    [PT_OPK_ZERO_ALLGATHER] = "zero_allgather",
-    [PT_OPK_BF16_CONVERT] = "bf16_convert", [PT_OPK_PSGD_ERROR] = "powersgd_error", [PT_OPK_PSGD_P] = "powersgd_p",
-    [PT_OPK_PSGD_ORTH] = "powersgd_orth", [PT_OPK_PSGD_Q] = "powersgd_q",
-    [PT_OPK_PSGD_DECOMPRESS] = "powersgd_decompress",
-    [PT_OPK_PSGD_ALLREDUCE_P] = "powersgd_allreduce_p",
-    [PT_OPK_PSGD_ALLREDUCE_Q] = "powersgd_allreduce_q",
+/* Bits of pt_op_kind_info.lists: the lists a kind may stand in. Tensor-parallel
+ * collectives stand in every list of a micro-batch (the embedding's and head's
+ * vocabulary-parallel sums, a layer's); ZeRO's reduce-scatter in a layer's backward
+ * (ZeRO 2/3) and at the step's end (what the backward left unreduced). */
+#define IN_LAYER (1u << PT_LIST_LAYER)
+#define IN_EMBED (1u << PT_LIST_EMBED)
+#define IN_HEAD (1u << PT_LIST_HEAD)
+#define IN_SYNC (1u << PT_LIST_GRAD_SYNC)
+#define IN_STEP (1u << PT_LIST_STEP)
+#define IN_MICRO_BATCH (IN_LAYER | IN_EMBED | IN_HEAD)
+
+/* One entry a kind, in the enum's order (a designated initialiser each, so the order
+ * of this table carries nothing). */
+#define KERNEL(k, n, in, cat) [k] = {n, PT_OP_KERNEL, in, cat, false}
+#define PRICED(k, n, cat) [k] = {n, PT_OP_KERNEL, IN_LAYER, cat, true}
+#define COLL(k, n, in, cat) [k] = {n, PT_OP_COLL, in, cat, false}
+static const pt_op_kind_info kind_info[PT_OPK_COUNT] = {
+    /* a layer's forward */
+    KERNEL(PT_OPK_NORM1, "norm1", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_Q, "q", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_K, "k", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_V, "v", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ROPE, "rope", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_ATTN, "attn", IN_LAYER, PT_BD_ATTN),
+    KERNEL(PT_OPK_ATTN_OUT, "attn_out", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ADD1, "add1", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_NORM2, "norm2", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MLP_GATE, "mlp_gate", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_MLP_UP, "mlp_up", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ACT, "act", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MLP_DOWN, "mlp_down", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ADD2, "add2", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_ADD1_NORM2, "add1_norm2", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MLP_UP_GELU, "mlp_up_gelu", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_QKV, "qkv", IN_LAYER, PT_BD_GEMM),
+    /* its backward */
+    KERNEL(PT_OPK_MLP_DOWN_DGRAD, "mlp_down_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_MLP_DOWN_WGRAD, "mlp_down_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ACT_BWD, "act_bwd", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MLP_GATE_DGRAD, "mlp_gate_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_MLP_UP_DGRAD, "mlp_up_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_MLP_GATE_WGRAD, "mlp_gate_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_MLP_UP_WGRAD, "mlp_up_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_NORM2_BWD, "norm2_bwd", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_ATTN_OUT_DGRAD, "attn_out_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ATTN_OUT_WGRAD, "attn_out_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ATTN_BWD, "attn_bwd", IN_LAYER, PT_BD_ATTN),
+    KERNEL(PT_OPK_ROPE_BWD, "rope_bwd", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_Q_DGRAD, "q_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_K_DGRAD, "k_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_V_DGRAD, "v_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_Q_WGRAD, "q_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_K_WGRAD, "k_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_V_WGRAD, "v_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_NORM1_BWD, "norm1_bwd", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MLP_DOWN_DGRAD_GELU, "mlp_down_dgrad_gelu", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_QKV_WGRAD, "qkv_wgrad", IN_LAYER, PT_BD_GEMM),
+    /* unfused attention: batched GEMMs and element kernels, priced as attention */
+    PRICED(PT_OPK_ATTN_SCORES, "attn_scores", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_SOFTMAX, "attn_softmax", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_DROPOUT, "attn_dropout", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_CTX, "attn_ctx", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_CTX_DGRAD, "attn_ctx_dgrad", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_CTX_WGRAD, "attn_ctx_wgrad", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_DROPOUT_BWD, "attn_dropout_bwd", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_SOFTMAX_BWD, "attn_softmax_bwd", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_SCORES_DGRAD, "attn_scores_dgrad", PT_BD_ATTN),
+    PRICED(PT_OPK_ATTN_SCORES_WGRAD, "attn_scores_wgrad", PT_BD_ATTN),
+    /* embedding and head */
+    KERNEL(PT_OPK_EMBED, "embed", IN_EMBED, PT_BD_OTHER),
+    KERNEL(PT_OPK_EMBED_BWD, "embed_bwd", IN_EMBED, PT_BD_OTHER),
+    KERNEL(PT_OPK_FINAL_NORM, "final_norm", IN_HEAD, PT_BD_OTHER),
+    KERNEL(PT_OPK_LOGITS, "logits", IN_HEAD, PT_BD_GEMM),
+    KERNEL(PT_OPK_LOGITS_DGRAD, "logits_dgrad", IN_HEAD, PT_BD_GEMM),
+    KERNEL(PT_OPK_LOGITS_WGRAD, "logits_wgrad", IN_HEAD, PT_BD_GEMM),
+    KERNEL(PT_OPK_FINAL_NORM_BWD, "final_norm_bwd", IN_HEAD, PT_BD_OTHER),
+    /* cross-entropy; the unfused form's backward and its all-reduce are priced only */
+    KERNEL(PT_OPK_XENT, "xent", IN_HEAD, PT_BD_OTHER),
+    KERNEL(PT_OPK_XENT_MAX, "xent_max", IN_HEAD, PT_BD_OTHER),
+    KERNEL(PT_OPK_XENT_SUMEXP, "xent_sumexp", IN_HEAD, PT_BD_OTHER),
+    COLL(PT_OPK_XENT_MAX_ALLREDUCE, "xent_max_allreduce", IN_HEAD, PT_BD_TP),
+    COLL(PT_OPK_XENT_SUM_ALLREDUCE, "xent_sum_allreduce", IN_HEAD, PT_BD_TP),
+    [PT_OPK_XENT_BWD] = {"xent_bwd", PT_OP_KERNEL, IN_HEAD, PT_BD_OTHER, true},
+    [PT_OPK_XENT_ALLREDUCE] = {"xent_allreduce", PT_OP_COLL, IN_HEAD, PT_BD_TP, true},
+    /* tensor and context parallelism */
+    COLL(PT_OPK_TP_ALLREDUCE, "tp_allreduce", IN_MICRO_BATCH, PT_BD_TP),
+    COLL(PT_OPK_SP_ALLGATHER, "sp_allgather", IN_MICRO_BATCH, PT_BD_TP),
+    COLL(PT_OPK_SP_REDUCESCATTER, "sp_reducescatter", IN_MICRO_BATCH, PT_BD_TP),
+    COLL(PT_OPK_CP_RING, "cp_ring", IN_LAYER, PT_BD_CP),
+    COLL(PT_OPK_CP_RING_BWD, "cp_ring_bwd", IN_LAYER, PT_BD_CP),
+    /* data parallelism, ZeRO and the optimizer */
+    COLL(PT_OPK_ZERO3_ALLGATHER, "zero3_allgather", IN_LAYER, PT_BD_DP),
+    COLL(PT_OPK_ZERO_REDUCESCATTER, "zero_reducescatter", IN_LAYER | IN_STEP, PT_BD_DP),
+    COLL(PT_OPK_DP_BUCKET, "dp_bucket", IN_SYNC, PT_BD_DP),
+    COLL(PT_OPK_EMBED_ALLREDUCE, "embed_allreduce", IN_STEP, PT_BD_DP),
+    COLL(PT_OPK_GRAD_NORM, "grad_norm_allreduce", IN_STEP, PT_BD_DP),
+    KERNEL(PT_OPK_ADAM, "adam", IN_STEP, PT_BD_OTHER),
+    COLL(PT_OPK_ZERO_ALLGATHER, "zero_allgather", IN_STEP, PT_BD_DP),
+    /* gradient compression, in a chunk's gradient-bucket list */
+    KERNEL(PT_OPK_BF16_CONVERT, "bf16_convert", IN_SYNC, PT_BD_OTHER),
+    KERNEL(PT_OPK_PSGD_ERROR, "powersgd_error", IN_SYNC, PT_BD_OTHER),
+    KERNEL(PT_OPK_PSGD_P, "powersgd_p", IN_SYNC, PT_BD_OTHER),
+    KERNEL(PT_OPK_PSGD_ORTH, "powersgd_orth", IN_SYNC, PT_BD_OTHER),
+    KERNEL(PT_OPK_PSGD_Q, "powersgd_q", IN_SYNC, PT_BD_OTHER),
+    KERNEL(PT_OPK_PSGD_DECOMPRESS, "powersgd_decompress", IN_SYNC, PT_BD_OTHER),
+    COLL(PT_OPK_PSGD_ALLREDUCE_P, "powersgd_allreduce_p", IN_SYNC, PT_BD_DP),
+    COLL(PT_OPK_PSGD_ALLREDUCE_Q, "powersgd_allreduce_q", IN_SYNC, PT_BD_DP),
 };
+#undef KERNEL
+#undef PRICED
+#undef COLL
+
+const pt_op_kind_info *pt_op_kind_info_of(pt_op_kind k)
+{
+    static const pt_op_kind_info unknown = {"?", PT_OP_KERNEL, 0, PT_BD_OTHER, false};
+    return (unsigned)k < PT_OPK_COUNT && kind_info[k].name ? &kind_info[k] : &unknown;
+}
 
 const char *pt_op_kind_name(pt_op_kind k)
 {
-    return k >= 0 && k < PT_OPK_COUNT && kind_names[k] ? kind_names[k] : "?";
+    return pt_op_kind_info_of(k)->name;
+}
+
+bool pt_op_kind_in(pt_op_kind k, pt_list_kind list)
+{
+    return (unsigned)list < PT_LIST_COUNT && (pt_op_kind_info_of(k)->lists >> list & 1u);
 }
 
 static const char *const param_names[PT_PARAM_COUNT] = {
@@ -133,6 +211,7 @@ static pt_op *push(pt_oplist *o)
     pt_op *op = &o->op[o->n++];
     memset(op, 0, sizeof *op);
     op->count = 1;
+    op->role = PT_GEMM_NONE;
     return op;
 }
 
@@ -201,10 +280,9 @@ static pt_op *add_op(builder *b, pt_op_kind kind)
  * read and written (it adds into its output), through the GELU's derivative written
  * and the saved pre-activation read; a weight gradient's fp32 output read and written,
  * and the bias gradient's with it. The roles are priced apart because the libraries
- * pick other kernels for each (operand layouts, output type, epilogue): on an H200
- * (2026-11-26, README "On a GPU") GPT-2 124M's weight gradients with a bias ran
- * 1.31-1.72x the profiled forward GEMM of the same m, n and k, the head's without one
- * 1.01x, its data gradients 0.99-1.52x. */
+ * pick other kernels for each (operand layouts, output type, epilogue), which run at
+ * other speeds than the forward GEMM of the same m, n and k (docs/results/
+ * 2026-11-code-notes.md, planner/ops.c). */
 static void gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batch, int64_t m,
                        int64_t n, int64_t k, pt_gemm_role role)
 {
@@ -222,11 +300,10 @@ static void gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batc
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
     /* a forward with a bias (the model's, or the head's vocabulary mask) is another call:
-     * cuBLASLt's bias epilogue, which reads the bias too. On the H100 (2026-11-27) GPT-2's
-     * forward GEMMs, all biased, ran 1.03-1.25x the figures profiled without a bias
-     * inside training steps, the data gradients (no bias) 1.00-1.32x. A
-     * row-parallel layer's bias is added by tp rank 0 only (its partial outputs are
-     * summed over tp afterwards): the other ranks' call has none. */
+     * cuBLASLt's bias epilogue, which reads the bias too, and is priced and profiled as
+     * a role of its own. A row-parallel layer's bias is added by tp rank 0 only (its
+     * partial outputs are summed over tp afterwards): the other ranks' call has none.
+     * The runtime adds a bias exactly where the role has one (pt_gemm_role_has_bias). */
     bool row_parallel = param == PT_PARAM_ATTN_OUT || param == PT_PARAM_MLP_DOWN;
     bool bias = param == PT_PARAM_HEAD ? pt_vocab_mask_elems(b->c->m, b->c->l->tp) > 0
                                        : b->c->m->bias && !(row_parallel && b->c->tp_rank != 0);
@@ -253,6 +330,7 @@ static void gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batc
         op->kernel.bytes = ins + 8 * out + 8 * (double)batch * m;
         break;
     }
+    op->role = role;
     op->out_elems = out;
     /* a batch's key names its count first: "gemm_bias:bf16:b=3,m=...,n=...,k=..." */
     char count[24] = "";
@@ -698,11 +776,11 @@ static int mlp_projs(const builder *b, const dims *d, proj p[2])
  * the weight gradient (qkv_wgrad), kernels.h's matmul_forward_shared and
  * matmul_wgrad_shared: where the stack fuses, the three are as wide (multi-head
  * attention; grouped queries make k and v narrower) and tp = 1 (with tp > 1 the
- * runtime may cut a GEMM's rows around an overlapped gather). On the H100 (2026-11-27)
- * GPT-2 124M's nine q, k and v GEMMs (65536 x 768 x 768) ran at 400-580 TFLOP/s, 17.7
- * ms of its step; a weight gradient's 768 x 768 output is 36 tiles of 128 x 128 for the
- * GPU's 132 SMs, the batch of three 108. The data gradients stay three GEMMs adding
- * into one input gradient: a batch's products cannot be summed. */
+ * runtime may cut a GEMM's rows around an overlapped gather). A small projection's
+ * weight gradient has fewer output tiles than the GPU has SMs (GPT-2 124M's 768 x 768
+ * is 36 tiles of 128 x 128 for an H100's 132 SMs, the batch of three 108), so one
+ * batched call fills more of the GPU than three. The data gradients stay three GEMMs
+ * adding into one input gradient: a batch's products cannot be summed. */
 static bool shared_qkv(const builder *b, const dims *d)
 {
     return fused_epilogues(b) && b->c->l->tp == 1 && d->kvr == d->h / d->t;

@@ -594,6 +594,16 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
 
 /* ---- Layer op lists: the step's typed instructions (planner/ops.c) -------------- */
 
+/* Where a step's time goes (the --explain breakdown and predicted.breakdown): compute by
+ * kind, communication by group (exposed on the compute stream's critical path, or
+ * hidden beside compute), the optimizer step, the stack's fixed per-step overhead and
+ * the pipeline's idle time. */
+typedef enum { PT_BD_GEMM, PT_BD_ATTN, PT_BD_OTHER, PT_BD_TP, PT_BD_CP, PT_BD_DP, PT_BD_P2P,
+               PT_BD_OPTIM, PT_BD_OVERHEAD, PT_BD_BUBBLE, PT_BD_COUNT } pt_bd;
+const char *pt_bd_name(pt_bd b); /* "gemm", "attention", "other_compute", "tp", "cp",
+                                    "dp_zero", "pipeline_p2p", "optimizer", "overhead",
+                                    "bubble" */
+
 /* One op of a training step on one rank: a compute kernel or a collective. The op
  * lists are the one description of what a micro-batch does: the simulator prices each
  * op from the cost tables and the runtime (runtime/layer.c) executes each with one
@@ -656,7 +666,28 @@ typedef enum {
     PT_OPK_PSGD_DECOMPRESS, PT_OPK_PSGD_ALLREDUCE_P, PT_OPK_PSGD_ALLREDUCE_Q,
     PT_OPK_COUNT
 } pt_op_kind;
-const char *pt_op_kind_name(pt_op_kind k);
+
+/* The op lists of a step, by what they run on: a micro-batch's layer (forward and
+ * backward), its embedding and its head, a chunk's gradient buckets, the step's end. */
+typedef enum { PT_LIST_LAYER, PT_LIST_EMBED, PT_LIST_HEAD, PT_LIST_GRAD_SYNC, PT_LIST_STEP,
+               PT_LIST_COUNT } pt_list_kind;
+/* Virtual pipeline stages (chunks) one pipeline rank runs at most: the runtime keeps
+ * per-chunk tables of this size and refuses a plan with a larger vp. */
+enum { PT_CHUNK_MAX = 64 };
+
+/* The facts of one op kind that do not depend on a layout. */
+typedef struct {
+    const char *name;   /* the trace span's name: "q", "attn", "tp_allreduce", ... */
+    pt_op_class cls;    /* a kernel or a collective */
+    unsigned lists;     /* the lists it may stand in: bit (1u << pt_list_kind) each */
+    pt_bd category;     /* the breakdown category its time goes to */
+    bool priced_only;   /* another stack's kernels: ptrun refuses to run it */
+} pt_op_kind_info;
+/* The facts of kind k; for a k outside the enum, an entry named "?" in no list. */
+const pt_op_kind_info *pt_op_kind_info_of(pt_op_kind k);
+const char *pt_op_kind_name(pt_op_kind k); /* pt_op_kind_info_of(k)->name */
+/* Whether kind k may stand in an op list of kind `list`. */
+bool pt_op_kind_in(pt_op_kind k, pt_list_kind list);
 
 /* The parameters a kernel op reads and whose gradients it writes (its weight, and
  * bias where the model has one): per layer for layer ops. The runtime resolves each to
@@ -700,6 +731,9 @@ const char *pt_tensor_name(pt_tensor t);
 typedef struct {
     pt_op_kind kind;
     pt_op_class cls;
+    pt_gemm_role role;      /* one of the layers' GEMMs: which call it is, with or without
+                               a bias (its key's kind is the role's name); PT_GEMM_NONE
+                               for every other op */
     pt_param_ref param;     /* kernel ops: the parameters it uses; PT_PARAM_NONE */
     pt_tensor src, dst;     /* collectives: what they move */
     pt_kernel_op kernel;    /* cls == PT_OP_KERNEL */
@@ -880,16 +914,6 @@ int pt_sched_peak_in_flight(const pt_sched *s, int rank);
 int pt_sched_peak_in_flight_chunk(const pt_sched *s, int rank, int chunk);
 
 /* ---- Simulator (planner/sim.c) ------------------------------------------------- */
-
-/* Where a step's time goes (the --explain breakdown and predicted.breakdown): compute by
- * kind, communication by group (exposed on the compute stream's critical path, or
- * hidden beside compute), the optimizer step, the stack's fixed per-step overhead and
- * the pipeline's idle time. */
-typedef enum { PT_BD_GEMM, PT_BD_ATTN, PT_BD_OTHER, PT_BD_TP, PT_BD_CP, PT_BD_DP, PT_BD_P2P,
-               PT_BD_OPTIM, PT_BD_OVERHEAD, PT_BD_BUBBLE, PT_BD_COUNT } pt_bd;
-const char *pt_bd_name(pt_bd b); /* "gemm", "attention", "other_compute", "tp", "cp",
-                                    "dp_zero", "pipeline_p2p", "optimizer", "overhead",
-                                    "bubble" */
 
 /* What one layout's instructions cost, in seconds, priced from the op lists and the
  * cost tables (or written by hand in tests). Indexed by virtual stage vs = c·p + r

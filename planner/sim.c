@@ -112,24 +112,10 @@ typedef struct {
     double exposed[PT_BD_COUNT], hidden[PT_BD_COUNT];
 } list_time;
 
-/* The breakdown category of an op: compute by kernel kind, communication by group. */
+/* The breakdown category of an op: its kind's (planner/ops.c's kind table). */
 static pt_bd op_category(const pt_op *op)
 {
-    if (op->cls == PT_OP_COLL) {
-        switch (op->group) {
-        case PT_GROUP_TP: return PT_BD_TP;
-        case PT_GROUP_CP: return PT_BD_CP;
-        default: return PT_BD_DP; /* dp×cp reductions, ZeRO gathers, tied embedding */
-        }
-    }
-    const char *k = op->kernel.key;
-    if (pt_gemm_role_of(k) >= 0)
-        return PT_BD_GEMM;
-    if (strncmp(k, "attn_", 5) == 0 || strncmp(k, "flash_", 6) == 0 ||
-        strncmp(k, "bmm:", 4) == 0 || strncmp(k, "softmax_", 8) == 0 ||
-        strncmp(k, "dropout_", 8) == 0)
-        return PT_BD_ATTN;
-    return PT_BD_OTHER;
+    return pt_op_kind_info_of(op->kind)->category;
 }
 
 /* Overlapped communication is hidden behind the list's compute as far as that lasts;

@@ -730,9 +730,124 @@ static void test_shared_qkv(void)
     pt_oplist_free(&b);
 }
 
+/* Checks each op of list `o` (of kind `lk`) against its kind's facts: its class, the
+ * lists it may stand in, its breakdown category (a GEMM category exactly when it carries
+ * a GEMM role), its key named after its role, and no priced-only kind under `ptrun`. */
+static void check_kind_facts(const pt_oplist *o, pt_list_kind lk, bool ptrun)
+{
+    for (int i = 0; i < o->n; i++) {
+        const pt_op *op = &o->op[i];
+        const pt_op_kind_info *k = pt_op_kind_info_of(op->kind);
+        CHECK_INT(op->cls, k->cls);
+        if (!pt_op_kind_in(op->kind, lk))
+            fprintf(stderr, "op '%s' in list %d\n", k->name, (int)lk);
+        CHECK(pt_op_kind_in(op->kind, lk));
+        CHECK(!(ptrun && k->priced_only));
+        if (op->cls == PT_OP_COLL) {
+            CHECK_INT(op->role, PT_GEMM_NONE);
+            CHECK(k->category == PT_BD_TP || k->category == PT_BD_CP ||
+                  k->category == PT_BD_DP);
+            continue;
+        }
+        CHECK(k->category == PT_BD_GEMM || k->category == PT_BD_ATTN ||
+              k->category == PT_BD_OTHER);
+        CHECK_INT(op->role != PT_GEMM_NONE, k->category == PT_BD_GEMM);
+        CHECK_INT(pt_gemm_role_of(op->kernel.key), op->role);
+    }
+}
+
+/* The kind table: every kind named once, in at least one list; and the ops of every
+ * built-in stack's lists, over layouts that bring in each parallelism, agree with it. */
+static void test_kind_table(void)
+{
+    for (int k = 0; k < PT_OPK_COUNT; k++) {
+        const pt_op_kind_info *a = pt_op_kind_info_of((pt_op_kind)k);
+        CHECK(strcmp(a->name, "?") != 0);
+        CHECK(a->lists != 0 && a->lists < 1u << PT_LIST_COUNT);
+        for (int j = 0; j < k; j++)
+            CHECK(strcmp(a->name, pt_op_kind_name((pt_op_kind)j)) != 0);
+    }
+    CHECK(strcmp(pt_op_kind_name(PT_OPK_COUNT), "?") == 0);
+    CHECK(!pt_op_kind_in(PT_OPK_COUNT, PT_LIST_LAYER));
+    CHECK(!pt_op_kind_in(PT_OPK_Q, PT_LIST_COUNT));
+    CHECK(!pt_op_kind_in(PT_OPK_ADAM, PT_LIST_LAYER));
+    CHECK(pt_op_kind_in(PT_OPK_TP_ALLREDUCE, PT_LIST_EMBED));
+    static const char *layouts[] = {
+        "dp=2,zero=0", "tp=2,dp=2,zero=1", "tp=2,sp=1,pp=2,dp=2,zero=2",
+        "cp=2,tp=2,dp=2,zero=3,recompute=full", "pp=2,vp=2,dp=2,mbs=2,recompute=selective",
+        "dp=4,zero=0,compress=bf16", "dp=4,zero=1,compress=powersgd,powersgd_rank=2",
+        "tp=4,sp=1,tp_overlap=1,dp=2"};
+    for (int si = 0; si < pt_stack_builtin_count(); si++) {
+        const pt_stack *st = pt_stack_builtin(si);
+        bool ptrun = pt_stack_is_ptrun(st);
+        for (size_t li = 0; li < sizeof layouts / sizeof *layouts; li++)
+            for (int gpt2 = 0; gpt2 < 2; gpt2++) {
+                pt_model m = gpt(4, 1024, 16, 1024, 50304);
+                if (!gpt2) {
+                    m.norm = PT_NORM_RMSNORM;
+                    m.act = PT_ACT_SWIGLU;
+                    m.pos = PT_POS_ROPE;
+                    m.kv_heads = 4;
+                    m.bias = false;
+                }
+                pt_layout l = layout(layouts[li], 32);
+                pt_train t = train(32);
+                t.stack = *st;
+                pt_opctx c;
+                pt_opctx_init(&c, &m, &l, &t, NULL);
+                pt_oplist o = {0};
+                for (int bwd = 0; bwd < 2; bwd++) {
+                    o.n = 0;
+                    CHECK_INT(pt_ops_layer(&c, bwd, &o), 0);
+                    check_kind_facts(&o, PT_LIST_LAYER, ptrun);
+                    o.n = 0;
+                    CHECK_INT(pt_ops_embed(&c, bwd, &o), 0);
+                    check_kind_facts(&o, PT_LIST_EMBED, ptrun);
+                    o.n = 0;
+                    CHECK_INT(pt_ops_head(&c, bwd, &o), 0);
+                    check_kind_facts(&o, PT_LIST_HEAD, ptrun);
+                }
+                o.n = 0;
+                CHECK_INT(pt_ops_grad_sync(&c, 1e7, 4, &o), 0);
+                check_kind_facts(&o, PT_LIST_GRAD_SYNC, ptrun);
+                o.n = 0;
+                pt_step_params sp = {.params = 1e7, .edge = 1e6, .tied = 5e5};
+                CHECK_INT(pt_ops_optimizer(&c, &sp, &o), 0);
+                check_kind_facts(&o, PT_LIST_STEP, ptrun);
+                pt_oplist_free(&o);
+            }
+    }
+}
+
+/* A bias goes with the GEMM's role: a row-parallel layer's forward adds it on tp rank 0
+ * only (the partial outputs are summed after), a column-parallel one on every rank. */
+static void test_bias_in_role(void)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    pt_layout l = layout("tp=2,dp=1", 16);
+    pt_train t = train(16);
+    for (int rank = 0; rank < 2; rank++) {
+        pt_opctx c;
+        pt_opctx_init(&c, &m, &l, &t, NULL);
+        c.tp_rank = rank;
+        pt_oplist o = {0};
+        CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+        for (int i = 0; i < o.n; i++) {
+            if (o.op[i].kind == PT_OPK_ATTN_OUT || o.op[i].kind == PT_OPK_MLP_DOWN)
+                CHECK_INT(pt_gemm_role_has_bias(o.op[i].role), rank == 0);
+            if (o.op[i].kind == PT_OPK_Q || o.op[i].kind == PT_OPK_MLP_UP_GELU ||
+                o.op[i].kind == PT_OPK_MLP_UP)
+                CHECK(pt_gemm_role_has_bias(o.op[i].role));
+        }
+        pt_oplist_free(&o);
+    }
+}
+
 int main(void)
 {
     test_flops_formula();
+    test_kind_table();
+    test_bias_in_role();
     test_collectives();
     test_keys();
     test_grad_sync_and_optimizer();
