@@ -283,12 +283,12 @@ static pt_op *add_op(builder *b, pt_op_kind kind)
  * pick other kernels for each (operand layouts, output type, epilogue), which run at
  * other speeds than the forward GEMM of the same m, n and k (docs/results/
  * 2026-11-code-notes.md, planner/ops.c). */
-static void gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batch, int64_t m,
-                       int64_t n, int64_t k, pt_gemm_role role)
+static pt_op *gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batch,
+                         int64_t m, int64_t n, int64_t k, pt_gemm_role role)
 {
     pt_op *op = add_op(b, kind);
     if (!op)
-        return;
+        return NULL;
     /* a batch of `batch` products of one shape (the layers of one input and one width:
      * kernels.h's matmul_forward_shared, matmul_wgrad_shared), each counted as if alone,
      * the shared operand read by each */
@@ -339,12 +339,27 @@ static void gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int batc
     snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:%sm=%lld,n=%lld,k=%lld",
              pt_gemm_role_kind(role), pt_dtype_name(b->c->dtype), count, (long long)m,
              (long long)n, (long long)k);
+    return op;
 }
 
-static void gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
-                 int64_t k, pt_gemm_role role)
+static pt_op *gemm(builder *b, pt_op_kind kind, pt_param_ref param, int64_t m, int64_t n,
+                   int64_t k, pt_gemm_role role)
 {
-    gemm_batch(b, kind, param, 1, m, n, k, role);
+    return gemm_batch(b, kind, param, 1, m, n, k, role);
+}
+
+/* Names the tensor a kernel op reads (src) or writes (dst), where it is not the op's
+ * own: op may be NULL (out of memory, already counted). */
+static void reads(pt_op *op, pt_tensor t)
+{
+    if (op)
+        op->src = t;
+}
+
+static void writes(pt_op *op, pt_tensor t)
+{
+    if (op)
+        op->dst = t;
 }
 
 /* The weight gradient's role: with the bias gradient where the model's projections
@@ -487,6 +502,9 @@ static void norm_op(builder *b, const dims *d, pt_op_kind name, pt_param_ref par
     pt_op *op = membound(b, name, kind, per_elem * elems, shape);
     if (op)
         op->param = param;
+    if (!backward) /* the norm's output, which the column-parallel GEMMs read */
+        writes(op, param == PT_PARAM_NORM1 ? PT_TEN_LN1
+                   : param == PT_PARAM_NORM2 ? PT_TEN_LN2 : PT_TEN_LNF);
 }
 
 static void norm(builder *b, const dims *d, pt_op_kind name, pt_param_ref param, bool backward)
@@ -528,6 +546,13 @@ static void residual_norm(builder *b, const dims *d)
  * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. With
  * tp_overlap the gather runs beside the GEMM that reads it (which starts on the
  * rank's own rows), as Megatron-LM's TP communication overlap does. */
+/* What the column-parallel GEMMs reading the norm output `norm_out` read: that output,
+ * or with sp its gathered rows (tp_gather_input). */
+static pt_tensor column_input(const builder *b, pt_tensor norm_out)
+{
+    return b->c->l->sp ? PT_TEN_GATHERED : norm_out;
+}
+
 static void tp_gather_input(builder *b, const dims *d, pt_tensor norm_out)
 {
     if (b->c->l->sp)
@@ -792,12 +817,14 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
                                 pt_op_kind batched)
 {
     tp_gather_input(b, d, in);
+    pt_tensor src = column_input(b, in);
     if (batched != PT_OPK_COUNT) {
-        gemm_batch(b, batched, p[0].param, np, d->tokens, p[0].n_out, d->h, p[0].fwd_role);
+        reads(gemm_batch(b, batched, p[0].param, np, d->tokens, p[0].n_out, d->h,
+                         p[0].fwd_role), src);
         return;
     }
     for (int i = 0; i < np; i++)
-        gemm(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h, p[i].fwd_role);
+        reads(gemm(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h, p[i].fwd_role), src);
 }
 
 /* Backward of the column-parallel projections of one input: the data gradients
@@ -809,15 +836,16 @@ static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const p
                                 pt_op_kind batched)
 {
     for (int i = 0; i < np; i++)
-        gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out,
-             i == 0 ? PT_GEMM_DGRAD_WRITE : PT_GEMM_DGRAD);
+        writes(gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out,
+                    i == 0 ? PT_GEMM_DGRAD_WRITE : PT_GEMM_DGRAD), PT_TEN_DLN);
     tp_gather_input(b, d, in);
+    pt_tensor src = column_input(b, in);
     if (batched != PT_OPK_COUNT)
-        gemm_batch(b, batched, p[0].param, np, p[0].n_out, d->h, d->tokens,
-                   wgrad_role(b, p[0].param));
+        reads(gemm_batch(b, batched, p[0].param, np, p[0].n_out, d->h, d->tokens,
+                         wgrad_role(b, p[0].param)), src);
     for (int i = 0; batched == PT_OPK_COUNT && i < np; i++)
-        gemm(b, p[i].wgrad, p[i].param, p[i].n_out, d->h, d->tokens,
-             wgrad_role(b, p[i].param));
+        reads(gemm(b, p[i].wgrad, p[i].param, p[i].n_out, d->h, d->tokens,
+                   wgrad_role(b, p[i].param)), src);
     double bytes = d->ab * (double)d->tokens * (double)d->h;
     if (b->c->l->sp)
         coll(b, PT_OPK_SP_REDUCESCATTER, (moves){PT_TEN_DLN, PT_TEN_DLN_ROWS},

@@ -730,6 +730,38 @@ static void test_shared_qkv(void)
     pt_oplist_free(&b);
 }
 
+static const pt_op *find_kind(const pt_oplist *o, pt_op_kind k)
+{
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].kind == k)
+            return &o->op[i];
+    return NULL;
+}
+
+/* Kernel ops name the tensors the runtime must be told: a norm's output, the input the
+ * column-parallel GEMMs read (the norm's output, or with sp its gathered rows), and the
+ * input gradient their data gradients write. */
+static void test_kernel_operands(void)
+{
+    for (int sp = 0; sp < 2; sp++) {
+        pt_oplist f, b;
+        layer_lists(sp ? "tp=2,sp=1,dp=1" : "tp=2,dp=1", &f, &b);
+        pt_tensor in1 = sp ? PT_TEN_GATHERED : PT_TEN_LN1, in2 = sp ? PT_TEN_GATHERED : PT_TEN_LN2;
+        const pt_op *op;
+        CHECK((op = find_kind(&f, PT_OPK_NORM1)) && op->dst == PT_TEN_LN1);
+        CHECK((op = find_kind(&f, PT_OPK_Q)) && op->src == in1);
+        CHECK((op = find_kind(&f, PT_OPK_V)) && op->src == in1);
+        CHECK((op = find_kind(&f, PT_OPK_MLP_UP_GELU)) && op->src == in2);
+        CHECK((op = find_kind(&f, PT_OPK_ATTN_OUT)) && op->src == PT_TEN_NONE);
+        CHECK((op = find_kind(&b, PT_OPK_Q_WGRAD)) && op->src == in1);
+        CHECK((op = find_kind(&b, PT_OPK_MLP_UP_WGRAD)) && op->src == in2);
+        CHECK((op = find_kind(&b, PT_OPK_K_DGRAD)) && op->dst == PT_TEN_DLN);
+        CHECK((op = find_kind(&b, PT_OPK_MLP_DOWN_WGRAD)) && op->src == PT_TEN_NONE);
+        pt_oplist_free(&f);
+        pt_oplist_free(&b);
+    }
+}
+
 /* Checks each op of list `o` (of kind `lk`) against its kind's facts: its class, the
  * lists it may stand in, its breakdown category (a GEMM category exactly when it carries
  * a GEMM role), its key named after its role, and no priced-only kind under `ptrun`. */
@@ -848,6 +880,7 @@ int main(void)
     test_flops_formula();
     test_kind_table();
     test_bias_in_role();
+    test_kernel_operands();
     test_collectives();
     test_keys();
     test_grad_sync_and_optimizer();
