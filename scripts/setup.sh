@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # libopenblas-openmp-dev: OpenBLAS on the OpenMP threads the CPU kernels use
 # (kernels/CMakeLists.txt). g++: the CUDA emulation lane (-DPT_CUDA_EMU=ON) compiles
 # kernels/cuda/ as C++.
-packages="cmake make gcc g++ pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-14-dev"
+packages="cmake make gcc g++ pkg-config libjansson-dev libsqlite3-dev sqlite3 libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-14-dev python3"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
