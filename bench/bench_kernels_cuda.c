@@ -44,6 +44,13 @@ static pt_kernels *K;
 static pt_kernels *K_plain; /* PT_KCUDA_EPILOGUES=off: section 4's unfused weight gradient */
 static int reps = 5;
 
+/* The backend's notes (kernels.h, pt_kernels.note), as the tools print them. */
+static void print_note(void *arg, const char *line)
+{
+    (void)arg;
+    fprintf(stderr, "ptkernels: note: %s\n", line);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -644,11 +651,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels_cuda: no GPU to measure: %s\n", err);
         return 1;
     }
+    K->note = print_note;
     /* the second backend, without GEMM epilogues; the first keeps the user's setting */
     const char *mode = getenv("PT_KCUDA_EPILOGUES");
     char *saved = mode ? strdup(mode) : NULL;
     setenv("PT_KCUDA_EPILOGUES", "off", 1);
     K_plain = pt_kernels_cuda(device, err, sizeof err);
+    if (K_plain)
+        K_plain->note = print_note;
     if (saved)
         setenv("PT_KCUDA_EPILOGUES", saved, 1);
     else

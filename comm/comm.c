@@ -136,6 +136,18 @@ int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err)
     return 0;
 }
 
+void pt_comm_set_notes(pt_comm *c, pt_comm_note_fn note, void *arg)
+{
+    c->note = note;
+    c->note_arg = arg;
+}
+
+void pt_comm_note(const pt_comm *c, const char *line)
+{
+    if (c->note)
+        c->note(c->note_arg, line);
+}
+
 int pt_comm_rank(const pt_comm *c) { return c->rank; }
 int pt_comm_size(const pt_comm *c) { return c->size; }
 int pt_comm_local_rank(const pt_comm *c) { return c->local_rank; }
@@ -288,6 +300,8 @@ int pt_comm_sub(pt_comm *c, int n, pt_comm **out, pt_err *err)
     s->dev = s->host = &pt_comm_be_mpi; /* until pt_comm_use_device on s */
     s->timeout_s = c->timeout_s;
     s->step = -1;
+    s->note = c->note;
+    s->note_arg = c->note_arg;
     *out = s;
     return 0;
 }
@@ -364,8 +378,8 @@ int pt_comm_use_device(pt_comm *c, pt_kernels *kn, pt_err *err)
             return -1;
         if (shared) {
             if (c->rank == 0)
-                fprintf(stderr, "ptrun: ranks share a GPU, which NCCL refuses: collectives "
-                                "are staged through host memory over MPI\n");
+                pt_comm_note(c, "ranks share a GPU, which NCCL refuses: collectives are "
+                                "staged through host memory over MPI");
             want_nccl = false;
         }
     }
@@ -717,8 +731,11 @@ int pt_comm_reserve_sends(pt_comm *c, int64_t bytes, pt_err *err)
 
 void pt_comm_abort(pt_comm *c, const char *why)
 {
-    fprintf(stderr, "ptrun: rank %d: %s\n", c ? c->rank : 0, why);
-    fflush(stderr);
+    if (c && c->note) {
+        char line[1024];
+        snprintf(line, sizeof line, "rank %d: %s", c->rank, why);
+        c->note(c->note_arg, line);
+    }
     if (c && c->file)
         pt_rdv_abort(&c->rdv, why); /* the ranks waiting in the directory see it */
     if (c && c->dev->abort)

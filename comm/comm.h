@@ -9,13 +9,15 @@
  *
  * Errors: functions return 0 on success and -1 on error with a pt_err naming the
  * group, peer or value at fault; they never exit, except pt_comm_abort, and a wait
- * past its deadline, which ends the run by design (the watchdog below).
+ * past its deadline, which ends the run by design (the watchdog below). Nothing here
+ * prints: what the user should see goes to the caller's notes (pt_comm_set_notes).
  */
 #ifndef PT_COMM_H
 #define PT_COMM_H
 
+#include "grid.h"     /* pt_grid: the groups */
 #include "kernels.h"
-#include "planner.h"
+#include "schedule.h" /* pt_p2p_issue: how NCCL sends are issued */
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +65,14 @@ typedef struct pt_comm_req pt_comm_req;
  * arrive within PT_RENDEZVOUS_TIMEOUT seconds (the error names the directory and the
  * missing ranks). */
 int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
+/* Where the layer's notes go, one line each without the newline: a choice the user
+ * should know of (ranks that share a GPU staged through host memory, said by world rank
+ * 0) and, just before the run ends, pt_comm_abort's reason as "rank R: why" (the
+ * watchdog's report among them). A comm starts without (notes are dropped); tools/
+ * set theirs (ptrun prints "ptrun: LINE" on stderr). A pt_comm_sub takes its parent's.
+ * arg is passed to note unchanged. */
+typedef void (*pt_comm_note_fn)(void *arg, const char *line);
+void pt_comm_set_notes(pt_comm *c, pt_comm_note_fn note, void *arg);
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);
 /* This rank's index among the ranks of its node (the device it should drive). */
@@ -240,9 +250,9 @@ extern const pt_p2p_issue pt_comm_nccl_p2p;
 
 /* -- The watchdog (comm_watch.c). Every wait of a collective or transfer on
  * MPI (and every NCCL call the host waits for) has a deadline: a rank that has waited
- * that long prints one line on stderr naming the operation, its bytes, the group (or
- * peer), the ranks it waited on and the step set by pt_comm_set_context, and ends the
- * run with pt_comm_abort, so that a rank that stalls (stopped, swapping) or dies
+ * that long ends the run with pt_comm_abort, whose reason (to the notes) is one line
+ * naming the operation, its bytes, the group (or peer), the ranks it waited on and the
+ * step set by pt_comm_set_context, so that a rank that stalls (stopped, swapping) or dies
  * unseen cannot leave the others waiting for ever. The deadline comes from
  * PT_COMM_TIMEOUT (seconds; 0: none) when pt_comm_init runs, else 300 s, which no
  * healthy wait nears; pt_comm_init fails on a PT_COMM_TIMEOUT that is not a number
@@ -255,9 +265,10 @@ double pt_comm_timeout(const pt_comm *c);
  * the default), a string that must outlive the comm. c may be NULL. */
 void pt_comm_set_context(pt_comm *c, int64_t step, const char *doing);
 
-/* Ends every rank of the run at once with `why` printed by this rank: what a failing
- * rank does, so that no other rank hangs in a collective (MPI_Abort; in a file
- * rendezvous an abort file in the directory, which ranks waiting there see). */
+/* Ends every rank of the run at once, after handing "rank R: why" to this rank's notes
+ * (pt_comm_set_notes): what a failing rank does, so that no other rank hangs in a
+ * collective (MPI_Abort; in a file rendezvous an abort file in the directory, which
+ * ranks waiting there see). c may be NULL (then nothing is said: exit(1)). */
 void pt_comm_abort(pt_comm *c, const char *why);
 void pt_comm_finalize(pt_comm *c);
 

@@ -123,6 +123,8 @@ struct pt_comm {
     int64_t step;      /* pt_comm_set_context: the trainer's step, < 0 none */
     const char *doing; /* and what it is doing there */
     bool timeout_returns; /* tests: a missed deadline returns its error, no abort */
+    pt_comm_note_fn note; /* pt_comm_set_notes: where notes go (NULL: dropped) */
+    void *note_arg;
 };
 
 /* An asynchronous operation: MPI requests, host staging buffers copied back into dst
@@ -148,6 +150,8 @@ size_t pt_comm_type_bytes(pt_comm_type t);
 int pt_comm_mpi_fail(pt_err *err, int code, const char *what);
 /* "all-reduce", "reduce-scatter", ...: op as errors and the watchdog name it. */
 const char *pt_comm_op_name(pt_comm_op op);
+/* Hands line to c's notes (pt_comm_set_notes); nothing when none are set. */
+void pt_comm_note(const pt_comm *c, const char *line);
 
 /* The deadline PT_COMM_TIMEOUT asks for, else the default. Errors: not a number >= 0. */
 int pt_comm_timeout_from_env(double *timeout_s, pt_err *err);
@@ -161,8 +165,9 @@ double pt_comm_now_s(void);
  * likely short and MPI_Wait would spin as well), then naps growing to a few hundred
  * microseconds, so an idle rank leaves its core to others. */
 void pt_comm_nap(double waited_s);
-/* Past c's deadline by waited_s: reports w with the step and the peers on stderr and
- * ends the run (pt_comm_abort); under timeout_returns, -1 with the report in err. */
+/* Past c's deadline by waited_s: ends the run with a report of w, the step and the
+ * peers as pt_comm_abort's reason (so the notes get it); under timeout_returns, -1 with
+ * the report in err. */
 int pt_comm_missed(pt_comm *c, const pt_comm_wait_for *w, double waited_s, pt_err *err);
 
 /* Elements of the input and output buffers of op with count n (see pt_comm_op) on a

@@ -139,6 +139,13 @@ struct pt_kernels {
                                 * run to run (CUDA: PT_KCUDA_DETERMINISTIC=0), whose
                                 * timings are not those of the deterministic kernels the
                                 * cost tables price; 0 on CPU */
+    /* Where a device backend's notes go: a fallback it took (cuDNN declining an
+     * attention call, said once per direction) or a temporary reserve left out, one line
+     * each without the newline, called on the thread that made the op's call. NULL (as
+     * a backend opens) drops them: the caller sets both fields after opening, and
+     * tools/ print each line on stderr as "ptkernels: note: LINE". */
+    void (*note)(void *note_arg, const char *line);
+    void *note_arg;
 
     /* -- Lifetime, memory and synchronisation -- */
     void (*destroy)(pt_kernels *kn);

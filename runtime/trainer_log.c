@@ -19,7 +19,7 @@
 
 /* ---- The JSON-lines log --------------------------------------------------------------------- */
 
-/* ts in UTC, ISO 8601 with milliseconds: "2026-11-23T10:00:00.123Z". */
+/* ts in UTC, ISO 8601 with milliseconds: "YYYY-MM-DDThh:mm:ss.sssZ". */
 static void utc_text(const struct timespec *ts, char out[32])
 {
     struct tm tm;

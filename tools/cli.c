@@ -37,6 +37,12 @@ int pt_cli_real(const char *prog, const char *opt, const char *val, double lo, d
     return 0;
 }
 
+void pt_cli_note(void *prefix, const char *line)
+{
+    fprintf(stderr, "%s: %s\n", (const char *)prefix, line);
+    fflush(stderr);
+}
+
 int pt_cli_bad_option(const char *prog, int code, const char *arg)
 {
     if (code == ':')

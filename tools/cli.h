@@ -1,8 +1,8 @@
 /*
  * What the command-line tools share: parsing a numeric option value into one clear
  * error ("ptrun: --steps x: expected an integer from 1 to ..."), the tools'
- * unknown-option and missing-value messages, and where the cost table lives by
- * default.
+ * unknown-option and missing-value messages, printing the libraries' notes, and where
+ * the cost table lives by default.
  */
 #ifndef PT_TOOLS_CLI_H
 #define PT_TOOLS_CLI_H
@@ -19,6 +19,15 @@ int pt_cli_real(const char *prog, const char *opt, const char *val, double lo, d
                 double *out);
 /* The message for getopt's ':' (missing value) or '?' (unknown option); returns -1. */
 int pt_cli_bad_option(const char *prog, int code, const char *arg);
+/* A library's note (pt_kernels.note, pt_comm_set_notes) as one line on stderr,
+ * "PREFIX: LINE", flushed at once (a note may come just before the process ends);
+ * prefix is the callback's argument: a string that outlives the library's use of it,
+ * one of these. */
+void pt_cli_note(void *prefix, const char *line);
+#define PT_CLI_KERNEL_NOTES ((void *)"ptkernels: note")
+/* The communication layer's notes: "ptrun: LINE" in every tool that opens a comm (the
+ * prefix they have always had, ptprofile-coll's included). */
+#define PT_CLI_COMM_NOTES ((void *)"ptrun")
 /* The cost table's default path: $PT_COSTS_DB, else ~/.local/share/ptplan/costs.db
  * (with make_dir, that folder and its parents are created). */
 void pt_cli_default_db(char *buf, size_t n, bool make_dir);

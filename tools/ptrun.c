@@ -241,6 +241,8 @@ static void trainer_opts(const options *o, int rank, char *db, size_t n_db, char
     t->spike_factor = o->spike_factor;
     t->spike_grad_factor = o->spike_grad_factor;
     t->spike_action = (pt_spike_action)o->spike_action;
+    t->kernel_note = pt_cli_note;
+    t->kernel_note_arg = PT_CLI_KERNEL_NOTES;
     /* the build, in the words of ptplan --version */
     snprintf(version, n_version, "ptrun %s (CUDA backend: %s)", PT_VERSION,
              PT_CUDA_BACKEND_STATE);
@@ -518,6 +520,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ptrun: %s\n", err.msg);
         return 1;
     }
+    /* the comm's notes and pt_comm_abort's reason, on stderr */
+    pt_comm_set_notes(comm, pt_cli_note, PT_CLI_COMM_NOTES);
     int rank = pt_comm_rank(comm), world = pt_comm_size(comm);
     options o;
     if (parse_options(argc, argv, &o)) {

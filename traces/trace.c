@@ -4,9 +4,10 @@
  * microsecond timestamps, plus metadata events naming the processes and threads;
  * Google, "Trace Event Format", 2016).
  *
- * Recording runs for every op of every step (the default job: 8,000 spans a step of
- * 0.1-0.2 s), so it stores 32 bytes a span and interns what ran; the full spans, over
- * 200 bytes each, exist only once the run is over (bench/bench_trace.sh measures the cost).
+ * Recording runs for every op of every step (the default job: 8,000 spans a step, and
+ * its steps are short: the code notes in docs/results/), so it stores 32 bytes a
+ * span and interns what ran; the full spans, over 200 bytes each, exist only once the
+ * run is over (bench/bench_trace.sh measures the cost).
  */
 #include "trace.h"
 

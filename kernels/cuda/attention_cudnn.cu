@@ -735,17 +735,17 @@ static bool try_plan(pt_kcuda_cudnn *c, attn_plan *p, bool accum_dq, char *why)
 /* Builds the plan of p->key into p (p->ok, or p->why). A backward with nondeterminism
  * allowed tries the dQ_accum graph first; where cuDNN builds none (said once), the
  * deterministic graph. */
-static void build_plan(pt_kcuda_cudnn *c, attn_plan *p)
+static void build_plan(pt_kernels *kn, attn_plan *p)
 {
+    pt_kcuda_cudnn *c = pt_kcuda_ctx(kn)->cudnn;
     p->ok = 0;
     char why[WHY_BYTES];
     if (p->key.bwd && c->nondeterministic) {
         if (try_plan(c, p, true, why))
             return;
         if (!c->told_accum)
-            fprintf(stderr, "ptkernels: note: PT_KCUDA_DETERMINISTIC=0: cuDNN built no "
-                            "attention backward that sums dQ in fp32 (%s); the "
-                            "deterministic one runs\n", why);
+            pt_kcuda_note(kn, "PT_KCUDA_DETERMINISTIC=0: cuDNN built no attention backward "
+                          "that sums dQ in fp32 (%s); the deterministic one runs", why);
         c->told_accum = true;
     }
     if (!try_plan(c, p, false, why))
@@ -762,8 +762,9 @@ static uint64_t key_hash(const attn_key *k)
 }
 
 /* The cache's entry for key, built on first use; NULL when the cache is full. */
-static attn_plan *plan_for(pt_kcuda_cudnn *c, const attn_key *key)
+static attn_plan *plan_for(pt_kernels *kn, const attn_key *key)
 {
+    pt_kcuda_cudnn *c = pt_kcuda_ctx(kn)->cudnn;
     uint64_t h = key_hash(key);
     for (int i = 0; i < PLAN_SLOTS; i++) {
         attn_plan *p = &c->plans[(h + (uint64_t)i) & (PLAN_SLOTS - 1)];
@@ -772,7 +773,7 @@ static attn_plan *plan_for(pt_kcuda_cudnn *c, const attn_key *key)
         if (!p->used) {
             p->used = 1;
             p->key = *key;
-            build_plan(c, p);
+            build_plan(kn, p);
             return p;
         }
     }
@@ -833,9 +834,9 @@ static const char *decline(const pt_kcuda_cudnn *c, attn_key *key, int bwd, int 
 }
 
 /* The plan for key, or NULL with the reason (the cache full, or the plan's failure). */
-static const char *plan_of(pt_kcuda_cudnn *c, const attn_key *key, const attn_plan **plan)
+static const char *plan_of(pt_kernels *kn, const attn_key *key, const attn_plan **plan)
 {
-    attn_plan *p = plan_for(c, key);
+    attn_plan *p = plan_for(kn, key);
     *plan = p;
     return !p ? "the plan cache is full" : !p->ok ? p->why : NULL;
 }
@@ -876,9 +877,8 @@ static bool refuse(pt_kernels *kn, int bwd, const char *why)
          * not otherwise visible, and our kernels' speed is not cuDNN's (a decline
          * after reserve, for scratch, can send every later call there) */
         if (!c->told[bwd])
-            fprintf(stderr, "ptkernels: note: cuDNN declined an attention %s (%s); this "
-                            "project's kernels run such calls\n",
-                    bwd ? "backward" : "forward", why);
+            pt_kcuda_note(kn, "cuDNN declined an attention %s (%s); this project's kernels "
+                          "run such calls", bwd ? "backward" : "forward", why);
         c->told[bwd] = true;
         return true;
     }
@@ -1027,7 +1027,7 @@ void pt_kcuda_cudnn_attention_forward(pt_kernels *kn,
     const attn_plan *p = NULL;
     const char *no = decline(c, &key, 0, b, sq, skv, a, kh, d, q0, k0, causal, bufs, 5, why);
     if (!no)
-        no = plan_of(c, &key, &p);
+        no = plan_of(kn, &key, &p);
     if (!no)
         no = workspace_over_cap(kn, p->ws_bytes, why);
     if (!no && p->ws_bytes > 0)
@@ -1069,7 +1069,7 @@ void pt_kcuda_cudnn_attention_backward(pt_kernels *kn,
     const attn_plan *p = NULL;
     const char *no = decline(c, &key, 1, b, sq, skv, a, kh, d, q0, k0, causal, bufs, 9, why);
     if (!no)
-        no = plan_of(c, &key, &p);
+        no = plan_of(kn, &key, &p);
     /* scratch: cuDNN's workspace | softmax_sum (b, a, sq) fp32 | with the dQ_accum graph,
      * dQ_accum (b, a, sq, d) fp32 | when accumulating, the written dq, dk, dv (bf16) */
     int64_t nq = (int64_t)b * sq * a * d, nkv = (int64_t)b * skv * kh * d;

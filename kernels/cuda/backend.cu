@@ -41,6 +41,18 @@ void pt_kcuda_fail(pt_kernels *kn, const char *file, int line, const char *fmt, 
     snprintf(kn->err, sizeof kn->err, "cuda: %s (%s:%d)", msg, base ? base + 1 : file, line);
 }
 
+void pt_kcuda_note(pt_kernels *kn, const char *fmt, ...)
+{
+    if (!kn->note)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    kn->note(kn->note_arg, line);
+}
+
 int pt_kcuda_check(pt_kernels *kn, cudaError_t status, const char *what, const char *file,
                    int line)
 {
@@ -110,9 +122,9 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
  * the scores, there: b·a·sq·skv bf16, both lengths padded to 64, as cudnn-frontend
  * sizes its "dP workspace" implementation, which it forces for a deterministic
  * backward on Hopper (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h).
- * On the H100 (2026-11-26) the backwards whose b·a·s²·2 reached 1 GiB (the cap then),
- * and those after a reserve that did not count this, were declined. 0 without
- * attention, or when the size does not fit a size_t. */
+ * Reserve counts it because cuDNN declines a backward whose workspace is over the cap
+ * or was not reserved, and our kernels then run it (the code notes in docs/results/).
+ * 0 without attention, or when the size does not fit a size_t. */
 static size_t cudnn_attn_workspace(const pt_k_scratch_shape *sh)
 {
     if (sh->heads <= 0 || sh->head_dim <= 0 || sh->attn_batch <= 0 || sh->attn_seq <= 0)
@@ -224,17 +236,17 @@ int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
            full = scratch_need(shape, cudnn, true, acc);
     size_t need = attn_ws_reserved(kn, shape) ? full : base;
     if (need < full)
-        fprintf(stderr, "ptkernels: note: cuDNN's attention backward wants %zu MiB of "
-                        "workspace, over the %zu MiB cap: not reserved\n",
-                (full - base) >> 20, ctx->attn_ws_cap >> 20);
+        pt_kcuda_note(kn, "cuDNN's attention backward wants %zu MiB of workspace, over the "
+                      "%zu MiB cap: not reserved", (full - base) >> 20,
+                      ctx->attn_ws_cap >> 20);
     ctx->steady = 0; /* lets pt_kcuda_scratch grow once more */
     if (need > ctx->scratch_bytes && !pt_kcuda_scratch(kn, need)) {
         if (base == need)
             return -1;
         /* cuDNN's attention workspace does not fit beside the model: its backward is
          * then declined (and said once) and runs on our kernels */
-        fprintf(stderr, "ptkernels: note: %s; reserving %zu bytes instead, without cuDNN's "
-                        "attention workspace\n", kn->err, base);
+        pt_kcuda_note(kn, "%s; reserving %zu bytes instead, without cuDNN's attention "
+                      "workspace", kn->err, base);
         kn->err[0] = '\0';
         cudaGetLastError(); /* the failed allocation leaves nothing for sync() */
         if (base > ctx->scratch_bytes && !pt_kcuda_scratch(kn, base))
@@ -251,9 +263,8 @@ int pt_kcuda_reserve(pt_kernels *kn, const pt_k_scratch_shape *shape)
 /* dst[c] += the sum over chunks of partials[chunk][c] (blockIdx.y 1: dst2 from the
  * partials that follow), each column's chunks in 8 slices (chunk = ty mod 8) summed
  * apart, then in slice order: a thread adds 32 partials at n >= 16384 rows rather than
- * 256 in one dependent chain. On the H100 (2026-11-27) LayerNorm's backward at
- * n = 16384, h = 1600 took 123 µs with the one-thread-a-column form called twice,
- * 112 µs with this one launch (a benchmark written for the purpose, not kept).
+ * 256 in one dependent chain, and both outputs take one launch: faster than a thread a
+ * column called once per output (the code notes in docs/results/).
  * Block (32 columns, 8 slices), grid (column tiles, 1 or 2). */
 __global__ void sum_partials_kernel(float *dst, float *dst2, const float *partials, int chunks,
                                     int cols)
@@ -622,11 +633,10 @@ static int select_attention(pt_kernels *kn)
 /* Determinism, from PT_KCUDA_DETERMINISTIC: unset, "" or "1" keep kernels.h's promise
  * of bit-identical reruns; "0" lets cuDNN's attention backward take the graph that sums
  * dQ over key blocks in fp32 with atomics (attention_cudnn.cu, backward_graph), the one
- * PyTorch's cuDNN attention runs. On the H100 (2026-11-27, gpucheck's op tables) it
- * took GPT-2 124M's attention backward from 16.6 to 15.3 ms a step and 1.5B's from
- * 35.9 to 33.3 (README, On a GPU). No other kernel changes; kn->nondeterministic keeps a
- * recorded run's timings out of the cost tables (runtime/trainer_log.c). 0, or -1 with
- * kn->err set. */
+ * PyTorch's cuDNN attention runs, which is faster than the deterministic graph
+ * (the code notes in docs/results/). No other kernel changes; kn->nondeterministic
+ * keeps a recorded run's timings out of the cost tables (runtime/trainer_log.c). 0, or
+ * -1 with kn->err set. */
 static int select_determinism(pt_kernels *kn)
 {
     const char *mode = getenv("PT_KCUDA_DETERMINISTIC");

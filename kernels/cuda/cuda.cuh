@@ -138,6 +138,9 @@ int pt_kcuda_check_lt(pt_kernels *kn, cublasStatus_t status, const char *what,
                       const char *file, int line);
 /* Records a caller's error (unsupported size, ...) the same way. */
 void pt_kcuda_fail(pt_kernels *kn, const char *file, int line, const char *fmt, ...);
+/* Hands a note, formatted as printf does, to kn->note (kernels.h); nothing when it is
+ * NULL. */
+void pt_kcuda_note(pt_kernels *kn, const char *fmt, ...);
 
 #define PT_CU(kn, call) pt_kcuda_check((kn), (call), #call, __FILE__, __LINE__)
 #define PT_LT(kn, call) pt_kcuda_check_lt((kn), (call), #call, __FILE__, __LINE__)

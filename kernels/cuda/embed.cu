@@ -102,14 +102,12 @@ static __device__ __forceinline__ void emb_ld2(float *x0, float *x1, const bf16 
  * token's row of dwte (from that row's old value), a piece of a run across windows
  * into its slot of `pieces` (from zero). The window's keys and positions are read into
  * shared memory first, so the row loads of EMB_UNROLL entries go out together whatever
- * runs they belong to. One block a window: a frequent token's run is added one position
- * after another, and GPT-2 124M's batch of 65,536 byte-level tokens of the default
- * corpus (about a sixth of them spaces) took 15.6 ms on an H100 with one block a run,
- * against 0.24 ms for ptprofile's near-uniform tokens (scripts/gpucheck.sh, 2026-11-26);
- * with h / EMB_SLICE blocks on each run, 4.8 ms on an H200 (that day, 0.57 ms
- * profiled); with windows visited by a grid of 4096 blocks striding over every entry
- * (so 16 blocks took the 256 window starts one after another), 2.2 ms on an H100
- * (2026-11-27); one block a window, 0.25 ms there the same day. */
+ * runs they belong to. One block a window, not one a run: with one block a run a
+ * frequent token's run is added one position after another, and byte-level tokens of
+ * real text are skewed (about a sixth of the default corpus is spaces). One block a
+ * window ran real tokens about as fast as one block a run ran ptprofile's near-uniform
+ * ones, and faster than h / EMB_SLICE blocks on each run or a fixed grid of blocks
+ * striding over the windows (the code notes in docs/results/). */
 __global__ void embed_backward_wte_kernel(float *dwte, float *pieces, const bf16 *dout,
                                           const int32_t *keys, const int32_t *pos,
                                           int64_t rows, int h, int vr)

@@ -10,11 +10,10 @@
  * error of a few fp32 ulps for the arguments x - max <= 0 met here, far under the bf16
  * of dlogits and the 1e-4 the tests allow the loss) and the 16-byte stores round pairs
  * in one instruction (pt_st8_rn): by a count of its source's instructions (an estimate,
- * not a profile), GPT-2's row kernel spent more issue slots than its memory needed with
- * expf's range reduction and the bit-level rounding, about 37 an element, some 4 ms of
- * issue on an H100 for 124M's 65,536 rows of 50,304 against 4.4 ms of memory at 3 TB/s.
- * With them (and 512 threads) the kernel went from 6.47 to 4.86 ms of that step on the
- * H100 (2026-11-27): 2.7 TB/s.
+ * not a profile), expf's range reduction and the bit-level rounding cost about 37 issue
+ * slots an element, about as long as a row's memory traffic takes on a Hopper GPU. With
+ * them (and 512 threads) the kernel ran faster inside training steps
+ * (the code notes in docs/results/).
  */
 #include "cuda.cuh"
 
@@ -118,9 +117,10 @@ static unsigned row_grid(int64_t n) { return (unsigned)(n < 65535 * 8 ? n : 6553
  * row into shared memory, and its threads a block there. Two blocks fit on a
  * multiprocessor beside GPT-2's 100 KB rows, so one load a thread of 256 would keep
  * 8 KB in flight there; the three-pass form, eight blocks at its 32 registers a thread
- * (ptxas, sm_90), keeps 32 KB, and ran at 4.3 TB/s (below). Four loads a thread of 256
- * kept as much and ran at 2.1 TB/s on an H100; 512 threads (40 registers each, ptxas)
- * keep twice that, and twice the warps to cover the exponentials' latency. */
+ * (ptxas, sm_90), keeps 32 KB. Four loads a thread of 256 kept as much and moved bytes
+ * more slowly than the three-pass form (the code notes in docs/results/); 512 threads
+ * (40 registers each, ptxas) keep twice that, and twice the warps to cover the
+ * exponentials' latency. */
 enum { CE_ROW_LOADS = 4, CE_ROW_THREADS = 512 };
 /* its static shared memory: the reductions' arrays, beside the row */
 enum { CE_STATIC_SMEM = 32 * sizeof(float) + 32 * sizeof(double) };
@@ -158,15 +158,13 @@ static __device__ float row_copy_max(bf16 *row, const bf16 *x, int v, float *sha
 
 /* One block a row. IN_SMEM: the row is read from device memory once, copied into
  * shared memory (v bf16, dynamic) while its maximum is taken, then its sum of
- * exponentials and its gradient come from there; else it is read three times. Three
- * reads and a write of GPT-2 124M's 65,536 rows of 50,304 took 6.1 ms in a step on an
- * H200 (2026-11-26): 26 GB at 4.3 TB/s, 89 % of the 4.8 TB/s that bench_kernels_cuda
- * reads off the device (2 x 3201 MHz x 6016 bits), where IN_SMEM moves 13 GB: on an
- * H100 (2026-11-27) in 6.3 ms, 2.1 TB/s (three reads and a write there: 8.7 ms), 4.9
- * ms since (above). Both do the same arithmetic on 16-byte rows, in each thread's
- * order for their block size (IN_SMEM's CE_ROW_THREADS, the three reads' CE_THREADS: so
- * their sums may differ in the last bits); IN_SMEM is used where rows are such
- * (aligned, v a multiple of 8) and one fits in a block's shared memory. */
+ * exponentials and its gradient come from there; else it is read three times. IN_SMEM
+ * moves half the bytes of three reads and a write (13 GB against 26 GB for GPT-2 124M's
+ * 65,536 rows of 50,304) and ran faster where both were timed on one machine
+ * (the code notes in docs/results/). Both do the same arithmetic on 16-byte rows,
+ * in each thread's order for their block size (IN_SMEM's CE_ROW_THREADS, the three
+ * reads' CE_THREADS: so their sums may differ in the last bits); IN_SMEM is used where
+ * rows are such (aligned, v a multiple of 8) and one fits in a block's shared memory. */
 template <bool IN_SMEM, int THREADS>
 __global__ void __launch_bounds__(THREADS)
 crossentropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,

@@ -572,12 +572,9 @@ void pt_kcuda_matmul_backward(pt_kernels *kn,
          * inp-view (ic, n) · (dout-view (oc, n))^T, into fp32. Its op(B) is dout (n, oc)
          * with k = n: BGRADB's sums over k are dbias, written to scratch (oc fp32, in
          * backend.cu's reserve) and added, since the contract accumulates. Only where
-         * oc <= ic: on the H100 (2026-11-27, GPT-2 1.5B trained with epilogues on and
-         * off) the up projection's weight gradient (oc = 4 ic) took 0.629 ms with BGRADB
-         * against 0.569 for the plain GEMM and the column sum after it, while the other
-         * weight gradients (oc <= ic) were within 2 % either way; the GEMMs outside the
-         * epilogue's reach ran 3-4 % faster in the second run, so about 6 % of that
-         * layer's wgrad is BGRADB's. */
+         * oc <= ic: for a wider dout (the up projection, oc = 4 ic) the plain GEMM and
+         * the column sum after it ran faster, and where oc <= ic the two forms were
+         * about even (the code notes in docs/results/). */
         lt_args g = lt_product(0, 1, ic, oc, n, 1.0f, (const bf16 *)inp, ic, (const bf16 *)dout,
                                oc, 1.0f, dw, ic, 1);
         if (dbias && oc <= ic && lt_fuse(kn, &g)) {

@@ -182,15 +182,10 @@ void pt_kcuda_residual_layernorm_forward(pt_kernels *kn,
 
 /* The backward reads x, dout and dinp from device memory once and writes dinp once:
  * for GPT-2 1.5B's n = 16384, h = 1600 that is 4 · 52 MB, ~70 µs at the H100's ~3 TB/s.
- * On the H100 (2026-11-27), inside training steps (gpucheck's op table, the medians
- * ptrun --record keeps): 0.131 ms a call at 1.5B's shape, against 0.23 ms for the two
- * kernels before it (dinp with 2-byte loads reading x and dout twice, then a dw kernel
- * reading both again), and 0.20 ms at GPT-2 124M's n = 65536, h = 768. A benchmark
- * written for the purpose (not kept; bench_kernels_cuda's layernorm_backward and
- * rmsnorm_backward time the op at n = 16384, h = 4096) gave, before and after:
- * LayerNorm 230 and 112 µs at 1.5B's shape, RMSNorm 857 and 101 µs; h = 768: 103 and
- * 56 µs (n = 16384), 25 and 24 µs (n = 4096); RMSNorm at h = 4096 and 8192: 2.19 and
- * 0.23 ms, 4.41 and 0.43 ms (~2.4 TB/s).
+ * It replaced two kernels (dinp with 2-byte loads reading x and dout twice, then a dw
+ * kernel reading both again), which were slower inside training steps and in a
+ * benchmark at every shape tried (the code notes in docs/results/;
+ * bench_kernels_cuda's layernorm_backward and rmsnorm_backward time the op).
  *
  * One kernel, norm_backward_kernel. Block b owns the rows of chunk b of the column
  * reductions (pt_kcuda_chunk_rows(n) rows, pt_kcuda_chunks(n) blocks: one partial per
@@ -446,12 +441,11 @@ __global__ void norm_backward_dw_kernel(float *part_w, float *part_b, const bf16
  * T threads (T · K >= the row's chunks) a block, each taking every G-th group of R rows
  * of the block's chunk; groups 1 .. G-1 hand their column sums to group 0 through
  * dynamic shared memory, added in group order. G brings the grid to about
- * BWD_GRID_THREADS threads when its chunks(n) blocks have few columns: on the H100
- * (2026-11-27, the benchmark above) n = 4096, h = 768 (64 blocks of 96 threads) took 54 µs with G = 1 and
- * 24 µs with G = 5; at n = 16384, h = 768 (256 blocks) 86 µs with G = 1, 60 with 5 and
- * 56 with 2; at n = 16384, h = 1600 (256 blocks of 224) 102 µs (RMSNorm) with G = 1 and
- * 111 µs with G = 2 (two blocks a multiprocessor, out of step, keep loads in flight
- * while the other waits at its barrier). */
+ * BWD_GRID_THREADS threads when its chunks(n) blocks have few columns, and no further:
+ * more groups ran faster on grids of few narrow blocks, and a second group on a grid
+ * that fills the device already ran slower (two blocks a multiprocessor, out of step,
+ * keep loads in flight while the other waits at its barrier;
+ * the code notes in docs/results/). */
 template <bool RMS, int K>
 static void norm_backward_fused(pt_kernels *kn, bool vec, bf16 *dinp, float *part_w,
                                 float *part_b, const bf16 *dout, const bf16 *inp,

@@ -205,16 +205,11 @@ __global__ void adamw_multi_kernel(const pt_kcuda_adamw_desc *table, int count, 
     const int64_t i1 = i0 + ADAMW_CHUNK < d.n ? i0 + ADAMW_CHUNK : d.n;
     /* four elements a thread where the tensor's buffers allow 16-byte accesses (i0, a
      * multiple of ADAMW_CHUNK, keeps their alignment), two such groups at a time; the
-     * rest one by one. On an H200 (2026-11-26) the one-by-one form moved GPT-2 1.5B's
-     * 47 GB of optimizer traffic at 2.2 TB/s, 45 % of the 4.8 TB/s that
-     * bench_kernels_cuda reads off the device; on an H100 (2026-11-27) one group at a
-     * time moved them at 2.0 TB/s (23.8 ms with the gradient norm), GPT-2 124M's 3.7 GB
-     * at 1.4 TB/s (2.7 ms): at 54 registers (ptxas, sm_90) four blocks of 256 fit a
-     * multiprocessor, 64 KB of loads in flight there. Two groups take 76 registers
-     * (three blocks, 96 KB in flight); capped at 64 for four blocks they spill. With two
-     * groups, and the gradient norm in one call over the whole buffer (runtime/engine.c),
-     * the op took 1.46 ms (124M) and 18.2 ms (1.5B, 2.56 TB/s) on that H100 later the
-     * same day; the norm's calls had been most of what it lost. */
+     * rest one by one: the wide accesses and the second group keep more loads in
+     * flight, which this memory-bound op needs to approach a Hopper GPU's bandwidth
+     * (the code notes in docs/results/). Two groups take 76 registers (ptxas,
+     * sm_90: three blocks of 256 a multiprocessor); capped at 64 for four blocks they
+     * spill. */
     const bool four = ((uintptr_t)d.params & 15) == 0 && ((uintptr_t)d.grads & 15) == 0 &&
                       ((uintptr_t)d.m & 15) == 0 && ((uintptr_t)d.v & 15) == 0 &&
                       ((uintptr_t)d.params_bf16 & 7) == 0;

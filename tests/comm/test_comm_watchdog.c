@@ -6,12 +6,14 @@
  * report naming the operation, its bytes, the group or peer, the ranks waited on and
  * the step; the late peer's side still completes. The test asks the comm to return the
  * report (timeout_returns, comm_internal.h) instead of ending the run;
- * tests/tools/cli_watchdog.sh checks the ending with ptrun.
+ * tests/tools/cli_watchdog.sh checks the ending with ptrun, whose notes print it. Notes
+ * (pt_comm_set_notes) reach the callback set, and those of a pt_comm_sub too.
  */
 #include "check.h"
 #include "comm_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 enum { N = 7, BIG = 1 << 18 }; /* BIG floats: 1 MiB, past MPI's eager limit */
@@ -46,6 +48,42 @@ static void check_env(void)
     CHECK_NEAR(t, 300, 0);
 }
 
+/* The notes a comm hands its caller (pt_comm_set_notes): the last line, and how many. */
+static char note_line[256];
+static int note_count;
+
+static void take_note(void *arg, const char *line)
+{
+    CHECK(arg == (void *)note_line);
+    snprintf(note_line, sizeof note_line, "%s", line);
+    note_count++;
+}
+
+/* Notes reach the callback set, none are said without one, and a pt_comm_sub takes its
+ * parent's (ptprofile-coll sets them on its world only). Collective. */
+static void check_notes(pt_comm *c)
+{
+    pt_err err = {""};
+    pt_comm_note(c, "dropped");
+    CHECK_INT(note_count, 0);
+    pt_comm_set_notes(c, take_note, note_line);
+    pt_comm_note(c, "ranks share a GPU");
+    CHECK_INT(note_count, 1);
+    CHECK(strcmp(note_line, "ranks share a GPU") == 0);
+    pt_comm *s = NULL;
+    CHECK_INT(pt_comm_sub(c, 2, &s, &err), 0);
+    CHECK(s != NULL);
+    if (s) {
+        pt_comm_note(s, "from the sub");
+        CHECK_INT(note_count, 2);
+        CHECK(strcmp(note_line, "from the sub") == 0);
+        pt_comm_finalize(s);
+    }
+    pt_comm_set_notes(c, NULL, NULL);
+    pt_comm_note(c, "dropped again");
+    CHECK_INT(note_count, 2);
+}
+
 /* Between the phases: every rank here, with a generous deadline. */
 static void barrier(pt_comm *c)
 {
@@ -69,6 +107,7 @@ int main(int argc, char **argv)
         return 1;
     }
     check_env();
+    check_notes(c);
     if (!getenv("PT_COMM_TIMEOUT"))
         CHECK_NEAR(pt_comm_timeout(c), 300, 0);
     pt_layout l;

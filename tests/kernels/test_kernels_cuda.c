@@ -16,7 +16,8 @@
  * fused ops (matmul with GELU, the residual add with the norm) are checked against the
  * CPU with cuBLASLt's epilogues on, off (PT_KCUDA_EPILOGUES) and declined, and the fused
  * norms against residual_forward + the norm forward on the GPU, bit for bit.
- * The device timers (event_record, event_elapsed) time a GEMM and order three.
+ * The device timers (event_record, event_elapsed) time a GEMM and order three. A call
+ * cuDNN declines is said once per direction through the backend's notes (kn->note).
  *
  * Without a CUDA device (or without CUDA in the build) the test prints why and exits
  * with 77, which ctest reports as skipped, never as passed. Built with PT_CUDA_EMU (the
@@ -1719,6 +1720,48 @@ static void test_attention_mode_errors(void)
     pt_kernels_destroy(kn);
 }
 
+/* The backend's notes (kernels.h, kn->note): where cuDNN's attention is in use, a call
+ * it declines (a partly visible causal block) runs on our kernels and is said once per
+ * direction, whatever the number of calls; without cuDNN in use, skipped, said. */
+static char first_note[512], last_note[512];
+static int note_count;
+
+static void take_note(void *arg, const char *line)
+{
+    CHECK(arg == (void *)first_note);
+    if (note_count++ == 0)
+        snprintf(first_note, sizeof first_note, "%s", line);
+    snprintf(last_note, sizeof last_note, "%s", line);
+}
+
+static void attention_declined_cases(void)
+{
+    test_attention_shape(1, 80, 100, 2, 2, 64, 30, 10, 1);
+    test_attention_shape(1, 80, 100, 2, 2, 64, 30, 10, 1);
+}
+
+static void test_attention_notes(void)
+{
+    char err[256] = "";
+    pt_kernels *own = backend_with("PT_KCUDA_ATTN", "own", err, sizeof err);
+    pt_kernels *kn = backend_with("PT_KCUDA_ATTN", "auto", err, sizeof err);
+    CHECK(own != NULL && kn != NULL);
+    int cudnn = own && kn && kn->attention_forward != own->attention_forward;
+    pt_kernels_destroy(own);
+    if (!cudnn) {
+        printf("SKIPPED the attention notes: cuDNN's attention is not in use\n");
+        pt_kernels_destroy(kn);
+        return;
+    }
+    kn->note = take_note;
+    kn->note_arg = first_note;
+    cases_on(kn, attention_declined_cases);
+    CHECK_INT(note_count, 2);
+    CHECK_STR_HAS(first_note, "cuDNN declined an attention forward (");
+    CHECK_STR_HAS(last_note, "cuDNN declined an attention backward (");
+    CHECK_STR_HAS(last_note, "); this project's kernels run such calls");
+}
+
 /* ---- Cross-entropy -------------------------------------------------------------------------------------------- */
 
 typedef struct { int64_t n; int v, vr, v0, with_dlogits, in_place; float dloss; } ce_arg;
@@ -2388,6 +2431,7 @@ int main(void)
     test_attention_cudnn();
     test_attention_nondeterministic();
     test_attention_mode_errors();
+    test_attention_notes();
     test_crossentropy();
     test_adamw();
     test_sumsq();

@@ -57,7 +57,7 @@ stalled() {
 # or, when the stop lands after it, the step's world-wide reductions (loss, gradient norm,
 # and the minimum by which all ranks agree to go on or stop after a signal)
 stalled dp "dp=2,mbs=2" last
-grep -q "rank 0: comm timeout: all-reduce\( (m[a-z]*)\)\? of [0-9]* bytes over \(dp\*cp\|the world\) (2 ranks) in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
+grep -q "ptrun: rank 0: comm timeout: all-reduce\( (m[a-z]*)\)\? of [0-9]* bytes over \(dp\*cp\|the world\) (2 ranks) in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
     "$tmp/dp.err" || fail "dp: the report names the all-reduce, its group, step and peer: $(cat "$tmp/dp.err")"
 [ "$(grep -c 'comm timeout' "$tmp/dp.err")" -ge 1 ] || fail "dp: no report"
 
@@ -68,10 +68,10 @@ grep -q "rank 0: comm timeout: all-reduce\( (m[a-z]*)\)\? of [0-9]* bytes over \
 # and the stopped stage's rank
 what="\(\(receive\|send\) of [0-9]* bytes \(from\|to\) world rank R\|all-reduce\( (m[a-z]*)\)\? of [0-9]* bytes over \(the tied-embedding pair\|the world\) (2 ranks)\)"
 stalled pp1 "pp=2,mbs=2" last
-grep -q "rank 0: comm timeout: $(echo "$what" | sed 's/R/1/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
+grep -q "ptrun: rank 0: comm timeout: $(echo "$what" | sed 's/R/1/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 1" \
     "$tmp/pp1.err" || fail "pp, last stage stopped: the report names the wait, step and peer: $(cat "$tmp/pp1.err")"
 stalled pp0 "pp=2,mbs=2" first
-grep -q "rank 1: comm timeout: $(echo "$what" | sed 's/R/0/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 0" \
+grep -q "ptrun: rank 1: comm timeout: $(echo "$what" | sed 's/R/0/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 0" \
     "$tmp/pp0.err" || fail "pp, first stage stopped: the report names the wait, step and peer: $(cat "$tmp/pp0.err")"
 
 # A bad deadline is refused, naming the option and the variable.

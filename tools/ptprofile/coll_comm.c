@@ -12,6 +12,7 @@
  * read after a sync, as nccl-tests times with CUDA events.
  */
 #include "coll_bench.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@ int pt_cb_comm_open(pt_cb_comm *cc, const char *backend, const pt_cb_topo *topo,
         if (!cc->kn)
             return pt_err_set(err, "rank %d cannot open CUDA device %d: %s", topo->rank,
                               topo->local_rank % count, why);
+        cc->kn->note = pt_cli_note;
+        cc->kn->note_arg = PT_CLI_KERNEL_NOTES;
     }
     /* MPI is running (main): the comm takes it as its world */
     if (pt_comm_init(NULL, NULL, &cc->world, err) != 0) {
@@ -42,6 +45,8 @@ int pt_cb_comm_open(pt_cb_comm *cc, const char *backend, const pt_cb_topo *topo,
         cc->kn = NULL;
         return -1;
     }
+    /* the comm's notes (a shared GPU; the watchdog's report), its groups' too */
+    pt_comm_set_notes(cc->world, pt_cli_note, PT_CLI_COMM_NOTES);
     return 0;
 }
 

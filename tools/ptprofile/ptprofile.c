@@ -353,6 +353,8 @@ static int load(prof_opts *o, job *j, pt_err *err)
     }
     if (!o->kn)
         return pt_err_set(err, "out of memory");
+    o->kn->note = pt_cli_note;
+    o->kn->note_arg = PT_CLI_KERNEL_NOTES;
     /* the model's other kernels run on these: refused here, before the table is touched */
     if (pt_tokens_load(o->data, &o->tokens, err) ||
         pt_tokens_check_vocab(&o->tokens, j->m.vocab, err))
@@ -462,8 +464,8 @@ int main(int argc, char **argv)
     snprintf(pr.device, sizeof pr.device, "%s", j.c.device.name);
     /* The CPU is measured one core at a time; for a GPU the host's threads stay all
      * OpenMP's: the runtime draws the model's initial weights on them for each
-     * micro-batch size (pt_net_init), and on one thread GPT-2 1.5B's took 103 s of each
-     * (H100 machine, 2026-11-27) */
+     * micro-batch size (pt_net_init), which on one thread is slow for a large model
+     * (the code notes in docs/results/) */
     char nccl[64] = "";
     if (strcmp(o.backend, "cuda") == 0)
         pt_comm_nccl_library(nccl, sizeof nccl);

@@ -13,13 +13,11 @@
  * throttles as it will in training, which is what the planner predicts.
  *
  * The soak is there because a training step holds the GPU at its power limit and a
- * burst of a few runs does not. On the H100 of 2026-11-27 (scripts/gpucheck.sh, clocks
- * sampled every 200 ms): GPT-2 124M's training drew a median 683 W of the card's
- * 700 W (NVIDIA's H100 SXM datasheet) at a median SM clock of 1680 MHz, while the
- * profile, which timed each GEMM in bursts of seven runs (about 3 ms of a GPT-2
- * 124M GEMM), kept 1980 MHz and drew at most 615 W; the step's GEMMs then took
- * 1.03-1.33x (7.8 % in all) their profiled times and the prediction fell 6.5 % short.
- * The soak brings the GPU to the clock it sustains under that op before it is timed.
+ * burst of a few runs does not: profiled in short bursts, the GPU kept a higher clock
+ * than in training, the step's GEMMs took longer than their profiled times and the
+ * prediction fell short (scripts/gpucheck.sh samples the clocks and power;
+ * the code notes in docs/results/). The soak brings the GPU to the clock it
+ * sustains under that op before it is timed.
  *
  * Plain C against cuda_runtime.h; compiled where the CUDA backend is.
  */

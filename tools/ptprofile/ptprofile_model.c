@@ -46,12 +46,11 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
 {
     pt_plan p = plan_for(m, c, t, mbs);
     pt_trace tr;
-    pt_net net;
+    pt_net *net = NULL;
     pt_sched sched;
     pt_grid g;
     pt_dist d;
     pt_sampler sampler;
-    memset(&net, 0, sizeof net);
     memset(&sched, 0, sizeof sched);
     pt_trace_init(&tr, true);
     pt_grid_init(&g, &p.layout);
@@ -75,7 +74,7 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
     /* one warm-up step, then `repeats` timed ones */
     for (int r = 0; rc == 0 && r <= repeats; r++) {
         pt_step_stats st;
-        rc = pt_engine_step(&net, &d, &sched, &sampler, &p, r, &st, err);
+        rc = pt_engine_step(net, &d, &sched, &sampler, &p, r, &st, err);
     }
     if (rc == 0)
         rc = pt_trace_expand(&tr, err);
@@ -83,7 +82,7 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
         drop_gemms(&tr);
         rc = pt_trace_to_costdb(&tr, db, c->device.name, PT_SOURCE_PROFILE, stored, err);
     }
-    pt_net_free(&net);
+    pt_net_free(net);
     pt_sched_free(&sched);
     pt_trace_free(&tr);
     return rc;
@@ -168,7 +167,8 @@ static void run_gemm(pt_kernels *kn, void *arg)
     case PT_GEMM_WGRAD_BIAS:
         kn->matmul_backward(kn, NULL, g->c, g->aux, g->a, g->b, g->b, g->k, n, m);
         break;
-    case PT_GEMM_ROLE_COUNT: /* not a role: pt_prof_gemm_shape never returns it */
+    case PT_GEMM_NONE: /* not a role: pt_prof_gemm_shape never returns these */
+    case PT_GEMM_ROLE_COUNT:
         break;
     }
 }
@@ -200,8 +200,8 @@ static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double soak_s, d
  * chunk of random values, repeated (generating every element on the host took seconds
  * per shape of GPT-2's head). GEMM inputs are never zeros: a multiplier fed zeros
  * toggles few bits and can run faster than on real data, and the profile is to predict
- * training (on the H100 of 2026-11-26 the planner's GEMMs ran 1.11-1.78x their
- * zero-fed profiled times inside training steps). */
+ * training (inside training steps the GEMMs ran well over their zero-fed profiled
+ * times: the code notes in docs/results/). */
 static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
 {
     enum { CHUNK = 1 << 20 };
