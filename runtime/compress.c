@@ -95,7 +95,7 @@ typedef struct {
     int n_ub, next_ub;
 } psgd_chunk;
 
-struct pt_gcomp {
+struct pt_compress_state {
     pt_compress kind;
     int dp_rank, dp_size;
     uint16_t *g16;            /* bf16, ZeRO 0: (n_elems) the flat gradients' copy */
@@ -107,7 +107,7 @@ struct pt_gcomp {
     int rank;
     int64_t start;            /* the first compressed step */
     bool q_ready;             /* Q holds the warm start (set at the first compressed step) */
-    psgd_chunk chunk[64];     /* [vp] */
+    psgd_chunk chunk[PT_CHUNK_MAX]; /* [vp] */
     float *pbuf, *qbuf, *ebuf, *ubuf; /* fp32: P, Q, errors, packed uncompressed */
     int64_t p_elems, q_elems, e_elems, u_elems;
 };
@@ -125,7 +125,7 @@ static size_t f32(int64_t n)
 /* ---- PowerSGD's tables ---------------------------------------------------------------------- */
 
 /* The chunk's compressed matrices, from its end down (the backward's order). */
-static int psgd_matrices(pt_net *n, struct pt_gcomp *g, int c, psgd_chunk *ch)
+static int psgd_matrices(pt_net *n, struct pt_compress_state *g, int c, psgd_chunk *ch)
 {
     ch->mat = calloc((size_t)(n->n_param > 0 ? n->n_param : 1), sizeof *ch->mat);
     if (!ch->mat)
@@ -147,7 +147,7 @@ static int psgd_matrices(pt_net *n, struct pt_gcomp *g, int c, psgd_chunk *ch)
 
 /* The chunk's groups (pt_psgd_group_closes, the planner's rule), from its end down;
  * each group's P and Q matrices one span of pbuf and qbuf. */
-static int psgd_groups(struct pt_gcomp *g, psgd_chunk *ch, int64_t bucket)
+static int psgd_groups(struct pt_compress_state *g, psgd_chunk *ch, int64_t bucket)
 {
     ch->grp = calloc((size_t)(ch->n_mat > 0 ? ch->n_mat : 1), sizeof *ch->grp);
     if (!ch->grp)
@@ -179,7 +179,8 @@ static int psgd_groups(struct pt_gcomp *g, psgd_chunk *ch, int64_t bucket)
 /* The chunk's uncompressed stretches (what lies between its compressed matrices),
  * packed in ascending order, and its buckets over the packed elements from the end
  * down (pt_bucket_at, the planner's rule). */
-static int psgd_stretches(pt_net *n, struct pt_gcomp *g, int c, psgd_chunk *ch, int64_t bucket)
+static int psgd_stretches(pt_net *n, struct pt_compress_state *g, int c, psgd_chunk *ch,
+                          int64_t bucket)
 {
     ch->st = calloc((size_t)ch->n_mat + 1, sizeof *ch->st);
     if (!ch->st)
@@ -213,7 +214,7 @@ static int psgd_stretches(pt_net *n, struct pt_gcomp *g, int c, psgd_chunk *ch, 
     return 0;
 }
 
-static int psgd_init(pt_net *n, struct pt_gcomp *g, int64_t bucket, pt_err *err)
+static int psgd_init(pt_net *n, struct pt_compress_state *g, int64_t bucket, pt_err *err)
 {
     pt_kernels *kn = n->kn;
     if (!kn->gemm_f32 || !kn->orthonormalize)
@@ -240,7 +241,7 @@ static int psgd_init(pt_net *n, struct pt_gcomp *g, int64_t bucket, pt_err *err)
     return 0;
 }
 
-int pt_gc_init(pt_net *n, int dp_rank, int dp_size, int64_t bucket_elems, pt_err *err)
+int pt_compress_init(pt_net *n, int dp_rank, int dp_size, int64_t bucket_elems, pt_err *err)
 {
     const pt_layout *l = &n->layout;
     if (l->compress == PT_COMPRESS_NONE || dp_size <= 1)
@@ -249,10 +250,10 @@ int pt_gc_init(pt_net *n, int dp_rank, int dp_size, int64_t bucket_elems, pt_err
         return pt_err_set(err, "compress=%s applies to the ZeRO 0/1 gradient buckets, not "
                                "ZeRO %d", pt_compress_name(l->compress), l->zero);
     pt_kernels *kn = n->kn;
-    struct pt_gcomp *g = calloc(1, sizeof *g);
+    struct pt_compress_state *g = calloc(1, sizeof *g);
     if (!g)
         return pt_err_set(err, "out of memory");
-    n->gc = g;
+    n->compress = g;
     g->kind = l->compress;
     g->dp_rank = dp_rank;
     g->dp_size = dp_size;
@@ -277,9 +278,9 @@ int pt_gc_init(pt_net *n, int dp_rank, int dp_size, int64_t bucket_elems, pt_err
     return 0;
 }
 
-void pt_gc_free(pt_net *n)
+void pt_compress_free(pt_net *n)
 {
-    struct pt_gcomp *g = n->gc;
+    struct pt_compress_state *g = n->compress;
     if (!g)
         return;
     pt_kernels *kn = n->kn;
@@ -290,54 +291,55 @@ void pt_gc_free(pt_net *n)
     kn->free(kn, g->qbuf);
     kn->free(kn, g->ebuf);
     kn->free(kn, g->ubuf);
-    for (int c = 0; c < 64; c++) {
+    for (int c = 0; c < PT_CHUNK_MAX; c++) {
         free(g->chunk[c].mat);
         free(g->chunk[c].grp);
         free(g->chunk[c].st);
         free(g->chunk[c].ub);
     }
     free(g);
-    n->gc = NULL;
+    n->compress = NULL;
 }
 
-bool pt_gc_on(const pt_net *n)
+bool pt_compress_bf16_on(const pt_net *n)
 {
-    return n->gc != NULL && n->gc->kind == PT_COMPRESS_BF16;
+    return n->compress != NULL && n->compress->kind == PT_COMPRESS_BF16;
 }
 
-bool pt_gc_powersgd_at(const pt_net *n, int64_t step)
+bool pt_compress_powersgd_at(const pt_net *n, int64_t step)
 {
-    return n->gc != NULL && n->gc->kind == PT_COMPRESS_POWERSGD && step >= n->gc->start;
+    const struct pt_compress_state *g = n->compress;
+    return g != NULL && g->kind == PT_COMPRESS_POWERSGD && step >= g->start;
 }
 
-int pt_gc_allreduce_start(pt_net *n, pt_comm *comm, int64_t lo, int64_t count,
-                          pt_comm_req **req, pt_err *err)
+int pt_compress_allreduce_start(pt_net *n, pt_comm *comm, int64_t lo, int64_t count,
+                                pt_comm_req **req, pt_err *err)
 {
-    uint16_t *to = n->gc->g16 + lo;
+    uint16_t *to = n->compress->g16 + lo;
     n->kn->f32_to_bf16(n->kn, to, n->grad + lo, count);
     return pt_comm_iallreduce_t(comm, PT_GROUP_DPCP, PT_COMM_BF16_WIRE, to, count, req, err);
 }
 
-void pt_gc_allreduce_done(pt_net *n, int64_t lo, int64_t count)
+void pt_compress_allreduce_done(pt_net *n, int64_t lo, int64_t count)
 {
-    n->kn->bf16_to_f32(n->kn, n->grad + lo, n->gc->g16 + lo, count);
+    n->kn->bf16_to_f32(n->kn, n->grad + lo, n->compress->g16 + lo, count);
 }
 
-int pt_gc_rs_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
-                   pt_err *err)
+int pt_compress_rs_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z,
+                         pt_comm_req **req, pt_err *err)
 {
     pt_kernels *kn = n->kn;
-    uint16_t *full = n->gc->full16 + z->full_at;
+    uint16_t *full = n->compress->full16 + z->full_at;
     int64_t len = z->hi - z->lo, padded = z->share * n->opt_ranks;
     kn->f32_to_bf16(kn, full, n->grad + z->lo, len);
     kn->zero(kn, full + len, (size_t)(padded - len) * sizeof *full);
     return pt_comm_ireducescatter_t(comm, PT_GROUP_DPCP, PT_COMM_BF16_WIRE, full,
-                                    n->gc->shard16 + z->shard_at, z->share, req, err);
+                                    n->compress->shard16 + z->shard_at, z->share, req, err);
 }
 
-void pt_gc_rs_done(pt_net *n, const pt_zero1_bucket *z)
+void pt_compress_rs_done(pt_net *n, const pt_zero1_bucket *z)
 {
-    n->kn->bf16_to_f32(n->kn, n->rs_shard + z->shard_at, n->gc->shard16 + z->shard_at,
+    n->kn->bf16_to_f32(n->kn, n->rs_shard + z->shard_at, n->compress->shard16 + z->shard_at,
                        z->share);
 }
 
@@ -358,7 +360,7 @@ static void psgd_span(pt_net *n, const char *what, int chunk, int64_t elems, dou
 /* Q's warm start before the first compressed step: a standard normal matrix per
  * tensor, keyed by the run's seed and the tensor's name (the same on every rank of
  * the group). */
-static int psgd_first_q(pt_net *n, struct pt_gcomp *g, pt_err *err)
+static int psgd_first_q(pt_net *n, struct pt_compress_state *g, pt_err *err)
 {
     float *q = malloc(f32(g->q_elems));
     if (!q)
@@ -383,7 +385,7 @@ static int psgd_first_q(pt_net *n, struct pt_gcomp *g, pt_err *err)
 static void psgd_pack(pt_net *n, const psgd_chunk *ch, int64_t u_at, int64_t len, bool in)
 {
     pt_kernels *kn = n->kn;
-    float *u = n->gc->ubuf;
+    float *u = n->compress->ubuf;
     for (int k = 0; k < ch->n_st; k++) {
         const psgd_stretch *st = &ch->st[k];
         int64_t a = u_at > st->u_at ? u_at : st->u_at;
@@ -404,8 +406,9 @@ static void psgd_pack(pt_net *n, const psgd_chunk *ch, int64_t u_at, int64_t len
 static int ub_start(pt_net *n, pt_comm *comm, int chunk, psgd_ubucket *u, pt_err *err)
 {
     double t0 = pt_trace_now();
-    psgd_pack(n, &n->gc->chunk[chunk], u->u_at, u->len, true);
-    if (pt_comm_iallreduce(comm, PT_GROUP_DPCP, n->gc->ubuf + u->u_at, u->len, &u->req, err))
+    psgd_pack(n, &n->compress->chunk[chunk], u->u_at, u->len, true);
+    if (pt_comm_iallreduce(comm, PT_GROUP_DPCP, n->compress->ubuf + u->u_at, u->len, &u->req,
+                           err))
         return -1;
     psgd_span(n, "start u", chunk, u->len, t0);
     return 0;
@@ -444,7 +447,7 @@ void pt_psgd_local_done(pt_kernels *kn, float *M, float *E, const float *P, cons
 /* Phase 1: error feedback into the gradients (M = g + e), P = M Q, P all-reduced. */
 static int grp_start(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err *err)
 {
-    struct pt_gcomp *g = n->gc;
+    struct pt_compress_state *g = n->compress;
     pt_kernels *kn = n->kn;
     double t0 = pt_trace_now();
     if (!g->q_ready && psgd_first_q(n, g, err))
@@ -465,7 +468,7 @@ static int grp_start(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err
 /* Phase 2: P summed; orthonormalised, Q = M^T P, Q all-reduced. */
 static int grp_q(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err *err)
 {
-    struct pt_gcomp *g = n->gc;
+    struct pt_compress_state *g = n->compress;
     pt_kernels *kn = n->kn;
     double t0 = pt_trace_now();
     int rc = pt_comm_wait(comm, gr->req, err);
@@ -490,7 +493,7 @@ static int grp_q(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err *er
 /* Phase 3: Q summed; e = M - P Q^T / W, and the gradients = P Q^T. */
 static int grp_done(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err *err)
 {
-    struct pt_gcomp *g = n->gc;
+    struct pt_compress_state *g = n->compress;
     pt_kernels *kn = n->kn;
     double t0 = pt_trace_now();
     int rc = pt_comm_wait(comm, gr->req, err);
@@ -510,7 +513,7 @@ static int grp_done(pt_net *n, pt_comm *comm, int chunk, psgd_group *gr, pt_err 
 
 /* PowerSGD's work goes on the backend's side stream where it has one (the CUDA
  * backend's), so that it and the waits for its collectives run beside the backward on
- * the main stream; pt_gc_finish makes the main stream wait for it. */
+ * the main stream; pt_compress_finish makes the main stream wait for it. */
 static void on_side(pt_net *n, int side)
 {
     if (n->kn->stream_select)
@@ -519,7 +522,7 @@ static void on_side(pt_net *n, int side)
 
 static int ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
 {
-    psgd_chunk *ch = &n->gc->chunk[chunk];
+    psgd_chunk *ch = &n->compress->chunk[chunk];
     while (ch->next_ub < ch->n_ub && ch->ub[ch->next_ub].lowest >= lo)
         if (ub_start(n, comm, chunk, &ch->ub[ch->next_ub++], err))
             return -1;
@@ -535,7 +538,7 @@ static int ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
     return 0;
 }
 
-int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
+int pt_compress_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
 {
     on_side(n, 1);
     int rc = ready(n, comm, chunk, lo, err);
@@ -547,7 +550,7 @@ int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err)
  * gradients into rs_shard. */
 static void psgd_shares(pt_net *n, int chunk)
 {
-    struct pt_gcomp *g = n->gc;
+    struct pt_compress_state *g = n->compress;
     for (int b = 0; b < n->n_z1; b++) {
         const pt_zero1_bucket *z = &n->z1[b];
         if (z->chunk != chunk)
@@ -561,9 +564,9 @@ static void psgd_shares(pt_net *n, int chunk)
     }
 }
 
-int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err)
+int pt_compress_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err)
 {
-    psgd_chunk *ch = &n->gc->chunk[chunk];
+    psgd_chunk *ch = &n->compress->chunk[chunk];
     on_side(n, 1);
     int rc = ready(n, comm, chunk, n->reduce_lo[chunk], err);
     for (int i = 0; i < ch->n_grp && rc == 0; i++)
@@ -595,9 +598,9 @@ int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err)
 
 /* ---- PowerSGD's state in checkpoints -------------------------------------------------------- */
 
-bool pt_gc_state_sizes(const pt_net *n, int64_t *errors, int64_t *q)
+bool pt_compress_state_sizes(const pt_net *n, int64_t *errors, int64_t *q)
 {
-    const struct pt_gcomp *g = n->gc;
+    const struct pt_compress_state *g = n->compress;
     if (!g || g->kind != PT_COMPRESS_POWERSGD)
         return false;
     *errors = g->e_elems;
@@ -605,17 +608,17 @@ bool pt_gc_state_sizes(const pt_net *n, int64_t *errors, int64_t *q)
     return true;
 }
 
-bool pt_gc_state_get(const pt_net *n, float *errors, float *q)
+bool pt_compress_state_get(const pt_net *n, float *errors, float *q)
 {
-    const struct pt_gcomp *g = n->gc;
+    const struct pt_compress_state *g = n->compress;
     n->kn->copy(n->kn, errors, g->ebuf, (size_t)g->e_elems * sizeof *errors, PT_KCOPY_D2H);
     n->kn->copy(n->kn, q, g->qbuf, (size_t)g->q_elems * sizeof *q, PT_KCOPY_D2H);
     return g->q_ready;
 }
 
-void pt_gc_state_set(pt_net *n, const float *errors, const float *q, bool q_ready)
+void pt_compress_state_set(pt_net *n, const float *errors, const float *q, bool q_ready)
 {
-    struct pt_gcomp *g = n->gc;
+    struct pt_compress_state *g = n->compress;
     pt_kernels *kn = n->kn;
     if (errors)
         kn->copy(kn, g->ebuf, errors, (size_t)g->e_elems * sizeof *errors, PT_KCOPY_H2D);

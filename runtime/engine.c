@@ -395,8 +395,12 @@ static int gather_updated(step_end *e, pt_err *err)
     return 0;
 }
 
-static int step_op(step_end *e, const pt_op *op, pt_err *err)
+/* One op of the step's end list (pt_ops_optimizer). */
+static int step_op(void *ctx, const pt_op *op, pt_err *err)
 {
+    step_end *e = ctx;
+    if (!pt_op_kind_in(op->kind, PT_LIST_STEP))
+        return pt_err_set(err, "internal: op '%s' in the step's end", pt_op_kind_name(op->kind));
     switch (op->kind) {
     case PT_OPK_EMBED_ALLREDUCE:
         return reduce_tied(e->n, e->d, err);
@@ -408,12 +412,14 @@ static int step_op(step_end *e, const pt_op *op, pt_err *err)
         return adam(e, err);
     case PT_OPK_ZERO_ALLGATHER:
         return gather_updated(e, err);
-    default:
-        return pt_err_set(err, "internal: op '%s' in the step's end", pt_op_kind_name(op->kind));
+    default: /* a kind the planner lists at the step's end that this switch lacks */
+        return pt_err_set(err, "internal: step's end op '%s' not run",
+                          pt_op_kind_name(op->kind));
     }
 }
 
-/* OPTIM_STEP: the step's end list, each op a span under its name and key. */
+/* OPTIM_STEP: the step's end list, run by oprun.c (each op a span under its name and
+ * key). */
 static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t step,
                           pt_step_stats *out, pt_err *err)
 {
@@ -421,28 +427,8 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
     out->lr = pt_lr_at(&p->run, step);
     step_end e = {.n = n, .d = d, .p = p, .step = step, .out = out};
     int rc = d->comm ? pt_comm_wait_sends(d->comm, err) : 0;
-    /* a kernel op's span takes the device's times where the layer lists' do
-     * (runtime/layer.c's run_list, devtime.c) */
-    bool device_timed = n->devtime && !n->trace_sync;
-    for (int i = 0; i < n->ops_step.n && rc == 0; i++) {
-        const pt_op *op = &n->ops_step.op[i];
-        bool kernel = op->cls == PT_OP_KERNEL;
-        if (kernel && device_timed && pt_devtime_before(n, err))
-            return -1;
-        double t0 = pt_trace_now();
-        rc = step_op(&e, op, err);
-        if (rc == 0 && kernel && n->trace_sync && kn->sync(kn))
-            rc = pt_err_set(err, "%s", kn->err);
-        if (!kernel) {
-            pt_trace_add_coll(n->trace, n->rank, pt_op_kind_name(op->kind), n->op_seq++, t0,
-                              pt_trace_now());
-            continue;
-        }
-        int64_t span = pt_trace_add_op(n->trace, n->rank, 0, pt_op_kind_name(op->kind),
-                                       &op->kernel, n->op_seq++, t0, pt_trace_now());
-        if (rc == 0 && device_timed && pt_devtime_after(n, span, err))
-            rc = -1;
-    }
+    if (rc == 0)
+        rc = pt_net_run_list(n, &n->ops_step, step_op, &e, err);
     if (rc == 0 && !e.updated) /* a list without ADAM is the planner's error */
         rc = pt_err_set(err, "internal: the step's end list has no optimizer update");
     kn->zero(kn, n->grad, (size_t)(n->zero ? n->opt_elems : n->n_elems) * sizeof(float));
@@ -468,8 +454,8 @@ static int optimizer_step(pt_net *n, const pt_dist *d, const pt_plan *p, int64_t
  * at REDUCE_GRADS, which then waits for all of the chunk's buckets: ceil(elements /
  * bucket) collectives per chunk, as pt_ops_grad_sync prices them. ZeRO 0 all-reduces
  * each bucket in place; ZeRO 1 copies it into its padded slot of rs_full and
- * reduce-scatters that into this rank's share (rs_shard), the buckets model.c listed
- * in the same order (pt_zero1_bucket). Every rank of the dp·cp group runs the same
+ * reduce-scatters that into this rank's share (rs_shard), the buckets listed in the
+ * same order (pt_zero1_bucket, param_table.c). Every rank of the dp·cp group runs the same
  * program on the same parameter table, so all start the same buckets in the same
  * order, as MPI and NCCL require. Each start and each wait is a span on the
  * communication stream. */
@@ -482,6 +468,7 @@ typedef struct {
                                  index in pt_net.z1 (a compressed bucket's result is
                                  widened once waited for) */
     int n_req, cap;
+    int n_waited, n_widened;  /* of those, waited for; and widened (compress=bf16) */
 } chunk_buckets;
 
 typedef struct {
@@ -491,8 +478,8 @@ typedef struct {
     pt_net *n;
     pt_comm *comm;
     int64_t bucket_elems;
-    int last_bwd[64];         /* program index of each chunk's last backward; -1 none */
-    chunk_buckets c[64];      /* [vp] */
+    int last_bwd[PT_CHUNK_MAX]; /* program index of each chunk's last backward; -1 none */
+    chunk_buckets c[PT_CHUNK_MAX]; /* [vp] */
 } buckets;
 
 static void buckets_init(buckets *B, pt_net *n, const pt_dist *d, const pt_plan *p,
@@ -500,7 +487,7 @@ static void buckets_init(buckets *B, pt_net *n, const pt_dist *d, const pt_plan 
 {
     memset(B, 0, sizeof *B);
     B->on = d->comm && d->dp_size > 1 && p->layout.zero <= 1;
-    B->powersgd = B->on && pt_gc_powersgd_at(n, step);
+    B->powersgd = B->on && pt_compress_powersgd_at(n, step);
     B->scatter = B->on && p->layout.zero == 1 && !B->powersgd;
     B->n = n;
     B->comm = d->comm;
@@ -553,7 +540,7 @@ static void bucket_span(const buckets *B, const char *what, int chunk, int64_t b
  * compression (the spans' names carry these). */
 static int64_t wire_bytes(const pt_net *n, int64_t bytes)
 {
-    return pt_gc_on(n) ? bytes / 2 : bytes;
+    return pt_compress_bf16_on(n) ? bytes / 2 : bytes;
 }
 
 /* Starts ZeRO 1's reduce-scatter of bucket z: its gradients copied into its padded
@@ -562,8 +549,8 @@ static int64_t wire_bytes(const pt_net *n, int64_t bytes)
 static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
                        pt_err *err)
 {
-    if (pt_gc_on(n))
-        return pt_gc_rs_start(n, comm, z, req, err);
+    if (pt_compress_bf16_on(n))
+        return pt_compress_rs_start(n, comm, z, req, err);
     pt_kernels *kn = n->kn;
     float *full = n->rs_full + z->full_at;
     int64_t len = z->hi - z->lo, padded = z->share * n->opt_ranks;
@@ -577,12 +564,12 @@ static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_co
  * widened into the fp32 gradients (ZeRO 0) or this rank's share (ZeRO 1, bucket z). */
 static void bucket_done(pt_net *n, bool scatter, int64_t key, int64_t bytes)
 {
-    if (!pt_gc_on(n))
+    if (!pt_compress_bf16_on(n))
         return;
     if (scatter)
-        pt_gc_rs_done(n, &n->z1[key]);
+        pt_compress_rs_done(n, &n->z1[key]);
     else
-        pt_gc_allreduce_done(n, key, bytes / (int64_t)sizeof(float));
+        pt_compress_allreduce_done(n, key, bytes / (int64_t)sizeof(float));
 }
 
 static int zero1_wait(pt_net *n, pt_comm *comm, int b, pt_comm_req *req, pt_err *err)
@@ -628,10 +615,11 @@ static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
         cb->next_z1 = k + 1 < n->n_z1 && n->z1[k + 1].chunk == chunk ? k + 1 : -1;
         if (zero1_start(n, B->comm, &n->z1[k], &cb->req[cb->n_req], err))
             return -1;
-    } else if (pt_gc_on(B->n) ? pt_gc_allreduce_start(B->n, B->comm, lo, count,
-                                                      &cb->req[cb->n_req], err)
-                              : pt_comm_iallreduce(B->comm, PT_GROUP_DPCP, B->n->grad + lo,
-                                                   count, &cb->req[cb->n_req], err)) {
+    } else if (pt_compress_bf16_on(B->n)
+                   ? pt_compress_allreduce_start(B->n, B->comm, lo, count, &cb->req[cb->n_req],
+                                                 err)
+                   : pt_comm_iallreduce(B->comm, PT_GROUP_DPCP, B->n->grad + lo, count,
+                                        &cb->req[cb->n_req], err)) {
         return -1;
     }
     int64_t bytes = count * (int64_t)sizeof(float);
@@ -649,34 +637,93 @@ static int bucket_ready(void *ctx, int chunk, int64_t lo, pt_err *err)
     if (lo < B->n->reduce_lo[chunk]) /* a tied copy below is reduced at the step */
         lo = B->n->reduce_lo[chunk];
     if (B->powersgd)
-        return pt_gc_ready(B->n, B->comm, chunk, lo, err);
+        return pt_compress_ready(B->n, B->comm, chunk, lo, err);
     while (cb->started - lo >= B->bucket_elems)
         if (bucket_start(B, chunk, cb->started - B->bucket_elems, err))
             return -1;
     return 0;
 }
 
-/* REDUCE_GRADS: starts the whole buckets left, then the rest of the chunk as its last
- * bucket, and waits for all. */
-static int buckets_finish(buckets *B, int chunk, pt_err *err)
+/* The first DP_BUCKET op of a chunk's list: starts the whole buckets left, then the rest
+ * of the chunk as its last bucket. */
+static int buckets_start_rest(buckets *B, int chunk, pt_err *err)
+{
+    if (bucket_ready(B, chunk, B->n->reduce_lo[chunk], err))
+        return -1;
+    return bucket_start(B, chunk, B->n->reduce_lo[chunk], err);
+}
+
+/* Waits for the chunk's next `count` buckets in start order, or for all left when
+ * count < 0 (the list's last DP_BUCKET op: a count the planner rounded differently
+ * cannot leave a bucket behind). After an error the requests in flight are left to the
+ * abort that follows (buckets_free). */
+static int buckets_wait(buckets *B, int chunk, int64_t count, pt_err *err)
 {
     chunk_buckets *cb = &B->c[chunk];
-    if (B->powersgd)
-        return pt_gc_finish(B->n, B->comm, chunk, err);
-    int rc = bucket_ready(B, chunk, B->n->reduce_lo[chunk], err);
-    if (rc == 0)
-        rc = bucket_start(B, chunk, B->n->reduce_lo[chunk], err);
-    for (int i = 0; i < cb->n_req; i++) {
+    for (; cb->n_waited < cb->n_req && count != 0; count--) {
+        int i = cb->n_waited;
         double t0 = pt_trace_now();
-        pt_err e2;
-        if (pt_comm_wait(B->comm, cb->req[i], rc ? &e2 : err))
-            rc = -1; /* every request is still waited for, and freed; the first error kept */
-        else
-            bucket_done(B->n, B->scatter, cb->key[i], cb->bytes[i]);
+        if (pt_comm_wait(B->comm, cb->req[i], err))
+            return -1;
+        cb->n_waited++;
         bucket_span(B, "wait", chunk, wire_bytes(B->n, cb->bytes[i]), t0);
     }
-    cb->n_req = 0;
-    return rc;
+    return 0;
+}
+
+/* compress=bf16 (BF16_CONVERT): the waited buckets' bf16 results widened into the fp32
+ * gradients or this rank's shares; nothing without compression. */
+static void buckets_widen(buckets *B, int chunk)
+{
+    chunk_buckets *cb = &B->c[chunk];
+    for (; cb->n_widened < cb->n_waited; cb->n_widened++)
+        bucket_done(B->n, B->scatter, cb->key[cb->n_widened], cb->bytes[cb->n_widened]);
+}
+
+/* A chunk's bucket list run by oprun.c (reduce_grads). */
+typedef struct {
+    buckets *B;
+    int chunk;
+    int dp_ops_left;          /* DP_BUCKET ops not yet run */
+    bool started;             /* the rest started (PowerSGD: its reduction finished) */
+} sync_run;
+
+/* One op of a chunk's gradient-bucket list (pt_ops_grad_sync). DP_BUCKET ops wait for
+ * their count of buckets (the first starts what is left; the last waits for all left);
+ * BF16_CONVERT widens the reduced bf16 buckets. Under PowerSGD the compression's
+ * kernels and all-reduces run beside the backward on a side stream as its groups of
+ * gradients become final (runtime/compress.c, pt_compress_ready): the list's first op
+ * waits for all of that (pt_compress_finish), and the others ran beside it. In
+ * PowerSGD's warm-up steps every gradient goes in plain buckets (the DP_BUCKET ops) and
+ * its ops have nothing to run. */
+static int sync_op(void *ctx, const pt_op *op, pt_err *err)
+{
+    sync_run *r = ctx;
+    buckets *B = r->B;
+    if (!pt_op_kind_in(op->kind, PT_LIST_GRAD_SYNC))
+        return pt_err_set(err, "internal: op '%s' in a gradient-bucket list",
+                          pt_op_kind_name(op->kind));
+    if (!B->on)
+        return pt_err_set(err, "internal: gradient buckets listed for chunk %d, none started",
+                          r->chunk);
+    if (B->powersgd) {
+        if (r->started)
+            return PT_OP_NO_SPAN;
+        r->started = true;
+        return pt_compress_finish(B->n, B->comm, r->chunk, err);
+    }
+    switch (op->kind) {
+    case PT_OPK_DP_BUCKET:
+        if (!r->started && buckets_start_rest(B, r->chunk, err))
+            return -1;
+        r->started = true;
+        return buckets_wait(B, r->chunk, --r->dp_ops_left > 0 ? op->count : -1, err);
+    case PT_OPK_BF16_CONVERT:
+        buckets_widen(B, r->chunk);
+        return 0;
+    default: /* PowerSGD's ops in its warm-up steps: every gradient went in buckets */
+        return PT_OP_NO_SPAN;
+    }
 }
 
 /* ---- Instructions ----------------------------------------------------------------------------- */
@@ -725,33 +772,26 @@ static int transfer(step_ctx *c, const pt_ins *in)
     }
 }
 
-/* REDUCE_GRADS: the chunk's gradient-bucket list (pt_ops_grad_sync). Its buckets
- * started as the chunk's last backward filled them (bucket_ready); the first
- * DP_BUCKET op starts what is left and waits for them all, so the op is one span of
- * the wait. ZeRO 2/3's list is empty (their layers reduce in the layer lists); on one
- * data-parallel rank so is every list. */
+/* REDUCE_GRADS: the chunk's gradient-bucket list (pt_ops_grad_sync), every op run by
+ * oprun.c (sync_op). Its buckets started as the chunk's last backward filled them
+ * (bucket_ready). ZeRO 2/3's list is empty (their layers reduce in the layer lists);
+ * on one data-parallel rank so is every list. */
 static int reduce_grads(step_ctx *c, int chunk)
 {
     pt_net *n = c->n;
     const pt_oplist *o = &n->ops_sync[chunk];
-    for (int i = 0; i < o->n; i++) {
-        const pt_op *op = &o->op[i];
-        /* compression's kernels and collectives (compress=bf16, powersgd) */
-        bool compress = op->kind >= PT_OPK_BF16_CONVERT && op->kind <= PT_OPK_PSGD_ALLREDUCE_Q;
-        if (op->kind != PT_OPK_DP_BUCKET && !compress)
-            return pt_err_set(c->err, "internal: op '%s' in a gradient-bucket list",
-                              pt_op_kind_name(op->kind));
-        if (i > 0) /* the list's other ops: run (and waited for) with the first */
-            continue;
-        if (!c->bk->on)
-            return pt_err_set(c->err, "internal: gradient buckets listed for chunk %d, none "
-                                      "started", chunk);
-        double t0 = pt_trace_now();
-        if (buckets_finish(c->bk, chunk, c->err))
+    sync_run r = {.B = c->bk, .chunk = chunk};
+    for (int i = 0; i < o->n; i++)
+        r.dp_ops_left += o->op[i].kind == PT_OPK_DP_BUCKET;
+    if (pt_net_run_list(n, o, sync_op, &r, c->err))
+        return -1;
+    if (r.started && !c->bk->powersgd) { /* every bucket waited for and widened */
+        if (buckets_wait(c->bk, chunk, -1, c->err))
             return -1;
-        pt_trace_add_coll(n->trace, n->rank, pt_op_kind_name(op->kind), n->op_seq++, t0,
-                          pt_trace_now());
+        buckets_widen(c->bk, chunk);
     }
+    chunk_buckets *cb = &c->bk->c[chunk];
+    cb->n_req = cb->n_waited = cb->n_widened = 0;
     return 0;
 }
 

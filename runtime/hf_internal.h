@@ -72,8 +72,8 @@ int hf_map_of(const pt_model *m, const hf_layout *l, const char *name, hf_map *o
 bool hf_row(const hf_map *mp, int64_t r, int64_t *at, int64_t *stride);
 
 /* Our parameter names of model m in the order they lie on one rank
- * (pt_model_param_table: runtime/model.c's own table). *names is malloc'd (*n of
- * them); -1 when out of memory. */
+ * (pt_model_param_table: runtime/param_table.c's own table). *names is malloc'd (*n
+ * of them); -1 when out of memory. */
 int hf_param_names(const pt_model *m, char (**names)[48], int *n, pt_err *err);
 
 /* 16-bit floats: IEEE binary16 and bfloat16, to fp32 exactly, and from fp32 rounded to

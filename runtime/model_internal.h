@@ -1,7 +1,10 @@
 /*
- * Internal to runtime/: the activation slots and gradient scratch of a model, shared
- * by model.c (which allocates parameters) and layer.c (which executes the op lists),
- * and the device timers of its op spans (devtime.c).
+ * Internal to runtime/: what the files of a rank's model share, from the bottom up.
+ * The parameters and their state (param_table.c); ZeRO 2/3's shards of them (zero.c)
+ * and the gradient compression of their reduction (compress.c); the activation slots,
+ * the head's buffers and the gradient scratch of a micro-batch and where they live
+ * (tensors.c), which layer.c, attention.c and chunk.c compute on; the model assembled
+ * from all of these (net.c); and the device timers of op spans (devtime.c).
  */
 #ifndef PT_RT_MODEL_INTERNAL_H
 #define PT_RT_MODEL_INTERNAL_H
@@ -9,6 +12,255 @@
 #include "runtime.h"
 
 #include <string.h>
+
+/* ---- A rank's model (runtime.h: pt_net) ------------------------------------------------ */
+
+/* One gradient bucket of ZeRO 1 (Megatron-Core's distributed optimizer: each bucket
+ * padded to a multiple of dp and reduce-scattered on its own, every rank owning one
+ * share of each, so the reduction overlaps the backward as DDP's all-reduces do). */
+typedef struct pt_zero1_bucket {
+    int chunk;
+    bool at_step;             /* the tied embedding's copy: reduced at the optimizer step */
+    int64_t lo, hi;           /* gradient elements [lo, hi) */
+    int64_t share;            /* elements each rank owns: ceil((hi - lo) / dp); rank r
+                                 owns [lo + r·share, lo + (r+1)·share) ∩ [lo, hi) */
+    int64_t full_at;          /* where the padded copy (share·dp) sits in rs_full */
+    int64_t shard_at;         /* where this rank's share sits in rs_shard, m and v */
+} pt_zero1_bucket;
+
+/* Activations one micro-batch keeps for its backward pass (one "slot"). */
+typedef struct pt_acts pt_acts;
+
+/* The op lists of a micro-batch that a model runs (pt_net.ops), built by net.c from the
+ * planner's pt_ops_layer, pt_ops_embed and pt_ops_head. */
+typedef enum { PT_NET_LAYER_FWD, PT_NET_LAYER_BWD, PT_NET_EMBED_FWD, PT_NET_EMBED_BWD,
+               PT_NET_HEAD_FWD, PT_NET_HEAD_BWD, PT_NET_LISTS } pt_net_list;
+
+/* One rank's part of the model (opaque in runtime.h): built by net.c, in place by
+ * pt_net_build or allocated by pt_net_init_at. */
+struct pt_net {
+    pt_model spec;
+    pt_layout layout;
+    pt_kernels *kn;
+    pt_trace *trace;          /* may be off */
+    bool trace_sync;          /* PT_TRACE_SYNC=1: wait for the device around each op, so
+                               * a span is its host time around the device's work (the
+                               * device timers are then not used) */
+    struct pt_devtime *devtime; /* op spans waiting for their device times (runtime/
+                                 devtime.c): with the trace on, on a backend with
+                                 device timers; NULL otherwise */
+    int rank;                 /* for trace spans */
+    int op_seq;               /* the next op span's place in its instruction (the engine
+                                 resets it as each instruction starts) */
+    int stage;                /* pipeline stage of this rank */
+    int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */
+    pt_comm *comm;            /* tp/cp collectives and the cp ring; NULL on one rank */
+    int cp_next, cp_prev;     /* world ranks after and before this one in the cp ring */
+    float dropout;            /* probability on the embedding and residual branches */
+    uint64_t seed;            /* the run's seed: keys initialisation and dropout */
+    int64_t chunk_layers;     /* layers per model chunk: every chunk of a rank holds as
+                                 many (pt_stage_layers; L / (pp·vp) when even) */
+    int64_t n_layers;         /* layers on this rank, vp·chunk_layers */
+    int64_t chunk_first[PT_CHUNK_MAX]; /* model index of each chunk's first layer */
+    int64_t chunk_begin[PT_CHUNK_MAX], chunk_end[PT_CHUNK_MAX]; /* parameter elements of each chunk: its
+                                 layers, with the embedding on virtual stage 0 and the
+                                 final norm and head on the last virtual stage */
+
+    pt_param *param;
+    int n_param;
+    int64_t n_elems;          /* parameters on this rank */
+    float *w;                 /* (n_elems) [act] every parameter, one buffer */
+    float *grad;              /* (n_elems) fp32 */
+    float *m, *v;             /* (opt_elems) fp32 Adam moments: of every element, or
+                                 with ZeRO 1 of this rank's share of every bucket in
+                                 turn, or with ZeRO 2/3 of its segment shards */
+    int64_t opt_elems;        /* the optimizer's share: every element; with ZeRO 1 the
+                                 sum of this rank's bucket shares (z1); with ZeRO 2/3
+                                 its segment shards (zero.c) */
+    float *master;            /* (n_elems) fp32 master weights; == w on fp32 backends */
+    int64_t opt_ranks;        /* ranks the optimizer state is sharded over (1: none) */
+    int64_t reduce_lo[PT_CHUNK_MAX], reduce_hi[PT_CHUNK_MAX]; /* the elements of each chunk its gradient
+                                 buckets reduce during the backward: the chunk's, but
+                                 with ZeRO 1 a tied embedding's copy (first and last
+                                 stage), which the optimizer step reduces after its
+                                 sum over the two stages */
+    struct pt_zero1_bucket *z1; /* ZeRO 1 over dp > 1: every gradient bucket, chunk by
+                                 chunk, each from the chunk's end down (engine.c's
+                                 order), the tied copy's last; n_z1 of them */
+    int n_z1;
+    float *rs_full, *rs_shard; /* ZeRO 1: the buckets' padded copies, each
+                                 reduce-scattered as the backward finishes it
+                                 (rs_full), and this rank's reduced shares of them
+                                 (opt_elems floats, rs_shard); allocated with the
+                                 model */
+
+    double *gsq;              /* (2) backend memory: the step's gradient sum of squares,
+                                 summed over the ranks on the device (engine.c), and
+                                 lsum */
+    double *lsum;             /* (1) backend memory: token losses summed (gsq + 1) */
+    pt_k_adamw_tensor *adam;  /* [adam_cap] the optimizer's tensor list (host) */
+    int adam_cap;
+
+    struct pt_compress_state *compress; /* gradient compression of the ZeRO 0/1 buckets
+                                 (runtime/compress.c); NULL without */
+    struct pt_zero *zero;     /* ZeRO 2/3's shards and windows (runtime/zero.c), with
+                                 dp·cp > 1; NULL otherwise. With it, master, grad, m
+                                 and v are shard arrays of opt_elems floats and w is
+                                 NULL */
+
+    pt_acts **slot;           /* activation slots: one (micro-batch, chunk) each */
+    int n_slots;
+    int *slot_map;            /* [n_micro·vp] the slot of (mb, chunk) in flight, or -1 */
+    bool *slot_busy;          /* [n_slots] */
+    void **head;              /* the head's buffers (pt_head_acts), last stage only */
+    int n_head;
+    void *scratch;            /* gradient scratch shared by all layers */
+
+    int64_t bytes;            /* backend memory this model allocated: what the planner's
+                                 memory model predicts for the rank */
+    pt_oplist ops[PT_NET_LISTS]; /* the planner's op lists of a micro-batch this model
+                                 executes, by pt_net_list */
+    pt_oplist ops_sync[PT_CHUNK_MAX]; /* each chunk's gradient buckets (pt_ops_grad_sync),
+                                 run by the engine at its REDUCE_GRADS */
+    pt_oplist ops_step;       /* the step's end (pt_ops_optimizer), run at OPTIM_STEP */
+    const pt_param **pref;    /* [(n_layers + 1)·PT_PARAM_COUNT·2]: the weight and bias
+                                 of each pt_param_ref of each layer on this rank (its
+                                 index in n_layers), then of the parts outside layers;
+                                 NULL where there is none. Resolved once by name when
+                                 the runtime is allocated; the ops index it. */
+
+    /* Optional (NULL: not called): pt_net_backward_chunk calls it as the chunk's
+     * gradient becomes final for this micro-batch — after the head's backward, each
+     * layer's and the embedding's — with `lo`, the lowest element this backward no
+     * longer changes (elements [lo, chunk_end[chunk]) are done). The engine sets it
+     * around a chunk's last backward of the step to start gradient buckets. Returns
+     * 0, or -1 with err set, which fails the backward. */
+    int (*grad_done)(void *ctx, int chunk, int64_t lo, pt_err *err);
+    void *grad_done_ctx;
+};
+
+/* pt_net_init_at in place, for a model that lives inside another structure (the
+ * trainer's); pt_net_release frees what it holds from any state pt_net_build leaves,
+ * but not n. */
+int pt_net_build(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place *at,
+                 int slots, uint64_t seed, pt_trace *trace, pt_err *err);
+void pt_net_release(pt_net *n);
+
+/* ---- The parameters and their state (runtime/param_table.c) ----------------------------- */
+
+/* This rank's parameter table (n->param, n_param, n_elems; each chunk's element range,
+ * chunk_begin and chunk_end) from the model, the layout and the chunks' layers
+ * (chunk_layers, chunk_first), checked against the planner's count. */
+int pt_net_build_table(pt_net *n, pt_err *err);
+/* The initial value of every parameter element on this rank, into *out (n_elems host
+ * floats, malloc'd; NULL on error), keyed by the seed, each parameter's name and each
+ * element's index in the whole tensor. */
+int pt_net_init_values(const pt_net *n, uint64_t seed, float **out, pt_err *err);
+/* Element i of a standard normal stream keyed by (seed, key) (the initialiser's). */
+float pt_net_normal(uint64_t seed, const char *key, int64_t i);
+/* The elements each chunk's gradient buckets reduce (n->reduce_lo, reduce_hi), and
+ * with ZeRO 1 the tied embedding's copy they leave to the optimizer step, [*tied_lo,
+ * *tied_hi) (else an empty range). */
+int pt_net_reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi, pt_err *err);
+/* The model states without ZeRO 2/3: fp32 master weights (the weights themselves on an
+ * fp32 backend, else beside a bf16 copy), gradients, and the Adam moments of every
+ * element or, with ZeRO 1 over at->dp_size > 1 ranks, of this rank's share of each
+ * gradient bucket (n->z1, with the reduce-scatter buffers rs_full and rs_shard).
+ * pt_net_free_state frees them, the buckets and the parameter table (what ZeRO 2/3
+ * allocated instead is pt_zero_free's). */
+int pt_net_alloc_state(pt_net *n, const pt_plan *p, const pt_net_place *at, int64_t tied_lo,
+                       int64_t tied_hi, pt_err *err);
+void pt_net_free_state(pt_net *n);
+/* count host fp32 weights into backend [act] memory dst: copied, or rounded to bf16
+ * (waits until the host copy may go). Errors: out of memory. */
+int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t count,
+                          pt_err *err);
+/* n_elems host fp32 weights into the master weights and, on a bf16 backend, the
+ * compute copy n->w; waits for the device. */
+int pt_net_upload_master(pt_net *n, const float *host, pt_err *err);
+
+/* ---- ZeRO 2 and 3 (runtime/zero.c) -------------------------------------------------------- */
+
+/* Shards of every segment (layer, embedding, head) of the parameter buffer over the
+ * dp·cp group, a window for one layer's gradients (and with stage 3 one for its
+ * gathered weights), and whole copies of the weights kept whole. */
+typedef struct pt_zero pt_zero;
+/* Shards `init` (n_elems host floats) and allocates the windows; sets n->master,
+ * grad, m and v to shard arrays of opt_elems floats and n->w to NULL. pt_zero_free
+ * frees them (n->zero NULL again). */
+int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *init,
+                 pt_err *err);
+void pt_zero_free(pt_net *n);
+/* Whole master weights (n_elems host floats) from or into the shards; getting is
+ * collective over the dp·cp group. */
+int pt_zero_get_master(pt_net *n, float *whole, pt_err *err);
+int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err);
+/* The op list's zero3_allgather and zero_reducescatter of a layer; a layer's
+ * backward opens its gradient window first (begin_backward).
+ * Gathers layer's weights into a window (waiting for its prefetch when one was
+ * started) and starts gathering next's (-1: none) into the other window. */
+int pt_zero_gather_layer(pt_net *n, int64_t layer, int64_t next, pt_err *err);
+int pt_zero_begin_backward(pt_net *n, int64_t layer, pt_err *err);
+/* Starts the reduce-scatter of layer's gradient window; begin_backward of a later
+ * layer waits for the one before last (two windows), the step for all. */
+int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err);
+/* Where parameter p's weights and gradient are now: in the window (NULL when its
+ * layer is not gathered, or not in its backward) or in the whole copies. */
+float *pt_zero_weight(pt_net *n, const pt_param *p);
+float *pt_zero_grad(pt_net *n, const pt_param *p);
+/* The optimizer's view: segment s's shard on this rank covers flat elements
+ * [lo, hi); master, grad, m and v point at element lo. */
+typedef struct {
+    int64_t lo, hi;
+    float *master, *grad, *m, *v;
+} pt_zero_shard;
+int pt_zero_segments(const pt_net *n);
+pt_zero_shard pt_zero_shard_of(pt_net *n, int s);
+/* At the optimizer step: the embedding's and head's gradients reduce-scattered into
+ * their shards; after the update, the shards of every segment whose weights are kept
+ * whole gathered back into the copies. */
+int pt_zero_reduce_whole(pt_net *n, pt_err *err);
+/* Completes the collectives the layers left in flight (the last gradient windows'
+ * reduce-scatters); the step's end calls it before it reads the shards. */
+int pt_zero_drain(pt_net *n, pt_err *err);
+int pt_zero_gather_whole(pt_net *n, pt_err *err);
+
+/* ---- Gradient compression (runtime/compress.c) -------------------------------------------- */
+
+/* With the layout's compress over dp·cp > 1 (ZeRO 0/1): pt_compress_init allocates
+ * its buffers after the model states (pt_net.compress stays NULL without compression;
+ * bucket_elems: the plan's bucket in fp32 elements), pt_compress_free frees them.
+ * bf16 (pt_compress_bf16_on): a bucket's collective starts with
+ * pt_compress_allreduce_start (ZeRO 0: gradient elements [lo, lo + count)) or
+ * pt_compress_rs_start (ZeRO 1: bucket z into this rank's share) and, once waited for,
+ * its result is widened into the fp32 gradients (ZeRO 0) or rs_shard (ZeRO 1) by the
+ * matching _done.
+ * powersgd (pt_compress_powersgd_at: from the layout's powersgd_start on): the engine
+ * hands a chunk's reduction over: pt_compress_ready as the backward makes elements
+ * [lo, chunk end) final, pt_compress_finish at its REDUCE_GRADS (reduced gradients in
+ * n->grad, with ZeRO 1 this rank's shares in rs_shard). */
+int pt_compress_init(pt_net *n, int dp_rank, int dp_size, int64_t bucket_elems, pt_err *err);
+void pt_compress_free(pt_net *n);
+bool pt_compress_bf16_on(const pt_net *n);
+int pt_compress_allreduce_start(pt_net *n, pt_comm *comm, int64_t lo, int64_t count,
+                                pt_comm_req **req, pt_err *err);
+void pt_compress_allreduce_done(pt_net *n, int64_t lo, int64_t count);
+int pt_compress_rs_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z,
+                         pt_comm_req **req, pt_err *err);
+void pt_compress_rs_done(pt_net *n, const pt_zero1_bucket *z);
+bool pt_compress_powersgd_at(const pt_net *n, int64_t step);
+int pt_compress_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err);
+int pt_compress_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err);
+/* PowerSGD's state, which checkpoints keep: this rank's errors and its Q matrices
+ * (fp32, flat). pt_compress_state_sizes: false without PowerSGD, else their element
+ * counts. pt_compress_state_get copies them to host memory and says whether Q holds a
+ * warm start (a compressed step has run); pt_compress_state_set puts them back (errors
+ * NULL: zero; q NULL or !q_ready: Q is drawn afresh at the next compressed step). */
+bool pt_compress_state_sizes(const pt_net *n, int64_t *errors, int64_t *q);
+bool pt_compress_state_get(const pt_net *n, float *errors, float *q);
+void pt_compress_state_set(pt_net *n, const float *errors, const float *q, bool q_ready);
+
+/* ---- A micro-batch's activations and the gradient scratch --------------------------------- */
 
 /* What one transformer layer keeps of a micro-batch. T = b·s_r tokens pass through
  * the layer on this rank (s_r = s/cp); R of them are this rank's rows of the
@@ -78,98 +330,83 @@ typedef struct {
                                          (b, a/t, s_r/2) fp32 result before combining */
 } pt_scratch;
 
-/* ZeRO 2 and 3 (runtime/zero.c): shards of every segment (layer, embedding, head)
- * of the parameter buffer over the dp·cp group, a window for one layer's gradients
- * (and with stage 3 one for its gathered weights), and whole copies of the weights
- * kept whole. */
-typedef struct pt_zero pt_zero;
-/* count host fp32 weights into backend [act] memory dst: copied, or rounded to bf16
- * (waits until the host copy may go). Errors: out of memory. */
-int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t count,
-                          pt_err *err);
-/* Shards `init` (n_elems host floats) and allocates the windows; sets n->master,
- * grad, m and v to shard arrays of opt_elems floats and n->w to NULL. */
-/* Gradient compression (runtime/compress.c), with the layout's compress over dp·cp >
- * 1 (ZeRO 0/1): pt_gc_init allocates its buffers after the model states (pt_net.gc
- * stays NULL without compression; bucket_elems: the plan's bucket in fp32 elements),
- * pt_gc_free frees them.
- * bf16 (pt_gc_on): a bucket's collective starts with pt_gc_allreduce_start (ZeRO 0:
- * gradient elements [lo, lo + count)) or pt_gc_rs_start (ZeRO 1: bucket z into this
- * rank's share) and, once waited for, its result is widened into the fp32 gradients
- * (ZeRO 0) or rs_shard (ZeRO 1) by the matching _done.
- * powersgd (pt_gc_powersgd_at: from the layout's powersgd_start on): the engine hands
- * a chunk's reduction over: pt_gc_ready as the backward makes elements [lo, chunk end)
- * final, pt_gc_finish at its REDUCE_GRADS (reduced gradients in n->grad, with ZeRO 1
- * this rank's shares in rs_shard). */
-int pt_gc_init(pt_net *n, int dp_rank, int dp_size, int64_t bucket_elems, pt_err *err);
-void pt_gc_free(pt_net *n);
-bool pt_gc_on(const pt_net *n);
-int pt_gc_allreduce_start(pt_net *n, pt_comm *comm, int64_t lo, int64_t count,
-                          pt_comm_req **req, pt_err *err);
-void pt_gc_allreduce_done(pt_net *n, int64_t lo, int64_t count);
-int pt_gc_rs_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_comm_req **req,
-                   pt_err *err);
-void pt_gc_rs_done(pt_net *n, const pt_zero1_bucket *z);
-bool pt_gc_powersgd_at(const pt_net *n, int64_t step);
-int pt_gc_ready(pt_net *n, pt_comm *comm, int chunk, int64_t lo, pt_err *err);
-int pt_gc_finish(pt_net *n, pt_comm *comm, int chunk, pt_err *err);
-/* PowerSGD's state, which checkpoints keep: this rank's errors and its Q matrices
- * (fp32, flat). pt_gc_state_sizes: false without PowerSGD, else their element counts.
- * pt_gc_state_get copies them to host memory and says whether Q holds a warm start
- * (a compressed step has run); pt_gc_state_set puts them back (errors NULL: zero; q
- * NULL or !q_ready: Q is drawn afresh at the next compressed step). */
-bool pt_gc_state_sizes(const pt_net *n, int64_t *errors, int64_t *q);
-bool pt_gc_state_get(const pt_net *n, float *errors, float *q);
-void pt_gc_state_set(pt_net *n, const float *errors, const float *q, bool q_ready);
-/* Element i of a standard normal stream keyed by (seed, key) (model.c's initialiser). */
-float pt_net_normal(uint64_t seed, const char *key, int64_t i);
+/* ---- Where a micro-batch's tensors live (runtime/tensors.c) ----------------------------- */
 
-int pt_zero_init(pt_net *n, int stage, int dp_rank, int dp_size, const float *init,
-                 pt_err *err);
-void pt_zero_free(pt_net *n);
-/* Whole master weights (n_elems host floats) from or into the shards; getting is
- * collective over the dp·cp group. */
-int pt_zero_get_master(pt_net *n, float *whole, pt_err *err);
-int pt_zero_set_master(pt_net *n, const float *whole, pt_err *err);
-/* The op list's zero3_allgather and zero_reducescatter of a layer; a layer's
- * backward opens its gradient window first. */
-/* Gathers layer's weights into a window (waiting for its prefetch when one was
- * started) and starts gathering next's (-1: none) into the other window. */
-int pt_zero_gather_layer(pt_net *n, int64_t layer, int64_t next, pt_err *err);
-int pt_zero_begin_backward(pt_net *n, int64_t layer, pt_err *err);
-/* Starts the reduce-scatter of layer's gradient window; begin_backward of a later
- * layer waits for the one before last (two windows), the step for all. */
-int pt_zero_reduce_layer(pt_net *n, int64_t layer, pt_err *err);
-/* Where parameter p's weights and gradient are now: in the window (NULL when its
- * layer is not gathered, or not in its backward) or in the whole copies. */
-float *pt_zero_weight(pt_net *n, const pt_param *p);
-float *pt_zero_grad(pt_net *n, const pt_param *p);
-/* The optimizer's view: segment s's shard on this rank covers flat elements
- * [lo, hi); master, grad, m and v point at element lo. */
+/* The sizes of one micro-batch through one layer on this rank: the shape the planner
+ * priced (pt_rank_shape_of), split over tp and cp. */
 typedef struct {
-    int64_t lo, hi;
-    float *master, *grad, *m, *v;
-} pt_zero_shard;
-int pt_zero_segments(const pt_net *n);
-pt_zero_shard pt_zero_shard_of(pt_net *n, int s);
-/* At the optimizer step: the embedding's and head's gradients reduce-scattered into
- * their shards; after the update, the shards of every segment whose weights are kept
- * whole gathered back into the copies. */
-int pt_zero_reduce_whole(pt_net *n, pt_err *err);
-/* Completes the collectives the layers left in flight (the last gradient windows'
- * reduce-scatters); the step's end calls it before it reads the shards. */
-int pt_zero_drain(pt_net *n, pt_err *err);
-int pt_zero_gather_whole(pt_net *n, pt_err *err);
+    int64_t b, s, T;          /* micro-batch, sequence on this rank (s/cp), tokens */
+    int64_t R;                /* rows of the residual stream here: T, or T/t with sp */
+    int64_t sc;               /* cp: one sequence chunk, s/(2·cp); s without cp */
+    int h, a, kh, d, f, v;    /* per rank: a, kh, f and v already divided by t */
+    int t, tr, cp, cr;        /* tp size and rank, cp size and rank */
+    int kv_share;             /* tp ranks sharing one KV head (tp > k), else 1 */
+    bool sp;
+} pt_layer_dims;
 
+pt_layer_dims pt_net_dims(const pt_net *n);
+/* Context parallelism's causal load balancing: cp rank cr holds sequence chunks cr and
+ * 2·cp-1-cr (its pieces 0 and 1; one piece, the whole sequence, without cp). The
+ * position of the first token of piece `piece` of rank cr, and the pieces per rank. */
+int64_t pt_dims_piece_pos(const pt_layer_dims *d, int cr, int piece);
+int pt_dims_pieces(const pt_layer_dims *d);
+
+/* pt_tensors_check: whether the buffers of `slots` micro-batches can be sized at all
+ * (else an error naming them), before anything is allocated. pt_tensors_alloc: the
+ * activation slots (`slots`, at least vp), the head's buffers (last stage) and the
+ * gradient scratch, their bytes added to n->bytes. pt_tensors_free frees them and the
+ * resolved parameters, from any state alloc or pt_net_resolve_params leaves. */
+int pt_tensors_check(const pt_net *n, int slots, pt_err *err);
+int pt_tensors_alloc(pt_net *n, int slots, pt_err *err);
+void pt_tensors_free(pt_net *n);
+
+/* The parameters the ops name (pt_param_ref), resolved once by name into n->pref;
+ * pt_net_param_row gives layer li's row (0 .. n_layers-1; li < 0: the parameters
+ * outside the layers), the weight and bias of each pt_param_ref. */
+int pt_net_resolve_params(pt_net *n, pt_err *err);
+const pt_param *const *pt_net_param_row(const pt_net *n, int64_t li);
+/* A parameter's weights (in w, [act]) and its gradient (fp32); NULL when the model has no
+ * such parameter (a bias of a model without biases) or this rank does not hold it. */
+typedef struct {
+    const float *w;
+    float *g;
+} pt_param_view;
+/* Where p's weights and gradient are now: the parameter buffer, or under ZeRO 2/3 a
+ * window or a whole copy (pt_zero_weight). p NULL: a view of NULLs. */
+pt_param_view pt_net_param_view(const pt_net *n, const pt_param *p);
+/* The head's buffers of the micro-batch in slot A (NULL off the last stage). */
+pt_head_acts *pt_net_head_of(const pt_net *n, const pt_acts *A);
+
+/* ---- The model assembled (runtime/net.c) ---------------------------------------------------- */
+
+/* The op lists, the resolved parameters, the micro-batch's tensors and the kernels'
+ * temporaries of a model whose parameters are in place; pt_net_free_runtime frees them
+ * (from any state alloc leaves). */
 int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err);
 void pt_net_free_runtime(pt_net *n);
 
-/* Device times of op spans (runtime/devtime.c; pt_net_trace_resolve in runtime.h).
- * init sets n->devtime when the trace is on, PT_TRACE_SYNC is not, and the backend has
- * device timers; free releases it. Around each compute op, when n->devtime is set:
- * before (the first op after a resolve also waits for the stream and records the
- * anchor) records the op's start event; after records its end event and keeps `span`
- * (pt_trace_add_op's handle) pending. 0, or -1 with err set. */
+/* ---- Running op lists (runtime/oprun.c) ------------------------------------------------------ */
+
+/* Runs one op of a list: 0 when done, -1 with err set, or PT_OP_NO_SPAN when the op has
+ * no work of its own to time here: it ran beside earlier work (PowerSGD's kernels and
+ * all-reduces, on a side stream during the backward), or it does not apply to this step
+ * (PowerSGD's ops in its warm-up steps, which reduce every gradient in plain buckets). */
+enum { PT_OP_NO_SPAN = 1 };
+typedef int (*pt_op_exec)(void *ctx, const pt_op *op, pt_err *err);
+/* Runs every op of `list` in order through exec, each a span of the trace under its
+ * kind's name and (kernels) key, timed on the device where it has timers: 0, or -1 with
+ * err set at the first op that fails. */
+int pt_net_run_list(pt_net *n, const pt_oplist *list, pt_op_exec exec, void *ctx,
+                    pt_err *err);
+
+/* ---- Device times of op spans (runtime/devtime.c) ----------------------------------------- */
+
+/* (pt_net_trace_resolve is in runtime.h.) init sets n->devtime when the trace is on,
+ * PT_TRACE_SYNC is not, and the backend has device timers; free releases it. Around
+ * each compute op, when n->devtime is set: before (the first op after a resolve also
+ * waits for the stream and records the anchor) records the op's start event; after
+ * records its end event and keeps `span` (pt_trace_add_op's handle) pending. 0, or -1
+ * with err set. */
 int pt_devtime_init(pt_net *n, pt_err *err);
 void pt_devtime_free(pt_net *n);
 int pt_devtime_before(pt_net *n, pt_err *err);

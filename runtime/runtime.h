@@ -240,7 +240,7 @@ int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, c
 
 /* ---- Communication: the communication layer (comm/comm.h: pt_comm, pt_rdv) ------------ */
 
-/* ---- The model (runtime/model.c, runtime/layer.c) ----------------------------------- */
+/* ---- The model (runtime/param_table.c, net.c, tensors.c, chunk.c, layer.c) --------- */
 
 /* One parameter tensor: a named view into the single parameter buffer. */
 typedef struct {
@@ -259,122 +259,10 @@ typedef struct {
                            shape[1] of them from column `first`) */
 } pt_param;
 
-/* One gradient bucket of ZeRO 1 (Megatron-Core's distributed optimizer: each bucket
- * padded to a multiple of dp and reduce-scattered on its own, every rank owning one
- * share of each, so the reduction overlaps the backward as DDP's all-reduces do). */
-typedef struct pt_zero1_bucket {
-    int chunk;
-    bool at_step;             /* the tied embedding's copy: reduced at the optimizer step */
-    int64_t lo, hi;           /* gradient elements [lo, hi) */
-    int64_t share;            /* elements each rank owns: ceil((hi - lo) / dp); rank r
-                                 owns [lo + r·share, lo + (r+1)·share) ∩ [lo, hi) */
-    int64_t full_at;          /* where the padded copy (share·dp) sits in rs_full */
-    int64_t shard_at;         /* where this rank's share sits in rs_shard, m and v */
-} pt_zero1_bucket;
-
-/* Activations one micro-batch keeps for its backward pass (one "slot"). */
-typedef struct pt_acts pt_acts;
-
-typedef struct {
-    pt_model spec;
-    pt_layout layout;
-    pt_kernels *kn;
-    pt_trace *trace;          /* may be off */
-    bool trace_sync;          /* PT_TRACE_SYNC=1: wait for the device around each op, so
-                               * a span is its host time around the device's work (the
-                               * device timers are then not used) */
-    struct pt_devtime *devtime; /* op spans waiting for their device times (runtime/
-                                 devtime.c): with the trace on, on a backend with
-                                 device timers; NULL otherwise */
-    int rank;                 /* for trace spans */
-    int op_seq;               /* the next op span's place in its instruction (the engine
-                                 resets it as each instruction starts) */
-    int stage;                /* pipeline stage of this rank */
-    int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */
-    pt_comm *comm;            /* tp/cp collectives and the cp ring; NULL on one rank */
-    int cp_next, cp_prev;     /* world ranks after and before this one in the cp ring */
-    float dropout;            /* probability on the embedding and residual branches */
-    uint64_t seed;            /* the run's seed: keys initialisation and dropout */
-    int64_t chunk_layers;     /* layers per model chunk: every chunk of a rank holds as
-                                 many (pt_stage_layers; L / (pp·vp) when even) */
-    int64_t n_layers;         /* layers on this rank, vp·chunk_layers */
-    int64_t chunk_first[64];  /* model index of each chunk's first layer */
-    int64_t chunk_begin[64], chunk_end[64]; /* parameter elements of each chunk: its
-                                 layers, with the embedding on virtual stage 0 and the
-                                 final norm and head on the last virtual stage */
-
-    pt_param *param;
-    int n_param;
-    int64_t n_elems;          /* parameters on this rank */
-    float *w;                 /* (n_elems) [act] every parameter, one buffer */
-    float *grad;              /* (n_elems) fp32 */
-    float *m, *v;             /* (opt_elems) fp32 Adam moments: of every element, or
-                                 with ZeRO 1 of this rank's share of every bucket in
-                                 turn, or with ZeRO 2/3 of its segment shards */
-    int64_t opt_elems;        /* the optimizer's share: every element; with ZeRO 1 the
-                                 sum of this rank's bucket shares (z1); with ZeRO 2/3
-                                 its segment shards (zero.c) */
-    float *master;            /* (n_elems) fp32 master weights; == w on fp32 backends */
-    int64_t opt_ranks;        /* ranks the optimizer state is sharded over (1: none) */
-    int64_t reduce_lo[64], reduce_hi[64]; /* the elements of each chunk its gradient
-                                 buckets reduce during the backward: the chunk's, but
-                                 with ZeRO 1 a tied embedding's copy (first and last
-                                 stage), which the optimizer step reduces after its
-                                 sum over the two stages */
-    struct pt_zero1_bucket *z1; /* ZeRO 1 over dp > 1: every gradient bucket, chunk by
-                                 chunk, each from the chunk's end down (engine.c's
-                                 order), the tied copy's last; n_z1 of them */
-    int n_z1;
-    float *rs_full, *rs_shard; /* ZeRO 1: the buckets' padded copies, each
-                                 reduce-scattered as the backward finishes it
-                                 (rs_full), and this rank's reduced shares of them
-                                 (opt_elems floats, rs_shard); allocated with the
-                                 model */
-
-    double *gsq;              /* (2) backend memory: the step's gradient sum of squares,
-                                 summed over the ranks on the device (engine.c), and
-                                 lsum */
-    double *lsum;             /* (1) backend memory: token losses summed (gsq + 1) */
-    pt_k_adamw_tensor *adam;  /* [adam_cap] the optimizer's tensor list (host) */
-    int adam_cap;
-
-    struct pt_gcomp *gc;      /* gradient compression of the ZeRO 0/1 buckets
-                                 (runtime/compress.c); NULL without */
-    struct pt_zero *zero;     /* ZeRO 2/3's shards and windows (runtime/zero.c), with
-                                 dp·cp > 1; NULL otherwise. With it, master, grad, m
-                                 and v are shard arrays of opt_elems floats and w is
-                                 NULL */
-
-    pt_acts **slot;           /* activation slots: one (micro-batch, chunk) each */
-    int n_slots;
-    int *slot_map;            /* [n_micro·vp] the slot of (mb, chunk) in flight, or -1 */
-    bool *slot_busy;          /* [n_slots] */
-    void **head;              /* the head's buffers (pt_head_acts), last stage only */
-    int n_head;
-    void *scratch;            /* gradient scratch shared by all layers */
-
-    int64_t bytes;            /* backend memory this model allocated: what the planner's
-                                 memory model predicts for the rank */
-    pt_oplist ops[6];         /* the planner's op lists this model executes:
-                                 layer fwd/bwd, embed fwd/bwd, head fwd/bwd */
-    pt_oplist ops_sync[64];   /* each chunk's gradient buckets (pt_ops_grad_sync), run
-                                 by the engine at its REDUCE_GRADS */
-    pt_oplist ops_step;       /* the step's end (pt_ops_optimizer), run at OPTIM_STEP */
-    const pt_param **pref;    /* [(n_layers + 1)·PT_PARAM_COUNT·2]: the weight and bias
-                                 of each pt_param_ref of each layer on this rank (its
-                                 index in n_layers), then of the parts outside layers;
-                                 NULL where there is none. Resolved once by name when
-                                 the runtime is allocated; the ops index it. */
-
-    /* Optional (NULL: not called): pt_net_backward_chunk calls it as the chunk's
-     * gradient becomes final for this micro-batch — after the head's backward, each
-     * layer's and the embedding's — with `lo`, the lowest element this backward no
-     * longer changes (elements [lo, chunk_end[chunk]) are done). The engine sets it
-     * around a chunk's last backward of the step to start gradient buckets. Returns
-     * 0, or -1 with err set, which fails the backward. */
-    int (*grad_done)(void *ctx, int chunk, int64_t lo, pt_err *err);
-    void *grad_done_ctx;
-} pt_net;
+/* One rank's part of the model: its parameters and their optimizer state, the op
+ * lists it runs and the buffers of its micro-batches in flight (runtime/net.c builds
+ * it; its fields are the runtime's own, model_internal.h). */
+typedef struct pt_net pt_net;
 
 /* PowerSGD's steps on one matrix M (rows, cols) of one rank, fp32 backend memory
  * (runtime/compress.c; the sums over the ranks between them are the caller's):
@@ -392,8 +280,9 @@ void pt_psgd_local_done(pt_kernels *kn, float *M, float *E, const float *P, cons
  * stages c·p + stage) on backend `kn` with `slots` micro-batches of activations,
  * parameters initialised from `seed`: each element from a Philox stream keyed by
  * (seed, parameter name, element index), so the same model in any layout starts from
- * the same weights. Checks that the parameter count equals the planner's. */
-int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slots,
+ * the same weights. Checks that the parameter count equals the planner's. *out is the
+ * caller's to pt_net_free; on an error it is NULL and nothing is left allocated. */
+int pt_net_init(pt_net **out, const pt_plan *p, pt_kernels *kn, int stage, int slots,
                 uint64_t seed, pt_trace *trace, pt_err *err);
 /* Where a rank's part of the model sits: its pipeline stage, its tensor-parallel
  * part (which rows or columns of each split tensor, and which slice of the
@@ -405,19 +294,35 @@ typedef struct {
     pt_comm *comm;            /* needed when tp or cp > 1 */
     int cp_next, cp_prev;     /* world ranks of the cp ring's neighbours */
 } pt_net_place;
-int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place *at,
+/* pt_net_init for the part of the model at `at`. */
+int pt_net_init_at(pt_net **out, const pt_plan *p, pt_kernels *kn, const pt_net_place *at,
                    int slots, uint64_t seed, pt_trace *trace, pt_err *err);
+/* Frees everything of n (NULL: nothing). */
 void pt_net_free(pt_net *n);
+/* Backend memory the model allocated (parameters, optimizer state, activations,
+ * scratch): what the planner's memory model predicts for the rank. */
+int64_t pt_net_bytes(const pt_net *n);
+/* The parameter elements on this rank (the length of the flat buffer that
+ * pt_net_get_state reads), and its parameter table: pt_net_param_count tensors,
+ * pt_net_param_at(n, i) the i-th in buffer order (NULL outside [0, count)). */
+int64_t pt_net_elems(const pt_net *n);
+/* The elements of each Adam moment this rank holds: pt_net_elems, or its shares of
+ * them with ZeRO (padded shares of each bucket, or shards of each segment). */
+int64_t pt_net_opt_elems(const pt_net *n);
+int pt_net_param_count(const pt_net *n);
+const pt_param *pt_net_param_at(const pt_net *n, int i);
+/* The entry of parameter `name` (e.g. "layers.3.q.w") in this rank's table, or NULL
+ * when this rank holds no part of it. */
 const pt_param *pt_net_param(const pt_net *n, const char *name);
 /* The parameter table of the whole model on one rank (tp = pp = 1): every tensor's
  * name and whole shape, in the order the buffer holds them; the one list the
  * checkpoint and Hugging Face code walk. *out is malloc'd (*count entries). */
 int pt_model_param_table(const pt_model *m, pt_param **out, int *count, pt_err *err);
 
-/* Copies the fp32 master weights (n_elems floats) and Adam moments (opt_elems each)
- * to host arrays (any may be NULL), or sets them from host arrays (refreshing the
- * bf16 compute copy on a bf16 backend): what checkpoints save and load, on any
- * backend. */
+/* Copies the fp32 master weights (pt_net_elems floats) and Adam moments
+ * (pt_net_opt_elems each) to host arrays (any may be NULL), or sets them from host
+ * arrays (refreshing the bf16 compute copy on a bf16 backend): what checkpoints save
+ * and load, on any backend. */
 int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err);
 int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
                      pt_err *err);
@@ -439,9 +344,9 @@ typedef struct {
     int64_t lo, hi, opt_at;
 } pt_net_span;
 int pt_net_opt_spans(const pt_net *n, int dp_rank, pt_net_span **out, int *count, pt_err *err);
-/* The fp32 master weights this rank holds to host memory (n_elems floats, by flat
- * index): all of them, or with ZeRO 2/3 only its shards (other elements untouched).
- * Not collective, unlike pt_net_get_state under ZeRO 2/3. */
+/* The fp32 master weights this rank holds to host memory (pt_net_elems floats, by
+ * flat index): all of them, or with ZeRO 2/3 only its shards (other elements
+ * untouched). Not collective, unlike pt_net_get_state under ZeRO 2/3. */
 int pt_net_get_own_master(pt_net *n, float *master, pt_err *err);
 
 /* Activation slots: each holds one model chunk's activations of one micro-batch, from

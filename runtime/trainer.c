@@ -160,6 +160,8 @@ static int build(pt_trainer *r, pt_err *err)
             return pt_err_set(err, "%s: the plan is for %s devices, but the CUDA backend cannot "
                                    "start: %s", r->o.plan, p->cluster.device.name, why);
     }
+    r->kn->note = r->o.kernel_note;
+    r->kn->note_arg = r->o.kernel_note_arg;
     /* device buffers travel through NCCL, or staged through host memory, from now on
      * (collective: every rank builds its backend here) */
     if (pt_comm_use_device(r->comm, r->kn, err))
@@ -172,10 +174,10 @@ static int build(pt_trainer *r, pt_err *err)
     /* the first of the two barriers the merged trace aligns the ranks' clocks on */
     if (r->trace.on && pt_comm_all_ok(r->comm, true))
         pt_trace_sync(&r->trace);
-    /* a net that fails half-way is freed too (pt_net_free takes any state
-     * pt_net_init_at leaves) */
+    /* a net that fails half-way is freed too (pt_net_release takes any state
+     * pt_net_build leaves) */
     r->net_built = true;
-    if (pt_net_init_at(&r->net, p, r->kn, &r->place, slots, p->run.seed, &r->trace, err))
+    if (pt_net_build(&r->net, p, r->kn, &r->place, slots, p->run.seed, &r->trace, err))
         return -1;
     r->net.rank = r->rank;
     /* the send pool, allocated now rather than inside the first step */
@@ -222,7 +224,7 @@ void pt_trainer_close(pt_trainer *r)
     if (!r)
         return;
     if (r->net_built)
-        pt_net_free(&r->net);
+        pt_net_release(&r->net);
     pt_kernels_destroy(r->kn);
     pt_sched_free(&r->sched);
     pt_tokens_free(&r->all);

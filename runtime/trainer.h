@@ -58,6 +58,10 @@ typedef struct {
     pt_spike_action spike_action;
     const char *version;         /* "ptrun X (CUDA backend: yes)", for the log's header */
     const char *git_revision;    /* for the log's header and the record */
+    void (*kernel_note)(void *arg, const char *line); /* the compute backend's notes
+                                    (kernels.h, pt_kernels.note), handed to it when it
+                                    starts; NULL drops them */
+    void *kernel_note_arg;
 } pt_trainer_opts;
 
 /* Fills o with the defaults of ptrun's options (keep 2 checkpoints, 8 validation

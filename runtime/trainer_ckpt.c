@@ -349,7 +349,7 @@ static void psgd_path(char *buf, size_t n, const char *dir, const pt_trainer *r)
 static int save_psgd(const char *tmp, pt_trainer *r, pt_err *err)
 {
     int64_t ne, nq;
-    if (!pt_gc_state_sizes(&r->net, &ne, &nq))
+    if (!pt_compress_state_sizes(&r->net, &ne, &nq))
         return 0;
     float *e = malloc((size_t)(ne + 1) * sizeof *e), *q = malloc((size_t)(nq + 1) * sizeof *q);
     if (!e || !q) {
@@ -358,7 +358,7 @@ static int save_psgd(const char *tmp, pt_trainer *r, pt_err *err)
         return pt_err_set(err, "out of memory for PowerSGD's state (%lld elements)",
                           (long long)(ne + nq));
     }
-    bool ready = pt_gc_state_get(&r->net, e, q);
+    bool ready = pt_compress_state_get(&r->net, e, q);
     pt_st_tensor t[2] = {{.name = "error", .dtype = "F32", .ndim = 1, .shape = {ne}, .data = e,
                           .bytes = (size_t)ne * sizeof *e},
                          {.name = "q", .dtype = "F32", .ndim = 1, .shape = {nq}, .data = q,
@@ -382,7 +382,7 @@ static int save_psgd(const char *tmp, pt_trainer *r, pt_err *err)
 static int load_psgd(pt_trainer *r, const char *dir, const pt_ckpt_meta *meta, pt_err *err)
 {
     int64_t ne, nq;
-    if (!pt_gc_state_sizes(&r->net, &ne, &nq))
+    if (!pt_compress_state_sizes(&r->net, &ne, &nq))
         return 0;
     char layout[256], path[4200];
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
@@ -398,9 +398,9 @@ static int load_psgd(pt_trainer *r, const char *dir, const pt_ckpt_meta *meta, p
     bool all = pt_comm_all_ok(r->comm, same && rc == 0);
     if (all) {
         const char *ready = pt_st_meta(f, "q_ready");
-        pt_gc_state_set(&r->net, e->data, q->data, ready && strcmp(ready, "1") == 0);
+        pt_compress_state_set(&r->net, e->data, q->data, ready && strcmp(ready, "1") == 0);
     } else {
-        pt_gc_state_set(&r->net, NULL, NULL, false);
+        pt_compress_state_set(&r->net, NULL, NULL, false);
         size_t used = strlen(r->resume_note);
         snprintf(r->resume_note + used, sizeof r->resume_note - used,
                  "%sPowerSGD's errors and Q restart (%s)", used ? "; " : "",

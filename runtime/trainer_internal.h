@@ -6,6 +6,7 @@
 #ifndef PT_TRAINER_INTERNAL_H
 #define PT_TRAINER_INTERNAL_H
 
+#include "model_internal.h"
 #include "trainer.h"
 
 #include <stdio.h>

@@ -362,7 +362,8 @@ static void ours_shape(const pt_model *m, const char *name, int64_t shape[2])
 }
 
 /* The names cover the model: their elements add up to the planner's count of one rank's
- * whole model (planner/params.c, which runtime/model.c's table is checked against). */
+ * whole model (planner/params.c, which runtime/param_table.c's table is checked
+ * against). */
 static void test_names(const pt_model *m)
 {
     char(*names)[48] = NULL;

@@ -9,6 +9,9 @@
  */
 #include "check.h"
 #include "runtime.h"
+/* white-box: the master weights and gradients, the chunks, the head's pool and the
+ * device timers of a model */
+#include "model_internal.h"
 
 #include <stdlib.h>
 
@@ -78,25 +81,25 @@ static void check_fd(bool llama)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
     pt_plan p = plan_of(small(llama), PT_RECOMPUTE_NONE);
-    pt_net n;
+    pt_net *n;
     pt_err err;
     CHECK_INT(pt_net_init(&n, &p, kn, 0, 1, 42, NULL, &err), 0);
     data d = make_data();
-    gradients(&n, &d);
+    gradients(n, &d);
     /* A few elements of every parameter: central differences of the fp32 loss, with a
      * step small enough that their O(eps²) truncation error stays near 2 % */
     const float eps = 5e-3f;
     double worst = 0;
-    for (int i = 0; i < n.n_param; i++) {
-        const pt_param *q = &n.param[i];
+    for (int i = 0; i < pt_net_param_count(n); i++) {
+        const pt_param *q = pt_net_param_at(n, i);
         for (int64_t j = 0; j < q->count; j += q->count / 3 + 1) {
-            float *w = n.master + q->offset + j, keep = *w;
+            float *w = n->master + q->offset + j, keep = *w;
             *w = keep + eps;
-            double lp = loss_of(&n, &d);
+            double lp = loss_of(n, &d);
             *w = keep - eps;
-            double lm = loss_of(&n, &d);
+            double lm = loss_of(n, &d);
             *w = keep;
-            double fd = (lp - lm) / (2.0 * eps), g = n.grad[q->offset + j];
+            double fd = (lp - lm) / (2.0 * eps), g = n->grad[q->offset + j];
             double e = fabs(fd - g) / fmax(fabs(g), 1e-3);
             if (e > worst)
                 worst = e;
@@ -108,7 +111,7 @@ static void check_fd(bool llama)
     }
     if (getenv("PT_TEST_VERBOSE"))
         printf("%s: worst relative gradient error %.3g\n", llama ? "llama" : "gpt", worst);
-    pt_net_free(&n);
+    pt_net_free(n);
     pt_kernels_destroy(kn);
 }
 
@@ -121,18 +124,18 @@ static void check_recompute(bool llama)
     int64_t count = 0;
     for (int rc = PT_RECOMPUTE_NONE; rc <= PT_RECOMPUTE_FULL; rc++) {
         pt_plan p = plan_of(small(llama), (pt_recompute)rc);
-        pt_net n;
+        pt_net *n;
         pt_err err;
         CHECK_INT(pt_net_init(&n, &p, kn, 0, 1, 42, NULL, &err), 0);
-        gradients(&n, &d);
+        gradients(n, &d);
         if (!ref) {
-            count = n.n_elems;
+            count = pt_net_elems(n);
             ref = malloc((size_t)count * sizeof *ref);
-            memcpy(ref, n.grad, (size_t)count * sizeof *ref);
+            memcpy(ref, n->grad, (size_t)count * sizeof *ref);
         } else {
-            CHECK(memcmp(ref, n.grad, (size_t)count * sizeof *ref) == 0);
+            CHECK(memcmp(ref, n->grad, (size_t)count * sizeof *ref) == 0);
         }
-        pt_net_free(&n);
+        pt_net_free(n);
     }
     free(ref);
     pt_kernels_destroy(kn);
@@ -144,20 +147,23 @@ static void check_init(void)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
     pt_plan p = plan_of(small(false), PT_RECOMPUTE_NONE);
-    pt_net a, b, c;
+    pt_net *a, *b, *c;
     pt_err err;
     CHECK_INT(pt_net_init(&a, &p, kn, 0, 1, 7, NULL, &err), 0);
     CHECK_INT(pt_net_init(&b, &p, kn, 0, 3, 7, NULL, &err), 0);
     CHECK_INT(pt_net_init(&c, &p, kn, 0, 1, 8, NULL, &err), 0);
-    CHECK(memcmp(a.master, b.master, (size_t)a.n_elems * sizeof(float)) == 0);
-    CHECK(memcmp(a.master, c.master, (size_t)a.n_elems * sizeof(float)) != 0);
-    const pt_param *ln = pt_net_param(&a, "layers.1.norm2.w");
-    CHECK(ln && a.master[ln->offset] == 1.0f);
-    const pt_param *wte = pt_net_param(&a, "wte");
+    size_t bytes = (size_t)pt_net_elems(a) * sizeof(float);
+    CHECK(memcmp(a->master, b->master, bytes) == 0);
+    CHECK(memcmp(a->master, c->master, bytes) != 0);
+    const pt_param *ln = pt_net_param(a, "layers.1.norm2.w");
+    CHECK(ln && a->master[ln->offset] == 1.0f);
+    const pt_param *wte = pt_net_param(a, "wte");
     CHECK(wte && wte->shape[0] == 128 && wte->shape[1] == 16); /* 32 padded to 128 */
-    pt_net_free(&a);
-    pt_net_free(&b);
-    pt_net_free(&c);
+    CHECK(pt_net_param_at(a, 0) == wte && !pt_net_param_at(a, -1) &&
+          !pt_net_param_at(a, pt_net_param_count(a)));
+    pt_net_free(a);
+    pt_net_free(b);
+    pt_net_free(c);
     pt_kernels_destroy(kn);
 }
 
@@ -180,34 +186,34 @@ static void check_uneven_stages(void)
     p.layout.first_layers = 2;
     p.layout.last_layers = 4;
     CHECK_INT(pt_layout_check(&m, &p.cluster, 4, &p.layout, NULL), 0);
-    pt_net one, st[2];
+    pt_net *one, *st[2];
     pt_err err;
     CHECK_INT(pt_net_init(&one, &whole, kn, 0, 1, 7, NULL, &err), 0);
     static const int64_t chunk[2] = {1, 2}, first[2][2] = {{0, 3}, {1, 4}};
     static const bool holds[2][6] = {{1, 0, 0, 1, 0, 0}, {0, 1, 1, 0, 1, 1}};
     for (int r = 0; r < 2; r++) {
         CHECK_INT(pt_net_init(&st[r], &p, kn, r, 2, 7, NULL, &err), 0);
-        CHECK_INT(st[r].chunk_layers, chunk[r]);
-        CHECK_INT(st[r].n_layers, 2 * chunk[r]);
-        CHECK_INT(st[r].chunk_first[0], first[r][0]);
-        CHECK_INT(st[r].chunk_first[1], first[r][1]);
+        CHECK_INT(st[r]->chunk_layers, chunk[r]);
+        CHECK_INT(st[r]->n_layers, 2 * chunk[r]);
+        CHECK_INT(st[r]->chunk_first[0], first[r][0]);
+        CHECK_INT(st[r]->chunk_first[1], first[r][1]);
         for (int l = 0; l < 6; l++) {
             char name[48];
             snprintf(name, sizeof name, "layers.%d.mlp_up.w", l);
-            const pt_param *q = pt_net_param(&st[r], name), *w = pt_net_param(&one, name);
+            const pt_param *q = pt_net_param(st[r], name), *w = pt_net_param(one, name);
             CHECK(!q == !holds[r][l]);
             if (q && w)
-                CHECK(memcmp(st[r].master + q->offset, one.master + w->offset,
+                CHECK(memcmp(st[r]->master + q->offset, one->master + w->offset,
                              (size_t)q->count * sizeof(float)) == 0);
         }
     }
-    CHECK(pt_net_param(&st[0], "wte") && !pt_net_param(&st[1], "wte"));
-    CHECK(pt_net_param(&st[1], "lm_head.w") && !pt_net_param(&st[0], "lm_head.w"));
+    CHECK(pt_net_param(st[0], "wte") && !pt_net_param(st[1], "wte"));
+    CHECK(pt_net_param(st[1], "lm_head.w") && !pt_net_param(st[0], "lm_head.w"));
     /* together the stages hold the whole model's parameters */
-    CHECK_INT(st[0].n_elems + st[1].n_elems, one.n_elems);
-    pt_net_free(&one);
-    pt_net_free(&st[0]);
-    pt_net_free(&st[1]);
+    CHECK_INT(pt_net_elems(st[0]) + pt_net_elems(st[1]), pt_net_elems(one));
+    pt_net_free(one);
+    pt_net_free(st[0]);
+    pt_net_free(st[1]);
     pt_kernels_destroy(kn);
 }
 
@@ -232,35 +238,35 @@ static void check_slots_per_chunk(void)
         p.layout.n_micro = 2;
         p.train.global_batch = 4;
         CHECK_INT(pt_layout_check(&m, &p.cluster, 4, &p.layout, NULL), 0);
-        pt_net a, b;
+        pt_net *a, *b;
         CHECK_INT(pt_net_init(&a, &p, kn, 0, 3, 7, NULL, &err), 0);
         CHECK_INT(pt_net_init(&b, &p, kn, 0, 4, 7, NULL, &err), 0);
-        per_slot[vp - 1] = b.bytes - a.bytes;
+        per_slot[vp - 1] = pt_net_bytes(b) - pt_net_bytes(a);
         CHECK(per_slot[vp - 1] > 0);
-        CHECK(a.head == NULL && a.n_head == 0); /* stage 0 has no head */
-        pt_net_free(&a);
-        pt_net_free(&b);
+        CHECK(a->head == NULL && a->n_head == 0); /* stage 0 has no head */
+        pt_net_free(a);
+        pt_net_free(b);
         CHECK_INT(pt_net_init(&a, &p, kn, 1, 3, 7, NULL, &err), 0);
-        CHECK_INT(a.n_head, 1);
+        CHECK_INT(a->n_head, 1);
         /* the pool: distinct slots for what is in flight, a full pool refuses, a slot
          * given back is taken again */
-        int s0 = pt_net_slot_take(&a, 0, 0, &err), s1 = pt_net_slot_take(&a, 1, 0, &err);
+        int s0 = pt_net_slot_take(a, 0, 0, &err), s1 = pt_net_slot_take(a, 1, 0, &err);
         CHECK(s0 >= 0 && s1 >= 0 && s0 != s1);
-        CHECK_INT(pt_net_slot_take(&a, 0, 0, &err), s0);
-        CHECK_INT(pt_net_slot_of(&a, 1, 0), s1);
-        int s2 = pt_net_slot_take(&a, 0, vp - 1 == 0 ? 0 : 1, &err);
+        CHECK_INT(pt_net_slot_take(a, 0, 0, &err), s0);
+        CHECK_INT(pt_net_slot_of(a, 1, 0), s1);
+        int s2 = pt_net_slot_take(a, 0, vp - 1 == 0 ? 0 : 1, &err);
         if (vp == 1) { /* (0, 0) again: its slot */
             CHECK_INT(s2, s0);
         } else {
             CHECK(s2 >= 0 && s2 != s0 && s2 != s1);
-            CHECK_INT(pt_net_slot_take(&a, 1, 1, &err), -1);
+            CHECK_INT(pt_net_slot_take(a, 1, 1, &err), -1);
             CHECK_STR_HAS(err.msg, "activation slots are in use");
         }
-        pt_net_slot_give(&a, 0, 0);
-        CHECK_INT(pt_net_slot_of(&a, 0, 0), -1);
-        CHECK_INT(pt_net_slot_take(&a, 1, vp - 1, &err) >= 0, 1);
-        CHECK_INT(pt_net_slot_take(&a, 5, 0, &err), -1); /* outside the step */
-        pt_net_free(&a);
+        pt_net_slot_give(a, 0, 0);
+        CHECK_INT(pt_net_slot_of(a, 0, 0), -1);
+        CHECK_INT(pt_net_slot_take(a, 1, vp - 1, &err) >= 0, 1);
+        CHECK_INT(pt_net_slot_take(a, 5, 0, &err), -1); /* outside the step */
+        pt_net_free(a);
     }
     CHECK_INT(per_slot[1], per_slot[0]);
     pt_kernels_destroy(kn);
@@ -361,7 +367,7 @@ static void check_period(const pt_trace *t, size_t *at, int a, int ops)
 /* One rank of plan p on kn with a trace on: its schedule of n_micro micro-batches, its
  * place (no communicator) and its net. */
 static int traced_rank(const pt_plan *p, pt_kernels *kn, int n_micro, pt_sched *s,
-                       pt_dist *d, pt_trace *tr, pt_net *n, pt_err *err)
+                       pt_dist *d, pt_trace *tr, pt_net **n, pt_err *err)
 {
     pt_trace_init(tr, true);
     if (pt_sched_build(p->layout.schedule, 1, 1, n_micro, s, err))
@@ -387,21 +393,21 @@ static void check_device_times(void)
     pt_sched s;
     pt_dist d;
     pt_trace tr;
-    pt_net n;
+    pt_net *n;
     CHECK_INT(traced_rank(&p, kn, 2, &s, &d, &tr, &n, &err), 0);
-    CHECK(n.devtime != NULL);
+    CHECK(n->devtime != NULL);
 
     /* two steps: the second records the first's events again and creates none */
     pt_step_stats st;
-    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 0, &st, &err), 0);
+    CHECK_INT(pt_engine_step(n, &d, &s, NULL, &p, 0, &st, &err), 0);
     int after_one = fake.records, pool = fake.pool;
     CHECK(after_one > 1 && pool == after_one);
-    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 1, &st, &err), 0);
+    CHECK_INT(pt_engine_step(n, &d, &s, NULL, &p, 1, &st, &err), 0);
     CHECK_INT(fake.records, 2 * after_one);
     CHECK_INT(fake.pool, pool);
     /* validation: resolved after its batch, with its own anchor */
     double loss;
-    CHECK_INT(pt_engine_eval(&n, &d, NULL, 1, &loss, &err), 0);
+    CHECK_INT(pt_engine_eval(n, &d, NULL, 1, &loss, &err), 0);
     int eval_anchor = 2 * after_one;
 
     CHECK_INT(pt_trace_expand(&tr, &err), 0);
@@ -429,28 +435,28 @@ static void check_device_times(void)
 
     /* a failing timer fails the step with the backend's message */
     fake.fail_record = true;
-    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 2, &st, &err), -1);
+    CHECK_INT(pt_engine_step(n, &d, &s, NULL, &p, 2, &st, &err), -1);
     CHECK_STR_HAS(err.msg, "fake: record failed");
     fake.fail_record = false;
     kn->err[0] = '\0';
-    CHECK_INT(pt_net_trace_resolve(&n, &err), 0); /* what the failed step left */
+    CHECK_INT(pt_net_trace_resolve(n, &err), 0); /* what the failed step left */
     fake.fail_elapsed = true;
-    CHECK_INT(pt_engine_step(&n, &d, &s, NULL, &p, 3, &st, &err), -1);
+    CHECK_INT(pt_engine_step(n, &d, &s, NULL, &p, 3, &st, &err), -1);
     CHECK_STR_HAS(err.msg, "fake: elapsed failed");
     fake.fail_elapsed = false;
     kn->err[0] = '\0';
-    CHECK_INT(pt_net_trace_resolve(&n, &err), 0); /* nothing left pending */
-    pt_net_free(&n);
+    CHECK_INT(pt_net_trace_resolve(n, &err), 0); /* nothing left pending */
+    pt_net_free(n);
     CHECK_INT(fake.n_free, fake.pool); /* every event given back */
     pt_trace_free(&tr);
     /* and taken again by the next net (one forward pass, resolved at its end) */
     pt_trace_init(&tr, true);
     CHECK_INT(pt_net_init(&n, &p, kn, 0, 2, 42, &tr, &err), 0);
     data dd = make_data();
-    CHECK_INT(pt_net_forward(&n, 0, dd.tok, dd.tgt, 0.0f, &loss, &err), 0);
+    CHECK_INT(pt_net_forward(n, 0, dd.tok, dd.tgt, 0.0f, &loss, &err), 0);
     CHECK_INT(fake.pool, pool);
     CHECK_INT(fake.n_free, pool - (1 + 2 * eval_ops));
-    pt_net_free(&n);
+    pt_net_free(n);
     pt_trace_free(&tr);
 
     /* PT_TRACE_SYNC=1 waits around each op and keeps host times: no device timers */
@@ -458,13 +464,13 @@ static void check_device_times(void)
     setenv("PT_TRACE_SYNC", "1", 1);
     CHECK_INT(pt_net_init(&n, &p, kn, 0, 2, 42, &tr, &err), 0);
     unsetenv("PT_TRACE_SYNC");
-    CHECK(n.devtime == NULL && n.trace_sync);
-    pt_net_free(&n);
+    CHECK(n->devtime == NULL && n->trace_sync);
+    pt_net_free(n);
     pt_trace_free(&tr);
     /* nor without a trace */
     CHECK_INT(pt_net_init(&n, &p, kn, 0, 2, 42, NULL, &err), 0);
-    CHECK(n.devtime == NULL);
-    pt_net_free(&n);
+    CHECK(n->devtime == NULL);
+    pt_net_free(n);
     pt_sched_free(&s);
     pt_kernels_destroy(kn);
 }
@@ -485,15 +491,15 @@ static void check_device_times_cuda(void)
     pt_sched s;
     pt_dist d;
     pt_trace tr;
-    pt_net n;
+    pt_net *n;
     int rc = traced_rank(&p, kn, 1, &s, &d, &tr, &n, &err);
     CHECK_INT(rc, 0);
-    CHECK(rc || n.devtime != NULL);
+    CHECK(rc || n->devtime != NULL);
     pt_step_stats st;
     double t_begin = 0, t_end = 0;
     for (int step = 0; rc == 0 && step < 2; step++) {
         t_begin = pt_trace_now();
-        CHECK_INT(rc = pt_engine_step(&n, &d, &s, NULL, &p, step, &st, &err), 0);
+        CHECK_INT(rc = pt_engine_step(n, &d, &s, NULL, &p, step, &st, &err), 0);
         t_end = pt_trace_now();
     }
     if (rc)
@@ -517,7 +523,7 @@ static void check_device_times_cuda(void)
         printf("device times on CUDA: %d ops, %.1f us busy in a step of %.1f us\n", ops,
                1e6 * busy, 1e6 * (t_end - t_begin));
     CHECK(rc || (ops > 0 && busy > 0 && busy <= t_end - t_begin));
-    pt_net_free(&n);
+    pt_net_free(n);
     pt_trace_free(&tr);
     pt_sched_free(&s);
     pt_kernels_destroy(kn);

@@ -1,8 +1,10 @@
 /*
- * The model's memory: the parameter table (named views into one buffer, as llm.c
- * lays out its parameters, so that sharding and checkpoints are offset arithmetic),
- * their initialisation, the optimizer state, and the activation slots of the
- * micro-batches in flight. What the layers compute lives in layer.c.
+ * The parameters of a rank's model and their state: the parameter table (named views
+ * into one buffer, as llm.c lays out its parameters, so that sharding and checkpoints
+ * are offset arithmetic), their initialisation, the fp32 master weights, gradients and
+ * Adam moments of every element or, with ZeRO 1, of this rank's share of each gradient
+ * bucket, and their upload to the backend. ZeRO 2/3's shards are zero.c's; net.c
+ * assembles the model around these; what the layers compute lives in layer.c.
  *
  * Initialisation is keyed by parameter name and element index, never by rank or
  * layout: element i of parameter "layers.3.q.w" gets the same value in every layout
@@ -180,6 +182,32 @@ const pt_param *pt_net_param(const pt_net *n, const char *name)
     return NULL;
 }
 
+/* The planner's count of this rank's parameters: what the memory model assumed. */
+static int64_t planned_params(const pt_net *n)
+{
+    return pt_params_part(&n->spec, n->layout.tp, n->layout.pp, n->n_layers, n->stage == 0,
+                          n->stage == n->layout.pp - 1);
+}
+
+int pt_net_build_table(pt_net *n, pt_err *err)
+{
+    table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank,
+               .kv_share = pt_kv_head_copies(&n->spec, n->layout.tp)};
+    build_table(&t, n);
+    if (t.oom) {
+        free(t.v);
+        return pt_err_set(err, "out of memory building the parameter table");
+    }
+    n->param = t.v;
+    n->n_param = t.n;
+    n->n_elems = t.total;
+    if (n->n_elems != planned_params(n))
+        return pt_err_set(err, "internal: stage %d has %lld parameters, the planner counts "
+                               "%lld", n->stage, (long long)n->n_elems,
+                          (long long)planned_params(n));
+    return 0;
+}
+
 /* ---- Initialisation ----------------------------------------------------------------------- */
 
 static uint64_t fnv1a(const char *s)
@@ -238,16 +266,27 @@ static void init_param(const pt_param *p, const pt_model *m, uint64_t seed, floa
     else if (strstr(p->name, "attn_out.w") || strstr(p->name, "mlp_down.w"))
         std = 0.02 / sqrt(2.0 * (double)m->layers);
     uint64_t h = fnv1a(p->name);
-    /* Each element is a function of its index alone, so the threads (OpenMP's default
-     * count on a GPU rank, --threads on the CPU backend) give the same values as one.
-     * Serially GPT-2 1.5B's start outran 90 s on the H100 machine (2026-11-26); on the
-     * 2-core build machine GPT-2 124M reaches ptrun's first line in 16.6 s on one thread,
-     * 11.6 s on two. */
+    /* A large model's elements, drawn one by one on one thread, hold up ptrun's start
+     * for long, so the threads share them. Each element is a function of its index
+     * alone, so the threads (OpenMP's default count on a GPU rank, --threads on the CPU
+     * backend) give the same values as one. */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (p->count >= 65536)
 #endif
     for (int64_t i = 0; i < p->count; i++)
         w[i] = (float)(std * normal_at(seed, h, pt_param_whole_index(p, i)));
+}
+
+int pt_net_init_values(const pt_net *n, uint64_t seed, float **out, pt_err *err)
+{
+    float *host = malloc((size_t)n->n_elems * sizeof *host);
+    *out = host;
+    if (!host)
+        return pt_err_set(err, "out of memory initialising %lld parameters",
+                          (long long)n->n_elems);
+    for (int i = 0; i < n->n_param; i++)
+        init_param(&n->param[i], &n->spec, seed, host + n->param[i].offset);
+    return 0;
 }
 
 /* ---- Buffers ------------------------------------------------------------------------------- */
@@ -273,7 +312,7 @@ int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t c
     return rc;
 }
 
-static int upload(pt_net *n, const float *host, pt_err *err)
+int pt_net_upload_master(pt_net *n, const float *host, pt_err *err)
 {
     pt_kernels *kn = n->kn;
     size_t bytes = (size_t)n->n_elems * sizeof(float);
@@ -288,7 +327,7 @@ static int upload(pt_net *n, const float *host, pt_err *err)
  * embedding's copy under ZeRO 1 (on the first stage at the chunk's start, on the last
  * at its end: build_table), whose sum over the two stages must come first; *tied_lo,
  * *tied_hi: that copy, or an empty range. */
-static int reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi, pt_err *err)
+int pt_net_reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi, pt_err *err)
 {
     *tied_lo = *tied_hi = 0;
     for (int c = 0; c < n->layout.vp; c++) {
@@ -402,107 +441,18 @@ static int alloc_state(pt_net *n, pt_err *err)
     return 0;
 }
 
-/* The planner's count of this rank's parameters: what the memory model assumed. */
-static int64_t planned_params(const pt_net *n)
+int pt_net_alloc_state(pt_net *n, const pt_plan *p, const pt_net_place *at, int64_t tied_lo,
+                       int64_t tied_hi, pt_err *err)
 {
-    return pt_params_part(&n->spec, n->layout.tp, n->layout.pp, n->n_layers, n->stage == 0,
-                          n->stage == n->layout.pp - 1);
-}
-
-int pt_net_init(pt_net *n, const pt_plan *p, pt_kernels *kn, int stage, int slots,
-                uint64_t seed, pt_trace *trace, pt_err *err)
-{
-    pt_net_place place = {.stage = stage};
-    return pt_net_init_at(n, p, kn, &place, slots, seed, trace, err);
-}
-
-int pt_net_init_at(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place *at,
-                   int slots, uint64_t seed, pt_trace *trace, pt_err *err)
-{
-    memset(n, 0, sizeof *n);
-    /* The planner prices ALiBi models (BLOOM, MPT) for validation against published
-     * runs; the runtime's attention kernels have no score bias, so it refuses them
-     * rather than train a model without positions. */
-    if (p->model.pos == PT_POS_ALIBI)
-        return pt_err_set(err, "model '%s': positions 'alibi' are not implemented by the "
-                               "runtime (learned and rope are); the planner can still price "
-                               "it", p->model.name);
-    n->spec = p->model;
-    n->layout = p->layout;
-    n->kn = kn;
-    n->trace = trace;
-    const char *ts = getenv("PT_TRACE_SYNC");
-    n->trace_sync = trace && trace->on && ts && strcmp(ts, "1") == 0;
-    n->stage = at->stage;
-    n->tp_rank = at->tp_rank;
-    n->cp_rank = at->cp_rank;
-    n->comm = at->comm;
-    n->cp_next = at->cp_next;
-    n->cp_prev = at->cp_prev;
-    n->dropout = (float)p->run.dropout;
-    n->seed = seed;
-    int stage = at->stage;
-    if (n->layout.vp > 64)
-        return pt_err_set(err, "vp = %d: at most 64 model chunks per rank", n->layout.vp);
-    /* uneven stages (first_layers, last_layers) differ between ranks, never between
-     * the chunks of one rank */
-    n->chunk_layers = pt_stage_layers(&n->spec, &n->layout, stage, NULL);
-    n->n_layers = n->chunk_layers * n->layout.vp;
-    for (int c = 0; c < n->layout.vp; c++)
-        pt_stage_layers(&n->spec, &n->layout, c * n->layout.pp + stage, &n->chunk_first[c]);
-    table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank,
-               .kv_share = pt_kv_head_copies(&n->spec, n->layout.tp)};
-    build_table(&t, n);
-    if (t.oom) {
-        free(t.v);
-        return pt_err_set(err, "out of memory building the parameter table");
-    }
-    n->param = t.v;
-    n->n_param = t.n;
-    n->n_elems = t.total;
-    if (n->n_elems != planned_params(n))
-        return pt_err_set(err, "internal: stage %d has %lld parameters, the planner counts "
-                               "%lld", stage, (long long)n->n_elems,
-                          (long long)planned_params(n));
-    int64_t tied_lo, tied_hi;
-    if (reduce_ranges(n, &tied_lo, &tied_hi, err))
+    if (optimizer_share(n, p, at, tied_lo, tied_hi, err))
         return -1;
-    float *host = malloc((size_t)n->n_elems * sizeof *host);
-    if (!host)
-        return pt_err_set(err, "out of memory initialising %lld parameters",
-                          (long long)n->n_elems);
-    for (int i = 0; i < n->n_param; i++)
-        init_param(&n->param[i], &n->spec, seed, host + n->param[i].offset);
-    int rc;
-    if (n->layout.zero >= 2 && at->dp_size > 1) {
-        if (!n->comm)
-            rc = pt_err_set(err, "internal: ZeRO-%d needs a communicator", n->layout.zero);
-        else
-            rc = pt_zero_init(n, n->layout.zero, at->dp_rank, at->dp_size, host, err);
-    } else {
-        rc = optimizer_share(n, p, at, tied_lo, tied_hi, err);
-        if (rc == 0)
-            rc = alloc_state(n, err);
-        if (rc == 0)
-            rc = pt_gc_init(n, at->dp_rank, at->dp_size,
-                            p->train.bucket_bytes / (int64_t)sizeof(float), err);
-        if (rc == 0)
-            rc = upload(n, host, err);
-    }
-    free(host);
-    if (rc == 0)
-        rc = pt_net_alloc_runtime(n, p, slots, err);
-    if (rc == 0)
-        rc = pt_devtime_init(n, err);
-    return rc;
+    return alloc_state(n, err);
 }
 
-void pt_net_free(pt_net *n)
+void pt_net_free_state(pt_net *n)
 {
     pt_kernels *kn = n->kn;
-    if (n->zero)
-        pt_zero_free(n);
-    else if (kn) {
+    if (kn) {
         if (n->w != n->master)
             kn->free(kn, n->w);
         kn->free(kn, n->master);
@@ -512,15 +462,14 @@ void pt_net_free(pt_net *n)
         kn->free(kn, n->rs_full);
         kn->free(kn, n->rs_shard);
     }
-    pt_gc_free(n);
     free(n->z1);
-    pt_net_free_runtime(n);
-    pt_devtime_free(n);
     free(n->param);
-    memset(n, 0, sizeof *n);
+    n->w = n->master = n->grad = n->m = n->v = n->rs_full = n->rs_shard = NULL;
+    n->z1 = NULL;
+    n->param = NULL;
 }
 
-/* ---- State for checkpoints ---------------------------------------------------------------- */
+/* ---- A parameter's part and the whole tensor (checkpoints) ------------------------------ */
 
 void pt_param_whole_shape(const pt_net *n, const pt_param *p, int64_t shape[2])
 {
@@ -537,72 +486,4 @@ bool pt_param_writer(const pt_net *n, const pt_param *p)
     bool tied_copy = n->spec.tied_embeddings && n->layout.pp > 1 && n->stage > 0 &&
                      strcmp(p->name, "wte") == 0;
     return !tied_copy && (p->tp_copies <= 1 || n->tp_rank % p->tp_copies == 0);
-}
-
-int pt_net_opt_spans(const pt_net *n, int dp_rank, pt_net_span **out, int *count, pt_err *err)
-{
-    int cap = n->zero ? pt_zero_segments(n) : n->n_z1 > 0 ? n->n_z1 : 1, k = 0;
-    pt_net_span *s = calloc((size_t)cap, sizeof *s);
-    *out = s;
-    if (!s)
-        return pt_err_set(err, "out of memory");
-    if (n->zero) {
-        for (int i = 0; i < cap; i++) {
-            pt_zero_shard z = pt_zero_shard_of((pt_net *)n, i);
-            s[k++] = (pt_net_span){z.lo, z.hi, z.m - n->m};
-        }
-    } else if (n->n_z1 > 0) {
-        for (int b = 0; b < n->n_z1; b++) {
-            const pt_zero1_bucket *z = &n->z1[b];
-            int64_t lo = z->lo + (int64_t)dp_rank * z->share;
-            int64_t hi = lo + z->share < z->hi ? lo + z->share : z->hi;
-            s[k++] = (pt_net_span){lo, lo > hi ? lo : hi, z->shard_at};
-        }
-    } else {
-        s[k++] = (pt_net_span){0, n->n_elems, 0};
-    }
-    *count = k;
-    return 0;
-}
-
-int pt_net_get_own_master(pt_net *n, float *master, pt_err *err)
-{
-    pt_kernels *kn = n->kn;
-    if (!n->zero)
-        kn->copy(kn, master, n->master, (size_t)n->n_elems * sizeof(float), PT_KCOPY_D2H);
-    for (int i = 0; n->zero && i < pt_zero_segments(n); i++) {
-        pt_zero_shard z = pt_zero_shard_of(n, i);
-        kn->copy(kn, master + z.lo, z.master, (size_t)(z.hi - z.lo) * sizeof(float),
-                 PT_KCOPY_D2H);
-    }
-    return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
-}
-
-int pt_net_get_state(pt_net *n, float *master, float *m, float *v, pt_err *err)
-{
-    pt_kernels *kn = n->kn;
-    size_t bytes = (size_t)n->n_elems * sizeof(float), opt = (size_t)n->opt_elems * sizeof(float);
-    if (master && n->zero && pt_zero_get_master(n, master, err))
-        return -1;
-    if (master && !n->zero)
-        kn->copy(kn, master, n->master, bytes, PT_KCOPY_D2H);
-    if (m)
-        kn->copy(kn, m, n->m, opt, PT_KCOPY_D2H);
-    if (v)
-        kn->copy(kn, v, n->v, opt, PT_KCOPY_D2H);
-    return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
-}
-
-int pt_net_set_state(pt_net *n, const float *master, const float *m, const float *v,
-                     pt_err *err)
-{
-    pt_kernels *kn = n->kn;
-    size_t opt = (size_t)n->opt_elems * sizeof(float);
-    if (m)
-        kn->copy(kn, n->m, m, opt, PT_KCOPY_H2D);
-    if (v)
-        kn->copy(kn, n->v, v, opt, PT_KCOPY_H2D);
-    if (master && n->zero)
-        return pt_zero_set_master(n, master, err);
-    return master ? upload(n, master, err) : kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
