@@ -178,7 +178,7 @@ static int settle(pt_comm *c, ncclComm_t comm, ncclResult_t r, double timeout_s,
             return w ? pt_comm_missed(c, w, now_s() - t0, err)
                      : pt_err_set(err, "%s: NCCL did not finish within %.0f s (a rank that "
                                        "never started, or a network NCCL cannot reach: see "
-                                       "NCCL_SOCKET_IFNAME in README)", what, timeout_s);
+                                       "NCCL_SOCKET_IFNAME in docs/ptrun.md)", what, timeout_s);
         nap_ms(1);
     }
     if (r == ncclSuccess)
@@ -286,7 +286,7 @@ int pt_nccl_device_shared(pt_comm *c, bool *shared, pt_err *err)
 /* ---- Links: a communicator per direction between neighbours ------------------------------ */
 
 /* The rings whose neighbours get links: the pipeline group (pipeline transfers), the
- * context-parallel group (ring attention, runtime/layer.c) and, in a comm without
+ * context-parallel group (ring attention, runtime/attention.c) and, in a comm without
  * groups (pt_comm_sub), the world (ptprofile-coll's ring, tools/ptprofile/coll_comm.c). */
 static const int link_rings[] = {PT_GROUP_PP, PT_GROUP_CP, PT_COMM_WORLD};
 

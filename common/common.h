@@ -47,7 +47,7 @@ int pt_err_set(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 
  * batch and micro-batch counts, sequence, model sizes, byte counts) goes through these:
  * false when the exact result does not fit in int64_t (then *out is left unchanged),
  * so a caller refuses the input instead of wrapping to a small, plausible number. The
- * documented limits (README, "Limits") keep valid inputs far from overflow; these catch
+ * documented limits (docs/ptplan.md, "Limits") keep valid inputs far from overflow; these catch
  * everything else. pt_prod64 multiplies n factors, all of which must be >= 0. */
 bool pt_mul64(int64_t a, int64_t b, int64_t *out);
 bool pt_add64(int64_t a, int64_t b, int64_t *out);

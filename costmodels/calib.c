@@ -157,17 +157,6 @@ int pt_costdb_forget_run(pt_costdb *db, int64_t run_id, pt_forgotten *out, pt_er
     return pt_costdb_reload(db, err);
 }
 
-int pt_costdb_rollback(pt_costdb *db, pt_err *err)
-{
-    if (!db || !db->sql)
-        return 0;
-    db->tx_depth = 0;
-    if (sqlite3_get_autocommit(db->sql) == 0 &&
-        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK)
-        return pt_costdb_sql_fail(db, err, "cannot roll back");
-    return pt_costdb_reload(db, err);
-}
-
 static int by_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;

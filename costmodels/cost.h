@@ -219,6 +219,8 @@ pt_cost pt_cost_coll(const pt_costdb *db, const pt_cost_hw *hw, const pt_coll_op
  * a failure in any of them rolls the whole of it back. No-ops on the in-memory table. */
 int pt_costdb_begin(pt_costdb *db, pt_err *err);
 int pt_costdb_commit(pt_costdb *db, pt_err *err);
+/* Undoes the whole transaction (every begin so far) and reads the tables again. */
+int pt_costdb_rollback(pt_costdb *db, pt_err *err);
 
 /* Like add, but first removes the samples of the same source with the same identity
  * (device and key; or backend, op, bytes, group and ranks per node), so that
@@ -405,7 +407,6 @@ typedef struct {
     int64_t samples, kernel_fits, link_fits;
 } pt_forgotten;
 int pt_costdb_forget_run(pt_costdb *db, int64_t run_id, pt_forgotten *out, pt_err *err);
-int pt_costdb_rollback(pt_costdb *db, pt_err *err);
 
 /* The traced runs whose samples of `device` are in the tables (ascending, at most cap
  * written), and how many of the device's kernel samples came from ptprofile. Returns

@@ -986,6 +986,17 @@ int pt_costdb_commit(pt_costdb *db, pt_err *err)
     return exec(db, "COMMIT", err, "cannot commit");
 }
 
+int pt_costdb_rollback(pt_costdb *db, pt_err *err)
+{
+    if (!db || !db->sql)
+        return 0;
+    db->tx_depth = 0;
+    if (sqlite3_get_autocommit(db->sql) == 0 &&
+        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK)
+        return pt_costdb_sql_fail(db, err, "cannot roll back");
+    return pt_costdb_reload(db, err);
+}
+
 /* Reads every sample again after rows were deleted (the in-memory arrays are
  * append-only), and the fits. */
 int pt_costdb_reload(pt_costdb *db, pt_err *err)

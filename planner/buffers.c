@@ -9,7 +9,8 @@
  * d, f the MLP width and v the vocabulary slice of one tp rank. Every buffer is
  * rounded up to PT_BUF_ALIGN bytes, as the runtime lays them out.
  */
-#include "planner.h"
+#include "memory_model.h"
+#include "step.h"
 
 static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_LN1] = "ln1", [PT_BUF_LN1_MEAN] = "ln1_mean", [PT_BUF_LN1_RSTD] = "ln1_rstd",

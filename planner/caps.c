@@ -5,7 +5,7 @@
  * the CUDA backend. Both train every layout pt_layout_check accepts, so no layout is
  * refused for its backend.
  */
-#include "planner.h"
+#include "spec.h"
 
 #include <string.h>
 

@@ -26,6 +26,7 @@
  * Link bandwidth is bytes/s per device per direction, latency in seconds; all rates
  * and latencies must be finite and >= 0 (0 = not yet profiled).
  */
+#include "cost.h"
 #include "specjson.h"
 
 #include <inttypes.h>

@@ -6,6 +6,7 @@
  * and a valid one gets its memory figures and is handed to the caller.
  */
 #include "internal.h"
+#include "predict.h"
 
 #include <stdlib.h>
 

@@ -6,7 +6,7 @@
  * arrangement). The runtime builds its communicators from these groups, so the
  * planner and the runtime agree on them by construction.
  */
-#include "planner.h"
+#include "grid.h"
 
 #include <stdlib.h>
 

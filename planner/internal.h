@@ -5,7 +5,7 @@
 #ifndef PT_PLANNER_INTERNAL_H
 #define PT_PLANNER_INTERNAL_H
 
-#include "planner.h"
+#include "layout.h"
 
 /* pt_layout_check with the "tensor-parallel group spans nodes" rule answered by the
  * caller (tp_spans >= 0), so the enumeration computes it once per grid shape instead

@@ -5,6 +5,7 @@
  * with a named reason. The enumeration (enum.c) and ptplan's --explain both read
  * the rules from pt_layout_check, so a rule is written once.
  */
+#include "grid.h"
 #include "internal.h"
 
 #include <ctype.h>

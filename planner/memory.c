@@ -18,58 +18,11 @@
  * holds, hd = h/a the head dimension, kvd = k·hd the K (or V) width, ab the bytes of
  * one activation element. Byte figures are doubles, counts int64_t.
  */
-#include "planner.h"
+#include "memory_model.h"
+#include "schedule.h"
+#include "step.h"
 
 #include <math.h>
-#include <string.h>
-
-/* ---- Precisions -------------------------------------------------------------- */
-
-static const char *const pt_prec_names[PT_PREC_COUNT] = {"bf16", "bf16-grad16", "fp32"};
-
-pt_precision pt_precision_of(pt_prec_kind k)
-{
-    switch (k) {
-    case PT_PREC_BF16_GRAD16: /* ZeRO paper Sec. 3.1: 2Ψ + 2Ψ + KΨ with K = 12 */
-        return (pt_precision){.weight_bytes = 2, .grad_bytes = 2, .master_bytes = 4,
-                              .moment_bytes = 8, .act_bytes = 2};
-    case PT_PREC_FP32:
-        return (pt_precision){.weight_bytes = 4, .grad_bytes = 4, .master_bytes = 0,
-                              .moment_bytes = 8, .act_bytes = 4};
-    case PT_PREC_BF16: /* gradients accumulated in fp32, as ptrun's CUDA backend does */
-    default:
-        return (pt_precision){.weight_bytes = 2, .grad_bytes = 4, .master_bytes = 4,
-                              .moment_bytes = 8, .act_bytes = 2};
-    }
-}
-
-const char *pt_prec_name(pt_prec_kind k)
-{
-    return (unsigned)k < PT_PREC_COUNT ? pt_prec_names[k] : "unknown";
-}
-
-int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err)
-{
-    for (int k = 0; text && k < PT_PREC_COUNT; k++) {
-        if (strcmp(text, pt_prec_names[k]) == 0) {
-            *out = (pt_prec_kind)k;
-            return 0;
-        }
-    }
-    return pt_err_set(err, "unknown precision '%s' (expected bf16, bf16-grad16 or fp32)",
-                      text ? text : "");
-}
-
-void pt_train_default(pt_train *t, const pt_cluster *c)
-{
-    t->global_batch = 512;
-    /* PyTorch DistributedDataParallel's bucket_cap_mb defaults to 25 (MiB). */
-    t->bucket_bytes = 25 * 1024 * 1024;
-    /* A device without bf16 throughput (the CPU backend) trains in fp32. */
-    bool bf16 = c != NULL && c->device.peak_flops[PT_DTYPE_BF16] > 0;
-    t->precision = bf16 ? PT_PREC_BF16 : PT_PREC_FP32;
-    t->stack = *pt_stack_builtin(0); /* ptrun */
-}
 
 /* ---- Model states ------------------------------------------------------------ */
 

@@ -17,7 +17,7 @@
  * t tensor-parallel size; hd = h/a is the head dimension and kvd = k·hd the width of
  * the K (and of the V) projection.
  */
-#include "planner.h"
+#include "spec.h"
 
 /* Parameters of one norm: LayerNorm has a gain and a bias, RMSNorm only a gain. */
 static int64_t pt_params_norm(const pt_model *m)

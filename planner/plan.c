@@ -7,6 +7,7 @@
  * from. Reading it back checks every field, so ptrun never starts from a plan it
  * misreads. Field names are documented in README.md.
  */
+#include "plan_json.h"
 #include "specjson.h"
 
 #include <errno.h>

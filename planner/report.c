@@ -2,7 +2,7 @@
  * JSON forms of the planner's results: a layout and a memory breakdown. ptplan's
  * --json output and plan.json both use these, so the field names are written once.
  */
-#include "planner.h"
+#include "plan_json.h"
 
 #include <math.h>
 

@@ -22,7 +22,7 @@
  * V = p·vp; stage 0 holds the embedding, stage V-1 the head and loss. The rank that
  * holds virtual stage vs is vs mod p.
  */
-#include "planner.h"
+#include "schedule.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -26,7 +26,7 @@
  * without waiting for a peer. Collectives, and the transfers of the context-parallel
  * ring inside a forward or backward, are not in the programs and not modelled.
  */
-#include "planner.h"
+#include "schedule.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * length, so the estimate keeps huge searches fast while every layout shown to the
  * user has been simulated.
  */
-#include "planner.h"
+#include "predict.h"
 
 #include <stdlib.h>
 #include <string.h>

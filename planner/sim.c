@@ -13,7 +13,10 @@
  * PyTorch DDP). Sends are posted when their producer finishes and arrive after the
  * link's transfer time; a receive waits for the arrival.
  */
-#include "planner.h"
+#include "predict.h"
+#include "schedule.h"
+
+#include <jansson.h>
 
 #include <math.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #ifndef PT_SPECJSON_H
 #define PT_SPECJSON_H
 
-#include "planner.h"
+#include "spec.h"
 
 #include <jansson.h>
 

@@ -43,6 +43,7 @@
  *                                               its derivative in the MLP GEMMs
  *   }
  */
+#include "layout.h"
 #include "specjson.h"
 
 #include <math.h>

@@ -86,7 +86,7 @@ size_t pt_bytes_decode(const int32_t *tok, int64_t n, char *buf, size_t cap);
  *     which is its id), as Llama 3's tokenizer.model; one of exactly 128000 ranks gets
  *     Llama 3's 256 special tokens (ids 128000..128255) for decoding.
  * A folder without vocab.json + merges.txt is searched for tokenizer.json, then
- * tokenizer.model. Text is split into pieces by GPT-2's or Llama 3's pattern (README,
+ * tokenizer.model. Text is split into pieces by GPT-2's or Llama 3's pattern (docs/ptrun.md,
  * "Data and tokenizers": exact for ASCII, approximate for other characters), and each
  * piece's bytes are merged by rank. Special tokens decode to their names and are never
  * produced by encoding. */

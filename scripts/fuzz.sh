@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the libFuzzer harnesses of tests/fuzz/ for longer than ctest does (README:
+# Runs the libFuzzer harnesses of tests/fuzz/ for longer than ctest does (docs/testing.md:
 # Fuzzing): each for SECONDS, one at a time, from a corpus kept in BUILD/corpus/<format>/
 # (seeded from tests/fuzz/corpus/<format>/, merged down to the inputs that add
 # coverage after each run, so it grows from run to run). Prints per harness the
@@ -67,5 +67,5 @@ for f in $formats; do
         "$(ls "$corpus" | wc -l)" "$found"
 done
 [ "$crashed" -eq 0 ] || echo "fuzz.sh: logs in $build/logs/; minimize a crash with" \
-    "HARNESS -minimize_crash=1 -runs=10000 FILE, then see README (Fuzzing)"
+    "HARNESS -minimize_crash=1 -runs=10000 FILE, then see docs/testing.md (Fuzzing)"
 exit "$crashed"

@@ -12,7 +12,7 @@
  * partials live in the backend's own buffer (ctx->ortho_part), not scratch: PowerSGD
  * runs this on the side stream while the backward uses scratch on the main one. Every
  * sum has a fixed order that depends on rows only: the same bits run to run. The
- * products around it are gemm_f32 (matmul.cu). planner/ops.c (psgd_sync) prices these
+ * products around it are gemm_f32 (matmul.cu). planner/ops_step.c (psgd_sync) prices these
  * passes and launches: change both together.
  */
 #include <math.h>

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "planner.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <unistd.h>
 

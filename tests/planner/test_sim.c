@@ -7,6 +7,8 @@
 #include "check.h"
 #include "planner.h"
 
+#include <jansson.h>
+
 static pt_layout pipeline(int pp, int vp, int n, pt_schedule s)
 {
     pt_layout l;

@@ -1,14 +1,18 @@
 /*
  * Internal to the ptplan command: its options, the job they describe (model,
  * cluster, training settings, cost table) and the printing helpers its source files
- * share. ptplan.c parses options and runs the spec and group modes; ptplan_rank.c
- * evaluates one layout or ranks all of them and writes plan.json; ptplan_compare.c
- * sets layouts side by side; ptplan_validate.c predicts published runs.
+ * share. ptplan.c parses options, runs the spec and group modes and calls the others;
+ * ptplan_rank.c evaluates one layout or ranks all of them and writes plan.json;
+ * ptplan_compare.c sets layouts side by side; ptplan_validate.c predicts published
+ * runs; ptplan_job.c loads the job and holds what they share. Calls go one way:
+ * ptplan.c into the modes, the modes into ptplan_job.c, which calls none of them.
  */
 #ifndef PT_TOOLS_PTPLAN_H
 #define PT_TOOLS_PTPLAN_H
 
 #include "planner.h"
+
+#include <jansson.h>
 
 /* EXIT_REJECTED: nothing that can run (the layout of --layout, every layout of the
  * search, every layout of --compare), so no plan. */
@@ -42,6 +46,8 @@ typedef struct {
     char passed_over[512];   /* and the table it replaced, "" for none */
 } job;
 
+/* ---- ptplan_job.c: the job and what every mode shows ---------------------------- */
+
 /* Prints "ptplan: <msg>" to stderr and returns EXIT_BAD_INPUT. */
 int pt_tool_fail(const char *fmt, const char *msg);
 int load_job(const options *o, job *j);
@@ -50,6 +56,9 @@ double limit_bytes(const job *j);
 json_t *job_json(const job *j);
 void print_job_header(const job *j);
 void print_json(json_t *j);
+/* Parses a spec text (and frees it) back into a json_t so it can be nested in other
+ * output; JSON null when text is NULL or does not parse. */
+json_t *spec_json(char *text);
 double gib(double bytes);
 
 /* The parts of one rank's memory as ptplan prints them, in order: names and bytes. */
@@ -67,6 +76,9 @@ json_t *layout_result_json(const job *j, const pt_layout *l, uint32_t mask,
 /* Writes "  KEY  why" for every rule of mask that l breaks. */
 void print_rules(const job *j, const pt_layout *l, uint32_t mask);
 
+/* ---- The modes: ptplan.c calls these ---------------------------------------------- */
+
+/* ptplan_rank.c: --layout, the search (writing plan.json). */
 int evaluate_layout(const options *o);
 int rank_layouts(const options *o);
 /* --list-layouts: every layout the search would price, unpriced. */

@@ -136,20 +136,6 @@ static int timeline_of(const options *o, const job *j, const pt_layout *l)
 
 /* ---- Printing -------------------------------------------------------------------------- */
 
-void memory_parts(const pt_memory *mem, const char *names[MEM_PARTS], double bytes[MEM_PARTS])
-{
-    static const char *const part[MEM_PARTS] = {"weights", "gradients", "optimizer",
-                                                "activations", "embedding/head", "recompute",
-                                                "comm buffers"};
-    const double v[MEM_PARTS] = {mem->weights_bytes, mem->grads_bytes, mem->optimizer_bytes,
-                                 mem->activations_bytes, mem->embed_head_bytes,
-                                 mem->recompute_bytes, mem->comm_bytes};
-    for (int i = 0; i < MEM_PARTS; i++) {
-        names[i] = part[i];
-        bytes[i] = v[i];
-    }
-}
-
 static void print_memory(const pt_memory *mem, double limit)
 {
     const char *names[MEM_PARTS];
@@ -158,18 +144,6 @@ static void print_memory(const pt_memory *mem, double limit)
     for (int i = 0; i < MEM_PARTS; i++)
         printf("  %-15s %9.2f GiB\n", names[i], gib(v[i]));
     printf("  %-15s %9.2f GiB of %.2f GiB usable\n", "total", gib(mem->total_bytes), gib(limit));
-}
-
-/* "m40 i10 a50", or the single source when there is one. */
-void provenance_text(const pt_sim_result *r, char *buf, size_t n)
-{
-    for (int p = 0; p < PT_PROV_COUNT; p++)
-        if (r->prov_share[p] > 0.9995) {
-            snprintf(buf, n, "%s", pt_prov_name((pt_prov)p));
-            return;
-        }
-    snprintf(buf, n, "m%.0f i%.0f a%.0f", 100 * r->prov_share[PT_PROV_MEASURED],
-             100 * r->prov_share[PT_PROV_INTERPOLATED], 100 * r->prov_share[PT_PROV_ANALYTIC]);
 }
 
 static void print_prediction(const pt_sim_result *r)
@@ -204,40 +178,6 @@ static json_t *candidate_json(const pt_candidate *c)
 
 /* ---- --layout --------------------------------------------------------------------------- */
 
-void print_rules(const job *j, const pt_layout *l, uint32_t mask)
-{
-    char why[256];
-    for (int r = 0; r < PT_REJECT_COUNT; r++) {
-        if (!(mask & (1u << r)))
-            continue;
-        pt_reject_explain((pt_reject)r, &j->m, &j->c, j->t.global_batch, l, why, sizeof why);
-        printf("  %-18s %s\n", pt_reject_name((pt_reject)r), why);
-    }
-}
-
-static json_t *rules_json(const job *j, const pt_layout *l, uint32_t mask)
-{
-    char why[256];
-    json_t *rej = json_array();
-    for (int r = 0; r < PT_REJECT_COUNT; r++) {
-        if (!(mask & (1u << r)))
-            continue;
-        pt_reject_explain((pt_reject)r, &j->m, &j->c, j->t.global_batch, l, why, sizeof why);
-        json_array_append_new(rej, json_pack("{s:s, s:s}", "reason",
-                                             pt_reject_name((pt_reject)r), "detail", why));
-    }
-    return rej;
-}
-
-json_t *layout_result_json(const job *j, const pt_layout *l, uint32_t mask,
-                           const pt_candidate *c, bool fits)
-{
-    return json_pack("{s:o, s:b, s:o, s:b, s:o, s:o}", "layout", pt_layout_json(l), "valid",
-                     mask == 0, "rejected", rules_json(j, l, mask), "fits", fits, "memory",
-                     mask ? json_null() : pt_memory_json(&c->memory), "predicted",
-                     mask ? json_null() : pt_sim_result_json(&c->predicted));
-}
-
 static void print_stages(const job *j, const pt_layout *l)
 {
     for (int s = 0; s < l->pp; s++) {
@@ -270,14 +210,6 @@ static int layout_json(const options *o, const job *j, const pt_layout *l, uint3
     }
     print_json(root);
     return 0;
-}
-
-int parse_job_layout(const job *j, const char *text, pt_layout *l, pt_err *err)
-{
-    pt_layout_default(l);
-    memcpy(l->order, j->eo.order, sizeof l->order);
-    return pt_layout_parse_stack(text, pt_cluster_world(&j->c), j->t.global_batch,
-                                 &j->t.stack, l, err);
 }
 
 /* Why --layout's layout gets no plan: the rules it breaks, or its memory. */

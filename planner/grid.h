@@ -1,0 +1,47 @@
+/*
+ * The rank grid of a layout and its process groups (planner/grid.c): where each rank
+ * sits along tp, cp, dp and pp, and the members of each of its groups. The runtime's
+ * communicators are made from these (comm/comm.h), so they are the groups the planner
+ * priced.
+ */
+#ifndef PT_PLANNER_GRID_H
+#define PT_PLANNER_GRID_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Rank grid and process groups -------------------------------------------- */
+
+typedef enum { PT_GROUP_TP, PT_GROUP_CP, PT_GROUP_DP, PT_GROUP_PP,
+               PT_GROUP_DPCP, /* gradient reduction and ZeRO sharding */
+               PT_GROUP_TPCP,
+               PT_GROUP_COUNT } pt_group_kind;
+const char *pt_group_name(pt_group_kind g);
+
+typedef struct {
+    int size[PT_NDIM];   /* indexed by pt_dim */
+    int stride[PT_NDIM]; /* rank = sum coord[d]·stride[d] */
+    pt_dim order[PT_NDIM];
+    int64_t world;
+} pt_grid;
+
+void pt_grid_init(pt_grid *g, const pt_layout *l);
+void pt_grid_coords(const pt_grid *g, int64_t rank, int coords[PT_NDIM]);
+int64_t pt_grid_rank(const pt_grid *g, const int coords[PT_NDIM]);
+int pt_grid_group_size(const pt_grid *g, pt_group_kind kind);
+/* Fills ranks[0..size) with the members of `rank`'s group of `kind`, ascending.
+ * ranks must hold pt_grid_group_size() entries. Returns this rank's index in it. */
+int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks);
+/* True when some group of `kind` has members on two nodes of `devices_per_node`. */
+bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

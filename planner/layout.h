@@ -1,0 +1,172 @@
+/*
+ * A layout and the rules that decide whether it can run (planner/layout.c, stack.c):
+ * the parallel sizes, ZeRO stage, micro-batch, recomputation, schedule, compression and
+ * rank order with their string form; the validity rules with their reasons; how a
+ * layout splits the model's layers over pipeline stages; and whether a stack runs it.
+ */
+#ifndef PT_PLANNER_LAYOUT_H
+#define PT_PLANNER_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Layout ------------------------------------------------------------------ */
+
+typedef enum { PT_RECOMPUTE_NONE, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL,
+               PT_RECOMPUTE_COUNT } pt_recompute;
+typedef enum { PT_SCHED_AFAB, PT_SCHED_1F1B, PT_SCHED_INTERLEAVED, PT_SCHED_COUNT } pt_schedule;
+/* Grid dimensions. A rank order lists them fastest-varying first. */
+typedef enum { PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP, PT_NDIM } pt_dim;
+
+const char *pt_recompute_name(pt_recompute r);
+const char *pt_schedule_name(pt_schedule s);
+const char *pt_dim_name(pt_dim d);
+const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" */
+
+/* Compression of the data-parallel gradient reduction (ZeRO 0 and 1 buckets):
+ * none; bf16 (each bucket rounded to bf16 for the reduction and widened back, as
+ * PyTorch DDP's bf16_compress_hook); powersgd (rank-r PowerSGD, Vogels et al. 2019,
+ * "PowerSGD: Practical Low-Rank Gradient Compression for Distributed Optimization",
+ * NeurIPS: each weight matrix M reduced as P = MQ and Q = M^T P, with error feedback
+ * and warm-started Q; 1-D tensors, the embedding and the head stay uncompressed). */
+typedef enum { PT_COMPRESS_NONE, PT_COMPRESS_BF16, PT_COMPRESS_POWERSGD,
+               PT_COMPRESS_COUNT } pt_compress;
+const char *pt_compress_name(pt_compress c); /* "none", "bf16", "powersgd" */
+/* PowerSGD's defaults: rank 4 (Vogels et al. 2019 train their transformer language
+ * model at rank 4, Table 8) and 10 uncompressed steps first (PyTorch's
+ * PowerSGDState advises starting after the learning-rate warm-up). */
+enum { PT_POWERSGD_RANK = 4, PT_POWERSGD_START = 10, PT_POWERSGD_MAX_RANK = 1024 };
+
+typedef struct {
+    int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */
+    int vp;                 /* virtual stages (model chunks) per pipeline rank */
+    bool sp;                /* sequence parallelism (only with tp > 1) */
+    bool tp_overlap;        /* the sequence-parallel all-gathers run beside the GEMMs
+                               that read them (only with sp) */
+    pt_dp_overlap dp_overlap; /* data-parallel reduction beside the backward [last] */
+    bool param_overlap;     /* ZeRO 1/2 (distributed optimizer): the all-gather of updated
+                               weights runs beside the next step's forward, bucket by
+                               bucket, instead of after the optimizer step */
+    int64_t first_layers, last_layers; /* layers on the first and last pipeline stage
+                               (0: the even split L/p); the rest divide evenly over the
+                               middle stages, each stage's over its vp chunks */
+    int zero;               /* ZeRO stage 0..3, sharding over the dp×cp group */
+    pt_compress compress;   /* gradient compression of the dp·cp reduction [none] */
+    int powersgd_rank;      /* r of compress=powersgd [PT_POWERSGD_RANK] */
+    int64_t powersgd_start; /* the first step compressed by PowerSGD (the steps before
+                               are reduced uncompressed) [PT_POWERSGD_START] */
+    int64_t mbs;            /* b: micro-batch size */
+    int64_t n_micro;        /* micro-batches per step per data-parallel rank */
+    pt_recompute recompute;
+    pt_schedule schedule;
+    pt_dim order[PT_NDIM];  /* rank order, fastest first; default tp-cp-dp-pp */
+} pt_layout;
+
+/* The default layout: every size 1, zero 0, mbs 1, no recompute, 1F1B, tp-cp-dp-pp. */
+void pt_layout_default(pt_layout *l);
+
+/* Parses "tp=8,pp=4,vp=2,cp=1,dp=2,zero=1,mbs=1,recompute=selective,sp=1,
+ * schedule=interleaved,order=tp-cp-dp-pp". Keys left out keep the value in `l`,
+ * except: dp is derived from `world` when absent (world <= 0: dp stays), schedule
+ * becomes interleaved when vp > 1 and is not given, and n_micro is derived from
+ * `global_batch` when > 0. Unknown keys, bad values and repeated keys are errors. */
+int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_layout *l,
+                    pt_err *err);
+/* Writes the canonical string form (the one pt_layout_parse reads) into buf. */
+void pt_layout_format(const pt_layout *l, char *buf, size_t n);
+/* The smallest gradient bucket (plan.json's training.bucket_bytes, a stack's
+ * gradients.bucket_bytes): below 64 KiB an all-reduce is all latency (the small-message
+ * regime of NCCL and MPI), so smaller buckets add only calls — a 1-byte bucket made one
+ * call per gradient element and a two-step run of a tiny model took minutes. */
+#define PT_MIN_BUCKET_BYTES (INT64_C(1) << 16)
+/* The most ranks a layout may have (2^30; plan.json's 'world' has the same bound). */
+#define PT_MAX_WORLD (INT64_C(1) << 30)
+/* tp*cp*pp*dp, or -1 when that product does not fit in int64_t. */
+int64_t pt_layout_world(const pt_layout *l);
+/* Parses "tp-cp-dp-pp" style rank orders (each dimension exactly once). */
+int pt_order_parse(const char *text, pt_dim order[PT_NDIM], pt_err *err);
+void pt_order_format(const pt_dim order[PT_NDIM], char *buf, size_t n);
+
+/* ---- Validity rules ---------------------------------------------------------- */
+
+/* Each rule that rejects a layout has a reason. Keep pt_reject_name/describe in
+ * step with this list (planner/layout.c). */
+typedef enum {
+    PT_REJECT_WORLD,              /* tp·cp·pp·dp differs from the world size */
+    PT_REJECT_HEADS_TP,           /* a not divisible by t */
+    PT_REJECT_KV_HEADS_TP,        /* k not divisible by t */
+    PT_REJECT_FFN_TP,             /* f not divisible by t */
+    PT_REJECT_LAYERS_PP,          /* L not divisible by p·vp */
+    PT_REJECT_SEQ_CP,             /* s not divisible by 2·c (load-balanced causal split) */
+    PT_REJECT_SEQ_SP,             /* s/c not divisible by t with sequence parallelism */
+    PT_REJECT_BATCH_DP,           /* global batch not divisible by b·dp */
+    PT_REJECT_TP_SPANS_NODES,     /* a tensor-parallel group crosses a node boundary */
+    PT_REJECT_SP_WITHOUT_TP,      /* sp requested with t = 1 */
+    PT_REJECT_OVERLAP_WITHOUT_SP, /* tp_overlap requested without sequence parallelism */
+    PT_REJECT_VP_WITHOUT_PP,      /* vp > 1 with p = 1 */
+    PT_REJECT_SCHEDULE_VP,        /* interleaved without vp > 1, or vp > 1 without interleaving */
+    PT_REJECT_INTERLEAVED_MICRO,  /* interleaving needs micro-batches a multiple of p */
+    PT_REJECT_ZERO_NO_DP,         /* ZeRO stage > 0 with d·c = 1: nothing to shard */
+    PT_REJECT_ZERO_PP,            /* ZeRO 2/3 with pipeline parallelism */
+    PT_REJECT_UNEVEN_SPLIT,       /* first_layers/last_layers leave no valid split */
+    PT_REJECT_COMPRESS_ZERO,      /* gradient compression with ZeRO 2/3 */
+    PT_REJECT_COMPRESS_NO_DP,     /* gradient compression with d·c = 1: nothing reduced */
+    PT_REJECT_BAD_VALUE,          /* a size below 1, zero outside 0..3, ... */
+    PT_REJECT_COUNT
+} pt_reject;
+
+const char *pt_reject_name(pt_reject r);     /* short stable key, e.g. "heads_tp" */
+const char *pt_reject_describe(pt_reject r); /* one line for humans */
+
+/* Checks `l` against every rule for model `m`, cluster `c` (world size and devices
+ * per node) and `global_batch`. Returns the number of rules broken and sets bit r of
+ * *mask for each broken rule r (mask may be NULL). */
+int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch,
+                    const pt_layout *l, uint32_t *mask);
+/* Layers per pipeline stage: Megatron-Core's decoder_first_pipeline_num_layers /
+ * decoder_last_pipeline_num_layers rule. With F = first_layers and Z = last_layers
+ * both 0, every one of the p·vp virtual stages holds L/(p·vp) layers (rule
+ * layers_pp). Otherwise (rule uneven_split) pipeline rank 0 holds F layers and rank
+ * p-1 holds Z; the ranks whose count is not given (0 means not given) share the rest
+ * evenly: the p-2 middle ranks when both are given, else the middle ranks and the end
+ * left out (first_layers=7 alone on pp=4 with 31 layers: 7, 8, 8, 8). Each rank's
+ * layers divide evenly over its vp chunks. Valid only when pp > 1, F and Z are
+ * multiples of vp, the rest divides evenly over the other ranks (with pp = 2 and both
+ * given: F + Z = L), and every chunk holds at least one layer. Llama 3 405B: L = 126,
+ * pp = 16, F = Z = 7, 8 on each middle rank. */
+
+/* Layers of virtual stage vs (0 .. p·vp-1; vs = chunk·p + pipeline rank) under the
+ * layout's split, and in *first (may be NULL) the model index of its first layer:
+ * virtual stages hold consecutive layers in vs order, so rank 0's chunks are not
+ * contiguous with interleaving. The memory model, simulator and runtime all ask this.
+ * Meaningful for layouts pt_layout_check accepts; for others a non-negative estimate
+ * (the even split rounded up). */
+int64_t pt_stage_layers(const pt_model *m, const pt_layout *l, int vs, int64_t *first);
+/* Layers pipeline rank r holds over all its chunks: vp times its chunk's layers. */
+int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r);
+
+/* pt_layout_parse with the stack's defaults for the keys left out (dp_overlap;
+ * param_overlap on for ZeRO 1/2 when the stack offers it), then pt_stack_check_layout. */
+int pt_layout_parse_stack(const char *text, int64_t world, int64_t global_batch,
+                          const pt_stack *s, pt_layout *l, pt_err *err);
+
+/* Whether stack s can run layout l: the parallelisms, ZeRO stage and overlaps it
+ * offers. The error names the layout key and the stack. */
+int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err);
+
+/* Writes one line on why rule `r` rejects `l`, with the values involved
+ * (e.g. "heads (32) are not divisible by tp (3)"). */
+void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
+                       int64_t global_batch, const pt_layout *l, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,314 @@
+/*
+ * The planner's inputs, none of which depends on a layout: the model spec with its
+ * parameter counts and PowerSGD's matrices (planner/model.c, params.c), the cluster
+ * spec (cluster.c), the software stack that runs a step (stack.c), the compute backend
+ * a cluster trains on (caps.c), and the training settings: precision, batch, gradient
+ * buckets, stack (train.c). Each spec has built-ins and a JSON form.
+ */
+#ifndef PT_PLANNER_SPEC_H
+#define PT_PLANNER_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+/* The cost table a cluster spec is completed from (costmodels/cost.h). */
+typedef struct pt_costdb pt_costdb;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Model spec -------------------------------------------------------------- */
+
+typedef enum { PT_NORM_LAYERNORM, PT_NORM_RMSNORM } pt_norm;
+typedef enum { PT_ACT_GELU, PT_ACT_SWIGLU } pt_act;
+/* ALiBi (Press et al. 2022, BLOOM, MPT): no position embedding; a per-head linear bias
+ * added to the attention scores inside the attention kernel, so no op of its own. */
+typedef enum { PT_POS_LEARNED, PT_POS_ROPE, PT_POS_ALIBI } pt_pos;
+
+typedef struct {
+    char name[64];
+    int64_t layers;   /* L */
+    int64_t hidden;   /* h */
+    int64_t heads;    /* a */
+    int64_t kv_heads; /* k; equal to a without grouped-query attention */
+    int64_t ffn;      /* f: inner size of the MLP (per branch for SwiGLU) */
+    int64_t vocab;    /* v */
+    int64_t seq;      /* s: training sequence length */
+    pt_norm norm;
+    pt_act act;
+    pt_pos pos;
+    bool tied_embeddings; /* output head shares the token embedding */
+    bool bias;            /* linear layers carry biases (GPT-2/3 yes, LLaMA no) */
+    bool dropout;         /* dropout layers present (keeps 1-byte masks) */
+} pt_model;
+
+/* Number of built-in models; pt_model_builtin(i) returns the i-th (NULL past the end). */
+int pt_model_builtin_count(void);
+const pt_model *pt_model_builtin(int i);
+
+/* Looks up `name` among the built-ins; if there is none and `name` is a readable
+ * file, loads it as JSON. Errors name the unknown model or the file and field. */
+int pt_model_get(const char *name, pt_model *out, pt_err *err);
+int pt_model_load_file(const char *path, pt_model *out, pt_err *err);
+/* Parses a JSON text; `origin` names it in errors (a file name or "<string>"). */
+int pt_model_from_json(const char *text, const char *origin, pt_model *out, pt_err *err);
+/* Returns a malloc'd JSON text (ends with a newline) that pt_model_from_json reads
+ * back to an identical spec. NULL only when out of memory. */
+char *pt_model_to_json(const pt_model *m);
+/* Checks sizes (positive, h divisible by a, a divisible by k, ...). */
+int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
+
+/* Parameter counts (planner/params.c). `tp` is the tensor-parallel size: the figures
+ * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
+int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to 128, then to t */
+/* Elements of the head's padding mask on one tensor-parallel rank of the last stage
+ * (PT_BUF_VMASK; runtime/layer.c, alloc_head: a bias of -inf on the rows
+ * pt_vocab_padded adds): the rank's vocabulary slice when the vocabulary is padded,
+ * else 0. */
+int64_t pt_vocab_mask_elems(const pt_model *m, int tp);
+/* v rounded up to a multiple of `multiple` (times t when per_tp), then of t. */
+int64_t pt_vocab_round(const pt_model *m, int tp, int64_t multiple, bool per_tp);
+int64_t pt_params_layer(const pt_model *m, int tp);       /* one transformer layer */
+/* KV heads one tensor-parallel rank holds: k/t, or 1 when tp > k (each KV head then
+ * replicated over the tp/k ranks whose query heads use it). */
+int64_t pt_kv_heads_rank(const pt_model *m, int tp);
+/* Tensor-parallel ranks holding the same KV head: tp/k when tp > k, else 1. */
+int pt_kv_head_copies(const pt_model *m, int tp);
+int64_t pt_params_embedding(const pt_model *m, int tp);   /* token (vocab-parallel) + learned positions */
+int64_t pt_params_head(const pt_model *m, int tp, int pp);/* final norm + output head; the head is
+                                                             a copy of the embedding when tied and p > 1,
+                                                             and absent when tied and p = 1 */
+int64_t pt_model_params_total(const pt_model *m);         /* the published parameter count */
+/* Parameters of a part of the model on one tensor-parallel rank: `layers` transformer
+ * layers, with the embedding when `first` and the final norm and head when `last`
+ * (pp decides whether a tied head is a copy). The one count that the memory model
+ * (a pipeline stage), the simulator (a virtual stage) and the runtime's parameter
+ * table (checked against it) all use. */
+int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool first,
+                       bool last);
+
+/* PowerSGD's matrices (compress=powersgd; planner/params.c). The weight matrices of a
+ * transformer layer on one tensor-parallel rank, (rows, cols) each in the order the
+ * runtime's parameter table holds them (q, k, v, attn_out, [mlp_gate,] mlp_up,
+ * mlp_down); the embedding, the head, norms and biases are never compressed. A matrix
+ * is compressed at rank pt_psgd_rank = min(rank, rows, cols) when its factors P (rows,
+ * r) and Q (cols, r) take less than half its elements (pt_psgd_compresses). Per
+ * layer: *compressed elements are reduced as factors, *factors elements of P and Q
+ * travel instead. */
+enum { PT_PSGD_LAYER_MAX = 7 };
+int pt_psgd_layer_matrices(const pt_model *m, int tp, int64_t shape[PT_PSGD_LAYER_MAX][2]);
+int64_t pt_psgd_rank(int64_t rows, int64_t cols, int rank);
+bool pt_psgd_compresses(int64_t rows, int64_t cols, int rank);
+void pt_psgd_layer(const pt_model *m, int tp, int rank, int64_t *compressed,
+                   int64_t *factors);
+/* PowerSGD's groups, the one rule runtime/compress.c forms them by and
+ * planner/ops_step.c prices them by: compressed matrices, taken from the chunk's
+ * end down, join the open group, whose P and Q are each all-reduced at once; the
+ * group closes once it holds at least `bucket` elements. Adds a (rows, cols) matrix
+ * to the open group's *acc and says whether that closes it (*acc is then 0, for the
+ * next group). */
+bool pt_psgd_group_closes(int64_t *acc, int64_t rows, int64_t cols, int64_t bucket);
+
+/* ---- Cluster spec ------------------------------------------------------------ */
+
+typedef struct {
+    char name[64];
+    double peak_flops[PT_DTYPE_COUNT]; /* dense FLOP/s; 0 = not supported / not yet profiled */
+    int64_t memory_bytes;
+    double memory_bw_Bps;              /* bytes per second */
+    int sm_count;                      /* streaming multiprocessors (GEMM waves); 0 unknown */
+    double gemm_max_eff;               /* best measured GEMM rate, share of peak; 0 unknown */
+} pt_device;
+
+typedef struct {
+    char name[64];
+    double bw_Bps;    /* per device per direction, bytes per second; 0 = not yet profiled */
+    double latency_s;
+    double busbw_Bps; /* NCCL's achievable bus bandwidth per device (0: the line rate) */
+    double allreduce_busbw_Bps; /* all-reduce bus bandwidth where it differs (NVLink
+                                   SHARP); 0: busbw_Bps */
+} pt_link;
+
+typedef struct {
+    char name[64];
+    int nodes;
+    int devices_per_node;
+    pt_device device;
+    pt_link intra; /* between devices of one node */
+    pt_link inter; /* between nodes */
+} pt_cluster;
+
+int pt_cluster_builtin_count(void);
+/* Fills `out` with the i-th built-in (the `local` one is read off this machine). */
+int pt_cluster_builtin(int i, pt_cluster *out);
+int pt_cluster_get(const char *name, pt_cluster *out, pt_err *err);
+int pt_cluster_load_file(const char *path, pt_cluster *out, pt_err *err);
+int pt_cluster_from_json(const char *text, const char *origin, pt_cluster *out, pt_err *err);
+char *pt_cluster_to_json(const pt_cluster *c);
+int pt_cluster_validate(const pt_cluster *c, const char *origin, pt_err *err);
+/* Fills the figures the spec leaves at 0 (not yet profiled, as for `local`) from
+ * the description ptprofile stored for a device of the same name in `db`. Returns
+ * true when it changed anything. db may be NULL. */
+bool pt_cluster_apply_profile(pt_cluster *c, const pt_costdb *db);
+static inline int64_t pt_cluster_world(const pt_cluster *c)
+{
+    return (int64_t)c->nodes * c->devices_per_node;
+}
+
+/* How the data-parallel gradient reduction (ZeRO 0/1 buckets) overlaps the backward:
+ * none (every bucket after the step's last backward), last (buckets reduced as the
+ * last micro-batch's backward of each chunk fills them: PyTorch DDP under no_sync,
+ * Megatron-LM's --overlap-grad-reduce), or backward (every micro-batch's gradients
+ * reduced during its own backward, n_micro times the traffic: FSDP without no_sync). */
+typedef enum { PT_DPO_NONE, PT_DPO_LAST, PT_DPO_BACKWARD, PT_DPO_COUNT } pt_dp_overlap;
+/* Pipeline sends: beside compute, blocking the sender's compute until delivered, or
+ * beside compute only with interleaving (Megatron-Core's overlap_p2p_comm). */
+typedef enum { PT_P2P_OVERLAPPED, PT_P2P_BLOCKING, PT_P2P_INTERLEAVED, PT_P2P_COUNT } pt_p2p_mode;
+
+/* ---- Software stack (planner/stack.c) ------------------------------------------ */
+
+/* How a training framework executes a step: the planner prices the same layout
+ * differently under Megatron-LM 2021, Megatron-Core with Transformer Engine, PyTorch
+ * FSDP or ptrun itself. Built-ins: "ptrun" (the default), "megatron-lm",
+ * "megatron-core", "fsdp"; any other as a JSON file (stack.c documents the format). */
+typedef enum {
+    PT_ATTN_PTRUN,   /* ptrun's own kernels: one kernel per direction that writes and
+                        reads the score matrix (keys attn_fwd / attn_bwd) */
+    PT_ATTN_UNFUSED, /* score GEMM, fused scale-mask-softmax, dropout and context GEMM
+                        as separate kernels, the score matrix through memory each time */
+    PT_ATTN_FLASH,   /* tiled attention: no score matrix, the causal half of the FLOPs,
+                        the scores recomputed in the backward */
+    PT_ATTN_COUNT
+} pt_attn_impl;
+const char *pt_attn_impl_name(pt_attn_impl a); /* "ptrun", "unfused", "flash" */
+
+/* Attention kernel efficiency on one device family (flash only). */
+typedef struct {
+    char device[32];        /* prefix of the device name ("A100", "H100"); "*" matches all */
+    double fwd, bwd;        /* share of the dense peak FLOP/s in the training dtype */
+} pt_attn_eff;
+
+/* How the memory-bound ops of a layer (norms, RoPE, the gated activation) run:
+ * fused, one kernel per direction reading and writing each tensor once (Megatron's
+ * and Transformer Engine's kernels, ptrun's), or eager, as PyTorch runs the modules
+ * of torchtitan's Llama operator by operator (RMSNorm through fp32 copies, RoPE in
+ * complex fp32, SiLU and the product as kernels of their own): several passes each.
+ * LayerNorm and GELU are one PyTorch kernel per direction either way. */
+typedef enum { PT_KERNELS_FUSED, PT_KERNELS_EAGER, PT_KERNELS_COUNT } pt_kernel_style;
+const char *pt_kernel_style_name(pt_kernel_style k); /* "fused", "eager" */
+
+/* What recompute=selective rebuilds: the attention core only (Korthikanti et al.
+ * 2022, Megatron), or every op but the attention kernel and every other GEMM
+ * (torchtitan's per-op selective checkpointing policy, selective_ac_option "op"). */
+typedef enum { PT_SELECTIVE_ATTENTION, PT_SELECTIVE_OP, PT_SELECTIVE_COUNT } pt_selective;
+const char *pt_selective_name(pt_selective s); /* "attention", "op" */
+
+/* How gradient buckets are sized: a fixed size, or Megatron-Core's distributed
+ * optimizer rule max(40,000,000, 1,000,000 x dp) parameters per bucket. */
+typedef enum { PT_BUCKET_FIXED, PT_BUCKET_MEGATRON, PT_BUCKET_COUNT } pt_bucket_rule;
+
+#define PT_STACK_MAX_ATTN_EFF 8
+
+typedef struct {
+    char name[64];
+    char about[256];               /* which software and version it describes, and sources */
+    pt_attn_impl attention;
+    int n_attn_eff;
+    pt_attn_eff attn_eff[PT_STACK_MAX_ATTN_EFF]; /* first matching prefix wins */
+    /* what the stack can run at all */
+    bool tp, pp, cp, sp;           /* tensor, pipeline, context parallelism, sequence par. */
+    unsigned zero_stages;          /* bit z set: ZeRO stage z offered */
+    /* overlaps: which exist, and the default of each layout key */
+    bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */
+    bool tp_overlap_rs;            /* the reduce-scatters too, not only the all-gathers */
+    double tp_overlap_reach;       /* share of that communication the GEMMs hide */
+    unsigned dp_overlap_modes;     /* bit o set: dp_overlap o offered */
+    pt_dp_overlap dp_overlap;      /* default */
+    bool param_overlap;            /* parameter all-gather beside the next forward offered
+                                      (and the default when offered) */
+    bool compression;              /* runs the layout's compress=bf16|powersgd */
+    int zero3_prefetch;            /* ZeRO-3 layers gathered ahead (0: each gather blocks) */
+    double comm_compute_slowdown;  /* compute slowdown while a collective shares the SMs */
+    pt_p2p_mode p2p;               /* pipeline sends beside compute or blocking */
+    /* gradients and loss */
+    pt_bucket_rule bucket_rule;
+    int64_t bucket_bytes;          /* PT_BUCKET_FIXED; 0: the training's --bucket-mib */
+    pt_dtype grad_reduce_dtype;    /* fp32 or bf16 gradient reduction */
+    bool fused_xent;               /* cross-entropy in one kernel per direction */
+    int64_t vocab_multiple;        /* vocabulary padded to a multiple of this, */
+    bool vocab_per_tp;             /* ... times tp (Megatron), else then to one of tp */
+    double step_overhead_s;        /* per step: launch gaps, logging, data loader */
+    pt_kernel_style kernels;       /* norms, RoPE, activation: fused or eager */
+    pt_selective selective;        /* what recompute=selective rebuilds */
+    bool fused_epilogues;          /* the residual add inside the next norm's kernel and,
+                                      for GELU models, the GELU and its derivative in the
+                                      MLP GEMMs' epilogues (ptrun: cuBLASLt's) */
+} pt_stack;
+
+int pt_stack_builtin_count(void);
+const pt_stack *pt_stack_builtin(int i);
+/* A built-in by name, else a JSON file; errors name the unknown stack or the file and
+ * field. */
+int pt_stack_get(const char *name, pt_stack *out, pt_err *err);
+int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err);
+int pt_stack_from_json(const char *text, const char *origin, pt_stack *out, pt_err *err);
+/* A JSON text (with its newline) that pt_stack_from_json reads back identically;
+ * NULL only when out of memory. */
+char *pt_stack_to_json(const pt_stack *s);
+int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err);
+/* The vocabulary as stack s pads it under tensor parallelism tp: rounded up to a
+ * multiple of vocab_multiple·tp (Megatron-LM's --make-vocab-size-divisible-by), or to
+ * a multiple of vocab_multiple and then of tp (ptrun: pt_vocab_padded). */
+int64_t pt_stack_vocab(const pt_stack *s, const pt_model *m, int tp);
+/* The efficiency the stack's flash attention reaches on `device` (fwd or bwd); 0
+ * when no entry matches. */
+double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward);
+
+/* ---- Compute backends (planner/caps.c) ---------------------------------------- */
+
+/* The compute backends ptrun trains on: the CPU backend (C and OpenBLAS, MPI) for a
+ * cluster whose device name starts with "cpu", the CUDA backend (cuBLASLt, NCCL) for any
+ * other. Both train every layout pt_layout_check accepts. */
+typedef enum { PT_BACKEND_CPU, PT_BACKEND_CUDA, PT_BACKEND_COUNT } pt_backend;
+pt_backend pt_cluster_backend(const pt_cluster *c);
+/* Whether plans priced for stack s are ptrun's own (by name). A plan priced for another
+ * framework's stack trains with ptrun's stack in its place (runtime/trainer.c); that
+ * stack says itself what it runs (pt_stack_check_layout). */
+bool pt_stack_is_ptrun(const pt_stack *s);
+
+/* ---- Training settings (planner/train.c) --------------------------------------- */
+
+/* Storage sizes of one parameter and its training state, in bytes. */
+typedef struct {
+    int weight_bytes;   /* the working copy the forward pass reads */
+    int grad_bytes;     /* gradient accumulation buffer */
+    int master_bytes;   /* fp32 master copy (0 when weights are already fp32) */
+    int moment_bytes;   /* Adam: first + second moments together */
+    int act_bytes;      /* one activation element */
+} pt_precision;
+
+/* bf16 mixed precision with fp32 gradient accumulation (what ptrun's CUDA backend
+ * keeps), bf16 with bf16 gradients (the ZeRO paper's accounting), or plain fp32. */
+typedef enum { PT_PREC_BF16, PT_PREC_BF16_GRAD16, PT_PREC_FP32, PT_PREC_COUNT } pt_prec_kind;
+pt_precision pt_precision_of(pt_prec_kind k);
+const char *pt_prec_name(pt_prec_kind k);
+int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err);
+
+/* Settings of a training job that the planner needs besides model and layout. */
+typedef struct {
+    int64_t global_batch;   /* sequences per optimizer step */
+    pt_prec_kind precision;
+    int64_t bucket_bytes;   /* gradient-reduction bucket (PyTorch DDP default: 25 MiB) */
+    pt_stack stack;         /* the software that runs the step [ptrun] */
+} pt_train;
+
+void pt_train_default(pt_train *t, const pt_cluster *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,286 @@
+/*
+ * The ops of a training step (planner/ops.c, ops_step.c): the typed kernels and
+ * collectives of one micro-batch on one rank (a transformer layer's forward and
+ * backward, the embedding, the head with its loss) and of the step's end (a chunk's
+ * gradient buckets, PowerSGD's compression, the optimizer), the table of per-kind
+ * facts, the breakdown categories, and the FLOPs of a step. The simulator prices these
+ * lists and the runtime executes them, in the order of schedule.h's programs.
+ */
+#ifndef PT_PLANNER_STEP_H
+#define PT_PLANNER_STEP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cost.h"
+#include "grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Layer op lists: the step's typed instructions (planner/ops.c) -------------- */
+
+/* Where a step's time goes (the --explain breakdown and predicted.breakdown): compute by
+ * kind, communication by group (exposed on the compute stream's critical path, or
+ * hidden beside compute), the optimizer step, the stack's fixed per-step overhead and
+ * the pipeline's idle time. */
+typedef enum { PT_BD_GEMM, PT_BD_ATTN, PT_BD_OTHER, PT_BD_TP, PT_BD_CP, PT_BD_DP, PT_BD_P2P,
+               PT_BD_OPTIM, PT_BD_OVERHEAD, PT_BD_BUBBLE, PT_BD_COUNT } pt_bd;
+const char *pt_bd_name(pt_bd b); /* "gemm", "attention", "other_compute", "tp", "cp",
+                                    "dp_zero", "pipeline_p2p", "optimizer", "overhead",
+                                    "bubble" */
+
+/* One op of a training step on one rank: a compute kernel or a collective. The op
+ * lists are the one description of what a micro-batch does: the simulator prices each
+ * op from the cost tables and the runtime (runtime/layer.c) executes each with one
+ * switch over its kind, compiled with -Wswitch-enum, so an op the planner adds and the
+ * runtime does not run fails the build, not a run. The kernel's key (pt_kernel_op.key)
+ * is its cost-table key; the runtime's trace spans carry the same keys and names, so
+ * predicted and measured meet op by op. */
+typedef enum { PT_OP_KERNEL, PT_OP_COLL } pt_op_class;
+
+/* What an op does. The name of each (pt_op_kind_name: "q", "attn", "tp_allreduce", ...)
+ * is its trace span's name. Kinds marked "priced only" describe other stacks' kernels
+ * (Megatron-LM's unfused attention and cross-entropy); ptrun trains every plan with its
+ * own stack's ops (tools/ptrun.c) and refuses to run them. */
+typedef enum {
+    /* a transformer layer's forward (also what recomputation runs again) */
+    PT_OPK_NORM1, PT_OPK_Q, PT_OPK_K, PT_OPK_V, PT_OPK_ROPE, PT_OPK_ATTN, PT_OPK_ATTN_OUT,
+    PT_OPK_ADD1, PT_OPK_NORM2, PT_OPK_MLP_GATE, PT_OPK_MLP_UP, PT_OPK_ACT, PT_OPK_MLP_DOWN,
+    PT_OPK_ADD2,
+    /* ... its fused forms (a stack with fused_epilogues): the residual add in the
+     * second norm's kernel (add1 + norm2), the GELU in the up projection's epilogue
+     * (mlp_up + act), q, k and v as one batched GEMM (q + k + v: multi-head attention
+     * at tp = 1) */
+    PT_OPK_ADD1_NORM2, PT_OPK_MLP_UP_GELU, PT_OPK_QKV,
+    /* its backward */
+    PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_OPK_ACT_BWD, PT_OPK_MLP_GATE_DGRAD,
+    PT_OPK_MLP_UP_DGRAD, PT_OPK_MLP_GATE_WGRAD, PT_OPK_MLP_UP_WGRAD, PT_OPK_NORM2_BWD,
+    PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_OPK_ATTN_BWD, PT_OPK_ROPE_BWD,
+    PT_OPK_Q_DGRAD, PT_OPK_K_DGRAD, PT_OPK_V_DGRAD, PT_OPK_Q_WGRAD, PT_OPK_K_WGRAD,
+    PT_OPK_V_WGRAD, PT_OPK_NORM1_BWD,
+    /* ... its fused forms: the down projection's data gradient through the GELU's
+     * derivative in the GEMM's epilogue (mlp_down_dgrad + act_bwd); the weight
+     * gradients of q, k and v as one batched GEMM (q_wgrad + k_wgrad + v_wgrad) */
+    PT_OPK_MLP_DOWN_DGRAD_GELU, PT_OPK_QKV_WGRAD,
+    /* unfused attention (priced only) */
+    PT_OPK_ATTN_SCORES, PT_OPK_ATTN_SOFTMAX, PT_OPK_ATTN_DROPOUT, PT_OPK_ATTN_CTX,
+    PT_OPK_ATTN_CTX_DGRAD, PT_OPK_ATTN_CTX_WGRAD, PT_OPK_ATTN_DROPOUT_BWD,
+    PT_OPK_ATTN_SOFTMAX_BWD, PT_OPK_ATTN_SCORES_DGRAD, PT_OPK_ATTN_SCORES_WGRAD,
+    /* embedding and head */
+    PT_OPK_EMBED, PT_OPK_EMBED_BWD, PT_OPK_FINAL_NORM, PT_OPK_LOGITS, PT_OPK_LOGITS_DGRAD,
+    PT_OPK_LOGITS_WGRAD, PT_OPK_FINAL_NORM_BWD,
+    /* cross-entropy. Fused (ptrun): one op computes the loss and the logits' gradient;
+     * vocabulary-parallel (tp > 1) it is cut where the row statistics are reduced over
+     * tp: local maxima, their all-reduce, local sums of exponentials and target logits,
+     * their all-reduce, then the loss and gradient. Unfused (priced only): forward and
+     * backward ops with one all-reduce of the statistics. */
+    PT_OPK_XENT, PT_OPK_XENT_MAX, PT_OPK_XENT_SUMEXP, PT_OPK_XENT_MAX_ALLREDUCE,
+    PT_OPK_XENT_SUM_ALLREDUCE, PT_OPK_XENT_BWD, PT_OPK_XENT_ALLREDUCE,
+    /* tensor and context parallelism */
+    PT_OPK_TP_ALLREDUCE, PT_OPK_SP_ALLGATHER, PT_OPK_SP_REDUCESCATTER, PT_OPK_CP_RING,
+    PT_OPK_CP_RING_BWD,
+    /* data parallelism, ZeRO and the optimizer */
+    PT_OPK_ZERO3_ALLGATHER, PT_OPK_ZERO_REDUCESCATTER, PT_OPK_DP_BUCKET,
+    PT_OPK_EMBED_ALLREDUCE, PT_OPK_GRAD_NORM, PT_OPK_ADAM, PT_OPK_ZERO_ALLGATHER,
+    /* PowerSGD's compression of a chunk's gradients (compress=powersgd, in its
+     * gradient-bucket list; runtime/compress.c): the error added (M = g + e), P = M Q,
+     * P's orthonormalisation, Q = M^T P, the decompression (M = P Q^T and the new
+     * error), and the all-reduces of the P and Q matrices */
+    PT_OPK_BF16_CONVERT, /* compress=bf16: the buckets rounded to bf16 and back */
+    PT_OPK_PSGD_ERROR, PT_OPK_PSGD_P, PT_OPK_PSGD_ORTH, PT_OPK_PSGD_Q,
+    PT_OPK_PSGD_DECOMPRESS, PT_OPK_PSGD_ALLREDUCE_P, PT_OPK_PSGD_ALLREDUCE_Q,
+    PT_OPK_COUNT
+} pt_op_kind;
+
+/* The op lists of a step, by what they run on: a micro-batch's layer (forward and
+ * backward), its embedding and its head, a chunk's gradient buckets, the step's end. */
+typedef enum { PT_LIST_LAYER, PT_LIST_EMBED, PT_LIST_HEAD, PT_LIST_GRAD_SYNC, PT_LIST_STEP,
+               PT_LIST_COUNT } pt_list_kind;
+/* Virtual pipeline stages (chunks) one pipeline rank runs at most: the runtime keeps
+ * per-chunk tables of this size and refuses a plan with a larger vp. */
+enum { PT_CHUNK_MAX = 64 };
+
+/* The facts of one op kind that do not depend on a layout. */
+typedef struct {
+    const char *name;   /* the trace span's name: "q", "attn", "tp_allreduce", ... */
+    pt_op_class cls;    /* a kernel or a collective */
+    unsigned lists;     /* the lists it may stand in: bit (1u << pt_list_kind) each */
+    pt_bd category;     /* the breakdown category its time goes to */
+    bool priced_only;   /* another stack's kernels: ptrun refuses to run it */
+} pt_op_kind_info;
+/* The facts of kind k; for a k outside the enum, an entry named "?" in no list. */
+const pt_op_kind_info *pt_op_kind_info_of(pt_op_kind k);
+const char *pt_op_kind_name(pt_op_kind k); /* pt_op_kind_info_of(k)->name */
+/* Whether kind k may stand in an op list of kind `list`. */
+bool pt_op_kind_in(pt_op_kind k, pt_list_kind list);
+
+/* The parameters a kernel op reads and whose gradients it writes (its weight, and
+ * bias where the model has one): per layer for layer ops. The runtime resolves each to
+ * its place once, when it allocates, not by name per op. */
+typedef enum {
+    PT_PARAM_NONE, PT_PARAM_NORM1, PT_PARAM_Q, PT_PARAM_K, PT_PARAM_V, PT_PARAM_ATTN_OUT,
+    PT_PARAM_NORM2, PT_PARAM_MLP_GATE, PT_PARAM_MLP_UP, PT_PARAM_MLP_DOWN,
+    PT_PARAM_FINAL_NORM, PT_PARAM_HEAD, PT_PARAM_WTE, PT_PARAM_WPE, PT_PARAM_COUNT
+} pt_param_ref;
+/* Its name in the model's parameter table without the "layers.<i>." prefix and the
+ * ".w"/".b" suffix ("norm1", "q", "lm_head", "wte"); NULL for PT_PARAM_NONE. */
+const char *pt_param_ref_name(pt_param_ref r);
+
+/* The buffers a collective moves, from (src) and into (dst); the same buffer for an
+ * in-place all-reduce. Micro-batch buffers are the running layer's (or the embedding's
+ * or head's); scratch is one per rank. */
+typedef enum {
+    PT_TEN_NONE,
+    PT_TEN_ATTN_RES,     /* (R, h) the residual stream after attention (x2) */
+    PT_TEN_MLP_RES,      /* (R, h) the layer's output */
+    PT_TEN_EMBED_RES,    /* (R, h) the embedding's output */
+    PT_TEN_ROW_PARTIAL,  /* (T, h) a row-parallel output before its reduce-scatter (sp) */
+    PT_TEN_LN1, PT_TEN_LN2, PT_TEN_LNF, /* (R, h) a norm's output */
+    PT_TEN_GATHERED,     /* (T, h) a norm output gathered over tp (sp) */
+    PT_TEN_DRES,         /* (R, h) the residual stream's gradient */
+    PT_TEN_DRES_GATHERED,/* (T, h) ... gathered over tp (sp) */
+    PT_TEN_DLN,          /* (T, h) a column-parallel input's gradient, partial over tp */
+    PT_TEN_DLN_ROWS,     /* (R, h) its reduced rows (sp) */
+    PT_TEN_XENT_MAX,     /* (T) fp32 row maxima of the logits */
+    PT_TEN_XENT_SUMS,    /* (2, T) fp32 sums of exponentials and target logits */
+    PT_TEN_KV,           /* the K/V blocks (and their gradients) travelling the cp ring */
+    PT_TEN_LAYER_WEIGHTS,/* a layer's weights (ZeRO-3 gather) */
+    PT_TEN_LAYER_GRADS,  /* a layer's gradients (ZeRO-2/3 reduce-scatter) */
+    PT_TEN_GRADS,        /* the gradient buffer (data-parallel buckets) */
+    PT_TEN_EMBED_GRAD,   /* the tied embedding's gradient */
+    PT_TEN_WEIGHTS,      /* the updated weights (ZeRO 1/2 gather) */
+    PT_TEN_COUNT
+} pt_tensor;
+const char *pt_tensor_name(pt_tensor t);
+
+typedef struct {
+    pt_op_kind kind;
+    pt_op_class cls;
+    pt_gemm_role role;      /* one of the layers' GEMMs: which call it is, with or without
+                               a bias (its key's kind is the role's name); PT_GEMM_NONE
+                               for every other op */
+    pt_param_ref param;     /* kernel ops: the parameters it uses; PT_PARAM_NONE */
+    pt_tensor src, dst;     /* collectives: what they move */
+    pt_kernel_op kernel;    /* cls == PT_OP_KERNEL */
+    pt_coll_op coll;        /* cls == PT_OP_COLL */
+    pt_group_kind group;    /* the group a collective runs in (PT_GROUP_COUNT: every
+                               rank of the run, the gradient norm's sum) */
+    int count;              /* times the op runs in a row (CP ring steps); >= 1 */
+    bool overlapped;        /* a collective that runs beside compute (CP ring, ZeRO-3
+                               prefetch) instead of blocking the compute stream */
+    bool recompute;         /* a forward op run again during backward */
+    double out_elems;       /* GEMMs: elements of the output (m·n), else 0 */
+} pt_op;
+
+typedef struct {
+    pt_op *op;
+    int n, cap;
+} pt_oplist;
+
+void pt_oplist_free(pt_oplist *o);
+
+/* What op lists are built from: model, layout, training settings and, from the
+ * cluster, how many ranks of each process group share a node. */
+typedef struct {
+    const pt_model *m;
+    const pt_layout *l;
+    const pt_train *t;
+    pt_precision prec;
+    pt_dtype dtype;                   /* data type of GEMMs and activations */
+    int ranks_per_node[PT_GROUP_COUNT];
+    int embed_ranks_per_node;         /* first and last stage (tied embedding group) */
+    int world_ranks_per_node;         /* every rank of the run */
+    char device[64];                  /* the cluster's device (the stack's attention
+                                         efficiency is per device); "" without one */
+    int tp_rank;                      /* whose lists: 0, the tp rank that adds a
+                                         row-parallel layer's bias (the one priced), unless
+                                         the runtime sets its own rank's */
+} pt_opctx;
+
+/* What one rank of layout l holds of a micro-batch going through a layer: the op
+ * lists price these sizes and the runtime allocates and computes with the same. */
+typedef struct {
+    int64_t tokens;        /* T = b·s/cp: tokens a layer sees on this rank */
+    int64_t rows;          /* the residual-stream rows here: T, or T/t with sp */
+    int64_t heads, kv_heads; /* attention and KV heads on this rank */
+    int64_t head_dim;      /* d = h/a */
+    int64_t ffn;           /* f/t */
+    int64_t vocab;         /* padded vocabulary / t */
+} pt_rank_shape;
+pt_rank_shape pt_rank_shape_of(const pt_model *m, const pt_layout *l);
+
+void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_train *t,
+                   const pt_cluster *cl);
+
+/* Each appends, in execution order, the ops of one micro-batch on one rank:
+ * one transformer layer's forward, or its backward (with the forward ops that
+ * recomputation repeats, marked recompute); the embedding (first virtual stage);
+ * the final norm, output head and loss (last virtual stage). Return -1 only when
+ * out of memory. */
+int pt_ops_layer(const pt_opctx *c, bool backward, pt_oplist *out);
+/* Elements of the GEMM outputs one layer's forward keeps under torchtitan's per-op
+ * selective recomputation (the 1st, 3rd, ... GEMM: the ones its backward does not
+ * rebuild); -1 when out of memory. The memory model counts these. */
+double pt_ops_op_policy_kept_elems(const pt_opctx *c);
+int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out);
+int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out);
+/* ---- The step's end: gradient buckets and the optimizer (planner/ops_step.c) ---- */
+
+/* A chunk's gradient reduction during the backward: `params` parameters over the
+ * dp×cp group, one collective per bucket (all-reduce for ZeRO 0, reduce-scatter for
+ * ZeRO 1), run as the chunk's last backward fills them; none for ZeRO 2/3 (their
+ * layers reduce-scatter in the layer lists). The engine runs this list at the
+ * chunk's REDUCE_GRADS. */
+int pt_ops_grad_sync(const pt_opctx *c, double params, int64_t layers, pt_oplist *out);
+/* Bytes per gradient element in the data-parallel reduction (the stack's reduction
+ * dtype, never wider than the gradients), and the gradient bucket size in bytes (the
+ * stack's rule, else the training's bucket). */
+double pt_grad_reduce_bytes(const pt_opctx *c);
+double pt_bucket_bytes(const pt_opctx *c);
+/* The share of a ZeRO 0/1 bucket's bytes that travels: 2/4 under compress=bf16 with
+ * fp32 gradient reduction, else 1. */
+double pt_grad_wire_share(const pt_opctx *c);
+/* How a range of `len` gradient elements is cut into buckets of `bucket` elements as
+ * the backward makes them final from the range's end down (PyTorch DDP's and
+ * Megatron's order): whole buckets from the top, what is left at the bottom. The
+ * runtime's ZeRO-1 buckets (runtime/model.c) and the memory model's count of their
+ * shares (memory.c) both take them from here. pt_bucket_count: how many; pt_bucket_at:
+ * bucket k (0 the top) starts *off elements above the range's start and holds *n;
+ * pt_bucket_shares: the elements one of N ranks owns when each bucket is padded to a
+ * multiple of N and shared N ways. bucket < 1 counts as 1. */
+int64_t pt_bucket_count(int64_t len, int64_t bucket);
+void pt_bucket_at(int64_t len, int64_t bucket, int64_t k, int64_t *off, int64_t *n);
+double pt_bucket_shares(int64_t len, int64_t bucket, int64_t N);
+/* What a pipeline rank holds that its step's end works on. */
+typedef struct {
+    double params;      /* parameters on the rank (all its chunks) */
+    double edge;        /* of which the embedding's and the head's (first, last stage) */
+    double tied;        /* a tied embedding's copy (first and last stage, pp > 1), else 0 */
+} pt_step_params;
+/* The step's end on one pipeline rank, in the order the engine runs it at
+ * OPTIM_STEP: the tied embedding's all-reduce between first and last stage; the
+ * reduce-scatter of what the backward did not reduce (ZeRO 2/3: the embedding's and
+ * head's gradients, kept whole; ZeRO 1: the tied copy, after its sum); the gradient
+ * norm's sum over every rank; Adam over this rank's share; the all-gather of the
+ * updated weights (ZeRO 1/2: all; ZeRO 3: the embedding and head, kept whole). A
+ * chunk's gradient buckets take the tied copy out under ZeRO 1 (pt_step_tied_out). */
+int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out);
+/* The parameters of a tied embedding's copy on virtual stage vs of V (pp > 1, first
+ * or last), else 0; and how many of them a chunk's gradient buckets leave to the step
+ * (ZeRO 1). */
+double pt_step_tied(const pt_opctx *c, int vs, int V);
+double pt_step_tied_out(const pt_opctx *c, int vs, int V);
+
+/* ---- FLOPs of a step (planner/ops.c) ------------------------------------------- */
+
+/* Model FLOPs of one training step over all ranks (forward and backward, without
+ * recomputation), summed from the op lists; and the hardware FLOPs (with it). */
+double pt_step_model_flops(const pt_opctx *c);
+double pt_step_hardware_flops(const pt_opctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
