@@ -1,6 +1,6 @@
 /*
  * The buffers ptrun allocates for a micro-batch, one list that the runtime carves its
- * memory from (runtime/layer.c) and the memory model sums for ptrun's own stack
+ * memory from (runtime/tensors.c) and the memory model sums for ptrun's own stack
  * (memory.c). So the bytes a plan promises for ptrun are the bytes ptrun takes: a
  * buffer added here is allocated and counted, one left out is neither.
  *

@@ -242,7 +242,7 @@ static double pt_mem_ceil_div(int64_t a, int64_t b)
     return (double)((a + b - 1) / b);
 }
 
-/* Elements one rank owns of ZeRO 1's buckets (runtime/model.c's zero1_buckets): in
+/* Elements one rank owns of ZeRO 1's buckets (runtime/param_table.c's zero1_buckets): in
  * each of the stage's chunks, buckets of bucket_elems from the end down and the rest,
  * each padded to a multiple of N and shared N ways; a tied embedding's copy (first and
  * last stage, pp > 1) is a bucket of its own. */
@@ -268,7 +268,7 @@ static double pt_mem_zero1_shares(const pt_model *m, const pt_layout *l, int64_t
     return shares;
 }
 
-/* ptrun's model states, as runtime/model.c and zero.c allocate them (fp32 elements
+/* ptrun's model states, as runtime/param_table.c and zero.c allocate them (fp32 elements
  * of the flat parameter buffer). ZeRO 0 keeps master weights, gradients and both
  * moments whole (plus the working weights in the activation dtype when that is not
  * fp32). ZeRO 1 keeps the moments of its share of every gradient bucket, and (`comm`)

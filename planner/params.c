@@ -38,7 +38,7 @@ int64_t pt_vocab_padded(const pt_model *m, int tp)
      * split. Unlike Megatron-LM's 128·t, the size then stays the same for every t that
      * divides it, so layouts train the same model. The padded rows are allocated like
      * the others, but the head masks their logits out of the softmax (PT_BUF_VMASK,
-     * runtime/layer.c fill_vocab_mask): the loss is the unpadded model's and they are
+     * runtime/tensors.c fill_vocab_mask): the loss is the unpadded model's and they are
      * never trained. */
     return pt_vocab_round(m, tp, 128, false);
 }

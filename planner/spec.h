@@ -66,7 +66,7 @@ int pt_model_validate(const pt_model *m, const char *origin, pt_err *err);
  * are what one tensor-parallel rank holds; tp = 1 gives the whole model. */
 int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to 128, then to t */
 /* Elements of the head's padding mask on one tensor-parallel rank of the last stage
- * (PT_BUF_VMASK; runtime/layer.c, alloc_head: a bias of -inf on the rows
+ * (PT_BUF_VMASK; runtime/tensors.c, alloc_head: a bias of -inf on the rows
  * pt_vocab_padded adds): the rank's vocabulary slice when the vocabulary is padded,
  * else 0. */
 int64_t pt_vocab_mask_elems(const pt_model *m, int tp);

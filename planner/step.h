@@ -33,9 +33,10 @@ const char *pt_bd_name(pt_bd b); /* "gemm", "attention", "other_compute", "tp", 
 
 /* One op of a training step on one rank: a compute kernel or a collective. The op
  * lists are the one description of what a micro-batch does: the simulator prices each
- * op from the cost tables and the runtime (runtime/layer.c) executes each with one
- * switch over its kind, compiled with -Wswitch-enum, so an op the planner adds and the
- * runtime does not run fails the build, not a run. The kernel's key (pt_kernel_op.key)
+ * op from the cost tables and the runtime executes each (runtime/oprun.c runs the
+ * lists; runtime/layer.c's switch over a micro-batch's kinds is compiled with
+ * -Wswitch-enum, so an op the planner adds and the runtime does not run fails the
+ * build, not a run). The kernel's key (pt_kernel_op.key)
  * is its cost-table key; the runtime's trace spans carry the same keys and names, so
  * predicted and measured meet op by op. */
 typedef enum { PT_OP_KERNEL, PT_OP_COLL } pt_op_class;
@@ -162,7 +163,10 @@ typedef struct {
                                a bias (its key's kind is the role's name); PT_GEMM_NONE
                                for every other op */
     pt_param_ref param;     /* kernel ops: the parameters it uses; PT_PARAM_NONE */
-    pt_tensor src, dst;     /* collectives: what they move */
+    pt_tensor src, dst;     /* collectives: what they move; kernel ops: what they read
+                               and write where the runtime is told (a norm's output,
+                               the column-parallel GEMMs' input, their data
+                               gradients' output), else PT_TEN_NONE */
     pt_kernel_op kernel;    /* cls == PT_OP_KERNEL */
     pt_coll_op coll;        /* cls == PT_OP_COLL */
     pt_group_kind group;    /* the group a collective runs in (PT_GROUP_COUNT: every
@@ -245,7 +249,7 @@ double pt_grad_wire_share(const pt_opctx *c);
 /* How a range of `len` gradient elements is cut into buckets of `bucket` elements as
  * the backward makes them final from the range's end down (PyTorch DDP's and
  * Megatron's order): whole buckets from the top, what is left at the bottom. The
- * runtime's ZeRO-1 buckets (runtime/model.c) and the memory model's count of their
+ * runtime's ZeRO-1 buckets (runtime/param_table.c) and the memory model's count of their
  * shares (memory.c) both take them from here. pt_bucket_count: how many; pt_bucket_at:
  * bucket k (0 the top) starts *off elements above the range's start and holds *n;
  * pt_bucket_shares: the elements one of N ranks owns when each bucket is padded to a
