@@ -7,7 +7,8 @@
 # the same (rank, index) with the same micro-batch and chunk, and every measured
 # forward and backward is in the timeline; the op spans of an instruction carry its
 # index and their places 0, 1, 2, ... among its ops, the cross-entropy and the step's
-# end (gradient norm, Adam) included.
+# end (gradient norm, Adam) included; and under dp=2 every op of the gradient-bucket
+# list is a span of its own.
 #   usage: cli_trace_ins.sh BUILD_DIR
 build=$1
 . "$(dirname "$0")/cli_lib.sh"
@@ -62,6 +63,35 @@ print(f"{sys.argv[3]}: {len(p)} predicted instructions met in the trace, "
 PY
         fail "$layout: timeline and trace do not meet instruction by instruction"
 done
+
+# Every op of a chunk's gradient-bucket list runs and is a span: with buckets of 100000
+# bytes the tiny model's gradients are full buckets (one op run several times) and the
+# rest (a second op), then the bf16 buckets are widened (bf16_convert); each rank's last
+# step holds those spans, in the list's order, under its REDUCE_GRADS instruction.
+run 0 "$build/ptplan" --devices 2 --layout "dp=2,zero=0,compress=bf16" --global-batch 8 \
+    --steps 2 --out "$tmp/plan.json"
+python3 - "$tmp/plan.json" <<'PY' || fail "could not set the plan's bucket size"
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["training"]["bucket_bytes"] = 100000
+json.dump(p, open(sys.argv[1], "w"))
+PY
+run 0 $mpirun -np 2 "$build/ptrun" "$tmp/plan.json" --trace "$tmp/measured.json" \
+    --val-every 0 --sample 0 --quiet
+python3 - "$tmp/measured.json" <<'PY' || fail "dp=2: the bucket list's ops are not each a span"
+import json, sys
+meas = json.load(open(sys.argv[1]))["traceEvents"]
+last = max(e["args"]["step"] for e in meas if "step" in e.get("args", {}))
+want = ["dp_bucket", "dp_bucket", "bf16_convert"]
+for rank in sorted({e["pid"] for e in meas if "args" in e}):
+    ops = sorted((e["args"]["op"], e["name"]) for e in meas
+                 if e["pid"] == rank and e.get("args", {}).get("step") == last
+                 and "op" in e["args"] and e["name"] in ("dp_bucket", "bf16_convert"))
+    if [n for _, n in ops] != want:
+        print(f"rank {rank}: bucket-list spans {[n for _, n in ops]}, want {want}")
+        sys.exit(1)
+print("dp=2: every op of the bucket list is a span on each rank")
+PY
 
 [ "$failures" = 0 ] && echo "cli_trace_ins: all passed"
 exit "$failures"
