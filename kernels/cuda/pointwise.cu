@@ -38,7 +38,7 @@
  * The cosine and sine so differ from the CPU's (double, rounded to fp32) by under 1e-6
  * at any position below 2^24, independent of the position: the bf16 outputs equal the
  * CPU's or lie one bf16 ulp away where the fp32 values straddle a rounding midpoint,
- * as for every pointwise op, inside TOL_ELEM of tests/kernels/test_kernels_cuda.c (it
+ * as for every pointwise op, inside TOL_ELEM of tests/kernels/test_kernels_cuda.h (its RoPE test
  * checks pos0 = 100000 as well as 0). */
 enum { ROPE_MAX_HALF = 256 }; /* d <= 512: 2 KiB of parameters */
 

@@ -1,6 +1,6 @@
 /*
  * Test-only controls of the CUDA emulator (PT_CUDA_EMU), for tests/kernels/test_emu.cpp
- * (and the call count for test_kernels_cuda.c):
+ * (and the call count for test_kernels_cuda_gemm.c):
  * choose the scheduling order in-process instead of through PT_EMU_ORDER and
  * PT_EMU_SEED, and read the report of the last kernel fault. Not for the backend.
  */
