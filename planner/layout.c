@@ -457,6 +457,7 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     if (cond)              \
     bad |= 1u << (reason)
     if (l->tp < 1 || l->cp < 1 || l->pp < 1 || l->dp < 1 || l->vp < 1 || l->mbs < 1 ||
+        l->vp > PT_CHUNK_MAX ||
         l->zero < 0 || l->zero > 3 || l->first_layers < 0 || l->last_layers < 0 ||
         l->compress < 0 || l->compress >= PT_COMPRESS_COUNT || l->powersgd_start < 0 ||
         (l->compress == PT_COMPRESS_POWERSGD &&
@@ -591,9 +592,9 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
                      "validly", (long long)l->first_layers, (long long)l->last_layers, L);
         break;
     default:
-        snprintf(buf, n, "sizes must be at least 1, zero within 0..3, first_layers, "
-                 "last_layers and powersgd_start at least 0, powersgd_rank within 1..%d",
-                 PT_POWERSGD_MAX_RANK);
+        snprintf(buf, n, "sizes must be at least 1, vp at most %d, zero within 0..3, "
+                 "first_layers, last_layers and powersgd_start at least 0, powersgd_rank "
+                 "within 1..%d", PT_CHUNK_MAX, PT_POWERSGD_MAX_RANK);
         break;
     }
 }

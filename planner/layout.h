@@ -43,6 +43,9 @@ const char *pt_compress_name(pt_compress c); /* "none", "bf16", "powersgd" */
  * model at rank 4, Table 8) and 10 uncompressed steps first (PyTorch's
  * PowerSGDState advises starting after the learning-rate warm-up). */
 enum { PT_POWERSGD_RANK = 4, PT_POWERSGD_START = 10, PT_POWERSGD_MAX_RANK = 1024 };
+/* Virtual pipeline stages (chunks) one pipeline rank runs at most: the runtime keeps
+ * per-chunk tables of this size, and a larger vp is a bad value (pt_layout_check). */
+enum { PT_CHUNK_MAX = 64 };
 
 typedef struct {
     int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */

@@ -262,7 +262,6 @@ static pt_op *gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int ba
     double ab = b->c->prec.act_bytes;
     double out = (double)batch * (double)m * (double)n;
     double ins = (double)batch * ab * ((double)m * (double)k + (double)k * (double)n);
-    op->cls = PT_OP_KERNEL;
     op->param = param;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
@@ -551,7 +550,6 @@ static void attention_ptrun(builder *b, const dims *d, bool backward)
     if (!op)
         return;
     double fwd = 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
-    op->cls = PT_OP_KERNEL;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = backward ? 2 * fwd : fwd;
     double qkvo = a.b * (2.0 * a.sq * a.heads + 2.0 * a.sk * a.kv) * a.hd;
@@ -573,7 +571,6 @@ static void attention_flash(builder *b, const dims *d, bool backward)
         return;
     double fwd = 0.5 * 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
     double q = a.b * a.sq * a.heads * a.hd, kv = a.b * a.sk * a.kv * a.hd;
-    op->cls = PT_OP_KERNEL;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = backward ? 2.5 * fwd : fwd;
     op->kernel.bytes = d->ab * (backward ? 4 * q + 4 * kv : 2 * q + 2 * kv);
@@ -587,7 +584,6 @@ static void bmm(builder *b, pt_op_kind name, double batch, double m, double n, d
     pt_op *op = add_op(b, name);
     if (!op)
         return;
-    op->cls = PT_OP_KERNEL;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = 2.0 * batch * m * n * k;
     op->kernel.bytes = b->c->prec.act_bytes * batch * (m * k + k * n + m * n);

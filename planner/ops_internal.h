@@ -51,6 +51,7 @@ static inline pt_op *add_op(builder *b, pt_op_kind kind)
         return NULL;
     }
     op->kind = kind;
+    op->cls = pt_op_kind_info_of(kind)->cls; /* the kind table says which */
     op->recompute = b->recompute;
     return op;
 }
@@ -62,7 +63,6 @@ static inline pt_op *membound(builder *b, pt_op_kind op_kind, const char *kind,
     pt_op *op = add_op(b, op_kind);
     if (!op)
         return NULL;
-    op->cls = PT_OP_KERNEL;
     op->kernel.dtype = b->c->dtype;
     op->kernel.bytes = bytes;
     snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:%s", kind,
@@ -86,7 +86,6 @@ static inline void coll(builder *b, pt_op_kind kind, moves mv, pt_coll what,
     pt_op *op = add_op(b, kind);
     if (!op)
         return;
-    op->cls = PT_OP_COLL;
     op->src = mv.src;
     op->dst = mv.dst;
     op->coll = (pt_coll_op){.op = what, .bytes = bytes, .group = size,

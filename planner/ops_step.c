@@ -95,7 +95,6 @@ static void psgd_kernel(builder *b, pt_op_kind kind, const char *name, double fl
     pt_op *op = add_op(b, kind);
     if (!op)
         return;
-    op->cls = PT_OP_KERNEL;
     op->kernel.dtype = PT_DTYPE_FP32;
     op->kernel.flops = flops;
     op->kernel.bytes = bytes;
@@ -241,7 +240,6 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
          * (finalize_model_grads), before the optimizer. */
         pt_op *op = add_op(&b, PT_OPK_EMBED_ALLREDUCE);
         if (op) {
-            op->cls = PT_OP_COLL;
             op->src = op->dst = PT_TEN_EMBED_GRAD;
             op->group = PT_GROUP_PP;
             op->count = 1;
@@ -262,7 +260,6 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
     if (grid.world > 1) { /* the gradient norm: one double summed over every rank */
         pt_op *op = add_op(&b, PT_OPK_GRAD_NORM);
         if (op) {
-            op->cls = PT_OP_COLL;
             op->group = PT_GROUP_COUNT;
             op->count = 1;
             op->coll = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .group = (int)grid.world,
@@ -280,7 +277,6 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
     snprintf(shape, sizeof shape, "n=%lld", (long long)llround(mine));
     pt_op *op = add_op(&b, PT_OPK_ADAM);
     if (op) {
-        op->cls = PT_OP_KERNEL;
         op->kernel.dtype = PT_DTYPE_FP32;
         op->kernel.bytes = bytes;
         snprintf(op->kernel.key, sizeof op->kernel.key, "adam:fp32:%s", shape);

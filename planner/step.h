@@ -99,9 +99,6 @@ typedef enum {
  * backward), its embedding and its head, a chunk's gradient buckets, the step's end. */
 typedef enum { PT_LIST_LAYER, PT_LIST_EMBED, PT_LIST_HEAD, PT_LIST_GRAD_SYNC, PT_LIST_STEP,
                PT_LIST_COUNT } pt_list_kind;
-/* Virtual pipeline stages (chunks) one pipeline rank runs at most: the runtime keeps
- * per-chunk tables of this size and refuses a plan with a larger vp. */
-enum { PT_CHUNK_MAX = 64 };
 
 /* The facts of one op kind that do not depend on a layout. */
 typedef struct {

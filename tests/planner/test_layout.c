@@ -318,6 +318,11 @@ static void test_uneven_split(void)
     uint32_t mask;
     pt_layout_check(&m, NULL, 1024, &l, &mask);
     CHECK_INT(mask, ONLY(PT_REJECT_BAD_VALUE));
+    /* more virtual stages than the runtime's per-chunk tables hold: a bad value, so no
+     * plan the runtime would refuse is written */
+    CHECK_INT(split_rules("pp=2,vp=65", 2 * 65, &l), ONLY(PT_REJECT_BAD_VALUE));
+    CHECK_INT(split_rules("pp=2,vp=64", 2 * 64, &l), 0);
+    CHECK_INT(PT_CHUNK_MAX, 64);
 }
 
 /* The layout strings carry the split and read back; the even split writes nothing. */

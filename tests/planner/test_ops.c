@@ -771,6 +771,11 @@ static void check_kind_facts(const pt_oplist *o, pt_list_kind lk, bool ptrun)
         const pt_op *op = &o->op[i];
         const pt_op_kind_info *k = pt_op_kind_info_of(op->kind);
         CHECK_INT(op->cls, k->cls);
+        /* the table's class is what the builder filled: a key, or a group to run in */
+        if (op->cls == PT_OP_KERNEL)
+            CHECK(op->kernel.key[0] != '\0' && op->coll.group == 0);
+        else
+            CHECK(op->kernel.key[0] == '\0' && op->coll.group >= 2);
         if (!pt_op_kind_in(op->kind, lk))
             fprintf(stderr, "op '%s' in list %d\n", k->name, (int)lk);
         CHECK(pt_op_kind_in(op->kind, lk));
