@@ -785,7 +785,10 @@ static int reduce_grads(step_ctx *c, int chunk)
         r.dp_ops_left += o->op[i].kind == PT_OPK_DP_BUCKET;
     if (pt_net_run_list(n, o, sync_op, &r, c->err))
         return -1;
-    if (r.started && !c->bk->powersgd) { /* every bucket waited for and widened */
+    /* Every bucket waited for and widened, whatever the list's counts: a plan priced with
+     * 2-byte gradients (bf16-grad16) lists no bf16_convert, yet this rank's gradients
+     * are fp32 and compress=bf16 rounded them (docs: ARCHITECTURE.md, last section). */
+    if (r.started && !c->bk->powersgd) {
         if (buckets_wait(c->bk, chunk, -1, c->err))
             return -1;
         buckets_widen(c->bk, chunk);

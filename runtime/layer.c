@@ -184,14 +184,11 @@ static int gemm_over_rows(pt_layer_ctx *c, const rows_gemm *g, const float *inp)
 
 /* The bias of op's parameters where its GEMM role has one (a row-parallel layer's
  * forward on tp rank 0 only, as its partial outputs are summed over tp afterwards:
- * planner/ops.c's gemm_batch decides, from the rank's pt_opctx.tp_rank), else NULL;
- * with grad, the bias's gradient. */
-static void *role_bias(const pt_layer_ctx *c, const pt_op *op, bool grad)
+ * planner/ops.c's gemm_batch decides, from the rank's pt_opctx.tp_rank), with its
+ * gradient; NULL both where the role has none. */
+static pt_param_view role_bias(const pt_layer_ctx *c, const pt_op *op)
 {
-    if (!pt_gemm_role_has_bias(op->role))
-        return NULL;
-    pt_param_view b = param(c, op->param, true);
-    return grad ? (void *)b.g : (void *)b.w;
+    return pt_gemm_role_has_bias(op->role) ? param(c, op->param, true) : (pt_param_view){0};
 }
 
 /* A linear layer's forward, out = inp · w^T (+ bias where op's role has one). */
@@ -199,7 +196,7 @@ static int linear_fwd(pt_layer_ctx *c, const pt_op *op, float *out, const float 
                       int oc)
 {
     pt_param_view w = param(c, op->param, false);
-    rows_gemm g = {.w = w.w, .bias = role_bias(c, op, false), .out = out, .ic = ic, .oc = oc};
+    rows_gemm g = {.w = w.w, .bias = role_bias(c, op).w, .out = out, .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
 }
 
@@ -219,7 +216,7 @@ static int linear_res_fwd(pt_layer_ctx *c, const pt_op *op, float *out, const fl
         return 0;
     }
     pt_param_view w = param(c, op->param, false);
-    rows_gemm g = {.w = w.w, .bias = role_bias(c, op, false), .out = out, .res = res,
+    rows_gemm g = {.w = w.w, .bias = role_bias(c, op).w, .out = out, .res = res,
                    .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
 }
@@ -230,7 +227,7 @@ static int linear_gelu_fwd(pt_layer_ctx *c, const pt_op *op, float *act, float *
                            const float *inp, int ic, int oc)
 {
     pt_param_view w = param(c, op->param, false);
-    rows_gemm g = {.w = w.w, .bias = role_bias(c, op, false), .out = act, .pre = pre,
+    rows_gemm g = {.w = w.w, .bias = role_bias(c, op).w, .out = act, .pre = pre,
                    .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
 }
@@ -281,7 +278,7 @@ static int linear_wgrad(pt_layer_ctx *c, const pt_op *op, const float *dout,
                         const float *inp, int ic, int oc)
 {
     pt_param_view w = param(c, op->param, false);
-    rows_gemm g = {.w = w.w, .dw = w.g, .dbias = role_bias(c, op, true), .dout = dout,
+    rows_gemm g = {.w = w.w, .dw = w.g, .dbias = role_bias(c, op).g, .dout = dout,
                    .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
 }
@@ -443,14 +440,15 @@ static float *tensor(pt_layer_ctx *c, pt_tensor t)
     return NULL;
 }
 
-/* The tensor a kernel op reads that the planner names (op->src: a column-parallel
- * GEMM's input, the norm output or its gathered rows), or NULL with the error set. */
-static const float *op_input(pt_layer_ctx *c, const pt_op *op)
+/* A tensor a kernel op reads or writes that the planner names (op->src: a
+ * column-parallel GEMM's input, the norm output or its gathered rows; op->dst: a norm's
+ * output, the data gradients' input gradient), or NULL with the error set. */
+static float *op_tensor(pt_layer_ctx *c, const pt_op *op, pt_tensor which)
 {
-    const float *t = tensor(c, op->src);
+    float *t = tensor(c, which);
     if (!t)
-        pt_err_set(c->err, "internal: op '%s' reads '%s', which this rank does not hold",
-                   pt_op_kind_name(op->kind), pt_tensor_name(op->src));
+        pt_err_set(c->err, "internal: op '%s' uses '%s', which this rank does not hold",
+                   pt_op_kind_name(op->kind), pt_tensor_name(which));
     return t;
 }
 
@@ -595,14 +593,18 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     if (!H && k->lists == 1u << PT_LIST_HEAD)
         return pt_err_set(c->err, "internal: head op '%s' on a stage without the head",
                           k->name);
-    /* a column-parallel GEMM's input: the norm output the planner names */
+    /* the tensors the planner names: a column-parallel GEMM's input (the norm output),
+     * a norm's output, the data gradients' input gradient */
     const float *in = NULL;
-    if (op->src != PT_TEN_NONE && op->cls == PT_OP_KERNEL && !(in = op_input(c, op)))
+    float *out = NULL;
+    if (op->cls == PT_OP_KERNEL && op->src != PT_TEN_NONE && !(in = op_tensor(c, op, op->src)))
+        return -1;
+    if (op->cls == PT_OP_KERNEL && op->dst != PT_TEN_NONE && !(out = op_tensor(c, op, op->dst)))
         return -1;
     switch (op->kind) {
     /* a layer's forward */
     case PT_OPK_NORM1:
-        norm_fwd(c, w, x, NULL, L->ln1, L->ln1_mean, L->ln1_rstd);
+        norm_fwd(c, w, x, NULL, out, L->ln1_mean, L->ln1_rstd);
         return 0;
     case PT_OPK_Q: return linear_fwd(c, op, L->q, in, d->h, qd);
     case PT_OPK_K: return linear_fwd(c, op, L->k, in, d->h, kvd);
@@ -624,7 +626,7 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         residual_add(c, L->x2, x, PT_DROP_ATTN);
         return 0;
     case PT_OPK_NORM2:
-        norm_fwd(c, w, L->x2, NULL, L->ln2, L->ln2_mean, L->ln2_rstd);
+        norm_fwd(c, w, L->x2, NULL, out, L->ln2_mean, L->ln2_rstd);
         return 0;
     case PT_OPK_MLP_GATE: return linear_fwd(c, op, L->gate, in, d->h, d->f);
     case PT_OPK_MLP_UP: return linear_fwd(c, op, L->up, in, d->h, d->f);
@@ -644,7 +646,7 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     /* fused forms */
     case PT_OPK_ADD1_NORM2:
         drop_branch(c, L->x2, PT_DROP_ATTN); /* then the add in the norm's kernel */
-        norm_fwd(c, w, L->x2, x, L->ln2, L->ln2_mean, L->ln2_rstd);
+        norm_fwd(c, w, L->x2, x, out, L->ln2_mean, L->ln2_rstd);
         return 0;
     case PT_OPK_MLP_UP_GELU: return linear_gelu_fwd(c, op, L->act, L->up, in, d->h, d->f);
     case PT_OPK_MLP_DOWN_DGRAD_GELU: {
@@ -667,8 +669,8 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         } else
             kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
         return 0;
-    case PT_OPK_MLP_GATE_DGRAD: return linear_dgrad(c, op, S->dln, S->dgate, d->h, d->f);
-    case PT_OPK_MLP_UP_DGRAD: return linear_dgrad(c, op, S->dln, S->dup, d->h, d->f);
+    case PT_OPK_MLP_GATE_DGRAD: return linear_dgrad(c, op, out, S->dgate, d->h, d->f);
+    case PT_OPK_MLP_UP_DGRAD: return linear_dgrad(c, op, out, S->dup, d->h, d->f);
     case PT_OPK_MLP_GATE_WGRAD:
         return linear_wgrad(c, op, S->dgate, in, d->h, d->f);
     case PT_OPK_MLP_UP_WGRAD: return linear_wgrad(c, op, S->dup, in, d->h, d->f);
@@ -686,9 +688,9 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         rope_all(c, S->dq, d->a, true, S->dqr);
         rope_all(c, S->dk, d->kh, true, S->dkr);
         return 0;
-    case PT_OPK_Q_DGRAD: return linear_dgrad(c, op, S->dln, gq, d->h, qd);
-    case PT_OPK_K_DGRAD: return linear_dgrad(c, op, S->dln, gk, d->h, kvd);
-    case PT_OPK_V_DGRAD: return linear_dgrad(c, op, S->dln, S->dv, d->h, kvd);
+    case PT_OPK_Q_DGRAD: return linear_dgrad(c, op, out, gq, d->h, qd);
+    case PT_OPK_K_DGRAD: return linear_dgrad(c, op, out, gk, d->h, kvd);
+    case PT_OPK_V_DGRAD: return linear_dgrad(c, op, out, S->dv, d->h, kvd);
     case PT_OPK_Q_WGRAD: return linear_wgrad(c, op, gq, in, d->h, qd);
     case PT_OPK_K_WGRAD:
         if (d->kv_share > 1)
@@ -726,7 +728,7 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         embed(c, false);
         return 0;
     case PT_OPK_FINAL_NORM:
-        norm_fwd(c, w, xl, NULL, H->lnf, H->lnf_mean, H->lnf_rstd);
+        norm_fwd(c, w, xl, NULL, out, H->lnf_mean, H->lnf_rstd);
         return 0;
     case PT_OPK_LOGITS: {
         /* the head's bias is its vocabulary mask (a role with a bias where it has one) */
@@ -736,7 +738,7 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         return gemm_over_rows(c, &g, in);
     }
     case PT_OPK_LOGITS_DGRAD:
-        return linear_dgrad(c, op, S->dln, H->logits, d->h, d->v);
+        return linear_dgrad(c, op, out, H->logits, d->h, d->v);
     case PT_OPK_LOGITS_WGRAD: {
         pt_param_view hw = param(c, w, false);
         rows_gemm g = {.w = hw.w, .dw = hw.g, .dout = H->logits, .ic = d->h, .oc = d->v};
