@@ -2,7 +2,7 @@
  * ptcommon — the small vocabulary every library of the project shares: the error type
  * that library functions fill instead of printing or exiting, checked arithmetic on
  * sizes, the data types, UTF-8 characters and JSON strings written by hand, and the one
- * legend of dimension letters.
+ * legend of dimension letters, and the one way every output file is written.
  *
  * Dimension letters, used in comments (each tensor pointer's trailing shape comment),
  * variable names and formulas everywhere (planner, kernels, runtime):
@@ -70,6 +70,37 @@ size_t pt_utf8_char(const unsigned char *s, size_t n, uint32_t *cp);
  * field may end inside a character) are written as U+FFFD, so that what is written is
  * always JSON a reader accepts. */
 void pt_json_put_string(FILE *f, const char *s);
+
+/* ---- Writing outputs ------------------------------------------------------------ */
+
+/* An output file being written (output.c says how each kind of path is treated):
+ * write to f, then pt_out_commit, or pt_out_discard to leave the path as it was. */
+typedef struct {
+    FILE *f;
+    const char *path; /* as given, for messages; not owned */
+    char *target;     /* the name written: path with its symbolic links followed */
+    char *tmp;        /* the temporary renamed over target; NULL when written in place */
+} pt_out;
+
+/* Opens path for writing: a regular file (or a new name, or a link's target) through a
+ * unique temporary beside it; a character device, a FIFO with a reader, or one of this
+ * process's descriptors (/dev/stdout, /dev/fd/N) in place. A folder, block device,
+ * socket, a FIFO without a reader or a name too long for a temporary is refused with
+ * err naming path, and nothing is created. */
+int pt_out_open(pt_out *o, const char *path, pt_err *err);
+/* Flushes (and with sync, fsyncs) what was written and renames the temporary over the
+ * target; on any failure removes the temporary, leaves the target as it was and fills
+ * err with path and the cause. Closes o in every case. */
+int pt_out_commit(pt_out *o, bool sync, pt_err *err);
+/* Closes o and removes its temporary: the target stays as it was. */
+void pt_out_discard(pt_out *o);
+/* n bytes of text to path, whole or not at all (pt_out_open, fwrite, pt_out_commit
+ * with sync). */
+int pt_file_write_atomic(const char *path, const char *text, size_t n, pt_err *err);
+/* Flushes stdout; on a write error (a full disk, a closed pipe) prints
+ * "TOOL: cannot write the standard output: CAUSE" on stderr and returns -1, so that a
+ * tool whose output was cut short does not exit 0. */
+int pt_stdout_check(const char *tool);
 
 #ifdef __cplusplus
 }

@@ -87,9 +87,4 @@ int pt_json_set(json_t *obj, const char *key, json_t *value);
  * real of the document load back bit-identically. NULL when out of memory. */
 char *pt_json_dump(const json_t *root);
 
-/* Writes n bytes of text to `path` whole or not at all: into PATH.tmp-PID, flushed to
- * disk, then renamed over PATH. On any failure (a full disk, an unwritable folder) the
- * temporary file is removed, PATH is left as it was, and err names PATH and the cause. */
-int pt_file_write_atomic(const char *path, const char *text, size_t n, pt_err *err);
-
 #endif

@@ -315,33 +315,15 @@ int pt_tokens_write(const char *path, const uint32_t *tok, int64_t n, int token_
             return pt_err_set(err, "cannot write '%s': token %u at position %lld does not fit "
                                    "the uint16 format (a vocabulary over 65536 needs uint32)",
                               path, (unsigned)tok[i], (long long)i);
-    size_t len = strlen(path) + 32;
-    char *tmp = malloc(len);
-    if (!tmp)
-        return pt_err_set(err, "cannot write '%s': out of memory", path);
-    snprintf(tmp, len, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
+    pt_out o;
+    if (pt_out_open(&o, path, err))
+        return -1;
+    if (write_body(o.f, tok, n, token_bytes) != 0) {
         int e = errno;
-        free(tmp);
-        return pt_err_set(err, "cannot write '%s': %s", path, strerror(e));
+        pt_out_discard(&o);
+        return pt_err_set(err, "cannot write '%s': %s", path, e ? strerror(e) : "write error");
     }
-    int rc = write_body(f, tok, n, token_bytes);
-    int e = errno;
-    if (fclose(f) != 0 && rc == 0) {
-        rc = -1;
-        e = errno;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -1;
-        e = errno;
-    }
-    if (rc != 0) {
-        unlink(tmp);
-        pt_err_set(err, "cannot write '%s': %s", path, strerror(e));
-    }
-    free(tmp);
-    return rc;
+    return pt_out_commit(&o, false, err);
 }
 
 /* ---- Checks and split ------------------------------------------------------------- */

@@ -202,41 +202,27 @@ static int st_put_header(FILE *fp, const char *header)
     return ok ? 0 : -1;
 }
 
-/* The header, then the data. */
+/* The header, then the data (pt_out_commit flushes and syncs). */
 static int st_put(FILE *fp, const char *header, const pt_st_tensor *t, int n)
 {
     int ok = st_put_header(fp, header) == 0;
     for (int i = 0; ok && i < n; i++)
         ok = t[i].bytes == 0 || fwrite(t[i].data, 1, t[i].bytes, fp) == t[i].bytes;
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
     return ok ? 0 : -1;
 }
 
 static int st_put_file(const char *path, const char *header, const pt_st_tensor *t, int n,
                        pt_err *err)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return pt_err_set(err, "%s: path too long", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp)
-        return pt_err_set(err, "cannot write '%s': %s", tmp, strerror(errno));
-    int rc = st_put(fp, header, t, n);
-    int saved = errno;
-    if (fclose(fp) != 0 && rc == 0) {
-        rc = -1;
-        saved = errno;
+    pt_out o;
+    if (pt_out_open(&o, path, err))
+        return -1;
+    if (st_put(o.f, header, t, n) != 0) {
+        int e = errno;
+        pt_out_discard(&o);
+        return pt_err_set(err, "cannot write '%s': %s", path, e ? strerror(e) : "write error");
     }
-    if (rc != 0) {
-        remove(tmp);
-        return pt_err_set(err, "cannot write '%s': %s", tmp, strerror(saved));
-    }
-    if (rename(tmp, path) != 0) {
-        saved = errno;
-        remove(tmp);
-        return pt_err_set(err, "cannot write '%s': %s", path, strerror(saved));
-    }
-    return 0;
+    return pt_out_commit(&o, true, err);
 }
 
 /* The header's text, compact and in the order given. */

@@ -2,6 +2,7 @@
  * Helpers the command-line tools share (see cli.h).
  */
 #include "cli.h"
+#include "common.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -71,4 +72,9 @@ void pt_cli_default_db(char *buf, size_t n, bool make_dir)
         mkdir(dir, 0755);
     }
     snprintf(buf, n, "%s/costs.db", dir);
+}
+
+int pt_cli_exit(const char *prog, int rc)
+{
+    return pt_stdout_check(prog) != 0 && rc == 0 ? 1 : rc;
 }

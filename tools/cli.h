@@ -1,8 +1,8 @@
 /*
  * What the command-line tools share: parsing a numeric option value into one clear
  * error ("ptrun: --steps x: expected an integer from 1 to ..."), the tools'
- * unknown-option and missing-value messages, printing the libraries' notes, and where
- * the cost table lives by default.
+ * unknown-option and missing-value messages, printing the libraries' notes, where the
+ * cost table lives by default, and an exit code that counts a failed write of stdout.
  */
 #ifndef PT_TOOLS_CLI_H
 #define PT_TOOLS_CLI_H
@@ -31,5 +31,8 @@ void pt_cli_note(void *prefix, const char *line);
 /* The cost table's default path: $PT_COSTS_DB, else ~/.local/share/ptplan/costs.db
  * (with make_dir, that folder and its parents are created). */
 void pt_cli_default_db(char *buf, size_t n, bool make_dir);
+/* A tool's exit code: rc, or 1 when rc is 0 but what it wrote on stdout was cut short
+ * (a full disk, a closed pipe), said on stderr; every main returns through it. */
+int pt_cli_exit(const char *prog, int rc);
 
 #endif

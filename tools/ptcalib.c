@@ -506,7 +506,7 @@ static int forget(const options *o, pt_err *err)
     return rc;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     options o;
     if (parse_options(argc, argv, &o))
@@ -521,4 +521,9 @@ int main(int argc, char **argv)
     pt_costdb_close(j.db);
     pt_costdb_close(j.before);
     return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    return pt_cli_exit("ptcalib", tool_main(argc, argv));
 }

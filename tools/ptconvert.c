@@ -6,6 +6,7 @@
  * careful writing are runtime/hf_export.c's (pt_hf_export). Exit status 0 on success,
  * 1 on any error, with nothing written then.
  */
+#include "cli.h"
 #include "hf.h"
 
 #include <stdio.h>
@@ -93,7 +94,7 @@ static int vocab_rows(const pt_ckpt_meta *m, int64_t *rows, pt_err *err)
     return 0;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     convert_opts o;
     pt_err err = {{0}};
@@ -124,4 +125,9 @@ int main(int argc, char **argv)
            (double)info.bytes / (1024.0 * 1024.0), o.dtype, (long long)m->vocab,
            (long long)rows);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    return pt_cli_exit("ptconvert", tool_main(argc, argv));
 }

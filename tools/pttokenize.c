@@ -8,6 +8,7 @@
  * the file format in runtime/data.c; this file parses options and reports. Exit status
  * 0 on success, 1 on any error, with nothing written then.
  */
+#include "cli.h"
 #include "runtime.h"
 
 #include <errno.h>
@@ -136,7 +137,7 @@ static int write_parts(const char *train_path, const pt_tokens *train, const cha
     return 0;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     pt_tokenize_opts o;
     pt_err err = {{0}};
@@ -186,4 +187,9 @@ int main(int argc, char **argv)
     pt_tokens_free(&train);
     pt_tokens_free(&val);
     return rc == 0 ? 0 : fail(err.msg);
+}
+
+int main(int argc, char **argv)
+{
+    return pt_cli_exit("pttokenize", tool_main(argc, argv));
 }

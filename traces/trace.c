@@ -693,27 +693,12 @@ static void put_trace(FILE *f, const pt_trace *t)
 
 int pt_trace_write_chrome(const pt_trace *t, const char *path, pt_err *err)
 {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    errno = 0;
-    FILE *f = fopen(tmp, "wb");
-    int rc = f ? 0 : -1;
-    if (f) {
-        setvbuf(f, NULL, _IOFBF, 1 << 20);
-        put_trace(f, t);
-        rc = ferror(f) ? -1 : 0;
-        if (fclose(f) != 0)
-            rc = -1;
-    }
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -1;
-    if (rc) {
-        int e = errno;
-        remove(tmp);
-        return pt_err_set(err, "cannot write trace '%s': %s", path,
-                          e ? strerror(e) : "write error");
-    }
-    return 0;
+    pt_out o;
+    if (pt_out_open(&o, path, err))
+        return -1;
+    setvbuf(o.f, NULL, _IOFBF, 1 << 20);
+    put_trace(o.f, t);
+    return pt_out_commit(&o, false, err);
 }
 
 /* ---- Chrome trace reader --------------------------------------------------------------- */

@@ -106,7 +106,7 @@ expected() {
 check_run() {
     np=$1 f="$tmp/c$1.jsonl"
     [ -f "$f" ] || { fail "-np $np wrote no $f"; return; }
-    [ ! -e "$f.tmp" ] || fail "-np $np left $f.tmp"
+    ! ls "$f".tmp-* >/dev/null 2>&1 || fail "-np $np left a temporary: $(ls "$f".tmp-*)"
     header='^{"type":"header","backend":"mpi","library":"[^"]*MPI[^"]*","host":"[^"]*",'
     header="$header\"world\":$np,\"nodes\":1,\"started_at\":\"[0-9-]*T[0-9:]*Z\"}\$"
     head -n 1 "$f" | grep -q "$header" || fail "-np $np: bad header: $(head -n 1 "$f")"
@@ -160,7 +160,7 @@ refuse "--max-seconds-per-point 'soon'" --out bad.jsonl --max-seconds-per-point 
 refuse "--backend 'gloo': want mpi or nccl" --out bad.jsonl --backend gloo
 refuse "--progress 'loud'" --out bad.jsonl --progress loud
 refuse "unexpected argument 'extra'" --out bad.jsonl extra
-refuse "cannot write no-such-dir/bad.jsonl.tmp" --out no-such-dir/bad.jsonl --quick
+refuse "cannot write 'no-such-dir/bad.jsonl': No such file" --out no-such-dir/bad.jsonl --quick
 # No GPU in this test's world: NCCL is either not built or finds no device.
 refuse "built without NCCL\|no CUDA device: --backend nccl needs a GPU" --out bad.jsonl \
     --backend nccl --quick

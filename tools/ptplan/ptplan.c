@@ -447,7 +447,7 @@ static int show_groups(const options *o)
     return 0;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     options o;
     if (parse_options(argc, argv, &o))
@@ -475,4 +475,9 @@ int main(int argc, char **argv)
     if (o.n_compare)
         return compare_layouts(&o);
     return rank_layouts(&o);
+}
+
+int main(int argc, char **argv)
+{
+    return pt_cli_exit("ptplan", tool_main(argc, argv));
 }

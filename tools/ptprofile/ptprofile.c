@@ -435,7 +435,7 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
     return rc;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     prof_opts o;
     if (parse_options(argc, argv, &o))
@@ -491,4 +491,9 @@ int main(int argc, char **argv)
     pt_kernels_destroy(o.kn);
     pt_tokens_free(&o.tokens);
     return rc ? 1 : interrupted ? 130 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    return pt_cli_exit("ptprofile", tool_main(argc, argv));
 }

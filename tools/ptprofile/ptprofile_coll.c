@@ -13,8 +13,8 @@
  * rank's time; after one or two warm-up runs, the median over the repeats is written.
  * Bus bandwidth is nccl-tests' (pt_coll_busbw).
  *
- * Output (rank 0; FILE.tmp renamed to FILE when complete, removed on a clean
- * failure): JSON lines, a header then one line per sample,
+ * Output (rank 0; a temporary beside FILE renamed to FILE when complete, removed on a
+ * clean failure): JSON lines, a header then one line per sample,
  *   {"type":"header","backend":"mpi","library":"Open MPI v4.1.4, ...","host":"h",
  *    "world":4,"nodes":1,"started_at":"2025-01-01T00:00:00Z"}
  *   {"type":"coll","backend":"mpi","op":"allreduce","bytes":1024,"group":2,
@@ -22,6 +22,7 @@
  * Exit code: 0 success, 1 bad option or failure (one message on rank 0's stderr).
  */
 #include "coll_bench.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -34,22 +35,14 @@
 /* ---- Output file (rank 0) ------------------------------------------------------------ */
 
 typedef struct {
-    FILE *f;
-    char *tmp;        /* path + ".tmp", written until complete */
-    const char *path; /* renamed to at the end */
+    pt_out o;         /* the file, through a temporary renamed when complete */
     bool header;      /* the header line is written */
 } pt_cb_out;
 
 static int out_open(pt_cb_out *out, const char *path, pt_err *err)
 {
-    *out = (pt_cb_out){.path = path, .tmp = malloc(strlen(path) + 5)};
-    if (!out->tmp)
-        return pt_err_set(err, "out of memory");
-    sprintf(out->tmp, "%s.tmp", path);
-    out->f = fopen(out->tmp, "w");
-    if (!out->f)
-        return pt_err_set(err, "cannot write %s: %s", out->tmp, strerror(errno));
-    return 0;
+    *out = (pt_cb_out){0};
+    return pt_out_open(&out->o, path, err);
 }
 
 /* Writes obj as one line and releases it. */
@@ -59,29 +52,19 @@ static int out_line(pt_cb_out *out, json_t *obj, pt_err *err)
                                            JSON_REAL_PRECISION(9))
                      : NULL;
     json_decref(obj);
-    int bad = !text || fprintf(out->f, "%s\n", text) < 0 || fflush(out->f) != 0;
+    int bad = !text || fprintf(out->o.f, "%s\n", text) < 0 || fflush(out->o.f) != 0;
     free(text);
-    return bad ? pt_err_set(err, "cannot write %s: %s", out->tmp, strerror(errno)) : 0;
+    return bad ? pt_err_set(err, "cannot write '%s': %s", out->o.path, strerror(errno)) : 0;
 }
 
 static int out_commit(pt_cb_out *out, pt_err *err)
 {
-    int rc = fclose(out->f);
-    out->f = NULL;
-    if (rc != 0 || rename(out->tmp, out->path) != 0)
-        rc = pt_err_set(err, "cannot write %s: %s", out->path, strerror(errno));
-    free(out->tmp);
-    out->tmp = NULL;
-    return rc;
+    return pt_out_commit(&out->o, false, err);
 }
 
 static void out_abandon(pt_cb_out *out)
 {
-    if (out->f) {
-        fclose(out->f);
-        remove(out->tmp);
-    }
-    free(out->tmp);
+    pt_out_discard(&out->o);
     *out = (pt_cb_out){0};
 }
 
@@ -354,7 +337,7 @@ static int profile(int argc, char **argv, int world, pt_err *err)
     return rc == 0 ? 0 : 1;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int world, rank;
@@ -366,4 +349,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "ptprofile-coll: %s\n", err.msg);
     MPI_Finalize();
     return rc;
+}
+
+int main(int argc, char **argv)
+{
+    return pt_cli_exit("ptprofile-coll", tool_main(argc, argv));
 }
