@@ -2,7 +2,8 @@
  * ptcommon — the small vocabulary every library of the project shares: the error type
  * that library functions fill instead of printing or exiting, checked arithmetic on
  * sizes, the data types, UTF-8 characters and JSON strings written by hand, and the one
- * legend of dimension letters, and the one way every output file is written.
+ * legend of dimension letters, and opening files: inputs without waiting, outputs
+ * without destroying what a path names.
  *
  * Dimension letters, used in comments (each tensor pointer's trailing shape comment),
  * variable names and formulas everywhere (planner, kernels, runtime):
@@ -71,9 +72,14 @@ size_t pt_utf8_char(const unsigned char *s, size_t n, uint32_t *cp);
  * always JSON a reader accepts. */
 void pt_json_put_string(FILE *f, const char *s);
 
-/* ---- Writing outputs ------------------------------------------------------------ */
+/* ---- Files --------------------------------------------------------------------- */
 
-/* An output file being written (output.c says how each kind of path is treated):
+/* Opens path for reading without waiting: a FIFO with no writer reads as empty instead
+ * of blocking the open. A folder is refused, and with regular_only anything but a
+ * regular file (an input whose size is read first); err names path and why. */
+FILE *pt_in_open(const char *path, bool regular_only, pt_err *err);
+
+/* An output file being written (files.c says how each kind of path is treated):
  * write to f, then pt_out_commit, or pt_out_discard to leave the path as it was. */
 typedef struct {
     FILE *f;

@@ -218,6 +218,9 @@ static const char *const migrations[] = {
 
 enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };
 
+/* How long an open waits for another process's lock on the file (sqlite3_busy_timeout). */
+enum { PT_COSTDB_BUSY_MS = 10000 };
+
 int pt_costdb_schema_version(void)
 {
     return SCHEMA_VERSION;
@@ -236,6 +239,11 @@ int pt_costdb_sql_fail(const pt_costdb *db, pt_err *err, const char *what)
 {
     /* SQLite's own diagnosis of the file beats our guess at what went wrong. */
     int code = sqlite3_errcode(db->sql);
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+        return pt_err_set(err, "%s: %s: locked by another process for longer than the %d s "
+                               "waited (a ptprofile or ptrun --record writing it, or a sqlite3 "
+                               "shell in a transaction); try again when it has finished",
+                          pt_costdb_where(db), what, PT_COSTDB_BUSY_MS / 1000);
     if (code == SQLITE_NOTADB)
         what = "not a cost database";
     else if (code == SQLITE_CORRUPT)
@@ -345,15 +353,17 @@ fail:
 static int check_schema(pt_costdb *db, int flags, pt_err *err)
 {
     sqlite3_stmt *st;
+    /* what SQLite says decides the message (pt_costdb_sql_fail): not a database,
+     * damaged, or locked */
     if (sqlite3_prepare_v2(db->sql, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK)
-        return sql_fail(db, err, "not a cost database");
+        return sql_fail(db, err, "cannot check the file");
     int rc = sqlite3_step(st);
     char result[200] = "";
     if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
         snprintf(result, sizeof result, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW)
-        return sql_fail(db, err, "not a cost database");
+        return sql_fail(db, err, "cannot check the file");
     if (strcmp(result, "ok") != 0)
         return pt_err_set(err, "%s: damaged database: %s", where(db), result);
 
@@ -757,8 +767,9 @@ int pt_costdb_open(const char *path, int flags, pt_costdb **out, pt_err *err)
         pt_costdb_close(db);
         return -1;
     }
-    /* ptprofile's ranks may write one file at once: wait for the lock, don't fail. */
-    sqlite3_busy_timeout(db->sql, 10000);
+    /* ptprofile's ranks may write one file at once: wait for the lock, don't fail (for
+     * PT_COSTDB_BUSY_MS; pt_costdb_sql_fail's message says how long) */
+    sqlite3_busy_timeout(db->sql, PT_COSTDB_BUSY_MS);
     return finish_open(db, flags, NULL, out, err);
 }
 

@@ -266,13 +266,27 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
     if (strlen(text) >= sizeof buf)
         return pt_err_set(err, "layout string is too long (%zu characters)", strlen(text));
     strcpy(buf, text);
-    char *save = NULL;
-    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        while (isspace((unsigned char)*item))
-            item++;
+    const char *blank = buf + strspn(buf, " \t");
+    if (!*blank)
+        return pt_err_set(err, "layout: empty (give key=value pairs separated by commas, "
+                               "e.g. tp=2,pp=2)");
+    /* items split at every comma, so that an empty one ("tp=2,,pp=2") is seen */
+    for (char *item = buf, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next)
+            *next++ = '\0';
+        item += strspn(item, " \t"); /* blanks around an item are allowed */
+        for (size_t n = strlen(item); n > 0 && (item[n - 1] == ' ' || item[n - 1] == '\t');)
+            item[--n] = '\0';
+        if (!*item)
+            return pt_err_set(err, "layout '%s': an empty item (two commas in a row, or one at "
+                                   "the start or the end)", text);
         char *eq = strchr(item, '=');
         if (!eq)
             return pt_err_set(err, "layout: '%s' is not key=value", item);
+        if (eq == item || isspace((unsigned char)eq[-1]) || isspace((unsigned char)eq[1]))
+            return pt_err_set(err, "layout: '%s': write key=value with no blank around '='",
+                              item);
         *eq = '\0';
         const char *val = eq + 1;
         int key = 0;

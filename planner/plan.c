@@ -259,6 +259,11 @@ static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt
         return -1;
     if (pt_prec_parse(prec, &t->precision, &why))
         return pt_err_set(err, "%s: field 'training.precision': %s", o.origin, why.msg);
+    /* the cosine decay runs from lr down to min_lr: above lr it would climb instead */
+    if (r->min_lr > r->lr)
+        return pt_err_set(err, "%s: field 'training.min_lr' = %g is above 'training.lr' = %g "
+                               "(the learning rate decays from lr to min_lr)",
+                          o.origin, r->min_lr, r->lr);
     r->seed = (uint64_t)seed;
     return 0;
 }

@@ -54,11 +54,9 @@ static int read_stream(FILE *f, const char *path, char **text, size_t *len, pt_e
 
 char *pt_json_read_file(const char *path, pt_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        read_error(path, strerror(errno), err);
+    FILE *f = pt_in_open(path, false, err); /* a pipe is read as a stream */
+    if (!f)
         return NULL;
-    }
     char *text = NULL;
     size_t len = 0;
     errno = 0;

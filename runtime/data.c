@@ -228,18 +228,15 @@ static int load_open(FILE *f, const char *path, int64_t size, const pt_tokenizer
 int pt_tokens_load_with(const char *path, const pt_tokenizer *tk, pt_tokens *out, pt_err *err)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
+    /* The size decides between formats and checks the header, so it must be known: a
+     * regular file only. */
+    FILE *f = pt_in_open(path, true, err);
     if (!f)
-        return pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
+        return -1;
     struct stat st;
     int rc;
     if (fstat(fileno(f), &st) != 0)
         rc = pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
-    else if (S_ISDIR(st.st_mode))
-        rc = pt_err_set(err, "cannot read '%s': %s", path, strerror(EISDIR));
-    else if (!S_ISREG(st.st_mode))
-        /* The size decides between formats and checks the header, so it must be known. */
-        rc = pt_err_set(err, "cannot read '%s': not a regular file", path);
     else
         rc = load_open(f, path, (int64_t)st.st_size, tk, out, err);
     fclose(f);

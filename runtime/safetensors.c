@@ -555,9 +555,8 @@ static int st_open(const char *path, bool load, pt_st_file **out, pt_err *err)
         return pt_err_set(err, "%s: out of memory", path);
     f->fd = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = pt_in_open(path, true, err);
     if (!fp) {
-        pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
         pt_st_close(f);
         return -1;
     }

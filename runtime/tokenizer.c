@@ -43,15 +43,13 @@ const char *pt_tok_printable(const unsigned char *b, size_t n, char *out, size_t
 int pt_tok_read_all(const char *path, char **buf, size_t *n, pt_err *err)
 {
     *buf = NULL;
-    FILE *f = fopen(path, "rb");
+    FILE *f = pt_in_open(path, true, err);
     if (!f)
-        return pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
+        return -1;
     struct stat st;
     int rc = 0;
     if (fstat(fileno(f), &st) != 0)
         rc = pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = pt_err_set(err, "cannot read '%s': not a regular file", path);
     else if ((int64_t)st.st_size > MAX_FILE_BYTES)
         rc = pt_err_set(err, "%s: %lld bytes, more than a tokenizer file holds (%lld at most)",
                         path, (long long)st.st_size, (long long)MAX_FILE_BYTES);

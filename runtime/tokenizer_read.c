@@ -532,9 +532,9 @@ static int load_dir(pt_tokenizer *t, const char *dir, pt_err *err)
 /* Whether a file's first non-blank byte is '{'. */
 static int starts_as_json(const char *path, bool *json, pt_err *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = pt_in_open(path, true, err);
     if (!f)
-        return pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
+        return -1;
     int c;
     while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r')
         ;

@@ -609,9 +609,9 @@ int pt_trace_merge(const void *all, const int64_t *sizes, int world, pt_trace *o
 
 int pt_trace_plan_id(const char *path, char out[17], pt_err *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = pt_in_open(path, false, err);
     if (!f)
-        return pt_err_set(err, "cannot read plan '%s': %s", path, strerror(errno));
+        return -1;
     /* 64-bit FNV-1a (Fowler, Noll, Vo; http://www.isthe.com/chongo/tech/comp/fnv/) */
     uint64_t h = 14695981039346656037ull;
     int c;
@@ -778,15 +778,14 @@ int pt_trace_read_chrome(const char *path, pt_trace *out, pt_err *err)
 {
     pt_trace_init(out, true);
     json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            return pt_err_set(err, "cannot read trace '%s': %s", path, strerror(errno));
-        fclose(f);
+    FILE *f = pt_in_open(path, false, err);
+    if (!f)
+        return -1;
+    json_t *root = json_loadf(f, 0, &je);
+    fclose(f);
+    if (!root)
         return pt_err_set(err, "%s:%d:%d: not a complete JSON trace (truncated?): %s", path,
                           je.line, je.column, je.text);
-    }
     json_t *other = json_object_get(root, "otherData");
     json_t *events = json_object_get(root, "traceEvents");
     const char *format = json_string_value(json_object_get(other, "format"));

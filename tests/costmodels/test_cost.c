@@ -666,6 +666,17 @@ static void test_open_errors(void)
     expect_open_error(path, PT_COSTDB_READ, "not a cost database");
     expect_open_error(path, PT_COSTDB_CREATE, "not a cost database");
 
+    /* a cost table another connection holds an exclusive lock on: after the wait, the
+     * message says locked, not "not a cost database" */
+    path_in_tmp(path, sizeof path, "locked.db");
+    make_v1(path);
+    sqlite3 *holder;
+    CHECK_INT(sqlite3_open(path, &holder), SQLITE_OK);
+    CHECK_INT(sqlite3_exec(holder, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    expect_open_error(path, PT_COSTDB_READ, "locked by another process");
+    sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(holder);
+
     path_in_tmp(path, sizeof path, "newer.db");
     make_v1(path);
     sql_script(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");

@@ -80,7 +80,22 @@ static void expect_parse_error(const char *text, int64_t world, const char *need
 
 static void test_parse_errors(void)
 {
+    /* blanks around whole items are allowed */
+    pt_layout l;
+    pt_err err = {""};
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse(" tp=2, pp=2 ", 0, 0, &l, &err), 0);
+    CHECK_INT(l.tp, 2);
+    CHECK_INT(l.pp, 2);
     expect_parse_error("tp=2,foo=3", 0, "unknown key 'foo'");
+    expect_parse_error("", 0, "layout: empty");
+    expect_parse_error("  ", 0, "layout: empty");
+    expect_parse_error("tp=1,,", 0, "an empty item");
+    expect_parse_error(",tp=1", 0, "an empty item");
+    expect_parse_error("tp=1,,pp=1", 0, "an empty item");
+    expect_parse_error("tp= 1", 0, "no blank around '='");
+    expect_parse_error("tp =1", 0, "no blank around '='");
+    expect_parse_error("=1", 0, "no blank around '='");
     expect_parse_error("tp=two", 0, "tp=two");
     expect_parse_error("tp=0", 0, "tp=0");
     expect_parse_error("tp=2,tp=4", 0, "'tp' given twice");

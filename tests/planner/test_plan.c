@@ -115,6 +115,8 @@ static void test_damage(const char *dir)
                   "training.bucket_bytes");
     expect_damage(dir, "\"precision\": \"bf16\"", "\"precision\": \"fp4\"", "training.precision");
     expect_damage(dir, "\"heads\": 12", "\"heads\": 7", "heads");
+    /* min_lr written with a 9 in front: 9.6e-4 against lr 6e-4, a rate that would climb */
+    expect_damage(dir, "\"min_lr\": ", "\"min_lr\": 9", "'training.min_lr' = 0.00096 is above");
     expect_damage(dir, "\"steps\": 50", "\"steps\": 0", "training.steps");
     expect_damage(dir, "\"steps\": 50", "\"steps\": \"many\"", "training.steps");
     expect_damage(dir, "\"mfu\": ", "\"mfu\": -1, \"x\": ", "predicted");

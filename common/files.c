@@ -1,5 +1,6 @@
 /*
- * Writing an output file without destroying what is there: every file a tool writes
+ * Opening files as a tool must: an input never waits for ever (a FIFO nobody writes),
+ * and an output never destroys what is there. Every file a tool writes
  * (a plan, a timeline, a trace, a token file, a checkpoint's meta.json, a safetensors
  * file) goes through pt_out_open / pt_out_commit.
  *
@@ -301,4 +302,35 @@ int pt_stdout_check(const char *tool)
     int e = errno ? errno : EIO;
     fprintf(stderr, "%s: cannot write the standard output: %s\n", tool, strerror(e));
     return -1;
+}
+
+FILE *pt_in_open(const char *path, bool regular_only, pt_err *err)
+{
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    const char *bad = NULL;
+    if (fstat(fd, &st) != 0)
+        bad = strerror(errno);
+    else if (S_ISDIR(st.st_mode))
+        bad = strerror(EISDIR);
+    else if (regular_only && !S_ISREG(st.st_mode))
+        bad = S_ISFIFO(st.st_mode) ? "it is a FIFO or pipe; this input must be a regular file "
+                                     "(its size is read first)"
+                                   : "not a regular file";
+    FILE *f = NULL;
+    if (!bad) {
+        (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        if (!(f = fdopen(fd, "rb")))
+            bad = strerror(errno);
+    }
+    if (bad) {
+        close(fd);
+        pt_err_set(err, "cannot read '%s': %s", path, bad);
+    }
+    return f;
 }
