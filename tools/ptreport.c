@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char usage_text[] =
@@ -112,19 +114,49 @@ static void close_out(report *R, FILE *f)
         R->write_errno = errno ? errno : EIO;
 }
 
+/* Runs gnuplot with the arguments argv (argv[0] "gnuplot", NULL-terminated) and waits for
+ * it: in the folder dir (NULL: this one), its standard error into the file err_name there
+ * and its standard output too when out_too. No shell stands between: --out is only ever
+ * an argument to chdir here, never part of a command line. Returns gnuplot's exit status
+ * (0: done), 127 when it could not be started in dir, -1 when no process could be made
+ * or gnuplot did not exit by itself (a signal). */
+static int run_gnuplot(const char *dir, char *const argv[], const char *err_name, bool out_too)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int fd = dir && chdir(dir) != 0
+                     ? -1
+                     : open(err_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || (out_too && dup2(fd, STDOUT_FILENO) < 0))
+            _exit(127);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* Runs the gnuplot script `name`.gp (already written in the report folder) twice, into
- * name.png and name.svg, from inside the folder so the script's data paths are local. */
+ * name.png and name.svg, from inside the folder so the script's data paths are local.
+ * name is one of this file's fixed chart names and size is ours ("W,H"): nothing of the
+ * input is in the command gnuplot is given, only in the script, quoted (gp_string). */
 static int gnuplot(const report *R, const char *name, const char *size, pt_err *err)
 {
-    char cmd[2048];
+    char cmd[512], log_name[64];
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && gnuplot -e \"set terminal pngcairo size %s font ',10'; "
-             "set output '%s.png'; load '%s.gp'; set terminal svg size %s dynamic "
-             "font 'sans,10'; set output '%s.svg'; load '%s.gp'\" 2>'%s.gnuplot.log'",
-             R->dir, size, name, name, size, name, name, name);
-    int rc = system(cmd);
+             "set terminal pngcairo size %s font ',10'; set output '%s.png'; load '%s.gp'; "
+             "set terminal svg size %s dynamic font 'sans,10'; set output '%s.svg'; "
+             "load '%s.gp'", size, name, name, size, name, name);
+    snprintf(log_name, sizeof log_name, "%s.gnuplot.log", name);
+    char *const argv[] = {"gnuplot", "-e", cmd, NULL};
+    int rc = run_gnuplot(R->dir, argv, log_name, false);
     char log[2048];
-    snprintf(log, sizeof log, "%s/%s.gnuplot.log", R->dir, name);
+    snprintf(log, sizeof log, "%s/%s", R->dir, log_name);
     if (rc != 0) {
         /* the staging folder goes: what gnuplot said is part of the message */
         char said[160] = "";
@@ -251,6 +283,65 @@ static void xtic_margins(FILE *gp, int chars, double deg, double scale)
             (int)ceil(width * cos(rad)) + 2);
 }
 
+/* ---- Strings from input in the report's files ------------------------------------------ */
+
+/* Every string that comes from input (a layout, model, cluster or op key, a git revision,
+ * a log's file name or header line: anything read from the cost table, a log or the command
+ * line) goes into a gnuplot script only through gp_string and into a data file only
+ * through dat_string or dat_text, never with a bare "%s": a quote in it would end the
+ * string and gnuplot run the rest as commands (system(), backquotes), a newline end the
+ * command or data line. The labels drawn from them are set noenhanced, so that ^ _ @ & { }
+ * and \U+ escapes print as they are. */
+
+/* A byte of such a string as it is written: control characters become '?'. */
+static int printable(unsigned char c)
+{
+    return c < 0x20 || c == 0x7f ? '?' : c;
+}
+
+/* Writes s into a gnuplot script as a string expression that gnuplot reads back as s,
+ * nothing of it evaluated. In a single-quoted gnuplot string every character stands for
+ * itself but the single quote: backslashes are ordinary characters and backquotes are not
+ * substituted, unlike in double quotes (gnuplot's "help quotes"). That help says a single
+ * quote is written twice, but gnuplot's scanner (scanner.c) takes a doubled quote only
+ * after another character of the string, so that '''a' and 'a''''b' are misread; each
+ * quote is therefore a string of its own, joined on: it's becomes 'it'."'".'s'. */
+static void gp_string(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++)
+        if (*s == '\'')
+            fputs("'.\"'\".'", f);
+        else
+            fputc(printable((unsigned char)*s), f);
+    fputc('\'', f);
+}
+
+/* Writes s as one double-quoted column of a data file, which gnuplot reads back as s but
+ * for double quotes, which become single ones: there a quoted field ends at the next
+ * double quote, whatever stands before it, and then has its backslash escapes replaced
+ * (datafile.c: df_tokenise, df_parse_string_field), so a backslash is written twice. Data
+ * is never evaluated: the scripts take columns by number, with no expression on them. */
+static void dat_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        if (*s == '"')
+            fputc('\'', f);
+        else if (*s == '\\')
+            fputs("\\\\", f);
+        else
+            fputc(printable((unsigned char)*s), f);
+    fputc('"', f);
+}
+
+/* Writes s into a comment of a data file, on its line. */
+static void dat_text(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        fputc(printable((unsigned char)*s), f);
+}
+
 /* ---- MFU over all runs ------------------------------------------------------------------- */
 
 static int draw_mfu(report *R, pt_err *err)
@@ -262,10 +353,15 @@ static int draw_mfu(report *R, pt_err *err)
     fprintf(f, "# run predicted_mfu_pct measured_mfu_pct label layout\n");
     for (size_t i = 0; i < R->n_runs; i++) {
         const pt_run_record *r = &R->runs[i];
-        char lay[128];
+        char lay[128], label[160];
         short_layout(r->layout, lay, sizeof lay);
-        fprintf(f, "%lld %.6g %.6g \"#%lld %s\" \"%s\"\n", (long long)r->id,
-                100 * r->predicted_mfu, 100 * r->measured_mfu, (long long)r->id, lay, r->layout);
+        snprintf(label, sizeof label, "#%lld %s", (long long)r->id, lay);
+        fprintf(f, "%lld %.6g %.6g ", (long long)r->id, 100 * r->predicted_mfu,
+                100 * r->measured_mfu);
+        dat_string(f, label);
+        fputc(' ', f);
+        dat_string(f, r->layout);
+        fputc('\n', f);
         max = fmax(max, fmax(r->predicted_mfu, r->measured_mfu) * 100);
     }
     close_out(R, f);
@@ -305,10 +401,13 @@ static int draw_steptime(report *R, pt_err *err)
     fprintf(f, "# n predicted_s measured_s label(run id, revision, layout)\n");
     for (size_t i = 0; i < R->n_runs; i++) {
         const pt_run_record *r = &R->runs[i];
-        char lay[128];
+        char lay[128], label[192];
         short_layout(r->layout, lay, sizeof lay);
-        fprintf(f, "%zu %.6g %.6g \"#%lld %s %s\"\n", i, r->predicted_step_s,
-                r->measured_step_s, (long long)r->id, short_rev(r->git_revision), lay);
+        snprintf(label, sizeof label, "#%lld %s %s", (long long)r->id,
+                 short_rev(r->git_revision), lay);
+        fprintf(f, "%zu %.6g %.6g ", i, r->predicted_step_s, r->measured_step_s);
+        dat_string(f, label);
+        fputc('\n', f);
     }
     close_out(R, f);
     if (!(f = open_in(R, "steptime.gp", err)))
@@ -430,10 +529,15 @@ static int draw_ops(report *R, const pt_run_record *run, pt_err *err)
         for (size_t i = 0; i < nb && i < OPS_DRAWN; i++) {
             const char *key = bars[i].s->op.key, *kind_end = strchr(key, ':');
             const char *shape = kind_end ? strchr(kind_end + 1, ':') : NULL;
-            fprintf(f, "\"%.*s %s\" %.6g %.6g %.6g \"%s\"\n",
-                    kind_end ? (int)(kind_end - key) : (int)strlen(key), key,
-                    shape ? shape + 1 : "", 1e6 * bars[i].median_s, 1e6 * bars[i].predicted_s,
-                    1e6 * bars[i].fitted_s, key);
+            char label[sizeof bars[i].s->op.key + 1];
+            snprintf(label, sizeof label, "%.*s %s",
+                     kind_end ? (int)(kind_end - key) : (int)strlen(key), key,
+                     shape ? shape + 1 : "");
+            dat_string(f, label);
+            fprintf(f, " %.6g %.6g %.6g ", 1e6 * bars[i].median_s, 1e6 * bars[i].predicted_s,
+                    1e6 * bars[i].fitted_s);
+            dat_string(f, key);
+            fputc('\n', f);
         }
         close_out(R, f);
     }
@@ -672,7 +776,9 @@ static int copy_losses(FILE *f, const char *path, loss_chart *c)
     c->layout[c->n][0] = '\0';
     for (int want = 0; want < 2; want++) {
         rewind(in);
-        fprintf(f, "# %s: %s\n", path, want ? "validation" : "training");
+        fputs("# ", f);
+        dat_text(f, path);
+        fprintf(f, ": %s\n", want ? "validation" : "training");
         int rows = 0;
         while (getline(&line, &cap, in) > 0) {
             json_t *j = json_loads(line, 0, NULL);
@@ -780,9 +886,11 @@ static int draw_loss(report *R, const loss_chart *c, pt_err *err)
         char name[256];
         snprintf(name, sizeof name, "%s%s%s", base ? base + 1 : c->path[i],
                  c->layout[i][0] ? ": " : "", c->layout[i]);
-        fprintf(f, "%s'loss.dat' index %d using 1:2 with lines lw 2 lc %d title '%s', "
-                   "'' index %d using 1:2 with points pt 7 ps 1.3 lc %d notitle",
-                i ? ", \\\n     " : "", c->block[i], i + 1, name, c->block[i] + 1, i + 1);
+        fprintf(f, "%s'loss.dat' index %d using 1:2 with lines lw 2 lc %d title ",
+                i ? ", \\\n     " : "", c->block[i], i + 1);
+        gp_string(f, name);
+        fprintf(f, ", '' index %d using 1:2 with points pt 7 ps 1.3 lc %d notitle",
+                c->block[i] + 1, i + 1);
     }
     fprintf(f, "\n");
     close_out(R, f);
@@ -807,8 +915,13 @@ static int make_report(const options *o, report *R, pt_err *err)
     if (R->n_runs == 0)
         return pt_err_set(err, "%s: no runs recorded in this cost database (record one with "
                                "ptrun PLAN.json --record --db %s)", o->db, o->db);
-    if (system("gnuplot --version >/dev/null 2>&1") != 0)
+    char *const version[] = {"gnuplot", "--version", NULL};
+    if (run_gnuplot(NULL, version, "/dev/null", true) != 0)
         return pt_err_set(err, "gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)");
+    /* the staging folder's name, and the files' in it, must fit R->dir's buffers */
+    if (strlen(o->out) > sizeof R->dir - 64)
+        return pt_err_set(err, "--out: the path is too long (%zu bytes, at most %zu): '%s'",
+                          strlen(o->out), sizeof R->dir - 64, o->out);
     if (mkdir(o->out, 0777) == 0)
         R->made_out = true;
     else if (errno != EEXIST)
@@ -880,7 +993,7 @@ static int publish(report *R, bool keep, pt_err *err)
     return rc;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     options o;
     if (parse_options(argc, argv, &o))
@@ -903,4 +1016,9 @@ int main(int argc, char **argv)
     pt_costdb_close(R.db);
     pt_costdb_close(R.before);
     return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    return pt_cli_exit("ptreport", tool_main(argc, argv));
 }

@@ -129,6 +129,53 @@ if gp.count("index") != 2 or "log.jsonl: tp1 pp1 dp1 mbs" not in gp:
     sys.exit("want one log, named with its layout: %s" % gp)
 ' "$tmp/report/loss.gp" "$tmp/log.jsonl"
 
+# Nothing of the input is run as a command, by the shell or by gnuplot: an --out folder
+# named like a shell command gets the report; a recorded layout and a log's header and
+# file name holding quotes, backslashes, a newline and gnuplot's system() are drawn as
+# text, gnuplot reading back each label as it was given (a double quote becomes a single
+# one in a data column, a control character '?')
+out="r';touch PWNED;'"
+run 0 "$build/ptreport" --out "$out"
+[ -s "$tmp/$out/index.md" ] && [ -s "$tmp/$out/loss.svg" ] ||
+    fail "a report goes into a folder named like a shell command"
+cp "$tmp/costs.db" "$tmp/odd.db"
+lay='x'"'"'.system("touch PWNED2").'"'"' \ ^_@'
+python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+lines[0]["layout"] = sys.argv[3]
+open(sys.argv[2], "w").write("".join(json.dumps(l) + "\n" for l in lines))
+' "$tmp/log.jsonl" "$tmp/odd.jsonl" "$lay"
+cp "$tmp/odd.jsonl" "$tmp/'l'o\"g\\.jsonl"
+sqlite3 "$tmp/odd.db" "UPDATE runs SET layout = 'x''.system(\"touch PWNED3\").'' \\ ' ||
+                       char(10) || 'y', log_path = '$tmp/odd.jsonl'"
+run 0 "$build/ptreport" --db "$tmp/odd.db" --out "$tmp/odd"
+run 0 "$build/ptreport" --db "$tmp/odd.db" --out "$tmp/odd2" --log "$tmp/'l'o\"g\\.jsonl"
+grep -qF "title 'odd.jsonl: x'.\"'\".'.system(\"touch PWNED2\").'.\"'\".' \\ ^_@'," \
+    "$tmp/odd/loss.gp" || fail "a log's layout is one quoted string in loss.gp"
+grep -qF "title ''.\"'\".'l'.\"'\".'o\"g\\.jsonl: x'.\"'\".'.system(" "$tmp/odd2/loss.gp" ||
+    fail "a log's file name is one quoted string in loss.gp"
+check "gnuplot reads the labels back as they were given" '
+import subprocess, sys
+def gnuplot(folder, commands):
+    return subprocess.run(["gnuplot", "-e", commands], cwd=folder, capture_output=True,
+                          text=True).stderr
+odd, odd2, lay = sys.argv[1:]
+for folder, text in ((odd, "odd.jsonl: " + lay), (odd2, "\x27l\x27o\"g\\.jsonl: " + lay)):
+    gp = open(folder + "/loss.gp").read()
+    title = gp.split(" lc 1 title ", 1)[1].split(", \x27\x27 index")[0]
+    got = gnuplot(folder, "print " + title)
+    if got != text + "\n":
+        sys.exit("%s/loss.gp: the title %s reads as %r, want %r" % (folder, title, got, text))
+lay = "x\x27.system(\x27touch PWNED3\x27).\x27 \\ ?y"
+for name, cols, text in (("mfu.dat", "2:3:4", "#1 " + lay), ("steptime.dat", "1:3:4", lay)):
+    got = gnuplot(odd, "set table $t; plot \x27%s\x27 using %s with labels; unset table; "
+                       "print $t" % (name, cols))
+    if text + "\"" not in got:
+        sys.exit("%s/%s: want the label %r in what gnuplot read: %s" % (odd, name, text, got))
+' "$tmp/odd" "$tmp/odd2" "$lay"
+[ -z "$(find "$tmp" -name 'PWNED*')" ] || fail "no input is run: $(find "$tmp" -name 'PWNED*')"
+
 # bad input
 run 1 "$build/ptreport" --out "$tmp/r2" --log "$tmp/missing.jsonl"
 err_has "cannot read the log '$tmp/missing.jsonl'" "a --log file that is not there"
@@ -145,6 +192,10 @@ ls -A "$tmp/report" | grep -q "^\.ptreport-" && fail "a failed report leaves no 
 [ -z "$(find "$tmp/report" -type f -empty)" ] || fail "a failed report leaves no empty files"
 run 1 "$build/ptreport" --out /dev/null/report
 err_has "cannot create '/dev/null/report'" "an output folder that cannot be made"
+long=$(printf '%01000d' 0)
+run 1 "$build/ptreport" --out "$tmp/$long"
+err_has "the path is too long" "an --out too long for the staging folder's name"
+[ ! -e "$tmp/$long" ] || fail "an --out too long is not created"
 run 1 "$build/ptreport" --db "$tmp/none.db" --out "$tmp/r2"
 err_has "none.db" "a cost database that is not there"
 run 1 "$build/ptreport" --bogus
