@@ -18,9 +18,14 @@
  *
  * Nothing that is not ours is moved or removed: a step folder is ours when it holds
  * only a checkpoint's file names and a meta.json this build reads (or nothing), and
- * DIR is ours when it holds only the tracker, step folders that are ours and their
- * temporaries. The next commit removes the orphaned temporaries of killed runs, when
- * they are ours, their process is gone and they are not newer.
+ * DIR is ours when it holds only the tracker, the lock file, step folders that are
+ * ours and their temporaries. The next commit removes the orphaned temporaries of
+ * killed runs, when they are ours, their process is gone and they are not newer.
+ *
+ * One run writes DIR at a time: it holds an flock on DIR/lock for its lifetime
+ * (pt_ckpt_lock), which the kernel drops however the process ends. A newest step folder
+ * whose meta.json is there but unreadable is reported, never passed over in silence
+ * for an older one (pt_ckpt_find).
  */
 #include "runtime.h"
 #include "specjson.h"
@@ -35,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +50,22 @@
 enum { CKPT_FORMAT_VERSION = 2, CKPT_PATH_MAX = 4096 };
 
 #define CKPT_TRACKER "latest_checkpointed_iteration.txt"
+/* The lock file of the folder (pt_ckpt_lock). */
+#define CKPT_LOCK "lock"
+
+/* The most steps and the largest global batch a plan holds (planner/plan.c,
+ * read_training, and ptrun --steps: must match): what a checkpoint's counters can be. */
+#define CKPT_STEPS_MAX (INT64_C(1) << 40)
+#define CKPT_BATCH_MAX (INT64_C(1) << 30)
+/* data_pos counts samples (sequences of the model's length, each a global sample index
+ * of the sampler, runtime/data.c): the samples the steps that led to the checkpoint
+ * read. Every step advances it by its global batch; a rollback leaves it where the
+ * spike left it while the step goes back, so the batches of the steps it undid are
+ * skipped, not read again; a resume under another global batch goes on from it. So it
+ * is at least `step` (a step reads one sample at least) and at most this many samples
+ * a step: the largest global batch four times over, which leaves room for the steps
+ * rollbacks undid (three for every step kept, each of the largest batch). */
+#define CKPT_STEP_SAMPLES_MAX (4 * CKPT_BATCH_MAX)
 
 static const char *const ckpt_fields[] = {
     "format_version", "step", "data_pos", "world", "layout", "config_hash", "plan_hash",
@@ -97,6 +119,19 @@ static int ckpt_is_dir(const char *path)
     return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int ckpt_is_file(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Whether process pid is gone (a pid of ours counts as gone: another process's files
+ * with our pid are of one that ended before we started). */
+static int ckpt_pid_gone(long pid)
+{
+    return pid == (long)getpid() || pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM);
+}
+
 /* dir without trailing slashes; short enough for a step folder's name and its files. */
 static int ckpt_base(const char *dir, char *out, pt_err *err)
 {
@@ -133,6 +168,50 @@ static int ckpt_hash_ok(const char *h)
     return len >= 1 && len <= 16;
 }
 
+/* Every number of the metadata against what it can mean. */
+static int ckpt_meta_ranges(const char *path, const pt_ckpt_meta *m, pt_err *err)
+{
+    const pt_run_opts *r = &m->run;
+    if (r->steps < 1 || r->steps > CKPT_STEPS_MAX)
+        return pt_err_set(err, "%s: field 'training.steps' = %" PRId64 ": expected 1 to %" PRId64,
+                          path, r->steps, CKPT_STEPS_MAX);
+    if (m->step < 0 || m->step > r->steps)
+        return pt_err_set(err, "%s: field 'step' = %" PRId64 ": expected 0 to the run's "
+                          "training.steps, %" PRId64, path, m->step, r->steps);
+    if (r->warmup_steps < 0 || r->warmup_steps > CKPT_STEPS_MAX)
+        return pt_err_set(err, "%s: field 'training.warmup_steps' = %" PRId64 ": expected 0 to "
+                          "%" PRId64, path, r->warmup_steps, CKPT_STEPS_MAX);
+    if (m->global_batch < 1 || m->global_batch > CKPT_BATCH_MAX)
+        return pt_err_set(err, "%s: field 'training.global_batch' = %" PRId64 ": expected 1 to "
+                          "%" PRId64, path, m->global_batch, CKPT_BATCH_MAX);
+    if (m->world < 1 || m->world > PT_MAX_WORLD)
+        return pt_err_set(err, "%s: field 'world' = %" PRId64 ": expected 1 to %" PRId64, path,
+                          m->world, (int64_t)PT_MAX_WORLD);
+    if (m->train_tokens < 0)
+        return pt_err_set(err, "%s: field 'training.train_tokens' = %" PRId64 ": expected a "
+                          "count, at least 0", path, m->train_tokens);
+    /* the ranges of a plan's settings (planner/plan.c, read_training; ptrun --dropout) */
+    const double reals[] = {r->lr, r->min_lr, r->weight_decay, r->grad_clip, r->dropout};
+    static const double most_real[] = {1e3, 1e3, 1e3, 1e9, 0.99};
+    static const char *const names[] = {"lr", "min_lr", "weight_decay", "grad_clip", "dropout"};
+    for (int i = 0; i < 5; i++)
+        if (!(reals[i] >= 0 && reals[i] <= most_real[i]))
+            return pt_err_set(err, "%s: field 'training.%s' = %g: expected 0 to %g", path,
+                              names[i], reals[i], most_real[i]);
+    int64_t most;
+    if (!pt_mul64(m->step, CKPT_STEP_SAMPLES_MAX, &most))
+        most = INT64_MAX;
+    if (m->data_pos < m->step)
+        return pt_err_set(err, "%s: data_pos %" PRId64 " is below step %" PRId64 ": each step "
+                          "reads one sample at least", path, m->data_pos, m->step);
+    if (m->data_pos > most)
+        return pt_err_set(err, "%s: data_pos %" PRId64 " is beyond what step %" PRId64 " can "
+                          "have read (at most %" PRId64 ": %" PRId64 " samples a step, four "
+                          "times the largest global batch)", path, m->data_pos, m->step, most,
+                          CKPT_STEP_SAMPLES_MAX);
+    return 0;
+}
+
 static int ckpt_meta_check(const char *path, const pt_ckpt_meta *m, pt_err *err)
 {
     if (memchr(m->layout, '\0', sizeof m->layout) == NULL || m->layout[0] == '\0')
@@ -144,16 +223,10 @@ static int ckpt_meta_check(const char *path, const pt_ckpt_meta *m, pt_err *err)
     if (memchr(m->plan_hash, '\0', sizeof m->plan_hash) == NULL || !ckpt_hash_ok(m->plan_hash))
         return pt_err_set(err, "%s: field 'plan_hash': expected 1 to 16 hexadecimal digits",
                           path);
-    if (m->step < 0 || m->data_pos < 0)
-        return pt_err_set(err, "%s: field 'step' = %" PRId64 ", 'data_pos' = %" PRId64 ": "
-                          "expected values >= 0", path, m->step, m->data_pos);
-    if (m->world < 1)
-        return pt_err_set(err, "%s: field 'world' = %" PRId64 ": expected at least 1", path,
-                          m->world);
     if (memchr(m->precision, '\0', sizeof m->precision) == NULL ||
         memchr(m->run.data, '\0', sizeof m->run.data) == NULL)
         return pt_err_set(err, "%s: field 'training': unterminated string", path);
-    return 0;
+    return ckpt_meta_ranges(path, m, err);
 }
 
 /* The current UTC time as ISO 8601, "2024-05-20T12:34:56Z". */
@@ -294,6 +367,8 @@ int pt_ckpt_meta_read(const char *dir, pt_ckpt_meta *m, pt_err *err)
              pt_model_read_obj(&mo, &m->model, err) || ckpt_training_read(&top, m, err);
     if (rc == 0 && m->layout[0] == '\0')
         rc = pt_err_set(err, "%s: field 'layout' is empty", path);
+    if (rc == 0)
+        rc = ckpt_meta_ranges(path, m, err);
     json_decref(root);
     return rc ? -1 : 0;
 }
@@ -330,6 +405,23 @@ static int ckpt_numbered(const char *name, const char *prefix, const char *suffi
     return 1;
 }
 
+/* s is what follows ".tmp-" in the name of a file being written: the writer's pid,
+ * optionally followed by "." and 6 letters or digits (pt_file_write_atomic names its
+ * temporaries PATH.tmp-<pid>.<6 random alphanumerics>; earlier builds PATH.tmp-<pid>);
+ * *pid: that pid (NULL: not wanted). */
+static int ckpt_tmp_tail(const char *s, long *pid)
+{
+    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    size_t digits = strspn(s, "0123456789");
+    const char *rest = s + digits;
+    if (digits == 0 || digits > 18 ||
+        (*rest && (rest[0] != '.' || strlen(rest + 1) != 6 || strspn(rest + 1, alnum) != 6)))
+        return 0;
+    if (pid)
+        *pid = strtol(s, NULL, 10);
+    return 1;
+}
+
 /* "model-00001-of-00004.safetensors" (Hugging Face's shard names) for `kind`. */
 static int ckpt_shard_name(const char *name, const char *kind)
 {
@@ -347,12 +439,12 @@ static int ckpt_shard_name(const char *name, const char *kind)
 
 /* A file name a step folder holds (trainer_ckpt.c writes them): meta.json, the model's
  * and the optimizer's index and shards, PowerSGD's state files, or one of those with
- * the ".tmp-<pid>" of a file being written. */
+ * the ".tmp-<pid>[.XXXXXX]" of a file being written (ckpt_tmp_tail). */
 static int ckpt_our_file(const char *name)
 {
     char plain[256];
     const char *t = strstr(name, ".tmp-");
-    size_t len = t && ckpt_digits(t + 5) ? (size_t)(t - name) : strlen(name);
+    size_t len = t && ckpt_tmp_tail(t + 5, NULL) ? (size_t)(t - name) : strlen(name);
     if (len >= sizeof plain)
         return 0;
     memcpy(plain, name, len);
@@ -398,19 +490,22 @@ static int ckpt_is_ours(const char *path)
 }
 
 /* What an entry of the checkpoint folder is. */
-enum { ENT_OTHER, ENT_TRACKER, ENT_STEP, ENT_TMP, ENT_OLD };
+enum { ENT_OTHER, ENT_TRACKER, ENT_TRACKER_TMP, ENT_LOCK, ENT_STEP, ENT_TMP, ENT_OLD };
 
-/* step_N, step_N.tmp-<pid>, step_N.old-<pid>, the tracker (and its temporary);
- * *step and *pid where they apply. */
+/* step_N, step_N.tmp-<pid>, step_N.old-<pid>, the tracker, its temporaries
+ * (ckpt_tmp_tail) and the lock file; *step and *pid where they apply. */
 static int ckpt_entry(const char *name, int64_t *step, long *pid)
 {
     *step = -1;
     *pid = 0;
     size_t tl = strlen(CKPT_TRACKER);
-    if (strcmp(name, CKPT_TRACKER) == 0 ||
-        (strncmp(name, CKPT_TRACKER, tl) == 0 && strncmp(name + tl, ".tmp-", 5) == 0 &&
-         ckpt_digits(name + tl + 5)))
+    if (strcmp(name, CKPT_TRACKER) == 0)
         return ENT_TRACKER;
+    if (strncmp(name, CKPT_TRACKER, tl) == 0 && strncmp(name + tl, ".tmp-", 5) == 0 &&
+        ckpt_tmp_tail(name + tl + 5, pid))
+        return ENT_TRACKER_TMP;
+    if (strcmp(name, CKPT_LOCK) == 0)
+        return ENT_LOCK;
     if (ckpt_numbered(name, "step_", "", step))
         return ENT_STEP;
     const char *dot = strchr(name, '.');
@@ -445,8 +540,15 @@ static int ckpt_entries(const char *base,
         int64_t step;
         long pid;
         int kind = ckpt_entry(e->d_name, &step, &pid);
-        if (snprintf(path, sizeof path, "%s/%s", base, e->d_name) >= (int)sizeof path)
+        size_t nb = strlen(base), ne = strlen(e->d_name);
+        if (nb + 1 + ne >= sizeof path) { /* a name too long for a path: none of ours */
             kind = ENT_OTHER;
+            ne = sizeof path - nb - 2;
+        }
+        memcpy(path, base, nb);
+        path[nb] = '/';
+        memcpy(path + nb + 1, e->d_name, ne);
+        path[nb + 1 + ne] = '\0';
         rc = visit(path, kind, step, pid, ctx);
     }
     closedir(d);
@@ -510,6 +612,113 @@ int pt_path_writable(const char *path, pt_err *err)
     return 0;
 }
 
+/* ---- One writer per folder -------------------------------------------------------------- */
+
+/* "ptrun pid 1234 on host h" from the lock file's text ("pid 1234 host h\n", what
+ * pt_ckpt_lock writes), or what stands in for it when the holder has not written it
+ * yet. */
+static void ckpt_holder(int fd, char *out, size_t cap)
+{
+    char text[320], host[256];
+    long pid;
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    if (sscanf(text, "pid %ld host %255s", &pid, host) == 2)
+        snprintf(out, cap, "ptrun pid %ld on host %s", pid, host);
+    else
+        snprintf(out, cap, "another process that has not written its pid yet");
+}
+
+int pt_ckpt_lock(const char *dir, pt_ckpt_hold *h, pt_err *err)
+{
+    char base[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 16];
+    *h = (pt_ckpt_hold){.fd = -1};
+    if (ckpt_base(dir, base, err) != 0)
+        return -1;
+    snprintf(h->dir, sizeof h->dir, "%s", base);
+    snprintf(path, sizeof path, "%s/" CKPT_LOCK, base);
+    /* again when the folder vanished in between: a run that made it, failed and removed
+     * it (pt_ckpt_unlock) */
+    for (int tries = 0; h->fd < 0 && tries < 3; tries++) {
+        if (mkdir(base, 0777) == 0)
+            h->made_dir = true;
+        else if (errno != EEXIST)
+            return pt_err_set(err, "cannot create checkpoint folder '%s': %s", base,
+                              strerror(errno));
+        /* O_NOFOLLOW: a link planted under the lock's name is not followed into a file
+         * elsewhere; O_CLOEXEC: a program ptrun starts does not inherit the lock */
+        h->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (h->fd < 0 && errno != ENOENT)
+            break;
+    }
+    if (h->fd < 0) {
+        int e = errno;
+        pt_ckpt_unlock(h); /* removes the folder when it made it */
+        return pt_err_set(err, "cannot open the lock file '%s' of checkpoint folder '%s': %s",
+                          path, base, strerror(e));
+    }
+    if (flock(h->fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[320];
+        ckpt_holder(h->fd, holder, sizeof holder);
+        h->made_dir = false; /* the lock is another's: nothing here is ours to remove */
+        pt_ckpt_unlock(h);
+        if (e == EWOULDBLOCK)
+            return pt_err_set(err, "checkpoint folder '%s' is in use by %s (lock file "
+                              "%s): one run writes a folder at a time; wait for that run to "
+                              "end, or give this one another --checkpoint", base, holder, path);
+        return pt_err_set(err, "cannot lock the lock file '%s' of checkpoint folder '%s': %s",
+                          path, base, strerror(e));
+    }
+    /* ours until the process ends: the kernel drops the lock when it exits or is killed,
+     * so a crashed run leaves a lock file that the next run simply takes. (On NFS the
+     * lock is an fcntl lock, which closing any descriptor of the file drops: nothing
+     * else in ptrun opens the lock file.) */
+    char host[256] = "", text[320];
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+        snprintf(host, sizeof host, "unknown");
+    int n = snprintf(text, sizeof text, "pid %ld host %s\n", (long)getpid(), host);
+    if (ftruncate(h->fd, 0) != 0 || pwrite(h->fd, text, (size_t)n, 0) != n) {
+        int e = errno;
+        pt_ckpt_unlock(h);
+        return pt_err_set(err, "cannot write the lock file '%s': %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* Whether folder dir holds nothing but the lock file (or nothing at all). */
+static int ckpt_only_lock(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int others = 0;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        others += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+                  strcmp(e->d_name, CKPT_LOCK) != 0;
+    closedir(d);
+    return others == 0;
+}
+
+void pt_ckpt_unlock(pt_ckpt_hold *h)
+{
+    if (!h)
+        return;
+    /* a folder this run made and wrote no checkpoint into goes again, its lock file
+     * first and while the lock is held: a run that opened the file meanwhile is
+     * refused, one that comes after makes both anew */
+    if (h->made_dir && ckpt_only_lock(h->dir)) {
+        char path[CKPT_PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/" CKPT_LOCK, h->dir);
+        unlink(path);
+        rmdir(h->dir);
+    }
+    if (h->fd >= 0)
+        close(h->fd);
+    *h = (pt_ckpt_hold){.fd = -1};
+}
+
 /* ---- Finding the newest checkpoint ------------------------------------------------------ */
 
 typedef struct {
@@ -518,15 +727,33 @@ typedef struct {
     int found, found_match;
     char path[CKPT_PATH_MAX];
     pt_ckpt_meta meta;
+    int64_t damaged;          /* the newest step folder whose meta.json is there but
+                                 cannot be read, -1: none */
+    pt_err why;               /* and why */
 } ckpt_search;
 
 /* Takes the checkpoint at path when it is complete (has a meta.json this build reads)
- * and newer than the best so far; one of the preferred config hash beats any other. */
-static void ckpt_consider(ckpt_search *s, const char *path)
+ * and newer than the best so far; one of the preferred config hash beats any other.
+ * `step` is the step its folder's name says (step_N; -1: a temporary, taken only when
+ * complete): a step folder whose meta.json is there but unreadable, or says another
+ * step, is damaged, and the newest damaged one is kept in s. */
+static void ckpt_consider(ckpt_search *s, const char *path, int64_t step)
 {
     pt_ckpt_meta m;
-    pt_err ignored;
-    if (pt_ckpt_meta_read(path, &m, &ignored) != 0 || (s->below >= 0 && m.step >= s->below))
+    pt_err why;
+    char meta[CKPT_PATH_MAX + 16];
+    if (step >= 0 && s->below >= 0 && step >= s->below)
+        return;
+    int rc = pt_ckpt_meta_read(path, &m, &why);
+    if (rc == 0 && step >= 0 && m.step != step)
+        rc = pt_err_set(&why, "%s/meta.json: field 'step' = %" PRId64 ", but its folder is "
+                        "the checkpoint of step %" PRId64, path, m.step, step);
+    snprintf(meta, sizeof meta, "%s/meta.json", path);
+    if (rc != 0 && step > s->damaged && ckpt_exists(meta)) {
+        s->damaged = step;
+        s->why = why;
+    }
+    if (rc != 0 || (s->below >= 0 && m.step >= s->below))
         return;
     int match = !s->hash || strcmp(m.config_hash, s->hash) == 0;
     if (s->found && (s->found_match > match ||
@@ -540,11 +767,25 @@ static void ckpt_consider(ckpt_search *s, const char *path)
 
 static int ckpt_consider_entry(const char *path, int kind, int64_t step, long pid, void *ctx)
 {
-    (void)step;
     (void)pid;
     if (kind == ENT_STEP || kind == ENT_TMP || kind == ENT_OLD)
-        ckpt_consider(ctx, path);
+        ckpt_consider(ctx, path, kind == ENT_STEP ? step : -1);
     return 0;
+}
+
+/* The error for a damaged newest step folder: its own error, the folder, and how to
+ * resume from the one before it on purpose. Falling back to an older step without a
+ * word would train on from there as if nothing were wrong, and hide the damage. */
+static int ckpt_damaged(const ckpt_search *s, const char *base, pt_err *err)
+{
+    char older[CKPT_PATH_MAX + 160];
+    if (s->found)
+        snprintf(older, sizeof older, "or resume from an older one by naming it: --resume %s "
+                 "(step %" PRId64 ")", s->path, s->meta.step);
+    else
+        snprintf(older, sizeof older, "there is no complete one before it");
+    return pt_err_set(err, "%s; it is the newest checkpoint in '%s': repair or remove it, %s",
+                      s->why.msg, base, older);
 }
 
 /* The step the tracker of base names, or -1. */
@@ -569,7 +810,7 @@ int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, c
     char base[CKPT_PATH_MAX], meta[CKPT_PATH_MAX + 16];
     if (ckpt_base(dir, base, err) != 0)
         return -1;
-    ckpt_search s = {.hash = config_hash, .below = below_step};
+    ckpt_search s = {.hash = config_hash, .below = below_step, .damaged = -1};
     snprintf(meta, sizeof meta, "%s/meta.json", base);
     if (ckpt_exists(meta)) { /* a step folder itself */
         if (pt_ckpt_meta_read(base, &s.meta, err) != 0)
@@ -587,12 +828,14 @@ int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, c
         char path[CKPT_PATH_MAX];
         if (latest >= 0 && (below_step < 0 || latest < below_step)) {
             ckpt_step_path(base, latest, NULL, path);
-            ckpt_consider(&s, path);
+            ckpt_consider(&s, path, latest);
         }
         /* the tracker's step when it is complete; else (a kill between the renames and
          * the tracker, a folder removed by hand) the newest complete one */
         if (!s.found || (s.hash && !s.found_match))
             ckpt_entries(base, ckpt_consider_entry, &s);
+        if (s.damaged >= 0 && (!s.found || s.damaged > s.meta.step))
+            return ckpt_damaged(&s, base, err);
     }
     if (!s.found) {
         if (below_step >= 0)
@@ -631,7 +874,8 @@ static int ckpt_audit_one(const char *path, int kind, int64_t step, long pid, vo
     int files;
     (void)step;
     (void)pid;
-    int ours = kind == ENT_TRACKER ? !ckpt_is_dir(path)
+    int ours = kind == ENT_TRACKER || kind == ENT_TRACKER_TMP || kind == ENT_LOCK
+                   ? ckpt_is_file(path)
                : kind == ENT_STEP || kind == ENT_TMP || kind == ENT_OLD
                    ? ckpt_only_ours(path, &files)
                    : 0;
@@ -706,13 +950,18 @@ typedef struct {
 
 /* Removes an orphan of ours (a step_N.tmp-<pid> or step_N.old-<pid> of a process that
  * is gone, holding only a checkpoint's files, and either incomplete or not newer than
- * the checkpoint just committed) and lists the step folders before the new one. */
+ * the checkpoint just committed; a temporary of the tracker of a process that is gone)
+ * and lists the step folders before the new one. */
 static int ckpt_sweep_one(const char *path, int kind, int64_t step, long pid, void *ctx)
 {
     ckpt_sweep *w = ctx;
     pt_ckpt_meta m;
     pt_err ignored;
     int files;
+    if (kind == ENT_TRACKER_TMP && ckpt_is_file(path) && ckpt_pid_gone(pid)) {
+        unlink(path);
+        return 0;
+    }
     if (kind == ENT_STEP && step < w->step && ckpt_is_ours(path)) {
         if (w->n_older == w->cap) {
             int cap = w->cap ? 2 * w->cap : 16;
@@ -728,7 +977,7 @@ static int ckpt_sweep_one(const char *path, int kind, int64_t step, long pid, vo
     }
     if ((kind != ENT_TMP && kind != ENT_OLD) || !ckpt_only_ours(path, &files))
         return 0;
-    if (pid != (long)getpid() && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+    if (!ckpt_pid_gone(pid))
         return 0; /* a live process's, perhaps a run writing the same checkpoint */
     if (pt_ckpt_meta_read(path, &m, &ignored) == 0 && m.step > w->step)
         return 0;

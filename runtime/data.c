@@ -479,10 +479,29 @@ int pt_sampler_init(pt_sampler *s, const pt_tokens *data, int64_t seq, uint64_t 
     return 0;
 }
 
+int pt_sampler_check_skip(int64_t skip, int64_t first, int64_t end, pt_err *err)
+{
+    int64_t lo, hi;
+    if (first < 0 || end < first)
+        return pt_err_set(err, "samples [%lld, %lld): not a range of sample indices",
+                          (long long)first, (long long)end);
+    if (!pt_add64(first, skip, &lo) || !pt_add64(end, skip, &hi) || lo < 0)
+        return pt_err_set(err, "samples %lld to %lld, %lld further on, are not global sample "
+                               "indices (0 to %lld)", (long long)first, (long long)end,
+                          (long long)skip, (long long)INT64_MAX);
+    return 0;
+}
+
 int64_t pt_sampler_offset(const pt_sampler *s, int64_t g)
 {
-    int64_t epoch = g / s->windows;
-    return permute(g % s->windows, s->windows, s->seed, (uint64_t)epoch) * s->seq;
+    /* floor division: every g, even one below 0, is a window of some epoch, so no index
+     * can send the permutation's cycle walk outside [0, W) */
+    int64_t epoch = g / s->windows, x = g % s->windows;
+    if (x < 0) {
+        x += s->windows;
+        epoch--;
+    }
+    return permute(x, s->windows, s->seed, (uint64_t)epoch) * s->seq;
 }
 
 void pt_sampler_fill(const pt_sampler *s, int64_t first, int count,
@@ -491,7 +510,11 @@ void pt_sampler_fill(const pt_sampler *s, int64_t first, int count,
 {
     const uint32_t *tok = s->data->tok;
     for (int i = 0; i < count; i++) {
-        const uint32_t *win = tok + pt_sampler_offset(s, s->skip + first + i);
+        /* skip + first + i: a global index for the samples pt_sampler_check_skip
+         * accepted; in unsigned arithmetic, which wraps instead of overflowing, for
+         * any others */
+        uint64_t g = (uint64_t)s->skip + (uint64_t)first + (uint64_t)i;
+        const uint32_t *win = tok + pt_sampler_offset(s, (int64_t)g);
         int32_t *in = inputs + (int64_t)i * s->seq, *tg = targets + (int64_t)i * s->seq;
         for (int64_t j = 0; j < s->seq; j++) {
             in[j] = (int32_t)win[j];   /* below the model's vocabulary: checked on load */

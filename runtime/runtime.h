@@ -130,7 +130,13 @@ typedef struct {
 
 int pt_sampler_init(pt_sampler *s, const pt_tokens *data, int64_t seq, uint64_t seed,
                     pt_err *err);
-/* Start offset in data->tok of global sample g. */
+/* Whether the samples [first, end) a run asks pt_sampler_fill for are, `skip` further
+ * on, global sample indices (0 to INT64_MAX), in checked arithmetic: what a run checks
+ * before it sets skip (a checkpoint's data position, a rollback), so that none of the
+ * indices it reads overflows. The error names the numbers. */
+int pt_sampler_check_skip(int64_t skip, int64_t first, int64_t end, pt_err *err);
+/* Start offset in data->tok of global sample g (any g: one below 0 counts back from
+ * epoch 0). */
 int64_t pt_sampler_offset(const pt_sampler *s, int64_t g);
 /* Fills inputs and targets for `count` consecutive global samples from first + skip. */
 void pt_sampler_fill(const pt_sampler *s, int64_t first, int count,
@@ -211,15 +217,35 @@ typedef struct {
 } pt_ckpt_meta;
 
 int pt_ckpt_meta_write(const char *dir, const pt_ckpt_meta *m, pt_err *err);
-/* Reads dir/meta.json; every field is checked, unknown ones refused. */
+/* Reads dir/meta.json; every field is checked, unknown ones refused, every number
+ * against what it can mean (checkpoint.c: data_pos from step to step x 2^32 samples;
+ * step within training.steps; the counters within a plan's limits). Writing checks the
+ * same. */
 int pt_ckpt_meta_read(const char *dir, pt_ckpt_meta *m, pt_err *err);
 /* Whether a file can be created at `path`: makes and removes a probe file in its
  * folder. The error names path, its folder and the reason. Changes nothing. */
 int pt_path_writable(const char *path, pt_err *err);
 /* Whether checkpoints may be written to `dir` (what to check before training): dir is
- * absent, or a folder holding only the tracker, step folders of ours and their
- * temporaries, and it is writable; keep >= 1. The error names the path at fault. */
+ * absent, or a folder holding only the tracker, the lock file, step folders of ours and
+ * their temporaries, and it is writable; keep >= 1. The error names the path at fault. */
 int pt_ckpt_check_target(const char *dir, int keep, pt_err *err);
+/* One run writes a checkpoint folder at a time: the run that writes checkpoints holds
+ * the lock of its folder (on rank 0) from opening to its end. pt_ckpt_lock creates dir
+ * when absent and the lock file dir/lock, takes an exclusive flock on it (flock: a
+ * local file system's own lock, emulated with fcntl locks on NFS by Linux) and writes
+ * "pid P host H" into it. The kernel drops the lock when the process ends, however it
+ * ends (kill -9 too), so a crashed run's lock file is simply taken by the next run.
+ * When another process holds it, the error names dir, the holder's pid and host as the
+ * lock file says, and the lock file. pt_ckpt_unlock releases it (h may be one that
+ * pt_ckpt_lock failed to fill), and removes dir again when pt_ckpt_lock made it and it
+ * holds nothing else. */
+typedef struct {
+    int fd;               /* the lock file, locked; -1: none */
+    bool made_dir;        /* pt_ckpt_lock created dir */
+    char dir[4096];
+} pt_ckpt_hold;
+int pt_ckpt_lock(const char *dir, pt_ckpt_hold *h, pt_err *err);
+void pt_ckpt_unlock(pt_ckpt_hold *h);
 /* Creates dir (when absent) and the temporary folder dir/step_N.tmp-<pid> for the
  * checkpoint of `step`, and returns its path. pt_ckpt_commit syncs it and renames it to
  * dir/step_N (one of the same step already there is replaced), rewrites the tracker,
@@ -234,7 +260,10 @@ void pt_ckpt_abort(const char *tmp);
  * meta.json); else the step the tracker names when it is complete, or the newest
  * complete step folder (or temporary an interrupted commit left); with a step below
  * `below_step` (< 0: any), one whose config hash is `config_hash` preferred (NULL:
- * any). Its path goes to found (n bytes), its meta.json to m. */
+ * any). Its path goes to found (n bytes), its meta.json to m. A step folder without a
+ * meta.json is incomplete and passed over; one newer than the checkpoint taken whose
+ * meta.json is there but cannot be read (or names another step) is an error: its own,
+ * and the folder of the one before it to name instead. */
 int pt_ckpt_find(const char *dir, const char *config_hash, int64_t below_step, char *found,
                  size_t n, pt_ckpt_meta *m, pt_err *err);
 

@@ -139,9 +139,9 @@ static void config_hash(pt_trainer *r)
     free(plan);
 }
 
-/* The compute backend of the plan's devices (pt_cluster_backend), the schedule program
- * and this rank's part of the model. Collective. */
-static int build(pt_trainer *r, pt_err *err)
+/* The compute backend of the plan's devices (pt_cluster_backend), and the way device
+ * buffers travel from then on. Collective. */
+static int start_backend(pt_trainer *r, pt_err *err)
 {
     pt_plan *p = &r->plan;
     if (pt_cluster_backend(&p->cluster) == PT_BACKEND_CPU) {
@@ -163,9 +163,15 @@ static int build(pt_trainer *r, pt_err *err)
     r->kn->note = r->o.kernel_note;
     r->kn->note_arg = r->o.kernel_note_arg;
     /* device buffers travel through NCCL, or staged through host memory, from now on
-     * (collective: every rank builds its backend here) */
-    if (pt_comm_use_device(r->comm, r->kn, err))
-        return -1;
+     * (collective: every rank builds its backend here); in a run without MPI the
+     * ranks' first collectives come after this */
+    return pt_comm_use_device(r->comm, r->kn, err);
+}
+
+/* The schedule program and this rank's part of the model. Collective. */
+static int build(pt_trainer *r, pt_err *err)
+{
+    pt_plan *p = &r->plan;
     if (pt_sched_build(p->layout.schedule, p->layout.pp, p->layout.vp, (int)p->layout.n_micro,
                        &r->sched, err))
         return -1;
@@ -191,6 +197,53 @@ static int build(pt_trainer *r, pt_err *err)
     return 0;
 }
 
+/* Every rank fails when one did, with rank 0's reason where it has one (the one ptrun
+ * prints), else saying that another rank could not do `what`. Collective. */
+static int agree(pt_trainer *r, int rc, const char *what, pt_err *err)
+{
+    if (pt_comm_all_ok(r->comm, rc == 0))
+        return 0;
+    char msg[sizeof err->msg] = "";
+    pt_err ignored;
+    if (r->rank == 0 && rc)
+        memcpy(msg, err->msg, sizeof msg);
+    if (pt_comm_bcast(r->comm, msg, sizeof msg, &ignored) == 0 && msg[0])
+        memcpy(err->msg, msg, sizeof msg);
+    else if (rc == 0)
+        pt_err_set(err, "another rank could not %s", what);
+    return -1;
+}
+
+/* What this run writes that another run could be writing at the same time: the
+ * checkpoint folder (refused when it is not ours, else locked by rank 0:
+ * pt_ckpt_lock) and the log (locked: pt_trainer_log_claim). Both stay this run's until
+ * it ends. A checkpoint that cannot be written, would replace what is not ours, or is
+ * another run's is refused now, on every rank, not after training. Collective. */
+static int claim_outputs(pt_trainer *r, pt_err *err)
+{
+    const pt_trainer_opts *o = &r->o;
+    int rc = 0;
+    if (o->ckpt && r->rank == 0)
+        rc = pt_ckpt_check_target(o->ckpt, o->keep_ckpt, err) ||
+             pt_ckpt_lock(o->ckpt, &r->ckpt_hold, err);
+    if (rc == 0 && o->log)
+        rc = pt_trainer_log_claim(r, err);
+    return agree(r, rc, "claim its checkpoint folder or log", err);
+}
+
+int pt_trainer_check_skip(const pt_trainer *r, int64_t skip, int64_t from, pt_err *err)
+{
+    int64_t batch = r->plan.train.global_batch, steps = r->plan.run.steps, first, end;
+    pt_err why;
+    if (!pt_mul64(from, batch, &first) || !pt_mul64(steps, batch, &end) ||
+        pt_sampler_check_skip(skip, first, end, &why))
+        return pt_err_set(err, "steps %lld to %lld of %lld samples, %lld samples further on, "
+                               "would read past the last global sample index (%lld)",
+                          (long long)from, (long long)steps, (long long)batch, (long long)skip,
+                          (long long)INT64_MAX);
+    return 0;
+}
+
 int pt_trainer_open(pt_trainer **out, const pt_trainer_opts *o, pt_comm *comm,
                     pt_trainer_info *info, pt_err *err)
 {
@@ -203,15 +256,18 @@ int pt_trainer_open(pt_trainer **out, const pt_trainer_opts *o, pt_comm *comm,
     r->comm = comm;
     r->rank = pt_comm_rank(comm);
     r->world = pt_comm_size(comm);
+    r->ckpt_hold.fd = r->log_fd = -1;
     if (pt_plan_read(o->plan, &r->plan, err) || check_plan(r, info, err) || place(r, err))
         return -1;
-    /* a checkpoint that cannot be written, or would replace what is not ours, is
-     * refused now, not after training */
-    if (o->ckpt && r->rank == 0 && pt_ckpt_check_target(o->ckpt, o->keep_ckpt, err))
-        return -1;
+    pt_err why;
+    if (pt_trainer_check_skip(r, 0, 0, &why)) /* the plan's own steps and batch */
+        return pt_err_set(err, "%s: %s", o->plan, why.msg);
     pt_layout_format(&r->plan.layout, info->layout, sizeof info->layout);
     info->has_data = r->has_data;
-    if ((r->has_data && load_data(r, info, err)) || build(r, err))
+    /* the outputs are claimed before anything slow (the data, the model): a run refused
+     * for another's folder or log says so in its first seconds */
+    if (start_backend(r, err) || claim_outputs(r, err) ||
+        (r->has_data && load_data(r, info, err)) || build(r, err))
         return -1;
     snprintf(info->device, sizeof info->device, "%s", r->kn->about);
     return 0;
@@ -233,8 +289,8 @@ void pt_trainer_close(pt_trainer *r)
     pt_trace_free(&r->trace);
     free(r->step_s);
     spike_free(r->guard);
-    if (r->log)
-        fclose(r->log);
+    pt_trainer_log_close(r);
+    pt_ckpt_unlock(&r->ckpt_hold);
     free(r);
 }
 
@@ -328,16 +384,17 @@ static void spike_push(struct pt_spike_guard *g, const pt_step_stats *s)
     g->n += g->n < g->window;
 }
 
-/* "checkpoint DIR.1 (step 40, from before it) is kept", or why there is none. */
+/* "checkpoint DIR.1 (step 40, from before it) is kept", or why there is none (a
+ * damaged one named). */
 static void kept_checkpoint(const pt_trainer *r, int64_t bad, char *out, size_t n)
 {
     pt_ckpt_meta meta;
-    pt_err ignored;
+    pt_err why;
     char path[4096];
     if (!r->o.ckpt)
         snprintf(out, n, "no checkpoint was asked for");
-    else if (pt_ckpt_find(r->o.ckpt, r->config_hash, bad, path, sizeof path, &meta, &ignored))
-        snprintf(out, n, "no checkpoint from before it is in %s", r->o.ckpt);
+    else if (pt_ckpt_find(r->o.ckpt, r->config_hash, bad, path, sizeof path, &meta, &why))
+        snprintf(out, n, "no checkpoint from before it can be taken (%s)", why.msg);
     else
         snprintf(out, n, "checkpoint %s (step %lld, from before it) is kept", path,
                  (long long)meta.step);
@@ -350,13 +407,20 @@ static int rollback(pt_trainer *r, int64_t bad, pt_trainer_step_result *res, pt_
 {
     pt_ckpt_meta meta;
     int64_t batch = r->plan.train.global_batch;
-    int64_t past = bad * batch + r->data_skip; /* the data position after the spike */
+    /* the data position after the spike, and the offset that keeps it from the
+     * checkpoint's step on: in range for every step already checked
+     * (pt_trainer_check_skip), the offset checked for the steps to come */
+    int64_t past = bad * batch + r->data_skip, skip;
+    pt_err why;
     if (pt_ckpt_find(r->o.ckpt, r->config_hash, bad, res->rollback_path,
                      sizeof res->rollback_path, &meta, err) ||
         pt_trainer_load_ckpt(r, res->rollback_path, &meta, err))
         return -1;
-    r->data_skip = past - meta.step * batch;
-    r->train_s.skip = r->data_skip;
+    skip = past - meta.step * batch;
+    if (pt_trainer_check_skip(r, skip, meta.step, &why))
+        return pt_err_set(err, "cannot roll back to %s: %s", res->rollback_path, why.msg);
+    r->data_skip = skip;
+    r->train_s.skip = skip;
     res->rolled_back = true;
     res->rollback_to = meta.step;
     res->rollback_data_pos = past;
@@ -402,10 +466,12 @@ static int guard_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
     }
     char kept[4200];
     kept_checkpoint(r, bad, kept, sizeof kept);
-    if (!finite)
+    if (!finite && !isfinite(s->loss))
         pt_err_set(err, "the loss became %s at step %lld (grad norm %g): stopping; %s",
-                   isnan(s->loss) ? "NaN" : !isfinite(s->loss) ? "infinite" : "finite",
-                   (long long)bad, s->grad_norm, kept);
+                   isnan(s->loss) ? "NaN" : "infinite", (long long)bad, s->grad_norm, kept);
+    else if (!finite) /* the loss finite, its gradient not */
+        pt_err_set(err, "the gradient norm became %s at step %lld (loss %.4g): stopping; %s",
+                   isnan(s->grad_norm) ? "NaN" : "infinite", (long long)bad, s->loss, kept);
     else
         pt_err_set(err, "loss spike at step %lld: loss %.4g, %.3gx the median %.4g of the last "
                         "%lld steps (grad norm %.4g, median %.4g): stopping%s; %s",

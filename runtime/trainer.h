@@ -46,7 +46,8 @@ typedef struct {
     int threads;                 /* BLAS threads of the CPU backend */
     const char *ckpt;            /* checkpoint directory (NULL: none) */
     int keep_ckpt;               /* checkpoints kept: DIR, DIR.1, ... (>= 1) */
-    const char *log;             /* JSON-lines log (NULL: none); give it on rank 0 only */
+    const char *log;             /* JSON-lines log (NULL: none); give it on rank 0 only;
+                                    locked for the run (pt_trainer_open) */
     bool resuming;               /* the log is appended to and its header says so */
     const char *trace;           /* Chrome trace written by pt_trainer_trace_and_record */
     int64_t trace_steps;         /* only the last K steps in it; 0: all */
@@ -86,10 +87,15 @@ typedef struct {
 /* Opens the run of world rank pt_comm_rank(comm) (comm: pt_comm_init's, also for a
  * world of one; it must outlive the trainer): reads and checks the plan (its world size
  * against the run's), applies the options, computes the rank grid once and from it this
- * rank's place and process groups (the communicator's and the engine's), refuses a
- * checkpoint target that cannot be written, loads the data, starts the compute backend
- * and builds this rank's part of the model. Collective. On error *out may hold a partly
- * opened trainer: pt_trainer_close it. */
+ * rank's place and process groups (the communicator's and the engine's), starts the
+ * compute backend, claims the run's outputs, loads the data and builds this rank's part
+ * of the model. Claiming: a checkpoint folder that cannot be written or holds what is
+ * not ours is refused, else locked (pt_ckpt_lock, on rank 0), and the log is opened
+ * without truncating it and locked (flock); a folder or log another running process
+ * holds is refused, naming it (and for the folder the holder's pid and host). Every
+ * rank fails together, with rank 0's reason. The locks are held until pt_trainer_close
+ * or the process's end. Collective. On error *out may hold a partly opened trainer:
+ * pt_trainer_close it. */
 int pt_trainer_open(pt_trainer **out, const pt_trainer_opts *o, pt_comm *comm,
                     pt_trainer_info *info, pt_err *err);
 /* The plan as it trains (options applied, ptrun's stack). */
@@ -111,11 +117,15 @@ typedef struct {
 } pt_trainer_resumed;
 
 /* Continues from a checkpoint: dir is a step folder, or a --checkpoint folder whose
- * newest complete step is taken. Any layout, ZeRO stage, micro-batch size or world size
+ * newest complete step is taken (pt_ckpt_find: a newest step whose meta.json is damaged
+ * is an error, not passed over). Any layout, ZeRO stage, micro-batch size or world size
  * may have written it: each rank reads its elements of the whole tensors. The model,
  * the seed and the training data must be the checkpoint's (the error names the field
- * and both values) and its step at most this run's steps; other settings may differ
- * and are listed in `changed`. Collective. */
+ * and both values), its step at most this run's steps, and its data position such that
+ * this run's remaining steps read global sample indices (pt_sampler_check_skip); other
+ * settings may differ and are listed in `changed`. Reading a folder another run is
+ * writing is allowed (its step folders are complete once named); writing into it is
+ * not (pt_trainer_open). Collective. */
 int pt_trainer_resume(pt_trainer *t, const char *dir, pt_trainer_resumed *out, pt_err *err);
 
 typedef struct {
@@ -139,9 +149,10 @@ const char *pt_trainer_saved_path(const pt_trainer *t);
 
 /* ---- Training ------------------------------------------------------------------------ */
 
-/* Opens the log (appended to after a resume) and writes its header, and checks that the
- * trace and the record's cost table can be written: what fails here fails before the
- * first step. Call after pt_trainer_resume, if any. */
+/* Starts the log pt_trainer_open claimed (truncated for a fresh run, appended to after
+ * a resume) with its header, and checks that the trace and the record's cost table can
+ * be written: what fails here fails before the first step. Call after
+ * pt_trainer_resume, if any. */
 int pt_trainer_start(pt_trainer *t, pt_err *err);
 
 /* This rank's model memory beside the planner's prediction for its stage. */

@@ -712,12 +712,32 @@ static int check_meta(pt_trainer *r, const char *path, const pt_ckpt_meta *m, bo
     return 0;
 }
 
+/* The sample offset that continues the checkpoint's data position under this run's
+ * global batch (data_pos - step x batch: the step's first sample, whatever the batch
+ * that wrote it), checked so that every sample the steps from the checkpoint's to this
+ * run's last read is a global index (the meta's own bounds, pt_ckpt_meta_read, leave
+ * that to the run, whose steps and batch they do not know). */
+static int resume_skip(const pt_trainer *r, const char *path, const pt_ckpt_meta *m,
+                       int64_t *skip, pt_err *err)
+{
+    int64_t at, batch = r->plan.train.global_batch;
+    pt_err why;
+    if (!pt_mul64(m->step, batch, &at) || !pt_add64(m->data_pos, -at, skip))
+        pt_err_set(&why, "step %lld times the global batch %lld overflows", (long long)m->step,
+                   (long long)batch);
+    else if (pt_trainer_check_skip(r, *skip, m->step, &why) == 0)
+        return 0;
+    return pt_err_set(err, "%s/meta.json: data_pos %lld cannot go on under this run: %s", path,
+                      (long long)m->data_pos, why.msg);
+}
+
 /* Loads the checkpoint at path, whose meta.json pt_ckpt_find read, after checking that
  * it can continue this run, and takes its data position. Collective. */
 int pt_trainer_load_ckpt(pt_trainer *r, const char *path, const pt_ckpt_meta *meta, pt_err *err)
 {
     pt_wsrc *src = NULL;
-    int rc = check_meta(r, path, meta, false, err);
+    int64_t skip = 0;
+    int rc = check_meta(r, path, meta, false, err) || resume_skip(r, path, meta, &skip, err);
     if (rc == 0)
         rc = pt_ckpt_src_open(path, true, &src, err);
     /* the checks and the files are the same on every rank: all fail or none */
@@ -732,9 +752,8 @@ int pt_trainer_load_ckpt(pt_trainer *r, const char *path, const pt_ckpt_meta *me
         return rc ? -1 : pt_err_set(err, "another rank could not load checkpoint %s", path);
     rc = load_psgd(r, path, meta, err);
     if (rc == 0) {
-        /* the sample the checkpoint's next step starts at, whatever this run's batch */
-        r->data_skip = meta->data_pos - meta->step * r->plan.train.global_batch;
-        r->train_s.skip = r->data_skip;
+        r->data_skip = skip;
+        r->train_s.skip = skip;
     }
     return rc;
 }

@@ -25,6 +25,9 @@ struct pt_trainer {
     pt_sched sched;
     pt_trace trace;
     FILE *log;
+    int log_fd;                 /* the log, locked, until pt_trainer_log_open makes it
+                                   the stream `log`; -1: none */
+    bool log_made;              /* pt_trainer_log_claim created the file */
     int log_errno;              /* errno of the first failed log line, 0 when none */
     double model_flops;         /* per step, all ranks, the planner's count */
     double peak_flops;          /* all the layout's devices */
@@ -45,7 +48,15 @@ struct pt_trainer {
     char plan_hash[17];         /* of the plan file's text, for checkpoints */
     char saved_path[4200];      /* the checkpoint pt_trainer_save wrote last */
     char resume_note[1024];     /* the settings a resume changed ("lr 0.0006 -> 0.0003") */
+    pt_ckpt_hold ckpt_hold;     /* the checkpoint folder's lock, on rank 0 */
 };
+
+/* ---- trainer.c ---- */
+
+/* Whether the steps from `from` to the run's last read global sample indices (in
+ * checked arithmetic) when `skip` samples are skipped: what a resume and a rollback
+ * check before they set it. */
+int pt_trainer_check_skip(const pt_trainer *r, int64_t skip, int64_t from, pt_err *err);
 
 /* ---- trainer_ckpt.c ---- */
 
@@ -75,9 +86,17 @@ void pt_trainer_log_end(pt_trainer *r, FILE *f);
 /* A whole line: log_begin, then the fields `fields` formats. */
 __attribute__((format(printf, 4, 5)))
 void pt_trainer_log_line(pt_trainer *r, const char *type, int64_t step, const char *fields, ...);
+/* Opens the options' log without truncating it and locks it (flock) for the run's
+ * lifetime, so that a second run given the same file is refused before it changes a
+ * byte of it; the error says the file is another run's. A FIFO or a terminal is not
+ * locked. */
+int pt_trainer_log_claim(pt_trainer *r, pt_err *err);
 /* The log's first line, and again where a resumed run appends to it: what ran and which
- * build ran it. Opens the log. */
+ * build ran it. Truncates the claimed log (a fresh run) or appends to it (a resumed
+ * one). */
 int pt_trainer_log_open(pt_trainer *r, pt_err *err);
+/* Closes the log; one this run created and never wrote is removed again. */
+void pt_trainer_log_close(pt_trainer *r);
 /* The absolute form of path (as given when it cannot be resolved). */
 void pt_trainer_abs_path(const char *path, char *out, size_t cap);
 

@@ -4,16 +4,20 @@
  * each with its time, the tokens trained on so far and the memory in use, flushed as
  * it is written), and at the end the trace of every rank merged on rank 0's clock, written
  * as a Chrome trace and recorded in the cost table with the run's predicted and
- * measured figures. What cannot be written is found by pt_trainer_start, before the
- * first step.
+ * measured figures. The log is claimed when the run opens: opened without truncating
+ * it and locked, so that another run's log is refused untouched. What else cannot be
+ * written is found by pt_trainer_start, before the first step.
  */
 #include "trainer_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,13 +105,66 @@ static void log_string(FILE *f, const char *key, const char *value)
     pt_json_put_string(f, value);
 }
 
+int pt_trainer_log_claim(pt_trainer *r, pt_err *err)
+{
+    const char *path = r->o.log;
+    /* no O_TRUNC: the file may be another run's log, which is refused below unchanged;
+     * O_APPEND: each line lands at the end, after a truncation too; O_NONBLOCK (for the
+     * open only): a FIFO that no process reads is refused instead of waited on */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
+    r->log_made = fd >= 0;
+    if (fd < 0 && errno == EEXIST)
+        fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && errno == ENXIO)
+        return pt_err_set(err, "cannot write '%s': it is a FIFO and no process reads it", path);
+    if (fd < 0)
+        return pt_err_set(err, "cannot write '%s': %s", path, strerror(errno));
+    r->log_fd = fd;
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return pt_err_set(err, "cannot write '%s': %s", path, strerror(errno));
+    /* a FIFO or terminal is not a file two runs could cut each other's lines out of,
+     * and several runs may well share /dev/null */
+    if (!S_ISREG(st.st_mode) || flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return 0;
+    int e = errno;
+    r->log_made = false; /* another run's: nothing of ours to remove */
+    if (e == EWOULDBLOCK)
+        return pt_err_set(err, "log '%s' is in use by another running ptrun, which holds its "
+                               "lock: two runs writing one log would interleave their lines "
+                               "(a fresh run would also cut the other's log short); give this "
+                               "one another --log", path);
+    return pt_err_set(err, "cannot lock the log '%s': %s", path, strerror(e));
+}
+
+void pt_trainer_log_close(pt_trainer *r)
+{
+    if (r->log) {
+        fclose(r->log);
+    } else if (r->log_fd >= 0) {
+        if (r->log_made)
+            unlink(r->o.log);
+        close(r->log_fd);
+    }
+    r->log = NULL;
+    r->log_fd = -1;
+}
+
 /* What ran (the plan file and its identity, layout, model with its size, cluster,
  * ranks, batch, steps) and which build ran it. */
 int pt_trainer_log_open(pt_trainer *r, pt_err *err)
 {
     const pt_plan *p = &r->plan;
-    if (!(r->log = fopen(r->o.log, r->start_step ? "a" : "w")))
+    struct stat st;
+    /* truncated only now that it is this run's (a regular file: a FIFO has nothing to
+     * truncate) */
+    if (!r->start_step && fstat(r->log_fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        ftruncate(r->log_fd, 0) != 0)
         return pt_err_set(err, "cannot write '%s': %s", r->o.log, strerror(errno));
+    if (!(r->log = fdopen(r->log_fd, "a")))
+        return pt_err_set(err, "cannot write '%s': %s", r->o.log, strerror(errno));
+    r->log_fd = -1; /* the stream's now */
     setvbuf(r->log, NULL, _IOLBF, 0); /* a line at a time: the log can be followed live */
     char id[17], path[4096], layout[256];
     if (pt_trace_plan_id(r->o.plan, id, err))

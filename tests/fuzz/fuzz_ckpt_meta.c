@@ -1,7 +1,10 @@
 /*
  * Fuzzes the checkpoint metadata reader (pt_ckpt_meta_read: runtime/checkpoint.c) on
  * the input written as meta.json of a temporary directory. Metadata it accepts must
- * write out and read back unchanged.
+ * write out and read back unchanged, and its numbers must be in their ranges: the data
+ * position at least the step and at most 2^32 samples a step (runtime/checkpoint.c),
+ * the step within the run's steps (regressions/ckpt_meta/: a data position of
+ * 2^63 - 11, once accepted, hung ptrun).
  */
 #include "fuzz.h"
 #include "runtime.h"
@@ -15,6 +18,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_ckpt_meta m, back;
     pt_err err;
     if (pt_ckpt_meta_read(dir, &m, &err) == 0) {
+        FUZZ_CHECK(m.step >= 0 && m.step <= m.run.steps && m.data_pos >= m.step &&
+                   (m.step >= INT64_C(1) << 31 || m.data_pos <= m.step * (INT64_C(1) << 32)) &&
+                   m.global_batch >= 1 && m.global_batch <= INT64_C(1) << 30);
         FUZZ_CHECK(pt_ckpt_meta_write(dir, &m, &err) == 0);
         FUZZ_CHECK(pt_ckpt_meta_read(dir, &back, &err) == 0);
         FUZZ_CHECK(strcmp(m.layout, back.layout) == 0 && m.step == back.step &&

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -351,7 +352,7 @@ static void test_truncated(void)
     check_refused(in_scratch(cut, "missing.safetensors"),
                   "cannot read '" );
     check_refused(cut, "missing.safetensors': No such file or directory");
-    check_refused(scratch, "not a regular file");
+    check_refused(scratch, "Is a directory"); /* pt_in_open's word for a folder */
 }
 
 static void test_damaged(void)
@@ -618,7 +619,7 @@ static void test_meta(void)
     pt_ckpt_meta bad = m;
     bad.world = 0;
     CHECK_INT(pt_ckpt_meta_write(dir, &bad, &err), -1);
-    CHECK_STR_HAS(err.msg, "field 'world' = 0: expected at least 1");
+    CHECK_STR_HAS(err.msg, "field 'world' = 0: expected 1 to 1073741824");
     bad = m;
     snprintf(bad.config_hash, sizeof bad.config_hash, "xyz");
     CHECK_INT(pt_ckpt_meta_write(dir, &bad, &err), -1);
@@ -691,6 +692,79 @@ static void test_bad_meta(void)
                    "training.seed");
     check_bad_edit(dir, good, "\"global_batch\": 32", "\"global_batch\": 0", "global_batch");
     check_bad_edit(dir, good, "\"training\"", "\"trainign\"", "'trainign'");
+}
+
+/* Every number against what it can mean: data_pos counts the samples the steps read
+ * (one at least, 2^32 at most a step), step is within the run's steps, the counters
+ * within a plan's limits. Refused on reading with the file, field and value named, and
+ * on writing. */
+static void test_meta_ranges(void)
+{
+    char dir[4096], path[4200];
+    pt_err err = {{0}};
+    in_scratch(dir, "meta_ranges");
+    mkdir(dir, 0777);
+    pt_ckpt_meta m = sample_meta(3), r;
+    CHECK_INT(pt_ckpt_meta_write(dir, &m, &err), 0);
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    char good[16384] = "";
+    FILE *fp = fopen(path, "rb");
+    size_t n = fp ? fread(good, 1, sizeof good - 1, fp) : 0;
+    good[n] = '\0';
+    if (fp)
+        fclose(fp);
+    /* the corrupt data position that once hung ptrun (2^63 - 11) */
+    check_bad_edit(dir, good, "\"data_pos\": 96", "\"data_pos\": 9223372036854775797",
+                   "meta_ranges/meta.json: data_pos 9223372036854775797 is beyond what step 3 "
+                   "can have read (at most 12884901888: 4294967296 samples a step");
+    check_bad_edit(dir, good, "\"data_pos\": 96", "\"data_pos\": 12884901889",
+                   "data_pos 12884901889 is beyond what step 3");
+    check_bad_edit(dir, good, "\"data_pos\": 96", "\"data_pos\": 2",
+                   "meta_ranges/meta.json: data_pos 2 is below step 3: each step reads one "
+                   "sample at least");
+    check_bad_edit(dir, good, "\"step\": 3", "\"step\": 51",
+                   "field 'step' = 51: expected 0 to the run's training.steps, 50");
+    check_bad_edit(dir, good, "\"steps\": 50", "\"steps\": 1099511627777",
+                   "field 'training.steps' = 1099511627777: expected 1 to 1099511627776");
+    check_bad_edit(dir, good, "\"warmup_steps\": 10", "\"warmup_steps\": 1099511627777",
+                   "field 'training.warmup_steps' = 1099511627777");
+    check_bad_edit(dir, good, "\"global_batch\": 32", "\"global_batch\": 1073741825",
+                   "field 'training.global_batch' = 1073741825: expected 1 to 1073741824");
+    check_bad_edit(dir, good, "\"world\": 4", "\"world\": 1073741825",
+                   "field 'world' = 1073741825: expected 1 to 1073741824");
+    check_bad_edit(dir, good, "\"train_tokens\": 123456", "\"train_tokens\": -1",
+                   "field 'train_tokens' = -1: expected at least 0");
+    check_bad_edit(dir, good, "\"dropout\": 0.0", "\"dropout\": 1.0",
+                   "field 'training.dropout' = 1: expected 0 to 0.99");
+    check_bad_edit(dir, good, "\"lr\": 0.0005", "\"lr\": -0.0005",
+                   "field 'training.lr' = -0.0006: expected 0 to 1000");
+    check_bad_edit(dir, good, "\"grad_clip\": 1.0", "\"grad_clip\": 1e300",
+                   "field 'training.grad_clip' = 1e+300: expected 0 to 1e+09");
+    /* the bounds themselves are accepted */
+    pt_ckpt_meta edge = m;
+    edge.data_pos = 3 * (INT64_C(1) << 32);
+    CHECK_INT(pt_ckpt_meta_write(dir, &edge, &err), 0);
+    CHECK_INT(pt_ckpt_meta_read(dir, &r, &err), 0);
+    CHECK_INT(r.data_pos, 3 * (INT64_C(1) << 32));
+    edge.data_pos = edge.step = 50;
+    CHECK_INT(pt_ckpt_meta_write(dir, &edge, &err), 0);
+    CHECK_INT(pt_ckpt_meta_read(dir, &r, &err), 0);
+    /* and a step of 2^31 or more may have read any position int64 holds */
+    edge.run.steps = edge.step = INT64_C(1) << 40;
+    edge.data_pos = INT64_MAX;
+    CHECK_INT(pt_ckpt_meta_write(dir, &edge, &err), 0);
+    CHECK_INT(pt_ckpt_meta_read(dir, &r, &err), 0);
+    CHECK(r.data_pos == INT64_MAX);
+    /* nothing out of range is written either */
+    pt_ckpt_meta bad = m;
+    bad.data_pos = 9223372036854775797;
+    CHECK_INT(pt_ckpt_meta_write(dir, &bad, &err), -1);
+    CHECK_STR_HAS(err.msg, "data_pos 9223372036854775797 is beyond what step 3 can have read");
+    bad = m;
+    bad.step = 60;
+    bad.data_pos = 60 * 32;
+    CHECK_INT(pt_ckpt_meta_write(dir, &bad, &err), -1);
+    CHECK_STR_HAS(err.msg, "field 'step' = 60: expected 0 to the run's training.steps, 50");
 }
 
 /* ---- Step folders ---------------------------------------------------------------------- */
@@ -1009,6 +1083,215 @@ static void test_interrupted(void)
     rmdir(live);
 }
 
+/* The newest step folder's meta.json damaged: refused with its own error and the way
+ * to resume from the one before on purpose, never passed over in silence; a folder
+ * without its meta.json (half removed) is incomplete and passed over. */
+static void test_damaged_newest(void)
+{
+    char dir[4096], path[4400], meta[4500], found[4400];
+    pt_err err = {{0}};
+    pt_ckpt_meta m;
+    in_scratch(dir, "ckpt_damaged");
+    for (int step = 10; step <= 30; step += 10)
+        CHECK_INT(save_step(dir, step, 3), 0);
+    snprintf(meta, sizeof meta, "%s/meta.json", step_dir(path, dir, 30));
+    write_text(meta, "{\"format_version\": 2, \"step\": ");
+    CHECK_INT(pt_ckpt_find(dir, NULL, -1, found, sizeof found, &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "ckpt_damaged/step_00000030/meta.json:");
+    CHECK_STR_HAS(err.msg, "; it is the newest checkpoint in '");
+    CHECK_STR_HAS(err.msg, "ckpt_damaged': repair or remove it, or resume from an older one "
+                           "by naming it: --resume ");
+    CHECK_STR_HAS(err.msg, "ckpt_damaged/step_00000020 (step 20)");
+    /* so named, it loads; a rollback to before step 30 takes it too */
+    CHECK_INT(found_step(step_dir(path, dir, 20), -1, NULL), 20);
+    CHECK_INT(found_step(dir, 30, NULL), 20);
+    /* a meta.json that says another step than its folder's name is damaged too */
+    pt_ckpt_meta other = sample_meta(25);
+    CHECK_INT(pt_ckpt_meta_write(step_dir(path, dir, 30), &other, &err), 0);
+    CHECK_INT(pt_ckpt_find(dir, NULL, -1, found, sizeof found, &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "step_00000030/meta.json: field 'step' = 25, but its folder is the "
+                           "checkpoint of step 30; it is the newest checkpoint");
+    /* so is one out of range (the data position of ptrun's hang) */
+    other = sample_meta(30);
+    CHECK_INT(pt_ckpt_meta_write(step_dir(path, dir, 30), &other, &err), 0);
+    CHECK_INT(found_step(dir, -1, NULL), 30);
+    FILE *fp = fopen(meta, "rb");
+    char text[16384] = "", edited[16400];
+    size_t n = fp ? fread(text, 1, sizeof text - 1, fp) : 0;
+    text[n] = '\0';
+    if (fp)
+        fclose(fp);
+    const char *at = strstr(text, "\"data_pos\": 960");
+    CHECK(at != NULL);
+    if (at) {
+        snprintf(edited, sizeof edited, "%.*s\"data_pos\": 9223372036854775797%s",
+                 (int)(at - text), text, at + strlen("\"data_pos\": 960"));
+        write_text(meta, edited);
+        CHECK_INT(pt_ckpt_find(dir, NULL, -1, found, sizeof found, &m, &err), -1);
+        CHECK_STR_HAS(err.msg, "data_pos 9223372036854775797 is beyond what step 30 can have "
+                               "read");
+    }
+    /* half removed (meta.json goes first): incomplete, the one before is taken */
+    unlink(meta);
+    CHECK_INT(found_step(dir, -1, NULL), 20);
+    /* every one damaged: none to name */
+    for (int step = 10; step <= 30; step += 10) {
+        snprintf(meta, sizeof meta, "%s/meta.json", step_dir(path, dir, step));
+        write_text(meta, "[]");
+    }
+    CHECK_INT(pt_ckpt_find(dir, NULL, -1, found, sizeof found, &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "step_00000030/meta.json");
+    CHECK_STR_HAS(err.msg, "repair or remove it, there is no complete one before it");
+}
+
+/* Temporaries of files written atomically (pt_file_write_atomic): PATH.tmp-<pid>, and
+ * PATH.tmp-<pid>.<6 letters or digits>; the tracker's of a process that is gone are
+ * removed at the next commit, any other name is not ours. */
+static void test_tmp_names(void)
+{
+    char dir[4096], path[4400], tmp[4400], file[4500];
+    pt_err err = {{0}};
+    in_scratch(dir, "ckpt_tmpnames");
+    CHECK_INT(save_step(dir, 1, 2), 0);
+    const char *ours[] = {"latest_checkpointed_iteration.txt.tmp-99999999.aB3xY9",
+                          "latest_checkpointed_iteration.txt.tmp-99999998",
+                          "latest_checkpointed_iteration.txt.tmp-1.Zz0000"}; /* pid 1 lives */
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, ours[i]);
+        write_text(path, "1\n");
+    }
+    snprintf(tmp, sizeof tmp, "%s/step_00000002.tmp-99999997", dir);
+    mkdir(tmp, 0777);
+    snprintf(file, sizeof file, "%s/meta.json.tmp-99999997.Qw3rT6", tmp);
+    write_text(file, "{");
+    snprintf(file, sizeof file, "%s/model.safetensors.index.json.tmp-99999997", tmp);
+    write_text(file, "{");
+    CHECK_INT(pt_ckpt_check_target(dir, 2, &err), 0);
+    const char *alien[] = {"latest_checkpointed_iteration.txt.tmp-99999999.abc",
+                           "latest_checkpointed_iteration.txt.tmp-99999999.abcdefg",
+                           "latest_checkpointed_iteration.txt.tmp-.abcdef",
+                           "latest_checkpointed_iteration.txt.tmp-12.ab-def",
+                           "latest_checkpointed_iteration.txt.tmp-12abcdef"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, alien[i]);
+        write_text(path, "1\n");
+        CHECK_INT(pt_ckpt_check_target(dir, 2, &err), -1);
+        CHECK_STR_HAS(err.msg, alien[i]);
+        unlink(path);
+    }
+    snprintf(file, sizeof file, "%s/meta.json.tmp-5.abc", tmp);
+    write_text(file, "{");
+    CHECK_INT(pt_ckpt_check_target(dir, 2, &err), -1);
+    CHECK_STR_HAS(err.msg, "step_00000002.tmp-99999997', which is not a checkpoint");
+    unlink(file);
+    /* the next commit removes the dead processes' temporaries, the live one's stays */
+    CHECK_INT(save_step(dir, 3, 2), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, ours[i]);
+        CHECK_INT(exists(path), i == 2);
+    }
+    CHECK(!exists(tmp));
+    snprintf(path, sizeof path, "%s/%s", dir, ours[2]);
+    unlink(path);
+}
+
+/* The text of a lock file: "pid P host H". */
+static void lock_text(const char *dir, long pid, char *want, size_t cap)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(want, cap, "pid %ld host %s\n", pid, host);
+    (void)dir;
+}
+
+/* One writer per checkpoint folder: the lock file names its holder, a second taker is
+ * refused naming the holder, the lock goes with its process (kill -9 too). */
+static void test_lock(void)
+{
+    char dir[4096], lock[4400], want[400], msg[9000], got[400] = "";
+    pt_err err = {{0}};
+    pt_ckpt_hold h, h2;
+    in_scratch(dir, "ckpt_locked");
+    snprintf(lock, sizeof lock, "%s/lock", dir);
+    CHECK_INT(pt_ckpt_lock(dir, &h, &err), 0);
+    CHECK(h.fd >= 0 && h.made_dir);
+    lock_text(dir, (long)getpid(), want, sizeof want);
+    FILE *fp = fopen(lock, "r");
+    size_t n = fp ? fread(got, 1, sizeof got - 1, fp) : 0;
+    got[n] = '\0';
+    if (fp)
+        fclose(fp);
+    CHECK(strcmp(got, want) == 0);
+    /* another open of the file, as another process makes: refused, naming the holder */
+    CHECK_INT(pt_ckpt_lock(dir, &h2, &err), -1);
+    CHECK(h2.fd == -1);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(msg, sizeof msg, "checkpoint folder '%s' is in use by ptrun pid %ld on host %s "
+             "(lock file %s): one run writes a folder at a time", dir, (long)getpid(), host, lock);
+    CHECK_STR_HAS(err.msg, msg);
+    CHECK(exists(lock)); /* the refused one removes nothing */
+    /* the folder with its lock file is a checkpoint folder; find passes the file over */
+    CHECK_INT(pt_ckpt_check_target(dir, 2, &err), 0);
+    CHECK_INT(save_step(dir, 1, 2), 0);
+    CHECK_INT(found_step(dir, -1, NULL), 1);
+    pt_ckpt_unlock(&h);
+    CHECK(exists(lock)); /* it holds a checkpoint: the folder stays */
+    CHECK_INT(pt_ckpt_lock(dir, &h, &err), 0);
+    pt_ckpt_unlock(&h);
+    pt_ckpt_unlock(&h); /* twice: nothing */
+
+    /* a holder killed with SIGKILL: its lock file stays, its lock does not */
+    int fd[2];
+    CHECK_INT(pipe(fd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pt_ckpt_hold mine;
+        pt_err e;
+        char ok = pt_ckpt_lock(dir, &mine, &e) == 0 ? 'y' : 'n';
+        if (write(fd[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    char ok = 0;
+    CHECK(read(fd[0], &ok, 1) == 1 && ok == 'y');
+    close(fd[0]);
+    close(fd[1]);
+    CHECK_INT(pt_ckpt_lock(dir, &h2, &err), -1);
+    snprintf(msg, sizeof msg, "in use by ptrun pid %ld on host ", (long)pid);
+    CHECK_STR_HAS(err.msg, msg);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CHECK_INT(pt_ckpt_lock(dir, &h, &err), 0);
+    fp = fopen(lock, "r");
+    n = fp ? fread(got, 1, sizeof got - 1, fp) : 0;
+    got[n] = '\0';
+    if (fp)
+        fclose(fp);
+    CHECK(strcmp(got, want) == 0);
+    pt_ckpt_unlock(&h);
+
+    /* a folder it made and wrote nothing into goes again */
+    char fresh[4096];
+    in_scratch(fresh, "ckpt_lock_fresh");
+    CHECK_INT(pt_ckpt_lock(fresh, &h, &err), 0);
+    pt_ckpt_unlock(&h);
+    CHECK(!exists(fresh));
+    /* a lock that is not a plain file is not ours */
+    mkdir(fresh, 0777);
+    snprintf(lock, sizeof lock, "%s/lock", fresh);
+    mkdir(lock, 0777);
+    CHECK_INT(pt_ckpt_check_target(fresh, 2, &err), -1);
+    CHECK_STR_HAS(err.msg, "ckpt_lock_fresh/lock', which is not a checkpoint written by ptrun");
+    CHECK_INT(pt_ckpt_lock(fresh, &h, &err), -1);
+    CHECK_STR_HAS(err.msg, "cannot open the lock file '");
+    CHECK(exists(lock));
+    rmdir(lock);
+    rmdir(fresh);
+}
+
 int main(int argc, char **argv)
 {
     /* Not "test_checkpoint": that is the name of this program in the build folder. */
@@ -1033,9 +1316,13 @@ int main(int argc, char **argv)
     test_pieces();
     test_meta();
     test_bad_meta();
+    test_meta_ranges();
     test_replace();
     test_not_ours();
     test_keep();
     test_interrupted();
+    test_damaged_newest();
+    test_tmp_names();
+    test_lock();
     return pt_check_result();
 }

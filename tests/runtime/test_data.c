@@ -13,6 +13,8 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const char *scratch = ".";
 
@@ -559,6 +561,66 @@ static void test_sampler(void)
     CHECK_STR_HAS(err.msg, "sequence length 0 must be at least 1");
 }
 
+/* Runs the sampler at indices near both ends of int64 in a child process, which must
+ * end within seconds: every index is some epoch's window (an index that wrapped below
+ * 0 once sent the permutation's cycle walk looping for ever). */
+static int sampler_ends_in_child(const pt_sampler *s)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        int32_t in[4 * 16], tg[4 * 16];
+        int ok = 1;
+        const int64_t g[] = {INT64_MAX, INT64_MAX - 1, INT64_MIN, -1, -51};
+        for (int i = 0; i < 5; i++) {
+            int64_t off = pt_sampler_offset(s, g[i]);
+            ok &= off >= 0 && off % s->seq == 0 && off + s->seq < s->data->n;
+        }
+        pt_sampler far = *s;
+        far.skip = INT64_MAX - 2; /* skip + first + i passes INT64_MAX */
+        pt_sampler_fill(&far, 0, 4, in, tg);
+        _exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The range of indices a run may ask for, checked before it skips samples (a
+ * checkpoint's data position, a rollback), and the sampler safe at any index. */
+static void test_sampler_limits(void)
+{
+    pt_err err = {{0}};
+    CHECK_INT(pt_sampler_check_skip(0, 0, 100, &err), 0);
+    CHECK_INT(pt_sampler_check_skip(-5, 10, 20, &err), 0); /* a larger batch after a resume */
+    CHECK_INT(pt_sampler_check_skip(INT64_MAX - 100, 0, 100, &err), 0);
+    CHECK_INT(pt_sampler_check_skip(INT64_MAX - 99, 0, 100, &err), -1);
+    CHECK_INT(pt_sampler_check_skip(9223372036854775797, 0, 64, &err), -1);
+    CHECK_STR_HAS(err.msg, "samples 0 to 64, 9223372036854775797 further on, are not global "
+                           "sample indices (0 to 9223372036854775807)");
+    CHECK_INT(pt_sampler_check_skip(-20, 10, 20, &err), -1);
+    CHECK_INT(pt_sampler_check_skip(0, 5, 3, &err), -1);
+    CHECK_STR_HAS(err.msg, "samples [5, 3): not a range");
+
+    enum { SEQ = 16 };
+    pt_tokens t = counting_tokens(50, SEQ, 7);
+    pt_sampler s;
+    CHECK_INT(pt_sampler_init(&s, &t, SEQ, 42, &err), 0);
+    CHECK_INT(sampler_ends_in_child(&s), 0);
+    /* floor division: index -1 is the last window of epoch -1, and an epoch's windows
+     * are each read once */
+    int64_t seen[50] = {0};
+    for (int64_t g = -50; g < 0; g++)
+        seen[pt_sampler_offset(&s, g) / SEQ]++;
+    int once = 1;
+    for (int i = 0; i < 50; i++)
+        once &= seen[i] == 1;
+    CHECK(once);
+    free(t.tok);
+}
+
 /* What a loaded text file feeds the model: its own bytes. */
 static void test_text_to_samples(void)
 {
@@ -595,6 +657,7 @@ int main(int argc, char **argv)
     test_permutation();
     test_permutation_spread();
     test_sampler();
+    test_sampler_limits();
     test_text_to_samples();
     return pt_check_result();
 }

@@ -927,7 +927,8 @@ static void write_step(const char *dir, const pt_model *m, hset *s)
         hwrite(s, path, k ? s->n / 2 : 0, k ? s->n : s->n / 2, NULL, NULL, NULL);
     }
     write_index(dir, s, s->n / 2, NULL, NULL, NULL);
-    pt_ckpt_meta meta = {.step = 7, .world = 1, .model = *m, .global_batch = 8};
+    pt_ckpt_meta meta = {.step = 7, .data_pos = 7 * 8, .world = 1, .model = *m,
+                         .global_batch = 8};
     snprintf(meta.layout, sizeof meta.layout, "tp=1");
     snprintf(meta.config_hash, sizeof meta.config_hash, "ab");
     snprintf(meta.plan_hash, sizeof meta.plan_hash, "cd");

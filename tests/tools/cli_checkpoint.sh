@@ -8,7 +8,12 @@
 # SIGTERM finishes the step, writes a checkpoint, says so and exits 75; --init-from
 # takes the weights alone; a loss spike (provoked by the test hook PT_TEST_SPIKE_AT,
 # which multiplies the weights by 100 before that step) stops the run keeping the
-# checkpoints from before it, or rolls back past it and trains on.
+# checkpoints from before it, or rolls back past it and trains on. One run writes a
+# folder and a log at a time: a second is refused naming the holder (a lock held from
+# the shell, a real first run stopped with SIGSTOP, a run under mpirun), and a run
+# killed with SIGKILL leaves nothing to clean up before --resume. A number in meta.json
+# that cannot be is refused within seconds, naming it; a damaged newest meta.json is
+# refused, naming the step to resume from instead.
 #   usage: cli_checkpoint.sh BUILD_DIR
 set -u
 build="$1"
@@ -126,7 +131,8 @@ sed -i 's/"seed": "[0-9]*"/"seed": "7"/' bad/meta.json
 run 1 train --resume bad
 err_has "training field 'seed': the checkpoint's is 7, this plan's" "another seed"
 cp "$s40/meta.json" bad/meta.json
-sed -i 's/"step": 40/"step": 999/' bad/meta.json
+sed -i 's/"step": 40/"step": 999/; s/"steps": 40/"steps": 999/; s/"data_pos": [0-9]*/"data_pos": 99900/' \
+    bad/meta.json
 run 1 train --resume bad
 err_has "bad/meta.json: field 'step' = 999 is beyond this run's 40 steps" "step beyond the run"
 
@@ -221,6 +227,132 @@ for s in 31 40; do
     [ "$(loss_at roll.jsonl $s)" = "$(loss_at roll2.jsonl $s)" ] ||
         fail "step $s after a rollback: the resumed run differs"
 done
+
+# 10. One run writes a checkpoint folder, and one a log, at a time. A second run given
+# either is refused before training, naming the folder and the pid and host its lock
+# file names, or the log; the first run's folder and log are left as they were.
+# (a) The lock held from the shell (flock(1)), with a lock file naming another holder.
+mkdir held && printf 'pid 4242 host elsewhere\n' >held/lock
+if command -v flock >/dev/null; then
+    flock held/lock sh -c 'touch held.taken; exec sleep 120' &
+    holder=$!
+    n=0
+    while [ ! -e held.taken ] && [ "$n" -lt 300 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    run 1 train --checkpoint held --log held.jsonl
+    err_has "checkpoint folder 'held' is in use by ptrun pid 4242 on host elsewhere (lock file held/lock)" \
+        "a folder another holds"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one line says why: $(cat "$tmp/err")"
+    grep -q "^train" "$tmp/out" && fail "a folder in use is refused before training"
+    [ "$(cat held/lock)" = "pid 4242 host elsewhere" ] && [ "$(ls held)" = lock ] ||
+        fail "the refused run changes nothing in the folder: $(ls held)"
+    [ ! -e held.jsonl ] || fail "the refused run leaves no log behind"
+    # every rank of a run under mpirun fails, none hangs
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        timeout 120 $mpirun -np 2 "$build/ptrun" plan2.json --quiet --sample 0 --steps 2 \
+        --checkpoint held >mpi.out 2>mpi.err
+    rc=$?
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] ||
+        fail "mpirun -np 2 on a folder in use: exit $rc, want a failure ($(tail -2 mpi.err))"
+    grep -q "checkpoint folder 'held' is in use by ptrun pid 4242 on host elsewhere" mpi.err ||
+        fail "mpirun -np 2 on a folder in use: the reason is said: $(tail -3 mpi.err)"
+    pkill -P "$holder"
+    wait "$holder"
+else
+    echo "note: no flock(1): the lock is not held from the shell here"
+fi
+# (b) A real first run, stopped (SIGSTOP) while it holds both: a second ptrun on its
+# folder, on its folder as --resume and --checkpoint, and on its log, is refused.
+timeout 300 "$build/ptrun" plan.json --quiet --sample 0 --val-every 0 --steps 100000 \
+    --checkpoint-every 1 --checkpoint busy --log busy.jsonl >busy.out 2>busy.err &
+first=$!
+await_step busy.jsonl 3
+victim=$(pgrep -P "$first")
+kill -STOP "$victim"
+lines=$(wc -l <busy.jsonl)
+at=$(cat busy/latest_checkpointed_iteration.txt)
+folders=$(ls busy)
+host=$(uname -n)
+run 1 train --checkpoint busy --log other.jsonl --checkpoint-every 1
+err_has "checkpoint folder 'busy' is in use by ptrun pid $victim on host $host (lock file busy/lock)" \
+    "a second ptrun on the folder"
+run 1 train --checkpoint busy --resume busy
+err_has "checkpoint folder 'busy' is in use by ptrun pid $victim" "--resume and --checkpoint on a folder in use"
+run 1 train --checkpoint other --log busy.jsonl
+err_has "log 'busy.jsonl' is in use by another running ptrun" "a second ptrun on the log"
+[ ! -e other ] && [ ! -e other.jsonl ] || fail "the refused runs leave nothing behind"
+[ "$(wc -l <busy.jsonl)" = "$lines" ] || fail "the refused run does not cut the first run's log"
+[ "$(ls busy)" = "$folders" ] || fail "the refused runs change nothing in the folder: $(ls busy)"
+# reading is not writing: a folder in use may be resumed from into another
+run 0 train --resume busy --checkpoint copy --steps $((at + 1))
+out_has "resumed busy/step_$(printf %08d "$at") at step $at" "--resume from a folder in use"
+kill -CONT "$victim"
+kill -TERM "$victim"
+wait "$first"
+rc=$?
+[ "$rc" = 75 ] || fail "the first run goes on and stops at SIGTERM: exit $rc ($(tail -2 busy.err))"
+last=$(sed -n 's/^interrupted after step \([0-9]*\) (SIGTERM).*/\1/p' busy.out)
+python3 - busy.jsonl "$last" <<'PY' || fail "the first run's log is whole: one header, steps 1 to $last"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [l["step"] for l in lines if l["type"] == "step"]
+assert [l["type"] for l in lines].count("header") == 1 and lines[0]["type"] == "header"
+assert steps == list(range(1, int(sys.argv[2]) + 1)), steps
+PY
+[ "$(cat busy/latest_checkpointed_iteration.txt)" = "$last" ] &&
+    [ "$(meta_field "$(step_dir busy "$last")" step)" = "$last" ] &&
+    [ "$(meta_field "$(step_dir busy $((last - 1)))" step)" = $((last - 1)) ] ||
+    fail "the first run's checkpoints are its own: $(ls busy)"
+# (c) A run killed with SIGKILL leaves its lock file; the next run takes it, no
+# manual step.
+timeout 300 "$build/ptrun" plan.json --quiet --sample 0 --val-every 0 --steps 100000 \
+    --checkpoint-every 1 --checkpoint crashed --log crashed.jsonl >crashed.out 2>&1 &
+first=$!
+await_step crashed.jsonl 3
+victim=$(pgrep -P "$first")
+kill -KILL "$victim"
+wait "$first" 2>/dev/null
+grep -q "^pid $victim host " crashed/lock || fail "the killed run's lock file stays: $(cat crashed/lock)"
+at=$(cat crashed/latest_checkpointed_iteration.txt)
+run 0 train --checkpoint crashed --resume crashed --log crashed.jsonl --steps $((at + 2))
+out_has "resumed crashed/step_$(printf %08d "$at") at step $at" "a killed run's folder resumes"
+grep -q "^pid [0-9]* host " crashed/lock && ! grep -q "^pid $victim " crashed/lock ||
+    fail "the lock file names the run that took it: $(cat crashed/lock)"
+
+# 11. A number in meta.json that cannot be (a data position of 2^63 - 11, which once
+# hung ptrun at 100% CPU): refused within seconds, naming the file, field and value.
+mkdir corrupt && cp -r "$(step_dir ck 40)" corrupt/
+sed -i 's/"data_pos": [0-9]*/"data_pos": 9223372036854775797/' corrupt/step_00000040/meta.json
+began=$(date +%s)
+run 1 timeout 60 "$build/ptrun" plan.json --quiet --sample 0 --resume corrupt/step_00000040 \
+    --steps 50
+err_has "corrupt/step_00000040/meta.json: data_pos 9223372036854775797 is beyond what step 40 can have read (at most 171798691840" \
+    "a data position beyond the steps"
+[ $(($(date +%s) - began)) -le 10 ] || fail "the corrupt data position is refused within seconds"
+sed -i 's/"data_pos": [0-9]*/"data_pos": 39/' corrupt/step_00000040/meta.json
+run 1 train --resume corrupt/step_00000040
+err_has "data_pos 39 is below step 40" "a data position below the step"
+# a step of 2^31 may have read that far; the steps this run has left from there may not
+mv corrupt/step_00000040 corrupt/step_2147483648
+sed -i 's/"data_pos": [0-9]*/"data_pos": 9223372036854775797/; s/"step": 40/"step": 2147483648/; s/"steps": 40/"steps": 2147483648/' \
+    corrupt/step_2147483648/meta.json
+run 1 timeout 60 "$build/ptrun" plan.json --quiet --sample 0 --resume corrupt/step_2147483648 \
+    --steps 2147483650
+err_has "corrupt/step_2147483648/meta.json: data_pos 9223372036854775797 cannot go on under this run: steps 2147483648 to 2147483650 of 64 samples" \
+    "a data position this run's steps would overflow"
+
+# 12. The newest checkpoint's meta.json damaged: --resume DIR refuses with its parse
+# error and says how to resume from the one before, which resumes when named.
+mkdir dmg && cp -r "$(step_dir ck 30)" "$(step_dir ck 40)" ck/latest_checkpointed_iteration.txt dmg/
+printf '{"format_version": 2, "step": ' >dmg/step_00000040/meta.json
+run 1 train --resume dmg
+err_has "dmg/step_00000040/meta.json:" "the damaged file is named"
+err_has "it is the newest checkpoint in 'dmg': repair or remove it, or resume from an older one by naming it: --resume dmg/step_00000030 (step 30)" \
+    "how to resume from the one before"
+run 0 train --resume dmg/step_00000030 --steps 31
+out_has "resumed dmg/step_00000030 at step 30" "the one before, named"
 
 if [ "$failures" -gt 0 ]; then
     echo "$failures failure(s)"

@@ -90,10 +90,13 @@ run 0 "$build/ptrun" plan.json --steps 1 --trace "$p"
 [ "$(cat "$p.t")" = keep ] || fail "a --trace of 1,021 bytes destroyed its neighbour"
 grep -q traceEvents "$p" || fail "a --trace of 1,021 bytes was not written"
 
-# A FIFO nobody reads: refused at once, not waited on; a folder: refused.
+# A FIFO nobody reads (as --out or --log): refused at once, not waited on; a folder:
+# refused.
 mkfifo pipe
 run 1 timeout 60 "$build/ptplan" --devices 1 --top 1 --out pipe
 err_has "cannot write 'pipe': it is a FIFO and no process reads it" "ptplan --out FIFO"
+run 1 timeout 60 "$build/ptrun" plan.json --steps 1 --log pipe
+err_has "cannot write 'pipe': it is a FIFO and no process reads it" "ptrun --log FIFO"
 mkdir folder
 run 1 plan --out folder
 err_has "cannot write 'folder': it is a folder" "ptplan --out folder"
