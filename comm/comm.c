@@ -59,14 +59,25 @@ static bool launched(void)
     return false;
 }
 
-static int init_mpi(pt_comm *c, int *argc, char ***argv, pt_err *err)
+/* This process's world rank as the launcher put it in the environment, for what is
+ * said before MPI_Init returns; 0 when it does not say. */
+static int launcher_rank(void)
 {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS)
-        return pt_err_set(err, "MPI_Init failed");
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return atoi(v);
+    }
+    return 0;
+}
+
+/* The world of a started MPI: rank, size and rank on this node, which the ranks
+ * agree on in the world's first collective. */
+static void meet_mpi(pt_comm *c, bool own)
+{
     c->mpi = true;
-    c->own_mpi = !inited;
+    c->own_mpi = own;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
@@ -78,7 +89,23 @@ static int init_mpi(pt_comm *c, int *argc, char ***argv, pt_err *err)
         MPI_Comm_rank(node, &c->local_rank);
         MPI_Comm_free(&node);
     }
-    return 0;
+}
+
+/* MPI_Init and the world's first collective (meet_mpi), under a guard: both wait for
+ * every rank, and neither can poll. */
+static int init_mpi(pt_comm *c, int *argc, char ***argv, pt_err *err)
+{
+    int inited = 0;
+    MPI_Initialized(&inited);
+    c->rank = launcher_rank();
+    pt_comm_guard g;
+    if (pt_comm_guard_start(&g, c, "MPI initialisation", err))
+        return -1;
+    bool ok = inited || MPI_Init(argc, argv) == MPI_SUCCESS;
+    if (ok)
+        meet_mpi(c, !inited);
+    pt_comm_guard_end(&g);
+    return ok ? 0 : pt_err_set(err, "MPI_Init failed");
 }
 
 /* A launcher without MPI: rank and world from its environment, the ranks met in the
@@ -109,6 +136,13 @@ static int init_file(pt_comm *c, const pt_rdv *r, pt_err *err)
 
 int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err)
 {
+    pt_comm_opts o = {.timeout_s = -1};
+    return pt_comm_init_with(argc, argv, &o, out, err);
+}
+
+int pt_comm_init_with(int *argc, char ***argv, const pt_comm_opts *o, pt_comm **out,
+                      pt_err *err)
+{
     pt_comm *c = calloc(1, sizeof *c);
     if (!c)
         return pt_err_set(err, "out of memory");
@@ -117,7 +151,10 @@ int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err)
     c->size = 1;
     c->step = -1;
     c->dev = c->host = &pt_comm_be_mpi;
-    int rc = pt_comm_timeout_from_env(&c->timeout_s, err);
+    c->note = o->note;
+    c->note_arg = o->note_arg;
+    c->timeout_s = o->timeout_s;
+    int rc = o->timeout_s < 0 ? pt_comm_timeout_from_env(&c->timeout_s, err) : 0;
     pt_rdv r;
     int inited = 0;
     MPI_Initialized(&inited);
@@ -237,7 +274,13 @@ int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
     int64_t *ranks = malloc((size_t)c->size * sizeof *ranks);
     if (!ranks)
         return pt_err_set(err, "out of memory");
-    int rc = 0;
+    /* MPI_Comm_split waits for every rank of the world and cannot poll */
+    pt_comm_guard guard;
+    int rc = c->mpi ? pt_comm_guard_start(&guard, c, "building the process groups", err) : 0;
+    if (rc) {
+        free(ranks);
+        return -1;
+    }
     for (int k = 0; k < PT_GROUP_COUNT && rc == 0; k++) {
         pt_grid_group(g, (pt_group_kind)k, c->rank, ranks);
         c->grp[k] = place_in(c, ranks, pt_grid_group_size(g, (pt_group_kind)k));
@@ -259,6 +302,8 @@ int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
         rc = keep_members(c, PT_COMM_EMBED, ranks, err);
     if (rc == 0 && c->mpi)
         rc = split(c, PT_COMM_EMBED, end ? (int)ranks[0] : MPI_UNDEFINED, err);
+    if (c->mpi)
+        pt_comm_guard_end(&guard);
     free(ranks);
     c->grouped = rc == 0;
     return rc;
@@ -729,7 +774,7 @@ int pt_comm_reserve_sends(pt_comm *c, int64_t bytes, pt_err *err)
 
 /* ---- The end ------------------------------------------------------------------------------- */
 
-void pt_comm_abort(pt_comm *c, const char *why)
+void pt_comm_abort(pt_comm *c, int status, const char *why)
 {
     if (c && c->note) {
         char line[1024];
@@ -741,8 +786,8 @@ void pt_comm_abort(pt_comm *c, const char *why)
     if (c && c->dev->abort)
         c->dev->abort(c);
     if (!c || !c->mpi)
-        exit(1);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+        exit(status);
+    MPI_Abort(MPI_COMM_WORLD, status); /* Open MPI's mpirun exits with it */
 }
 
 void pt_comm_finalize(pt_comm *c)

@@ -9,8 +9,9 @@
  *
  * Errors: functions return 0 on success and -1 on error with a pt_err naming the
  * group, peer or value at fault; they never exit, except pt_comm_abort, and a wait
- * past its deadline, which ends the run by design (the watchdog below). Nothing here
- * prints: what the user should see goes to the caller's notes (pt_comm_set_notes).
+ * or a start past its deadline, which ends the run by design (the watchdog below).
+ * Nothing here prints: what the user should see goes to the caller's notes
+ * (pt_comm_set_notes).
  */
 #ifndef PT_COMM_H
 #define PT_COMM_H
@@ -59,19 +60,32 @@ typedef struct pt_comm pt_comm;
 /* An asynchronous operation in flight; pt_comm_wait completes and frees it. */
 typedef struct pt_comm_req pt_comm_req;
 
-/* Starts the run's communication as described above. Errors: MPI_Init failing; a
- * rank started without MPI and without PT_RENDEZVOUS by a launcher that says it has
- * other ranks; a rendezvous without NCCL in this build, or whose ranks do not all
- * arrive within PT_RENDEZVOUS_TIMEOUT seconds (the error names the directory and the
- * missing ranks). */
-int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
 /* Where the layer's notes go, one line each without the newline: a choice the user
  * should know of (ranks that share a GPU staged through host memory, said by world rank
  * 0) and, just before the run ends, pt_comm_abort's reason as "rank R: why" (the
- * watchdog's report among them). A comm starts without (notes are dropped); tools/
- * set theirs (ptrun prints "ptrun: LINE" on stderr). A pt_comm_sub takes its parent's.
- * arg is passed to note unchanged. */
+ * watchdog's report among them). A comm starts without (notes are dropped) unless
+ * pt_comm_init_with is given them; tools/ set theirs (ptrun prints "ptrun: LINE" on
+ * stderr). A pt_comm_sub takes its parent's. arg is passed to note unchanged. */
 typedef void (*pt_comm_note_fn)(void *arg, const char *line);
+/* What the start is told before the world exists. */
+typedef struct {
+    /* The watchdog's deadline in seconds (below), which also bounds the start; 0:
+     * none; < 0: PT_COMM_TIMEOUT's, else the default. */
+    double timeout_s;
+    pt_comm_note_fn note; /* the notes from the start on (NULL: none yet) */
+    void *note_arg;
+} pt_comm_opts;
+/* Starts the run's communication as described above, with o's deadline and notes.
+ * Errors: MPI_Init failing; a PT_COMM_TIMEOUT that is not a number >= 0 (read when
+ * o->timeout_s < 0); a rank started without MPI and without PT_RENDEZVOUS by a
+ * launcher that says it has other ranks; a rendezvous without NCCL in this build, or
+ * whose ranks do not all arrive within PT_RENDEZVOUS_TIMEOUT seconds (the error names
+ * the directory and the missing ranks). MPI_Init not done by the deadline ends the
+ * process (the watchdog, below). */
+int pt_comm_init_with(int *argc, char ***argv, const pt_comm_opts *o, pt_comm **out,
+                      pt_err *err);
+/* pt_comm_init_with without notes, the deadline from PT_COMM_TIMEOUT or the default. */
+int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
 void pt_comm_set_notes(pt_comm *c, pt_comm_note_fn note, void *arg);
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);
@@ -253,10 +267,14 @@ extern const pt_p2p_issue pt_comm_nccl_p2p;
  * that long ends the run with pt_comm_abort, whose reason (to the notes) is one line
  * naming the operation, its bytes, the group (or peer), the ranks it waited on and the
  * step set by pt_comm_set_context, so that a rank that stalls (stopped, swapping) or dies
- * unseen cannot leave the others waiting for ever. The deadline comes from
- * PT_COMM_TIMEOUT (seconds; 0: none) when pt_comm_init runs, else 300 s, which no
- * healthy wait nears; pt_comm_init fails on a PT_COMM_TIMEOUT that is not a number
- * >= 0. */
+ * unseen cannot leave the others waiting for ever. The start has the same deadline:
+ * MPI_Init with the world's first collective, and the building of the groups
+ * (pt_comm_groups), each within it, else this rank says "rank R: MPI initialisation
+ * did not complete within N s: ..." (or "building the process groups") to the notes
+ * and exits 1 (MPI_Abort cannot be called before MPI_Init returns; the launcher ends
+ * the others). The deadline comes from pt_comm_opts, else PT_COMM_TIMEOUT (seconds;
+ * 0: none) when pt_comm_init runs, else 300 s, which no healthy wait nears, nor
+ * MPI_Init on thousands of ranks. */
 /* Sets the deadline in seconds (<= 0: none). c may be NULL (nothing to do). */
 void pt_comm_set_timeout(pt_comm *c, double seconds);
 double pt_comm_timeout(const pt_comm *c);
@@ -265,11 +283,13 @@ double pt_comm_timeout(const pt_comm *c);
  * the default), a string that must outlive the comm. c may be NULL. */
 void pt_comm_set_context(pt_comm *c, int64_t step, const char *doing);
 
-/* Ends every rank of the run at once, after handing "rank R: why" to this rank's notes
- * (pt_comm_set_notes): what a failing rank does, so that no other rank hangs in a
- * collective (MPI_Abort; in a file rendezvous an abort file in the directory, which
- * ranks waiting there see). c may be NULL (then nothing is said: exit(1)). */
-void pt_comm_abort(pt_comm *c, const char *why);
+/* Ends every rank of the run at once with exit status `status` (1 to 255), after
+ * handing "rank R: why" to this rank's notes (pt_comm_set_notes): what a failing rank
+ * does, so that no other rank hangs in a collective (MPI_Abort(status), whose status
+ * Open MPI's mpirun exits with; in a file rendezvous an abort file in the directory,
+ * which ranks waiting there see, and exit(status)). c may be NULL (then nothing is
+ * said: exit(status)). */
+void pt_comm_abort(pt_comm *c, int status, const char *why);
 void pt_comm_finalize(pt_comm *c);
 
 /* ---- File rendezvous (rendezvous.c) -------------------------------------------------------- */

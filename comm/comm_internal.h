@@ -12,6 +12,8 @@
 #include "comm.h"
 
 #include <mpi.h>
+#include <pthread.h>
+#include <time.h>
 
 /* Group slots: the grid's kinds, then the tied-embedding pair, then the world
  * (kind < 0). */
@@ -169,6 +171,30 @@ void pt_comm_nap(double waited_s);
  * peers as pt_comm_abort's reason (so the notes get it); under timeout_returns, -1 with
  * the report in err. */
 int pt_comm_missed(pt_comm *c, const pt_comm_wait_for *w, double waited_s, pt_err *err);
+
+/* A deadline on blocking MPI calls that cannot poll (MPI_Init and the collective it is
+ * followed by, MPI_Comm_split): a thread that waits for pt_comm_guard_end and, when
+ * c's deadline passes first, hands "rank R: STAGE did not complete within N s: ..." to
+ * c's notes and ends the process with _exit(1) (MPI_Abort may not be called before
+ * MPI_Init returns, nor from a second thread; the launcher ends the other ranks when
+ * one exits without MPI_Finalize). c's rank, deadline and notes are read when the
+ * guard starts; a comm without a deadline starts none. */
+typedef struct {
+    bool armed;               /* a thread is running */
+    bool done;                /* the stage ended (under mu) */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* on CLOCK_MONOTONIC */
+    struct timespec deadline; /* CLOCK_MONOTONIC */
+    char line[512];           /* the note said when the deadline passes */
+    pt_comm_note_fn note;
+    void *note_arg;
+} pt_comm_guard;
+/* Starts the guard of `stage` ("MPI initialisation", ...). Errors: no thread could be
+ * started. */
+int pt_comm_guard_start(pt_comm_guard *g, const pt_comm *c, const char *stage, pt_err *err);
+/* The stage is over: stops the guard's thread (nothing when none started). */
+void pt_comm_guard_end(pt_comm_guard *g);
 
 /* Elements of the input and output buffers of op with count n (see pt_comm_op) on a
  * group of `size` ranks. */

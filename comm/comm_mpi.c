@@ -116,7 +116,7 @@ static int mpi_start_reduce(pt_comm_op op, MPI_Comm comm, pt_comm_type t, void *
 {
     MPI_Datatype ty = mpi_type(t);
     size_t es = pt_comm_type_bytes(t);
-    MPI_Op mop;
+    MPI_Op mop = MPI_OP_NULL; /* set by reduce_op; gcc -O3 cannot tell */
     if (reduce_op(op, t, &mop, err))
         return -1;
     int rc = MPI_SUCCESS;
@@ -146,7 +146,7 @@ static int mpi_start(pt_comm_op op, MPI_Comm comm, int grank, pt_comm_type t, vo
     size_t es = pt_comm_type_bytes(t);
     int cnt = (int)n, rc;
     MPI_Request *q = &r->mpi[r->n_mpi];
-    MPI_Op sum;
+    MPI_Op sum = MPI_OP_NULL;
     if (op == PT_CO_RS && reduce_op(op, t, &sum, err))
         return -1;
     switch (op) {

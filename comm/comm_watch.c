@@ -12,14 +12,22 @@
  * that misses a deadline cannot go on communicating: it reports and ends the job
  * (MPI_Abort, through pt_comm_abort), which also takes down a stopped rank (the
  * launcher kills it).
+ *
+ * The calls that cannot poll — MPI_Init, which waits for every rank of the world, the
+ * first collective after it, and the MPI_Comm_split of each group — run under a guard
+ * (pt_comm_guard_start): a thread that ends the process if the stage has not completed
+ * by the deadline, so that a rank stopped or lost before it joins cannot leave the
+ * others in MPI_Init for ever either.
  */
 #include "comm_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The default deadline: as long as the rendezvous (PT_RENDEZVOUS_TIMEOUT) and NCCL's
  * start (comm_nccl.c) may take. No healthy wait comes near it: the longest are ranks
@@ -137,7 +145,7 @@ int pt_comm_missed(pt_comm *c, const pt_comm_wait_for *w, double waited_s, pt_er
                                 "PT_COMM_TIMEOUT)", what, when, waited_s, peers);
     if (c->timeout_returns)
         return pt_err_set(err, "%s", line);
-    pt_comm_abort(c, line); /* does not return */
+    pt_comm_abort(c, 1, line); /* does not return */
     return -1;
 }
 
@@ -165,4 +173,71 @@ int pt_comm_await(pt_comm *c, int n, MPI_Request *q, const pt_comm_wait_for *w, 
             return pt_comm_missed(c, w, waited, err);
         pt_comm_nap(waited);
     }
+}
+
+/* ---- Stages that cannot poll ------------------------------------------------------------ */
+
+static void *guard_main(void *arg)
+{
+    pt_comm_guard *g = arg;
+    pthread_mutex_lock(&g->mu);
+    int rc = 0;
+    while (!g->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&g->cv, &g->mu, &g->deadline);
+    if (!g->done) {
+        /* the main thread is inside MPI and may stay there: say why and end here */
+        if (g->note)
+            g->note(g->note_arg, g->line);
+        _exit(1);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+int pt_comm_guard_start(pt_comm_guard *g, const pt_comm *c, const char *stage, pt_err *err)
+{
+    memset(g, 0, sizeof *g);
+    if (c->timeout_s <= 0)
+        return 0;
+    snprintf(g->line, sizeof g->line, "rank %d: %s did not complete within %g s: a rank "
+             "stalled or died before reaching it, or the launcher lost one; ending the run "
+             "(the deadline: --comm-timeout or PT_COMM_TIMEOUT)", c->rank, stage, c->timeout_s);
+    g->note = c->note;
+    g->note_arg = c->note_arg;
+    clock_gettime(CLOCK_MONOTONIC, &g->deadline);
+    double whole = floor(c->timeout_s);
+    g->deadline.tv_sec += (time_t)whole;
+    g->deadline.tv_nsec += (long)((c->timeout_s - whole) * 1e9);
+    if (g->deadline.tv_nsec >= 1000000000L) {
+        g->deadline.tv_sec++;
+        g->deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = pthread_create(&g->thread, NULL, guard_main, g);
+    if (rc) {
+        pthread_cond_destroy(&g->cv);
+        pthread_mutex_destroy(&g->mu);
+        return pt_err_set(err, "cannot start the deadline of %s: %s", stage, strerror(rc));
+    }
+    g->armed = true;
+    return 0;
+}
+
+void pt_comm_guard_end(pt_comm_guard *g)
+{
+    if (!g->armed)
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->done = true;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->thread, NULL);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    g->armed = false;
 }

@@ -74,9 +74,10 @@ void pt_json_put_string(FILE *f, const char *s);
 
 /* ---- Files --------------------------------------------------------------------- */
 
-/* Opens path for reading without waiting: a FIFO with no writer reads as empty instead
- * of blocking the open. A folder is refused, and with regular_only anything but a
- * regular file (an input whose size is read first); err names path and why. */
+/* Opens path for reading. A folder is refused, and with regular_only anything but a
+ * regular file (an input whose size is read first), at once: a FIFO is refused rather
+ * than waited on. Without it a FIFO or pipe is a stream, read as cat(1) reads it (the
+ * open waits for a writer). err names path and why. */
 FILE *pt_in_open(const char *path, bool regular_only, pt_err *err);
 
 /* An output file being written (files.c says how each kind of path is treated):

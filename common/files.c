@@ -306,8 +306,10 @@ int pt_stdout_check(const char *tool)
 
 FILE *pt_in_open(const char *path, bool regular_only, pt_err *err)
 {
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    /* O_NONBLOCK where only a regular file will do: opening a FIFO for reading would
+     * otherwise wait for a writer, perhaps for ever. A stream input waits, as cat(1)
+     * would: without a writer yet, a non-blocking read would see the end at once. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (regular_only ? O_NONBLOCK : 0));
     if (fd < 0) {
         pt_err_set(err, "cannot read '%s': %s", path, strerror(errno));
         return NULL;

@@ -7,10 +7,15 @@
  * and rollbacks, a sample of generated text at the end, and the record. Under mpirun
  * rank 0 speaks for the run, and a rank that fails ends every rank with its reason.
  * Exit code: 0 done, 1 bad input or failure, 2 the loss diverged (NaN or Inf, or a
- * spike under --spike-action stop), 75 stopped by SIGTERM or SIGINT after finishing
- * its step (and writing a checkpoint when --checkpoint is given): run again with
- * --resume to continue (75 is EX_TEMPFAIL of sysexits.h, "the user is invited to
- * retry").
+ * spike under --spike-action stop), 75 stopped by SIGTERM, SIGINT or SIGUSR1 after
+ * finishing its step (and writing a checkpoint when --checkpoint is given): run again
+ * with --resume to continue (75 is EX_TEMPFAIL of sysexits.h, "the user is invited to
+ * retry"). Under mpirun every rank ends with the same code (a failing rank ends the
+ * others with MPI_Abort of its code), and Open MPI's mpirun exits with it; but mpirun
+ * that is itself sent SIGTERM or SIGINT exits 1 whatever its ranks do (it kills them a
+ * second later), while SIGUSR1 it forwards to every rank and exits 75 with them. A
+ * signal before the first step ends the process at once, as it would any program:
+ * nothing is lost then, and a start stuck on a bad input can be stopped.
  */
 #include "runtime.h"
 #include "ptconfig.h"
@@ -79,9 +84,9 @@ static const char usage_text[] =
     "  --dropout P          dropout probability on the embedding and residual branches\n"
     "                       [the plan's training.dropout]\n"
     "  --threads N          BLAS threads of this rank [1]\n"
-    "  --comm-timeout S     a rank that waits S seconds in one collective or transfer\n"
-    "                       (a stalled or dead peer) reports it and ends the run\n"
-    "                       [$PT_COMM_TIMEOUT, else 300; 0 = wait for ever]\n"
+    "  --comm-timeout S     a rank that waits S seconds in one collective or transfer,\n"
+    "                       or in MPI's start (a stalled or dead peer), reports it and\n"
+    "                       ends the run [$PT_COMM_TIMEOUT, else 300; 0 = wait for ever]\n"
     "  --quiet              no per-step lines\n"
     "  --record             append this run to the cost table: predicted against measured\n"
     "                       step time, MFU and each rank's memory, per-op statistics of\n"
@@ -94,8 +99,9 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 done (or stopped by --stop-after); 1 bad input or failure; 2 the\n"
     "loss diverged (NaN/Inf, or a spike under --spike-action stop); 75 stopped by\n"
-    "SIGTERM or SIGINT after a whole step (with a checkpoint under --checkpoint):\n"
-    "--resume continues.\n";
+    "SIGTERM, SIGINT or SIGUSR1 after a whole step (with a checkpoint under\n"
+    "--checkpoint): --resume continues. mpirun exits with its ranks' status, except\n"
+    "when mpirun itself gets SIGTERM or SIGINT (1): send it SIGUSR1 to stop with 75.\n";
 
 typedef struct {
     const char *plan, *data, *ckpt, *resume, *init_from, *log, *trace, *db;
@@ -270,6 +276,12 @@ static void report_step(const options *o, const pt_plan *p, const pt_trainer_ste
     fflush(stdout);
 }
 
+/* "NaN", "infinite" or "finite": what x is. */
+static const char *finiteness(double x)
+{
+    return isnan(x) ? "NaN" : isinf(x) ? "infinite" : "finite";
+}
+
 /* What the loss-spike guard did about a step (rc: pt_trainer_step's). */
 static void report_guard(const pt_trainer_step_result *s, int rc)
 {
@@ -279,10 +291,12 @@ static void report_guard(const pt_trainer_step_result *s, int rc)
                "norm %.4g (median %.4g, %.3gx)\n", (long long)s->step, st->loss, s->median_loss,
                (long long)s->window, st->loss / s->median_loss, st->grad_norm,
                s->median_grad_norm, st->grad_norm / s->median_grad_norm);
-    else if (s->nonfinite && (rc == 1 || rc < 0)) /* a rollback was tried */
+    else if (s->nonfinite && (rc == 1 || rc < 0) && !isfinite(st->loss)) /* a rollback tried */
         printf("spike:  step %lld: the loss became %s (grad norm %g)\n", (long long)s->step,
-               isnan(st->loss) ? "NaN" : !isfinite(st->loss) ? "infinite" : "finite",
-               st->grad_norm);
+               finiteness(st->loss), st->grad_norm);
+    else if (s->nonfinite && (rc == 1 || rc < 0)) /* the loss finite, its gradient not */
+        printf("spike:  step %lld: the gradient norm became %s (loss %.4g)\n",
+               (long long)s->step, finiteness(st->grad_norm), st->loss);
     if (s->rolled_back)
         printf("rollback: back to %s (step %lld), skipping the %lld batches of steps %lld-%lld "
                "(data position now %lld)\n", s->rollback_path, (long long)s->rollback_to,
@@ -299,7 +313,7 @@ static int validate(pt_trainer *t, int64_t step, pt_err *err)
     return 0;
 }
 
-/* The signal that asked the run to stop (SIGTERM, SIGINT), 0 while none has. */
+/* The signal that asked the run to stop (SIGTERM, SIGINT, SIGUSR1), 0 while none has. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
@@ -308,7 +322,11 @@ static void on_stop_signal(int sig)
     signal(sig, SIG_DFL); /* a second one ends the process at once */
 }
 
-/* SIGTERM (a scheduler's preemption, kill) and SIGINT (Ctrl-C) let the step finish. */
+/* From the first step on, SIGTERM (a scheduler's preemption, kill), SIGINT (Ctrl-C)
+ * and SIGUSR1 (what mpirun forwards to every rank without ending them: it kills its
+ * ranks a second after a SIGTERM or SIGINT of its own) let the step finish. Before,
+ * each keeps its default action and ends the process at once: opening, resuming or
+ * loading weights has nothing to keep, and may be stuck on a bad input. */
 static void catch_stop_signals(void)
 {
     struct sigaction sa;
@@ -318,6 +336,12 @@ static void catch_stop_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
 }
 
 /* Writes a checkpoint of step and says where. Collective. */
@@ -336,6 +360,7 @@ static int train(const options *o, pt_trainer *t, pt_comm *comm, pt_err *err)
 {
     const pt_plan *p = pt_trainer_plan(t);
     int64_t steps = p->run.steps;
+    catch_stop_signals();
     while (pt_trainer_next_step(t) < steps) {
         pt_trainer_step_result s;
         int rc = pt_trainer_step(t, &s, err);
@@ -356,9 +381,9 @@ static int train(const options *o, pt_trainer *t, pt_comm *comm, pt_err *err)
             if (o->ckpt && !saved && save(t, step, err))
                 return -1;
             printf("interrupted after step %lld (%s)%s\n", (long long)step,
-                   stop_signal == SIGINT ? "SIGINT" : stop_signal ? "SIGTERM" : "another rank "
-                   "was signalled", o->ckpt ? "; --resume continues" : "; no --checkpoint, so "
-                   "nothing was saved");
+                   stop_signal ? signal_name(stop_signal) : "another rank was signalled",
+                   o->ckpt ? "; --resume continues" : "; no --checkpoint, so nothing was "
+                   "saved");
             return 4;
         }
         if (o->stop_after && step == o->stop_after && step < steps) {
@@ -514,38 +539,35 @@ int main(int argc, char **argv)
     /* a line at a time, also into a file or pipe: a long run's progress shows as it
      * happens and survives the run being killed */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* the options first: --comm-timeout bounds MPI's start as well */
+    options o;
+    if (parse_options(argc, argv, &o))
+        return 1;
     pt_comm *comm;
     pt_err err = {""};
-    if (pt_comm_init(&argc, &argv, &comm, &err)) {
+    /* the comm's notes and pt_comm_abort's reason, on stderr */
+    pt_comm_opts co = {.timeout_s = o.comm_timeout_s, .note = pt_cli_note,
+                       .note_arg = PT_CLI_COMM_NOTES};
+    if (pt_comm_init_with(&argc, &argv, &co, &comm, &err)) {
         fprintf(stderr, "ptrun: %s\n", err.msg);
         return 1;
     }
-    /* the comm's notes and pt_comm_abort's reason, on stderr */
-    pt_comm_set_notes(comm, pt_cli_note, PT_CLI_COMM_NOTES);
     int rank = pt_comm_rank(comm), world = pt_comm_size(comm);
-    options o;
-    if (parse_options(argc, argv, &o)) {
-        pt_comm_finalize(comm);
-        return 1;
-    }
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the run */
         fprintf(stderr, "ptrun: rank %d: cannot silence stdout\n", rank);
     if (rank != 0)
         o.log = NULL;
-    if (o.comm_timeout_s >= 0)
-        pt_comm_set_timeout(comm, o.comm_timeout_s);
     pt_trainer *t = NULL;
-    catch_stop_signals();
     /* the tokenizer outlives the trainer, which uses it until it is closed */
     int rc = o.tokenizer && pt_tokenizer_load(o.tokenizer, &o.tk, &err) ? 1
                                                                           : go(&o, comm, &t, &err);
     /* stopped by a signal (75), every rank after the same step: not a failure to spread */
     if (rc && rc != 75 && world > 1)
-        pt_comm_abort(comm, err.msg); /* takes every rank down, none hangs */
+        pt_comm_abort(comm, rc, err.msg); /* every rank down with rc, none hangs */
     if (rc && rc != 75)
         fprintf(stderr, "ptrun: %s\n", err.msg);
     pt_trainer_close(t);
     pt_tokenizer_free(o.tk);
     pt_comm_finalize(comm);
-    return rc;
+    return pt_cli_exit("ptrun", rc);
 }

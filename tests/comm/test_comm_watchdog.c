@@ -7,14 +7,20 @@
  * the step; the late peer's side still completes. The test asks the comm to return the
  * report (timeout_returns, comm_internal.h) instead of ending the run;
  * tests/tools/cli_watchdog.sh checks the ending with ptrun, whose notes print it. Notes
- * (pt_comm_set_notes) reach the callback set, and those of a pt_comm_sub too.
+ * (pt_comm_set_notes) reach the callback set, and those of a pt_comm_sub too. Before
+ * MPI starts, the guard of the calls that cannot poll (pt_comm_guard_start, which
+ * bounds MPI_Init) is tried in forked children: ended in time it is silent, past its
+ * deadline it says so and ends the process with status 1; cli_watchdog.sh checks it
+ * around ptrun's MPI_Init with a rank stopped.
  */
 #include "check.h"
 #include "comm_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { N = 7, BIG = 1 << 18 }; /* BIG floats: 1 MiB, past MPI's eager limit */
 #define LATE_S 4.0 /* how late the peer comes, against the 1 s deadline */
@@ -46,6 +52,65 @@ static void check_env(void)
     unsetenv("PT_COMM_TIMEOUT");
     CHECK_INT(pt_comm_timeout_from_env(&t, &err), 0);
     CHECK_NEAR(t, 300, 0);
+}
+
+/* ---- The guard of a stage that cannot poll --------------------------------------------- */
+
+static void note_to_fd(void *arg, const char *line)
+{
+    int fd = *(int *)arg;
+    if (write(fd, line, strlen(line)) < 0)
+        _exit(3);
+}
+
+/* A child whose stage takes work_s under a guard of timeout_s: its exit status (-1 when
+ * it did not exit), how long it ran, and its notes into note (cap bytes). */
+static int guarded_child(double timeout_s, double work_s, double *ran_s, char *note, size_t cap)
+{
+    int fds[2];
+    CHECK_INT(pipe(fds), 0);
+    double t0 = pt_comm_now_s();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        pt_comm c = {0};
+        c.rank = 3;
+        c.timeout_s = timeout_s;
+        c.note = note_to_fd;
+        c.note_arg = &fds[1];
+        pt_comm_guard g;
+        pt_err err = {""};
+        if (pt_comm_guard_start(&g, &c, "a test stage", &err))
+            _exit(2);
+        sleep_s(work_s);
+        pt_comm_guard_end(&g);
+        _exit(0);
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], note, cap - 1);
+    note[n > 0 ? n : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    *ran_s = pt_comm_now_s() - t0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void check_guard(void)
+{
+    char note[512];
+    double ran = 0;
+    /* ended in time: silent, and the process goes on */
+    CHECK_INT(guarded_child(5, 0.05, &ran, note, sizeof note), 0);
+    CHECK_INT((int)strlen(note), 0);
+    /* past the deadline: the line, and status 1 at the deadline, not at the stage's end */
+    CHECK_INT(guarded_child(0.3, 30, &ran, note, sizeof note), 1);
+    CHECK_STR_HAS(note, "rank 3: a test stage did not complete within 0.3 s: a rank stalled "
+                        "or died before reaching it");
+    CHECK(ran >= 0.3 && ran < 20);
+    /* no deadline: no guard */
+    CHECK_INT(guarded_child(0, 0.5, &ran, note, sizeof note), 0);
+    CHECK_INT((int)strlen(note), 0);
 }
 
 /* The notes a comm hands its caller (pt_comm_set_notes): the last line, and how many. */
@@ -94,6 +159,7 @@ static void barrier(pt_comm *c)
 
 int main(int argc, char **argv)
 {
+    check_guard(); /* before MPI: its children must not inherit it */
     pt_comm *c = NULL;
     pt_err err = {""};
     if (pt_comm_init(&argc, &argv, &c, &err)) {

@@ -4,7 +4,10 @@
 # transfer). The other rank must report, at --comm-timeout 5, the operation, the step
 # and the rank it waited on, and end the run with a non-zero exit; without the
 # watchdog the run would wait for ever (the outer timeout of 60 s bounds the test, and
-# a run still going then fails it). Skipped (77) where mpirun is missing.
+# a run still going then fails it). The start has the deadline too: with rank 1
+# stopped before it starts MPI, rank 0 ends the run at --comm-timeout 3 naming MPI's
+# initialisation, instead of waiting in MPI_Init for ever. Skipped (77) where mpirun is
+# missing.
 #   usage: cli_watchdog.sh BUILD_DIR
 set -u
 build=$(cd "$1" && pwd)
@@ -13,7 +16,7 @@ command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77
 launcher=""
 cleanup() {
     # a run the test failed to end: resume and end its ranks (those of this test only)
-    for p in $(pgrep -f "^$build/ptrun $tmp/" 2>/dev/null); do
+    for p in $(pgrep -f "^$build/ptrun $tmp/|^/bin/sh $tmp/stop-rank1.sh" 2>/dev/null); do
         kill -CONT "$p" 2>/dev/null
         kill -9 "$p" 2>/dev/null
     done
@@ -74,6 +77,18 @@ stalled pp0 "pp=2,mbs=2" first
 grep -q "ptrun: rank 1: comm timeout: $(echo "$what" | sed 's/R/0/') in step [0-9]* (training) did not finish within 5 s, waiting on world rank(s) 0" \
     "$tmp/pp0.err" || fail "pp, first stage stopped: the report names the wait, step and peer: $(cat "$tmp/pp0.err")"
 
+# (c) the start: rank 1 stops itself before it runs ptrun (so before MPI_Init); rank 0
+# waits in MPI_Init for it until the deadline and ends the run naming the stage
+printf '#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -STOP $$\nexec "$@"\n' \
+    >"$tmp/stop-rank1.sh"
+timeout 60 $mpirun -np 2 /bin/sh "$tmp/stop-rank1.sh" "$build/ptrun" "$tmp/dp.json" --quiet \
+    --sample 0 --comm-timeout 3 >"$tmp/init.out" 2>"$tmp/init.err"
+rc=$?
+[ "$rc" = 124 ] && fail "init: the run with a rank stopped before MPI_Init was still going after 60 s"
+[ "$rc" != 0 ] || fail "init: the run with a rank stopped before MPI_Init exited 0"
+grep -q "^ptrun: rank 0: MPI initialisation did not complete within 3 s: a rank stalled or died" \
+    "$tmp/init.err" || fail "init: the report names the stage and the deadline: $(cat "$tmp/init.err")"
+
 # A bad deadline is refused, naming the option and the variable.
 "$build/ptrun" "$tmp/dp.json" --comm-timeout soon >/dev/null 2>"$tmp/bad.err" &&
     fail "--comm-timeout soon is accepted"
@@ -86,4 +101,4 @@ if [ "$failures" -gt 0 ]; then
     echo "$failures failure(s)"
     exit 1
 fi
-echo "a stopped rank ends the run with a report naming the operation, step and peer"
+echo "a stopped rank ends the run with a report naming the operation, step and peer, or MPI's start"
