@@ -101,6 +101,9 @@ int pt_out_open(pt_out *o, const char *path, pt_err *err);
 int pt_out_commit(pt_out *o, bool sync, pt_err *err);
 /* Closes o and removes its temporary: the target stays as it was. */
 void pt_out_discard(pt_out *o);
+/* pt_out_discard after a failed write, filling err with o's path and the cause e (the
+ * write's errno; 0: "write error"); returns -1. */
+int pt_out_fail(pt_out *o, int e, pt_err *err);
 /* n bytes of text to path, whole or not at all (pt_out_open, fwrite, pt_out_commit
  * with sync). */
 int pt_file_write_atomic(const char *path, const char *text, size_t n, pt_err *err);

@@ -281,16 +281,21 @@ void pt_out_discard(pt_out *o)
     *o = (pt_out){0};
 }
 
+int pt_out_fail(pt_out *o, int e, pt_err *err)
+{
+    const char *path = o->path ? o->path : "?";
+    pt_err_set(err, "cannot write '%s': %s", path, e ? strerror(e) : "write error");
+    pt_out_discard(o);
+    return -1;
+}
+
 int pt_file_write_atomic(const char *path, const char *text, size_t n, pt_err *err)
 {
     pt_out o;
     if (pt_out_open(&o, path, err))
         return -1;
-    if (n && fwrite(text, 1, n, o.f) != n) {
-        int e = errno;
-        pt_out_discard(&o);
-        return pt_err_set(err, "cannot write '%s': %s", path, e ? strerror(e) : "write error");
-    }
+    if (n && fwrite(text, 1, n, o.f) != n)
+        return pt_out_fail(&o, errno, err);
     return pt_out_commit(&o, true, err);
 }
 

@@ -315,11 +315,8 @@ int pt_tokens_write(const char *path, const uint32_t *tok, int64_t n, int token_
     pt_out o;
     if (pt_out_open(&o, path, err))
         return -1;
-    if (write_body(o.f, tok, n, token_bytes) != 0) {
-        int e = errno;
-        pt_out_discard(&o);
-        return pt_err_set(err, "cannot write '%s': %s", path, e ? strerror(e) : "write error");
-    }
+    if (write_body(o.f, tok, n, token_bytes) != 0)
+        return pt_out_fail(&o, errno, err);
     return pt_out_commit(&o, false, err);
 }
 

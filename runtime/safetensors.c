@@ -217,11 +217,8 @@ static int st_put_file(const char *path, const char *header, const pt_st_tensor 
     pt_out o;
     if (pt_out_open(&o, path, err))
         return -1;
-    if (st_put(o.f, header, t, n) != 0) {
-        int e = errno;
-        pt_out_discard(&o);
-        return pt_err_set(err, "cannot write '%s': %s", path, e ? strerror(e) : "write error");
-    }
+    if (st_put(o.f, header, t, n) != 0)
+        return pt_out_fail(&o, errno, err);
     return pt_out_commit(&o, true, err);
 }
 

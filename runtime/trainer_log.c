@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +106,29 @@ static void log_string(FILE *f, const char *key, const char *value)
     pt_json_put_string(f, value);
 }
 
+/* The process holding a flock on the file open as fd, from /proc/locks (proc(5): "1:
+ * FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END", the device numbers in hex); 0 when
+ * it cannot be told (another host's lock on a shared file system, no /proc). */
+static long flock_holder(int fd)
+{
+    struct stat st;
+    FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "r") : NULL;
+    long holder = 0;
+    char line[256], kind[16];
+    while (f && !holder && fgets(line, sizeof line, f)) {
+        long pid;
+        unsigned maj, min;
+        unsigned long long ino;
+        if (sscanf(line, "%*[^:]: %15s %*s %*s %ld %x:%x:%llu", kind, &pid, &maj, &min, &ino) == 5 &&
+            strcmp(kind, "FLOCK") == 0 && ino == (unsigned long long)st.st_ino &&
+            maj == major(st.st_dev) && min == minor(st.st_dev) && pid != (long)getpid())
+            holder = pid;
+    }
+    if (f)
+        fclose(f);
+    return holder;
+}
+
 int pt_trainer_log_claim(pt_trainer *r, pt_err *err)
 {
     const char *path = r->o.log;
@@ -130,11 +154,16 @@ int pt_trainer_log_claim(pt_trainer *r, pt_err *err)
         return 0;
     int e = errno;
     r->log_made = false; /* another run's: nothing of ours to remove */
-    if (e == EWOULDBLOCK)
-        return pt_err_set(err, "log '%s' is in use by another running ptrun, which holds its "
+    if (e == EWOULDBLOCK) {
+        char who[64] = "";
+        long holder = flock_holder(fd);
+        if (holder > 0)
+            snprintf(who, sizeof who, " (pid %ld on this host)", holder);
+        return pt_err_set(err, "log '%s' is in use by another running ptrun%s, which holds its "
                                "lock: two runs writing one log would interleave their lines "
                                "(a fresh run would also cut the other's log short); give this "
-                               "one another --log", path);
+                               "one another --log", path, who);
+    }
     return pt_err_set(err, "cannot lock the log '%s': %s", path, strerror(e));
 }
 

@@ -281,7 +281,7 @@ err_has "checkpoint folder 'busy' is in use by ptrun pid $victim on host $host (
 run 1 train --checkpoint busy --resume busy
 err_has "checkpoint folder 'busy' is in use by ptrun pid $victim" "--resume and --checkpoint on a folder in use"
 run 1 train --checkpoint other --log busy.jsonl
-err_has "log 'busy.jsonl' is in use by another running ptrun" "a second ptrun on the log"
+err_has "log 'busy.jsonl' is in use by another running ptrun (pid $victim on this host)" "a second ptrun on the log, its holder named"
 [ ! -e other ] && [ ! -e other.jsonl ] || fail "the refused runs leave nothing behind"
 [ "$(wc -l <busy.jsonl)" = "$lines" ] || fail "the refused run does not cut the first run's log"
 [ "$(ls busy)" = "$folders" ] || fail "the refused runs change nothing in the folder: $(ls busy)"
