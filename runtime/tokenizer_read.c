@@ -171,7 +171,7 @@ static int byte_level_step(json_t *o, const char *path, const char *field, bool 
 static int classify_pre_tokenizer(json_t *pre, const char *path, pt_split_pattern *out,
                                   pt_err *err)
 {
-    bool use_regex;
+    bool use_regex = false;
     if (!pre || json_is_null(pre))
         return pt_err_set(err, "%s: no pre_tokenizer: not a byte-level BPE tokenizer (GPT-2's "
                                "and Llama 3's have a ByteLevel one)", path);
