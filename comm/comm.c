@@ -93,13 +93,14 @@ static void meet_mpi(pt_comm *c, bool own)
 
 /* MPI_Init and the world's first collective (meet_mpi), under a guard: both wait for
  * every rank, and neither can poll. */
-static int init_mpi(pt_comm *c, int *argc, char ***argv, pt_err *err)
+static int init_mpi(pt_comm *c, int *argc, char ***argv, double start_timeout_s, pt_err *err)
 {
     int inited = 0;
     MPI_Initialized(&inited);
     c->rank = launcher_rank();
     pt_comm_guard g;
-    if (pt_comm_guard_start(&g, c, "MPI initialisation", err))
+    if (pt_comm_guard_start(&g, c, "MPI initialisation", start_timeout_s,
+                            "--start-timeout", err))
         return -1;
     bool ok = inited || MPI_Init(argc, argv) == MPI_SUCCESS;
     if (ok)
@@ -136,7 +137,7 @@ static int init_file(pt_comm *c, const pt_rdv *r, pt_err *err)
 
 int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err)
 {
-    pt_comm_opts o = {.timeout_s = -1};
+    pt_comm_opts o = {.timeout_s = -1, .start_timeout_s = -1};
     return pt_comm_init_with(argc, argv, &o, out, err);
 }
 
@@ -159,7 +160,10 @@ int pt_comm_init_with(int *argc, char ***argv, const pt_comm_opts *o, pt_comm **
     int inited = 0;
     MPI_Initialized(&inited);
     if (rc == 0 && (launched() || inited))
-        rc = init_mpi(c, argc, argv, err);
+        rc = init_mpi(c, argc, argv,
+                      o->start_timeout_s < 0 ? PT_COMM_START_TIMEOUT_DEFAULT_S
+                                             : o->start_timeout_s,
+                      err);
     else if (rc == 0 && (rc = pt_rdv_from_env(&r, err)) == 0 && r.size > 1)
         rc = init_file(c, &r, err);
     if (rc) {
@@ -276,7 +280,9 @@ int pt_comm_groups(pt_comm *c, const pt_grid *g, pt_err *err)
         return pt_err_set(err, "out of memory");
     /* MPI_Comm_split waits for every rank of the world and cannot poll */
     pt_comm_guard guard;
-    int rc = c->mpi ? pt_comm_guard_start(&guard, c, "building the process groups", err) : 0;
+    int rc = c->mpi ? pt_comm_guard_start(&guard, c, "building the process groups", c->timeout_s,
+                                          "--comm-timeout or PT_COMM_TIMEOUT", err)
+                    : 0;
     if (rc) {
         free(ranks);
         return -1;

@@ -69,9 +69,14 @@ typedef struct pt_comm_req pt_comm_req;
 typedef void (*pt_comm_note_fn)(void *arg, const char *line);
 /* What the start is told before the world exists. */
 typedef struct {
-    /* The watchdog's deadline in seconds (below), which also bounds the start; 0:
-     * none; < 0: PT_COMM_TIMEOUT's, else the default. */
+    /* The watchdog's deadline in seconds (below); 0: none; < 0: PT_COMM_TIMEOUT's,
+     * else the default. */
     double timeout_s;
+    /* The start's deadline in seconds (below): MPI_Init with the world's first
+     * collective; 0: none; < 0: the default, 300 s. Apart from timeout_s, which a job
+     * may set short to catch a stall in a step soon, while MPI_Init on thousands of
+     * ranks takes tens of seconds. */
+    double start_timeout_s;
     pt_comm_note_fn note; /* the notes from the start on (NULL: none yet) */
     void *note_arg;
 } pt_comm_opts;
@@ -84,7 +89,8 @@ typedef struct {
  * process (the watchdog, below). */
 int pt_comm_init_with(int *argc, char ***argv, const pt_comm_opts *o, pt_comm **out,
                       pt_err *err);
-/* pt_comm_init_with without notes, the deadline from PT_COMM_TIMEOUT or the default. */
+/* pt_comm_init_with without notes, the deadline from PT_COMM_TIMEOUT or the default,
+ * the start's the default. */
 int pt_comm_init(int *argc, char ***argv, pt_comm **out, pt_err *err);
 void pt_comm_set_notes(pt_comm *c, pt_comm_note_fn note, void *arg);
 int pt_comm_rank(const pt_comm *c);
@@ -267,14 +273,15 @@ extern const pt_p2p_issue pt_comm_nccl_p2p;
  * that long ends the run with pt_comm_abort, whose reason (to the notes) is one line
  * naming the operation, its bytes, the group (or peer), the ranks it waited on and the
  * step set by pt_comm_set_context, so that a rank that stalls (stopped, swapping) or dies
- * unseen cannot leave the others waiting for ever. The start has the same deadline:
- * MPI_Init with the world's first collective, and the building of the groups
- * (pt_comm_groups), each within it, else this rank says "rank R: MPI initialisation
- * did not complete within N s: ..." (or "building the process groups") to the notes
- * and exits 1 (MPI_Abort cannot be called before MPI_Init returns; the launcher ends
- * the others). The deadline comes from pt_comm_opts, else PT_COMM_TIMEOUT (seconds;
- * 0: none) when pt_comm_init runs, else 300 s, which no healthy wait nears, nor
- * MPI_Init on thousands of ranks. */
+ * unseen cannot leave the others waiting for ever. The deadline comes from
+ * pt_comm_opts, else PT_COMM_TIMEOUT (seconds; 0: none) when pt_comm_init runs, else
+ * 300 s, which no healthy wait nears. The building of the groups (pt_comm_groups) has
+ * it too; the start has its own (pt_comm_opts.start_timeout_s, else 300 s, which
+ * MPI_Init on thousands of ranks does not near): MPI_Init with the world's first
+ * collective. A stage past its deadline makes this rank say "rank R: MPI
+ * initialisation did not complete within N s: ..." (or "building the process groups")
+ * to the notes and exit 1 (MPI_Abort cannot be called before MPI_Init returns; the
+ * launcher ends the others). */
 /* Sets the deadline in seconds (<= 0: none). c may be NULL (nothing to do). */
 void pt_comm_set_timeout(pt_comm *c, double seconds);
 double pt_comm_timeout(const pt_comm *c);

@@ -177,8 +177,7 @@ int pt_comm_missed(pt_comm *c, const pt_comm_wait_for *w, double waited_s, pt_er
  * c's deadline passes first, hands "rank R: STAGE did not complete within N s: ..." to
  * c's notes and ends the process with _exit(1) (MPI_Abort may not be called before
  * MPI_Init returns, nor from a second thread; the launcher ends the other ranks when
- * one exits without MPI_Finalize). c's rank, deadline and notes are read when the
- * guard starts; a comm without a deadline starts none. */
+ * one exits without MPI_Finalize). c's rank and notes are read when the guard starts. */
 typedef struct {
     bool armed;               /* a thread is running */
     bool done;                /* the stage ended (under mu) */
@@ -190,9 +189,15 @@ typedef struct {
     pt_comm_note_fn note;
     void *note_arg;
 } pt_comm_guard;
-/* Starts the guard of `stage` ("MPI initialisation", ...). Errors: no thread could be
- * started. */
-int pt_comm_guard_start(pt_comm_guard *g, const pt_comm *c, const char *stage, pt_err *err);
+/* The start's deadline when none is given (pt_comm_opts.start_timeout_s < 0): as the
+ * watchdog's default, far above MPI_Init on thousands of ranks (tens of seconds). */
+#define PT_COMM_START_TIMEOUT_DEFAULT_S 300.0
+
+/* Starts the guard of `stage` ("MPI initialisation", ...) with a deadline of seconds
+ * (0: none, no thread), which the option or variable `knob` sets (named in the note).
+ * Errors: no thread could be started. */
+int pt_comm_guard_start(pt_comm_guard *g, const pt_comm *c, const char *stage, double seconds,
+                        const char *knob, pt_err *err);
 /* The stage is over: stops the guard's thread (nothing when none started). */
 void pt_comm_guard_end(pt_comm_guard *g);
 

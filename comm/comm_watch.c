@@ -16,8 +16,8 @@
  * The calls that cannot poll — MPI_Init, which waits for every rank of the world, the
  * first collective after it, and the MPI_Comm_split of each group — run under a guard
  * (pt_comm_guard_start): a thread that ends the process if the stage has not completed
- * by the deadline, so that a rank stopped or lost before it joins cannot leave the
- * others in MPI_Init for ever either.
+ * by its deadline (the start's own, the groups' the watchdog's), so that a rank stopped
+ * or lost before it joins cannot leave the others in MPI_Init for ever either.
  */
 #include "comm_internal.h"
 
@@ -194,20 +194,21 @@ static void *guard_main(void *arg)
     return NULL;
 }
 
-int pt_comm_guard_start(pt_comm_guard *g, const pt_comm *c, const char *stage, pt_err *err)
+int pt_comm_guard_start(pt_comm_guard *g, const pt_comm *c, const char *stage, double seconds,
+                        const char *knob, pt_err *err)
 {
     memset(g, 0, sizeof *g);
-    if (c->timeout_s <= 0)
+    if (seconds <= 0)
         return 0;
     snprintf(g->line, sizeof g->line, "rank %d: %s did not complete within %g s: a rank "
              "stalled or died before reaching it, or the launcher lost one; ending the run "
-             "(the deadline: --comm-timeout or PT_COMM_TIMEOUT)", c->rank, stage, c->timeout_s);
+             "(the deadline: %s)", c->rank, stage, seconds, knob);
     g->note = c->note;
     g->note_arg = c->note_arg;
     clock_gettime(CLOCK_MONOTONIC, &g->deadline);
-    double whole = floor(c->timeout_s);
+    double whole = floor(seconds);
     g->deadline.tv_sec += (time_t)whole;
-    g->deadline.tv_nsec += (long)((c->timeout_s - whole) * 1e9);
+    g->deadline.tv_nsec += (long)((seconds - whole) * 1e9);
     if (g->deadline.tv_nsec >= 1000000000L) {
         g->deadline.tv_sec++;
         g->deadline.tv_nsec -= 1000000000L;

@@ -84,9 +84,11 @@ static const char usage_text[] =
     "  --dropout P          dropout probability on the embedding and residual branches\n"
     "                       [the plan's training.dropout]\n"
     "  --threads N          BLAS threads of this rank [1]\n"
-    "  --comm-timeout S     a rank that waits S seconds in one collective or transfer,\n"
-    "                       or in MPI's start (a stalled or dead peer), reports it and\n"
-    "                       ends the run [$PT_COMM_TIMEOUT, else 300; 0 = wait for ever]\n"
+    "  --comm-timeout S     a rank that waits S seconds in one collective or transfer\n"
+    "                       (a stalled or dead peer) reports it and ends the run\n"
+    "                       [$PT_COMM_TIMEOUT, else 300; 0 = wait for ever]\n"
+    "  --start-timeout S    the same for MPI's start (MPI_Init and the first collective)\n"
+    "                       [300; 0 = wait for ever]\n"
     "  --quiet              no per-step lines\n"
     "  --record             append this run to the cost table: predicted against measured\n"
     "                       step time, MFU and each rank's memory, per-op statistics of\n"
@@ -112,6 +114,7 @@ typedef struct {
     int64_t trace_steps;      /* 0: every step */
     double dropout;           /* < 0: the plan's */
     double comm_timeout_s;    /* < 0: PT_COMM_TIMEOUT's or the default */
+    double start_timeout_s;    /* < 0: the default */
     int64_t keep_ckpt;        /* checkpoints kept: DIR, DIR.1, ... */
     int64_t spike_window;     /* steps whose median a spike is measured against */
     double spike_factor, spike_grad_factor; /* over the medians of loss, gradient norm */
@@ -123,7 +126,7 @@ static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_DATA = 256, O_STEPS, O_VAL, O_VALB, O_CKPT, O_CKPTE, O_RESUME, O_LOG, O_TRACE,
            O_SAMPLE, O_THREADS, O_QUIET, O_STOP, O_RECORD, O_DB, O_DROPOUT, O_TRACE_STEPS,
-           O_COMM_TIMEOUT };
+           O_COMM_TIMEOUT, O_START_TIMEOUT };
     enum { O_KEEP = 512, O_SPIKE_WINDOW, O_SPIKE_FACTOR, O_SPIKE_GFACTOR, O_SPIKE_ACTION,
            O_INIT_FROM };
     enum { O_VAL_DATA = 768, O_TOKENIZER };
@@ -134,7 +137,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"trace", 1, 0, O_TRACE}, {"sample", 1, 0, O_SAMPLE}, {"threads", 1, 0, O_THREADS},
         {"quiet", 0, 0, O_QUIET}, {"stop-after", 1, 0, O_STOP}, {"help", 0, 0, 'h'},
         {"trace-steps", 1, 0, O_TRACE_STEPS}, {"record", 0, 0, O_RECORD}, {"db", 1, 0, O_DB}, {"dropout", 1, 0, O_DROPOUT},
-        {"comm-timeout", 1, 0, O_COMM_TIMEOUT},
+        {"comm-timeout", 1, 0, O_COMM_TIMEOUT}, {"start-timeout", 1, 0, O_START_TIMEOUT},
         {"keep-checkpoints", 1, 0, O_KEEP}, {"keep", 1, 0, O_KEEP},
         {"init-from", 1, 0, O_INIT_FROM}, {"spike-window", 1, 0, O_SPIKE_WINDOW},
         {"spike-factor", 1, 0, O_SPIKE_FACTOR}, {"spike-grad-factor", 1, 0, O_SPIKE_GFACTOR},
@@ -144,7 +147,7 @@ static int parse_options(int argc, char **argv, options *o)
     pt_trainer_opts d; /* the trainer's defaults (runtime/trainer.c) */
     pt_trainer_opts_default(&d);
     *o = (options){.val_every = 25, .sample = 64, .val_batches = d.val_batches,
-                   .threads = d.threads, .dropout = d.dropout, .comm_timeout_s = -1,
+                   .threads = d.threads, .dropout = d.dropout, .comm_timeout_s = -1, .start_timeout_s = -1,
                    .keep_ckpt = d.keep_ckpt, .spike_window = d.spike_window,
                    .spike_factor = d.spike_factor, .spike_grad_factor = d.spike_grad_factor,
                    .spike_action = (int)d.spike_action};
@@ -177,6 +180,9 @@ static int parse_options(int argc, char **argv, options *o)
         case O_DROPOUT: bad = pt_cli_real("ptrun", "--dropout", optarg, 0, 0.99, &o->dropout); break;
         case O_COMM_TIMEOUT:
             bad = pt_cli_real("ptrun", "--comm-timeout", optarg, 0, 1e9, &o->comm_timeout_s);
+            break;
+        case O_START_TIMEOUT:
+            bad = pt_cli_real("ptrun", "--start-timeout", optarg, 0, 1e9, &o->start_timeout_s);
             break;
         case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
         case O_KEEP: bad = pt_cli_int("ptrun", "--keep", optarg, 1, 1000000, &o->keep_ckpt); break;
@@ -539,15 +545,15 @@ int main(int argc, char **argv)
     /* a line at a time, also into a file or pipe: a long run's progress shows as it
      * happens and survives the run being killed */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    /* the options first: --comm-timeout bounds MPI's start as well */
+    /* the options first: --start-timeout bounds MPI's start */
     options o;
     if (parse_options(argc, argv, &o))
         return 1;
     pt_comm *comm;
     pt_err err = {""};
     /* the comm's notes and pt_comm_abort's reason, on stderr */
-    pt_comm_opts co = {.timeout_s = o.comm_timeout_s, .note = pt_cli_note,
-                       .note_arg = PT_CLI_COMM_NOTES};
+    pt_comm_opts co = {.timeout_s = o.comm_timeout_s, .start_timeout_s = o.start_timeout_s,
+                       .note = pt_cli_note, .note_arg = PT_CLI_COMM_NOTES};
     if (pt_comm_init_with(&argc, &argv, &co, &comm, &err)) {
         fprintf(stderr, "ptrun: %s\n", err.msg);
         return 1;

@@ -75,12 +75,11 @@ static int guarded_child(double timeout_s, double work_s, double *ran_s, char *n
         close(fds[0]);
         pt_comm c = {0};
         c.rank = 3;
-        c.timeout_s = timeout_s;
         c.note = note_to_fd;
         c.note_arg = &fds[1];
         pt_comm_guard g;
         pt_err err = {""};
-        if (pt_comm_guard_start(&g, &c, "a test stage", &err))
+        if (pt_comm_guard_start(&g, &c, "a test stage", timeout_s, "a test's knob", &err))
             _exit(2);
         sleep_s(work_s);
         pt_comm_guard_end(&g);

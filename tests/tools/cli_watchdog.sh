@@ -4,8 +4,8 @@
 # transfer). The other rank must report, at --comm-timeout 5, the operation, the step
 # and the rank it waited on, and end the run with a non-zero exit; without the
 # watchdog the run would wait for ever (the outer timeout of 60 s bounds the test, and
-# a run still going then fails it). The start has the deadline too: with rank 1
-# stopped before it starts MPI, rank 0 ends the run at --comm-timeout 3 naming MPI's
+# a run still going then fails it). The start has a deadline of its own: with rank 1
+# stopped before it starts MPI, rank 0 ends the run at --start-timeout 3 naming MPI's
 # initialisation, instead of waiting in MPI_Init for ever. Skipped (77) where mpirun is
 # missing.
 #   usage: cli_watchdog.sh BUILD_DIR
@@ -82,7 +82,7 @@ grep -q "ptrun: rank 1: comm timeout: $(echo "$what" | sed 's/R/0/') in step [0-
 printf '#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -STOP $$\nexec "$@"\n' \
     >"$tmp/stop-rank1.sh"
 timeout 60 $mpirun -np 2 /bin/sh "$tmp/stop-rank1.sh" "$build/ptrun" "$tmp/dp.json" --quiet \
-    --sample 0 --comm-timeout 3 >"$tmp/init.out" 2>"$tmp/init.err"
+    --sample 0 --start-timeout 3 >"$tmp/init.out" 2>"$tmp/init.err"
 rc=$?
 [ "$rc" = 124 ] && fail "init: the run with a rank stopped before MPI_Init was still going after 60 s"
 [ "$rc" != 0 ] || fail "init: the run with a rank stopped before MPI_Init exited 0"
@@ -93,6 +93,9 @@ grep -q "^ptrun: rank 0: MPI initialisation did not complete within 3 s: a rank 
 "$build/ptrun" "$tmp/dp.json" --comm-timeout soon >/dev/null 2>"$tmp/bad.err" &&
     fail "--comm-timeout soon is accepted"
 grep -q -- "--comm-timeout" "$tmp/bad.err" || fail "--comm-timeout soon: $(cat "$tmp/bad.err")"
+"$build/ptrun" "$tmp/dp.json" --start-timeout soon >/dev/null 2>"$tmp/bad.err" &&
+    fail "--start-timeout soon is accepted"
+grep -q -- "--start-timeout" "$tmp/bad.err" || fail "--start-timeout soon: $(cat "$tmp/bad.err")"
 PT_COMM_TIMEOUT=-3 "$build/ptrun" "$tmp/dp.json" >/dev/null 2>"$tmp/bad.err" &&
     fail "PT_COMM_TIMEOUT=-3 is accepted"
 grep -q "PT_COMM_TIMEOUT='-3'" "$tmp/bad.err" || fail "PT_COMM_TIMEOUT=-3: $(cat "$tmp/bad.err")"
