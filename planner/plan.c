@@ -244,16 +244,16 @@ static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt
     char prec[32];
     pt_err why;
     if (pt_json_get_object(top, "training", training_keys, &o, err) ||
-        get_int_in(&o, "global_batch", 1, 1LL << 30, &t->global_batch, err) ||
+        get_int_in(&o, "global_batch", 1, PT_MAX_GLOBAL_BATCH, &t->global_batch, err) ||
         pt_json_get_string(&o, "precision", prec, sizeof prec, err) ||
         get_int_in(&o, "bucket_bytes", PT_MIN_BUCKET_BYTES, 1LL << 40, &t->bucket_bytes, err) ||
-        get_int_in(&o, "steps", 1, 1LL << 40, &r->steps, err) ||
-        get_real_in(&o, "lr", 0, 1e3, &r->lr, err) ||
-        get_real_in(&o, "min_lr", 0, 1e3, &r->min_lr, err) ||
-        get_int_in(&o, "warmup_steps", 0, 1LL << 40, &r->warmup_steps, err) ||
-        get_real_in(&o, "weight_decay", 0, 1e3, &r->weight_decay, err) ||
-        get_real_in(&o, "grad_clip", 0, 1e9, &r->grad_clip, err) ||
-        get_real_in(&o, "dropout", 0, 0.99, &r->dropout, err) ||
+        get_int_in(&o, "steps", 1, PT_MAX_STEPS, &r->steps, err) ||
+        get_real_in(&o, "lr", 0, PT_MAX_LR, &r->lr, err) ||
+        get_real_in(&o, "min_lr", 0, PT_MAX_LR, &r->min_lr, err) ||
+        get_int_in(&o, "warmup_steps", 0, PT_MAX_STEPS, &r->warmup_steps, err) ||
+        get_real_in(&o, "weight_decay", 0, PT_MAX_LR, &r->weight_decay, err) ||
+        get_real_in(&o, "grad_clip", 0, PT_MAX_GRAD_CLIP, &r->grad_clip, err) ||
+        get_real_in(&o, "dropout", 0, PT_MAX_DROPOUT, &r->dropout, err) ||
         get_int_in(&o, "seed", 0, INT64_MAX, &seed, err) ||
         pt_json_get_string(&o, "data", r->data, sizeof r->data, err))
         return -1;

@@ -24,6 +24,15 @@ extern "C" {
 
 #define PT_PLAN_FORMAT_VERSION 1
 
+/* The limits of the settings below and of the global batch: plan.json's "training"
+ * (plan.c), ptplan's and ptrun's options and a checkpoint's meta.json are held to
+ * them. */
+#define PT_MAX_STEPS (INT64_C(1) << 40)
+#define PT_MAX_GLOBAL_BATCH (INT64_C(1) << 30)
+#define PT_MAX_LR 1e3            /* lr, min_lr and weight_decay */
+#define PT_MAX_GRAD_CLIP 1e9
+#define PT_MAX_DROPOUT 0.99
+
 /* The settings ptrun trains with, beside the layout. */
 typedef struct {
     int64_t steps;

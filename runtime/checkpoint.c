@@ -53,10 +53,6 @@ enum { CKPT_FORMAT_VERSION = 2, CKPT_PATH_MAX = 4096 };
 /* The lock file of the folder (pt_ckpt_lock). */
 #define CKPT_LOCK "lock"
 
-/* The most steps and the largest global batch a plan holds (planner/plan.c,
- * read_training, and ptrun --steps: must match): what a checkpoint's counters can be. */
-#define CKPT_STEPS_MAX (INT64_C(1) << 40)
-#define CKPT_BATCH_MAX (INT64_C(1) << 30)
 /* data_pos counts samples (sequences of the model's length, each a global sample index
  * of the sampler, runtime/data.c): the samples the steps that led to the checkpoint
  * read. Every step advances it by its global batch; a rollback leaves it where the
@@ -65,7 +61,7 @@ enum { CKPT_FORMAT_VERSION = 2, CKPT_PATH_MAX = 4096 };
  * is at least `step` (a step reads one sample at least) and at most this many samples
  * a step: the largest global batch four times over, which leaves room for the steps
  * rollbacks undid (three for every step kept, each of the largest batch). */
-#define CKPT_STEP_SAMPLES_MAX (4 * CKPT_BATCH_MAX)
+#define CKPT_STEP_SAMPLES_MAX (4 * PT_MAX_GLOBAL_BATCH)
 
 static const char *const ckpt_fields[] = {
     "format_version", "step", "data_pos", "world", "layout", "config_hash", "plan_hash",
@@ -172,27 +168,28 @@ static int ckpt_hash_ok(const char *h)
 static int ckpt_meta_ranges(const char *path, const pt_ckpt_meta *m, pt_err *err)
 {
     const pt_run_opts *r = &m->run;
-    if (r->steps < 1 || r->steps > CKPT_STEPS_MAX)
+    if (r->steps < 1 || r->steps > PT_MAX_STEPS)
         return pt_err_set(err, "%s: field 'training.steps' = %" PRId64 ": expected 1 to %" PRId64,
-                          path, r->steps, CKPT_STEPS_MAX);
+                          path, r->steps, PT_MAX_STEPS);
     if (m->step < 0 || m->step > r->steps)
         return pt_err_set(err, "%s: field 'step' = %" PRId64 ": expected 0 to the run's "
                           "training.steps, %" PRId64, path, m->step, r->steps);
-    if (r->warmup_steps < 0 || r->warmup_steps > CKPT_STEPS_MAX)
+    if (r->warmup_steps < 0 || r->warmup_steps > PT_MAX_STEPS)
         return pt_err_set(err, "%s: field 'training.warmup_steps' = %" PRId64 ": expected 0 to "
-                          "%" PRId64, path, r->warmup_steps, CKPT_STEPS_MAX);
-    if (m->global_batch < 1 || m->global_batch > CKPT_BATCH_MAX)
+                          "%" PRId64, path, r->warmup_steps, PT_MAX_STEPS);
+    if (m->global_batch < 1 || m->global_batch > PT_MAX_GLOBAL_BATCH)
         return pt_err_set(err, "%s: field 'training.global_batch' = %" PRId64 ": expected 1 to "
-                          "%" PRId64, path, m->global_batch, CKPT_BATCH_MAX);
+                          "%" PRId64, path, m->global_batch, PT_MAX_GLOBAL_BATCH);
     if (m->world < 1 || m->world > PT_MAX_WORLD)
         return pt_err_set(err, "%s: field 'world' = %" PRId64 ": expected 1 to %" PRId64, path,
                           m->world, (int64_t)PT_MAX_WORLD);
     if (m->train_tokens < 0)
         return pt_err_set(err, "%s: field 'training.train_tokens' = %" PRId64 ": expected a "
                           "count, at least 0", path, m->train_tokens);
-    /* the ranges of a plan's settings (planner/plan.c, read_training; ptrun --dropout) */
+    /* the ranges of a plan's settings */
     const double reals[] = {r->lr, r->min_lr, r->weight_decay, r->grad_clip, r->dropout};
-    static const double most_real[] = {1e3, 1e3, 1e3, 1e9, 0.99};
+    static const double most_real[] = {PT_MAX_LR, PT_MAX_LR, PT_MAX_LR, PT_MAX_GRAD_CLIP,
+                                       PT_MAX_DROPOUT};
     static const char *const names[] = {"lr", "min_lr", "weight_decay", "grad_clip", "dropout"};
     for (int i = 0; i < 5; i++)
         if (!(reals[i] >= 0 && reals[i] <= most_real[i]))

@@ -158,7 +158,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_DATA: o->data = optarg; break;
         case O_VAL_DATA: o->val_data = optarg; break;
         case O_TOKENIZER: o->tokenizer = optarg; break;
-        case O_STEPS: bad = pt_cli_int("ptrun", "--steps", optarg, 1, 1LL << 40, &o->steps); break;
+        case O_STEPS: bad = pt_cli_int("ptrun", "--steps", optarg, 1, PT_MAX_STEPS, &o->steps); break;
         case O_VAL: bad = pt_cli_int("ptrun", "--val-every", optarg, 0, 1LL << 40, &o->val_every); break;
         case O_VALB: bad = pt_cli_int("ptrun", "--val-batches", optarg, 1, 1 << 20, &o->val_batches);
             break;
@@ -177,14 +177,14 @@ static int parse_options(int argc, char **argv, options *o)
         case O_QUIET: o->quiet = true; break;
         case O_RECORD: o->record = true; break;
         case O_DB: o->db = optarg; break;
-        case O_DROPOUT: bad = pt_cli_real("ptrun", "--dropout", optarg, 0, 0.99, &o->dropout); break;
+        case O_DROPOUT: bad = pt_cli_real("ptrun", "--dropout", optarg, 0, PT_MAX_DROPOUT, &o->dropout); break;
         case O_COMM_TIMEOUT:
             bad = pt_cli_real("ptrun", "--comm-timeout", optarg, 0, 1e9, &o->comm_timeout_s);
             break;
         case O_START_TIMEOUT:
             bad = pt_cli_real("ptrun", "--start-timeout", optarg, 0, 1e9, &o->start_timeout_s);
             break;
-        case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, 1LL << 40, &o->stop_after); break;
+        case O_STOP: bad = pt_cli_int("ptrun", "--stop-after", optarg, 1, PT_MAX_STEPS, &o->stop_after); break;
         case O_KEEP: bad = pt_cli_int("ptrun", "--keep", optarg, 1, 1000000, &o->keep_ckpt); break;
         case O_SPIKE_WINDOW:
             bad = pt_cli_int("ptrun", "--spike-window", optarg, 1, 1 << 20, &o->spike_window);

@@ -187,7 +187,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_COMPRESS: bad = parse_compress(optarg, &o->compress_modes); break;
         case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
         case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
-        case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, 1LL << 30, &o->global_batch);
+        case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, PT_MAX_GLOBAL_BATCH, &o->global_batch);
             break;
         case O_SEQ: bad = pt_cli_int("ptplan", "--seq", optarg, 1, 1LL << 30, &o->seq); break;
         case O_PREC: o->precision = optarg; break;
@@ -213,10 +213,10 @@ static int parse_options(int argc, char **argv, options *o)
         case O_NOOUT: o->no_out = true; break;
         case O_TIMELINE: o->timeline = optarg; break;
         case O_SIMTOP: bad = pt_cli_int("ptplan", "--sim-top", optarg, 0, INT64_MAX, &o->sim_top); break;
-        case O_STEPS: bad = pt_cli_int("ptplan", "--steps", optarg, 1, 1LL << 40, &o->steps); break;
+        case O_STEPS: bad = pt_cli_int("ptplan", "--steps", optarg, 1, PT_MAX_STEPS, &o->steps); break;
         case O_SEED: bad = pt_cli_int("ptplan", "--seed", optarg, 0, INT64_MAX, &o->seed); break;
         case O_DATA: o->data = optarg; break;
-        case O_LR: bad = pt_cli_real("ptplan", "--lr", optarg, 1e-12, 1e3, &o->lr); break;
+        case O_LR: bad = pt_cli_real("ptplan", "--lr", optarg, 1e-12, PT_MAX_LR, &o->lr); break;
         case 'h': fputs(usage_text, stdout); exit(0);
         case O_VERSION:
             printf("ptplan %s (CUDA backend: %s)\n", PT_VERSION, PT_CUDA_BACKEND_STATE);
