@@ -106,15 +106,16 @@ static char *follow_links(const char *path, pt_err *err)
 }
 
 /* Six letters or digits that differ between calls and processes (the same alphabet as
- * mkstemp(3)'s XXXXXX); a clash with an existing name is caught by O_EXCL and retried. */
-static void random_suffix(char out[7])
+ * mkstemp(3)'s XXXXXX), from the clock, the pid and the attempt; a clash with an
+ * existing name is caught by O_EXCL and retried with the next attempt. */
+static void random_suffix(char out[7], unsigned attempt)
 {
     static const char abc[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    static unsigned long long counter;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     unsigned long long x = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)ts.tv_sec << 30) ^
-                           ((unsigned long long)getpid() << 16) ^ (++counter * 0x9e3779b97f4a7c15ULL);
+                           ((unsigned long long)getpid() << 16) ^
+                           ((attempt + 1ULL) * 0x9e3779b97f4a7c15ULL);
     for (int i = 0; i < 6; i++) {
         x ^= x >> 33; /* splitmix64's finaliser: every input bit reaches every output */
         x *= 0xff51afd7ed558ccdULL;
@@ -145,7 +146,7 @@ static int open_temporary(pt_out *o, bool replaces, mode_t mode, pt_err *err)
     int fd = -1;
     for (int attempt = 0; fd < 0 && attempt < 100; attempt++) {
         char suffix[7];
-        random_suffix(suffix);
+        random_suffix(suffix, (unsigned)attempt);
         snprintf(o->tmp, path_len + 1, "%s.tmp-%s.%s", o->target, pid, suffix);
         fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                   replaces ? mode : 0666);
