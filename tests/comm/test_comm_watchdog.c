@@ -102,11 +102,12 @@ static void check_guard(void)
     /* ended in time: silent, and the process goes on */
     CHECK_INT(guarded_child(5, 0.05, &ran, note, sizeof note), 0);
     CHECK_INT((int)strlen(note), 0);
-    /* past the deadline: the line, and status 1 at the deadline, not at the stage's end */
+    /* past the deadline: the line, and status 1 from the guard, not 0 at the stage's end
+     * (30 s on), and not before the deadline */
     CHECK_INT(guarded_child(0.3, 30, &ran, note, sizeof note), 1);
     CHECK_STR_HAS(note, "rank 3: a test stage did not complete within 0.3 s: a rank stalled "
                         "or died before reaching it");
-    CHECK(ran >= 0.3 && ran < 20);
+    CHECK(ran >= 0.3);
     /* no deadline: no guard */
     CHECK_INT(guarded_child(0, 0.5, &ran, note, sizeof note), 0);
     CHECK_INT((int)strlen(note), 0);

