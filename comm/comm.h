@@ -282,8 +282,6 @@ extern const pt_p2p_issue pt_comm_nccl_p2p;
  * initialisation did not complete within N s: ..." (or "building the process groups")
  * to the notes and exit 1 (MPI_Abort cannot be called before MPI_Init returns; the
  * launcher ends the others). */
-/* Sets the deadline in seconds (<= 0: none). c may be NULL (nothing to do). */
-void pt_comm_set_timeout(pt_comm *c, double seconds);
 double pt_comm_timeout(const pt_comm *c);
 /* What the trainer is doing, for the watchdog's report: step (the step number the
  * trainer shows; < 0: none) and `doing` ("training", "validation", ...; NULL for

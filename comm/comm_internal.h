@@ -189,6 +189,10 @@ typedef struct {
     pt_comm_note_fn note;
     void *note_arg;
 } pt_comm_guard;
+/* Sets the watchdog's deadline in seconds (<= 0: none) after the start, which
+ * pt_comm_opts sets otherwise: for the tests. c may be NULL (nothing to do). */
+void pt_comm_set_timeout(pt_comm *c, double seconds);
+
 /* The start's deadline when none is given (pt_comm_opts.start_timeout_s < 0): as the
  * watchdog's default, far above MPI_Init on thousands of ranks (tens of seconds). */
 #define PT_COMM_START_TIMEOUT_DEFAULT_S 300.0

@@ -3,7 +3,7 @@
  * deadline, so that a rank that stalls (stopped, swapping, stuck in a driver) or dies
  * without its launcher noticing ends the run with a report instead of leaving the
  * other ranks spinning in MPI for ever. This file owns the deadline (PT_COMM_TIMEOUT,
- * pt_comm_set_timeout), the trainer's context that the report names
+ * pt_comm_opts), the trainer's context that the report names
  * (pt_comm_set_context), the polling wait on MPI requests that comm_mpi.c uses in
  * place of MPI_Wait, and the report itself.
  *
