@@ -6,8 +6,9 @@
  * `local`, read off this machine at run time), the JSON form of a spec and its
  * checks. Datasheet figures are upper bounds; ptprofile's measurements replace them.
  *
- * JSON format (every field required, unknown fields refused; numbers other than
- * nodes, devices_per_node and memory_bytes may be integers or reals):
+ * JSON format (unknown fields refused, and every field required but those marked
+ * optional; integers may be written as reals with no fractional part, 40e9; other
+ * numbers may be integers or reals):
  *   {
  *     "name": "my-cluster",            string, at most 63 bytes, not empty
  *     "nodes": 4,                      integer >= 1
@@ -17,14 +18,24 @@
  *       "memory_bytes": 85899345920,   integer > 0
  *       "memory_bandwidth": 2.039e12,  bytes/s
  *       "peak_flops": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
- *                      "fp16": 312e12, "fp8": 0}   dense FLOP/s; 0 = unsupported or
- *                                                  not yet profiled
+ *                      "fp16": 312e12, "fp8": 0}   dense FLOP/s, each optional;
+ *                                                  absent or 0 = unsupported or not
+ *                                                  yet profiled; the planned
+ *                                                  precision's must be > 0
+ *       "sm_count": 108,               optional
+ *       "gemm_max_efficiency": 0.869   optional, share of peak
  *     },
  *     "intra_node": {"name": "NVLink3", "bandwidth": 300e9, "latency": 3e-6},
- *     "inter_node": {"name": "HDR-IB", "bandwidth": 25e9, "latency": 5e-6}
+ *     "inter_node": {"name": "HDR-IB", "bandwidth": 25e9, "latency": 5e-6,
+ *                    "nics": 8,              optional: NICs per node, >= 1
+ *                    "nic_bandwidth": 25e9}  optional: bytes/s per NIC per direction
  *   }
  * Link bandwidth is bytes/s per device per direction, latency in seconds; all rates
- * and latencies must be finite and >= 0 (0 = not yet profiled).
+ * and latencies must be finite and >= 0 (0 = not yet profiled). Either link may add
+ * the optional "bus_bandwidth" and "allreduce_bus_bandwidth" (NCCL's achievable bus
+ * bandwidth). The inter-node "bandwidth" may be left out when "nics" and
+ * "nic_bandwidth" are given: it is then nics x nic_bandwidth / devices_per_node (the
+ * node's NICs shared by its devices); given with both, it must agree with them.
  */
 #include "cost.h"
 #include "specjson.h"
@@ -79,7 +90,7 @@ static const pt_cluster cluster_dgx_a100 = {
     .intra = {.name = "NVLink3", .bw_Bps = 300e9, .latency_s = PT_NVLINK_LATENCY_S,
               .busbw_Bps = 200e9},
     .inter = {.name = "HDR-InfiniBand-200G", .bw_Bps = 25e9, .latency_s = PT_IB_LATENCY_S,
-              .busbw_Bps = 23e9},
+              .busbw_Bps = 23e9, .nics = 8, .nic_bw_Bps = 25e9},
 };
 
 /* NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): FP32 67 TFLOPS, and
@@ -99,7 +110,7 @@ static const pt_cluster cluster_dgx_h100 = {
     .intra = {.name = "NVLink4", .bw_Bps = 450e9, .latency_s = PT_NVLINK_LATENCY_S,
               .busbw_Bps = 370e9, .allreduce_busbw_Bps = 480e9},
     .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
-              .busbw_Bps = 46e9},
+              .busbw_Bps = 46e9, .nics = 8, .nic_bw_Bps = 50e9},
 };
 
 /* This machine as one node whose "devices" are its online CPU cores, each with an
@@ -180,8 +191,15 @@ static const char *const cluster_keys[] = {"name", "nodes", "devices_per_node", 
 static const char *const device_keys[] = {"name", "memory_bytes", "memory_bandwidth",
                                           "peak_flops", "sm_count", "gemm_max_efficiency",
                                           NULL};
-static const char *const link_keys[] = {"name", "bandwidth", "latency", "bus_bandwidth",
-                                        "allreduce_bus_bandwidth", NULL};
+static const char *const intra_keys[] = {"name", "bandwidth", "latency", "bus_bandwidth",
+                                         "allreduce_bus_bandwidth", NULL};
+static const char *const inter_keys[] = {"name", "bandwidth", "latency", "nics",
+                                         "nic_bandwidth", "bus_bandwidth",
+                                         "allreduce_bus_bandwidth", NULL};
+
+/* Two statements of one bandwidth agree when within this share of each other (a spec
+ * may round what it derives by hand). */
+#define PT_NIC_BW_TOLERANCE 1e-6
 
 /* Optional fields (specs written before they existed leave them out: 0, unknown). */
 static int opt_real(const pt_json_obj *o, const char *key, double *out, pt_err *err)
@@ -189,49 +207,134 @@ static int opt_real(const pt_json_obj *o, const char *key, double *out, pt_err *
     return json_object_get(o->obj, key) ? pt_json_get_real(o, key, out, err) : 0;
 }
 
-static int link_read(const pt_json_obj *o, const char *key, pt_link *l, pt_err *err)
+static bool has(const pt_json_obj *o, const char *key)
+{
+    return json_object_get(o->obj, key) != NULL;
+}
+
+/* The per-device inter-node bandwidth a node's NICs give: nics x nic_bw shared by
+ * its devices. */
+static double nic_share_Bps(const pt_link *l, int devices_per_node)
+{
+    return (double)l->nics * l->nic_bw_Bps / devices_per_node;
+}
+
+static bool nic_share_agrees(const pt_link *l, int devices_per_node)
+{
+    double share = nic_share_Bps(l, devices_per_node);
+    return fabs(l->bw_Bps - share) <= PT_NIC_BW_TOLERANCE * share;
+}
+
+/* inter_node's NICs: "nics" (per node, >= 1) and "nic_bandwidth" (bytes/s per NIC
+ * per direction, > 0), from which "bandwidth" is derived when absent and which it
+ * must agree with when present. `dpn` is the devices per node read (< 1: unknown,
+ * reported elsewhere, nothing derived). */
+static int nics_read(const pt_json_obj *lo, int dpn, pt_link *l, pt_err *err)
+{
+    char nics[160], nic_bw[160], bw[160];
+    pt_json_field_name(lo, "nics", nics, sizeof nics);
+    pt_json_field_name(lo, "nic_bandwidth", nic_bw, sizeof nic_bw);
+    pt_json_field_name(lo, "bandwidth", bw, sizeof bw);
+    int bad = 0;
+    if (has(lo, "nics")) {
+        if (pt_json_get_int32(lo, "nics", &l->nics, err))
+            bad = -1;
+        else if (l->nics < 1)
+            bad = pt_json_fail(lo, "nics", err, "%s: field '%s' = %d: must be at least 1",
+                               lo->origin, nics, l->nics);
+    }
+    if (has(lo, "nic_bandwidth")) {
+        if (pt_json_get_real(lo, "nic_bandwidth", &l->nic_bw_Bps, err))
+            bad = -1;
+        else if (!(isfinite(l->nic_bw_Bps) && l->nic_bw_Bps > 0))
+            bad = pt_json_fail(lo, "nic_bandwidth", err, "%s: field '%s' = %g: must be "
+                               "finite and greater than 0", lo->origin, nic_bw, l->nic_bw_Bps);
+    }
+    if (has(lo, "nic_bandwidth") && !has(lo, "nics"))
+        bad |= pt_json_fail(lo, "nics", err, "%s: field '%s' needs '%s', the NICs per node",
+                            lo->origin, nic_bw, nics);
+    bool derive = has(lo, "nics") && has(lo, "nic_bandwidth");
+    if (has(lo, "bandwidth"))
+        bad |= pt_json_get_real(lo, "bandwidth", &l->bw_Bps, err);
+    else if (!derive)
+        bad |= pt_json_fail(lo, "bandwidth", err, "%s: missing field '%s' (or give '%s' and "
+                            "'%s')", lo->origin, bw, nics, nic_bw);
+    if (bad || !derive || dpn < 1)
+        return bad ? -1 : 0;
+    if (!has(lo, "bandwidth"))
+        l->bw_Bps = nic_share_Bps(l, dpn);
+    else if (!nic_share_agrees(l, dpn))
+        return pt_json_fail(lo, "bandwidth", err, "%s: field '%s' = %g disagrees with nics x "
+                            "nic_bandwidth / devices_per_node = %d x %g / %d = %g: give "
+                            "one or make them agree", lo->origin, bw, l->bw_Bps, l->nics,
+                            l->nic_bw_Bps, dpn, nic_share_Bps(l, dpn));
+    return 0;
+}
+
+/* Reads link `key`; the inter-node link may state its NICs (nics_read). */
+static int link_read(const pt_json_obj *o, const char *key, bool inter, int dpn, pt_link *l,
+                     pt_err *err)
 {
     pt_json_obj lo;
-    if (pt_json_get_object(o, key, link_keys, &lo, err) ||
-        pt_json_get_string(&lo, "name", l->name, sizeof l->name, err) ||
-        pt_json_get_real(&lo, "bandwidth", &l->bw_Bps, err) ||
-        pt_json_get_real(&lo, "latency", &l->latency_s, err) ||
-        opt_real(&lo, "bus_bandwidth", &l->busbw_Bps, err) ||
-        opt_real(&lo, "allreduce_bus_bandwidth", &l->allreduce_busbw_Bps, err))
+    if (pt_json_get_object(o, key, inter ? inter_keys : intra_keys, &lo, err))
         return -1;
-    return 0;
+    int bad = pt_json_get_string(&lo, "name", l->name, sizeof l->name, err);
+    bad |= inter ? nics_read(&lo, dpn, l, err)
+                 : pt_json_get_real(&lo, "bandwidth", &l->bw_Bps, err);
+    bad |= pt_json_get_real(&lo, "latency", &l->latency_s, err);
+    bad |= opt_real(&lo, "bus_bandwidth", &l->busbw_Bps, err);
+    bad |= opt_real(&lo, "allreduce_bus_bandwidth", &l->allreduce_busbw_Bps, err);
+    return bad ? -1 : 0;
 }
 
 static int device_read(const pt_json_obj *o, pt_device *d, pt_err *err)
 {
     pt_json_obj dev, flops;
-    if (pt_json_get_object(o, "device", device_keys, &dev, err) ||
-        pt_json_get_string(&dev, "name", d->name, sizeof d->name, err) ||
-        pt_json_get_int(&dev, "memory_bytes", &d->memory_bytes, err) ||
-        pt_json_get_real(&dev, "memory_bandwidth", &d->memory_bw_Bps, err) ||
-        pt_json_get_object(&dev, "peak_flops", dtype_names, &flops, err) ||
-        (json_object_get(dev.obj, "sm_count") &&
-         pt_json_get_int32(&dev, "sm_count", &d->sm_count, err)) ||
-        opt_real(&dev, "gemm_max_efficiency", &d->gemm_max_eff, err))
+    if (pt_json_get_object(o, "device", device_keys, &dev, err))
         return -1;
-    for (int t = 0; t < PT_DTYPE_COUNT; t++)
-        if (pt_json_get_real(&flops, dtype_names[t], &d->peak_flops[t], err))
-            return -1;
-    return 0;
+    int bad = pt_json_get_string(&dev, "name", d->name, sizeof d->name, err);
+    bad |= pt_json_get_int(&dev, "memory_bytes", &d->memory_bytes, err);
+    bad |= pt_json_get_real(&dev, "memory_bandwidth", &d->memory_bw_Bps, err);
+    /* Each peak is optional: absent is 0, unsupported (pt_cluster_check_precision
+     * requires the planned precision's). */
+    if (pt_json_get_object(&dev, "peak_flops", dtype_names, &flops, err) == 0) {
+        for (int t = 0; t < PT_DTYPE_COUNT; t++)
+            bad |= opt_real(&flops, dtype_names[t], &d->peak_flops[t], err);
+    } else {
+        bad = -1;
+    }
+    if (has(&dev, "sm_count"))
+        bad |= pt_json_get_int32(&dev, "sm_count", &d->sm_count, err);
+    bad |= opt_real(&dev, "gemm_max_efficiency", &d->gemm_max_eff, err);
+    return bad ? -1 : 0;
+}
+
+/* Reads every field of `o` (which has a collector) into c, recording each problem. */
+static int cluster_read(const pt_json_obj *o, pt_cluster *c, pt_err *err)
+{
+    int bad = pt_json_check_keys(o, cluster_keys, err);
+    bad |= pt_json_get_string(o, "name", c->name, sizeof c->name, err);
+    bad |= pt_json_get_int32(o, "nodes", &c->nodes, err);
+    bad |= pt_json_get_int32(o, "devices_per_node", &c->devices_per_node, err);
+    bad |= device_read(o, &c->device, err);
+    bad |= link_read(o, "intra_node", false, 0, &c->intra, err);
+    bad |= link_read(o, "inter_node", true, c->devices_per_node, &c->inter, err);
+    return bad ? -1 : 0;
 }
 
 int pt_cluster_read_obj(const pt_json_obj *o, pt_cluster *c, pt_err *err)
 {
-    if (pt_json_check_keys(o, cluster_keys, err) ||
-        pt_json_get_string(o, "name", c->name, sizeof c->name, err) ||
-        pt_json_get_int32(o, "nodes", &c->nodes, err) ||
-        pt_json_get_int32(o, "devices_per_node", &c->devices_per_node, err) ||
-        device_read(o, &c->device, err) ||
-        link_read(o, "intra_node", &c->intra, err) ||
-        link_read(o, "inter_node", &c->inter, err))
-        return -1;
-    return 0;
+    if (o->errs)
+        return cluster_read(o, c, err);
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    pt_json_obj all = *o;
+    all.errs = &errs;
+    cluster_read(&all, c, err);
+    return pt_json_errs_finish(&errs, o->origin, err);
 }
+
+static void cluster_check(const pt_cluster *c, const char *origin, pt_json_errs *e);
 
 int pt_cluster_from_json(const char *text, const char *origin, pt_cluster *out, pt_err *err)
 {
@@ -241,16 +344,20 @@ int pt_cluster_from_json(const char *text, const char *origin, pt_cluster *out, 
         return -1;
     pt_cluster c;
     memset(&c, 0, sizeof c);
-    int rc = pt_cluster_read_obj(&top, &c, err);
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    top.errs = &errs;
+    cluster_read(&top, &c, err);
     json_decref(root);
-    if (rc == 0)
-        rc = pt_cluster_validate(&c, origin, err);
+    /* The values read are checked too; a field already reported is not again. */
+    cluster_check(&c, origin, &errs);
+    int rc = pt_json_errs_finish(&errs, origin, err);
     if (rc == 0)
         *out = c;
     return rc;
 }
 
-static json_t *link_to_json(const pt_link *l)
+static json_t *link_to_json(const pt_link *l, int devices_per_node)
 {
     json_t *o = json_object();
     if (!o)
@@ -258,6 +365,13 @@ static json_t *link_to_json(const pt_link *l)
     int bad = pt_json_set(o, "name", json_string(l->name));
     bad |= pt_json_set(o, "bandwidth", json_real(l->bw_Bps));
     bad |= pt_json_set(o, "latency", json_real(l->latency_s));
+    if (l->nics)
+        bad |= pt_json_set(o, "nics", json_integer(l->nics));
+    /* Only while the NICs still give the bandwidth: ptplan --devices changes the
+     * devices per node of a spec read, and the dump must load back. */
+    if (l->nics && l->nic_bw_Bps > 0 && devices_per_node > 0 &&
+        nic_share_agrees(l, devices_per_node))
+        bad |= pt_json_set(o, "nic_bandwidth", json_real(l->nic_bw_Bps));
     if (l->busbw_Bps)
         bad |= pt_json_set(o, "bus_bandwidth", json_real(l->busbw_Bps));
     if (l->allreduce_busbw_Bps)
@@ -302,8 +416,8 @@ json_t *pt_cluster_json_obj(const pt_cluster *c)
     bad |= pt_json_set(root, "nodes", json_integer(c->nodes));
     bad |= pt_json_set(root, "devices_per_node", json_integer(c->devices_per_node));
     bad |= pt_json_set(root, "device", device_to_json(&c->device));
-    bad |= pt_json_set(root, "intra_node", link_to_json(&c->intra));
-    bad |= pt_json_set(root, "inter_node", link_to_json(&c->inter));
+    bad |= pt_json_set(root, "intra_node", link_to_json(&c->intra, c->devices_per_node));
+    bad |= pt_json_set(root, "inter_node", link_to_json(&c->inter, c->devices_per_node));
     if (bad) {
         json_decref(root);
         return NULL;
@@ -327,65 +441,59 @@ char *pt_cluster_to_json(const pt_cluster *c)
 #define PT_CLUSTER_MAX_DEVICES_PER_NODE (1 << 20)
 #define PT_CLUSTER_MAX_WORLD (INT64_C(1) << 30)
 #define PT_CLUSTER_MAX_MEMORY_BYTES (INT64_C(1) << 50)
+#define PT_CLUSTER_MAX_NICS (1 << 16)
 
-static int cluster_check_name(const char *name, size_t n, const char *key, const char *origin,
-                              pt_err *err)
+static void cluster_check_name(const char *name, size_t n, const char *key,
+                               const char *origin, pt_json_errs *e)
 {
     if (!memchr(name, '\0', n))
-        return pt_err_set(err, "%s: field '%s' is not terminated", origin, key);
-    if (!name[0])
-        return pt_err_set(err, "%s: field '%s' is empty", origin, key);
-    return 0;
+        pt_json_errs_add(e, key, "%s: field '%s' is not terminated", origin, key);
+    else if (!name[0])
+        pt_json_errs_add(e, key, "%s: field '%s' is empty", origin, key);
 }
 
-static int cluster_check_names(const pt_cluster *c, const char *origin, pt_err *err)
+static void cluster_check_names(const pt_cluster *c, const char *origin, pt_json_errs *e)
 {
-    if (cluster_check_name(c->name, sizeof c->name, "name", origin, err) ||
-        cluster_check_name(c->device.name, sizeof c->device.name, "device.name", origin, err) ||
-        cluster_check_name(c->intra.name, sizeof c->intra.name, "intra_node.name", origin,
-                           err) ||
-        cluster_check_name(c->inter.name, sizeof c->inter.name, "inter_node.name", origin,
-                           err))
-        return -1;
-    return 0;
+    cluster_check_name(c->name, sizeof c->name, "name", origin, e);
+    cluster_check_name(c->device.name, sizeof c->device.name, "device.name", origin, e);
+    cluster_check_name(c->intra.name, sizeof c->intra.name, "intra_node.name", origin, e);
+    cluster_check_name(c->inter.name, sizeof c->inter.name, "inter_node.name", origin, e);
 }
 
-static int cluster_check_count(int64_t value, int64_t min, int64_t max, const char *key,
-                               const char *origin, pt_err *err)
+/* Returns whether value is in [min, max], recording a problem when not. */
+static bool cluster_check_count(int64_t value, int64_t min, int64_t max, const char *key,
+                                const char *origin, pt_json_errs *e)
 {
     if (value < min)
-        return pt_err_set(err, "%s: field '%s' = %" PRId64 ": must be at least %" PRId64,
-                          origin, key, value, min);
-    if (value > max)
-        return pt_err_set(err, "%s: field '%s' = %" PRId64 ": must be at most %" PRId64,
-                          origin, key, value, max);
-    return 0;
+        pt_json_errs_add(e, key, "%s: field '%s' = %" PRId64 ": must be at least %" PRId64,
+                         origin, key, value, min);
+    else if (value > max)
+        pt_json_errs_add(e, key, "%s: field '%s' = %" PRId64 ": must be at most %" PRId64,
+                         origin, key, value, max);
+    return value >= min && value <= max;
 }
 
-static int cluster_check_counts(const pt_cluster *c, const char *origin, pt_err *err)
+static void cluster_check_counts(const pt_cluster *c, const char *origin, pt_json_errs *e)
 {
-    if (cluster_check_count(c->nodes, 1, PT_CLUSTER_MAX_NODES, "nodes", origin, err) ||
-        cluster_check_count(c->devices_per_node, 1, PT_CLUSTER_MAX_DEVICES_PER_NODE,
-                            "devices_per_node", origin, err) ||
-        cluster_check_count(c->device.memory_bytes, 1, PT_CLUSTER_MAX_MEMORY_BYTES,
-                            "device.memory_bytes", origin, err))
-        return -1;
-    if (pt_cluster_world(c) > PT_CLUSTER_MAX_WORLD)
-        return pt_err_set(err, "%s: nodes x devices_per_node = %" PRId64 " devices: must be "
-                               "at most %" PRId64, origin, pt_cluster_world(c),
-                          PT_CLUSTER_MAX_WORLD);
-    return 0;
+    bool nodes = cluster_check_count(c->nodes, 1, PT_CLUSTER_MAX_NODES, "nodes", origin, e);
+    bool dpn = cluster_check_count(c->devices_per_node, 1, PT_CLUSTER_MAX_DEVICES_PER_NODE,
+                                   "devices_per_node", origin, e);
+    cluster_check_count(c->device.memory_bytes, 1, PT_CLUSTER_MAX_MEMORY_BYTES,
+                        "device.memory_bytes", origin, e);
+    cluster_check_count(c->inter.nics, 0, PT_CLUSTER_MAX_NICS, "inter_node.nics", origin, e);
+    if (c->intra.nics || c->intra.nic_bw_Bps)
+        pt_json_errs_add(e, "intra_node", "%s: field 'intra_node': only inter_node states "
+                         "NICs", origin);
+    if (c->inter.nic_bw_Bps && !c->inter.nics)
+        pt_json_errs_add(e, "inter_node.nics", "%s: field 'inter_node.nic_bandwidth' needs "
+                         "'inter_node.nics', the NICs per node", origin);
+    if (nodes && dpn && pt_cluster_world(c) > PT_CLUSTER_MAX_WORLD)
+        pt_json_errs_add(e, NULL, "%s: nodes x devices_per_node = %" PRId64 " devices: must "
+                         "be at most %" PRId64, origin, pt_cluster_world(c),
+                         PT_CLUSTER_MAX_WORLD);
 }
 
-static int cluster_check_rate(double value, const char *key, const char *origin, pt_err *err)
-{
-    if (!isfinite(value) || value < 0)
-        return pt_err_set(err, "%s: field '%s' = %g: must be finite and at least 0", origin,
-                          key, value);
-    return 0;
-}
-
-static int cluster_check_rates(const pt_cluster *c, const char *origin, pt_err *err)
+static void cluster_check_rates(const pt_cluster *c, const char *origin, pt_json_errs *e)
 {
     const struct {
         const char *key;
@@ -400,6 +508,7 @@ static int cluster_check_rates(const pt_cluster *c, const char *origin, pt_err *
         {"intra_node.bandwidth", c->intra.bw_Bps},
         {"intra_node.latency", c->intra.latency_s},
         {"inter_node.bandwidth", c->inter.bw_Bps},
+        {"inter_node.nic_bandwidth", c->inter.nic_bw_Bps},
         {"inter_node.latency", c->inter.latency_s},
         {"intra_node.bus_bandwidth", c->intra.busbw_Bps},
         {"intra_node.allreduce_bus_bandwidth", c->intra.allreduce_busbw_Bps},
@@ -407,23 +516,47 @@ static int cluster_check_rates(const pt_cluster *c, const char *origin, pt_err *
         {"inter_node.allreduce_bus_bandwidth", c->inter.allreduce_busbw_Bps},
     };
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
-        if (cluster_check_rate(rates[i].value, rates[i].key, origin, err))
-            return -1;
-    return 0;
+        if (!isfinite(rates[i].value) || rates[i].value < 0)
+            pt_json_errs_add(e, rates[i].key, "%s: field '%s' = %g: must be finite and at "
+                             "least 0", origin, rates[i].key, rates[i].value);
+}
+
+/* Records every problem of c, skipping fields e already has one for. */
+static void cluster_check(const pt_cluster *c, const char *origin, pt_json_errs *e)
+{
+    cluster_check_names(c, origin, e);
+    cluster_check_counts(c, origin, e);
+    cluster_check_rates(c, origin, e);
+    if (c->device.sm_count < 0 || c->device.sm_count > (1 << 20))
+        pt_json_errs_add(e, "device.sm_count", "%s: field 'device.sm_count' = %d: must be 0 "
+                         "(unknown) to 2^20", origin, c->device.sm_count);
+    if (!(c->device.gemm_max_eff >= 0 && c->device.gemm_max_eff <= 1))
+        pt_json_errs_add(e, "device.gemm_max_efficiency", "%s: field "
+                         "'device.gemm_max_efficiency' = %g: must be a share of peak from 0 "
+                         "(unknown) to 1", origin, c->device.gemm_max_eff);
 }
 
 int pt_cluster_validate(const pt_cluster *c, const char *origin, pt_err *err)
 {
-    if (cluster_check_names(c, origin, err) || cluster_check_counts(c, origin, err) ||
-        cluster_check_rates(c, origin, err))
-        return -1;
-    if (c->device.sm_count < 0 || c->device.sm_count > (1 << 20))
-        return pt_err_set(err, "%s: field 'device.sm_count' = %d: must be 0 (unknown) to 2^20",
-                          origin, c->device.sm_count);
-    if (!(c->device.gemm_max_eff >= 0 && c->device.gemm_max_eff <= 1))
-        return pt_err_set(err, "%s: field 'device.gemm_max_efficiency' = %g: must be a share "
-                               "of peak from 0 (unknown) to 1", origin, c->device.gemm_max_eff);
-    return 0;
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    cluster_check(c, origin, &errs);
+    return pt_json_errs_finish(&errs, origin, err);
+}
+
+int pt_cluster_check_precision(const pt_cluster *c, pt_prec_kind p, pt_err *err)
+{
+    pt_dtype d = pt_prec_dtype(p);
+    bool any = false;
+    for (int t = 0; t < PT_DTYPE_COUNT; t++)
+        any |= c->device.peak_flops[t] > 0;
+    /* No peak at all: not yet profiled (`local`); the cost model's defaults price it. */
+    if (c->device.peak_flops[d] > 0 || !any)
+        return 0;
+    return pt_err_set(err, "cluster '%s': field 'device.peak_flops.%s' is absent or 0 "
+                           "(unsupported), but precision %s computes in %s: give the "
+                           "device's dense %s FLOP/s, or plan another precision", c->name,
+                      pt_dtype_name(d), pt_prec_name(p), pt_dtype_name(d), pt_dtype_name(d));
 }
 
 /* ---- Profiled figures --------------------------------------------------------- */

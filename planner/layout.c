@@ -54,6 +54,8 @@ static const struct {
     [PT_REJECT_COMPRESS_ZERO] = {"compress_zero", "gradient compression with ZeRO stage 2/3"},
     [PT_REJECT_COMPRESS_NO_DP] = {"compress_no_dp",
                                   "gradient compression with dp*cp = 1 compresses nothing"},
+    [PT_REJECT_SCHEDULE_SIZE] = {"schedule_size",
+                                 "pp*vp*micro-batches above 2^24: the batch is far too large"},
     [PT_REJECT_BAD_VALUE] = {"bad_value", "a size below 1 or ZeRO stage outside 0..3"},
 };
 
@@ -512,6 +514,8 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     RULE(l->compress != PT_COMPRESS_NONE && l->zero >= 2, PT_REJECT_COMPRESS_ZERO);
     RULE(l->compress != PT_COMPRESS_NONE && (int64_t)l->dp * l->cp == 1,
          PT_REJECT_COMPRESS_NO_DP);
+    RULE((double)l->pp * l->vp * (double)l->n_micro > (double)PT_MAX_SCHED_PAIRS,
+         PT_REJECT_SCHEDULE_SIZE);
 #undef RULE
     if (mask)
         *mask = bad;
@@ -599,6 +603,13 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         snprintf(buf, n, "compress=%s with dp*cp = %lld: no gradient is reduced over data "
                  "parallelism, so there is nothing to compress", compress_names[l->compress],
                  (long long)l->dp * l->cp);
+        break;
+    case PT_REJECT_SCHEDULE_SIZE:
+        snprintf(buf, n, "pp*vp*n_micro = %d*%d*%lld (micro-batches of %lld sequences) is "
+                 "above %lld; a global batch of %lld sequences is far beyond any run "
+                 "(was it meant in tokens? --global-batch 8M)", l->pp, l->vp,
+                 (long long)l->n_micro, (long long)l->mbs, (long long)PT_MAX_SCHED_PAIRS,
+                 (long long)global_batch);
         break;
     case PT_REJECT_UNEVEN_SPLIT:
         if (split_ok(m, l, buf, n))

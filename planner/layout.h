@@ -91,6 +91,11 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n);
 #define PT_MIN_BUCKET_BYTES (INT64_C(1) << 16)
 /* The most ranks a layout may have (2^30; plan.json's 'world' has the same bound). */
 #define PT_MAX_WORLD (INT64_C(1) << 30)
+/* A step's schedule holds at most this many (micro-batch, chunk) pairs over its
+ * pipeline: the simulator's and the checker's tables grow with it, and no real step
+ * comes near (a batch of 2^24 sequences is what a batch given in tokens by mistake
+ * makes). */
+#define PT_MAX_SCHED_PAIRS (INT64_C(1) << 24)
 /* tp*cp*pp*dp, or -1 when that product does not fit in int64_t. */
 int64_t pt_layout_world(const pt_layout *l);
 /* Parses "tp-cp-dp-pp" style rank orders (each dimension exactly once). */
@@ -121,6 +126,7 @@ typedef enum {
     PT_REJECT_UNEVEN_SPLIT,       /* first_layers/last_layers leave no valid split */
     PT_REJECT_COMPRESS_ZERO,      /* gradient compression with ZeRO 2/3 */
     PT_REJECT_COMPRESS_NO_DP,     /* gradient compression with d·c = 1: nothing reduced */
+    PT_REJECT_SCHEDULE_SIZE,      /* p·vp·n_micro above PT_MAX_SCHED_PAIRS */
     PT_REJECT_BAD_VALUE,          /* a size below 1, zero outside 0..3, ... */
     PT_REJECT_COUNT
 } pt_reject;

@@ -145,35 +145,48 @@ static const char *const model_keys[] = {
 
 static int model_read_enums(const pt_json_obj *o, pt_model *m, pt_err *err)
 {
-    int norm, act, pos;
-    if (pt_json_get_enum(o, "norm", norm_names, 2, &norm, err) ||
-        pt_json_get_enum(o, "activation", act_names, 2, &act, err) ||
-        pt_json_get_enum(o, "positions", pos_names, 3, &pos, err))
-        return -1;
+    int norm = 0, act = 0, pos = 0;
+    int bad = pt_json_get_enum(o, "norm", norm_names, 2, &norm, err);
+    bad |= pt_json_get_enum(o, "activation", act_names, 2, &act, err);
+    bad |= pt_json_get_enum(o, "positions", pos_names, 3, &pos, err);
     m->norm = (pt_norm)norm;
     m->act = (pt_act)act;
     m->pos = (pt_pos)pos;
-    return 0;
+    return bad ? -1 : 0;
+}
+
+/* Reads every field of `o` (which has a collector) into m, recording each problem. */
+static int model_read(const pt_json_obj *o, pt_model *m, pt_err *err)
+{
+    int bad = pt_json_check_keys(o, model_keys, err);
+    bad |= pt_json_get_string(o, "name", m->name, sizeof m->name, err);
+    bad |= pt_json_get_int(o, "layers", &m->layers, err);
+    bad |= pt_json_get_int(o, "hidden", &m->hidden, err);
+    bad |= pt_json_get_int(o, "heads", &m->heads, err);
+    bad |= pt_json_get_int(o, "kv_heads", &m->kv_heads, err);
+    bad |= pt_json_get_int(o, "ffn", &m->ffn, err);
+    bad |= pt_json_get_int(o, "vocab", &m->vocab, err);
+    bad |= pt_json_get_int(o, "seq", &m->seq, err);
+    bad |= model_read_enums(o, m, err);
+    bad |= pt_json_get_bool(o, "tied_embeddings", &m->tied_embeddings, err);
+    bad |= pt_json_get_bool(o, "bias", &m->bias, err);
+    bad |= pt_json_get_bool(o, "dropout", &m->dropout, err);
+    return bad ? -1 : 0;
 }
 
 int pt_model_read_obj(const pt_json_obj *o, pt_model *m, pt_err *err)
 {
-    if (pt_json_check_keys(o, model_keys, err) ||
-        pt_json_get_string(o, "name", m->name, sizeof m->name, err) ||
-        pt_json_get_int(o, "layers", &m->layers, err) ||
-        pt_json_get_int(o, "hidden", &m->hidden, err) ||
-        pt_json_get_int(o, "heads", &m->heads, err) ||
-        pt_json_get_int(o, "kv_heads", &m->kv_heads, err) ||
-        pt_json_get_int(o, "ffn", &m->ffn, err) ||
-        pt_json_get_int(o, "vocab", &m->vocab, err) ||
-        pt_json_get_int(o, "seq", &m->seq, err) ||
-        model_read_enums(o, m, err) ||
-        pt_json_get_bool(o, "tied_embeddings", &m->tied_embeddings, err) ||
-        pt_json_get_bool(o, "bias", &m->bias, err) ||
-        pt_json_get_bool(o, "dropout", &m->dropout, err))
-        return -1;
-    return 0;
+    if (o->errs)
+        return model_read(o, m, err);
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    pt_json_obj all = *o;
+    all.errs = &errs;
+    model_read(&all, m, err);
+    return pt_json_errs_finish(&errs, o->origin, err);
 }
+
+static void model_check(const pt_model *m, const char *origin, pt_json_errs *e);
 
 int pt_model_from_json(const char *text, const char *origin, pt_model *out, pt_err *err)
 {
@@ -183,10 +196,14 @@ int pt_model_from_json(const char *text, const char *origin, pt_model *out, pt_e
         return -1;
     pt_model m;
     memset(&m, 0, sizeof m);
-    int rc = pt_model_read_obj(&top, &m, err);
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    top.errs = &errs;
+    model_read(&top, &m, err);
     json_decref(root);
-    if (rc == 0)
-        rc = pt_model_validate(&m, origin, err);
+    /* The values read are checked too; a field already reported is not again. */
+    model_check(&m, origin, &errs);
+    int rc = pt_json_errs_finish(&errs, origin, err);
     if (rc == 0)
         *out = m;
     return rc;
@@ -240,18 +257,19 @@ typedef struct {
     int64_t max;
 } model_size;
 
-static int model_check_size(const model_size *f, const char *origin, pt_err *err)
+/* Returns whether f is in range, recording a problem when not. */
+static bool model_check_size(const model_size *f, const char *origin, pt_json_errs *e)
 {
     if (f->value < 1)
-        return pt_err_set(err, "%s: field '%s' = %" PRId64 ": must be at least 1", origin,
-                          f->key, f->value);
-    if (f->value > f->max)
-        return pt_err_set(err, "%s: field '%s' = %" PRId64 ": must be at most %" PRId64,
-                          origin, f->key, f->value, f->max);
-    return 0;
+        pt_json_errs_add(e, f->key, "%s: field '%s' = %" PRId64 ": must be at least 1",
+                         origin, f->key, f->value);
+    else if (f->value > f->max)
+        pt_json_errs_add(e, f->key, "%s: field '%s' = %" PRId64 ": must be at most %" PRId64,
+                         origin, f->key, f->value, f->max);
+    return f->value >= 1 && f->value <= f->max;
 }
 
-static int model_check_sizes(const pt_model *m, const char *origin, pt_err *err)
+static bool model_check_sizes(const pt_model *m, const char *origin, pt_json_errs *e)
 {
     const model_size sizes[] = {
         {"layers", m->layers, INT64_C(1) << 16}, {"hidden", m->hidden, INT64_C(1) << 20},
@@ -259,50 +277,64 @@ static int model_check_sizes(const pt_model *m, const char *origin, pt_err *err)
         {"ffn", m->ffn, INT64_C(1) << 22},       {"vocab", m->vocab, INT64_C(1) << 24},
         {"seq", m->seq, INT64_C(1) << 22},
     };
+    bool ok = true;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (model_check_size(&sizes[i], origin, err))
-            return -1;
-    return 0;
+        ok &= model_check_size(&sizes[i], origin, e);
+    return ok;
 }
 
-static int model_check_enums(const pt_model *m, const char *origin, pt_err *err)
+static bool model_check_enums(const pt_model *m, const char *origin, pt_json_errs *e)
 {
+    bool ok = true;
     if (m->norm != PT_NORM_LAYERNORM && m->norm != PT_NORM_RMSNORM)
-        return pt_err_set(err, "%s: field 'norm' = %d: not a known norm", origin, (int)m->norm);
+        ok = pt_json_errs_add(e, "norm", "%s: field 'norm' = %d: not a known norm", origin,
+                              (int)m->norm) == 0;
     if (m->act != PT_ACT_GELU && m->act != PT_ACT_SWIGLU)
-        return pt_err_set(err, "%s: field 'activation' = %d: not a known activation", origin,
-                          (int)m->act);
+        ok = pt_json_errs_add(e, "activation", "%s: field 'activation' = %d: not a known "
+                              "activation", origin, (int)m->act) == 0;
     if (m->pos != PT_POS_LEARNED && m->pos != PT_POS_ROPE && m->pos != PT_POS_ALIBI)
-        return pt_err_set(err, "%s: field 'positions' = %d: not a known position encoding",
-                          origin, (int)m->pos);
-    return 0;
+        ok = pt_json_errs_add(e, "positions", "%s: field 'positions' = %d: not a known "
+                              "position encoding", origin, (int)m->pos) == 0;
+    return ok;
 }
 
-static int model_check_shapes(const pt_model *m, const char *origin, pt_err *err)
+/* Needs sizes and enums in range (no division by zero). */
+static void model_check_shapes(const pt_model *m, const char *origin, pt_json_errs *e)
 {
     if (m->hidden % m->heads)
-        return pt_err_set(err, "%s: hidden (%" PRId64 ") is not divisible by heads (%" PRId64 ")",
-                          origin, m->hidden, m->heads);
+        pt_json_errs_add(e, NULL, "%s: hidden (%" PRId64 ") is not divisible by heads "
+                         "(%" PRId64 ")", origin, m->hidden, m->heads);
     if (m->heads % m->kv_heads)
-        return pt_err_set(err,
-                          "%s: heads (%" PRId64 ") is not divisible by kv_heads (%" PRId64 ")",
-                          origin, m->heads, m->kv_heads);
+        pt_json_errs_add(e, NULL, "%s: heads (%" PRId64 ") is not divisible by kv_heads "
+                         "(%" PRId64 ")", origin, m->heads, m->kv_heads);
     /* RoPE rotates pairs of channels within a head. */
-    if (m->pos == PT_POS_ROPE && (m->hidden / m->heads) % 2)
-        return pt_err_set(err,
-                          "%s: positions 'rope' needs an even head size, but hidden/heads = "
-                          "%" PRId64, origin, m->hidden / m->heads);
-    return 0;
+    if (m->pos == PT_POS_ROPE && m->hidden % m->heads == 0 && (m->hidden / m->heads) % 2)
+        pt_json_errs_add(e, NULL, "%s: positions 'rope' needs an even head size, but "
+                         "hidden/heads = %" PRId64, origin, m->hidden / m->heads);
+}
+
+/* Records every problem of m, skipping fields e already has one for. */
+static void model_check(const pt_model *m, const char *origin, pt_json_errs *e)
+{
+    if (!memchr(m->name, '\0', sizeof m->name))
+        pt_json_errs_add(e, "name", "%s: field 'name' is not terminated", origin);
+    else if (!m->name[0])
+        pt_json_errs_add(e, "name", "%s: field 'name' is empty", origin);
+    bool sizes = model_check_sizes(m, origin, e);
+    bool enums = model_check_enums(m, origin, e);
+    /* Sizes read wrongly are 0: shapes are only checked on sizes that were read. */
+    static const char *const shape_fields[] = {"hidden", "heads", "kv_heads", "positions"};
+    bool read = true;
+    for (size_t i = 0; i < sizeof shape_fields / sizeof shape_fields[0]; i++)
+        read &= !pt_json_errs_has(e, shape_fields[i]);
+    if (sizes && enums && read)
+        model_check_shapes(m, origin, e);
 }
 
 int pt_model_validate(const pt_model *m, const char *origin, pt_err *err)
 {
-    if (!memchr(m->name, '\0', sizeof m->name))
-        return pt_err_set(err, "%s: field 'name' is not terminated", origin);
-    if (!m->name[0])
-        return pt_err_set(err, "%s: field 'name' is empty", origin);
-    if (model_check_sizes(m, origin, err) || model_check_enums(m, origin, err) ||
-        model_check_shapes(m, origin, err))
-        return -1;
-    return 0;
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    model_check(m, origin, &errs);
+    return pt_json_errs_finish(&errs, origin, err);
 }

@@ -380,9 +380,12 @@ static int check_plan(const pt_json_obj *top, pt_plan *p, pt_err *err)
     if (strcmp(order, canon) != 0)
         return pt_err_set(err, "%s: field 'rank_order' = \"%s\" disagrees with layout.order",
                           top->origin, order);
+    pt_err why;
     if (pt_model_validate(&p->model, top->origin, err) ||
         pt_cluster_validate(&p->cluster, top->origin, err))
         return -1;
+    if (pt_cluster_check_precision(&p->cluster, p->train.precision, &why))
+        return pt_err_set(err, "%s: %s", top->origin, why.msg);
     uint32_t mask;
     if (pt_layout_check(&p->model, &p->cluster, p->train.global_batch, &p->layout, &mask)) {
         pt_reject r = (pt_reject)__builtin_ctz(mask);

@@ -154,9 +154,9 @@ static void pt_sched_interleaved(pt_sched_gen *g)
 
 /* ---- Building ----------------------------------------------------------------- */
 
-/* Programs beyond this many (mb, chunk) pairs over all ranks are refused: the
- * checker's tables grow with it, and no real step comes near. */
-#define PT_SCHED_MAX_PAIRS (1L << 24)
+/* Programs beyond PT_MAX_SCHED_PAIRS (mb, chunk) pairs over all ranks are refused (a
+ * layout rule, schedule_size, keeps the search from them). */
+#define PT_SCHED_MAX_PAIRS ((long)PT_MAX_SCHED_PAIRS)
 
 static int pt_sched_check_args(pt_schedule kind, int pp, int vp, int n, pt_err *err)
 {

@@ -131,6 +131,9 @@ typedef struct {
     double busbw_Bps; /* NCCL's achievable bus bandwidth per device (0: the line rate) */
     double allreduce_busbw_Bps; /* all-reduce bus bandwidth where it differs (NVLink
                                    SHARP); 0: busbw_Bps */
+    int nics;          /* inter-node link only: NICs per node on this fabric; 0 unstated */
+    double nic_bw_Bps; /* ... bytes/s per NIC per direction; 0 unstated. When read from
+                          JSON without "bandwidth", bw_Bps = nics·nic_bw_Bps/devices */
 } pt_link;
 
 typedef struct {
@@ -297,6 +300,13 @@ typedef enum { PT_PREC_BF16, PT_PREC_BF16_GRAD16, PT_PREC_FP32, PT_PREC_COUNT } 
 pt_precision pt_precision_of(pt_prec_kind k);
 const char *pt_prec_name(pt_prec_kind k);
 int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err);
+/* The dtype whose peak FLOP/s a precision's GEMMs run at: fp32 for fp32, else bf16. */
+pt_dtype pt_prec_dtype(pt_prec_kind k);
+/* Whether cluster c can be planned in precision p: the device's peak for
+ * pt_prec_dtype(p) must be > 0, unless the spec gives no peak at all (not yet
+ * profiled, as `local`: the cost model's defaults price it). Else -1 with err naming
+ * the cluster, the field (device.peak_flops.fp32) and the precision. */
+int pt_cluster_check_precision(const pt_cluster *c, pt_prec_kind p, pt_err *err);
 
 /* Settings of a training job that the planner needs besides model and layout. */
 typedef struct {

@@ -2,13 +2,17 @@
  * JSON helpers shared by the spec readers (planner/model.c, planner/cluster.c) and
  * any later reader of the project's JSON files: reading a whole file, parsing with
  * positions in errors, typed getters for required fields that name the field by its
- * dotted path, the unknown-key check that catches typos, and a dumper whose reals
- * load back bit-identically. Contracts are in planner/specjson.h.
+ * dotted path, the unknown-key check that catches typos and names the key meant, the
+ * collector that lets a reader report every problem of a document at once, and a
+ * dumper whose reals load back bit-identically. Contracts are in planner/specjson.h.
  */
 #include "specjson.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -107,7 +111,102 @@ json_t *pt_json_parse_object(const char *text, const char *origin, pt_json_obj *
     top->obj = root;
     top->origin = origin;
     top->path[0] = '\0';
+    top->errs = NULL;
     return root;
+}
+
+/* ---- Collecting problems ------------------------------------------------------ */
+
+void pt_json_errs_init(pt_json_errs *e)
+{
+    memset(e, 0, sizeof *e);
+}
+
+void pt_json_errs_mark(pt_json_errs *e, const char *path)
+{
+    if (!path || pt_json_errs_has(e, path) || e->n_paths == PT_JSON_ERRS_PATHS)
+        return;
+    snprintf(e->paths[e->n_paths++], sizeof e->paths[0], "%s", path);
+}
+
+bool pt_json_errs_has(const pt_json_errs *e, const char *path)
+{
+    for (int i = 0; path && i < e->n_paths; i++) {
+        size_t n = strlen(e->paths[i]);
+        if (strncmp(path, e->paths[i], n) == 0 &&
+            (path[n] == '\0' || path[n] == '.' || path[n] == '['))
+            return true;
+    }
+    return false;
+}
+
+static int errs_vadd(pt_json_errs *e, const char *path, const char *fmt, va_list ap)
+{
+    if (pt_json_errs_has(e, path))
+        return -1;
+    pt_json_errs_mark(e, path);
+    char line[sizeof ((pt_err *)0)->msg];
+    vsnprintf(line, sizeof line, fmt, ap);
+    e->count++;
+    size_t n = strlen(line);
+    if (e->lines == e->count - 1 && e->used + n + 1 < sizeof e->text) {
+        memcpy(e->text + e->used, line, n);
+        e->text[e->used + n] = '\n';
+        e->used += n + 1;
+        e->lines++;
+    }
+    return -1;
+}
+
+int pt_json_errs_add(pt_json_errs *e, const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    errs_vadd(e, path, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* "\norigin: and N more problems" into buf[n]; returns its length. */
+static size_t more_line(const char *origin, int rest, char *buf, size_t n)
+{
+    int len = snprintf(buf, n, "\n%s: and %d more problem%s", origin, rest,
+                       rest > 1 ? "s" : "");
+    return len < 0 ? 0 : (size_t)len;
+}
+
+int pt_json_errs_finish(const pt_json_errs *e, const char *origin, pt_err *err)
+{
+    if (e->count == 0)
+        return 0;
+    char msg[sizeof err->msg], more[sizeof err->msg];
+    size_t used = 0;
+    const char *line = e->text;
+    int shown = 0;
+    for (; shown < e->lines; shown++) {
+        size_t n = strcspn(line, "\n");
+        int rest = e->count - shown - 1;
+        size_t more_n = rest ? more_line(origin, rest, more, sizeof more) : 0;
+        size_t sep = shown ? 1 : 0;
+        if (used + sep + n + more_n >= sizeof msg) {
+            if (shown)
+                break;
+            /* The first line is always shown, cut to leave room for the count. */
+            n = more_n + 1 < sizeof msg ? sizeof msg - 1 - more_n : sizeof msg - 1;
+            if (n > strcspn(line, "\n"))
+                n = strcspn(line, "\n");
+        }
+        if (sep)
+            msg[used++] = '\n';
+        memcpy(msg + used, line, n);
+        used += n;
+        line += strcspn(line, "\n") + 1;
+    }
+    msg[used] = '\0';
+    int rest = e->count - shown;
+    if (rest)
+        more_line(origin, rest, more, sizeof more);
+    return pt_err_set(err, "%s%s", msg, rest ? more : "");
 }
 
 /* ---- Reading fields ---------------------------------------------------------- */
@@ -119,11 +218,29 @@ int pt_json_field_name(const pt_json_obj *o, const char *key, char *buf, size_t 
     return snprintf(buf, n, "%s", key);
 }
 
+/* A real with the fewest significant digits that read back as the same double (at
+ * most 17), so that 40.5e9 shows as 40500000000.0 and 1e300 as 1e+300, not as
+ * 1.0000000000000001e+300; a "." is added where %g leaves an integral real bare. */
+static void real_text(double x, char *buf, size_t n)
+{
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    if (!strpbrk(buf, ".eEn") && strlen(buf) + 2 < n)
+        strcat(buf, ".0");
+}
+
 /* Writes a short JSON rendering of v into buf[n], cut with "..." when long.
  * (json_dumpb skips whole chunks that do not fit, so a long value is dumped in
  * full first and then cut.) */
 static void value_text(const json_t *v, char *buf, size_t n)
 {
+    if (json_is_real(v) && n >= 32) {
+        real_text(json_real_value(v), buf, n);
+        return;
+    }
     const size_t flags = JSON_ENCODE_ANY | JSON_COMPACT;
     size_t len = json_dumpb(v, NULL, 0, flags);
     char *full = len < n ? buf : malloc(len);
@@ -141,13 +258,50 @@ static void value_text(const json_t *v, char *buf, size_t n)
     free(full);
 }
 
+/* Records the problem line in o->errs when there is one (about field `name`, the
+ * full dotted name; NULL: about no single field) and fills err with it. */
+static int vfail(const pt_json_obj *o, const char *name, pt_err *err, const char *fmt,
+                 va_list ap)
+{
+    char line[sizeof err->msg];
+    vsnprintf(line, sizeof line, fmt, ap);
+    if (o->errs)
+        pt_json_errs_add(o->errs, name, "%s", line);
+    return pt_err_set(err, "%s", line);
+}
+
+static int fail(const pt_json_obj *o, const char *name, pt_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(const pt_json_obj *o, const char *name, pt_err *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(o, name, err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int pt_json_fail(const pt_json_obj *o, const char *key, pt_err *err, const char *fmt, ...)
+{
+    char name[192];
+    if (key)
+        pt_json_field_name(o, key, name, sizeof name);
+    else
+        snprintf(name, sizeof name, "%s", o->path);
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(o, name[0] ? name : NULL, err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 static const json_t *required(const pt_json_obj *o, const char *key, pt_err *err)
 {
     const json_t *v = json_object_get(o->obj, key);
     if (!v) {
         char name[192];
         pt_json_field_name(o, key, name, sizeof name);
-        pt_err_set(err, "%s: missing field '%s'", o->origin, name);
+        fail(o, name, err, "%s: missing field '%s'", o->origin, name);
     }
     return v;
 }
@@ -159,7 +313,7 @@ static int field_error(const pt_json_obj *o, const char *key, const json_t *v,
     char name[192], value[64];
     pt_json_field_name(o, key, name, sizeof name);
     value_text(v, value, sizeof value);
-    return pt_err_set(err, "%s: field '%s' = %s: %s", o->origin, name, value, what);
+    return fail(o, name, err, "%s: field '%s' = %s: %s", o->origin, name, value, what);
 }
 
 static int type_error(const pt_json_obj *o, const char *key, const json_t *v,
@@ -186,30 +340,119 @@ static void join_keys(const char *const *keys, char *buf, size_t n)
         used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", keys[i]);
 }
 
+/* Names longer than this are never close to a key (no key is this long). */
+#define PT_JSON_KEY_MAX 64
+
+static bool same_char(char x, char y)
+{
+    return tolower((unsigned char)x) == tolower((unsigned char)y);
+}
+
+/* The optimal string alignment distance between a and b (Levenshtein's insertions,
+ * deletions and substitutions, and a swap of two neighbours as one edit: "memroy"
+ * is one edit from "memory"), case-insensitive. */
+static int edit_distance(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    int d[PT_JSON_KEY_MAX + 1][PT_JSON_KEY_MAX + 1];
+    for (size_t i = 0; i <= na; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        for (size_t j = 1; j <= nb; j++) {
+            int best = d[i - 1][j - 1] + !same_char(a[i - 1], b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && same_char(a[i - 1], b[j - 2]) &&
+                same_char(a[i - 2], b[j - 1]) && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[na][nb];
+}
+
+/* The closest of `keys` (NULL-terminated) to `key` by edit distance, when within a
+ * third of the longer name's length; NULL when none is that close. */
+static const char *closest_key(const char *key, const char *const *keys)
+{
+    size_t nk = strlen(key);
+    if (nk > PT_JSON_KEY_MAX)
+        return NULL;
+    const char *best = NULL;
+    int best_d = 0;
+    for (; *keys; keys++) {
+        size_t n = strlen(*keys);
+        if (n > PT_JSON_KEY_MAX)
+            continue;
+        int d = edit_distance(key, *keys);
+        /* Within a third of the longer name: "hiden" (1 of 6) and "memroy_bytes"
+         * (1 of 12) are typos, "gpu" for "device" is not. */
+        int longer = (int)(n > nk ? n : nk);
+        if (d * 3 <= longer && (!best || d < best_d)) {
+            best = *keys;
+            best_d = d;
+        }
+    }
+    return best;
+}
+
 int pt_json_check_keys(const pt_json_obj *o, const char *const *keys, pt_err *err)
 {
     const char *key;
     json_t *v;
+    int rc = 0;
     json_object_foreach((json_t *)o->obj, key, v) {
         if (key_listed(key, keys))
             continue;
         char name[192], expected[256];
         pt_json_field_name(o, key, name, sizeof name);
-        join_keys(keys, expected, sizeof expected);
-        return pt_err_set(err, "%s: unknown field '%s' (expected one of: %s)", o->origin,
-                          name, expected);
+        const char *meant = closest_key(key, keys);
+        /* No later problem is about an unknown key: its path is not kept (NULL). */
+        if (meant)
+            rc = fail(o, NULL, err, "%s: unknown field '%s' (did you mean '%s'?)", o->origin,
+                      name, meant);
+        else {
+            join_keys(keys, expected, sizeof expected);
+            rc = fail(o, NULL, err, "%s: unknown field '%s' (expected one of: %s)", o->origin,
+                      name, expected);
+        }
+        if (!o->errs)
+            return rc;
+        /* The misspelling's line names the field meant: not also "missing". */
+        if (meant && !json_object_get(o->obj, meant)) {
+            pt_json_field_name(o, meant, name, sizeof name);
+            pt_json_errs_mark(o->errs, name);
+        }
     }
-    return 0;
+    return rc;
 }
+
+/* 2^63, the first double above int64_t's range (exact as a double). */
+#define PT_JSON_INT64_LIMIT 9223372036854775808.0
 
 int pt_json_get_int(const pt_json_obj *o, const char *key, int64_t *out, pt_err *err)
 {
     const json_t *v = required(o, key, err);
     if (!v)
         return -1;
-    if (!json_is_integer(v))
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return 0;
+    }
+    if (!json_is_real(v))
         return type_error(o, key, v, "an integer", err);
-    *out = (int64_t)json_integer_value(v);
+    /* 40e9 is a real in JSON: taken when it names an integer exactly. */
+    double x = json_real_value(v);
+    if (x != floor(x))
+        return field_error(o, key, v, "expected an integer, got a real number with a "
+                                      "fractional part", err);
+    if (!(x >= -PT_JSON_INT64_LIMIT && x < PT_JSON_INT64_LIMIT))
+        return field_error(o, key, v, "out of range for a 64-bit integer", err);
+    *out = (int64_t)x;
     return 0;
 }
 
@@ -299,10 +542,14 @@ int pt_json_get_object(const pt_json_obj *o, const char *key, const char *const 
         return type_error(o, key, v, "an object", err);
     child->obj = v;
     child->origin = o->origin;
+    child->errs = o->errs;
     if (pt_json_field_name(o, key, child->path, sizeof child->path) >=
         (int)sizeof child->path)
         return field_error(o, key, v, "nested too deeply", err);
-    return keys ? pt_json_check_keys(child, keys, err) : 0;
+    if (!keys)
+        return 0;
+    int rc = pt_json_check_keys(child, keys, err);
+    return o->errs ? 0 : rc;
 }
 
 /* ---- Writing ----------------------------------------------------------------- */

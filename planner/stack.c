@@ -6,7 +6,8 @@
  * FSDP (per-layer gathers prefetched one layer ahead) and ptrun itself. This file owns
  * the built-ins, the JSON form and its checks; ops.c and sim.c price by it.
  *
- * JSON format (every field required, unknown fields refused):
+ * JSON format (every field required, unknown fields refused; every problem of a file
+ * is reported, not only the first; integers may be written as reals, 65536.0):
  *   {
  *     "name": "my-stack",                       at most 63 bytes
  *     "about": "what software, which version",  at most 255 bytes
@@ -308,53 +309,54 @@ static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_d
                                         "compression", NULL};
 static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", "vocab_per_tp", NULL};
 
-/* An array field of `o`; *n its length. */
+/* An array field of `o` of at most `max` entries; NULL (a problem recorded) if not. */
 static const json_t *get_array(const pt_json_obj *o, const char *key, size_t max, pt_err *err)
 {
     char name[160];
     pt_json_field_name(o, key, name, sizeof name);
     const json_t *v = json_object_get(o->obj, key);
-    if (!v) {
-        pt_err_set(err, "%s: missing field '%s'", o->origin, name);
-        return NULL;
-    }
-    if (!json_is_array(v)) {
-        pt_err_set(err, "%s: field '%s': expected an array", o->origin, name);
-        return NULL;
-    }
-    if (json_array_size(v) > max) {
-        pt_err_set(err, "%s: field '%s' has %zu entries, at most %zu allowed", o->origin, name,
-                   json_array_size(v), max);
-        return NULL;
-    }
-    return v;
+    if (!v)
+        pt_json_fail(o, key, err, "%s: missing field '%s'", o->origin, name);
+    else if (!json_is_array(v))
+        pt_json_fail(o, key, err, "%s: field '%s': expected an array", o->origin, name);
+    else if (json_array_size(v) > max)
+        pt_json_fail(o, key, err, "%s: field '%s' has %zu entries, at most %zu allowed",
+                     o->origin, name, json_array_size(v), max);
+    else
+        return v;
+    return NULL;
+}
+
+static int read_attn_eff(const pt_json_obj *a, const json_t *item, int i, pt_attn_eff *x,
+                         pt_err *err)
+{
+    pt_json_obj e = {.obj = item, .origin = a->origin, .errs = a->errs};
+    snprintf(e.path, sizeof e.path, "attention.efficiency[%d]", i);
+    if (!json_is_object(item))
+        return pt_json_fail(&e, NULL, err, "%s: field '%s': expected an object", a->origin,
+                            e.path);
+    int bad = pt_json_check_keys(&e, eff_keys, err);
+    bad |= pt_json_get_string(&e, "device", x->device, sizeof x->device, err);
+    bad |= pt_json_get_real(&e, "fwd", &x->fwd, err);
+    bad |= pt_json_get_real(&e, "bwd", &x->bwd, err);
+    return bad ? -1 : 0;
 }
 
 static int read_attention(const pt_json_obj *top, pt_stack *s, pt_err *err)
 {
     pt_json_obj a;
-    int impl;
-    if (pt_json_get_object(top, "attention", attn_keys, &a, err) ||
-        pt_json_get_enum(&a, "impl", attn_names, PT_ATTN_COUNT, &impl, err))
+    int impl = 0;
+    if (pt_json_get_object(top, "attention", attn_keys, &a, err))
         return -1;
+    int bad = pt_json_get_enum(&a, "impl", attn_names, PT_ATTN_COUNT, &impl, err);
     s->attention = (pt_attn_impl)impl;
     const json_t *arr = get_array(&a, "efficiency", PT_STACK_MAX_ATTN_EFF, err);
     if (!arr)
         return -1;
     s->n_attn_eff = (int)json_array_size(arr);
-    for (int i = 0; i < s->n_attn_eff; i++) {
-        const json_t *item = json_array_get(arr, (size_t)i);
-        pt_json_obj e = {.obj = item, .origin = a.origin};
-        snprintf(e.path, sizeof e.path, "attention.efficiency[%d]", i);
-        if (!json_is_object(item))
-            return pt_err_set(err, "%s: field '%s': expected an object", a.origin, e.path);
-        pt_attn_eff *x = &s->attn_eff[i];
-        if (pt_json_check_keys(&e, eff_keys, err) ||
-            pt_json_get_string(&e, "device", x->device, sizeof x->device, err) ||
-            pt_json_get_real(&e, "fwd", &x->fwd, err) || pt_json_get_real(&e, "bwd", &x->bwd, err))
-            return -1;
-    }
-    return 0;
+    for (int i = 0; i < s->n_attn_eff; i++)
+        bad |= read_attn_eff(&a, json_array_get(arr, (size_t)i), i, &s->attn_eff[i], err);
+    return bad ? -1 : 0;
 }
 
 /* A list of names (of `names`) as a bit set. */
@@ -371,8 +373,8 @@ static int read_name_set(const pt_json_obj *o, const char *key, const char *cons
         while (v && k < count && strcmp(v, names[k]) != 0)
             k++;
         if (!v || k == count)
-            return pt_err_set(err, "%s: field '%s.%s[%zu]': expected one of none, last, "
-                                   "backward", o->origin, o->path, key, i);
+            return pt_json_fail(o, key, err, "%s: field '%s.%s[%zu]': expected one of none, "
+                                "last, backward", o->origin, o->path, key, i);
         *out |= BIT(k);
     }
     return 0;
@@ -381,10 +383,12 @@ static int read_name_set(const pt_json_obj *o, const char *key, const char *cons
 static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
 {
     pt_json_obj p;
-    if (pt_json_get_object(top, "parallelism", par_keys, &p, err) ||
-        pt_json_get_bool(&p, "tp", &s->tp, err) || pt_json_get_bool(&p, "pp", &s->pp, err) ||
-        pt_json_get_bool(&p, "cp", &s->cp, err) || pt_json_get_bool(&p, "sp", &s->sp, err))
+    if (pt_json_get_object(top, "parallelism", par_keys, &p, err))
         return -1;
+    int bad = pt_json_get_bool(&p, "tp", &s->tp, err);
+    bad |= pt_json_get_bool(&p, "pp", &s->pp, err);
+    bad |= pt_json_get_bool(&p, "cp", &s->cp, err);
+    bad |= pt_json_get_bool(&p, "sp", &s->sp, err);
     const json_t *arr = get_array(&p, "zero", 4, err);
     if (!arr)
         return -1;
@@ -392,81 +396,89 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
     for (size_t i = 0; i < json_array_size(arr); i++) {
         const json_t *v = json_array_get(arr, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 3)
-            return pt_err_set(err, "%s: field 'parallelism.zero[%zu]': expected a ZeRO stage "
-                                   "0..3", p.origin, i);
+            return pt_json_fail(&p, "zero", err, "%s: field 'parallelism.zero[%zu]': "
+                                "expected a ZeRO stage 0..3", p.origin, i);
         s->zero_stages |= BIT(json_integer_value(v));
     }
-    return 0;
+    return bad ? -1 : 0;
 }
 
 static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
 {
     pt_json_obj o;
-    int dflt;
-    if (pt_json_get_object(top, "overlap", ovl_keys, &o, err) ||
-        pt_json_get_bool(&o, "tp", &s->tp_overlap, err) ||
-        pt_json_get_bool(&o, "tp_reduce_scatter", &s->tp_overlap_rs, err) ||
-        pt_json_get_real(&o, "tp_reach", &s->tp_overlap_reach, err) ||
-        read_name_set(&o, "dp", dpo_names, PT_DPO_COUNT, &s->dp_overlap_modes, err) ||
-        pt_json_get_enum(&o, "dp_default", dpo_names, PT_DPO_COUNT, &dflt, err) ||
-        pt_json_get_bool(&o, "param_gather", &s->param_overlap, err) ||
-        pt_json_get_int32(&o, "zero3_prefetch", &s->zero3_prefetch, err) ||
-        pt_json_get_real(&o, "compute_slowdown", &s->comm_compute_slowdown, err))
+    int dflt = 0, p2p = PT_P2P_OVERLAPPED;
+    if (pt_json_get_object(top, "overlap", ovl_keys, &o, err))
         return -1;
+    int bad = pt_json_get_bool(&o, "tp", &s->tp_overlap, err);
+    bad |= pt_json_get_bool(&o, "tp_reduce_scatter", &s->tp_overlap_rs, err);
+    bad |= pt_json_get_real(&o, "tp_reach", &s->tp_overlap_reach, err);
+    bad |= read_name_set(&o, "dp", dpo_names, PT_DPO_COUNT, &s->dp_overlap_modes, err);
+    bad |= pt_json_get_enum(&o, "dp_default", dpo_names, PT_DPO_COUNT, &dflt, err);
+    bad |= pt_json_get_bool(&o, "param_gather", &s->param_overlap, err);
+    bad |= pt_json_get_int32(&o, "zero3_prefetch", &s->zero3_prefetch, err);
+    bad |= pt_json_get_real(&o, "compute_slowdown", &s->comm_compute_slowdown, err);
+    if (json_object_get(o.obj, "p2p"))
+        bad |= pt_json_get_enum(&o, "p2p", p2p_names, PT_P2P_COUNT, &p2p, err);
     s->dp_overlap = (pt_dp_overlap)dflt;
-    int p2p = PT_P2P_OVERLAPPED;
-    if (json_object_get(o.obj, "p2p") &&
-        pt_json_get_enum(&o, "p2p", p2p_names, PT_P2P_COUNT, &p2p, err))
-        return -1;
     s->p2p = (pt_p2p_mode)p2p;
-    return 0;
+    return bad ? -1 : 0;
 }
 
 static int read_gradients(const pt_json_obj *top, pt_stack *s, pt_err *err)
 {
     pt_json_obj g;
-    int rule, dt;
+    int rule = 0, dt = 0;
     static const char *const dtypes[] = {"fp32", "bf16"};
-    if (pt_json_get_object(top, "gradients", grad_keys, &g, err) ||
-        pt_json_get_enum(&g, "bucket_rule", bucket_names, PT_BUCKET_COUNT, &rule, err) ||
-        pt_json_get_int(&g, "bucket_bytes", &s->bucket_bytes, err) ||
-        pt_json_get_enum(&g, "reduce_dtype", dtypes, 2, &dt, err) ||
-        (json_object_get(g.obj, "compression") &&
-         pt_json_get_bool(&g, "compression", &s->compression, err)))
+    if (pt_json_get_object(top, "gradients", grad_keys, &g, err))
         return -1;
+    int bad = pt_json_get_enum(&g, "bucket_rule", bucket_names, PT_BUCKET_COUNT, &rule, err);
+    bad |= pt_json_get_int(&g, "bucket_bytes", &s->bucket_bytes, err);
+    bad |= pt_json_get_enum(&g, "reduce_dtype", dtypes, 2, &dt, err);
+    if (json_object_get(g.obj, "compression"))
+        bad |= pt_json_get_bool(&g, "compression", &s->compression, err);
     s->bucket_rule = (pt_bucket_rule)rule;
     s->grad_reduce_dtype = dt ? PT_DTYPE_BF16 : PT_DTYPE_FP32;
-    return 0;
+    return bad ? -1 : 0;
 }
 
-static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
+static int read_loss(const pt_json_obj *top, pt_stack *s, pt_err *err)
 {
     pt_json_obj l;
-    if (pt_json_check_keys(top, top_keys, err) ||
-        pt_json_get_string(top, "name", s->name, sizeof s->name, err) ||
-        pt_json_get_string(top, "about", s->about, sizeof s->about, err) ||
-        read_attention(top, s, err) || read_parallelism(top, s, err) ||
-        read_overlap(top, s, err) || read_gradients(top, s, err) ||
-        pt_json_get_object(top, "loss", loss_keys, &l, err) ||
-        pt_json_get_bool(&l, "fused_xent", &s->fused_xent, err) ||
-        pt_json_get_int(&l, "vocab_multiple", &s->vocab_multiple, err) ||
-        (json_object_get(l.obj, "vocab_per_tp") &&
-         pt_json_get_bool(&l, "vocab_per_tp", &s->vocab_per_tp, err)) ||
-        pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err) ||
-        (json_object_get(top->obj, "fused_epilogues") &&
-         pt_json_get_bool(top, "fused_epilogues", &s->fused_epilogues, err)))
+    if (pt_json_get_object(top, "loss", loss_keys, &l, err))
         return -1;
+    int bad = pt_json_get_bool(&l, "fused_xent", &s->fused_xent, err);
+    bad |= pt_json_get_int(&l, "vocab_multiple", &s->vocab_multiple, err);
+    if (json_object_get(l.obj, "vocab_per_tp"))
+        bad |= pt_json_get_bool(&l, "vocab_per_tp", &s->vocab_per_tp, err);
+    return bad ? -1 : 0;
+}
+
+/* Reads every field of `top` (which has a collector) into s, recording each problem. */
+static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
     int kernels = PT_KERNELS_FUSED, selective = PT_SELECTIVE_ATTENTION;
-    if ((json_object_get(top->obj, "kernels") &&
-         pt_json_get_enum(top, "kernels", kernel_names, PT_KERNELS_COUNT, &kernels, err)) ||
-        (json_object_get(top->obj, "selective") &&
-         pt_json_get_enum(top, "selective", selective_names, PT_SELECTIVE_COUNT, &selective,
-                          err)))
-        return -1;
+    int bad = pt_json_check_keys(top, top_keys, err);
+    bad |= pt_json_get_string(top, "name", s->name, sizeof s->name, err);
+    bad |= pt_json_get_string(top, "about", s->about, sizeof s->about, err);
+    bad |= read_attention(top, s, err);
+    bad |= read_parallelism(top, s, err);
+    bad |= read_overlap(top, s, err);
+    bad |= read_gradients(top, s, err);
+    bad |= read_loss(top, s, err);
+    bad |= pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err);
+    if (json_object_get(top->obj, "fused_epilogues"))
+        bad |= pt_json_get_bool(top, "fused_epilogues", &s->fused_epilogues, err);
+    if (json_object_get(top->obj, "kernels"))
+        bad |= pt_json_get_enum(top, "kernels", kernel_names, PT_KERNELS_COUNT, &kernels, err);
+    if (json_object_get(top->obj, "selective"))
+        bad |= pt_json_get_enum(top, "selective", selective_names, PT_SELECTIVE_COUNT,
+                                &selective, err);
     s->kernels = (pt_kernel_style)kernels;
     s->selective = (pt_selective)selective;
-    return 0;
+    return bad ? -1 : 0;
 }
+
+static void stack_check(const pt_stack *s, const char *origin, pt_json_errs *e);
 
 int pt_stack_from_json(const char *text, const char *origin, pt_stack *out, pt_err *err)
 {
@@ -476,10 +488,14 @@ int pt_stack_from_json(const char *text, const char *origin, pt_stack *out, pt_e
         return -1;
     pt_stack s;
     memset(&s, 0, sizeof s);
-    int rc = read_stack(&top, &s, err);
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    top.errs = &errs;
+    read_stack(&top, &s, err);
     json_decref(root);
-    if (rc == 0)
-        rc = pt_stack_validate(&s, origin, err);
+    /* The values read are checked too; a field already reported is not again. */
+    stack_check(&s, origin, &errs);
+    int rc = pt_json_errs_finish(&errs, origin, err);
     if (rc == 0)
         *out = s;
     return rc;
@@ -487,73 +503,97 @@ int pt_stack_from_json(const char *text, const char *origin, pt_stack *out, pt_e
 
 /* ---- Checks --------------------------------------------------------------------- */
 
-static int in_range(const char *origin, const char *field, double v, double lo, double hi,
-                    bool lo_open, pt_err *err)
+static void in_range(const char *origin, const char *field, double v, double lo, double hi,
+                     bool lo_open, pt_json_errs *e)
 {
-    if (isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi)
-        return 0;
-    return pt_err_set(err, "%s: field '%s' = %g: expected a value in %s%g, %g]", origin, field,
-                      v, lo_open ? "(" : "[", lo, hi);
+    if (!(isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi))
+        pt_json_errs_add(e, field, "%s: field '%s' = %g: expected a value in %s%g, %g]", origin,
+                         field, v, lo_open ? "(" : "[", lo, hi);
+}
+
+static void stack_check_enums(const pt_stack *s, const char *origin, pt_json_errs *e)
+{
+    if (!memchr(s->name, '\0', sizeof s->name) || !s->name[0])
+        pt_json_errs_add(e, "name", "%s: field 'name' is empty", origin);
+    if ((unsigned)s->attention >= PT_ATTN_COUNT)
+        pt_json_errs_add(e, "attention.impl", "%s: field 'attention.impl': not a known "
+                         "implementation", origin);
+    if ((unsigned)s->p2p >= PT_P2P_COUNT)
+        pt_json_errs_add(e, "overlap.p2p", "%s: field 'overlap.p2p': not a known mode", origin);
+    if ((unsigned)s->kernels >= PT_KERNELS_COUNT)
+        pt_json_errs_add(e, "kernels", "%s: field 'kernels': not fused or eager", origin);
+    if ((unsigned)s->selective >= PT_SELECTIVE_COUNT)
+        pt_json_errs_add(e, "selective", "%s: field 'selective': not attention or op", origin);
+}
+
+static void stack_check_attention(const pt_stack *s, const char *origin, pt_json_errs *e)
+{
+    if (s->attention == PT_ATTN_FLASH && s->n_attn_eff == 0)
+        pt_json_errs_add(e, "attention.efficiency", "%s: field 'attention.efficiency' is "
+                         "empty: flash attention needs at least one entry (\"device\": \"*\" "
+                         "matches any)", origin);
+    for (int i = 0; i < s->n_attn_eff; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "attention.efficiency[%d].fwd", i);
+        in_range(origin, f, s->attn_eff[i].fwd, 0, 1, true, e);
+        snprintf(f, sizeof f, "attention.efficiency[%d].bwd", i);
+        in_range(origin, f, s->attn_eff[i].bwd, 0, 1, true, e);
+        snprintf(f, sizeof f, "attention.efficiency[%d].device", i);
+        if (!s->attn_eff[i].device[0])
+            pt_json_errs_add(e, f, "%s: field '%s' is empty", origin, f);
+    }
+}
+
+static void stack_check_overlap(const pt_stack *s, const char *origin, pt_json_errs *e)
+{
+    in_range(origin, "overlap.tp_reach", s->tp_overlap_reach, 0, 1, false, e);
+    in_range(origin, "overlap.compute_slowdown", s->comm_compute_slowdown, 0, 0.99, false, e);
+    if (s->tp_overlap_rs && !s->tp_overlap)
+        pt_json_errs_add(e, "overlap.tp_reduce_scatter", "%s: field "
+                         "'overlap.tp_reduce_scatter' is true but 'overlap.tp' is false",
+                         origin);
+    if (s->tp_overlap && !s->sp)
+        pt_json_errs_add(e, "overlap.tp", "%s: field 'overlap.tp' is true but "
+                         "'parallelism.sp' is false: TP overlap pipelines sequence-parallel "
+                         "collectives", origin);
+    if (!s->dp_overlap_modes)
+        pt_json_errs_add(e, "overlap.dp", "%s: field 'overlap.dp' is empty: list at least one "
+                         "of none, last, backward", origin);
+    else if ((unsigned)s->dp_overlap < PT_DPO_COUNT &&
+             !(s->dp_overlap_modes & BIT(s->dp_overlap)))
+        pt_json_errs_add(e, "overlap.dp_default", "%s: field 'overlap.dp_default' = \"%s\" is "
+                         "not in 'overlap.dp'", origin, dpo_names[s->dp_overlap]);
+    if (s->zero3_prefetch < 0 || s->zero3_prefetch > 8)
+        pt_json_errs_add(e, "overlap.zero3_prefetch", "%s: field 'overlap.zero3_prefetch' = "
+                         "%d: expected 0..8", origin, s->zero3_prefetch);
+}
+
+/* Records every problem of s, skipping fields e already has one for. */
+static void stack_check(const pt_stack *s, const char *origin, pt_json_errs *e)
+{
+    stack_check_enums(s, origin, e);
+    stack_check_attention(s, origin, e);
+    if (!(s->zero_stages & 0xf))
+        pt_json_errs_add(e, "parallelism.zero", "%s: field 'parallelism.zero' offers no ZeRO "
+                         "stage", origin);
+    stack_check_overlap(s, origin, e);
+    in_range(origin, "step_overhead_s", s->step_overhead_s, 0, 3600, false, e);
+    if (s->bucket_bytes < 0 || (s->bucket_bytes > 0 && s->bucket_bytes < PT_MIN_BUCKET_BYTES) ||
+        s->bucket_bytes > (INT64_C(1) << 40))
+        pt_json_errs_add(e, "gradients.bucket_bytes", "%s: field 'gradients.bucket_bytes' = "
+                         "%lld: expected 0 (the training's bucket) or 65536 up to 2^40",
+                         origin, (long long)s->bucket_bytes);
+    if (s->vocab_multiple < 1 || s->vocab_multiple > 65536)
+        pt_json_errs_add(e, "loss.vocab_multiple", "%s: field 'loss.vocab_multiple' = %lld: "
+                         "expected 1..65536", origin, (long long)s->vocab_multiple);
 }
 
 int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
 {
-    if (!memchr(s->name, '\0', sizeof s->name) || !s->name[0])
-        return pt_err_set(err, "%s: field 'name' is empty", origin);
-    if ((unsigned)s->attention >= PT_ATTN_COUNT)
-        return pt_err_set(err, "%s: field 'attention.impl': not a known implementation", origin);
-    if ((unsigned)s->p2p >= PT_P2P_COUNT)
-        return pt_err_set(err, "%s: field 'overlap.p2p': not a known mode", origin);
-    if ((unsigned)s->kernels >= PT_KERNELS_COUNT)
-        return pt_err_set(err, "%s: field 'kernels': not fused or eager", origin);
-    if ((unsigned)s->selective >= PT_SELECTIVE_COUNT)
-        return pt_err_set(err, "%s: field 'selective': not attention or op", origin);
-    if (s->attention == PT_ATTN_FLASH && s->n_attn_eff == 0)
-        return pt_err_set(err, "%s: field 'attention.efficiency' is empty: flash attention "
-                               "needs at least one entry (\"device\": \"*\" matches any)", origin);
-    for (int i = 0; i < s->n_attn_eff; i++) {
-        char f[64];
-        snprintf(f, sizeof f, "attention.efficiency[%d].fwd", i);
-        if (in_range(origin, f, s->attn_eff[i].fwd, 0, 1, true, err))
-            return -1;
-        snprintf(f, sizeof f, "attention.efficiency[%d].bwd", i);
-        if (in_range(origin, f, s->attn_eff[i].bwd, 0, 1, true, err))
-            return -1;
-        if (!s->attn_eff[i].device[0])
-            return pt_err_set(err, "%s: field 'attention.efficiency[%d].device' is empty",
-                              origin, i);
-    }
-    if (!(s->zero_stages & 0xf))
-        return pt_err_set(err, "%s: field 'parallelism.zero' offers no ZeRO stage", origin);
-    if (in_range(origin, "overlap.tp_reach", s->tp_overlap_reach, 0, 1, false, err) ||
-        in_range(origin, "overlap.compute_slowdown", s->comm_compute_slowdown, 0, 0.99, false,
-                 err) ||
-        in_range(origin, "step_overhead_s", s->step_overhead_s, 0, 3600, false, err))
-        return -1;
-    if (s->tp_overlap_rs && !s->tp_overlap)
-        return pt_err_set(err, "%s: field 'overlap.tp_reduce_scatter' is true but 'overlap.tp' "
-                               "is false", origin);
-    if (s->tp_overlap && !s->sp)
-        return pt_err_set(err, "%s: field 'overlap.tp' is true but 'parallelism.sp' is false: "
-                               "TP overlap pipelines sequence-parallel collectives", origin);
-    if (!s->dp_overlap_modes)
-        return pt_err_set(err, "%s: field 'overlap.dp' is empty: list at least one of none, "
-                               "last, backward", origin);
-    if (!(s->dp_overlap_modes & BIT(s->dp_overlap)))
-        return pt_err_set(err, "%s: field 'overlap.dp_default' = \"%s\" is not in 'overlap.dp'",
-                          origin, dpo_names[s->dp_overlap]);
-    if (s->zero3_prefetch < 0 || s->zero3_prefetch > 8)
-        return pt_err_set(err, "%s: field 'overlap.zero3_prefetch' = %d: expected 0..8", origin,
-                          s->zero3_prefetch);
-    if (s->bucket_bytes < 0 || (s->bucket_bytes > 0 && s->bucket_bytes < PT_MIN_BUCKET_BYTES) ||
-        s->bucket_bytes > (INT64_C(1) << 40))
-        return pt_err_set(err, "%s: field 'gradients.bucket_bytes' = %lld: expected 0 (the "
-                               "training's bucket) or 65536 up to 2^40", origin,
-                          (long long)s->bucket_bytes);
-    if (s->vocab_multiple < 1 || s->vocab_multiple > 65536)
-        return pt_err_set(err, "%s: field 'loss.vocab_multiple' = %lld: expected 1..65536",
-                          origin, (long long)s->vocab_multiple);
-    return 0;
+    pt_json_errs errs;
+    pt_json_errs_init(&errs);
+    stack_check(s, origin, &errs);
+    return pt_json_errs_finish(&errs, origin, err);
 }
 
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)

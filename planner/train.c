@@ -27,6 +27,11 @@ pt_precision pt_precision_of(pt_prec_kind k)
     }
 }
 
+pt_dtype pt_prec_dtype(pt_prec_kind k)
+{
+    return pt_precision_of(k).act_bytes == 4 ? PT_DTYPE_FP32 : PT_DTYPE_BF16;
+}
+
 const char *pt_prec_name(pt_prec_kind k)
 {
     return (unsigned)k < PT_PREC_COUNT ? pt_prec_names[k] : "unknown";

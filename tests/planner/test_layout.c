@@ -401,6 +401,27 @@ static void test_uneven_explain(void)
     expect_explain("pp=2,last_layers=32", 32, "leaves 0 of the 32", "first stage");
 }
 
+/* A step of more (micro-batch, chunk) pairs than PT_MAX_SCHED_PAIRS is refused by its
+ * rule, with its values, at the bound and not below it. */
+static void test_schedule_size(void)
+{
+    int64_t most = PT_MAX_SCHED_PAIRS; /* 2^24 */
+    CHECK_INT(rules("pp=2,dp=4,mbs=1", 1, most / 2 * 4), 0);               /* 2 x 2^23 */
+    CHECK_INT(rules("pp=2,dp=4,mbs=1", 1, (most / 2 + 1) * 4), ONLY(PT_REJECT_SCHEDULE_SIZE));
+    CHECK_INT(rules("pp=2,vp=2,dp=4,mbs=2", 1, most / 4 * 8), 0);            /* 2 x 2 x 2^22 */
+    CHECK_INT(rules("pp=2,vp=2,dp=4,mbs=2", 1, (most / 4 + 2) * 8),
+              ONLY(PT_REJECT_SCHEDULE_SIZE));
+    pt_model m = model();
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    CHECK(pt_layout_parse("pp=8,dp=1", 8, most, &l, &err) == 0);
+    char why[256];
+    pt_reject_explain(PT_REJECT_SCHEDULE_SIZE, &m, NULL, most, &l, why, sizeof why);
+    CHECK(strstr(why, "pp*vp*n_micro = 8*1*16777216") != NULL);
+    CHECK(strcmp(pt_reject_name(PT_REJECT_SCHEDULE_SIZE), "schedule_size") == 0);
+}
+
 int main(void)
 {
     test_parse_format();
@@ -411,5 +432,6 @@ int main(void)
     test_uneven_split();
     test_uneven_format();
     test_uneven_explain();
+    test_schedule_size();
     return pt_check_result();
 }

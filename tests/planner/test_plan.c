@@ -48,6 +48,7 @@ static void test_round_trip(const char *dir)
     CHECK_INT(back.layout.n_micro, p.layout.n_micro);
     CHECK(strcmp(back.model.name, "gpt2-124m") == 0);
     CHECK_INT(back.cluster.devices_per_node, 8);
+    CHECK(back.cluster.inter.nics == 8 && back.cluster.inter.nic_bw_Bps == 25e9);
     CHECK_INT(back.train.global_batch, 64);
     CHECK_INT(back.run.seed, 1234);
     CHECK(strcmp(back.run.data, "tokens.bin") == 0);
@@ -115,6 +116,17 @@ static void test_damage(const char *dir)
                   "training.bucket_bytes");
     expect_damage(dir, "\"precision\": \"bf16\"", "\"precision\": \"fp4\"", "training.precision");
     expect_damage(dir, "\"heads\": 12", "\"heads\": 7", "heads");
+    /* the cluster has no peak for the precision the plan trains in */
+    expect_damage(dir, "\"bf16\": 312000000000000.0", "\"bf16\": 0",
+                  "cluster 'dgx-a100-80g': field 'device.peak_flops.bf16' is absent or 0");
+    expect_damage(dir, "\"bf16\": 312000000000000.0,", "",
+                  "field 'device.peak_flops.bf16' is absent or 0 (unsupported), but precision "
+                  "bf16 computes in bf16");
+    /* every problem of the cluster, not only the first */
+    expect_damage(dir, "\"memory_bytes\": 85899345920", "\"memroy_bytes\": 8.5e10, \"nics\": 1",
+                  "unknown field 'cluster.device.memroy_bytes' (did you mean 'memory_bytes'?)\n");
+    expect_damage(dir, "\"memory_bytes\": 85899345920", "\"memroy_bytes\": 8.5e10, \"nics\": 1",
+                  "plan_bad.json: unknown field 'cluster.device.nics' (expected one of: name, ");
     /* min_lr written with a 9 in front: 9.6e-4 against lr 6e-4, a rate that would climb */
     expect_damage(dir, "\"min_lr\": ", "\"min_lr\": 9", "'training.min_lr' = 0.00096 is above");
     expect_damage(dir, "\"steps\": 50", "\"steps\": 0", "training.steps");

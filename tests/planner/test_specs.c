@@ -4,6 +4,9 @@
  * unchanged, a few published sizes are what the papers say, and every bad input —
  * malformed JSON, missing, unknown or mistyped fields, impossible sizes, unknown
  * names, missing files — is refused with a message naming the file, field and value.
+ * Specs as users write them: optional peaks checked against the planned precision,
+ * integers written as reals, the inter-node bandwidth from the NICs, and every
+ * problem of a file reported at once (model and stack specs share the reader).
  *
  * Usage: test_specs DATA_DIR   (the tests/data folder with the JSON fixtures)
  */
@@ -58,7 +61,9 @@ static bool same_bits(double x, double y)
 static bool link_equal(const pt_link *x, const pt_link *y)
 {
     return strcmp(x->name, y->name) == 0 && same_bits(x->bw_Bps, y->bw_Bps) &&
-           same_bits(x->latency_s, y->latency_s);
+           same_bits(x->latency_s, y->latency_s) && same_bits(x->busbw_Bps, y->busbw_Bps) &&
+           same_bits(x->allreduce_busbw_Bps, y->allreduce_busbw_Bps) && x->nics == y->nics &&
+           same_bits(x->nic_bw_Bps, y->nic_bw_Bps);
 }
 
 static bool cluster_equal(const pt_cluster *x, const pt_cluster *y)
@@ -203,7 +208,7 @@ static void test_model_bad_files(const char *dir)
     expect_model_file_error(dir, "model_not_object.json", "expected a JSON object", "array");
     expect_model_file_error(dir, "model_missing_field.json", "missing field 'ffn'", NULL);
     expect_model_file_error(dir, "model_unknown_field.json", "unknown field 'hiden'",
-                            "expected one of: name, layers, hidden");
+                            "(did you mean 'hidden'?)");
     expect_model_file_error(dir, "model_wrong_type.json", "field 'layers' = 12.5",
                             "expected an integer, got a real number");
     expect_model_file_error(dir, "model_string_size.json", "field 'vocab' = \"32000\"",
@@ -239,7 +244,8 @@ static void expect_model_text_error(const char *from, const char *to, const char
 static void test_model_bad_text(void)
 {
     CHECK(strcmp(pt_model_builtin(0)->name, "tiny") == 0);
-    expect_model_text_error("\"layers\": 4", "\"layers\": 4.0", "field 'layers' = 4.0");
+    expect_model_text_error("\"layers\": 4", "\"layers\": 4.5",
+                            "field 'layers' = 4.5: expected an integer, got a real number");
     expect_model_text_error("\"bias\": true", "\"bias\": 1", "expected true or false");
     expect_model_text_error("\"name\": \"tiny\"", "\"name\": \"\"", "field 'name' is empty");
     expect_model_text_error("\"name\": \"tiny\"",
@@ -450,6 +456,347 @@ static void test_cluster_bad_input(void)
     CHECK_STR_HAS(err.msg, "cannot read '/nonexistent/cluster.json': No such file");
 }
 
+/* ---- Specs as users write them ----------------------------------------------- */
+
+/* Lines of a message (one per problem). */
+static int lines_of(const char *msg)
+{
+    int n = 1;
+    for (; *msg; msg++)
+        n += *msg == '\n';
+    return n;
+}
+
+/* Every line of msg starts with "origin: ". */
+static bool lines_start_with(const char *msg, const char *origin)
+{
+    size_t n = strlen(origin);
+    for (const char *line = msg; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, origin, n) != 0 || strncmp(line + n, ": ", 2) != 0)
+            return false;
+    return true;
+}
+
+/* A cluster as a user writes it: only the bf16 peak, memory as a real (40e9), and
+ * the inter-node bandwidth left to the node's 4 NICs of 25 GB/s over 8 devices. */
+static const char user_cluster[] =
+    "{\"name\": \"user\", \"nodes\": 2, \"devices_per_node\": 8,\n"
+    " \"device\": {\"name\": \"Z100\", \"memory_bytes\": 40e9, \"memory_bandwidth\": 2e12,\n"
+    "            \"peak_flops\": {\"bf16\": 312e12}},\n"
+    " \"intra_node\": {\"name\": \"nv\", \"bandwidth\": 3e11, \"latency\": 3e-6},\n"
+    " \"inter_node\": {\"name\": \"ib\", \"latency\": 5e-6, \"nics\": 4, "
+    "\"nic_bandwidth\": 25e9}}\n";
+
+static void expect_user_cluster_error(const char *from, const char *to, const char *needle1,
+                                      const char *needle2)
+{
+    char *bad = replace_once(user_cluster, from, to);
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_from_json(bad, "my.json", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, "my.json: ");
+    CHECK_STR_HAS(err.msg, needle1);
+    if (needle2)
+        CHECK_STR_HAS(err.msg, needle2);
+    free(bad);
+}
+
+static void expect_user_cluster_ok(const char *from, const char *to, pt_cluster *c)
+{
+    char *text = replace_once(user_cluster, from, to);
+    pt_err err = {""};
+    if (pt_cluster_from_json(text, "my.json", c, &err))
+        fprintf(stderr, "%s\n", err.msg);
+    CHECK_INT(pt_cluster_from_json(text, "my.json", c, &err), 0);
+    free(text);
+}
+
+static void test_cluster_user_written(void)
+{
+    pt_cluster c, back;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_from_json(user_cluster, "my.json", &c, &err), 0);
+    CHECK_INT(c.device.memory_bytes, INT64_C(40000000000));
+    CHECK(c.device.peak_flops[PT_DTYPE_BF16] == 312e12);
+    CHECK(c.device.peak_flops[PT_DTYPE_FP32] == 0 && c.device.peak_flops[PT_DTYPE_TF32] == 0 &&
+          c.device.peak_flops[PT_DTYPE_FP16] == 0 && c.device.peak_flops[PT_DTYPE_FP8] == 0);
+    CHECK_INT(c.inter.nics, 4);
+    CHECK(c.inter.nic_bw_Bps == 25e9);
+    CHECK(c.inter.bw_Bps == 4 * 25e9 / 8); /* derived: 12.5 GB/s per device */
+    CHECK_INT(c.intra.nics, 0);
+
+    /* The dump states the NICs and the bandwidth, and loads back identically. */
+    char *text = pt_cluster_to_json(&c);
+    CHECK_STR_HAS(text, "\"nics\": 4");
+    CHECK_STR_HAS(text, "\"nic_bandwidth\": 2.5e10");
+    CHECK_STR_HAS(text, "\"bandwidth\": 1.25e10");
+    CHECK_INT(pt_cluster_from_json(text, "<dump>", &back, &err), 0);
+    CHECK(cluster_equal(&c, &back));
+    char *again = pt_cluster_to_json(&back);
+    CHECK(again && strcmp(text, again) == 0);
+    free(text);
+    free(again);
+
+    /* Sized to 4 devices per node (ptplan --devices), the NICs no longer give the
+     * bandwidth kept: the dump leaves nic_bandwidth out and still loads back. */
+    c.devices_per_node = 4;
+    text = pt_cluster_to_json(&c);
+    CHECK(text && !strstr(text, "nic_bandwidth"));
+    CHECK_STR_HAS(text, "\"nics\": 4");
+    CHECK_INT(pt_cluster_from_json(text, "<dump>", &back, &err), 0);
+    CHECK(back.inter.bw_Bps == 12.5e9 && back.inter.nic_bw_Bps == 0);
+    free(text);
+
+    /* A bandwidth given beside the NICs must agree with them. */
+    expect_user_cluster_ok("\"latency\": 5e-6", "\"bandwidth\": 12.5e9, \"latency\": 5e-6", &c);
+    CHECK(c.inter.bw_Bps == 12.5e9 && c.inter.nics == 4);
+    /* The NIC count alone is a statement, not a derivation. */
+    expect_user_cluster_ok(", \"nic_bandwidth\": 25e9", ", \"bandwidth\": 20e9", &c);
+    CHECK(c.inter.bw_Bps == 20e9 && c.inter.nics == 4 && c.inter.nic_bw_Bps == 0);
+}
+
+static void test_cluster_nics_refused(void)
+{
+    expect_user_cluster_error("\"latency\": 5e-6", "\"bandwidth\": 50e9, \"latency\": 5e-6",
+                              "field 'inter_node.bandwidth' = 5e+10 disagrees with nics x "
+                              "nic_bandwidth / devices_per_node = 4 x 2.5e+10 / 8 = 1.25e+10",
+                              NULL);
+    expect_user_cluster_error("\"nics\": 4, ", "",
+                              "field 'inter_node.nic_bandwidth' needs 'inter_node.nics'",
+                              "missing field 'inter_node.bandwidth' (or give 'inter_node.nics' "
+                              "and 'inter_node.nic_bandwidth')");
+    expect_user_cluster_error(", \"nic_bandwidth\": 25e9", "",
+                              "missing field 'inter_node.bandwidth'", NULL);
+    expect_user_cluster_error("\"nics\": 4", "\"nics\": 0",
+                              "field 'inter_node.nics' = 0: must be at least 1", NULL);
+    expect_user_cluster_error("\"nics\": 4", "\"nics\": 2.5", "field 'inter_node.nics' = 2.5",
+                              "expected an integer");
+    expect_user_cluster_error("\"nic_bandwidth\": 25e9", "\"nic_bandwidth\": 0",
+                              "field 'inter_node.nic_bandwidth' = 0: must be finite and "
+                              "greater than 0", NULL);
+    expect_user_cluster_error("\"bandwidth\": 3e11,", "\"bandwidth\": 3e11, \"nics\": 8,",
+                              "unknown field 'intra_node.nics'", NULL);
+
+    /* The same rules on a spec built in code. */
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_builtin(1, &c), 0);
+    c.inter.nics = 0;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'inter_node.nic_bandwidth' needs 'inter_node.nics'");
+    CHECK_INT(pt_cluster_builtin(1, &c), 0);
+    c.intra.nics = 2;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "only inter_node states NICs");
+    c.intra.nics = 0;
+    c.inter.nics = -1;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "field 'inter_node.nics' = -1: must be at least 0");
+}
+
+static void test_cluster_builtin_nics(void)
+{
+    /* DGX H100: 8 ConnectX-7 at 400 Gb/s; DGX A100: 8 ConnectX-6 at 200 Gb/s; one per
+     * GPU, so each GPU's share is one NIC's rate. */
+    pt_cluster c;
+    CHECK_INT(pt_cluster_builtin(1, &c), 0);
+    CHECK(strcmp(c.name, "dgx-h100") == 0);
+    CHECK(c.inter.nics == 8 && c.inter.nic_bw_Bps == 400e9 / 8);
+    CHECK(c.inter.bw_Bps == c.inter.nics * c.inter.nic_bw_Bps / c.devices_per_node);
+    CHECK_INT(pt_cluster_builtin(0, &c), 0);
+    CHECK(strcmp(c.name, "dgx-a100-80g") == 0);
+    CHECK(c.inter.nics == 8 && c.inter.nic_bw_Bps == 200e9 / 8);
+    CHECK(c.inter.bw_Bps == c.inter.nics * c.inter.nic_bw_Bps / c.devices_per_node);
+    char *text = pt_cluster_to_json(&c);
+    CHECK_STR_HAS(text, "\"nics\": 8,\n    \"nic_bandwidth\": 2.5e10");
+    free(text);
+}
+
+static void test_cluster_precision(void)
+{
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_from_json(user_cluster, "my.json", &c, &err), 0);
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_BF16, &err), 0);
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_BF16_GRAD16, &err), 0);
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_FP32, &err), -1);
+    CHECK_STR_HAS(err.msg, "cluster 'user'");
+    CHECK_STR_HAS(err.msg, "field 'device.peak_flops.fp32' is absent or 0");
+    CHECK_STR_HAS(err.msg, "precision fp32");
+    CHECK(pt_prec_dtype(PT_PREC_FP32) == PT_DTYPE_FP32);
+    CHECK(pt_prec_dtype(PT_PREC_BF16) == PT_DTYPE_BF16);
+    CHECK(pt_prec_dtype(PT_PREC_BF16_GRAD16) == PT_DTYPE_BF16);
+
+    /* An fp32-only device cannot plan bf16. */
+    c.device.peak_flops[PT_DTYPE_BF16] = 0;
+    c.device.peak_flops[PT_DTYPE_FP32] = 20e12;
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_FP32, &err), 0);
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_BF16, &err), -1);
+    CHECK_STR_HAS(err.msg, "field 'device.peak_flops.bf16' is absent or 0");
+    CHECK_STR_HAS(err.msg, "precision bf16 computes in bf16");
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_BF16_GRAD16, &err), -1);
+    CHECK_STR_HAS(err.msg, "precision bf16-grad16");
+
+    /* No peak at all is a spec not yet profiled (`local`): any precision is planned. */
+    CHECK_INT(pt_cluster_get("local", &c, &err), 0);
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_FP32, &err), 0);
+    CHECK_INT(pt_cluster_check_precision(&c, PT_PREC_BF16, &err), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_INT(pt_cluster_builtin(i, &c), 0);
+        for (int p = 0; p < PT_PREC_COUNT; p++)
+            CHECK_INT(pt_cluster_check_precision(&c, (pt_prec_kind)p, &err), 0);
+    }
+}
+
+/* Integers written as reals: taken when integral and in range, refused otherwise. */
+static void test_integer_reals(void)
+{
+    expect_user_cluster_error("40e9", "40000000000.5",
+                              "my.json: field 'device.memory_bytes' = 40000000000.5: expected "
+                              "an integer, got a real number with a fractional part", NULL);
+    expect_user_cluster_error("40e9", "4.05", "field 'device.memory_bytes' = 4.05: expected "
+                              "an integer, got a real number with a fractional part", NULL);
+    expect_user_cluster_error("40e9", "1e300", "field 'device.memory_bytes' = 1e+300: out of "
+                              "range for a 64-bit integer", NULL);
+    expect_user_cluster_error("40e9", "-1e300", "field 'device.memory_bytes' = -1e+300: out "
+                              "of range for a 64-bit integer", NULL);
+    expect_user_cluster_error("40e9", "9223372036854775808.0",
+                              "= 9.223372036854776e+18: out of range for a 64-bit integer", NULL);
+    /* -2^63 is the last real in range: read, then refused as a size. */
+    expect_user_cluster_error("40e9", "-9223372036854775808.0",
+                              "field 'device.memory_bytes' = -9223372036854775808: must be at "
+                              "least 1", NULL);
+    expect_user_cluster_error("\"devices_per_node\": 8", "\"devices_per_node\": 1e10",
+                              "field 'devices_per_node' = 1e+10: out of range for a "
+                              "32-bit integer", NULL);
+    pt_cluster c;
+    expect_user_cluster_ok("\"nodes\": 2", "\"nodes\": 2.0e1", &c);
+    CHECK_INT(c.nodes, 20);
+    /* 40.5e9 names the integer 40,500,000,000: taken. */
+    expect_user_cluster_ok("40e9", "40.5e9", &c);
+    CHECK_INT(c.device.memory_bytes, INT64_C(40500000000));
+
+    /* Model and stack specs share the reader. */
+    char *good = pt_model_to_json(pt_model_builtin(0));
+    char *text = replace_once(good, "\"seq\": 64", "\"seq\": 6.4e1");
+    pt_model m;
+    pt_err err = {""};
+    CHECK_INT(pt_model_from_json(text, "<string>", &m, &err), 0);
+    CHECK_INT(m.seq, 64);
+    free(text);
+    free(good);
+    good = pt_stack_to_json(pt_stack_builtin(0));
+    text = replace_once(good, "\"vocab_multiple\": 128", "\"vocab_multiple\": 1.28e2");
+    pt_stack s;
+    CHECK_INT(pt_stack_from_json(text, "<string>", &s, &err), 0);
+    CHECK_INT(s.vocab_multiple, 128);
+    free(text);
+    free(good);
+}
+
+/* One file with several problems: every one reported, a line each. */
+static void test_cluster_all_errors(void)
+{
+    char *t1 = replace_once(user_cluster, "\"memory_bytes\"", "\"memroy_bytes\"");
+    char *t2 = replace_once(t1, "\"bf16\": 312e12", "\"bf16\": \"lots\"");
+    char *t3 = replace_once(t2, "\"latency\": 3e-6", "\"latency\": -3e-6");
+    char *t4 = replace_once(t3, "\"nodes\": 2", "\"nodes\": 0, \"gpus\": 16");
+    char *t5 = replace_once(t4, ", \"latency\": 5e-6", "");
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_from_json(t5, "my.json", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, "my.json: unknown field 'gpus' (expected one of: name, nodes, ");
+    CHECK_STR_HAS(err.msg, "my.json: unknown field 'device.memroy_bytes' (did you mean "
+                           "'memory_bytes'?)");
+    CHECK_STR_HAS(err.msg, "my.json: field 'device.peak_flops.bf16' = \"lots\": expected a "
+                           "number, got a string");
+    CHECK_STR_HAS(err.msg, "my.json: missing field 'inter_node.latency'");
+    CHECK_STR_HAS(err.msg, "my.json: field 'nodes' = 0: must be at least 1");
+    CHECK_STR_HAS(err.msg, "my.json: field 'intra_node.latency' = -3e-06: must be finite");
+    /* The misspelling is not also reported as the field it meant missing, nor the
+     * mistyped peak as out of range. */
+    CHECK(!strstr(err.msg, "missing field 'device.memory_bytes'"));
+    CHECK(!strstr(err.msg, "device.memory_bytes' = 0"));
+    CHECK(!strstr(err.msg, "peak_flops.bf16' = 0"));
+    CHECK_INT(lines_of(err.msg), 6);
+    CHECK(lines_start_with(err.msg, "my.json"));
+    free(t1);
+    free(t2);
+    free(t3);
+    free(t4);
+    free(t5);
+
+    /* A missing object is one problem, not one per field inside it. */
+    t1 = replace_once(user_cluster, "\"intra_node\"", "\"intra_nod\"");
+    CHECK_INT(pt_cluster_from_json(t1, "my.json", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, "unknown field 'intra_nod' (did you mean 'intra_node'?)");
+    CHECK_INT(lines_of(err.msg), 1);
+    free(t1);
+
+    /* More problems than pt_err holds: as many lines as fit, then how many more. */
+    char many[4096] = "{";
+    for (int i = 0; i < 30; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"unrelated_%02d\": 1",
+                 i ? ", " : "", i);
+    strcat(many, "}");
+    CHECK_INT(pt_cluster_from_json(many, "my.json", &c, &err), -1);
+    CHECK(strlen(err.msg) < sizeof err.msg - 1);
+    const char *last = strrchr(err.msg, '\n');
+    int more = 0;
+    CHECK(last && sscanf(last, "\nmy.json: and %d more problems", &more) == 1);
+    /* 30 unknown fields and 6 missing ones (name ... inter_node) */
+    CHECK_INT(lines_of(err.msg) - 1 + more, 36);
+    CHECK(lines_of(err.msg) >= 3);
+    CHECK(lines_start_with(err.msg, "my.json"));
+
+    /* Values checked on a spec built in code are all reported too. */
+    CHECK_INT(pt_cluster_builtin(1, &c), 0);
+    c.nodes = 0;
+    c.intra.latency_s = NAN;
+    c.device.gemm_max_eff = 2;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'nodes' = 0");
+    CHECK_STR_HAS(err.msg, "<struct>: field 'intra_node.latency' = nan");
+    CHECK_STR_HAS(err.msg, "<struct>: field 'device.gemm_max_efficiency' = 2");
+    CHECK_INT(lines_of(err.msg), 3);
+}
+
+static void test_model_stack_all_errors(void)
+{
+    char *good = pt_model_to_json(pt_model_builtin(0));
+    char *t1 = replace_once(good, "\"hidden\"", "\"hiden\"");
+    char *t2 = replace_once(t1, "\"layers\": 4", "\"layers\": \"x\"");
+    char *t3 = replace_once(t2, "\"vocab\": 256", "\"vocab\": 0");
+    pt_model m;
+    pt_err err = {""};
+    CHECK_INT(pt_model_from_json(t3, "m.json", &m, &err), -1);
+    CHECK_STR_HAS(err.msg, "m.json: unknown field 'hiden' (did you mean 'hidden'?)");
+    CHECK_STR_HAS(err.msg, "m.json: field 'layers' = \"x\": expected an integer, got a string");
+    CHECK_STR_HAS(err.msg, "m.json: field 'vocab' = 0: must be at least 1");
+    CHECK_INT(lines_of(err.msg), 3);
+    free(good);
+    free(t1);
+    free(t2);
+    free(t3);
+
+    good = pt_stack_to_json(pt_stack_builtin(0));
+    t1 = replace_once(good, "\"tp_reach\"", "\"tp_raech\"");
+    t2 = replace_once(t1, "\"fused_xent\"", "\"fused_xnet\"");
+    t3 = replace_once(t2, "\"step_overhead_s\": 0", "\"step_overhead_s\": -1");
+    pt_stack s;
+    CHECK_INT(pt_stack_from_json(t3, "s.json", &s, &err), -1);
+    CHECK_STR_HAS(err.msg, "s.json: unknown field 'overlap.tp_raech' (did you mean "
+                           "'tp_reach'?)");
+    CHECK_STR_HAS(err.msg, "s.json: unknown field 'loss.fused_xnet' (did you mean "
+                           "'fused_xent'?)");
+    CHECK_STR_HAS(err.msg, "s.json: field 'step_overhead_s' = -1: expected a value in [0, 3600]");
+    CHECK_INT(lines_of(err.msg), 3);
+    free(good);
+    free(t1);
+    free(t2);
+    free(t3);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -470,5 +817,12 @@ int main(int argc, char **argv)
     test_cluster_from_file(dir);
     test_cluster_bad_files(dir);
     test_cluster_bad_input();
+    test_cluster_user_written();
+    test_cluster_nics_refused();
+    test_cluster_builtin_nics();
+    test_cluster_precision();
+    test_integer_reals();
+    test_cluster_all_errors();
+    test_model_stack_all_errors();
     return pt_check_result();
 }

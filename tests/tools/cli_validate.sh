@@ -4,7 +4,9 @@
 # model was not tuned on) is evaluated, and the public set's mean |error| stays under
 # the bound below; bad input is refused with one message naming the file and field;
 # a point that cannot be evaluated is listed with the reason and exits 3; an ALiBi
-# model is priced by the planner and refused by the runtime. No timing involved.
+# model is priced by the planner and refused by the runtime. The errors by stack and
+# device that --validate prints are the error bands prediction_band gives a job
+# (tools/ptplan/ptplan_band.c, through build/tests/test_ptplan_band). No timing involved.
 #   usage: cli_validate.sh BUILD_DIR SOURCE_DIR
 set -u
 build="$1"
@@ -154,6 +156,113 @@ PY
 run 3 "$ptplan" --validate "$tmp/unevaluable.json"
 out_has "NOT EVALUATED: invalid layout" "the text form lists the reason"
 out_has "4 of 21 points could not be evaluated" "the text form counts them"
+
+# ---- Error bands: --validate's table by stack and device, and prediction_band ------
+# A set of three fsdp runs on A100-SXM4-80GB (one on a cluster file of that device; the
+# first neither the lowest error nor the highest), one megatron-lm run and an fsdp run
+# that cannot be evaluated. The table holds the errors of
+# the evaluated runs by (stack, device); test_ptplan_band prints the band that
+# prediction_band gives a job (the sets from PT_VALIDATION_SETS), which must be the same.
+derive band_set.json 'd["points"] = [d["points"][i] for i in (13, 7, 12, 18, 14)]
+d["points"][4]["dp"] = 7'
+run 3 "$ptplan" --validate "$tmp/band_set.json" --json
+cp "$tmp/out" "$tmp/band_set.out"
+python3 - "$tmp/band_set.out" <<'PY' || fail "the table by stack and device sums up the points"
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = r["by_stack_device"]
+assert [(b["stack"], b["device"], b["n"]) for b in t] == \
+    [("fsdp", "A100-SXM4-80GB", 3), ("megatron-lm", "A100-SXM4-80GB", 1)], t
+for b in t:
+    errs = [p["error"] for p in r["points"] if p["evaluable"] and p["stack"] == b["stack"]]
+    assert b["min_error"] == min(errs) and b["max_error"] == max(errs), (b, errs)
+    assert abs(b["mean_error"] - sum(errs) / len(errs)) < 1e-12, (b, errs)
+PY
+run 3 "$ptplan" --validate "$tmp/band_set.json"
+out_has "^by stack and device" "the text form has the table by stack and device"
+python3 - "$tmp/band_set.out" "$tmp/out" <<'PY' || fail "the text table prints the JSON's numbers"
+import json, sys
+for b in json.load(open(sys.argv[1]))["by_stack_device"]:
+    want = "%-24s %-24s %4d %+9.1f%% %+6.1f%% %+6.1f%%" % (b["stack"], b["device"], b["n"],
+        100 * b["mean_error"], 100 * b["min_error"], 100 * b["max_error"])
+    assert want in open(sys.argv[2]).read().splitlines(), want
+PY
+
+probe="$build/tests/test_ptplan_band"
+# band SETS STACK CLUSTER: prediction_band's band for a job of STACK on CLUSTER, predicted
+# 10 s, with PT_VALIDATION_SETS=SETS ("-" leaves it unset: the source tree's sets)
+band() {
+    if [ "$1" = - ]; then
+        run 0 env -u PT_VALIDATION_SETS "$probe" "$2" "$3" 10
+    else
+        run 0 env PT_VALIDATION_SETS="$1" "$probe" "$2" "$3" 10
+    fi
+}
+# band_is WHAT N GROUP SETS REASON: the band printed has N runs and, GROUP (an index into
+# the table of band_set.json, "-" for none) given, that group's numbers; its sets are
+# SETS and its reason holds REASON ("": is empty)
+band_is() {
+    python3 - "$tmp/out" "$tmp/band_set.out" "$2" "$3" "$4" "$5" <<'PY' || fail "band: $1"
+import json, sys
+b = json.load(open(sys.argv[1]))
+n, group, sets, reason = int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+assert b["n"] == n and b["sets"] == sets, b
+assert (reason in b["reason"]) if reason else b["reason"] == "", b
+if group != "-":
+    t = json.load(open(sys.argv[2]))["by_stack_device"][int(group)]
+    assert (b["stack"], b["device"]) == (t["stack"], t["device"]), (b, t)
+    assert b["err_min"] == t["min_error"] and b["err_max"] == t["max_error"], (b, t)
+    assert abs(b["err_mean"] - t["mean_error"]) < 1e-12, (b, t)
+if n:
+    assert abs(b["lo_s"] - 10 / (1 + b["err_max"])) < 1e-12, b
+    assert abs(b["hi_s"] - 10 / (1 + b["err_min"])) < 1e-12, b
+    assert b["lo_s"] <= b["hi_s"], b
+else:
+    assert b["lo_s"] == b["hi_s"] == 10, b
+PY
+}
+band "$tmp/band_set.json" fsdp dgx-a100-80g
+band_is "fsdp on A100 as --validate's table" 3 0 band_set.json ""
+band "$tmp/band_set.json" fsdp "$tmp/clusters/a100-80g-roce-1600g.json"
+band_is "a cluster file is matched by its device" 3 0 band_set.json ""
+band "$tmp/band_set.json" megatron-lm dgx-a100-80g
+band_is "megatron-lm on A100" 1 1 band_set.json ""
+band "$tmp/band_set.json:$tmp/band_set.json" megatron-lm dgx-a100-80g
+band_is "the sets' runs are counted together" 2 - "band_set.json, band_set.json" ""
+band "$tmp/band_set.json" ptrun dgx-a100-80g
+band_is "an unknown stack" 0 - band_set.json \
+    "no published run of stack ptrun on A100-SXM4-80GB in band_set.json"
+band "$tmp/band_set.json" fsdp dgx-h100
+band_is "an unknown device" 0 - band_set.json \
+    "no published run of stack fsdp on H100-SXM5-80GB in band_set.json"
+band "$tmp/no-such.json" fsdp dgx-a100-80g
+band_is "a missing set" 0 - "" "not found: $tmp/no-such.json"
+band "$tmp/band_set.json::$tmp/no-such.json" fsdp dgx-a100-80g
+band_is "a missing set beside one that is read" 3 0 band_set.json "not found: $tmp/no-such.json"
+band "" fsdp dgx-a100-80g
+band_is "PT_VALIDATION_SETS empty" 0 - "" "PT_VALIDATION_SETS names no validation set"
+run 1 env PT_VALIDATION_SETS="$tmp/band_set.json:$tmp/malformed.json" "$probe" fsdp dgx-a100-80g
+err_has "malformed.json:2:" "a malformed set is an error"
+run 1 env PT_VALIDATION_SETS="$tmp/no_model.json" "$probe" fsdp dgx-a100-80g
+err_has "no_model.json: points\[3\].model: missing" "a set that --validate refuses is an error"
+
+# Without PT_VALIDATION_SETS: the source tree's two sets, their tables combined.
+run 0 "$ptplan" --validate "$val/public-set.json" --json
+cp "$tmp/out" "$tmp/public.out"
+run 0 "$ptplan" --validate "$val/holdout.json" --json
+cp "$tmp/out" "$tmp/holdout.out"
+band - fsdp dgx-h100
+python3 - "$tmp/out" "$tmp/public.out" "$tmp/holdout.out" <<'PY' || fail "the default sets' band"
+import json, sys
+b = json.load(open(sys.argv[1]))
+t = [g for f in sys.argv[2:] for g in json.load(open(f))["by_stack_device"]
+     if (g["stack"], g["device"]) == ("fsdp", "H100-SXM5-80GB")]
+assert len(t) == 2 and b["sets"] == "public-set.json, holdout.json" and b["reason"] == "", b
+assert b["n"] == sum(g["n"] for g in t) > 0, (b, t)
+assert b["err_min"] == min(g["min_error"] for g in t), (b, t)
+assert b["err_max"] == max(g["max_error"] for g in t), (b, t)
+assert abs(b["err_mean"] - sum(g["n"] * g["mean_error"] for g in t) / b["n"]) < 1e-12, (b, t)
+PY
 
 # ---- ALiBi: priced by the planner, refused by the runtime --------------------------
 cat >"$tmp/alibi.json" <<'EOF'

@@ -15,8 +15,10 @@
 #include "ptconfig.h"
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,9 +34,17 @@ static const char usage_text[] =
     "  --model NAME|FILE       built-in model or model JSON file [tiny]\n"
     "  --cluster NAME|FILE     built-in cluster or cluster JSON file [local: this\n"
     "                          machine, one rank per core, as ptprofile measured it]\n"
-    "  --nodes N               number of nodes [the cluster's own]\n"
+    "  --nodes N               number of nodes [the cluster's own]; a comma list\n"
+    "                          (4,8,16,32) prints the best layout of each size side by\n"
+    "                          side with its scaling efficiency, and writes no plan\n"
     "  --devices N             devices (ranks) per node [the cluster's own]\n"
-    "  --global-batch B        sequences per optimizer step [64]\n"
+    "  --global-batch B        sequences per optimizer step [64], or tokens with a unit:\n"
+    "                          4M = 4 x 2^20 tokens (K, M, G are binary here), which must\n"
+    "                          be a whole number of sequences\n"
+    "  --global-batch-tokens N the same in tokens (4194304, 4M, 4Mi)\n"
+    "  --tokens N              tokens to train on (1e12, 300B, 15T; K, M, B/G, T are\n"
+    "                          decimal): adds days to train and GPU-hours to every layout\n"
+    "  --gpu-hour-price P      price of one GPU-hour (any currency): adds the cost\n"
     "  --seq S                 sequence length [the model's own]\n"
     "  --precision P           bf16 (fp32 grads), bf16-grad16 or fp32\n"
     "                          [bf16 on GPUs, fp32 on CPUs]\n"
@@ -66,6 +76,8 @@ static const char usage_text[] =
     "                          parameters; 1234; ptrun's built-in corpus]\n"
     "\n"
     "Modes:\n"
+    "  (the search)            --explain: the winner and the runner-up side by side,\n"
+    "                          with what differs between them and where the time goes\n"
     "  --layout L [--explain]  evaluate one layout, e.g.\n"
     "                          \"tp=8,pp=4,vp=2,cp=1,dp=2,zero=1,mbs=1,recompute=selective,\n"
     "                          sp=1,schedule=interleaved\"; keys left out default to 1 / off,\n"
@@ -94,6 +106,11 @@ static const char usage_text[] =
     "\n"
     "Output:\n"
     "  --json                  machine-readable JSON on stdout\n"
+    "  --emit FORMAT           print, instead of the table, the chosen (or --layout)\n"
+    "                          layout as its framework runs it: megatron (Megatron-LM /\n"
+    "                          Megatron-Core command-line arguments), nemo (NeMo 2 recipe\n"
+    "                          overrides), torchtitan (TOML sections) or ptrun (plan.json);\n"
+    "                          a layout the framework cannot express is refused (exit 3)\n"
     "  --top K                 layouts listed, fastest first [10; 0 = all simulated]\n"
     "  --out FILE              plan.json of the best (or the --layout) layout [plan.json]\n"
     "  --no-out                do not write plan.json\n"
@@ -109,6 +126,108 @@ static const char usage_text[] =
     "could not be evaluated (--validate). When no plan is written, a ptplan plan left\n"
     "at --out by an earlier run is removed (a file there that is not a plan is left\n"
     "alone), so that `ptplan ... && ptrun plan.json` never trains a stale plan.\n";
+
+#define MAX_SEQ (INT64_C(1) << 30) /* --seq */
+
+/* A count with an optional unit suffix: K, M, G (or B), T for 10^3, 10^6, 10^9, 10^12,
+ * or, with `binary`, for 2^10, 2^20, 2^30, 2^40 (Ki, Mi, Gi, Ti are binary always). A
+ * real is accepted ("1.5T", "1e12"). Returns the value, or -1 when text is not a count;
+ * *suffixed says whether a suffix was given. */
+static double parse_count(const char *text, bool binary, bool *suffixed)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    *suffixed = false;
+    if (end == text || errno || !isfinite(v) || v < 0 || isspace((unsigned char)*text))
+        return -1;
+    static const char units[] = "KMGT";
+    if (*end) {
+        char u = (char)toupper((unsigned char)*end);
+        if (u == 'B')
+            u = 'G'; /* "15B tokens": billions */
+        const char *at = strchr(units, u);
+        if (!at || !u)
+            return -1;
+        end++;
+        bool bin = binary;
+        if (*end == 'i') {
+            bin = true;
+            end++;
+        }
+        if (*end)
+            return -1;
+        *suffixed = true;
+        v *= pow(bin ? 1024.0 : 1000.0, (double)(at - units + 1));
+    }
+    return v;
+}
+
+/* --tokens: the tokens to train on, 1 to 10^18. */
+static int parse_tokens(const char *text, double *out)
+{
+    bool suffixed;
+    double v = parse_count(text, false, &suffixed);
+    if (!(v >= 1 && v <= 1e18)) {
+        fprintf(stderr, "ptplan: --tokens %s: expected a number of tokens from 1 to 1e18, "
+                        "e.g. 1e12, 300B or 15T\n", text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* --global-batch: sequences (an integer), or tokens with a binary unit ("8M" = 8 x 2^20
+ * tokens: batches are powers of two, and 4M is how the Llama 3 paper writes 1,024
+ * sequences of 4,096); --global-batch-tokens: tokens, with or without a unit. The
+ * tokens become sequences once the sequence length is known (load_job). */
+static int parse_global_batch(const char *opt, const char *text, bool tokens, options *o)
+{
+    bool suffixed;
+    double v = parse_count(text, true, &suffixed);
+    if (!tokens && !suffixed)
+        return pt_cli_int("ptplan", opt, text, 1, PT_MAX_GLOBAL_BATCH, &o->global_batch);
+    double most = (double)PT_MAX_GLOBAL_BATCH * (double)MAX_SEQ;
+    if (!(v >= 1 && v <= most) || v != floor(v)) {
+        fprintf(stderr, "ptplan: %s %s: expected %sa whole number of tokens from 1 to %.0f, "
+                        "e.g. 4M (4 x 2^20), 8Mi or 4194304\n", opt, text,
+                tokens ? "" : "sequences (an integer) or ", most);
+        return -1;
+    }
+    o->global_batch_tokens = (int64_t)v;
+    return 0;
+}
+
+/* --nodes: one count, or a comma list of sizes to set side by side. */
+static int parse_nodes(const char *text, options *o)
+{
+    o->n_nodes = 0;
+    for (const char *p = text;; p++) {
+        size_t len = strcspn(p, ",");
+        char one[32];
+        if (o->n_nodes == NODES_MAX || len >= sizeof one) {
+            fprintf(stderr, "ptplan: --nodes %s: expected a node count or a comma list of at "
+                            "most %d, e.g. 4,8,16\n", text, NODES_MAX);
+            return -1;
+        }
+        snprintf(one, sizeof one, "%.*s", (int)len, p);
+        int64_t *n = &o->nodes_list[o->n_nodes];
+        if (pt_cli_int("ptplan", "--nodes", one, 1, 1 << 20, n))
+            return -1;
+        for (int i = 0; i < o->n_nodes; i++)
+            if (o->nodes_list[i] == *n) {
+                fprintf(stderr, "ptplan: --nodes %s: %lld is listed twice\n", text,
+                        (long long)*n);
+                return -1;
+            }
+        o->n_nodes++;
+        p += len;
+        if (!*p)
+            break;
+    }
+    o->nodes = o->nodes_list[0];
+    return 0;
+}
 
 /* One more layout for --compare. */
 static int add_compare(options *o, const char *layout)
@@ -150,7 +269,7 @@ static int parse_options(int argc, char **argv, options *o)
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
            O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
-           O_COMPARE, O_COMPRESS, O_NOSHIPPED };
+           O_COMPARE, O_COMPRESS, O_NOSHIPPED, O_EMIT, O_TOKENS, O_PRICE, O_GBT };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -166,11 +285,14 @@ static int parse_options(int argc, char **argv, options *o)
         {"stack", 1, 0, O_STACK}, {"list-stacks", 0, 0, O_LS}, {"dump-stack", 1, 0, O_DS},
         {"validate", 1, 0, O_VALIDATE}, {"list-layouts", 0, 0, O_LL},
         {"compare", 1, 0, O_COMPARE}, {"compress", 1, 0, O_COMPRESS},
-        {"no-shipped-profile", 0, 0, O_NOSHIPPED}, {0, 0, 0, 0}};
+        {"no-shipped-profile", 0, 0, O_NOSHIPPED}, {"emit", 1, 0, O_EMIT},
+        {"tokens", 1, 0, O_TOKENS}, {"gpu-hour-price", 1, 0, O_PRICE},
+        {"global-batch-tokens", 1, 0, O_GBT}, {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
                    .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234,
-                   .compress_modes = 1u << PT_COMPRESS_NONE | 1u << PT_COMPRESS_BF16};
+                   .compress_modes = 1u << PT_COMPRESS_NONE | 1u << PT_COMPRESS_BF16,
+                   .gpu_hour_price = -1};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -185,11 +307,18 @@ static int parse_options(int argc, char **argv, options *o)
         case O_LL: o->list_layouts = true; break;
         case O_COMPARE: bad = add_compare(o, optarg); break;
         case O_COMPRESS: bad = parse_compress(optarg, &o->compress_modes); break;
-        case O_NODES: bad = pt_cli_int("ptplan", "--nodes", optarg, 1, 1 << 20, &o->nodes); break;
-        case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
-        case O_GB: bad = pt_cli_int("ptplan", "--global-batch", optarg, 1, PT_MAX_GLOBAL_BATCH, &o->global_batch);
+        case O_NODES: bad = parse_nodes(optarg, o); break;
+        case O_TOKENS: bad = parse_tokens(optarg, &o->tokens); break;
+        case O_PRICE:
+            bad = pt_cli_real("ptplan", "--gpu-hour-price", optarg, 0, 1e9, &o->gpu_hour_price);
             break;
-        case O_SEQ: bad = pt_cli_int("ptplan", "--seq", optarg, 1, 1LL << 30, &o->seq); break;
+        case O_GBT: bad = parse_global_batch("--global-batch-tokens", optarg, true, o); break;
+        case O_DEVICES: bad = pt_cli_int("ptplan", "--devices", optarg, 1, 1 << 20, &o->devices); break;
+        case O_GB:
+            o->global_batch_tokens = 0;
+            bad = parse_global_batch("--global-batch", optarg, false, o);
+            break;
+        case O_SEQ: bad = pt_cli_int("ptplan", "--seq", optarg, 1, MAX_SEQ, &o->seq); break;
         case O_PREC: o->precision = optarg; break;
         case O_ORDER: o->order = optarg; break;
         case O_MAXMBS: bad = pt_cli_int("ptplan", "--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
@@ -211,6 +340,10 @@ static int parse_options(int argc, char **argv, options *o)
         case O_NOSHIPPED: o->no_shipped = true; break;
         case O_OUT: o->out = optarg; break;
         case O_NOOUT: o->no_out = true; break;
+        case O_EMIT:
+            o->emit = optarg;
+            bad = emit_check_kind(optarg);
+            break;
         case O_TIMELINE: o->timeline = optarg; break;
         case O_SIMTOP: bad = pt_cli_int("ptplan", "--sim-top", optarg, 0, INT64_MAX, &o->sim_top); break;
         case O_STEPS: bad = pt_cli_int("ptplan", "--steps", optarg, 1, PT_MAX_STEPS, &o->steps); break;
@@ -251,8 +384,26 @@ static int parse_options(int argc, char **argv, options *o)
                         "or the search\n");
         return -1;
     }
-    if (o->explain && !o->layout) {
-        fprintf(stderr, "ptplan: --explain goes with --layout\n");
+    if (o->emit && (o->json || o->groups || o->list_models || o->list_clusters ||
+                    o->list_stacks || o->dump_model || o->dump_cluster || o->dump_stack ||
+                    o->validate || o->list_layouts || o->n_compare)) {
+        fprintf(stderr, "ptplan: --emit goes with the search or --layout (and not with "
+                        "--json: it writes the configuration on stdout)\n");
+        return -1;
+    }
+    if (o->gpu_hour_price >= 0 && o->tokens == 0) {
+        fprintf(stderr, "ptplan: --gpu-hour-price prices the GPU-hours of --tokens: give "
+                        "--tokens too\n");
+        return -1;
+    }
+    if (o->n_nodes > 1 && (modes > 0 || o->emit || o->timeline || o->explain)) {
+        fprintf(stderr, "ptplan: --nodes with several sizes sets the best layout of each "
+                        "side by side: it goes with the search alone (not with a mode, "
+                        "--emit, --timeline or --explain)\n");
+        return -1;
+    }
+    if (o->explain && !o->layout && modes > 0) {
+        fprintf(stderr, "ptplan: --explain goes with --layout or the search\n");
         return -1;
     }
     return 0;
@@ -474,6 +625,8 @@ static int tool_main(int argc, char **argv)
         return list_layouts(&o);
     if (o.n_compare)
         return compare_layouts(&o);
+    if (o.n_nodes > 1)
+        return sweep_sizes(&o);
     return rank_layouts(&o);
 }
 

@@ -16,6 +16,7 @@
 
 /* One compared layout: its figures when valid. */
 typedef struct {
+    const job *j;
     pt_layout l;
     uint32_t mask;           /* broken rules; 0 valid */
     pt_candidate c;
@@ -47,7 +48,7 @@ static void cell_mem_part(const compared *x, const void *arg, char *buf, size_t 
 {
     const char *names[MEM_PARTS];
     double bytes[MEM_PARTS];
-    memory_parts(&x->c.memory, names, bytes);
+    memory_parts(x->j, &x->l, &x->c.memory, names, bytes);
     snprintf(buf, n, "%.4g", gib(bytes[*(const int *)arg]));
 }
 
@@ -112,15 +113,34 @@ static void cell_provenance(const compared *x, const void *arg, char *buf, size_
     provenance_text(&x->c.predicted, buf, n);
 }
 
-static void print_table(const job *j, const compared *v, int n)
+/* The step time's range under the job's band. */
+static void cell_band(const compared *x, const void *arg, char *buf, size_t n)
+{
+    (void)arg;
+    double lo, hi;
+    band_range(&x->j->band, x->c.predicted.step_time_s, &lo, &hi);
+    snprintf(buf, n, "%.3g-%.3g", lo, hi);
+}
+
+/* Time to train on --tokens: days (arg 0), GPU-hours (1) or cost (2). */
+static void cell_train(const compared *x, const void *arg, char *buf, size_t n)
+{
+    train_time t;
+    train_time_of(x->j, pt_layout_world(&x->l), &x->c.predicted, &t);
+    int what = *(const int *)arg;
+    if (what == 0)
+        snprintf(buf, n, "%.1f", t.days);
+    else
+        count_text(what == 1 ? t.gpu_hours : t.cost, buf, n);
+}
+
+static void print_table(const job *j, const compared *v, int n, const char *const *labels)
 {
     double limit = limit_bytes(j);
-    print_job_header(j);
-    printf("layouts compared:\n");
     for (int i = 0; i < n; i++) {
-        char text[256];
-        pt_layout_format(&v[i].l, text, sizeof text);
-        printf("  [%d] %s\n", i + 1, text);
+        char text[512];
+        layout_text(j, &v[i].l, text, sizeof text);
+        printf("  [%d] %s%s\n", i + 1, labels ? labels[i] : "", text);
     }
     printf("\n%-*s", ROW_W, "");
     for (int i = 0; i < n; i++) {
@@ -140,7 +160,7 @@ static void print_table(const job *j, const compared *v, int n)
     printf("\nmemory per device, GiB (largest stage)\n");
     const char *names[MEM_PARTS];
     double unused[MEM_PARTS];
-    memory_parts(&v[0].c.memory, names, unused);
+    memory_parts(j, &v[0].l, &v[0].c.memory, names, unused);
     for (int k = 0; k < MEM_PARTS; k++) {
         char name[64];
         snprintf(name, sizeof name, "  %s", names[k]);
@@ -164,12 +184,35 @@ static void print_table(const job *j, const compared *v, int n)
     row("  communication hidden by compute", v, n, cell_hidden, NULL);
     for (size_t f = 0; f < sizeof figures / sizeof *figures; f++)
         row(figures[f].name, v, n, cell_figure, &figures[f]);
+    if (j->band.n > 0)
+        row("step time in the band, s", v, n, cell_band, NULL);
     row("priced from", v, n, cell_provenance, NULL);
+    if (j->tokens > 0) {
+        static const int what[3] = {0, 1, 2};
+        char name[64], goal[32];
+        count_text(j->tokens, goal, sizeof goal);
+        snprintf(name, sizeof name, "days to train on %s tokens", goal);
+        row(name, v, n, cell_train, &what[0]);
+        row("GPU-hours", v, n, cell_train, &what[1]);
+        if (j->gpu_hour_price >= 0)
+            row("cost", v, n, cell_train, &what[2]);
+    }
     for (int i = 0; i < n; i++)
         if (v[i].mask) {
             printf("\n[%d] rejected:\n", i + 1);
             print_rules(j, &v[i].l, v[i].mask);
         }
+}
+
+void print_side_by_side(const job *j, const pt_candidate *c, int n, const char *const *labels)
+{
+    compared v[COMPARE_MAX];
+    if (n > COMPARE_MAX)
+        n = COMPARE_MAX;
+    for (int i = 0; i < n; i++)
+        v[i] = (compared){.j = j, .l = c[i].layout, .c = c[i],
+                          .fits = c[i].memory.total_bytes <= limit_bytes(j)};
+    print_table(j, v, n, labels);
 }
 
 /* ---- JSON and the mode ------------------------------------------------------------------ */
@@ -191,6 +234,7 @@ static int price_all(const options *o, const job *j, compared *v)
     pt_err err;
     for (int i = 0; i < o->n_compare; i++) {
         compared *x = &v[i];
+        x->j = j;
         if (parse_job_layout(j, o->compare[i], &x->l, &err)) {
             fprintf(stderr, "ptplan: --compare: layout %d '%s': %s\n", i + 1, o->compare[i],
                     err.msg);
@@ -219,8 +263,11 @@ int compare_layouts(const options *o)
             runnable += v[i].fits;
         if (o->json)
             print_compare_json(&j, v, o->n_compare, runnable);
-        else
-            print_table(&j, v, o->n_compare);
+        else {
+            print_job_header(&j);
+            printf("layouts compared:\n");
+            print_table(&j, v, o->n_compare, NULL);
+        }
         if (runnable == 0) {
             fflush(stdout); /* the verdict after the table, where both go to one terminal */
             if (o->n_compare == 1)

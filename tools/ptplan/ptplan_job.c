@@ -100,6 +100,31 @@ static int open_costs(const options *o, job *j)
     return use_shipped(o, j);
 }
 
+/* The global batch in sequences: --global-batch as given, or its tokens (then a whole
+ * number of sequences of the model's length, or an error naming the nearest). */
+static int batch_of(const options *o, const pt_model *m, int64_t *batch)
+{
+    *batch = o->global_batch;
+    if (!o->global_batch_tokens)
+        return 0;
+    int64_t t = o->global_batch_tokens, s = m->seq, n = t / s;
+    if (t % s) {
+        fprintf(stderr, "ptplan: a global batch of %lld tokens is not a whole number of "
+                        "%lld-token sequences (%.2f); %lld tokens are %lld sequences, %lld "
+                        "tokens %lld\n", (long long)t, (long long)s, (double)t / (double)s,
+                (long long)(n * s), (long long)n, (long long)((n + 1) * s), (long long)n + 1);
+        return -1;
+    }
+    if (n > PT_MAX_GLOBAL_BATCH) {
+        fprintf(stderr, "ptplan: a global batch of %lld tokens is %lld sequences of %lld, "
+                        "more than %lld\n", (long long)t, (long long)n, (long long)s,
+                (long long)PT_MAX_GLOBAL_BATCH);
+        return -1;
+    }
+    *batch = n;
+    return 0;
+}
+
 int load_job(const options *o, job *j)
 {
     pt_err err;
@@ -118,7 +143,20 @@ int load_job(const options *o, job *j)
     pt_train_default(&j->t, &j->c);
     if (o->stack && pt_stack_get(o->stack, &j->t.stack, &err))
         return pt_tool_fail("--stack: %s", err.msg);
-    j->t.global_batch = o->global_batch;
+    if (batch_of(o, &j->m, &j->t.global_batch))
+        return EXIT_BAD_INPUT;
+    if ((double)j->t.global_batch * (double)j->m.seq > MAX_BATCH_TOKENS) {
+        char tokens[32];
+        count_text((double)j->t.global_batch * (double)j->m.seq, tokens, sizeof tokens);
+        fprintf(stderr, "ptplan: a global batch of %lld sequences of %lld is %s tokens a step, "
+                        "beyond any training run; --global-batch counts sequences: for a "
+                        "batch in tokens write it with a unit (--global-batch 8M) or use "
+                        "--global-batch-tokens\n", (long long)j->t.global_batch,
+                (long long)j->m.seq, tokens);
+        return EXIT_BAD_INPUT;
+    }
+    j->tokens = o->tokens;
+    j->gpu_hour_price = o->gpu_hour_price;
     j->t.bucket_bytes = o->bucket_mib << 20;
     if (o->precision && pt_prec_parse(o->precision, &j->t.precision, &err))
         return pt_tool_fail("--precision: %s", err.msg);
@@ -137,7 +175,58 @@ int load_job(const options *o, job *j)
     j->eo.compress_modes = o->compress_modes;
     if (o->order && pt_order_parse(o->order, j->eo.order, &err))
         return pt_tool_fail("--order: %s", err.msg);
-    return open_costs(o, j);
+    int rc = open_costs(o, j);
+    /* After the profile, which fills the peaks a spec leaves at 0. */
+    if (rc == 0 && pt_cluster_check_precision(&j->c, j->t.precision, &err))
+        rc = pt_tool_fail("%s", err.msg);
+    /* a validation set that cannot be read costs the band, not the plan */
+    if (rc == 0 && prediction_band(j, &j->band, &err)) {
+        j->band.n = 0;
+        snprintf(j->band.reason, sizeof j->band.reason, "%s", err.msg);
+    }
+    return rc;
+}
+
+void print_band_header(const job *j)
+{
+    const pred_band *b = &j->band;
+    if (b->n == 0) {
+        printf("band    no error band: %s\n", b->reason[0] ? b->reason : "no published runs");
+        return;
+    }
+    double lo, hi;
+    band_range(b, 1, &lo, &hi);
+    printf("band    %d published run%s of stack %s on %s (%s) were predicted %+.0f%% to "
+           "%+.0f%% (mean %+.0f%%)\n        off what they measured: a step may take %.2f-%.2fx "
+           "the prediction\n", b->n, b->n > 1 ? "s" : "", b->stack, b->device, b->sets,
+           100 * b->err_min, 100 * b->err_max, 100 * b->err_mean, lo, hi);
+}
+
+void band_text(const job *j, const pt_sim_result *r, int64_t world, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (j->band.n == 0)
+        return;
+    double lo, hi;
+    band_range(&j->band, r->step_time_s, &lo, &hi);
+    int used = snprintf(buf, n, "%.4g-%.4g s a step", lo, hi);
+    train_time t;
+    train_time_of(j, world, r, &t);
+    if (t.set && used > 0 && (size_t)used < n) {
+        double k_lo = lo / r->step_time_s, k_hi = hi / r->step_time_s;
+        snprintf(buf + used, n - (size_t)used, ", %.4g-%.4g days to train", t.days * k_lo,
+                 t.days * k_hi);
+    }
+}
+
+json_t *band_json(const job *j, const pt_sim_result *r)
+{
+    const pred_band *b = &j->band;
+    if (b->n == 0)
+        return json_null();
+    double lo, hi;
+    band_range(b, r->step_time_s, &lo, &hi);
+    return json_pack("{s:f, s:f}", "step_time_lo_s", lo, "step_time_hi_s", hi);
 }
 
 void free_job(job *j)
@@ -164,6 +253,21 @@ json_t *job_json(const job *j)
                      "path", j->db_path, "used", j->db != NULL, "kernel_samples",
                      (json_int_t)id.kernel_samples, "coll_samples",
                      (json_int_t)id.coll_samples);
+    const pred_band *b = &j->band;
+    json_object_set_new(root, "global_batch_tokens",
+                        json_integer((json_int_t)(j->t.global_batch * j->m.seq)));
+    json_object_set_new(root, "goal", j->tokens > 0 ? json_pack("{s:f, s:f, s:o}", "tokens",
+                                                                j->tokens, "steps", goal_steps(j),
+                                                                "gpu_hour_price",
+                                                                j->gpu_hour_price >= 0
+                                                                    ? json_real(j->gpu_hour_price)
+                                                                    : json_null())
+                                                    : json_null());
+    json_object_set_new(root, "band",
+                        json_pack("{s:i, s:s, s:s, s:s, s:f, s:f, s:f, s:s}", "runs", b->n,
+                                  "stack", b->stack, "device", b->device, "sets", b->sets,
+                                  "err_min", b->err_min, "err_max", b->err_max, "err_mean",
+                                  b->err_mean, "reason", b->reason));
     json_t *ct = json_object_get(root, "cost_table");
     json_object_set_new(ct, "shipped", json_boolean(j->shipped));
     if (j->shipped) {
@@ -187,9 +291,21 @@ void print_job_header(const job *j)
            "GiB\n", j->c.name, j->c.nodes, j->c.devices_per_node, j->c.device.name,
            gib((double)j->c.device.memory_bytes), 100 * j->eo.mem_fraction,
            gib(limit_bytes(j)));
-    printf("train   global batch %lld, precision %s, rank order %s, stack %s\n",
-           (long long)j->t.global_batch, pt_prec_name(j->t.precision), order,
-           j->t.stack.name);
+    char tokens[32];
+    count_text((double)j->t.global_batch * (double)j->m.seq, tokens, sizeof tokens);
+    printf("train   global batch %lld sequences = %s tokens, precision %s, rank order %s, "
+           "stack %s\n", (long long)j->t.global_batch, tokens, pt_prec_name(j->t.precision),
+           order, j->t.stack.name);
+    if (j->tokens > 0) {
+        char goal[32], steps[32];
+        count_text(j->tokens, goal, sizeof goal);
+        count_text(goal_steps(j), steps, sizeof steps);
+        printf("goal    %s tokens = %s steps", goal, steps);
+        if (j->gpu_hour_price >= 0)
+            printf(", at %g per GPU-hour", j->gpu_hour_price);
+        printf("\n");
+    }
+    print_band_header(j);
     if (j->db) {
         pt_costdb_id id;
         pt_costdb_identity(j->db, &id);
@@ -224,20 +340,91 @@ void print_job_header(const job *j)
     }
 }
 
+/* ---- Time to train and cost ----------------------------------------------------------- */
+
+void count_text(double v, char *buf, size_t n)
+{
+    static const char units[] = " kMGTPE";
+    int u = 0;
+    if (fabs(v) < 9999.5) { /* four digits read as they are */
+        snprintf(buf, n, "%.0f", v);
+        return;
+    }
+    while (fabs(v) >= 999.5 && u < 6) {
+        v /= 1000;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%.3g%c", v, units[u]);
+}
+
+double goal_steps(const job *j)
+{
+    double per_step = (double)j->t.global_batch * (double)j->m.seq;
+    return j->tokens > 0 ? ceil(j->tokens / per_step) : 0;
+}
+
+void train_time_of(const job *j, int64_t world, const pt_sim_result *r, train_time *out)
+{
+    *out = (train_time){0};
+    if (!(j->tokens > 0) || !(r->step_time_s > 0))
+        return;
+    out->set = true;
+    out->seconds = goal_steps(j) * r->step_time_s;
+    out->days = out->seconds / 86400;
+    out->gpu_hours = out->seconds / 3600 * (double)world;
+    out->cost = j->gpu_hour_price >= 0 ? out->gpu_hours * j->gpu_hour_price : -1;
+}
+
+json_t *train_time_json(const job *j, const train_time *t)
+{
+    if (!t->set)
+        return json_null();
+    json_t *o = json_pack("{s:f, s:f, s:f, s:f, s:f}", "tokens", j->tokens, "steps",
+                          goal_steps(j), "seconds", t->seconds, "days", t->days, "gpu_hours",
+                          t->gpu_hours);
+    if (o && t->cost >= 0)
+        json_object_set_new(o, "cost", json_real(t->cost));
+    return o;
+}
+
 /* ---- A layout as every mode shows it ------------------------------------------------ */
 
-void memory_parts(const pt_memory *mem, const char *names[MEM_PARTS], double bytes[MEM_PARTS])
+void memory_parts(const job *j, const pt_layout *l, const pt_memory *mem,
+                  const char *names[MEM_PARTS], double bytes[MEM_PARTS])
 {
     static const char *const part[MEM_PARTS] = {"weights", "gradients", "optimizer",
                                                 "activations", "embedding/head", "recompute",
                                                 "comm buffers"};
-    const double v[MEM_PARTS] = {mem->weights_bytes, mem->grads_bytes, mem->optimizer_bytes,
-                                 mem->activations_bytes, mem->embed_head_bytes,
-                                 mem->recompute_bytes, mem->comm_bytes};
+    /* the model states of the embedding and head parameters the stage holds, by their
+     * share of its parameters */
+    bool first = mem->stage == 0, last = mem->stage == l->pp - 1;
+    double ends = (double)((first ? pt_params_embedding(&j->m, l->tp) : 0) +
+                           (last ? pt_params_head(&j->m, l->tp, l->pp) : 0));
+    double share = mem->params > 0 ? fmin(1, ends / mem->params) : 0;
+    double states = mem->weights_bytes + mem->grads_bytes + mem->optimizer_bytes;
+    const double v[MEM_PARTS] = {mem->weights_bytes * (1 - share),
+                                 mem->grads_bytes * (1 - share),
+                                 mem->optimizer_bytes * (1 - share), mem->activations_bytes,
+                                 mem->embed_head_bytes + states * share, mem->recompute_bytes,
+                                 mem->comm_bytes};
     for (int i = 0; i < MEM_PARTS; i++) {
         names[i] = part[i];
         bytes[i] = v[i];
     }
+}
+
+json_t *memory_parts_json(const job *j, const pt_layout *l, const pt_memory *mem)
+{
+    const char *names[MEM_PARTS];
+    double bytes[MEM_PARTS];
+    memory_parts(j, l, mem, names, bytes);
+    json_t *o = json_object();
+    for (int i = 0; i < MEM_PARTS; i++)
+        json_object_set_new(o, names[i], json_integer((json_int_t)llround(bytes[i])));
+    return o;
 }
 
 /* "m40 i10 a50", or the single source when there is one. */
@@ -252,15 +439,20 @@ void provenance_text(const pt_sim_result *r, char *buf, size_t n)
              100 * r->prov_share[PT_PROV_INTERPOLATED], 100 * r->prov_share[PT_PROV_ANALYTIC]);
 }
 
-void print_rules(const job *j, const pt_layout *l, uint32_t mask)
+void print_rules_to(FILE *f, const job *j, const pt_layout *l, uint32_t mask)
 {
     char why[256];
     for (int r = 0; r < PT_REJECT_COUNT; r++) {
         if (!(mask & (1u << r)))
             continue;
         pt_reject_explain((pt_reject)r, &j->m, &j->c, j->t.global_batch, l, why, sizeof why);
-        printf("  %-18s %s\n", pt_reject_name((pt_reject)r), why);
+        fprintf(f, "  %-18s %s\n", pt_reject_name((pt_reject)r), why);
     }
+}
+
+void print_rules(const job *j, const pt_layout *l, uint32_t mask)
+{
+    print_rules_to(stdout, j, l, mask);
 }
 
 static json_t *rules_json(const job *j, const pt_layout *l, uint32_t mask)
@@ -280,10 +472,101 @@ static json_t *rules_json(const job *j, const pt_layout *l, uint32_t mask)
 json_t *layout_result_json(const job *j, const pt_layout *l, uint32_t mask,
                            const pt_candidate *c, bool fits)
 {
-    return json_pack("{s:o, s:b, s:o, s:b, s:o, s:o}", "layout", pt_layout_json(l), "valid",
-                     mask == 0, "rejected", rules_json(j, l, mask), "fits", fits, "memory",
-                     mask ? json_null() : pt_memory_json(&c->memory), "predicted",
-                     mask ? json_null() : pt_sim_result_json(&c->predicted));
+    char text[512];
+    layout_text(j, l, text, sizeof text);
+    json_t *o = json_pack("{s:o, s:s, s:b, s:o, s:b, s:o, s:o, s:o}", "layout",
+                          pt_layout_json(l), "layout_text", text, "valid", mask == 0,
+                          "rejected", rules_json(j, l, mask), "fits", fits, "memory",
+                          mask ? json_null() : pt_memory_json(&c->memory), "memory_parts",
+                          mask ? json_null() : memory_parts_json(j, l, &c->memory),
+                          "predicted", mask ? json_null() : pt_sim_result_json(&c->predicted));
+    if (o && !mask) {
+        train_time t;
+        train_time_of(j, pt_layout_world(l), &c->predicted, &t);
+        json_object_set_new(o, "time_to_train", train_time_json(j, &t));
+        json_object_set_new(o, "band", band_json(j, &c->predicted));
+    }
+    return o;
+}
+
+bool same_layout(const pt_layout *a, const pt_layout *b)
+{
+    bool same = a->tp == b->tp && a->cp == b->cp && a->pp == b->pp && a->dp == b->dp &&
+                a->vp == b->vp && a->sp == b->sp && a->tp_overlap == b->tp_overlap &&
+                a->dp_overlap == b->dp_overlap && a->param_overlap == b->param_overlap &&
+                a->first_layers == b->first_layers && a->last_layers == b->last_layers &&
+                a->zero == b->zero && a->compress == b->compress && a->mbs == b->mbs &&
+                a->n_micro == b->n_micro && a->recompute == b->recompute &&
+                a->schedule == b->schedule;
+    if (same && a->compress == PT_COMPRESS_POWERSGD)
+        same = a->powersgd_rank == b->powersgd_rank && a->powersgd_start == b->powersgd_start;
+    for (int d = 0; d < PT_NDIM && same; d++)
+        same = a->order[d] == b->order[d];
+    return same;
+}
+
+/* The keys of l that parse_job_layout would not set to l's value by itself. */
+static void short_layout(const job *j, const pt_layout *l, char *buf, size_t n)
+{
+    size_t used = 0;
+#define KEY(...)                                                                       \
+    do {                                                                               \
+        int w_ = snprintf(buf + used, n > used ? n - used : 0, __VA_ARGS__);           \
+        used += w_ > 0 ? (size_t)w_ : 0;                                               \
+    } while (0)
+    KEY("tp=%d,pp=%d", l->tp, l->pp);
+    if (l->vp > 1)
+        KEY(",vp=%d", l->vp);
+    if (l->cp > 1)
+        KEY(",cp=%d", l->cp);
+    KEY(",dp=%d", l->dp);
+    if (l->zero)
+        KEY(",zero=%d", l->zero);
+    KEY(",mbs=%lld", (long long)l->mbs);
+    if (l->sp)
+        KEY(",sp=1");
+    if (l->recompute != PT_RECOMPUTE_NONE)
+        KEY(",recompute=%s", pt_recompute_name(l->recompute));
+    if (l->schedule == PT_SCHED_AFAB)
+        KEY(",schedule=%s", pt_schedule_name(l->schedule));
+    if (l->first_layers)
+        KEY(",first_layers=%lld", (long long)l->first_layers);
+    if (l->last_layers)
+        KEY(",last_layers=%lld", (long long)l->last_layers);
+    if (l->tp_overlap)
+        KEY(",tp_overlap=1");
+    if (l->dp_overlap != j->t.stack.dp_overlap)
+        KEY(",dp_overlap=%s", pt_dp_overlap_name(l->dp_overlap));
+    if (l->param_overlap != (j->t.stack.param_overlap && (l->zero == 1 || l->zero == 2)))
+        KEY(",param_overlap=%d", l->param_overlap ? 1 : 0);
+    if (l->compress != PT_COMPRESS_NONE)
+        KEY(",compress=%s", pt_compress_name(l->compress));
+    if (l->compress == PT_COMPRESS_POWERSGD)
+        KEY(",powersgd_rank=%d,powersgd_start=%lld", l->powersgd_rank,
+            (long long)l->powersgd_start);
+    bool order = false;
+    for (int d = 0; d < PT_NDIM; d++)
+        order |= l->order[d] != j->eo.order[d];
+    if (order) {
+        char text[32];
+        pt_order_format(l->order, text, sizeof text);
+        KEY(",order=%s", text);
+    }
+#undef KEY
+}
+
+void layout_text(const job *j, const pt_layout *l, char *buf, size_t n)
+{
+    short_layout(j, l, buf, n);
+    pt_layout back;
+    pt_err err;
+    if (parse_job_layout(j, buf, &back, &err) != 0 || !same_layout(&back, l)) {
+        /* a case short_layout does not know: every key, the overlaps explicit */
+        pt_layout_format(l, buf, n);
+        size_t used = strlen(buf);
+        snprintf(buf + used, n > used ? n - used : 0, "%s%s", l->param_overlap ? "" :
+                 ",param_overlap=0", l->dp_overlap == PT_DPO_LAST ? ",dp_overlap=last" : "");
+    }
 }
 
 int parse_job_layout(const job *j, const char *text, pt_layout *l, pt_err *err)
@@ -292,4 +575,125 @@ int parse_job_layout(const job *j, const char *text, pt_layout *l, pt_err *err)
     memcpy(l->order, j->eo.order, sizeof l->order);
     return pt_layout_parse_stack(text, pt_cluster_world(&j->c), j->t.global_batch,
                                  &j->t.stack, l, err);
+}
+
+json_t *candidate_json(const job *j, const pt_candidate *c)
+{
+    char text[512];
+    layout_text(j, &c->layout, text, sizeof text);
+    train_time t;
+    train_time_of(j, pt_layout_world(&c->layout), &c->predicted, &t);
+    return json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o}", "layout", pt_layout_json(&c->layout),
+                     "layout_text", text, "memory", pt_memory_json(&c->memory), "memory_parts",
+                     memory_parts_json(j, &c->layout, &c->memory), "predicted",
+                     pt_sim_result_json(&c->predicted), "time_to_train", train_time_json(j, &t),
+                     "band", band_json(j, &c->predicted));
+}
+
+/* ---- Nothing to plan: why ---------------------------------------------------------- */
+
+/* The size of the job that rule r holds a layout's degrees against, as " (32 heads)"; ""
+ * for the rules on how a layout's own settings combine. */
+static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
+{
+    const pt_model *m = &j->m;
+    buf[0] = 0;
+    switch (r) {
+    case PT_REJECT_WORLD:
+        snprintf(buf, n, " (%lld ranks)", (long long)pt_cluster_world(&j->c));
+        break;
+    case PT_REJECT_HEADS_TP: snprintf(buf, n, " (%lld heads)", (long long)m->heads); break;
+    case PT_REJECT_KV_HEADS_TP:
+        snprintf(buf, n, " (%lld KV heads)", (long long)m->kv_heads);
+        break;
+    case PT_REJECT_FFN_TP: snprintf(buf, n, " (FFN %lld)", (long long)m->ffn); break;
+    case PT_REJECT_LAYERS_PP:
+    case PT_REJECT_UNEVEN_SPLIT:
+        snprintf(buf, n, " (%lld layers)", (long long)m->layers);
+        break;
+    case PT_REJECT_SEQ_CP:
+    case PT_REJECT_SEQ_SP: snprintf(buf, n, " (sequence %lld)", (long long)m->seq); break;
+    case PT_REJECT_BATCH_DP:
+        snprintf(buf, n, " (global batch %lld)", (long long)j->t.global_batch);
+        break;
+    case PT_REJECT_TP_SPANS_NODES:
+        snprintf(buf, n, " (%d devices per node)", j->c.devices_per_node);
+        break;
+    case PT_REJECT_SP_WITHOUT_TP:
+    case PT_REJECT_OVERLAP_WITHOUT_SP:
+    case PT_REJECT_VP_WITHOUT_PP:
+    case PT_REJECT_SCHEDULE_VP:
+    case PT_REJECT_INTERLEAVED_MICRO:
+    case PT_REJECT_ZERO_NO_DP:
+    case PT_REJECT_ZERO_PP:
+    case PT_REJECT_COMPRESS_ZERO:
+    case PT_REJECT_COMPRESS_NO_DP:
+    case PT_REJECT_SCHEDULE_SIZE:
+    case PT_REJECT_BAD_VALUE:
+    case PT_REJECT_COUNT:
+        break;
+    }
+}
+
+/* "96 by heads_tp (4 heads), 48 by batch_dp (global batch 64)": the rules that
+ * rejected layouts, most first. */
+static void rejected_text(const job *j, const pt_enum_counts *n, char *buf, size_t cap)
+{
+    bool done[PT_REJECT_COUNT] = {false};
+    size_t used = 0;
+    buf[0] = 0;
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < PT_REJECT_COUNT; k++)
+            if (!done[k] && n->rejected[k] && (best < 0 || n->rejected[k] > n->rejected[best]))
+                best = k;
+        if (best < 0 || used >= cap)
+            return;
+        done[best] = true;
+        char subject[64];
+        rule_subject((pt_reject)best, j, subject, sizeof subject);
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld by %s%s", used ? ", " : "",
+                                 (long long)n->rejected[best], pt_reject_name((pt_reject)best),
+                                 subject);
+    }
+}
+
+static int smallest_memory(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    double *least = ctx;
+    (void)l;
+    (void)fits;
+    if (mem->total_bytes < *least)
+        *least = mem->total_bytes;
+    return 0;
+}
+
+/* Why the search has nothing to plan, and what would help: more devices only when memory
+ * is what stopped the valid layouts, never when the rules rejected every one. */
+void no_layout_advice(const job *j, const pt_enum_counts *n, char *buf, size_t cap)
+{
+    char rules[1024];
+    rejected_text(j, n, rules, sizeof rules);
+    long long world = (long long)pt_cluster_world(&j->c);
+    if (n->enumerated == 0) {
+        snprintf(buf, cap, "no layout: stack '%s' runs none of the layouts of %lld ranks",
+                 j->t.stack.name, world);
+    } else if (n->valid == 0) {
+        snprintf(buf, cap, "no valid layout: all %lld layouts of %lld ranks were rejected: %s "
+                 "(ptplan --layout L --explain shows a layout's rules with their values)",
+                 (long long)n->enumerated, world, rules);
+    } else {
+        double least = INFINITY;
+        pt_enum_counts again;
+        pt_enum_layouts(&j->m, &j->c, &j->t, &j->eo, smallest_memory, &least, &again);
+        int used = snprintf(buf, cap, "no layout fits: none of the %lld valid layouts fits in "
+                            "the %.2f GiB a device may use (the smallest needs %.2f GiB)",
+                            (long long)n->valid, gib(limit_bytes(j)), gib(least));
+        if (n->enumerated > n->valid && used > 0 && (size_t)used < cap)
+            used += snprintf(buf + used, cap - (size_t)used, "; the other %lld broke rules: %s",
+                             (long long)(n->enumerated - n->valid), rules);
+        if (used > 0 && (size_t)used < cap)
+            snprintf(buf + used, cap - (size_t)used, ". Try more devices (--nodes, --devices), "
+                     "a smaller --global-batch or --seq, or a larger --mem-fraction");
+    }
 }

@@ -83,7 +83,7 @@ static int write_plan(const options *o, const job *j, const pt_candidate *best)
         clear_stale_plan(o);
         return EXIT_BAD_INPUT;
     }
-    if (!o->json)
+    if (!o->json && !o->emit)
         printf("wrote %s\n", o->out);
     return 0;
 }
@@ -129,26 +129,26 @@ static int timeline_of(const options *o, const job *j, const pt_layout *l)
         return pt_tool_fail("%s", err.msg);
     }
     int rc = write_timeline(o->timeline, events, l->pp);
-    if (rc == 0 && !o->json)
+    if (rc == 0 && !o->json && !o->emit)
         printf("wrote %s (open in https://ui.perfetto.dev)\n", o->timeline);
     return rc;
 }
 
 /* ---- Printing -------------------------------------------------------------------------- */
 
-static void print_memory(const pt_memory *mem, double limit)
+static void print_memory(const job *j, const pt_layout *l, const pt_memory *mem, double limit)
 {
     const char *names[MEM_PARTS];
     double v[MEM_PARTS];
-    memory_parts(mem, names, v);
+    memory_parts(j, l, mem, names, v);
     for (int i = 0; i < MEM_PARTS; i++)
         printf("  %-15s %9.2f GiB\n", names[i], gib(v[i]));
     printf("  %-15s %9.2f GiB of %.2f GiB usable\n", "total", gib(mem->total_bytes), gib(limit));
 }
 
-static void print_prediction(const pt_sim_result *r)
+static void print_prediction(const job *j, const pt_layout *l, const pt_sim_result *r)
 {
-    char prov[64];
+    char prov[64], band[160];
     provenance_text(r, prov, sizeof prov);
     printf("predicted step %.4g s, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%, bubble %.1f%%, "
            "exposed communication %.1f%%\n", r->step_time_s, r->tokens_per_s, 100 * r->mfu,
@@ -156,6 +156,20 @@ static void print_prediction(const pt_sim_result *r)
     printf("priced from: %.0f%% measured, %.0f%% interpolated, %.0f%% analytic\n",
            100 * r->prov_share[PT_PROV_MEASURED], 100 * r->prov_share[PT_PROV_INTERPOLATED],
            100 * r->prov_share[PT_PROV_ANALYTIC]);
+    train_time t;
+    train_time_of(j, pt_layout_world(l), r, &t);
+    if (t.set) {
+        char hours[32], cost[32] = "";
+        count_text(t.gpu_hours, hours, sizeof hours);
+        if (t.cost >= 0) {
+            snprintf(cost, sizeof cost, ", cost ");
+            count_text(t.cost, cost + strlen(cost), sizeof cost - strlen(cost));
+        }
+        printf("to train on the goal: %.1f days, %s GPU-hours%s\n", t.days, hours, cost);
+    }
+    band_text(j, r, pt_layout_world(l), band, sizeof band);
+    if (band[0])
+        printf("within the band of published runs: %s\n", band);
 }
 
 /* Where the step's time goes, on the rank that finishes last. */
@@ -170,12 +184,6 @@ static void print_breakdown(const pt_sim_result *r)
     }
 }
 
-static json_t *candidate_json(const pt_candidate *c)
-{
-    return json_pack("{s:o, s:o, s:o}", "layout", pt_layout_json(&c->layout), "memory",
-                     pt_memory_json(&c->memory), "predicted", pt_sim_result_json(&c->predicted));
-}
-
 /* ---- --layout --------------------------------------------------------------------------- */
 
 static void print_stages(const job *j, const pt_layout *l)
@@ -186,7 +194,7 @@ static void print_stages(const job *j, const pt_layout *l)
         printf("\nstage %d: %lld layers, %.3f B parameters on this rank, %lld micro-batch "
                "chunks in flight\n", s, (long long)sm.layers, sm.params / 1e9,
                (long long)sm.in_flight);
-        print_memory(&sm, limit_bytes(j));
+        print_memory(j, l, &sm, limit_bytes(j));
     }
 }
 
@@ -320,8 +328,8 @@ static json_t *compression_json(const job *j, const pt_layout *l)
 static void print_layout(const options *o, const job *j, const pt_layout *l, uint32_t mask,
                          const pt_candidate *c, bool fits)
 {
-    char text[256];
-    pt_layout_format(l, text, sizeof text);
+    char text[512];
+    layout_text(j, l, text, sizeof text);
     print_job_header(j);
     printf("layout  %s\n        world %lld = tp %d x cp %d x pp %d x dp %d; %lld "
            "micro-batches of %lld per step\n", text, (long long)pt_layout_world(l), l->tp,
@@ -335,12 +343,12 @@ static void print_layout(const options *o, const job *j, const pt_layout *l, uin
     }
     printf("memory per rank, largest stage (%d of %d: %lld layers, %lld in flight):\n",
            c->memory.stage, l->pp, (long long)c->memory.layers, (long long)c->memory.in_flight);
-    print_memory(&c->memory, limit_bytes(j));
+    print_memory(j, l, &c->memory, limit_bytes(j));
     if (fits)
         printf("fits: yes (%.2f GiB to spare)\n", gib(limit_bytes(j) - c->memory.total_bytes));
     else
         printf("fits: NO, over by %.2f GiB\n", gib(c->memory.total_bytes - limit_bytes(j)));
-    print_prediction(&c->predicted);
+    print_prediction(j, l, &c->predicted);
     if (o->explain) {
         print_breakdown(&c->predicted);
         print_compression(j, l);
@@ -363,12 +371,20 @@ static int evaluate_job(const options *o, job *j)
     if (!broken && pt_evaluate(&j->m, &j->c, &j->t, j->db, &l, NULL, &c, &err))
         return pt_tool_fail("%s", err.msg);
     bool fits = !broken && c.memory.total_bytes <= limit_bytes(j);
-    if (o->json)
+    if (o->emit) {
+        if (mask) { /* the rules broken, where the figures would have gone */
+            fflush(stdout);
+            print_rules_to(stderr, j, &l, mask);
+        }
+    } else if (o->json) {
         layout_json(o, j, &l, mask, &c, fits);
-    else
+    } else {
         print_layout(o, j, &l, mask, &c, fits);
+    }
     /* A plan only for a layout that can run; the timeline for any valid one. */
     int rc = fits ? write_plan(o, j, &c) : 0;
+    if (rc == 0 && fits && o->emit)
+        rc = emit_plan(o, j, &c);
     if (rc == 0 && !broken)
         rc = timeline_of(o, j, &l);
     if (!fits) { /* even when the timeline failed: no earlier plan may stay at --out */
@@ -393,107 +409,173 @@ int evaluate_layout(const options *o)
 
 /* ---- Ranking ------------------------------------------------------------------------- */
 
-/* The short form of a layout in the ranking table. */
-static void row_text(const pt_layout *l, const job *j, char *text, size_t cap)
-{
-    snprintf(text, cap, "tp%d%s pp%d vp%d cp%d dp%d z%d mbs%lld %s %s", l->tp,
-             l->sp ? " sp" : "", l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
-             pt_recompute_name(l->recompute), pt_schedule_name(l->schedule));
-    size_t used = strlen(text);
-    if (l->first_layers || l->last_layers) /* uneven stages: the ends' layers */
-        used += (size_t)snprintf(text + used, cap - used, " first%lld last%lld",
-                                 (long long)pt_rank_layers(&j->m, l, 0),
-                                 (long long)pt_rank_layers(&j->m, l, l->pp - 1));
-    if (used < cap && l->tp_overlap)
-        used += (size_t)snprintf(text + used, cap - used, " tpo");
-    if (used < cap && l->dp_overlap != PT_DPO_LAST)
-        used += (size_t)snprintf(text + used, cap - used, " dpo:%s",
-                                 pt_dp_overlap_name(l->dp_overlap));
-    if (used < cap && l->param_overlap)
-        used += (size_t)snprintf(text + used, cap - used, " pgo");
-    if (used < cap && l->compress == PT_COMPRESS_BF16)
-        snprintf(text + used, cap - used, " c:bf16");
-    else if (used < cap && l->compress == PT_COMPRESS_POWERSGD)
-        snprintf(text + used, cap - used, " c:psgd%d", l->powersgd_rank);
-}
-
-/* Layouts whose predicted time and memory agree within this share are one row. */
+/* Layouts that differ only in settings that move the prediction little (the depth of
+ * virtual stages with its schedule, and the overlaps) and are predicted within this
+ * share of the row's fastest are one row, listed as "+k". */
+#define VARIANT_SHARE 0.01
+/* Layouts of any difference predicted within this share in both time and memory are one
+ * row as well. */
 #define SAME_SHARE 0.005
 
-static bool same_row(const pt_candidate *a, const pt_candidate *b)
+/* l with the settings a variant may change set to one value. */
+static pt_layout variant_key(const pt_layout *l)
 {
-    double ta = a->predicted.step_time_s, tb = b->predicted.step_time_s;
-    double ma = a->memory.total_bytes, mb = b->memory.total_bytes;
-    return fabs(ta - tb) <= SAME_SHARE * fmax(ta, tb) && fabs(ma - mb) <= SAME_SHARE * fmax(ma, mb);
+    pt_layout k = *l;
+    k.vp = 1;
+    if (k.schedule == PT_SCHED_INTERLEAVED)
+        k.schedule = PT_SCHED_1F1B;
+    k.n_micro = 0;
+    k.tp_overlap = false;
+    k.dp_overlap = PT_DPO_LAST;
+    k.param_overlap = false;
+    return k;
 }
 
-/* The rows of the ranking: starts of groups of equivalent layouts, each represented by
- * its member with the least memory (ties in time go to less memory). *rows receives
- * malloc'd [start, count, representative] triples; returns the number of rows. */
-static int64_t group_rows(const pt_search_result *r, int64_t **rows)
+static bool within(double a, double b, double share)
 {
-    *rows = malloc((size_t)(r->n_best ? r->n_best : 1) * 3 * sizeof **rows);
-    if (!*rows)
-        return 0;
-    int64_t n = 0;
-    for (int64_t i = 0; i < r->n_best;) {
-        int64_t k = i + 1, best = i;
-        while (k < r->n_best && same_row(&r->best[i], &r->best[k])) {
-            if (r->best[k].memory.total_bytes < r->best[best].memory.total_bytes)
-                best = k;
-            k++;
-        }
-        (*rows)[3 * n] = i;
-        (*rows)[3 * n + 1] = k - i;
-        (*rows)[3 * n + 2] = best;
-        n++;
-        i = k;
+    return fabs(a - b) <= share * fmax(a, b);
+}
+
+/* Whether candidate c joins the row of representative rep. */
+static bool joins(const pt_candidate *rep, const pt_candidate *c)
+{
+    double tr = rep->predicted.step_time_s, tc = c->predicted.step_time_s;
+    pt_layout kr = variant_key(&rep->layout), kc = variant_key(&c->layout);
+    if (within(tr, tc, VARIANT_SHARE) && same_layout(&kr, &kc))
+        return true;
+    return within(tr, tc, SAME_SHARE) &&
+           within(rep->memory.total_bytes, c->memory.total_bytes, SAME_SHARE);
+}
+
+/* The rows of the ranking: row_of[i] is the row of r->best[i]; rows[k] the index of
+ * row k's representative, its fastest member. Returns the number of rows (-1: out of
+ * memory). */
+static int64_t group_rows(const pt_search_result *r, int64_t **rows, int64_t **row_of)
+{
+    size_t n = (size_t)(r->n_best ? r->n_best : 1);
+    *rows = malloc(n * sizeof **rows);
+    *row_of = malloc(n * sizeof **row_of);
+    if (!*rows || !*row_of) {
+        free(*rows);
+        free(*row_of);
+        *rows = *row_of = NULL;
+        return -1;
     }
-    return n;
+    int64_t n_rows = 0;
+    for (int64_t i = 0; i < r->n_best; i++) {
+        int64_t k = 0;
+        while (k < n_rows && !joins(&r->best[(*rows)[k]], &r->best[i]))
+            k++;
+        if (k == n_rows)
+            (*rows)[n_rows++] = i;
+        (*row_of)[i] = k;
+    }
+    return n_rows;
 }
 
-static void print_row(const char *rank, const pt_candidate *c, const job *j, int64_t count,
-                      const char *extra)
+/* Which columns the table has. */
+typedef struct {
+    bool train;              /* days and GPU-hours (--tokens) */
+    bool cost;               /* cost (--gpu-hour-price) */
+} columns;
+
+static void print_head(const columns *col)
 {
-    char text[256], prov[64], same[24] = "";
-    row_text(&c->layout, j, text, sizeof text);
+    printf("%-4s %9s %10s %6s %7s %7s %6s", "rank", "step s", "tokens/s", "MFU%", "GiB",
+           "bubble%", "comm%");
+    if (col->train)
+        printf(" %8s %8s", "days", "GPU-h");
+    if (col->cost)
+        printf(" %8s", "cost");
+    printf("  %-14s %-8s %s\n", "priced from", "variants", "layout (as --layout reads it)");
+}
+
+static void print_row(const char *rank, const pt_candidate *c, const job *j, const columns *col,
+                      int64_t variants, const char *extra)
+{
+    char text[512], prov[64], more[24] = "";
+    layout_text(j, &c->layout, text, sizeof text);
     provenance_text(&c->predicted, prov, sizeof prov);
-    if (count > 1)
-        snprintf(same, sizeof same, "x%lld", (long long)count);
-    printf("%-4s %-76s %5s %7.3g %9.4g %10.0f %6.1f %7.1f %6.1f  %s%s\n", rank, text, same,
-           gib(c->memory.total_bytes), c->predicted.step_time_s, c->predicted.tokens_per_s,
-           100 * c->predicted.mfu, 100 * c->predicted.bubble_fraction,
-           100 * c->predicted.exposed_comm_fraction, prov, extra);
+    if (variants > 0)
+        snprintf(more, sizeof more, "+%lld", (long long)variants);
+    printf("%-4s %9.4g %10.0f %6.1f %7.3g %7.1f %6.1f", rank, c->predicted.step_time_s,
+           c->predicted.tokens_per_s, 100 * c->predicted.mfu, gib(c->memory.total_bytes),
+           100 * c->predicted.bubble_fraction, 100 * c->predicted.exposed_comm_fraction);
+    train_time t;
+    train_time_of(j, pt_layout_world(&c->layout), &c->predicted, &t);
+    if (col->train) {
+        char hours[32];
+        count_text(t.gpu_hours, hours, sizeof hours);
+        printf(" %8.1f %8s", t.days, hours);
+    }
+    if (col->cost) {
+        char cost[32];
+        count_text(t.cost, cost, sizeof cost);
+        printf(" %8s", cost);
+    }
+    printf("  %-14s %-8s %s%s\n", prov, more, text, extra);
+}
+
+/* The line under the table that explains its words. */
+static void print_legend(const columns *col, bool variants)
+{
+    printf("priced from: where the step's priced time came from: measured, interpolated or "
+           "analytic,\n  or the shares of each (m40 i10 a50 = 40%% measured, 10%% "
+           "interpolated, 50%% analytic)\n");
+    if (variants)
+        printf("variants: +k more layouts within %.0f%% of the row's step time that differ "
+               "only in vp (with its schedule)\n  or the overlaps (tp_overlap, dp_overlap, "
+               "param_overlap), or within %.1f%% in both time and memory\n  (--json lists "
+               "them)\n", 100 * VARIANT_SHARE, 100 * SAME_SHARE);
+    if (col->train)
+        printf("days, GPU-h: to train on --tokens at that step time (steps x step time; "
+               "GPU-hours = hours x GPUs)\n");
+    if (col->cost)
+        printf("cost: GPU-hours x --gpu-hour-price\n");
 }
 
 static void print_ranking(const options *o, const pt_search_result *r, const job *j)
 {
-    int64_t *rows;
-    int64_t n_rows = group_rows(r, &rows);
+    int64_t *rows, *row_of;
+    int64_t n_rows = group_rows(r, &rows, &row_of);
     int64_t shown = o->top > 0 && o->top < n_rows ? o->top : n_rows;
-    printf("%-4s %-76s %5s %7s %9s %10s %6s %7s %6s  %s\n", "rank", "layout", "same", "GiB",
-           "step s", "tokens/s", "MFU%", "bubble%", "comm%", "priced from");
+    columns col = {.train = j->tokens > 0, .cost = j->tokens > 0 && j->gpu_hour_price >= 0};
+    print_head(&col);
+    bool variants = false;
     for (int64_t i = 0; i < shown; i++) {
         char rank[24];
+        int64_t members = 0;
+        for (int64_t k = 0; k < r->n_best; k++)
+            members += row_of[k] == i;
+        variants |= members > 1;
         snprintf(rank, sizeof rank, "%lld", (long long)i + 1);
-        print_row(rank, &r->best[rows[3 * i + 2]], j, rows[3 * i + 1], "");
+        print_row(rank, &r->best[rows[i]], j, &col, members - 1, "");
     }
     free(rows);
-    if (shown)
-        printf("(same: layouts predicted within %.1f%% in time and memory, listed once with "
-               "the least memory)\n", 100 * SAME_SHARE);
+    free(row_of);
     double limit = limit_bytes(j);
-    if (r->n_over > 0) {
-        printf("\nfaster layouts that do not fit:\n");
-        for (int64_t i = 0; i < r->n_over; i++) {
-            if (r->n_best > 0 &&
-                r->over[i].predicted.step_time_s >= r->best[0].predicted.step_time_s)
-                break;
-            char extra[64];
-            snprintf(extra, sizeof extra, "  over by %.2f GiB",
-                     gib(r->over[i].memory.total_bytes - limit));
-            print_row("-", &r->over[i], j, 1, extra);
-        }
+    bool over = false;
+    for (int64_t i = 0; i < r->n_over; i++) {
+        if (r->n_best > 0 && r->over[i].predicted.step_time_s >= r->best[0].predicted.step_time_s)
+            break;
+        if (!over)
+            printf("\nfaster layouts that do not fit:\n");
+        over = true;
+        char extra[64];
+        snprintf(extra, sizeof extra, "  (over by %.2f GiB)",
+                 gib(r->over[i].memory.total_bytes - limit));
+        print_row("-", &r->over[i], j, &col, 0, extra);
+    }
+    if (shown) {
+        char band[160];
+        band_text(j, &r->best[0].predicted, pt_layout_world(&r->best[0].layout), band,
+                  sizeof band);
+        if (band[0])
+            printf("\nrank 1 within the band of published runs: %s\n", band);
+    }
+    if (shown || over) {
+        printf("\n");
+        print_legend(&col, variants);
     }
     const pt_enum_counts *n = &r->counts;
     printf("\n%lld layouts enumerated: %lld valid, %lld fit in memory (all priced, %lld "
@@ -506,111 +588,110 @@ static void print_ranking(const options *o, const pt_search_result *r, const job
                    (long long)n->rejected[k], pt_reject_describe((pt_reject)k));
 }
 
-/* ---- Nothing to plan: why ---------------------------------------------------------- */
+/* ---- --explain with the search: the winner against the runner-up ------------------- */
 
-/* The size of the job that rule r holds a layout's degrees against, as " (32 heads)"; ""
- * for the rules on how a layout's own settings combine. */
-static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
+/* The layout keys whose values differ between a and b, as "tp 4 -> 2" lines (JSON: an
+ * object of key: [a, b]). */
+static json_t *layout_differences(const pt_layout *a, const pt_layout *b)
 {
-    const pt_model *m = &j->m;
-    buf[0] = 0;
-    switch (r) {
-    case PT_REJECT_WORLD:
-        snprintf(buf, n, " (%lld ranks)", (long long)pt_cluster_world(&j->c));
-        break;
-    case PT_REJECT_HEADS_TP: snprintf(buf, n, " (%lld heads)", (long long)m->heads); break;
-    case PT_REJECT_KV_HEADS_TP:
-        snprintf(buf, n, " (%lld KV heads)", (long long)m->kv_heads);
-        break;
-    case PT_REJECT_FFN_TP: snprintf(buf, n, " (FFN %lld)", (long long)m->ffn); break;
-    case PT_REJECT_LAYERS_PP:
-    case PT_REJECT_UNEVEN_SPLIT:
-        snprintf(buf, n, " (%lld layers)", (long long)m->layers);
-        break;
-    case PT_REJECT_SEQ_CP:
-    case PT_REJECT_SEQ_SP: snprintf(buf, n, " (sequence %lld)", (long long)m->seq); break;
-    case PT_REJECT_BATCH_DP:
-        snprintf(buf, n, " (global batch %lld)", (long long)j->t.global_batch);
-        break;
-    case PT_REJECT_TP_SPANS_NODES:
-        snprintf(buf, n, " (%d devices per node)", j->c.devices_per_node);
-        break;
-    case PT_REJECT_SP_WITHOUT_TP:
-    case PT_REJECT_OVERLAP_WITHOUT_SP:
-    case PT_REJECT_VP_WITHOUT_PP:
-    case PT_REJECT_SCHEDULE_VP:
-    case PT_REJECT_INTERLEAVED_MICRO:
-    case PT_REJECT_ZERO_NO_DP:
-    case PT_REJECT_ZERO_PP:
-    case PT_REJECT_COMPRESS_ZERO:
-    case PT_REJECT_COMPRESS_NO_DP:
-    case PT_REJECT_BAD_VALUE:
-    case PT_REJECT_COUNT:
-        break;
+    json_t *ja = pt_layout_json(a), *jb = pt_layout_json(b), *diff = json_object();
+    const char *key;
+    json_t *va;
+    json_object_foreach(ja, key, va) {
+        json_t *vb = json_object_get(jb, key);
+        if (strcmp(key, "string") != 0 && !json_equal(va, vb)) /* the keys, not their sum */
+            json_object_set_new(diff, key, json_pack("[O, O]", va, vb ? vb : json_null()));
     }
+    json_decref(ja);
+    json_decref(jb);
+    return diff;
 }
 
-/* "96 by heads_tp (4 heads), 48 by batch_dp (global batch 64)": the rules that
- * rejected layouts, most first. */
-static void rejected_text(const job *j, const pt_enum_counts *n, char *buf, size_t cap)
+/* Where the runner-up's step time differs from the winner's: the parts of the step
+ * (pt_bd) by how much they differ, largest first; returns how many (at most PT_BD_COUNT). */
+static int time_differences(const pt_sim_result *w, const pt_sim_result *r, int order[])
 {
-    bool done[PT_REJECT_COUNT] = {false};
-    size_t used = 0;
-    buf[0] = 0;
-    for (;;) {
-        int best = -1;
-        for (int k = 0; k < PT_REJECT_COUNT; k++)
-            if (!done[k] && n->rejected[k] && (best < 0 || n->rejected[k] > n->rejected[best]))
-                best = k;
-        if (best < 0 || used >= cap)
-            return;
-        done[best] = true;
-        char subject[64];
-        rule_subject((pt_reject)best, j, subject, sizeof subject);
-        used += (size_t)snprintf(buf + used, cap - used, "%s%lld by %s%s", used ? ", " : "",
-                                 (long long)n->rejected[best], pt_reject_name((pt_reject)best),
-                                 subject);
-    }
+    int n = 0;
+    for (int k = 0; k < PT_BD_COUNT; k++)
+        if (fabs(r->breakdown_s[k] - w->breakdown_s[k]) > 1e-6 * w->step_time_s)
+            order[n++] = k;
+    for (int i = 1; i < n; i++) /* insertion sort by |difference|, largest first */
+        for (int k = i; k > 0; k--) {
+            double dk = fabs(r->breakdown_s[order[k]] - w->breakdown_s[order[k]]);
+            double dp = fabs(r->breakdown_s[order[k - 1]] - w->breakdown_s[order[k - 1]]);
+            if (dk <= dp)
+                break;
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    return n;
 }
 
-static int smallest_memory(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+static void print_explain(const job *j, const pt_candidate *win, const pt_candidate *run)
 {
-    double *least = ctx;
-    (void)l;
-    (void)fits;
-    if (mem->total_bytes < *least)
-        *least = mem->total_bytes;
-    return 0;
+    if (!run) {
+        printf("\n--explain: only one layout (with its variants) fits; nothing to set it "
+               "against (ptplan --layout L --explain shows it in full)\n");
+        return;
+    }
+    const pt_sim_result *w = &win->predicted, *r = &run->predicted;
+    printf("\n--explain: the winner [1] against the runner-up [2]\n");
+    pt_candidate both[2] = {*win, *run};
+    static const char *const labels[2] = {"winner:    ", "runner-up: "};
+    print_side_by_side(j, both, 2, labels);
+    json_t *diff = layout_differences(&win->layout, &run->layout);
+    printf("\nthey differ in:");
+    const char *key;
+    json_t *v;
+    json_object_foreach(diff, key, v) {
+        char *a = json_dumps(json_array_get(v, 0), JSON_ENCODE_ANY);
+        char *b = json_dumps(json_array_get(v, 1), JSON_ENCODE_ANY);
+        printf(" %s %s -> %s;", key, a ? a : "?", b ? b : "?");
+        free(a);
+        free(b);
+    }
+    json_decref(diff);
+    printf("\nthe runner-up's step is %.2f%% longer (%.4g s against %.4g s)", 100 *
+           (r->step_time_s / w->step_time_s - 1), r->step_time_s, w->step_time_s);
+    int order[PT_BD_COUNT];
+    int n = time_differences(w, r, order);
+    for (int i = 0; i < n && i < 3; i++) {
+        double d = r->breakdown_s[order[i]] - w->breakdown_s[order[i]];
+        printf("%s %s %+.4g s", i ? "," : ":", pt_bd_name((pt_bd)order[i]), d);
+    }
+    printf("\nand needs %+.2f GiB per device\n",
+           gib(run->memory.total_bytes - win->memory.total_bytes));
 }
 
-/* Why the search has nothing to plan, and what would help: more devices only when memory
- * is what stopped the valid layouts, never when the rules rejected every one. */
-static void no_layout_advice(const job *j, const pt_enum_counts *n, char *buf, size_t cap)
+static json_t *explain_json(const job *j, const pt_candidate *win, const pt_candidate *run)
 {
-    char rules[1024];
-    rejected_text(j, n, rules, sizeof rules);
-    long long world = (long long)pt_cluster_world(&j->c);
-    if (n->enumerated == 0) {
-        snprintf(buf, cap, "no layout: stack '%s' runs none of the layouts of %lld ranks",
-                 j->t.stack.name, world);
-    } else if (n->valid == 0) {
-        snprintf(buf, cap, "no valid layout: all %lld layouts of %lld ranks were rejected: %s "
-                 "(ptplan --layout L --explain shows a layout's rules with their values)",
-                 (long long)n->enumerated, world, rules);
-    } else {
-        double least = INFINITY;
-        pt_enum_counts again;
-        pt_enum_layouts(&j->m, &j->c, &j->t, &j->eo, smallest_memory, &least, &again);
-        int used = snprintf(buf, cap, "no layout fits: none of the %lld valid layouts fits in "
-                            "the %.2f GiB a device may use (the smallest needs %.2f GiB)",
-                            (long long)n->valid, gib(limit_bytes(j)), gib(least));
-        if (n->enumerated > n->valid && used > 0 && (size_t)used < cap)
-            used += snprintf(buf + used, cap - (size_t)used, "; the other %lld broke rules: %s",
-                             (long long)(n->enumerated - n->valid), rules);
-        if (used > 0 && (size_t)used < cap)
-            snprintf(buf + used, cap - (size_t)used, ". Try more devices (--nodes, --devices), "
-                     "a smaller --global-batch or --seq, or a larger --mem-fraction");
+    json_t *e = json_pack("{s:o, s:o}", "winner", candidate_json(j, win), "runner_up",
+                          run ? candidate_json(j, run) : json_null());
+    if (run) {
+        int order[PT_BD_COUNT];
+        int n = time_differences(&win->predicted, &run->predicted, order);
+        json_t *t = json_object();
+        for (int i = 0; i < n; i++)
+            json_object_set_new(t, pt_bd_name((pt_bd)order[i]),
+                                json_real(run->predicted.breakdown_s[order[i]] -
+                                          win->predicted.breakdown_s[order[i]]));
+        json_object_set_new(e, "layout_differences",
+                            layout_differences(&win->layout, &run->layout));
+        json_object_set_new(e, "time_differences_s", t);
     }
+    return e;
+}
+
+/* The runner-up: the representative of the second row (NULL when there is one row). */
+static const pt_candidate *runner_up(const pt_search_result *r)
+{
+    int64_t *rows, *row_of;
+    int64_t n = group_rows(r, &rows, &row_of);
+    const pt_candidate *c = n > 1 ? &r->best[rows[1]] : NULL;
+    free(rows);
+    free(row_of);
+    return c;
 }
 
 /* advice: why nothing can be planned (NULL when something can) */
@@ -624,18 +705,35 @@ static void ranking_json(const options *o, const pt_search_result *r, const job 
     for (int k = 0; k < PT_REJECT_COUNT; k++)
         if (n->rejected[k])
             json_object_set_new(rej, pt_reject_name((pt_reject)k), json_integer(n->rejected[k]));
-    int64_t *rows;
-    int64_t n_rows = group_rows(r, &rows);
+    int64_t *rows, *row_of;
+    int64_t n_rows = group_rows(r, &rows, &row_of);
     shown = o->top > 0 && o->top < n_rows ? o->top : n_rows;
     for (int64_t i = 0; i < shown; i++) {
-        json_t *c = candidate_json(&r->best[rows[3 * i + 2]]);
-        json_object_set_new(c, "equivalent", json_integer(rows[3 * i + 1]));
+        json_t *c = candidate_json(j, &r->best[rows[i]]), *variants = json_array();
+        int64_t members = 0;
+        for (int64_t k = 0; k < r->n_best; k++) {
+            if (row_of[k] != i)
+                continue;
+            members++;
+            if (k == rows[i])
+                continue;
+            char text[512];
+            layout_text(j, &r->best[k].layout, text, sizeof text);
+            json_array_append_new(variants, json_pack("{s:s, s:f, s:f}", "layout_text", text,
+                                                      "step_time_s",
+                                                      r->best[k].predicted.step_time_s,
+                                                      "memory_bytes",
+                                                      r->best[k].memory.total_bytes));
+        }
+        json_object_set_new(c, "equivalent", json_integer(members));
+        json_object_set_new(c, "variants", variants);
         json_array_append_new(list, c);
     }
     free(rows);
+    free(row_of);
     json_t *over = json_array();
     for (int64_t i = 0; i < r->n_over; i++) {
-        json_t *c = candidate_json(&r->over[i]);
+        json_t *c = candidate_json(j, &r->over[i]);
         json_object_set_new(c, "over_bytes", json_integer((json_int_t)llround(
                                                  r->over[i].memory.total_bytes - limit_bytes(j))));
         json_array_append_new(over, c);
@@ -651,6 +749,8 @@ static void ranking_json(const options *o, const pt_search_result *r, const job 
     json_object_set_new(root, "not_fitting", over);
     if (advice)
         json_object_set_new(root, "advice", json_string(advice));
+    if (o->explain && r->n_best > 0)
+        json_object_set_new(root, "explain", explain_json(j, &r->best[0], runner_up(r)));
     print_json(root);
 }
 
@@ -670,15 +770,21 @@ int rank_layouts(const options *o)
     char advice[2048] = "";
     if (r.n_best == 0)
         no_layout_advice(&j, &r.counts, advice, sizeof advice);
-    if (o->json) {
+    if (o->emit) {
+        /* the configuration alone on stdout */
+    } else if (o->json) {
         ranking_json(o, &r, &j, r.n_best ? NULL : advice);
     } else {
         print_job_header(&j);
         print_ranking(o, &r, &j);
+        if (o->explain && r.n_best > 0)
+            print_explain(&j, &r.best[0], runner_up(&r));
     }
     int rc = 0;
     if (r.n_best > 0) {
         rc = write_plan(o, &j, &r.best[0]);
+        if (rc == 0 && o->emit)
+            rc = emit_plan(o, &j, &r.best[0]);
         if (rc == 0)
             rc = timeline_of(o, &j, &r.best[0].layout);
     } else {

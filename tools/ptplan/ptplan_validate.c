@@ -30,6 +30,12 @@
  * layout built from the point (analytic costs, or the --db cost table). Error =
  * predicted / measured - 1.
  *
+ * The summary ends with the errors by (stack, device): n, mean, min and max of
+ * predicted / measured - 1 over the evaluated points of a stack (by the loaded stack's
+ * name) on a device (by the cluster's device name, so a cluster file of a built-in's
+ * device counts as that device). These are the error bands that ptplan's predictions
+ * carry (ptplan_band.c), read and priced by the same code (eval_points).
+ *
  * Exit status: 0 when every point was evaluated; 3 when some point could not be (it is
  * listed with the reason: a layout the rules or the stack refuse, a value that cannot
  * be read); 1 when FILE is not a validation set (missing, malformed JSON, a point
@@ -784,6 +790,8 @@ static int read_point(vctx *v, const json_t *pt, vpoint *p, pt_err *err)
     pt_train_default(&p->t, &p->c);
     p->t.global_batch = batch;
     p->t.precision = PT_PREC_BF16;
+    if (pt_cluster_check_precision(&p->c, p->t.precision, err))
+        return bad(v, err, "ptplan.cluster", "%s", err->msg);
     int rc_s = read_stack(v, pp, p, err);
     if (rc_s == V_BAD)
         return rc_s;
@@ -803,6 +811,48 @@ static void evaluate_point(const pt_costdb *db, vpoint *p)
     }
     p->ok = true;
     p->error = p->cand.predicted.step_time_s / p->measured_s - 1;
+}
+
+/* Which points are priced: every one (NULL), or those of one stack on one device, as a
+ * band selects them (by the loaded stack's name and the cluster's device name, so that a
+ * cluster file with a built-in's device counts as that device). */
+typedef struct {
+    const char *stack, *device;
+} vonly;
+
+static bool selected(const vonly *only, const vpoint *p)
+{
+    return !only || (strcmp(p->t.stack.name, only->stack) == 0 &&
+                     strcmp(p->c.device.name, only->device) == 0);
+}
+
+/* Reads every point of the set that load_set read into v and root into *out (calloc'd,
+ * *n of them; the caller frees it) and prices those `only` selects with db. V_OK (a point
+ * that cannot be evaluated carries its reason), or V_BAD with err when the file is not a
+ * validation set: then *out is NULL. The one path of --validate and of the error bands. */
+static int eval_points(vctx *v, const json_t *root, const pt_costdb *db, const vonly *only,
+                       vpoint **out, int *n, pt_err *err)
+{
+    const json_t *points = json_object_get(root, "points");
+    *n = (int)json_array_size(points);
+    vpoint *p = calloc((size_t)*n, sizeof *p);
+    *out = NULL;
+    if (!p) {
+        pt_err_set(err, "out of memory");
+        return V_BAD;
+    }
+    for (int i = 0; i < *n; i++) {
+        snprintf(v->at, sizeof v->at, "points[%d]", i);
+        int r = read_point(v, json_array_get(points, (size_t)i), &p[i], err);
+        if (r == V_BAD) {
+            free(p);
+            return V_BAD;
+        }
+        if (r == V_OK && selected(only, &p[i]))
+            evaluate_point(db, &p[i]);
+    }
+    *out = p;
+    return V_OK;
 }
 
 /* ---- Output ------------------------------------------------------------------------------ */
@@ -859,6 +909,58 @@ static void summarise(const vpoint *p, int n, vsummary *s)
         s->mean_abs /= s->evaluated;
 }
 
+/* The evaluated points' errors by (stack, device), in the order each pair first occurs,
+ * into b (room for n): the numbers prediction_band gives a job of that stack on that
+ * device, from the same band_add. Returns how many pairs. */
+static int group_bands(const vpoint *p, int n, pred_band *b)
+{
+    int groups = 0;
+    for (int i = 0; i < n; i++) {
+        if (!p[i].ok)
+            continue;
+        int g = 0;
+        while (g < groups && !(strcmp(b[g].stack, p[i].t.stack.name) == 0 &&
+                               strcmp(b[g].device, p[i].c.device.name) == 0))
+            g++;
+        if (g == groups) {
+            b[g] = (pred_band){0};
+            snprintf(b[g].stack, sizeof b[g].stack, "%s", p[i].t.stack.name);
+            snprintf(b[g].device, sizeof b[g].device, "%s", p[i].c.device.name);
+            groups++;
+        }
+        band_add(&b[g], p[i].error);
+    }
+    return groups;
+}
+
+static void print_bands_text(const vpoint *p, int n)
+{
+    pred_band *b = calloc((size_t)n, sizeof *b);
+    int groups = b ? group_bands(p, n, b) : 0;
+    if (groups)
+        printf("\nby stack and device (the error bands ptplan's predictions carry):\n"
+               "%-24s %-24s %4s %10s %7s %7s\n", "stack", "device", "n", "mean error", "min",
+               "max");
+    for (int g = 0; g < groups; g++)
+        printf("%-24s %-24s %4d %+9.1f%% %+6.1f%% %+6.1f%%\n", b[g].stack, b[g].device, b[g].n,
+               100 * b[g].err_mean, 100 * b[g].err_min, 100 * b[g].err_max);
+    free(b);
+}
+
+static json_t *bands_json(const vpoint *p, int n)
+{
+    json_t *list = json_array();
+    pred_band *b = calloc((size_t)n, sizeof *b);
+    int groups = b ? group_bands(p, n, b) : 0;
+    for (int g = 0; g < groups; g++)
+        json_array_append_new(list, json_pack("{s:s, s:s, s:i, s:f, s:f, s:f}", "stack",
+                                              b[g].stack, "device", b[g].device, "n", b[g].n,
+                                              "mean_error", b[g].err_mean, "min_error",
+                                              b[g].err_min, "max_error", b[g].err_max));
+    free(b);
+    return list;
+}
+
 static void print_text(const char *file, const char *costs, const vpoint *p, int n,
                        const vsummary *s)
 {
@@ -890,6 +992,7 @@ static void print_text(const char *file, const char *costs, const vpoint *p, int
                p[s->worst].m.name);
     if (s->evaluated < n)
         printf("%d of %d points could not be evaluated\n", n - s->evaluated, n);
+    print_bands_text(p, n);
 }
 
 static void print_json_out(const char *file, const char *costs, const vpoint *p, int n,
@@ -902,6 +1005,7 @@ static void print_json_out(const char *file, const char *costs, const vpoint *p,
                              "points", list, "count", n, "evaluated", s->evaluated);
     json_object_set_new(root, "mean_abs_error", s->evaluated ? json_real(s->mean_abs) : json_null());
     json_object_set_new(root, "max_abs_error", s->evaluated ? json_real(s->max_abs) : json_null());
+    json_object_set_new(root, "by_stack_device", bands_json(p, n));
     print_json(root);
 }
 
@@ -954,20 +1058,13 @@ int validate_set(const options *o)
     json_t *root = load_set(o->validate, &v, &err);
     if (!root)
         return pt_tool_fail("%s", err.msg);
-    const json_t *points = json_object_get(root, "points");
-    int n = (int)json_array_size(points);
-    vpoint *p = calloc((size_t)n, sizeof *p);
+    vpoint *p = NULL;
+    int n = 0;
     pt_costdb *db = NULL;
     char costs[600];
-    int rc = p ? open_db(o, &db, costs, sizeof costs) : pt_tool_fail("%s", "out of memory");
-    for (int i = 0; rc == 0 && i < n; i++) {
-        snprintf(v.at, sizeof v.at, "points[%d]", i);
-        int r = read_point(&v, json_array_get(points, (size_t)i), &p[i], &err);
-        if (r == V_BAD)
-            rc = pt_tool_fail("%s", err.msg);
-        else if (r == V_OK)
-            evaluate_point(db, &p[i]);
-    }
+    int rc = open_db(o, &db, costs, sizeof costs);
+    if (rc == 0 && eval_points(&v, root, db, NULL, &p, &n, &err) == V_BAD)
+        rc = pt_tool_fail("%s", err.msg);
     if (rc == 0) {
         vsummary s;
         summarise(p, n, &s);
@@ -978,6 +1075,24 @@ int validate_set(const options *o)
         rc = s.evaluated == n ? 0 : EXIT_REJECTED;
     }
     pt_costdb_close(db);
+    free(p);
+    json_decref(root);
+    return rc;
+}
+
+int validate_band(const char *file, const pt_costdb *db, pred_band *band, pt_err *err)
+{
+    vctx v = {0};
+    json_t *root = load_set(file, &v, err);
+    if (!root)
+        return -1;
+    vonly only = {band->stack, band->device};
+    vpoint *p;
+    int n;
+    int rc = eval_points(&v, root, db, &only, &p, &n, err) == V_BAD ? -1 : 0;
+    for (int i = 0; rc == 0 && i < n; i++)
+        if (p[i].ok)
+            band_add(band, p[i].error);
     free(p);
     json_decref(root);
     return rc;
