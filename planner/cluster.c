@@ -168,6 +168,10 @@ int pt_cluster_get(const char *name, pt_cluster *out, pt_err *err)
     struct stat st;
     if (stat(name, &st) == 0)
         return pt_cluster_load_file(name, out, err);
+    const char *meant = pt_spec_closest(name, cluster_builtin_names, pt_cluster_builtin_count());
+    if (meant)
+        return pt_err_set(err, "unknown cluster '%s' (not a built-in and no such file); did "
+                               "you mean '%s'? (ptplan --list-clusters lists them)", name, meant);
     return pt_err_set(err,
                       "unknown cluster '%s' (not a built-in and no such file); "
                       "see ptplan --list-clusters", name);

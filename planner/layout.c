@@ -7,6 +7,7 @@
  */
 #include "grid.h"
 #include "internal.h"
+#include "specjson.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -294,6 +295,9 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
         int key = 0;
         while (key < K_COUNT && strcmp(item, layout_keys[key]) != 0)
             key++;
+        const char *meant = key == K_COUNT ? pt_spec_closest(item, layout_keys, K_COUNT) : NULL;
+        if (meant)
+            return pt_err_set(err, "layout: unknown key '%s' (did you mean '%s'?)", item, meant);
         if (key == K_COUNT)
             return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
                                    "zero, mbs, recompute, schedule, order, tp_overlap, dp_overlap, "

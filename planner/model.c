@@ -116,6 +116,14 @@ int pt_model_get(const char *name, pt_model *out, pt_err *err)
     struct stat st;
     if (stat(name, &st) == 0)
         return pt_model_load_file(name, out, err);
+    const char *names[64];
+    int n = 0;
+    for (int i = 0; i < pt_model_builtin_count() && n < 64; i++)
+        names[n++] = model_builtins[i].name;
+    const char *meant = pt_spec_closest(name, names, n);
+    if (meant)
+        return pt_err_set(err, "unknown model '%s' (not a built-in and no such file); did you "
+                               "mean '%s'? (ptplan --list-models lists them)", name, meant);
     return pt_err_set(err,
                       "unknown model '%s' (not a built-in and no such file); "
                       "see ptplan --list-models", name);

@@ -375,29 +375,36 @@ static int edit_distance(const char *a, const char *b)
     return d[na][nb];
 }
 
-/* The closest of `keys` (NULL-terminated) to `key` by edit distance, when within a
- * third of the longer name's length; NULL when none is that close. */
-static const char *closest_key(const char *key, const char *const *keys)
+const char *pt_spec_closest(const char *key, const char *const *names, int n)
 {
     size_t nk = strlen(key);
     if (nk > PT_JSON_KEY_MAX)
         return NULL;
     const char *best = NULL;
     int best_d = 0;
-    for (; *keys; keys++) {
-        size_t n = strlen(*keys);
-        if (n > PT_JSON_KEY_MAX)
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (len > PT_JSON_KEY_MAX)
             continue;
-        int d = edit_distance(key, *keys);
+        int d = edit_distance(key, names[i]);
         /* Within a third of the longer name: "hiden" (1 of 6) and "memroy_bytes"
          * (1 of 12) are typos, "gpu" for "device" is not. */
-        int longer = (int)(n > nk ? n : nk);
+        int longer = (int)(len > nk ? len : nk);
         if (d * 3 <= longer && (!best || d < best_d)) {
-            best = *keys;
+            best = names[i];
             best_d = d;
         }
     }
     return best;
+}
+
+/* The closest of `keys` (NULL-terminated) to `key` (pt_spec_closest). */
+static const char *closest_key(const char *key, const char *const *keys)
+{
+    int n = 0;
+    while (keys[n])
+        n++;
+    return pt_spec_closest(key, keys, n);
 }
 
 int pt_json_check_keys(const pt_json_obj *o, const char *const *keys, pt_err *err)

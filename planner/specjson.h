@@ -139,4 +139,9 @@ int pt_json_set(json_t *obj, const char *key, json_t *value);
  * real of the document load back bit-identically. NULL when out of memory. */
 char *pt_json_dump(const json_t *root);
 
+/* The one of names[0..n-1] closest to `key` by edit distance (insertions, deletions,
+ * substitutions, a swap of neighbours as one; case-insensitive), when within a third of
+ * the longer name's length: the "did you mean" of a typo; NULL when none is that close. */
+const char *pt_spec_closest(const char *key, const char *const *names, int n);
+
 #endif

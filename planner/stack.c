@@ -281,6 +281,14 @@ int pt_stack_get(const char *name, pt_stack *out, pt_err *err)
         if (i + 1 < pt_stack_builtin_count())
             strncat(names, ", ", sizeof names - strlen(names) - 1);
     }
+    const char *list[16];
+    int n = 0;
+    for (int i = 0; i < pt_stack_builtin_count() && n < 16; i++)
+        list[n++] = builtins[i]->name;
+    const char *meant = pt_spec_closest(name, list, n);
+    if (meant)
+        return pt_err_set(err, "unknown stack '%s' (not a built-in and no such file); did you "
+                               "mean '%s'? built-ins: %s", name, meant, names);
     return pt_err_set(err, "unknown stack '%s' (not a built-in and no such file); built-ins: "
                            "%s", name, names);
 }

@@ -189,6 +189,18 @@ p, m = d['memory_parts'], d['memory']
 assert abs(sum(p.values()) - m['total_bytes']) <= 8, (sum(p.values()), m['total_bytes'])" \
     "the printed parts add up to the total"
 
+# ---- did you mean -------------------------------------------------------------------
+run 1 --model llama3-70B
+err_has "unknown model 'llama3-70B' .*did you mean 'llama3-70b'?" "a model name's typo"
+run 1 --cluster dgx-h10
+err_has "did you mean 'dgx-h100'?" "a cluster name's typo"
+run 1 --stack megatron-cor
+err_has "did you mean 'megatron-core'?" "a stack name's typo"
+run 1 --layout "tp=2,ppp=2"
+err_has "unknown key 'ppp' (did you mean 'pp'?)" "a layout key's typo"
+run 1 --layout "tp=2,foo=1"
+err_has "unknown key 'foo' (known: tp, sp," "no near key: the list"
+
 if [ "$failures" -gt 0 ]; then
     echo "$failures failure(s)"
     exit 1
