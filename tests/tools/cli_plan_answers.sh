@@ -31,7 +31,7 @@ $1" 2>"$tmp/py" || fail "$2: $(tail -1 "$tmp/py")"
 }
 
 h8="--model llama3-8b --cluster dgx-h100 --nodes 2 --global-batch 128 --stack megatron-core \
-    --sim-top 100 --no-out"
+    --sim-top 50 --max-mbs 1 --no-out"
 
 # ---- time to train and cost ---------------------------------------------------------
 run 0 $h8 --tokens 1T --gpu-hour-price 2.5 --top 3
@@ -139,7 +139,7 @@ while read -r text step; do
         "pasting '$text' into --layout prices it the same"
 done <"$tmp/rows"
 run 0 --model llama3-70b --cluster dgx-h100 --nodes 8 --seq 8192 --global-batch 1024 \
-    --stack megatron-core --sim-top 200 --no-out --top 3 --json
+    --stack megatron-core --sim-top 100 --max-mbs 1 --no-out --top 3 --json
 py "
 def key(t):
     kv = dict(x.split('=') for x in t.split(','))
@@ -157,7 +157,7 @@ for r in rows:
         assert (near and key(v['layout_text']) == key(r['layout_text'])) or same, v" \
     "variants differ only in vp and overlaps, within 1%"
 run 0 --model llama3-70b --cluster dgx-h100 --nodes 8 --seq 8192 --global-batch 1024 \
-    --stack megatron-core --sim-top 200 --no-out --top 3
+    --stack megatron-core --sim-top 100 --max-mbs 1 --no-out --top 3
 out_has "^1 .* +[0-9][0-9]* *tp=" "a row with variants shows +k"
 out_has "^priced from: where the step's priced time came from" "the legend explains the source"
 out_has "^variants: +k more layouts within 1%" "the legend explains the variants"
