@@ -35,7 +35,9 @@
  * the optional "bus_bandwidth" and "allreduce_bus_bandwidth" (NCCL's achievable bus
  * bandwidth). The inter-node "bandwidth" may be left out when "nics" and
  * "nic_bandwidth" are given: it is then nics x nic_bandwidth / devices_per_node (the
- * node's NICs shared by its devices); given with both, it must agree with them.
+ * node's NICs shared by its devices); given with both, it must agree with them. A dump
+ * writes "bandwidth" and "nics" (not "nic_bandwidth"), so that editing its bandwidth
+ * is enough.
  */
 #include "cost.h"
 #include "specjson.h"
@@ -369,13 +371,12 @@ static json_t *link_to_json(const pt_link *l, int devices_per_node)
     int bad = pt_json_set(o, "name", json_string(l->name));
     bad |= pt_json_set(o, "bandwidth", json_real(l->bw_Bps));
     bad |= pt_json_set(o, "latency", json_real(l->latency_s));
+    /* The NIC count, not the rate per NIC: the bandwidth is written, and a dumped spec
+     * whose bandwidth is edited (or whose devices per node --devices changed) must
+     * still load, not disagree with a rate it never stated. */
+    (void)devices_per_node;
     if (l->nics)
         bad |= pt_json_set(o, "nics", json_integer(l->nics));
-    /* Only while the NICs still give the bandwidth: ptplan --devices changes the
-     * devices per node of a spec read, and the dump must load back. */
-    if (l->nics && l->nic_bw_Bps > 0 && devices_per_node > 0 &&
-        nic_share_agrees(l, devices_per_node))
-        bad |= pt_json_set(o, "nic_bandwidth", json_real(l->nic_bw_Bps));
     if (l->busbw_Bps)
         bad |= pt_json_set(o, "bus_bandwidth", json_real(l->busbw_Bps));
     if (l->allreduce_busbw_Bps)

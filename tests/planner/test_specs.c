@@ -62,8 +62,8 @@ static bool link_equal(const pt_link *x, const pt_link *y)
 {
     return strcmp(x->name, y->name) == 0 && same_bits(x->bw_Bps, y->bw_Bps) &&
            same_bits(x->latency_s, y->latency_s) && same_bits(x->busbw_Bps, y->busbw_Bps) &&
-           same_bits(x->allreduce_busbw_Bps, y->allreduce_busbw_Bps) && x->nics == y->nics &&
-           same_bits(x->nic_bw_Bps, y->nic_bw_Bps);
+           same_bits(x->allreduce_busbw_Bps, y->allreduce_busbw_Bps) && x->nics == y->nics;
+    /* the rate per NIC is not dumped (pt_cluster_to_json), only its bandwidth */
 }
 
 static bool cluster_equal(const pt_cluster *x, const pt_cluster *y)
@@ -525,10 +525,11 @@ static void test_cluster_user_written(void)
     CHECK(c.inter.bw_Bps == 4 * 25e9 / 8); /* derived: 12.5 GB/s per device */
     CHECK_INT(c.intra.nics, 0);
 
-    /* The dump states the NICs and the bandwidth, and loads back identically. */
+    /* The dump states the NICs and the bandwidth (not the rate per NIC, so that editing
+     * the bandwidth of a dump is enough), and loads back identically. */
     char *text = pt_cluster_to_json(&c);
     CHECK_STR_HAS(text, "\"nics\": 4");
-    CHECK_STR_HAS(text, "\"nic_bandwidth\": 2.5e10");
+    CHECK(!strstr(text, "nic_bandwidth"));
     CHECK_STR_HAS(text, "\"bandwidth\": 1.25e10");
     CHECK_INT(pt_cluster_from_json(text, "<dump>", &back, &err), 0);
     CHECK(cluster_equal(&c, &back));
@@ -608,7 +609,8 @@ static void test_cluster_builtin_nics(void)
     CHECK(c.inter.nics == 8 && c.inter.nic_bw_Bps == 200e9 / 8);
     CHECK(c.inter.bw_Bps == c.inter.nics * c.inter.nic_bw_Bps / c.devices_per_node);
     char *text = pt_cluster_to_json(&c);
-    CHECK_STR_HAS(text, "\"nics\": 8,\n    \"nic_bandwidth\": 2.5e10");
+    CHECK_STR_HAS(text, "\"nics\": 8");
+    CHECK(!strstr(text, "nic_bandwidth")); /* the dump states the bandwidth itself */
     free(text);
 }
 
