@@ -4,9 +4,10 @@
  * groups, the engine's pipeline and this rank's part of the model all come from it),
  * loads the data, starts the compute backend its cluster's devices call for and builds
  * the model. A step runs the schedule program under the loss-spike guard, which may
- * roll back to a checkpoint. It owns validation, the weights' fingerprint and sampling;
- * checkpoints are trainer_ckpt.c's, the log, trace and record trainer_log.c's. Nothing
- * here prints: tools/ptrun.c reports what each call returns.
+ * roll back to a checkpoint. It owns validation and the weights' fingerprint;
+ * checkpoints are trainer_ckpt.c's, sampling trainer_sample.c's, the log, trace and
+ * record trainer_log.c's. Nothing here prints: tools/ptrun.c reports what each call
+ * returns.
  */
 #include "trainer_internal.h"
 #include "specjson.h"
@@ -197,9 +198,7 @@ static int build(pt_trainer *r, pt_err *err)
     return 0;
 }
 
-/* Every rank fails when one did, with rank 0's reason where it has one (the one ptrun
- * prints), else saying that another rank could not do `what`. Collective. */
-static int agree(pt_trainer *r, int rc, const char *what, pt_err *err)
+int pt_trainer_agree(pt_trainer *r, int rc, const char *what, pt_err *err)
 {
     if (pt_comm_all_ok(r->comm, rc == 0))
         return 0;
@@ -228,7 +227,7 @@ static int claim_outputs(pt_trainer *r, pt_err *err)
              pt_ckpt_lock(o->ckpt, &r->ckpt_hold, err);
     if (rc == 0 && o->log)
         rc = pt_trainer_log_claim(r, err);
-    return agree(r, rc, "claim its checkpoint folder or log", err);
+    return pt_trainer_agree(r, rc, "claim its checkpoint folder or log", err);
 }
 
 int pt_trainer_check_skip(const pt_trainer *r, int64_t skip, int64_t from, pt_err *err)
@@ -551,88 +550,4 @@ int pt_trainer_fingerprint(pt_trainer *r, double *sumsq, pt_err *err)
         return -1;
     pt_trainer_log_line(r, "params", r->plan.run.steps, ",\"sumsq\":%.17g", *sumsq);
     return 0;
-}
-
-/* ---- Sampling ------------------------------------------------------------------------------ */
-
-bool pt_trainer_can_sample(const pt_trainer *r)
-{
-    const pt_layout *l = &r->plan.layout;
-    return l->pp == 1 && l->tp == 1 && l->cp == 1 && l->zero < 3;
-}
-
-/* Draws a token from softmax(logits / temperature) with a uniform u in [0, 1). */
-static int draw(const float *logits, int64_t v, double temperature, double u)
-{
-    double max = logits[0], sum = 0;
-    for (int64_t j = 1; j < v; j++)
-        max = logits[j] > max ? logits[j] : max;
-    for (int64_t j = 0; j < v; j++)
-        sum += exp((logits[j] - max) / temperature);
-    double x = u * sum;
-    for (int64_t j = 0; j < v; j++) {
-        x -= exp((logits[j] - max) / temperature);
-        if (x <= 0)
-            return (int)j;
-    }
-    return (int)(v - 1);
-}
-
-/* The window slides once it is full: each token is drawn from the logits of the last
- * position of the last s tokens. */
-int pt_trainer_sample(pt_trainer *r, int64_t count, char *text, size_t cap, pt_err *err)
-{
-    const pt_plan *p = &r->plan;
-    if (!pt_trainer_can_sample(r))
-        return pt_err_set(err, "sampling needs the whole model on one rank (pp = tp = cp = 1, "
-                               "zero < 3)");
-    int64_t s = p->model.seq, T = p->layout.mbs * s, v = p->model.vocab;
-    int64_t vp = pt_vocab_padded(&p->model, p->layout.tp) / p->layout.tp;
-    int64_t prompt = s / 2, total = prompt + count;
-    int32_t *seq = calloc((size_t)total, sizeof *seq), *win = calloc((size_t)T, sizeof *win);
-    pt_kernels *kn = r->net.kn;
-    size_t ab = pt_kdtype_bytes(kn->act_dtype);
-    float *row = malloc((size_t)vp * sizeof *row);
-    uint16_t *b16 = malloc((size_t)vp * sizeof *b16);
-    if (!seq || !win || !row || !b16) {
-        free(seq);
-        free(win);
-        free(row);
-        free(b16);
-        return pt_err_set(err, "out of memory");
-    }
-    for (int64_t i = 0; i < prompt; i++)
-        seq[i] = r->val.tok[i];
-    int rc = 0;
-    for (int64_t len = prompt; len < total && rc == 0; len++) {
-        int64_t w = len < s ? len : s; /* the last w tokens, at the start of row 0 */
-        memcpy(win, seq + len - w, (size_t)w * sizeof *win);
-        double ignored = 0;
-        rc = pt_net_forward(&r->net, 0, win, win, 0.0f, &ignored, err);
-        /* the logits of the last position, to the host (bf16 on a GPU backend) */
-        const char *dev = (const char *)pt_net_last_logits(&r->net, 0) + (size_t)((w - 1) * vp) * ab;
-        if (ab == 4) {
-            kn->copy(kn, row, dev, (size_t)vp * 4, PT_KCOPY_D2H);
-        } else {
-            kn->copy(kn, b16, dev, (size_t)vp * 2, PT_KCOPY_D2H);
-            for (int64_t j = vp - 1; j >= 0; j--)
-                row[j] = pt_k_f32_from_bf16(b16[j]);
-        }
-        if (kn->sync(kn))
-            rc = pt_err_set(err, "%s", kn->err);
-        uint32_t ctr[4] = {(uint32_t)len, 0, 0, 0}, key[2] = {(uint32_t)p->run.seed, 7}, x[4];
-        pt_k_philox4x32_10(ctr, key, x);
-        seq[len] = draw(row, v, 0.8, pt_k_philox_unit(x[0]));
-    }
-    if (rc == 0 && r->o.tokenizer)
-        pt_tokenizer_decode_text(r->o.tokenizer, seq + prompt, count, text, cap);
-    else if (rc == 0 && v <= 256)
-        pt_bytes_decode(seq + prompt, count, text, cap);
-    else if (rc == 0)
-        snprintf(text, cap, "(token ids; --tokenizer decodes them)");
-    free(seq);
-    free(win);
-    free(row);
-    free(b16);
-    return rc;
 }

@@ -224,13 +224,21 @@ typedef struct {
 int pt_trainer_trace_and_record(pt_trainer *t, pt_trainer_record *rec, pt_err *err);
 
 /* Whether one rank holds the whole model and runs it alone (no pipeline stages, no
- * collectives inside a layer, no ZeRO-3 gathers): what sampling needs. */
+ * collectives inside a layer, no ZeRO-3 gathers): then pt_trainer_sample draws from
+ * rank 0's own model, else it gathers the model on rank 0 first. */
 bool pt_trainer_can_sample(const pt_trainer *t);
 /* Generates `count` tokens after a prompt from the validation data, each drawn at
  * temperature 0.8 with a Philox stream keyed by the run's seed (the same run writes the
- * same text), and writes them decoded into text (cap bytes) by the options' tokenizer,
- * else the byte-level one; with a vocabulary larger than the byte tokenizer's and no
- * tokenizer, a note that they are token ids. Needs pt_trainer_can_sample. */
+ * same text), and writes them decoded into text (cap bytes) on rank 0 by the options'
+ * tokenizer, else the byte-level one; with a vocabulary larger than the byte
+ * tokenizer's and no tokenizer, a note that they are token ids. Other ranks get "".
+ * Any layout: without pt_trainer_can_sample every rank sends its part of the fp32
+ * master weights to rank 0, which builds the model on one rank (tp = pp = cp = 1,
+ * ZeRO 0, the plan's model, precision and backend) from them beside its own part,
+ * draws from it and frees it; rank 0 then needs host memory for the whole model's
+ * fp32 weights and backend memory for that model with its optimizer state. Errors
+ * (that memory, a failed gather) fail every rank with rank 0's reason, before the
+ * drawing. The model's weights are unchanged. Collective. */
 int pt_trainer_sample(pt_trainer *t, int64_t count, char *text, size_t cap, pt_err *err);
 
 #ifdef __cplusplus

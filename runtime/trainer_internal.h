@@ -1,7 +1,8 @@
 /*
  * Internal to the trainer (runtime/trainer*.c): the state of one rank's run and what its
- * three files share. trainer.c opens a run and steps it, trainer_ckpt.c saves and loads
- * checkpoints, trainer_log.c writes the JSON-lines log, the trace and the record.
+ * four files share. trainer.c opens a run and steps it, trainer_ckpt.c saves and loads
+ * checkpoints, trainer_sample.c draws the sample at the end, trainer_log.c writes the
+ * JSON-lines log, the trace and the record.
  */
 #ifndef PT_TRAINER_INTERNAL_H
 #define PT_TRAINER_INTERNAL_H
@@ -57,6 +58,10 @@ struct pt_trainer {
  * checked arithmetic) when `skip` samples are skipped: what a resume and a rollback
  * check before they set it. */
 int pt_trainer_check_skip(const pt_trainer *r, int64_t skip, int64_t from, pt_err *err);
+/* Every rank fails when one did (rc != 0 on some rank), with rank 0's reason where it
+ * has one (the one ptrun prints), else saying that another rank could not do `what`;
+ * 0 when every rc was 0. Collective. */
+int pt_trainer_agree(pt_trainer *r, int rc, const char *what, pt_err *err);
 
 /* ---- trainer_ckpt.c ---- */
 

@@ -4,7 +4,8 @@
  * under the loss-spike guard, validation, checkpoints, sampling, the log, trace and
  * record); this file parses the options, calls the trainer in order and prints what
  * each call returns: one line (or none, --quiet) per step, validation losses, spikes
- * and rollbacks, a sample of generated text at the end, and the record. Under mpirun
+ * and rollbacks, a sample of generated text at the end (in any layout: rank 0 gathers
+ * a split model to draw it), and the record. Under mpirun
  * rank 0 speaks for the run, and a rank that fails ends every rank with its reason.
  * Exit code: 0 done, 1 bad input or failure, 2 the loss diverged (NaN or Inf, or a
  * spike under --spike-action stop), 75 stopped by SIGTERM, SIGINT or SIGUSR1 after
@@ -78,7 +79,11 @@ static const char usage_text[] =
     "  --trace FILE         Chrome trace of every instruction and op of every rank, on one\n"
     "                       clock (Perfetto)\n"
     "  --trace-steps K      only the last K steps in the --trace file [all]\n"
-    "  --sample N           generate N tokens at the end [64; 0 = none]\n"
+    "  --sample N           generate N tokens at the end and print them decoded as\n"
+    "                       'sample: TEXT' [64; 0 = none]; under tp, pp, cp or ZeRO-3\n"
+    "                       every rank sends its part of the weights to rank 0, which\n"
+    "                       builds the whole model on its own (room for it needed) to\n"
+    "                       draw them\n"
     "  --stop-after N       stop (with a checkpoint, when asked for) after step N, as an\n"
     "                       interruption would; --resume continues the same run\n"
     "  --dropout P          dropout probability on the embedding and residual branches\n"
@@ -530,12 +535,14 @@ static int go(const options *o, pt_comm *comm, pt_trainer **tp, pt_err *err)
         return 1;
     if ((o->record || o->trace) && rec.recorded)
         report_record(&rec);
-    /* the whole model is on every rank only without pipelining; rank 0 writes */
-    if (o->sample && pt_trainer_can_sample(t) && pt_comm_rank(comm) == 0) {
+    /* every rank takes part (a layout that splits the model gathers it on rank 0);
+     * rank 0 writes */
+    if (o->sample) {
         char text[4096];
         if (pt_trainer_sample(t, o->sample, text, sizeof text, err))
             return 1;
-        printf("sample: %s\n", text);
+        if (pt_comm_rank(comm) == 0)
+            printf("sample: %s\n", text);
     }
     return 0;
 }
