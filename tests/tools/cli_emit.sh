@@ -9,30 +9,19 @@
 set -u
 case "$1" in /*) ptplan="$1" ;; *) ptplan="$(pwd)/$1" ;; esac
 names=$(cd "$(dirname "$0")" && pwd)/emit_names
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
+. "$(dirname "$0")/cli_lib.sh"
 # No user's cost table leaks in; plan.json lands in the scratch folder.
 export PT_COSTS_DB="$tmp/no-such-costs.db"
 cd "$tmp" || exit 1
 command -v python3 >/dev/null || { echo "FAIL: cli_emit reads the output with python3"; exit 1; }
 
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-# run EXPECTED_EXIT ARGS...: runs ptplan, keeping stdout in $tmp/out, stderr in $tmp/err.
-run() {
-    want=$1; shift
-    "$ptplan" "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    [ "$got" = "$want" ] || fail "ptplan $* exited $got, want $want; stderr: $(cat "$tmp/err")"
-}
-err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2); got: $(cat "$tmp/err")"; }
 err_lacks() { ! grep -q -- "$1" "$tmp/err" || fail "stderr has '$1' ($2)"; }
 out_line() { grep -qx -- "$1" "$tmp/out" || fail "stdout lacks the line '$1' ($2)"; }
 out_lacks() { ! grep -q -- "$1" "$tmp/out" || fail "stdout has '$1' ($2)"; }
 # refused FORMAT TEXT WHAT ARGS...: --emit FORMAT exits 3 with TEXT on stderr, no stdout.
 refused() {
     fmt=$1 text=$2 what=$3; shift 3
-    run 3 "$@" --emit "$fmt" --no-out
+    plan 3 "$@" --emit "$fmt" --no-out
     err_has "ptplan: --emit $fmt: .*$text" "$what"
     [ ! -s "$tmp/out" ] || fail "stdout not empty when --emit $fmt refuses ($what)"
 }
@@ -110,7 +99,7 @@ for f in megatron nemo torchtitan; do
 done
 
 # ---- tiny on the local cluster (stack ptrun, fp32) ----------------------------------
-run 0 --emit megatron --no-out
+plan 0 --emit megatron --no-out
 check megatron "tiny"
 arg "--num-layers 4" "the model's layers"
 arg "--normalization LayerNorm" "GPT-2's norm"
@@ -122,17 +111,17 @@ arg "--global-batch-size 64" "the batch"
 err_has "ptplan: --emit megatron: layout tp=1,.*predicted .* s per step" "the summary line"
 err_has "the prediction is for stack ptrun" "the stack note"
 # the search's plan, the same one --out writes
-run 0 --out "$tmp/tiny.json"
+plan 0 --out "$tmp/tiny.json"
 best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['layout']['string'])" \
        "$tmp/tiny.json")
-run 0 --emit megatron --no-out
+plan 0 --emit megatron --no-out
 err_has "layout $best," "--emit names the plan's layout"
-run 0 --layout "tp=2,sp=1" --emit megatron --no-out
+plan 0 --layout "tp=2,sp=1" --emit megatron --no-out
 check megatron "tp=2"
 arg "--tensor-model-parallel-size 2" "tp=2"
 arg "--sequence-parallel" "sp=1"
 no_arg "--use-distributed-optimizer" "zero=0"
-run 0 --layout "zero=3,recompute=full" --emit megatron --no-out
+plan 0 --layout "zero=3,recompute=full" --emit megatron --no-out
 check megatron "zero=3"
 arg "--use-megatron-fsdp" "zero=3 runs as Megatron-FSDP"
 arg "--data-parallel-sharding-strategy optim_grads_params" "zero=3"
@@ -141,20 +130,20 @@ arg "--overlap-param-gather" "zero=3 gathers ahead"
 arg "--recompute-granularity full" "recompute=full"
 arg "--recompute-method uniform" "recompute=full"
 arg "--recompute-num-layers 1" "recompute=full"
-run 0 --layout "zero=2,recompute=selective" --emit megatron --no-out
+plan 0 --layout "zero=2,recompute=selective" --emit megatron --no-out
 arg "--data-parallel-sharding-strategy optim_grads" "zero=2"
 arg "--recompute-granularity selective" "recompute=selective"
 no_arg "--recompute-method" "selective takes no method"
-run 0 --layout "pp=2,vp=2" --emit megatron --no-out
+plan 0 --layout "pp=2,vp=2" --emit megatron --no-out
 check megatron "vp=2"
 arg "--num-virtual-stages-per-pipeline-rank 2" "vp=2"
-run 0 --layout "pp=2,first_layers=1" --emit megatron --no-out
+plan 0 --layout "pp=2,first_layers=1" --emit megatron --no-out
 arg "--decoder-first-pipeline-num-layers 1" "uneven stages"
 no_arg "--decoder-last-pipeline-num-layers" "the last stage left to the rule"
 
 # nemo refuses fp32; tiny-llama in bf16 runs
 refused nemo "precision fp32" "NeMo trains bf16"
-run 0 --model tiny-llama --precision bf16 --emit nemo --no-out
+plan 0 --model tiny-llama --precision bf16 --emit nemo --no-out
 check nemo "tiny-llama"
 out_line "trainer.num_nodes=1" "one node"
 out_line "model.config.normalization=RMSNorm" "Llama's norm"
@@ -162,24 +151,24 @@ out_line "model.config.gated_linear_unit=True" "SwiGLU"
 out_line "trainer.strategy.virtual_pipeline_model_parallel_size=None" "vp=1 unsets the recipe's"
 err_has "nemo llm pretrain --factory llama3_8b" "a Llama recipe for a Llama-shaped model"
 recipe_listed
-run 0 --model gpt2-124m --cluster dgx-h100 --sim-top 20 --emit nemo --no-out
+plan 0 --model gpt2-124m --cluster dgx-h100 --sim-top 20 --emit nemo --no-out
 check nemo "gpt2-124m"
 out_line "model.config.gated_linear_unit=False" "GELU"
 out_line "model.config.share_embeddings_and_output_weights=True" "GPT-2's tied head"
 err_has "nemo llm pretrain --factory gpt3_175b" "a GELU recipe for a model without one"
 recipe_listed
-run 0 --model tiny-llama --precision bf16-grad16 --layout "zero=1" --emit nemo --no-out
+plan 0 --model tiny-llama --precision bf16-grad16 --layout "zero=1" --emit nemo --no-out
 check nemo "bf16-grad16"
 out_line "trainer.plugins.grad_reduce_in_fp32=False" "bf16 gradients"
 out_line "trainer.strategy.ddp.grad_reduce_in_fp32=False" "bf16 gradients"
 out_line "optim.config.use_distributed_optimizer=True" "zero=1"
-run 0 --model tiny-llama --precision bf16-grad16 --layout "zero=1" --emit megatron --no-out
+plan 0 --model tiny-llama --precision bf16-grad16 --layout "zero=1" --emit megatron --no-out
 arg "--grad-reduce-in-bf16" "bf16 gradients"
 arg "--bf16" "bf16"
 
 # torchtitan runs llama3 only; tiny-llama is one without a flavor
 refused torchtitan "model 'tiny' has LayerNorm, GELU" "GPT-2-shaped model"
-run 0 --model tiny-llama --layout "zero=3,recompute=selective" --emit torchtitan --no-out
+plan 0 --model tiny-llama --layout "zero=3,recompute=selective" --emit torchtitan --no-out
 check torchtitan "tiny-llama zero=3"
 toml "t['parallelism']['data_parallel_shard_degree'] == 2" "zero=3 shards over dp"
 toml "t['parallelism']['data_parallel_replicate_degree'] == 1" "zero=3"
@@ -189,12 +178,12 @@ toml "t['activation_checkpoint'] == {'mode': 'selective', 'selective_ac_option':
 toml "t['training']['mixed_precision_param'] == 'float32'" "fp32"
 toml "'flavor' not in t['model']" "no flavor of tiny-llama's shape"
 err_has "matches no llama3 flavor" "the flavor note"
-run 0 --model tiny-llama --layout "zero=2" --emit torchtitan --no-out
+plan 0 --model tiny-llama --layout "zero=2" --emit torchtitan --no-out
 toml "t['parallelism']['fsdp_reshard_after_forward'] == 'never'" "zero=2 keeps the gathered weights"
-run 0 --model tiny-llama --layout "zero=0" --emit torchtitan --no-out
+plan 0 --model tiny-llama --layout "zero=0" --emit torchtitan --no-out
 toml "t['parallelism']['data_parallel_replicate_degree'] == 2" "zero=0 is DDP"
 toml "t['parallelism']['data_parallel_shard_degree'] == 1" "zero=0 is DDP"
-run 0 --model tiny-llama --layout "pp=2,schedule=afab" --emit torchtitan --no-out
+plan 0 --model tiny-llama --layout "pp=2,schedule=afab" --emit torchtitan --no-out
 check torchtitan "afab"
 toml "t['parallelism']['pipeline_parallel_schedule'] == 'GPipe'" "afab is GPipe"
 toml "t['parallelism']['pipeline_parallel_layers_per_stage'] == 2" "4 layers over 2 stages"
@@ -215,7 +204,7 @@ refused nemo "compress=bf16" "no gradient compression" --layout "zero=1,compress
 refused torchtitan "compress=bf16" "no gradient compression" --model tiny-llama \
     --layout "zero=0,compress=bf16"
 refused megatron "schedule=afab with pp=2" "no GPipe in Megatron" --layout "pp=2,schedule=afab"
-run 0 --dump-model tiny
+plan 0 --dump-model tiny
 sed 's/"learned"/"alibi"/' "$tmp/out" >"$tmp/alibi.json"
 grep -q '"alibi"' "$tmp/alibi.json" || fail "no ALiBi model made from tiny"
 refused megatron "ALiBi" "Megatron has no ALiBi" --model "$tmp/alibi.json"
@@ -224,7 +213,7 @@ refused megatron "ALiBi" "Megatron has no ALiBi" --model "$tmp/alibi.json"
 big="--model llama3-70b --cluster dgx-h100 --nodes 8 --seq 8192 --global-batch 1024 --stack megatron-core"
 l70="tp=4,sp=1,pp=4,vp=10,cp=2,zero=1,tp_overlap=1"
 # shellcheck disable=SC2086 # $big: the options, one word each
-run 0 $big --layout "$l70" --emit megatron --no-out
+plan 0 $big --layout "$l70" --emit megatron --no-out
 check megatron "70B --layout"
 arg "--tensor-model-parallel-size 4" "tp=4"
 arg "--pipeline-model-parallel-size 4" "pp=4"
@@ -256,19 +245,19 @@ arg "--seed 1234" "--seed"
 no_arg "--use-tp-pp-dp-mapping" "the default order"
 err_has "layout tp=4,sp=1,pp=4,vp=10,cp=2,dp=2,zero=1" "the summary names the layout"
 err_lacks "the prediction is for stack" "priced as Megatron-Core runs it"
-run 0 $big --layout "$l70" --order tp-cp-pp-dp --emit megatron --no-out
+plan 0 $big --layout "$l70" --order tp-cp-pp-dp --emit megatron --no-out
 arg "--use-tp-pp-dp-mapping" "order tp-cp-pp-dp"
 refused megatron "order=cp-tp-dp-pp" "an order Megatron lacks" $big --layout "$l70" \
     --order cp-tp-dp-pp
-run 0 $big --layout "tp=4,sp=1,pp=4,vp=10,cp=2,zero=1,dp_overlap=none" --emit megatron --no-out
+plan 0 $big --layout "tp=4,sp=1,pp=4,vp=10,cp=2,zero=1,dp_overlap=none" --emit megatron --no-out
 no_arg "--overlap-grad-reduce" "dp_overlap=none"
 no_arg "--overlap-param-gather" "Megatron gathers ahead only with --overlap-grad-reduce"
 err_has "param_overlap=1 with dp_overlap=none" "the note says so"
-run 0 $big --layout "tp=8,sp=1,pp=8,first_layers=7,last_layers=7" --emit megatron --no-out
+plan 0 $big --layout "tp=8,sp=1,pp=8,first_layers=7,last_layers=7" --emit megatron --no-out
 arg "--decoder-first-pipeline-num-layers 7" "first_layers=7"
 arg "--decoder-last-pipeline-num-layers 7" "last_layers=7"
 
-run 0 $big --layout "$l70" --emit nemo --no-out
+plan 0 $big --layout "$l70" --emit nemo --no-out
 check nemo "70B --layout"
 out_line "trainer.num_nodes=8" "8 nodes"
 out_line "trainer.devices=8" "8 GPUs a node"
@@ -286,12 +275,12 @@ out_line "model.config.num_query_groups=8" "GQA"
 err_has "nemo llm pretrain --factory llama3_70b" "the model's recipe"
 recipe_listed
 err_has "MegatronCommOverlapCallback" "tp_overlap is a callback"
-run 0 $big --layout "tp=8,sp=1,pp=8,first_layers=7,last_layers=7" --emit nemo --no-out
+plan 0 $big --layout "tp=8,sp=1,pp=8,first_layers=7,last_layers=7" --emit nemo --no-out
 out_line "trainer.strategy.num_layers_in_first_pipeline_stage=7" "first_layers=7"
 out_line "trainer.strategy.num_layers_in_last_pipeline_stage=7" "last_layers=7"
 
 refused torchtitan "zero=1" "no optimizer-only sharding" $big --layout "$l70"
-run 0 $big --layout "tp=8,sp=1,pp=8" --emit torchtitan --no-out
+plan 0 $big --layout "tp=8,sp=1,pp=8" --emit torchtitan --no-out
 check torchtitan "70B tp=8 pp=8"
 toml "t['model'] == {'name': 'llama3', 'flavor': '70B'}" "Llama 3 70B is the 70B flavor"
 toml "t['parallelism']['tensor_parallel_degree'] == 8" "tp=8"
@@ -302,14 +291,14 @@ toml "t['training']['local_batch_size'] == 1024" "1024 micro-batches through the
 toml "t['training']['seq_len'] == 8192" "the sequence"
 toml "t['training']['mixed_precision_param'] == 'bfloat16'" "bf16"
 err_has "stack fsdp, the nearest to torchtitan, would not run it" "fsdp runs no tp"
-run 0 $big --layout "tp=8,sp=1,pp=8,vp=2" --emit torchtitan --no-out
+plan 0 $big --layout "tp=8,sp=1,pp=8,vp=2" --emit torchtitan --no-out
 toml "t['parallelism']['pipeline_parallel_schedule'] == 'Interleaved1F1B'" "interleaved"
 toml "t['parallelism']['pipeline_parallel_layers_per_stage'] == 5" "80 layers over 16 stages"
-run 0 $big --layout "tp=8,sp=1,pp=8,tp_overlap=1" --emit torchtitan --no-out
+plan 0 $big --layout "tp=8,sp=1,pp=8,tp_overlap=1" --emit torchtitan --no-out
 check torchtitan "async TP"
 toml "t['parallelism']['enable_async_tensor_parallel'] is True" "tp_overlap is async TP"
 toml "t['compile']['enable'] is True" "async TP needs torch.compile"
-run 0 $big --layout "tp=8,sp=1,pp=8,first_layers=7,last_layers=7" --emit torchtitan --no-out
+plan 0 $big --layout "tp=8,sp=1,pp=8,first_layers=7,last_layers=7" --emit torchtitan --no-out
 check torchtitan "uneven stages"
 toml "[len([m for m in p if m.startswith('layers.')]) for p in t['parallelism']['module_fqns_per_model_part']] == [7] + [11] * 6 + [7]" \
      "7, 11 x 6, 7 layers"
@@ -317,11 +306,11 @@ toml "sum(t['parallelism']['module_fqns_per_model_part'], []) == ['tok_embedding
      "every module once, in order"
 
 # the search, kept short
-run 0 $big --sim-top 50 --emit megatron --no-out
+plan 0 $big --sim-top 50 --emit megatron --no-out
 check megatron "70B search"
 cp "$tmp/err" "$tmp/search.err"
 cp "$tmp/out" "$tmp/search.out"
-run 0 $big --sim-top 50 --out "$tmp/70b.json"
+plan 0 $big --sim-top 50 --out "$tmp/70b.json"
 python3 - "$tmp/70b.json" "$tmp/search.out" "$tmp/search.err" <<'PY' || fail "--emit megatron of the search is not the plan's layout"
 import json, sys
 l = json.load(open(sys.argv[1]))["layout"]
@@ -334,11 +323,11 @@ missing = [w for w in want if w not in args]
 assert not missing, missing
 assert "layout " + l["string"] + "," in open(sys.argv[3]).read()
 PY
-run 0 $big --sim-top 50 --emit nemo --no-out
+plan 0 $big --sim-top 50 --emit nemo --no-out
 check nemo "70B search"
 
 # ---- ptrun: plan.json --------------------------------------------------------------
-run 0 --emit ptrun --no-out
+plan 0 --emit ptrun --no-out
 cp "$tmp/out" "$tmp/emitted.json"
 python3 - "$tmp/emitted.json" "$tmp/tiny.json" <<'PY' || fail "--emit ptrun is not the plan --out writes"
 import json, sys
@@ -346,23 +335,23 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a == b, "differ"
 PY
 # with --out, the plan there and the same on stdout, and nothing else on stdout
-run 0 --emit ptrun --out "$tmp/both.json"
+plan 0 --emit ptrun --out "$tmp/both.json"
 python3 - "$tmp/out" "$tmp/both.json" <<'PY' || fail "--emit ptrun --out: stdout is not the plan written"
 import json, sys
 assert json.load(open(sys.argv[1])) == json.load(open(sys.argv[2]))
 PY
-run 0 --emit megatron --out "$tmp/m.json" --timeline "$tmp/m-trace.json"
+plan 0 --emit megatron --out "$tmp/m.json" --timeline "$tmp/m-trace.json"
 [ -s "$tmp/m.json" ] || fail "--emit with --out writes no plan"
 out_lacks "^wrote" "--emit keeps the configuration alone on stdout"
 
 # ---- bad uses ------------------------------------------------------------------------
-run 1 --emit foo
+plan 1 --emit foo
 err_has "--emit foo: expected megatron, nemo, torchtitan or ptrun" "unknown format"
 [ ! -s "$tmp/out" ] || fail "stdout not empty for --emit foo"
-run 1 --emit megatron --json
+plan 1 --emit megatron --json
 err_has "not with --json" "--emit and --json"
 [ ! -s "$tmp/out" ] || fail "stdout not empty for --emit with --json"
-run 3 --devices 6 --layout "tp=3" --emit megatron --no-out
+plan 3 --devices 6 --layout "tp=3" --emit megatron --no-out
 err_has "heads_tp" "an invalid layout names its rules"
 [ ! -s "$tmp/out" ] || fail "stdout not empty for an invalid --layout"
 

@@ -4,6 +4,7 @@
 #                         and fails unless it exits WANT
 #   err_has TEXT WHAT / out_has TEXT WHAT   grep -- TEXT in $tmp/err / $tmp/out
 #   one_line_error WHAT   stderr is one line and stdout empty
+#   plan WANT ARGS...     run WANT "$ptplan" ARGS... (the caller sets $ptplan)
 #   $mpirun               mpirun as the multi-rank tests launch it
 #   await_training OUT N  waits (N times 0.2 s at most) until ptrun's stdout in OUT
 #                         shows training under way (its '^train' summary line)
@@ -18,6 +19,10 @@ run() {
     "$@" >"$tmp/out" 2>"$tmp/err"
     got=$?
     [ "$got" = "$want" ] || fail "$* exited $got, want $want; stderr: $(tail -3 "$tmp/err")"
+}
+plan() {
+    want_=$1; shift
+    run "$want_" "$ptplan" "$@"
 }
 err_has() { grep -q -- "$1" "$tmp/err" || fail "stderr lacks '$1' ($2): $(cat "$tmp/err")"; }
 out_has() { grep -q -- "$1" "$tmp/out" || fail "stdout lacks '$1' ($2)"; }

@@ -76,6 +76,9 @@ typedef struct {
 int pt_tool_fail(const char *fmt, const char *msg);
 int load_job(const options *o, job *j);
 void free_job(job *j);
+/* load_job, then the search of its layouts into r (pt_search_free frees it); on failure
+ * the job is freed and the exit status returned. */
+int search_job(const options *o, job *j, pt_search_result *r);
 double limit_bytes(const job *j);
 json_t *job_json(const job *j);
 void print_job_header(const job *j);

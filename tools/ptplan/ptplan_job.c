@@ -229,6 +229,20 @@ json_t *band_json(const job *j, const pt_sim_result *r)
     return json_pack("{s:f, s:f}", "step_time_lo_s", lo, "step_time_hi_s", hi);
 }
 
+int search_job(const options *o, job *j, pt_search_result *r)
+{
+    pt_err err;
+    if (load_job(o, j)) {
+        free_job(j);
+        return EXIT_BAD_INPUT;
+    }
+    if (pt_search(&j->m, &j->c, &j->t, &j->eo, j->db, o->sim_top, r, &err)) {
+        free_job(j);
+        return pt_tool_fail("%s", err.msg);
+    }
+    return 0;
+}
+
 void free_job(job *j)
 {
     pt_costdb_close(j->db);

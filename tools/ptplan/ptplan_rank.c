@@ -757,16 +757,10 @@ static void ranking_json(const options *o, const pt_search_result *r, const job 
 int rank_layouts(const options *o)
 {
     job j;
-    pt_err err;
-    if (load_job(o, &j)) {
-        free_job(&j);
-        return EXIT_BAD_INPUT;
-    }
     pt_search_result r;
-    if (pt_search(&j.m, &j.c, &j.t, &j.eo, j.db, o->sim_top, &r, &err)) {
-        free_job(&j);
-        return pt_tool_fail("%s", err.msg);
-    }
+    int rc = search_job(o, &j, &r);
+    if (rc)
+        return rc;
     char advice[2048] = "";
     if (r.n_best == 0)
         no_layout_advice(&j, &r.counts, advice, sizeof advice);
@@ -780,7 +774,6 @@ int rank_layouts(const options *o)
         if (o->explain && r.n_best > 0)
             print_explain(&j, &r.best[0], runner_up(&r));
     }
-    int rc = 0;
     if (r.n_best > 0) {
         rc = write_plan(o, &j, &r.best[0]);
         if (rc == 0 && o->emit)

@@ -29,17 +29,11 @@ static int plan_size(const options *o, int64_t nodes, size_result *out, job *kee
     one.nodes = nodes;
     one.n_nodes = 1;
     job j;
-    pt_err err;
-    if (load_job(&one, &j)) {
-        free_job(&j);
-        return EXIT_BAD_INPUT;
-    }
-    *out = (size_result){.nodes = nodes, .world = pt_cluster_world(&j.c)};
     pt_search_result r;
-    if (pt_search(&j.m, &j.c, &j.t, &j.eo, j.db, o->sim_top, &r, &err)) {
-        free_job(&j);
-        return pt_tool_fail("%s", err.msg);
-    }
+    int rc = search_job(&one, &j, &r);
+    if (rc)
+        return rc;
+    *out = (size_result){.nodes = nodes, .world = pt_cluster_world(&j.c)};
     out->planned = r.n_best > 0;
     if (out->planned)
         out->best = r.best[0];
