@@ -660,8 +660,8 @@ static void print_explain(const job *j, const pt_candidate *win, const pt_candid
         double d = r->breakdown_s[order[i]] - w->breakdown_s[order[i]];
         printf("%s %s %+.4g s", i ? "," : ":", pt_bd_name((pt_bd)order[i]), d);
     }
-    printf("\nand needs %+.2f GiB per device\n",
-           gib(run->memory.total_bytes - win->memory.total_bytes));
+    double more = gib(run->memory.total_bytes - win->memory.total_bytes);
+    printf("\nand needs %.2f GiB %s per device\n", fabs(more), more < 0 ? "less" : "more");
 }
 
 static json_t *explain_json(const job *j, const pt_candidate *win, const pt_candidate *run)
