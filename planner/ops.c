@@ -223,7 +223,7 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
                    const pt_cluster *cl)
 {
     *c = (pt_opctx){.m = m, .l = l, .t = t, .prec = pt_precision_of(t->precision)};
-    c->dtype = c->prec.act_bytes == 4 ? PT_DTYPE_FP32 : PT_DTYPE_BF16;
+    c->dtype = pt_prec_dtype(t->precision);
     pt_grid g;
     pt_grid_init(&g, l);
     int dpn = cl ? cl->devices_per_node : (int)g.world;

@@ -13,8 +13,7 @@
 
 double pt_peak_flops_total(const pt_cluster *c, const pt_train *t)
 {
-    pt_dtype d = pt_precision_of(t->precision).act_bytes == 4 ? PT_DTYPE_FP32 : PT_DTYPE_BF16;
-    return c->device.peak_flops[d] * (double)pt_cluster_world(c);
+    return c->device.peak_flops[pt_prec_dtype(t->precision)] * (double)pt_cluster_world(c);
 }
 
 int pt_evaluate(const pt_model *m, const pt_cluster *c, const pt_train *t, const pt_costdb *db,
