@@ -255,7 +255,7 @@ typedef struct {
     char created_at[32];       /* set by reads (UTC, ISO 8601); ignored by writes */
     char host[128];
     char git_revision[48];
-    char model[64], cluster[64], layout[256];
+    char model[64], cluster[64], layout[1024];
     int64_t world, steps;
     double predicted_step_s, measured_step_s;
     double predicted_mfu, measured_mfu;

@@ -1,10 +1,12 @@
 /*
  * Cluster specs: what the planner knows about the machines before profiling —
- * node count, devices per node, each device's memory and peak throughput, and the
- * bandwidth and latency of the links inside a node and between nodes. This file
- * owns the built-in clusters (datasheet figures for DGX A100 and DGX H100 nodes, and
- * `local`, read off this machine at run time), the JSON form of a spec and its
- * checks. Datasheet figures are upper bounds; ptprofile's measurements replace them.
+ * node count, devices per node, how many devices one NVLink fabric joins, each
+ * device's memory and peak throughput, and the bandwidth and latency of the links
+ * inside an NVLink domain and between domains. This file owns the built-in clusters
+ * (datasheet figures for DGX A100, DGX H100, DGX H200 and DGX B200 nodes and GB200
+ * NVL72 racks, and `local`, read off this machine at run time), the JSON form of a
+ * spec and its checks. Datasheet figures are upper bounds; ptprofile's measurements
+ * replace them.
  *
  * JSON format (unknown fields refused, and every field required but those marked
  * optional; integers may be written as reals with no fractional part, 40e9; other
@@ -13,6 +15,9 @@
  *     "name": "my-cluster",            string, at most 63 bytes, not empty
  *     "nodes": 4,                      integer >= 1
  *     "devices_per_node": 8,           integer >= 1
+ *     "nvlink_domain": 72,             optional: devices one NVLink fabric joins, a
+ *                                      multiple of devices_per_node (default: the
+ *                                      node); a dump writes it when wider than a node
  *     "device": {
  *       "name": "A100-SXM4-80GB",
  *       "memory_bytes": 85899345920,   integer > 0
@@ -30,8 +35,10 @@
  *                    "nics": 8,              optional: NICs per node, >= 1
  *                    "nic_bandwidth": 25e9}  optional: bytes/s per NIC per direction
  *   }
- * Link bandwidth is bytes/s per device per direction, latency in seconds; all rates
- * and latencies must be finite and >= 0 (0 = not yet profiled). Either link may add
+ * "intra_node" is the link inside an NVLink domain (the node, unless "nvlink_domain"
+ * says more), "inter_node" the network between domains. Link bandwidth is bytes/s
+ * per device per direction, latency in seconds; all rates and latencies must be
+ * finite and >= 0 (0 = not yet profiled). Either link may add
  * the optional "bus_bandwidth" and "allreduce_bus_bandwidth" (NCCL's achievable bus
  * bandwidth). The inter-node "bandwidth" may be left out when "nics" and
  * "nic_bandwidth" are given: it is then nics x nic_bandwidth / devices_per_node (the
@@ -115,6 +122,95 @@ static const pt_cluster cluster_dgx_h100 = {
               .busbw_Bps = 46e9, .nics = 8, .nic_bw_Bps = 50e9},
 };
 
+/* NVIDIA H200: the H100 SXM's compute (the same GH100 with 132 SMs) with more and
+ * faster memory (stas00/ml-engineering, compute/accelerator/README.md, "TFLOPS
+ * comparison table", dense: FP32 67, TF32 494.5, BF16/FP16 989, FP8 1979 TFLOPS,
+ * note 16, from NVIDIA's H200 specifications; the datasheet's 989/1,979/3,958 for
+ * TF32/BF16/FP8 are with sparsity): the H100 entry's figures. 141 GB of HBM3e (taken
+ * as GiB, as the H100's 80 GB are) at 4.8 TB/s (the same README's memory table);
+ * NVLink 4 at 900 GB/s total ("18x 4th Gen NVLink, 900GB/s" in NVIDIA's MLPerf
+ * system description H200-SXM-141GBx8), 450 GB/s each way. NVIDIA DGX BasePOD
+ * reference architecture, "Core Components": the DGX H200 is the DGX H100 system with
+ * 1,128 GB of GPU memory — four NVSwitch chips, eight single-port ConnectX-7 at up to
+ * 400 Gb/s for the compute fabric, one per GPU: 50 GB/s each way — so the H100's
+ * NCCL and matmul figures carry over (the MAMF table: "H200 is the same"), except
+ * all-reduce with NVLink SHARP, measured on 8x H200 at 475 GB/s (nccl-tests#272). */
+static const pt_cluster cluster_dgx_h200 = {
+    .name = "dgx-h200",
+    .nodes = 1,
+    .devices_per_node = 8,
+    .device = {.name = "H200-SXM5-141GB",
+               .peak_flops = {67e12, 494.7e12, 989.4e12, 989.4e12, 1978.9e12},
+               .memory_bytes = INT64_C(141) << 30,
+               .memory_bw_Bps = 4.8e12,
+               .sm_count = 132, .gemm_max_eff = 0.803},
+    .intra = {.name = "NVLink4", .bw_Bps = 450e9, .latency_s = PT_NVLINK_LATENCY_S,
+              .busbw_Bps = 370e9, .allreduce_busbw_Bps = 475e9},
+    .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
+              .busbw_Bps = 46e9, .nics = 8, .nic_bw_Bps = 50e9},
+};
+
+/* NVLink 5, NCCL's view: NCCL's src/graph/topo.h prices a Blackwell NVLink at
+ * SM100_NVLINK_BW = 40.1 GB/s, 18 links per GPU: 721.8 GB/s of bus bandwidth for ring
+ * collectives (its Hopper figure, 20.6 x 18 = 370.8, is the 370 above). No published
+ * NVLink SHARP all-reduce figure for Blackwell is cited here, so all-reduce is priced
+ * at that bus bandwidth too. */
+#define PT_NVLINK5_BUSBW_BPS (18 * 40.1e9)
+
+/* NVIDIA DGX B200 user guide, "Introduction to NVIDIA DGX B200 Systems": 8x B200 with
+ * 1,440 GB of GPU memory in all, 180 GB each (taken as GiB); two NVLink 5 switches,
+ * 14.4 TB/s aggregate: 1.8 TB/s per GPU, 900 GB/s each way; 8x single-port ConnectX-7
+ * at up to 400 Gb/s for the cluster network, one per GPU: 50 GB/s each way. Peaks,
+ * dense (stas00/ml-engineering, compute/accelerator/README.md, "TFLOPS comparison
+ * table", note 20, from the DGX B200 datasheet): FP32 80, TF32 1,125, BF16/FP16 2,250,
+ * FP8 4,500 TFLOPS — half NVIDIA's per-GPU Tensor Core figures (BF16 4.5, FP8 9
+ * PFLOPS), which are with sparsity. HBM3e at 7.7 TB/s, NVIDIA's per-GPU HGX B200
+ * figure (the driver reports a 7,680-bit bus at 3,996 MHz, 7.67 TB/s: pytorch/ao#4002;
+ * the DGX datasheet's 64 TB/s per system is 8). 148 SMs (the device query in
+ * pytorch/ao#4002). Best bf16 matmul 1,745 TFLOP/s = 77.6% of peak (the MAMF table). */
+static const pt_cluster cluster_dgx_b200 = {
+    .name = "dgx-b200",
+    .nodes = 1,
+    .devices_per_node = 8,
+    .device = {.name = "B200-SXM6-180GB",
+               .peak_flops = {80e12, 1125e12, 2250e12, 2250e12, 4500e12},
+               .memory_bytes = INT64_C(180) << 30,
+               .memory_bw_Bps = 7.7e12,
+               .sm_count = 148, .gemm_max_eff = 0.776},
+    .intra = {.name = "NVLink5", .bw_Bps = 900e9, .latency_s = PT_NVLINK_LATENCY_S,
+              .busbw_Bps = PT_NVLINK5_BUSBW_BPS},
+    .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
+              .busbw_Bps = 46e9, .nics = 8, .nic_bw_Bps = 50e9},
+};
+
+/* NVIDIA DGX GB200 user guide, "Hardware": a rack is one 72-GPU NVLink domain of 18
+ * compute trays (the nodes), each with 2 Grace CPUs, 4 Blackwell GPUs and 4x
+ * single-port ConnectX-7 400G NICs for the cluster network: 50 GB/s each way per GPU.
+ * NVIDIA DGX SuperPOD GB200 reference architecture, "Network Fabrics": every GPU has 18
+ * NVLink 5 links, one to each of the rack's 18 NVLink switch chips, 1.8 TB/s in all:
+ * 900 GB/s each way to any GPU of the rack. The GB200's GPUs peak above the B200's:
+ * dense FP32 80, TF32 1,250, BF16/FP16 2,500, FP8 5,000 TFLOPS (stas00/ml-engineering,
+ * compute/accelerator/README.md, "TFLOPS comparison table", note 23, per GPU and
+ * without sparsity, from NVIDIA's GB200 NVL72 specifications); 186 GB of HBM3e (13.4 TB
+ * over the rack's 72 GPUs; taken as GiB) at 8 TB/s (its memory table). Best bf16 matmul
+ * 1,822 TFLOP/s = 72.9% of peak (the MAMF table). The SM count is not cited: 0. The
+ * default size is one rack; --nodes counts trays. */
+static const pt_cluster cluster_gb200_nvl72 = {
+    .name = "gb200-nvl72",
+    .nodes = 18,
+    .devices_per_node = 4,
+    .nvlink_domain = 72,
+    .device = {.name = "GB200-186GB",
+               .peak_flops = {80e12, 1250e12, 2500e12, 2500e12, 5000e12},
+               .memory_bytes = INT64_C(186) << 30,
+               .memory_bw_Bps = 8e12,
+               .gemm_max_eff = 0.729},
+    .intra = {.name = "NVLink5", .bw_Bps = 900e9, .latency_s = PT_NVLINK_LATENCY_S,
+              .busbw_Bps = PT_NVLINK5_BUSBW_BPS},
+    .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
+              .busbw_Bps = 46e9, .nics = 4, .nic_bw_Bps = 50e9},
+};
+
 /* This machine as one node whose "devices" are its online CPU cores, each with an
  * equal share of physical memory. Compute and link figures are 0: not yet
  * profiled; ptprofile fills them. Returns -1 when sysconf cannot tell. */
@@ -136,7 +232,9 @@ static int cluster_local(pt_cluster *out)
     return 0;
 }
 
-static const char *const cluster_builtin_names[] = {"dgx-a100-80g", "dgx-h100", "local"};
+/* In pt_cluster_builtin's order. */
+static const char *const cluster_builtin_names[] = {"dgx-a100-80g", "dgx-h100", "dgx-h200",
+                                                    "dgx-b200",     "gb200-nvl72", "local"};
 
 int pt_cluster_builtin_count(void)
 {
@@ -148,7 +246,10 @@ int pt_cluster_builtin(int i, pt_cluster *out)
     switch (i) {
     case 0: *out = cluster_dgx_a100; return 0;
     case 1: *out = cluster_dgx_h100; return 0;
-    case 2: return cluster_local(out);
+    case 2: *out = cluster_dgx_h200; return 0;
+    case 3: *out = cluster_dgx_b200; return 0;
+    case 4: *out = cluster_gb200_nvl72; return 0;
+    case 5: return cluster_local(out);
     }
     return -1;
 }
@@ -192,8 +293,9 @@ int pt_cluster_load_file(const char *path, pt_cluster *out, pt_err *err)
 /* ---- JSON -------------------------------------------------------------------- */
 
 /* In the order pt_cluster_to_json writes them. */
-static const char *const cluster_keys[] = {"name", "nodes", "devices_per_node", "device",
-                                           "intra_node", "inter_node", NULL};
+static const char *const cluster_keys[] = {"name", "nodes", "devices_per_node",
+                                           "nvlink_domain", "device", "intra_node",
+                                           "inter_node", NULL};
 static const char *const device_keys[] = {"name", "memory_bytes", "memory_bandwidth",
                                           "peak_flops", "sm_count", "gemm_max_efficiency",
                                           NULL};
@@ -315,6 +417,29 @@ static int device_read(const pt_json_obj *o, pt_device *d, pt_err *err)
     return bad ? -1 : 0;
 }
 
+/* The optional "nvlink_domain": absent, or equal to the devices per node, is the node
+ * itself (0), which follows devices_per_node when a tool resizes the node; a value
+ * below 1 is refused here, one that is not a multiple of the node by cluster_check. */
+static int nvlink_domain_read(const pt_json_obj *o, pt_cluster *c, pt_err *err)
+{
+    c->nvlink_domain = 0;
+    if (!has(o, "nvlink_domain"))
+        return 0;
+    int domain;
+    if (pt_json_get_int32(o, "nvlink_domain", &domain, err))
+        return -1;
+    if (domain < 1) {
+        char name[160];
+        pt_json_field_name(o, "nvlink_domain", name, sizeof name);
+        return pt_json_fail(o, "nvlink_domain", err, "%s: field '%s' = %d: must be a "
+                            "positive multiple of devices_per_node (%d): the devices one "
+                            "NVLink fabric joins are whole nodes", o->origin, name, domain,
+                            c->devices_per_node);
+    }
+    c->nvlink_domain = domain == c->devices_per_node ? 0 : domain;
+    return 0;
+}
+
 /* Reads every field of `o` (which has a collector) into c, recording each problem. */
 static int cluster_read(const pt_json_obj *o, pt_cluster *c, pt_err *err)
 {
@@ -322,6 +447,7 @@ static int cluster_read(const pt_json_obj *o, pt_cluster *c, pt_err *err)
     bad |= pt_json_get_string(o, "name", c->name, sizeof c->name, err);
     bad |= pt_json_get_int32(o, "nodes", &c->nodes, err);
     bad |= pt_json_get_int32(o, "devices_per_node", &c->devices_per_node, err);
+    bad |= nvlink_domain_read(o, c, err);
     bad |= device_read(o, &c->device, err);
     bad |= link_read(o, "intra_node", false, 0, &c->intra, err);
     bad |= link_read(o, "inter_node", true, c->devices_per_node, &c->inter, err);
@@ -420,6 +546,9 @@ json_t *pt_cluster_json_obj(const pt_cluster *c)
     int bad = pt_json_set(root, "name", json_string(c->name));
     bad |= pt_json_set(root, "nodes", json_integer(c->nodes));
     bad |= pt_json_set(root, "devices_per_node", json_integer(c->devices_per_node));
+    /* Only a domain wider than the node: one equal to it reads back as the node. */
+    if (c->nvlink_domain && c->nvlink_domain != c->devices_per_node)
+        bad |= pt_json_set(root, "nvlink_domain", json_integer(c->nvlink_domain));
     bad |= pt_json_set(root, "device", device_to_json(&c->device));
     bad |= pt_json_set(root, "intra_node", link_to_json(&c->intra, c->devices_per_node));
     bad |= pt_json_set(root, "inter_node", link_to_json(&c->inter, c->devices_per_node));
@@ -478,6 +607,24 @@ static bool cluster_check_count(int64_t value, int64_t min, int64_t max, const c
     return value >= min && value <= max;
 }
 
+/* An NVLink domain is whole nodes (0: the node itself), at most as many devices as a
+ * world may have. It may exceed the cluster: a cluster smaller than one domain (part of
+ * a GB200 NVL72 rack) is a real one. `dpn` says whether devices_per_node is valid;
+ * without it only the sign is checked. */
+static void cluster_check_domain(const pt_cluster *c, bool dpn, const char *origin,
+                                 pt_json_errs *e)
+{
+    int d = c->nvlink_domain;
+    if (d > PT_CLUSTER_MAX_WORLD)
+        pt_json_errs_add(e, "nvlink_domain", "%s: field 'nvlink_domain' = %d: must be at "
+                         "most %" PRId64, origin, d, PT_CLUSTER_MAX_WORLD);
+    else if (d < 0 || (d > 0 && dpn && d % c->devices_per_node))
+        pt_json_errs_add(e, "nvlink_domain", "%s: field 'nvlink_domain' = %d: must be a "
+                         "positive multiple of devices_per_node (%d): the devices one "
+                         "NVLink fabric joins are whole nodes", origin, d,
+                         c->devices_per_node);
+}
+
 static void cluster_check_counts(const pt_cluster *c, const char *origin, pt_json_errs *e)
 {
     bool nodes = cluster_check_count(c->nodes, 1, PT_CLUSTER_MAX_NODES, "nodes", origin, e);
@@ -496,6 +643,7 @@ static void cluster_check_counts(const pt_cluster *c, const char *origin, pt_jso
         pt_json_errs_add(e, NULL, "%s: nodes x devices_per_node = %" PRId64 " devices: must "
                          "be at most %" PRId64, origin, pt_cluster_world(c),
                          PT_CLUSTER_MAX_WORLD);
+    cluster_check_domain(c, dpn, origin, e);
 }
 
 static void cluster_check_rates(const pt_cluster *c, const char *origin, pt_json_errs *e)

@@ -23,6 +23,7 @@ void pt_enum_opts_default(pt_enum_opts *o)
     pt_layout_default(&l);
     for (int i = 0; i < PT_NDIM; i++)
         o->order[i] = l.order[i];
+    o->pipe.n = 0;
 }
 
 /* Shared state of one enumeration. */
@@ -198,10 +199,52 @@ static int split_order(const void *a, const void *b)
  * that a pp adds at most as many layouts as its even split would: every split makes
  * layouts valid that the search then prices, and llama3-405b on 2,048 nodes must stay
  * under 10 s (bench/bench_search.c). */
+/* Megatron-Core's balanced splits that count the embedding and the loss as a layer
+ * each (account_for_embedding_in_pipeline_split and ..._loss_...): for each vp not
+ * tried yet, the first of (both, the embedding alone, the loss alone) whose units
+ * divide over the p·vp virtual stages. Llama 3 405B's 126 layers with both are 128
+ * units: one per virtual stage on 16 stages with vp = 8, the first holding only the
+ * embedding and the last only the output layer and loss. */
+static void enum_units(enum_state *st, const pt_enum_opts *o, pt_layout *l, vp_set *done)
+{
+    static const bool counted[3][2] = {{true, true}, {true, false}, {false, true}};
+    for (int64_t vp = 1; vp <= PT_CHUNK_MAX && l->pp > 1 && !st->stop; vp++) {
+        if (vp_seen(done, vp))
+            continue;
+        for (int k = 0; k < 3 && !st->stop; k++) {
+            if (!pt_pipe_balanced(st->m->layers, l->pp, (int)vp, counted[k][0], counted[k][1],
+                                  &l->pipe))
+                continue;
+            l->vp = (int)vp;
+            enum_settings(st, o, l);
+            break;
+        }
+    }
+    l->pipe.n = 0;
+}
+
+/* Only the pipeline layout the user gave, where p divides its virtual stages. */
+static void enum_given_pipe(enum_state *st, const pt_enum_opts *o, pt_layout *l)
+{
+    int stages = pt_pipe_stages(&o->pipe);
+    if (stages % l->pp || stages / l->pp > PT_CHUNK_MAX)
+        return;
+    l->pipe = o->pipe;
+    l->vp = stages / l->pp;
+    l->first_layers = l->last_layers = 0;
+    enum_settings(st, o, l);
+    l->pipe.n = 0;
+}
+
 static void enum_splits(enum_state *st, const pt_enum_opts *o, pt_layout *l)
 {
     int64_t L = st->m->layers, p = l->pp;
+    if (o->pipe.n) {
+        enum_given_pipe(st, o, l);
+        return;
+    }
     l->first_layers = l->last_layers = 0;
+    vp_set done = {.n = 0};
     enum_vp(st, o, l, L % p ? 1 : L / p, NULL);
     split cand[9];
     int n = 0;
@@ -220,7 +263,6 @@ static void enum_splits(enum_state *st, const pt_enum_opts *o, pt_layout *l)
     }
     if (n > 1)
         qsort(cand, (size_t)n, sizeof cand[0], split_order);
-    vp_set done = {.n = 0};
     for (int i = 0; i < n && !st->stop; i++) {
         l->first_layers = cand[i].first;
         l->last_layers = cand[i].last;
@@ -228,6 +270,7 @@ static void enum_splits(enum_state *st, const pt_enum_opts *o, pt_layout *l)
         enum_vp(st, o, l, p > 2 ? gcd(g, cand[i].middle) : g, &done);
     }
     l->first_layers = l->last_layers = 0;
+    enum_units(st, o, l, &done);
 }
 
 void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
@@ -255,7 +298,7 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
                 l.cp = (int)cp;
                 l.pp = (int)pp;
                 l.dp = (int)(world / (tp * cp * pp));
-                st.tp_spans = pt_layout_tp_spans_nodes(&l, c->devices_per_node);
+                st.tp_spans = pt_layout_tp_spans_nodes(&l, pt_cluster_nvlink_domain(c));
                 enum_splits(&st, o, &l);
             }
         }

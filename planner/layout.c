@@ -40,7 +40,8 @@ static const struct {
     [PT_REJECT_SEQ_CP] = {"seq_cp", "sequence not divisible by 2*cp (causal load balancing)"},
     [PT_REJECT_SEQ_SP] = {"seq_sp", "sequence/cp not divisible by tp (sequence parallelism)"},
     [PT_REJECT_BATCH_DP] = {"batch_dp", "global batch not divisible by mbs*dp"},
-    [PT_REJECT_TP_SPANS_NODES] = {"tp_spans_nodes", "a tensor-parallel group spans nodes"},
+    [PT_REJECT_TP_SPANS_NODES] = {"tp_spans_nodes",
+                                  "a tensor-parallel group spans NVLink domains"},
     [PT_REJECT_SP_WITHOUT_TP] = {"sp_without_tp", "sequence parallelism needs tp > 1"},
     [PT_REJECT_OVERLAP_WITHOUT_SP] = {"overlap_without_sp",
                                       "tp_overlap needs sequence parallelism"},
@@ -52,6 +53,8 @@ static const struct {
     [PT_REJECT_ZERO_PP] = {"zero_pp", "ZeRO stage 2/3 with pipeline parallelism"},
     [PT_REJECT_UNEVEN_SPLIT] = {"uneven_split",
                                 "first_layers/last_layers leave no valid split of the layers"},
+    [PT_REJECT_PIPELINE_LAYOUT] = {"pipeline_layout",
+                                   "the pipeline layout does not fit the model's layers or pp"},
     [PT_REJECT_COMPRESS_ZERO] = {"compress_zero", "gradient compression with ZeRO stage 2/3"},
     [PT_REJECT_COMPRESS_NO_DP] = {"compress_no_dp",
                                   "gradient compression with dp*cp = 1 compresses nothing"},
@@ -133,6 +136,11 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
         APPEND(",first_layers=%lld", (long long)l->first_layers);
     if (l->last_layers)
         APPEND(",last_layers=%lld", (long long)l->last_layers);
+    if (l->pipe.n) {
+        char pipe[PT_PIPE_TEXT_MAX];
+        pt_pipe_format(&l->pipe, pipe, sizeof pipe);
+        APPEND(",pipeline=%s", pipe);
+    }
     if (l->compress != PT_COMPRESS_NONE)
         APPEND(",compress=%s", compress_names[l->compress]);
     if (l->compress == PT_COMPRESS_POWERSGD)
@@ -145,11 +153,11 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
 
 enum { K_TP, K_SP, K_PP, K_VP, K_CP, K_DP, K_ZERO, K_MBS, K_RECOMPUTE, K_SCHEDULE,
        K_ORDER, K_TP_OVERLAP, K_DP_OVERLAP, K_PARAM_OVERLAP, K_FIRST_LAYERS, K_LAST_LAYERS,
-       K_COMPRESS, K_POWERSGD_RANK, K_POWERSGD_START, K_COUNT };
+       K_COMPRESS, K_POWERSGD_RANK, K_POWERSGD_START, K_PIPELINE, K_COUNT };
 static const char *const layout_keys[K_COUNT] = {
     "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order",
     "tp_overlap", "dp_overlap", "param_overlap", "first_layers", "last_layers", "compress",
-    "powersgd_rank", "powersgd_start"};
+    "powersgd_rank", "powersgd_start", "pipeline"};
 
 static int parse_int(const char *key, const char *val, int64_t lo, int64_t hi, int64_t *out,
                      pt_err *err)
@@ -221,6 +229,8 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
             return -1;
         *(key == K_FIRST_LAYERS ? &l->first_layers : &l->last_layers) = v;
         return 0;
+    case K_PIPELINE:
+        return pt_pipe_parse(val, &l->pipe, err);
     case K_COMPRESS:
         if (parse_name("compress", val, compress_names, PT_COMPRESS_COUNT, &e, err))
             return -1;
@@ -265,7 +275,7 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
                     pt_err *err)
 {
     bool given[K_COUNT] = {false};
-    char buf[512];
+    char buf[2048];
     if (strlen(text) >= sizeof buf)
         return pt_err_set(err, "layout string is too long (%zu characters)", strlen(text));
     strcpy(buf, text);
@@ -276,6 +286,10 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
     /* items split at every comma, so that an empty one ("tp=2,,pp=2") is seen */
     for (char *item = buf, *next; item; item = next) {
         next = strchr(item, ',');
+        /* a pipeline layout's commas are spacing: it runs on to the next key=value */
+        if (strncmp(item + strspn(item, " \t"), "pipeline=", 9) == 0)
+            while (next && next[1 + strcspn(next + 1, "=,")] != '=')
+                next = strchr(next + 1, ',');
         if (next)
             *next++ = '\0';
         item += strspn(item, " \t"); /* blanks around an item are allowed */
@@ -302,7 +316,7 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
             return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
                                    "zero, mbs, recompute, schedule, order, tp_overlap, dp_overlap, "
                                    "param_overlap, first_layers, last_layers, compress, "
-                                   "powersgd_rank, powersgd_start)", item);
+                                   "powersgd_rank, powersgd_start, pipeline)", item);
         if (given[key])
             return pt_err_set(err, "layout: key '%s' given twice", item);
         given[key] = true;
@@ -321,6 +335,15 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
     if (w < 0 || w > PT_MAX_WORLD)
         return pt_err_set(err, "layout: tp*cp*pp*dp = %d*%d*%d*%d is more than %lld ranks",
                           l->tp, l->cp, l->pp, l->dp, (long long)PT_MAX_WORLD);
+    if (given[K_PIPELINE] && (given[K_FIRST_LAYERS] || given[K_LAST_LAYERS]))
+        return pt_err_set(err, "layout: pipeline= and %s both say how the layers are split; "
+                               "give one (a pipeline layout says it all)",
+                          given[K_FIRST_LAYERS] ? "first_layers" : "last_layers");
+    if (given[K_PIPELINE])
+        l->first_layers = l->last_layers = 0;
+    /* Megatron-Core derives vp from the layout: its stages over pp */
+    if (given[K_PIPELINE] && !given[K_VP] && pt_pipe_stages(&l->pipe) % l->pp == 0)
+        l->vp = pt_pipe_stages(&l->pipe) / l->pp;
     if (!given[K_SCHEDULE] && l->vp > 1)
         l->schedule = PT_SCHED_INTERLEAVED;
     if ((given[K_POWERSGD_RANK] || given[K_POWERSGD_START]) &&
@@ -333,58 +356,7 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
     return 0;
 }
 
-/* ---- Layers per pipeline stage ----------------------------------------------- */
-
-/* The layers of each pipeline rank: [0] the first, [1] each middle one, [2] the last
- * (planner.h states the rule). For a layout the rules reject, the counts are a
- * non-negative estimate: the even split rounds up, a negative share becomes 0. */
-static void split_of(const pt_model *m, const pt_layout *l, int64_t rank[3])
-{
-    int64_t L = m->layers, p = l->pp > 1 ? l->pp : 1;
-    int64_t F = l->first_layers, Z = l->last_layers;
-    if (p == 1 || (F == 0 && Z == 0)) {
-        int64_t even = (L + p - 1) / p;
-        rank[0] = rank[1] = rank[2] = even;
-        return;
-    }
-    /* the ranks whose count is not given share what the given ones leave */
-    int64_t others = p - (F > 0) - (Z > 0), rest = L - F - Z;
-    int64_t share = others > 0 && rest > 0 ? (rest + others - 1) / others : 0;
-    rank[0] = F > 0 ? F : share;
-    rank[1] = share;
-    rank[2] = Z > 0 ? Z : share;
-}
-
-/* Layers of one chunk of pipeline rank r. */
-static int64_t chunk_of(const int64_t rank[3], const pt_layout *l, int64_t r)
-{
-    int64_t vp = l->vp > 1 ? l->vp : 1, p = l->pp > 1 ? l->pp : 1;
-    int64_t n = r == 0 ? rank[0] : r == p - 1 ? rank[2] : rank[1];
-    return (n + vp - 1) / vp;
-}
-
-int64_t pt_stage_layers(const pt_model *m, const pt_layout *l, int vs, int64_t *first)
-{
-    int64_t rank[3];
-    split_of(m, l, rank);
-    int64_t p = l->pp > 1 ? l->pp : 1, r = vs % p, c = vs / p;
-    int64_t c0 = chunk_of(rank, l, 0), cm = chunk_of(rank, l, 1 < p - 1 ? 1 : 0),
-            cz = chunk_of(rank, l, p - 1);
-    /* virtual stages hold consecutive layers: c whole rounds of p stages, then the
-     * ranks before r in this round */
-    int64_t round = p == 1 ? c0 : c0 + (p - 2) * cm + cz;
-    int64_t before = r == 0 ? 0 : c0 + (r - 1) * cm;
-    if (first)
-        *first = c * round + before;
-    return chunk_of(rank, l, r);
-}
-
-int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r)
-{
-    int64_t rank[3];
-    split_of(m, l, rank);
-    return (l->vp > 1 ? l->vp : 1) * chunk_of(rank, l, r);
-}
+/* ---- Layers per pipeline stage (pt_stage_layers: planner/pipeline.c) ----------- */
 
 /* Whether first_layers/last_layers give a valid split; if not, and why is not NULL,
  * one line on what is wrong with the numbers. Only asked when one of them is set. */
@@ -449,18 +421,23 @@ static bool split_ok(const pt_model *m, const pt_layout *l, char *why, size_t n)
 
 /* ---- Validity rules ---------------------------------------------------------- */
 
-/* Whether a tensor-parallel group crosses nodes. Under the default order (tp
- * fastest) this is whether t divides the devices per node; other orders ask the
- * grid, which knows the strides. */
-bool pt_layout_tp_spans_nodes(const pt_layout *l, int devices_per_node)
+/* Whether a tensor-parallel group has ranks in two NVLink domains of `nvlink_domain`
+ * devices (pt_cluster_nvlink_domain: a node, or a GB200 NVL72 rack of 18 nodes).
+ * Under the default order (tp fastest) the groups are consecutive blocks of t ranks,
+ * so one crosses a domain's end exactly when t does not divide the domain and the
+ * ranks reach past the first domain; other orders ask the grid, which knows the
+ * strides. */
+bool pt_layout_tp_spans_nodes(const pt_layout *l, int nvlink_domain)
 {
     if (l->tp == 1)
         return false;
-    if (l->order[0] == PT_DIM_TP)
-        return devices_per_node % l->tp != 0;
+    if (l->order[0] == PT_DIM_TP) {
+        int64_t world = pt_layout_world(l); /* < 0: beyond 2^63, past any domain */
+        return nvlink_domain % l->tp != 0 && (world < 0 || world > nvlink_domain);
+    }
     pt_grid g;
     pt_grid_init(&g, l);
-    return pt_grid_group_crosses_nodes(&g, PT_GROUP_TP, devices_per_node);
+    return pt_grid_group_crosses_nodes(&g, PT_GROUP_TP, nvlink_domain);
 }
 
 int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch,
@@ -479,6 +456,7 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     if (l->tp < 1 || l->cp < 1 || l->pp < 1 || l->dp < 1 || l->vp < 1 || l->mbs < 1 ||
         l->vp > PT_CHUNK_MAX ||
         l->zero < 0 || l->zero > 3 || l->first_layers < 0 || l->last_layers < 0 ||
+        l->pipe.n < 0 || l->pipe.n > PT_PIPE_RUNS ||
         l->compress < 0 || l->compress >= PT_COMPRESS_COUNT || l->powersgd_start < 0 ||
         (l->compress == PT_COMPRESS_POWERSGD &&
          (l->powersgd_rank < 1 || l->powersgd_rank > PT_POWERSGD_MAX_RANK))) {
@@ -492,14 +470,15 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     /* fewer KV heads than tp: each is replicated over tp/k ranks (Megatron-LM) */
     RULE(m->kv_heads % l->tp && l->tp % m->kv_heads, PT_REJECT_KV_HEADS_TP);
     RULE(m->ffn % l->tp, PT_REJECT_FFN_TP);
-    bool uneven = l->first_layers > 0 || l->last_layers > 0;
-    RULE(!uneven && m->layers % ((int64_t)l->pp * l->vp), PT_REJECT_LAYERS_PP);
-    RULE(uneven && !split_ok(m, l, NULL, 0), PT_REJECT_UNEVEN_SPLIT);
+    bool uneven = l->first_layers > 0 || l->last_layers > 0, piped = l->pipe.n > 0;
+    RULE(!uneven && !piped && m->layers % ((int64_t)l->pp * l->vp), PT_REJECT_LAYERS_PP);
+    RULE(uneven && !piped && !split_ok(m, l, NULL, 0), PT_REJECT_UNEVEN_SPLIT);
+    RULE(piped && (uneven || !pt_pipe_split_ok(m, l, NULL, 0)), PT_REJECT_PIPELINE_LAYOUT);
     RULE(l->cp > 1 && m->seq % (2 * (int64_t)l->cp), PT_REJECT_SEQ_CP);
     RULE(l->sp && (m->seq % l->cp || (m->seq / l->cp) % l->tp), PT_REJECT_SEQ_SP);
     RULE(global_batch % (l->mbs * l->dp), PT_REJECT_BATCH_DP);
     if (c && tp_spans < 0)
-        tp_spans = pt_layout_tp_spans_nodes(l, c->devices_per_node);
+        tp_spans = pt_layout_tp_spans_nodes(l, pt_cluster_nvlink_domain(c));
     RULE(c && tp_spans > 0, PT_REJECT_TP_SPANS_NODES);
     RULE(l->sp && l->tp == 1, PT_REJECT_SP_WITHOUT_TP);
     RULE(l->tp_overlap && !l->sp, PT_REJECT_OVERLAP_WITHOUT_SP);
@@ -568,10 +547,16 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         snprintf(buf, n, "global batch (%lld) is not divisible by mbs*dp = %lld*%d",
                  (long long)global_batch, (long long)l->mbs, l->dp);
         break;
-    case PT_REJECT_TP_SPANS_NODES:
-        snprintf(buf, n, "a tp group of %d ranks spans nodes of %d devices", l->tp,
-                 c ? c->devices_per_node : 0);
+    case PT_REJECT_TP_SPANS_NODES: {
+        int domain = c ? pt_cluster_nvlink_domain(c) : 0, dpn = c ? c->devices_per_node : 0;
+        if (domain == dpn)
+            snprintf(buf, n, "a tp group of %d ranks spans NVLink domains of %d devices "
+                     "(one node each)", l->tp, domain);
+        else
+            snprintf(buf, n, "a tp group of %d ranks spans NVLink domains of %d devices "
+                     "(%d nodes of %d each)", l->tp, domain, dpn > 0 ? domain / dpn : 0, dpn);
         break;
+    }
     case PT_REJECT_SP_WITHOUT_TP:
         snprintf(buf, n, "sp=1 needs tp > 1 (tp = %d)", l->tp);
         break;
@@ -614,6 +599,12 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
                  "(was it meant in tokens? --global-batch 8M)", l->pp, l->vp,
                  (long long)l->n_micro, (long long)l->mbs, (long long)PT_MAX_SCHED_PAIRS,
                  (long long)global_batch);
+        break;
+    case PT_REJECT_PIPELINE_LAYOUT:
+        if (l->first_layers || l->last_layers)
+            snprintf(buf, n, "a pipeline layout with first_layers/last_layers: give one");
+        else if (pt_pipe_split_ok(m, l, buf, n))
+            snprintf(buf, n, "the pipeline layout splits the %lld layers validly", L);
         break;
     case PT_REJECT_UNEVEN_SPLIT:
         if (split_ok(m, l, buf, n))

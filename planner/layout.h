@@ -47,6 +47,20 @@ enum { PT_POWERSGD_RANK = 4, PT_POWERSGD_START = 10, PT_POWERSGD_MAX_RANK = 1024
  * per-chunk tables of this size, and a larger vp is a bad value (pt_layout_check). */
 enum { PT_CHUNK_MAX = 64 };
 
+/* A pipeline layout in Megatron-Core's terms (planner/pipeline.c): the transformer
+ * layers of each virtual stage (vs = chunk·p + pipeline rank), as runs of consecutive
+ * virtual stages that hold the same number; the embedding opens virtual stage 0 and
+ * the output layer with the loss closes the last, so a stage may hold only one of
+ * them, or nothing. n = 0: no pipeline layout (first_layers/last_layers say it). */
+enum { PT_PIPE_RUNS = 16 };
+typedef struct {
+    int32_t layers, stages;
+} pt_pipe_run;
+typedef struct {
+    int n;
+    pt_pipe_run run[PT_PIPE_RUNS];
+} pt_pipe;
+
 typedef struct {
     int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */
     int vp;                 /* virtual stages (model chunks) per pipeline rank */
@@ -60,6 +74,7 @@ typedef struct {
     int64_t first_layers, last_layers; /* layers on the first and last pipeline stage
                                (0: the even split L/p); the rest divide evenly over the
                                middle stages, each stage's over its vp chunks */
+    pt_pipe pipe;           /* a pipeline layout (pipe.n > 0) in place of the above */
     int zero;               /* ZeRO stage 0..3, sharding over the dp×cp group */
     pt_compress compress;   /* gradient compression of the dp·cp reduction [none] */
     int powersgd_rank;      /* r of compress=powersgd [PT_POWERSGD_RANK] */
@@ -76,10 +91,13 @@ typedef struct {
 void pt_layout_default(pt_layout *l);
 
 /* Parses "tp=8,pp=4,vp=2,cp=1,dp=2,zero=1,mbs=1,recompute=selective,sp=1,
- * schedule=interleaved,order=tp-cp-dp-pp". Keys left out keep the value in `l`,
- * except: dp is derived from `world` when absent (world <= 0: dp stays), schedule
- * becomes interleaved when vp > 1 and is not given, and n_micro is derived from
- * `global_batch` when > 0. Unknown keys, bad values and repeated keys are errors. */
+ * schedule=interleaved,order=tp-cp-dp-pp,pipeline=E|(t*2|)*6tL". Keys left out keep
+ * the value in `l`, except: dp is derived from `world` when absent (world <= 0: dp
+ * stays), vp from a pipeline layout's stages when absent, schedule becomes interleaved
+ * when vp > 1 and is not given, and n_micro is derived from `global_batch` when > 0.
+ * A pipeline layout's commas (which Megatron-Core reads as spacing) may stay: an item
+ * with no '=' after pipeline= continues it. Unknown keys, bad values and repeated keys
+ * are errors. */
 int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_layout *l,
                     pt_err *err);
 /* Writes the canonical string form (the one pt_layout_parse reads) into buf. */
@@ -124,6 +142,7 @@ typedef enum {
     PT_REJECT_ZERO_NO_DP,         /* ZeRO stage > 0 with d·c = 1: nothing to shard */
     PT_REJECT_ZERO_PP,            /* ZeRO 2/3 with pipeline parallelism */
     PT_REJECT_UNEVEN_SPLIT,       /* first_layers/last_layers leave no valid split */
+    PT_REJECT_PIPELINE_LAYOUT,    /* the pipeline layout does not fit the model or pp */
     PT_REJECT_COMPRESS_ZERO,      /* gradient compression with ZeRO 2/3 */
     PT_REJECT_COMPRESS_NO_DP,     /* gradient compression with d·c = 1: nothing reduced */
     PT_REJECT_SCHEDULE_SIZE,      /* p·vp·n_micro above PT_MAX_SCHED_PAIRS */
@@ -152,14 +171,45 @@ int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch
  * pp = 16, F = Z = 7, 8 on each middle rank. */
 
 /* Layers of virtual stage vs (0 .. p·vp-1; vs = chunk·p + pipeline rank) under the
- * layout's split, and in *first (may be NULL) the model index of its first layer:
- * virtual stages hold consecutive layers in vs order, so rank 0's chunks are not
- * contiguous with interleaving. The memory model, simulator and runtime all ask this.
- * Meaningful for layouts pt_layout_check accepts; for others a non-negative estimate
- * (the even split rounded up). */
+ * layout's split (its pipeline layout, else first_layers/last_layers, else the even
+ * split), and in *first (may be NULL) the model index of its first layer: virtual
+ * stages hold consecutive layers in vs order, so rank 0's chunks are not contiguous
+ * with interleaving. Virtual stage 0 also holds the embedding and the last one the
+ * output layer and loss; a stage may hold no layer. The memory model, op lists,
+ * simulator and runtime all ask this. Meaningful for layouts pt_layout_check accepts;
+ * for others a non-negative estimate (the even split rounded up). */
 int64_t pt_stage_layers(const pt_model *m, const pt_layout *l, int vs, int64_t *first);
-/* Layers pipeline rank r holds over all its chunks: vp times its chunk's layers. */
+/* Layers pipeline rank r holds over all its chunks. */
 int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r);
+
+/* ---- Pipeline layouts (planner/pipeline.c) ----------------------------------- */
+
+/* Parses Megatron-Core's --pipeline-model-parallel-layout notation ("Et*3|(tt|)*29|L":
+ * stages split by '|', E embedding, t transformer layer, L output layer and loss,
+ * x*n and (...)*n repeat, commas and blanks ignored) into runs. The embedding must
+ * open the first stage and the loss close the last, each once; 'm' (multi-token
+ * prediction) is refused as not modelled. The error quotes the text. */
+int pt_pipe_parse(const char *text, pt_pipe *out, pt_err *err);
+/* The canonical text (no commas: "E|(t|)*126L"), which pt_pipe_parse reads back; at
+ * most PT_PIPE_TEXT_MAX bytes with its NUL (16 runs of at most 24 characters). */
+#define PT_PIPE_TEXT_MAX 512
+void pt_pipe_format(const pt_pipe *p, char *buf, size_t n);
+bool pt_pipe_same(const pt_pipe *a, const pt_pipe *b);
+int pt_pipe_stages(const pt_pipe *p);      /* virtual stages: pp·vp when it fits */
+int64_t pt_pipe_layers(const pt_pipe *p);  /* transformer layers over all stages */
+/* Megatron-Core's balanced split with the embedding and/or the loss counted as one
+ * layer each (account_for_embedding_in_pipeline_split / _loss_): (L + E + Lo)/(p·vp)
+ * units per virtual stage, the first stage's first unit the embedding, the last one's
+ * last unit the loss. False when that does not divide or leaves a stage short. */
+bool pt_pipe_balanced(int64_t layers, int pp, int vp, bool embedding, bool loss, pt_pipe *out);
+/* The split of any layout as a pipeline layout (false when it needs more than
+ * PT_PIPE_RUNS runs). */
+bool pt_pipe_of_layout(const pt_model *m, const pt_layout *l, pt_pipe *out);
+/* Whether pipeline ranks 1 .. p-2 hold the same layers chunk by chunk. */
+bool pt_pipe_middle_alike(const pt_model *m, const pt_layout *l);
+/* Whether l's pipeline layout fits the model and pp·vp, with every pipeline rank
+ * holding something; if not and why is not NULL, one line on what is wrong. */
+bool pt_pipe_split_ok(const pt_model *m, const pt_layout *l, char *why, size_t n);
 
 /* pt_layout_parse with the stack's defaults for the keys left out (dp_overlap;
  * param_overlap on for ZeRO 1/2 when the stack offers it), then pt_stack_check_layout. */

@@ -159,7 +159,8 @@ static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, const pt_
 /* How many micro-batches (or chunks) a stage holds activations for at its peak. */
 typedef struct {
     int64_t in_flight;    /* micro-batches, or model chunks when interleaved */
-    int64_t chunk_layers; /* layers behind each of them */
+    int64_t kept_layers;  /* layers whose activations they keep, over all of them */
+    int64_t slot_layers;  /* layers of the largest of them (an activation slot's size) */
     int64_t mb_first;     /* micro-batches whose embedding output stage 0 keeps */
     int64_t mb_last;      /* micro-batches whose logits the last stage keeps */
 } pt_mem_flight;
@@ -169,26 +170,36 @@ static pt_mem_flight pt_mem_flight_of(const pt_model *m, const pt_layout *l, int
 {
     int64_t pp = pt_mem_pos(l->pp), vp = pt_mem_pos(l->vp), n = pt_mem_pos(l->n_micro);
     if (l->schedule == PT_SCHED_AFAB) /* GPipe: every forward before any backward, */
-        return (pt_mem_flight){n, layers, n, n}; /* on a single stage too (sched.c) */
+        return (pt_mem_flight){n, n * layers, layers, n, n}; /* on a single stage too */
     if (pp == 1) /* gradient accumulation: one micro-batch's forward and backward at a time */
-        return (pt_mem_flight){1, layers, 1, 1};
+        return (pt_mem_flight){1, layers, layers, 1, 1};
     if (vp > 1) { /* the layout rules allow vp > 1 only with the interleaved schedule */
         /* Megatron's interleaved 1F1B: (p - stage - 1)·2 + (vp - 1)·p warm-up forwards
          * plus the steady state's first forward, each a chunk of this stage's layers/vp
          * (L/(p·vp) with the even split); at stage 0 that is L·(1 + (p-1)/(p·vp))
          * layers (Korthikanti Sec. 4.2.3). The chunk order (p micro-batches per chunk
          * in turn) keeps up to 2p micro-batches in flight on stage 0's first chunk, and
-         * one on the last stage's last chunk. */
+         * one on the last stage's last chunk. The k-th warm-up forward runs chunk
+         * (k / p) mod vp (Megatron-LM's get_model_chunk_id), so with chunks of
+         * different sizes (a pipeline layout) each counts its own layers. */
         int64_t chunks = (pp - stage - 1) * 2 + (vp - 1) * pp + 1;
         if (chunks > n * vp)
             chunks = n * vp;
-        int64_t chunk_layers = pt_stage_layers(m, l, stage, NULL);
-        return (pt_mem_flight){chunks, chunk_layers, 2 * pp < n ? 2 * pp : n, 1};
+        int64_t per[PT_CHUNK_MAX], kept = 0, most = 0;
+        for (int64_t c = 0; c < vp && c < PT_CHUNK_MAX; c++) {
+            per[c] = pt_stage_layers(m, l, (int)(c * pp + stage), NULL);
+            most = per[c] > most ? per[c] : most;
+        }
+        int64_t rounds = chunks / (pp * vp), rest = chunks % (pp * vp);
+        kept = rounds * pp * layers; /* whole rounds of p forwards through every chunk */
+        for (int64_t k = 0; k < rest && vp <= PT_CHUNK_MAX; k++)
+            kept += per[(k / pp) % vp];
+        return (pt_mem_flight){chunks, kept, most, 2 * pp < n ? 2 * pp : n, 1};
     }
     /* 1F1B (PipeDream-Flush): stage i runs p - i warm-up forwards before its first
      * backward; the last stage runs each backward right after its forward. */
     int64_t k = pp - stage < n ? pp - stage : n;
-    return (pt_mem_flight){k, layers, pp < n ? pp : n, 1};
+    return (pt_mem_flight){k, k * layers, layers, pp < n ? pp : n, 1};
 }
 
 /* Embedding dropout mask on stage 0; final-norm input and fp32 logits for the
@@ -352,7 +363,7 @@ static void pt_mem_stage_ptrun(const pt_model *m, const pt_layout *l, int stage,
         slots = pt_mem_pos(l->vp);
     pt_mem_ptrun_states(m, l, stage, layers, p, bucket_elems, out);
     out->activations_bytes =
-        (double)slots * pt_buffers_slot(&B, fl->chunk_layers, l->recompute == PT_RECOMPUTE_FULL);
+        (double)slots * pt_buffers_slot(&B, fl->slot_layers, l->recompute == PT_RECOMPUTE_FULL);
     out->embed_head_bytes = stage == pp - 1 ? (double)fl->mb_last * pt_buffers_head(&B) : 0;
     out->recompute_bytes = pt_buffers_scratch(&B);
     if (l->pp > 1) {
@@ -411,7 +422,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
         .weights_bytes = ms.weights_bytes,
         .grads_bytes = ms.grads_bytes,
         .optimizer_bytes = ms.optimizer_bytes,
-        .activations_bytes = (double)(fl.in_flight * fl.chunk_layers) * act,
+        .activations_bytes = (double)fl.kept_layers * act,
         .embed_head_bytes = pt_mem_embed_head(m, l, &t->stack, &d, first, last, &fl),
         .recompute_bytes = recompute,
         .comm_bytes = pt_mem_comm(m, l, t, p, &d, (double)params, ms.grads_bytes),
@@ -427,21 +438,22 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 void pt_mem_rank_max(const pt_model *m, const pt_layout *l, const pt_train *t,
                      pt_memory *out)
 {
-    /* Three stages suffice. Stage 0 holds the embedding, stage p-1 the head, and
-     * with first_layers/last_layers their own number of layers. The middle stages
-     * 1..p-2 hold the same layers (pt_stage_layers), parameters and buffers, and the
-     * activations they keep in flight never grow with the stage index: constant
-     * under all-forward-all-backward, min(p - i, n) under 1F1B and
-     * min(2(p - i - 1) + (vp - 1)p + 1, n·vp) chunks under interleaving. So stage 1
-     * bounds every middle stage. */
+    /* Three stages suffice when the middle stages are alike. Stage 0 holds the
+     * embedding, stage p-1 the head, and with first_layers/last_layers their own
+     * number of layers. The middle stages 1..p-2 then hold the same layers
+     * (pt_stage_layers), parameters and buffers, and the activations they keep in
+     * flight never grow with the stage index: constant under all-forward-all-backward,
+     * min(p - i, n) under 1F1B and min(2(p - i - 1) + (vp - 1)p + 1, n·vp) chunks
+     * under interleaving. So stage 1 bounds every middle stage. A pipeline layout
+     * whose middle stages differ is asked stage by stage. */
     int64_t pp = pt_mem_pos(l->pp);
     pt_mem_stage(m, l, t, 0, out);
-    int candidates[2] = {pp > 2 ? 1 : 0, (int)(pp - 1)};
-    for (int i = 0; i < 2; i++) {
-        if (candidates[i] == 0)
+    bool alike = pt_pipe_middle_alike(m, l);
+    for (int64_t r = 1; r < pp; r++) {
+        if (alike && r > 1 && r < pp - 1)
             continue;
         pt_memory s;
-        pt_mem_stage(m, l, t, candidates[i], &s);
+        pt_mem_stage(m, l, t, (int)r, &s);
         if (s.total_bytes > out->total_bytes)
             *out = s;
     }

@@ -203,9 +203,9 @@ void pt_oplist_free(pt_oplist *o)
 
 /* ---- Context --------------------------------------------------------------------- */
 
-/* Ranks of rank 0's group of `kind` that share node 0: with uniform groups, the
- * ranks per node of every group of that kind. */
-static int group_ranks_per_node(const pt_grid *g, pt_group_kind kind, int devices_per_node)
+/* Ranks of rank 0's group of `kind` that share NVLink domain 0: with uniform groups,
+ * the ranks per domain of every group of that kind. */
+static int group_ranks_per_node(const pt_grid *g, pt_group_kind kind, int nvlink_domain)
 {
     int size = pt_grid_group_size(g, kind);
     int64_t *ranks = malloc((size_t)size * sizeof *ranks);
@@ -214,7 +214,7 @@ static int group_ranks_per_node(const pt_grid *g, pt_group_kind kind, int device
     pt_grid_group(g, kind, 0, ranks);
     int n = 0;
     for (int i = 0; i < size; i++)
-        n += ranks[i] / devices_per_node == 0;
+        n += ranks[i] / nvlink_domain == 0;
     free(ranks);
     return n;
 }
@@ -226,15 +226,17 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
     c->dtype = pt_prec_dtype(t->precision);
     pt_grid g;
     pt_grid_init(&g, l);
-    int dpn = cl ? cl->devices_per_node : (int)g.world;
+    /* A collective's "node" (pt_coll_op.ranks_per_node: the ranks on the fast link) is
+     * the NVLink domain, which on a GB200 NVL72 rack spans 18 nodes. */
+    int dom = cl ? pt_cluster_nvlink_domain(cl) : (int)g.world;
     for (int k = 0; k < PT_GROUP_COUNT; k++)
-        c->ranks_per_node[k] = group_ranks_per_node(&g, (pt_group_kind)k, dpn);
-    /* The first and last stage of rank 0's pipeline share a node when the pipeline
+        c->ranks_per_node[k] = group_ranks_per_node(&g, (pt_group_kind)k, dom);
+    /* The first and last stage of rank 0's pipeline share a domain when the pipeline
      * group's ends do. */
     int coords[PT_NDIM] = {0};
     coords[PT_DIM_PP] = l->pp - 1;
-    c->embed_ranks_per_node = pt_grid_rank(&g, coords) / dpn == 0 ? 2 : 1;
-    c->world_ranks_per_node = g.world < dpn ? (int)g.world : dpn;
+    c->embed_ranks_per_node = pt_grid_rank(&g, coords) / dom == 0 ? 2 : 1;
+    c->world_ranks_per_node = g.world < dom ? (int)g.world : dom;
     if (cl)
         snprintf(c->device, sizeof c->device, "%s", cl->device.name);
 }

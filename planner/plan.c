@@ -122,7 +122,7 @@ static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "p
                                           "schedule", "order", "world", "dp_overlap",
                                           "param_overlap", "first_layers", "last_layers",
                                           "compress", "powersgd_rank", "powersgd_start",
-                                          NULL};
+                                          "pipeline_layout", NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
@@ -220,13 +220,21 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
         (json_object_get(o.obj, "last_layers") &&
          get_int_in(&o, "last_layers", 0, 1 << 16, &l->last_layers, err)))
         return -1;
+    if (json_object_get(o.obj, "pipeline_layout")) {
+        pt_err why;
+        char pipe[1024];
+        if (pt_json_get_string(&o, "pipeline_layout", pipe, sizeof pipe, err))
+            return -1;
+        if (pt_pipe_parse(pipe, &l->pipe, &why))
+            return pt_err_set(err, "%s: field 'layout.pipeline_layout': %s", o.origin, why.msg);
+    }
     l->dp_overlap = (pt_dp_overlap)dpo;
     l->compress = (pt_compress)cmp;
     l->powersgd_rank = (int)psgd_rank;
     pt_err why;
     if (pt_order_parse(order, l->order, &why))
         return pt_err_set(err, "%s: field 'layout.order': %s", o.origin, why.msg);
-    char canon[256];
+    char canon[1024];
     pt_layout_format(l, canon, sizeof canon);
     if (strcmp(canon, text) != 0)
         return pt_err_set(err, "%s: field 'layout.string' = \"%s\" disagrees with the layout's "

@@ -31,6 +31,8 @@ typedef struct {
     unsigned compress_modes;  /* bit c: compress=c tried where gradients go in buckets
                                  (ZeRO 0/1 over dp·cp > 1) and the stack compresses;
                                  none is always tried [none, bf16] */
+    pt_pipe pipe;             /* pipe.n > 0: only this pipeline layout, on every pp
+                                 dividing its virtual stages (vp the quotient) */
 } pt_enum_opts;
 
 void pt_enum_opts_default(pt_enum_opts *o);

@@ -8,10 +8,10 @@
 
 json_t *pt_layout_json(const pt_layout *l)
 {
-    char text[256], order[32];
+    char text[1024], order[32];
     pt_layout_format(l, text, sizeof text);
     pt_order_format(l->order, order, sizeof order);
-    return json_pack("{s:s, s:i, s:b, s:b, s:s, s:b, s:i, s:i, s:I, s:I, s:i, s:i, s:i, s:s, "
+    json_t *o = json_pack("{s:s, s:i, s:b, s:b, s:s, s:b, s:i, s:i, s:I, s:I, s:i, s:i, s:i, s:s, "
                      "s:i, s:I, s:I, s:I, s:s, s:s, s:s, s:I}",
                      "string", text, "tp", l->tp, "sp", l->sp, "tp_overlap", l->tp_overlap,
                      "dp_overlap", pt_dp_overlap_name(l->dp_overlap),
@@ -26,6 +26,12 @@ json_t *pt_layout_json(const pt_layout *l)
                      "recompute", pt_recompute_name(l->recompute),
                      "schedule", pt_schedule_name(l->schedule), "order", order,
                      "world", (json_int_t)pt_layout_world(l));
+    if (o && l->pipe.n) {
+        char pipe[PT_PIPE_TEXT_MAX];
+        pt_pipe_format(&l->pipe, pipe, sizeof pipe);
+        json_object_set_new(o, "pipeline_layout", json_string(pipe));
+    }
+    return o;
 }
 
 /* Byte figures are written as whole bytes: the model's fractions of a byte (a

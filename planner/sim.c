@@ -282,7 +282,8 @@ static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout
 }
 
 /* Activations (or their gradients) between adjacent stages, on the link the two
- * ranks share: NVLink-class inside a node, the network across. */
+ * ranks share: NVLink inside an NVLink domain (pt_cluster_nvlink_domain: the node, or
+ * a GB200 NVL72 rack), the network across. */
 static void price_p2p(const pricer *p, const pt_opctx *ctx, const pt_cluster *c,
                       const pt_layout *l, pt_sim_costs *out)
 {
@@ -299,9 +300,10 @@ static void price_p2p(const pricer *p, const pt_opctx *ctx, const pt_cluster *c,
         int64_t a = pt_grid_rank(&g, coords);
         coords[PT_DIM_PP] = (r + 1) % l->pp;
         int64_t b = pt_grid_rank(&g, coords);
-        bool same_node = a / c->devices_per_node == b / c->devices_per_node;
+        int domain = pt_cluster_nvlink_domain(c);
+        bool same_domain = a / domain == b / domain;
         pt_coll_op op = {.op = PT_COLL_SENDRECV, .bytes = bytes, .group = 2,
-                         .ranks_per_node = same_node ? 2 : 1};
+                         .ranks_per_node = same_domain ? 2 : 1};
         pt_cost cost = pt_cost_coll(p->db, &p->hw, &op);
         out->p2p_s[r] = cost.time_s;
         p->prov_s[cost.prov] += cost.time_s * (double)l->n_micro * 2;

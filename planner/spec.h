@@ -140,9 +140,12 @@ typedef struct {
     char name[64];
     int nodes;
     int devices_per_node;
+    int nvlink_domain; /* devices one NVLink fabric joins: whole nodes, a multiple of
+                          devices_per_node (72 on a GB200 NVL72 rack of 4-GPU nodes);
+                          ranks r and r' share one when r / D == r' / D. 0: the node */
     pt_device device;
-    pt_link intra; /* between devices of one node */
-    pt_link inter; /* between nodes */
+    pt_link intra; /* between devices of one NVLink domain */
+    pt_link inter; /* between NVLink domains, through the nodes' NICs */
 } pt_cluster;
 
 int pt_cluster_builtin_count(void);
@@ -160,6 +163,14 @@ bool pt_cluster_apply_profile(pt_cluster *c, const pt_costdb *db);
 static inline int64_t pt_cluster_world(const pt_cluster *c)
 {
     return (int64_t)c->nodes * c->devices_per_node;
+}
+/* Devices per NVLink domain (nvlink_domain, or the node when 0). Every rule and price
+ * that means "over NVLink" asks this, never devices_per_node: how far a tensor-parallel
+ * group may reach (planner/layout.c), and which link a collective or a pipeline send
+ * takes (planner/ops.c, sim.c). devices_per_node stays the node: its NICs, its host. */
+static inline int pt_cluster_nvlink_domain(const pt_cluster *c)
+{
+    return c->nvlink_domain > 0 ? c->nvlink_domain : c->devices_per_node;
 }
 
 /* How the data-parallel gradient reduction (ZeRO 0/1 buckets) overlaps the backward:

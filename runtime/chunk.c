@@ -39,7 +39,7 @@ static void at_layer(pt_layer_ctx *c, int chunk, int64_t i)
     const pt_net *n = c->n;
     c->l = n->chunk_first[chunk] + i;
     c->next_l = -1;
-    c->li = chunk * n->chunk_layers + i;
+    c->li = n->chunk_li[chunk] + i;
     c->ai = c->xi = i;
 }
 
@@ -77,9 +77,9 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
             pt_layer_dropout_rows(&c, c.A->x[0], NULL, pt_layer_own_row0(&c), c.d.R,
                                   PT_DROP_EMBED);
     }
-    for (int64_t i = 0; i < n->chunk_layers; i++) {
+    for (int64_t i = 0; i < n->chunk_layers[chunk]; i++) {
         at_layer(&c, chunk, i);
-        c.next_l = i + 1 < n->chunk_layers ? c.l + 1 : -1;
+        c.next_l = i + 1 < n->chunk_layers[chunk] ? c.l + 1 : -1;
         if (run_list(&c, PT_NET_LAYER_FWD))
             return -1;
     }
@@ -124,11 +124,14 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
         n->kn->zero(n->kn, c.S->dres, pt_act_bytes(&c, c.d.R * c.d.h));
         if (run_list(&c, PT_NET_HEAD_BWD))
             return -1;
-        at_layer(&c, chunk, n->chunk_layers - 1);
-        if (grads_done(&c, chunk, c.l, true))
+        /* the head's parameters follow the chunk's last layer, or open a chunk of none */
+        int64_t last = n->chunk_layers[chunk] - 1;
+        if (last >= 0)
+            at_layer(&c, chunk, last);
+        if (grads_done(&c, chunk, last >= 0 ? c.l : -1, last >= 0))
             return -1;
     }
-    for (int64_t i = n->chunk_layers - 1; i >= 0; i--) {
+    for (int64_t i = n->chunk_layers[chunk] - 1; i >= 0; i--) {
         at_layer(&c, chunk, i);
         c.next_l = i > 0 ? c.l - 1 : -1;
         if (n->zero && pt_zero_begin_backward(n, c.l, err))

@@ -762,7 +762,7 @@ static int transfer(step_ctx *c, const pt_ins *in)
                                   pt_net_chunk_input(n, slot), bytes, c->err);
     case PT_INS_SEND_ACT:
         return pt_comm_isend_bytes(c->d->comm, peer, tag_act_into(vs + 1),
-                                   pt_net_chunk_output(n, slot), bytes, c->err);
+                                   pt_net_chunk_output(n, slot, in->chunk), bytes, c->err);
     case PT_INS_RECV_GRAD:
         return pt_comm_recv_bytes(c->d->comm, peer, tag_grad_from(vs + 1), pt_net_dres(n),
                                   bytes, c->err);
@@ -921,7 +921,7 @@ static int eval_batch(pt_net *n, const pt_dist *d, const batch *b, double *sum, 
             rc = pt_net_forward_chunk(n, chunk, chunk, b->in_cp, b->tg_cp, 0.0f, sum, err);
         if (rc == 0 && vs < V - 1)
             rc = pt_comm_isend_bytes(d->comm, d->pipe[(vs + 1) % pp], tag_act_into(vs + 1),
-                                     pt_net_chunk_output(n, chunk), bytes, err);
+                                     pt_net_chunk_output(n, chunk, chunk), bytes, err);
         if (rc)
             return rc;
     }

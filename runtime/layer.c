@@ -580,7 +580,7 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     pt_head_acts *H = c->H;
     float *x = L ? A->x[c->xi] : NULL, *y = L ? A->x[c->xi + 1] : NULL;
     /* the chunk's output, which the head reads (in the last chunk's slot) */
-    float *xl = A->x[c->n->chunk_layers];
+    float *xl = A->x[c->n->chunk_layers[c->n->layout.vp - 1]];
     int qd = d->a * d->d, kvd = d->kh * d->d;
     int64_t Tf = d->T * d->f;
     pt_param_ref w = op->param;

@@ -58,9 +58,13 @@ struct pt_net {
     int cp_next, cp_prev;     /* world ranks after and before this one in the cp ring */
     float dropout;            /* probability on the embedding and residual branches */
     uint64_t seed;            /* the run's seed: keys initialisation and dropout */
-    int64_t chunk_layers;     /* layers per model chunk: every chunk of a rank holds as
-                                 many (pt_stage_layers; L / (pp·vp) when even) */
-    int64_t n_layers;         /* layers on this rank, vp·chunk_layers */
+    int64_t chunk_layers[PT_CHUNK_MAX]; /* layers of each model chunk (pt_stage_layers: L /
+                                 (pp·vp) when even; with a pipeline layout chunks differ,
+                                 and one may hold none) */
+    int64_t chunk_li[PT_CHUNK_MAX];    /* this rank's index (0 .. n_layers-1) of each chunk's
+                                 first layer: the sum of the chunks' before it */
+    int64_t slot_layers;      /* layers of the largest chunk: an activation slot's */
+    int64_t n_layers;         /* layers on this rank, over all its chunks */
     int64_t chunk_first[PT_CHUNK_MAX]; /* model index of each chunk's first layer */
     int64_t chunk_begin[PT_CHUNK_MAX], chunk_end[PT_CHUNK_MAX]; /* parameter elements of each chunk: its
                                  layers, with the embedding on virtual stage 0 and the
@@ -285,9 +289,9 @@ typedef struct {
 struct pt_acts {
     void *mem;                        /* one backend allocation for all of the below */
     int32_t *tokens, *targets;        /* (T) in backend memory */
-    float **x;                        /* [chunk_layers + 1] (R, h) [act] the chunk's input
+    float **x;                        /* [slot_layers + 1] (R, h) [act] the chunk's input
                                          and each of its layers' outputs */
-    pt_layer_acts *layer;             /* [chunk_layers] */
+    pt_layer_acts *layer;             /* [slot_layers] */
     int64_t step, first_sample;       /* the micro-batch in the slot (dropout's keys) */
     int mb;                           /* its index in the step (the head's slot) */
     bool train;                       /* dropout applies */

@@ -72,7 +72,7 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
     for (int ch = 0; ch < l->vp && rc == 0; ch++) {
         int vs = ch * l->pp + n->stage;
         double chunk = (double)(n->chunk_end[ch] - n->chunk_begin[ch]);
-        rc = pt_ops_grad_sync(&c, chunk - pt_step_tied_out(&c, vs, V), n->chunk_layers,
+        rc = pt_ops_grad_sync(&c, chunk - pt_step_tied_out(&c, vs, V), n->chunk_layers[ch],
                               &n->ops_sync[ch]);
         if (vs == 0 || vs == V - 1)
             sp.tied = pt_step_tied(&c, vs, V);
@@ -156,12 +156,17 @@ int pt_net_build(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place
     if (n->layout.vp > PT_CHUNK_MAX)
         return pt_err_set(err, "vp = %d: at most %d model chunks per rank", n->layout.vp,
                           PT_CHUNK_MAX);
-    /* uneven stages (first_layers, last_layers) differ between ranks, never between
-     * the chunks of one rank */
-    n->chunk_layers = pt_stage_layers(&n->spec, &n->layout, stage, NULL);
-    n->n_layers = n->chunk_layers * n->layout.vp;
-    for (int c = 0; c < n->layout.vp; c++)
-        pt_stage_layers(&n->spec, &n->layout, c * n->layout.pp + stage, &n->chunk_first[c]);
+    /* each chunk's layers: uneven stages (first_layers, last_layers) differ between
+     * ranks, a pipeline layout also between the chunks of one rank */
+    n->n_layers = n->slot_layers = 0;
+    for (int c = 0; c < n->layout.vp; c++) {
+        int64_t k = pt_stage_layers(&n->spec, &n->layout, c * n->layout.pp + stage,
+                                    &n->chunk_first[c]);
+        n->chunk_layers[c] = k;
+        n->chunk_li[c] = n->n_layers;
+        n->n_layers += k;
+        n->slot_layers = k > n->slot_layers ? k : n->slot_layers;
+    }
     if (pt_net_build_table(n, err))
         return -1;
     int64_t tied_lo, tied_hi;

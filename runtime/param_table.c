@@ -139,7 +139,7 @@ static void build_table(table *t, pt_net *n)
             if (m->pos == PT_POS_LEARNED)
                 add(t, "wpe", m->seq, m->hidden);
         }
-        for (int64_t i = 0; i < n->chunk_layers; i++)
+        for (int64_t i = 0; i < n->chunk_layers[c]; i++)
             layer_params(t, m, tp, n->chunk_first[c] + i);
         if (vs == V - 1) {
             norm(t, m, "final_norm");
@@ -161,7 +161,7 @@ int pt_model_param_table(const pt_model *m, pt_param **out, int *count, pt_err *
         return pt_err_set(err, "out of memory");
     n->spec = *m;
     pt_layout_default(&n->layout); /* one rank: tp = pp = vp = 1 */
-    n->chunk_layers = n->n_layers = m->layers;
+    n->chunk_layers[0] = n->slot_layers = n->n_layers = m->layers;
     table t = {.tp = 1, .kv_share = 1};
     build_table(&t, n);
     free(n);

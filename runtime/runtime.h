@@ -205,7 +205,7 @@ typedef struct {
     int64_t step;         /* optimizer steps done */
     int64_t data_pos;     /* next global sample index */
     int64_t world;        /* ranks of the run that wrote it */
-    char layout[256];     /* pt_layout_format of the layout that wrote it */
+    char layout[1024];    /* pt_layout_format of the layout that wrote it */
     char config_hash[17]; /* hex hash of what a resume must match: model and seed */
     char plan_hash[17];   /* hex hash of the plan file's text */
     char created_at[32];  /* ISO 8601 UTC; "" when writing: now */
@@ -413,7 +413,7 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err);
 /* The input (received from the previous stage) and output (sent on) of the chunk in
  * `slot`, (b·s, h) [act]; and the residual-stream gradient (b·s, h) [act]. */
 float *pt_net_chunk_input(pt_net *n, int slot);
-float *pt_net_chunk_output(pt_net *n, int slot);
+float *pt_net_chunk_output(pt_net *n, int slot, int chunk); /* chunk's output in the slot */
 float *pt_net_dres(pt_net *n);
 /* The whole model on one stage of one chunk (pp = vp = 1); each waits for its work and
  * ends by giving the op spans their device times (pt_net_trace_resolve). Here

@@ -140,7 +140,7 @@ static void carve_slot(carve *c, const pt_net *n, pt_acts *A)
 {
     pt_buffers B;
     buffers_of(n, &B);
-    int64_t L = n->chunk_layers;
+    int64_t L = n->slot_layers;
     A->tokens = (int32_t *)take_buf(c, &B, PT_BUF_TOKENS);
     A->targets = (int32_t *)take_buf(c, &B, PT_BUF_TARGETS);
     for (int64_t l = 0; l < L + 1; l++) /* the chunk's input and its layers' outputs */
@@ -231,7 +231,7 @@ static int too_large(pt_err *err, const pt_net *n, const pt_layer_dims *d, int s
 static int alloc_slot(pt_net *n, const pt_layer_dims *d, int slots, pt_acts **out, pt_err *err)
 {
     pt_acts *A = calloc(1, sizeof *A);
-    int64_t L = n->chunk_layers;
+    int64_t L = n->slot_layers;
     *out = NULL;
     if (!A || !(A->x = calloc((size_t)(L + 1), sizeof *A->x)) ||
         !(A->layer = calloc((size_t)L, sizeof *A->layer))) {
@@ -471,7 +471,10 @@ int pt_net_resolve_params(pt_net *n, pt_err *err)
     char name[64];
     for (int64_t li = 0; li <= n->n_layers; li++) {
         bool layer = li < n->n_layers;
-        int64_t l = layer ? n->chunk_first[li / n->chunk_layers] + li % n->chunk_layers : -1;
+        int c = 0; /* the chunk of local layer li */
+        while (layer && c + 1 < n->layout.vp && li >= n->chunk_li[c + 1])
+            c++;
+        int64_t l = layer ? n->chunk_first[c] + (li - n->chunk_li[c]) : -1;
         const pt_param **row = n->pref + (size_t)li * PT_PARAM_COUNT * 2;
         for (int r = PT_PARAM_NONE + 1; r < PT_PARAM_COUNT; r++) {
             const char *base = pt_param_ref_name((pt_param_ref)r);
@@ -520,9 +523,9 @@ float *pt_net_chunk_input(pt_net *n, int slot)
     return n->slot[slot]->x[0];
 }
 
-float *pt_net_chunk_output(pt_net *n, int slot)
+float *pt_net_chunk_output(pt_net *n, int slot, int chunk)
 {
-    return n->slot[slot]->x[n->chunk_layers];
+    return n->slot[slot]->x[n->chunk_layers[chunk]];
 }
 
 float *pt_net_dres(pt_net *n)

@@ -75,7 +75,7 @@ typedef struct pt_trainer pt_trainer;
 typedef struct {
     char priced_stack[64];       /* the stack the plan was priced for when it is not
                                     ptrun's own ("": it is), which trains it anyway */
-    char layout[256];            /* pt_layout_format of the plan's layout */
+    char layout[1024];           /* pt_layout_format of the plan's layout */
     bool has_data;               /* this rank reads data (first and last stage) */
     char data_path[512];         /* what it read, with its token counts */
     char val_path[512];          /* the validation file ("": split off data_path's) */
@@ -110,9 +110,9 @@ typedef struct {
     int64_t step;                /* its step: training continues after it */
     int64_t data_pos;            /* its data position */
     int64_t data_skip;           /* this run's sample offset: data_pos - step x batch */
-    char layout[256];            /* the layout that wrote it */
+    char layout[1024];           /* the layout that wrote it */
     int64_t world;               /* and its ranks */
-    char changed[1024];          /* settings this run changes ("lr 0.0006 -> 0.0003, ..."),
+    char changed[3072];          /* settings this run changes ("lr 0.0006 -> 0.0003, ..."),
                                     "" when none */
 } pt_trainer_resumed;
 

@@ -137,7 +137,7 @@ static int create_files(const char *tmp, pt_trainer *r, int64_t step, pt_err *er
                      j ? "exp_avg_sq" : "exp_avg");
         }
     int rc = mt && ot ? 0 : pt_err_set(err, "out of memory");
-    char path[4200], file[64], steps[24], layout[256];
+    char path[4200], file[64], steps[24], layout[1024];
     snprintf(steps, sizeof steps, "%lld", (long long)step);
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
     /* "format": "pt" is what Hugging Face's loaders look for in a PyTorch checkpoint */
@@ -363,7 +363,7 @@ static int save_psgd(const char *tmp, pt_trainer *r, pt_err *err)
                           .bytes = (size_t)ne * sizeof *e},
                          {.name = "q", .dtype = "F32", .ndim = 1, .shape = {nq}, .data = q,
                           .bytes = (size_t)nq * sizeof *q}};
-    char layout[256], rank[24], world[24], path[4200];
+    char layout[1024], rank[24], world[24], path[4200];
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
     snprintf(rank, sizeof rank, "%d", r->rank);
     snprintf(world, sizeof world, "%d", r->world);
@@ -384,7 +384,7 @@ static int load_psgd(pt_trainer *r, const char *dir, const pt_ckpt_meta *meta, p
     int64_t ne, nq;
     if (!pt_compress_state_sizes(&r->net, &ne, &nq))
         return 0;
-    char layout[256], path[4200];
+    char layout[1024], path[4200];
     pt_layout_format(&r->plan.layout, layout, sizeof layout);
     psgd_path(path, sizeof path, dir, r);
     bool same = strcmp(meta->layout, layout) == 0 && meta->world == r->world &&
@@ -671,7 +671,7 @@ static int check_meta(pt_trainer *r, const char *path, const pt_ckpt_meta *m, bo
                       pt_err *err)
 {
     const pt_plan *p = &r->plan;
-    char diff[512], layout[256];
+    char diff[512], layout[1024];
     model_diff(&m->model, &p->model, diff, sizeof diff);
     if (diff[0])
         return pt_err_set(err, "%s: written for another model: %s", path, diff);

@@ -48,7 +48,7 @@ struct pt_trainer {
     char config_hash[17];       /* what a resume must match: the model and the seed */
     char plan_hash[17];         /* of the plan file's text, for checkpoints */
     char saved_path[4200];      /* the checkpoint pt_trainer_save wrote last */
-    char resume_note[1024];     /* the settings a resume changed ("lr 0.0006 -> 0.0003") */
+    char resume_note[3072];     /* the settings a resume changed ("lr 0.0006 -> 0.0003") */
     pt_ckpt_hold ckpt_hold;     /* the checkpoint folder's lock, on rank 0 */
 };
 

@@ -195,7 +195,7 @@ int pt_trainer_log_open(pt_trainer *r, pt_err *err)
         return pt_err_set(err, "cannot write '%s': %s", r->o.log, strerror(errno));
     r->log_fd = -1; /* the stream's now */
     setvbuf(r->log, NULL, _IOLBF, 0); /* a line at a time: the log can be followed live */
-    char id[17], path[4096], layout[256];
+    char id[17], path[4096], layout[1024];
     if (pt_trace_plan_id(r->o.plan, id, err))
         return -1;
     pt_trainer_abs_path(r->o.plan, path, sizeof path);

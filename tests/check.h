@@ -51,6 +51,16 @@ static int pt_check_failures;
         }                                                                               \
     } while (0)
 
+#define CHECK_STR(got, want)                                                            \
+    do {                                                                                \
+        const char *g_ = (got), *w_ = (want);                                           \
+        if (!g_ || strcmp(g_, w_) != 0) {                                               \
+            fprintf(stderr, "%s:%d: \"%s\", want \"%s\"\n", __FILE__, __LINE__,        \
+                    g_ ? g_ : "(null)", w_);                                            \
+            pt_check_failures++;                                                        \
+        }                                                                               \
+    } while (0)
+
 static inline int pt_check_result(void)
 {
     if (pt_check_failures)

@@ -127,6 +127,8 @@ typedef struct {
     int64_t global_batch;
     int64_t n_uneven, split[17][4][2]; /* [pp][vp]: first, last */
     int64_t even_pp16;
+    int64_t n_piped, piped_vp[17][65]; /* balanced pipeline layouts: [pp][vp] seen */
+    int64_t e_alone;                   /* of them, with the embedding alone on stage 0 */
 } split_walk;
 
 static int visit_split(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
@@ -135,8 +137,24 @@ static int visit_split(const pt_layout *l, const pt_memory *mem, bool fits, void
     (void)fits;
     split_walk *w = ctx;
     CHECK_INT(pt_layout_check(w->m, NULL, w->global_batch, l, NULL), 0);
-    if (l->pp == 16 && !l->first_layers)
+    if (l->pp == 16 && !l->first_layers && !l->pipe.n)
         w->even_pp16++;
+    if (l->pipe.n) {
+        /* Megatron-Core's balanced split: the embedding and/or the loss count as a
+         * layer, every virtual stage holds as many units */
+        w->n_piped++;
+        CHECK(l->first_layers == 0 && l->last_layers == 0);
+        int V = l->pp * l->vp;
+        int64_t u = pt_stage_layers(w->m, l, 1, NULL), first = pt_stage_layers(w->m, l, 0, NULL);
+        int64_t last = pt_stage_layers(w->m, l, V - 1, NULL);
+        CHECK(u - first <= 1 && u - last <= 1 && first <= u && last <= u);
+        CHECK(first < u || last < u);
+        if (first == 0)
+            w->e_alone++;
+        if (l->pp <= 16)
+            w->piped_vp[l->pp][l->vp]++;
+        return 0;
+    }
     if (!l->first_layers && !l->last_layers)
         return 0;
     w->n_uneven++;
@@ -186,7 +204,15 @@ static void test_uneven_splits(void)
     CHECK_INT(w.split[2][1][0] + w.split[2][1][1], 126);
     CHECK(w.n_uneven > 0);
     /* few extra layouts: at most one uneven split per (tp, cp, pp, dp, vp) */
-    CHECK(n.valid < 3 * (n.valid - w.n_uneven));
+    CHECK(n.valid < 3 * (n.valid - w.n_uneven - w.n_piped));
+    /* Meta's layout: 128 units, one per virtual stage with vp = 8 on 16 stages (the
+     * first only the embedding, the last only the loss); vp = 1 and 2 have their
+     * uneven split already, and each vp gets one */
+    CHECK(w.piped_vp[16][8] > 0);
+    CHECK(w.piped_vp[16][4] > 0);
+    CHECK_INT(w.piped_vp[16][2], 0); /* the 8, 8 x 14, 6 split above */
+    CHECK_INT(w.piped_vp[16][1], 0);
+    CHECK(w.e_alone > 0);
 
     m.layers = 70;
     c.devices_per_node = 12;

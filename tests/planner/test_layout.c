@@ -422,6 +422,173 @@ static void test_schedule_size(void)
     CHECK(strcmp(pt_reject_name(PT_REJECT_SCHEDULE_SIZE), "schedule_size") == 0);
 }
 
+/* ---- Pipeline layouts (Megatron-Core's notation) ------------------------------------ */
+
+static void expect_pipe(const char *text, int want_stages, int64_t want_layers,
+                        const char *canon)
+{
+    pt_pipe p;
+    pt_err err = {""};
+    if (pt_pipe_parse(text, &p, &err)) {
+        fprintf(stderr, "'%s': %s\n", text, err.msg);
+        pt_check_failures++;
+        return;
+    }
+    CHECK_INT(pt_pipe_stages(&p), want_stages);
+    CHECK_INT(pt_pipe_layers(&p), want_layers);
+    char buf[256];
+    pt_pipe_format(&p, buf, sizeof buf);
+    CHECK_STR(buf, canon);
+    pt_pipe back; /* the canonical text reads back to the same runs */
+    CHECK_INT(pt_pipe_parse(buf, &back, &err), 0);
+    CHECK(pt_pipe_same(&p, &back));
+}
+
+static void expect_pipe_error(const char *text, const char *needle)
+{
+    pt_pipe p;
+    pt_err err = {""};
+    CHECK_INT(pt_pipe_parse(text, &p, &err), -1);
+    CHECK_STR_HAS(err.msg, needle);
+    CHECK_INT(p.n, 0);
+}
+
+static void test_pipe_parse(void)
+{
+    /* Llama 3 405B as Meta ran it: the embedding and the loss on stages of their own */
+    char meta[400] = "E|";
+    for (int i = 0; i < 126; i++)
+        strcat(meta, "t|");
+    strcat(meta, "L");
+    expect_pipe(meta, 128, 126, "E|(t|)*126L");
+    /* Megatron-LM's documentation (pipeline_parallel_layout.md), DeepSeek-V3 on PP16,
+     * VPP2 with its MTP stage left empty: 61 layers on 32 stages */
+    expect_pipe("Et*3|(tt|)*29,|L", 32, 61, "Et*3|(t*2|)*29|L");
+    /* its tests' shapes: groups with a stage inside, x*n, commas and blanks */
+    expect_pipe("Et*2|(tt|)*5t|tL", 8, 14, "Et*2|(t*2|)*5t|tL");
+    expect_pipe("E, t*3 | t*4 | tttL", 3, 10, "Et*3|t*4|t*3L");
+    expect_pipe("Et*4L", 1, 4, "Et*4L");
+    expect_pipe("E||t|L", 4, 1, "E||t|L"); /* an empty stage, as the docs allow */
+    expect_pipe("E|(|)*3tL", 5, 1, "E|(|)*3tL");
+
+    expect_pipe_error("", "empty");
+    expect_pipe_error("Et*3|(tt|)*29,m|L", "'m' (a multi-token-prediction layer, virtual stage 30)");
+    expect_pipe_error("tE|tL", "'E' must come first");
+    expect_pipe_error("t|EtL", "'E' must come first");
+    expect_pipe_error("Et|Lt", "'L' must come last");
+    expect_pipe_error("EtL|t", "'L' must come last");
+    expect_pipe_error("Et|t", "exactly once (E 1 times, L 0 times)");
+    expect_pipe_error("EEt|L", "exactly once (E 2 times, L 1 times)");
+    expect_pipe_error("Et|x|L", "'x' at character 4 is not E");
+    expect_pipe_error("E((t|)*2)*2L", "groups do not nest");
+    expect_pipe_error("E(t|*2L", "never closed");
+    expect_pipe_error("Et)|L", "closes no group");
+    expect_pipe_error("E(t|)L", "needs a count");
+    expect_pipe_error("E()*2tL", "empty group");
+    expect_pipe_error("Et*0L", "a count of 0");
+    expect_pipe_error("Et*|L", "must be followed by a count");
+    expect_pipe_error("Et*99999999L", "a count above");
+    expect_pipe_error("E(t*60000|)*60000L", "more than 65538 units");
+    /* 17 runs of different stages: more than ptplan keeps */
+    expect_pipe_error("Et|t*2|t|t*2|t|t*2|t|t*2|t|t*2|t|t*2|t|t*2|t|t*2|t*3L", "more than 16 runs");
+}
+
+/* The layout key pipeline=: commas inside it are Megatron's spacing, vp follows from
+ * its stages, and it goes alone (not with first_layers/last_layers). */
+static void test_pipe_layout(void)
+{
+    pt_layout l;
+    pt_err err = {""};
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=8,pp=16,pipeline=E|(t|)*126L,mbs=1", 0, 0, &l, &err), 0);
+    CHECK_INT(l.vp, 8);
+    CHECK_INT(l.schedule, PT_SCHED_INTERLEAVED);
+    char text[512];
+    pt_layout_format(&l, text, sizeof text);
+    CHECK_STR_HAS(text, ",pipeline=E|(t|)*126L");
+    pt_layout back;
+    pt_layout_default(&back);
+    CHECK_INT(pt_layout_parse(text, 0, 0, &back, &err), 0);
+    CHECK(pt_pipe_same(&back.pipe, &l.pipe));
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("pp=16,pipeline=Et*3|(tt|)*29,|L,dp=2", 0, 0, &l, &err), 0);
+    CHECK_INT(l.vp, 2);
+    CHECK_INT(l.dp, 2);
+    CHECK_INT(pt_pipe_layers(&l.pipe), 61);
+    expect_parse_error("pp=2,first_layers=1,pipeline=Et|tL", 0, "give one");
+    expect_parse_error("pp=2,pipeline=Et|x|L", 0, "'x' at character 4");
+
+    /* Meta's 405B: every virtual stage one unit */
+    pt_model m = model();
+    m.layers = 126;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("pp=16,pipeline=E|(t|)*126L", 0, 1024, &l, &err), 0);
+    CHECK_INT(pt_layout_check(&m, NULL, 1024, &l, NULL), 0);
+    int64_t first = -1;
+    CHECK_INT(pt_stage_layers(&m, &l, 0, &first), 0); /* the embedding alone */
+    CHECK_INT(pt_stage_layers(&m, &l, 127, &first), 0); /* the output layer and loss */
+    CHECK_INT(first, 126);
+    CHECK_INT(pt_stage_layers(&m, &l, 17, &first), 1); /* rank 1, chunk 1 */
+    CHECK_INT(first, 16);
+    CHECK_INT(pt_rank_layers(&m, &l, 0), 7);
+    CHECK_INT(pt_rank_layers(&m, &l, 1), 8);
+    CHECK_INT(pt_rank_layers(&m, &l, 15), 7);
+    CHECK(pt_pipe_middle_alike(&m, &l));
+}
+
+static void expect_pipe_rule(const char *text, int64_t L, const char *needle)
+{
+    pt_layout l;
+    pt_err err = {""};
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse(text, 0, 1024, &l, &err), 0);
+    pt_model m = model();
+    m.layers = L;
+    uint32_t mask;
+    pt_layout_check(&m, NULL, 1024, &l, &mask);
+    CHECK_INT(mask, ONLY(PT_REJECT_PIPELINE_LAYOUT));
+    char buf[256];
+    pt_reject_explain(PT_REJECT_PIPELINE_LAYOUT, &m, NULL, 1024, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, needle);
+}
+
+static void test_pipe_rules(void)
+{
+    expect_pipe_rule("pp=2,pipeline=E|t*62|t*63|L", 126, "holds 125 transformer layers (t), the model has 126");
+    expect_pipe_rule("pp=2,pipeline=E|t*64|t*63|L", 126, "holds 127 transformer layers");
+    expect_pipe_rule("pp=2,pipeline=Et|t|tL", 3, "3 virtual stages, not a multiple of pp (2)");
+    expect_pipe_rule("pp=2,vp=3,pipeline=Et|tL", 2, "pp = 2 with vp = 3 needs 6");
+    /* rank 1 of pp=4 holds nothing */
+    expect_pipe_rule("pp=4,pipeline=Et||t|ttL", 4, "leaves pipeline rank 1 with nothing");
+    /* an empty chunk is fine while its rank holds something */
+    pt_layout l;
+    pt_err err = {""};
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("pp=2,pipeline=Et|t||ttL", 0, 1024, &l, &err), 0);
+    pt_model m = model();
+    m.layers = 4;
+    CHECK_INT(pt_layout_check(&m, NULL, 1024, &l, NULL), 0);
+    CHECK(!pt_pipe_middle_alike(&m, &l) || l.pp <= 2);
+}
+
+/* Megatron-Core's account_for_embedding/loss_in_pipeline_split. */
+static void test_pipe_balanced(void)
+{
+    pt_pipe p;
+    char buf[128];
+    CHECK(pt_pipe_balanced(126, 16, 8, true, true, &p));
+    pt_pipe_format(&p, buf, sizeof buf);
+    CHECK_STR(buf, "E|(t|)*126L");
+    CHECK(pt_pipe_balanced(126, 16, 1, true, true, &p)); /* 8 units a stage: 7, 8 x 14, 7 */
+    pt_pipe_format(&p, buf, sizeof buf);
+    CHECK_STR(buf, "Et*7|(t*8|)*14t*7L");
+    CHECK(pt_pipe_balanced(31, 4, 2, true, false, &p)); /* 32 units: 3 then 4 x 7 */
+    pt_pipe_format(&p, buf, sizeof buf);
+    CHECK_STR(buf, "Et*3|(t*4|)*6t*4L");
+    CHECK(!pt_pipe_balanced(126, 16, 2, true, false, &p)); /* 127 units do not divide */
+    CHECK(!pt_pipe_balanced(4, 1, 1, true, true, &p)); /* one stage: nothing to balance */
+}
+
 int main(void)
 {
     test_parse_format();
@@ -433,5 +600,9 @@ int main(void)
     test_uneven_format();
     test_uneven_explain();
     test_schedule_size();
+    test_pipe_parse();
+    test_pipe_layout();
+    test_pipe_rules();
+    test_pipe_balanced();
     return pt_check_result();
 }

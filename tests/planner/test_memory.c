@@ -673,6 +673,62 @@ static void test_slots_match_schedules(void)
     CHECK(checked > 100);
 }
 
+/* Pipeline layouts: a stage of the embedding alone holds no layer, and the chunks of
+ * one rank may differ, each in-flight chunk carrying its own layers; rank max asks
+ * every stage when the middle ones differ. */
+static void test_pipeline_layouts(void)
+{
+    pt_model m = gpt(6, 64, 4, 1000, 128);
+    pt_train t = train(PT_PREC_BF16);
+    pt_layout l = layout(2, 2, 2);
+    l.zero = 1;
+    l.mbs = 2;
+    l.n_micro = 4;
+    pt_err err;
+    /* vs 0..3 = rank 0, rank 1, rank 0, rank 1: E | t*2 | t*4 | L */
+    CHECK_INT(pt_pipe_parse("E|t*2|t*4|L", &l.pipe, &err), 0);
+    l.vp = 2;
+    l.schedule = PT_SCHED_INTERLEAVED;
+    CHECK_INT(pt_layout_check(&m, NULL, 16, &l, NULL), 0);
+    double act = pt_mem_layer_activations(&m, &l, pt_precision_of(PT_PREC_BF16));
+    pt_memory s;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    CHECK_INT(s.layers, 4);
+    /* stage 0 under interleaving: (p - 1)·2 + (vp - 1)·p + 1 = 5 chunks in flight, the
+     * k-th in chunk (k / p) mod vp: chunk 0 (the embedding, no layer) twice, chunk 1
+     * (4 layers) twice, chunk 0 once */
+    CHECK_INT(s.in_flight, 5);
+    CHECK_NEAR(s.activations_bytes, 8 * act, 1e-15);
+    pt_mem_stage(&m, &l, &t, 1, &s);
+    CHECK_INT(s.layers, 2);
+    /* stage 1: 3 in flight: chunk 0 (2 layers) twice, then chunk 1 (the head only) */
+    CHECK_INT(s.in_flight, 3);
+    CHECK_NEAR(s.activations_bytes, 4 * act, 1e-15);
+
+    /* middle stages that differ: pp=4, rank 2 heavier than rank 1 */
+    m.layers = 7;
+    pt_layout u = layout(2, 4, 2);
+    u.mbs = 2;
+    u.n_micro = 8;
+    CHECK_INT(pt_pipe_parse("Et|t|t*4|tL", &u.pipe, &err), 0);
+    CHECK_INT(pt_layout_check(&m, NULL, 32, &u, NULL), 0);
+    CHECK(!pt_pipe_middle_alike(&m, &u));
+    double want = 0;
+    int at = -1;
+    for (int st = 0; st < 4; st++) {
+        pt_mem_stage(&m, &u, &t, st, &s);
+        if (s.total_bytes > want) {
+            want = s.total_bytes;
+            at = st;
+        }
+    }
+    CHECK_INT(at, 2);
+    pt_memory got;
+    pt_mem_rank_max(&m, &u, &t, &got);
+    CHECK(got.total_bytes == want);
+    CHECK_INT(got.stage, 2);
+}
+
 int main(void)
 {
     test_params_published();
@@ -686,6 +742,7 @@ int main(void)
     test_directions();
     test_rank_max();
     test_uneven_stages();
+    test_pipeline_layouts();
     test_ptrun_buffers();
     test_slots_match_schedules();
     return pt_check_result();

@@ -7,6 +7,9 @@
  * Specs as users write them: optional peaks checked against the planned precision,
  * integers written as reals, the inter-node bandwidth from the NICs, and every
  * problem of a file reported at once (model and stack specs share the reader).
+ * A cluster's NVLink domain: read, dumped and checked, and what reads it — the rule
+ * that keeps a tensor-parallel group on NVLink, and the link a collective or a
+ * pipeline send is priced on.
  *
  * Usage: test_specs DATA_DIR   (the tests/data folder with the JSON fixtures)
  */
@@ -70,6 +73,7 @@ static bool cluster_equal(const pt_cluster *x, const pt_cluster *y)
 {
     bool same = strcmp(x->name, y->name) == 0 && x->nodes == y->nodes &&
                 x->devices_per_node == y->devices_per_node &&
+                x->nvlink_domain == y->nvlink_domain &&
                 strcmp(x->device.name, y->device.name) == 0 &&
                 x->device.memory_bytes == y->device.memory_bytes &&
                 same_bits(x->device.memory_bw_Bps, y->device.memory_bw_Bps) &&
@@ -297,7 +301,7 @@ static void test_model_bad_names(const char *dir)
 
 static void test_cluster_builtins(void)
 {
-    CHECK_INT(pt_cluster_builtin_count(), 3);
+    CHECK_INT(pt_cluster_builtin_count(), 6);
     pt_cluster c;
     CHECK_INT(pt_cluster_builtin(-1, &c), -1);
     CHECK_INT(pt_cluster_builtin(pt_cluster_builtin_count(), &c), -1);
@@ -338,6 +342,40 @@ static void test_cluster_published_figures(void)
     CHECK(c.device.peak_flops[PT_DTYPE_FP8] == 0);
     CHECK(c.device.memory_bw_Bps == 2039e9);
     CHECK(c.intra.bw_Bps == 300e9 && c.inter.bw_Bps == 25e9);
+
+    /* H200: the H100's compute and NVLink, more and faster memory. */
+    CHECK_INT(pt_cluster_get("dgx-h200", &c, &err), 0);
+    CHECK(strcmp(c.device.name, "H200-SXM5-141GB") == 0);
+    CHECK_INT(pt_cluster_world(&c), 8);
+    CHECK_INT(c.device.memory_bytes, INT64_C(141) << 30);
+    CHECK(c.device.memory_bw_Bps == 4.8e12);
+    CHECK(c.device.peak_flops[PT_DTYPE_BF16] == 989.4e12);
+    CHECK(c.device.peak_flops[PT_DTYPE_FP8] == 1978.9e12);
+    CHECK(c.intra.bw_Bps == 450e9 && c.inter.bw_Bps == 50e9 && c.inter.nics == 8);
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 8);
+
+    /* B200: dense peaks, half of NVIDIA's sparse ones; NVLink 5. */
+    CHECK_INT(pt_cluster_get("dgx-b200", &c, &err), 0);
+    CHECK(strcmp(c.device.name, "B200-SXM6-180GB") == 0);
+    CHECK_INT(pt_cluster_world(&c), 8);
+    CHECK_INT(c.device.memory_bytes, INT64_C(180) << 30);
+    CHECK(c.device.peak_flops[PT_DTYPE_BF16] == 2250e12);
+    CHECK(c.device.peak_flops[PT_DTYPE_FP8] == 4500e12);
+    CHECK(c.intra.bw_Bps == 900e9 && c.inter.bw_Bps == 50e9 && c.inter.nics == 8);
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 8);
+
+    /* GB200 NVL72: a rack of 18 trays of 4 GPUs, one NVLink domain, a NIC per GPU. */
+    CHECK_INT(pt_cluster_get("gb200-nvl72", &c, &err), 0);
+    CHECK(strcmp(c.device.name, "GB200-186GB") == 0);
+    CHECK_INT(c.nodes, 18);
+    CHECK_INT(c.devices_per_node, 4);
+    CHECK_INT(pt_cluster_world(&c), 72);
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 72);
+    CHECK_INT(c.device.memory_bytes, INT64_C(186) << 30);
+    CHECK(c.device.peak_flops[PT_DTYPE_BF16] == 2500e12);
+    CHECK(c.device.peak_flops[PT_DTYPE_FP8] == 5000e12);
+    CHECK(c.intra.bw_Bps == 900e9 && c.inter.nics == 4);
+    CHECK(c.inter.bw_Bps == c.inter.nics * c.inter.nic_bw_Bps / c.devices_per_node);
 
     CHECK_INT(pt_cluster_get("local", &c, &err), 0);
     CHECK_INT(c.nodes, 1);
@@ -449,8 +487,9 @@ static void test_cluster_bad_input(void)
     CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
     CHECK_STR_HAS(err.msg, "<struct>: field 'intra_node.latency' = nan");
 
-    CHECK_INT(pt_cluster_get("dgx-b200", &c, &err), -1);
-    CHECK_STR_HAS(err.msg, "unknown cluster 'dgx-b200'");
+    CHECK_INT(pt_cluster_get("dgx-b300", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, "unknown cluster 'dgx-b300'");
+    CHECK_STR_HAS(err.msg, "did you mean 'dgx-b200'?");
     CHECK_STR_HAS(err.msg, "ptplan --list-clusters");
     CHECK_INT(pt_cluster_load_file("/nonexistent/cluster.json", &c, &err), -1);
     CHECK_STR_HAS(err.msg, "cannot read '/nonexistent/cluster.json': No such file");
@@ -799,6 +838,214 @@ static void test_model_stack_all_errors(void)
     free(t3);
 }
 
+/* ---- NVLink domains ---------------------------------------------------------- */
+
+/* The NVLink domain of a spec: written only when wider than the node, read back the
+ * same, and a value equal to the node read as the node itself. */
+static void test_nvlink_domain_json(void)
+{
+    pt_cluster c, back;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_get("gb200-nvl72", &c, &err), 0);
+    char *text = pt_cluster_to_json(&c);
+    CHECK_STR_HAS(text, "\"devices_per_node\": 4,\n  \"nvlink_domain\": 72,");
+    CHECK_INT(pt_cluster_from_json(text, "<dump>", &back, &err), 0);
+    CHECK_INT(back.nvlink_domain, 72);
+    CHECK(cluster_equal(&c, &back));
+    free(text);
+    CHECK_INT(pt_cluster_get("dgx-h100", &c, &err), 0);
+    CHECK_INT(c.nvlink_domain, 0);
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 8);
+    text = pt_cluster_to_json(&c);
+    CHECK(!strstr(text, "nvlink_domain"));
+    free(text);
+
+    /* Two 8-GPU nodes joined by one NVLink fabric; "nvlink_domain": 8 is the node. */
+    expect_user_cluster_ok("\"devices_per_node\": 8", "\"devices_per_node\": 8, "
+                           "\"nvlink_domain\": 16", &c);
+    CHECK_INT(c.nvlink_domain, 16);
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 16);
+    expect_user_cluster_ok("\"devices_per_node\": 8", "\"devices_per_node\": 8, "
+                           "\"nvlink_domain\": 8", &c);
+    CHECK_INT(c.nvlink_domain, 0);
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 8);
+    text = pt_cluster_to_json(&c);
+    CHECK(!strstr(text, "nvlink_domain"));
+    free(text);
+    /* A domain wider than the cluster: part of a rack. */
+    expect_user_cluster_ok("\"devices_per_node\": 8", "\"devices_per_node\": 8, "
+                           "\"nvlink_domain\": 72", &c);
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 72);
+    /* A node resized after reading (ptplan --devices) keeps "the node" the node. */
+    expect_user_cluster_ok("\"devices_per_node\": 8", "\"devices_per_node\": 8", &c);
+    c.devices_per_node = 4;
+    CHECK_INT(pt_cluster_nvlink_domain(&c), 4);
+}
+
+/* A bad "nvlink_domain": one line naming the file, the field and the rule. */
+static void expect_domain_error(const char *value, const char *needle)
+{
+    char to[96];
+    snprintf(to, sizeof to, "\"devices_per_node\": 8, \"nvlink_domain\": %s", value);
+    char *bad = replace_once(user_cluster, "\"devices_per_node\": 8", to);
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_from_json(bad, "my.json", &c, &err), -1);
+    CHECK_STR_HAS(err.msg, needle);
+    CHECK_INT(lines_of(err.msg), 1);
+    CHECK(lines_start_with(err.msg, "my.json"));
+    free(bad);
+}
+
+static void test_nvlink_domain_refused(void)
+{
+    const char *whole = ": must be a positive multiple of devices_per_node (8): the devices "
+                        "one NVLink fabric joins are whole nodes";
+    char needle[256];
+    const char *values[] = {"12", "4", "0", "-8"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        snprintf(needle, sizeof needle, "my.json: field 'nvlink_domain' = %s%s", values[i],
+                 whole);
+        expect_domain_error(values[i], needle);
+    }
+    expect_domain_error("16.5", "my.json: field 'nvlink_domain' = 16.5: expected an integer");
+    expect_domain_error("\"rack\"", "my.json: field 'nvlink_domain' = \"rack\": expected an "
+                                    "integer");
+    expect_domain_error("1e10", "my.json: field 'nvlink_domain' = 1e+10: out of range for a "
+                                "32-bit integer");
+    expect_user_cluster_error("\"devices_per_node\": 8", "\"devices_per_node\": 8, "
+                              "\"nvlink_domian\": 16",
+                              "unknown field 'nvlink_domian' (did you mean 'nvlink_domain'?)",
+                              NULL);
+
+    /* The same rules on a spec built in code (and in a plan.json, which validates). */
+    pt_cluster c;
+    pt_err err = {""};
+    CHECK_INT(pt_cluster_get("gb200-nvl72", &c, &err), 0);
+    c.nvlink_domain = 70;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'nvlink_domain' = 70: must be a positive multiple "
+                           "of devices_per_node (4)");
+    CHECK_INT(lines_of(err.msg), 1);
+    c.nvlink_domain = -72;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'nvlink_domain' = -72");
+    c.nvlink_domain = (1 << 30) + 4;
+    CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'nvlink_domain' = 1073741828: must be at most "
+                           "1073741824");
+}
+
+/* The rejections of one layout of Llama 3 70B (global batch 1152, divisible by every dp
+ * below) on a built-in cluster of `nodes` nodes and the given NVLink domain (-1: the
+ * built-in's own). */
+static uint32_t rejects(const char *cluster, int nodes, int domain, const char *layout)
+{
+    pt_model m;
+    pt_cluster c;
+    pt_layout l;
+    pt_err err = {""};
+    CHECK_INT(pt_model_get("llama3-70b", &m, &err), 0);
+    CHECK_INT(pt_cluster_get(cluster, &c, &err), 0);
+    c.nodes = nodes;
+    if (domain >= 0)
+        c.nvlink_domain = domain;
+    pt_layout_default(&l);
+    if (pt_layout_parse(layout, pt_cluster_world(&c), 1152, &l, &err)) {
+        fprintf(stderr, "%s: %s\n", layout, err.msg);
+        pt_check_failures++;
+        return 0;
+    }
+    uint32_t mask = 0;
+    pt_layout_check(&m, &c, 1152, &l, &mask);
+    return mask;
+}
+
+#define SPANS (1u << PT_REJECT_TP_SPANS_NODES)
+
+/* A tensor-parallel group must stay inside one NVLink domain: a node of a DGX, but a
+ * whole rack of a GB200 NVL72, whose groups may span its 4-GPU trays. */
+static void test_nvlink_domain_tp_rule(void)
+{
+    /* tp=16: two DGX H100 nodes, but one NVLink domain on 4 GB200 trays. */
+    CHECK(rejects("dgx-h100", 2, -1, "tp=16") & SPANS);
+    CHECK(!(rejects("gb200-nvl72", 4, -1, "tp=16") & SPANS));
+    /* tp=8 over two trays of a rack: allowed; with the domain the tray, not. */
+    CHECK_INT(rejects("gb200-nvl72", 18, -1, "tp=8,dp=9"), 0);
+    CHECK(rejects("gb200-nvl72", 18, 0, "tp=8,dp=9") & SPANS);
+    /* On two racks, tp=16 groups of the default order cross the first rack's end
+     * (ranks 64..79), tp=8 ones never do (8 divides 72). */
+    CHECK(rejects("gb200-nvl72", 36, -1, "tp=16,dp=9") & SPANS);
+    CHECK(!(rejects("gb200-nvl72", 36, -1, "tp=8,dp=18") & SPANS));
+    /* dp fastest: a tp pair on ranks r and r+36 shares a rack, one on r and r+72 not. */
+    CHECK(!(rejects("gb200-nvl72", 18, -1, "tp=2,dp=36,order=dp-tp-cp-pp") & SPANS));
+    CHECK(rejects("gb200-nvl72", 36, -1, "tp=2,dp=72,order=dp-tp-cp-pp") & SPANS);
+
+    /* The explanation names the domain and its nodes. */
+    pt_model m;
+    pt_cluster c;
+    pt_layout l;
+    pt_err err = {""};
+    char why[256];
+    CHECK_INT(pt_model_get("llama3-70b", &m, &err), 0);
+    CHECK_INT(pt_cluster_get("gb200-nvl72", &c, &err), 0);
+    c.nodes = 36;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=16,dp=9", pt_cluster_world(&c), 1152, &l, &err), 0);
+    pt_reject_explain(PT_REJECT_TP_SPANS_NODES, &m, &c, 1152, &l, why, sizeof why);
+    CHECK_STR_HAS(why, "a tp group of 16 ranks spans NVLink domains of 72 devices (18 nodes "
+                       "of 4 each)");
+    CHECK_INT(pt_cluster_get("dgx-h100", &c, &err), 0);
+    c.nodes = 2;
+    pt_reject_explain(PT_REJECT_TP_SPANS_NODES, &m, &c, 1152, &l, why, sizeof why);
+    CHECK_STR_HAS(why, "a tp group of 16 ranks spans NVLink domains of 8 devices (one node "
+                       "each)");
+}
+
+/* Collectives and pipeline sends are priced on NVLink inside a domain: the ranks of a
+ * group that share rank 0's domain are what the cost model calls its ranks per node. */
+static void test_nvlink_domain_pricing(void)
+{
+    pt_model m;
+    pt_cluster c;
+    pt_layout l;
+    pt_train t;
+    pt_opctx ctx;
+    pt_err err = {""};
+    CHECK_INT(pt_model_get("llama3-70b", &m, &err), 0);
+    CHECK_INT(pt_cluster_get("gb200-nvl72", &c, &err), 0);
+    c.nodes = 36;
+    pt_train_default(&t, &c);
+    t.global_batch = 1152;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=8,dp=18", pt_cluster_world(&c), 1152, &l, &err), 0);
+    pt_opctx_init(&ctx, &m, &l, &t, &c);
+    CHECK_INT(ctx.ranks_per_node[PT_GROUP_TP], 8); /* two trays, one domain */
+    CHECK_INT(ctx.ranks_per_node[PT_GROUP_DP], 9); /* ranks 0, 8, .., 64 of 0, 8, .., 136 */
+    CHECK_INT(ctx.world_ranks_per_node, 72);
+    c.nvlink_domain = 0; /* were the tray the domain */
+    pt_opctx_init(&ctx, &m, &l, &t, &c);
+    CHECK_INT(ctx.ranks_per_node[PT_GROUP_TP], 4);
+    CHECK_INT(ctx.ranks_per_node[PT_GROUP_DP], 1);
+    CHECK_INT(ctx.world_ranks_per_node, 4);
+
+    /* A pipeline send between trays of one rack goes over NVLink: far faster than
+     * over the trays' NICs. */
+    c.nvlink_domain = 72;
+    c.nodes = 18;
+    pt_train_default(&t, &c);
+    t.global_batch = 1152;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=4,pp=2,dp=9", pt_cluster_world(&c), 1152, &l, &err), 0);
+    pt_sim_costs rack, trays;
+    CHECK_INT(pt_sim_price(&m, &c, &t, NULL, &l, &rack, &err), 0);
+    c.nvlink_domain = 0;
+    CHECK_INT(pt_sim_price(&m, &c, &t, NULL, &l, &trays, &err), 0);
+    CHECK(rack.p2p_s[0] > 0 && rack.p2p_s[0] * 4 < trays.p2p_s[0]);
+    pt_sim_costs_free(&rack);
+    pt_sim_costs_free(&trays);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -826,5 +1073,9 @@ int main(int argc, char **argv)
     test_integer_reals();
     test_cluster_all_errors();
     test_model_stack_all_errors();
+    test_nvlink_domain_json();
+    test_nvlink_domain_refused();
+    test_nvlink_domain_tp_rule();
+    test_nvlink_domain_pricing();
     return pt_check_result();
 }

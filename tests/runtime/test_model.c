@@ -193,7 +193,8 @@ static void check_uneven_stages(void)
     static const bool holds[2][6] = {{1, 0, 0, 1, 0, 0}, {0, 1, 1, 0, 1, 1}};
     for (int r = 0; r < 2; r++) {
         CHECK_INT(pt_net_init(&st[r], &p, kn, r, 2, 7, NULL, &err), 0);
-        CHECK_INT(st[r]->chunk_layers, chunk[r]);
+        CHECK_INT(st[r]->chunk_layers[0], chunk[r]);
+        CHECK_INT(st[r]->chunk_layers[1], chunk[r]);
         CHECK_INT(st[r]->n_layers, 2 * chunk[r]);
         CHECK_INT(st[r]->chunk_first[0], first[r][0]);
         CHECK_INT(st[r]->chunk_first[1], first[r][1]);

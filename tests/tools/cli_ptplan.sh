@@ -204,6 +204,36 @@ grep -q "invalid" "$tmp/out" && fail "llama3-405b's 7/8/7 split is valid"
 run 0 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 --seq 8192 \
     --stack megatron-core --layout "$l405,zero=1" --no-out
 out_has "fits: yes" "llama3-405b's layout fits with zero=1"
+# Pipeline layouts in Megatron-Core's notation: Meta's 405B with the embedding and the
+# loss on virtual stages of their own (126 't' pasted one by one) is valid; the search
+# offers it; bad layouts get one message each.
+big405="--model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 --seq 8192"
+meta="E|$(printf 't|%.0s' $(seq 126))L"
+run 0 $big405 --stack megatron-core --layout "tp=8,sp=1,pp=16,vp=8,dp=64,zero=1,mbs=1,recompute=full" \
+    --pipeline-layout "$meta" --explain --out "$tmp/p405.json"
+out_has "pipeline=E|(t|)\*126L" "the layout string carries the pipeline layout, compressed"
+out_has "fits: yes" "Meta's pipeline layout fits with full recomputation"
+grep -q '"pipeline_layout": "E|(t|)\*126L"' "$tmp/p405.json" || fail "plan.json carries the pipeline layout"
+run 0 $big405 --stack megatron-core --layout "tp=8,sp=1,pp=16,dp=64,zero=1,mbs=1,recompute=full,pipeline=E|(t|)*126L" \
+    --json --no-out
+out_has '"vp": 8' "vp follows from the pipeline layout's 128 stages over pp=16"
+out_has '"pipeline_layout": "E|(t|)\*126L"' "--json carries the pipeline layout"
+run 0 $big405 --stack megatron-core --top 40 --no-out
+out_has "pipeline=E|(t|)\*126L" "the search tries the balanced layout with the embedding and loss alone"
+run 3 $big405 --layout "tp=8,pp=16,dp=64" --pipeline-layout "E|(t|)*125L" --no-out
+out_has "pipeline_layout .*127 virtual stages, not a multiple of pp (16)" "too few units"
+run 3 $big405 --layout "tp=8,pp=2,dp=512" --pipeline-layout "Et*62|t*65L" --no-out
+out_has "holds 127 transformer layers (t), the model has 126" "too many layers"
+run 1 $big405 --layout "tp=8,pp=16,dp=64" --pipeline-layout "tE|(t|)*125L"
+err_has "ptplan: --pipeline-layout: .*'E' must come first" "an E that is not first"
+run 1 $big405 --layout "tp=8,pp=16,dp=64" --pipeline-layout "Et*3|(tt|)*29,m|L"
+err_has "'m' (a multi-token-prediction layer, virtual stage 30) is not modelled" "MTP refused"
+run 3 $big405 --layout "tp=8,pp=4,dp=256" --pipeline-layout "Et*63||t*63|L" --no-out
+out_has "leaves pipeline rank 1 with nothing" "a rank with nothing at all"
+run 1 $big405 --layout "tp=8,pp=16,first_layers=7,pipeline=E|(t|)*126L"
+err_has "give one" "pipeline= with first_layers"
+[ ! -e plan.json ] || fail "no plan written for a bad pipeline layout"
+
 run 3 --model llama3-405b --cluster dgx-h100 --nodes 1024 --global-batch 2048 \
     --layout "tp=8,pp=16,dp=64" --no-out
 out_has "layers_pp .*layers (126) are not divisible by pp\*vp = 16\*1" "126 layers on 16 stages"
@@ -264,34 +294,34 @@ err_has "Try more devices (--nodes, --devices)" "nothing fits: more devices are 
 [ -e "$tmp/nofit.json" ] && fail "nothing fits: no plan is written"
 run 3 --model gpt3-175b --devices 1 --no-out --json
 out_has '"advice": "no layout fits: none of the 12 valid layouts' "the advice in --json"
-# Every layout broken by a rule (tiny on 5 ranks: 4 heads, 4 layers, sequence 64, global
-# batch 64): the advice names the rules with the counts of the table and the job's sizes,
+# Every layout broken by a rule (tiny on 7 ranks: 4 heads, 4 layers, sequence 64, global
+# batch 64; on 5, 4 layers and the embedding make 5 units, one a stage): the advice names the rules with the counts of the table and the job's sizes,
 # and suggests no more devices; a plan of an earlier run at --out is removed.
 run 0 --devices 1 --top 1 --out "$tmp/stale.json"
 [ -f "$tmp/stale.json" ] || fail "a plan to go stale is written"
-run 3 --devices 5 --out "$tmp/stale.json"
+run 3 --devices 7 --out "$tmp/stale.json"
 for rule in "heads_tp (4 heads)" "layers_pp (4 layers)" "batch_dp (global batch 64)" \
             "seq_cp (sequence 64)"; do
     n=$(awk -v k="${rule%% *}" '$1 == k { print $2 }' "$tmp/out")
     [ -n "$n" ] || fail "the table counts layouts under ${rule%% *}"
     err_has "[:,] $n by $rule" "the advice names $rule with the table's count"
 done
-err_has "no plan written: no valid layout: all [0-9]* layouts of 5 ranks were rejected: " \
+err_has "no plan written: no valid layout: all [0-9]* layouts of 7 ranks were rejected: " \
     "every layout rejected by the rules"
 grep -q "more devices\|more nodes" "$tmp/err" && fail "rules, not memory: no more devices advised"
 [ -e "$tmp/stale.json" ] && fail "the plan of an earlier run is removed when none is written"
 err_has "removed '$tmp/stale.json', the plan of an earlier run" "the removal is reported"
 # ptplan ... && ptrun plan.json stops at ptplan
-"$ptplan" --devices 5 --out "$tmp/stale.json" >/dev/null 2>&1 && fail "ptplan && ptrun would run"
+"$ptplan" --devices 7 --out "$tmp/stale.json" >/dev/null 2>&1 && fail "ptplan && ptrun would run"
 # A file at --out that is not a plan (no created_by of ptplan) is left as it was.
 printf '{"format_version": 1, "note": "mine"}\n' >"$tmp/mine.json"
 cp "$tmp/mine.json" "$tmp/mine.orig"
-run 3 --devices 5 --out "$tmp/mine.json"
+run 3 --devices 7 --out "$tmp/mine.json"
 cmp -s "$tmp/mine.json" "$tmp/mine.orig" || fail "a file that is not a plan is not touched"
 err_has "'$tmp/mine.json' is not a ptplan plan: left untouched" "the file left alone is named"
 # --no-out looks at no file; --layout that is invalid or does not fit removes a stale plan.
 run 0 --devices 1 --top 1 --out "$tmp/stale.json"
-run 3 --devices 5 --no-out --out "$tmp/stale.json"
+run 3 --devices 7 --no-out --out "$tmp/stale.json"
 [ -f "$tmp/stale.json" ] || fail "--no-out leaves --out alone"
 err_has "^ptplan: no valid layout" "--no-out: the advice without 'no plan written'"
 run 3 --devices 2 --layout "tp=3,dp=1" --out "$tmp/stale.json"

@@ -3,6 +3,8 @@
 # of the precision it plans, integers written as reals (40e9), the inter-node
 # bandwidth derived from the node's NICs, and a file with several mistakes reported
 # whole, one line per mistake naming the file and the field, with one non-zero exit.
+# The clusters people buy now (DGX H200, DGX B200, GB200 NVL72), and an NVLink domain
+# wider than a node: a GB200 NVL72 rack's tensor-parallel groups may span its trays.
 #   usage: cli_specs.sh PATH/TO/ptplan
 set -u
 ptplan="$1"
@@ -64,6 +66,36 @@ run 1 "$ptplan" --dump-cluster "$tmp/nic-bad.json"
 err_has "nic-bad.json: field 'inter_node.bandwidth' = 5e+10 disagrees with nics x nic_bandwidth" \
     "a bandwidth the NICs cannot give"
 one_line_error "inconsistent NICs"
+
+# ---- clusters people buy now; the NVLink domain --------------------------------------
+run 0 "$ptplan" --list-clusters
+for c in dgx-h200 dgx-b200 gb200-nvl72; do out_has "^$c " "--list-clusters lists $c"; done
+out_has "^gb200-nvl72 *18 *4 *GB200-186GB " "a GB200 NVL72 rack: 18 trays of 4 GPUs"
+for c in dgx-h200 dgx-b200 gb200-nvl72; do
+    run 0 "$ptplan" --dump-cluster "$c"
+    cp "$tmp/out" "$tmp/$c.json"
+    run 0 "$ptplan" --dump-cluster "$tmp/$c.json"
+    cmp -s "$tmp/out" "$tmp/$c.json" || fail "dumped $c does not load back identically"
+done
+grep -q '"nvlink_domain": 72' "$tmp/gb200-nvl72.json" || fail "gb200-nvl72 dumps its 72-GPU domain"
+grep -q nvlink_domain "$tmp/dgx-h200.json" && fail "dgx-h200's domain is its node: not written"
+# Llama 3 70B on one rack, 18 trays x 4 = 72 GPUs, plans; a tp group of 8 spans two
+# trays inside the rack's NVLink domain, and is refused where each tray is its own.
+run 0 "$ptplan" --model llama3-70b --cluster gb200-nvl72 --nodes 18 --no-out
+out_has "cluster gb200-nvl72: 18 node(s) x 4 GB200-186GB" "a rack of GB200 trays"
+out_has "^1 " "a best layout on 72 GB200s"
+run 0 "$ptplan" --model llama3-70b --cluster gb200-nvl72 --nodes 18 --global-batch 72 \
+    --layout tp=8,dp=9,zero=1,sp=1 --no-out
+grep -v nvlink_domain "$tmp/gb200-nvl72.json" >"$tmp/trays.json"
+run 3 "$ptplan" --model llama3-70b --cluster "$tmp/trays.json" --global-batch 72 \
+    --layout tp=8,dp=9,zero=1,sp=1 --no-out
+out_has "tp_spans_nodes .*a tp group of 8 ranks spans NVLink domains of 4 devices (one node" \
+    "tp=8 over 4-GPU nodes, each its own domain"
+sed 's/"nvlink_domain": 72/"nvlink_domain": 70/' "$tmp/gb200-nvl72.json" >"$tmp/domain.json"
+run 1 "$ptplan" --dump-cluster "$tmp/domain.json"
+err_has "domain.json: field 'nvlink_domain' = 70: must be a positive multiple of devices_per_node (4)" \
+    "an NVLink domain that is not whole nodes"
+one_line_error "bad nvlink_domain"
 
 # ---- integers written as reals -------------------------------------------------------
 sed 's/40e9/40000000000.5/' "$tmp/bf16.json" >"$tmp/frac.json"

@@ -84,13 +84,18 @@ train() {
 }
 
 # check_memory NAME NP: every rank's memory line ("memory  rank R (stage S): A MiB
-# allocated by the model; planned P MiB ...", rank 0 on stdout, the others on stderr)
-# says it allocated within 5 % of what the plan's memory model predicts for its stage.
+# allocated by the model; planned P MiB (without communication buffers Q)", rank 0 on
+# stdout, the others on stderr) says it allocated within 5 % of what the plan's memory
+# model predicts for its stage: P, or Q where the difference is the stage boundary's
+# send and receive copies, which the CPU backend's MPI keeps out of the model's memory
+# (they decide on a stage holding only the embedding or only the head).
 # Its report goes to stderr: train's standard output is the figures compared.
 check_memory() {
     cat "$tmp/out" "$tmp/err" | awk -v name="$1" -v np="$2" '
-        /^memory  rank / { n++; a = $6; p = $13
+        /^memory  rank / { n++; a = $6; p = $13; q = $17; sub(/\)/, "", q)
             r = (a - p) / p; if (r < 0) r = -r
+            rq = (a - q) / q; if (rq < 0) rq = -rq
+            if (rq < r) r = rq
             if (r > worst) worst = r
             if (r > 0.05) { print "FAIL: " name ": " $0; bad = 1 } }
         END { if (n != np) { print "FAIL: " name ": " n " memory lines for " np " ranks"; exit 1 }
@@ -165,6 +170,27 @@ for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.jso
     done
     IFS=$old_ifs
 done
+
+# Pipeline layouts (Megatron-Core's notation, ';' between cases: '|' is the notation's):
+# a stage with only the embedding and one with only the output layer and loss, without
+# and with interleaving (six virtual stages on pp=2), an empty chunk, and ZeRO 1 over
+# dp=2 with the tied head's copy on a stage of its own.
+if [ "$suite" = pipeline ]; then
+    pipes="2 pp=2,mbs=2,pipeline=E|(t|)*4L;4 pp=4,mbs=2,pipeline=E|tt|tt|L"
+    pipes="$pipes;2 pp=2,mbs=2,pipeline=Et|t||ttL;4 dp=2,pp=2,zero=1,mbs=2,pipeline=E|t*2|t*2|L"
+    for model in tiny "$tmp/tiny-llama.json"; do
+        short=$(basename "$model" .json)
+        train "$model" 1 "mbs=2" >"$tmp/ref" || continue
+        old_ifs=$IFS
+        IFS=';'
+        for case in $pipes; do
+            IFS=$old_ifs
+            np=${case%% *} layout=${case#* }
+            train "$model" "$np" "$layout" >"$tmp/got" && compare "$tmp/ref" "$tmp/got" "$short $layout"
+        done
+        IFS=$old_ifs
+    done
+fi
 
 # Checkpoint and resume across ranks: stop half-way, resume; the second half is
 # bit-identical to the uninterrupted run of the same layout.

@@ -88,6 +88,14 @@ static const char usage_text[] =
     "                          time, tokens/s, MFU; an invalid layout's column names the\n"
     "                          rule it breaks, with its values below (--json: a \"layouts\"\n"
     "                          array as --layout --json shows one); writes no plan\n"
+    "  --pipeline-layout P     the layers of each virtual pipeline stage in Megatron-Core's\n"
+    "                          notation (--pipeline-model-parallel-layout), e.g.\n"
+    "                          \"E|(t|)*126L\": stages split by '|', E embedding,\n"
+    "                          t transformer layer, L output layer and loss, x*n and\n"
+    "                          (...)*n repeat; vp follows from its stages over pp. With\n"
+    "                          --layout or --compare it applies to each layout (as the\n"
+    "                          layout key pipeline=P); the search tries it on every pp\n"
+    "                          dividing its stages\n"
     "  --groups L              print the process groups of layout L\n"
     "  --list-layouts          print every layout the search would price (valid, run by\n"
     "                          the stack's software on these devices, fitting in memory),\n"
@@ -269,7 +277,7 @@ static int parse_options(int argc, char **argv, options *o)
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
            O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
-           O_COMPARE, O_COMPRESS, O_NOSHIPPED, O_EMIT, O_TOKENS, O_PRICE, O_GBT };
+           O_COMPARE, O_COMPRESS, O_NOSHIPPED, O_EMIT, O_TOKENS, O_PRICE, O_GBT, O_PIPE };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -287,7 +295,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"compare", 1, 0, O_COMPARE}, {"compress", 1, 0, O_COMPRESS},
         {"no-shipped-profile", 0, 0, O_NOSHIPPED}, {"emit", 1, 0, O_EMIT},
         {"tokens", 1, 0, O_TOKENS}, {"gpu-hour-price", 1, 0, O_PRICE},
-        {"global-batch-tokens", 1, 0, O_GBT}, {0, 0, 0, 0}};
+        {"global-batch-tokens", 1, 0, O_GBT}, {"pipeline-layout", 1, 0, O_PIPE},
+        {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
                    .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234,
@@ -328,6 +337,7 @@ static int parse_options(int argc, char **argv, options *o)
             bad = pt_cli_real("ptplan", "--mem-fraction", optarg, 1e-9, 1, &o->mem_fraction);
             break;
         case O_LAYOUT: o->layout = optarg; break;
+        case O_PIPE: o->pipeline = optarg; break;
         case O_EXPLAIN: o->explain = true; break;
         case O_GROUPS: o->groups = optarg; break;
         case O_LM: o->list_models = true; break;

@@ -27,6 +27,7 @@ typedef struct {
     const char *precision, *order, *db, *out, *timeline, *data, *stack, *dump_stack;
     const char *validate;    /* --validate FILE */
     const char *emit;        /* --emit megatron|nemo|torchtitan|ptrun, NULL for none */
+    const char *pipeline;    /* --pipeline-layout: Megatron-Core's notation, NULL for none */
     const char *compare[COMPARE_MAX]; /* --compare L1 L2 ... */
     int n_compare;
     int64_t nodes, devices, global_batch, seq, max_mbs, top, bucket_mib, sim_top, steps, seed;

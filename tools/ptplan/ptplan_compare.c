@@ -138,7 +138,7 @@ static void print_table(const job *j, const compared *v, int n, const char *cons
 {
     double limit = limit_bytes(j);
     for (int i = 0; i < n; i++) {
-        char text[512];
+        char text[1024];
         layout_text(j, &v[i].l, text, sizeof text);
         printf("  [%d] %s%s\n", i + 1, labels ? labels[i] : "", text);
     }

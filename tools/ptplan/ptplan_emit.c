@@ -263,9 +263,15 @@ static void megatron_parallel(argout *a, const pt_layout *l)
     arg(a, "--tensor-model-parallel-size %d", l->tp);
     arg(a, "--pipeline-model-parallel-size %d", l->pp);
     arg(a, "--context-parallel-size %d", l->cp);
-    /* the option that also takes uneven stages (training/arguments.py) */
-    if (l->vp > 1)
+    /* a pipeline layout gives vp itself, and arguments.py refuses both; otherwise the
+     * option that also takes uneven stages (training/arguments.py) */
+    if (l->pipe.n) {
+        char pipe[PT_PIPE_TEXT_MAX];
+        pt_pipe_format(&l->pipe, pipe, sizeof pipe);
+        arg(a, "--pipeline-model-parallel-layout \"%s\"", pipe);
+    } else if (l->vp > 1) {
         arg(a, "--num-virtual-stages-per-pipeline-rank %d", l->vp);
+    }
     if (l->first_layers)
         arg(a, "--decoder-first-pipeline-num-layers %lld", (long long)l->first_layers);
     if (l->last_layers)
@@ -391,6 +397,11 @@ static void nemo_strategy(FILE *f, const pt_layout *l)
         fprintf(f, "%s.num_layers_in_first_pipeline_stage=%lld\n", s, (long long)l->first_layers);
     if (l->last_layers)
         fprintf(f, "%s.num_layers_in_last_pipeline_stage=%lld\n", s, (long long)l->last_layers);
+    if (l->pipe.n) {
+        char pipe[PT_PIPE_TEXT_MAX];
+        pt_pipe_format(&l->pipe, pipe, sizeof pipe);
+        fprintf(f, "%s.pipeline_model_parallel_layout=\"%s\"\n", s, pipe);
+    }
     fprintf(f, "%s.use_tp_pp_dp_mapping=%s\n", s, py_bool(!order_is(l, megatron_order)));
     if (l->zero >= 2) {
         fprintf(f, "%s.fsdp=megatron\n", s);
@@ -626,7 +637,7 @@ static void titan_pipeline(FILE *f, const job *j, const pt_layout *l)
         return;
     fprintf(f, "pipeline_parallel_schedule = \"%s\"\n", schedule[l->schedule]);
     fprintf(f, "pipeline_parallel_microbatch_size = %lld\n", (long long)l->mbs);
-    if (l->first_layers || l->last_layers) {
+    if (l->first_layers || l->last_layers || l->pipe.n) {
         titan_stage_modules(f, j, l);
         return;
     }
@@ -749,7 +760,7 @@ static void print_summary(const emitter *e)
     const pt_candidate *c = e->c;
     const emit_format *fm = &formats[e->kind];
     const char *stack = e->j->t.stack.name;
-    char text[512], mfu[32] = "unknown";
+    char text[1024], mfu[32] = "unknown";
     pt_layout_format(e->l, text, sizeof text);
     if (c->predicted.mfu > 0)
         snprintf(mfu, sizeof mfu, "%.1f%%", 100 * c->predicted.mfu);

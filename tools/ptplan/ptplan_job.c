@@ -133,8 +133,12 @@ int load_job(const options *o, job *j)
         return pt_tool_fail("%s", err.msg);
     if (o->nodes)
         j->c.nodes = (int)o->nodes;
-    if (o->devices)
+    if (o->devices) {
         j->c.devices_per_node = (int)o->devices;
+        /* an NVLink domain of whole nodes stays one when the node changes size */
+        if (j->c.nvlink_domain % j->c.devices_per_node)
+            j->c.nvlink_domain = 0;
+    }
     if (o->seq) {
         j->m.seq = o->seq;
         if (pt_model_validate(&j->m, "--seq", &err))
@@ -175,6 +179,8 @@ int load_job(const options *o, job *j)
     j->eo.compress_modes = o->compress_modes;
     if (o->order && pt_order_parse(o->order, j->eo.order, &err))
         return pt_tool_fail("--order: %s", err.msg);
+    if (o->pipeline && pt_pipe_parse(o->pipeline, &j->eo.pipe, &err))
+        return pt_tool_fail("--pipeline-layout: %s", err.msg);
     int rc = open_costs(o, j);
     /* After the profile, which fills the peaks a spec leaves at 0. */
     if (rc == 0 && pt_cluster_check_precision(&j->c, j->t.precision, &err))
@@ -486,7 +492,7 @@ static json_t *rules_json(const job *j, const pt_layout *l, uint32_t mask)
 json_t *layout_result_json(const job *j, const pt_layout *l, uint32_t mask,
                            const pt_candidate *c, bool fits)
 {
-    char text[512];
+    char text[1024];
     layout_text(j, l, text, sizeof text);
     json_t *o = json_pack("{s:o, s:s, s:b, s:o, s:b, s:o, s:o, s:o}", "layout",
                           pt_layout_json(l), "layout_text", text, "valid", mask == 0,
@@ -511,7 +517,7 @@ bool same_layout(const pt_layout *a, const pt_layout *b)
                 a->first_layers == b->first_layers && a->last_layers == b->last_layers &&
                 a->zero == b->zero && a->compress == b->compress && a->mbs == b->mbs &&
                 a->n_micro == b->n_micro && a->recompute == b->recompute &&
-                a->schedule == b->schedule;
+                a->schedule == b->schedule && pt_pipe_same(&a->pipe, &b->pipe);
     if (same && a->compress == PT_COMPRESS_POWERSGD)
         same = a->powersgd_rank == b->powersgd_rank && a->powersgd_start == b->powersgd_start;
     for (int d = 0; d < PT_NDIM && same; d++)
@@ -547,6 +553,11 @@ static void short_layout(const job *j, const pt_layout *l, char *buf, size_t n)
         KEY(",first_layers=%lld", (long long)l->first_layers);
     if (l->last_layers)
         KEY(",last_layers=%lld", (long long)l->last_layers);
+    if (l->pipe.n) {
+        char pipe[PT_PIPE_TEXT_MAX];
+        pt_pipe_format(&l->pipe, pipe, sizeof pipe);
+        KEY(",pipeline=%s", pipe);
+    }
     if (l->tp_overlap)
         KEY(",tp_overlap=1");
     if (l->dp_overlap != j->t.stack.dp_overlap)
@@ -587,13 +598,21 @@ int parse_job_layout(const job *j, const char *text, pt_layout *l, pt_err *err)
 {
     pt_layout_default(l);
     memcpy(l->order, j->eo.order, sizeof l->order);
+    char with[2048];
+    if (j->eo.pipe.n && !strstr(text, "pipeline=")) {
+        /* --pipeline-layout: as if each layout said pipeline= */
+        char pipe[PT_PIPE_TEXT_MAX];
+        pt_pipe_format(&j->eo.pipe, pipe, sizeof pipe);
+        snprintf(with, sizeof with, "%s,pipeline=%s", text, pipe);
+        text = with;
+    }
     return pt_layout_parse_stack(text, pt_cluster_world(&j->c), j->t.global_batch,
                                  &j->t.stack, l, err);
 }
 
 json_t *candidate_json(const job *j, const pt_candidate *c)
 {
-    char text[512];
+    char text[1024];
     layout_text(j, &c->layout, text, sizeof text);
     train_time t;
     train_time_of(j, pt_layout_world(&c->layout), &c->predicted, &t);
@@ -623,6 +642,7 @@ static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
     case PT_REJECT_FFN_TP: snprintf(buf, n, " (FFN %lld)", (long long)m->ffn); break;
     case PT_REJECT_LAYERS_PP:
     case PT_REJECT_UNEVEN_SPLIT:
+    case PT_REJECT_PIPELINE_LAYOUT:
         snprintf(buf, n, " (%lld layers)", (long long)m->layers);
         break;
     case PT_REJECT_SEQ_CP:
@@ -631,7 +651,7 @@ static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
         snprintf(buf, n, " (global batch %lld)", (long long)j->t.global_batch);
         break;
     case PT_REJECT_TP_SPANS_NODES:
-        snprintf(buf, n, " (%d devices per node)", j->c.devices_per_node);
+        snprintf(buf, n, " (%d devices per NVLink domain)", pt_cluster_nvlink_domain(&j->c));
         break;
     case PT_REJECT_SP_WITHOUT_TP:
     case PT_REJECT_OVERLAP_WITHOUT_SP:

@@ -312,7 +312,7 @@ static json_t *compression_json(const job *j, const pt_layout *l)
     json_t *a = json_array();
     for (int k = 0; k < PT_COMPRESS_COUNT && a; k++) {
         const compress_row *r = &rows[k];
-        char text[256];
+        char text[1024];
         pt_layout_format(&r->l, text, sizeof text);
         json_array_append_new(
             a, r->priced ? json_pack("{s:s, s:f, s:f, s:f, s:f}", "layout", text, "step_time_s",
@@ -328,7 +328,7 @@ static json_t *compression_json(const job *j, const pt_layout *l)
 static void print_layout(const options *o, const job *j, const pt_layout *l, uint32_t mask,
                          const pt_candidate *c, bool fits)
 {
-    char text[512];
+    char text[1024];
     layout_text(j, l, text, sizeof text);
     print_job_header(j);
     printf("layout  %s\n        world %lld = tp %d x cp %d x pp %d x dp %d; %lld "
@@ -493,7 +493,7 @@ static void print_head(const columns *col)
 static void print_row(const char *rank, const pt_candidate *c, const job *j, const columns *col,
                       int64_t variants, const char *extra)
 {
-    char text[512], prov[64], more[24] = "";
+    char text[1024], prov[64], more[24] = "";
     layout_text(j, &c->layout, text, sizeof text);
     provenance_text(&c->predicted, prov, sizeof prov);
     if (variants > 0)
@@ -717,7 +717,7 @@ static void ranking_json(const options *o, const pt_search_result *r, const job 
             members++;
             if (k == rows[i])
                 continue;
-            char text[512];
+            char text[1024];
             layout_text(j, &r->best[k].layout, text, sizeof text);
             json_array_append_new(variants, json_pack("{s:s, s:f, s:f}", "layout_text", text,
                                                       "step_time_s",
@@ -796,7 +796,7 @@ static int print_fitting(const pt_layout *l, const pt_memory *mem, bool fits, vo
     (void)mem;
     if (!fits)
         return 0;
-    char text[256];
+    char text[1024];
     pt_layout_format(l, text, sizeof text);
     if (ctx)
         json_array_append_new(ctx, json_string(text));

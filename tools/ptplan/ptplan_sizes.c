@@ -82,7 +82,7 @@ static void print_sizes(const job *j, const size_result *v, int n, const size_re
                gib(s->best.memory.total_bytes));
         train_time t;
         train_time_of(j, s->world, p, &t);
-        char text[512];
+        char text[1024];
         if (train) {
             count_text(t.gpu_hours, text, sizeof text);
             printf(" %8.1f %8s", t.days, text);
