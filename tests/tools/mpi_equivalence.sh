@@ -92,7 +92,7 @@ train() {
 # Its report goes to stderr: train's standard output is the figures compared.
 check_memory() {
     cat "$tmp/out" "$tmp/err" | awk -v name="$1" -v np="$2" '
-        /^memory  rank / { n++; a = $6; p = $13; q = $17; sub(/\)/, "", q)
+        /^memory  rank / { n++; a = $6; p = $13; q = $18; sub(/\)/, "", q)
             r = (a - p) / p; if (r < 0) r = -r
             rq = (a - q) / q; if (rq < 0) rq = -rq
             if (rq < r) r = rq
