@@ -13,6 +13,7 @@
 
 #include "cost.h"
 #include "memory_model.h"
+#include "schedule.h"
 #include "step.h"
 
 /* A JSON value (<jansson.h>): the trace array of pt_sim_run and pt_evaluate. */
@@ -119,6 +120,11 @@ double pt_sim_estimate(const pt_layout *l, const pt_sim_costs *costs);
  * array that receives Chrome trace events of the predicted timeline. */
 int pt_sim_run(const pt_layout *l, const pt_sim_costs *costs, int64_t tokens_per_step,
                double peak_flops_total, json_t *trace, pt_sim_result *out, pt_err *err);
+/* pt_sim_run with l's schedule programs built already (pt_sched_build of l's schedule,
+ * pp, vp and n_micro), so that layouts that share them build them once. */
+int pt_sim_run_sched(const pt_layout *l, const pt_sched *s, const pt_sim_costs *costs,
+                     int64_t tokens_per_step, double peak_flops_total, json_t *trace,
+                     pt_sim_result *out, pt_err *err);
 
 /* ---- Search (planner/search.c) ---------------------------------------------------- */
 

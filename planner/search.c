@@ -16,8 +16,10 @@ double pt_peak_flops_total(const pt_cluster *c, const pt_train *t)
     return c->device.peak_flops[pt_prec_dtype(t->precision)] * (double)pt_cluster_world(c);
 }
 
-int pt_evaluate(const pt_model *m, const pt_cluster *c, const pt_train *t, const pt_costdb *db,
-                const pt_layout *l, json_t *trace, pt_candidate *out, pt_err *err)
+/* pt_evaluate with l's schedule programs built already when s is not NULL. */
+static int evaluate(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                    const pt_costdb *db, const pt_layout *l, const pt_sched *s, json_t *trace,
+                    pt_candidate *out, pt_err *err)
 {
     pt_sim_costs costs;
     pt_layout layout = *l; /* l may point into *out */
@@ -27,8 +29,10 @@ int pt_evaluate(const pt_model *m, const pt_cluster *c, const pt_train *t, const
     if (pt_sim_price(m, c, t, db, &layout, &costs, err))
         return -1;
     out->estimate_s = pt_sim_estimate(&layout, &costs);
-    int rc = pt_sim_run(&layout, &costs, t->global_batch * m->seq, pt_peak_flops_total(c, t),
-                        trace, &out->predicted, err);
+    int64_t tokens = t->global_batch * m->seq;
+    double peak = pt_peak_flops_total(c, t);
+    int rc = s ? pt_sim_run_sched(&layout, s, &costs, tokens, peak, trace, &out->predicted, err)
+               : pt_sim_run(&layout, &costs, tokens, peak, trace, &out->predicted, err);
     pt_sim_costs_free(&costs);
     return rc;
 }
@@ -80,6 +84,74 @@ static int by_estimate(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+int pt_evaluate(const pt_model *m, const pt_cluster *c, const pt_train *t, const pt_costdb *db,
+                const pt_layout *l, json_t *trace, pt_candidate *out, pt_err *err)
+{
+    return evaluate(m, c, t, db, l, NULL, trace, out, err);
+}
+
+/* What a layout's schedule programs depend on: its schedule, pp, vp and micro-batches. */
+static int schedule_cmp(const pt_layout *x, const pt_layout *y)
+{
+    int64_t kx[4] = {x->schedule, x->pp, x->vp, x->n_micro};
+    int64_t ky[4] = {y->schedule, y->pp, y->vp, y->n_micro};
+    for (int i = 0; i < 4; i++)
+        if (kx[i] != ky[i])
+            return (kx[i] > ky[i]) - (kx[i] < ky[i]);
+    return 0;
+}
+
+/* Candidates by schedule (then by place, so that the order is total). */
+typedef struct {
+    const pt_candidate *v;
+    int64_t i;
+} at;
+
+static int by_schedule(const void *a, const void *b)
+{
+    const at *x = a, *y = b;
+    int k = schedule_cmp(&x->v[x->i].layout, &y->v[y->i].layout);
+    return k ? k : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Simulates v[0..n) in full, in place, building each schedule once for the layouts
+ * that share it (visited in schedule order: the programs of an interleaved pipeline
+ * are a large part of its simulation's cost). */
+static int simulate_all(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                        const pt_costdb *db, pt_candidate *v, int64_t n, pt_err *err)
+{
+    at *order = malloc((size_t)n * sizeof *order);
+    if (!order)
+        return pt_err_set(err, "out of memory simulating %lld layouts", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        order[i] = (at){v, i};
+    qsort(order, (size_t)n, sizeof *order, by_schedule);
+    pt_sched s;
+    const pt_layout *built = NULL;
+    int rc = 0;
+    for (int64_t k = 0; k < n && rc == 0; k++) {
+        pt_candidate *cand = &v[order[k].i];
+        const pt_layout *l = &cand->layout;
+        if (built && schedule_cmp(built, l) != 0) {
+            pt_sched_free(&s);
+            built = NULL;
+        }
+        if (!built) {
+            rc = pt_sched_build(l->schedule, l->pp, l->vp, (int)l->n_micro, &s, err);
+            if (rc)
+                break;
+            built = l;
+        }
+        double estimate = cand->estimate_s;
+        rc = evaluate(m, c, t, db, l, &s, NULL, cand, err);
+        cand->estimate_s = estimate;
+    }
+    if (built)
+        pt_sched_free(&s);
+    free(order);
+    return rc;
+}
+
 static int by_step_time(const void *a, const void *b)
 {
     double x = ((const pt_candidate *)a)->predicted.step_time_s;
@@ -109,12 +181,8 @@ static int64_t price_and_simulate(const pt_model *m, const pt_cluster *c, const 
     }
     qsort(f->v, (size_t)f->n, sizeof *f->v, by_estimate);
     int64_t n = top > 0 && top < f->n ? top : f->n;
-    for (int64_t i = 0; i < n; i++) {
-        double estimate = f->v[i].estimate_s;
-        if (pt_evaluate(m, c, t, db, &f->v[i].layout, NULL, &f->v[i], err))
-            return -1;
-        f->v[i].estimate_s = estimate;
-    }
+    if (simulate_all(m, c, t, db, f->v, n, err))
+        return -1;
     qsort(f->v, (size_t)n, sizeof *f->v, by_step_time);
     return n;
 }

@@ -686,9 +686,18 @@ int pt_sim_run(const pt_layout *l, const pt_sim_costs *costs, int64_t tokens_per
     pt_sched s;
     if (pt_sched_build(l->schedule, l->pp, l->vp, (int)l->n_micro, &s, err))
         return -1;
+    int rc = pt_sim_run_sched(l, &s, costs, tokens_per_step, peak_flops_total, trace, out, err);
+    pt_sched_free(&s);
+    return rc;
+}
+
+int pt_sim_run_sched(const pt_layout *l, const pt_sched *s, const pt_sim_costs *costs,
+                     int64_t tokens_per_step, double peak_flops_total, json_t *trace,
+                     pt_sim_result *out, pt_err *err)
+{
     int V = l->pp * l->vp;
     size_t slots = (size_t)l->n_micro * (size_t)V;
-    sim S = {.l = l, .c = costs, .s = &s, .V = V, .trace = trace};
+    sim S = {.l = l, .c = costs, .s = s, .V = V, .trace = trace};
     S.act = malloc(slots * sizeof *S.act);
     S.grad = malloc(slots * sizeof *S.grad);
     S.rs = calloc((size_t)l->pp, sizeof *S.rs);
@@ -716,6 +725,5 @@ done:
     free(S.rs);
     free(chunk_times);
     free(pending);
-    pt_sched_free(&s);
     return rc;
 }
