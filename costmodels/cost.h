@@ -211,6 +211,13 @@ int pt_costdb_add_coll(pt_costdb *db, const char *backend, const pt_coll_op *op,
  * collectives of the same op and backend over bytes and then between group sizes →
  * analytic. db may be NULL (analytic only). */
 pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op);
+/* Only what the table holds of op's very shape: its key's samples (measured), else, for a
+ * layer GEMM's role, those of another role of the same shape as pt_cost_kernel takes them
+ * (interpolated). 0 with *out; -1 when it holds neither (nothing interpolated between
+ * shapes, nothing analytic). The planner prices another framework's kernel this way where
+ * it runs the kernel ptrun does: a cuBLAS GEMM of another shape may be another kernel. */
+int pt_cost_kernel_sampled(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op,
+                           pt_cost *out);
 pt_cost pt_cost_coll(const pt_costdb *db, const pt_cost_hw *hw, const pt_coll_op *op);
 
 /* Groups writes into one transaction (one commit instead of one per sample; SQLite
@@ -357,6 +364,42 @@ int pt_costdb_run_ranks(const pt_costdb *db, int64_t run_id, pt_run_rank **out, 
                         pt_err *err);
 int pt_costdb_run_spans(const pt_costdb *db, int64_t run_id, pt_span **out, size_t *n,
                         pt_err *err);
+
+/* ---- Measured runs of other frameworks (costmodels/runs.c) ---------------------------- */
+
+/* A measured run of any framework (ptcalib --run FILE), stored to calibrate the planner's
+ * predictions of its stack on its device (table framework_runs, schema version 7). The
+ * cost tables do not read the record: it is the planner's run record (planner/calib.h),
+ * kept as its JSON text; the other fields repeat what a reader of the table looks for.
+ * Its id is its own (shown as f<id>), not a ptrun run's. */
+typedef struct {
+    int64_t id;               /* set by reads; ignored by writes */
+    char created_at[32];      /* set by reads (UTC, ISO 8601) */
+    char stack[64];           /* the stack's name: what it calibrates, with device */
+    char device[64];          /* the device's name (pt_cost_hw.device) */
+    char model[64], cluster[64];
+    int64_t gpus;
+    char layout[512];
+    double measured_step_s;
+    char date[40];            /* when it ran, as its record says */
+    char software[160];       /* "Megatron-LM core_r0.12.0" */
+    char source[512];         /* the file it was read from */
+    char *record;             /* the record's JSON text: malloc'd by reads (freed by
+                                 pt_costdb_framework_runs_free), borrowed by writes */
+} pt_framework_run;
+
+/* Stores r; *id (may be NULL) receives its id. The table must be a file. */
+int pt_costdb_add_framework_run(pt_costdb *db, const pt_framework_run *r, int64_t *id,
+                                pt_err *err);
+/* The stored runs of `stack` on `device` (either NULL: any), by id; *out malloc'd (NULL
+ * when none), freed with pt_costdb_framework_runs_free. A table that is not a file (the
+ * in-memory one, db NULL) holds none. */
+int pt_costdb_framework_runs(const pt_costdb *db, const char *stack, const char *device,
+                             pt_framework_run **out, size_t *n, pt_err *err);
+void pt_costdb_framework_runs_free(pt_framework_run *v, size_t n);
+/* Deletes stored run `id` (in the caller's transaction, if any): -1 with err naming the
+ * table when there is none of that id. */
+int pt_costdb_forget_framework_run(pt_costdb *db, int64_t id, pt_err *err);
 
 /* ---- Samples from a run (costmodels/calib.c) ---------------------------------------- */
 

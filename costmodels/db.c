@@ -214,6 +214,25 @@ static const char *const migrations[] = {
     "ALTER TABLE spans"
     "  ADD COLUMN ins INTEGER NOT NULL DEFAULT -1;"
     "ALTER TABLE spans ADD COLUMN op INTEGER NOT NULL DEFAULT -1;",
+    /* 6 -> 7: measured runs of any framework (issue 65): a run record (planner/runrec.c's
+     * JSON, self-contained) per row, keyed by the stack and device it calibrates, with
+     * the figures a reader of the table wants beside it. Their own table and ids, apart
+     * from ptrun's runs: ptcalib names them f<id> (runs.c). */
+    "CREATE TABLE framework_runs("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT," /* an id forgotten is never given again */
+    "  created_at TEXT NOT NULL,"
+    "  stack TEXT NOT NULL,"
+    "  device TEXT NOT NULL,"
+    "  model TEXT NOT NULL,"
+    "  cluster TEXT NOT NULL,"
+    "  gpus INTEGER NOT NULL CHECK(gpus >= 1),"
+    "  layout TEXT NOT NULL,"
+    "  measured_step_s REAL NOT NULL CHECK(measured_step_s > 0),"
+    "  date TEXT NOT NULL,"
+    "  software TEXT NOT NULL,"
+    "  source TEXT NOT NULL,"
+    "  record TEXT NOT NULL);"
+    "CREATE INDEX framework_runs_by_target ON framework_runs(stack, device);",
 };
 
 enum { SCHEMA_VERSION = (int)(sizeof migrations / sizeof migrations[0]) };

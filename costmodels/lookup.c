@@ -326,22 +326,50 @@ static bool forward_gemm(const pt_costdb *db, const pt_ksample *q, size_t *a, si
     return false;
 }
 
+/* The query sample of op on hw's device. */
+static pt_ksample kernel_query(const pt_cost_hw *hw, const pt_kernel_op *op)
+{
+    pt_ksample q = {.dtype = op->dtype, .flops = op->flops, .bytes = op->bytes};
+    copy_field(q.device, sizeof q.device, hw->device);
+    copy_field(q.key, sizeof q.key, op->key);
+    const char *colon = strchr(q.key, ':');
+    q.kind_len = colon ? (int)(colon - q.key) : (int)strlen(q.key);
+    return q;
+}
+
+/* The samples of q's key, else of another role of its shape (forward_gemm). */
+static int kernel_of_shape(const pt_costdb *db, const pt_ksample *q, pt_cost *out)
+{
+    order o = {db->ks, sizeof *db->ks, kkey_cmp};
+    size_t a = bound(o, db->k_by_key, 0, db->nk, q, PT_KKEY_KEY, false);
+    size_t b = bound(o, db->k_by_key, a, db->nk, q, PT_KKEY_KEY, true);
+    if (a < b) {
+        *out = (pt_cost){pt_ksample_key_time(db, db->k_by_key, a, b), PT_PROV_MEASURED};
+        return 0;
+    }
+    if (forward_gemm(db, q, &a, &b)) {
+        *out = (pt_cost){pt_ksample_key_time(db, db->k_by_key, a, b), PT_PROV_INTERPOLATED};
+        return 0;
+    }
+    return -1;
+}
+
+int pt_cost_kernel_sampled(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op,
+                           pt_cost *out)
+{
+    if (!db || !db->nk)
+        return -1;
+    pt_ksample q = kernel_query(hw, op);
+    return kernel_of_shape(db, &q, out);
+}
+
 pt_cost pt_cost_kernel(const pt_costdb *db, const pt_cost_hw *hw, const pt_kernel_op *op)
 {
     if (db && db->nk) {
-        pt_ksample q = {.dtype = op->dtype, .flops = op->flops, .bytes = op->bytes};
-        copy_field(q.device, sizeof q.device, hw->device);
-        copy_field(q.key, sizeof q.key, op->key);
-        const char *colon = strchr(q.key, ':');
-        q.kind_len = colon ? (int)(colon - q.key) : (int)strlen(q.key);
-
-        order o = {db->ks, sizeof *db->ks, kkey_cmp};
-        size_t a = bound(o, db->k_by_key, 0, db->nk, &q, PT_KKEY_KEY, false);
-        size_t b = bound(o, db->k_by_key, a, db->nk, &q, PT_KKEY_KEY, true);
-        if (a < b)
-            return (pt_cost){pt_ksample_key_time(db, db->k_by_key, a, b), PT_PROV_MEASURED};
-        if (forward_gemm(db, &q, &a, &b))
-            return (pt_cost){pt_ksample_key_time(db, db->k_by_key, a, b), PT_PROV_INTERPOLATED};
+        pt_ksample q = kernel_query(hw, op);
+        pt_cost c;
+        if (kernel_of_shape(db, &q, &c) == 0)
+            return c;
         double t;
         if (kernel_interp(db, &q, &t) == 0)
             return (pt_cost){t, PT_PROV_INTERPOLATED};

@@ -3,7 +3,9 @@
  * measured figures (table runs), the memory of each of its ranks (run_ranks), the
  * statistics of each op on each rank (op_stats) and the spans of the schedule's
  * instructions in its last step (spans), in one transaction; calibration (ptcalib) and
- * reports (ptreport) read them back. The schema is db.c's (versions 3 to 5).
+ * reports (ptreport) read them back. The schema is db.c's (versions 3 to 6). Measured
+ * runs of other frameworks (ptcalib --run FILE) are kept apart, one run record each
+ * (table framework_runs, version 7), with ids of their own.
  */
 #include "internal.h"
 
@@ -332,4 +334,114 @@ int pt_costdb_run_op_stats(const pt_costdb *db, int64_t run_id, pt_op_stat **out
                      " WHERE run_id = ?1 ORDER BY rank, stream, op_key, name",
                      run_id, sizeof **out, fill_stat, (void **)out, n, "the run's op statistics",
                      err);
+}
+
+/* ---- Measured runs of other frameworks ------------------------------------------------ */
+
+int pt_costdb_add_framework_run(pt_costdb *db, const pt_framework_run *r, int64_t *id,
+                                pt_err *err)
+{
+    if (!db || !db->sql)
+        return pt_err_set(err, "no cost database file to store the run in");
+    if (!(r->measured_step_s > 0) || r->gpus < 1 || !r->record || !r->stack[0] ||
+        !r->device[0])
+        return pt_err_set(err, "%s: framework run: measured step time %g, %lld GPUs, stack "
+                               "'%s', device '%s'", pt_costdb_where(db), r->measured_step_s,
+                          (long long)r->gpus, r->stack, r->device);
+    char now[32];
+    pt_costdb_iso_now(now);
+    if (pt_costdb_insert_row(db,
+                             "INSERT INTO framework_runs(created_at, stack, device, model,"
+                             " cluster, gpus, layout, measured_step_s, date, software, source,"
+                             " record) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             "tttttitdtttt", err, "cannot store the run", now, r->stack,
+                             r->device, r->model, r->cluster, r->gpus, r->layout,
+                             r->measured_step_s, r->date, r->software, r->source, r->record))
+        return -1;
+    if (id)
+        *id = sqlite3_last_insert_rowid(db->sql);
+    return 0;
+}
+
+static void fill_framework_run(void *row, sqlite3_stmt *st)
+{
+    pt_framework_run *r = row;
+    r->id = sqlite3_column_int64(st, 0);
+    text_into(r->created_at, sizeof r->created_at, st, 1);
+    text_into(r->stack, sizeof r->stack, st, 2);
+    text_into(r->device, sizeof r->device, st, 3);
+    text_into(r->model, sizeof r->model, st, 4);
+    text_into(r->cluster, sizeof r->cluster, st, 5);
+    r->gpus = sqlite3_column_int64(st, 6);
+    text_into(r->layout, sizeof r->layout, st, 7);
+    r->measured_step_s = sqlite3_column_double(st, 8);
+    text_into(r->date, sizeof r->date, st, 9);
+    text_into(r->software, sizeof r->software, st, 10);
+    text_into(r->source, sizeof r->source, st, 11);
+    const unsigned char *t = sqlite3_column_text(st, 12);
+    r->record = strdup(t ? (const char *)t : "");
+}
+
+int pt_costdb_framework_runs(const pt_costdb *db, const char *stack, const char *device,
+                             pt_framework_run **out, size_t *n, pt_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (!db || !db->sql)
+        return 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db->sql,
+                           "SELECT id, created_at, stack, device, model, cluster, gpus, layout,"
+                           " measured_step_s, date, software, source, record FROM framework_runs"
+                           " WHERE (?1 IS NULL OR stack = ?1) AND (?2 IS NULL OR device = ?2)"
+                           " ORDER BY id", -1, &st, NULL) != SQLITE_OK)
+        return pt_costdb_sql_fail(db, err, "cannot read the stored framework runs");
+    sqlite3_bind_text(st, 1, stack, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, device, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (grow_one((void **)out, sizeof **out, *n, &cap)) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        pt_framework_run *r = &(*out)[(*n)++];
+        memset(r, 0, sizeof *r);
+        fill_framework_run(r, st);
+        if (!r->record) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE)
+        return 0;
+    pt_costdb_framework_runs_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+    if (rc == SQLITE_NOMEM)
+        return pt_err_set(err, "%s: out of memory reading the stored framework runs",
+                          pt_costdb_where(db));
+    return pt_costdb_sql_fail(db, err, "cannot read the stored framework runs");
+}
+
+void pt_costdb_framework_runs_free(pt_framework_run *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].record);
+    free(v);
+}
+
+int pt_costdb_forget_framework_run(pt_costdb *db, int64_t id, pt_err *err)
+{
+    if (!db || !db->sql)
+        return pt_err_set(err, "no cost database file");
+    int64_t changes = 0;
+    if (pt_costdb_exec_bound(db, "DELETE FROM framework_runs WHERE id = ?", "i", &changes, err,
+                             "cannot forget the run", id))
+        return -1;
+    if (changes == 0)
+        return pt_err_set(err, "%s: no stored framework run f%lld", pt_costdb_where(db),
+                          (long long)id);
+    return 0;
 }

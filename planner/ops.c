@@ -542,6 +542,18 @@ static void attn_key(builder *b, pt_op *op, const char *kind, const attn_dims *a
              pt_dtype_name(b->c->dtype), a->b, a->heads, a->kv, a->sq, a->sk, a->hd);
 }
 
+/* How the attention kernels' keys count FLOPs, per b·a·sq·sk·hd: QK^T and scores·V,
+ * 2·2 per query-key pair and head dimension in the forward. ptrun's keys count the
+ * whole score matrix, its backward twice the forward; flash attention's count the
+ * causal half it computes, its backward (which recomputes the scores: 5 matrix products
+ * against the forward's 2) 2.5 times its forward. pt_op_ptrun_twin converts between
+ * them, so that a profile of ptrun's kernels prices another stack's flash attention
+ * where it is ptrun's kernel. */
+#define ATTN_FWD_FLOPS 4.0
+#define PTRUN_ATTN_BWD_OVER_FWD 2.0
+#define FLASH_ATTN_CAUSAL 0.5
+#define FLASH_ATTN_BWD_OVER_FWD 2.5
+
 /* ptrun's kernels: QK^T and scores·V, 2·2·sq·sk·hd per head and sequence (backward
  * twice that); Q, K, V and output plus the materialised scores written and read (the
  * memory model keeps them too: Korthikanti's 5as²b). */
@@ -551,9 +563,9 @@ static void attention_ptrun(builder *b, const dims *d, bool backward)
     pt_op *op = add_op(b, backward ? PT_OPK_ATTN_BWD : PT_OPK_ATTN);
     if (!op)
         return;
-    double fwd = 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
+    double fwd = ATTN_FWD_FLOPS * a.b * a.heads * a.sq * a.sk * a.hd;
     op->kernel.dtype = b->c->dtype;
-    op->kernel.flops = backward ? 2 * fwd : fwd;
+    op->kernel.flops = backward ? PTRUN_ATTN_BWD_OVER_FWD * fwd : fwd;
     double qkvo = a.b * (2.0 * a.sq * a.heads + 2.0 * a.sk * a.kv) * a.hd;
     double scores = a.b * a.heads * a.sq * a.sk;
     op->kernel.bytes = d->ab * (qkvo + 3 * scores) * (backward ? 2 : 1);
@@ -571,10 +583,10 @@ static void attention_flash(builder *b, const dims *d, bool backward)
     pt_op *op = add_op(b, backward ? PT_OPK_ATTN_BWD : PT_OPK_ATTN);
     if (!op)
         return;
-    double fwd = 0.5 * 4.0 * a.b * a.heads * a.sq * a.sk * a.hd;
+    double fwd = FLASH_ATTN_CAUSAL * ATTN_FWD_FLOPS * a.b * a.heads * a.sq * a.sk * a.hd;
     double q = a.b * a.sq * a.heads * a.hd, kv = a.b * a.sk * a.kv * a.hd;
     op->kernel.dtype = b->c->dtype;
-    op->kernel.flops = backward ? 2.5 * fwd : fwd;
+    op->kernel.flops = backward ? FLASH_ATTN_BWD_OVER_FWD * fwd : fwd;
     op->kernel.bytes = d->ab * (backward ? 4 * q + 4 * kv : 2 * q + 2 * kv);
     op->kernel.efficiency = pt_stack_attn_eff(&b->c->t->stack, b->c->device, backward);
     attn_key(b, op, backward ? "flash_bwd" : "flash_fwd", &a);
@@ -620,6 +632,20 @@ static void attention_unfused(builder *b, const dims *d, bool backward)
     membound(b, PT_OPK_ATTN_SOFTMAX_BWD, "softmax_bwd", 3 * ab * scores, shape);
     bmm(b, PT_OPK_ATTN_SCORES_DGRAD, batch, a.sq, a.hd, a.sk); /* dQ = dS K */
     bmm(b, PT_OPK_ATTN_SCORES_WGRAD, batch, a.sk, a.hd, a.sq); /* dK = dS^T Q */
+}
+
+void pt_op_ptrun_twin(const pt_op *op, pt_kernel_op *out)
+{
+    *out = op->kernel;
+    bool fwd = strncmp(op->kernel.key, "flash_fwd:", 10) == 0;
+    if (!fwd && strncmp(op->kernel.key, "flash_bwd:", 10) != 0)
+        return;
+    /* the same shape after the kind: "flash_fwd:bf16:b=..." -> "attn_fwd:bf16:b=..." */
+    snprintf(out->key, sizeof out->key, "attn_%s", op->kernel.key + strlen("flash_"));
+    double full = op->kernel.flops / FLASH_ATTN_CAUSAL /
+                  (fwd ? 1.0 : FLASH_ATTN_BWD_OVER_FWD); /* the whole forward */
+    out->flops = fwd ? full : PTRUN_ATTN_BWD_OVER_FWD * full;
+    out->efficiency = 0;
 }
 
 static void attention_core(builder *b, const dims *d, bool backward)

@@ -11,6 +11,7 @@
  *                   buckets, PowerSGD, the optimizer; the op-kind table; step FLOPs
  *   schedule.h      the pipeline ranks' schedule programs and their NCCL transfers
  *   predict.h       enumeration, pricing, simulation and search
+ *   calib.h         run records of any framework and the correction learned from them
  *   plan_json.h     plan.json and the JSON forms of results (the only part that
  *                   includes <jansson.h>)
  *
@@ -34,6 +35,7 @@
 #include "step.h"
 #include "schedule.h"
 #include "predict.h"
+#include "calib.h"
 #include "plan_json.h"
 
 #endif

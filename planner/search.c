@@ -7,6 +7,7 @@
  * user has been simulated.
  */
 #include "predict.h"
+#include "calib.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,8 @@ static int evaluate(const pt_model *m, const pt_cluster *c, const pt_train *t,
     int rc = s ? pt_sim_run_sched(&layout, s, &costs, tokens, peak, trace, &out->predicted, err)
                : pt_sim_run(&layout, &costs, tokens, peak, trace, &out->predicted, err);
     pt_sim_costs_free(&costs);
+    if (rc == 0)
+        pt_calib_apply(t->calib, &out->predicted); /* no-op without one */
     return rc;
 }
 

@@ -105,14 +105,66 @@ typedef struct {
     pt_cost_hw hw;
     double *prov_s;
     const pt_stack *stack;
+    bool ptrun;          /* the stack is ptrun's own: every kernel is ptrun's */
 } pricer;
 
+/* Whether op is a kernel ptrun runs, so that the cost tables (which hold ptrun's
+ * kernels, as ptprofile and ptrun's traces timed them) price it: every kernel of ptrun's
+ * stack; another stack's GEMMs of the roles it declares ptrun's, and its flash
+ * attention where it declares that ptrun's on this device (planner/stack.c says which,
+ * and why). */
+static bool ptrun_kernel(const pricer *p, const pt_op *op)
+{
+    if (p->ptrun)
+        return true;
+    if (op->role != PT_GEMM_NONE)
+        return pt_stack_ptrun_gemm(p->stack, op->role);
+    if ((op->kind == PT_OPK_ATTN || op->kind == PT_OPK_ATTN_BWD) &&
+        p->stack->attention != PT_ATTN_UNFUSED)
+        return pt_stack_ptrun_attn(p->stack, p->hw.device, op->kind == PT_OPK_ATTN_BWD);
+    return false;
+}
+
+/* A kernel's cost. ptrun's own stack: the cost tables' lookup (measured, interpolated
+ * between the shapes ptprofile timed for its layouts, else analytic with the figures
+ * ptcalib fitted to its kernels). Another stack's kernel that is ptrun's: what the
+ * tables hold of that very shape under ptrun's key (pt_op_ptrun_twin; the same role's
+ * sample, or another role's of the shape), since a cuBLAS GEMM or cuDNN attention of
+ * another shape may run another kernel, whose rate interpolating in FLOPs between
+ * ptrun's shapes would not tell. Everything else (a shape the tables lack, and the
+ * stack's own kernels: its norms, activations, unfused or FlashAttention-2 attention, bf16
+ * weight gradients...) is the analytic model with the stack's figures: the tables never
+ * timed it, and their fits are of ptrun's kernels. */
+static pt_cost price_kernel(const pricer *p, const pt_op *op)
+{
+    if (p->db && p->ptrun)
+        return pt_cost_kernel(p->db, &p->hw, &op->kernel);
+    pt_cost c;
+    if (p->db && ptrun_kernel(p, op)) {
+        pt_kernel_op twin;
+        pt_op_ptrun_twin(op, &twin);
+        if (pt_cost_kernel_sampled(p->db, &p->hw, &twin, &c) == 0)
+            return c;
+    }
+    return (pt_cost){pt_cost_kernel_analytic(&p->hw, &op->kernel), PT_PROV_ANALYTIC};
+}
+
+/* An op's cost: a kernel's as price_kernel says; a collective's from the tables'
+ * collective samples for every stack, whose collectives all go through the same library
+ * (NCCL on GPUs) as ptrun's. */
+static pt_cost price_op(const pricer *p, const pt_op *op)
+{
+    return op->cls == PT_OP_KERNEL ? price_kernel(p, op) : pt_cost_coll(p->db, &p->hw, &op->coll);
+}
+
 /* Time of an op list on the compute stream and the part of it that is exposed
- * communication, with both by breakdown category. `runs` is how often the list runs
- * per step (for provenance). */
+ * communication, with both by breakdown category, and by provenance (pt_prov) what
+ * each op adds to the list's time: a kernel its time, a collective what of it is
+ * exposed. */
 typedef struct {
     double time_s, comm_s;
     double exposed[PT_BD_COUNT], hidden[PT_BD_COUNT];
+    double prov[PT_PROV_COUNT];
 } list_time;
 
 /* The breakdown category of an op: its kind's (planner/ops.c's kind table). */
@@ -129,25 +181,28 @@ static list_time price_list(const pricer *p, const pt_oplist *o, double runs)
 {
     list_time lt = {0};
     double compute = 0, exposed = 0, overlapped = 0, ovl[PT_BD_COUNT] = {0};
+    double compute_prov[PT_PROV_COUNT] = {0}, ovl_prov[PT_PROV_COUNT] = {0};
     for (int i = 0; i < o->n; i++) {
         const pt_op *op = &o->op[i];
-        pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
-                                            : pt_cost_coll(p->db, &p->hw, &op->coll);
+        pt_cost c = price_op(p, op);
         double t = c.time_s * op->count;
         pt_bd cat = op_category(op);
-        p->prov_s[c.prov] += t * runs;
         if (op->cls == PT_OP_KERNEL) {
             compute += t;
+            compute_prov[c.prov] += t;
             lt.exposed[cat] += t;
         } else if (op->overlapped) {
             double reach = op->group == PT_GROUP_TP ? p->stack->tp_overlap_reach : 1;
             overlapped += reach * t;
             ovl[cat] += reach * t;
+            ovl_prov[c.prov] += reach * t;
             exposed += (1 - reach) * t;
             lt.exposed[cat] += (1 - reach) * t;
+            lt.prov[c.prov] += (1 - reach) * t;
         } else {
             exposed += t;
             lt.exposed[cat] += t;
+            lt.prov[c.prov] += t;
         }
     }
     double hidden_excess = overlapped > compute ? overlapped - compute : 0;
@@ -159,6 +214,12 @@ static list_time price_list(const pricer *p, const pt_oplist *o, double runs)
     }
     for (int k = PT_BD_GEMM; k <= PT_BD_OTHER && compute > 0; k++)
         lt.exposed[k] += slow * (lt.exposed[k] / compute);
+    /* the slowdown is the compute's, the excess the overlapped collectives' */
+    for (int k = 0; k < PT_PROV_COUNT; k++) {
+        lt.prov[k] += compute_prov[k] * (compute > 0 ? 1 + slow / compute : 1);
+        lt.prov[k] += overlapped > 0 ? hidden_excess * ovl_prov[k] / overlapped : 0;
+        p->prov_s[k] += lt.prov[k] * runs;
+    }
     lt.time_s = compute + slow + hidden_excess + exposed;
     lt.comm_s = exposed + hidden_excess;
     return lt;
@@ -202,8 +263,11 @@ static double stage_params(const pt_model *m, const pt_layout *l, int vs, int V)
                                   vs == V - 1);
 }
 
+/* The reduction of each virtual stage's gradient buckets; sync_prov[vs] gets its
+ * collectives' time by provenance (their exposed part is known once the backward is
+ * priced: sync_exposed), its compression's kernels go to prov_s whole. */
 static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
-                      pt_sim_costs *out)
+                      pt_sim_costs *out, double (*sync_prov)[PT_PROV_COUNT])
 {
     int V = l->pp * l->vp;
     pt_oplist o = {0};
@@ -218,13 +282,13 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
         int64_t buckets = 0;
         for (int i = 0; i < o.n; i++) {
             const pt_op *op = &o.op[i];
-            pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
-                                                : pt_cost_coll(p->db, &p->hw, &op->coll);
-            p->prov_s[c.prov] += c.time_s * op->count;
+            pt_cost c = price_op(p, op);
             if (op->cls == PT_OP_KERNEL) { /* PowerSGD's compression */
+                p->prov_s[c.prov] += c.time_s * op->count;
                 compute += c.time_s * op->count;
                 continue;
             }
+            sync_prov[vs][c.prov] += c.time_s * op->count;
             total += c.time_s * op->count;
             buckets += op->count;
         }
@@ -241,7 +305,8 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
  * exposed, the Adam kernel, and the all-gather of the updated weights (exposed after
  * it, or with param_overlap beside the next step's forward: see pt_sim_price). */
 static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
-                           pt_sim_costs *out, double *gather_s)
+                           pt_sim_costs *out, double *gather_s,
+                           double (*gather_prov)[PT_PROV_COUNT])
 {
     int V = l->pp * l->vp;
     pt_oplist o = {0};
@@ -262,15 +327,18 @@ static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout
         double adam = 0, gather = 0, before = 0;
         for (int i = 0; i < o.n; i++) {
             const pt_op *op = &o.op[i];
-            pt_cost c = op->cls == PT_OP_KERNEL ? pt_cost_kernel(p->db, &p->hw, &op->kernel)
-                                                : pt_cost_coll(p->db, &p->hw, &op->coll);
-            p->prov_s[c.prov] += c.time_s * op->count;
+            pt_cost c = price_op(p, op);
+            double t = c.time_s * op->count;
+            if (op->kind == PT_OPK_ZERO_ALLGATHER) { /* exposed or not: pt_sim_price */
+                gather += t;
+                gather_prov[r][c.prov] += t;
+                continue;
+            }
+            p->prov_s[c.prov] += t;
             if (op->cls == PT_OP_KERNEL)
-                adam += c.time_s * op->count;
-            else if (op->kind == PT_OPK_ZERO_ALLGATHER)
-                gather += c.time_s * op->count;
+                adam += t;
             else
-                before += c.time_s * op->count;
+                before += t;
         }
         out->optim_adam_s[r] = adam;
         gather_s[r] = gather;
@@ -310,12 +378,30 @@ static void price_p2p(const pricer *p, const pt_opctx *ctx, const pt_cluster *c,
     }
 }
 
+/* Adds to prov the gradient buckets' time by provenance, as far as it is exposed: all of
+ * it when the reduction waits for the step's end (dp_overlap none), else what of it
+ * outlasts the backward it runs beside (the chunk's last one, or with dp_overlap
+ * backward each micro-batch's), as pt_sim_estimate charges it. */
+static void sync_exposed(const pt_layout *l, const pt_sim_costs *c,
+                         double (*sync_prov)[PT_PROV_COUNT], double *prov)
+{
+    for (int vs = 0; vs < l->pp * l->vp; vs++) {
+        double t = c->sync_s[vs], beside = fmax(0, t - c->bwd_s[vs]);
+        double exposed = l->dp_overlap == PT_DPO_NONE       ? t
+                         : l->dp_overlap == PT_DPO_BACKWARD ? beside * (double)l->n_micro
+                                                            : beside;
+        for (int k = 0; k < PT_PROV_COUNT && t > 0; k++)
+            prov[k] += sync_prov[vs][k] * exposed / t;
+    }
+}
+
 int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
                  const pt_costdb *db, const pt_layout *l, pt_sim_costs *out, pt_err *err)
 {
     if (pt_sim_costs_alloc(out, l->pp, l->vp))
         return pt_err_set(err, "out of memory pricing layout");
-    pricer p = {.db = db, .prov_s = out->prov_s};
+    pricer p = {.db = db, .prov_s = out->prov_s, .stack = &t->stack,
+                .ptrun = pt_stack_is_ptrun(&t->stack)};
     pt_cost_hw_of(c, &p.hw);
     pt_opctx ctx;
     pt_opctx_init(&ctx, m, l, t, c);
@@ -323,10 +409,16 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
     double n = (double)l->n_micro;
     list_time lt[N_LISTS];
     double *gather_s = calloc((size_t)l->pp, sizeof *gather_s);
-    p.stack = &t->stack;
-    if (!gather_s || price_micro_batch(&p, &ctx, n * (double)m->layers, n, lt) ||
-        price_sync(&p, &ctx, l, out) || price_optimizer(&p, &ctx, l, out, gather_s)) {
+    /* the step-end collectives' time by provenance, counted where exposed (below) */
+    double(*sync_prov)[PT_PROV_COUNT] = calloc((size_t)V, sizeof *sync_prov);
+    double(*gather_prov)[PT_PROV_COUNT] = calloc((size_t)l->pp, sizeof *gather_prov);
+    if (!gather_s || !sync_prov || !gather_prov ||
+        price_micro_batch(&p, &ctx, n * (double)m->layers, n, lt) ||
+        price_sync(&p, &ctx, l, out, sync_prov) ||
+        price_optimizer(&p, &ctx, l, out, gather_s, gather_prov)) {
         free(gather_s);
+        free(sync_prov);
+        free(gather_prov);
         pt_sim_costs_free(out);
         return pt_err_set(err, "out of memory pricing layout");
     }
@@ -338,9 +430,10 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
         if (pt_ops_layer(&ctx, false, &o) == 0)
             for (int i = 0; i < o.n; i++)
                 if (o.op[i].kind == PT_OPK_ZERO3_ALLGATHER) {
-                    double g = pt_cost_coll(db, &p.hw, &o.op[i].coll).time_s;
-                    first_gather.time_s = first_gather.comm_s = g;
-                    first_gather.exposed[PT_BD_DP] = g;
+                    pt_cost g = pt_cost_coll(db, &p.hw, &o.op[i].coll);
+                    first_gather.time_s = first_gather.comm_s = g.time_s;
+                    first_gather.exposed[PT_BD_DP] = g.time_s;
+                    p.prov_s[g.prov] += g.time_s * 2 * n * V; /* each pass of each chunk */
                     break;
                 }
         pt_oplist_free(&o);
@@ -373,15 +466,23 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
      * first forward of each chunk (Megatron-Core's --overlap-param-gather issues it
      * bucket by bucket as the forward reaches them); what that forward does not
      * cover is exposed. */
-    for (int r = 0; r < l->pp && l->param_overlap; r++) {
+    for (int r = 0; r < l->pp; r++) {
         double fwd = 0;
         for (int c = 0; c < l->vp; c++)
             fwd += out->fwd_s[c * l->pp + r];
-        double exposed = gather_s[r] > fwd ? gather_s[r] - fwd : 0;
-        out->optim_s[r] += exposed;
-        out->optim_comm_s[r] += exposed;
+        double exposed = !l->param_overlap ? gather_s[r]
+                         : gather_s[r] > fwd ? gather_s[r] - fwd : 0;
+        if (l->param_overlap) {
+            out->optim_s[r] += exposed;
+            out->optim_comm_s[r] += exposed;
+        }
+        for (int k = 0; k < PT_PROV_COUNT && gather_s[r] > 0; k++)
+            p.prov_s[k] += gather_prov[r][k] * exposed / gather_s[r];
     }
+    sync_exposed(l, out, sync_prov, p.prov_s);
     free(gather_s);
+    free(sync_prov);
+    free(gather_prov);
     out->dp_overlap = l->dp_overlap;
     out->p2p_blocking = l->pp > 1 && (t->stack.p2p == PT_P2P_BLOCKING ||
                                       (t->stack.p2p == PT_P2P_INTERLEAVED && l->vp == 1));

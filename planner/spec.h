@@ -227,6 +227,14 @@ typedef enum { PT_BUCKET_FIXED, PT_BUCKET_MEGATRON, PT_BUCKET_COUNT } pt_bucket_
 
 #define PT_STACK_MAX_ATTN_EFF 8
 
+/* Where a stack's attention is the kernel ptrun's CUDA backend runs (cuDNN's fused flash
+ * attention): on devices whose name starts with `device` ("*" matches all), its forward,
+ * its backward or both. */
+typedef struct {
+    char device[32];
+    bool fwd, bwd;
+} pt_ptrun_attn;
+
 typedef struct {
     char name[64];
     char about[256];               /* which software and version it describes, and sources */
@@ -261,6 +269,15 @@ typedef struct {
     bool fused_epilogues;          /* the residual add inside the next norm's kernel and,
                                       for GELU models, the GELU and its derivative in the
                                       MLP GEMMs' epilogues (ptrun: cuBLASLt's) */
+    /* Which of its kernels are the very library calls ptrun makes, so that a profile of
+     * ptrun's kernels (a shipped one, the user's costs.db) prices them for this stack too
+     * (planner/sim.c); its other kernels are its own and priced analytically. ptrun's
+     * own stack runs ptrun's kernels throughout. */
+    unsigned ptrun_gemm_roles;     /* bit r: its GEMM of role r (pt_gemm_role) is ptrun's
+                                      cuBLAS call: same operand layout, output type and
+                                      epilogue */
+    int n_ptrun_attn;
+    pt_ptrun_attn ptrun_attn[PT_STACK_MAX_ATTN_EFF]; /* first matching prefix wins */
 } pt_stack;
 
 int pt_stack_builtin_count(void);
@@ -281,6 +298,11 @@ int64_t pt_stack_vocab(const pt_stack *s, const pt_model *m, int tp);
 /* The efficiency the stack's flash attention reaches on `device` (fwd or bwd); 0
  * when no entry matches. */
 double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward);
+/* Whether the stack's GEMM of role `role` (a pt_gemm_role), and its attention's forward
+ * or backward on `device`, are the kernels ptrun runs: then a profile of ptrun's kernels
+ * prices them for this stack. Always true for ptrun's own stack. */
+bool pt_stack_ptrun_gemm(const pt_stack *s, int role);
+bool pt_stack_ptrun_attn(const pt_stack *s, const char *device, bool backward);
 
 /* ---- Compute backends (planner/caps.c) ---------------------------------------- */
 
@@ -325,6 +347,9 @@ typedef struct {
     pt_prec_kind precision;
     int64_t bucket_bytes;   /* gradient-reduction bucket (PyTorch DDP default: 25 MiB) */
     pt_stack stack;         /* the software that runs the step [ptrun] */
+    /* A correction learned from measured runs of this stack on this device (calib.h),
+     * applied to every prediction pt_evaluate makes; NULL: zero-shot [NULL]. */
+    const struct pt_calib *calib;
 } pt_train;
 
 void pt_train_default(pt_train *t, const pt_cluster *c);

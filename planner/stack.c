@@ -39,11 +39,18 @@
  *     "step_overhead_s": 0.0,                   fixed time per step, >= 0
  *     "kernels": "eager",                       optional: fused (default) | eager
  *     "selective": "op",                        optional: attention (default) | op
- *     "fused_epilogues": true                   optional (default false): the residual
+ *     "fused_epilogues": true,                  optional (default false): the residual
  *                                               add in the next norm's kernel, GELU and
  *                                               its derivative in the MLP GEMMs
- *   }
+ *     "ptrun_kernels": {                        optional (default: none): the kernels
+ *       "gemm": ["gemm", "gemm_dgrad_write"],   that are ptrun's own calls, which a
+ *       "attention": [                          profile of ptrun's kernels prices for
+ *         {"device": "H100", "fwd": true, "bwd": false}   this stack too: GEMM roles
+ *       ]                                       (pt_gemm_role_kind's names), and where
+ *     }                                         its attention is ptrun's (first matching
+ *   }                                           device prefix wins; at most 8)
  */
+#include "cost.h"
 #include "layout.h"
 #include "specjson.h"
 
@@ -76,6 +83,21 @@ const char *pt_attn_impl_name(pt_attn_impl a)
 
 #define BIT(x) (1u << (x))
 
+/* ---- Which kernels are ptrun's -------------------------------------------------- */
+
+/* A profile of ptrun's kernels (ptprofile --backend cuda, a shipped profile, a user's
+ * costs.db with ptrun's traces) times cuBLAS GEMMs by role (costmodels/cost.h: operand
+ * layout, output type and beta, epilogue) and cuDNN's fused flash attention. A stack's
+ * kernel is priced from it where it is that same library call at the same shape and
+ * dtype: cuBLAS picks its kernel from the problem (shapes, types, layouts, epilogue), not
+ * from which framework asks, so Transformer Engine's, PyTorch's and Megatron's GEMMs of
+ * a role run the kernel ptrun's of that role run. Where a framework makes another call
+ * (a bf16 weight gradient written where ptrun adds into fp32; a bias added by a kernel of
+ * its own) or runs another kernel (FlashAttention-2, Megatron-LM's unfused attention,
+ * its own norms and activations), it is priced analytically: the profile never timed it. */
+#define ROLE(r) (1u << (r))
+#define ALL_GEMM_ROLES ((1u << PT_GEMM_ROLE_COUNT) - 1)
+
 /* ---- Built-in stacks ---------------------------------------------------------- */
 
 /* ptrun: what this project's runtime does, priced exactly as before stacks existed,
@@ -103,6 +125,9 @@ static const pt_stack stack_ptrun = {
     .vocab_multiple = 128,
     .step_overhead_s = 0,
     .fused_epilogues = true, /* runtime/layer.c: add1_norm2, mlp_up_gelu, mlp_down_dgrad_gelu */
+    .ptrun_gemm_roles = ALL_GEMM_ROLES,
+    .n_ptrun_attn = 1,
+    .ptrun_attn = {{"*", true, true}},
 };
 
 /* Megatron-LM as it trained GPT-3-class models in 2021-22 (Narayanan et al., SC'21;
@@ -120,7 +145,13 @@ static const pt_stack stack_ptrun = {
  * - pipeline transfers block: Megatron-LM's p2p_communication._communicate posts the
  *   sends and receives with batch_isend_irecv and waits on every request (then
  *   synchronises the device) before the next forward or backward; DeepSpeed's
- *   pipeline engine sends with blocking torch.distributed send/recv. */
+ *   pipeline engine sends with blocking torch.distributed send/recv;
+ * - ptrun's kernels: the GEMMs through torch.matmul (forward and written data gradient:
+ *   ptrun's roles gemm and gemm_dgrad_write); the weight gradient is written in the
+ *   training dtype and added into main_grad by a kernel of its own (DeepSpeed's
+ *   BF16Optimizer, and Megatron-LM before --gradient-accumulation-fusion), not added
+ *   into fp32 by the GEMM as ptrun's gemm_wgrad; biases are added outside the GEMM
+ *   (--bias-gelu-fusion, skip_bias_add); the attention is unfused. */
 static const pt_stack stack_megatron_lm = {
     .name = "megatron-lm",
     .about = "Megatron-LM 2021-22 (Narayanan et al. SC'21, Korthikanti et al. 2022), "
@@ -139,6 +170,7 @@ static const pt_stack stack_megatron_lm = {
     .fused_xent = false,
     .vocab_multiple = 128, .vocab_per_tp = true,
     .step_overhead_s = 0,
+    .ptrun_gemm_roles = ROLE(PT_GEMM_FWD) | ROLE(PT_GEMM_DGRAD_WRITE),
 };
 
 /* Megatron-Core (r0.8 and later) with Transformer Engine:
@@ -163,7 +195,16 @@ static const pt_stack stack_megatron_lm = {
  *   Distributed Deep Learning" (arXiv:2507.03114, 2025) measured GPT and LLaMA layers
  *   on A100 and H100 (and MI250/MI210) with collectives overlapped and found the
  *   compute 18.9% slower on average (40% at most) than with no communication beside
- *   it; we charge that average on the compute that overlapped communication covers. */
+ *   it; we charge that average on the compute that overlapped communication covers;
+ * - ptrun's kernels: Transformer Engine's linear layers call cuBLASLt as ptrun does,
+ *   the forward with or without the bias epilogue, the data gradient written, and with
+ *   --gradient-accumulation-fusion (Megatron-Core's default) the weight gradient added
+ *   into the fp32 main_grad with the bias gradient from the same call (ptrun's gemm,
+ *   gemm_bias, gemm_dgrad_write, gemm_wgrad, gemm_wgrad_bias). Its attention on Hopper and
+ *   Blackwell is cuDNN's fused flash attention (TE's FusedAttention backend), the forward
+ *   ptrun's; its backward is not: TE lets cuDNN pick its non-deterministic engine (dQ
+ *   added with atomics) unless NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (Megatron-Core's
+ *   --deterministic-mode sets it), where ptrun runs the deterministic one. */
 static const pt_stack stack_megatron_core = {
     .name = "megatron-core",
     .about = "Megatron-Core r0.8+ with Transformer Engine: flash attention, TP comm "
@@ -184,6 +225,12 @@ static const pt_stack stack_megatron_core = {
     .fused_xent = false,
     .vocab_multiple = 128, .vocab_per_tp = true,
     .step_overhead_s = 0,
+    .ptrun_gemm_roles = ROLE(PT_GEMM_FWD) | ROLE(PT_GEMM_FWD_BIAS) |
+                        ROLE(PT_GEMM_DGRAD_WRITE) | ROLE(PT_GEMM_WGRAD) |
+                        ROLE(PT_GEMM_WGRAD_BIAS),
+    .n_ptrun_attn = 4,
+    .ptrun_attn = {{"H100", true, false}, {"H200", true, false}, {"B200", true, false},
+                   {"GB200", true, false}},
 };
 
 /* PyTorch FSDP (FULL_SHARD; SHARD_GRAD_OP is ZeRO-2, NO_SHARD plain DDP) with
@@ -209,7 +256,13 @@ static const pt_stack stack_megatron_core = {
  * - recompute=selective is torchtitan's per-op policy (selective_ac_option "op",
  *   torchtitan/parallelisms/parallelize_llama.py, _save_list and the mm count): the
  *   outputs of the attention kernel and of every other matmul are kept, everything
- *   else is recomputed before the backward. */
+ *   else is recomputed before the backward;
+ * - ptrun's kernels: nn.Linear's forward (at::mm, and addmm with cuBLASLt's bias epilogue)
+ *   and its input gradient (written) are ptrun's gemm, gemm_bias and gemm_dgrad_write;
+ *   autograd writes the weight gradient in bf16 (FSDP casts and reduces it afterwards),
+ *   where ptrun's gemm_wgrad adds into fp32. The attention is FlashAttention-2 (the
+ *   flash-attn package; torch's SDPA, whose cuDNN backend is opt-in from PyTorch 2.5,
+ *   pytorch/pytorch#138522), not cuDNN's. */
 static const pt_stack stack_fsdp = {
     .name = "fsdp",
     .about = "PyTorch FSDP full shard with FlashAttention-2 (llm-foundry, torchtitan 1D)",
@@ -231,6 +284,7 @@ static const pt_stack stack_fsdp = {
     .step_overhead_s = 0,
     .kernels = PT_KERNELS_EAGER,
     .selective = PT_SELECTIVE_OP,
+    .ptrun_gemm_roles = ROLE(PT_GEMM_FWD) | ROLE(PT_GEMM_FWD_BIAS) | ROLE(PT_GEMM_DGRAD_WRITE),
 };
 
 static const pt_stack *const builtins[] = {&stack_ptrun, &stack_megatron_lm,
@@ -259,6 +313,21 @@ double pt_stack_attn_eff(const pt_stack *s, const char *device, bool backward)
             return backward ? e->bwd : e->fwd;
     }
     return 0;
+}
+
+bool pt_stack_ptrun_gemm(const pt_stack *s, int role)
+{
+    return role >= 0 && role < PT_GEMM_ROLE_COUNT && (s->ptrun_gemm_roles & ROLE(role));
+}
+
+bool pt_stack_ptrun_attn(const pt_stack *s, const char *device, bool backward)
+{
+    for (int i = 0; i < s->n_ptrun_attn && i < PT_STACK_MAX_ATTN_EFF; i++) {
+        const pt_ptrun_attn *e = &s->ptrun_attn[i];
+        if (strcmp(e->device, "*") == 0 || strncmp(device, e->device, strlen(e->device)) == 0)
+            return backward ? e->bwd : e->fwd;
+    }
+    return false;
 }
 
 /* ---- Lookup ------------------------------------------------------------------- */
@@ -307,7 +376,7 @@ int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err)
 
 static const char *const top_keys[] = {"name", "about", "attention", "parallelism", "overlap",
                                        "gradients", "loss", "step_overhead_s", "kernels",
-                                       "selective", "fused_epilogues", NULL};
+                                       "selective", "fused_epilogues", "ptrun_kernels", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
@@ -316,6 +385,8 @@ static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "d
 static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype",
                                         "compression", NULL};
 static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", "vocab_per_tp", NULL};
+static const char *const ptk_keys[] = {"gemm", "attention", NULL};
+static const char *const ptk_attn_keys[] = {"device", "fwd", "bwd", NULL};
 
 /* An array field of `o` of at most `max` entries; NULL (a problem recorded) if not. */
 static const json_t *get_array(const pt_json_obj *o, const char *key, size_t max, pt_err *err)
@@ -461,6 +532,61 @@ static int read_loss(const pt_json_obj *top, pt_stack *s, pt_err *err)
     return bad ? -1 : 0;
 }
 
+/* "ptrun_kernels": the GEMM roles by their kinds' names, and the devices where the
+ * attention is ptrun's. */
+static int read_ptrun_gemm(const pt_json_obj *k, pt_stack *s, pt_err *err)
+{
+    const json_t *arr = get_array(k, "gemm", PT_GEMM_ROLE_COUNT, err);
+    if (!arr)
+        return -1;
+    s->ptrun_gemm_roles = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const char *v = json_string_value(json_array_get(arr, i));
+        int r = v ? pt_gemm_role_of(v) : PT_GEMM_NONE;
+        if (r < 0 || strcmp(v, pt_gemm_role_kind((pt_gemm_role)r)) != 0)
+            return pt_json_fail(k, "gemm", err, "%s: field 'ptrun_kernels.gemm[%zu]': expected "
+                                "a GEMM role of ptrun's (gemm, gemm_bias, gemm_dgrad_write, "
+                                "gemm_wgrad, ...)", k->origin, i);
+        s->ptrun_gemm_roles |= ROLE(r);
+    }
+    return 0;
+}
+
+static int read_ptrun_attn(const pt_json_obj *k, pt_stack *s, pt_err *err)
+{
+    const json_t *arr = get_array(k, "attention", PT_STACK_MAX_ATTN_EFF, err);
+    if (!arr)
+        return -1;
+    int bad = 0;
+    s->n_ptrun_attn = (int)json_array_size(arr);
+    for (int i = 0; i < s->n_ptrun_attn; i++) {
+        pt_ptrun_attn *x = &s->ptrun_attn[i];
+        pt_json_obj e = {.obj = json_array_get(arr, (size_t)i), .origin = k->origin,
+                         .errs = k->errs};
+        snprintf(e.path, sizeof e.path, "ptrun_kernels.attention[%d]", i);
+        if (!json_is_object(e.obj)) {
+            bad |= pt_json_fail(&e, NULL, err, "%s: field '%s': expected an object",
+                                k->origin, e.path);
+            continue;
+        }
+        bad |= pt_json_check_keys(&e, ptk_attn_keys, err);
+        bad |= pt_json_get_string(&e, "device", x->device, sizeof x->device, err);
+        bad |= pt_json_get_bool(&e, "fwd", &x->fwd, err);
+        bad |= pt_json_get_bool(&e, "bwd", &x->bwd, err);
+    }
+    return bad ? -1 : 0;
+}
+
+static int read_ptrun_kernels(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
+    pt_json_obj k;
+    if (pt_json_get_object(top, "ptrun_kernels", ptk_keys, &k, err))
+        return -1;
+    int bad = read_ptrun_gemm(&k, s, err);
+    bad |= read_ptrun_attn(&k, s, err);
+    return bad ? -1 : 0;
+}
+
 /* Reads every field of `top` (which has a collector) into s, recording each problem. */
 static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
 {
@@ -481,6 +607,8 @@ static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
     if (json_object_get(top->obj, "selective"))
         bad |= pt_json_get_enum(top, "selective", selective_names, PT_SELECTIVE_COUNT,
                                 &selective, err);
+    if (json_object_get(top->obj, "ptrun_kernels"))
+        bad |= read_ptrun_kernels(top, s, err);
     s->kernels = (pt_kernel_style)kernels;
     s->selective = (pt_selective)selective;
     return bad ? -1 : 0;
@@ -552,6 +680,32 @@ static void stack_check_attention(const pt_stack *s, const char *origin, pt_json
     }
 }
 
+static void stack_check_ptrun_kernels(const pt_stack *s, const char *origin, pt_json_errs *e)
+{
+    if (s->ptrun_gemm_roles & ~ALL_GEMM_ROLES)
+        pt_json_errs_add(e, "ptrun_kernels.gemm", "%s: field 'ptrun_kernels.gemm': not GEMM "
+                         "roles of ptrun's", origin);
+    if (s->n_ptrun_attn < 0 || s->n_ptrun_attn > PT_STACK_MAX_ATTN_EFF)
+        pt_json_errs_add(e, "ptrun_kernels.attention", "%s: field 'ptrun_kernels.attention' "
+                         "has %d entries: at most %d", origin, s->n_ptrun_attn,
+                         PT_STACK_MAX_ATTN_EFF);
+    bool any = false;
+    for (int i = 0; i < s->n_ptrun_attn && i < PT_STACK_MAX_ATTN_EFF; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "ptrun_kernels.attention[%d].device", i);
+        if (!memchr(s->ptrun_attn[i].device, '\0', sizeof s->ptrun_attn[i].device) ||
+            !s->ptrun_attn[i].device[0])
+            pt_json_errs_add(e, f, "%s: field '%s' is empty", origin, f);
+        any |= s->ptrun_attn[i].fwd || s->ptrun_attn[i].bwd;
+    }
+    /* ptrun's attention is one fused kernel each way; Megatron-LM's unfused attention is
+     * several of its own */
+    if (any && s->attention == PT_ATTN_UNFUSED)
+        pt_json_errs_add(e, "ptrun_kernels.attention", "%s: field 'ptrun_kernels.attention' "
+                         "names ptrun's attention kernel but 'attention.impl' is unfused "
+                         "(kernels of its own)", origin);
+}
+
 static void stack_check_overlap(const pt_stack *s, const char *origin, pt_json_errs *e)
 {
     in_range(origin, "overlap.tp_reach", s->tp_overlap_reach, 0, 1, false, e);
@@ -585,6 +739,7 @@ static void stack_check(const pt_stack *s, const char *origin, pt_json_errs *e)
         pt_json_errs_add(e, "parallelism.zero", "%s: field 'parallelism.zero' offers no ZeRO "
                          "stage", origin);
     stack_check_overlap(s, origin, e);
+    stack_check_ptrun_kernels(s, origin, e);
     in_range(origin, "step_overhead_s", s->step_overhead_s, 0, 3600, false, e);
     if (s->bucket_bytes < 0 || (s->bucket_bytes > 0 && s->bucket_bytes < PT_MIN_BUCKET_BYTES) ||
         s->bucket_bytes > (INT64_C(1) << 40))
@@ -647,12 +802,39 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
 
 /* ---- Writing ---------------------------------------------------------------------- */
 
+/* {"gemm": [...], "attention": [...]}; NULL when out of memory. */
+static json_t *ptrun_kernels_json(const pt_stack *s)
+{
+    json_t *o = json_object(), *gemm = json_array(), *attn = json_array();
+    int bad = !o || !gemm || !attn;
+    for (int r = 0; !bad && r < PT_GEMM_ROLE_COUNT; r++)
+        if (pt_stack_ptrun_gemm(s, r))
+            bad |= json_array_append_new(gemm, json_string(pt_gemm_role_kind((pt_gemm_role)r)));
+    for (int i = 0; !bad && i < s->n_ptrun_attn; i++)
+        bad |= json_array_append_new(attn, json_pack("{s:s, s:b, s:b}", "device",
+                                                     s->ptrun_attn[i].device, "fwd",
+                                                     s->ptrun_attn[i].fwd, "bwd",
+                                                     s->ptrun_attn[i].bwd));
+    if (!bad) {
+        bad |= pt_json_set(o, "gemm", json_incref(gemm));
+        bad |= pt_json_set(o, "attention", json_incref(attn));
+    }
+    json_decref(gemm);
+    json_decref(attn);
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 char *pt_stack_to_json(const pt_stack *s)
 {
     json_t *root = json_object(), *attn = json_object(), *eff = json_array(),
            *par = json_object(), *zero = json_array(), *ovl = json_object(),
-           *dp = json_array(), *grad = json_object(), *loss = json_object();
-    int bad = !root || !attn || !eff || !par || !zero || !ovl || !dp || !grad || !loss;
+           *dp = json_array(), *grad = json_object(), *loss = json_object(),
+           *ptk = ptrun_kernels_json(s);
+    int bad = !root || !attn || !eff || !par || !zero || !ovl || !dp || !grad || !loss || !ptk;
     for (int i = 0; !bad && i < s->n_attn_eff; i++)
         bad |= json_array_append_new(eff, json_pack("{s:s, s:f, s:f}", "device",
                                                     s->attn_eff[i].device, "fwd",
@@ -700,9 +882,10 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(root, "kernels", json_string(pt_kernel_style_name(s->kernels)));
         bad |= pt_json_set(root, "selective", json_string(pt_selective_name(s->selective)));
         bad |= pt_json_set(root, "fused_epilogues", json_boolean(s->fused_epilogues));
+        bad |= pt_json_set(root, "ptrun_kernels", json_incref(ptk));
     }
     char *text = bad ? NULL : pt_json_dump(root);
-    json_t *all[] = {root, attn, eff, par, zero, ovl, dp, grad, loss};
+    json_t *all[] = {root, attn, eff, par, zero, ovl, dp, grad, loss, ptk};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         json_decref(all[i]);
     return text;

@@ -227,6 +227,13 @@ int pt_ops_layer(const pt_opctx *c, bool backward, pt_oplist *out);
 double pt_ops_op_policy_kept_elems(const pt_opctx *c);
 int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out);
 int pt_ops_head(const pt_opctx *c, bool backward, pt_oplist *out);
+/* The kernel as ptrun's own lists describe it, whose key a profile of ptrun's kernels
+ * holds its samples under: a copy of op->kernel, but for another stack's flash attention
+ * (flash_fwd, flash_bwd), which is ptrun's attn_fwd or attn_bwd of the same shape with
+ * ptrun's FLOP count (the whole score matrix). The simulator looks a stack's kernel up
+ * in the cost tables this way where the stack runs ptrun's kernel for it
+ * (pt_stack_ptrun_gemm, pt_stack_ptrun_attn). */
+void pt_op_ptrun_twin(const pt_op *op, pt_kernel_op *out);
 /* ---- The step's end: gradient buckets and the optimizer (planner/ops_step.c) ---- */
 
 /* A chunk's gradient reduction during the backward: `params` parameters over the

@@ -58,4 +58,5 @@ void pt_train_default(pt_train *t, const pt_cluster *c)
     bool bf16 = c != NULL && c->device.peak_flops[PT_DTYPE_BF16] > 0;
     t->precision = bf16 ? PT_PREC_BF16 : PT_PREC_FP32;
     t->stack = *pt_stack_builtin(0); /* ptrun */
+    t->calib = NULL;
 }

@@ -11,9 +11,12 @@
  * and the step time and MFU predicted by the plan, re-predicted and measured.
  * ptcalib --forget RUN removes a run's samples and the fits its calibration stored, so
  * that the tables are exactly what they were before it (--dry-run shows the change).
+ * ptcalib --run FILE takes a measured run of another framework instead (a run record,
+ * or a Megatron-LM or torchtitan log): ptcalib_runs.c stores it, and the planner learns
+ * a correction of that stack's predictions from the stored runs.
  * Exit code: 0 done, 1 bad input, a noisy run refused, or failure.
  */
-#include "planner.h"
+#include "ptcalib.h"
 #include "trace.h"
 #include "cli.h"
 
@@ -22,10 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage_text[] =
     "usage: ptcalib [--trace FILE | --run ID] [--plan PLAN.json] [options]\n"
     "       ptcalib --forget ID [--dry-run] [--db FILE]\n"
+    "       ptcalib --run FILE [--no-store] [--db FILE] [what a log does not say]\n"
+    "       ptcalib --forget fID [--dry-run] [--db FILE]\n"
     "\n"
     "Calibrates the cost tables from a recorded run (ptrun --record; the latest run\n"
     "unless --run or --trace says which) and prints predicted against measured per op;\n"
@@ -42,14 +48,135 @@ static const char usage_text[] =
     "  --forget ID    remove run ID's cost samples and the fits its calibration stored:\n"
     "                 the tables are again what they were before it\n"
     "  --dry-run      with --forget: show what would change, change nothing\n"
-    "  -h, --help     this text\n";
+    "  -h, --help     this text\n"
+    "\n"
+    "Measured runs of other frameworks (docs/calibration.md, \"Runs of other frameworks\"):\n"
+    "  --run FILE     when FILE exists: a run record (JSON), a Megatron-LM / Megatron-Core\n"
+    "                 training log or a torchtitan log; it is priced zero-shot, stored\n"
+    "                 (table framework_runs, id fN) and the correction that the stored runs\n"
+    "                 of its stack on its device give is printed; ptplan applies it\n"
+    "  --format F     json, megatron or torchtitan [found from the file]\n"
+    "  --forget fN    remove stored run fN (--dry-run: show the correction without it)\n"
+    "  A log's run, as ptplan reads the same options:\n"
+    "  --model NAME|FILE  --cluster NAME|FILE  --nodes N  --devices N  --stack NAME|FILE\n"
+    "  --layout L     (all but --devices required)\n"
+    "  --global-batch B   sequences per step [Megatron-LM's logged global batch size]\n"
+    "  --seq S        [the model's]     --precision P   [bf16 on GPUs]\n"
+    "  --skip K       logged intervals left out as warm-up [2]\n"
+    "  --date D       ISO 8601 [the log's first timestamp, else the file's date]\n"
+    "  --software NAME[@VERSION]  [Megatron-LM or torchtitan, version unknown]\n"
+    "  --note TEXT    kept with the run\n";
 
-typedef struct {
-    const char *trace, *plan;
-    char db[512];
-    int64_t run, top, forget;
-    bool store, force, dry_run;
-} options;
+/* ---- Options ---------------------------------------------------------------------------- */
+
+/* --run ARG: an existing file is a measured run of another framework; else ARG must be
+ * the id of a ptrun run in table runs. */
+static int parse_run(const char *arg, options *o)
+{
+    if (access(arg, F_OK) == 0) {
+        o->run_file = arg;
+        return 0;
+    }
+    char *end;
+    long long v = strtoll(arg, &end, 10);
+    if (*arg && !*end && v >= 1) {
+        o->run = v;
+        return 0;
+    }
+    fprintf(stderr, "ptcalib: --run %s: no such file, and not a run id (a run recorded by "
+                    "ptrun --record, from 1)\n", arg);
+    return -1;
+}
+
+/* --forget ID (a ptrun run) or fID (a stored run of another framework). */
+static int parse_forget(const char *arg, options *o)
+{
+    if (arg[0] == 'f') {
+        char *end;
+        long long v = strtoll(arg + 1, &end, 10);
+        if (arg[1] && !*end && v >= 1) {
+            o->forget_framework = v;
+            return 0;
+        }
+        fprintf(stderr, "ptcalib: --forget %s: expected a run id (4) or a stored run of "
+                        "another framework (f4)\n", arg);
+        return -1;
+    }
+    return pt_cli_int("ptcalib", "--forget", arg, 1, INT64_MAX, &o->forget);
+}
+
+static int parse_format(const char *arg, run_format *f)
+{
+    static const struct {
+        const char *name;
+        run_format f;
+    } names[] = {{"json", RUNF_JSON}, {"megatron", RUNF_MEGATRON},
+                 {"torchtitan", RUNF_TORCHTITAN}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(arg, names[i].name) == 0) {
+            *f = names[i].f;
+            return 0;
+        }
+    fprintf(stderr, "ptcalib: --format %s: expected json, megatron or torchtitan\n", arg);
+    return -1;
+}
+
+/* Which options go together. */
+static int check_options(const options *o)
+{
+    bool forget = o->forget >= 0 || o->forget_framework >= 0;
+    bool log_opts = o->model || o->cluster || o->stack || o->layout || o->nodes ||
+                    o->devices || o->global_batch || o->seq || o->precision || o->date ||
+                    o->software || o->note || o->skip >= 0 || o->format != RUNF_AUTO;
+    const char *why = NULL;
+    if (o->trace && (o->run >= 0 || o->run_file))
+        why = "--trace and --run both name a run; give one";
+    else if (forget && (o->trace || o->run >= 0 || o->run_file || o->plan || !o->store ||
+                        o->force || log_opts))
+        why = "--forget takes only --dry-run and --db";
+    else if (o->dry_run && !forget)
+        why = "--dry-run goes with --forget ID (--no-store is the dry run of a calibration)";
+    else if (o->run_file && (o->plan || o->top))
+        why = "--run FILE (a measured run of another framework) takes --no-store, --db, "
+              "--format and what describes a log's run, not --plan or --top (--force is "
+              "allowed and changes nothing: such a run has no load check)";
+    else if (log_opts && !o->run_file)
+        why = "--model, --cluster, --nodes, --devices, --stack, --layout, --global-batch, "
+              "--seq, --precision, --skip, --date, --software, --note and --format describe "
+              "the run of --run FILE";
+    if (!why)
+        return 0;
+    fprintf(stderr, "ptcalib: %s\n", why);
+    return -1;
+}
+
+/* The options that describe a log's run (and --format), parsed by parse_log_option. */
+enum { O_MODEL = 300, O_CLUSTER, O_NODES, O_DEVICES, O_STACK, O_LAYOUT, O_GB, O_SEQ, O_PREC,
+       O_SKIP, O_DATE, O_SOFTWARE, O_NOTE, O_FORMAT };
+
+/* The options of a log's run (and of --run FILE alone), case by case. */
+static int parse_log_option(int c, const char *arg, options *o)
+{
+    switch (c) {
+    case O_MODEL: o->model = arg; return 0;
+    case O_CLUSTER: o->cluster = arg; return 0;
+    case O_STACK: o->stack = arg; return 0;
+    case O_LAYOUT: o->layout = arg; return 0;
+    case O_PREC: o->precision = arg; return 0;
+    case O_DATE: o->date = arg; return 0;
+    case O_SOFTWARE: o->software = arg; return 0;
+    case O_NOTE: o->note = arg; return 0;
+    case O_NODES: return pt_cli_int("ptcalib", "--nodes", arg, 1, 1 << 20, &o->nodes);
+    case O_DEVICES: return pt_cli_int("ptcalib", "--devices", arg, 1, 1 << 20, &o->devices);
+    case O_GB:
+        return pt_cli_int("ptcalib", "--global-batch", arg, 1, PT_MAX_GLOBAL_BATCH,
+                          &o->global_batch);
+    case O_SEQ: return pt_cli_int("ptcalib", "--seq", arg, 1, INT64_C(1) << 30, &o->seq);
+    case O_SKIP: return pt_cli_int("ptcalib", "--skip", arg, 0, 1 << 20, &o->skip);
+    case O_FORMAT: return parse_format(arg, &o->format);
+    default: return 1; /* not one of these */
+    }
+}
 
 static int parse_options(int argc, char **argv, options *o)
 {
@@ -58,26 +185,37 @@ static int parse_options(int argc, char **argv, options *o)
         {"trace", 1, 0, O_TRACE}, {"run", 1, 0, O_RUN}, {"plan", 1, 0, O_PLAN},
         {"db", 1, 0, O_DB}, {"no-store", 0, 0, O_NOSTORE}, {"top", 1, 0, O_TOP},
         {"force", 0, 0, O_FORCE}, {"forget", 1, 0, O_FORGET}, {"dry-run", 0, 0, O_DRY},
+        {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
+        {"devices", 1, 0, O_DEVICES}, {"stack", 1, 0, O_STACK}, {"layout", 1, 0, O_LAYOUT},
+        {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
+        {"skip", 1, 0, O_SKIP}, {"date", 1, 0, O_DATE}, {"software", 1, 0, O_SOFTWARE},
+        {"note", 1, 0, O_NOTE}, {"format", 1, 0, O_FORMAT},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    *o = (options){.run = -1, .forget = -1, .store = true};
+    *o = (options){.run = -1, .forget = -1, .forget_framework = -1, .skip = -1, .store = true};
     pt_cli_default_db(o->db, sizeof o->db, false);
     opterr = 0;
     int c, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case O_TRACE: o->trace = optarg; break;
-        case O_RUN: bad = pt_cli_int("ptcalib", "--run", optarg, 1, INT64_MAX, &o->run); break;
+        case O_RUN: bad = parse_run(optarg, o); break;
         case O_PLAN: o->plan = optarg; break;
-        case O_DB: snprintf(o->db, sizeof o->db, "%s", optarg); break;
+        case O_DB:
+            snprintf(o->db, sizeof o->db, "%s", optarg);
+            o->db_given = true;
+            break;
         case O_NOSTORE: o->store = false; break;
         case O_TOP: bad = pt_cli_int("ptcalib", "--top", optarg, 1, 1 << 20, &o->top); break;
         case O_FORCE: o->force = true; break;
-        case O_FORGET:
-            bad = pt_cli_int("ptcalib", "--forget", optarg, 1, INT64_MAX, &o->forget);
-            break;
+        case O_FORGET: bad = parse_forget(optarg, o); break;
         case O_DRY: o->dry_run = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
-        default: return pt_cli_bad_option("ptcalib", c, argv[optind - 1]);
+        default:
+            if (c >= O_MODEL && c <= O_FORMAT) {
+                bad = parse_log_option(c, optarg, o);
+                break;
+            }
+            return pt_cli_bad_option("ptcalib", c, argv[optind - 1]);
         }
     }
     if (bad)
@@ -86,20 +224,7 @@ static int parse_options(int argc, char **argv, options *o)
         fprintf(stderr, "ptcalib: unexpected argument '%s' (see ptcalib --help)\n", argv[optind]);
         return -1;
     }
-    if (o->trace && o->run >= 0) {
-        fprintf(stderr, "ptcalib: --trace and --run both name a run; give one\n");
-        return -1;
-    }
-    if (o->forget >= 0 && (o->trace || o->run >= 0 || o->plan || !o->store || o->force)) {
-        fprintf(stderr, "ptcalib: --forget takes only --dry-run and --db\n");
-        return -1;
-    }
-    if (o->dry_run && o->forget < 0) {
-        fprintf(stderr, "ptcalib: --dry-run goes with --forget ID (--no-store is the dry run "
-                        "of a calibration)\n");
-        return -1;
-    }
-    return 0;
+    return check_options(o);
 }
 
 /* ---- The run, its spans and its plan ---------------------------------------------------- */
@@ -514,7 +639,10 @@ static int tool_main(int argc, char **argv)
     job j;
     memset(&j, 0, sizeof j);
     pt_err err = {""};
-    int rc = o.forget >= 0 ? forget(&o, &err) : calibrate(&o, &j, &err);
+    int rc = o.forget >= 0              ? forget(&o, &err)
+             : o.forget_framework >= 0 ? calib_forget_framework_run(&o, &err)
+             : o.run_file              ? calib_framework_run(&o, &err)
+                                       : calibrate(&o, &j, &err);
     if (rc)
         fprintf(stderr, "ptcalib: %s\n", err.msg);
     free(j.stats);

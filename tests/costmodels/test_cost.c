@@ -681,7 +681,7 @@ static void test_open_errors(void)
     make_v1(path);
     sql_script(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
     expect_open_error(path, PT_COSTDB_READ, "schema version 99 is newer than this build "
-                                            "understands (6); update ptplan");
+                                            "understands (7); update ptplan");
 
     path_in_tmp(path, sizeof path, "badversion.db");
     make_v1(path);
@@ -855,7 +855,7 @@ static void test_migration(void)
     pt_costdb_id id;
     pt_costdb_identity(db, &id);
     CHECK_INT(id.schema_version, pt_costdb_schema_version());
-    CHECK_INT(id.schema_version, 6);
+    CHECK_INT(id.schema_version, 7);
     CHECK_INT(id.kernel_samples, 0);
     pt_coll_op op = cop(PT_COLL_ALLGATHER, 1e6, 8, 8);
     CHECK_INT(pt_costdb_add_coll(db, "nccl", &op, 1e-4, PT_SOURCE_PROFILE, &err), 0);
@@ -867,7 +867,7 @@ static void test_migration(void)
     CHECK_INT(sqlite3_prepare_v2(s, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
                                  &st, NULL), SQLITE_OK);
     CHECK_INT(sqlite3_step(st), SQLITE_ROW);
-    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "6");
+    CHECK_STR_HAS((const char *)sqlite3_column_text(st, 0), "7");
     sqlite3_finalize(st);
     CHECK_INT(sqlite3_prepare_v2(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
                                     " AND name IN ('devices', 'kernel_samples', 'coll_samples',"

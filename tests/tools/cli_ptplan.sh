@@ -117,6 +117,33 @@ run 1 --stack "$tmp/bad-vpt.json" --no-out
 err_has "loss.vocab_per_tp" "vocab_per_tp not a boolean"; one_line_error "vocab_per_tp"
 run 1 --stack "$tmp/bad-bucket.json" --no-out
 err_has "gradients.bucket_bytes' = 1: expected 0" "a 1-byte bucket"; one_line_error "bucket"
+# "ptrun_kernels": the kernels a profile of ptrun's prices for the stack. An unknown GEMM
+# role, or ptrun's attention named for unfused attention, is refused; left out, the stack
+# runs none of ptrun's kernels.
+python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+d = json.load(open(t + "/stack-megatron-core.json"))
+assert "gemm_wgrad" in d["ptrun_kernels"]["gemm"], d["ptrun_kernels"]
+d["ptrun_kernels"]["gemm"] = ["gemm", "gemm_magic"]
+json.dump(d, open(t + "/bad-ptk-role.json", "w"))
+d = json.load(open(t + "/stack-megatron-lm.json"))
+d["ptrun_kernels"]["attention"] = [{"device": "*", "fwd": True, "bwd": False}]
+json.dump(d, open(t + "/bad-ptk-unfused.json", "w"))
+d = json.load(open(t + "/stack-megatron-core.json"))
+del d["ptrun_kernels"]
+d["name"] = "no-ptk"
+json.dump(d, open(t + "/no-ptk.json", "w"))
+PY
+run 1 --stack "$tmp/bad-ptk-role.json" --no-out
+err_has "ptrun_kernels.gemm\[1\]': expected a GEMM role" "an unknown GEMM role"
+one_line_error "ptrun_kernels role"
+run 1 --stack "$tmp/bad-ptk-unfused.json" --no-out
+err_has "ptrun_kernels.attention' names ptrun's attention kernel but 'attention.impl' is unfused" \
+    "ptrun's attention for an unfused stack"
+one_line_error "ptrun_kernels unfused"
+run 0 --model llama3-8b --cluster dgx-h100 --stack "$tmp/no-ptk.json" --layout tp=8 --no-out
+out_has "^        stack no-ptk runs none of ptrun's kernels" "ptrun_kernels left out: none"
 # The optional top-level "kernels" and "selective": bad values are refused naming the
 # field; left out, a stack runs fused kernels and Korthikanti's selective recomputation.
 run 0 --dump-stack fsdp
@@ -416,7 +443,10 @@ out_has "layouts enumerated" "the default job runs"
 # ---- the shipped profile -----------------------------------------------------------
 # With no cost table, dgx-h100's device is priced from the profile the project ships
 # (costmodels/profiles/H100-SXM5-80GB.sql), and the header says so and what it was
-# measured on; --no-shipped-profile and another stack's kernels stay analytic.
+# measured on; --no-shipped-profile prices everything analytically. Another stack is
+# priced from the profile where it runs ptrun's kernels (planner/stack.c), and the
+# header says which, the prediction which share of its step was measured, interpolated
+# and analytic; a stack that runs none of them is priced analytically.
 h1="--model gpt2-124m --cluster dgx-h100 --devices 1 --global-batch 64 --layout tp=1,mbs=64 --no-out"
 run 0 $h1
 out_has "^costs   the shipped profile of H100-SXM5-80GB (costmodels/profiles/H100-SXM5-80GB.sql)" \
@@ -431,8 +461,31 @@ out_has "^priced from: 0% measured, 0% interpolated, 100% analytic" "--no-shippe
 analytic_step=$(sed -n 's/^predicted step \([0-9.]*\) s.*/\1/p' "$tmp/out")
 [ -n "$shipped_step" ] && [ "$shipped_step" != "$analytic_step" ] ||
     fail "the profile changes the prediction ($shipped_step against $analytic_step)"
+mc="--model gpt2-1.5b --cluster dgx-h100 --devices 1 --global-batch 16 --stack megatron-core"
+run 0 $mc --layout mbs=8 --no-out
+out_has "^costs   the shipped profile of H100-SXM5-80GB" "another stack: the profile too"
+out_has "^        stack megatron-core: ptrun's kernels priced from the table: GEMMs gemm, .*gemm_dgrad_write and its attention forward; its own kernels analytically" \
+    "the header names the kernels of the stack the profile prices"
+out_has "^priced from: [1-9][0-9]*% measured, [0-9]*% interpolated, [1-9][0-9]*% analytic" \
+    "megatron-core's step at the profiled shapes: measured and analytic shares"
+mc_step=$(sed -n 's/^predicted step \([0-9.]*\) s.*/\1/p' "$tmp/out")
+run 0 $mc --layout mbs=8 --no-out --no-shipped-profile
+out_has "^priced from: 0% measured, 0% interpolated, 100% analytic" "megatron-core analytic"
+[ "$mc_step" != "$(sed -n 's/^predicted step \([0-9.]*\) s.*/\1/p' "$tmp/out")" ] ||
+    fail "the profile changes megatron-core's prediction"
 run 0 --model llama3-8b --cluster dgx-h100 --stack megatron-core --layout tp=8 --no-out
-out_has "^costs   no cost table" "another stack's kernels are not the profile's"
+out_has "^priced from: 0% measured, 0% interpolated, 100% analytic" \
+    "shapes the profile lacks are analytic for another stack"
+run 0 --dump-stack megatron-lm
+python3 - "$tmp/out" "$tmp/own.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"], d["ptrun_kernels"] = "own-kernels", {"gemm": [], "attention": []}
+json.dump(d, open(sys.argv[2], "w"))
+PY
+run 0 --model llama3-8b --cluster dgx-h100 --stack "$tmp/own.json" --layout tp=8 --no-out
+out_has "^        stack own-kernels runs none of ptrun's kernels" "a stack of its own kernels"
+out_has "^priced from: 0% measured, 0% interpolated, 100% analytic" "... is priced analytically"
 run 0 $h1 --json
 [ "$(python3 -c 'import json,sys; c=json.load(sys.stdin)["cost_table"]; print(c["shipped"], c["about"][:8], c["passed_over"])' <"$tmp/out")" = "True measured None" ] ||
     fail "--json: cost_table says shipped, what it was measured on, and no table passed over"

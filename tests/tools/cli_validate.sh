@@ -1,8 +1,12 @@
 #!/bin/sh
 # ptplan --validate against published training runs: every point of the public set
 # (tests/validation/public-set.json) and of the hold-out set (holdout.json, runs the
-# model was not tuned on) is evaluated, and the public set's mean |error| stays under
-# the bound below; bad input is refused with one message naming the file and field;
+# model was not tuned on) is evaluated, but those that need what ptplan does not plan
+# (FP8, mixture-of-experts: listed, not scored), and the public set's mean |error| stays
+# under the bound below; the three ways of judging (zero-shot, leave-one-out, ranking)
+# are consistent with the points, a point's leave-one-out prediction is the correction
+# learned from the other points alone, and the ranking counts a crafted set's wrong pair;
+# bad input is refused with one message naming the file and field;
 # a point that cannot be evaluated is listed with the reason and exits 3; an ALiBi
 # model is priced by the planner and refused by the runtime. The errors by stack and
 # device that --validate prints are the error bands prediction_band gives a job
@@ -30,14 +34,16 @@ export PT_COSTS_DB="$tmp/none.db"
 ptplan="$build/ptplan"
 val="$src/tests/validation"
 
-# check_set FILE BOUND: every point evaluated, mean |error| <= BOUND, fields present.
+# check_set FILE BOUND: every point evaluated (but those that need FP8 or MoE), mean
+# |error| <= BOUND, fields present, the three ways consistent with the points.
 check_set() {
     run 0 "$ptplan" --validate "$1" --json
     python3 - "$tmp/out" "$2" "$1" <<'PY' || fail "$1: see above"
-import json, sys
+import json, math, sys
 r = json.load(open(sys.argv[1]))
 bound, name = float(sys.argv[2]), sys.argv[3]
-bad = [p for p in r["points"] if not p["evaluable"]]
+bad = [p for p in r["points"] if not p["evaluable"] and "needs" not in p]
+assert r["not_evaluable"] == sum("needs" in p for p in r["points"])
 for p in bad:
     print("point %d (%s) not evaluable: %s" % (p["index"], p["label"], p["reason"]))
 errs = [abs(p["error"]) for p in r["points"] if p["evaluable"]]
@@ -48,8 +54,31 @@ for p in r["points"]:
         assert abs(p["predicted_step_s"] / p["measured_step_s"] - 1 - p["error"]) < 1e-9
 assert abs(r["mean_abs_error"] - sum(errs) / len(errs)) < 1e-9
 assert abs(r["max_abs_error"] - max(errs)) < 1e-12
-print("%s: mean |error| %.3f, max %.3f over %d points (bound %.2f)"
-      % (name, r["mean_abs_error"], r["max_abs_error"], len(errs), bound))
+z, l, k = r["zero_shot"], r["leave_one_out"], r["ranking"]
+assert (z["points"], z["mean_abs_error"], z["max_abs_error"]) == \
+    (len(errs), r["mean_abs_error"], r["max_abs_error"])
+loo = [p["leave_one_out"] for p in r["points"] if p["evaluable"]]
+lerrs = [abs(x["error"]) for x in loo if x["neighbours"]]
+assert l["points"] == len(lerrs) and l["points"] + l["without_neighbours"] == len(errs)
+if lerrs:
+    assert abs(l["mean_abs_error"] - sum(lerrs) / len(lerrs)) < 1e-9
+    assert abs(l["max_abs_error"] - max(lerrs)) < 1e-12
+for p in r["points"]:
+    x = p.get("leave_one_out")
+    if x and x["neighbours"]:
+        assert abs(x["predicted_step_s"] / p["measured_step_s"] - 1 - x["error"]) < 1e-9, p
+        if not x["calibration"]["applied"]:
+            assert x["predicted_step_s"] == p["predicted_step_s"], p
+src = k["by_source"]
+for key in ("points", "pairs", "pairs_compared", "wrong_pairs"):
+    assert k[key] == sum(b[key] for b in src), key
+assert k["points"] == len(errs) and k["wrong_pairs"] <= k["pairs_compared"] <= k["pairs"]
+assert k["kendall_tau"] is None or -1 <= k["kendall_tau"] <= 1
+print("%s: zero-shot mean |error| %.3f, max %.3f over %d points (bound %.2f); leave-one-out "
+      "%s over %d; ranking: %d of %d pairs wrong, tau %s"
+      % (name, r["mean_abs_error"], r["max_abs_error"], len(errs), bound,
+         "%.3f, max %.3f" % (l["mean_abs_error"], l["max_abs_error"]) if lerrs else "-",
+         len(lerrs), k["wrong_pairs"], k["pairs_compared"], k["kendall_tau"]))
 sys.exit(1 if bad or r["mean_abs_error"] > bound else 0)
 PY
 }
@@ -59,6 +88,12 @@ check_set "$val/holdout.json" "$HOLDOUT_MEAN_ABS_ERROR_MAX"
 # The text form: one line per point and the summary.
 run 0 "$ptplan" --validate "$val/public-set.json"
 out_has "mean |error|" "the text form ends with the mean and max error"
+out_has "^leave-one-out: mean |error|" "the text form has the leave-one-out error"
+out_has "^ranking: " "the text form has the ranking"
+out_has "no leave-one-out prediction: #17 bloom" "a point without neighbours says so"
+out_has "nemo-fp8-h100 .*not evaluable: needs FP8" "an FP8 point is listed as not evaluable"
+out_has "qwen3-moe-h100 .*not evaluable: needs mixture-of-experts" "a MoE point too"
+out_has "12 points are not evaluable until ptplan plans what they need" "and counted apart"
 out_has " bloom-176b " "BLOOM (ALiBi) is listed"
 [ "$(grep -c '%  ' "$tmp/out")" -ge 21 ] || fail "one line per point with its error"
 
@@ -126,9 +161,36 @@ grep -q '"cluster": "dgx-h100"' "$tmp/out" || fail "gpu h100-sxm picks the built
 # here, so the figures stay analytic) and named in the output
 sqlite3 "$tmp/costs.db" <"$src/tests/data/calib/costs.sql"
 run 0 "$ptplan" --validate "$val/public-set.json" --db "$tmp/costs.db"
-out_has "21 points, cost table $tmp/costs.db" "--db names the cost table"
+out_has "33 points, cost table $tmp/costs.db" "--db names the cost table"
 run 1 "$ptplan" --validate "$val/public-set.json" --db "$tmp/no-such.db"
 err_has "no-such.db" "a missing --db is named"
+
+# Each point is priced with its device's table, as ptplan prices a job: the profile the
+# project ships of H100-SXM5-80GB, for every stack (the kernels it runs as ptrun does, of
+# the profiled shapes: GPT-2 1.5B's here), analytic elsewhere; --no-shipped-profile
+# prices all analytically.
+derive shipped.json '
+p = d["points"][0]
+p["model"].update(name="gpt2-1.5b-like", layers=48, hidden=1600, heads=25, kv_heads=25,
+                  ffn=6400, vocab=50257, seq=1024, bias=True)
+p.update(mbs=8, global_batch=64, zero="ZeRO-1 equivalent")
+p["ptplan"]["stack"] = "megatron-core"
+d["points"] = [p, d["points"][7]]'
+run 0 "$ptplan" --validate "$tmp/shipped.json" --json
+python3 - "$tmp/out" <<'PY' || fail "--validate prices an H100 point from the shipped profile"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert "shipped profile of H100-SXM5-80GB" in r["costs"], r["costs"]
+h100, a100 = (p["predicted"]["provenance"] for p in r["points"])
+assert h100["measured"] > 0 and h100["analytic"] < 1, h100
+assert a100["analytic"] == 1, a100
+PY
+run 0 "$ptplan" --validate "$tmp/shipped.json" --json --no-shipped-profile
+python3 - "$tmp/out" <<'PY' || fail "--no-shipped-profile prices every point analytically"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert all(p["predicted"]["provenance"]["analytic"] == 1 for p in r["points"]), r["points"]
+PY
 
 derive empty.json 'd["points"] = []'
 run 1 "$ptplan" --validate "$tmp/empty.json"
@@ -151,11 +213,67 @@ want = {18: "the source gives no mbs", 0: "invalid layout", 17: "the source give
         5: "names no ZeRO stage"}
 for i, text in want.items():
     assert not r[i]["evaluable"] and text in r[i]["reason"], (i, r[i])
-assert sum(not p["evaluable"] for p in r.values()) == 4
+assert sum(not p["evaluable"] and "needs" not in p for p in r.values()) == 4
 PY
 run 3 "$ptplan" --validate "$tmp/unevaluable.json"
 out_has "NOT EVALUATED: invalid layout" "the text form lists the reason"
-out_has "4 of 21 points could not be evaluated" "the text form counts them"
+out_has "4 of 33 points could not be evaluated" "the text form counts them"
+derive bad_needs.json 'd["points"][21]["ptplan"]["needs"] = ["fp16"]'
+run 1 "$ptplan" --validate "$tmp/bad_needs.json"
+one_line_error "unknown need"
+err_has "points\[21\].ptplan.needs: expected a list of fp8, moe" "an unknown need is named"
+
+# ---- Leave-one-out: never the point itself --------------------------------------------
+# Two points of one source: each is predicted with the compute scale of the other alone
+# (one run: k = (measured - exposed communication - fixed) / compute of that run).
+derive two.json 'd["points"] = [d["points"][i] for i in (15, 16)]'
+run 0 "$ptplan" --validate "$tmp/two.json" --json
+python3 - "$tmp/out" <<'PY' || fail "leave-one-out of two points: each from the other alone"
+import json, sys
+r = json.load(open(sys.argv[1]))
+def parts(p):
+    b = {k: v["exposed_s"] for k, v in p["predicted"]["breakdown"].items()}
+    comm = b["tp"] + b["cp"] + b["dp_zero"] + b["pipeline_p2p"]
+    return p["predicted_step_s"] - comm - b["overhead"], comm, b["overhead"]
+a, b = r["points"]
+for me, other in ((a, b), (b, a)):
+    c, m, f = parts(other)
+    k = (other["measured_step_s"] - m - f) / c
+    x = me["leave_one_out"]
+    assert x["neighbours"] == 1 and x["calibration"]["form"] == "compute", x
+    assert abs(x["calibration"]["k_compute"] - k) < 1e-9 * k, (x, k)
+    c, m, f = parts(me)
+    assert abs(x["predicted_step_s"] - (k * c + m + f)) < 1e-9 * me["measured_step_s"], (x, k)
+    assert abs(x["error"]) > 1e-6  # not its own measurement
+PY
+
+# ---- Ranking: a crafted set whose answer is known ----------------------------------------
+# Three MPT points of one source, their measured speeds set to the predicted speeds with
+# the fastest two swapped: that pair is ordered wrongly (they differ by more than 10 %),
+# the other two are not; Kendall's tau = (2 - 1) / 3.
+derive rank3.json 'd["points"] = [d["points"][i] for i in (5, 0, 3)]'
+run 0 "$ptplan" --validate "$tmp/rank3.json" --json
+python3 - "$tmp/out" "$tmp/rank3.json" <<'PY' || fail "crafting the ranking set"
+import json, sys
+r, d = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+speed = [p["predicted_tokens_per_s_per_gpu"] for p in r["points"]]
+assert speed[0] > 1.1 * speed[1] > 1.21 * speed[2], speed
+swap = [speed[1], speed[0], speed[2]]
+for p, s in zip(d["points"], swap):
+    p["measured"] = {"tokens_per_s_per_gpu": s}
+json.dump(d, open(sys.argv[2], "w"), indent=1)
+PY
+run 0 "$ptplan" --validate "$tmp/rank3.json" --json
+python3 - "$tmp/out" <<'PY' || fail "the ranking counts the swapped pair"
+import json, sys
+k = json.load(open(sys.argv[1]))["ranking"]
+assert (k["pairs"], k["pairs_compared"], k["wrong_pairs"]) == (3, 3, 1), k
+assert abs(k["kendall_tau"] - 1 / 3) < 1e-12, k
+assert k["by_source"][0]["wrong"] == [[0, 1]], k
+PY
+run 0 "$ptplan" --validate "$tmp/rank3.json"
+out_has "1 of 3 pairs whose measured speeds" "the text form counts the wrong pair"
+out_has "#0/#1" "and names it"
 
 # ---- Error bands: --validate's table by stack and device, and prediction_band ------
 # A set of three fsdp runs on A100-SXM4-80GB (one on a cluster file of that device; the

@@ -60,9 +60,16 @@ static const char usage_text[] =
     "                          costs.db; analytic figures when that does not exist].\n"
     "                          Where it holds no samples of the cluster's device and the\n"
     "                          project ships a profile of it (costmodels/profiles/: the\n"
-    "                          H100-SXM5-80GB of dgx-h100), stack ptrun is priced from\n"
-    "                          that profile instead, and the header says so\n"
+    "                          H100-SXM5-80GB of dgx-h100), it prices the kernels the\n"
+    "                          stack runs as ptrun does (every one for ptrun; the GEMMs\n"
+    "                          and attention a stack declares, docs/calibration.md)\n"
+    "                          instead, and the header says so\n"
     "  --no-shipped-profile    never use a shipped profile (the analytic figures instead)\n"
+    "  --no-calibration        plan zero-shot: leave out the correction learned from the\n"
+    "                          runs of this stack on this device stored in the cost table\n"
+    "                          (ptcalib --run FILE; docs/calibration.md), which is\n"
+    "                          otherwise applied to every prediction and named in the\n"
+    "                          header\n"
     "  --sim-top N             simulate the N best by estimate in full [1000; 0 = all]\n"
     "  --compress MODES        gradient compression the search tries where gradients go\n"
     "                          in buckets (ZeRO 0/1, dp*cp > 1): a comma list of none,\n"
@@ -109,7 +116,10 @@ static const char usage_text[] =
     "  --dump-stack NAME|FILE  print a stack spec as JSON (loads back identically)\n"
     "  --validate FILE         predict every published run of FILE (e.g. tests/validation/\n"
     "                          public-set.json) and print predicted against measured step\n"
-    "                          time, the error of each and the mean and largest error\n"
+    "                          time, the error of each and the mean and largest error,\n"
+    "                          three ways: zero-shot, leave-one-out (calibrated from the\n"
+    "                          other runs of its source, device and stack) and the\n"
+    "                          ranking of each source's runs (wrong pairs, Kendall's tau)\n"
     "                          (--db FILE: price with that cost table, else analytic)\n"
     "\n"
     "Output:\n"
@@ -277,7 +287,8 @@ static int parse_options(int argc, char **argv, options *o)
            O_MEMFRAC, O_BUCKET, O_LAYOUT, O_EXPLAIN, O_GROUPS, O_LM, O_LC, O_DM, O_DC,
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
            O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
-           O_COMPARE, O_COMPRESS, O_NOSHIPPED, O_EMIT, O_TOKENS, O_PRICE, O_GBT, O_PIPE };
+           O_COMPARE, O_COMPRESS, O_NOSHIPPED, O_EMIT, O_TOKENS, O_PRICE, O_GBT, O_PIPE,
+           O_NOCALIB };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -296,6 +307,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"no-shipped-profile", 0, 0, O_NOSHIPPED}, {"emit", 1, 0, O_EMIT},
         {"tokens", 1, 0, O_TOKENS}, {"gpu-hour-price", 1, 0, O_PRICE},
         {"global-batch-tokens", 1, 0, O_GBT}, {"pipeline-layout", 1, 0, O_PIPE},
+        {"no-calibration", 0, 0, O_NOCALIB},
         {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
@@ -348,6 +360,7 @@ static int parse_options(int argc, char **argv, options *o)
         case O_TOP: bad = pt_cli_int("ptplan", "--top", optarg, 0, INT64_MAX, &o->top); break;
         case O_DB: o->db = optarg; break;
         case O_NOSHIPPED: o->no_shipped = true; break;
+        case O_NOCALIB: o->no_calibration = true; break;
         case O_OUT: o->out = optarg; break;
         case O_NOOUT: o->no_out = true; break;
         case O_EMIT:

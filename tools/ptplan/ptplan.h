@@ -40,6 +40,7 @@ typedef struct {
     double mem_fraction, lr;
     bool explain, json, list_models, list_clusters, list_stacks, no_out, list_layouts;
     bool no_shipped;         /* --no-shipped-profile */
+    bool no_calibration;     /* --no-calibration: plan zero-shot, stored runs unused */
 } options;
 
 /* The error band of a prediction: over the published runs of the validation sets
@@ -53,6 +54,11 @@ typedef struct {
     char reason[512];                  /* "" when every set was read and n > 0; else why
                                         * n is 0, or which sets were not found */
 } pred_band;
+
+/* The correction of the job's stack on its device (ptplan_calib.c), learned from the
+ * measured runs stored in the cost table (ptcalib --run FILE); job.t.calib points at fit
+ * when it is applied. */
+typedef struct job_calib job_calib;
 
 typedef struct {
     pt_model m;
@@ -69,6 +75,8 @@ typedef struct {
     char passed_over[512];   /* and the table it replaced, "" for none */
     pred_band band;          /* how far predictions of published runs of this stack on
                               * this device missed (prediction_band) */
+    job_calib *cal;          /* malloc'd by load_calibration, freed by free_job; NULL when
+                              * not loaded */
 } job;
 
 /* ---- ptplan_job.c: the job and what every mode shows ---------------------------- */
@@ -150,6 +158,23 @@ void no_layout_advice(const job *j, const pt_enum_counts *n, char *buf, size_t c
 /* Writes "  KEY  why" for every rule of mask that l breaks (on stdout, or f). */
 void print_rules(const job *j, const pt_layout *l, uint32_t mask);
 void print_rules_to(FILE *f, const job *j, const pt_layout *l, uint32_t mask);
+
+/* ---- ptplan_calib.c: learning from measured runs of the job's stack ----------------- */
+
+/* Reads the runs of the job's stack on its device stored in its cost table (the one
+ * ptplan prices with; for a shipped profile, the table it stands in for), prices each
+ * zero-shot with j->db, fits the correction (planner/calib.h) and, unless
+ * --no-calibration, applies it to every prediction of the job (j->t.calib). A stored
+ * run that cannot be priced is left out and named in the header. 0, or EXIT_BAD_INPUT
+ * (message printed) when the table cannot be read. */
+int load_calibration(const options *o, job *j);
+void free_calibration(job *j);
+/* The header's "calib" line(s): the correction and how well it predicts held-out runs,
+ * or why none is applied; nothing when no run is stored. */
+void print_calib_header(const job *j);
+/* {runs, applied, form, k_compute, k_comm, overhead_s, leave_one_out_error,
+ * zero_shot_error, ...}: the header's facts for --json. */
+json_t *calib_json(const job *j);
 
 /* ---- ptplan_emit.c: the plan in a framework's own configuration -------------------- */
 

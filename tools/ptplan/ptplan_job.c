@@ -56,12 +56,14 @@ static bool has_samples_of(const pt_costdb *db, const char *device)
 }
 
 /* The shipped profile of the cluster's device in place of a table with no samples of
- * it: a profile of this project's kernels, so for stack ptrun only (another stack's
- * step runs other kernels; --validate prices those analytically). */
+ * it. It is a profile of ptrun's kernels: for another stack it prices the kernels that
+ * stack runs as ptrun does (its cuBLAS GEMMs of ptrun's roles, cuDNN's attention where it
+ * is ptrun's) and the simulator prices the stack's own kernels analytically
+ * (planner/sim.c); --validate chooses the same way for each point. */
 static int use_shipped(const options *o, job *j)
 {
     const char *device = j->c.device.name;
-    if (o->no_shipped || !pt_stack_is_ptrun(&j->t.stack) || has_samples_of(j->db, device))
+    if (o->no_shipped || has_samples_of(j->db, device))
         return 0;
     pt_err err;
     pt_costdb *shipped;
@@ -185,6 +187,8 @@ int load_job(const options *o, job *j)
     /* After the profile, which fills the peaks a spec leaves at 0. */
     if (rc == 0 && pt_cluster_check_precision(&j->c, j->t.precision, &err))
         rc = pt_tool_fail("%s", err.msg);
+    if (rc == 0)
+        rc = load_calibration(o, j); /* the stored runs of this stack: ptplan_calib.c */
     /* a validation set that cannot be read costs the band, not the plan */
     if (rc == 0 && prediction_band(j, &j->band, &err)) {
         j->band.n = 0;
@@ -253,6 +257,7 @@ void free_job(job *j)
 {
     pt_costdb_close(j->db);
     j->db = NULL;
+    free_calibration(j);
 }
 
 double limit_bytes(const job *j)
@@ -288,6 +293,7 @@ json_t *job_json(const job *j)
                                   "stack", b->stack, "device", b->device, "sets", b->sets,
                                   "err_min", b->err_min, "err_max", b->err_max, "err_mean",
                                   b->err_mean, "reason", b->reason));
+    json_object_set_new(root, "calibration", calib_json(j));
     json_t *ct = json_object_get(root, "cost_table");
     json_object_set_new(ct, "shipped", json_boolean(j->shipped));
     if (j->shipped) {
@@ -296,6 +302,35 @@ json_t *job_json(const job *j)
                             j->passed_over[0] ? json_string(j->passed_over) : json_null());
     }
     return root;
+}
+
+/* Under the costs line, for a stack other than ptrun's: which of its kernels the table
+ * prices, as ptrun's kernels (planner/stack.c, pt_stack_ptrun_*), and that its own are
+ * analytic; each prediction's "priced from" then gives the share of its step that was
+ * measured, interpolated and analytic. */
+static void print_cost_kernels(const job *j)
+{
+    const pt_stack *s = &j->t.stack;
+    if (pt_stack_is_ptrun(s))
+        return;
+    char roles[256] = "";
+    for (int r = 0; r < PT_GEMM_ROLE_COUNT; r++)
+        if (pt_stack_ptrun_gemm(s, r))
+            snprintf(roles + strlen(roles), sizeof roles - strlen(roles), "%s%s",
+                     roles[0] ? ", " : "", pt_gemm_role_kind((pt_gemm_role)r));
+    bool unfused = s->attention == PT_ATTN_UNFUSED;
+    bool fwd = !unfused && pt_stack_ptrun_attn(s, j->c.device.name, false);
+    bool bwd = !unfused && pt_stack_ptrun_attn(s, j->c.device.name, true);
+    const char *attn = fwd && bwd ? "its attention both ways" : fwd ? "its attention forward"
+                       : bwd ? "its attention backward" : "";
+    if (!roles[0] && !attn[0]) {
+        printf("        stack %s runs none of ptrun's kernels: its kernels are priced "
+               "analytically, its collectives from the table\n", s->name);
+        return;
+    }
+    printf("        stack %s: ptrun's kernels priced from the table: %s%s%s%s; its own "
+           "kernels analytically\n", s->name, roles[0] ? "GEMMs " : "", roles,
+           roles[0] && attn[0] ? " and " : "", attn);
 }
 
 void print_job_header(const job *j)
@@ -326,6 +361,7 @@ void print_job_header(const job *j)
         printf("\n");
     }
     print_band_header(j);
+    print_calib_header(j);
     if (j->db) {
         pt_costdb_id id;
         pt_costdb_identity(j->db, &id);
@@ -337,7 +373,9 @@ void print_job_header(const job *j)
                 printf("\n        (used instead of %s, which has no samples of %s)",
                        j->passed_over, j->c.device.name);
             printf("\n        ops it has no samples of (collectives among them) are priced "
-                   "analytically; --no-shipped-profile prices all so\n\n");
+                   "analytically; --no-shipped-profile prices all so\n");
+            print_cost_kernels(j);
+            printf("\n");
             return;
         }
         /* where the measured figures of this device come from: the profile and which
@@ -353,7 +391,9 @@ void print_job_header(const job *j)
                        (long long)runs[i]);
             printf(n == 16 ? ", ..." : "");
         }
-        printf("\n\n");
+        printf("\n");
+        print_cost_kernels(j);
+        printf("\n");
     } else {
         printf("costs   no cost table at %s: analytic figures (ptprofile measures them)\n\n",
                j->db_path);

@@ -13,7 +13,9 @@
  *     "stack": "megatron-lm",            built-in name, or a stack JSON file relative
  *                                        to FILE [ptrun]
  *     "why": "...",                      why that cluster and stack (free text)
- *     "assume": {"mbs": {"value": 1, "why": "..."}, ...}
+ *     "assume": {"mbs": {"value": 1, "why": "..."}, ...},
+ *     "needs": ["fp8"]                   what ptplan does not plan yet (fp8, moe): the
+ *                                        point is listed as not evaluable, not scored
  *   }
  * The source's fields are required as the public set writes them (model sizes, norm,
  * activation, bias, tied_embeddings; gpus, tp, pp, dp, mbs, global_batch, zero,
@@ -27,8 +29,15 @@
  * Measured step time: "step_s" when the source gives it; else global batch x seq /
  * (tokens/s per GPU x GPUs); else the FLOPs of one step under the source's
  * convention / (TFLOP/s per GPU x GPUs). Predicted: pt_evaluate on the spec and
- * layout built from the point (analytic costs, or the --db cost table). Error =
+ * layout built from the point, priced with its device's cost table (table_for: --db, or
+ * the device's shipped profile where --db has no samples of it, else analytic). Error =
  * predicted / measured - 1.
+ *
+ * Each evaluated point is judged three ways: its zero-shot error; its leave-one-out
+ * error, predicted with the correction of planner/calib.c fitted to the set's other
+ * points of its source label, device and stack, never to itself; and, within each
+ * source, the ranking: pairs whose measured tokens/s per GPU differ by more than 10 %
+ * that the predictions order the other way, and Kendall's tau (ptplan_validate_loo.c).
  *
  * The summary ends with the errors by (stack, device): n, mean, min and max of
  * predicted / measured - 1 over the evaluated points of a stack (by the loaded stack's
@@ -36,13 +45,15 @@
  * device counts as that device). These are the error bands that ptplan's predictions
  * carry (ptplan_band.c), read and priced by the same code (eval_points).
  *
- * Exit status: 0 when every point was evaluated; 3 when some point could not be (it is
+ * Exit status: 0 when every point was evaluated (but those that need what ptplan does
+ * not plan); 3 when some point could not be (it is
  * listed with the reason: a layout the rules or the stack refuse, a value that cannot
  * be read); 1 when FILE is not a validation set (missing, malformed JSON, a point
  * without a required field, an unknown cluster or stack, a malformed "ptplan" object),
  * with one message naming the file and field.
  */
 #include "ptplan.h"
+#include "ptplan_validate_loo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -53,16 +64,22 @@
 
 /* ---- Where a value is --------------------------------------------------------------- */
 
+typedef struct vtables vtables; /* the cost table of each device (table_for) */
+
 typedef struct {
     const char *file;  /* the validation file, as given */
     char dir[1024];    /* its folder with a trailing '/', "" for the working directory */
     char at[64];       /* the point being read: "points[3]" */
     const json_t *assume; /* the point's ptplan.assume, or NULL */
+    vtables *tables;   /* --validate: each point priced with its device's table; NULL:
+                          with the table eval_points is given (the error bands) */
 } vctx;
 
 /* Read results: the point is read, the point cannot be evaluated (the reason goes in
  * the point's listing), or the file is bad input (err filled). */
-enum { V_OK = 0, V_SKIP = 1, V_BAD = -1 };
+enum { V_OK = 0, V_SKIP = 1, V_BAD = -1,
+       V_NEEDS = 2 /* the point needs what ptplan does not plan yet (ptplan.needs): listed,
+                      not scored, not a failure */ };
 
 /* "FILE: points[3].model.hidden: <message>" into err; returns V_BAD. */
 static int bad(const vctx *v, pt_err *err, const char *field, const char *fmt, ...)
@@ -96,6 +113,12 @@ typedef struct {
     char reason[512];          /* why not */
     pt_candidate cand;
     double error;              /* predicted / measured - 1 */
+    char needs[96];            /* ptplan.needs in words ("FP8, mixture-of-experts"): not
+                                  evaluable until ptplan plans it; "" otherwise */
+    int loo_n;                 /* evaluated points of the same source label, device and
+                                  stack besides this one (leave_one_out) */
+    pt_calib loo;              /* the correction they give (planner/calib.c) */
+    double loo_step_s, loo_error; /* this point predicted with it, and its error */
 } vpoint;
 
 static int skip(vpoint *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -503,10 +526,39 @@ static int read_stack(const vctx *v, const json_t *pp, vpoint *p, pt_err *err)
     return V_OK;
 }
 
+/* ptplan.needs: what the point needs that ptplan does not plan yet, a list of "fp8"
+ * (FP8 training) and "moe" (mixture-of-experts with expert parallelism), into p->needs
+ * in words; such a point is listed as not evaluable and not scored. */
+static int read_needs(const vctx *v, const json_t *needs, vpoint *p, pt_err *err)
+{
+    static const struct {
+        const char *key, *words;
+    } known[] = {{"fp8", "FP8"}, {"moe", "mixture-of-experts"}};
+    if (!needs)
+        return V_OK;
+    if (!json_is_array(needs) || json_array_size(needs) == 0)
+        return bad(v, err, "ptplan.needs", "expected a list of fp8, moe");
+    size_t i;
+    const json_t *x;
+    json_array_foreach(needs, i, x) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] &&
+               !(json_is_string(x) && strcmp(json_string_value(x), known[k].key) == 0))
+            k++;
+        if (k == sizeof known / sizeof known[0])
+            return bad(v, err, "ptplan.needs", "expected a list of fp8, moe");
+        size_t used = strlen(p->needs);
+        snprintf(p->needs + used, sizeof p->needs - used, "%s%s", used ? ", " : "",
+                 known[k].words);
+    }
+    return V_OK;
+}
+
 /* The "ptplan" object: its keys, the label, and the assumptions it states. */
 static int read_ptplan(vctx *v, const json_t *pt, const json_t **pp, vpoint *p, pt_err *err)
 {
-    static const char *const keys[] = {"label", "cluster", "stack", "why", "assume", NULL};
+    static const char *const keys[] = {"label", "cluster", "stack", "why", "assume", "needs",
+                                       NULL};
     *pp = json_object_get(pt, "ptplan");
     v->assume = NULL;
     const char *label = NULL;
@@ -521,13 +573,15 @@ static int read_ptplan(vctx *v, const json_t *pt, const json_t **pp, vpoint *p, 
                 k++;
             if (!keys[k])
                 return bad(v, err, "ptplan", "unknown key '%s' (known: label, cluster, stack, "
-                                             "why, assume)", key);
+                                             "why, assume, needs)", key);
         }
         if (get_string(v, *pp, "ptplan", "label", false, &label, err) == V_BAD ||
             get_string(v, *pp, "ptplan", "why", false, &(const char *){NULL}, err) == V_BAD)
             return V_BAD;
         v->assume = json_object_get(*pp, "assume");
         if (v->assume && check_assume(v, v->assume, err))
+            return V_BAD;
+        if (read_needs(v, json_object_get(*pp, "needs"), p, err))
             return V_BAD;
     }
     const char *source = NULL;
@@ -732,7 +786,7 @@ static int read_measured(const vctx *v, const json_t *pt, vpoint *p, pt_err *err
     const json_t *me = mv.val;
     if (!json_is_object(me))
         return bad(v, err, "measured", "expected an object");
-    double x;
+    double x = 0;
     if ((rc = get_real(v, me, "measured", "step_s", false, &x, err)) != V_SKIP) {
         p->measured_from = "step_s";
         p->measured_s = x;
@@ -763,6 +817,20 @@ static int read_measured(const vctx *v, const json_t *pt, vpoint *p, pt_err *err
 
 /* ---- Reading and evaluating one point ------------------------------------------------------ */
 
+/* A point that needs what ptplan does not plan: its model's name, its cluster and stack
+ * (bad input as anywhere), listed with the reason. */
+static int read_unevaluable(vctx *v, const json_t *pt, const json_t *pp, vpoint *p,
+                            pt_err *err)
+{
+    const json_t *mo = json_object_get(pt, "model"), *name = json_object_get(mo, "name");
+    snprintf(p->m.name, sizeof p->m.name, "%s", json_is_string(name) ? json_string_value(name)
+                                                                     : "model");
+    if (read_cluster(v, pt, pp, p, err) == V_BAD || read_stack(v, pp, p, err) == V_BAD)
+        return V_BAD;
+    snprintf(p->reason, sizeof p->reason, "not evaluable: needs %s", p->needs);
+    return V_NEEDS;
+}
+
 static int read_point(vctx *v, const json_t *pt, vpoint *p, pt_err *err)
 {
     const json_t *pp;
@@ -779,6 +847,8 @@ static int read_point(vctx *v, const json_t *pt, vpoint *p, pt_err *err)
     if (p->t.global_batch < 1)
         return bad(v, err, "global_batch", "%lld: expected at least 1",
                    (long long)p->t.global_batch);
+    if (p->needs[0])
+        return read_unevaluable(v, pt, pp, p, err);
     /* Bad input first (every required field, the cluster and the stack), so that a broken
      * file is reported as such even when an earlier part of a point cannot be evaluated. */
     int64_t batch = p->t.global_batch;
@@ -811,6 +881,57 @@ static void evaluate_point(const pt_costdb *db, vpoint *p)
     }
     p->ok = true;
     p->error = p->cand.predicted.step_time_s / p->measured_s - 1;
+}
+
+/* ---- The cost table of each point ------------------------------------------------------- */
+
+/* A point is priced as ptplan prices a job on its cluster (ptplan_job.c, use_shipped):
+ * with --db where that table has samples of the point's device, else with the profile the
+ * project ships of that device (for every stack: each prices from it the kernels that are
+ * ptrun's, planner/sim.c), unless --no-shipped-profile; else with --db (its collectives
+ * and fits) or analytically. The shipped profiles are opened once each. */
+#define VT_MAX_DEVICES 16
+struct vtables {
+    pt_costdb *db;     /* --db, or NULL */
+    bool no_shipped;
+    int n;
+    struct {
+        char device[64];
+        pt_costdb *db; /* NULL: none shipped */
+    } shipped[VT_MAX_DEVICES];
+};
+
+static bool has_samples_of(const pt_costdb *db, const char *device)
+{
+    int64_t runs[1], profiled;
+    return db && (pt_costdb_sample_runs(db, device, runs, 1, &profiled) > 0 || profiled > 0);
+}
+
+/* The table for points on `device` into *db; -1 with err when a shipped profile does
+ * not load. */
+static int table_for(vtables *t, const char *device, const pt_costdb **db, pt_err *err)
+{
+    *db = t->db;
+    if (t->no_shipped || has_samples_of(t->db, device))
+        return 0;
+    int i = 0;
+    while (i < t->n && strcmp(t->shipped[i].device, device) != 0)
+        i++;
+    if (i == t->n) {
+        pt_costdb *shipped = NULL;
+        if (pt_costdb_open_shipped(device, &shipped, err) < 0)
+            return -1;
+        if (t->n == VT_MAX_DEVICES) { /* more devices than any set holds: open each time */
+            pt_costdb_close(shipped);
+            return 0;
+        }
+        snprintf(t->shipped[i].device, sizeof t->shipped[i].device, "%s", device);
+        t->shipped[i].db = shipped;
+        t->n++;
+    }
+    if (t->shipped[i].db)
+        *db = t->shipped[i].db;
+    return 0;
 }
 
 /* Which points are priced: every one (NULL), or those of one stack on one device, as a
@@ -848,53 +969,60 @@ static int eval_points(vctx *v, const json_t *root, const pt_costdb *db, const v
             free(p);
             return V_BAD;
         }
+        const pt_costdb *table = db;
+        if (r == V_OK && v->tables && table_for(v->tables, p[i].c.device.name, &table, err)) {
+            free(p);
+            return V_BAD;
+        }
         if (r == V_OK && selected(only, &p[i]))
-            evaluate_point(db, &p[i]);
+            evaluate_point(table, &p[i]);
     }
     *out = p;
     return V_OK;
 }
 
-/* ---- Output ------------------------------------------------------------------------------ */
+/* ---- Three ways: zero-shot, leave-one-out, ranking ------------------------------------ */
 
-static json_t *point_json(int i, const vpoint *p)
-{
-    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:s, s:s, s:b}", "index", i, "label",
-                          p->label, "source", p->source, "model", p->m.name, "gpus",
-                          (json_int_t)p->gpus, "cluster", p->c.name, "stack", p->t.stack.name,
-                          "evaluable", p->ok);
-    if (p->layout_text[0])
-        json_object_set_new(o, "layout", json_string(p->layout_text));
-    json_object_set_new(o, "assumed", json_string(p->assumed));
-    if (!p->ok) {
-        json_object_set_new(o, "reason", json_string(p->reason));
-        return o;
-    }
-    const pt_sim_result *r = &p->cand.predicted;
-    json_object_set_new(o, "measured_from", json_string(p->measured_from));
-    json_object_set_new(o, "measured_step_s", json_real(p->measured_s));
-    json_object_set_new(o, "predicted_step_s", json_real(r->step_time_s));
-    json_object_set_new(o, "error", json_real(p->error));
-    json_object_set_new(o, "predicted_mfu", json_real(r->mfu));
-    json_object_set_new(o, "bubble_fraction", json_real(r->bubble_fraction));
-    json_object_set_new(o, "exposed_comm_fraction", json_real(r->exposed_comm_fraction));
-    json_object_set_new(o, "memory_bytes", json_real(p->cand.memory.total_bytes));
-    json_object_set_new(o, "fits", json_boolean(p->cand.memory.total_bytes <=
-                                                (double)p->c.device.memory_bytes));
-    json_object_set_new(o, "predicted", pt_sim_result_json(r)); /* with the time breakdown */
-    return o;
-}
-
+/* Each evaluated point judged three ways: its zero-shot error (p->error); its error
+ * when predicted with the correction learned from the other points of its source label,
+ * device and stack (never itself; ptplan_validate_loo.c); and, within its source,
+ * whether the zero-shot predictions order it against the others as measured. */
 typedef struct {
     int n, evaluated;
-    double mean_abs, max_abs;
+    int needs;                 /* not evaluable by design (ptplan.needs), not scored */
+    double mean_abs, max_abs;  /* zero-shot, over the evaluated points */
     int worst;
+    int loo_points;            /* evaluated points with at least one neighbour */
+    double loo_mean, loo_max;
+    int loo_worst;
+    val_rank *by;              /* the ranking of each source label ([groups]) */
+    int groups;
+    val_rank all;
+    int *of;                   /* the ranking's point numbers -> the set's indices */
 } vsummary;
 
-static void summarise(const vpoint *p, int n, vsummary *s)
+/* The evaluated points as ptplan_validate_loo.c sees them, into v; of maps back. */
+static int val_points(const vpoint *p, int n, val_point *v, int *of)
 {
-    *s = (vsummary){.n = n, .worst = -1};
+    int k = 0;
     for (int i = 0; i < n; i++) {
+        if (!p[i].ok)
+            continue;
+        v[k] = (val_point){.label = p[i].label, .device = p[i].c.device.name,
+                           .stack = p[i].t.stack.name,
+                           .predicted_s = p[i].cand.predicted.step_time_s,
+                           .tokens_per_gpu = (double)p[i].t.global_batch *
+                                             (double)p[i].m.seq / (double)p[i].gpus};
+        pt_calib_point_of(&p[i].cand.predicted, p[i].measured_s, &v[k].zero);
+        of[k++] = i;
+    }
+    return k;
+}
+
+static void summarise_zero(const vpoint *p, int n, vsummary *s)
+{
+    for (int i = 0; i < n; i++) {
+        s->needs += !p[i].ok && p[i].needs[0];
         if (!p[i].ok)
             continue;
         double e = fabs(p[i].error);
@@ -907,6 +1035,106 @@ static void summarise(const vpoint *p, int n, vsummary *s)
     }
     if (s->evaluated)
         s->mean_abs /= s->evaluated;
+}
+
+/* Judges p three ways into s (and each point's leave-one-out fields); free_summary frees
+ * it. -1 when out of memory. */
+static int summarise(vpoint *p, int n, vsummary *s)
+{
+    *s = (vsummary){.n = n, .worst = -1, .loo_worst = -1};
+    summarise_zero(p, n, s);
+    size_t room = n > 0 ? (size_t)n : 1;
+    val_point *v = calloc(room, sizeof *v);
+    s->of = calloc(room, sizeof *s->of);
+    s->by = calloc(room, sizeof *s->by);
+    if (!v || !s->of || !s->by) {
+        free(v);
+        return -1;
+    }
+    int k = val_points(p, n, v, s->of);
+    val_leave_one_out(v, k);
+    for (int i = 0; i < k; i++) {
+        vpoint *q = &p[s->of[i]];
+        q->loo_n = v[i].loo_n;
+        if (!q->loo_n)
+            continue;
+        q->loo = v[i].loo;
+        q->loo_step_s = v[i].loo_step_s;
+        q->loo_error = v[i].loo_error;
+        double e = fabs(q->loo_error);
+        s->loo_points++;
+        s->loo_mean += e;
+        if (e > s->loo_max || s->loo_worst < 0) {
+            s->loo_max = e;
+            s->loo_worst = s->of[i];
+        }
+    }
+    if (s->loo_points)
+        s->loo_mean /= s->loo_points;
+    s->groups = val_ranking(v, k, s->by, &s->all);
+    free(v);
+    return 0;
+}
+
+static void free_summary(vsummary *s)
+{
+    free(s->by);
+    free(s->of);
+}
+
+/* ---- Output ------------------------------------------------------------------------------ */
+
+/* A point's leave-one-out prediction, or why it has none. */
+static json_t *loo_json(const vpoint *p)
+{
+    if (!p->loo_n)
+        return json_pack("{s:i, s:s}", "neighbours", 0, "reason",
+                         "no other evaluated point of this source on this device with this "
+                         "stack");
+    const pt_calib *c = &p->loo;
+    json_t *cal = json_pack("{s:b, s:s, s:f, s:f, s:f, s:b}", "applied", c->applied, "form",
+                            pt_calib_form_name(c->form), "k_compute", c->k_compute, "k_comm",
+                            c->k_comm, "overhead_s", c->overhead_s, "checked", c->checked);
+    if (cal && c->why[0])
+        json_object_set_new(cal, "why", json_string(c->why));
+    return json_pack("{s:i, s:f, s:f, s:o}", "neighbours", p->loo_n, "predicted_step_s",
+                     p->loo_step_s, "error", p->loo_error, "calibration",
+                     cal ? cal : json_null());
+}
+
+static json_t *point_json(int i, const vpoint *p)
+{
+    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:s, s:s, s:b}", "index", i, "label",
+                          p->label, "source", p->source, "model", p->m.name, "gpus",
+                          (json_int_t)p->gpus, "cluster", p->c.name, "stack", p->t.stack.name,
+                          "evaluable", p->ok);
+    if (p->layout_text[0])
+        json_object_set_new(o, "layout", json_string(p->layout_text));
+    json_object_set_new(o, "assumed", json_string(p->assumed));
+    if (!p->ok) {
+        json_object_set_new(o, "reason", json_string(p->reason));
+        if (p->needs[0])
+            json_object_set_new(o, "needs", json_string(p->needs));
+        return o;
+    }
+    const pt_sim_result *r = &p->cand.predicted;
+    double tokens = (double)p->t.global_batch * (double)p->m.seq / (double)p->gpus;
+    json_object_set_new(o, "measured_from", json_string(p->measured_from));
+    json_object_set_new(o, "measured_step_s", json_real(p->measured_s));
+    json_object_set_new(o, "predicted_step_s", json_real(r->step_time_s));
+    json_object_set_new(o, "error", json_real(p->error));
+    json_object_set_new(o, "measured_tokens_per_s_per_gpu", json_real(tokens / p->measured_s));
+    json_object_set_new(o, "predicted_tokens_per_s_per_gpu",
+                        json_real(tokens / r->step_time_s));
+    json_object_set_new(o, "leave_one_out", loo_json(p));
+    json_object_set_new(o, "predicted_mfu", json_real(r->mfu));
+    json_object_set_new(o, "bubble_fraction", json_real(r->bubble_fraction));
+    json_object_set_new(o, "exposed_comm_fraction", json_real(r->exposed_comm_fraction));
+    json_object_set_new(o, "memory_bytes", json_real(p->cand.memory.total_bytes));
+    json_object_set_new(o, "fits", json_boolean(p->cand.memory.total_bytes <=
+                                                (double)p->c.device.memory_bytes));
+    json_object_set_new(o, "predicted", pt_sim_result_json(r)); /* with the time breakdown */
+    return o;
 }
 
 /* The evaluated points' errors by (stack, device), in the order each pair first occurs,
@@ -961,38 +1189,134 @@ static json_t *bands_json(const vpoint *p, int n)
     return list;
 }
 
+static void print_point_text(int i, const vpoint *q)
+{
+    printf("%3d %-16.16s %-12.12s %5lld %-38.38s ", i, q->label, q->m.name, (long long)q->gpus,
+           q->layout_text[0] ? q->layout_text : "-");
+    if (!q->ok) {
+        printf("%10s %11s %7s %9s %7s %6s  %s%s\n", "-", "-", "-", "-", "-", "-",
+               q->needs[0] ? "" : "NOT EVALUATED: ", q->reason);
+        return;
+    }
+    const pt_sim_result *r = &q->cand.predicted;
+    char note[400] = "", loo_s[16] = "-", loo_e[16] = "-";
+    if (q->cand.memory.total_bytes > (double)q->c.device.memory_bytes)
+        snprintf(note, sizeof note, "over memory: %.1f of %.1f GiB ",
+                 gib(q->cand.memory.total_bytes), gib((double)q->c.device.memory_bytes));
+    if (q->assumed[0])
+        snprintf(note + strlen(note), sizeof note - strlen(note), "assumed: %s", q->assumed);
+    if (q->loo_n) {
+        snprintf(loo_s, sizeof loo_s, "%.4g", q->loo_step_s);
+        snprintf(loo_e, sizeof loo_e, "%+.1f%%", 100 * q->loo_error);
+    }
+    printf("%10.4g %11.4g %+6.1f%% %9s %7s %5.1f%%  %s\n", q->measured_s, r->step_time_s,
+           100 * q->error, loo_s, loo_e, 100 * r->mfu, note);
+}
+
+/* Kendall's tau as the table shows it, "-" when it is not defined. */
+static void tau_text(double tau, char *buf, size_t n)
+{
+    if (isnan(tau))
+        snprintf(buf, n, "-");
+    else
+        snprintf(buf, n, "%.2f", tau);
+}
+
+static void print_ranking_text(const vsummary *s)
+{
+    char tau[16];
+    tau_text(s->all.kendall_tau, tau, sizeof tau);
+    printf("ranking:       %lld of %lld pairs whose measured speeds (tokens/s per GPU) differ "
+           "by more than %.0f%% are ordered wrongly by the zero-shot predictions; Kendall's "
+           "tau %s over the %lld pairs within sources\n", (long long)s->all.wrong,
+           (long long)s->all.compared, 100 * VAL_RANK_DIFF, tau, (long long)s->all.pairs);
+    printf("  %-16s %6s %6s %6s %6s %6s  %s\n", "source", "points", "pairs", ">10%", "wrong",
+           "tau", "wrong pairs");
+    for (int g = 0; g < s->groups; g++) {
+        const val_rank *r = &s->by[g];
+        tau_text(r->kendall_tau, tau, sizeof tau);
+        printf("  %-16.16s %6d %6lld %6lld %6lld %6s ", r->label, r->points,
+               (long long)r->pairs, (long long)r->compared, (long long)r->wrong, tau);
+        for (int k = 0; k < r->wrong && k < 8; k++)
+            printf(" #%d/#%d", s->of[r->wrong_first[k]], s->of[r->wrong_second[k]]);
+        printf("\n");
+    }
+}
+
+static void print_summary_text(const vpoint *p, int n, const vsummary *s)
+{
+    if (s->evaluated)
+        printf("zero-shot:     mean |error| %.1f%% over %d evaluated points; max |error| %.1f%% "
+               "(#%d %s %s)\n", 100 * s->mean_abs, s->evaluated, 100 * s->max_abs, s->worst,
+               p[s->worst].label, p[s->worst].m.name);
+    if (s->loo_points)
+        printf("leave-one-out: mean |error| %.1f%% over %d points; max |error| %.1f%% (#%d %s "
+               "%s); each predicted with the correction learned from the other points of its "
+               "source, device and stack\n", 100 * s->loo_mean, s->loo_points,
+               100 * s->loo_max, s->loo_worst, p[s->loo_worst].label,
+               p[s->loo_worst].m.name);
+    int alone = s->evaluated - s->loo_points;
+    if (alone) {
+        printf("               %d point%s no other point of %s source, device and stack, so "
+               "no leave-one-out prediction:", alone, alone == 1 ? " has" : "s have",
+               alone == 1 ? "its" : "their");
+        for (int i = 0; i < n; i++)
+            if (p[i].ok && !p[i].loo_n)
+                printf(" #%d %s", i, p[i].label);
+        printf("\n");
+    }
+    if (s->evaluated)
+        print_ranking_text(s);
+    if (s->needs)
+        printf("%d point%s not evaluable until ptplan plans what %s (listed, not scored)\n",
+               s->needs, s->needs == 1 ? " is" : "s are",
+               s->needs == 1 ? "it needs" : "they need");
+    if (s->evaluated + s->needs < n)
+        printf("%d of %d points could not be evaluated\n", n - s->evaluated - s->needs, n);
+}
+
 static void print_text(const char *file, const char *costs, const vpoint *p, int n,
                        const vsummary *s)
 {
     printf("validation set %s: %d points, %s\n\n", file, n, costs);
-    printf("%3s %-16s %-12s %5s %-38s %10s %11s %7s %6s  %s\n", "#", "source", "model", "gpus",
-           "layout", "measured s", "predicted s", "error", "MFU", "note");
-    for (int i = 0; i < n; i++) {
-        const vpoint *q = &p[i];
-        printf("%3d %-16.16s %-12.12s %5lld %-38.38s ", i, q->label, q->m.name,
-               (long long)q->gpus, q->layout_text[0] ? q->layout_text : "-");
-        if (!q->ok) {
-            printf("%10s %11s %7s %6s  NOT EVALUATED: %s\n", "-", "-", "-", "-", q->reason);
-            continue;
-        }
-        const pt_sim_result *r = &q->cand.predicted;
-        char note[400] = "";
-        if (q->cand.memory.total_bytes > (double)q->c.device.memory_bytes)
-            snprintf(note, sizeof note, "over memory: %.1f of %.1f GiB ",
-                     gib(q->cand.memory.total_bytes), gib((double)q->c.device.memory_bytes));
-        if (q->assumed[0])
-            snprintf(note + strlen(note), sizeof note - strlen(note), "assumed: %s", q->assumed);
-        printf("%10.4g %11.4g %+6.1f%% %5.1f%%  %s\n", q->measured_s, r->step_time_s,
-               100 * q->error, 100 * r->mfu, note);
-    }
+    printf("%3s %-16s %-12s %5s %-38s %10s %11s %7s %9s %7s %6s  %s\n", "#", "source", "model",
+           "gpus", "layout", "measured s", "predicted s", "error", "l-o-o s", "error", "MFU",
+           "note");
+    for (int i = 0; i < n; i++)
+        print_point_text(i, &p[i]);
     printf("\n");
-    if (s->evaluated)
-        printf("mean |error| %.1f%% over %d evaluated points; max |error| %.1f%% (#%d %s %s)\n",
-               100 * s->mean_abs, s->evaluated, 100 * s->max_abs, s->worst, p[s->worst].label,
-               p[s->worst].m.name);
-    if (s->evaluated < n)
-        printf("%d of %d points could not be evaluated\n", n - s->evaluated, n);
+    print_summary_text(p, n, s);
     print_bands_text(p, n);
+}
+
+/* {points, mean_abs_error, max_abs_error, worst} of one way; null figures without
+ * points. */
+static json_t *errors_json(int points, double mean, double max, int worst)
+{
+    json_t *o = json_pack("{s:i}", "points", points);
+    json_object_set_new(o, "mean_abs_error", points ? json_real(mean) : json_null());
+    json_object_set_new(o, "max_abs_error", points ? json_real(max) : json_null());
+    json_object_set_new(o, "worst", points ? json_integer(worst) : json_null());
+    return o;
+}
+
+static json_t *ranking_json(const vsummary *s)
+{
+    json_t *o = val_rank_json(&s->all, false), *by = json_array();
+    json_object_set_new(o, "speed", json_string("tokens_per_s_per_gpu"));
+    json_object_set_new(o, "predictions", json_string("zero_shot"));
+    json_object_set_new(o, "differ_by_more_than", json_real(VAL_RANK_DIFF));
+    for (int g = 0; g < s->groups; g++) {
+        const val_rank *r = &s->by[g];
+        json_t *x = val_rank_json(r, true), *wrong = json_array();
+        for (int k = 0; k < r->wrong && k < 8; k++)
+            json_array_append_new(wrong, json_pack("[i, i]", s->of[r->wrong_first[k]],
+                                                   s->of[r->wrong_second[k]]));
+        json_object_set_new(x, "wrong", wrong);
+        json_array_append_new(by, x);
+    }
+    json_object_set_new(o, "by_source", by);
+    return o;
 }
 
 static void print_json_out(const char *file, const char *costs, const vpoint *p, int n,
@@ -1001,10 +1325,18 @@ static void print_json_out(const char *file, const char *costs, const vpoint *p,
     json_t *list = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(list, point_json(i, &p[i]));
-    json_t *root = json_pack("{s:s, s:s, s:o, s:i, s:i}", "file", file, "costs", costs,
-                             "points", list, "count", n, "evaluated", s->evaluated);
+    json_t *root = json_pack("{s:s, s:s, s:o, s:i, s:i, s:i}", "file", file, "costs", costs,
+                             "points", list, "count", n, "evaluated", s->evaluated,
+                             "not_evaluable", s->needs);
+    /* the zero-shot figures, also at the top level as they always were */
     json_object_set_new(root, "mean_abs_error", s->evaluated ? json_real(s->mean_abs) : json_null());
     json_object_set_new(root, "max_abs_error", s->evaluated ? json_real(s->max_abs) : json_null());
+    json_object_set_new(root, "zero_shot",
+                        errors_json(s->evaluated, s->mean_abs, s->max_abs, s->worst));
+    json_t *loo = errors_json(s->loo_points, s->loo_mean, s->loo_max, s->loo_worst);
+    json_object_set_new(loo, "without_neighbours", json_integer(s->evaluated - s->loo_points));
+    json_object_set_new(root, "leave_one_out", loo);
+    json_object_set_new(root, "ranking", ranking_json(s));
     json_object_set_new(root, "by_stack_device", bands_json(p, n));
     print_json(root);
 }
@@ -1038,17 +1370,36 @@ static json_t *load_set(const char *file, vctx *v, pt_err *err)
     return root;
 }
 
-static int open_db(const options *o, pt_costdb **db, char *costs, size_t n)
+/* Opens --db into t and says in `costs` what the points are priced with. */
+static int open_tables(const options *o, vtables *t, char *costs, size_t n)
 {
-    *db = NULL;
-    snprintf(costs, n, "analytic costs (no --db)");
+    *t = (vtables){.no_shipped = o->no_shipped};
+    char devices[256] = "";
+    for (int i = 0; pt_shipped_sqls[i].device; i++)
+        snprintf(devices + strlen(devices), sizeof devices - strlen(devices), "%s%s",
+                 i ? ", " : "", pt_shipped_sqls[i].device);
+    if (o->no_shipped || !devices[0])
+        snprintf(costs, n, o->db ? "cost table %s" : "analytic costs (no --db)", o->db);
+    else if (o->db)
+        snprintf(costs, n, "cost table %s (the shipped profile of %s for points on a device "
+                 "it has no samples of)", o->db, devices);
+    else
+        snprintf(costs, n, "the shipped profile of %s for points on it, else analytic costs "
+                 "(no --db)", devices);
     if (!o->db)
         return 0;
     pt_err err;
-    if (pt_costdb_open(o->db, PT_COSTDB_READ, db, &err))
+    if (pt_costdb_open(o->db, PT_COSTDB_READ, &t->db, &err))
         return pt_tool_fail("%s", err.msg);
-    snprintf(costs, n, "cost table %s", o->db);
     return 0;
+}
+
+static void close_tables(vtables *t)
+{
+    pt_costdb_close(t->db);
+    for (int i = 0; i < t->n; i++)
+        pt_costdb_close(t->shipped[i].db);
+    t->n = 0;
 }
 
 int validate_set(const options *o)
@@ -1060,21 +1411,25 @@ int validate_set(const options *o)
         return pt_tool_fail("%s", err.msg);
     vpoint *p = NULL;
     int n = 0;
-    pt_costdb *db = NULL;
-    char costs[600];
-    int rc = open_db(o, &db, costs, sizeof costs);
-    if (rc == 0 && eval_points(&v, root, db, NULL, &p, &n, &err) == V_BAD)
+    vtables tables;
+    char costs[800];
+    int rc = open_tables(o, &tables, costs, sizeof costs);
+    v.tables = &tables;
+    if (rc == 0 && eval_points(&v, root, NULL, NULL, &p, &n, &err) == V_BAD)
         rc = pt_tool_fail("%s", err.msg);
+    vsummary s = {0};
+    if (rc == 0 && summarise(p, n, &s))
+        rc = pt_tool_fail("%s", "out of memory");
     if (rc == 0) {
-        vsummary s;
-        summarise(p, n, &s);
         if (o->json)
             print_json_out(o->validate, costs, p, n, &s);
         else
             print_text(o->validate, costs, p, n, &s);
-        rc = s.evaluated == n ? 0 : EXIT_REJECTED;
+        /* a point that needs what ptplan does not plan is no failure */
+        rc = s.evaluated + s.needs == n ? 0 : EXIT_REJECTED;
     }
-    pt_costdb_close(db);
+    free_summary(&s);
+    close_tables(&tables);
     free(p);
     json_decref(root);
     return rc;
