@@ -105,7 +105,7 @@ typedef struct {
     pt_cluster c;
     pt_train t;
     pt_layout l;
-    char layout_text[160];     /* compact, for the listing */
+    char layout_text[704];     /* compact, for the listing */
     const char *measured_from; /* "step_s", "tokens_per_s_per_gpu", "tflops_per_gpu" */
     double measured_s;
     char assumed[256];         /* the assumption keys used, comma-separated */
@@ -223,7 +223,7 @@ static int get_string(const vctx *v, const json_t *obj, const char *path, const 
 static const char *const assume_keys[] = {
     "mbs", "zero", "recompute", "sp", "vp", "cp", "kv_heads", "ffn", "norm", "activation",
     "bias", "tied_embeddings", "positions", "dropout", "first_layers", "last_layers",
-    "dp_overlap", "tp_overlap", "param_overlap", "tflops_convention", NULL};
+    "pipeline_layout", "dp_overlap", "tp_overlap", "param_overlap", "tflops_convention", NULL};
 
 /* Checks ptplan.assume: known keys, each {"value": ..., "why": "<reason>"}. */
 static int check_assume(const vctx *v, const json_t *assume, pt_err *err)
@@ -242,8 +242,8 @@ static int check_assume(const vctx *v, const json_t *assume, pt_err *err)
             return bad(v, err, name, "unknown assumption (known: mbs, zero, recompute, sp, vp, "
                                      "cp, kv_heads, ffn, norm, activation, bias, "
                                      "tied_embeddings, positions, dropout, first_layers, "
-                                     "last_layers, dp_overlap, tp_overlap, param_overlap, "
-                                     "tflops_convention)");
+                                     "last_layers, pipeline_layout, dp_overlap, tp_overlap, "
+                                     "param_overlap, tflops_convention)");
         const json_t *why = json_object_get(a, "why");
         if (!json_is_object(a) || json_object_size(a) != 2 || !json_object_get(a, "value") ||
             !json_is_string(why) || !json_string_length(why))
@@ -653,13 +653,20 @@ static int layout_recompute(const vctx *v, const json_t *pt, vpoint *p, pt_recom
 /* Keys that only an assumption sets: appended to the layout text as given. */
 static int layout_extra(const vctx *v, vpoint *p, char *text, size_t n, pt_err *err)
 {
-    static const char *const keys[] = {"first_layers", "last_layers", "dp_overlap",
-                                       "tp_overlap", "param_overlap", NULL};
+    /* (a pipeline layout in Megatron-Core's notation is the layout key pipeline=) */
+    static const char *const keys[] = {"first_layers", "last_layers", "pipeline_layout",
+                                       "dp_overlap", "tp_overlap", "param_overlap", NULL};
+    static const char *const as[] = {"first_layers", "last_layers", "pipeline", "dp_overlap",
+                                     "tp_overlap", "param_overlap"};
     for (int k = 0; keys[k]; k++) {
         const json_t *a = assumed(v, p, keys[k]);
         if (!a)
             continue;
         size_t used = strlen(text);
+        if (json_is_string(a)) {
+            snprintf(text + used, n - used, ",%s=%s", as[k], json_string_value(a));
+            continue;
+        }
         if (json_is_integer(a))
             snprintf(text + used, n - used, ",%s=%lld", keys[k], (long long)json_integer_value(a));
         else if (json_is_boolean(a))
@@ -676,7 +683,7 @@ static int layout_extra(const vctx *v, vpoint *p, char *text, size_t n, pt_err *
 static void layout_label(vpoint *p)
 {
     const pt_layout *l = &p->l;
-    char vp[16] = "", cp[16] = "", split[48] = "";
+    char vp[16] = "", cp[16] = "", split[PT_PIPE_TEXT_MAX + 2] = "";
     if (l->vp > 1)
         snprintf(vp, sizeof vp, " vp%d", l->vp);
     if (l->cp > 1)
@@ -684,6 +691,10 @@ static void layout_label(vpoint *p)
     if (l->first_layers || l->last_layers)
         snprintf(split, sizeof split, " L%lld/%lld", (long long)l->first_layers,
                  (long long)l->last_layers);
+    if (l->pipe.n) { /* the pipeline layout, as Megatron-Core writes it */
+        split[0] = ' ';
+        pt_pipe_format(&l->pipe, split + 1, sizeof split - 1);
+    }
     /* "tp8 sp pp16 vp2 dp48 z1 mbs1 none": sizes 1 of vp and cp left out */
     snprintf(p->layout_text, sizeof p->layout_text, "tp%d%s pp%d%s%s dp%d z%d mbs%lld %s%s",
              l->tp, l->sp ? " sp" : "", l->pp, vp, cp, l->dp, l->zero, (long long)l->mbs,
