@@ -72,7 +72,8 @@ static int cmp_rank(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks)
+/* The members of rank's group of `kind` into ranks[], in grid order; their count. */
+static int group_members(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks)
 {
     pt_dim dims[2];
     int n = group_dims(kind, dims);
@@ -88,11 +89,26 @@ int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *r
             ranks[count++] = pt_grid_rank(g, coords);
         }
     }
+    return count;
+}
+
+int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks)
+{
+    int count = group_members(g, kind, rank, ranks);
     qsort(ranks, (size_t)count, sizeof *ranks, cmp_rank);
     for (int i = 0; i < count; i++)
         if (ranks[i] == rank)
             return i;
     return -1; /* unreachable: rank is always a member of its own group */
+}
+
+int pt_grid_group_below(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t limit,
+                        int64_t *ranks)
+{
+    int count = group_members(g, kind, rank, ranks), n = 0;
+    for (int i = 0; i < count; i++)
+        n += ranks[i] < limit;
+    return n;
 }
 
 bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node)

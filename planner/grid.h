@@ -38,6 +38,11 @@ int pt_grid_group_size(const pt_grid *g, pt_group_kind kind);
 /* Fills ranks[0..size) with the members of `rank`'s group of `kind`, ascending.
  * ranks must hold pt_grid_group_size() entries. Returns this rank's index in it. */
 int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks);
+/* How many members of `rank`'s group of `kind` are below rank `limit` (in the first
+ * `limit` ranks: a node or an NVLink domain); ranks is scratch of
+ * pt_grid_group_size() entries. Unlike pt_grid_group it sorts nothing. */
+int pt_grid_group_below(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t limit,
+                        int64_t *ranks);
 /* True when some group of `kind` has members on two nodes of `devices_per_node`. */
 bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node);
 

@@ -211,10 +211,7 @@ static int group_ranks_per_node(const pt_grid *g, pt_group_kind kind, int nvlink
     int64_t *ranks = malloc((size_t)size * sizeof *ranks);
     if (!ranks)
         return 1;
-    pt_grid_group(g, kind, 0, ranks);
-    int n = 0;
-    for (int i = 0; i < size; i++)
-        n += ranks[i] / nvlink_domain == 0;
+    int n = pt_grid_group_below(g, kind, 0, nvlink_domain, ranks);
     free(ranks);
     return n;
 }

@@ -271,20 +271,38 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
 {
     int V = l->pp * l->vp;
     pt_oplist o = {0};
+    double kernel_prov[PT_PROV_COUNT] = {0};
     for (int vs = 0; vs < V; vs++) {
         o.n = 0;
         double params = stage_params(ctx->m, l, vs, V) - pt_step_tied_out(ctx, vs, V);
-        if (pt_ops_grad_sync(ctx, params, pt_stage_layers(ctx->m, l, vs, NULL), &o)) {
+        int64_t layers = pt_stage_layers(ctx->m, l, vs, NULL);
+        /* a stage like the one before (the middle ones of a pipeline) costs the same */
+        if (vs > 0 && params == stage_params(ctx->m, l, vs - 1, V) -
+                                   pt_step_tied_out(ctx, vs - 1, V) &&
+            layers == pt_stage_layers(ctx->m, l, vs - 1, NULL)) {
+            out->sync_s[vs] = out->sync_s[vs - 1];
+            out->sync_buckets[vs] = out->sync_buckets[vs - 1];
+            out->sync_compute_s[vs] = out->sync_compute_s[vs - 1];
+            for (int k = 0; k < PT_PROV_COUNT; k++) {
+                sync_prov[vs][k] = sync_prov[vs - 1][k];
+                p->prov_s[k] += kernel_prov[k];
+            }
+            continue;
+        }
+        if (pt_ops_grad_sync(ctx, params, layers, &o)) {
             pt_oplist_free(&o);
             return -1;
         }
         double total = 0, compute = 0;
         int64_t buckets = 0;
+        for (int k = 0; k < PT_PROV_COUNT; k++)
+            kernel_prov[k] = 0;
         for (int i = 0; i < o.n; i++) {
             const pt_op *op = &o.op[i];
             pt_cost c = price_op(p, op);
             if (op->cls == PT_OP_KERNEL) { /* PowerSGD's compression */
                 p->prov_s[c.prov] += c.time_s * op->count;
+                kernel_prov[c.prov] += c.time_s * op->count;
                 compute += c.time_s * op->count;
                 continue;
             }

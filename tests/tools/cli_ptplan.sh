@@ -245,7 +245,8 @@ run 0 $big405 --stack megatron-core --layout "tp=8,sp=1,pp=16,dp=64,zero=1,mbs=1
     --json --no-out
 out_has '"vp": 8' "vp follows from the pipeline layout's 128 stages over pp=16"
 out_has '"pipeline_layout": "E|(t|)\*126L"' "--json carries the pipeline layout"
-run 0 $big405 --stack megatron-core --top 40 --no-out
+run 0 --model llama3-405b --cluster dgx-h100 --nodes 16 --global-batch 2048 --seq 8192 \
+    --stack megatron-core --top 40 --no-out
 out_has "pipeline=E|(t|)\*126L" "the search tries the balanced layout with the embedding and loss alone"
 run 3 $big405 --layout "tp=8,pp=16,dp=64" --pipeline-layout "E|(t|)*125L" --no-out
 out_has "pipeline_layout .*127 virtual stages, not a multiple of pp (16)" "too few units"
