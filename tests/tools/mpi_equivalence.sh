@@ -113,43 +113,50 @@ compare() {
               exit !(worst <= '"$tol"') }' || fail "$3 differs from one rank"
 }
 
-# The layouts of the suite, "RANKS LAYOUT" each; with tp=4 tiny LLaMA's 2 KV heads are
-# each replicated over 2 ranks. `six` runs on the six-layer models. Uneven pipeline
+# The layouts of the suite, "RANKS LAYOUT" each, ";" between them (a pipeline layout
+# has "|"); with tp=4 tiny LLaMA's 2 KV heads are each replicated over 2 ranks. `six`
+# runs on the six-layer models. Uneven pipeline
 # stages (first_layers, last_layers): 1 + 3 layers on pp=2, 1 + 2 + 1 on pp=3 (4 layers
 # do not divide by 3), 1 + 2 + 2 + 1 on pp=4, and interleaved 2 + 4 in chunks of 1
 # and 2.
 if [ "$suite" = cuda ]; then
-    both="2 tp=2,mbs=2|2 tp=2,sp=1,tp_overlap=1,mbs=2|2 cp=2,mbs=2|2 dp=2,mbs=2"
-    both="$both|2 dp=2,zero=1,mbs=2|2 dp=2,zero=2,mbs=2|2 dp=2,zero=3,mbs=2"
-    both="$both|2 pp=2,vp=2,mbs=2|4 tp=2,dp=2,zero=3,mbs=2|4 tp=2,sp=1,cp=2,mbs=2"
+    both="2 tp=2,mbs=2;2 tp=2,sp=1,tp_overlap=1,mbs=2;2 cp=2,mbs=2;2 dp=2,mbs=2"
+    both="$both;2 dp=2,zero=1,mbs=2;2 dp=2,zero=2,mbs=2;2 dp=2,zero=3,mbs=2"
+    both="$both;2 pp=2,vp=2,mbs=2;4 tp=2,dp=2,zero=3,mbs=2;4 tp=2,sp=1,cp=2,mbs=2"
     # bf16 gradient compression: one more rounding to bf16 per bucket (measured 9e-6)
-    both="$both|2 dp=2,zero=1,mbs=2,compress=bf16"
+    both="$both;2 dp=2,zero=1,mbs=2,compress=bf16"
     # LLaMA's own paths (RMSNorm, SwiGLU, RoPE, GQA) through each collective kind once:
     # the emulator takes about 20 s a run
-    llama="2 tp=2,sp=1,tp_overlap=1,mbs=2|2 cp=2,mbs=2|2 dp=2,zero=1,mbs=2|2 dp=2,zero=3,mbs=2"
+    llama="2 tp=2,sp=1,tp_overlap=1,mbs=2;2 cp=2,mbs=2;2 dp=2,zero=1,mbs=2;2 dp=2,zero=3,mbs=2"
     six=""
     resume_cases="2 dp=2,zero=3,mbs=2"
 elif [ "$suite" = tensor ]; then
-    both="2 tp=2,mbs=2|2 tp=2,sp=1,mbs=2|4 tp=4,mbs=2|4 tp=4,sp=1,mbs=2"
-    both="$both|2 cp=2,mbs=2|4 cp=4,mbs=2|4 tp=2,dp=2,zero=1,mbs=2"
-    both="$both|8 tp=2,pp=2,dp=2,mbs=2|8 tp=2,cp=2,pp=2,mbs=2|4 tp=2,sp=1,cp=2,recompute=full,mbs=2"
-    both="$both|4 tp=2,sp=1,dp=2,zero=3,mbs=2|4 cp=2,dp=2,zero=3,recompute=full,mbs=2"
-    both="$both|2 tp=2,sp=1,tp_overlap=1,mbs=2|4 tp=4,sp=1,tp_overlap=1,recompute=full,mbs=2"
-    both="$both|4 tp=2,pp=2,first_layers=1,last_layers=3,mbs=2"
+    both="2 tp=2,mbs=2;2 tp=2,sp=1,mbs=2;4 tp=4,mbs=2;4 tp=4,sp=1,mbs=2"
+    both="$both;2 cp=2,mbs=2;4 cp=4,mbs=2;4 tp=2,dp=2,zero=1,mbs=2"
+    both="$both;8 tp=2,pp=2,dp=2,mbs=2;8 tp=2,cp=2,pp=2,mbs=2;4 tp=2,sp=1,cp=2,recompute=full,mbs=2"
+    both="$both;4 tp=2,sp=1,dp=2,zero=3,mbs=2;4 cp=2,dp=2,zero=3,recompute=full,mbs=2"
+    both="$both;2 tp=2,sp=1,tp_overlap=1,mbs=2;4 tp=4,sp=1,tp_overlap=1,recompute=full,mbs=2"
+    both="$both;4 tp=2,pp=2,first_layers=1,last_layers=3,mbs=2"
     six=""
-    resume_cases="4 tp=2,sp=1,dp=2,zero=1,mbs=2|4 cp=2,pp=2,mbs=2|4 tp=2,dp=2,zero=3,mbs=2"
+    resume_cases="4 tp=2,sp=1,dp=2,zero=1,mbs=2;4 cp=2,pp=2,mbs=2;4 tp=2,dp=2,zero=3,mbs=2"
 else
-    both="2 dp=2,mbs=2|4 dp=4,mbs=2|2 dp=2,zero=1,mbs=2|2 dp=2,zero=2,mbs=2|4 dp=4,zero=1,mbs=2"
-    both="$both|2 pp=2,schedule=afab,mbs=2|2 pp=2,schedule=1f1b,mbs=2|4 pp=4,schedule=1f1b,mbs=2"
-    both="$both|4 pp=4,schedule=afab,mbs=2|2 pp=2,vp=2,mbs=2|4 dp=2,pp=2,zero=1,mbs=2"
-    both="$both|8 dp=2,pp=4,mbs=2|2 pp=2,recompute=full,mbs=2|2 dp=2,recompute=selective,mbs=2"
-    both="$both|4 dp=4,zero=2,mbs=2|2 dp=2,zero=3,mbs=2|4 dp=4,zero=3,mbs=2"
-    both="$both|2 pp=2,first_layers=1,last_layers=3,mbs=2|3 pp=3,first_layers=1,last_layers=1,mbs=2"
-    six="2 pp=2,vp=2,first_layers=2,last_layers=4,mbs=2|2 pp=2,vp=2,first_layers=4,last_layers=2,mbs=2"
-    six="$six|4 pp=4,first_layers=1,last_layers=1,schedule=afab,mbs=2"
-    six="$six|4 dp=2,pp=2,zero=1,first_layers=4,last_layers=2,mbs=2"
-    resume_cases="2 dp=2,zero=1,mbs=2|2 pp=2,vp=2,mbs=2|4 dp=2,pp=2,zero=1,mbs=2|2 dp=2,zero=3,mbs=2"
-    resume_cases="$resume_cases|2 pp=2,first_layers=1,last_layers=3,mbs=2"
+    both="2 dp=2,mbs=2;4 dp=4,mbs=2;2 dp=2,zero=1,mbs=2;2 dp=2,zero=2,mbs=2;4 dp=4,zero=1,mbs=2"
+    both="$both;2 pp=2,schedule=afab,mbs=2;2 pp=2,schedule=1f1b,mbs=2;4 pp=4,schedule=1f1b,mbs=2"
+    both="$both;4 pp=4,schedule=afab,mbs=2;2 pp=2,vp=2,mbs=2;4 dp=2,pp=2,zero=1,mbs=2"
+    both="$both;8 dp=2,pp=4,mbs=2;2 pp=2,recompute=full,mbs=2;2 dp=2,recompute=selective,mbs=2"
+    both="$both;4 dp=4,zero=2,mbs=2;2 dp=2,zero=3,mbs=2;4 dp=4,zero=3,mbs=2"
+    both="$both;2 pp=2,first_layers=1,last_layers=3,mbs=2;3 pp=3,first_layers=1,last_layers=1,mbs=2"
+    six="2 pp=2,vp=2,first_layers=2,last_layers=4,mbs=2;2 pp=2,vp=2,first_layers=4,last_layers=2,mbs=2"
+    six="$six;4 pp=4,first_layers=1,last_layers=1,schedule=afab,mbs=2"
+    six="$six;4 dp=2,pp=2,zero=1,first_layers=4,last_layers=2,mbs=2"
+    # pipeline layouts (Megatron-Core's notation): a stage with only the embedding and
+    # one with only the output layer and loss, without and with interleaving (six
+    # virtual stages on pp=2), an empty chunk, and ZeRO 1 over dp=2 with the tied
+    # head's copy on a stage of its own
+    both="$both;2 pp=2,mbs=2,pipeline=E|(t|)*4L;4 pp=4,mbs=2,pipeline=E|tt|tt|L"
+    both="$both;2 pp=2,mbs=2,pipeline=Et|t||ttL;4 dp=2,pp=2,zero=1,mbs=2,pipeline=E|t*2|t*2|L"
+    resume_cases="2 dp=2,zero=1,mbs=2;2 pp=2,vp=2,mbs=2;4 dp=2,pp=2,zero=1,mbs=2;2 dp=2,zero=3,mbs=2"
+    resume_cases="$resume_cases;2 pp=2,first_layers=1,last_layers=3,mbs=2"
 fi
 
 for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.json"; do
@@ -162,7 +169,7 @@ for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.jso
     [ -n "$cases" ] || continue
     train "$model" 1 "mbs=2" >"$tmp/ref" || continue
     old_ifs=$IFS
-    IFS='|'
+    IFS=';'
     for case in $cases; do
         IFS=$old_ifs
         np=${case%% *} layout=${case#* }
@@ -171,31 +178,10 @@ for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.jso
     IFS=$old_ifs
 done
 
-# Pipeline layouts (Megatron-Core's notation, ';' between cases: '|' is the notation's):
-# a stage with only the embedding and one with only the output layer and loss, without
-# and with interleaving (six virtual stages on pp=2), an empty chunk, and ZeRO 1 over
-# dp=2 with the tied head's copy on a stage of its own.
-if [ "$suite" = pipeline ]; then
-    pipes="2 pp=2,mbs=2,pipeline=E|(t|)*4L;4 pp=4,mbs=2,pipeline=E|tt|tt|L"
-    pipes="$pipes;2 pp=2,mbs=2,pipeline=Et|t||ttL;4 dp=2,pp=2,zero=1,mbs=2,pipeline=E|t*2|t*2|L"
-    for model in tiny "$tmp/tiny-llama.json"; do
-        short=$(basename "$model" .json)
-        train "$model" 1 "mbs=2" >"$tmp/ref" || continue
-        old_ifs=$IFS
-        IFS=';'
-        for case in $pipes; do
-            IFS=$old_ifs
-            np=${case%% *} layout=${case#* }
-            train "$model" "$np" "$layout" >"$tmp/got" && compare "$tmp/ref" "$tmp/got" "$short $layout"
-        done
-        IFS=$old_ifs
-    done
-fi
-
 # Checkpoint and resume across ranks: stop half-way, resume; the second half is
 # bit-identical to the uninterrupted run of the same layout.
 old_ifs=$IFS
-IFS='|'
+IFS=';'
 for case in $resume_cases; do
     IFS=$old_ifs
     np=${case%% *} layout=${case#* }
