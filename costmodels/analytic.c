@@ -158,7 +158,22 @@ static double kind_efficiency(const char *key)
  * sections "Tile Quantization" and "Wave Quantization"). 128x256 is CUTLASS's default
  * bf16 tile on SM80 and SM90 (either orientation; we take the better one, as the
  * library's heuristics pick). A tile's main loop runs k/64 steps of 64, and its
- * prologue and epilogue cost about one step more: k / (k + 64). The rate with full
+ * prologue costs about one step more. Each wave then writes its output tiles to memory
+ * after its main loop (the epilogue), and the next wave's main loop waits for it: a
+ * wave of tiles computes 2·m'·n'·k FLOPs at the rate R and moves m'·n'·c bytes at the
+ * memory bandwidth B (c bytes per output element: 2 for a bf16 output, 4 where the
+ * product is added into a bf16 buffer, 8 into an fp32 one), so the epilogue is worth
+ * k_epi = c·R / (2·B) more of k and the efficiency is k / (k + 64 + k_epi) (the
+ * roofline's two terms added, not overlapped: NVIDIA, "Matrix Multiplication Background
+ * User's Guide", section "Math and Memory Bounds", for the traffic; CUTLASS's
+ * documentation, "Efficient GEMM in CUDA", section "Epilogue", for the epilogue that
+ * follows the main loop). A persistent kernel that overlaps one tile's epilogue with the
+ * next tile's main loop hides part of it; this charges all of it. On an H100 SXM
+ * (R = 794.5 TFLOP/s, B = 3.35 TB/s) a bf16 output is worth 237 of k, on an A100 80GB
+ * (271.2, 2.04) 133: the same shapes lose more on the H100, whose FLOP rate grew faster
+ * than its bandwidth. The role says c; a stack whose weight gradient is written in bf16
+ * (its key the same role) is charged the fp32 accumulation, at most a few percent of a
+ * weight gradient whose k is the micro-batch's tokens. The rate with full
  * waves is the best rate measured on the device (gemm_max_eff: maximum achievable
  * matmul FLOPs, stas00/ml-engineering's MAMF table: 80.3% of peak on H100 SXM, 86.9%
  * on A100 80GB). */
@@ -181,7 +196,27 @@ static double key_dim(const char *key, const char *name)
     return 0;
 }
 
-static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, double n, double k)
+/* Bytes an output element of role moves in the epilogue (see above): the product
+ * written in bf16, read and written where it is added into bf16 (a data gradient, a
+ * residual) or into fp32 (a weight gradient into main_grad). */
+static double gemm_out_bytes(pt_gemm_role role)
+{
+    switch (role) {
+    case PT_GEMM_WGRAD:
+    case PT_GEMM_WGRAD_BIAS:
+        return 8;
+    case PT_GEMM_DGRAD:
+    case PT_GEMM_DGRAD_DGELU:
+    case PT_GEMM_FWD_RES:
+    case PT_GEMM_FWD_BIAS_RES:
+        return 4;
+    default:
+        return 2;
+    }
+}
+
+static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, double n, double k,
+                             double out_bytes, double peak)
 {
     double best = 0, sms = hw->sm_count;
     for (int o = 0; o < 2; o++) {
@@ -192,7 +227,9 @@ static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, doubl
         double eff = quant * tiles / (waves * sms);
         best = fmax(best, eff);
     }
-    return hw->gemm_max_eff * best * k / (k + GEMM_K_STEP);
+    double bw = or_default(hw->mem_bw_Bps, DEFAULT_MEM_BW_BPS);
+    double k_epi = out_bytes * peak * hw->gemm_max_eff / (2 * bw);
+    return hw->gemm_max_eff * best * k / (k + GEMM_K_STEP + k_epi);
 }
 
 /* The compute efficiency of a GEMM ("gemm" or batched "bmm" key with m, n, k and for
@@ -203,8 +240,9 @@ static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
     if (hw->sm_count <= 0 || !(hw->gemm_max_eff > 0))
         return 0;
     bool batched = strncmp(op->key, "bmm:", 4) == 0;
+    pt_gemm_role role = pt_gemm_role_of(op->key);
     /* a gradient's GEMM, or one with a pointwise epilogue, tiles as the forward does */
-    if (!batched && pt_gemm_role_of(op->key) < 0)
+    if (!batched && role < 0)
         return 0;
     double m = key_dim(op->key, "m"), n = key_dim(op->key, "n"), k = key_dim(op->key, "k");
     double b = key_dim(op->key, "b");
@@ -212,7 +250,9 @@ static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
         b = 1;
     if (!(m >= 1 && n >= 1 && k >= 1 && b >= 1))
         return 0;
-    return gemm_shape_eff(hw, b, m, n, k);
+    pt_dtype from;
+    return gemm_shape_eff(hw, b, m, n, k, gemm_out_bytes(batched ? PT_GEMM_NONE : role),
+                          peak_for(hw, op->dtype, &from));
 }
 
 double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op)

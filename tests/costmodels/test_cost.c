@@ -131,16 +131,28 @@ static void test_kernel_analytic(void)
     /* The tile model (an SM count known): three weight gradients of 768 x 768 outputs
      * batched (b=3, planner/ops.c's qkv_wgrad) fill three times the tiles of one (18 of
      * 128 x 256 each, under one wave of 132 SMs), so the batch takes the time of one
-     * call, not three. */
+     * call, not three. The weight gradient is added into fp32 (8 bytes an output element
+     * read and written in the epilogue): k_epi = 8 · 0.8 · 989e12 / (2 · 3.35e12) steps
+     * of k on top of the prologue's 64. */
     pt_cost_hw sm = hw;
     sm.sm_count = 132;
     sm.gemm_max_eff = 0.8;
     double fw = 2.0 * 768 * 768 * 65536;
     pt_kernel_op w1 = kop("gemm_wgrad_bias:bf16:m=768,n=768,k=65536", PT_DTYPE_BF16, fw, 1);
     pt_kernel_op w3 = kop("gemm_wgrad_bias:bf16:b=3,m=768,n=768,k=65536", PT_DTYPE_BF16, 3 * fw, 1);
-    double t1 = fw / (989e12 * 0.8 * 18.0 / 132 * 65536 / (65536 + 64)) + 5e-6;
+    double k_epi8 = 8 * 0.8 * 989e12 / (2 * 3.35e12);
+    double t1 = fw / (989e12 * 0.8 * 18.0 / 132 * 65536 / (65536 + 64 + k_epi8)) + 5e-6;
     CHECK_NEAR(pt_cost_kernel_analytic(&sm, &w1), t1, 1e-12);
     CHECK_NEAR(pt_cost_kernel_analytic(&sm, &w3), t1, 1e-12);
+
+    /* The same shape as a forward writes 2 bytes an output element: a quarter of the
+     * epilogue; with less memory bandwidth the epilogue grows. */
+    pt_kernel_op f1 = kop("gemm:bf16:m=768,n=768,k=65536", PT_DTYPE_BF16, fw, 1);
+    double tf = fw / (989e12 * 0.8 * 18.0 / 132 * 65536 / (65536 + 64 + k_epi8 / 4)) + 5e-6;
+    CHECK_NEAR(pt_cost_kernel_analytic(&sm, &f1), tf, 1e-12);
+    pt_cost_hw slow = sm;
+    slow.mem_bw_Bps = sm.mem_bw_Bps / 2;
+    CHECK(pt_cost_kernel_analytic(&slow, &f1) > tf);
 
     /* fp8 unknown on this device: bf16 peak used. */
     pt_kernel_op g8 = g;

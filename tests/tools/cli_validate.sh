@@ -21,12 +21,16 @@ src="$2"
 # this test the analytic model reached 0.250 (max 0.379); with the measured compute
 # slowdown under overlapped NCCL (planner/stack.c) 0.231 (max 0.364); with eager
 # PyTorch modules and torchtitan's per-op selective recomputation in the fsdp stack
-# 0.202 (max 0.337).
-PUBLIC_MEAN_ABS_ERROR_MAX=0.22
+# 0.202 (max 0.337); with each GEMM wave's output write (costmodels/analytic.c) 0.172
+# (max 0.302).
+PUBLIC_MEAN_ABS_ERROR_MAX=0.19
 # Hold-out set: only a loose bound against gross regressions, so that no constant is
-# tuned to it (0.163, max 0.389, when the test was added; 0.146, max 0.381, now);
+# tuned to it (0.163, max 0.389, when the test was added; 0.105, max 0.346, now);
 # every point must be evaluable.
-HOLDOUT_MEAN_ABS_ERROR_MAX=0.30
+HOLDOUT_MEAN_ABS_ERROR_MAX=0.20
+# Leave-one-out on the public set (each point corrected from its neighbours, as a
+# user's own runs correct a stack): 0.049, max 0.098, when this bound was set.
+PUBLIC_LOO_MEAN_ABS_ERROR_MAX=0.06
 
 . "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
@@ -34,11 +38,12 @@ export PT_COSTS_DB="$tmp/none.db"
 ptplan="$build/ptplan"
 val="$src/tests/validation"
 
-# check_set FILE BOUND: every point evaluated (but those that need FP8 or MoE), mean
-# |error| <= BOUND, fields present, the three ways consistent with the points.
+# check_set FILE BOUND LOO_BOUND: every point evaluated (but those that need FP8 or
+# MoE), mean |error| <= BOUND and leave-one-out mean |error| <= LOO_BOUND, fields
+# present, the three ways consistent with the points.
 check_set() {
     run 0 "$ptplan" --validate "$1" --json
-    python3 - "$tmp/out" "$2" "$1" <<'PY' || fail "$1: see above"
+    python3 - "$tmp/out" "$2" "$1" "$3" <<'PY' || fail "$1: see above"
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 bound, name = float(sys.argv[2]), sys.argv[3]
@@ -79,11 +84,16 @@ print("%s: zero-shot mean |error| %.3f, max %.3f over %d points (bound %.2f); le
       % (name, r["mean_abs_error"], r["max_abs_error"], len(errs), bound,
          "%.3f, max %.3f" % (l["mean_abs_error"], l["max_abs_error"]) if lerrs else "-",
          len(lerrs), k["wrong_pairs"], k["pairs_compared"], k["kendall_tau"]))
-sys.exit(1 if bad or r["mean_abs_error"] > bound else 0)
+loo_bound = float(sys.argv[4])
+if lerrs and l["mean_abs_error"] > loo_bound:
+    print("%s: leave-one-out mean |error| %.3f over the bound %.2f"
+          % (name, l["mean_abs_error"], loo_bound))
+sys.exit(1 if bad or r["mean_abs_error"] > bound or
+         (lerrs and l["mean_abs_error"] > loo_bound) else 0)
 PY
 }
-check_set "$val/public-set.json" "$PUBLIC_MEAN_ABS_ERROR_MAX"
-check_set "$val/holdout.json" "$HOLDOUT_MEAN_ABS_ERROR_MAX"
+check_set "$val/public-set.json" "$PUBLIC_MEAN_ABS_ERROR_MAX" "$PUBLIC_LOO_MEAN_ABS_ERROR_MAX"
+check_set "$val/holdout.json" "$HOLDOUT_MEAN_ABS_ERROR_MAX" 1
 
 # The text form: one line per point and the summary.
 run 0 "$ptplan" --validate "$val/public-set.json"
