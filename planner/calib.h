@@ -61,7 +61,7 @@ typedef struct {
     pt_meas_kind meas;
     double meas_value;           /* in the unit of meas */
     double measured_step_s;      /* meas_value as seconds per step */
-    char date[40];               /* ISO 8601: 2026-01-31, or with a time */
+    char date[40];               /* ISO 8601 (YYYY-MM-DD), or with a time */
     char software[64];           /* "Megatron-LM" */
     char version[64];            /* "core_r0.12.0" */
     char note[512];              /* "" for none */

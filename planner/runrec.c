@@ -10,7 +10,7 @@
  *    "layout": "tp=2,pp=1,dp=4,mbs=1,recompute=selective",
  *    "global_batch": 128, "seq": 8192, "precision": "bf16",
  *    "measured": {"step_s": 1.92} | {"tokens_per_s": ...} | {"tokens_per_s_per_gpu": ...},
- *    "date": "2026-01-31", "software": {"name": "Megatron-LM", "version": "core_r0.12.0"},
+ *    "date": "YYYY-MM-DD", "software": {"name": "Megatron-LM", "version": "core_r0.12.0"},
  *    "note": "free text" (optional), "log": {where a log reader took it from} (optional)}
  *
  * This file reads, checks, writes and prices records; it owns their format. A spec
@@ -184,7 +184,7 @@ static int get_measured(const pt_json_obj *o, pt_runrec *r, pt_err *err)
     return 0;
 }
 
-/* An ISO 8601 date, "2026-01-31", optionally followed by 'T' or ' ' and a time. */
+/* An ISO 8601 date, YYYY-MM-DD, optionally followed by 'T' or ' ' and a time. */
 static bool iso_date(const char *s)
 {
     for (int i = 0; i < 10; i++)

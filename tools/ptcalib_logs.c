@@ -4,9 +4,9 @@
  * left out as warm-up (CALIB_LOG_SKIP), the median of the rest.
  *
  * Megatron-LM / Megatron-Core: training_log() in megatron/training/training.py (NVIDIA/
- * Megatron-LM, read at core_r0.8.0 and at d98e8a6, 2026-08) prints, every
+ * Megatron-LM, read at core_r0.8.0 and at d98e8a6) prints, every
  * --log-interval iterations, on the last rank,
- *   " [2026-01-01 00:00:00.123456] iteration       10/     100 | consumed samples: ...
+ *   " [YYYY-MM-DD hh:mm:ss.ffffff] iteration       10/     100 | consumed samples: ...
  *    | elapsed time per iteration (ms): 1234.5 | ... | global batch size:   128 | ..."
  * where the elapsed time is the interval timer over the iterations since the last line
  * (its timestamp has no fraction of a second before core_r0.12); recent versions also
@@ -15,9 +15,9 @@
  * batch-size ramp-up the intervals of the final global batch are used.
  *
  * torchtitan: MetricsProcessor.log() in torchtitan/components/metrics.py (pytorch/
- * torchtitan at b5bcd76, 2026-08; train.py before the metrics component) prints at step
+ * torchtitan at b5bcd76; train.py before the metrics component) prints at step
  * 1 and every metrics.log_freq steps
- *   "[titan] 2026-01-01 12:00:00,123 - root - INFO - step: 10  loss:  7.1234  ...
+ *   "[titan] YYYY-MM-DD hh:mm:ss,fff - root - INFO - step: 10  loss:  7.1234  ...
  *    memory: 40.12GiB(50.00%)  tps: 1,234  tflops: 56.78  mfu: 12.34%"
  * colored with ANSI escapes unless disabled; tps is the tokens of this data-parallel
  * rank since the last line over the time times the non-data-parallel size (tp·pp·cp):
