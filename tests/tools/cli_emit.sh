@@ -307,6 +307,27 @@ toml "[len([m for m in p if m.startswith('layers.')]) for p in t['parallelism'][
 toml "sum(t['parallelism']['module_fqns_per_model_part'], []) == ['tok_embeddings'] + ['layers.%d' % i for i in range(80)] + ['norm', 'output']" \
      "every module once, in order"
 
+# A pipeline layout (Megatron-Core's notation): Megatron reads it as given and derives
+# vp from it, NeMo as a strategy argument, torchtitan as the modules of each stage.
+pipe="Et*4|(t*5|)*14t*6L" # 80 layers on 16 virtual stages: pp=8, vp=2
+plan 0 $big --layout "tp=4,sp=1,pp=8,zero=1,recompute=full" --pipeline-layout "$pipe" --emit megatron --no-out
+check megatron "pipeline layout"
+sed 's/ \\$//' "$tmp/out" | grep -qxF -- "--pipeline-model-parallel-layout \"$pipe\"" ||
+    fail "--emit megatron lacks the pipeline layout as Megatron-Core reads it"
+no_arg "--num-virtual-stages-per-pipeline-rank" "arguments.py refuses vp beside a layout"
+arg "--pipeline-model-parallel-size 8" "pp=8"
+plan 0 $big --layout "tp=4,sp=1,pp=8,zero=1,recompute=full" --pipeline-layout "$pipe" --emit nemo --no-out
+check nemo "pipeline layout"
+grep -qxF -- "trainer.strategy.pipeline_model_parallel_layout=\"$pipe\"" "$tmp/out" ||
+    fail "--emit nemo lacks the pipeline layout as NeMo takes it"
+out_line "trainer.strategy.virtual_pipeline_model_parallel_size=2" "vp=2 from 16 stages"
+plan 0 $big --layout "tp=8,sp=1,pp=8" --pipeline-layout "$pipe" --emit torchtitan --no-out
+check torchtitan "pipeline layout"
+toml "[len([m for m in p if m.startswith('layers.')]) for p in t['parallelism']['module_fqns_per_model_part']] == [4] + [5] * 14 + [6]" \
+     "4, 5 x 14, 6 layers"
+toml "t['parallelism']['module_fqns_per_model_part'][0][0] == 'tok_embeddings' and t['parallelism']['module_fqns_per_model_part'][-1][-2:] == ['norm', 'output']" \
+     "the embedding opens the first stage, the head closes the last"
+toml "t['parallelism']['pipeline_parallel_schedule'] == 'Interleaved1F1B'" "vp=2 from 16 stages"
 # the search, kept short
 plan 0 $big --sim-top 50 --emit megatron --no-out
 check megatron "70B search"
