@@ -69,6 +69,30 @@ const char *pt_kdtype_name(pt_kdtype dt); /* "fp32", "bf16" */
 
 typedef enum { PT_KCOPY_H2H, PT_KCOPY_H2D, PT_KCOPY_D2H, PT_KCOPY_D2D } pt_kcopy;
 
+/* The 8-bit floating-point formats (OCP 8-bit Floating Point Specification, 2023;
+ * Micikevicius et al. 2022, "FP8 Formats for Deep Learning"): E4M3 (bias 7, finite
+ * max 448, the all-ones mantissa at the top exponent is NaN, no infinities) and E5M2
+ * (bias 15, IEEE-like: max 57344, infinities and NaNs). */
+typedef enum { PT_KFP8_E4M3 = 0, PT_KFP8_E5M2 = 1 } pt_kfp8;
+
+/* A tensor's FP8 scaling state (fp8_* ops below): PT_KFP8_META floats, then the amax
+ * history of delayed scaling (hist_len floats, newest first). */
+enum {
+    PT_KFP8_SCALE = 0,      /* multiplies x before the rounding */
+    PT_KFP8_SCALE_INV = 1,  /* 1 / scale: multiplies the GEMM's accumulator */
+    PT_KFP8_AMAX = 2,       /* max |x| seen since the last fp8_scale */
+    PT_KFP8_OVER = 3,       /* elements saturated by fp8_cast (a count, accumulated) */
+    PT_KFP8_UNDER = 4,      /* non-zero elements fp8_cast flushed to zero (a count) */
+    PT_KFP8_META = 5,       /* floats before the history */
+};
+
+/* The largest finite value of format fmt: 448 or 57344. */
+float pt_kfp8_max(pt_kfp8 fmt);
+/* x rounded to format fmt (nearest, ties to even; saturated to ±max; NaN to the
+ * format's NaN), as a byte, and a byte's value (exact in float). */
+uint8_t pt_kfp8_from_f32(float x, pt_kfp8 fmt);
+float pt_kfp8_to_f32(uint8_t q, pt_kfp8 fmt);
+
 /* orthonormalize's widest matrix (PowerSGD's largest rank, planner.h's
  * PT_POWERSGD_MAX_RANK) */
 enum { PT_K_ORTHO_MAX_COLS = 1024 };
@@ -620,6 +644,64 @@ struct pt_kernels {
     void (*orthonormalize)(pt_kernels *kn,
                            float *p,               /* (rows, cols) fp32, row-major */
                            int64_t rows, int cols, float eps);
+
+    /* -- FP8 linear layers (optional: all four or none; without them FP8 plans are
+     * refused on the backend). FP8 values are bytes of the OCP 8-bit formats (pt_kfp8):
+     * E4M3 (finite max 448, no infinities) for weights and activations, E5M2 (max
+     * 57344) for gradients in the hybrid recipes. A tensor is quantized with a
+     * per-tensor scale: q = fp8(x · scale), rounded to nearest even and saturated to
+     * ±max (a NaN stays NaN), and a GEMM of quantized operands multiplies the fp32
+     * accumulator by both inverse scales, as cuBLASLt's FP8 matmul with its A and B
+     * scale pointers does. Every FP8 value is exact in bf16 and fp32, so the CPU
+     * computes the same products exactly and sums them in fp32.
+     * A tensor's scaling state is a `meta` block of PT_KFP8_META + history floats of
+     * backend memory (the layout below), which the ops read and update where they run,
+     * without the host; the runtime reads the blocks back once a step for its log. --
+     *
+     * fp8_amax: meta[AMAX] = max(meta[AMAX], max |src|) (NaN ignored). */
+    void (*fp8_amax)(pt_kernels *kn,
+                     float *meta,                  /* PT_KFP8_META+ fp32 */
+                     const float *src,             /* (n) [act] */
+                     int64_t n);
+    /* fp8_scale: the scale from the amax. hist_len 0 (current scaling: Transformer
+     * Engine's Float8CurrentScaling, torchtitan's tensorwise): a = meta[AMAX].
+     * hist_len > 0 (delayed scaling, TE's DelayedScaling with amax_compute_algo "max"):
+     * the history shifts by one, hist[0] = meta[AMAX], and a = max over the history.
+     * Then scale = fmt's max / a / 2^margin, or 1 when a is 0 or not finite;
+     * scale_inv = 1 / scale; meta[AMAX] = 0 for the next use. */
+    void (*fp8_scale)(pt_kernels *kn,
+                      float *meta,                 /* PT_KFP8_META + hist_len fp32 */
+                      int fmt,                     /* pt_kfp8 */
+                      int hist_len, float margin);
+    /* fp8_cast: q = fp8(src · meta[SCALE]) into dst (rows, cols) and, when dst_t is
+     * non-NULL, its transpose into dst_t (cols, rows) (Hopper's FP8 GEMMs read both
+     * operands K-major, so a data gradient needs the weight's transpose and a weight
+     * gradient both operands'). dst may be NULL when only dst_t is wanted. It also
+     * max-accumulates |src| into meta[AMAX] (the fused amax of delayed scaling) and
+     * adds to meta[OVER] the elements saturated (|x · scale| > max) and to meta[UNDER]
+     * the non-zero ones that became zero (integer counts, exact below 2^24). */
+    void (*fp8_cast)(pt_kernels *kn,
+                     uint8_t *dst,                 /* (rows, cols) fp8 or NULL */
+                     uint8_t *dst_t,               /* (cols, rows) fp8 or NULL */
+                     const float *src,             /* (rows, cols) [act] */
+                     int64_t rows, int cols,
+                     int fmt,                      /* pt_kfp8 */
+                     float *meta);                 /* PT_KFP8_META+ fp32 */
+    /* gemm_fp8: c = a · b^T · meta_a[SCALE_INV] · meta_b[SCALE_INV] (+ bias in every
+     * row) + beta · c, products and sums in fp32, c rounded once: the TN layout, a
+     * (m, k) and b (n, k) both K-major. c is [act] when c_f32 is 0 (a forward's output,
+     * a data gradient), else fp32 (a weight gradient, beta 1 to accumulate). */
+    void (*gemm_fp8)(pt_kernels *kn,
+                     float *c,                     /* (m, n) [act], or fp32 if c_f32 */
+                     int c_f32, float beta,
+                     const uint8_t *a,             /* (m, k) fp8 */
+                     int fmt_a,                    /* pt_kfp8 */
+                     const float *meta_a,          /* PT_KFP8_META+ fp32 */
+                     const uint8_t *b,             /* (n, k) fp8 */
+                     int fmt_b,
+                     const float *meta_b,
+                     const float *bias,            /* (n) [act] or NULL */
+                     int64_t m, int n, int k);
 
     /* -- Conversions (round to nearest even; NaN stays NaN). Optional. -- */
     void (*f32_to_bf16)(pt_kernels *kn,

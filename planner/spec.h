@@ -341,10 +341,30 @@ pt_dtype pt_prec_dtype(pt_prec_kind k);
  * the cluster, the field (device.peak_flops.fp32) and the precision. */
 int pt_cluster_check_precision(const pt_cluster *c, pt_prec_kind p, pt_err *err);
 
+/* FP8 training: the transformer layers' linear layers (forward, data and weight
+ * gradients) compute in FP8, E4M3 in the forward and E5M2 for gradients (the hybrid
+ * format of Transformer Engine's recipes); the embedding, the output layer, attention
+ * and the norms stay in the storage precision. The recipe says how each tensor's scale
+ * is chosen: per tensor from its own amax (current), from an amax history (delayed),
+ * per 1x128 / 128x128 block (blockwise, DeepSeek-V3's) or per row (rowwise,
+ * torchtitan's). PT_FP8_OFF: no FP8. */
+typedef enum { PT_FP8_OFF, PT_FP8_CURRENT, PT_FP8_DELAYED, PT_FP8_BLOCKWISE, PT_FP8_ROWWISE,
+               PT_FP8_COUNT } pt_fp8_recipe;
+const char *pt_fp8_recipe_name(pt_fp8_recipe r); /* "off", "current", "delayed", ... */
+int pt_fp8_recipe_parse(const char *text, pt_fp8_recipe *out, pt_err *err);
+
+typedef struct {
+    pt_fp8_recipe recipe;   /* [off] */
+    int history;            /* delayed: the amax history's length */
+    bool emulated;          /* FP8 values computed in the storage precision on a device
+                             * without FP8 peak (the CPU backend), asked for explicitly */
+} pt_fp8;
+
 /* Settings of a training job that the planner needs besides model and layout. */
 typedef struct {
     int64_t global_batch;   /* sequences per optimizer step */
     pt_prec_kind precision;
+    pt_fp8 fp8;             /* FP8 GEMMs on top of the precision [off] */
     int64_t bucket_bytes;   /* gradient-reduction bucket (PyTorch DDP default: 25 MiB) */
     pt_stack stack;         /* the software that runs the step [ptrun] */
     /* A correction learned from measured runs of this stack on this device (calib.h),

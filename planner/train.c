@@ -49,6 +49,26 @@ int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err)
                       text ? text : "");
 }
 
+static const char *const pt_fp8_names[PT_FP8_COUNT] = {"off", "current", "delayed",
+                                                        "blockwise", "rowwise"};
+
+const char *pt_fp8_recipe_name(pt_fp8_recipe r)
+{
+    return (unsigned)r < PT_FP8_COUNT ? pt_fp8_names[r] : "unknown";
+}
+
+int pt_fp8_recipe_parse(const char *text, pt_fp8_recipe *out, pt_err *err)
+{
+    for (int r = 0; text && r < PT_FP8_COUNT; r++) {
+        if (strcmp(text, pt_fp8_names[r]) == 0) {
+            *out = (pt_fp8_recipe)r;
+            return 0;
+        }
+    }
+    return pt_err_set(err, "unknown FP8 recipe '%s' (expected off, current, delayed, "
+                           "blockwise or rowwise)", text ? text : "");
+}
+
 void pt_train_default(pt_train *t, const pt_cluster *c)
 {
     t->global_batch = 512;
@@ -58,5 +78,8 @@ void pt_train_default(pt_train *t, const pt_cluster *c)
     bool bf16 = c != NULL && c->device.peak_flops[PT_DTYPE_BF16] > 0;
     t->precision = bf16 ? PT_PREC_BF16 : PT_PREC_FP32;
     t->stack = *pt_stack_builtin(0); /* ptrun */
+    /* Transformer Engine's DelayedScaling: amax_history_len = 1024 (TE 1.x's
+     * transformer_engine/common/recipe/__init__.py). */
+    t->fp8 = (pt_fp8){.recipe = PT_FP8_OFF, .history = 1024};
     t->calib = NULL;
 }

@@ -119,6 +119,10 @@ static const pt_kernels cpu_table = {
     .f32_to_bf16 = pt_kcpu_f32_to_bf16,
     .bf16_to_f32 = pt_kcpu_bf16_to_f32,
     .add_f32 = pt_kcpu_add_f32,
+    .fp8_amax = pt_kcpu_fp8_amax,
+    .fp8_scale = pt_kcpu_fp8_scale,
+    .fp8_cast = pt_kcpu_fp8_cast,
+    .gemm_fp8 = pt_kcpu_gemm_fp8,
 };
 
 pt_kernels *pt_kernels_cpu(int threads)

@@ -1,7 +1,7 @@
 /*
  * The CPU backend's internal declarations: one function per slot of the pt_kernels
  * table, named pt_kcpu_<op>, defined in the file of its area (embed.c, norm.c,
- * matmul.c, rope.c, attention.c, act.c, loss.c, optim.c, rng.c, convert.c) and put
+ * matmul.c, rope.c, attention.c, act.c, loss.c, optim.c, rng.c, convert.c, fp8.c) and put
  * into the table by backend.c. Shapes and contracts are those of kernels.h.
  */
 #ifndef PT_KERNELS_CPU_H
@@ -53,6 +53,14 @@ void pt_kcpu_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk
                   float beta, float *c, int ldc);
 /* compress.c */
 void pt_kcpu_orthonormalize(pt_kernels *kn, float *p, int64_t rows, int cols, float eps);
+/* fp8.c */
+void pt_kcpu_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n);
+void pt_kcpu_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float margin);
+void pt_kcpu_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
+                      int64_t rows, int cols, int fmt, float *meta);
+void pt_kcpu_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,
+                      int fmt_a, const float *meta_a, const uint8_t *b, int fmt_b,
+                      const float *meta_b, const float *bias, int64_t m, int n, int k);
 /* rope.c */
 void pt_kcpu_rope_forward(pt_kernels *kn, float *out, const float *inp, int b, int s,
                           int nh, int d, int pos0, float theta);

@@ -951,6 +951,144 @@ static void test_bf16(void)
     CHECK(back[0] == 1.0f && back[1] == -2.5f && isnan(back[2]));
 }
 
+/* The FP8 value nearest to x among all 256 codes (ties to the even code, whose
+ * mantissa's last bit is 0), saturated to the largest finite value: a brute-force
+ * reference for pt_kfp8_from_f32. */
+static float fp8_nearest(float x, pt_kfp8 f)
+{
+    float best = 0.0f, max = pt_kfp8_max(f);
+    double bd = INFINITY;
+    int bcode = 0;
+    if (x > max)
+        x = max;
+    if (x < -max)
+        x = -max;
+    for (int q = 0; q < 256; q++) {
+        float v = pt_kfp8_to_f32((uint8_t)q, f);
+        if (!isfinite(v))
+            continue;
+        double d = fabs((double)v - (double)x);
+        if (d < bd || (d == bd && (q & 1) == 0 && (bcode & 1))) {
+            bd = d;
+            best = v;
+            bcode = q;
+        }
+    }
+    return best;
+}
+
+/* FP8: the formats' rounding against known codes and a brute-force nearest value;
+ * cast (scale, transpose, amax, saturation and underflow counts), the two scaling
+ * recipes, and the GEMM against a double-precision sum of the decoded operands. */
+static void test_fp8(void)
+{
+    struct { float in; pt_kfp8 f; uint8_t out; } cases[] = {
+        {1.0f, PT_KFP8_E4M3, 0x38},      {448.0f, PT_KFP8_E4M3, 0x7E},
+        {500.0f, PT_KFP8_E4M3, 0x7E},    {-448.0f, PT_KFP8_E4M3, 0xFE},
+        {464.0f, PT_KFP8_E4M3, 0x7E},    {INFINITY, PT_KFP8_E4M3, 0x7E},
+        {0x1p-9f, PT_KFP8_E4M3, 0x01},   {0x1p-10f, PT_KFP8_E4M3, 0x00},
+        {0x1.8p-10f, PT_KFP8_E4M3, 0x01}, {1.0625f, PT_KFP8_E4M3, 0x38},
+        {1.1875f, PT_KFP8_E4M3, 0x3A},   {0x1p-6f, PT_KFP8_E4M3, 0x08},
+        {-0.0f, PT_KFP8_E4M3, 0x80},     {NAN, PT_KFP8_E4M3, 0x7F},
+        {1.0f, PT_KFP8_E5M2, 0x3C},      {57344.0f, PT_KFP8_E5M2, 0x7B},
+        {1e6f, PT_KFP8_E5M2, 0x7B},      {0x1p-16f, PT_KFP8_E5M2, 0x01},
+        {1.125f, PT_KFP8_E5M2, 0x3C},    {1.375f, PT_KFP8_E5M2, 0x3E},
+        {-INFINITY, PT_KFP8_E5M2, 0xFB},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK_INT(pt_kfp8_from_f32(cases[i].in, cases[i].f), cases[i].out);
+    CHECK(pt_kfp8_to_f32(0x7E, PT_KFP8_E4M3) == 448.0f && isnan(pt_kfp8_to_f32(0xFF, PT_KFP8_E4M3)));
+    CHECK(isinf(pt_kfp8_to_f32(0x7C, PT_KFP8_E5M2)) && pt_kfp8_to_f32(0x01, PT_KFP8_E5M2) == 0x1p-16f);
+    for (int f = 0; f < 2; f++) {
+        for (int q = 0; q < 256; q++) { /* every finite code round-trips */
+            float v = pt_kfp8_to_f32((uint8_t)q, (pt_kfp8)f);
+            if (isfinite(v))
+                CHECK_INT(pt_kfp8_from_f32(v, (pt_kfp8)f), q);
+        }
+        uint64_t st = 12345;
+        for (int i = 0; i < 20000; i++) { /* values over the whole range, and the ties */
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            float x = ldexpf((float)(st >> 40) / (float)(1 << 24), (int)(st % 40) - 20);
+            if (i % 4 == 0) /* the midpoint of two neighbouring codes */
+                x = 0.5f * (pt_kfp8_to_f32((uint8_t)(st % 120), (pt_kfp8)f) +
+                            pt_kfp8_to_f32((uint8_t)(st % 120 + 1), (pt_kfp8)f));
+            if (st & 1)
+                x = -x;
+            float got = pt_kfp8_to_f32(pt_kfp8_from_f32(x, (pt_kfp8)f), (pt_kfp8)f);
+            if (got != fp8_nearest(x, (pt_kfp8)f)) {
+                fprintf(stderr, "fp8 %d: %a -> %a, nearest %a\n", f, x, got,
+                        fp8_nearest(x, (pt_kfp8)f));
+                CHECK(0);
+                break;
+            }
+        }
+    }
+
+    /* cast: 2 x 3 with scale 2, one value saturating, one flushed, transposed too */
+    float meta[PT_KFP8_META + 4] = {0};
+    meta[PT_KFP8_SCALE] = 2.0f;
+    float src[6] = {1.0f, -300.0f, 0x1p-12f, 0.0f, 3.0f, -0.75f};
+    uint8_t q[6], qt[6];
+    K->fp8_cast(K, q, qt, src, 2, 3, PT_KFP8_E4M3, meta);
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 3; c++) {
+            CHECK_INT(q[r * 3 + c], pt_kfp8_from_f32(2.0f * src[r * 3 + c], PT_KFP8_E4M3));
+            CHECK_INT(qt[c * 2 + r], q[r * 3 + c]);
+        }
+    CHECK(pt_kfp8_to_f32(q[1], PT_KFP8_E4M3) == -448.0f);
+    CHECK(meta[PT_KFP8_AMAX] == 300.0f);
+    CHECK(meta[PT_KFP8_OVER] == 1.0f && meta[PT_KFP8_UNDER] == 1.0f);
+    K->fp8_cast(K, NULL, qt, src, 2, 3, PT_KFP8_E4M3, meta); /* counts accumulate */
+    CHECK(meta[PT_KFP8_OVER] == 2.0f && meta[PT_KFP8_UNDER] == 2.0f);
+
+    /* current scaling: scale = 448 / amax; the amax is consumed */
+    float cur[PT_KFP8_META] = {0};
+    K->fp8_amax(K, cur, src, 6);
+    CHECK(cur[PT_KFP8_AMAX] == 300.0f);
+    K->fp8_scale(K, cur, PT_KFP8_E4M3, 0, 0.0f);
+    CHECK(cur[PT_KFP8_SCALE] == 448.0f / 300.0f && cur[PT_KFP8_AMAX] == 0.0f);
+    CHECK(cur[PT_KFP8_SCALE_INV] == 1.0f / (448.0f / 300.0f));
+    K->fp8_scale(K, cur, PT_KFP8_E5M2, 0, 0.0f); /* amax 0: scale 1 */
+    CHECK(cur[PT_KFP8_SCALE] == 1.0f && cur[PT_KFP8_SCALE_INV] == 1.0f);
+    /* delayed scaling over a history of 4: the largest of the last four amaxes */
+    float del[PT_KFP8_META + 4] = {0};
+    float seen[6] = {8.0f, 2.0f, 1.0f, 1.0f, 1.0f, 4.0f}, want[6] = {8, 8, 8, 8, 2, 4};
+    for (int i = 0; i < 6; i++) {
+        del[PT_KFP8_AMAX] = seen[i];
+        K->fp8_scale(K, del, PT_KFP8_E4M3, 4, 1.0f); /* margin 1: half the range */
+        CHECK(del[PT_KFP8_SCALE] == 448.0f / want[i] / 2.0f);
+        CHECK(del[PT_KFP8_META] == seen[i]);
+    }
+
+    /* gemm_fp8: c (3, 2) = a (3, 4) · b (2, 4)^T · sa · sb + bias, then beta = 1 */
+    uint8_t a8[12], b8[8];
+    for (int i = 0; i < 12; i++)
+        a8[i] = pt_kfp8_from_f32((float)(i - 5) * 0.375f, PT_KFP8_E4M3);
+    for (int i = 0; i < 8; i++)
+        b8[i] = pt_kfp8_from_f32((float)(3 - i) * 1.5f, PT_KFP8_E5M2);
+    float ma[PT_KFP8_META] = {0}, mb[PT_KFP8_META] = {0};
+    ma[PT_KFP8_SCALE_INV] = 0.25f;
+    mb[PT_KFP8_SCALE_INV] = 3.0f;
+    float bias[2] = {0.5f, -1.0f}, c[6], c2[6];
+    for (int i = 0; i < 6; i++)
+        c[i] = 100.0f; /* beta 0 ignores it */
+    K->gemm_fp8(K, c, 0, 0.0f, a8, PT_KFP8_E4M3, ma, b8, PT_KFP8_E5M2, mb, bias, 3, 2, 4);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            double sum = 0;
+            for (int k = 0; k < 4; k++)
+                sum += (double)pt_kfp8_to_f32(a8[i * 4 + k], PT_KFP8_E4M3) *
+                       pt_kfp8_to_f32(b8[j * 4 + k], PT_KFP8_E5M2);
+            double w = sum * 0.25 * 3.0 + bias[j];
+            CHECK(fabs(c[i * 2 + j] - w) <= 1e-5 * (fabs(w) + 1));
+            c2[i * 2 + j] = c[i * 2 + j];
+        }
+    K->gemm_fp8(K, c, 1, 1.0f, a8, PT_KFP8_E4M3, ma, b8, PT_KFP8_E5M2, mb, NULL, 3, 2, 4);
+    for (int i = 0; i < 6; i++)
+        CHECK(fabsf(c[i] - (2.0f * c2[i] - bias[i % 2])) <= 1e-5f * (fabsf(c[i]) + 1));
+    CHECK(K->sync(K) == 0);
+}
+
 /* add_f32: dst += src element by element, src untouched */
 /* The fused ops equal, to the bit, the separate ops they stand for: GEMM then GELU,
  * GEMM then the residual add, the data gradient then the GELU's backward into zeroed
@@ -1234,6 +1372,7 @@ int main(void)
     test_sumsq_acc();
     test_adamw_multi();
     test_bf16();
+    test_fp8();
     test_add_f32();
     test_fused();
     test_philox_dropout();

@@ -1,0 +1,179 @@
+/*
+ * FP8 on the CPU: the formats' rounding (the host helpers of kernels.h, which the CUDA
+ * backend's tests and the emulated cuBLASLt use as their reference) and the four FP8
+ * ops of the table. The CPU keeps its activations in fp32; an FP8 GEMM decodes its
+ * byte operands to fp32 (every FP8 value is exact there, and so is the product of two)
+ * and sums through OpenBLAS's sgemm, so what it computes is the FP8 GEMM of the
+ * quantized operands with fp32 accumulation, the arithmetic cuBLASLt's FP8 matmul
+ * documents, to the order of the sums.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+/* The shape of a format: mantissa bits, exponent bias, largest finite value. */
+typedef struct {
+    int mbits, bias;
+    float max;
+} fp8_fmt;
+
+static fp8_fmt fmt_of(pt_kfp8 f)
+{
+    /* E4M3: the top exponent holds finite values up to 1.75 · 2^8 (its all-ones
+     * mantissa is NaN); E5M2: the top exponent is infinity and NaN, as in IEEE 754. */
+    return f == PT_KFP8_E5M2 ? (fp8_fmt){.mbits = 2, .bias = 15, .max = 57344.0f}
+                             : (fp8_fmt){.mbits = 3, .bias = 7, .max = 448.0f};
+}
+
+float pt_kfp8_max(pt_kfp8 fmt) { return fmt_of(fmt).max; }
+
+uint8_t pt_kfp8_from_f32(float x, pt_kfp8 f)
+{
+    fp8_fmt F = fmt_of(f);
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    if (isnan(x))
+        return sign | 0x7F; /* E4M3's S.1111.111, E5M2's S.11111.11 */
+    float a = fabsf(x);
+    /* the smallest normal is 2^(1 - bias); below it the step is the subnormals' */
+    int emin = 1 - F.bias;
+    int e;
+    frexpf(a, &e); /* a = m · 2^e, m in [0.5, 1) */
+    int binade = a < ldexpf(1.0f, emin) ? emin : e - 1;
+    float quantum = ldexpf(1.0f, binade - F.mbits);
+    /* a / quantum is exact (a power of two); nearbyintf rounds half to even in the
+     * default rounding mode; saturate what rounds (or lies) above the largest value */
+    float r = a <= F.max ? nearbyintf(a / quantum) * quantum : F.max;
+    if (r > F.max)
+        r = F.max;
+    if (r == 0.0f)
+        return sign;
+    int re;
+    float m = frexpf(r, &re); /* r = m · 2^re */
+    int biased = re - 1 + F.bias;
+    if (biased <= 0) /* subnormal: r = k · 2^(emin - mbits) */
+        return sign | (uint8_t)lrintf(ldexpf(r, F.mbits - emin));
+    int mant = (int)lrintf((2.0f * m - 1.0f) * (float)(1 << F.mbits));
+    return sign | (uint8_t)(biased << F.mbits) | (uint8_t)mant;
+}
+
+float pt_kfp8_to_f32(uint8_t q, pt_kfp8 f)
+{
+    fp8_fmt F = fmt_of(f);
+    int ebits = 7 - F.mbits;
+    int mask = (1 << F.mbits) - 1;
+    int e = (q >> F.mbits) & ((1 << ebits) - 1), m = q & mask;
+    float sign = q & 0x80 ? -1.0f : 1.0f;
+    if (f == PT_KFP8_E4M3 && e == 15 && m == 7)
+        return NAN;
+    if (f == PT_KFP8_E5M2 && e == 31)
+        return m ? NAN : sign * INFINITY;
+    if (e == 0)
+        return sign * ldexpf((float)m, 1 - F.bias - F.mbits);
+    return sign * ldexpf((float)(m | (1 << F.mbits)), e - F.bias - F.mbits);
+}
+
+void pt_kcpu_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n)
+{
+    (void)kn;
+    float a = meta[PT_KFP8_AMAX];
+    for (int64_t i = 0; i < n; i++) {
+        float v = fabsf(src[i]);
+        if (v > a) /* false for NaN */
+            a = v;
+    }
+    meta[PT_KFP8_AMAX] = a;
+}
+
+void pt_kcpu_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float margin)
+{
+    (void)kn;
+    float a = meta[PT_KFP8_AMAX];
+    if (hist_len > 0) {
+        float *h = meta + PT_KFP8_META;
+        memmove(h + 1, h, (size_t)(hist_len - 1) * sizeof *h);
+        h[0] = a;
+        for (int i = 1; i < hist_len; i++)
+            if (h[i] > a)
+                a = h[i];
+    }
+    float scale = 1.0f;
+    if (a > 0.0f && isfinite(a))
+        scale = pt_kfp8_max((pt_kfp8)fmt) / a / exp2f(margin);
+    if (!isfinite(scale) || scale <= 0.0f) /* an amax so small that max / amax overflows */
+        scale = 1.0f;
+    meta[PT_KFP8_SCALE] = scale;
+    meta[PT_KFP8_SCALE_INV] = 1.0f / scale;
+    meta[PT_KFP8_AMAX] = 0.0f;
+}
+
+void pt_kcpu_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
+                      int64_t rows, int cols, int fmt, float *meta)
+{
+    (void)kn;
+    pt_kfp8 f = (pt_kfp8)fmt;
+    float max = pt_kfp8_max(f), scale = meta[PT_KFP8_SCALE], amax = meta[PT_KFP8_AMAX];
+    double over = 0, under = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) {
+            float x = src[r * cols + c], v = x * scale;
+            uint8_t q = pt_kfp8_from_f32(v, f);
+            if (fabsf(x) > amax)
+                amax = fabsf(x);
+            over += fabsf(v) > max;
+            under += x != 0.0f && (q & 0x7F) == 0;
+            if (dst)
+                dst[r * cols + c] = q;
+            if (dst_t)
+                dst_t[(int64_t)c * rows + r] = q;
+        }
+    }
+    meta[PT_KFP8_AMAX] = amax;
+    meta[PT_KFP8_OVER] += (float)over;
+    meta[PT_KFP8_UNDER] += (float)under;
+}
+
+/* The values of a (rows, k) FP8 matrix in fp32, into out, through the format's 256
+ * values. */
+static void decode(float *out, const uint8_t *q, int64_t elems, pt_kfp8 f)
+{
+    float lut[256];
+    for (int i = 0; i < 256; i++)
+        lut[i] = pt_kfp8_to_f32((uint8_t)i, f);
+    for (int64_t i = 0; i < elems; i++)
+        out[i] = lut[q[i]];
+}
+
+void pt_kcpu_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,
+                      int fmt_a, const float *meta_a, const uint8_t *b, int fmt_b,
+                      const float *meta_b, const float *bias, int64_t m, int n, int k)
+{
+    (void)c_f32; /* the CPU's [act] is fp32 too */
+    float *A = malloc((size_t)m * (size_t)k * sizeof *A);
+    float *B = malloc((size_t)n * (size_t)k * sizeof *B);
+    if (!A || !B) {
+        if (!kn->err[0])
+            snprintf(kn->err, sizeof kn->err, "gemm_fp8: out of memory decoding a %lld x %d "
+                     "by %d x %d product", (long long)m, k, n, k);
+        free(A);
+        free(B);
+        return;
+    }
+    decode(A, a, m * k, (pt_kfp8)fmt_a);
+    decode(B, b, (int64_t)n * k, (pt_kfp8)fmt_b);
+    float alpha = meta_a[PT_KFP8_SCALE_INV] * meta_b[PT_KFP8_SCALE_INV];
+    if (bias) {
+        /* c = beta · c + bias first, then sgemm adds the product onto it */
+        for (int64_t i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                c[i * n + j] = (beta != 0.0f ? beta * c[i * n + j] : 0.0f) + bias[j];
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, n, k, alpha, A, k, B, k, beta,
+                c, n);
+    free(A);
+    free(B);
+}
