@@ -678,7 +678,9 @@ struct pt_kernels {
      * operands K-major, so a data gradient needs the weight's transpose and a weight
      * gradient both operands'). dst may be NULL when only dst_t is wanted. It also
      * max-accumulates |src| into meta[AMAX] (the fused amax of delayed scaling) and
-     * adds to meta[OVER] the elements saturated (|x · scale| > max) and to meta[UNDER]
+     * adds to meta[OVER] the elements saturated (|x · scale| at or past the midpoint
+     * between max and the step above it: 464 for E4M3, 61440 for E5M2, where rounding
+     * would have gone past max; what lies below rounds to max anyway) and to meta[UNDER]
      * the non-zero ones that became zero (integer counts, exact below 2^24). */
     void (*fp8_cast)(pt_kernels *kn,
                      uint8_t *dst,                 /* (rows, cols) fp8 or NULL */

@@ -27,6 +27,7 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_DGATE] = "dgate", [PT_BUF_DUP] = "dup", [PT_BUF_DACT] = "dact", [PT_BUF_CE] = "ce",
     [PT_BUF_DNORM] = "dnorm", [PT_BUF_DKV] = "dkv", [PT_BUF_RING0] = "ring0",
     [PT_BUF_RING1] = "ring1", [PT_BUF_PART] = "part", [PT_BUF_PART_LSE] = "part_lse",
+    [PT_BUF_FP8_A] = "fp8_a", [PT_BUF_FP8_B] = "fp8_b",
 };
 
 const char *pt_buf_name(pt_buf b)
@@ -118,6 +119,25 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_RING1, ab, cp ? 4 : 0, T, k, d);
     SET(B, PT_BUF_PART, ab, cp ? b : 0, sc, a, d);
     SET(B, PT_BUF_PART_LSE, 4, cp ? b : 0, a, sc);
+}
+
+void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B)
+{
+    pt_rank_shape r = pt_rank_shape_of(m, l);
+    int64_t T = r.tokens, h = m->hidden, w = h;
+    /* the widest side of any linear layer on this rank: q, k and v's outputs, the
+     * output projection's input, the MLP's width (tp's slices) */
+    int64_t widths[] = {(int64_t)r.heads * r.head_dim, (int64_t)r.kv_heads * r.head_dim,
+                        r.ffn};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        w = widths[i] > w ? widths[i] : w;
+    /* left: X (T, ic), dY (T, oc) or dY^T (oc, T); right: W (oc, ic) or W^T, whose
+     * sides are h and at most w, or X^T (ic, T) */
+    SET(B, PT_BUF_FP8_A, 1, T, w);
+    int64_t hw = 0, tw = 0;
+    if (!pt_mul64(h, w, &hw) || !pt_mul64(T, w, &tw))
+        B->overflow = true;
+    SET(B, PT_BUF_FP8_B, 1, hw > tw ? hw : tw);
 }
 
 int64_t pt_buf_bytes(const pt_buffers *B, pt_buf b)

@@ -46,7 +46,7 @@ typedef enum {
     PT_BUF_DRES, PT_BUF_DLN, PT_BUF_DLNS, PT_BUF_GATH, PT_BUF_GDRES, PT_BUF_ROUT,
     PT_BUF_DDROP, PT_BUF_DQ, PT_BUF_DK, PT_BUF_DV, PT_BUF_DQR, PT_BUF_DKR, PT_BUF_DATT,
     PT_BUF_DGATE, PT_BUF_DUP, PT_BUF_DACT, PT_BUF_CE, PT_BUF_DNORM, PT_BUF_DKV,
-    PT_BUF_RING0, PT_BUF_RING1, PT_BUF_PART, PT_BUF_PART_LSE,
+    PT_BUF_RING0, PT_BUF_RING1, PT_BUF_PART, PT_BUF_PART_LSE, PT_BUF_FP8_A, PT_BUF_FP8_B,
     PT_BUF_COUNT
 } pt_buf;
 
@@ -62,6 +62,11 @@ typedef struct {
  * dropout gradient buffer when `dropout`. */
 void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dropout,
                    pt_buffers *out);
+/* With FP8 GEMMs (pt_train.fp8 on), the scratch of one FP8 GEMM's two quantized
+ * operands added to B: fp8_a holds the left operand (an input, an output gradient or
+ * its transpose), fp8_b the right one (a weight, its transpose, or an input's
+ * transpose), one byte per element. */
+void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B);
 const char *pt_buf_name(pt_buf b);
 int64_t pt_buf_bytes(const pt_buffers *B, pt_buf b);        /* aligned */
 double pt_buffers_layer(const pt_buffers *B);               /* one layer's kept activations */

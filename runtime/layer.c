@@ -196,6 +196,8 @@ static int linear_fwd(pt_layer_ctx *c, const pt_op *op, float *out, const float 
                       int oc)
 {
     pt_param_view w = param(c, op->param, false);
+    if (pt_fp8_linear(c, op->param))
+        return pt_fp8_forward(c, op->param, out, inp, w.w, role_bias(c, op).w, ic, oc);
     rows_gemm g = {.w = w.w, .bias = role_bias(c, op).w, .out = out, .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
 }
@@ -209,7 +211,8 @@ static void residual_add(pt_layer_ctx *c, float *branch, const float *skip, int 
 static int linear_res_fwd(pt_layer_ctx *c, const pt_op *op, float *out, const float *inp,
                           const float *res, int ic, int oc, int site)
 {
-    if (pt_layer_dropping(c)) {
+    /* FP8's GEMM has no residual in its epilogue: the add runs after it */
+    if (pt_layer_dropping(c) || pt_fp8_linear(c, op->param)) {
         if (linear_fwd(c, op, out, inp, ic, oc))
             return -1;
         residual_add(c, out, res, site);
@@ -227,6 +230,12 @@ static int linear_gelu_fwd(pt_layer_ctx *c, const pt_op *op, float *act, float *
                            const float *inp, int ic, int oc)
 {
     pt_param_view w = param(c, op->param, false);
+    if (pt_fp8_linear(c, op->param)) { /* the FP8 product, then the GELU apart */
+        if (pt_fp8_forward(c, op->param, pre, inp, w.w, role_bias(c, op).w, ic, oc))
+            return -1;
+        c->n->kn->gelu_forward(c->n->kn, act, pre, c->d.T * oc);
+        return 0;
+    }
     rows_gemm g = {.w = w.w, .bias = role_bias(c, op).w, .out = act, .pre = pre,
                    .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
@@ -278,6 +287,8 @@ static int linear_wgrad(pt_layer_ctx *c, const pt_op *op, const float *dout,
                         const float *inp, int ic, int oc)
 {
     pt_param_view w = param(c, op->param, false);
+    if (pt_fp8_linear(c, op->param))
+        return pt_fp8_wgrad(c, op->param, w.g, role_bias(c, op).g, dout, inp, ic, oc);
     rows_gemm g = {.w = w.w, .dw = w.g, .dbias = role_bias(c, op).g, .dout = dout,
                    .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
@@ -291,6 +302,9 @@ static int linear_dgrad(pt_layer_ctx *c, const pt_op *op, float *dinp, const flo
 {
     pt_kernels *kn = c->n->kn;
     const float *w = param(c, op->param, false).w;
+    if (pt_fp8_linear(c, op->param))
+        return pt_fp8_dgrad(c, op->param, dinp, op->role == PT_GEMM_DGRAD_WRITE, dout, w, ic,
+                            oc);
     if (op->role == PT_GEMM_DGRAD_WRITE)
         kn->matmul_dgrad(kn, dinp, dout, w, c->d.T, ic, oc);
     else
@@ -352,6 +366,12 @@ static int qkv_shared(pt_layer_ctx *c, const pt_op *op, float *const out[3],
     }
     if (pt_layer_finish_gather(c))
         return -1;
+    for (int i = 0; pt_fp8_linear(c, refs[i]) && i < 3; i++) { /* FP8: one GEMM each */
+        int rc = out ? pt_fp8_forward(c, refs[i], out[i], inp, w[i], bias[i], d->h, oc)
+                     : pt_fp8_wgrad(c, refs[i], dw[i], dbias[i], dout[i], inp, d->h, oc);
+        if (rc || i == 2)
+            return rc;
+    }
     if (out)
         kn->matmul_forward_shared(kn, 3, out, inp, w, bias, d->T, d->h, oc);
     else
@@ -391,8 +411,12 @@ static int kv_wgrad_shared(pt_layer_ctx *c, pt_param_ref which, const float *dou
     if (pt_layer_finish_gather(c))
         return -1;
     kn->zero(kn, c->S->dkv, (size_t)(heads * part) * sizeof(float));
-    kn->matmul_backward(kn, NULL, mine, b.g ? mine + (int64_t)kvd * d->h : NULL, dout, inp,
-                        w.w, d->T, d->h, kvd);
+    float *mine_b = b.g ? mine + (int64_t)kvd * d->h : NULL;
+    if (pt_fp8_linear(c, which)) {
+        if (pt_fp8_wgrad(c, which, mine, mine_b, dout, inp, d->h, kvd))
+            return -1;
+    } else
+        kn->matmul_backward(kn, NULL, mine, mine_b, dout, inp, w.w, d->T, d->h, kvd);
     if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, c->S->dkv, heads * part, c->err))
         return -1;
     kn->add_f32(kn, w.g, mine, (int64_t)kvd * d->h);
@@ -652,6 +676,14 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_MLP_DOWN_DGRAD_GELU: {
         /* dup = (gradient of the down projection's output · w) ⊙ gelu'(up), written */
         pt_param_view wd = param(c, w, false);
+        if (pt_fp8_linear(c, w)) { /* the FP8 data gradient, then the GELU's backward */
+            if (pt_fp8_dgrad(c, w, S->dact, true, branch_grad(c, PT_DROP_MLP, true), wd.w,
+                             d->f, d->h))
+                return -1;
+            kn->zero(kn, S->dup, pt_act_bytes(c, Tf));
+            kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
+            return 0;
+        }
         kn->matmul_backward_dgelu(kn, S->dup, branch_grad(c, PT_DROP_MLP, true), wd.w, L->up,
                                   d->T, d->f, d->h);
         return 0;

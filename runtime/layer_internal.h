@@ -62,6 +62,22 @@ int64_t pt_layer_own_row0(const pt_layer_ctx *c);
 void pt_layer_dropout_rows(pt_layer_ctx *c, float *buf, const float *dout, int64_t row0,
                            int64_t rows, int site);
 
+/* ---- FP8 linear layers (runtime/fp8.c) --------------------------------------------------- */
+
+/* Whether linear layer r of the running layer computes in FP8 (the plan's FP8 is on and
+ * r is one of a transformer layer's linear layers). */
+bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r);
+/* Linear layer r's forward out = inp · w^T (+ bias), its data gradient into dinp
+ * (written, or added), and its weight gradient added into dw (and the bias gradient
+ * into dbias, either may be NULL), on FP8 operands; T = c->d.T rows. 0, or -1 with
+ * c->err set (a collective of the amax failed). */
+int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, float *out, const float *inp,
+                   const float *w, const float *bias, int ic, int oc);
+int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, float *dinp, bool write, const float *dout,
+                 const float *w, int ic, int oc);
+int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, float *dw, float *dbias, const float *dout,
+                 const float *inp, int ic, int oc);
+
 /* ---- The attention op (runtime/attention.c) --------------------------------------------- */
 
 /* The attention of the running layer, from its q, k and v to att and lse, over every

@@ -119,6 +119,12 @@ struct pt_net {
     void **head;              /* the head's buffers (pt_head_acts), last stage only */
     int n_head;
     void *scratch;            /* gradient scratch shared by all layers */
+    pt_fp8 fp8;               /* the plan's FP8 setting (recipe off: none) */
+    float *fp8_meta;          /* FP8 scaling state of every (layer, linear layer,
+                                 operand) on this rank, fp8_stride floats each
+                                 (runtime/fp8.c); NULL without FP8 */
+    int fp8_stride;
+    int64_t fp8_elems;        /* elements quantized since the last pt_fp8_step_stats */
 
     int64_t bytes;            /* backend memory this model allocated: what the planner's
                                  memory model predicts for the rank */
@@ -182,6 +188,27 @@ int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t c
 /* n_elems host fp32 weights into the master weights and, on a bf16 backend, the
  * compute copy n->w; waits for the device. */
 int pt_net_upload_master(pt_net *n, const float *host, pt_err *err);
+
+/* ---- FP8 (runtime/fp8.c) ----------------------------------------------------------------- */
+
+/* Floats of the FP8 scaling state of `layers` layers of model m under f (0 with FP8
+ * off). */
+int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers);
+/* Takes the plan's FP8 setting into n->fp8 and, when on, allocates and initialises the
+ * scaling state of n's layers (its bytes added to n->bytes). Errors: a recipe ptrun
+ * does not run, a backend without FP8 kernels, out of memory. pt_fp8_free frees it. */
+int pt_fp8_init(pt_net *n, const pt_fp8 *f, pt_err *err);
+void pt_fp8_free(pt_net *n);
+
+/* This rank's FP8 figures since the last call: the range of the scales in use, the
+ * elements saturated and flushed to zero, and the elements quantized; the counts then
+ * start again. Waits for the backend. */
+typedef struct {
+    double scale_min, scale_max; /* 0 both when no FP8 tensor has been quantized */
+    double overflow, underflow;
+    int64_t elems;
+} pt_fp8_stats;
+int pt_fp8_step_stats(pt_net *n, pt_fp8_stats *out, pt_err *err);
 
 /* ---- ZeRO 2 and 3 (runtime/zero.c) -------------------------------------------------------- */
 
@@ -332,6 +359,8 @@ typedef struct {
                                          (b, s_r, k/t, d) [act]; two to swap */
     float *part, *part_lse;           /* cp: one block's (b, s_r/2, a/t, d) [act] and
                                          (b, a/t, s_r/2) fp32 result before combining */
+    uint8_t *fp8_a, *fp8_b;           /* FP8 GEMMs: one GEMM's quantized operands
+                                         (runtime/fp8.c); NULL without FP8 */
 } pt_scratch;
 
 /* ---- Where a micro-batch's tensors live (runtime/tensors.c) ----------------------------- */

@@ -98,6 +98,8 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
     if (d.cp > 1 && n->spec.seq % (2 * d.cp))
         return pt_err_set(err, "context parallelism: sequence %lld does not split into "
                                "2·cp = %d chunks", (long long)n->spec.seq, 2 * d.cp);
+    if (pt_fp8_init(n, &p->train.fp8, err)) /* before the buffers, which it sizes */
+        return -1;
     if (pt_tensors_check(n, slots, err))
         return -1;
     if (build_op_lists(n, p))
@@ -112,6 +114,7 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
 void pt_net_free_runtime(pt_net *n)
 {
     pt_tensors_free(n);
+    pt_fp8_free(n);
     if (n->kn)
         n->kn->free(n->kn, n->gsq);
     n->gsq = n->lsum = NULL;

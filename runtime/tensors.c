@@ -105,6 +105,8 @@ static void buffers_of(const pt_net *n, pt_buffers *B)
 {
     pt_buffers_of(&n->spec, &n->layout, (int)pt_kdtype_bytes(n->kn->act_dtype),
                   n->spec.dropout || n->dropout > 0, B);
+    if (n->fp8.recipe != PT_FP8_OFF)
+        pt_buffers_fp8(&n->spec, &n->layout, B);
 }
 
 /* Buffer b of the list, or NULL when the list has none (absent in this layout). */
@@ -198,6 +200,8 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->ring[1] = take_buf(c, &B, PT_BUF_RING1);
     S->part = take_buf(c, &B, PT_BUF_PART);
     S->part_lse = take_buf(c, &B, PT_BUF_PART_LSE);
+    S->fp8_a = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_A);
+    S->fp8_b = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_B);
 }
 
 /* The widest per-token row any buffer has (values). */

@@ -516,6 +516,17 @@ int pt_trainer_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
     int guard = guard_step(r, res, err);
     if (guard)
         return guard;
+    if (r->net.fp8.recipe != PT_FP8_OFF) {
+        pt_fp8_stats f;
+        if (pt_fp8_step_stats(&r->net, &f, err))
+            return -1;
+        res->fp8 = true;
+        res->fp8_scale_min = f.scale_min;
+        res->fp8_scale_max = f.scale_max;
+        res->fp8_overflow = f.overflow;
+        res->fp8_underflow = f.underflow;
+        res->fp8_elems = f.elems;
+    }
     const pt_step_stats *s = &res->stats;
     double tokens = (double)(p->train.global_batch * p->model.seq);
     res->tokens_per_s = tokens / s->time_s;
@@ -525,9 +536,19 @@ int pt_trainer_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
     res->eta_s = done > 0 ? elapsed / (double)done * (double)left : 0;
     r->steps_run++;
     r->next = step + 1; /* before the line: its tokens_seen count this step */
-    pt_trainer_log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,"
-                        "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"time_s\":%.6g", s->loss, s->lr,
-                        s->grad_norm, res->tokens_per_s, res->mfu, s->time_s);
+    if (res->fp8)
+        pt_trainer_log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,"
+                            "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
+                            "\"time_s\":%.6g,\"fp8_scale_min\":%.6g,\"fp8_scale_max\":%.6g,"
+                            "\"fp8_overflow\":%.0f,\"fp8_underflow\":%.0f,\"fp8_values\":%lld",
+                            s->loss, s->lr, s->grad_norm, res->tokens_per_s, res->mfu,
+                            s->time_s, res->fp8_scale_min, res->fp8_scale_max,
+                            res->fp8_overflow, res->fp8_underflow, (long long)res->fp8_elems);
+    else
+        pt_trainer_log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,"
+                            "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
+                            "\"time_s\":%.6g", s->loss, s->lr, s->grad_norm,
+                            res->tokens_per_s, res->mfu, s->time_s);
     /* the process's first step is its warm-up, not timed */
     if (step > r->start_step && keep_step_time(r, s->time_s, err))
         return -1;

@@ -182,6 +182,11 @@ typedef struct {
     char rollback_path[4096];
     int64_t rollback_to;         /* its step: the next step run is rollback_to + 1 */
     int64_t rollback_data_pos;   /* the data position now: past the spike's batch */
+    /* FP8 training (the plan's fp8 on): this rank's scales' range over the tensors it
+     * quantized, the values saturated and flushed to zero in the step, of fp8_elems */
+    bool fp8;
+    double fp8_scale_min, fp8_scale_max, fp8_overflow, fp8_underflow;
+    int64_t fp8_elems;
 } pt_trainer_step_result;
 
 /* Runs step pt_trainer_next_step (its batch, the schedule program, the optimizer) and

@@ -274,8 +274,36 @@ static void trainer_opts(const options *o, int rank, char *db, size_t n_db, char
     }
 }
 
+/* FP8's warnings, each the first time it happens: values saturated (a scale too large
+ * for the tensor: delayed scaling's history lagging a growing tensor), and more than
+ * PT_FP8_UNDERFLOW_WARN of them flushed to zero (a scale too small for its small
+ * values). The log's fp8_* fields have every step's counts. */
+#define PT_FP8_UNDERFLOW_WARN 0.01
+static void report_fp8(const pt_trainer_step_result *s)
+{
+    static bool said_over, said_under;
+    if (!s->fp8 || s->fp8_elems <= 0)
+        return;
+    double under = s->fp8_underflow / (double)s->fp8_elems;
+    if (s->fp8_overflow > 0 && !said_over) {
+        said_over = true;
+        fprintf(stderr, "ptrun: warning: step %lld: %.0f of %lld FP8 values saturated (scales "
+                "%.3g to %.3g); said once, the log's fp8_overflow counts each step\n",
+                (long long)s->step, s->fp8_overflow, (long long)s->fp8_elems,
+                s->fp8_scale_min, s->fp8_scale_max);
+    }
+    if (under > PT_FP8_UNDERFLOW_WARN && !said_under) {
+        said_under = true;
+        fprintf(stderr, "ptrun: warning: step %lld: %.1f %% of %lld FP8 values flushed to zero "
+                "(scales %.3g to %.3g); said once, the log's fp8_underflow counts each step\n",
+                (long long)s->step, 100 * under, (long long)s->fp8_elems, s->fp8_scale_min,
+                s->fp8_scale_max);
+    }
+}
+
 static void report_step(const options *o, const pt_plan *p, const pt_trainer_step_result *s)
 {
+    report_fp8(s);
     if (o->quiet)
         return;
     printf("step %5lld/%lld  loss %.4f  lr %.3e  grad norm %.3f  %.0f tok/s", (long long)s->step,

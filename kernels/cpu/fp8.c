@@ -19,45 +19,54 @@
 typedef struct {
     int mbits, bias;
     float max;
+    float min_normal; /* 2^(1 - bias) */
+    float sub_scale;  /* 2^(mbits + bias - 1): a subnormal's value times it is its code */
 } fp8_fmt;
 
 static fp8_fmt fmt_of(pt_kfp8 f)
 {
     /* E4M3: the top exponent holds finite values up to 1.75 · 2^8 (its all-ones
      * mantissa is NaN); E5M2: the top exponent is infinity and NaN, as in IEEE 754. */
-    return f == PT_KFP8_E5M2 ? (fp8_fmt){.mbits = 2, .bias = 15, .max = 57344.0f}
-                             : (fp8_fmt){.mbits = 3, .bias = 7, .max = 448.0f};
+    return f == PT_KFP8_E5M2 ? (fp8_fmt){.mbits = 2, .bias = 15, .max = 57344.0f,
+                                         .min_normal = 0x1p-14f, .sub_scale = 0x1p16f}
+                             : (fp8_fmt){.mbits = 3, .bias = 7, .max = 448.0f,
+                                         .min_normal = 0x1p-6f, .sub_scale = 0x1p9f};
 }
 
 float pt_kfp8_max(pt_kfp8 fmt) { return fmt_of(fmt).max; }
 
+/* pt_kfp8_from_f32 with the format's shape given (inlined into the cast's loop). */
+static inline uint8_t encode(float x, const fp8_fmt *Fp, uint32_t top)
+{
+    const fp8_fmt F = *Fp;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint8_t sign = (uint8_t)(u >> 24 & 0x80);
+    u &= 0x7FFFFFFFu;
+    if (u > 0x7F800000u)
+        return sign | 0x7F; /* NaN: E4M3's S.1111.111, E5M2's S.11111.11 */
+    float a;
+    memcpy(&a, &u, sizeof a);
+    if (a >= F.max) /* saturate (infinity too) */
+        return sign | (uint8_t)top;
+    if (a < F.min_normal) {
+        /* subnormals are k · 2^(1 - bias - mbits), k < 2^mbits, and k's code is k
+         * itself (k = 2^mbits rounds up to the smallest normal, whose code it also is) */
+        return sign | (uint8_t)nearbyintf(a * F.sub_scale);
+    }
+    /* normal: round the float's mantissa to mbits bits, to nearest even (a carry moves
+     * into the exponent), then rebias the exponent from 127 to the format's */
+    int drop = 23 - F.mbits;
+    u += (1u << (drop - 1)) - 1 + (u >> drop & 1);
+    uint32_t code = (u >> drop) - ((uint32_t)(127 - F.bias) << F.mbits);
+    return sign | (uint8_t)(code > top ? top : code);
+}
+
 uint8_t pt_kfp8_from_f32(float x, pt_kfp8 f)
 {
     fp8_fmt F = fmt_of(f);
-    uint8_t sign = signbit(x) ? 0x80 : 0;
-    if (isnan(x))
-        return sign | 0x7F; /* E4M3's S.1111.111, E5M2's S.11111.11 */
-    float a = fabsf(x);
-    /* the smallest normal is 2^(1 - bias); below it the step is the subnormals' */
-    int emin = 1 - F.bias;
-    int e;
-    frexpf(a, &e); /* a = m · 2^e, m in [0.5, 1) */
-    int binade = a < ldexpf(1.0f, emin) ? emin : e - 1;
-    float quantum = ldexpf(1.0f, binade - F.mbits);
-    /* a / quantum is exact (a power of two); nearbyintf rounds half to even in the
-     * default rounding mode; saturate what rounds (or lies) above the largest value */
-    float r = a <= F.max ? nearbyintf(a / quantum) * quantum : F.max;
-    if (r > F.max)
-        r = F.max;
-    if (r == 0.0f)
-        return sign;
-    int re;
-    float m = frexpf(r, &re); /* r = m · 2^re */
-    int biased = re - 1 + F.bias;
-    if (biased <= 0) /* subnormal: r = k · 2^(emin - mbits) */
-        return sign | (uint8_t)lrintf(ldexpf(r, F.mbits - emin));
-    int mant = (int)lrintf((2.0f * m - 1.0f) * (float)(1 << F.mbits));
-    return sign | (uint8_t)(biased << F.mbits) | (uint8_t)mant;
+    /* the largest code: E4M3's S.1111.110 (its S.1111.111 is NaN), E5M2's S.11110.11 */
+    return encode(x, &F, f == PT_KFP8_E5M2 ? 0x7B : 0x7E);
 }
 
 float pt_kfp8_to_f32(uint8_t q, pt_kfp8 f)
@@ -113,24 +122,39 @@ void pt_kcpu_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float
 void pt_kcpu_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
                       int64_t rows, int cols, int fmt, float *meta)
 {
-    (void)kn;
     pt_kfp8 f = (pt_kfp8)fmt;
-    float max = pt_kfp8_max(f), scale = meta[PT_KFP8_SCALE], amax = meta[PT_KFP8_AMAX];
+    float scale = meta[PT_KFP8_SCALE], amax = meta[PT_KFP8_AMAX];
+    /* saturated: at or past the midpoint of max and the step above it (448 + 32/2,
+     * 57344 + 8192/2), where rounding would have left the format */
+    float past = f == PT_KFP8_E5M2 ? 61440.0f : 464.0f;
     double over = 0, under = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        for (int c = 0; c < cols; c++) {
-            float x = src[r * cols + c], v = x * scale;
-            uint8_t q = pt_kfp8_from_f32(v, f);
-            if (fabsf(x) > amax)
-                amax = fabsf(x);
-            over += fabsf(v) > max;
-            under += x != 0.0f && (q & 0x7F) == 0;
-            if (dst)
-                dst[r * cols + c] = q;
-            if (dst_t)
-                dst_t[(int64_t)c * rows + r] = q;
-        }
+    size_t elems = (size_t)rows * (size_t)cols;
+    /* the transpose is written from a row-major copy, in tiles */
+    uint8_t *q = dst ? dst : malloc(elems ? elems : 1);
+    if (!q) {
+        if (!kn->err[0])
+            snprintf(kn->err, sizeof kn->err, "fp8_cast: out of memory for a %lld x %d "
+                     "transpose", (long long)rows, cols);
+        return;
     }
+    fp8_fmt F = fmt_of(f);
+    uint32_t top = pt_kfp8_from_f32(INFINITY, f);
+    for (size_t i = 0; i < elems; i++) {
+        float x = src[i], v = x * scale;
+        uint8_t b = encode(v, &F, top);
+        amax = fabsf(x) > amax ? fabsf(x) : amax;
+        over += fabsf(v) >= past;
+        under += x != 0.0f && (b & 0x7F) == 0;
+        q[i] = b;
+    }
+    enum { TILE = 32 };
+    for (int64_t r0 = 0; dst_t && r0 < rows; r0 += TILE)
+        for (int c0 = 0; c0 < cols; c0 += TILE)
+            for (int c = c0; c < c0 + TILE && c < cols; c++)
+                for (int64_t r = r0; r < r0 + TILE && r < rows; r++)
+                    dst_t[(int64_t)c * rows + r] = q[r * cols + c];
+    if (!dst)
+        free(q);
     meta[PT_KFP8_AMAX] = amax;
     meta[PT_KFP8_OVER] += (float)over;
     meta[PT_KFP8_UNDER] += (float)under;

@@ -1040,6 +1040,10 @@ static void test_fp8(void)
     CHECK(meta[PT_KFP8_OVER] == 1.0f && meta[PT_KFP8_UNDER] == 1.0f);
     K->fp8_cast(K, NULL, qt, src, 2, 3, PT_KFP8_E4M3, meta); /* counts accumulate */
     CHECK(meta[PT_KFP8_OVER] == 2.0f && meta[PT_KFP8_UNDER] == 2.0f);
+    /* 450 rounds to 448 (no saturation counted), 464 would round past it (counted) */
+    float edge[2] = {225.0f, 232.0f};
+    K->fp8_cast(K, q, NULL, edge, 1, 2, PT_KFP8_E4M3, meta);
+    CHECK(meta[PT_KFP8_OVER] == 3.0f && q[0] == 0x7E && q[1] == 0x7E);
 
     /* current scaling: scale = 448 / amax; the amax is consumed */
     float cur[PT_KFP8_META] = {0};

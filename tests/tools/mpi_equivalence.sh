@@ -8,11 +8,14 @@
 # bit-identically, (suite pipeline) a dp=2 ZeRO-3 checkpoint resumes under tp=2, pp=2
 # and one rank matching the uninterrupted run, and a rank that fails, or is killed, ends the
 # whole run within 30 s.
-#   usage: mpi_equivalence.sh BUILD_DIR [pipeline|tensor|cuda]
+#   usage: mpi_equivalence.sh BUILD_DIR [pipeline|tensor|fp8|cuda]
 #   pipeline: data parallel with ZeRO 0/1/2/3, pipeline schedules, recomputation
 #   tensor:   tensor, sequence and context parallelism, alone and with dp, ZeRO and
 #             pp, with dropout on (its masks are keyed by sample and position, so
 #             every layout drops the same elements as one rank)
+#   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
+#             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
+#             the tolerance below, and an FP8 checkpoint resuming bit-identically
 #   cuda:     the CUDA backend's path (bf16 activations, fp32 master weights, its
 #             collectives on device buffers) for a plan on H100s: every kind of
 #             parallelism and ZeRO stage against one rank of the same backend, within
@@ -27,8 +30,9 @@ suite="${2:-pipeline}"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
 steps=20
-# Extra ptrun options of every run of the suite (the reference's too).
+# Extra ptrun options of every run of the suite (the reference's too), and ptplan's.
 extra=""
+planx=""
 [ "$suite" = tensor ] && extra="--dropout 0.1"
 # Which devices the plans are for, and the tolerance of the comparison: fp32 CPU runs
 # agree to 1e-5; bf16 runs differ in where sums are rounded to bf16 (a tensor-parallel
@@ -38,7 +42,18 @@ extra=""
 # was measured. TOL_CUDA overrides it (NCCL rounds its bf16 sums at each step).
 cluster=""
 tol=1e-5
-if [ "$suite" = cuda ]; then
+if [ "$suite" = fp8 ]; then
+    # FP8 layouts quantize every tensor with the scale one rank gives it (the amax is
+    # max-reduced over the ranks holding slices: runtime/fp8.c), so they differ from
+    # one rank only by fp32 rounding — but a value that rounding moves across the
+    # midpoint of two FP8 codes moves by a whole code (2^-3 or 2^-2 of itself). Over 6
+    # steps that moved these figures by at most 2.8e-5 (tp=2 with sp); 1e-4 leaves a
+    # margin of 3.5, and fails a tp run whose ranks take each slice's own scale
+    # (measured 2.8e-4).
+    steps=6
+    tol=1e-4
+    planx="--precision fp8 --fp8-emulate"
+elif [ "$suite" = cuda ]; then
     steps=6
     cluster="--cluster dgx-h100 --nodes 1"
     tol=${TOL_CUDA:-1e-4}
@@ -65,7 +80,7 @@ grep -q '"layers": 6,' "$tmp/tiny6.json" && grep -q '"layers": 6,' "$tmp/tiny-ll
 # (its standard output is the figures: what it has to say goes to stderr)
 train() {
     model=$1 np=$2 layout=$3
-    "$build/ptplan" --model "$model" $cluster --devices "$np" --layout "$layout" \
+    "$build/ptplan" --model "$model" $cluster --devices "$np" --layout "$layout" $planx \
         --global-batch 16 --out "$tmp/plan.json" --steps $steps >/dev/null 2>"$tmp/err" ||
         { fail "ptplan $model $layout: $(cat "$tmp/err")" >&2; return 1; }
     # 64 KiB gradient buckets, so that ZeRO 0 reduces each chunk of these tiny models in
@@ -130,6 +145,13 @@ if [ "$suite" = cuda ]; then
     llama="2 tp=2,sp=1,tp_overlap=1,mbs=2;2 cp=2,mbs=2;2 dp=2,zero=1,mbs=2;2 dp=2,zero=3,mbs=2"
     six=""
     resume_cases="2 dp=2,zero=3,mbs=2"
+elif [ "$suite" = fp8 ]; then
+    both="2 dp=2,zero=1,mbs=2;2 tp=2,sp=1,mbs=2;2 pp=2,vp=2,mbs=2;2 dp=2,zero=3,mbs=2"
+    both="$both;4 tp=2,sp=1,dp=2,zero=3,mbs=2;2 cp=2,mbs=2"
+    # tiny LLaMA's KV heads replicated over tp = 4 (each rank's K and V slices)
+    llama="$both;4 tp=4,mbs=2"
+    six=""
+    resume_cases="2 dp=2,zero=1,mbs=2"
 elif [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2;2 tp=2,sp=1,mbs=2;4 tp=4,mbs=2;4 tp=4,sp=1,mbs=2"
     both="$both;2 cp=2,mbs=2;4 cp=4,mbs=2;4 tp=2,dp=2,zero=1,mbs=2"
@@ -185,7 +207,7 @@ IFS=';'
 for case in $resume_cases; do
     IFS=$old_ifs
     np=${case%% *} layout=${case#* }
-    "$build/ptplan" $cluster --devices "$np" --layout "$layout" --global-batch 16 \
+    "$build/ptplan" $cluster --devices "$np" --layout "$layout" $planx --global-batch 16 \
         --steps $steps --out "$tmp/ck.json" >/dev/null
     common="--val-every 0 --sample 0 --quiet $extra"
     rm -rf "$tmp/ck" "$tmp/full.log" "$tmp/part.log"
@@ -206,6 +228,26 @@ for case in $resume_cases; do
     echo "$layout: resumed run bit-identical to the uninterrupted one"
 done
 IFS=$old_ifs
+
+# Checkpoints do not depend on the precision: an FP8 run's checkpoint resumes without
+# FP8 (the storage precision's plan) and a plain run's resumes in FP8, each to the end.
+if [ "$suite" = fp8 ]; then
+    for way in "$planx:" ":$planx"; do
+        first=${way%%:*} second=${way#*:}
+        rm -rf "$tmp/ck"
+        "$build/ptplan" --devices 1 --layout mbs=2 $first --global-batch 16 --steps $steps \
+            --out "$tmp/a.json" >/dev/null &&
+        "$build/ptplan" --devices 1 --layout mbs=2 $second --global-batch 16 --steps $steps \
+            --out "$tmp/b.json" >/dev/null &&
+        "$build/ptrun" "$tmp/a.json" --val-every 0 --sample 0 --quiet --checkpoint "$tmp/ck" \
+            --stop-after $(( steps / 2 )) --log "$tmp/a.log" >/dev/null 2>&1 &&
+        "$build/ptrun" "$tmp/b.json" --val-every 0 --sample 0 --quiet --resume "$tmp/ck" \
+            --log "$tmp/b.log" >/dev/null 2>"$tmp/err" &&
+            grep -q "\"type\":\"step\",\"step\":$steps," "$tmp/b.log" ||
+            fail "checkpoint of '${first:-plain}' resumed as '${second:-plain}': $(tail -2 "$tmp/err")"
+        echo "checkpoint of '${first:-plain}' resumed as '${second:-plain}' to step $steps"
+    done
+fi
 
 # Checkpoints move between layouts: a dp=2 ZeRO-3 run stopped after half its steps
 # resumes as tp=2, as pp=2 with ZeRO-1 over dp=2, and on one rank with another

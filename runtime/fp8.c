@@ -1,0 +1,264 @@
+/*
+ * FP8 linear layers (pt_train.fp8): the transformer layers' q, k, v, output
+ * projection and MLP GEMMs compute on FP8 operands — E4M3 for inputs and weights, E5M2
+ * for output gradients, the hybrid format of Transformer Engine's recipes — while the
+ * embedding, the head, attention and the norms stay in the backend's precision. Each
+ * GEMM quantizes its two operands into the scratch's fp8_a and fp8_b (planner/
+ * buffers.c counts them) and multiplies them with kernels.h's gemm_fp8:
+ *
+ *   forward    out (T, oc)  = X (T, ic)     · W (oc, ic)^T
+ *   data grad  dX  (T, ic)  = dY (T, oc)    · W^T (ic, oc)^T
+ *   weight grad dW (oc, ic) += dY^T (oc, T) · X^T (ic, T)^T
+ *
+ * both operands K-major, as Hopper's FP8 GEMMs read them, so the data gradient
+ * casts the weight transposed and the weight gradient both operands transposed.
+ *
+ * Each (layer, linear layer, operand) has a scaling state (a meta block of kernels.h)
+ * in one backend array. Current scaling takes each tensor's scale from its own amax
+ * just before the cast; delayed scaling casts with the scale its amax history gave
+ * and then pushes this use's amax (forward and data-gradient uses push; the
+ * transposed re-casts of the weight gradient and the data gradient's weight do not,
+ * so each tensor's history advances once per micro-batch).
+ *
+ * Under tensor and context parallelism a rank holds a slice of some operands: every
+ * weight is split over tp, a row-parallel layer's input and a column-parallel layer's
+ * output gradient too, and every activation's rows over cp. The amax of a slice is
+ * max-reduced over the group before the scale is taken, so every layout quantizes a
+ * tensor with the scale one rank would give the whole of it, and an FP8 layout matches
+ * one FP8 rank to fp32 rounding.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer_internal.h"
+
+/* The FP8 linear layers of a transformer layer, each with its three operands: six,
+ * and the gate of a gated MLP last (the count planner/memory.c gives the state). */
+enum { FP8_X, FP8_W, FP8_DY, FP8_OPERANDS };
+
+static int linears(const pt_model *m)
+{
+    return m->act == PT_ACT_SWIGLU ? 7 : 6;
+}
+
+/* Which FP8 linear layer parameter r is (0 .. linears-1), or -1 for one that stays in
+ * the backend's precision. */
+static int linear_index(pt_param_ref r)
+{
+    switch (r) {
+    case PT_PARAM_Q: return 0;
+    case PT_PARAM_K: return 1;
+    case PT_PARAM_V: return 2;
+    case PT_PARAM_ATTN_OUT: return 3;
+    case PT_PARAM_MLP_UP: return 4;
+    case PT_PARAM_MLP_DOWN: return 5;
+    case PT_PARAM_MLP_GATE: return 6;
+    default: return -1;
+    }
+}
+
+static bool row_parallel(pt_param_ref r)
+{
+    return r == PT_PARAM_ATTN_OUT || r == PT_PARAM_MLP_DOWN;
+}
+
+int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers)
+{
+    if (f->recipe == PT_FP8_OFF)
+        return 0;
+    int64_t stride = PT_KFP8_META + (f->recipe == PT_FP8_DELAYED ? f->history : 0);
+    return layers * linears(m) * FP8_OPERANDS * stride;
+}
+
+int pt_fp8_init(pt_net *n, const pt_fp8 *f, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    n->fp8 = *f;
+    if (f->recipe == PT_FP8_OFF)
+        return 0;
+    if (f->recipe != PT_FP8_CURRENT && f->recipe != PT_FP8_DELAYED)
+        return pt_err_set(err, "training.fp8.recipe '%s': ptrun trains the recipes 'current' "
+                               "and 'delayed'; plan the others for the stacks that run them",
+                          pt_fp8_recipe_name(f->recipe));
+    if (f->recipe == PT_FP8_DELAYED && f->history < 1)
+        return pt_err_set(err, "training.fp8.amax_history %d: delayed scaling needs at "
+                               "least 1", f->history);
+    if (!kn->fp8_amax || !kn->fp8_scale || !kn->fp8_cast || !kn->gemm_fp8)
+        return pt_err_set(err, "the plan trains in FP8, but the %s backend has no FP8 "
+                               "kernels", kn->name);
+    n->fp8_stride = PT_KFP8_META + (f->recipe == PT_FP8_DELAYED ? f->history : 0);
+    int64_t floats = pt_fp8_meta_floats(&n->spec, f, n->n_layers);
+    if (floats == 0)
+        return 0; /* a rank without layers */
+    float *host = calloc((size_t)floats, sizeof *host);
+    n->fp8_meta = kn->alloc(kn, (size_t)floats * sizeof(float));
+    if (!host || !n->fp8_meta) {
+        free(host);
+        return pt_err_set(err, "out of memory for the FP8 scaling state (%lld floats)",
+                          (long long)floats);
+    }
+    /* scale 1 until a first amax: delayed scaling's first use casts unscaled */
+    for (int64_t i = 0; i < floats; i += n->fp8_stride)
+        host[i + PT_KFP8_SCALE] = host[i + PT_KFP8_SCALE_INV] = 1.0f;
+    kn->copy(kn, n->fp8_meta, host, (size_t)floats * sizeof(float), PT_KCOPY_H2D);
+    int rc = kn->sync(kn);
+    free(host);
+    if (rc)
+        return pt_err_set(err, "FP8 scaling state: %s", kn->err);
+    n->bytes += floats * (int64_t)sizeof(float);
+    return 0;
+}
+
+void pt_fp8_free(pt_net *n)
+{
+    if (n->kn && n->fp8_meta)
+        n->kn->free(n->kn, n->fp8_meta);
+    n->fp8_meta = NULL;
+}
+
+bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r)
+{
+    return c->n->fp8.recipe != PT_FP8_OFF && c->l >= 0 && linear_index(r) >= 0;
+}
+
+static float *site(const pt_layer_ctx *c, pt_param_ref r, int operand)
+{
+    int64_t s = (c->li * linears(&c->n->spec) + linear_index(r)) * FP8_OPERANDS + operand;
+    return c->n->fp8_meta + s * c->n->fp8_stride;
+}
+
+/* The groups over which a rank holds only a slice of operand `operand` of linear layer
+ * r: tp for weights, row-parallel inputs and column-parallel output gradients; cp for
+ * every activation (its rows). */
+static bool sliced_tp(pt_param_ref r, int operand)
+{
+    return operand == FP8_W || (operand == FP8_X) == row_parallel(r);
+}
+
+static int reduce_amax(pt_layer_ctx *c, float *meta, pt_param_ref r, int operand)
+{
+    const pt_layer_dims *d = &c->d;
+    float *amax = meta + PT_KFP8_AMAX;
+    if (d->t > 1 && sliced_tp(r, operand) &&
+        pt_comm_allreduce_max(c->n->comm, PT_GROUP_TP, amax, 1, c->err))
+        return -1;
+    if (d->cp > 1 && operand != FP8_W &&
+        pt_comm_allreduce_max(c->n->comm, PT_GROUP_CP, amax, 1, c->err))
+        return -1;
+    return 0;
+}
+
+/* Quantizes operand `operand` of linear layer r, src (rows, cols) [act], into dst
+ * and/or its transpose dst_t. `push`: a use that advances delayed scaling's history. */
+static int quantize(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src,
+                    int64_t rows, int cols, uint8_t *dst, uint8_t *dst_t, bool push)
+{
+    pt_kernels *kn = c->n->kn;
+    float *meta = site(c, r, operand);
+    int fmt = operand == FP8_DY ? PT_KFP8_E5M2 : PT_KFP8_E4M3;
+    c->n->fp8_elems += rows * cols;
+    if (c->n->fp8.recipe == PT_FP8_CURRENT) {
+        kn->zero(kn, meta + PT_KFP8_AMAX, sizeof(float));
+        kn->fp8_amax(kn, meta, src, rows * cols);
+        if (reduce_amax(c, meta, r, operand))
+            return -1;
+        kn->fp8_scale(kn, meta, fmt, 0, 0.0f);
+        kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta);
+        return 0;
+    }
+    kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta); /* amax fused */
+    if (!push)
+        return 0;
+    if (reduce_amax(c, meta, r, operand))
+        return -1;
+    kn->fp8_scale(kn, meta, fmt, c->n->fp8.history, 0.0f);
+    return 0;
+}
+
+int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, float *out, const float *inp,
+                   const float *w, const float *bias, int ic, int oc)
+{
+    pt_kernels *kn = c->n->kn;
+    int64_t T = c->d.T;
+    uint8_t *qa = c->S->fp8_a, *qb = c->S->fp8_b;
+    if (pt_layer_finish_gather(c) || quantize(c, r, FP8_X, inp, T, ic, qa, NULL, true) ||
+        quantize(c, r, FP8_W, w, oc, ic, qb, NULL, true))
+        return -1;
+    kn->gemm_fp8(kn, out, 0, 0.0f, qa, PT_KFP8_E4M3, site(c, r, FP8_X), qb, PT_KFP8_E4M3,
+                 site(c, r, FP8_W), bias, T, oc, ic);
+    return 0;
+}
+
+int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, float *dinp, bool write, const float *dout,
+                 const float *w, int ic, int oc)
+{
+    pt_kernels *kn = c->n->kn;
+    int64_t T = c->d.T;
+    uint8_t *qa = c->S->fp8_a, *qb = c->S->fp8_b;
+    if (quantize(c, r, FP8_DY, dout, T, oc, qa, NULL, true) ||
+        quantize(c, r, FP8_W, w, oc, ic, NULL, qb, false))
+        return -1;
+    kn->gemm_fp8(kn, dinp, 0, write ? 0.0f : 1.0f, qa, PT_KFP8_E5M2, site(c, r, FP8_DY), qb,
+                 PT_KFP8_E4M3, site(c, r, FP8_W), NULL, T, ic, oc);
+    return 0;
+}
+
+int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, float *dw, float *dbias, const float *dout,
+                 const float *inp, int ic, int oc)
+{
+    pt_kernels *kn = c->n->kn;
+    int64_t T = c->d.T;
+    uint8_t *qa = c->S->fp8_a, *qb = c->S->fp8_b;
+    if (pt_layer_finish_gather(c) || quantize(c, r, FP8_DY, dout, T, oc, NULL, qa, false) ||
+        quantize(c, r, FP8_X, inp, T, ic, NULL, qb, false))
+        return -1;
+    if (dw)
+        kn->gemm_fp8(kn, dw, 1, 1.0f, qa, PT_KFP8_E5M2, site(c, r, FP8_DY), qb, PT_KFP8_E4M3,
+                     site(c, r, FP8_X), NULL, oc, ic, (int)T);
+    /* the bias gradient sums the unquantized output gradient, as TE's fused
+     * cast-transpose-dbias does */
+    if (dbias)
+        kn->matmul_backward(kn, NULL, NULL, dbias, dout, NULL, NULL, T, ic, oc);
+    return 0;
+}
+
+int pt_fp8_step_stats(pt_net *n, pt_fp8_stats *out, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    memset(out, 0, sizeof *out);
+    out->elems = n->fp8_elems;
+    n->fp8_elems = 0;
+    int64_t floats = pt_fp8_meta_floats(&n->spec, &n->fp8, n->n_layers);
+    if (floats == 0)
+        return 0;
+    float *host = malloc((size_t)floats * sizeof *host);
+    if (!host)
+        return pt_err_set(err, "out of memory reading the FP8 scales");
+    kn->copy(kn, host, n->fp8_meta, (size_t)floats * sizeof(float), PT_KCOPY_D2H);
+    if (kn->sync(kn)) {
+        free(host);
+        return pt_err_set(err, "reading the FP8 scales: %s", kn->err);
+    }
+    out->scale_min = INFINITY;
+    out->scale_max = 0;
+    for (int64_t i = 0; i < floats; i += n->fp8_stride) {
+        float *m = host + i;
+        bool used = m[PT_KFP8_AMAX] > 0 || m[PT_KFP8_SCALE] != 1.0f;
+        out->overflow += m[PT_KFP8_OVER];
+        out->underflow += m[PT_KFP8_UNDER];
+        m[PT_KFP8_OVER] = m[PT_KFP8_UNDER] = 0.0f;
+        float s = m[PT_KFP8_SCALE];
+        if (!used) /* a linear layer the model lacks (GPT-2's gate), or not run yet */
+            continue;
+        out->scale_min = s < out->scale_min ? s : out->scale_min;
+        out->scale_max = s > out->scale_max ? s : out->scale_max;
+    }
+    if (out->scale_max == 0)
+        out->scale_min = 0;
+    /* the counts start again from zero for the next step */
+    kn->copy(kn, n->fp8_meta, host, (size_t)floats * sizeof(float), PT_KCOPY_H2D);
+    int rc = kn->sync(kn);
+    free(host);
+    return rc ? pt_err_set(err, "resetting the FP8 counts: %s", kn->err) : 0;
+}
