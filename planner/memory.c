@@ -354,10 +354,12 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
  * copies that the communication layer keeps. */
 static void pt_mem_stage_ptrun(const pt_model *m, const pt_layout *l, int stage,
                                int64_t layers, const pt_mem_flight *fl, pt_precision p,
-                               int64_t bucket_elems, pt_memory *out)
+                               int64_t bucket_elems, bool fp8, pt_memory *out)
 {
     pt_buffers B;
     pt_buffers_of(m, l, (int)p.act_bytes, m->dropout, &B);
+    if (fp8) /* the quantized operands of one GEMM at a time, in the scratch */
+        pt_buffers_fp8(m, l, &B);
     int64_t pp = pt_mem_pos(l->pp), slots = fl->in_flight;
     if (slots < pt_mem_pos(l->vp)) /* evaluation runs each chunk in a slot of its own */
         slots = pt_mem_pos(l->vp);
@@ -372,6 +374,44 @@ static void pt_mem_stage_ptrun(const pt_model *m, const pt_layout *l, int stage,
     }
     if (B.overflow)
         out->activations_bytes = HUGE_VAL;
+}
+
+/* The linear layers of one transformer layer (q, k, v, attn_out, [mlp_gate,] mlp_up,
+ * mlp_down) and their weight elements on one tensor-parallel rank. */
+static int pt_mem_linears(const pt_model *m, int tp, double *weight_elems)
+{
+    int64_t shape[PT_PSGD_LAYER_MAX][2];
+    int n = pt_psgd_layer_matrices(m, tp, shape);
+    *weight_elems = 0;
+    for (int i = 0; i < n; i++)
+        *weight_elems += (double)shape[i][0] * (double)shape[i][1];
+    return n;
+}
+
+/* What FP8 training keeps beside the model states, on a stage of `layers` layers,
+ * counted with the weights. ptrun: each FP8 tensor site's scaling state, kernels.h's
+ * meta block of PT_KFP8_META (5) floats and, under delayed scaling, the amax history:
+ * three sites (input, weight, output gradient) per linear layer. Transformer Engine
+ * (stack casts "te"): the FP8 weights and their transposes cached for the step
+ * (linear.py's weight workspace), one byte each per weight element; its meta blocks
+ * are left out (a few KiB a layer). TE also keeps a linear layer's input for the
+ * backward as its FP8 transpose, not in bf16 (linear.py saves the column-wise copy),
+ * which saves activation memory; that saving is not modelled (the activations are
+ * counted in the storage precision, an over-estimate of at most half the GEMM inputs
+ * kept). torchao (casts "per_gemm" of another stack) keeps nothing counted here. */
+static double pt_mem_fp8_states(const pt_model *m, const pt_layout *l, const pt_train *t,
+                                int64_t layers)
+{
+    if (!pt_train_fp8(t))
+        return 0;
+    double weights;
+    int linears = pt_mem_linears(m, l->tp, &weights);
+    if (t->stack.fp8_casts == PT_FP8_CASTS_TE)
+        return 2.0 * weights * (double)layers;
+    if (!pt_stack_is_ptrun(&t->stack))
+        return 0;
+    int hist = t->fp8.recipe == PT_FP8_DELAYED ? t->fp8.history : 0;
+    return 3.0 * linears * (double)layers * (5.0 + hist) * 4.0;
 }
 
 void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int stage,
@@ -395,7 +435,9 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
     if (t->stack.attention == PT_ATTN_PTRUN) {
         *out = (pt_memory){.stage = stage, .params = (double)params, .layers = layers,
                            .in_flight = fl.in_flight};
-        pt_mem_stage_ptrun(m, l, stage, layers, &fl, p, t->bucket_bytes / 4, out);
+        pt_mem_stage_ptrun(m, l, stage, layers, &fl, p, t->bucket_bytes / 4, pt_train_fp8(t),
+                           out);
+        out->weights_bytes += pt_mem_fp8_states(m, l, t, layers);
         out->total_bytes = out->weights_bytes + out->grads_bytes + out->optimizer_bytes +
                            out->activations_bytes + out->embed_head_bytes +
                            out->recompute_bytes + out->comm_bytes;
@@ -430,6 +472,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
         .layers = layers,
         .in_flight = fl.in_flight,
     };
+    out->weights_bytes += pt_mem_fp8_states(m, l, t, layers);
     out->total_bytes = out->weights_bytes + out->grads_bytes + out->optimizer_bytes +
                        out->activations_bytes + out->embed_head_bytes +
                        out->recompute_bytes + out->comm_bytes;

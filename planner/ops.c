@@ -240,6 +240,136 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
 
 /* ---- Op builders ---------------------------------------------------------------- */
 
+/* ---- FP8 GEMMs ---- */
+
+/* Whether the GEMM of `param` runs in FP8: a transformer layer's linear layer when the
+ * training asks for FP8; the output head, the embedding and attention stay in the
+ * storage precision, as Transformer Engine's recipes (only te.Linear-family modules
+ * run under fp8_autocast; Megatron-Core's output layer is a plain
+ * ColumnParallelLinear) and torchtitan (float8's filter_fqns keeps "output") run them. */
+static bool fp8_param(const builder *b, pt_param_ref param)
+{
+    if (!pt_train_fp8(b->c->t))
+        return false;
+    switch (param) {
+    case PT_PARAM_Q: case PT_PARAM_K: case PT_PARAM_V: case PT_PARAM_ATTN_OUT:
+    case PT_PARAM_MLP_GATE: case PT_PARAM_MLP_UP: case PT_PARAM_MLP_DOWN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+typedef enum { FP8_FWD, FP8_DGRAD, FP8_WGRAD } fp8_pass;
+
+static fp8_pass fp8_pass_of(pt_gemm_role role)
+{
+    switch (role) {
+    case PT_GEMM_DGRAD: case PT_GEMM_DGRAD_DGELU: case PT_GEMM_DGRAD_WRITE: return FP8_DGRAD;
+    case PT_GEMM_WGRAD: case PT_GEMM_WGRAD_BIAS: return FP8_WGRAD;
+    default: return FP8_FWD;
+    }
+}
+
+/* A memory-bound pass over `elems` elements moving `per_elem` bytes each. */
+static void fp8_pass_add(pt_fp8_work *w, double elems, double per_elem, double share)
+{
+    w->bytes += share * elems * per_elem;
+    w->passes += share;
+}
+
+/* ptrun's runtime (and torchao's Float8Linear): each GEMM op quantizes its own two
+ * operands, A (m, k) and B (n, k) in the TN layout every role is called in (kernels.h's
+ * gemm_fp8): forward X (T, ic) and W (oc, ic); data gradient dY (T, oc) and W^T (ic, oc),
+ * written as the transpose only; weight gradient dY^T (oc, T) and X^T (ic, T), transposes
+ * only. Per operand: current scaling reads it once for its amax (fp8_amax) and runs
+ * fp8_scale; then fp8_cast reads it and writes one byte per element (the transpose
+ * instead where that is what the GEMM reads); delayed scaling takes the amax inside the
+ * cast (no amax pass) and runs fp8_scale too. With tp > 1 each operand sharded over tp
+ * has its amax all-reduced (max) over the tp group: the weight always, the input X of a
+ * row-parallel layer, the output gradient dY of a column-parallel one (the scale must be
+ * the same on every rank for the shards to be one tensor). */
+static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int64_t k,
+                         bool row_parallel)
+{
+    pt_fp8_work *w = &op->fp8;
+    double ab = b->c->prec.act_bytes;
+    double elems[2] = {(double)m * (double)k, (double)n * (double)k};
+    bool amax_pass = b->c->t->fp8.recipe != PT_FP8_DELAYED;
+    for (int i = 0; i < 2; i++) {
+        if (amax_pass)
+            fp8_pass_add(w, elems[i], ab, 1);
+        fp8_pass_add(w, elems[i], ab + 1, 1);
+        w->launches += 1;
+    }
+    fp8_pass p = fp8_pass_of(op->role);
+    int sharded = p == FP8_FWD ? 1 + row_parallel        /* W, and X when row-parallel */
+                  : p == FP8_DGRAD ? 1 + !row_parallel   /* W, and dY when column-parallel */
+                  : 1;                                   /* dY^T (column) or X^T (row) */
+    pt_grid g;
+    pt_grid_init(&g, b->c->l);
+    int tp = pt_grid_group_size(&g, PT_GROUP_TP);
+    if (tp > 1) {
+        w->amax_reduces = sharded;
+        w->amax = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .bytes = 4, .group = tp,
+                               .ranks_per_node = b->c->ranks_per_node[PT_GROUP_TP]};
+    }
+}
+
+/* Transformer Engine's linear modules (transformer_engine/pytorch/module/linear.py and
+ * layernorm_linear.py): the forward quantizes the module's input once, writing the FP8
+ * rows and their transpose in one fused cast-transpose kernel (the transpose is what
+ * the weight gradient reads, and what the module keeps for its backward); the weight is
+ * quantized with its transpose on the first micro-batch of a step only and cached for
+ * the others (is_first_microbatch), so each micro-batch carries 1/n_micro of it; the
+ * backward quantizes the output gradient with its transpose once per module (the data
+ * and the weight gradient read the two). Delayed scaling takes the amax inside those
+ * kernels; current scaling (Float8CurrentScaling) reads each tensor once more for its
+ * amax first. The weight gradient quantizes nothing. q, k and v (gate and up) are one
+ * module on one input in Megatron-Core (linear_qkv, linear_fc1): their input is quantized
+ * once, with the first projection. TE's reduction of the amaxes over the model's ranks
+ * (one small all-reduce of the whole amax buffer per step) is left out. */
+static void fp8_te(builder *b, pt_op *op, int64_t m, int64_t n, int64_t k)
+{
+    pt_fp8_work *w = &op->fp8;
+    double ab = b->c->prec.act_bytes, n_micro = (double)(b->c->l->n_micro > 0 ? b->c->l->n_micro : 1);
+    bool amax_pass = b->c->t->fp8.recipe == PT_FP8_CURRENT;
+    double per = ab + 2; /* read, write the FP8 rows and their transpose */
+    switch (fp8_pass_of(op->role)) {
+    case FP8_FWD: {
+        double x = (double)m * (double)k, wt = (double)n * (double)k;
+        if (!b->fp8_input_cast) {
+            if (amax_pass)
+                fp8_pass_add(w, x, ab, 1);
+            fp8_pass_add(w, x, per, 1);
+        }
+        if (amax_pass)
+            fp8_pass_add(w, wt, ab, 1 / n_micro);
+        fp8_pass_add(w, wt, per, 1 / n_micro);
+        break;
+    }
+    case FP8_DGRAD: { /* dY is (m, k) = (T, oc) */
+        double dy = (double)m * (double)k;
+        if (amax_pass)
+            fp8_pass_add(w, dy, ab, 1);
+        fp8_pass_add(w, dy, per, 1);
+        break;
+    }
+    case FP8_WGRAD:
+        break;
+    }
+}
+
+static void fp8_work(builder *b, pt_op *op, pt_param_ref param, int64_t m, int64_t n,
+                     int64_t k)
+{
+    bool row_parallel = param == PT_PARAM_ATTN_OUT || param == PT_PARAM_MLP_DOWN;
+    if (b->c->t->stack.fp8_casts == PT_FP8_CASTS_TE)
+        fp8_te(b, op, m, n, k);
+    else
+        fp8_per_gemm(b, op, m, n, k, row_parallel);
+}
+
 /* A GEMM of the layers in one of its roles (pt_gemm_role, costmodels/cost.h: the key's
  * kind names the runtime's call) and its traffic: the inputs read; the output written,
  * with the GELU the pre-activation written too (kept for the backward), a data gradient
@@ -259,10 +389,13 @@ static pt_op *gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int ba
      * kernels.h's matmul_forward_shared, matmul_wgrad_shared), each counted as if alone,
      * the shared operand read by each */
     double ab = b->c->prec.act_bytes;
+    bool fp8 = fp8_param(b, param);
     double out = (double)batch * (double)m * (double)n;
-    double ins = (double)batch * ab * ((double)m * (double)k + (double)k * (double)n);
+    /* FP8 operands are one byte an element; the output stays in the role's type */
+    double ins = (double)batch * (fp8 ? 1 : ab) * ((double)m * (double)k + (double)k * (double)n);
     op->param = param;
-    op->kernel.dtype = b->c->dtype;
+    /* an emulated FP8 GEMM computes in the storage precision, at its peak */
+    op->kernel.dtype = fp8 && !b->c->t->fp8.emulated ? PT_DTYPE_FP8 : b->c->dtype;
     op->kernel.flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
     /* a forward with a bias (the model's, or the head's vocabulary mask) is another call:
      * cuBLASLt's bias epilogue, which reads the bias too, and is priced and profiled as
@@ -302,8 +435,10 @@ static pt_op *gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int ba
     if (batch > 1)
         snprintf(count, sizeof count, "b=%d,", batch);
     snprintf(op->kernel.key, sizeof op->kernel.key, "%s:%s:%sm=%lld,n=%lld,k=%lld",
-             pt_gemm_role_kind(role), pt_dtype_name(b->c->dtype), count, (long long)m,
-             (long long)n, (long long)k);
+             pt_gemm_role_kind(role), pt_dtype_name(fp8 ? PT_DTYPE_FP8 : b->c->dtype), count,
+             (long long)m, (long long)n, (long long)k);
+    if (fp8)
+        fp8_work(b, op, param, m, n, k);
     return op;
 }
 
@@ -451,9 +586,17 @@ static bool fused_epilogues(const builder *b)
     return b->c->t->stack.fused_epilogues;
 }
 
+/* The GEMM epilogue forms (the GELU or its derivative, the residual, q, k and v as one
+ * batched call): not with FP8, whose GEMMs ptrun calls as plain gemm_fp8 (kernels.h), so
+ * that its op list names only ops its runtime runs in FP8. */
+static bool gemm_epilogues(const builder *b)
+{
+    return fused_epilogues(b) && !pt_train_fp8(b->c->t);
+}
+
 static bool fused_gelu(const builder *b)
 {
-    return fused_epilogues(b) && b->c->m->act == PT_ACT_GELU;
+    return gemm_epilogues(b) && b->c->m->act == PT_ACT_GELU;
 }
 
 /* The residual add after attention and the second norm as one kernel: it reads the
@@ -755,7 +898,7 @@ static int mlp_projs(const builder *b, const dims *d, proj p[2])
  * adding into one input gradient: a batch's products cannot be summed. */
 static bool shared_qkv(const builder *b, const dims *d)
 {
-    return fused_epilogues(b) && b->c->l->tp == 1 && d->kvr == d->h / d->t;
+    return gemm_epilogues(b) && b->c->l->tp == 1 && d->kvr == d->h / d->t;
 }
 
 /* The column-parallel projections reading the norm output `in`; with `batched` their
@@ -770,8 +913,11 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
                          p[0].fwd_role), src);
         return;
     }
-    for (int i = 0; i < np; i++)
+    for (int i = 0; i < np; i++) {
+        b->fp8_input_cast = i > 0; /* one module's input, quantized once (fp8_te) */
         reads(gemm(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h, p[i].fwd_role), src);
+    }
+    b->fp8_input_cast = false;
 }
 
 /* Backward of the column-parallel projections of one input: the data gradients
@@ -821,7 +967,7 @@ static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_
  * GEMM's op (runtime/layer.c); the price leaves the dropout out, as add_fwd's does. */
 static bool residual_in_gemm(const builder *b)
 {
-    return fused_epilogues(b) && b->c->l->tp == 1;
+    return gemm_epilogues(b) && b->c->l->tp == 1;
 }
 
 static void layer_forward(builder *b, const dims *d)

@@ -41,6 +41,8 @@ typedef struct {
     pt_oplist *out;
     int failed;
     bool recompute; /* mark ops as recomputation */
+    bool fp8_input_cast; /* TE: the next forward GEMM's input was quantized already, by the
+                            first projection of the same module (q of q, k, v) */
 } builder;
 
 static inline pt_op *add_op(builder *b, pt_op_kind kind)

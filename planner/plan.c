@@ -66,7 +66,23 @@ json_t *pt_sim_result_json(const pt_sim_result *r)
                      "stage_busy_s", busy, "breakdown", bd);
 }
 
+static json_t *training_json_base(const pt_train *t, const pt_run_opts *r);
+
+json_t *pt_fp8_json(const pt_fp8 *f)
+{
+    return json_pack("{s:s, s:i, s:b}", "recipe", pt_fp8_recipe_name(f->recipe), "amax_history",
+                     f->history, "emulated", f->emulated);
+}
+
 static json_t *training_json(const pt_train *t, const pt_run_opts *r)
+{
+    json_t *o = training_json_base(t, r);
+    if (o && pt_train_fp8(t))
+        json_object_set_new(o, "fp8", pt_fp8_json(&t->fp8));
+    return o;
+}
+
+static json_t *training_json_base(const pt_train *t, const pt_run_opts *r)
 {
     return json_pack("{s:I, s:s, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:I, s:s}", "global_batch",
                      (json_int_t)t->global_batch, "precision", pt_prec_name(t->precision),
@@ -126,7 +142,8 @@ static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "p
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
-                                            "data", NULL};
+                                            "data", "fp8", NULL};
+static const char *const fp8_keys[] = {"recipe", "amax_history", "emulated", NULL};
 static const char *const predicted_keys[] = {"step_time_s", "tokens_per_s", "mfu", "hfu",
                                              "bubble_fraction", "exposed_comm_fraction",
                                              "provenance", "stage_busy_s", "memory",
@@ -245,6 +262,32 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     return 0;
 }
 
+/* training.fp8: absent = off; else every field, each checked. */
+static int read_fp8(const pt_json_obj *o, pt_fp8 *f, pt_err *err)
+{
+    *f = (pt_fp8){.recipe = PT_FP8_OFF, .history = 1024};
+    if (!json_object_get(o->obj, "fp8"))
+        return 0;
+    pt_json_obj x;
+    char recipe[32];
+    int64_t hist;
+    pt_err why;
+    if (pt_json_get_object(o, "fp8", fp8_keys, &x, err) ||
+        pt_json_get_string(&x, "recipe", recipe, sizeof recipe, err) ||
+        pt_json_get_int(&x, "amax_history", &hist, err) ||
+        pt_json_get_bool(&x, "emulated", &f->emulated, err))
+        return -1;
+    if (pt_fp8_recipe_parse(recipe, &f->recipe, &why) || f->recipe == PT_FP8_OFF)
+        return pt_err_set(err, "%s: field 'training.fp8.recipe' = \"%s\": expected current, "
+                               "delayed, blockwise or rowwise (no field fp8 for none)",
+                          x.origin, recipe);
+    if (hist < 1 || hist > PT_FP8_MAX_HISTORY)
+        return pt_err_set(err, "%s: field 'training.fp8.amax_history' = %lld: expected 1 to %d",
+                          x.origin, (long long)hist, PT_FP8_MAX_HISTORY);
+    f->history = (int)hist;
+    return 0;
+}
+
 static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt_err *err)
 {
     pt_json_obj o;
@@ -267,6 +310,8 @@ static int read_training(const pt_json_obj *top, pt_train *t, pt_run_opts *r, pt
         return -1;
     if (pt_prec_parse(prec, &t->precision, &why))
         return pt_err_set(err, "%s: field 'training.precision': %s", o.origin, why.msg);
+    if (read_fp8(&o, &t->fp8, err))
+        return -1;
     /* the cosine decay runs from lr down to min_lr: above lr it would climb instead */
     if (r->min_lr > r->lr)
         return pt_err_set(err, "%s: field 'training.min_lr' = %g is above 'training.lr' = %g "
@@ -392,7 +437,8 @@ static int check_plan(const pt_json_obj *top, pt_plan *p, pt_err *err)
     if (pt_model_validate(&p->model, top->origin, err) ||
         pt_cluster_validate(&p->cluster, top->origin, err))
         return -1;
-    if (pt_cluster_check_precision(&p->cluster, p->train.precision, &why))
+    if (pt_cluster_check_precision(&p->cluster, p->train.precision, &why) ||
+        pt_train_check_fp8(&p->train, &p->cluster, &why))
         return pt_err_set(err, "%s: %s", top->origin, why.msg);
     uint32_t mask;
     if (pt_layout_check(&p->model, &p->cluster, p->train.global_batch, &p->layout, &mask)) {

@@ -73,6 +73,9 @@ int pt_plan_read(const char *path, pt_plan *out, pt_err *err);
 int pt_plan_from_json(const char *text, const char *origin, pt_plan *out, pt_err *err);
 json_t *pt_plan_json(const pt_plan *p);
 json_t *pt_sim_result_json(const pt_sim_result *r);
+/* plan.json's training.fp8: {"recipe": "current", "amax_history": 1024, "emulated":
+ * false}, written where the recipe is not off (absent: off). */
+json_t *pt_fp8_json(const pt_fp8 *f);
 
 /* ---- JSON forms of planner results (planner/report.c) ------------------------- */
 

@@ -8,7 +8,7 @@
  *    "nodes": 1, "devices_per_node": 8 (optional),
  *    "stack": "megatron-core" | {a stack spec},
  *    "layout": "tp=2,pp=1,dp=4,mbs=1,recompute=selective",
- *    "global_batch": 128, "seq": 8192, "precision": "bf16",
+ *    "global_batch": 128, "seq": 8192, "precision": "bf16" (or "fp8", "fp8:RECIPE"),
  *    "measured": {"step_s": 1.92} | {"tokens_per_s": ...} | {"tokens_per_s_per_gpu": ...},
  *    "date": "YYYY-MM-DD", "software": {"name": "Megatron-LM", "version": "core_r0.12.0"},
  *    "note": "free text" (optional), "log": {where a log reader took it from} (optional)}
@@ -249,7 +249,8 @@ int pt_runrec_finish(pt_runrec *r, const char *origin, pt_err *err)
     if (pt_model_validate(&r->model, origin, err) ||
         pt_cluster_validate(&r->cluster, origin, err))
         return -1;
-    if (pt_cluster_check_precision(&r->cluster, r->train.precision, &why))
+    if (pt_cluster_check_precision(&r->cluster, r->train.precision, &why) ||
+        pt_train_check_fp8(&r->train, &r->cluster, &why))
         return pt_err_set(err, "%s: field 'precision': %s", origin, why.msg);
     int64_t world = pt_cluster_world(&r->cluster);
     pt_layout_default(&r->layout);
@@ -310,7 +311,7 @@ static int read_record(const pt_json_obj *top, const char *dir, pt_runrec *r, pt
         get_int_in(top, "seq", 1, INT64_C(1) << 30, &seq, err) ||
         pt_json_get_string(top, "precision", prec, sizeof prec, err))
         return -1;
-    if (pt_prec_parse(prec, &r->train.precision, &why))
+    if (pt_train_precision_parse(prec, &r->train, &why))
         return pt_json_fail(top, "precision", err, "%s: field 'precision' = \"%s\": %s",
                             top->origin, prec, why.msg);
     r->train.global_batch = batch;
@@ -374,7 +375,9 @@ char *pt_runrec_to_json(const pt_runrec *r)
     bad |= pt_json_set(root, "layout", json_string(r->layout_text));
     bad |= pt_json_set(root, "global_batch", json_integer(r->train.global_batch));
     bad |= pt_json_set(root, "seq", json_integer(r->model.seq));
-    bad |= pt_json_set(root, "precision", json_string(pt_prec_name(r->train.precision)));
+    char prec[32];
+    pt_train_precision_word(&r->train, prec, sizeof prec);
+    bad |= pt_json_set(root, "precision", json_string(prec));
     bad |= pt_json_set(root, "measured", json_pack("{s:f}", pt_meas_name(r->meas),
                                                    r->meas_value));
     bad |= pt_json_set(root, "date", json_string(r->date));

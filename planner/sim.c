@@ -149,12 +149,39 @@ static pt_cost price_kernel(const pricer *p, const pt_op *op)
     return (pt_cost){pt_cost_kernel_analytic(&p->hw, &op->kernel), PT_PROV_ANALYTIC};
 }
 
-/* An op's cost: a kernel's as price_kernel says; a collective's from the tables'
- * collective samples for every stack, whose collectives all go through the same library
- * (NCCL on GPUs) as ptrun's. */
+/* An FP8 GEMM's scaling work (pt_fp8_work, planner/ops.c): each memory-bound pass
+ * through the analytic roofline of its kernel (no table times these kernels apart), each
+ * scale kernel a launch, each amax all-reduce of one float as the tables price a
+ * collective of 4 bytes over tp (latency-bound). Added to the GEMM's own price, whose
+ * key (dtype fp8) times the GEMM alone. */
+static double price_fp8_work(const pricer *p, const pt_fp8_work *w)
+{
+    double t = 0;
+    if (w->passes > 0) {
+        pt_kernel_op pass = {.key = "fp8_cast", .dtype = PT_DTYPE_FP8,
+                             .bytes = w->bytes / w->passes};
+        t += w->passes * pt_cost_kernel_analytic(&p->hw, &pass);
+    }
+    if (w->launches > 0) {
+        pt_kernel_op scale = {.key = "fp8_scale", .dtype = PT_DTYPE_FP32};
+        t += w->launches * pt_cost_kernel_analytic(&p->hw, &scale);
+    }
+    if (w->amax_reduces > 0)
+        t += w->amax_reduces * pt_cost_coll(p->db, &p->hw, &w->amax).time_s;
+    return t;
+}
+
+/* An op's cost: a kernel's as price_kernel says (with an FP8 GEMM's scaling work); a
+ * collective's from the tables' collective samples for every stack, whose collectives
+ * all go through the same library (NCCL on GPUs) as ptrun's. */
 static pt_cost price_op(const pricer *p, const pt_op *op)
 {
-    return op->cls == PT_OP_KERNEL ? price_kernel(p, op) : pt_cost_coll(p->db, &p->hw, &op->coll);
+    if (op->cls != PT_OP_KERNEL)
+        return pt_cost_coll(p->db, &p->hw, &op->coll);
+    pt_cost c = price_kernel(p, op);
+    if (op->fp8.passes > 0 || op->fp8.launches > 0 || op->fp8.amax_reduces > 0)
+        c.time_s += price_fp8_work(p, &op->fp8);
+    return c;
 }
 
 /* Time of an op list on the compute stream and the part of it that is exposed

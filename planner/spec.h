@@ -227,6 +227,17 @@ typedef enum { PT_BUCKET_FIXED, PT_BUCKET_MEGATRON, PT_BUCKET_COUNT } pt_bucket_
 
 #define PT_STACK_MAX_ATTN_EFF 8
 
+/* How a stack runs the FP8 scaling around its FP8 GEMMs (planner/ops.c prices it):
+ * - per_gemm: each GEMM op quantizes its own two operands, as ptrun's runtime does
+ *   (kernels.h's fp8_amax, fp8_scale, fp8_cast; transposes written where the GEMM reads
+ *   an operand K-major the other way) and torchao's Float8Linear under torchtitan;
+ * - te: Transformer Engine's linear modules: the input cast with its transpose in one
+ *   fused kernel once per module and micro-batch, the weights cast once per step and
+ *   cached across micro-batches, the output gradient cast with its transpose once per
+ *   module; delayed scaling's amax taken inside those casts. */
+typedef enum { PT_FP8_CASTS_PER_GEMM, PT_FP8_CASTS_TE, PT_FP8_CASTS_COUNT } pt_fp8_casts;
+const char *pt_fp8_casts_name(pt_fp8_casts c); /* "per_gemm", "te" */
+
 /* Where a stack's attention is the kernel ptrun's CUDA backend runs (cuDNN's fused flash
  * attention): on devices whose name starts with `device` ("*" matches all), its forward,
  * its backward or both. */
@@ -278,6 +289,11 @@ typedef struct {
                                       epilogue */
     int n_ptrun_attn;
     pt_ptrun_attn ptrun_attn[PT_STACK_MAX_ATTN_EFF]; /* first matching prefix wins */
+    /* FP8 training (pt_train.fp8): the recipes the stack runs (bit r: pt_fp8_recipe r;
+     * 0: no FP8), the one --precision fp8 picks, and how its casts run */
+    unsigned fp8_recipes;
+    int fp8_default;               /* a pt_fp8_recipe; PT_FP8_OFF when fp8_recipes is 0 */
+    pt_fp8_casts fp8_casts;
 } pt_stack;
 
 int pt_stack_builtin_count(void);
@@ -353,6 +369,9 @@ typedef enum { PT_FP8_OFF, PT_FP8_CURRENT, PT_FP8_DELAYED, PT_FP8_BLOCKWISE, PT_
 const char *pt_fp8_recipe_name(pt_fp8_recipe r); /* "off", "current", "delayed", ... */
 int pt_fp8_recipe_parse(const char *text, pt_fp8_recipe *out, pt_err *err);
 
+/* The longest amax history a plan may ask for (TE's default is 1024). */
+#define PT_FP8_MAX_HISTORY 65536
+
 typedef struct {
     pt_fp8_recipe recipe;   /* [off] */
     int history;            /* delayed: the amax history's length */
@@ -373,6 +392,26 @@ typedef struct {
 } pt_train;
 
 void pt_train_default(pt_train *t, const pt_cluster *c);
+
+/* Whether t trains the layers' linear layers in FP8. */
+static inline bool pt_train_fp8(const pt_train *t)
+{
+    return t->fp8.recipe != PT_FP8_OFF;
+}
+/* Whether FP8 training as t asks it can be planned on cluster c: the recipe is one
+ * t->stack runs, history >= 1, and the device has an FP8 peak (device.peak_flops.fp8)
+ * unless emulated, which is for a device without one only. 0 when FP8 is off; else -1
+ * with err naming the value and what is accepted. */
+int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err);
+/* A run record's or ptcalib's precision word into t (its stack and storage precision
+ * already set): "bf16", "bf16-grad16", "fp32", or "fp8" (FP8 GEMMs over the storage
+ * precision, the stack's default recipe) and "fp8:RECIPE"; errors name the word. */
+int pt_train_precision_parse(const char *text, pt_train *t, pt_err *err);
+/* The word pt_train_precision_parse reads back: the storage precision's name, "fp8", or
+ * "fp8:RECIPE" where the recipe is not the stack's default. */
+void pt_train_precision_word(const pt_train *t, char *buf, size_t n);
+/* "bf16", or "bf16+fp8(delayed)" with FP8 ("+fp8(current, emulated)" emulated). */
+void pt_train_precision_text(const pt_train *t, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

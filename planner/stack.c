@@ -47,8 +47,14 @@
  *       "attention": [                          profile of ptrun's kernels prices for
  *         {"device": "H100", "fwd": true, "bwd": false}   this stack too: GEMM roles
  *       ]                                       (pt_gemm_role_kind's names), and where
- *     }                                         its attention is ptrun's (first matching
- *   }                                           device prefix wins; at most 8)
+ *     },                                        its attention is ptrun's (first matching
+ *                                               device prefix wins; at most 8)
+ *     "fp8": {                                  optional (default: no FP8): the FP8
+ *       "recipes": ["current", "delayed"],      recipes it runs (current, delayed,
+ *       "default": "current",                   blockwise, rowwise), the one --precision
+ *       "casts": "per_gemm"                     fp8 picks, and how its casts run:
+ *     }                                         per_gemm | te (pt_fp8_casts)
+ *   }
  */
 #include "cost.h"
 #include "layout.h"
@@ -65,6 +71,12 @@ static const char *const dpo_names[PT_DPO_COUNT] = {"none", "last", "backward"};
 static const char *const p2p_names[PT_P2P_COUNT] = {"overlapped", "blocking", "interleaved"};
 static const char *const kernel_names[PT_KERNELS_COUNT] = {"fused", "eager"};
 static const char *const selective_names[PT_SELECTIVE_COUNT] = {"attention", "op"};
+static const char *const fp8_cast_names[PT_FP8_CASTS_COUNT] = {"per_gemm", "te"};
+
+const char *pt_fp8_casts_name(pt_fp8_casts c)
+{
+    return (unsigned)c < PT_FP8_CASTS_COUNT ? fp8_cast_names[c] : "?";
+}
 
 const char *pt_kernel_style_name(pt_kernel_style k)
 {
@@ -128,6 +140,11 @@ static const pt_stack stack_ptrun = {
     .ptrun_gemm_roles = ALL_GEMM_ROLES,
     .n_ptrun_attn = 1,
     .ptrun_attn = {{"*", true, true}},
+    /* runtime/: per-tensor current and delayed scaling, each GEMM op quantizing its own
+     * operands (kernels.h's fp8_* ops) */
+    .fp8_recipes = BIT(PT_FP8_CURRENT) | BIT(PT_FP8_DELAYED),
+    .fp8_default = PT_FP8_CURRENT,
+    .fp8_casts = PT_FP8_CASTS_PER_GEMM,
 };
 
 /* Megatron-LM as it trained GPT-3-class models in 2021-22 (Narayanan et al., SC'21;
@@ -231,6 +248,16 @@ static const pt_stack stack_megatron_core = {
     .n_ptrun_attn = 4,
     .ptrun_attn = {{"H100", true, false}, {"H200", true, false}, {"B200", true, false},
                    {"GB200", true, false}},
+    /* Megatron-Core's --fp8-recipe (TransformerConfig.fp8_recipe, megatron/core/
+     * transformer/transformer_config.py): tensorwise (per-tensor current scaling),
+     * delayed (the default), blockwise, mxfp8 (Blackwell only, not planned here) and
+     * custom; --fp8-format hybrid is E4M3 forward, E5M2 gradients. TE quantizes as
+     * pt_fp8_casts' "te" says (transformer_engine/pytorch/module/linear.py: the weight
+     * workspace updated on the first micro-batch only, is_first_microbatch; the input
+     * kept for the backward as its column-wise FP8 copy). */
+    .fp8_recipes = BIT(PT_FP8_CURRENT) | BIT(PT_FP8_DELAYED) | BIT(PT_FP8_BLOCKWISE),
+    .fp8_default = PT_FP8_DELAYED,
+    .fp8_casts = PT_FP8_CASTS_TE,
 };
 
 /* PyTorch FSDP (FULL_SHARD; SHARD_GRAD_OP is ZeRO-2, NO_SHARD plain DDP) with
@@ -285,6 +312,13 @@ static const pt_stack stack_fsdp = {
     .kernels = PT_KERNELS_EAGER,
     .selective = PT_SELECTIVE_OP,
     .ptrun_gemm_roles = ROLE(PT_GEMM_FWD) | ROLE(PT_GEMM_FWD_BIAS) | ROLE(PT_GEMM_DGRAD_WRITE),
+    /* torchtitan's float8 converter (torchao's Float8Linear; torchtitan/config/
+     * job_config.py, Float8Linear.recipe_name at v0.2.2): dynamic per-tensor scaling
+     * ("tensorwise", the default without a recipe name) and "rowwise"; each linear's
+     * GEMMs quantize their own operands (torchao/float8/float8_linear.py) */
+    .fp8_recipes = BIT(PT_FP8_CURRENT) | BIT(PT_FP8_ROWWISE),
+    .fp8_default = PT_FP8_CURRENT,
+    .fp8_casts = PT_FP8_CASTS_PER_GEMM,
 };
 
 static const pt_stack *const builtins[] = {&stack_ptrun, &stack_megatron_lm,
@@ -376,7 +410,9 @@ int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err)
 
 static const char *const top_keys[] = {"name", "about", "attention", "parallelism", "overlap",
                                        "gradients", "loss", "step_overhead_s", "kernels",
-                                       "selective", "fused_epilogues", "ptrun_kernels", NULL};
+                                       "selective", "fused_epilogues", "ptrun_kernels", "fp8",
+                                       NULL};
+static const char *const fp8_keys[] = {"recipes", "default", "casts", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
@@ -587,6 +623,35 @@ static int read_ptrun_kernels(const pt_json_obj *top, pt_stack *s, pt_err *err)
     return bad ? -1 : 0;
 }
 
+/* "fp8": the recipes (a list of names), the default and the casts. */
+static int read_fp8(const pt_json_obj *top, pt_stack *s, pt_err *err)
+{
+    pt_json_obj f;
+    if (pt_json_get_object(top, "fp8", fp8_keys, &f, err))
+        return -1;
+    int dflt = PT_FP8_OFF, casts = PT_FP8_CASTS_PER_GEMM;
+    static const char *const recipe_names[PT_FP8_COUNT] = {"off", "current", "delayed",
+                                                           "blockwise", "rowwise"};
+    int bad = pt_json_get_enum(&f, "default", recipe_names, PT_FP8_COUNT, &dflt, err);
+    bad |= pt_json_get_enum(&f, "casts", fp8_cast_names, PT_FP8_CASTS_COUNT, &casts, err);
+    const json_t *arr = get_array(&f, "recipes", PT_FP8_COUNT - 1, err);
+    if (!arr)
+        return -1;
+    s->fp8_recipes = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        pt_fp8_recipe r;
+        pt_err why;
+        const char *v = json_string_value(json_array_get(arr, i));
+        if (!v || pt_fp8_recipe_parse(v, &r, &why) || r == PT_FP8_OFF)
+            return pt_json_fail(&f, "recipes", err, "%s: field 'fp8.recipes[%zu]': expected "
+                                "one of current, delayed, blockwise, rowwise", f.origin, i);
+        s->fp8_recipes |= BIT(r);
+    }
+    s->fp8_default = dflt;
+    s->fp8_casts = (pt_fp8_casts)casts;
+    return bad ? -1 : 0;
+}
+
 /* Reads every field of `top` (which has a collector) into s, recording each problem. */
 static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
 {
@@ -609,6 +674,8 @@ static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
                                 &selective, err);
     if (json_object_get(top->obj, "ptrun_kernels"))
         bad |= read_ptrun_kernels(top, s, err);
+    if (json_object_get(top->obj, "fp8"))
+        bad |= read_fp8(top, s, err);
     s->kernels = (pt_kernel_style)kernels;
     s->selective = (pt_selective)selective;
     return bad ? -1 : 0;
@@ -706,6 +773,23 @@ static void stack_check_ptrun_kernels(const pt_stack *s, const char *origin, pt_
                          "(kernels of its own)", origin);
 }
 
+static void stack_check_fp8(const pt_stack *s, const char *origin, pt_json_errs *e)
+{
+    unsigned all = ((1u << PT_FP8_COUNT) - 1) & ~BIT(PT_FP8_OFF);
+    if (s->fp8_recipes & ~all)
+        pt_json_errs_add(e, "fp8.recipes", "%s: field 'fp8.recipes': not FP8 recipes",
+                         origin);
+    if ((unsigned)s->fp8_casts >= PT_FP8_CASTS_COUNT)
+        pt_json_errs_add(e, "fp8.casts", "%s: field 'fp8.casts': not per_gemm or te", origin);
+    if (s->fp8_recipes == 0 && s->fp8_default != PT_FP8_OFF)
+        pt_json_errs_add(e, "fp8.default", "%s: field 'fp8.default' = \"%s\" but "
+                         "'fp8.recipes' is empty", origin, pt_fp8_recipe_name(s->fp8_default));
+    else if (s->fp8_recipes != 0 && ((unsigned)s->fp8_default >= PT_FP8_COUNT ||
+                                     !(s->fp8_recipes & BIT(s->fp8_default))))
+        pt_json_errs_add(e, "fp8.default", "%s: field 'fp8.default' = \"%s\" is not in "
+                         "'fp8.recipes'", origin, pt_fp8_recipe_name(s->fp8_default));
+}
+
 static void stack_check_overlap(const pt_stack *s, const char *origin, pt_json_errs *e)
 {
     in_range(origin, "overlap.tp_reach", s->tp_overlap_reach, 0, 1, false, e);
@@ -740,6 +824,7 @@ static void stack_check(const pt_stack *s, const char *origin, pt_json_errs *e)
                          "stage", origin);
     stack_check_overlap(s, origin, e);
     stack_check_ptrun_kernels(s, origin, e);
+    stack_check_fp8(s, origin, e);
     in_range(origin, "step_overhead_s", s->step_overhead_s, 0, 3600, false, e);
     if (s->bucket_bytes < 0 || (s->bucket_bytes > 0 && s->bucket_bytes < PT_MIN_BUCKET_BYTES) ||
         s->bucket_bytes > (INT64_C(1) << 40))
@@ -828,6 +913,23 @@ static json_t *ptrun_kernels_json(const pt_stack *s)
     return o;
 }
 
+/* {"recipes": [...], "default": ..., "casts": ...}; NULL when out of memory. */
+static json_t *fp8_json(const pt_stack *s)
+{
+    json_t *list = json_array();
+    int bad = !list;
+    for (int r = PT_FP8_CURRENT; !bad && r < PT_FP8_COUNT; r++)
+        if (s->fp8_recipes & BIT(r))
+            bad |= json_array_append_new(list, json_string(pt_fp8_recipe_name(r)));
+    if (bad) {
+        json_decref(list);
+        return NULL;
+    }
+    return json_pack("{s:o, s:s, s:s}", "recipes", list, "default",
+                     pt_fp8_recipe_name(s->fp8_default), "casts",
+                     pt_fp8_casts_name(s->fp8_casts));
+}
+
 char *pt_stack_to_json(const pt_stack *s)
 {
     json_t *root = json_object(), *attn = json_object(), *eff = json_array(),
@@ -883,6 +985,8 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(root, "selective", json_string(pt_selective_name(s->selective)));
         bad |= pt_json_set(root, "fused_epilogues", json_boolean(s->fused_epilogues));
         bad |= pt_json_set(root, "ptrun_kernels", json_incref(ptk));
+        if (s->fp8_recipes)
+            bad |= pt_json_set(root, "fp8", fp8_json(s));
     }
     char *text = bad ? NULL : pt_json_dump(root);
     json_t *all[] = {root, attn, eff, par, zero, ovl, dp, grad, loss, ptk};

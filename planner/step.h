@@ -153,6 +153,23 @@ typedef enum {
 } pt_tensor;
 const char *pt_tensor_name(pt_tensor t);
 
+/* What an FP8 GEMM op (pt_train.fp8 on, a layer's linear layer) does besides its GEMM,
+ * which its key (dtype fp8) does not time: the memory-bound passes that find its
+ * operands' amax and quantize them (with transposes where the GEMM reads an operand
+ * K-major the other way), the scale kernels, and the all-reduces (max) of one float
+ * over tp for each operand sharded over tp. planner/ops.c fills it as the stack runs
+ * its casts (pt_fp8_casts); planner/sim.c adds its price to the GEMM's. Under ptrun's
+ * stack these kernels run inside the op (the runtime maps ops by kind, so they are no
+ * ops of their own). */
+typedef struct {
+    double bytes;           /* the passes' device-memory traffic, reads and writes */
+    double passes;          /* memory-bound kernels (a fraction where a cast is shared by
+                               the micro-batches of a step: TE's cached weights) */
+    double launches;        /* kernels too small to move bytes (fp8_scale) */
+    int amax_reduces;       /* all-reduces of one float over tp */
+    pt_coll_op amax;        /* one of them: 4 bytes over the tp group */
+} pt_fp8_work;
+
 typedef struct {
     pt_op_kind kind;
     pt_op_class cls;
@@ -173,6 +190,7 @@ typedef struct {
                                prefetch) instead of blocking the compute stream */
     bool recompute;         /* a forward op run again during backward */
     double out_elems;       /* GEMMs: elements of the output (m·n), else 0 */
+    pt_fp8_work fp8;        /* an FP8 GEMM's scaling work beside its GEMM; zero else */
 } pt_op;
 
 typedef struct {

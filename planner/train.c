@@ -7,6 +7,7 @@
  */
 #include "spec.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *const pt_prec_names[PT_PREC_COUNT] = {"bf16", "bf16-grad16", "fp32"};
@@ -78,8 +79,94 @@ void pt_train_default(pt_train *t, const pt_cluster *c)
     bool bf16 = c != NULL && c->device.peak_flops[PT_DTYPE_BF16] > 0;
     t->precision = bf16 ? PT_PREC_BF16 : PT_PREC_FP32;
     t->stack = *pt_stack_builtin(0); /* ptrun */
-    /* Transformer Engine's DelayedScaling: amax_history_len = 1024 (TE 1.x's
-     * transformer_engine/common/recipe/__init__.py). */
+    /* Transformer Engine's DelayedScaling: amax_history_len = 1024 with
+     * amax_compute_algo "max" (transformer_engine/common/recipe/__init__.py, the
+     * DelayedScaling dataclass); Megatron-Core's own --fp8-amax-history-len defaults to
+     * 1 (TransformerConfig.fp8_amax_history_len) and is set explicitly by --emit. */
     t->fp8 = (pt_fp8){.recipe = PT_FP8_OFF, .history = 1024};
     t->calib = NULL;
+}
+
+/* "current, delayed" from a set of recipe bits */
+static void recipe_list(unsigned set, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int r = PT_FP8_CURRENT; r < PT_FP8_COUNT; r++)
+        if (set & (1u << r)) {
+            int k = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", pt_fp8_names[r]);
+            if (k < 0 || (size_t)k >= n - used)
+                return;
+            used += (size_t)k;
+        }
+}
+
+int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
+{
+    const pt_fp8 *f = &t->fp8;
+    if (f->recipe == PT_FP8_OFF)
+        return 0;
+    if ((unsigned)f->recipe >= PT_FP8_COUNT)
+        return pt_err_set(err, "FP8 recipe %d is not one of off, current, delayed, blockwise, "
+                               "rowwise", (int)f->recipe);
+    char list[96];
+    recipe_list(t->stack.fp8_recipes, list, sizeof list);
+    if (!t->stack.fp8_recipes)
+        return pt_err_set(err, "FP8 recipe '%s': stack '%s' trains no layer in FP8",
+                          pt_fp8_recipe_name(f->recipe), t->stack.name);
+    if (!(t->stack.fp8_recipes & (1u << f->recipe)))
+        return pt_err_set(err, "FP8 recipe '%s': stack '%s' runs %s", pt_fp8_recipe_name(f->recipe),
+                          t->stack.name, list);
+    if (f->history < 1 || f->history > PT_FP8_MAX_HISTORY)
+        return pt_err_set(err, "FP8 amax history %d: expected 1 to %d", f->history,
+                          PT_FP8_MAX_HISTORY);
+    bool peak = c->device.peak_flops[PT_DTYPE_FP8] > 0;
+    if (f->emulated && peak)
+        return pt_err_set(err, "FP8 emulation is for a device without FP8: cluster '%s' has "
+                               "device.peak_flops.fp8 = %g (plan FP8 without emulation)",
+                          c->name, c->device.peak_flops[PT_DTYPE_FP8]);
+    if (!f->emulated && !peak)
+        return pt_err_set(err, "FP8 on cluster '%s': its device %s has no FP8 peak "
+                               "(device.peak_flops.fp8 is 0); ask for emulation (ptplan "
+                               "--fp8-emulate) or plan in %s", c->name, c->device.name,
+                          pt_prec_name(t->precision));
+    return 0;
+}
+
+void pt_train_precision_text(const pt_train *t, char *buf, size_t n)
+{
+    if (!pt_train_fp8(t))
+        snprintf(buf, n, "%s", pt_prec_name(t->precision));
+    else
+        snprintf(buf, n, "%s+fp8(%s%s)", pt_prec_name(t->precision),
+                 pt_fp8_recipe_name(t->fp8.recipe), t->fp8.emulated ? ", emulated" : "");
+}
+
+int pt_train_precision_parse(const char *text, pt_train *t, pt_err *err)
+{
+    if (!text || strncmp(text, "fp8", 3) != 0 || (text[3] != 0 && text[3] != ':')) {
+        if (pt_prec_parse(text, &t->precision, err) == 0)
+            return 0;
+        return pt_err_set(err, "unknown precision '%s' (expected bf16, bf16-grad16, fp32, fp8 "
+                               "or fp8:RECIPE)", text ? text : "");
+    }
+    pt_fp8_recipe r = (pt_fp8_recipe)t->stack.fp8_default;
+    if (text[3] == ':' && (pt_fp8_recipe_parse(text + 4, &r, err) || r == PT_FP8_OFF))
+        return pt_err_set(err, "unknown precision '%s': the FP8 recipe is current, delayed, "
+                               "blockwise or rowwise", text);
+    if (r == PT_FP8_OFF)
+        return pt_err_set(err, "precision '%s': stack '%s' trains no layer in FP8", text,
+                          t->stack.name);
+    t->fp8.recipe = r;
+    return 0;
+}
+
+void pt_train_precision_word(const pt_train *t, char *buf, size_t n)
+{
+    if (!pt_train_fp8(t))
+        snprintf(buf, n, "%s", pt_prec_name(t->precision));
+    else if ((int)t->fp8.recipe == t->stack.fp8_default)
+        snprintf(buf, n, "fp8");
+    else
+        snprintf(buf, n, "fp8:%s", pt_fp8_recipe_name(t->fp8.recipe));
 }

@@ -85,7 +85,7 @@ static int record_of_log(const options *o, run_format f, pt_runrec *r, pt_err *e
     pt_stack stack = r->train.stack;
     pt_train_default(&r->train, &r->cluster);
     r->train.stack = stack;
-    if (o->precision && pt_prec_parse(o->precision, &r->train.precision, &why))
+    if (o->precision && pt_train_precision_parse(o->precision, &r->train, &why))
         return pt_err_set(err, "--precision: %s", why.msg);
     if (o->seq)
         r->model.seq = o->seq;

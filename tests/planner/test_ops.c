@@ -880,8 +880,67 @@ static void test_bias_in_role(void)
     }
 }
 
+/* FP8 (pt_train.fp8): the layers' GEMMs keyed fp8 with one-byte operands, the head's in
+ * bf16; under ptrun's stack no fused GEMM form (the runtime calls gemm_fp8 plain), and
+ * each GEMM op carries its casts as ptrun's runtime runs them. */
+static void test_fp8(void)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 50304); /* GELU, biases: every fused form at tp=1 */
+    for (int tp = 1; tp <= 2; tp++) {
+        pt_layout l = layout(tp == 1 ? "dp=1" : "tp=2,dp=1", 16);
+        pt_train t = train(16);
+        t.fp8 = (pt_fp8){.recipe = PT_FP8_CURRENT, .history = 1024};
+        pt_opctx c;
+        pt_opctx_init(&c, &m, &l, &t, NULL);
+        pt_oplist o = {0};
+        CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+        CHECK_INT(pt_ops_layer(&c, true, &o), 0);
+        int gemms = 0;
+        double T = 1024, h = 1024, ab = 2;
+        for (int i = 0; i < o.n; i++) {
+            const pt_op *op = &o.op[i];
+            CHECK(op->kind != PT_OPK_QKV && op->kind != PT_OPK_QKV_WGRAD &&
+                  op->kind != PT_OPK_MLP_UP_GELU && op->kind != PT_OPK_MLP_DOWN_DGRAD_GELU);
+            CHECK(op->role != PT_GEMM_FWD_RES && op->role != PT_GEMM_FWD_BIAS_RES &&
+                  op->role != PT_GEMM_DGRAD_DGELU && op->role != PT_GEMM_FWD_GELU &&
+                  op->role != PT_GEMM_FWD_GELU_BIAS);
+            if (op->role == PT_GEMM_NONE || op->param == PT_PARAM_NONE)
+                continue;
+            gemms++;
+            CHECK(strstr(op->kernel.key, ":fp8:") != NULL);
+            CHECK_INT(op->kernel.dtype, PT_DTYPE_FP8);
+            if (op->kind == PT_OPK_Q) { /* X (T, h) and W (h/tp, h): amax and cast each */
+                double x = T * h, w = h / tp * h;
+                CHECK_NEAR(op->fp8.bytes, ab * (x + w) + (ab + 1) * (x + w), 1e-12);
+                CHECK_NEAR(op->fp8.passes, 4, 0);
+                CHECK_NEAR(op->fp8.launches, 2, 0);
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0); /* the weight */
+            }
+            if (op->kind == PT_OPK_ATTN_OUT) /* row-parallel: W and X are sharded */
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
+            if (op->kind == PT_OPK_Q_DGRAD) /* column-parallel: W and dY */
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
+        }
+        CHECK_INT(gemms, 3 * 6); /* q, k, v, attn_out, mlp_up, mlp_down: fwd, dgrad, wgrad */
+        o.n = 0;
+        CHECK_INT(pt_ops_head(&c, false, &o), 0);
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == PT_OPK_LOGITS)
+                CHECK(strstr(o.op[i].kernel.key, ":bf16:") != NULL && o.op[i].fp8.passes == 0);
+        pt_oplist_free(&o);
+        /* delayed scaling: the casts alone */
+        t.fp8.recipe = PT_FP8_DELAYED;
+        CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == PT_OPK_Q)
+                CHECK_NEAR(o.op[i].fp8.passes, 2, 0);
+        pt_oplist_free(&o);
+    }
+}
+
 int main(void)
 {
+    test_fp8();
     test_flops_formula();
     test_kind_table();
     test_bias_in_role();

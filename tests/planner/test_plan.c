@@ -12,13 +12,19 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* The sample plans: bf16 on DGX A100, or (fp8_sample) FP8 with delayed scaling on DGX
+ * H100. */
+static bool fp8_sample;
+
 static pt_plan sample_plan(void)
 {
     pt_plan p = {.format_version = PT_PLAN_FORMAT_VERSION, .created_by = "test"};
     pt_err err;
     CHECK_INT(pt_model_get("gpt2-124m", &p.model, &err), 0);
-    CHECK_INT(pt_cluster_get("dgx-a100-80g", &p.cluster, &err), 0);
+    CHECK_INT(pt_cluster_get(fp8_sample ? "dgx-h100" : "dgx-a100-80g", &p.cluster, &err), 0);
     pt_train_default(&p.train, &p.cluster);
+    if (fp8_sample)
+        p.train.fp8 = (pt_fp8){.recipe = PT_FP8_DELAYED, .history = 16};
     p.train.global_batch = 64;
     pt_run_opts_default(&p.run, &p.model);
     snprintf(p.run.data, sizeof p.run.data, "tokens.bin");
@@ -145,10 +151,58 @@ static void test_damage(const char *dir)
     CHECK_STR_HAS(err.msg, "/no/such/plan.json");
 }
 
+/* training.fp8: written only when on, read back, and each bad field named. */
+static void test_fp8(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan_fp8.json", dir);
+    pt_plan p = sample_plan(), back;
+    pt_err err;
+    json_t *j = pt_plan_json(&p);
+    json_t *f = json_object_get(json_object_get(j, "training"), "fp8");
+    CHECK(f && strcmp(json_string_value(json_object_get(f, "recipe")), "delayed") == 0);
+    CHECK_INT(json_integer_value(json_object_get(f, "amax_history")), 16);
+    CHECK(json_is_false(json_object_get(f, "emulated")));
+    json_decref(j);
+    CHECK_INT(pt_plan_write(&p, path, &err), 0);
+    CHECK_INT(pt_plan_read(path, &back, &err), 0);
+    CHECK_INT(back.train.fp8.recipe, PT_FP8_DELAYED);
+    CHECK_INT(back.train.fp8.history, 16);
+    CHECK(!back.train.fp8.emulated);
+    const char *fp8 = "\"fp8\": {\n   \"recipe\": \"delayed\",\n   \"amax_history\": 16,\n"
+                      "   \"emulated\": false\n  }";
+    expect_damage(dir, "\"recipe\": \"delayed\"", "\"recipe\": \"weekly\"",
+                  "'training.fp8.recipe' = \"weekly\": expected current, delayed");
+    expect_damage(dir, "\"recipe\": \"delayed\"", "\"recipe\": \"off\"",
+                  "'training.fp8.recipe' = \"off\"");
+    expect_damage(dir, "\"amax_history\": 16", "\"amax_history\": 0",
+                  "'training.fp8.amax_history' = 0: expected 1 to");
+    expect_damage(dir, "\"amax_history\": 16", "\"amax_history\": \"long\"",
+                  "training.fp8.amax_history");
+    expect_damage(dir, "\"emulated\": false", "\"emulated\": 0", "training.fp8.emulated");
+    expect_damage(dir, "\"emulated\": false", "\"emulated\": false, \"margin\": 0",
+                  "training.fp8.margin");
+    expect_damage(dir, fp8, "\"fp8\": \"delayed\"", "training.fp8");
+    /* emulation asked for on a device with FP8 */
+    expect_damage(dir, "\"emulated\": false", "\"emulated\": true",
+                  "FP8 emulation is for a device without FP8");
+    /* absent: off */
+    fp8_sample = false;
+    p = sample_plan();
+    j = pt_plan_json(&p);
+    CHECK(json_object_get(json_object_get(j, "training"), "fp8") == NULL);
+    json_decref(j);
+    CHECK_INT(pt_plan_write(&p, path, &err), 0);
+    CHECK_INT(pt_plan_read(path, &back, &err), 0);
+    CHECK_INT(back.train.fp8.recipe, PT_FP8_OFF);
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : ".";
     test_round_trip(dir);
     test_damage(dir);
+    fp8_sample = true;
+    test_fp8(dir);
     return pt_check_result();
 }

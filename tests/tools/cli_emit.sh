@@ -65,9 +65,14 @@ elif fmt == "nemo":
         else:
             word(key, value, "=")
 else:
-    for sec, table in tomllib.loads(text).items():
+    def keys(prefix, table): # nested tables ([quantize.linear.float8]) flattened
         for key, value in table.items():
-            name = sec + "." + key
+            if isinstance(value, dict):
+                yield from keys(prefix + key + ".", value)
+            else:
+                yield prefix + key, value
+    for sec, table in tomllib.loads(text).items():
+        for name, value in keys(sec + ".", table):
             if name not in names:
                 bad.append("unknown key %s" % name)
             elif isinstance(value, str):

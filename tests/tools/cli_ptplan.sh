@@ -583,6 +583,51 @@ err_has "no/such/dir" "unwritable plan"
 run 0 --help
 out_has "usage: ptplan" "help"
 
+# ---- FP8 (--precision fp8, --fp8-recipe, --fp8-emulate) ----------------------------
+run 0 --model tiny --cluster dgx-h100 --layout dp=8 --precision fp8 --no-out
+out_has "precision bf16+fp8(current)" "an FP8 plan's header names storage and recipe"
+out_has "MFU [0-9.]*% (of the bf16 peak)" "an FP8 plan's MFU says which peak"
+run 0 --model tiny --cluster dgx-h100 --layout dp=8 --precision fp8 --stack megatron-core \
+    --no-out
+out_has "precision bf16+fp8(delayed)" "megatron-core's default recipe is delayed"
+run 0 --model tiny --precision fp8 --fp8-emulate --fp8-recipe delayed --layout dp=1 \
+    --devices 1 --out "$tmp/fp8.json"
+out_has "precision fp32+fp8(delayed, emulated)" "the CPU cluster emulates FP8 over fp32"
+python3 -c "import json, sys; f = json.load(open(sys.argv[1]))['training']['fp8']; \
+assert f == {'recipe': 'delayed', 'amax_history': 1024, 'emulated': True}, f" "$tmp/fp8.json" ||
+    fail "plan.json's training.fp8"
+run 0 --model tiny --layout dp=1 --devices 1 --out "$tmp/bf16.json"
+python3 -c "import json, sys; assert 'fp8' not in json.load(open(sys.argv[1]))['training']" \
+    "$tmp/bf16.json" || fail "plan.json has no training.fp8 without FP8"
+run 1 --model tiny --cluster dgx-a100-80g --precision fp8 --no-out
+one_line_error "FP8 on a device without an FP8 peak"
+err_has "FP8 on cluster 'dgx-a100-80g': its device A100-SXM4-80GB has no FP8 peak (device.peak_flops.fp8 is 0); ask for emulation (ptplan --fp8-emulate)" \
+    "a device without FP8 is named with the field"
+run 1 --model tiny --cluster dgx-h100 --precision fp8 --fp8-recipe blockwise --no-out
+one_line_error "a recipe the stack lacks"
+err_has "FP8 recipe 'blockwise': stack 'ptrun' runs current, delayed" "the recipes it runs"
+run 1 --model tiny --cluster dgx-h100 --precision fp8 --stack fsdp --fp8-recipe delayed --no-out
+err_has "FP8 recipe 'delayed': stack 'fsdp' runs current, rowwise" "fsdp's recipes"
+run 1 --model tiny --cluster dgx-h100 --precision fp8 --fp8-recipe weekly --no-out
+one_line_error "an unknown recipe"
+err_has "unknown FP8 recipe 'weekly' (expected current, delayed, blockwise or rowwise)" \
+    "an unknown recipe is named"
+run 1 --model tiny --cluster dgx-h100 --fp8-recipe current --no-out
+one_line_error "--fp8-recipe without --precision fp8"
+err_has "ptplan: --fp8-recipe goes with --precision fp8 (the precision is bf16)" \
+    "--fp8-recipe alone"
+run 1 --model tiny --cluster dgx-h100 --precision bf16 --fp8-emulate --no-out
+err_has "ptplan: --fp8-emulate goes with --precision fp8 (the precision is bf16)" \
+    "--fp8-emulate alone"
+run 1 --model tiny --cluster dgx-h100 --precision fp8 --fp8-emulate --no-out
+one_line_error "emulation on a device with FP8"
+err_has "FP8 emulation is for a device without FP8: cluster 'dgx-h100'" \
+    "emulation where FP8 runs is refused"
+run 1 --model tiny --cluster dgx-h100 --precision fp8 --stack megatron-lm --no-out
+err_has "stack 'megatron-lm' trains no layer in FP8" "a stack without FP8"
+run 1 --model tiny --precision fp9 --no-out
+err_has "unknown precision 'fp9' (expected bf16, bf16-grad16, fp32 or fp8)" "fp8 is listed"
+
 if [ "$failures" -gt 0 ]; then
     echo "$failures failure(s)"
     exit 1

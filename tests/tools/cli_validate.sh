@@ -22,14 +22,17 @@ src="$2"
 # slowdown under overlapped NCCL (planner/stack.c) 0.231 (max 0.364); with eager
 # PyTorch modules and torchtitan's per-op selective recomputation in the fsdp stack
 # 0.202 (max 0.337); with each GEMM wave's output write (costmodels/analytic.c) 0.172
-# (max 0.302).
+# (max 0.302). With the NeMo FP8 points evaluated (precision fp8, 7 more points, their
+# own mean 0.085): 0.150 (max 0.302) over 28; the other 21 unchanged at 0.172.
 PUBLIC_MEAN_ABS_ERROR_MAX=0.19
 # Hold-out set: only a loose bound against gross regressions, so that no constant is
 # tuned to it (0.163, max 0.389, when the test was added; 0.105, max 0.346, now);
 # every point must be evaluable.
 HOLDOUT_MEAN_ABS_ERROR_MAX=0.20
 # Leave-one-out on the public set (each point corrected from its neighbours, as a
-# user's own runs correct a stack): 0.049, max 0.098, when this bound was set.
+# user's own runs correct a stack): 0.049, max 0.098, when this bound was set; 0.058,
+# max 0.218, with the NeMo FP8 points (their correction is not applied: no form beats
+# zero-shot on their held-out runs, so their leave-one-out error is their zero-shot one).
 PUBLIC_LOO_MEAN_ABS_ERROR_MAX=0.06
 
 . "$(dirname "$0")/cli_lib.sh"
@@ -101,9 +104,11 @@ out_has "mean |error|" "the text form ends with the mean and max error"
 out_has "^leave-one-out: mean |error|" "the text form has the leave-one-out error"
 out_has "^ranking: " "the text form has the ranking"
 out_has "no leave-one-out prediction: #17 bloom" "a point without neighbours says so"
-out_has "nemo-fp8-h100 .*not evaluable: needs FP8" "an FP8 point is listed as not evaluable"
+out_has "nemotron4-34 .*not evaluable: needs the squared-ReLU activation" \
+    "a squared-ReLU point is listed as not evaluable"
 out_has "qwen3-moe-h100 .*not evaluable: needs mixture-of-experts" "a MoE point too"
-out_has "12 points are not evaluable until ptplan plans what they need" "and counted apart"
+out_has "5 points are not evaluable until ptplan plans what they need" "and counted apart"
+out_has "nemo-fp8-h100  *llama2-7b .*%" "an FP8 point is priced (precision fp8)"
 out_has " bloom-176b " "BLOOM (ALiBi) is listed"
 [ "$(grep -c '%  ' "$tmp/out")" -ge 21 ] || fail "one line per point with its error"
 
@@ -231,7 +236,7 @@ out_has "4 of 33 points could not be evaluated" "the text form counts them"
 derive bad_needs.json 'd["points"][21]["ptplan"]["needs"] = ["fp16"]'
 run 1 "$ptplan" --validate "$tmp/bad_needs.json"
 one_line_error "unknown need"
-err_has "points\[21\].ptplan.needs: expected a list of fp8, moe" "an unknown need is named"
+err_has "points\[21\].ptplan.needs: expected a list of moe, relu2" "an unknown need is named"
 
 # ---- Leave-one-out: never the point itself --------------------------------------------
 # Two points of one source: each is predicted with the compute scale of the other alone

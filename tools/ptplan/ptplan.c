@@ -46,8 +46,16 @@ static const char usage_text[] =
     "                          decimal): adds days to train and GPU-hours to every layout\n"
     "  --gpu-hour-price P      price of one GPU-hour (any currency): adds the cost\n"
     "  --seq S                 sequence length [the model's own]\n"
-    "  --precision P           bf16 (fp32 grads), bf16-grad16 or fp32\n"
-    "                          [bf16 on GPUs, fp32 on CPUs]\n"
+    "  --precision P           bf16 (fp32 grads), bf16-grad16, fp32, or fp8: the\n"
+    "                          transformer layers' linear layers in FP8 (E4M3 forward,\n"
+    "                          E5M2 gradients) on top of the default storage precision,\n"
+    "                          the rest in it [bf16 on GPUs, fp32 on CPUs]\n"
+    "  --fp8-recipe R          with --precision fp8: current, delayed, blockwise or\n"
+    "                          rowwise, as the stack offers [the stack's default: ptrun\n"
+    "                          current, megatron-core delayed, fsdp current]\n"
+    "  --fp8-emulate           with --precision fp8 on a device without FP8 (no\n"
+    "                          peak_flops.fp8, as the CPU cluster): FP8 values computed\n"
+    "                          in the storage precision, as ptrun's CPU backend does\n"
     "  --order ORDER           rank order, fastest first [tp-cp-dp-pp]\n"
     "  --max-mbs N             micro-batch sizes tried: powers of two up to N [8]\n"
     "  --mem-fraction F        share of device memory a layout may use [0.95]\n"
@@ -288,7 +296,7 @@ static int parse_options(int argc, char **argv, options *o)
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
            O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
            O_COMPARE, O_COMPRESS, O_NOSHIPPED, O_EMIT, O_TOKENS, O_PRICE, O_GBT, O_PIPE,
-           O_NOCALIB };
+           O_NOCALIB, O_FP8_RECIPE, O_FP8_EMULATE };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -307,7 +315,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"no-shipped-profile", 0, 0, O_NOSHIPPED}, {"emit", 1, 0, O_EMIT},
         {"tokens", 1, 0, O_TOKENS}, {"gpu-hour-price", 1, 0, O_PRICE},
         {"global-batch-tokens", 1, 0, O_GBT}, {"pipeline-layout", 1, 0, O_PIPE},
-        {"no-calibration", 0, 0, O_NOCALIB},
+        {"no-calibration", 0, 0, O_NOCALIB}, {"fp8-recipe", 1, 0, O_FP8_RECIPE},
+        {"fp8-emulate", 0, 0, O_FP8_EMULATE},
         {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
@@ -341,6 +350,8 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case O_SEQ: bad = pt_cli_int("ptplan", "--seq", optarg, 1, MAX_SEQ, &o->seq); break;
         case O_PREC: o->precision = optarg; break;
+        case O_FP8_RECIPE: o->fp8_recipe = optarg; break;
+        case O_FP8_EMULATE: o->fp8_emulate = true; break;
         case O_ORDER: o->order = optarg; break;
         case O_MAXMBS: bad = pt_cli_int("ptplan", "--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
         case O_BUCKET: bad = pt_cli_int("ptplan", "--bucket-mib", optarg, 1, 1 << 20, &o->bucket_mib);

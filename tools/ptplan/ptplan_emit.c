@@ -177,6 +177,21 @@ static void check_megatron_core(emitter *e)
         note(e, "param_overlap=1 with dp_overlap=none: Megatron-LM takes --overlap-param-gather "
                 "only with --overlap-grad-reduce (training/arguments.py); the parameter "
                 "all-gather is emitted unoverlapped");
+    const pt_fp8 *f8 = &e->j->t.fp8;
+    if (f8->recipe == PT_FP8_ROWWISE)
+        refuse(e, "FP8 recipe rowwise: Megatron-Core's --fp8-recipe offers tensorwise, delayed, "
+                  "mxfp8, blockwise and custom (core/transformer/transformer_config.py, "
+                  "fp8_recipe), no per-row scaling; plan with --fp8-recipe current or delayed");
+    if (f8->recipe != PT_FP8_OFF && f8->emulated)
+        refuse(e, "emulated FP8: Transformer Engine runs FP8 on devices with FP8 tensor cores "
+                  "only (compute capability 8.9 and later)");
+}
+
+/* Megatron-Core's name of an FP8 recipe (TransformerConfig.fp8_recipe: per-tensor current
+ * scaling is "tensorwise"). */
+static const char *megatron_fp8_recipe(pt_fp8_recipe r)
+{
+    return r == PT_FP8_CURRENT ? "tensorwise" : pt_fp8_recipe_name(r);
 }
 
 /* What Megatron-Core's DDP runs for the layout: the overlap of the gradient reduction
@@ -317,6 +332,14 @@ static void megatron_training(argout *a, const job *j, const pt_layout *l)
     arg(a, "--global-batch-size %lld", (long long)j->t.global_batch);
     if (j->t.precision != PT_PREC_FP32)
         arg(a, "--bf16");
+    if (pt_train_fp8(&j->t)) { /* hybrid: E4M3 forward, E5M2 gradients */
+        arg(a, "--fp8-format hybrid");
+        arg(a, "--fp8-recipe %s", megatron_fp8_recipe(j->t.fp8.recipe));
+        if (j->t.fp8.recipe == PT_FP8_DELAYED) { /* Megatron's defaults are 1, most_recent */
+            arg(a, "--fp8-amax-history-len %d", j->t.fp8.history);
+            arg(a, "--fp8-amax-compute-algo max");
+        }
+    }
     if (bf16_grads(j))
         arg(a, "--grad-reduce-in-bf16");
     arg(a, "--train-iters %lld", (long long)j->run.steps);
@@ -419,6 +442,17 @@ static void nemo_precision(FILE *f, const job *j, const pt_layout *l)
     fprintf(f, "trainer.strategy.ddp.grad_reduce_in_fp32=%s\n", py_bool(fp32_grads));
     fprintf(f, "trainer.plugins.precision=bf16-mixed\n");
     fprintf(f, "trainer.plugins.grad_reduce_in_fp32=%s\n", py_bool(fp32_grads));
+    const pt_fp8 *f8 = &j->t.fp8;
+    if (f8->recipe == PT_FP8_OFF)
+        return;
+    /* MegatronMixedPrecision's fp8 arguments, passed on to Megatron-Core's
+     * TransformerConfig (nemo/lightning/pytorch/plugins/mixed_precision.py) */
+    fprintf(f, "trainer.plugins.fp8=hybrid\n");
+    fprintf(f, "trainer.plugins.fp8_recipe=%s\n", megatron_fp8_recipe(f8->recipe));
+    if (f8->recipe == PT_FP8_DELAYED) {
+        fprintf(f, "trainer.plugins.fp8_amax_history_len=%d\n", f8->history);
+        fprintf(f, "trainer.plugins.fp8_amax_compute_algo=max\n");
+    }
 }
 
 static void nemo_optim(FILE *f, const job *j, const pt_layout *l)
@@ -576,6 +610,14 @@ static void check_torchtitan(emitter *e)
     if (!order_is(l, titan_order))
         refuse_order(e, "torchtitan's device mesh orders ranks tp-cp-dp-pp "
                         "(distributed/parallel_dims.py)");
+    const pt_fp8 *f8 = &e->j->t.fp8;
+    if (f8->recipe == PT_FP8_DELAYED || f8->recipe == PT_FP8_BLOCKWISE)
+        refuse(e, "FP8 recipe %s: torchtitan's float8 converter offers tensorwise and rowwise "
+                  "(config/job_config.py, Float8Linear.recipe_name); plan with --fp8-recipe "
+                  "current or rowwise", pt_fp8_recipe_name(f8->recipe));
+    if (f8->recipe != PT_FP8_OFF && f8->emulated)
+        refuse(e, "emulated FP8: ptplan emulates FP8 for ptrun's CPU backend; torchtitan "
+                  "trains on GPUs");
     if (l->tp_overlap)
         note(e, "tp_overlap=1 is torchtitan's async TP, which runs under torch.compile: "
                 "[compile] enable = true is set, and the prediction prices no compilation");
@@ -587,6 +629,20 @@ static void titan_model(FILE *f, const job *j)
     fprintf(f, "[model]\nname = \"llama3\"\n");
     if (flavor)
         fprintf(f, "flavor = \"%s\"\n", flavor);
+    if (pt_train_fp8(&j->t)) /* torchao's Float8Linear in place of nn.Linear */
+        fprintf(f, "converters = [\"quantize.linear.float8\"]\n");
+}
+
+/* The float8 converter's recipe (Float8Linear.recipe_name: tensorwise, rowwise), with the
+ * output layer left in bf16 as ptplan plans it (filter_fqns). */
+static void titan_float8(FILE *f, const job *j)
+{
+    if (!pt_train_fp8(&j->t))
+        return;
+    fprintf(f, "\n[quantize.linear.float8]\n");
+    fprintf(f, "recipe_name = \"%s\"\n",
+            j->t.fp8.recipe == PT_FP8_ROWWISE ? "rowwise" : "tensorwise");
+    fprintf(f, "filter_fqns = [\"output\"]\n");
 }
 
 static void titan_training(FILE *f, const job *j, const pt_layout *l)
@@ -691,6 +747,7 @@ static int print_torchtitan(const emitter *e, FILE *f)
     titan_training(f, e->j, e->l);
     titan_parallelism(f, e->j, e->l);
     titan_recompute(f, e->l);
+    titan_float8(f, e->j);
     titan_optim(f, e->j);
     return 0;
 }

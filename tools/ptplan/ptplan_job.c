@@ -127,6 +127,46 @@ static int batch_of(const options *o, const pt_model *m, int64_t *batch)
     return 0;
 }
 
+/* --precision, --fp8-recipe, --fp8-emulate into t (its stack already chosen): fp8 is
+ * FP8 GEMMs on top of the device's default storage precision, with the stack's default
+ * recipe unless --fp8-recipe names one. Whether the cluster and stack can run it is
+ * checked once the cluster's figures are complete (pt_train_check_fp8). */
+static int load_precision(const options *o, pt_train *t)
+{
+    pt_err err;
+    bool fp8 = o->precision && strcmp(o->precision, "fp8") == 0;
+    if (!fp8 && (o->fp8_recipe || o->fp8_emulate)) {
+        fprintf(stderr, "ptplan: %s goes with --precision fp8 (the precision is %s)\n",
+                o->fp8_recipe ? "--fp8-recipe" : "--fp8-emulate",
+                o->precision ? o->precision : pt_prec_name(t->precision));
+        return -1;
+    }
+    if (!fp8) {
+        if (o->precision && pt_prec_parse(o->precision, &t->precision, &err)) {
+            fprintf(stderr, "ptplan: --precision: unknown precision '%s' (expected bf16, "
+                            "bf16-grad16, fp32 or fp8)\n", o->precision);
+            return -1;
+        }
+        return 0;
+    }
+    t->fp8.emulated = o->fp8_emulate;
+    t->fp8.recipe = (pt_fp8_recipe)t->stack.fp8_default;
+    if (o->fp8_recipe) {
+        if (pt_fp8_recipe_parse(o->fp8_recipe, &t->fp8.recipe, &err) ||
+            t->fp8.recipe == PT_FP8_OFF) {
+            fprintf(stderr, "ptplan: --fp8-recipe: unknown FP8 recipe '%s' (expected current, "
+                            "delayed, blockwise or rowwise)\n", o->fp8_recipe);
+            return -1;
+        }
+    }
+    if (t->fp8.recipe == PT_FP8_OFF) {
+        fprintf(stderr, "ptplan: --precision fp8: stack '%s' trains no layer in FP8 (stacks "
+                        "with FP8: ptrun, megatron-core, fsdp)\n", t->stack.name);
+        return -1;
+    }
+    return 0;
+}
+
 int load_job(const options *o, job *j)
 {
     pt_err err;
@@ -164,8 +204,8 @@ int load_job(const options *o, job *j)
     j->tokens = o->tokens;
     j->gpu_hour_price = o->gpu_hour_price;
     j->t.bucket_bytes = o->bucket_mib << 20;
-    if (o->precision && pt_prec_parse(o->precision, &j->t.precision, &err))
-        return pt_tool_fail("--precision: %s", err.msg);
+    if (load_precision(o, &j->t))
+        return EXIT_BAD_INPUT;
     pt_run_opts_default(&j->run, &j->m);
     j->run.steps = o->steps;
     if (o->lr > 0) {
@@ -187,6 +227,8 @@ int load_job(const options *o, job *j)
     /* After the profile, which fills the peaks a spec leaves at 0. */
     if (rc == 0 && pt_cluster_check_precision(&j->c, j->t.precision, &err))
         rc = pt_tool_fail("%s", err.msg);
+    if (rc == 0 && pt_train_check_fp8(&j->t, &j->c, &err))
+        rc = pt_tool_fail("--precision fp8: %s", err.msg);
     if (rc == 0)
         rc = load_calibration(o, j); /* the stored runs of this stack: ptplan_calib.c */
     /* a validation set that cannot be read costs the band, not the plan */
@@ -279,6 +321,8 @@ json_t *job_json(const job *j)
                      (json_int_t)id.kernel_samples, "coll_samples",
                      (json_int_t)id.coll_samples);
     const pred_band *b = &j->band;
+    if (pt_train_fp8(&j->t))
+        json_object_set_new(root, "fp8", pt_fp8_json(&j->t.fp8));
     json_object_set_new(root, "global_batch_tokens",
                         json_integer((json_int_t)(j->t.global_batch * j->m.seq)));
     json_object_set_new(root, "goal", j->tokens > 0 ? json_pack("{s:f, s:f, s:o}", "tokens",
@@ -348,9 +392,15 @@ void print_job_header(const job *j)
            gib(limit_bytes(j)));
     char tokens[32];
     count_text((double)j->t.global_batch * (double)j->m.seq, tokens, sizeof tokens);
+    char prec[64];
+    pt_train_precision_text(&j->t, prec, sizeof prec);
     printf("train   global batch %lld sequences = %s tokens, precision %s, rank order %s, "
-           "stack %s\n", (long long)j->t.global_batch, tokens, pt_prec_name(j->t.precision),
-           order, j->t.stack.name);
+           "stack %s\n", (long long)j->t.global_batch, tokens, prec, order, j->t.stack.name);
+    if (pt_train_fp8(&j->t))
+        printf("        fp8: the layers' linear layers in FP8 (E4M3 forward, E5M2 "
+               "gradients; embedding, output layer, attention and norms in %s); MFU is of "
+               "the %s peak\n", pt_prec_name(j->t.precision),
+               pt_dtype_name(pt_prec_dtype(j->t.precision)));
     if (j->tokens > 0) {
         char goal[32], steps[32];
         count_text(j->tokens, goal, sizeof goal);

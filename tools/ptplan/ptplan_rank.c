@@ -150,8 +150,13 @@ static void print_prediction(const job *j, const pt_layout *l, const pt_sim_resu
 {
     char prov[64], band[160];
     provenance_text(r, prov, sizeof prov);
-    printf("predicted step %.4g s, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%, bubble %.1f%%, "
-           "exposed communication %.1f%%\n", r->step_time_s, r->tokens_per_s, 100 * r->mfu,
+    /* an FP8 plan's MFU is of the storage precision's peak, as published tables give it */
+    char of[32] = "";
+    if (pt_train_fp8(&j->t))
+        snprintf(of, sizeof of, " (of the %s peak)",
+                 pt_dtype_name(pt_prec_dtype(j->t.precision)));
+    printf("predicted step %.4g s, %.0f tokens/s, MFU %.1f%%%s, HFU %.1f%%, bubble %.1f%%, "
+           "exposed communication %.1f%%\n", r->step_time_s, r->tokens_per_s, 100 * r->mfu, of,
            100 * r->hfu, 100 * r->bubble_fraction, 100 * r->exposed_comm_fraction);
     printf("priced from: %.0f%% measured, %.0f%% interpolated, %.0f%% analytic\n",
            100 * r->prov_share[PT_PROV_MEASURED], 100 * r->prov_share[PT_PROV_INTERPOLATED],

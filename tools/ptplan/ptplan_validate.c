@@ -14,8 +14,9 @@
  *                                        to FILE [ptrun]
  *     "why": "...",                      why that cluster and stack (free text)
  *     "assume": {"mbs": {"value": 1, "why": "..."}, ...},
- *     "needs": ["fp8"]                   what ptplan does not plan yet (fp8, moe): the
+ *     "needs": ["moe"]                   what ptplan does not plan yet (moe, relu2): the
  *                                        point is listed as not evaluable, not scored
+ * A point whose "precision" is "fp8" is planned with FP8 GEMMs (read_fp8).
  *   }
  * The source's fields are required as the public set writes them (model sizes, norm,
  * activation, bias, tied_embeddings; gpus, tp, pp, dp, mbs, global_batch, zero,
@@ -526,18 +527,19 @@ static int read_stack(const vctx *v, const json_t *pp, vpoint *p, pt_err *err)
     return V_OK;
 }
 
-/* ptplan.needs: what the point needs that ptplan does not plan yet, a list of "fp8"
- * (FP8 training) and "moe" (mixture-of-experts with expert parallelism), into p->needs
+/* ptplan.needs: what the point needs that ptplan does not plan yet, a list of "moe"
+ * (mixture-of-experts with expert parallelism) and "relu2" (the squared-ReLU MLP of
+ * Nemotron-4), into p->needs
  * in words; such a point is listed as not evaluable and not scored. */
 static int read_needs(const vctx *v, const json_t *needs, vpoint *p, pt_err *err)
 {
     static const struct {
         const char *key, *words;
-    } known[] = {{"fp8", "FP8"}, {"moe", "mixture-of-experts"}};
+    } known[] = {{"moe", "mixture-of-experts"}, {"relu2", "the squared-ReLU activation"}};
     if (!needs)
         return V_OK;
     if (!json_is_array(needs) || json_array_size(needs) == 0)
-        return bad(v, err, "ptplan.needs", "expected a list of fp8, moe");
+        return bad(v, err, "ptplan.needs", "expected a list of moe, relu2");
     size_t i;
     const json_t *x;
     json_array_foreach(needs, i, x) {
@@ -546,7 +548,7 @@ static int read_needs(const vctx *v, const json_t *needs, vpoint *p, pt_err *err
                !(json_is_string(x) && strcmp(json_string_value(x), known[k].key) == 0))
             k++;
         if (k == sizeof known / sizeof known[0])
-            return bad(v, err, "ptplan.needs", "expected a list of fp8, moe");
+            return bad(v, err, "ptplan.needs", "expected a list of moe, relu2");
         size_t used = strlen(p->needs);
         snprintf(p->needs + used, sizeof p->needs - used, "%s%s", used ? ", " : "",
                  known[k].words);
@@ -842,6 +844,25 @@ static int read_unevaluable(vctx *v, const json_t *pt, const json_t *pp, vpoint 
     return V_NEEDS;
 }
 
+/* precision "fp8" (as the NeMo FP8 table writes it): the layers' linear layers in FP8
+ * over bf16 storage, with the stack's default recipe (Megatron-Core's: delayed, the
+ * recipe NeMo 24.07 ran) and TE's default amax history; any other precision text is
+ * bf16 mixed precision, as before. */
+static int read_fp8(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
+{
+    const json_t *x = json_object_get(pt, "precision");
+    if (!json_is_string(x) || strcmp(json_string_value(x), "fp8") != 0)
+        return V_OK;
+    p->t.fp8.recipe = (pt_fp8_recipe)p->t.stack.fp8_default;
+    if (p->t.fp8.recipe == PT_FP8_OFF)
+        return bad(v, err, "precision", "fp8: stack '%s' trains no layer in FP8",
+                   p->t.stack.name);
+    pt_err why;
+    if (pt_train_check_fp8(&p->t, &p->c, &why))
+        return bad(v, err, "precision", "fp8: %s", why.msg);
+    return V_OK;
+}
+
 static int read_point(vctx *v, const json_t *pt, vpoint *p, pt_err *err)
 {
     const json_t *pp;
@@ -876,6 +897,8 @@ static int read_point(vctx *v, const json_t *pt, vpoint *p, pt_err *err)
     int rc_s = read_stack(v, pp, p, err);
     if (rc_s == V_BAD)
         return rc_s;
+    if (read_fp8(v, pt, p, err) == V_BAD)
+        return V_BAD;
     if (rc || rc_c)
         return V_SKIP;
     if ((rc = read_layout(v, pt, p, err)))
