@@ -88,8 +88,9 @@ enum {
 
 /* The largest finite value of format fmt: 448 or 57344. */
 float pt_kfp8_max(pt_kfp8 fmt);
-/* x rounded to format fmt (nearest, ties to even; saturated to ±max; NaN to the
- * format's NaN), as a byte, and a byte's value (exact in float). */
+/* x rounded to format fmt (nearest, ties to even; saturated to ±max; a NaN to the
+ * format's NaN with its sign kept, S.1111.111 or S.11111.11), as a byte, and a byte's
+ * value (exact in float). */
 uint8_t pt_kfp8_from_f32(float x, pt_kfp8 fmt);
 float pt_kfp8_to_f32(uint8_t q, pt_kfp8 fmt);
 
@@ -654,7 +655,8 @@ struct pt_kernels {
      * accumulator by both inverse scales, as cuBLASLt's FP8 matmul with its A and B
      * scale pointers does. Every FP8 value is exact in bf16 and fp32, so the CPU
      * computes the same products exactly and sums them in fp32.
-     * A tensor's scaling state is a `meta` block of PT_KFP8_META + history floats of
+     * The FP8 ops run on the main stream (the CUDA backend's partial sums share one
+     * buffer). A tensor's scaling state is a `meta` block of PT_KFP8_META + history floats of
      * backend memory (the layout below), which the ops read and update where they run,
      * without the host; the runtime reads the blocks back once a step for its log. --
      *
@@ -667,7 +669,8 @@ struct pt_kernels {
      * Engine's Float8CurrentScaling, torchtitan's tensorwise): a = meta[AMAX].
      * hist_len > 0 (delayed scaling, TE's DelayedScaling with amax_compute_algo "max"):
      * the history shifts by one, hist[0] = meta[AMAX], and a = max over the history.
-     * Then scale = fmt's max / a / 2^margin, or 1 when a is 0 or not finite;
+     * Then scale = fmt's max / a / 2^margin (margin a whole number, so that 2^margin is
+     * exact on every backend), or 1 when a is 0 or not finite (or the scale would be);
      * scale_inv = 1 / scale; meta[AMAX] = 0 for the next use. */
     void (*fp8_scale)(pt_kernels *kn,
                       float *meta,                 /* PT_KFP8_META + hist_len fp32 */

@@ -539,11 +539,12 @@ int pt_trainer_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
     if (res->fp8)
         pt_trainer_log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,"
                             "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
-                            "\"time_s\":%.6g,\"fp8_scale_min\":%.6g,\"fp8_scale_max\":%.6g,"
-                            "\"fp8_overflow\":%.0f,\"fp8_underflow\":%.0f,\"fp8_values\":%lld",
-                            s->loss, s->lr, s->grad_norm, res->tokens_per_s, res->mfu,
-                            s->time_s, res->fp8_scale_min, res->fp8_scale_max,
-                            res->fp8_overflow, res->fp8_underflow, (long long)res->fp8_elems);
+                            "\"fp8_scale_min\":%.6g,\"fp8_scale_max\":%.6g,"
+                            "\"fp8_overflow\":%.0f,\"fp8_underflow\":%.0f,\"fp8_values\":%lld,"
+                            "\"time_s\":%.6g", s->loss, s->lr, s->grad_norm,
+                            res->tokens_per_s, res->mfu, res->fp8_scale_min,
+                            res->fp8_scale_max, res->fp8_overflow, res->fp8_underflow,
+                            (long long)res->fp8_elems, s->time_s);
     else
         pt_trainer_log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,"
                             "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"

@@ -115,7 +115,8 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
  *   CUB's radix sort space for b·s pairs over the key bits of vr.
  * chunks(n) is not monotonic in n (pt_kcuda_chunk_rows jumps at 64·256 rows), so its
  * bound for every n <= rows is used: min(ceil(rows / 64), PT_KCUDA_MAX_CHUNKS). Sums of
- * squares use their own buffer (ctx->sumsq_part), not scratch. */
+ * squares and the FP8 ops' partial results use their own buffers (ctx->sumsq_part,
+ * ctx->fp8_part), not scratch. */
 #ifdef PT_KCUDA_HAVE_CUDNN
 /* cuDNN's own workspace for its fused attention backward at the shape's largest call.
  * With deterministic engines only (attention_cudnn.cu) it keeps dP, the gradient of
@@ -495,6 +496,7 @@ void pt_kcuda_destroy(pt_kernels *kn)
         cudaFree(ctx->scratch);
         cudaFree(ctx->sumsq_part);
         cudaFree(ctx->ortho_part);
+        cudaFree(ctx->fp8_part);
         cudaFree(ctx->adamw_table);
         free(ctx->adamw_host);
         if (ctx->host_sum)
@@ -572,6 +574,10 @@ static pt_kernels cuda_table(void)
     t.f32_to_bf16 = pt_kcuda_f32_to_bf16;
     t.bf16_to_f32 = pt_kcuda_bf16_to_f32;
     t.add_f32 = pt_kcuda_add_f32;
+    t.fp8_amax = pt_kcuda_fp8_amax;
+    t.fp8_scale = pt_kcuda_fp8_scale;
+    t.fp8_cast = pt_kcuda_fp8_cast;
+    t.gemm_fp8 = pt_kcuda_gemm_fp8;
     return t;
 }
 
@@ -786,6 +792,8 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
         PT_CU(kn, cudaMalloc((void **)&ctx->ortho_part, (size_t)PT_KCUDA_ORTHO_BLOCKS *
                                                             (PT_K_ORTHO_MAX_COLS + 1) *
                                                             sizeof(double))) ||
+        PT_CU(kn, cudaMalloc((void **)&ctx->fp8_part,
+                             PT_KCUDA_FP8_BLOCKS * sizeof(struct pt_kcuda_fp8_part))) ||
         pt_kcuda_loss_init(kn) || pt_kcuda_attention_init(kn) || select_determinism(kn) ||
         select_attention(kn)) {
         set_err(err, cap, "CUDA device %d (%s): %s", device, prop.name, kn->err);

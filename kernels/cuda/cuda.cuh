@@ -4,7 +4,7 @@
  * backend's first failure in kn->err, bf16 load/store helpers that round exactly as
  * the CPU's pt_k_bf16_from_f32, and one function per slot of the pt_kernels table,
  * named pt_kcuda_<op>, defined in the .cu file of its area (backend.cu for memory,
- * matmul.cu, norm.cu, pointwise.cu, embed.cu, loss.cu, optim.cu, attention.cu) and put
+ * matmul.cu, norm.cu, pointwise.cu, embed.cu, loss.cu, optim.cu, attention.cu, fp8.cu) and put
  * into the table by backend.cu. Shapes and contracts are those of kernels.h.
  *
  * Every op runs asynchronously on the backend's one stream, in call order, so ops
@@ -58,6 +58,19 @@ enum { PT_KCUDA_SUMSQ_BLOCKS = 1024 };
 /* orthonormalize's passes (compress.cu): at most this many blocks, each writing a
  * partial sum per column */
 enum { PT_KCUDA_ORTHO_BLOCKS = 256 };
+
+/* fp8_amax's and fp8_cast's first pass (fp8.cu): at most this many blocks, each writing
+ * one pt_kcuda_fp8_part; a second one-block pass folds them into the meta block. */
+enum { PT_KCUDA_FP8_BLOCKS = 1024 };
+
+/* One block's share of an FP8 amax or cast: max |x| (NaN skipped) and, for a cast, the
+ * elements saturated and those flushed to zero, as integers (added in any order, the
+ * sums are the same). */
+struct pt_kcuda_fp8_part {
+    float amax;
+    uint32_t unused;           /* explicit padding */
+    unsigned long long over, under;
+};
 
 /* One tensor of adamw_multi as its kernel reads it (optim.cu): the fields of
  * pt_k_adamw_tensor and the index of its first block in the launch (64 bytes). */
@@ -113,6 +126,9 @@ typedef struct {
     double *ortho_part;        /* [PT_KCUDA_ORTHO_BLOCKS · (PT_K_ORTHO_MAX_COLS + 1)]
                                 * device: orthonormalize's partial dot products and norms
                                 * (PowerSGD's, on whichever one stream it runs) */
+    struct pt_kcuda_fp8_part *fp8_part; /* [PT_KCUDA_FP8_BLOCKS] device: the partial
+                                * results of fp8_amax and fp8_cast (fp8.cu), reused in
+                                * stream order (FP8 ops run on the main stream) */
     struct pt_kcuda_adamw_desc *adamw_table; /* [adamw_cap] device: adamw_multi's list */
     struct pt_kcuda_adamw_desc *adamw_host;  /* [adamw_cap] host: what the device table
                                 * holds, entries [0, adamw_valid) uploaded */
@@ -396,6 +412,29 @@ void pt_kcuda_gemm(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int k
 void pt_kcuda_gemm_f32(pt_kernels *kn, int trans_a, int trans_b, int m, int n, int kk,
                        float alpha, const float *a, int lda, const float *b, int ldb,
                        float beta, float *c, int ldc);
+/* matmul.cu's cuBLASLt helpers, shared with fp8.cu's FP8 matmul. align_of: an address's
+ * alignment class (256, 16, or the largest power of two below 16); align_code: its log2
+ * plus one, 0 for NULL (four bits of a cache key). lt_algo: the cached algorithm for key,
+ * running the heuristic for the problem (desc, la, lb, lc as C and D, the pointers'
+ * alignment classes as preferences) on a miss; NULL (error recorded) when the
+ * preference cannot be made, else an entry whose ok says whether cuBLASLt offered one.
+ * Keys of different callers must differ: fp8.cu sets bit 40 of key[6], which matmul.cu's
+ * keys leave clear. */
+uint64_t pt_kcuda_align_of(const void *p);
+uint64_t pt_kcuda_align_code(const void *p);
+const pt_kcuda_algo *pt_kcuda_lt_algo(pt_kernels *kn, const uint64_t key[7],
+                                      cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                      const void *A, const void *B, const void *C,
+                                      const void *D);
+/* fp8.cu */
+void pt_kcuda_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n);
+void pt_kcuda_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float margin);
+void pt_kcuda_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
+                       int64_t rows, int cols, int fmt, float *meta);
+void pt_kcuda_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,
+                       int fmt_a, const float *meta_a, const uint8_t *b, int fmt_b,
+                       const float *meta_b, const float *bias, int64_t m, int n, int k);
 /* compress.cu */
 void pt_kcuda_orthonormalize(pt_kernels *kn, float *p, int64_t rows, int cols, float eps);
 /* pointwise.cu */

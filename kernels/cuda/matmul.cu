@@ -124,7 +124,7 @@ __global__ void add_bias_kernel(bf16 *C, const bf16 *bias, int64_t m, int64_t n,
  * its tensor-core kernels load with), or the largest power of two below that. An
  * algorithm chosen for a class runs on any pointer of that class, so the cache keeps
  * a few entries per shape however the runtime's views fall in their allocations. */
-static uint64_t align_of(const void *p)
+uint64_t pt_kcuda_align_of(const void *p)
 {
     uint64_t a = (uint64_t)(uintptr_t)p;
     if (a % 256 == 0)
@@ -137,6 +137,8 @@ static uint64_t align_of(const void *p)
     return al;
 }
 
+static uint64_t align_of(const void *p) { return pt_kcuda_align_of(p); }
+
 /* For alignment only, never dereferenced: an address whose alignment class is that of
  * every product's pointer in a batch, p stepped by `step` elements of `bytes` each (the
  * lowest set bit of p | step·bytes is the lower of the two). NULL stays NULL. */
@@ -146,7 +148,7 @@ static const void *stepped(const void *p, int64_t step, size_t bytes)
 }
 
 /* log2 of align_of, plus one; 0 for NULL: four bits of the cache key */
-static uint64_t align_code(const void *p)
+uint64_t pt_kcuda_align_code(const void *p)
 {
     if (!p)
         return 0;
@@ -157,6 +159,8 @@ static uint64_t align_code(const void *p)
     }
     return code;
 }
+
+static uint64_t align_code(const void *p) { return pt_kcuda_align_code(p); }
 
 /* One column-major product: C (m, n) = alpha · op(A) · op(B) + beta · C, A and B bf16
  * (or with ab_f32 fp32, then C fp32 too: gemm_f32), C bf16 (c_f32 = 0) or fp32
@@ -231,10 +235,11 @@ static void lt_release(lt_problem *p)
         cublasLtMatmulDescDestroy(p->desc);
 }
 
-/* the cached algorithm for key, running the heuristic on a miss; NULL when cuBLASLt
- * has none (the caller falls back) */
-static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[7], lt_problem *p,
-                                    const void *A, const void *B, const void *C, const void *D)
+const pt_kcuda_algo *pt_kcuda_lt_algo(pt_kernels *kn, const uint64_t key[7],
+                                      cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                      const void *A, const void *B, const void *C,
+                                      const void *D)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     /* open addressing on an FNV-1a hash of the key: a lookup costs a probe or two */
@@ -270,8 +275,8 @@ static const pt_kcuda_algo *lt_algo(pt_kernels *kn, const uint64_t key[7], lt_pr
                                          &al_d, sizeof al_d);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc,
-                                                       p->lc, pref, 1, &res, &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, lc, lc, pref, 1,
+                                                       &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     entry.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
     if (entry.ok)
@@ -411,7 +416,8 @@ static int lt_run(pt_kernels *kn, const lt_args *g, const lt_epi *e)
                            align_code(D) << 28,
                        (uint64_t)g->batch | (uint64_t)(g->sa != 0) << 32 |
                            (uint64_t)(g->sb != 0) << 33 | (uint64_t)(g->sc != 0) << 34};
-    const pt_kcuda_algo *algo = lt_algo(kn, key, &p, A, B, C, D ? D : C);
+    const pt_kcuda_algo *algo = pt_kcuda_lt_algo(kn, key, p.desc, p.la, p.lb, p.lc, A, B, C,
+                                                 D ? D : C);
     if (!algo || !algo->ok) {
         lt_release(&p);
         return algo ? 1 : 0;

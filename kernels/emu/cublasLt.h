@@ -4,8 +4,8 @@
  * cublasLt.h: handles, matmul descriptors, column-major matrix layouts (with batches),
  * preferences, a heuristic that offers one algorithm, and cublasLtMatmul computing
  *     v = alpha · op(A) · op(B) + beta · C
- * for A and B both bf16 or both fp32, C = D in type, bf16 or fp32, compute type
- * CUBLAS_COMPUTE_32F with fp32 scalars. Each element of v sums its k products in fp32,
+ * for A and B both bf16, both fp32 or both FP8 (below), C = D in type, bf16 or fp32,
+ * compute type CUBLAS_COMPUTE_32F with fp32 scalars. Each element of v sums its k products in fp32,
  * in order of k, then scales; bf16 results round to nearest even. Epilogues:
  * - DEFAULT: D = v; BIAS: D = v + bias (bias: D's rows, broadcast over columns);
  * - GELU_AUX, GELU_AUX_BIAS: u = v (+ bias), aux = u, D = gelu(u) from the fp32 u,
@@ -24,14 +24,37 @@
  * epilogues with batches, row-major layouts and other types return
  * CUBLAS_STATUS_NOT_SUPPORTED.
  *
+ * FP8 (CUDA_R_8F_E4M3, CUDA_R_8F_E5M2 as A and B, the FP8 matmul of the cuBLAS
+ * documentation, https://docs.nvidia.com/cuda/cublas/#cublasltmatmul): each element of
+ * v sums in fp32, in order of k, the products of the bytes' values (exact in fp32,
+ * decoded by cuda_fp8.h's fp8_bits_to_float), then v = alpha · (scale_A · scale_B · sum)
+ * + beta · C, the scales read at cublasLtMatmul from A_SCALE_POINTER and
+ * B_SCALE_POINTER (device fp32; NULL is 1). What it refuses, as the documentation's
+ * requirements for FP8 and its table of supported types do:
+ * - NOT_SUPPORTED: an FP8 operand with a non-FP8 one; both E5M2 (the table has no
+ *   E5M2 x E5M2 row); other than the "TN" format (A transposed, B not); C and D other
+ *   than both bf16 or both fp32 (of the table, the types this stand-in has); epilogues
+ *   other than DEFAULT and BIAS (the stand-in's subset); a bias type other than bf16
+ *   (the table's bias type for bf16 and fp32 outputs; the default, D's type, is
+ *   refused for fp32 D);
+ * - no algorithm (the heuristic's NOT_SUPPORTED): a leading dimension of A, B, C or D
+ *   that is no multiple of 16 bytes, or a preference alignment of A, B, C or D below
+ *   16 bytes ("pointers and matrix dimension must support 16-byte alignment");
+ * - INVALID_VALUE at cublasLtMatmul: a scale pointer set with bf16 or fp32 A and B
+ *   (cublasLt.h: "If set for an unsupported matrix data, scale, and compute type
+ *   combination, calling cublasLtMatmul() will return CUBLAS_INVALID_VALUE").
+ * Not modelled: the compute capability (8.9 or newer on a GPU), FAST_ACCUM, the C, D and
+ * aux scales, amax, FP8 outputs, and block scaling (the A/B_SCALE_MODE attributes).
+ *
  * The algorithm honours the alignment its heuristic was told to assume: found under
  * CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES = a (256 when not set, as
  * documented), it needs min(a, 16) bytes of alignment of that matrix at run time (the
  * 16-byte loads of tensor-core kernels), and cublasLtMatmul refuses pointers that lack it
  * with CUBLAS_STATUS_INVALID_VALUE. The bias and aux pointers are held to the alignment
  * of the values the descriptor had when the heuristic ran (capped at 16), since the real
- * heuristic reads their alignment from those values. The epilogues and descriptor
- * attributes have the values of CUDA 13.0's cublasLt.h; other enumerators need not.
+ * heuristic reads their alignment from those values. The epilogues, descriptor
+ * attributes (the scale pointers too) and data types (the FP8 ones too, library_types.h)
+ * have the values of CUDA 13.0's headers; other enumerators need not.
  */
 #ifndef PT_EMU_CUBLASLT_H
 #define PT_EMU_CUBLASLT_H
@@ -48,6 +71,8 @@ typedef enum cudaDataType_t {
     CUDA_R_64F = 1,
     CUDA_R_16F = 2,
     CUDA_R_16BF = 14,
+    CUDA_R_8F_E4M3 = 28,
+    CUDA_R_8F_E5M2 = 29,
 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
 
@@ -102,6 +127,8 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,      /* int64_t, elements */
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,   /* void * */
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,        /* int64_t */
+    CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,        /* const void *, device fp32 */
+    CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,        /* const void *, device fp32 */
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22, /* int32_t (cudaDataType), -1: D's type */
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26, /* int32_t (cudaDataType), -1: D's type */
 } cublasLtMatmulDescAttributes_t;

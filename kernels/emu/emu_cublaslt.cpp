@@ -3,9 +3,11 @@
  * descriptor objects, argument checks with the statuses the cuBLAS documentation lists
  * (NOT_INITIALIZED for a missing handle, INVALID_VALUE for missing pointers, sizes in
  * conflict, a leading dimension below the rows, an aux leading dimension that is no
- * multiple of 8, a wrong attribute size; NOT_SUPPORTED for types, orders and epilogues
- * outside the stand-in), and a column-major GEMM on the CPU with the epilogues
- * (bias, GELU with its aux output, the GELU gradient, the bias gradient of B). The
+ * multiple of 8, a wrong attribute size, scale pointers without FP8 operands;
+ * NOT_SUPPORTED for types, orders and epilogues outside the stand-in, and the FP8
+ * combinations the real library refuses), and a column-major GEMM on the CPU with the
+ * epilogues (bias, GELU with its aux output, the GELU gradient, the bias gradient of B)
+ * and FP8 operands with their scales. The
  * product of each element of D is summed in fp32 in order of k, so results do not depend
  * on blocking; rows are blocked by 64 only so that the inner loop vectorises.
  */
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "cuda_bf16.h"
+#include "cuda_fp8.h"
 #include "cublasLt.h"
 #include "emu_internal.h"
 
@@ -32,6 +35,7 @@ struct cublasLtMatmulDescOpaque {
     void *aux;        /* GELU_AUX*: written; DGELU: read */
     int64_t aux_ld;
     int32_t aux_type;
+    const void *scale_a, *scale_b; /* FP8: device fp32 scales of A and B, or NULL */
 };
 
 struct cublasLtMatrixLayoutOpaque {
@@ -100,6 +104,8 @@ field desc_field(cublasLtMatmulDescOpaque *d, cublasLtMatmulDescAttributes_t att
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return field_of(d->aux);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return field_of(d->aux_ld);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return field_of(d->aux_type);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return field_of(d->scale_a);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return field_of(d->scale_b);
     }
     return field{NULL, 0};
 }
@@ -131,12 +137,16 @@ field pref_field(cublasLtMatmulPreferenceOpaque *p, cublasLtMatmulPreferenceAttr
     return field{NULL, 0};
 }
 
-size_t type_bytes(uint32_t t) { return t == CUDA_R_16BF ? 2 : 4; }
+bool fp8_type(uint32_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
+size_t type_bytes(uint32_t t) { return fp8_type(t) ? 1 : t == CUDA_R_16BF ? 2 : 4; }
 
 float load(uint32_t type, const void *p, int64_t i)
 {
     if (type == CUDA_R_16BF)
         return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (fp8_type(type))
+        return pt_emu::fp8_bits_to_float(((const uint8_t *)p)[i], type == CUDA_R_8F_E5M2);
     return ((const float *)p)[i];
 }
 
@@ -202,6 +212,24 @@ uint32_t address_align(const void *p)
     return al;
 }
 
+/* The FP8 matmul's rules (cublasLt.h's header comment lists them with their source):
+ * both operands FP8, not both E5M2, the TN format, DEFAULT or BIAS with a bf16 bias. */
+cublasStatus_t check_fp8(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                         cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d)
+{
+    if (!fp8_type(a->type) || !fp8_type(b->type) ||
+        (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (desc->transa != CUBLAS_OP_T || desc->transb != CUBLAS_OP_N)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    const int32_t bias = desc->bias_type < 0 ? (int32_t)d->type : desc->bias_type;
+    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && bias != CUDA_R_16BF)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t check(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                      cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, problem *p)
@@ -220,10 +248,15 @@ cublasStatus_t check(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
     for (cublasLtMatrixLayout_t l : all)
         if (l->order != CUBLASLT_ORDER_COL)
             return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (a->type != b->type || c->type != d->type ||
-        (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) ||
-        (d->type != CUDA_R_16BF && d->type != CUDA_R_32F) ||
-        (a->type == CUDA_R_32F && d->type != CUDA_R_32F))
+    const bool fp8 = fp8_type(a->type) || fp8_type(b->type);
+    if (fp8) {
+        cublasStatus_t st = check_fp8(desc, a, b, d);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return st;
+    } else if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) ||
+               (a->type == CUDA_R_32F && d->type != CUDA_R_32F))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (c->type != d->type || (d->type != CUDA_R_16BF && d->type != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     p->ta = desc->transa != CUBLAS_OP_N;
     p->tb = desc->transb != CUBLAS_OP_N;
@@ -266,9 +299,10 @@ uint32_t needed_align(uint32_t pref, uint32_t type)
     return a < type_bytes(type) ? (uint32_t)type_bytes(type) : a;
 }
 
-/* One batch: D = alpha · op(A) · op(B) + beta · C and the epilogue, column-major. */
-void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, const void *vec,
-          float alpha, float beta, const char *A, const cublasLtMatrixLayoutOpaque *la,
+/* One batch: D = alpha · (scale_ab · op(A) · op(B)) + beta · C and the epilogue,
+ * column-major; scale_ab is FP8's scale_A · scale_B, 1 otherwise (an exact product). */
+void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, float scale_ab,
+          const void *vec, float alpha, float beta, const char *A, const cublasLtMatrixLayoutOpaque *la,
           const char *B,
           const cublasLtMatrixLayoutOpaque *lb, const char *C,
           const cublasLtMatrixLayoutOpaque *lc, char *D, const cublasLtMatrixLayoutOpaque *ld)
@@ -306,7 +340,7 @@ void gemm(const problem &p, const cublasLtMatmulDescOpaque *desc, const void *ve
             }
             for (int r = 0; r < rows; r++) {
                 const int64_t i = i0 + r;
-                float v = alpha * acc[r];
+                float v = alpha * (scale_ab * acc[r]);
                 if (beta != 0.0f) /* beta = 0: C is not read (it may hold NaN) */
                     v += beta * load(lc->type, C, j * lc->ld + i);
                 if (bias)
@@ -352,7 +386,8 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
                                                  CUBLASLT_EPILOGUE_DEFAULT,
                                                  NULL,               -1,
                                                  0,                  NULL,
-                                                 0,                  -1});
+                                                 0,                  -1,
+                                                 NULL,               NULL});
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc)
@@ -461,10 +496,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
         return st;
     if (!pref || requested < 1 || !results || !returned)
         return CUBLAS_STATUS_INVALID_VALUE;
-    memset(&results[0], 0, sizeof results[0]);
-    results[0].algo.data[0] = ALGO_MAGIC;
     const uint32_t types[4] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type};
     const cublasLtMatrixLayoutOpaque *ls[4] = {a_desc, b_desc, c_desc, d_desc};
+    /* FP8: "pointers and matrix dimension must support 16-byte alignment" */
+    if (fp8_type(a_desc->type))
+        for (int i = 0; i < 4; i++)
+            if (pref->align[i] < 16 || (ls[i]->ld * type_bytes(types[i])) % 16)
+                return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = ALGO_MAGIC;
     /* an algorithm for every product of a batch: no more alignment than the step between
      * them keeps (a step of 0 keeps any) */
     for (int i = 0; i < 4; i++) {
@@ -516,6 +556,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         return CUBLAS_STATUS_INVALID_VALUE;
     if (epi_aux(epi) && !desc->aux)
         return CUBLAS_STATUS_INVALID_VALUE;
+    const bool fp8 = fp8_type(a_desc->type);
+    if (!fp8 && (desc->scale_a || desc->scale_b))
+        return CUBLAS_STATUS_INVALID_VALUE;
     const uint32_t types[6] = {a_desc->type, b_desc->type, c_desc->type, d_desc->type,
                                p.bias_type, p.aux_type};
     uint64_t need[6];
@@ -540,8 +583,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     }
     if (pt_emu::sticky_error() != cudaSuccess || !pt_emu::stream_valid(stream))
         return CUBLAS_STATUS_EXECUTION_FAILED;
+    /* the scales, read when the product runs (every operation finishes before it
+     * returns here, so "when it runs" is now) */
+    const float sa = desc->scale_a ? *(const float *)desc->scale_a : 1.0f;
+    const float sb = desc->scale_b ? *(const float *)desc->scale_b : 1.0f;
     for (int b = 0; b < p.batch; b++)
-        gemm(p, desc,
+        gemm(p, desc, sa * sb,
              desc->bias ? (const char *)desc->bias + b * desc->bias_stride * type_bytes(types[4])
                         : NULL,
              al, be, (const char *)A + b * a_desc->stride * type_bytes(types[0]), a_desc,

@@ -8,6 +8,8 @@
  *   end the launch with a sticky cudaErrorLaunchFailure and a report, never a hang;
  * - warp shuffles and votes against the CUDA Programming Guide's rules;
  * - bf16 conversions: round to nearest even, NaN kept, the CPU backend's bits;
+ * - FP8 (cuda_fp8.h's stand-in): every byte's value and the rounding of every bf16
+ *   pattern (and a million floats) against kernels.h's pt_kfp8_to_f32 / _from_f32;
  * - mma.m16n8k16 from fragments built by the PTX ISA's layout formulas, and from
  *   ldmatrix x4 / x4.trans, against a plain matrix product; cp.async groups, landing at
  *   issue or at the wait as the order says;
@@ -15,7 +17,9 @@
  *   output types, bias, in place and batches, its epilogues (GELU with its aux matrix,
  *   the GELU gradient, the bias gradient of B) against their definitions, and the
  *   statuses of bad arguments (an aux leading dimension that is no multiple of 8, a
- *   missing aux or bias-gradient pointer, a misaligned aux);
+ *   missing aux or bias-gradient pointer, a misaligned aux); its FP8 matmul (TN, scale
+ *   pointers, bf16 out with a bias, fp32 out with beta = 1) bit for bit against the same
+ *   sums, and the FP8 combinations it refuses as the real library does;
  * - CUB's radix sort: stability, bit ranges, signed keys, the temporary storage;
  * - the runtime: launch limits, shared memory limits, memory checks, events, streams.
  * Faults print their report on stderr; the test says beforehand which ones to expect.
@@ -33,6 +37,7 @@
 
 #include "check.h"
 #include "cuda.cuh"
+#include "cuda_fp8.h"
 #include "pt_emu_test.h"
 
 static const unsigned FULL = 0xffffffffu;
@@ -1033,6 +1038,216 @@ static void test_lt_epilogue_errors(cublasLtHandle_t lt)
     cublasLtMatmulPreferenceDestroy(pref);
 }
 
+/* ---- FP8 ------------------------------------------------------------------------------------ */
+
+/* cuda_fp8.h's stand-in against kernels.h's reference: every byte's value, and the
+ * rounding of every bf16 bit pattern at four scales (so that mantissas below bf16's
+ * last bit occur), a million random floats around the formats' ranges and the edges
+ * (ties at the largest values, half the smallest subnormal), both saturation modes.
+ * The stand-in's NaN is 0x7F without a sign, where the reference keeps the sign. */
+static void test_fp8_formats()
+{
+    for (int f = 0; f < 2; f++) {
+        const bool e5m2 = f == PT_KFP8_E5M2;
+        int bad = 0;
+        for (int q = 0; q < 256; q++) {
+            float got = pt_emu::fp8_bits_to_float((uint8_t)q, e5m2);
+            float want = pt_kfp8_to_f32((uint8_t)q, (pt_kfp8)f);
+            bad += isnan(want) ? !isnan(got) : memcmp(&got, &want, sizeof got) != 0;
+        }
+        CHECK_INT(bad, 0);
+        const __nv_fp8_interpretation_t interp = e5m2 ? __NV_E5M2 : __NV_E4M3;
+        auto agree = [&](float x) {
+            uint8_t got = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, interp);
+            uint8_t want = pt_kfp8_from_f32(x, (pt_kfp8)f);
+            return isnan(x) ? got == 0x7F : got == want;
+        };
+        const float scales[4] = {1.0f, 1.0f + 1.0f / 1024, 0.3f, 3.0e-3f};
+        for (float sc : scales)
+            for (uint32_t b = 0; b < 65536; b++)
+                bad += !agree(f32_of(b << 16) * sc);
+        for (int i = 0; i < 1000000; i++)
+            bad += !agree((float)(urand() * ldexp(1.0, (int)(urand() * 40.0) - 8)));
+        const float max = pt_kfp8_max((pt_kfp8)f);
+        const float edges[] = {max, max * 1.0625f, max * 1.0703125f, max * 1.125f, max * 1.25f,
+                               e5m2 ? 0x1p-17f : 0x1p-10f, e5m2 ? 0x1.8p-17f : 0x1.8p-10f,
+                               INFINITY, 0.0f};
+        for (float x : edges)
+            bad += !agree(x) + !agree(-x);
+        CHECK_INT(bad, 0);
+        /* beyond the largest value without saturation: NaN (E4M3) or infinity (E5M2) */
+        CHECK_INT(__nv_cvt_float_to_fp8(2 * max, __NV_NOSAT, interp), e5m2 ? 0x7C : 0x7F);
+        CHECK_INT(__nv_cvt_float_to_fp8(-2 * max, __NV_NOSAT, interp), e5m2 ? 0xFC : 0xFF);
+        CHECK_INT(__nv_cvt_float_to_fp8(-NAN, __NV_SATFINITE, interp), 0x7F);
+        CHECK_INT(__nv_cvt_float2_to_fp8x2(make_float2(1.0f, -2.0f), __NV_SATFINITE, interp),
+                  pt_kfp8_from_f32(1.0f, (pt_kfp8)f) | pt_kfp8_from_f32(-2.0f, (pt_kfp8)f) << 8);
+    }
+}
+
+/* An FP8 matmul in the TN format: D (M, N) = op(A) · B, A (K, M) E4M3 transposed, B
+ * (K, N) E5M2, with the scales from device pointers, against the same sums done here
+ * in the same order (bit for bit): bf16 D with a bias, and fp32 D with beta = 1. Then
+ * what the stand-in refuses, as its header lists. */
+struct fp8_fixture {
+    enum { M = 32, N = 8, K = 48 };
+    std::vector<uint8_t> A, B;
+    std::vector<float> C, bias;
+    uint8_t *dA, *dB;
+    float *dscale, *dC32;
+    uint16_t *dbias, *dC16;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld16, ld32;
+
+    fp8_fixture() : A(K * M), B(K * N), C(M * N), bias(M)
+    {
+        for (uint8_t &q : A)
+            q = pt_kfp8_from_f32((float)(urand() * 300.0), PT_KFP8_E4M3);
+        for (uint8_t &q : B)
+            q = pt_kfp8_from_f32((float)(urand() * 0.01), PT_KFP8_E5M2);
+        for (float &x : C)
+            x = (float)urand();
+        for (float &x : bias)
+            x = pt_k_f32_from_bf16(pt_k_bf16_from_f32((float)urand()));
+        dA = dev_alloc<uint8_t>(A.size());
+        dB = dev_alloc<uint8_t>(B.size());
+        dscale = dev_alloc<float>(2);
+        dC32 = dev_alloc<float>(C.size());
+        dbias = dev_alloc<uint16_t>(M);
+        dC16 = dev_alloc<uint16_t>(C.size());
+        const float scales[2] = {0.0625f, 3.0f};
+        std::vector<uint16_t> bb(M);
+        for (int i = 0; i < M; i++)
+            bb[i] = pt_k_bf16_from_f32(bias[i]);
+        cudaMemcpy(dA, A.data(), A.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(dB, B.data(), B.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(dscale, scales, sizeof scales, cudaMemcpyHostToDevice);
+        cudaMemcpy(dC32, C.data(), C.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dbias, bb.data(), M * 2, cudaMemcpyHostToDevice);
+        cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        const cublasOperation_t t = CUBLAS_OP_T;
+        set(CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+        const void *sa = dscale, *sb = dscale + 1;
+        set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+        set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+        cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, K, M, K);
+        cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E5M2, K, N, K);
+        cublasLtMatrixLayoutCreate(&ld16, CUDA_R_16BF, M, N, M);
+        cublasLtMatrixLayoutCreate(&ld32, CUDA_R_32F, M, N, M);
+    }
+    ~fp8_fixture() { lt_free({la, lb, ld16, ld32}, {desc}, {dA, dB, dscale, dC32, dbias, dC16}); }
+    void set(cublasLtMatmulDescAttributes_t attr, const void *v, size_t bytes)
+    {
+        CHECK_INT(cublasLtMatmulDescSetAttribute(desc, attr, v, bytes), 0);
+    }
+    /* the heuristic's status for D of layout ld (A's and B's layouts by default) */
+    cublasStatus_t heuristic(cublasLtHandle_t lt, cublasLtMatrixLayout_t ld,
+                             cublasLtMatrixLayout_t a = NULL, cublasLtMatrixLayout_t b = NULL)
+    {
+        cublasLtMatmulPreference_t pref;
+        cublasLtMatmulPreferenceCreate(&pref);
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, a ? a : la, b ? b : lb, ld,
+                                                           ld, pref, 1, &res, &found);
+        cublasLtMatmulPreferenceDestroy(pref);
+        return st == CUBLAS_STATUS_SUCCESS && found != 1 ? CUBLAS_STATUS_INTERNAL_ERROR : st;
+    }
+    /* D(i, j) as the stand-in must compute it */
+    float want(int i, int j, float beta, bool with_bias) const
+    {
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++)
+            acc += pt_kfp8_to_f32(A[i * K + k], PT_KFP8_E4M3) *
+                   pt_kfp8_to_f32(B[j * K + k], PT_KFP8_E5M2);
+        float v = 1.0f * (0.0625f * 3.0f * acc);
+        if (beta != 0.0f)
+            v += beta * C[j * M + i];
+        return with_bias ? v + bias[i] : v;
+    }
+};
+
+static void test_lt_fp8(cublasLtHandle_t lt)
+{
+    typedef fp8_fixture F;
+    F f;
+    const float one = 1.0f, zero = 0.0f;
+    /* bf16 D with the bias epilogue (the bias type left at its default, D's bf16) */
+    const cublasLtEpilogue_t bias = CUBLASLT_EPILOGUE_BIAS, none = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bp = f.dbias;
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, &bias, sizeof bias);
+    f.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+    CHECK_INT(f.heuristic(lt, f.ld16), 0);
+    CHECK_INT(cublasLtMatmul(lt, f.desc, &one, f.dA, f.la, f.dB, f.lb, &zero, f.dC16, f.ld16,
+                             f.dC16, f.ld16, NULL, NULL, 0, 0), 0);
+    std::vector<uint16_t> d16(F::M * F::N);
+    cudaMemcpy(d16.data(), f.dC16, d16.size() * 2, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int j = 0; j < F::N; j++)
+        for (int i = 0; i < F::M; i++)
+            bad += d16[j * F::M + i] != pt_k_bf16_from_f32(f.want(i, j, 0.0f, true));
+    CHECK_INT(bad, 0);
+    /* fp32 D: the default bias type (fp32) is refused, a bf16 bias taken; then no bias
+     * and beta = 1 */
+    CHECK_INT(f.heuristic(lt, f.ld32), CUBLAS_STATUS_NOT_SUPPORTED);
+    const int32_t bf16 = CUDA_R_16BF;
+    f.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bf16, sizeof bf16);
+    CHECK_INT(f.heuristic(lt, f.ld32), 0);
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none);
+    CHECK_INT(cublasLtMatmul(lt, f.desc, &one, f.dA, f.la, f.dB, f.lb, &one, f.dC32, f.ld32,
+                             f.dC32, f.ld32, NULL, NULL, 0, 0), 0);
+    std::vector<float> d32(F::M * F::N);
+    cudaMemcpy(d32.data(), f.dC32, d32.size() * 4, cudaMemcpyDeviceToHost);
+    for (int j = 0; j < F::N; j++)
+        for (int i = 0; i < F::M; i++) {
+            float w = f.want(i, j, 1.0f, false);
+            bad += memcmp(&d32[j * F::M + i], &w, 4) != 0;
+        }
+    CHECK_INT(bad, 0);
+
+    /* refusals: E5M2 x E5M2, an FP8 operand with a bf16 one, not TN, an epilogue beyond
+     * DEFAULT and BIAS, a leading dimension that is no multiple of 16 bytes, a preference
+     * alignment below 16 */
+    const cublasStatus_t NO = CUBLAS_STATUS_NOT_SUPPORTED;
+    cublasLtMatrixLayout_t a52, a16, odd, b_odd;
+    cublasLtMatrixLayoutCreate(&a52, CUDA_R_8F_E5M2, F::K, F::M, F::K);
+    cublasLtMatrixLayoutCreate(&a16, CUDA_R_16BF, F::K, F::M, F::K);
+    cublasLtMatrixLayoutCreate(&odd, CUDA_R_8F_E4M3, F::K, F::M, F::K + 1);
+    cublasLtMatrixLayoutCreate(&b_odd, CUDA_R_8F_E5M2, F::K, F::N, F::K + 8);
+    CHECK_INT(f.heuristic(lt, f.ld16, a52), NO);
+    CHECK_INT(f.heuristic(lt, f.ld16, a16), NO);
+    CHECK_INT(f.heuristic(lt, f.ld16, odd), NO);
+    CHECK_INT(f.heuristic(lt, f.ld16, NULL, b_odd), NO);
+    const cublasOperation_t n = CUBLAS_OP_N, t = CUBLAS_OP_T;
+    f.set(CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t);
+    CHECK_INT(f.heuristic(lt, f.ld16), NO);
+    f.set(CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
+    f.set(CUBLASLT_MATMUL_DESC_TRANSA, &n, sizeof n);
+    CHECK_INT(f.heuristic(lt, f.ld16), NO);
+    f.set(CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    const cublasLtEpilogue_t gelu = CUBLASLT_EPILOGUE_GELU_AUX;
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu, sizeof gelu);
+    CHECK_INT(f.heuristic(lt, f.ld16), NO);
+    f.set(CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none);
+    CHECK_INT(f.heuristic(lt, f.ld16), 0);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    const uint32_t eight = 8;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &eight,
+                                         sizeof eight);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CHECK_INT(cublasLtMatmulAlgoGetHeuristic(lt, f.desc, f.la, f.lb, f.ld16, f.ld16, pref, 1,
+                                             &res, &found), NO);
+    CHECK_INT(found, 0);
+    cublasLtMatmulPreferenceDestroy(pref);
+    /* scale pointers with bf16 operands: INVALID_VALUE when it runs */
+    cublasLtMatrixLayout_t b16;
+    cublasLtMatrixLayoutCreate(&b16, CUDA_R_16BF, F::K, F::N, F::K);
+    CHECK_INT(cublasLtMatmul(lt, f.desc, &one, f.dC16, a16, f.dC16, b16, &zero, f.dC16, f.ld16,
+                             f.dC16, f.ld16, NULL, NULL, 0, 0), CUBLAS_STATUS_INVALID_VALUE);
+    lt_free({a52, a16, odd, b_odd, b16}, {}, {});
+}
+
 static void test_cublaslt()
 {
     cublasLtHandle_t lt;
@@ -1051,6 +1266,7 @@ static void test_cublaslt()
     test_lt_dgelu(lt);
     test_lt_bgradb(lt);
     test_lt_epilogue_errors(lt);
+    test_lt_fp8(lt);
     CHECK_INT(cublasLtDestroy(lt), 0);
 }
 
@@ -1251,6 +1467,7 @@ int main(void)
     test_orders();
     test_shuffles();
     test_bf16();
+    test_fp8_formats();
     test_mma();
     test_cp_async();
     test_cublaslt();

@@ -24,7 +24,8 @@
  * too), the pointwise ops, dropout, cross-entropy, the optimizer (adamw, sumsq,
  * adamw_multi), reserve, the device timers and the errors;
  * test_kernels_cuda_gemm.c the GEMMs and their epilogues; test_kernels_cuda_attention.c
- * RoPE and attention in every mode; test_kernels_cuda_harness.c the harness they share
+ * RoPE and attention in every mode; test_kernels_cuda_fp8.c the FP8 casts, scales and
+ * GEMMs; test_kernels_cuda_harness.c the harness they share
  * (random inputs, buffers, run_case, second backends), declared in test_kernels_cuda.h.
  *
  * Without a CUDA device (or without CUDA in the build) the test prints why and exits
@@ -1230,6 +1231,7 @@ int main(void)
     test_epilogues_ran();
 #endif
     test_matmul_fallback();
+    test_fp8();
     test_rope();
     test_pointwise();
     test_dropout();
@@ -1251,6 +1253,7 @@ int main(void)
     pt_kernels_destroy(GPU);
     pt_kernels_destroy(CPU);
     /* check.h counts failures per file: the other files' counts join this one's */
-    pt_check_failures += failures_harness() + failures_gemm() + failures_attention();
+    pt_check_failures += failures_harness() + failures_gemm() + failures_attention() +
+                         failures_fp8();
     return pt_check_result();
 }

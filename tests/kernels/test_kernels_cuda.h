@@ -114,9 +114,13 @@ void test_attention_mode_errors(void);
 void test_attention_notes(void);
 size_t cudnn_version(void); /* the cuDNN this process loaded, 0 when none (test_reserve) */
 
+/* test_kernels_cuda_fp8.c */
+void test_fp8(void);
+
 /* each file's count of failed checks (check.h's pt_check_failures is a static) */
 int failures_harness(void);
 int failures_gemm(void);
 int failures_attention(void);
+int failures_fp8(void);
 
 #endif

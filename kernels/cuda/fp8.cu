@@ -1,0 +1,502 @@
+/*
+ * FP8 linear layers on CUDA (kernels.h's fp8_amax, fp8_scale, fp8_cast and gemm_fp8):
+ * per-tensor scaled E4M3/E5M2 quantization of bf16 tensors, and the FP8 GEMM through
+ * cuBLASLt. A tensor's scaling state (the meta block of kernels.h) lives in device
+ * memory and is read and written only by kernels, so no op waits for the host.
+ *
+ * Rounding. fp8_cast multiplies each bf16 element by meta[SCALE] in fp32 and converts
+ * with cuda_fp8.h's __nv_cvt_float_to_fp8(v, __NV_SATFINITE, ...): round to nearest,
+ * ties to even, anything beyond the largest finite value (infinities too) to that value
+ * with its sign (CUDA Math API, "FP8 Conversion and Data Movement"; on sm_89 and newer
+ * the header's cvt.rn.satfinite.{e4m3,e5m2}x2.f32). That is pt_kfp8_from_f32 bit for bit
+ * except for NaN, which the conversion turns into 0x7F without its sign: a NaN element is
+ * encoded here as the CPU does, its sign and 0x7F (taken from x, since a GPU's product
+ * with a NaN is the canonical NaN and has lost the sign).
+ *
+ * The saturation count is kernels.h's: |x · scale| at or past the midpoint between max
+ * and the step above it (464, 61440), what rounding would have taken past max.
+ *
+ * Reductions without atomics. amax and the saturation and underflow counts are
+ * reduced in two passes, as sumsq is: each block of the first pass (at most
+ * PT_KCUDA_FP8_BLOCKS, grid-striding) writes its max and integer counts to
+ * ctx->fp8_part, and one block folds them into meta (amax by max, counts summed as
+ * integers, then each added to its float once, as the CPU adds its double count), so
+ * results are bit-identical run to run and equal the CPU's.
+ *
+ * The cast is tiled 64 x 64: a block reads a tile row by row (a warp reads 32 adjacent
+ * bf16), writes dst the same way and, for dst_t, keeps the tile's bytes in shared
+ * memory (rows padded to 68 bytes, so a warp reading a column touches 32 banks) and
+ * writes the transpose row by row: both global sides coalesced.
+ *
+ * The GEMM: row-major c (m, n) = a (m, k) · b (n, k)^T is the column-major
+ * c^T (n, m) = (b-view (k, n))^T · a-view (k, m), so cuBLASLt's A is our b, transposed,
+ * and its B is our a, not transposed: the "TN" format its FP8 kernels require ("A must
+ * be transposed and B non-transposed", cuBLAS documentation, cublasLtMatmul(), for
+ * FP8), with CUBLAS_COMPUTE_32F and fp32 scale type. A_SCALE_POINTER is therefore
+ * meta_b + PT_KFP8_SCALE_INV and B_SCALE_POINTER meta_a + PT_KFP8_SCALE_INV (device
+ * pointers; cuBLASLt computes D = alpha · scale_A · scale_B · op(A) op(B) + beta · C).
+ * Output bf16 with C bf16, or fp32 with C fp32 (the weight gradient, beta 1); the bias
+ * (bf16, the [act] type) rides the BIAS epilogue with CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+ * CUDA_R_16BF, the bias type the documentation's FP8 table gives for bf16 and for fp32
+ * outputs. cuBLASLt does not multiply two E5M2 operands (absent from that table); such
+ * a product, one cuBLASLt declines (its FP8 kernels want 16-byte-aligned pointers and
+ * leading dimensions, so k % 16 == 0; compute capability 8.9 or newer), PT_KCUDA_NO_LT,
+ * and k = 0 run on a plain tiled kernel that sums the same exact products in order of
+ * k. A bias the epilogue cannot take (not 16-byte aligned, or the epilogue declined)
+ * is written into c first and added through beta = 1, so c is still rounded once; with
+ * beta != 0 as well, the plain kernel takes it. In the emulator (kernels/emu/) the plain
+ * kernel and cuBLASLt sum in the same order and agree bit for bit; on a GPU cuBLASLt
+ * blocks k its own way, within fp32 rounding of the CPU.
+ */
+#include <cuda_fp8.h>
+#include <math.h>
+#include <string.h>
+
+#include "cuda.cuh"
+
+/* ---- The formats --------------------------------------------------------------------- */
+
+static __device__ __forceinline__ __nv_fp8_interpretation_t fp8_interp(int e5m2)
+{
+    return e5m2 ? __NV_E5M2 : __NV_E4M3;
+}
+
+/* x · scale = v as a byte: pt_kfp8_from_f32(v), a NaN x kept with its sign */
+static __device__ __forceinline__ uint8_t fp8_quantize(float x, float v, int e5m2)
+{
+    if (x != x)
+        return (uint8_t)(((__float_as_uint(x) >> 24) & 0x80u) | 0x7Fu);
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, fp8_interp(e5m2));
+}
+
+/* a byte's value, exact in fp32: pt_kfp8_to_f32 (the OCP formats: E4M3 bias 7, its
+ * S.1111.111 NaN; E5M2 bias 15, IEEE-like top exponent) */
+static __device__ __forceinline__ float fp8_value(uint8_t q, int e5m2)
+{
+    const int mbits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    const uint32_t sign = (uint32_t)(q & 0x80u) << 24;
+    const uint32_t e = (q & 0x7Fu) >> mbits, m = q & ((1u << mbits) - 1u);
+    if (e == (e5m2 ? 31u : 15u) && (e5m2 || m == 7u))
+        return __uint_as_float(e5m2 && m == 0u ? sign | 0x7f800000u : 0x7fc00000u);
+    if (e == 0u) /* subnormal: m · 2^(1 - bias - mbits), an exact product */
+        return __uint_as_float(__float_as_uint((float)m * __uint_as_float(
+                                   (uint32_t)(127 + 1 - bias - mbits) << 23)) | sign);
+    return __uint_as_float(sign | (e + 127u - (uint32_t)bias) << 23 | m << (23 - mbits));
+}
+
+static float fp8_max(int e5m2) { return e5m2 ? 57344.0f : 448.0f; }
+
+/* ---- The second pass: partial results into the meta block ---------------------------- */
+
+enum { FOLD_THREADS = 256 };
+
+/* meta[AMAX] = max(meta[AMAX], the partials' max); with counts, meta[OVER] and
+ * meta[UNDER] += the partials' sums */
+__global__ void fp8_fold_kernel(float *meta, const pt_kcuda_fp8_part *part, int count,
+                                int counts)
+{
+    __shared__ float smax[32];
+    __shared__ unsigned long long ssum[32];
+    float m = 0.0f;
+    unsigned long long over = 0, under = 0;
+    for (int i = threadIdx.x; i < count; i += FOLD_THREADS) {
+        m = fmaxf(m, part[i].amax);
+        over += part[i].over;
+        under += part[i].under;
+    }
+    m = pt_block_max(m, smax);
+    over = pt_block_sum(over, ssum);
+    under = pt_block_sum(under, ssum);
+    if (threadIdx.x != 0)
+        return;
+    if (m > meta[PT_KFP8_AMAX])
+        meta[PT_KFP8_AMAX] = m;
+    if (counts) {
+        meta[PT_KFP8_OVER] += (float)over;
+        meta[PT_KFP8_UNDER] += (float)under;
+    }
+}
+
+static void fp8_fold(pt_kernels *kn, float *meta, int count, int counts)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    PT_LAUNCH(1, FOLD_THREADS, 0, ctx->stream, fp8_fold_kernel)(meta, ctx->fp8_part, count,
+                                                                 counts);
+    PT_LAUNCHED(kn, "fp8_fold");
+}
+
+/* ---- amax ----------------------------------------------------------------------------- */
+
+enum { AMAX_THREADS = 256 };
+
+/* |x| when it exceeds m, else m: a NaN never does */
+static __device__ __forceinline__ float amax_step(float m, float x)
+{
+    float a = fabsf(x);
+    return a > m ? a : m;
+}
+
+/* each block's max |x| into part[blockIdx.x], eight bf16 a load where x is 16-byte
+ * aligned */
+__global__ void fp8_amax_kernel(pt_kcuda_fp8_part *part, const bf16 *x, int64_t n)
+{
+    __shared__ float shared[32];
+    float m = 0.0f;
+    const int64_t t = blockIdx.x * (int64_t)AMAX_THREADS + threadIdx.x;
+    const int64_t stride = (int64_t)gridDim.x * AMAX_THREADS;
+    int64_t i = t;
+    if (((uintptr_t)x & 15) == 0) {
+        const int64_t n8 = n / 8;
+        for (int64_t q = t; q < n8; q += stride) {
+            float f[8];
+            pt_ld8(f, x + 8 * q);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                m = amax_step(m, f[j]);
+        }
+        i = 8 * n8 + t;
+    }
+    for (; i < n; i += stride)
+        m = amax_step(m, pt_ld(x + i));
+    m = pt_block_max(m, shared);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = pt_kcuda_fp8_part{m, 0, 0, 0};
+}
+
+void pt_kcuda_fp8_amax(pt_kernels *kn,
+                       float *meta,           /* PT_KFP8_META+ fp32 */
+                       const float *src,      /* (n) [act] */
+                       int64_t n)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (n <= 0)
+        return;
+    int64_t want = (n + AMAX_THREADS * 8 - 1) / (AMAX_THREADS * 8);
+    int blocks = (int)(want < PT_KCUDA_FP8_BLOCKS ? want : PT_KCUDA_FP8_BLOCKS);
+    PT_LAUNCH(blocks, AMAX_THREADS, 0, ctx->stream, fp8_amax_kernel)(ctx->fp8_part,
+        (const bf16 *)src, n);
+    PT_LAUNCHED(kn, "fp8_amax");
+    fp8_fold(kn, meta, blocks, 0);
+}
+
+/* ---- scale ---------------------------------------------------------------------------- */
+
+/* one thread: kernels.h's fp8_scale, in the CPU's order of operations */
+__global__ void fp8_scale_kernel(float *meta, float fmax, int hist_len, float margin)
+{
+    float a = meta[PT_KFP8_AMAX];
+    if (hist_len > 0) {
+        float *h = meta + PT_KFP8_META;
+        for (int i = hist_len - 1; i > 0; i--)
+            h[i] = h[i - 1];
+        h[0] = a;
+        for (int i = 1; i < hist_len; i++)
+            if (h[i] > a)
+                a = h[i];
+    }
+    /* 2^margin exactly for a whole margin (the CPU's exp2f is exact there; the device's
+     * is documented to 2 ulp) */
+    float p = margin == truncf(margin) && fabsf(margin) < 127.0f ? ldexpf(1.0f, (int)margin)
+                                                                 : exp2f(margin);
+    float scale = 1.0f;
+    if (a > 0.0f && isfinite(a))
+        scale = fmax / a / p;
+    if (!isfinite(scale) || scale <= 0.0f) /* an amax so small that max / amax overflows */
+        scale = 1.0f;
+    meta[PT_KFP8_SCALE] = scale;
+    meta[PT_KFP8_SCALE_INV] = 1.0f / scale;
+    meta[PT_KFP8_AMAX] = 0.0f;
+}
+
+void pt_kcuda_fp8_scale(pt_kernels *kn,
+                        float *meta,          /* PT_KFP8_META + hist_len fp32 */
+                        int fmt,              /* pt_kfp8 */
+                        int hist_len, float margin)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    PT_LAUNCH(1, 1, 0, ctx->stream, fp8_scale_kernel)(meta, fp8_max(fmt == PT_KFP8_E5M2),
+                                                       hist_len, margin);
+    PT_LAUNCHED(kn, "fp8_scale");
+}
+
+/* ---- cast ------------------------------------------------------------------------------ */
+
+enum { CAST_TILE = 64, CAST_ROWS = 8 }; /* a block of 32 · CAST_ROWS threads a tile */
+
+/* grid-strides over the 64 x 64 tiles of src (rows, cols), row-major tile order;
+ * thread (tx, ty) = (lane, warp) takes columns tx and tx + 32 of rows ty, ty + 8, ...
+ * Uniform per block: the tile count and dst_t, so every thread meets every barrier. */
+__global__ void __launch_bounds__(32 * CAST_ROWS)
+fp8_cast_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf16 *src,
+                int64_t rows, int cols, const float *meta, int e5m2)
+{
+    __shared__ uint8_t tile[CAST_TILE][CAST_TILE + 4];
+    __shared__ float smax[32];
+    __shared__ unsigned long long ssum[32];
+    /* saturated: at or past the midpoint of max and the step above it (kernels.h) */
+    const float scale = meta[PT_KFP8_SCALE], past = e5m2 ? 61440.0f : 464.0f;
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32; /* a 1-D block: pt_block_* */
+    const int64_t tiles_c = (cols + CAST_TILE - 1) / CAST_TILE;
+    const int64_t tiles = (rows + CAST_TILE - 1) / CAST_TILE * tiles_c;
+    float amax = 0.0f;
+    unsigned over = 0, under = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int64_t r0 = t / tiles_c * CAST_TILE;
+        const int c0 = (int)(t % tiles_c) * CAST_TILE;
+        for (int i = ty; i < CAST_TILE; i += CAST_ROWS)
+            for (int j = tx; j < CAST_TILE; j += 32) {
+                const int64_t r = r0 + i;
+                const int c = c0 + j;
+                if (r >= rows || c >= cols)
+                    continue;
+                const float x = pt_ld(src + r * cols + c), v = x * scale;
+                const uint8_t q = fp8_quantize(x, v, e5m2);
+                amax = amax_step(amax, x);
+                over += fabsf(v) >= past;
+                under += x != 0.0f && (q & 0x7Fu) == 0;
+                if (dst)
+                    dst[r * cols + c] = q;
+                tile[i][j] = q;
+            }
+        if (!dst_t)
+            continue;
+        __syncthreads();
+        /* tile column i is dst_t's row c0 + i; its bytes are tile rows j */
+        for (int i = ty; i < CAST_TILE; i += CAST_ROWS)
+            for (int j = tx; j < CAST_TILE; j += 32) {
+                const int64_t r = r0 + j;
+                const int c = c0 + i;
+                if (r < rows && c < cols)
+                    dst_t[(int64_t)c * rows + r] = tile[j][i];
+            }
+        __syncthreads(); /* the tile is rewritten by the next one */
+    }
+    amax = pt_block_max(amax, smax);
+    unsigned long long o = pt_block_sum((unsigned long long)over, ssum);
+    unsigned long long u = pt_block_sum((unsigned long long)under, ssum);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = pt_kcuda_fp8_part{amax, 0, o, u};
+}
+
+void pt_kcuda_fp8_cast(pt_kernels *kn,
+                       uint8_t *dst,          /* (rows, cols) fp8 or NULL */
+                       uint8_t *dst_t,        /* (cols, rows) fp8 or NULL */
+                       const float *src,      /* (rows, cols) [act] */
+                       int64_t rows, int cols,
+                       int fmt,               /* pt_kfp8 */
+                       float *meta)           /* PT_KFP8_META+ fp32 */
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (rows <= 0 || cols <= 0)
+        return;
+    int64_t tiles = (rows + CAST_TILE - 1) / CAST_TILE * ((cols + CAST_TILE - 1) / CAST_TILE);
+    int blocks = (int)(tiles < PT_KCUDA_FP8_BLOCKS ? tiles : PT_KCUDA_FP8_BLOCKS);
+    PT_LAUNCH(blocks, 32 * CAST_ROWS, 0, ctx->stream, fp8_cast_kernel)(ctx->fp8_part, dst, dst_t,
+        (const bf16 *)src, rows, cols, meta, fmt == PT_KFP8_E5M2);
+    PT_LAUNCHED(kn, "fp8_cast");
+    fp8_fold(kn, meta, blocks, 1);
+}
+
+/* ---- GEMM: the plain kernel --------------------------------------------------------------- */
+
+enum { GT = 16 };
+
+static __device__ __forceinline__ float c_load(const bf16 *p) { return pt_ld(p); }
+static __device__ __forceinline__ float c_load(const float *p) { return *p; }
+static __device__ __forceinline__ void c_store(bf16 *p, float v) { pt_st(p, v); }
+static __device__ __forceinline__ void c_store(float *p, float v) { *p = v; }
+
+/* row-major c (m, n) = (sa · sb) · sum_k a[i][k] b[j][k] + beta · c + bias[j], the sum in
+ * fp32 in order of k (the products of two FP8 values are exact), rounded once; block
+ * (GT, GT): thread (tx, ty) gives c[by·GT + ty][bx·GT + tx] */
+template <typename TC>
+__global__ void gemm_fp8_plain_kernel(TC *c, float beta, const uint8_t *a, int e5m2_a,
+                                      const float *meta_a, const uint8_t *b, int e5m2_b,
+                                      const float *meta_b, const bf16 *bias, int64_t m, int n,
+                                      int k)
+{
+    __shared__ float as[GT][GT + 1]; /* as[r][kk] = a(by·GT + r, k0 + kk) */
+    __shared__ float bs[GT][GT + 1]; /* bs[r][kk] = b(bx·GT + r, k0 + kk) */
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t i = (int64_t)blockIdx.y * GT + ty;
+    const int j = blockIdx.x * GT + tx, jb = blockIdx.x * GT + ty;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < k; k0 += GT) {
+        const int kk = k0 + tx;
+        as[ty][tx] = i < m && kk < k ? fp8_value(a[i * k + kk], e5m2_a) : 0.0f;
+        bs[ty][tx] = jb < n && kk < k ? fp8_value(b[(int64_t)jb * k + kk], e5m2_b) : 0.0f;
+        __syncthreads();
+        for (int q = 0; q < GT; q++)
+            acc += as[ty][q] * bs[tx][q];
+        __syncthreads();
+    }
+    if (i >= m || j >= n)
+        return;
+    float v = meta_a[PT_KFP8_SCALE_INV] * meta_b[PT_KFP8_SCALE_INV] * acc;
+    TC *p = c + i * n + j;
+    if (beta != 0.0f) /* beta = 0: c is not read (it may hold NaN) */
+        v += beta * c_load(p);
+    if (bias)
+        v += pt_ld(bias + j);
+    c_store(p, v);
+}
+
+/* c (m, n) = bias in every row: bf16's bits, or its value in fp32 */
+template <typename TC> __global__ void fill_bias_kernel(TC *c, const bf16 *bias, int64_t m, int n)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < m * n;
+         e += (int64_t)gridDim.x * blockDim.x)
+        c_store(c + e, pt_ld(bias + e % n));
+}
+
+/* ---- GEMM: cuBLASLt ------------------------------------------------------------------------ */
+
+typedef struct {
+    void *c;
+    int c_f32;
+    float beta;
+    const uint8_t *a, *b;
+    int e5m2_a, e5m2_b;
+    const float *meta_a, *meta_b;
+    int64_t m;
+    int n, k;
+} fp8_gemm;
+
+static cudaDataType fp8_type(int e5m2) { return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; }
+
+/* Runs g (+ bias, by the BIAS epilogue, when bias is non-NULL) through cuBLASLt, with
+ * c's old value times g->beta added. 0 when it ran (or failed, the error recorded); 1 when
+ * declined: cuBLASLt off, k = 0, both operands E5M2, or no algorithm. */
+static int lt_fp8(pt_kernels *kn, const fp8_gemm *g, const bf16 *bias)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (ctx->no_lt || g->k <= 0 || g->m > INT32_MAX || (g->e5m2_a && g->e5m2_b))
+        return 1;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+    const void *scale_a = g->meta_b + PT_KFP8_SCALE_INV, *scale_b = g->meta_a + PT_KFP8_SCALE_INV;
+    cudaDataType ct = g->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    /* cuBLASLt's column-major problem: (n x m) = (b (k x n))^T · a (k x m) */
+    int ok = !PT_LT(kn, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
+             !PT_LT(kn, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                                       sizeof opa)) &&
+             !PT_LT(kn, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                                       sizeof opb)) &&
+             !PT_LT(kn, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                       &scale_a, sizeof scale_a)) &&
+             !PT_LT(kn, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                       &scale_b, sizeof scale_b)) &&
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&la, fp8_type(g->e5m2_b), g->k, g->n, g->k)) &&
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&lb, fp8_type(g->e5m2_a), g->k, g->m, g->k)) &&
+             !PT_LT(kn, cublasLtMatrixLayoutCreate(&lc, ct, g->n, g->m, g->n));
+    int declined = 0;
+    if (ok && bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType bt = CUDA_R_16BF;
+        declined = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                  sizeof epi) != CUBLAS_STATUS_SUCCESS ||
+                   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                  sizeof bias) != CUBLAS_STATUS_SUCCESS ||
+                   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                  sizeof bt) != CUBLAS_STATUS_SUCCESS;
+    }
+    const pt_kcuda_algo *algo = NULL;
+    if (ok && !declined) {
+        /* matmul.cu's key layout, the FP8 marker (bit 40) and both formats in key[6] */
+        uint64_t key[7] = {(uint64_t)g->n, (uint64_t)g->m, (uint64_t)g->k,
+                           (uint64_t)g->k << 32 ^ (uint64_t)g->k, (uint64_t)g->n,
+                           1u | (uint64_t)g->c_f32 << 2 | (uint64_t)(bias ? 1 : 0) << 3 |
+                               pt_kcuda_align_code(g->b) << 8 |
+                               pt_kcuda_align_code(g->a) << 12 |
+                               pt_kcuda_align_code(g->c) << 16 |
+                               pt_kcuda_align_code(bias) << 20,
+                           1u | 1ull << 40 | (uint64_t)g->e5m2_a << 41 |
+                               (uint64_t)g->e5m2_b << 42};
+        algo = pt_kcuda_lt_algo(kn, key, desc, la, lb, lc, g->b, g->a, g->c, g->c);
+        ok = algo != NULL;
+        declined = ok && !algo->ok;
+    }
+    if (ok && !declined) {
+        const float alpha = 1.0f;
+        void *ws = ctx->side && ctx->stream == ctx->side ? ctx->lt_ws_side : ctx->lt_ws;
+        PT_LT(kn, cublasLtMatmul(ctx->lt, desc, &alpha, g->b, la, g->a, lb, &g->beta, g->c, lc,
+                                 g->c, lc, &algo->algo, ws, ctx->lt_ws_bytes, ctx->stream));
+    }
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    return ok && declined ? 1 : 0;
+}
+
+static void plain_fp8(pt_kernels *kn, const fp8_gemm *g, const bf16 *bias)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    int64_t rows_tiles = (g->m + GT - 1) / GT;
+    if (rows_tiles > 65535) {
+        pt_kcuda_fail(kn, __FILE__, __LINE__,
+                      "gemm_fp8 %lld x %d x %d: no cuBLASLt algorithm and too many rows for "
+                      "the plain kernel", (long long)g->m, g->n, g->k);
+        return;
+    }
+    dim3 grid((unsigned)((g->n + GT - 1) / GT), (unsigned)rows_tiles), block(GT, GT);
+    int k = g->k > 0 ? g->k : 0;
+    if (g->c_f32)
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fp8_plain_kernel<float>)((float *)g->c,
+            g->beta, g->a, g->e5m2_a, g->meta_a, g->b, g->e5m2_b, g->meta_b, bias, g->m, g->n,
+            k);
+    else
+        PT_LAUNCH(grid, block, 0, ctx->stream, gemm_fp8_plain_kernel<bf16>)((bf16 *)g->c,
+            g->beta, g->a, g->e5m2_a, g->meta_a, g->b, g->e5m2_b, g->meta_b, bias, g->m, g->n,
+            k);
+    PT_LAUNCHED(kn, "gemm_fp8_plain");
+}
+
+static void fill_bias(pt_kernels *kn, const fp8_gemm *g, const bf16 *bias)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    unsigned blocks = pt_kcuda_blocks(g->m * g->n, PT_KCUDA_THREADS);
+    if (g->c_f32)
+        PT_LAUNCH(blocks, PT_KCUDA_THREADS, 0, ctx->stream, fill_bias_kernel<float>)(
+            (float *)g->c, bias, g->m, g->n);
+    else
+        PT_LAUNCH(blocks, PT_KCUDA_THREADS, 0, ctx->stream, fill_bias_kernel<bf16>)(
+            (bf16 *)g->c, bias, g->m, g->n);
+    PT_LAUNCHED(kn, "fp8_fill_bias");
+}
+
+void pt_kcuda_gemm_fp8(pt_kernels *kn,
+                       float *c,              /* (m, n) [act], or fp32 if c_f32 */
+                       int c_f32, float beta,
+                       const uint8_t *a,      /* (m, k) fp8 */
+                       int fmt_a,             /* pt_kfp8 */
+                       const float *meta_a,   /* PT_KFP8_META+ fp32 */
+                       const uint8_t *b,      /* (n, k) fp8 */
+                       int fmt_b,
+                       const float *meta_b,
+                       const float *bias,     /* (n) [act] or NULL */
+                       int64_t m, int n, int k)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    fp8_gemm g = {c, c_f32, beta, a, b, fmt_a == PT_KFP8_E5M2, fmt_b == PT_KFP8_E5M2,
+                  meta_a, meta_b, m, n, k};
+    const bf16 *bv = (const bf16 *)bias;
+    if ((!bv || pt_kcuda_align_of(bv) >= 16) && !lt_fp8(kn, &g, bv))
+        return; /* ran through cuBLASLt, the bias by its epilogue */
+    if (bv && beta == 0.0f) {
+        /* a bias the epilogue cannot take: c = bias (exact in c's type), then the
+         * product added through beta = 1, still rounded once */
+        fill_bias(kn, &g, bv);
+        g.beta = 1.0f;
+        bv = NULL;
+        if (!lt_fp8(kn, &g, NULL))
+            return;
+    }
+    plain_fp8(kn, &g, bv);
+}
