@@ -473,11 +473,16 @@ static void report_record(const pt_trainer_record *r)
         printf("noisy:  run %lld is not calibrated into the tables: %s; its statistics are "
                "kept (ptcalib --run %lld --force uses them anyway)\n", (long long)r->run_id,
                r->noisy, (long long)r->run_id);
-    else
+    else if (r->gemm_ratio > 0)
         printf("        %lld op timings stored as cost samples of run %lld (GEMMs at %.2fx "
                "the profiled time; ptcalib --forget %lld removes them)\n",
                (long long)r->samples, (long long)r->run_id, r->gemm_ratio,
                (long long)r->run_id);
+    else /* no GEMM sample compared with a profile: the table has none, or the run's
+          * GEMMs were FP8, whose spans hold their casts and are not stored */
+        printf("        %lld op timings stored as cost samples of run %lld (no GEMM among "
+               "them to compare with the profile; ptcalib --forget %lld removes them)\n",
+               (long long)r->samples, (long long)r->run_id, (long long)r->run_id);
 }
 
 /* Opens the trainer and says what it found: the plan, and the data this rank reads
