@@ -71,6 +71,15 @@ int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers)
     return layers * linears(m) * FP8_OPERANDS * stride;
 }
 
+/* The initial scaling state into host (floats): scale 1 until a first amax, so that
+ * delayed scaling's first use casts unscaled. */
+static void initial_state(const pt_net *n, float *host, int64_t floats)
+{
+    memset(host, 0, (size_t)floats * sizeof *host);
+    for (int64_t i = 0; i < floats; i += n->fp8_stride)
+        host[i + PT_KFP8_SCALE] = host[i + PT_KFP8_SCALE_INV] = 1.0f;
+}
+
 int pt_fp8_init(pt_net *n, const pt_fp8 *f, pt_err *err)
 {
     pt_kernels *kn = n->kn;
@@ -98,9 +107,7 @@ int pt_fp8_init(pt_net *n, const pt_fp8 *f, pt_err *err)
         return pt_err_set(err, "out of memory for the FP8 scaling state (%lld floats)",
                           (long long)floats);
     }
-    /* scale 1 until a first amax: delayed scaling's first use casts unscaled */
-    for (int64_t i = 0; i < floats; i += n->fp8_stride)
-        host[i + PT_KFP8_SCALE] = host[i + PT_KFP8_SCALE_INV] = 1.0f;
+    initial_state(n, host, floats);
     kn->copy(kn, n->fp8_meta, host, (size_t)floats * sizeof(float), PT_KCOPY_H2D);
     int rc = kn->sync(kn);
     free(host);
@@ -108,6 +115,38 @@ int pt_fp8_init(pt_net *n, const pt_fp8 *f, pt_err *err)
         return pt_err_set(err, "FP8 scaling state: %s", kn->err);
     n->bytes += floats * (int64_t)sizeof(float);
     return 0;
+}
+
+int64_t pt_fp8_state_floats(const pt_net *n)
+{
+    if (n->fp8.recipe != PT_FP8_DELAYED || !n->fp8_meta)
+        return 0;
+    return pt_fp8_meta_floats(&n->spec, &n->fp8, n->n_layers);
+}
+
+int pt_fp8_state_get(pt_net *n, float *host, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    kn->copy(kn, host, n->fp8_meta, (size_t)pt_fp8_state_floats(n) * sizeof(float),
+             PT_KCOPY_D2H);
+    return kn->sync(kn) ? pt_err_set(err, "reading the FP8 scaling state: %s", kn->err) : 0;
+}
+
+int pt_fp8_state_set(pt_net *n, const float *host, pt_err *err)
+{
+    pt_kernels *kn = n->kn;
+    int64_t floats = pt_fp8_state_floats(n);
+    float *init = NULL;
+    if (!host) {
+        if (!(init = malloc((size_t)floats * sizeof *init)))
+            return pt_err_set(err, "out of memory for the FP8 scaling state");
+        initial_state(n, init, floats);
+    }
+    kn->copy(kn, n->fp8_meta, host ? host : init, (size_t)floats * sizeof(float),
+             PT_KCOPY_H2D);
+    int rc = kn->sync(kn);
+    free(init);
+    return rc ? pt_err_set(err, "writing the FP8 scaling state: %s", kn->err) : 0;
 }
 
 void pt_fp8_free(pt_net *n)

@@ -200,6 +200,14 @@ int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers);
 int pt_fp8_init(pt_net *n, const pt_fp8 *f, pt_err *err);
 void pt_fp8_free(pt_net *n);
 
+/* Delayed scaling's state (every tensor's scale and amax history on this rank), which a
+ * checkpoint keeps so that a resumed run goes on as the uninterrupted one:
+ * pt_fp8_state_floats is its size (0 without delayed scaling); get copies it into host,
+ * set copies host back, or with host NULL starts it afresh. Both wait for the backend. */
+int64_t pt_fp8_state_floats(const pt_net *n);
+int pt_fp8_state_get(pt_net *n, float *host, pt_err *err);
+int pt_fp8_state_set(pt_net *n, const float *host, pt_err *err);
+
 /* This rank's FP8 figures since the last call: the range of the scales in use, the
  * elements saturated and flushed to zero, and the elements quantized; the counts then
  * start again. Waits for the backend. */

@@ -414,6 +414,86 @@ static int load_psgd(pt_trainer *r, const char *dir, const pt_ckpt_meta *meta, p
     return 0;
 }
 
+/* ---- Delayed FP8 scaling's state: a file per rank --------------------------------------- */
+
+static void fp8_path(char *buf, size_t n, const char *dir, const pt_trainer *r)
+{
+    snprintf(buf, n, "%s/fp8-%05d-of-%05d.safetensors", dir, r->rank + 1, r->world);
+}
+
+/* "delayed/1024": the recipe and history a state file is for. */
+static void fp8_kind(const pt_trainer *r, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%d", pt_fp8_recipe_name(r->plan.train.fp8.recipe),
+             r->plan.train.fp8.history);
+}
+
+static int save_fp8(const char *tmp, pt_trainer *r, pt_err *err)
+{
+    int64_t nf = pt_fp8_state_floats(&r->net);
+    if (nf == 0)
+        return 0;
+    float *st = malloc((size_t)nf * sizeof *st);
+    if (!st)
+        return pt_err_set(err, "out of memory for the FP8 scaling state (%lld floats)",
+                          (long long)nf);
+    int rc = pt_fp8_state_get(&r->net, st, err);
+    pt_st_tensor t = {.name = "scaling", .dtype = "F32", .ndim = 1, .shape = {nf}, .data = st,
+                      .bytes = (size_t)nf * sizeof *st};
+    char layout[1024], kind[64], rank[24], world[24], path[4200];
+    pt_layout_format(&r->plan.layout, layout, sizeof layout);
+    fp8_kind(r, kind, sizeof kind);
+    snprintf(rank, sizeof rank, "%d", r->rank);
+    snprintf(world, sizeof world, "%d", r->world);
+    const char *keys[] = {"format", "layout", "fp8", "rank", "world"};
+    const char *vals[] = {"ptrun fp8 1", layout, kind, rank, world};
+    fp8_path(path, sizeof path, tmp, r);
+    if (rc == 0)
+        rc = pt_st_write(path, &t, 1, keys, vals, 5, err);
+    free(st);
+    return rc;
+}
+
+/* Restores this rank's delayed-scaling state when the checkpoint was written under this
+ * layout, world, recipe and history (on every rank, or on none: the tp ranks' scales
+ * must agree), else starts it afresh and says so in the resume's note. Collective. */
+static int load_fp8(pt_trainer *r, const char *dir, const pt_ckpt_meta *meta, pt_err *err)
+{
+    int64_t nf = pt_fp8_state_floats(&r->net);
+    if (nf == 0)
+        return 0;
+    char layout[1024], kind[64], path[4200];
+    pt_layout_format(&r->plan.layout, layout, sizeof layout);
+    fp8_kind(r, kind, sizeof kind);
+    fp8_path(path, sizeof path, dir, r);
+    bool same = strcmp(meta->layout, layout) == 0 && meta->world == r->world &&
+                access(path, F_OK) == 0;
+    pt_st_file *f = NULL;
+    const pt_st_tensor *t = NULL;
+    int rc = 0;
+    if (same && (rc = pt_st_open(path, &f, err)) == 0) {
+        const char *k = pt_st_meta(f, "fp8");
+        same = k && strcmp(k, kind) == 0;
+        if (same)
+            rc = pt_st_get(f, "scaling", "F32", 1, &nf, &t, err);
+    }
+    bool all = pt_comm_all_ok(r->comm, same && rc == 0);
+    int set = pt_fp8_state_set(&r->net, all ? t->data : NULL, err);
+    if (!all) {
+        size_t used = strlen(r->resume_note);
+        snprintf(r->resume_note + used, sizeof r->resume_note - used,
+                 "%sFP8 delayed scaling's amax histories restart (%s)", used ? "; " : "",
+                 rc ? "a rank could not read its state"
+                    : "the checkpoint's layout, world, recipe or history differs, or it has "
+                      "no such state");
+    }
+    pt_st_close(f);
+    /* a damaged file of this layout is an error; a missing or foreign one a restart */
+    if (!pt_comm_all_ok(r->comm, rc == 0 && set == 0))
+        return rc || set ? -1 : pt_err_set(err, "another rank could not read its FP8 state");
+    return 0;
+}
+
 /* Every rank writes its pieces into one temporary folder that rank 0 made, into files
  * each stage's first rank created; rank 0 then writes the indexes and meta.json and
  * commits the folder, only if every rank succeeded. */
@@ -441,6 +521,8 @@ int pt_trainer_save(pt_trainer *r, int64_t step, pt_err *err)
         rc = write_pieces(tmp, r, &h, err);
         if (rc == 0)
             rc = save_psgd(tmp, r, err);
+        if (rc == 0)
+            rc = save_fp8(tmp, r, err);
     }
     else if (rc == 0)
         rc = pt_err_set(err, "another rank could not create its checkpoint files in %s", tmp);
@@ -751,6 +833,8 @@ int pt_trainer_load_ckpt(pt_trainer *r, const char *path, const pt_ckpt_meta *me
     if (!pt_comm_all_ok(r->comm, rc == 0))
         return rc ? -1 : pt_err_set(err, "another rank could not load checkpoint %s", path);
     rc = load_psgd(r, path, meta, err);
+    if (rc == 0)
+        rc = load_fp8(r, path, meta, err);
     if (rc == 0) {
         r->data_skip = skip;
         r->train_s.skip = skip;

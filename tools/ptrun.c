@@ -274,36 +274,39 @@ static void trainer_opts(const options *o, int rank, char *db, size_t n_db, char
     }
 }
 
-/* FP8's warnings, each the first time it happens: values saturated (a scale too large
- * for the tensor: delayed scaling's history lagging a growing tensor), and more than
- * PT_FP8_UNDERFLOW_WARN of them flushed to zero (a scale too small for its small
- * values). The log's fp8_* fields have every step's counts. */
+/* FP8's warnings, each the first time it happens on this rank (whose figures are its
+ * own layers'; "rank R:" says which where there are several): values saturated (a scale
+ * too large for the tensor: delayed scaling's history lagging a growing tensor), and
+ * more than PT_FP8_UNDERFLOW_WARN of them flushed to zero (a scale too small for its
+ * small values). The log's fp8_* fields have every step's counts. */
 #define PT_FP8_UNDERFLOW_WARN 0.01
-static void report_fp8(const pt_trainer_step_result *s)
+static void report_fp8(const pt_trainer_step_result *s, pt_comm *comm)
 {
+    char who[32] = "";
+    if (pt_comm_size(comm) > 1)
+        snprintf(who, sizeof who, "rank %d: ", pt_comm_rank(comm));
     static bool said_over, said_under;
     if (!s->fp8 || s->fp8_elems <= 0)
         return;
     double under = s->fp8_underflow / (double)s->fp8_elems;
     if (s->fp8_overflow > 0 && !said_over) {
         said_over = true;
-        fprintf(stderr, "ptrun: warning: step %lld: %.0f of %lld FP8 values saturated (scales "
-                "%.3g to %.3g); said once, the log's fp8_overflow counts each step\n",
-                (long long)s->step, s->fp8_overflow, (long long)s->fp8_elems,
+        fprintf(stderr, "ptrun: warning: %sstep %lld: %.0f of %lld FP8 values saturated "
+                "(scales %.3g to %.3g); said once, the log's fp8_overflow counts each step\n",
+                who, (long long)s->step, s->fp8_overflow, (long long)s->fp8_elems,
                 s->fp8_scale_min, s->fp8_scale_max);
     }
     if (under > PT_FP8_UNDERFLOW_WARN && !said_under) {
         said_under = true;
-        fprintf(stderr, "ptrun: warning: step %lld: %.1f %% of %lld FP8 values flushed to zero "
-                "(scales %.3g to %.3g); said once, the log's fp8_underflow counts each step\n",
-                (long long)s->step, 100 * under, (long long)s->fp8_elems, s->fp8_scale_min,
+        fprintf(stderr, "ptrun: warning: %sstep %lld: %.1f %% of %lld FP8 values flushed to "
+                "zero (scales %.3g to %.3g); said once, the log's fp8_underflow counts each "
+                "step\n", who, (long long)s->step, 100 * under, (long long)s->fp8_elems, s->fp8_scale_min,
                 s->fp8_scale_max);
     }
 }
 
 static void report_step(const options *o, const pt_plan *p, const pt_trainer_step_result *s)
 {
-    report_fp8(s);
     if (o->quiet)
         return;
     printf("step %5lld/%lld  loss %.4f  lr %.3e  grad norm %.3f  %.0f tok/s", (long long)s->step,
@@ -408,6 +411,7 @@ static int train(const options *o, pt_trainer *t, pt_comm *comm, pt_err *err)
             continue;
         if (rc)
             return rc;
+        report_fp8(&s, comm);
         report_step(o, p, &s);
         int64_t step = s.step;
         bool saved = o->ckpt && o->ckpt_every && step % o->ckpt_every == 0;

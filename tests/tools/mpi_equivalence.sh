@@ -15,7 +15,8 @@
 #             every layout drops the same elements as one rank)
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
 #             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
-#             the tolerance below, and an FP8 checkpoint resuming bit-identically
+#             the tolerance below, and FP8 checkpoints under delayed scaling resuming
+#             bit-identically (the amax histories are in them)
 #   cuda:     the CUDA backend's path (bf16 activations, fp32 master weights, its
 #             collectives on device buffers) for a plan on H100s: every kind of
 #             parallelism and ZeRO stage against one rank of the same backend, within
@@ -151,7 +152,9 @@ elif [ "$suite" = fp8 ]; then
     # tiny LLaMA's KV heads replicated over tp = 4 (each rank's K and V slices)
     llama="$both;4 tp=4,mbs=2"
     six=""
-    resume_cases="2 dp=2,zero=1,mbs=2"
+    # resumed under delayed scaling, whose amax histories the checkpoint keeps
+    resume_cases="2 dp=2,zero=1,mbs=2;2 tp=2,sp=1,mbs=2"
+    resume_planx="$planx --fp8-recipe delayed"
 elif [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2;2 tp=2,sp=1,mbs=2;4 tp=4,mbs=2;4 tp=4,sp=1,mbs=2"
     both="$both;2 cp=2,mbs=2;4 cp=4,mbs=2;4 tp=2,dp=2,zero=1,mbs=2"
@@ -207,8 +210,8 @@ IFS=';'
 for case in $resume_cases; do
     IFS=$old_ifs
     np=${case%% *} layout=${case#* }
-    "$build/ptplan" $cluster --devices "$np" --layout "$layout" $planx --global-batch 16 \
-        --steps $steps --out "$tmp/ck.json" >/dev/null
+    "$build/ptplan" $cluster --devices "$np" --layout "$layout" ${resume_planx:-$planx} \
+        --global-batch 16 --steps $steps --out "$tmp/ck.json" >/dev/null
     common="--val-every 0 --sample 0 --quiet $extra"
     rm -rf "$tmp/ck" "$tmp/full.log" "$tmp/part.log"
     timeout 300 $mpirun -np "$np" "$build/ptrun" "$tmp/ck.json" $common --log "$tmp/full.log" \
