@@ -87,6 +87,39 @@ awk -v m="$measured" 'BEGIN { exit !(m > 0.6) }' || fail "measured share $measur
 mfu=$(grep '"mfu"' "$tmp/out" | head -1 | tr -dc '0-9.e-')
 awk -v m="$mfu" 'BEGIN { exit !(m > 0 && m <= 1) }' || fail "MFU $mfu is not in (0, 1]"
 
+# FP8 on the CPU is emulated (FP8 values decoded to fp32 and multiplied by OpenBLAS):
+# asked for as such (--fp8-emulate, as ptplan), timed through the kernel table's
+# gemm_fp8 under the plan's fp8 keys, the data type the planner gives them (fp32), and
+# said so; without --fp8-emulate it is refused before anything is written
+run 0 "$build/ptprofile" --db "$tmp/e.db" --devices 1 --global-batch 2 --max-mbs 2 --quick \
+    --no-collectives --precision fp8 --fp8-emulate
+out_has "in fp32+fp8(current, emulated)" "the run names the emulated precision"
+err_has "gemm_dgrad_write:fp8:m=.*(FP8 emulated)" "emulated FP8 GEMMs are said to be"
+[ "$(sqlite3 "$tmp/e.db" "SELECT count(*) FROM kernel_samples WHERE kind = 'gemm_wgrad_bias' AND op_key LIKE 'gemm_wgrad_bias:fp8:%' AND dtype = 'fp32'")" -gt 0 ] ||
+    fail "emulated FP8 GEMMs stored under their keys"
+# ptplan --fp8-emulate prices them from the table; the table without them, analytically
+cp "$tmp/e.db" "$tmp/e0.db"
+sqlite3 "$tmp/e0.db" "DELETE FROM kernel_samples WHERE op_key LIKE '%:fp8:%'"
+for db in e e0; do
+    run 0 "$build/ptplan" --db "$tmp/$db.db" --devices 1 --global-batch 2 --precision fp8 \
+        --fp8-emulate --layout tp=1,pp=1,dp=1,mbs=2 --explain --no-out
+    sed -n 's/^priced from: .* \([0-9.]*\)% analytic$/\1/p' "$tmp/out" >"$tmp/$db.analytic"
+done
+awk -v a="$(cat "$tmp/e.analytic")" -v a0="$(cat "$tmp/e0.analytic")" \
+    'BEGIN { exit !(a != "" && a0 != "" && a + 0 < a0 + 0) }' ||
+    fail "emulated FP8 GEMMs priced from the table ($(cat "$tmp/e.analytic")% analytic, without them $(cat "$tmp/e0.analytic")%)"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --precision fp8 --no-collectives
+err_has "precision fp8: FP8 on cluster 'local': its device cpu has no FP8 peak" \
+    "FP8 on the CPU without --fp8-emulate"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --precision fp8 --fp8-emulate \
+    --fp8-recipe blockwise --no-collectives
+err_has "FP8 recipe 'blockwise': stack 'ptrun' runs current, delayed" "a recipe ptrun lacks"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --fp8-recipe delayed --no-collectives
+err_has "fp8-recipe goes with --precision fp8" "--fp8-recipe without fp8"
+run 1 "$build/ptprofile" --db "$tmp/d.db" --precision bf16 --no-collectives
+err_has "precision bf16: --backend cpu measures its kernels in fp32" "a precision not measured"
+[ -e "$tmp/d.db" ] && fail "no database is created for a refused precision"
+
 # Bad input: one clear message, non-zero exit, nothing written.
 run 1 "$build/ptprofile" --db "$tmp/no/such/dir/c.db" --quick --no-collectives
 err_has "no/such/dir" "unwritable database"

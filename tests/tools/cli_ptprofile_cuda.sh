@@ -31,6 +31,35 @@ q "SELECT versions FROM profile_runs" |
     grep -Eq "\(compute capability 9\.0, 132 SMs\); (driver [0-9.]+, )?CUDA driver API .*, runtime .*; cuBLASLt " ||
     fail "the run records the device and the CUDA libraries: $(q "SELECT versions FROM profile_runs")"
 
+# FP8 (--precision fp8): the layers' GEMMs under their fp8 keys, timed as gemm_fp8 alone
+# in each role the runtime calls it in, then priced from the table by ptplan --precision
+# fp8; the same table without them leaves them to the analytic model
+OMP_NUM_THREADS=2 run 0 "$build/ptprofile" --db "$tmp/g.db" --backend cuda --model tiny \
+    --cluster dgx-h100 --devices 1 --global-batch 2 --max-mbs 2 --no-collectives --quick \
+    --precision fp8 --resume
+out_has "layouts of tiny on dgx-h100 in bf16+fp8(current)" "the run names the precision"
+err_has "gemm_dgrad_write:fp8:m=.*GFLOP/s" "FP8 GEMMs are timed"
+grep -q "FP8 emulated" "$tmp/err" && fail "the CUDA backend's FP8 GEMMs are not emulated"
+# tiny has biases: its forwards and weight gradients carry them; the fused forms (GELU,
+# residual) have no FP8 form, and the planner lists none with FP8
+for kind in gemm_bias gemm_dgrad gemm_dgrad_write gemm_wgrad_bias; do
+    [ "$(q "SELECT count(*) FROM kernel_samples WHERE device = 'H100-SXM5-80GB' AND kind = '$kind' AND dtype = 'fp8' AND op_key LIKE '$kind:fp8:m=%'")" -gt 0 ] ||
+        fail "no fp8 $kind samples"
+done
+[ "$(q "SELECT count(*) FROM kernel_samples WHERE dtype = 'fp8' AND kind IN ('gemm_gelu_bias', 'gemm_bias_res', 'gemm_dgelu')")" = 0 ] ||
+    fail "no fused GEMM forms in FP8"
+# "MEASURED ANALYTIC": the shares of ptplan --precision fp8's step priced from db $1
+fp8_priced() {
+    run 0 "$build/ptplan" --model tiny --cluster dgx-h100 --devices 1 --global-batch 2 \
+        --precision fp8 --db "$1" --layout tp=1,pp=1,dp=1,mbs=2 --explain --no-out
+    sed -n "s/^priced from: \([0-9.]*\)% measured, .* \([0-9.]*\)% analytic$/\1 \2/p" "$tmp/out"
+}
+cp "$tmp/g.db" "$tmp/nofp8.db"
+sqlite3 "$tmp/nofp8.db" "DELETE FROM kernel_samples WHERE dtype = 'fp8'"
+set -- $(fp8_priced "$tmp/g.db") $(fp8_priced "$tmp/nofp8.db")
+[ $# = 4 ] && awk -v m="$1" -v a="$2" -v a0="$4" 'BEGIN { exit !(m > 0 && a < a0) }' ||
+    fail "the FP8 GEMMs are priced from the table (with their samples, without: $*)"
+
 # a recorded run's op timings become cost samples, unless its backend ran with
 # PT_KCUDA_DETERMINISTIC=0: the tables price the deterministic kernels, so that run is
 # kept and its samples are not (whatever the load check finds: no timing decides this)

@@ -1,10 +1,12 @@
 /*
  * ptprofile — measures this machine into the cost tables. It asks the planner which
  * op keys a model's layouts on a cluster will need (or sweeps a standard set), times
- * those GEMMs through OpenBLAS, characterises the device (peak sgemm rate, memory
- * bandwidth), runs the collective profiler under mpirun, and writes everything into
- * costs.db, replacing older measurements of the same ops. Each sample is committed
- * as it is measured, so an interrupted run keeps its work and `--resume` skips it.
+ * those GEMMs through OpenBLAS or the CUDA kernels (with --precision fp8 the layers' FP8
+ * GEMMs through gemm_fp8: ptprofile_fp8.c), characterises the device (peak sgemm
+ * rate, memory bandwidth), runs the collective profiler under mpirun, and writes
+ * everything into costs.db, replacing older measurements of the same ops. Each sample
+ * is committed as it is measured, so an interrupted run keeps its work and `--resume`
+ * skips it.
  * Exit code: 0 done, 1 bad input or failure, 130 interrupted.
  */
 #include "ptplan/ptplan.h" /* job: the model, cluster and layout that ptplan plans */
@@ -38,6 +40,14 @@ static const char usage_text[] =
     "  --cluster NAME|FILE  ... on this cluster [local]\n"
     "  --nodes N --devices N --global-batch B --seq S --max-mbs N\n"
     "                       as for ptplan [1, the cluster's, 64, the model's, 8]\n"
+    "  --precision P        fp8: plan the job with FP8 GEMMs, as ptplan --precision fp8,\n"
+    "                       and time those (gemm_fp8 on operands quantized beforehand;\n"
+    "                       ptplan prices their casts on top); else the backend's own\n"
+    "                       [fp32 on cpu, bf16 on cuda]\n"
+    "  --fp8-recipe R       with --precision fp8: current or delayed, as for ptplan\n"
+    "  --fp8-emulate        with --precision fp8 on the CPU, which has no FP8: times the\n"
+    "                       emulation (FP8 values multiplied in fp32) that ptrun's CPU\n"
+    "                       backend runs, for plans made with ptplan --fp8-emulate\n"
     "  --data FILE          the tokens the model's other kernels are timed on, read as\n"
     "                       ptrun reads --data [ptrun's built-in corpus, " PT_TRAINER_DEFAULT_CORPUS "]:\n"
     "                       the embedding's backward depends on how often tokens repeat\n"
@@ -60,6 +70,8 @@ static const char usage_text[] =
 typedef struct {
     pt_kernels *kn;          /* the backend measured: CPU (OpenBLAS) or CUDA */
     const char *db, *model, *cluster, *backend, *data;
+    const char *precision, *fp8_recipe; /* --precision, --fp8-recipe; NULL when not given */
+    bool fp8_emulate;
     pt_tokens tokens;        /* --data's */
     int64_t nodes, devices, global_batch, seq, np, repeats, max_mbs, soak_ms;
     double max_gflop;
@@ -70,7 +82,7 @@ static int parse_options(int argc, char **argv, prof_opts *o)
 {
     enum { O_DB = 256, O_MODEL, O_CLUSTER, O_NODES, O_GB, O_SEQ, O_SWEEP, O_QUICK, O_BACKEND,
            O_NP, O_NOCOLL, O_REPEATS, O_MAXGF, O_RESUME, O_DEVICES, O_MAXMBS, O_DATA,
-           O_SOAK };
+           O_SOAK, O_PREC, O_FP8_RECIPE, O_FP8_EMULATE };
     static const struct option longopts[] = {
         {"db", 1, 0, O_DB}, {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER},
         {"nodes", 1, 0, O_NODES}, {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ},
@@ -78,7 +90,8 @@ static int parse_options(int argc, char **argv, prof_opts *o)
         {"np", 1, 0, O_NP}, {"no-collectives", 0, 0, O_NOCOLL}, {"repeats", 1, 0, O_REPEATS},
         {"max-gflop", 1, 0, O_MAXGF}, {"resume", 0, 0, O_RESUME}, {"help", 0, 0, 'h'},
         {"devices", 1, 0, O_DEVICES}, {"max-mbs", 1, 0, O_MAXMBS}, {"data", 1, 0, O_DATA},
-        {"soak-ms", 1, 0, O_SOAK}, {0, 0, 0, 0}};
+        {"soak-ms", 1, 0, O_SOAK}, {"precision", 1, 0, O_PREC},
+        {"fp8-recipe", 1, 0, O_FP8_RECIPE}, {"fp8-emulate", 0, 0, O_FP8_EMULATE}, {0, 0, 0, 0}};
     *o = (prof_opts){.model = "tiny", .cluster = "local", .backend = "cpu", .global_batch = 64,
                      .data = PT_TRAINER_DEFAULT_CORPUS,
                      .max_gflop = 50, .soak_ms = 200};
@@ -110,6 +123,9 @@ static int parse_options(int argc, char **argv, prof_opts *o)
             break;
         case O_RESUME: o->resume = true; break;
         case O_DATA: o->data = optarg; break;
+        case O_PREC: o->precision = optarg; break;
+        case O_FP8_RECIPE: o->fp8_recipe = optarg; break;
+        case O_FP8_EMULATE: o->fp8_emulate = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default:
             return pt_cli_bad_option("ptprofile", c, argv[optind - 1]);
@@ -132,20 +148,27 @@ static int parse_options(int argc, char **argv, prof_opts *o)
 
 /* ---- What to measure ------------------------------------------------------------------- */
 
+/* A GEMM to time: its op as the planner prices it, and whether it is one of the layers'
+ * FP8 GEMMs (timed through gemm_fp8). */
 typedef struct {
-    pt_kernel_op *v;
+    pt_kernel_op op;
+    bool fp8;
+} prof_gemm;
+
+typedef struct {
+    prof_gemm *v;
     int n, cap;
     bool oom;
 } op_set;
 
-static void op_set_add(op_set *s, const pt_kernel_op *op)
+static void op_set_add(op_set *s, const pt_kernel_op *op, bool fp8)
 {
     for (int i = 0; i < s->n; i++)
-        if (strcmp(s->v[i].key, op->key) == 0)
+        if (strcmp(s->v[i].op.key, op->key) == 0)
             return;
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 64;
-        pt_kernel_op *v = realloc(s->v, (size_t)cap * sizeof *v);
+        prof_gemm *v = realloc(s->v, (size_t)cap * sizeof *v);
         if (!v) {
             s->oom = true;
             return;
@@ -153,7 +176,15 @@ static void op_set_add(op_set *s, const pt_kernel_op *op)
         s->v = v;
         s->cap = cap;
     }
-    s->v[s->n++] = *op;
+    s->v[s->n++] = (prof_gemm){*op, fp8};
+}
+
+/* Whether op is one of the layers' FP8 GEMMs (pt_train.fp8): its dtype says so, or,
+ * emulated in the storage precision (pt_fp8.emulated), the scaling work that planner/
+ * ops.c gives FP8 GEMMs only. */
+static bool is_fp8_gemm(const pt_op *op)
+{
+    return op->kernel.dtype == PT_DTYPE_FP8 || op->fp8.passes > 0;
 }
 
 typedef struct {
@@ -182,7 +213,7 @@ static int collect_gemms(const pt_layout *l, const pt_memory *mem, bool fits, vo
     for (int i = 0; rc == 0 && i < o.n; i++)
         if (o.op[i].cls == PT_OP_KERNEL &&
             pt_prof_gemm_shape(o.op[i].kernel.key, &m, &n, &k, NULL, NULL) == 0)
-            op_set_add(c->ops, &o.op[i].kernel);
+            op_set_add(c->ops, &o.op[i].kernel, is_fp8_gemm(&o.op[i]));
     pt_oplist_free(&o);
     return rc || c->ops->oom;
 }
@@ -193,7 +224,7 @@ static void add_gemm(op_set *s, int64_t m, int64_t n, int64_t k)
                        .bytes = 4.0 * (double)(m * k + n * k + m * n)};
     snprintf(op.key, sizeof op.key, "gemm:fp32:m=%lld,n=%lld,k=%lld", (long long)m,
              (long long)n, (long long)k);
-    op_set_add(s, &op);
+    op_set_add(s, &op, false);
 }
 
 /* Squares from 32 to 2048 and the skinny shapes of small-batch layers, so that
@@ -209,7 +240,7 @@ static void standard_sweep(op_set *s)
 
 static int cmp_flops(const void *a, const void *b)
 {
-    double x = ((const pt_kernel_op *)a)->flops, y = ((const pt_kernel_op *)b)->flops;
+    double x = ((const prof_gemm *)a)->op.flops, y = ((const prof_gemm *)b)->op.flops;
     return (x > y) - (x < y);
 }
 
@@ -228,11 +259,12 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
 {
     double total = 0;
     for (int i = 0; i < ops->n; i++)
-        total += ops->v[i].flops;
+        total += ops->v[i].op.flops;
     pt_progress p;
     pt_progress_start(&p, ops->n, total);
     for (int i = 0; i < ops->n && !interrupted; i++) {
-        const pt_kernel_op *op = &ops->v[i];
+        const pt_kernel_op *op = &ops->v[i].op;
+        bool fp8 = ops->v[i].fp8;
         int64_t m, n, k;
         pt_gemm_role role = PT_GEMM_FWD;
         int batch = 1;
@@ -246,22 +278,31 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
             pt_progress_step(&p, op->flops, op->key, "skipped (over --max-gflop)");
             continue;
         }
-        double best;
-        /* the CPU's forward GEMMs through OpenBLAS directly (with a time budget); its
-         * other roles and batches through its kernel table, as the runtime calls them */
-        double t = strcmp(o->backend, "cuda") == 0 || role != PT_GEMM_FWD || batch > 1
-                       ? pt_prof_gemm_backend(o->kn, batch, m, n, k, role, o->repeats,
-                                              1e-3 * (double)o->soak_ms, &best)
+        if (fp8 && (batch > 1 || !pt_prof_fp8_role(role))) {
+            pt_progress_step(&p, op->flops, op->key, "skipped (no FP8 form in the runtime)");
+            continue;
+        }
+        double best, soak_s = 1e-3 * (double)o->soak_ms;
+        /* an FP8 GEMM through the kernel table's gemm_fp8 alone; the CPU's forward GEMMs
+         * through OpenBLAS directly (with a time budget); its other roles and batches
+         * through its kernel table, as the runtime calls them */
+        double t = fp8 ? pt_prof_gemm_fp8(o->kn, m, n, k, role, o->repeats, soak_s, &best)
+                   : strcmp(o->backend, "cuda") == 0 || role != PT_GEMM_FWD || batch > 1
+                       ? pt_prof_gemm_backend(o->kn, batch, m, n, k, role, o->repeats, soak_s,
+                                              &best)
                        : pt_prof_gemm(m, n, k, o->repeats, o->quick ? 0.5 : 2.0, &best);
         if (t <= 0)
-            return pt_err_set(err, "out of memory timing %s", op->key);
-        if (op->flops / best > *best_rate)
+            return pt_err_set(err, "timing %s: %s", op->key,
+                              o->kn->err[0] ? o->kn->err : "out of memory");
+        /* the device's fp32 peak (describe_device) from its fp32 GEMMs only */
+        if (!fp8 && op->flops / best > *best_rate)
             *best_rate = op->flops / best;
         pt_kernel_op rec = *op; /* the key already names the data type measured */
         if (pt_costdb_put_kernel(j->db, device, &rec, t, PT_SOURCE_PROFILE, err))
             return -1;
         (*measured)++;
-        snprintf(result, sizeof result, "%.3g ms, %.2f GFLOP/s", 1e3 * t, op->flops / t / 1e9);
+        snprintf(result, sizeof result, "%.3g ms, %.2f GFLOP/s%s", 1e3 * t, op->flops / t / 1e9,
+                 fp8 && op->dtype != PT_DTYPE_FP8 ? " (FP8 emulated)" : "");
         pt_progress_step(&p, op->flops, op->key, result);
     }
     pt_progress_end(&p);
@@ -315,6 +356,40 @@ static int open_db(const prof_opts *o, job *j, pt_err *err)
     return pt_costdb_open(j->db_path, PT_COSTDB_CREATE, &j->db, err);
 }
 
+/* --precision, --fp8-recipe and --fp8-emulate into j->t (its storage precision the
+ * backend's, its stack ptrun's), as ptplan reads them: fp8 adds FP8 GEMMs to the
+ * backend's storage precision, the only other word taken (its kernels run in it). */
+static int load_precision(const prof_opts *o, job *j, pt_err *err)
+{
+    pt_train *t = &j->t;
+    pt_err why;
+    bool fp8 = o->precision && strcmp(o->precision, "fp8") == 0;
+    if (!fp8 && (o->fp8_recipe || o->fp8_emulate))
+        return pt_err_set(err, "%s goes with --precision fp8",
+                          o->fp8_recipe ? "--fp8-recipe" : "--fp8-emulate");
+    if (!fp8) {
+        pt_prec_kind p = t->precision;
+        if (o->precision && (pt_prec_parse(o->precision, &p, &why) || p != t->precision))
+            return pt_err_set(err, "--precision %s: --backend %s measures its kernels in %s "
+                                   "(--precision fp8 adds FP8 GEMMs to it)", o->precision,
+                              o->backend, pt_prec_name(t->precision));
+        return 0;
+    }
+    t->fp8.emulated = o->fp8_emulate;
+    t->fp8.recipe = (pt_fp8_recipe)t->stack.fp8_default;
+    if (o->fp8_recipe && (pt_fp8_recipe_parse(o->fp8_recipe, &t->fp8.recipe, &why) ||
+                          t->fp8.recipe == PT_FP8_OFF))
+        return pt_err_set(err, "--fp8-recipe: unknown FP8 recipe '%s' (expected current, "
+                               "delayed, blockwise or rowwise)", o->fp8_recipe);
+    /* the CPU has no FP8 peak: there FP8 is emulated, and must be asked for as such */
+    if (pt_train_check_fp8(t, &j->c, &why))
+        return pt_err_set(err, "--precision fp8: %s", why.msg);
+    if (!o->kn->fp8_amax || !o->kn->fp8_scale || !o->kn->fp8_cast || !o->kn->gemm_fp8)
+        return pt_err_set(err, "--precision fp8: the %s backend has no FP8 kernels",
+                          o->kn->name);
+    return 0;
+}
+
 static int load(prof_opts *o, job *j, pt_err *err)
 {
     memset(j, 0, sizeof *j);
@@ -355,6 +430,8 @@ static int load(prof_opts *o, job *j, pt_err *err)
         return pt_err_set(err, "out of memory");
     o->kn->note = pt_cli_note;
     o->kn->note_arg = PT_CLI_KERNEL_NOTES;
+    if (load_precision(o, j, err))
+        return -1;
     /* the model's other kernels run on these: refused here, before the table is touched */
     if (pt_tokens_load(o->data, &o->tokens, err) ||
         pt_tokens_check_vocab(&o->tokens, j->m.vocab, err))
@@ -394,9 +471,11 @@ static int run(const prof_opts *o, job *j, const char *self_dir, pt_err *err)
         return pt_err_set(err, "out of memory collecting op keys");
     }
     qsort(ops.v, (size_t)ops.n, sizeof *ops.v, cmp_flops);
-    printf("ptprofile: %d GEMM shapes from %lld layouts of %s on %s%s -> %s\n", ops.n,
-           (long long)counts.fit, j->m.name, j->c.name, o->sweep ? " and the sweep" : "",
-           j->db_path);
+    char prec[64];
+    pt_train_precision_text(&j->t, prec, sizeof prec);
+    printf("ptprofile: %d GEMM shapes from %lld layouts of %s on %s in %s%s -> %s\n", ops.n,
+           (long long)counts.fit, j->m.name, j->c.name, prec,
+           o->sweep ? " and the sweep" : "", j->db_path);
     fflush(stdout);
     int64_t measured = 0, stored = 0;
     double link_bw = 0, link_lat = 0, best_rate = 0;

@@ -1,8 +1,10 @@
 /*
  * Internal to the ptprofile command: the measurement pieces its main file drives.
  * ptprofile_cpu.c times GEMMs through OpenBLAS and characterises the CPU (peak sgemm
- * rate, memory bandwidth); ptprofile_coll.c (the front end's side) runs the
- * collective profiler under mpirun and reads its results; progress.c draws progress.
+ * rate, memory bandwidth); ptprofile_model.c times the kernel table's GEMMs and the
+ * model's other kernels, ptprofile_fp8.c the FP8 GEMMs; ptprofile_coll.c (the front
+ * end's side) runs the collective profiler under mpirun and reads its results;
+ * progress.c draws progress.
  */
 #ifndef PT_TOOLS_PTPROFILE_H
 #define PT_TOOLS_PTPROFILE_H
@@ -51,6 +53,33 @@ int pt_prof_model_kernels(pt_kernels *kn, const pt_model *m, const pt_cluster *c
  * fastest run; -1 when the backend fails or runs out of memory. */
 double pt_prof_gemm_backend(pt_kernels *kn, int batch, int64_t m, int64_t n, int64_t k,
                             pt_gemm_role role, int repeats, double soak_s, double *best_s);
+
+/* Median seconds of `repeats` (at most 64) runs of run(kn, arg) on backend kn, after a
+ * warm-up: on the CUDA backend through pt_prof_cuda_time (after soak_s seconds of it
+ * back to back), elsewhere with the monotonic clock around each run and kn->sync;
+ * *best_s the fastest run. -1 when the backend fails. */
+double pt_prof_time_backend(pt_kernels *kn, void (*run)(pt_kernels *kn, void *arg), void *arg,
+                            int repeats, double soak_s, double *best_s);
+/* Fills count elements of kn's activation type at dst (backend memory) with values in
+ * [-1, 1) from the project's Philox stream keyed by seed; never zeros. 0, or -1 when out
+ * of host memory or the backend fails. */
+int pt_prof_fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed);
+
+/* ---- FP8 GEMMs (ptprofile_fp8.c) --------------------------------------------------------- */
+
+/* Whether the runtime calls gemm_fp8 in role `role` (runtime/fp8.c: a forward with or
+ * without a bias, a data gradient added or written, a weight gradient with or without
+ * the bias gradient); the fused forms (GELU, residual) and batches have no FP8 form. */
+bool pt_prof_fp8_role(pt_gemm_role role);
+/* Median seconds of the kernel table's gemm_fp8 in role `role` (pt_prof_fp8_role) with
+ * a key's m, n and k, as runtime/fp8.c calls it, on operands quantized once beforehand
+ * (their casts are not timed: the planner prices them on top of the key, pt_fp8_work),
+ * after soak_s seconds of it back to back on the CUDA backend; a weight gradient with
+ * the bias gradient adds that reduction, which the runtime's op runs beside it. *best_s
+ * the fastest run. -1 when the backend has no FP8 kernels, the role has no FP8 form,
+ * the backend fails or runs out of memory. */
+double pt_prof_gemm_fp8(pt_kernels *kn, int64_t m, int64_t n, int64_t k, pt_gemm_role role,
+                        int repeats, double soak_s, double *best_s);
 
 /* ---- The CUDA backend's timer (ptprofile_cuda.c, built with the CUDA backend) ----------- */
 

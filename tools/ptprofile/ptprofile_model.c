@@ -173,26 +173,44 @@ static void run_gemm(pt_kernels *kn, void *arg)
     }
 }
 
-/* Seconds of `repeats` runs of the GEMM into times; how many were measured. On the
+/* Seconds of `repeats` runs of run(kn, arg) into times; how many were measured. On the
  * CUDA backend CUDA events time the GPU's work (ptprofile_cuda.c); elsewhere (ops that
  * finish before they return) the monotonic clock around each run and its sync. */
-static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double soak_s, double *times)
+static int time_runs(pt_kernels *kn, void (*run)(pt_kernels *kn, void *arg), void *arg,
+                     int repeats, double soak_s, double *times)
 {
 #ifdef PT_PROF_HAVE_CUDA
     if (strcmp(kn->name, "cuda") == 0)
-        return pt_prof_cuda_time(kn, run_gemm, g, repeats, soak_s, times);
+        return pt_prof_cuda_time(kn, run, arg, repeats, soak_s, times);
 #endif
     (void)soak_s;
     int done = 0;
     for (int r = -1; r < repeats && r < 64; r++) {
         double t0 = pt_prof_now_s();
-        run_gemm(kn, g);
+        run(kn, arg);
         if (kn->sync(kn))
             return -1;
         if (r >= 0)
             times[done++] = pt_prof_now_s() - t0;
     }
     return done;
+}
+
+double pt_prof_time_backend(pt_kernels *kn, void (*run)(pt_kernels *kn, void *arg), void *arg,
+                            int repeats, double soak_s, double *best_s)
+{
+    double times[64];
+    int done = time_runs(kn, run, arg, repeats < 64 ? repeats : 64, soak_s, times);
+    if (done <= 0)
+        return -1;
+    for (int i = 1; i < done; i++) /* insertion sort: a handful of values */
+        for (int j = i; j > 0 && times[j - 1] > times[j]; j--) {
+            double x = times[j];
+            times[j] = times[j - 1];
+            times[j - 1] = x;
+        }
+    *best_s = times[0];
+    return done % 2 ? times[done / 2] : 0.5 * (times[done / 2 - 1] + times[done / 2]);
 }
 
 /* Fills count elements of the backend's activation type at dst with values in
@@ -202,7 +220,7 @@ static int time_gemm(pt_kernels *kn, gemm_args *g, int repeats, double soak_s, d
  * toggles few bits and can run faster than on real data, and the profile is to predict
  * training (inside training steps the GEMMs ran well over their zero-fed profiled
  * times: the code notes in docs/results/). */
-static int fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
+int pt_prof_fill_random(pt_kernels *kn, void *dst, int64_t count, uint32_t seed)
 {
     enum { CHUNK = 1 << 20 };
     size_t eb = pt_kdtype_bytes(kn->act_dtype);
@@ -257,28 +275,17 @@ double pt_prof_gemm_backend(pt_kernels *kn, int batch, int64_t m, int64_t n, int
                    kn->alloc(kn, c_bytes), aux ? kn->alloc(kn, aux) : NULL,
                    bias ? kn->alloc(kn, nb * (size_t)n * ab) : NULL, m, n, k, role,
                    (int)nb};
-    double times[64], t = -1;
-    int done = 0;
+    double t = -1;
     /* an output that the call adds into starts from zeros: only the multiplier's
      * inputs (and a bias) need to be random */
     if (g.a && g.b && g.c && (g.aux || !aux) && (g.bias || !bias) &&
-        fill_random(kn, g.a, na, 1) == 0 && fill_random(kn, g.b, nw, 2) == 0 &&
-        (!aux || wgrad || fill_random(kn, g.aux, m * n, 3) == 0) &&
-        (!bias || fill_random(kn, g.bias, (int64_t)nb * n, 4) == 0)) {
+        pt_prof_fill_random(kn, g.a, na, 1) == 0 && pt_prof_fill_random(kn, g.b, nw, 2) == 0 &&
+        (!aux || wgrad || pt_prof_fill_random(kn, g.aux, m * n, 3) == 0) &&
+        (!bias || pt_prof_fill_random(kn, g.bias, (int64_t)nb * n, 4) == 0)) {
         kn->zero(kn, g.c, c_bytes);
         if (aux && wgrad)
             kn->zero(kn, g.aux, aux);
-        done = time_gemm(kn, &g, repeats < 64 ? repeats : 64, soak_s, times);
-    }
-    if (done > 0) {
-        for (int i = 1; i < done; i++) /* insertion sort: a handful of values */
-            for (int j = i; j > 0 && times[j - 1] > times[j]; j--) {
-                double x = times[j];
-                times[j] = times[j - 1];
-                times[j - 1] = x;
-            }
-        t = done % 2 ? times[done / 2] : 0.5 * (times[done / 2 - 1] + times[done / 2]);
-        *best_s = times[0];
+        t = pt_prof_time_backend(kn, run_gemm, &g, repeats, soak_s, best_s);
     }
     kn->free(kn, g.a);
     kn->free(kn, g.b);
