@@ -187,11 +187,12 @@ static double kind_efficiency(const char *key)
  * kernel design (CUTLASS 3's SM90 collective mainloops serve both), whose main loop steps
  * over the same bytes of k: 128 one-byte elements against 64 two-byte ones (CUTLASS's
  * SM90 FP8 GEMM examples use a 128x128x128 tile, its bf16 ones 128x128x64). So the model
- * above serves unchanged with the FP8 peak, a K step of 128, and the same best share
- * of peak (gemm_max_eff): what is harder for FP8 follows from it, since at twice the
- * rate the epilogue's output (still bf16, or fp32 for a weight gradient) is worth twice
- * the k (k_epi doubles) and the prologue's step is 128 of k. No FP8 efficiency of its
- * own is fitted. */
+ * above serves with the FP8 peak, a K step of 128, and the best share of the FP8 peak
+ * measured on the device (gemm_max_eff_fp8: the MAMF table's FP8 sweep, 70.9% on H100
+ * SXM against 80.3% for bf16; gemm_max_eff where none is known): what else is harder
+ * for FP8 follows from it, since at the higher rate the epilogue's output (still bf16,
+ * or fp32 for a weight gradient) is worth more of k (k_epi grows with the rate) and the
+ * prologue's step is 128 of k. No FP8 efficiency is fitted. */
 #define GEMM_K_STEP_FP8 128
 
 /* The integer after "name=" in a key's shape (after the second ':'), 0 when absent. */
@@ -229,7 +230,7 @@ static double gemm_out_bytes(pt_gemm_role role)
 }
 
 static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, double n, double k,
-                             double out_bytes, double peak, double k_step)
+                             double out_bytes, double peak, double max_eff, double k_step)
 {
     double best = 0, sms = hw->sm_count;
     for (int o = 0; o < 2; o++) {
@@ -241,8 +242,8 @@ static double gemm_shape_eff(const pt_cost_hw *hw, double batch, double m, doubl
         best = fmax(best, eff);
     }
     double bw = or_default(hw->mem_bw_Bps, DEFAULT_MEM_BW_BPS);
-    double k_epi = out_bytes * peak * hw->gemm_max_eff / (2 * bw);
-    return hw->gemm_max_eff * best * k / (k + k_step + k_epi);
+    double k_epi = out_bytes * peak * max_eff / (2 * bw);
+    return max_eff * best * k / (k + k_step + k_epi);
 }
 
 /* The compute efficiency of a GEMM ("gemm" or batched "bmm" key with m, n, k and for
@@ -265,9 +266,11 @@ static double gemm_efficiency(const pt_cost_hw *hw, const pt_kernel_op *op)
         return 0;
     pt_dtype from;
     double peak = peak_for(hw, op->dtype, &from);
-    double k_step = from == PT_DTYPE_FP8 ? GEMM_K_STEP_FP8 : GEMM_K_STEP;
+    bool fp8 = from == PT_DTYPE_FP8;
+    double k_step = fp8 ? GEMM_K_STEP_FP8 : GEMM_K_STEP;
+    double max_eff = fp8 && hw->gemm_max_eff_fp8 > 0 ? hw->gemm_max_eff_fp8 : hw->gemm_max_eff;
     return gemm_shape_eff(hw, b, m, n, k, gemm_out_bytes(batched ? PT_GEMM_NONE : role), peak,
-                          k_step);
+                          max_eff, k_step);
 }
 
 double pt_cost_kernel_analytic(const pt_cost_hw *hw, const pt_kernel_op *op)

@@ -53,6 +53,7 @@ typedef struct {
      * built-in efficiency curves are used). */
     int sm_count;                      /* streaming multiprocessors: GEMM waves */
     double gemm_max_eff;               /* best GEMM rate measured, share of peak */
+    double gemm_max_eff_fp8;           /* ... of FP8 GEMMs (0: gemm_max_eff's) */
     double intra_busbw_Bps;            /* NCCL bus bandwidth inside a node */
     double intra_allreduce_busbw_Bps;  /* all-reduce inside a node (NVLink SHARP) */
     double inter_busbw_Bps;            /* NCCL bus bandwidth between nodes, per device */

@@ -28,7 +28,9 @@
  *                                                  yet profiled; the planned
  *                                                  precision's must be > 0
  *       "sm_count": 108,               optional
- *       "gemm_max_efficiency": 0.869   optional, share of peak
+ *       "gemm_max_efficiency": 0.869,  optional, share of peak
+ *       "gemm_max_efficiency_fp8": 0   optional, FP8 GEMMs' share of the fp8 peak
+ *                                      (absent or 0: gemm_max_efficiency's)
  *     },
  *     "intra_node": {"name": "NVLink3", "bandwidth": 300e9, "latency": 3e-6},
  *     "inter_node": {"name": "HDR-IB", "bandwidth": 25e9, "latency": 5e-6,
@@ -69,6 +71,10 @@ static const char *const dtype_names[] = {"fp32", "tf32", "bf16", "fp16", "fp8",
  *   (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul
  *   FLOPS comparison table"): 271.2 TFLOP/s = 86.9% of peak on A100 80GB, 794.5 =
  *   80.3% on H100 SXM;
+ * - gemm_max_eff_fp8: the same table's FP8 (float8_e4m3fn) sweep: 1,402.6 TFLOP/s =
+ *   70.9% of the 1,979 FP8 peak on H100 SXM, 1,453.4 = 73.4% on H200 SXM, 3,432.5 =
+ *   76.3% on B200, 3,615.6 = 72.3% on GB200: on Hopper FP8 reaches 1.77x (H100) and
+ *   1.83x (H200) the bf16 rate, not the datasheets' 2x;
  * - NCCL bus bandwidth: on 8x H100 NVLink about 370 GB/s for ring collectives (450
  *   line rate less ~20% protocol overhead) and 480 GB/s for all-reduce with NVLink
  *   SHARP (NCCL maintainer in NVIDIA/nccl-tests#212, 2024); 46-48 GB/s per 400 Gb/s NDR
@@ -115,7 +121,7 @@ static const pt_cluster cluster_dgx_h100 = {
                .peak_flops = {67e12, 494.7e12, 989.4e12, 989.4e12, 1978.9e12},
                .memory_bytes = INT64_C(80) << 30,
                .memory_bw_Bps = 3.35e12,
-               .sm_count = 132, .gemm_max_eff = 0.803},
+               .sm_count = 132, .gemm_max_eff = 0.803, .gemm_max_eff_fp8 = 0.709},
     .intra = {.name = "NVLink4", .bw_Bps = 450e9, .latency_s = PT_NVLINK_LATENCY_S,
               .busbw_Bps = 370e9, .allreduce_busbw_Bps = 480e9},
     .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
@@ -143,7 +149,7 @@ static const pt_cluster cluster_dgx_h200 = {
                .peak_flops = {67e12, 494.7e12, 989.4e12, 989.4e12, 1978.9e12},
                .memory_bytes = INT64_C(141) << 30,
                .memory_bw_Bps = 4.8e12,
-               .sm_count = 132, .gemm_max_eff = 0.803},
+               .sm_count = 132, .gemm_max_eff = 0.803, .gemm_max_eff_fp8 = 0.734},
     .intra = {.name = "NVLink4", .bw_Bps = 450e9, .latency_s = PT_NVLINK_LATENCY_S,
               .busbw_Bps = 370e9, .allreduce_busbw_Bps = 475e9},
     .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
@@ -176,7 +182,7 @@ static const pt_cluster cluster_dgx_b200 = {
                .peak_flops = {80e12, 1125e12, 2250e12, 2250e12, 4500e12},
                .memory_bytes = INT64_C(180) << 30,
                .memory_bw_Bps = 7.7e12,
-               .sm_count = 148, .gemm_max_eff = 0.776},
+               .sm_count = 148, .gemm_max_eff = 0.776, .gemm_max_eff_fp8 = 0.763},
     .intra = {.name = "NVLink5", .bw_Bps = 900e9, .latency_s = PT_NVLINK_LATENCY_S,
               .busbw_Bps = PT_NVLINK5_BUSBW_BPS},
     .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
@@ -204,7 +210,7 @@ static const pt_cluster cluster_gb200_nvl72 = {
                .peak_flops = {80e12, 1250e12, 2500e12, 2500e12, 5000e12},
                .memory_bytes = INT64_C(186) << 30,
                .memory_bw_Bps = 8e12,
-               .gemm_max_eff = 0.729},
+               .gemm_max_eff = 0.729, .gemm_max_eff_fp8 = 0.723},
     .intra = {.name = "NVLink5", .bw_Bps = 900e9, .latency_s = PT_NVLINK_LATENCY_S,
               .busbw_Bps = PT_NVLINK5_BUSBW_BPS},
     .inter = {.name = "NDR-InfiniBand-400G", .bw_Bps = 50e9, .latency_s = PT_IB_LATENCY_S,
@@ -298,7 +304,7 @@ static const char *const cluster_keys[] = {"name", "nodes", "devices_per_node",
                                            "inter_node", NULL};
 static const char *const device_keys[] = {"name", "memory_bytes", "memory_bandwidth",
                                           "peak_flops", "sm_count", "gemm_max_efficiency",
-                                          NULL};
+                                          "gemm_max_efficiency_fp8", NULL};
 static const char *const intra_keys[] = {"name", "bandwidth", "latency", "bus_bandwidth",
                                          "allreduce_bus_bandwidth", NULL};
 static const char *const inter_keys[] = {"name", "bandwidth", "latency", "nics",
@@ -414,6 +420,7 @@ static int device_read(const pt_json_obj *o, pt_device *d, pt_err *err)
     if (has(&dev, "sm_count"))
         bad |= pt_json_get_int32(&dev, "sm_count", &d->sm_count, err);
     bad |= opt_real(&dev, "gemm_max_efficiency", &d->gemm_max_eff, err);
+    bad |= opt_real(&dev, "gemm_max_efficiency_fp8", &d->gemm_max_eff_fp8, err);
     return bad ? -1 : 0;
 }
 
@@ -529,6 +536,8 @@ static json_t *device_to_json(const pt_device *d)
             bad |= pt_json_set(o, "sm_count", json_integer(d->sm_count));
         if (d->gemm_max_eff)
             bad |= pt_json_set(o, "gemm_max_efficiency", json_real(d->gemm_max_eff));
+        if (d->gemm_max_eff_fp8)
+            bad |= pt_json_set(o, "gemm_max_efficiency_fp8", json_real(d->gemm_max_eff_fp8));
     }
     json_decref(flops);
     if (bad) {
@@ -687,6 +696,10 @@ static void cluster_check(const pt_cluster *c, const char *origin, pt_json_errs 
         pt_json_errs_add(e, "device.gemm_max_efficiency", "%s: field "
                          "'device.gemm_max_efficiency' = %g: must be a share of peak from 0 "
                          "(unknown) to 1", origin, c->device.gemm_max_eff);
+    if (!(c->device.gemm_max_eff_fp8 >= 0 && c->device.gemm_max_eff_fp8 <= 1))
+        pt_json_errs_add(e, "device.gemm_max_efficiency_fp8", "%s: field "
+                         "'device.gemm_max_efficiency_fp8' = %g: must be a share of the fp8 "
+                         "peak from 0 (unknown) to 1", origin, c->device.gemm_max_eff_fp8);
 }
 
 int pt_cluster_validate(const pt_cluster *c, const char *origin, pt_err *err)

@@ -59,6 +59,8 @@ typedef struct {
     double s;   /* full sequence: keys every local query attends to */
     double t;   /* tensor-parallel size */
     double rep; /* divisor of the terms replicated across tp: t with sp, else 1 */
+    double lin; /* bytes of a linear layer's input it keeps for its backward: ab, or 1
+                   under Transformer Engine's FP8 (pt_mem_te_fp8) */
 } pt_mem_dims;
 
 static pt_mem_dims pt_mem_dims_of(const pt_model *m, const pt_layout *l, pt_precision p)
@@ -66,7 +68,26 @@ static pt_mem_dims pt_mem_dims_of(const pt_model *m, const pt_layout *l, pt_prec
     double t = (double)pt_mem_pos(l->tp);
     double s_r = (double)m->seq / (double)pt_mem_pos(l->cp);
     return (pt_mem_dims){.ab = p.act_bytes, .sb = s_r * (double)pt_mem_pos(l->mbs),
-                         .s = (double)m->seq, .t = t, .rep = l->sp ? t : 1.0};
+                         .s = (double)m->seq, .t = t, .rep = l->sp ? t : 1.0,
+                         .lin = p.act_bytes};
+}
+
+/* Whether the layers' linear layers keep their inputs for the backward as Transformer
+ * Engine does under FP8 (stack casts "te"), in one byte an element. At TE v1.8 (commit
+ * 3ec998e9, transformer_engine/pytorch/module/): Linear (Megatron-Core's row-parallel
+ * linear_proj and linear_fc2) saves the FP8 input, or its FP8 transpose, instead of the
+ * bf16 input (linear.py, forward: saved_inputmat / saved_inputmat_t); LayerNormLinear
+ * (linear_qkv and linear_fc1, the norm fused in) writes the norm's output in FP8 and
+ * saves that (layernorm_linear.py: ln_out of dtype uint8 under fp8, in
+ * save_for_backward), keeping the norm's input in bf16 for the norm's backward. What
+ * stays in the storage precision: the norms' inputs, Q, K, V and the attention output
+ * that flash attention keeps for its own backward (so the output projection's FP8 copy
+ * comes on top of it), and the MLP's inner outputs the activation's backward reads
+ * (GeLU's input; SwiGLU's gate and up outputs). Megatron-Core does not use
+ * LayerNormMLP. */
+static bool pt_mem_te_fp8(const pt_train *t)
+{
+    return pt_train_fp8(t) && t->stack.fp8_casts == PT_FP8_CASTS_TE;
 }
 
 /* The attention core's s² terms (Korthikanti eq. 2: 5as²b with dropout, 2-byte
@@ -93,15 +114,17 @@ static double pt_mem_layer_linear(const pt_model *m, const pt_mem_dims *d)
     double mask = m->dropout ? sbh / d->rep : 0.0;     /* one 1-byte dropout mask, R */
 
     double bytes = 2 * d->ab * sbh / d->rep;           /* inputs of the two norms, R */
-    bytes += d->ab * sbh / d->rep;                     /* QKV input, R */
+    bytes += d->lin * sbh / d->rep;                    /* QKV input, R */
     bytes += d->ab * d->sb * (h / d->t + 2 * kvr);     /* Q, K, V, T */
     bytes += d->ab * sbh / d->t;                       /* output-projection input, T */
+    if (d->lin != d->ab)                               /* ... and its FP8 copy (TE) */
+        bytes += d->lin * sbh / d->t;
     bytes += mask;                                     /* attention dropout mask, R */
-    bytes += d->ab * sbh / d->rep;                     /* MLP first-linear input, R */
+    bytes += d->lin * sbh / d->rep;                    /* MLP first-linear input, R */
     /* GeLU: its input and the second linear's input; SwiGLU: gate and up outputs
      * and the down projection's input. T. */
-    double inner = m->act == PT_ACT_SWIGLU ? 3.0 : 2.0;
-    bytes += inner * d->ab * d->sb * f / d->t;
+    double inner = m->act == PT_ACT_SWIGLU ? 2.0 : 1.0;
+    bytes += (inner * d->ab + d->lin) * d->sb * f / d->t;
     bytes += mask;                                     /* MLP dropout mask, R */
     return bytes;
 }
@@ -111,10 +134,12 @@ double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precis
     return pt_mem_layer_activations_attn(m, l, p, PT_ATTN_PTRUN);
 }
 
-double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_precision p,
-                                     pt_attn_impl attn)
+static double pt_mem_layer_activations_lin(const pt_model *m, const pt_layout *l,
+                                           pt_precision p, pt_attn_impl attn, bool te_fp8)
 {
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
+    if (te_fp8)
+        d.lin = 1;
     /* Full recomputation keeps only the layer input (Korthikanti Sec. 5: 2sbh). */
     if (l->recompute == PT_RECOMPUTE_FULL)
         return d.ab * d.sb * (double)m->hidden / d.rep;
@@ -131,6 +156,12 @@ double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_p
     return bytes;
 }
 
+double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_precision p,
+                                     pt_attn_impl attn)
+{
+    return pt_mem_layer_activations_lin(m, l, p, attn, false);
+}
+
 /* The activations one layer keeps under the stack's attention and selective policy.
  * torchtitan's per-op policy keeps the layer input, the attention output and its
  * fp32 softmax statistics, and the GEMM outputs the op lists say it does not rebuild
@@ -139,7 +170,7 @@ static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, const pt_
                                 pt_precision p)
 {
     if (l->recompute != PT_RECOMPUTE_SELECTIVE || t->stack.selective != PT_SELECTIVE_OP)
-        return pt_mem_layer_activations_attn(m, l, p, t->stack.attention);
+        return pt_mem_layer_activations_lin(m, l, p, t->stack.attention, pt_mem_te_fp8(t));
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_opctx c;
     pt_opctx_init(&c, m, l, t, NULL);
@@ -394,11 +425,13 @@ static int pt_mem_linears(const pt_model *m, int tp, double *weight_elems)
  * three sites (input, weight, output gradient) per linear layer. Transformer Engine
  * (stack casts "te"): the FP8 weights and their transposes cached for the step
  * (linear.py's weight workspace), one byte each per weight element; its meta blocks
- * are left out (a few KiB a layer). TE also keeps a linear layer's input for the
- * backward as its FP8 transpose, not in bf16 (linear.py saves the column-wise copy),
- * which saves activation memory; that saving is not modelled (the activations are
- * counted in the storage precision, an over-estimate of at most half the GEMM inputs
- * kept). torchao (casts "per_gemm" of another stack) keeps nothing counted here. */
+ * are left out (a few KiB a layer). At TE v1.8 (linear.py, get_fp8_workspace with
+ * with_transpose while gradients are on, cache_name "weight" whenever the caller passes
+ * is_first_microbatch, as Megatron-Core's TE wrappers do) the transpose is cached with
+ * the weight: 2 bytes an element, for the tp shard of every layer of the stage; the
+ * distributed optimizer shards the fp32 master weights and moments only, not these.
+ * The inputs TE keeps in FP8 for the backward are activations (pt_mem_te_fp8). torchao
+ * (casts "per_gemm" of another stack) keeps nothing counted here. */
 static double pt_mem_fp8_states(const pt_model *m, const pt_layout *l, const pt_train *t,
                                 int64_t layers)
 {

@@ -84,6 +84,7 @@ void pt_cost_hw_of(const pt_cluster *c, pt_cost_hw *hw)
     hw->inter_latency_s = c->inter.latency_s;
     hw->sm_count = c->device.sm_count;
     hw->gemm_max_eff = c->device.gemm_max_eff;
+    hw->gemm_max_eff_fp8 = c->device.gemm_max_eff_fp8;
     hw->intra_busbw_Bps = c->intra.busbw_Bps;
     hw->intra_allreduce_busbw_Bps = c->intra.allreduce_busbw_Bps;
     hw->inter_busbw_Bps = c->inter.busbw_Bps;

@@ -122,6 +122,8 @@ typedef struct {
     double memory_bw_Bps;              /* bytes per second */
     int sm_count;                      /* streaming multiprocessors (GEMM waves); 0 unknown */
     double gemm_max_eff;               /* best measured GEMM rate, share of peak; 0 unknown */
+    double gemm_max_eff_fp8;           /* ... of FP8 GEMMs, share of the fp8 peak; 0: as
+                                          gemm_max_eff */
 } pt_device;
 
 typedef struct {

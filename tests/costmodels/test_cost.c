@@ -154,6 +154,20 @@ static void test_kernel_analytic(void)
     slow.mem_bw_Bps = sm.mem_bw_Bps / 2;
     CHECK(pt_cost_kernel_analytic(&slow, &f1) > tf);
 
+    /* An FP8 GEMM: the fp8 peak, a K step of 128, and the device's best FP8 share of
+     * that peak where it is known (gemm_max_eff_fp8), else the bf16 one. */
+    pt_cost_hw f8 = sm;
+    f8.peak_flops[PT_DTYPE_FP8] = 1979e12;
+    pt_kernel_op q1 = kop("gemm:fp8:m=768,n=768,k=65536", PT_DTYPE_FP8, fw, 1);
+    double k_epi2 = 2 * 0.8 * 1979e12 / (2 * 3.35e12);
+    CHECK_NEAR(pt_cost_kernel_analytic(&f8, &q1),
+               fw / (1979e12 * 0.8 * 18.0 / 132 * 65536 / (65536 + 128 + k_epi2)) + 5e-6, 1e-12);
+    f8.gemm_max_eff_fp8 = 0.7;
+    k_epi2 = 2 * 0.7 * 1979e12 / (2 * 3.35e12);
+    CHECK_NEAR(pt_cost_kernel_analytic(&f8, &q1),
+               fw / (1979e12 * 0.7 * 18.0 / 132 * 65536 / (65536 + 128 + k_epi2)) + 5e-6, 1e-12);
+    CHECK_NEAR(pt_cost_kernel_analytic(&f8, &f1), tf, 1e-12); /* bf16 keeps its own */
+
     /* fp8 unknown on this device: bf16 peak used. */
     pt_kernel_op g8 = g;
     g8.dtype = PT_DTYPE_FP8;

@@ -244,6 +244,40 @@ static void test_llama_activations(void)
                2 * 1644167168.0, 1e-15);
 }
 
+/* Transformer Engine's FP8 (megatron-core, casts "te") keeps each linear layer's input
+ * for the backward in one byte: Llama 3 8B's layer at t = 1 saves a byte of sbh on the
+ * QKV input and on the MLP input and a byte of sb·f on the down projection's input,
+ * and keeps an FP8 copy of the attention output beside flash attention's bf16 one:
+ * -sbh - sb·f = -(16,777,216 + 58,720,256) bytes a layer. The FP8 weights and their
+ * cached transposes are 2 bytes a weight element of the layers. */
+static void test_te_fp8_activations(void)
+{
+    pt_model m = llama(32, 4096, 32, 8, 14336, 128256, 4096);
+    pt_layout l = layout(1, 1, 8);
+    l.zero = 1;
+    l.n_micro = 16;
+    pt_train t = {.global_batch = 128, .precision = PT_PREC_BF16,
+                  .bucket_bytes = 25 * 1024 * 1024};
+    pt_err err;
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    pt_memory bf16, fp8;
+    pt_mem_stage(&m, &l, &t, 0, &bf16);
+    t.fp8.recipe = PT_FP8_DELAYED;
+    t.fp8.history = 1024;
+    pt_mem_stage(&m, &l, &t, 0, &fp8);
+    CHECK_NEAR(fp8.activations_bytes - bf16.activations_bytes, -32.0 * (16777216 + 58720256),
+               1e-12);
+    double w = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3 * 4096.0 * 14336;
+    CHECK_NEAR(fp8.weights_bytes - bf16.weights_bytes, 2 * 32 * w, 1e-12);
+    /* ptrun's own FP8 keeps its GEMM inputs in the storage precision. */
+    CHECK_INT(pt_stack_get("ptrun", &t.stack, &err), 0);
+    t.stack.attention = PT_ATTN_FLASH;
+    pt_mem_stage(&m, &l, &t, 0, &fp8);
+    t.fp8.recipe = PT_FP8_OFF;
+    pt_mem_stage(&m, &l, &t, 0, &bf16);
+    CHECK_NEAR(fp8.activations_bytes, bf16.activations_bytes, 1e-15);
+}
+
 /* ---- One stage, by hand ------------------------------------------------------- */
 
 static void test_stage_by_hand(void)
@@ -737,6 +771,7 @@ int main(void)
     test_zero_example();
     test_korthikanti();
     test_llama_activations();
+    test_te_fp8_activations();
     test_stage_by_hand();
     test_single_rank();
     test_directions();

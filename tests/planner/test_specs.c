@@ -795,11 +795,13 @@ static void test_cluster_all_errors(void)
     c.nodes = 0;
     c.intra.latency_s = NAN;
     c.device.gemm_max_eff = 2;
+    c.device.gemm_max_eff_fp8 = -0.5;
     CHECK_INT(pt_cluster_validate(&c, "<struct>", &err), -1);
     CHECK_STR_HAS(err.msg, "<struct>: field 'nodes' = 0");
     CHECK_STR_HAS(err.msg, "<struct>: field 'intra_node.latency' = nan");
     CHECK_STR_HAS(err.msg, "<struct>: field 'device.gemm_max_efficiency' = 2");
-    CHECK_INT(lines_of(err.msg), 3);
+    CHECK_STR_HAS(err.msg, "<struct>: field 'device.gemm_max_efficiency_fp8' = -0.5");
+    CHECK_INT(lines_of(err.msg), 4);
 }
 
 static void test_model_stack_all_errors(void)
