@@ -430,6 +430,9 @@ static int pt_mem_linears(const pt_model *m, int tp, double *weight_elems)
  * is_first_microbatch, as Megatron-Core's TE wrappers do) the transpose is cached with
  * the weight: 2 bytes an element, for the tp shard of every layer of the stage; the
  * distributed optimizer shards the fp32 master weights and moments only, not these.
+ * With the FP8 parameter gather (fp8_model_init) the linear weights themselves are FP8,
+ * one byte where the model states count the bf16 weight's two, and their transpose
+ * takes the other: nothing beyond the states, two bytes an element less than without.
  * The inputs TE keeps in FP8 for the backward are activations (pt_mem_te_fp8). torchao
  * (casts "per_gemm" of another stack) keeps nothing counted here. */
 static double pt_mem_fp8_states(const pt_model *m, const pt_layout *l, const pt_train *t,
@@ -440,7 +443,7 @@ static double pt_mem_fp8_states(const pt_model *m, const pt_layout *l, const pt_
     double weights;
     int linears = pt_mem_linears(m, l->tp, &weights);
     if (t->stack.fp8_casts == PT_FP8_CASTS_TE)
-        return 2.0 * weights * (double)layers;
+        return (t->fp8.param_gather ? 0.0 : 2.0) * weights * (double)layers;
     if (!pt_stack_is_ptrun(&t->stack))
         return 0;
     int hist = t->fp8.recipe == PT_FP8_DELAYED ? t->fp8.history : 0;

@@ -289,8 +289,11 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
      * other stacks gather the weights in their own type */
     double gather_bytes = zero == 1 && pt_stack_is_ptrun(&c->t->stack) && p.master_bytes
                               ? p.master_bytes : p.weight_bytes;
+    /* with the FP8 parameter gather the layers' linear weights travel as one byte each */
+    double fp8 = zero == 1 || zero == 2 ? sp->fp8_linear : 0;
     if (gather > 0)
         coll(&b, PT_OPK_ZERO_ALLGATHER, (moves){PT_TEN_WEIGHTS, PT_TEN_WEIGHTS},
-             PT_COLL_ALLGATHER, PT_GROUP_DPCP, gather * gather_bytes, 1, c->l->param_overlap);
+             PT_COLL_ALLGATHER, PT_GROUP_DPCP, (gather - fp8) * gather_bytes + fp8, 1,
+             c->l->param_overlap);
     return finish(&b);
 }

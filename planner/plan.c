@@ -70,8 +70,9 @@ static json_t *training_json_base(const pt_train *t, const pt_run_opts *r);
 
 json_t *pt_fp8_json(const pt_fp8 *f)
 {
-    return json_pack("{s:s, s:i, s:b}", "recipe", pt_fp8_recipe_name(f->recipe), "amax_history",
-                     f->history, "emulated", f->emulated);
+    return json_pack("{s:s, s:i, s:b, s:b}", "recipe", pt_fp8_recipe_name(f->recipe),
+                     "amax_history", f->history, "emulated", f->emulated, "param_gather",
+                     f->param_gather);
 }
 
 static json_t *training_json(const pt_train *t, const pt_run_opts *r)
@@ -143,7 +144,8 @@ static const char *const training_keys[] = {"global_batch", "precision", "bucket
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
                                             "data", "fp8", NULL};
-static const char *const fp8_keys[] = {"recipe", "amax_history", "emulated", NULL};
+static const char *const fp8_keys[] = {"recipe", "amax_history", "emulated", "param_gather",
+                                       NULL};
 static const char *const predicted_keys[] = {"step_time_s", "tokens_per_s", "mfu", "hfu",
                                              "bubble_fraction", "exposed_comm_fraction",
                                              "provenance", "stage_busy_s", "memory",
@@ -275,7 +277,9 @@ static int read_fp8(const pt_json_obj *o, pt_fp8 *f, pt_err *err)
     if (pt_json_get_object(o, "fp8", fp8_keys, &x, err) ||
         pt_json_get_string(&x, "recipe", recipe, sizeof recipe, err) ||
         pt_json_get_int(&x, "amax_history", &hist, err) ||
-        pt_json_get_bool(&x, "emulated", &f->emulated, err))
+        pt_json_get_bool(&x, "emulated", &f->emulated, err) ||
+        (json_object_get(x.obj, "param_gather") && /* optional: plans before it lack it */
+         pt_json_get_bool(&x, "param_gather", &f->param_gather, err)))
         return -1;
     if (pt_fp8_recipe_parse(recipe, &f->recipe, &why) || f->recipe == PT_FP8_OFF)
         return pt_err_set(err, "%s: field 'training.fp8.recipe' = \"%s\": expected current, "

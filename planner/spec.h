@@ -379,6 +379,11 @@ typedef struct {
     int history;            /* delayed: the amax history's length */
     bool emulated;          /* FP8 values computed in the storage precision on a device
                              * without FP8 peak (the CPU backend), asked for explicitly */
+    bool param_gather;      /* the layers' linear weights held and all-gathered in FP8
+                             * (Megatron-Core's --fp8-param-gather: the model built under
+                             * Transformer Engine's fp8_model_init, one byte an element
+                             * where bf16 keeps two, and the distributed optimizer's
+                             * all-gather of the updated weights moves those bytes) */
 } pt_fp8;
 
 /* Settings of a training job that the planner needs besides model and layout. */

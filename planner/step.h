@@ -284,6 +284,8 @@ typedef struct {
     double params;      /* parameters on the rank (all its chunks) */
     double edge;        /* of which the embedding's and the head's (first, last stage) */
     double tied;        /* a tied embedding's copy (first and last stage, pp > 1), else 0 */
+    double fp8_linear;  /* of `params`, the layers' linear weights when they are gathered in
+                         * FP8 (pt_fp8.param_gather), else 0 */
 } pt_step_params;
 /* The step's end on one pipeline rank, in the order the engine runs it at
  * OPTIM_STEP: the tied embedding's all-reduce between first and last stage; the

@@ -117,6 +117,11 @@ int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
     if (!(t->stack.fp8_recipes & (1u << f->recipe)))
         return pt_err_set(err, "FP8 recipe '%s': stack '%s' runs %s", pt_fp8_recipe_name(f->recipe),
                           t->stack.name, list);
+    if (f->param_gather && t->stack.fp8_casts != PT_FP8_CASTS_TE)
+        return pt_err_set(err, "FP8 parameter gather: stack '%s' gathers its weights in %s "
+                               "and quantizes them after the gather; Megatron-Core's "
+                               "--fp8-param-gather is stack megatron-core's",
+                          t->stack.name, pt_prec_name(t->precision));
     if (f->history < 1 || f->history > PT_FP8_MAX_HISTORY)
         return pt_err_set(err, "FP8 amax history %d: expected 1 to %d", f->history,
                           PT_FP8_MAX_HISTORY);
@@ -138,8 +143,9 @@ void pt_train_precision_text(const pt_train *t, char *buf, size_t n)
     if (!pt_train_fp8(t))
         snprintf(buf, n, "%s", pt_prec_name(t->precision));
     else
-        snprintf(buf, n, "%s+fp8(%s%s)", pt_prec_name(t->precision),
-                 pt_fp8_recipe_name(t->fp8.recipe), t->fp8.emulated ? ", emulated" : "");
+        snprintf(buf, n, "%s+fp8(%s%s%s)", pt_prec_name(t->precision),
+                 pt_fp8_recipe_name(t->fp8.recipe), t->fp8.emulated ? ", emulated" : "",
+                 t->fp8.param_gather ? ", FP8 weights gathered" : "");
 }
 
 int pt_train_precision_parse(const char *text, pt_train *t, pt_err *err)

@@ -170,7 +170,7 @@ static void test_fp8(const char *dir)
     CHECK_INT(back.train.fp8.history, 16);
     CHECK(!back.train.fp8.emulated);
     const char *fp8 = "\"fp8\": {\n   \"recipe\": \"delayed\",\n   \"amax_history\": 16,\n"
-                      "   \"emulated\": false\n  }";
+                      "   \"emulated\": false,\n   \"param_gather\": false\n  }";
     expect_damage(dir, "\"recipe\": \"delayed\"", "\"recipe\": \"weekly\"",
                   "'training.fp8.recipe' = \"weekly\": expected current, delayed");
     expect_damage(dir, "\"recipe\": \"delayed\"", "\"recipe\": \"off\"",
@@ -183,6 +183,11 @@ static void test_fp8(const char *dir)
     expect_damage(dir, "\"emulated\": false", "\"emulated\": false, \"margin\": 0",
                   "training.fp8.margin");
     expect_damage(dir, fp8, "\"fp8\": \"delayed\"", "training.fp8");
+    expect_damage(dir, "\"param_gather\": false", "\"param_gather\": \"yes\"",
+                  "training.fp8.param_gather");
+    /* the FP8 parameter gather on a stack that has none (the sample's, ptrun's) */
+    expect_damage(dir, "\"param_gather\": false", "\"param_gather\": true",
+                  "FP8 parameter gather: stack");
     /* emulation asked for on a device with FP8 */
     expect_damage(dir, "\"emulated\": false", "\"emulated\": true",
                   "FP8 emulation is for a device without FP8");

@@ -148,6 +148,33 @@ plan 0 --layout "pp=2,first_layers=1" --emit megatron --no-out
 arg "--decoder-first-pipeline-num-layers 1" "uneven stages"
 no_arg "--decoder-last-pipeline-num-layers" "the last stage left to the rule"
 
+# FP8: Megatron-LM's flags and NeMo's plugin arguments for Megatron-Core's recipes, the
+# FP8 parameter gather among them; torchtitan's float8 converter
+h100="--model tiny-llama --cluster dgx-h100 --devices 8 --layout dp=8,zero=1 --precision fp8"
+plan 0 $h100 --stack megatron-core --fp8-param-gather --emit megatron --no-out
+check megatron "fp8 delayed"
+arg "--fp8-format hybrid" "E4M3 forward, E5M2 gradients"
+arg "--fp8-recipe delayed" "megatron-core's default recipe"
+arg "--fp8-amax-history-len 1024" "TE's history, not Megatron's default of 1"
+arg "--fp8-amax-compute-algo max" "TE's algorithm"
+arg "--fp8-param-gather" "FP8 weights gathered"
+plan 0 $h100 --stack megatron-core --fp8-recipe current --emit megatron --no-out
+arg "--fp8-recipe tensorwise" "current scaling is Megatron's tensorwise"
+no_arg "--fp8-amax-history-len" "no history without delayed scaling"
+no_arg "--fp8-param-gather" "weights gathered in bf16 unless asked"
+plan 0 $h100 --stack megatron-core --fp8-param-gather --emit nemo --no-out
+check nemo "fp8 delayed"
+out_line "trainer.plugins.fp8=hybrid" "NeMo's FP8 format"
+out_line "trainer.plugins.fp8_recipe=delayed" "NeMo's recipe"
+out_line "trainer.plugins.fp8_amax_history_len=1024" "NeMo's history"
+out_line "trainer.plugins.fp8_param_gather=true" "NeMo's FP8 parameter gather"
+plan 0 --model tiny-llama --cluster dgx-h100 --devices 8 --layout dp=8,zero=3 --precision fp8 \
+    --stack fsdp --emit torchtitan --no-out
+check torchtitan "fp8 tensorwise"
+toml "t['model']['converters'] == ['quantize.linear.float8']" "torchao's Float8Linear"
+toml "t['quantize']['linear']['float8']['recipe_name'] == 'tensorwise'" "current is tensorwise"
+toml "t['quantize']['linear']['float8']['filter_fqns'] == ['output']" "the head stays bf16"
+
 # nemo refuses fp32; tiny-llama in bf16 runs
 refused nemo "precision fp32" "NeMo trains bf16"
 plan 0 --model tiny-llama --precision bf16 --emit nemo --no-out

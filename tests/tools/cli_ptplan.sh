@@ -594,7 +594,8 @@ run 0 --model tiny --precision fp8 --fp8-emulate --fp8-recipe delayed --layout d
     --devices 1 --out "$tmp/fp8.json"
 out_has "precision fp32+fp8(delayed, emulated)" "the CPU cluster emulates FP8 over fp32"
 python3 -c "import json, sys; f = json.load(open(sys.argv[1]))['training']['fp8']; \
-assert f == {'recipe': 'delayed', 'amax_history': 1024, 'emulated': True}, f" "$tmp/fp8.json" ||
+assert f == {'recipe': 'delayed', 'amax_history': 1024, 'emulated': True, \
+             'param_gather': False}, f" "$tmp/fp8.json" ||
     fail "plan.json's training.fp8"
 run 0 --model tiny --layout dp=1 --devices 1 --out "$tmp/bf16.json"
 python3 -c "import json, sys; assert 'fp8' not in json.load(open(sys.argv[1]))['training']" \
@@ -625,6 +626,21 @@ err_has "FP8 emulation is for a device without FP8: cluster 'dgx-h100'" \
     "emulation where FP8 runs is refused"
 run 1 --model tiny --cluster dgx-h100 --precision fp8 --stack megatron-lm --no-out
 err_has "stack 'megatron-lm' trains no layer in FP8" "a stack without FP8"
+# Megatron-Core's FP8 parameter gather: the linear weights held in FP8 (their bf16 copy
+# and TE's cached FP8 copy replaced), gathered as one byte each; other stacks refuse it
+run 0 --model tiny-llama --cluster dgx-h100 --layout dp=8,zero=1 --precision fp8 \
+    --stack megatron-core --json --no-out
+w16=$(python3 -c "import json, sys; print(json.load(sys.stdin)['memory']['weights_bytes'])" <"$tmp/out")
+run 0 --model tiny-llama --cluster dgx-h100 --layout dp=8,zero=1 --precision fp8 \
+    --stack megatron-core --fp8-param-gather --json --no-out
+w8=$(python3 -c "import json, sys; print(json.load(sys.stdin)['memory']['weights_bytes'])" <"$tmp/out")
+python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); assert 0 < b < a, (a, b)" \
+    "$w16" "$w8" || fail "FP8 parameter gather holds less weight memory ($w16 -> $w8)"
+run 1 --model tiny --cluster dgx-h100 --precision fp8 --fp8-param-gather --no-out
+one_line_error "FP8 parameter gather on ptrun"
+err_has "FP8 parameter gather: stack 'ptrun' gathers its weights in bf16" "ptrun refuses it"
+run 1 --model tiny --cluster dgx-h100 --fp8-param-gather --no-out
+err_has "ptplan: --fp8-param-gather goes with --precision fp8" "--fp8-param-gather alone"
 run 1 --model tiny --precision fp9 --no-out
 err_has "unknown precision 'fp9' (expected bf16, bf16-grad16, fp32 or fp8)" "fp8 is listed"
 

@@ -26,6 +26,7 @@ typedef struct {
     const char *model, *cluster, *layout, *groups, *dump_model, *dump_cluster;
     const char *fp8_recipe;  /* --fp8-recipe R (with --precision fp8), NULL for the stack's */
     bool fp8_emulate;        /* --fp8-emulate */
+    bool fp8_param_gather;   /* --fp8-param-gather */
     const char *precision, *order, *db, *out, *timeline, *data, *stack, *dump_stack;
     const char *validate;    /* --validate FILE */
     const char *emit;        /* --emit megatron|nemo|torchtitan|ptrun, NULL for none */

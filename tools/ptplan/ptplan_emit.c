@@ -339,6 +339,10 @@ static void megatron_training(argout *a, const job *j, const pt_layout *l)
             arg(a, "--fp8-amax-history-len %d", j->t.fp8.history);
             arg(a, "--fp8-amax-compute-algo max");
         }
+        /* megatron/training/arguments.py: "Keep the compute param in fp8 ... and perform
+         * the param all-gather in fp8" */
+        if (j->t.fp8.param_gather)
+            arg(a, "--fp8-param-gather");
     }
     if (bf16_grads(j))
         arg(a, "--grad-reduce-in-bf16");
@@ -453,6 +457,8 @@ static void nemo_precision(FILE *f, const job *j, const pt_layout *l)
         fprintf(f, "trainer.plugins.fp8_amax_history_len=%d\n", f8->history);
         fprintf(f, "trainer.plugins.fp8_amax_compute_algo=max\n");
     }
+    if (f8->param_gather) /* MegatronMixedPrecision(fp8_param_gather=...) */
+        fprintf(f, "trainer.plugins.fp8_param_gather=true\n");
 }
 
 static void nemo_optim(FILE *f, const job *j, const pt_layout *l)

@@ -135,9 +135,10 @@ static int load_precision(const options *o, pt_train *t)
 {
     pt_err err;
     bool fp8 = o->precision && strcmp(o->precision, "fp8") == 0;
-    if (!fp8 && (o->fp8_recipe || o->fp8_emulate)) {
+    if (!fp8 && (o->fp8_recipe || o->fp8_emulate || o->fp8_param_gather)) {
         fprintf(stderr, "ptplan: %s goes with --precision fp8 (the precision is %s)\n",
-                o->fp8_recipe ? "--fp8-recipe" : "--fp8-emulate",
+                o->fp8_recipe ? "--fp8-recipe"
+                : o->fp8_emulate ? "--fp8-emulate" : "--fp8-param-gather",
                 o->precision ? o->precision : pt_prec_name(t->precision));
         return -1;
     }
@@ -150,6 +151,7 @@ static int load_precision(const options *o, pt_train *t)
         return 0;
     }
     t->fp8.emulated = o->fp8_emulate;
+    t->fp8.param_gather = o->fp8_param_gather;
     t->fp8.recipe = (pt_fp8_recipe)t->stack.fp8_default;
     if (o->fp8_recipe) {
         if (pt_fp8_recipe_parse(o->fp8_recipe, &t->fp8.recipe, &err) ||
