@@ -89,6 +89,10 @@ void pt_kcpu_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n)
 {
     (void)kn;
     float a = meta[PT_KFP8_AMAX];
+    /* a maximum is the same whichever thread takes which elements */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) reduction(max : a) if (n >= PT_KCPU_PAR_MIN)
+#endif
     for (int64_t i = 0; i < n; i++) {
         float v = fabsf(src[i]);
         if (v > a) /* false for NaN */
@@ -139,6 +143,12 @@ void pt_kcpu_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float 
     }
     fp8_fmt F = fmt_of(f);
     uint32_t top = pt_kfp8_from_f32(INFINITY, f);
+    /* the maximum and the integer counts are the same whichever thread takes which
+     * elements (the counts are exact in double) */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) reduction(max : amax) reduction(+ : over, under) \
+    if (elems >= PT_KCPU_PAR_MIN)
+#endif
     for (size_t i = 0; i < elems; i++) {
         float x = src[i], v = x * scale;
         uint8_t b = encode(v, &F, top);
@@ -167,6 +177,7 @@ static void decode(float *out, const uint8_t *q, int64_t elems, pt_kfp8 f)
     float lut[256];
     for (int i = 0; i < 256; i++)
         lut[i] = pt_kfp8_to_f32((uint8_t)i, f);
+    PT_KCPU_PARALLEL_FOR(elems)
     for (int64_t i = 0; i < elems; i++)
         out[i] = lut[q[i]];
 }
