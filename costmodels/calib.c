@@ -34,8 +34,11 @@ int pt_op_samples(const pt_op_stat *v, size_t n, pt_op_sample **out, size_t *n_o
         return pt_err_set(err, "out of memory for %zu op statistics", n);
     }
     size_t m = 0, ns = 0;
+    /* An FP8 GEMM op's span holds the casts of its operands besides the GEMM (ptrun's
+     * runtime/fp8.c), which the planner prices apart (planner/sim.c): it is not its
+     * key's time, and ptprofile measures those keys instead. */
     for (size_t i = 0; i < n; i++)
-        if (v[i].stream == 0 && v[i].key[0] && v[i].st.spans > 0)
+        if (v[i].stream == 0 && v[i].key[0] && v[i].st.spans > 0 && v[i].dtype != PT_DTYPE_FP8)
             ops[m++] = &v[i];
     qsort(ops, m, sizeof *ops, by_key);
     for (size_t a = 0, b; a < m; a = b) {

@@ -406,7 +406,8 @@ int pt_costdb_forget_framework_run(pt_costdb *db, int64_t id, pt_err *err);
 
 /* One op key's timing over a whole run: its ranks' statistics merged. The planner and
  * the runtime list the same ops (a fused kernel is one op in both: planner/ops.c), so
- * every sample times exactly the op its key prices. */
+ * every sample times exactly the op its key prices; FP8 GEMMs (dtype fp8), whose spans
+ * hold their operands' casts too, give none (pt_op_samples leaves them out). */
 typedef struct {
     pt_kernel_op op;
     pt_robust st;            /* st.median_s is the sample's time */

@@ -394,8 +394,10 @@ static pt_op *gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int ba
     /* FP8 operands are one byte an element; the output stays in the role's type */
     double ins = (double)batch * (fp8 ? 1 : ab) * ((double)m * (double)k + (double)k * (double)n);
     op->param = param;
-    /* an emulated FP8 GEMM computes in the storage precision, at its peak */
-    op->kernel.dtype = fp8 && !b->c->t->fp8.emulated ? PT_DTYPE_FP8 : b->c->dtype;
+    /* an FP8 GEMM's dtype is fp8 emulated or not (its trace spans are told apart by it);
+     * emulated, on a device without an FP8 peak, the analytic model prices it at the
+     * storage precision's (costmodels/analytic.c, peak_for) */
+    op->kernel.dtype = fp8 ? PT_DTYPE_FP8 : b->c->dtype;
     op->kernel.flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
     /* a forward with a bias (the model's, or the head's vocabulary mask) is another call:
      * cuBLASLt's bias epilogue, which reads the bias too, and is priced and profiled as

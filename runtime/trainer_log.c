@@ -355,26 +355,6 @@ static void load_check(const pt_op_sample *smp, size_t n, const char *path, cons
                  rec->gemm_ratio, keys, PT_NOISY_GEMM_RATIO);
 }
 
-/* Removes the samples of FP8 GEMM ops from smp[0..n), keeping the others in order;
- * returns how many remain. An FP8 GEMM op's span holds the casts of its two operands
- * (runtime/fp8.c) as well as the GEMM, while its key prices the GEMM alone and the
- * planner adds the casts apart (planner/sim.c): the span is not the key's time
- * (ptprofile measures those keys instead). FP8 GEMMs have keys of dtype fp8, except
- * emulated ones, keyed in the storage precision like the head's GEMMs: an emulated FP8
- * run keeps no GEMM sample at all. */
-static size_t drop_fp8_gemms(const pt_plan *p, pt_op_sample *smp, size_t n)
-{
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        bool gemm = strncmp(smp[i].op.key, "gemm", 4) == 0;
-        bool fp8 = smp[i].op.dtype == PT_DTYPE_FP8 ||
-                   (p->train.fp8.recipe != PT_FP8_OFF && p->train.fp8.emulated && gemm);
-        if (!fp8)
-            smp[kept++] = smp[i];
-    }
-    return kept;
-}
-
 /* Appends the run, its ranks' memory, its per-op statistics and its last step's
  * schedule to the cost table and, unless the load check finds it noisy or its backend
  * ran nondeterministic kernels, its op timings as kernel samples (source trace) under
@@ -435,8 +415,6 @@ static int record_run(pt_trainer *r, const pt_trace *merged, const pt_run_rank *
                  ? -1
                  : 0;
     }
-    if (rc == 0)
-        n_smp = drop_fp8_gemms(p, smp, n_smp);
     if (rc == 0)
         load_check(smp, n_smp, path, p, &rec);
     /* timings of kernels that the tables do not price (the plan prices the deterministic

@@ -89,13 +89,13 @@ awk -v m="$mfu" 'BEGIN { exit !(m > 0 && m <= 1) }' || fail "MFU $mfu is not in 
 
 # FP8 on the CPU is emulated (FP8 values decoded to fp32 and multiplied by OpenBLAS):
 # asked for as such (--fp8-emulate, as ptplan), timed through the kernel table's
-# gemm_fp8 under the plan's fp8 keys, the data type the planner gives them (fp32), and
-# said so; without --fp8-emulate it is refused before anything is written
+# gemm_fp8 under the plan's fp8 keys and data type (fp8: an FP8 GEMM's, emulated or
+# not), and said so; without --fp8-emulate it is refused before anything is written
 run 0 "$build/ptprofile" --db "$tmp/e.db" --devices 1 --global-batch 2 --max-mbs 2 --quick \
     --no-collectives --precision fp8 --fp8-emulate
 out_has "in fp32+fp8(current, emulated)" "the run names the emulated precision"
 err_has "gemm_dgrad_write:fp8:m=.*(FP8 emulated)" "emulated FP8 GEMMs are said to be"
-[ "$(sqlite3 "$tmp/e.db" "SELECT count(*) FROM kernel_samples WHERE kind = 'gemm_wgrad_bias' AND op_key LIKE 'gemm_wgrad_bias:fp8:%' AND dtype = 'fp32'")" -gt 0 ] ||
+[ "$(sqlite3 "$tmp/e.db" "SELECT count(*) FROM kernel_samples WHERE kind = 'gemm_wgrad_bias' AND op_key LIKE 'gemm_wgrad_bias:fp8:%' AND dtype = 'fp8'")" -gt 0 ] ||
     fail "emulated FP8 GEMMs stored under their keys"
 # ptplan --fp8-emulate prices them from the table; the table without them, analytically
 cp "$tmp/e.db" "$tmp/e0.db"

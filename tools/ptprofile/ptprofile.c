@@ -179,9 +179,8 @@ static void op_set_add(op_set *s, const pt_kernel_op *op, bool fp8)
     s->v[s->n++] = (prof_gemm){*op, fp8};
 }
 
-/* Whether op is one of the layers' FP8 GEMMs (pt_train.fp8): its dtype says so, or,
- * emulated in the storage precision (pt_fp8.emulated), the scaling work that planner/
- * ops.c gives FP8 GEMMs only. */
+/* Whether op is one of the layers' FP8 GEMMs (pt_train.fp8): its dtype says so (emulated
+ * too), as does the scaling work that planner/ops.c gives FP8 GEMMs only. */
 static bool is_fp8_gemm(const pt_op *op)
 {
     return op->kernel.dtype == PT_DTYPE_FP8 || op->fp8.passes > 0;
@@ -302,7 +301,7 @@ static int measure_gemms(const prof_opts *o, job *j, op_set *ops, const char *de
             return -1;
         (*measured)++;
         snprintf(result, sizeof result, "%.3g ms, %.2f GFLOP/s%s", 1e3 * t, op->flops / t / 1e9,
-                 fp8 && op->dtype != PT_DTYPE_FP8 ? " (FP8 emulated)" : "");
+                 fp8 && j->t.fp8.emulated ? " (FP8 emulated)" : "");
         pt_progress_step(&p, op->flops, op->key, result);
     }
     pt_progress_end(&p);
