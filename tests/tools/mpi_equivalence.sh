@@ -149,8 +149,9 @@ if [ "$suite" = cuda ]; then
 elif [ "$suite" = fp8 ]; then
     both="2 dp=2,zero=1,mbs=2;2 tp=2,sp=1,mbs=2;2 pp=2,vp=2,mbs=2;2 dp=2,zero=3,mbs=2"
     both="$both;4 tp=2,sp=1,dp=2,zero=3,mbs=2;2 cp=2,mbs=2"
-    # tiny LLaMA's KV heads replicated over tp = 4 (each rank's K and V slices)
-    llama="$both;4 tp=4,mbs=2"
+    # tiny LLaMA through its own paths (RMSNorm, SwiGLU, RoPE, GQA) once per kind of
+    # slice, and its KV heads replicated over tp = 4 (each rank's K and V slices)
+    llama="2 tp=2,sp=1,mbs=2;2 dp=2,zero=3,mbs=2;2 cp=2,mbs=2;4 tp=4,mbs=2"
     six=""
     # resumed under delayed scaling, whose amax histories the checkpoint keeps
     resume_cases="2 dp=2,zero=1,mbs=2;2 tp=2,sp=1,mbs=2"
