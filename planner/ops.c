@@ -611,10 +611,6 @@ static void residual_norm(builder *b, const dims *d)
     norm_op(b, d, PT_OPK_ADD1_NORM2, PT_PARAM_NORM2, false, true);
 }
 
-/* Gathers the sequence-parallel shards of a norm output before a column-parallel
- * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. With
- * tp_overlap the gather runs beside the GEMM that reads it (which starts on the
- * rank's own rows), as Megatron-LM's TP communication overlap does. */
 /* What the column-parallel GEMMs reading the norm output `norm_out` read: that output,
  * or with sp its gathered rows (tp_gather_input). */
 static pt_tensor column_input(const builder *b, pt_tensor norm_out)
@@ -622,11 +618,33 @@ static pt_tensor column_input(const builder *b, pt_tensor norm_out)
     return b->c->l->sp ? PT_TEN_GATHERED : norm_out;
 }
 
-static void tp_gather_input(builder *b, const dims *d, pt_tensor norm_out)
+/* Bytes per element of a sequence-parallel all-gather feeding the GEMMs of `param`:
+ * Transformer Engine gathers what its FP8 GEMMs read, already quantized, one byte an
+ * element (v1.8, transformer_engine/pytorch/module/layernorm_linear.py: with FP8 the
+ * norm writes its output in FP8 and gather_along_first_dim gathers that, in the
+ * forward and again for the weight gradient; module/base.py, grad_output_preprocess:
+ * a row-parallel module's output gradient is cast to FP8 and then gathered; and
+ * initialize_ub: "AllGather buffers use fp8 when using fp8 recipe" under
+ * userbuffers); the reduce-scatters stay in the GEMMs' output type. ptrun gathers in
+ * the storage precision and quantizes per GEMM afterwards (fp8_per_gemm). */
+static double gather_bytes(const builder *b, const dims *d, pt_param_ref param)
+{
+    bool te = b->c->t->stack.fp8_casts == PT_FP8_CASTS_TE;
+    return te && fp8_param(b, param) && !b->c->t->fp8.emulated ? 1.0 : d->ab;
+}
+
+/* Gathers the sequence-parallel shards of a norm output before a column-parallel
+ * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. With
+ * tp_overlap the gather runs beside the GEMM that reads it (which starts on the
+ * rank's own rows), as Megatron-LM's TP communication overlap does.
+ * `param` is the first projection reading it (gather_bytes). */
+static void tp_gather_input(builder *b, const dims *d, pt_tensor norm_out, pt_param_ref param,
+                            bool overlapped)
 {
     if (b->c->l->sp)
         coll(b, PT_OPK_SP_ALLGATHER, (moves){norm_out, PT_TEN_GATHERED}, PT_COLL_ALLGATHER,
-             PT_GROUP_TP, d->ab * (double)d->tokens * (double)d->h, 1, b->c->l->tp_overlap);
+             PT_GROUP_TP, gather_bytes(b, d, param) * (double)d->tokens * (double)d->h, 1,
+             overlapped);
 }
 
 /* Whether the stack pipelines every sequence-parallel collective with its GEMM
@@ -637,13 +655,15 @@ static bool tp_overlap_all(const builder *b)
     return b->c->l->tp_overlap && b->c->t->stack.tp_overlap_rs;
 }
 
-/* Gathers the residual-stream gradient's shards before a row-parallel backward (or
- * the embedding's); overlapped only by a stack that overlaps all TP collectives. */
-static void tp_enter(builder *b, const dims *d)
+/* Gathers the residual-stream gradient's shards before the row-parallel backward of
+ * `param` (or the embedding's); overlapped only by a stack that overlaps all TP
+ * collectives. */
+static void tp_enter(builder *b, const dims *d, pt_param_ref param)
 {
     if (b->c->l->sp)
         coll(b, PT_OPK_SP_ALLGATHER, (moves){PT_TEN_DRES, PT_TEN_DRES_GATHERED},
-             PT_COLL_ALLGATHER, PT_GROUP_TP, d->ab * (double)d->tokens * (double)d->h, 1,
+             PT_COLL_ALLGATHER, PT_GROUP_TP,
+             gather_bytes(b, d, param) * (double)d->tokens * (double)d->h, 1,
              tp_overlap_all(b));
 }
 
@@ -908,7 +928,7 @@ static bool shared_qkv(const builder *b, const dims *d)
 static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np,
                                 pt_op_kind batched)
 {
-    tp_gather_input(b, d, in);
+    tp_gather_input(b, d, in, p[0].param, b->c->l->tp_overlap);
     pt_tensor src = column_input(b, in);
     if (batched != PT_OPK_COUNT) {
         reads(gemm_batch(b, batched, p[0].param, np, d->tokens, p[0].n_out, d->h,
@@ -926,14 +946,17 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
  * (summed into one: the first written, the others added), with sp the input gathered
  * again for the weight gradients (Megatron keeps it sharded), the weight gradients
  * (with `batched` as one batched GEMM, shared_qkv), then one reduce-scatter (sp) or
- * all-reduce of the input gradient. */
+ * all-reduce of the input gradient. A stack with tp_backward_async runs the gather
+ * beside the data gradients and the reduction beside the weight gradients whether or
+ * not the layout overlaps TP communication. */
 static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const proj *p, int np,
                                 pt_op_kind batched)
 {
+    bool async = b->c->t->stack.tp_backward_async;
     for (int i = 0; i < np; i++)
         writes(gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out,
                     i == 0 ? PT_GEMM_DGRAD_WRITE : PT_GEMM_DGRAD), PT_TEN_DLN);
-    tp_gather_input(b, d, in);
+    tp_gather_input(b, d, in, p[0].param, b->c->l->tp_overlap || async);
     pt_tensor src = column_input(b, in);
     if (batched != PT_OPK_COUNT)
         reads(gemm_batch(b, batched, p[0].param, np, p[0].n_out, d->h, d->tokens,
@@ -944,10 +967,10 @@ static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const p
     double bytes = d->ab * (double)d->tokens * (double)d->h;
     if (b->c->l->sp)
         coll(b, PT_OPK_SP_REDUCESCATTER, (moves){PT_TEN_DLN, PT_TEN_DLN_ROWS},
-             PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, tp_overlap_all(b));
+             PT_COLL_REDUCESCATTER, PT_GROUP_TP, bytes, 1, tp_overlap_all(b) || async);
     else
         coll(b, PT_OPK_TP_ALLREDUCE, (moves){PT_TEN_DLN, PT_TEN_DLN}, PT_COLL_ALLREDUCE,
-             PT_GROUP_TP, bytes, 1, false);
+             PT_GROUP_TP, bytes, 1, async);
 }
 
 /* Backward of a row-parallel GEMM (input width k_in = n_in/t): with sp the incoming
@@ -956,7 +979,7 @@ static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const p
 static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_kind wgrad,
                              pt_param_ref param, int64_t k_in, pt_gemm_role dgrad_role)
 {
-    tp_enter(b, d);
+    tp_enter(b, d, param);
     gemm(b, dgrad, param, d->tokens, k_in, d->h, dgrad_role);
     gemm(b, wgrad, param, d->h, k_in, d->tokens, wgrad_role(b, param));
 }
@@ -1129,7 +1152,7 @@ int pt_ops_embed(const pt_opctx *c, bool backward, pt_oplist *out)
         op = membound(&b, PT_OPK_EMBED, "embed_fwd", 2 * bytes, shape);
         tp_exit(&b, &d, PT_TEN_EMBED_RES);
     } else {
-        tp_enter(&b, &d);
+        tp_enter(&b, &d, PT_PARAM_WTE);
         op = membound(&b, PT_OPK_EMBED_BWD, "embed_bwd", 2 * bytes, shape);
     }
     if (op)

@@ -261,6 +261,10 @@ typedef struct {
     bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */
     bool tp_overlap_rs;            /* the reduce-scatters too, not only the all-gathers */
     double tp_overlap_reach;       /* share of that communication the GEMMs hide */
+    bool tp_backward_async;        /* without tp_overlap too: a column-parallel backward's
+                                      input gather beside its data-gradient GEMM, its
+                                      input gradient's reduce-scatter (all-reduce without
+                                      sp) beside its weight-gradient GEMM */
     unsigned dp_overlap_modes;     /* bit o set: dp_overlap o offered */
     pt_dp_overlap dp_overlap;      /* default */
     bool param_overlap;            /* parameter all-gather beside the next forward offered

@@ -24,6 +24,9 @@
  *       "tp": true,                             TP communication beside the GEMMs
  *       "tp_reduce_scatter": true,              ... the reduce-scatters too
  *       "tp_reach": 0.9,                        share of it hidden, [0, 1]
+ *       "tp_backward_async": true,              optional (default false): without
+ *                                               "tp" too, the column-parallel backward's
+ *                                               gather and reduce-scatter beside its GEMMs
  *       "dp": ["none", "last"],                 dp_overlap values offered
  *       "dp_default": "last",
  *       "param_gather": true,                   ZeRO 1/2 gather beside the next forward
@@ -201,7 +204,13 @@ static const pt_stack stack_megatron_lm = {
  *   the GEMMs; the chunk that starts a pipeline is not hidden: reach 0.8),
  *   --overlap-grad-reduce (buckets as the last micro-batch's backward fills them),
  *   --overlap-param-gather (the distributed optimizer's all-gather beside the next
- *   forward);
+ *   forward); without --tp-comm-overlap, TE's column-parallel modules still issue
+ *   their backward's collectives asynchronously (transformer_engine/pytorch/module/
+ *   layernorm_linear.py, v1.8: "Overlap input AG with dgrad", the sequence-parallel
+ *   input gathered again with async_op=True while the data-gradient GEMM runs, and
+ *   "Overlap dgrad-RS/AR with wgrad", the input gradient's reduce-scatter, or
+ *   all-reduce without sp, issued async_op=True before the weight-gradient GEMM and
+ *   waited on after it): tp_backward_async;
  * - the distributed optimizer's buckets hold max(40,000,000, 1,000,000 x dp)
  *   parameters (megatron/training/training.py, get_model);
  * - gradients reduced in fp32 unless --grad-reduce-in-bf16;
@@ -232,6 +241,7 @@ static const pt_stack stack_megatron_core = {
     .tp = true, .pp = true, .cp = true, .sp = true,
     .zero_stages = BIT(0) | BIT(1),
     .tp_overlap = true, .tp_overlap_rs = true, .tp_overlap_reach = 0.8,
+    .tp_backward_async = true,
     .dp_overlap_modes = BIT(PT_DPO_NONE) | BIT(PT_DPO_LAST), .dp_overlap = PT_DPO_LAST,
     .param_overlap = true,
     .zero3_prefetch = 0,
@@ -416,8 +426,9 @@ static const char *const fp8_keys[] = {"recipes", "default", "casts", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
-static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "dp", "dp_default", "param_gather",
-                                       "zero3_prefetch", "compute_slowdown", "p2p", NULL};
+static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "tp_backward_async",
+                                       "dp", "dp_default", "param_gather", "zero3_prefetch",
+                                       "compute_slowdown", "p2p", NULL};
 static const char *const grad_keys[] = {"bucket_rule", "bucket_bytes", "reduce_dtype",
                                         "compression", NULL};
 static const char *const loss_keys[] = {"fused_xent", "vocab_multiple", "vocab_per_tp", NULL};
@@ -527,6 +538,8 @@ static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
     int bad = pt_json_get_bool(&o, "tp", &s->tp_overlap, err);
     bad |= pt_json_get_bool(&o, "tp_reduce_scatter", &s->tp_overlap_rs, err);
     bad |= pt_json_get_real(&o, "tp_reach", &s->tp_overlap_reach, err);
+    if (json_object_get(o.obj, "tp_backward_async"))
+        bad |= pt_json_get_bool(&o, "tp_backward_async", &s->tp_backward_async, err);
     bad |= read_name_set(&o, "dp", dpo_names, PT_DPO_COUNT, &s->dp_overlap_modes, err);
     bad |= pt_json_get_enum(&o, "dp_default", dpo_names, PT_DPO_COUNT, &dflt, err);
     bad |= pt_json_get_bool(&o, "param_gather", &s->param_overlap, err);
@@ -959,6 +972,7 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
         bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));
+        bad |= pt_json_set(ovl, "tp_backward_async", json_boolean(s->tp_backward_async));
         bad |= pt_json_set(ovl, "dp", json_incref(dp));
         bad |= pt_json_set(ovl, "dp_default", json_string(dpo_names[s->dp_overlap]));
         bad |= pt_json_set(ovl, "param_gather", json_boolean(s->param_overlap));

@@ -938,9 +938,76 @@ static void test_fp8(void)
     }
 }
 
+/* Transformer Engine (the megatron-core stack's casts) all-gathers what its FP8 GEMMs
+ * read in FP8: the layers' sequence-parallel gathers move one byte an element, the head's
+ * and the embedding's and every reduce-scatter the storage precision's; ptrun gathers in
+ * bf16. Its backward's column-parallel gather and reduce-scatter run beside the GEMMs
+ * (tp_backward_async) without tp_overlap too, the forward's collectives and the
+ * row-parallel backward's gradient gathers not; ptrun's stack overlaps none of them. */
+static void test_te_tp_collectives(void)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 50304);
+    double T = 1024, h = 1024;
+    for (int core = 0; core <= 1; core++) {
+        pt_layout l = layout("tp=2,sp=1,dp=1", 16);
+        pt_train t = train(16);
+        pt_err err;
+        CHECK_INT(pt_stack_get(core ? "megatron-core" : "ptrun", &t.stack, &err), 0);
+        t.fp8 = (pt_fp8){.recipe = core ? PT_FP8_DELAYED : PT_FP8_CURRENT, .history = 1024};
+        pt_opctx c;
+        pt_opctx_init(&c, &m, &l, &t, NULL);
+        pt_oplist f = {0}, b = {0}, e = {0};
+        CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+        CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+        CHECK_INT(pt_ops_embed(&c, true, &e), 0);
+        CHECK_INT(pt_ops_head(&c, false, &e), 0);
+        double layer_ag = core ? T * h : 2 * T * h;
+        int hidden_bwd = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            const pt_oplist *o = pass ? &b : &f;
+            for (int i = 0; i < o->n; i++) {
+                const pt_op *op = &o->op[i];
+                if (op->cls != PT_OP_COLL || op->group != PT_GROUP_TP)
+                    continue;
+                if (op->coll.op == PT_COLL_ALLGATHER)
+                    CHECK_NEAR(op->coll.bytes, layer_ag, 1e-12);
+                else
+                    CHECK_NEAR(op->coll.bytes, 2 * T * h, 1e-12);
+                if (!pass)
+                    CHECK(!op->overlapped);
+                else
+                    hidden_bwd += op->overlapped;
+            }
+        }
+        /* the two column-parallel inputs' gathers and reduce-scatters */
+        CHECK_INT(hidden_bwd, core ? 4 : 0);
+        CHECK_INT(count(&b, PT_COLL_ALLGATHER, PT_GROUP_TP), 4);
+        for (int i = 0; i < e.n; i++)
+            if (e.op[i].cls == PT_OP_COLL && e.op[i].coll.op == PT_COLL_ALLGATHER)
+                CHECK_NEAR(e.op[i].coll.bytes, 2 * T * h, 1e-12);
+        pt_oplist_free(&f);
+        pt_oplist_free(&b);
+        pt_oplist_free(&e);
+    }
+    /* without FP8 the gathers stay in bf16 under TE too */
+    pt_layout l = layout("tp=2,sp=1,dp=1", 16);
+    pt_train t = train(16);
+    pt_err err;
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    pt_oplist f = {0};
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    for (int i = 0; i < f.n; i++)
+        if (f.op[i].cls == PT_OP_COLL && f.op[i].coll.op == PT_COLL_ALLGATHER)
+            CHECK_NEAR(f.op[i].coll.bytes, 2 * T * h, 1e-12);
+    pt_oplist_free(&f);
+}
+
 int main(void)
 {
     test_fp8();
+    test_te_tp_collectives();
     test_flops_formula();
     test_kind_table();
     test_bias_in_role();

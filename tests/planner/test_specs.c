@@ -733,6 +733,23 @@ static void test_integer_reals(void)
     CHECK_INT(s.vocab_multiple, 128);
     free(text);
     free(good);
+
+    /* overlap.tp_backward_async: dumped and read back; optional, false when left out. */
+    pt_stack core;
+    CHECK_INT(pt_stack_get("megatron-core", &core, &err), 0);
+    CHECK(core.tp_backward_async);
+    good = pt_stack_to_json(&core);
+    CHECK_INT(pt_stack_from_json(good, "<string>", &s, &err), 0);
+    CHECK(s.tp_backward_async);
+    text = replace_once(good, "\"tp_backward_async\": true,", "");
+    CHECK_INT(pt_stack_from_json(text, "<string>", &s, &err), 0);
+    CHECK(!s.tp_backward_async);
+    free(text);
+    text = replace_once(good, "\"tp_backward_async\": true", "\"tp_backward_async\": 1");
+    CHECK_INT(pt_stack_from_json(text, "s.json", &s, &err), -1);
+    CHECK_STR_HAS(err.msg, "tp_backward_async");
+    free(text);
+    free(good);
 }
 
 /* One file with several problems: every one reported, a line each. */
