@@ -407,22 +407,9 @@ static void pt_mem_stage_ptrun(const pt_model *m, const pt_layout *l, int stage,
         out->activations_bytes = HUGE_VAL;
 }
 
-/* The linear layers of one transformer layer (q, k, v, attn_out, [mlp_gate,] mlp_up,
- * mlp_down) and their weight elements on one tensor-parallel rank. */
-static int pt_mem_linears(const pt_model *m, int tp, double *weight_elems)
-{
-    int64_t shape[PT_PSGD_LAYER_MAX][2];
-    int n = pt_psgd_layer_matrices(m, tp, shape);
-    *weight_elems = 0;
-    for (int i = 0; i < n; i++)
-        *weight_elems += (double)shape[i][0] * (double)shape[i][1];
-    return n;
-}
-
 /* What FP8 training keeps beside the model states, on a stage of `layers` layers,
- * counted with the weights. ptrun: each FP8 tensor site's scaling state, kernels.h's
- * meta block of PT_KFP8_META (5) floats and, under delayed scaling, the amax history:
- * three sites (input, weight, output gradient) per linear layer. Transformer Engine
+ * counted with the weights. ptrun: its scaling state, pt_fp8_meta_floats floats
+ * (train.c, the size runtime/fp8.c allocates). Transformer Engine
  * (stack casts "te"): the FP8 weights and their transposes cached for the step
  * (linear.py's weight workspace), one byte each per weight element; its meta blocks
  * are left out (a few KiB a layer). At TE v1.8 (linear.py, get_fp8_workspace with
@@ -440,14 +427,12 @@ static double pt_mem_fp8_states(const pt_model *m, const pt_layout *l, const pt_
 {
     if (!pt_train_fp8(t))
         return 0;
-    double weights;
-    int linears = pt_mem_linears(m, l->tp, &weights);
     if (t->stack.fp8_casts == PT_FP8_CASTS_TE)
-        return (t->fp8.param_gather ? 0.0 : 2.0) * weights * (double)layers;
+        return (t->fp8.param_gather ? 0.0 : 2.0) * pt_layer_linear_elems(m, l->tp, NULL) *
+               (double)layers;
     if (!pt_stack_is_ptrun(&t->stack))
         return 0;
-    int hist = t->fp8.recipe == PT_FP8_DELAYED ? t->fp8.history : 0;
-    return 3.0 * linears * (double)layers * (5.0 + hist) * 4.0;
+    return 4.0 * (double)pt_fp8_meta_floats(m, &t->fp8, layers);
 }
 
 void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int stage,

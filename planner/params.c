@@ -180,6 +180,18 @@ int pt_psgd_layer_matrices(const pt_model *m, int tp, int64_t shape[PT_PSGD_LAYE
     return n;
 }
 
+double pt_layer_linear_elems(const pt_model *m, int tp, int *count)
+{
+    int64_t shape[PT_PSGD_LAYER_MAX][2];
+    int n = pt_psgd_layer_matrices(m, tp, shape);
+    double e = 0;
+    for (int i = 0; i < n; i++)
+        e += (double)shape[i][0] * (double)shape[i][1];
+    if (count)
+        *count = n;
+    return e;
+}
+
 void pt_psgd_layer(const pt_model *m, int tp, int rank, int64_t *compressed,
                    int64_t *factors)
 {

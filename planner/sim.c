@@ -285,17 +285,6 @@ static int price_micro_batch(const pricer *p, const pt_opctx *ctx, double layer_
 }
 
 /* Parameters of virtual stage vs (of V). */
-/* The linear layers' weight elements of one transformer layer on a tp rank. */
-static double linear_elems(const pt_model *m, int tp)
-{
-    int64_t shape[PT_PSGD_LAYER_MAX][2];
-    int n = pt_psgd_layer_matrices(m, tp, shape);
-    double e = 0;
-    for (int i = 0; i < n; i++)
-        e += (double)shape[i][0] * (double)shape[i][1];
-    return e;
-}
-
 static double stage_params(const pt_model *m, const pt_layout *l, int vs, int V)
 {
     return (double)pt_params_part(m, l->tp, l->pp, pt_stage_layers(m, l, vs, NULL), vs == 0,
@@ -373,7 +362,7 @@ static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout
             sp.params += stage_params(ctx->m, l, c * l->pp + r, V);
             if (ctx->t->fp8.param_gather && pt_train_fp8(ctx->t))
                 sp.fp8_linear += (double)pt_stage_layers(ctx->m, l, c * l->pp + r, NULL) *
-                                 linear_elems(ctx->m, l->tp);
+                                 pt_layer_linear_elems(ctx->m, l->tp, NULL);
         }
         if (r == 0)
             sp.edge += (double)pt_params_embedding(ctx->m, l->tp);

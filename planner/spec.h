@@ -105,6 +105,10 @@ int64_t pt_psgd_rank(int64_t rows, int64_t cols, int rank);
 bool pt_psgd_compresses(int64_t rows, int64_t cols, int rank);
 void pt_psgd_layer(const pt_model *m, int tp, int rank, int64_t *compressed,
                    int64_t *factors);
+/* The weight elements of one transformer layer's linear layers on a tp rank (the
+ * matrices of pt_psgd_layer_matrices), and how many linear layers it has (6, or 7 with
+ * a gated MLP) into *count when count is non-NULL. */
+double pt_layer_linear_elems(const pt_model *m, int tp, int *count);
 /* PowerSGD's groups, the one rule runtime/compress.c forms them by and
  * planner/ops_step.c prices them by: compressed matrices, taken from the chunk's
  * end down, join the open group, whose P and Q are each all-reduced at once; the
@@ -389,6 +393,14 @@ typedef struct {
                              * where bf16 keeps two, and the distributed optimizer's
                              * all-gather of the updated weights moves those bytes) */
 } pt_fp8;
+
+/* ptrun's FP8 scaling state for `layers` transformer layers of model m under f, in
+ * floats: three tensors (input, weight, output gradient) per linear layer, each a meta
+ * block of PT_FP8_META_FLOATS (kernels.h's PT_KFP8_META: scale, its inverse, amax and
+ * two counts) and, under delayed scaling, the amax history; 0 with FP8 off. The
+ * runtime allocates exactly this (runtime/fp8.c) and the memory model counts it. */
+enum { PT_FP8_META_FLOATS = 5 };
+int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers);
 
 /* Settings of a training job that the planner needs besides model and layout. */
 typedef struct {

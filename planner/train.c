@@ -53,6 +53,16 @@ int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err)
 static const char *const pt_fp8_names[PT_FP8_COUNT] = {"off", "current", "delayed",
                                                         "blockwise", "rowwise"};
 
+int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers)
+{
+    if (f->recipe == PT_FP8_OFF)
+        return 0;
+    int linears;
+    pt_layer_linear_elems(m, 1, &linears);
+    int64_t stride = PT_FP8_META_FLOATS + (f->recipe == PT_FP8_DELAYED ? f->history : 0);
+    return layers * linears * 3 * stride;
+}
+
 const char *pt_fp8_recipe_name(pt_fp8_recipe r)
 {
     return (unsigned)r < PT_FP8_COUNT ? pt_fp8_names[r] : "unknown";

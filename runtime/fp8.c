@@ -34,12 +34,17 @@
 #include "layer_internal.h"
 
 /* The FP8 linear layers of a transformer layer, each with its three operands: six,
- * and the gate of a gated MLP last (the count planner/memory.c gives the state). */
+ * and the gate of a gated MLP last; the state's size is the planner's
+ * (pt_fp8_meta_floats, which the memory model counts). */
 enum { FP8_X, FP8_W, FP8_DY, FP8_OPERANDS };
+_Static_assert((int)PT_KFP8_META == (int)PT_FP8_META_FLOATS, "the planner sizes kernels.h's meta block");
+_Static_assert(FP8_OPERANDS == 3, "pt_fp8_meta_floats counts three tensors a linear layer");
 
 static int linears(const pt_model *m)
 {
-    return m->act == PT_ACT_SWIGLU ? 7 : 6;
+    int n;
+    pt_layer_linear_elems(m, 1, &n);
+    return n;
 }
 
 /* Which FP8 linear layer parameter r is (0 .. linears-1), or -1 for one that stays in
@@ -61,14 +66,6 @@ static int linear_index(pt_param_ref r)
 static bool row_parallel(pt_param_ref r)
 {
     return r == PT_PARAM_ATTN_OUT || r == PT_PARAM_MLP_DOWN;
-}
-
-int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers)
-{
-    if (f->recipe == PT_FP8_OFF)
-        return 0;
-    int64_t stride = PT_KFP8_META + (f->recipe == PT_FP8_DELAYED ? f->history : 0);
-    return layers * linears(m) * FP8_OPERANDS * stride;
 }
 
 /* The initial scaling state into host (floats): scale 1 until a first amax, so that

@@ -191,9 +191,6 @@ int pt_net_upload_master(pt_net *n, const float *host, pt_err *err);
 
 /* ---- FP8 (runtime/fp8.c) ----------------------------------------------------------------- */
 
-/* Floats of the FP8 scaling state of `layers` layers of model m under f (0 with FP8
- * off). */
-int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers);
 /* Takes the plan's FP8 setting into n->fp8 and, when on, allocates and initialises the
  * scaling state of n's layers (its bytes added to n->bytes). Errors: a recipe ptrun
  * does not run, a backend without FP8 kernels, out of memory. pt_fp8_free frees it. */
