@@ -285,10 +285,13 @@ static void fp8_pass_add(pt_fp8_work *w, double elems, double per_elem, double s
  * only. Per operand: current scaling reads it once for its amax (fp8_amax) and runs
  * fp8_scale; then fp8_cast reads it and writes one byte per element (the transpose
  * instead where that is what the GEMM reads); delayed scaling takes the amax inside the
- * cast (no amax pass) and runs fp8_scale too. With tp > 1 each operand sharded over tp
- * has its amax all-reduced (max) over the tp group: the weight always, the input X of a
- * row-parallel layer, the output gradient dY of a column-parallel one (the scale must be
- * the same on every rank for the shards to be one tensor). */
+ * cast (no amax pass) and runs fp8_scale too. Where a rank holds a slice of an operand
+ * its amax is all-reduced (max) before the scale is taken (the scale must be the same on
+ * every rank for the slices to be one tensor): over tp the weight, the input X of a
+ * row-parallel layer and the output gradient dY of a column-parallel one; over cp every
+ * activation (X, dY: the sequence's rows). Current scaling reduces before every cast;
+ * delayed scaling only where a use pushes its amax into the history (the forward's X
+ * and W, the data gradient's dY: runtime/fp8.c's quantize). */
 static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int64_t k,
                          bool row_parallel)
 {
@@ -303,16 +306,34 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
         w->launches += 1;
     }
     fp8_pass p = fp8_pass_of(op->role);
-    int sharded = p == FP8_FWD ? 1 + row_parallel        /* W, and X when row-parallel */
-                  : p == FP8_DGRAD ? 1 + !row_parallel   /* W, and dY when column-parallel */
-                  : 1;                                   /* dY^T (column) or X^T (row) */
+    bool every = amax_pass; /* current scaling: every cast reduces its amax */
+    int sharded, rows;
+    switch (p) {
+    case FP8_FWD: /* X (tp when row-parallel; cp) and W (tp), both pushed */
+        sharded = 1 + row_parallel;
+        rows = 1;
+        break;
+    case FP8_DGRAD: /* dY, pushed (tp when column-parallel; cp); W^T (tp) */
+        sharded = !row_parallel + every;
+        rows = 1;
+        break;
+    default: /* dY^T (tp when column-parallel; cp) and X^T (tp when row-parallel; cp) */
+        sharded = every;
+        rows = 2 * every;
+        break;
+    }
     pt_grid g;
     pt_grid_init(&g, b->c->l);
-    int tp = pt_grid_group_size(&g, PT_GROUP_TP);
+    int tp = pt_grid_group_size(&g, PT_GROUP_TP), cp = pt_grid_group_size(&g, PT_GROUP_CP);
     if (tp > 1) {
         w->amax_reduces = sharded;
         w->amax = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .bytes = 4, .group = tp,
                                .ranks_per_node = b->c->ranks_per_node[PT_GROUP_TP]};
+    }
+    if (cp > 1) {
+        w->amax_cp_reduces = rows;
+        w->amax_cp = (pt_coll_op){.op = PT_COLL_ALLREDUCE, .bytes = 4, .group = cp,
+                                  .ranks_per_node = b->c->ranks_per_node[PT_GROUP_CP]};
     }
 }
 
@@ -636,11 +657,15 @@ static double gather_bytes(const builder *b, const dims *d, pt_param_ref param)
 /* Gathers the sequence-parallel shards of a norm output before a column-parallel
  * GEMM (sp), or nothing: without sp Megatron's "f" is the identity forward. With
  * tp_overlap the gather runs beside the GEMM that reads it (which starts on the
- * rank's own rows), as Megatron-LM's TP communication overlap does.
+ * rank's own rows), as Megatron-LM's TP communication overlap does — but not before
+ * ptrun's FP8 GEMMs, which quantize the whole gathered input with its amax and so wait
+ * for the gather (runtime/fp8.c).
  * `param` is the first projection reading it (gather_bytes). */
 static void tp_gather_input(builder *b, const dims *d, pt_tensor norm_out, pt_param_ref param,
                             bool overlapped)
 {
+    if (fp8_param(b, param) && pt_stack_is_ptrun(&b->c->t->stack))
+        overlapped = false;
     if (b->c->l->sp)
         coll(b, PT_OPK_SP_ALLGATHER, (moves){norm_out, PT_TEN_GATHERED}, PT_COLL_ALLGATHER,
              PT_GROUP_TP, gather_bytes(b, d, param) * (double)d->tokens * (double)d->h, 1,

@@ -169,6 +169,8 @@ static double price_fp8_work(const pricer *p, const pt_fp8_work *w)
     }
     if (w->amax_reduces > 0)
         t += w->amax_reduces * pt_cost_coll(p->db, &p->hw, &w->amax).time_s;
+    if (w->amax_cp_reduces > 0)
+        t += w->amax_cp_reduces * pt_cost_coll(p->db, &p->hw, &w->amax_cp).time_s;
     return t;
 }
 
@@ -180,7 +182,8 @@ static pt_cost price_op(const pricer *p, const pt_op *op)
     if (op->cls != PT_OP_KERNEL)
         return pt_cost_coll(p->db, &p->hw, &op->coll);
     pt_cost c = price_kernel(p, op);
-    if (op->fp8.passes > 0 || op->fp8.launches > 0 || op->fp8.amax_reduces > 0)
+    if (op->fp8.passes > 0 || op->fp8.launches > 0 || op->fp8.amax_reduces > 0 ||
+        op->fp8.amax_cp_reduces > 0)
         c.time_s += price_fp8_work(p, &op->fp8);
     return c;
 }

@@ -157,7 +157,7 @@ const char *pt_tensor_name(pt_tensor t);
  * which its key (dtype fp8) does not time: the memory-bound passes that find its
  * operands' amax and quantize them (with transposes where the GEMM reads an operand
  * K-major the other way), the scale kernels, and the all-reduces (max) of one float
- * over tp for each operand sharded over tp. planner/ops.c fills it as the stack runs
+ * over tp for each operand sharded over tp, and over cp for each activation. planner/ops.c fills it as the stack runs
  * its casts (pt_fp8_casts); planner/sim.c adds its price to the GEMM's. Under ptrun's
  * stack these kernels run inside the op (the runtime maps ops by kind, so they are no
  * ops of their own). */
@@ -168,6 +168,8 @@ typedef struct {
     double launches;        /* kernels too small to move bytes (fp8_scale) */
     int amax_reduces;       /* all-reduces of one float over tp */
     pt_coll_op amax;        /* one of them: 4 bytes over the tp group */
+    int amax_cp_reduces;    /* ... and over cp (an activation's rows are split over it) */
+    pt_coll_op amax_cp;     /* one of them: 4 bytes over the cp group */
 } pt_fp8_work;
 
 typedef struct {

@@ -928,14 +928,65 @@ static void test_fp8(void)
             if (o.op[i].kind == PT_OPK_LOGITS)
                 CHECK(strstr(o.op[i].kernel.key, ":bf16:") != NULL && o.op[i].fp8.passes == 0);
         pt_oplist_free(&o);
-        /* delayed scaling: the casts alone */
+        /* delayed scaling: the casts alone, and the amax reduced only where a use pushes
+         * it (runtime/fp8.c): the forward's X and W, the data gradient's dY */
         t.fp8.recipe = PT_FP8_DELAYED;
         CHECK_INT(pt_ops_layer(&c, false, &o), 0);
-        for (int i = 0; i < o.n; i++)
-            if (o.op[i].kind == PT_OPK_Q)
-                CHECK_NEAR(o.op[i].fp8.passes, 2, 0);
+        CHECK_INT(pt_ops_layer(&c, true, &o), 0);
+        for (int i = 0; i < o.n; i++) {
+            const pt_op *op = &o.op[i];
+            if (op->kind == PT_OPK_Q)
+                CHECK_NEAR(op->fp8.passes, 2, 0);
+            if (op->kind == PT_OPK_ATTN_OUT)
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
+            if (op->kind == PT_OPK_Q_DGRAD) /* dY; W^T is cast with the pushed scale */
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
+            if (op->kind == PT_OPK_ATTN_OUT_DGRAD)
+                CHECK_INT(op->fp8.amax_reduces, 0);
+            if (op->kind == PT_OPK_Q_WGRAD)
+                CHECK_INT(op->fp8.amax_reduces, 0);
+        }
         pt_oplist_free(&o);
     }
+    /* cp: every activation's amax over the cp group (X, dY and, current, the weight
+     * gradient's two re-casts), never the weight's */
+    pt_layout l = layout("cp=2,dp=1", 16);
+    pt_train t = train(16);
+    t.fp8 = (pt_fp8){.recipe = PT_FP8_CURRENT, .history = 1024};
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    pt_oplist o = {0};
+    CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+    CHECK_INT(pt_ops_layer(&c, true, &o), 0);
+    int seen = 0;
+    for (int i = 0; i < o.n; i++) {
+        const pt_op *op = &o.op[i];
+        if (op->kind == PT_OPK_Q || op->kind == PT_OPK_Q_DGRAD || op->kind == PT_OPK_Q_WGRAD) {
+            seen++;
+            CHECK_INT(op->fp8.amax_reduces, 0);
+            CHECK_INT(op->fp8.amax_cp_reduces, op->kind == PT_OPK_Q_WGRAD ? 2 : 1);
+            CHECK_INT(op->fp8.amax_cp.group, 2);
+        }
+    }
+    CHECK_INT(seen, 3);
+    pt_oplist_free(&o);
+    /* tp_overlap: ptrun's FP8 GEMMs quantize the whole gathered input, so the gather
+     * before them is not overlapped (without FP8 it is) */
+    for (int f = 0; f < 2; f++) {
+        l = layout("tp=2,sp=1,tp_overlap=1,dp=1", 16);
+        t.fp8.recipe = f ? PT_FP8_CURRENT : PT_FP8_OFF;
+        pt_opctx_init(&c, &m, &l, &t, NULL);
+        o.n = 0;
+        CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+        int gathers = 0;
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == PT_OPK_SP_ALLGATHER && o.op[i].dst == PT_TEN_GATHERED) {
+                gathers++;
+                CHECK(o.op[i].overlapped == !f);
+            }
+        CHECK(gathers > 0);
+    }
+    pt_oplist_free(&o);
 }
 
 /* Transformer Engine (the megatron-core stack's casts) all-gathers what its FP8 GEMMs
