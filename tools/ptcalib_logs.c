@@ -21,7 +21,7 @@
  *    memory: 40.12GiB(50.00%)  tps: 1,234  tflops: 56.78  mfu: 12.34%"
  * colored with ANSI escapes unless disabled; tps is the tokens of this data-parallel
  * rank since the last line over the time times the non-data-parallel size (tp·pp·cp):
- * tokens per second per GPU. Versions before 2024-11 wrote "wps" for the same figure.
+ * tokens per second per GPU. Older torchtitan versions write "wps" for the same figure.
  * "validate step:" lines are the validator's and are not read.
  */
 #include "ptcalib.h"
