@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 static const char *const group_names[PT_GROUP_COUNT] = {"tp", "cp", "dp", "pp", "dp*cp",
-                                                        "tp*cp"};
+                                                        "tp*cp", "cp_a2a"};
 
 const char *pt_group_name(pt_group_kind g) { return group_names[g]; }
 
@@ -21,6 +21,8 @@ void pt_grid_init(pt_grid *g, const pt_layout *l)
     g->size[PT_DIM_CP] = l->cp;
     g->size[PT_DIM_DP] = l->dp;
     g->size[PT_DIM_PP] = l->pp;
+    int a2a = pt_layout_a2a(l);
+    g->cp_a2a = a2a >= 1 && l->cp % a2a == 0 ? a2a : 1;
     int64_t stride = 1;
     for (int i = 0; i < PT_NDIM; i++) {
         g->order[i] = l->order[i];
@@ -52,6 +54,7 @@ static int group_dims(pt_group_kind kind, pt_dim dims[2])
     case PT_GROUP_CP: dims[0] = PT_DIM_CP; return 1;
     case PT_GROUP_DP: dims[0] = PT_DIM_DP; return 1;
     case PT_GROUP_PP: dims[0] = PT_DIM_PP; return 1;
+    case PT_GROUP_CPA2A: dims[0] = PT_DIM_CP; return 1; /* cut to cp_a2a: group_members */
     /* dp varies faster than cp inside the combined group, so that with cp = 1 it is
      * exactly the dp group. */
     case PT_GROUP_DPCP: dims[0] = PT_DIM_DP; dims[1] = PT_DIM_CP; return 2;
@@ -63,6 +66,8 @@ int pt_grid_group_size(const pt_grid *g, pt_group_kind kind)
 {
     pt_dim dims[2];
     int n = group_dims(kind, dims);
+    if (kind == PT_GROUP_CPA2A)
+        return g->cp_a2a;
     return n == 1 ? g->size[dims[0]] : g->size[dims[0]] * g->size[dims[1]];
 }
 
@@ -79,13 +84,17 @@ static int group_members(const pt_grid *g, pt_group_kind kind, int64_t rank, int
     int n = group_dims(kind, dims);
     int coords[PT_NDIM];
     pt_grid_coords(g, rank, coords);
-    int inner = g->size[dims[0]], outer = n == 2 ? g->size[dims[1]] : 1;
+    int inner = g->size[dims[0]], outer = n == 2 ? g->size[dims[1]] : 1, first = 0;
+    if (kind == PT_GROUP_CPA2A) { /* the cp_a2a-sized run of cp coordinates holding rank */
+        inner = g->cp_a2a;
+        first = coords[PT_DIM_CP] / inner * inner;
+    }
     int count = 0;
     for (int o = 0; o < outer; o++) {
         if (n == 2)
             coords[dims[1]] = o;
         for (int i = 0; i < inner; i++) {
-            coords[dims[0]] = i;
+            coords[dims[0]] = first + i;
             ranks[count++] = pt_grid_rank(g, coords);
         }
     }

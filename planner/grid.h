@@ -21,6 +21,8 @@ extern "C" {
 typedef enum { PT_GROUP_TP, PT_GROUP_CP, PT_GROUP_DP, PT_GROUP_PP,
                PT_GROUP_DPCP, /* gradient reduction and ZeRO sharding */
                PT_GROUP_TPCP,
+               PT_GROUP_CPA2A, /* cp_a2a consecutive ranks of a cp group: the
+                                  all-to-all of cp_comm=a2a and a2a+p2p */
                PT_GROUP_COUNT } pt_group_kind;
 const char *pt_group_name(pt_group_kind g);
 
@@ -28,6 +30,7 @@ typedef struct {
     int size[PT_NDIM];   /* indexed by pt_dim */
     int stride[PT_NDIM]; /* rank = sum coord[d]·stride[d] */
     pt_dim order[PT_NDIM];
+    int cp_a2a;          /* the cp all-to-all groups' size (the layout's cp_a2a) */
     int64_t world;
 } pt_grid;
 

@@ -20,12 +20,22 @@ static const char *const recompute_names[PT_RECOMPUTE_COUNT] = {"none", "selecti
 static const char *const schedule_names[PT_SCHED_COUNT] = {"afab", "1f1b", "interleaved"};
 static const char *const dim_names[PT_NDIM] = {"tp", "cp", "dp", "pp"};
 static const char *const dp_overlap_names[PT_DPO_COUNT] = {"none", "last", "backward"};
+static const char *const cp_comm_names[PT_CPC_COUNT] = {"p2p", "all_gather", "a2a", "a2a+p2p"};
 static const char *const compress_names[PT_COMPRESS_COUNT] = {"none", "bf16", "powersgd"};
 
 const char *pt_recompute_name(pt_recompute r) { return recompute_names[r]; }
 const char *pt_schedule_name(pt_schedule s) { return schedule_names[s]; }
 const char *pt_dim_name(pt_dim d) { return dim_names[d]; }
 const char *pt_dp_overlap_name(pt_dp_overlap o) { return dp_overlap_names[o]; }
+int pt_layout_a2a(const pt_layout *l)
+{
+    return l->cp_comm == PT_CPC_A2A ? l->cp : l->cp_comm == PT_CPC_A2A_P2P ? l->cp_a2a : 1;
+}
+
+const char *pt_cp_comm_name(pt_cp_comm k)
+{
+    return (unsigned)k < PT_CPC_COUNT ? cp_comm_names[k] : "?";
+}
 const char *pt_compress_name(pt_compress c) { return compress_names[c]; }
 
 static const struct {
@@ -39,6 +49,13 @@ static const struct {
     [PT_REJECT_LAYERS_PP] = {"layers_pp", "layers not divisible by pp*vp"},
     [PT_REJECT_SEQ_CP] = {"seq_cp", "sequence not divisible by 2*cp (causal load balancing)"},
     [PT_REJECT_SEQ_SP] = {"seq_sp", "sequence/cp not divisible by tp (sequence parallelism)"},
+    [PT_REJECT_CP_COMM_NO_CP] = {"cp_comm_no_cp", "cp_comm other than p2p with cp = 1"},
+    [PT_REJECT_CP_A2A] = {"cp_a2a", "cp_a2a does not divide cp, or cp_comm does not use it"},
+    [PT_REJECT_HEADS_CP_A2A] = {"heads_cp_a2a",
+                                "heads per tp rank not divisible by the all-to-all degree"},
+    [PT_REJECT_KV_HEADS_CP_A2A] = {"kv_heads_cp_a2a",
+                                   "KV heads per tp rank neither divisible by nor dividing "
+                                   "the all-to-all degree"},
     [PT_REJECT_BATCH_DP] = {"batch_dp", "global batch not divisible by mbs*dp"},
     [PT_REJECT_TP_SPANS_NODES] = {"tp_spans_nodes",
                                   "a tensor-parallel group spans NVLink domains"},
@@ -71,6 +88,7 @@ const char *pt_reject_describe(pt_reject r) { return reject_info[r].text; }
 void pt_layout_default(pt_layout *l)
 {
     *l = (pt_layout){.tp = 1, .cp = 1, .pp = 1, .dp = 1, .vp = 1, .sp = false, .zero = 0,
+                     .cp_comm = PT_CPC_P2P, .cp_a2a = 0,
                      .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
                      .dp_overlap = PT_DPO_LAST, .powersgd_rank = PT_POWERSGD_RANK,
                      .powersgd_start = PT_POWERSGD_START,
@@ -143,6 +161,10 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
     }
     if (l->compress != PT_COMPRESS_NONE)
         APPEND(",compress=%s", compress_names[l->compress]);
+    if (l->cp_comm != PT_CPC_P2P)
+        APPEND(",cp_comm=%s", pt_cp_comm_name(l->cp_comm));
+    if (l->cp_comm == PT_CPC_A2A_P2P)
+        APPEND(",cp_a2a=%d", l->cp_a2a);
     if (l->compress == PT_COMPRESS_POWERSGD)
         APPEND(",powersgd_rank=%d,powersgd_start=%lld", l->powersgd_rank,
                (long long)l->powersgd_start);
@@ -153,11 +175,12 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
 
 enum { K_TP, K_SP, K_PP, K_VP, K_CP, K_DP, K_ZERO, K_MBS, K_RECOMPUTE, K_SCHEDULE,
        K_ORDER, K_TP_OVERLAP, K_DP_OVERLAP, K_PARAM_OVERLAP, K_FIRST_LAYERS, K_LAST_LAYERS,
-       K_COMPRESS, K_POWERSGD_RANK, K_POWERSGD_START, K_PIPELINE, K_COUNT };
+       K_COMPRESS, K_POWERSGD_RANK, K_POWERSGD_START, K_PIPELINE, K_CP_COMM, K_CP_A2A,
+       K_COUNT };
 static const char *const layout_keys[K_COUNT] = {
     "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order",
     "tp_overlap", "dp_overlap", "param_overlap", "first_layers", "last_layers", "compress",
-    "powersgd_rank", "powersgd_start", "pipeline"};
+    "powersgd_rank", "powersgd_start", "pipeline", "cp_comm", "cp_a2a"};
 
 static int parse_int(const char *key, const char *val, int64_t lo, int64_t hi, int64_t *out,
                      pt_err *err)
@@ -235,6 +258,16 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
         if (parse_name("compress", val, compress_names, PT_COMPRESS_COUNT, &e, err))
             return -1;
         l->compress = (pt_compress)e;
+        return 0;
+    case K_CP_COMM:
+        if (parse_name("cp_comm", val, cp_comm_names, PT_CPC_COUNT, &e, err))
+            return -1;
+        l->cp_comm = (pt_cp_comm)e;
+        return 0;
+    case K_CP_A2A:
+        if (parse_int("cp_a2a", val, 1, max_size, &v, err))
+            return -1;
+        l->cp_a2a = (int)v;
         return 0;
     case K_POWERSGD_RANK:
         if (parse_int("powersgd_rank", val, 1, PT_POWERSGD_MAX_RANK, &v, err))
@@ -316,7 +349,8 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
             return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
                                    "zero, mbs, recompute, schedule, order, tp_overlap, dp_overlap, "
                                    "param_overlap, first_layers, last_layers, compress, "
-                                   "powersgd_rank, powersgd_start, pipeline)", item);
+                                   "powersgd_rank, powersgd_start, pipeline, cp_comm, cp_a2a)",
+                              item);
         if (given[key])
             return pt_err_set(err, "layout: key '%s' given twice", item);
         given[key] = true;
@@ -351,6 +385,16 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
         return pt_err_set(err, "layout: %s applies only with compress=powersgd (compress=%s)",
                           given[K_POWERSGD_RANK] ? "powersgd_rank" : "powersgd_start",
                           compress_names[l->compress]);
+    if (given[K_CP_A2A] && l->cp_comm != PT_CPC_A2A_P2P)
+        return pt_err_set(err, "layout: cp_a2a applies only with cp_comm=a2a+p2p (cp_comm=%s%s)",
+                          cp_comm_names[l->cp_comm],
+                          l->cp_comm == PT_CPC_A2A ? ", whose all-to-all spans all of cp" : "");
+    if (l->cp_comm == PT_CPC_A2A_P2P && !given[K_CP_A2A] && given[K_CP_COMM])
+        return pt_err_set(err, "layout: cp_comm=a2a+p2p needs cp_a2a=N, the size of the "
+                               "all-to-all groups inside cp (Megatron-Core's "
+                               "--hierarchical-context-parallel-sizes N cp/N)");
+    if (l->cp_comm != PT_CPC_A2A_P2P)
+        l->cp_a2a = 0;
     if (global_batch > 0)
         l->n_micro = global_batch / ((int64_t)l->mbs * l->dp);
     return 0;
@@ -456,7 +500,8 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     if (l->tp < 1 || l->cp < 1 || l->pp < 1 || l->dp < 1 || l->vp < 1 || l->mbs < 1 ||
         l->vp > PT_CHUNK_MAX ||
         l->zero < 0 || l->zero > 3 || l->first_layers < 0 || l->last_layers < 0 ||
-        l->pipe.n < 0 || l->pipe.n > PT_PIPE_RUNS ||
+        l->pipe.n < 0 || l->pipe.n > PT_PIPE_RUNS || l->cp_comm < 0 ||
+        l->cp_comm >= PT_CPC_COUNT || l->cp_a2a < 0 ||
         l->compress < 0 || l->compress >= PT_COMPRESS_COUNT || l->powersgd_start < 0 ||
         (l->compress == PT_COMPRESS_POWERSGD &&
          (l->powersgd_rank < 1 || l->powersgd_rank > PT_POWERSGD_MAX_RANK))) {
@@ -476,6 +521,16 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     RULE(piped && (uneven || !pt_pipe_split_ok(m, l, NULL, 0)), PT_REJECT_PIPELINE_LAYOUT);
     RULE(l->cp > 1 && m->seq % (2 * (int64_t)l->cp), PT_REJECT_SEQ_CP);
     RULE(l->sp && (m->seq % l->cp || (m->seq / l->cp) % l->tp), PT_REJECT_SEQ_SP);
+    RULE(l->cp_comm != PT_CPC_P2P && l->cp == 1, PT_REJECT_CP_COMM_NO_CP);
+    RULE(l->cp_comm == PT_CPC_A2A_P2P ? l->cp_a2a < 1 || l->cp % l->cp_a2a : l->cp_a2a != 0,
+         PT_REJECT_CP_A2A);
+    int a2a = pt_layout_a2a(l);
+    /* The all-to-all hands each rank a/(t·u) query heads; KV heads go the same way, or,
+     * fewer than u, are replicated to u/(k/t) ranks each, as tp replicates them. */
+    RULE(a2a > 1 && (m->heads / l->tp) % a2a, PT_REJECT_HEADS_CP_A2A);
+    int64_t kv_local = pt_kv_heads_rank(m, l->tp);
+    RULE(a2a > 1 && kv_local % a2a && a2a % kv_local,
+         PT_REJECT_KV_HEADS_CP_A2A);
     RULE(global_batch % (l->mbs * l->dp), PT_REJECT_BATCH_DP);
     if (c && tp_spans < 0)
         tp_spans = pt_layout_tp_spans_nodes(l, pt_cluster_nvlink_domain(c));
@@ -542,6 +597,28 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
     case PT_REJECT_SEQ_SP:
         snprintf(buf, n, "sequence per cp rank (%lld/%d) is not divisible by tp (%d)", s,
                  l->cp, l->tp);
+        break;
+    case PT_REJECT_CP_COMM_NO_CP:
+        snprintf(buf, n, "cp_comm=%s with cp = 1: there is no context parallelism to "
+                 "communicate", pt_cp_comm_name(l->cp_comm));
+        break;
+    case PT_REJECT_CP_A2A:
+        if (l->cp_comm == PT_CPC_A2A_P2P)
+            snprintf(buf, n, "cp_a2a = %d does not divide cp = %d", l->cp_a2a, l->cp);
+        else
+            snprintf(buf, n, "cp_a2a = %d applies only with cp_comm=a2a+p2p (cp_comm=%s)",
+                     l->cp_a2a, pt_cp_comm_name(l->cp_comm));
+        break;
+    case PT_REJECT_HEADS_CP_A2A:
+        snprintf(buf, n, "heads per tp rank (%lld/%d) are not divisible by the all-to-all "
+                 "degree %d (cp_comm=%s)", (long long)m->heads, l->tp, pt_layout_a2a(l),
+                 pt_cp_comm_name(l->cp_comm));
+        break;
+    case PT_REJECT_KV_HEADS_CP_A2A:
+        snprintf(buf, n, "KV heads per tp rank (%lld) are neither divisible by nor a divisor "
+                 "of the all-to-all degree %d (cp_comm=%s)",
+                 (long long)pt_kv_heads_rank(m, l->tp), pt_layout_a2a(l),
+                 pt_cp_comm_name(l->cp_comm));
         break;
     case PT_REJECT_BATCH_DP:
         snprintf(buf, n, "global batch (%lld) is not divisible by mbs*dp = %lld*%d",

@@ -30,6 +30,20 @@ const char *pt_schedule_name(pt_schedule s);
 const char *pt_dim_name(pt_dim d);
 const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" */
 
+/* How context parallelism communicates around attention, with Megatron-Core's
+ * --cp-comm-type meanings (megatron/core/transformer/transformer_config.py):
+ * p2p: K/V blocks travel a ring of the cp ranks beside the attention compute (ring
+ *   attention); all_gather: the full K/V gathered before attention, not overlapped;
+ * a2a: DeepSpeed-Ulysses (Jacobs et al. 2023): an all-to-all over the cp group turns
+ *   "my tokens, all heads" into "all tokens, my heads" for q, k and v, attention runs
+ *   locally, and a second all-to-all turns the output back;
+ * a2a+p2p: all-to-all inside groups of cp_a2a consecutive cp ranks (an NVLink domain)
+ *   and the ring across those groups (--hierarchical-context-parallel-sizes
+ *   cp_a2a cp/cp_a2a). */
+typedef enum { PT_CPC_P2P, PT_CPC_ALLGATHER, PT_CPC_A2A, PT_CPC_A2A_P2P,
+               PT_CPC_COUNT } pt_cp_comm;
+const char *pt_cp_comm_name(pt_cp_comm k); /* "p2p", "all_gather", "a2a", "a2a+p2p" */
+
 /* Compression of the data-parallel gradient reduction (ZeRO 0 and 1 buckets):
  * none; bf16 (each bucket rounded to bf16 for the reduction and widened back, as
  * PyTorch DDP's bf16_compress_hook); powersgd (rank-r PowerSGD, Vogels et al. 2019,
@@ -63,6 +77,9 @@ typedef struct {
 
 typedef struct {
     int tp, cp, pp, dp;     /* t, c, p, d: tp·cp·pp·dp = world size */
+    pt_cp_comm cp_comm;     /* how cp communicates around attention [p2p] */
+    int cp_a2a;             /* a2a+p2p: the all-to-all groups' size (a divisor of cp);
+                               0 with the other kinds (pt_layout_a2a says the degree) */
     int vp;                 /* virtual stages (model chunks) per pipeline rank */
     bool sp;                /* sequence parallelism (only with tp > 1) */
     bool tp_overlap;        /* the sequence-parallel all-gathers run beside the GEMMs
@@ -87,13 +104,15 @@ typedef struct {
     pt_dim order[PT_NDIM];  /* rank order, fastest first; default tp-cp-dp-pp */
 } pt_layout;
 
-/* The default layout: every size 1, zero 0, mbs 1, no recompute, 1F1B, tp-cp-dp-pp. */
+/* The default layout: every size 1, zero 0, mbs 1, no recompute, 1F1B, tp-cp-dp-pp,
+ * cp_comm p2p. */
 void pt_layout_default(pt_layout *l);
 
 /* Parses "tp=8,pp=4,vp=2,cp=1,dp=2,zero=1,mbs=1,recompute=selective,sp=1,
- * schedule=interleaved,order=tp-cp-dp-pp,pipeline=E|(t*2|)*6tL". Keys left out keep
- * the value in `l`, except: dp is derived from `world` when absent (world <= 0: dp
- * stays), vp from a pipeline layout's stages when absent, schedule becomes interleaved
+ * schedule=interleaved,order=tp-cp-dp-pp,pipeline=E|(t*2|)*6tL,cp_comm=a2a+p2p,
+ * cp_a2a=2". Keys left out keep the value in `l`, except: dp is derived from `world`
+ * when absent (world <= 0: dp stays), cp_a2a is 0 unless cp_comm=a2a+p2p (given with
+ * another kind, an error; a2a+p2p needs it), vp from a pipeline layout's stages when absent, schedule becomes interleaved
  * when vp > 1 and is not given, and n_micro is derived from `global_batch` when > 0.
  * A pipeline layout's commas (which Megatron-Core reads as spacing) may stay: an item
  * with no '=' after pipeline= continues it. Unknown keys, bad values and repeated keys
@@ -114,6 +133,9 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n);
  * comes near (a batch of 2^24 sequences is what a batch given in tokens by mistake
  * makes). */
 #define PT_MAX_SCHED_PAIRS (INT64_C(1) << 24)
+/* The degree of context parallelism's all-to-all: cp with cp_comm=a2a, cp_a2a with
+ * a2a+p2p, 1 (none) with p2p and all_gather. The ring around it has cp/that members. */
+int pt_layout_a2a(const pt_layout *l);
 /* tp*cp*pp*dp, or -1 when that product does not fit in int64_t. */
 int64_t pt_layout_world(const pt_layout *l);
 /* Parses "tp-cp-dp-pp" style rank orders (each dimension exactly once). */
@@ -132,6 +154,10 @@ typedef enum {
     PT_REJECT_LAYERS_PP,          /* L not divisible by p·vp */
     PT_REJECT_SEQ_CP,             /* s not divisible by 2·c (load-balanced causal split) */
     PT_REJECT_SEQ_SP,             /* s/c not divisible by t with sequence parallelism */
+    PT_REJECT_CP_COMM_NO_CP,      /* cp_comm other than p2p with c = 1 */
+    PT_REJECT_CP_A2A,             /* cp_a2a does not divide c, or does not fit cp_comm */
+    PT_REJECT_HEADS_CP_A2A,       /* a/t not divisible by the all-to-all degree */
+    PT_REJECT_KV_HEADS_CP_A2A,    /* k/t neither divisible by nor dividing that degree */
     PT_REJECT_BATCH_DP,           /* global batch not divisible by b·dp */
     PT_REJECT_TP_SPANS_NODES,     /* a tensor-parallel group crosses a node boundary */
     PT_REJECT_SP_WITHOUT_TP,      /* sp requested with t = 1 */

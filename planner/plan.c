@@ -139,7 +139,7 @@ static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "p
                                           "schedule", "order", "world", "dp_overlap",
                                           "param_overlap", "first_layers", "last_layers",
                                           "compress", "powersgd_rank", "powersgd_start",
-                                          "pipeline_layout", NULL};
+                                          "pipeline_layout", "cp_comm", "cp_a2a", NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
@@ -222,8 +222,9 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     /* Fields that plans written before they existed leave out (their defaults). */
     static const char *const dpo_names[] = {"none", "last", "backward"};
     static const char *const compress_names[] = {"none", "bf16", "powersgd"};
-    int dpo = PT_DPO_LAST, cmp = PT_COMPRESS_NONE;
-    int64_t psgd_rank = PT_POWERSGD_RANK;
+    static const char *const cpc_names[] = {"p2p", "all_gather", "a2a", "a2a+p2p"};
+    int dpo = PT_DPO_LAST, cmp = PT_COMPRESS_NONE, cpc = PT_CPC_P2P;
+    int64_t psgd_rank = PT_POWERSGD_RANK, cp_a2a = 0;
     if ((json_object_get(o.obj, "compress") &&
          pt_json_get_enum(&o, "compress", compress_names, PT_COMPRESS_COUNT, &cmp, err)) ||
         (json_object_get(o.obj, "powersgd_rank") &&
@@ -237,8 +238,14 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
         (json_object_get(o.obj, "first_layers") &&
          get_int_in(&o, "first_layers", 0, 1 << 16, &l->first_layers, err)) ||
         (json_object_get(o.obj, "last_layers") &&
-         get_int_in(&o, "last_layers", 0, 1 << 16, &l->last_layers, err)))
+         get_int_in(&o, "last_layers", 0, 1 << 16, &l->last_layers, err)) ||
+        (json_object_get(o.obj, "cp_comm") &&
+         pt_json_get_enum(&o, "cp_comm", cpc_names, PT_CPC_COUNT, &cpc, err)) ||
+        (json_object_get(o.obj, "cp_a2a") &&
+         get_int_in(&o, "cp_a2a", 1, v[3], &cp_a2a, err)))
         return -1;
+    l->cp_comm = (pt_cp_comm)cpc;
+    l->cp_a2a = (int)cp_a2a;
     if (json_object_get(o.obj, "pipeline_layout")) {
         pt_err why;
         char pipe[1024];

@@ -26,6 +26,10 @@ json_t *pt_layout_json(const pt_layout *l)
                      "recompute", pt_recompute_name(l->recompute),
                      "schedule", pt_schedule_name(l->schedule), "order", order,
                      "world", (json_int_t)pt_layout_world(l));
+    if (o && l->cp_comm != PT_CPC_P2P)
+        json_object_set_new(o, "cp_comm", json_string(pt_cp_comm_name(l->cp_comm)));
+    if (o && l->cp_comm == PT_CPC_A2A_P2P)
+        json_object_set_new(o, "cp_a2a", json_integer(l->cp_a2a));
     if (o && l->pipe.n) {
         char pipe[PT_PIPE_TEXT_MAX];
         pt_pipe_format(&l->pipe, pipe, sizeof pipe);

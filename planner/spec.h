@@ -260,6 +260,8 @@ typedef struct {
     pt_attn_eff attn_eff[PT_STACK_MAX_ATTN_EFF]; /* first matching prefix wins */
     /* what the stack can run at all */
     bool tp, pp, cp, sp;           /* tensor, pipeline, context parallelism, sequence par. */
+    unsigned cp_comms;             /* bit k set: cp_comm k (pt_cp_comm) runs; p2p alone
+                                      when a stack file leaves it out */
     unsigned zero_stages;          /* bit z set: ZeRO stage z offered */
     /* overlaps: which exist, and the default of each layout key */
     bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */

@@ -19,7 +19,10 @@
  *       ]                                       most 8 entries, values in (0, 1]
  *     },
  *     "parallelism": {"tp": true, "pp": true, "cp": true, "sp": true,
- *                     "zero": [0, 1]},          ZeRO stages offered
+ *                     "zero": [0, 1],           ZeRO stages offered
+ *                     "cp_comm": ["p2p", "a2a"]},  optional (default ["p2p"]): how cp
+ *                                               may communicate (p2p, all_gather, a2a,
+ *                                               a2a+p2p: the layout key cp_comm)
  *     "overlap": {
  *       "tp": true,                             TP communication beside the GEMMs
  *       "tp_reduce_scatter": true,              ... the reduce-scatters too
@@ -126,6 +129,9 @@ static const pt_stack stack_ptrun = {
     .about = "ptrun, this project's trainer (CPU: OpenBLAS + MPI; CUDA: cuBLASLt + NCCL)",
     .attention = PT_ATTN_PTRUN,
     .tp = true, .pp = true, .cp = true, .sp = true,
+    /* runtime/attention.c: the ring, and the all-to-all inside groups with or without
+     * the ring across them */
+    .cp_comms = BIT(PT_CPC_P2P) | BIT(PT_CPC_A2A) | BIT(PT_CPC_A2A_P2P),
     .zero_stages = BIT(0) | BIT(1) | BIT(2) | BIT(3),
     .tp_overlap = true, .tp_overlap_reach = 1.0,
     .dp_overlap_modes = BIT(PT_DPO_LAST), .dp_overlap = PT_DPO_LAST,
@@ -177,7 +183,7 @@ static const pt_stack stack_megatron_lm = {
     .about = "Megatron-LM 2021-22 (Narayanan et al. SC'21, Korthikanti et al. 2022), "
              "Megatron-DeepSpeed: unfused attention, reduction after the backward",
     .attention = PT_ATTN_UNFUSED,
-    .tp = true, .pp = true, .cp = false, .sp = true,
+    .tp = true, .pp = true, .cp = false, .sp = true, .cp_comms = BIT(PT_CPC_P2P),
     .zero_stages = BIT(0) | BIT(1),
     .tp_overlap = false, .tp_overlap_reach = 0,
     .dp_overlap_modes = BIT(PT_DPO_NONE), .dp_overlap = PT_DPO_NONE,
@@ -239,6 +245,8 @@ static const pt_stack stack_megatron_core = {
     .n_attn_eff = 3,
     .attn_eff = {{"A100", 0.62, 0.50}, {"H100", 0.62, 0.48}, {"*", 0.5, 0.4}},
     .tp = true, .pp = true, .cp = true, .sp = true,
+    /* --cp-comm-type's four kinds (megatron/core/transformer/transformer_config.py) */
+    .cp_comms = BIT(PT_CPC_P2P) | BIT(PT_CPC_ALLGATHER) | BIT(PT_CPC_A2A) | BIT(PT_CPC_A2A_P2P),
     .zero_stages = BIT(0) | BIT(1),
     .tp_overlap = true, .tp_overlap_rs = true, .tp_overlap_reach = 0.8,
     .tp_backward_async = true,
@@ -306,7 +314,7 @@ static const pt_stack stack_fsdp = {
     .attention = PT_ATTN_FLASH,
     .n_attn_eff = 3,
     .attn_eff = {{"A100", 0.62, 0.50}, {"H100", 0.35, 0.28}, {"*", 0.4, 0.3}},
-    .tp = false, .pp = false, .cp = false, .sp = false,
+    .tp = false, .pp = false, .cp = false, .sp = false, .cp_comms = BIT(PT_CPC_P2P),
     .zero_stages = BIT(0) | BIT(2) | BIT(3),
     .tp_overlap = false, .tp_overlap_reach = 0,
     .dp_overlap_modes = BIT(PT_DPO_LAST) | BIT(PT_DPO_BACKWARD), .dp_overlap = PT_DPO_LAST,
@@ -425,7 +433,7 @@ static const char *const top_keys[] = {"name", "about", "attention", "parallelis
 static const char *const fp8_keys[] = {"recipes", "default", "casts", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
-static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", NULL};
+static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", "cp_comm", NULL};
 static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "tp_backward_async",
                                        "dp", "dp_default", "param_gather", "zero3_prefetch",
                                        "compute_slowdown", "p2p", NULL};
@@ -525,6 +533,28 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
             return pt_json_fail(&p, "zero", err, "%s: field 'parallelism.zero[%zu]': "
                                 "expected a ZeRO stage 0..3", p.origin, i);
         s->zero_stages |= BIT(json_integer_value(v));
+    }
+    s->cp_comms = BIT(PT_CPC_P2P);
+    if (json_object_get(p.obj, "cp_comm")) {
+        const json_t *kinds = get_array(&p, "cp_comm", PT_CPC_COUNT, err);
+        if (!kinds)
+            return -1;
+        s->cp_comms = 0;
+        for (size_t i = 0; i < json_array_size(kinds); i++) {
+            const char *v = json_string_value(json_array_get(kinds, i));
+            int k = 0;
+            while (v && k < PT_CPC_COUNT && strcmp(v, pt_cp_comm_name((pt_cp_comm)k)) != 0)
+                k++;
+            if (!v || k == PT_CPC_COUNT)
+                return pt_json_fail(&p, "cp_comm", err, "%s: field 'parallelism.cp_comm[%zu]': "
+                                    "expected one of p2p, all_gather, a2a, a2a+p2p", p.origin,
+                                    i);
+            s->cp_comms |= BIT(k);
+        }
+        if (!s->cp_comms)
+            return pt_json_fail(&p, "cp_comm", err, "%s: field 'parallelism.cp_comm': empty "
+                                "(list at least one of p2p, all_gather, a2a, a2a+p2p)",
+                                p.origin);
     }
     return bad ? -1 : 0;
 }
@@ -868,6 +898,16 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
     if (l->cp > 1 && !s->cp)
         return pt_err_set(err, "layout cp=%d: stack '%s' has no context parallelism", l->cp,
                           s->name);
+    if (l->cp > 1 && !(s->cp_comms & BIT(l->cp_comm))) {
+        char kinds[64] = "";
+        for (int k = 0; k < PT_CPC_COUNT; k++)
+            if (s->cp_comms & BIT(k))
+                snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s",
+                         kinds[0] ? ", " : "", pt_cp_comm_name((pt_cp_comm)k));
+        return pt_err_set(err, "layout cp_comm=%s: stack '%s' does not communicate context "
+                          "parallelism that way (it runs: %s)", pt_cp_comm_name(l->cp_comm),
+                          s->name, kinds);
+    }
     if (l->sp && !s->sp)
         return pt_err_set(err, "layout sp=1: stack '%s' has no sequence parallelism", s->name);
     if (!(s->zero_stages & BIT(l->zero)))
@@ -969,6 +1009,11 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(par, "cp", json_boolean(s->cp));
         bad |= pt_json_set(par, "sp", json_boolean(s->sp));
         bad |= pt_json_set(par, "zero", json_incref(zero));
+        json_t *cpc = json_array();
+        for (int k = 0; cpc && k < PT_CPC_COUNT; k++)
+            if (s->cp_comms & BIT(k))
+                json_array_append_new(cpc, json_string(pt_cp_comm_name((pt_cp_comm)k)));
+        bad |= pt_json_set(par, "cp_comm", cpc);
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
         bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));

@@ -603,6 +603,9 @@ static int show_groups(const options *o)
                l.tp, l.cp, l.dp, l.pp, order);
     int64_t *ranks = malloc((size_t)g.world * sizeof *ranks);
     for (int k = 0; k < PT_GROUP_COUNT; k++) {
+        /* the all-to-all groups are the cp groups with a2a, and none without */
+        if (k == PT_GROUP_CPA2A && l.cp_comm != PT_CPC_A2A_P2P)
+            continue;
         int size = pt_grid_group_size(&g, (pt_group_kind)k);
         json_t *list = json_array();
         if (!o->json)

@@ -732,6 +732,12 @@ static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
         snprintf(buf, n, " (%lld KV heads)", (long long)m->kv_heads);
         break;
     case PT_REJECT_FFN_TP: snprintf(buf, n, " (FFN %lld)", (long long)m->ffn); break;
+    case PT_REJECT_HEADS_CP_A2A:
+        snprintf(buf, n, " (%lld heads)", (long long)m->heads);
+        break;
+    case PT_REJECT_KV_HEADS_CP_A2A:
+        snprintf(buf, n, " (%lld KV heads)", (long long)m->kv_heads);
+        break;
     case PT_REJECT_LAYERS_PP:
     case PT_REJECT_UNEVEN_SPLIT:
     case PT_REJECT_PIPELINE_LAYOUT:
@@ -745,6 +751,8 @@ static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
     case PT_REJECT_TP_SPANS_NODES:
         snprintf(buf, n, " (%d devices per NVLink domain)", pt_cluster_nvlink_domain(&j->c));
         break;
+    case PT_REJECT_CP_COMM_NO_CP:
+    case PT_REJECT_CP_A2A:
     case PT_REJECT_SP_WITHOUT_TP:
     case PT_REJECT_OVERLAP_WITHOUT_SP:
     case PT_REJECT_VP_WITHOUT_PP:
