@@ -474,6 +474,7 @@ const pt_comm_be pt_comm_be_unready = {
     .name = "none",
     .library = NULL,
     .coll = unready_coll,
+    .alltoallv = NULL, /* refused by the front, as every call here */
     .wait = NULL, /* unready_coll starts nothing */
     .send = unready_send,
     .recv = unready_recv,
@@ -578,6 +579,85 @@ int pt_comm_allgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, v
     return coll_t(c, PT_CO_AG, kind, t, in, out, n, NULL, err);
 }
 
+int pt_comm_alltoall_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                       int64_t n, pt_err *err)
+{
+    return coll_t(c, PT_CO_A2A, kind, t, in, out, n, NULL, err);
+}
+
+/* Checks n counts of all-to-all with counts per rank (`which`: "send" or "receive"):
+ * none negative, and their sum in elements of es bytes within int64 bytes, into
+ * *total. */
+static int a2av_counts(const char *which, const int64_t *counts, int n, size_t es,
+                       int64_t *total, pt_err *err)
+{
+    if (!counts)
+        return pt_err_set(err, "internal: an all-to-all without %s counts", which);
+    int64_t sum = 0, most = INT64_MAX / (int64_t)es;
+    for (int i = 0; i < n; i++) {
+        if (counts[i] < 0)
+            return pt_err_set(err, "all-to-all: %s count %lld for group rank %d is negative",
+                              which, (long long)counts[i], i);
+        if (counts[i] > most - sum)
+            return pt_err_set(err, "all-to-all: %s counts overflow at group rank %d (%lld "
+                                   "elements after %lld, of %zu bytes each)",
+                              which, i, (long long)counts[i], (long long)sum, es);
+        sum += counts[i];
+    }
+    *total = sum;
+    return 0;
+}
+
+/* All-to-all with counts per rank on [backend] buffers (req NULL: blocking): the
+ * counts checked here for every backend, a group of one copied locally. */
+static int a2av(pt_comm *c, int kind, pt_comm_dtype t, const void *in,
+                const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                pt_comm_req **req, pt_err *err)
+{
+    pt_comm_type ct = PT_CT_F32;
+    if (req)
+        *req = NULL;
+    if (dtype(t, &ct, err))
+        return -1;
+    if (ct == PT_CT_BF16W)
+        return pt_err_set(err, "internal: an all-to-all of bf16 on the wire (sums only)");
+    int slot = kind < 0 ? PT_COMM_WORLD : kind;
+    if (slot >= PT_COMM_SLOTS)
+        return pt_err_set(err, "internal: group kind %d", kind);
+    const pt_comm_group *g = &c->grp[slot];
+    int n = g->in && g->size > 1 ? g->size : 1;
+    size_t es = pt_comm_type_bytes(ct);
+    int64_t sent = 0, received = 0;
+    if (a2av_counts("send", send_counts, n, es, &sent, err) ||
+        a2av_counts("receive", recv_counts, n, es, &received, err))
+        return -1;
+    if (n == 1) {
+        if (sent != received)
+            return pt_err_set(err, "all-to-all in a group of one: %lld elements sent, %lld "
+                                   "received", (long long)sent, (long long)received);
+        local_op(c, PT_CO_A2A, ct, in, out, sent, c->on_device);
+        return 0;
+    }
+    if (!c->dev->alltoallv)
+        return pt_err_set(err, "internal: no all-to-all with counts per rank on the %s "
+                               "backend", c->dev->name);
+    return c->dev->alltoallv(c, slot, ct, in, send_counts, out, recv_counts, req, err);
+}
+
+int pt_comm_alltoallv_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in,
+                        const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                        pt_err *err)
+{
+    return a2av(c, kind, t, in, send_counts, out, recv_counts, NULL, err);
+}
+
+int pt_comm_ialltoallv_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in,
+                         const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                         pt_comm_req **req, pt_err *err)
+{
+    return a2av(c, kind, t, in, send_counts, out, recv_counts, req, err);
+}
+
 int pt_comm_iallreduce_t(pt_comm *c, int kind, pt_comm_dtype t, void *buf, int64_t n,
                          pt_comm_req **req, pt_err *err)
 {
@@ -596,8 +676,7 @@ int pt_comm_iallgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, 
     return coll_t(c, PT_CO_AG, kind, t, in, out, n, req, err);
 }
 
-/* The fp32 calls: the typed ones with PT_COMM_F32 (all-to-all and broadcast have no
- * typed form yet). */
+/* The fp32 calls: the typed ones with PT_COMM_F32 (broadcast has no typed form yet). */
 int pt_comm_allreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err)
 {
     return pt_comm_allreduce_t(c, kind, PT_COMM_F32, buf, n, err);
@@ -628,7 +707,7 @@ int pt_comm_allgather(pt_comm *c, int kind, const float *in, float *out, int64_t
 int pt_comm_alltoall(pt_comm *c, int kind, const float *in, float *out, int64_t n,
                      pt_err *err)
 {
-    return coll(c, PT_CO_A2A, kind, PT_CT_F32, in, out, n, true, NULL, err);
+    return pt_comm_alltoall_t(c, kind, PT_COMM_F32, in, out, n, err);
 }
 
 int pt_comm_broadcast(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err)

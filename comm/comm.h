@@ -165,6 +165,29 @@ int pt_comm_reducescatter_t(pt_comm *c, int kind, pt_comm_dtype t, const void *i
                             int64_t n, pt_err *err);
 int pt_comm_allgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
                         int64_t n, pt_err *err);
+/* All-to-all moves the elements unchanged (bf16 stays bf16 on the wire). */
+int pt_comm_alltoall_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
+                       int64_t n, pt_err *err);
+/* All-to-all with counts per rank (mixture-of-experts token dispatch, where how many
+ * tokens a rank routes to each other rank differs, and may be 0). send_counts and
+ * recv_counts [host] hold one count per group rank (one entry for a group of one or a
+ * group this rank is not in), in elements of t: block j of in (send_counts[j]
+ * elements) goes to group rank j, and block i of out (recv_counts[i] elements) comes
+ * from group rank i. Blocks lie back to back in group order, so block j starts at the
+ * sum of the counts before it (no displacements are passed); in holds the sum of
+ * send_counts, out the sum of recv_counts. recv_counts[i] must equal group rank i's
+ * send_counts[this rank], which is not checked across ranks (a longer block than its
+ * receive count is MPI's truncation error; on NCCL undefined). in and out [backend],
+ * not overlapping; elements move unchanged (PT_COMM_BF16_WIRE is refused: sums only).
+ * The count arrays may be reused once the call returns. Errors: a negative count
+ * (named with its group rank and value); counts whose sum, in bytes, overflows int64;
+ * a group of one whose send and receive counts differ; on MPI (host buffers, and
+ * device buffers staged through host memory) a block or its offset beyond INT_MAX
+ * elements, since MPI_Ialltoallv's counts and displacements are ints (refused before
+ * anything is sent). */
+int pt_comm_alltoallv_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in,
+                        const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                        pt_err *err);
 
 /* Sums in place over the group. buf (n) fp32 [backend]. */
 int pt_comm_allreduce(pt_comm *c, int kind, float *buf, int64_t n, pt_err *err);
@@ -222,6 +245,9 @@ int pt_comm_ireducescatter_t(pt_comm *c, int kind, pt_comm_dtype t, const void *
                              int64_t n, pt_comm_req **req, pt_err *err);
 int pt_comm_iallgather_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in, void *out,
                          int64_t n, pt_comm_req **req, pt_err *err);
+int pt_comm_ialltoallv_t(pt_comm *c, int kind, pt_comm_dtype t, const void *in,
+                         const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                         pt_comm_req **req, pt_err *err);
 /* Completes and frees req (NULL: nothing to do). After it, the result is in the
  * buffers as for the blocking call. An error still frees req. */
 int pt_comm_wait(pt_comm *c, pt_comm_req *req, pt_err *err);

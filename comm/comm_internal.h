@@ -69,6 +69,15 @@ typedef struct {
      * NULL when the backend has no asynchronous form). */
     int (*coll)(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
                 void *out, int64_t n, pt_comm_req **req, pt_err *err);
+    /* All-to-all with counts per rank over `slot` (a group of two or more ranks that
+     * this rank is in): send_counts and recv_counts (the group's size entries, elements
+     * of t) checked by the front (none negative, each sum within int64 bytes), blocks
+     * back to back in group order; named "all-to-all" in errors and the watchdog's
+     * report. Blocking with req NULL; else started, *req set. Optional: NULL where the
+     * backend has none (the front refuses the call). */
+    int (*alltoallv)(pt_comm *c, int slot, pt_comm_type t, const void *in,
+                     const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                     pt_comm_req **req, pt_err *err);
     /* Completes and frees a request coll started (NULL where coll never starts one). */
     int (*wait)(pt_comm *c, pt_comm_req *req, pt_err *err);
     /* Point to point between world ranks (n elements of t); a send returns at once and
@@ -143,6 +152,8 @@ struct pt_comm_req {
     void *dst;          /* [backend] destination of dst_bytes bytes (host_b16 when a
                            bf16 result, else host_out) */
     size_t dst_bytes;
+    int *v_counts;      /* MPI_Ialltoallv's counts and displacements (4 × group size),
+                           owned: MPI reads them until the operation completes */
     void *event;        /* NCCL: a cudaEvent_t recorded after the operation */
     pt_comm_wait_for what; /* for the watchdog */
 };

@@ -85,6 +85,7 @@ static void req_free(pt_comm_req *r)
     free(r->host_in);
     free(r->host_out);
     free(r->host_b16);
+    free(r->v_counts);
     free(r);
 }
 
@@ -105,6 +106,28 @@ static int mpi_finish(pt_comm *c, pt_comm_req *r, pt_err *err)
         c->kn->copy(c->kn, r->dst, b16 ? (void *)b16 : r->host_out, r->dst_bytes,
                     PT_KCOPY_H2D);
     return 0;
+}
+
+/* The end of an operation started into r (rc: how the start went): blocking
+ * (reqp NULL, r on the caller's stack) it completes now and r's buffers are freed;
+ * else r goes to *reqp, or is freed when the start failed. */
+static int mpi_settle(pt_comm *c, pt_comm_req *r, int rc, pt_comm_req **reqp, pt_err *err)
+{
+    if (rc == 0 && !reqp)
+        rc = mpi_finish(c, r, err);
+    if (rc == 0 && reqp) {
+        *reqp = r;
+        return 0;
+    }
+    if (reqp) {
+        req_free(r);
+    } else {
+        free(r->host_in);
+        free(r->host_out);
+        free(r->host_b16);
+        free(r->v_counts);
+    }
+    return rc;
 }
 
 /* MPI counts are ints: long reductions go in pieces. */
@@ -269,20 +292,87 @@ static int mpi_op(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const voi
     if (rc == 0)
         rc = mpi_start(op, c->group[slot], g->rank, widen ? PT_CT_F32 : t, hin, hout, n, r,
                        err);
-    if (rc == 0 && !reqp)
-        rc = mpi_finish(c, r, err);
-    if (rc != 0 || !reqp) {
-        if (reqp) {
-            req_free(r);
-        } else {
-            free(stack.host_in);
-            free(stack.host_out);
-            free(stack.host_b16);
+    return mpi_settle(c, r, rc, reqp, err);
+}
+
+/* MPI_Ialltoallv's counts and displacements from int64 counts (g->size each, checked
+ * >= 0 by the front), as four int arrays in one allocation: send counts, send
+ * displacements (prefix sums), receive counts, receive displacements. Errors: a block
+ * or its offset beyond INT_MAX elements, before anything is sent or staged. */
+static int v_layout(const pt_comm_group *g, const int64_t *send_counts,
+                    const int64_t *recv_counts, int **out, pt_err *err)
+{
+    int n = g->size;
+    int *v = malloc(4 * (size_t)n * sizeof *v);
+    if (!v)
+        return pt_err_set(err, "out of memory");
+    const int64_t *counts[2] = {send_counts, recv_counts};
+    for (int k = 0; k < 2; k++) {
+        int64_t at = 0;
+        for (int i = 0; i < n; i++) {
+            if (counts[k][i] > INT_MAX || at > INT_MAX) {
+                free(v);
+                return pt_err_set(err, "all-to-all: %s block for group rank %d of %lld elements "
+                                       "at offset %lld: MPI's counts and offsets end at %d "
+                                       "elements",
+                                  k ? "receive" : "send", i, (long long)counts[k][i],
+                                  (long long)at, INT_MAX);
+            }
+            v[2 * k * n + i] = (int)counts[k][i];
+            v[(2 * k + 1) * n + i] = (int)at;
+            at += counts[k][i];
         }
-        return rc;
     }
-    *reqp = r;
+    *out = v;
     return 0;
+}
+
+/* All-to-all with counts per rank over MPI (MPI_Ialltoallv); with `staged`, in and out
+ * are device buffers copied through host memory. Blocking when reqp is NULL. */
+static int mpi_alltoallv(pt_comm *c, int slot, pt_comm_type t, const void *in,
+                         const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                         bool staged, pt_comm_req **reqp, pt_err *err)
+{
+    const pt_comm_group *g = &c->grp[slot];
+    size_t es = pt_comm_type_bytes(t);
+    int64_t n_in = 0, n_out = 0;
+    for (int i = 0; i < g->size; i++) {
+        n_in += send_counts[i];
+        n_out += recv_counts[i];
+    }
+    pt_comm_req stack = {0}, *r = reqp ? calloc(1, sizeof *r) : &stack;
+    if (!r)
+        return pt_err_set(err, "out of memory");
+    r->what = (pt_comm_wait_for){.op = pt_comm_op_name(PT_CO_A2A), .slot = slot,
+                                 .bytes = (n_in > n_out ? n_in : n_out) * (int64_t)es};
+    const void *hin = in;
+    void *hout = out;
+    int rc = v_layout(g, send_counts, recv_counts, &r->v_counts, err);
+    if (rc == 0 && staged) {
+        r->host_in = malloc(n_in ? (size_t)n_in * es : 1);
+        r->host_out = malloc(n_out ? (size_t)n_out * es : 1);
+        if (!r->host_in || !r->host_out)
+            rc = pt_err_set(err, "out of memory staging an all-to-all of %lld bytes",
+                            (long long)r->what.bytes);
+    }
+    if (rc == 0 && staged) {
+        c->kn->copy(c->kn, r->host_in, in, (size_t)n_in * es, PT_KCOPY_D2H);
+        hin = r->host_in;
+        hout = r->host_out;
+        r->dst = out;
+        r->dst_bytes = (size_t)n_out * es;
+    }
+    if (rc == 0) {
+        int n = g->size, *v = r->v_counts;
+        MPI_Datatype ty = mpi_type(t);
+        int m = MPI_Ialltoallv(hin, v, v + n, ty, hout, v + 2 * n, v + 3 * n, ty,
+                               c->group[slot], &r->mpi[0]);
+        if (m == MPI_SUCCESS)
+            r->n_mpi = 1;
+        else
+            rc = pt_comm_mpi_fail(err, m, "all-to-all");
+    }
+    return mpi_settle(c, r, rc, reqp, err);
 }
 
 static int host_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
@@ -295,6 +385,20 @@ static int staged_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, cons
                        void *out, int64_t n, pt_comm_req **req, pt_err *err)
 {
     return mpi_op(c, op, slot, t, in, out, n, true, req, err);
+}
+
+static int host_alltoallv(pt_comm *c, int slot, pt_comm_type t, const void *in,
+                          const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                          pt_comm_req **req, pt_err *err)
+{
+    return mpi_alltoallv(c, slot, t, in, send_counts, out, recv_counts, false, req, err);
+}
+
+static int staged_alltoallv(pt_comm *c, int slot, pt_comm_type t, const void *in,
+                            const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                            pt_comm_req **req, pt_err *err)
+{
+    return mpi_alltoallv(c, slot, t, in, send_counts, out, recv_counts, true, req, err);
 }
 
 static int mpi_wait(pt_comm *c, pt_comm_req *req, pt_err *err)
@@ -482,6 +586,7 @@ const pt_comm_be pt_comm_be_mpi = {
     .name = "mpi",
     .library = mpi_library,
     .coll = host_coll,
+    .alltoallv = host_alltoallv,
     .wait = mpi_wait,
     .send = host_send,
     .recv = host_recv,
@@ -496,6 +601,7 @@ const pt_comm_be pt_comm_be_staged = {
     .name = "mpi+staging",
     .library = mpi_library,
     .coll = staged_coll,
+    .alltoallv = staged_alltoallv,
     .wait = mpi_wait,
     .send = staged_send,
     .recv = staged_recv,

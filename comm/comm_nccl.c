@@ -562,16 +562,42 @@ static int enqueue(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const vo
     return settle(c, comm, r, 0, "NCCL collective", &w, err);
 }
 
-/* op over slot on device buffers: blocking ones queued on the kernel backend's stream;
- * async ones on the communication stream, *req set. */
-static int nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
-                     void *out, int64_t n, pt_comm_req **req, pt_err *err)
+/* All-to-all with counts per rank on `stream`: grouped sends and receives, as
+ * enqueue's all-to-all, at offsets that are the counts' prefix sums; blocks of no
+ * elements are skipped (both sides agree on them: a rank's send count is its peer's
+ * receive count). 0 or an NCCL error settled. */
+static int enqueue_v(pt_comm *c, int slot, pt_comm_type t, const void *in,
+                     const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                     cudaStream_t stream, pt_err *err)
 {
-    pt_nccl *nc = c->nccl;
-    if (!req)
-        return enqueue(c, op, slot, t, in, out, n, *nc->kstream, err);
-    /* after the kernels queued so far, on the communication stream */
-    cudaEvent_t ready = NULL, done = NULL;
+    ncclComm_t comm = c->nccl->comm[slot];
+    ncclDataType_t ty = nccl_type(t);
+    size_t es = pt_comm_type_bytes(t);
+    int64_t sent = 0, received = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int p = 0; p < c->grp[slot].size && r == ncclSuccess; p++) {
+        if (send_counts[p] > 0)
+            r = ncclSend((const char *)in + (size_t)sent * es, (size_t)send_counts[p], ty, p,
+                         comm, stream);
+        if (r == ncclSuccess && recv_counts[p] > 0)
+            r = ncclRecv((char *)out + (size_t)received * es, (size_t)recv_counts[p], ty, p,
+                         comm, stream);
+        sent += send_counts[p];
+        received += recv_counts[p];
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = end;
+    pt_comm_wait_for w = {.op = pt_comm_op_name(PT_CO_A2A), .slot = slot,
+                          .bytes = (sent > received ? sent : received) * (int64_t)es};
+    return settle(c, comm, r, 0, "NCCL all-to-all", &w, err);
+}
+
+/* Orders the communication stream after the kernels queued so far on the kernel
+ * stream: the start of an asynchronous collective. */
+static int async_begin(pt_nccl *nc, pt_err *err)
+{
+    cudaEvent_t ready = NULL;
     CUDA_TRY(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     cudaError_t e = cudaEventRecord(ready, *nc->kstream);
     if (e == cudaSuccess)
@@ -579,10 +605,15 @@ static int nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const 
     /* destroying a recorded event is safe: its resources go once it completes (CUDA
      * runtime API, cudaEventDestroy) */
     cudaEventDestroy(ready);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "ordering an asynchronous collective");
-    if (enqueue(c, op, slot, t, in, out, n, nc->cstream, err))
-        return -1;
+    return e == cudaSuccess ? 0 : cuda_fail(err, e, "ordering an asynchronous collective");
+}
+
+/* The request of what was just queued on the communication stream: an event recorded
+ * after it, which nccl_wait makes the kernel stream wait for. */
+static int async_end(pt_nccl *nc, pt_comm_req **req, pt_err *err)
+{
+    cudaEvent_t done = NULL;
+    cudaError_t e = cudaSuccess;
     CUDA_TRY(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     pt_comm_req *r = calloc(1, sizeof *r);
     if (!r || (e = cudaEventRecord(done, nc->cstream)) != cudaSuccess) {
@@ -593,6 +624,33 @@ static int nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const 
     r->event = done;
     *req = r;
     return 0;
+}
+
+/* op over slot on device buffers: blocking ones queued on the kernel backend's stream;
+ * async ones on the communication stream, *req set. */
+static int nccl_coll(pt_comm *c, pt_comm_op op, int slot, pt_comm_type t, const void *in,
+                     void *out, int64_t n, pt_comm_req **req, pt_err *err)
+{
+    pt_nccl *nc = c->nccl;
+    if (!req)
+        return enqueue(c, op, slot, t, in, out, n, *nc->kstream, err);
+    if (async_begin(nc, err) || enqueue(c, op, slot, t, in, out, n, nc->cstream, err))
+        return -1;
+    return async_end(nc, req, err);
+}
+
+/* All-to-all with counts per rank on device buffers, queued as nccl_coll queues. */
+static int nccl_alltoallv(pt_comm *c, int slot, pt_comm_type t, const void *in,
+                          const int64_t *send_counts, void *out, const int64_t *recv_counts,
+                          pt_comm_req **req, pt_err *err)
+{
+    pt_nccl *nc = c->nccl;
+    if (!req)
+        return enqueue_v(c, slot, t, in, send_counts, out, recv_counts, *nc->kstream, err);
+    if (async_begin(nc, err) ||
+        enqueue_v(c, slot, t, in, send_counts, out, recv_counts, nc->cstream, err))
+        return -1;
+    return async_end(nc, req, err);
 }
 
 static int nccl_wait(pt_comm *c, pt_comm_req *req, pt_err *err)
@@ -821,6 +879,7 @@ const pt_comm_be pt_comm_be_nccl = {
     .name = "nccl",
     .library = nccl_library,
     .coll = nccl_coll,
+    .alltoallv = nccl_alltoallv,
     .wait = nccl_wait,
     .send = nccl_send,
     .recv = nccl_recv,
@@ -837,6 +896,7 @@ const pt_comm_be pt_comm_be_nccl_host = {
     .name = "nccl",
     .library = nccl_library,
     .coll = nccl_host_coll,
+    .alltoallv = NULL, /* [backend] buffers only */
     .wait = NULL,
     .send = NULL,
     .recv = NULL,

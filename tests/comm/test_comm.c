@@ -13,12 +13,17 @@
  * group (sizes 1, 2 and 4) and the first three ranks, with an odd count: bf16 values
  * with 8 significant bits whose sums are exact in fp32, so the expected bf16 result is
  * that sum rounded once to nearest even, computed here with rint (ties included) and
- * compared bit for bit. It links the communication layer alone (ptcomm), not the
- * runtime.
+ * compared bit for bit. All-to-all with counts per rank (pt_comm_alltoallv_t) over
+ * every group, fp32 and bf16, blocking and asynchronous, with counts that depend on
+ * both ranks and are often 0, checked element by element, and bad counts refused. On
+ * any other number of ranks (1 to 64: alone, a world of one; tests/run_mpi.sh 2 or 3)
+ * it checks the typed collectives and the all-to-alls over the world only. It links
+ * the communication layer alone (ptcomm), not the runtime.
  */
 #include "check.h"
 #include "comm.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +158,15 @@ static uint16_t bf_bits(int r, int64_t i)
     return (uint16_t)(sign << 15 | ex << 7 | frac);
 }
 
+/* The 16 bits world rank `from` sends world rank `to` at index i in an all-to-all:
+ * a hash that covers every bit pattern (bf16 NaNs, infinities and subnormals among
+ * them), so a transfer that converts instead of moving shows. */
+static uint16_t word_bits(int from, int to, int64_t i)
+{
+    uint32_t h = (uint32_t)from * 2654435761u ^ (uint32_t)to * 40503u ^ (uint32_t)i * 97u;
+    return (uint16_t)(h ^ h >> 16);
+}
+
 static double bf_value(uint16_t b)
 {
     uint32_t u = (uint32_t)b << 16;
@@ -225,6 +239,12 @@ static void check_typed(pt_comm *c, int kind, const int64_t *m, int gs, int me, 
     CHECK_INT(pt_comm_reducescatter_t(c, kind, PT_COMM_BF16, rs_in, rs_out, n, &err), 0);
     CHECK_INT(pt_comm_allgather_t(c, kind, PT_COMM_BF16, ag_in, ag_out, n, &err), 0);
     CHECK_INT(pt_comm_allgather_t(c, kind, PT_COMM_BF16, ag_ip + me * n, ag_ip, n, &err), 0);
+    /* all-to-all moves any 16 bits unchanged, NaNs and subnormals among them */
+    uint16_t *a_in = xalloc(ng * 2), *a_out = xalloc(ng * 2);
+    for (int j = 0; j < gs; j++)
+        for (int64_t i = 0; i < n; i++)
+            a_in[j * n + i] = word_bits(rank_, (int)m[j], i);
+    CHECK_INT(pt_comm_alltoall_t(c, kind, PT_COMM_BF16, a_in, a_out, n, &err), 0);
     for (int k = 0; k < 3; k++)
         CHECK_INT(pt_comm_wait(c, req[k], &err), 0);
     pt_comm_req *dreq = NULL;
@@ -261,13 +281,136 @@ static void check_typed(pt_comm *c, int kind, const int64_t *m, int gs, int me, 
             CHECK_INT(ag_out[k * n + i], bf_bits((int)m[k], i));
             CHECK_INT(aag_out[k * n + i], bf_bits((int)m[k], i));
             CHECK_INT(ag_ip[k * n + i], bf_bits((int)m[k], i));
+            CHECK_INT(a_out[k * n + i], word_bits((int)m[k], rank_, i));
         }
         CHECK(d[i] == ds && dasum[i] == ds && dmax[i] == dx && drs_out[i] == dr);
         CHECK_INT(f[i], fs);
     }
     free(sum), free(mx), free(asum), free(rs_in), free(rs_out), free(ars_out);
-    free(ag_in), free(ag_out), free(ag_ip), free(aag_out);
+    free(ag_in), free(ag_out), free(ag_ip), free(aag_out), free(a_in), free(a_out);
     free(d), free(dmax), free(drs_in), free(drs_out), free(dasum), free(f);
+}
+
+/* ---- All-to-all with counts per rank ------------------------------------------------ */
+
+/* Elements world rank `from` sends world rank `to` in round `salt`: 0 to 3, so some
+ * pairs (a rank and itself among them) exchange nothing. */
+static int64_t a2av_count(int from, int to, int salt)
+{
+    return (from * 3 + to * 5 + salt) % 4;
+}
+
+/* One all-to-all with counts per rank over the group (members m, this rank m[me]) of
+ * element type t (fp32 or bf16), blocking or asynchronous, checked element by element;
+ * out has a guard element past its end that must stay untouched. With `none`, every
+ * count is 0. */
+static void check_a2av_once(pt_comm *c, int kind, const int64_t *m, int gs, pt_comm_dtype t,
+                            int salt, bool async, bool none)
+{
+    pt_err err = {""};
+    int64_t sc[64], rc[64], n_in = 0, n_out = 0;
+    for (int j = 0; j < gs; j++) {
+        sc[j] = none ? 0 : a2av_count(rank_, (int)m[j], salt);
+        rc[j] = none ? 0 : a2av_count((int)m[j], rank_, salt);
+        n_in += sc[j];
+        n_out += rc[j];
+    }
+    bool f32 = t == PT_COMM_F32;
+    size_t es = f32 ? 4 : 2;
+    char *in = xalloc((size_t)n_in * es), *out = xalloc((size_t)(n_out + 1) * es);
+    for (int j = 0, at = 0; j < gs; j++)
+        for (int64_t i = 0; i < sc[j]; i++, at++) {
+            if (f32)
+                ((float *)in)[at] = (float)(rank_ * 10000 + m[j] * 100 + i);
+            else
+                ((uint16_t *)in)[at] = word_bits(rank_, (int)m[j], i + salt);
+        }
+    memset(out, 0x5a, (size_t)(n_out + 1) * es);
+    pt_comm_req *req = NULL;
+    CHECK_INT(async ? pt_comm_ialltoallv_t(c, kind, t, in, sc, out, rc, &req, &err)
+                    : pt_comm_alltoallv_t(c, kind, t, in, sc, out, rc, &err), 0);
+    memset(sc, 0xff, sizeof sc); /* the counts may be reused once the call returns */
+    CHECK_INT(pt_comm_wait(c, req, &err), 0);
+    if (err.msg[0])
+        fprintf(stderr, "rank %d kind %d all-to-all with counts: %s\n", rank_, kind, err.msg);
+    for (int k = 0, at = 0; k < gs; k++)
+        for (int64_t i = 0; i < rc[k]; i++, at++) {
+            if (f32)
+                CHECK_INT(((float *)out)[at], m[k] * 10000 + rank_ * 100 + i);
+            else
+                CHECK_INT(((uint16_t *)out)[at], word_bits((int)m[k], rank_, i + salt));
+        }
+    for (size_t b = 0; b < es; b++)
+        CHECK_INT((unsigned char)out[(size_t)n_out * es + b], 0x5a);
+    free(in), free(out);
+}
+
+/* Bad counts, refused on every rank of the group alike (so that no rank waits for the
+ * others): a negative count, counts whose bytes overflow int64, PT_COMM_BF16_WIRE; in
+ * a group of one, send and receive counts that differ; with `mpi` (the MPI paths), a
+ * block beyond MPI's int counts and, in groups of three or more, an offset beyond
+ * them. No buffer is touched: each is refused before anything moves. */
+static void check_a2av_refused(pt_comm *c, int kind, int gs, int me, bool mpi)
+{
+    pt_err err = {""};
+    int64_t sc[64] = {0}, rc[64] = {0};
+    char buf[8] = {0};
+    sc[gs - 1] = -3;
+    CHECK(pt_comm_alltoallv_t(c, kind, PT_COMM_F32, buf, sc, buf + 4, rc, &err) != 0);
+    char want[96];
+    snprintf(want, sizeof want, "send count -3 for group rank %d is negative", gs - 1);
+    CHECK_STR_HAS(err.msg, want);
+    sc[gs - 1] = 0;
+    rc[0] = -1;
+    CHECK(pt_comm_alltoallv_t(c, kind, PT_COMM_BF16, buf, sc, buf + 4, rc, &err) != 0);
+    CHECK_STR_HAS(err.msg, "receive count -1 for group rank 0 is negative");
+    rc[0] = 0;
+    for (int j = 0; j < gs; j++)
+        sc[j] = INT64_MAX / 8 / gs + 1; /* the sum of fp64 bytes passes INT64_MAX */
+    CHECK(pt_comm_alltoallv_t(c, kind, PT_COMM_F64, buf, sc, buf + 4, rc, &err) != 0);
+    CHECK_STR_HAS(err.msg, "send counts overflow");
+    for (int j = 0; j < gs; j++)
+        sc[j] = 0;
+    CHECK(pt_comm_alltoallv_t(c, kind, PT_COMM_BF16_WIRE, buf, sc, buf + 4, rc, &err) != 0);
+    CHECK_STR_HAS(err.msg, "on the wire");
+    if (gs == 1) {
+        sc[0] = 2;
+        rc[0] = 1;
+        CHECK(pt_comm_alltoallv_t(c, kind, PT_COMM_BF16, buf, sc, buf + 4, rc, &err) != 0);
+        CHECK_STR_HAS(err.msg, "group of one: 2 elements sent, 1 received");
+        return;
+    }
+    if (!mpi)
+        return;
+    /* each rank sends its successor more than an int's worth and receives as much
+     * from its predecessor: refused before the transfer, on host buffers or staged */
+    sc[(me + 1) % gs] = (int64_t)INT_MAX + 1;
+    rc[(me + gs - 1) % gs] = (int64_t)INT_MAX + 1;
+    CHECK(pt_comm_alltoallv_t(c, kind, PT_COMM_BF16, buf, sc, buf + 4, rc, &err) != 0);
+    CHECK_STR_HAS(err.msg, "MPI's counts and offsets end at 2147483647");
+    if (gs < 3)
+        return;
+    for (int j = 0; j < gs; j++)
+        sc[j] = rc[j] = 0;
+    sc[0] = INT_MAX;
+    sc[1] = 1; /* group rank 2's block starts past INT_MAX */
+    CHECK(pt_comm_alltoallv_t(c, kind, PT_COMM_F32, buf, sc, buf + 4, rc, &err) != 0);
+    CHECK_STR_HAS(err.msg, "send block for group rank 2 of 0 elements at offset 2147483648");
+}
+
+/* All-to-all with counts per rank over the group `kind`: fp32 and bf16, blocking and
+ * asynchronous, three rounds of counts (rank-dependent, zeros among them) and one of
+ * no elements at all; then the refused counts. */
+static void check_a2av(pt_comm *c, int kind, const int64_t *m, int gs, int me, bool mpi)
+{
+    for (int salt = 0; salt < 3; salt++)
+        for (int async = 0; async < 2; async++) {
+            check_a2av_once(c, kind, m, gs, PT_COMM_F32, salt, async, false);
+            check_a2av_once(c, kind, m, gs, PT_COMM_BF16, salt, async, false);
+        }
+    check_a2av_once(c, kind, m, gs, PT_COMM_F32, 0, false, true);
+    check_a2av_once(c, kind, m, gs, PT_COMM_BF16, 0, true, true);
+    check_a2av_refused(c, kind, gs, me, mpi);
 }
 
 /* check_typed over the group `kind` of the 4-rank grid, and an element type no
@@ -277,6 +420,7 @@ static void check_typed_group(pt_comm *c, int kind)
     int64_t m[64];
     int me, gs = members(kind, m, &me);
     check_typed(c, kind, m, gs, me, N);
+    check_a2av(c, kind, m, gs, me, true);
     pt_err err = {""};
     float one = 1;
     CHECK(pt_comm_allreduce_t(c, kind, (pt_comm_dtype)7, &one, 1, &err) != 0);
@@ -382,6 +526,7 @@ static void check_sub(pt_comm *c, pt_kernels *kn)
         }
         const int64_t first3[3] = {0, 1, 2};
         check_typed(s, -1, first3, 3, rank_, 5);
+        check_a2av(s, -1, first3, 3, rank_, true);
     }
     CHECK(pt_comm_all_ok(s, true));
     if (err.msg[0])
@@ -405,6 +550,33 @@ static void check_all(pt_comm *c, const char *path)
         printf("rank %d: %s: every collective and transfer right\n", rank_, path);
 }
 
+/* Any world but 4 ranks (alone: a world of one; tests/run_mpi.sh 1, 2 or 3): the typed
+ * collectives and the all-to-alls over the world, on host buffers and staged. */
+static int check_world(pt_comm *c)
+{
+    pt_err err = {""};
+    int64_t m[64];
+    for (int r = 0; r < size_; r++)
+        m[r] = r;
+    pt_kernels *kn = pt_kernels_cpu(1);
+    CHECK(kn != NULL);
+    CHECK_INT(pt_comm_use_device(c, kn, &err), 0);
+    for (int staged = 0; staged < 2; staged++) {
+        if (staged)
+            CHECK_INT(pt_comm_use_staging(c, kn, &err), 0);
+        int before = pt_check_failures;
+        check_typed(c, -1, m, size_, rank_, N);
+        check_a2av(c, -1, m, size_, rank_, true);
+        if (pt_check_failures == before)
+            printf("rank %d of %d: %s: the typed collectives and all-to-alls right\n", rank_,
+                   size_, staged ? "host staging" : "host buffers");
+    }
+    bool ok = pt_comm_all_ok(c, pt_check_failures == 0);
+    pt_kernels_destroy(kn);
+    pt_comm_finalize(c);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     pt_comm *c = NULL;
@@ -415,12 +587,14 @@ int main(int argc, char **argv)
     }
     rank_ = pt_comm_rank(c);
     size_ = pt_comm_size(c);
-    if (size_ != 4) {
-        fprintf(stderr, "test_comm: run me on 4 ranks (tests/run_mpi.sh 4 test_comm), not %d\n",
-                size_);
+    if (size_ > 64) {
+        fprintf(stderr, "test_comm: run me on 4 ranks (tests/run_mpi.sh 4 test_comm), or on "
+                        "1 to 64 for the world's collectives alone, not %d\n", size_);
         pt_comm_finalize(c);
         return 1;
     }
+    if (size_ != 4)
+        return check_world(c);
     pt_layout l;
     pt_layout_default(&l);
     l.tp = 2;

@@ -1,17 +1,18 @@
 /*
  * The communication watchdog (comm/comm_watch.c) under mpirun on 2 ranks
  * (tests/run_mpi.sh 2 test_comm_watchdog), on a dp = 2 grid: PT_COMM_TIMEOUT is read
- * and checked; a collective, a receive and a send whose peer comes LATE_S (4 s) late
- * each end at a 1 s deadline (3 s of margin for a busy machine's scheduling) with the
- * report naming the operation, its bytes, the group or peer, the ranks waited on and
- * the step; the late peer's side still completes. The test asks the comm to return the
- * report (timeout_returns, comm_internal.h) instead of ending the run;
- * tests/tools/cli_watchdog.sh checks the ending with ptrun, whose notes print it. Notes
- * (pt_comm_set_notes) reach the callback set, and those of a pt_comm_sub too. Before
- * MPI starts, the guard of the calls that cannot poll (pt_comm_guard_start, which
- * bounds MPI_Init) is tried in forked children: ended in time it is silent, past its
- * deadline it says so and ends the process with status 1; cli_watchdog.sh checks it
- * around ptrun's MPI_Init with a rank stopped.
+ * and checked; a collective, an all-to-all with counts per rank, a receive and a send
+ * whose peer comes LATE_S (4 s) late each end at a 1 s deadline (3 s of margin for a
+ * busy machine's scheduling) with the report naming the operation, its bytes, the
+ * group or peer, the ranks waited on and the step; the late peer's side still
+ * completes. The test asks the comm to return the report (timeout_returns,
+ * comm_internal.h) instead of ending the run; tests/tools/cli_watchdog.sh checks the
+ * ending with ptrun, whose notes print it. Notes (pt_comm_set_notes) reach the
+ * callback set, and those of a pt_comm_sub too. Before MPI starts, the guard of the
+ * calls that cannot poll (pt_comm_guard_start, which bounds MPI_Init) is tried in
+ * forked children: ended in time it is silent, past its deadline it says so and ends
+ * the process with status 1; cli_watchdog.sh checks it around ptrun's MPI_Init with a
+ * rank stopped.
  */
 #include "check.h"
 #include "comm_internal.h"
@@ -26,7 +27,8 @@ enum { N = 7, BIG = 1 << 18 }; /* BIG floats: 1 MiB, past MPI's eager limit */
 #define LATE_S 4.0 /* how late the peer comes, against the 1 s deadline */
 
 /* Buffers of operations a missed deadline leaves posted: MPI may write them later. */
-static float coll_buf[N], recv_buf[4], send_buf[BIG], late_buf[BIG];
+static float coll_buf[N], recv_buf[4], send_buf[BIG], late_buf[BIG], a2a_in[2 * N],
+    a2a_out[2 * N];
 
 static void sleep_s(double s)
 {
@@ -201,6 +203,25 @@ int main(int argc, char **argv)
         sleep_s(LATE_S);
         CHECK_INT(pt_comm_allreduce(c, PT_GROUP_DP, coll_buf, N, &err), 0);
         CHECK_NEAR(coll_buf[N - 1], 2 * (N - 1) + 1, 0); /* rank 0's part still arrived */
+    }
+    barrier(c);
+
+    /* an all-to-all with counts per rank: rank 0 sends 1 and 3 elements, receives 1 and
+     * 2, so 16 bytes at most; rank 1 comes late */
+    const int64_t sc[2][2] = {{1, 3}, {2, 5}}, rc[2][2] = {{1, 2}, {3, 5}};
+    for (int i = 0; i < 2 * N; i++)
+        a2a_in[i] = (float)(rank * 10 + i);
+    if (rank == 0) {
+        CHECK(pt_comm_alltoallv_t(c, PT_GROUP_DP, PT_COMM_F32, a2a_in, sc[0], a2a_out, rc[0],
+                                  &err) != 0);
+        CHECK_STR_HAS(err.msg, "comm timeout: all-to-all of 16 bytes over dp (2 ranks) in "
+                               "step 7 (testing) did not finish within 1 s, waiting on world "
+                               "rank(s) 1");
+    } else {
+        sleep_s(LATE_S);
+        CHECK_INT(pt_comm_alltoallv_t(c, PT_GROUP_DP, PT_COMM_F32, a2a_in, sc[1], a2a_out,
+                                      rc[1], &err), 0);
+        CHECK_NEAR(a2a_out[2], 3, 0); /* rank 0's last element for rank 1 still arrived */
     }
     barrier(c);
 
