@@ -179,6 +179,12 @@ struct pt_kernels {
     void (*free)(pt_kernels *kn, void *p);
     void (*copy)(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir);
     void (*zero)(pt_kernels *kn, void *p, size_t bytes);
+    /* rows pieces of row_bytes each, from src (one every src_pitch bytes) to dst (one
+     * every dst_pitch bytes), both backend memory, queued as copy's D2D: a strided
+     * gather or scatter in one call (cudaMemcpy2DAsync on CUDA). Pitches are at least
+     * row_bytes; the pieces must not overlap. */
+    void (*copy_rows)(pt_kernels *kn, void *dst, size_t dst_pitch, const void *src,
+                      size_t src_pitch, size_t row_bytes, size_t rows);
     /* waits for queued work; 0, or -1 after any failure (message in kn->err) */
     int (*sync)(pt_kernels *kn);
 

@@ -46,6 +46,14 @@ static void cpu_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, p
         memmove(dst, src, bytes);
 }
 
+static void cpu_copy_rows(pt_kernels *kn, void *dst, size_t dst_pitch, const void *src,
+                          size_t src_pitch, size_t row_bytes, size_t rows)
+{
+    (void)kn;
+    for (size_t r = 0; r < rows && row_bytes; r++)
+        memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+}
+
 static void cpu_zero(pt_kernels *kn, void *p, size_t bytes)
 {
     (void)kn;
@@ -72,6 +80,7 @@ static const pt_kernels cpu_table = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
     .zero = cpu_zero,
     .sync = cpu_sync,
     .embed_forward = pt_kcpu_embed_forward,

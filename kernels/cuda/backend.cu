@@ -341,6 +341,15 @@ void pt_kcuda_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_
     }
 }
 
+void pt_kcuda_copy_rows(pt_kernels *kn, void *dst, size_t dst_pitch, const void *src,
+                        size_t src_pitch, size_t row_bytes, size_t rows)
+{
+    if (!rows || !row_bytes)
+        return;
+    PT_CU(kn, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                cudaMemcpyDeviceToDevice, pt_kcuda_ctx(kn)->stream));
+}
+
 void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes)
 {
     if (bytes)
@@ -520,6 +529,7 @@ static pt_kernels cuda_table(void)
     t.alloc = pt_kcuda_alloc;
     t.free = pt_kcuda_free;
     t.copy = pt_kcuda_copy;
+    t.copy_rows = pt_kcuda_copy_rows;
     t.zero = pt_kcuda_zero;
     t.sync = pt_kcuda_sync;
     t.scratch_bytes = pt_kcuda_scratch_bytes;

@@ -350,6 +350,8 @@ void pt_kcuda_destroy(pt_kernels *kn);
 void *pt_kcuda_alloc(pt_kernels *kn, size_t bytes);
 void pt_kcuda_free(pt_kernels *kn, void *p);
 void pt_kcuda_copy(pt_kernels *kn, void *dst, const void *src, size_t bytes, pt_kcopy dir);
+void pt_kcuda_copy_rows(pt_kernels *kn, void *dst, size_t dst_pitch, const void *src,
+                        size_t src_pitch, size_t row_bytes, size_t rows);
 void pt_kcuda_zero(pt_kernels *kn, void *p, size_t bytes);
 int pt_kcuda_sync(pt_kernels *kn);
 void pt_kcuda_stream_select(pt_kernels *kn, int side);

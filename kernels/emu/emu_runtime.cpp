@@ -409,6 +409,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     return cudaSuccess;
 }
 
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream)
+{
+    /* the runtime refuses a pitch narrower than a row (cudaErrorInvalidPitchValue) */
+    if (height && width && (dpitch < width || spitch < width))
+        return set_error(cudaErrorInvalidValue);
+    for (size_t r = 0; r < height; r++)
+        if (cudaError_t e = cudaMemcpyAsync((char *)dst + r * dpitch,
+                                            (const char *)src + r * spitch, width, kind, stream))
+            return e;
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
     return cudaMemcpyAsync(dst, src, bytes, kind, 0);

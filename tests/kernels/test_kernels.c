@@ -1355,6 +1355,22 @@ static void test_backend(void)
     pt_kernels_destroy(NULL);
 }
 
+/* copy_rows gathers strided pieces: a (4, 5) block of a (6, 8) table into a (4, 5) one,
+ * and leaves the bytes between pieces alone. */
+static void test_copy_rows(void)
+{
+    float src[6 * 8], dst[4 * 7];
+    for (int i = 0; i < 6 * 8; i++)
+        src[i] = (float)i;
+    for (int i = 0; i < 4 * 7; i++)
+        dst[i] = -1;
+    K->copy_rows(K, dst, 7 * sizeof(float), src + 8 + 2, 8 * sizeof(float), 5 * sizeof(float),
+                 4);
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 7; c++)
+            CHECK(dst[r * 7 + c] == (c < 5 ? (float)((r + 1) * 8 + 2 + c) : -1.0f));
+}
+
 int main(void)
 {
     K = pt_kernels_cpu(1);
@@ -1363,6 +1379,7 @@ int main(void)
         return 1;
     }
     test_backend();
+    test_copy_rows();
     test_driver_release();
     test_matmul();
     test_norms();
