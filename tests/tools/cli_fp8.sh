@@ -2,11 +2,11 @@
 # FP8 training on the CPU (--precision fp8 --fp8-emulate: every GEMM operand rounded to
 # E4M3 or E5M2 exactly, products summed in fp32). Over 200 steps of tiny GPT-2 and a tiny
 # LLaMA, FP8's validation loss at steps 50, 100, 150 and 200 stays within 2 % of the fp32
-# run's. Measured (relative, worst of the four): tiny 0.30 % with current scaling and
-# 0.26 % with delayed, tiny LLaMA 0.21 % with current; so 2 % leaves a margin of about
-# 7. The runs ignore loss spikes (--spike-action off): delayed scaling's tiny LLaMA has
-# one gradient-norm spike at step 18 (169x the median; clipping bounds its update) that
-# the guard would stop on, and still ends within 0.03 % of fp32.
+# run's, with current scaling. Measured (relative, worst of the four): tiny 0.30 %, tiny
+# LLaMA 0.21 %; so 2 % leaves a margin of about 7. Delayed scaling (its 200 steps of
+# tiny measured 0.27 %, docs/results/) is checked by the fp8 equivalence suite, whose
+# resumed runs use it. The runs ignore loss spikes (--spike-action off), as a run whose
+# delayed scaling meets one (tiny LLaMA's step 18: clipping bounds its update) would.
 # Then: the step log's FP8 fields, and ptrun's errors on FP8 plans it cannot train.
 #   usage: cli_fp8.sh BUILD_DIR
 set -u
@@ -44,8 +44,6 @@ fp8="--precision fp8 --fp8-emulate"
 val_losses tiny tiny32 >"$tmp/tiny32"
 val_losses tiny tiny8 $fp8 >"$tmp/tiny8"
 within "$tmp/tiny32" "$tmp/tiny8" "tiny fp8 current"
-val_losses tiny tiny8d $fp8 --fp8-recipe delayed >"$tmp/tiny8d"
-within "$tmp/tiny32" "$tmp/tiny8d" "tiny fp8 delayed"
 val_losses "$tmp/tiny-llama.json" llama32 >"$tmp/llama32"
 val_losses "$tmp/tiny-llama.json" llama8 $fp8 >"$tmp/llama8"
 within "$tmp/llama32" "$tmp/llama8" "tiny-llama fp8 current"
