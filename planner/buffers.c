@@ -27,8 +27,21 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_DGATE] = "dgate", [PT_BUF_DUP] = "dup", [PT_BUF_DACT] = "dact", [PT_BUF_CE] = "ce",
     [PT_BUF_DNORM] = "dnorm", [PT_BUF_DKV] = "dkv", [PT_BUF_RING0] = "ring0",
     [PT_BUF_RING1] = "ring1", [PT_BUF_PART] = "part", [PT_BUF_PART_LSE] = "part_lse",
-    [PT_BUF_FP8_A] = "fp8_a", [PT_BUF_FP8_B] = "fp8_b",
+    [PT_BUF_FP8_A] = "fp8_a", [PT_BUF_FP8_B] = "fp8_b", [PT_BUF_ATTH] = "att_heads",
+    [PT_BUF_A2A_SEND] = "a2a_send", [PT_BUF_A2A_RECV] = "a2a_recv", [PT_BUF_HDATT] = "hdatt",
+    [PT_BUF_HDQ] = "hdq", [PT_BUF_HDK] = "hdk", [PT_BUF_HDV] = "hdv",
 };
+
+pt_attn_shape pt_attn_shape_of(const pt_model *m, const pt_layout *l)
+{
+    pt_rank_shape r = pt_rank_shape_of(m, l);
+    int u = pt_layout_a2a(l);
+    u = u >= 1 ? u : 1;
+    int64_t k = r.kv_heads;
+    return (pt_attn_shape){.u = u, .r = l->cp / u, .tokens = u * r.tokens,
+                           .heads = r.heads / u, .kv_heads = k % u == 0 ? k / u : 1,
+                           .head_dim = r.head_dim};
+}
 
 const char *pt_buf_name(pt_buf b)
 {
@@ -59,20 +72,26 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     *B = (pt_buffers){0};
     pt_rank_shape r = pt_rank_shape_of(m, l);
     int ab = act_bytes, t = l->tp;
+    pt_attn_shape at = pt_attn_shape_of(m, l);
     bool sp = l->sp && t > 1, cp = l->cp > 1, swiglu = m->act == PT_ACT_SWIGLU;
+    bool a2a = at.u > 1, ring = at.r > 1;
     int64_t T = r.tokens, R = r.rows, h = m->hidden, a = r.heads, k = r.kv_heads,
             d = r.head_dim, f = r.ffn, v = r.vocab, b = l->mbs, s = m->seq / l->cp;
     int64_t sc = cp ? s / 2 : s; /* one of the two sequence chunks a cp rank holds */
+    /* K and V in head form: u·T tokens of k/u heads, or of one replicated head */
+    int64_t kv_rows = a2a && at.u * at.kv_heads > k ? at.tokens * at.kv_heads / k : T;
 
     /* one layer's activations, kept for its backward */
     SET(B, PT_BUF_LN1, ab, R, h);
     SET(B, PT_BUF_LN1_MEAN, 4, R);
     SET(B, PT_BUF_LN1_RSTD, 4, R);
     SET(B, PT_BUF_Q, ab, T, a, d);
-    SET(B, PT_BUF_K, ab, T, k, d);
-    SET(B, PT_BUF_V, ab, T, k, d);
+    /* with the all-to-all, q, k and v hold the head form once attention has begun */
+    SET(B, PT_BUF_K, ab, kv_rows, k, d);
+    SET(B, PT_BUF_V, ab, kv_rows, k, d);
     SET(B, PT_BUF_ATT, ab, T, a, d);
     SET(B, PT_BUF_LSE, 4, b, a, s);
+    SET(B, PT_BUF_ATTH, ab, a2a ? T : 0, a, d); /* the output in head form */
     SET(B, PT_BUF_X2, ab, R, h);
     SET(B, PT_BUF_LN2, ab, R, h);
     SET(B, PT_BUF_LN2_MEAN, 4, R);
@@ -115,10 +134,20 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_DNORM, 4, sp ? 2 : 0, h);
     /* tp ranks sharing a KV head sum its weights' gradients (K and V rows, bias) */
     SET(B, PT_BUF_DKV, 4, pt_kv_head_copies(m, t) > 1 ? m->kv_heads : 0, d, h + 1);
-    SET(B, PT_BUF_RING0, ab, cp ? 4 : 0, T, k, d);
-    SET(B, PT_BUF_RING1, ab, cp ? 4 : 0, T, k, d);
-    SET(B, PT_BUF_PART, ab, cp ? b : 0, sc, a, d);
-    SET(B, PT_BUF_PART_LSE, 4, cp ? b : 0, a, sc);
+    /* the ring's blocks: K, V, dK, dV in head form; one block's partial output */
+    SET(B, PT_BUF_RING0, ab, ring ? 4 : 0, at.tokens, at.kv_heads, d);
+    SET(B, PT_BUF_RING1, ab, ring ? 4 : 0, at.tokens, at.kv_heads, d);
+    SET(B, PT_BUF_PART, ab, ring ? b : 0, sc, a, d);
+    SET(B, PT_BUF_PART_LSE, 4, ring ? b : 0, a, sc);
+    /* the all-to-all: what is sent and received (q, the output or their gradients, or
+     * k, v, dk, dv in head form), and the backward's gradients in head form */
+    int64_t kv_h = at.tokens * at.kv_heads, q_h = T * a, wide = kv_h > q_h ? kv_h : q_h;
+    SET(B, PT_BUF_A2A_SEND, ab, a2a ? wide : 0, d);
+    SET(B, PT_BUF_A2A_RECV, ab, a2a ? wide : 0, d);
+    SET(B, PT_BUF_HDATT, ab, a2a ? q_h : 0, d);
+    SET(B, PT_BUF_HDQ, ab, a2a ? q_h : 0, d);
+    SET(B, PT_BUF_HDK, ab, a2a ? kv_h : 0, d);
+    SET(B, PT_BUF_HDV, ab, a2a ? kv_h : 0, d);
 }
 
 void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B)

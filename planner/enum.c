@@ -1,10 +1,11 @@
 /*
  * Enumeration of the layout space: every (tp, cp, pp, dp) whose product is the
  * world size, crossed with virtual stages, sequence parallelism, ZeRO stage,
- * micro-batch size, recomputation and schedule. Each candidate is checked against
- * the rules of layout.c; a rejected one is counted under the first rule it breaks,
- * and a valid one gets its memory figures and is handed to the caller.
+ * micro-batch size, recomputation, schedule and how cp communicates. Each candidate is
+ * checked against the rules of layout.c; a rejected one is counted under the first rule
+ * it breaks, and a valid one gets its memory figures and is handed to the caller.
  */
+#include "grid.h"
 #include "internal.h"
 #include "predict.h"
 
@@ -37,6 +38,7 @@ typedef struct {
     unsigned compress_modes;
     pt_enum_counts *counts;
     int tp_spans;
+    int cp_domain; /* the cp ranks in one NVLink domain for this (tp, cp, pp, dp) */
     bool stop;
 } enum_state;
 
@@ -70,14 +72,14 @@ static void visit_overlaps(enum_state *st, const pt_layout *base, const pt_memor
         }
 }
 
-static void visit(enum_state *st, const pt_layout *in)
+static void visit_comm(enum_state *st, const pt_layout *in)
 {
     uint32_t mask;
     pt_layout base = *in, *l = &base;
     base.tp_overlap = base.param_overlap = false;
     base.dp_overlap = st->t->stack.dp_overlap;
     /* what the stack cannot run is not a layout of this search */
-    if (pt_stack_check_layout(&st->t->stack, l, NULL))
+    if (pt_stack_check_model(&st->t->stack, st->m, l, NULL))
         return;
     if (pt_layout_check_spans(st->m, st->c, st->t->global_batch, l, st->tp_spans, &mask)) {
         st->counts->enumerated++;
@@ -97,6 +99,73 @@ static void visit(enum_state *st, const pt_layout *in)
         v.compress = (pt_compress)cm;
         pt_mem_rank_max(st->m, &v, st->t, &mem);
         visit_overlaps(st, &v, &mem, mem.total_bytes <= st->limit_bytes);
+    }
+}
+
+/* The cp ranks of rank 0's cp group inside its NVLink domain, for a (tp, cp, pp, dp). */
+static int cp_in_domain(const pt_cluster *c, const pt_layout *l)
+{
+    pt_grid g;
+    pt_grid_init(&g, l);
+    int64_t *ranks = malloc((size_t)l->cp * sizeof *ranks);
+    if (!ranks)
+        return 1;
+    int n = pt_grid_group_below(&g, PT_GROUP_CP, 0, pt_cluster_nvlink_domain(c), ranks);
+    free(ranks);
+    return n;
+}
+
+/* Whether pure a2a over cp sends at least the ring's bytes in both passes. Per T·hd
+ * elements (T tokens a rank, heads of hd): the all-to-all's buffer holds q and the output
+ * (a/t heads each) and k and v (k' = k/t, or c where fewer are replicated), 2(a/t + k')
+ * each way, of which (c-1)/c is sent; the ring sends 2(c-1)·k/t forward and twice that
+ * backward. a/t + k' >= 2c·k/t makes the all-to-all send as much backward (and so
+ * forward), with more latencies and in the open, where the ring hides what the attention
+ * covers: on the same links (priced as in costmodels/analytic.c) it is not faster. */
+static bool a2a_moves_more(const pt_model *m, const pt_layout *l)
+{
+    int64_t heads = m->heads / l->tp, kv = pt_kv_heads_rank(m, l->tp);
+    int64_t kv_sent = kv > l->cp ? kv : l->cp;
+    return heads + kv_sent >= 2 * (int64_t)l->cp * kv;
+}
+
+/* Each way the stack communicates context parallelism (pt_cp_comm), for cp > 1, where
+ * the cost model can make it the fastest (docs/ptplan.md, "How context parallelism
+ * communicates"); the others would only slow the search down. a2a+p2p with the
+ * all-to-all filling an NVLink domain (the cp ranks of one, when that is a proper
+ * divisor of cp: the split Megatron-Core's --hierarchical-context-parallel-sizes is
+ * meant for). Pure a2a where it moves fewer bytes than the ring (a2a_moves_more), and
+ * then only where its all-to-all stays inside a domain or no such split exists: across
+ * domains the split keeps the same all-to-all on NVLink and sends only K/V blocks over
+ * the network, beside the attention, and smaller groups leave NVLink unused.
+ * all_gather only where cp spans domains with several of its ranks in each: inside one
+ * domain, or with one rank a domain, its all-gather is priced as the ring's c-1 steps
+ * (costmodels/analytic.c: ring_partial, and the hierarchical form with one rank a node),
+ * exposed, where the ring hides all but a stack's compute slowdown (< 1) of them, in
+ * less memory; only the hierarchical all-gather's steps inside the domains make it
+ * cheaper. These compare the analytic prices; a profiled table may rank them otherwise,
+ * which a layout given by hand shows: it may use any kind and divisor. */
+static void visit(enum_state *st, const pt_layout *in)
+{
+    pt_layout l = *in;
+    l.cp_comm = PT_CPC_P2P;
+    l.cp_a2a = 0;
+    if (l.cp == 1) {
+        visit_comm(st, &l);
+        return;
+    }
+    int u = st->cp_domain;
+    bool split = u > 1 && u < l.cp && l.cp % u == 0;
+    for (int k = 0; k < PT_CPC_COUNT && !st->stop; k++) {
+        if (!(st->t->stack.cp_comms & (1u << k)))
+            continue;
+        if ((k == PT_CPC_A2A && (split || a2a_moves_more(st->m, &l))) ||
+            (k == PT_CPC_A2A_P2P && !split) ||
+            (k == PT_CPC_ALLGATHER && (u >= l.cp || u <= 1)))
+            continue;
+        l.cp_comm = (pt_cp_comm)k;
+        l.cp_a2a = k == PT_CPC_A2A_P2P ? u : 0;
+        visit_comm(st, &l);
     }
 }
 
@@ -299,6 +368,7 @@ void pt_enum_layouts(const pt_model *m, const pt_cluster *c, const pt_train *t,
                 l.pp = (int)pp;
                 l.dp = (int)(world / (tp * cp * pp));
                 st.tp_spans = pt_layout_tp_spans_nodes(&l, pt_cluster_nvlink_domain(c));
+                st.cp_domain = l.cp > 1 ? cp_in_domain(c, &l) : 1;
                 enum_splits(&st, o, &l);
             }
         }

@@ -246,6 +246,11 @@ int pt_layout_parse_stack(const char *text, int64_t world, int64_t global_batch,
  * offers. The error names the layout key and the stack. */
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err);
 
+/* pt_stack_check_layout, and what depends on model m's shape: KV heads per tp rank
+ * fewer than the all-to-all's degree on a stack that does not replicate them
+ * (pt_stack.cp_a2a_kv_replicate). */
+int pt_stack_check_model(const pt_stack *s, const pt_model *m, const pt_layout *l, pt_err *err);
+
 /* Writes one line on why rule `r` rejects `l`, with the values involved
  * (e.g. "heads (32) are not divisible by tp (3)"). */
 void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,

@@ -250,6 +250,34 @@ static double pt_mem_embed_head(const pt_model *m, const pt_layout *l, const pt_
     return bytes;
 }
 
+/* Context parallelism's transfer buffers around attention, as Transformer Engine
+ * holds them (context_parallel.py), by pt_cp_comm. The ring (p2p): the K and V blocks
+ * being computed on and the next ones arriving. all_gather: at its peak, in the
+ * backward, the K and V of the whole sequence gathered again and their gradients
+ * before the reduce-scatter (AttnFuncWithCPAndKVAllGather keeps only the local blocks
+ * between forward and backward). a2a: the all-to-all's outputs of q, k and v while its
+ * inputs are still referenced (the backward's dq, dk, dv the same); assumed: the tensors
+ * kept for the backward are the post-all-to-all q, k, v and output
+ * (AttnFuncWithCPAndQKVOA2A's save_for_backward) in place of the pre-all-to-all ones,
+ * the same elements, so the activations do not change. a2a+p2p: both, the ring's
+ * blocks u times longer with 1/u of the heads, as many bytes as p2p's. KV heads sent
+ * as runtime/attention.c does, replicated to u where fewer (TE refuses those
+ * layouts). */
+static double pt_mem_cp_comm(const pt_model *m, const pt_layout *l, const pt_mem_dims *d)
+{
+    double hd = (double)(m->hidden / pt_mem_pos(m->heads));
+    double kv_heads = (double)pt_kv_heads_rank(m, l->tp);
+    double kvr = kv_heads * hd, blocks = 2 * (2 * d->ab * d->sb * kvr);
+    int u = pt_layout_a2a(l);
+    if (l->cp_comm == PT_CPC_ALLGATHER)
+        return 4 * d->ab * d->sb * (double)l->cp * kvr;
+    if (u <= 1)
+        return blocks;
+    double q_heads = (double)(m->heads / pt_mem_pos(l->tp));
+    double a2a = d->ab * d->sb * (q_heads + 2 * fmax(kv_heads, (double)u)) * hd;
+    return a2a + (l->cp > u ? blocks : 0);
+}
+
 /* Buffers the collectives and point-to-point transfers of the stage keep. */
 static double pt_mem_comm(const pt_model *m, const pt_layout *l, const pt_train *tr,
                           pt_precision p, const pt_mem_dims *d, double params,
@@ -270,10 +298,8 @@ static double pt_mem_comm(const pt_model *m, const pt_layout *l, const pt_train 
         bytes += d->ab * sbh;
     if (l->pp > 1) /* send and receive buffers of the stage boundary */
         bytes += 2 * d->ab * sbh / d->rep;
-    if (l->cp > 1) { /* ring attention: K and V blocks, current and next */
-        double kvr = (double)pt_kv_heads_rank(m, l->tp) * (double)(m->hidden / pt_mem_pos(m->heads));
-        bytes += 2 * (2 * d->ab * d->sb * kvr);
-    }
+    if (l->cp > 1)
+        bytes += pt_mem_cp_comm(m, l, d);
     return bytes;
 }
 

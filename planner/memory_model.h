@@ -33,20 +33,37 @@ double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precis
 double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_precision p,
                                      pt_attn_impl attn);
 
+/* How attention runs on one rank under the layout's cp_comm (planner/buffers.c). With
+ * an all-to-all of degree u (pt_layout_a2a) each rank of an all-to-all group holds, for
+ * attention, the group's u·T tokens and a/u of its a query heads ("head form"); its KV
+ * heads go the same way, k/u each, or, when k < u, one each, every KV head replicated
+ * to u/k ranks. The ring then runs over the r = cp/u groups with those blocks; u = 1 is
+ * the plain ring, r = 1 the plain all-to-all. */
+typedef struct {
+    int u, r;           /* all-to-all degree, ring members */
+    int64_t tokens;     /* u·T: the tokens attention sees on this rank */
+    int64_t heads;      /* a/u query heads */
+    int64_t kv_heads;   /* k/u KV heads, or 1 (replicated) */
+    int64_t head_dim;
+} pt_attn_shape;
+pt_attn_shape pt_attn_shape_of(const pt_model *m, const pt_layout *l);
+
 /* The buffers ptrun allocates per micro-batch (planner/buffers.c): the runtime carves
  * its activation slots, head buffers and backward scratch from this list, and the
  * memory model sums it for ptrun's own stack, so the two cannot differ. In order:
  * one layer's kept activations, the rest of a slot, the head, the scratch. */
 typedef enum {
     PT_BUF_LN1, PT_BUF_LN1_MEAN, PT_BUF_LN1_RSTD, PT_BUF_Q, PT_BUF_K, PT_BUF_V, PT_BUF_ATT,
-    PT_BUF_LSE, PT_BUF_X2, PT_BUF_LN2, PT_BUF_LN2_MEAN, PT_BUF_LN2_RSTD, PT_BUF_GATE,
+    PT_BUF_LSE, PT_BUF_ATTH, PT_BUF_X2, PT_BUF_LN2, PT_BUF_LN2_MEAN, PT_BUF_LN2_RSTD, PT_BUF_GATE,
     PT_BUF_UP, PT_BUF_ACT,
     PT_BUF_TOKENS, PT_BUF_TARGETS, PT_BUF_X,
     PT_BUF_LNF, PT_BUF_LNF_MEAN, PT_BUF_LNF_RSTD, PT_BUF_LOGITS, PT_BUF_LOSSES, PT_BUF_VMASK,
     PT_BUF_DRES, PT_BUF_DLN, PT_BUF_DLNS, PT_BUF_GATH, PT_BUF_GDRES, PT_BUF_ROUT,
     PT_BUF_DDROP, PT_BUF_DQ, PT_BUF_DK, PT_BUF_DV, PT_BUF_DQR, PT_BUF_DKR, PT_BUF_DATT,
     PT_BUF_DGATE, PT_BUF_DUP, PT_BUF_DACT, PT_BUF_CE, PT_BUF_DNORM, PT_BUF_DKV,
-    PT_BUF_RING0, PT_BUF_RING1, PT_BUF_PART, PT_BUF_PART_LSE, PT_BUF_FP8_A, PT_BUF_FP8_B,
+    PT_BUF_RING0, PT_BUF_RING1, PT_BUF_PART, PT_BUF_PART_LSE, PT_BUF_A2A_SEND,
+    PT_BUF_A2A_RECV, PT_BUF_HDATT, PT_BUF_HDQ, PT_BUF_HDK, PT_BUF_HDV, PT_BUF_FP8_A,
+    PT_BUF_FP8_B,
     PT_BUF_COUNT
 } pt_buf;
 

@@ -125,6 +125,15 @@ static const pt_op_kind_info kind_info[PT_OPK_COUNT] = {
     COLL(PT_OPK_SP_REDUCESCATTER, "sp_reducescatter", IN_MICRO_BATCH, PT_BD_TP),
     COLL(PT_OPK_CP_RING, "cp_ring", IN_LAYER, PT_BD_CP),
     COLL(PT_OPK_CP_RING_BWD, "cp_ring_bwd", IN_LAYER, PT_BD_CP),
+    COLL(PT_OPK_CP_A2A_Q, "cp_a2a_q", IN_LAYER, PT_BD_CP),
+    COLL(PT_OPK_CP_A2A_KV, "cp_a2a_kv", IN_LAYER, PT_BD_CP),
+    COLL(PT_OPK_CP_A2A_OUT, "cp_a2a_out", IN_LAYER, PT_BD_CP),
+    COLL(PT_OPK_CP_A2A_DOUT, "cp_a2a_dout", IN_LAYER, PT_BD_CP),
+    COLL(PT_OPK_CP_A2A_DQ, "cp_a2a_dq", IN_LAYER, PT_BD_CP),
+    COLL(PT_OPK_CP_A2A_DKV, "cp_a2a_dkv", IN_LAYER, PT_BD_CP),
+    /* cp_comm=all_gather: Transformer Engine's, which ptrun does not run */
+    [PT_OPK_CP_ALLGATHER] = {"cp_allgather", PT_OP_COLL, IN_LAYER, PT_BD_CP, true},
+    [PT_OPK_CP_REDUCESCATTER] = {"cp_reducescatter", PT_OP_COLL, IN_LAYER, PT_BD_CP, true},
     /* data parallelism, ZeRO and the optimizer */
     COLL(PT_OPK_ZERO3_ALLGATHER, "zero3_allgather", IN_LAYER, PT_BD_DP),
     COLL(PT_OPK_ZERO_REDUCESCATTER, "zero_reducescatter", IN_LAYER | IN_STEP, PT_BD_DP),
@@ -706,9 +715,21 @@ static void tp_exit(builder *b, const dims *d, pt_tensor res)
              1, false);
 }
 
+/* KV heads a rank holds after context parallelism's all-to-all of degree u (u = 1: no
+ * all-to-all): its k/t heads' share, or one head where fewer than u were replicated to
+ * u, one to each rank whose queries use it (the rule kv_heads_cp_a2a, layout.c, allows
+ * only these two cases). */
+static int64_t kv_heads_a2a(int64_t kv_local, int u)
+{
+    return kv_local >= u ? kv_local / u : 1;
+}
+
 /* The attention core as the stack runs it. Model FLOPs count the full (not causal)
  * score matrix, as the MFU convention does; a flash kernel skips the masked half.
- * sq queries on this rank attend to sk = s keys (all of them with cp). */
+ * sq queries on this rank attend to sk = s keys (all of them with cp). After cp's
+ * all-to-all of degree u (pt_layout_a2a) the kernel runs on u times the queries with
+ * 1/u of the heads: the same FLOPs in another shape, which is the one its cost is
+ * looked up under. */
 typedef struct {
     double b, heads, kv, sq, sk, hd;
 } attn_dims;
@@ -717,9 +738,10 @@ static attn_dims attn_dims_of(const builder *b, const dims *d)
 {
     const pt_model *m = b->c->m;
     const pt_layout *l = b->c->l;
-    return (attn_dims){(double)l->mbs, (double)(m->heads / l->tp),
-                       (double)pt_kv_heads_rank(m, l->tp), (double)(m->seq / l->cp),
-                       (double)m->seq, (double)d->hd};
+    int u = pt_layout_a2a(l);
+    return (attn_dims){(double)l->mbs, (double)(m->heads / l->tp / u),
+                       (double)kv_heads_a2a(pt_kv_heads_rank(m, l->tp), u),
+                       (double)(m->seq / l->cp * u), (double)m->seq, (double)d->hd};
 }
 
 static void attn_key(builder *b, pt_op *op, const char *kind, const attn_dims *a)
@@ -844,14 +866,128 @@ static void attention_core(builder *b, const dims *d, bool backward)
     }
 }
 
-/* Context parallelism: the K/V blocks travel around the cp ring (c-1 steps), and in
- * the backward their gradients travel back too; overlapped with attention. */
+/* ---- Context parallelism around the attention core (pt_cp_comm) ---- */
+
+/* The ring: K/V blocks travel c_r - 1 hops around the ring of c_r = c/u members (u the
+ * all-to-all degree: 1 with p2p), each hop beside the attention of the block before
+ * (Liu et al. 2023, "Ring Attention with Blockwise Transformers"); in the backward the
+ * blocks travel again with their gradients. After a2a+p2p's all-to-all a block is
+ * u·T tokens of the k/(t·u) KV heads (or one, replicated). The members are every u-th
+ * rank of the cp group, so the ring spans NVLink domains exactly when u fills them:
+ * u·(members per domain) = the cp group's ranks per domain. */
 static void cp_ring(builder *b, const dims *d, bool backward)
 {
-    int cp = b->c->l->cp;
-    double kv_bytes = 2.0 * d->ab * (double)d->tokens * (double)d->kvr;
-    coll(b, backward ? PT_OPK_CP_RING_BWD : PT_OPK_CP_RING, (moves){PT_TEN_KV, PT_TEN_KV},
-         PT_COLL_SENDRECV, PT_GROUP_CP, backward ? 2 * kv_bytes : kv_bytes, cp - 1, true);
+    const pt_layout *l = b->c->l;
+    int u = pt_layout_a2a(l), members = l->cp / u;
+    if (members < 2)
+        return;
+    double kv_heads = (double)kv_heads_a2a(d->kvr / d->hd, u);
+    double kv_bytes = 2.0 * d->ab * (double)(u * d->tokens) * kv_heads * (double)d->hd;
+    pt_op *op = coll(b, backward ? PT_OPK_CP_RING_BWD : PT_OPK_CP_RING,
+                     (moves){PT_TEN_KV, PT_TEN_KV}, PT_COLL_SENDRECV, PT_GROUP_CP,
+                     backward ? 2 * kv_bytes : kv_bytes, members - 1, true);
+    if (op && u > 1) {
+        int per_domain = b->c->ranks_per_node[PT_GROUP_CP] / u;
+        op->coll.group = members;
+        op->coll.ranks_per_node = per_domain < 1 ? 1 : per_domain;
+    }
+}
+
+/* One all-to-all of cp's degree-u exchange (DeepSpeed-Ulysses, Jacobs et al. 2023):
+ * each rank holds T tokens of `heads` heads and ends with u·T tokens of heads/u, so
+ * its buffer, the per-rank bytes of nccl-tests' convention (costmodels/cost.h), is
+ * T·heads·hd elements, (u-1)/u of them sent. Blocking: nothing computes beside it
+ * (runtime/attention.c and Transformer Engine's flash_attn_a2a_communicate wait for
+ * it). The strided copies that pack and unpack the head slices around it are left
+ * out, as the ring's block copies are. */
+static void cp_a2a(builder *b, const dims *d, pt_op_kind kind, pt_tensor t, double heads,
+                   int count)
+{
+    double bytes = d->ab * (double)d->tokens * heads * (double)d->hd;
+    coll(b, kind, (moves){t, t}, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, bytes, count, false);
+}
+
+/* The q heads a rank sends into the all-to-all (a/t), and the K (or V) heads: its
+ * k/t, or u where fewer are replicated to u first (runtime/attention.c; Transformer
+ * Engine asserts k/t % u == 0 instead, context_parallel.py's AttnFuncWithCPAndQKVOA2A). */
+static double a2a_q_heads(const dims *d)
+{
+    return (double)(d->h / d->t / d->hd);
+}
+
+static double a2a_kv_heads(const builder *b, const dims *d)
+{
+    int64_t kv = d->kvr / d->hd, u = pt_layout_a2a(b->c->l);
+    return (double)(kv >= u ? kv : u);
+}
+
+/* K and V gathered over cp before attention (cp_comm=all_gather: Transformer Engine's
+ * AttnFuncWithCPAndKVAllGather, context_parallel.py, gathers each with
+ * gather_along_first_dim and keeps only the local blocks for the backward, which gathers
+ * them again): the whole gathered buffer, c·T tokens, as nccl-tests counts an
+ * all-gather. Blocking. */
+static void cp_allgather(builder *b, const dims *d, pt_op_kind kind, pt_coll what)
+{
+    double bytes = d->ab * (double)(d->tokens * b->c->l->cp) * (double)d->kvr;
+    coll(b, kind, (moves){PT_TEN_KV, PT_TEN_KV}, what, PT_GROUP_CP, bytes, 2, false);
+}
+
+/* Forward, before the attention core: the all-to-alls of q, k and v (a2a, a2a+p2p),
+ * the ring (p2p, and a2a+p2p across the all-to-all groups) or the all-gather of K and
+ * V (all_gather). */
+static void cp_forward_in(builder *b, const dims *d)
+{
+    const pt_layout *l = b->c->l;
+    if (l->cp == 1)
+        return;
+    if (l->cp_comm == PT_CPC_ALLGATHER) {
+        cp_allgather(b, d, PT_OPK_CP_ALLGATHER, PT_COLL_ALLGATHER);
+        return;
+    }
+    if (pt_layout_a2a(l) > 1) {
+        cp_a2a(b, d, PT_OPK_CP_A2A_Q, PT_TEN_NONE, a2a_q_heads(d), 1);
+        cp_a2a(b, d, PT_OPK_CP_A2A_KV, PT_TEN_KV, a2a_kv_heads(b, d), 2);
+    }
+    cp_ring(b, d, false);
+}
+
+/* Forward, after it: the output's all-to-all back to "my tokens, all heads". */
+static void cp_forward_out(builder *b, const dims *d)
+{
+    if (b->c->l->cp > 1 && pt_layout_a2a(b->c->l) > 1)
+        cp_a2a(b, d, PT_OPK_CP_A2A_OUT, PT_TEN_NONE, a2a_q_heads(d), 1);
+}
+
+/* Backward, before the attention core's backward (and its selective recomputation):
+ * the output gradient's all-to-all in; all_gather's K and V gathered again. */
+static void cp_backward_in(builder *b, const dims *d)
+{
+    const pt_layout *l = b->c->l;
+    if (l->cp == 1)
+        return;
+    if (l->cp_comm == PT_CPC_ALLGATHER)
+        cp_allgather(b, d, PT_OPK_CP_ALLGATHER, PT_COLL_ALLGATHER);
+    else if (pt_layout_a2a(l) > 1)
+        cp_a2a(b, d, PT_OPK_CP_A2A_DOUT, PT_TEN_NONE, a2a_q_heads(d), 1);
+}
+
+/* Backward, after it: the ring's blocks and gradients; dq, dk and dv back through the
+ * all-to-all (the gradients of replicated KV heads summed after it); all_gather's dK and
+ * dV reduce-scattered to their blocks' owners. */
+static void cp_backward_out(builder *b, const dims *d)
+{
+    const pt_layout *l = b->c->l;
+    if (l->cp == 1)
+        return;
+    if (l->cp_comm == PT_CPC_ALLGATHER) {
+        cp_allgather(b, d, PT_OPK_CP_REDUCESCATTER, PT_COLL_REDUCESCATTER);
+        return;
+    }
+    cp_ring(b, d, true);
+    if (pt_layout_a2a(l) > 1) {
+        cp_a2a(b, d, PT_OPK_CP_A2A_DQ, PT_TEN_NONE, a2a_q_heads(d), 1);
+        cp_a2a(b, d, PT_OPK_CP_A2A_DKV, PT_TEN_KV, a2a_kv_heads(b, d), 2);
+    }
 }
 
 static void rope(builder *b, const dims *d, bool backward)
@@ -1031,9 +1167,9 @@ static void layer_forward(builder *b, const dims *d)
     column_parallel_fwd(b, d, PT_TEN_LN1, attn, na,
                         shared_qkv(b, d) ? PT_OPK_QKV : PT_OPK_COUNT);
     rope(b, d, false);
-    if (b->c->l->cp > 1)
-        cp_ring(b, d, false);
+    cp_forward_in(b, d);
     attention_core(b, d, false);
+    cp_forward_out(b, d);
     gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t, row_role);
     tp_exit(b, d, PT_TEN_ATTN_RES);
     if (res) {
@@ -1131,14 +1267,14 @@ static void layer_backward(builder *b, const dims *d)
     norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
                      d->h / d->t, PT_GEMM_DGRAD_WRITE);
+    cp_backward_in(b, d);
     if (selective && !op_policy) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);
         b->recompute = false;
     }
     attention_core(b, d, true);
-    if (c->l->cp > 1)
-        cp_ring(b, d, true);
+    cp_backward_out(b, d);
     rope(b, d, true);
     column_parallel_bwd(b, d, PT_TEN_LN1, attn, na,
                         shared_qkv(b, d) ? PT_OPK_QKV_WGRAD : PT_OPK_COUNT);

@@ -72,22 +72,23 @@ static inline pt_op *membound(builder *b, pt_op_kind op_kind, const char *kind,
     return op;
 }
 
-/* A collective moving `src` into `dst` (the same buffer for an in-place reduction). */
+/* A collective moving `src` into `dst` (the same buffer for an in-place reduction);
+ * the op, or NULL where the group is one rank (no op) or out of memory. */
 typedef struct {
     pt_tensor src, dst;
 } moves;
 
-static inline void coll(builder *b, pt_op_kind kind, moves mv, pt_coll what,
-                        pt_group_kind group, double bytes, int count, bool overlapped)
+static inline pt_op *coll(builder *b, pt_op_kind kind, moves mv, pt_coll what,
+                          pt_group_kind group, double bytes, int count, bool overlapped)
 {
     pt_grid g;
     pt_grid_init(&g, b->c->l);
     int size = pt_grid_group_size(&g, group);
     if (size == 1)
-        return;
+        return NULL;
     pt_op *op = add_op(b, kind);
     if (!op)
-        return;
+        return NULL;
     op->src = mv.src;
     op->dst = mv.dst;
     op->coll = (pt_coll_op){.op = what, .bytes = bytes, .group = size,
@@ -95,6 +96,7 @@ static inline void coll(builder *b, pt_op_kind kind, moves mv, pt_coll what,
     op->group = group;
     op->count = count;
     op->overlapped = overlapped;
+    return op;
 }
 
 static inline int finish(builder *b)

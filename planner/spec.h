@@ -262,6 +262,8 @@ typedef struct {
     bool tp, pp, cp, sp;           /* tensor, pipeline, context parallelism, sequence par. */
     unsigned cp_comms;             /* bit k set: cp_comm k (pt_cp_comm) runs; p2p alone
                                       when a stack file leaves it out */
+    bool cp_a2a_kv_replicate;      /* the all-to-all replicates KV heads fewer than its
+                                      degree (else they must divide by it) */
     unsigned zero_stages;          /* bit z set: ZeRO stage z offered */
     /* overlaps: which exist, and the default of each layout key */
     bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */

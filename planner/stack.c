@@ -20,9 +20,12 @@
  *     },
  *     "parallelism": {"tp": true, "pp": true, "cp": true, "sp": true,
  *                     "zero": [0, 1],           ZeRO stages offered
- *                     "cp_comm": ["p2p", "a2a"]},  optional (default ["p2p"]): how cp
+ *                     "cp_comm": ["p2p", "a2a"],   optional (default ["p2p"]): how cp
  *                                               may communicate (p2p, all_gather, a2a,
  *                                               a2a+p2p: the layout key cp_comm)
+ *                     "cp_a2a_kv_replicate": false},  optional (default false): KV heads
+ *                                               fewer than the all-to-all's degree are
+ *                                               replicated (else they must divide by it)
  *     "overlap": {
  *       "tp": true,                             TP communication beside the GEMMs
  *       "tp_reduce_scatter": true,              ... the reduce-scatters too
@@ -132,6 +135,7 @@ static const pt_stack stack_ptrun = {
     /* runtime/attention.c: the ring, and the all-to-all inside groups with or without
      * the ring across them */
     .cp_comms = BIT(PT_CPC_P2P) | BIT(PT_CPC_A2A) | BIT(PT_CPC_A2A_P2P),
+    .cp_a2a_kv_replicate = true,
     .zero_stages = BIT(0) | BIT(1) | BIT(2) | BIT(3),
     .tp_overlap = true, .tp_overlap_reach = 1.0,
     .dp_overlap_modes = BIT(PT_DPO_LAST), .dp_overlap = PT_DPO_LAST,
@@ -247,6 +251,9 @@ static const pt_stack stack_megatron_core = {
     .tp = true, .pp = true, .cp = true, .sp = true,
     /* --cp-comm-type's four kinds (megatron/core/transformer/transformer_config.py) */
     .cp_comms = BIT(PT_CPC_P2P) | BIT(PT_CPC_ALLGATHER) | BIT(PT_CPC_A2A) | BIT(PT_CPC_A2A_P2P),
+    /* Transformer Engine's all-to-all hands out whole KV heads (context_parallel.py,
+     * AttnFuncWithCPAndQKVOA2A: "num_heads % cp_size == 0 for Q, K, V") */
+    .cp_a2a_kv_replicate = false,
     .zero_stages = BIT(0) | BIT(1),
     .tp_overlap = true, .tp_overlap_rs = true, .tp_overlap_reach = 0.8,
     .tp_backward_async = true,
@@ -433,7 +440,8 @@ static const char *const top_keys[] = {"name", "about", "attention", "parallelis
 static const char *const fp8_keys[] = {"recipes", "default", "casts", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
-static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", "cp_comm", NULL};
+static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", "cp_comm",
+                                       "cp_a2a_kv_replicate", NULL};
 static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "tp_backward_async",
                                        "dp", "dp_default", "param_gather", "zero3_prefetch",
                                        "compute_slowdown", "p2p", NULL};
@@ -535,6 +543,9 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
         s->zero_stages |= BIT(json_integer_value(v));
     }
     s->cp_comms = BIT(PT_CPC_P2P);
+    s->cp_a2a_kv_replicate = false;
+    if (json_object_get(p.obj, "cp_a2a_kv_replicate"))
+        bad |= pt_json_get_bool(&p, "cp_a2a_kv_replicate", &s->cp_a2a_kv_replicate, err);
     if (json_object_get(p.obj, "cp_comm")) {
         const json_t *kinds = get_array(&p, "cp_comm", PT_CPC_COUNT, err);
         if (!kinds)
@@ -1014,6 +1025,7 @@ char *pt_stack_to_json(const pt_stack *s)
             if (s->cp_comms & BIT(k))
                 json_array_append_new(cpc, json_string(pt_cp_comm_name((pt_cp_comm)k)));
         bad |= pt_json_set(par, "cp_comm", cpc);
+        bad |= pt_json_set(par, "cp_a2a_kv_replicate", json_boolean(s->cp_a2a_kv_replicate));
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
         bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));
@@ -1052,6 +1064,21 @@ char *pt_stack_to_json(const pt_stack *s)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         json_decref(all[i]);
     return text;
+}
+
+int pt_stack_check_model(const pt_stack *s, const pt_model *m, const pt_layout *l, pt_err *err)
+{
+    if (pt_stack_check_layout(s, l, err))
+        return -1;
+    int u = pt_layout_a2a(l);
+    int64_t kv = pt_kv_heads_rank(m, l->tp);
+    /* (KV heads that neither divide by the degree nor divide it break a layout rule) */
+    if (u > 1 && kv % u && u % kv == 0 && !s->cp_a2a_kv_replicate)
+        return pt_err_set(err, "layout cp_comm=%s: stack '%s' needs the KV heads per tp rank "
+                          "(%lld) divisible by the all-to-all's degree %d: it replicates "
+                          "none; use more tp, a smaller all-to-all or cp_comm=p2p",
+                          pt_cp_comm_name(l->cp_comm), s->name, (long long)kv, u);
+    return 0;
 }
 
 int pt_layout_parse_stack(const char *text, int64_t world, int64_t global_batch,

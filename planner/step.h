@@ -82,6 +82,13 @@ typedef enum {
     /* tensor and context parallelism */
     PT_OPK_TP_ALLREDUCE, PT_OPK_SP_ALLGATHER, PT_OPK_SP_REDUCESCATTER, PT_OPK_CP_RING,
     PT_OPK_CP_RING_BWD,
+    /* ... context parallelism's other kinds (pt_cp_comm). a2a and a2a+p2p: blocking
+     * all-to-alls over the cp_a2a group of q, of k and v (count 2), of the attention
+     * output back; in the backward of the output's gradient in, of dq, of dk and dv
+     * back. all_gather (priced only): K and V gathered over cp before attention, in
+     * the forward and again in the backward, and dK, dV reduce-scattered after it. */
+    PT_OPK_CP_A2A_Q, PT_OPK_CP_A2A_KV, PT_OPK_CP_A2A_OUT, PT_OPK_CP_A2A_DOUT,
+    PT_OPK_CP_A2A_DQ, PT_OPK_CP_A2A_DKV, PT_OPK_CP_ALLGATHER, PT_OPK_CP_REDUCESCATTER,
     /* data parallelism, ZeRO and the optimizer */
     PT_OPK_ZERO3_ALLGATHER, PT_OPK_ZERO_REDUCESCATTER, PT_OPK_DP_BUCKET,
     PT_OPK_EMBED_ALLREDUCE, PT_OPK_GRAD_NORM, PT_OPK_ADAM, PT_OPK_ZERO_ALLGATHER,
@@ -143,7 +150,8 @@ typedef enum {
     PT_TEN_DLN_ROWS,     /* (R, h) its reduced rows (sp) */
     PT_TEN_XENT_MAX,     /* (T) fp32 row maxima of the logits */
     PT_TEN_XENT_SUMS,    /* (2, T) fp32 sums of exponentials and target logits */
-    PT_TEN_KV,           /* the K/V blocks (and their gradients) travelling the cp ring */
+    PT_TEN_KV,           /* the K/V blocks (and their gradients) cp moves: around the
+                            ring, through the all-to-all or the all-gather */
     PT_TEN_LAYER_WEIGHTS,/* a layer's weights (ZeRO-3 gather) */
     PT_TEN_LAYER_GRADS,  /* a layer's gradients (ZeRO-2/3 reduce-scatter) */
     PT_TEN_GRADS,        /* the gradient buffer (data-parallel buckets) */
@@ -187,7 +195,8 @@ typedef struct {
     pt_coll_op coll;        /* cls == PT_OP_COLL */
     pt_group_kind group;    /* the group a collective runs in (PT_GROUP_COUNT: every
                                rank of the run, the gradient norm's sum) */
-    int count;              /* times the op runs in a row (CP ring steps); >= 1 */
+    int count;              /* times the op runs in a row (CP ring steps; k and v's
+                               all-to-alls); >= 1 */
     bool overlapped;        /* a collective that runs beside compute (CP ring, ZeRO-3
                                prefetch) instead of blocking the compute stream */
     bool recompute;         /* a forward op run again during backward */

@@ -641,7 +641,9 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         rope_all(c, L->q, d->a, false, NULL);
         rope_all(c, L->k, d->kh, false, NULL);
         return 0;
-    case PT_OPK_ATTN: return pt_attention_forward(c);
+    case PT_OPK_ATTN:
+        return pt_attention_forward(c, op->recompute &&
+                                           c->n->layout.recompute != PT_RECOMPUTE_FULL);
     case PT_OPK_ATTN_OUT:
         if (pt_gemm_role_adds_residual(op->role))
             return linear_res_fwd(c, op, L->x2, L->att, x, qd, d->h, PT_DROP_ATTN);
@@ -799,9 +801,18 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         return tp_collective(c, op);
     case PT_OPK_CP_RING:
     case PT_OPK_CP_RING_BWD:
+    case PT_OPK_CP_A2A_Q:
+    case PT_OPK_CP_A2A_KV:
+    case PT_OPK_CP_A2A_OUT:
+    case PT_OPK_CP_A2A_DOUT:
+    case PT_OPK_CP_A2A_DQ:
+    case PT_OPK_CP_A2A_DKV:
         /* The K/V blocks travel inside the attention ops, beside their compute, as the
-         * op's `overlapped` prices them. */
+         * op's `overlapped` prices them; the all-to-alls too, around it. */
         return 0;
+    case PT_OPK_CP_ALLGATHER:
+    case PT_OPK_CP_REDUCESCATTER:
+        break; /* cp_comm=all_gather: priced for other stacks, not run here */
     /* ZeRO inside the layers */
     case PT_OPK_ZERO3_ALLGATHER: return pt_zero_gather_layer(c->n, c->l, c->next_l, c->err);
     case PT_OPK_ZERO_REDUCESCATTER:

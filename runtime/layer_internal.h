@@ -81,8 +81,10 @@ int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, float *dw, float *dbias, const
 /* ---- The attention op (runtime/attention.c) --------------------------------------------- */
 
 /* The attention of the running layer, from its q, k and v to att and lse, over every
- * cp rank's keys; and its backward into the scratch's dq, dk and dv. */
-int pt_attention_forward(pt_layer_ctx *c);
+ * cp rank's keys; and its backward into the scratch's dq, dk and dv. `again`: the
+ * attention recomputed before its backward (selective recomputation), from q, k and v
+ * as the forward left them, att kept. */
+int pt_attention_forward(pt_layer_ctx *c, bool again);
 int pt_attention_backward(pt_layer_ctx *c);
 
 #endif

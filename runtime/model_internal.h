@@ -305,10 +305,15 @@ void pt_compress_state_set(pt_net *n, const float *errors, const float *q, bool 
  * backward. */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (R, h) [act], (R), (R) */
-    float *q, *k, *v;                 /* (b, s_r, a/t, d), (b, s_r, k/t, d) x2 [act] */
+    float *q, *k, *v;                 /* (b, s_r, a/t, d), (b, s_r, k/t, d) x2 [act]; with
+                                         cp's all-to-all, once attention has begun, the
+                                         head form (pt_dims_attn) */
     float *att, *lse;                 /* (T, a/t, d) [act]; (b, a/t, s_r), or with cp
                                          (2, b, a/t, s_r/2): per sequence chunk (with cp
-                                         the T rows are chunk by chunk, (2, b, s_r/2)) */
+                                         the T rows are chunk by chunk, (2, b, s_r/2));
+                                         with the all-to-all lse is the head form's */
+    float *atth;                      /* the all-to-all: attention's output in head form
+                                         (the backward's), NULL without */
     float *x2;                        /* (R, h) [act] residual stream after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *gate, *up, *act;           /* (T, f/t) [act] each; gate only with SwiGLU */
@@ -364,6 +369,8 @@ typedef struct {
                                          (b, s_r, k/t, d) [act]; two to swap */
     float *part, *part_lse;           /* cp: one block's (b, s_r/2, a/t, d) [act] and
                                          (b, a/t, s_r/2) fp32 result before combining */
+    float *a2a_send, *a2a_recv;       /* cp's all-to-all: what is sent and received */
+    float *hdatt, *hdq, *hdk, *hdv;   /* ... the attention gradients in head form */
     uint8_t *fp8_a, *fp8_b;           /* FP8 GEMMs: one GEMM's quantized operands
                                          (runtime/fp8.c); NULL without FP8 */
 } pt_scratch;
@@ -379,6 +386,8 @@ typedef struct {
     int h, a, kh, d, f, v;    /* per rank: a, kh, f and v already divided by t */
     int t, tr, cp, cr;        /* tp size and rank, cp size and rank */
     int kv_share;             /* tp ranks sharing one KV head (tp > k), else 1 */
+    int u;                    /* cp's all-to-all degree (1: none), its group of u ranks
+                                 inside cp; the ring runs over cp/u such groups */
     bool sp;
 } pt_layer_dims;
 
@@ -387,6 +396,12 @@ pt_layer_dims pt_net_dims(const pt_net *n);
  * 2·cp-1-cr (its pieces 0 and 1; one piece, the whole sequence, without cp). The
  * position of the first token of piece `piece` of rank cr, and the pieces per rank. */
 int64_t pt_dims_piece_pos(const pt_layer_dims *d, int cr, int piece);
+/* The dimensions attention runs at (u > 1: the head form, planner/memory_model.h's
+ * pt_attn_shape): cp and cr are the ring's (cp/u groups, this rank's group), s, sc and
+ * T u times longer, a and kh the head form's (kh 1 when KV heads are replicated), u 1.
+ * With u = 1, d itself. With one ring member (cp = u) the head form is batch-major,
+ * (b, u·s, a/u, d), as attention without cp; else chunk by chunk as the ring's. */
+pt_layer_dims pt_dims_attn(const pt_layer_dims *d);
 int pt_dims_pieces(const pt_layer_dims *d);
 
 /* pt_tensors_check: whether the buffers of `slots` micro-batches can be sized at all

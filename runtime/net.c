@@ -35,10 +35,12 @@ static int reserve_kernels(pt_net *n, const pt_layer_dims *d, pt_err *err)
     cols = 2 * (int64_t)d->f > cols ? 2 * (int64_t)d->f : cols;
     cols = d->v > cols ? d->v : cols;
     int64_t ranges = n->zero ? pt_zero_segments(n) : n->n_z1 > 0 ? n->n_z1 : 1;
-    /* attention_bwd's calls: (b, sc, sc), sc being s without cp and a chunk with it */
-    pt_k_scratch_shape sh = {.rows = d->T, .cols = cols, .heads = d->a, .kv_heads = d->kh,
+    /* attention_bwd's calls: (b, sc, sc), sc being s without cp and a chunk with it, in
+     * the head form with cp's all-to-all; rows: the most any op's call has, u·T there */
+    pt_layer_dims at = pt_dims_attn(d);
+    pt_k_scratch_shape sh = {.rows = at.T, .cols = cols, .heads = at.a, .kv_heads = at.kh,
                              .head_dim = d->d, .attn_batch = (int)d->b,
-                             .attn_seq = (int)d->sc, .vocab_rows = d->v,
+                             .attn_seq = (int)at.sc, .vocab_rows = d->v,
                              .adamw_tensors = (int)(n->n_param + ranges)};
     /* the backend's, like cuBLASLt's workspace: not in the model's bytes, which the
      * memory model predicts */

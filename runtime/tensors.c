@@ -28,7 +28,25 @@ pt_layer_dims pt_net_dims(const pt_net *n)
                        .sp = l->sp && t > 1};
     d.kv_share = pt_kv_head_copies(m, t);
     d.sc = d.cp > 1 ? d.s / 2 : d.s;
+    d.u = pt_layout_a2a(l) >= 1 ? pt_layout_a2a(l) : 1;
     return d;
+}
+
+pt_layer_dims pt_dims_attn(const pt_layer_dims *d)
+{
+    if (d->u <= 1)
+        return *d;
+    pt_layer_dims h = *d;
+    int u = d->u;
+    h.cp = d->cp / u;
+    h.cr = d->cr / u;
+    h.s = u * d->s;
+    h.T = u * d->T;
+    h.sc = h.cp > 1 ? u * d->sc : h.s;
+    h.a = d->a / u;
+    h.kh = d->kh % u == 0 ? d->kh / u : 1;
+    h.u = 1;
+    return h;
 }
 
 int64_t pt_net_act_elems(const pt_net *n)
@@ -42,7 +60,8 @@ int64_t pt_net_p2p_bytes(const pt_net *n)
     pt_layer_dims d = pt_net_dims(n);
     int64_t ab = (int64_t)pt_kdtype_bytes(n->kn->act_dtype);
     int64_t stage = d.R * d.h * ab;                      /* a stage boundary's activations */
-    int64_t ring = d.cp > 1 ? 4 * d.T * d.kh * d.d * ab : 0; /* K, V and their gradients */
+    pt_layer_dims h = pt_dims_attn(&d); /* the ring's blocks: K, V and their gradients */
+    int64_t ring = h.cp > 1 ? 4 * h.T * h.kh * h.d * ab : 0;
     return stage > ring ? stage : ring;
 }
 
@@ -127,6 +146,7 @@ static void carve_layer(carve *c, const pt_buffers *B, pt_layer_acts *L)
     L->v = take_buf(c, B, PT_BUF_V);
     L->att = take_buf(c, B, PT_BUF_ATT);
     L->lse = take_buf(c, B, PT_BUF_LSE);
+    L->atth = take_buf(c, B, PT_BUF_ATTH);
     L->x2 = take_buf(c, B, PT_BUF_X2);
     L->ln2 = take_buf(c, B, PT_BUF_LN2);
     L->ln2_mean = take_buf(c, B, PT_BUF_LN2_MEAN);
@@ -200,6 +220,12 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->ring[1] = take_buf(c, &B, PT_BUF_RING1);
     S->part = take_buf(c, &B, PT_BUF_PART);
     S->part_lse = take_buf(c, &B, PT_BUF_PART_LSE);
+    S->a2a_send = take_buf(c, &B, PT_BUF_A2A_SEND);
+    S->a2a_recv = take_buf(c, &B, PT_BUF_A2A_RECV);
+    S->hdatt = take_buf(c, &B, PT_BUF_HDATT);
+    S->hdq = take_buf(c, &B, PT_BUF_HDQ);
+    S->hdk = take_buf(c, &B, PT_BUF_HDK);
+    S->hdv = take_buf(c, &B, PT_BUF_HDV);
     S->fp8_a = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_A);
     S->fp8_b = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_B);
 }

@@ -74,9 +74,13 @@ static int place(pt_trainer *r, pt_err *err)
                               .dp_size = pt_grid_group_size(g, PT_GROUP_DPCP),
                               .comm = r->world > 1 ? r->comm : NULL};
     free(members);
-    coords[PT_DIM_CP] = (cr + 1) % cp;
+    /* The ring runs over the cp/u all-to-all groups (u = 1: over every cp rank), between
+     * the ranks at the same place in neighbouring groups, as Transformer Engine's
+     * a2a+p2p does. */
+    int u = g->cp_a2a, groups = cp / u, grp = cr / u, at = cr % u;
+    coords[PT_DIM_CP] = (grp + 1) % groups * u + at;
     r->place.cp_next = (int)pt_grid_rank(g, coords);
-    coords[PT_DIM_CP] = (cr + cp - 1) % cp;
+    coords[PT_DIM_CP] = (grp + groups - 1) % groups * u + at;
     r->place.cp_prev = (int)pt_grid_rank(g, coords);
     r->has_data = r->stage == 0 || r->stage == r->plan.layout.pp - 1;
     return pt_dist_init(&r->dist, r->world > 1 ? r->comm : NULL, g, r->rank, err);

@@ -275,6 +275,59 @@ static void test_gpu_layouts(void)
     CHECK_INT(pt_cluster_backend(&c), PT_BACKEND_CPU);
 }
 
+/* How cp communicates, as the search tries it: each kind the stack runs for cp > 1 and
+ * none but p2p for cp = 1; a2a+p2p with the all-to-all filling an NVLink domain. */
+typedef struct {
+    int64_t by_kind[PT_CPC_COUNT], bad_a2a_group, no_cp_other;
+} cp_walk;
+
+static int visit_cp(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    (void)mem;
+    (void)fits;
+    cp_walk *w = ctx;
+    if (l->cp == 1) {
+        w->no_cp_other += l->cp_comm != PT_CPC_P2P;
+        return 0;
+    }
+    w->by_kind[l->cp_comm]++;
+    /* two nodes of 4, tp-cp-dp-pp: a domain holds 4/tp cp ranks */
+    if (l->cp_comm == PT_CPC_A2A_P2P && (l->cp_a2a != 4 / l->tp || l->cp % l->cp_a2a))
+        w->bad_a2a_group++;
+    return 0;
+}
+
+static void test_cp_comm(void)
+{
+    pt_model m = gpt2(); /* 12 heads: a degree of 8 breaks the heads rule */
+    pt_cluster c = node8(80LL << 30);
+    c.nodes = 2;
+    c.devices_per_node = 4;
+    pt_train t;
+    pt_train_default(&t, &c);
+    t.global_batch = 64;
+    pt_enum_opts o;
+    pt_enum_opts_default(&o);
+    pt_err err;
+    for (int core = 0; core < 2; core++) {
+        CHECK_INT(pt_stack_get(core ? "megatron-core" : "ptrun", &t.stack, &err), 0);
+        cp_walk w;
+        memset(&w, 0, sizeof w);
+        pt_enum_counts n;
+        pt_enum_layouts(&m, &c, &t, &o, visit_cp, &w, &n);
+        CHECK(w.by_kind[PT_CPC_P2P] > 0 && w.by_kind[PT_CPC_A2A] > 0);
+        CHECK(w.by_kind[PT_CPC_A2A_P2P] > 0);
+        CHECK_INT(w.by_kind[PT_CPC_ALLGATHER] > 0, core); /* ptrun runs no all-gather */
+        CHECK_INT(w.bad_a2a_group, 0);
+        CHECK_INT(w.no_cp_other, 0);
+        /* a2a at tp = 4 (3 heads a rank) and cp = 2: tried, as the split does not exist
+         * (one cp rank a node) and the ring would send more; rejected */
+        CHECK(n.rejected[PT_REJECT_HEADS_CP_A2A] > 0);
+        CHECK_INT(n.rejected[PT_REJECT_CP_COMM_NO_CP], 0);
+        CHECK_INT(n.rejected[PT_REJECT_CP_A2A], 0);
+    }
+}
+
 int main(void)
 {
     test_gpu_layouts();
@@ -282,5 +335,6 @@ int main(void)
     test_uneven_splits();
     test_interleaving_and_order();
     test_stop();
+    test_cp_comm();
     return pt_check_result();
 }

@@ -242,6 +242,139 @@ static void test_explain(void)
     }
 }
 
+/* ---- How cp communicates (cp_comm, cp_a2a) ------------------------------------------ */
+
+static void test_cp_comm_parse(void)
+{
+    pt_layout l, back;
+    pt_err err;
+    char text[256], again[256];
+    /* p2p, the default, is not written; the others are, cp_a2a only with a2a+p2p */
+    pt_layout_default(&l);
+    CHECK_INT(l.cp_comm, PT_CPC_P2P);
+    CHECK_INT(pt_layout_parse("cp=8", 8, 64, &l, &err), 0);
+    pt_layout_format(&l, text, sizeof text);
+    CHECK(strstr(text, "cp_comm") == NULL && strstr(text, "cp_a2a") == NULL);
+    static const char *const kinds[] = {"cp=8,cp_comm=p2p", "cp=8,cp_comm=all_gather",
+                                        "cp=8,cp_comm=a2a", "cp=8,cp_comm=a2a+p2p,cp_a2a=4"};
+    static const pt_cp_comm want[] = {PT_CPC_P2P, PT_CPC_ALLGATHER, PT_CPC_A2A,
+                                      PT_CPC_A2A_P2P};
+    static const int degree[] = {1, 1, 8, 4};
+    for (int k = 0; k < 4; k++) {
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse(kinds[k], 8, 64, &l, &err), 0);
+        CHECK_INT(l.cp_comm, want[k]);
+        CHECK_INT(l.cp_a2a, k == 3 ? 4 : 0);
+        CHECK_INT(pt_layout_a2a(&l), degree[k]);
+        pt_layout_format(&l, text, sizeof text);
+        CHECK_INT(strstr(text, "cp_comm=") != NULL, k > 0);
+        CHECK_INT(strstr(text, ",cp_a2a=4") != NULL, k == 3);
+        pt_layout_default(&back);
+        CHECK_INT(pt_layout_parse(text, 0, 64, &back, &err), 0);
+        CHECK_INT(back.cp_comm, l.cp_comm);
+        CHECK_INT(back.cp_a2a, l.cp_a2a);
+        pt_layout_format(&back, again, sizeof again);
+        CHECK(strcmp(text, again) == 0);
+    }
+    CHECK_STR_HAS(pt_cp_comm_name(PT_CPC_A2A_P2P), "a2a+p2p");
+    CHECK_STR_HAS(pt_cp_comm_name(PT_CPC_COUNT), "?");
+    expect_parse_error("cp=8,cp_comm=ring", 8, "p2p, all_gather, a2a, a2a+p2p");
+    expect_parse_error("cp=8,cp_comm=a2a,cp_comm=p2p", 8, "'cp_comm' given twice");
+    expect_parse_error("cp=8,cp_a2a=0,cp_comm=a2a+p2p", 8, "cp_a2a=0");
+    expect_parse_error("cp=8,cp_a2a=two,cp_comm=a2a+p2p", 8, "cp_a2a=two");
+    expect_parse_error("cp=8,cp_a2a=2", 8, "applies only with cp_comm=a2a+p2p (cp_comm=p2p)");
+    expect_parse_error("cp=8,cp_comm=a2a,cp_a2a=2", 8, "whose all-to-all spans all of cp");
+    expect_parse_error("cp=8,cp_comm=a2a+p2p", 8, "needs cp_a2a=N");
+}
+
+static void test_cp_comm_rules(void)
+{
+    /* 32 heads, 8 KV heads, seq 8192, one node of 8 */
+    CHECK_INT(rules("cp=8,cp_comm=all_gather", 1, 64), 0);
+    CHECK_INT(rules("cp=8,cp_comm=a2a", 1, 64), 0); /* 32 % 8; 8 KV heads, 1 each */
+    CHECK_INT(rules("tp=2,cp=4,cp_comm=a2a", 1, 64), 0); /* 16 % 4; 4 KV heads % 4 */
+    CHECK_INT(rules("tp=4,cp=2,cp_comm=a2a", 1, 64), 0); /* 2 KV heads, 1 each */
+    CHECK_INT(rules("tp=8,cp=2,cp_comm=a2a", 2, 64), 0); /* 1 KV head replicated to 2 */
+    CHECK_INT(rules("cp=8,cp_comm=a2a+p2p,cp_a2a=2", 1, 64), 0);
+    CHECK_INT(rules("cp=8,cp_comm=a2a+p2p,cp_a2a=8", 1, 64), 0);
+    CHECK_INT(rules("cp_comm=a2a,dp=8", 1, 64), ONLY(PT_REJECT_CP_COMM_NO_CP));
+    CHECK_INT(rules("cp_comm=all_gather,dp=8", 1, 64), ONLY(PT_REJECT_CP_COMM_NO_CP));
+    /* 3 divides neither cp nor the heads: cp_a2a is the first rule broken */
+    CHECK_INT(__builtin_ctz(rules("cp=8,cp_comm=a2a+p2p,cp_a2a=3", 1, 64)), PT_REJECT_CP_A2A);
+    /* set by hand, as a plan file may: cp_a2a with another kind, none with a2a+p2p */
+    {
+        pt_model m = model();
+        pt_cluster c = cluster(1);
+        pt_layout l;
+        pt_err err;
+        uint32_t mask;
+        char buf[256];
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse("cp=8,cp_comm=a2a", 8, 64, &l, &err), 0);
+        l.cp_a2a = 2;
+        pt_layout_check(&m, &c, 64, &l, &mask);
+        CHECK_INT(mask, ONLY(PT_REJECT_CP_A2A));
+        pt_reject_explain(PT_REJECT_CP_A2A, &m, &c, 64, &l, buf, sizeof buf);
+        CHECK_STR_HAS(buf, "cp_a2a = 2 applies only with cp_comm=a2a+p2p (cp_comm=a2a)");
+        l.cp_comm = PT_CPC_A2A_P2P;
+        l.cp_a2a = 0;
+        pt_layout_check(&m, &c, 64, &l, &mask);
+        CHECK(mask & ONLY(PT_REJECT_CP_A2A));
+        l.cp_comm = PT_CPC_COUNT; /* out of range: refused, not indexed */
+        CHECK(pt_layout_check(&m, &c, 64, &l, &mask) > 0);
+    }
+    /* a degree of 16 over 32 heads with tp = 4: 8 heads a rank */
+    CHECK_INT(rules("tp=4,cp=16,cp_comm=a2a,dp=1", 8, 64) & ONLY(PT_REJECT_HEADS_CP_A2A),
+              ONLY(PT_REJECT_HEADS_CP_A2A));
+    /* 6 KV heads of 48 over tp = 2: 3 a rank, against a degree of 2 */
+    {
+        pt_model m = model();
+        m.heads = 48;
+        m.hidden = 6144;
+        m.kv_heads = 6;
+        pt_cluster c = cluster(1);
+        pt_layout l;
+        pt_err err;
+        uint32_t mask;
+        char buf[256];
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse("tp=2,cp=4,cp_comm=a2a+p2p,cp_a2a=2", 8, 64, &l, &err), 0);
+        pt_layout_check(&m, &c, 64, &l, &mask);
+        CHECK_INT(mask, ONLY(PT_REJECT_KV_HEADS_CP_A2A));
+        pt_reject_explain(PT_REJECT_KV_HEADS_CP_A2A, &m, &c, 64, &l, buf, sizeof buf);
+        CHECK_STR_HAS(buf, "KV heads per tp rank (3)");
+        CHECK_STR_HAS(buf, "all-to-all degree 2 (cp_comm=a2a+p2p)");
+        /* 24 heads a rank against a degree of 4 pass; 3 KV heads neither divide nor are
+         * divided by 4 */
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse("tp=2,cp=4,cp_comm=a2a", 8, 64, &l, &err), 0);
+        pt_layout_check(&m, &c, 64, &l, &mask);
+        CHECK_INT(mask, ONLY(PT_REJECT_KV_HEADS_CP_A2A));
+        /* 48 heads, tp = 1, degree 32 */
+        m.seq = 8192;
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse("cp=32,cp_comm=a2a", 0, 64, &l, &err), 0);
+        pt_layout_check(&m, NULL, 64, &l, &mask);
+        CHECK(mask & ONLY(PT_REJECT_HEADS_CP_A2A));
+        pt_reject_explain(PT_REJECT_HEADS_CP_A2A, &m, NULL, 64, &l, buf, sizeof buf);
+        CHECK_STR_HAS(buf, "heads per tp rank (48/1) are not divisible by the all-to-all "
+                           "degree 32 (cp_comm=a2a)");
+    }
+    {
+        pt_model m = model();
+        pt_layout l;
+        pt_err err;
+        char buf[256];
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse("cp_comm=a2a", 0, 64, &l, &err), 0);
+        pt_reject_explain(PT_REJECT_CP_COMM_NO_CP, &m, NULL, 64, &l, buf, sizeof buf);
+        CHECK_STR_HAS(buf, "cp_comm=a2a with cp = 1");
+        CHECK_INT(pt_layout_parse("cp=8,cp_comm=a2a+p2p,cp_a2a=3", 0, 64, &l, &err), 0);
+        pt_reject_explain(PT_REJECT_CP_A2A, &m, NULL, 64, &l, buf, sizeof buf);
+        CHECK_STR_HAS(buf, "cp_a2a = 3 does not divide cp = 8");
+    }
+}
+
 /* ---- Uneven pipeline stages ----------------------------------------------------- */
 
 /* The layout `text` (world and batch large enough for any grid) on a model of L
@@ -596,6 +729,8 @@ int main(void)
     test_rules();
     test_sequence_rules();
     test_explain();
+    test_cp_comm_parse();
+    test_cp_comm_rules();
     test_uneven_split();
     test_uneven_format();
     test_uneven_explain();

@@ -763,6 +763,38 @@ static void test_pipeline_layouts(void)
     CHECK_INT(got.stage, 2);
 }
 
+/* Context parallelism's buffers under Megatron-Core (Transformer Engine) by cp_comm, for
+ * a llama-shaped model of 16 heads of 64 and 4 KV heads, s = 1024 over cp = 4 (sb = 256,
+ * K width 256, bf16). p2p: the K and V blocks, current and next, 2·2·2·256·256 =
+ * 524,288. all_gather: the whole sequence's K and V and their gradients, 4·2·1024·256 =
+ * 2,097,152. a2a (degree 4): q, k, v received, 2·256·(16 + 2·4)·64 = 786,432.
+ * a2a+p2p (groups of 2): those and the ring's blocks. The activations stay. */
+static void test_cp_comm_buffers(void)
+{
+    pt_model m = llama(4, 1024, 16, 4, 2816, 32000, 1024);
+    pt_train t = train(PT_PREC_BF16);
+    pt_err err;
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    pt_layout l = layout(1, 1, 1);
+    l.cp = 4;
+    pt_memory p2p, s;
+    pt_mem_stage(&m, &l, &t, 0, &p2p);
+    static const struct {
+        pt_cp_comm kind;
+        int cp_a2a;
+        double extra;
+    } cases[] = {{PT_CPC_ALLGATHER, 0, 2097152.0 - 524288},
+                 {PT_CPC_A2A, 0, 786432.0 - 524288},
+                 {PT_CPC_A2A_P2P, 2, 786432.0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        l.cp_comm = cases[i].kind;
+        l.cp_a2a = cases[i].cp_a2a;
+        pt_mem_stage(&m, &l, &t, 0, &s);
+        CHECK_NEAR(s.comm_bytes - p2p.comm_bytes, cases[i].extra, 1e-12);
+        CHECK(s.activations_bytes == p2p.activations_bytes);
+    }
+}
+
 int main(void)
 {
     test_params_published();
@@ -780,5 +812,6 @@ int main(void)
     test_pipeline_layouts();
     test_ptrun_buffers();
     test_slots_match_schedules();
+    test_cp_comm_buffers();
     return pt_check_result();
 }

@@ -813,7 +813,8 @@ static void test_kind_table(void)
         "dp=2,zero=0", "tp=2,dp=2,zero=1", "tp=2,sp=1,pp=2,dp=2,zero=2",
         "cp=2,tp=2,dp=2,zero=3,recompute=full", "pp=2,vp=2,dp=2,mbs=2,recompute=selective",
         "dp=4,zero=0,compress=bf16", "dp=4,zero=1,compress=powersgd,powersgd_rank=2",
-        "tp=4,sp=1,tp_overlap=1,dp=2"};
+        "tp=4,sp=1,tp_overlap=1,dp=2", "cp=4,cp_comm=a2a,dp=1",
+        "cp=4,cp_comm=a2a+p2p,cp_a2a=2,dp=1,recompute=full"};
     for (int si = 0; si < pt_stack_builtin_count(); si++) {
         const pt_stack *st = pt_stack_builtin(si);
         bool ptrun = pt_stack_is_ptrun(st);
@@ -854,6 +855,147 @@ static void test_kind_table(void)
                 pt_oplist_free(&o);
             }
     }
+}
+
+/* ---- How cp communicates (cp_comm) ---- */
+
+/* One llama-shaped layer (16 heads of 64, 4 KV heads, sequence 1024) under a stack, on
+ * the cluster `cl` (NULL: one NVLink domain). */
+static void cp_lists(const char *stack, const char *text, const pt_cluster *cl, pt_oplist *fwd,
+                     pt_oplist *bwd)
+{
+    pt_model m = gpt(4, 1024, 16, 1024, 32000);
+    m.norm = PT_NORM_RMSNORM;
+    m.act = PT_ACT_SWIGLU;
+    m.pos = PT_POS_ROPE;
+    m.kv_heads = 4;
+    m.bias = m.dropout = false;
+    pt_layout l = layout(text, 16);
+    pt_train t = train(16);
+    pt_err err;
+    CHECK_INT(pt_stack_get(stack, &t.stack, &err), 0);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, cl);
+    *fwd = (pt_oplist){0};
+    *bwd = (pt_oplist){0};
+    CHECK_INT(pt_ops_layer(&c, false, fwd), 0);
+    CHECK_INT(pt_ops_layer(&c, true, bwd), 0);
+}
+
+/* Checks the op of kind k in o: the collective, its group, per-rank bytes, count and
+ * overlap. */
+static void expect_cp_op(const pt_oplist *o, pt_op_kind k, pt_coll what, pt_group_kind g,
+                         int size, double bytes, int count, bool overlapped)
+{
+    const pt_op *op = find_kind(o, k);
+    CHECK(op != NULL);
+    if (!op)
+        return;
+    CHECK_INT(kind_count(o, k), 1);
+    CHECK_INT(op->cls, PT_OP_COLL);
+    CHECK_INT(op->coll.op, what);
+    CHECK_INT(op->group, g);
+    CHECK_INT(op->coll.group, size);
+    CHECK_NEAR(op->coll.bytes, bytes, 0);
+    CHECK_INT(op->count, count);
+    CHECK_INT(op->overlapped, overlapped);
+}
+
+static double attn_flops(const pt_oplist *o, pt_op_kind k)
+{
+    const pt_op *op = find_kind(o, k);
+    return op ? op->kernel.flops : -1;
+}
+
+static void test_cp_comm(void)
+{
+    pt_oplist f, b, rf, rb;
+    /* The ring for reference: 256 tokens a rank, K and V of 4 heads of 64, bf16. */
+    cp_lists("ptrun", "cp=4,dp=1", NULL, &rf, &rb);
+    double kv = 2.0 * 2 * 256 * 4 * 64;
+    expect_cp_op(&rf, PT_OPK_CP_RING, PT_COLL_SENDRECV, PT_GROUP_CP, 4, kv, 3, true);
+    expect_cp_op(&rb, PT_OPK_CP_RING_BWD, PT_COLL_SENDRECV, PT_GROUP_CP, 4, 2 * kv, 3, true);
+    CHECK_STR_HAS(kind_key(&rf, PT_OPK_ATTN), "a=16,kv=4,sq=256,sk=1024,d=64");
+
+    /* a2a: q (256 tokens x 16 heads x 64), k and v (4 heads) in, the output back; no
+     * ring; attention on the whole sequence with 4 heads and 1 KV head, same FLOPs. */
+    cp_lists("ptrun", "cp=4,cp_comm=a2a,dp=1", NULL, &f, &b);
+    double q = 2.0 * 256 * 16 * 64, k = 2.0 * 256 * 4 * 64;
+    expect_cp_op(&f, PT_OPK_CP_A2A_Q, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, q, 1, false);
+    expect_cp_op(&f, PT_OPK_CP_A2A_KV, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, k, 2, false);
+    expect_cp_op(&f, PT_OPK_CP_A2A_OUT, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, q, 1, false);
+    expect_cp_op(&b, PT_OPK_CP_A2A_DOUT, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, q, 1, false);
+    expect_cp_op(&b, PT_OPK_CP_A2A_DQ, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, q, 1, false);
+    expect_cp_op(&b, PT_OPK_CP_A2A_DKV, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, k, 2, false);
+    CHECK_INT(kind_count(&f, PT_OPK_CP_RING) + kind_count(&b, PT_OPK_CP_RING_BWD), 0);
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_ATTN), "a=4,kv=1,sq=1024,sk=1024,d=64");
+    CHECK_NEAR(attn_flops(&f, PT_OPK_ATTN), attn_flops(&rf, PT_OPK_ATTN), 1e-12);
+    CHECK_NEAR(attn_flops(&b, PT_OPK_ATTN_BWD), attn_flops(&rb, PT_OPK_ATTN_BWD), 1e-12);
+    /* in order: rope, the all-to-alls in, attention, the output's back */
+    int at = -1, in = -1, out = -1;
+    for (int i = 0; i < f.n; i++) {
+        at = f.op[i].kind == PT_OPK_ATTN ? i : at;
+        in = f.op[i].kind == PT_OPK_CP_A2A_KV ? i : in;
+        out = f.op[i].kind == PT_OPK_CP_A2A_OUT ? i : out;
+    }
+    CHECK(in < at && at < out);
+    for (int i = 0; i < b.n; i++) {
+        at = b.op[i].kind == PT_OPK_ATTN_BWD ? i : at;
+        in = b.op[i].kind == PT_OPK_CP_A2A_DOUT ? i : in;
+        out = b.op[i].kind == PT_OPK_CP_A2A_DKV ? i : out;
+    }
+    CHECK(in < at && at < out);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+
+    /* 2 KV heads a tp rank against a degree of 4: each replicated to 2 ranks before the
+     * all-to-all, so 4 heads' worth travel and each rank ends with 1 */
+    cp_lists("ptrun", "tp=2,cp=4,cp_comm=a2a,dp=1", NULL, &f, &b);
+    expect_cp_op(&f, PT_OPK_CP_A2A_KV, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, k, 2, false);
+    expect_cp_op(&f, PT_OPK_CP_A2A_Q, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 4, q / 2, 1, false);
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_ATTN), "a=2,kv=1,sq=1024,sk=1024");
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+
+    /* a2a+p2p with groups of 2: the all-to-all inside them, the ring across the 2
+     * groups (one hop) with blocks twice as long of half the KV heads: as many bytes */
+    cp_lists("ptrun", "cp=4,cp_comm=a2a+p2p,cp_a2a=2,dp=1", NULL, &f, &b);
+    expect_cp_op(&f, PT_OPK_CP_A2A_Q, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 2, q, 1, false);
+    expect_cp_op(&f, PT_OPK_CP_A2A_KV, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 2, k, 2, false);
+    expect_cp_op(&f, PT_OPK_CP_RING, PT_COLL_SENDRECV, PT_GROUP_CP, 2, kv, 1, true);
+    expect_cp_op(&b, PT_OPK_CP_RING_BWD, PT_COLL_SENDRECV, PT_GROUP_CP, 2, 2 * kv, 1, true);
+    expect_cp_op(&b, PT_OPK_CP_A2A_DKV, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, 2, k, 2, false);
+    CHECK_STR_HAS(kind_key(&f, PT_OPK_ATTN), "a=8,kv=2,sq=512,sk=1024");
+    CHECK_NEAR(attn_flops(&f, PT_OPK_ATTN), attn_flops(&rf, PT_OPK_ATTN), 1e-12);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+
+    /* cp = 16 over two nodes of 8, the all-to-all inside each: on NVLink, the ring's
+     * one hop across */
+    pt_cluster cl = {.name = "c", .nodes = 2, .devices_per_node = 8};
+    cp_lists("ptrun", "cp=16,cp_comm=a2a+p2p,cp_a2a=8,dp=1", &cl, &f, &b);
+    const pt_op *op = find_kind(&f, PT_OPK_CP_A2A_Q);
+    CHECK(op && op->coll.group == 8 && op->coll.ranks_per_node == 8);
+    op = find_kind(&f, PT_OPK_CP_RING);
+    CHECK(op && op->coll.group == 2 && op->coll.ranks_per_node == 1 && op->count == 1);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+
+    /* all_gather (Megatron-Core): K and V of the whole sequence gathered before
+     * attention and again in the backward, dK and dV reduce-scattered; blocking */
+    cp_lists("megatron-core", "cp=4,cp_comm=all_gather,dp=1", NULL, &f, &b);
+    double kv_all = 2.0 * 1024 * 4 * 64;
+    expect_cp_op(&f, PT_OPK_CP_ALLGATHER, PT_COLL_ALLGATHER, PT_GROUP_CP, 4, kv_all, 2, false);
+    expect_cp_op(&b, PT_OPK_CP_ALLGATHER, PT_COLL_ALLGATHER, PT_GROUP_CP, 4, kv_all, 2, false);
+    expect_cp_op(&b, PT_OPK_CP_REDUCESCATTER, PT_COLL_REDUCESCATTER, PT_GROUP_CP, 4, kv_all, 2,
+                 false);
+    CHECK_INT(kind_count(&f, PT_OPK_CP_RING) + kind_count(&f, PT_OPK_CP_A2A_Q), 0);
+    CHECK(pt_op_kind_info_of(PT_OPK_CP_ALLGATHER)->priced_only);
+    CHECK(!pt_op_kind_info_of(PT_OPK_CP_A2A_Q)->priced_only);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+    pt_oplist_free(&rf);
+    pt_oplist_free(&rb);
 }
 
 /* A bias goes with the GEMM's role: a row-parallel layer's forward adds it on tp rank 0
@@ -1064,6 +1206,7 @@ int main(void)
     test_bias_in_role();
     test_kernel_operands();
     test_collectives();
+    test_cp_comm();
     test_keys();
     test_grad_sync_and_optimizer();
     test_ranks_per_node();

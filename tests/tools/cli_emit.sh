@@ -51,6 +51,8 @@ if fmt == "megatron":
             bad.append("line %d %s a ' \\' continuation: %r"
                        % (i + 1, "has" if last else "lacks", line))
         parts = line.removesuffix(" \\").split(" ")
+        if len(parts) > 2 and parts[0] + " N..." in names: # a flag of several numbers
+            parts[1:] = [p for p in parts[1:] if not number.match(p)] or [parts[1]]
         if not parts[0].startswith("--") or len(parts) > 2:
             bad.append("not one argument: %r" % line)
         elif parts[0] not in names:
@@ -312,6 +314,31 @@ err_has "MegatronCommOverlapCallback" "tp_overlap is a callback"
 plan 0 $big --layout "tp=8,sp=1,pp=8,first_layers=7,last_layers=7" --emit nemo --no-out
 out_line "trainer.strategy.num_layers_in_first_pipeline_stage=7" "first_layers=7"
 out_line "trainer.strategy.num_layers_in_last_pipeline_stage=7" "last_layers=7"
+# How cp communicates: --cp-comm-type (p2p, the default, left out) and a2a+p2p's group
+# sizes; NeMo's model config takes the kind but builds no hierarchical groups; Transformer
+# Engine replicates no KV heads (Llama 3 70B's 8 over tp=8 leave 1 a rank).
+plan 0 $big --layout "tp=4,sp=1,pp=4,cp=2,cp_comm=a2a,zero=1" --emit megatron --no-out
+check megatron "cp_comm=a2a"
+arg "--cp-comm-type a2a" "cp_comm=a2a"
+no_arg "--hierarchical-context-parallel-sizes" "a2a has no groups"
+plan 0 $big --layout "tp=2,sp=1,pp=4,cp=8,cp_comm=a2a+p2p,cp_a2a=4,zero=1" --emit megatron --no-out
+check megatron "cp_comm=a2a+p2p"
+arg "--cp-comm-type a2a+p2p" "cp_comm=a2a+p2p"
+arg "--hierarchical-context-parallel-sizes 4 2" "the all-to-all's groups first, then the ring's"
+plan 0 $big --layout "tp=4,sp=1,pp=4,cp=2,cp_comm=all_gather,zero=1" --emit megatron --no-out
+arg "--cp-comm-type all_gather" "cp_comm=all_gather"
+plan 0 $big --layout "tp=4,sp=1,pp=4,cp=2,zero=1" --emit megatron --no-out
+no_arg "--cp-comm-type" "p2p is Megatron's default"
+plan 0 $big --layout "tp=4,sp=1,pp=4,cp=2,cp_comm=all_gather,zero=1" --emit nemo --no-out
+check nemo "cp_comm=all_gather"
+out_line "model.config.cp_comm_type=all_gather" "NeMo's cp_comm_type"
+refused nemo "cp_comm=a2a+p2p: NeMo builds Megatron-Core's process groups without" \
+    "NeMo has no hierarchical cp groups" $big --layout "tp=2,sp=1,pp=4,cp=8,cp_comm=a2a+p2p,cp_a2a=4,zero=1"
+refused torchtitan "cp_comm=a2a: torchtitan's context parallelism is ring attention" \
+    "torchtitan has no all-to-all over heads" $big --stack ptrun --layout "tp=4,sp=1,cp=2,cp_comm=a2a,zero=3"
+# a layout ptrun runs (it replicates KV heads), emitted for Megatron-LM: refused there
+refused megatron "cp_comm=a2a: Transformer Engine's all-to-all needs the KV heads per tp rank (1) divisible by its degree 2" \
+    "TE replicates no KV heads" $big --stack ptrun --layout "tp=8,sp=1,pp=2,cp=2,cp_comm=a2a,zero=1,recompute=full"
 
 refused torchtitan "zero=1" "no optimizer-only sharding" $big --layout "$l70"
 plan 0 $big --layout "tp=8,sp=1,pp=8" --emit torchtitan --no-out

@@ -212,6 +212,74 @@ run 3 --model llama3-8b --cluster dgx-h100 --layout "tp=3,pp=1,dp=1" --explain
 out_has "invalid" "tp=3 is invalid"
 out_has "heads_tp .*heads (32) are not divisible by tp (3)" "heads rule explained"
 out_has "world .*but the cluster has 8 ranks" "world rule explained"
+# How cp communicates (cp_comm, cp_a2a): each bad use refused with its reason. tiny has
+# 4 heads and 4 KV heads.
+run 3 --model tiny --devices 8 --layout "cp=8,cp_comm=a2a" --explain --no-out
+out_has "heads_cp_a2a .*heads per tp rank (4/1) are not divisible by the all-to-all degree 8 (cp_comm=a2a)" \
+    "heads against the all-to-all degree explained"
+err_has "breaks 1 rule(s): heads_cp_a2a" "heads rule named"
+run 3 --model tiny --devices 8 --layout "cp=8,cp_comm=a2a+p2p,cp_a2a=3" --explain --no-out
+out_has "cp_a2a .*cp_a2a = 3 does not divide cp = 8" "cp_a2a not dividing cp explained"
+run 3 --model tiny --devices 8 --layout "cp_comm=a2a" --explain --no-out
+out_has "cp_comm_no_cp .*cp_comm=a2a with cp = 1" "cp_comm without cp explained"
+run 1 --model tiny --devices 8 --layout "cp=4,cp_comm=a2a,cp_a2a=2" --no-out
+err_has "cp_a2a applies only with cp_comm=a2a+p2p (cp_comm=a2a, whose all-to-all spans all of cp)" \
+    "cp_a2a with a2a"
+one_line_error "cp_a2a with a2a"
+run 1 --model tiny --devices 8 --layout "cp=4,cp_comm=a2a+p2p" --no-out
+err_has "cp_comm=a2a+p2p needs cp_a2a=N" "a2a+p2p without cp_a2a"; one_line_error "no cp_a2a"
+run 1 --model tiny --devices 8 --layout "cp=4,cp_comm=ring" --no-out
+err_has "cp_comm=ring" "unknown cp_comm"; one_line_error "unknown cp_comm"
+run 1 --model tiny --devices 8 --layout "cp=2,cp_comm=all_gather" --no-out
+err_has "layout cp_comm=all_gather: stack 'ptrun' does not communicate context parallelism that way (it runs: p2p, a2a, a2a+p2p)" \
+    "ptrun runs no all-gather"
+one_line_error "ptrun all_gather"
+# A stack file says which kinds it runs; a bad kind or an empty list is refused.
+python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+d = json.load(open(t + "/stack-megatron-core.json"))
+assert d["parallelism"]["cp_comm"] == ["p2p", "all_gather", "a2a", "a2a+p2p"], d["parallelism"]
+for name, kinds in (("p2p", ["p2p"]), ("ring", ["p2p", "ring"]), ("none", [])):
+    d["parallelism"]["cp_comm"] = kinds
+    json.dump(d, open(t + "/cpc-%s.json" % name, "w"))
+PY
+run 1 --model tiny --devices 8 --stack "$tmp/cpc-p2p.json" --layout "cp=2,cp_comm=a2a" --no-out
+err_has "stack 'megatron-core' does not communicate context parallelism that way (it runs: p2p)" \
+    "a stack file without a2a"
+one_line_error "stack without a2a"
+run 1 --stack "$tmp/cpc-ring.json" --no-out
+err_has "parallelism.cp_comm\[1\]': expected one of p2p, all_gather, a2a, a2a+p2p" "unknown kind in a stack"
+one_line_error "stack cp_comm kind"
+run 1 --stack "$tmp/cpc-none.json" --no-out
+err_has "parallelism.cp_comm': empty" "no kind in a stack"; one_line_error "stack cp_comm empty"
+# Every kind priced side by side: the cp row shows what each leaves exposed.
+run 0 --model llama3-8b --cluster dgx-h100 --nodes 2 --seq 131072 --stack megatron-core \
+    --compare "cp=16,zero=1,recompute=full" "cp=16,cp_comm=all_gather,zero=1,recompute=full" \
+    "cp=8,cp_comm=a2a,zero=1,recompute=full" "cp=16,cp_comm=a2a+p2p,cp_a2a=8,zero=1,recompute=full"
+out_has "cp=16,cp_comm=a2a+p2p,cp_a2a=8,dp=1" "compare names cp_comm and cp_a2a"
+out_has "^  cp (exposed) *0 *[0-9.]* *[0-9.]* *[0-9.]*$" "the ring hides its transfers; the others expose theirs"
+# ptrun runs the all-to-all over all 16 ranks, its 8 KV heads replicated to pairs;
+# Transformer Engine replicates none, so megatron-core refuses it with the reason.
+run 0 --model llama3-8b --cluster dgx-h100 --nodes 2 --seq 131072 \
+    --compare "cp=16,zero=3,recompute=full" "cp=16,cp_comm=a2a,zero=3,recompute=full"
+out_has "^  cp (exposed) *0 *[1-9][0-9.]*$" "ptrun's a2a over two nodes exposes what the ring hides"
+run 1 --model llama3-8b --cluster dgx-h100 --nodes 2 --seq 131072 --stack megatron-core \
+    --layout "cp=16,cp_comm=a2a,zero=1" --no-out
+err_has "stack 'megatron-core' needs the KV heads per tp rank (8) divisible by the all-to-all's degree 16: it replicates none" \
+    "TE's all-to-all replicates no KV heads"
+one_line_error "megatron-core a2a with replicated KV heads"
+# The search tries each kind the stack runs where it may be the fastest: a2a+p2p with the
+# all-to-all filling a node (the cp ranks of 8 GPUs: 8/tp), pure a2a inside a node and
+# where it sends fewer bytes than the ring (32 heads, 8 KV heads: cp >= 4 at tp = 1).
+run 0 --model llama3-8b --cluster dgx-h100 --nodes 2 --seq 65536 --global-batch 16 --list-layouts
+out_has "tp=1,.*cp=8,.*cp_comm=a2a$" "the search tries a2a in a node"
+grep -q "tp=1,.*cp=16,.*cp_comm=a2a$" "$tmp/out" && fail "the search tries a2a across nodes beside a2a+p2p"
+grep -q "tp=1,.*cp=2,.*cp_comm=a2a$" "$tmp/out" && fail "the search tries a2a where the ring sends less"
+out_has "tp=1,.*cp=16,.*cp_comm=a2a+p2p,cp_a2a=8$" "the search tries a2a+p2p in groups of 8"
+out_has "tp=2,.*cp=8,.*cp_comm=a2a+p2p,cp_a2a=4$" "... of 4 with tp=2"
+grep -q "cp_comm=all_gather" "$tmp/out" && fail "ptrun's search tries all_gather"
+grep -q "cp=1,.*cp_comm=" "$tmp/out" && fail "a layout without cp names a cp_comm"
 run 3 --model llama3-8b --cluster dgx-h100 --layout "tp=2,pp=2,zero=2" --json
 out_has '"reason": "zero_pp"' "zero_pp reason in JSON"
 out_has '"valid": false' "invalid in JSON"

@@ -8,11 +8,16 @@
 # bit-identically, (suite pipeline) a dp=2 ZeRO-3 checkpoint resumes under tp=2, pp=2
 # and one rank matching the uninterrupted run, and a rank that fails, or is killed, ends the
 # whole run within 30 s.
-#   usage: mpi_equivalence.sh BUILD_DIR [pipeline|tensor|fp8|cuda]
+#   usage: mpi_equivalence.sh BUILD_DIR [pipeline|tensor|a2a|fp8|cuda]
 #   pipeline: data parallel with ZeRO 0/1/2/3, pipeline schedules, recomputation
 #   tensor:   tensor, sequence and context parallelism, alone and with dp, ZeRO and
 #             pp, with dropout on (its masks are keyed by sample and position, so
 #             every layout drops the same elements as one rank)
+#   a2a:      context parallelism by all-to-all (cp_comm=a2a, DeepSpeed-Ulysses) and
+#             by all-to-all inside groups with the ring across them (a2a+p2p), alone
+#             and with tp (with and without sp), dp with ZeRO, pp with uneven stages
+#             and recomputation, tiny LLaMA's KV heads replicated where fewer than the
+#             all-to-all's degree; 6 steps each, with dropout on
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
 #             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
 #             the tolerance below, and FP8 checkpoints under delayed scaling resuming
@@ -34,7 +39,7 @@ steps=20
 # Extra ptrun options of every run of the suite (the reference's too), and ptplan's.
 extra=""
 planx=""
-[ "$suite" = tensor ] && extra="--dropout 0.1"
+[ "$suite" = tensor ] || [ "$suite" = a2a ] && extra="--dropout 0.1"
 # Which devices the plans are for, and the tolerance of the comparison: fp32 CPU runs
 # agree to 1e-5; bf16 runs differ in where sums are rounded to bf16 (a tensor-parallel
 # partial sum is rounded before it is reduced, one rank rounds the whole sum). Over 6
@@ -54,6 +59,8 @@ if [ "$suite" = fp8 ]; then
     steps=6
     tol=1e-4
     planx="--precision fp8 --fp8-emulate"
+elif [ "$suite" = a2a ]; then
+    steps=6 # the all-to-all's paths, not long training: the tensor suite has the steps
 elif [ "$suite" = cuda ]; then
     steps=6
     cluster="--cluster dgx-h100 --nodes 1"
@@ -144,6 +151,10 @@ if [ "$suite" = cuda ]; then
     # LLaMA's own paths (RMSNorm, SwiGLU, RoPE, GQA) through each collective kind once:
     # the emulator takes about 20 s a run
     llama="2 tp=2,sp=1,tp_overlap=1,mbs=2;2 cp=2,mbs=2;2 dp=2,zero=1,mbs=2;2 dp=2,zero=3,mbs=2"
+    # the all-to-all on device buffers in bf16: inside groups with the ring across
+    # (tiny), and alone with KV heads replicated to the 4 ranks (tiny LLaMA's 2)
+    both="$both;4 cp=4,cp_comm=a2a+p2p,cp_a2a=2,mbs=2"
+    llama="$llama;4 cp=4,cp_comm=a2a,mbs=2"
     six=""
     resume_cases="2 dp=2,zero=3,mbs=2"
 elif [ "$suite" = fp8 ]; then
@@ -156,6 +167,18 @@ elif [ "$suite" = fp8 ]; then
     # resumed under delayed scaling, whose amax histories the checkpoint keeps
     resume_cases="2 dp=2,zero=1,mbs=2;2 tp=2,sp=1,mbs=2"
     resume_planx="$planx --fp8-recipe delayed"
+elif [ "$suite" = a2a ]; then
+    # tiny: 4 heads; tiny LLaMA: 4 heads, 2 KV heads, replicated on cp=4's all-to-all
+    # and under tp=2 (one KV head per tp rank, sent to both members of a pair)
+    both="2 cp=2,cp_comm=a2a,mbs=2;4 cp=4,cp_comm=a2a,mbs=2"
+    both="$both;4 cp=4,cp_comm=a2a+p2p,cp_a2a=2,mbs=2;4 tp=2,sp=1,cp=2,cp_comm=a2a,mbs=2"
+    both="$both;4 tp=2,cp=2,cp_comm=a2a,recompute=full,mbs=2"
+    both="$both;4 cp=2,cp_comm=a2a,dp=2,zero=3,mbs=2"
+    both="$both;4 cp=2,cp_comm=a2a,dp=2,zero=1,recompute=selective,mbs=2"
+    both="$both;4 cp=2,cp_comm=a2a,pp=2,first_layers=1,last_layers=3,mbs=2"
+    both="$both;8 tp=2,cp=4,cp_comm=a2a+p2p,cp_a2a=2,mbs=2"
+    six=""
+    resume_cases=""
 elif [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2;2 tp=2,sp=1,mbs=2;4 tp=4,mbs=2;4 tp=4,sp=1,mbs=2"
     both="$both;2 cp=2,mbs=2;4 cp=4,mbs=2;4 tp=2,dp=2,zero=1,mbs=2"

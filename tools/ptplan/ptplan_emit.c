@@ -177,6 +177,18 @@ static void check_megatron_core(emitter *e)
         note(e, "param_overlap=1 with dp_overlap=none: Megatron-LM takes --overlap-param-gather "
                 "only with --overlap-grad-reduce (training/arguments.py); the parameter "
                 "all-gather is emitted unoverlapped");
+    /* Transformer Engine's all-to-all hands out whole KV heads and replicates none
+     * (context_parallel.py, AttnFuncWithCPAndQKVOA2A: "cp_comm_type='a2a' requires
+     * num_heads % cp_size == 0 for Q, K, V"); ptrun replicates them, so the layout rule
+     * lets fewer KV heads than the all-to-all degree through. */
+    int u = pt_layout_a2a(l);
+    int64_t kv_local = pt_kv_heads_rank(&e->j->m, l->tp);
+    if (u > 1 && kv_local % u)
+        refuse(e, "cp_comm=%s: Transformer Engine's all-to-all needs the KV heads per tp rank "
+                  "(%lld) divisible by its degree %d, and replicates none (context_parallel.py: "
+                  "\"num_heads %% cp_size == 0 for Q, K, V\"); plan with more tp, a smaller "
+                  "all-to-all or cp_comm=p2p", pt_cp_comm_name(l->cp_comm), (long long)kv_local,
+               u);
     const pt_fp8 *f8 = &e->j->t.fp8;
     if (f8->recipe == PT_FP8_ROWWISE)
         refuse(e, "FP8 recipe rowwise: Megatron-Core's --fp8-recipe offers tensorwise, delayed, "
@@ -278,6 +290,14 @@ static void megatron_parallel(argout *a, const pt_layout *l)
     arg(a, "--tensor-model-parallel-size %d", l->tp);
     arg(a, "--pipeline-model-parallel-size %d", l->pp);
     arg(a, "--context-parallel-size %d", l->cp);
+    /* TransformerConfig.cp_comm_type's words, p2p (the default) left out; a2a+p2p's
+     * group sizes, the all-to-all's first (ModelParallelConfig's
+     * hierarchical_context_parallel_sizes; training/arguments.py asserts them with
+     * a2a+p2p) */
+    if (l->cp > 1 && l->cp_comm != PT_CPC_P2P)
+        arg(a, "--cp-comm-type %s", pt_cp_comm_name(l->cp_comm));
+    if (l->cp > 1 && l->cp_comm == PT_CPC_A2A_P2P)
+        arg(a, "--hierarchical-context-parallel-sizes %d %d", l->cp_a2a, l->cp / l->cp_a2a);
     /* a pipeline layout gives vp itself, and arguments.py refuses both; otherwise the
      * option that also takes uneven stages (training/arguments.py) */
     if (l->pipe.n) {
@@ -387,6 +407,12 @@ static const char *nemo_recipe_of(const pt_model *m)
 static void check_nemo(emitter *e)
 {
     check_megatron_core(e);
+    if (e->l->cp > 1 && e->l->cp_comm == PT_CPC_A2A_P2P)
+        refuse(e, "cp_comm=a2a+p2p: NeMo builds Megatron-Core's process groups without the "
+                  "hierarchical context-parallel groups it needs (nemo/lightning/"
+                  "_strategy_lib.py, init_model_parallel, passes no "
+                  "hierarchical_context_parallel_sizes); plan with cp_comm=a2a or p2p, or "
+                  "emit for Megatron-LM");
     if (e->j->t.precision == PT_PREC_FP32)
         refuse(e, "precision %s: NeMo's recipes train in bf16-mixed (recipes/precision/"
                   "mixed_precision.py offers bf16_mixed and fp16_mixed), and the plugin's "
@@ -496,6 +522,13 @@ static void nemo_model(FILE *f, const job *j)
     fprintf(f, "%s.attention_dropout=%s\n", c, real(r, 0));
 }
 
+/* TransformerConfig.cp_comm_type, p2p (its default with cp) left out. */
+static void nemo_cp_comm(FILE *f, const pt_layout *l)
+{
+    if (l->cp > 1 && l->cp_comm != PT_CPC_P2P)
+        fprintf(f, "model.config.cp_comm_type=%s\n", pt_cp_comm_name(l->cp_comm));
+}
+
 static void nemo_recompute(FILE *f, pt_recompute r)
 {
     static const char *const gran[PT_RECOMPUTE_COUNT] = {"None", "selective", "full"};
@@ -517,6 +550,7 @@ static int print_nemo(const emitter *e, FILE *f)
     fprintf(f, "data.micro_batch_size=%lld\n", (long long)e->l->mbs);
     fprintf(f, "data.global_batch_size=%lld\n", (long long)j->t.global_batch);
     nemo_model(f, j);
+    nemo_cp_comm(f, e->l);
     nemo_recompute(f, e->l->recompute);
     return 0;
 }
@@ -613,6 +647,11 @@ static void check_torchtitan(emitter *e)
                pt_prec_name(PT_PREC_BF16_GRAD16), pt_prec_name(PT_PREC_BF16));
     if (l->compress != PT_COMPRESS_NONE)
         refuse_compress(e, "torchtitan has no gradient compression");
+    if (l->cp > 1 && l->cp_comm != PT_CPC_P2P)
+        refuse(e, "cp_comm=%s: torchtitan's context parallelism is ring attention "
+                  "(PyTorch's context_parallel; context_parallel_rotate_method only says how "
+                  "the K/V blocks rotate), with no all-to-all over heads; plan with "
+                  "cp_comm=p2p", pt_cp_comm_name(l->cp_comm));
     if (!order_is(l, titan_order))
         refuse_order(e, "torchtitan's device mesh orders ranks tp-cp-dp-pp "
                         "(distributed/parallel_dims.py)");

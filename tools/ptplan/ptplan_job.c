@@ -609,7 +609,8 @@ bool same_layout(const pt_layout *a, const pt_layout *b)
                 a->first_layers == b->first_layers && a->last_layers == b->last_layers &&
                 a->zero == b->zero && a->compress == b->compress && a->mbs == b->mbs &&
                 a->n_micro == b->n_micro && a->recompute == b->recompute &&
-                a->schedule == b->schedule && pt_pipe_same(&a->pipe, &b->pipe);
+                a->schedule == b->schedule && pt_pipe_same(&a->pipe, &b->pipe) &&
+                a->cp_comm == b->cp_comm && a->cp_a2a == b->cp_a2a;
     if (same && a->compress == PT_COMPRESS_POWERSGD)
         same = a->powersgd_rank == b->powersgd_rank && a->powersgd_start == b->powersgd_start;
     for (int d = 0; d < PT_NDIM && same; d++)
@@ -631,6 +632,10 @@ static void short_layout(const job *j, const pt_layout *l, char *buf, size_t n)
         KEY(",vp=%d", l->vp);
     if (l->cp > 1)
         KEY(",cp=%d", l->cp);
+    if (l->cp_comm != PT_CPC_P2P)
+        KEY(",cp_comm=%s", pt_cp_comm_name(l->cp_comm));
+    if (l->cp_comm == PT_CPC_A2A_P2P)
+        KEY(",cp_a2a=%d", l->cp_a2a);
     KEY(",dp=%d", l->dp);
     if (l->zero)
         KEY(",zero=%d", l->zero);
@@ -699,7 +704,10 @@ int parse_job_layout(const job *j, const char *text, pt_layout *l, pt_err *err)
         text = with;
     }
     return pt_layout_parse_stack(text, pt_cluster_world(&j->c), j->t.global_batch,
-                                 &j->t.stack, l, err);
+                                 &j->t.stack, l, err) ||
+                   pt_stack_check_model(&j->t.stack, &j->m, l, err)
+               ? -1
+               : 0;
 }
 
 json_t *candidate_json(const job *j, const pt_candidate *c)
