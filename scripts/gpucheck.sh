@@ -15,8 +15,9 @@
 #             tokens/s against scripts/torch_ref.py
 #   gpt2xl    GPT-2 1.5B on one GPU: MFU, and the PyTorch reference
 #   mpi       two ranks on the one GPU under mpirun (staged through MPI: NCCL takes
-#             one rank per GPU): dp=2, pp=2, tp=2, sp with tp_overlap, cp=2, ZeRO 1
-#             and 3, each against one rank's losses
+#             one rank per GPU): dp=2, pp=2, tp=2, sp with tp_overlap, cp=2 (the ring
+#             and the all-to-all), ZeRO 1 and 3, and four for cp=4 as all-to-all pairs
+#             with the ring across them, each against one rank's losses
 #   trace     GPT-2 124M for 4 steps with PT_TRACE_SYNC=1 (each op waited for, so its
 #             span is its device time): where a step's time goes, op by op
 #   profile   ptprofile --backend cuda into OUTDIR/h100.db, then ptplan's predicted
@@ -432,18 +433,18 @@ stage_gpt2xl() {
 
 stage_mpi() {
     note "## Two ranks on one GPU (mpirun)"
-    for lay in "dp=1" "dp=2" "pp=2" "tp=2" "tp=2,sp=1,tp_overlap=1" "cp=2" "dp=2,zero=1" \
-               "dp=2,zero=3"; do
-        n=$(echo "$lay" | tr -d '=,')
-        np=1
-        [ "$lay" != "dp=1" ] && np=2
+    for lay in "dp=1" "dp=2" "pp=2" "tp=2" "tp=2,sp=1,tp_overlap=1" "cp=2" "cp=2,cp_comm=a2a" \
+               "cp=4,cp_comm=a2a+p2p,cp_a2a=2" "dp=2,zero=1" "dp=2,zero=3"; do
+        n=$(echo "$lay" | tr -d '=,+')
+        np=2
+        case "$lay" in dp=1) np=1 ;; cp=4*) np=4 ;; esac
         step "mpi_$n.plan" "$bin/ptplan" --model tiny --cluster dgx-h100 --devices "$np" \
             --global-batch 8 --layout "$lay,mbs=2" --out "$out/mpi_$n.json" || continue
         if [ "$np" = 1 ]; then
             step "mpi_$n" "$bin/ptrun" "$out/mpi_$n.json" --steps 10 --data "$corpus" --sample 0 \
                 --val-every 0 --val-batches 1 --log "$out/mpi_$n.jsonl"
         else
-            step "mpi_$n" mpirun --oversubscribe -np 2 "$bin/ptrun" "$out/mpi_$n.json" --steps 10 \
+            step "mpi_$n" mpirun --oversubscribe -np "$np" "$bin/ptrun" "$out/mpi_$n.json" --steps 10 \
                 --data "$corpus" --sample 0 --val-every 0 --val-batches 1 --log "$out/mpi_$n.jsonl"
         fi
         note "  $lay: $(grep -o 'loss [0-9.]*' "$out/mpi_$n.log" | head -n 10 | awk '{print $2}' | tr '\n' ' ')"

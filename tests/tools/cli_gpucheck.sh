@@ -30,6 +30,8 @@ has "$sum" "mpi_pp2.plan: ok"
 # tensor, context parallelism and ZeRO are planned for the GPU as well
 has "$sum" "mpi_tp2.plan: ok"
 has "$sum" "mpi_cp2.plan: ok"
+has "$sum" "mpi_cp2cp_comma2a.plan: ok"
+has "$sum" "mpi_cp4cp_comma2ap2pcp_a2a2.plan: ok"
 has "$sum" "mpi_dp2zero3.plan: ok"
 if [ "$gpu" = 0 ]; then
     has "$sum" "mpi_dp1: FAILED"
