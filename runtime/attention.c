@@ -196,34 +196,61 @@ static pt_comm_dtype act_type(const pt_layer_ctx *c)
     return c->n->kn->act_dtype == PT_KDTYPE_BF16 ? PT_COMM_BF16 : PT_COMM_F32;
 }
 
+/* One all-to-all's sizes for a tensor of nh heads: this rank's row, and one member's
+ * share of it (n heads), in bytes. */
+typedef struct {
+    int n;
+    size_t row, part;
+} a2a_sizes;
+
+static a2a_sizes sizes_of(const pt_layer_ctx *c, int nh)
+{
+    a2a_sizes z;
+    head_slice(nh, c->d.u, 0, &z.n);
+    z.row = pt_act_bytes(c, (int64_t)nh * c->d.d);
+    z.part = pt_act_bytes(c, (int64_t)z.n * c->d.d);
+    return z;
+}
+
+/* Between u member blocks (member i's T rows, chunk by chunk) and the head form hf:
+ * into the head form, or out of it. */
+static void member_chunks(pt_layer_ctx *c, char *blocks, char *hf, size_t part, bool into)
+{
+    const pt_layer_dims *d = &c->d;
+    pt_layer_dims h = pt_dims_attn(d);
+    size_t chunk = (size_t)d->sc * part;
+    for (int i = 0; i < d->u; i++)
+        for (int p = 0; p < 2; p++) {
+            int64_t pitch, at = head_row(d, &h, i, p, &pitch);
+            char *block = blocks + ((size_t)i * (size_t)d->T + (size_t)(p * d->b * d->sc)) * part;
+            char *head = hf + (size_t)at * part;
+            if (into)
+                c->n->kn->copy_rows(c->n->kn, head, (size_t)pitch * part, block, chunk, chunk,
+                                    (size_t)d->b);
+            else
+                c->n->kn->copy_rows(c->n->kn, block, chunk, head, (size_t)pitch * part, chunk,
+                                    (size_t)d->b);
+        }
+}
+
 /* x (T, nh, d) in this rank's form to out in the head form (out may be x): each
  * member's head slice packed, one all-to-all over the group, each member's chunks put
  * in place. */
 static int a2a_in(pt_layer_ctx *c, const float *x, int nh, float *out)
 {
-    pt_kernels *kn = c->n->kn;
     const pt_layer_dims *d = &c->d;
-    pt_layer_dims h = pt_dims_attn(d);
-    int u = d->u, n;
-    head_slice(nh, u, 0, &n);
-    size_t row = pt_act_bytes(c, (int64_t)nh * d->d), part = pt_act_bytes(c, (int64_t)n * d->d);
+    a2a_sizes z = sizes_of(c, nh);
     char *send = (char *)c->S->a2a_send, *recv = (char *)c->S->a2a_recv;
-    for (int j = 0; j < u; j++) {
-        int first = head_slice(nh, u, j, &n);
-        kn->copy_rows(kn, send + (size_t)j * (size_t)d->T * part, part,
-                      (const char *)x + (size_t)first * pt_act_bytes(c, d->d), row, part,
-                      (size_t)d->T);
+    for (int j = 0, n; j < d->u; j++) {
+        int first = head_slice(nh, d->u, j, &n);
+        c->n->kn->copy_rows(c->n->kn, send + (size_t)j * (size_t)d->T * z.part, z.part,
+                            (const char *)x + (size_t)first * pt_act_bytes(c, d->d), z.row,
+                            z.part, (size_t)d->T);
     }
     if (pt_comm_alltoall_t(c->n->comm, PT_GROUP_CPA2A, act_type(c), send, recv,
-                           d->T * n * d->d, c->err))
+                           d->T * z.n * d->d, c->err))
         return -1;
-    for (int i = 0; i < u; i++)
-        for (int p = 0; p < 2; p++) {
-            int64_t pitch, at = head_row(d, &h, i, p, &pitch);
-            kn->copy_rows(kn, (char *)out + (size_t)at * part, (size_t)pitch * part,
-                          recv + ((size_t)i * (size_t)d->T + (size_t)(p * d->b * d->sc)) * part,
-                          (size_t)d->sc * part, (size_t)d->sc * part, (size_t)d->b);
-        }
+    member_chunks(c, recv, (char *)out, z.part, true);
     return 0;
 }
 
@@ -234,22 +261,14 @@ static int a2a_out(pt_layer_ctx *c, const float *hf, int nh, float *x)
 {
     pt_kernels *kn = c->n->kn;
     const pt_layer_dims *d = &c->d;
-    pt_layer_dims h = pt_dims_attn(d);
     int u = d->u, n;
-    head_slice(nh, u, 0, &n);
-    size_t row = pt_act_bytes(c, (int64_t)nh * d->d), part = pt_act_bytes(c, (int64_t)n * d->d);
+    a2a_sizes z = sizes_of(c, nh);
     char *send = (char *)c->S->a2a_send, *recv = (char *)c->S->a2a_recv;
-    for (int i = 0; i < u; i++)
-        for (int p = 0; p < 2; p++) {
-            int64_t pitch, at = head_row(d, &h, i, p, &pitch);
-            kn->copy_rows(kn, send + ((size_t)i * (size_t)d->T + (size_t)(p * d->b * d->sc)) * part,
-                          (size_t)d->sc * part, (const char *)hf + (size_t)at * part,
-                          (size_t)pitch * part, (size_t)d->sc * part, (size_t)d->b);
-        }
+    member_chunks(c, send, (char *)hf, z.part, false);
     if (pt_comm_alltoall_t(c->n->comm, PT_GROUP_CPA2A, act_type(c), send, recv,
-                           d->T * n * d->d, c->err))
+                           d->T * z.n * d->d, c->err))
         return -1;
-    size_t block = (size_t)d->T * part;
+    size_t block = (size_t)d->T * z.part;
     for (int j = 0; j < u; j++) {
         int first = head_slice(nh, u, j, &n);
         if (j > 0 && head_slice(nh, u, j - 1, &n) == first)
@@ -257,9 +276,9 @@ static int a2a_out(pt_layer_ctx *c, const float *hf, int nh, float *x)
         for (int k = j + 1; k < u && head_slice(nh, u, k, &n) == first; k++)
             kn->residual_forward(kn, (float *)(recv + (size_t)j * block),
                                  (const float *)(recv + (size_t)j * block),
-                                 (const float *)(recv + (size_t)k * block), d->T * n * d->d);
-        kn->copy_rows(kn, (char *)x + (size_t)first * pt_act_bytes(c, d->d), row,
-                      recv + (size_t)j * block, part, part, (size_t)d->T);
+                                 (const float *)(recv + (size_t)k * block), d->T * z.n * d->d);
+        kn->copy_rows(kn, (char *)x + (size_t)first * pt_act_bytes(c, d->d), z.row,
+                      recv + (size_t)j * block, z.part, z.part, (size_t)d->T);
     }
     return 0;
 }
