@@ -61,6 +61,19 @@ static void test_combined_groups(void)
     check_group(&g, PT_GROUP_DP, 1, (int64_t[]){1, 5}, 2);
     check_group(&g, PT_GROUP_DPCP, 1, (int64_t[]){1, 3, 5, 7}, 4);
     check_group(&g, PT_GROUP_TPCP, 6, (int64_t[]){4, 5, 6, 7}, 4);
+    /* without an all-to-all its groups are single ranks; with a2a the cp group */
+    check_group(&g, PT_GROUP_CPA2A, 3, (int64_t[]){3}, 1);
+    CHECK_INT(pt_layout_parse("tp=2,cp=2,dp=2,pp=1,cp_comm=a2a", 0, 0, &l, &err), 0);
+    pt_grid_init(&g, &l);
+    check_group(&g, PT_GROUP_CPA2A, 3, (int64_t[]){1, 3}, 2);
+    /* a2a+p2p: pairs of consecutive cp ranks (stride 2 here), the ring across them */
+    CHECK_INT(pt_layout_parse("tp=2,cp=4,dp=1,pp=1,cp_comm=a2a+p2p,cp_a2a=2", 0, 0, &l, &err),
+              0);
+    pt_grid_init(&g, &l);
+    check_group(&g, PT_GROUP_CPA2A, 0, (int64_t[]){0, 2}, 2);
+    check_group(&g, PT_GROUP_CPA2A, 7, (int64_t[]){5, 7}, 2);
+    check_group(&g, PT_GROUP_CPA2A, 4, (int64_t[]){4, 6}, 2);
+    check_group(&g, PT_GROUP_CP, 4, (int64_t[]){0, 2, 4, 6}, 4);
 }
 
 static void test_round_trip_all_orders(void)
