@@ -246,6 +246,9 @@ int pt_layout_parse_stack(const char *text, int64_t world, int64_t global_batch,
  * offers. The error names the layout key and the stack. */
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err);
 
+/* The cp_comm kinds stack s runs, as "p2p, a2a, a2a+p2p", into buf (n bytes). */
+void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n);
+
 /* pt_stack_check_layout, and what depends on model m's shape: KV heads per tp rank
  * fewer than the all-to-all's degree on a stack that does not replicate them
  * (pt_stack.cp_a2a_kv_replicate). */

@@ -898,6 +898,19 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
     return pt_json_errs_finish(&errs, origin, err);
 }
 
+void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n)
+{
+    size_t used = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int k = 0; k < PT_CPC_COUNT && used < n; k++)
+        if (s->cp_comms & BIT(k)) {
+            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "",
+                             pt_cp_comm_name((pt_cp_comm)k));
+            used += w > 0 ? (size_t)w : 0;
+        }
+}
+
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
 {
     if (l->tp > 1 && !s->tp)
@@ -910,11 +923,8 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
         return pt_err_set(err, "layout cp=%d: stack '%s' has no context parallelism", l->cp,
                           s->name);
     if (l->cp > 1 && !(s->cp_comms & BIT(l->cp_comm))) {
-        char kinds[64] = "";
-        for (int k = 0; k < PT_CPC_COUNT; k++)
-            if (s->cp_comms & BIT(k))
-                snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s",
-                         kinds[0] ? ", " : "", pt_cp_comm_name((pt_cp_comm)k));
+        char kinds[64];
+        pt_stack_cp_comms_text(s, kinds, sizeof kinds);
         return pt_err_set(err, "layout cp_comm=%s: stack '%s' does not communicate context "
                           "parallelism that way (it runs: %s)", pt_cp_comm_name(l->cp_comm),
                           s->name, kinds);

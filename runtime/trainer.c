@@ -32,6 +32,15 @@ static void spike_free(struct pt_spike_guard *g);
 static int check_plan(pt_trainer *r, pt_trainer_info *info, pt_err *err)
 {
     pt_plan *p = &r->plan;
+    const pt_stack *own = pt_stack_builtin(0);
+    /* a kind of cp communication priced for another stack that ptrun does not run */
+    if (p->layout.cp > 1 && !(own->cp_comms & (1u << p->layout.cp_comm))) {
+        char kinds[64];
+        pt_stack_cp_comms_text(own, kinds, sizeof kinds);
+        return pt_err_set(err, "%s: layout cp_comm=%s (priced for stack '%s'): ptrun runs "
+                               "cp_comm %s; plan with one of those", r->o.plan,
+                          pt_cp_comm_name(p->layout.cp_comm), p->train.stack.name, kinds);
+    }
     int64_t world = pt_layout_world(&p->layout);
     if (world != r->world)
         return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %d "
@@ -39,7 +48,6 @@ static int check_plan(pt_trainer *r, pt_trainer_info *info, pt_err *err)
                           r->world, (long long)world);
     /* A plan priced for another framework's stack trains here with ptrun's own
      * kernels: the layout is the same, the op lists are ptrun's. */
-    const pt_stack *own = pt_stack_builtin(0);
     if (!pt_stack_is_ptrun(&p->train.stack)) {
         snprintf(info->priced_stack, sizeof info->priced_stack, "%s", p->train.stack.name);
         p->train.stack = *own;

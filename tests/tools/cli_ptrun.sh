@@ -145,6 +145,14 @@ err_has "dropout" "negative dropout in the plan"
 run 0 "$build/ptplan" --devices 2 --out "$tmp/plan2.json" --top 1
 run 1 "$build/ptrun" "$tmp/plan2.json"
 err_has "needs 2 ranks, but ptrun was started as 1" "plan for another world size"
+# a plan priced for Megatron-Core with a kind of cp communication ptrun does not run:
+# refused before anything starts, naming the kinds it runs
+run 0 "$build/ptplan" --devices 2 --stack megatron-core --layout "cp=2,cp_comm=all_gather" \
+    --out "$tmp/plan-ag.json"
+run 1 "$build/ptrun" "$tmp/plan-ag.json"
+err_has "plan-ag.json: layout cp_comm=all_gather (priced for stack 'megatron-core'): ptrun runs cp_comm p2p, a2a, a2a+p2p" \
+    "cp_comm=all_gather refused by ptrun"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for all_gather: $(cat "$tmp/err")"
 # a plan edited to an uneven split of tiny's 4 layers that does not add up: refused
 # before anything starts, with the numbers
 run 0 "$build/ptplan" --devices 2 --layout "pp=2,first_layers=1,last_layers=3" \
