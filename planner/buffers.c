@@ -61,6 +61,16 @@ static void set(pt_buffers *B, pt_buf b, int bytes, int n, const int64_t *factor
     B->bytes[b] = bytes;
 }
 
+/* a·b, or 0 with the list marked as overflowing */
+static int64_t mul(pt_buffers *B, int64_t a, int64_t b)
+{
+    int64_t p;
+    if (pt_mul64(a, b, &p))
+        return p;
+    B->overflow = true;
+    return 0;
+}
+
 #define SET(B, b, bytes, ...)                                                                \
     set(B, b, bytes, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),            \
         (int64_t[]){__VA_ARGS__})
@@ -78,17 +88,18 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     int64_t T = r.tokens, R = r.rows, h = m->hidden, a = r.heads, k = r.kv_heads,
             d = r.head_dim, f = r.ffn, v = r.vocab, b = l->mbs, s = m->seq / l->cp;
     int64_t sc = cp ? s / 2 : s; /* one of the two sequence chunks a cp rank holds */
-    /* K and V in head form: u·T tokens of k/u heads, or of one replicated head */
-    int64_t kv_rows = a2a && at.u * at.kv_heads > k ? at.tokens * at.kv_heads / k : T;
 
     /* one layer's activations, kept for its backward */
     SET(B, PT_BUF_LN1, ab, R, h);
     SET(B, PT_BUF_LN1_MEAN, 4, R);
     SET(B, PT_BUF_LN1_RSTD, 4, R);
     SET(B, PT_BUF_Q, ab, T, a, d);
-    /* with the all-to-all, q, k and v hold the head form once attention has begun */
-    SET(B, PT_BUF_K, ab, kv_rows, k, d);
-    SET(B, PT_BUF_V, ab, kv_rows, k, d);
+    /* with the all-to-all, q, k and v hold the head form once attention has begun: K
+     * and V u·T tokens of the head form's KV heads, more than T·k when replicated */
+    int64_t kv_h = mul(B, at.tokens, at.kv_heads), kv = mul(B, T, k);
+    kv = kv > kv_h ? kv : kv_h;
+    SET(B, PT_BUF_K, ab, kv, d);
+    SET(B, PT_BUF_V, ab, kv, d);
     SET(B, PT_BUF_ATT, ab, T, a, d);
     SET(B, PT_BUF_LSE, 4, b, a, s);
     SET(B, PT_BUF_ATTH, ab, a2a ? T : 0, a, d); /* the output in head form */
@@ -141,7 +152,7 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_PART_LSE, 4, ring ? b : 0, a, sc);
     /* the all-to-all: what is sent and received (q, the output or their gradients, or
      * k, v, dk, dv in head form), and the backward's gradients in head form */
-    int64_t kv_h = at.tokens * at.kv_heads, q_h = T * a, wide = kv_h > q_h ? kv_h : q_h;
+    int64_t q_h = mul(B, T, a), wide = kv_h > q_h ? kv_h : q_h;
     SET(B, PT_BUF_A2A_SEND, ab, a2a ? wide : 0, d);
     SET(B, PT_BUF_A2A_RECV, ab, a2a ? wide : 0, d);
     SET(B, PT_BUF_HDATT, ab, a2a ? q_h : 0, d);

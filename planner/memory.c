@@ -266,16 +266,15 @@ static double pt_mem_embed_head(const pt_model *m, const pt_layout *l, const pt_
 static double pt_mem_cp_comm(const pt_model *m, const pt_layout *l, const pt_mem_dims *d)
 {
     double hd = (double)(m->hidden / pt_mem_pos(m->heads));
-    double kv_heads = (double)pt_kv_heads_rank(m, l->tp);
-    double kvr = kv_heads * hd, blocks = 2 * (2 * d->ab * d->sb * kvr);
-    int u = pt_layout_a2a(l);
+    double kvr = (double)pt_kv_heads_rank(m, l->tp) * hd, blocks = 2 * (2 * d->ab * d->sb * kvr);
+    pt_attn_shape at = pt_attn_shape_of(m, l);
     if (l->cp_comm == PT_CPC_ALLGATHER)
         return 4 * d->ab * d->sb * (double)l->cp * kvr;
-    if (u <= 1)
+    if (at.u <= 1)
         return blocks;
-    double q_heads = (double)(m->heads / pt_mem_pos(l->tp));
-    double a2a = d->ab * d->sb * (q_heads + 2 * fmax(kv_heads, (double)u)) * hd;
-    return a2a + (l->cp > u ? blocks : 0);
+    /* q, k and v received: u members' shares of the head form's heads */
+    double a2a = d->ab * d->sb * (double)(at.u * (at.heads + 2 * at.kv_heads)) * hd;
+    return a2a + (at.r > 1 ? blocks : 0);
 }
 
 /* Buffers the collectives and point-to-point transfers of the stage keep. */

@@ -28,6 +28,7 @@
  * gradient compression's kernels.
  */
 #include "ops_internal.h"
+#include "memory_model.h" /* pt_attn_shape_of: the head form after cp's all-to-all */
 
 #include <math.h>
 #include <stdio.h>
@@ -715,15 +716,6 @@ static void tp_exit(builder *b, const dims *d, pt_tensor res)
              1, false);
 }
 
-/* KV heads a rank holds after context parallelism's all-to-all of degree u (u = 1: no
- * all-to-all): its k/t heads' share, or one head where fewer than u were replicated to
- * u, one to each rank whose queries use it (the rule kv_heads_cp_a2a, layout.c, allows
- * only these two cases). */
-static int64_t kv_heads_a2a(int64_t kv_local, int u)
-{
-    return kv_local >= u ? kv_local / u : 1;
-}
-
 /* The attention core as the stack runs it. Model FLOPs count the full (not causal)
  * score matrix, as the MFU convention does; a flash kernel skips the masked half.
  * sq queries on this rank attend to sk = s keys (all of them with cp). After cp's
@@ -738,10 +730,9 @@ static attn_dims attn_dims_of(const builder *b, const dims *d)
 {
     const pt_model *m = b->c->m;
     const pt_layout *l = b->c->l;
-    int u = pt_layout_a2a(l);
-    return (attn_dims){(double)l->mbs, (double)(m->heads / l->tp / u),
-                       (double)kv_heads_a2a(pt_kv_heads_rank(m, l->tp), u),
-                       (double)(m->seq / l->cp * u), (double)m->seq, (double)d->hd};
+    pt_attn_shape at = pt_attn_shape_of(m, l);
+    return (attn_dims){(double)l->mbs, (double)at.heads, (double)at.kv_heads,
+                       (double)(m->seq / l->cp * at.u), (double)m->seq, (double)d->hd};
 }
 
 static void attn_key(builder *b, pt_op *op, const char *kind, const attn_dims *a)
@@ -877,12 +868,11 @@ static void attention_core(builder *b, const dims *d, bool backward)
  * u·(members per domain) = the cp group's ranks per domain. */
 static void cp_ring(builder *b, const dims *d, bool backward)
 {
-    const pt_layout *l = b->c->l;
-    int u = pt_layout_a2a(l), members = l->cp / u;
+    pt_attn_shape at = pt_attn_shape_of(b->c->m, b->c->l);
+    int u = at.u, members = at.r;
     if (members < 2)
         return;
-    double kv_heads = (double)kv_heads_a2a(d->kvr / d->hd, u);
-    double kv_bytes = 2.0 * d->ab * (double)(u * d->tokens) * kv_heads * (double)d->hd;
+    double kv_bytes = 2.0 * d->ab * (double)at.tokens * (double)at.kv_heads * (double)d->hd;
     pt_op *op = coll(b, backward ? PT_OPK_CP_RING_BWD : PT_OPK_CP_RING,
                      (moves){PT_TEN_KV, PT_TEN_KV}, PT_COLL_SENDRECV, PT_GROUP_CP,
                      backward ? 2 * kv_bytes : kv_bytes, members - 1, true);
@@ -907,18 +897,20 @@ static void cp_a2a(builder *b, const dims *d, pt_op_kind kind, pt_tensor t, doub
     coll(b, kind, (moves){t, t}, PT_COLL_ALLTOALL, PT_GROUP_CPA2A, bytes, count, false);
 }
 
-/* The q heads a rank sends into the all-to-all (a/t), and the K (or V) heads: its
- * k/t, or u where fewer are replicated to u first (runtime/attention.c; Transformer
- * Engine asserts k/t % u == 0 instead, context_parallel.py's AttnFuncWithCPAndQKVOA2A). */
-static double a2a_q_heads(const dims *d)
+/* The heads of one rank's buffer in the all-to-all: its a/t query heads, and for K
+ * (or V) u times the head form's KV heads: its k/t, or u where fewer are replicated to
+ * u first (runtime/attention.c; Transformer Engine asserts k/t % u == 0 instead,
+ * context_parallel.py's AttnFuncWithCPAndQKVOA2A). */
+static double a2a_q_heads(const builder *b)
 {
-    return (double)(d->h / d->t / d->hd);
+    pt_attn_shape at = pt_attn_shape_of(b->c->m, b->c->l);
+    return (double)(at.u * at.heads);
 }
 
-static double a2a_kv_heads(const builder *b, const dims *d)
+static double a2a_kv_heads(const builder *b)
 {
-    int64_t kv = d->kvr / d->hd, u = pt_layout_a2a(b->c->l);
-    return (double)(kv >= u ? kv : u);
+    pt_attn_shape at = pt_attn_shape_of(b->c->m, b->c->l);
+    return (double)(at.u * at.kv_heads);
 }
 
 /* K and V gathered over cp before attention (cp_comm=all_gather: Transformer Engine's
@@ -945,8 +937,8 @@ static void cp_forward_in(builder *b, const dims *d)
         return;
     }
     if (pt_layout_a2a(l) > 1) {
-        cp_a2a(b, d, PT_OPK_CP_A2A_Q, PT_TEN_NONE, a2a_q_heads(d), 1);
-        cp_a2a(b, d, PT_OPK_CP_A2A_KV, PT_TEN_KV, a2a_kv_heads(b, d), 2);
+        cp_a2a(b, d, PT_OPK_CP_A2A_Q, PT_TEN_NONE, a2a_q_heads(b), 1);
+        cp_a2a(b, d, PT_OPK_CP_A2A_KV, PT_TEN_KV, a2a_kv_heads(b), 2);
     }
     cp_ring(b, d, false);
 }
@@ -955,7 +947,7 @@ static void cp_forward_in(builder *b, const dims *d)
 static void cp_forward_out(builder *b, const dims *d)
 {
     if (b->c->l->cp > 1 && pt_layout_a2a(b->c->l) > 1)
-        cp_a2a(b, d, PT_OPK_CP_A2A_OUT, PT_TEN_NONE, a2a_q_heads(d), 1);
+        cp_a2a(b, d, PT_OPK_CP_A2A_OUT, PT_TEN_NONE, a2a_q_heads(b), 1);
 }
 
 /* Backward, before the attention core's backward (and its selective recomputation):
@@ -968,7 +960,7 @@ static void cp_backward_in(builder *b, const dims *d)
     if (l->cp_comm == PT_CPC_ALLGATHER)
         cp_allgather(b, d, PT_OPK_CP_ALLGATHER, PT_COLL_ALLGATHER);
     else if (pt_layout_a2a(l) > 1)
-        cp_a2a(b, d, PT_OPK_CP_A2A_DOUT, PT_TEN_NONE, a2a_q_heads(d), 1);
+        cp_a2a(b, d, PT_OPK_CP_A2A_DOUT, PT_TEN_NONE, a2a_q_heads(b), 1);
 }
 
 /* Backward, after it: the ring's blocks and gradients; dq, dk and dv back through the
@@ -985,8 +977,8 @@ static void cp_backward_out(builder *b, const dims *d)
     }
     cp_ring(b, d, true);
     if (pt_layout_a2a(l) > 1) {
-        cp_a2a(b, d, PT_OPK_CP_A2A_DQ, PT_TEN_NONE, a2a_q_heads(d), 1);
-        cp_a2a(b, d, PT_OPK_CP_A2A_DKV, PT_TEN_KV, a2a_kv_heads(b, d), 2);
+        cp_a2a(b, d, PT_OPK_CP_A2A_DQ, PT_TEN_NONE, a2a_q_heads(b), 1);
+        cp_a2a(b, d, PT_OPK_CP_A2A_DKV, PT_TEN_KV, a2a_kv_heads(b), 2);
     }
 }
 

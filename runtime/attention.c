@@ -162,16 +162,12 @@ static int ring_backward(pt_layer_ctx *c, const attn_view *w)
 
 /* ---- The all-to-all ---------------------------------------------------------------------- */
 
-/* The heads of nh that go to member j of the all-to-all group of u: a slice of nh/u,
- * or, with fewer heads than u (u a multiple of nh), one head shared by u/nh members. */
-static int head_slice(int nh, int u, int j, int *count)
+/* The first of the per heads (of this rank's nh) that go to member j of the
+ * all-to-all group of u: a slice of nh/u, or, with fewer heads than u, the one head
+ * member j shares with u/nh - 1 others (per 1). */
+static int head_first(int nh, int per, int u, int j)
 {
-    if (nh % u == 0) {
-        *count = nh / u;
-        return j * *count;
-    }
-    *count = 1;
-    return j / (u / nh);
+    return per * u == nh ? j * per : j / (u / nh);
 }
 
 /* Where member i's sequence chunk p (its batch element 0) lies in the head form of
@@ -196,19 +192,19 @@ static pt_comm_dtype act_type(const pt_layer_ctx *c)
     return c->n->kn->act_dtype == PT_KDTYPE_BF16 ? PT_COMM_BF16 : PT_COMM_F32;
 }
 
-/* One all-to-all's sizes for a tensor of nh heads: this rank's row, and one member's
- * share of it (n heads), in bytes. */
+/* One all-to-all's sizes for q (its output and their gradients) or, kv, for k and v
+ * (and dk, dv): this rank's heads nh, the head form's per member, a row of this rank's
+ * form and one member's share of it, in bytes. */
 typedef struct {
-    int n;
+    int nh, per;
     size_t row, part;
 } a2a_sizes;
 
-static a2a_sizes sizes_of(const pt_layer_ctx *c, int nh)
+static a2a_sizes sizes_of(const pt_layer_ctx *c, bool kv)
 {
-    a2a_sizes z;
-    head_slice(nh, c->d.u, 0, &z.n);
-    z.row = pt_act_bytes(c, (int64_t)nh * c->d.d);
-    z.part = pt_act_bytes(c, (int64_t)z.n * c->d.d);
+    a2a_sizes z = {.nh = kv ? c->d.kh : c->d.a, .per = kv ? c->d.hkh : c->d.ha};
+    z.row = pt_act_bytes(c, (int64_t)z.nh * c->d.d);
+    z.part = pt_act_bytes(c, (int64_t)z.per * c->d.d);
     return z;
 }
 
@@ -233,22 +229,22 @@ static void member_chunks(pt_layer_ctx *c, char *blocks, char *hf, size_t part, 
         }
 }
 
-/* x (T, nh, d) in this rank's form to out in the head form (out may be x): each
- * member's head slice packed, one all-to-all over the group, each member's chunks put
- * in place. */
-static int a2a_in(pt_layer_ctx *c, const float *x, int nh, float *out)
+/* x (T, nh, d) in this rank's form (q's, or kv: k's or v's) to out in the head form
+ * (out may be x): each member's head slice packed, one all-to-all over the group, each
+ * member's chunks put in place. */
+static int a2a_in(pt_layer_ctx *c, const float *x, bool kv, float *out)
 {
     const pt_layer_dims *d = &c->d;
-    a2a_sizes z = sizes_of(c, nh);
+    a2a_sizes z = sizes_of(c, kv);
     char *send = (char *)c->S->a2a_send, *recv = (char *)c->S->a2a_recv;
-    for (int j = 0, n; j < d->u; j++) {
-        int first = head_slice(nh, d->u, j, &n);
+    for (int j = 0; j < d->u; j++) {
+        int first = head_first(z.nh, z.per, d->u, j);
         c->n->kn->copy_rows(c->n->kn, send + (size_t)j * (size_t)d->T * z.part, z.part,
                             (const char *)x + (size_t)first * pt_act_bytes(c, d->d), z.row,
                             z.part, (size_t)d->T);
     }
     if (pt_comm_alltoall_t(c->n->comm, PT_GROUP_CPA2A, act_type(c), send, recv,
-                           d->T * z.n * d->d, c->err))
+                           d->T * z.per * d->d, c->err))
         return -1;
     member_chunks(c, recv, (char *)out, z.part, true);
     return 0;
@@ -257,26 +253,26 @@ static int a2a_in(pt_layer_ctx *c, const float *x, int nh, float *out)
 /* The way back: hf in the head form to x (T, nh, d) in this rank's form, every element
  * written; a head replicated to several members gets the sum of theirs, added in
  * member order. */
-static int a2a_out(pt_layer_ctx *c, const float *hf, int nh, float *x)
+static int a2a_out(pt_layer_ctx *c, const float *hf, bool kv, float *x)
 {
     pt_kernels *kn = c->n->kn;
     const pt_layer_dims *d = &c->d;
-    int u = d->u, n;
-    a2a_sizes z = sizes_of(c, nh);
+    int u = d->u;
+    a2a_sizes z = sizes_of(c, kv);
     char *send = (char *)c->S->a2a_send, *recv = (char *)c->S->a2a_recv;
     member_chunks(c, send, (char *)hf, z.part, false);
     if (pt_comm_alltoall_t(c->n->comm, PT_GROUP_CPA2A, act_type(c), send, recv,
-                           d->T * z.n * d->d, c->err))
+                           d->T * z.per * d->d, c->err))
         return -1;
     size_t block = (size_t)d->T * z.part;
     for (int j = 0; j < u; j++) {
-        int first = head_slice(nh, u, j, &n);
-        if (j > 0 && head_slice(nh, u, j - 1, &n) == first)
+        int first = head_first(z.nh, z.per, u, j);
+        if (j > 0 && head_first(z.nh, z.per, u, j - 1) == first)
             continue; /* summed into the head's first member's block below */
-        for (int k = j + 1; k < u && head_slice(nh, u, k, &n) == first; k++)
+        for (int k = j + 1; k < u && head_first(z.nh, z.per, u, k) == first; k++)
             kn->residual_forward(kn, (float *)(recv + (size_t)j * block),
                                  (const float *)(recv + (size_t)j * block),
-                                 (const float *)(recv + (size_t)k * block), d->T * z.n * d->d);
+                                 (const float *)(recv + (size_t)k * block), d->T * z.per * d->d);
         kn->copy_rows(kn, (char *)x + (size_t)first * pt_act_bytes(c, d->d), z.row,
                       recv + (size_t)j * block, z.part, z.part, (size_t)d->T);
     }
@@ -293,14 +289,14 @@ int pt_attention_forward(pt_layer_ctx *c, bool again)
         return ring_forward(c, &(attn_view){.d = *d, .q = L->q, .k = L->k, .v = L->v,
                                             .att = L->att, .lse = L->lse});
     /* again: q, k and v are in the head form already and att is kept */
-    if (!again && (a2a_in(c, L->q, d->a, L->q) || a2a_in(c, L->k, d->kh, L->k) ||
-                   a2a_in(c, L->v, d->kh, L->v)))
+    if (!again && (a2a_in(c, L->q, false, L->q) || a2a_in(c, L->k, true, L->k) ||
+                   a2a_in(c, L->v, true, L->v)))
         return -1;
     attn_view w = {.d = pt_dims_attn(d), .q = L->q, .k = L->k, .v = L->v, .att = L->atth,
                    .lse = L->lse};
     if (ring_forward(c, &w))
         return -1;
-    return again ? 0 : a2a_out(c, L->atth, d->a, L->att);
+    return again ? 0 : a2a_out(c, L->atth, false, L->att);
 }
 
 int pt_attention_backward(pt_layer_ctx *c)
@@ -314,9 +310,9 @@ int pt_attention_backward(pt_layer_ctx *c)
         return ring_backward(c, &w);
     w = (attn_view){.d = pt_dims_attn(d), .q = L->q, .k = L->k, .v = L->v, .att = L->atth,
                     .lse = L->lse, .dq = S->hdq, .dk = S->hdk, .dv = S->hdv, .datt = S->hdatt};
-    if (a2a_in(c, S->datt, d->a, S->hdatt) || ring_backward(c, &w) ||
-        a2a_out(c, S->hdq, d->a, S->dq) || a2a_out(c, S->hdk, d->kh, S->dk) ||
-        a2a_out(c, S->hdv, d->kh, S->dv))
+    if (a2a_in(c, S->datt, false, S->hdatt) || ring_backward(c, &w) ||
+        a2a_out(c, S->hdq, false, S->dq) || a2a_out(c, S->hdk, true, S->dk) ||
+        a2a_out(c, S->hdv, true, S->dv))
         return -1;
     return 0;
 }

@@ -388,6 +388,8 @@ typedef struct {
     int kv_share;             /* tp ranks sharing one KV head (tp > k), else 1 */
     int u;                    /* cp's all-to-all degree (1: none), its group of u ranks
                                  inside cp; the ring runs over cp/u such groups */
+    int ha, hkh;              /* the head form's query and KV heads (pt_attn_shape: a
+                                 and kh with u = 1) */
     bool sp;
 } pt_layer_dims;
 

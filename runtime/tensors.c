@@ -28,7 +28,10 @@ pt_layer_dims pt_net_dims(const pt_net *n)
                        .sp = l->sp && t > 1};
     d.kv_share = pt_kv_head_copies(m, t);
     d.sc = d.cp > 1 ? d.s / 2 : d.s;
-    d.u = pt_layout_a2a(l) >= 1 ? pt_layout_a2a(l) : 1;
+    pt_attn_shape at = pt_attn_shape_of(m, l); /* the head form the planner priced */
+    d.u = at.u;
+    d.ha = (int)at.heads;
+    d.hkh = (int)at.kv_heads;
     return d;
 }
 
@@ -43,8 +46,8 @@ pt_layer_dims pt_dims_attn(const pt_layer_dims *d)
     h.s = u * d->s;
     h.T = u * d->T;
     h.sc = h.cp > 1 ? u * d->sc : h.s;
-    h.a = d->a / u;
-    h.kh = d->kh % u == 0 ? d->kh / u : 1;
+    h.a = d->ha;
+    h.kh = d->hkh;
     h.u = 1;
     return h;
 }
