@@ -120,6 +120,15 @@ int pt_grid_group_below(const pt_grid *g, pt_group_kind kind, int64_t rank, int6
     return n;
 }
 
+int64_t pt_grid_cp_ring_peer(const pt_grid *g, int64_t rank, int dir)
+{
+    int coords[PT_NDIM];
+    pt_grid_coords(g, rank, coords);
+    int u = g->cp_a2a, groups = g->size[PT_DIM_CP] / u, cr = coords[PT_DIM_CP];
+    coords[PT_DIM_CP] = ((cr / u + dir) % groups + groups) % groups * u + cr % u;
+    return pt_grid_rank(g, coords);
+}
+
 bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node)
 {
     int size = pt_grid_group_size(g, kind);

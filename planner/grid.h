@@ -46,6 +46,11 @@ int pt_grid_group(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *r
  * pt_grid_group_size() entries. Unlike pt_grid_group it sorts nothing. */
 int pt_grid_group_below(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t limit,
                         int64_t *ranks);
+/* Context parallelism's ring: the world rank `dir` (+1 or -1) places from `rank` along
+ * it. The ring runs over the cp/cp_a2a all-to-all groups (every cp rank without an
+ * all-to-all), between the ranks at the same place in neighbouring groups, as
+ * Transformer Engine's a2a+p2p does. */
+int64_t pt_grid_cp_ring_peer(const pt_grid *g, int64_t rank, int dir);
 /* True when some group of `kind` has members on two nodes of `devices_per_node`. */
 bool pt_grid_group_crosses_nodes(const pt_grid *g, pt_group_kind kind, int devices_per_node);
 

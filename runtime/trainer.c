@@ -72,8 +72,7 @@ static int place(pt_trainer *r, pt_err *err)
     int coords[PT_NDIM];
     pt_grid_coords(g, r->rank, coords);
     r->stage = coords[PT_DIM_PP];
-    /* the context-parallel ring: the ranks of this rank's cp group in order */
-    int cp = g->size[PT_DIM_CP], cr = coords[PT_DIM_CP];
+    int cr = coords[PT_DIM_CP];
     int64_t *members = malloc((size_t)pt_grid_group_size(g, PT_GROUP_DPCP) * sizeof *members);
     if (!members)
         return pt_err_set(err, "out of memory");
@@ -82,14 +81,9 @@ static int place(pt_trainer *r, pt_err *err)
                               .dp_size = pt_grid_group_size(g, PT_GROUP_DPCP),
                               .comm = r->world > 1 ? r->comm : NULL};
     free(members);
-    /* The ring runs over the cp/u all-to-all groups (u = 1: over every cp rank), between
-     * the ranks at the same place in neighbouring groups, as Transformer Engine's
-     * a2a+p2p does. */
-    int u = g->cp_a2a, groups = cp / u, grp = cr / u, at = cr % u;
-    coords[PT_DIM_CP] = (grp + 1) % groups * u + at;
-    r->place.cp_next = (int)pt_grid_rank(g, coords);
-    coords[PT_DIM_CP] = (grp + groups - 1) % groups * u + at;
-    r->place.cp_prev = (int)pt_grid_rank(g, coords);
+    /* the context-parallel ring's neighbours */
+    r->place.cp_next = (int)pt_grid_cp_ring_peer(g, r->rank, 1);
+    r->place.cp_prev = (int)pt_grid_cp_ring_peer(g, r->rank, -1);
     r->has_data = r->stage == 0 || r->stage == r->plan.layout.pp - 1;
     return pt_dist_init(&r->dist, r->world > 1 ? r->comm : NULL, g, r->rank, err);
 }

@@ -74,6 +74,17 @@ static void test_combined_groups(void)
     check_group(&g, PT_GROUP_CPA2A, 7, (int64_t[]){5, 7}, 2);
     check_group(&g, PT_GROUP_CPA2A, 4, (int64_t[]){4, 6}, 2);
     check_group(&g, PT_GROUP_CP, 4, (int64_t[]){0, 2, 4, 6}, 4);
+    /* its ring: between the pairs' ranks at the same place, cp ranks 0 <-> 2, 1 <-> 3 */
+    CHECK_INT(pt_grid_cp_ring_peer(&g, 0, 1), 4);
+    CHECK_INT(pt_grid_cp_ring_peer(&g, 0, -1), 4);
+    CHECK_INT(pt_grid_cp_ring_peer(&g, 3, 1), 7);
+    CHECK_INT(pt_grid_cp_ring_peer(&g, 7, -1), 3);
+    /* without an all-to-all, every cp rank in order, wrapping */
+    CHECK_INT(pt_layout_parse("tp=2,cp=4,dp=1,pp=1,cp_comm=p2p", 0, 0, &l, &err), 0);
+    pt_grid_init(&g, &l);
+    CHECK_INT(pt_grid_cp_ring_peer(&g, 1, 1), 3);
+    CHECK_INT(pt_grid_cp_ring_peer(&g, 1, -1), 7);
+    CHECK_INT(pt_grid_cp_ring_peer(&g, 6, 1), 0);
 }
 
 static void test_round_trip_all_orders(void)
