@@ -124,9 +124,11 @@ static int cp_in_domain(const pt_cluster *c, const pt_layout *l)
  * covers: on the same links (priced as in costmodels/analytic.c) it is not faster. */
 static bool a2a_moves_more(const pt_model *m, const pt_layout *l)
 {
+    pt_layout a = *l;
+    a.cp_comm = PT_CPC_A2A;
+    pt_attn_shape at = pt_attn_shape_of(m, &a); /* k' = u times the head form's */
     int64_t heads = m->heads / l->tp, kv = pt_kv_heads_rank(m, l->tp);
-    int64_t kv_sent = kv > l->cp ? kv : l->cp;
-    return heads + kv_sent >= 2 * (int64_t)l->cp * kv;
+    return heads + at.u * at.kv_heads >= 2 * (int64_t)l->cp * kv;
 }
 
 /* Each way the stack communicates context parallelism (pt_cp_comm), for cp > 1, where
