@@ -35,8 +35,10 @@
  * A NULL gradient pointer means "not needed" where the parameter's comment says
  * "or NULL". Gradient outputs must not alias inputs unless the comment says they may.
  * The exceptions: the fused cross-entropy WRITES dlogits (it is a forward and a
- * backward in one op, as in llm.c), and attention_backward writes dq, dk and dv when
- * its accumulate argument is 0.
+ * backward in one op, as in llm.c), attention_backward writes dq, dk and dv when
+ * its accumulate argument is 0, and of the mixture-of-experts ops moe_route_backward
+ * writes dlogits and moe_combine_backward writes dy and dw (each the only producer of
+ * its gradient; their comments say so).
  *
  * Determinism. The same inputs on the same backend, thread count and machine give
  * bit-identical outputs: no floating-point atomics, every reduction in a fixed order.
@@ -100,6 +102,11 @@ enum { PT_K_ORTHO_MAX_COLS = 1024 };
 /* The most linear layers one matmul_forward_shared or matmul_wgrad_shared call takes. */
 enum { PT_K_SHARED_MAX = 3 };
 
+/* How a mixture-of-experts router turns a token's logits into expert scores
+ * (moe_route_forward): a softmax over the experts (Shazeer et al. 2017; Mixtral,
+ * DeepSeek-V2) or each logit's sigmoid (DeepSeek-V3). */
+typedef enum { PT_KMOE_SOFTMAX = 0, PT_KMOE_SIGMOID = 1 } pt_kmoe_score;
+
 /* ---- Descriptions the table's calls take ------------------------------------------- */
 
 /* The largest shapes a model's ops run with on this rank, over every call of a step
@@ -119,6 +126,9 @@ typedef struct {
     int vocab_rows;      /* largest vr of an embed_backward with dwte (its h at most
                           * cols) */
     int adamw_tensors;   /* largest count of an adamw_multi */
+    int64_t moe_assign;  /* largest n·k (tokens times experts per token) of a
+                          * moe_dispatch_plan: the CUDA backend sorts them */
+    int moe_experts;     /* its largest E */
 } pt_k_scratch_shape;
 
 /* One tensor (or slice of one) of an adamw_multi: the buffers of the per-tensor adamw
@@ -522,6 +532,130 @@ struct pt_kernels {
                              const float *dout,    /* (n) [act] */
                              int64_t n, float p, uint64_t seed, uint64_t tensor_id,
                              int64_t offset);
+
+    /* -- Mixture of experts (MoE): routing, dispatch, combine, grouped linear layers --
+     * Letters of this section: n tokens (rows), E experts, k experts per token (top-k;
+     * not the KV heads here), m dispatched rows (at most n·k), h hidden, G groups.
+     * A layer runs: moe_route_forward (scores, the chosen experts and their weights) ->
+     * moe_dispatch_plan (each (token, slot) assignment's row, experts' rows back to
+     * back) -> moe_gather_rows (tokens into expert order) -> matmul_grouped_forward per
+     * expert weight (one group per expert, counts copied to the host) -> ... ->
+     * moe_combine_forward (the weighted sum back in token order); the backwards run in
+     * reverse. Index buffers (idx, pos, src) are int32, counts int64, all backend memory
+     * allocated with alloc (sizes in bytes). All are deterministic: no atomics, every
+     * sum in the order stated. Inputs outside the ranges said (an idx outside [0, E),
+     * logits that are not finite) are the caller's bug.
+     *
+     * moe_route_forward: per token t, s = softmax(logits[t,:]) (fp32, the row's maximum
+     * subtracted first) or s = sigmoid(logits[t,:]) elementwise (score, pt_kmoe_score);
+     * idx[t, 0..k) = the experts of the k largest s, in descending order of s, ties to
+     * the lower expert index; sel_j = s[idx[t,j]]; w[t,j] = sel_j / Σ_j sel_j (fp32, j
+     * ascending) when renorm, else sel_j. scores = s, WRITTEN, kept for the backward
+     * and the load-balancing loss. 1 <= k <= E. */
+    void (*moe_route_forward)(pt_kernels *kn,
+                              float *scores,        /* (n, E) fp32, written */
+                              int32_t *idx,         /* (n, k), written */
+                              float *w,             /* (n, k) fp32, written */
+                              const float *logits,  /* (n, E) [act] */
+                              int64_t n, int E, int k,
+                              int score,            /* pt_kmoe_score */
+                              int renorm);
+    /* moe_route_backward: dlogits WRITTEN (the router's one gradient), from dw, the
+     * gradient of the weights w, and aux_g, a gradient of every s[t,e] that is the same
+     * for every token (the auxiliary load-balancing loss's, Switch Transformer's
+     * α·E·f_e/n; NULL for none). With S = Σ_j sel_j (recomputed from scores and idx as
+     * the forward sums it): dsel_j = (dw_j − Σ_i dw_i·w_i) / S when renorm, else dw_j;
+     * ds[t,e] = aux_g[e] (or 0) + dsel_j where e == idx[t,j]; then dlogits =
+     * s ⊙ (ds − Σ_e ds·s) for the softmax, ds ⊙ s ⊙ (1 − s) for the sigmoid. The top-k
+     * choice itself has no gradient. scores, idx and w are the forward's. */
+    void (*moe_route_backward)(pt_kernels *kn,
+                               float *dlogits,      /* (n, E) [act], WRITTEN */
+                               const float *dw,     /* (n, k) fp32 */
+                               const float *aux_g,  /* (E) fp32 or NULL */
+                               const float *scores, /* (n, E) fp32 */
+                               const int32_t *idx,  /* (n, k) */
+                               const float *w,      /* (n, k) fp32 */
+                               int64_t n, int E, int k, int score, int renorm);
+    /* moe_score_colsum: out[e] = Σ_t scores[t,e], WRITTEN, summed in double in a fixed
+     * order and rounded once (the load-balancing loss's mean router probability per
+     * expert, Switch Transformer's P_e, before the division by n and the sum over
+     * ranks). */
+    void (*moe_score_colsum)(pt_kernels *kn,
+                             float *out,            /* (E) fp32, written */
+                             const float *scores,   /* (n, E) fp32 */
+                             int64_t n, int E);
+    /* moe_dispatch_plan: orders the n·k assignments (t, j) by expert, ascending, and
+     * within an expert by flattened index t·k + j (a stable sort). An assignment whose
+     * place among its expert's is >= capacity is dropped (capacity < 0: no limit,
+     * "dropless"): pos[t,j] = -1 and it gets no row. Otherwise pos[t,j] = its row: the
+     * kept rows of expert 0 first, then expert 1, ..., back to back with no gaps, and
+     * src[row] = t. counts[e] = rows kept for expert e (the caller copies them to the
+     * host for matmul_grouped_*: m = Σ counts). All outputs WRITTEN, src's first m
+     * entries only. On CUDA a stable radix sort (CUB) on device scratch: reserve counts
+     * it through pt_k_scratch_shape's moe_assign and moe_experts. */
+    void (*moe_dispatch_plan)(pt_kernels *kn,
+                              int32_t *pos,         /* (n, k), written */
+                              int32_t *src,         /* (n·k): rows [0, m) written */
+                              int64_t *counts,      /* (E), written */
+                              const int32_t *idx,   /* (n, k), in [0, E) */
+                              int64_t n, int E, int k, int64_t capacity);
+    /* moe_gather_rows: out[i,:] = x[src[i],:] for i < m, an exact copy (the tokens in
+     * expert order). Backward: dx[t,:] += Σ_j dout[pos[t,j],:] over j ascending,
+     * skipping pos = -1, summed in fp32 from dx's value and rounded once; ACCUMULATED,
+     * a gather per token through pos (the inverse of src), so no atomics. */
+    void (*moe_gather_rows)(pt_kernels *kn,
+                            float *out,             /* (m, h) [act] */
+                            const float *x,         /* (n, h) [act] */
+                            const int32_t *src,     /* (m) */
+                            int64_t m, int h);
+    void (*moe_gather_rows_backward)(pt_kernels *kn,
+                                     float *dx,          /* (n, h) [act], += */
+                                     const float *dout,  /* (m, h) [act] */
+                                     const int32_t *pos, /* (n, k) */
+                                     int64_t n, int k, int h);
+    /* moe_combine_forward: out[t,:] = Σ_j w[t,j]·y[pos[t,j],:], j ascending, in fp32 from
+     * 0, skipping dropped slots (pos = -1; a token with every slot dropped gets 0),
+     * WRITTEN (the residual add is the caller's). Backward, both WRITTEN (the only
+     * producers of these gradients): dy[pos[t,j],:] = w[t,j]·dout[t,:], and
+     * dw[t,j] = Σ_c dout[t,c]·y[pos[t,j],c] in fp32 (0 for a dropped slot). Every row
+     * of dy is some pos exactly once (the plan's rows), so all of dy is written. */
+    void (*moe_combine_forward)(pt_kernels *kn,
+                                float *out,         /* (n, h) [act], written */
+                                const float *y,     /* (m, h) [act] */
+                                const int32_t *pos, /* (n, k) */
+                                const float *w,     /* (n, k) fp32 */
+                                int64_t n, int k, int h);
+    void (*moe_combine_backward)(pt_kernels *kn,
+                                 float *dy,          /* (m, h) [act], written */
+                                 float *dw,          /* (n, k) fp32, written */
+                                 const float *dout,  /* (n, h) [act] */
+                                 const float *y,     /* (m, h) [act] */
+                                 const int32_t *pos, /* (n, k) */
+                                 const float *w,     /* (n, k) fp32 */
+                                 int64_t n, int k, int h);
+    /* matmul_grouped_forward: G linear layers over rows that lie in G groups back to
+     * back, counts[g] rows each (m = Σ counts): group g's rows times w[g]^T, w stored
+     * (oc, ic) per group as matmul_forward's. matmul_grouped_backward: matmul_backward
+     * per group without a bias, dinp += dout·w[g] on the group's rows, dw[g] +=
+     * dout^T·inp over them. A group of 0 rows does nothing (its dw is left as it is).
+     * counts is HOST memory, read before the call returns. On CPU each group is exactly
+     * matmul_forward / matmul_backward on its rows (to the bit); on CUDA the same
+     * cuBLASLt calls per non-empty group (kernels/README.md says why not a grouped
+     * GEMM). */
+    void (*matmul_grouped_forward)(pt_kernels *kn,
+                                   float *out,             /* (m, oc) [act] */
+                                   const float *inp,       /* (m, ic) [act] */
+                                   const float *w,         /* (G, oc, ic) [act] */
+                                   const int64_t *counts,  /* (G) HOST memory */
+                                   int G, int ic, int oc);
+    void (*matmul_grouped_backward)(pt_kernels *kn,
+                                    float *dinp,           /* (m, ic) [act] or NULL */
+                                    float *dw,             /* (G, oc, ic) fp32 or NULL */
+                                    const float *dout,     /* (m, oc) [act] */
+                                    const float *inp,      /* (m, ic) [act] */
+                                    const float *w,        /* (G, oc, ic) [act] */
+                                    const int64_t *counts, /* (G) HOST memory */
+                                    int G, int ic, int oc);
 
     /* -- Softmax cross-entropy fused with the logits (one rank holds all of v) --
      * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]];

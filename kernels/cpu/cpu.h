@@ -1,8 +1,9 @@
 /*
  * The CPU backend's internal declarations: one function per slot of the pt_kernels
  * table, named pt_kcpu_<op>, defined in the file of its area (embed.c, norm.c,
- * matmul.c, rope.c, attention.c, act.c, loss.c, optim.c, rng.c, convert.c, fp8.c) and put
- * into the table by backend.c. Shapes and contracts are those of kernels.h.
+ * matmul.c, rope.c, attention.c, act.c, loss.c, optim.c, rng.c, convert.c, fp8.c,
+ * moe.c) and put into the table by backend.c. Shapes and contracts are those of
+ * kernels.h.
  */
 #ifndef PT_KERNELS_CPU_H
 #define PT_KERNELS_CPU_H
@@ -135,6 +136,34 @@ void pt_kcpu_adamw(pt_kernels *kn, float *params, uint16_t *params_bf16,
                    float beta1, float beta2, float eps, float weight_decay, int step,
                    float grad_scale);
 double pt_kcpu_sumsq(pt_kernels *kn, const float *x, int64_t n);
+/* moe.c */
+void pt_kcpu_moe_route_forward(pt_kernels *kn, float *scores, int32_t *idx, float *w,
+                               const float *logits, int64_t n, int E, int k, int score,
+                               int renorm);
+void pt_kcpu_moe_route_backward(pt_kernels *kn, float *dlogits, const float *dw,
+                                const float *aux_g, const float *scores, const int32_t *idx,
+                                const float *w, int64_t n, int E, int k, int score,
+                                int renorm);
+void pt_kcpu_moe_score_colsum(pt_kernels *kn, float *out, const float *scores, int64_t n,
+                              int E);
+void pt_kcpu_moe_dispatch_plan(pt_kernels *kn, int32_t *pos, int32_t *src, int64_t *counts,
+                               const int32_t *idx, int64_t n, int E, int k,
+                               int64_t capacity);
+void pt_kcpu_moe_gather_rows(pt_kernels *kn, float *out, const float *x, const int32_t *src,
+                             int64_t m, int h);
+void pt_kcpu_moe_gather_rows_backward(pt_kernels *kn, float *dx, const float *dout,
+                                      const int32_t *pos, int64_t n, int k, int h);
+void pt_kcpu_moe_combine_forward(pt_kernels *kn, float *out, const float *y,
+                                 const int32_t *pos, const float *w, int64_t n, int k, int h);
+void pt_kcpu_moe_combine_backward(pt_kernels *kn, float *dy, float *dw, const float *dout,
+                                  const float *y, const int32_t *pos, const float *w,
+                                  int64_t n, int k, int h);
+void pt_kcpu_matmul_grouped_forward(pt_kernels *kn, float *out, const float *inp,
+                                    const float *w, const int64_t *counts, int G, int ic,
+                                    int oc);
+void pt_kcpu_matmul_grouped_backward(pt_kernels *kn, float *dinp, float *dw,
+                                     const float *dout, const float *inp, const float *w,
+                                     const int64_t *counts, int G, int ic, int oc);
 /* convert.c */
 void pt_kcpu_f32_to_bf16(pt_kernels *kn, uint16_t *dst, const float *src, int64_t n);
 void pt_kcpu_bf16_to_f32(pt_kernels *kn, float *dst, const uint16_t *src, int64_t n);

@@ -102,7 +102,7 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
 /* ---- Reserve: every temporary sized before the first step ------------------------------- */
 
 /* The scratch requests of the ops, for the largest shapes (must match the calls of
- * pt_kcuda_scratch in norm.cu, matmul.cu, attention.cu and embed.cu):
+ * pt_kcuda_scratch in norm.cu, matmul.cu, attention.cu, embed.cu and moe.cu):
  * - LayerNorm/RMSNorm backward: 2 (LayerNorm) · chunks(n) · h fp32 partials;
  * - matmul_backward's dbias: chunks(n) · oc fp32 partials (the column sum), or oc fp32
  *   (cuBLASLt's BGRADB epilogue writes the column sums there before they are added);
@@ -113,6 +113,9 @@ void *pt_kcuda_scratch(pt_kernels *kn, size_t bytes)
  * - embed_backward with dwte: four int32 arrays of b·s, each rounded up to 256 bytes,
  *   the sums of long runs' pieces (pt_kcuda_embed_pieces_bytes, with cols for h) and
  *   CUB's radix sort space for b·s pairs over the key bits of vr.
+ * - moe_dispatch_plan: four int32 arrays of n·k and two int64 arrays of E + 1, each
+ *   rounded up to 256 bytes, and CUB's radix sort space for n·k pairs over the key bits
+ *   of E (pt_kcuda_moe_plan_bytes, with moe_assign and moe_experts).
  * chunks(n) is not monotonic in n (pt_kcuda_chunk_rows jumps at 64·256 rows), so its
  * bound for every n <= rows is used: min(ceil(rows / 64), PT_KCUDA_MAX_CHUNKS). Sums of
  * squares and the FP8 ops' partial results use their own buffers (ctx->sumsq_part,
@@ -214,6 +217,10 @@ static size_t scratch_need(const pt_k_scratch_shape *sh, bool cudnn, bool with_w
                                         bits);
         size_t sort = 4 * arr + pt_kcuda_embed_pieces_bytes(rows, sh->cols) + cub_bytes;
         need = sort > need ? sort : need;
+    }
+    if (sh->moe_assign > 0 && sh->moe_experts > 0) {
+        size_t plan = pt_kcuda_moe_plan_bytes(sh->moe_assign, sh->moe_experts);
+        need = plan > need ? plan : need;
     }
     return need;
 }
@@ -558,6 +565,16 @@ static pt_kernels cuda_table(void)
     t.stream_select = pt_kcuda_stream_select;
     t.stream_join = pt_kcuda_stream_join;
     t.orthonormalize = pt_kcuda_orthonormalize;
+    t.moe_route_forward = pt_kcuda_moe_route_forward;
+    t.moe_route_backward = pt_kcuda_moe_route_backward;
+    t.moe_score_colsum = pt_kcuda_moe_score_colsum;
+    t.moe_dispatch_plan = pt_kcuda_moe_dispatch_plan;
+    t.moe_gather_rows = pt_kcuda_moe_gather_rows;
+    t.moe_gather_rows_backward = pt_kcuda_moe_gather_rows_backward;
+    t.moe_combine_forward = pt_kcuda_moe_combine_forward;
+    t.moe_combine_backward = pt_kcuda_moe_combine_backward;
+    t.matmul_grouped_forward = pt_kcuda_matmul_grouped_forward;
+    t.matmul_grouped_backward = pt_kcuda_matmul_grouped_backward;
     t.rope_forward = pt_kcuda_rope_forward;
     t.rope_backward = pt_kcuda_rope_backward;
     t.attention_forward = pt_kcuda_attention_forward;

@@ -4,8 +4,9 @@
  * backend's first failure in kn->err, bf16 load/store helpers that round exactly as
  * the CPU's pt_k_bf16_from_f32, and one function per slot of the pt_kernels table,
  * named pt_kcuda_<op>, defined in the .cu file of its area (backend.cu for memory,
- * matmul.cu, norm.cu, pointwise.cu, embed.cu, loss.cu, optim.cu, attention.cu, fp8.cu) and put
- * into the table by backend.cu. Shapes and contracts are those of kernels.h.
+ * matmul.cu, norm.cu, pointwise.cu, embed.cu, loss.cu, optim.cu, attention.cu, fp8.cu,
+ * moe.cu) and put into the table by backend.cu. Shapes and contracts are those of
+ * kernels.h.
  *
  * Every op runs asynchronously on the backend's one stream, in call order, so ops
  * need no synchronisation among themselves; only copy to the host, sumsq (which
@@ -437,6 +438,37 @@ void pt_kcuda_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float
 void pt_kcuda_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,
                        int fmt_a, const float *meta_a, const uint8_t *b, int fmt_b,
                        const float *meta_b, const float *bias, int64_t m, int n, int k);
+/* moe.cu */
+void pt_kcuda_moe_route_forward(pt_kernels *kn, float *scores, int32_t *idx, float *w,
+                                const float *logits, int64_t n, int E, int k, int score,
+                                int renorm);
+void pt_kcuda_moe_route_backward(pt_kernels *kn, float *dlogits, const float *dw,
+                                 const float *aux_g, const float *scores, const int32_t *idx,
+                                 const float *w, int64_t n, int E, int k, int score,
+                                 int renorm);
+void pt_kcuda_moe_score_colsum(pt_kernels *kn, float *out, const float *scores, int64_t n,
+                               int E);
+void pt_kcuda_moe_dispatch_plan(pt_kernels *kn, int32_t *pos, int32_t *src, int64_t *counts,
+                                const int32_t *idx, int64_t n, int E, int k,
+                                int64_t capacity);
+void pt_kcuda_moe_gather_rows(pt_kernels *kn, float *out, const float *x, const int32_t *src,
+                              int64_t m, int h);
+void pt_kcuda_moe_gather_rows_backward(pt_kernels *kn, float *dx, const float *dout,
+                                       const int32_t *pos, int64_t n, int k, int h);
+void pt_kcuda_moe_combine_forward(pt_kernels *kn, float *out, const float *y,
+                                  const int32_t *pos, const float *w, int64_t n, int k, int h);
+void pt_kcuda_moe_combine_backward(pt_kernels *kn, float *dy, float *dw, const float *dout,
+                                   const float *y, const int32_t *pos, const float *w,
+                                   int64_t n, int k, int h);
+void pt_kcuda_matmul_grouped_forward(pt_kernels *kn, float *out, const float *inp,
+                                     const float *w, const int64_t *counts, int G, int ic,
+                                     int oc);
+void pt_kcuda_matmul_grouped_backward(pt_kernels *kn, float *dinp, float *dw,
+                                      const float *dout, const float *inp, const float *w,
+                                      const int64_t *counts, int G, int ic, int oc);
+/* The scratch moe_dispatch_plan asks for with nk = n·k assignments over E experts
+ * (backend.cu's reserve counts it); 0 when the call needs none. */
+size_t pt_kcuda_moe_plan_bytes(int64_t nk, int E);
 /* compress.cu */
 void pt_kcuda_orthonormalize(pt_kernels *kn, float *p, int64_t rows, int cols, float eps);
 /* pointwise.cu */

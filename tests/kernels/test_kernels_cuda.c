@@ -25,8 +25,10 @@
  * adamw_multi), reserve, the device timers and the errors;
  * test_kernels_cuda_gemm.c the GEMMs and their epilogues; test_kernels_cuda_attention.c
  * RoPE and attention in every mode; test_kernels_cuda_fp8.c the FP8 casts, scales and
- * GEMMs; test_kernels_cuda_harness.c the harness they share
- * (random inputs, buffers, run_case, second backends), declared in test_kernels_cuda.h.
+ * GEMMs; test_kernels_cuda_moe.c the mixture-of-experts ops (router, dispatch plan,
+ * gather, combine, grouped linear layers); test_kernels_cuda_harness.c the harness they
+ * share (random inputs, buffers, run_case, second backends), declared in
+ * test_kernels_cuda.h.
  *
  * Without a CUDA device (or without CUDA in the build) the test prints why and exits
  * with 77, which ctest reports as skipped, never as passed. Built with PT_CUDA_EMU (the
@@ -1232,6 +1234,7 @@ int main(void)
 #endif
     test_matmul_fallback();
     test_fp8();
+    test_moe();
     test_rope();
     test_pointwise();
     test_dropout();
@@ -1254,6 +1257,6 @@ int main(void)
     pt_kernels_destroy(CPU);
     /* check.h counts failures per file: the other files' counts join this one's */
     pt_check_failures += failures_harness() + failures_gemm() + failures_attention() +
-                         failures_fp8();
+                         failures_fp8() + failures_moe();
     return pt_check_result();
 }

@@ -117,10 +117,14 @@ size_t cudnn_version(void); /* the cuDNN this process loaded, 0 when none (test_
 /* test_kernels_cuda_fp8.c */
 void test_fp8(void);
 
+/* test_kernels_cuda_moe.c */
+void test_moe(void);
+
 /* each file's count of failed checks (check.h's pt_check_failures is a static) */
 int failures_harness(void);
 int failures_gemm(void);
 int failures_attention(void);
 int failures_fp8(void);
+int failures_moe(void);
 
 #endif
