@@ -33,7 +33,7 @@ const char *pt_calib_form_name(pt_calib_form f)
 void pt_calib_point_of(const pt_sim_result *r, double measured_s, pt_calib_point *out)
 {
     const double *bd = r->breakdown_s;
-    double comm = bd[PT_BD_TP] + bd[PT_BD_CP] + bd[PT_BD_DP] + bd[PT_BD_P2P];
+    double comm = bd[PT_BD_TP] + bd[PT_BD_CP] + bd[PT_BD_EP] + bd[PT_BD_DP] + bd[PT_BD_P2P];
     double fixed = bd[PT_BD_OVERHEAD];
     *out = (pt_calib_point){.compute_s = fmax(0, r->step_time_s - comm - fixed),
                             .comm_s = comm, .fixed_s = fixed, .measured_s = measured_s};
@@ -278,7 +278,7 @@ void pt_calib_apply(const pt_calib *c, pt_sim_result *r)
         return;
     static const pt_bd compute[] = {PT_BD_GEMM, PT_BD_ATTN, PT_BD_OTHER, PT_BD_OPTIM,
                                     PT_BD_BUBBLE};
-    static const pt_bd comm[] = {PT_BD_TP, PT_BD_CP, PT_BD_DP, PT_BD_P2P};
+    static const pt_bd comm[] = {PT_BD_TP, PT_BD_CP, PT_BD_EP, PT_BD_DP, PT_BD_P2P};
     pt_calib_point p;
     pt_calib_point_of(r, 0, &p);
     double old = r->step_time_s, step = pt_calib_step(c, &p);

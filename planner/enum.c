@@ -147,7 +147,38 @@ static bool a2a_moves_more(const pt_model *m, const pt_layout *l)
  * less memory; only the hierarchical all-gather's steps inside the domains make it
  * cheaper. These compare the analytic prices; a profiled table may rank them otherwise,
  * which a layout given by hand shows: it may use any kind and divisor. */
+static void visit_cp(enum_state *st, const pt_layout *in);
+
+/* The experts' split of a mixture of experts (a dense model: none): ep over each
+ * divisor of the experts that parallel folding allows (ep·etp dividing a stage's
+ * tp·cp·dp), with etp 1 (what Megatron-Core's MoE guides advise, keeping each expert's
+ * GEMMs whole) or tp (its default, --expert-tensor-parallel-size unset); the stack's
+ * first dispatcher (alltoall where it runs it: allgather gathers every token of the ep
+ * group, more bytes for ep > 2). */
 static void visit(enum_state *st, const pt_layout *in)
+{
+    pt_layout l = *in;
+    l.ep = l.etp = 1;
+    l.moe_dispatch = PT_MOED_ALLTOALL;
+    const pt_moe *e = &st->m->moe;
+    if (e->experts == 0 || !st->t->stack.moe_dispatches) {
+        visit_cp(st, &l);
+        return;
+    }
+    if (!(st->t->stack.moe_dispatches & (1u << PT_MOED_ALLTOALL)))
+        l.moe_dispatch = PT_MOED_ALLGATHER;
+    int64_t fold = (int64_t)l.tp * l.cp * l.dp;
+    for (int etp = 1; etp <= l.tp && !st->stop; etp = etp == 1 && l.tp > 1 ? l.tp : l.tp + 1)
+        for (int64_t ep = 1; ep <= e->experts && ep * etp <= fold && !st->stop; ep++) {
+            if (e->experts % ep || fold % (ep * etp) || e->expert_ffn % etp)
+                continue;
+            l.ep = (int)ep;
+            l.etp = etp;
+            visit_cp(st, &l);
+        }
+}
+
+static void visit_cp(enum_state *st, const pt_layout *in)
 {
     pt_layout l = *in;
     l.cp_comm = PT_CPC_P2P;

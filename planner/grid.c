@@ -11,7 +11,8 @@
 #include <stdlib.h>
 
 static const char *const group_names[PT_GROUP_COUNT] = {"tp", "cp", "dp", "pp", "dp*cp",
-                                                        "tp*cp", "cp_a2a"};
+                                                        "tp*cp", "cp_a2a", "ep", "etp",
+                                                        "edp"};
 
 const char *pt_group_name(pt_group_kind g) { return group_names[g]; }
 
@@ -23,6 +24,11 @@ void pt_grid_init(pt_grid *g, const pt_layout *l)
     g->size[PT_DIM_PP] = l->pp;
     int a2a = pt_layout_a2a(l);
     g->cp_a2a = a2a >= 1 && l->cp % a2a == 0 ? a2a : 1;
+    int64_t fold = (int64_t)l->tp * l->cp * l->dp, e = (int64_t)l->ep * l->etp;
+    bool folds = l->ep >= 1 && l->etp >= 1 && fold % e == 0;
+    g->ep = folds ? l->ep : 1;
+    g->etp = folds ? l->etp : 1;
+    g->edp = (int)(fold / ((int64_t)g->ep * g->etp));
     int64_t stride = 1;
     for (int i = 0; i < PT_NDIM; i++) {
         g->order[i] = l->order[i];
@@ -68,6 +74,12 @@ int pt_grid_group_size(const pt_grid *g, pt_group_kind kind)
     int n = group_dims(kind, dims);
     if (kind == PT_GROUP_CPA2A)
         return g->cp_a2a;
+    if (kind == PT_GROUP_EP)
+        return g->ep;
+    if (kind == PT_GROUP_ETP)
+        return g->etp;
+    if (kind == PT_GROUP_EDP)
+        return g->edp;
     return n == 1 ? g->size[dims[0]] : g->size[dims[0]] * g->size[dims[1]];
 }
 
@@ -77,9 +89,56 @@ static int cmp_rank(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* A rank's place among its pipeline stage's tp·cp·dp ranks: its tp, cp and dp
+ * coordinates as one number, nested as the rank order nests them (the fastest first),
+ * so that consecutive places are the closest ranks. */
+static int64_t stage_place(const pt_grid *g, const int coords[PT_NDIM])
+{
+    int64_t place = 0, step = 1;
+    for (int i = 0; i < PT_NDIM; i++) {
+        pt_dim d = g->order[i];
+        if (d == PT_DIM_PP)
+            continue;
+        place += coords[d] * step;
+        step *= g->size[d];
+    }
+    return place;
+}
+
+static void stage_coords(const pt_grid *g, int64_t place, int coords[PT_NDIM])
+{
+    for (int i = 0; i < PT_NDIM; i++) {
+        pt_dim d = g->order[i];
+        if (d == PT_DIM_PP)
+            continue;
+        coords[d] = (int)(place % g->size[d]);
+        place /= g->size[d];
+    }
+}
+
+/* The experts' groups: the place is etp + etp·(ep + ep·edp); a group varies one. */
+static int expert_members(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks)
+{
+    int coords[PT_NDIM];
+    pt_grid_coords(g, rank, coords);
+    int64_t place = stage_place(g, coords);
+    int64_t e_t = place % g->etp, e_p = place / g->etp % g->ep,
+            e_d = place / ((int64_t)g->etp * g->ep);
+    int size = pt_grid_group_size(g, kind);
+    for (int i = 0; i < size; i++) {
+        int64_t t = kind == PT_GROUP_ETP ? i : e_t, p = kind == PT_GROUP_EP ? i : e_p,
+                d = kind == PT_GROUP_EDP ? i : e_d;
+        stage_coords(g, t + g->etp * (p + (int64_t)g->ep * d), coords);
+        ranks[i] = pt_grid_rank(g, coords);
+    }
+    return size;
+}
+
 /* The members of rank's group of `kind` into ranks[], in grid order; their count. */
 static int group_members(const pt_grid *g, pt_group_kind kind, int64_t rank, int64_t *ranks)
 {
+    if (kind == PT_GROUP_EP || kind == PT_GROUP_ETP || kind == PT_GROUP_EDP)
+        return expert_members(g, kind, rank, ranks);
     pt_dim dims[2];
     int n = group_dims(kind, dims);
     int coords[PT_NDIM];

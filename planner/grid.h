@@ -23,6 +23,11 @@ typedef enum { PT_GROUP_TP, PT_GROUP_CP, PT_GROUP_DP, PT_GROUP_PP,
                PT_GROUP_TPCP,
                PT_GROUP_CPA2A, /* cp_a2a consecutive ranks of a cp group: the
                                   all-to-all of cp_comm=a2a and a2a+p2p */
+               /* the experts' groups (parallel folding): a pipeline stage's tp·cp·dp
+                * ranks, numbered in the rank order, taken as etp (fastest) x ep x edp */
+               PT_GROUP_EP,    /* the token dispatch between experts' ranks */
+               PT_GROUP_ETP,   /* one expert's MLP split */
+               PT_GROUP_EDP,   /* the same experts: their gradient reduction and ZeRO */
                PT_GROUP_COUNT } pt_group_kind;
 const char *pt_group_name(pt_group_kind g);
 
@@ -31,6 +36,7 @@ typedef struct {
     int stride[PT_NDIM]; /* rank = sum coord[d]·stride[d] */
     pt_dim order[PT_NDIM];
     int cp_a2a;          /* the cp all-to-all groups' size (the layout's cp_a2a) */
+    int ep, etp, edp;    /* the experts' grid over a stage's tp·cp·dp ranks */
     int64_t world;
 } pt_grid;
 

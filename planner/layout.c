@@ -22,6 +22,18 @@ static const char *const dim_names[PT_NDIM] = {"tp", "cp", "dp", "pp"};
 static const char *const dp_overlap_names[PT_DPO_COUNT] = {"none", "last", "backward"};
 static const char *const cp_comm_names[PT_CPC_COUNT] = {"p2p", "all_gather", "a2a", "a2a+p2p"};
 static const char *const compress_names[PT_COMPRESS_COUNT] = {"none", "bf16", "powersgd"};
+static const char *const moe_dispatch_names[PT_MOED_COUNT] = {"alltoall", "allgather", "flex"};
+
+const char *pt_moe_dispatch_name(pt_moe_dispatch k)
+{
+    return (unsigned)k < PT_MOED_COUNT ? moe_dispatch_names[k] : "?";
+}
+
+int pt_layout_edp(const pt_layout *l)
+{
+    int64_t fold = (int64_t)l->tp * l->cp * l->dp, e = (int64_t)l->ep * l->etp;
+    return e >= 1 && fold % e == 0 ? (int)(fold / e) : 1;
+}
 
 const char *pt_recompute_name(pt_recompute r) { return recompute_names[r]; }
 const char *pt_schedule_name(pt_schedule s) { return schedule_names[s]; }
@@ -56,6 +68,11 @@ static const struct {
     [PT_REJECT_KV_HEADS_CP_A2A] = {"kv_heads_cp_a2a",
                                    "KV heads per tp rank neither divisible by nor dividing "
                                    "the all-to-all degree"},
+    [PT_REJECT_EP_DENSE] = {"ep_dense", "ep or etp > 1 on a model without experts"},
+    [PT_REJECT_EP_FOLD] = {"ep_fold", "ep*etp does not divide tp*cp*dp (parallel folding)"},
+    [PT_REJECT_EXPERTS_EP] = {"experts_ep", "experts not divisible by ep"},
+    [PT_REJECT_EXPERT_FFN_ETP] = {"expert_ffn_etp", "an expert's FFN size not divisible by etp"},
+    [PT_REJECT_MOE_SP] = {"moe_sp", "experts with tp > 1 need sequence parallelism"},
     [PT_REJECT_BATCH_DP] = {"batch_dp", "global batch not divisible by mbs*dp"},
     [PT_REJECT_TP_SPANS_NODES] = {"tp_spans_nodes",
                                   "a tensor-parallel group spans NVLink domains"},
@@ -88,7 +105,8 @@ const char *pt_reject_describe(pt_reject r) { return reject_info[r].text; }
 void pt_layout_default(pt_layout *l)
 {
     *l = (pt_layout){.tp = 1, .cp = 1, .pp = 1, .dp = 1, .vp = 1, .sp = false, .zero = 0,
-                     .cp_comm = PT_CPC_P2P, .cp_a2a = 0,
+                     .cp_comm = PT_CPC_P2P, .cp_a2a = 0, .ep = 1, .etp = 1,
+                     .moe_dispatch = PT_MOED_ALLTOALL,
                      .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
                      .dp_overlap = PT_DPO_LAST, .powersgd_rank = PT_POWERSGD_RANK,
                      .powersgd_start = PT_POWERSGD_START,
@@ -165,6 +183,12 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
         APPEND(",cp_comm=%s", pt_cp_comm_name(l->cp_comm));
     if (l->cp_comm == PT_CPC_A2A_P2P)
         APPEND(",cp_a2a=%d", l->cp_a2a);
+    if (l->ep > 1)
+        APPEND(",ep=%d", l->ep);
+    if (l->etp > 1)
+        APPEND(",etp=%d", l->etp);
+    if (l->moe_dispatch != PT_MOED_ALLTOALL)
+        APPEND(",moe_dispatch=%s", pt_moe_dispatch_name(l->moe_dispatch));
     if (l->compress == PT_COMPRESS_POWERSGD)
         APPEND(",powersgd_rank=%d,powersgd_start=%lld", l->powersgd_rank,
                (long long)l->powersgd_start);
@@ -176,11 +200,12 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
 enum { K_TP, K_SP, K_PP, K_VP, K_CP, K_DP, K_ZERO, K_MBS, K_RECOMPUTE, K_SCHEDULE,
        K_ORDER, K_TP_OVERLAP, K_DP_OVERLAP, K_PARAM_OVERLAP, K_FIRST_LAYERS, K_LAST_LAYERS,
        K_COMPRESS, K_POWERSGD_RANK, K_POWERSGD_START, K_PIPELINE, K_CP_COMM, K_CP_A2A,
-       K_COUNT };
+       K_EP, K_ETP, K_MOE_DISPATCH, K_COUNT };
 static const char *const layout_keys[K_COUNT] = {
     "tp", "sp", "pp", "vp", "cp", "dp", "zero", "mbs", "recompute", "schedule", "order",
     "tp_overlap", "dp_overlap", "param_overlap", "first_layers", "last_layers", "compress",
-    "powersgd_rank", "powersgd_start", "pipeline", "cp_comm", "cp_a2a"};
+    "powersgd_rank", "powersgd_start", "pipeline", "cp_comm", "cp_a2a", "ep", "etp",
+    "moe_dispatch"};
 
 static int parse_int(const char *key, const char *val, int64_t lo, int64_t hi, int64_t *out,
                      pt_err *err)
@@ -220,11 +245,17 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
     int64_t v = 0;
     int e = 0;
     switch (key) {
-    case K_TP: case K_PP: case K_VP: case K_CP: case K_DP:
+    case K_TP: case K_PP: case K_VP: case K_CP: case K_DP: case K_EP: case K_ETP:
         if (parse_int(layout_keys[key], val, 1, max_size, &v, err))
             return -1;
         *(key == K_TP ? &l->tp : key == K_PP ? &l->pp : key == K_VP ? &l->vp
-          : key == K_CP ? &l->cp : &l->dp) = (int)v;
+          : key == K_CP ? &l->cp : key == K_EP ? &l->ep : key == K_ETP ? &l->etp
+          : &l->dp) = (int)v;
+        return 0;
+    case K_MOE_DISPATCH:
+        if (parse_name("moe_dispatch", val, moe_dispatch_names, PT_MOED_COUNT, &e, err))
+            return -1;
+        l->moe_dispatch = (pt_moe_dispatch)e;
         return 0;
     case K_SP:
         if (parse_int("sp", val, 0, 1, &v, err))
@@ -349,7 +380,8 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
             return pt_err_set(err, "layout: unknown key '%s' (known: tp, sp, pp, vp, cp, dp, "
                                    "zero, mbs, recompute, schedule, order, tp_overlap, dp_overlap, "
                                    "param_overlap, first_layers, last_layers, compress, "
-                                   "powersgd_rank, powersgd_start, pipeline, cp_comm, cp_a2a)",
+                                   "powersgd_rank, powersgd_start, pipeline, cp_comm, cp_a2a, "
+                                   "ep, etp, moe_dispatch)",
                               item);
         if (given[key])
             return pt_err_set(err, "layout: key '%s' given twice", item);
@@ -501,7 +533,8 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
         l->vp > PT_CHUNK_MAX ||
         l->zero < 0 || l->zero > 3 || l->first_layers < 0 || l->last_layers < 0 ||
         l->pipe.n < 0 || l->pipe.n > PT_PIPE_RUNS || l->cp_comm < 0 ||
-        l->cp_comm >= PT_CPC_COUNT || l->cp_a2a < 0 ||
+        l->cp_comm >= PT_CPC_COUNT || l->cp_a2a < 0 || l->ep < 1 || l->etp < 1 ||
+        l->moe_dispatch < 0 || l->moe_dispatch >= PT_MOED_COUNT ||
         l->compress < 0 || l->compress >= PT_COMPRESS_COUNT || l->powersgd_start < 0 ||
         (l->compress == PT_COMPRESS_POWERSGD &&
          (l->powersgd_rank < 1 || l->powersgd_rank > PT_POWERSGD_MAX_RANK))) {
@@ -514,7 +547,20 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
     RULE(m->heads % l->tp, PT_REJECT_HEADS_TP);
     /* fewer KV heads than tp: each is replicated over tp/k ranks (Megatron-LM) */
     RULE(m->kv_heads % l->tp && l->tp % m->kv_heads, PT_REJECT_KV_HEADS_TP);
-    RULE(m->ffn % l->tp, PT_REJECT_FFN_TP);
+    RULE(m->ffn % l->tp || (m->moe.shared_experts * m->moe.shared_ffn) % l->tp,
+         PT_REJECT_FFN_TP);
+    /* Parallel folding (Megatron-Core): the experts' etp·ep·edp grid lies over the same
+     * tp·cp·dp ranks of a pipeline stage as attention's. */
+    bool moe = m->moe.experts > 0;
+    RULE(!moe && (l->ep > 1 || l->etp > 1), PT_REJECT_EP_DENSE);
+    RULE(((int64_t)l->tp * l->cp * l->dp) % ((int64_t)l->ep * l->etp), PT_REJECT_EP_FOLD);
+    RULE(moe && m->moe.experts % l->ep, PT_REJECT_EXPERTS_EP);
+    RULE(moe && m->moe.expert_ffn % l->etp, PT_REJECT_EXPERT_FFN_ETP);
+    /* Megatron-Core warns without it (megatron/core/model_parallel_config.py: "When
+     * using expert parallelism and tensor parallelism for training, sequence parallelism
+     * must be used"); with it each token reaches the router on one rank of its tp group,
+     * not as t copies, which is what the op lists and the dispatch count. */
+    RULE(moe && l->tp > 1 && !l->sp, PT_REJECT_MOE_SP);
     bool uneven = l->first_layers > 0 || l->last_layers > 0, piped = l->pipe.n > 0;
     RULE(!uneven && !piped && m->layers % ((int64_t)l->pp * l->vp), PT_REJECT_LAYERS_PP);
     RULE(uneven && !piped && !split_ok(m, l, NULL, 0), PT_REJECT_UNEVEN_SPLIT);
@@ -584,8 +630,34 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
                  (long long)m->kv_heads, l->tp);
         break;
     case PT_REJECT_FFN_TP:
-        snprintf(buf, n, "FFN size (%lld) is not divisible by tp (%d)", (long long)m->ffn,
-                 l->tp);
+        if (m->ffn % l->tp == 0)
+            snprintf(buf, n, "the shared experts' FFN size (%lld x %lld) is not divisible by "
+                     "tp (%d)", (long long)m->moe.shared_experts, (long long)m->moe.shared_ffn,
+                     l->tp);
+        else
+            snprintf(buf, n, "FFN size (%lld) is not divisible by tp (%d)", (long long)m->ffn,
+                     l->tp);
+        break;
+    case PT_REJECT_EP_DENSE:
+        snprintf(buf, n, "ep = %d, etp = %d: model %s has no experts to split", l->ep, l->etp,
+                 m->name);
+        break;
+    case PT_REJECT_EP_FOLD:
+        snprintf(buf, n, "ep*etp = %d*%d does not divide tp*cp*dp = %d*%d*%d, the ranks of a "
+                 "pipeline stage the experts are folded over", l->ep, l->etp, l->tp, l->cp,
+                 l->dp);
+        break;
+    case PT_REJECT_EXPERTS_EP:
+        snprintf(buf, n, "experts (%lld) are not divisible by ep (%d)",
+                 (long long)m->moe.experts, l->ep);
+        break;
+    case PT_REJECT_EXPERT_FFN_ETP:
+        snprintf(buf, n, "an expert's FFN size (%lld) is not divisible by etp (%d)",
+                 (long long)m->moe.expert_ffn, l->etp);
+        break;
+    case PT_REJECT_MOE_SP:
+        snprintf(buf, n, "tp = %d without sp: a model with experts needs sequence "
+                 "parallelism with tp > 1 (sp=1), as Megatron-Core requires", l->tp);
         break;
     case PT_REJECT_LAYERS_PP:
         snprintf(buf, n, "layers (%lld) are not divisible by pp*vp = %d*%d", L, l->pp, l->vp);

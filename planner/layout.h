@@ -44,6 +44,21 @@ typedef enum { PT_CPC_P2P, PT_CPC_ALLGATHER, PT_CPC_A2A, PT_CPC_A2A_P2P,
                PT_CPC_COUNT } pt_cp_comm;
 const char *pt_cp_comm_name(pt_cp_comm k); /* "p2p", "all_gather", "a2a", "a2a+p2p" */
 
+/* How a mixture-of-experts layer moves tokens to the experts' ranks and back, with
+ * Megatron-Core's --moe-token-dispatcher-type meanings
+ * (megatron/core/transformer/moe/token_dispatcher.py): alltoall: each rank sends each
+ * token's copies to the ranks of their experts over the ep group (an all-to-all with
+ * counts per rank) and back; allgather: every rank gathers all the ep group's tokens,
+ * keeps those for its experts, and the outputs are summed back by a reduce-scatter;
+ * flex: DeepEP's kernels (DeepSeek-AI 2025, github.com/deepseek-ai/DeepEP), which send a
+ * token over the network once to each other node holding some of its experts and
+ * forward it inside that node over NVLink, and combine the same way back. */
+typedef enum { PT_MOED_ALLTOALL, PT_MOED_ALLGATHER, PT_MOED_FLEX,
+               PT_MOED_COUNT } pt_moe_dispatch;
+const char *pt_moe_dispatch_name(pt_moe_dispatch k); /* "alltoall", "allgather", "flex" */
+/* The dispatchers stack s runs, as "alltoall, flex", into buf (n bytes). */
+void pt_stack_moe_dispatch_text(const pt_stack *s, char *buf, size_t n);
+
 /* Compression of the data-parallel gradient reduction (ZeRO 0 and 1 buckets):
  * none; bf16 (each bucket rounded to bf16 for the reduction and widened back, as
  * PyTorch DDP's bf16_compress_hook); powersgd (rank-r PowerSGD, Vogels et al. 2019,
@@ -80,6 +95,12 @@ typedef struct {
     pt_cp_comm cp_comm;     /* how cp communicates around attention [p2p] */
     int cp_a2a;             /* a2a+p2p: the all-to-all groups' size (a divisor of cp);
                                0 with the other kinds (pt_layout_a2a says the degree) */
+    int ep, etp;            /* mixture of experts: expert parallel (the experts split
+                               ep ways) and expert tensor parallel (each expert's MLP
+                               split etp ways), folded over the same ranks as tp·cp·dp
+                               (Megatron-Core's parallel folding); the expert-data-
+                               parallel size edp = tp·cp·dp/(ep·etp) (pt_layout_edp) */
+    pt_moe_dispatch moe_dispatch; /* how tokens reach the experts [alltoall] */
     int vp;                 /* virtual stages (model chunks) per pipeline rank */
     bool sp;                /* sequence parallelism (only with tp > 1) */
     bool tp_overlap;        /* the sequence-parallel all-gathers run beside the GEMMs
@@ -136,6 +157,10 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n);
 /* The degree of context parallelism's all-to-all: cp with cp_comm=a2a, cp_a2a with
  * a2a+p2p, 1 (none) with p2p and all_gather. The ring around it has cp/that members. */
 int pt_layout_a2a(const pt_layout *l);
+/* The expert-data-parallel size, tp·cp·dp/(ep·etp): the ranks holding the same experts,
+ * over which their gradients are reduced and ZeRO shards their optimizer (1 when ep·etp
+ * does not divide, which rule ep_fold rejects). */
+int pt_layout_edp(const pt_layout *l);
 /* tp*cp*pp*dp, or -1 when that product does not fit in int64_t. */
 int64_t pt_layout_world(const pt_layout *l);
 /* Parses "tp-cp-dp-pp" style rank orders (each dimension exactly once). */
@@ -158,6 +183,11 @@ typedef enum {
     PT_REJECT_CP_A2A,             /* cp_a2a does not divide c, or does not fit cp_comm */
     PT_REJECT_HEADS_CP_A2A,       /* a/t not divisible by the all-to-all degree */
     PT_REJECT_KV_HEADS_CP_A2A,    /* k/t neither divisible by nor dividing that degree */
+    PT_REJECT_EP_DENSE,           /* ep or etp > 1 on a model without experts */
+    PT_REJECT_EP_FOLD,            /* ep·etp does not divide tp·cp·dp */
+    PT_REJECT_EXPERTS_EP,         /* experts not divisible by ep */
+    PT_REJECT_EXPERT_FFN_ETP,     /* an expert's FFN size not divisible by etp */
+    PT_REJECT_MOE_SP,             /* experts with tp > 1 and no sequence parallelism */
     PT_REJECT_BATCH_DP,           /* global batch not divisible by b·dp */
     PT_REJECT_TP_SPANS_NODES,     /* a tensor-parallel group crosses a node boundary */
     PT_REJECT_SP_WITHOUT_TP,      /* sp requested with t = 1 */
@@ -207,6 +237,12 @@ int pt_layout_check(const pt_model *m, const pt_cluster *c, int64_t global_batch
 int64_t pt_stage_layers(const pt_model *m, const pt_layout *l, int vs, int64_t *first);
 /* Layers pipeline rank r holds over all its chunks. */
 int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r);
+/* Parameters one rank of virtual stage vs holds (its layers, dense or mixtures of
+ * experts, with the embedding on the first and the head on the last), and in *experts
+ * (may be NULL) how many of them are experts' (sharded and reduced over the expert-data-
+ * parallel group, the rest over dp×cp); pt_rank_params: over pipeline rank r's chunks. */
+int64_t pt_stage_params(const pt_model *m, const pt_layout *l, int vs, int64_t *experts);
+int64_t pt_rank_params(const pt_model *m, const pt_layout *l, int r, int64_t *experts);
 
 /* ---- Pipeline layouts (planner/pipeline.c) ----------------------------------- */
 

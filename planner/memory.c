@@ -105,20 +105,44 @@ static double pt_mem_attention_core(const pt_model *m, const pt_mem_dims *d)
 /* Everything else a layer keeps when nothing is recomputed (Korthikanti eq. 1-2,
  * with the attention core left out): terms marked R are replicated across tp
  * unless sequence parallelism splits them, T are split by tp. */
-static double pt_mem_layer_linear(const pt_model *m, const pt_mem_dims *d)
+/* What a mixture-of-experts layer's routed experts keep for the backward
+ * (Megatron-Core's MoELayer with its alltoall dispatcher): the router's fp32 scores of
+ * the R = s_r·b/rep tokens routed here, and of the N = F·etp·R·k copies the rank's
+ * experts compute (the busiest rank's, imbalance F) the first GEMM's input (the
+ * dispatched copies), its output (gate and up for SwiGLU), the second GEMM's input and
+ * its output, which the weighted sum's backward reads for the router weights'
+ * gradient. The copies before the dispatch are not kept (the permutation's backward
+ * needs only the indices). */
+static double pt_mem_moe_routed(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
+                                double imbalance)
 {
-    double h = (double)m->hidden, f = (double)m->ffn;
+    double R = d->sb / d->rep, k = (double)m->moe.top_k, h = (double)m->hidden;
+    double etp = (double)pt_mem_pos(l->etp), fe = (double)m->moe.expert_ffn / etp;
+    double N = (imbalance > 1 ? imbalance : 1) * etp * R * k;
+    double up = m->act == PT_ACT_SWIGLU ? 2 * fe : fe;
+    return 4 * R * (double)m->moe.experts + N * (d->lin * h + d->ab * up + d->lin * fe + d->ab * h);
+}
+
+static double pt_mem_layer_linear(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
+                                  bool moe, double imbalance)
+{
+    double h = (double)m->hidden;
+    /* a mixture-of-experts layer's dense MLP is its shared experts' */
+    double f = moe ? (double)(m->moe.shared_experts * m->moe.shared_ffn) : (double)m->ffn;
+    double hd = (double)pt_model_head_dim(m), qd = (double)m->heads * hd;
     /* K (or V) width on one rank: k/t heads, or one replicated head when tp > k */
-    double kvr = (double)pt_kv_heads_rank(m, (int)d->t) * (double)(m->hidden / pt_mem_pos(m->heads));
+    double kvr = (double)pt_kv_heads_rank(m, (int)d->t) * hd;
     double sbh = d->sb * h;
     double mask = m->dropout ? sbh / d->rep : 0.0;     /* one 1-byte dropout mask, R */
 
     double bytes = 2 * d->ab * sbh / d->rep;           /* inputs of the two norms, R */
     bytes += d->lin * sbh / d->rep;                    /* QKV input, R */
-    bytes += d->ab * d->sb * (h / d->t + 2 * kvr);     /* Q, K, V, T */
-    bytes += d->ab * sbh / d->t;                       /* output-projection input, T */
+    bytes += d->ab * d->sb * (qd / d->t + 2 * kvr);    /* Q, K, V, T */
+    if (m->qk_norm)                                    /* ... before their norms, T */
+        bytes += d->ab * d->sb * (qd / d->t + kvr);
+    bytes += d->ab * d->sb * qd / d->t;                /* output-projection input, T */
     if (d->lin != d->ab)                               /* ... and its FP8 copy (TE) */
-        bytes += d->lin * sbh / d->t;
+        bytes += d->lin * d->sb * qd / d->t;
     bytes += mask;                                     /* attention dropout mask, R */
     bytes += d->lin * sbh / d->rep;                    /* MLP first-linear input, R */
     /* GeLU: its input and the second linear's input; SwiGLU: gate and up outputs
@@ -126,6 +150,8 @@ static double pt_mem_layer_linear(const pt_model *m, const pt_mem_dims *d)
     double inner = m->act == PT_ACT_SWIGLU ? 2.0 : 1.0;
     bytes += (inner * d->ab + d->lin) * d->sb * f / d->t;
     bytes += mask;                                     /* MLP dropout mask, R */
+    if (moe)
+        bytes += pt_mem_moe_routed(m, l, d, imbalance);
     return bytes;
 }
 
@@ -134,8 +160,11 @@ double pt_mem_layer_activations(const pt_model *m, const pt_layout *l, pt_precis
     return pt_mem_layer_activations_attn(m, l, p, PT_ATTN_PTRUN);
 }
 
-static double pt_mem_layer_activations_lin(const pt_model *m, const pt_layout *l,
-                                           pt_precision p, pt_attn_impl attn, bool te_fp8)
+/* A layer of either kind (moe: a mixture-of-experts layer, its busiest rank at
+ * `imbalance`). */
+static double pt_mem_layer_activations_kind(const pt_model *m, const pt_layout *l,
+                                            pt_precision p, pt_attn_impl attn, bool te_fp8,
+                                            bool moe, double imbalance)
 {
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     if (te_fp8)
@@ -143,7 +172,7 @@ static double pt_mem_layer_activations_lin(const pt_model *m, const pt_layout *l
     /* Full recomputation keeps only the layer input (Korthikanti Sec. 5: 2sbh). */
     if (l->recompute == PT_RECOMPUTE_FULL)
         return d.ab * d.sb * (double)m->hidden / d.rep;
-    double bytes = pt_mem_layer_linear(m, &d);
+    double bytes = pt_mem_layer_linear(m, l, &d, moe, imbalance);
     /* Selective recomputation drops the attention core (Korthikanti Sec. 5). Flash
      * attention keeps no score matrix at all, only the output (counted with the
      * output projection's input) and the softmax statistics: one fp32 log-sum-exp per
@@ -154,6 +183,12 @@ static double pt_mem_layer_activations_lin(const pt_model *m, const pt_layout *l
     else if (l->recompute == PT_RECOMPUTE_NONE)
         bytes += pt_mem_attention_core(m, &d);
     return bytes;
+}
+
+static double pt_mem_layer_activations_lin(const pt_model *m, const pt_layout *l,
+                                           pt_precision p, pt_attn_impl attn, bool te_fp8)
+{
+    return pt_mem_layer_activations_kind(m, l, p, attn, te_fp8, false, 1);
 }
 
 double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_precision p,
@@ -167,21 +202,23 @@ double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_p
  * fp32 softmax statistics, and the GEMM outputs the op lists say it does not rebuild
  * (pt_ops_op_policy_kept_elems). */
 static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, const pt_train *t,
-                                pt_precision p)
+                                pt_precision p, bool moe)
 {
     if (l->recompute != PT_RECOMPUTE_SELECTIVE || t->stack.selective != PT_SELECTIVE_OP)
-        return pt_mem_layer_activations_lin(m, l, p, t->stack.attention, pt_mem_te_fp8(t));
+        return pt_mem_layer_activations_kind(m, l, p, t->stack.attention, pt_mem_te_fp8(t),
+                                             moe, t->moe_imbalance);
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_opctx c;
     pt_opctx_init(&c, m, l, t, NULL);
+    c.moe_layer = moe;
     double gemm_out = pt_ops_op_policy_kept_elems(&c);
     if (gemm_out < 0) { /* out of memory listing the ops: count the whole layer kept */
         pt_layout none = *l;
         none.recompute = PT_RECOMPUTE_NONE;
         return pt_mem_layer_activations_attn(m, &none, p, t->stack.attention);
     }
-    double h = (double)m->hidden;
-    return d.ab * (d.sb * (h / d.rep + h / d.t) + gemm_out) +
+    double h = (double)m->hidden, qd = (double)(m->heads * pt_model_head_dim(m));
+    return d.ab * (d.sb * (h / d.rep + qd / d.t) + gemm_out) +
            4.0 * (double)m->heads * d.sb / d.t;
 }
 
@@ -265,7 +302,7 @@ static double pt_mem_embed_head(const pt_model *m, const pt_layout *l, const pt_
  * layouts). */
 static double pt_mem_cp_comm(const pt_model *m, const pt_layout *l, const pt_mem_dims *d)
 {
-    double hd = (double)(m->hidden / pt_mem_pos(m->heads));
+    double hd = (double)pt_model_head_dim(m);
     double kvr = (double)pt_kv_heads_rank(m, l->tp) * hd, blocks = 2 * (2 * d->ab * d->sb * kvr);
     pt_attn_shape at = pt_attn_shape_of(m, l);
     if (l->cp_comm == PT_CPC_ALLGATHER)
@@ -299,6 +336,11 @@ static double pt_mem_comm(const pt_model *m, const pt_layout *l, const pt_train 
         bytes += 2 * d->ab * sbh / d->rep;
     if (l->cp > 1)
         bytes += pt_mem_cp_comm(m, l, d);
+    if (pt_model_moe_layers(m, 0, m->layers) > 0) {
+        /* the dispatch's send and receive buffers of the busiest rank's copies */
+        double F = tr->moe_imbalance > 1 ? tr->moe_imbalance : 1;
+        bytes += 2 * d->ab * F * (d->sb / d->rep) * (double)m->moe.top_k * (double)m->hidden;
+    }
     return bytes;
 }
 
@@ -470,15 +512,23 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
     if (stage > pp - 1)
         stage = (int)(pp - 1);
     bool first = stage == 0, last = stage == pp - 1;
-    int64_t layers = pt_rank_layers(m, l, stage);
+    int64_t layers = pt_rank_layers(m, l, stage), experts;
 
-    int64_t params = pt_params_part(m, l->tp, (int)pp, layers, first, last);
+    int64_t params = pt_rank_params(m, l, stage, &experts);
     int64_t shard = pt_mem_pos(l->dp) * pt_mem_pos(l->cp);
-    pt_model_states ms = pt_mem_model_states((double)params, (int)shard, l->zero, p);
+    /* the experts' states are sharded over their own group, the rest over dp×cp */
+    pt_model_states ms = pt_mem_model_states((double)(params - experts), (int)shard, l->zero, p);
+    pt_model_states es = pt_mem_model_states((double)experts, pt_layout_edp(l), l->zero, p);
+    ms.weights_bytes += es.weights_bytes;
+    ms.grads_bytes += es.grads_bytes;
+    ms.optimizer_bytes += es.optimizer_bytes;
 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
-    if (t->stack.attention == PT_ATTN_PTRUN) {
+    /* ptrun's own buffers (planner/buffers.c) describe dense layers: a stack that runs
+     * mixtures of experts is priced by the general model below */
+    if (t->stack.attention == PT_ATTN_PTRUN && experts == 0 &&
+        pt_model_moe_layers(m, 0, m->layers) == 0) {
         *out = (pt_memory){.stage = stage, .params = (double)params, .layers = layers,
                            .in_flight = fl.in_flight};
         pt_mem_stage_ptrun(m, l, stage, layers, &fl, p, t->bucket_bytes / 4, pt_train_fp8(t),
@@ -489,7 +539,17 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
                            out->recompute_bytes + out->comm_bytes;
         return;
     }
-    double act = pt_mem_layer_kept(m, l, t, p);
+    double act = pt_mem_layer_kept(m, l, t, p, false);
+    /* the stage's mixture-of-experts layers keep their own: a layer of the stage's
+     * average (exact when its layers are all of one kind) */
+    int64_t moe = 0;
+    for (int64_t c = 0; c < pt_mem_pos(l->vp); c++) {
+        int64_t f, n = pt_stage_layers(m, l, (int)(c * pp + stage), &f);
+        moe += pt_model_moe_layers(m, f, n);
+    }
+    double act_moe = moe > 0 ? pt_mem_layer_kept(m, l, t, p, true) : 0;
+    if (moe > 0 && layers > 0)
+        act = (act * (double)(layers - moe) + act_moe * (double)moe) / (double)layers;
 
     /* What one layer's recomputation holds at once: the whole layer rebuilt (full, or
      * the per-op policy), or the attention core's score matrix (which flash never
@@ -501,6 +561,10 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
         pt_layout none = *l;
         none.recompute = PT_RECOMPUTE_NONE;
         recompute = pt_mem_layer_activations_attn(m, &none, p, t->stack.attention);
+        if (moe > 0)
+            recompute = fmax(recompute, pt_mem_layer_activations_kind(
+                                            m, &none, p, t->stack.attention, false, true,
+                                            t->moe_imbalance));
     } else if (l->recompute == PT_RECOMPUTE_SELECTIVE && t->stack.attention != PT_ATTN_FLASH) {
         recompute = pt_mem_attention_core(m, &d);
     }

@@ -20,10 +20,28 @@
  *     "positions": "rope",         "learned" | "rope" (rope needs an even h/a) | "alibi"
  *     "tied_embeddings": false,    output head shares the token embedding
  *     "bias": false,               linear layers carry biases
- *     "dropout": false             dropout layers present
+ *     "dropout": false,            dropout layers present
+ *     "head_dim": 128,             optional, d (default h/a): attention is a·d wide
+ *     "qk_norm": true,             optional (default false): RMSNorm on q's and k's heads
+ *     "moe": {                     optional: a mixture of experts (default: dense)
+ *       "experts": 128,            E, at least 2
+ *       "top_k": 8,                experts per token, at most E
+ *       "expert_ffn": 1536,        inner size of one expert (per branch for SwiGLU)
+ *       "router": "softmax",       "softmax" | "sigmoid": how the router scores experts
+ *       "renorm": true,            the top-k scores renormalised to sum to 1
+ *       "shared_experts": 0,       optional (default 0): experts every token passes
+ *       "shared_ffn": 0,           ... their inner size each (required with them)
+ *       "first_dense": 0,          optional (default 0): the first layers stay dense
+ *       "every": 1,                optional (default 1): layer i >= first_dense is MoE
+ *                                  when i % every == 0 (Megatron-Core --moe-layer-freq)
+ *       "aux_loss": 0.001,         optional (default 0): load-balancing loss coefficient
+ *       "capacity": 0              optional (default 0: dropless): capacity factor
+ *     }
  *   }
  * Integer fields must be JSON integers (12.5 and 12.0 are refused). Sizes are capped
- * (see model_size_max) so that products of a few sizes stay far below 2^63.
+ * (see model_size_max) so that products of a few sizes stay far below 2^63. A dense
+ * layer's MLP is `ffn` wide; a model whose layers are all MoE layers still gives it (the
+ * published configurations do) and it sizes nothing.
  */
 #include "specjson.h"
 
@@ -50,6 +68,13 @@
     { .name = nm, .layers = L_, .hidden = h_, .heads = a_, .kv_heads = k_, .ffn = f_,   \
       .vocab = v_, .seq = s_, .norm = PT_NORM_RMSNORM, .act = PT_ACT_SWIGLU,            \
       .pos = PT_POS_ROPE, .tied_embeddings = false, .bias = false, .dropout = false }
+
+/* A LLaMA-style model whose MLPs are mixtures of experts, dropless: E experts of
+ * inner size fe, top-k of them per token by softmax scores renormalised over the k
+ * (Mixtral's softmax over the top-k logits is the same weights), from layer 0. */
+#define PT_MOE(E_, k_, fe_, aux_)                                                       \
+    { .experts = E_, .top_k = k_, .expert_ffn = fe_, .every = 1,                        \
+      .score = PT_ROUTER_SOFTMAX, .renorm = true, .aux_loss = aux_ }
 
 static const pt_model model_builtins[] = {
     /* Small enough to train in seconds on one CPU core: GPT-2 shaped, with a
@@ -89,6 +114,46 @@ static const pt_model model_builtins[] = {
     PT_LLAMA("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
     PT_LLAMA("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
     PT_LLAMA("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+
+    /* Mixtures of experts for tests: tiny-llama's attention with 8 experts, top-2,
+     * the first layer dense (so pipeline stages and layouts meet both kinds of layer);
+     * and a Qwen3-shaped one: 16 experts, top-8, q/k norms, heads of 32 on h = 64. */
+    {.name = "tiny-moe", .layers = 4, .hidden = 64, .heads = 4, .kv_heads = 2, .ffn = 192,
+     .vocab = 256, .seq = 64, .norm = PT_NORM_RMSNORM, .act = PT_ACT_SWIGLU,
+     .pos = PT_POS_ROPE,
+     .moe = {.experts = 8, .top_k = 2, .expert_ffn = 96, .first_dense = 1, .every = 1,
+             .score = PT_ROUTER_SOFTMAX, .renorm = true, .aux_loss = 0.01}},
+    {.name = "tiny-qwen3-moe", .layers = 4, .hidden = 64, .heads = 4, .kv_heads = 2,
+     .ffn = 192, .vocab = 256, .seq = 64, .norm = PT_NORM_RMSNORM, .act = PT_ACT_SWIGLU,
+     .pos = PT_POS_ROPE, .head_dim = 32, .qk_norm = true, .moe = PT_MOE(16, 8, 32, 0.001)},
+
+    /* Mixtral (Jiang et al. 2024, "Mixtral of Experts", Table 1: 8 experts, top-2,
+     * 32k context; the sizes of the released config.json: Mixtral-8x7B h 4096, f
+     * 14336, 32 layers, 32 heads, 8 KV heads, v 32000, router_aux_loss_coef 0.02;
+     * Mixtral-8x22B h 6144, f 16384, 56 layers, 48 heads, 8 KV heads, v 32768, a 64k
+     * context). Every layer's MLP is the mixture; ffn is the experts' size. */
+    {.name = "mixtral-8x7b", .layers = 32, .hidden = 4096, .heads = 32, .kv_heads = 8,
+     .ffn = 14336, .vocab = 32000, .seq = 32768, .norm = PT_NORM_RMSNORM,
+     .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .moe = PT_MOE(8, 2, 14336, 0.02)},
+    {.name = "mixtral-8x22b", .layers = 56, .hidden = 6144, .heads = 48, .kv_heads = 8,
+     .ffn = 16384, .vocab = 32768, .seq = 65536, .norm = PT_NORM_RMSNORM,
+     .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .moe = PT_MOE(8, 2, 16384, 0.001)},
+
+    /* Qwen3 (Qwen Team 2025, "Qwen3 Technical Report", Table 2: 30B-A3B 48 layers,
+     * 32/4 heads, 128 experts, 8 active; 235B-A22B 94 layers, 64/4 heads, 128
+     * experts, 8 active; no shared experts; QK-norm; pre-training stage 1 at 4096
+     * tokens), with the released config.json's sizes: head_dim 128, hidden 2048 and
+     * 4096, moe_intermediate_size 768 and 1536, intermediate_size (dense MLP, unused:
+     * every layer is sparse, decoder_sparse_step 1) 6144 and 12288, vocab 151936,
+     * norm_topk_prob true, router_aux_loss_coef 0.001, untied. */
+    {.name = "qwen3-30b-a3b", .layers = 48, .hidden = 2048, .heads = 32, .kv_heads = 4,
+     .ffn = 6144, .vocab = 151936, .seq = 4096, .norm = PT_NORM_RMSNORM,
+     .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .head_dim = 128, .qk_norm = true,
+     .moe = PT_MOE(128, 8, 768, 0.001)},
+    {.name = "qwen3-235b-a22b", .layers = 94, .hidden = 4096, .heads = 64, .kv_heads = 4,
+     .ffn = 12288, .vocab = 151936, .seq = 4096, .norm = PT_NORM_RMSNORM,
+     .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .head_dim = 128, .qk_norm = true,
+     .moe = PT_MOE(128, 8, 1536, 0.001)},
 };
 
 int pt_model_builtin_count(void)
@@ -145,11 +210,73 @@ int pt_model_load_file(const char *path, pt_model *out, pt_err *err)
 static const char *const norm_names[] = {"layernorm", "rmsnorm"};
 static const char *const act_names[] = {"gelu", "swiglu"};
 static const char *const pos_names[] = {"learned", "rope", "alibi"};
+static const char *const router_names[] = {"softmax", "sigmoid"};
 
-/* In the order pt_model_to_json writes them. */
+/* In the order pt_model_to_json writes them (the last three only when not the
+ * default). */
 static const char *const model_keys[] = {
     "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "norm",
-    "activation", "positions", "tied_embeddings", "bias", "dropout", NULL};
+    "activation", "positions", "tied_embeddings", "bias", "dropout", "head_dim",
+    "qk_norm", "moe", NULL};
+static const char *const moe_keys[] = {
+    "experts", "top_k", "expert_ffn", "router", "renorm", "shared_experts", "shared_ffn",
+    "first_dense", "every", "aux_loss", "capacity", NULL};
+
+int64_t pt_model_head_dim(const pt_model *m)
+{
+    return m->head_dim > 0 ? m->head_dim : m->heads > 0 ? m->hidden / m->heads : m->hidden;
+}
+
+bool pt_model_layer_moe(const pt_model *m, int64_t i)
+{
+    int64_t every = m->moe.every > 0 ? m->moe.every : 1;
+    return m->moe.experts > 0 && i >= m->moe.first_dense && i % every == 0;
+}
+
+int64_t pt_model_moe_layers(const pt_model *m, int64_t first, int64_t count)
+{
+    if (m->moe.experts <= 0)
+        return 0;
+    int64_t n = 0;
+    for (int64_t i = first; i < first + count; i++)
+        n += pt_model_layer_moe(m, i);
+    return n;
+}
+
+/* An optional field: read when present, else `dflt`. */
+static int opt_int(const pt_json_obj *o, const char *key, int64_t dflt, int64_t *out,
+                   pt_err *err)
+{
+    *out = dflt;
+    return json_object_get(o->obj, key) ? pt_json_get_int(o, key, out, err) : 0;
+}
+
+static int opt_real(const pt_json_obj *o, const char *key, double *out, pt_err *err)
+{
+    *out = 0;
+    return json_object_get(o->obj, key) ? pt_json_get_real(o, key, out, err) : 0;
+}
+
+static int model_read_moe(const pt_json_obj *o, pt_moe *e, pt_err *err)
+{
+    pt_json_obj x;
+    if (pt_json_get_object(o, "moe", moe_keys, &x, err))
+        return -1;
+    int score = 0;
+    int bad = pt_json_get_int(&x, "experts", &e->experts, err);
+    bad |= pt_json_get_int(&x, "top_k", &e->top_k, err);
+    bad |= pt_json_get_int(&x, "expert_ffn", &e->expert_ffn, err);
+    bad |= pt_json_get_enum(&x, "router", router_names, 2, &score, err);
+    bad |= pt_json_get_bool(&x, "renorm", &e->renorm, err);
+    bad |= opt_int(&x, "shared_experts", 0, &e->shared_experts, err);
+    bad |= opt_int(&x, "shared_ffn", 0, &e->shared_ffn, err);
+    bad |= opt_int(&x, "first_dense", 0, &e->first_dense, err);
+    bad |= opt_int(&x, "every", 1, &e->every, err);
+    bad |= opt_real(&x, "aux_loss", &e->aux_loss, err);
+    bad |= opt_real(&x, "capacity", &e->capacity, err);
+    e->score = (pt_router_score)score;
+    return bad ? -1 : 0;
+}
 
 static int model_read_enums(const pt_json_obj *o, pt_model *m, pt_err *err)
 {
@@ -179,6 +306,16 @@ static int model_read(const pt_json_obj *o, pt_model *m, pt_err *err)
     bad |= pt_json_get_bool(o, "tied_embeddings", &m->tied_embeddings, err);
     bad |= pt_json_get_bool(o, "bias", &m->bias, err);
     bad |= pt_json_get_bool(o, "dropout", &m->dropout, err);
+    if (json_object_get(o->obj, "head_dim"))
+        bad |= pt_json_get_int(o, "head_dim", &m->head_dim, err);
+    /* head_dim = h/a is what its absence says: one spec, one form */
+    if (m->head_dim > 0 && m->head_dim <= INT32_MAX && m->heads > 0 &&
+        m->heads <= INT32_MAX && m->head_dim * m->heads == m->hidden)
+        m->head_dim = 0;
+    if (json_object_get(o->obj, "qk_norm"))
+        bad |= pt_json_get_bool(o, "qk_norm", &m->qk_norm, err);
+    if (json_object_get(o->obj, "moe"))
+        bad |= model_read_moe(o, &m->moe, err);
     return bad ? -1 : 0;
 }
 
@@ -240,6 +377,30 @@ json_t *pt_model_json_obj(const pt_model *m)
     bad |= pt_json_set(root, "tied_embeddings", json_boolean(m->tied_embeddings));
     bad |= pt_json_set(root, "bias", json_boolean(m->bias));
     bad |= pt_json_set(root, "dropout", json_boolean(m->dropout));
+    if (m->head_dim > 0 && !(m->heads > 0 && m->head_dim * m->heads == m->hidden))
+        bad |= pt_json_set(root, "head_dim", json_integer(m->head_dim));
+    if (m->qk_norm)
+        bad |= pt_json_set(root, "qk_norm", json_true());
+    if (m->moe.experts > 0) {
+        const pt_moe *e = &m->moe;
+        json_t *x = json_object();
+        bad |= x ? 0 : -1;
+        if (x) {
+            bad |= pt_json_set(x, "experts", json_integer(e->experts));
+            bad |= pt_json_set(x, "top_k", json_integer(e->top_k));
+            bad |= pt_json_set(x, "expert_ffn", json_integer(e->expert_ffn));
+            bad |= pt_json_set(x, "router",
+                               json_string(router_names[e->score == PT_ROUTER_SIGMOID]));
+            bad |= pt_json_set(x, "renorm", json_boolean(e->renorm));
+            bad |= pt_json_set(x, "shared_experts", json_integer(e->shared_experts));
+            bad |= pt_json_set(x, "shared_ffn", json_integer(e->shared_ffn));
+            bad |= pt_json_set(x, "first_dense", json_integer(e->first_dense));
+            bad |= pt_json_set(x, "every", json_integer(e->every));
+            bad |= pt_json_set(x, "aux_loss", json_real(e->aux_loss));
+            bad |= pt_json_set(x, "capacity", json_real(e->capacity));
+            bad |= pt_json_set(root, "moe", x);
+        }
+    }
     if (bad) {
         json_decref(root);
         return NULL;
@@ -309,16 +470,77 @@ static bool model_check_enums(const pt_model *m, const char *origin, pt_json_err
 /* Needs sizes and enums in range (no division by zero). */
 static void model_check_shapes(const pt_model *m, const char *origin, pt_json_errs *e)
 {
-    if (m->hidden % m->heads)
+    if (m->head_dim == 0 && m->hidden % m->heads)
         pt_json_errs_add(e, NULL, "%s: hidden (%" PRId64 ") is not divisible by heads "
-                         "(%" PRId64 ")", origin, m->hidden, m->heads);
+                         "(%" PRId64 "); give head_dim when attention's width differs "
+                         "from hidden", origin, m->hidden, m->heads);
     if (m->heads % m->kv_heads)
         pt_json_errs_add(e, NULL, "%s: heads (%" PRId64 ") is not divisible by kv_heads "
                          "(%" PRId64 ")", origin, m->heads, m->kv_heads);
+    if (m->head_dim > 0 && m->heads * m->head_dim > (INT64_C(1) << 20))
+        pt_json_errs_add(e, "head_dim", "%s: heads x head_dim = %" PRId64 " x %" PRId64
+                         ": attention's width must be at most %" PRId64, origin, m->heads,
+                         m->head_dim, INT64_C(1) << 20);
     /* RoPE rotates pairs of channels within a head. */
-    if (m->pos == PT_POS_ROPE && m->hidden % m->heads == 0 && (m->hidden / m->heads) % 2)
+    int64_t d = pt_model_head_dim(m);
+    if (m->pos == PT_POS_ROPE && (m->head_dim > 0 || m->hidden % m->heads == 0) && d % 2)
         pt_json_errs_add(e, NULL, "%s: positions 'rope' needs an even head size, but "
-                         "hidden/heads = %" PRId64, origin, m->hidden / m->heads);
+                         "%s = %" PRId64, origin, m->head_dim > 0 ? "head_dim" : "hidden/heads",
+                         d);
+}
+
+/* The mixture of experts: sizes in range, fields that agree with each other. */
+static void model_check_moe(const pt_model *m, const char *origin, pt_json_errs *e)
+{
+    const pt_moe *x = &m->moe;
+    if (x->experts == 0 && x->top_k == 0)
+        return; /* dense */
+    const model_size sizes[] = {
+        {"moe.experts", x->experts, INT64_C(1) << 16},
+        {"moe.top_k", x->top_k, INT64_C(1) << 16},
+        {"moe.expert_ffn", x->expert_ffn, INT64_C(1) << 22},
+        {"moe.every", x->every, INT64_C(1) << 16},
+    };
+    bool ok = true;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        ok &= model_check_size(&sizes[i], origin, e);
+    if (ok && x->experts < 2)
+        ok = pt_json_errs_add(e, "moe.experts", "%s: field 'moe.experts' = %" PRId64
+                              ": a mixture needs at least 2 experts", origin,
+                              x->experts) == 0;
+    if (ok && x->top_k > x->experts)
+        pt_json_errs_add(e, "moe.top_k", "%s: field 'moe.top_k' = %" PRId64 ": more experts "
+                         "per token than the %" PRId64 " experts (moe.experts)", origin,
+                         x->top_k, x->experts);
+    if (x->shared_experts < 0 || x->shared_experts > 1024)
+        pt_json_errs_add(e, "moe.shared_experts", "%s: field 'moe.shared_experts' = %" PRId64
+                         ": must be 0 to 1024", origin, x->shared_experts);
+    else if (x->shared_experts > 0 && (x->shared_ffn < 1 || x->shared_ffn > INT64_C(1) << 22))
+        pt_json_errs_add(e, "moe.shared_ffn", "%s: field 'moe.shared_ffn' = %" PRId64
+                         ": moe.shared_experts = %" PRId64 " needs their inner size, 1 to %"
+                         PRId64, origin, x->shared_ffn, x->shared_experts,
+                         INT64_C(1) << 22);
+    else if (x->shared_experts == 0 && x->shared_ffn != 0)
+        pt_json_errs_add(e, "moe.shared_ffn", "%s: field 'moe.shared_ffn' = %" PRId64
+                         " without shared experts (moe.shared_experts is 0)", origin,
+                         x->shared_ffn);
+    if (x->first_dense < 0 || x->first_dense >= m->layers)
+        pt_json_errs_add(e, "moe.first_dense", "%s: field 'moe.first_dense' = %" PRId64
+                         ": must leave a layer to the experts (0 to layers - 1 = %" PRId64 ")",
+                         origin, x->first_dense, m->layers - 1);
+    else if (ok && pt_model_moe_layers(m, 0, m->layers) == 0)
+        pt_json_errs_add(e, "moe.every", "%s: field 'moe.every' = %" PRId64 ": no layer from "
+                         "moe.first_dense = %" PRId64 " on is a multiple of it, so no layer "
+                         "has experts", origin, x->every, x->first_dense);
+    if (!(x->aux_loss >= 0 && x->aux_loss <= 1000))
+        pt_json_errs_add(e, "moe.aux_loss", "%s: field 'moe.aux_loss' = %g: must be 0 to "
+                         "1000", origin, x->aux_loss);
+    if (!(x->capacity == 0 || (x->capacity > 0 && x->capacity <= 1000)))
+        pt_json_errs_add(e, "moe.capacity", "%s: field 'moe.capacity' = %g: must be 0 "
+                         "(dropless) or a factor above 0, at most 1000", origin, x->capacity);
+    if (x->score != PT_ROUTER_SOFTMAX && x->score != PT_ROUTER_SIGMOID)
+        pt_json_errs_add(e, "moe.router", "%s: field 'moe.router' = %d: not a known score",
+                         origin, (int)x->score);
 }
 
 /* Records every problem of m, skipping fields e already has one for. */
@@ -331,12 +553,21 @@ static void model_check(const pt_model *m, const char *origin, pt_json_errs *e)
     bool sizes = model_check_sizes(m, origin, e);
     bool enums = model_check_enums(m, origin, e);
     /* Sizes read wrongly are 0: shapes are only checked on sizes that were read. */
-    static const char *const shape_fields[] = {"hidden", "heads", "kv_heads", "positions"};
+    static const char *const shape_fields[] = {"hidden", "heads", "kv_heads", "positions",
+                                               "head_dim"};
     bool read = true;
     for (size_t i = 0; i < sizeof shape_fields / sizeof shape_fields[0]; i++)
         read &= !pt_json_errs_has(e, shape_fields[i]);
+    if (m->head_dim < 0 || m->head_dim > (INT64_C(1) << 14)) {
+        pt_json_errs_add(e, "head_dim", "%s: field 'head_dim' = %" PRId64 ": must be 1 to %"
+                         PRId64 " (or left out: hidden/heads)", origin, m->head_dim,
+                         INT64_C(1) << 14);
+        read = false;
+    }
     if (sizes && enums && read)
         model_check_shapes(m, origin, e);
+    if (sizes && !pt_json_errs_has(e, "moe"))
+        model_check_moe(m, origin, e);
 }
 
 int pt_model_validate(const pt_model *m, const char *origin, pt_err *err)

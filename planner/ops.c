@@ -135,6 +135,35 @@ static const pt_op_kind_info kind_info[PT_OPK_COUNT] = {
     /* cp_comm=all_gather: Transformer Engine's, which ptrun does not run */
     [PT_OPK_CP_ALLGATHER] = {"cp_allgather", PT_OP_COLL, IN_LAYER, PT_BD_CP, true},
     [PT_OPK_CP_REDUCESCATTER] = {"cp_reducescatter", PT_OP_COLL, IN_LAYER, PT_BD_CP, true},
+    /* a mixture-of-experts layer */
+    KERNEL(PT_OPK_ROUTER, "router", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_MOE_ROUTE, "moe_route", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MOE_AUX, "moe_aux", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MOE_PERMUTE, "moe_permute", IN_LAYER, PT_BD_OTHER),
+    COLL(PT_OPK_MOE_DISPATCH, "moe_dispatch", IN_LAYER, PT_BD_EP),
+    COLL(PT_OPK_ETP_ALLGATHER, "etp_allgather", IN_LAYER, PT_BD_EP),
+    KERNEL(PT_OPK_EXPERT_FC1, "expert_fc1", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_EXPERT_ACT, "expert_act", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_EXPERT_FC2, "expert_fc2", IN_LAYER, PT_BD_GEMM),
+    COLL(PT_OPK_ETP_REDUCESCATTER, "etp_reducescatter", IN_LAYER, PT_BD_EP),
+    COLL(PT_OPK_MOE_COMBINE, "moe_combine", IN_LAYER, PT_BD_EP),
+    KERNEL(PT_OPK_MOE_UNPERMUTE, "moe_unpermute", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MOE_UNPERMUTE_BWD, "moe_unpermute_bwd", IN_LAYER, PT_BD_OTHER),
+    COLL(PT_OPK_MOE_COMBINE_BWD, "moe_combine_bwd", IN_LAYER, PT_BD_EP),
+    COLL(PT_OPK_ETP_ALLGATHER_BWD, "etp_allgather_bwd", IN_LAYER, PT_BD_EP),
+    KERNEL(PT_OPK_EXPERT_FC2_DGRAD, "expert_fc2_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_EXPERT_FC2_WGRAD, "expert_fc2_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_EXPERT_ACT_BWD, "expert_act_bwd", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_EXPERT_FC1_DGRAD, "expert_fc1_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_EXPERT_FC1_WGRAD, "expert_fc1_wgrad", IN_LAYER, PT_BD_GEMM),
+    COLL(PT_OPK_ETP_REDUCESCATTER_BWD, "etp_reducescatter_bwd", IN_LAYER, PT_BD_EP),
+    COLL(PT_OPK_MOE_DISPATCH_BWD, "moe_dispatch_bwd", IN_LAYER, PT_BD_EP),
+    KERNEL(PT_OPK_MOE_PERMUTE_BWD, "moe_permute_bwd", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_MOE_ROUTE_BWD, "moe_route_bwd", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_ROUTER_DGRAD, "router_dgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_ROUTER_WGRAD, "router_wgrad", IN_LAYER, PT_BD_GEMM),
+    KERNEL(PT_OPK_QK_NORM, "qk_norm", IN_LAYER, PT_BD_OTHER),
+    KERNEL(PT_OPK_QK_NORM_BWD, "qk_norm_bwd", IN_LAYER, PT_BD_OTHER),
     /* data parallelism, ZeRO and the optimizer */
     COLL(PT_OPK_ZERO3_ALLGATHER, "zero3_allgather", IN_LAYER, PT_BD_DP),
     COLL(PT_OPK_ZERO_REDUCESCATTER, "zero_reducescatter", IN_LAYER | IN_STEP, PT_BD_DP),
@@ -179,6 +208,8 @@ static const char *const param_names[PT_PARAM_COUNT] = {
     [PT_PARAM_MLP_GATE] = "mlp_gate", [PT_PARAM_MLP_UP] = "mlp_up",
     [PT_PARAM_MLP_DOWN] = "mlp_down", [PT_PARAM_FINAL_NORM] = "final_norm",
     [PT_PARAM_HEAD] = "lm_head", [PT_PARAM_WTE] = "wte", [PT_PARAM_WPE] = "wpe",
+    [PT_PARAM_ROUTER] = "router", [PT_PARAM_EXPERT_FC1] = "experts.fc1",
+    [PT_PARAM_EXPERT_FC2] = "experts.fc2", [PT_PARAM_QK_NORM] = "qk_norm",
 };
 
 const char *pt_param_ref_name(pt_param_ref r)
@@ -229,7 +260,11 @@ static int group_ranks_per_node(const pt_grid *g, pt_group_kind kind, int nvlink
 void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_train *t,
                    const pt_cluster *cl)
 {
-    *c = (pt_opctx){.m = m, .l = l, .t = t, .prec = pt_precision_of(t->precision)};
+    *c = (pt_opctx){.m = m, .l = l, .t = t, .prec = pt_precision_of(t->precision),
+                    .moe_imbalance = t->moe_imbalance >= 1 ? t->moe_imbalance : 1};
+    /* the layer lists of the first layer's kind; a model with both kinds asks for the
+     * other by setting moe_layer */
+    c->moe_layer = pt_model_layer_moe(m, 0);
     c->dtype = pt_prec_dtype(t->precision);
     pt_grid g;
     pt_grid_init(&g, l);
@@ -264,6 +299,7 @@ static bool fp8_param(const builder *b, pt_param_ref param)
     switch (param) {
     case PT_PARAM_Q: case PT_PARAM_K: case PT_PARAM_V: case PT_PARAM_ATTN_OUT:
     case PT_PARAM_MLP_GATE: case PT_PARAM_MLP_UP: case PT_PARAM_MLP_DOWN:
+    case PT_PARAM_EXPERT_FC1: case PT_PARAM_EXPERT_FC2: /* TE's GroupedLinear */
         return true;
     default:
         return false;
@@ -394,7 +430,8 @@ static void fp8_te(builder *b, pt_op *op, int64_t m, int64_t n, int64_t k)
 static void fp8_work(builder *b, pt_op *op, pt_param_ref param, int64_t m, int64_t n,
                      int64_t k)
 {
-    bool row_parallel = param == PT_PARAM_ATTN_OUT || param == PT_PARAM_MLP_DOWN;
+    bool row_parallel = param == PT_PARAM_ATTN_OUT || param == PT_PARAM_MLP_DOWN ||
+                        param == PT_PARAM_EXPERT_FC2;
     if (b->c->t->stack.fp8_casts == PT_FP8_CASTS_TE)
         fp8_te(b, op, m, n, k);
     else
@@ -435,7 +472,8 @@ static pt_op *gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int ba
      * a role of its own. A row-parallel layer's bias is added by tp rank 0 only (its
      * partial outputs are summed over tp afterwards): the other ranks' call has none.
      * The runtime adds a bias exactly where the role has one (pt_gemm_role_has_bias). */
-    bool row_parallel = param == PT_PARAM_ATTN_OUT || param == PT_PARAM_MLP_DOWN;
+    bool row_parallel = param == PT_PARAM_ATTN_OUT || param == PT_PARAM_MLP_DOWN ||
+                        param == PT_PARAM_EXPERT_FC2;
     bool bias = param == PT_PARAM_HEAD ? pt_vocab_mask_elems(b->c->m, b->c->l->tp) > 0
                                        : b->c->m->bias && !(row_parallel && b->c->tp_rank != 0);
     if (bias && role == PT_GEMM_FWD)
@@ -508,13 +546,15 @@ typedef struct {
     int64_t tokens;  /* T = s_r·b */
     int64_t rows;    /* tokens a norm or residual add sees: T, or T/t with sp */
     int64_t h, f, t, hd, kvr; /* kvr: K (or V) width on one rank */
+    int64_t qd;      /* Q width on one rank: a·d/t (h/t unless head_dim says) */
     double ab;       /* bytes per activation element */
 } dims;
 
 pt_rank_shape pt_rank_shape_of(const pt_model *m, const pt_layout *l)
 {
     pt_rank_shape s = {.tokens = m->seq / l->cp * l->mbs, .heads = m->heads / l->tp,
-                       .kv_heads = pt_kv_heads_rank(m, l->tp), .head_dim = m->hidden / m->heads,
+                       .kv_heads = pt_kv_heads_rank(m, l->tp),
+                       .head_dim = pt_model_head_dim(m),
                        .ffn = m->ffn / l->tp, .vocab = pt_vocab_padded(m, l->tp) / l->tp};
     s.rows = l->sp ? s.tokens / l->tp : s.tokens;
     return s;
@@ -526,7 +566,11 @@ static dims dims_of(const pt_opctx *c)
     const pt_layout *l = c->l;
     pt_rank_shape s = pt_rank_shape_of(m, l);
     dims d = {.tokens = s.tokens, .rows = s.rows, .h = m->hidden, .f = m->ffn, .t = l->tp,
-              .hd = s.head_dim, .kvr = s.kv_heads * s.head_dim, .ab = c->prec.act_bytes};
+              .hd = s.head_dim, .kvr = s.kv_heads * s.head_dim, .qd = s.heads * s.head_dim,
+              .ab = c->prec.act_bytes};
+    /* a mixture-of-experts layer's dense MLP is its shared experts' (or none) */
+    if (c->moe_layer)
+        d.f = m->moe.shared_experts * m->moe.shared_ffn;
     return d;
 }
 
@@ -982,12 +1026,29 @@ static void cp_backward_out(builder *b, const dims *d)
     }
 }
 
+/* q/k normalisation (Qwen3; Megatron-Core's --qk-layernorm): the model's norm over
+ * each head of q and of k, the (T, a·d/t + kvr) columns read and written (backward:
+ * read two, write one), before RoPE and after its backward. */
+static void qk_norm(builder *b, const dims *d, bool backward)
+{
+    if (!b->c->m->qk_norm)
+        return;
+    char shape[64];
+    int64_t cols = d->qd + d->kvr;
+    shape_rows(shape, sizeof shape, d->tokens * (cols / d->hd), d->hd);
+    pt_op *op = membound(b, backward ? PT_OPK_QK_NORM_BWD : PT_OPK_QK_NORM,
+                         backward ? "rmsnorm_bwd" : "rmsnorm_fwd",
+                         (backward ? 3 : 2) * d->ab * (double)d->tokens * (double)cols, shape);
+    if (op)
+        op->param = PT_PARAM_QK_NORM;
+}
+
 static void rope(builder *b, const dims *d, bool backward)
 {
     if (b->c->m->pos != PT_POS_ROPE)
         return;
     char shape[64];
-    int64_t cols = d->h / d->t + d->kvr;
+    int64_t cols = d->qd + d->kvr;
     shape_rows(shape, sizeof shape, d->tokens, cols);
     double per_elem = eager(b) ? eager_rope_bytes(d->ab) : 2 * d->ab;
     membound(b, backward ? PT_OPK_ROPE_BWD : PT_OPK_ROPE, backward ? "rope_bwd" : "rope_fwd",
@@ -1012,15 +1073,243 @@ static void activation(builder *b, const dims *d, bool backward)
 }
 
 /* ZeRO-3 gathers a layer's weights before using them, prefetching beside compute. */
+/* A layer's parameters on this rank: those sharded and reduced over dp×cp, and a
+ * mixture-of-experts layer's experts, over the expert-data-parallel group. */
+static void layer_params(const pt_opctx *c, double *dense, double *experts)
+{
+    const pt_layout *l = c->l;
+    *dense = c->moe_layer ? (double)pt_params_moe_layer_dense(c->m, l->tp)
+                          : (double)pt_params_layer(c->m, l->tp);
+    *experts = c->moe_layer ? (double)pt_params_experts(c->m, l->ep, l->etp) : 0;
+}
+
 static void zero3_gather(builder *b)
 {
     const pt_opctx *c = b->c;
     if (c->l->zero < 3)
         return;
-    double bytes = (double)pt_params_layer(c->m, c->l->tp) * c->prec.weight_bytes;
+    double dense, experts;
+    layer_params(c, &dense, &experts);
     /* prefetched beside the previous layer's compute, or blocking without prefetch */
     coll(b, PT_OPK_ZERO3_ALLGATHER, (moves){PT_TEN_LAYER_WEIGHTS, PT_TEN_LAYER_WEIGHTS},
-         PT_COLL_ALLGATHER, PT_GROUP_DPCP, bytes, 1, c->t->stack.zero3_prefetch > 0);
+         PT_COLL_ALLGATHER, PT_GROUP_DPCP, dense * c->prec.weight_bytes, 1,
+         c->t->stack.zero3_prefetch > 0);
+    if (experts > 0)
+        coll(b, PT_OPK_ZERO3_ALLGATHER, (moves){PT_TEN_LAYER_WEIGHTS, PT_TEN_LAYER_WEIGHTS},
+             PT_COLL_ALLGATHER, PT_GROUP_EDP, experts * c->prec.weight_bytes, 1,
+             c->t->stack.zero3_prefetch > 0);
+}
+
+/* ---- Mixture of experts ---------------------------------------------------------- */
+
+/* The sizes of a mixture-of-experts layer on one rank. R tokens reach the router here
+ * (the sequence-parallel rows: T/t, sp being required with tp > 1), each sending k
+ * copies. Balanced, every rank's E/ep experts receive as many copies as it sends, R·k,
+ * and with etp > 1 the etp group's copies are gathered: N = etp·R·k rows through the
+ * experts' GEMMs, N/G per expert; the busiest rank (imbalance F) computes and receives
+ * F times that, and the step waits for it at the combine. */
+typedef struct {
+    double R, k, E, G, F, N, fe, up, h, ab;
+    int ep, etp;
+    bool allgather;
+} moe_dims;
+
+static moe_dims moe_dims_of(const builder *b, const dims *d)
+{
+    const pt_model *m = b->c->m;
+    const pt_layout *l = b->c->l;
+    moe_dims x = {.R = (double)d->rows, .k = (double)m->moe.top_k, .E = (double)m->moe.experts,
+                  .ep = l->ep, .etp = l->etp, .h = (double)d->h, .ab = d->ab,
+                  .allgather = l->moe_dispatch == PT_MOED_ALLGATHER};
+    x.G = x.E / l->ep;
+    x.F = b->c->moe_imbalance >= 1 ? b->c->moe_imbalance : 1;
+    x.N = x.F * l->etp * x.R * x.k;
+    x.fe = (double)m->moe.expert_ffn / l->etp;
+    x.up = m->act == PT_ACT_SWIGLU ? 2 * x.fe : x.fe;
+    return x;
+}
+
+/* One of the experts' GEMMs: G products of one shape, one an expert, on the stack's
+ * streams at once (pt_stack.grouped_gemm_streams: Transformer Engine's GroupedLinear
+ * runs one cuBLAS GEMM an expert over 4 streams, ptrun's kernels one after another), so
+ * that the tiles of as many products share the GPU's waves: G/s runs of a batch of s
+ * (s the largest divisor of G up to the streams). */
+static pt_op *expert_gemm(builder *b, pt_op_kind kind, pt_param_ref param, const moe_dims *x,
+                          int64_t m, int64_t n, int64_t k, pt_gemm_role role)
+{
+    int G = (int)x->G, streams = b->c->t->stack.grouped_gemm_streams, s = 1;
+    for (int d = 1; d <= G && d <= streams; d++)
+        if (G % d == 0)
+            s = d;
+    pt_op *op = gemm_batch(b, kind, param, s, m, n, k, role);
+    if (op)
+        op->count = G / s;
+    return op;
+}
+
+/* Rows of one expert's GEMM, whole rows. */
+static int64_t moe_group_rows(const moe_dims *x)
+{
+    return (int64_t)ceil(x->N / x->G);
+}
+
+static pt_op *moe_membound(builder *b, pt_op_kind kind, const char *name, double bytes,
+                           double rows, double cols)
+{
+    char shape[64];
+    shape_rows(shape, sizeof shape, (int64_t)ceil(rows), (int64_t)cols);
+    return membound(b, kind, name, bytes, shape);
+}
+
+/* Of a token's k experts, drawn without repeats from E spread evenly over `nodes`
+ * nodes, how many other nodes hold at least one: (nodes-1)·(1 - C(E-E/nodes, k)/C(E, k))
+ * (the balanced router's choice, every expert equally likely). */
+static double moe_remote_nodes(double E, double k, int nodes)
+{
+    double none = 1, per = E / nodes;
+    for (int i = 0; i < (int)k; i++)
+        none *= (E - per - i) / (E - i);
+    return (nodes - 1) * (1 - (none > 0 ? none : 0));
+}
+
+/* DeepEP's way (moe_dispatch=flex) where the ep group spans nodes: each token once
+ * over the network to every other node holding one of its experts (an all-to-all
+ * among the group's nodes, one rank a node, of R·D tokens each: D = moe_remote_nodes),
+ * then every copy to its expert's GPU over NVLink (an all-to-all inside the node of
+ * the R·k copies a rank receives); the combine sums a node's copies before sending
+ * them back, the same bytes the other way. */
+static void moe_flex(builder *b, const moe_dims *x, pt_op_kind kind, int nodes, int ppn)
+{
+    double D = moe_remote_nodes(x->E, x->k, nodes);
+    pt_op *op = coll(b, kind, (moves){PT_TEN_NONE, PT_TEN_NONE}, PT_COLL_ALLTOALL, PT_GROUP_EP,
+                     x->ab * x->F * x->R * D * x->h * nodes / (nodes - 1), 1, false);
+    if (op) {
+        op->coll.group = nodes;
+        op->coll.ranks_per_node = 1;
+    }
+    if (ppn > 1) {
+        op = coll(b, kind, (moves){PT_TEN_NONE, PT_TEN_NONE}, PT_COLL_ALLTOALL, PT_GROUP_EP,
+                  x->ab * x->F * x->R * x->k * x->h, 1, false);
+        if (op)
+            op->coll.group = op->coll.ranks_per_node = ppn;
+    }
+}
+
+/* The way to the experts and back: the all-to-all of the copies over ep (per-rank
+ * bytes as nccl-tests count them: the busiest rank's F·R·k rows), DeepEP's (flex:
+ * moe_flex) where the group spans nodes, or the allgather dispatcher's gather of the ep
+ * group's tokens and the reduce-scatter of their sums; then etp's gather of the
+ * group's copies and, after the experts, its reduce-scatter. */
+static void moe_to_experts(builder *b, const moe_dims *x, pt_op_kind kind, pt_op_kind etp_kind)
+{
+    int ppn = b->c->ranks_per_node[PT_GROUP_EP];
+    if (b->c->l->moe_dispatch == PT_MOED_FLEX && ppn < x->ep && ppn > 0 && x->ep % ppn == 0)
+        moe_flex(b, x, kind, x->ep / ppn, ppn);
+    else if (x->allgather)
+        coll(b, kind, (moves){PT_TEN_NONE, PT_TEN_NONE},
+             kind == PT_OPK_MOE_DISPATCH || kind == PT_OPK_MOE_COMBINE_BWD ? PT_COLL_ALLGATHER
+                                                                            : PT_COLL_REDUCESCATTER,
+             PT_GROUP_EP, x->ab * x->ep * x->R * x->h, 1, false);
+    else
+        coll(b, kind, (moves){PT_TEN_NONE, PT_TEN_NONE}, PT_COLL_ALLTOALL, PT_GROUP_EP,
+             x->ab * x->F * x->R * x->k * x->h, 1, false);
+    if (etp_kind != PT_OPK_COUNT)
+        coll(b, etp_kind, (moves){PT_TEN_NONE, PT_TEN_NONE},
+             etp_kind == PT_OPK_ETP_ALLGATHER || etp_kind == PT_OPK_ETP_ALLGATHER_BWD
+                 ? PT_COLL_ALLGATHER
+                 : PT_COLL_REDUCESCATTER,
+             PT_GROUP_ETP, x->ab * x->N * x->h, 1, false);
+}
+
+/* The expert activation over N rows of fe columns: as the dense MLP's (activation). */
+static void moe_act(builder *b, const moe_dims *x, bool backward)
+{
+    bool swiglu = b->c->m->act == PT_ACT_SWIGLU;
+    double n = swiglu ? (backward ? 5 : 3) : (backward ? 3 : 2);
+    moe_membound(b, backward ? PT_OPK_EXPERT_ACT_BWD : PT_OPK_EXPERT_ACT,
+                 swiglu ? (backward ? "swiglu_bwd" : "swiglu_fwd")
+                        : (backward ? "gelu_bwd" : "gelu_fwd"),
+                 n * x->ab * x->N * x->fe, x->N, x->fe);
+}
+
+/* Rows the permutation reads and writes: R tokens into R·k copies (alltoall), or the
+ * ep group's gathered tokens into this rank's experts' copies (allgather). */
+static void moe_permute_rows(const moe_dims *x, double *in, double *out)
+{
+    *in = x->allgather ? x->ep * x->R : x->R;
+    *out = x->allgather ? x->N / x->etp : x->R * x->k;
+}
+
+static void moe_forward(builder *b, const dims *d)
+{
+    const pt_model *m = b->c->m;
+    moe_dims x = moe_dims_of(b, d);
+    bool etp = x.etp > 1;
+    int64_t rows = moe_group_rows(&x), R = d->rows;
+    reads(gemm(b, PT_OPK_ROUTER, PT_PARAM_ROUTER, R, (int64_t)x.E, d->h, PT_GEMM_FWD),
+          PT_TEN_LN2);
+    /* the logits read, the fp32 scores written, the k indices and weights */
+    moe_membound(b, PT_OPK_MOE_ROUTE, "moe_route_fwd", x.R * x.E * (x.ab + 4) + 8 * x.R * x.k,
+                 x.R, x.E);
+    if (m->moe.aux_loss > 0) /* the scores' column sums */
+        moe_membound(b, PT_OPK_MOE_AUX, "moe_aux_fwd", 4 * x.R * x.E, x.R, x.E);
+    double in, out;
+    moe_permute_rows(&x, &in, &out);
+    if (!x.allgather)
+        moe_membound(b, PT_OPK_MOE_PERMUTE, "moe_permute_fwd", x.ab * x.h * (in + out), out,
+                     x.h);
+    moe_to_experts(b, &x, PT_OPK_MOE_DISPATCH, etp ? PT_OPK_ETP_ALLGATHER : PT_OPK_COUNT);
+    if (x.allgather)
+        moe_membound(b, PT_OPK_MOE_PERMUTE, "moe_permute_fwd", x.ab * x.h * (in + out), out,
+                     x.h);
+    expert_gemm(b, PT_OPK_EXPERT_FC1, PT_PARAM_EXPERT_FC1, &x, rows, (int64_t)x.up, d->h,
+                PT_GEMM_FWD);
+    moe_act(b, &x, false);
+    expert_gemm(b, PT_OPK_EXPERT_FC2, PT_PARAM_EXPERT_FC2, &x, rows, d->h, (int64_t)x.fe,
+                PT_GEMM_FWD);
+    moe_to_experts(b, &x, PT_OPK_MOE_COMBINE, etp ? PT_OPK_ETP_REDUCESCATTER : PT_OPK_COUNT);
+    /* the copies read with their weights, the tokens' sums written */
+    moe_membound(b, PT_OPK_MOE_UNPERMUTE, "moe_unpermute_fwd", x.ab * x.h * (out + x.R), x.R,
+                 x.h);
+}
+
+static void moe_backward(builder *b, const dims *d)
+{
+    moe_dims x = moe_dims_of(b, d);
+    bool etp = x.etp > 1;
+    int64_t rows = moe_group_rows(&x), R = d->rows;
+    double in, out;
+    moe_permute_rows(&x, &in, &out);
+    /* the output's gradient and the copies read (the weights' gradients), the copies'
+     * gradients written */
+    moe_membound(b, PT_OPK_MOE_UNPERMUTE_BWD, "moe_unpermute_bwd",
+                 x.ab * x.h * (x.R + 2 * out), out, x.h);
+    moe_to_experts(b, &x, PT_OPK_MOE_COMBINE_BWD, etp ? PT_OPK_ETP_ALLGATHER_BWD : PT_OPK_COUNT);
+    expert_gemm(b, PT_OPK_EXPERT_FC2_DGRAD, PT_PARAM_EXPERT_FC2, &x, rows, (int64_t)x.fe, d->h,
+                PT_GEMM_DGRAD_WRITE);
+    expert_gemm(b, PT_OPK_EXPERT_FC2_WGRAD, PT_PARAM_EXPERT_FC2, &x, d->h, (int64_t)x.fe, rows,
+                wgrad_role(b, PT_PARAM_EXPERT_FC2));
+    moe_act(b, &x, true);
+    expert_gemm(b, PT_OPK_EXPERT_FC1_DGRAD, PT_PARAM_EXPERT_FC1, &x, rows, d->h, (int64_t)x.up,
+                PT_GEMM_DGRAD_WRITE);
+    expert_gemm(b, PT_OPK_EXPERT_FC1_WGRAD, PT_PARAM_EXPERT_FC1, &x, (int64_t)x.up, d->h, rows,
+                wgrad_role(b, PT_PARAM_EXPERT_FC1));
+    if (x.allgather)
+        moe_membound(b, PT_OPK_MOE_PERMUTE_BWD, "moe_permute_bwd",
+                     x.ab * x.h * (out + 2 * in), in, x.h);
+    moe_to_experts(b, &x, PT_OPK_MOE_DISPATCH_BWD,
+                   etp ? PT_OPK_ETP_REDUCESCATTER_BWD : PT_OPK_COUNT);
+    if (!x.allgather) /* the copies' gradients summed into the tokens' (added to) */
+        moe_membound(b, PT_OPK_MOE_PERMUTE_BWD, "moe_permute_bwd",
+                     x.ab * x.h * (out + 2 * in), in, x.h);
+    /* the weights' gradients and the scores read, the logits' gradient written */
+    moe_membound(b, PT_OPK_MOE_ROUTE_BWD, "moe_route_bwd", x.R * x.E * (x.ab + 4) + 8 * x.R * x.k,
+                 x.R, x.E);
+    writes(gemm(b, PT_OPK_ROUTER_DGRAD, PT_PARAM_ROUTER, R, d->h, (int64_t)x.E, PT_GEMM_DGRAD),
+           PT_TEN_DLN_ROWS);
+    reads(gemm(b, PT_OPK_ROUTER_WGRAD, PT_PARAM_ROUTER, (int64_t)x.E, d->h, R,
+               wgrad_role(b, PT_PARAM_ROUTER)),
+          PT_TEN_LN2);
 }
 
 /* ---- Transformer layer ---------------------------------------------------------- */
@@ -1037,7 +1326,7 @@ typedef struct {
 
 static int attention_projs(const dims *d, proj p[3])
 {
-    p[0] = (proj){PT_OPK_Q, PT_OPK_Q_DGRAD, PT_OPK_Q_WGRAD, PT_PARAM_Q, d->h / d->t,
+    p[0] = (proj){PT_OPK_Q, PT_OPK_Q_DGRAD, PT_OPK_Q_WGRAD, PT_PARAM_Q, d->qd,
                   PT_GEMM_FWD};
     p[1] = (proj){PT_OPK_K, PT_OPK_K_DGRAD, PT_OPK_K_WGRAD, PT_PARAM_K, d->kvr, PT_GEMM_FWD};
     p[2] = (proj){PT_OPK_V, PT_OPK_V_DGRAD, PT_OPK_V_WGRAD, PT_PARAM_V, d->kvr, PT_GEMM_FWD};
@@ -1073,7 +1362,7 @@ static int mlp_projs(const builder *b, const dims *d, proj p[2])
  * adding into one input gradient: a batch's products cannot be summed. */
 static bool shared_qkv(const builder *b, const dims *d)
 {
-    return gemm_epilogues(b) && b->c->l->tp == 1 && d->kvr == d->h / d->t;
+    return gemm_epilogues(b) && b->c->l->tp == 1 && d->kvr == d->qd;
 }
 
 /* The column-parallel projections reading the norm output `in`; with `batched` their
@@ -1148,6 +1437,17 @@ static bool residual_in_gemm(const builder *b)
     return gemm_epilogues(b) && b->c->l->tp == 1;
 }
 
+/* The dense MLP from the second norm's output to its (reduced) output. */
+static void mlp_forward(builder *b, const dims *d, const proj *mlp, int nm,
+                        pt_gemm_role row_role)
+{
+    column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm, PT_OPK_COUNT);
+    if (!fused_gelu(b))
+        activation(b, d, false);
+    gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t, row_role);
+    tp_exit(b, d, PT_TEN_MLP_RES);
+}
+
 static void layer_forward(builder *b, const dims *d)
 {
     proj attn[3], mlp[2];
@@ -1158,11 +1458,12 @@ static void layer_forward(builder *b, const dims *d)
     norm(b, d, PT_OPK_NORM1, PT_PARAM_NORM1, false);
     column_parallel_fwd(b, d, PT_TEN_LN1, attn, na,
                         shared_qkv(b, d) ? PT_OPK_QKV : PT_OPK_COUNT);
+    qk_norm(b, d, false);
     rope(b, d, false);
     cp_forward_in(b, d);
     attention_core(b, d, false);
     cp_forward_out(b, d);
-    gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->h / d->t, row_role);
+    gemm(b, PT_OPK_ATTN_OUT, PT_PARAM_ATTN_OUT, d->tokens, d->h, d->qd, row_role);
     tp_exit(b, d, PT_TEN_ATTN_RES);
     if (res) {
         norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
@@ -1172,11 +1473,14 @@ static void layer_forward(builder *b, const dims *d)
         residual_add(b, d, PT_OPK_ADD1);
         norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
     }
-    column_parallel_fwd(b, d, PT_TEN_LN2, mlp, nm, PT_OPK_COUNT);
-    if (!fused_gelu(b))
-        activation(b, d, false);
-    gemm(b, PT_OPK_MLP_DOWN, PT_PARAM_MLP_DOWN, d->tokens, d->h, d->f / d->t, row_role);
-    tp_exit(b, d, PT_TEN_MLP_RES);
+    if (b->c->moe_layer) { /* the shared experts (when there are), then the routed */
+        if (d->f > 0)
+            mlp_forward(b, d, mlp, nm, PT_GEMM_FWD);
+        moe_forward(b, d);
+        residual_add(b, d, PT_OPK_ADD2);
+        return;
+    }
+    mlp_forward(b, d, mlp, nm, row_role);
     if (!res)
         residual_add(b, d, PT_OPK_ADD2);
 }
@@ -1247,18 +1551,22 @@ static void layer_backward(builder *b, const dims *d)
         if (op_policy)
             recompute_op_policy(b, d);
     }
-    if (fused_gelu(b)) {
-        row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD_GELU, PT_OPK_MLP_DOWN_WGRAD,
-                         PT_PARAM_MLP_DOWN, d->f / d->t, PT_GEMM_DGRAD_DGELU);
-    } else {
-        row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD, PT_PARAM_MLP_DOWN,
-                         d->f / d->t, PT_GEMM_DGRAD_WRITE);
-        activation(b, d, true);
+    if (c->moe_layer)
+        moe_backward(b, d);
+    if (!c->moe_layer || d->f > 0) {
+        if (fused_gelu(b)) {
+            row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD_GELU, PT_OPK_MLP_DOWN_WGRAD,
+                             PT_PARAM_MLP_DOWN, d->f / d->t, PT_GEMM_DGRAD_DGELU);
+        } else {
+            row_parallel_bwd(b, d, PT_OPK_MLP_DOWN_DGRAD, PT_OPK_MLP_DOWN_WGRAD,
+                             PT_PARAM_MLP_DOWN, d->f / d->t, PT_GEMM_DGRAD_WRITE);
+            activation(b, d, true);
+        }
+        column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm, PT_OPK_COUNT);
     }
-    column_parallel_bwd(b, d, PT_TEN_LN2, mlp, nm, PT_OPK_COUNT);
     norm(b, d, PT_OPK_NORM2_BWD, PT_PARAM_NORM2, true);
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
-                     d->h / d->t, PT_GEMM_DGRAD_WRITE);
+                     d->qd, PT_GEMM_DGRAD_WRITE);
     cp_backward_in(b, d);
     if (selective && !op_policy) {
         b->recompute = true; /* the attention core, just before its backward */
@@ -1268,13 +1576,19 @@ static void layer_backward(builder *b, const dims *d)
     attention_core(b, d, true);
     cp_backward_out(b, d);
     rope(b, d, true);
+    qk_norm(b, d, true);
     column_parallel_bwd(b, d, PT_TEN_LN1, attn, na,
                         shared_qkv(b, d) ? PT_OPK_QKV_WGRAD : PT_OPK_COUNT);
     norm(b, d, PT_OPK_NORM1_BWD, PT_PARAM_NORM1, true);
     if (c->l->zero >= 2) { /* ZeRO-2/3 reduce-scatter each layer's gradients at once */
-        double bytes = (double)pt_params_layer(c->m, c->l->tp) * pt_grad_reduce_bytes(c);
+        double dense, experts;
+        layer_params(c, &dense, &experts);
         coll(b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_LAYER_GRADS, PT_TEN_LAYER_GRADS},
-             PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, bytes, 1, true);
+             PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, dense * pt_grad_reduce_bytes(c), 1, true);
+        if (experts > 0)
+            coll(b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_LAYER_GRADS, PT_TEN_LAYER_GRADS},
+                 PT_COLL_REDUCESCATTER, PT_GROUP_EDP, experts * pt_grad_reduce_bytes(c), 1,
+                 true);
     }
 }
 
@@ -1395,9 +1709,20 @@ static double step_flops(const pt_opctx *c, bool with_recompute)
 {
     pt_oplist o = {0};
     double per_mb = 0; /* one micro-batch on one rank of every stage, all layers */
-    pt_ops_layer(c, false, &o);
-    pt_ops_layer(c, true, &o);
-    per_mb += (double)c->m->layers * list_flops(&o, with_recompute);
+    int64_t moe = pt_model_moe_layers(c->m, 0, c->m->layers);
+    for (int kind = 0; kind < 2; kind++) { /* the dense layers, the MoE layers */
+        int64_t layers = kind ? moe : c->m->layers - moe;
+        if (layers == 0)
+            continue;
+        pt_opctx lc = *c;
+        lc.moe_layer = kind == 1;
+        /* model FLOPs count the balanced routing, whatever the busiest rank runs */
+        lc.moe_imbalance = 1;
+        o.n = 0;
+        pt_ops_layer(&lc, false, &o);
+        pt_ops_layer(&lc, true, &o);
+        per_mb += (double)layers * list_flops(&o, with_recompute);
+    }
     o.n = 0;
     pt_ops_embed(c, false, &o);
     pt_ops_embed(c, true, &o);

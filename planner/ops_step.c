@@ -73,7 +73,8 @@ double pt_bucket_shares(int64_t len, int64_t bucket, int64_t N)
  * per bucket, without a list as long as the bucket count (a tiny bucket_bytes would
  * make that list enormous). Past 2^30 buckets the count stays 2^30 and each carries
  * its share of the rest. */
-static void buckets_of(builder *b, double total, double bucket, double wire, pt_coll what)
+static void buckets_in(builder *b, double total, double bucket, double wire, pt_coll what,
+                       pt_group_kind group)
 {
     moves grads = {PT_TEN_GRADS, PT_TEN_GRADS};
     double full = floor(total / bucket), rest = total - full * bucket;
@@ -83,9 +84,14 @@ static void buckets_of(builder *b, double total, double bucket, double wire, pt_
         rest = 0;
     }
     if (full >= 1)
-        coll(b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, bucket * wire, (int)full, true);
+        coll(b, PT_OPK_DP_BUCKET, grads, what, group, bucket * wire, (int)full, true);
     if (rest > 0)
-        coll(b, PT_OPK_DP_BUCKET, grads, what, PT_GROUP_DPCP, rest * wire, 1, true);
+        coll(b, PT_OPK_DP_BUCKET, grads, what, group, rest * wire, 1, true);
+}
+
+static void buckets_of(builder *b, double total, double bucket, double wire, pt_coll what)
+{
+    buckets_in(b, total, bucket, wire, what, PT_GROUP_DPCP);
 }
 
 /* An fp32 kernel of PowerSGD run `count` times (once per layer). */
@@ -216,6 +222,15 @@ int pt_ops_grad_sync(const pt_opctx *c, double params, int64_t layers, pt_oplist
     return finish(&b);
 }
 
+int pt_ops_expert_sync(const pt_opctx *c, double experts, pt_oplist *out)
+{
+    builder b = {.c = c, .out = out};
+    if (c->l->zero <= 1 && experts > 0)
+        buckets_in(&b, experts * pt_grad_reduce_bytes(c), pt_bucket_bytes(c), 1,
+                   c->l->zero == 0 ? PT_COLL_ALLREDUCE : PT_COLL_REDUCESCATTER, PT_GROUP_EDP);
+    return finish(&b);
+}
+
 double pt_step_tied(const pt_opctx *c, int vs, int V)
 {
     if (!c->m->tied_embeddings || c->l->pp == 1 || (vs != 0 && vs != V - 1))
@@ -266,8 +281,9 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
                                     .ranks_per_node = c->world_ranks_per_node, .bytes = 8};
         }
     }
-    int64_t shard = (int64_t)c->l->dp * c->l->cp;
-    double mine = zero >= 1 ? sp->params / (double)shard : sp->params;
+    int64_t shard = (int64_t)c->l->dp * c->l->cp, eshard = pt_layout_edp(c->l);
+    double dense = sp->params - sp->experts;
+    double mine = zero >= 1 ? dense / (double)shard + sp->experts / (double)eshard : sp->params;
     pt_precision p = c->prec;
     /* Adam reads gradient, master weight and both moments and writes the last three
      * and the working weight. */
@@ -283,7 +299,7 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
     }
     /* With param_overlap the gather runs beside the next step's forward (the simulator
      * hides it behind that forward). */
-    double gather = zero == 1 || zero == 2 ? sp->params : zero >= 3 ? sp->edge : 0;
+    double gather = zero == 1 || zero == 2 ? dense : zero >= 3 ? sp->edge : 0;
     /* ptrun's ZeRO 1 keeps the whole fp32 master on every rank and gathers it, then
      * rounds its compute copy (runtime/engine.c, gather_updated); ZeRO 2/3 and the
      * other stacks gather the weights in their own type */
@@ -294,6 +310,11 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
     if (gather > 0)
         coll(&b, PT_OPK_ZERO_ALLGATHER, (moves){PT_TEN_WEIGHTS, PT_TEN_WEIGHTS},
              PT_COLL_ALLGATHER, PT_GROUP_DPCP, (gather - fp8) * gather_bytes + fp8, 1,
+             c->l->param_overlap);
+    /* the experts' shards, gathered over their own group */
+    if ((zero == 1 || zero == 2) && sp->experts > 0)
+        coll(&b, PT_OPK_ZERO_ALLGATHER, (moves){PT_TEN_WEIGHTS, PT_TEN_WEIGHTS},
+             PT_COLL_ALLGATHER, PT_GROUP_EDP, sp->experts * gather_bytes, 1,
              c->l->param_overlap);
     return finish(&b);
 }

@@ -14,8 +14,10 @@
  * t/k ranks that share it (Megatron-LM's rule for tp > num_query_groups).
  *
  * Letters: h hidden, a heads, k key/value heads, f FFN size, v vocabulary, s sequence,
- * t tensor-parallel size; hd = h/a is the head dimension and kvd = k·hd the width of
- * the K (and of the V) projection.
+ * t tensor-parallel size; d is the head dimension (h/a unless the model says) and k·d
+ * the width of the K (and of the V) projection. A mixture-of-experts layer's experts
+ * are split over ep ranks (E/ep each) and each expert's MLP over etp ranks, as a dense
+ * MLP over tp.
  */
 #include "spec.h"
 
@@ -71,28 +73,60 @@ int pt_kv_head_copies(const pt_model *m, int tp)
     return m->kv_heads >= t ? 1 : (int)(t / m->kv_heads);
 }
 
-int64_t pt_params_layer(const pt_model *m, int tp)
+/* Attention with its norm on one rank: column-parallel q, k, v (a·d wide, k·d each
+ * for k and v), the row-parallel output projection, and q/k norms (one d-wide gain
+ * each, shared by the heads, replicated). */
+static int64_t params_attention(const pt_model *m, int tp)
 {
-    int64_t t = pt_params_tp(tp);
-    int64_t h = m->hidden, f = m->ffn;
-    int64_t hd = m->heads > 0 ? h / m->heads : h;
-    /* output width of the fused Q, K, V projection on one rank */
-    int64_t qkv = h / t + 2 * pt_kv_heads_rank(m, tp) * hd;
-
-    /* Attention: column-parallel QKV, row-parallel output projection. */
-    int64_t n = h * qkv + h * h / t;
+    int64_t t = pt_params_tp(tp), h = m->hidden, d = pt_model_head_dim(m);
+    int64_t qd = m->heads * d; /* attention's width, a·d (h unless head_dim says) */
+    int64_t qkv = qd / t + 2 * pt_kv_heads_rank(m, tp) * d;
+    int64_t n = h * qkv + qd / t * h;
     if (m->bias)
         n += qkv + h;
+    if (m->qk_norm)
+        n += 2 * d;
+    return n + pt_params_norm(m);
+}
 
-    /* MLP: column-parallel up (and gate for SwiGLU), row-parallel down. */
+/* An MLP of inner size f split over `split` ranks: column-parallel up (and gate for
+ * SwiGLU), row-parallel down, whose bias is replicated. */
+static int64_t params_mlp(const pt_model *m, int64_t f, int split)
+{
+    int64_t t = pt_params_tp(split), h = m->hidden;
     int64_t up = m->act == PT_ACT_SWIGLU ? 2 * f : f;
-    n += h * up / t + f * h / t;
+    int64_t n = h * up / t + f * h / t;
     if (m->bias)
         n += up / t + h;
-
-    /* Pre-attention and pre-MLP norms, replicated. */
-    n += 2 * pt_params_norm(m);
     return n;
+}
+
+int64_t pt_params_layer(const pt_model *m, int tp)
+{
+    /* attention, the pre-MLP norm and the MLP */
+    return params_attention(m, tp) + pt_params_norm(m) + params_mlp(m, m->ffn, tp);
+}
+
+int64_t pt_params_moe_layer_dense(const pt_model *m, int tp)
+{
+    int64_t n = params_attention(m, tp) + pt_params_norm(m);
+    /* the router, (E, h), replicated on every rank (Megatron-Core's TopKRouter) */
+    n += m->moe.experts * m->hidden + (m->bias ? m->moe.experts : 0);
+    /* shared experts as one MLP of their summed width, split over tp as a dense one */
+    if (m->moe.shared_experts > 0)
+        n += params_mlp(m, m->moe.shared_experts * m->moe.shared_ffn, tp);
+    return n;
+}
+
+int64_t pt_params_experts(const pt_model *m, int ep, int etp)
+{
+    int64_t local = m->moe.experts / (ep < 1 ? 1 : ep);
+    return local * params_mlp(m, m->moe.expert_ffn, etp);
+}
+
+int64_t pt_params_moe_layer(const pt_model *m, int tp, int ep, int etp)
+{
+    return pt_params_moe_layer_dense(m, tp) + pt_params_experts(m, ep, etp);
 }
 
 int64_t pt_params_embedding(const pt_model *m, int tp)
@@ -113,14 +147,33 @@ int64_t pt_params_head(const pt_model *m, int tp, int pp)
     return n;
 }
 
-int64_t pt_model_params_total(const pt_model *m)
+/* The transformer layers' parameters (whole, tp = ep = etp = 1), with top_k of each
+ * MoE layer's experts when `active`. */
+static int64_t params_layers(const pt_model *m, bool active)
+{
+    int64_t moe = pt_model_moe_layers(m, 0, m->layers);
+    int64_t n = (m->layers - moe) * pt_params_layer(m, 1);
+    if (moe > 0) {
+        int64_t experts = pt_params_experts(m, 1, 1);
+        if (active)
+            experts = experts / m->moe.experts * m->moe.top_k;
+        n += moe * (pt_params_moe_layer_dense(m, 1) + experts);
+    }
+    return n;
+}
+
+static int64_t params_whole(const pt_model *m, bool active)
 {
     /* the model's own parameters, as published: the vocabulary's padding rows
      * (pt_vocab_padded) are allocated and trained but not counted */
     int64_t tables = m->tied_embeddings ? 1 : 2;
-    return pt_params_embedding(m, 1) + m->layers * pt_params_layer(m, 1) +
-           pt_params_head(m, 1, 1) - tables * (pt_vocab_padded(m, 1) - m->vocab) * m->hidden;
+    return pt_params_embedding(m, 1) + params_layers(m, active) + pt_params_head(m, 1, 1) -
+           tables * (pt_vocab_padded(m, 1) - m->vocab) * m->hidden;
 }
+
+int64_t pt_model_params_total(const pt_model *m) { return params_whole(m, false); }
+
+int64_t pt_model_params_active(const pt_model *m) { return params_whole(m, true); }
 
 int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool first,
                        bool last)
@@ -165,13 +218,13 @@ bool pt_psgd_group_closes(int64_t *acc, int64_t rows, int64_t cols, int64_t buck
 int pt_psgd_layer_matrices(const pt_model *m, int tp, int64_t shape[PT_PSGD_LAYER_MAX][2])
 {
     int64_t t = pt_params_tp(tp), h = m->hidden, f = m->ffn;
-    int64_t hd = m->heads > 0 ? h / m->heads : h, kvr = pt_kv_heads_rank(m, tp) * hd;
+    int64_t d = pt_model_head_dim(m), qd = m->heads * d, kvr = pt_kv_heads_rank(m, tp) * d;
     int n = 0;
 #define MAT(r, c) (shape[n][0] = (r), shape[n][1] = (c), n++)
-    MAT(h / t, h); /* q, k, v: column-parallel */
+    MAT(qd / t, h); /* q, k, v: column-parallel */
     MAT(kvr, h);
     MAT(kvr, h);
-    MAT(h, h / t); /* attn_out: row-parallel */
+    MAT(h, qd / t); /* attn_out: row-parallel */
     if (m->act == PT_ACT_SWIGLU)
         MAT(f / t, h); /* mlp_gate */
     MAT(f / t, h);     /* mlp_up */

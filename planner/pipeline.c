@@ -368,15 +368,50 @@ int64_t pt_rank_layers(const pt_model *m, const pt_layout *l, int r)
     return n;
 }
 
+int64_t pt_stage_params(const pt_model *m, const pt_layout *l, int vs, int64_t *experts)
+{
+    int64_t first, layers = pt_stage_layers(m, l, vs, &first);
+    int64_t moe = pt_model_moe_layers(m, first, layers), V = (int64_t)l->pp * l->vp;
+    int64_t n = pt_params_part(m, l->tp, l->pp, layers - moe, vs == 0, vs == V - 1);
+    int64_t e = moe * pt_params_experts(m, l->ep, l->etp);
+    n += moe * pt_params_moe_layer_dense(m, l->tp) + e;
+    if (experts)
+        *experts = e;
+    return n;
+}
+
+int64_t pt_rank_params(const pt_model *m, const pt_layout *l, int r, int64_t *experts)
+{
+    int64_t n = 0, e = 0, vp = l->vp > 1 ? l->vp : 1, p = l->pp > 1 ? l->pp : 1;
+    for (int64_t c = 0; c < vp; c++) {
+        int64_t ce;
+        n += pt_stage_params(m, l, (int)(c * p + r), &ce);
+        e += ce;
+    }
+    if (experts)
+        *experts = e;
+    return n;
+}
+
+/* Whether some layers of m are mixtures of experts and others not. */
+static bool mixed_layers(const pt_model *m)
+{
+    int64_t moe = pt_model_moe_layers(m, 0, m->layers);
+    return moe > 0 && moe < m->layers;
+}
+
 bool pt_pipe_middle_alike(const pt_model *m, const pt_layout *l)
 {
-    if (!l->pipe.n)
+    if (!l->pipe.n && !mixed_layers(m))
         return true; /* the rule of first_layers/last_layers treats them alike */
     int p = l->pp, vp = l->vp;
     for (int r = 2; r < p - 1; r++)
-        for (int c = 0; c < vp; c++)
-            if (pt_stage_layers(m, l, c * p + r, NULL) != pt_stage_layers(m, l, c * p + 1, NULL))
+        for (int c = 0; c < vp; c++) {
+            int64_t f1, fr, n1 = pt_stage_layers(m, l, c * p + 1, &f1),
+                            nr = pt_stage_layers(m, l, c * p + r, &fr);
+            if (nr != n1 || pt_model_moe_layers(m, fr, nr) != pt_model_moe_layers(m, f1, n1))
                 return false;
+        }
     return true;
 }
 

@@ -139,7 +139,8 @@ static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "p
                                           "schedule", "order", "world", "dp_overlap",
                                           "param_overlap", "first_layers", "last_layers",
                                           "compress", "powersgd_rank", "powersgd_start",
-                                          "pipeline_layout", "cp_comm", "cp_a2a", NULL};
+                                          "pipeline_layout", "cp_comm", "cp_a2a", "ep", "etp",
+                                          "moe_dispatch", NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
@@ -218,13 +219,16 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
                      .dp = (int)v[4], .zero = (int)v[5], .mbs = v[6], .n_micro = v[7],
                      .sp = sp, .tp_overlap = overlap, .recompute = (pt_recompute)rec,
                      .schedule = (pt_schedule)sch, .dp_overlap = PT_DPO_LAST,
-                     .powersgd_rank = PT_POWERSGD_RANK, .powersgd_start = PT_POWERSGD_START};
+                     .powersgd_rank = PT_POWERSGD_RANK, .powersgd_start = PT_POWERSGD_START,
+                     .ep = 1, .etp = 1, .moe_dispatch = PT_MOED_ALLTOALL};
     /* Fields that plans written before they existed leave out (their defaults). */
     static const char *const dpo_names[] = {"none", "last", "backward"};
     static const char *const compress_names[] = {"none", "bf16", "powersgd"};
     static const char *const cpc_names[] = {"p2p", "all_gather", "a2a", "a2a+p2p"};
     int dpo = PT_DPO_LAST, cmp = PT_COMPRESS_NONE, cpc = PT_CPC_P2P;
-    int64_t psgd_rank = PT_POWERSGD_RANK, cp_a2a = 0;
+    static const char *const moed_names[] = {"alltoall", "allgather", "flex"};
+    int moed = PT_MOED_ALLTOALL;
+    int64_t psgd_rank = PT_POWERSGD_RANK, cp_a2a = 0, ep = 1, etp = 1;
     if ((json_object_get(o.obj, "compress") &&
          pt_json_get_enum(&o, "compress", compress_names, PT_COMPRESS_COUNT, &cmp, err)) ||
         (json_object_get(o.obj, "powersgd_rank") &&
@@ -242,8 +246,15 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
         (json_object_get(o.obj, "cp_comm") &&
          pt_json_get_enum(&o, "cp_comm", cpc_names, PT_CPC_COUNT, &cpc, err)) ||
         (json_object_get(o.obj, "cp_a2a") &&
-         get_int_in(&o, "cp_a2a", 1, v[3], &cp_a2a, err)))
+         get_int_in(&o, "cp_a2a", 1, v[3], &cp_a2a, err)) ||
+        (json_object_get(o.obj, "ep") && get_int_in(&o, "ep", 1, PT_MAX_WORLD, &ep, err)) ||
+        (json_object_get(o.obj, "etp") && get_int_in(&o, "etp", 1, PT_MAX_WORLD, &etp, err)) ||
+        (json_object_get(o.obj, "moe_dispatch") &&
+         pt_json_get_enum(&o, "moe_dispatch", moed_names, PT_MOED_COUNT, &moed, err)))
         return -1;
+    l->ep = (int)ep;
+    l->etp = (int)etp;
+    l->moe_dispatch = (pt_moe_dispatch)moed;
     l->cp_comm = (pt_cp_comm)cpc;
     l->cp_a2a = (int)cp_a2a;
     if (json_object_get(o.obj, "pipeline_layout")) {
@@ -406,10 +417,11 @@ static int read_predicted(const pt_json_obj *top, pt_sim_result *r, pt_memory *m
         if (pt_json_get_object(&o, "breakdown", NULL, &bd, err))
             return -1;
         for (int k = 0; k < PT_BD_COUNT; k++)
-            if (pt_json_get_object(&bd, pt_bd_name((pt_bd)k), part_keys, &part, err) ||
+            if ((k != PT_BD_EP || json_object_get(bd.obj, pt_bd_name((pt_bd)k))) &&
+                (pt_json_get_object(&bd, pt_bd_name((pt_bd)k), part_keys, &part, err) ||
                 get_real_in(&part, "exposed_s", 0, 1e18, &r->breakdown_s[k], err) ||
-                get_real_in(&part, "hidden_s", 0, 1e18, &r->hidden_s[k], err))
-                return -1;
+                 get_real_in(&part, "hidden_s", 0, 1e18, &r->hidden_s[k], err)))
+                return -1; /* (plans written before the experts' "ep" have none) */
     }
     return read_memory(&o, mem, err);
 }

@@ -30,6 +30,12 @@ json_t *pt_layout_json(const pt_layout *l)
         json_object_set_new(o, "cp_comm", json_string(pt_cp_comm_name(l->cp_comm)));
     if (o && l->cp_comm == PT_CPC_A2A_P2P)
         json_object_set_new(o, "cp_a2a", json_integer(l->cp_a2a));
+    if (o && (l->ep > 1 || l->etp > 1)) {
+        json_object_set_new(o, "ep", json_integer(l->ep));
+        json_object_set_new(o, "etp", json_integer(l->etp));
+        json_object_set_new(o, "moe_dispatch",
+                            json_string(pt_moe_dispatch_name(l->moe_dispatch)));
+    }
     if (o && l->pipe.n) {
         char pipe[PT_PIPE_TEXT_MAX];
         pt_pipe_format(&l->pipe, pipe, sizeof pipe);

@@ -93,7 +93,7 @@ void pt_cost_hw_of(const pt_cluster *c, pt_cost_hw *hw)
 /* ---- Pricing ---------------------------------------------------------------------- */
 
 static const char *const bd_names[PT_BD_COUNT] = {
-    "gemm", "attention", "other_compute", "tp", "cp", "dp_zero", "pipeline_p2p",
+    "gemm", "attention", "other_compute", "tp", "cp", "ep", "dp_zero", "pipeline_p2p",
     "optimizer", "overhead", "bubble"};
 
 const char *pt_bd_name(pt_bd b)
@@ -267,31 +267,43 @@ static void list_add(list_time *dst, const list_time *src, double scale)
     }
 }
 
-typedef enum { L_FWD, L_BWD, E_FWD, E_BWD, H_FWD, H_BWD, N_LISTS } list_id;
+/* The lists of a micro-batch: a dense layer, the embedding, the head, a
+ * mixture-of-experts layer, each forward and backward. */
+typedef enum { L_FWD, L_BWD, E_FWD, E_BWD, H_FWD, H_BWD, M_FWD, M_BWD, N_LISTS } list_id;
 
-/* Prices the op lists of one micro-batch: layer, embedding and head, both ways. */
-static int price_micro_batch(const pricer *p, const pt_opctx *ctx, double layer_runs,
-                             double end_runs, list_time out[N_LISTS])
+/* Prices the op lists of one micro-batch: the layers of each kind the model has
+ * (`dense_runs` and `moe_runs` times in a step), embedding and head, both ways. */
+static int price_micro_batch(const pricer *p, const pt_opctx *ctx, double dense_runs,
+                             double moe_runs, double end_runs, list_time out[N_LISTS])
 {
     pt_oplist o = {0};
     int rc = 0;
     for (int id = 0; id < N_LISTS && rc == 0; id++) {
         o.n = 0;
-        bool bwd = id == L_BWD || id == E_BWD || id == H_BWD;
-        rc = id <= L_BWD ? pt_ops_layer(ctx, bwd, &o)
+        out[id] = (list_time){0};
+        bool bwd = id == L_BWD || id == E_BWD || id == H_BWD || id == M_BWD;
+        bool dense = id <= L_BWD, moe = id >= M_FWD;
+        if ((dense && dense_runs == 0) || (moe && moe_runs == 0))
+            continue;
+        pt_opctx lc = *ctx;
+        lc.moe_layer = moe;
+        rc = dense || moe ? pt_ops_layer(&lc, bwd, &o)
              : id <= E_BWD ? pt_ops_embed(ctx, bwd, &o)
                            : pt_ops_head(ctx, bwd, &o);
-        out[id] = price_list(p, &o, id <= L_BWD ? layer_runs : end_runs);
+        out[id] = price_list(p, &o, dense ? dense_runs : moe ? moe_runs : end_runs);
     }
     pt_oplist_free(&o);
     return rc;
 }
 
-/* Parameters of virtual stage vs (of V). */
-static double stage_params(const pt_model *m, const pt_layout *l, int vs, int V)
+/* Parameters of virtual stage vs, and in *experts (may be NULL) the experts' of them. */
+static double stage_params(const pt_model *m, const pt_layout *l, int vs, double *experts)
 {
-    return (double)pt_params_part(m, l->tp, l->pp, pt_stage_layers(m, l, vs, NULL), vs == 0,
-                                  vs == V - 1);
+    int64_t e;
+    double n = (double)pt_stage_params(m, l, vs, &e);
+    if (experts)
+        *experts = (double)e;
+    return n;
 }
 
 /* The reduction of each virtual stage's gradient buckets; sync_prov[vs] gets its
@@ -305,12 +317,13 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
     double kernel_prov[PT_PROV_COUNT] = {0};
     for (int vs = 0; vs < V; vs++) {
         o.n = 0;
-        double params = stage_params(ctx->m, l, vs, V) - pt_step_tied_out(ctx, vs, V);
+        double experts, before_experts = 0;
+        double params = stage_params(ctx->m, l, vs, &experts) - pt_step_tied_out(ctx, vs, V);
         int64_t layers = pt_stage_layers(ctx->m, l, vs, NULL);
         /* a stage like the one before (the middle ones of a pipeline) costs the same */
-        if (vs > 0 && params == stage_params(ctx->m, l, vs - 1, V) -
+        if (vs > 0 && params == stage_params(ctx->m, l, vs - 1, &before_experts) -
                                    pt_step_tied_out(ctx, vs - 1, V) &&
-            layers == pt_stage_layers(ctx->m, l, vs - 1, NULL)) {
+            experts == before_experts && layers == pt_stage_layers(ctx->m, l, vs - 1, NULL)) {
             out->sync_s[vs] = out->sync_s[vs - 1];
             out->sync_buckets[vs] = out->sync_buckets[vs - 1];
             out->sync_compute_s[vs] = out->sync_compute_s[vs - 1];
@@ -320,7 +333,8 @@ static int price_sync(const pricer *p, const pt_opctx *ctx, const pt_layout *l,
             }
             continue;
         }
-        if (pt_ops_grad_sync(ctx, params, layers, &o)) {
+        if (pt_ops_grad_sync(ctx, params - experts, layers, &o) ||
+            pt_ops_expert_sync(ctx, experts, &o)) {
             pt_oplist_free(&o);
             return -1;
         }
@@ -362,7 +376,9 @@ static int price_optimizer(const pricer *p, const pt_opctx *ctx, const pt_layout
     for (int r = 0; r < l->pp; r++) {
         pt_step_params sp = {0};
         for (int c = 0; c < l->vp; c++) {
-            sp.params += stage_params(ctx->m, l, c * l->pp + r, V);
+            double experts;
+            sp.params += stage_params(ctx->m, l, c * l->pp + r, &experts);
+            sp.experts += experts;
             if (ctx->t->fp8.param_gather && pt_train_fp8(ctx->t))
                 sp.fp8_linear += (double)pt_stage_layers(ctx->m, l, c * l->pp + r, NULL) *
                                  pt_layer_linear_elems(ctx->m, l->tp, NULL);
@@ -460,13 +476,15 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
     pt_opctx_init(&ctx, m, l, t, c);
     int V = l->pp * l->vp;
     double n = (double)l->n_micro;
+    int64_t moe_layers = pt_model_moe_layers(m, 0, m->layers);
     list_time lt[N_LISTS];
     double *gather_s = calloc((size_t)l->pp, sizeof *gather_s);
     /* the step-end collectives' time by provenance, counted where exposed (below) */
     double(*sync_prov)[PT_PROV_COUNT] = calloc((size_t)V, sizeof *sync_prov);
     double(*gather_prov)[PT_PROV_COUNT] = calloc((size_t)l->pp, sizeof *gather_prov);
     if (!gather_s || !sync_prov || !gather_prov ||
-        price_micro_batch(&p, &ctx, n * (double)m->layers, n, lt) ||
+        price_micro_batch(&p, &ctx, n * (double)(m->layers - moe_layers),
+                          n * (double)moe_layers, n, lt) ||
         price_sync(&p, &ctx, l, out, sync_prov) ||
         price_optimizer(&p, &ctx, l, out, gather_s, gather_prov)) {
         free(gather_s);
@@ -492,10 +510,13 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
         pt_oplist_free(&o);
     }
     for (int vs = 0; vs < V; vs++) {
-        double cl = (double)pt_stage_layers(m, l, vs, NULL);
+        int64_t first, layers = pt_stage_layers(m, l, vs, &first);
+        double cm = (double)pt_model_moe_layers(m, first, layers), cl = (double)layers - cm;
         list_time f = {0}, b = {0};
         list_add(&f, &lt[L_FWD], cl);
         list_add(&b, &lt[L_BWD], cl);
+        list_add(&f, &lt[M_FWD], cm);
+        list_add(&b, &lt[M_BWD], cm);
         list_add(&f, &first_gather, 1);
         list_add(&b, &first_gather, 1);
         if (vs == 0) {

@@ -29,6 +29,32 @@ typedef enum { PT_ACT_GELU, PT_ACT_SWIGLU } pt_act;
  * added to the attention scores inside the attention kernel, so no op of its own. */
 typedef enum { PT_POS_LEARNED, PT_POS_ROPE, PT_POS_ALIBI } pt_pos;
 
+/* How a mixture-of-experts router scores the experts from its logits: softmax over
+ * all experts (Mixtral, Qwen3, gpt-oss) or a sigmoid of each (DeepSeek-V3). */
+typedef enum { PT_ROUTER_SOFTMAX, PT_ROUTER_SIGMOID } pt_router_score;
+
+/* The mixture-of-experts part of a model (Shazeer et al. 2017; Fedus et al. 2022,
+ * "Switch Transformers"): in an MoE layer the MLP is replaced by `experts` MLPs of
+ * inner size expert_ffn, of which a router picks top_k per token, and the token's
+ * output is their sum weighted by the router's scores; shared experts (DeepSeek) see
+ * every token. experts = 0: a dense model (every other field 0). */
+typedef struct {
+    int64_t experts;        /* E */
+    int64_t top_k;          /* experts per token */
+    int64_t expert_ffn;     /* inner size of one expert's MLP (per branch for SwiGLU) */
+    int64_t shared_experts; /* experts every token goes through (0: none) */
+    int64_t shared_ffn;     /* inner size of one shared expert */
+    int64_t first_dense;    /* the first layers are dense (DeepSeek's first_k_dense) */
+    int64_t every;          /* of the layers after them, layer i is MoE when i % every
+                               == 0 (Megatron-Core's --moe-layer-freq N); 1: all */
+    pt_router_score score;
+    bool renorm;            /* the top-k scores renormalised to sum to 1 */
+    double aux_loss;        /* load-balancing loss coefficient (Switch's alpha); 0: none */
+    double capacity;        /* capacity factor: an expert takes at most capacity·T·k/E
+                               of T tokens' assignments, the rest are dropped; 0:
+                               dropless */
+} pt_moe;
+
 typedef struct {
     char name[64];
     int64_t layers;   /* L */
@@ -44,7 +70,18 @@ typedef struct {
     bool tied_embeddings; /* output head shares the token embedding */
     bool bias;            /* linear layers carry biases (GPT-2/3 yes, LLaMA no) */
     bool dropout;         /* dropout layers present (keeps 1-byte masks) */
+    int64_t head_dim;     /* d; 0: h/a. Read it through pt_model_head_dim */
+    bool qk_norm;         /* an RMSNorm over each head of q and of k before RoPE (Qwen3) */
+    pt_moe moe;           /* moe.experts = 0: dense */
 } pt_model;
+
+/* d: the head size, head_dim or h/a. Attention's width a·d may differ from h (Qwen3:
+ * 64 heads of 128 on h = 4096). */
+int64_t pt_model_head_dim(const pt_model *m);
+/* Whether layer i (0-based) of m is a mixture-of-experts layer, and how many of the
+ * `count` layers from `first` are. */
+bool pt_model_layer_moe(const pt_model *m, int64_t i);
+int64_t pt_model_moe_layers(const pt_model *m, int64_t first, int64_t count);
 
 /* Number of built-in models; pt_model_builtin(i) returns the i-th (NULL past the end). */
 int pt_model_builtin_count(void);
@@ -72,7 +109,13 @@ int64_t pt_vocab_padded(const pt_model *m, int tp);       /* v rounded up to 128
 int64_t pt_vocab_mask_elems(const pt_model *m, int tp);
 /* v rounded up to a multiple of `multiple` (times t when per_tp), then of t. */
 int64_t pt_vocab_round(const pt_model *m, int tp, int64_t multiple, bool per_tp);
-int64_t pt_params_layer(const pt_model *m, int tp);       /* one transformer layer */
+int64_t pt_params_layer(const pt_model *m, int tp);       /* one dense transformer layer */
+/* A mixture-of-experts layer on one rank: what is not an expert (attention, norms, the
+ * router, shared experts: reduced over dp×cp like a dense layer), the experts (E/ep of
+ * them, each split over etp: reduced over the expert-data-parallel group), and both. */
+int64_t pt_params_moe_layer_dense(const pt_model *m, int tp);
+int64_t pt_params_experts(const pt_model *m, int ep, int etp);
+int64_t pt_params_moe_layer(const pt_model *m, int tp, int ep, int etp);
 /* KV heads one tensor-parallel rank holds: k/t, or 1 when tp > k (each KV head then
  * replicated over the tp/k ranks whose query heads use it). */
 int64_t pt_kv_heads_rank(const pt_model *m, int tp);
@@ -83,6 +126,8 @@ int64_t pt_params_head(const pt_model *m, int tp, int pp);/* final norm + output
                                                              a copy of the embedding when tied and p > 1,
                                                              and absent when tied and p = 1 */
 int64_t pt_model_params_total(const pt_model *m);         /* the published parameter count */
+int64_t pt_model_params_active(const pt_model *m);        /* ... with top_k experts of each
+                                                             MoE layer: what a token uses */
 /* Parameters of a part of the model on one tensor-parallel rank: `layers` transformer
  * layers, with the embedding when `first` and the final norm and head when `last`
  * (pp decides whether a tied head is a copy). The one count that the memory model
@@ -90,6 +135,8 @@ int64_t pt_model_params_total(const pt_model *m);         /* the published param
  * table (checked against it) all use. */
 int64_t pt_params_part(const pt_model *m, int tp, int pp, int64_t layers, bool first,
                        bool last);
+/* (pt_params_part counts dense layers; a stage of a model with experts: layout.h's
+ * pt_stage_params.) */
 
 /* PowerSGD's matrices (compress=powersgd; planner/params.c). The weight matrices of a
  * transformer layer on one tensor-parallel rank, (rows, cols) each in the order the
@@ -264,6 +311,8 @@ typedef struct {
                                       when a stack file leaves it out */
     bool cp_a2a_kv_replicate;      /* the all-to-all replicates KV heads fewer than its
                                       degree (else they must divide by it) */
+    unsigned moe_dispatches;       /* bit k set: mixtures of experts run, with
+                                      moe_dispatch k (pt_moe_dispatch); 0: no MoE */
     unsigned zero_stages;          /* bit z set: ZeRO stage z offered */
     /* overlaps: which exist, and the default of each layout key */
     bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */
@@ -291,6 +340,9 @@ typedef struct {
     double step_overhead_s;        /* per step: launch gaps, logging, data loader */
     pt_kernel_style kernels;       /* norms, RoPE, activation: fused or eager */
     pt_selective selective;        /* what recompute=selective rebuilds */
+    int grouped_gemm_streams;      /* a mixture of experts' grouped GEMM: one GEMM per
+                                      expert, on this many streams at once (0 or 1: one
+                                      after another) */
     bool fused_epilogues;          /* the residual add inside the next norm's kernel and,
                                       for GELU models, the GELU and its derivative in the
                                       MLP GEMMs' epilogues (ptrun: cuBLASLt's) */
@@ -413,6 +465,9 @@ typedef struct {
     pt_fp8 fp8;             /* FP8 GEMMs on top of the precision [off] */
     int64_t bucket_bytes;   /* gradient-reduction bucket (PyTorch DDP default: 25 MiB) */
     pt_stack stack;         /* the software that runs the step [ptrun] */
+    double moe_imbalance;   /* mixtures of experts: the busiest rank's share of the
+                               experts' tokens over the mean, >= 1 (1: balanced, as
+                               published benchmarks force the router) [1] */
     /* A correction learned from measured runs of this stack on this device (calib.h),
      * applied to every prediction pt_evaluate makes; NULL: zero-shot [NULL]. */
     const struct pt_calib *calib;

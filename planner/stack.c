@@ -23,9 +23,13 @@
  *                     "cp_comm": ["p2p", "a2a"],   optional (default ["p2p"]): how cp
  *                                               may communicate (p2p, all_gather, a2a,
  *                                               a2a+p2p: the layout key cp_comm)
- *                     "cp_a2a_kv_replicate": false},  optional (default false): KV heads
+ *                     "cp_a2a_kv_replicate": false,   optional (default false): KV heads
  *                                               fewer than the all-to-all's degree are
  *                                               replicated (else they must divide by it)
+ *                     "moe_dispatch": ["alltoall"]},  optional (default: none, no mixture
+ *                                               of experts): how tokens may reach the
+ *                                               experts (alltoall, allgather, flex: the
+ *                                               layout key moe_dispatch)
  *     "overlap": {
  *       "tp": true,                             TP communication beside the GEMMs
  *       "tp_reduce_scatter": true,              ... the reduce-scatters too
@@ -48,6 +52,9 @@
  *     "step_overhead_s": 0.0,                   fixed time per step, >= 0
  *     "kernels": "eager",                       optional: fused (default) | eager
  *     "selective": "op",                        optional: attention (default) | op
+ *     "grouped_gemm_streams": 4,                optional (default 1): a mixture of
+ *                                               experts' grouped GEMM runs one GEMM an
+ *                                               expert on this many streams at once
  *     "fused_epilogues": true,                  optional (default false): the residual
  *                                               add in the next norm's kernel, GELU and
  *                                               its derivative in the MLP GEMMs
@@ -254,6 +261,13 @@ static const pt_stack stack_megatron_core = {
     /* Transformer Engine's all-to-all hands out whole KV heads (context_parallel.py,
      * AttnFuncWithCPAndQKVOA2A: "num_heads % cp_size == 0 for Q, K, V") */
     .cp_a2a_kv_replicate = false,
+    /* --moe-token-dispatcher-type alltoall, allgather and flex (DeepEP) (megatron/
+     * core/transformer/transformer_config.py) */
+    .moe_dispatches = BIT(PT_MOED_ALLTOALL) | BIT(PT_MOED_ALLGATHER) | BIT(PT_MOED_FLEX),
+    /* --moe-grouped-gemm: Transformer Engine's GroupedLinear, one cuBLAS GEMM an expert
+     * over its compute streams (common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm;
+     * common/util/multi_stream.cpp: num_compute_streams = 4) */
+    .grouped_gemm_streams = 4,
     .zero_stages = BIT(0) | BIT(1),
     .tp_overlap = true, .tp_overlap_rs = true, .tp_overlap_reach = 0.8,
     .tp_backward_async = true,
@@ -436,12 +450,13 @@ int pt_stack_load_file(const char *path, pt_stack *out, pt_err *err)
 static const char *const top_keys[] = {"name", "about", "attention", "parallelism", "overlap",
                                        "gradients", "loss", "step_overhead_s", "kernels",
                                        "selective", "fused_epilogues", "ptrun_kernels", "fp8",
+                                       "grouped_gemm_streams",
                                        NULL};
 static const char *const fp8_keys[] = {"recipes", "default", "casts", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", "cp_comm",
-                                       "cp_a2a_kv_replicate", NULL};
+                                       "cp_a2a_kv_replicate", "moe_dispatch", NULL};
 static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "tp_backward_async",
                                        "dp", "dp_default", "param_gather", "zero3_prefetch",
                                        "compute_slowdown", "p2p", NULL};
@@ -566,6 +581,24 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
             return pt_json_fail(&p, "cp_comm", err, "%s: field 'parallelism.cp_comm': empty "
                                 "(list at least one of p2p, all_gather, a2a, a2a+p2p)",
                                 p.origin);
+    }
+    s->moe_dispatches = 0;
+    if (json_object_get(p.obj, "moe_dispatch")) {
+        const json_t *kinds = get_array(&p, "moe_dispatch", PT_MOED_COUNT, err);
+        if (!kinds)
+            return -1;
+        for (size_t i = 0; i < json_array_size(kinds); i++) {
+            const char *v = json_string_value(json_array_get(kinds, i));
+            int k = 0;
+            while (v && k < PT_MOED_COUNT &&
+                   strcmp(v, pt_moe_dispatch_name((pt_moe_dispatch)k)) != 0)
+                k++;
+            if (!v || k == PT_MOED_COUNT)
+                return pt_json_fail(&p, "moe_dispatch", err, "%s: field "
+                                    "'parallelism.moe_dispatch[%zu]': expected alltoall, "
+                                    "allgather or flex", p.origin, i);
+            s->moe_dispatches |= BIT(k);
+        }
     }
     return bad ? -1 : 0;
 }
@@ -721,6 +754,14 @@ static int read_stack(const pt_json_obj *top, pt_stack *s, pt_err *err)
     bad |= pt_json_get_real(top, "step_overhead_s", &s->step_overhead_s, err);
     if (json_object_get(top->obj, "fused_epilogues"))
         bad |= pt_json_get_bool(top, "fused_epilogues", &s->fused_epilogues, err);
+    s->grouped_gemm_streams = 1;
+    if (json_object_get(top->obj, "grouped_gemm_streams")) {
+        bad |= pt_json_get_int32(top, "grouped_gemm_streams", &s->grouped_gemm_streams, err);
+        if (s->grouped_gemm_streams < 1 || s->grouped_gemm_streams > 64)
+            bad |= pt_json_fail(top, "grouped_gemm_streams", err, "%s: field "
+                                "'grouped_gemm_streams' = %d: expected 1 to 64", top->origin,
+                                s->grouped_gemm_streams);
+    }
     if (json_object_get(top->obj, "kernels"))
         bad |= pt_json_get_enum(top, "kernels", kernel_names, PT_KERNELS_COUNT, &kernels, err);
     if (json_object_get(top->obj, "selective"))
@@ -911,6 +952,19 @@ void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n)
         }
 }
 
+void pt_stack_moe_dispatch_text(const pt_stack *s, char *buf, size_t n)
+{
+    size_t used = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int k = 0; k < PT_MOED_COUNT && used < n; k++)
+        if (s->moe_dispatches & BIT(k)) {
+            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "",
+                             pt_moe_dispatch_name((pt_moe_dispatch)k));
+            used += w > 0 ? (size_t)w : 0;
+        }
+}
+
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
 {
     if (l->tp > 1 && !s->tp)
@@ -931,6 +985,16 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
     }
     if (l->sp && !s->sp)
         return pt_err_set(err, "layout sp=1: stack '%s' has no sequence parallelism", s->name);
+    if ((l->ep > 1 || l->etp > 1) && !s->moe_dispatches)
+        return pt_err_set(err, "layout %s=%d: stack '%s' has no expert parallelism",
+                          l->ep > 1 ? "ep" : "etp", l->ep > 1 ? l->ep : l->etp, s->name);
+    if (s->moe_dispatches && l->ep > 1 && !(s->moe_dispatches & BIT(l->moe_dispatch))) {
+        char kinds[64];
+        pt_stack_moe_dispatch_text(s, kinds, sizeof kinds);
+        return pt_err_set(err, "layout moe_dispatch=%s: stack '%s' does not dispatch tokens "
+                          "that way (it runs: %s)", pt_moe_dispatch_name(l->moe_dispatch),
+                          s->name, kinds);
+    }
     if (!(s->zero_stages & BIT(l->zero)))
         return pt_err_set(err, "layout zero=%d: stack '%s' does not offer ZeRO stage %d",
                           l->zero, s->name, l->zero);
@@ -1036,6 +1100,12 @@ char *pt_stack_to_json(const pt_stack *s)
                 json_array_append_new(cpc, json_string(pt_cp_comm_name((pt_cp_comm)k)));
         bad |= pt_json_set(par, "cp_comm", cpc);
         bad |= pt_json_set(par, "cp_a2a_kv_replicate", json_boolean(s->cp_a2a_kv_replicate));
+        json_t *moed = s->moe_dispatches ? json_array() : NULL;
+        for (int k = 0; moed && k < PT_MOED_COUNT; k++)
+            if (s->moe_dispatches & BIT(k))
+                json_array_append_new(moed, json_string(pt_moe_dispatch_name((pt_moe_dispatch)k)));
+        if (s->moe_dispatches)
+            bad |= pt_json_set(par, "moe_dispatch", moed);
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
         bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));
@@ -1065,6 +1135,9 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(root, "kernels", json_string(pt_kernel_style_name(s->kernels)));
         bad |= pt_json_set(root, "selective", json_string(pt_selective_name(s->selective)));
         bad |= pt_json_set(root, "fused_epilogues", json_boolean(s->fused_epilogues));
+        if (s->grouped_gemm_streams > 1)
+            bad |= pt_json_set(root, "grouped_gemm_streams",
+                               json_integer(s->grouped_gemm_streams));
         bad |= pt_json_set(root, "ptrun_kernels", json_incref(ptk));
         if (s->fp8_recipes)
             bad |= pt_json_set(root, "fp8", fp8_json(s));
@@ -1078,6 +1151,13 @@ char *pt_stack_to_json(const pt_stack *s)
 
 int pt_stack_check_model(const pt_stack *s, const pt_model *m, const pt_layout *l, pt_err *err)
 {
+    if (m->moe.experts > 0 && !s->moe_dispatches)
+        return pt_err_set(err, "model %s is a mixture of experts, which stack '%s' does not "
+                          "run (stacks that do: megatron-core)", m->name, s->name);
+    if (m->moe.experts > 0 && l->compress != PT_COMPRESS_NONE)
+        return pt_err_set(err, "layout compress=%s: gradient compression is not planned for "
+                          "a mixture of experts (model %s)", pt_compress_name(l->compress),
+                          m->name);
     if (pt_stack_check_layout(s, l, err))
         return -1;
     int u = pt_layout_a2a(l);

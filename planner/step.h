@@ -25,9 +25,9 @@ extern "C" {
  * kind, communication by group (exposed on the compute stream's critical path, or
  * hidden beside compute), the optimizer step, the stack's fixed per-step overhead and
  * the pipeline's idle time. */
-typedef enum { PT_BD_GEMM, PT_BD_ATTN, PT_BD_OTHER, PT_BD_TP, PT_BD_CP, PT_BD_DP, PT_BD_P2P,
-               PT_BD_OPTIM, PT_BD_OVERHEAD, PT_BD_BUBBLE, PT_BD_COUNT } pt_bd;
-const char *pt_bd_name(pt_bd b); /* "gemm", "attention", "other_compute", "tp", "cp",
+typedef enum { PT_BD_GEMM, PT_BD_ATTN, PT_BD_OTHER, PT_BD_TP, PT_BD_CP, PT_BD_EP, PT_BD_DP,
+               PT_BD_P2P, PT_BD_OPTIM, PT_BD_OVERHEAD, PT_BD_BUBBLE, PT_BD_COUNT } pt_bd;
+const char *pt_bd_name(pt_bd b); /* "gemm", "attention", "other_compute", "tp", "cp", "ep",
                                     "dp_zero", "pipeline_p2p", "optimizer", "overhead",
                                     "bubble" */
 
@@ -89,6 +89,26 @@ typedef enum {
      * the forward and again in the backward, and dK, dV reduce-scattered after it. */
     PT_OPK_CP_A2A_Q, PT_OPK_CP_A2A_KV, PT_OPK_CP_A2A_OUT, PT_OPK_CP_A2A_DOUT,
     PT_OPK_CP_A2A_DQ, PT_OPK_CP_A2A_DKV, PT_OPK_CP_ALLGATHER, PT_OPK_CP_REDUCESCATTER,
+    /* a mixture-of-experts layer's MLP, in the forward (pt_opctx.moe_layer): the
+     * router's GEMM (logits over the experts) and top-k, the tokens' copies permuted
+     * into expert order, dispatched to the experts' ranks over ep (alltoall: an
+     * all-to-all; allgather: all-gathered), with etp > 1 gathered over etp, the
+     * experts' two GEMMs (one grouped GEMM each: E/ep experts) around their
+     * activation, the way back (etp reduce-scatter, the combine over ep), and the
+     * copies unpermuted and summed with their router weights; the load-balancing
+     * loss's kernel. Shared experts run as the layer's dense MLP ops. */
+    PT_OPK_ROUTER, PT_OPK_MOE_ROUTE, PT_OPK_MOE_AUX, PT_OPK_MOE_PERMUTE, PT_OPK_MOE_DISPATCH,
+    PT_OPK_ETP_ALLGATHER, PT_OPK_EXPERT_FC1, PT_OPK_EXPERT_ACT, PT_OPK_EXPERT_FC2,
+    PT_OPK_ETP_REDUCESCATTER, PT_OPK_MOE_COMBINE, PT_OPK_MOE_UNPERMUTE,
+    /* ... its backward (the etp collectives reversed: a gather of the output's
+     * gradient, a reduce-scatter of the input's) */
+    PT_OPK_MOE_UNPERMUTE_BWD, PT_OPK_MOE_COMBINE_BWD, PT_OPK_ETP_ALLGATHER_BWD,
+    PT_OPK_EXPERT_FC2_DGRAD, PT_OPK_EXPERT_FC2_WGRAD, PT_OPK_EXPERT_ACT_BWD,
+    PT_OPK_EXPERT_FC1_DGRAD, PT_OPK_EXPERT_FC1_WGRAD, PT_OPK_ETP_REDUCESCATTER_BWD,
+    PT_OPK_MOE_DISPATCH_BWD, PT_OPK_MOE_PERMUTE_BWD, PT_OPK_MOE_ROUTE_BWD,
+    PT_OPK_ROUTER_DGRAD, PT_OPK_ROUTER_WGRAD,
+    /* q/k normalisation (pt_model.qk_norm): an RMSNorm over each head of q and k */
+    PT_OPK_QK_NORM, PT_OPK_QK_NORM_BWD,
     /* data parallelism, ZeRO and the optimizer */
     PT_OPK_ZERO3_ALLGATHER, PT_OPK_ZERO_REDUCESCATTER, PT_OPK_DP_BUCKET,
     PT_OPK_EMBED_ALLREDUCE, PT_OPK_GRAD_NORM, PT_OPK_ADAM, PT_OPK_ZERO_ALLGATHER,
@@ -127,7 +147,11 @@ bool pt_op_kind_in(pt_op_kind k, pt_list_kind list);
 typedef enum {
     PT_PARAM_NONE, PT_PARAM_NORM1, PT_PARAM_Q, PT_PARAM_K, PT_PARAM_V, PT_PARAM_ATTN_OUT,
     PT_PARAM_NORM2, PT_PARAM_MLP_GATE, PT_PARAM_MLP_UP, PT_PARAM_MLP_DOWN,
-    PT_PARAM_FINAL_NORM, PT_PARAM_HEAD, PT_PARAM_WTE, PT_PARAM_WPE, PT_PARAM_COUNT
+    PT_PARAM_FINAL_NORM, PT_PARAM_HEAD, PT_PARAM_WTE, PT_PARAM_WPE,
+    /* a mixture-of-experts layer's router, its experts' first (gate and up) and second
+     * (down) projections, all E/ep local experts in one; q and k's norms */
+    PT_PARAM_ROUTER, PT_PARAM_EXPERT_FC1, PT_PARAM_EXPERT_FC2, PT_PARAM_QK_NORM,
+    PT_PARAM_COUNT
 } pt_param_ref;
 /* Its name in the model's parameter table without the "layers.<i>." prefix and the
  * ".w"/".b" suffix ("norm1", "q", "lm_head", "wte"); NULL for PT_PARAM_NONE. */
@@ -224,6 +248,10 @@ typedef struct {
     int world_ranks_per_node;         /* every rank of the run */
     char device[64];                  /* the cluster's device (the stack's attention
                                          efficiency is per device); "" without one */
+    bool moe_layer;                   /* whose layer lists: a mixture-of-experts layer
+                                         (pt_model_layer_moe), else a dense one */
+    double moe_imbalance;             /* the busiest rank's expert tokens over the mean
+                                         (pt_train.moe_imbalance; 1: balanced) */
     int tp_rank;                      /* whose lists: 0, the tp rank that adds a
                                          row-parallel layer's bias (the one priced), unless
                                          the runtime sets its own rank's */
@@ -235,7 +263,7 @@ typedef struct {
     int64_t tokens;        /* T = b·s/cp: tokens a layer sees on this rank */
     int64_t rows;          /* the residual-stream rows here: T, or T/t with sp */
     int64_t heads, kv_heads; /* attention and KV heads on this rank */
-    int64_t head_dim;      /* d = h/a */
+    int64_t head_dim;      /* d (pt_model_head_dim) */
     int64_t ffn;           /* f/t */
     int64_t vocab;         /* padded vocabulary / t */
 } pt_rank_shape;
@@ -271,6 +299,10 @@ void pt_op_ptrun_twin(const pt_op *op, pt_kernel_op *out);
  * layers reduce-scatter in the layer lists). The engine runs this list at the
  * chunk's REDUCE_GRADS. */
 int pt_ops_grad_sync(const pt_opctx *c, double params, int64_t layers, pt_oplist *out);
+/* ... and a chunk's experts' gradients (`experts` parameters, ZeRO 0/1) in buckets of
+ * their own over the expert-data-parallel group, as Megatron-Core's distributed
+ * optimizer keeps them, appended to the same list; nothing when edp = 1. */
+int pt_ops_expert_sync(const pt_opctx *c, double experts, pt_oplist *out);
 /* Bytes per gradient element in the data-parallel reduction (the stack's reduction
  * dtype, never wider than the gradients), and the gradient bucket size in bytes (the
  * stack's rule, else the training's bucket). */
@@ -293,6 +325,8 @@ double pt_bucket_shares(int64_t len, int64_t bucket, int64_t N);
 /* What a pipeline rank holds that its step's end works on. */
 typedef struct {
     double params;      /* parameters on the rank (all its chunks) */
+    double experts;     /* of which the experts' (sharded over the expert-data-parallel
+                           group, the rest over dp×cp) */
     double edge;        /* of which the embedding's and the head's (first, last stage) */
     double tied;        /* a tied embedding's copy (first and last stage, pp > 1), else 0 */
     double fp8_linear;  /* of `params`, the layers' linear weights when they are gathered in

@@ -95,6 +95,7 @@ void pt_train_default(pt_train *t, const pt_cluster *c)
      * 1 (TransformerConfig.fp8_amax_history_len) and is set explicitly by --emit. */
     t->fp8 = (pt_fp8){.recipe = PT_FP8_OFF, .history = 1024};
     t->calib = NULL;
+    t->moe_imbalance = 1;
 }
 
 /* "current, delayed" from a set of recipe bits */

@@ -41,6 +41,15 @@ static int check_plan(pt_trainer *r, pt_trainer_info *info, pt_err *err)
                                "cp_comm %s; plan with one of those", r->o.plan,
                           pt_cp_comm_name(p->layout.cp_comm), p->train.stack.name, kinds);
     }
+    /* what the planner prices and ptrun's layers do not run yet */
+    const pt_model *m = &p->model;
+    if (m->moe.experts > 0 || m->qk_norm || m->head_dim > 0)
+        return pt_err_set(err, "%s: model %s has %s, which ptrun's runtime does not train "
+                               "yet (the plan prices it for stack '%s')", r->o.plan, m->name,
+                          m->moe.experts > 0 ? "experts (a mixture of experts)"
+                          : m->qk_norm        ? "q/k norms (qk_norm)"
+                                              : "a head_dim other than hidden/heads",
+                          p->train.stack.name);
     int64_t world = pt_layout_world(&p->layout);
     if (world != r->world)
         return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %d "

@@ -137,8 +137,60 @@ static void test_order_changes_node_crossing(void)
     CHECK(!pt_grid_group_crosses_nodes(&g, PT_GROUP_DP, 8));
 }
 
+/* Parallel folding: the experts' etp x ep x edp grid over each stage's tp·cp·dp ranks,
+ * numbered in the rank order (Megatron-Core's expert groups). */
+static void test_expert_groups(void)
+{
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,sp=1,dp=4,pp=2,ep=4", 16, 0, &l, &err), 0);
+    pt_grid g;
+    pt_grid_init(&g, &l);
+    CHECK(g.ep == 4 && g.etp == 1 && g.edp == 2);
+    check_group(&g, PT_GROUP_EP, 0, (int64_t[]){0, 1, 2, 3}, 4);
+    check_group(&g, PT_GROUP_EP, 6, (int64_t[]){4, 5, 6, 7}, 4);
+    check_group(&g, PT_GROUP_EP, 9, (int64_t[]){8, 9, 10, 11}, 4); /* the second stage */
+    check_group(&g, PT_GROUP_EDP, 1, (int64_t[]){1, 5}, 2);
+    check_group(&g, PT_GROUP_EDP, 14, (int64_t[]){10, 14}, 2);
+    check_group(&g, PT_GROUP_ETP, 5, (int64_t[]){5}, 1);
+    /* etp fastest, then ep: etp 2 x ep 2 x edp 2 on one stage of 8 */
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,sp=1,dp=4,ep=2,etp=2", 8, 0, &l, &err), 0);
+    pt_grid_init(&g, &l);
+    check_group(&g, PT_GROUP_ETP, 3, (int64_t[]){2, 3}, 2);
+    check_group(&g, PT_GROUP_EP, 1, (int64_t[]){1, 3}, 2);
+    check_group(&g, PT_GROUP_EDP, 6, (int64_t[]){2, 6}, 2);
+    /* with pp first in the order the stage's ranks are not consecutive; the places are
+     * still taken in the order of the other dimensions */
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("dp=4,pp=2,ep=4,order=pp-tp-cp-dp", 8, 0, &l, &err), 0);
+    pt_grid_init(&g, &l);
+    check_group(&g, PT_GROUP_EP, 0, (int64_t[]){0, 2, 4, 6}, 4);
+    check_group(&g, PT_GROUP_EP, 7, (int64_t[]){1, 3, 5, 7}, 4);
+    /* every rank in exactly one group of each kind, of the group's size */
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,sp=1,cp=2,dp=4,pp=2,ep=4,etp=2", 32, 0, &l, &err), 0);
+    pt_grid_init(&g, &l);
+    for (int k = PT_GROUP_EP; k <= PT_GROUP_EDP; k++) {
+        int seen[32] = {0};
+        int64_t m[32];
+        for (int64_t r = 0; r < 32; r++) {
+            int n = pt_grid_group_size(&g, (pt_group_kind)k);
+            pt_grid_group(&g, (pt_group_kind)k, r, m);
+            if (m[0] == r)
+                for (int i = 0; i < n; i++)
+                    seen[m[i]]++;
+        }
+        for (int r = 0; r < 32; r++)
+            CHECK_INT(seen[r], 1);
+    }
+}
+
 int main(void)
 {
+    test_expert_groups();
     test_sixteen_rank_example();
     test_combined_groups();
     test_round_trip_all_orders();

@@ -722,8 +722,160 @@ static void test_pipe_balanced(void)
     CHECK(!pt_pipe_balanced(4, 1, 1, true, true, &p)); /* one stage: nothing to balance */
 }
 
+/* ---- Experts (ep, etp, moe_dispatch) -------------------------------------------------- */
+
+/* model() with 16 experts of 1536, top-4, every layer */
+static pt_model moe_model(void)
+{
+    pt_model m = model();
+    m.moe = (pt_moe){.experts = 16, .top_k = 4, .expert_ffn = 1536, .every = 1,
+                     .score = PT_ROUTER_SOFTMAX, .renorm = true};
+    return m;
+}
+
+static uint32_t moe_rules(const char *text, const pt_model *m, int nodes)
+{
+    pt_cluster c = cluster(nodes);
+    pt_layout l;
+    pt_err err;
+    pt_layout_default(&l);
+    if (pt_layout_parse(text, pt_cluster_world(&c), 64, &l, &err)) {
+        fprintf(stderr, "unexpected parse error: %s\n", err.msg);
+        pt_check_failures++;
+        return 0;
+    }
+    uint32_t mask;
+    CHECK_INT(pt_layout_check(m, &c, 64, &l, &mask), __builtin_popcount(mask));
+    return mask;
+}
+
+static void test_moe_parse_rules(void)
+{
+    pt_layout l, back;
+    pt_err err = {""};
+    char text[512];
+    pt_layout_default(&l);
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,sp=1,ep=4,etp=2", 16, 0, &l, &err), 0);
+    CHECK(l.ep == 4 && l.etp == 2 && l.moe_dispatch == PT_MOED_ALLTOALL && l.dp == 8);
+    CHECK_INT(pt_layout_edp(&l), 2); /* tp·cp·dp / (ep·etp) = 16/8 */
+    pt_layout_format(&l, text, sizeof text);
+    CHECK_STR_HAS(text, ",ep=4,etp=2");
+    CHECK(strstr(text, "moe_dispatch") == NULL);
+    pt_layout_default(&back);
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse(text, 16, 0, &back, &err), 0);
+    CHECK(back.ep == 4 && back.etp == 2);
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("ep=8,moe_dispatch=allgather", 8, 0, &l, &err), 0);
+    pt_layout_format(&l, text, sizeof text);
+    CHECK_STR_HAS(text, ",moe_dispatch=allgather");
+    expect_parse_error("ep=0", 8, "ep=0: expected an integer from 1");
+    expect_parse_error("ep=2,moe_dispatch=deepep", 8, "expected one of alltoall, allgather, flex");
+
+    pt_model m = moe_model(), dense = model();
+    CHECK_INT(moe_rules("ep=8", &m, 1), 0);
+    CHECK_INT(moe_rules("ep=4,etp=2", &m, 1), 0);
+    CHECK_INT(moe_rules("tp=2,sp=1,ep=4", &m, 1), 0);
+    CHECK_INT(moe_rules("tp=2,sp=1,pp=2,ep=8", &m, 2), 0); /* ep over tp·dp of a stage */
+    CHECK_INT(moe_rules("ep=2", &dense, 1), ONLY(PT_REJECT_EP_DENSE));
+    CHECK_INT(moe_rules("tp=2,sp=1,ep=16", &m, 1), ONLY(PT_REJECT_EP_FOLD)); /* 16 of 8 */
+    CHECK_INT(moe_rules("tp=2,sp=1,ep=8", &m, 1), 0); /* ep over tp·dp: folded */
+    CHECK_INT(moe_rules("pp=2,ep=8", &m, 1), ONLY(PT_REJECT_EP_FOLD)); /* 4 per stage */
+    m.moe.experts = 12;
+    CHECK_INT(moe_rules("ep=8", &m, 1), ONLY(PT_REJECT_EXPERTS_EP));
+    m.moe.experts = 16;
+    m.moe.expert_ffn = 1002;
+    CHECK_INT(moe_rules("ep=2,etp=4", &m, 1), ONLY(PT_REJECT_EXPERT_FFN_ETP));
+    m.moe.expert_ffn = 1536;
+    CHECK_INT(moe_rules("tp=2,ep=4", &m, 1), ONLY(PT_REJECT_MOE_SP));
+    m.moe.shared_experts = 1;
+    m.moe.shared_ffn = 1001;
+    CHECK_INT(moe_rules("tp=2,sp=1", &m, 1), ONLY(PT_REJECT_FFN_TP));
+
+    /* each rule explains itself with the values involved */
+    pt_cluster c = cluster(1);
+    char buf[256];
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,sp=1,ep=16", 8, 64, &l, &err), 0);
+    pt_reject_explain(PT_REJECT_EP_FOLD, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "ep*etp = 16*1 does not divide tp*cp*dp = 2*1*4");
+    pt_reject_explain(PT_REJECT_FFN_TP, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "shared experts' FFN size (1 x 1001)");
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("ep=2", 8, 64, &l, &err), 0);
+    pt_reject_explain(PT_REJECT_EP_DENSE, &dense, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "model m has no experts to split");
+    m.moe.experts = 12;
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("ep=8", 8, 64, &l, &err), 0);
+    pt_reject_explain(PT_REJECT_EXPERTS_EP, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "experts (12) are not divisible by ep (8)");
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("tp=2,ep=4", 8, 64, &l, &err), 0);
+    pt_reject_explain(PT_REJECT_MOE_SP, &m, &c, 64, &l, buf, sizeof buf);
+    CHECK_STR_HAS(buf, "needs sequence parallelism with tp > 1 (sp=1)");
+}
+
+/* A malloc'd copy of text with its first `from` replaced by `to` (which must be there). */
+static char *swap_text(const char *text, const char *from, const char *to)
+{
+    const char *at = strstr(text, from);
+    CHECK(at != NULL);
+    size_t head = at ? (size_t)(at - text) : strlen(text), nfrom = at ? strlen(from) : 0;
+    char *out = malloc(strlen(text) + strlen(to) + 1);
+    if (!out)
+        abort();
+    memcpy(out, text, head);
+    strcpy(out + head, to);
+    strcat(out, text + head + nfrom);
+    return out;
+}
+
+/* The stacks: which run experts, how each refuses a layout or model it does not. */
+static void test_moe_stacks(void)
+{
+    pt_model m = moe_model();
+    pt_layout l;
+    pt_err err = {""};
+    pt_stack ptrun, mcore, fsdp;
+    CHECK_INT(pt_stack_get("ptrun", &ptrun, &err), 0);
+    CHECK_INT(pt_stack_get("megatron-core", &mcore, &err), 0);
+    CHECK_INT(pt_stack_get("fsdp", &fsdp, &err), 0);
+    pt_layout_default(&l);
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("ep=8", 8, 64, &l, &err), 0);
+    CHECK_INT(pt_stack_check_model(&mcore, &m, &l, &err), 0);
+    CHECK_INT(pt_stack_check_model(&ptrun, &m, &l, &err), -1);
+    CHECK_STR_HAS(err.msg, "model m is a mixture of experts, which stack 'ptrun' does not run");
+    CHECK_INT(pt_stack_check_layout(&fsdp, &l, &err), -1);
+    CHECK_STR_HAS(err.msg, "layout ep=8: stack 'fsdp' has no expert parallelism");
+    l.compress = PT_COMPRESS_BF16;
+    CHECK_INT(pt_stack_check_model(&mcore, &m, &l, &err), -1);
+    CHECK_STR_HAS(err.msg, "gradient compression is not planned for a mixture of experts");
+    /* a stack file that names only one dispatcher */
+    char *dump = pt_stack_to_json(&mcore);
+    CHECK(dump && strstr(dump, "\"moe_dispatch\": [") != NULL);
+    char *one = swap_text(dump, "\"alltoall\",", "");
+    pt_stack s;
+    CHECK_INT(pt_stack_from_json(one, "<s>", &s, &err), 0);
+    CHECK_INT(s.moe_dispatches, 1u << PT_MOED_ALLGATHER | 1u << PT_MOED_FLEX);
+    l.compress = PT_COMPRESS_NONE;
+    CHECK_INT(pt_stack_check_layout(&s, &l, &err), -1);
+    CHECK_STR_HAS(err.msg, "layout moe_dispatch=alltoall: stack 'megatron-core' does not "
+                           "dispatch tokens that way (it runs: allgather, flex)");
+    char *wrong = swap_text(dump, "\"allgather\"", "\"deepep\"");
+    CHECK_INT(pt_stack_from_json(wrong, "<s>", &s, &err), -1);
+    CHECK_STR_HAS(err.msg, "field 'parallelism.moe_dispatch[1]': expected alltoall, allgather or flex");
+    free(dump);
+    free(one);
+    free(wrong);
+}
+
 int main(void)
 {
+    test_moe_parse_rules();
+    test_moe_stacks();
     test_parse_format();
     test_parse_errors();
     test_rules();

@@ -35,7 +35,7 @@ static pt_model llama(int64_t L, int64_t h, int64_t a, int64_t k, int64_t f, int
 
 static pt_layout layout(int tp, int pp, int dp)
 {
-    pt_layout l = {.tp = tp, .cp = 1, .pp = pp, .dp = dp, .vp = 1, .sp = false, .zero = 0,
+    pt_layout l = {.tp = tp, .cp = 1, .pp = pp, .dp = dp, .vp = 1, .ep = 1, .etp = 1, .sp = false, .zero = 0,
                    .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
                    .schedule = PT_SCHED_1F1B,
                    .order = {PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP}};
@@ -795,8 +795,53 @@ static void test_cp_comm_buffers(void)
     }
 }
 
+/* A mixture of experts under megatron-core: the experts' states sharded over edp, the
+ * rest over dp·cp; the routed activations of each MoE layer by hand. */
+static void test_moe_states_and_activations(void)
+{
+    pt_model m = llama(4, 1024, 16, 4, 2816, 32000, 1024);
+    m.moe = (pt_moe){.experts = 16, .top_k = 4, .expert_ffn = 512, .every = 1,
+                     .score = PT_ROUTER_SOFTMAX, .renorm = true};
+    pt_train t = train(PT_PREC_BF16);
+    pt_err err;
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    pt_layout l = layout(2, 1, 4);
+    l.sp = true;
+    l.ep = 4;
+    l.zero = 1;
+    int64_t experts, params = pt_rank_params(&m, &l, 0, &experts);
+    /* 4 layers of 16/4 experts of 3·512·1024 each */
+    CHECK_INT(experts, 4 * 4 * 3 * 512 * 1024);
+    CHECK_INT(params - experts, pt_params_embedding(&m, 2) + pt_params_head(&m, 2, 1) +
+                                    4 * pt_params_moe_layer_dense(&m, 2));
+    pt_memory s;
+    pt_mem_stage(&m, &l, &t, 0, &s);
+    pt_precision p = pt_precision_of(PT_PREC_BF16);
+    double moments = (double)(p.master_bytes + p.moment_bytes);
+    /* dp·cp = 4 for the rest; edp = 2·1·4/4 = 2 for the experts */
+    CHECK_NEAR(s.optimizer_bytes, moments * ((double)(params - experts) / 4 + (double)experts / 2),
+               1e-12);
+    CHECK_NEAR(s.weights_bytes, p.weight_bytes * (double)params, 1e-12);
+    /* one more expert-parallel degree halves the experts' share of the weights */
+    pt_memory s8;
+    l.ep = 8;
+    pt_mem_stage(&m, &l, &t, 0, &s8);
+    CHECK_NEAR(s.weights_bytes - s8.weights_bytes, p.weight_bytes * (double)experts / 2, 1e-12);
+    /* imbalance 2: the busiest rank keeps twice the routed copies' activations */
+    pt_memory a1, a2;
+    l.ep = 4;
+    pt_mem_stage(&m, &l, &t, 0, &a1);
+    t.moe_imbalance = 2;
+    pt_mem_stage(&m, &l, &t, 0, &a2);
+    /* per layer and micro-batch: R·k copies (R = 1024/2) of h in, 2·fe out, fe, h out */
+    double R = 512, rows = R * 4, per = 2 * rows * (1024 + 2 * 512 + 512 + 1024);
+    CHECK_NEAR(a2.activations_bytes - a1.activations_bytes, per * 4 * (double)a1.in_flight,
+               1e-9);
+}
+
 int main(void)
 {
+    test_moe_states_and_activations();
     test_params_published();
     test_params_tp();
     test_precisions();

@@ -1197,8 +1197,154 @@ static void test_te_tp_collectives(void)
     pt_oplist_free(&f);
 }
 
+/* ---- Mixtures of experts ---------------------------------------------------------- */
+
+/* A LLaMA-shaped model of 4 layers, 16 experts of fe, top-4, heads of 128 on h = 1024. */
+static pt_model moe_model(void)
+{
+    pt_model m = {.name = "moe", .layers = 4, .hidden = 1024, .heads = 16, .kv_heads = 4,
+                  .ffn = 2048, .vocab = 32000, .seq = 1024, .norm = PT_NORM_RMSNORM,
+                  .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .head_dim = 128, .qk_norm = true};
+    m.moe = (pt_moe){.experts = 16, .top_k = 4, .expert_ffn = 512, .every = 1,
+                     .score = PT_ROUTER_SOFTMAX, .renorm = true, .aux_loss = 0.01};
+    return m;
+}
+
+static const pt_op *find_op(const pt_oplist *o, pt_op_kind k)
+{
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].kind == k)
+            return &o->op[i];
+    return NULL;
+}
+
+static void test_moe_lists(void)
+{
+    pt_model m = moe_model();
+    int64_t B = 8, T = 1024, h = 1024, E = 16, k = 4, fe = 512, qd = 16 * 128, kv = 4 * 128;
+    /* one rank: the model FLOPs of a step are 6 per token per active weight (three
+     * GEMMs each, forward and backward) plus the attention core's, 12·B·s²·a·d a layer
+     * (model FLOPs count the full score matrix) plus the head's */
+    {
+        pt_layout l = layout("dp=1", B);
+        pt_train t = train(B);
+        pt_opctx c;
+        pt_opctx_init(&c, &m, &l, &t, NULL);
+        CHECK(c.moe_layer);
+        double per_tok = (double)(h * (qd + 2 * kv) + qd * h + E * h + k * 3 * fe * h);
+        double attn = 12.0 * (double)T * (double)T * (double)qd;
+        double head = 6.0 * (double)(B * T) * (double)h * 32000;
+        double want = 6.0 * (double)(B * T) * per_tok * 4 + (double)B * attn * 4 + head;
+        CHECK_NEAR(pt_step_model_flops(&c), want, 1e-3);
+    }
+    /* tp 2 with sp, ep 4 on 8 ranks: R = T/2 tokens reach the router; each sends R·k
+     * rows through the all-to-all over ep, and 16/4 experts compute R·k rows in one
+     * grouped GEMM (a batch of 4 of R·k/4 rows) */
+    pt_layout l = layout("tp=2,sp=1,dp=4,ep=4", B);
+    pt_train t = train(B);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    pt_oplist f = {0}, b = {0};
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    double R = (double)T / 2, ab = 2;
+    const pt_op *d = find_op(&f, PT_OPK_MOE_DISPATCH), *cb = find_op(&f, PT_OPK_MOE_COMBINE);
+    CHECK(d && cb && d->coll.op == PT_COLL_ALLTOALL && d->group == PT_GROUP_EP);
+    CHECK(d && d->coll.group == 4 && !d->overlapped);
+    CHECK_NEAR(d ? d->coll.bytes : 0, ab * R * (double)k * (double)h, 1e-12);
+    CHECK(cb && cb->coll.bytes == d->coll.bytes);
+    /* ptrun's kernels run the experts' GEMMs one after another: 4 of one shape */
+    const pt_op *fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=512,n=1024,k=1024") == 0);
+    CHECK(fc1 && fc1->param == PT_PARAM_EXPERT_FC1 && fc1->count == 4);
+    CHECK(find_op(&f, PT_OPK_ROUTER) && find_op(&f, PT_OPK_QK_NORM) &&
+          find_op(&f, PT_OPK_MOE_AUX));
+    CHECK(find_op(&f, PT_OPK_MLP_UP) == NULL); /* no shared expert: no dense MLP */
+    CHECK(count(&f, PT_COLL_ALLTOALL, PT_GROUP_EP) == 2 && count(&b, PT_COLL_ALLTOALL, PT_GROUP_EP) == 2);
+    CHECK(find_op(&b, PT_OPK_ROUTER_WGRAD) && find_op(&b, PT_OPK_EXPERT_FC1_WGRAD) &&
+          find_op(&b, PT_OPK_QK_NORM_BWD));
+    for (int i = 0; i < f.n; i++) /* the kind table allows every op where it stands */
+        CHECK(pt_op_kind_in(f.op[i].kind, PT_LIST_LAYER));
+    /* q is a·d = 2048 wide (over tp 2: 1024 a rank), not h */
+    const pt_op *q = find_op(&f, PT_OPK_Q);
+    CHECK(q && strcmp(q->kernel.key, "gemm:bf16:m=1024,n=1024,k=1024") == 0);
+    /* etp 2: the gathered copies through the experts (2·R·k rows, fe/2 wide) and back */
+    pt_oplist_free(&f);
+    l = layout("tp=2,sp=1,dp=4,ep=2,etp=2", B);
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    CHECK_INT(count(&f, PT_COLL_ALLGATHER, PT_GROUP_ETP), 1);
+    CHECK_INT(count(&f, PT_COLL_REDUCESCATTER, PT_GROUP_ETP), 1);
+    fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=512,n=512,k=1024") == 0);
+    CHECK(fc1 && fc1->count == 8);
+    /* Transformer Engine's grouped GEMM: one GEMM an expert over 4 streams, priced as
+     * runs of a batch of 4 */
+    pt_err err;
+    pt_train tm = train(B);
+    CHECK_INT(pt_stack_get("megatron-core", &tm.stack, &err), 0);
+    pt_oplist_free(&f);
+    pt_opctx_init(&c, &m, &l, &tm, NULL);
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:b=4,m=512,n=512,k=1024") == 0);
+    CHECK(fc1 && fc1->count == 2);
+    /* DeepEP (flex) across nodes: each token once to each other node holding one of its
+     * experts, then the copies over NVLink. 16 experts over ep 8 on 2 nodes of 4 (one
+     * stage of tp 1, dp 8): of 4 experts among the other node's 8, it holds none with
+     * probability C(8,4)/C(16,4) = 70/1820 */
+    pt_cluster two = {.name = "c", .nodes = 2, .devices_per_node = 4};
+    pt_layout lf = layout("dp=8,ep=8,moe_dispatch=flex", B);
+    pt_oplist_free(&f);
+    pt_opctx_init(&c, &m, &lf, &tm, &two);
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    int flex = 0;
+    for (int i = 0; i < f.n; i++) {
+        const pt_op *op = &f.op[i];
+        if (op->kind != PT_OPK_MOE_DISPATCH)
+            continue;
+        if (flex++ == 0) { /* among the 2 nodes, one rank each */
+            CHECK(op->coll.group == 2 && op->coll.ranks_per_node == 1);
+            CHECK_NEAR(op->coll.bytes, ab * (double)T * (1 - 70.0 / 1820) * (double)h * 2, 1e-12);
+        } else { /* inside the node: the R·k copies */
+            CHECK(op->coll.group == 4 && op->coll.ranks_per_node == 4);
+            CHECK_NEAR(op->coll.bytes, ab * (double)T * (double)k * (double)h, 1e-12);
+        }
+    }
+    CHECK_INT(flex, 2);
+    /* the busiest rank at imbalance 1.5 computes and receives half as much again */
+    pt_oplist_free(&f);
+    t.moe_imbalance = 1.5;
+    l = layout("tp=2,sp=1,dp=4,ep=4", B);
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    d = find_op(&f, PT_OPK_MOE_DISPATCH);
+    CHECK_NEAR(d ? d->coll.bytes : 0, 1.5 * ab * R * (double)k * (double)h, 1e-12);
+    fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=768,n=1024,k=1024") == 0);
+    /* the allgather dispatcher: the ep group's tokens gathered, their sums scattered */
+    pt_oplist_free(&f);
+    t.moe_imbalance = 1;
+    l = layout("tp=2,sp=1,dp=4,ep=4,moe_dispatch=allgather", B);
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    d = find_op(&f, PT_OPK_MOE_DISPATCH);
+    CHECK(d && d->coll.op == PT_COLL_ALLGATHER);
+    CHECK_NEAR(d ? d->coll.bytes : 0, ab * 4 * R * (double)h, 1e-12);
+    cb = find_op(&f, PT_OPK_MOE_COMBINE);
+    CHECK(cb && cb->coll.op == PT_COLL_REDUCESCATTER);
+    /* the experts' gradients: buckets of their own over edp (16/4 = 2 here... 8/4) */
+    pt_oplist o = {0};
+    CHECK_INT(pt_ops_expert_sync(&c, 1e6, &o), 0);
+    CHECK(o.n >= 1 && o.op[0].group == PT_GROUP_EDP && o.op[0].coll.group == 2);
+    pt_oplist_free(&o);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
+}
+
 int main(void)
 {
+    test_moe_lists();
     test_fp8();
     test_te_tp_collectives();
     test_flops_formula();

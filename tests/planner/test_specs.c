@@ -17,6 +17,7 @@
 
 #include "check.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +53,8 @@ static bool model_equal(const pt_model *x, const pt_model *y)
            x->ffn == y->ffn && x->vocab == y->vocab && x->seq == y->seq &&
            x->norm == y->norm && x->act == y->act && x->pos == y->pos &&
            x->tied_embeddings == y->tied_embeddings && x->bias == y->bias &&
-           x->dropout == y->dropout;
+           x->dropout == y->dropout && x->head_dim == y->head_dim &&
+           x->qk_norm == y->qk_norm && memcmp(&x->moe, &y->moe, sizeof x->moe) == 0;
 }
 
 /* Bit-identical doubles: a dumped spec must load back exactly. */
@@ -87,7 +89,7 @@ static bool cluster_equal(const pt_cluster *x, const pt_cluster *y)
 
 static void test_model_builtins_validate(void)
 {
-    CHECK_INT(pt_model_builtin_count(), 17);
+    CHECK_INT(pt_model_builtin_count(), 23);
     CHECK(pt_model_builtin(-1) == NULL);
     CHECK(pt_model_builtin(pt_model_builtin_count()) == NULL);
     for (int i = 0; i < pt_model_builtin_count(); i++) {
@@ -169,6 +171,102 @@ static void test_model_published_sizes(void)
     CHECK_INT(m->kv_heads, 2);
     CHECK_INT(m->ffn, 192);
     CHECK(!m->tied_embeddings && m->act == PT_ACT_SWIGLU && m->norm == PT_NORM_RMSNORM);
+}
+
+/* The mixtures of experts: totals and active parameters as published (Mixtral of
+ * Experts, Table 1 / Sec. 2: 46.7B and 12.9B, 141B and 39B; the Qwen3 report, Table 2:
+ * 30.5B with 3.3B active, 235B with 22B), which layers are MoE layers, head_dim. */
+static void test_model_moe_builtins(void)
+{
+    struct {
+        const char *name;
+        double total, active; /* billions, to the published rounding */
+        double tol;
+    } rows[] = {{"mixtral-8x7b", 46.7, 12.9, 0.05}, {"mixtral-8x22b", 141, 39, 0.5},
+                {"qwen3-30b-a3b", 30.5, 3.3, 0.06}, {"qwen3-235b-a22b", 235, 22, 0.5}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const pt_model *m = model_named(rows[i].name);
+        double total = (double)pt_model_params_total(m) / 1e9;
+        double active = (double)pt_model_params_active(m) / 1e9;
+        if (fabs(total - rows[i].total) > rows[i].tol ||
+            fabs(active - rows[i].active) > rows[i].tol)
+            fprintf(stderr, "%s: %.2fB total, %.2fB active\n", rows[i].name, total, active);
+        CHECK(fabs(total - rows[i].total) <= rows[i].tol);
+        CHECK(fabs(active - rows[i].active) <= rows[i].tol);
+        CHECK_INT(pt_model_moe_layers(m, 0, m->layers), m->layers);
+    }
+    pt_model qwen = *model_named("qwen3-235b-a22b"), *q = &qwen;
+    CHECK_INT(pt_model_head_dim(q), 128); /* 64 heads of 128 on h = 4096 */
+    CHECK(q->qk_norm && q->moe.top_k == 8 && q->moe.experts == 128);
+    CHECK_INT(pt_model_head_dim(model_named("llama3-8b")), 128); /* h/a */
+    /* tiny-moe: layer 0 dense, the rest MoE */
+    pt_model tiny = *model_named("tiny-moe"), *t = &tiny;
+    CHECK(!pt_model_layer_moe(t, 0) && pt_model_layer_moe(t, 1) && pt_model_layer_moe(t, 3));
+    CHECK_INT(pt_model_moe_layers(t, 0, 4), 3);
+    CHECK_INT(pt_model_moe_layers(t, 0, 1), 0);
+    /* every 2nd from layer 2 of 6: layers 2 and 4 */
+    pt_model e = *t;
+    e.layers = 6;
+    e.moe.first_dense = 2;
+    e.moe.every = 2;
+    CHECK(!pt_model_layer_moe(&e, 1) && pt_model_layer_moe(&e, 2) && !pt_model_layer_moe(&e, 3));
+    CHECK_INT(pt_model_moe_layers(&e, 0, 6), 2);
+    CHECK_INT(pt_model_moe_layers(model_named("llama3-8b"), 0, 32), 0);
+    /* an expert's share: all experts whole, E/ep each split over etp */
+    CHECK_INT(pt_params_experts(q, 1, 1), INT64_C(128) * 3 * 4096 * 1536);
+    CHECK_INT(pt_params_experts(q, 32, 2), 4 * 3 * 4096 * 768);
+}
+
+/* A MoE spec's JSON: read back identically, and each contradiction one message. */
+static void test_model_moe_json(void)
+{
+    const char *good =
+        "{\"name\": \"m\", \"layers\": 6, \"hidden\": 64, \"heads\": 4, \"kv_heads\": 2, "
+        "\"ffn\": 128, \"vocab\": 256, \"seq\": 64, \"norm\": \"rmsnorm\", "
+        "\"activation\": \"swiglu\", \"positions\": \"rope\", \"tied_embeddings\": false, "
+        "\"bias\": false, \"dropout\": false, \"head_dim\": 32, \"qk_norm\": true, "
+        "\"moe\": {\"experts\": 8, \"top_k\": 2, \"expert_ffn\": 32, \"router\": \"sigmoid\", "
+        "\"renorm\": false, \"shared_experts\": 1, \"shared_ffn\": 64, \"first_dense\": 1, "
+        "\"every\": 2, \"aux_loss\": 0.01, \"capacity\": 1.25}}";
+    pt_model m, back;
+    pt_err err = {""};
+    CHECK_INT(pt_model_from_json(good, "<m>", &m, &err), 0);
+    CHECK(m.head_dim == 32 && m.qk_norm && m.moe.score == PT_ROUTER_SIGMOID && !m.moe.renorm);
+    CHECK(m.moe.shared_experts == 1 && m.moe.shared_ffn == 64 && m.moe.capacity == 1.25);
+    CHECK_INT(pt_model_moe_layers(&m, 0, 6), 2); /* layers 2 and 4 */
+    char *text = pt_model_to_json(&m);
+    CHECK_INT(pt_model_from_json(text, "<dump>", &back, &err), 0);
+    CHECK(model_equal(&m, &back));
+    free(text);
+    /* head_dim = h/a is the same spec as none */
+    char *hd = replace_once(good, "\"head_dim\": 32", "\"head_dim\": 16");
+    CHECK_INT(pt_model_from_json(hd, "<m>", &m, &err), 0);
+    CHECK_INT(m.head_dim, 0);
+    free(hd);
+    struct {
+        const char *from, *to, *needle;
+    } bad[] = {
+        {"\"top_k\": 2", "\"top_k\": 9", "field 'moe.top_k' = 9: more experts per token than"},
+        {"\"experts\": 8", "\"experts\": 1", "a mixture needs at least 2 experts"},
+        {"\"shared_ffn\": 64", "\"shared_ffn\": 0", "moe.shared_experts = 1 needs their inner"},
+        {"\"shared_experts\": 1", "\"shared_experts\": 0", "without shared experts"},
+        {"\"first_dense\": 1", "\"first_dense\": 6", "must leave a layer to the experts"},
+        {"\"every\": 2", "\"every\": 7", "no layer from moe.first_dense = 1 on"},
+        {"\"capacity\": 1.25", "\"capacity\": -1", "field 'moe.capacity' = -1"},
+        {"\"aux_loss\": 0.01", "\"aux_loss\": -0.5", "field 'moe.aux_loss' = -0.5"},
+        {"\"router\": \"sigmoid\"", "\"router\": \"relu\"", "expected one of softmax, sigmoid"},
+        {"\"renorm\": false", "\"renorm\": false, \"topk\": 2", "unknown field 'moe.topk' (did you mean 'top_k'?)"},
+        {"\"expert_ffn\": 32, ", "", "missing field 'moe.expert_ffn'"},
+        {"\"head_dim\": 32", "\"head_dim\": 31", "needs an even head size, but head_dim = 31"},
+        {"\"head_dim\": 32", "\"head_dim\": -4", "field 'head_dim' = -4"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *t = replace_once(good, bad[i].from, bad[i].to);
+        err.msg[0] = 0;
+        CHECK_INT(pt_model_from_json(t, "<m>", &m, &err), -1);
+        CHECK_STR_HAS(err.msg, bad[i].needle);
+        free(t);
+    }
 }
 
 static void test_model_from_file(const char *dir)
@@ -1075,6 +1173,8 @@ int main(int argc, char **argv)
     test_model_builtins_validate();
     test_model_round_trip();
     test_model_published_sizes();
+    test_model_moe_builtins();
+    test_model_moe_json();
     test_model_from_file(dir);
     test_model_bad_files(dir);
     test_model_bad_text();

@@ -449,25 +449,37 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* ---- Spec modes -------------------------------------------------------------- */
 
+/* "0.50M" or "46.70B" */
+static void params_text(double n, char *buf, size_t size)
+{
+    snprintf(buf, size, n >= 1e9 ? "%.2fB" : "%.2fM", n >= 1e9 ? n / 1e9 : n / 1e6);
+}
+
 static int list_models(bool json)
 {
     json_t *arr = json_array();
     if (!json)
-        printf("%-12s %4s %6s %4s %4s %6s %7s %5s %-9s %-6s %-7s %8s\n", "name", "L", "h",
-               "a", "k", "f", "v", "s", "norm", "act", "pos", "params");
+        printf("%-15s %4s %6s %4s %4s %6s %7s %5s %-9s %-6s %-7s %7s %8s %8s\n", "name", "L",
+               "h", "a", "k", "f", "v", "s", "norm", "act", "pos", "experts", "params",
+               "active");
     for (int i = 0; i < pt_model_builtin_count(); i++) {
         const pt_model *m = pt_model_builtin(i);
         if (json) {
             json_array_append_new(arr, spec_json(pt_model_to_json(m)));
             continue;
         }
-        printf("%-12s %4lld %6lld %4lld %4lld %6lld %7lld %5lld %-9s %-6s %-7s %7.2fB\n",
+        char experts[32] = "-", total[16], active[16];
+        if (m->moe.experts > 0)
+            snprintf(experts, sizeof experts, "%lld/%lld", (long long)m->moe.top_k,
+                     (long long)m->moe.experts);
+        params_text((double)pt_model_params_total(m), total, sizeof total);
+        params_text((double)pt_model_params_active(m), active, sizeof active);
+        printf("%-15s %4lld %6lld %4lld %4lld %6lld %7lld %5lld %-9s %-6s %-7s %7s %8s %8s\n",
                m->name, (long long)m->layers, (long long)m->hidden, (long long)m->heads,
                (long long)m->kv_heads, (long long)m->ffn, (long long)m->vocab,
                (long long)m->seq, m->norm == PT_NORM_RMSNORM ? "rmsnorm" : "layernorm",
                m->act == PT_ACT_SWIGLU ? "swiglu" : "gelu",
-               m->pos == PT_POS_ROPE ? "rope" : "learned",
-               (double)pt_model_params_total(m) / 1e9);
+               m->pos == PT_POS_ROPE ? "rope" : "learned", experts, total, active);
     }
     if (json)
         print_json(arr);
@@ -601,10 +613,17 @@ static int show_groups(const options *o)
     if (!o->json)
         printf("world %lld = tp %d x cp %d x dp %d x pp %d, rank order %s\n", (long long)g.world,
                l.tp, l.cp, l.dp, l.pp, order);
+    if (!o->json && (l.ep > 1 || l.etp > 1))
+        printf("experts: etp %d x ep %d x edp %d over each stage's tp*cp*dp ranks (parallel "
+               "folding)\n", g.etp, g.ep, g.edp);
     int64_t *ranks = malloc((size_t)g.world * sizeof *ranks);
     for (int k = 0; k < PT_GROUP_COUNT; k++) {
         /* the all-to-all groups are the cp groups with a2a, and none without */
         if (k == PT_GROUP_CPA2A && l.cp_comm != PT_CPC_A2A_P2P)
+            continue;
+        /* the experts' groups only where the layout splits experts */
+        if ((k == PT_GROUP_EP || k == PT_GROUP_ETP || k == PT_GROUP_EDP) && l.ep == 1 &&
+            l.etp == 1)
             continue;
         int size = pt_grid_group_size(&g, (pt_group_kind)k);
         json_t *list = json_array();

@@ -384,8 +384,15 @@ void print_job_header(const job *j)
     char order[32];
     pt_order_format(j->eo.order, order, sizeof order);
     double params = (double)pt_model_params_total(&j->m);
-    printf("model   %s: %.3g%s parameters, %lld layers, hidden %lld, seq %lld\n", j->m.name,
-           params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
+    char active[96] = "";
+    if (j->m.moe.experts > 0) {
+        double a = (double)pt_model_params_active(&j->m);
+        snprintf(active, sizeof active, " (%.3g%s active: top %lld of %lld experts)",
+                 a >= 1e9 ? a / 1e9 : a / 1e6, a >= 1e9 ? "B" : "M",
+                 (long long)j->m.moe.top_k, (long long)j->m.moe.experts);
+    }
+    printf("model   %s: %.3g%s parameters%s, %lld layers, hidden %lld, seq %lld\n", j->m.name,
+           params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M", active,
            (long long)j->m.layers,
            (long long)j->m.hidden, (long long)j->m.seq);
     printf("cluster %s: %d node(s) x %d %s, %.1f GiB each; layouts may use %.0f%% = %.1f "
@@ -610,7 +617,8 @@ bool same_layout(const pt_layout *a, const pt_layout *b)
                 a->zero == b->zero && a->compress == b->compress && a->mbs == b->mbs &&
                 a->n_micro == b->n_micro && a->recompute == b->recompute &&
                 a->schedule == b->schedule && pt_pipe_same(&a->pipe, &b->pipe) &&
-                a->cp_comm == b->cp_comm && a->cp_a2a == b->cp_a2a;
+                a->cp_comm == b->cp_comm && a->cp_a2a == b->cp_a2a && a->ep == b->ep &&
+                a->etp == b->etp && a->moe_dispatch == b->moe_dispatch;
     if (same && a->compress == PT_COMPRESS_POWERSGD)
         same = a->powersgd_rank == b->powersgd_rank && a->powersgd_start == b->powersgd_start;
     for (int d = 0; d < PT_NDIM && same; d++)
@@ -637,6 +645,12 @@ static void short_layout(const job *j, const pt_layout *l, char *buf, size_t n)
     if (l->cp_comm == PT_CPC_A2A_P2P)
         KEY(",cp_a2a=%d", l->cp_a2a);
     KEY(",dp=%d", l->dp);
+    if (l->ep > 1)
+        KEY(",ep=%d", l->ep);
+    if (l->etp > 1)
+        KEY(",etp=%d", l->etp);
+    if (l->moe_dispatch != PT_MOED_ALLTOALL)
+        KEY(",moe_dispatch=%s", pt_moe_dispatch_name(l->moe_dispatch));
     if (l->zero)
         KEY(",zero=%d", l->zero);
     KEY(",mbs=%lld", (long long)l->mbs);
@@ -746,6 +760,12 @@ static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
     case PT_REJECT_KV_HEADS_CP_A2A:
         snprintf(buf, n, " (%lld KV heads)", (long long)m->kv_heads);
         break;
+    case PT_REJECT_EXPERTS_EP:
+        snprintf(buf, n, " (%lld experts)", (long long)m->moe.experts);
+        break;
+    case PT_REJECT_EXPERT_FFN_ETP:
+        snprintf(buf, n, " (expert FFN %lld)", (long long)m->moe.expert_ffn);
+        break;
     case PT_REJECT_LAYERS_PP:
     case PT_REJECT_UNEVEN_SPLIT:
     case PT_REJECT_PIPELINE_LAYOUT:
@@ -761,6 +781,9 @@ static void rule_subject(pt_reject r, const job *j, char *buf, size_t n)
         break;
     case PT_REJECT_CP_COMM_NO_CP:
     case PT_REJECT_CP_A2A:
+    case PT_REJECT_EP_DENSE:
+    case PT_REJECT_EP_FOLD:
+    case PT_REJECT_MOE_SP:
     case PT_REJECT_SP_WITHOUT_TP:
     case PT_REJECT_OVERLAP_WITHOUT_SP:
     case PT_REJECT_VP_WITHOUT_PP:

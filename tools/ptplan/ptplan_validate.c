@@ -360,11 +360,19 @@ static int zero_of_text(const char *t)
     return n == 1 ? found : -1;
 }
 
-/* "full", "full (--checkpoint-activations)", "selective (per-op SAC)", "none". */
+/* "full", "full (--checkpoint-activations)", "selective (per-op SAC)", "none".
+ * "selective: norm, act" (Megatron-Core's --recompute-modules, as the MoE model zoo's
+ * tables write them) names modules: where none of them is attention's core, what runs
+ * again is memory-bound (norms, activations) and the step is priced as without
+ * recomputation; ptplan's selective is the attention core's. */
 static int recompute_of_text(const char *t, pt_recompute *out)
 {
+    const char *modules = strchr(t, ':');
     if (strncasecmp(t, "full", 4) == 0)
         *out = PT_RECOMPUTE_FULL;
+    else if (strncasecmp(t, "selective", 9) == 0 && modules && !has(modules, "attn") &&
+             !has(modules, "attention"))
+        *out = PT_RECOMPUTE_NONE;
     else if (strncasecmp(t, "selective", 9) == 0)
         *out = PT_RECOMPUTE_SELECTIVE;
     else if (strncasecmp(t, "none", 4) == 0)
@@ -390,6 +398,51 @@ static int pos_of_text(const char *t, pt_pos *out)
 
 /* ---- The model ------------------------------------------------------------------------ */
 
+/* model.moe: {experts, top_k, expert_ffn, shared_experts, moe_layers ("all ..."),
+ * router ("softmax ..." or "sigmoid ..."), aux_loss_coeff}. Every layer an MoE layer is
+ * what "all" says; which top-k scores are renormalised does not change a step's time
+ * (Megatron-Core's --moe-router-pre-softmax false, the zoo's Qwen3 setting, is softmax
+ * over the top-k logits: renormalised). */
+static int model_moe(const vctx *v, vpoint *p, const json_t *mo, pt_err *err)
+{
+    const json_t *x = json_object_get(mo, "moe");
+    if (!x || json_is_null(x))
+        return V_OK;
+    if (!json_is_object(x))
+        return bad(v, err, "model.moe", "expected an object");
+    pt_moe *e = &p->m.moe;
+    const char *layers = NULL, *router = NULL;
+    double aux = 0;
+    int rc;
+    if ((rc = point_int(v, p, x, "model.moe", "experts", true, 0, &e->experts, err)) ||
+        (rc = point_int(v, p, x, "model.moe", "top_k", true, 0, &e->top_k, err)) ||
+        (rc = point_int(v, p, x, "model.moe", "expert_ffn", true, 0, &e->expert_ffn, err)) ||
+        (rc = point_int(v, p, x, "model.moe", "shared_experts", false, 0, &e->shared_experts,
+                        err)))
+        return rc;
+    if (get_string(v, x, "model.moe", "moe_layers", true, &layers, err) == V_BAD ||
+        get_string(v, x, "model.moe", "router", true, &router, err) == V_BAD ||
+        get_real(v, x, "model.moe", "aux_loss_coeff", false, &aux, err) == V_BAD)
+        return V_BAD;
+    if (e->shared_experts > 0)
+        return skip(p, "model.moe.shared_experts = %lld: the set gives no shared expert size",
+                    (long long)e->shared_experts);
+    if (!layers || strncasecmp(layers, "all", 3) != 0)
+        return skip(p, "model.moe.moe_layers '%s': only \"all ...\" is read",
+                    layers ? layers : "null");
+    e->every = 1;
+    if (router && strncasecmp(router, "sigmoid", 7) == 0)
+        e->score = PT_ROUTER_SIGMOID;
+    else if (router && strncasecmp(router, "softmax", 7) == 0)
+        e->score = PT_ROUTER_SOFTMAX;
+    else
+        return skip(p, "model.moe.router '%s': expected softmax or sigmoid",
+                    router ? router : "null");
+    e->renorm = true;
+    e->aux_loss = aux;
+    return V_OK;
+}
+
 static int model_sizes(const vctx *v, vpoint *p, const json_t *mo, pt_err *err)
 {
     pt_model *m = &p->m;
@@ -400,9 +453,23 @@ static int model_sizes(const vctx *v, vpoint *p, const json_t *mo, pt_err *err)
                  {"kv_heads", &m->kv_heads}, {"ffn", &m->ffn}, {"vocab", &m->vocab},
                  {"seq", &m->seq}};
     int rc;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if ((rc = model_moe(v, p, mo, err)))
+        return rc;
+    /* a model whose every layer is a mixture has no dense MLP: its ffn sizes nothing */
+    const json_t *ffn = json_object_get(mo, "ffn");
+    bool no_ffn = m->moe.experts > 0 && ffn && json_is_null(ffn);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (no_ffn && sizes[i].out == &m->ffn) {
+            m->ffn = m->moe.expert_ffn;
+            continue;
+        }
         if ((rc = point_int(v, p, mo, "model", sizes[i].key, true, 0, sizes[i].out, err)))
             return rc;
+    }
+    if ((rc = point_int(v, p, mo, "model", "head_dim", false, 0, &m->head_dim, err)))
+        return rc;
+    if (m->heads > 0 && m->head_dim * m->heads == m->hidden)
+        m->head_dim = 0; /* h/a: the spec's one form */
     if ((rc = point_bool(v, p, mo, "model", "bias", true, false, &m->bias, err)) ||
         (rc = point_bool(v, p, mo, "model", "tied_embeddings", true, false,
                          &m->tied_embeddings, err)) ||
@@ -425,6 +492,8 @@ static int model_kinds(const vctx *v, vpoint *p, const json_t *mo, pt_err *err)
         (rc = resolve(v, p, mo, "model", "positions", false, &pos, err)) ||
         (pos.val && (rc = as_string(v, &pos, &tp, err))))
         return rc;
+    /* "rmsnorm (+ qk-layernorm)": q and k normalised per head too */
+    p->m.qk_norm = has(tn, "qk-layernorm") || has(tn, "qk_norm") || has(tn, "qk-norm");
     if (strncasecmp(tn, "layernorm", 9) == 0)
         p->m.norm = PT_NORM_LAYERNORM;
     else if (strncasecmp(tn, "rmsnorm", 7) == 0)
@@ -697,9 +766,14 @@ static void layout_label(vpoint *p)
         split[0] = ' ';
         pt_pipe_format(&l->pipe, split + 1, sizeof split - 1);
     }
-    /* "tp8 sp pp16 vp2 dp48 z1 mbs1 none": sizes 1 of vp and cp left out */
-    snprintf(p->layout_text, sizeof p->layout_text, "tp%d%s pp%d%s%s dp%d z%d mbs%lld %s%s",
-             l->tp, l->sp ? " sp" : "", l->pp, vp, cp, l->dp, l->zero, (long long)l->mbs,
+    char ep[32] = "";
+    if (l->ep > 1 || l->etp > 1)
+        snprintf(ep, sizeof ep, " ep%d%s", l->ep, l->etp > 1 ? " etp" : "");
+    if (l->etp > 1)
+        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), "%d", l->etp);
+    /* "tp8 sp pp16 vp2 dp48 z1 mbs1 none": sizes 1 of vp, cp, ep and etp left out */
+    snprintf(p->layout_text, sizeof p->layout_text, "tp%d%s pp%d%s%s dp%d%s z%d mbs%lld %s%s",
+             l->tp, l->sp ? " sp" : "", l->pp, vp, cp, l->dp, ep, l->zero, (long long)l->mbs,
              pt_recompute_name(l->recompute), split);
 }
 
@@ -734,14 +808,37 @@ static int read_layout(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
         return rc;
     pt_recompute rec = PT_RECOMPUTE_NONE;
     bool sp = false;
+    int64_t ep = 1, etp = 1, edp = 0;
     if ((rc = layout_recompute(v, pt, p, &rec, err)) ||
-        (rc = point_bool(v, p, pt, "", "sp", false, false, &sp, err)))
+        (rc = point_bool(v, p, pt, "", "sp", false, false, &sp, err)) ||
+        (rc = point_int(v, p, pt, "", "ep", false, 1, &ep, err)) ||
+        (rc = point_int(v, p, pt, "", "etp", false, 1, &etp, err)) ||
+        (rc = point_int(v, p, pt, "", "edp", false, 0, &edp, err)))
         return rc;
+    /* the expert-data-parallel size is what folding leaves: a source's must agree */
+    if (edp > 0 && ep >= 1 && etp >= 1 && edp * ep * etp != tp * cp * dp)
+        return skip(p, "edp = %lld: parallel folding gives tp*cp*dp/(ep*etp) = "
+                       "%lld*%lld*%lld/(%lld*%lld)", (long long)edp, (long long)tp,
+                    (long long)cp, (long long)dp, (long long)ep, (long long)etp);
+    /* the token dispatcher the framework names: NCCL's all-to-all, DeepEP's (flex), or
+     * Megatron-Core's allgather */
+    const char *fw = NULL;
+    if (get_string(v, pt, "", "framework", false, &fw, err) == V_BAD)
+        return V_BAD;
+    const char *dispatch = !fw                                 ? ""
+                           : has(fw, "dispatcher allgather")   ? ",moe_dispatch=allgather"
+                           : has(fw, "dispatcher deepep")      ? ",moe_dispatch=flex"
+                                                               : "";
     char text[400];
     snprintf(text, sizeof text, "tp=%lld,pp=%lld,vp=%lld,cp=%lld,dp=%lld,zero=%lld,mbs=%lld,"
                                 "recompute=%s,sp=%d", (long long)tp, (long long)pp,
              (long long)vp, (long long)cp, (long long)dp, (long long)zero, (long long)mbs,
              pt_recompute_name(rec), sp);
+    if (ep > 1 || etp > 1) {
+        size_t used = strlen(text);
+        snprintf(text + used, sizeof text - used, ",ep=%lld,etp=%lld%s", (long long)ep,
+                 (long long)etp, dispatch);
+    }
     if ((rc = layout_extra(v, p, text, sizeof text, err)))
         return rc;
     /* One optimizer step: global_batch / (mbs x dp) micro-batches per data-parallel rank,
