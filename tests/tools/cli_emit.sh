@@ -341,6 +341,24 @@ refused megatron "cp_comm=a2a: Transformer Engine's all-to-all needs the KV head
     "TE replicates no KV heads" $big --stack ptrun --layout "tp=8,sp=1,pp=2,cp=2,cp_comm=a2a,zero=1,recompute=full"
 
 refused torchtitan "zero=1" "no optimizer-only sharding" $big --layout "$l70"
+# A mixture of experts for Megatron-LM: the experts, the router, q/k norms and head_dim,
+# the experts' split and dispatcher; NeMo and torchtitan refuse it
+moe="--model qwen3-235b-a22b --cluster dgx-h100 --nodes 32 --stack megatron-core --global-batch 2048"
+plan 0 $moe --layout "tp=2,sp=1,pp=8,dp=16,ep=32,moe_dispatch=flex,zero=1,recompute=full,first_layers=11,last_layers=11" \
+    --emit megatron --no-out
+check megatron "qwen3-235b ep=32"
+arg "--num-experts 128" "the experts"
+arg "--moe-router-topk 8" "top-k"
+arg "--moe-ffn-hidden-size 1536" "the experts' FFN"
+arg "--kv-channels 128" "head_dim apart from hidden/heads"
+arg "--qk-layernorm" "q/k norms"
+arg "--expert-model-parallel-size 32" "ep"
+arg "--expert-tensor-parallel-size 1" "etp written (Megatron's default is tp)"
+arg "--moe-token-dispatcher-type flex" "DeepEP"
+arg "--moe-flex-dispatcher-backend deepep" "its backend"
+no_arg "--moe-layer-freq" "every layer an MoE layer is the default"
+refused nemo "model 'qwen3-235b-a22b' is a mixture of experts" "NeMo's MoE recipes not written" \
+    $moe --layout "tp=2,sp=1,pp=8,dp=16,ep=32,zero=1,recompute=full,first_layers=11,last_layers=11"
 plan 0 $big --layout "tp=8,sp=1,pp=8" --emit torchtitan --no-out
 check torchtitan "70B tp=8 pp=8"
 toml "t['model'] == {'name': 'llama3', 'flavor': '70B'}" "Llama 3 70B is the 70B flavor"

@@ -35,6 +35,11 @@ for m in tiny gpt2-124m gpt2-350m gpt2-774m gpt2-1.5b gpt3-1.3b gpt3-2.7b gpt3-6
     out_has "^$m " "--list-models lists $m"
 done
 out_has "^llama2-7b .* 6.74B" "llama2-7b has 6.74B parameters"
+for m in tiny-moe tiny-qwen3-moe mixtral-8x7b mixtral-8x22b qwen3-30b-a3b qwen3-235b-a22b; do
+    out_has "^$m " "--list-models lists $m"
+done
+out_has "^mixtral-8x7b .* 2/8 .* 46.70B  *12.88B" "Mixtral: top-2 of 8, total and active"
+out_has "^qwen3-235b-a22b .* 8/128 .* 235.09B  *22.19B" "Qwen3-235B: top-8 of 128"
 run 0 --list-clusters
 for c in dgx-a100-80g dgx-h100 local; do out_has "^$c " "--list-clusters lists $c"; done
 
@@ -582,6 +587,37 @@ out_has "^dp    groups (8 of 2): \[0,2\] \[1,3\] \[4,6\] \[5,7\]" "dp groups"
 out_has "^pp    groups (4 of 4): \[0,4,8,12\] \[1,5,9,13\]" "pp groups"
 run 0 --groups "tp=2,pp=4,dp=2" --json
 out_has '"world": 16' "groups JSON"
+! grep -q "^ep " "$tmp/out" || fail "no expert groups without ep or etp"
+run 0 --groups "tp=2,sp=1,dp=4,pp=2,ep=4"
+out_has "^experts: etp 1 x ep 4 x edp 2" "the experts' grid"
+out_has "^ep    groups (4 of 4): \[0,1,2,3\] \[4,5,6,7\] \[8,9,10,11\]" "ep groups fold over tp and dp"
+out_has "^edp   groups (8 of 2): \[0,4\] \[1,5\]" "edp groups"
+
+# ---- mixtures of experts ------------------------------------------------------------
+# planned under a stack that runs them, refused by one that does not, one message each
+run 0 --model tiny-moe --devices 8 --stack megatron-core --global-batch 64 --no-out --top 3
+out_has "tiny-moe: .* (.* active: top 2 of 8 experts)" "total and active in the header"
+out_has ",ep=[248]" "the search splits the experts"
+run 1 --model tiny-moe --devices 8 --no-out
+err_has "model tiny-moe is a mixture of experts, which stack 'ptrun' does not run" \
+    "ptrun's stack does not plan experts"; one_line_error "no MoE on ptrun"
+run 1 --model tiny --moe-imbalance 1.5 --no-out
+err_has "applies to a mixture of experts; model tiny has none" "imbalance on a dense model"
+one_line_error "imbalance on a dense model"
+run 1 --model tiny-moe --stack megatron-core --moe-imbalance 0.5 --no-out
+err_has "moe-imbalance 0.5: expected a number from 1 to 1024" "imbalance below 1"
+run 3 --model tiny-moe --devices 8 --stack megatron-core --layout "dp=8,ep=3" --no-out
+out_has "experts_ep  *experts (8) are not divisible by ep (3)" "ep not dividing the experts"
+err_has "breaks 2 rule(s): ep_fold experts_ep" "its rules named"
+run 3 --model tiny --devices 8 --stack megatron-core --layout "dp=8,ep=2" --no-out
+out_has "ep_dense  *ep = 2, etp = 1: model tiny has no experts to split" "ep on a dense model"
+run 1 --model tiny-moe --devices 8 --stack fsdp --layout "dp=8,ep=2" --no-out
+err_has "is a mixture of experts, which stack 'fsdp' does not run" "a stack without MoE"
+run 0 --dump-model tiny-moe
+sed 's/"top_k": 2/"top_k": 9/' "$tmp/out" >"$tmp/topk.json"
+run 1 --model "$tmp/topk.json"
+err_has "field 'moe.top_k' = 9: more experts per token than the 8 experts" "top_k > experts"
+one_line_error "top_k > experts"
 
 # ---- bad input ---------------------------------------------------------------------
 run 1 --model no-such-model

@@ -153,6 +153,12 @@ run 1 "$build/ptrun" "$tmp/plan-ag.json"
 err_has "plan-ag.json: layout cp_comm=all_gather (priced for stack 'megatron-core'): ptrun runs cp_comm p2p, a2a, a2a+p2p" \
     "cp_comm=all_gather refused by ptrun"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for all_gather: $(cat "$tmp/err")"
+# a mixture of experts, priced for Megatron-Core: ptrun's runtime does not train one yet
+run 0 "$build/ptplan" --model tiny-moe --devices 2 --stack megatron-core --layout "dp=2,ep=2" \
+    --out "$tmp/plan-moe.json"
+run 1 "$build/ptrun" "$tmp/plan-moe.json"
+err_has "plan-moe.json: model tiny-moe has experts (a mixture of experts), which ptrun's runtime does not train yet" \
+    "a mixture of experts refused by ptrun"
 # a plan edited to an uneven split of tiny's 4 layers that does not add up: refused
 # before anything starts, with the numbers
 run 0 "$build/ptplan" --devices 2 --layout "pp=2,first_layers=1,last_layers=3" \

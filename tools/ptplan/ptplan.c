@@ -59,6 +59,9 @@ static const char usage_text[] =
     "  --fp8-param-gather      with --precision fp8 on stack megatron-core: the linear\n"
     "                          weights held in FP8 and all-gathered as such by the\n"
     "                          distributed optimizer (Megatron-Core's --fp8-param-gather)\n"
+    "  --moe-imbalance F       a mixture of experts: the busiest rank's share of the\n"
+    "                          experts' tokens over the mean [1: balanced, as published\n"
+    "                          benchmarks force the router]\n"
     "  --order ORDER           rank order, fastest first [tp-cp-dp-pp]\n"
     "  --max-mbs N             micro-batch sizes tried: powers of two up to N [8]\n"
     "  --mem-fraction F        share of device memory a layout may use [0.95]\n"
@@ -299,7 +302,7 @@ static int parse_options(int argc, char **argv, options *o)
            O_JSON, O_TOP, O_VERSION, O_DB, O_OUT, O_NOOUT, O_TIMELINE, O_SIMTOP, O_STEPS,
            O_LR, O_SEED, O_DATA, O_DEVICES, O_STACK, O_LS, O_DS, O_VALIDATE, O_LL,
            O_COMPARE, O_COMPRESS, O_NOSHIPPED, O_EMIT, O_TOKENS, O_PRICE, O_GBT, O_PIPE,
-           O_NOCALIB, O_FP8_RECIPE, O_FP8_EMULATE, O_FP8_PARAM_GATHER };
+           O_NOCALIB, O_FP8_RECIPE, O_FP8_EMULATE, O_FP8_PARAM_GATHER, O_MOE_IMB };
     static const struct option longopts[] = {
         {"model", 1, 0, O_MODEL}, {"cluster", 1, 0, O_CLUSTER}, {"nodes", 1, 0, O_NODES},
         {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ}, {"precision", 1, 0, O_PREC},
@@ -320,12 +323,13 @@ static int parse_options(int argc, char **argv, options *o)
         {"global-batch-tokens", 1, 0, O_GBT}, {"pipeline-layout", 1, 0, O_PIPE},
         {"no-calibration", 0, 0, O_NOCALIB}, {"fp8-recipe", 1, 0, O_FP8_RECIPE},
         {"fp8-emulate", 0, 0, O_FP8_EMULATE}, {"fp8-param-gather", 0, 0, O_FP8_PARAM_GATHER},
+        {"moe-imbalance", 1, 0, O_MOE_IMB},
         {0, 0, 0, 0}};
     *o = (options){.model = "tiny", .cluster = "local", .global_batch = 64,
                    .max_mbs = 8, .top = 10, .mem_fraction = 0.95, .bucket_mib = 25,
                    .out = "plan.json", .sim_top = 1000, .steps = 50, .seed = 1234,
                    .compress_modes = 1u << PT_COMPRESS_NONE | 1u << PT_COMPRESS_BF16,
-                   .gpu_hour_price = -1};
+                   .gpu_hour_price = -1, .moe_imbalance = 1};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -356,6 +360,9 @@ static int parse_options(int argc, char **argv, options *o)
         case O_FP8_RECIPE: o->fp8_recipe = optarg; break;
         case O_FP8_EMULATE: o->fp8_emulate = true; break;
         case O_FP8_PARAM_GATHER: o->fp8_param_gather = true; break;
+        case O_MOE_IMB:
+            bad = pt_cli_real("ptplan", "--moe-imbalance", optarg, 1, 1024, &o->moe_imbalance);
+            break;
         case O_ORDER: o->order = optarg; break;
         case O_MAXMBS: bad = pt_cli_int("ptplan", "--max-mbs", optarg, 1, 1 << 20, &o->max_mbs); break;
         case O_BUCKET: bad = pt_cli_int("ptplan", "--bucket-mib", optarg, 1, 1 << 20, &o->bucket_mib);

@@ -41,6 +41,7 @@ typedef struct {
     double gpu_hour_price;   /* --gpu-hour-price (< 0: not given) */
     unsigned compress_modes; /* --compress: bit c tries compress=c (pt_enum_opts) */
     double mem_fraction, lr;
+    double moe_imbalance;    /* --moe-imbalance: the busiest expert rank over the mean */
     bool explain, json, list_models, list_clusters, list_stacks, no_out, list_layouts;
     bool no_shipped;         /* --no-shipped-profile */
     bool no_calibration;     /* --no-calibration: plan zero-shot, stored runs unused */

@@ -189,6 +189,13 @@ static void check_megatron_core(emitter *e)
                   "\"num_heads %% cp_size == 0 for Q, K, V\"); plan with more tp, a smaller "
                   "all-to-all or cp_comm=p2p", pt_cp_comm_name(l->cp_comm), (long long)kv_local,
                u);
+    /* Megatron-Core's sigmoid router always renormalises its top-k scores (core/
+     * transformer/moe/moe_utils.py, topk_routing_with_score_function) */
+    const pt_moe *x = &e->j->m.moe;
+    if (x->experts > 0 && x->score == PT_ROUTER_SIGMOID && !x->renorm && x->top_k > 1)
+        refuse(e, "model '%s' routes by sigmoid without renormalising its top-%lld scores: "
+                  "Megatron-Core's sigmoid router renormalises them whenever top-k > 1",
+               e->j->m.name, (long long)x->top_k);
     const pt_fp8 *f8 = &e->j->t.fp8;
     if (f8->recipe == PT_FP8_ROWWISE)
         refuse(e, "FP8 recipe rowwise: Megatron-Core's --fp8-recipe offers tensorwise, delayed, "
@@ -257,6 +264,49 @@ static void arg(argout *a, const char *fmt, ...)
     a->has = true;
 }
 
+/* A mixture of experts in TransformerConfig's words (core/transformer/
+ * transformer_config.py): the experts, top-k, their FFN size, the router (softmax after
+ * the top-k renormalises, --moe-router-pre-softmax does not), the load-balancing loss,
+ * a capacity with the drop by position ptrun's kernels use, shared experts as one
+ * MLP of their summed size, and which layers are MoE layers as --moe-layer-freq's list
+ * pattern (arguments.py, moe_freq_type). TE's grouped GEMM for the experts. */
+static void megatron_moe(argout *a, const pt_model *m)
+{
+    const pt_moe *x = &m->moe;
+    char r[32];
+    if (x->experts == 0)
+        return;
+    arg(a, "--num-experts %lld", (long long)x->experts);
+    arg(a, "--moe-router-topk %lld", (long long)x->top_k);
+    arg(a, "--moe-ffn-hidden-size %lld", (long long)x->expert_ffn);
+    arg(a, "--moe-router-score-function %s", x->score == PT_ROUTER_SIGMOID ? "sigmoid" : "softmax");
+    if (x->score == PT_ROUTER_SOFTMAX && !x->renorm)
+        arg(a, "--moe-router-pre-softmax");
+    if (x->aux_loss > 0) {
+        arg(a, "--moe-router-load-balancing-type aux_loss");
+        arg(a, "--moe-aux-loss-coeff %s", real(r, x->aux_loss));
+    } else {
+        arg(a, "--moe-router-load-balancing-type none");
+    }
+    if (x->capacity > 0) {
+        arg(a, "--moe-expert-capacity-factor %s", real(r, x->capacity));
+        arg(a, "--moe-token-drop-policy position");
+    }
+    if (x->shared_experts > 0)
+        arg(a, "--moe-shared-expert-intermediate-size %lld",
+            (long long)(x->shared_experts * x->shared_ffn));
+    if (x->first_dense > 0 || x->every > 1) {
+        char pattern[LINE_CAP] = "[";
+        size_t n = 1;
+        for (int64_t i = 0; i < m->layers && n + 4 < sizeof pattern; i++)
+            n += (size_t)snprintf(pattern + n, sizeof pattern - n, "%s%d", i ? "," : "",
+                                  pt_model_layer_moe(m, i) ? 1 : 0);
+        snprintf(pattern + n, sizeof pattern - n, "]");
+        arg(a, "--moe-layer-freq \"%s\"", pattern);
+    }
+    arg(a, "--moe-grouped-gemm");
+}
+
 static void megatron_model(argout *a, const job *j)
 {
     const pt_model *m = &j->m;
@@ -279,15 +329,29 @@ static void megatron_model(argout *a, const job *j)
         arg(a, "--disable-bias-linear");
     if (!m->tied_embeddings)
         arg(a, "--untie-embeddings-and-output-weights");
+    if (m->head_dim > 0)
+        arg(a, "--kv-channels %lld", (long long)m->head_dim);
+    if (m->qk_norm)
+        arg(a, "--qk-layernorm");
+    megatron_moe(a, m);
     /* Megatron pads the tokenizer's vocabulary to a multiple of this times tp */
     arg(a, "--make-vocab-size-divisible-by %lld", (long long)j->t.stack.vocab_multiple);
     arg(a, "--hidden-dropout %s", real(r, hidden_dropout(j)));
     arg(a, "--attention-dropout %s", real(r, 0));
 }
 
-static void megatron_parallel(argout *a, const pt_layout *l)
+static void megatron_parallel(argout *a, const pt_layout *l, const pt_model *m)
 {
     arg(a, "--tensor-model-parallel-size %d", l->tp);
+    /* the experts' split (etp written always: Megatron-Core's default is tp) and the
+     * dispatcher; flex with DeepEP's backend */
+    if (m->moe.experts > 0) {
+        arg(a, "--expert-model-parallel-size %d", l->ep);
+        arg(a, "--expert-tensor-parallel-size %d", l->etp);
+        arg(a, "--moe-token-dispatcher-type %s", pt_moe_dispatch_name(l->moe_dispatch));
+        if (l->moe_dispatch == PT_MOED_FLEX)
+            arg(a, "--moe-flex-dispatcher-backend deepep");
+    }
     arg(a, "--pipeline-model-parallel-size %d", l->pp);
     arg(a, "--context-parallel-size %d", l->cp);
     /* TransformerConfig.cp_comm_type's words, p2p (the default) left out; a2a+p2p's
@@ -380,7 +444,7 @@ static int print_megatron(const emitter *e, FILE *f)
 {
     argout a = {.f = f};
     megatron_model(&a, e->j);
-    megatron_parallel(&a, e->l);
+    megatron_parallel(&a, e->l, &e->j->m);
     megatron_data_parallel(&a, e->l);
     megatron_recompute(&a, e->l->recompute);
     megatron_training(&a, e->j, e->l);
@@ -407,6 +471,9 @@ static const char *nemo_recipe_of(const pt_model *m)
 static void check_nemo(emitter *e)
 {
     check_megatron_core(e);
+    if (e->j->m.moe.experts > 0)
+        refuse(e, "model '%s' is a mixture of experts, whose NeMo recipes this emitter does "
+                  "not write; emit for Megatron-LM (--emit megatron)", e->j->m.name);
     if (e->l->cp > 1 && e->l->cp_comm == PT_CPC_A2A_P2P)
         refuse(e, "cp_comm=a2a+p2p: NeMo builds Megatron-Core's process groups without the "
                   "hierarchical context-parallel groups it needs (nemo/lightning/"
@@ -588,6 +655,11 @@ static void check_titan_model(emitter *e)
     const pt_model *m = &e->j->m;
     char differs[256] = "";
     size_t n = 0;
+    if (m->moe.experts > 0)
+        n += (size_t)snprintf(differs + n, sizeof differs - n, ", experts");
+    if (m->qk_norm || m->head_dim > 0)
+        n += (size_t)snprintf(differs + n, sizeof differs - n, ", %s",
+                              m->qk_norm ? "q/k norms" : "a head_dim other than hidden/heads");
     if (m->norm != PT_NORM_RMSNORM)
         n += (size_t)snprintf(differs + n, sizeof differs - n, ", LayerNorm");
     if (m->act != PT_ACT_SWIGLU)

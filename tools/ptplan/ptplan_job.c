@@ -206,6 +206,18 @@ int load_job(const options *o, job *j)
     j->tokens = o->tokens;
     j->gpu_hour_price = o->gpu_hour_price;
     j->t.bucket_bytes = o->bucket_mib << 20;
+    j->t.moe_imbalance = o->moe_imbalance;
+    if (j->m.moe.experts > 0 && !j->t.stack.moe_dispatches) {
+        fprintf(stderr, "ptplan: model %s is a mixture of experts, which stack '%s' does not "
+                        "run; plan it with --stack megatron-core (ptplan --list-stacks)\n",
+                j->m.name, j->t.stack.name);
+        return EXIT_BAD_INPUT;
+    }
+    if (o->moe_imbalance != 1 && j->m.moe.experts == 0) {
+        fprintf(stderr, "ptplan: --moe-imbalance applies to a mixture of experts; model %s "
+                        "has none\n", j->m.name);
+        return EXIT_BAD_INPUT;
+    }
     if (load_precision(o, &j->t))
         return EXIT_BAD_INPUT;
     pt_run_opts_default(&j->run, &j->m);
