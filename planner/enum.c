@@ -151,10 +151,11 @@ static void visit_cp(enum_state *st, const pt_layout *in);
 
 /* The experts' split of a mixture of experts (a dense model: none): ep over each
  * divisor of the experts that parallel folding allows (ep·etp dividing a stage's
- * tp·cp·dp), with etp 1 (what Megatron-Core's MoE guides advise, keeping each expert's
- * GEMMs whole) or tp (its default, --expert-tensor-parallel-size unset); the stack's
- * first dispatcher (alltoall where it runs it: allgather gathers every token of the ep
- * group, more bytes for ep > 2). */
+ * tp·cp·dp), with etp 1, and etp = tp (Megatron-Core's default) only where ep holds one
+ * expert a rank already: elsewhere a larger ep over the same ranks splits the experts'
+ * weights as far without etp's gather and reduce-scatter, and keeps each expert's GEMMs
+ * whole; the stack's first dispatcher (alltoall where it runs it: allgather gathers
+ * every token of the ep group, more bytes for ep > 2). */
 static void visit(enum_state *st, const pt_layout *in)
 {
     pt_layout l = *in;
@@ -170,7 +171,8 @@ static void visit(enum_state *st, const pt_layout *in)
     int64_t fold = (int64_t)l.tp * l.cp * l.dp;
     for (int etp = 1; etp <= l.tp && !st->stop; etp = etp == 1 && l.tp > 1 ? l.tp : l.tp + 1)
         for (int64_t ep = 1; ep <= e->experts && ep * etp <= fold && !st->stop; ep++) {
-            if (e->experts % ep || fold % (ep * etp) || e->expert_ffn % etp)
+            if (e->experts % ep || fold % (ep * etp) || e->expert_ffn % etp ||
+                (etp > 1 && ep < e->experts))
                 continue;
             l.ep = (int)ep;
             l.etp = etp;

@@ -233,14 +233,20 @@ bool pt_model_layer_moe(const pt_model *m, int64_t i)
     return m->moe.experts > 0 && i >= m->moe.first_dense && i % every == 0;
 }
 
+/* Multiples of e in [0, x): ceil(x/e) for x > 0. */
+static int64_t multiples_below(int64_t x, int64_t e)
+{
+    return x <= 0 ? 0 : (x + e - 1) / e;
+}
+
 int64_t pt_model_moe_layers(const pt_model *m, int64_t first, int64_t count)
 {
-    if (m->moe.experts <= 0)
+    if (m->moe.experts <= 0 || count <= 0)
         return 0;
-    int64_t n = 0;
-    for (int64_t i = first; i < first + count; i++)
-        n += pt_model_layer_moe(m, i);
-    return n;
+    /* the multiples of `every` in [max(first, first_dense), first + count) */
+    int64_t every = m->moe.every > 0 ? m->moe.every : 1;
+    int64_t lo = first > m->moe.first_dense ? first : m->moe.first_dense, hi = first + count;
+    return hi > lo ? multiples_below(hi, every) - multiples_below(lo, every) : 0;
 }
 
 /* An optional field: read when present, else `dflt`. */

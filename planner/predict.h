@@ -108,6 +108,19 @@ void pt_cost_hw_of(const pt_cluster *c, pt_cost_hw *hw);
 int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
                  const pt_costdb *db, const pt_layout *l, pt_sim_costs *out, pt_err *err);
 
+/* A search's memo of priced op lists: layouts whose micro-batches run the same lists
+ * (they differ only in the split of the layers over stages, the schedule, the data-
+ * parallel overlaps or compression) are priced once. Made for one model, cluster,
+ * training and cost table (their addresses: a call with others does not use it). */
+typedef struct pt_sim_memo pt_sim_memo;
+pt_sim_memo *pt_sim_memo_new(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                             const pt_costdb *db);
+void pt_sim_memo_free(pt_sim_memo *memo);
+/* pt_sim_price through memo (NULL: none); the same prices. */
+int pt_sim_price_memo(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                      const pt_costdb *db, const pt_layout *l, pt_sim_memo *memo,
+                      pt_sim_costs *out, pt_err *err);
+
 /* A cheap closed-form estimate of the step time from the prices, used to choose
  * which layouts to simulate in full. */
 double pt_sim_estimate(const pt_layout *l, const pt_sim_costs *costs);

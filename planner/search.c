@@ -175,13 +175,17 @@ static int64_t price_and_simulate(const pt_model *m, const pt_cluster *c, const 
 {
     if (f->n == 0)
         return 0; /* qsort must not be given a null base, even for no elements */
+    pt_sim_memo *memo = pt_sim_memo_new(m, c, t, db); /* NULL: priced one by one */
     for (int64_t i = 0; i < f->n; i++) {
         pt_sim_costs costs;
-        if (pt_sim_price(m, c, t, db, &f->v[i].layout, &costs, err))
+        if (pt_sim_price_memo(m, c, t, db, &f->v[i].layout, memo, &costs, err)) {
+            pt_sim_memo_free(memo);
             return -1;
+        }
         f->v[i].estimate_s = pt_sim_estimate(&f->v[i].layout, &costs);
         pt_sim_costs_free(&costs);
     }
+    pt_sim_memo_free(memo);
     qsort(f->v, (size_t)f->n, sizeof *f->v, by_estimate);
     int64_t n = top > 0 && top < f->n ? top : f->n;
     if (simulate_all(m, c, t, db, f->v, n, err))

@@ -464,9 +464,169 @@ static void sync_exposed(const pt_layout *l, const pt_sim_costs *c,
     }
 }
 
+/* ---- The memo of a search ----------------------------------------------------------- */
+
+/* What a micro-batch's op lists depend on, besides the model, cluster, training and cost
+ * tables a search holds fixed: the rank grid (tp, cp, pp, dp, order: each group's ranks
+ * per NVLink domain) and the layout keys the lists read. Layouts that differ only in how
+ * the layers are split over stages (vp, first_layers, last_layers, pipeline), their
+ * schedule, the data-parallel overlaps or gradient compression price the same lists. */
+typedef struct {
+    int32_t tp, cp, pp, dp, ep, etp, cp_a2a, zero;
+    int64_t mbs, n_micro;
+    int32_t sp, tp_overlap, recompute, cp_comm, moe_dispatch;
+    int32_t order[PT_NDIM];
+} memo_key;
+
+typedef struct {
+    memo_key key;
+    bool used;
+    list_time lt[N_LISTS];
+    pt_cost first_gather;   /* the ZeRO-3 gather a pass starts with (time 0: none) */
+    double model_flops, hardware_flops;
+} memo_entry;
+
+struct pt_sim_memo {
+    const pt_model *m;      /* what the entries were priced for */
+    const pt_cluster *c;
+    const pt_train *t;
+    const pt_costdb *db;
+    memo_entry *e;
+    size_t cap, n;
+};
+
+pt_sim_memo *pt_sim_memo_new(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                             const pt_costdb *db)
+{
+    pt_sim_memo *memo = calloc(1, sizeof *memo);
+    if (memo)
+        *memo = (pt_sim_memo){.m = m, .c = c, .t = t, .db = db};
+    return memo;
+}
+
+void pt_sim_memo_free(pt_sim_memo *memo)
+{
+    if (memo)
+        free(memo->e);
+    free(memo);
+}
+
+static memo_key key_of(const pt_layout *l)
+{
+    memo_key k;
+    memset(&k, 0, sizeof k); /* padding too: keys are compared and hashed as bytes */
+    k.tp = l->tp, k.cp = l->cp, k.pp = l->pp, k.dp = l->dp, k.ep = l->ep, k.etp = l->etp;
+    k.cp_a2a = l->cp_a2a, k.zero = l->zero, k.mbs = l->mbs, k.n_micro = l->n_micro;
+    k.sp = l->sp, k.tp_overlap = l->tp_overlap, k.recompute = (int32_t)l->recompute;
+    k.cp_comm = (int32_t)l->cp_comm, k.moe_dispatch = (int32_t)l->moe_dispatch;
+    for (int i = 0; i < PT_NDIM; i++)
+        k.order[i] = (int32_t)l->order[i];
+    return k;
+}
+
+static size_t key_hash(const memo_key *k)
+{
+    const unsigned char *b = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* The entry of key k: found (*hit), or a new one to fill; NULL when out of memory. */
+static memo_entry *memo_slot(pt_sim_memo *memo, const memo_key *k, bool *hit)
+{
+    if (2 * (memo->n + 1) > memo->cap) { /* at most half full */
+        size_t cap = memo->cap ? 2 * memo->cap : 1024;
+        memo_entry *e = calloc(cap, sizeof *e);
+        if (!e)
+            return NULL;
+        for (size_t i = 0; i < memo->cap; i++) {
+            if (!memo->e[i].used)
+                continue;
+            size_t j = key_hash(&memo->e[i].key) & (cap - 1);
+            while (e[j].used)
+                j = (j + 1) & (cap - 1);
+            e[j] = memo->e[i];
+        }
+        free(memo->e);
+        memo->e = e;
+        memo->cap = cap;
+    }
+    size_t j = key_hash(k) & (memo->cap - 1);
+    while (memo->e[j].used && memcmp(&memo->e[j].key, k, sizeof *k) != 0)
+        j = (j + 1) & (memo->cap - 1);
+    *hit = memo->e[j].used;
+    return &memo->e[j];
+}
+
+/* A micro-batch's lists priced (lt), the gather a ZeRO-3 pass starts with, the step's
+ * FLOPs: from the memo where a layout of the same lists was priced, else priced and
+ * kept there. The provenance each list adds to the step is added here either way. */
+static int price_layers(pricer *p, const pt_opctx *ctx, pt_sim_memo *memo, double n,
+                        int64_t moe_layers, list_time lt[N_LISTS], pt_cost *first_gather,
+                        double *model_flops, double *hw_flops)
+{
+    const pt_model *m = ctx->m;
+    const pt_layout *l = ctx->l;
+    double runs[N_LISTS];
+    for (int id = 0; id < N_LISTS; id++)
+        runs[id] = id <= L_BWD ? n * (double)(m->layers - moe_layers)
+                   : id >= M_FWD ? n * (double)moe_layers : n;
+    memo_key k = key_of(l);
+    bool hit = false;
+    memo_entry *e = memo ? memo_slot(memo, &k, &hit) : NULL;
+    if (hit) {
+        for (int id = 0; id < N_LISTS; id++) {
+            lt[id] = e->lt[id];
+            for (int j = 0; j < PT_PROV_COUNT; j++)
+                p->prov_s[j] += lt[id].prov[j] * runs[id];
+        }
+        *first_gather = e->first_gather;
+        *model_flops = e->model_flops;
+        *hw_flops = e->hardware_flops;
+        return 0;
+    }
+    if (price_micro_batch(p, ctx, runs[L_FWD], runs[M_FWD], n, lt))
+        return -1;
+    *first_gather = (pt_cost){0};
+    if (l->zero == 3 && ctx->t->stack.zero3_prefetch > 0) {
+        pt_oplist o = {0};
+        if (pt_ops_layer(ctx, false, &o) == 0)
+            for (int i = 0; i < o.n; i++)
+                if (o.op[i].kind == PT_OPK_ZERO3_ALLGATHER) {
+                    *first_gather = pt_cost_coll(p->db, &p->hw, &o.op[i].coll);
+                    break;
+                }
+        pt_oplist_free(&o);
+    }
+    *model_flops = pt_step_model_flops(ctx);
+    *hw_flops = pt_step_hardware_flops(ctx);
+    if (e) {
+        e->key = k;
+        e->used = true;
+        memcpy(e->lt, lt, sizeof e->lt);
+        e->first_gather = *first_gather;
+        e->model_flops = *model_flops;
+        e->hardware_flops = *hw_flops;
+        memo->n++;
+    }
+    return 0;
+}
+
 int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
                  const pt_costdb *db, const pt_layout *l, pt_sim_costs *out, pt_err *err)
 {
+    return pt_sim_price_memo(m, c, t, db, l, NULL, out, err);
+}
+
+int pt_sim_price_memo(const pt_model *m, const pt_cluster *c, const pt_train *t,
+                      const pt_costdb *db, const pt_layout *l, pt_sim_memo *memo,
+                      pt_sim_costs *out, pt_err *err)
+{
+    /* a memo serves the model, cluster, training and tables it was made for only */
+    if (memo && (memo->m != m || memo->c != c || memo->t != t || memo->db != db))
+        memo = NULL;
     if (pt_sim_costs_alloc(out, l->pp, l->vp))
         return pt_err_set(err, "out of memory pricing layout");
     pricer p = {.db = db, .prov_s = out->prov_s, .stack = &t->stack,
@@ -482,9 +642,11 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
     /* the step-end collectives' time by provenance, counted where exposed (below) */
     double(*sync_prov)[PT_PROV_COUNT] = calloc((size_t)V, sizeof *sync_prov);
     double(*gather_prov)[PT_PROV_COUNT] = calloc((size_t)l->pp, sizeof *gather_prov);
+    pt_cost first_cost;
+    double model_flops, hw_flops;
     if (!gather_s || !sync_prov || !gather_prov ||
-        price_micro_batch(&p, &ctx, n * (double)(m->layers - moe_layers),
-                          n * (double)moe_layers, n, lt) ||
+        price_layers(&p, &ctx, memo, n, moe_layers, lt, &first_cost, &model_flops,
+                     &hw_flops) ||
         price_sync(&p, &ctx, l, out, sync_prov) ||
         price_optimizer(&p, &ctx, l, out, gather_s, gather_prov)) {
         free(gather_s);
@@ -496,18 +658,10 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
     /* ZeRO-3 prefetches the next layer's weights beside the current layer; the first
      * layer of each pass has nothing before it to hide behind. */
     list_time first_gather = {0};
-    if (l->zero == 3 && t->stack.zero3_prefetch > 0) {
-        pt_oplist o = {0};
-        if (pt_ops_layer(&ctx, false, &o) == 0)
-            for (int i = 0; i < o.n; i++)
-                if (o.op[i].kind == PT_OPK_ZERO3_ALLGATHER) {
-                    pt_cost g = pt_cost_coll(db, &p.hw, &o.op[i].coll);
-                    first_gather.time_s = first_gather.comm_s = g.time_s;
-                    first_gather.exposed[PT_BD_DP] = g.time_s;
-                    p.prov_s[g.prov] += g.time_s * 2 * n * V; /* each pass of each chunk */
-                    break;
-                }
-        pt_oplist_free(&o);
+    if (first_cost.time_s > 0) {
+        first_gather.time_s = first_gather.comm_s = first_cost.time_s;
+        first_gather.exposed[PT_BD_DP] = first_cost.time_s;
+        p.prov_s[first_cost.prov] += first_cost.time_s * 2 * n * V; /* each pass of each chunk */
     }
     for (int vs = 0; vs < V; vs++) {
         int64_t first, layers = pt_stage_layers(m, l, vs, &first);
@@ -562,8 +716,8 @@ int pt_sim_price(const pt_model *m, const pt_cluster *c, const pt_train *t,
                                       (t->stack.p2p == PT_P2P_INTERLEAVED && l->vp == 1));
     out->overhead_s = t->stack.step_overhead_s;
     price_p2p(&p, &ctx, c, l, out);
-    out->model_flops = pt_step_model_flops(&ctx);
-    out->hardware_flops = pt_step_hardware_flops(&ctx);
+    out->model_flops = model_flops;
+    out->hardware_flops = hw_flops;
     return 0;
 }
 

@@ -375,8 +375,89 @@ static void test_stacks(void)
     CHECK_INT(pt_stack_vocab(&st, &g, 1), 50257);
 }
 
+/* Two priced layouts are the same to the bit. */
+static bool same_costs(const pt_sim_costs *a, const pt_sim_costs *b)
+{
+    int V = a->pp * a->vp;
+    bool same = a->pp == b->pp && a->vp == b->vp && a->model_flops == b->model_flops &&
+                a->hardware_flops == b->hardware_flops && a->overhead_s == b->overhead_s;
+    for (int k = 0; k < PT_PROV_COUNT; k++)
+        same &= a->prov_s[k] == b->prov_s[k];
+    for (int i = 0; same && i < V; i++)
+        same = a->fwd_s[i] == b->fwd_s[i] && a->bwd_s[i] == b->bwd_s[i] &&
+               a->fwd_comm_s[i] == b->fwd_comm_s[i] && a->bwd_comm_s[i] == b->bwd_comm_s[i] &&
+               a->sync_s[i] == b->sync_s[i] && a->sync_buckets[i] == b->sync_buckets[i];
+    for (int i = 0; same && i < V * PT_BD_COUNT; i++)
+        same = a->bd_exposed[i] == b->bd_exposed[i] && a->bd_hidden[i] == b->bd_hidden[i];
+    for (int r = 0; same && r < a->pp; r++)
+        same = a->optim_s[r] == b->optim_s[r] && a->optim_comm_s[r] == b->optim_comm_s[r];
+    return same;
+}
+
+/* The search's memo prices a layout as pricing it alone does, whichever layouts of the
+ * same op lists (another split of the layers, schedule, overlap) came before, for dense
+ * and mixture-of-experts models (the memo keyed wrongly would hand one layout another's
+ * lists: ep, zero, mbs or sp differing below). */
+static void test_memo_same_prices(void)
+{
+    pt_cluster c;
+    pt_err err;
+    CHECK_INT(pt_cluster_get("dgx-h100", &c, &err), 0);
+    c.nodes = 2;
+    static const char *const models[] = {"llama3-8b", "tiny-moe"};
+    static const char *const layouts[] = {
+        "tp=2,sp=1,pp=2,dp=4,zero=1,mbs=1", "tp=2,sp=1,pp=2,vp=2,dp=4,zero=1,mbs=1",
+        "tp=2,sp=1,pp=2,dp=4,zero=1,mbs=1,first_layers=1", "tp=2,sp=1,pp=2,dp=4,zero=1,mbs=2",
+        "tp=2,sp=1,pp=2,dp=4,zero=1,mbs=1,dp_overlap=none", "tp=2,pp=2,dp=4,zero=0,mbs=1",
+        "tp=2,sp=1,pp=2,dp=4,zero=1,mbs=1,ep=2", "tp=2,sp=1,pp=2,dp=4,zero=1,mbs=1,ep=4",
+        "tp=2,sp=1,pp=2,vp=2,dp=4,zero=1,mbs=1,ep=4", "tp=2,sp=1,pp=2,dp=4,ep=2,etp=2,zero=1"};
+    for (int mi = 0; mi < 2; mi++) {
+        pt_model m;
+        pt_train t;
+        CHECK_INT(pt_model_get(models[mi], &m, &err), 0);
+        pt_train_default(&t, &c);
+        CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+        t.global_batch = 64;
+        pt_sim_memo *memo = pt_sim_memo_new(&m, &c, &t, NULL);
+        CHECK(memo != NULL);
+        for (int pass = 0; pass < 2; pass++) /* the second pass finds every key */
+            for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+                pt_layout l;
+                pt_layout_default(&l);
+                CHECK_INT(pt_layout_parse_stack(layouts[i], 16, 64, &t.stack, &l, &err), 0);
+                if ((l.ep > 1 || l.etp > 1) && m.moe.experts == 0)
+                    continue;
+                if (m.moe.experts > 0 && l.tp > 1 && !l.sp)
+                    continue;
+                pt_sim_costs a, b;
+                CHECK_INT(pt_sim_price(&m, &c, &t, NULL, &l, &a, &err), 0);
+                CHECK_INT(pt_sim_price_memo(&m, &c, &t, NULL, &l, memo, &b, &err), 0);
+                if (!same_costs(&a, &b))
+                    fprintf(stderr, "memo differs: %s %s pass %d\n", models[mi], layouts[i],
+                            pass);
+                CHECK(same_costs(&a, &b));
+                pt_sim_costs_free(&a);
+                pt_sim_costs_free(&b);
+            }
+        /* a memo made for another model is not used */
+        pt_model other = m;
+        other.hidden *= 2;
+        pt_layout l;
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse_stack(layouts[0], 16, 64, &t.stack, &l, &err), 0);
+        pt_sim_costs a, b;
+        CHECK_INT(pt_sim_price(&other, &c, &t, NULL, &l, &a, &err), 0);
+        CHECK_INT(pt_sim_price_memo(&other, &c, &t, NULL, &l, memo, &b, &err), 0);
+        CHECK(same_costs(&a, &b));
+        pt_sim_costs_free(&a);
+        pt_sim_costs_free(&b);
+        pt_sim_memo_free(memo);
+    }
+}
+
 int main(void)
 {
+    test_memo_same_prices();
     test_stacks();
     test_measured_costs();
     test_uneven_priced();
