@@ -23,6 +23,11 @@
  *     "dropout": false,            dropout layers present
  *     "head_dim": 128,             optional, d (default h/a): attention is a·d wide
  *     "qk_norm": true,             optional (default false): RMSNorm on q's and k's heads
+ *     "window": {"size": 128,      optional (default: full attention): banded attention
+ *                "full_every": 2}, of `size` keys; optional full_every N: layer i attends
+ *                                  in full when (i+1) % N == 0 (0: every layer banded)
+ *     "attn_sinks": true,          optional (default false): a learned logit per head in
+ *                                  each softmax (gpt-oss)
  *     "moe": {                     optional: a mixture of experts (default: dense)
  *       "experts": 128,            E, at least 2
  *       "top_k": 8,                experts per token, at most E
@@ -154,6 +159,25 @@ static const pt_model model_builtins[] = {
      .ffn = 12288, .vocab = 151936, .seq = 4096, .norm = PT_NORM_RMSNORM,
      .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .head_dim = 128, .qk_norm = true,
      .moe = PT_MOE(128, 8, 1536, 0.001)},
+
+    /* gpt-oss (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card", Table 1: 36 and 24
+     * layers, 128 and 32 experts, 4 active, residual width 2880; Sec. 2.1: attention
+     * alternating between banded windows of 128 tokens and full, 64 query heads of 64
+     * and 8 KV heads, a learned sink logit per head, biases; pre-trained at 4,096
+     * tokens), with the released config.json's sizes: vocab 201088, expert FFN 2880
+     * (intermediate_size), the first layer banded (layer_types), the router's softmax
+     * over its top-4 logits, untied. Its SwiGLU with a clamp and a +1 on the linear
+     * branch is priced as SwiGLU; the card gives no load-balancing coefficient (0). */
+    {.name = "gpt-oss-20b", .layers = 24, .hidden = 2880, .heads = 64, .kv_heads = 8,
+     .ffn = 2880, .vocab = 201088, .seq = 4096, .norm = PT_NORM_RMSNORM,
+     .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .bias = true, .head_dim = 64,
+     .window = 128, .window_full_every = 2, .attn_sinks = true,
+     .moe = PT_MOE(32, 4, 2880, 0)},
+    {.name = "gpt-oss-120b", .layers = 36, .hidden = 2880, .heads = 64, .kv_heads = 8,
+     .ffn = 2880, .vocab = 201088, .seq = 4096, .norm = PT_NORM_RMSNORM,
+     .act = PT_ACT_SWIGLU, .pos = PT_POS_ROPE, .bias = true, .head_dim = 64,
+     .window = 128, .window_full_every = 2, .attn_sinks = true,
+     .moe = PT_MOE(128, 4, 2880, 0)},
 };
 
 int pt_model_builtin_count(void)
@@ -217,7 +241,8 @@ static const char *const router_names[] = {"softmax", "sigmoid"};
 static const char *const model_keys[] = {
     "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "norm",
     "activation", "positions", "tied_embeddings", "bias", "dropout", "head_dim",
-    "qk_norm", "moe", NULL};
+    "qk_norm", "moe", "window", "attn_sinks", NULL};
+static const char *const window_keys[] = {"size", "full_every", NULL};
 static const char *const moe_keys[] = {
     "experts", "top_k", "expert_ffn", "router", "renorm", "shared_experts", "shared_ffn",
     "first_dense", "every", "aux_loss", "capacity", NULL};
@@ -247,6 +272,31 @@ int64_t pt_model_moe_layers(const pt_model *m, int64_t first, int64_t count)
     int64_t every = m->moe.every > 0 ? m->moe.every : 1;
     int64_t lo = first > m->moe.first_dense ? first : m->moe.first_dense, hi = first + count;
     return hi > lo ? multiples_below(hi, every) - multiples_below(lo, every) : 0;
+}
+
+bool pt_model_layer_window(const pt_model *m, int64_t i)
+{
+    return m->window > 0 && !(m->window_full_every > 0 && (i + 1) % m->window_full_every == 0);
+}
+
+int pt_model_layer_kind(const pt_model *m, int64_t i)
+{
+    return (pt_model_layer_moe(m, i) ? PT_LAYER_MOE : 0) |
+           (pt_model_layer_window(m, i) ? PT_LAYER_WINDOW : 0);
+}
+
+void pt_model_layer_kinds(const pt_model *m, int64_t first, int64_t count,
+                          int64_t n[PT_LAYER_KINDS])
+{
+    for (int k = 0; k < PT_LAYER_KINDS; k++)
+        n[k] = 0;
+    if (m->window <= 0) { /* the experts' count in closed form */
+        n[PT_LAYER_MOE] = pt_model_moe_layers(m, first, count);
+        n[0] = (count > 0 ? count : 0) - n[PT_LAYER_MOE];
+        return;
+    }
+    for (int64_t i = first; i < first + count; i++)
+        n[pt_model_layer_kind(m, i)]++;
 }
 
 /* An optional field: read when present, else `dflt`. */
@@ -322,6 +372,21 @@ static int model_read(const pt_json_obj *o, pt_model *m, pt_err *err)
         bad |= pt_json_get_bool(o, "qk_norm", &m->qk_norm, err);
     if (json_object_get(o->obj, "moe"))
         bad |= model_read_moe(o, &m->moe, err);
+    if (json_object_get(o->obj, "window")) {
+        pt_json_obj w;
+        if (pt_json_get_object(o, "window", window_keys, &w, err) == 0) {
+            bad |= pt_json_get_int(&w, "size", &m->window, err);
+            bad |= opt_int(&w, "full_every", 0, &m->window_full_every, err);
+            if (m->window < 1)
+                bad |= pt_json_fail(&w, "size", err, "%s: field 'window.size' = %" PRId64
+                                    ": must be at least 1 (leave the window out for full "
+                                    "attention)", o->origin, m->window);
+        } else {
+            bad = -1;
+        }
+    }
+    if (json_object_get(o->obj, "attn_sinks"))
+        bad |= pt_json_get_bool(o, "attn_sinks", &m->attn_sinks, err);
     return bad ? -1 : 0;
 }
 
@@ -387,6 +452,18 @@ json_t *pt_model_json_obj(const pt_model *m)
         bad |= pt_json_set(root, "head_dim", json_integer(m->head_dim));
     if (m->qk_norm)
         bad |= pt_json_set(root, "qk_norm", json_true());
+    if (m->window > 0) {
+        json_t *w = json_object();
+        bad |= w ? 0 : -1;
+        if (w) {
+            bad |= pt_json_set(w, "size", json_integer(m->window));
+            if (m->window_full_every > 0)
+                bad |= pt_json_set(w, "full_every", json_integer(m->window_full_every));
+            bad |= pt_json_set(root, "window", w);
+        }
+    }
+    if (m->attn_sinks)
+        bad |= pt_json_set(root, "attn_sinks", json_true());
     if (m->moe.experts > 0) {
         const pt_moe *e = &m->moe;
         json_t *x = json_object();
@@ -574,6 +651,16 @@ static void model_check(const pt_model *m, const char *origin, pt_json_errs *e)
         model_check_shapes(m, origin, e);
     if (sizes && !pt_json_errs_has(e, "moe"))
         model_check_moe(m, origin, e);
+    if (m->window < 0 || m->window > (INT64_C(1) << 22))
+        pt_json_errs_add(e, "window.size", "%s: field 'window.size' = %" PRId64 ": must be 1 "
+                         "to %" PRId64 " keys", origin, m->window, INT64_C(1) << 22);
+    else if (m->window_full_every < 0 || m->window_full_every > (INT64_C(1) << 16))
+        pt_json_errs_add(e, "window.full_every", "%s: field 'window.full_every' = %" PRId64
+                         ": must be 0 (every layer banded) to %" PRId64, origin,
+                         m->window_full_every, INT64_C(1) << 16);
+    else if (m->window == 0 && m->window_full_every != 0)
+        pt_json_errs_add(e, "window.full_every", "%s: field 'window.full_every' = %" PRId64
+                         " without a window", origin, m->window_full_every);
 }
 
 int pt_model_validate(const pt_model *m, const char *origin, pt_err *err)

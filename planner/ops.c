@@ -265,6 +265,7 @@ void pt_opctx_init(pt_opctx *c, const pt_model *m, const pt_layout *l, const pt_
     /* the layer lists of the first layer's kind; a model with both kinds asks for the
      * other by setting moe_layer */
     c->moe_layer = pt_model_layer_moe(m, 0);
+    c->window_layer = pt_model_layer_window(m, 0);
     c->dtype = pt_prec_dtype(t->precision);
     pt_grid g;
     pt_grid_init(&g, l);
@@ -768,6 +769,8 @@ static void tp_exit(builder *b, const dims *d, pt_tensor res)
  * looked up under. */
 typedef struct {
     double b, heads, kv, sq, sk, hd;
+    double w;    /* a banded layer's window (pt_model.window, at most s); 0: full */
+    double band; /* keys each query attends on average in the band: (s·w - w(w-1)/2)/s */
 } attn_dims;
 
 static attn_dims attn_dims_of(const builder *b, const dims *d)
@@ -775,15 +778,24 @@ static attn_dims attn_dims_of(const builder *b, const dims *d)
     const pt_model *m = b->c->m;
     const pt_layout *l = b->c->l;
     pt_attn_shape at = pt_attn_shape_of(m, l);
-    return (attn_dims){(double)l->mbs, (double)at.heads, (double)at.kv_heads,
-                       (double)(m->seq / l->cp * at.u), (double)m->seq, (double)d->hd};
+    attn_dims a = {(double)l->mbs, (double)at.heads, (double)at.kv_heads,
+                   (double)(m->seq / l->cp * at.u), (double)m->seq, (double)d->hd, 0, 0};
+    if (b->c->window_layer) {
+        double s = (double)m->seq, w = fmin((double)m->window, s);
+        a.w = w;
+        a.band = (s * w - w * (w - 1) / 2) / s;
+    }
+    return a;
 }
 
 static void attn_key(builder *b, pt_op *op, const char *kind, const attn_dims *a)
 {
+    char w[32] = "";
+    if (a->w > 0)
+        snprintf(w, sizeof w, ",w=%.0f", a->w);
     snprintf(op->kernel.key, sizeof op->kernel.key,
-             "%s:%s:b=%.0f,a=%.0f,kv=%.0f,sq=%.0f,sk=%.0f,d=%.0f", kind,
-             pt_dtype_name(b->c->dtype), a->b, a->heads, a->kv, a->sq, a->sk, a->hd);
+             "%s:%s:b=%.0f,a=%.0f,kv=%.0f,sq=%.0f,sk=%.0f,d=%.0f%s", kind,
+             pt_dtype_name(b->c->dtype), a->b, a->heads, a->kv, a->sq, a->sk, a->hd, w);
 }
 
 /* How the attention kernels' keys count FLOPs, per b·a·sq·sk·hd: QK^T and scores·V,
@@ -827,7 +839,10 @@ static void attention_flash(builder *b, const dims *d, bool backward)
     pt_op *op = add_op(b, backward ? PT_OPK_ATTN_BWD : PT_OPK_ATTN);
     if (!op)
         return;
-    double fwd = FLASH_ATTN_CAUSAL * ATTN_FWD_FLOPS * a.b * a.heads * a.sq * a.sk * a.hd;
+    /* a banded layer (gpt-oss, Mistral's sliding windows): each query meets the keys of
+     * its band only, the blocks outside skipped as the causal mask's are */
+    double pairs = a.w > 0 ? a.sq * a.band : FLASH_ATTN_CAUSAL * a.sq * a.sk;
+    double fwd = ATTN_FWD_FLOPS * a.b * a.heads * pairs * a.hd;
     double q = a.b * a.sq * a.heads * a.hd, kv = a.b * a.sk * a.kv * a.hd;
     op->kernel.dtype = b->c->dtype;
     op->kernel.flops = backward ? FLASH_ATTN_BWD_OVER_FWD * fwd : fwd;
@@ -1709,13 +1724,15 @@ static double step_flops(const pt_opctx *c, bool with_recompute)
 {
     pt_oplist o = {0};
     double per_mb = 0; /* one micro-batch on one rank of every stage, all layers */
-    int64_t moe = pt_model_moe_layers(c->m, 0, c->m->layers);
-    for (int kind = 0; kind < 2; kind++) { /* the dense layers, the MoE layers */
-        int64_t layers = kind ? moe : c->m->layers - moe;
+    int64_t kinds[PT_LAYER_KINDS];
+    pt_model_layer_kinds(c->m, 0, c->m->layers, kinds);
+    for (int kind = 0; kind < PT_LAYER_KINDS; kind++) { /* each kind of layer there is */
+        int64_t layers = kinds[kind];
         if (layers == 0)
             continue;
         pt_opctx lc = *c;
-        lc.moe_layer = kind == 1;
+        lc.moe_layer = kind & PT_LAYER_MOE;
+        lc.window_layer = kind & PT_LAYER_WINDOW;
         /* model FLOPs count the balanced routing, whatever the busiest rank runs */
         lc.moe_imbalance = 1;
         o.n = 0;

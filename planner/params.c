@@ -86,6 +86,8 @@ static int64_t params_attention(const pt_model *m, int tp)
         n += qkv + h;
     if (m->qk_norm)
         n += 2 * d;
+    if (m->attn_sinks) /* one logit per head, the rank's heads */
+        n += m->heads / t;
     return n + pt_params_norm(m);
 }
 

@@ -393,11 +393,27 @@ int64_t pt_rank_params(const pt_model *m, const pt_layout *l, int r, int64_t *ex
     return n;
 }
 
-/* Whether some layers of m are mixtures of experts and others not. */
+/* Whether m's layers are of more than one kind (pt_model_layer_kind). */
 static bool mixed_layers(const pt_model *m)
 {
-    int64_t moe = pt_model_moe_layers(m, 0, m->layers);
-    return moe > 0 && moe < m->layers;
+    int64_t n[PT_LAYER_KINDS];
+    pt_model_layer_kinds(m, 0, m->layers, n);
+    int kinds = 0;
+    for (int k = 0; k < PT_LAYER_KINDS; k++)
+        kinds += n[k] > 0;
+    return kinds > 1;
+}
+
+/* Whether two ranges of layers hold as many layers of each kind. */
+static bool same_kinds(const pt_model *m, int64_t f1, int64_t n1, int64_t f2, int64_t n2)
+{
+    int64_t a[PT_LAYER_KINDS], b[PT_LAYER_KINDS];
+    pt_model_layer_kinds(m, f1, n1, a);
+    pt_model_layer_kinds(m, f2, n2, b);
+    for (int k = 0; k < PT_LAYER_KINDS; k++)
+        if (a[k] != b[k])
+            return false;
+    return true;
 }
 
 bool pt_pipe_middle_alike(const pt_model *m, const pt_layout *l)
@@ -409,7 +425,7 @@ bool pt_pipe_middle_alike(const pt_model *m, const pt_layout *l)
         for (int c = 0; c < vp; c++) {
             int64_t f1, fr, n1 = pt_stage_layers(m, l, c * p + 1, &f1),
                             nr = pt_stage_layers(m, l, c * p + r, &fr);
-            if (nr != n1 || pt_model_moe_layers(m, fr, nr) != pt_model_moe_layers(m, f1, n1))
+            if (nr != n1 || !same_kinds(m, fr, nr, f1, n1))
                 return false;
         }
     return true;

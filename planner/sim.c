@@ -267,30 +267,33 @@ static void list_add(list_time *dst, const list_time *src, double scale)
     }
 }
 
-/* The lists of a micro-batch: a dense layer, the embedding, the head, a
- * mixture-of-experts layer, each forward and backward. */
-typedef enum { L_FWD, L_BWD, E_FWD, E_BWD, H_FWD, H_BWD, M_FWD, M_BWD, N_LISTS } list_id;
+/* The lists of a micro-batch, each forward and backward: a layer of each kind
+ * (pt_model_layer_kind: dense or a mixture of experts, full or banded attention), then
+ * the embedding and the head. */
+enum { E_FWD = 2 * PT_LAYER_KINDS, E_BWD, H_FWD, H_BWD, N_LISTS };
+#define LAYER_LIST(kind, bwd) (2 * (kind) + (bwd))
 
-/* Prices the op lists of one micro-batch: the layers of each kind the model has
- * (`dense_runs` and `moe_runs` times in a step), embedding and head, both ways. */
-static int price_micro_batch(const pricer *p, const pt_opctx *ctx, double dense_runs,
-                             double moe_runs, double end_runs, list_time out[N_LISTS])
+/* Prices the op lists of one micro-batch: the layers of each kind the model has (kind k
+ * runs runs[LAYER_LIST(k, 0)] times a step; none, not listed), embedding and head, both
+ * ways. */
+static int price_micro_batch(const pricer *p, const pt_opctx *ctx, const double runs[N_LISTS],
+                             list_time out[N_LISTS])
 {
     pt_oplist o = {0};
     int rc = 0;
     for (int id = 0; id < N_LISTS && rc == 0; id++) {
         o.n = 0;
         out[id] = (list_time){0};
-        bool bwd = id == L_BWD || id == E_BWD || id == H_BWD || id == M_BWD;
-        bool dense = id <= L_BWD, moe = id >= M_FWD;
-        if ((dense && dense_runs == 0) || (moe && moe_runs == 0))
+        bool bwd = id % 2 == 1, layer = id < E_FWD;
+        if (runs[id] == 0)
             continue;
         pt_opctx lc = *ctx;
-        lc.moe_layer = moe;
-        rc = dense || moe ? pt_ops_layer(&lc, bwd, &o)
+        lc.moe_layer = (id / 2) & PT_LAYER_MOE;
+        lc.window_layer = (id / 2) & PT_LAYER_WINDOW;
+        rc = layer ? pt_ops_layer(&lc, bwd, &o)
              : id <= E_BWD ? pt_ops_embed(ctx, bwd, &o)
                            : pt_ops_head(ctx, bwd, &o);
-        out[id] = price_list(p, &o, dense ? dense_runs : moe ? moe_runs : end_runs);
+        out[id] = price_list(p, &o, runs[id]);
     }
     pt_oplist_free(&o);
     return rc;
@@ -564,15 +567,16 @@ static memo_entry *memo_slot(pt_sim_memo *memo, const memo_key *k, bool *hit)
  * FLOPs: from the memo where a layout of the same lists was priced, else priced and
  * kept there. The provenance each list adds to the step is added here either way. */
 static int price_layers(pricer *p, const pt_opctx *ctx, pt_sim_memo *memo, double n,
-                        int64_t moe_layers, list_time lt[N_LISTS], pt_cost *first_gather,
-                        double *model_flops, double *hw_flops)
+                        list_time lt[N_LISTS], pt_cost *first_gather, double *model_flops,
+                        double *hw_flops)
 {
     const pt_model *m = ctx->m;
     const pt_layout *l = ctx->l;
     double runs[N_LISTS];
+    int64_t kinds[PT_LAYER_KINDS];
+    pt_model_layer_kinds(m, 0, m->layers, kinds);
     for (int id = 0; id < N_LISTS; id++)
-        runs[id] = id <= L_BWD ? n * (double)(m->layers - moe_layers)
-                   : id >= M_FWD ? n * (double)moe_layers : n;
+        runs[id] = id < E_FWD ? n * (double)kinds[id / 2] : n;
     memo_key k = key_of(l);
     bool hit = false;
     memo_entry *e = memo ? memo_slot(memo, &k, &hit) : NULL;
@@ -587,7 +591,7 @@ static int price_layers(pricer *p, const pt_opctx *ctx, pt_sim_memo *memo, doubl
         *hw_flops = e->hardware_flops;
         return 0;
     }
-    if (price_micro_batch(p, ctx, runs[L_FWD], runs[M_FWD], n, lt))
+    if (price_micro_batch(p, ctx, runs, lt))
         return -1;
     *first_gather = (pt_cost){0};
     if (l->zero == 3 && ctx->t->stack.zero3_prefetch > 0) {
@@ -636,7 +640,6 @@ int pt_sim_price_memo(const pt_model *m, const pt_cluster *c, const pt_train *t,
     pt_opctx_init(&ctx, m, l, t, c);
     int V = l->pp * l->vp;
     double n = (double)l->n_micro;
-    int64_t moe_layers = pt_model_moe_layers(m, 0, m->layers);
     list_time lt[N_LISTS];
     double *gather_s = calloc((size_t)l->pp, sizeof *gather_s);
     /* the step-end collectives' time by provenance, counted where exposed (below) */
@@ -645,8 +648,7 @@ int pt_sim_price_memo(const pt_model *m, const pt_cluster *c, const pt_train *t,
     pt_cost first_cost;
     double model_flops, hw_flops;
     if (!gather_s || !sync_prov || !gather_prov ||
-        price_layers(&p, &ctx, memo, n, moe_layers, lt, &first_cost, &model_flops,
-                     &hw_flops) ||
+        price_layers(&p, &ctx, memo, n, lt, &first_cost, &model_flops, &hw_flops) ||
         price_sync(&p, &ctx, l, out, sync_prov) ||
         price_optimizer(&p, &ctx, l, out, gather_s, gather_prov)) {
         free(gather_s);
@@ -665,12 +667,13 @@ int pt_sim_price_memo(const pt_model *m, const pt_cluster *c, const pt_train *t,
     }
     for (int vs = 0; vs < V; vs++) {
         int64_t first, layers = pt_stage_layers(m, l, vs, &first);
-        double cm = (double)pt_model_moe_layers(m, first, layers), cl = (double)layers - cm;
+        int64_t kinds[PT_LAYER_KINDS];
+        pt_model_layer_kinds(m, first, layers, kinds);
         list_time f = {0}, b = {0};
-        list_add(&f, &lt[L_FWD], cl);
-        list_add(&b, &lt[L_BWD], cl);
-        list_add(&f, &lt[M_FWD], cm);
-        list_add(&b, &lt[M_BWD], cm);
+        for (int k = 0; k < PT_LAYER_KINDS; k++) {
+            list_add(&f, &lt[LAYER_LIST(k, 0)], (double)kinds[k]);
+            list_add(&b, &lt[LAYER_LIST(k, 1)], (double)kinds[k]);
+        }
         list_add(&f, &first_gather, 1);
         list_add(&b, &first_gather, 1);
         if (vs == 0) {

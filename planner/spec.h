@@ -72,6 +72,14 @@ typedef struct {
     bool dropout;         /* dropout layers present (keeps 1-byte masks) */
     int64_t head_dim;     /* d; 0: h/a. Read it through pt_model_head_dim */
     bool qk_norm;         /* an RMSNorm over each head of q and of k before RoPE (Qwen3) */
+    int64_t window;       /* banded (sliding-window) attention: a query attends to itself
+                             and the window-1 keys before it; 0: every layer full */
+    int64_t window_full_every; /* with a window, layer i attends in full when (i+1) %
+                             window_full_every == 0 (Megatron-Core's
+                             --window-attn-skip-freq N: N-1 banded, then one full);
+                             0: every layer banded */
+    bool attn_sinks;      /* a learned logit per head in each softmax's denominator
+                             (gpt-oss's attention sinks) */
     pt_moe moe;           /* moe.experts = 0: dense */
 } pt_model;
 
@@ -82,6 +90,15 @@ int64_t pt_model_head_dim(const pt_model *m);
  * `count` layers from `first` are. */
 bool pt_model_layer_moe(const pt_model *m, int64_t i);
 int64_t pt_model_moe_layers(const pt_model *m, int64_t first, int64_t count);
+/* Whether layer i attends in a band of m->window keys. */
+bool pt_model_layer_window(const pt_model *m, int64_t i);
+/* The kinds of layer a model may mix, as bits: PT_LAYER_MOE (a mixture of experts),
+ * PT_LAYER_WINDOW (banded attention); 0 a dense layer of full attention. */
+enum { PT_LAYER_MOE = 1, PT_LAYER_WINDOW = 2, PT_LAYER_KINDS = 4 };
+int pt_model_layer_kind(const pt_model *m, int64_t i);
+/* How many of the `count` layers from `first` are of each kind (n[PT_LAYER_KINDS]). */
+void pt_model_layer_kinds(const pt_model *m, int64_t first, int64_t count,
+                          int64_t n[PT_LAYER_KINDS]);
 
 /* Number of built-in models; pt_model_builtin(i) returns the i-th (NULL past the end). */
 int pt_model_builtin_count(void);

@@ -939,30 +939,31 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
     return pt_json_errs_finish(&errs, origin, err);
 }
 
-void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n)
+/* The names of the set bits of `mask` (name(k) for bit k < count), ", "-joined, into
+ * buf (n bytes). */
+static void bit_names(unsigned mask, int count, const char *(*name)(int), char *buf, size_t n)
 {
     size_t used = 0;
     if (n)
         buf[0] = '\0';
-    for (int k = 0; k < PT_CPC_COUNT && used < n; k++)
-        if (s->cp_comms & BIT(k)) {
-            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "",
-                             pt_cp_comm_name((pt_cp_comm)k));
+    for (int k = 0; k < count && used < n; k++)
+        if (mask & BIT(k)) {
+            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name(k));
             used += w > 0 ? (size_t)w : 0;
         }
 }
 
+static const char *cp_comm_name_of(int k) { return pt_cp_comm_name((pt_cp_comm)k); }
+static const char *moe_dispatch_name_of(int k) { return pt_moe_dispatch_name((pt_moe_dispatch)k); }
+
+void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n)
+{
+    bit_names(s->cp_comms, PT_CPC_COUNT, cp_comm_name_of, buf, n);
+}
+
 void pt_stack_moe_dispatch_text(const pt_stack *s, char *buf, size_t n)
 {
-    size_t used = 0;
-    if (n)
-        buf[0] = '\0';
-    for (int k = 0; k < PT_MOED_COUNT && used < n; k++)
-        if (s->moe_dispatches & BIT(k)) {
-            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "",
-                             pt_moe_dispatch_name((pt_moe_dispatch)k));
-            used += w > 0 ? (size_t)w : 0;
-        }
+    bit_names(s->moe_dispatches, PT_MOED_COUNT, moe_dispatch_name_of, buf, n);
 }
 
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
@@ -1154,6 +1155,11 @@ int pt_stack_check_model(const pt_stack *s, const pt_model *m, const pt_layout *
     if (m->moe.experts > 0 && !s->moe_dispatches)
         return pt_err_set(err, "model %s is a mixture of experts, which stack '%s' does not "
                           "run (stacks that do: megatron-core)", m->name, s->name);
+    if ((m->window > 0 || m->attn_sinks) && s->attention != PT_ATTN_FLASH)
+        return pt_err_set(err, "model %s has %s, which the attention of stack '%s' does not "
+                          "run (stacks with flash attention do: megatron-core, fsdp)", m->name,
+                          m->window > 0 ? "banded attention (window)" : "attention sinks",
+                          s->name);
     if (m->moe.experts > 0 && l->compress != PT_COMPRESS_NONE)
         return pt_err_set(err, "layout compress=%s: gradient compression is not planned for "
                           "a mixture of experts (model %s)", pt_compress_name(l->compress),

@@ -250,6 +250,8 @@ typedef struct {
                                          efficiency is per device); "" without one */
     bool moe_layer;                   /* whose layer lists: a mixture-of-experts layer
                                          (pt_model_layer_moe), else a dense one */
+    bool window_layer;                /* ... a layer of banded attention
+                                         (pt_model_layer_window), else full */
     double moe_imbalance;             /* the busiest rank's expert tokens over the mean
                                          (pt_train.moe_imbalance; 1: balanced) */
     int tp_rank;                      /* whose lists: 0, the tp rank that adds a

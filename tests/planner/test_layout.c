@@ -850,6 +850,20 @@ static void test_moe_stacks(void)
     CHECK_STR_HAS(err.msg, "model m is a mixture of experts, which stack 'ptrun' does not run");
     CHECK_INT(pt_stack_check_layout(&fsdp, &l, &err), -1);
     CHECK_STR_HAS(err.msg, "layout ep=8: stack 'fsdp' has no expert parallelism");
+    /* banded attention and sinks: only the stacks with flash attention run them */
+    pt_model w = model();
+    w.window = 128;
+    pt_layout d;
+    pt_layout_default(&d);
+    CHECK_INT(pt_layout_parse("dp=8", 8, 64, &d, &err), 0);
+    CHECK_INT(pt_stack_check_model(&mcore, &w, &d, &err), 0);
+    CHECK_INT(pt_stack_check_model(&ptrun, &w, &d, &err), -1);
+    CHECK_STR_HAS(err.msg, "model m has banded attention (window), which the attention of "
+                           "stack 'ptrun' does not run");
+    w.window = 0;
+    w.attn_sinks = true;
+    CHECK_INT(pt_stack_check_model(&ptrun, &w, &d, &err), -1);
+    CHECK_STR_HAS(err.msg, "attention sinks");
     l.compress = PT_COMPRESS_BF16;
     CHECK_INT(pt_stack_check_model(&mcore, &m, &l, &err), -1);
     CHECK_STR_HAS(err.msg, "gradient compression is not planned for a mixture of experts");
@@ -866,7 +880,8 @@ static void test_moe_stacks(void)
                            "dispatch tokens that way (it runs: allgather, flex)");
     char *wrong = swap_text(dump, "\"allgather\"", "\"deepep\"");
     CHECK_INT(pt_stack_from_json(wrong, "<s>", &s, &err), -1);
-    CHECK_STR_HAS(err.msg, "field 'parallelism.moe_dispatch[1]': expected alltoall, allgather or flex");
+    CHECK_STR_HAS(err.msg,
+                  "field 'parallelism.moe_dispatch[1]': expected alltoall, allgather or flex");
     free(dump);
     free(one);
     free(wrong);

@@ -35,7 +35,8 @@ static pt_model llama(int64_t L, int64_t h, int64_t a, int64_t k, int64_t f, int
 
 static pt_layout layout(int tp, int pp, int dp)
 {
-    pt_layout l = {.tp = tp, .cp = 1, .pp = pp, .dp = dp, .vp = 1, .ep = 1, .etp = 1, .sp = false, .zero = 0,
+    pt_layout l = {.tp = tp, .cp = 1, .pp = pp, .dp = dp, .vp = 1, .ep = 1, .etp = 1,
+                   .sp = false, .zero = 0,
                    .mbs = 1, .n_micro = 1, .recompute = PT_RECOMPUTE_NONE,
                    .schedule = PT_SCHED_1F1B,
                    .order = {PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP}};

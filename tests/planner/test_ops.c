@@ -1260,7 +1260,8 @@ static void test_moe_lists(void)
     CHECK(find_op(&f, PT_OPK_ROUTER) && find_op(&f, PT_OPK_QK_NORM) &&
           find_op(&f, PT_OPK_MOE_AUX));
     CHECK(find_op(&f, PT_OPK_MLP_UP) == NULL); /* no shared expert: no dense MLP */
-    CHECK(count(&f, PT_COLL_ALLTOALL, PT_GROUP_EP) == 2 && count(&b, PT_COLL_ALLTOALL, PT_GROUP_EP) == 2);
+    CHECK(count(&f, PT_COLL_ALLTOALL, PT_GROUP_EP) == 2 &&
+          count(&b, PT_COLL_ALLTOALL, PT_GROUP_EP) == 2);
     CHECK(find_op(&b, PT_OPK_ROUTER_WGRAD) && find_op(&b, PT_OPK_EXPERT_FC1_WGRAD) &&
           find_op(&b, PT_OPK_QK_NORM_BWD));
     for (int i = 0; i < f.n; i++) /* the kind table allows every op where it stands */
@@ -1342,8 +1343,49 @@ static void test_moe_lists(void)
     pt_oplist_free(&b);
 }
 
+/* Banded attention (gpt-oss): a banded layer's flash kernels meet each query's band of
+ * w keys, (s·w - w(w-1)/2) pairs a head and sequence, and the key says its window; the
+ * full layers keep the causal half. */
+static void test_window(void)
+{
+    pt_model m = moe_model();
+    m.window = 128;
+    m.window_full_every = 2;
+    pt_layout l = layout("dp=8,ep=8", 8);
+    pt_err err;
+    pt_train t = train(8);
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK(c.window_layer); /* layer 0 is banded */
+    pt_oplist o = {0};
+    CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+    const pt_op *a = find_op(&o, PT_OPK_ATTN);
+    double s = 1024, w = 128, pairs = s * w - w * (w - 1) / 2;
+    CHECK(a && strstr(a->kernel.key, ",w=128") != NULL);
+    CHECK_NEAR(a ? a->kernel.flops : 0, 4.0 * 1 * 16 * pairs * 128, 1e-12);
+    pt_oplist_free(&o);
+    c.window_layer = false;
+    CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+    a = find_op(&o, PT_OPK_ATTN);
+    CHECK(a && strstr(a->kernel.key, ",w=") == NULL);
+    CHECK_NEAR(a ? a->kernel.flops : 0, 4.0 * 16 * 0.5 * s * s * 128, 1e-12);
+    pt_oplist_free(&o);
+    /* the step: half the layers banded, half full */
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    double banded = pt_step_model_flops(&c);
+    m.window = 0;
+    m.window_full_every = 0;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    double full = pt_step_model_flops(&c);
+    /* 2 of 4 layers banded, attention fwd+bwd 3.5x the forward (flash), 8 sequences */
+    double saved = 2 * 3.5 * 4.0 * 16 * 128 * (0.5 * s * s - pairs) * 8;
+    CHECK_NEAR(full - banded, saved, 1e-9);
+}
+
 int main(void)
 {
+    test_window();
     test_moe_lists();
     test_fp8();
     test_te_tp_collectives();

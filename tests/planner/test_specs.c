@@ -54,7 +54,9 @@ static bool model_equal(const pt_model *x, const pt_model *y)
            x->norm == y->norm && x->act == y->act && x->pos == y->pos &&
            x->tied_embeddings == y->tied_embeddings && x->bias == y->bias &&
            x->dropout == y->dropout && x->head_dim == y->head_dim &&
-           x->qk_norm == y->qk_norm && memcmp(&x->moe, &y->moe, sizeof x->moe) == 0;
+           x->qk_norm == y->qk_norm && memcmp(&x->moe, &y->moe, sizeof x->moe) == 0 &&
+           x->window == y->window && x->window_full_every == y->window_full_every &&
+           x->attn_sinks == y->attn_sinks;
 }
 
 /* Bit-identical doubles: a dumped spec must load back exactly. */
@@ -89,7 +91,7 @@ static bool cluster_equal(const pt_cluster *x, const pt_cluster *y)
 
 static void test_model_builtins_validate(void)
 {
-    CHECK_INT(pt_model_builtin_count(), 23);
+    CHECK_INT(pt_model_builtin_count(), 25);
     CHECK(pt_model_builtin(-1) == NULL);
     CHECK(pt_model_builtin(pt_model_builtin_count()) == NULL);
     for (int i = 0; i < pt_model_builtin_count(); i++) {
@@ -195,6 +197,26 @@ static void test_model_moe_builtins(void)
         CHECK(fabs(active - rows[i].active) <= rows[i].tol);
         CHECK_INT(pt_model_moe_layers(m, 0, m->layers), m->layers);
     }
+    /* gpt-oss (its model card, Table 1: 20.91B and 116.83B total; 3.61B and 5.13B active,
+     * counting one of the two vocabulary tables: ours counts both) */
+    static const struct {
+        const char *name;
+        double total, active;
+    } oss[] = {{"gpt-oss-20b", 20.91, 3.61}, {"gpt-oss-120b", 116.83, 5.13}};
+    for (size_t i = 0; i < 2; i++) {
+        const pt_model *g = model_named(oss[i].name);
+        double table = (double)g->vocab * (double)g->hidden / 1e9;
+        CHECK(fabs((double)pt_model_params_total(g) / 1e9 - oss[i].total) < 0.005);
+        CHECK(fabs((double)pt_model_params_active(g) / 1e9 - table - oss[i].active) < 0.005);
+        CHECK(g->window == 128 && g->attn_sinks && g->bias);
+        CHECK(pt_model_layer_window(g, 0) && !pt_model_layer_window(g, 1));
+        int64_t n[PT_LAYER_KINDS];
+        pt_model_layer_kinds(g, 0, g->layers, n);
+        CHECK(n[PT_LAYER_MOE | PT_LAYER_WINDOW] == g->layers / 2 &&
+              n[PT_LAYER_MOE] == g->layers / 2 && n[0] == 0 && n[PT_LAYER_WINDOW] == 0);
+        pt_model_layer_kinds(g, 3, 4, n); /* layers 3, 4, 5, 6: full, banded, full, banded */
+        CHECK(n[PT_LAYER_MOE | PT_LAYER_WINDOW] == 2 && n[PT_LAYER_MOE] == 2);
+    }
     pt_model qwen = *model_named("qwen3-235b-a22b"), *q = &qwen;
     CHECK_INT(pt_model_head_dim(q), 128); /* 64 heads of 128 on h = 4096 */
     CHECK(q->qk_norm && q->moe.top_k == 8 && q->moe.experts == 128);
@@ -227,13 +249,16 @@ static void test_model_moe_json(void)
         "\"bias\": false, \"dropout\": false, \"head_dim\": 32, \"qk_norm\": true, "
         "\"moe\": {\"experts\": 8, \"top_k\": 2, \"expert_ffn\": 32, \"router\": \"sigmoid\", "
         "\"renorm\": false, \"shared_experts\": 1, \"shared_ffn\": 64, \"first_dense\": 1, "
-        "\"every\": 2, \"aux_loss\": 0.01, \"capacity\": 1.25}}";
+        "\"every\": 2, \"aux_loss\": 0.01, \"capacity\": 1.25}, "
+        "\"window\": {\"size\": 16, \"full_every\": 3}, \"attn_sinks\": true}";
     pt_model m, back;
     pt_err err = {""};
     CHECK_INT(pt_model_from_json(good, "<m>", &m, &err), 0);
     CHECK(m.head_dim == 32 && m.qk_norm && m.moe.score == PT_ROUTER_SIGMOID && !m.moe.renorm);
     CHECK(m.moe.shared_experts == 1 && m.moe.shared_ffn == 64 && m.moe.capacity == 1.25);
     CHECK_INT(pt_model_moe_layers(&m, 0, 6), 2); /* layers 2 and 4 */
+    CHECK(m.window == 16 && m.window_full_every == 3 && m.attn_sinks);
+    CHECK(pt_model_layer_window(&m, 0) && !pt_model_layer_window(&m, 2)); /* (2+1) % 3 */
     char *text = pt_model_to_json(&m);
     CHECK_INT(pt_model_from_json(text, "<dump>", &back, &err), 0);
     CHECK(model_equal(&m, &back));
@@ -255,10 +280,14 @@ static void test_model_moe_json(void)
         {"\"capacity\": 1.25", "\"capacity\": -1", "field 'moe.capacity' = -1"},
         {"\"aux_loss\": 0.01", "\"aux_loss\": -0.5", "field 'moe.aux_loss' = -0.5"},
         {"\"router\": \"sigmoid\"", "\"router\": \"relu\"", "expected one of softmax, sigmoid"},
-        {"\"renorm\": false", "\"renorm\": false, \"topk\": 2", "unknown field 'moe.topk' (did you mean 'top_k'?)"},
+        {"\"renorm\": false", "\"renorm\": false, \"topk\": 2",
+         "unknown field 'moe.topk' (did you mean 'top_k'?)"},
         {"\"expert_ffn\": 32, ", "", "missing field 'moe.expert_ffn'"},
         {"\"head_dim\": 32", "\"head_dim\": 31", "needs an even head size, but head_dim = 31"},
         {"\"head_dim\": 32", "\"head_dim\": -4", "field 'head_dim' = -4"},
+        {"\"size\": 16", "\"size\": 0", "field 'window.size' = 0: must be at least 1"},
+        {"\"full_every\": 3", "\"full_every\": -1", "field 'window.full_every' = -1"},
+        {"\"full_every\": 3", "\"every\": 3", "unknown field 'window.every'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *t = replace_once(good, bad[i].from, bad[i].to);

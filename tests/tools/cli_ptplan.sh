@@ -35,11 +35,13 @@ for m in tiny gpt2-124m gpt2-350m gpt2-774m gpt2-1.5b gpt3-1.3b gpt3-2.7b gpt3-6
     out_has "^$m " "--list-models lists $m"
 done
 out_has "^llama2-7b .* 6.74B" "llama2-7b has 6.74B parameters"
-for m in tiny-moe tiny-qwen3-moe mixtral-8x7b mixtral-8x22b qwen3-30b-a3b qwen3-235b-a22b; do
+for m in tiny-moe tiny-qwen3-moe mixtral-8x7b mixtral-8x22b qwen3-30b-a3b qwen3-235b-a22b \
+         gpt-oss-20b gpt-oss-120b; do
     out_has "^$m " "--list-models lists $m"
 done
 out_has "^mixtral-8x7b .* 2/8 .* 46.70B  *12.88B" "Mixtral: top-2 of 8, total and active"
 out_has "^qwen3-235b-a22b .* 8/128 .* 235.09B  *22.19B" "Qwen3-235B: top-8 of 128"
+out_has "^gpt-oss-120b .* 4/128 .* 116.83B" "gpt-oss-120b's published total"
 run 0 --list-clusters
 for c in dgx-a100-80g dgx-h100 local; do out_has "^$c " "--list-clusters lists $c"; done
 

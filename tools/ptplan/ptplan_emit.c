@@ -191,6 +191,10 @@ static void check_megatron_core(emitter *e)
                u);
     /* Megatron-Core's sigmoid router always renormalises its top-k scores (core/
      * transformer/moe/moe_utils.py, topk_routing_with_score_function) */
+    if (e->j->m.window > 0 || e->j->m.attn_sinks)
+        refuse(e, "model '%s' has %s, which this emitter does not write for Megatron-Core "
+                  "(its window_size, window_attn_skip_freq and softmax_type)", e->j->m.name,
+               e->j->m.window > 0 ? "banded attention" : "attention sinks");
     const pt_moe *x = &e->j->m.moe;
     if (x->experts > 0 && x->score == PT_ROUTER_SIGMOID && !x->renorm && x->top_k > 1)
         refuse(e, "model '%s' routes by sigmoid without renormalising its top-%lld scores: "
