@@ -205,10 +205,18 @@ static int collect_gemms(const pt_layout *l, const pt_memory *mem, bool fits, vo
     pt_opctx oc;
     pt_opctx_init(&oc, &c->j->m, l, &c->j->t, &c->j->c);
     pt_oplist o = {0};
-    int64_t m, n, k;
-    int rc = pt_ops_layer(&oc, false, &o) || pt_ops_layer(&oc, true, &o) ||
-             pt_ops_embed(&oc, false, &o) || pt_ops_embed(&oc, true, &o) ||
+    int64_t m, n, k, kinds[PT_LAYER_KINDS];
+    int rc = pt_ops_embed(&oc, false, &o) || pt_ops_embed(&oc, true, &o) ||
              pt_ops_head(&oc, false, &o) || pt_ops_head(&oc, true, &o);
+    /* every kind of layer the model has: a mixture of experts' GEMMs too */
+    pt_model_layer_kinds(&c->j->m, 0, c->j->m.layers, kinds);
+    for (int kind = 0; kind < PT_LAYER_KINDS && rc == 0; kind++) {
+        if (kinds[kind] == 0)
+            continue;
+        oc.moe_layer = kind & PT_LAYER_MOE;
+        oc.window_layer = kind & PT_LAYER_WINDOW;
+        rc = pt_ops_layer(&oc, false, &o) || pt_ops_layer(&oc, true, &o);
+    }
     for (int i = 0; rc == 0 && i < o.n; i++)
         if (o.op[i].cls == PT_OP_KERNEL &&
             pt_prof_gemm_shape(o.op[i].kernel.key, &m, &n, &k, NULL, NULL) == 0)
