@@ -234,8 +234,8 @@ static int cfg_llama(const hf_cfg *c, hf_layout *l)
         cfg_same(c, "num_hidden_layers", layers, "layers", m->layers) ||
         cfg_same(c, "num_attention_heads", heads, "heads", m->heads) ||
         cfg_same(c, "num_key_value_heads", kv == HF_NONE ? heads : kv, "kv_heads", m->kv_heads) ||
-        cfg_same(c, "head_dim", hd == HF_NONE ? m->hidden / m->heads : hd, "hidden/heads",
-                 m->hidden / m->heads) ||
+        cfg_same(c, "head_dim", hd == HF_NONE ? m->hidden / m->heads : hd, "head_dim",
+                 pt_model_head_dim(m)) ||
         cfg_same(c, "intermediate_size", ffn, "ffn", m->ffn) || cfg_vocab(c, vocab, l) ||
         cfg_eps(c, "rms_norm_eps", 1e-6) || cfg_rope(c) ||
         cfg_same_bool(c, "tie_word_embeddings", tied, "tied_embeddings", m->tied_embeddings) ||

@@ -194,7 +194,7 @@ static int ex_config_llama(json_t *c, const pt_model *m)
            pt_json_set(c, "num_hidden_layers", json_integer(m->layers)) |
            pt_json_set(c, "num_attention_heads", json_integer(m->heads)) |
            pt_json_set(c, "num_key_value_heads", json_integer(m->kv_heads)) |
-           pt_json_set(c, "head_dim", json_integer(m->hidden / m->heads)) |
+           pt_json_set(c, "head_dim", json_integer(pt_model_head_dim(m))) |
            pt_json_set(c, "max_position_embeddings", json_integer(m->seq)) |
            pt_json_set(c, "hidden_act", json_string("silu")) |
            pt_json_set(c, "rms_norm_eps", json_real(PT_HF_NORM_EPS)) |

@@ -108,10 +108,14 @@ static int64_t layer_of(const pt_model *m, const char *name, const char **rest)
 /* Rows and columns of our linear layer `base` (q, k, v, attn_out, mlp_*). */
 static void linear_shape(const pt_model *m, const char *base, int64_t *rows, int64_t *cols)
 {
-    int64_t h = m->hidden, kvd = m->kv_heads * (m->hidden / m->heads);
+    int64_t h = m->hidden, d = pt_model_head_dim(m), kvd = m->kv_heads * d;
     *rows = h;
     *cols = h;
-    if (!strcmp(base, "k") || !strcmp(base, "v"))
+    if (!strcmp(base, "q"))
+        *rows = m->heads * d; /* a·d: h unless head_dim says */
+    else if (!strcmp(base, "attn_out"))
+        *cols = m->heads * d;
+    else if (!strcmp(base, "k") || !strcmp(base, "v"))
         *rows = kvd;
     else if (!strcmp(base, "mlp_gate") || !strcmp(base, "mlp_up"))
         *rows = m->ffn;
@@ -124,12 +128,13 @@ static void linear_shape(const pt_model *m, const char *base, int64_t *rows, int
  * GPT2Attention.forward: query, key, value = c_attn(x).split(split_size, dim=2)). */
 static void gpt2_linear(const pt_model *m, const char *base, bool weight, hf_map *out)
 {
-    int64_t rows, cols, kvd = m->kv_heads * (m->hidden / m->heads);
+    int64_t rows, cols, kvd = m->kv_heads * pt_model_head_dim(m);
     linear_shape(m, base, &rows, &cols);
     int64_t all = rows;
     if (!strcmp(base, "q") || !strcmp(base, "k") || !strcmp(base, "v")) {
-        all = m->hidden + 2 * kvd;
-        out->col0 = !strcmp(base, "q") ? 0 : !strcmp(base, "k") ? m->hidden : m->hidden + kvd;
+        int64_t qd = m->heads * pt_model_head_dim(m);
+        all = qd + 2 * kvd;
+        out->col0 = !strcmp(base, "q") ? 0 : !strcmp(base, "k") ? qd : qd + kvd;
     }
     out->how = HF_CONV1D;
     set_shape(&out->ours_ndim, out->ours_shape, rows, weight ? cols : 0);
@@ -174,7 +179,7 @@ static int layer_map(const pt_model *m, const hf_layout *l, const char *name, hf
         linear_shape(m, part->ours, &rows, &cols);
         bool rope = !strcmp(part->ours, "q") || !strcmp(part->ours, "k");
         same(out, rope ? HF_ROPE : HF_COPY, rows, weight ? cols : 0);
-        out->head_dim = m->hidden / m->heads;
+        out->head_dim = pt_model_head_dim(m);
     }
     return 0;
 }

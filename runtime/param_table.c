@@ -105,15 +105,17 @@ static void norm(table *t, const pt_model *m, const char *prefix)
 
 static void layer_params(table *t, const pt_model *m, int tp, int64_t l)
 {
-    int64_t h = m->hidden, hd = m->hidden / m->heads, kvr = pt_kv_heads_rank(m, tp) * hd;
+    /* attention is a·d wide: h unless the model's head_dim says */
+    int64_t h = m->hidden, hd = pt_model_head_dim(m), kvr = pt_kv_heads_rank(m, tp) * hd;
+    int64_t qd = m->heads * hd;
     split kv = t->kv_share > 1 ? KV_HEAD : SPLIT_ROWS;
     char p[40];
 #define LAYER(suffix) (snprintf(p, sizeof p, "layers.%lld." suffix, (long long)l), p)
     norm(t, m, LAYER("norm1"));
-    linear(t, LAYER("q"), h / tp, h, m->bias, SPLIT_ROWS);
+    linear(t, LAYER("q"), qd / tp, h, m->bias, SPLIT_ROWS);
     linear(t, LAYER("k"), kvr, h, m->bias, kv);
     linear(t, LAYER("v"), kvr, h, m->bias, kv);
-    linear(t, LAYER("attn_out"), h, h / tp, m->bias, SPLIT_COLS);
+    linear(t, LAYER("attn_out"), h, qd / tp, m->bias, SPLIT_COLS);
     norm(t, m, LAYER("norm2"));
     if (m->act == PT_ACT_SWIGLU)
         linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias, SPLIT_ROWS);

@@ -802,7 +802,7 @@ static void test_llama(void)
         {"num_attention_heads", "8", "num_attention_heads = 8", "heads = 4"},
         {"num_key_value_heads", "4", "num_key_value_heads = 4", "kv_heads = 2"},
         {"num_key_value_heads", "DELETE", "num_key_value_heads = 4", "kv_heads = 2"},
-        {"head_dim", "16", "head_dim = 16", "hidden/heads = 8"},
+        {"head_dim", "16", "head_dim = 16", "has head_dim = 8"},
         {"intermediate_size", "64", "intermediate_size = 64", "ffn = 48"},
         {"vocab_size", "101", "vocab_size = 101", "vocab = 100"},
         {"rms_norm_eps", "DELETE", "rms_norm_eps = 1e-06", "eps = 1e-05"},

@@ -15,16 +15,21 @@
 
 #include <stdlib.h>
 
-static pt_model small(bool llama)
+/* kind 0: GPT-2 shaped; 1: LLaMA shaped; 2: LLaMA shaped with heads of 8 on h = 16
+ * (head_dim apart from h/a: attention 32 wide) */
+static pt_model small(int kind)
 {
+    bool llama = kind >= 1;
     pt_model m = {.name = "t", .layers = 2, .hidden = 16, .heads = 4, .kv_heads = llama ? 2 : 4,
                   .ffn = llama ? 24 : 64, .vocab = 32, .seq = 8,
                   .norm = llama ? PT_NORM_RMSNORM : PT_NORM_LAYERNORM,
                   .act = llama ? PT_ACT_SWIGLU : PT_ACT_GELU,
                   .pos = llama ? PT_POS_ROPE : PT_POS_LEARNED, .tied_embeddings = !llama,
-                  .bias = !llama, .dropout = false};
+                  .bias = !llama, .dropout = false, .head_dim = kind == 2 ? 8 : 0};
     return m;
 }
+
+static const char *const kind_names[] = {"gpt", "llama", "llama head_dim 8"};
 
 static pt_plan plan_of(pt_model m, pt_recompute rc)
 {
@@ -77,10 +82,10 @@ static void gradients(pt_net *n, const data *d)
         fprintf(stderr, "training pass: %s\n", err.msg);
 }
 
-static void check_fd(bool llama)
+static void check_fd(int kind)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
-    pt_plan p = plan_of(small(llama), PT_RECOMPUTE_NONE);
+    pt_plan p = plan_of(small(kind), PT_RECOMPUTE_NONE);
     pt_net *n;
     pt_err err;
     CHECK_INT(pt_net_init(&n, &p, kn, 0, 1, 42, NULL, &err), 0);
@@ -105,25 +110,25 @@ static void check_fd(bool llama)
                 worst = e;
             if (e > 0.05)
                 fprintf(stderr, "%s %s[%lld]: analytic %.6g, finite differences %.6g\n",
-                        llama ? "llama" : "gpt", q->name, (long long)j, g, fd);
+                        kind_names[kind], q->name, (long long)j, g, fd);
             CHECK(e <= 0.05);
         }
     }
     if (getenv("PT_TEST_VERBOSE"))
-        printf("%s: worst relative gradient error %.3g\n", llama ? "llama" : "gpt", worst);
+        printf("%s: worst relative gradient error %.3g\n", kind_names[kind], worst);
     pt_net_free(n);
     pt_kernels_destroy(kn);
 }
 
 /* none, selective and full recomputation run the same kernels on the same values. */
-static void check_recompute(bool llama)
+static void check_recompute(int kind)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
     data d = make_data();
     float *ref = NULL;
     int64_t count = 0;
     for (int rc = PT_RECOMPUTE_NONE; rc <= PT_RECOMPUTE_FULL; rc++) {
-        pt_plan p = plan_of(small(llama), (pt_recompute)rc);
+        pt_plan p = plan_of(small(kind), (pt_recompute)rc);
         pt_net *n;
         pt_err err;
         CHECK_INT(pt_net_init(&n, &p, kn, 0, 1, 42, NULL, &err), 0);
@@ -146,7 +151,7 @@ static void check_recompute(bool llama)
 static void check_init(void)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
-    pt_plan p = plan_of(small(false), PT_RECOMPUTE_NONE);
+    pt_plan p = plan_of(small(0), PT_RECOMPUTE_NONE);
     pt_net *a, *b, *c;
     pt_err err;
     CHECK_INT(pt_net_init(&a, &p, kn, 0, 1, 7, NULL, &err), 0);
@@ -173,7 +178,7 @@ static void check_init(void)
 static void check_uneven_stages(void)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
-    pt_model m = small(true);
+    pt_model m = small(1);
     m.layers = 6;
     pt_plan whole = plan_of(m, PT_RECOMPUTE_NONE);
     pt_plan p = whole;
@@ -229,7 +234,7 @@ static void check_slots_per_chunk(void)
     pt_err err;
     int64_t per_slot[2];
     for (int vp = 1; vp <= 2; vp++) {
-        pt_model m = small(false);
+        pt_model m = small(0);
         m.layers = 2 * vp;
         pt_plan p = plan_of(m, PT_RECOMPUTE_NONE);
         p.cluster.devices_per_node = 2;
@@ -387,7 +392,7 @@ static void check_device_times(void)
     kn->event_elapsed = fake_elapsed;
     kn->event_release = fake_release;
     memset(&fake, 0, sizeof fake);
-    pt_plan p = plan_of(small(false), PT_RECOMPUTE_NONE);
+    pt_plan p = plan_of(small(0), PT_RECOMPUTE_NONE);
     p.layout.n_micro = 2;
     p.train.global_batch = 4;
     pt_err err;
@@ -487,7 +492,7 @@ static void check_device_times_cuda(void)
         printf("device times on CUDA: skipped (%s)\n", why);
         return;
     }
-    pt_plan p = plan_of(small(true), PT_RECOMPUTE_NONE);
+    pt_plan p = plan_of(small(1), PT_RECOMPUTE_NONE);
     pt_err err;
     pt_sched s;
     pt_dist d;
@@ -532,10 +537,10 @@ static void check_device_times_cuda(void)
 
 int main(void)
 {
-    check_fd(false);
-    check_fd(true);
-    check_recompute(false);
-    check_recompute(true);
+    for (int kind = 0; kind < 3; kind++) {
+        check_fd(kind);
+        check_recompute(kind);
+    }
     check_init();
     check_uneven_stages();
     check_slots_per_chunk();

@@ -17,7 +17,8 @@
 #             by all-to-all inside groups with the ring across them (a2a+p2p), alone
 #             and with tp (with and without sp), dp with ZeRO, pp with uneven stages
 #             and recomputation, tiny LLaMA's KV heads replicated where fewer than the
-#             all-to-all's degree; 6 steps each, with dropout on
+#             all-to-all's degree; and a tiny LLaMA with head_dim apart from
+#             hidden/heads; 6 steps each, with dropout on
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
 #             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
 #             the tolerance below, and FP8 checkpoints under delayed scaling resuming
@@ -74,6 +75,12 @@ cat >"$tmp/tiny-llama.json" <<'JSON'
  "vocab": 256, "seq": 64, "norm": "rmsnorm", "activation": "swiglu", "positions": "rope",
  "tied_embeddings": false, "bias": false, "dropout": false}
 JSON
+
+# tiny LLaMA with heads of 32 on hidden 64 (head_dim apart from hidden/heads: attention
+# 128 wide), for the a2a suite
+sed 's/"dropout": false}/"dropout": false, "head_dim": 32}/; s/"tiny-llama"/"tiny-hd"/' \
+    "$tmp/tiny-llama.json" >"$tmp/tiny-hd.json"
+grep -q '"head_dim": 32' "$tmp/tiny-hd.json" || fail "head_dim model file"
 
 # Six-layer versions of both, for uneven pipeline stages with interleaving (a rank's
 # layers divide over its vp chunks: 2 and 4 layers on pp=2, vp=2 are chunks of 1 and 2).
@@ -177,6 +184,9 @@ elif [ "$suite" = a2a ]; then
     both="$both;4 cp=2,cp_comm=a2a,dp=2,zero=1,recompute=selective,mbs=2"
     both="$both;4 cp=2,cp_comm=a2a,pp=2,first_layers=1,last_layers=3,mbs=2"
     both="$both;8 tp=2,cp=4,cp_comm=a2a+p2p,cp_a2a=2,mbs=2"
+    # head_dim 32 on hidden 64 (q and the output projection 128 wide) through tp with sp,
+    # the all-to-all, the ring with pp and ZeRO-3
+    hd="2 tp=2,sp=1,mbs=2;2 cp=2,cp_comm=a2a,mbs=2;4 cp=2,pp=2,mbs=2;2 dp=2,zero=3,mbs=2"
     six=""
     resume_cases=""
 elif [ "$suite" = tensor ]; then
@@ -208,10 +218,12 @@ else
     resume_cases="$resume_cases;2 pp=2,first_layers=1,last_layers=3,mbs=2"
 fi
 
-for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.json"; do
+for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.json" \
+    "$tmp/tiny-hd.json"; do
     short=$(basename "$model" .json)
     case "$short" in
     *6) cases="$six" ;;
+    tiny-hd) cases="${hd:-}" ;;
     tiny-llama) cases="${llama:-$both}" ;;
     *) cases="$both" ;;
     esac
