@@ -27,6 +27,8 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_DGATE] = "dgate", [PT_BUF_DUP] = "dup", [PT_BUF_DACT] = "dact", [PT_BUF_CE] = "ce",
     [PT_BUF_DNORM] = "dnorm", [PT_BUF_DKV] = "dkv", [PT_BUF_RING0] = "ring0",
     [PT_BUF_RING1] = "ring1", [PT_BUF_PART] = "part", [PT_BUF_PART_LSE] = "part_lse",
+    [PT_BUF_QKN] = "qk_pre_norm", [PT_BUF_QKN_RSTD] = "qk_norm_rstd",
+    [PT_BUF_DQKN] = "dqk_pre_norm", [PT_BUF_DQKNORM] = "dqk_norm_w",
     [PT_BUF_FP8_A] = "fp8_a", [PT_BUF_FP8_B] = "fp8_b", [PT_BUF_ATTH] = "att_heads",
     [PT_BUF_A2A_SEND] = "a2a_send", [PT_BUF_A2A_RECV] = "a2a_recv", [PT_BUF_HDATT] = "hdatt",
     [PT_BUF_HDQ] = "hdq", [PT_BUF_HDK] = "hdk", [PT_BUF_HDV] = "hdv",
@@ -110,6 +112,11 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_GATE, ab, swiglu ? T : 0, f);
     SET(B, PT_BUF_UP, ab, T, f);
     SET(B, PT_BUF_ACT, ab, T, f);
+    /* q/k norms: q and k before them (token form, q's heads then k's) and the norms'
+     * statistics, one a head and token */
+    bool qk = m->qk_norm;
+    SET(B, PT_BUF_QKN, ab, qk ? T : 0, a + k, d);
+    SET(B, PT_BUF_QKN_RSTD, 4, qk ? T : 0, a + k);
     /* the rest of a slot: token ids, targets, and one residual stream per layer
      * boundary (pt_buffers_slot multiplies) */
     SET(B, PT_BUF_TOKENS, 4, T);
@@ -159,6 +166,10 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_HDQ, ab, a2a ? q_h : 0, d);
     SET(B, PT_BUF_HDK, ab, a2a ? kv_h : 0, d);
     SET(B, PT_BUF_HDV, ab, a2a ? kv_h : 0, d);
+    /* q/k norms: the gradients of q and k before them, and (tp > 1) the norms' weight
+     * gradients of this rank's heads before their sum over tp */
+    SET(B, PT_BUF_DQKN, ab, qk ? T : 0, a + k, d);
+    SET(B, PT_BUF_DQKNORM, 4, qk && t > 1 ? 2 : 0, d);
 }
 
 void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B)

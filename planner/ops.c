@@ -212,6 +212,12 @@ static const char *const param_names[PT_PARAM_COUNT] = {
     [PT_PARAM_EXPERT_FC2] = "experts.fc2", [PT_PARAM_QK_NORM] = "qk_norm",
 };
 
+bool pt_param_ref_in_layer(pt_param_ref r)
+{
+    return (r >= PT_PARAM_NORM1 && r <= PT_PARAM_MLP_DOWN) ||
+           (r >= PT_PARAM_ROUTER && r <= PT_PARAM_QK_NORM);
+}
+
 const char *pt_param_ref_name(pt_param_ref r)
 {
     return r > PT_PARAM_NONE && r < PT_PARAM_COUNT ? param_names[r] : NULL;

@@ -156,6 +156,9 @@ typedef enum {
 /* Its name in the model's parameter table without the "layers.<i>." prefix and the
  * ".w"/".b" suffix ("norm1", "q", "lm_head", "wte"); NULL for PT_PARAM_NONE. */
 const char *pt_param_ref_name(pt_param_ref r);
+/* Whether r is a transformer layer's parameter (per layer), not the embedding's or
+ * the head's. */
+bool pt_param_ref_in_layer(pt_param_ref r);
 
 /* The buffers a collective moves, from (src) and into (dst); the same buffer for an
  * in-place all-reduce. Micro-batch buffers are the running layer's (or the embedding's

@@ -27,6 +27,9 @@ static const char *const pos_names[] = {"learned", "rope", "alibi"};
 
 int hf_family_of(const pt_model *m, hf_family *out, pt_err *err)
 {
+    if (m->qk_norm)
+        return pt_err_set(err, "model '%s': its q/k norms (qk_norm, Qwen3's q_norm and k_norm) "
+                          "have no Hugging Face mapping here yet", m->name);
     if (m->norm == PT_NORM_LAYERNORM && m->act == PT_ACT_GELU && m->pos == PT_POS_LEARNED) {
         if (!m->bias)
             return pt_err_set(err, "model '%s': bias false, but GPT-2 (layernorm, gelu, "

@@ -591,6 +591,55 @@ static int outside_micro_batch(pt_layer_ctx *c, const pt_op *op)
                               "micro-batch's op list", pt_op_kind_name(op->kind));
 }
 
+/* q/k norms (Qwen3): an RMSNorm over each head of q (gain qk_norm[0, d)) and of k (gain
+ * qk_norm[d, 2d)), from the projections' outputs (nq, nk) into q and k. */
+static int qk_norm_fwd(pt_layer_ctx *c, const float *nq, const float *nk)
+{
+    pt_kernels *kn = c->n->kn;
+    const pt_layer_dims *d = &c->d;
+    pt_layer_acts *L = &c->A->layer[c->ai];
+    pt_param_view w = param(c, PT_PARAM_QK_NORM, false);
+    int64_t qrows = d->T * d->a, krows = d->T * d->kh;
+    kn->rmsnorm_forward(kn, L->q, L->qkn_rstd, nq, w.w, qrows, d->d, kEps);
+    kn->rmsnorm_forward(kn, L->k, L->qkn_rstd + qrows, nk, pt_act_at(c, w.w, d->d), krows,
+                        d->d, kEps);
+    return 0;
+}
+
+/* Their backward: from the gradients of the normed q and k (dq, dk) into those of the
+ * projections' outputs (gq, gk, written: zeroed first) and the gains' gradients. A rank
+ * holds a/t of the heads, so with tp > 1 each rank's gain gradients are a part, summed
+ * over tp. A KV head replicated over kv_share ranks is too: each copy's dk holds only
+ * what its rank's query heads gave it (the K weight's gradient is summed over the copies
+ * the same way, kv_wgrad_shared), so each copy's part of the gain's gradient is its own
+ * and the sum counts every query head once. */
+static int qk_norm_bwd(pt_layer_ctx *c, const float *nq, const float *nk, const float *dq,
+                       const float *dk, float *gq, float *gk)
+{
+    pt_kernels *kn = c->n->kn;
+    const pt_layer_dims *d = &c->d;
+    pt_layer_acts *L = &c->A->layer[c->ai];
+    pt_param_view w = param(c, PT_PARAM_QK_NORM, false);
+    int64_t qrows = d->T * d->a, krows = d->T * d->kh;
+    int dd = d->d;
+    bool split = c->n->layout.tp > 1;
+    float *dw = split ? c->S->dqknorm : w.g;
+    kn->zero(kn, gq, pt_act_bytes(c, qrows * dd));
+    kn->zero(kn, gk, pt_act_bytes(c, krows * dd));
+    if (split)
+        kn->zero(kn, dw, 2 * (size_t)dd * sizeof(float));
+    kn->rmsnorm_backward(kn, gq, dw, dq, nq, w.w, L->qkn_rstd, qrows, dd);
+    kn->rmsnorm_backward(kn, gk, dw + dd, dk, nk, pt_act_at(c, w.w, dd), L->qkn_rstd + qrows,
+                         krows, dd);
+    if (!split)
+        return 0;
+    /* the collective is ordered after the kernels on every backend (comm.h) */
+    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, dw, 2 * (int64_t)dd, c->err))
+        return -1;
+    kn->add_f32(kn, w.g, dw, 2 * dd);
+    return 0;
+}
+
 /* Runs op `op` of the running list on the context's micro-batch and layer: 0, or -1
  * with the error set. One case per kind (-Wswitch-enum: a kind the planner gains and
  * this switch lacks does not compile). Backward ops accumulate (see the top). */
@@ -608,9 +657,19 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     int qd = d->a * d->d, kvd = d->kh * d->d;
     int64_t Tf = d->T * d->f;
     pt_param_ref w = op->param;
-    /* Without RoPE the projections' gradients are the attention's directly. */
-    bool rope = c->n->spec.pos == PT_POS_ROPE;
+    /* Without RoPE the projections' gradients are the attention's directly; with q/k
+     * norms they are the norms' input gradients. */
+    bool rope = c->n->spec.pos == PT_POS_ROPE, qkn = c->n->spec.qk_norm;
     float *gq = rope ? S->dqr : S->dq, *gk = rope ? S->dkr : S->dk;
+    float *nq = NULL, *nk = NULL; /* the projections' outputs under q/k norms */
+    if (qkn && L) {
+        nq = L->qkn;
+        nk = pt_act_at(c, L->qkn, d->T * qd);
+    }
+    if (qkn) {
+        gq = S->dqkn;
+        gk = pt_act_at(c, S->dqkn, d->T * qd);
+    }
     const pt_op_kind_info *k = pt_op_kind_info_of(op->kind);
     if (!L && k->lists == 1u << PT_LIST_LAYER)
         return pt_err_set(c->err, "internal: layer op '%s' outside a layer", k->name);
@@ -630,13 +689,16 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_NORM1:
         norm_fwd(c, w, x, NULL, out, L->ln1_mean, L->ln1_rstd);
         return 0;
-    case PT_OPK_Q: return linear_fwd(c, op, L->q, in, d->h, qd);
-    case PT_OPK_K: return linear_fwd(c, op, L->k, in, d->h, kvd);
+    case PT_OPK_Q: return linear_fwd(c, op, qkn ? nq : L->q, in, d->h, qd);
+    case PT_OPK_K: return linear_fwd(c, op, qkn ? nk : L->k, in, d->h, kvd);
     case PT_OPK_V: return linear_fwd(c, op, L->v, in, d->h, kvd);
     case PT_OPK_QKV: {
-        float *const out[3] = {L->q, L->k, L->v};
+        float *const out[3] = {qkn ? nq : L->q, qkn ? nk : L->k, L->v};
         return qkv_shared(c, op, out, NULL, in, qd);
     }
+    case PT_OPK_QK_NORM: return qk_norm_fwd(c, nq, nk);
+    case PT_OPK_QK_NORM_BWD:
+        return qk_norm_bwd(c, nq, nk, rope ? S->dqr : S->dq, rope ? S->dkr : S->dk, gq, gk);
     case PT_OPK_ROPE:
         rope_all(c, L->q, d->a, false, NULL);
         rope_all(c, L->k, d->kh, false, NULL);
@@ -841,8 +903,6 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_MOE_ROUTE_BWD:
     case PT_OPK_ROUTER_DGRAD:
     case PT_OPK_ROUTER_WGRAD:
-    case PT_OPK_QK_NORM:
-    case PT_OPK_QK_NORM_BWD:
         break;
     /* ZeRO inside the layers */
     case PT_OPK_ZERO3_ALLGATHER: return pt_zero_gather_layer(c->n, c->l, c->next_l, c->err);

@@ -317,6 +317,9 @@ typedef struct {
     float *x2;                        /* (R, h) [act] residual stream after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *gate, *up, *act;           /* (T, f/t) [act] each; gate only with SwiGLU */
+    float *qkn, *qkn_rstd;            /* q/k norms: q then k before them, (T, a/t + k/t,
+                                         d) [act] token form, and their (T, a/t + k/t)
+                                         statistics; NULL without */
 } pt_layer_acts;
 
 /* One activation slot: what one model chunk keeps of one micro-batch between its
@@ -359,6 +362,9 @@ typedef struct {
                                          reduce-scatter (sp) */
     float *ddrop;                     /* (T, h) a dropped branch's gradient */
     float *dq, *dk, *dv, *dqr, *dkr;  /* attention inputs, before and after RoPE */
+    float *dqkn;                      /* q/k norms: the gradients of q then k before them */
+    float *dqknorm;                   /* (2, d) fp32: the norms' weight gradients of this
+                                         rank's heads (tp > 1), before their sum */
     float *datt;                      /* (T, h/t) */
     float *dgate, *dup, *dact;        /* (T, f/t) */
     float *ce;                        /* (3, T) fp32: vocab-parallel loss statistics */

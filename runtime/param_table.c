@@ -116,6 +116,8 @@ static void layer_params(table *t, const pt_model *m, int tp, int64_t l)
     linear(t, LAYER("k"), kvr, h, m->bias, kv);
     linear(t, LAYER("v"), kvr, h, m->bias, kv);
     linear(t, LAYER("attn_out"), h, qd / tp, m->bias, SPLIT_COLS);
+    if (m->qk_norm) /* q's gain then k's, d each, whole on every tp rank */
+        add(t, LAYER("qk_norm.w"), 2 * hd, 0);
     norm(t, m, LAYER("norm2"));
     if (m->act == PT_ACT_SWIGLU)
         linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias, SPLIT_ROWS);

@@ -157,6 +157,8 @@ static void carve_layer(carve *c, const pt_buffers *B, pt_layer_acts *L)
     L->gate = take_buf(c, B, PT_BUF_GATE);
     L->up = take_buf(c, B, PT_BUF_UP);
     L->act = take_buf(c, B, PT_BUF_ACT);
+    L->qkn = take_buf(c, B, PT_BUF_QKN);
+    L->qkn_rstd = take_buf(c, B, PT_BUF_QKN_RSTD);
 }
 
 /* Lays out one slot: one chunk's layers; with full recomputation all layers share one
@@ -211,6 +213,8 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->dk = take_buf(c, &B, PT_BUF_DK);
     S->dqr = take_buf(c, &B, PT_BUF_DQR);
     S->dkr = take_buf(c, &B, PT_BUF_DKR);
+    S->dqkn = take_buf(c, &B, PT_BUF_DQKN);
+    S->dqknorm = take_buf(c, &B, PT_BUF_DQKNORM);
     S->dv = take_buf(c, &B, PT_BUF_DV);
     S->datt = take_buf(c, &B, PT_BUF_DATT);
     S->dgate = take_buf(c, &B, PT_BUF_DGATE);
@@ -511,7 +515,7 @@ int pt_net_resolve_params(pt_net *n, pt_err *err)
         const pt_param **row = n->pref + (size_t)li * PT_PARAM_COUNT * 2;
         for (int r = PT_PARAM_NONE + 1; r < PT_PARAM_COUNT; r++) {
             const char *base = pt_param_ref_name((pt_param_ref)r);
-            if ((r <= PT_PARAM_MLP_DOWN) != layer) /* the layers' come first (planner.h) */
+            if (pt_param_ref_in_layer((pt_param_ref)r) != layer)
                 continue;
             if (r == PT_PARAM_WTE || r == PT_PARAM_WPE ||
                 (r == PT_PARAM_HEAD && n->spec.tied_embeddings)) {

@@ -43,11 +43,10 @@ static int check_plan(pt_trainer *r, pt_trainer_info *info, pt_err *err)
     }
     /* what the planner prices and ptrun's layers do not run yet */
     const pt_model *m = &p->model;
-    if (m->moe.experts > 0 || m->qk_norm || m->window > 0 || m->attn_sinks)
+    if (m->moe.experts > 0 || m->window > 0 || m->attn_sinks)
         return pt_err_set(err, "%s: model %s has %s, which ptrun's runtime does not train "
                                "yet (the plan prices it for stack '%s')", r->o.plan, m->name,
                           m->moe.experts > 0 ? "experts (a mixture of experts)"
-                          : m->qk_norm        ? "q/k norms (qk_norm)"
                           : m->window > 0     ? "banded attention (window)"
                                               : "attention sinks",
                           p->train.stack.name);

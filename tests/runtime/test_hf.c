@@ -559,6 +559,10 @@ static void test_gpt2(void)
     pt_model nobias = m;
     nobias.bias = false;
     open_fails(dir, &nobias, "model_type = 'gpt2'", "bias false");
+    pt_model qk = m; /* q/k norms have no Hugging Face names here yet */
+    qk.qk_norm = true;
+    open_fails(dir, &qk, "its q/k norms (qk_norm, Qwen3's q_norm and k_norm) have no Hugging "
+                         "Face mapping here yet", NULL);
     char path[4096];
     PATHF(path, "%s/config.json", dir);
     write_text(path, "{\"model_type\": \"gpt2\",\n \"n_embd\": }");

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 /* kind 0: GPT-2 shaped; 1: LLaMA shaped; 2: LLaMA shaped with heads of 8 on h = 16
- * (head_dim apart from h/a: attention 32 wide) */
+ * (head_dim apart from h/a: attention 32 wide); 3: that with q/k norms (Qwen3) */
 static pt_model small(int kind)
 {
     bool llama = kind >= 1;
@@ -25,11 +25,13 @@ static pt_model small(int kind)
                   .norm = llama ? PT_NORM_RMSNORM : PT_NORM_LAYERNORM,
                   .act = llama ? PT_ACT_SWIGLU : PT_ACT_GELU,
                   .pos = llama ? PT_POS_ROPE : PT_POS_LEARNED, .tied_embeddings = !llama,
-                  .bias = !llama, .dropout = false, .head_dim = kind == 2 ? 8 : 0};
+                  .bias = !llama, .dropout = false, .head_dim = kind >= 2 ? 8 : 0,
+                  .qk_norm = kind == 3};
     return m;
 }
 
-static const char *const kind_names[] = {"gpt", "llama", "llama head_dim 8"};
+static const char *const kind_names[] = {"gpt", "llama", "llama head_dim 8",
+                                         "llama head_dim 8 qk_norm"};
 
 static pt_plan plan_of(pt_model m, pt_recompute rc)
 {
@@ -537,7 +539,7 @@ static void check_device_times_cuda(void)
 
 int main(void)
 {
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         check_fd(kind);
         check_recompute(kind);
     }
