@@ -113,12 +113,20 @@ static double pt_mem_attention_core(const pt_model *m, const pt_mem_dims *d)
  * its output, which the weighted sum's backward reads for the router weights'
  * gradient. The copies before the dispatch are not kept (the permutation's backward
  * needs only the indices). */
+/* The busiest rank's share of the experts' copies over the mean: the imbalance, at most
+ * the capacity factor where the model drops beyond it. */
+static double pt_mem_moe_busiest(const pt_model *m, double imbalance)
+{
+    double F = imbalance > 1 ? imbalance : 1;
+    return m->moe.capacity > 0 && F > m->moe.capacity ? m->moe.capacity : F;
+}
+
 static double pt_mem_moe_routed(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
                                 double imbalance)
 {
     double R = d->sb / d->rep, k = (double)m->moe.top_k, h = (double)m->hidden;
     double etp = (double)pt_mem_pos(l->etp), fe = (double)m->moe.expert_ffn / etp;
-    double N = (imbalance > 1 ? imbalance : 1) * etp * R * k;
+    double N = pt_mem_moe_busiest(m, imbalance) * etp * R * k;
     double up = m->act == PT_ACT_SWIGLU ? 2 * fe : fe;
     return 4 * R * (double)m->moe.experts + N * (d->lin * h + d->ab * up + d->lin * fe + d->ab * h);
 }
@@ -338,7 +346,7 @@ static double pt_mem_comm(const pt_model *m, const pt_layout *l, const pt_train 
         bytes += pt_mem_cp_comm(m, l, d);
     if (pt_model_moe_layers(m, 0, m->layers) > 0) {
         /* the dispatch's send and receive buffers of the busiest rank's copies */
-        double F = tr->moe_imbalance > 1 ? tr->moe_imbalance : 1;
+        double F = pt_mem_moe_busiest(m, tr->moe_imbalance);
         bytes += 2 * d->ab * F * (d->sb / d->rep) * (double)m->moe.top_k * (double)m->hidden;
     }
     return bytes;

@@ -1127,8 +1127,9 @@ static void zero3_gather(builder *b)
  * (the sequence-parallel rows: T/t, sp being required with tp > 1), each sending k
  * copies. Balanced, every rank's E/ep experts receive as many copies as it sends, R·k,
  * and with etp > 1 the etp group's copies are gathered: N = etp·R·k rows through the
- * experts' GEMMs, N/G per expert; the busiest rank (imbalance F) computes and receives
- * F times that, and the step waits for it at the combine. */
+ * experts' GEMMs, N/G per expert; the busiest rank (imbalance F, at most the capacity
+ * factor where the model drops beyond it) computes and receives F times that, and the
+ * step waits for it at the combine. */
 typedef struct {
     double R, k, E, G, F, N, fe, up, h, ab;
     int ep, etp;
@@ -1144,6 +1145,9 @@ static moe_dims moe_dims_of(const builder *b, const dims *d)
                   .allgather = l->moe_dispatch == PT_MOED_ALLGATHER};
     x.G = x.E / l->ep;
     x.F = b->c->moe_imbalance >= 1 ? b->c->moe_imbalance : 1;
+    /* a capacity factor caps what the busiest expert takes: the rest are dropped */
+    if (m->moe.capacity > 0 && x.F > m->moe.capacity)
+        x.F = m->moe.capacity;
     x.N = x.F * l->etp * x.R * x.k;
     x.fe = (double)m->moe.expert_ffn / l->etp;
     x.up = m->act == PT_ACT_SWIGLU ? 2 * x.fe : x.fe;

@@ -1323,6 +1323,14 @@ static void test_moe_lists(void)
     CHECK_NEAR(d ? d->coll.bytes : 0, 1.5 * ab * R * (double)k * (double)h, 1e-12);
     fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
     CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=768,n=1024,k=1024") == 0);
+    /* ... but a capacity factor of 1.25 drops what exceeds it */
+    pt_oplist_free(&f);
+    m.moe.capacity = 1.25;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=640,n=1024,k=1024") == 0);
+    m.moe.capacity = 0;
     /* the allgather dispatcher: the ep group's tokens gathered, their sums scattered */
     pt_oplist_free(&f);
     t.moe_imbalance = 1;
