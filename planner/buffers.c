@@ -12,6 +12,8 @@
 #include "memory_model.h"
 #include "step.h"
 
+#include <math.h>
+
 static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_LN1] = "ln1", [PT_BUF_LN1_MEAN] = "ln1_mean", [PT_BUF_LN1_RSTD] = "ln1_rstd",
     [PT_BUF_Q] = "q", [PT_BUF_K] = "k", [PT_BUF_V] = "v", [PT_BUF_ATT] = "att",
@@ -32,7 +34,38 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_FP8_A] = "fp8_a", [PT_BUF_FP8_B] = "fp8_b", [PT_BUF_ATTH] = "att_heads",
     [PT_BUF_A2A_SEND] = "a2a_send", [PT_BUF_A2A_RECV] = "a2a_recv", [PT_BUF_HDATT] = "hdatt",
     [PT_BUF_HDQ] = "hdq", [PT_BUF_HDK] = "hdk", [PT_BUF_HDV] = "hdv",
+    [PT_BUF_MOE_SCORES] = "moe_scores", [PT_BUF_MOE_IDX] = "moe_idx", [PT_BUF_MOE_W] = "moe_w",
+    [PT_BUF_MOE_POS] = "moe_pos", [PT_BUF_MOE_AUXG] = "moe_aux_grad",
+    [PT_BUF_MOE_XR] = "moe_expert_in", [PT_BUF_MOE_YP] = "moe_expert_out",
+    [PT_BUF_MOE_LOGITS] = "moe_logits", [PT_BUF_MOE_SRC] = "moe_src",
+    [PT_BUF_MOE_COUNTS] = "moe_counts", [PT_BUF_MOE_TOK] = "moe_tokens",
+    [PT_BUF_MOE_RECV] = "moe_recv", [PT_BUF_MOE_EM] = "moe_expert_rows",
+    [PT_BUF_MOE_DW] = "moe_dw", [PT_BUF_MOE_PERM] = "moe_perm",
+    [PT_BUF_MOE_INVPERM] = "moe_invperm",
 };
+
+int64_t pt_moe_capacity_rows(const pt_model *m, int64_t R)
+{
+    if (m->moe.experts <= 0 || m->moe.capacity <= 0)
+        return -1;
+    return (int64_t)ceil(m->moe.capacity * (double)R * (double)m->moe.top_k /
+                         (double)m->moe.experts);
+}
+
+int64_t pt_moe_recv_rows_max(const pt_model *m, const pt_layout *l)
+{
+    if (m->moe.experts <= 0)
+        return 0;
+    pt_rank_shape r = pt_rank_shape_of(m, l);
+    int64_t ep = l->ep > 1 ? l->ep : 1, G = m->moe.experts / ep, k = m->moe.top_k;
+    int64_t per = k < G ? k : G, n = 0, capped = 0;
+    if (!pt_prod64((int64_t[]){ep, r.rows, per}, 3, &n))
+        return INT64_MAX;
+    int64_t cap = pt_moe_capacity_rows(m, r.rows);
+    if (cap >= 0 && pt_prod64((int64_t[]){ep, G, cap}, 3, &capped) && capped < n)
+        n = capped;
+    return n;
+}
 
 pt_attn_shape pt_attn_shape_of(const pt_model *m, const pt_layout *l)
 {
@@ -109,14 +142,32 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_LN2, ab, R, h);
     SET(B, PT_BUF_LN2_MEAN, 4, R);
     SET(B, PT_BUF_LN2_RSTD, 4, R);
-    SET(B, PT_BUF_GATE, ab, swiglu ? T : 0, f);
-    SET(B, PT_BUF_UP, ab, T, f);
-    SET(B, PT_BUF_ACT, ab, T, f);
+    /* a mixture of experts: the experts' rows through the same MLP buffers (a layer is
+     * dense or MoE), N received rows of fe columns where wider than the dense MLP's */
+    bool moe = m->moe.experts > 0;
+    int64_t N = moe ? pt_moe_recv_rows_max(m, l) : 0, fe = moe ? m->moe.expert_ffn : 0;
+    int64_t E = m->moe.experts, kk = m->moe.top_k, Rk = mul(B, R, kk);
+    int64_t mlp = mul(B, T, f), emlp = mul(B, N, fe);
+    mlp = emlp > mlp ? emlp : mlp;
+    SET(B, PT_BUF_GATE, ab, swiglu ? mlp : 0);
+    SET(B, PT_BUF_UP, ab, mlp);
+    SET(B, PT_BUF_ACT, ab, mlp);
     /* q/k norms: q and k before them (token form, q's heads then k's) and the norms'
      * statistics, one a head and token */
     bool qk = m->qk_norm;
     SET(B, PT_BUF_QKN, ab, qk ? T : 0, a + k, d);
     SET(B, PT_BUF_QKN_RSTD, 4, qk ? T : 0, a + k);
+    /* a mixture of experts' layer (runtime/moe.c): the router's scores, each token's
+     * experts, weights and rows, the load-balancing loss's gradient per sequence, the
+     * rows the experts received (expert by expert) and their outputs back in this
+     * rank's order */
+    SET(B, PT_BUF_MOE_SCORES, 4, moe ? R : 0, E);
+    SET(B, PT_BUF_MOE_IDX, 4, moe ? Rk : 0);
+    SET(B, PT_BUF_MOE_W, 4, moe ? Rk : 0);
+    SET(B, PT_BUF_MOE_POS, 4, moe ? Rk : 0);
+    SET(B, PT_BUF_MOE_AUXG, 4, moe && m->moe.aux_loss > 0 ? b : 0, E);
+    SET(B, PT_BUF_MOE_XR, ab, N, h);
+    SET(B, PT_BUF_MOE_YP, ab, moe ? Rk : 0, h);
     /* the rest of a slot: token ids, targets, and one residual stream per layer
      * boundary (pt_buffers_slot multiplies) */
     SET(B, PT_BUF_TOKENS, 4, T);
@@ -145,9 +196,9 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_DQR, ab, T, a, d);
     SET(B, PT_BUF_DKR, ab, T, k, d);
     SET(B, PT_BUF_DATT, ab, T, a, d);
-    SET(B, PT_BUF_DGATE, ab, swiglu ? T : 0, f); /* the gate (SwiGLU only) */
-    SET(B, PT_BUF_DUP, ab, T, f);
-    SET(B, PT_BUF_DACT, ab, T, f);
+    SET(B, PT_BUF_DGATE, ab, swiglu ? mlp : 0); /* the gate (SwiGLU only) */
+    SET(B, PT_BUF_DUP, ab, mlp);
+    SET(B, PT_BUF_DACT, ab, mlp);
     SET(B, PT_BUF_CE, 4, t > 1 ? 3 : 0, T);
     SET(B, PT_BUF_DNORM, 4, sp ? 2 : 0, h);
     /* tp ranks sharing a KV head sum its weights' gradients (K and V rows, bias) */
@@ -170,6 +221,22 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
      * gradients of this rank's heads before their sum over tp */
     SET(B, PT_BUF_DQKN, ab, qk ? T : 0, a + k, d);
     SET(B, PT_BUF_DQKNORM, 4, qk && t > 1 ? 2 : 0, d);
+    /* a mixture of experts: the router's logits (their gradient after), the local
+     * order of the copies and the experts' counts, the copies to send (and their
+     * gradients back), what arrives in sending-rank order and its order by expert (ep >
+     * 1), the rows by expert (the second GEMM's output, the gradients), the combine's
+     * weight gradient; the counts are E from the dispatch plan and the ep group's E
+     * each, gathered */
+    bool ep = l->ep > 1;
+    SET(B, PT_BUF_MOE_LOGITS, ab, moe ? R : 0, E);
+    SET(B, PT_BUF_MOE_SRC, 4, moe ? Rk : 0);
+    SET(B, PT_BUF_MOE_COUNTS, 8, moe ? l->ep + 1 : 0, E);
+    SET(B, PT_BUF_MOE_TOK, ab, ep ? Rk : 0, h);
+    SET(B, PT_BUF_MOE_RECV, ab, ep ? N : 0, h);
+    SET(B, PT_BUF_MOE_EM, ab, N, h);
+    SET(B, PT_BUF_MOE_DW, 4, moe ? Rk : 0);
+    SET(B, PT_BUF_MOE_PERM, 4, ep ? N : 0);
+    SET(B, PT_BUF_MOE_INVPERM, 4, ep ? N : 0);
 }
 
 void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B)

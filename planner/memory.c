@@ -403,7 +403,7 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
 {
     int64_t pp = pt_mem_pos(l->pp), N = pt_mem_pos(l->dp) * pt_mem_pos(l->cp);
     bool first = stage == 0, last = stage == pp - 1;
-    double P = (double)pt_params_part(m, l->tp, (int)pp, layers, first, last), f32 = 4.0;
+    double P = (double)pt_rank_params(m, l, stage, NULL), f32 = 4.0;
     double work = p.act_bytes == 4 ? 0.0 : (double)p.act_bytes; /* working weights */
     /* compress=bf16 (runtime/compress.c): the buckets' bf16 copies beside the fp32 ones */
     double bf16 = l->compress == PT_COMPRESS_BF16 && N > 1 ? 2.0 : 0.0;
@@ -533,10 +533,9 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
-    /* ptrun's own buffers (planner/buffers.c) describe dense layers: a stack that runs
-     * mixtures of experts is priced by the general model below */
-    if (t->stack.attention == PT_ATTN_PTRUN && experts == 0 &&
-        pt_model_moe_layers(m, 0, m->layers) == 0) {
+    /* ptrun's own buffers (planner/buffers.c); its mixtures of experts train under ZeRO
+     * 0 (pt_stack_check_model), whose states count every parameter alike */
+    if (t->stack.attention == PT_ATTN_PTRUN && (experts == 0 || l->zero == 0)) {
         *out = (pt_memory){.stage = stage, .params = (double)params, .layers = layers,
                            .in_flight = fl.in_flight};
         pt_mem_stage_ptrun(m, l, stage, layers, &fl, p, t->bucket_bytes / 4, pt_train_fp8(t),

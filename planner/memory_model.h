@@ -55,7 +55,8 @@ pt_attn_shape pt_attn_shape_of(const pt_model *m, const pt_layout *l);
 typedef enum {
     PT_BUF_LN1, PT_BUF_LN1_MEAN, PT_BUF_LN1_RSTD, PT_BUF_Q, PT_BUF_K, PT_BUF_V, PT_BUF_ATT,
     PT_BUF_LSE, PT_BUF_ATTH, PT_BUF_X2, PT_BUF_LN2, PT_BUF_LN2_MEAN, PT_BUF_LN2_RSTD, PT_BUF_GATE,
-    PT_BUF_UP, PT_BUF_ACT, PT_BUF_QKN, PT_BUF_QKN_RSTD,
+    PT_BUF_UP, PT_BUF_ACT, PT_BUF_QKN, PT_BUF_QKN_RSTD, PT_BUF_MOE_SCORES, PT_BUF_MOE_IDX,
+    PT_BUF_MOE_W, PT_BUF_MOE_POS, PT_BUF_MOE_AUXG, PT_BUF_MOE_XR, PT_BUF_MOE_YP,
     PT_BUF_TOKENS, PT_BUF_TARGETS, PT_BUF_X,
     PT_BUF_LNF, PT_BUF_LNF_MEAN, PT_BUF_LNF_RSTD, PT_BUF_LOGITS, PT_BUF_LOSSES, PT_BUF_VMASK,
     PT_BUF_DRES, PT_BUF_DLN, PT_BUF_DLNS, PT_BUF_GATH, PT_BUF_GDRES, PT_BUF_ROUT,
@@ -63,7 +64,9 @@ typedef enum {
     PT_BUF_DGATE, PT_BUF_DUP, PT_BUF_DACT, PT_BUF_CE, PT_BUF_DNORM, PT_BUF_DKV,
     PT_BUF_RING0, PT_BUF_RING1, PT_BUF_PART, PT_BUF_PART_LSE, PT_BUF_A2A_SEND,
     PT_BUF_A2A_RECV, PT_BUF_HDATT, PT_BUF_HDQ, PT_BUF_HDK, PT_BUF_HDV, PT_BUF_DQKN,
-    PT_BUF_DQKNORM, PT_BUF_FP8_A,
+    PT_BUF_DQKNORM, PT_BUF_MOE_LOGITS, PT_BUF_MOE_SRC, PT_BUF_MOE_COUNTS, PT_BUF_MOE_TOK,
+    PT_BUF_MOE_RECV, PT_BUF_MOE_EM, PT_BUF_MOE_DW, PT_BUF_MOE_PERM, PT_BUF_MOE_INVPERM,
+    PT_BUF_FP8_A,
     PT_BUF_FP8_B,
     PT_BUF_COUNT
 } pt_buf;
@@ -86,6 +89,15 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
  * transpose), one byte per element. */
 void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B);
 const char *pt_buf_name(pt_buf b);
+/* The most rows one rank's experts can receive in one mixture-of-experts layer of a
+ * micro-batch, which ptrun sizes their buffers for: dropless, every token of the ep
+ * group may send its copies here, min(k, E/ep) each (a token's k experts differ); a
+ * capacity factor C caps each expert at ceil(C·R·k/E) rows from each of the ep ranks
+ * (Megatron-Core's capacity over a rank's own tokens). 0 for a dense model. */
+int64_t pt_moe_recv_rows_max(const pt_model *m, const pt_layout *l);
+/* The capacity factor's cap of one expert's rows from one rank's R tokens,
+ * ceil(C·R·k/E), or -1 for none (dropless). */
+int64_t pt_moe_capacity_rows(const pt_model *m, int64_t R);
 int64_t pt_buf_bytes(const pt_buffers *B, pt_buf b);        /* aligned */
 double pt_buffers_layer(const pt_buffers *B);               /* one layer's kept activations */
 /* One activation slot: one chunk of `layers` layers of one micro-batch (with full

@@ -143,6 +143,9 @@ static const pt_stack stack_ptrun = {
      * the ring across them */
     .cp_comms = BIT(PT_CPC_P2P) | BIT(PT_CPC_A2A) | BIT(PT_CPC_A2A_P2P),
     .cp_a2a_kv_replicate = true,
+    /* runtime/moe.c: the copies to the experts' ranks by an all-to-all with counts per
+     * rank (pt_comm_alltoallv_t), within ptrun_moe_check's limits */
+    .moe_dispatches = BIT(PT_MOED_ALLTOALL),
     .zero_stages = BIT(0) | BIT(1) | BIT(2) | BIT(3),
     .tp_overlap = true, .tp_overlap_reach = 1.0,
     .dp_overlap_modes = BIT(PT_DPO_LAST), .dp_overlap = PT_DPO_LAST,
@@ -1150,11 +1153,36 @@ char *pt_stack_to_json(const pt_stack *s)
     return text;
 }
 
+/* What ptrun's experts (runtime/moe.c) train so far: on the tokens of one rank each
+ * (no tp or cp beside the experts: its load-balancing loss is per sequence and the
+ * router sees whole sequences), experts whole (etp = 1) and without biases or shared
+ * experts, their gradients reduced whole over the expert-data-parallel group (ZeRO 0).
+ * One message per limit, naming the key. */
+static int ptrun_moe_check(const pt_stack *s, const pt_model *m, const pt_layout *l,
+                           pt_err *err)
+{
+    const char *key = l->tp > 1 ? "tp" : l->cp > 1 ? "cp" : l->etp > 1 ? "etp" : NULL;
+    if (key)
+        return pt_err_set(err, "layout %s=%d: stack '%s' trains a mixture of experts (model "
+                          "%s) with tp = cp = etp = 1 so far; spread it with dp, ep and pp",
+                          key, l->tp > 1 ? l->tp : l->cp > 1 ? l->cp : l->etp, s->name,
+                          m->name);
+    if (l->zero > 0)
+        return pt_err_set(err, "layout zero=%d: stack '%s' trains a mixture of experts (model "
+                          "%s) under ZeRO 0 so far", l->zero, s->name, m->name);
+    if (m->moe.shared_experts > 0 || m->bias)
+        return pt_err_set(err, "model %s: stack '%s' trains experts without %s so far",
+                          m->name, s->name, m->bias ? "biases" : "shared experts");
+    return 0;
+}
+
 int pt_stack_check_model(const pt_stack *s, const pt_model *m, const pt_layout *l, pt_err *err)
 {
     if (m->moe.experts > 0 && !s->moe_dispatches)
         return pt_err_set(err, "model %s is a mixture of experts, which stack '%s' does not "
-                          "run (stacks that do: megatron-core)", m->name, s->name);
+                          "run (stacks that do: megatron-core, ptrun)", m->name, s->name);
+    if (m->moe.experts > 0 && pt_stack_is_ptrun(s) && ptrun_moe_check(s, m, l, err))
+        return -1;
     if ((m->window > 0 || m->attn_sinks) && s->attention != PT_ATTN_FLASH)
         return pt_err_set(err, "model %s has %s, which the attention of stack '%s' does not "
                           "run (stacks with flash attention do: megatron-core, fsdp)", m->name,

@@ -26,6 +26,14 @@ static int run_list(pt_layer_ctx *c, pt_net_list id)
     return pt_layer_finish_gather(c);
 }
 
+/* The list layer l runs: a mixture of experts' or a dense layer's. */
+static pt_net_list layer_list(const pt_net *n, int64_t l, bool backward)
+{
+    if (pt_model_layer_moe(&n->spec, l))
+        return backward ? PT_NET_MOE_BWD : PT_NET_MOE_FWD;
+    return backward ? PT_NET_LAYER_BWD : PT_NET_LAYER_FWD;
+}
+
 static pt_layer_ctx context(pt_net *n, int slot, float dloss, pt_err *err)
 {
     return (pt_layer_ctx){.n = n, .A = n->slot[slot], .H = pt_net_head_of(n, n->slot[slot]),
@@ -69,6 +77,7 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
     size_t tb = (size_t)c.d.T * sizeof(int32_t);
     if (dloss == 0)
         c.A->train = false; /* evaluation never drops */
+    c.A->dloss = dloss;
     if (first_vs(n, chunk)) {
         kn->copy(kn, c.A->tokens, tokens, tb, PT_KCOPY_H2D);
         if (run_list(&c, PT_NET_EMBED_FWD))
@@ -80,7 +89,7 @@ int pt_net_forward_chunk(pt_net *n, int slot, int chunk, const int32_t *tokens,
     for (int64_t i = 0; i < n->chunk_layers[chunk]; i++) {
         at_layer(&c, chunk, i);
         c.next_l = i + 1 < n->chunk_layers[chunk] ? c.l + 1 : -1;
-        if (run_list(&c, PT_NET_LAYER_FWD))
+        if (run_list(&c, layer_list(n, c.l, false)))
             return -1;
     }
     c.l = -1;
@@ -108,7 +117,7 @@ static int grads_done(pt_layer_ctx *c, int chunk, int64_t l, bool past)
     const pt_param *const *row = pt_net_param_row(n, c->li);
     for (int i = 0; l >= 0 && i < 2 * PT_PARAM_COUNT; i++) {
         const pt_param *q = row[i];
-        if (!q)
+        if (!q || q->offset < n->experts_end[chunk]) /* experts: reduced at REDUCE_GRADS */
             continue;
         lo = q->offset < lo ? q->offset : lo;
         hi = q->offset + q->count > hi ? q->offset + q->count : hi;
@@ -136,7 +145,7 @@ int pt_net_backward_chunk(pt_net *n, int slot, int chunk, pt_err *err)
         c.next_l = i > 0 ? c.l - 1 : -1;
         if (n->zero && pt_zero_begin_backward(n, c.l, err))
             return -1;
-        if (run_list(&c, PT_NET_LAYER_BWD) || grads_done(&c, chunk, c.l, false))
+        if (run_list(&c, layer_list(n, c.l, true)) || grads_done(&c, chunk, c.l, false))
             return -1;
     }
     c.l = -1;

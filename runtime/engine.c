@@ -261,8 +261,43 @@ typedef struct {
     double copies;            /* how many times n->gsq counts each gradient element */
 } step_end;
 
+/* Whether this rank holds experts (a mixture of experts' layers in some chunk). */
+static bool holds_experts(const pt_net *n)
+{
+    for (int c = 0; c < n->layout.vp; c++)
+        if (n->experts_end[c] > n->chunk_begin[c])
+            return true;
+    return false;
+}
+
+/* The sum of squares of a whole parameter-shaped buffer that every dp·cp replica holds
+ * (ZeRO 0): into *acc, or returned; and how many times a sum over the world counts each
+ * element. Dense: every replica counts (dp·cp times). With experts, which only their
+ * expert-data-parallel group replicates, each element is counted by one replica: the
+ * rest by dp·cp rank 0, the experts by their group's rank 0. */
+static double replicas_sumsq(pt_net *n, const pt_dist *d, const float *buf, double *acc)
+{
+    if (!holds_experts(n))
+        return sumsq_range(n, buf, 0, n->n_elems, acc);
+    double s = 0;
+    for (int c = 0; c < n->layout.vp; c++) {
+        int64_t a = n->chunk_begin[c], x = n->experts_end[c], b = n->chunk_end[c];
+        if (n->edp_rank == 0 && x > a)
+            s += sumsq_range(n, buf + a, a, x, acc);
+        if (d->dp_rank == 0 && b > x)
+            s += sumsq_range(n, buf + x, x, b, acc);
+    }
+    return s;
+}
+
+/* How many times replicas_sumsq's sum over the world counts each element. */
+static double replicas_counted(const pt_net *n, const pt_dist *d)
+{
+    return holds_experts(n) ? 1.0 : (double)d->dp_size;
+}
+
 /* Adds the sum of squares of the gradients this rank holds to n->gsq, each element
- * counted once over its holders but a replicated one (ZeRO 0) dp·cp times. */
+ * counted once over its holders but a replicated one (ZeRO 0) as replicas_sumsq says. */
 static void local_sumsq(step_end *e)
 {
     pt_net *n = e->n;
@@ -279,7 +314,7 @@ static void local_sumsq(step_end *e)
                 sumsq_range(n, n->rs_shard + n->z1[b].shard_at, lo, hi, n->gsq);
         }
     } else {
-        sumsq_range(n, n->grad, 0, n->n_elems, n->gsq);
+        replicas_sumsq(n, e->d, n->grad, n->gsq);
     }
 }
 
@@ -297,7 +332,7 @@ static int grad_norm(step_end *e, bool with_sum, pt_err *err)
         return -1;
     /* every dp·cp replica of ZeRO 0 holds the same gradients: the sum counts them
      * dp·cp times */
-    e->copies = n->zero || n->n_z1 > 0 ? 1.0 : (double)e->d->dp_size;
+    e->copies = n->zero || n->n_z1 > 0 ? 1.0 : replicas_counted(n, e->d);
     e->have_norm = true;
     return 0;
 }
@@ -684,9 +719,33 @@ static void buckets_widen(buckets *B, int chunk)
 typedef struct {
     buckets *B;
     int chunk;
-    int dp_ops_left;          /* DP_BUCKET ops not yet run */
+    int dp_ops_left;          /* DP_BUCKET ops over dp·cp not yet run */
     bool started;             /* the rest started (PowerSGD: its reduction finished) */
+    bool experts_done;        /* the chunk's experts reduced */
 } sync_run;
+
+/* The chunk's experts' gradients (a mixture of experts, ZeRO 0), all-reduced over their
+ * expert-data-parallel group in buckets from the top down, as the planner lists them
+ * (pt_ops_expert_sync) after the chunk's other buckets: its first expert bucket op
+ * reduces them all, the others have nothing left (no span). */
+static int expert_buckets(sync_run *r, pt_err *err)
+{
+    buckets *B = r->B;
+    pt_net *n = B->n;
+    if (r->experts_done)
+        return PT_OP_NO_SPAN;
+    r->experts_done = true;
+    int64_t lo = n->chunk_begin[r->chunk], len = n->experts_end[r->chunk] - lo;
+    for (int64_t b = 0; b < pt_bucket_count(len, B->bucket_elems); b++) {
+        int64_t off, cnt;
+        pt_bucket_at(len, B->bucket_elems, b, &off, &cnt);
+        double t0 = pt_trace_now();
+        if (pt_comm_allreduce(B->comm, PT_GROUP_EDP, n->grad + lo + off, cnt, err))
+            return -1;
+        bucket_span(B, "experts", r->chunk, cnt * (int64_t)sizeof(float), t0);
+    }
+    return 0;
+}
 
 /* One op of a chunk's gradient-bucket list (pt_ops_grad_sync). DP_BUCKET ops wait for
  * their count of buckets (the first starts what is left; the last waits for all left);
@@ -714,6 +773,8 @@ static int sync_op(void *ctx, const pt_op *op, pt_err *err)
     }
     switch (op->kind) {
     case PT_OPK_DP_BUCKET:
+        if (op->group == PT_GROUP_EDP)
+            return expert_buckets(r, err);
         if (!r->started && buckets_start_rest(B, r->chunk, err))
             return -1;
         r->started = true;
@@ -782,7 +843,7 @@ static int reduce_grads(step_ctx *c, int chunk)
     const pt_oplist *o = &n->ops_sync[chunk];
     sync_run r = {.B = c->bk, .chunk = chunk};
     for (int i = 0; i < o->n; i++)
-        r.dp_ops_left += o->op[i].kind == PT_OPK_DP_BUCKET;
+        r.dp_ops_left += o->op[i].kind == PT_OPK_DP_BUCKET && o->op[i].group != PT_GROUP_EDP;
     if (pt_net_run_list(n, o, sync_op, &r, c->err))
         return -1;
     /* Every bucket waited for and widened, whatever the list's counts: a plan priced with
@@ -888,10 +949,21 @@ int pt_engine_step(pt_net *n, const pt_dist *d, const pt_sched *s, const pt_samp
     if (rc == 0)
         n->kn->copy(n->kn, &loss_sum, n->lsum, sizeof loss_sum, PT_KCOPY_D2H);
     /* the loss lives on the last stages' tp rank 0, in parts over cp: the world's sum
-     * is the global batch's */
+     * is the global batch's; with experts, their figures summed beside it */
+    pt_moe_stats ms;
+    pt_moe_take_stats(n, &ms);
+    double sums[7] = {loss_sum, ms.aux, ms.dropped, ms.assigned, ms.imbalance, ms.expert_max,
+                      ms.events};
+    int n_sums = n->moe ? 7 : 1;
     if (rc == 0 && d->comm)
-        rc = pt_comm_allreduce_f64(d->comm, -1, &loss_sum, 1, err);
-    out->loss = loss_sum / (double)(p->train.global_batch * p->model.seq);
+        rc = pt_comm_allreduce_f64(d->comm, -1, sums, n_sums, err);
+    out->loss = sums[0] / (double)(p->train.global_batch * p->model.seq);
+    if (n->moe) {
+        out->moe_aux = sums[1] / (double)p->train.global_batch;
+        out->moe_dropped = sums[3] > 0 ? sums[2] / sums[3] : 0;
+        out->moe_imbalance = sums[6] > 0 ? sums[4] / sums[6] : 0;
+        out->moe_expert_max = sums[6] > 0 ? sums[5] / sums[6] : 0;
+    }
     out->time_s = pt_trace_now() - t0;
     /* the op spans' device times, now that the step's work is done (the optimizer step
      * ended with a wait, so nothing waits here); the trace's bookkeeping, outside
@@ -975,8 +1047,8 @@ double pt_engine_param_sumsq(pt_net *n, const pt_dist *d, pt_err *err)
             s += sumsq_range(n, h.master, h.lo, h.hi, NULL);
         }
     else
-        s = sumsq_range(n, n->master, 0, n->n_elems, NULL);
+        s = replicas_sumsq(n, d, n->master, NULL);
     if (d->comm && pt_comm_allreduce_f64(d->comm, -1, &s, 1, err))
         return -1;
-    return n->zero ? s : s / d->dp_size; /* each dp·cp replica holds the same weights */
+    return n->zero ? s : s / replicas_counted(n, d); /* replicas hold the same weights */
 }

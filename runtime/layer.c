@@ -875,35 +875,36 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_CP_ALLGATHER:
     case PT_OPK_CP_REDUCESCATTER:
         break; /* cp_comm=all_gather: priced for other stacks, not run here */
-    /* mixtures of experts and q/k norms: ptrun refuses such models before a run starts
-     * (trainer.c, check_plan), so no list of its holds these */
+    /* mixtures of experts (runtime/moe.c); expert tensor parallelism is refused before
+     * a run starts (planner/stack.c's ptrun_moe_check) */
+    case PT_OPK_ETP_ALLGATHER:
+    case PT_OPK_ETP_REDUCESCATTER:
+    case PT_OPK_ETP_ALLGATHER_BWD:
+    case PT_OPK_ETP_REDUCESCATTER_BWD:
+        break;
     case PT_OPK_ROUTER:
     case PT_OPK_MOE_ROUTE:
     case PT_OPK_MOE_AUX:
     case PT_OPK_MOE_PERMUTE:
     case PT_OPK_MOE_DISPATCH:
-    case PT_OPK_ETP_ALLGATHER:
     case PT_OPK_EXPERT_FC1:
     case PT_OPK_EXPERT_ACT:
     case PT_OPK_EXPERT_FC2:
-    case PT_OPK_ETP_REDUCESCATTER:
     case PT_OPK_MOE_COMBINE:
     case PT_OPK_MOE_UNPERMUTE:
     case PT_OPK_MOE_UNPERMUTE_BWD:
     case PT_OPK_MOE_COMBINE_BWD:
-    case PT_OPK_ETP_ALLGATHER_BWD:
     case PT_OPK_EXPERT_FC2_DGRAD:
     case PT_OPK_EXPERT_FC2_WGRAD:
     case PT_OPK_EXPERT_ACT_BWD:
     case PT_OPK_EXPERT_FC1_DGRAD:
     case PT_OPK_EXPERT_FC1_WGRAD:
-    case PT_OPK_ETP_REDUCESCATTER_BWD:
     case PT_OPK_MOE_DISPATCH_BWD:
     case PT_OPK_MOE_PERMUTE_BWD:
     case PT_OPK_MOE_ROUTE_BWD:
     case PT_OPK_ROUTER_DGRAD:
     case PT_OPK_ROUTER_WGRAD:
-        break;
+        return pt_moe_run_op(c, op, in, out);
     /* ZeRO inside the layers */
     case PT_OPK_ZERO3_ALLGATHER: return pt_zero_gather_layer(c->n, c->l, c->next_l, c->err);
     case PT_OPK_ZERO_REDUCESCATTER:

@@ -87,4 +87,11 @@ int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, float *dw, float *dbias, const
 int pt_attention_forward(pt_layer_ctx *c, bool again);
 int pt_attention_backward(pt_layer_ctx *c);
 
+/* ---- Mixtures of experts (runtime/moe.c) ------------------------------------------------ */
+
+/* A mixture of experts' op of the running layer (the router, routing, dispatch, the
+ * experts' GEMMs, combine and their backwards); in and out: the tensors the op names
+ * (the router's input and its data gradient's output). 0, or -1 with c->err set. */
+int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out);
+
 #endif

@@ -32,9 +32,11 @@ typedef struct pt_zero1_bucket {
 typedef struct pt_acts pt_acts;
 
 /* The op lists of a micro-batch that a model runs (pt_net.ops), built by net.c from the
- * planner's pt_ops_layer, pt_ops_embed and pt_ops_head. */
+ * planner's pt_ops_layer, pt_ops_embed and pt_ops_head; a mixture of experts' layers
+ * run lists of their own (MOE_FWD, MOE_BWD; empty in a dense model). */
 typedef enum { PT_NET_LAYER_FWD, PT_NET_LAYER_BWD, PT_NET_EMBED_FWD, PT_NET_EMBED_BWD,
-               PT_NET_HEAD_FWD, PT_NET_HEAD_BWD, PT_NET_LISTS } pt_net_list;
+               PT_NET_HEAD_FWD, PT_NET_HEAD_BWD, PT_NET_MOE_FWD, PT_NET_MOE_BWD,
+               PT_NET_LISTS } pt_net_list;
 
 /* One rank's part of the model (opaque in runtime.h): built by net.c, in place by
  * pt_net_build or allocated by pt_net_init_at. */
@@ -54,6 +56,7 @@ struct pt_net {
                                  resets it as each instruction starts) */
     int stage;                /* pipeline stage of this rank */
     int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */
+    int ep_rank, edp_rank;    /* ... in the expert-parallel and expert-data-parallel ones */
     pt_comm *comm;            /* tp/cp collectives and the cp ring; NULL on one rank */
     int cp_next, cp_prev;     /* world ranks after and before this one in the cp ring */
     float dropout;            /* probability on the embedding and residual branches */
@@ -69,6 +72,10 @@ struct pt_net {
     int64_t chunk_begin[PT_CHUNK_MAX], chunk_end[PT_CHUNK_MAX]; /* parameter elements of each chunk: its
                                  layers, with the embedding on virtual stage 0 and the
                                  final norm and head on the last virtual stage */
+    int64_t experts_end[PT_CHUNK_MAX]; /* a mixture of experts: the chunk's experts lie
+                                 first, [chunk_begin, experts_end), reduced over the
+                                 expert-data-parallel group; the rest over dp·cp
+                                 (experts_end == chunk_begin: none) */
 
     pt_param *param;
     int n_param;
@@ -107,6 +114,8 @@ struct pt_net {
 
     struct pt_compress_state *compress; /* gradient compression of the ZeRO 0/1 buckets
                                  (runtime/compress.c); NULL without */
+    struct pt_moe *moe;       /* a mixture of experts' routing tables and figures
+                                 (runtime/moe.c); NULL in a dense model */
     struct pt_zero *zero;     /* ZeRO 2/3's shards and windows (runtime/zero.c), with
                                  dp·cp > 1; NULL otherwise. With it, master, grad, m
                                  and v are shard arrays of opt_elems floats and w is
@@ -137,7 +146,9 @@ struct pt_net {
                                  of each pt_param_ref of each layer on this rank (its
                                  index in n_layers), then of the parts outside layers;
                                  NULL where there is none. Resolved once by name when
-                                 the runtime is allocated; the ops index it. */
+                                 the runtime is allocated; the ops index it. The experts'
+                                 refs differ: their first local expert's tensors
+                                 (tensors.c's resolve_experts) */
 
     /* Optional (NULL: not called): pt_net_backward_chunk calls it as the chunk's
      * gradient becomes final for this micro-batch — after the head's backward, each
@@ -188,6 +199,24 @@ int pt_net_upload_weights(pt_kernels *kn, void *dst, const float *src, int64_t c
 /* n_elems host fp32 weights into the master weights and, on a bf16 backend, the
  * compute copy n->w; waits for the device. */
 int pt_net_upload_master(pt_net *n, const float *host, pt_err *err);
+
+/* ---- Mixtures of experts (runtime/moe.c) -------------------------------------------------- */
+
+/* pt_moe_init sets n->moe for a model with experts (nothing for a dense one): the host's
+ * routing tables, sized for the rank's layers; pt_moe_free frees them. */
+int pt_moe_init(pt_net *n, pt_err *err);
+void pt_moe_free(pt_net *n);
+/* What the experts did since the last call, on this rank (training forwards only, not
+ * recomputed ones); the figures then start again. */
+typedef struct {
+    double aux;            /* the load-balancing loss summed over sequences and layers */
+    double dropped;        /* copies a capacity factor dropped */
+    double assigned;       /* copies the routers made (tokens times k, summed) */
+    double imbalance;      /* the busiest ep rank's rows over the mean, summed */
+    double expert_max;     /* the busiest expert's rows over the mean, summed */
+    double events;         /* (layer, micro-batch) pairs the two sums are over */
+} pt_moe_stats;
+void pt_moe_take_stats(pt_net *n, pt_moe_stats *out);
 
 /* ---- FP8 (runtime/fp8.c) ----------------------------------------------------------------- */
 
@@ -320,6 +349,14 @@ typedef struct {
     float *qkn, *qkn_rstd;            /* q/k norms: q then k before them, (T, a/t + k/t,
                                          d) [act] token form, and their (T, a/t + k/t)
                                          statistics; NULL without */
+    /* a mixture of experts (runtime/moe.c; NULL in a dense model): the router's scores
+     * (R, E) fp32, each token's experts (R, k) int32, weights (R, k) fp32 and rows
+     * (R, k) int32 (-1: dropped), the load-balancing loss's gradient of each sequence's
+     * scores (b, E) fp32 (NULL without that loss), the rows this rank's experts received,
+     * expert by expert (N, h) [act], and their outputs back in this rank's order (R·k, h)
+     * [act]; gate, up and act then hold the experts' N rows */
+    float *moe_scores, *moe_w, *moe_auxg, *moe_xr, *moe_yp;
+    int32_t *moe_idx, *moe_pos;
 } pt_layer_acts;
 
 /* One activation slot: what one model chunk keeps of one micro-batch between its
@@ -332,6 +369,11 @@ struct pt_acts {
     float **x;                        /* [slot_layers + 1] (R, h) [act] the chunk's input
                                          and each of its layers' outputs */
     pt_layer_acts *layer;             /* [slot_layers] */
+    int64_t *moe_counts;              /* a mixture of experts: per layer of the slot, the
+                                         rows each rank of the ep group sent each expert
+                                         (ep·E, host; the forward's, for the backward) */
+    float dloss;                      /* the loss scale of its forward (0: evaluation),
+                                         which a recomputed forward takes again */
     int64_t step, first_sample;       /* the micro-batch in the slot (dropout's keys) */
     int mb;                           /* its index in the step (the head's slot) */
     bool train;                       /* dropout applies */
@@ -379,6 +421,15 @@ typedef struct {
     float *hdatt, *hdq, *hdk, *hdv;   /* ... the attention gradients in head form */
     uint8_t *fp8_a, *fp8_b;           /* FP8 GEMMs: one GEMM's quantized operands
                                          (runtime/fp8.c); NULL without FP8 */
+    /* a mixture of experts (runtime/moe.c): the router's logits and their gradient
+     * (R, E) [act]; the dispatch plan's source rows (R·k) int32 and counts (E int64,
+     * then the ep group's E each as doubles, gathered); the copies sent and their
+     * gradients back (R·k, h) [act] and what arrives in sending-rank order (N, h) [act]
+     * (ep > 1); rows expert by expert (N, h) [act]; the weights' gradient (R, k) fp32;
+     * the orders between the two (N) int32 (ep > 1) */
+    float *moe_logits, *moe_tok, *moe_recv, *moe_em, *moe_dw;
+    int32_t *moe_src, *moe_perm, *moe_invperm;
+    int64_t *moe_counts;
 } pt_scratch;
 
 /* ---- Where a micro-batch's tensors live (runtime/tensors.c) ----------------------------- */

@@ -38,7 +38,14 @@ static int reserve_kernels(pt_net *n, const pt_layer_dims *d, pt_err *err)
     /* attention_bwd's calls: (b, sc, sc), sc being s without cp and a chunk with it, in
      * the head form with cp's all-to-all; rows: the most any op's call has, u·T there */
     pt_layer_dims at = pt_dims_attn(d);
-    pt_k_scratch_shape sh = {.rows = at.T, .cols = cols, .heads = at.a, .kv_heads = at.kh,
+    /* a mixture of experts: the experts' rows (moe.c) and the dispatch plan's sort */
+    int64_t moe_rows = pt_moe_recv_rows_max(&n->spec, &n->layout);
+    int64_t rows = moe_rows > at.T ? moe_rows : at.T, fe = n->spec.moe.expert_ffn;
+    cols = 2 * fe > cols ? 2 * fe : cols;
+    cols = n->spec.moe.experts > cols ? n->spec.moe.experts : cols;
+    pt_k_scratch_shape sh = {.rows = rows, .cols = cols, .heads = at.a, .kv_heads = at.kh,
+                             .moe_assign = n->spec.moe.experts > 0 ? d->R * n->spec.moe.top_k : 0,
+                             .moe_experts = (int)n->spec.moe.experts,
                              .head_dim = d->d, .attn_batch = (int)d->b,
                              .attn_seq = (int)at.sc, .vocab_rows = d->v,
                              .adamw_tensors = (int)(n->n_param + ranges)};
@@ -57,9 +64,16 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
     pt_opctx c;
     pt_opctx_init(&c, &n->spec, &n->layout, &p->train, &p->cluster);
     c.tp_rank = n->tp_rank; /* its row-parallel forwards add no bias unless it is rank 0 */
+    c.moe_layer = false;
     int rc = pt_ops_layer(&c, false, &n->ops[PT_NET_LAYER_FWD]);
     if (rc == 0)
         rc = pt_ops_layer(&c, true, &n->ops[PT_NET_LAYER_BWD]);
+    c.moe_layer = true;
+    if (rc == 0 && n->spec.moe.experts > 0)
+        rc = pt_ops_layer(&c, false, &n->ops[PT_NET_MOE_FWD]);
+    if (rc == 0 && n->spec.moe.experts > 0)
+        rc = pt_ops_layer(&c, true, &n->ops[PT_NET_MOE_BWD]);
+    c.moe_layer = pt_model_layer_moe(&n->spec, 0);
     if (rc == 0)
         rc = pt_ops_embed(&c, false, &n->ops[PT_NET_EMBED_FWD]);
     if (rc == 0)
@@ -73,9 +87,12 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
     pt_step_params sp = {.params = (double)n->n_elems};
     for (int ch = 0; ch < l->vp && rc == 0; ch++) {
         int vs = ch * l->pp + n->stage;
-        double chunk = (double)(n->chunk_end[ch] - n->chunk_begin[ch]);
+        double experts = (double)(n->experts_end[ch] - n->chunk_begin[ch]);
+        double chunk = (double)(n->chunk_end[ch] - n->chunk_begin[ch]) - experts;
         rc = pt_ops_grad_sync(&c, chunk - pt_step_tied_out(&c, vs, V), n->chunk_layers[ch],
                               &n->ops_sync[ch]);
+        if (rc == 0) /* the experts' own buckets, over their group */
+            rc = pt_ops_expert_sync(&c, experts, &n->ops_sync[ch]);
         if (vs == 0 || vs == V - 1)
             sp.tied = pt_step_tied(&c, vs, V);
     }
@@ -108,7 +125,7 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
         return pt_err_set(err, "out of memory building the op lists");
     if (pt_net_resolve_params(n, err))
         return -1;
-    if (pt_tensors_alloc(n, slots, err))
+    if (pt_tensors_alloc(n, slots, err) || pt_moe_init(n, err))
         return -1;
     return reserve_kernels(n, &d, err);
 }
@@ -116,6 +133,7 @@ int pt_net_alloc_runtime(pt_net *n, const pt_plan *p, int slots, pt_err *err)
 void pt_net_free_runtime(pt_net *n)
 {
     pt_tensors_free(n);
+    pt_moe_free(n);
     pt_fp8_free(n);
     if (n->kn)
         n->kn->free(n->kn, n->gsq);
@@ -152,6 +170,8 @@ int pt_net_build(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place
     n->stage = at->stage;
     n->tp_rank = at->tp_rank;
     n->cp_rank = at->cp_rank;
+    n->ep_rank = at->ep_rank;
+    n->edp_rank = at->edp_rank;
     n->comm = at->comm;
     n->cp_next = at->cp_next;
     n->cp_prev = at->cp_prev;

@@ -25,6 +25,7 @@ typedef struct {
     int64_t total;
     bool oom;
     int tp, tp_rank;   /* how tensor-parallel tensors are split, and which part is here */
+    int ep, ep_rank;   /* how the experts are split, and which of them are here */
     int kv_share;      /* tp ranks that hold the same KV head: t/k when tp > k, else 1 */
 } table;
 
@@ -119,11 +120,33 @@ static void layer_params(table *t, const pt_model *m, int tp, int64_t l)
     if (m->qk_norm) /* q's gain then k's, d each, whole on every tp rank */
         add(t, LAYER("qk_norm.w"), 2 * hd, 0);
     norm(t, m, LAYER("norm2"));
+    if (pt_model_layer_moe(m, l)) { /* the router; its experts lie at the chunk's start */
+        linear(t, LAYER("router"), m->moe.experts, h, m->bias, WHOLE);
+        return;
+    }
     if (m->act == PT_ACT_SWIGLU)
         linear(t, LAYER("mlp_gate"), m->ffn / tp, h, m->bias, SPLIT_ROWS);
     linear(t, LAYER("mlp_up"), m->ffn / tp, h, m->bias, SPLIT_ROWS);
     linear(t, LAYER("mlp_down"), h, m->ffn / tp, m->bias, SPLIT_COLS);
 #undef LAYER
+}
+
+/* The experts of mixture-of-experts layer l that this rank holds, E/ep of them from
+ * expert ep_rank·E/ep, each tensor whole under its own name ("layers.3.experts.5.up.w")
+ * so that checkpoints and Hugging Face maps take them one by one in any layout: the
+ * local experts' gate projections (SwiGLU) one after another, then their up and their
+ * down projections, so that each kind is one (G, out, in) array for the grouped GEMMs
+ * (runtime/moe.c). */
+static void expert_params(table *t, const pt_model *m, int ep, int ep_rank, int64_t l)
+{
+    int64_t G = m->moe.experts / ep, e0 = (int64_t)ep_rank * G, fe = m->moe.expert_ffn;
+    static const char *const kinds[3] = {"gate", "up", "down"};
+    char name[48]; /* a pt_param's name; the model's checks keep layers and experts ints */
+    for (int k = m->act == PT_ACT_SWIGLU ? 0 : 1; k < 3; k++)
+        for (int64_t e = e0; e < e0 + G; e++) {
+            snprintf(name, sizeof name, "layers.%d.experts.%d.%s.w", (int)l, (int)e, kinds[k]);
+            add(t, name, k == 2 ? m->hidden : fe, k == 2 ? fe : m->hidden);
+        }
 }
 
 /* The parameters of one pipeline stage on one tensor-parallel rank, in the order
@@ -138,6 +161,10 @@ static void build_table(table *t, pt_net *n)
     for (int c = 0; c < vp; c++) {
         int64_t vs = (int64_t)c * pp + n->stage;
         n->chunk_begin[c] = t->total;
+        for (int64_t i = 0; i < n->chunk_layers[c]; i++)
+            if (pt_model_layer_moe(m, n->chunk_first[c] + i))
+                expert_params(t, m, t->ep, t->ep_rank, n->chunk_first[c] + i);
+        n->experts_end[c] = t->total;
         if (vs == 0) {
             add_split(t, "wte", vr, m->hidden, SPLIT_ROWS);
             if (m->pos == PT_POS_LEARNED)
@@ -166,7 +193,7 @@ int pt_model_param_table(const pt_model *m, pt_param **out, int *count, pt_err *
     n->spec = *m;
     pt_layout_default(&n->layout); /* one rank: tp = pp = vp = 1 */
     n->chunk_layers[0] = n->slot_layers = n->n_layers = m->layers;
-    table t = {.tp = 1, .kv_share = 1};
+    table t = {.tp = 1, .ep = 1, .kv_share = 1};
     build_table(&t, n);
     free(n);
     if (t.oom) {
@@ -189,13 +216,13 @@ const pt_param *pt_net_param(const pt_net *n, const char *name)
 /* The planner's count of this rank's parameters: what the memory model assumed. */
 static int64_t planned_params(const pt_net *n)
 {
-    return pt_params_part(&n->spec, n->layout.tp, n->layout.pp, n->n_layers, n->stage == 0,
-                          n->stage == n->layout.pp - 1);
+    return pt_rank_params(&n->spec, &n->layout, n->stage, NULL);
 }
 
 int pt_net_build_table(pt_net *n, pt_err *err)
 {
     table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank,
+               .ep = n->layout.ep > 1 ? n->layout.ep : 1, .ep_rank = n->ep_rank,
                .kv_share = pt_kv_head_copies(&n->spec, n->layout.tp)};
     build_table(&t, n);
     if (t.oom) {
@@ -327,7 +354,8 @@ int pt_net_upload_master(pt_net *n, const float *host, pt_err *err)
     return kn->sync(kn) ? pt_err_set(err, "%s", kn->err) : 0;
 }
 
-/* The elements each chunk's gradient buckets reduce: the chunk's, less a tied
+/* The elements each chunk's gradient buckets reduce over dp·cp: the chunk's, less its
+ * experts (at its start: reduced over their own group), and less a tied
  * embedding's copy under ZeRO 1 (on the first stage at the chunk's start, on the last
  * at its end: build_table), whose sum over the two stages must come first; *tied_lo,
  * *tied_hi: that copy, or an empty range. */
@@ -335,7 +363,7 @@ int pt_net_reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi, pt_err *
 {
     *tied_lo = *tied_hi = 0;
     for (int c = 0; c < n->layout.vp; c++) {
-        n->reduce_lo[c] = n->chunk_begin[c];
+        n->reduce_lo[c] = n->experts_end[c]; /* the experts' own group reduces theirs */
         n->reduce_hi[c] = n->chunk_end[c];
     }
     bool tied_copy = n->spec.tied_embeddings && n->layout.pp > 1 &&

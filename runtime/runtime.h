@@ -320,6 +320,8 @@ int pt_net_init(pt_net **out, const pt_plan *p, pt_kernels *kn, int stage, int s
 typedef struct {
     int stage, tp_rank, cp_rank;
     int dp_rank, dp_size;     /* in the gradient-reduction (dp·cp) group: ZeRO's shards */
+    int ep_rank, edp_rank;    /* in the expert-parallel group (which experts are here)
+                                 and the expert-data-parallel one (a mixture of experts) */
     pt_comm *comm;            /* needed when tp or cp > 1 */
     int cp_next, cp_prev;     /* world ranks of the cp ring's neighbours */
 } pt_net_place;
@@ -463,6 +465,13 @@ typedef struct {
     double grad_norm;         /* before clipping */
     double lr;
     double time_s;
+    /* a mixture of experts (0 in a dense model), over the step's training forwards */
+    double moe_aux;           /* the load-balancing loss: per sequence, summed over the
+                                 layers, the step's mean */
+    double moe_dropped;       /* the share of the routers' copies a capacity dropped */
+    double moe_imbalance;     /* the busiest ep rank's rows over the mean, averaged over
+                                 layers and micro-batches (the planner's --moe-imbalance) */
+    double moe_expert_max;    /* the busiest expert's rows over the mean, likewise */
 } pt_step_stats;
 
 /* Learning rate at `step` (0-based): linear warm-up to lr, then cosine decay to

@@ -159,6 +159,13 @@ static void carve_layer(carve *c, const pt_buffers *B, pt_layer_acts *L)
     L->act = take_buf(c, B, PT_BUF_ACT);
     L->qkn = take_buf(c, B, PT_BUF_QKN);
     L->qkn_rstd = take_buf(c, B, PT_BUF_QKN_RSTD);
+    L->moe_scores = take_buf(c, B, PT_BUF_MOE_SCORES);
+    L->moe_idx = (int32_t *)take_buf(c, B, PT_BUF_MOE_IDX);
+    L->moe_w = take_buf(c, B, PT_BUF_MOE_W);
+    L->moe_pos = (int32_t *)take_buf(c, B, PT_BUF_MOE_POS);
+    L->moe_auxg = take_buf(c, B, PT_BUF_MOE_AUXG);
+    L->moe_xr = take_buf(c, B, PT_BUF_MOE_XR);
+    L->moe_yp = take_buf(c, B, PT_BUF_MOE_YP);
 }
 
 /* Lays out one slot: one chunk's layers; with full recomputation all layers share one
@@ -233,6 +240,15 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->hdq = take_buf(c, &B, PT_BUF_HDQ);
     S->hdk = take_buf(c, &B, PT_BUF_HDK);
     S->hdv = take_buf(c, &B, PT_BUF_HDV);
+    S->moe_logits = take_buf(c, &B, PT_BUF_MOE_LOGITS);
+    S->moe_src = (int32_t *)take_buf(c, &B, PT_BUF_MOE_SRC);
+    S->moe_counts = (int64_t *)take_buf(c, &B, PT_BUF_MOE_COUNTS);
+    S->moe_tok = take_buf(c, &B, PT_BUF_MOE_TOK);
+    S->moe_recv = take_buf(c, &B, PT_BUF_MOE_RECV);
+    S->moe_em = take_buf(c, &B, PT_BUF_MOE_EM);
+    S->moe_dw = take_buf(c, &B, PT_BUF_MOE_DW);
+    S->moe_perm = (int32_t *)take_buf(c, &B, PT_BUF_MOE_PERM);
+    S->moe_invperm = (int32_t *)take_buf(c, &B, PT_BUF_MOE_INVPERM);
     S->fp8_a = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_A);
     S->fp8_b = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_B);
 }
@@ -268,12 +284,16 @@ static int too_large(pt_err *err, const pt_net *n, const pt_layer_dims *d, int s
 static int alloc_slot(pt_net *n, const pt_layer_dims *d, int slots, pt_acts **out, pt_err *err)
 {
     pt_acts *A = calloc(1, sizeof *A);
-    int64_t L = n->slot_layers;
+    int64_t L = n->slot_layers, ep = n->layout.ep > 1 ? n->layout.ep : 1;
+    size_t counts = (size_t)(L * ep * n->spec.moe.experts);
     *out = NULL;
     if (!A || !(A->x = calloc((size_t)(L + 1), sizeof *A->x)) ||
-        !(A->layer = calloc((size_t)L, sizeof *A->layer))) {
-        if (A)
+        !(A->layer = calloc((size_t)L, sizeof *A->layer)) ||
+        (counts && !(A->moe_counts = calloc(counts, sizeof *A->moe_counts)))) {
+        if (A) {
             free(A->x);
+            free(A->layer);
+        }
         free(A);
         return pt_err_set(err, "out of memory");
     }
@@ -282,6 +302,7 @@ static int alloc_slot(pt_net *n, const pt_layer_dims *d, int slots, pt_acts **ou
     if (c.overflow) {
         free(A->x);
         free(A->layer);
+        free(A->moe_counts);
         free(A);
         return too_large(err, n, d, slots);
     }
@@ -290,6 +311,7 @@ static int alloc_slot(pt_net *n, const pt_layer_dims *d, int slots, pt_acts **ou
     if (!c.base) {
         free(A->x);
         free(A->layer);
+        free(A->moe_counts);
         free(A);
         return pt_err_set(err, "out of memory for the activations of %d micro-batches of "
                                "%lld tokens", slots, (long long)d->T);
@@ -348,6 +370,7 @@ static void free_slot(pt_net *n, pt_acts *A)
     n->kn->free(n->kn, A->mem);
     free(A->x);
     free(A->layer);
+    free(A->moe_counts);
     free(A);
 }
 int pt_tensors_check(const pt_net *n, int slots, pt_err *err)
@@ -497,6 +520,25 @@ const pt_param *const *pt_net_param_row(const pt_net *n, int64_t li)
     return n->pref + (size_t)(li < 0 ? n->n_layers : li) * PT_PARAM_COUNT * 2;
 }
 
+/* The experts' rows of layer l: their first projection's weights (the local experts'
+ * gate weights, then in the second slot their up weights; the up weights first and
+ * alone without SwiGLU) and their second's, each slot the first local expert's tensor,
+ * the others after it (param_table.c's expert_params). */
+static void resolve_experts(pt_net *n, int64_t l, pt_param_ref r, const pt_param **row)
+{
+    int64_t e0 = (int64_t)n->ep_rank * (n->spec.moe.experts / (n->layout.ep > 1 ? n->layout.ep : 1));
+    bool swiglu = n->spec.act == PT_ACT_SWIGLU;
+    const char *kinds[2] = {r == PT_PARAM_EXPERT_FC2 ? "down" : swiglu ? "gate" : "up",
+                            r == PT_PARAM_EXPERT_FC1 && swiglu ? "up" : NULL};
+    char name[64];
+    for (int i = 0; i < 2; i++) {
+        if (!kinds[i])
+            continue;
+        snprintf(name, sizeof name, "layers.%d.experts.%d.%s.w", (int)l, (int)e0, kinds[i]);
+        row[2 * r + i] = pt_net_param(n, name);
+    }
+}
+
 /* Fills n->pref from the parameter table's names, once: the ops name their parameters
  * by pt_param_ref, which the layer's row maps to the table's entry. */
 int pt_net_resolve_params(pt_net *n, pt_err *err)
@@ -521,6 +563,11 @@ int pt_net_resolve_params(pt_net *n, pt_err *err)
                 (r == PT_PARAM_HEAD && n->spec.tied_embeddings)) {
                 /* the output head's weight is the token embedding when tied */
                 row[2 * r] = pt_net_param(n, r == PT_PARAM_HEAD ? "wte" : base);
+                continue;
+            }
+            if (r == PT_PARAM_EXPERT_FC1 || r == PT_PARAM_EXPERT_FC2) {
+                if (layer && pt_model_layer_moe(&n->spec, l))
+                    resolve_experts(n, l, (pt_param_ref)r, row);
                 continue;
             }
             for (int bias = 0; bias < 2; bias++) {

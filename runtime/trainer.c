@@ -43,13 +43,20 @@ static int check_plan(pt_trainer *r, pt_trainer_info *info, pt_err *err)
     }
     /* what the planner prices and ptrun's layers do not run yet */
     const pt_model *m = &p->model;
-    if (m->moe.experts > 0 || m->window > 0 || m->attn_sinks)
+    if (m->window > 0 || m->attn_sinks)
         return pt_err_set(err, "%s: model %s has %s, which ptrun's runtime does not train "
                                "yet (the plan prices it for stack '%s')", r->o.plan, m->name,
-                          m->moe.experts > 0 ? "experts (a mixture of experts)"
-                          : m->window > 0     ? "banded attention (window)"
-                                              : "attention sinks",
+                          m->window > 0 ? "banded attention (window)" : "attention sinks",
                           p->train.stack.name);
+    /* a mixture of experts in a layout ptrun's experts do not train yet (a plan priced
+     * for another stack) */
+    pt_err why;
+    if (m->moe.experts > 0 && pt_stack_check_model(own, m, &p->layout, &why))
+        return pt_err_set(err, "%s: %s (the plan prices it for stack '%s')", r->o.plan,
+                          why.msg, p->train.stack.name);
+    if (m->moe.experts > 0 && pt_train_fp8(&p->train))
+        return pt_err_set(err, "%s: model %s: ptrun trains experts without FP8 so far",
+                          r->o.plan, m->name);
     int64_t world = pt_layout_world(&p->layout);
     if (world != r->world)
         return pt_err_set(err, "%s: the layout needs %lld ranks, but ptrun was started as %d "
@@ -82,12 +89,14 @@ static int place(pt_trainer *r, pt_err *err)
     pt_grid_coords(g, r->rank, coords);
     r->stage = coords[PT_DIM_PP];
     int cr = coords[PT_DIM_CP];
-    int64_t *members = malloc((size_t)pt_grid_group_size(g, PT_GROUP_DPCP) * sizeof *members);
+    int64_t *members = malloc((size_t)r->world * sizeof *members); /* any group's */
     if (!members)
         return pt_err_set(err, "out of memory");
     r->place = (pt_net_place){.stage = r->stage, .tp_rank = coords[PT_DIM_TP], .cp_rank = cr,
                               .dp_rank = pt_grid_group(g, PT_GROUP_DPCP, r->rank, members),
                               .dp_size = pt_grid_group_size(g, PT_GROUP_DPCP),
+                              .ep_rank = pt_grid_group(g, PT_GROUP_EP, r->rank, members),
+                              .edp_rank = pt_grid_group(g, PT_GROUP_EDP, r->rank, members),
                               .comm = r->world > 1 ? r->comm : NULL};
     free(members);
     /* the context-parallel ring's neighbours */
@@ -565,6 +574,10 @@ int pt_trainer_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
                             "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
                             "\"time_s\":%.6g", s->loss, s->lr, s->grad_norm,
                             res->tokens_per_s, res->mfu, s->time_s);
+    if (p->model.moe.experts > 0) /* what the routers did (runtime/moe.c) */
+        pt_trainer_log_line(r, "moe", step + 1, ",\"moe_aux\":%.17g,\"moe_dropped\":%.6g,"
+                            "\"moe_imbalance\":%.6g,\"moe_expert_max\":%.6g", s->moe_aux,
+                            s->moe_dropped, s->moe_imbalance, s->moe_expert_max);
     /* the process's first step is its warm-up, not timed */
     if (step > r->start_step && keep_step_time(r, s->time_s, err))
         return -1;

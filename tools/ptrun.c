@@ -314,6 +314,12 @@ static void report_step(const options *o, const pt_plan *p, const pt_trainer_ste
            s->tokens_per_s);
     if (s->mfu > 0)
         printf("  MFU %.1f%%", 100 * s->mfu);
+    if (p->model.moe.experts > 0) { /* the routers: their loss, balance and drops */
+        printf("  aux %.4f  imbalance %.2f", s->stats.moe_aux,
+               p->layout.ep > 1 ? s->stats.moe_imbalance : s->stats.moe_expert_max);
+        if (s->stats.moe_dropped > 0)
+            printf("  dropped %.2f%%", 100 * s->stats.moe_dropped);
+    }
     printf("  ETA %d:%02d\n", (int)s->eta_s / 60, (int)s->eta_s % 60);
     fflush(stdout);
 }

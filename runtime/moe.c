@@ -1,0 +1,535 @@
+/*
+ * A mixture-of-experts layer's MLP on this rank (Shazeer et al. 2017; Fedus et al.
+ * 2022): the planner's MoE ops (planner/ops.c's moe_forward and moe_backward) mapped to
+ * the kernels' routing, dispatch and grouped GEMMs (kernels.h, "Mixture of experts")
+ * and the communication layer's all-to-all with counts per rank.
+ *
+ * The way of a micro-batch's R tokens through one layer:
+ *   router    logits = ln2 · Wr^T, the top k of each token's scores and their weights;
+ *   aux       the load-balancing loss of each sequence (below), its gradient kept;
+ *   permute   the dispatch plan: every kept (token, slot) copy gets a row, this rank's
+ *             copies expert by expert (E experts), and the copies gathered in that order;
+ *   dispatch  (ep > 1) the ep group's counts gathered; each rank's copies for the
+ *             experts of rank j sent to j (all-to-all with counts per rank); what arrives
+ *             (sending rank by sending rank) put in the order of this rank's E/ep
+ *             experts;
+ *   experts   the grouped GEMMs of the local experts' gate and up projections, their
+ *             activation, the down projection;
+ *   combine   the rows back to the ranks that sent them, in their own order;
+ *   unpermute each token's output: its copies' sum weighted by the router.
+ * The backward mirrors it. With ep = 1 the copies never leave the rank and the expert
+ * order is the dispatch plan's own.
+ *
+ * The load-balancing loss is per sequence, as DeepSeek-V3's sequence-wise balance
+ * loss (and Megatron-Core's --moe-router-load-balancing-type seq_aux_loss): for a
+ * sequence of S tokens, f_e = E·c_e/(k·S) (c_e its copies routed to expert e) and
+ * P_e = Σ_t s_te / S, loss α·Σ_e f_e·P_e, averaged over the step's sequences. So it is
+ * the same whichever way a step's sequences are split over ranks and micro-batches,
+ * and every layout trains the same model. Its gradient of score s_te is α·f_e/(S·B)
+ * for B sequences a step: α·f_e times the loss scale of one token (dloss).
+ *
+ * Buffers are sized for the most rows a layer can route to this rank
+ * (pt_moe_recv_rows_max): dropless, every token of the ep group; a capacity factor
+ * drops what passes its cap (counted). The experts' parameters lie at the start of
+ * their chunk's buffer, each kind one (E/ep, out, in) array (param_table.c).
+ */
+#include "layer_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What the host keeps between the ops of one layer and across the step. */
+struct pt_moe {
+    int ep, E, G, k;          /* ep group size, experts, local experts, top-k */
+    int64_t N;                /* most rows received (pt_moe_recv_rows_max) */
+    int64_t cap;              /* the capacity's cap per expert, -1: dropless */
+    int64_t *cnt;             /* (E) this rank's rows per expert */
+    double *dcnt;             /* (ep·E) the same as doubles, gathered */
+    int64_t *send, *recv;     /* (ep) rows to and from each rank of the ep group */
+    int64_t *sendc, *recvc;   /* (ep) the all-to-all's counts of values */
+    int64_t *gcnt;            /* (G) rows each local expert received */
+    int32_t *perm, *invperm;  /* (N) host copies of the orders */
+    int32_t *idx;             /* (R·k) the chosen experts, for the loss's counts */
+    float *colsum;            /* (b·E) score sums per sequence, then the loss's gradient */
+    pt_moe_stats stats;
+};
+
+int pt_moe_init(pt_net *n, pt_err *err)
+{
+    const pt_model *m = &n->spec;
+    if (m->moe.experts <= 0)
+        return 0;
+    pt_layer_dims d = pt_net_dims(n);
+    struct pt_moe *x = calloc(1, sizeof *x);
+    if (!(n->moe = x))
+        return pt_err_set(err, "out of memory");
+    x->ep = n->layout.ep > 1 ? n->layout.ep : 1;
+    x->E = (int)m->moe.experts;
+    x->G = x->E / x->ep;
+    x->k = (int)m->moe.top_k;
+    x->N = pt_moe_recv_rows_max(m, &n->layout);
+    x->cap = pt_moe_capacity_rows(m, d.R);
+    if (x->N > INT32_MAX || d.R * x->k > INT32_MAX)
+        return pt_err_set(err, "a mixture of experts' layer routes %lld rows to one rank: "
+                               "more than its int32 row indices hold", (long long)x->N);
+    x->cnt = calloc((size_t)x->E, sizeof *x->cnt);
+    x->dcnt = calloc((size_t)(x->ep * x->E), sizeof *x->dcnt);
+    x->send = calloc((size_t)x->ep, sizeof *x->send);
+    x->recv = calloc((size_t)x->ep, sizeof *x->recv);
+    x->sendc = calloc((size_t)x->ep, sizeof *x->sendc);
+    x->recvc = calloc((size_t)x->ep, sizeof *x->recvc);
+    x->gcnt = calloc((size_t)x->G, sizeof *x->gcnt);
+    x->perm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->perm);
+    x->invperm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->invperm);
+    x->idx = calloc((size_t)(d.R * x->k), sizeof *x->idx);
+    x->colsum = calloc((size_t)(d.b * x->E), sizeof *x->colsum);
+    if (!x->cnt || !x->dcnt || !x->send || !x->recv || !x->sendc || !x->recvc || !x->gcnt || !x->perm || !x->invperm ||
+        !x->idx || !x->colsum)
+        return pt_err_set(err, "out of memory for the experts' routing tables");
+    return 0;
+}
+
+void pt_moe_free(pt_net *n)
+{
+    struct pt_moe *x = n->moe;
+    if (!x)
+        return;
+    free(x->cnt);
+    free(x->dcnt);
+    free(x->send);
+    free(x->recv);
+    free(x->sendc);
+    free(x->recvc);
+    free(x->gcnt);
+    free(x->perm);
+    free(x->invperm);
+    free(x->idx);
+    free(x->colsum);
+    free(x);
+    n->moe = NULL;
+}
+
+void pt_moe_take_stats(pt_net *n, pt_moe_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!n->moe)
+        return;
+    *out = n->moe->stats;
+    memset(&n->moe->stats, 0, sizeof n->moe->stats);
+}
+
+/* ---- Counts and orders ---------------------------------------------------------------- */
+
+/* The ep group's counts of layer row `ai` of the slot: rank j's rows for expert e at
+ * [j·E + e]. */
+static int64_t *slot_counts(const pt_layer_ctx *c)
+{
+    const struct pt_moe *x = c->n->moe;
+    return c->A->moe_counts + (size_t)c->ai * (size_t)(x->ep * x->E);
+}
+
+/* From the ep group's counts: the rows this rank sends each rank and receives from it,
+ * and each local expert's rows. Returns the rows received. */
+static int64_t tally(struct pt_moe *x, const int64_t *all, int me)
+{
+    int64_t total = 0;
+    for (int g = 0; g < x->G; g++)
+        x->gcnt[g] = 0;
+    for (int j = 0; j < x->ep; j++) {
+        x->send[j] = x->recv[j] = 0;
+        for (int g = 0; g < x->G; g++) {
+            x->send[j] += all[(size_t)me * x->E + j * x->G + g];
+            x->recv[j] += all[(size_t)j * x->E + me * x->G + g];
+            x->gcnt[g] += all[(size_t)j * x->E + me * x->G + g];
+        }
+        total += x->recv[j];
+    }
+    return total;
+}
+
+/* The two orders of the received rows (ep > 1): they arrive sending rank by sending rank,
+ * each rank's expert by expert; the GEMMs want them expert by expert, each expert's rank
+ * by rank. perm[expert order] = arrival order, invperm the inverse; uploaded. */
+static int orders(pt_layer_ctx *c, const int64_t *all, int me)
+{
+    struct pt_moe *x = c->n->moe;
+    pt_kernels *kn = c->n->kn;
+    int64_t em = 0, total;
+    for (int g = 0; g < x->G; g++) {
+        int64_t arrived = 0; /* where rank j's rows for expert g start on arrival */
+        for (int j = 0; j < x->ep; j++) {
+            int64_t before = 0;
+            for (int h = 0; h < g; h++)
+                before += all[(size_t)j * x->E + me * x->G + h];
+            int64_t rows = all[(size_t)j * x->E + me * x->G + g];
+            for (int64_t r = 0; r < rows; r++) {
+                x->perm[em + r] = (int32_t)(arrived + before + r);
+                x->invperm[arrived + before + r] = (int32_t)(em + r);
+            }
+            em += rows;
+            arrived += x->recv[j];
+        }
+    }
+    total = em;
+    kn->copy(kn, c->S->moe_perm, x->perm, (size_t)total * sizeof *x->perm, PT_KCOPY_H2D);
+    kn->copy(kn, c->S->moe_invperm, x->invperm, (size_t)total * sizeof *x->invperm,
+             PT_KCOPY_H2D);
+    /* the host tables are rewritten by the layer's next op */
+    return kn->sync(kn) ? pt_err_set(c->err, "%s", kn->err) : 0;
+}
+
+/* Waits for the backend (the host is about to read what it copied back). */
+static int wait_kernels(pt_layer_ctx *c)
+{
+    return c->n->kn->sync(c->n->kn) ? pt_err_set(c->err, "%s", c->n->kn->err) : 0;
+}
+
+static pt_comm_dtype act_comm(const pt_layer_ctx *c)
+{
+    return c->n->kn->act_dtype == PT_KDTYPE_BF16 ? PT_COMM_BF16 : PT_COMM_F32;
+}
+
+/* The busiest rank's and expert's rows over their means, from the ep group's counts. */
+static void note_balance(struct pt_moe *x, const int64_t *all)
+{
+    double total = 0, rank_max = 0, expert_max = 0;
+    for (int e = 0; e < x->E; e++) {
+        double rows = 0;
+        for (int j = 0; j < x->ep; j++)
+            rows += (double)all[(size_t)j * x->E + e];
+        total += rows;
+        expert_max = rows > expert_max ? rows : expert_max;
+    }
+    for (int r = 0; r < x->ep; r++) {
+        double rows = 0;
+        for (int j = 0; j < x->ep; j++)
+            for (int g = 0; g < x->G; g++)
+                rows += (double)all[(size_t)j * x->E + r * x->G + g];
+        rank_max = rows > rank_max ? rows : rank_max;
+    }
+    if (total <= 0)
+        return;
+    x->stats.imbalance += rank_max / (total / x->ep);
+    x->stats.expert_max += expert_max / (total / x->E);
+    x->stats.events += 1;
+}
+
+/* ---- The ops ---------------------------------------------------------------------------- */
+
+static const float *weights(const pt_layer_ctx *c, pt_param_ref r, int slot, float **grad)
+{
+    pt_param_view v = pt_net_param_view(c->n, pt_net_param_row(c->n, c->li)[2 * r + slot]);
+    if (grad)
+        *grad = v.g;
+    return v.w;
+}
+
+/* The load-balancing loss of each sequence of the micro-batch (the top's formula): its
+ * value into the step's figures and its gradient of the scores into L->moe_auxg. The
+ * host reads the experts chosen and the scores' column sums: one wait a layer. */
+static int aux_loss(pt_layer_ctx *c, bool again)
+{
+    pt_net *n = c->n;
+    struct pt_moe *x = n->moe;
+    pt_kernels *kn = n->kn;
+    pt_layer_acts *L = &c->A->layer[c->ai];
+    const pt_layer_dims *d = &c->d;
+    int64_t S = d->s, b = d->b;
+    for (int64_t bi = 0; bi < b; bi++)
+        kn->moe_score_colsum(kn, L->moe_auxg + bi * x->E, L->moe_scores + bi * S * x->E, S,
+                             x->E);
+    kn->copy(kn, x->colsum, L->moe_auxg, (size_t)(b * x->E) * sizeof(float), PT_KCOPY_D2H);
+    kn->copy(kn, x->idx, L->moe_idx, (size_t)(d->R * x->k) * sizeof(int32_t), PT_KCOPY_D2H);
+    if (wait_kernels(c))
+        return -1;
+    double alpha = n->spec.moe.aux_loss;
+    for (int64_t bi = 0; bi < b; bi++) {
+        float *row = x->colsum + bi * x->E;
+        for (int e = 0; e < x->E; e++)
+            x->cnt[e] = 0;
+        for (int64_t i = bi * S * x->k; i < (bi + 1) * S * x->k; i++)
+            x->cnt[x->idx[i]]++;
+        double loss = 0;
+        for (int e = 0; e < x->E; e++) {
+            double f = (double)x->E * (double)x->cnt[e] / ((double)x->k * (double)S);
+            loss += alpha * f * (double)row[e] / (double)S;
+            row[e] = (float)(alpha * f * (double)c->A->dloss); /* the forward's scale */
+        }
+        if (c->dloss > 0 && !again)
+            x->stats.aux += loss;
+    }
+    kn->copy(kn, L->moe_auxg, x->colsum, (size_t)(b * x->E) * sizeof(float), PT_KCOPY_H2D);
+    return wait_kernels(c); /* the host buffer is reused by the next layer */
+}
+
+/* The dispatch plan and the copies gathered into expert order (the permute op). */
+static int permute(pt_layer_ctx *c, const float *ln2, bool again)
+{
+    pt_net *n = c->n;
+    struct pt_moe *x = n->moe;
+    pt_kernels *kn = n->kn;
+    pt_layer_acts *L = &c->A->layer[c->ai];
+    pt_scratch *S = c->S;
+    int64_t R = c->d.R;
+    kn->moe_dispatch_plan(kn, L->moe_pos, S->moe_src, S->moe_counts, L->moe_idx, R, x->E, x->k,
+                          x->cap);
+    kn->copy(kn, x->cnt, S->moe_counts, (size_t)x->E * sizeof *x->cnt, PT_KCOPY_D2H);
+    if (wait_kernels(c))
+        return -1;
+    int64_t m = 0;
+    for (int e = 0; e < x->E; e++)
+        m += x->cnt[e];
+    if (c->dloss > 0 && !again) {
+        x->stats.dropped += (double)(R * x->k - m);
+        x->stats.assigned += (double)(R * x->k);
+    }
+    int64_t *all = slot_counts(c);
+    memcpy(all + (size_t)n->ep_rank * x->E, x->cnt, (size_t)x->E * sizeof *all);
+    kn->moe_gather_rows(kn, x->ep > 1 ? S->moe_tok : L->moe_xr, ln2, S->moe_src, m, c->d.h);
+    if (x->ep == 1 && c->dloss > 0 && !again)
+        note_balance(x, all);
+    return 0;
+}
+
+static int exchange(pt_layer_ctx *c, const float *in, float *out, bool forward);
+
+/* The ep group's counts gathered, this rank's copies sent to their experts' ranks and
+ * what arrives put in expert order (the dispatch op; nothing to do with ep = 1). */
+static int dispatch(pt_layer_ctx *c, bool again)
+{
+    pt_net *n = c->n;
+    struct pt_moe *x = n->moe;
+    pt_kernels *kn = n->kn;
+    pt_scratch *S = c->S;
+    if (x->ep == 1)
+        return 0;
+    int64_t *all = slot_counts(c);
+    double *dev = (double *)(S->moe_counts + x->E); /* (ep·E) doubles, gathered */
+    for (int e = 0; e < x->E; e++)
+        x->dcnt[e] = (double)x->cnt[e];
+    kn->copy(kn, dev + (size_t)n->ep_rank * x->E, x->dcnt, (size_t)x->E * sizeof(double),
+             PT_KCOPY_H2D);
+    if (pt_comm_allgather_t(n->comm, PT_GROUP_EP, PT_COMM_F64, dev + (size_t)n->ep_rank * x->E,
+                            dev, x->E, c->err))
+        return -1;
+    kn->copy(kn, x->dcnt, dev, (size_t)(x->ep * x->E) * sizeof(double), PT_KCOPY_D2H);
+    if (wait_kernels(c))
+        return -1;
+    for (int i = 0; i < x->ep * x->E; i++)
+        all[i] = (int64_t)x->dcnt[i];
+    int64_t got = tally(x, all, n->ep_rank);
+    if (got > x->N)
+        return pt_err_set(c->err, "internal: %lld rows routed to this rank's experts, its "
+                                  "buffers hold %lld", (long long)got, (long long)x->N);
+    if (exchange(c, S->moe_tok, S->moe_recv, true) || orders(c, all, n->ep_rank))
+        return -1;
+    kn->moe_gather_rows(kn, c->A->layer[c->ai].moe_xr, S->moe_recv, S->moe_perm, got, c->d.h);
+    if (c->dloss > 0 && !again)
+        note_balance(x, all);
+    return 0;
+}
+
+/* Rows moved between the ranks of the ep group: `forward` the way the copies went
+ * (sending counts this rank's), else back (the counts swapped). */
+static int exchange(pt_layer_ctx *c, const float *in, float *out, bool forward)
+{
+    struct pt_moe *x = c->n->moe;
+    int64_t h = c->d.h;
+    for (int j = 0; j < x->ep; j++) {
+        x->sendc[j] = (forward ? x->send[j] : x->recv[j]) * h;
+        x->recvc[j] = (forward ? x->recv[j] : x->send[j]) * h;
+    }
+    return pt_comm_alltoallv_t(c->n->comm, PT_GROUP_EP, act_comm(c), in, x->sendc, out,
+                               x->recvc, c->err);
+}
+
+/* The counts of the slot's layer back into the tables (the backward, or an op after the
+ * dispatch): rows received. */
+static int64_t recall(pt_layer_ctx *c)
+{
+    pt_net *n = c->n;
+    return tally(n->moe, slot_counts(c), n->ep_rank);
+}
+
+/* The gradient of the layer's MLP output on this rank's rows: the residual stream's,
+ * through the branch's dropout. */
+static const float *branch_grad(pt_layer_ctx *c)
+{
+    pt_scratch *S = c->S;
+    if (!pt_layer_dropping(c))
+        return S->dres;
+    c->n->kn->zero(c->n->kn, S->ddrop, pt_act_bytes(c, c->d.R * c->d.h));
+    pt_layer_dropout_rows(c, S->ddrop, S->dres, pt_layer_own_row0(c), c->d.R, PT_DROP_MLP);
+    return S->ddrop;
+}
+
+/* The router's backward from the weights' gradient (and the load-balancing loss's):
+ * sequence by sequence where that loss has a gradient per sequence. */
+static void route_backward(pt_layer_ctx *c)
+{
+    pt_net *n = c->n;
+    struct pt_moe *x = n->moe;
+    pt_kernels *kn = n->kn;
+    pt_layer_acts *L = &c->A->layer[c->ai];
+    pt_scratch *S = c->S;
+    const pt_layer_dims *d = &c->d;
+    int score = n->spec.moe.score == PT_ROUTER_SIGMOID ? PT_KMOE_SIGMOID : PT_KMOE_SOFTMAX;
+    bool renorm = n->spec.moe.renorm;
+    int64_t pieces = L->moe_auxg ? d->b : 1, rows = d->R / pieces;
+    for (int64_t p = 0; p < pieces; p++) {
+        int64_t r0 = p * rows;
+        kn->moe_route_backward(kn, pt_act_at(c, S->moe_logits, r0 * x->E), S->moe_dw + r0 * x->k,
+                               L->moe_auxg ? L->moe_auxg + p * x->E : NULL,
+                               L->moe_scores + r0 * x->E, L->moe_idx + r0 * x->k,
+                               L->moe_w + r0 * x->k, rows, x->E, x->k, score, renorm);
+    }
+}
+
+int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
+{
+    pt_net *n = c->n;
+    struct pt_moe *x = n->moe;
+    pt_kernels *kn = n->kn;
+    pt_layer_acts *L = &c->A->layer[c->ai];
+    pt_scratch *S = c->S;
+    const pt_layer_dims *d = &c->d;
+    int h = d->h, E = x ? x->E : 0, k = x ? x->k : 0, G = x ? x->G : 0;
+    int fe = (int)n->spec.moe.expert_ffn;
+    int64_t R = d->R;
+    bool swiglu = n->spec.act == PT_ACT_SWIGLU, ep = x && x->ep > 1, again = op->recompute;
+    if (!x || !L->moe_scores)
+        return pt_err_set(c->err, "internal: op '%s' on a rank without experts' buffers",
+                          pt_op_kind_name(op->kind));
+    float *dw1, *dw1u, *dw2, *dwr;
+    const float *w1 = weights(c, PT_PARAM_EXPERT_FC1, 0, &dw1);
+    const float *w1u = swiglu ? weights(c, PT_PARAM_EXPERT_FC1, 1, &dw1u) : NULL;
+    const float *w2 = weights(c, PT_PARAM_EXPERT_FC2, 0, &dw2);
+    const float *wr = weights(c, PT_PARAM_ROUTER, 0, &dwr);
+    if (!swiglu)
+        dw1u = NULL;
+    /* without SwiGLU the first projection is the up one alone: its output is up */
+    float *fc1_out = swiglu ? L->gate : L->up;
+    float *dfc1 = swiglu ? S->dgate : S->dup;
+    int64_t got = 0;
+    switch (op->kind) {
+    case PT_OPK_ROUTER:
+        kn->matmul_forward(kn, S->moe_logits, in, wr, NULL, R, h, E);
+        return 0;
+    case PT_OPK_MOE_ROUTE:
+        kn->moe_route_forward(kn, L->moe_scores, L->moe_idx, L->moe_w, S->moe_logits, R, E, k,
+                              n->spec.moe.score == PT_ROUTER_SIGMOID ? PT_KMOE_SIGMOID
+                                                                     : PT_KMOE_SOFTMAX,
+                              n->spec.moe.renorm);
+        return 0;
+    case PT_OPK_MOE_AUX:
+        return L->moe_auxg ? aux_loss(c, again) : 0;
+    case PT_OPK_MOE_PERMUTE:
+        return permute(c, L->ln2, again);
+    case PT_OPK_MOE_DISPATCH:
+        return dispatch(c, again);
+    case PT_OPK_EXPERT_FC1:
+        recall(c);
+        kn->matmul_grouped_forward(kn, fc1_out, L->moe_xr, w1, x->gcnt, G, h, fe);
+        if (swiglu)
+            kn->matmul_grouped_forward(kn, L->up, L->moe_xr, w1u, x->gcnt, G, h, fe);
+        return 0;
+    case PT_OPK_EXPERT_ACT:
+        got = recall(c);
+        if (swiglu)
+            kn->swiglu_forward(kn, L->act, L->gate, L->up, got, fe);
+        else
+            kn->gelu_forward(kn, L->act, L->up, got * fe);
+        return 0;
+    case PT_OPK_EXPERT_FC2:
+        recall(c);
+        kn->matmul_grouped_forward(kn, ep ? S->moe_em : L->moe_yp, L->act, w2, x->gcnt, G, fe,
+                                   h);
+        return 0;
+    case PT_OPK_MOE_COMBINE:
+        if (!ep)
+            return 0;
+        got = recall(c);
+        if (orders(c, slot_counts(c), n->ep_rank))
+            return -1;
+        kn->moe_gather_rows(kn, S->moe_recv, S->moe_em, S->moe_invperm, got, h);
+        return exchange(c, S->moe_recv, L->moe_yp, false);
+    case PT_OPK_MOE_UNPERMUTE:
+        kn->moe_combine_forward(kn, c->A->x[c->xi + 1], L->moe_yp, L->moe_pos, L->moe_w, R, k, h);
+        return 0;
+    /* the backward */
+    case PT_OPK_MOE_UNPERMUTE_BWD:
+        kn->moe_combine_backward(kn, ep ? S->moe_tok : S->moe_em, S->moe_dw, branch_grad(c),
+                                 L->moe_yp, L->moe_pos, L->moe_w, R, k, h);
+        return 0;
+    case PT_OPK_MOE_COMBINE_BWD:
+        if (!ep)
+            return 0;
+        got = recall(c);
+        if (exchange(c, S->moe_tok, S->moe_recv, true) || orders(c, slot_counts(c), n->ep_rank))
+            return -1;
+        kn->moe_gather_rows(kn, S->moe_em, S->moe_recv, S->moe_perm, got, h);
+        return 0;
+    case PT_OPK_EXPERT_FC2_DGRAD:
+        got = recall(c);
+        kn->zero(kn, S->dact, pt_act_bytes(c, got * fe));
+        kn->matmul_grouped_backward(kn, S->dact, NULL, S->moe_em, L->act, w2, x->gcnt, G, fe, h);
+        return 0;
+    case PT_OPK_EXPERT_FC2_WGRAD:
+        recall(c);
+        kn->matmul_grouped_backward(kn, NULL, dw2, S->moe_em, L->act, w2, x->gcnt, G, fe, h);
+        return 0;
+    case PT_OPK_EXPERT_ACT_BWD:
+        got = recall(c);
+        kn->zero(kn, S->dup, pt_act_bytes(c, got * fe));
+        if (swiglu) {
+            kn->zero(kn, S->dgate, pt_act_bytes(c, got * fe));
+            kn->swiglu_backward(kn, S->dgate, S->dup, S->dact, L->gate, L->up, got, fe);
+        } else {
+            kn->gelu_backward(kn, S->dup, S->dact, L->up, got * fe);
+        }
+        return 0;
+    case PT_OPK_EXPERT_FC1_DGRAD:
+        got = recall(c);
+        kn->zero(kn, S->moe_em, pt_act_bytes(c, got * h));
+        kn->matmul_grouped_backward(kn, S->moe_em, NULL, dfc1, L->moe_xr, w1, x->gcnt, G, h, fe);
+        if (swiglu)
+            kn->matmul_grouped_backward(kn, S->moe_em, NULL, S->dup, L->moe_xr, w1u, x->gcnt, G,
+                                        h, fe);
+        return 0;
+    case PT_OPK_EXPERT_FC1_WGRAD:
+        recall(c);
+        kn->matmul_grouped_backward(kn, NULL, dw1, dfc1, L->moe_xr, w1, x->gcnt, G, h, fe);
+        if (swiglu)
+            kn->matmul_grouped_backward(kn, NULL, dw1u, S->dup, L->moe_xr, w1u, x->gcnt, G, h,
+                                        fe);
+        return 0;
+    case PT_OPK_MOE_DISPATCH_BWD:
+        if (!ep)
+            return 0;
+        got = recall(c);
+        if (orders(c, slot_counts(c), n->ep_rank))
+            return -1;
+        kn->moe_gather_rows(kn, S->moe_recv, S->moe_em, S->moe_invperm, got, h);
+        return exchange(c, S->moe_recv, S->moe_tok, false);
+    case PT_OPK_MOE_PERMUTE_BWD:
+        /* the first gradient of the norm's output: written here, added to by the router's */
+        kn->zero(kn, S->dlns, pt_act_bytes(c, R * h));
+        kn->moe_gather_rows_backward(kn, S->dlns, ep ? S->moe_tok : S->moe_em, L->moe_pos, R, k,
+                                     h);
+        return 0;
+    case PT_OPK_MOE_ROUTE_BWD:
+        route_backward(c);
+        return 0;
+    case PT_OPK_ROUTER_DGRAD:
+        kn->matmul_backward(kn, out ? out : S->dlns, NULL, NULL, S->moe_logits, NULL, wr, R, h, E);
+        return 0;
+    case PT_OPK_ROUTER_WGRAD:
+        kn->matmul_backward(kn, NULL, dwr, NULL, S->moe_logits, in, wr, R, h, E);
+        return 0;
+    default:
+        break;
+    }
+    return pt_err_set(c->err, "internal: op '%s' is not a mixture of experts' op ptrun runs "
+                              "(etp = 1)", pt_op_kind_name(op->kind));
+}
