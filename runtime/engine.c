@@ -261,20 +261,18 @@ typedef struct {
     double copies;            /* how many times n->gsq counts each gradient element */
 } step_end;
 
-/* Whether this rank holds experts (a mixture of experts' layers in some chunk). */
+/* Whether the model has experts: then every rank (with or without experts of its own)
+ * counts each replicated element once, so that the sums over the world agree. */
 static bool holds_experts(const pt_net *n)
 {
-    for (int c = 0; c < n->layout.vp; c++)
-        if (n->experts_end[c] > n->chunk_begin[c])
-            return true;
-    return false;
+    return n->spec.moe.experts > 0;
 }
 
 /* The sum of squares of a whole parameter-shaped buffer that every dp·cp replica holds
- * (ZeRO 0): into *acc, or returned; and how many times a sum over the world counts each
- * element. Dense: every replica counts (dp·cp times). With experts, which only their
- * expert-data-parallel group replicates, each element is counted by one replica: the
- * rest by dp·cp rank 0, the experts by their group's rank 0. */
+ * (ZeRO 0): into *acc, or returned. A dense model's every replica counts (dp·cp times
+ * over the world). A mixture of experts' experts only their expert-data-parallel group
+ * replicates, so each element is counted by one replica: the experts by their group's
+ * rank 0, the rest by dp·cp rank 0 (on every rank, experts of its own or not). */
 static double replicas_sumsq(pt_net *n, const pt_dist *d, const float *buf, double *acc)
 {
     if (!holds_experts(n))

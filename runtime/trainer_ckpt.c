@@ -110,11 +110,48 @@ static int64_t whole_count(const pt_net *n, const pt_param *p, int64_t shape[2])
 
 /* The stage's first rank creates its model and optimizer files: every tensor this
  * stage writes, whole, zero-filled, with the header the other ranks read offsets from. */
+/* The experts of the stage that other ranks of its ep group hold (ep > 1): each
+ * tensor's name and shape, as param_table.c names them, into t (NULL: counted).
+ * Returns the count. */
+static int other_experts(const pt_net *n, pt_st_tensor *t)
+{
+    const pt_model *m = &n->spec;
+    int ep = n->layout.ep > 1 ? n->layout.ep : 1, k = 0;
+    if (m->moe.experts == 0 || ep == 1)
+        return 0;
+    int64_t G = m->moe.experts / ep, e0 = (int64_t)n->ep_rank * G, fe = m->moe.expert_ffn;
+    static const char *const kinds[3] = {"gate", "up", "down"};
+    for (int c = 0; c < n->layout.vp; c++)
+        for (int64_t i = 0; i < n->chunk_layers[c]; i++) {
+            int64_t l = n->chunk_first[c] + i;
+            if (!pt_model_layer_moe(m, l))
+                continue;
+            for (int64_t e = 0; e < m->moe.experts; e++)
+                for (int j = m->act == PT_ACT_SWIGLU ? 0 : 1; j < 3; j++, k++) {
+                    if (e >= e0 && e < e0 + G) {
+                        k--;
+                        continue;
+                    }
+                    if (!t)
+                        continue;
+                    int64_t rows = j == 2 ? m->hidden : fe, cols = j == 2 ? fe : m->hidden;
+                    t[k] = (pt_st_tensor){.ndim = 2, .shape = {rows, cols},
+                                          .bytes = (size_t)(rows * cols) * sizeof(float)};
+                    snprintf(t[k].name, sizeof t[k].name, "layers.%d.experts.%d.%s.w", (int)l,
+                             (int)e, kinds[j]);
+                    snprintf(t[k].dtype, sizeof t[k].dtype, "F32");
+                }
+        }
+    return k;
+}
+
 static int create_files(const char *tmp, pt_trainer *r, int64_t step, pt_err *err)
 {
     const pt_net *n = &r->net;
-    pt_st_tensor *mt = calloc((size_t)n->n_param + 1, sizeof *mt);
-    pt_st_tensor *ot = calloc(2 * (size_t)n->n_param + 1, sizeof *ot);
+    /* every tensor of the stage: this rank's, and the experts its ep group's others hold */
+    size_t total = (size_t)n->n_param + (size_t)other_experts(n, NULL);
+    pt_st_tensor *mt = calloc(total + 1, sizeof *mt);
+    pt_st_tensor *ot = calloc(2 * total + 1, sizeof *ot);
     int k = 0;
     for (int i = 0; mt && ot && i < n->n_param; i++) {
         const pt_param *q = &n->param[i];
@@ -127,6 +164,8 @@ static int create_files(const char *tmp, pt_trainer *r, int64_t step, pt_err *er
         snprintf(mt[k].dtype, sizeof mt[k].dtype, "F32");
         k++;
     }
+    if (mt && ot)
+        k += other_experts(n, mt + k);
     /* every exp_avg, then every exp_avg_sq: each in the order of the parameters, so a
      * rank's consecutive elements stay consecutive in the file (one write, not one per
      * tensor) */
@@ -261,6 +300,22 @@ static int put_moments(void *ctx, const pt_param *p, int64_t flat, int64_t whole
     return piece_put(&c->optim, 1, name, whole, c->h->v + at, len, err);
 }
 
+/* Under ZeRO 0 every replica holds the same elements: fn over those this rank writes,
+ * the experts where it is the first of their expert-data-parallel group, the rest where
+ * it is the first of dp·cp. */
+static int for_own_runs(run_ctx *c, const pt_trainer *r, run_fn fn, pt_err *err)
+{
+    const pt_net *n = c->net;
+    for (int ch = 0; ch < n->layout.vp; ch++) {
+        int64_t a = n->chunk_begin[ch], x = n->experts_end[ch], b = n->chunk_end[ch];
+        if (r->place.edp_rank == 0 && x > a && for_runs(n, a, x, true, fn, c, err))
+            return -1;
+        if (r->place.dp_rank == 0 && b > x && for_runs(n, x, b, true, fn, c, err))
+            return -1;
+    }
+    return 0;
+}
+
 /* This rank's pieces: master weights and moments it is the writer of. */
 static int write_pieces(const char *tmp, pt_trainer *r, const host_state *h, pt_err *err)
 {
@@ -272,7 +327,13 @@ static int write_pieces(const char *tmp, pt_trainer *r, const host_state *h, pt_
     int rc = pt_net_opt_spans(n, r->place.dp_rank, &spans, &n_spans, err);
     if (rc == 0)
         rc = piece_open(&c.model, tmp, "model", r, err) || piece_open(&c.optim, tmp, "optim", r, err);
-    /* master weights: all of them from dp rank 0, or under ZeRO 2/3 each rank's shards */
+    /* ZeRO 0: master weights and moments from the first replica of each element */
+    if (rc == 0 && !sharded) {
+        c.span = &spans[0]; /* the whole buffer */
+        rc = for_own_runs(&c, r, put_master, err) || for_own_runs(&c, r, put_moments, err);
+        first = false; /* written */
+    }
+    /* ZeRO 1: the master weights all from dp rank 0; ZeRO 2/3: each rank's shards */
     if (rc == 0 && !n->zero && first)
         rc = for_runs(n, 0, n->n_elems, true, put_master, &c, err);
     for (int s = 0; rc == 0 && n->zero && s < n_spans; s++)

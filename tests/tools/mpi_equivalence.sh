@@ -8,7 +8,7 @@
 # bit-identically, (suite pipeline) a dp=2 ZeRO-3 checkpoint resumes under tp=2, pp=2
 # and one rank matching the uninterrupted run, and a rank that fails, or is killed, ends the
 # whole run within 30 s.
-#   usage: mpi_equivalence.sh BUILD_DIR [pipeline|tensor|a2a|fp8|cuda]
+#   usage: mpi_equivalence.sh BUILD_DIR [pipeline|tensor|a2a|moe|fp8|cuda]
 #   pipeline: data parallel with ZeRO 0/1/2/3, pipeline schedules, recomputation
 #   tensor:   tensor, sequence and context parallelism, alone and with dp, ZeRO and
 #             pp, with dropout on (its masks are keyed by sample and position, so
@@ -19,6 +19,11 @@
 #             and recomputation, tiny LLaMA's KV heads replicated where fewer than the
 #             all-to-all's degree; and a tiny LLaMA with head_dim apart from
 #             hidden/heads; 6 steps each, with dropout on
+#   moe:      mixtures of experts: tiny-moe, a Qwen3-style one (top-8 of 16, q/k norms)
+#             and one whose capacity factor drops copies, with their experts over ep
+#             ranks (the all-to-all with counts per rank), with dp, pp (uneven and
+#             interleaved) and recomputation; checkpoints of ep=4 resuming on one rank,
+#             as ep=2 and with pp; 6 steps each
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
 #             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
 #             the tolerance below, and FP8 checkpoints under delayed scaling resuming
@@ -40,7 +45,7 @@ steps=12 # enough steps for the order of sums across ranks to show; resume at 6
 # Extra ptrun options of every run of the suite (the reference's too), and ptplan's.
 extra=""
 planx=""
-[ "$suite" = tensor ] || [ "$suite" = a2a ] && extra="--dropout 0.1"
+[ "$suite" = tensor ] || [ "$suite" = a2a ] || [ "$suite" = moe ] && extra="--dropout 0.1"
 # Which devices the plans are for, and the tolerance of the comparison: fp32 CPU runs
 # agree to 1e-5; bf16 runs differ in where sums are rounded to bf16 (a tensor-parallel
 # partial sum is rounded before it is reduced, one rank rounds the whole sum). Over 6
@@ -60,6 +65,11 @@ if [ "$suite" = fp8 ]; then
     steps=6
     tol=1e-4
     planx="--precision fp8 --fp8-emulate"
+elif [ "$suite" = moe ]; then
+    steps=6 # the experts' paths, not long training
+    # every layout agrees with one rank to 3e-9; received rows put in the wrong expert's
+    # order on ep=4 (a mistake a permutation invites) differ by 1e-4 at the first step
+    tol=1e-7
 elif [ "$suite" = a2a ]; then
     steps=6 # the all-to-all's paths, not long training: the tensor suite has the steps
     # Adam divides a gradient by its own root mean square, so a parameter's gradient
@@ -92,6 +102,13 @@ grep -q '"head_dim": 32' "$tmp/tiny-hd.json" || fail "head_dim model file"
 sed 's/"head_dim": 32}/"head_dim": 32, "qk_norm": true}/; s/"tiny-hd"/"tiny-qk"/' \
     "$tmp/tiny-hd.json" >"$tmp/tiny-qk.json"
 grep -q '"qk_norm": true' "$tmp/tiny-qk.json" || fail "qk_norm model file"
+
+# tiny-moe with a capacity factor of 1: each expert takes at most R·k/E of a rank's
+# copies, the rest dropped (moe suite)
+"$build/ptplan" --dump-model tiny-moe |
+    sed 's/"capacity": *[0-9.]*/"capacity": 1/; s/"name": *"tiny-moe"/"name": "tiny-moe-cap"/' \
+    >"$tmp/tiny-moe-cap.json"
+grep -q '"capacity": 1' "$tmp/tiny-moe-cap.json" || fail "capacity model file"
 
 # Six-layer versions of both, for uneven pipeline stages with interleaving (a rank's
 # layers divide over its vp chunks: 2 and 4 layers on pp=2, vp=2 are chunks of 1 and 2).
@@ -204,6 +221,18 @@ elif [ "$suite" = a2a ]; then
     qk="$qk;4 tp=2,dp=2,zero=3,recompute=full,mbs=2"
     six=""
     resume_cases=""
+elif [ "$suite" = moe ]; then
+    # mixtures of experts (tiny-moe: 8 experts, top-2, layer 0 dense; tiny-qwen3-moe: 16,
+    # top-8, q/k norms; tiny-moe-cap: a capacity factor that drops copies), their
+    # experts over ep ranks folded onto dp, with pp (uneven, interleaved), recomputation
+    moe="2 dp=2,mbs=2;2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=4,ep=2,mbs=2"
+    moe="$moe;4 dp=2,ep=2,pp=2,mbs=2;2 dp=2,ep=2,recompute=full,mbs=2"
+    moe="$moe;4 dp=2,ep=2,pp=2,vp=2,mbs=2;4 dp=2,ep=2,pp=2,first_layers=1,last_layers=3,mbs=2"
+    qwen="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,recompute=selective,mbs=2"
+    cap="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2"
+    both="" six=""
+    resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
+    resume_model="--model tiny-moe"
 elif [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2;2 tp=2,sp=1,mbs=2;4 tp=4,mbs=2;4 tp=4,sp=1,mbs=2"
     both="$both;2 cp=2,mbs=2;4 cp=4,mbs=2;4 tp=2,dp=2,zero=1,mbs=2"
@@ -234,12 +263,15 @@ else
 fi
 
 for model in tiny "$tmp/tiny-llama.json" "$tmp/tiny6.json" "$tmp/tiny-llama6.json" \
-    "$tmp/tiny-hd.json" "$tmp/tiny-qk.json"; do
+    "$tmp/tiny-hd.json" "$tmp/tiny-qk.json" tiny-moe tiny-qwen3-moe "$tmp/tiny-moe-cap.json"; do
     short=$(basename "$model" .json)
     case "$short" in
     *6) cases="$six" ;;
     tiny-hd) cases="${hd:-}" ;;
     tiny-qk) cases="${qk:-}" ;;
+    tiny-moe) cases="${moe:-}" ;;
+    tiny-qwen3-moe) cases="${qwen:-}" ;;
+    tiny-moe-cap) cases="${cap:-}" ;;
     tiny-llama) cases="${llama:-$both}" ;;
     *) cases="$both" ;;
     esac
@@ -262,8 +294,8 @@ IFS=';'
 for case in $resume_cases; do
     IFS=$old_ifs
     np=${case%% *} layout=${case#* }
-    "$build/ptplan" $cluster --devices "$np" --layout "$layout" ${resume_planx:-$planx} \
-        --global-batch 16 --steps $steps --out "$tmp/ck.json" >/dev/null
+    "$build/ptplan" ${resume_model:-} $cluster --devices "$np" --layout "$layout" \
+        ${resume_planx:-$planx} --global-batch 16 --steps $steps --out "$tmp/ck.json" >/dev/null
     common="--val-every 0 --sample 0 --quiet $extra"
     rm -rf "$tmp/ck" "$tmp/full.log" "$tmp/part.log"
     timeout 300 $mpirun -np "$np" "$build/ptrun" "$tmp/ck.json" $common --log "$tmp/full.log" \
@@ -304,26 +336,41 @@ if [ "$suite" = fp8 ]; then
     done
 fi
 
-# Checkpoints move between layouts: a dp=2 ZeRO-3 run stopped after half its steps
-# resumes as tp=2, as pp=2 with ZeRO-1 over dp=2, and on one rank with another
-# micro-batch size; each second half (and the final weights) matches the uninterrupted
-# run within the suite's tolerance (the layouts differ in their sums' order, as above).
+# Checkpoints move between layouts (suite pipeline): a dp=2 ZeRO-3 run stopped after
+# half its steps resumes as tp=2, as pp=2 with ZeRO-1 over dp=2, and on one rank with
+# another micro-batch size; (suite moe) an ep=4 run of tiny-moe, whose experts its four
+# ranks hold a quarter each, resumes on one rank, as ep=2 and with pp=2. Each second
+# half (and the final weights) matches the uninterrupted run within the suite's
+# tolerance (the layouts differ in their sums' order, as above).
+xmodel="" xfrom="" xto=""
 if [ "$suite" = pipeline ]; then
+    xfrom="2 dp=2,zero=3,mbs=2" xto="2 tp=2,mbs=2;4 dp=2,pp=2,zero=1,mbs=2;1 mbs=1"
+    xwho="dp=2.*zero=3.* on 2 ranks"
+elif [ "$suite" = moe ]; then
+    xmodel="--model tiny-moe"
+    xfrom="4 dp=4,ep=4,mbs=2" xto="1 mbs=1;2 dp=2,ep=2,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
+    xwho="ep=4.* on 4 ranks"
+fi
+if [ -n "$xfrom" ]; then
     half=$(( steps / 2 ))
     ckplan() { # NP LAYOUT OUT
-        "$build/ptplan" --devices "$1" --layout "$2" --global-batch 16 --steps $steps \
+        "$build/ptplan" $xmodel --devices "$1" --layout "$2" --global-batch 16 --steps $steps \
             --out "$3" >/dev/null 2>"$tmp/err" || fail "ptplan $2: $(cat "$tmp/err")"
     }
     common="--val-every 0 --sample 0 --quiet"
-    ckplan 2 dp=2,zero=3,mbs=2 "$tmp/z3.json"
+    xnp=${xfrom%% *} xlayout=${xfrom#* }
+    ckplan "$xnp" "$xlayout" "$tmp/z3.json"
     rm -rf "$tmp/xck" "$tmp/x.log"
-    timeout 300 $mpirun -np 2 "$build/ptrun" "$tmp/z3.json" $common --log "$tmp/xfull.log" \
+    timeout 300 $mpirun -np "$xnp" "$build/ptrun" "$tmp/z3.json" $common --log "$tmp/xfull.log" \
         >/dev/null 2>"$tmp/err" &&
-    timeout 300 $mpirun -np 2 "$build/ptrun" "$tmp/z3.json" $common --checkpoint "$tmp/xck" \
-        --stop-after $half >/dev/null 2>>"$tmp/err" || fail "dp=2 zero=3 with a checkpoint: $(tail -2 "$tmp/err")"
+    timeout 300 $mpirun -np "$xnp" "$build/ptrun" "$tmp/z3.json" $common --checkpoint "$tmp/xck" \
+        --stop-after $half >/dev/null 2>>"$tmp/err" || fail "$xlayout with a checkpoint: $(tail -2 "$tmp/err")"
     sed -n 's/.*"type":"step","step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p; s/.*"sumsq":\([^,}]*\).*/sumsq \1/p' \
         "$tmp/xfull.log" | awk -v h=$half '$1 == "sumsq" || $1 > h { print $2 }' >"$tmp/xref"
-    for case in "2 tp=2,mbs=2" "4 dp=2,pp=2,zero=1,mbs=2" "1 mbs=1"; do
+    old_ifs=$IFS
+    IFS=';'
+    for case in $xto; do
+        IFS=$old_ifs
         np=${case%% *} layout=${case#* }
         ckplan "$np" "$layout" "$tmp/x.json"
         rm -f "$tmp/x.log"
@@ -334,16 +381,17 @@ if [ "$suite" = pipeline ]; then
             timeout 300 $mpirun -np "$np" "$build/ptrun" "$tmp/x.json" $common --resume "$tmp/xck" \
                 --log "$tmp/x.log" >"$tmp/out" 2>"$tmp/err"
         fi || { fail "resume as $layout: $(tail -2 "$tmp/err")"; continue; }
-        grep -q "resumed .*step_$(printf %08d $half) at step $half (written by .*dp=2.*zero=3.* on 2 ranks)" "$tmp/out" ||
+        grep -q "resumed .*step_$(printf %08d $half) at step $half (written by .*$xwho)" "$tmp/out" ||
             fail "resume as $layout names the checkpoint and its layout: $(cat "$tmp/out")"
         sed -n 's/.*"type":"step","step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p; s/.*"sumsq":\([^,}]*\).*/sumsq \1/p' \
             "$tmp/x.log" | awk -v h=$half '$1 == "sumsq" || $1 > h { print $2 }' >"$tmp/xgot"
-        paste "$tmp/xref" "$tmp/xgot" | awk -v name="dp=2,zero=3 -> $layout" -v want=$(( steps - half + 1 )) '
+        paste "$tmp/xref" "$tmp/xgot" | awk -v name="$xlayout -> $layout" -v want=$(( steps - half + 1 )) '
             { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r; n++ }
             END { if (n != want) { print "FAIL: " name ": " n " figures"; exit 1 }
                   printf "%-44s resumed: worst relative difference %.2e\n", name, worst
                   exit !(worst <= '"$tol"') }' || fail "resumed as $layout differs from the uninterrupted run"
     done
+    IFS=$old_ifs
 fi
 
 # FP8 on the CUDA path (cuBLASLt's FP8 matmul, the device's casts and scales) against
