@@ -41,7 +41,7 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_MOE_COUNTS] = "moe_counts", [PT_BUF_MOE_TOK] = "moe_tokens",
     [PT_BUF_MOE_RECV] = "moe_recv", [PT_BUF_MOE_EM] = "moe_expert_rows",
     [PT_BUF_MOE_DW] = "moe_dw", [PT_BUF_MOE_PERM] = "moe_perm",
-    [PT_BUF_MOE_INVPERM] = "moe_invperm",
+    [PT_BUF_MOE_INVPERM] = "moe_invperm", [PT_BUF_MOE_DROUTER] = "moe_drouter",
 };
 
 int64_t pt_moe_capacity_rows(const pt_model *m, int64_t R)
@@ -165,7 +165,9 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_MOE_IDX, 4, moe ? Rk : 0);
     SET(B, PT_BUF_MOE_W, 4, moe ? Rk : 0);
     SET(B, PT_BUF_MOE_POS, 4, moe ? Rk : 0);
-    SET(B, PT_BUF_MOE_AUXG, 4, moe && m->moe.aux_loss > 0 ? b : 0, E);
+    /* ... (b, E) the loss's gradient, and beside it (b, E) the copies' counts while the
+     * sequences' sums are reduced over tp */
+    SET(B, PT_BUF_MOE_AUXG, 4, moe && m->moe.aux_loss > 0 ? 2 * b : 0, E);
     SET(B, PT_BUF_MOE_XR, ab, N, h);
     SET(B, PT_BUF_MOE_YP, ab, moe ? Rk : 0, h);
     /* the rest of a slot: token ids, targets, and one residual stream per layer
@@ -237,6 +239,8 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_MOE_DW, 4, moe ? Rk : 0);
     SET(B, PT_BUF_MOE_PERM, 4, ep ? N : 0);
     SET(B, PT_BUF_MOE_INVPERM, 4, ep ? N : 0);
+    /* tp > 1: the router's weight gradient of this rank's rows before its sum over tp */
+    SET(B, PT_BUF_MOE_DROUTER, 4, moe && t > 1 ? E : 0, h);
 }
 
 void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B)

@@ -97,6 +97,8 @@ static void visit_comm(enum_state *st, const pt_layout *in)
             continue;
         pt_layout v = *l;
         v.compress = (pt_compress)cm;
+        if (pt_stack_check_model(&st->t->stack, st->m, &v, NULL)) /* not for experts */
+            continue;
         pt_mem_rank_max(st->m, &v, st->t, &mem);
         visit_overlaps(st, &v, &mem, mem.total_bytes <= st->limit_bytes);
     }

@@ -760,6 +760,9 @@ static int sync_op(void *ctx, const pt_op *op, pt_err *err)
     if (!pt_op_kind_in(op->kind, PT_LIST_GRAD_SYNC))
         return pt_err_set(err, "internal: op '%s' in a gradient-bucket list",
                           pt_op_kind_name(op->kind));
+    /* the experts' group is not dp·cp (tp folds into it): theirs run without the rest */
+    if (op->kind == PT_OPK_DP_BUCKET && op->group == PT_GROUP_EDP)
+        return expert_buckets(r, err);
     if (!B->on)
         return pt_err_set(err, "internal: gradient buckets listed for chunk %d, none started",
                           r->chunk);
@@ -771,8 +774,6 @@ static int sync_op(void *ctx, const pt_op *op, pt_err *err)
     }
     switch (op->kind) {
     case PT_OPK_DP_BUCKET:
-        if (op->group == PT_GROUP_EDP)
-            return expert_buckets(r, err);
         if (!r->started && buckets_start_rest(B, r->chunk, err))
             return -1;
         r->started = true;

@@ -354,7 +354,8 @@ typedef struct {
      * (R, k) int32 (-1: dropped), the load-balancing loss's gradient of each sequence's
      * scores (b, E) fp32 (NULL without that loss), the rows this rank's experts received,
      * expert by expert (N, h) [act], and their outputs back in this rank's order (R·k, h)
-     * [act]; gate, up and act then hold the experts' N rows */
+     * [act]; gate, up and act then hold the experts' N rows. moe_auxg has room for the
+     * sequences' counts after it, (b, E) fp32, while they are summed over tp */
     float *moe_scores, *moe_w, *moe_auxg, *moe_xr, *moe_yp;
     int32_t *moe_idx, *moe_pos;
 } pt_layer_acts;
@@ -428,6 +429,8 @@ typedef struct {
      * (ep > 1); rows expert by expert (N, h) [act]; the weights' gradient (R, k) fp32;
      * the orders between the two (N) int32 (ep > 1) */
     float *moe_logits, *moe_tok, *moe_recv, *moe_em, *moe_dw;
+    float *moe_drouter;               /* (E, h) fp32: the router's weight gradient of this
+                                         rank's rows before its sum over tp (tp > 1) */
     int32_t *moe_src, *moe_perm, *moe_invperm;
     int64_t *moe_counts;
 } pt_scratch;

@@ -51,7 +51,8 @@ struct pt_moe {
     int64_t *gcnt;            /* (G) rows each local expert received */
     int32_t *perm, *invperm;  /* (N) host copies of the orders */
     int32_t *idx;             /* (R·k) the chosen experts, for the loss's counts */
-    float *colsum;            /* (b·E) score sums per sequence, then the loss's gradient */
+    float *colsum;            /* (2·b·E) score sums per sequence, then the loss's gradient;
+                                 the copies' counts per sequence after them */
     pt_moe_stats stats;
 };
 
@@ -83,7 +84,7 @@ int pt_moe_init(pt_net *n, pt_err *err)
     x->perm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->perm);
     x->invperm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->invperm);
     x->idx = calloc((size_t)(d.R * x->k), sizeof *x->idx);
-    x->colsum = calloc((size_t)(d.b * x->E), sizeof *x->colsum);
+    x->colsum = calloc((size_t)(2 * d.b * x->E), sizeof *x->colsum);
     if (!x->cnt || !x->dcnt || !x->send || !x->recv || !x->sendc || !x->recvc || !x->gcnt || !x->perm || !x->invperm ||
         !x->idx || !x->colsum)
         return pt_err_set(err, "out of memory for the experts' routing tables");
@@ -225,9 +226,25 @@ static const float *weights(const pt_layer_ctx *c, pt_param_ref r, int slot, flo
     return v.w;
 }
 
+/* Rows [*lo, *hi) of this rank's R rows that belong to sequence bi of the micro-batch
+ * (its rows are the sequences' back to back, this rank's a run of them with sp);
+ * false when none. */
+static bool sequence_rows(const pt_layer_ctx *c, int64_t bi, int64_t *lo, int64_t *hi)
+{
+    const pt_layer_dims *d = &c->d;
+    int64_t row0 = pt_layer_own_row0(c), a = bi * d->s, b = a + d->s;
+    a = a > row0 ? a : row0;
+    b = b < row0 + d->R ? b : row0 + d->R;
+    *lo = a - row0;
+    *hi = b - row0;
+    return a < b;
+}
+
 /* The load-balancing loss of each sequence of the micro-batch (the top's formula): its
  * value into the step's figures and its gradient of the scores into L->moe_auxg. The
- * host reads the experts chosen and the scores' column sums: one wait a layer. */
+ * host reads the experts chosen and the scores' column sums over each sequence's rows
+ * here; with sp a sequence's rows lie on several tp ranks, whose sums and counts are
+ * added over tp first. One wait a layer. */
 static int aux_loss(pt_layer_ctx *c, bool again)
 {
     pt_net *n = c->n;
@@ -235,31 +252,42 @@ static int aux_loss(pt_layer_ctx *c, bool again)
     pt_kernels *kn = n->kn;
     pt_layer_acts *L = &c->A->layer[c->ai];
     const pt_layer_dims *d = &c->d;
-    int64_t S = d->s, b = d->b;
-    for (int64_t bi = 0; bi < b; bi++)
-        kn->moe_score_colsum(kn, L->moe_auxg + bi * x->E, L->moe_scores + bi * S * x->E, S,
-                             x->E);
-    kn->copy(kn, x->colsum, L->moe_auxg, (size_t)(b * x->E) * sizeof(float), PT_KCOPY_D2H);
+    int64_t S = d->s, b = d->b, bE = b * x->E, lo, hi;
+    for (int64_t bi = 0; bi < b; bi++) {
+        if (sequence_rows(c, bi, &lo, &hi))
+            kn->moe_score_colsum(kn, L->moe_auxg + bi * x->E, L->moe_scores + lo * x->E,
+                                 hi - lo, x->E);
+        else
+            kn->zero(kn, L->moe_auxg + bi * x->E, (size_t)x->E * sizeof(float));
+    }
+    kn->copy(kn, x->colsum, L->moe_auxg, (size_t)bE * sizeof(float), PT_KCOPY_D2H);
     kn->copy(kn, x->idx, L->moe_idx, (size_t)(d->R * x->k) * sizeof(int32_t), PT_KCOPY_D2H);
     if (wait_kernels(c))
         return -1;
-    double alpha = n->spec.moe.aux_loss;
-    for (int64_t bi = 0; bi < b; bi++) {
-        float *row = x->colsum + bi * x->E;
-        for (int e = 0; e < x->E; e++)
-            x->cnt[e] = 0;
-        for (int64_t i = bi * S * x->k; i < (bi + 1) * S * x->k; i++)
-            x->cnt[x->idx[i]]++;
-        double loss = 0;
-        for (int e = 0; e < x->E; e++) {
-            double f = (double)x->E * (double)x->cnt[e] / ((double)x->k * (double)S);
-            loss += alpha * f * (double)row[e] / (double)S;
-            row[e] = (float)(alpha * f * (double)c->A->dloss); /* the forward's scale */
-        }
-        if (c->dloss > 0 && !again)
-            x->stats.aux += loss;
+    float *sums = x->colsum, *counts = x->colsum + bE; /* exact: counts below 2^24 */
+    for (int64_t i = 0; i < bE; i++)
+        counts[i] = 0;
+    int64_t row0 = pt_layer_own_row0(c);
+    for (int64_t r = 0; r < d->R; r++)
+        for (int j = 0; j < x->k; j++)
+            counts[(row0 + r) / S * x->E + x->idx[r * x->k + j]] += 1;
+    if (d->t > 1) { /* the sequences' rows on the other tp ranks */
+        kn->copy(kn, L->moe_auxg, x->colsum, (size_t)(2 * bE) * sizeof(float), PT_KCOPY_H2D);
+        if (pt_comm_allreduce(n->comm, PT_GROUP_TP, L->moe_auxg, 2 * bE, c->err))
+            return -1;
+        kn->copy(kn, x->colsum, L->moe_auxg, (size_t)(2 * bE) * sizeof(float), PT_KCOPY_D2H);
+        if (wait_kernels(c))
+            return -1;
     }
-    kn->copy(kn, L->moe_auxg, x->colsum, (size_t)(b * x->E) * sizeof(float), PT_KCOPY_H2D);
+    double alpha = n->spec.moe.aux_loss;
+    for (int64_t i = 0; i < bE; i++) {
+        double f = (double)x->E * (double)counts[i] / ((double)x->k * (double)S);
+        /* every tp rank holds the same figures: tp rank 0 counts them */
+        if (c->dloss > 0 && !again && d->tr == 0)
+            x->stats.aux += alpha * f * (double)sums[i] / (double)S;
+        sums[i] = (float)(alpha * f * (double)c->A->dloss); /* the forward's scale */
+    }
+    kn->copy(kn, L->moe_auxg, sums, (size_t)bE * sizeof(float), PT_KCOPY_H2D);
     return wait_kernels(c); /* the host buffer is reused by the next layer */
 }
 
@@ -376,14 +404,36 @@ static void route_backward(pt_layer_ctx *c)
     const pt_layer_dims *d = &c->d;
     int score = n->spec.moe.score == PT_ROUTER_SIGMOID ? PT_KMOE_SIGMOID : PT_KMOE_SOFTMAX;
     bool renorm = n->spec.moe.renorm;
-    int64_t pieces = L->moe_auxg ? d->b : 1, rows = d->R / pieces;
-    for (int64_t p = 0; p < pieces; p++) {
-        int64_t r0 = p * rows;
-        kn->moe_route_backward(kn, pt_act_at(c, S->moe_logits, r0 * x->E), S->moe_dw + r0 * x->k,
-                               L->moe_auxg ? L->moe_auxg + p * x->E : NULL,
-                               L->moe_scores + r0 * x->E, L->moe_idx + r0 * x->k,
-                               L->moe_w + r0 * x->k, rows, x->E, x->k, score, renorm);
+    for (int64_t bi = 0; bi < (L->moe_auxg ? d->b : 1); bi++) {
+        int64_t lo = 0, hi = d->R;
+        if (L->moe_auxg && !sequence_rows(c, bi, &lo, &hi))
+            continue;
+        kn->moe_route_backward(kn, pt_act_at(c, S->moe_logits, lo * x->E), S->moe_dw + lo * x->k,
+                               L->moe_auxg ? L->moe_auxg + bi * x->E : NULL,
+                               L->moe_scores + lo * x->E, L->moe_idx + lo * x->k,
+                               L->moe_w + lo * x->k, hi - lo, x->E, x->k, score, renorm);
     }
+}
+
+/* The router's weight gradient: of this rank's rows, summed over tp where the ranks
+ * hold other rows (sp), as a norm's under sp. */
+static int router_wgrad(pt_layer_ctx *c, const float *ln2, const float *wr, float *dwr)
+{
+    pt_kernels *kn = c->n->kn;
+    const pt_layer_dims *d = &c->d;
+    int E = c->n->moe->E;
+    if (d->t == 1) {
+        kn->matmul_backward(kn, NULL, dwr, NULL, c->S->moe_logits, ln2, wr, d->R, d->h, E);
+        return 0;
+    }
+    float *part = c->S->moe_drouter;
+    kn->zero(kn, part, (size_t)E * (size_t)d->h * sizeof(float));
+    kn->matmul_backward(kn, NULL, part, NULL, c->S->moe_logits, ln2, wr, d->R, d->h, E);
+    /* the collective is ordered after the kernels on every backend (comm.h) */
+    if (pt_comm_allreduce(c->n->comm, PT_GROUP_TP, part, (int64_t)E * d->h, c->err))
+        return -1;
+    kn->add_f32(kn, dwr, part, (int64_t)E * d->h);
+    return 0;
 }
 
 int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
@@ -525,8 +575,7 @@ int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
         kn->matmul_backward(kn, out ? out : S->dlns, NULL, NULL, S->moe_logits, NULL, wr, R, h, E);
         return 0;
     case PT_OPK_ROUTER_WGRAD:
-        kn->matmul_backward(kn, NULL, dwr, NULL, S->moe_logits, in, wr, R, h, E);
-        return 0;
+        return router_wgrad(c, in, wr, dwr);
     default:
         break;
     }

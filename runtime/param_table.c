@@ -146,6 +146,11 @@ static void expert_params(table *t, const pt_model *m, int ep, int ep_rank, int6
         for (int64_t e = e0; e < e0 + G; e++) {
             snprintf(name, sizeof name, "layers.%d.experts.%d.%s.w", (int)l, (int)e, kinds[k]);
             add(t, name, k == 2 ? m->hidden : fe, k == 2 ? fe : m->hidden);
+            if (!t->oom) { /* each tp rank holds experts of its own (parallel folding) */
+                t->v[t->n - 1].expert = true;
+                t->v[t->n - 1].tp_whole = false;
+                t->v[t->n - 1].tp_copies = 1;
+            }
         }
 }
 
@@ -507,7 +512,7 @@ void pt_param_whole_shape(const pt_net *n, const pt_param *p, int64_t shape[2])
 {
     /* parts split by rows (or KV heads) hold 1/(tp/copies) of the rows; a part split
      * by columns holds shape[1] of full_cols columns */
-    int64_t parts = n->layout.tp / (p->tp_copies > 0 ? p->tp_copies : 1);
+    int64_t parts = p->expert ? 1 : n->layout.tp / (p->tp_copies > 0 ? p->tp_copies : 1);
     bool by_cols = p->ndim == 2 && p->full_cols != p->shape[1];
     shape[0] = by_cols ? p->shape[0] : p->shape[0] * parts;
     shape[1] = p->ndim == 2 ? p->full_cols : 0;

@@ -286,6 +286,9 @@ typedef struct {
     int64_t first;      /* index in the whole tensor of this part's first element */
     int64_t full_cols;  /* columns of the whole tensor (a row-parallel weight holds
                            shape[1] of them from column `first`) */
+    bool expert;        /* a mixture of experts' expert tensor: whole on the ranks of its
+                           expert-data-parallel group, which tp folds into (neither
+                           split nor copied over tp: tp_copies 1) */
 } pt_param;
 
 /* One rank's part of the model: its parameters and their optimizer state, the op

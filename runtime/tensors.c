@@ -249,6 +249,7 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->moe_dw = take_buf(c, &B, PT_BUF_MOE_DW);
     S->moe_perm = (int32_t *)take_buf(c, &B, PT_BUF_MOE_PERM);
     S->moe_invperm = (int32_t *)take_buf(c, &B, PT_BUF_MOE_INVPERM);
+    S->moe_drouter = take_buf(c, &B, PT_BUF_MOE_DROUTER);
     S->fp8_a = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_A);
     S->fp8_b = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_B);
 }

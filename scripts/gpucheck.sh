@@ -482,6 +482,19 @@ stage_mpi() {
         [ "$np" = 1 ] || against_one_rank "$out/mpi_qk_dp1.jsonl" "$out/mpi_$n.jsonl" \
             "q/k norms, $lay"
     done
+    # a mixture of experts (tiny-qwen3-moe: 16 experts, top-8, q/k norms): CUB's sort,
+    # the grouped GEMMs, the all-to-all with counts per rank on device buffers
+    for lay in "dp=1" "dp=2,ep=2"; do
+        n=moe_$(echo "$lay" | tr -d '=,+')
+        np=2
+        [ "$lay" = dp=1 ] && np=1
+        step "mpi_$n.plan" "$bin/ptplan" --model tiny-qwen3-moe --cluster dgx-h100 \
+            --devices "$np" --global-batch 8 --layout "$lay,mbs=2" --out "$out/mpi_$n.json" || continue
+        step "mpi_$n" mpirun --oversubscribe -np "$np" "$bin/ptrun" "$out/mpi_$n.json" --steps 10 \
+            --data "$corpus" --sample 0 --val-every 0 --val-batches 1 --log "$out/mpi_$n.jsonl"
+        [ "$np" = 1 ] || against_one_rank "$out/mpi_moe_dp1.jsonl" "$out/mpi_$n.jsonl" \
+            "experts, $lay"
+    done
 }
 
 stage_profile() {

@@ -846,8 +846,32 @@ static void test_moe_stacks(void)
     pt_layout_default(&l);
     CHECK_INT(pt_layout_parse("ep=8", 8, 64, &l, &err), 0);
     CHECK_INT(pt_stack_check_model(&mcore, &m, &l, &err), 0);
-    CHECK_INT(pt_stack_check_model(&ptrun, &m, &l, &err), -1);
-    CHECK_STR_HAS(err.msg, "model m is a mixture of experts, which stack 'ptrun' does not run");
+    /* ptrun runs experts within its runtime's limits, one message each naming the key */
+    CHECK_INT(pt_stack_check_model(&ptrun, &m, &l, &err), 0);
+    pt_layout lim;
+    pt_layout_default(&lim);
+    CHECK_INT(pt_layout_parse("cp=2,dp=4,ep=8", 8, 64, &lim, &err), 0);
+    CHECK_INT(pt_stack_check_model(&ptrun, &m, &lim, &err), -1);
+    CHECK_STR_HAS(err.msg, "layout cp=2: stack 'ptrun' trains a mixture of experts (model m) "
+                           "with cp = etp = 1 so far");
+    pt_layout_default(&lim);
+    CHECK_INT(pt_layout_parse("dp=8,ep=2,etp=2", 8, 64, &lim, &err), 0);
+    CHECK_INT(pt_stack_check_model(&ptrun, &m, &lim, &err), -1);
+    CHECK_STR_HAS(err.msg, "layout etp=2:");
+    pt_layout_default(&lim);
+    CHECK_INT(pt_layout_parse("dp=8,ep=8,zero=1", 8, 64, &lim, &err), 0);
+    CHECK_INT(pt_stack_check_model(&ptrun, &m, &lim, &err), -1);
+    CHECK_STR_HAS(err.msg, "layout zero=1: stack 'ptrun' trains a mixture of experts (model m) "
+                           "under ZeRO 0 so far");
+    pt_model sh = m;
+    sh.moe.shared_experts = 1;
+    sh.moe.shared_ffn = 64;
+    CHECK_INT(pt_stack_check_model(&ptrun, &sh, &l, &err), -1);
+    CHECK_STR_HAS(err.msg, "model m: stack 'ptrun' trains experts without shared experts so far");
+    sh = m;
+    sh.bias = true;
+    CHECK_INT(pt_stack_check_model(&ptrun, &sh, &l, &err), -1);
+    CHECK_STR_HAS(err.msg, "model m: stack 'ptrun' trains experts without biases so far");
     CHECK_INT(pt_stack_check_layout(&fsdp, &l, &err), -1);
     CHECK_STR_HAS(err.msg, "layout ep=8: stack 'fsdp' has no expert parallelism");
     /* banded attention and sinks: only the stacks with flash attention run them */

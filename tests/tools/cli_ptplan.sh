@@ -600,9 +600,22 @@ out_has "^edp   groups (8 of 2): \[0,4\] \[1,5\]" "edp groups"
 run 0 --model tiny-moe --devices 8 --stack megatron-core --global-batch 64 --no-out --top 3
 out_has "tiny-moe: .* (.* active: top 2 of 8 experts)" "total and active in the header"
 out_has ",ep=[248]" "the search splits the experts"
-run 1 --model tiny-moe --devices 8 --no-out
-err_has "model tiny-moe is a mixture of experts, which stack 'ptrun' does not run" \
-    "ptrun's stack does not plan experts"; one_line_error "no MoE on ptrun"
+# ptrun's own stack: experts over ep folded onto dp, within what its runtime trains
+run 0 --model tiny-moe --devices 8 --no-out --top 3
+out_has ",ep=[248]" "ptrun's search splits the experts"
+! grep -q "compress=" "$tmp/out" || fail "no gradient compression for a mixture of experts"
+run 1 --model tiny-moe --devices 8 --layout "cp=2,dp=4,ep=2" --no-out
+err_has "layout cp=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) with cp = etp = 1 so far" \
+    "ptrun's experts without cp"; one_line_error "MoE with cp on ptrun"
+run 1 --model tiny-moe --devices 8 --layout "dp=8,ep=2,zero=1" --no-out
+err_has "layout zero=1: stack 'ptrun' trains a mixture of experts (model tiny-moe) under ZeRO 0 so far" \
+    "ptrun's experts under ZeRO 0"
+run 0 --dump-model tiny-moe
+sed 's/"shared_experts": 0/"shared_experts": 1/; s/"shared_ffn": 0/"shared_ffn": 64/' "$tmp/out" \
+    >"$tmp/shared.json"
+run 1 --model "$tmp/shared.json" --devices 2 --layout "dp=2,ep=2" --no-out
+err_has "model tiny-moe: stack 'ptrun' trains experts without shared experts so far" \
+    "shared experts refused by ptrun's stack"
 run 1 --model tiny --moe-imbalance 1.5 --no-out
 err_has "applies to a mixture of experts; model tiny has none" "imbalance on a dense model"
 one_line_error "imbalance on a dense model"

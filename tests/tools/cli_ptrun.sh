@@ -153,12 +153,22 @@ run 1 "$build/ptrun" "$tmp/plan-ag.json"
 err_has "plan-ag.json: layout cp_comm=all_gather (priced for stack 'megatron-core'): ptrun runs cp_comm p2p, a2a, a2a+p2p" \
     "cp_comm=all_gather refused by ptrun"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for all_gather: $(cat "$tmp/err")"
-# a mixture of experts, priced for Megatron-Core: ptrun's runtime does not train one yet
-run 0 "$build/ptplan" --model tiny-moe --devices 2 --stack megatron-core --layout "dp=2,ep=2" \
-    --out "$tmp/plan-moe.json"
+# a mixture of experts priced for Megatron-Core in a layout ptrun's experts do not train
+# yet (cp beside them): refused before anything starts, naming the key
+run 0 "$build/ptplan" --model tiny-moe --devices 4 --stack megatron-core \
+    --layout "cp=2,dp=2,ep=2" --out "$tmp/plan-moe.json"
 run 1 "$build/ptrun" "$tmp/plan-moe.json"
-err_has "plan-moe.json: model tiny-moe has experts (a mixture of experts), which ptrun's runtime does not train yet" \
-    "a mixture of experts refused by ptrun"
+err_has "plan-moe.json: layout cp=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) with cp = etp = 1 so far; spread it with tp, dp, ep and pp (the plan prices it for stack 'megatron-core')" \
+    "a mixture of experts with cp refused by ptrun"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for MoE with cp: $(cat "$tmp/err")"
+# ... and one it does train, on one rank: the routers' figures on the console and in
+# the log
+run 0 "$build/ptplan" --model tiny-moe --devices 1 --stack megatron-core --layout "mbs=2" \
+    --global-batch 4 --steps 2 --out "$tmp/plan-moe1.json"
+run 0 "$build/ptrun" "$tmp/plan-moe1.json" --val-every 0 --sample 0 --log "$tmp/moe.log"
+out_has "step     2/2  loss .* aux 0.0[0-9]*  imbalance [0-9.]*" "the routers' loss and balance"
+grep -q '"type":"moe","step":2,.*"moe_aux":0.0[0-9]*,"moe_dropped":0,"moe_imbalance":1,"moe_expert_max":[0-9.]*' "$tmp/moe.log" ||
+    fail "the log's moe line: $(grep moe "$tmp/moe.log")"
 # a plan edited to an uneven split of tiny's 4 layers that does not add up: refused
 # before anything starts, with the numbers
 run 0 "$build/ptplan" --devices 2 --layout "pp=2,first_layers=1,last_layers=3" \

@@ -21,8 +21,8 @@
 #             hidden/heads; 6 steps each, with dropout on
 #   moe:      mixtures of experts: tiny-moe, a Qwen3-style one (top-8 of 16, q/k norms)
 #             and one whose capacity factor drops copies, with their experts over ep
-#             ranks (the all-to-all with counts per rank), with dp, pp (uneven and
-#             interleaved) and recomputation; checkpoints of ep=4 resuming on one rank,
+#             ranks (the all-to-all with counts per rank) folded onto tp (with sp) and
+#             dp, with pp (uneven and interleaved) and recomputation; checkpoints of ep=4 resuming on one rank,
 #             as ep=2 and with pp; 6 steps each
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
 #             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
@@ -190,6 +190,9 @@ if [ "$suite" = cuda ]; then
     # (tiny), and alone with KV heads replicated to the 4 ranks (tiny LLaMA's 2)
     both="$both;4 cp=4,cp_comm=a2a+p2p,cp_a2a=2,mbs=2"
     llama="$llama;4 cp=4,cp_comm=a2a,mbs=2"
+    # a mixture of experts: CUB's sort, the grouped GEMMs' cuBLASLt calls, the all-to-all
+    # with counts per rank on device buffers
+    moe="2 dp=2,ep=2,mbs=2"
     six=""
     resume_cases="2 dp=2,zero=3,mbs=2"
 elif [ "$suite" = fp8 ]; then
@@ -228,7 +231,11 @@ elif [ "$suite" = moe ]; then
     moe="2 dp=2,mbs=2;2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=4,ep=2,mbs=2"
     moe="$moe;4 dp=2,ep=2,pp=2,mbs=2;2 dp=2,ep=2,recompute=full,mbs=2"
     moe="$moe;4 dp=2,ep=2,pp=2,vp=2,mbs=2;4 dp=2,ep=2,pp=2,first_layers=1,last_layers=3,mbs=2"
+    # tp with sp folded into ep (parallel folding): each tp rank routes its own rows; on
+    # tp=2 alone every expert is on both ranks of the pair, reduced over it
+    moe="$moe;2 tp=2,sp=1,mbs=2;4 tp=2,sp=1,dp=2,ep=4,mbs=2"
     qwen="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,recompute=selective,mbs=2"
+    qwen="$qwen;4 tp=4,sp=1,ep=4,recompute=full,mbs=2"
     cap="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2"
     both="" six=""
     resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
