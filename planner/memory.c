@@ -364,23 +364,25 @@ static double pt_mem_ceil_div(int64_t a, int64_t b)
  * each padded to a multiple of N and shared N ways; a tied embedding's copy (first and
  * last stage, pp > 1) is a bucket of its own. */
 static double pt_mem_zero1_shares(const pt_model *m, const pt_layout *l, int64_t bucket_elems,
-                                  int stage, int64_t N)
+                                  int stage, int64_t N, double *expert_shares)
 {
     int64_t pp = pt_mem_pos(l->pp), vp = pt_mem_pos(l->vp), V = pp * vp;
-    int64_t B = bucket_elems;
+    int64_t B = bucket_elems, edp = pt_layout_edp(l);
     int64_t tied = m->tied_embeddings && pp > 1
                        ? pt_vocab_padded(m, l->tp) / pt_mem_pos(l->tp) * m->hidden : 0;
     double shares = 0;
+    *expert_shares = 0;
     for (int64_t c = 0; c < vp; c++) {
-        int64_t vs = c * pp + stage;
+        int64_t vs = c * pp + stage, experts;
         bool first = vs == 0, last = vs == V - 1;
-        int64_t len = pt_params_part(m, l->tp, (int)pp,
-                                     pt_stage_layers(m, l, (int)vs, NULL), first, last);
+        int64_t len = pt_stage_params(m, l, (int)vs, &experts) - experts;
         if ((first || last) && tied) {
             len -= tied;
             shares += pt_bucket_shares(tied, tied, N); /* one bucket of its own */
         }
         shares += pt_bucket_shares(len, B, N);
+        /* a mixture of experts: the experts' buckets over their own group */
+        *expert_shares += pt_bucket_shares(experts, B, edp);
     }
     return shares;
 }
@@ -426,11 +428,12 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
         return;
     }
     if (l->zero == 1) { /* bucket shares, and the buckets' padded copies */
-        double shares = pt_mem_zero1_shares(m, l, bucket_elems, stage, N);
+        double experts, shares = pt_mem_zero1_shares(m, l, bucket_elems, stage, N, &experts);
         out->weights_bytes = (f32 + work) * P;
         out->grads_bytes = f32 * P;
-        out->optimizer_bytes = 2 * f32 * shares;
-        out->comm_bytes += (f32 + bf16) * (shares * (double)N + shares);
+        out->optimizer_bytes = 2 * f32 * (shares + experts);
+        out->comm_bytes += (f32 + bf16) * (shares * (double)N + shares) +
+                           f32 * experts * (double)(pt_layout_edp(l) + 1);
         return;
     }
     int64_t lp = pt_params_layer(m, l->tp);
@@ -534,8 +537,8 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
     /* ptrun's own buffers (planner/buffers.c); its mixtures of experts train under ZeRO
-     * 0 (pt_stack_check_model), whose states count every parameter alike */
-    if (t->stack.attention == PT_ATTN_PTRUN && (experts == 0 || l->zero == 0)) {
+     * 0 and 1 (pt_stack_check_model) */
+    if (t->stack.attention == PT_ATTN_PTRUN && (experts == 0 || l->zero <= 1)) {
         *out = (pt_memory){.stage = stage, .params = (double)params, .layers = layers,
                            .in_flight = fl.in_flight};
         pt_mem_stage_ptrun(m, l, stage, layers, &fl, p, t->bucket_bytes / 4, pt_train_fp8(t),

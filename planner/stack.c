@@ -1155,8 +1155,8 @@ char *pt_stack_to_json(const pt_stack *s)
 
 /* What ptrun's experts (runtime/moe.c) train so far: without cp beside them (the
  * load-balancing loss's sequences would lie in pieces over cp), experts whole (etp = 1)
- * and without biases or shared experts, their gradients reduced whole over the
- * expert-data-parallel group (ZeRO 0). tp with sp folds into ep as Megatron-Core's
+ * and without biases or shared experts, their gradients reduced over the
+ * expert-data-parallel group (ZeRO 0, or 1 sharded over it). tp with sp folds into ep as Megatron-Core's
  * parallel folding does. One message per limit, naming the key. */
 static int ptrun_moe_check(const pt_stack *s, const pt_model *m, const pt_layout *l,
                            pt_err *err)
@@ -1166,9 +1166,9 @@ static int ptrun_moe_check(const pt_stack *s, const pt_model *m, const pt_layout
         return pt_err_set(err, "layout %s=%d: stack '%s' trains a mixture of experts (model "
                           "%s) with cp = etp = 1 so far; spread it with tp, dp, ep and pp",
                           key, l->cp > 1 ? l->cp : l->etp, s->name, m->name);
-    if (l->zero > 0)
+    if (l->zero > 1)
         return pt_err_set(err, "layout zero=%d: stack '%s' trains a mixture of experts (model "
-                          "%s) under ZeRO 0 so far", l->zero, s->name, m->name);
+                          "%s) under ZeRO 0 and 1 so far", l->zero, s->name, m->name);
     if (m->moe.shared_experts > 0 || m->bias)
         return pt_err_set(err, "model %s: stack '%s' trains experts without %s so far",
                           m->name, s->name, m->bias ? "biases" : "shared experts");

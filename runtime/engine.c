@@ -232,9 +232,10 @@ static int reduce_tied(pt_net *n, const pt_dist *d, pt_err *err)
     return pt_comm_allreduce(d->comm, PT_GROUP_COUNT, n->grad + q->offset, q->count, err);
 }
 
-/* Rank r's share of ZeRO-1 bucket z: flat elements [*lo, *hi), possibly empty. */
-static void zero1_share(const pt_zero1_bucket *z, int64_t r, int64_t *lo, int64_t *hi)
+/* This rank's share of ZeRO-1 bucket z: flat elements [*lo, *hi), possibly empty. */
+static void zero1_share(const pt_zero1_bucket *z, int64_t *lo, int64_t *hi)
 {
+    int64_t r = z->rank;
     *lo = z->lo + r * z->share;
     *hi = *lo + z->share < z->hi ? *lo + z->share : z->hi;
     if (*lo > *hi)
@@ -307,7 +308,7 @@ static void local_sumsq(step_end *e)
     } else if (n->n_z1 > 0) {
         for (int b = 0; b < n->n_z1; b++) {
             int64_t lo, hi;
-            zero1_share(&n->z1[b], e->d->dp_rank, &lo, &hi);
+            zero1_share(&n->z1[b], &lo, &hi);
             if (hi > lo) /* without the tied copy */
                 sumsq_range(n, n->rs_shard + n->z1[b].shard_at, lo, hi, n->gsq);
         }
@@ -336,7 +337,7 @@ static int grad_norm(step_end *e, bool with_sum, pt_err *err)
 }
 
 /* The optimizer's tensors over what this rank updates, into list (NULL: counted). */
-static int adam_list(pt_net *n, const pt_plan *p, int64_t dp_rank, pt_k_adamw_tensor *list)
+static int adam_list(pt_net *n, const pt_plan *p, pt_k_adamw_tensor *list)
 {
     int k = 0;
     if (n->zero) {
@@ -348,7 +349,7 @@ static int adam_list(pt_net *n, const pt_plan *p, int64_t dp_rank, pt_k_adamw_te
         for (int b = 0; b < n->n_z1; b++) {
             const pt_zero1_bucket *z = &n->z1[b];
             int64_t lo, hi;
-            zero1_share(z, dp_rank, &lo, &hi);
+            zero1_share(z, &lo, &hi);
             if (hi > lo)
                 k = adam_range(n, p, list, k, n->master + lo, n->rs_shard + z->shard_at,
                                n->m + z->shard_at, n->v + z->shard_at, lo, hi);
@@ -367,7 +368,7 @@ static int adam(step_end *e, pt_err *err)
     const pt_plan *p = e->p;
     if (!e->have_norm && grad_norm(e, false, err))
         return -1;
-    int count = adam_list(n, p, e->d->dp_rank, NULL);
+    int count = adam_list(n, p, NULL);
     if (count > n->adam_cap) {
         pt_k_adamw_tensor *t = realloc(n->adam, (size_t)count * sizeof *t);
         if (!t)
@@ -375,7 +376,7 @@ static int adam(step_end *e, pt_err *err)
         n->adam = t;
         n->adam_cap = count;
     }
-    adam_list(n, p, e->d->dp_rank, n->adam);
+    adam_list(n, p, n->adam);
     pt_k_adamw_args a = {.lr = (float)e->out->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                          .step = (int)e->step + 1, .max_norm = p->run.grad_clip,
                          .sumsq = n->gsq, .copies = e->copies};
@@ -409,16 +410,14 @@ static int gather_updated(step_end *e, pt_err *err)
     pt_kernels *kn = n->kn;
     if (n->zero)
         return pt_zero_gather_whole(n, err);
-    int64_t r = e->d->dp_rank;
     for (int b = 0; b < n->n_z1; b++) {
         const pt_zero1_bucket *z = &n->z1[b];
-        int64_t lo, hi;
-        zero1_share(z, r, &lo, &hi);
+        int64_t lo, hi, r = z->rank;
+        zero1_share(z, &lo, &hi);
         float *full = n->rs_full + z->full_at;
         kn->copy(kn, full + r * z->share, n->master + lo, (size_t)(hi - lo) * sizeof *full,
                  PT_KCOPY_D2D);
-        if (pt_comm_allgather(e->d->comm, PT_GROUP_DPCP, full + r * z->share, full, z->share,
-                              err))
+        if (pt_comm_allgather(e->d->comm, z->group, full + r * z->share, full, z->share, err))
             return -1;
         kn->copy(kn, n->master + z->lo, full, (size_t)(z->hi - z->lo) * sizeof *full,
                  PT_KCOPY_D2D);
@@ -532,8 +531,8 @@ static void buckets_init(buckets *B, pt_net *n, const pt_dist *d, const pt_plan 
         B->c[c].started = n->reduce_hi[c];
         B->c[c].next_z1 = -1;
     }
-    for (int b = n->n_z1 - 1; b >= 0; b--) /* each chunk's first bucket */
-        if (n->z1[b].chunk >= 0)
+    for (int b = n->n_z1 - 1; b >= 0; b--) /* each chunk's first bucket (not its experts') */
+        if (n->z1[b].chunk >= 0 && !n->z1[b].experts)
             B->c[n->z1[b].chunk].next_z1 = b;
     for (int i = 0; i < prog->n; i++)
         if (prog->ins[i].kind == PT_INS_BWD)
@@ -586,10 +585,10 @@ static int zero1_start(pt_net *n, pt_comm *comm, const pt_zero1_bucket *z, pt_co
         return pt_compress_rs_start(n, comm, z, req, err);
     pt_kernels *kn = n->kn;
     float *full = n->rs_full + z->full_at;
-    int64_t len = z->hi - z->lo, padded = z->share * n->opt_ranks;
+    int64_t len = z->hi - z->lo, padded = z->share * z->ranks;
     kn->copy(kn, full, n->grad + z->lo, (size_t)len * sizeof *full, PT_KCOPY_D2D);
     kn->zero(kn, full + len, (size_t)(padded - len) * sizeof *full);
-    return pt_comm_ireducescatter(comm, PT_GROUP_DPCP, full, n->rs_shard + z->shard_at,
+    return pt_comm_ireducescatter(comm, z->group, full, n->rs_shard + z->shard_at,
                                   z->share, req, err);
 }
 
@@ -645,7 +644,9 @@ static int bucket_start(buckets *B, int chunk, int64_t lo, pt_err *err)
             return pt_err_set(err, "internal: ZeRO-1 bucket [%lld, %lld) of chunk %d is not "
                                    "the one listed", (long long)lo, (long long)cb->started,
                               chunk);
-        cb->next_z1 = k + 1 < n->n_z1 && n->z1[k + 1].chunk == chunk ? k + 1 : -1;
+        cb->next_z1 = k + 1 < n->n_z1 && n->z1[k + 1].chunk == chunk && !n->z1[k + 1].experts
+                          ? k + 1
+                          : -1;
         if (zero1_start(n, B->comm, &n->z1[k], &cb->req[cb->n_req], err))
             return -1;
     } else if (pt_compress_bf16_on(B->n)
@@ -722,10 +723,11 @@ typedef struct {
     bool experts_done;        /* the chunk's experts reduced */
 } sync_run;
 
-/* The chunk's experts' gradients (a mixture of experts, ZeRO 0), all-reduced over their
- * expert-data-parallel group in buckets from the top down, as the planner lists them
- * (pt_ops_expert_sync) after the chunk's other buckets: its first expert bucket op
- * reduces them all, the others have nothing left (no span). */
+/* The chunk's experts' gradients (a mixture of experts), over their expert-data-parallel
+ * group in buckets from the top down, as the planner lists them (pt_ops_expert_sync)
+ * after the chunk's other buckets: all-reduced (ZeRO 0) or reduce-scattered into this
+ * rank's shares (ZeRO 1). Its first expert bucket op reduces them all, the others have
+ * nothing left (no span). */
 static int expert_buckets(sync_run *r, pt_err *err)
 {
     buckets *B = r->B;
@@ -733,6 +735,18 @@ static int expert_buckets(sync_run *r, pt_err *err)
     if (r->experts_done)
         return PT_OP_NO_SPAN;
     r->experts_done = true;
+    for (int b = 0; n->n_z1 > 0 && b < n->n_z1; b++) { /* ZeRO 1: into this rank's shares */
+        const pt_zero1_bucket *z = &n->z1[b];
+        if (!z->experts || z->chunk != r->chunk)
+            continue;
+        pt_comm_req *req = NULL;
+        double t0 = pt_trace_now();
+        if (zero1_start(n, B->comm, z, &req, err) || zero1_wait(n, B->comm, b, req, err))
+            return -1;
+        bucket_span(B, "experts", r->chunk, (z->hi - z->lo) * (int64_t)sizeof(float), t0);
+    }
+    if (n->n_z1 > 0)
+        return 0;
     int64_t lo = n->chunk_begin[r->chunk], len = n->experts_end[r->chunk] - lo;
     for (int64_t b = 0; b < pt_bucket_count(len, B->bucket_elems); b++) {
         int64_t off, cnt;
@@ -844,6 +858,10 @@ static int reduce_grads(step_ctx *c, int chunk)
     for (int i = 0; i < o->n; i++)
         r.dp_ops_left += o->op[i].kind == PT_OPK_DP_BUCKET && o->op[i].group != PT_GROUP_EDP;
     if (pt_net_run_list(n, o, sync_op, &r, c->err))
+        return -1;
+    /* ZeRO 1's experts' shares are filled even where their group is one rank (edp = 1),
+     * which lists no bucket for them */
+    if (!r.experts_done && n->n_z1 > 0 && expert_buckets(&r, c->err) < 0)
         return -1;
     /* Every bucket waited for and widened, whatever the list's counts: a plan priced with
      * 2-byte gradients (bf16-grad16) lists no bf16_convert, yet this rank's gradients

@@ -21,10 +21,14 @@
 typedef struct pt_zero1_bucket {
     int chunk;
     bool at_step;             /* the tied embedding's copy: reduced at the optimizer step */
+    bool experts;             /* a chunk's experts' bucket, shared over the expert-data-
+                                 parallel group (reduced at REDUCE_GRADS after the rest) */
+    int group;                /* the group it is shared over: PT_GROUP_DPCP or _EDP */
+    int ranks, rank;          /* that group's size and this rank's place in it */
     int64_t lo, hi;           /* gradient elements [lo, hi) */
-    int64_t share;            /* elements each rank owns: ceil((hi - lo) / dp); rank r
+    int64_t share;            /* elements each rank owns: ceil((hi - lo) / ranks); rank r
                                  owns [lo + r·share, lo + (r+1)·share) ∩ [lo, hi) */
-    int64_t full_at;          /* where the padded copy (share·dp) sits in rs_full */
+    int64_t full_at;          /* where the padded copy (share·ranks) sits in rs_full */
     int64_t shard_at;         /* where this rank's share sits in rs_shard, m and v */
 } pt_zero1_bucket;
 
@@ -97,8 +101,10 @@ struct pt_net {
                                  sum over the two stages */
     struct pt_zero1_bucket *z1; /* ZeRO 1 over dp > 1: every gradient bucket, chunk by
                                  chunk, each from the chunk's end down (engine.c's
-                                 order), the tied copy's last; n_z1 of them */
+                                 order), then the tied copy's, then each chunk's experts'
+                                 (over their own group); n_z1 of them */
     int n_z1;
+    int64_t rs_full_elems;    /* ZeRO 1: the buckets' padded copies, all of them */
     float *rs_full, *rs_shard; /* ZeRO 1: the buckets' padded copies, each
                                  reduce-scattered as the backward finishes it
                                  (rs_full), and this rank's reduced shares of them

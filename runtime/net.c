@@ -294,6 +294,7 @@ const pt_param *pt_net_param_at(const pt_net *n, int i)
 
 int pt_net_opt_spans(const pt_net *n, int dp_rank, pt_net_span **out, int *count, pt_err *err)
 {
+    (void)dp_rank; /* each ZeRO-1 bucket knows this rank's place in its group */
     int cap = n->zero ? pt_zero_segments(n) : n->n_z1 > 0 ? n->n_z1 : 1, k = 0;
     pt_net_span *s = calloc((size_t)cap, sizeof *s);
     *out = s;
@@ -307,7 +308,7 @@ int pt_net_opt_spans(const pt_net *n, int dp_rank, pt_net_span **out, int *count
     } else if (n->n_z1 > 0) {
         for (int b = 0; b < n->n_z1; b++) {
             const pt_zero1_bucket *z = &n->z1[b];
-            int64_t lo = z->lo + (int64_t)dp_rank * z->share;
+            int64_t lo = z->lo + (int64_t)z->rank * z->share; /* its group's */
             int64_t hi = lo + z->share < z->hi ? lo + z->share : z->hi;
             s[k++] = (pt_net_span){lo, lo > hi ? lo : hi, z->shard_at};
         }

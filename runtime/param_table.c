@@ -393,34 +393,61 @@ int pt_net_reduce_ranges(pt_net *n, int64_t *tied_lo, int64_t *tied_hi, pt_err *
 }
 
 /* ZeRO 1's buckets, as the engine starts them: in each chunk its reduced range cut by
- * the planner's rule (pt_bucket_at: from the end down), the tied copy last, a bucket
- * of its own. Returns the count; fills z (when not NULL). */
-static int zero1_buckets(const pt_net *n, int64_t bucket_elems, int64_t tied_lo,
-                         int64_t tied_hi, pt_zero1_bucket *z)
+ * the planner's rule (pt_bucket_at: from the end down), the tied copy, a bucket of its
+ * own, then each chunk's experts cut the same way (pt_ops_expert_sync's buckets), shared
+ * over their own group. Returns the count; fills z (when not NULL) with each bucket's
+ * range, chunk and group. */
+static int zero1_buckets(const pt_net *n, const pt_net_place *at, int64_t bucket_elems,
+                         int64_t tied_lo, int64_t tied_hi, pt_zero1_bucket *z)
 {
-    int k = 0;
+    int k = 0, edp = pt_layout_edp(&n->layout);
+    pt_zero1_bucket dense = {.group = PT_GROUP_DPCP, .ranks = at->dp_size, .rank = at->dp_rank};
+    pt_zero1_bucket experts = {.experts = true, .group = PT_GROUP_EDP, .ranks = edp,
+                               .rank = at->edp_rank};
     for (int c = 0; c < n->layout.vp; c++) {
         int64_t len = n->reduce_hi[c] - n->reduce_lo[c];
         for (int64_t b = 0; b < pt_bucket_count(len, bucket_elems); b++, k++) {
             int64_t off, cnt;
             pt_bucket_at(len, bucket_elems, b, &off, &cnt);
-            if (z)
-                z[k] = (pt_zero1_bucket){.chunk = c, .lo = n->reduce_lo[c] + off,
-                                         .hi = n->reduce_lo[c] + off + cnt};
+            if (z) {
+                z[k] = dense;
+                z[k].chunk = c;
+                z[k].lo = n->reduce_lo[c] + off;
+                z[k].hi = n->reduce_lo[c] + off + cnt;
+            }
         }
     }
     if (tied_hi > tied_lo) {
-        if (z)
-            z[k] = (pt_zero1_bucket){.chunk = -1, .at_step = true, .lo = tied_lo, .hi = tied_hi};
+        if (z) {
+            z[k] = dense;
+            z[k].chunk = -1;
+            z[k].at_step = true;
+            z[k].lo = tied_lo;
+            z[k].hi = tied_hi;
+        }
         k++;
+    }
+    for (int c = 0; c < n->layout.vp; c++) {
+        int64_t lo = n->chunk_begin[c], len = n->experts_end[c] - lo;
+        for (int64_t b = 0; len > 0 && b < pt_bucket_count(len, bucket_elems); b++, k++) {
+            int64_t off, cnt;
+            pt_bucket_at(len, bucket_elems, b, &off, &cnt);
+            if (z) {
+                z[k] = experts;
+                z[k].chunk = c;
+                z[k].lo = lo + off;
+                z[k].hi = lo + off + cnt;
+            }
+        }
     }
     return k;
 }
 
 /* The optimizer's share of the buffer. With ZeRO 1 over several data-parallel ranks,
- * each gradient bucket is padded to a multiple of dp and this rank owns share
- * dp_rank of every one (Megatron-Core's distributed optimizer), so the moments take
- * about 1/dp of the memory, as the planner's memory model counts them. */
+ * each gradient bucket is padded to a multiple of its group's ranks (dp·cp, or for the
+ * experts their expert-data-parallel group) and this rank owns one share of every one
+ * (Megatron-Core's distributed optimizer), so the moments take about 1/dp of the
+ * memory, as the planner's memory model counts them. */
 static int optimizer_share(pt_net *n, const pt_plan *p, const pt_net_place *at,
                            int64_t tied_lo, int64_t tied_hi, pt_err *err)
 {
@@ -428,22 +455,23 @@ static int optimizer_share(pt_net *n, const pt_plan *p, const pt_net_place *at,
     n->opt_ranks = 1;
     if (n->layout.zero < 1 || at->dp_size <= 1)
         return 0;
-    int64_t dp = at->dp_size, bucket = p->train.bucket_bytes / (int64_t)sizeof(float);
-    n->opt_ranks = dp;
-    n->n_z1 = zero1_buckets(n, bucket, tied_lo, tied_hi, NULL);
+    int64_t bucket = p->train.bucket_bytes / (int64_t)sizeof(float);
+    n->opt_ranks = at->dp_size;
+    n->n_z1 = zero1_buckets(n, at, bucket, tied_lo, tied_hi, NULL);
     if (!(n->z1 = calloc((size_t)(n->n_z1 > 0 ? n->n_z1 : 1), sizeof *n->z1)))
         return pt_err_set(err, "out of memory for %d ZeRO-1 buckets", n->n_z1);
-    zero1_buckets(n, bucket, tied_lo, tied_hi, n->z1);
+    zero1_buckets(n, at, bucket, tied_lo, tied_hi, n->z1);
     int64_t full = 0, shard = 0;
     for (int b = 0; b < n->n_z1; b++) {
         pt_zero1_bucket *z = &n->z1[b];
-        z->share = (z->hi - z->lo + dp - 1) / dp;
+        z->share = (z->hi - z->lo + z->ranks - 1) / z->ranks;
         z->full_at = full;
         z->shard_at = shard;
-        full += z->share * dp;
+        full += z->share * z->ranks;
         shard += z->share;
     }
     n->opt_elems = shard;
+    n->rs_full_elems = full;
     return 0;
 }
 
@@ -460,7 +488,7 @@ static int alloc_state(pt_net *n, pt_err *err)
     n->bytes += (int64_t)(2 * f32 + 2 * opt) +
                 (fp32 ? 0 : (int64_t)n->n_elems * (int64_t)pt_kdtype_bytes(kn->act_dtype));
     if (n->opt_ranks > 1) { /* ZeRO 1: the buckets' padded copies and shares */
-        size_t full = (size_t)n->opt_ranks * opt;
+        size_t full = (size_t)n->rs_full_elems * sizeof(float);
         n->rs_full = kn->alloc(kn, full);
         n->rs_shard = kn->alloc(kn, opt);
         n->bytes += (int64_t)(full + opt);

@@ -372,7 +372,8 @@ int64_t pt_param_whole_index(const pt_param *p, int64_t i);
 bool pt_param_writer(const pt_net *n, const pt_param *p);
 /* The parameter elements whose Adam moments this rank holds: [lo, hi) of its flat
  * buffer at m and v + opt_at. One span of every element without ZeRO; with ZeRO 1 its
- * share of each bucket (dp_rank: its place in the dp·cp group); with ZeRO 2/3 its shard
+ * share of each bucket (its place in the bucket's group: dp_rank in dp·cp, for an
+ * experts' bucket the rank's in their expert-data-parallel group); with ZeRO 2/3 its shard
  * of each segment, whose master weights it alone holds too. *out is malloc'd. */
 typedef struct {
     int64_t lo, hi, opt_at;

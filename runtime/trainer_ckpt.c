@@ -327,15 +327,15 @@ static int write_pieces(const char *tmp, pt_trainer *r, const host_state *h, pt_
     int rc = pt_net_opt_spans(n, r->place.dp_rank, &spans, &n_spans, err);
     if (rc == 0)
         rc = piece_open(&c.model, tmp, "model", r, err) || piece_open(&c.optim, tmp, "optim", r, err);
-    /* ZeRO 0: master weights and moments from the first replica of each element */
-    if (rc == 0 && !sharded) {
-        c.span = &spans[0]; /* the whole buffer */
-        rc = for_own_runs(&c, r, put_master, err) || for_own_runs(&c, r, put_moments, err);
+    /* ZeRO 0 and 1: master weights from the first replica of each element; ZeRO 0 its
+     * moments too */
+    if (rc == 0 && !n->zero) {
+        c.span = &spans[0]; /* ZeRO 0: the whole buffer */
+        rc = for_own_runs(&c, r, put_master, err) ||
+             (!sharded && for_own_runs(&c, r, put_moments, err));
         first = false; /* written */
     }
-    /* ZeRO 1: the master weights all from dp rank 0; ZeRO 2/3: each rank's shards */
-    if (rc == 0 && !n->zero && first)
-        rc = for_runs(n, 0, n->n_elems, true, put_master, &c, err);
+    /* ZeRO 2/3: each rank's shards */
     for (int s = 0; rc == 0 && n->zero && s < n_spans; s++)
         rc = for_runs(n, spans[s].lo, spans[s].hi, true, put_master, &c, err);
     for (int s = 0; rc == 0 && (sharded || first) && s < n_spans; s++) {

@@ -607,9 +607,9 @@ out_has ",ep=[248]" "ptrun's search splits the experts"
 run 1 --model tiny-moe --devices 8 --layout "cp=2,dp=4,ep=2" --no-out
 err_has "layout cp=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) with cp = etp = 1 so far" \
     "ptrun's experts without cp"; one_line_error "MoE with cp on ptrun"
-run 1 --model tiny-moe --devices 8 --layout "dp=8,ep=2,zero=1" --no-out
-err_has "layout zero=1: stack 'ptrun' trains a mixture of experts (model tiny-moe) under ZeRO 0 so far" \
-    "ptrun's experts under ZeRO 0"
+run 1 --model tiny-moe --devices 8 --layout "dp=8,ep=2,zero=2" --no-out
+err_has "layout zero=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) under ZeRO 0 and 1 so far" \
+    "ptrun's experts under ZeRO 0 and 1"
 run 0 --dump-model tiny-moe
 sed 's/"shared_experts": 0/"shared_experts": 1/; s/"shared_ffn": 0/"shared_ffn": 64/' "$tmp/out" \
     >"$tmp/shared.json"

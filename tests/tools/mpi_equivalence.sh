@@ -234,11 +234,14 @@ elif [ "$suite" = moe ]; then
     # tp with sp folded into ep (parallel folding): each tp rank routes its own rows; on
     # tp=2 alone every expert is on both ranks of the pair, reduced over it
     moe="$moe;2 tp=2,sp=1,mbs=2;4 tp=2,sp=1,dp=2,ep=4,mbs=2"
+    # ZeRO 1: the experts' buckets shared over their expert-data-parallel group (2 ranks,
+    # or 1 where ep = dp), the rest over dp
+    moe="$moe;4 dp=4,ep=2,zero=1,mbs=2;2 dp=2,ep=2,zero=1,mbs=2;4 tp=2,sp=1,dp=2,ep=2,zero=1,mbs=2"
     qwen="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,recompute=selective,mbs=2"
     qwen="$qwen;4 tp=4,sp=1,ep=4,recompute=full,mbs=2"
     cap="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2"
     both="" six=""
-    resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
+    resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,zero=1,mbs=2"
     resume_model="--model tiny-moe"
 elif [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2;2 tp=2,sp=1,mbs=2;4 tp=4,mbs=2;4 tp=4,sp=1,mbs=2"
@@ -346,7 +349,7 @@ fi
 # Checkpoints move between layouts (suite pipeline): a dp=2 ZeRO-3 run stopped after
 # half its steps resumes as tp=2, as pp=2 with ZeRO-1 over dp=2, and on one rank with
 # another micro-batch size; (suite moe) an ep=4 run of tiny-moe, whose experts its four
-# ranks hold a quarter each, resumes on one rank, as ep=2 and with pp=2. Each second
+# ranks hold a quarter each, resumes on one rank, as ep=2 with ZeRO 1 and with pp=2. Each second
 # half (and the final weights) matches the uninterrupted run within the suite's
 # tolerance (the layouts differ in their sums' order, as above).
 xmodel="" xfrom="" xto=""
@@ -355,7 +358,7 @@ if [ "$suite" = pipeline ]; then
     xwho="dp=2.*zero=3.* on 2 ranks"
 elif [ "$suite" = moe ]; then
     xmodel="--model tiny-moe"
-    xfrom="4 dp=4,ep=4,mbs=2" xto="1 mbs=1;2 dp=2,ep=2,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
+    xfrom="4 dp=4,ep=4,mbs=2" xto="1 mbs=1;4 dp=4,ep=2,zero=1,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
     xwho="ep=4.* on 4 ranks"
 fi
 if [ -n "$xfrom" ]; then
