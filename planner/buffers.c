@@ -166,8 +166,9 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_MOE_W, 4, moe ? Rk : 0);
     SET(B, PT_BUF_MOE_POS, 4, moe ? Rk : 0);
     /* ... (b, E) the loss's gradient, and beside it (b, E) the copies' counts while the
-     * sequences' sums are reduced over tp */
-    SET(B, PT_BUF_MOE_AUXG, 4, moe && m->moe.aux_loss > 0 ? 2 * b : 0, E);
+     * sequences' sums are reduced over tp and cp, and each run of a sequence's rows'
+     * sums (at most 2·b: pieces of sequences) */
+    SET(B, PT_BUF_MOE_AUXG, 4, moe && m->moe.aux_loss > 0 ? 4 * b : 0, E);
     SET(B, PT_BUF_MOE_XR, ab, N, h);
     SET(B, PT_BUF_MOE_YP, ab, moe ? Rk : 0, h);
     /* the rest of a slot: token ids, targets, and one residual stream per layer

@@ -1153,19 +1153,18 @@ char *pt_stack_to_json(const pt_stack *s)
     return text;
 }
 
-/* What ptrun's experts (runtime/moe.c) train so far: without cp beside them (the
- * load-balancing loss's sequences would lie in pieces over cp), experts whole (etp = 1)
- * and without biases or shared experts, their gradients reduced over the
- * expert-data-parallel group (ZeRO 0, or 1 sharded over it). tp with sp folds into ep as Megatron-Core's
- * parallel folding does. One message per limit, naming the key. */
+/* What ptrun's experts (runtime/moe.c) train so far: experts whole (etp = 1) and
+ * without biases or shared experts, their gradients reduced over the
+ * expert-data-parallel group (ZeRO 0, or 1 sharded over it). tp with sp and cp fold
+ * into ep as Megatron-Core's parallel folding does. One message per limit, naming the
+ * key. */
 static int ptrun_moe_check(const pt_stack *s, const pt_model *m, const pt_layout *l,
                            pt_err *err)
 {
-    const char *key = l->cp > 1 ? "cp" : l->etp > 1 ? "etp" : NULL;
-    if (key)
-        return pt_err_set(err, "layout %s=%d: stack '%s' trains a mixture of experts (model "
-                          "%s) with cp = etp = 1 so far; spread it with tp, dp, ep and pp",
-                          key, l->cp > 1 ? l->cp : l->etp, s->name, m->name);
+    if (l->etp > 1)
+        return pt_err_set(err, "layout etp=%d: stack '%s' trains a mixture of experts (model "
+                          "%s) with its experts whole (etp = 1) so far; spread them with ep",
+                          l->etp, s->name, m->name);
     if (l->zero > 1)
         return pt_err_set(err, "layout zero=%d: stack '%s' trains a mixture of experts (model "
                           "%s) under ZeRO 0 and 1 so far", l->zero, s->name, m->name);

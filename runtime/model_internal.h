@@ -361,7 +361,8 @@ typedef struct {
      * scores (b, E) fp32 (NULL without that loss), the rows this rank's experts received,
      * expert by expert (N, h) [act], and their outputs back in this rank's order (R·k, h)
      * [act]; gate, up and act then hold the experts' N rows. moe_auxg has room for the
-     * sequences' counts after it, (b, E) fp32, while they are summed over tp */
+     * sequences' counts after it, (b, E) fp32, while they are summed over tp and cp,
+     * and for each run of rows' sums, (2b, E) */
     float *moe_scores, *moe_w, *moe_auxg, *moe_xr, *moe_yp;
     int32_t *moe_idx, *moe_pos;
 } pt_layer_acts;

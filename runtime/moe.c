@@ -51,8 +51,9 @@ struct pt_moe {
     int64_t *gcnt;            /* (G) rows each local expert received */
     int32_t *perm, *invperm;  /* (N) host copies of the orders */
     int32_t *idx;             /* (R·k) the chosen experts, for the loss's counts */
-    float *colsum;            /* (2·b·E) score sums per sequence, then the loss's gradient;
-                                 the copies' counts per sequence after them */
+    float *colsum;            /* (4·b·E) score sums per sequence, then the loss's gradient;
+                                 the copies' counts per sequence after them; then each
+                                 run's sums (aux_loss) */
     pt_moe_stats stats;
 };
 
@@ -84,7 +85,7 @@ int pt_moe_init(pt_net *n, pt_err *err)
     x->perm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->perm);
     x->invperm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->invperm);
     x->idx = calloc((size_t)(d.R * x->k), sizeof *x->idx);
-    x->colsum = calloc((size_t)(2 * d.b * x->E), sizeof *x->colsum);
+    x->colsum = calloc((size_t)(4 * d.b * x->E), sizeof *x->colsum);
     if (!x->cnt || !x->dcnt || !x->send || !x->recv || !x->sendc || !x->recvc || !x->gcnt || !x->perm || !x->invperm ||
         !x->idx || !x->colsum)
         return pt_err_set(err, "out of memory for the experts' routing tables");
@@ -226,25 +227,31 @@ static const float *weights(const pt_layer_ctx *c, pt_param_ref r, int slot, flo
     return v.w;
 }
 
-/* Rows [*lo, *hi) of this rank's R rows that belong to sequence bi of the micro-batch
- * (its rows are the sequences' back to back, this rank's a run of them with sp);
- * false when none. */
-static bool sequence_rows(const pt_layer_ctx *c, int64_t bi, int64_t *lo, int64_t *hi)
+/* The k-th run of this rank's R rows that lie in one piece of one sequence: rows
+ * [*lo, *hi) of its R, of sequence *seq of the micro-batch. A layer's T rows are the
+ * sequences' pieces back to back, b·pieces runs of sc rows (piece p of sequence bi at
+ * run p·b + bi: tensors.c's pt_net_cp_slice), this rank's R of them a run of rows with
+ * sp. false past the last. */
+static bool run_at(const pt_layer_ctx *c, int64_t k, int64_t *lo, int64_t *hi, int64_t *seq)
 {
     const pt_layer_dims *d = &c->d;
-    int64_t row0 = pt_layer_own_row0(c), a = bi * d->s, b = a + d->s;
+    int64_t row0 = pt_layer_own_row0(c), first = row0 / d->sc;
+    int64_t a = (first + k) * d->sc, b = a + d->sc;
+    if (a >= row0 + d->R)
+        return false;
     a = a > row0 ? a : row0;
     b = b < row0 + d->R ? b : row0 + d->R;
     *lo = a - row0;
     *hi = b - row0;
-    return a < b;
+    *seq = (first + k) % d->b;
+    return true;
 }
 
 /* The load-balancing loss of each sequence of the micro-batch (the top's formula): its
  * value into the step's figures and its gradient of the scores into L->moe_auxg. The
- * host reads the experts chosen and the scores' column sums over each sequence's rows
- * here; with sp a sequence's rows lie on several tp ranks, whose sums and counts are
- * added over tp first. One wait a layer. */
+ * host reads the experts chosen and the scores' column sums over each run of a
+ * sequence's rows here; with sp and cp a sequence's rows lie on several ranks, whose
+ * sums and counts are added over tp and over cp first. One wait a layer. */
 static int aux_loss(pt_layer_ctx *c, bool again)
 {
     pt_net *n = c->n;
@@ -252,28 +259,31 @@ static int aux_loss(pt_layer_ctx *c, bool again)
     pt_kernels *kn = n->kn;
     pt_layer_acts *L = &c->A->layer[c->ai];
     const pt_layer_dims *d = &c->d;
-    int64_t S = d->s, b = d->b, bE = b * x->E, lo, hi;
-    for (int64_t bi = 0; bi < b; bi++) {
-        if (sequence_rows(c, bi, &lo, &hi))
-            kn->moe_score_colsum(kn, L->moe_auxg + bi * x->E, L->moe_scores + lo * x->E,
-                                 hi - lo, x->E);
-        else
-            kn->zero(kn, L->moe_auxg + bi * x->E, (size_t)x->E * sizeof(float));
-    }
-    kn->copy(kn, x->colsum, L->moe_auxg, (size_t)bE * sizeof(float), PT_KCOPY_D2H);
+    int64_t S = d->s * d->cp, b = d->b, bE = b * x->E, lo, hi, seq, runs = 0;
+    float *part = L->moe_auxg + 2 * bE; /* each run's sums, (runs, E) */
+    for (; run_at(c, runs, &lo, &hi, &seq); runs++)
+        kn->moe_score_colsum(kn, part + runs * x->E, L->moe_scores + lo * x->E, hi - lo, x->E);
+    float *sums = x->colsum, *counts = x->colsum + bE; /* exact: counts below 2^24 */
+    kn->copy(kn, sums + 2 * bE, part, (size_t)(runs * x->E) * sizeof(float), PT_KCOPY_D2H);
     kn->copy(kn, x->idx, L->moe_idx, (size_t)(d->R * x->k) * sizeof(int32_t), PT_KCOPY_D2H);
     if (wait_kernels(c))
         return -1;
-    float *sums = x->colsum, *counts = x->colsum + bE; /* exact: counts below 2^24 */
-    for (int64_t i = 0; i < bE; i++)
-        counts[i] = 0;
-    int64_t row0 = pt_layer_own_row0(c);
-    for (int64_t r = 0; r < d->R; r++)
-        for (int j = 0; j < x->k; j++)
-            counts[(row0 + r) / S * x->E + x->idx[r * x->k + j]] += 1;
-    if (d->t > 1) { /* the sequences' rows on the other tp ranks */
+    for (int64_t i = 0; i < 2 * bE; i++)
+        sums[i] = 0;
+    for (int64_t r = 0; run_at(c, r, &lo, &hi, &seq); r++) {
+        for (int e = 0; e < x->E; e++)
+            sums[seq * x->E + e] += x->colsum[2 * bE + r * x->E + e];
+        for (int64_t t = lo; t < hi; t++)
+            for (int j = 0; j < x->k; j++)
+                counts[seq * x->E + x->idx[t * x->k + j]] += 1;
+    }
+    /* a sequence's rows on the other tp (sp) and cp ranks */
+    for (int g = 0; g < 2; g++) {
+        if ((g == 0 ? d->t : d->cp) == 1)
+            continue;
         kn->copy(kn, L->moe_auxg, x->colsum, (size_t)(2 * bE) * sizeof(float), PT_KCOPY_H2D);
-        if (pt_comm_allreduce(n->comm, PT_GROUP_TP, L->moe_auxg, 2 * bE, c->err))
+        if (pt_comm_allreduce(n->comm, g == 0 ? PT_GROUP_TP : PT_GROUP_CP, L->moe_auxg, 2 * bE,
+                              c->err))
             return -1;
         kn->copy(kn, x->colsum, L->moe_auxg, (size_t)(2 * bE) * sizeof(float), PT_KCOPY_D2H);
         if (wait_kernels(c))
@@ -282,8 +292,8 @@ static int aux_loss(pt_layer_ctx *c, bool again)
     double alpha = n->spec.moe.aux_loss;
     for (int64_t i = 0; i < bE; i++) {
         double f = (double)x->E * (double)counts[i] / ((double)x->k * (double)S);
-        /* every tp rank holds the same figures: tp rank 0 counts them */
-        if (c->dloss > 0 && !again && d->tr == 0)
+        /* every tp and cp rank holds the same figures: their rank 0 counts them */
+        if (c->dloss > 0 && !again && d->tr == 0 && d->cr == 0)
             x->stats.aux += alpha * f * (double)sums[i] / (double)S;
         sums[i] = (float)(alpha * f * (double)c->A->dloss); /* the forward's scale */
     }
@@ -393,7 +403,7 @@ static const float *branch_grad(pt_layer_ctx *c)
 }
 
 /* The router's backward from the weights' gradient (and the load-balancing loss's):
- * sequence by sequence where that loss has a gradient per sequence. */
+ * run by run of a sequence's rows where that loss has a gradient per sequence. */
 static void route_backward(pt_layer_ctx *c)
 {
     pt_net *n = c->n;
@@ -404,12 +414,10 @@ static void route_backward(pt_layer_ctx *c)
     const pt_layer_dims *d = &c->d;
     int score = n->spec.moe.score == PT_ROUTER_SIGMOID ? PT_KMOE_SIGMOID : PT_KMOE_SOFTMAX;
     bool renorm = n->spec.moe.renorm;
-    for (int64_t bi = 0; bi < (L->moe_auxg ? d->b : 1); bi++) {
-        int64_t lo = 0, hi = d->R;
-        if (L->moe_auxg && !sequence_rows(c, bi, &lo, &hi))
-            continue;
+    int64_t lo = 0, hi = d->R, seq = 0;
+    for (int64_t r = 0; L->moe_auxg ? run_at(c, r, &lo, &hi, &seq) : r == 0; r++) {
         kn->moe_route_backward(kn, pt_act_at(c, S->moe_logits, lo * x->E), S->moe_dw + lo * x->k,
-                               L->moe_auxg ? L->moe_auxg + bi * x->E : NULL,
+                               L->moe_auxg ? L->moe_auxg + seq * x->E : NULL,
                                L->moe_scores + lo * x->E, L->moe_idx + lo * x->k,
                                L->moe_w + lo * x->k, hi - lo, x->E, x->k, score, renorm);
     }

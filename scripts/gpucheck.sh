@@ -511,6 +511,12 @@ stage_profile() {
     [ "${GPUCHECK_PROFILE_XL:-1}" = 1 ] && clocks profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
         --devices 1 --global-batch 16 --max-mbs 64 --max-gflop 100000 --no-collectives \
         --db "$out/h100.db" --data "$corpus" --resume
+    # a mixture of experts' kernels at Qwen3-30B-A3B's shapes on a node (ep up to 8):
+    # one expert's GEMMs at the balanced rows (ptrun runs the grouped GEMM as one GEMM an
+    # expert), the router, dispatch plan and combine
+    [ "${GPUCHECK_PROFILE_MOE:-1}" = 1 ] && clocks profile_moe "$bin/ptprofile" --backend cuda --model qwen3-30b-a3b --cluster dgx-h100 \
+        --devices 8 --global-batch 64 --max-mbs 2 --max-gflop 100000 --no-collectives \
+        --db "$out/h100.db" --data "$corpus" --resume
     limit=$stage_limit
     for name in gpt2 gpt2xl; do
         [ -f "$out/$name.jsonl" ] || continue

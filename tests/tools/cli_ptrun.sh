@@ -154,13 +154,13 @@ err_has "plan-ag.json: layout cp_comm=all_gather (priced for stack 'megatron-cor
     "cp_comm=all_gather refused by ptrun"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for all_gather: $(cat "$tmp/err")"
 # a mixture of experts priced for Megatron-Core in a layout ptrun's experts do not train
-# yet (cp beside them): refused before anything starts, naming the key
+# yet (each expert split over etp): refused before anything starts, naming the key
 run 0 "$build/ptplan" --model tiny-moe --devices 4 --stack megatron-core \
-    --layout "cp=2,dp=2,ep=2" --out "$tmp/plan-moe.json"
+    --layout "dp=4,ep=2,etp=2" --out "$tmp/plan-moe.json"
 run 1 "$build/ptrun" "$tmp/plan-moe.json"
-err_has "plan-moe.json: layout cp=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) with cp = etp = 1 so far; spread it with tp, dp, ep and pp (the plan prices it for stack 'megatron-core')" \
-    "a mixture of experts with cp refused by ptrun"
-[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for MoE with cp: $(cat "$tmp/err")"
+err_has "plan-moe.json: layout etp=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) with its experts whole (etp = 1) so far; spread them with ep (the plan prices it for stack 'megatron-core')" \
+    "a mixture of experts with etp refused by ptrun"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for MoE with etp: $(cat "$tmp/err")"
 # ... and one it does train, on one rank: the routers' figures on the console and in
 # the log
 run 0 "$build/ptplan" --model tiny-moe --devices 1 --stack megatron-core --layout "mbs=2" \

@@ -21,8 +21,9 @@
 #             hidden/heads; 6 steps each, with dropout on
 #   moe:      mixtures of experts: tiny-moe, a Qwen3-style one (top-8 of 16, q/k norms)
 #             and one whose capacity factor drops copies, with their experts over ep
-#             ranks (the all-to-all with counts per rank) folded onto tp (with sp) and
-#             dp, with pp (uneven and interleaved) and recomputation; checkpoints of ep=4 resuming on one rank,
+#             ranks (the all-to-all with counts per rank) folded onto tp (with sp), cp
+#             (ring and all-to-all) and dp, with ZeRO 0 and 1, pp (uneven, interleaved
+#             and a pipeline layout) and recomputation; checkpoints of ep=4 resuming on one rank,
 #             as ep=2 and with pp; 6 steps each
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
 #             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
@@ -228,8 +229,7 @@ elif [ "$suite" = moe ]; then
     # mixtures of experts (tiny-moe: 8 experts, top-2, layer 0 dense; tiny-qwen3-moe: 16,
     # top-8, q/k norms; tiny-moe-cap: a capacity factor that drops copies), their
     # experts over ep ranks folded onto dp, with pp (uneven, interleaved), recomputation
-    moe="2 dp=2,mbs=2;2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=4,ep=2,mbs=2"
-    moe="$moe;4 dp=2,ep=2,pp=2,mbs=2;2 dp=2,ep=2,recompute=full,mbs=2"
+    moe="2 dp=2,mbs=2;2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;2 dp=2,ep=2,recompute=full,mbs=2"
     moe="$moe;4 dp=2,ep=2,pp=2,vp=2,mbs=2;4 dp=2,ep=2,pp=2,first_layers=1,last_layers=3,mbs=2"
     # tp with sp folded into ep (parallel folding): each tp rank routes its own rows; on
     # tp=2 alone every expert is on both ranks of the pair, reduced over it
@@ -237,8 +237,12 @@ elif [ "$suite" = moe ]; then
     # ZeRO 1: the experts' buckets shared over their expert-data-parallel group (2 ranks,
     # or 1 where ep = dp), the rest over dp
     moe="$moe;4 dp=4,ep=2,zero=1,mbs=2;2 dp=2,ep=2,zero=1,mbs=2;4 tp=2,sp=1,dp=2,ep=2,zero=1,mbs=2"
+    # cp folded into ep: the load-balancing loss's sequences in pieces over cp (and tp),
+    # by the ring and by the all-to-all; a pipeline layout
+    moe="$moe;2 cp=2,mbs=2;4 tp=2,sp=1,cp=2,ep=4,mbs=2;4 cp=2,cp_comm=a2a,dp=2,ep=2,zero=1,mbs=2"
+    moe="$moe;4 dp=2,ep=2,pp=2,mbs=2,pipeline=Et|t|tt|L"
     qwen="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,recompute=selective,mbs=2"
-    qwen="$qwen;4 tp=4,sp=1,ep=4,recompute=full,mbs=2"
+    qwen="$qwen;4 tp=4,sp=1,ep=4,recompute=full,mbs=2;4 cp=2,cp_comm=a2a,dp=2,ep=4,mbs=2"
     cap="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2"
     both="" six=""
     resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,zero=1,mbs=2"
