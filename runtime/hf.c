@@ -6,8 +6,10 @@
  * its parts. What goes where is runtime/hf_map.c's.
  *
  * config.json's fields are transformers' (models/gpt2/configuration_gpt2.py,
- * models/llama/configuration_llama.py); a field left out takes the class default, as
- * from_pretrained would give it (save_pretrained drops some of them).
+ * models/llama/configuration_llama.py, models/qwen3/configuration_qwen3.py,
+ * models/mixtral/configuration_mixtral.py, models/qwen3_moe/configuration_qwen3_moe.py);
+ * a field left out takes the class default, as from_pretrained would give it
+ * (save_pretrained drops some of them).
  */
 #include "hf_internal.h"
 #include "specjson.h"
@@ -130,16 +132,16 @@ static int cfg_vocab(const hf_cfg *c, int64_t v, hf_layout *l)
 }
 
 /* The model must be of the family config.json's model_type names. */
-static int cfg_family(const hf_cfg *c, hf_family want, const char *type)
+static int cfg_family(const hf_cfg *c, hf_family want)
 {
     hf_family have;
     pt_err why;
+    const char *type = hf_family_type(want);
     if (hf_family_of(c->m, &have, &why) != 0)
         return pt_err_set(c->err, "%s: model_type = '%s', but %s", c->path, type, why.msg);
     if (have != want)
         return pt_err_set(c->err, "%s: model_type = '%s', but model '%s' is %s", c->path, type,
-                          c->m->name, have == HF_GPT2 ? "GPT-2 shaped (layernorm, gelu, learned "
-                          "positions)" : "LLaMA shaped (rmsnorm, swiglu, rope)");
+                          c->m->name, hf_family_shape(have));
     return 0;
 }
 
@@ -153,7 +155,7 @@ static int cfg_gpt2(const hf_cfg *c, hf_layout *l)
     int64_t h, layers, heads, ffn, vocab, npos;
     bool tied, scale, by_layer;
     const char *act;
-    if (cfg_family(c, HF_GPT2, "gpt2") || cfg_int(c, "n_embd", 768, &h) ||
+    if (cfg_family(c, HF_GPT2) || cfg_int(c, "n_embd", 768, &h) ||
         cfg_int(c, "n_layer", 12, &layers) || cfg_int(c, "n_head", 12, &heads) ||
         cfg_int(c, "n_inner", HF_NONE, &ffn) || cfg_int(c, "vocab_size", 50257, &vocab) ||
         cfg_int(c, "n_positions", 1024, &npos) ||
@@ -189,15 +191,15 @@ static int cfg_gpt2(const hf_cfg *c, hf_layout *l)
     return 0;
 }
 
-/* RoPE's base and scaling: rope_theta, or (newer transformers) rope_parameters. */
-static int cfg_rope(const hf_cfg *c)
+/* RoPE's base and scaling: rope_theta (dflt, the config class's, when absent), or
+ * (newer transformers) rope_parameters. */
+static int cfg_rope(const hf_cfg *c, double dflt)
 {
     const json_t *params = json_object_get(c->root, "rope_parameters");
     const json_t *scaling = json_object_get(c->root, "rope_scaling");
     const json_t *type = json_is_object(params) ? json_object_get(params, "rope_type") : NULL;
     double theta;
-    if (cfg_real(c, json_is_object(params) ? params : c->root, "rope_theta", PT_HF_ROPE_THETA,
-                 &theta))
+    if (cfg_real(c, json_is_object(params) ? params : c->root, "rope_theta", dflt, &theta))
         return -1;
     if (fabs(theta - PT_HF_ROPE_THETA) > 1e-6 * PT_HF_ROPE_THETA)
         return pt_err_set(c->err, "%s: rope_theta = %g, but ptrun's RoPE uses %g", c->path,
@@ -209,26 +211,164 @@ static int cfg_rope(const hf_cfg *c)
     return 0;
 }
 
-/* LlamaConfig's defaults (vocab_size 32000, hidden_size 4096, intermediate_size 11008,
- * num_hidden_layers 32, num_attention_heads 32, num_key_value_heads None = heads,
- * hidden_act silu, rms_norm_eps 1e-6, tie_word_embeddings False, rope_theta 10000,
- * attention_bias False, mlp_bias False, head_dim None = hidden / heads). */
-static int cfg_llama(const hf_cfg *c, hf_layout *l)
+/* A sliding window `key` of `size` keys, when on: one of at least our seq keys is full
+ * attention over every training sequence, as ours is; a narrower one is refused. */
+static int cfg_window(const hf_cfg *c, const char *key, bool on, int64_t size)
+{
+    if (!on || size >= c->m->seq)
+        return 0;
+    return pt_err_set(c->err, "%s: %s = %" PRId64 ", but model '%s' attends in full over seq = "
+                      "%" PRId64, c->path, key, size, c->m->name, c->m->seq);
+}
+
+/* The defaults of a LLaMA-like config class where config.json leaves a field out
+ * (HF_NONE: computed from others): models/llama/configuration_llama.py (LlamaConfig;
+ * rope_theta 10000, rms_norm_eps 1e-6, num_key_value_heads None = heads, head_dim None =
+ * hidden / heads), models/qwen3/configuration_qwen3.py (head_dim 128, num_key_value_heads
+ * 32), models/mixtral/configuration_mixtral.py (rope_theta 1e6, rms_norm_eps 1e-5) and
+ * models/qwen3_moe/configuration_qwen3_moe.py. All: hidden_act silu, tie_word_embeddings
+ * False. */
+typedef struct {
+    hf_family family;
+    int64_t vocab, hidden, ffn, layers, heads, kv, head_dim;
+    double eps, theta;
+} hf_llama_defaults;
+
+static const hf_llama_defaults llama_defaults[] = {
+    {HF_LLAMA, 32000, 4096, 11008, 32, 32, HF_NONE, HF_NONE, 1e-6, 1e4},
+    {HF_QWEN3, 151936, 4096, 22016, 32, 32, 32, 128, 1e-6, 1e4},
+    {HF_MIXTRAL, 32000, 4096, 14336, 32, 32, 8, HF_NONE, 1e-5, 1e6},
+    {HF_QWEN3_MOE, 151936, 2048, 6144, 24, 32, 4, HF_NONE, 1e-6, 1e4},
+};
+
+/* The count of experts under `key`, or under `alt` when only that is there (transformers
+ * maps one name to the other: attribute_map {"num_experts": "num_local_experts"}). */
+static int cfg_experts(const hf_cfg *c, const char *key, const char *alt, int64_t dflt)
+{
+    int64_t e;
+    if (!json_object_get(c->root, key) && json_object_get(c->root, alt))
+        key = alt;
+    if (cfg_int(c, key, dflt, &e))
+        return -1;
+    return cfg_same(c, key, e, "moe.experts", c->m->moe.experts);
+}
+
+/* MixtralConfig: num_local_experts 8, num_experts_per_tok 2, intermediate_size the
+ * experts' (every layer is sparse), sliding_window None (full attention). The
+ * router's jitter noise and router_aux_loss_coef are training settings: the run's own
+ * (the model spec's moe.aux_loss) apply. */
+static int cfg_mixtral(const hf_cfg *c, int64_t ffn)
+{
+    const pt_model *m = c->m;
+    int64_t k, window;
+    if (cfg_experts(c, "num_local_experts", "num_experts", 8) ||
+        cfg_int(c, "num_experts_per_tok", 2, &k) ||
+        cfg_same(c, "num_experts_per_tok", k, "moe.top_k", m->moe.top_k) ||
+        cfg_same(c, "intermediate_size", ffn, "moe.expert_ffn", m->moe.expert_ffn) ||
+        cfg_int(c, "sliding_window", HF_NONE, &window) ||
+        cfg_window(c, "sliding_window", window != HF_NONE, window))
+        return -1;
+    return 0;
+}
+
+/* Qwen3-MoE's sparse layers must be ours: Qwen3MoeDecoderLayer (modeling_qwen3_moe.py)
+ * puts the mixture in layer i unless i is in mlp_only_layers, when (i + 1) %
+ * decoder_sparse_step == 0; ours are pt_model_layer_moe's (i >= first_dense, i % every
+ * == 0). */
+static int cfg_sparse_layers(const hf_cfg *c)
+{
+    const pt_model *m = c->m;
+    const json_t *only = json_object_get(c->root, "mlp_only_layers");
+    size_t n = json_array_size(only); /* 0 for null or absent */
+    int64_t step;
+    if (cfg_int(c, "decoder_sparse_step", 1, &step))
+        return -1;
+    if (step < 1)
+        return cfg_type(c, "decoder_sparse_step", "a positive integer");
+    bool ok = !only || json_is_null(only) || json_is_array(only);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = json_is_integer(json_array_get(only, i));
+    if (!ok)
+        return cfg_type(c, "mlp_only_layers", "a list of layer numbers");
+    for (int64_t layer = 0; layer < m->layers; layer++) {
+        bool sparse = (layer + 1) % step == 0;
+        for (size_t i = 0; i < n; i++)
+            sparse = sparse && json_integer_value(json_array_get(only, i)) != layer;
+        if (sparse != pt_model_layer_moe(m, layer))
+            return pt_err_set(c->err, "%s: decoder_sparse_step = %" PRId64 " and "
+                              "mlp_only_layers make layer %" PRId64 " %s, but model '%s' has "
+                              "%s there (moe.first_dense = %" PRId64 ", moe.every = %" PRId64
+                              ")", c->path, step, layer, sparse ? "sparse" : "dense", m->name,
+                              sparse ? "a dense MLP" : "a mixture of experts",
+                              m->moe.first_dense, m->moe.every);
+    }
+    return 0;
+}
+
+/* Qwen3MoeConfig: num_experts 128, num_experts_per_tok 8, moe_intermediate_size 768,
+ * norm_topk_prob False, decoder_sparse_step 1, mlp_only_layers [], intermediate_size the
+ * dense layers' (compared only when the model has one: unused otherwise, as in the
+ * released configs), attention_bias False, use_sliding_window False (sliding_window
+ * 4096). router_aux_loss_coef is a training setting, as Mixtral's. */
+static int cfg_qwen3_moe(const hf_cfg *c, int64_t ffn)
+{
+    const pt_model *m = c->m;
+    int64_t k, fe, window;
+    bool renorm, bias, sliding;
+    bool dense = pt_model_moe_layers(m, 0, m->layers) < m->layers;
+    if (cfg_experts(c, "num_experts", "num_local_experts", 128) ||
+        cfg_int(c, "num_experts_per_tok", 8, &k) ||
+        cfg_same(c, "num_experts_per_tok", k, "moe.top_k", m->moe.top_k) ||
+        cfg_int(c, "moe_intermediate_size", 768, &fe) ||
+        cfg_same(c, "moe_intermediate_size", fe, "moe.expert_ffn", m->moe.expert_ffn) ||
+        cfg_bool(c, "norm_topk_prob", false, &renorm) ||
+        cfg_same_bool(c, "norm_topk_prob", renorm, "moe.renorm", m->moe.renorm) ||
+        cfg_sparse_layers(c) || (dense && cfg_same(c, "intermediate_size", ffn, "ffn", m->ffn)) ||
+        cfg_bool(c, "attention_bias", false, &bias) ||
+        cfg_same_bool(c, "attention_bias", bias, "bias", m->bias) ||
+        cfg_bool(c, "use_sliding_window", false, &sliding) ||
+        cfg_int(c, "sliding_window", 4096, &window) ||
+        cfg_window(c, "sliding_window", sliding, window))
+        return -1;
+    return 0;
+}
+
+/* The rest of LLaMA's (attention_bias, mlp_bias False) and Qwen3's (attention_bias
+ * False, no MLP bias; use_sliding_window False): the dense MLP is ffn wide. */
+static int cfg_dense(const hf_cfg *c, hf_family f, int64_t ffn)
+{
+    const pt_model *m = c->m;
+    bool attn_bias, mlp_bias, sliding;
+    int64_t window;
+    if (cfg_same(c, "intermediate_size", ffn, "ffn", m->ffn) ||
+        cfg_bool(c, "attention_bias", false, &attn_bias) ||
+        cfg_same_bool(c, "attention_bias", attn_bias, "bias", m->bias))
+        return -1;
+    if (f == HF_LLAMA && (cfg_bool(c, "mlp_bias", false, &mlp_bias) ||
+                          cfg_same_bool(c, "mlp_bias", mlp_bias, "bias", m->bias)))
+        return -1;
+    if (f == HF_QWEN3 && (cfg_bool(c, "use_sliding_window", false, &sliding) ||
+                          cfg_int(c, "sliding_window", 4096, &window) ||
+                          cfg_window(c, "sliding_window", sliding, window)))
+        return -1;
+    return 0;
+}
+
+/* The fields every LLaMA-like family has, then the family's own. */
+static int cfg_llama(const hf_cfg *c, hf_layout *l, const hf_llama_defaults *d)
 {
     const pt_model *m = c->m;
     int64_t h, layers, heads, kv, ffn, vocab, hd;
-    bool tied, attn_bias, mlp_bias;
+    bool tied;
     const char *act;
-    if (cfg_family(c, HF_LLAMA, "llama") || cfg_int(c, "hidden_size", 4096, &h) ||
-        cfg_int(c, "num_hidden_layers", 32, &layers) ||
-        cfg_int(c, "num_attention_heads", 32, &heads) ||
-        cfg_int(c, "num_key_value_heads", HF_NONE, &kv) ||
-        cfg_int(c, "intermediate_size", 11008, &ffn) ||
-        cfg_int(c, "vocab_size", 32000, &vocab) || cfg_int(c, "head_dim", HF_NONE, &hd) ||
-        cfg_str(c, "hidden_act", "silu", &act) ||
-        cfg_bool(c, "tie_word_embeddings", false, &tied) ||
-        cfg_bool(c, "attention_bias", false, &attn_bias) ||
-        cfg_bool(c, "mlp_bias", false, &mlp_bias))
+    if (cfg_family(c, d->family) || cfg_int(c, "hidden_size", d->hidden, &h) ||
+        cfg_int(c, "num_hidden_layers", d->layers, &layers) ||
+        cfg_int(c, "num_attention_heads", d->heads, &heads) ||
+        cfg_int(c, "num_key_value_heads", d->kv, &kv) ||
+        cfg_int(c, "intermediate_size", d->ffn, &ffn) ||
+        cfg_int(c, "vocab_size", d->vocab, &vocab) ||
+        cfg_int(c, "head_dim", d->head_dim, &hd) || cfg_str(c, "hidden_act", "silu", &act) ||
+        cfg_bool(c, "tie_word_embeddings", false, &tied))
         return -1;
     if (cfg_same(c, "hidden_size", h, "hidden", m->hidden) ||
         cfg_same(c, "num_hidden_layers", layers, "layers", m->layers) ||
@@ -236,16 +376,20 @@ static int cfg_llama(const hf_cfg *c, hf_layout *l)
         cfg_same(c, "num_key_value_heads", kv == HF_NONE ? heads : kv, "kv_heads", m->kv_heads) ||
         cfg_same(c, "head_dim", hd == HF_NONE ? m->hidden / m->heads : hd, "head_dim",
                  pt_model_head_dim(m)) ||
-        cfg_same(c, "intermediate_size", ffn, "ffn", m->ffn) || cfg_vocab(c, vocab, l) ||
-        cfg_eps(c, "rms_norm_eps", 1e-6) || cfg_rope(c) ||
-        cfg_same_bool(c, "tie_word_embeddings", tied, "tied_embeddings", m->tied_embeddings) ||
-        cfg_same_bool(c, "attention_bias", attn_bias, "bias", m->bias) ||
-        cfg_same_bool(c, "mlp_bias", mlp_bias, "bias", m->bias))
+        cfg_vocab(c, vocab, l) || cfg_eps(c, "rms_norm_eps", d->eps) || cfg_rope(c, d->theta) ||
+        cfg_same_bool(c, "tie_word_embeddings", tied, "tied_embeddings", m->tied_embeddings))
         return -1;
     if (strcmp(act, "silu") != 0)
         return pt_err_set(c->err, "%s: hidden_act = '%.32s', but model '%s' has activation "
                           "swiglu, whose gate is silu", c->path, act, m->name);
-    return 0;
+    switch (d->family) {
+    case HF_MIXTRAL:
+        return cfg_mixtral(c, ffn);
+    case HF_QWEN3_MOE:
+        return cfg_qwen3_moe(c, ffn);
+    default:
+        return cfg_dense(c, d->family, ffn);
+    }
 }
 
 /* Reads dir/config.json and checks it against m; fills l's family and sizes. */
@@ -264,18 +408,23 @@ static int hf_read_config(const char *dir, const pt_model *m, hf_layout *l, pt_e
         return -1;
     hf_cfg c = {.root = root, .path = path, .m = m, .err = err};
     const char *type = NULL;
+    const hf_llama_defaults *d = NULL;
     int rc = cfg_str(&c, "model_type", NULL, &type);
+    for (size_t i = 0; rc == 0 && type && i < sizeof llama_defaults / sizeof *llama_defaults; i++)
+        if (!strcmp(type, hf_family_type(llama_defaults[i].family)))
+            d = &llama_defaults[i];
     if (rc == 0 && !type) {
-        rc = pt_err_set(err, "%s: no field 'model_type' (gpt2 or llama)", path);
+        rc = pt_err_set(err, "%s: no field 'model_type' (gpt2, llama, qwen3, mixtral or "
+                        "qwen3_moe)", path);
     } else if (rc == 0 && !strcmp(type, "gpt2")) {
         l->family = HF_GPT2;
         rc = cfg_gpt2(&c, l);
-    } else if (rc == 0 && !strcmp(type, "llama")) {
-        l->family = HF_LLAMA;
-        rc = cfg_llama(&c, l);
+    } else if (rc == 0 && d) {
+        l->family = d->family;
+        rc = cfg_llama(&c, l, d);
     } else if (rc == 0) {
-        rc = pt_err_set(err, "%s: model_type = '%.64s': only gpt2 and llama are read", path,
-                        type);
+        rc = pt_err_set(err, "%s: model_type = '%.64s': only gpt2, llama, qwen3, mixtral and "
+                        "qwen3_moe are read", path, type);
     }
     json_decref(root);
     return rc;
@@ -399,15 +548,15 @@ static int hf_open_files(hf_src *s, pt_err *err)
 
 /* ---- The source ------------------------------------------------------------------------------ */
 
-/* Converts their tensor of mp to fp32 in s->buf (unless it is there already). */
-static int hf_load(hf_src *s, const hf_map *mp, pt_err *err)
+/* Converts their tensor of part p to fp32 in s->buf (unless it is there already). */
+static int hf_load(hf_src *s, const hf_part *p, pt_err *err)
 {
-    const char *name = mp->hf;
+    const char *name = p->hf;
     if (!strcmp(s->cached, name))
         return 0;
     pt_st_file *f;
     const pt_st_tensor *t;
-    if (hf_tensor(s, name, mp->ndim, mp->shape, &f, &t, err))
+    if (hf_tensor(s, name, p->ndim, p->shape, &f, &t, err))
         return -1;
     bool f32 = !strcmp(t->dtype, "F32");
     int64_t n = (int64_t)t->bytes / (f32 ? 4 : 2);
@@ -470,14 +619,16 @@ static int hf_read(pt_wsrc *base, const char *name, int ndim, const int64_t *sha
     hf_map mp;
     int64_t cols;
     if (hf_map_of(&s->m, &s->lay, name, &mp, err) ||
-        hf_check_ask(s, &mp, name, ndim, shape, lo, count, &cols, err) ||
-        hf_load(s, &mp, err))
+        hf_check_ask(s, &mp, name, ndim, shape, lo, count, &cols, err))
         return -1;
     for (int64_t e = lo, k = 0; e < lo + count;) {
         int64_t r = e / cols, c = e % cols, len = cols - c, at, stride;
+        int part;
         if (len > lo + count - e)
             len = lo + count - e;
-        bool here = hf_row(&mp, r, &at, &stride);
+        bool here = hf_row(&mp, r, &part, &at, &stride);
+        if (here && hf_load(s, &mp.part[part], err)) /* cached: loads once per part */
+            return -1;
         for (int64_t j = 0; j < len; j++)
             dst[k++] = here ? s->buf[at + (c + j) * stride] : 0.0f;
         e += len;
@@ -512,8 +663,9 @@ static int hf_check_tensors(hf_src *s, pt_err *err)
         hf_map mp;
         pt_st_file *f;
         const pt_st_tensor *t;
-        rc = hf_map_of(&s->m, &s->lay, names[i], &mp, err) ||
-             hf_tensor(s, mp.hf, mp.ndim, mp.shape, &f, &t, err);
+        rc = hf_map_of(&s->m, &s->lay, names[i], &mp, err);
+        for (int k = 0; rc == 0 && k < mp.parts; k++)
+            rc = hf_tensor(s, mp.part[k].hf, mp.part[k].ndim, mp.part[k].shape, &f, &t, err);
     }
     free(names);
     return rc ? -1 : 0;

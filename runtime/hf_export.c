@@ -3,8 +3,10 @@
  * from a source of whole tensors under our names, put where runtime/hf_map.c says it
  * sits in theirs (the inverse of what pt_hf_open reads), converted to the chosen dtype,
  * and written as model.safetensors beside a config.json that transformers'
- * GPT2LMHeadModel or LlamaForCausalLM loads. Nothing is written until every tensor has
- * been read and converted; each file goes through a temporary name, config.json last.
+ * GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or
+ * Qwen3MoeForCausalLM loads (the family hf_family_of gives the model). Nothing is
+ * written until every tensor has been read and converted; each file goes through a
+ * temporary name, config.json last.
  */
 #include "hf_internal.h"
 #include "specjson.h"
@@ -45,40 +47,35 @@ static void ex_free(ex_set *x)
     free(x->ours);
 }
 
-/* Their tensor of mp: found, or added zeroed. */
-static ex_tensor *ex_tensor_of(ex_set *x, const hf_map *mp, pt_err *err)
+/* The index of their tensor of part p: found, or added zeroed; -1 when out of memory. */
+static int ex_tensor_of(ex_set *x, const hf_part *p, pt_err *err)
 {
     for (int i = 0; i < x->n; i++)
-        if (!strcmp(x->t[i].name, mp->hf))
-            return &x->t[i];
+        if (!strcmp(x->t[i].name, p->hf))
+            return i;
     if (x->n == x->cap) {
         int cap = x->cap ? 2 * x->cap : 64;
         ex_tensor *t = realloc(x->t, (size_t)cap * sizeof *t);
-        if (!t) {
-            pt_err_set(err, "out of memory for %d tensors", cap);
-            return NULL;
-        }
+        if (!t)
+            return pt_err_set(err, "out of memory for %d tensors", cap);
         x->t = t;
         x->cap = cap;
     }
     ex_tensor *t = &x->t[x->n];
     memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", mp->hf);
-    t->ndim = mp->ndim;
-    t->shape[0] = mp->shape[0];
-    t->shape[1] = mp->shape[1];
-    if (!pt_mul64(mp->shape[0], mp->ndim == 2 ? mp->shape[1] : 1, &t->n) ||
+    snprintf(t->name, sizeof t->name, "%s", p->hf);
+    t->ndim = p->ndim;
+    t->shape[0] = p->shape[0];
+    t->shape[1] = p->shape[1];
+    if (!pt_mul64(p->shape[0], p->ndim == 2 ? p->shape[1] : 1, &t->n) ||
         t->n > (int64_t)(SIZE_MAX / sizeof(float)) ||
-        !(t->data = calloc((size_t)t->n + 1, sizeof(float)))) {
-        pt_err_set(err, "tensor '%s': out of memory for %" PRId64 " floats", mp->hf, t->n);
-        return NULL;
-    }
-    x->n++;
-    return t;
+        !(t->data = calloc((size_t)t->n + 1, sizeof(float))))
+        return pt_err_set(err, "tensor '%s': out of memory for %" PRId64 " floats", p->hf, t->n);
+    return x->n++;
 }
 
 /* Our tensor `name` (rows: vocab_rows for the embedding and head), read whole from src
- * and put in place in theirs. */
+ * and put in place in theirs (one or more). */
 static int ex_put(ex_set *x, const pt_model *m, const hf_layout *l, const char *name,
                   int64_t vocab_rows, pt_wsrc *src, pt_err *err)
 {
@@ -97,13 +94,18 @@ static int ex_put(ex_set *x, const pt_model *m, const hf_layout *l, const char *
         x->ours = p;
         x->ours_cap = n;
     }
-    ex_tensor *t = ex_tensor_of(x, &mp, err);
-    if (!t || src->read(src, name, mp.ours_ndim, shape, 0, n, x->ours, err))
+    int idx[HF_PARTS_MAX]; /* indices, not pointers: adding a tensor may move x->t */
+    for (int k = 0; k < mp.parts; k++)
+        if ((idx[k] = ex_tensor_of(x, &mp.part[k], err)) < 0)
+            return -1;
+    if (src->read(src, name, mp.ours_ndim, shape, 0, n, x->ours, err))
         return -1;
     for (int64_t r = 0; r < shape[0]; r++) {
         int64_t at, stride;
-        if (!hf_row(&mp, r, &at, &stride))
+        int k;
+        if (!hf_row(&mp, r, &k, &at, &stride))
             continue; /* a padding row of the vocabulary */
+        ex_tensor *t = &x->t[idx[k]];
         for (int64_t c = 0; c < cols; c++)
             t->data[at + c * stride] = x->ours[r * cols + c];
         t->written += cols;
@@ -183,14 +185,16 @@ static int ex_config_gpt2(json_t *c, const pt_model *m)
            pt_json_set(c, "reorder_and_upcast_attn", json_false());
 }
 
-/* LlamaConfig (models/llama/configuration_llama.py). */
-static int ex_config_llama(json_t *c, const pt_model *m)
+/* The fields of LlamaConfig (models/llama/configuration_llama.py) that every LLaMA-like
+ * family's config shares; intermediate_size is the family's (ffn_size). rope_theta is
+ * always said: Mixtral's default is 1e6. */
+static int ex_config_llama_like(json_t *c, const pt_model *m, hf_family f, int64_t ffn_size)
 {
-    return pt_json_set(c, "architectures", json_pack("[s]", "LlamaForCausalLM")) |
-           pt_json_set(c, "model_type", json_string("llama")) |
+    return pt_json_set(c, "architectures", json_pack("[s]", hf_family_class(f))) |
+           pt_json_set(c, "model_type", json_string(hf_family_type(f))) |
            pt_json_set(c, "vocab_size", json_integer(m->vocab)) |
            pt_json_set(c, "hidden_size", json_integer(m->hidden)) |
-           pt_json_set(c, "intermediate_size", json_integer(m->ffn)) |
+           pt_json_set(c, "intermediate_size", json_integer(ffn_size)) |
            pt_json_set(c, "num_hidden_layers", json_integer(m->layers)) |
            pt_json_set(c, "num_attention_heads", json_integer(m->heads)) |
            pt_json_set(c, "num_key_value_heads", json_integer(m->kv_heads)) |
@@ -200,9 +204,50 @@ static int ex_config_llama(json_t *c, const pt_model *m)
            pt_json_set(c, "rms_norm_eps", json_real(PT_HF_NORM_EPS)) |
            pt_json_set(c, "rope_theta", json_real(PT_HF_ROPE_THETA)) |
            pt_json_set(c, "rope_scaling", json_null()) |
-           pt_json_set(c, "attention_bias", json_boolean(m->bias)) |
-           pt_json_set(c, "mlp_bias", json_boolean(m->bias)) |
            pt_json_set(c, "attention_dropout", json_real(0.0));
+}
+
+/* Qwen3-MoE's dense layers as mlp_only_layers (decoder_sparse_step 1): any set of ours,
+ * as first_dense and every make it (modeling_qwen3_moe.py, Qwen3MoeDecoderLayer). */
+static json_t *ex_dense_layers(const pt_model *m)
+{
+    json_t *a = json_array();
+    for (int64_t l = 0; a && l < m->layers; l++)
+        if (!pt_model_layer_moe(m, l) && json_array_append_new(a, json_integer(l)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* The family's own fields: LlamaConfig's biases; Qwen3Config's and Qwen3MoeConfig's
+ * attention_bias and (no) sliding window; MixtralConfig's (no) sliding window and
+ * experts (models/mixtral/configuration_mixtral.py: num_local_experts; intermediate_size
+ * the experts'); Qwen3MoeConfig's experts (models/qwen3_moe/configuration_qwen3_moe.py:
+ * num_experts, moe_intermediate_size, norm_topk_prob). */
+static int ex_config_family(json_t *c, const pt_model *m, hf_family f)
+{
+    const pt_moe *e = &m->moe;
+    int bad = ex_config_llama_like(c, m, f, f == HF_MIXTRAL ? e->expert_ffn : m->ffn);
+    if (f == HF_LLAMA)
+        return bad | pt_json_set(c, "attention_bias", json_boolean(m->bias)) |
+               pt_json_set(c, "mlp_bias", json_boolean(m->bias));
+    if (f == HF_QWEN3 || f == HF_QWEN3_MOE)
+        bad |= pt_json_set(c, "attention_bias", json_false()) |
+               pt_json_set(c, "use_sliding_window", json_false()) |
+               pt_json_set(c, "sliding_window", json_null());
+    if (f == HF_QWEN3)
+        return bad;
+    bad |= pt_json_set(c, "num_experts_per_tok", json_integer(e->top_k)) |
+           pt_json_set(c, "router_aux_loss_coef", json_real(e->aux_loss));
+    if (f == HF_MIXTRAL)
+        return bad | pt_json_set(c, "num_local_experts", json_integer(e->experts)) |
+               pt_json_set(c, "sliding_window", json_null());
+    return bad | pt_json_set(c, "num_experts", json_integer(e->experts)) |
+           pt_json_set(c, "moe_intermediate_size", json_integer(e->expert_ffn)) |
+           pt_json_set(c, "norm_topk_prob", json_boolean(e->renorm)) |
+           pt_json_set(c, "decoder_sparse_step", json_integer(1)) |
+           pt_json_set(c, "mlp_only_layers", ex_dense_layers(m));
 }
 
 /* config.json's text (malloc'd), or NULL when out of memory. */
@@ -211,7 +256,7 @@ static char *ex_config(const pt_model *m, hf_family family, const char *dtype)
     json_t *c = json_object();
     if (!c)
         return NULL;
-    int bad = family == HF_GPT2 ? ex_config_gpt2(c, m) : ex_config_llama(c, m);
+    int bad = family == HF_GPT2 ? ex_config_gpt2(c, m) : ex_config_family(c, m, family);
     bad |= pt_json_set(c, "tie_word_embeddings", json_boolean(m->tied_embeddings)) |
            pt_json_set(c, "bos_token_id", json_null()) |
            pt_json_set(c, "eos_token_id", json_null()) |
@@ -305,7 +350,7 @@ int pt_hf_export(const char *out_dir, const pt_model *spec, int64_t vocab_rows, 
         rc = ex_write(out_dir, exists, empty, t, x.n, config, err);
     }
     if (rc == 0 && info) {
-        info->family = family == HF_GPT2 ? "gpt2" : "llama";
+        info->family = hf_family_type(family);
         info->tensors = x.n;
         info->bytes = 0;
         for (int i = 0; i < x.n; i++)

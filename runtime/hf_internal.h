@@ -29,21 +29,26 @@ typedef enum {
                 * (kernels/cpu/rope.c); Hugging Face rotates (i, i + d/2) ("rotate_half",
                 * models/llama/modeling_llama.py) and its convert_llama_weights_to_hf.py
                 * permutes Meta's rows w.view(heads, d/2, 2, in).transpose(1, 2): our
-                * row 2i + p of a head is their row p·d/2 + i */
+                * row 2i + p of a head is their row p·d/2 + i. Qwen3's q_norm and
+                * k_norm gains (models/qwen3/modeling_qwen3.py: an RMSNorm over each
+                * head, before RoPE) multiply those rows element by element, so they are
+                * permuted alike, as one head of d elements */
 } hf_how;
 
-/* Which names a Hugging Face directory uses. */
-typedef enum { HF_GPT2, HF_LLAMA } hf_family;
+/* Which names a Hugging Face directory uses: transformers' model_type (models/gpt2,
+ * models/llama, models/qwen3, models/mixtral, models/qwen3_moe). */
+typedef enum { HF_GPT2, HF_LLAMA, HF_QWEN3, HF_MIXTRAL, HF_QWEN3_MOE } hf_family;
 
 typedef struct {
     hf_family family;
     const char *prefix;  /* GPT-2: "transformer." (GPT2LMHeadModel.save_pretrained) or ""
-                          * (the original openai-community/gpt2 files); LLaMA: unused */
+                          * (the original openai-community/gpt2 files); others: unused */
     int64_t vocab;       /* rows of their embedding and head */
     int64_t positions;   /* GPT-2: rows of their position embedding */
 } hf_layout;
 
-/* One of our tensors and where it is in theirs. */
+/* A run of our tensor's rows and where it lies in one of their tensors (for a 1-D
+ * tensor of ours, a row is an element). */
 typedef struct {
     char hf[128];          /* their tensor */
     hf_how how;
@@ -51,6 +56,19 @@ typedef struct {
     int64_t shape[2];
     int64_t col0;          /* HF_CONV1D: the first column (element, for a bias) of ours */
     int64_t head_dim;      /* HF_ROPE */
+    int64_t row0;          /* our first row here; the part holds our rows up to the next
+                            * part's row0, the last part to our tensor's end */
+} hf_part;
+
+/* The most parts one tensor of ours is made of: Qwen3's q_norm and k_norm are our one
+ * qk_norm. */
+enum { HF_PARTS_MAX = 2 };
+
+/* One of our tensors and where it is in theirs: parts[0 .. parts) in order of our rows,
+ * the first from row 0. */
+typedef struct {
+    hf_part part[HF_PARTS_MAX];
+    int parts;
     int ours_ndim;         /* our whole tensor's shape; rows of the embedding and the head
                             * are the caller's (any count from the model's vocabulary up:
                             * pt_vocab_padded depends on tp), marked -1 here */
@@ -58,18 +76,27 @@ typedef struct {
 } hf_map;
 
 /* The family whose names and functions model m has (GPT-2: LayerNorm, GELU, learned
- * positions, biases, no grouped-query attention; LLaMA: RMSNorm, SwiGLU, RoPE); the
- * error names the field that fits neither. */
+ * positions, biases, no grouped-query attention; LLaMA: RMSNorm, SwiGLU, RoPE; Qwen3:
+ * LLaMA's with q/k norms; Mixtral: LLaMA's with a mixture of experts in every layer;
+ * Qwen3-MoE: Qwen3's with a mixture of experts); the error names the field that fits
+ * none (or that the family's config.json cannot say). */
 int hf_family_of(const pt_model *m, hf_family *out, pt_err *err);
+
+/* The family's model_type ("gpt2", ...), its class (architectures[0]: "GPT2LMHeadModel",
+ * ...) and its shape in words, for messages. */
+const char *hf_family_type(hf_family f);
+const char *hf_family_class(hf_family f);
+const char *hf_family_shape(hf_family f);
 
 /* Where our tensor `name` of model m sits in a directory laid out as l; -1 with err
  * set for a name the model does not have. */
 int hf_map_of(const pt_model *m, const hf_layout *l, const char *name, hf_map *out,
               pt_err *err);
 
-/* Where row r of our tensor lies in theirs: the element of its first column and the
- * distance between its columns. false: a row of ours that theirs lacks (zero). */
-bool hf_row(const hf_map *mp, int64_t r, int64_t *at, int64_t *stride);
+/* Where row r of our tensor lies in theirs: the part that holds it, the element of its
+ * first column in that part's tensor and the distance between its columns. false: a
+ * row of ours that theirs lacks (zero). */
+bool hf_row(const hf_map *mp, int64_t r, int *part, int64_t *at, int64_t *stride);
 
 /* Our parameter names of model m in the order they lie on one rank
  * (pt_model_param_table: runtime/param_table.c's own table). *names is malloc'd (*n

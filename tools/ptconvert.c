@@ -1,6 +1,7 @@
 /*
  * ptconvert — a checkpoint of ptrun as a Hugging Face model directory (config.json and
- * model.safetensors that transformers' GPT2LMHeadModel or LlamaForCausalLM loads).
+ * model.safetensors that transformers' GPT2LMHeadModel, LlamaForCausalLM,
+ * Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM loads).
  * This file reads the checkpoint — its meta.json's model and the whole tensors its
  * model.safetensors.index.json names — and reports; the names, layouts, dtypes and the
  * careful writing are runtime/hf_export.c's (pt_hf_export). Exit status 0 on success,
@@ -17,7 +18,8 @@ static const char usage_text[] =
     "usage: ptconvert CHECKPOINT OUT_DIR [--dtype f32|bf16|f16] [--force]\n"
     "\n"
     "Writes a checkpoint of ptrun as a Hugging Face model directory: OUT_DIR/config.json\n"
-    "(GPT2LMHeadModel or LlamaForCausalLM with the model's sizes and its unpadded\n"
+    "(GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or\n"
+    "Qwen3MoeForCausalLM, as the model's shape says, with its sizes and its unpadded\n"
     "vocabulary) and OUT_DIR/model.safetensors (Hugging Face's tensor names and layouts).\n"
     "CHECKPOINT is a step folder (meta.json, model.safetensors.index.json and its shards),\n"
     "or a --checkpoint folder of ptrun, whose newest complete step is taken.\n"

@@ -62,21 +62,24 @@ static void add_tensors(tensor_set *s, const pt_model *m)
         hf_map mp;
         if (hf_map_of(m, &l, names[i], &mp, &err))
             abort();
+        if (mp.parts != 1) /* neither model has a tensor of several parts */
+            abort();
+        const hf_part *p = &mp.part[0];
         bool seen = false;
         for (int j = 0; j < s->n; j++)
-            seen = seen || !strcmp(s->t[j].name, mp.hf);
+            seen = seen || !strcmp(s->t[j].name, p->hf);
         if (seen)
             continue;
         if (s->n == (int)(sizeof s->t / sizeof s->t[0]))
             abort();
         pt_st_tensor *t = &s->t[s->n++];
         memset(t, 0, sizeof *t);
-        snprintf(t->name, sizeof t->name, "%s", mp.hf);
+        snprintf(t->name, sizeof t->name, "%s", p->hf);
         snprintf(t->dtype, sizeof t->dtype, "%s", dtypes[s->n % 3]);
-        t->ndim = mp.ndim;
-        t->shape[0] = mp.shape[0];
-        t->shape[1] = mp.shape[1];
-        int64_t count = mp.shape[0] * (mp.ndim == 2 ? mp.shape[1] : 1);
+        t->ndim = p->ndim;
+        t->shape[0] = p->shape[0];
+        t->shape[1] = p->shape[1];
+        int64_t count = p->shape[0] * (p->ndim == 2 ? p->shape[1] : 1);
         bool f32 = s->n % 3 == 0;
         t->bytes = (size_t)count * (f32 ? 4 : 2);
         unsigned char *raw = malloc(t->bytes);

@@ -1,14 +1,18 @@
 /*
  * Tests of Hugging Face directories (runtime/hf.c, hf_map.c, hf_export.c) and of
  * tools/ptconvert.c: the 16-bit float conversions against known values and every bit
- * pattern; a tiny GPT-2 and a tiny LLaMA (grouped-query attention, two shards and an
- * index) written here with random F32, F16 and BF16 tensors, opened with pt_hf_open and
- * every element of every tensor checked against expectations computed here from
- * transformers' conventions (Conv1D transposes, c_attn split into q, k and v, the
- * padded vocabulary's rows zero, the RoPE row permutation — also checked as a function:
- * attention scores of Hugging Face's rotate-half RoPE against our kernel's); each
- * config.json mismatch refused naming the field and both values; missing, misshapen
- * and mistyped tensors refused naming the file and tensor; and the round trip: a
+ * pattern; a tiny GPT-2, a tiny LLaMA (grouped-query attention, two shards and an
+ * index) and a tiny Qwen3 (q/k norms, heads wider than h/a) written here with random
+ * F32, F16 and BF16 tensors, opened with pt_hf_open and every element of every tensor
+ * checked against expectations computed here from transformers' conventions (Conv1D
+ * transposes, c_attn split into q, k and v, the padded vocabulary's rows zero, the RoPE
+ * row permutation of q, k and Qwen3's q_norm and k_norm — also checked as a function:
+ * attention scores of Hugging Face's rotate-half RoPE, after the q/k norms, against our
+ * kernel's); the families models fall in, a few names of each mapped literally
+ * (Mixtral's and Qwen3-MoE's routers and experts among them), and what a family cannot
+ * say refused naming the field; each config.json mismatch refused naming the field and
+ * both values; missing, misshapen and mistyped tensors refused naming the file and
+ * tensor; and the round trip for GPT-2, LLaMA, Qwen3, Mixtral and Qwen3-MoE: a
  * checkpoint step folder of ours written here, converted by ptconvert (f32, bf16, f16),
  * opened with pt_hf_open and compared, with ptconvert's refusals.
  *   usage: test_hf SCRATCH_DIR PATH/TO/ptconvert
@@ -85,7 +89,7 @@ typedef struct {
 } htensor;
 
 typedef struct {
-    htensor t[160];
+    htensor t[320];
     int n;
 } hset;
 
@@ -144,7 +148,7 @@ static void hfree(hset *s)
 static void hwrite(const hset *s, const char *path, int from, int to, const char *skip,
                    const char *bad, const char *how)
 {
-    pt_st_tensor t[160];
+    pt_st_tensor t[320];
     int n = 0;
     static int32_t ints[4096];
     for (int i = from; i < to; i++) {
@@ -194,6 +198,18 @@ static void write_config(const char *dir, const char *base, const char *key, con
     write_text(path, text);
     free(text);
     json_decref(c);
+}
+
+/* `base` with key set to the JSON value `value` (as write_config), as a malloc'd text. */
+static char *config_with(const char *base, const char *key, const char *value)
+{
+    json_error_t je;
+    json_t *c = json_loads(base, 0, &je);
+    CHECK(c != NULL);
+    json_object_set_new(c, key, json_loads(value, JSON_DECODE_ANY, &je));
+    char *text = json_dumps(c, 0);
+    json_decref(c);
+    return text;
 }
 
 /* ---- Expected tensors, from transformers' conventions ----------------------------------- */
@@ -362,8 +378,8 @@ static void ours_shape(const pt_model *m, const char *name, int64_t shape[2])
 }
 
 /* The names cover the model: their elements add up to the planner's count of one rank's
- * whole model (planner/params.c, which runtime/param_table.c's table is checked
- * against). */
+ * whole model (planner/params.c, with experts planner/layout.c's, which
+ * runtime/param_table.c's table is checked against). */
 static void test_names(const pt_model *m)
 {
     char(*names)[48] = NULL;
@@ -376,7 +392,10 @@ static void test_names(const pt_model *m)
         ours_shape(m, names[i], shape);
         total += shape[0] * (shape[1] ? shape[1] : 1);
     }
-    CHECK_INT(total, pt_params_part(m, 1, 1, m->layers, true, true));
+    pt_layout one;
+    pt_layout_default(&one);
+    CHECK_INT(total, m->moe.experts ? pt_rank_params(m, &one, 0, NULL)
+                                    : pt_params_part(m, 1, 1, m->layers, true, true));
     free(names);
 }
 
@@ -540,7 +559,8 @@ static void test_gpt2(void)
         {"layer_norm_epsilon", "1e-6", "layer_norm_epsilon = 1e-06", "1e-05"},
         {"tie_word_embeddings", "false", "tie_word_embeddings = false", "tied_embeddings = true"},
         {"scale_attn_by_inverse_layer_idx", "true", "scale_attn_by_inverse_layer_idx", NULL},
-        {"model_type", "\"mistral\"", "model_type = 'mistral'", "gpt2 and llama"},
+        {"model_type", "\"mistral\"", "model_type = 'mistral'",
+         "only gpt2, llama, qwen3, mixtral and qwen3_moe are read"},
         {"model_type", "DELETE", "no field 'model_type'", NULL},
         {"model_type", "\"llama\"", "model_type = 'llama'", "GPT-2 shaped"},
         {"n_embd", "\"8\"", "field 'n_embd': expected an integer", NULL},
@@ -559,10 +579,9 @@ static void test_gpt2(void)
     pt_model nobias = m;
     nobias.bias = false;
     open_fails(dir, &nobias, "model_type = 'gpt2'", "bias false");
-    pt_model qk = m; /* q/k norms have no Hugging Face names here yet */
+    pt_model qk = m; /* q/k norms are Qwen3's, not GPT-2's */
     qk.qk_norm = true;
-    open_fails(dir, &qk, "its q/k norms (qk_norm, Qwen3's q_norm and k_norm) have no Hugging "
-                         "Face mapping here yet", NULL);
+    open_fails(dir, &qk, "model_type = 'gpt2'", "qk_norm, but GPT-2 has no q/k norms");
     char path[4096];
     PATHF(path, "%s/config.json", dir);
     write_text(path, "{\"model_type\": \"gpt2\",\n \"n_embd\": }");
@@ -713,61 +732,90 @@ static void hf_rope(float *v, int heads, int d, int pos)
     }
 }
 
-/* Attention scores q(pq)·k(pk) of each query head with its KV head, for positions 0..7:
- * [pq][pk][head]. */
+/* Qwen3's q_norm and k_norm (models/qwen3/modeling_qwen3.py, Qwen3RMSNorm over each
+ * head of d): x / sqrt(mean(x^2) + eps) · gain, element by element. */
+static void head_rmsnorm(float *v, int heads, int d, const float *gain)
+{
+    for (int h = 0; h < heads; h++) {
+        float *x = v + h * d;
+        double ss = 0;
+        for (int i = 0; i < d; i++)
+            ss += (double)x[i] * x[i];
+        double r = 1.0 / sqrt(ss / d + PT_HF_NORM_EPS);
+        for (int i = 0; i < d; i++)
+            x[i] = (float)(x[i] * r * gain[i]);
+    }
+}
+
+/* Attention scores q(pq)·k(pk) of each of 4 query heads of d (at most 16) with its KV
+ * head (of 2), for positions 0..7: [pq][pk][head]. */
 typedef struct {
     double s[8][8][4];
 } scores;
 
-static void scores_of(const float *qw, const float *kw, const float *x, pt_kernels *kn,
-                      scores *out)
+/* The scores of q and k weights (4d, 32) and (2d, 32), with q/k norm gains qg and kg
+ * (d each; NULL: none) before RoPE: our kernel's RoPE with kn, else Hugging Face's. */
+static void scores_of(const float *qw, const float *kw, const float *qg, const float *kg,
+                      int d, const float *x, pt_kernels *kn, scores *out)
 {
-    float q[8][32], k[8][16];
+    float q[8][64], k[8][32];
     for (int p = 0; p < 8; p++) {
-        float q0[32], k0[16];
-        matvec(qw, 32, x, q0);
-        matvec(kw, 16, x, k0);
+        float q0[64], k0[32];
+        matvec(qw, 4 * d, x, q0);
+        matvec(kw, 2 * d, x, k0);
+        if (qg) {
+            head_rmsnorm(q0, 4, d, qg);
+            head_rmsnorm(k0, 2, d, kg);
+        }
         if (kn) { /* ours: pairs (2i, 2i+1) */
-            kn->rope_forward(kn, q[p], q0, 1, 1, 4, 8, p, (float)PT_HF_ROPE_THETA);
-            kn->rope_forward(kn, k[p], k0, 1, 1, 2, 8, p, (float)PT_HF_ROPE_THETA);
+            kn->rope_forward(kn, q[p], q0, 1, 1, 4, d, p, (float)PT_HF_ROPE_THETA);
+            kn->rope_forward(kn, k[p], k0, 1, 1, 2, d, p, (float)PT_HF_ROPE_THETA);
         } else {
             memcpy(q[p], q0, sizeof q0);
             memcpy(k[p], k0, sizeof k0);
-            hf_rope(q[p], 4, 8, p);
-            hf_rope(k[p], 2, 8, p);
+            hf_rope(q[p], 4, d, p);
+            hf_rope(k[p], 2, d, p);
         }
     }
     for (int a = 0; a < 8; a++)
         for (int b = 0; b < 8; b++)
             for (int h = 0; h < 4; h++) {
                 double acc = 0;
-                for (int i = 0; i < 8; i++)
-                    acc += (double)q[a][h * 8 + i] * k[b][(h / 2) * 8 + i];
+                for (int i = 0; i < d; i++)
+                    acc += (double)q[a][h * d + i] * k[b][(h / 2) * d + i];
                 out->s[a][b][h] = acc;
             }
 }
 
-/* The permuted q and k with our kernel's RoPE give Hugging Face's attention scores; the
- * unpermuted ones do not (so the check can fail). */
-static void check_rope_function(pt_wsrc *src, const hset *s)
+/* The permuted q and k (and, with q/k norms, their permuted gains: our qk_norm) with our
+ * kernel's RoPE give Hugging Face's attention scores; the unpermuted ones do not (so the
+ * check can fail). Layer 1 of a model of 4 heads of d on h = 32, 2 KV heads. */
+static void check_rope_function(pt_wsrc *src, const hset *s, int d, bool qk_norm)
 {
     pt_kernels *kn = pt_kernels_cpu(1);
     CHECK(kn != NULL);
     if (!kn)
         return;
-    float qw[32 * 32], kw[16 * 32], x[32];
-    int64_t qs[2] = {32, 32}, ks[2] = {16, 32};
+    float qw[64 * 32], kw[32 * 32], x[32], g[32];
+    int64_t qs[2] = {4 * d, 32}, ks[2] = {2 * d, 32}, gs[2] = {2 * d, 0};
     pt_err err;
-    CHECK(src->read(src, "layers.1.q.w", 2, qs, 0, 32 * 32, qw, &err) == 0);
-    CHECK(src->read(src, "layers.1.k.w", 2, ks, 0, 16 * 32, kw, &err) == 0);
+    CHECK(src->read(src, "layers.1.q.w", 2, qs, 0, 4 * d * 32, qw, &err) == 0);
+    CHECK(src->read(src, "layers.1.k.w", 2, ks, 0, 2 * d * 32, kw, &err) == 0);
+    if (qk_norm)
+        CHECK(src->read(src, "layers.1.qk_norm.w", 1, gs, 0, 2 * d, g, &err) == 0);
     for (int i = 0; i < 32; i++)
         x[i] = frand();
     static scores ours, theirs, unpermuted;
-    scores_of(qw, kw, x, kn, &ours);
     const htensor *hq = hget(s, "model.layers.1.self_attn.q_proj.weight");
     const htensor *hk = hget(s, "model.layers.1.self_attn.k_proj.weight");
-    scores_of(hq->val, hk->val, x, NULL, &theirs);
-    scores_of(hq->val, hk->val, x, kn, &unpermuted);
+    const float *hqg = qk_norm ? hget(s, "model.layers.1.self_attn.q_norm.weight")->val : NULL;
+    const float *hkg = qk_norm ? hget(s, "model.layers.1.self_attn.k_norm.weight")->val : NULL;
+    scores_of(qw, kw, qk_norm ? g : NULL, qk_norm ? g + d : NULL, d, x, kn, &ours);
+    scores_of(hq->val, hk->val, hqg, hkg, d, x, NULL, &theirs);
+    if (qk_norm) /* the rows permuted, their gains not */
+        scores_of(qw, kw, hqg, hkg, d, x, kn, &unpermuted);
+    else
+        scores_of(hq->val, hk->val, NULL, NULL, d, x, kn, &unpermuted);
     double worst = 0, control = 0;
     for (int a = 0; a < 8; a++)
         for (int b = 0; b < 8; b++)
@@ -793,7 +841,7 @@ static void test_llama(void)
     pt_wsrc *src = open_ok(dir, &m);
     if (src) {
         check_llama(src, &s, true);
-        check_rope_function(src, &s);
+        check_rope_function(src, &s, 8, false);
         read_fails(src, "wpe", 2, 8, 32, 0, 64, "no parameter 'wpe'");
         read_fails(src, "layers.0.norm1.b", 1, 32, 0, 0, 32, "no parameter");
         read_fails(src, "layers.0.q.b", 1, 32, 0, 0, 32, "no parameter");
@@ -866,6 +914,345 @@ static void test_llama(void)
         src->close(src);
     }
     open_fails(dir, &m, "tie_word_embeddings = true", NULL);
+    hfree(&s);
+}
+
+/* ---- Qwen3, Mixtral and Qwen3-MoE -------------------------------------------------------- */
+
+static pt_model builtin(const char *name)
+{
+    pt_model m;
+    pt_err err = {{0}};
+    if (pt_model_get(name, &m, &err)) {
+        fprintf(stderr, "test: %s\n", err.msg);
+        exit(2);
+    }
+    return m;
+}
+
+/* Qwen3 shaped: tiny LLaMA's sizes with q/k norms, heads of 16 on h = 32 (attention
+ * a·d = 64 wide, not h, as Qwen3's head_dim 128 makes it), tied. */
+static pt_model qwen3_spec(void)
+{
+    pt_model m = llama_spec();
+    m.head_dim = 16;
+    m.qk_norm = true;
+    m.tied_embeddings = true;
+    snprintf(m.name, sizeof m.name, "hf-qwen3");
+    return m;
+}
+
+/* Mixtral shaped: tiny-moe with the mixture in every layer (its first layer is dense,
+ * which Mixtral cannot say). */
+static pt_model mixtral_spec(void)
+{
+    pt_model m = builtin("tiny-moe");
+    m.moe.first_dense = 0;
+    snprintf(m.name, sizeof m.name, "hf-mixtral");
+    return m;
+}
+
+/* tiny-qwen3-moe with dense layers 0, 1 and 3 (first_dense 1, every 2: the mixture in
+ * layer 2 alone), which Qwen3-MoE says with mlp_only_layers. */
+static pt_model qwen3_moe_sparse_spec(void)
+{
+    pt_model m = builtin("tiny-qwen3-moe");
+    m.moe.first_dense = 1;
+    m.moe.every = 2;
+    snprintf(m.name, sizeof m.name, "hf-qwen3-moe-sparse");
+    return m;
+}
+
+/* Our `name` of m maps to their `hf`, of shape (rows, cols), in one part, laid out as
+ * `how` says. */
+static void map_is(const pt_model *m, const char *name, const char *hf, hf_how how,
+                   int64_t rows, int64_t cols)
+{
+    hf_layout l = {.family = HF_GPT2, .prefix = "", .vocab = m->vocab};
+    hf_map mp;
+    pt_err err = {{0}};
+    CHECK(hf_family_of(m, &l.family, &err) == 0);
+    int rc = hf_map_of(m, &l, name, &mp, &err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", name, err.msg);
+    CHECK(rc == 0);
+    if (rc)
+        return;
+    CHECK_INT(mp.parts, 1);
+    CHECK_STR(mp.part[0].hf, hf);
+    CHECK_INT(mp.part[0].how, how);
+    CHECK_INT(mp.part[0].shape[0], rows);
+    CHECK_INT(mp.part[0].shape[1], cols);
+    CHECK_INT(mp.ours_shape[0], rows);
+    CHECK_INT(mp.ours_shape[1], cols);
+}
+
+static void map_fails(const pt_model *m, const char *name)
+{
+    hf_layout l = {.family = HF_GPT2, .prefix = "", .vocab = m->vocab};
+    hf_map mp;
+    pt_err err = {{0}};
+    CHECK(hf_family_of(m, &l.family, &err) == 0);
+    CHECK(hf_map_of(m, &l, name, &mp, &err) != 0);
+    CHECK_STR_HAS(err.msg, "has no parameter");
+}
+
+/* The families models fall in, and a few names of each literally: Qwen3's q_norm and
+ * k_norm as the two parts of our qk_norm, permuted as a head of q or k; Mixtral's and
+ * Qwen3-MoE's routers and experts. */
+static void test_maps(void)
+{
+    pt_model llama = llama_spec(), qwen3 = qwen3_spec(), mixtral = mixtral_spec();
+    pt_model qmoe = builtin("tiny-qwen3-moe"), sparse = qwen3_moe_sparse_spec();
+    const struct {
+        const pt_model *m;
+        hf_family f;
+    } fam[] = {{&llama, HF_LLAMA}, {&qwen3, HF_QWEN3}, {&mixtral, HF_MIXTRAL},
+               {&qmoe, HF_QWEN3_MOE}, {&sparse, HF_QWEN3_MOE}};
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        hf_family f = HF_GPT2;
+        pt_err err = {{0}};
+        CHECK(hf_family_of(fam[i].m, &f, &err) == 0);
+        CHECK_INT(f, fam[i].f);
+    }
+    CHECK_STR(hf_family_type(HF_QWEN3_MOE), "qwen3_moe");
+    CHECK_STR(hf_family_class(HF_MIXTRAL), "MixtralForCausalLM");
+    CHECK_STR(hf_family_class(HF_QWEN3), "Qwen3ForCausalLM");
+
+    /* Qwen3: attention 64 wide on h = 32; qk_norm is q_norm then k_norm */
+    map_is(&qwen3, "layers.0.q.w", "model.layers.0.self_attn.q_proj.weight", HF_ROPE, 64, 32);
+    map_is(&qwen3, "layers.1.attn_out.w", "model.layers.1.self_attn.o_proj.weight", HF_COPY, 32,
+           64);
+    hf_layout l = {.family = HF_QWEN3, .vocab = 100};
+    hf_map mp;
+    pt_err err = {{0}};
+    CHECK(hf_map_of(&qwen3, &l, "layers.1.qk_norm.w", &mp, &err) == 0);
+    CHECK_INT(mp.parts, 2);
+    CHECK_INT(mp.ours_ndim, 1);
+    CHECK_INT(mp.ours_shape[0], 32);
+    CHECK_STR(mp.part[0].hf, "model.layers.1.self_attn.q_norm.weight");
+    CHECK_STR(mp.part[1].hf, "model.layers.1.self_attn.k_norm.weight");
+    for (int k = 0; k < 2; k++) {
+        CHECK_INT(mp.part[k].row0, 16 * k);
+        CHECK_INT(mp.part[k].how, HF_ROPE);
+        CHECK_INT(mp.part[k].ndim, 1);
+        CHECK_INT(mp.part[k].shape[0], 16);
+    }
+    int part = -1;
+    int64_t at = -1, stride = 0;
+    CHECK(hf_row(&mp, 2, &part, &at, &stride)); /* our 2i + p = 2: their p·8 + i = 1 */
+    CHECK(part == 0 && at == 1 && stride == 1);
+    CHECK(hf_row(&mp, 16 + 7, &part, &at, &stride)); /* k's 7 = 2·3 + 1: their 8 + 3 */
+    CHECK(part == 1 && at == 11);
+    map_fails(&llama, "layers.0.qk_norm.w");
+
+    /* Mixtral: block_sparse_moe, w1 the gate, w3 up, w2 down */
+    map_is(&mixtral, "layers.3.router.w", "model.layers.3.block_sparse_moe.gate.weight", HF_COPY,
+           8, 64);
+    map_is(&mixtral, "layers.0.experts.7.gate.w",
+           "model.layers.0.block_sparse_moe.experts.7.w1.weight", HF_COPY, 96, 64);
+    map_is(&mixtral, "layers.0.experts.7.up.w",
+           "model.layers.0.block_sparse_moe.experts.7.w3.weight", HF_COPY, 96, 64);
+    map_is(&mixtral, "layers.2.experts.0.down.w",
+           "model.layers.2.block_sparse_moe.experts.0.w2.weight", HF_COPY, 64, 96);
+    map_fails(&mixtral, "layers.0.qk_norm.w");
+    map_fails(&mixtral, "layers.0.mlp_up.w"); /* an MoE layer has experts instead */
+
+    /* Qwen3-MoE: mlp.gate and mlp.experts.E.{gate,up,down}_proj; q/k norms of 32 */
+    map_is(&qmoe, "layers.2.router.w", "model.layers.2.mlp.gate.weight", HF_COPY, 16, 64);
+    map_is(&qmoe, "layers.1.experts.15.down.w", "model.layers.1.mlp.experts.15.down_proj.weight",
+           HF_COPY, 64, 32);
+    map_is(&qmoe, "layers.3.experts.4.up.w", "model.layers.3.mlp.experts.4.up_proj.weight",
+           HF_COPY, 32, 64);
+    map_is(&qmoe, "layers.0.q.w", "model.layers.0.self_attn.q_proj.weight", HF_ROPE, 128, 64);
+    map_fails(&qmoe, "layers.0.experts.16.up.w");
+    map_fails(&qmoe, "layers.0.experts.01.up.w");
+    map_fails(&qmoe, "layers.0.experts.1.mid.w");
+    map_fails(&qmoe, "layers.0.experts.1.up.b");
+    map_fails(&qmoe, "layers.0.experts..up.w");
+    map_fails(&qmoe, "layers.0.router.b");
+    map_fails(&qmoe, "layers.4.router.w");
+    map_fails(&qmoe, "layers.0.mlp_gate.w");
+    /* its dense layers: Qwen3MoeMLP's names, ffn wide; no router or experts there */
+    map_is(&sparse, "layers.0.mlp_gate.w", "model.layers.0.mlp.gate_proj.weight", HF_COPY, 192, 64);
+    map_is(&sparse, "layers.3.mlp_down.w", "model.layers.3.mlp.down_proj.weight", HF_COPY, 64, 192);
+    map_is(&sparse, "layers.2.experts.3.gate.w", "model.layers.2.mlp.experts.3.gate_proj.weight",
+           HF_COPY, 32, 64);
+    map_fails(&sparse, "layers.1.router.w");
+    map_fails(&sparse, "layers.3.experts.0.up.w");
+}
+
+/* hf_family_of refuses what a family's config.json cannot say, naming the field. */
+static void family_fails(const pt_model *m, const char *want)
+{
+    hf_family f;
+    pt_err err = {{0}};
+    CHECK(hf_family_of(m, &f, &err) != 0);
+    CHECK_STR_HAS(err.msg, want);
+}
+
+static void test_family_refusals(void)
+{
+    pt_model m = mixtral_spec();
+    m.moe.shared_experts = 1;
+    m.moe.shared_ffn = 32;
+    family_fails(&m, "moe.shared_experts 1, but Mixtral has no shared experts");
+    m = builtin("tiny-qwen3-moe");
+    m.moe.score = PT_ROUTER_SIGMOID;
+    family_fails(&m, "moe.router sigmoid, but Qwen3-MoE's router is a softmax");
+    m = mixtral_spec();
+    m.bias = true;
+    family_fails(&m, "bias true, but Mixtral has no biases");
+    m = qwen3_spec();
+    m.bias = true;
+    family_fails(&m, "bias true, but Qwen3's MLP has no biases");
+    m = mixtral_spec();
+    m.moe.renorm = false;
+    family_fails(&m, "moe.renorm false, but Mixtral renormalises");
+    m = builtin("tiny-moe");
+    family_fails(&m, "moe.first_dense 1, moe.every 1 leave dense layers, but Mixtral has a "
+                     "mixture of experts in every layer");
+    m = mixtral_spec();
+    m.moe.every = 2;
+    family_fails(&m, "moe.every 2 leave dense layers");
+    m = llama_spec();
+    m.window = 4;
+    family_fails(&m, "window 4 (banded attention)");
+    m = builtin("gpt-oss-20b");
+    m.window = 0;
+    family_fails(&m, "attn_sinks");
+    m = gpt2_spec();
+    m.moe = mixtral_spec().moe;
+    family_fails(&m, "moe.experts 8, but GPT-2 has no mixture of experts");
+    m = gpt2_spec();
+    m.head_dim = 8;
+    family_fails(&m, "head_dim 8, but GPT-2's heads are hidden / heads = 4 wide");
+}
+
+/* ---- A tiny Qwen3, written here ------------------------------------------------------------ */
+
+static const char qwen3_config[] =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", "
+    "\"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 48, "
+    "\"vocab_size\": 100, \"rms_norm_eps\": 1e-05, \"hidden_act\": \"silu\", "
+    "\"tie_word_embeddings\": true, \"rope_theta\": 10000.0, \"attention_bias\": false, "
+    "\"use_sliding_window\": false, \"sliding_window\": null, \"max_window_layers\": 28}";
+
+/* Qwen3's tensors (models/qwen3/modeling_qwen3.py), tied: LLaMA's with q and k 64 and 32
+ * rows wide and q_norm, k_norm of 16. */
+static void qwen3_set(hset *s)
+{
+    char n[128];
+#define QN(fmt, l) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+    hadd(s, "model.embed_tokens.weight", "BF16", 100, 32);
+    for (int l = 0; l < 2; l++) {
+        hadd(s, QN("input_layernorm.weight", l), "F32", 32, 0);
+        hadd(s, QN("self_attn.q_proj.weight", l), "BF16", 64, 32);
+        hadd(s, QN("self_attn.k_proj.weight", l), "F32", 32, 32);
+        hadd(s, QN("self_attn.v_proj.weight", l), "F16", 32, 32);
+        hadd(s, QN("self_attn.o_proj.weight", l), "BF16", 32, 64);
+        hadd(s, QN("self_attn.q_norm.weight", l), "BF16", 16, 0);
+        hadd(s, QN("self_attn.k_norm.weight", l), "F32", 16, 0);
+        hadd(s, QN("post_attention_layernorm.weight", l), "BF16", 32, 0);
+        hadd(s, QN("mlp.gate_proj.weight", l), "F32", 48, 32);
+        hadd(s, QN("mlp.up_proj.weight", l), "BF16", 48, 32);
+        hadd(s, QN("mlp.down_proj.weight", l), "F32", 32, 48);
+    }
+    hadd(s, "model.norm.weight", "F32", 32, 0);
+#undef QN
+}
+
+static void check_qwen3(pt_wsrc *src, const hset *s)
+{
+    char n[128], ours[64];
+#define QN(fmt, l) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), hget(s, n))
+#define OURS(fmt, l) (snprintf(ours, sizeof ours, "layers.%d." fmt, l), ours)
+    check_tensor(src, "wte", 128, 32, expect_copy(hget(s, "model.embed_tokens.weight"), 128));
+    for (int l = 0; l < 2; l++) {
+        check_tensor(src, OURS("norm1.w", l), 32, 0,
+                     expect_copy(QN("input_layernorm.weight", l), 32));
+        check_tensor(src, OURS("q.w", l), 64, 32,
+                     expect_rope(QN("self_attn.q_proj.weight", l), 16));
+        check_tensor(src, OURS("k.w", l), 32, 32,
+                     expect_rope(QN("self_attn.k_proj.weight", l), 16));
+        check_tensor(src, OURS("v.w", l), 32, 32,
+                     expect_copy(QN("self_attn.v_proj.weight", l), 32));
+        check_tensor(src, OURS("attn_out.w", l), 32, 64,
+                     expect_copy(QN("self_attn.o_proj.weight", l), 32));
+        /* qk_norm: q_norm's 16 then k_norm's 16, each permuted as one head */
+        float *qg = expect_rope(QN("self_attn.q_norm.weight", l), 16);
+        float *kg = expect_rope(QN("self_attn.k_norm.weight", l), 16);
+        float *g = malloc(32 * sizeof *g);
+        memcpy(g, qg, 16 * sizeof *g);
+        memcpy(g + 16, kg, 16 * sizeof *g);
+        free(qg);
+        free(kg);
+        check_tensor(src, OURS("qk_norm.w", l), 32, 0, g);
+        check_tensor(src, OURS("norm2.w", l), 32, 0,
+                     expect_copy(QN("post_attention_layernorm.weight", l), 32));
+        check_tensor(src, OURS("mlp_gate.w", l), 48, 32,
+                     expect_copy(QN("mlp.gate_proj.weight", l), 48));
+        check_tensor(src, OURS("mlp_up.w", l), 48, 32,
+                     expect_copy(QN("mlp.up_proj.weight", l), 48));
+        check_tensor(src, OURS("mlp_down.w", l), 32, 48,
+                     expect_copy(QN("mlp.down_proj.weight", l), 32));
+    }
+    check_tensor(src, "final_norm.w", 32, 0, expect_copy(hget(s, "model.norm.weight"), 32));
+#undef QN
+#undef OURS
+}
+
+static void test_qwen3(void)
+{
+    pt_model m = qwen3_spec();
+    char dir[4096];
+    hset s = {0};
+    qwen3_set(&s);
+    gpt2_dir(in_scratch(dir, "qwen3"), &s, qwen3_config, NULL, NULL, NULL);
+    pt_wsrc *src = open_ok(dir, &m);
+    if (src) {
+        check_qwen3(src, &s);
+        check_rope_function(src, &s, 16, true);
+        read_fails(src, "layers.0.qk_norm.w", 1, 16, 0, 0, 16, "(16, 0)");
+        read_fails(src, "layers.0.qk_norm.w", 1, 32, 0, 30, 4, "[30, 34) are outside its 32");
+        read_fails(src, "lm_head.w", 2, 128, 32, 0, 64, "no parameter 'lm_head.w'");
+        src->close(src);
+    }
+    static const char *const cases[][4] = {
+        {"head_dim", "DELETE", "head_dim = 128", "has head_dim = 16"}, /* Qwen3Config's */
+        {"num_key_value_heads", "DELETE", "num_key_value_heads = 32", "kv_heads = 2"},
+        {"rope_theta", "1000000.0", "rope_theta = 1e+06", "10000"}, /* the released ones' */
+        {"rms_norm_eps", "DELETE", "rms_norm_eps = 1e-06", "eps = 1e-05"},
+        {"attention_bias", "true", "attention_bias = true", "bias = false"},
+        {"model_type", "\"llama\"", "model_type = 'llama'",
+         "is Qwen3 shaped (LLaMA's with q/k norms)"},
+        {"model_type", "\"qwen3_moe\"", "model_type = 'qwen3_moe'", "is Qwen3 shaped"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_config(dir, qwen3_config, cases[i][0], cases[i][1]);
+        open_fails(dir, &m, cases[i][2], cases[i][3]);
+    }
+    /* a sliding window of 4096 keys is full attention over our 8; a narrower one is
+     * refused */
+    char *sliding = config_with(qwen3_config, "use_sliding_window", "true");
+    write_config(dir, sliding, "sliding_window", "4096");
+    if ((src = open_ok(dir, &m)) != NULL)
+        src->close(src);
+    write_config(dir, sliding, "sliding_window", "4");
+    free(sliding);
+    open_fails(dir, &m, "sliding_window = 4, but model 'hf-qwen3' attends in full over seq = 8",
+               NULL);
+    write_config(dir, qwen3_config, NULL, NULL);
+    /* a LLaMA of the same sizes reads no Qwen3 directory */
+    pt_model plain = m;
+    plain.qk_norm = false;
+    open_fails(dir, &plain, "model_type = 'qwen3', but model 'hf-qwen3' is LLaMA shaped", NULL);
+    /* a missing k_norm */
+    gpt2_dir(in_scratch(dir, "qwen3-missing"), &s, qwen3_config,
+             "model.layers.1.self_attn.k_norm.weight", NULL, NULL);
+    open_fails(dir, &m, "qwen3-missing/model.safetensors: no tensor "
+               "'model.layers.1.self_attn.k_norm.weight'", NULL);
     hfree(&s);
 }
 
@@ -967,11 +1354,115 @@ static void check_back(const char *dir, const pt_model *m, const hset *s, const 
     src->close(src);
 }
 
-/* What ptconvert wrote, read as transformers reads it: config.json's fields, tensor names,
- * shapes and dtypes, the unpadded vocabulary; and the layouts, element by element, from
- * ours (F32): GPT-2's k block of c_attn transposed, LLaMA's q rows permuted. */
-static void check_files(const char *dir, const pt_model *m, const hset *s, const char *dtype,
-                        int tensors)
+/* config.json's fields of Qwen3, Mixtral and Qwen3-MoE (configuration_qwen3.py,
+ * configuration_mixtral.py, configuration_qwen3_moe.py): head_dim, RoPE's base always
+ * said (Mixtral's default is 1e6), the experts; Qwen3-MoE's dense layers as
+ * mlp_only_layers. */
+static void check_family_config(const json_t *c, const pt_model *m, const char *type)
+{
+    const json_t *arch = json_array_get(json_object_get(c, "architectures"), 0);
+    static const char *const classes[][2] = {{"llama", "LlamaForCausalLM"},
+                                             {"qwen3", "Qwen3ForCausalLM"},
+                                             {"mixtral", "MixtralForCausalLM"},
+                                             {"qwen3_moe", "Qwen3MoeForCausalLM"}};
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+        if (!strcmp(type, classes[i][0]))
+            CHECK_STR(json_string_value(arch), classes[i][1]);
+    CHECK_INT(json_integer_value(json_object_get(c, "head_dim")), pt_model_head_dim(m));
+    CHECK(json_real_value(json_object_get(c, "rope_theta")) == 10000.0);
+    bool mixtral = !strcmp(type, "mixtral"), qmoe = !strcmp(type, "qwen3_moe");
+    if (!mixtral && !qmoe)
+        return;
+    CHECK_INT(json_integer_value(json_object_get(c, mixtral ? "num_local_experts" : "num_experts")),
+              m->moe.experts);
+    CHECK_INT(json_integer_value(json_object_get(c, "num_experts_per_tok")), m->moe.top_k);
+    CHECK_INT(json_integer_value(json_object_get(c, mixtral ? "intermediate_size"
+                                                            : "moe_intermediate_size")),
+              m->moe.expert_ffn);
+    CHECK(json_real_value(json_object_get(c, "router_aux_loss_coef")) == m->moe.aux_loss);
+    if (mixtral)
+        return;
+    CHECK_INT(json_integer_value(json_object_get(c, "intermediate_size")), m->ffn);
+    CHECK(json_is_true(json_object_get(c, "norm_topk_prob")) == m->moe.renorm);
+    CHECK_INT(json_integer_value(json_object_get(c, "decoder_sparse_step")), 1);
+    const json_t *only = json_object_get(c, "mlp_only_layers");
+    size_t k = 0;
+    for (int64_t l = 0; l < m->layers; l++)
+        if (!pt_model_layer_moe(m, l))
+            CHECK_INT(json_integer_value(json_array_get(only, k++)), l);
+    CHECK_INT((int64_t)json_array_size(only), (int64_t)k);
+}
+
+/* Theirs (a whole tensor of the file) equals ours `name` of s, element for element. */
+static void check_copy(pt_st_file *f, const char *theirs, const hset *s, const char *name)
+{
+    const htensor *o = hget(s, name);
+    const pt_st_tensor *t = NULL;
+    pt_err err = {{0}};
+    int rc = pt_st_get(f, theirs, "F32", o->ndim, o->shape, &t, &err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", theirs, err.msg);
+    CHECK(rc == 0);
+    if (rc == 0)
+        CHECK(memcmp(t->data, o->val, (size_t)o->n * sizeof(float)) == 0);
+}
+
+/* Qwen3's q_norm and k_norm (F32) of layer l: each half of our qk_norm, its rows permuted
+ * as a head of q and of k (their p·d/2 + i is our 2i + p). */
+static void check_qk_norm_file(pt_st_file *f, const pt_model *m, const hset *s, int l)
+{
+    int64_t d = pt_model_head_dim(m);
+    char name[128], ours[64];
+    snprintf(ours, sizeof ours, "layers.%d.qk_norm.w", l);
+    const float *g = hget(s, ours)->val;
+    for (int k = 0; k < 2; k++) {
+        const pt_st_tensor *t = NULL;
+        pt_err err = {{0}};
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.%c_norm.weight", l, "qk"[k]);
+        CHECK(pt_st_get(f, name, "F32", 1, (int64_t[]){d}, &t, &err) == 0);
+        if (!t)
+            continue;
+        const float *w = t->data;
+        int bad = 0;
+        for (int64_t i = 0; i < d / 2; i++)
+            for (int64_t p = 0; p < 2; p++)
+                bad += w[p * d / 2 + i] != g[k * d + 2 * i + p];
+        CHECK_INT(bad, 0);
+    }
+}
+
+/* Mixtral's and Qwen3-MoE's first MoE layer in the file (F32): its router and an expert's
+ * three projections copied from ours. */
+static void check_moe_file(pt_st_file *f, const pt_model *m, const hset *s, const char *type)
+{
+    bool mixtral = !strcmp(type, "mixtral");
+    int l = 0;
+    while (l < m->layers && !pt_model_layer_moe(m, l))
+        l++;
+    int e = (int)m->moe.experts - 1;
+    char theirs[128], ours[64];
+    snprintf(theirs, sizeof theirs, "model.layers.%d.%s.gate.weight", l,
+             mixtral ? "block_sparse_moe" : "mlp");
+    snprintf(ours, sizeof ours, "layers.%d.router.w", l);
+    check_copy(f, theirs, s, ours);
+    static const char *const kinds[3] = {"gate", "up", "down"};
+    static const char *const mixtral_names[3] = {"w1", "w3", "w2"};
+    static const char *const qwen3_names[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(theirs, sizeof theirs, "model.layers.%d.%s.experts.%d.%s.weight", l,
+                 mixtral ? "block_sparse_moe" : "mlp", e,
+                 mixtral ? mixtral_names[k] : qwen3_names[k]);
+        snprintf(ours, sizeof ours, "layers.%d.experts.%d.%s.w", l, e, kinds[k]);
+        check_copy(f, theirs, s, ours);
+    }
+}
+
+/* What ptconvert wrote, read as transformers reads it: config.json's fields (model_type
+ * `type`), tensor names, shapes and dtypes, the unpadded vocabulary; and the layouts,
+ * element by element, from ours (F32): GPT-2's k block of c_attn transposed, q rows
+ * permuted (and Qwen3's q_norm and k_norm), Mixtral's and Qwen3-MoE's experts copied. */
+static void check_files(const char *dir, const pt_model *m, const hset *s, const char *type,
+                        const char *dtype, int tensors)
 {
     char path[4096];
     json_error_t je;
@@ -979,7 +1470,9 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
     json_t *c = json_load_file(path, 0, &je);
     CHECK(c != NULL);
     bool gpt2 = m->pos == PT_POS_LEARNED;
-    CHECK(!strcmp(json_string_value(json_object_get(c, "model_type")), gpt2 ? "gpt2" : "llama"));
+    CHECK_STR(json_string_value(json_object_get(c, "model_type")), type);
+    if (!gpt2)
+        check_family_config(c, m, type);
     CHECK_INT(json_integer_value(json_object_get(c, "vocab_size")), m->vocab);
     CHECK_INT(json_integer_value(json_object_get(c, gpt2 ? "n_positions" : "max_position_embeddings")),
               m->seq);
@@ -1017,7 +1510,7 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
             CHECK_INT(bad, 0);
         }
     } else {
-        int64_t kvd = m->kv_heads * (h / m->heads), d = h / m->heads;
+        int64_t d = pt_model_head_dim(m), kvd = m->kv_heads * d, qd = m->heads * d;
         CHECK(pt_st_get(f, "model.embed_tokens.weight", dtype, 2, (int64_t[]){m->vocab, h}, &t,
                         &err) == 0);
         CHECK((pt_st_get(f, "lm_head.weight", dtype, 2, (int64_t[]){m->vocab, h}, &t, &err) ==
@@ -1027,7 +1520,7 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
         CHECK(pt_st_get(f, "model.layers.1.self_attn.k_proj.weight", dtype, 2,
                         (int64_t[]){kvd, h}, &t, &err) == 0);
         CHECK(pt_st_get(f, "model.layers.0.self_attn.q_proj.weight", dtype, 2,
-                        (int64_t[]){h, h}, &t, &err) == 0);
+                        (int64_t[]){qd, h}, &t, &err) == 0);
         if (t && !strcmp(dtype, "F32")) {
             const float *w = t->data, *q = hget(s, "layers.0.q.w")->val;
             int bad = 0;
@@ -1048,6 +1541,10 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
                 bad += b[j / d * d + (j % d % 2) * d / 2 + j % d / 2] != k[j];
             CHECK_INT(bad, 0);
         }
+        if (m->qk_norm && !strcmp(dtype, "F32"))
+            check_qk_norm_file(f, m, s, 0);
+        if (m->moe.experts > 0 && !strcmp(dtype, "F32"))
+            check_moe_file(f, m, s, type);
     }
     pt_st_close(f);
 }
@@ -1055,14 +1552,23 @@ static void check_files(const char *dir, const pt_model *m, const hset *s, const
 static void test_round_trip(void)
 {
     /* GPT-2; LLaMA; LLaMA with biases (attention_bias, mlp_bias: q and k biases permuted
-     * as their rows) and a tied head */
-    pt_model models[3] = {gpt2_spec(), llama_spec(), llama_spec()};
+     * as their rows) and a tied head; Qwen3 (q/k norms, heads of 16 on h = 32, tied);
+     * Mixtral (8 experts in every layer); tiny-qwen3-moe (16 experts in every layer);
+     * and a Qwen3-MoE with dense layers 0, 1 and 3 */
+    enum { N = 7 };
+    pt_model models[N] = {gpt2_spec(), llama_spec(), llama_spec(), qwen3_spec(),
+                          mixtral_spec(), builtin("tiny-qwen3-moe"), qwen3_moe_sparse_spec()};
     models[2].bias = models[2].tied_embeddings = true;
-    const int tensors[3] = {28, 21, 34};
+    const char *const types[N] = {"gpt2", "llama", "llama", "qwen3", "mixtral", "qwen3_moe",
+                                  "qwen3_moe"};
+    /* their tensors: Qwen3 2·11 + 2 (tied); Mixtral 4·(7 + 3·8) + 3; tiny-qwen3-moe
+     * 4·(9 + 3·16) + 3; the sparse one 3·11 + (9 + 3·16) + 3 */
+    const int tensors[N] = {28, 21, 34, 24, 127, 231, 93};
     const char *const dtypes[3][2] = {{"f32", "F32"}, {"bf16", "BF16"}, {"f16", "F16"}};
     char step[4096], out[4096];
-    const char *const steps[3] = {"step-gpt2", "step-llama", "step-llama-bias"};
-    for (int k = 0; k < 3; k++) {
+    const char *const steps[N] = {"step-gpt2", "step-llama", "step-llama-bias", "step-qwen3",
+                                  "step-mixtral", "step-qwen3-moe", "step-qwen3-moe-sparse"};
+    for (int k = 0; k < N; k++) {
         hset s = {0};
         write_step(in_scratch(step, steps[k]), &models[k], &s);
         for (int d = 0; d < 3; d++) {
@@ -1073,11 +1579,119 @@ static void test_round_trip(void)
                 fprintf(stderr, "ptconvert: exit %d: %s\n", rc, tool_file("tool.err"));
             CHECK_INT(rc, 0);
             CHECK_STR_HAS(tool_file("tool.out"), "step 7 of model");
-            check_files(out, &models[k], &s, dtypes[d][1], tensors[k]);
+            CHECK_STR_HAS(tool_file("tool.out"), types[k]);
+            check_files(out, &models[k], &s, types[k], dtypes[d][1], tensors[k]);
             check_back(out, &models[k], &s, dtypes[d][1]);
         }
         hfree(&s);
     }
+}
+
+/* config.json of an exported Mixtral or Qwen3-MoE against the model: each mismatch names
+ * the field and both values. Reads the exports test_round_trip left. */
+typedef struct {
+    const char *key, *value, *want, *want2; /* want NULL: accepted */
+} cfg_case;
+
+static void config_cases(const char *dir, const pt_model *m, const cfg_case *cases, size_t n)
+{
+    char path[4096];
+    PATHF(path, "%s/config.json", dir);
+    FILE *fp = fopen(path, "rb");
+    static char base[8192];
+    size_t len = fp ? fread(base, 1, sizeof base - 1, fp) : 0;
+    base[len] = '\0';
+    if (fp)
+        fclose(fp);
+    CHECK(len > 0);
+    for (size_t i = 0; i < n; i++) {
+        write_config(dir, base, cases[i].key, cases[i].value);
+        pt_wsrc *src = NULL;
+        if (!cases[i].want && (src = open_ok(dir, m)) != NULL)
+            src->close(src);
+        if (cases[i].want)
+            open_fails(dir, m, cases[i].want, cases[i].want2);
+    }
+    write_text(path, base);
+}
+
+static void test_moe_configs(void)
+{
+    char dir[4096];
+    pt_model mixtral = mixtral_spec(), qmoe = builtin("tiny-qwen3-moe");
+    pt_model sparse = qwen3_moe_sparse_spec();
+    static const cfg_case mixtral_cases[] = {
+        {"num_local_experts", "4", "num_local_experts = 4", "moe.experts = 8"},
+        {"num_local_experts", "DELETE", NULL, NULL}, /* MixtralConfig's 8 */
+        {"num_experts_per_tok", "1", "num_experts_per_tok = 1", "moe.top_k = 2"},
+        {"intermediate_size", "192", "intermediate_size = 192", "moe.expert_ffn = 96"},
+        {"rope_theta", "DELETE", "rope_theta = 1e+06", "10000"}, /* MixtralConfig's */
+        {"rms_norm_eps", "DELETE", NULL, NULL},                  /* MixtralConfig's 1e-5 */
+        {"sliding_window", "16", "sliding_window = 16", "attends in full over seq = 64"},
+        {"sliding_window", "4096", NULL, NULL},
+        {"router_aux_loss_coef", "0.5", NULL, NULL}, /* a training setting: the run's */
+        {"model_type", "\"qwen3_moe\"", "model_type = 'qwen3_moe'",
+         "is Mixtral shaped (LLaMA's with a mixture of experts)"},
+        {"model_type", "\"llama\"", "model_type = 'llama'", "is Mixtral shaped"},
+    };
+    config_cases(in_scratch(dir, "hf-4-f32"), &mixtral, mixtral_cases,
+                 sizeof mixtral_cases / sizeof mixtral_cases[0]);
+    pt_model tiny_moe = builtin("tiny-moe"); /* a dense first layer: no Mixtral */
+    open_fails(dir, &tiny_moe, "model_type = 'mixtral'", "moe.first_dense 1");
+
+    static const cfg_case qmoe_cases[] = {
+        {"num_experts", "8", "num_experts = 8", "moe.experts = 16"},
+        {"num_experts", "DELETE", "num_experts = 128", "moe.experts = 16"},
+        {"num_experts_per_tok", "2", "num_experts_per_tok = 2", "moe.top_k = 8"},
+        {"moe_intermediate_size", "64", "moe_intermediate_size = 64", "moe.expert_ffn = 32"},
+        {"norm_topk_prob", "DELETE", "norm_topk_prob = false", "moe.renorm = true"},
+        {"decoder_sparse_step", "2", "make layer 0 dense", "has a mixture of experts there"},
+        {"decoder_sparse_step", "0", "field 'decoder_sparse_step': expected a positive integer",
+         NULL},
+        {"mlp_only_layers", "[3]", "make layer 3 dense", "moe.first_dense = 0, moe.every = 1"},
+        {"mlp_only_layers", "[\"0\"]", "field 'mlp_only_layers': expected a list of layer numbers",
+         NULL},
+        {"mlp_only_layers", "null", NULL, NULL},
+        {"intermediate_size", "7", NULL, NULL}, /* no dense layer reads it */
+        {"head_dim", "DELETE", "head_dim = 16", "has head_dim = 32"}, /* hidden / heads */
+        {"rope_theta", "1000000.0", "rope_theta = 1e+06", "10000"},   /* the released ones' */
+        {"attention_bias", "true", "attention_bias = true", "bias = false"},
+        {"model_type", "\"mixtral\"", "model_type = 'mixtral'",
+         "is Qwen3-MoE shaped (Qwen3's with a mixture of experts)"},
+        {"model_type", "\"qwen3\"", "model_type = 'qwen3'", "is Qwen3-MoE shaped"},
+    };
+    config_cases(in_scratch(dir, "hf-5-f32"), &qmoe, qmoe_cases,
+                 sizeof qmoe_cases / sizeof qmoe_cases[0]);
+    open_fails(dir, &sparse, "make layer 0 sparse", "has a dense MLP there");
+    /* the count under the other name (attribute_map) */
+    char path[4096];
+    PATHF(path, "%s/config.json", dir);
+    char *base = NULL;
+    json_error_t je;
+    json_t *c = json_load_file(path, 0, &je);
+    CHECK(c != NULL);
+    json_object_del(c, "num_experts");
+    json_object_set_new(c, "num_local_experts", json_integer(16));
+    base = json_dumps(c, 0);
+    json_decref(c);
+    write_config(dir, base, NULL, NULL);
+    pt_wsrc *src = open_ok(dir, &qmoe);
+    if (src)
+        src->close(src);
+    write_config(dir, base, "num_local_experts", "8");
+    open_fails(dir, &qmoe, "num_local_experts = 8", "moe.experts = 16");
+    free(base);
+
+    static const cfg_case sparse_cases[] = {
+        {"mlp_only_layers", "[]", "make layer 0 sparse", "a dense MLP there (moe.first_dense = 1, "
+                                                          "moe.every = 2)"},
+        {"mlp_only_layers", "[3, 1, 0]", NULL, NULL},
+        {"mlp_only_layers", "[0, 1, 2, 3]", "make layer 2 dense", NULL},
+        {"intermediate_size", "7", "intermediate_size = 7", "ffn = 192"},
+        {"intermediate_size", "DELETE", "intermediate_size = 6144", "ffn = 192"},
+    };
+    config_cases(in_scratch(dir, "hf-6-f32"), &sparse, sparse_cases,
+                 sizeof sparse_cases / sizeof sparse_cases[0]);
 }
 
 /* ptconvert's refusals: one line naming the problem, exit 1, nothing written. */
@@ -1153,6 +1767,14 @@ static void test_ptconvert_cli(void)
     const char *neither[] = {alibi_step, fresh, NULL};
     refused(neither, "fit neither GPT-2", fresh);
     hfree(&b);
+    /* a mixture of experts that Mixtral's config cannot say (a dense first layer) */
+    pt_model tiny_moe = builtin("tiny-moe");
+    char moe_step[4096];
+    write_step(in_scratch(moe_step, "step-tiny-moe"), &tiny_moe, &b);
+    const char *dense_first[] = {moe_step, fresh, NULL};
+    refused(dense_first, "moe.first_dense 1, moe.every 1 leave dense layers, but Mixtral has a "
+                         "mixture of experts in every layer", fresh);
+    hfree(&b);
 }
 
 /* ---- Main ------------------------------------------------------------------------------------------ */
@@ -1194,9 +1816,19 @@ int main(int argc, char **argv)
     test_names(&llama);
     test_names(&tied_llama);
     test_names(&untied_gpt2);
+    pt_model qwen3 = qwen3_spec(), mixtral = mixtral_spec(), qmoe = builtin("tiny-qwen3-moe");
+    pt_model sparse = qwen3_moe_sparse_spec();
+    test_names(&qwen3);
+    test_names(&mixtral);
+    test_names(&qmoe);
+    test_names(&sparse);
     test_gpt2();
     test_llama();
+    test_maps();
+    test_family_refusals();
+    test_qwen3();
     test_round_trip();
+    test_moe_configs();
     test_ptconvert_cli();
     int rc = pt_check_result();
     if (rc == 0)

@@ -1,11 +1,13 @@
 #!/bin/sh
-# ptconvert end to end, on checkpoints ptrun writes: tiny (GPT-2 shaped) and tiny-llama
-# (grouped-query attention, RoPE, untied head) trained a few steps, converted to Hugging
-# Face directories, and started from with ptrun --init-from: the losses of a run from
-# the f32 export are those of a run from the checkpoint itself, to the bit (every tensor
-# came back through the name, transpose and RoPE maps unchanged); a bf16 export is half
-# the size and trains to nearly the same loss. The --checkpoint folder itself (newest
-# step) is read like its step folder; refusals leave nothing behind.
+# ptconvert end to end, on checkpoints ptrun writes: tiny (GPT-2 shaped), tiny-llama
+# (grouped-query attention, RoPE, untied head), tiny-qwen3-moe (Qwen3-MoE: q/k norms,
+# 16 experts) and tiny-mixtral (tiny-moe with experts in every layer, as Mixtral has
+# them) trained a few steps, converted to Hugging Face directories, and started from
+# with ptrun --init-from: the losses of a run from the f32 export are those of a run
+# from the checkpoint itself, to the bit (every tensor came back through the name,
+# transpose, RoPE and expert maps unchanged); a bf16 export is half the size and trains
+# to nearly the same loss. The --checkpoint folder itself (newest step) is read like
+# its step folder; refusals leave nothing behind.
 # (tests/runtime/test_hf.c checks every element of both maps and each refusal's message.)
 #   usage: cli_ptconvert.sh BUILD_DIR
 set -u
@@ -14,9 +16,21 @@ build="$1"
 cd "$tmp" || exit 1
 export PT_COSTS_DB="$tmp/none.db"
 train() { "$build/ptrun" "$@" --quiet --sample 0 --val-every 0; }
+# a safetensors file's tensor data: its size less the 8-byte header length and the header
+tensor_bytes() {
+    echo $(($(wc -c <"$1") - 8 - $(od -An -t u8 -N 8 "$1" | tr -d ' ')))
+}
 
-for model in tiny tiny-llama; do
-    run 0 "$build/ptplan" --model "$model" --devices 1 --out "$model.json" --steps 3
+# Mixtral has no dense layer: tiny-moe's first one made sparse, as a spec file
+"$build/ptplan" --dump-model tiny-moe |
+    sed 's/"name": "tiny-moe"/"name": "tiny-mixtral"/; s/"first_dense": 1/"first_dense": 0/' \
+        >tiny-mixtral-spec.json
+grep -q '"first_dense": 0' tiny-mixtral-spec.json || fail "tiny-mixtral's spec file"
+
+for model in tiny tiny-llama tiny-qwen3-moe tiny-mixtral; do
+    spec=$model
+    [ "$model" = tiny-mixtral ] && spec=tiny-mixtral-spec.json
+    run 0 "$build/ptplan" --model "$spec" --devices 1 --out "$model.json" --steps 3
     run 0 train "$model.json" --checkpoint "ck-$model"
     step=$(ls -d "ck-$model"/step_* | tail -1)
     [ -d "$step" ] || { fail "$model: ptrun wrote no step folder"; continue; }
@@ -28,6 +42,11 @@ for model in tiny tiny-llama; do
     cmp -s "hf-$model/model.safetensors" "hf2-$model/model.safetensors" ||
         fail "$model: the checkpoint folder and its step folder convert differently"
     grep -q '"vocab_size": 256' "hf-$model/config.json" || fail "$model: vocab_size in config.json"
+    case $model in
+    tiny-qwen3-moe) type=qwen3_moe ;; tiny-mixtral) type=mixtral ;; tiny) type=gpt2 ;;
+    *) type=llama ;;
+    esac
+    grep -q "\"model_type\": \"$type\"" "hf-$model/config.json" || fail "$model: model_type $type"
     [ "$(ls "hf-$model")" = "config.json
 model.safetensors" ] || fail "$model: the export holds $(ls "hf-$model")"
 
@@ -39,12 +58,12 @@ model.safetensors" ] || fail "$model: the export holds $(ls "hf-$model")"
         fail "$model: losses from the f32 export differ from the checkpoint's:
 $(losses "from-ck-$model.jsonl") / $(losses "from-hf-$model.jsonl")"
 
-    # bf16: half the bytes, nearly the same first loss
+    # bf16: half the bytes of tensor data, nearly the same first loss
     run 0 "$build/ptconvert" "$step" "bf16-$model" --dtype bf16
-    f32=$(wc -c <"hf-$model/model.safetensors")
-    bf16=$(wc -c <"bf16-$model/model.safetensors")
-    [ $((bf16 * 2)) -lt $((f32 + 8192)) ] && [ $((bf16 * 2)) -gt $((f32 - 8192)) ] ||
-        fail "$model: bf16 file $bf16 bytes, f32 $f32"
+    f32=$(tensor_bytes "hf-$model/model.safetensors")
+    bf16=$(tensor_bytes "bf16-$model/model.safetensors")
+    [ "$f32" -gt 0 ] && [ $((bf16 * 2)) -eq "$f32" ] ||
+        fail "$model: bf16 tensors $bf16 bytes, f32 $f32"
     run 0 train "$model.json" --steps 1 --init-from "bf16-$model" --log "from-bf16-$model.jsonl"
     awk -v a="$(losses "from-ck-$model.jsonl" | head -1)" \
         -v b="$(losses "from-bf16-$model.jsonl" | head -1)" \
