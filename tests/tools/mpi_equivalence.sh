@@ -47,6 +47,10 @@ steps=12 # enough steps for the order of sums across ranks to show; resume at 6
 extra=""
 planx=""
 [ "$suite" = tensor ] || [ "$suite" = a2a ] || [ "$suite" = moe ] && extra="--dropout 0.1"
+# PT_EQUIV_STEPS (the sanitizer build's ctest sets 4): every suite trains that many steps
+# instead. A sanitizer looks at the code paths, which the first steps take as the last
+# do; the steps that let the order of sums show are the plain build's.
+steps_override=${PT_EQUIV_STEPS:-}
 # Which devices the plans are for, and the tolerance of the comparison: fp32 CPU runs
 # agree to 1e-5; bf16 runs differ in where sums are rounded to bf16 (a tensor-parallel
 # partial sum is rounded before it is reduced, one rank rounds the whole sum). Over 6
@@ -85,6 +89,7 @@ elif [ "$suite" = cuda ]; then
     tol=${TOL_CUDA:-1e-4}
     export PT_COMM_NCCL=0 # several ranks share the (emulated) GPU: staged through MPI
 fi
+[ -n "$steps_override" ] && steps=$steps_override
 
 # A LLaMA-shaped tiny model: RMSNorm, SwiGLU, RoPE, grouped-query attention, untied.
 cat >"$tmp/tiny-llama.json" <<'JSON'
