@@ -436,19 +436,33 @@ static void pt_mem_ptrun_states(const pt_model *m, const pt_layout *l, int stage
                            f32 * experts * (double)(pt_layout_edp(l) + 1);
         return;
     }
-    int64_t lp = pt_params_layer(m, l->tp);
+    /* a layer is a segment of its own (a mixture's MoE layer without its experts); a
+     * chunk's experts one more, kept whole and sharded over their expert-data-parallel
+     * group (ZeRO 2/3 reject pp > 1: the stage is one chunk of every layer) */
     int64_t emb = first ? pt_params_embedding(m, l->tp) : 0;
-    int64_t head = last ? pt_params_head(m, l->tp, (int)pp) : 0;
-    double layer_shard = pt_mem_ceil_div(lp, N), whole = (double)(emb + head);
-    double shards = (double)layers * layer_shard + (emb ? pt_mem_ceil_div(emb, N) : 0) +
-                    (head ? pt_mem_ceil_div(head, N) : 0);
+    int64_t head = last ? pt_params_head(m, l->tp, (int)pp) : 0, experts = 0, edp = 1;
+    int64_t moe = pt_model_moe_layers(m, 0, layers);
+    pt_rank_params(m, l, stage, &experts);
+    if (experts > 0)
+        edp = pt_layout_edp(l);
+    double dense_shard = pt_mem_ceil_div(pt_params_layer(m, l->tp), N);
+    double moe_shard = moe > 0 ? pt_mem_ceil_div(pt_params_moe_layer_dense(m, l->tp), N) : 0;
+    double layer_shards = (double)(layers - moe) * dense_shard + (double)moe * moe_shard;
+    double layer_shard = layers - moe > 0 ? dense_shard : 0;
+    layer_shard = moe_shard > layer_shard ? moe_shard : layer_shard; /* the largest */
+    double whole = (double)(emb + head + experts);
+    double shards = layer_shards + (emb ? pt_mem_ceil_div(emb, N) : 0) +
+                    (head ? pt_mem_ceil_div(head, N) : 0) +
+                    (experts ? pt_mem_ceil_div(experts, edp) : 0);
     double window = layer_shard * (double)N, staging = window;
-    int64_t pieces[2] = {emb, head};
-    for (int i = 0; i < 2; i++)
-        if (pt_mem_ceil_div(pieces[i], N) * (double)N > staging)
-            staging = pt_mem_ceil_div(pieces[i], N) * (double)N;
+    int64_t pieces[3] = {emb, head, experts};
+    for (int i = 0; i < 3; i++) {
+        int64_t r = i == 2 ? edp : N;
+        if (pt_mem_ceil_div(pieces[i], r) * (double)r > staging)
+            staging = pt_mem_ceil_div(pieces[i], r) * (double)r;
+    }
     bool gather = l->zero >= 3;
-    out->weights_bytes = f32 * (gather ? whole + (double)layers * layer_shard : P);
+    out->weights_bytes = f32 * (gather ? whole + layer_shards : P);
     double windows = layers > 0 ? 2 * window : 0; /* two of each, used in turn */
     out->grads_bytes = f32 * (shards + windows + whole);
     out->optimizer_bytes = 2 * f32 * shards;
@@ -536,9 +550,8 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_mem_flight fl = pt_mem_flight_of(m, l, stage, layers);
-    /* ptrun's own buffers (planner/buffers.c); its mixtures of experts train under ZeRO
-     * 0 and 1 (pt_stack_check_model) */
-    if (t->stack.attention == PT_ATTN_PTRUN && (experts == 0 || l->zero <= 1)) {
+    /* ptrun's own buffers (planner/buffers.c) */
+    if (t->stack.attention == PT_ATTN_PTRUN) {
         *out = (pt_memory){.stage = stage, .params = (double)params, .layers = layers,
                            .in_flight = fl.in_flight};
         pt_mem_stage_ptrun(m, l, stage, layers, &fl, p, t->bucket_bytes / 4, pt_train_fp8(t),

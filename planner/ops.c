@@ -1115,7 +1115,9 @@ static void zero3_gather(builder *b)
     coll(b, PT_OPK_ZERO3_ALLGATHER, (moves){PT_TEN_LAYER_WEIGHTS, PT_TEN_LAYER_WEIGHTS},
          PT_COLL_ALLGATHER, PT_GROUP_DPCP, dense * c->prec.weight_bytes, 1,
          c->t->stack.zero3_prefetch > 0);
-    if (experts > 0)
+    /* (ptrun keeps the experts whole under ZeRO 3 and gathers them at the step:
+     * pt_ops_optimizer) */
+    if (experts > 0 && !pt_stack_is_ptrun(&c->t->stack))
         coll(b, PT_OPK_ZERO3_ALLGATHER, (moves){PT_TEN_LAYER_WEIGHTS, PT_TEN_LAYER_WEIGHTS},
              PT_COLL_ALLGATHER, PT_GROUP_EDP, experts * c->prec.weight_bytes, 1,
              c->t->stack.zero3_prefetch > 0);
@@ -1610,7 +1612,8 @@ static void layer_backward(builder *b, const dims *d)
         layer_params(c, &dense, &experts);
         coll(b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_LAYER_GRADS, PT_TEN_LAYER_GRADS},
              PT_COLL_REDUCESCATTER, PT_GROUP_DPCP, dense * pt_grad_reduce_bytes(c), 1, true);
-        if (experts > 0)
+        /* (ptrun reduces its experts, kept whole, at the step: pt_ops_optimizer) */
+        if (experts > 0 && !pt_stack_is_ptrun(&c->t->stack))
             coll(b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_LAYER_GRADS, PT_TEN_LAYER_GRADS},
                  PT_COLL_REDUCESCATTER, PT_GROUP_EDP, experts * pt_grad_reduce_bytes(c), 1,
                  true);

@@ -270,6 +270,12 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
         coll(&b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_GRADS, PT_TEN_GRADS},
              PT_COLL_REDUCESCATTER, PT_GROUP_DPCP,
              left * g * (zero == 1 ? pt_grad_wire_share(c) : 1), 1, false);
+    /* ptrun keeps a mixture's experts whole under ZeRO 2/3 (runtime/zero.c): their
+     * gradients are reduce-scattered over their group here, their weights gathered below */
+    bool whole_experts = zero >= 2 && sp->experts > 0 && pt_stack_is_ptrun(&c->t->stack);
+    if (whole_experts)
+        coll(&b, PT_OPK_ZERO_REDUCESCATTER, (moves){PT_TEN_GRADS, PT_TEN_GRADS},
+             PT_COLL_REDUCESCATTER, PT_GROUP_EDP, sp->experts * g, 1, false);
     pt_grid grid;
     pt_grid_init(&grid, c->l);
     if (grid.world > 1) { /* the gradient norm: one double summed over every rank */
@@ -312,7 +318,7 @@ int pt_ops_optimizer(const pt_opctx *c, const pt_step_params *sp, pt_oplist *out
              PT_COLL_ALLGATHER, PT_GROUP_DPCP, (gather - fp8) * gather_bytes + fp8, 1,
              c->l->param_overlap);
     /* the experts' shards, gathered over their own group */
-    if ((zero == 1 || zero == 2) && sp->experts > 0)
+    if ((zero == 1 || zero == 2 || whole_experts) && sp->experts > 0)
         coll(&b, PT_OPK_ZERO_ALLGATHER, (moves){PT_TEN_WEIGHTS, PT_TEN_WEIGHTS},
              PT_COLL_ALLGATHER, PT_GROUP_EDP, sp->experts * gather_bytes, 1,
              c->l->param_overlap);

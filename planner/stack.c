@@ -1154,10 +1154,9 @@ char *pt_stack_to_json(const pt_stack *s)
 }
 
 /* What ptrun's experts (runtime/moe.c) train so far: experts whole (etp = 1) and
- * without biases or shared experts, their gradients reduced over the
- * expert-data-parallel group (ZeRO 0, or 1 sharded over it). tp with sp and cp fold
- * into ep as Megatron-Core's parallel folding does. One message per limit, naming the
- * key. */
+ * without biases or shared experts. tp with sp and cp fold into ep as Megatron-Core's
+ * parallel folding does, and every ZeRO stage shards the experts' state over their
+ * expert-data-parallel group. One message per limit, naming the key. */
 static int ptrun_moe_check(const pt_stack *s, const pt_model *m, const pt_layout *l,
                            pt_err *err)
 {
@@ -1165,9 +1164,6 @@ static int ptrun_moe_check(const pt_stack *s, const pt_model *m, const pt_layout
         return pt_err_set(err, "layout etp=%d: stack '%s' trains a mixture of experts (model "
                           "%s) with its experts whole (etp = 1) so far; spread them with ep",
                           l->etp, s->name, m->name);
-    if (l->zero > 1)
-        return pt_err_set(err, "layout zero=%d: stack '%s' trains a mixture of experts (model "
-                          "%s) under ZeRO 0 and 1 so far", l->zero, s->name, m->name);
     if (m->moe.shared_experts > 0 || m->bias)
         return pt_err_set(err, "model %s: stack '%s' trains experts without %s so far",
                           m->name, s->name, m->bias ? "biases" : "shared experts");

@@ -259,6 +259,9 @@ typedef struct {
     pt_step_stats *out;
     bool have_norm;           /* the gradient norm's square is in n->gsq (GRAD_NORM ran) */
     bool updated;             /* ADAM ran */
+    bool reduced, gathered;   /* ZERO_REDUCESCATTER and ZERO_ALLGATHER ran: each does all
+                                 its groups' work at once (dp·cp's and the experts'), so a
+                                 second op of the kind (the experts' group's) has none */
     double copies;            /* how many times n->gsq counts each gradient element */
 } step_end;
 
@@ -437,12 +440,18 @@ static int step_op(void *ctx, const pt_op *op, pt_err *err)
     case PT_OPK_EMBED_ALLREDUCE:
         return reduce_tied(e->n, e->d, err);
     case PT_OPK_ZERO_REDUCESCATTER:
+        if (e->reduced)
+            return PT_OP_NO_SPAN;
+        e->reduced = true;
         return reduce_left(e, err);
     case PT_OPK_GRAD_NORM:
         return grad_norm(e, true, err);
     case PT_OPK_ADAM:
         return adam(e, err);
     case PT_OPK_ZERO_ALLGATHER:
+        if (e->gathered)
+            return PT_OP_NO_SPAN;
+        e->gathered = true;
         return gather_updated(e, err);
     default: /* a kind the planner lists at the step's end that this switch lacks */
         return pt_err_set(err, "internal: step's end op '%s' not run",

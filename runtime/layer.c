@@ -905,9 +905,15 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_ROUTER_DGRAD:
     case PT_OPK_ROUTER_WGRAD:
         return pt_moe_run_op(c, op, in, out);
-    /* ZeRO inside the layers */
-    case PT_OPK_ZERO3_ALLGATHER: return pt_zero_gather_layer(c->n, c->l, c->next_l, c->err);
+    /* ZeRO inside the layers; a mixture of experts' experts are kept whole and reduced at
+     * the step (runtime/zero.c), so their group's ops here have nothing to do */
+    case PT_OPK_ZERO3_ALLGATHER:
+        if (op->group == PT_GROUP_EDP)
+            return 0;
+        return pt_zero_gather_layer(c->n, c->l, c->next_l, c->err);
     case PT_OPK_ZERO_REDUCESCATTER:
+        if (op->group == PT_GROUP_EDP)
+            return 0;
         return c->n->zero ? pt_zero_reduce_layer(c->n, c->l, c->err) : 0;
     /* the step's end: the engine's (runtime/engine.c) */
     case PT_OPK_DP_BUCKET:

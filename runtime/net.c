@@ -88,6 +88,7 @@ static int build_op_lists(pt_net *n, const pt_plan *p)
     for (int ch = 0; ch < l->vp && rc == 0; ch++) {
         int vs = ch * l->pp + n->stage;
         double experts = (double)(n->experts_end[ch] - n->chunk_begin[ch]);
+        sp.experts += experts;
         double chunk = (double)(n->chunk_end[ch] - n->chunk_begin[ch]) - experts;
         rc = pt_ops_grad_sync(&c, chunk - pt_step_tied_out(&c, vs, V), n->chunk_layers[ch],
                               &n->ops_sync[ch]);

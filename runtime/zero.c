@@ -2,7 +2,8 @@
  * ZeRO stages 2 and 3 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
  * Training Trillion Parameter Models", Sec. 5): gradients and optimizer state (stage
  * 2), and the parameters too (stage 3), sharded over the data-parallel (dp·cp)
- * group. The parameter buffer is cut into segments — each transformer layer, the
+ * group (a mixture of experts' experts over their expert-data-parallel group, kept
+ * whole besides as the embedding and head are: build_segments). The parameter buffer is cut into segments — each transformer layer, the
  * embedding, the head — and each segment is padded to a multiple of dp and sharded
  * on its own, as FSDP shards its units. A rank keeps only its shard of every
  * segment's fp32 master weights, gradients and Adam moments.
@@ -39,8 +40,12 @@
 
 typedef struct {
     int64_t begin, end;   /* parameter elements [begin, end) of the flat buffer */
-    int64_t layer;        /* global layer index, or -1: embedding or head */
-    int64_t shard;        /* elements per rank: ceil((end - begin) / dp) */
+    int64_t layer;        /* global layer index, or -1: embedding, head or experts */
+    bool experts;         /* a chunk's experts (a mixture of experts): kept whole as the
+                             embedding and head are, sharded over their own group */
+    int group, ranks, rank; /* the group it is sharded over (PT_GROUP_DPCP, the experts'
+                             PT_GROUP_EDP), its size and this rank's place in it */
+    int64_t shard;        /* elements per rank: ceil((end - begin) / ranks) */
     int64_t sbase;        /* where this rank's shard starts in the shard arrays */
     int64_t wbase;        /* weights kept whole: where they start in `whole`, else -1 */
     int64_t gbase;        /* gradients kept whole: where in `gwhole`, else -1 */
@@ -84,37 +89,45 @@ static int64_t layer_of(const char *name)
 }
 
 /* Cuts the parameter table into segments: runs of consecutive parameters of one
- * layer, or of none (embedding and head pieces). */
+ * layer, or of none (embedding and head pieces, a chunk's experts: those kept whole). A
+ * mixture of experts' experts, which only their expert-data-parallel group holds
+ * alike, are sharded over that group and kept whole besides, as FSDP keeps its root
+ * unit: their gradients reduce-scattered and their weights gathered at the step. */
 static int build_segments(pt_net *n, pt_zero *z)
 {
     z->seg = calloc((size_t)n->n_param, sizeof *z->seg);
     if (!z->seg)
         return -1;
+    int edp = pt_layout_edp(&n->layout);
     for (int i = 0; i < n->n_param; i++) {
         const pt_param *p = &n->param[i];
-        int64_t layer = layer_of(p->name);
+        int64_t layer = p->expert ? -1 : layer_of(p->name);
         segment *last = z->n_seg ? &z->seg[z->n_seg - 1] : NULL;
-        if (last && last->layer == layer && last->end == p->offset) {
+        if (last && last->layer == layer && last->experts == p->expert &&
+            last->end == p->offset) {
             last->end += p->count;
             continue;
         }
         z->seg[z->n_seg++] = (segment){.begin = p->offset, .end = p->offset + p->count,
-                                       .layer = layer};
+                                       .layer = layer, .experts = p->expert,
+                                       .group = p->expert ? PT_GROUP_EDP : PT_GROUP_DPCP,
+                                       .ranks = p->expert ? edp : z->dp_size,
+                                       .rank = p->expert ? n->edp_rank : z->dp_rank};
     }
     int64_t sbase = 0;
     for (int s = 0; s < z->n_seg; s++) {
         segment *g = &z->seg[s];
         int64_t len = g->end - g->begin;
-        g->shard = (len + z->dp_size - 1) / z->dp_size;
+        g->shard = (len + g->ranks - 1) / g->ranks;
         g->sbase = sbase;
         sbase += g->shard;
         g->wbase = g->gbase = g->mbase = -1;
-        if (g->layer >= 0 && g->shard * z->dp_size > z->win_elems) {
-            z->win_elems = g->shard * z->dp_size;
+        if (g->layer >= 0 && g->shard * g->ranks > z->win_elems) {
+            z->win_elems = g->shard * g->ranks;
             z->max_shard = g->shard;
         }
-        if (g->shard * z->dp_size > z->stage_elems)
-            z->stage_elems = g->shard * z->dp_size;
+        if (g->shard * g->ranks > z->stage_elems)
+            z->stage_elems = g->shard * g->ranks;
         if (g->layer < 0 || !z->gather_layers) {
             g->wbase = z->whole_elems;
             z->whole_elems += len;
@@ -239,7 +252,8 @@ void pt_zero_free(pt_net *n)
  * empty for the last ranks of a short segment). */
 static void shard_range(const pt_zero *z, const segment *g, int64_t *lo, int64_t *hi)
 {
-    *lo = g->begin + (int64_t)z->dp_rank * g->shard;
+    (void)z;
+    *lo = g->begin + (int64_t)g->rank * g->shard;
     *hi = *lo + g->shard < g->end ? *lo + g->shard : g->end;
     if (*lo > *hi)
         *lo = *hi;
@@ -290,7 +304,7 @@ static int gather(pt_net *n, const segment *g, void *into, bool master, pt_comm_
     shard_range(z, g, &lo, &hi);
     bool round = z->sep_master && !master;
     size_t eb = round ? z->ab : sizeof(float);
-    char *mine = (char *)into + (size_t)z->dp_rank * (size_t)g->shard * eb;
+    char *mine = (char *)into + (size_t)g->rank * (size_t)g->shard * eb;
     kn->zero(kn, mine, (size_t)g->shard * eb);
     if (round)
         kn->f32_to_bf16(kn, (uint16_t *)mine, master_of(n, g, lo), hi - lo);
@@ -299,8 +313,8 @@ static int gather(pt_net *n, const segment *g, void *into, bool master, pt_comm_
                  PT_KCOPY_D2D);
     pt_comm_dtype t = round ? z->wtype : PT_COMM_F32;
     if (req)
-        return pt_comm_iallgather_t(n->comm, PT_GROUP_DPCP, t, mine, into, g->shard, req, err);
-    return pt_comm_allgather_t(n->comm, PT_GROUP_DPCP, t, mine, into, g->shard, err);
+        return pt_comm_iallgather_t(n->comm, g->group, t, mine, into, g->shard, req, err);
+    return pt_comm_allgather_t(n->comm, g->group, t, mine, into, g->shard, err);
 }
 
 int pt_zero_get_master(pt_net *n, float *whole, pt_err *err)
@@ -501,8 +515,8 @@ int pt_zero_reduce_whole(pt_net *n, pt_err *err)
         float *padded = z->staging;
         int64_t len = g->end - g->begin;
         kn->copy(kn, padded, z->gwhole + g->gbase, (size_t)len * sizeof *padded, PT_KCOPY_D2D);
-        kn->zero(kn, padded + len, (size_t)(g->shard * z->dp_size - len) * sizeof *padded);
-        rc = pt_comm_reducescatter(n->comm, PT_GROUP_DPCP, padded, n->grad + g->sbase, g->shard,
+        kn->zero(kn, padded + len, (size_t)(g->shard * g->ranks - len) * sizeof *padded);
+        rc = pt_comm_reducescatter(n->comm, g->group, padded, n->grad + g->sbase, g->shard,
                                    err);
     }
     kn->zero(kn, z->gwhole, floats(z->gwhole_elems));

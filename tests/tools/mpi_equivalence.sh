@@ -22,7 +22,7 @@
 #   moe:      mixtures of experts: tiny-moe, a Qwen3-style one (top-8 of 16, q/k norms)
 #             and one whose capacity factor drops copies, with their experts over ep
 #             ranks (the all-to-all with counts per rank) folded onto tp (with sp), cp
-#             (ring and all-to-all) and dp, with ZeRO 0 and 1, pp (uneven, interleaved
+#             (ring and all-to-all) and dp, with ZeRO 0 to 3, pp (uneven, interleaved
 #             and a pipeline layout) and recomputation; checkpoints of ep=4 resuming on one rank,
 #             as ep=2 and with pp; 6 steps each
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
@@ -242,6 +242,9 @@ elif [ "$suite" = moe ]; then
     # ZeRO 1: the experts' buckets shared over their expert-data-parallel group (2 ranks,
     # or 1 where ep = dp), the rest over dp
     moe="$moe;4 dp=4,ep=2,zero=1,mbs=2;2 dp=2,ep=2,zero=1,mbs=2;4 tp=2,sp=1,dp=2,ep=2,zero=1,mbs=2"
+    # ZeRO 2 and 3: the experts kept whole, their state sharded over their group
+    moe="$moe;4 dp=4,ep=2,zero=3,mbs=2;2 dp=2,ep=2,zero=3,mbs=2"
+    moe="$moe;4 tp=2,sp=1,dp=2,ep=2,zero=3,recompute=full,mbs=2;4 cp=2,dp=2,ep=4,zero=2,mbs=2"
     # cp folded into ep: the load-balancing loss's sequences in pieces over cp (and tp),
     # by the ring and by the all-to-all; a pipeline layout
     moe="$moe;2 cp=2,mbs=2;4 tp=2,sp=1,cp=2,ep=4,mbs=2;4 cp=2,cp_comm=a2a,dp=2,ep=2,zero=1,mbs=2"
@@ -250,7 +253,7 @@ elif [ "$suite" = moe ]; then
     qwen="$qwen;4 tp=4,sp=1,ep=4,recompute=full,mbs=2;4 cp=2,cp_comm=a2a,dp=2,ep=4,mbs=2"
     cap="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2"
     both="" six=""
-    resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,zero=1,mbs=2"
+    resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,zero=1,mbs=2;4 dp=4,ep=2,zero=3,mbs=2"
     resume_model="--model tiny-moe"
 elif [ "$suite" = tensor ]; then
     both="2 tp=2,mbs=2;2 tp=2,sp=1,mbs=2;4 tp=4,mbs=2;4 tp=4,sp=1,mbs=2"
@@ -358,7 +361,8 @@ fi
 # Checkpoints move between layouts (suite pipeline): a dp=2 ZeRO-3 run stopped after
 # half its steps resumes as tp=2, as pp=2 with ZeRO-1 over dp=2, and on one rank with
 # another micro-batch size; (suite moe) an ep=4 run of tiny-moe, whose experts its four
-# ranks hold a quarter each, resumes on one rank, as ep=2 with ZeRO 1 and with pp=2. Each second
+# ranks hold a quarter each, resumes on one rank, as ep=2 with ZeRO 1, with pp=2 and as
+# tp=2 with ZeRO 3. Each second
 # half (and the final weights) matches the uninterrupted run within the suite's
 # tolerance (the layouts differ in their sums' order, as above).
 xmodel="" xfrom="" xto=""
@@ -368,6 +372,7 @@ if [ "$suite" = pipeline ]; then
 elif [ "$suite" = moe ]; then
     xmodel="--model tiny-moe"
     xfrom="4 dp=4,ep=4,mbs=2" xto="1 mbs=1;4 dp=4,ep=2,zero=1,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
+    xto="$xto;4 tp=2,sp=1,dp=2,ep=2,zero=3,mbs=2"
     xwho="ep=4.* on 4 ranks"
 fi
 if [ -n "$xfrom" ]; then
