@@ -608,7 +608,7 @@ run 1 --model tiny-moe --devices 8 --layout "dp=8,ep=4,etp=2" --no-out
 err_has "layout etp=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) with its experts whole (etp = 1) so far" \
     "ptrun's experts without etp"; one_line_error "MoE with etp on ptrun"
 run 0 --model tiny-moe --devices 8 --layout "dp=8,ep=2,zero=3" --no-out
-out_has "layout  tp=1,.*zero=3.*ep=2" "ptrun's experts under ZeRO 3"
+out_has "layout  tp=1,.*ep=2,zero=3" "ptrun's experts under ZeRO 3"
 run 0 --dump-model tiny-moe
 sed 's/"shared_experts": 0/"shared_experts": 1/; s/"shared_ffn": 0/"shared_ffn": 64/' "$tmp/out" \
     >"$tmp/shared.json"
