@@ -40,6 +40,7 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_MOE_LOGITS] = "moe_logits", [PT_BUF_MOE_SRC] = "moe_src",
     [PT_BUF_MOE_COUNTS] = "moe_counts", [PT_BUF_MOE_TOK] = "moe_tokens",
     [PT_BUF_MOE_RECV] = "moe_recv", [PT_BUF_MOE_EM] = "moe_expert_rows",
+    [PT_BUF_MOE_EG] = "moe_etp_rows",
     [PT_BUF_MOE_DW] = "moe_dw", [PT_BUF_MOE_PERM] = "moe_perm",
     [PT_BUF_MOE_INVPERM] = "moe_invperm", [PT_BUF_MOE_DROUTER] = "moe_drouter",
 };
@@ -143,11 +144,13 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     SET(B, PT_BUF_LN2_MEAN, 4, R);
     SET(B, PT_BUF_LN2_RSTD, 4, R);
     /* a mixture of experts: the experts' rows through the same MLP buffers (a layer is
-     * dense or MoE), N received rows of fe columns where wider than the dense MLP's */
+     * dense or MoE), N received rows of fe columns where wider than the dense MLP's;
+     * with etp > 1 the etp group's rows, each rank's padded to N, of fe/etp columns */
     bool moe = m->moe.experts > 0;
-    int64_t N = moe ? pt_moe_recv_rows_max(m, l) : 0, fe = moe ? m->moe.expert_ffn : 0;
-    int64_t E = m->moe.experts, kk = m->moe.top_k, Rk = mul(B, R, kk);
-    int64_t mlp = mul(B, T, f), emlp = mul(B, N, fe);
+    int64_t etp = l->etp > 1 ? l->etp : 1, ep = l->ep > 1 ? l->ep : 1;
+    int64_t N = moe ? pt_moe_recv_rows_max(m, l) : 0, fe = moe ? m->moe.expert_ffn / etp : 0;
+    int64_t E = m->moe.experts, kk = m->moe.top_k, Rk = mul(B, R, kk), eN = mul(B, etp, N);
+    int64_t mlp = mul(B, T, f), emlp = mul(B, eN, fe);
     mlp = emlp > mlp ? emlp : mlp;
     SET(B, PT_BUF_GATE, ab, swiglu ? mlp : 0);
     SET(B, PT_BUF_UP, ab, mlp);
@@ -169,7 +172,7 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
      * sequences' sums are reduced over tp and cp, and each run of a sequence's rows'
      * sums (at most 2·b: pieces of sequences) */
     SET(B, PT_BUF_MOE_AUXG, 4, moe && m->moe.aux_loss > 0 ? 4 * b : 0, E);
-    SET(B, PT_BUF_MOE_XR, ab, N, h);
+    SET(B, PT_BUF_MOE_XR, ab, eN, h);
     SET(B, PT_BUF_MOE_YP, ab, moe ? Rk : 0, h);
     /* the rest of a slot: token ids, targets, and one residual stream per layer
      * boundary (pt_buffers_slot multiplies) */
@@ -227,16 +230,17 @@ void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dr
     /* a mixture of experts: the router's logits (their gradient after), the local
      * order of the copies and the experts' counts, the copies to send (and their
      * gradients back), what arrives in sending-rank order and its order by expert (ep >
-     * 1), the rows by expert (the second GEMM's output, the gradients), the combine's
-     * weight gradient; the counts are E from the dispatch plan and the ep group's E
-     * each, gathered */
-    bool ep = l->ep > 1;
+     * 1), the rows by expert (the second GEMM's output, the gradients), with etp > 1 the
+     * etp group's rows (the second GEMM's partial sums, the gradients gathered), the
+     * combine's weight gradient; the counts are E from the dispatch plan, the ep group's
+     * E each and the etp group's E/ep each, gathered */
     SET(B, PT_BUF_MOE_LOGITS, ab, moe ? R : 0, E);
     SET(B, PT_BUF_MOE_SRC, 4, moe ? Rk : 0);
-    SET(B, PT_BUF_MOE_COUNTS, 8, moe ? l->ep + 1 : 0, E);
-    SET(B, PT_BUF_MOE_TOK, ab, ep ? Rk : 0, h);
-    SET(B, PT_BUF_MOE_RECV, ab, ep ? N : 0, h);
+    SET(B, PT_BUF_MOE_COUNTS, 8, moe ? (ep + 1) * E + etp * (E / ep) : 0);
+    SET(B, PT_BUF_MOE_TOK, ab, ep > 1 ? Rk : 0, h);
+    SET(B, PT_BUF_MOE_RECV, ab, ep > 1 ? N : 0, h);
     SET(B, PT_BUF_MOE_EM, ab, N, h);
+    SET(B, PT_BUF_MOE_EG, ab, etp > 1 ? eN : 0, h);
     SET(B, PT_BUF_MOE_DW, 4, moe ? Rk : 0);
     SET(B, PT_BUF_MOE_PERM, 4, ep ? N : 0);
     SET(B, PT_BUF_MOE_INVPERM, 4, ep ? N : 0);

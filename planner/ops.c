@@ -1222,14 +1222,31 @@ static void moe_flex(builder *b, const moe_dims *x, pt_op_kind kind, int nodes, 
     }
 }
 
+/* etp's gather of its group's copies (N rows) before the experts, or the reduce-scatter
+ * of their partial sums after them. */
+static void moe_etp(builder *b, const moe_dims *x, pt_op_kind etp_kind)
+{
+    if (etp_kind != PT_OPK_COUNT)
+        coll(b, etp_kind, (moves){PT_TEN_NONE, PT_TEN_NONE},
+             etp_kind == PT_OPK_ETP_ALLGATHER || etp_kind == PT_OPK_ETP_ALLGATHER_BWD
+                 ? PT_COLL_ALLGATHER
+                 : PT_COLL_REDUCESCATTER,
+             PT_GROUP_ETP, x->ab * x->N * x->h, 1, false);
+}
+
 /* The way to the experts and back: the all-to-all of the copies over ep (per-rank
  * bytes as nccl-tests count them: the busiest rank's F·R·k rows), DeepEP's (flex:
  * moe_flex) where the group spans nodes, or the allgather dispatcher's gather of the ep
- * group's tokens and the reduce-scatter of their sums; then etp's gather of the
- * group's copies and, after the experts, its reduce-scatter. */
+ * group's tokens and the reduce-scatter of their sums; with etp > 1, etp's collective
+ * after the ep one on the way to the experts and before it on the way back. */
 static void moe_to_experts(builder *b, const moe_dims *x, pt_op_kind kind, pt_op_kind etp_kind)
 {
     int ppn = b->c->ranks_per_node[PT_GROUP_EP];
+    /* on the way back (the combine, the dispatch's backward) etp's reduce-scatter comes
+     * first: the experts' partial sums are summed before they leave */
+    bool back = kind == PT_OPK_MOE_COMBINE || kind == PT_OPK_MOE_DISPATCH_BWD;
+    if (back)
+        moe_etp(b, x, etp_kind);
     if (b->c->l->moe_dispatch == PT_MOED_FLEX && ppn < x->ep && ppn > 0 && x->ep % ppn == 0)
         moe_flex(b, x, kind, x->ep / ppn, ppn);
     else if (x->allgather)
@@ -1240,12 +1257,8 @@ static void moe_to_experts(builder *b, const moe_dims *x, pt_op_kind kind, pt_op
     else
         coll(b, kind, (moves){PT_TEN_NONE, PT_TEN_NONE}, PT_COLL_ALLTOALL, PT_GROUP_EP,
              x->ab * x->F * x->R * x->k * x->h, 1, false);
-    if (etp_kind != PT_OPK_COUNT)
-        coll(b, etp_kind, (moves){PT_TEN_NONE, PT_TEN_NONE},
-             etp_kind == PT_OPK_ETP_ALLGATHER || etp_kind == PT_OPK_ETP_ALLGATHER_BWD
-                 ? PT_COLL_ALLGATHER
-                 : PT_COLL_REDUCESCATTER,
-             PT_GROUP_ETP, x->ab * x->N * x->h, 1, false);
+    if (!back)
+        moe_etp(b, x, etp_kind);
 }
 
 /* The expert activation over N rows of fe columns: as the dense MLP's (activation). */

@@ -1153,17 +1153,12 @@ char *pt_stack_to_json(const pt_stack *s)
     return text;
 }
 
-/* What ptrun's experts (runtime/moe.c) train so far: experts whole (etp = 1) and
- * without biases or shared experts. tp with sp and cp fold into ep as Megatron-Core's
- * parallel folding does, and every ZeRO stage shards the experts' state over their
- * expert-data-parallel group. One message per limit, naming the key. */
-static int ptrun_moe_check(const pt_stack *s, const pt_model *m, const pt_layout *l,
-                           pt_err *err)
+/* What ptrun's experts (runtime/moe.c) train so far: experts without biases or shared
+ * experts. tp with sp and cp fold into ep and etp as Megatron-Core's parallel folding
+ * does, and every ZeRO stage shards the experts' state over their expert-data-parallel
+ * group. One message per limit, naming the key. */
+static int ptrun_moe_check(const pt_stack *s, const pt_model *m, pt_err *err)
 {
-    if (l->etp > 1)
-        return pt_err_set(err, "layout etp=%d: stack '%s' trains a mixture of experts (model "
-                          "%s) with its experts whole (etp = 1) so far; spread them with ep",
-                          l->etp, s->name, m->name);
     if (m->moe.shared_experts > 0 || m->bias)
         return pt_err_set(err, "model %s: stack '%s' trains experts without %s so far",
                           m->name, s->name, m->bias ? "biases" : "shared experts");
@@ -1175,7 +1170,7 @@ int pt_stack_check_model(const pt_stack *s, const pt_model *m, const pt_layout *
     if (m->moe.experts > 0 && !s->moe_dispatches)
         return pt_err_set(err, "model %s is a mixture of experts, which stack '%s' does not "
                           "run (stacks that do: megatron-core, ptrun)", m->name, s->name);
-    if (m->moe.experts > 0 && pt_stack_is_ptrun(s) && ptrun_moe_check(s, m, l, err))
+    if (m->moe.experts > 0 && pt_stack_is_ptrun(s) && ptrun_moe_check(s, m, err))
         return -1;
     if ((m->window > 0 || m->attn_sinks) && s->attention != PT_ATTN_FLASH)
         return pt_err_set(err, "model %s has %s, which the attention of stack '%s' does not "

@@ -875,13 +875,11 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_CP_ALLGATHER:
     case PT_OPK_CP_REDUCESCATTER:
         break; /* cp_comm=all_gather: priced for other stacks, not run here */
-    /* mixtures of experts (runtime/moe.c); expert tensor parallelism is refused before
-     * a run starts (planner/stack.c's ptrun_moe_check) */
+    /* mixtures of experts, expert tensor parallelism with them (runtime/moe.c) */
     case PT_OPK_ETP_ALLGATHER:
     case PT_OPK_ETP_REDUCESCATTER:
     case PT_OPK_ETP_ALLGATHER_BWD:
     case PT_OPK_ETP_REDUCESCATTER_BWD:
-        break;
     case PT_OPK_ROUTER:
     case PT_OPK_MOE_ROUTE:
     case PT_OPK_MOE_AUX:

@@ -61,6 +61,7 @@ struct pt_net {
     int stage;                /* pipeline stage of this rank */
     int tp_rank, cp_rank;     /* place in the tensor- and context-parallel groups */
     int ep_rank, edp_rank;    /* ... in the expert-parallel and expert-data-parallel ones */
+    int etp_rank;             /* ... and the expert-tensor-parallel one */
     pt_comm *comm;            /* tp/cp collectives and the cp ring; NULL on one rank */
     int cp_next, cp_prev;     /* world ranks after and before this one in the cp ring */
     float dropout;            /* probability on the embedding and residual branches */
@@ -379,7 +380,9 @@ struct pt_acts {
     pt_layer_acts *layer;             /* [slot_layers] */
     int64_t *moe_counts;              /* a mixture of experts: per layer of the slot, the
                                          rows each rank of the ep group sent each expert
-                                         (ep·E, host; the forward's, for the backward) */
+                                         (ep·E), then the rows each rank of the etp group
+                                         gives each local expert (etp·E/ep); host, the
+                                         forward's, for the backward */
     float dloss;                      /* the loss scale of its forward (0: evaluation),
                                          which a recomputed forward takes again */
     int64_t step, first_sample;       /* the micro-batch in the slot (dropout's keys) */
@@ -431,11 +434,12 @@ typedef struct {
                                          (runtime/fp8.c); NULL without FP8 */
     /* a mixture of experts (runtime/moe.c): the router's logits and their gradient
      * (R, E) [act]; the dispatch plan's source rows (R·k) int32 and counts (E int64,
-     * then the ep group's E each as doubles, gathered); the copies sent and their
-     * gradients back (R·k, h) [act] and what arrives in sending-rank order (N, h) [act]
-     * (ep > 1); rows expert by expert (N, h) [act]; the weights' gradient (R, k) fp32;
-     * the orders between the two (N) int32 (ep > 1) */
-    float *moe_logits, *moe_tok, *moe_recv, *moe_em, *moe_dw;
+     * then the ep group's E each and the etp group's E/ep each as doubles, gathered);
+     * the copies sent and their gradients back (R·k, h) [act] and what arrives in
+     * sending-rank order (N, h) [act] (ep > 1); rows expert by expert (N, h) [act]; the
+     * etp group's rows, N a rank (etp·N, h) [act] (etp > 1); the weights' gradient
+     * (R, k) fp32; the orders between the two (N) int32 (ep > 1) */
+    float *moe_logits, *moe_tok, *moe_recv, *moe_em, *moe_eg, *moe_dw;
     float *moe_drouter;               /* (E, h) fp32: the router's weight gradient of this
                                          rank's rows before its sum over tp (tp > 1) */
     int32_t *moe_src, *moe_perm, *moe_invperm;

@@ -13,12 +13,20 @@
  *             experts of rank j sent to j (all-to-all with counts per rank); what arrives
  *             (sending rank by sending rank) put in the order of this rank's E/ep
  *             experts;
+ *   gather    (etp > 1) the etp group's rows gathered, rank by rank, each rank's
+ *             padded to the group's most (P), so that every rank's slice of the local
+ *             experts' MLPs sees every row of the group;
  *   experts   the grouped GEMMs of the local experts' gate and up projections, their
- *             activation, the down projection;
+ *             activation, the down projection (etp > 1: one grouped GEMM per etp rank's
+ *             rows, on this rank's fe/etp columns of each expert);
+ *   scatter   (etp > 1) the down projection's partial sums summed over the etp group,
+ *             each rank getting its own rows (a reduce-scatter of P rows a rank);
  *   combine   the rows back to the ranks that sent them, in their own order;
  *   unpermute each token's output: its copies' sum weighted by the router.
  * The backward mirrors it. With ep = 1 the copies never leave the rank and the expert
- * order is the dispatch plan's own.
+ * order is the dispatch plan's own. etp splits each expert's MLP as tp splits a dense
+ * one (Megatron-Core's expert tensor parallelism): gate and up by output rows, down by
+ * input columns (param_table.c).
  *
  * The load-balancing loss is per sequence, as DeepSeek-V3's sequence-wise balance
  * loss (and Megatron-Core's --moe-router-load-balancing-type seq_aux_loss): for a
@@ -42,6 +50,7 @@
 /* What the host keeps between the ops of one layer and across the step. */
 struct pt_moe {
     int ep, E, G, k;          /* ep group size, experts, local experts, top-k */
+    int etp;                  /* etp group size */
     int64_t N;                /* most rows received (pt_moe_recv_rows_max) */
     int64_t cap;              /* the capacity's cap per expert, -1: dropless */
     int64_t *cnt;             /* (E) this rank's rows per expert */
@@ -50,6 +59,7 @@ struct pt_moe {
     int64_t *sendc, *recvc;   /* (ep) the all-to-all's counts of values */
     int64_t *gcnt;            /* (G) rows each local expert received */
     int32_t *perm, *invperm;  /* (N) host copies of the orders */
+    double *decnt;            /* (etp·G) the etp group's rows per local expert, gathered */
     int32_t *idx;             /* (R·k) the chosen experts, for the loss's counts */
     float *colsum;            /* (4·b·E) score sums per sequence, then the loss's gradient;
                                  the copies' counts per sequence after them; then each
@@ -67,6 +77,7 @@ int pt_moe_init(pt_net *n, pt_err *err)
     if (!(n->moe = x))
         return pt_err_set(err, "out of memory");
     x->ep = n->layout.ep > 1 ? n->layout.ep : 1;
+    x->etp = n->layout.etp > 1 ? n->layout.etp : 1;
     x->E = (int)m->moe.experts;
     x->G = x->E / x->ep;
     x->k = (int)m->moe.top_k;
@@ -85,9 +96,10 @@ int pt_moe_init(pt_net *n, pt_err *err)
     x->perm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->perm);
     x->invperm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->invperm);
     x->idx = calloc((size_t)(d.R * x->k), sizeof *x->idx);
+    x->decnt = calloc((size_t)(x->etp * x->G), sizeof *x->decnt);
     x->colsum = calloc((size_t)(4 * d.b * x->E), sizeof *x->colsum);
     if (!x->cnt || !x->dcnt || !x->send || !x->recv || !x->sendc || !x->recvc || !x->gcnt || !x->perm || !x->invperm ||
-        !x->idx || !x->colsum)
+        !x->idx || !x->decnt || !x->colsum)
         return pt_err_set(err, "out of memory for the experts' routing tables");
     return 0;
 }
@@ -107,6 +119,7 @@ void pt_moe_free(pt_net *n)
     free(x->perm);
     free(x->invperm);
     free(x->idx);
+    free(x->decnt);
     free(x->colsum);
     free(x);
     n->moe = NULL;
@@ -124,11 +137,12 @@ void pt_moe_take_stats(pt_net *n, pt_moe_stats *out)
 /* ---- Counts and orders ---------------------------------------------------------------- */
 
 /* The ep group's counts of layer row `ai` of the slot: rank j's rows for expert e at
- * [j·E + e]. */
+ * [j·E + e]; after them the etp group's, rank r's rows for local expert g at
+ * [ep·E + r·G + g]. */
 static int64_t *slot_counts(const pt_layer_ctx *c)
 {
     const struct pt_moe *x = c->n->moe;
-    return c->A->moe_counts + (size_t)c->ai * (size_t)(x->ep * x->E);
+    return c->A->moe_counts + (size_t)c->ai * (size_t)(x->ep * x->E + x->etp * x->G);
 }
 
 /* From the ep group's counts: the rows this rank sends each rank and receives from it,
@@ -301,6 +315,13 @@ static int aux_loss(pt_layer_ctx *c, bool again)
     return wait_kernels(c); /* the host buffer is reused by the next layer */
 }
 
+/* Where this rank's rows for its local experts go in expert order: the experts' input,
+ * or with etp > 1 the rows the etp group gathers from. */
+static float *local_rows(const pt_layer_ctx *c)
+{
+    return c->n->moe->etp > 1 ? c->S->moe_em : c->A->layer[c->ai].moe_xr;
+}
+
 /* The dispatch plan and the copies gathered into expert order (the permute op). */
 static int permute(pt_layer_ctx *c, const float *ln2, bool again)
 {
@@ -324,7 +345,7 @@ static int permute(pt_layer_ctx *c, const float *ln2, bool again)
     }
     int64_t *all = slot_counts(c);
     memcpy(all + (size_t)n->ep_rank * x->E, x->cnt, (size_t)x->E * sizeof *all);
-    kn->moe_gather_rows(kn, x->ep > 1 ? S->moe_tok : L->moe_xr, ln2, S->moe_src, m, c->d.h);
+    kn->moe_gather_rows(kn, x->ep > 1 ? S->moe_tok : local_rows(c), ln2, S->moe_src, m, c->d.h);
     if (x->ep == 1 && c->dloss > 0 && !again)
         note_balance(x, all);
     return 0;
@@ -362,7 +383,7 @@ static int dispatch(pt_layer_ctx *c, bool again)
                                   "buffers hold %lld", (long long)got, (long long)x->N);
     if (exchange(c, S->moe_tok, S->moe_recv, true) || orders(c, all, n->ep_rank))
         return -1;
-    kn->moe_gather_rows(kn, c->A->layer[c->ai].moe_xr, S->moe_recv, S->moe_perm, got, c->d.h);
+    kn->moe_gather_rows(kn, local_rows(c), S->moe_recv, S->moe_perm, got, c->d.h);
     if (c->dloss > 0 && !again)
         note_balance(x, all);
     return 0;
@@ -388,6 +409,79 @@ static int64_t recall(pt_layer_ctx *c)
 {
     pt_net *n = c->n;
     return tally(n->moe, slot_counts(c), n->ep_rank);
+}
+
+/* ---- Expert tensor parallelism ---------------------------------------------------------- */
+
+/* The experts' rows as the grouped GEMMs take them: etp runs (one without etp), run r
+ * (rank r of the etp group's rows) from row r·P, cnt[r·G + g] rows for local expert g.
+ * Returns P (with etp = 1, the rows received). */
+static int64_t runs(pt_layer_ctx *c, const int64_t **cnt)
+{
+    struct pt_moe *x = c->n->moe;
+    int64_t got = recall(c), P = 0;
+    if (x->etp == 1) {
+        *cnt = x->gcnt;
+        return got;
+    }
+    const int64_t *ec = slot_counts(c) + (size_t)(x->ep * x->E);
+    for (int r = 0; r < x->etp; r++) {
+        int64_t rows = 0;
+        for (int g = 0; g < x->G; g++)
+            rows += ec[r * x->G + g];
+        P = rows > P ? rows : P;
+    }
+    *cnt = ec;
+    return P;
+}
+
+/* The rows of run r. */
+static int64_t run_rows(const struct pt_moe *x, const int64_t *cnt, int r)
+{
+    int64_t rows = 0;
+    for (int g = 0; g < x->G; g++)
+        rows += cnt[r * x->G + g];
+    return rows;
+}
+
+/* The etp group's rows per local expert gathered into the slot's table (the forward's
+ * gather; the ops after it and the backward read them back). */
+static int etp_counts(pt_layer_ctx *c)
+{
+    pt_net *n = c->n;
+    struct pt_moe *x = n->moe;
+    pt_kernels *kn = n->kn;
+    int64_t *ec = slot_counts(c) + (size_t)(x->ep * x->E);
+    double *dev = (double *)(c->S->moe_counts + (size_t)((x->ep + 1) * x->E));
+    recall(c);
+    for (int g = 0; g < x->G; g++)
+        x->decnt[g] = (double)x->gcnt[g];
+    kn->copy(kn, dev + (size_t)n->etp_rank * x->G, x->decnt, (size_t)x->G * sizeof(double),
+             PT_KCOPY_H2D);
+    if (pt_comm_allgather_t(n->comm, PT_GROUP_ETP, PT_COMM_F64, dev + (size_t)n->etp_rank * x->G,
+                            dev, x->G, c->err))
+        return -1;
+    kn->copy(kn, x->decnt, dev, (size_t)(x->etp * x->G) * sizeof(double), PT_KCOPY_D2H);
+    if (wait_kernels(c))
+        return -1;
+    for (int i = 0; i < x->etp * x->G; i++)
+        ec[i] = (int64_t)x->decnt[i];
+    return 0;
+}
+
+/* etp's gather (this rank's rows `in` into `out`, P rows a rank) or reduce-scatter (the
+ * group's partial sums `in`, this rank's P rows of their sum into `out`). */
+static int etp_move(pt_layer_ctx *c, const float *in, float *out, bool gather)
+{
+    const int64_t *cnt;
+    int64_t P = runs(c, &cnt);
+    if (P == 0) /* every rank of the group finds the same P: none calls */
+        return 0;
+    pt_comm *comm = c->n->comm;
+    int64_t n = P * c->d.h;
+    return gather ? pt_comm_allgather_t(comm, PT_GROUP_ETP, act_comm(c), in, out, n, c->err)
+                  : pt_comm_reducescatter_t(comm, PT_GROUP_ETP, act_comm(c), in, out, n,
+                                            c->err);
 }
 
 /* The gradient of the layer's MLP output on this rank's rows: the residual stream's,
@@ -444,6 +538,99 @@ static int router_wgrad(pt_layer_ctx *c, const float *ln2, const float *wr, floa
     return 0;
 }
 
+/* One of the experts' GEMMs or their activation (forward or backward), run by run of
+ * the rows (runs: etp of them, one without etp). The second GEMM's output and the
+ * gradients of the experts' rows lie in the rows by expert, or with etp in the etp
+ * group's rows, P a rank, before their reduce-scatter and after their gather. */
+static int experts(pt_layer_ctx *c, pt_op_kind kind)
+{
+    pt_net *n = c->n;
+    struct pt_moe *x = n->moe;
+    pt_kernels *kn = n->kn;
+    pt_layer_acts *L = &c->A->layer[c->ai];
+    pt_scratch *S = c->S;
+    int h = c->d.h, G = x->G, fe = (int)(n->spec.moe.expert_ffn / x->etp);
+    bool swiglu = n->spec.act == PT_ACT_SWIGLU;
+    float *dw1, *dw1u = NULL, *dw2;
+    const float *w1 = weights(c, PT_PARAM_EXPERT_FC1, 0, &dw1);
+    const float *w1u = swiglu ? weights(c, PT_PARAM_EXPERT_FC1, 1, &dw1u) : NULL;
+    const float *w2 = weights(c, PT_PARAM_EXPERT_FC2, 0, &dw2);
+    /* without SwiGLU the first projection is the up one alone: its output is up */
+    float *fc1_out = swiglu ? L->gate : L->up, *dfc1 = swiglu ? S->dgate : S->dup;
+    /* the second GEMM's output and the experts' rows' gradients */
+    float *rows_out = x->etp > 1 ? S->moe_eg : x->ep > 1 ? S->moe_em : L->moe_yp;
+    float *drows = x->etp > 1 ? S->moe_eg : S->moe_em;
+    const int64_t *cnt;
+    int64_t P = runs(c, &cnt), span = P * x->etp; /* the rows the buffers cover */
+    if (kind == PT_OPK_EXPERT_FC2_DGRAD) /* the gradients below accumulate */
+        kn->zero(kn, S->dact, pt_act_bytes(c, span * fe));
+    if (kind == PT_OPK_EXPERT_ACT_BWD) {
+        kn->zero(kn, S->dup, pt_act_bytes(c, span * fe));
+        if (swiglu)
+            kn->zero(kn, S->dgate, pt_act_bytes(c, span * fe));
+    }
+    if (kind == PT_OPK_EXPERT_FC1_DGRAD)
+        kn->zero(kn, drows, pt_act_bytes(c, span * h));
+    for (int r = 0; r < x->etp; r++) {
+        const int64_t *gc = cnt + (size_t)r * G;
+        int64_t rows = x->etp == 1 ? P : run_rows(x, cnt, r), o = (int64_t)r * P;
+        if (rows == 0)
+            continue;
+#define AT(buf, cols) pt_act_at(c, (buf), o * (int64_t)(cols))
+        switch (kind) {
+        case PT_OPK_EXPERT_FC1:
+            kn->matmul_grouped_forward(kn, AT(fc1_out, fe), AT(L->moe_xr, h), w1, gc, G, h, fe);
+            if (swiglu)
+                kn->matmul_grouped_forward(kn, AT(L->up, fe), AT(L->moe_xr, h), w1u, gc, G, h,
+                                           fe);
+            break;
+        case PT_OPK_EXPERT_ACT:
+            if (swiglu)
+                kn->swiglu_forward(kn, AT(L->act, fe), AT(L->gate, fe), AT(L->up, fe), rows, fe);
+            else
+                kn->gelu_forward(kn, AT(L->act, fe), AT(L->up, fe), rows * fe);
+            break;
+        case PT_OPK_EXPERT_FC2:
+            kn->matmul_grouped_forward(kn, AT(rows_out, h), AT(L->act, fe), w2, gc, G, fe, h);
+            break;
+        case PT_OPK_EXPERT_FC2_DGRAD:
+            kn->matmul_grouped_backward(kn, AT(S->dact, fe), NULL, AT(drows, h), AT(L->act, fe),
+                                        w2, gc, G, fe, h);
+            break;
+        case PT_OPK_EXPERT_FC2_WGRAD:
+            kn->matmul_grouped_backward(kn, NULL, dw2, AT(drows, h), AT(L->act, fe), w2, gc, G,
+                                        fe, h);
+            break;
+        case PT_OPK_EXPERT_ACT_BWD:
+            if (swiglu)
+                kn->swiglu_backward(kn, AT(S->dgate, fe), AT(S->dup, fe), AT(S->dact, fe),
+                                    AT(L->gate, fe), AT(L->up, fe), rows, fe);
+            else
+                kn->gelu_backward(kn, AT(S->dup, fe), AT(S->dact, fe), AT(L->up, fe), rows * fe);
+            break;
+        case PT_OPK_EXPERT_FC1_DGRAD:
+            kn->matmul_grouped_backward(kn, AT(drows, h), NULL, AT(dfc1, fe), AT(L->moe_xr, h),
+                                        w1, gc, G, h, fe);
+            if (swiglu)
+                kn->matmul_grouped_backward(kn, AT(drows, h), NULL, AT(S->dup, fe),
+                                            AT(L->moe_xr, h), w1u, gc, G, h, fe);
+            break;
+        case PT_OPK_EXPERT_FC1_WGRAD:
+            kn->matmul_grouped_backward(kn, NULL, dw1, AT(dfc1, fe), AT(L->moe_xr, h), w1, gc,
+                                        G, h, fe);
+            if (swiglu)
+                kn->matmul_grouped_backward(kn, NULL, dw1u, AT(S->dup, fe), AT(L->moe_xr, h),
+                                            w1u, gc, G, h, fe);
+            break;
+        default:
+            return pt_err_set(c->err, "internal: op '%s' is not one of the experts' GEMMs",
+                              pt_op_kind_name(kind));
+        }
+#undef AT
+    }
+    return 0;
+}
+
 int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
 {
     pt_net *n = c->n;
@@ -452,23 +639,14 @@ int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
     pt_layer_acts *L = &c->A->layer[c->ai];
     pt_scratch *S = c->S;
     const pt_layer_dims *d = &c->d;
-    int h = d->h, E = x ? x->E : 0, k = x ? x->k : 0, G = x ? x->G : 0;
-    int fe = (int)n->spec.moe.expert_ffn;
-    int64_t R = d->R;
-    bool swiglu = n->spec.act == PT_ACT_SWIGLU, ep = x && x->ep > 1, again = op->recompute;
+    int h = d->h, E = x ? x->E : 0, k = x ? x->k : 0;
     if (!x || !L->moe_scores)
         return pt_err_set(c->err, "internal: op '%s' on a rank without experts' buffers",
                           pt_op_kind_name(op->kind));
-    float *dw1, *dw1u, *dw2, *dwr;
-    const float *w1 = weights(c, PT_PARAM_EXPERT_FC1, 0, &dw1);
-    const float *w1u = swiglu ? weights(c, PT_PARAM_EXPERT_FC1, 1, &dw1u) : NULL;
-    const float *w2 = weights(c, PT_PARAM_EXPERT_FC2, 0, &dw2);
+    int64_t R = d->R;
+    bool ep = x->ep > 1, again = op->recompute;
+    float *dwr;
     const float *wr = weights(c, PT_PARAM_ROUTER, 0, &dwr);
-    if (!swiglu)
-        dw1u = NULL;
-    /* without SwiGLU the first projection is the up one alone: its output is up */
-    float *fc1_out = swiglu ? L->gate : L->up;
-    float *dfc1 = swiglu ? S->dgate : S->dup;
     int64_t got = 0;
     switch (op->kind) {
     case PT_OPK_ROUTER:
@@ -486,24 +664,19 @@ int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
         return permute(c, L->ln2, again);
     case PT_OPK_MOE_DISPATCH:
         return dispatch(c, again);
+    case PT_OPK_ETP_ALLGATHER:
+        return etp_counts(c) || etp_move(c, S->moe_em, L->moe_xr, true);
     case PT_OPK_EXPERT_FC1:
-        recall(c);
-        kn->matmul_grouped_forward(kn, fc1_out, L->moe_xr, w1, x->gcnt, G, h, fe);
-        if (swiglu)
-            kn->matmul_grouped_forward(kn, L->up, L->moe_xr, w1u, x->gcnt, G, h, fe);
-        return 0;
     case PT_OPK_EXPERT_ACT:
-        got = recall(c);
-        if (swiglu)
-            kn->swiglu_forward(kn, L->act, L->gate, L->up, got, fe);
-        else
-            kn->gelu_forward(kn, L->act, L->up, got * fe);
-        return 0;
     case PT_OPK_EXPERT_FC2:
-        recall(c);
-        kn->matmul_grouped_forward(kn, ep ? S->moe_em : L->moe_yp, L->act, w2, x->gcnt, G, fe,
-                                   h);
-        return 0;
+    case PT_OPK_EXPERT_FC2_DGRAD:
+    case PT_OPK_EXPERT_FC2_WGRAD:
+    case PT_OPK_EXPERT_ACT_BWD:
+    case PT_OPK_EXPERT_FC1_DGRAD:
+    case PT_OPK_EXPERT_FC1_WGRAD:
+        return experts(c, op->kind);
+    case PT_OPK_ETP_REDUCESCATTER:
+        return etp_move(c, S->moe_eg, ep ? S->moe_em : L->moe_yp, false);
     case PT_OPK_MOE_COMBINE:
         if (!ep)
             return 0;
@@ -528,40 +701,10 @@ int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
             return -1;
         kn->moe_gather_rows(kn, S->moe_em, S->moe_recv, S->moe_perm, got, h);
         return 0;
-    case PT_OPK_EXPERT_FC2_DGRAD:
-        got = recall(c);
-        kn->zero(kn, S->dact, pt_act_bytes(c, got * fe));
-        kn->matmul_grouped_backward(kn, S->dact, NULL, S->moe_em, L->act, w2, x->gcnt, G, fe, h);
-        return 0;
-    case PT_OPK_EXPERT_FC2_WGRAD:
-        recall(c);
-        kn->matmul_grouped_backward(kn, NULL, dw2, S->moe_em, L->act, w2, x->gcnt, G, fe, h);
-        return 0;
-    case PT_OPK_EXPERT_ACT_BWD:
-        got = recall(c);
-        kn->zero(kn, S->dup, pt_act_bytes(c, got * fe));
-        if (swiglu) {
-            kn->zero(kn, S->dgate, pt_act_bytes(c, got * fe));
-            kn->swiglu_backward(kn, S->dgate, S->dup, S->dact, L->gate, L->up, got, fe);
-        } else {
-            kn->gelu_backward(kn, S->dup, S->dact, L->up, got * fe);
-        }
-        return 0;
-    case PT_OPK_EXPERT_FC1_DGRAD:
-        got = recall(c);
-        kn->zero(kn, S->moe_em, pt_act_bytes(c, got * h));
-        kn->matmul_grouped_backward(kn, S->moe_em, NULL, dfc1, L->moe_xr, w1, x->gcnt, G, h, fe);
-        if (swiglu)
-            kn->matmul_grouped_backward(kn, S->moe_em, NULL, S->dup, L->moe_xr, w1u, x->gcnt, G,
-                                        h, fe);
-        return 0;
-    case PT_OPK_EXPERT_FC1_WGRAD:
-        recall(c);
-        kn->matmul_grouped_backward(kn, NULL, dw1, dfc1, L->moe_xr, w1, x->gcnt, G, h, fe);
-        if (swiglu)
-            kn->matmul_grouped_backward(kn, NULL, dw1u, S->dup, L->moe_xr, w1u, x->gcnt, G, h,
-                                        fe);
-        return 0;
+    case PT_OPK_ETP_ALLGATHER_BWD: /* the reduce-scatter's gradient */
+        return etp_move(c, S->moe_em, S->moe_eg, true);
+    case PT_OPK_ETP_REDUCESCATTER_BWD: /* the gather's: the partial sums of the rows' */
+        return etp_move(c, S->moe_eg, S->moe_em, false);
     case PT_OPK_MOE_DISPATCH_BWD:
         if (!ep)
             return 0;
@@ -587,6 +730,6 @@ int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
     default:
         break;
     }
-    return pt_err_set(c->err, "internal: op '%s' is not a mixture of experts' op ptrun runs "
-                              "(etp = 1)", pt_op_kind_name(op->kind));
+    return pt_err_set(c->err, "internal: op '%s' is not a mixture of experts' op ptrun runs",
+                      pt_op_kind_name(op->kind));
 }

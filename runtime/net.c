@@ -173,6 +173,7 @@ int pt_net_build(pt_net *n, const pt_plan *p, pt_kernels *kn, const pt_net_place
     n->cp_rank = at->cp_rank;
     n->ep_rank = at->ep_rank;
     n->edp_rank = at->edp_rank;
+    n->etp_rank = at->etp_rank;
     n->comm = at->comm;
     n->cp_next = at->cp_next;
     n->cp_prev = at->cp_prev;

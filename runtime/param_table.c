@@ -26,6 +26,7 @@ typedef struct {
     bool oom;
     int tp, tp_rank;   /* how tensor-parallel tensors are split, and which part is here */
     int ep, ep_rank;   /* how the experts are split, and which of them are here */
+    int etp, etp_rank; /* how each expert's MLP is split, and which slice is here */
     int kv_share;      /* tp ranks that hold the same KV head: t/k when tp > k, else 1 */
 } table;
 
@@ -132,24 +133,34 @@ static void layer_params(table *t, const pt_model *m, int tp, int64_t l)
 }
 
 /* The experts of mixture-of-experts layer l that this rank holds, E/ep of them from
- * expert ep_rank·E/ep, each tensor whole under its own name ("layers.3.experts.5.up.w")
- * so that checkpoints and Hugging Face maps take them one by one in any layout: the
- * local experts' gate projections (SwiGLU) one after another, then their up and their
- * down projections, so that each kind is one (G, out, in) array for the grouped GEMMs
- * (runtime/moe.c). */
-static void expert_params(table *t, const pt_model *m, int ep, int ep_rank, int64_t l)
+ * expert ep_rank·E/ep, each tensor under its own name ("layers.3.experts.5.up.w") so
+ * that checkpoints and Hugging Face maps take them one by one in any layout: the local
+ * experts' gate projections (SwiGLU) one after another, then their up and their down
+ * projections, so that each kind is one (G, out, in) array for the grouped GEMMs
+ * (runtime/moe.c). With etp > 1 each expert's MLP is split as a dense MLP over tp:
+ * gate and up by rows (fe/etp of them from etp_rank·fe/etp), down by columns. */
+static void expert_params(table *t, const pt_model *m, int64_t l)
 {
-    int64_t G = m->moe.experts / ep, e0 = (int64_t)ep_rank * G, fe = m->moe.expert_ffn;
+    int64_t G = m->moe.experts / t->ep, e0 = (int64_t)t->ep_rank * G;
+    int64_t fe = m->moe.expert_ffn / t->etp;
     static const char *const kinds[3] = {"gate", "up", "down"};
     char name[48]; /* a pt_param's name; the model's checks keep layers and experts ints */
     for (int k = m->act == PT_ACT_SWIGLU ? 0 : 1; k < 3; k++)
         for (int64_t e = e0; e < e0 + G; e++) {
             snprintf(name, sizeof name, "layers.%d.experts.%d.%s.w", (int)l, (int)e, kinds[k]);
             add(t, name, k == 2 ? m->hidden : fe, k == 2 ? fe : m->hidden);
-            if (!t->oom) { /* each tp rank holds experts of its own (parallel folding) */
-                t->v[t->n - 1].expert = true;
-                t->v[t->n - 1].tp_whole = false;
-                t->v[t->n - 1].tp_copies = 1;
+            if (t->oom)
+                continue;
+            /* each tp rank holds experts of its own (parallel folding) */
+            pt_param *p = &t->v[t->n - 1];
+            p->expert = true;
+            p->tp_whole = false;
+            p->tp_copies = 1;
+            if (k == 2) { /* the down projection's columns etp_rank·fe/etp .. */
+                p->first = (int64_t)t->etp_rank * fe;
+                p->full_cols = fe * t->etp;
+            } else { /* gate's and up's rows */
+                p->first = (int64_t)t->etp_rank * p->count;
             }
         }
 }
@@ -168,7 +179,7 @@ static void build_table(table *t, pt_net *n)
         n->chunk_begin[c] = t->total;
         for (int64_t i = 0; i < n->chunk_layers[c]; i++)
             if (pt_model_layer_moe(m, n->chunk_first[c] + i))
-                expert_params(t, m, t->ep, t->ep_rank, n->chunk_first[c] + i);
+                expert_params(t, m, n->chunk_first[c] + i);
         n->experts_end[c] = t->total;
         if (vs == 0) {
             add_split(t, "wte", vr, m->hidden, SPLIT_ROWS);
@@ -198,7 +209,7 @@ int pt_model_param_table(const pt_model *m, pt_param **out, int *count, pt_err *
     n->spec = *m;
     pt_layout_default(&n->layout); /* one rank: tp = pp = vp = 1 */
     n->chunk_layers[0] = n->slot_layers = n->n_layers = m->layers;
-    table t = {.tp = 1, .ep = 1, .kv_share = 1};
+    table t = {.tp = 1, .ep = 1, .etp = 1, .kv_share = 1};
     build_table(&t, n);
     free(n);
     if (t.oom) {
@@ -228,6 +239,7 @@ int pt_net_build_table(pt_net *n, pt_err *err)
 {
     table t = {.tp = n->layout.tp, .tp_rank = n->tp_rank,
                .ep = n->layout.ep > 1 ? n->layout.ep : 1, .ep_rank = n->ep_rank,
+               .etp = n->layout.etp > 1 ? n->layout.etp : 1, .etp_rank = n->etp_rank,
                .kv_share = pt_kv_head_copies(&n->spec, n->layout.tp)};
     build_table(&t, n);
     if (t.oom) {
@@ -538,9 +550,10 @@ void pt_net_free_state(pt_net *n)
 
 void pt_param_whole_shape(const pt_net *n, const pt_param *p, int64_t shape[2])
 {
-    /* parts split by rows (or KV heads) hold 1/(tp/copies) of the rows; a part split
-     * by columns holds shape[1] of full_cols columns */
-    int64_t parts = p->expert ? 1 : n->layout.tp / (p->tp_copies > 0 ? p->tp_copies : 1);
+    /* parts split by rows (or KV heads) hold 1/(tp/copies) of the rows, an expert's
+     * 1/etp; a part split by columns holds shape[1] of full_cols columns */
+    int64_t parts = p->expert ? (n->layout.etp > 1 ? n->layout.etp : 1)
+                              : n->layout.tp / (p->tp_copies > 0 ? p->tp_copies : 1);
     bool by_cols = p->ndim == 2 && p->full_cols != p->shape[1];
     shape[0] = by_cols ? p->shape[0] : p->shape[0] * parts;
     shape[1] = p->ndim == 2 ? p->full_cols : 0;

@@ -325,6 +325,8 @@ typedef struct {
     int dp_rank, dp_size;     /* in the gradient-reduction (dp·cp) group: ZeRO's shards */
     int ep_rank, edp_rank;    /* in the expert-parallel group (which experts are here)
                                  and the expert-data-parallel one (a mixture of experts) */
+    int etp_rank;             /* in the expert-tensor-parallel group (which slice of each
+                                 local expert's MLP is here) */
     pt_comm *comm;            /* needed when tp or cp > 1 */
     int cp_next, cp_prev;     /* world ranks of the cp ring's neighbours */
 } pt_net_place;

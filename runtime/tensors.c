@@ -246,6 +246,7 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->moe_tok = take_buf(c, &B, PT_BUF_MOE_TOK);
     S->moe_recv = take_buf(c, &B, PT_BUF_MOE_RECV);
     S->moe_em = take_buf(c, &B, PT_BUF_MOE_EM);
+    S->moe_eg = take_buf(c, &B, PT_BUF_MOE_EG);
     S->moe_dw = take_buf(c, &B, PT_BUF_MOE_DW);
     S->moe_perm = (int32_t *)take_buf(c, &B, PT_BUF_MOE_PERM);
     S->moe_invperm = (int32_t *)take_buf(c, &B, PT_BUF_MOE_INVPERM);
@@ -286,7 +287,8 @@ static int alloc_slot(pt_net *n, const pt_layer_dims *d, int slots, pt_acts **ou
 {
     pt_acts *A = calloc(1, sizeof *A);
     int64_t L = n->slot_layers, ep = n->layout.ep > 1 ? n->layout.ep : 1;
-    size_t counts = (size_t)(L * ep * n->spec.moe.experts);
+    int64_t etp = n->layout.etp > 1 ? n->layout.etp : 1, E = n->spec.moe.experts;
+    size_t counts = (size_t)(L * (ep * E + etp * (E / ep)));
     *out = NULL;
     if (!A || !(A->x = calloc((size_t)(L + 1), sizeof *A->x)) ||
         !(A->layer = calloc((size_t)L, sizeof *A->layer)) ||

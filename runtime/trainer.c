@@ -97,6 +97,7 @@ static int place(pt_trainer *r, pt_err *err)
                               .dp_size = pt_grid_group_size(g, PT_GROUP_DPCP),
                               .ep_rank = pt_grid_group(g, PT_GROUP_EP, r->rank, members),
                               .edp_rank = pt_grid_group(g, PT_GROUP_EDP, r->rank, members),
+                              .etp_rank = pt_grid_group(g, PT_GROUP_ETP, r->rank, members),
                               .comm = r->world > 1 ? r->comm : NULL};
     free(members);
     /* the context-parallel ring's neighbours */

@@ -1218,6 +1218,19 @@ static const pt_op *find_op(const pt_oplist *o, pt_op_kind k)
     return NULL;
 }
 
+/* Whether the list holds each of the n kinds, first ones in that order. */
+static bool in_order(const pt_oplist *o, const pt_op_kind *kinds, int n)
+{
+    const pt_op *last = NULL;
+    for (int i = 0; i < n; i++) {
+        const pt_op *op = find_op(o, kinds[i]);
+        if (!op || (last && op <= last))
+            return false;
+        last = op;
+    }
+    return true;
+}
+
 static void test_moe_lists(void)
 {
     pt_model m = moe_model();
@@ -1279,6 +1292,17 @@ static void test_moe_lists(void)
     fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
     CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=512,n=512,k=1024") == 0);
     CHECK(fc1 && fc1->count == 8);
+    /* in the order ptrun runs them: gathered after the dispatch, the partial sums
+     * reduce-scattered before the combine; the backward the other way round */
+    CHECK(in_order(&f, (pt_op_kind[]){PT_OPK_MOE_DISPATCH, PT_OPK_ETP_ALLGATHER,
+                                       PT_OPK_EXPERT_FC1, PT_OPK_EXPERT_FC2,
+                                       PT_OPK_ETP_REDUCESCATTER, PT_OPK_MOE_COMBINE}, 6));
+    pt_oplist_free(&b);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    CHECK(in_order(&b, (pt_op_kind[]){PT_OPK_MOE_COMBINE_BWD, PT_OPK_ETP_ALLGATHER_BWD,
+                                       PT_OPK_EXPERT_FC2_DGRAD, PT_OPK_EXPERT_FC1_DGRAD,
+                                       PT_OPK_ETP_REDUCESCATTER_BWD, PT_OPK_MOE_DISPATCH_BWD},
+                   6));
     /* Transformer Engine's grouped GEMM: one GEMM an expert over 4 streams, priced as
      * runs of a batch of 4 */
     pt_err err;

@@ -154,13 +154,16 @@ err_has "plan-ag.json: layout cp_comm=all_gather (priced for stack 'megatron-cor
     "cp_comm=all_gather refused by ptrun"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for all_gather: $(cat "$tmp/err")"
 # a mixture of experts priced for Megatron-Core in a layout ptrun's experts do not train
-# yet (each expert split over etp): refused before anything starts, naming the key
-run 0 "$build/ptplan" --model tiny-moe --devices 4 --stack megatron-core \
+# yet (shared experts): refused before anything starts, naming the field
+"$build/ptplan" --dump-model tiny-moe |
+    sed 's/"shared_experts": 0/"shared_experts": 1/; s/"shared_ffn": 0/"shared_ffn": 64/' \
+    >"$tmp/shared-moe.json"
+run 0 "$build/ptplan" --model "$tmp/shared-moe.json" --devices 4 --stack megatron-core \
     --layout "dp=4,ep=2,etp=2" --out "$tmp/plan-moe.json"
 run 1 "$build/ptrun" "$tmp/plan-moe.json"
-err_has "plan-moe.json: layout etp=2: stack 'ptrun' trains a mixture of experts (model tiny-moe) with its experts whole (etp = 1) so far; spread them with ep (the plan prices it for stack 'megatron-core')" \
-    "a mixture of experts with etp refused by ptrun"
-[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for MoE with etp: $(cat "$tmp/err")"
+err_has "plan-moe.json: model tiny-moe: stack 'ptrun' trains experts without shared experts so far (the plan prices it for stack 'megatron-core')" \
+    "a mixture of experts with shared experts refused by ptrun"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for shared experts: $(cat "$tmp/err")"
 # ... and one it does train, on one rank: the routers' figures on the console and in
 # the log
 run 0 "$build/ptplan" --model tiny-moe --devices 1 --stack megatron-core --layout "mbs=2" \

@@ -21,9 +21,10 @@
 #             hidden/heads; 6 steps each, with dropout on
 #   moe:      mixtures of experts: tiny-moe, a Qwen3-style one (top-8 of 16, q/k norms)
 #             and one whose capacity factor drops copies, with their experts over ep
-#             ranks (the all-to-all with counts per rank) folded onto tp (with sp), cp
-#             (ring and all-to-all) and dp, with ZeRO 0 to 3, pp (uneven, interleaved
-#             and a pipeline layout) and recomputation; checkpoints of ep=4 resuming on one rank,
+#             ranks (the all-to-all with counts per rank) and each expert's MLP over
+#             etp ranks, folded onto tp (with sp), cp (ring and all-to-all) and dp,
+#             with ZeRO 0 to 3, pp (uneven, interleaved and a pipeline layout) and
+#             recomputation; checkpoints of ep=2, etp=2 resuming on one rank, as ep=4,
 #             as ep=2 and with pp; 6 steps each
 #   fp8:      FP8 training (--precision fp8, emulated on the CPU): dp with ZeRO 1 and
 #             3, tp with sp, pp with interleaving and cp against one FP8 rank, within
@@ -197,8 +198,8 @@ if [ "$suite" = cuda ]; then
     both="$both;4 cp=4,cp_comm=a2a+p2p,cp_a2a=2,mbs=2"
     llama="$llama;4 cp=4,cp_comm=a2a,mbs=2"
     # a mixture of experts: CUB's sort, the grouped GEMMs' cuBLASLt calls, the all-to-all
-    # with counts per rank on device buffers
-    moe="2 dp=2,ep=2,mbs=2"
+    # with counts per rank on device buffers; etp's gather and reduce-scatter in bf16
+    moe="2 dp=2,ep=2,mbs=2;2 dp=2,etp=2,mbs=2"
     six=""
     resume_cases="2 dp=2,zero=3,mbs=2"
 elif [ "$suite" = fp8 ]; then
@@ -249,8 +250,13 @@ elif [ "$suite" = moe ]; then
     # by the ring and by the all-to-all; a pipeline layout
     moe="$moe;2 cp=2,mbs=2;4 tp=2,sp=1,cp=2,ep=4,mbs=2;4 cp=2,cp_comm=a2a,dp=2,ep=2,zero=1,mbs=2"
     moe="$moe;4 dp=2,ep=2,pp=2,mbs=2,pipeline=Et|t|tt|L"
+    # etp: each expert's MLP split over the etp group's ranks, folded onto dp, onto tp
+    # with ZeRO 3, and alone (ep = 1) with full recomputation
+    moe="$moe;4 dp=4,ep=2,etp=2,mbs=2;4 tp=2,sp=1,dp=2,ep=2,etp=2,zero=3,mbs=2"
+    moe="$moe;2 dp=2,etp=2,recompute=full,mbs=2"
     qwen="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,recompute=selective,mbs=2"
     qwen="$qwen;4 tp=4,sp=1,ep=4,recompute=full,mbs=2;4 cp=2,cp_comm=a2a,dp=2,ep=4,mbs=2"
+    qwen="$qwen;4 tp=2,sp=1,dp=2,ep=2,etp=2,zero=1,mbs=2"
     cap="2 dp=2,ep=2,mbs=2;4 dp=4,ep=4,mbs=2"
     both="" six=""
     resume_cases="4 dp=4,ep=4,mbs=2;4 dp=2,ep=2,pp=2,zero=1,mbs=2;4 dp=4,ep=2,zero=3,mbs=2"
@@ -360,9 +366,9 @@ fi
 
 # Checkpoints move between layouts (suite pipeline): a dp=2 ZeRO-3 run stopped after
 # half its steps resumes as tp=2, as pp=2 with ZeRO-1 over dp=2, and on one rank with
-# another micro-batch size; (suite moe) an ep=4 run of tiny-moe, whose experts its four
-# ranks hold a quarter each, resumes on one rank, as ep=2 with ZeRO 1, with pp=2 and as
-# tp=2 with ZeRO 3. Each second
+# another micro-batch size; (suite moe) an ep=2, etp=2 run of tiny-moe, whose ranks hold
+# half of each of half the experts, resumes on one rank, as ep=4 (a quarter of the
+# experts whole), as ep=2 with ZeRO 1, with pp=2 and as tp=2 with ZeRO 3. Each second
 # half (and the final weights) matches the uninterrupted run within the suite's
 # tolerance (the layouts differ in their sums' order, as above).
 xmodel="" xfrom="" xto=""
@@ -371,9 +377,9 @@ if [ "$suite" = pipeline ]; then
     xwho="dp=2.*zero=3.* on 2 ranks"
 elif [ "$suite" = moe ]; then
     xmodel="--model tiny-moe"
-    xfrom="4 dp=4,ep=4,mbs=2" xto="1 mbs=1;4 dp=4,ep=2,zero=1,mbs=2;4 dp=2,ep=2,pp=2,mbs=2"
-    xto="$xto;4 tp=2,sp=1,dp=2,ep=2,zero=3,mbs=2"
-    xwho="ep=4.* on 4 ranks"
+    xfrom="4 dp=4,ep=2,etp=2,mbs=2" xto="1 mbs=1;4 dp=4,ep=4,mbs=2;4 dp=4,ep=2,zero=1,mbs=2"
+    xto="$xto;4 dp=2,ep=2,pp=2,mbs=2;4 tp=2,sp=1,dp=2,ep=2,zero=3,mbs=2"
+    xwho="ep=2,etp=2.* on 4 ranks"
 fi
 if [ -n "$xfrom" ]; then
     half=$(( steps / 2 ))
