@@ -483,8 +483,9 @@ stage_mpi() {
             "q/k norms, $lay"
     done
     # a mixture of experts (tiny-qwen3-moe: 16 experts, top-8, q/k norms): CUB's sort,
-    # the grouped GEMMs, the all-to-all with counts per rank on device buffers
-    for lay in "dp=1" "dp=2,ep=2"; do
+    # the grouped GEMMs, the all-to-all with counts per rank on device buffers, etp's
+    # gather and reduce-scatter of the experts' rows
+    for lay in "dp=1" "dp=2,ep=2" "dp=2,etp=2"; do
         n=moe_$(echo "$lay" | tr -d '=,+')
         np=2
         [ "$lay" = dp=1 ] && np=1

@@ -49,8 +49,10 @@ HOLDOUT_MEAN_ABS_ERROR_MAX=0.20
 # points 0.036). With the four Qwen3-235B-A22B mixture-of-experts points scored (their
 # own zero-shot 0.213, leave-one-out 0.286: the intra-node expert-parallel runs are
 # predicted 33-41% fast) the set's mean is 0.076; the other 28 points are unchanged
-# (zero-shot 0.137, leave-one-out 0.045).
-PUBLIC_LOO_MEAN_ABS_ERROR_MAX=0.08
+# (zero-shot 0.137, leave-one-out 0.045). The zoo's table runs its cross-node and its
+# intra-node rows on two versions of Megatron-Core (moe_dev and main): as two stacks,
+# each pair corrects the other, the four's leave-one-out 0.144 and the set's 0.058.
+PUBLIC_LOO_MEAN_ABS_ERROR_MAX=0.07
 
 . "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
@@ -123,7 +125,7 @@ out_has "^ranking: " "the text form has the ranking"
 out_has "no leave-one-out prediction: #17 bloom" "a point without neighbours says so"
 out_has "nemotron4-34 .*not evaluable: needs the squared-ReLU activation" \
     "a squared-ReLU point is listed as not evaluable"
-out_has "qwen3-moe-h100 .*qwen3-235b-a .*ep32 .*%" "a mixture-of-experts point is priced"
+out_has "qwen3-moe-h100-d .*qwen3-235b-a .*ep32 .*%" "a mixture-of-experts point is priced"
 out_has "1 point is not evaluable until ptplan plans what it needs" "and counted apart"
 out_has "nemo-fp8-h100  *llama2-7b .*%" "an FP8 point is priced (precision fp8)"
 out_has " bloom-176b " "BLOOM (ALiBi) is listed"
