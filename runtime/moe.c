@@ -665,7 +665,7 @@ int pt_moe_run_op(pt_layer_ctx *c, const pt_op *op, const float *in, float *out)
     case PT_OPK_MOE_DISPATCH:
         return dispatch(c, again);
     case PT_OPK_ETP_ALLGATHER:
-        return etp_counts(c) || etp_move(c, S->moe_em, L->moe_xr, true);
+        return etp_counts(c) || etp_move(c, S->moe_em, L->moe_xr, true) ? -1 : 0;
     case PT_OPK_EXPERT_FC1:
     case PT_OPK_EXPERT_ACT:
     case PT_OPK_EXPERT_FC2:
