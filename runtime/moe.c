@@ -413,9 +413,18 @@ static int64_t recall(pt_layer_ctx *c)
 
 /* ---- Expert tensor parallelism ---------------------------------------------------------- */
 
+/* The rows of run r (below): cnt[r·G + g] for each local expert g. */
+static int64_t run_rows(const struct pt_moe *x, const int64_t *cnt, int r)
+{
+    int64_t rows = 0;
+    for (int g = 0; g < x->G; g++)
+        rows += cnt[r * x->G + g];
+    return rows;
+}
+
 /* The experts' rows as the grouped GEMMs take them: etp runs (one without etp), run r
  * (rank r of the etp group's rows) from row r·P, cnt[r·G + g] rows for local expert g.
- * Returns P (with etp = 1, the rows received). */
+ * Returns P, the most rows of a run (with etp = 1, the rows received). */
 static int64_t runs(pt_layer_ctx *c, const int64_t **cnt)
 {
     struct pt_moe *x = c->n->moe;
@@ -424,24 +433,12 @@ static int64_t runs(pt_layer_ctx *c, const int64_t **cnt)
         *cnt = x->gcnt;
         return got;
     }
-    const int64_t *ec = slot_counts(c) + (size_t)(x->ep * x->E);
+    *cnt = slot_counts(c) + (size_t)(x->ep * x->E);
     for (int r = 0; r < x->etp; r++) {
-        int64_t rows = 0;
-        for (int g = 0; g < x->G; g++)
-            rows += ec[r * x->G + g];
+        int64_t rows = run_rows(x, *cnt, r);
         P = rows > P ? rows : P;
     }
-    *cnt = ec;
     return P;
-}
-
-/* The rows of run r. */
-static int64_t run_rows(const struct pt_moe *x, const int64_t *cnt, int r)
-{
-    int64_t rows = 0;
-    for (int g = 0; g < x->G; g++)
-        rows += cnt[r * x->G + g];
-    return rows;
 }
 
 /* The etp group's rows per local expert gathered into the slot's table (the forward's
