@@ -54,12 +54,11 @@ struct pt_moe {
     int64_t N;                /* most rows received (pt_moe_recv_rows_max) */
     int64_t cap;              /* the capacity's cap per expert, -1: dropless */
     int64_t *cnt;             /* (E) this rank's rows per expert */
-    double *dcnt;             /* (ep·E) the same as doubles, gathered */
+    double *dcnt;             /* (ep·E, or etp·G where more) counts as doubles, gathered */
     int64_t *send, *recv;     /* (ep) rows to and from each rank of the ep group */
     int64_t *sendc, *recvc;   /* (ep) the all-to-all's counts of values */
     int64_t *gcnt;            /* (G) rows each local expert received */
     int32_t *perm, *invperm;  /* (N) host copies of the orders */
-    double *decnt;            /* (etp·G) the etp group's rows per local expert, gathered */
     int32_t *idx;             /* (R·k) the chosen experts, for the loss's counts */
     float *colsum;            /* (4·b·E) score sums per sequence, then the loss's gradient;
                                  the copies' counts per sequence after them; then each
@@ -87,7 +86,8 @@ int pt_moe_init(pt_net *n, pt_err *err)
         return pt_err_set(err, "a mixture of experts' layer routes %lld rows to one rank: "
                                "more than its int32 row indices hold", (long long)x->N);
     x->cnt = calloc((size_t)x->E, sizeof *x->cnt);
-    x->dcnt = calloc((size_t)(x->ep * x->E), sizeof *x->dcnt);
+    x->dcnt = calloc((size_t)(x->ep * x->E > x->etp * x->G ? x->ep * x->E : x->etp * x->G),
+                     sizeof *x->dcnt);
     x->send = calloc((size_t)x->ep, sizeof *x->send);
     x->recv = calloc((size_t)x->ep, sizeof *x->recv);
     x->sendc = calloc((size_t)x->ep, sizeof *x->sendc);
@@ -96,10 +96,9 @@ int pt_moe_init(pt_net *n, pt_err *err)
     x->perm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->perm);
     x->invperm = calloc((size_t)(x->N > 0 ? x->N : 1), sizeof *x->invperm);
     x->idx = calloc((size_t)(d.R * x->k), sizeof *x->idx);
-    x->decnt = calloc((size_t)(x->etp * x->G), sizeof *x->decnt);
     x->colsum = calloc((size_t)(4 * d.b * x->E), sizeof *x->colsum);
     if (!x->cnt || !x->dcnt || !x->send || !x->recv || !x->sendc || !x->recvc || !x->gcnt || !x->perm || !x->invperm ||
-        !x->idx || !x->decnt || !x->colsum)
+        !x->idx || !x->colsum)
         return pt_err_set(err, "out of memory for the experts' routing tables");
     return 0;
 }
@@ -119,7 +118,6 @@ void pt_moe_free(pt_net *n)
     free(x->perm);
     free(x->invperm);
     free(x->idx);
-    free(x->decnt);
     free(x->colsum);
     free(x);
     n->moe = NULL;
@@ -353,6 +351,28 @@ static int permute(pt_layer_ctx *c, const float *ln2, bool again)
 
 static int exchange(pt_layer_ctx *c, const float *in, float *out, bool forward);
 
+/* Every rank's n counts `mine` of group `kind` (this rank `rank` of `size`) into out
+ * (size·n, group order), through the backend's `dev` (size·n doubles): the collectives
+ * move backend memory, and doubles hold counts exactly. */
+static int gather_counts(pt_layer_ctx *c, int kind, int rank, int size, const int64_t *mine,
+                         int n, double *dev, int64_t *out)
+{
+    pt_kernels *kn = c->n->kn;
+    double *host = c->n->moe->dcnt;
+    for (int i = 0; i < n; i++)
+        host[i] = (double)mine[i];
+    kn->copy(kn, dev + (size_t)rank * n, host, (size_t)n * sizeof(double), PT_KCOPY_H2D);
+    if (pt_comm_allgather_t(c->n->comm, kind, PT_COMM_F64, dev + (size_t)rank * n, dev, n,
+                            c->err))
+        return -1;
+    kn->copy(kn, host, dev, (size_t)(size * n) * sizeof(double), PT_KCOPY_D2H);
+    if (wait_kernels(c))
+        return -1;
+    for (int i = 0; i < size * n; i++)
+        out[i] = (int64_t)host[i];
+    return 0;
+}
+
 /* The ep group's counts gathered, this rank's copies sent to their experts' ranks and
  * what arrives put in expert order (the dispatch op; nothing to do with ep = 1). */
 static int dispatch(pt_layer_ctx *c, bool again)
@@ -365,18 +385,8 @@ static int dispatch(pt_layer_ctx *c, bool again)
         return 0;
     int64_t *all = slot_counts(c);
     double *dev = (double *)(S->moe_counts + x->E); /* (ep·E) doubles, gathered */
-    for (int e = 0; e < x->E; e++)
-        x->dcnt[e] = (double)x->cnt[e];
-    kn->copy(kn, dev + (size_t)n->ep_rank * x->E, x->dcnt, (size_t)x->E * sizeof(double),
-             PT_KCOPY_H2D);
-    if (pt_comm_allgather_t(n->comm, PT_GROUP_EP, PT_COMM_F64, dev + (size_t)n->ep_rank * x->E,
-                            dev, x->E, c->err))
+    if (gather_counts(c, PT_GROUP_EP, n->ep_rank, x->ep, x->cnt, x->E, dev, all))
         return -1;
-    kn->copy(kn, x->dcnt, dev, (size_t)(x->ep * x->E) * sizeof(double), PT_KCOPY_D2H);
-    if (wait_kernels(c))
-        return -1;
-    for (int i = 0; i < x->ep * x->E; i++)
-        all[i] = (int64_t)x->dcnt[i];
     int64_t got = tally(x, all, n->ep_rank);
     if (got > x->N)
         return pt_err_set(c->err, "internal: %lld rows routed to this rank's experts, its "
@@ -447,23 +457,10 @@ static int etp_counts(pt_layer_ctx *c)
 {
     pt_net *n = c->n;
     struct pt_moe *x = n->moe;
-    pt_kernels *kn = n->kn;
-    int64_t *ec = slot_counts(c) + (size_t)(x->ep * x->E);
     double *dev = (double *)(c->S->moe_counts + (size_t)((x->ep + 1) * x->E));
     recall(c);
-    for (int g = 0; g < x->G; g++)
-        x->decnt[g] = (double)x->gcnt[g];
-    kn->copy(kn, dev + (size_t)n->etp_rank * x->G, x->decnt, (size_t)x->G * sizeof(double),
-             PT_KCOPY_H2D);
-    if (pt_comm_allgather_t(n->comm, PT_GROUP_ETP, PT_COMM_F64, dev + (size_t)n->etp_rank * x->G,
-                            dev, x->G, c->err))
-        return -1;
-    kn->copy(kn, x->decnt, dev, (size_t)(x->etp * x->G) * sizeof(double), PT_KCOPY_D2H);
-    if (wait_kernels(c))
-        return -1;
-    for (int i = 0; i < x->etp * x->G; i++)
-        ec[i] = (int64_t)x->decnt[i];
-    return 0;
+    return gather_counts(c, PT_GROUP_ETP, n->etp_rank, x->etp, x->gcnt, x->G, dev,
+                         slot_counts(c) + (size_t)(x->ep * x->E));
 }
 
 /* etp's gather (this rank's rows `in` into `out`, P rows a rank) or reduce-scatter (the
