@@ -213,6 +213,10 @@ int pt_net_upload_master(pt_net *n, const float *host, pt_err *err);
  * routing tables, sized for the rank's layers; pt_moe_free frees them. */
 int pt_moe_init(pt_net *n, pt_err *err);
 void pt_moe_free(pt_net *n);
+/* The routing counts a MoE layer keeps per micro-batch slot for its backward (the ep
+ * group's ep·E, then the etp group's etp·E/ep): pt_acts.moe_counts holds this many a
+ * layer. 0 for a dense model. */
+int64_t pt_moe_layer_counts(const pt_net *n);
 /* What the experts did since the last call, on this rank (training forwards only, not
  * recomputed ones); the figures then start again. */
 typedef struct {

@@ -134,13 +134,19 @@ void pt_moe_take_stats(pt_net *n, pt_moe_stats *out)
 
 /* ---- Counts and orders ---------------------------------------------------------------- */
 
+int64_t pt_moe_layer_counts(const pt_net *n)
+{
+    int64_t E = n->spec.moe.experts, ep = n->layout.ep > 1 ? n->layout.ep : 1;
+    int64_t etp = n->layout.etp > 1 ? n->layout.etp : 1;
+    return E > 0 ? ep * E + etp * (E / ep) : 0;
+}
+
 /* The ep group's counts of layer row `ai` of the slot: rank j's rows for expert e at
  * [j·E + e]; after them the etp group's, rank r's rows for local expert g at
  * [ep·E + r·G + g]. */
 static int64_t *slot_counts(const pt_layer_ctx *c)
 {
-    const struct pt_moe *x = c->n->moe;
-    return c->A->moe_counts + (size_t)c->ai * (size_t)(x->ep * x->E + x->etp * x->G);
+    return c->A->moe_counts + (size_t)c->ai * (size_t)pt_moe_layer_counts(c->n);
 }
 
 /* From the ep group's counts: the rows this rank sends each rank and receives from it,

@@ -286,9 +286,8 @@ static int too_large(pt_err *err, const pt_net *n, const pt_layer_dims *d, int s
 static int alloc_slot(pt_net *n, const pt_layer_dims *d, int slots, pt_acts **out, pt_err *err)
 {
     pt_acts *A = calloc(1, sizeof *A);
-    int64_t L = n->slot_layers, ep = n->layout.ep > 1 ? n->layout.ep : 1;
-    int64_t etp = n->layout.etp > 1 ? n->layout.etp : 1, E = n->spec.moe.experts;
-    size_t counts = (size_t)(L * (ep * E + etp * (E / ep)));
+    int64_t L = n->slot_layers;
+    size_t counts = (size_t)(L * pt_moe_layer_counts(n));
     *out = NULL;
     if (!A || !(A->x = calloc((size_t)(L + 1), sizeof *A->x)) ||
         !(A->layer = calloc((size_t)L, sizeof *A->layer)) ||
