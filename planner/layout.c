@@ -36,6 +36,74 @@ int pt_layout_edp(const pt_layout *l)
 }
 
 const char *pt_recompute_name(pt_recompute r) { return recompute_names[r]; }
+
+static const char *const rmod_names[PT_RMOD_COUNT] = {"core_attn", "layernorm", "mlp",
+                                                      "moe_act", "moe"};
+const char *pt_rmod_name(pt_rmod r) { return rmod_names[r]; }
+
+bool pt_layout_recomputes(const pt_layout *l, pt_rmod r)
+{
+    if (l->recompute != PT_RECOMPUTE_SELECTIVE)
+        return false;
+    if (!l->recompute_modules)
+        return r == PT_RMOD_CORE_ATTN;
+    return (l->recompute_modules >> r) & 1u;
+}
+
+void pt_layout_recompute_text(const pt_layout *l, char *buf, size_t n)
+{
+    if (l->recompute != PT_RECOMPUTE_SELECTIVE || !l->recompute_modules) {
+        snprintf(buf, n, "%s", recompute_names[l->recompute]);
+        return;
+    }
+    size_t used = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int r = 0; r < PT_RMOD_COUNT; r++)
+        if ((l->recompute_modules >> r) & 1u) {
+            int w = snprintf(buf + used, n > used ? n - used : 0, "%s%s", used ? "+" : "",
+                             rmod_names[r]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+}
+
+int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
+{
+    for (int i = 0; i < PT_RECOMPUTE_COUNT; i++)
+        if (strcmp(val, recompute_names[i]) == 0) {
+            l->recompute = (pt_recompute)i;
+            l->recompute_modules = 0;
+            return 0;
+        }
+    unsigned set = 0;
+    const char *p = val;
+    while (*p) {
+        size_t len = strcspn(p, "+");
+        int r = 0;
+        while (r < PT_RMOD_COUNT &&
+               !(strlen(rmod_names[r]) == len && strncmp(p, rmod_names[r], len) == 0))
+            r++;
+        if (r == PT_RMOD_COUNT || (set >> r) & 1u)
+            return pt_err_set(err, "layout: recompute=%s: expected none, selective, full, or "
+                                   "modules joined by '+', each once, of core_attn, "
+                                   "layernorm, mlp, moe_act, moe (Megatron-Core's "
+                                   "--recompute-modules, e.g. recompute=layernorm+moe_act)",
+                              val);
+        set |= 1u << r;
+        p += len;
+        if (*p == '+' && !p[1])
+            return pt_err_set(err, "layout: recompute=%s: a module name after the last '+'",
+                              val);
+        if (*p == '+')
+            p++;
+    }
+    if (!set)
+        return pt_err_set(err, "layout: recompute is empty: expected none, selective, full "
+                               "or a list of modules");
+    l->recompute = PT_RECOMPUTE_SELECTIVE;
+    l->recompute_modules = set;
+    return 0;
+}
 const char *pt_schedule_name(pt_schedule s) { return schedule_names[s]; }
 const char *pt_dim_name(pt_dim d) { return dim_names[d]; }
 const char *pt_dp_overlap_name(pt_dp_overlap o) { return dp_overlap_names[o]; }
@@ -147,13 +215,14 @@ void pt_order_format(const pt_dim order[PT_NDIM], char *buf, size_t n)
 
 void pt_layout_format(const pt_layout *l, char *buf, size_t n)
 {
-    char order[32];
+    char order[32], recompute[64];
     pt_order_format(l->order, order, sizeof order);
+    pt_layout_recompute_text(l, recompute, sizeof recompute);
     snprintf(buf, n,
              "tp=%d,sp=%d,pp=%d,vp=%d,cp=%d,dp=%d,zero=%d,mbs=%lld,recompute=%s,"
              "schedule=%s,order=%s",
              l->tp, l->sp ? 1 : 0, l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
-             recompute_names[l->recompute], schedule_names[l->schedule], order);
+             recompute, schedule_names[l->schedule], order);
     /* The keys below are written only when they differ from the default, so that
      * layout strings from before they existed stay canonical. */
     size_t used = strlen(buf);
@@ -321,10 +390,7 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
         l->mbs = v;
         return 0;
     case K_RECOMPUTE:
-        if (parse_name("recompute", val, recompute_names, PT_RECOMPUTE_COUNT, &e, err))
-            return -1;
-        l->recompute = (pt_recompute)e;
-        return 0;
+        return pt_layout_parse_recompute(val, l, err);
     case K_SCHEDULE:
         if (parse_name("schedule", val, schedule_names, PT_SCHED_COUNT, &e, err))
             return -1;

@@ -26,6 +26,17 @@ typedef enum { PT_SCHED_AFAB, PT_SCHED_1F1B, PT_SCHED_INTERLEAVED, PT_SCHED_COUN
 typedef enum { PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP, PT_NDIM } pt_dim;
 
 const char *pt_recompute_name(pt_recompute r);
+
+/* Megatron-Core's --recompute-modules: what recompute=selective runs again before each
+ * layer's backward when the layout names a list (recompute=layernorm+moe_act) instead of
+ * the stack's own selective policy (megatron/core/transformer/transformer_config.py,
+ * recompute_modules): core_attn the attention core; layernorm the norms that are modules
+ * of their own (a mixture's pre-MLP norm: the others are fused into the next GEMM);
+ * mlp a dense layer's MLP; moe_act the experts' activation; moe a mixture's whole
+ * routed block, router to combine. */
+typedef enum { PT_RMOD_CORE_ATTN, PT_RMOD_LAYERNORM, PT_RMOD_MLP, PT_RMOD_MOE_ACT, PT_RMOD_MOE,
+               PT_RMOD_COUNT } pt_rmod;
+const char *pt_rmod_name(pt_rmod r); /* "core_attn", "layernorm", "mlp", "moe_act", "moe" */
 const char *pt_schedule_name(pt_schedule s);
 const char *pt_dim_name(pt_dim d);
 const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" */
@@ -121,6 +132,8 @@ typedef struct {
     int64_t mbs;            /* b: micro-batch size */
     int64_t n_micro;        /* micro-batches per step per data-parallel rank */
     pt_recompute recompute;
+    unsigned recompute_modules; /* recompute=selective: the pt_rmod bits of the modules
+                               it runs again; 0: the stack's own selective policy */
     pt_schedule schedule;
     pt_dim order[PT_NDIM];  /* rank order, fastest first; default tp-cp-dp-pp */
 } pt_layout;
@@ -161,6 +174,14 @@ int pt_layout_a2a(const pt_layout *l);
  * over which their gradients are reduced and ZeRO shards their optimizer (1 when ep·etp
  * does not divide, which rule ep_fold rejects). */
 int pt_layout_edp(const pt_layout *l);
+/* Whether the layout runs module r again before the backward: a module its list names,
+ * or the attention core under the stack's own selective policy (no list). */
+bool pt_layout_recomputes(const pt_layout *l, pt_rmod r);
+/* The recompute setting as layouts write it: none, selective, full, or the modules joined
+ * by '+' ("layernorm+moe_act"). */
+void pt_layout_recompute_text(const pt_layout *l, char *buf, size_t n);
+/* Parses a recompute value (as pt_layout_recompute_text writes it) into l. */
+int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err);
 /* tp*cp*pp*dp, or -1 when that product does not fit in int64_t. */
 int64_t pt_layout_world(const pt_layout *l);
 /* Parses "tp-cp-dp-pp" style rank orders (each dimension exactly once). */

@@ -131,6 +131,24 @@ static double pt_mem_moe_routed(const pt_model *m, const pt_layout *l, const pt_
     return 4 * R * (double)m->moe.experts + N * (d->lin * h + d->ab * up + d->lin * fe + d->ab * h);
 }
 
+/* ... of it, the activation's output (the second GEMM's input), which recompute module
+ * moe_act drops and rebuilds from the first GEMM's output. */
+static double pt_mem_moe_act_out(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
+                                 double imbalance)
+{
+    double R = d->sb / d->rep, etp = (double)pt_mem_pos(l->etp);
+    double N = pt_mem_moe_busiest(m, imbalance) * etp * R * (double)m->moe.top_k;
+    return N * d->lin * (double)m->moe.expert_ffn / etp;
+}
+
+/* A dense MLP's inside: GeLU's input and the second linear's input; SwiGLU's gate and up
+ * outputs and the down projection's input (T). Recompute module mlp drops it. */
+static double pt_mem_mlp_inner(const pt_model *m, const pt_mem_dims *d, double f)
+{
+    double inner = m->act == PT_ACT_SWIGLU ? 2.0 : 1.0;
+    return (inner * d->ab + d->lin) * d->sb * f / d->t;
+}
+
 static double pt_mem_layer_linear(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
                                   bool moe, double imbalance)
 {
@@ -152,14 +170,18 @@ static double pt_mem_layer_linear(const pt_model *m, const pt_layout *l, const p
     if (d->lin != d->ab)                               /* ... and its FP8 copy (TE) */
         bytes += d->lin * d->sb * qd / d->t;
     bytes += mask;                                     /* attention dropout mask, R */
-    bytes += d->lin * sbh / d->rep;                    /* MLP first-linear input, R */
-    /* GeLU: its input and the second linear's input; SwiGLU: gate and up outputs
-     * and the down projection's input. T. */
-    double inner = m->act == PT_ACT_SWIGLU ? 2.0 : 1.0;
-    bytes += (inner * d->ab + d->lin) * d->sb * f / d->t;
+    /* MLP first-linear input (a mixture's router and dispatch input), R; recompute
+     * module layernorm drops a mixture's, whose pre-MLP norm is a module of its own */
+    if (!(moe && pt_layout_recomputes(l, PT_RMOD_LAYERNORM)))
+        bytes += d->lin * sbh / d->rep;
+    if (!(!moe && pt_layout_recomputes(l, PT_RMOD_MLP)))
+        bytes += pt_mem_mlp_inner(m, d, f);
     bytes += mask;                                     /* MLP dropout mask, R */
-    if (moe)
+    if (moe && !pt_layout_recomputes(l, PT_RMOD_MOE)) {
         bytes += pt_mem_moe_routed(m, l, d, imbalance);
+        if (pt_layout_recomputes(l, PT_RMOD_MOE_ACT))
+            bytes -= pt_mem_moe_act_out(m, l, d, imbalance);
+    }
     return bytes;
 }
 
@@ -188,7 +210,7 @@ static double pt_mem_layer_activations_kind(const pt_model *m, const pt_layout *
      * from the RNG state. */
     if (attn == PT_ATTN_FLASH)
         bytes += 4.0 * (double)m->heads * d.sb / d.t;
-    else if (l->recompute == PT_RECOMPUTE_NONE)
+    else if (!pt_layout_recomputes(l, PT_RMOD_CORE_ATTN))
         bytes += pt_mem_attention_core(m, &d);
     return bytes;
 }
@@ -212,7 +234,8 @@ double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_p
 static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, const pt_train *t,
                                 pt_precision p, bool moe)
 {
-    if (l->recompute != PT_RECOMPUTE_SELECTIVE || t->stack.selective != PT_SELECTIVE_OP)
+    if (l->recompute != PT_RECOMPUTE_SELECTIVE || l->recompute_modules ||
+        t->stack.selective != PT_SELECTIVE_OP)
         return pt_mem_layer_activations_kind(m, l, p, t->stack.attention, pt_mem_te_fp8(t),
                                              moe, t->moe_imbalance);
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
@@ -576,9 +599,10 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
 
     /* What one layer's recomputation holds at once: the whole layer rebuilt (full, or
      * the per-op policy), or the attention core's score matrix (which flash never
-     * writes). */
+     * writes), and a recomputed module's inside (a mixture's routed block, a dense
+     * MLP). */
     double recompute = 0;
-    bool op_policy = l->recompute == PT_RECOMPUTE_SELECTIVE &&
+    bool op_policy = l->recompute == PT_RECOMPUTE_SELECTIVE && !l->recompute_modules &&
                      t->stack.selective == PT_SELECTIVE_OP;
     if (l->recompute == PT_RECOMPUTE_FULL || op_policy) {
         pt_layout none = *l;
@@ -588,9 +612,14 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
             recompute = fmax(recompute, pt_mem_layer_activations_kind(
                                             m, &none, p, t->stack.attention, false, true,
                                             t->moe_imbalance));
-    } else if (l->recompute == PT_RECOMPUTE_SELECTIVE && t->stack.attention != PT_ATTN_FLASH) {
+    } else if (pt_layout_recomputes(l, PT_RMOD_CORE_ATTN) &&
+               t->stack.attention != PT_ATTN_FLASH) {
         recompute = pt_mem_attention_core(m, &d);
     }
+    if (moe > 0 && pt_layout_recomputes(l, PT_RMOD_MOE))
+        recompute = fmax(recompute, pt_mem_moe_routed(m, l, &d, t->moe_imbalance));
+    if (layers > moe && pt_layout_recomputes(l, PT_RMOD_MLP))
+        recompute = fmax(recompute, pt_mem_mlp_inner(m, &d, (double)m->ffn));
 
     *out = (pt_memory){
         .stage = stage,

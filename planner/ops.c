@@ -1575,13 +1575,39 @@ double pt_ops_op_policy_kept_elems(const pt_opctx *c)
     return elems;
 }
 
+/* Megatron-Core's recompute modules (a layout's recompute list) before the backward
+ * that needs them: a mixture's pre-MLP norm (its own module; the other norms are fused
+ * into the GEMMs after them, which keep their inputs), then its routed block whole
+ * (router, dispatch, experts, combine: the block's forward again, its all-to-alls
+ * included) or only the experts' activation; a dense layer's MLP, its tensor-parallel
+ * gather and reduction included. The core attention's comes just before its backward
+ * (layer_backward). */
+static void recompute_modules(builder *b, const dims *d, const proj *mlp, int nm)
+{
+    const pt_layout *l = b->c->l;
+    bool moe = b->c->moe_layer;
+    b->recompute = true;
+    if (moe && pt_layout_recomputes(l, PT_RMOD_LAYERNORM))
+        norm(b, d, PT_OPK_NORM2, PT_PARAM_NORM2, false);
+    if (moe && pt_layout_recomputes(l, PT_RMOD_MOE)) {
+        moe_forward(b, d);
+    } else if (moe && pt_layout_recomputes(l, PT_RMOD_MOE_ACT)) {
+        moe_dims x = moe_dims_of(b, d);
+        moe_act(b, &x, false);
+    }
+    if (!moe && pt_layout_recomputes(l, PT_RMOD_MLP))
+        mlp_forward(b, d, mlp, nm, residual_in_gemm(b) ? PT_GEMM_FWD_RES : PT_GEMM_FWD);
+    b->recompute = false;
+}
+
 static void layer_backward(builder *b, const dims *d)
 {
     const pt_opctx *c = b->c;
     proj attn[3], mlp[2];
     int na = attention_projs(d, attn), nm = mlp_projs(b, d, mlp);
     bool selective = c->l->recompute == PT_RECOMPUTE_SELECTIVE;
-    bool op_policy = selective && c->t->stack.selective == PT_SELECTIVE_OP;
+    bool op_policy = selective && !c->l->recompute_modules &&
+                     c->t->stack.selective == PT_SELECTIVE_OP;
     if (c->l->recompute == PT_RECOMPUTE_FULL) {
         b->recompute = true; /* the whole forward again, gathers included */
         layer_forward(b, d);
@@ -1590,6 +1616,8 @@ static void layer_backward(builder *b, const dims *d)
         zero3_gather(b); /* ZeRO-3 freed the weights after the forward */
         if (op_policy)
             recompute_op_policy(b, d);
+        else
+            recompute_modules(b, d, mlp, nm);
     }
     if (c->moe_layer)
         moe_backward(b, d);
@@ -1608,7 +1636,7 @@ static void layer_backward(builder *b, const dims *d)
     row_parallel_bwd(b, d, PT_OPK_ATTN_OUT_DGRAD, PT_OPK_ATTN_OUT_WGRAD, PT_PARAM_ATTN_OUT,
                      d->qd, PT_GEMM_DGRAD_WRITE);
     cp_backward_in(b, d);
-    if (selective && !op_policy) {
+    if (!op_policy && pt_layout_recomputes(c->l, PT_RMOD_CORE_ATTN)) {
         b->recompute = true; /* the attention core, just before its backward */
         attention_core(b, d, false);
         b->recompute = false;

@@ -140,7 +140,7 @@ static const char *const layout_keys[] = {"string", "tp", "sp", "tp_overlap", "p
                                           "param_overlap", "first_layers", "last_layers",
                                           "compress", "powersgd_rank", "powersgd_start",
                                           "pipeline_layout", "cp_comm", "cp_a2a", "ep", "etp",
-                                          "moe_dispatch", NULL};
+                                          "moe_dispatch", "recompute_modules", NULL};
 static const char *const training_keys[] = {"global_batch", "precision", "bucket_bytes",
                                             "steps", "lr", "min_lr", "warmup_steps",
                                             "weight_decay", "grad_clip", "dropout", "seed",
@@ -229,6 +229,19 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     static const char *const moed_names[] = {"alltoall", "allgather", "flex"};
     int moed = PT_MOED_ALLTOALL;
     int64_t psgd_rank = PT_POWERSGD_RANK, cp_a2a = 0, ep = 1, etp = 1;
+    if (json_object_get(o.obj, "recompute_modules")) {
+        char mods[64];
+        if (pt_json_get_string(&o, "recompute_modules", mods, sizeof mods, err))
+            return -1;
+        pt_layout parsed;
+        pt_err why;
+        if (l->recompute != PT_RECOMPUTE_SELECTIVE || pt_layout_parse_recompute(mods, &parsed, &why) ||
+            !parsed.recompute_modules)
+            return pt_err_set(err, "%s: field 'layout.recompute_modules' = \"%s\": expected "
+                                   "modules joined by '+' (of core_attn, layernorm, mlp, moe_act, "
+                                   "moe) with recompute \"selective\"", o.origin, mods);
+        l->recompute_modules = parsed.recompute_modules;
+    }
     if ((json_object_get(o.obj, "compress") &&
          pt_json_get_enum(&o, "compress", compress_names, PT_COMPRESS_COUNT, &cmp, err)) ||
         (json_object_get(o.obj, "powersgd_rank") &&

@@ -26,6 +26,11 @@ json_t *pt_layout_json(const pt_layout *l)
                      "recompute", pt_recompute_name(l->recompute),
                      "schedule", pt_schedule_name(l->schedule), "order", order,
                      "world", (json_int_t)pt_layout_world(l));
+    if (o && l->recompute == PT_RECOMPUTE_SELECTIVE && l->recompute_modules) {
+        char mods[64];
+        pt_layout_recompute_text(l, mods, sizeof mods);
+        json_object_set_new(o, "recompute_modules", json_string(mods));
+    }
     if (o && l->cp_comm != PT_CPC_P2P)
         json_object_set_new(o, "cp_comm", json_string(pt_cp_comm_name(l->cp_comm)));
     if (o && l->cp_comm == PT_CPC_A2A_P2P)

@@ -331,6 +331,9 @@ typedef struct {
     unsigned moe_dispatches;       /* bit k set: mixtures of experts run, with
                                       moe_dispatch k (pt_moe_dispatch); 0: no MoE */
     unsigned zero_stages;          /* bit z set: ZeRO stage z offered */
+    unsigned recompute_modules;    /* bit r set: module r (pt_rmod) may be named in a
+                                      recompute list (Megatron-Core's --recompute-modules);
+                                      0: no lists, only none, selective and full */
     /* overlaps: which exist, and the default of each layout key */
     bool tp_overlap;               /* TP communication beside the GEMMs (needs sp) */
     bool tp_overlap_rs;            /* the reduce-scatters too, not only the all-gathers */

@@ -26,10 +26,13 @@
  *                     "cp_a2a_kv_replicate": false,   optional (default false): KV heads
  *                                               fewer than the all-to-all's degree are
  *                                               replicated (else they must divide by it)
- *                     "moe_dispatch": ["alltoall"]},  optional (default: none, no mixture
+ *                     "moe_dispatch": ["alltoall"],   optional (default: none, no mixture
  *                                               of experts): how tokens may reach the
  *                                               experts (alltoall, allgather, flex: the
  *                                               layout key moe_dispatch)
+ *                     "recompute_modules": ["moe"]},  optional (default: none): modules a
+ *                                               layout's recompute list may name
+ *                                               (core_attn, layernorm, mlp, moe_act, moe)
  *     "overlap": {
  *       "tp": true,                             TP communication beside the GEMMs
  *       "tp_reduce_scatter": true,              ... the reduce-scatters too
@@ -271,6 +274,9 @@ static const pt_stack stack_megatron_core = {
      * over its compute streams (common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm;
      * common/util/multi_stream.cpp: num_compute_streams = 4) */
     .grouped_gemm_streams = 4,
+    /* --recompute-granularity selective --recompute-modules (transformer_config.py) */
+    .recompute_modules = BIT(PT_RMOD_CORE_ATTN) | BIT(PT_RMOD_LAYERNORM) | BIT(PT_RMOD_MLP) |
+                         BIT(PT_RMOD_MOE_ACT) | BIT(PT_RMOD_MOE),
     .zero_stages = BIT(0) | BIT(1),
     .tp_overlap = true, .tp_overlap_rs = true, .tp_overlap_reach = 0.8,
     .tp_backward_async = true,
@@ -459,7 +465,8 @@ static const char *const fp8_keys[] = {"recipes", "default", "casts", NULL};
 static const char *const attn_keys[] = {"impl", "efficiency", NULL};
 static const char *const eff_keys[] = {"device", "fwd", "bwd", NULL};
 static const char *const par_keys[] = {"tp", "pp", "cp", "sp", "zero", "cp_comm",
-                                       "cp_a2a_kv_replicate", "moe_dispatch", NULL};
+                                       "cp_a2a_kv_replicate", "moe_dispatch",
+                                       "recompute_modules", NULL};
 static const char *const ovl_keys[] = {"tp", "tp_reduce_scatter", "tp_reach", "tp_backward_async",
                                        "dp", "dp_default", "param_gather", "zero3_prefetch",
                                        "compute_slowdown", "p2p", NULL};
@@ -532,9 +539,15 @@ static int read_name_set(const pt_json_obj *o, const char *key, const char *cons
         int k = 0;
         while (v && k < count && strcmp(v, names[k]) != 0)
             k++;
-        if (!v || k == count)
-            return pt_json_fail(o, key, err, "%s: field '%s.%s[%zu]': expected one of none, "
-                                "last, backward", o->origin, o->path, key, i);
+        if (!v || k == count) {
+            char choices[128] = "";
+            for (int c = 0; c < count; c++) {
+                strncat(choices, c ? ", " : "", sizeof choices - strlen(choices) - 1);
+                strncat(choices, names[c], sizeof choices - strlen(choices) - 1);
+            }
+            return pt_json_fail(o, key, err, "%s: field '%s.%s[%zu]': expected one of %s",
+                                o->origin, o->path, key, i, choices);
+        }
         *out |= BIT(k);
     }
     return 0;
@@ -584,6 +597,13 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
             return pt_json_fail(&p, "cp_comm", err, "%s: field 'parallelism.cp_comm': empty "
                                 "(list at least one of p2p, all_gather, a2a, a2a+p2p)",
                                 p.origin);
+    }
+    s->recompute_modules = 0;
+    if (json_object_get(p.obj, "recompute_modules")) {
+        static const char *const rmods[PT_RMOD_COUNT] = {"core_attn", "layernorm", "mlp",
+                                                         "moe_act", "moe"};
+        bad |= read_name_set(&p, "recompute_modules", rmods, PT_RMOD_COUNT,
+                             &s->recompute_modules, err);
     }
     s->moe_dispatches = 0;
     if (json_object_get(p.obj, "moe_dispatch")) {
@@ -999,6 +1019,20 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
                           "that way (it runs: %s)", pt_moe_dispatch_name(l->moe_dispatch),
                           s->name, kinds);
     }
+    if (l->recompute == PT_RECOMPUTE_SELECTIVE && l->recompute_modules &&
+        (l->recompute_modules & ~s->recompute_modules)) {
+        char text[64];
+        pt_layout_recompute_text(l, text, sizeof text);
+        int r = 0;
+        while (r < PT_RMOD_COUNT && !((l->recompute_modules & ~s->recompute_modules) & BIT(r)))
+            r++;
+        return pt_err_set(err, "layout recompute=%s: stack '%s' does not recompute module %s "
+                          "(%s)", text, s->name, pt_rmod_name((pt_rmod)r),
+                          s->recompute_modules ? "it names other modules"
+                                               : "lists of modules are Megatron-Core's "
+                                                 "--recompute-modules; here use none, "
+                                                 "selective or full");
+    }
     if (!(s->zero_stages & BIT(l->zero)))
         return pt_err_set(err, "layout zero=%d: stack '%s' does not offer ZeRO stage %d",
                           l->zero, s->name, l->zero);
@@ -1110,6 +1144,12 @@ char *pt_stack_to_json(const pt_stack *s)
                 json_array_append_new(moed, json_string(pt_moe_dispatch_name((pt_moe_dispatch)k)));
         if (s->moe_dispatches)
             bad |= pt_json_set(par, "moe_dispatch", moed);
+        json_t *rmods = s->recompute_modules ? json_array() : NULL;
+        for (int k = 0; rmods && k < PT_RMOD_COUNT; k++)
+            if (s->recompute_modules & BIT(k))
+                json_array_append_new(rmods, json_string(pt_rmod_name((pt_rmod)k)));
+        if (s->recompute_modules)
+            bad |= pt_json_set(par, "recompute_modules", rmods);
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
         bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));

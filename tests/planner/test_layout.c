@@ -102,6 +102,28 @@ static void test_parse_errors(void)
     expect_parse_error("zero=4", 0, "zero=4");
     expect_parse_error("sp=yes", 0, "sp=yes");
     expect_parse_error("recompute=most", 0, "none, selective, full");
+    /* Megatron-Core's recompute modules: a '+' list, written back in one order */
+    pt_layout back;
+    char text[256];
+    pt_layout_default(&l);
+    CHECK_INT(pt_layout_parse("recompute=moe_act+layernorm", 1, 8, &l, &err), 0);
+    CHECK_INT(l.recompute, PT_RECOMPUTE_SELECTIVE);
+    CHECK_INT(l.recompute_modules, 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT);
+    CHECK(pt_layout_recomputes(&l, PT_RMOD_MOE_ACT) && !pt_layout_recomputes(&l, PT_RMOD_MOE));
+    CHECK(!pt_layout_recomputes(&l, PT_RMOD_CORE_ATTN));
+    pt_layout_format(&l, text, sizeof text);
+    CHECK_STR_HAS(text, "recompute=layernorm+moe_act,");
+    pt_layout_default(&back);
+    CHECK_INT(pt_layout_parse(text, 0, 8, &back, &err), 0);
+    CHECK_INT(back.recompute_modules, l.recompute_modules);
+    /* plain selective is the stack's own policy: the attention core for Megatron */
+    CHECK_INT(pt_layout_parse("recompute=selective", 1, 8, &l, &err), 0);
+    CHECK(l.recompute_modules == 0 && pt_layout_recomputes(&l, PT_RMOD_CORE_ATTN));
+    expect_parse_error("recompute=norm+act", 0, "modules joined by '+', each once, of "
+                                                "core_attn, layernorm, mlp, moe_act, moe");
+    expect_parse_error("recompute=moe+moe", 0, "recompute=moe+moe: expected");
+    expect_parse_error("recompute=moe+", 0, "a module name after the last '+'");
+    expect_parse_error("recompute=", 0, "recompute is empty");
     expect_parse_error("schedule=gpipe", 0, "afab, 1f1b, interleaved");
     expect_parse_error("tp=2,pp", 0, "'pp' is not key=value");
     expect_parse_error("order=tp-tp-dp-pp", 0, "bad rank order");
@@ -872,6 +894,15 @@ static void test_moe_stacks(void)
     CHECK_STR_HAS(err.msg, "model m: stack 'ptrun' trains experts without biases so far");
     CHECK_INT(pt_stack_check_layout(&fsdp, &l, &err), -1);
     CHECK_STR_HAS(err.msg, "layout ep=8: stack 'fsdp' has no expert parallelism");
+    /* a list of recompute modules: Megatron-Core's alone */
+    pt_layout rm;
+    pt_layout_default(&rm);
+    CHECK_INT(pt_layout_parse("dp=8,ep=8,recompute=layernorm+moe", 8, 64, &rm, &err), 0);
+    CHECK_INT(pt_stack_check_layout(&mcore, &rm, &err), 0);
+    CHECK_INT(pt_stack_check_layout(&ptrun, &rm, &err), -1);
+    CHECK_STR_HAS(err.msg, "layout recompute=layernorm+moe: stack 'ptrun' does not recompute "
+                           "module layernorm (lists of modules are Megatron-Core's "
+                           "--recompute-modules; here use none, selective or full)");
     /* banded attention and sinks: only the stacks with flash attention run them */
     pt_model w = model();
     w.window = 128;
@@ -904,6 +935,19 @@ static void test_moe_stacks(void)
     CHECK_INT(pt_stack_from_json(wrong, "<s>", &s, &err), -1);
     CHECK_STR_HAS(err.msg,
                   "field 'parallelism.moe_dispatch[1]': expected alltoall, allgather or flex");
+    /* ... and one that names only some recompute modules */
+    CHECK(strstr(dump, "\"recompute_modules\": [") != NULL);
+    char *few = swap_text(dump, "\"layernorm\",", "");
+    CHECK_INT(pt_stack_from_json(few, "<s>", &s, &err), 0);
+    CHECK_INT(s.recompute_modules, ((1u << PT_RMOD_COUNT) - 1) & ~(1u << PT_RMOD_LAYERNORM));
+    CHECK_INT(pt_stack_check_layout(&s, &rm, &err), -1);
+    CHECK_STR_HAS(err.msg, "does not recompute module layernorm (it names other modules)");
+    char *bad_mod = swap_text(dump, "\"moe_act\"", "\"act\"");
+    CHECK_INT(pt_stack_from_json(bad_mod, "<s>", &s, &err), -1);
+    CHECK_STR_HAS(err.msg, "field 'parallelism.recompute_modules[3]': expected one of "
+                           "core_attn, layernorm, mlp, moe_act, moe");
+    free(few);
+    free(bad_mod);
     free(dump);
     free(one);
     free(wrong);

@@ -838,6 +838,31 @@ static void test_moe_states_and_activations(void)
     double R = 512, rows = R * 4, per = 2 * rows * (1024 + 2 * 512 + 512 + 1024);
     CHECK_NEAR(a2.activations_bytes - a1.activations_bytes, per * 4 * (double)a1.in_flight,
                1e-9);
+    /* Megatron-Core's recompute modules, each layer and micro-batch in flight: moe_act
+     * drops the activation's output (R·k rows of fe), layernorm the pre-MLP norm's
+     * output (R rows of h), moe every routed activation (the router's fp32 scores of
+     * R tokens over 16 experts and the copies' four tensors) and holds one layer's
+     * while it rebuilds them */
+    t.moe_imbalance = 1;
+    pt_memory mods;
+    double kept = 4 * (double)a1.in_flight, routed = 4 * R * 16 + per;
+    l.recompute = PT_RECOMPUTE_SELECTIVE;
+    l.recompute_modules = 1u << PT_RMOD_MOE_ACT;
+    pt_mem_stage(&m, &l, &t, 0, &mods);
+    CHECK_NEAR(a1.activations_bytes - mods.activations_bytes, kept * 2 * rows * 512, 1e-9);
+    l.recompute_modules |= 1u << PT_RMOD_LAYERNORM;
+    pt_mem_stage(&m, &l, &t, 0, &mods);
+    CHECK_NEAR(a1.activations_bytes - mods.activations_bytes,
+               kept * (2 * rows * 512 + 2 * R * 1024), 1e-9);
+    CHECK(mods.recompute_bytes == a1.recompute_bytes);
+    l.recompute_modules = 1u << PT_RMOD_MOE;
+    pt_mem_stage(&m, &l, &t, 0, &mods);
+    CHECK_NEAR(a1.activations_bytes - mods.activations_bytes, kept * routed, 1e-9);
+    CHECK_NEAR(mods.recompute_bytes, routed, 1e-9);
+    /* core_attn alone keeps what flash attention keeps anyway */
+    l.recompute_modules = 1u << PT_RMOD_CORE_ATTN;
+    pt_mem_stage(&m, &l, &t, 0, &mods);
+    CHECK_NEAR(mods.activations_bytes, a1.activations_bytes, 1e-12);
 }
 
 int main(void)

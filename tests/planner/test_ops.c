@@ -1375,6 +1375,83 @@ static void test_moe_lists(void)
     pt_oplist_free(&b);
 }
 
+/* How many of the list's ops are of kind k and run again before the backward. */
+static int recomputed(const pt_oplist *o, pt_op_kind k)
+{
+    int n = 0;
+    for (int i = 0; i < o->n; i++)
+        n += o->op[i].kind == k && o->op[i].recompute;
+    return n;
+}
+
+/* Megatron-Core's recompute modules: each runs its part of the forward again before the
+ * backward, and nothing else; a mixture's whole routed block includes its all-to-alls. */
+static void test_recompute_modules(void)
+{
+    pt_model m = moe_model();
+    int64_t B = 8;
+    pt_err err;
+    pt_train t = train(B);
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    pt_oplist none = {0}, b = {0};
+    pt_layout l = layout("tp=2,sp=1,dp=4,ep=4", B);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, true, &none), 0);
+    int kept = 0;
+    for (int i = 0; i < none.n; i++)
+        kept += none.op[i].recompute;
+    CHECK_INT(kept, 0);
+    /* layernorm and moe_act: the pre-MLP norm and the experts' activation, once each */
+    l = layout("tp=2,sp=1,dp=4,ep=4,recompute=layernorm+moe_act", B);
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    CHECK_INT(b.n, none.n + 2);
+    CHECK_INT(recomputed(&b, PT_OPK_NORM2), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_EXPERT_ACT), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_ATTN), 0); /* no core_attn in the list */
+    /* ... before the backward that reads them */
+    CHECK(in_order(&b, (pt_op_kind[]){PT_OPK_NORM2, PT_OPK_EXPERT_ACT, PT_OPK_EXPERT_FC2_DGRAD,
+                                       PT_OPK_ROUTER_DGRAD}, 4));
+    /* moe: the routed block's forward again, its dispatch and combine included */
+    pt_oplist_free(&b);
+    l = layout("tp=2,sp=1,dp=4,ep=4,recompute=moe", B);
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    CHECK_INT(recomputed(&b, PT_OPK_ROUTER), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_EXPERT_FC1), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_EXPERT_FC2), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_MOE_DISPATCH), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_MOE_COMBINE), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_NORM2), 0);
+    CHECK_INT(count(&b, PT_COLL_ALLTOALL, PT_GROUP_EP), 4);
+    /* core_attn: the attention core before its backward, as recompute=selective */
+    pt_oplist_free(&b);
+    l = layout("tp=2,sp=1,dp=4,ep=4,recompute=core_attn", B);
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    CHECK_INT(recomputed(&b, PT_OPK_ATTN), 1);
+    CHECK_INT(b.n, none.n + 1);
+    /* mlp: a dense layer's MLP (a mixture's has none to rebuild) */
+    pt_oplist_free(&b);
+    pt_oplist_free(&none);
+    pt_model dense = moe_model();
+    dense.moe = (pt_moe){0};
+    dense.ffn = 2048;
+    l = layout("tp=2,sp=1,dp=4", B);
+    pt_opctx_init(&c, &dense, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, true, &none), 0);
+    l = layout("tp=2,sp=1,dp=4,recompute=mlp+moe_act", B);
+    pt_opctx_init(&c, &dense, &l, &t, NULL);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    CHECK_INT(recomputed(&b, PT_OPK_MLP_DOWN), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_ACT), 1);
+    CHECK_INT(recomputed(&b, PT_OPK_EXPERT_ACT), 0);
+    CHECK(count(&b, PT_COLL_ALLGATHER, PT_GROUP_TP) == count(&none, PT_COLL_ALLGATHER, PT_GROUP_TP) + 1);
+    pt_oplist_free(&b);
+    pt_oplist_free(&none);
+}
+
 /* Banded attention (gpt-oss): a banded layer's flash kernels meet each query's band of
  * w keys, (s·w - w(w-1)/2) pairs a head and sequence, and the key says its window; the
  * full layers keep the causal half. */
@@ -1419,6 +1496,7 @@ int main(void)
 {
     test_window();
     test_moe_lists();
+    test_recompute_modules();
     test_fp8();
     test_te_tp_collectives();
     test_flops_formula();

@@ -53,6 +53,10 @@ if fmt == "megatron":
         parts = line.removesuffix(" \\").split(" ")
         if len(parts) > 2 and parts[0] + " N..." in names: # a flag of several numbers
             parts[1:] = [p for p in parts[1:] if not number.match(p)] or [parts[1]]
+        if len(parts) > 2 and parts[0] + " WORD..." in names: # several of its words
+            for w in parts[2:]:
+                word(parts[0], w, " ")
+            parts = parts[:2]
         if not parts[0].startswith("--") or len(parts) > 2:
             bad.append("not one argument: %r" % line)
         elif parts[0] not in names:
@@ -143,6 +147,8 @@ plan 0 --layout "zero=2,recompute=selective" --emit megatron --no-out
 arg "--data-parallel-sharding-strategy optim_grads" "zero=2"
 arg "--recompute-granularity selective" "recompute=selective"
 no_arg "--recompute-method" "selective takes no method"
+refused torchtitan "recompute=layernorm+mlp: a list of modules is Megatron-Core's --recompute-modules" \
+    "torchtitan names no modules" --model tiny-llama --stack megatron-core --devices 1 --layout "recompute=mlp+layernorm"
 plan 0 --layout "pp=2,vp=2" --emit megatron --no-out
 check megatron "vp=2"
 arg "--num-virtual-stages-per-pipeline-rank 2" "vp=2"
@@ -357,6 +363,12 @@ arg "--expert-tensor-parallel-size 1" "etp written (Megatron's default is tp)"
 arg "--moe-token-dispatcher-type flex" "DeepEP"
 arg "--moe-flex-dispatcher-backend deepep" "its backend"
 no_arg "--moe-layer-freq" "every layer an MoE layer is the default"
+# the model zoo's recompute modules, in Megatron-Core's words
+plan 0 $moe --layout "tp=2,sp=1,pp=8,dp=16,ep=32,moe_dispatch=flex,zero=1,recompute=layernorm+moe_act,first_layers=11,last_layers=11" \
+    --emit megatron --no-out
+check megatron "qwen3-235b recompute modules"
+arg "--recompute-granularity selective" "a list of modules is selective"
+arg "--recompute-modules layernorm moe_act" "the modules"
 refused nemo "model 'qwen3-235b-a22b' is a mixture of experts" "NeMo's MoE recipes not written" \
     $moe --layout "tp=2,sp=1,pp=8,dp=16,ep=32,zero=1,recompute=full,first_layers=11,last_layers=11"
 plan 0 $big --layout "tp=8,sp=1,pp=8" --emit torchtitan --no-out

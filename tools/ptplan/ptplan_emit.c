@@ -402,10 +402,19 @@ static void megatron_data_parallel(argout *a, const pt_layout *l)
         arg(a, "--overlap-param-gather");
 }
 
-static void megatron_recompute(argout *a, pt_recompute r)
+static void megatron_recompute(argout *a, const pt_layout *l)
 {
+    pt_recompute r = l->recompute;
     if (r == PT_RECOMPUTE_SELECTIVE) { /* recompute_modules' default: core_attn */
         arg(a, "--recompute-granularity selective");
+        if (l->recompute_modules) {
+            char mods[64] = "";
+            for (int m = 0; m < PT_RMOD_COUNT; m++)
+                if ((l->recompute_modules >> m) & 1u)
+                    snprintf(mods + strlen(mods), sizeof mods - strlen(mods), " %s",
+                             pt_rmod_name((pt_rmod)m));
+            arg(a, "--recompute-modules%s", mods);
+        }
     } else if (r == PT_RECOMPUTE_FULL) { /* every layer, from its input */
         arg(a, "--recompute-granularity full");
         arg(a, "--recompute-method uniform");
@@ -450,7 +459,7 @@ static int print_megatron(const emitter *e, FILE *f)
     megatron_model(&a, e->j);
     megatron_parallel(&a, e->l, &e->j->m);
     megatron_data_parallel(&a, e->l);
-    megatron_recompute(&a, e->l->recompute);
+    megatron_recompute(&a, e->l);
     megatron_training(&a, e->j, e->l);
     fprintf(f, "%s\n", a.prev);
     return 0;
@@ -600,10 +609,18 @@ static void nemo_cp_comm(FILE *f, const pt_layout *l)
         fprintf(f, "model.config.cp_comm_type=%s\n", pt_cp_comm_name(l->cp_comm));
 }
 
-static void nemo_recompute(FILE *f, pt_recompute r)
+static void nemo_recompute(FILE *f, const pt_layout *l)
 {
     static const char *const gran[PT_RECOMPUTE_COUNT] = {"None", "selective", "full"};
+    pt_recompute r = l->recompute;
     fprintf(f, "model.config.recompute_granularity=%s\n", gran[r]);
+    if (r == PT_RECOMPUTE_SELECTIVE && l->recompute_modules) {
+        fprintf(f, "model.config.recompute_modules=[");
+        for (int m = 0, n = 0; m < PT_RMOD_COUNT; m++)
+            if ((l->recompute_modules >> m) & 1u)
+                fprintf(f, "%s%s", n++ ? "," : "", pt_rmod_name((pt_rmod)m));
+        fprintf(f, "]\n");
+    }
     fprintf(f, "model.config.recompute_method=%s\n", r == PT_RECOMPUTE_FULL ? "uniform" : "None");
     fprintf(f, "model.config.recompute_num_layers=%s\n", r == PT_RECOMPUTE_FULL ? "1" : "None");
 }
@@ -622,7 +639,7 @@ static int print_nemo(const emitter *e, FILE *f)
     fprintf(f, "data.global_batch_size=%lld\n", (long long)j->t.global_batch);
     nemo_model(f, j);
     nemo_cp_comm(f, e->l);
-    nemo_recompute(f, e->l->recompute);
+    nemo_recompute(f, e->l);
     return 0;
 }
 
@@ -681,6 +698,13 @@ static void check_titan_model(emitter *e)
         refuse(e, "model '%s' has %s: torchtitan trains its llama3 (models/llama3), with "
                   "RMSNorm, SwiGLU, RoPE, no biases, an untied output and no dropout",
                m->name, differs + 2);
+    if (e->l->recompute == PT_RECOMPUTE_SELECTIVE && e->l->recompute_modules) {
+        char rec[64];
+        pt_layout_recompute_text(e->l, rec, sizeof rec);
+        refuse(e, "recompute=%s: a list of modules is Megatron-Core's --recompute-modules; "
+                  "torchtitan's activation checkpointing is none, selective (per op or per "
+                  "layer) or full", rec);
+    }
     else if (!titan_flavor(m))
         note(e, "model '%s' matches no llama3 flavor of torchtitan (8B, 70B, 405B): add one "
                 "of its shape to llama3_args (models/llama3/__init__.py) and name it in "

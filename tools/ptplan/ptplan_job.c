@@ -628,6 +628,7 @@ bool same_layout(const pt_layout *a, const pt_layout *b)
                 a->first_layers == b->first_layers && a->last_layers == b->last_layers &&
                 a->zero == b->zero && a->compress == b->compress && a->mbs == b->mbs &&
                 a->n_micro == b->n_micro && a->recompute == b->recompute &&
+                a->recompute_modules == b->recompute_modules &&
                 a->schedule == b->schedule && pt_pipe_same(&a->pipe, &b->pipe) &&
                 a->cp_comm == b->cp_comm && a->cp_a2a == b->cp_a2a && a->ep == b->ep &&
                 a->etp == b->etp && a->moe_dispatch == b->moe_dispatch;
@@ -668,8 +669,11 @@ static void short_layout(const job *j, const pt_layout *l, char *buf, size_t n)
     KEY(",mbs=%lld", (long long)l->mbs);
     if (l->sp)
         KEY(",sp=1");
-    if (l->recompute != PT_RECOMPUTE_NONE)
-        KEY(",recompute=%s", pt_recompute_name(l->recompute));
+    if (l->recompute != PT_RECOMPUTE_NONE) {
+        char rec[64];
+        pt_layout_recompute_text(l, rec, sizeof rec);
+        KEY(",recompute=%s", rec);
+    }
     if (l->schedule == PT_SCHED_AFAB)
         KEY(",schedule=%s", pt_schedule_name(l->schedule));
     if (l->first_layers)

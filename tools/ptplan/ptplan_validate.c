@@ -362,23 +362,47 @@ static int zero_of_text(const char *t)
 
 /* "full", "full (--checkpoint-activations)", "selective (per-op SAC)", "none".
  * "selective: norm, act" (Megatron-Core's --recompute-modules, as the MoE model zoo's
- * tables write them) names modules: where none of them is attention's core, what runs
- * again is memory-bound (norms, activations) and the step is priced as without
- * recomputation; ptplan's selective is the attention core's. */
-static int recompute_of_text(const char *t, pt_recompute *out)
+ * tables write them) names modules, which a layout lists (recompute=layernorm+moe_act):
+ * norm or layernorm, act or moe_act, moe, mlp, attn or core_attn. A word it does not
+ * know leaves the text unread (-1), for an assumption to say. */
+static int recompute_of_text(const char *t, pt_recompute *out, unsigned *mods)
 {
     const char *modules = strchr(t, ':');
-    if (strncasecmp(t, "full", 4) == 0)
+    *mods = 0;
+    if (strncasecmp(t, "full", 4) == 0) {
         *out = PT_RECOMPUTE_FULL;
-    else if (strncasecmp(t, "selective", 9) == 0 && modules && !has(modules, "attn") &&
-             !has(modules, "attention"))
-        *out = PT_RECOMPUTE_NONE;
-    else if (strncasecmp(t, "selective", 9) == 0)
+    } else if (strncasecmp(t, "selective", 9) == 0 && modules) {
+        static const struct {
+            const char *word;
+            pt_rmod mod;
+        } words[] = {{"norm", PT_RMOD_LAYERNORM}, {"layernorm", PT_RMOD_LAYERNORM},
+                     {"act", PT_RMOD_MOE_ACT}, {"moe_act", PT_RMOD_MOE_ACT},
+                     {"moe", PT_RMOD_MOE}, {"mlp", PT_RMOD_MLP},
+                     {"attn", PT_RMOD_CORE_ATTN}, {"core_attn", PT_RMOD_CORE_ATTN}};
+        for (const char *p = modules + 1; *p;) {
+            p += strspn(p, " ,");
+            size_t len = strcspn(p, " ,");
+            if (!len)
+                break;
+            size_t w = 0;
+            while (w < sizeof words / sizeof words[0] &&
+                   !(strlen(words[w].word) == len && strncasecmp(p, words[w].word, len) == 0))
+                w++;
+            if (w == sizeof words / sizeof words[0])
+                return -1;
+            *mods |= 1u << words[w].mod;
+            p += len;
+        }
+        if (!*mods)
+            return -1;
         *out = PT_RECOMPUTE_SELECTIVE;
-    else if (strncasecmp(t, "none", 4) == 0)
+    } else if (strncasecmp(t, "selective", 9) == 0) {
+        *out = PT_RECOMPUTE_SELECTIVE;
+    } else if (strncasecmp(t, "none", 4) == 0) {
         *out = PT_RECOMPUTE_NONE;
-    else
+    } else {
         return -1;
+    }
     return 0;
 }
 
@@ -701,7 +725,7 @@ static int layout_zero(const vctx *v, const json_t *pt, vpoint *p, int64_t *zero
 
 /* recompute: required; "full ...", "selective ...", "none", else assumed. */
 static int layout_recompute(const vctx *v, const json_t *pt, vpoint *p, pt_recompute *r,
-                            pt_err *err)
+                            unsigned *mods, pt_err *err)
 {
     const json_t *x = json_object_get(pt, "recompute");
     if (!x)
@@ -711,12 +735,12 @@ static int layout_recompute(const vctx *v, const json_t *pt, vpoint *p, pt_recom
         return bad(v, err, "recompute", "expected a string");
     const char *text = json_is_string(x) ? json_string_value(x) : NULL;
     const json_t *a = assumed(v, p, "recompute");
-    if (text && recompute_of_text(text, r) == 0)
+    if (text && recompute_of_text(text, r, mods) == 0)
         return a ? conflict(p, "recompute", x) : V_OK;
     if (!a)
         return skip(p, "recompute '%s': expected none, selective or full, or state one in "
                        "ptplan.assume.recompute", text ? text : "null");
-    if (!json_is_string(a) || recompute_of_text(json_string_value(a), r))
+    if (!json_is_string(a) || recompute_of_text(json_string_value(a), r, mods))
         return bad(v, err, "ptplan.assume.recompute", "expected none, selective or full");
     return V_OK;
 }
@@ -772,9 +796,11 @@ static void layout_label(vpoint *p)
     if (l->etp > 1)
         snprintf(ep + strlen(ep), sizeof ep - strlen(ep), "%d", l->etp);
     /* "tp8 sp pp16 vp2 dp48 z1 mbs1 none": sizes 1 of vp, cp, ep and etp left out */
+    char rec[64];
+    pt_layout_recompute_text(l, rec, sizeof rec);
     snprintf(p->layout_text, sizeof p->layout_text, "tp%d%s pp%d%s%s dp%d%s z%d mbs%lld %s%s",
              l->tp, l->sp ? " sp" : "", l->pp, vp, cp, l->dp, ep, l->zero, (long long)l->mbs,
-             pt_recompute_name(l->recompute), split);
+             rec, split);
 }
 
 /* Every rule the layout breaks, "; "-joined, into the point's reason. */
@@ -807,9 +833,10 @@ static int read_layout(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
         (rc = layout_zero(v, pt, p, &zero, err)))
         return rc;
     pt_recompute rec = PT_RECOMPUTE_NONE;
+    unsigned mods = 0;
     bool sp = false;
     int64_t ep = 1, etp = 1, edp = 0;
-    if ((rc = layout_recompute(v, pt, p, &rec, err)) ||
+    if ((rc = layout_recompute(v, pt, p, &rec, &mods, err)) ||
         (rc = point_bool(v, p, pt, "", "sp", false, false, &sp, err)) ||
         (rc = point_int(v, p, pt, "", "ep", false, 1, &ep, err)) ||
         (rc = point_int(v, p, pt, "", "etp", false, 1, &etp, err)) ||
@@ -829,11 +856,13 @@ static int read_layout(const vctx *v, const json_t *pt, vpoint *p, pt_err *err)
                            : has(fw, "dispatcher allgather")   ? ",moe_dispatch=allgather"
                            : has(fw, "dispatcher deepep")      ? ",moe_dispatch=flex"
                                                                : "";
-    char text[400];
+    char text[400], rec_text[64];
+    pt_layout_recompute_text(&(pt_layout){.recompute = rec, .recompute_modules = mods},
+                             rec_text, sizeof rec_text);
     snprintf(text, sizeof text, "tp=%lld,pp=%lld,vp=%lld,cp=%lld,dp=%lld,zero=%lld,mbs=%lld,"
                                 "recompute=%s,sp=%d", (long long)tp, (long long)pp,
              (long long)vp, (long long)cp, (long long)dp, (long long)zero, (long long)mbs,
-             pt_recompute_name(rec), sp);
+             rec_text, sp);
     if (ep > 1 || etp > 1) {
         size_t used = strlen(text);
         snprintf(text + used, sizeof text - used, ",ep=%lld,etp=%lld%s", (long long)ep,
