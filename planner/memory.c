@@ -121,6 +121,17 @@ static double pt_mem_moe_busiest(const pt_model *m, double imbalance)
     return m->moe.capacity > 0 && F > m->moe.capacity ? m->moe.capacity : F;
 }
 
+/* The busiest rank's share over the mean of what a stage's n mixture-of-experts layers
+ * keep together. Imbalance F is one layer's: which rank is busiest is decided in each
+ * layer by its own router and experts, so a rank's excess over the mean in n layers
+ * adds as n independent draws do, growing as sqrt(n) while the mean grows as n; the
+ * stage's busiest rank keeps 1 + (F - 1)/sqrt(n) of the mean (F for one layer). Time
+ * waits for each layer's busiest rank and takes F whole (planner/ops.c). */
+static double pt_mem_moe_stage_imbalance(double F, int64_t n)
+{
+    return F > 1 && n > 1 ? 1 + (F - 1) / sqrt((double)n) : F;
+}
+
 static double pt_mem_moe_routed(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
                                 double imbalance)
 {
@@ -232,12 +243,12 @@ double pt_mem_layer_activations_attn(const pt_model *m, const pt_layout *l, pt_p
  * fp32 softmax statistics, and the GEMM outputs the op lists say it does not rebuild
  * (pt_ops_op_policy_kept_elems). */
 static double pt_mem_layer_kept(const pt_model *m, const pt_layout *l, const pt_train *t,
-                                pt_precision p, bool moe)
+                                pt_precision p, bool moe, double imbalance)
 {
     if (l->recompute != PT_RECOMPUTE_SELECTIVE || l->recompute_modules ||
         t->stack.selective != PT_SELECTIVE_OP)
         return pt_mem_layer_activations_kind(m, l, p, t->stack.attention, pt_mem_te_fp8(t),
-                                             moe, t->moe_imbalance);
+                                             moe, imbalance);
     pt_mem_dims d = pt_mem_dims_of(m, l, p);
     pt_opctx c;
     pt_opctx_init(&c, m, l, t, NULL);
@@ -585,7 +596,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
                            out->recompute_bytes + out->comm_bytes;
         return;
     }
-    double act = pt_mem_layer_kept(m, l, t, p, false);
+    double act = pt_mem_layer_kept(m, l, t, p, false, 1);
     /* the stage's mixture-of-experts layers keep their own: a layer of the stage's
      * average (exact when its layers are all of one kind) */
     int64_t moe = 0;
@@ -593,7 +604,9 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
         int64_t f, n = pt_stage_layers(m, l, (int)(c * pp + stage), &f);
         moe += pt_model_moe_layers(m, f, n);
     }
-    double act_moe = moe > 0 ? pt_mem_layer_kept(m, l, t, p, true) : 0;
+    double act_moe = moe > 0 ? pt_mem_layer_kept(m, l, t, p, true,
+                                                 pt_mem_moe_stage_imbalance(t->moe_imbalance, moe))
+                             : 0;
     if (moe > 0 && layers > 0)
         act = (act * (double)(layers - moe) + act_moe * (double)moe) / (double)layers;
 

@@ -25,7 +25,9 @@
  * optional field left out: positions [learned], dropout [none], vp, cp [1], sp [off])
  * and carries its reason; one that contradicts a value the source gives is refused.
  * Keys: the fields above, first_layers, last_layers, dp_overlap, tp_overlap,
- * param_overlap, and tflops_convention (how a TFLOP/s-per-GPU figure counts FLOPs).
+ * param_overlap, tflops_convention (how a TFLOP/s-per-GPU figure counts FLOPs) and
+ * moe_imbalance (a mixture's busiest rank's tokens over the mean, as --moe-imbalance;
+ * 1, balanced, when not assumed).
  *
  * Measured step time: "step_s" when the source gives it; else global batch x seq /
  * (tokens/s per GPU x GPUs); else the FLOPs of one step under the source's
@@ -224,7 +226,8 @@ static int get_string(const vctx *v, const json_t *obj, const char *path, const 
 static const char *const assume_keys[] = {
     "mbs", "zero", "recompute", "sp", "vp", "cp", "kv_heads", "ffn", "norm", "activation",
     "bias", "tied_embeddings", "positions", "dropout", "first_layers", "last_layers",
-    "pipeline_layout", "dp_overlap", "tp_overlap", "param_overlap", "tflops_convention", NULL};
+    "pipeline_layout", "dp_overlap", "tp_overlap", "param_overlap", "tflops_convention",
+    "moe_imbalance", NULL};
 
 /* Checks ptplan.assume: known keys, each {"value": ..., "why": "<reason>"}. */
 static int check_assume(const vctx *v, const json_t *assume, pt_err *err)
@@ -1025,6 +1028,15 @@ static int read_point(vctx *v, const json_t *pt, vpoint *p, pt_err *err)
         return rc_s;
     if (read_fp8(v, pt, p, err) == V_BAD)
         return V_BAD;
+    const json_t *imb = assumed(v, p, "moe_imbalance");
+    if (imb) {
+        double F = json_is_number(imb) ? json_number_value(imb) : 0;
+        if (!(F >= 1 && F <= 64))
+            return bad(v, err, "ptplan.assume.moe_imbalance", "expected a number from 1 to 64 "
+                                                              "(the busiest rank's tokens over "
+                                                              "the mean)");
+        p->t.moe_imbalance = F;
+    }
     if (rc || rc_c)
         return V_SKIP;
     if ((rc = read_layout(v, pt, p, err)))
