@@ -72,6 +72,27 @@ static void visit_overlaps(enum_state *st, const pt_layout *base, const pt_memor
         }
 }
 
+/* Whether the search tries l's list of recompute modules (recompute_options), whose
+ * memory is mem. A list only adds work to the step and saves memory, so it is tried
+ * only where it fits and the option before it (none before the lighter list, that
+ * before the heavier) does not: elsewhere that option is as fast and fits, or the list
+ * misses the memory too (and the other options' layouts are counted). */
+static bool list_needed(const enum_state *st, const pt_layout *l, const pt_memory *mem)
+{
+    if (mem->total_bytes > st->limit_bytes)
+        return false;
+    pt_layout lighter = *l;
+    if (l->recompute_modules & (1u << PT_RMOD_MOE)) {
+        lighter.recompute_modules = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT;
+    } else {
+        lighter.recompute = PT_RECOMPUTE_NONE;
+        lighter.recompute_modules = 0;
+    }
+    pt_memory m;
+    pt_mem_rank_max(st->m, &lighter, st->t, &m);
+    return m.total_bytes > st->limit_bytes;
+}
+
 static void visit_comm(enum_state *st, const pt_layout *in)
 {
     uint32_t mask;
@@ -88,6 +109,8 @@ static void visit_comm(enum_state *st, const pt_layout *in)
     }
     pt_memory mem;
     pt_mem_rank_max(st->m, l, st->t, &mem);
+    if (l->recompute_modules && !list_needed(st, l, &mem))
+        return;
     visit_overlaps(st, l, &mem, mem.total_bytes <= st->limit_bytes);
     /* gradient compression where the gradients go in buckets: its buffers change the
      * memory; the pricing decides whether the bytes it saves outweigh its work */
@@ -206,9 +229,36 @@ static void visit_cp(enum_state *st, const pt_layout *in)
     }
 }
 
+/* What a layout may recompute: none, selective (the stack's policy), full, and where the
+ * stack names Megatron-Core's recompute modules and the model has experts, the two
+ * lists its model zoo runs mixtures with (the pre-MLP norm and the experts'
+ * activation; the norm and the whole routed block). Returns how many. */
+static int recompute_options(const enum_state *st, pt_recompute rec[5], unsigned mods[5])
+{
+    int n = 0;
+    for (int r = 0; r < PT_RECOMPUTE_COUNT; r++) {
+        rec[n] = (pt_recompute)r;
+        mods[n++] = 0;
+    }
+    unsigned act = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT,
+             block = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE;
+    unsigned have = st->t->stack.recompute_modules;
+    if (pt_model_moe_layers(st->m, 0, st->m->layers) > 0 && (have & act) == act &&
+        (have & block) == block) {
+        rec[n] = PT_RECOMPUTE_SELECTIVE;
+        mods[n++] = act;
+        rec[n] = PT_RECOMPUTE_SELECTIVE;
+        mods[n++] = block;
+    }
+    return n;
+}
+
 /* The settings that do not change the rank grid or the layers per stage. */
 static void enum_settings(enum_state *st, const pt_enum_opts *o, pt_layout *l)
 {
+    pt_recompute rec[5];
+    unsigned mods[5];
+    int n_rec = recompute_options(st, rec, mods);
     for (int sp = 0; sp <= (l->tp > 1) && !st->stop; sp++) {
         l->sp = sp;
         for (int zero = 0; zero <= 3 && !st->stop; zero++) {
@@ -216,8 +266,9 @@ static void enum_settings(enum_state *st, const pt_enum_opts *o, pt_layout *l)
             for (int64_t mbs = 1; mbs <= o->max_mbs && !st->stop; mbs *= 2) {
                 l->mbs = mbs;
                 l->n_micro = st->t->global_batch / (mbs * l->dp);
-                for (int r = 0; r < PT_RECOMPUTE_COUNT && !st->stop; r++) {
-                    l->recompute = (pt_recompute)r;
+                for (int r = 0; r < n_rec && !st->stop; r++) {
+                    l->recompute = rec[r];
+                    l->recompute_modules = mods[r];
                     if (l->pp == 1) {
                         l->schedule = PT_SCHED_1F1B;
                         visit(st, l);

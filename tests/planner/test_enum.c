@@ -328,8 +328,90 @@ static void test_cp_comm(void)
     }
 }
 
+/* Recompute lists (Megatron-Core's modules) in the search: tried for a mixture of
+ * experts on a stack that names them, and only where the list fits and the option
+ * before it (none, then the lighter list) does not. */
+typedef struct {
+    const pt_model *m;
+    const pt_train *t;
+    double limit;
+    int64_t lists, lists_fitting, lighter_fits, none_fit, none_too_big;
+} rec_walk;
+
+static int visit_rec(const pt_layout *l, const pt_memory *mem, bool fits, void *ctx)
+{
+    rec_walk *w = ctx;
+    if (l->recompute == PT_RECOMPUTE_NONE) {
+        w->none_fit += fits;
+        w->none_too_big += !fits;
+    }
+    if (!l->recompute_modules)
+        return 0;
+    w->lists++;
+    w->lists_fitting += fits && mem->total_bytes <= w->limit;
+    pt_layout lighter = *l;
+    if (l->recompute_modules & (1u << PT_RMOD_MOE)) {
+        CHECK_INT(l->recompute_modules, 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE);
+        lighter.recompute_modules = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT;
+    } else {
+        CHECK_INT(l->recompute_modules, 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT);
+        lighter.recompute = PT_RECOMPUTE_NONE;
+        lighter.recompute_modules = 0;
+    }
+    pt_memory m;
+    pt_mem_rank_max(w->m, &lighter, w->t, &m);
+    w->lighter_fits += m.total_bytes <= w->limit;
+    return 0;
+}
+
+static void test_recompute_lists(void)
+{
+    pt_model m;
+    pt_err err;
+    CHECK_INT(pt_model_get("tiny-moe", &m, &err), 0);
+    m.seq = 4096; /* activations worth recomputing */
+    pt_cluster c = node8(80LL << 30);
+    pt_train t;
+    pt_train_default(&t, &c);
+    t.global_batch = 64;
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    /* a limit between one layout's memory with no recomputation and with the lighter
+     * list, so that some layouts need a list */
+    pt_layout one;
+    pt_layout_default(&one);
+    CHECK_INT(pt_layout_parse("dp=8,ep=8,mbs=8", 8, 64, &one, &err), 0);
+    pt_memory none, act;
+    pt_mem_rank_max(&m, &one, &t, &none);
+    one.recompute = PT_RECOMPUTE_SELECTIVE;
+    one.recompute_modules = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT;
+    pt_mem_rank_max(&m, &one, &t, &act);
+    CHECK(act.total_bytes < none.total_bytes);
+    double limit = (act.total_bytes + none.total_bytes) / 2;
+    pt_enum_opts o;
+    pt_enum_opts_default(&o);
+    c.device.memory_bytes = (int64_t)(limit / o.mem_fraction);
+    rec_walk w = {.m = &m, .t = &t, .limit = o.mem_fraction * (double)c.device.memory_bytes};
+    pt_enum_counts n;
+    pt_enum_layouts(&m, &c, &t, &o, visit_rec, &w, &n);
+    CHECK(w.none_fit > 0 && w.none_too_big > 0);
+    CHECK(w.lists > 0);
+    CHECK_INT(w.lists_fitting, w.lists);
+    CHECK_INT(w.lighter_fits, 0);
+    /* a dense model, or a stack without modules: no lists */
+    pt_model dense = m;
+    dense.moe = (pt_moe){0};
+    w = (rec_walk){.m = &dense, .t = &t, .limit = w.limit};
+    pt_enum_layouts(&dense, &c, &t, &o, visit_rec, &w, &n);
+    CHECK_INT(w.lists, 0);
+    CHECK_INT(pt_stack_get("ptrun", &t.stack, &err), 0);
+    w = (rec_walk){.m = &m, .t = &t, .limit = w.limit};
+    pt_enum_layouts(&m, &c, &t, &o, visit_rec, &w, &n);
+    CHECK_INT(w.lists, 0);
+}
+
 int main(void)
 {
+    test_recompute_lists();
     test_gpu_layouts();
     test_counts();
     test_uneven_splits();
