@@ -113,6 +113,17 @@ static void test_damage(const char *dir)
     expect_damage(dir, "\"tp\": 2", "\"tp\": 3", "layout.string");
     expect_damage(dir, "\"string\": \"tp=2", "\"string\": \"tp=4", "layout.string");
     expect_damage(dir, "\"zero\": 1", "\"zero\": 7", "layout.zero");
+    expect_damage(dir, "\"recompute\": \"selective\"",
+                  "\"recompute\": \"selective\", \"recompute_modules\": \"norm+act\"",
+                  "field 'layout.recompute_modules' = \"norm+act\": expected modules joined by "
+                  "'+'");
+    expect_damage(dir, "\"recompute\": \"selective\"",
+                  "\"recompute\": \"full\", \"recompute_modules\": \"moe\"",
+                  "with recompute \"selective\"");
+    /* a list the layout string does not say */
+    expect_damage(dir, "\"recompute\": \"selective\"",
+                  "\"recompute\": \"selective\", \"recompute_modules\": \"moe\"",
+                  "layout.string");
     expect_damage(dir, "\"schedule\": \"interleaved\",\n \"rank_order\"",
                   "\"schedule\": \"1f1b\",\n \"rank_order\"", "disagrees with layout.schedule");
     expect_damage(dir, "\"global_batch\": 64", "\"global_batch\": 65", "invalid (batch_dp)");
