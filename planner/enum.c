@@ -72,6 +72,11 @@ static void visit_overlaps(enum_state *st, const pt_layout *base, const pt_memor
         }
 }
 
+/* The model zoo's two recompute lists for mixtures of experts, lighter first: the
+ * pre-MLP norm and the experts' activation; the norm and the whole routed block. */
+static const unsigned list_act = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT,
+                      list_block = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE;
+
 /* Whether the search tries l's list of recompute modules (recompute_options), whose
  * memory is mem. A list only adds work to the step and saves memory, so it is tried
  * only where it fits and the option before it (none before the lighter list, that
@@ -82,8 +87,8 @@ static bool list_needed(const enum_state *st, const pt_layout *l, const pt_memor
     if (mem->total_bytes > st->limit_bytes)
         return false;
     pt_layout lighter = *l;
-    if (l->recompute_modules & (1u << PT_RMOD_MOE)) {
-        lighter.recompute_modules = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT;
+    if (l->recompute_modules == list_block) {
+        lighter.recompute_modules = list_act;
     } else {
         lighter.recompute = PT_RECOMPUTE_NONE;
         lighter.recompute_modules = 0;
@@ -230,9 +235,8 @@ static void visit_cp(enum_state *st, const pt_layout *in)
 }
 
 /* What a layout may recompute: none, selective (the stack's policy), full, and where the
- * stack names Megatron-Core's recompute modules and the model has experts, the two
- * lists its model zoo runs mixtures with (the pre-MLP norm and the experts'
- * activation; the norm and the whole routed block). Returns how many. */
+ * stack names Megatron-Core's recompute modules and the model has experts, the lists
+ * list_act and list_block. Returns how many. */
 static int recompute_options(const enum_state *st, pt_recompute rec[5], unsigned mods[5])
 {
     int n = 0;
@@ -240,15 +244,13 @@ static int recompute_options(const enum_state *st, pt_recompute rec[5], unsigned
         rec[n] = (pt_recompute)r;
         mods[n++] = 0;
     }
-    unsigned act = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE_ACT,
-             block = 1u << PT_RMOD_LAYERNORM | 1u << PT_RMOD_MOE;
     unsigned have = st->t->stack.recompute_modules;
-    if (pt_model_moe_layers(st->m, 0, st->m->layers) > 0 && (have & act) == act &&
-        (have & block) == block) {
+    if (pt_model_moe_layers(st->m, 0, st->m->layers) > 0 && (have & (list_act | list_block)) ==
+                                                              (list_act | list_block)) {
         rec[n] = PT_RECOMPUTE_SELECTIVE;
-        mods[n++] = act;
+        mods[n++] = list_act;
         rec[n] = PT_RECOMPUTE_SELECTIVE;
-        mods[n++] = block;
+        mods[n++] = list_block;
     }
     return n;
 }

@@ -102,17 +102,6 @@ static double pt_mem_attention_core(const pt_model *m, const pt_mem_dims *d)
     return bytes;
 }
 
-/* Everything else a layer keeps when nothing is recomputed (Korthikanti eq. 1-2,
- * with the attention core left out): terms marked R are replicated across tp
- * unless sequence parallelism splits them, T are split by tp. */
-/* What a mixture-of-experts layer's routed experts keep for the backward
- * (Megatron-Core's MoELayer with its alltoall dispatcher): the router's fp32 scores of
- * the R = s_r·b/rep tokens routed here, and of the N = F·etp·R·k copies the rank's
- * experts compute (the busiest rank's, imbalance F) the first GEMM's input (the
- * dispatched copies), its output (gate and up for SwiGLU), the second GEMM's input and
- * its output, which the weighted sum's backward reads for the router weights'
- * gradient. The copies before the dispatch are not kept (the permutation's backward
- * needs only the indices). */
 /* The busiest rank's share of the experts' copies over the mean: the imbalance, at most
  * the capacity factor where the model drops beyond it. */
 static double pt_mem_moe_busiest(const pt_model *m, double imbalance)
@@ -132,24 +121,24 @@ static double pt_mem_moe_stage_imbalance(double F, int64_t n)
     return F > 1 && n > 1 ? 1 + (F - 1) / sqrt((double)n) : F;
 }
 
+/* What a mixture-of-experts layer's routed experts keep for the backward
+ * (Megatron-Core's MoELayer with its alltoall dispatcher): the router's fp32 scores of
+ * the R = s_r·b/rep tokens routed here, and of the N = F·etp·R·k copies the rank's
+ * experts compute (the busiest rank's, imbalance F) the first GEMM's input (the
+ * dispatched copies), its output (gate and up for SwiGLU), the second GEMM's input and
+ * its output, which the weighted sum's backward reads for the router weights'
+ * gradient. The copies before the dispatch are not kept (the permutation's backward
+ * needs only the indices). Without act_out, the second GEMM's input (the activation's
+ * output) is left out: recompute module moe_act rebuilds it from the first's output. */
 static double pt_mem_moe_routed(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
-                                double imbalance)
+                                double imbalance, bool act_out)
 {
     double R = d->sb / d->rep, k = (double)m->moe.top_k, h = (double)m->hidden;
     double etp = (double)pt_mem_pos(l->etp), fe = (double)m->moe.expert_ffn / etp;
     double N = pt_mem_moe_busiest(m, imbalance) * etp * R * k;
     double up = m->act == PT_ACT_SWIGLU ? 2 * fe : fe;
-    return 4 * R * (double)m->moe.experts + N * (d->lin * h + d->ab * up + d->lin * fe + d->ab * h);
-}
-
-/* ... of it, the activation's output (the second GEMM's input), which recompute module
- * moe_act drops and rebuilds from the first GEMM's output. */
-static double pt_mem_moe_act_out(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
-                                 double imbalance)
-{
-    double R = d->sb / d->rep, etp = (double)pt_mem_pos(l->etp);
-    double N = pt_mem_moe_busiest(m, imbalance) * etp * R * (double)m->moe.top_k;
-    return N * d->lin * (double)m->moe.expert_ffn / etp;
+    return 4 * R * (double)m->moe.experts +
+           N * (d->lin * h + d->ab * up + (act_out ? d->lin * fe : 0) + d->ab * h);
 }
 
 /* A dense MLP's inside: GeLU's input and the second linear's input; SwiGLU's gate and up
@@ -160,6 +149,9 @@ static double pt_mem_mlp_inner(const pt_model *m, const pt_mem_dims *d, double f
     return (inner * d->ab + d->lin) * d->sb * f / d->t;
 }
 
+/* Everything else a layer keeps when nothing is recomputed (Korthikanti eq. 1-2,
+ * with the attention core left out): terms marked R are replicated across tp
+ * unless sequence parallelism splits them, T are split by tp. */
 static double pt_mem_layer_linear(const pt_model *m, const pt_layout *l, const pt_mem_dims *d,
                                   bool moe, double imbalance)
 {
@@ -188,11 +180,8 @@ static double pt_mem_layer_linear(const pt_model *m, const pt_layout *l, const p
     if (!(!moe && pt_layout_recomputes(l, PT_RMOD_MLP)))
         bytes += pt_mem_mlp_inner(m, d, f);
     bytes += mask;                                     /* MLP dropout mask, R */
-    if (moe && !pt_layout_recomputes(l, PT_RMOD_MOE)) {
-        bytes += pt_mem_moe_routed(m, l, d, imbalance);
-        if (pt_layout_recomputes(l, PT_RMOD_MOE_ACT))
-            bytes -= pt_mem_moe_act_out(m, l, d, imbalance);
-    }
+    if (moe && !pt_layout_recomputes(l, PT_RMOD_MOE))
+        bytes += pt_mem_moe_routed(m, l, d, imbalance, !pt_layout_recomputes(l, PT_RMOD_MOE_ACT));
     return bytes;
 }
 
@@ -630,7 +619,7 @@ void pt_mem_stage(const pt_model *m, const pt_layout *l, const pt_train *t, int 
         recompute = pt_mem_attention_core(m, &d);
     }
     if (moe > 0 && pt_layout_recomputes(l, PT_RMOD_MOE))
-        recompute = fmax(recompute, pt_mem_moe_routed(m, l, &d, t->moe_imbalance));
+        recompute = fmax(recompute, pt_mem_moe_routed(m, l, &d, t->moe_imbalance, true));
     if (layers > moe && pt_layout_recomputes(l, PT_RMOD_MLP))
         recompute = fmax(recompute, pt_mem_mlp_inner(m, &d, (double)m->ffn));
 

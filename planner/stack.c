@@ -526,8 +526,37 @@ static int read_attention(const pt_json_obj *top, pt_stack *s, pt_err *err)
     return bad ? -1 : 0;
 }
 
-/* A list of names (of `names`) as a bit set. */
-static int read_name_set(const pt_json_obj *o, const char *key, const char *const *names,
+/* The names of the set bits of `mask` (name(k) for bit k < count), ", "-joined, into
+ * buf (n bytes). */
+static void bit_names(unsigned mask, int count, const char *(*name)(int), char *buf, size_t n)
+{
+    size_t used = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int k = 0; k < count && used < n; k++)
+        if (mask & BIT(k)) {
+            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name(k));
+            used += w > 0 ? (size_t)w : 0;
+        }
+}
+
+/* ... as a JSON array of strings (NULL when out of memory). */
+static json_t *bit_names_json(unsigned mask, int count, const char *(*name)(int))
+{
+    json_t *arr = json_array();
+    for (int k = 0; arr && k < count; k++)
+        if (mask & BIT(k))
+            json_array_append_new(arr, json_string(name(k)));
+    return arr;
+}
+
+static const char *cp_comm_name_of(int k) { return pt_cp_comm_name((pt_cp_comm)k); }
+static const char *moe_dispatch_name_of(int k) { return pt_moe_dispatch_name((pt_moe_dispatch)k); }
+static const char *rmod_name_of(int k) { return pt_rmod_name((pt_rmod)k); }
+static const char *dpo_name_of(int k) { return dpo_names[k]; }
+
+/* A list of names (name(k) for k < count) as a bit set. */
+static int read_name_set(const pt_json_obj *o, const char *key, const char *(*name)(int),
                          int count, unsigned *out, pt_err *err)
 {
     const json_t *arr = get_array(o, key, (size_t)count, err);
@@ -537,14 +566,11 @@ static int read_name_set(const pt_json_obj *o, const char *key, const char *cons
     for (size_t i = 0; i < json_array_size(arr); i++) {
         const char *v = json_string_value(json_array_get(arr, i));
         int k = 0;
-        while (v && k < count && strcmp(v, names[k]) != 0)
+        while (v && k < count && strcmp(v, name(k)) != 0)
             k++;
         if (!v || k == count) {
-            char choices[128] = "";
-            for (int c = 0; c < count; c++) {
-                strncat(choices, c ? ", " : "", sizeof choices - strlen(choices) - 1);
-                strncat(choices, names[c], sizeof choices - strlen(choices) - 1);
-            }
+            char choices[128];
+            bit_names(BIT(count) - 1, count, name, choices, sizeof choices);
             return pt_json_fail(o, key, err, "%s: field '%s.%s[%zu]': expected one of %s",
                                 o->origin, o->path, key, i, choices);
         }
@@ -600,9 +626,7 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
     }
     s->recompute_modules = 0;
     if (json_object_get(p.obj, "recompute_modules")) {
-        static const char *const rmods[PT_RMOD_COUNT] = {"core_attn", "layernorm", "mlp",
-                                                         "moe_act", "moe"};
-        bad |= read_name_set(&p, "recompute_modules", rmods, PT_RMOD_COUNT,
+        bad |= read_name_set(&p, "recompute_modules", rmod_name_of, PT_RMOD_COUNT,
                              &s->recompute_modules, err);
     }
     s->moe_dispatches = 0;
@@ -637,7 +661,7 @@ static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
     bad |= pt_json_get_real(&o, "tp_reach", &s->tp_overlap_reach, err);
     if (json_object_get(o.obj, "tp_backward_async"))
         bad |= pt_json_get_bool(&o, "tp_backward_async", &s->tp_backward_async, err);
-    bad |= read_name_set(&o, "dp", dpo_names, PT_DPO_COUNT, &s->dp_overlap_modes, err);
+    bad |= read_name_set(&o, "dp", dpo_name_of, PT_DPO_COUNT, &s->dp_overlap_modes, err);
     bad |= pt_json_get_enum(&o, "dp_default", dpo_names, PT_DPO_COUNT, &dflt, err);
     bad |= pt_json_get_bool(&o, "param_gather", &s->param_overlap, err);
     bad |= pt_json_get_int32(&o, "zero3_prefetch", &s->zero3_prefetch, err);
@@ -962,23 +986,6 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
     return pt_json_errs_finish(&errs, origin, err);
 }
 
-/* The names of the set bits of `mask` (name(k) for bit k < count), ", "-joined, into
- * buf (n bytes). */
-static void bit_names(unsigned mask, int count, const char *(*name)(int), char *buf, size_t n)
-{
-    size_t used = 0;
-    if (n)
-        buf[0] = '\0';
-    for (int k = 0; k < count && used < n; k++)
-        if (mask & BIT(k)) {
-            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name(k));
-            used += w > 0 ? (size_t)w : 0;
-        }
-}
-
-static const char *cp_comm_name_of(int k) { return pt_cp_comm_name((pt_cp_comm)k); }
-static const char *moe_dispatch_name_of(int k) { return pt_moe_dispatch_name((pt_moe_dispatch)k); }
-
 void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n)
 {
     bit_names(s->cp_comms, PT_CPC_COUNT, cp_comm_name_of, buf, n);
@@ -1132,24 +1139,17 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(par, "cp", json_boolean(s->cp));
         bad |= pt_json_set(par, "sp", json_boolean(s->sp));
         bad |= pt_json_set(par, "zero", json_incref(zero));
-        json_t *cpc = json_array();
-        for (int k = 0; cpc && k < PT_CPC_COUNT; k++)
-            if (s->cp_comms & BIT(k))
-                json_array_append_new(cpc, json_string(pt_cp_comm_name((pt_cp_comm)k)));
-        bad |= pt_json_set(par, "cp_comm", cpc);
+        bad |= pt_json_set(par, "cp_comm",
+                           bit_names_json(s->cp_comms, PT_CPC_COUNT, cp_comm_name_of));
         bad |= pt_json_set(par, "cp_a2a_kv_replicate", json_boolean(s->cp_a2a_kv_replicate));
-        json_t *moed = s->moe_dispatches ? json_array() : NULL;
-        for (int k = 0; moed && k < PT_MOED_COUNT; k++)
-            if (s->moe_dispatches & BIT(k))
-                json_array_append_new(moed, json_string(pt_moe_dispatch_name((pt_moe_dispatch)k)));
         if (s->moe_dispatches)
-            bad |= pt_json_set(par, "moe_dispatch", moed);
-        json_t *rmods = s->recompute_modules ? json_array() : NULL;
-        for (int k = 0; rmods && k < PT_RMOD_COUNT; k++)
-            if (s->recompute_modules & BIT(k))
-                json_array_append_new(rmods, json_string(pt_rmod_name((pt_rmod)k)));
+            bad |= pt_json_set(par, "moe_dispatch", bit_names_json(s->moe_dispatches,
+                                                                   PT_MOED_COUNT,
+                                                                   moe_dispatch_name_of));
         if (s->recompute_modules)
-            bad |= pt_json_set(par, "recompute_modules", rmods);
+            bad |= pt_json_set(par, "recompute_modules",
+                               bit_names_json(s->recompute_modules, PT_RMOD_COUNT,
+                                              rmod_name_of));
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
         bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));

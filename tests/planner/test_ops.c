@@ -1386,26 +1386,32 @@ static int recomputed(const pt_oplist *o, pt_op_kind k)
 
 /* Megatron-Core's recompute modules: each runs its part of the forward again before the
  * backward, and nothing else; a mixture's whole routed block includes its all-to-alls. */
+/* The backward op list of model m's layer under layout `text` (global batch 8), in out
+ * (emptied first). */
+static void backward_list(const pt_model *m, const char *text, const pt_train *t,
+                          pt_oplist *out)
+{
+    pt_layout l = layout(text, 8);
+    pt_opctx c;
+    pt_opctx_init(&c, m, &l, t, NULL);
+    out->n = 0;
+    CHECK_INT(pt_ops_layer(&c, true, out), 0);
+}
+
 static void test_recompute_modules(void)
 {
     pt_model m = moe_model();
-    int64_t B = 8;
     pt_err err;
-    pt_train t = train(B);
+    pt_train t = train(8);
     CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
     pt_oplist none = {0}, b = {0};
-    pt_layout l = layout("tp=2,sp=1,dp=4,ep=4", B);
-    pt_opctx c;
-    pt_opctx_init(&c, &m, &l, &t, NULL);
-    CHECK_INT(pt_ops_layer(&c, true, &none), 0);
+    backward_list(&m, "tp=2,sp=1,dp=4,ep=4", &t, &none);
     int kept = 0;
     for (int i = 0; i < none.n; i++)
         kept += none.op[i].recompute;
     CHECK_INT(kept, 0);
     /* layernorm and moe_act: the pre-MLP norm and the experts' activation, once each */
-    l = layout("tp=2,sp=1,dp=4,ep=4,recompute=layernorm+moe_act", B);
-    pt_opctx_init(&c, &m, &l, &t, NULL);
-    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    backward_list(&m, "tp=2,sp=1,dp=4,ep=4,recompute=layernorm+moe_act", &t, &b);
     CHECK_INT(b.n, none.n + 2);
     CHECK_INT(recomputed(&b, PT_OPK_NORM2), 1);
     CHECK_INT(recomputed(&b, PT_OPK_EXPERT_ACT), 1);
@@ -1414,10 +1420,7 @@ static void test_recompute_modules(void)
     CHECK(in_order(&b, (pt_op_kind[]){PT_OPK_NORM2, PT_OPK_EXPERT_ACT, PT_OPK_EXPERT_FC2_DGRAD,
                                        PT_OPK_ROUTER_DGRAD}, 4));
     /* moe: the routed block's forward again, its dispatch and combine included */
-    pt_oplist_free(&b);
-    l = layout("tp=2,sp=1,dp=4,ep=4,recompute=moe", B);
-    pt_opctx_init(&c, &m, &l, &t, NULL);
-    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    backward_list(&m, "tp=2,sp=1,dp=4,ep=4,recompute=moe", &t, &b);
     CHECK_INT(recomputed(&b, PT_OPK_ROUTER), 1);
     CHECK_INT(recomputed(&b, PT_OPK_EXPERT_FC1), 1);
     CHECK_INT(recomputed(&b, PT_OPK_EXPERT_FC2), 1);
@@ -1426,28 +1429,20 @@ static void test_recompute_modules(void)
     CHECK_INT(recomputed(&b, PT_OPK_NORM2), 0);
     CHECK_INT(count(&b, PT_COLL_ALLTOALL, PT_GROUP_EP), 4);
     /* core_attn: the attention core before its backward, as recompute=selective */
-    pt_oplist_free(&b);
-    l = layout("tp=2,sp=1,dp=4,ep=4,recompute=core_attn", B);
-    pt_opctx_init(&c, &m, &l, &t, NULL);
-    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    backward_list(&m, "tp=2,sp=1,dp=4,ep=4,recompute=core_attn", &t, &b);
     CHECK_INT(recomputed(&b, PT_OPK_ATTN), 1);
     CHECK_INT(b.n, none.n + 1);
     /* mlp: a dense layer's MLP (a mixture's has none to rebuild) */
-    pt_oplist_free(&b);
-    pt_oplist_free(&none);
     pt_model dense = moe_model();
     dense.moe = (pt_moe){0};
     dense.ffn = 2048;
-    l = layout("tp=2,sp=1,dp=4", B);
-    pt_opctx_init(&c, &dense, &l, &t, NULL);
-    CHECK_INT(pt_ops_layer(&c, true, &none), 0);
-    l = layout("tp=2,sp=1,dp=4,recompute=mlp+moe_act", B);
-    pt_opctx_init(&c, &dense, &l, &t, NULL);
-    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    backward_list(&dense, "tp=2,sp=1,dp=4", &t, &none);
+    backward_list(&dense, "tp=2,sp=1,dp=4,recompute=mlp+moe_act", &t, &b);
     CHECK_INT(recomputed(&b, PT_OPK_MLP_DOWN), 1);
     CHECK_INT(recomputed(&b, PT_OPK_ACT), 1);
     CHECK_INT(recomputed(&b, PT_OPK_EXPERT_ACT), 0);
-    CHECK(count(&b, PT_COLL_ALLGATHER, PT_GROUP_TP) == count(&none, PT_COLL_ALLGATHER, PT_GROUP_TP) + 1);
+    CHECK(count(&b, PT_COLL_ALLGATHER, PT_GROUP_TP) ==
+          count(&none, PT_COLL_ALLGATHER, PT_GROUP_TP) + 1);
     pt_oplist_free(&b);
     pt_oplist_free(&none);
 }

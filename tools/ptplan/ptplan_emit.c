@@ -402,19 +402,23 @@ static void megatron_data_parallel(argout *a, const pt_layout *l)
         arg(a, "--overlap-param-gather");
 }
 
+/* The layout's recompute modules (pt_layout_recompute_text) joined by `sep`, in buf. */
+static const char *recompute_list(const pt_layout *l, char sep, char *buf, size_t n)
+{
+    pt_layout_recompute_text(l, buf, n);
+    for (char *c = buf; *c; c++)
+        if (*c == '+')
+            *c = sep;
+    return buf;
+}
+
 static void megatron_recompute(argout *a, const pt_layout *l)
 {
     pt_recompute r = l->recompute;
     if (r == PT_RECOMPUTE_SELECTIVE) { /* recompute_modules' default: core_attn */
         arg(a, "--recompute-granularity selective");
-        if (l->recompute_modules) {
-            char mods[64] = "";
-            for (int m = 0; m < PT_RMOD_COUNT; m++)
-                if ((l->recompute_modules >> m) & 1u)
-                    snprintf(mods + strlen(mods), sizeof mods - strlen(mods), " %s",
-                             pt_rmod_name((pt_rmod)m));
-            arg(a, "--recompute-modules%s", mods);
-        }
+        if (l->recompute_modules) /* the layout's list, space-separated */
+            arg(a, "--recompute-modules %s", recompute_list(l, ' ', (char[64]){0}, 64));
     } else if (r == PT_RECOMPUTE_FULL) { /* every layer, from its input */
         arg(a, "--recompute-granularity full");
         arg(a, "--recompute-method uniform");
@@ -614,13 +618,9 @@ static void nemo_recompute(FILE *f, const pt_layout *l)
     static const char *const gran[PT_RECOMPUTE_COUNT] = {"None", "selective", "full"};
     pt_recompute r = l->recompute;
     fprintf(f, "model.config.recompute_granularity=%s\n", gran[r]);
-    if (r == PT_RECOMPUTE_SELECTIVE && l->recompute_modules) {
-        fprintf(f, "model.config.recompute_modules=[");
-        for (int m = 0, n = 0; m < PT_RMOD_COUNT; m++)
-            if ((l->recompute_modules >> m) & 1u)
-                fprintf(f, "%s%s", n++ ? "," : "", pt_rmod_name((pt_rmod)m));
-        fprintf(f, "]\n");
-    }
+    if (r == PT_RECOMPUTE_SELECTIVE && l->recompute_modules)
+        fprintf(f, "model.config.recompute_modules=[%s]\n",
+                recompute_list(l, ',', (char[64]){0}, 64));
     fprintf(f, "model.config.recompute_method=%s\n", r == PT_RECOMPUTE_FULL ? "uniform" : "None");
     fprintf(f, "model.config.recompute_num_layers=%s\n", r == PT_RECOMPUTE_FULL ? "1" : "None");
 }
