@@ -164,6 +164,13 @@ run 1 "$build/ptrun" "$tmp/plan-moe.json"
 err_has "plan-moe.json: model tiny-moe: stack 'ptrun' trains experts without shared experts so far (the plan prices it for stack 'megatron-core')" \
     "a mixture of experts with shared experts refused by ptrun"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for shared experts: $(cat "$tmp/err")"
+# ... or with Megatron-Core's recompute modules, which ptrun does not run
+run 0 "$build/ptplan" --model tiny-moe --devices 4 --stack megatron-core \
+    --layout "dp=4,ep=2,recompute=layernorm+moe_act" --out "$tmp/plan-rmod.json"
+run 1 "$build/ptrun" "$tmp/plan-rmod.json"
+err_has "plan-rmod.json: layout recompute=layernorm+moe_act: stack 'ptrun' does not recompute module layernorm" \
+    "recompute modules refused by ptrun"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "one error line for recompute modules: $(cat "$tmp/err")"
 # ... and one it does train, on one rank: the routers' figures on the console and in
 # the log
 run 0 "$build/ptplan" --model tiny-moe --devices 1 --stack megatron-core --layout "mbs=2" \
