@@ -162,6 +162,7 @@ static const pt_op_kind_info kind_info[PT_OPK_COUNT] = {
     KERNEL(PT_OPK_MOE_ROUTE_BWD, "moe_route_bwd", IN_LAYER, PT_BD_OTHER),
     KERNEL(PT_OPK_ROUTER_DGRAD, "router_dgrad", IN_LAYER, PT_BD_GEMM),
     KERNEL(PT_OPK_ROUTER_WGRAD, "router_wgrad", IN_LAYER, PT_BD_GEMM),
+    PRICED(PT_OPK_MOE_SYNC, "moe_sync", PT_BD_OVERHEAD),
     KERNEL(PT_OPK_QK_NORM, "qk_norm", IN_LAYER, PT_BD_OTHER),
     KERNEL(PT_OPK_QK_NORM_BWD, "qk_norm_bwd", IN_LAYER, PT_BD_OTHER),
     /* data parallelism, ZeRO and the optimizer */
@@ -1280,6 +1281,24 @@ static void moe_permute_rows(const moe_dims *x, double *in, double *out)
     *out = x->allgather ? x->N / x->etp : x->R * x->k;
 }
 
+/* The stack's wait for the routed tokens' counts before the dispatch (a stack whose
+ * moe_host_sync_s is 0 has none of its own): Megatron-Core's dispatchers copy them to the
+ * host and wait, since the all-to-all's split sizes and the grouped GEMM's groups are
+ * host values (token_dispatcher.py's cuda_sync_point; fused_a2a.py: DeepEP's dispatch
+ * has the CPU wait for the GPU's counts). The device runs dry there and idles until the
+ * host has launched the next kernels: host time, priced as the stack's figure, whatever
+ * the layer's shape. Once a forward, and again where a recomputation runs the dispatch. */
+static void moe_host_sync(builder *b)
+{
+    if (b->c->t->stack.moe_host_sync_s > 0) {
+        pt_op *op = add_op(b, PT_OPK_MOE_SYNC);
+        if (op) {
+            op->kernel.dtype = b->c->dtype;
+            snprintf(op->kernel.key, sizeof op->kernel.key, "moe_sync");
+        }
+    }
+}
+
 static void moe_forward(builder *b, const dims *d)
 {
     const pt_model *m = b->c->m;
@@ -1298,6 +1317,7 @@ static void moe_forward(builder *b, const dims *d)
     if (!x.allgather)
         moe_membound(b, PT_OPK_MOE_PERMUTE, "moe_permute_fwd", x.ab * x.h * (in + out), out,
                      x.h);
+    moe_host_sync(b);
     moe_to_experts(b, &x, PT_OPK_MOE_DISPATCH, etp ? PT_OPK_ETP_ALLGATHER : PT_OPK_COUNT);
     if (x.allgather)
         moe_membound(b, PT_OPK_MOE_PERMUTE, "moe_permute_fwd", x.ab * x.h * (in + out), out,

@@ -138,6 +138,8 @@ static bool ptrun_kernel(const pricer *p, const pt_op *op)
  * timed it, and their fits are of ptrun's kernels. */
 static pt_cost price_kernel(const pricer *p, const pt_op *op)
 {
+    if (op->kind == PT_OPK_MOE_SYNC) /* host time: the stack's figure (planner/ops.c) */
+        return (pt_cost){p->stack->moe_host_sync_s, PT_PROV_ANALYTIC};
     if (p->db && p->ptrun)
         return pt_cost_kernel(p->db, &p->hw, &op->kernel);
     pt_cost c;

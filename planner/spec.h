@@ -358,6 +358,10 @@ typedef struct {
     int64_t vocab_multiple;        /* vocabulary padded to a multiple of this, */
     bool vocab_per_tp;             /* ... times tp (Megatron), else then to one of tp */
     double step_overhead_s;        /* per step: launch gaps, logging, data loader */
+    double moe_host_sync_s;        /* per forward of a mixture-of-experts layer (and per
+                                      recomputation of its dispatch): the device's idle
+                                      time at the dispatcher's wait for the tokens'
+                                      counts on the host (ops.c's moe_sync); 0: none */
     pt_kernel_style kernels;       /* norms, RoPE, activation: fused or eager */
     pt_selective selective;        /* what recompute=selective rebuilds */
     int grouped_gemm_streams;      /* a mixture of experts' grouped GEMM: one GEMM per

@@ -107,6 +107,10 @@ typedef enum {
     PT_OPK_EXPERT_FC1_DGRAD, PT_OPK_EXPERT_FC1_WGRAD, PT_OPK_ETP_REDUCESCATTER_BWD,
     PT_OPK_MOE_DISPATCH_BWD, PT_OPK_MOE_PERMUTE_BWD, PT_OPK_MOE_ROUTE_BWD,
     PT_OPK_ROUTER_DGRAD, PT_OPK_ROUTER_WGRAD,
+    /* ... the device idle while the host synchronises with it for the routed tokens'
+     * counts before the dispatch, once a forward (priced only: pt_stack.moe_host_sync_s;
+     * ptrun's dispatch waits inside its own op) */
+    PT_OPK_MOE_SYNC,
     /* q/k normalisation (pt_model.qk_norm): an RMSNorm over each head of q and k */
     PT_OPK_QK_NORM, PT_OPK_QK_NORM_BWD,
     /* data parallelism, ZeRO and the optimizer */

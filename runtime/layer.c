@@ -815,6 +815,7 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_ATTN_SCORES_WGRAD:
     case PT_OPK_XENT_BWD:
     case PT_OPK_XENT_ALLREDUCE:
+    case PT_OPK_MOE_SYNC:
         return priced_only(c, op);
     /* embedding and head */
     case PT_OPK_EMBED:

@@ -1428,6 +1428,10 @@ static void test_recompute_modules(void)
     CHECK_INT(recomputed(&b, PT_OPK_MOE_COMBINE), 1);
     CHECK_INT(recomputed(&b, PT_OPK_NORM2), 0);
     CHECK_INT(count(&b, PT_COLL_ALLTOALL, PT_GROUP_EP), 4);
+    /* ... and its wait for the tokens' counts before that dispatch */
+    CHECK_INT(recomputed(&b, PT_OPK_MOE_SYNC), 1);
+    CHECK(in_order(&b, (pt_op_kind[]){PT_OPK_MOE_ROUTE, PT_OPK_MOE_SYNC, PT_OPK_MOE_DISPATCH,
+                                       PT_OPK_MOE_COMBINE_BWD}, 4));
     /* core_attn: the attention core before its backward, as recompute=selective */
     backward_list(&m, "tp=2,sp=1,dp=4,ep=4,recompute=core_attn", &t, &b);
     CHECK_INT(recomputed(&b, PT_OPK_ATTN), 1);
@@ -1445,6 +1449,48 @@ static void test_recompute_modules(void)
           count(&none, PT_COLL_ALLGATHER, PT_GROUP_TP) + 1);
     pt_oplist_free(&b);
     pt_oplist_free(&none);
+}
+
+/* Megatron-Core's dispatchers wait on the host for the routed tokens' counts: one
+ * moe_sync a mixture layer's forward, between the routing and the dispatch, none in its
+ * backward; a stack without the wait (ptrun's, a dense layer) lists none. */
+static void test_moe_host_sync(void)
+{
+    pt_model m = moe_model();
+    pt_err err;
+    pt_train t = train(8);
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    CHECK(t.stack.moe_host_sync_s > 0);
+    pt_layout l = layout("tp=2,sp=1,dp=4,ep=4", 8);
+    pt_opctx c;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    pt_oplist f = {0}, b = {0};
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    int n = 0;
+    for (int i = 0; i < f.n; i++)
+        n += f.op[i].kind == PT_OPK_MOE_SYNC;
+    CHECK_INT(n, 1);
+    CHECK(in_order(&f, (pt_op_kind[]){PT_OPK_MOE_ROUTE, PT_OPK_MOE_SYNC, PT_OPK_MOE_DISPATCH},
+                   3));
+    const pt_op *s = find_op(&f, PT_OPK_MOE_SYNC);
+    CHECK(s && s->cls == PT_OP_KERNEL && s->kernel.flops == 0 && s->kernel.bytes == 0);
+    CHECK(pt_op_kind_info_of(PT_OPK_MOE_SYNC)->priced_only);
+    CHECK(pt_op_kind_info_of(PT_OPK_MOE_SYNC)->category == PT_BD_OVERHEAD);
+    CHECK(find_op(&b, PT_OPK_MOE_SYNC) == NULL);
+    /* the same stack without the wait, and ptrun's own: none */
+    t.stack.moe_host_sync_s = 0;
+    pt_opctx_init(&c, &m, &l, &t, NULL);
+    f.n = 0;
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    CHECK(find_op(&f, PT_OPK_MOE_SYNC) == NULL);
+    pt_train own = train(8);
+    pt_opctx_init(&c, &m, &l, &own, NULL);
+    f.n = 0;
+    CHECK_INT(pt_ops_layer(&c, false, &f), 0);
+    CHECK(find_op(&f, PT_OPK_MOE_DISPATCH) && find_op(&f, PT_OPK_MOE_SYNC) == NULL);
+    pt_oplist_free(&f);
+    pt_oplist_free(&b);
 }
 
 /* Banded attention (gpt-oss): a banded layer's flash kernels meet each query's band of
@@ -1492,6 +1538,7 @@ int main(void)
     test_window();
     test_moe_lists();
     test_recompute_modules();
+    test_moe_host_sync();
     test_fp8();
     test_te_tp_collectives();
     test_flops_formula();

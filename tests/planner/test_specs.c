@@ -984,6 +984,43 @@ static void test_model_stack_all_errors(void)
     free(t3);
 }
 
+/* A stack's moe_host_sync_s: optional (0 where left out, as in ptrun's), written where
+ * set and read back the same; a negative, a value over a second or a string is one
+ * error naming the field. */
+static void test_stack_moe_host_sync(void)
+{
+    pt_err err = {""};
+    pt_stack s;
+    char *own = pt_stack_to_json(pt_stack_builtin(0));
+    CHECK(strstr(own, "moe_host_sync_s") == NULL);
+    CHECK_INT(pt_stack_from_json(own, "s.json", &s, &err), 0);
+    CHECK(s.moe_host_sync_s == 0);
+    char *set = replace_once(own, "\"name\"", "\"moe_host_sync_s\": 0.0025, \"name\"");
+    CHECK_INT(pt_stack_from_json(set, "s.json", &s, &err), 0);
+    CHECK(s.moe_host_sync_s == 0.0025);
+    char *again = pt_stack_to_json(&s);
+    pt_stack back;
+    CHECK_INT(pt_stack_from_json(again, "s.json", &back, &err), 0);
+    CHECK(back.moe_host_sync_s == 0.0025);
+    const char *bad[3][2] = {
+        {"-0.001", "s.json: field 'moe_host_sync_s' = -0.001: expected a value in [0, 1]"},
+        {"2", "s.json: field 'moe_host_sync_s' = 2: expected a value in [0, 1]"},
+        {"\"1ms\"", "s.json: field 'moe_host_sync_s'"}};
+    for (int i = 0; i < 3; i++) {
+        char to[64];
+        snprintf(to, sizeof to, "\"moe_host_sync_s\": %s, \"name\"", bad[i][0]);
+        char *text = replace_once(own, "\"name\"", to);
+        err.msg[0] = '\0';
+        CHECK_INT(pt_stack_from_json(text, "s.json", &s, &err), -1);
+        CHECK_STR_HAS(err.msg, bad[i][1]);
+        CHECK_INT(lines_of(err.msg), 1);
+        free(text);
+    }
+    free(own);
+    free(set);
+    free(again);
+}
+
 /* ---- NVLink domains ---------------------------------------------------------- */
 
 /* The NVLink domain of a spec: written only when wider than the node, read back the
@@ -1221,6 +1258,7 @@ int main(int argc, char **argv)
     test_integer_reals();
     test_cluster_all_errors();
     test_model_stack_all_errors();
+    test_stack_moe_host_sync();
     test_nvlink_domain_json();
     test_nvlink_domain_refused();
     test_nvlink_domain_tp_rule();

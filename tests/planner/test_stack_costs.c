@@ -10,6 +10,7 @@
 #include "planner.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     pt_model m;
@@ -82,6 +83,50 @@ static void check_sample(const job *j, const pt_kernel_op *kernel, bool moves)
         CHECK_NEAR(with.prov_share[PT_PROV_ANALYTIC], 1.0, 1e-12);
     }
     pt_costdb_close(db);
+}
+
+/* Megatron-Core's wait on the host before each dispatch: a micro-batch's forward through
+ * a stage takes the stack's figure longer for each mixture layer the stage holds, under
+ * the breakdown's overhead, and its backward too where the dispatch is recomputed.
+ * tiny-moe's first layer is dense: over two stages, one mixture layer and two. */
+static void test_moe_host_sync(void)
+{
+    pt_err err;
+    pt_model m;
+    pt_cluster c;
+    CHECK_INT(pt_model_get("tiny-moe", &m, &err), 0);
+    CHECK_INT(pt_cluster_get("dgx-h100", &c, &err), 0);
+    c.nodes = 1;
+    pt_train t;
+    pt_train_default(&t, &c);
+    t.global_batch = 16;
+    t.precision = PT_PREC_BF16;
+    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
+    pt_train none = t;
+    none.stack.moe_host_sync_s = 0;
+    double g = t.stack.moe_host_sync_s;
+    const char *layouts[2] = {"pp=2,dp=4,ep=4", "pp=2,dp=4,ep=4,recompute=moe"};
+    for (int i = 0; i < 2; i++) {
+        pt_layout l;
+        pt_layout_default(&l);
+        CHECK_INT(pt_layout_parse_stack(layouts[i], 8, 16, &t.stack, &l, &err), 0);
+        pt_sim_costs a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        CHECK_INT(pt_sim_price(&m, &c, &none, NULL, &l, &a, &err), 0);
+        CHECK_INT(pt_sim_price(&m, &c, &t, NULL, &l, &b, &err), 0);
+        for (int vs = 0; vs < 2; vs++) {
+            double n = vs + 1; /* mixture layers in the stage */
+            CHECK_NEAR(b.fwd_s[vs] - a.fwd_s[vs], n * g, 1e-12);
+            CHECK_NEAR(b.bwd_s[vs] - a.bwd_s[vs], i == 1 ? n * g : 0, 1e-12);
+            double *oa = a.bd_exposed + vs * PT_BD_COUNT, *ob = b.bd_exposed + vs * PT_BD_COUNT;
+            CHECK_NEAR(ob[PT_BD_OVERHEAD] - oa[PT_BD_OVERHEAD], (i == 1 ? 2 : 1) * n * g,
+                       1e-12);
+            CHECK_NEAR(ob[PT_BD_GEMM], oa[PT_BD_GEMM], 1e-15);
+        }
+        pt_sim_costs_free(&a);
+        pt_sim_costs_free(&b);
+    }
 }
 
 /* A GEMM of ptrun's roles at a profiled shape is priced from the profile for
@@ -243,5 +288,6 @@ int main(void)
     test_same_shape_only();
     test_own_kernels_analytic();
     test_attention_from_profile();
+    test_moe_host_sync();
     return pt_check_result();
 }
