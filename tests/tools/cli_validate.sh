@@ -55,8 +55,14 @@ HOLDOUT_MEAN_ABS_ERROR_MAX=0.20
 # With the zoo's recompute modules planned as such and the intra-node rows routed as
 # trained (moe_imbalance 1.6, read from the zoo's long-context pairs, which are not in
 # the set), the four's zero-shot 0.147 and leave-one-out 0.104; the set's 0.138 and
-# 0.053.
-PUBLIC_LOO_MEAN_ABS_ERROR_MAX=0.06
+# 0.053. With megatron-core's host wait before each MoE dispatch (moe_host_sync_s,
+# learned from the zoo's forced-balance long-context rows, not in the set) the four's
+# zero-shot 0.125 and leave-one-out 0.075; the set's 0.135 and 0.049.
+PUBLIC_LOO_MEAN_ABS_ERROR_MAX=0.055
+# The four Qwen3-235B-A22B mixture-of-experts points on their own: the MoE issue's
+# targets, zero-shot and leave-one-out.
+MOE_MEAN_ABS_ERROR_MAX=0.15
+MOE_LOO_MEAN_ABS_ERROR_MAX=0.08
 
 . "$(dirname "$0")/cli_lib.sh"
 cd "$tmp" || exit 1
@@ -119,6 +125,19 @@ sys.exit(1 if bad or r["mean_abs_error"] > bound or
 PY
 }
 check_set "$val/public-set.json" "$PUBLIC_MEAN_ABS_ERROR_MAX" "$PUBLIC_LOO_MEAN_ABS_ERROR_MAX"
+# ... and its mixture-of-experts points apart (the last run's --json output)
+python3 - "$tmp/out" "$MOE_MEAN_ABS_ERROR_MAX" "$MOE_LOO_MEAN_ABS_ERROR_MAX" <<'PY' ||
+import json, sys
+r = json.load(open(sys.argv[1]))
+moe = [p for p in r["points"] if p["evaluable"] and p["label"].startswith("qwen3-moe")]
+assert len(moe) == 4, [p["label"] for p in moe]
+zs = sum(abs(p["error"]) for p in moe) / 4
+loo = sum(abs(p["leave_one_out"]["error"]) for p in moe) / 4
+print("the four MoE points: zero-shot %.3f (bound %s), leave-one-out %.3f (bound %s)"
+      % (zs, sys.argv[2], loo, sys.argv[3]))
+sys.exit(0 if zs <= float(sys.argv[2]) and loo <= float(sys.argv[3]) else 1)
+PY
+    fail "the MoE points' mean errors are over their bounds"
 check_set "$val/holdout.json" "$HOLDOUT_MEAN_ABS_ERROR_MAX" 1
 
 # The text form: one line per point and the summary.
