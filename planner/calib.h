@@ -107,7 +107,9 @@ typedef struct {
                            time: kernels, optimizer, and the pipeline bubble (idle time
                            that waits on compute, so it scales with it) */
     double comm_s;      /* exposed communication: tp, cp, dp/ZeRO, pipeline sends */
-    double fixed_s;     /* the stack's own fixed time per step (step_overhead_s) */
+    double fixed_s;     /* the stack's own host time: per step (step_overhead_s) and its
+                           waits before MoE dispatches (moe_host_sync_s), the breakdown's
+                           overhead */
     double measured_s;  /* the run's measured step; > 0 */
 } pt_calib_point;
 
