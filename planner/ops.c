@@ -1290,13 +1290,8 @@ static void moe_permute_rows(const moe_dims *x, double *in, double *out)
  * the layer's shape. Once a forward, and again where a recomputation runs the dispatch. */
 static void moe_host_sync(builder *b)
 {
-    if (b->c->t->stack.moe_host_sync_s > 0) {
-        pt_op *op = add_op(b, PT_OPK_MOE_SYNC);
-        if (op) {
-            op->kernel.dtype = b->c->dtype;
-            snprintf(op->kernel.key, sizeof op->kernel.key, "moe_sync");
-        }
-    }
+    if (b->c->t->stack.moe_host_sync_s > 0) /* no bytes: sim.c prices it by the stack */
+        membound(b, PT_OPK_MOE_SYNC, "moe_sync", 0, "host");
 }
 
 static void moe_forward(builder *b, const dims *d)

@@ -19,11 +19,12 @@ typedef struct {
     pt_layout l;
 } job;
 
-static void job_of(job *j, const char *cluster, const char *stack, const char *layout)
+/* Model `model` on `cluster` under `stack` and `layout`, a global batch of 16. */
+static void job_of_model(job *j, const char *model, const char *cluster, const char *stack,
+                         const char *layout)
 {
     pt_err err;
-    CHECK_INT(pt_model_get("gpt2-124m", &j->m, &err), 0);
-    j->m.bias = false; /* forward GEMMs keyed "gemm", weight gradients "gemm_wgrad" */
+    CHECK_INT(pt_model_get(model, &j->m, &err), 0);
     CHECK_INT(pt_cluster_get(cluster, &j->c, &err), 0);
     pt_train_default(&j->t, &j->c);
     j->t.global_batch = 16;
@@ -32,6 +33,13 @@ static void job_of(job *j, const char *cluster, const char *stack, const char *l
     pt_layout_default(&j->l);
     CHECK_INT(pt_layout_parse_stack(layout, pt_cluster_world(&j->c), 16, &j->t.stack, &j->l,
                                     &err), 0);
+}
+
+/* GPT-2 124M without biases: forward GEMMs keyed "gemm", weight gradients "gemm_wgrad". */
+static void job_of(job *j, const char *cluster, const char *stack, const char *layout)
+{
+    job_of_model(j, "gpt2-124m", cluster, stack, layout);
+    j->m.bias = false;
 }
 
 /* The kernel of the first op of `kind` in a layer's forward or backward list. */
@@ -92,29 +100,18 @@ static void check_sample(const job *j, const pt_kernel_op *kernel, bool moves)
 static void test_moe_host_sync(void)
 {
     pt_err err;
-    pt_model m;
-    pt_cluster c;
-    CHECK_INT(pt_model_get("tiny-moe", &m, &err), 0);
-    CHECK_INT(pt_cluster_get("dgx-h100", &c, &err), 0);
-    c.nodes = 1;
-    pt_train t;
-    pt_train_default(&t, &c);
-    t.global_batch = 16;
-    t.precision = PT_PREC_BF16;
-    CHECK_INT(pt_stack_get("megatron-core", &t.stack, &err), 0);
-    pt_train none = t;
-    none.stack.moe_host_sync_s = 0;
-    double g = t.stack.moe_host_sync_s;
     const char *layouts[2] = {"pp=2,dp=4,ep=4", "pp=2,dp=4,ep=4,recompute=moe"};
     for (int i = 0; i < 2; i++) {
-        pt_layout l;
-        pt_layout_default(&l);
-        CHECK_INT(pt_layout_parse_stack(layouts[i], 8, 16, &t.stack, &l, &err), 0);
+        job with, none;
+        job_of_model(&with, "tiny-moe", "dgx-h100", "megatron-core", layouts[i]);
+        none = with;
+        none.t.stack.moe_host_sync_s = 0;
+        double g = with.t.stack.moe_host_sync_s;
         pt_sim_costs a, b;
         memset(&a, 0, sizeof a);
         memset(&b, 0, sizeof b);
-        CHECK_INT(pt_sim_price(&m, &c, &none, NULL, &l, &a, &err), 0);
-        CHECK_INT(pt_sim_price(&m, &c, &t, NULL, &l, &b, &err), 0);
+        CHECK_INT(pt_sim_price(&none.m, &none.c, &none.t, NULL, &none.l, &a, &err), 0);
+        CHECK_INT(pt_sim_price(&with.m, &with.c, &with.t, NULL, &with.l, &b, &err), 0);
         for (int vs = 0; vs < 2; vs++) {
             double n = vs + 1; /* mixture layers in the stage */
             CHECK_NEAR(b.fwd_s[vs] - a.fwd_s[vs], n * g, 1e-12);
