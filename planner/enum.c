@@ -234,10 +234,14 @@ static void visit_cp(enum_state *st, const pt_layout *in)
     }
 }
 
+/* How many recompute options the search may try: the three settings and the two lists. */
+#define RECOMPUTE_OPTIONS_MAX (PT_RECOMPUTE_COUNT + 2)
+
 /* What a layout may recompute: none, selective (the stack's policy), full, and where the
  * stack names Megatron-Core's recompute modules and the model has experts, the lists
  * list_act and list_block. Returns how many. */
-static int recompute_options(const enum_state *st, pt_recompute rec[5], unsigned mods[5])
+static int recompute_options(const enum_state *st, pt_recompute rec[RECOMPUTE_OPTIONS_MAX],
+                             unsigned mods[RECOMPUTE_OPTIONS_MAX])
 {
     int n = 0;
     for (int r = 0; r < PT_RECOMPUTE_COUNT; r++) {
@@ -258,8 +262,8 @@ static int recompute_options(const enum_state *st, pt_recompute rec[5], unsigned
 /* The settings that do not change the rank grid or the layers per stage. */
 static void enum_settings(enum_state *st, const pt_enum_opts *o, pt_layout *l)
 {
-    pt_recompute rec[5];
-    unsigned mods[5];
+    pt_recompute rec[RECOMPUTE_OPTIONS_MAX];
+    unsigned mods[RECOMPUTE_OPTIONS_MAX];
     int n_rec = recompute_options(st, rec, mods);
     for (int sp = 0; sp <= (l->tp > 1) && !st->stop; sp++) {
         l->sp = sp;

@@ -41,6 +41,22 @@ static const char *const rmod_names[PT_RMOD_COUNT] = {"core_attn", "layernorm", 
                                                       "moe_act", "moe"};
 const char *pt_rmod_name(pt_rmod r) { return rmod_names[r]; }
 
+/* The names of the modules whose bits `mask` sets, `sep`-joined, into buf (n bytes). */
+static void rmod_join(unsigned mask, const char *sep, char *buf, size_t n)
+{
+    size_t used = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int r = 0; r < PT_RMOD_COUNT; r++)
+        if ((mask >> r) & 1u) {
+            int w = snprintf(buf + used, n > used ? n - used : 0, "%s%s", used ? sep : "",
+                             rmod_names[r]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+}
+
+void pt_rmod_choices(char *buf, size_t n) { rmod_join((1u << PT_RMOD_COUNT) - 1, ", ", buf, n); }
+
 bool pt_layout_recomputes(const pt_layout *l, pt_rmod r)
 {
     if (l->recompute != PT_RECOMPUTE_SELECTIVE)
@@ -56,15 +72,7 @@ void pt_layout_recompute_text(const pt_layout *l, char *buf, size_t n)
         snprintf(buf, n, "%s", recompute_names[l->recompute]);
         return;
     }
-    size_t used = 0;
-    if (n)
-        buf[0] = '\0';
-    for (int r = 0; r < PT_RMOD_COUNT; r++)
-        if ((l->recompute_modules >> r) & 1u) {
-            int w = snprintf(buf + used, n > used ? n - used : 0, "%s%s", used ? "+" : "",
-                             rmod_names[r]);
-            used += w > 0 ? (size_t)w : 0;
-        }
+    rmod_join(l->recompute_modules, "+", buf, n);
 }
 
 int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
@@ -83,12 +91,14 @@ int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
         while (r < PT_RMOD_COUNT &&
                !(strlen(rmod_names[r]) == len && strncmp(p, rmod_names[r], len) == 0))
             r++;
-        if (r == PT_RMOD_COUNT || (set >> r) & 1u)
+        if (r == PT_RMOD_COUNT || (set >> r) & 1u) {
+            char choices[64];
+            pt_rmod_choices(choices, sizeof choices);
             return pt_err_set(err, "layout: recompute=%s: expected none, selective, full, or "
-                                   "modules joined by '+', each once, of core_attn, "
-                                   "layernorm, mlp, moe_act, moe (Megatron-Core's "
+                                   "modules joined by '+', each once, of %s (Megatron-Core's "
                                    "--recompute-modules, e.g. recompute=layernorm+moe_act)",
-                              val);
+                              val, choices);
+        }
         set |= 1u << r;
         p += len;
         if (*p == '+' && !p[1])

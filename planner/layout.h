@@ -37,6 +37,8 @@ const char *pt_recompute_name(pt_recompute r);
 typedef enum { PT_RMOD_CORE_ATTN, PT_RMOD_LAYERNORM, PT_RMOD_MLP, PT_RMOD_MOE_ACT, PT_RMOD_MOE,
                PT_RMOD_COUNT } pt_rmod;
 const char *pt_rmod_name(pt_rmod r); /* "core_attn", "layernorm", "mlp", "moe_act", "moe" */
+/* Every module's name, ", "-joined, into buf (n bytes): the choices an error lists. */
+void pt_rmod_choices(char *buf, size_t n);
 const char *pt_schedule_name(pt_schedule s);
 const char *pt_dim_name(pt_dim d);
 const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" */

@@ -235,11 +235,14 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
             return -1;
         pt_layout parsed;
         pt_err why;
-        if (l->recompute != PT_RECOMPUTE_SELECTIVE || pt_layout_parse_recompute(mods, &parsed, &why) ||
-            !parsed.recompute_modules)
+        if (l->recompute != PT_RECOMPUTE_SELECTIVE ||
+            pt_layout_parse_recompute(mods, &parsed, &why) || !parsed.recompute_modules) {
+            char choices[64];
+            pt_rmod_choices(choices, sizeof choices);
             return pt_err_set(err, "%s: field 'layout.recompute_modules' = \"%s\": expected "
-                                   "modules joined by '+' (of core_attn, layernorm, mlp, moe_act, "
-                                   "moe) with recompute \"selective\"", o.origin, mods);
+                                   "modules joined by '+' (of %s) with recompute \"selective\"",
+                              o.origin, mods, choices);
+        }
         l->recompute_modules = parsed.recompute_modules;
     }
     if ((json_object_get(o.obj, "compress") &&

@@ -1384,8 +1384,6 @@ static int recomputed(const pt_oplist *o, pt_op_kind k)
     return n;
 }
 
-/* Megatron-Core's recompute modules: each runs its part of the forward again before the
- * backward, and nothing else; a mixture's whole routed block includes its all-to-alls. */
 /* The backward op list of model m's layer under layout `text` (global batch 8), in out
  * (emptied first). */
 static void backward_list(const pt_model *m, const char *text, const pt_train *t,
@@ -1398,6 +1396,8 @@ static void backward_list(const pt_model *m, const char *text, const pt_train *t
     CHECK_INT(pt_ops_layer(&c, true, out), 0);
 }
 
+/* Megatron-Core's recompute modules: each runs its part of the forward again before the
+ * backward, and nothing else; a mixture's whole routed block includes its all-to-alls. */
 static void test_recompute_modules(void)
 {
     pt_model m = moe_model();

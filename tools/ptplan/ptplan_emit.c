@@ -698,6 +698,10 @@ static void check_titan_model(emitter *e)
         refuse(e, "model '%s' has %s: torchtitan trains its llama3 (models/llama3), with "
                   "RMSNorm, SwiGLU, RoPE, no biases, an untied output and no dropout",
                m->name, differs + 2);
+    else if (!titan_flavor(m))
+        note(e, "model '%s' matches no llama3 flavor of torchtitan (8B, 70B, 405B): add one "
+                "of its shape to llama3_args (models/llama3/__init__.py) and name it in "
+                "[model] flavor", m->name);
     if (e->l->recompute == PT_RECOMPUTE_SELECTIVE && e->l->recompute_modules) {
         char rec[64];
         pt_layout_recompute_text(e->l, rec, sizeof rec);
@@ -705,10 +709,6 @@ static void check_titan_model(emitter *e)
                   "torchtitan's activation checkpointing is none, selective (per op or per "
                   "layer) or full", rec);
     }
-    else if (!titan_flavor(m))
-        note(e, "model '%s' matches no llama3 flavor of torchtitan (8B, 70B, 405B): add one "
-                "of its shape to llama3_args (models/llama3/__init__.py) and name it in "
-                "[model] flavor", m->name);
 }
 
 static void check_titan_sharding(emitter *e)
