@@ -41,21 +41,25 @@ static const char *const rmod_names[PT_RMOD_COUNT] = {"core_attn", "layernorm", 
                                                       "moe_act", "moe"};
 const char *pt_rmod_name(pt_rmod r) { return rmod_names[r]; }
 
-/* The names of the modules whose bits `mask` sets, `sep`-joined, into buf (n bytes). */
-static void rmod_join(unsigned mask, const char *sep, char *buf, size_t n)
+void pt_join_names(unsigned mask, int count, const char *(*name)(int), const char *sep,
+                   char *buf, size_t n)
 {
     size_t used = 0;
     if (n)
         buf[0] = '\0';
-    for (int r = 0; r < PT_RMOD_COUNT; r++)
-        if ((mask >> r) & 1u) {
-            int w = snprintf(buf + used, n > used ? n - used : 0, "%s%s", used ? sep : "",
-                             rmod_names[r]);
+    for (int k = 0; k < count && used < n; k++)
+        if ((mask >> k) & 1u) {
+            int w = snprintf(buf + used, n - used, "%s%s", used ? sep : "", name(k));
             used += w > 0 ? (size_t)w : 0;
         }
 }
 
-void pt_rmod_choices(char *buf, size_t n) { rmod_join((1u << PT_RMOD_COUNT) - 1, ", ", buf, n); }
+static const char *rmod_name_of(int r) { return rmod_names[r]; }
+
+void pt_rmod_choices(char *buf, size_t n)
+{
+    pt_join_names((1u << PT_RMOD_COUNT) - 1, PT_RMOD_COUNT, rmod_name_of, ", ", buf, n);
+}
 
 bool pt_layout_recomputes(const pt_layout *l, pt_rmod r)
 {
@@ -72,7 +76,7 @@ void pt_layout_recompute_text(const pt_layout *l, char *buf, size_t n)
         snprintf(buf, n, "%s", recompute_names[l->recompute]);
         return;
     }
-    rmod_join(l->recompute_modules, "+", buf, n);
+    pt_join_names(l->recompute_modules, PT_RMOD_COUNT, rmod_name_of, "+", buf, n);
 }
 
 int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)

@@ -80,6 +80,7 @@
  *   }
  */
 #include "cost.h"
+#include "internal.h"
 #include "layout.h"
 #include "specjson.h"
 
@@ -536,21 +537,8 @@ static int read_attention(const pt_json_obj *top, pt_stack *s, pt_err *err)
     return bad ? -1 : 0;
 }
 
-/* The names of the set bits of `mask` (name(k) for bit k < count), ", "-joined, into
- * buf (n bytes). */
-static void bit_names(unsigned mask, int count, const char *(*name)(int), char *buf, size_t n)
-{
-    size_t used = 0;
-    if (n)
-        buf[0] = '\0';
-    for (int k = 0; k < count && used < n; k++)
-        if (mask & BIT(k)) {
-            int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name(k));
-            used += w > 0 ? (size_t)w : 0;
-        }
-}
-
-/* ... as a JSON array of strings (NULL when out of memory). */
+/* The names of the set bits of `mask` (name(k) for bit k < count) as a JSON array of
+ * strings (NULL when out of memory). */
 static json_t *bit_names_json(unsigned mask, int count, const char *(*name)(int))
 {
     json_t *arr = json_array();
@@ -580,7 +568,7 @@ static int read_name_set(const pt_json_obj *o, const char *key, const char *(*na
             k++;
         if (!v || k == count) {
             char choices[128];
-            bit_names(BIT(count) - 1, count, name, choices, sizeof choices);
+            pt_join_names(BIT(count) - 1, count, name, ", ", choices, sizeof choices);
             return pt_json_fail(o, key, err, "%s: field '%s.%s[%zu]': expected one of %s",
                                 o->origin, o->path, key, i, choices);
         }
@@ -1002,12 +990,12 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
 
 void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n)
 {
-    bit_names(s->cp_comms, PT_CPC_COUNT, cp_comm_name_of, buf, n);
+    pt_join_names(s->cp_comms, PT_CPC_COUNT, cp_comm_name_of, ", ", buf, n);
 }
 
 void pt_stack_moe_dispatch_text(const pt_stack *s, char *buf, size_t n)
 {
-    bit_names(s->moe_dispatches, PT_MOED_COUNT, moe_dispatch_name_of, buf, n);
+    pt_join_names(s->moe_dispatches, PT_MOED_COUNT, moe_dispatch_name_of, ", ", buf, n);
 }
 
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)

@@ -363,6 +363,12 @@ static int zero_of_text(const char *t)
     return n == 1 ? found : -1;
 }
 
+/* Whether the len characters at p are `word`, in either case. */
+static bool word_is(const char *p, size_t len, const char *word)
+{
+    return strlen(word) == len && strncasecmp(p, word, len) == 0;
+}
+
 /* "full", "full (--checkpoint-activations)", "selective (per-op SAC)", "none".
  * "selective: norm, act" (Megatron-Core's --recompute-modules, as the MoE model zoo's
  * tables write them) names modules, which a layout lists (recompute=layernorm+moe_act):
@@ -375,25 +381,26 @@ static int recompute_of_text(const char *t, pt_recompute *out, unsigned *mods)
     if (strncasecmp(t, "full", 4) == 0) {
         *out = PT_RECOMPUTE_FULL;
     } else if (strncasecmp(t, "selective", 9) == 0 && modules) {
+        /* the model zoo's short words, beside the modules' own names */
         static const struct {
             const char *word;
             pt_rmod mod;
-        } words[] = {{"norm", PT_RMOD_LAYERNORM}, {"layernorm", PT_RMOD_LAYERNORM},
-                     {"act", PT_RMOD_MOE_ACT}, {"moe_act", PT_RMOD_MOE_ACT},
-                     {"moe", PT_RMOD_MOE}, {"mlp", PT_RMOD_MLP},
-                     {"attn", PT_RMOD_CORE_ATTN}, {"core_attn", PT_RMOD_CORE_ATTN}};
+        } shorts[] = {{"norm", PT_RMOD_LAYERNORM}, {"act", PT_RMOD_MOE_ACT},
+                      {"attn", PT_RMOD_CORE_ATTN}};
         for (const char *p = modules + 1; *p;) {
             p += strspn(p, " ,");
             size_t len = strcspn(p, " ,");
             if (!len)
                 break;
-            size_t w = 0;
-            while (w < sizeof words / sizeof words[0] &&
-                   !(strlen(words[w].word) == len && strncasecmp(p, words[w].word, len) == 0))
-                w++;
-            if (w == sizeof words / sizeof words[0])
+            int r = 0;
+            while (r < PT_RMOD_COUNT && !word_is(p, len, pt_rmod_name((pt_rmod)r)))
+                r++;
+            for (size_t w = 0; r == PT_RMOD_COUNT && w < sizeof shorts / sizeof shorts[0]; w++)
+                if (word_is(p, len, shorts[w].word))
+                    r = (int)shorts[w].mod;
+            if (r == PT_RMOD_COUNT)
                 return -1;
-            *mods |= 1u << words[w].mod;
+            *mods |= 1u << r;
             p += len;
         }
         if (!*mods)
