@@ -16,17 +16,17 @@
 
 /* ---- Names ------------------------------------------------------------------- */
 
-static const char *const recompute_names[PT_RECOMPUTE_COUNT] = {"none", "selective", "full"};
-static const char *const schedule_names[PT_SCHED_COUNT] = {"afab", "1f1b", "interleaved"};
+const char *const pt_recompute_names[PT_RECOMPUTE_COUNT] = {"none", "selective", "full"};
+const char *const pt_schedule_names[PT_SCHED_COUNT] = {"afab", "1f1b", "interleaved"};
 static const char *const dim_names[PT_NDIM] = {"tp", "cp", "dp", "pp"};
-static const char *const dp_overlap_names[PT_DPO_COUNT] = {"none", "last", "backward"};
-static const char *const cp_comm_names[PT_CPC_COUNT] = {"p2p", "all_gather", "a2a", "a2a+p2p"};
-static const char *const compress_names[PT_COMPRESS_COUNT] = {"none", "bf16", "powersgd"};
-static const char *const moe_dispatch_names[PT_MOED_COUNT] = {"alltoall", "allgather", "flex"};
+const char *const pt_dp_overlap_names[PT_DPO_COUNT] = {"none", "last", "backward"};
+const char *const pt_cp_comm_names[PT_CPC_COUNT] = {"p2p", "all_gather", "a2a", "a2a+p2p"};
+const char *const pt_compress_names[PT_COMPRESS_COUNT] = {"none", "bf16", "powersgd"};
+const char *const pt_moe_dispatch_names[PT_MOED_COUNT] = {"alltoall", "allgather", "flex"};
 
 const char *pt_moe_dispatch_name(pt_moe_dispatch k)
 {
-    return (unsigned)k < PT_MOED_COUNT ? moe_dispatch_names[k] : "?";
+    return (unsigned)k < PT_MOED_COUNT ? pt_moe_dispatch_names[k] : "?";
 }
 
 int pt_layout_edp(const pt_layout *l)
@@ -35,7 +35,7 @@ int pt_layout_edp(const pt_layout *l)
     return e >= 1 && fold % e == 0 ? (int)(fold / e) : 1;
 }
 
-const char *pt_recompute_name(pt_recompute r) { return recompute_names[r]; }
+const char *pt_recompute_name(pt_recompute r) { return pt_recompute_names[r]; }
 
 static const char *const rmod_names[PT_RMOD_COUNT] = {"core_attn", "layernorm", "mlp",
                                                       "moe_act", "moe"};
@@ -73,7 +73,7 @@ bool pt_layout_recomputes(const pt_layout *l, pt_rmod r)
 void pt_layout_recompute_text(const pt_layout *l, char *buf, size_t n)
 {
     if (l->recompute != PT_RECOMPUTE_SELECTIVE || !l->recompute_modules) {
-        snprintf(buf, n, "%s", recompute_names[l->recompute]);
+        snprintf(buf, n, "%s", pt_recompute_names[l->recompute]);
         return;
     }
     pt_join_names(l->recompute_modules, PT_RMOD_COUNT, rmod_name_of, "+", buf, n);
@@ -82,7 +82,7 @@ void pt_layout_recompute_text(const pt_layout *l, char *buf, size_t n)
 int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
 {
     for (int i = 0; i < PT_RECOMPUTE_COUNT; i++)
-        if (strcmp(val, recompute_names[i]) == 0) {
+        if (strcmp(val, pt_recompute_names[i]) == 0) {
             l->recompute = (pt_recompute)i;
             l->recompute_modules = 0;
             return 0;
@@ -118,9 +118,9 @@ int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
     l->recompute_modules = set;
     return 0;
 }
-const char *pt_schedule_name(pt_schedule s) { return schedule_names[s]; }
+const char *pt_schedule_name(pt_schedule s) { return pt_schedule_names[s]; }
 const char *pt_dim_name(pt_dim d) { return dim_names[d]; }
-const char *pt_dp_overlap_name(pt_dp_overlap o) { return dp_overlap_names[o]; }
+const char *pt_dp_overlap_name(pt_dp_overlap o) { return pt_dp_overlap_names[o]; }
 int pt_layout_a2a(const pt_layout *l)
 {
     return l->cp_comm == PT_CPC_A2A ? l->cp : l->cp_comm == PT_CPC_A2A_P2P ? l->cp_a2a : 1;
@@ -128,9 +128,9 @@ int pt_layout_a2a(const pt_layout *l)
 
 const char *pt_cp_comm_name(pt_cp_comm k)
 {
-    return (unsigned)k < PT_CPC_COUNT ? cp_comm_names[k] : "?";
+    return (unsigned)k < PT_CPC_COUNT ? pt_cp_comm_names[k] : "?";
 }
-const char *pt_compress_name(pt_compress c) { return compress_names[c]; }
+const char *pt_compress_name(pt_compress c) { return pt_compress_names[c]; }
 
 static const struct {
     const char *key;
@@ -236,7 +236,7 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
              "tp=%d,sp=%d,pp=%d,vp=%d,cp=%d,dp=%d,zero=%d,mbs=%lld,recompute=%s,"
              "schedule=%s,order=%s",
              l->tp, l->sp ? 1 : 0, l->pp, l->vp, l->cp, l->dp, l->zero, (long long)l->mbs,
-             recompute, schedule_names[l->schedule], order);
+             recompute, pt_schedule_names[l->schedule], order);
     /* The keys below are written only when they differ from the default, so that
      * layout strings from before they existed stay canonical. */
     size_t used = strlen(buf);
@@ -248,7 +248,7 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
     if (l->tp_overlap)
         APPEND(",tp_overlap=1");
     if (l->dp_overlap != PT_DPO_LAST)
-        APPEND(",dp_overlap=%s", dp_overlap_names[l->dp_overlap]);
+        APPEND(",dp_overlap=%s", pt_dp_overlap_names[l->dp_overlap]);
     if (l->param_overlap)
         APPEND(",param_overlap=1");
     if (l->first_layers)
@@ -261,7 +261,7 @@ void pt_layout_format(const pt_layout *l, char *buf, size_t n)
         APPEND(",pipeline=%s", pipe);
     }
     if (l->compress != PT_COMPRESS_NONE)
-        APPEND(",compress=%s", compress_names[l->compress]);
+        APPEND(",compress=%s", pt_compress_names[l->compress]);
     if (l->cp_comm != PT_CPC_P2P)
         APPEND(",cp_comm=%s", pt_cp_comm_name(l->cp_comm));
     if (l->cp_comm == PT_CPC_A2A_P2P)
@@ -336,7 +336,7 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
           : &l->dp) = (int)v;
         return 0;
     case K_MOE_DISPATCH:
-        if (parse_name("moe_dispatch", val, moe_dispatch_names, PT_MOED_COUNT, &e, err))
+        if (parse_name("moe_dispatch", val, pt_moe_dispatch_names, PT_MOED_COUNT, &e, err))
             return -1;
         l->moe_dispatch = (pt_moe_dispatch)e;
         return 0;
@@ -356,7 +356,7 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
         l->param_overlap = v == 1;
         return 0;
     case K_DP_OVERLAP:
-        if (parse_name("dp_overlap", val, dp_overlap_names, PT_DPO_COUNT, &e, err))
+        if (parse_name("dp_overlap", val, pt_dp_overlap_names, PT_DPO_COUNT, &e, err))
             return -1;
         l->dp_overlap = (pt_dp_overlap)e;
         return 0;
@@ -369,12 +369,12 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
     case K_PIPELINE:
         return pt_pipe_parse(val, &l->pipe, err);
     case K_COMPRESS:
-        if (parse_name("compress", val, compress_names, PT_COMPRESS_COUNT, &e, err))
+        if (parse_name("compress", val, pt_compress_names, PT_COMPRESS_COUNT, &e, err))
             return -1;
         l->compress = (pt_compress)e;
         return 0;
     case K_CP_COMM:
-        if (parse_name("cp_comm", val, cp_comm_names, PT_CPC_COUNT, &e, err))
+        if (parse_name("cp_comm", val, pt_cp_comm_names, PT_CPC_COUNT, &e, err))
             return -1;
         l->cp_comm = (pt_cp_comm)e;
         return 0;
@@ -406,7 +406,7 @@ static int layout_set(pt_layout *l, int key, const char *val, pt_err *err)
     case K_RECOMPUTE:
         return pt_layout_parse_recompute(val, l, err);
     case K_SCHEDULE:
-        if (parse_name("schedule", val, schedule_names, PT_SCHED_COUNT, &e, err))
+        if (parse_name("schedule", val, pt_schedule_names, PT_SCHED_COUNT, &e, err))
             return -1;
         l->schedule = (pt_schedule)e;
         return 0;
@@ -496,10 +496,10 @@ int pt_layout_parse(const char *text, int64_t world, int64_t global_batch, pt_la
         l->compress != PT_COMPRESS_POWERSGD)
         return pt_err_set(err, "layout: %s applies only with compress=powersgd (compress=%s)",
                           given[K_POWERSGD_RANK] ? "powersgd_rank" : "powersgd_start",
-                          compress_names[l->compress]);
+                          pt_compress_names[l->compress]);
     if (given[K_CP_A2A] && l->cp_comm != PT_CPC_A2A_P2P)
         return pt_err_set(err, "layout: cp_a2a applies only with cp_comm=a2a+p2p (cp_comm=%s%s)",
-                          cp_comm_names[l->cp_comm],
+                          pt_cp_comm_names[l->cp_comm],
                           l->cp_comm == PT_CPC_A2A ? ", whose all-to-all spans all of cp" : "");
     if (l->cp_comm == PT_CPC_A2A_P2P && !given[K_CP_A2A] && given[K_CP_COMM])
         return pt_err_set(err, "layout: cp_comm=a2a+p2p needs cp_a2a=N, the size of the "
@@ -798,7 +798,7 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         break;
     case PT_REJECT_SCHEDULE_VP:
         snprintf(buf, n, "schedule %s with vp = %d: the interleaved schedule is used exactly "
-                 "when vp > 1", schedule_names[l->schedule], l->vp);
+                 "when vp > 1", pt_schedule_names[l->schedule], l->vp);
         break;
     case PT_REJECT_INTERLEAVED_MICRO:
         snprintf(buf, n, "micro-batches per step (%lld) are not a multiple of pp (%d)",
@@ -814,12 +814,12 @@ void pt_reject_explain(pt_reject r, const pt_model *m, const pt_cluster *c,
         break;
     case PT_REJECT_COMPRESS_ZERO:
         snprintf(buf, n, "compress=%s with zero = %d: compression applies to the ZeRO 0/1 "
-                 "gradient buckets; use zero <= 1 or compress=none", compress_names[l->compress],
+                 "gradient buckets; use zero <= 1 or compress=none", pt_compress_names[l->compress],
                  l->zero);
         break;
     case PT_REJECT_COMPRESS_NO_DP:
         snprintf(buf, n, "compress=%s with dp*cp = %lld: no gradient is reduced over data "
-                 "parallelism, so there is nothing to compress", compress_names[l->compress],
+                 "parallelism, so there is nothing to compress", pt_compress_names[l->compress],
                  (long long)l->dp * l->cp);
         break;
     case PT_REJECT_SCHEDULE_SIZE:

@@ -25,6 +25,8 @@ typedef enum { PT_SCHED_AFAB, PT_SCHED_1F1B, PT_SCHED_INTERLEAVED, PT_SCHED_COUN
 /* Grid dimensions. A rank order lists them fastest-varying first. */
 typedef enum { PT_DIM_TP, PT_DIM_CP, PT_DIM_DP, PT_DIM_PP, PT_NDIM } pt_dim;
 
+/* Each enum's names, in enum order: the layout string's and plan.json's spellings. */
+extern const char *const pt_recompute_names[PT_RECOMPUTE_COUNT];
 const char *pt_recompute_name(pt_recompute r);
 
 /* Megatron-Core's --recompute-modules: what recompute=selective runs again before each
@@ -39,8 +41,10 @@ typedef enum { PT_RMOD_CORE_ATTN, PT_RMOD_LAYERNORM, PT_RMOD_MLP, PT_RMOD_MOE_AC
 const char *pt_rmod_name(pt_rmod r); /* "core_attn", "layernorm", "mlp", "moe_act", "moe" */
 /* Every module's name, ", "-joined, into buf (n bytes): the choices an error lists. */
 void pt_rmod_choices(char *buf, size_t n);
+extern const char *const pt_schedule_names[PT_SCHED_COUNT];
 const char *pt_schedule_name(pt_schedule s);
 const char *pt_dim_name(pt_dim d);
+extern const char *const pt_dp_overlap_names[PT_DPO_COUNT];
 const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" */
 
 /* How context parallelism communicates around attention, with Megatron-Core's
@@ -55,6 +59,7 @@ const char *pt_dp_overlap_name(pt_dp_overlap o); /* "none", "last", "backward" *
  *   cp_a2a cp/cp_a2a). */
 typedef enum { PT_CPC_P2P, PT_CPC_ALLGATHER, PT_CPC_A2A, PT_CPC_A2A_P2P,
                PT_CPC_COUNT } pt_cp_comm;
+extern const char *const pt_cp_comm_names[PT_CPC_COUNT];
 const char *pt_cp_comm_name(pt_cp_comm k); /* "p2p", "all_gather", "a2a", "a2a+p2p" */
 
 /* How a mixture-of-experts layer moves tokens to the experts' ranks and back, with
@@ -68,6 +73,7 @@ const char *pt_cp_comm_name(pt_cp_comm k); /* "p2p", "all_gather", "a2a", "a2a+p
  * forward it inside that node over NVLink, and combine the same way back. */
 typedef enum { PT_MOED_ALLTOALL, PT_MOED_ALLGATHER, PT_MOED_FLEX,
                PT_MOED_COUNT } pt_moe_dispatch;
+extern const char *const pt_moe_dispatch_names[PT_MOED_COUNT];
 const char *pt_moe_dispatch_name(pt_moe_dispatch k); /* "alltoall", "allgather", "flex" */
 /* The dispatchers stack s runs, as "alltoall, flex", into buf (n bytes). */
 void pt_stack_moe_dispatch_text(const pt_stack *s, char *buf, size_t n);
@@ -80,6 +86,7 @@ void pt_stack_moe_dispatch_text(const pt_stack *s, char *buf, size_t n);
  * and warm-started Q; 1-D tensors, the embedding and the head stay uncompressed). */
 typedef enum { PT_COMPRESS_NONE, PT_COMPRESS_BF16, PT_COMPRESS_POWERSGD,
                PT_COMPRESS_COUNT } pt_compress;
+extern const char *const pt_compress_names[PT_COMPRESS_COUNT];
 const char *pt_compress_name(pt_compress c); /* "none", "bf16", "powersgd" */
 /* PowerSGD's defaults: rank 4 (Vogels et al. 2019 train their transformer language
  * model at rank 4, Table 8) and 10 uncompressed steps first (PyTorch's

@@ -198,12 +198,10 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
     for (int i = 0; i < 9; i++)
         if (get_int_in(&o, ints[i], i == 5 ? 0 : 1, i == 5 ? 3 : PT_MAX_WORLD, &v[i], err))
             return -1;
-    static const char *const rec_names[] = {"none", "selective", "full"};
-    static const char *const sch_names[] = {"afab", "1f1b", "interleaved"};
     if (pt_json_get_bool(&o, "sp", &sp, err) ||
         pt_json_get_bool(&o, "tp_overlap", &overlap, err) ||
-        pt_json_get_enum(&o, "recompute", rec_names, 3, &rec, err) ||
-        pt_json_get_enum(&o, "schedule", sch_names, 3, &sch, err) ||
+        pt_json_get_enum(&o, "recompute", pt_recompute_names, PT_RECOMPUTE_COUNT, &rec, err) ||
+        pt_json_get_enum(&o, "schedule", pt_schedule_names, PT_SCHED_COUNT, &sch, err) ||
         pt_json_get_string(&o, "order", order, sizeof order, err) ||
         pt_json_get_string(&o, "string", text, sizeof text, err))
         return -1;
@@ -222,11 +220,7 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
                      .powersgd_rank = PT_POWERSGD_RANK, .powersgd_start = PT_POWERSGD_START,
                      .ep = 1, .etp = 1, .moe_dispatch = PT_MOED_ALLTOALL};
     /* Fields that plans written before they existed leave out (their defaults). */
-    static const char *const dpo_names[] = {"none", "last", "backward"};
-    static const char *const compress_names[] = {"none", "bf16", "powersgd"};
-    static const char *const cpc_names[] = {"p2p", "all_gather", "a2a", "a2a+p2p"};
     int dpo = PT_DPO_LAST, cmp = PT_COMPRESS_NONE, cpc = PT_CPC_P2P;
-    static const char *const moed_names[] = {"alltoall", "allgather", "flex"};
     int moed = PT_MOED_ALLTOALL;
     int64_t psgd_rank = PT_POWERSGD_RANK, cp_a2a = 0, ep = 1, etp = 1;
     if (json_object_get(o.obj, "recompute_modules")) {
@@ -246,13 +240,13 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
         l->recompute_modules = parsed.recompute_modules;
     }
     if ((json_object_get(o.obj, "compress") &&
-         pt_json_get_enum(&o, "compress", compress_names, PT_COMPRESS_COUNT, &cmp, err)) ||
+         pt_json_get_enum(&o, "compress", pt_compress_names, PT_COMPRESS_COUNT, &cmp, err)) ||
         (json_object_get(o.obj, "powersgd_rank") &&
          get_int_in(&o, "powersgd_rank", 1, PT_POWERSGD_MAX_RANK, &psgd_rank, err)) ||
         (json_object_get(o.obj, "powersgd_start") &&
          get_int_in(&o, "powersgd_start", 0, INT32_MAX, &l->powersgd_start, err)) ||
         (json_object_get(o.obj, "dp_overlap") &&
-         pt_json_get_enum(&o, "dp_overlap", dpo_names, PT_DPO_COUNT, &dpo, err)) ||
+         pt_json_get_enum(&o, "dp_overlap", pt_dp_overlap_names, PT_DPO_COUNT, &dpo, err)) ||
         (json_object_get(o.obj, "param_overlap") &&
          pt_json_get_bool(&o, "param_overlap", &l->param_overlap, err)) ||
         (json_object_get(o.obj, "first_layers") &&
@@ -260,13 +254,13 @@ static int read_layout(const pt_json_obj *top, pt_layout *l, pt_err *err)
         (json_object_get(o.obj, "last_layers") &&
          get_int_in(&o, "last_layers", 0, 1 << 16, &l->last_layers, err)) ||
         (json_object_get(o.obj, "cp_comm") &&
-         pt_json_get_enum(&o, "cp_comm", cpc_names, PT_CPC_COUNT, &cpc, err)) ||
+         pt_json_get_enum(&o, "cp_comm", pt_cp_comm_names, PT_CPC_COUNT, &cpc, err)) ||
         (json_object_get(o.obj, "cp_a2a") &&
          get_int_in(&o, "cp_a2a", 1, v[3], &cp_a2a, err)) ||
         (json_object_get(o.obj, "ep") && get_int_in(&o, "ep", 1, PT_MAX_WORLD, &ep, err)) ||
         (json_object_get(o.obj, "etp") && get_int_in(&o, "etp", 1, PT_MAX_WORLD, &etp, err)) ||
         (json_object_get(o.obj, "moe_dispatch") &&
-         pt_json_get_enum(&o, "moe_dispatch", moed_names, PT_MOED_COUNT, &moed, err)))
+         pt_json_get_enum(&o, "moe_dispatch", pt_moe_dispatch_names, PT_MOED_COUNT, &moed, err)))
         return -1;
     l->ep = (int)ep;
     l->etp = (int)etp;

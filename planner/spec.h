@@ -456,7 +456,8 @@ int pt_cluster_check_precision(const pt_cluster *c, pt_prec_kind p, pt_err *err)
  * torchtitan's). PT_FP8_OFF: no FP8. */
 typedef enum { PT_FP8_OFF, PT_FP8_CURRENT, PT_FP8_DELAYED, PT_FP8_BLOCKWISE, PT_FP8_ROWWISE,
                PT_FP8_COUNT } pt_fp8_recipe;
-const char *pt_fp8_recipe_name(pt_fp8_recipe r); /* "off", "current", "delayed", ... */
+extern const char *const pt_fp8_recipe_names[PT_FP8_COUNT]; /* "off", "current", "delayed", ... */
+const char *pt_fp8_recipe_name(pt_fp8_recipe r);
 int pt_fp8_recipe_parse(const char *text, pt_fp8_recipe *out, pt_err *err);
 
 /* The longest amax history a plan may ask for (TE's default is 1024). */

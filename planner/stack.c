@@ -91,7 +91,6 @@
 
 static const char *const attn_names[PT_ATTN_COUNT] = {"ptrun", "unfused", "flash"};
 static const char *const bucket_names[PT_BUCKET_COUNT] = {"fixed", "megatron"};
-static const char *const dpo_names[PT_DPO_COUNT] = {"none", "last", "backward"};
 static const char *const p2p_names[PT_P2P_COUNT] = {"overlapped", "blocking", "interleaved"};
 static const char *const kernel_names[PT_KERNELS_COUNT] = {"fused", "eager"};
 static const char *const selective_names[PT_SELECTIVE_COUNT] = {"attention", "op"};
@@ -551,7 +550,7 @@ static json_t *bit_names_json(unsigned mask, int count, const char *(*name)(int)
 static const char *cp_comm_name_of(int k) { return pt_cp_comm_name((pt_cp_comm)k); }
 static const char *moe_dispatch_name_of(int k) { return pt_moe_dispatch_name((pt_moe_dispatch)k); }
 static const char *rmod_name_of(int k) { return pt_rmod_name((pt_rmod)k); }
-static const char *dpo_name_of(int k) { return dpo_names[k]; }
+static const char *dpo_name_of(int k) { return pt_dp_overlap_names[k]; }
 
 /* A list of names (name(k) for k < count) as a bit set. */
 static int read_name_set(const pt_json_obj *o, const char *key, const char *(*name)(int),
@@ -660,7 +659,7 @@ static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
     if (json_object_get(o.obj, "tp_backward_async"))
         bad |= pt_json_get_bool(&o, "tp_backward_async", &s->tp_backward_async, err);
     bad |= read_name_set(&o, "dp", dpo_name_of, PT_DPO_COUNT, &s->dp_overlap_modes, err);
-    bad |= pt_json_get_enum(&o, "dp_default", dpo_names, PT_DPO_COUNT, &dflt, err);
+    bad |= pt_json_get_enum(&o, "dp_default", pt_dp_overlap_names, PT_DPO_COUNT, &dflt, err);
     bad |= pt_json_get_bool(&o, "param_gather", &s->param_overlap, err);
     bad |= pt_json_get_int32(&o, "zero3_prefetch", &s->zero3_prefetch, err);
     bad |= pt_json_get_real(&o, "compute_slowdown", &s->comm_compute_slowdown, err);
@@ -762,9 +761,7 @@ static int read_fp8(const pt_json_obj *top, pt_stack *s, pt_err *err)
     if (pt_json_get_object(top, "fp8", fp8_keys, &f, err))
         return -1;
     int dflt = PT_FP8_OFF, casts = PT_FP8_CASTS_PER_GEMM;
-    static const char *const recipe_names[PT_FP8_COUNT] = {"off", "current", "delayed",
-                                                           "blockwise", "rowwise"};
-    int bad = pt_json_get_enum(&f, "default", recipe_names, PT_FP8_COUNT, &dflt, err);
+    int bad = pt_json_get_enum(&f, "default", pt_fp8_recipe_names, PT_FP8_COUNT, &dflt, err);
     bad |= pt_json_get_enum(&f, "casts", fp8_cast_names, PT_FP8_CASTS_COUNT, &casts, err);
     const json_t *arr = get_array(&f, "recipes", PT_FP8_COUNT - 1, err);
     if (!arr)
@@ -951,7 +948,7 @@ static void stack_check_overlap(const pt_stack *s, const char *origin, pt_json_e
     else if ((unsigned)s->dp_overlap < PT_DPO_COUNT &&
              !(s->dp_overlap_modes & BIT(s->dp_overlap)))
         pt_json_errs_add(e, "overlap.dp_default", "%s: field 'overlap.dp_default' = \"%s\" is "
-                         "not in 'overlap.dp'", origin, dpo_names[s->dp_overlap]);
+                         "not in 'overlap.dp'", origin, pt_dp_overlap_names[s->dp_overlap]);
     if (s->zero3_prefetch < 0 || s->zero3_prefetch > 8)
         pt_json_errs_add(e, "overlap.zero3_prefetch", "%s: field 'overlap.zero3_prefetch' = "
                          "%d: expected 0..8", origin, s->zero3_prefetch);
@@ -1049,14 +1046,10 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
         return pt_err_set(err, "layout tp_overlap=1: stack '%s' does not overlap TP "
                                "communication", s->name);
     if (!(s->dp_overlap_modes & BIT(l->dp_overlap))) {
-        char modes[64] = "";
-        for (int k = 0; k < PT_DPO_COUNT; k++)
-            if (s->dp_overlap_modes & BIT(k)) {
-                strncat(modes, modes[0] ? ", " : "", sizeof modes - strlen(modes) - 1);
-                strncat(modes, dpo_names[k], sizeof modes - strlen(modes) - 1);
-            }
+        char modes[64];
+        pt_join_names(s->dp_overlap_modes, PT_DPO_COUNT, dpo_name_of, ", ", modes, sizeof modes);
         return pt_err_set(err, "layout dp_overlap=%s: stack '%s' offers only %s",
-                          dpo_names[l->dp_overlap], s->name, modes);
+                          pt_dp_overlap_names[l->dp_overlap], s->name, modes);
     }
     if (l->param_overlap && !s->param_overlap)
         return pt_err_set(err, "layout param_overlap=1: stack '%s' does not overlap the "
@@ -1132,7 +1125,7 @@ char *pt_stack_to_json(const pt_stack *s)
             bad |= json_array_append_new(zero, json_integer(z));
     for (int k = 0; !bad && k < PT_DPO_COUNT; k++)
         if (s->dp_overlap_modes & BIT(k))
-            bad |= json_array_append_new(dp, json_string(dpo_names[k]));
+            bad |= json_array_append_new(dp, json_string(pt_dp_overlap_names[k]));
     if (!bad) {
         bad |= pt_json_set(attn, "impl", json_string(pt_attn_impl_name(s->attention)));
         bad |= pt_json_set(attn, "efficiency", json_incref(eff));
@@ -1157,7 +1150,7 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));
         bad |= pt_json_set(ovl, "tp_backward_async", json_boolean(s->tp_backward_async));
         bad |= pt_json_set(ovl, "dp", json_incref(dp));
-        bad |= pt_json_set(ovl, "dp_default", json_string(dpo_names[s->dp_overlap]));
+        bad |= pt_json_set(ovl, "dp_default", json_string(pt_dp_overlap_names[s->dp_overlap]));
         bad |= pt_json_set(ovl, "param_gather", json_boolean(s->param_overlap));
         bad |= pt_json_set(ovl, "zero3_prefetch", json_integer(s->zero3_prefetch));
         bad |= pt_json_set(ovl, "compute_slowdown", json_real(s->comm_compute_slowdown));

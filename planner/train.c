@@ -5,6 +5,7 @@
  * both read pt_precision_of, so it lives here, beside the precision it describes, and
  * neither of them depends on the other for it.
  */
+#include "internal.h"
 #include "spec.h"
 
 #include <stdio.h>
@@ -50,8 +51,8 @@ int pt_prec_parse(const char *text, pt_prec_kind *out, pt_err *err)
                       text ? text : "");
 }
 
-static const char *const pt_fp8_names[PT_FP8_COUNT] = {"off", "current", "delayed",
-                                                        "blockwise", "rowwise"};
+const char *const pt_fp8_recipe_names[PT_FP8_COUNT] = {"off", "current", "delayed", "blockwise",
+                                                      "rowwise"};
 
 int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers)
 {
@@ -65,13 +66,13 @@ int64_t pt_fp8_meta_floats(const pt_model *m, const pt_fp8 *f, int64_t layers)
 
 const char *pt_fp8_recipe_name(pt_fp8_recipe r)
 {
-    return (unsigned)r < PT_FP8_COUNT ? pt_fp8_names[r] : "unknown";
+    return (unsigned)r < PT_FP8_COUNT ? pt_fp8_recipe_names[r] : "unknown";
 }
 
 int pt_fp8_recipe_parse(const char *text, pt_fp8_recipe *out, pt_err *err)
 {
     for (int r = 0; text && r < PT_FP8_COUNT; r++) {
-        if (strcmp(text, pt_fp8_names[r]) == 0) {
+        if (strcmp(text, pt_fp8_recipe_names[r]) == 0) {
             *out = (pt_fp8_recipe)r;
             return 0;
         }
@@ -98,19 +99,7 @@ void pt_train_default(pt_train *t, const pt_cluster *c)
     t->moe_imbalance = 1;
 }
 
-/* "current, delayed" from a set of recipe bits */
-static void recipe_list(unsigned set, char *buf, size_t n)
-{
-    size_t used = 0;
-    buf[0] = 0;
-    for (int r = PT_FP8_CURRENT; r < PT_FP8_COUNT; r++)
-        if (set & (1u << r)) {
-            int k = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", pt_fp8_names[r]);
-            if (k < 0 || (size_t)k >= n - used)
-                return;
-            used += (size_t)k;
-        }
-}
+static const char *fp8_recipe_name_of(int r) { return pt_fp8_recipe_names[r]; }
 
 int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
 {
@@ -121,7 +110,8 @@ int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
         return pt_err_set(err, "FP8 recipe %d is not one of off, current, delayed, blockwise, "
                                "rowwise", (int)f->recipe);
     char list[96];
-    recipe_list(t->stack.fp8_recipes, list, sizeof list);
+    pt_join_names(t->stack.fp8_recipes & ~(1u << PT_FP8_OFF), PT_FP8_COUNT, fp8_recipe_name_of, ", ",
+                  list, sizeof list);
     if (!t->stack.fp8_recipes)
         return pt_err_set(err, "FP8 recipe '%s': stack '%s' trains no layer in FP8",
                           pt_fp8_recipe_name(f->recipe), t->stack.name);
