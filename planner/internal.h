@@ -17,9 +17,9 @@ int pt_layout_check_spans(const pt_model *m, const pt_cluster *c, int64_t global
  * nodes of `devices_per_node` devices. */
 bool pt_layout_tp_spans_nodes(const pt_layout *l, int devices_per_node);
 
-/* The names of the set bits of `mask` (name(k) for bit k < count), `sep`-joined, into
+/* The names of the set bits of `mask` (names[k] for bit k < count), `sep`-joined, into
  * buf (n bytes): a stack's name sets, a layout's recompute modules. */
-void pt_join_names(unsigned mask, int count, const char *(*name)(int), const char *sep,
+void pt_join_names(unsigned mask, int count, const char *const *names, const char *sep,
                    char *buf, size_t n);
 
 #endif

@@ -37,11 +37,11 @@ int pt_layout_edp(const pt_layout *l)
 
 const char *pt_recompute_name(pt_recompute r) { return pt_recompute_names[r]; }
 
-static const char *const rmod_names[PT_RMOD_COUNT] = {"core_attn", "layernorm", "mlp",
-                                                      "moe_act", "moe"};
-const char *pt_rmod_name(pt_rmod r) { return rmod_names[r]; }
+const char *const pt_rmod_names[PT_RMOD_COUNT] = {"core_attn", "layernorm", "mlp", "moe_act",
+                                                  "moe"};
+const char *pt_rmod_name(pt_rmod r) { return pt_rmod_names[r]; }
 
-void pt_join_names(unsigned mask, int count, const char *(*name)(int), const char *sep,
+void pt_join_names(unsigned mask, int count, const char *const *names, const char *sep,
                    char *buf, size_t n)
 {
     size_t used = 0;
@@ -49,16 +49,14 @@ void pt_join_names(unsigned mask, int count, const char *(*name)(int), const cha
         buf[0] = '\0';
     for (int k = 0; k < count && used < n; k++)
         if ((mask >> k) & 1u) {
-            int w = snprintf(buf + used, n - used, "%s%s", used ? sep : "", name(k));
+            int w = snprintf(buf + used, n - used, "%s%s", used ? sep : "", names[k]);
             used += w > 0 ? (size_t)w : 0;
         }
 }
 
-static const char *rmod_name_of(int r) { return rmod_names[r]; }
-
 void pt_rmod_choices(char *buf, size_t n)
 {
-    pt_join_names((1u << PT_RMOD_COUNT) - 1, PT_RMOD_COUNT, rmod_name_of, ", ", buf, n);
+    pt_join_names((1u << PT_RMOD_COUNT) - 1, PT_RMOD_COUNT, pt_rmod_names, ", ", buf, n);
 }
 
 bool pt_layout_recomputes(const pt_layout *l, pt_rmod r)
@@ -76,7 +74,7 @@ void pt_layout_recompute_text(const pt_layout *l, char *buf, size_t n)
         snprintf(buf, n, "%s", pt_recompute_names[l->recompute]);
         return;
     }
-    pt_join_names(l->recompute_modules, PT_RMOD_COUNT, rmod_name_of, "+", buf, n);
+    pt_join_names(l->recompute_modules, PT_RMOD_COUNT, pt_rmod_names, "+", buf, n);
 }
 
 int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
@@ -93,7 +91,7 @@ int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
         size_t len = strcspn(p, "+");
         int r = 0;
         while (r < PT_RMOD_COUNT &&
-               !(strlen(rmod_names[r]) == len && strncmp(p, rmod_names[r], len) == 0))
+               !(strlen(pt_rmod_names[r]) == len && strncmp(p, pt_rmod_names[r], len) == 0))
             r++;
         if (r == PT_RMOD_COUNT || (set >> r) & 1u) {
             char choices[64];

@@ -38,7 +38,8 @@ const char *pt_recompute_name(pt_recompute r);
  * routed block, router to combine. */
 typedef enum { PT_RMOD_CORE_ATTN, PT_RMOD_LAYERNORM, PT_RMOD_MLP, PT_RMOD_MOE_ACT, PT_RMOD_MOE,
                PT_RMOD_COUNT } pt_rmod;
-const char *pt_rmod_name(pt_rmod r); /* "core_attn", "layernorm", "mlp", "moe_act", "moe" */
+extern const char *const pt_rmod_names[PT_RMOD_COUNT]; /* "core_attn", "layernorm", "mlp", ... */
+const char *pt_rmod_name(pt_rmod r);
 /* Every module's name, ", "-joined, into buf (n bytes): the choices an error lists. */
 void pt_rmod_choices(char *buf, size_t n);
 extern const char *const pt_schedule_names[PT_SCHED_COUNT];

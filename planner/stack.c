@@ -536,24 +536,21 @@ static int read_attention(const pt_json_obj *top, pt_stack *s, pt_err *err)
     return bad ? -1 : 0;
 }
 
-/* The names of the set bits of `mask` (name(k) for bit k < count) as a JSON array of
+/* The names of the set bits of `mask` (names[k] for bit k < count) as a JSON array of
  * strings (NULL when out of memory). */
-static json_t *bit_names_json(unsigned mask, int count, const char *(*name)(int))
+static json_t *bit_names_json(unsigned mask, int count, const char *const *names)
 {
     json_t *arr = json_array();
     for (int k = 0; arr && k < count; k++)
-        if (mask & BIT(k))
-            json_array_append_new(arr, json_string(name(k)));
+        if (mask & BIT(k) && json_array_append_new(arr, json_string(names[k]))) {
+            json_decref(arr);
+            return NULL;
+        }
     return arr;
 }
 
-static const char *cp_comm_name_of(int k) { return pt_cp_comm_name((pt_cp_comm)k); }
-static const char *moe_dispatch_name_of(int k) { return pt_moe_dispatch_name((pt_moe_dispatch)k); }
-static const char *rmod_name_of(int k) { return pt_rmod_name((pt_rmod)k); }
-static const char *dpo_name_of(int k) { return pt_dp_overlap_names[k]; }
-
-/* A list of names (name(k) for k < count) as a bit set. */
-static int read_name_set(const pt_json_obj *o, const char *key, const char *(*name)(int),
+/* A list of names (names[k] for k < count) as a bit set. */
+static int read_name_set(const pt_json_obj *o, const char *key, const char *const *names,
                          int count, unsigned *out, pt_err *err)
 {
     const json_t *arr = get_array(o, key, (size_t)count, err);
@@ -563,11 +560,11 @@ static int read_name_set(const pt_json_obj *o, const char *key, const char *(*na
     for (size_t i = 0; i < json_array_size(arr); i++) {
         const char *v = json_string_value(json_array_get(arr, i));
         int k = 0;
-        while (v && k < count && strcmp(v, name(k)) != 0)
+        while (v && k < count && strcmp(v, names[k]) != 0)
             k++;
         if (!v || k == count) {
             char choices[128];
-            pt_join_names(BIT(count) - 1, count, name, ", ", choices, sizeof choices);
+            pt_join_names(BIT(count) - 1, count, names, ", ", choices, sizeof choices);
             return pt_json_fail(o, key, err, "%s: field '%s.%s[%zu]': expected one of %s",
                                 o->origin, o->path, key, i, choices);
         }
@@ -623,7 +620,7 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
     }
     s->recompute_modules = 0;
     if (json_object_get(p.obj, "recompute_modules")) {
-        bad |= read_name_set(&p, "recompute_modules", rmod_name_of, PT_RMOD_COUNT,
+        bad |= read_name_set(&p, "recompute_modules", pt_rmod_names, PT_RMOD_COUNT,
                              &s->recompute_modules, err);
     }
     s->moe_dispatches = 0;
@@ -658,7 +655,7 @@ static int read_overlap(const pt_json_obj *top, pt_stack *s, pt_err *err)
     bad |= pt_json_get_real(&o, "tp_reach", &s->tp_overlap_reach, err);
     if (json_object_get(o.obj, "tp_backward_async"))
         bad |= pt_json_get_bool(&o, "tp_backward_async", &s->tp_backward_async, err);
-    bad |= read_name_set(&o, "dp", dpo_name_of, PT_DPO_COUNT, &s->dp_overlap_modes, err);
+    bad |= read_name_set(&o, "dp", pt_dp_overlap_names, PT_DPO_COUNT, &s->dp_overlap_modes, err);
     bad |= pt_json_get_enum(&o, "dp_default", pt_dp_overlap_names, PT_DPO_COUNT, &dflt, err);
     bad |= pt_json_get_bool(&o, "param_gather", &s->param_overlap, err);
     bad |= pt_json_get_int32(&o, "zero3_prefetch", &s->zero3_prefetch, err);
@@ -987,12 +984,12 @@ int pt_stack_validate(const pt_stack *s, const char *origin, pt_err *err)
 
 void pt_stack_cp_comms_text(const pt_stack *s, char *buf, size_t n)
 {
-    pt_join_names(s->cp_comms, PT_CPC_COUNT, cp_comm_name_of, ", ", buf, n);
+    pt_join_names(s->cp_comms, PT_CPC_COUNT, pt_cp_comm_names, ", ", buf, n);
 }
 
 void pt_stack_moe_dispatch_text(const pt_stack *s, char *buf, size_t n)
 {
-    pt_join_names(s->moe_dispatches, PT_MOED_COUNT, moe_dispatch_name_of, ", ", buf, n);
+    pt_join_names(s->moe_dispatches, PT_MOED_COUNT, pt_moe_dispatch_names, ", ", buf, n);
 }
 
 int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
@@ -1047,7 +1044,8 @@ int pt_stack_check_layout(const pt_stack *s, const pt_layout *l, pt_err *err)
                                "communication", s->name);
     if (!(s->dp_overlap_modes & BIT(l->dp_overlap))) {
         char modes[64];
-        pt_join_names(s->dp_overlap_modes, PT_DPO_COUNT, dpo_name_of, ", ", modes, sizeof modes);
+        pt_join_names(s->dp_overlap_modes, PT_DPO_COUNT, pt_dp_overlap_names, ", ", modes,
+                      sizeof modes);
         return pt_err_set(err, "layout dp_overlap=%s: stack '%s' offers only %s",
                           pt_dp_overlap_names[l->dp_overlap], s->name, modes);
     }
@@ -1094,15 +1092,10 @@ static json_t *ptrun_kernels_json(const pt_stack *s)
 /* {"recipes": [...], "default": ..., "casts": ...}; NULL when out of memory. */
 static json_t *fp8_json(const pt_stack *s)
 {
-    json_t *list = json_array();
-    int bad = !list;
-    for (int r = PT_FP8_CURRENT; !bad && r < PT_FP8_COUNT; r++)
-        if (s->fp8_recipes & BIT(r))
-            bad |= json_array_append_new(list, json_string(pt_fp8_recipe_name(r)));
-    if (bad) {
-        json_decref(list);
+    json_t *list = bit_names_json(s->fp8_recipes & ~BIT(PT_FP8_OFF), PT_FP8_COUNT,
+                                  pt_fp8_recipe_names);
+    if (!list)
         return NULL;
-    }
     return json_pack("{s:o, s:s, s:s}", "recipes", list, "default",
                      pt_fp8_recipe_name(s->fp8_default), "casts",
                      pt_fp8_casts_name(s->fp8_casts));
@@ -1112,7 +1105,8 @@ char *pt_stack_to_json(const pt_stack *s)
 {
     json_t *root = json_object(), *attn = json_object(), *eff = json_array(),
            *par = json_object(), *zero = json_array(), *ovl = json_object(),
-           *dp = json_array(), *grad = json_object(), *loss = json_object(),
+           *dp = bit_names_json(s->dp_overlap_modes, PT_DPO_COUNT, pt_dp_overlap_names),
+           *grad = json_object(), *loss = json_object(),
            *ptk = ptrun_kernels_json(s);
     int bad = !root || !attn || !eff || !par || !zero || !ovl || !dp || !grad || !loss || !ptk;
     for (int i = 0; !bad && i < s->n_attn_eff; i++)
@@ -1123,9 +1117,6 @@ char *pt_stack_to_json(const pt_stack *s)
     for (int z = 0; !bad && z < 4; z++)
         if (s->zero_stages & BIT(z))
             bad |= json_array_append_new(zero, json_integer(z));
-    for (int k = 0; !bad && k < PT_DPO_COUNT; k++)
-        if (s->dp_overlap_modes & BIT(k))
-            bad |= json_array_append_new(dp, json_string(pt_dp_overlap_names[k]));
     if (!bad) {
         bad |= pt_json_set(attn, "impl", json_string(pt_attn_impl_name(s->attention)));
         bad |= pt_json_set(attn, "efficiency", json_incref(eff));
@@ -1135,16 +1126,16 @@ char *pt_stack_to_json(const pt_stack *s)
         bad |= pt_json_set(par, "sp", json_boolean(s->sp));
         bad |= pt_json_set(par, "zero", json_incref(zero));
         bad |= pt_json_set(par, "cp_comm",
-                           bit_names_json(s->cp_comms, PT_CPC_COUNT, cp_comm_name_of));
+                           bit_names_json(s->cp_comms, PT_CPC_COUNT, pt_cp_comm_names));
         bad |= pt_json_set(par, "cp_a2a_kv_replicate", json_boolean(s->cp_a2a_kv_replicate));
         if (s->moe_dispatches)
             bad |= pt_json_set(par, "moe_dispatch", bit_names_json(s->moe_dispatches,
                                                                    PT_MOED_COUNT,
-                                                                   moe_dispatch_name_of));
+                                                                   pt_moe_dispatch_names));
         if (s->recompute_modules)
             bad |= pt_json_set(par, "recompute_modules",
                                bit_names_json(s->recompute_modules, PT_RMOD_COUNT,
-                                              rmod_name_of));
+                                              pt_rmod_names));
         bad |= pt_json_set(ovl, "tp", json_boolean(s->tp_overlap));
         bad |= pt_json_set(ovl, "tp_reduce_scatter", json_boolean(s->tp_overlap_rs));
         bad |= pt_json_set(ovl, "tp_reach", json_real(s->tp_overlap_reach));

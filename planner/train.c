@@ -99,8 +99,6 @@ void pt_train_default(pt_train *t, const pt_cluster *c)
     t->moe_imbalance = 1;
 }
 
-static const char *fp8_recipe_name_of(int r) { return pt_fp8_recipe_names[r]; }
-
 int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
 {
     const pt_fp8 *f = &t->fp8;
@@ -110,8 +108,8 @@ int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
         return pt_err_set(err, "FP8 recipe %d is not one of off, current, delayed, blockwise, "
                                "rowwise", (int)f->recipe);
     char list[96];
-    pt_join_names(t->stack.fp8_recipes & ~(1u << PT_FP8_OFF), PT_FP8_COUNT, fp8_recipe_name_of, ", ",
-                  list, sizeof list);
+    pt_join_names(t->stack.fp8_recipes & ~(1u << PT_FP8_OFF), PT_FP8_COUNT, pt_fp8_recipe_names,
+                  ", ", list, sizeof list);
     if (!t->stack.fp8_recipes)
         return pt_err_set(err, "FP8 recipe '%s': stack '%s' trains no layer in FP8",
                           pt_fp8_recipe_name(f->recipe), t->stack.name);
