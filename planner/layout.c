@@ -94,12 +94,14 @@ int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
                !(strlen(pt_rmod_names[r]) == len && strncmp(p, pt_rmod_names[r], len) == 0))
             r++;
         if (r == PT_RMOD_COUNT || (set >> r) & 1u) {
-            char choices[64];
+            char settings[64], choices[64];
+            pt_join_names((1u << PT_RECOMPUTE_COUNT) - 1, PT_RECOMPUTE_COUNT,
+                          pt_recompute_names, ", ", settings, sizeof settings);
             pt_rmod_choices(choices, sizeof choices);
-            return pt_err_set(err, "layout: recompute=%s: expected none, selective, full, or "
-                                   "modules joined by '+', each once, of %s (Megatron-Core's "
-                                   "--recompute-modules, e.g. recompute=layernorm+moe_act)",
-                              val, choices);
+            return pt_err_set(err, "layout: recompute=%s: expected %s, or modules joined by "
+                                   "'+', each once, of %s (Megatron-Core's --recompute-modules, "
+                                   "e.g. recompute=layernorm+moe_act)",
+                              val, settings, choices);
         }
         set |= 1u << r;
         p += len;

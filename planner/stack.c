@@ -598,25 +598,15 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
     if (json_object_get(p.obj, "cp_a2a_kv_replicate"))
         bad |= pt_json_get_bool(&p, "cp_a2a_kv_replicate", &s->cp_a2a_kv_replicate, err);
     if (json_object_get(p.obj, "cp_comm")) {
-        const json_t *kinds = get_array(&p, "cp_comm", PT_CPC_COUNT, err);
-        if (!kinds)
+        if (read_name_set(&p, "cp_comm", pt_cp_comm_names, PT_CPC_COUNT, &s->cp_comms, err))
             return -1;
-        s->cp_comms = 0;
-        for (size_t i = 0; i < json_array_size(kinds); i++) {
-            const char *v = json_string_value(json_array_get(kinds, i));
-            int k = 0;
-            while (v && k < PT_CPC_COUNT && strcmp(v, pt_cp_comm_name((pt_cp_comm)k)) != 0)
-                k++;
-            if (!v || k == PT_CPC_COUNT)
-                return pt_json_fail(&p, "cp_comm", err, "%s: field 'parallelism.cp_comm[%zu]': "
-                                    "expected one of p2p, all_gather, a2a, a2a+p2p", p.origin,
-                                    i);
-            s->cp_comms |= BIT(k);
-        }
-        if (!s->cp_comms)
+        if (!s->cp_comms) {
+            char all[64];
+            pt_join_names(BIT(PT_CPC_COUNT) - 1, PT_CPC_COUNT, pt_cp_comm_names, ", ", all,
+                          sizeof all);
             return pt_json_fail(&p, "cp_comm", err, "%s: field 'parallelism.cp_comm': empty "
-                                "(list at least one of p2p, all_gather, a2a, a2a+p2p)",
-                                p.origin);
+                                "(list at least one of %s)", p.origin, all);
+        }
     }
     s->recompute_modules = 0;
     if (json_object_get(p.obj, "recompute_modules")) {
@@ -939,10 +929,13 @@ static void stack_check_overlap(const pt_stack *s, const char *origin, pt_json_e
         pt_json_errs_add(e, "overlap.tp", "%s: field 'overlap.tp' is true but "
                          "'parallelism.sp' is false: TP overlap pipelines sequence-parallel "
                          "collectives", origin);
-    if (!s->dp_overlap_modes)
+    if (!s->dp_overlap_modes) {
+        char all[64];
+        pt_join_names(BIT(PT_DPO_COUNT) - 1, PT_DPO_COUNT, pt_dp_overlap_names, ", ", all,
+                      sizeof all);
         pt_json_errs_add(e, "overlap.dp", "%s: field 'overlap.dp' is empty: list at least one "
-                         "of none, last, backward", origin);
-    else if ((unsigned)s->dp_overlap < PT_DPO_COUNT &&
+                         "of %s", origin, all);
+    } else if ((unsigned)s->dp_overlap < PT_DPO_COUNT &&
              !(s->dp_overlap_modes & BIT(s->dp_overlap)))
         pt_json_errs_add(e, "overlap.dp_default", "%s: field 'overlap.dp_default' = \"%s\" is "
                          "not in 'overlap.dp'", origin, pt_dp_overlap_names[s->dp_overlap]);

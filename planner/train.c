@@ -104,10 +104,12 @@ int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
     const pt_fp8 *f = &t->fp8;
     if (f->recipe == PT_FP8_OFF)
         return 0;
-    if ((unsigned)f->recipe >= PT_FP8_COUNT)
-        return pt_err_set(err, "FP8 recipe %d is not one of off, current, delayed, blockwise, "
-                               "rowwise", (int)f->recipe);
     char list[96];
+    if ((unsigned)f->recipe >= PT_FP8_COUNT) {
+        pt_join_names((1u << PT_FP8_COUNT) - 1, PT_FP8_COUNT, pt_fp8_recipe_names, ", ", list,
+                      sizeof list);
+        return pt_err_set(err, "FP8 recipe %d is not one of %s", (int)f->recipe, list);
+    }
     pt_join_names(t->stack.fp8_recipes & ~(1u << PT_FP8_OFF), PT_FP8_COUNT, pt_fp8_recipe_names,
                   ", ", list, sizeof list);
     if (!t->stack.fp8_recipes)

@@ -946,6 +946,18 @@ static void test_moe_stacks(void)
     CHECK_INT(pt_stack_from_json(bad_mod, "<s>", &s, &err), -1);
     CHECK_STR_HAS(err.msg, "field 'parallelism.recompute_modules[3]': expected one of "
                            "core_attn, layernorm, mlp, moe_act, moe");
+    /* ... and lists of context-parallel kinds and DP overlaps with a wrong or no entry */
+    char *bad_cp = swap_text(dump, "\"a2a\",", "\"ring\",");
+    CHECK_INT(pt_stack_from_json(bad_cp, "<s>", &s, &err), -1);
+    CHECK_STR_HAS(err.msg, "<s>: field 'parallelism.cp_comm[2]': expected one of p2p, "
+                           "all_gather, a2a, a2a+p2p");
+    char *no_dp = swap_text(dump, "\"dp\": [\n      \"none\",\n      \"last\"\n    ]",
+                            "\"dp\": []");
+    CHECK_INT(pt_stack_from_json(no_dp, "<s>", &s, &err), -1);
+    CHECK_STR_HAS(err.msg, "<s>: field 'overlap.dp' is empty: list at least one of none, last, "
+                           "backward");
+    free(bad_cp);
+    free(no_dp);
     free(few);
     free(bad_mod);
     free(dump);

@@ -180,6 +180,12 @@ static void test_fp8(const char *dir)
     CHECK_INT(back.train.fp8.recipe, PT_FP8_DELAYED);
     CHECK_INT(back.train.fp8.history, 16);
     CHECK(!back.train.fp8.emulated);
+    /* a recipe outside the enum (no reader writes one) is refused with the recipes' names */
+    pt_train odd = back.train;
+    odd.fp8.recipe = PT_FP8_COUNT;
+    CHECK_INT(pt_train_check_fp8(&odd, &back.cluster, &err), -1);
+    CHECK_STR_HAS(err.msg, "is not one of off, current, delayed, blockwise, "
+                           "rowwise");
     const char *fp8 = "\"fp8\": {\n   \"recipe\": \"delayed\",\n   \"amax_history\": 16,\n"
                       "   \"emulated\": false,\n   \"param_gather\": false\n  }";
     expect_damage(dir, "\"recipe\": \"delayed\"", "\"recipe\": \"weekly\"",
