@@ -2,6 +2,8 @@
 # Runs a test program on NP ranks under mpirun; exits 77 (ctest's skip code, see
 # SKIP_RETURN_CODE) when mpirun is missing. As root Open MPI needs its consent
 # (--allow-run-as-root); --oversubscribe lets NP exceed this machine's cores.
+# Open MPI's session folders go to a scratch folder of this run's own (as in
+# tests/tools/cli_lib.sh: jobs sharing /tmp/ompi.HOST.UID race when run side by side).
 #   usage: run_mpi.sh NP PROGRAM [ARGS...]
 np=$1
 shift
@@ -13,4 +15,9 @@ set -- mpirun -q --oversubscribe -np "$np" "$@"
 if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-exec timeout 300 "$@"
+OMPI_MCA_orte_tmpdir_base=$(mktemp -d) || exit 1
+export OMPI_MCA_orte_tmpdir_base
+timeout 300 "$@"
+rc=$?
+rm -rf "$OMPI_MCA_orte_tmpdir_base"
+exit "$rc"

@@ -12,6 +12,11 @@
 #   losses LOG            the step losses in ptrun's log LOG, one a line
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Open MPI (4.1) keeps each mpirun job's session folder in one top folder per user,
+# /tmp/ompi.HOST.UID, which a job ending removes when it finds it empty; a job starting
+# meanwhile then fails to create its own folder there ("ORTE_ERROR_LOG: Error in file
+# ... session_dir.c"). Tests running side by side (ctest -j) keep theirs apart.
+export OMPI_MCA_orte_tmpdir_base="$tmp/mpi"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 run() {

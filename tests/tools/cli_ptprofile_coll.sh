@@ -20,6 +20,9 @@ coll="$1"
 mpirun="$2"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Open MPI's session folders (as in cli_lib.sh): this test's own, and one per run of
+# those started side by side below, whose jobs would otherwise race over one top folder.
+export OMPI_MCA_orte_tmpdir_base="$tmp/mpi"
 failures=0
 cd "$tmp" || exit 1
 
@@ -56,8 +59,8 @@ refuse() {
     printf '%s\n' "$1" >"$d/msg"
     shift
     printf '%s ' "$@" >"$d/args"
-    (cd "$d" && timeout 60 "$mpirun" --allow-run-as-root --oversubscribe -q -np 2 "$coll" \
-        "$@" >"$d/out" 2>"$d/err"; echo $? >"$d/rc") &
+    (cd "$d" && OMPI_MCA_orte_tmpdir_base="$d/mpi" timeout 60 "$mpirun" --allow-run-as-root \
+        --oversubscribe -q -np 2 "$coll" "$@" >"$d/out" 2>"$d/err"; echo $? >"$d/rc") &
 }
 check_refused() {
     wait
