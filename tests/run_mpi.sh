@@ -15,9 +15,7 @@ set -- mpirun -q --oversubscribe -np "$np" "$@"
 if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-OMPI_MCA_orte_tmpdir_base=$(mktemp -d) || exit 1
-export OMPI_MCA_orte_tmpdir_base
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_MCA_orte_tmpdir_base="$tmp"
 timeout 300 "$@"
-rc=$?
-rm -rf "$OMPI_MCA_orte_tmpdir_base"
-exit "$rc"
