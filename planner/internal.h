@@ -21,5 +21,7 @@ bool pt_layout_tp_spans_nodes(const pt_layout *l, int devices_per_node);
  * buf (n bytes): a stack's name sets, a layout's recompute modules. */
 void pt_join_names(unsigned mask, int count, const char *const *names, const char *sep,
                    char *buf, size_t n);
+/* All `count` names, ", "-joined, into buf (n bytes): the choices an error lists. */
+void pt_join_all_names(int count, const char *const *names, char *buf, size_t n);
 
 #endif

@@ -54,9 +54,14 @@ void pt_join_names(unsigned mask, int count, const char *const *names, const cha
         }
 }
 
+void pt_join_all_names(int count, const char *const *names, char *buf, size_t n)
+{
+    pt_join_names((1u << count) - 1, count, names, ", ", buf, n);
+}
+
 void pt_rmod_choices(char *buf, size_t n)
 {
-    pt_join_names((1u << PT_RMOD_COUNT) - 1, PT_RMOD_COUNT, pt_rmod_names, ", ", buf, n);
+    pt_join_all_names(PT_RMOD_COUNT, pt_rmod_names, buf, n);
 }
 
 bool pt_layout_recomputes(const pt_layout *l, pt_rmod r)
@@ -95,8 +100,7 @@ int pt_layout_parse_recompute(const char *val, pt_layout *l, pt_err *err)
             r++;
         if (r == PT_RMOD_COUNT || (set >> r) & 1u) {
             char settings[64], choices[64];
-            pt_join_names((1u << PT_RECOMPUTE_COUNT) - 1, PT_RECOMPUTE_COUNT,
-                          pt_recompute_names, ", ", settings, sizeof settings);
+            pt_join_all_names(PT_RECOMPUTE_COUNT, pt_recompute_names, settings, sizeof settings);
             pt_rmod_choices(choices, sizeof choices);
             return pt_err_set(err, "layout: recompute=%s: expected %s, or modules joined by "
                                    "'+', each once, of %s (Megatron-Core's --recompute-modules, "

@@ -564,7 +564,7 @@ static int read_name_set(const pt_json_obj *o, const char *key, const char *cons
             k++;
         if (!v || k == count) {
             char choices[128];
-            pt_join_names(BIT(count) - 1, count, names, ", ", choices, sizeof choices);
+            pt_join_all_names(count, names, choices, sizeof choices);
             return pt_json_fail(o, key, err, "%s: field '%s.%s[%zu]': expected one of %s",
                                 o->origin, o->path, key, i, choices);
         }
@@ -602,8 +602,7 @@ static int read_parallelism(const pt_json_obj *top, pt_stack *s, pt_err *err)
             return -1;
         if (!s->cp_comms) {
             char all[64];
-            pt_join_names(BIT(PT_CPC_COUNT) - 1, PT_CPC_COUNT, pt_cp_comm_names, ", ", all,
-                          sizeof all);
+            pt_join_all_names(PT_CPC_COUNT, pt_cp_comm_names, all, sizeof all);
             return pt_json_fail(&p, "cp_comm", err, "%s: field 'parallelism.cp_comm': empty "
                                 "(list at least one of %s)", p.origin, all);
         }
@@ -931,8 +930,7 @@ static void stack_check_overlap(const pt_stack *s, const char *origin, pt_json_e
                          "collectives", origin);
     if (!s->dp_overlap_modes) {
         char all[64];
-        pt_join_names(BIT(PT_DPO_COUNT) - 1, PT_DPO_COUNT, pt_dp_overlap_names, ", ", all,
-                      sizeof all);
+        pt_join_all_names(PT_DPO_COUNT, pt_dp_overlap_names, all, sizeof all);
         pt_json_errs_add(e, "overlap.dp", "%s: field 'overlap.dp' is empty: list at least one "
                          "of %s", origin, all);
     } else if ((unsigned)s->dp_overlap < PT_DPO_COUNT &&

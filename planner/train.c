@@ -106,8 +106,7 @@ int pt_train_check_fp8(const pt_train *t, const pt_cluster *c, pt_err *err)
         return 0;
     char list[96];
     if ((unsigned)f->recipe >= PT_FP8_COUNT) {
-        pt_join_names((1u << PT_FP8_COUNT) - 1, PT_FP8_COUNT, pt_fp8_recipe_names, ", ", list,
-                      sizeof list);
+        pt_join_all_names(PT_FP8_COUNT, pt_fp8_recipe_names, list, sizeof list);
         return pt_err_set(err, "FP8 recipe %d is not one of %s", (int)f->recipe, list);
     }
     pt_join_names(t->stack.fp8_recipes & ~(1u << PT_FP8_OFF), PT_FP8_COUNT, pt_fp8_recipe_names,
