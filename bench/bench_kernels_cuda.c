@@ -26,7 +26,14 @@
  *      matmul_backward weight-and-bias gradients, at GPT-2 124M's training shape
  *      (b·s = 64·1024, h 768) and 1.5B's (16·1024, h 1600), as times, TFLOP/s and the
  *      three-call/batched ratio; the layers lie as the runtime's (weights and biases
- *      end to end, outputs end to end).
+ *      end to end, outputs end to end);
+ *   6. a mixture of experts' grouped GEMMs (matmul_grouped_forward and
+ *      matmul_grouped_backward, one cuBLASLt call per expert, as ptrun runs them)
+ *      against one matmul_forward / matmul_backward of all the rows (the same FLOPs,
+ *      one weight), each expert given the same rows, at the shapes of
+ *      examples/model-moe-1.3b.json (8 experts, top 2, 8 K tokens) and of Qwen3-30B-A3B
+ *      with ep = 8 (16 of its 128 experts a rank, top 8, 16 K tokens), the gate's and
+ *      the down projection's, as TFLOP/s and the grouped/dense time ratio.
  * Each figure is the best of --reps timed runs, timed on the host around a sync.
  *   usage: bench_kernels_cuda [--reps N] [--device D] [--only SECTION]
  * Without a CUDA device it says so and exits 1.
@@ -626,6 +633,89 @@ static void bench_qkv(void)
     }
 }
 
+/* ---- 6. grouped GEMMs of a mixture of experts ----------------------------------------- */
+
+typedef struct {
+    int G, ic, oc;
+    int64_t rows; /* each group's */
+    int64_t counts[128];
+    void *inp, *w, *out, *dout, *dinp, *dw;
+} grp_ctx;
+
+static void run_grp_f(void *p)
+{
+    grp_ctx *c = p;
+    K->matmul_grouped_forward(K, c->out, c->inp, c->w, c->counts, c->G, c->ic, c->oc);
+}
+
+static void run_grp_b(void *p)
+{
+    grp_ctx *c = p;
+    K->matmul_grouped_backward(K, c->dinp, c->dw, c->dout, c->inp, c->w, c->counts, c->G,
+                               c->ic, c->oc);
+}
+
+static void run_grp_dense_f(void *p)
+{
+    grp_ctx *c = p;
+    K->matmul_forward(K, c->out, c->inp, c->w, NULL, c->rows * c->G, c->ic, c->oc);
+}
+
+static void run_grp_dense_b(void *p)
+{
+    grp_ctx *c = p;
+    K->matmul_backward(K, c->dinp, c->dw, NULL, c->dout, c->inp, c->w, c->rows * c->G,
+                       c->ic, c->oc);
+}
+
+static void bench_grouped(void)
+{
+    printf("\n6. experts' grouped GEMMs against one dense GEMM of the same FLOPs\n");
+    printf("%-30s %5s %6s %6s %6s %9s %9s %8s %8s %7s\n", "op", "G", "rows", "ic", "oc",
+           "group ms", "dense ms", "TF/s g", "TF/s d", "ratio");
+    const struct {
+        const char *model;
+        int G;
+        int64_t rows; /* tokens x top-k / experts */
+        int ic, oc;   /* the gate's (one grouped call; the up projection's is its twin) */
+    } shapes[] = {{"moe-1.3b gate", 8, 8192 * 2 / 8, 1024, 2816},
+                  {"moe-1.3b down", 8, 8192 * 2 / 8, 2816, 1024},
+                  {"qwen3-30b-a3b ep8 gate", 16, 16384 * 8 / 128, 2048, 768},
+                  {"qwen3-30b-a3b ep8 down", 16, 16384 * 8 / 128, 768, 2048}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        grp_ctx c = {shapes[s].G, shapes[s].ic, shapes[s].oc, shapes[s].rows, {0}, NULL,
+                     NULL, NULL, NULL, NULL, NULL};
+        for (int g = 0; g < c.G; g++)
+            c.counts[g] = c.rows;
+        size_t m = (size_t)c.rows * c.G;
+        c.inp = dbuf(m * c.ic * 2);
+        c.w = dbuf((size_t)c.G * c.oc * c.ic * 2);
+        c.out = dbuf(m * c.oc * 2);
+        c.dout = dbuf(m * c.oc * 2);
+        c.dinp = dbuf(m * c.ic * 2);
+        c.dw = dbuf((size_t)c.G * c.oc * c.ic * 4);
+        double flops = 2.0 * (double)m * c.ic * c.oc;
+        const struct {
+            const char *name;
+            bench_fn grouped, dense;
+            double flops;
+        } cases[] = {{"forward", run_grp_f, run_grp_dense_f, flops},
+                     {"backward", run_grp_b, run_grp_dense_b, 2 * flops}};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", shapes[s].model, cases[i].name);
+            double tg = best_time(cases[i].grouped, &c, name);
+            double td = best_time(cases[i].dense, &c, name);
+            printf("%-30s %5d %6lld %6d %6d %9.3f %9.3f %8.0f %8.0f %6.2fx\n", name, c.G,
+                   (long long)c.rows, c.ic, c.oc, tg * 1e3, td * 1e3,
+                   cases[i].flops / tg / 1e12, cases[i].flops / td / 1e12, tg / td);
+        }
+        void *bufs[] = {c.inp, c.w, c.out, c.dout, c.dinp, c.dw};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            K->free(K, bufs[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int device = 0, only = 0;
@@ -635,11 +725,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc && atoi(argv[i + 1]) >= 1 &&
-                 atoi(argv[i + 1]) <= 5)
+                 atoi(argv[i + 1]) <= 6)
             only = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_kernels_cuda [--reps N] [--device D] "
-                            "[--only SECTION (1-5)]\n");
+                            "[--only SECTION (1-6)]\n");
             return 2;
         }
     }
@@ -684,6 +774,8 @@ int main(int argc, char **argv)
         bench_fused();
     if (!only || only == 5)
         bench_qkv();
+    if (!only || only == 6)
+        bench_grouped();
     if (K_plain)
         pt_kernels_destroy(K_plain);
     pt_kernels_destroy(K);

@@ -14,14 +14,24 @@
 #             the largest micro-batch that fits, its warm-up again (equal bit for bit),
 #             tokens/s against scripts/torch_ref.py
 #   gpt2xl    GPT-2 1.5B on one GPU: MFU, and the PyTorch reference
+#   fp8       GPT-2 1.5B in FP8 against the same run in bf16: tokens/s, MFU and the
+#             two loss curves; its FP8 GEMMs profiled into the profile stage's table
+#             and its step predicted (after profile: the other kernels from there)
+#   moe       examples/model-moe-1.3b.json (1.26B parameters, 8 experts, top 2): 200
+#             steps on one rank, ep=2 as two ranks against it, the experts' grouped
+#             GEMMs against dense ones (bench_kernels_cuda section 6), its profile and
+#             its predicted step against the measured one
 #   mpi       two ranks on the one GPU under mpirun (staged through MPI: NCCL takes
 #             one rank per GPU): dp=2, pp=2, tp=2, sp with tp_overlap, cp=2 (the ring
 #             and the all-to-all), ZeRO 1 and 3, and four for cp=4 as all-to-all pairs
 #             with the ring across them, each against one rank's losses
 #   trace     GPT-2 124M for 4 steps with PT_TRACE_SYNC=1 (each op waited for, so its
 #             span is its device time): where a step's time goes, op by op
-#   profile   ptprofile --backend cuda into OUTDIR/h100.db, then ptplan's predicted
-#             step time against ptrun's measured one for GPT-2 124M and 1.5B
+#   profile   ptprofile --backend cuda into OUTDIR/h100.db (h200.db on an H200: the
+#             cluster's name less dgx-), then ptplan's predicted step time against
+#             ptrun's measured one for GPT-2 124M and 1.5B
+# Plans and profiles are for the built-in cluster of the GPU nvidia-smi names (dgx-h200
+# on an H200, dgx-b200, dgx-a100-80g; dgx-h100 otherwise); GPUCHECK_CLUSTER names one.
 # The binaries come from .gpu/bundle.tar.xz ($GPUCHECK_BUNDLE; made by
 # scripts/gpubundle.sh, which lists what travels) when it exists, else from build/
 # (scripts/setup.sh there; $GPUCHECK_BUILD names another build directory). Each
@@ -31,6 +41,15 @@
 # variants below; GPUCHECK_VARIANT_STEPS, 50, steps for 124M's; "" for none);
 # GPUCHECK_XL_BATCHES lists more global batches GPT-2 1.5B trains at ("64 128": its
 # micro-batches accumulated, the optimizer once a step; default none);
+# GPUCHECK_XL_STEPS (20) steps for 1.5B's run; GPUCHECK_FP8_STEPS (200) and
+# GPUCHECK_FP8_BATCH (16) the fp8 stage's runs (it takes gpt2xl's as its bf16 run where
+# that ran as long at that batch), GPUCHECK_FP8_FILL more global batches both run at for
+# GPUCHECK_FP8_FILL_STEPS (12) steps (a batch that fills the GPU: "32" on an H200);
+# GPUCHECK_MOE_STEPS (200) and GPUCHECK_MOE_BATCH (8) the moe stage's run;
+# GPUCHECK_RACECHECK_KERNELS, kernel-name substrings ("fp8 moe_"), has racecheck look
+# at those kernels alone, one run each; GPUCHECK_MPI_LAYOUTS the mpi stage's layouts of
+# the tiny model (dp=1 first: the others are checked against it), GPUCHECK_MPI_QK=0 skips
+# its q/k-norm runs;
 # GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile),
 # GPUCHECK_TORCH_XL=0 only GPT-2 1.5B's (131 s on the H200 of 2026-11-26), and
 # GPUCHECK_PROFILE_XL=0 the profile of GPT-2 1.5B, for a shorter run;
@@ -47,7 +66,7 @@ root=$(pwd)
 [ $# -ge 1 ] || { echo "usage: scripts/gpucheck.sh OUTDIR [STAGE...]" >&2; exit 2; }
 out=$1
 shift
-stages=${*:-env test sanitize bench gpt2 gpt2xl mpi trace profile}
+stages=${*:-env test sanitize bench gpt2 gpt2xl mpi trace profile fp8 moe}
 limit=${GPUCHECK_LIMIT_S:-240}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
@@ -80,7 +99,19 @@ else
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
        OMPI_MCA_btl=self,vader OMPI_MCA_osc=pt2pt OMPI_MCA_btl_vader_single_copy_mechanism=none
-export PT_COSTS_DB="$out/runs.db"   # ptrun --record; the profile goes to h100.db
+export PT_COSTS_DB="$out/runs.db"   # ptrun --record; the profile goes to $profdb
+# the built-in cluster whose device this GPU is, for the plans and the profile's samples
+if [ -n "${GPUCHECK_CLUSTER:-}" ]; then
+    cluster=$GPUCHECK_CLUSTER
+else
+    case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) in
+    *H200*) cluster=dgx-h200 ;;
+    *B200*) cluster=dgx-b200 ;;
+    *A100*) cluster=dgx-a100-80g ;;
+    *) cluster=dgx-h100 ;;
+    esac
+fi
+profdb="$out/${cluster#dgx-}.db"
 corpus=/usr/share/common-licenses/GPL-3
 [ -f "$corpus" ] || corpus="${bundle:-}/data/GPL-3"
 py=$(command -v python3)
@@ -208,7 +239,19 @@ stage_test() {
 stage_sanitize() {
     note "## compute-sanitizer on the kernel tests"
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    runs=
     for tool in ${GPUCHECK_SANITIZERS:-memcheck racecheck synccheck}; do
+        if [ "$tool" = racecheck ] && [ -n "${GPUCHECK_RACECHECK_KERNELS:-}" ]; then
+            for k in $GPUCHECK_RACECHECK_KERNELS; do runs="$runs racecheck:$k"; done
+        else
+            runs="$runs $tool"
+        fi
+    done
+    for run in $runs; do
+        # TOOL, or racecheck:SUBSTRING for the kernels whose names hold it alone
+        tool=${run%%:*} only=${run#"$tool"} log=sanitize_$tool
+        only=${only#:}
+        [ -n "$only" ] && log=${log}_$(echo "$only" | tr -c 'A-Za-z0-9_\n' _)
         # the tests provoke an out-of-memory on purpose: API errors are not findings.
         # racecheck: hazards are sorted by kernel below, so they do not decide the exit
         # status. synccheck: cuDNN's runtime-compiled attention kernels are left out: in
@@ -221,32 +264,37 @@ stage_sanitize() {
         set -- --error-exitcode 3
         [ "$tool" = racecheck ] && set -- --error-exitcode 0 --print-limit 100000 \
             --kernel-name-exclude kns=cudnn_generated
+        [ -n "$only" ] && set -- --error-exitcode 0 --print-limit 100000 --kernel-name "kns=$only"
         [ "$tool" = synccheck ] && set -- "$@" --kernel-name-exclude kns=cudnn_generated
         saved_limit=$limit
         [ "$tool" = racecheck ] && limit=${GPUCHECK_RACECHECK_LIMIT_S:-400}
-        step "sanitize_$tool" "$cs" --tool "$tool" --report-api-errors no "$@" \
+        step "$log" "$cs" --tool "$tool" --report-api-errors no "$@" \
             ${GPUCHECK_CS_ARGS:-} "$tbin/test_kernels_cuda"
         limit=$saved_limit
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize_$tool.log" | sort -u |
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$log.log" | sort -u |
             sed 's/^/      /' | tee -a "$summary"
         [ "$tool" = racecheck ] || continue
-        verdict=$("$py" - "$out/sanitize_$tool.log" <<'EOF'
+        verdict=$("$py" - "$out/$log.log" <<'EOF'
 import collections, re, sys
 # NVIDIA's library kernels (cuBLAS's nvjet and xmma GEMMs, cuDNN's generated attention,
 # CUTLASS, NCCL) against the project's own (kernels/cuda/, CUB's sort among them)
 lib = re.compile(r"^(nvjet|cudnn|cutlass|sm\d+_xmma|cublas|nccl)")
 ours, theirs = collections.Counter(), collections.Counter()
+summary = False
 for line in open(sys.argv[1], errors="replace"):
+    summary = summary or "RACECHECK SUMMARY" in line
     m = re.search(r"(?:Race reported between|and) \w+ access at (.+?)\+0x[0-9a-f]+", line)
     if m:
         name = re.sub(r"^void ", "", m.group(1)).split("(")[0].split("<")[0]
         (theirs if lib.match(name) else ours)[name] += 1
 short = lambda c: ", ".join("%s %d" % (k[:40], v) for k, v in c.most_common(4)) or "none"
+if not summary:
+    sys.exit(print("FAILED: racecheck did not finish (no RACECHECK SUMMARY)"))
 print("%s: hazard reports in this project's kernels: %s; in NVIDIA's library kernels: %s"
       % ("FAILED" if ours else "ok", short(ours), short(theirs)))
 EOF
 )
-        note "  racecheck, by kernel: $verdict"
+        note "  racecheck${only:+ of the kernels named *$only*}, by kernel: $verdict"
         case $verdict in ok*) ;; *) failed=1 ;; esac
     done
 }
@@ -299,12 +347,18 @@ stage_qkv() {
     note '```'
 }
 
-# train MODEL NAME GLOBAL_BATCH STEPS [LAYOUT]: plan on dgx-h100 with one device, then ptrun
+# train MODEL NAME GLOBAL_BATCH STEPS [LAYOUT [PTPLAN-OPTION...]]: plan on the cluster
+# with one device (the options added, "--precision fp8" say), then ptrun
 train() {
     model=$1 name=$2 gb=$3 steps=$4 layout=${5:-}
-    set -- --model "$model" --cluster dgx-h100 --devices 1 --global-batch "$gb" --max-mbs 64 \
+    shift 4
+    [ $# -gt 0 ] && shift
+    extra="$*"
+    set -- --model "$model" --cluster "$cluster" --devices 1 --global-batch "$gb" --max-mbs 64 \
            --out "$out/$name.plan.json"
     [ -n "$layout" ] && set -- "$@" --layout "$layout"
+    # shellcheck disable=SC2086 # the options as separate words
+    set -- "$@" $extra
     # from the analytic model, never from what earlier stages recorded
     step "$name.plan" env PT_COSTS_DB="$out/none.db" "$bin/ptplan" "$@" || return 1
     clocks "$name" "$bin/ptrun" "$out/$name.plan.json" --steps "$steps" --data "$corpus" \
@@ -431,6 +485,133 @@ stage_gpt2xl() {
     note "  $(torch_fig "$out/torch_gpt2xl.log" "$out/gpt2xl.plan.json")"
 }
 
+# fp8_against BF16 FP8 LABEL: the two runs' tokens/s and MFU (medians after two steps),
+# their ratio against the 1.2x asked, and, over steps both logged (at least 20), their
+# losses at a few steps and the means of the last 20 against the 2 % that FP8's 200 CPU
+# steps of tiny models keep to fp32's (tests/tools/cli_fp8.sh); OUTDIR/LABEL.curves.csv
+# holds both curves
+fp8_against() {
+    verdict=$("$py" - "$out/$1.jsonl" "$out/$2.jsonl" "$out/$3.curves.csv" <<'EOF'
+import json, statistics, sys
+def rows(path):
+    return [json.loads(l) for l in open(path) if '"type":"step"' in l]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+n = min(len(a), len(b))
+if n < 3:
+    sys.exit(print("FAILED: %d and %d steps logged" % (len(a), len(b))))
+med = lambda r, k: statistics.median(x[k] for x in r[2:] if k in x)
+ta, tb = med(a, "tokens_per_s"), med(b, "tokens_per_s")
+out = ["bf16 %.0f tokens/s (MFU %.1f%%), FP8 %.0f (MFU %.1f%% of the bf16 peak): %.2fx" %
+       (ta, 100 * med(a, "mfu"), tb, 100 * med(b, "mfu"), tb / ta)]
+ok = tb / ta >= 1.2
+if n >= 20:
+    with open(sys.argv[3], "w") as f:
+        f.write("step,bf16,fp8\n")
+        for i in range(n):
+            f.write("%d,%.6f,%.6f\n" % (i + 1, a[i]["loss"], b[i]["loss"]))
+    la = statistics.mean(r["loss"] for r in a[n - 20:n])
+    lb = statistics.mean(r["loss"] for r in b[n - 20:n])
+    pts = sorted({1, 10, n // 4, n // 2, 3 * n // 4, n})
+    out.append("loss at steps %s: bf16 %s, FP8 %s" % (
+        "/".join(map(str, pts)), "/".join("%.3f" % a[i - 1]["loss"] for i in pts),
+        "/".join("%.3f" % b[i - 1]["loss"] for i in pts)))
+    rel = (lb - la) / la
+    out.append("mean of steps %d-%d: bf16 %.4f, FP8 %.4f (%+.2f%%, bound 2%%)" %
+               (n - 19, n, la, lb, 100 * rel))
+    ok = ok and abs(rel) <= 0.02
+over = sum(r.get("fp8_overflow", 0) for r in b)
+under = sum(r.get("fp8_underflow", 0) for r in b)
+vals = sum(r.get("fp8_values", 0) for r in b)
+if vals:
+    out.append("FP8 values saturated %d, flushed %d of %.3g; scales %.3g-%.3g at the last step"
+               % (over, under, vals, b[n - 1].get("fp8_scale_min", 0),
+                  b[n - 1].get("fp8_scale_max", 0)))
+else:
+    out.append("FAILED: the FP8 run logged no fp8_values")
+    ok = False
+print(("ok" if ok else "MISSED") + ": " + "; ".join(out))
+EOF
+)
+    note "- $3: $verdict"
+    case $verdict in ok*) ;; *) failed=1 ;; esac
+}
+
+stage_fp8() {
+    note "## FP8: GPT-2 1.5B against bf16"
+    fsteps=${GPUCHECK_FP8_STEPS:-200} fgb=${GPUCHECK_FP8_BATCH:-16}
+    # the bf16 run: gpt2xl's where that ran at this batch for as many steps
+    ref=gpt2xl
+    if ! "$py" - "$out/gpt2xl.plan.json" "$out/gpt2xl.jsonl" "$fgb" "$fsteps" 2>/dev/null <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+n = sum('"type":"step"' in l for l in open(sys.argv[2]))
+sys.exit(0 if p["training"]["global_batch"] == int(sys.argv[3]) and n >= int(sys.argv[4]) else 1)
+EOF
+    then
+        ref=gpt2xl_bf16
+        train gpt2-1.5b "$ref" "$fgb" "$fsteps" ""
+    fi
+    train gpt2-1.5b gpt2xl_fp8 "$fgb" "$fsteps" "" --precision fp8 || return 1
+    fp8_against "$ref" gpt2xl_fp8 "fp8_gb$fgb"
+    # its FP8 GEMMs profiled (the other kernels are bf16's, from the profile stage when it
+    # ran first), and its step predicted
+    if [ "${GPUCHECK_PROFILE_FP8:-1}" = 1 ]; then
+        stage_limit=$limit
+        limit=${GPUCHECK_PROFILE_LIMIT_S:-400}
+        clocks profile_fp8 "$bin/ptprofile" --backend cuda --cluster "$cluster" --devices 1 \
+            --max-mbs 64 --max-gflop 100000 --no-collectives --db "$profdb" --data "$corpus" \
+            --resume --model gpt2-1.5b --global-batch "$fgb" --precision fp8
+        limit=$stage_limit
+        predict gpt2xl_fp8 gpt2-1.5b --precision fp8
+    fi
+    # short runs at batches that fill the GPU: the tokens/s ratio there
+    for gbx in ${GPUCHECK_FP8_FILL:-}; do
+        case $gbx in *[!0-9]*|'') note "- GPUCHECK_FP8_FILL: FAILED, '$gbx' is not a batch"; failed=1; continue ;; esac
+        train gpt2-1.5b "gpt2xl_gb${gbx}_bf16" "$gbx" "${GPUCHECK_FP8_FILL_STEPS:-12}" "" &&
+            train gpt2-1.5b "gpt2xl_gb${gbx}_fp8" "$gbx" "${GPUCHECK_FP8_FILL_STEPS:-12}" "" \
+                --precision fp8 &&
+            fp8_against "gpt2xl_gb${gbx}_bf16" "gpt2xl_gb${gbx}_fp8" "fp8_gb$gbx"
+    done
+}
+
+stage_moe() {
+    moe_model="$root/examples/model-moe-1.3b.json"
+    mgb=${GPUCHECK_MOE_BATCH:-8}
+    note "## A mixture of experts on one GPU: $(basename "$moe_model")"
+    # micro-batches of 4, so that ep=2's two ranks (one micro-batch each) sum the same
+    # gradients; the warm-up's learning rates do not depend on --steps, so the first 10
+    # steps are ep=2's reference
+    train "$moe_model" moe "$mgb" "${GPUCHECK_MOE_STEPS:-200}" "mbs=4"
+    if [ -f "$out/moe.jsonl" ]; then
+        note "  $("$py" - "$out/moe.jsonl" <<'EOF'
+import json, statistics, sys
+loss = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"type":"step"' in l]
+k = max(1, min(10, len(loss) // 4))
+a, b = statistics.mean(loss[:k]), statistics.mean(loss[-k:])
+print("%s: mean loss of the first %d steps %.3f, of the last %d %.3f" %
+      ("loss falls" if b < 0.8 * a else "FAILED, loss does not fall", k, a, k, b))
+EOF
+)"
+        step moe_ep2.plan "$bin/ptplan" --model "$moe_model" --cluster "$cluster" --devices 2 \
+            --global-batch "$mgb" --layout "dp=2,ep=2,mbs=4" --out "$out/moe_ep2.json" &&
+            step moe_ep2 mpirun --oversubscribe -np 2 "$bin/ptrun" "$out/moe_ep2.json" --steps 10 \
+                --data "$corpus" --sample 0 --val-every 0 --val-batches 1 --log "$out/moe_ep2.jsonl" &&
+            against_one_rank "$out/moe.jsonl" "$out/moe_ep2.jsonl" "dp=2,ep=2"
+    fi
+    step bench_grouped "$bin/bench_kernels_cuda" --only 6 --reps 10
+    note '```'
+    sed -n '/^6\. /,$p' "$out/bench_grouped.log" | tee -a "$summary"
+    note '```'
+    [ "${GPUCHECK_PROFILE_MOE:-1}" = 1 ] && [ -f "$out/moe.jsonl" ] || return 0
+    stage_limit=$limit
+    limit=${GPUCHECK_PROFILE_LIMIT_S:-400}
+    clocks profile_moe13 "$bin/ptprofile" --backend cuda --cluster "$cluster" --devices 1 \
+        --max-mbs 64 --max-gflop 100000 --no-collectives --db "$profdb" --data "$corpus" \
+        --resume --model "$moe_model" --global-batch "$mgb"
+    limit=$stage_limit
+    predict moe "$moe_model"
+}
+
 # against_one_rank REF.jsonl RUN.jsonl LABEL: the run's 10 step losses within 1e-3
 # relative of the one-rank run's (bf16 sums rounded in other places; the emulator
 # measured 1.4e-5 over 6 steps, mpi_equivalence.sh cuda), noted; a miss fails the stage.
@@ -449,12 +630,12 @@ against_one_rank() {
 
 stage_mpi() {
     note "## Two ranks on one GPU (mpirun)"
-    for lay in "dp=1" "dp=2" "pp=2" "tp=2" "tp=2,sp=1,tp_overlap=1" "cp=2" "cp=2,cp_comm=a2a" \
-               "cp=4,cp_comm=a2a+p2p,cp_a2a=2" "dp=2,zero=1" "dp=2,zero=3"; do
+    for lay in ${GPUCHECK_MPI_LAYOUTS:-dp=1 dp=2 pp=2 tp=2 tp=2,sp=1,tp_overlap=1 cp=2 \
+               cp=2,cp_comm=a2a cp=4,cp_comm=a2a+p2p,cp_a2a=2 dp=2,zero=1 dp=2,zero=3}; do
         n=$(echo "$lay" | tr -d '=,+')
         np=2
         case "$lay" in dp=1) np=1 ;; cp=4*) np=4 ;; esac
-        step "mpi_$n.plan" "$bin/ptplan" --model tiny --cluster dgx-h100 --devices "$np" \
+        step "mpi_$n.plan" "$bin/ptplan" --model tiny --cluster "$cluster" --devices "$np" \
             --global-batch 8 --layout "$lay,mbs=2" --out "$out/mpi_$n.json" || continue
         if [ "$np" = 1 ]; then
             step "mpi_$n" "$bin/ptrun" "$out/mpi_$n.json" --steps 10 --data "$corpus" --sample 0 \
@@ -468,14 +649,16 @@ stage_mpi() {
         against_one_rank "$out/mpi_dp1.jsonl" "$out/mpi_$n.jsonl" "$lay"
     done
     # Qwen3's attention: heads of 32 on hidden 64 (head_dim) with q/k norms, against its
-    # own one rank
+    # own one rank (GPUCHECK_MPI_QK=0: not)
+    qk_layouts="dp=1 tp=2,sp=1 cp=2,cp_comm=a2a"
+    [ "${GPUCHECK_MPI_QK:-1}" = 1 ] || qk_layouts=
     "$bin/ptplan" --dump-model tiny-llama |
         sed 's/"dropout": false/"dropout": false, "head_dim": 32, "qk_norm": true/' >"$out/qk.json"
-    for lay in "dp=1" "tp=2,sp=1" "cp=2,cp_comm=a2a"; do
+    for lay in $qk_layouts; do
         n=qk_$(echo "$lay" | tr -d '=,+')
         np=2
         [ "$lay" = dp=1 ] && np=1
-        step "mpi_$n.plan" "$bin/ptplan" --model "$out/qk.json" --cluster dgx-h100 \
+        step "mpi_$n.plan" "$bin/ptplan" --model "$out/qk.json" --cluster "$cluster" \
             --devices "$np" --global-batch 8 --layout "$lay,mbs=2" --out "$out/mpi_$n.json" || continue
         step "mpi_$n" mpirun --oversubscribe -np "$np" "$bin/ptrun" "$out/mpi_$n.json" --steps 10 \
             --data "$corpus" --sample 0 --val-every 0 --val-batches 1 --log "$out/mpi_$n.jsonl"
@@ -489,7 +672,7 @@ stage_mpi() {
         n=moe_$(echo "$lay" | tr -d '=,+')
         np=2
         [ "$lay" = dp=1 ] && np=1
-        step "mpi_$n.plan" "$bin/ptplan" --model tiny-qwen3-moe --cluster dgx-h100 \
+        step "mpi_$n.plan" "$bin/ptplan" --model tiny-qwen3-moe --cluster "$cluster" \
             --devices "$np" --global-batch 8 --layout "$lay,mbs=2" --out "$out/mpi_$n.json" || continue
         step "mpi_$n" mpirun --oversubscribe -np "$np" "$bin/ptrun" "$out/mpi_$n.json" --steps 10 \
             --data "$corpus" --sample 0 --val-every 0 --val-batches 1 --log "$out/mpi_$n.jsonl"
@@ -498,48 +681,58 @@ stage_mpi() {
     done
 }
 
-stage_profile() {
-    note "## Profile and prediction"
-    # GPT-2 1.5B's profile outran 200 s on the H100 (2026-11-27; 124M's took 73 s): 103 s
-    # per micro-batch size drawing the initial weights on one thread, since fixed
-    stage_limit=$limit
-    limit=${GPUCHECK_PROFILE_LIMIT_S:-400}
-    # --resume: a table already in OUTDIR (an earlier call's, copied there) keeps its
-    # GEMMs and gains what is missing; the kernels are measured again either way
-    clocks profile_124m "$bin/ptprofile" --backend cuda --model gpt2-124m --cluster dgx-h100 \
-        --devices 1 --global-batch 64 --max-mbs 64 --max-gflop 100000 --no-collectives \
-        --db "$out/h100.db" --data "$corpus" --resume
-    [ "${GPUCHECK_PROFILE_XL:-1}" = 1 ] && clocks profile_1.5b "$bin/ptprofile" --backend cuda --model gpt2-1.5b --cluster dgx-h100 \
-        --devices 1 --global-batch 16 --max-mbs 64 --max-gflop 100000 --no-collectives \
-        --db "$out/h100.db" --data "$corpus" --resume
-    # a mixture of experts' kernels at Qwen3-30B-A3B's shapes on a node (ep up to 8):
-    # one expert's GEMMs at the balanced rows (ptrun runs the grouped GEMM as one GEMM an
-    # expert), the router, dispatch plan and combine
-    [ "${GPUCHECK_PROFILE_MOE:-1}" = 1 ] && clocks profile_moe "$bin/ptprofile" --backend cuda --model qwen3-30b-a3b --cluster dgx-h100 \
-        --devices 8 --global-batch 64 --max-mbs 2 --max-gflop 100000 --no-collectives \
-        --db "$out/h100.db" --data "$corpus" --resume
-    limit=$stage_limit
-    for name in gpt2 gpt2xl; do
-        [ -f "$out/$name.jsonl" ] || continue
-        set -- $("$py" -c "import json,sys; p=json.load(open(sys.argv[1])); print(p['model']['name'], p['layout']['string'], p['training']['global_batch'])" "$out/$name.plan.json")
-        "$bin/ptplan" --model "$1" --cluster dgx-h100 --devices 1 --global-batch "$3" \
-            --layout "$2" --db "$out/h100.db" --json > "$out/$name.predict.json" 2>&1
-        note "- $name ($2): $("$py" - "$out/$name.predict.json" "$out/$name.jsonl" <<'EOF'
+# predict NAME MODEL [PTPLAN-OPTION...]: ptplan's step time for NAME's plan (its layout
+# and batch) from the profile, against the median step NAME's run measured
+predict() {
+    name=$1 model=$2
+    shift 2
+    [ -f "$out/$name.jsonl" ] || return 0
+    lay=$("$py" -c "import json,sys; p=json.load(open(sys.argv[1])); print(p['layout']['string'], p['training']['global_batch'])" "$out/$name.plan.json")
+    "$bin/ptplan" --model "$model" --cluster "$cluster" --devices 1 --global-batch "${lay#* }" \
+        --layout "${lay% *}" --db "$profdb" --json "$@" > "$out/$name.predict.json" 2>&1
+    note "- $name (${lay% *}): $("$py" - "$out/$name.predict.json" "$out/$name.jsonl" <<'EOF'
 import json, statistics, sys
-pred = json.load(open(sys.argv[1]))["predicted"]
+try:
+    pred = json.load(open(sys.argv[1]))["predicted"]
+except (ValueError, KeyError):
+    lines = open(sys.argv[1]).read().strip().splitlines() or ["no output"]
+    sys.exit(print("FAILED: ptplan gave no prediction: " + lines[-1]))
 steps = [json.loads(l) for l in open(sys.argv[2]) if '"step"' in l]
 meas = statistics.median(r["time_s"] for r in steps[2:] if r.get("type") == "step")
 print("predicted %.4f s (%s), measured %.4f s: %+.1f%%" % (pred["step_time_s"],
       pred.get("provenance"), meas, 100 * (pred["step_time_s"] / meas - 1)))
 EOF
 )"
-    done
+}
+
+stage_profile() {
+    note "## Profile and prediction ($cluster, $(basename "$profdb"))"
+    # GPT-2 1.5B's profile outran 200 s on the H100 (2026-11-27; 124M's took 73 s): 103 s
+    # per micro-batch size drawing the initial weights on one thread, since fixed
+    stage_limit=$limit
+    limit=${GPUCHECK_PROFILE_LIMIT_S:-400}
+    # --resume: a table already in OUTDIR (an earlier call's, copied there) keeps its
+    # GEMMs and gains what is missing; the kernels are measured again either way
+    set -- --backend cuda --cluster "$cluster" --devices 1 --max-mbs 64 --max-gflop 100000 \
+        --no-collectives --db "$profdb" --data "$corpus" --resume
+    clocks profile_124m "$bin/ptprofile" "$@" --model gpt2-124m --global-batch 64
+    [ "${GPUCHECK_PROFILE_XL:-1}" = 1 ] &&
+        clocks profile_1.5b "$bin/ptprofile" "$@" --model gpt2-1.5b --global-batch 16
+    # a mixture of experts' kernels at Qwen3-30B-A3B's shapes on a node (ep up to 8):
+    # one expert's GEMMs at the balanced rows (ptrun runs the grouped GEMM as one GEMM an
+    # expert), the router, dispatch plan and combine
+    [ "${GPUCHECK_PROFILE_MOE:-1}" = 1 ] &&
+        clocks profile_moe "$bin/ptprofile" "$@" --model qwen3-30b-a3b --devices 8 \
+            --global-batch 64 --max-mbs 2
+    limit=$stage_limit
+    predict gpt2 gpt2-124m
+    predict gpt2xl gpt2-1.5b
 }
 
 stage_trace() {
     note "## Where GPT-2 124M's step goes (device time per op, PT_TRACE_SYNC=1)"
     step trace.plan env PT_COSTS_DB="$out/none.db" "$bin/ptplan" --model gpt2-124m \
-        --cluster dgx-h100 --devices 1 --global-batch 64 --max-mbs 64 \
+        --cluster "$cluster" --devices 1 --global-batch 64 --max-mbs 64 \
         --out "$out/trace.plan.json" || return 1
     PT_TRACE_SYNC=1 step trace "$bin/ptrun" "$out/trace.plan.json" --steps 4 --data "$corpus" \
         --val-every 0 --val-batches 1 --sample 0 --trace "$out/trace.json" || return 1
@@ -567,7 +760,7 @@ EOF
 note "# gpucheck $(date -u +%Y-%m-%dT%H:%MZ), stages: $stages"
 for s in $stages; do
     case $s in
-    env | test | sanitize | bench | qkv | gpt2 | gpt2xl | mpi | trace | profile) "stage_$s" ;;
+    env | test | sanitize | bench | qkv | gpt2 | gpt2xl | fp8 | moe | mpi | trace | profile) "stage_$s" ;;
     *) note "- unknown stage $s"; failed=1 ;;
     esac
 done
