@@ -513,6 +513,7 @@ void pt_kcuda_destroy(pt_kernels *kn)
         cudaFree(ctx->sumsq_part);
         cudaFree(ctx->ortho_part);
         cudaFree(ctx->fp8_part);
+        cudaFree(ctx->fp8_scale_slots);
         cudaFree(ctx->adamw_table);
         free(ctx->adamw_host);
         if (ctx->host_sum)
@@ -821,6 +822,7 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
                                                             sizeof(double))) ||
         PT_CU(kn, cudaMalloc((void **)&ctx->fp8_part,
                              PT_KCUDA_FP8_BLOCKS * sizeof(struct pt_kcuda_fp8_part))) ||
+        PT_CU(kn, cudaMalloc((void **)&ctx->fp8_scale_slots, 64)) ||
         pt_kcuda_loss_init(kn) || pt_kcuda_attention_init(kn) || select_determinism(kn) ||
         select_attention(kn)) {
         set_err(err, cap, "CUDA device %d (%s): %s", device, prop.name, kn->err);

@@ -127,6 +127,10 @@ typedef struct {
     double *ortho_part;        /* [PT_KCUDA_ORTHO_BLOCKS · (PT_K_ORTHO_MAX_COLS + 1)]
                                 * device: orthonormalize's partial dot products and norms
                                 * (PowerSGD's, on whichever one stream it runs) */
+    float *fp8_scale_slots;    /* device, 64 bytes: an FP8 GEMM's two inverse scales, each
+                                * on a 16-byte boundary, where the meta blocks' are not
+                                * (fp8.cu): bytes 0 and 16 for the main stream, 32 and 48
+                                * for the side stream */
     struct pt_kcuda_fp8_part *fp8_part; /* [PT_KCUDA_FP8_BLOCKS] device: the partial
                                 * results of fp8_amax and fp8_cast (fp8.cu), reused in
                                 * stream order (FP8 ops run on the main stream) */

@@ -351,6 +351,13 @@ template <typename TC> __global__ void fill_bias_kernel(TC *c, const bf16 *bias,
 
 /* ---- GEMM: cuBLASLt ------------------------------------------------------------------------ */
 
+/* The two inverse scales into their 16-byte-aligned slots (pt_kcuda.fp8_scale_slots) */
+__global__ void fp8_scale_slots_kernel(float *slots, const float *a, const float *b)
+{
+    slots[0] = *a;
+    slots[4] = *b;
+}
+
 typedef struct {
     void *c;
     int c_f32;
@@ -376,6 +383,18 @@ static int lt_fp8(pt_kernels *kn, const fp8_gemm *g, const bf16 *bias)
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     const void *scale_a = g->meta_b + PT_KFP8_SCALE_INV, *scale_b = g->meta_a + PT_KFP8_SCALE_INV;
+    /* cuBLASLt 13.1 ran no FP8 matmul with a scale pointer 4 bytes off a 16-byte boundary
+     * (NOT_SUPPORTED for every shape, after offering algorithms) and ran them with both
+     * on 16-byte boundaries (an H200, docs/results/2026-11-30-h200.md). A meta block's
+     * inverse scale sits 4 bytes in, so both go to this stream's aligned slots first */
+    if (((uintptr_t)scale_a | (uintptr_t)scale_b) % 16) {
+        float *slots = ctx->fp8_scale_slots + (ctx->side && ctx->stream == ctx->side ? 8 : 0);
+        PT_LAUNCH(1, 1, 0, ctx->stream, fp8_scale_slots_kernel)(slots, (const float *)scale_a,
+                                                                 (const float *)scale_b);
+        PT_LAUNCHED(kn, "fp8_scale_slots");
+        scale_a = slots;
+        scale_b = slots + 4;
+    }
     cudaDataType ct = g->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
     /* cuBLASLt's column-major problem: (n x m) = (b (k x n))^T · a (k x m) */
     int ok = !PT_LT(kn, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&

@@ -1204,6 +1204,30 @@ static void test_errors(void)
     pt_kernels_destroy(kn);
 }
 
+/* Runs one group of tests. A backend's error is sticky (kernels.h): after an op that
+ * fails, every later call on the backend fails too, which would bury the groups after it
+ * under its failure. So a group that leaves the backend failed counts as failed, and a
+ * fresh backend serves the rest (none can where the failure took the CUDA context with
+ * it: an illegal address, say). */
+static void group(const char *name, void (*tests)(void))
+{
+    tests();
+    if (GPU->sync(GPU) == 0)
+        return;
+    fprintf(stderr, "%s: the backend failed (%s); a fresh one for the tests after it\n", name,
+            GPU->err);
+    pt_check_failures++;
+    pt_kernels_destroy(GPU);
+    char err[256] = "";
+    GPU = MAIN_GPU = pt_kernels_cuda(0, err, sizeof err);
+    if (!GPU) {
+        fprintf(stderr, "%s: no fresh backend: %s\n", name, err);
+        exit(1);
+    }
+}
+
+#define GROUP(tests) group(#tests, tests)
+
 int main(void)
 {
     char err[256] = "";
@@ -1218,41 +1242,41 @@ int main(void)
         return 1;
     CHECK(GPU->act_dtype == PT_KDTYPE_BF16);
     CHECK(strcmp(GPU->name, "cuda") == 0);
-    test_memory();
-    test_convert();
-    test_add_f32();
-    test_embed();
-    test_norms();
-    test_residual_norms();
-    test_matmuls();
-    test_compression();
-    test_mlp_gelu();
-    test_mm_shared();
-    test_epilogue_modes();
+    GROUP(test_memory);
+    GROUP(test_convert);
+    GROUP(test_add_f32);
+    GROUP(test_embed);
+    GROUP(test_norms);
+    GROUP(test_residual_norms);
+    GROUP(test_matmuls);
+    GROUP(test_compression);
+    GROUP(test_mlp_gelu);
+    GROUP(test_mm_shared);
+    GROUP(test_epilogue_modes);
 #ifdef PT_CUDA_EMU
-    test_epilogues_ran();
+    GROUP(test_epilogues_ran);
 #endif
-    test_matmul_fallback();
-    test_fp8();
-    test_moe();
-    test_rope();
-    test_pointwise();
-    test_dropout();
-    test_attention();
-    test_attention_simple();
-    test_attention_own();
-    test_attention_cudnn();
-    test_attention_nondeterministic();
-    test_attention_mode_errors();
-    test_attention_notes();
-    test_crossentropy();
-    test_adamw();
-    test_sumsq();
-    test_sumsq_acc();
-    test_adamw_multi();
-    test_reserve();
-    test_event_timer();
-    test_errors();
+    GROUP(test_matmul_fallback);
+    GROUP(test_fp8);
+    GROUP(test_moe);
+    GROUP(test_rope);
+    GROUP(test_pointwise);
+    GROUP(test_dropout);
+    GROUP(test_attention);
+    GROUP(test_attention_simple);
+    GROUP(test_attention_own);
+    GROUP(test_attention_cudnn);
+    GROUP(test_attention_nondeterministic);
+    GROUP(test_attention_mode_errors);
+    GROUP(test_attention_notes);
+    GROUP(test_crossentropy);
+    GROUP(test_adamw);
+    GROUP(test_sumsq);
+    GROUP(test_sumsq_acc);
+    GROUP(test_adamw_multi);
+    GROUP(test_reserve);
+    GROUP(test_event_timer);
+    GROUP(test_errors);
     pt_kernels_destroy(GPU);
     pt_kernels_destroy(CPU);
     /* check.h counts failures per file: the other files' counts join this one's */
