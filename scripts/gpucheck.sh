@@ -89,7 +89,8 @@ if [ -f "$archive" ]; then
                     /usr/local/lib/ -maxdepth 10 \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \
                     -o -name 'libcudart.so.13' -o -name 'libcudnn.so.9' \) 2>/dev/null |
                xargs -r -n1 dirname | awk '!seen[$0]++' | tr '\n' ':')
-    export LD_LIBRARY_PATH="$bundle/lib:${cudalibs}${LD_LIBRARY_PATH:-}"
+    # GPUCHECK_LIB_PATH: folders searched before all of these (another cuBLASLt, say)
+    export LD_LIBRARY_PATH="${GPUCHECK_LIB_PATH:+$GPUCHECK_LIB_PATH:}$bundle/lib:${cudalibs}${LD_LIBRARY_PATH:-}"
     export OPAL_PREFIX="$bundle/ompi" PMIX_INSTALL_PREFIX="$bundle/pmix2"
     export PATH="$bundle/ompi/bin:$PATH"
 else
@@ -280,16 +281,18 @@ import collections, re, sys
 # CUTLASS, NCCL) against the project's own (kernels/cuda/, CUB's sort among them)
 lib = re.compile(r"^(nvjet|cudnn|cutlass|sm\d+_xmma|cublas|nccl)")
 ours, theirs = collections.Counter(), collections.Counter()
-summary = False
+summary = broke = False
 for line in open(sys.argv[1], errors="replace"):
     summary = summary or "RACECHECK SUMMARY" in line
+    broke = broke or "Internal Sanitizer Error" in line
     m = re.search(r"(?:Race reported between|and) \w+ access at (.+?)\+0x[0-9a-f]+", line)
     if m:
         name = re.sub(r"^void ", "", m.group(1)).split("(")[0].split("<")[0]
         (theirs if lib.match(name) else ours)[name] += 1
 short = lambda c: ", ".join("%s %d" % (k[:40], v) for k, v in c.most_common(4)) or "none"
-if not summary:
-    sys.exit(print("FAILED: racecheck did not finish (no RACECHECK SUMMARY)"))
+if not summary or broke:
+    sys.exit(print("FAILED: racecheck did not finish (%s)" % ("an internal sanitizer error"
+                   if broke else "no RACECHECK SUMMARY")))
 print("%s: hazard reports in this project's kernels: %s; in NVIDIA's library kernels: %s"
       % ("FAILED" if ours else "ok", short(ours), short(theirs)))
 EOF
@@ -574,6 +577,32 @@ EOF
     done
 }
 
+# first_step_against REF.jsonl RUN.jsonl LABEL: the first step's loss and gradient norm
+# within 1e-5 relative of the one-rank run's (the same sums in other orders and GEMM
+# shapes); the worst difference over ten steps is noted, not judged. At this model's
+# learning rates a difference in the last bits moves some token's top-2 experts within a
+# few steps, and the runs part by more than the tiny models' runs of the mpi stage, which
+# stay within 1e-3 over ten steps (docs/results/2026-11-30-h200.md).
+first_step_against() {
+    verdict=$("$py" - "$1" "$2" <<'EOF'
+import json, sys
+def steps(path):
+    return [json.loads(l) for l in open(path) if '"type":"step"' in l]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+if not a or not b:
+    sys.exit(print("FAILED: no steps logged"))
+rel = lambda x, y: abs(x - y) / abs(x)
+dl, dg = rel(a[0]["loss"], b[0]["loss"]), rel(a[0]["grad_norm"], b[0]["grad_norm"])
+n = min(len(a), len(b), 10)
+worst = max(rel(a[i]["loss"], b[i]["loss"]) for i in range(n))
+print("%s: step 1's loss %.1e and gradient norm %.1e apart (bound 1e-5); worst loss over "
+      "%d steps %.1e apart" % ("ok" if max(dl, dg) <= 1e-5 else "FAILED", dl, dg, n, worst))
+EOF
+)
+    note "  $3 against one rank: $verdict"
+    case $verdict in ok*) ;; *) failed=1 ;; esac
+}
+
 stage_moe() {
     moe_model="$root/examples/model-moe-1.3b.json"
     mgb=${GPUCHECK_MOE_BATCH:-8}
@@ -596,7 +625,7 @@ EOF
             --global-batch "$mgb" --layout "dp=2,ep=2,mbs=4" --out "$out/moe_ep2.json" &&
             step moe_ep2 mpirun --oversubscribe -np 2 "$bin/ptrun" "$out/moe_ep2.json" --steps 10 \
                 --data "$corpus" --sample 0 --val-every 0 --val-batches 1 --log "$out/moe_ep2.jsonl" &&
-            against_one_rank "$out/moe.jsonl" "$out/moe_ep2.jsonl" "dp=2,ep=2"
+            first_step_against "$out/moe.jsonl" "$out/moe_ep2.jsonl" "dp=2,ep=2"
     fi
     step bench_grouped "$bin/bench_kernels_cuda" --only 6 --reps 10
     note '```'
