@@ -582,7 +582,7 @@ EOF
 # shapes); the worst difference over ten steps is noted, not judged. At this model's
 # learning rates a difference in the last bits moves some token's top-2 experts within a
 # few steps, and the runs part by more than the tiny models' runs of the mpi stage, which
-# stay within 1e-3 over ten steps (docs/results/2026-11-30-h200.md).
+# stay within 1e-3 over ten steps (the H200's figures in docs/results/).
 first_step_against() {
     verdict=$("$py" - "$1" "$2" <<'EOF'
 import json, sys

@@ -385,7 +385,7 @@ static int lt_fp8(pt_kernels *kn, const fp8_gemm *g, const bf16 *bias)
     const void *scale_a = g->meta_b + PT_KFP8_SCALE_INV, *scale_b = g->meta_a + PT_KFP8_SCALE_INV;
     /* cuBLASLt 13.1 ran no FP8 matmul with a scale pointer 4 bytes off a 16-byte boundary
      * (NOT_SUPPORTED for every shape, after offering algorithms) and ran them with both
-     * on 16-byte boundaries (an H200, docs/results/2026-11-30-h200.md). A meta block's
+     * on 16-byte boundaries (an H200; the GPU logs of docs/results/). A meta block's
      * inverse scale sits 4 bytes in, so both go to this stream's aligned slots first */
     if (((uintptr_t)scale_a | (uintptr_t)scale_b) % 16) {
         float *slots = ctx->fp8_scale_slots + (ctx->side && ctx->stream == ctx->side ? 8 : 0);

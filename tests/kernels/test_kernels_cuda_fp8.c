@@ -21,7 +21,7 @@
  *   where both add in fp32 (the plain kernel, the emulator's cuBLASLt); 2^-14 for
  *   cuBLASLt on a GPU, whose FP8 tensor-core adds keep about 14 bits of mantissa
  *   (DeepSeek-V3 technical report, 2024, section 3.3.2, for Hopper; an H200 went past
- *   the fp32 bound, docs/results/2026-11-30-h200.md). A bf16 output adds
+ *   the fp32 bound: the H200's figures in docs/results/). A bf16 output adds
  *   its rounding, 2^-8 of the value: |gpu - cpu| <= 2^-8 (|cpu| + d) + d. On the GPU the
  *   cuBLASLt path, the plain kernel (PT_KCUDA_NO_LT) and the misaligned bias's path sum
  *   in the same order, so they must agree bit for bit (in the emulator, whose cuBLASLt
