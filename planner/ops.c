@@ -1294,6 +1294,34 @@ static void moe_host_sync(builder *b)
         membound(b, PT_OPK_MOE_SYNC, "moe_sync", 0, "host");
 }
 
+/* How ptrun's experts run their GEMMs (runtime/moe.c): SwiGLU's gate and up projections
+ * as two grouped calls of fe columns each, where a stack that fuses them (Megatron-Core's
+ * linear_fc1) runs one of 2·fe; and every data gradient added into a buffer zeroed first,
+ * where the others write it. */
+typedef struct {
+    int64_t fc1_n;      /* the columns of one first-projection call */
+    int fc1_calls;      /* such calls an expert */
+    pt_gemm_role dgrad; /* the data gradients' role */
+} expert_calls;
+
+static expert_calls expert_calls_of(const builder *b, const moe_dims *x)
+{
+    if (pt_stack_is_ptrun(&b->c->t->stack) && x->up > x->fe)
+        return (expert_calls){(int64_t)x->fe, 2, PT_GEMM_DGRAD};
+    if (pt_stack_is_ptrun(&b->c->t->stack))
+        return (expert_calls){(int64_t)x->up, 1, PT_GEMM_DGRAD};
+    return (expert_calls){(int64_t)x->up, 1, PT_GEMM_DGRAD_WRITE};
+}
+
+/* expert_gemm for the first projection, `calls` products an expert */
+static void expert_fc1(builder *b, pt_op_kind kind, const moe_dims *x, int64_t m, int64_t n,
+                       int64_t k, pt_gemm_role role, int calls)
+{
+    pt_op *op = expert_gemm(b, kind, PT_PARAM_EXPERT_FC1, x, m, n, k, role);
+    if (op)
+        op->count *= calls;
+}
+
 static void moe_forward(builder *b, const dims *d)
 {
     const pt_model *m = b->c->m;
@@ -1317,8 +1345,8 @@ static void moe_forward(builder *b, const dims *d)
     if (x.allgather)
         moe_membound(b, PT_OPK_MOE_PERMUTE, "moe_permute_fwd", x.ab * x.h * (in + out), out,
                      x.h);
-    expert_gemm(b, PT_OPK_EXPERT_FC1, PT_PARAM_EXPERT_FC1, &x, rows, (int64_t)x.up, d->h,
-                PT_GEMM_FWD);
+    expert_calls ec = expert_calls_of(b, &x);
+    expert_fc1(b, PT_OPK_EXPERT_FC1, &x, rows, ec.fc1_n, d->h, PT_GEMM_FWD, ec.fc1_calls);
     moe_act(b, &x, false);
     expert_gemm(b, PT_OPK_EXPERT_FC2, PT_PARAM_EXPERT_FC2, &x, rows, d->h, (int64_t)x.fe,
                 PT_GEMM_FWD);
@@ -1340,15 +1368,15 @@ static void moe_backward(builder *b, const dims *d)
     moe_membound(b, PT_OPK_MOE_UNPERMUTE_BWD, "moe_unpermute_bwd",
                  x.ab * x.h * (x.R + 2 * out), out, x.h);
     moe_to_experts(b, &x, PT_OPK_MOE_COMBINE_BWD, etp ? PT_OPK_ETP_ALLGATHER_BWD : PT_OPK_COUNT);
+    expert_calls ec = expert_calls_of(b, &x);
     expert_gemm(b, PT_OPK_EXPERT_FC2_DGRAD, PT_PARAM_EXPERT_FC2, &x, rows, (int64_t)x.fe, d->h,
-                PT_GEMM_DGRAD_WRITE);
+                ec.dgrad);
     expert_gemm(b, PT_OPK_EXPERT_FC2_WGRAD, PT_PARAM_EXPERT_FC2, &x, d->h, (int64_t)x.fe, rows,
                 wgrad_role(b, PT_PARAM_EXPERT_FC2));
     moe_act(b, &x, true);
-    expert_gemm(b, PT_OPK_EXPERT_FC1_DGRAD, PT_PARAM_EXPERT_FC1, &x, rows, d->h, (int64_t)x.up,
-                PT_GEMM_DGRAD_WRITE);
-    expert_gemm(b, PT_OPK_EXPERT_FC1_WGRAD, PT_PARAM_EXPERT_FC1, &x, (int64_t)x.up, d->h, rows,
-                wgrad_role(b, PT_PARAM_EXPERT_FC1));
+    expert_fc1(b, PT_OPK_EXPERT_FC1_DGRAD, &x, rows, d->h, ec.fc1_n, ec.dgrad, ec.fc1_calls);
+    expert_fc1(b, PT_OPK_EXPERT_FC1_WGRAD, &x, ec.fc1_n, d->h, rows,
+               wgrad_role(b, PT_PARAM_EXPERT_FC1), ec.fc1_calls);
     if (x.allgather)
         moe_membound(b, PT_OPK_MOE_PERMUTE_BWD, "moe_permute_bwd",
                      x.ab * x.h * (out + 2 * in), in, x.h);

@@ -191,6 +191,10 @@ static void test_fp8_cast(void)
         test_cast_shape(70, 45, fmt, 1, 1); /* tiles cut on both edges */
         test_cast_shape(64, 128, fmt, 1, 0);
         test_cast_shape(3, 200, fmt, 0, 1); /* only the transpose */
+        /* widths of eights: the kernel that moves eight elements at once, its tiles cut
+         * on both edges, with and without dst */
+        test_cast_shape(136, 72, fmt, 1, 1);
+        test_cast_shape(80, 200, fmt, 0, 1);
     }
     test_cast_shape(130, 7, PT_KFP8_E4M3, 1, 1);
 }

@@ -1266,10 +1266,21 @@ static void test_moe_lists(void)
     CHECK(d && d->coll.group == 4 && !d->overlapped);
     CHECK_NEAR(d ? d->coll.bytes : 0, ab * R * (double)k * (double)h, 1e-12);
     CHECK(cb && cb->coll.bytes == d->coll.bytes);
-    /* ptrun's kernels run the experts' GEMMs one after another: 4 of one shape */
+    /* ptrun's kernels run the experts' GEMMs one after another: 4 of one shape, SwiGLU's
+     * gate and up as two calls of fe each (runtime/moe.c), so 8 of n = fe */
     const pt_op *fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
-    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=512,n=1024,k=1024") == 0);
-    CHECK(fc1 && fc1->param == PT_PARAM_EXPERT_FC1 && fc1->count == 4);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=512,n=512,k=1024") == 0);
+    CHECK(fc1 && fc1->param == PT_PARAM_EXPERT_FC1 && fc1->count == 8);
+    /* ... and add their data gradients into zeroed buffers: the accumulating role; the
+     * first projection's gradients two calls of fe as well */
+    const pt_op *fc2d = find_op(&b, PT_OPK_EXPERT_FC2_DGRAD);
+    const pt_op *fc1d = find_op(&b, PT_OPK_EXPERT_FC1_DGRAD);
+    const pt_op *fc1w = find_op(&b, PT_OPK_EXPERT_FC1_WGRAD);
+    CHECK(fc2d && fc2d->role == PT_GEMM_DGRAD && fc2d->count == 4);
+    CHECK(fc1d && fc1d->role == PT_GEMM_DGRAD && fc1d->count == 8);
+    CHECK(fc1d && strcmp(fc1d->kernel.key, "gemm_dgrad:bf16:m=512,n=1024,k=512") == 0);
+    CHECK(fc1w && fc1w->count == 8 && strncmp(fc1w->kernel.key, "gemm_wgrad", 10) == 0 &&
+          strstr(fc1w->kernel.key, ":m=512,n=1024,k=512") != NULL);
     CHECK(find_op(&f, PT_OPK_ROUTER) && find_op(&f, PT_OPK_QK_NORM) &&
           find_op(&f, PT_OPK_MOE_AUX));
     CHECK(find_op(&f, PT_OPK_MLP_UP) == NULL); /* no shared expert: no dense MLP */
@@ -1290,8 +1301,8 @@ static void test_moe_lists(void)
     CHECK_INT(count(&f, PT_COLL_ALLGATHER, PT_GROUP_ETP), 1);
     CHECK_INT(count(&f, PT_COLL_REDUCESCATTER, PT_GROUP_ETP), 1);
     fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
-    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=512,n=512,k=1024") == 0);
-    CHECK(fc1 && fc1->count == 8);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=512,n=256,k=1024") == 0);
+    CHECK(fc1 && fc1->count == 16);
     /* in the order ptrun runs them: gathered after the dispatch, the partial sums
      * reduce-scattered before the combine; the backward the other way round */
     CHECK(in_order(&f, (pt_op_kind[]){PT_OPK_MOE_DISPATCH, PT_OPK_ETP_ALLGATHER,
@@ -1314,6 +1325,11 @@ static void test_moe_lists(void)
     fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
     CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:b=4,m=512,n=512,k=1024") == 0);
     CHECK(fc1 && fc1->count == 2);
+    /* (Megatron-Core's linear_fc1 is gate and up in one GEMM, its data gradients written) */
+    pt_oplist_free(&b);
+    CHECK_INT(pt_ops_layer(&c, true, &b), 0);
+    fc1d = find_op(&b, PT_OPK_EXPERT_FC1_DGRAD);
+    CHECK(fc1d && fc1d->role == PT_GEMM_DGRAD_WRITE && fc1d->count == 2);
     /* DeepEP (flex) across nodes: each token once to each other node holding one of its
      * experts, then the copies over NVLink. 16 experts over ep 8 on 2 nodes of 4 (one
      * stage of tp 1, dp 8): of 4 experts among the other node's 8, it holds none with
@@ -1346,14 +1362,14 @@ static void test_moe_lists(void)
     d = find_op(&f, PT_OPK_MOE_DISPATCH);
     CHECK_NEAR(d ? d->coll.bytes : 0, 1.5 * ab * R * (double)k * (double)h, 1e-12);
     fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
-    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=768,n=1024,k=1024") == 0);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=768,n=512,k=1024") == 0);
     /* ... but a capacity factor of 1.25 drops what exceeds it */
     pt_oplist_free(&f);
     m.moe.capacity = 1.25;
     pt_opctx_init(&c, &m, &l, &t, NULL);
     CHECK_INT(pt_ops_layer(&c, false, &f), 0);
     fc1 = find_op(&f, PT_OPK_EXPERT_FC1);
-    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=640,n=1024,k=1024") == 0);
+    CHECK(fc1 && strcmp(fc1->kernel.key, "gemm:bf16:m=640,n=512,k=1024") == 0);
     m.moe.capacity = 0;
     /* the allgather dispatcher: the ep group's tokens gathered, their sums scattered */
     pt_oplist_free(&f);
