@@ -31,7 +31,7 @@ static const char *const buf_names[PT_BUF_COUNT] = {
     [PT_BUF_RING1] = "ring1", [PT_BUF_PART] = "part", [PT_BUF_PART_LSE] = "part_lse",
     [PT_BUF_QKN] = "qk_pre_norm", [PT_BUF_QKN_RSTD] = "qk_norm_rstd",
     [PT_BUF_DQKN] = "dqk_pre_norm", [PT_BUF_DQKNORM] = "dqk_norm_w",
-    [PT_BUF_FP8_A] = "fp8_a", [PT_BUF_FP8_B] = "fp8_b", [PT_BUF_ATTH] = "att_heads",
+    [PT_BUF_FP8_A] = "fp8_a", [PT_BUF_FP8_B] = "fp8_b", [PT_BUF_FP8_W] = "fp8_w", [PT_BUF_ATTH] = "att_heads",
     [PT_BUF_A2A_SEND] = "a2a_send", [PT_BUF_A2A_RECV] = "a2a_recv", [PT_BUF_HDATT] = "hdatt",
     [PT_BUF_HDQ] = "hdq", [PT_BUF_HDK] = "hdk", [PT_BUF_HDV] = "hdv",
     [PT_BUF_MOE_SCORES] = "moe_scores", [PT_BUF_MOE_IDX] = "moe_idx", [PT_BUF_MOE_W] = "moe_w",
@@ -258,13 +258,11 @@ void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B)
                         r.ffn};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
         w = widths[i] > w ? widths[i] : w;
-    /* left: X (T, ic), dY (T, oc) or dY^T (oc, T); right: W (oc, ic) or W^T, whose
-     * sides are h and at most w, or X^T (ic, T) */
+    /* X (T, ic), dY (T, oc) or X^T (ic, T); dY^T (oc, T); W (oc, ic) or W^T, whose
+     * sides are h and at most w */
     SET(B, PT_BUF_FP8_A, 1, T, w);
-    int64_t hw = 0, tw = 0;
-    if (!pt_mul64(h, w, &hw) || !pt_mul64(T, w, &tw))
-        B->overflow = true;
-    SET(B, PT_BUF_FP8_B, 1, hw > tw ? hw : tw);
+    SET(B, PT_BUF_FP8_B, 1, T, w);
+    SET(B, PT_BUF_FP8_W, 1, h, w);
 }
 
 int64_t pt_buf_bytes(const pt_buffers *B, pt_buf b)

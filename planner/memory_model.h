@@ -69,6 +69,7 @@ typedef enum {
     PT_BUF_MOE_DROUTER,
     PT_BUF_FP8_A,
     PT_BUF_FP8_B,
+    PT_BUF_FP8_W,
     PT_BUF_COUNT
 } pt_buf;
 
@@ -84,10 +85,11 @@ typedef struct {
  * dropout gradient buffer when `dropout`. */
 void pt_buffers_of(const pt_model *m, const pt_layout *l, int act_bytes, bool dropout,
                    pt_buffers *out);
-/* With FP8 GEMMs (pt_train.fp8 on), the scratch of one FP8 GEMM's two quantized
- * operands added to B: fp8_a holds the left operand (an input, an output gradient or
- * its transpose), fp8_b the right one (a weight, its transpose, or an input's
- * transpose), one byte per element. */
+/* With FP8 GEMMs (pt_train.fp8 on), the scratch of the FP8 GEMMs' quantized operands
+ * added to B, one byte per element: fp8_a holds an input, an output gradient or an
+ * input's transpose, fp8_b an output gradient's transpose, fp8_w a weight or its
+ * transpose (runtime/fp8.c: a data gradient casts its output gradient both ways, for
+ * the weight gradient after it). */
 void pt_buffers_fp8(const pt_model *m, const pt_layout *l, pt_buffers *B);
 const char *pt_buf_name(pt_buf b);
 /* The most rows one rank's experts can receive in one mixture-of-experts layer of a

@@ -345,7 +345,11 @@ static void fp8_pass_add(pt_fp8_work *w, double elems, double per_elem, double s
  * row-parallel layer and the output gradient dY of a column-parallel one; over cp every
  * activation (X, dY: the sequence's rows). Current scaling reduces before every cast;
  * delayed scaling only where a use pushes its amax into the history (the forward's X
- * and W, the data gradient's dY: runtime/fp8.c's quantize). */
+ * and W, the data gradient's dY: runtime/fp8.c's push). Under current scaling ptrun
+ * reuses casts (runtime/fp8.c's operand_in): k and v take q's input (in the forward,
+ * and its transpose in the weight gradients: fp8_input_cast), and the data gradient
+ * writes dY's transpose beside its rows (one more byte an element), which the weight
+ * gradient right after it takes (fp8_dy_held). */
 static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int64_t k,
                          bool row_parallel)
 {
@@ -353,27 +357,36 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
     double ab = b->c->prec.act_bytes;
     double elems[2] = {(double)m * (double)k, (double)n * (double)k};
     bool amax_pass = b->c->t->fp8.recipe != PT_FP8_DELAYED;
+    fp8_pass p = fp8_pass_of(op->role);
+    /* which operands this GEMM casts (a: X, dY or dY^T; b: W, W^T or X^T), and the
+     * bytes an element of a's cast writes */
+    bool reuse = b->c->t->fp8.recipe == PT_FP8_CURRENT;
+    bool cast_a = !(reuse && ((p == FP8_FWD && b->fp8_input_cast) ||
+                              (p == FP8_WGRAD && b->fp8_dy_held)));
+    bool cast_b = !(reuse && p == FP8_WGRAD && b->fp8_input_cast);
+    double a_writes = reuse && p == FP8_DGRAD ? 2 : 1;
     for (int i = 0; i < 2; i++) {
+        if (!(i == 0 ? cast_a : cast_b))
+            continue;
         if (amax_pass)
             fp8_pass_add(w, elems[i], ab, 1);
-        fp8_pass_add(w, elems[i], ab + 1, 1);
+        fp8_pass_add(w, elems[i], ab + (i == 0 ? a_writes : 1), 1);
         w->launches += 1;
     }
-    fp8_pass p = fp8_pass_of(op->role);
     bool every = amax_pass; /* current scaling: every cast reduces its amax */
     int sharded, rows;
-    switch (p) {
+    switch (p) { /* (a reused cast is not reduced again) */
     case FP8_FWD: /* X (tp when row-parallel; cp) and W (tp), both pushed */
-        sharded = 1 + row_parallel;
-        rows = 1;
+        sharded = (cast_a && row_parallel) + 1;
+        rows = cast_a;
         break;
     case FP8_DGRAD: /* dY, pushed (tp when column-parallel; cp); W^T (tp) */
         sharded = !row_parallel + every;
         rows = 1;
         break;
     default: /* dY^T (tp when column-parallel; cp) and X^T (tp when row-parallel; cp) */
-        sharded = every;
-        rows = 2 * every;
+        sharded = every * ((cast_a && !row_parallel) + (cast_b && row_parallel));
+        rows = every * (cast_a + cast_b);
         break;
     }
     pt_grid g;
@@ -1461,7 +1474,7 @@ static void column_parallel_fwd(builder *b, const dims *d, pt_tensor in, const p
         return;
     }
     for (int i = 0; i < np; i++) {
-        b->fp8_input_cast = i > 0; /* one module's input, quantized once (fp8_te) */
+        b->fp8_input_cast = i > 0; /* one input, quantized once */
         reads(gemm(b, p[i].fwd, p[i].param, d->tokens, p[i].n_out, d->h, p[i].fwd_role), src);
     }
     b->fp8_input_cast = false;
@@ -1486,9 +1499,15 @@ static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const p
     if (batched != PT_OPK_COUNT)
         reads(gemm_batch(b, batched, p[0].param, np, p[0].n_out, d->h, d->tokens,
                          wgrad_role(b, p[0].param)), src);
-    for (int i = 0; batched == PT_OPK_COUNT && i < np; i++)
+    for (int i = 0; batched == PT_OPK_COUNT && i < np; i++) {
+        /* ptrun: the input's transpose cast once; a single projection's weight gradient
+         * right after its data gradient */
+        b->fp8_input_cast = i > 0;
+        b->fp8_dy_held = np == 1 && pt_stack_is_ptrun(&b->c->t->stack);
         reads(gemm(b, p[i].wgrad, p[i].param, p[i].n_out, d->h, d->tokens,
                    wgrad_role(b, p[i].param)), src);
+    }
+    b->fp8_input_cast = b->fp8_dy_held = false;
     double bytes = d->ab * (double)d->tokens * (double)d->h;
     if (b->c->l->sp)
         coll(b, PT_OPK_SP_REDUCESCATTER, (moves){PT_TEN_DLN, PT_TEN_DLN_ROWS},
@@ -1506,7 +1525,9 @@ static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_
 {
     tp_enter(b, d, param);
     gemm(b, dgrad, param, d->tokens, k_in, d->h, dgrad_role);
+    b->fp8_dy_held = pt_stack_is_ptrun(&b->c->t->stack); /* the dgrad's transposed dY */
     gemm(b, wgrad, param, d->h, k_in, d->tokens, wgrad_role(b, param));
+    b->fp8_dy_held = false;
 }
 
 /* Whether the residual adds ride the row-parallel GEMMs before them (matmul_forward_res:

@@ -41,8 +41,11 @@ typedef struct {
     pt_oplist *out;
     int failed;
     bool recompute; /* mark ops as recomputation */
-    bool fp8_input_cast; /* TE: the next forward GEMM's input was quantized already, by the
-                            first projection of the same module (q of q, k, v) */
+    bool fp8_input_cast; /* the next GEMM's input (its transpose in a weight gradient) was
+                            quantized already, by the first projection of the same input
+                            (q of q, k, v): TE's forward, ptrun's (current scaling) both */
+    bool fp8_dy_held;    /* ptrun, current scaling: the next weight gradient's output
+                            gradient was quantized, transposed, by its data gradient */
 } builder;
 
 static inline pt_op *add_op(builder *b, pt_op_kind kind)

@@ -3,8 +3,9 @@
  * projection and MLP GEMMs compute on FP8 operands — E4M3 for inputs and weights, E5M2
  * for output gradients, the hybrid format of Transformer Engine's recipes — while the
  * embedding, the head, attention and the norms stay in the backend's precision. Each
- * GEMM quantizes its two operands into the scratch's fp8_a and fp8_b (planner/
- * buffers.c counts them) and multiplies them with kernels.h's gemm_fp8:
+ * GEMM quantizes its two operands into the scratch's fp8_a, fp8_b and fp8_w (planner/
+ * buffers.c counts them), or reuses what they hold (operand_in), and multiplies them
+ * with kernels.h's gemm_fp8:
  *
  *   forward    out (T, oc)  = X (T, ic)     · W (oc, ic)^T
  *   data grad  dX  (T, ic)  = dY (T, oc)    · W^T (ic, oc)^T
@@ -16,9 +17,7 @@
  * Each (layer, linear layer, operand) has a scaling state (a meta block of kernels.h)
  * in one backend array. Current scaling takes each tensor's scale from its own amax
  * just before the cast; delayed scaling casts with the scale its amax history gave
- * and then pushes this use's amax (forward and data-gradient uses push; the
- * transposed re-casts of the weight gradient and the data gradient's weight do not,
- * so each tensor's history advances once per micro-batch).
+ * and, once the GEMM has read it, pushes this use's amax (push).
  *
  * Under tensor and context parallelism a rank holds a slice of some operands: every
  * weight is split over tp, a row-parallel layer's input and a column-parallel layer's
@@ -185,10 +184,12 @@ static int reduce_amax(pt_layer_ctx *c, float *meta, pt_param_ref r, int operand
     return 0;
 }
 
-/* Quantizes operand `operand` of linear layer r, src (rows, cols) [act], into dst
- * and/or its transpose dst_t. `push`: a use that advances delayed scaling's history. */
-static int quantize(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src,
-                    int64_t rows, int cols, uint8_t *dst, uint8_t *dst_t, bool push)
+/* Casts operand `operand` of linear layer r, src (rows, cols) [act], into dst and/or its
+ * transpose dst_t. Current scaling takes the tensor's amax, reduced over the ranks that
+ * hold its slices, and its scale first; delayed scaling casts with the scale its history
+ * gave (the amax taken in the cast), and `push` (after the GEMM) moves it on. */
+static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, int64_t rows,
+                int cols, uint8_t *dst, uint8_t *dst_t)
 {
     pt_kernels *kn = c->n->kn;
     float *meta = site(c, r, operand);
@@ -200,15 +201,81 @@ static int quantize(pt_layer_ctx *c, pt_param_ref r, int operand, const float *s
         if (reduce_amax(c, meta, r, operand))
             return -1;
         kn->fp8_scale(kn, meta, fmt, 0, 0.0f);
-        kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta);
-        return 0;
     }
-    kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta); /* amax fused */
-    if (!push)
+    kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta); /* delayed: amax fused */
+    return 0;
+}
+
+/* Delayed scaling: the amax of operand `operand`'s casts since its last push into its
+ * history, and the scale for its next use. Called after the GEMM that read this cast, so
+ * that it multiplied by the inverse of the scale the cast used. The forward's X and W
+ * and the data gradient's dY push; the re-casts (the data gradient's W^T, the weight
+ * gradient's transposes) do not, so each history moves once per micro-batch. */
+static int push(pt_layer_ctx *c, pt_param_ref r, int operand)
+{
+    if (c->n->fp8.recipe != PT_FP8_DELAYED)
         return 0;
+    float *meta = site(c, r, operand);
     if (reduce_amax(c, meta, r, operand))
         return -1;
-    kn->fp8_scale(kn, meta, fmt, c->n->fp8.history, 0.0f);
+    c->n->kn->fp8_scale(c->n->kn, meta, operand == FP8_DY ? PT_KFP8_E5M2 : PT_KFP8_E4M3,
+                        c->n->fp8.history, 0.0f);
+    return 0;
+}
+
+/* The linear layers that read one input: q, k and v; the output projection; the MLP's
+ * gate and up projections; its down projection. */
+static int input_group(pt_param_ref r)
+{
+    switch (r) {
+    case PT_PARAM_Q: case PT_PARAM_K: case PT_PARAM_V: return 0;
+    case PT_PARAM_ATTN_OUT: return 1;
+    case PT_PARAM_MLP_GATE: case PT_PARAM_MLP_UP: return 2;
+    default: return 3;
+    }
+}
+
+/* Reuse. Under current scaling a tensor's cast depends on the tensor alone, so a GEMM
+ * whose operand a buffer already holds takes it with the scale it was cast with: k and
+ * v the input q's forward cast, and their weight gradients the input's transpose q's
+ * cast; a weight gradient the output gradient's transpose that the data gradient just
+ * before it cast beside the rows it read. A buffer holds what its last cast wrote, and
+ * a hit needs the same source, shape, orientation and operand of the same input group
+ * of the same layer. A data gradient forgets both buffers' records and a forward and
+ * a weight gradient fp8_b's, so only the next linear layer of the group (the ops of
+ * one layer's micro-batch between them leave its input alone), or the weight gradient
+ * right after its own data gradient, finds one. Delayed scaling moves a scale after
+ * each GEMM (push) and reuses nothing. */
+static pt_fp8_held held_of(const pt_layer_ctx *c, pt_param_ref r, int operand,
+                           const float *src, int64_t rows, int cols, bool t)
+{
+    return (pt_fp8_held){.src = src, .meta = site(c, r, operand), .rows = rows, .li = c->li,
+                         .cols = cols, .group = input_group(r), .operand = operand, .t = t};
+}
+
+static bool holds(const pt_layer_ctx *c, const pt_fp8_held *h, const pt_fp8_held *want)
+{
+    return c->n->fp8.recipe == PT_FP8_CURRENT && h->meta && h->src == want->src &&
+           h->rows == want->rows && h->cols == want->cols && h->li == want->li &&
+           h->group == want->group && h->operand == want->operand && h->t == want->t;
+}
+
+/* Operand `operand` of linear layer r in buffer `buf` (held: what it holds), cast there
+ * unless it holds it already; the scale to multiply by into *meta. */
+static int operand_in(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src,
+                      int64_t rows, int cols, bool t, uint8_t *buf, pt_fp8_held *held,
+                      const float **meta)
+{
+    pt_fp8_held want = held_of(c, r, operand, src, rows, cols, t);
+    if (holds(c, held, &want)) {
+        *meta = held->meta;
+        return 0;
+    }
+    held->meta = NULL; /* overwritten below */
+    if (cast(c, r, operand, src, rows, cols, t ? NULL : buf, t ? buf : NULL))
+        return -1;
+    *held = want;
+    *meta = want.meta;
     return 0;
 }
 
@@ -216,42 +283,54 @@ int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, float *out, const float *inp
                    const float *w, const float *bias, int ic, int oc)
 {
     pt_kernels *kn = c->n->kn;
+    pt_scratch *S = c->S;
     int64_t T = c->d.T;
-    uint8_t *qa = c->S->fp8_a, *qb = c->S->fp8_b;
-    if (pt_layer_finish_gather(c) || quantize(c, r, FP8_X, inp, T, ic, qa, NULL, true) ||
-        quantize(c, r, FP8_W, w, oc, ic, qb, NULL, true))
+    const float *mx;
+    S->fp8_held[1].meta = NULL; /* a data gradient's transposed dY: for its own wgrad only */
+    if (pt_layer_finish_gather(c) ||
+        operand_in(c, r, FP8_X, inp, T, ic, false, S->fp8_a, &S->fp8_held[0], &mx) ||
+        cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL))
         return -1;
-    kn->gemm_fp8(kn, out, 0, 0.0f, qa, PT_KFP8_E4M3, site(c, r, FP8_X), qb, PT_KFP8_E4M3,
+    kn->gemm_fp8(kn, out, 0, 0.0f, S->fp8_a, PT_KFP8_E4M3, mx, S->fp8_w, PT_KFP8_E4M3,
                  site(c, r, FP8_W), bias, T, oc, ic);
-    return 0;
+    return push(c, r, FP8_X) || push(c, r, FP8_W) ? -1 : 0;
 }
 
 int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, float *dinp, bool write, const float *dout,
                  const float *w, int ic, int oc)
 {
     pt_kernels *kn = c->n->kn;
+    pt_scratch *S = c->S;
     int64_t T = c->d.T;
-    uint8_t *qa = c->S->fp8_a, *qb = c->S->fp8_b;
-    if (quantize(c, r, FP8_DY, dout, T, oc, qa, NULL, true) ||
-        quantize(c, r, FP8_W, w, oc, ic, NULL, qb, false))
+    /* dY's rows into fp8_a and, for the weight gradient to reuse, its transpose into
+     * fp8_b in the same pass (current scaling) */
+    bool both = c->n->fp8.recipe == PT_FP8_CURRENT;
+    S->fp8_held[0].meta = S->fp8_held[1].meta = NULL;
+    if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL) ||
+        cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w))
         return -1;
-    kn->gemm_fp8(kn, dinp, 0, write ? 0.0f : 1.0f, qa, PT_KFP8_E5M2, site(c, r, FP8_DY), qb,
-                 PT_KFP8_E4M3, site(c, r, FP8_W), NULL, T, ic, oc);
-    return 0;
+    if (both)
+        S->fp8_held[1] = held_of(c, r, FP8_DY, dout, T, oc, true);
+    kn->gemm_fp8(kn, dinp, 0, write ? 0.0f : 1.0f, S->fp8_a, PT_KFP8_E5M2, site(c, r, FP8_DY),
+                 S->fp8_w, PT_KFP8_E4M3, site(c, r, FP8_W), NULL, T, ic, oc);
+    return push(c, r, FP8_DY);
 }
 
 int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, float *dw, float *dbias, const float *dout,
                  const float *inp, int ic, int oc)
 {
     pt_kernels *kn = c->n->kn;
+    pt_scratch *S = c->S;
     int64_t T = c->d.T;
-    uint8_t *qa = c->S->fp8_a, *qb = c->S->fp8_b;
-    if (pt_layer_finish_gather(c) || quantize(c, r, FP8_DY, dout, T, oc, NULL, qa, false) ||
-        quantize(c, r, FP8_X, inp, T, ic, NULL, qb, false))
+    const float *mdy, *mx;
+    if (pt_layer_finish_gather(c) ||
+        operand_in(c, r, FP8_DY, dout, T, oc, true, S->fp8_b, &S->fp8_held[1], &mdy) ||
+        operand_in(c, r, FP8_X, inp, T, ic, true, S->fp8_a, &S->fp8_held[0], &mx))
         return -1;
     if (dw)
-        kn->gemm_fp8(kn, dw, 1, 1.0f, qa, PT_KFP8_E5M2, site(c, r, FP8_DY), qb, PT_KFP8_E4M3,
-                     site(c, r, FP8_X), NULL, oc, ic, (int)T);
+        kn->gemm_fp8(kn, dw, 1, 1.0f, S->fp8_b, PT_KFP8_E5M2, mdy, S->fp8_a, PT_KFP8_E4M3, mx,
+                     NULL, oc, ic, (int)T);
+    S->fp8_held[1].meta = NULL;
     /* the bias gradient sums the unquantized output gradient, as TE's fused
      * cast-transpose-dbias does */
     if (dbias)

@@ -406,6 +406,16 @@ typedef struct {
                                          vocabulary, else 0; NULL without padding */
 } pt_head_acts;
 
+/* What one FP8 scratch buffer holds (runtime/fp8.c): src (rows, cols), cast as operand
+ * `operand` of the linear layers that read input group `group` of layer li, transposed
+ * or not, with the scale in meta; meta NULL: nothing another GEMM may reuse. */
+typedef struct {
+    const float *src, *meta;
+    int64_t rows, li;
+    int cols, group, operand;
+    bool t;
+} pt_fp8_held;
+
 /* Gradient scratch, reused by every layer and micro-batch. */
 typedef struct {
     void *mem;
@@ -434,8 +444,10 @@ typedef struct {
                                          (b, a/t, s_r/2) fp32 result before combining */
     float *a2a_send, *a2a_recv;       /* cp's all-to-all: what is sent and received */
     float *hdatt, *hdq, *hdk, *hdv;   /* ... the attention gradients in head form */
-    uint8_t *fp8_a, *fp8_b;           /* FP8 GEMMs: one GEMM's quantized operands
-                                         (runtime/fp8.c); NULL without FP8 */
+    uint8_t *fp8_a, *fp8_b, *fp8_w;   /* FP8 GEMMs' quantized operands (runtime/fp8.c:
+                                         inputs and output gradients, output gradients
+                                         transposed, weights); NULL without FP8 */
+    pt_fp8_held fp8_held[2];          /* what fp8_a and fp8_b hold */
     /* a mixture of experts (runtime/moe.c): the router's logits and their gradient
      * (R, E) [act]; the dispatch plan's source rows (R·k) int32 and counts (E int64,
      * then the ep group's E each and the etp group's E/ep each as doubles, gathered);

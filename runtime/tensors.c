@@ -253,6 +253,7 @@ static void carve_scratch(carve *c, const pt_net *n, pt_scratch *S)
     S->moe_drouter = take_buf(c, &B, PT_BUF_MOE_DROUTER);
     S->fp8_a = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_A);
     S->fp8_b = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_B);
+    S->fp8_w = (uint8_t *)take_buf(c, &B, PT_BUF_FP8_W);
 }
 
 /* The widest per-token row any buffer has (values). */

@@ -268,10 +268,17 @@ stage_sanitize() {
         [ -n "$only" ] && set -- --error-exitcode 0 --print-limit 100000 --kernel-name "kns=$only"
         [ "$tool" = synccheck ] && set -- "$@" --kernel-name-exclude kns=cudnn_generated
         saved_limit=$limit
-        [ "$tool" = racecheck ] && limit=${GPUCHECK_RACECHECK_LIMIT_S:-400}
-        step "$log" "$cs" --tool "$tool" --report-api-errors no "$@" \
-            ${GPUCHECK_CS_ARGS:-} "$tbin/test_kernels_cuda"
+        groups=
+        if [ "$tool" = racecheck ]; then
+            limit=${GPUCHECK_RACECHECK_LIMIT_S:-400}
+            groups=${GPUCHECK_RACECHECK_GROUPS:-}
+            [ -n "$groups" ] && note "  racecheck on the test groups named *${groups}* alone"
+        fi
+        # verbose: each check's line in the log, so that it shows what ran under the tool
+        step "$log" env PT_TEST_VERBOSE=1 PT_KTEST_GROUPS="$groups" "$cs" --tool "$tool" \
+            --report-api-errors no "$@" ${GPUCHECK_CS_ARGS:-} "$tbin/test_kernels_cuda"
         limit=$saved_limit
+        note "  $(grep -c "(tol \|exact" "$out/$log.log") checks ran under $tool"
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$log.log" | sort -u |
             sed 's/^/      /' | tee -a "$summary"
         [ "$tool" = racecheck ] || continue
@@ -554,7 +561,9 @@ EOF
         ref=gpt2xl_bf16
         train gpt2-1.5b "$ref" "$fgb" "$fsteps" ""
     fi
-    train gpt2-1.5b gpt2xl_fp8 "$fgb" "$fsteps" "" --precision fp8 || return 1
+    # shellcheck disable=SC2086 # the recipe option as two words, or none
+    train gpt2-1.5b gpt2xl_fp8 "$fgb" "$fsteps" "" --precision fp8 \
+        ${GPUCHECK_FP8_RECIPE:+--fp8-recipe $GPUCHECK_FP8_RECIPE} || return 1
     fp8_against "$ref" gpt2xl_fp8 "fp8_gb$fgb"
     # its FP8 GEMMs profiled (the other kernels are bf16's, from the profile stage when it
     # ran first), and its step predicted

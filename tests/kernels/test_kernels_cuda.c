@@ -1204,6 +1204,22 @@ static void test_errors(void)
     pt_kernels_destroy(kn);
 }
 
+/* Whether group `name` runs: every group, or with PT_KTEST_GROUPS set (words apart by
+ * spaces or commas) those whose names hold one of its words, so that a slow tool
+ * (compute-sanitizer's racecheck, scripts/gpucheck.sh) can look at some kernels alone. */
+static int group_wanted(const char *name)
+{
+    const char *want = getenv("PT_KTEST_GROUPS");
+    if (!want || !*want)
+        return 1;
+    char words[256];
+    snprintf(words, sizeof words, "%s", want);
+    for (char *save = NULL, *w = strtok_r(words, " ,", &save); w; w = strtok_r(NULL, " ,", &save))
+        if (strstr(name, w))
+            return 1;
+    return 0;
+}
+
 /* Runs one group of tests. A backend's error is sticky (kernels.h): after an op that
  * fails, every later call on the backend fails too, which would bury the groups after it
  * under its failure. So a group that leaves the backend failed counts as failed, and a
@@ -1211,6 +1227,8 @@ static void test_errors(void)
  * it: an illegal address, say). */
 static void group(const char *name, void (*tests)(void))
 {
+    if (!group_wanted(name))
+        return;
     tests();
     if (GPU->sync(GPU) == 0)
         return;
@@ -1240,6 +1258,8 @@ int main(void)
     CHECK(CPU != NULL);
     if (!CPU)
         return 1;
+    if (getenv("PT_KTEST_GROUPS") && *getenv("PT_KTEST_GROUPS"))
+        printf("only the groups named by PT_KTEST_GROUPS: %s\n", getenv("PT_KTEST_GROUPS"));
     CHECK(GPU->act_dtype == PT_KDTYPE_BF16);
     CHECK(strcmp(GPU->name, "cuda") == 0);
     GROUP(test_memory);
