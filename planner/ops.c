@@ -349,7 +349,8 @@ static void fp8_pass_add(pt_fp8_work *w, double elems, double per_elem, double s
  * reuses casts (runtime/fp8.c's operand_in): k and v take q's input (in the forward,
  * and its transpose in the weight gradients: fp8_input_cast), and the data gradient
  * writes dY's transpose beside its rows (one more byte an element), which the weight
- * gradient right after it takes (fp8_dy_held). */
+ * gradient right after it takes (fp8_dy_held). torchao's Float8Linear casts per GEMM
+ * and reuses nothing. */
 static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int64_t k,
                          bool row_parallel)
 {
@@ -360,7 +361,7 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
     fp8_pass p = fp8_pass_of(op->role);
     /* which operands this GEMM casts (a: X, dY or dY^T; b: W, W^T or X^T), and the
      * bytes an element of a's cast writes */
-    bool reuse = b->c->t->fp8.recipe == PT_FP8_CURRENT;
+    bool reuse = b->c->t->fp8.recipe == PT_FP8_CURRENT && pt_stack_is_ptrun(&b->c->t->stack);
     bool cast_a = !(reuse && ((p == FP8_FWD && b->fp8_input_cast) ||
                               (p == FP8_WGRAD && b->fp8_dy_held)));
     bool cast_b = !(reuse && p == FP8_WGRAD && b->fp8_input_cast);

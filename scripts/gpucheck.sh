@@ -115,6 +115,11 @@ fi
 profdb="$out/${cluster#dgx-}.db"
 corpus=/usr/share/common-licenses/GPL-3
 [ -f "$corpus" ] || corpus="${bundle:-}/data/GPL-3"
+# another text to train on (the gpt2 stage's first loss is the default corpus's)
+if [ -n "${GPUCHECK_DATA:-}" ]; then
+    [ -f "$GPUCHECK_DATA" ] || { echo "gpucheck: GPUCHECK_DATA $GPUCHECK_DATA: no such file" >&2; exit 2; }
+    corpus=$GPUCHECK_DATA
+fi
 py=$(command -v python3)
 
 note() { printf '%s\n' "$*" | tee -a "$summary"; }

@@ -1060,8 +1060,37 @@ static void test_fp8(void)
             }
             if (op->kind == PT_OPK_ATTN_OUT) /* row-parallel: W and X are sharded */
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
-            if (op->kind == PT_OPK_Q_DGRAD) /* column-parallel: W and dY */
+            if (op->kind == PT_OPK_Q_DGRAD) { /* column-parallel: W and dY */
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
+                /* dY (T, h/tp) cast both ways for the weight gradient after it, W^T once */
+                double dy = T * h / tp, w = h / tp * h;
+                CHECK_NEAR(op->fp8.bytes, ab * (dy + w) + (ab + 2) * dy + (ab + 1) * w, 1e-12);
+            }
+            /* reused casts (runtime/fp8.c's operand_in): k and v take q's input, in the
+             * forward and transposed in their weight gradients; a weight gradient right
+             * after its data gradient takes that one's transposed dY */
+            int casts = -1;
+            switch (op->kind) {
+            case PT_OPK_Q: case PT_OPK_Q_WGRAD: case PT_OPK_ATTN_OUT: case PT_OPK_MLP_UP:
+                casts = 2;
+                break;
+            case PT_OPK_K: case PT_OPK_V: case PT_OPK_K_WGRAD: case PT_OPK_V_WGRAD:
+            case PT_OPK_ATTN_OUT_WGRAD: case PT_OPK_MLP_UP_WGRAD: case PT_OPK_MLP_DOWN_WGRAD:
+                casts = 1;
+                break;
+            default:
+                break;
+            }
+            if (casts > 0) {
+                CHECK_NEAR(op->fp8.passes, 2 * casts, 0);
+                CHECK_NEAR(op->fp8.launches, casts, 0);
+            }
+            if (op->kind == PT_OPK_K) /* the weight alone */
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
+            if (op->kind == PT_OPK_ATTN_OUT_WGRAD) /* X^T, this rank's slice */
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
+            if (op->kind == PT_OPK_K_WGRAD) /* dY^T, a column-parallel layer's slice */
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
         }
         CHECK_INT(gemms, 3 * 6); /* q, k, v, attn_out, mlp_up, mlp_down: fwd, dgrad, wgrad */
         o.n = 0;
@@ -1070,14 +1099,15 @@ static void test_fp8(void)
             if (o.op[i].kind == PT_OPK_LOGITS)
                 CHECK(strstr(o.op[i].kernel.key, ":bf16:") != NULL && o.op[i].fp8.passes == 0);
         pt_oplist_free(&o);
-        /* delayed scaling: the casts alone, and the amax reduced only where a use pushes
-         * it (runtime/fp8.c): the forward's X and W, the data gradient's dY */
+        /* delayed scaling: the casts alone, none reused, and the amax reduced only where
+         * a use pushes it (runtime/fp8.c): the forward's X and W, the data gradient's dY */
         t.fp8.recipe = PT_FP8_DELAYED;
         CHECK_INT(pt_ops_layer(&c, false, &o), 0);
         CHECK_INT(pt_ops_layer(&c, true, &o), 0);
         for (int i = 0; i < o.n; i++) {
             const pt_op *op = &o.op[i];
-            if (op->kind == PT_OPK_Q)
+            if (op->kind == PT_OPK_Q || op->kind == PT_OPK_K || op->kind == PT_OPK_K_WGRAD ||
+                op->kind == PT_OPK_MLP_DOWN_WGRAD)
                 CHECK_NEAR(op->fp8.passes, 2, 0);
             if (op->kind == PT_OPK_ATTN_OUT)
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
@@ -1112,6 +1142,25 @@ static void test_fp8(void)
     }
     CHECK_INT(seen, 3);
     pt_oplist_free(&o);
+    /* torchao's Float8Linear (fsdp, per GEMM as ptrun) reuses no cast: k casts its input */
+    {
+        pt_err err;
+        pt_train tf = train(16);
+        tf.fp8 = (pt_fp8){.recipe = PT_FP8_CURRENT, .history = 1024};
+        CHECK_INT(pt_stack_get("fsdp", &tf.stack, &err), 0);
+        pt_layout lf = layout("dp=1", 16);
+        pt_opctx_init(&c, &m, &lf, &tf, NULL);
+        CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+        CHECK_INT(pt_ops_layer(&c, true, &o), 0);
+        int k = 0;
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == PT_OPK_K || o.op[i].kind == PT_OPK_MLP_DOWN_WGRAD) {
+                k++;
+                CHECK_NEAR(o.op[i].fp8.passes, 4, 0);
+            }
+        CHECK_INT(k, 2);
+        pt_oplist_free(&o);
+    }
     /* tp_overlap: ptrun's FP8 GEMMs quantize the whole gathered input, so the gather
      * before them is not overlapped (without FP8 it is) */
     for (int f = 0; f < 2; f++) {

@@ -537,14 +537,16 @@ out_has "^priced from: 0% measured, 0% interpolated, 100% analytic" "--no-shippe
 analytic_step=$(sed -n 's/^predicted step \([0-9.]*\) s.*/\1/p' "$tmp/out")
 [ -n "$shipped_step" ] && [ "$shipped_step" != "$analytic_step" ] ||
     fail "the profile changes the prediction ($shipped_step against $analytic_step)"
-# dgx-h200's device has a profile of its own (H200-SXM5-141GB.sql), with FP8 GEMMs
+# dgx-h200's device has a profile of its own (H200-SXM5-141GB.sql), with FP8 GEMMs and
+# the FP8 run's kernels at this batch
 h2="--model gpt2-1.5b --cluster dgx-h200 --devices 1 --global-batch 16 --layout tp=1,mbs=16 --no-out"
 run 0 $h2
 out_has "^costs   the shipped profile of H200-SXM5-141GB (costmodels/profiles/H200-SXM5-141GB.sql)" \
     "dgx-h200: the H200's profile is named"
 out_has "^priced from: 100% measured, 0% interpolated, 0% analytic" "dgx-h200: all measured"
 run 0 $h2 --precision fp8
-out_has "^priced from: 9[0-9]% measured" "dgx-h200 in FP8: its FP8 GEMMs measured"
+out_has "^priced from: 100% measured, 0% interpolated, 0% analytic" \
+    "dgx-h200 in FP8: its FP8 GEMMs and kernels measured"
 mc="--model gpt2-1.5b --cluster dgx-h100 --devices 1 --global-batch 16 --stack megatron-core"
 run 0 $mc --layout mbs=8 --no-out
 out_has "^costs   the shipped profile of H100-SXM5-80GB" "another stack: the profile too"
