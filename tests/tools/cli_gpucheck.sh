@@ -45,6 +45,19 @@ GPUCHECK_BUNDLE=/nonexistent "$src/scripts/gpucheck.sh" "$tmp/out2" nonsense > /
 has "$tmp/out2/summary.md" "unknown stage nonsense"
 "$src/scripts/gpucheck.sh" > /dev/null 2>&1
 [ $? = 2 ] || fail "gpucheck without OUTDIR is not a usage error"
+# the fp8 stage trains both precisions on the checkout's own text (megabytes, so that
+# 200 steps do not learn it by heart), planned here; another text must exist
+GPUCHECK_BUNDLE=/nonexistent GPUCHECK_BUILD="$build" GPUCHECK_FP8_STEPS=2 GPUCHECK_PROFILE_FP8=0 \
+    GPUCHECK_LIMIT_S=120 "$src/scripts/gpucheck.sh" "$tmp/out4" fp8 > /dev/null 2>&1
+has "$tmp/out4/summary.md" "gpt2xl_bf16.plan: ok"
+has "$tmp/out4/summary.md" "the runs' text: $tmp/out4/project.txt"
+size=$(wc -c < "$tmp/out4/project.txt" 2>/dev/null || echo 0)
+[ "$size" -gt 2000000 ] || fail "the fp8 stage's text is $size bytes, want megabytes"
+grep -q "^int pt_fp8_forward" "$tmp/out4/project.txt" || fail "project.txt lacks runtime/fp8.c"
+GPUCHECK_DATA="$tmp/none.txt" GPUCHECK_BUNDLE=/nonexistent "$src/scripts/gpucheck.sh" \
+    "$tmp/out5" env > "$tmp/log5" 2>&1
+[ $? = 2 ] || fail "a GPUCHECK_DATA that does not exist is not an error"
+has "$tmp/log5" "GPUCHECK_DATA $tmp/none.txt: no such file"
 
 if "$build/ptplan" --version | grep -q "CUDA backend: yes"; then
     "$src/scripts/gpubundle.sh" "$build" "$tmp/bundle" > "$tmp/blog" 2>&1 ||
