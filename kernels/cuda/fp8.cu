@@ -225,6 +225,36 @@ void pt_kcuda_fp8_scale(pt_kernels *kn,
 
 enum { CAST_TILE = 64, CAST_ROWS = 8 }; /* a block of 32 · CAST_ROWS threads a tile */
 
+/* A thread's share of a cast's amax and counts, then its block's (cast_part) */
+typedef struct {
+    float amax;
+    unsigned over, under;
+} cast_stats;
+
+/* x as fp8 at `scale`, its |x| and counts added to st: saturated at or past `past`, the
+ * midpoint of max and the step above it (kernels.h); non-zero flushed to zero */
+static __device__ __forceinline__ uint8_t cast_one(float x, float scale, float past, int e5m2,
+                                                   cast_stats *st)
+{
+    const float v = x * scale;
+    const uint8_t q = fp8_quantize(x, v, e5m2);
+    st->amax = amax_step(st->amax, x);
+    st->over += fabsf(v) >= past;
+    st->under += x != 0.0f && (q & 0x7Fu) == 0;
+    return q;
+}
+
+/* the block's amax and counts into part[blockIdx.x] (every thread calls it) */
+static __device__ __forceinline__ void cast_part(pt_kcuda_fp8_part *part, cast_stats st,
+                                                 float *smax, unsigned long long *ssum)
+{
+    const float amax = pt_block_max(st.amax, smax);
+    const unsigned long long o = pt_block_sum((unsigned long long)st.over, ssum);
+    const unsigned long long u = pt_block_sum((unsigned long long)st.under, ssum);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = pt_kcuda_fp8_part{amax, 0, o, u};
+}
+
 /* grid-strides over the 64 x 64 tiles of src (rows, cols), row-major tile order;
  * thread (tx, ty) = (lane, warp) takes columns tx and tx + 32 of rows ty, ty + 8, ...
  * Uniform per block: the tile count and dst_t, so every thread meets every barrier. */
@@ -235,13 +265,11 @@ fp8_cast_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf1
     __shared__ uint8_t tile[CAST_TILE][CAST_TILE + 4];
     __shared__ float smax[32];
     __shared__ unsigned long long ssum[32];
-    /* saturated: at or past the midpoint of max and the step above it (kernels.h) */
     const float scale = meta[PT_KFP8_SCALE], past = e5m2 ? 61440.0f : 464.0f;
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32; /* a 1-D block: pt_block_* */
     const int64_t tiles_c = (cols + CAST_TILE - 1) / CAST_TILE;
     const int64_t tiles = (rows + CAST_TILE - 1) / CAST_TILE * tiles_c;
-    float amax = 0.0f;
-    unsigned over = 0, under = 0;
+    cast_stats st = {0.0f, 0, 0};
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
         const int64_t r0 = t / tiles_c * CAST_TILE;
         const int c0 = (int)(t % tiles_c) * CAST_TILE;
@@ -251,11 +279,7 @@ fp8_cast_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf1
                 const int c = c0 + j;
                 if (r >= rows || c >= cols)
                     continue;
-                const float x = pt_ld(src + r * cols + c), v = x * scale;
-                const uint8_t q = fp8_quantize(x, v, e5m2);
-                amax = amax_step(amax, x);
-                over += fabsf(v) >= past;
-                under += x != 0.0f && (q & 0x7Fu) == 0;
+                const uint8_t q = cast_one(pt_ld(src + r * cols + c), scale, past, e5m2, &st);
                 if (dst)
                     dst[r * cols + c] = q;
                 tile[i][j] = q;
@@ -273,29 +297,17 @@ fp8_cast_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf1
             }
         __syncthreads(); /* the tile is rewritten by the next one */
     }
-    amax = pt_block_max(amax, smax);
-    unsigned long long o = pt_block_sum((unsigned long long)over, ssum);
-    unsigned long long u = pt_block_sum((unsigned long long)under, ssum);
-    if (threadIdx.x == 0)
-        part[blockIdx.x] = pt_kcuda_fp8_part{amax, 0, o, u};
+    cast_part(part, st, smax, ssum);
 }
 
-/* x (8 values at once) as eight bytes of fp8, little-endian in the order of x; the
- * tile's amax and counts updated as the scalar kernel does them */
+/* x (8 values at once) as eight bytes of fp8, little-endian in the order of x */
 static __device__ __forceinline__ uint2 cast8(const float x[8], float scale, float past,
-                                              int e5m2, float *amax, unsigned *over,
-                                              unsigned *under)
+                                              int e5m2, cast_stats *st)
 {
     uint32_t w[2] = {0, 0};
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float v = x[j] * scale;
-        const uint8_t q = fp8_quantize(x[j], v, e5m2);
-        *amax = amax_step(*amax, x[j]);
-        *over += fabsf(v) >= past;
-        *under += x[j] != 0.0f && (q & 0x7Fu) == 0;
-        w[j / 4] |= (uint32_t)q << (8 * (j % 4));
-    }
+    for (int j = 0; j < 8; j++)
+        w[j / 4] |= (uint32_t)cast_one(x[j], scale, past, e5m2, st) << (8 * (j % 4));
     return make_uint2(w[0], w[1]);
 }
 
@@ -318,8 +330,7 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
     const int chunk = threadIdx.x % 8, row = threadIdx.x / 8; /* row 0 .. 31 */
     const int64_t tiles_c = (cols + CAST_TILE - 1) / CAST_TILE;
     const int64_t tiles = (rows + CAST_TILE - 1) / CAST_TILE * tiles_c;
-    float amax = 0.0f;
-    unsigned over = 0, under = 0;
+    cast_stats st = {0.0f, 0, 0};
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
         const int64_t r0 = t / tiles_c * CAST_TILE;
         const int c0 = (int)(t % tiles_c) * CAST_TILE;
@@ -330,7 +341,7 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
                 continue;
             float x[8];
             pt_ld8(x, src + r * cols + c);
-            const uint2 q = cast8(x, scale, past, e5m2, &amax, &over, &under);
+            const uint2 q = cast8(x, scale, past, e5m2, &st);
             if (dst)
                 *reinterpret_cast<uint2 *>(dst + r * cols + c) = q;
             tile[i][2 * chunk] = q.x;
@@ -356,11 +367,7 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
         }
         __syncthreads(); /* the tile is rewritten by the next one */
     }
-    amax = pt_block_max(amax, smax);
-    unsigned long long o = pt_block_sum((unsigned long long)over, ssum);
-    unsigned long long u = pt_block_sum((unsigned long long)under, ssum);
-    if (threadIdx.x == 0)
-        part[blockIdx.x] = pt_kcuda_fp8_part{amax, 0, o, u};
+    cast_part(part, st, smax, ssum);
 }
 
 void pt_kcuda_fp8_cast(pt_kernels *kn,
