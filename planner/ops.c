@@ -366,6 +366,9 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
                               (p == FP8_WGRAD && b->fp8_dy_held)));
     bool cast_b = !(reuse && p == FP8_WGRAD && b->fp8_input_cast);
     double a_writes = reuse && p == FP8_DGRAD ? 2 : 1;
+    w->reuse_a = !cast_a;
+    w->reuse_b = !cast_b;
+    w->dy_both = a_writes == 2;
     for (int i = 0; i < 2; i++) {
         if (!(i == 0 ? cast_a : cast_b))
             continue;

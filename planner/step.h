@@ -209,6 +209,10 @@ typedef struct {
     pt_coll_op amax;        /* one of them: 4 bytes over the tp group */
     int amax_cp_reduces;    /* ... and over cp (an activation's rows are split over it) */
     pt_coll_op amax_cp;     /* one of them: 4 bytes over the cp group */
+    /* ptrun under current scaling (runtime/fp8.c follows these): the GEMM takes operand
+     * a (X in a forward, dY^T in a weight gradient) or b (X^T in a weight gradient) as
+     * an earlier GEMM of the list cast it; a data gradient writes dY's transpose too */
+    bool reuse_a, reuse_b, dy_both;
 } pt_fp8_work;
 
 typedef struct {

@@ -236,16 +236,15 @@ static int input_group(pt_param_ref r)
 }
 
 /* Reuse. Under current scaling a tensor's cast depends on the tensor alone, so a GEMM
- * whose operand a buffer already holds takes it with the scale it was cast with: k and
- * v the input q's forward cast, and their weight gradients the input's transpose q's
- * cast; a weight gradient the output gradient's transpose that the data gradient just
- * before it cast beside the rows it read. A buffer holds what its last cast wrote, and
- * a hit needs the same source, shape, orientation and operand of the same input group
- * of the same layer. A data gradient forgets both buffers' records and a forward and
- * a weight gradient fp8_b's, so only the next linear layer of the group (the ops of
- * one layer's micro-batch between them leave its input alone), or the weight gradient
- * right after its own data gradient, finds one. Delayed scaling moves a scale after
- * each GEMM (push) and reuses nothing. */
+ * may take an operand as an earlier GEMM cast it, with that GEMM's scale: which ones do
+ * is the plan's (the op's pt_fp8_work, planner/ops.c's fp8_per_gemm: k and v the input
+ * q's forward cast, and their weight gradients the input's transpose q's cast; a weight
+ * gradient the output gradient's transpose that the data gradient just before it wrote
+ * beside the rows it read). Each buffer keeps a record of what its last cast wrote (the
+ * same source, shape, orientation and operand of the same input group of the same
+ * layer), and a reuse the record does not match is refused: planner and runtime would
+ * disagree. A data gradient forgets both records and a forward and a weight gradient
+ * fp8_b's. Delayed scaling moves a scale after each GEMM (push) and reuses nothing. */
 static pt_fp8_held held_of(const pt_layer_ctx *c, pt_param_ref r, int operand,
                            const float *src, int64_t rows, int cols, bool t)
 {
@@ -260,14 +259,21 @@ static bool holds(const pt_layer_ctx *c, const pt_fp8_held *h, const pt_fp8_held
            h->group == want->group && h->operand == want->operand && h->t == want->t;
 }
 
-/* Operand `operand` of linear layer r in buffer `buf` (held: what it holds), cast there
- * unless it holds it already; the scale to multiply by into *meta. */
+/* Operand `operand` of linear layer r in buffer `buf` (held: what it holds): cast
+ * there, or with `reuse` (the op's) taken as the earlier cast left it; the scale to
+ * multiply by into *meta. */
 static int operand_in(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src,
                       int64_t rows, int cols, bool t, uint8_t *buf, pt_fp8_held *held,
-                      const float **meta)
+                      bool reuse, const float **meta)
 {
+    static const char *const what[FP8_OPERANDS] = {"input", "weight", "output gradient"};
     pt_fp8_held want = held_of(c, r, operand, src, rows, cols, t);
-    if (holds(c, held, &want)) {
+    if (reuse) {
+        if (!holds(c, held, &want))
+            return pt_err_set(c->err, "internal: layer %lld's %s GEMM is planned to reuse "
+                                      "the FP8 cast of its %s%s, which no GEMM before it made",
+                              (long long)c->li, pt_param_ref_name(r), what[operand],
+                              t ? " (transposed)" : "");
         *meta = held->meta;
         return 0;
     }
@@ -279,8 +285,8 @@ static int operand_in(pt_layer_ctx *c, pt_param_ref r, int operand, const float 
     return 0;
 }
 
-int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, float *out, const float *inp,
-                   const float *w, const float *bias, int ic, int oc)
+int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float *out,
+                   const float *inp, const float *w, const float *bias, int ic, int oc)
 {
     pt_kernels *kn = c->n->kn;
     pt_scratch *S = c->S;
@@ -288,7 +294,8 @@ int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, float *out, const float *inp
     const float *mx;
     S->fp8_held[1].meta = NULL; /* a data gradient's transposed dY: for its own wgrad only */
     if (pt_layer_finish_gather(c) ||
-        operand_in(c, r, FP8_X, inp, T, ic, false, S->fp8_a, &S->fp8_held[0], &mx) ||
+        operand_in(c, r, FP8_X, inp, T, ic, false, S->fp8_a, &S->fp8_held[0], how->reuse_a,
+                   &mx) ||
         cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL))
         return -1;
     kn->gemm_fp8(kn, out, 0, 0.0f, S->fp8_a, PT_KFP8_E4M3, mx, S->fp8_w, PT_KFP8_E4M3,
@@ -296,15 +303,15 @@ int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, float *out, const float *inp
     return push(c, r, FP8_X) || push(c, r, FP8_W) ? -1 : 0;
 }
 
-int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, float *dinp, bool write, const float *dout,
-                 const float *w, int ic, int oc)
+int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float *dinp,
+                 bool write, const float *dout, const float *w, int ic, int oc)
 {
     pt_kernels *kn = c->n->kn;
     pt_scratch *S = c->S;
     int64_t T = c->d.T;
-    /* dY's rows into fp8_a and, for the weight gradient to reuse, its transpose into
-     * fp8_b in the same pass (current scaling) */
-    bool both = c->n->fp8.recipe == PT_FP8_CURRENT;
+    /* dY's rows into fp8_a and, where the plan says, for a weight gradient to reuse, its
+     * transpose into fp8_b in the same pass */
+    bool both = how->dy_both;
     S->fp8_held[0].meta = S->fp8_held[1].meta = NULL;
     if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL) ||
         cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w))
@@ -316,16 +323,18 @@ int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, float *dinp, bool write, const
     return push(c, r, FP8_DY);
 }
 
-int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, float *dw, float *dbias, const float *dout,
-                 const float *inp, int ic, int oc)
+int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float *dw,
+                 float *dbias, const float *dout, const float *inp, int ic, int oc)
 {
     pt_kernels *kn = c->n->kn;
     pt_scratch *S = c->S;
     int64_t T = c->d.T;
     const float *mdy, *mx;
     if (pt_layer_finish_gather(c) ||
-        operand_in(c, r, FP8_DY, dout, T, oc, true, S->fp8_b, &S->fp8_held[1], &mdy) ||
-        operand_in(c, r, FP8_X, inp, T, ic, true, S->fp8_a, &S->fp8_held[0], &mx))
+        operand_in(c, r, FP8_DY, dout, T, oc, true, S->fp8_b, &S->fp8_held[1], how->reuse_a,
+                   &mdy) ||
+        operand_in(c, r, FP8_X, inp, T, ic, true, S->fp8_a, &S->fp8_held[0], how->reuse_b,
+                   &mx))
         return -1;
     if (dw)
         kn->gemm_fp8(kn, dw, 1, 1.0f, S->fp8_b, PT_KFP8_E5M2, mdy, S->fp8_a, PT_KFP8_E4M3, mx,

@@ -197,7 +197,8 @@ static int linear_fwd(pt_layer_ctx *c, const pt_op *op, float *out, const float 
 {
     pt_param_view w = param(c, op->param, false);
     if (pt_fp8_linear(c, op->param))
-        return pt_fp8_forward(c, op->param, out, inp, w.w, role_bias(c, op).w, ic, oc);
+        return pt_fp8_forward(c, op->param, &op->fp8, out, inp, w.w, role_bias(c, op).w, ic,
+                              oc);
     rows_gemm g = {.w = w.w, .bias = role_bias(c, op).w, .out = out, .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
 }
@@ -231,7 +232,7 @@ static int linear_gelu_fwd(pt_layer_ctx *c, const pt_op *op, float *act, float *
 {
     pt_param_view w = param(c, op->param, false);
     if (pt_fp8_linear(c, op->param)) { /* the FP8 product, then the GELU apart */
-        if (pt_fp8_forward(c, op->param, pre, inp, w.w, role_bias(c, op).w, ic, oc))
+        if (pt_fp8_forward(c, op->param, &op->fp8, pre, inp, w.w, role_bias(c, op).w, ic, oc))
             return -1;
         c->n->kn->gelu_forward(c->n->kn, act, pre, c->d.T * oc);
         return 0;
@@ -288,7 +289,8 @@ static int linear_wgrad(pt_layer_ctx *c, const pt_op *op, const float *dout,
 {
     pt_param_view w = param(c, op->param, false);
     if (pt_fp8_linear(c, op->param))
-        return pt_fp8_wgrad(c, op->param, w.g, role_bias(c, op).g, dout, inp, ic, oc);
+        return pt_fp8_wgrad(c, op->param, &op->fp8, w.g, role_bias(c, op).g, dout, inp, ic,
+                            oc);
     rows_gemm g = {.w = w.w, .dw = w.g, .dbias = role_bias(c, op).g, .dout = dout,
                    .ic = ic, .oc = oc};
     return gemm_over_rows(c, &g, inp);
@@ -303,8 +305,8 @@ static int linear_dgrad(pt_layer_ctx *c, const pt_op *op, float *dinp, const flo
     pt_kernels *kn = c->n->kn;
     const float *w = param(c, op->param, false).w;
     if (pt_fp8_linear(c, op->param))
-        return pt_fp8_dgrad(c, op->param, dinp, op->role == PT_GEMM_DGRAD_WRITE, dout, w, ic,
-                            oc);
+        return pt_fp8_dgrad(c, op->param, &op->fp8, dinp, op->role == PT_GEMM_DGRAD_WRITE,
+                            dout, w, ic, oc);
     if (op->role == PT_GEMM_DGRAD_WRITE)
         kn->matmul_dgrad(kn, dinp, dout, w, c->d.T, ic, oc);
     else
@@ -367,8 +369,10 @@ static int qkv_shared(pt_layer_ctx *c, const pt_op *op, float *const out[3],
     if (pt_layer_finish_gather(c))
         return -1;
     for (int i = 0; pt_fp8_linear(c, refs[i]) && i < 3; i++) { /* FP8: one GEMM each */
-        int rc = out ? pt_fp8_forward(c, refs[i], out[i], inp, w[i], bias[i], d->h, oc)
-                     : pt_fp8_wgrad(c, refs[i], dw[i], dbias[i], dout[i], inp, d->h, oc);
+        int rc = out ? pt_fp8_forward(c, refs[i], &op->fp8, out[i], inp, w[i], bias[i], d->h,
+                                      oc)
+                     : pt_fp8_wgrad(c, refs[i], &op->fp8, dw[i], dbias[i], dout[i], inp, d->h,
+                                    oc);
         if (rc || i == 2)
             return rc;
     }
@@ -399,8 +403,8 @@ static const float *branch_grad(pt_layer_ctx *c, int site, bool first)
  * gradient is the sum over the ranks sharing it. Each rank writes its share into its
  * head's slot of a buffer of every head, the buffer is summed over tp (the other
  * heads' ranks add into the other slots), and each rank takes its head's slot. */
-static int kv_wgrad_shared(pt_layer_ctx *c, pt_param_ref which, const float *dout,
-                           const float *inp)
+static int kv_wgrad_shared(pt_layer_ctx *c, const pt_op *op, pt_param_ref which,
+                           const float *dout, const float *inp)
 {
     pt_kernels *kn = c->n->kn;
     const pt_layer_dims *d = &c->d;
@@ -413,7 +417,7 @@ static int kv_wgrad_shared(pt_layer_ctx *c, pt_param_ref which, const float *dou
     kn->zero(kn, c->S->dkv, (size_t)(heads * part) * sizeof(float));
     float *mine_b = b.g ? mine + (int64_t)kvd * d->h : NULL;
     if (pt_fp8_linear(c, which)) {
-        if (pt_fp8_wgrad(c, which, mine, mine_b, dout, inp, d->h, kvd))
+        if (pt_fp8_wgrad(c, which, &op->fp8, mine, mine_b, dout, inp, d->h, kvd))
             return -1;
     } else
         kn->matmul_backward(kn, NULL, mine, mine_b, dout, inp, w.w, d->T, d->h, kvd);
@@ -741,8 +745,8 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         /* dup = (gradient of the down projection's output · w) ⊙ gelu'(up), written */
         pt_param_view wd = param(c, w, false);
         if (pt_fp8_linear(c, w)) { /* the FP8 data gradient, then the GELU's backward */
-            if (pt_fp8_dgrad(c, w, S->dact, true, branch_grad(c, PT_DROP_MLP, true), wd.w,
-                             d->f, d->h))
+            if (pt_fp8_dgrad(c, w, &op->fp8, S->dact, true, branch_grad(c, PT_DROP_MLP, true),
+                             wd.w, d->f, d->h))
                 return -1;
             kn->zero(kn, S->dup, pt_act_bytes(c, Tf));
             kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
@@ -790,11 +794,11 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
     case PT_OPK_Q_WGRAD: return linear_wgrad(c, op, gq, in, d->h, qd);
     case PT_OPK_K_WGRAD:
         if (d->kv_share > 1)
-            return kv_wgrad_shared(c, w, gk, in);
+            return kv_wgrad_shared(c, op, w, gk, in);
         return linear_wgrad(c, op, gk, in, d->h, kvd);
     case PT_OPK_V_WGRAD:
         if (d->kv_share > 1)
-            return kv_wgrad_shared(c, w, S->dv, in);
+            return kv_wgrad_shared(c, op, w, S->dv, in);
         return linear_wgrad(c, op, S->dv, in, d->h, kvd);
     case PT_OPK_QKV_WGRAD: {
         const float *const dout[3] = {gq, gk, S->dv};

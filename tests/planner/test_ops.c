@@ -1025,6 +1025,11 @@ static void test_bias_in_role(void)
 /* FP8 (pt_train.fp8): the layers' GEMMs keyed fp8 with one-byte operands, the head's in
  * bf16; under ptrun's stack no fused GEMM form (the runtime calls gemm_fp8 plain), and
  * each GEMM op carries its casts as ptrun's runtime runs them. */
+static bool fp8_pass_is_dgrad(pt_gemm_role r)
+{
+    return r == PT_GEMM_DGRAD || r == PT_GEMM_DGRAD_DGELU || r == PT_GEMM_DGRAD_WRITE;
+}
+
 static void test_fp8(void)
 {
     pt_model m = gpt(4, 1024, 16, 1024, 50304); /* GELU, biases: every fused form at tp=1 */
@@ -1085,6 +1090,13 @@ static void test_fp8(void)
                 CHECK_NEAR(op->fp8.passes, 2 * casts, 0);
                 CHECK_NEAR(op->fp8.launches, casts, 0);
             }
+            /* ... and say so to the runtime, which follows the op */
+            bool fwd = op->kind == PT_OPK_K || op->kind == PT_OPK_V;
+            bool dy = op->kind == PT_OPK_ATTN_OUT_WGRAD || op->kind == PT_OPK_MLP_UP_WGRAD ||
+                      op->kind == PT_OPK_MLP_DOWN_WGRAD;
+            bool x_t = op->kind == PT_OPK_K_WGRAD || op->kind == PT_OPK_V_WGRAD;
+            CHECK(op->fp8.reuse_a == (fwd || dy) && op->fp8.reuse_b == x_t);
+            CHECK(op->fp8.dy_both == (fp8_pass_is_dgrad(op->role)));
             if (op->kind == PT_OPK_K) /* the weight alone */
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
             if (op->kind == PT_OPK_ATTN_OUT_WGRAD) /* X^T, this rank's slice */
@@ -1109,6 +1121,7 @@ static void test_fp8(void)
             if (op->kind == PT_OPK_Q || op->kind == PT_OPK_K || op->kind == PT_OPK_K_WGRAD ||
                 op->kind == PT_OPK_MLP_DOWN_WGRAD)
                 CHECK_NEAR(op->fp8.passes, 2, 0);
+            CHECK(!op->fp8.reuse_a && !op->fp8.reuse_b && !op->fp8.dy_both);
             if (op->kind == PT_OPK_ATTN_OUT)
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
             if (op->kind == PT_OPK_Q_DGRAD) /* dY; W^T is cast with the pushed scale */
