@@ -42,12 +42,13 @@
 # GPUCHECK_XL_BATCHES lists more global batches GPT-2 1.5B trains at ("64 128": its
 # micro-batches accumulated, the optimizer once a step; default none);
 # GPUCHECK_XL_STEPS (20) steps for 1.5B's run; GPUCHECK_FP8_STEPS (200) and
-# GPUCHECK_FP8_BATCH (16) the fp8 stage's runs (it takes gpt2xl's as its bf16 run where
-# that ran as long at that batch), GPUCHECK_FP8_FILL more global batches both run at for
+# GPUCHECK_FP8_BATCH (16) the fp8 stage's runs (both precisions on the checkout's own
+# text, or GPUCHECK_DATA's), GPUCHECK_FP8_RECIPE its recipe, GPUCHECK_DATA another text
+# for every training run, GPUCHECK_FP8_FILL more global batches both run at for
 # GPUCHECK_FP8_FILL_STEPS (12) steps (a batch that fills the GPU: "32" on an H200);
 # GPUCHECK_MOE_STEPS (200) and GPUCHECK_MOE_BATCH (8) the moe stage's run;
-# GPUCHECK_RACECHECK_KERNELS, kernel-name substrings ("fp8 moe_"), has racecheck look
-# at those kernels alone, one run each; GPUCHECK_MPI_LAYOUTS the mpi stage's layouts of
+# GPUCHECK_RACECHECK_GROUPS, test groups ("fp8 moe pointwise"), has racecheck run those
+# groups of the kernel tests alone; GPUCHECK_MPI_LAYOUTS the mpi stage's layouts of
 # the tiny model (dp=1 first: the others are checked against it), GPUCHECK_MPI_QK=0 skips
 # its q/k-norm runs;
 # GPUCHECK_TORCH=0 skips the PyTorch GPT-2 references (minutes of torch.compile),
@@ -245,19 +246,8 @@ stage_test() {
 stage_sanitize() {
     note "## compute-sanitizer on the kernel tests"
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    runs=
     for tool in ${GPUCHECK_SANITIZERS:-memcheck racecheck synccheck}; do
-        if [ "$tool" = racecheck ] && [ -n "${GPUCHECK_RACECHECK_KERNELS:-}" ]; then
-            for k in $GPUCHECK_RACECHECK_KERNELS; do runs="$runs racecheck:$k"; done
-        else
-            runs="$runs $tool"
-        fi
-    done
-    for run in $runs; do
-        # TOOL, or racecheck:SUBSTRING for the kernels whose names hold it alone
-        tool=${run%%:*} only=${run#"$tool"} log=sanitize_$tool
-        only=${only#:}
-        [ -n "$only" ] && log=${log}_$(echo "$only" | tr -c 'A-Za-z0-9_\n' _)
+        log=sanitize_$tool
         # the tests provoke an out-of-memory on purpose: API errors are not findings.
         # racecheck: hazards are sorted by kernel below, so they do not decide the exit
         # status. synccheck: cuDNN's runtime-compiled attention kernels are left out: in
@@ -270,7 +260,6 @@ stage_sanitize() {
         set -- --error-exitcode 3
         [ "$tool" = racecheck ] && set -- --error-exitcode 0 --print-limit 100000 \
             --kernel-name-exclude kns=cudnn_generated
-        [ -n "$only" ] && set -- --error-exitcode 0 --print-limit 100000 --kernel-name "kns=$only"
         [ "$tool" = synccheck ] && set -- "$@" --kernel-name-exclude kns=cudnn_generated
         saved_limit=$limit
         groups=
@@ -309,7 +298,7 @@ print("%s: hazard reports in this project's kernels: %s; in NVIDIA's library ker
       % ("FAILED" if ours else "ok", short(ours), short(theirs)))
 EOF
 )
-        note "  racecheck${only:+ of the kernels named *$only*}, by kernel: $verdict"
+        note "  racecheck, by kernel: $verdict"
         case $verdict in ok*) ;; *) failed=1 ;; esac
     done
 }
