@@ -231,12 +231,31 @@ typedef struct {
     unsigned over, under;
 } cast_stats;
 
-/* x as fp8 at `scale`, its |x| and counts added to st: saturated at or past `past`, the
- * midpoint of max and the step above it (kernels.h); non-zero flushed to zero */
-static __device__ __forceinline__ uint8_t cast_one(float x, float scale, float past, int e5m2,
+/* the tile grid of a (rows, cols) matrix: tiles across, and in all (row-major order) */
+typedef struct {
+    int64_t across, count;
+} cast_grid;
+
+static __host__ __device__ __forceinline__ cast_grid cast_grid_of(int64_t rows, int cols)
+{
+    const int64_t across = (cols + CAST_TILE - 1) / CAST_TILE;
+    return cast_grid{across, (rows + CAST_TILE - 1) / CAST_TILE * across};
+}
+
+/* tile t's first row and column */
+static __device__ __forceinline__ void cast_tile_at(cast_grid g, int64_t t, int64_t *r0,
+                                                    int *c0)
+{
+    *r0 = t / g.across * CAST_TILE;
+    *c0 = (int)(t % g.across) * CAST_TILE;
+}
+
+/* x as fp8 at `scale`, its |x| and counts added to st: saturated at or past the midpoint
+ * of max and the step above it (kernels.h); non-zero flushed to zero */
+static __device__ __forceinline__ uint8_t cast_one(float x, float scale, int e5m2,
                                                    cast_stats *st)
 {
-    const float v = x * scale;
+    const float v = x * scale, past = e5m2 ? 61440.0f : 464.0f;
     const uint8_t q = fp8_quantize(x, v, e5m2);
     st->amax = amax_step(st->amax, x);
     st->over += fabsf(v) >= past;
@@ -265,21 +284,21 @@ fp8_cast_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf1
     __shared__ uint8_t tile[CAST_TILE][CAST_TILE + 4];
     __shared__ float smax[32];
     __shared__ unsigned long long ssum[32];
-    const float scale = meta[PT_KFP8_SCALE], past = e5m2 ? 61440.0f : 464.0f;
+    const float scale = meta[PT_KFP8_SCALE];
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32; /* a 1-D block: pt_block_* */
-    const int64_t tiles_c = (cols + CAST_TILE - 1) / CAST_TILE;
-    const int64_t tiles = (rows + CAST_TILE - 1) / CAST_TILE * tiles_c;
+    const cast_grid g = cast_grid_of(rows, cols);
     cast_stats st = {0.0f, 0, 0};
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t r0 = t / tiles_c * CAST_TILE;
-        const int c0 = (int)(t % tiles_c) * CAST_TILE;
+    for (int64_t t = blockIdx.x; t < g.count; t += gridDim.x) {
+        int64_t r0;
+        int c0;
+        cast_tile_at(g, t, &r0, &c0);
         for (int i = ty; i < CAST_TILE; i += CAST_ROWS)
             for (int j = tx; j < CAST_TILE; j += 32) {
                 const int64_t r = r0 + i;
                 const int c = c0 + j;
                 if (r >= rows || c >= cols)
                     continue;
-                const uint8_t q = cast_one(pt_ld(src + r * cols + c), scale, past, e5m2, &st);
+                const uint8_t q = cast_one(pt_ld(src + r * cols + c), scale, e5m2, &st);
                 if (dst)
                     dst[r * cols + c] = q;
                 tile[i][j] = q;
@@ -301,13 +320,13 @@ fp8_cast_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf1
 }
 
 /* x (8 values at once) as eight bytes of fp8, little-endian in the order of x */
-static __device__ __forceinline__ uint2 cast8(const float x[8], float scale, float past,
-                                              int e5m2, cast_stats *st)
+static __device__ __forceinline__ uint2 cast8(const float x[8], float scale, int e5m2,
+                                              cast_stats *st)
 {
     uint32_t w[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        w[j / 4] |= (uint32_t)cast_one(x[j], scale, past, e5m2, st) << (8 * (j % 4));
+        w[j / 4] |= (uint32_t)cast_one(x[j], scale, e5m2, st) << (8 * (j % 4));
     return make_uint2(w[0], w[1]);
 }
 
@@ -326,14 +345,14 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
     __shared__ uint32_t tile[CAST_TILE][CAST_TILE / 4 + 1];
     __shared__ float smax[32];
     __shared__ unsigned long long ssum[32];
-    const float scale = meta[PT_KFP8_SCALE], past = e5m2 ? 61440.0f : 464.0f;
+    const float scale = meta[PT_KFP8_SCALE];
     const int chunk = threadIdx.x % 8, row = threadIdx.x / 8; /* row 0 .. 31 */
-    const int64_t tiles_c = (cols + CAST_TILE - 1) / CAST_TILE;
-    const int64_t tiles = (rows + CAST_TILE - 1) / CAST_TILE * tiles_c;
+    const cast_grid g = cast_grid_of(rows, cols);
     cast_stats st = {0.0f, 0, 0};
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t r0 = t / tiles_c * CAST_TILE;
-        const int c0 = (int)(t % tiles_c) * CAST_TILE;
+    for (int64_t t = blockIdx.x; t < g.count; t += gridDim.x) {
+        int64_t r0;
+        int c0;
+        cast_tile_at(g, t, &r0, &c0);
         for (int i = row; i < CAST_TILE; i += 32) {
             const int64_t r = r0 + i;
             const int c = c0 + 8 * chunk;
@@ -341,7 +360,7 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
                 continue;
             float x[8];
             pt_ld8(x, src + r * cols + c);
-            const uint2 q = cast8(x, scale, past, e5m2, &st);
+            const uint2 q = cast8(x, scale, e5m2, &st);
             if (dst)
                 *reinterpret_cast<uint2 *>(dst + r * cols + c) = q;
             tile[i][2 * chunk] = q.x;
@@ -381,7 +400,7 @@ void pt_kcuda_fp8_cast(pt_kernels *kn,
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     if (rows <= 0 || cols <= 0)
         return;
-    int64_t tiles = (rows + CAST_TILE - 1) / CAST_TILE * ((cols + CAST_TILE - 1) / CAST_TILE);
+    const int64_t tiles = cast_grid_of(rows, cols).count;
     int blocks = (int)(tiles < PT_KCUDA_FP8_BLOCKS ? tiles : PT_KCUDA_FP8_BLOCKS);
     const int wide = cols % 8 == 0 && (!dst_t || rows % 8 == 0) &&
                      pt_kcuda_align_of(src) >= 16 && (!dst || pt_kcuda_align_of(dst) >= 8) &&
