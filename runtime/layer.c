@@ -366,16 +366,14 @@ static int qkv_shared(pt_layer_ctx *c, const pt_op *op, float *const out[3],
         bias[i] = b ? pb.w : NULL;
         dbias[i] = b ? pb.g : NULL;
     }
+    /* FP8 casts and multiplies each projection apart, with its own reuse of casts (the
+     * op's pt_fp8_work), so the planner batches none under FP8 (gemm_epilogues) */
+    if (pt_fp8_linear(c, PT_PARAM_Q))
+        return pt_err_set(c->err, "internal: layer %lld's q, k and v are planned as one "
+                                  "batched GEMM under FP8, which runs one GEMM each",
+                          (long long)c->li);
     if (pt_layer_finish_gather(c))
         return -1;
-    for (int i = 0; pt_fp8_linear(c, refs[i]) && i < 3; i++) { /* FP8: one GEMM each */
-        int rc = out ? pt_fp8_forward(c, refs[i], &op->fp8, out[i], inp, w[i], bias[i], d->h,
-                                      oc)
-                     : pt_fp8_wgrad(c, refs[i], &op->fp8, dw[i], dbias[i], dout[i], inp, d->h,
-                                    oc);
-        if (rc || i == 2)
-            return rc;
-    }
     if (out)
         kn->matmul_forward_shared(kn, 3, out, inp, w, bias, d->T, d->h, oc);
     else
