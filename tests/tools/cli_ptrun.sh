@@ -18,8 +18,8 @@ run 0 "$build/ptplan" --devices 1 --out "$tmp/plan.json" --top 1
 [ -f "$tmp/plan.json" ] || fail "ptplan writes the default plan"
 
 # The default run: loss at step 1 within 2% of ln(256) = 5.5452 (a uniform guess over
-# the byte vocabulary), and validation loss below 3.4 after 100 steps (measured: 3.0
-# on this machine; the bound leaves room for other BLAS builds).
+# the byte vocabulary), and validation loss below 3.4 after 100 steps (printed; the
+# bound leaves room for other BLAS builds, whose sums are taken in other orders).
 run 0 "$build/ptrun" "$tmp/plan.json" --steps 100 --val-every 50 --log "$tmp/log.jsonl" \
     --trace "$tmp/trace.json" --sample 32
 first=$(loss_at "$tmp/log.jsonl" step 1)
@@ -27,6 +27,7 @@ awk -v l="$first" 'BEGIN { d = l - log(256); if (d < 0) d = -d; exit !(d / log(2
     fail "step-1 loss $first is not within 2% of ln(256)"
 val=$(loss_at "$tmp/log.jsonl" val 100)
 awk -v l="$val" 'BEGIN { exit !(l < 3.4) }' || fail "validation loss $val after 100 steps is not below 3.4"
+echo "default run: step-1 loss $first, validation loss $val after 100 steps (bound 3.4)"
 grep -q "^sample: " "$tmp/out" || fail "a sample of text is printed"
 # q, k and v of tiny (h = 64, with biases) on mbs x 64 tokens, one batched GEMM (qkv),
 # under the planner's key
