@@ -82,8 +82,9 @@ elif [ "$suite" = a2a ]; then
     # Adam divides a gradient by its own root mean square, so a parameter's gradient
     # off by a constant factor on every step moves the figures little: the q/k norms'
     # k gain counted once per replicated KV head pair instead of from both copies (a
-    # mistake made while writing them) differed from one rank by 5.3e-6 over these 6
-    # steps, inside 1e-5, where every layout agrees to 4e-9. 1e-7 fails it.
+    # mistake made while writing them) stayed inside 1e-5 over these 6 steps, while
+    # every correct layout differs from one rank only by fp32 sums' order, far below
+    # 1e-7, which fails it (both figures in docs/results/).
     tol=1e-7
 elif [ "$suite" = cuda ]; then
     steps=6
