@@ -17,10 +17,9 @@ build="$1"
 src="$2"
 
 # ---- The error bounds (fractions). Tighten as the cost model improves. ------------
-# Each bound sits a little above what the model reached when it was last tightened, so
-# that a change that makes the predictions worse fails here; the figures, and the
-# change that moved each one, are in docs/results/2026-11-cpu.md (the validation
-# sections) and in the commit bodies of this file.
+# A change that makes the predictions worse than a bound fails here. The figures each
+# set reached, and the change that moved each one, are in docs/results/2026-11-cpu.md
+# (the validation sections) and in the commit bodies of this file.
 # Public set: mean |predicted/measured - 1| over every point, zero-shot.
 PUBLIC_MEAN_ABS_ERROR_MAX=0.19
 # Hold-out set: only a loose bound against gross regressions, so that no constant is
