@@ -39,6 +39,9 @@ enum { FP8_X, FP8_W, FP8_DY, FP8_OPERANDS };
 _Static_assert((int)PT_KFP8_META == (int)PT_FP8_META_FLOATS, "the planner sizes kernels.h's meta block");
 _Static_assert(FP8_OPERANDS == 3, "pt_fp8_meta_floats counts three tensors a linear layer");
 
+/* An operand's format: E5M2 for output gradients, E4M3 for inputs and weights */
+static int format_of(int operand) { return operand == FP8_DY ? PT_KFP8_E5M2 : PT_KFP8_E4M3; }
+
 static int linears(const pt_model *m)
 {
     int n;
@@ -193,7 +196,7 @@ static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, 
 {
     pt_kernels *kn = c->n->kn;
     float *meta = site(c, r, operand);
-    int fmt = operand == FP8_DY ? PT_KFP8_E5M2 : PT_KFP8_E4M3;
+    int fmt = format_of(operand);
     c->n->fp8_elems += rows * cols;
     if (c->n->fp8.recipe == PT_FP8_CURRENT) {
         kn->zero(kn, meta + PT_KFP8_AMAX, sizeof(float));
@@ -218,8 +221,7 @@ static int push(pt_layer_ctx *c, pt_param_ref r, int operand)
     float *meta = site(c, r, operand);
     if (reduce_amax(c, meta, r, operand))
         return -1;
-    c->n->kn->fp8_scale(c->n->kn, meta, operand == FP8_DY ? PT_KFP8_E5M2 : PT_KFP8_E4M3,
-                        c->n->fp8.history, 0.0f);
+    c->n->kn->fp8_scale(c->n->kn, meta, format_of(operand), c->n->fp8.history, 0.0f);
     return 0;
 }
 

@@ -541,7 +541,7 @@ EOF
 }
 
 # The text the fp8 stage compares its losses on: this checkout's own sources and docs in
-# a fixed order (about 4.7 MB, bytes as tokens: 200 steps of 16 sequences pass over less
+# a fixed order (megabytes, bytes as tokens: 200 steps of 16 sequences pass over less
 # than the 90 % ptrun trains on, where they pass over the default corpus about a hundred
 # times and both precisions learn it by heart), or GPUCHECK_DATA's text where set.
 project_text() {

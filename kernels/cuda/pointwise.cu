@@ -144,13 +144,10 @@ static __device__ __forceinline__ float tanh_fast(float u)
 /* Eight elements a thread where every pointer is 16-byte aligned (vec), one where not;
  * the first 8 · (n / 8) elements of a vec launch go by eights, the rest one at a time.
  * The same values either way. */
-#define GRID_STRIDE8(q, n8)                                                                \
-    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < (n8);            \
-         q += (int64_t)gridDim.x * blockDim.x)
-
 static bool aligned16(const void *a, const void *b, const void *c)
 {
-    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+    return pt_kcuda_align_of(a) >= 16 && pt_kcuda_align_of(b) >= 16 &&
+           pt_kcuda_align_of(c) >= 16;
 }
 
 static __device__ __forceinline__ float gelu(float x)
@@ -161,7 +158,7 @@ static __device__ __forceinline__ float gelu(float x)
 __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, int64_t n, int vec)
 {
     const int64_t n8 = vec ? n / 8 : 0;
-    GRID_STRIDE8(q, n8) {
+    GRID_STRIDE(q, n8) {
         float x[8];
         pt_ld8(x, inp + 8 * q);
 #pragma unroll
@@ -186,7 +183,7 @@ __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *i
                                      int vec)
 {
     const int64_t n8 = vec ? n / 8 : 0;
-    GRID_STRIDE8(q, n8) {
+    GRID_STRIDE(q, n8) {
         float di[8], g[8], x[8];
         pt_ld8(di, dinp + 8 * q);
         pt_ld8(g, dout + 8 * q);
