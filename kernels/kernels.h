@@ -492,6 +492,22 @@ struct pt_kernels {
                           const float *dout,       /* (n) [act] */
                           const float *inp,        /* (n) [act] */
                           int64_t n);
+    /* The GELU before an FP8 cast of its output (runtime/fp8.c): gelu_forward, and
+     * gelu_backward with dinp WRITTEN (0 + dout · gelu'(inp), what gelu_backward adds into
+     * a zeroed buffer), each also taking the FP8 amax of its output as stored:
+     * meta[AMAX] = max |out| (NaN ignored; what it held is dropped), the value zero and
+     * fp8_amax on the output would leave, without reading the output again. Optional. */
+    void (*gelu_forward_amax)(pt_kernels *kn,
+                              float *out,          /* (n) [act] */
+                              const float *inp,    /* (n) [act] */
+                              int64_t n,
+                              float *meta);        /* PT_KFP8_META+ fp32 */
+    void (*gelu_backward_amax)(pt_kernels *kn,
+                               float *dinp,        /* (n) [act], written */
+                               const float *dout,  /* (n) [act] */
+                               const float *inp,   /* (n) [act] */
+                               int64_t n,
+                               float *meta);       /* PT_KFP8_META+ fp32 */
     /* SwiGLU (Shazeer 2020): out = silu(gate) · up, silu(x) = x / (1 + e^-x). */
     void (*swiglu_forward)(pt_kernels *kn,
                            float *out,             /* (n, f) [act] */
@@ -816,6 +832,15 @@ struct pt_kernels {
                       float *meta,                 /* PT_KFP8_META + hist_len fp32 */
                       int fmt,                     /* pt_kfp8 */
                       int hist_len, float margin);
+    /* fp8_amax_scale: current scaling's amax and scale at once: meta[AMAX] = max |src|
+     * (NaN ignored; what it held is dropped), then fp8_scale(meta, fmt, 0, 0), so meta
+     * ends as zero, fp8_amax and fp8_scale leave it, with fewer kernels. Optional: the
+     * runtime makes those three calls where it is NULL. */
+    void (*fp8_amax_scale)(pt_kernels *kn,
+                           float *meta,            /* PT_KFP8_META+ fp32 */
+                           const float *src,       /* (n) [act] */
+                           int64_t n,
+                           int fmt);               /* pt_kfp8 */
     /* fp8_cast: q = fp8(src · meta[SCALE]) into dst (rows, cols) and, when dst_t is
      * non-NULL, its transpose into dst_t (cols, rows) (Hopper's FP8 GEMMs read both
      * operands K-major, so a data gradient needs the weight's transpose and a weight

@@ -332,6 +332,13 @@ static void fp8_pass_add(pt_fp8_work *w, double elems, double per_elem, double s
     w->passes += share;
 }
 
+/* Whether each micro-batch's backward on a rank follows its own forward with no other
+ * forward between: one micro-batch in flight at a time. */
+static bool one_in_flight(const pt_layout *l)
+{
+    return l->pp == 1 && (l->schedule != PT_SCHED_AFAB || l->n_micro == 1);
+}
+
 /* ptrun's runtime (and torchao's Float8Linear): each GEMM op quantizes its own two
  * operands, A (m, k) and B (n, k) in the TN layout every role is called in (kernels.h's
  * gemm_fp8): forward X (T, ic) and W (oc, ic); data gradient dY (T, oc) and W^T (ic, oc),
@@ -369,15 +376,29 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
     w->reuse_a = !cast_a;
     w->reuse_b = !cast_b;
     w->dy_both = a_writes == 2;
+    /* ptrun's re-casts whose scale is known (runtime/fp8.c's memo_of): no amax pass, no
+     * scale, no reduction. The data gradient's W^T (the forward took its amax); the
+     * weight gradient's dY^T (the data gradient just before did) and its X^T where the
+     * forward's amax is still the last one taken there (one_in_flight). */
+    bool known_a = reuse && p == FP8_WGRAD;
+    bool known_b = reuse && (p == FP8_DGRAD || (p == FP8_WGRAD && one_in_flight(b->c->l)));
+    /* a scale taken from a fresh amax, and reduced where the operand is sliced */
+    bool amax_a = cast_a && amax_pass && !known_a, amax_b = cast_b && amax_pass && !known_b;
+    /* the amaxes the GELU takes as it writes them (runtime/layer.c's act and act_bwd):
+     * the down projection's input, the up projection's output gradient; the scale is
+     * still taken, without a pass over the tensor */
+    bool taken_a = reuse && b->c->m->act != PT_ACT_SWIGLU &&
+                   ((p == FP8_FWD && op->kind == PT_OPK_MLP_DOWN) ||
+                    (p == FP8_DGRAD && op->kind == PT_OPK_MLP_UP_DGRAD));
     for (int i = 0; i < 2; i++) {
         if (!(i == 0 ? cast_a : cast_b))
             continue;
-        if (amax_pass)
+        bool amax = i == 0 ? amax_a : amax_b;
+        if (amax && !(i == 0 && taken_a))
             fp8_pass_add(w, elems[i], ab, 1);
         fp8_pass_add(w, elems[i], ab + (i == 0 ? a_writes : 1), 1);
-        w->launches += 1;
+        w->launches += amax || !amax_pass; /* the scale kernel */
     }
-    bool every = amax_pass; /* current scaling: every cast reduces its amax */
     int sharded, rows;
     switch (p) { /* (a reused cast is not reduced again) */
     case FP8_FWD: /* X (tp when row-parallel; cp) and W (tp), both pushed */
@@ -385,12 +406,12 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
         rows = cast_a;
         break;
     case FP8_DGRAD: /* dY, pushed (tp when column-parallel; cp); W^T (tp) */
-        sharded = !row_parallel + every;
+        sharded = !row_parallel + amax_b;
         rows = 1;
         break;
     default: /* dY^T (tp when column-parallel; cp) and X^T (tp when row-parallel; cp) */
-        sharded = every * ((cast_a && !row_parallel) + (cast_b && row_parallel));
-        rows = every * (cast_a + cast_b);
+        sharded = (amax_a && !row_parallel) + (amax_b && row_parallel);
+        rows = amax_a + amax_b;
         break;
     }
     pt_grid g;

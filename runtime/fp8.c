@@ -101,10 +101,19 @@ int pt_fp8_init(pt_net *n, const pt_fp8 *f, pt_err *err)
         return 0; /* a rank without layers */
     float *host = calloc((size_t)floats, sizeof *host);
     n->fp8_meta = kn->alloc(kn, (size_t)floats * sizeof(float));
-    if (!host || !n->fp8_meta) {
+    /* current scaling's memo: whose amax each state's scale is (cast) */
+    if (f->recipe == PT_FP8_CURRENT)
+        n->fp8_memo = calloc((size_t)(floats / n->fp8_stride), sizeof *n->fp8_memo);
+    if (!host || !n->fp8_meta || (f->recipe == PT_FP8_CURRENT && !n->fp8_memo)) {
         free(host);
         return pt_err_set(err, "out of memory for the FP8 scaling state (%lld floats)",
                           (long long)floats);
+    }
+    const char *check = getenv("PT_FP8_CHECK_SCALES");
+    if (n->fp8_memo && check && strcmp(check, "1") == 0 &&
+        !(n->fp8_check = kn->alloc(kn, (size_t)n->fp8_stride * sizeof(float)))) {
+        free(host);
+        return pt_err_set(err, "out of memory for PT_FP8_CHECK_SCALES's scaling state");
     }
     initial_state(n, host, floats);
     kn->copy(kn, n->fp8_meta, host, (size_t)floats * sizeof(float), PT_KCOPY_H2D);
@@ -153,6 +162,11 @@ void pt_fp8_free(pt_net *n)
     if (n->kn && n->fp8_meta)
         n->kn->free(n->kn, n->fp8_meta);
     n->fp8_meta = NULL;
+    if (n->kn && n->fp8_check)
+        n->kn->free(n->kn, n->fp8_check);
+    n->fp8_check = NULL;
+    free(n->fp8_memo);
+    n->fp8_memo = NULL;
 }
 
 bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r)
@@ -160,11 +174,6 @@ bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r)
     return c->n->fp8.recipe != PT_FP8_OFF && c->l >= 0 && linear_index(r) >= 0;
 }
 
-static float *site(const pt_layer_ctx *c, pt_param_ref r, int operand)
-{
-    int64_t s = (c->li * linears(&c->n->spec) + linear_index(r)) * FP8_OPERANDS + operand;
-    return c->n->fp8_meta + s * c->n->fp8_stride;
-}
 
 /* The groups over which a rank holds only a slice of operand `operand` of linear layer
  * r: tp for weights, row-parallel inputs and column-parallel output gradients; cp for
@@ -174,39 +183,155 @@ static bool sliced_tp(pt_param_ref r, int operand)
     return operand == FP8_W || (operand == FP8_X) == row_parallel(r);
 }
 
+static bool reduced_tp(const pt_layer_ctx *c, pt_param_ref r, int operand)
+{
+    return c->d.t > 1 && sliced_tp(r, operand);
+}
+
+static bool reduced_cp(const pt_layer_ctx *c, int operand)
+{
+    return c->d.cp > 1 && operand != FP8_W;
+}
+
+/* Whether this rank holds a slice of the operand, whose amax reduce_amax takes over the
+ * ranks holding the others. */
+static bool reduced(const pt_layer_ctx *c, pt_param_ref r, int operand)
+{
+    return reduced_tp(c, r, operand) || reduced_cp(c, operand);
+}
+
 static int reduce_amax(pt_layer_ctx *c, float *meta, pt_param_ref r, int operand)
 {
-    const pt_layer_dims *d = &c->d;
     float *amax = meta + PT_KFP8_AMAX;
-    if (d->t > 1 && sliced_tp(r, operand) &&
+    if (reduced_tp(c, r, operand) &&
         pt_comm_allreduce_max(c->n->comm, PT_GROUP_TP, amax, 1, c->err))
         return -1;
-    if (d->cp > 1 && operand != FP8_W &&
+    if (reduced_cp(c, operand) &&
         pt_comm_allreduce_max(c->n->comm, PT_GROUP_CP, amax, 1, c->err))
         return -1;
     return 0;
 }
 
-/* Casts operand `operand` of linear layer r, src (rows, cols) [act], into dst and/or its
- * transpose dst_t. Current scaling takes the tensor's amax, reduced over the ranks that
- * hold its slices, and its scale first; delayed scaling casts with the scale its history
- * gave (the amax taken in the cast), and `push` (after the GEMM) moves it on. */
-static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, int64_t rows,
-                int cols, uint8_t *dst, uint8_t *dst_t)
+/* The index of operand `operand` of linear layer r of the running layer among the
+ * rank's scaling states. */
+static int64_t site_index(const pt_layer_ctx *c, pt_param_ref r, int operand)
+{
+    return (c->li * linears(&c->n->spec) + linear_index(r)) * FP8_OPERANDS + operand;
+}
+
+static float *site(const pt_layer_ctx *c, pt_param_ref r, int operand)
+{
+    return c->n->fp8_meta + site_index(c, r, operand) * c->n->fp8_stride;
+}
+
+/* Whether the scale in operand `operand`'s state was taken from this very tensor: the
+ * last amax there read src (rows, cols) in the same activation slot, or for a weight
+ * the same parameters. A re-cast (the data gradient's W^T, the weight gradient's
+ * transposes) may then take that scale as it is, since the tensor has not changed: a
+ * weight changes only between steps, and each of its forwards takes its amax again; an
+ * activation slot holds one micro-batch from its forward to its backward, and every
+ * forward of it takes its amaxes again (a recomputing one too); an output gradient
+ * is cast by its data gradient, right before its weight gradient. Under pipeline
+ * parallelism another micro-batch's forward runs in between and takes the amax of its
+ * own tensor, with another slot: the re-cast then takes the amax again. */
+static pt_fp8_memo memo_of(const pt_layer_ctx *c, int operand, const float *src,
+                           int64_t rows, int cols)
+{
+    return (pt_fp8_memo){.src = src, .slot = operand == FP8_W ? NULL : (const void *)c->A,
+                         .rows = rows, .cols = cols};
+}
+
+/* Takes the amax of src (n) into meta, reduced over the ranks that hold its slices,
+ * and the current-scaling scale from it. */
+static int take_scale(pt_layer_ctx *c, pt_param_ref r, int operand, float *meta,
+                      const float *src, int64_t n)
 {
     pt_kernels *kn = c->n->kn;
+    int fmt = format_of(operand);
+    if (kn->fp8_amax_scale && !reduced(c, r, operand)) {
+        kn->fp8_amax_scale(kn, meta, src, n, fmt);
+        return 0;
+    }
+    kn->zero(kn, meta + PT_KFP8_AMAX, sizeof(float));
+    kn->fp8_amax(kn, meta, src, n);
+    if (reduce_amax(c, meta, r, operand))
+        return -1;
+    kn->fp8_scale(kn, meta, fmt, 0, 0.0f);
+    return 0;
+}
+
+/* PT_FP8_CHECK_SCALES=1: a scale taken without reading the tensor (a re-cast's from
+ * the memo, a cast's from the amax the tensor's kernel took) against the one the
+ * tensor's amax gives now, which must be equal bit for bit. Waits for the backend. */
+static int check_scale(pt_layer_ctx *c, pt_param_ref r, int operand, const float *meta,
+                       const float *src, int64_t n)
+{
+    pt_kernels *kn = c->n->kn;
+    float had, now;
+    if (take_scale(c, r, operand, c->n->fp8_check, src, n))
+        return -1;
+    kn->copy(kn, &had, meta + PT_KFP8_SCALE, sizeof had, PT_KCOPY_D2H);
+    kn->copy(kn, &now, c->n->fp8_check + PT_KFP8_SCALE, sizeof now, PT_KCOPY_D2H);
+    if (kn->sync(kn))
+        return pt_err_set(c->err, "PT_FP8_CHECK_SCALES: %s", kn->err);
+    if (memcmp(&had, &now, sizeof had) != 0)
+        return pt_err_set(c->err, "internal: PT_FP8_CHECK_SCALES: layer %lld's %s cast "
+                                  "takes scale %.9g, but its tensor's amax gives %.9g",
+                          (long long)c->li, pt_param_ref_name(r), had, now);
+    return 0;
+}
+
+/* Casts operand `operand` of linear layer r, src (rows, cols) [act], into dst and/or its
+ * transpose dst_t. Current scaling takes the tensor's amax, reduced over the ranks that
+ * hold its slices, and its scale first, unless `again` (a re-cast) and the state's
+ * scale is this tensor's already (memo_of); delayed scaling casts with the scale its
+ * history gave (the amax taken in the cast), and `push` (after the GEMM) moves it on. */
+static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, int64_t rows,
+                int cols, uint8_t *dst, uint8_t *dst_t, bool again)
+{
+    pt_net *n = c->n;
+    pt_kernels *kn = n->kn;
     float *meta = site(c, r, operand);
     int fmt = format_of(operand);
-    c->n->fp8_elems += rows * cols;
-    if (c->n->fp8.recipe == PT_FP8_CURRENT) {
-        kn->zero(kn, meta + PT_KFP8_AMAX, sizeof(float));
-        kn->fp8_amax(kn, meta, src, rows * cols);
-        if (reduce_amax(c, meta, r, operand))
+    n->fp8_elems += rows * cols;
+    /* an amax the kernel that wrote src took (pt_fp8_amax_into), for this cast only */
+    bool taken = c->S->fp8_taken_src == src && c->S->fp8_taken_meta == meta;
+    c->S->fp8_taken_src = c->S->fp8_taken_meta = NULL;
+    if (n->fp8.recipe == PT_FP8_CURRENT) {
+        pt_fp8_memo *m = &n->fp8_memo[site_index(c, r, operand)];
+        pt_fp8_memo want = memo_of(c, operand, src, rows, cols);
+        bool known = again && m->src == want.src && m->slot == want.slot &&
+                     m->rows == want.rows && m->cols == want.cols;
+        if (known && n->fp8_check && check_scale(c, r, operand, meta, src, rows * cols))
             return -1;
-        kn->fp8_scale(kn, meta, fmt, 0, 0.0f);
+        if (!known) {
+            m->src = NULL; /* until the new scale is taken */
+            if (taken) {
+                if (reduce_amax(c, meta, r, operand))
+                    return -1;
+                kn->fp8_scale(kn, meta, fmt, 0, 0.0f);
+                if (n->fp8_check && check_scale(c, r, operand, meta, src, rows * cols))
+                    return -1;
+            } else {
+                n->fp8_amax_elems += rows * cols;
+                if (take_scale(c, r, operand, meta, src, rows * cols))
+                    return -1;
+            }
+            *m = want;
+        }
     }
     kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta); /* delayed: amax fused */
     return 0;
+}
+
+float *pt_fp8_amax_into(pt_layer_ctx *c, pt_param_ref r, bool grad, const float *src)
+{
+    if (!pt_fp8_linear(c, r) || c->n->fp8.recipe != PT_FP8_CURRENT)
+        return NULL;
+    float *meta = site(c, r, grad ? FP8_DY : FP8_X);
+    c->S->fp8_taken_src = src;
+    c->S->fp8_taken_meta = meta;
+    return meta;
 }
 
 /* Delayed scaling: the amax of operand `operand`'s casts since its last push into its
@@ -280,7 +405,9 @@ static int operand_in(pt_layer_ctx *c, pt_param_ref r, int operand, const float 
         return 0;
     }
     held->meta = NULL; /* overwritten below */
-    if (cast(c, r, operand, src, rows, cols, t ? NULL : buf, t ? buf : NULL))
+    /* transposed, it is a weight gradient's re-cast of what a forward or a data
+     * gradient cast before */
+    if (cast(c, r, operand, src, rows, cols, t ? NULL : buf, t ? buf : NULL, t))
         return -1;
     *held = want;
     *meta = want.meta;
@@ -298,7 +425,7 @@ int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, floa
     if (pt_layer_finish_gather(c) ||
         operand_in(c, r, FP8_X, inp, T, ic, false, S->fp8_a, &S->fp8_held[0], how->reuse_a,
                    &mx) ||
-        cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL))
+        cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL, false))
         return -1;
     kn->gemm_fp8(kn, out, 0, 0.0f, S->fp8_a, PT_KFP8_E4M3, mx, S->fp8_w, PT_KFP8_E4M3,
                  site(c, r, FP8_W), bias, T, oc, ic);
@@ -315,8 +442,8 @@ int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float 
      * transpose into fp8_b in the same pass */
     bool both = how->dy_both;
     S->fp8_held[0].meta = S->fp8_held[1].meta = NULL;
-    if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL) ||
-        cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w))
+    if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL, false) ||
+        cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w, true))
         return -1;
     if (both)
         S->fp8_held[1] = held_of(c, r, FP8_DY, dout, T, oc, true);
@@ -354,7 +481,8 @@ int pt_fp8_step_stats(pt_net *n, pt_fp8_stats *out, pt_err *err)
     pt_kernels *kn = n->kn;
     memset(out, 0, sizeof *out);
     out->elems = n->fp8_elems;
-    n->fp8_elems = 0;
+    out->amax_elems = n->fp8_amax_elems;
+    n->fp8_elems = n->fp8_amax_elems = 0;
     int64_t floats = pt_fp8_meta_floats(&n->spec, &n->fp8, n->n_layers);
     if (floats == 0)
         return 0;

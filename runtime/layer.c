@@ -720,12 +720,20 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         return 0;
     case PT_OPK_MLP_GATE: return linear_fwd(c, op, L->gate, in, d->h, d->f);
     case PT_OPK_MLP_UP: return linear_fwd(c, op, L->up, in, d->h, d->f);
-    case PT_OPK_ACT:
-        if (c->n->spec.act == PT_ACT_SWIGLU)
+    case PT_OPK_ACT: {
+        if (c->n->spec.act == PT_ACT_SWIGLU) {
             kn->swiglu_forward(kn, L->act, L->gate, L->up, d->T, d->f);
+            return 0;
+        }
+        /* under FP8 the down projection's input amax, taken as it is written */
+        float *meta = kn->gelu_forward_amax ? pt_fp8_amax_into(c, PT_PARAM_MLP_DOWN, false,
+                                                               L->act) : NULL;
+        if (meta)
+            kn->gelu_forward_amax(kn, L->act, L->up, Tf, meta);
         else
             kn->gelu_forward(kn, L->act, L->up, Tf);
         return 0;
+    }
     case PT_OPK_MLP_DOWN:
         if (pt_gemm_role_adds_residual(op->role))
             return linear_res_fwd(c, op, y, L->act, L->x2, d->f, d->h, PT_DROP_MLP);
@@ -759,14 +767,24 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         return linear_dgrad(c, op, S->dact, branch_grad(c, PT_DROP_MLP, true), d->f, d->h);
     case PT_OPK_MLP_DOWN_WGRAD:
         return linear_wgrad(c, op, branch_grad(c, PT_DROP_MLP, false), L->act, d->f, d->h);
-    case PT_OPK_ACT_BWD:
-        kn->zero(kn, S->dup, pt_act_bytes(c, Tf));
+    case PT_OPK_ACT_BWD: {
         if (c->n->spec.act == PT_ACT_SWIGLU) {
+            kn->zero(kn, S->dup, pt_act_bytes(c, Tf));
             kn->zero(kn, S->dgate, pt_act_bytes(c, Tf));
             kn->swiglu_backward(kn, S->dgate, S->dup, S->dact, L->gate, L->up, d->T, d->f);
-        } else
-            kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
+            return 0;
+        }
+        /* under FP8 written, with the up projection's output-gradient amax */
+        float *meta = kn->gelu_backward_amax ? pt_fp8_amax_into(c, PT_PARAM_MLP_UP, true,
+                                                                S->dup) : NULL;
+        if (meta) {
+            kn->gelu_backward_amax(kn, S->dup, S->dact, L->up, Tf, meta);
+            return 0;
+        }
+        kn->zero(kn, S->dup, pt_act_bytes(c, Tf));
+        kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
         return 0;
+    }
     case PT_OPK_MLP_GATE_DGRAD: return linear_dgrad(c, op, out, S->dgate, d->h, d->f);
     case PT_OPK_MLP_UP_DGRAD: return linear_dgrad(c, op, out, S->dup, d->h, d->f);
     case PT_OPK_MLP_GATE_WGRAD:

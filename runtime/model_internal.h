@@ -32,6 +32,16 @@ typedef struct pt_zero1_bucket {
     int64_t shard_at;         /* where this rank's share sits in rs_shard, m and v */
 } pt_zero1_bucket;
 
+/* The tensor a current-scaling state's scale was last taken from (runtime/fp8.c's
+ * cast): src (rows, cols), read by the micro-batch in activation slot `slot` (NULL for
+ * a weight, which no step changes between its forward and its backward). */
+typedef struct {
+    const float *src;
+    const void *slot;
+    int64_t rows;
+    int cols;
+} pt_fp8_memo;
+
 /* Activations one micro-batch keeps for its backward pass (one "slot"). */
 typedef struct pt_acts pt_acts;
 
@@ -140,7 +150,12 @@ struct pt_net {
                                  operand) on this rank, fp8_stride floats each
                                  (runtime/fp8.c); NULL without FP8 */
     int fp8_stride;
+    pt_fp8_memo *fp8_memo;    /* per scaling state: the tensor its current-scaling scale
+                                 was last taken from (runtime/fp8.c); NULL otherwise */
+    float *fp8_check;         /* PT_FP8_CHECK_SCALES=1: a scaling state where each scale
+                                 the memo spares is taken again to compare; else NULL */
     int64_t fp8_elems;        /* elements quantized since the last pt_fp8_step_stats */
+    int64_t fp8_amax_elems;   /* ... and read for an amax before their cast */
 
     int64_t bytes;            /* backend memory this model allocated: what the planner's
                                  memory model predicts for the rank */
@@ -251,7 +266,7 @@ int pt_fp8_state_set(pt_net *n, const float *host, pt_err *err);
 typedef struct {
     double scale_min, scale_max; /* 0 both when no FP8 tensor has been quantized */
     double overflow, underflow;
-    int64_t elems;
+    int64_t elems, amax_elems; /* quantized; read for an amax first */
 } pt_fp8_stats;
 int pt_fp8_step_stats(pt_net *n, pt_fp8_stats *out, pt_err *err);
 
@@ -448,6 +463,8 @@ typedef struct {
                                          inputs and output gradients, output gradients
                                          transposed, weights); NULL without FP8 */
     pt_fp8_held fp8_held[2];          /* what fp8_a and fp8_b hold */
+    const float *fp8_taken_src, *fp8_taken_meta; /* an amax its tensor's kernel took
+                                         (pt_fp8_amax_into), for the next cast */
     /* a mixture of experts (runtime/moe.c): the router's logits and their gradient
      * (R, E) [act]; the dispatch plan's source rows (R·k) int32 and counts (E int64,
      * then the ep group's E each and the etp group's E/ep each as doubles, gathered);

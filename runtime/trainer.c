@@ -551,6 +551,7 @@ int pt_trainer_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
         res->fp8_overflow = f.overflow;
         res->fp8_underflow = f.underflow;
         res->fp8_elems = f.elems;
+        res->fp8_amax_elems = f.amax_elems;
     }
     const pt_step_stats *s = &res->stats;
     double tokens = (double)(p->train.global_batch * p->model.seq);
@@ -566,10 +567,11 @@ int pt_trainer_step(pt_trainer *r, pt_trainer_step_result *res, pt_err *err)
                             "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"
                             "\"fp8_scale_min\":%.6g,\"fp8_scale_max\":%.6g,"
                             "\"fp8_overflow\":%.0f,\"fp8_underflow\":%.0f,\"fp8_values\":%lld,"
-                            "\"time_s\":%.6g", s->loss, s->lr, s->grad_norm,
-                            res->tokens_per_s, res->mfu, res->fp8_scale_min,
+                            "\"fp8_amax_values\":%lld,\"time_s\":%.6g", s->loss, s->lr,
+                            s->grad_norm, res->tokens_per_s, res->mfu, res->fp8_scale_min,
                             res->fp8_scale_max, res->fp8_overflow, res->fp8_underflow,
-                            (long long)res->fp8_elems, s->time_s);
+                            (long long)res->fp8_elems, (long long)res->fp8_amax_elems,
+                            s->time_s);
     else
         pt_trainer_log_line(r, "step", step + 1, ",\"loss\":%.17g,\"lr\":%.17g,"
                             "\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,\"mfu\":%.6g,"

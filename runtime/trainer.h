@@ -183,10 +183,11 @@ typedef struct {
     int64_t rollback_to;         /* its step: the next step run is rollback_to + 1 */
     int64_t rollback_data_pos;   /* the data position now: past the spike's batch */
     /* FP8 training (the plan's fp8 on): this rank's scales' range over the tensors it
-     * quantized, the values saturated and flushed to zero in the step, of fp8_elems */
+     * quantized, the values saturated and flushed to zero in the step, of fp8_elems,
+     * and of those the ones read for an amax first (fp8_amax_elems) */
     bool fp8;
     double fp8_scale_min, fp8_scale_max, fp8_overflow, fp8_underflow;
-    int64_t fp8_elems;
+    int64_t fp8_elems, fp8_amax_elems;
 } pt_trainer_step_result;
 
 /* Runs step pt_trainer_next_step (its batch, the schedule program, the optimizer) and

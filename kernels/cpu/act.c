@@ -50,6 +50,27 @@ void pt_kcpu_gelu_backward(pt_kernels *kn,
         dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
+/* The GELU before an FP8 cast: the forward, or the backward written (0 + the product:
+ * what gelu_backward adds into a zeroed buffer), then the output's amax in place of
+ * meta[AMAX], as zero and fp8_amax would leave it. */
+void pt_kcpu_gelu_forward_amax(pt_kernels *kn, float *out, const float *inp, int64_t n,
+                               float *meta)
+{
+    pt_kcpu_gelu_forward(kn, out, inp, n);
+    meta[PT_KFP8_AMAX] = 0.0f;
+    pt_kcpu_fp8_amax(kn, meta, out, n);
+}
+
+void pt_kcpu_gelu_backward_amax(pt_kernels *kn, float *dinp, const float *dout,
+                                const float *inp, int64_t n, float *meta)
+{
+    PT_KCPU_PARALLEL_FOR(n)
+    for (int64_t i = 0; i < n; i++)
+        dinp[i] = 0.0f + dout[i] * gelu_grad(inp[i]);
+    meta[PT_KFP8_AMAX] = 0.0f;
+    pt_kcpu_fp8_amax(kn, meta, dinp, n);
+}
+
 /* The fused linear + GELU (and + residual, and the shared-input) ops of the table, as
  * the compositions they stand for (the CPU has no epilogue to fuse into; the results
  * are those of the separate ops). */

@@ -109,6 +109,8 @@ static const pt_kernels cpu_table = {
     .attention_combine = pt_kcpu_attention_combine,
     .gelu_forward = pt_kcpu_gelu_forward,
     .gelu_backward = pt_kcpu_gelu_backward,
+    .gelu_forward_amax = pt_kcpu_gelu_forward_amax,
+    .gelu_backward_amax = pt_kcpu_gelu_backward_amax,
     .swiglu_forward = pt_kcpu_swiglu_forward,
     .swiglu_backward = pt_kcpu_swiglu_backward,
     .residual_forward = pt_kcpu_residual_forward,
@@ -140,6 +142,7 @@ static const pt_kernels cpu_table = {
     .matmul_grouped_backward = pt_kcpu_matmul_grouped_backward,
     .fp8_amax = pt_kcpu_fp8_amax,
     .fp8_scale = pt_kcpu_fp8_scale,
+    .fp8_amax_scale = pt_kcpu_fp8_amax_scale,
     .fp8_cast = pt_kcpu_fp8_cast,
     .gemm_fp8 = pt_kcpu_gemm_fp8,
 };

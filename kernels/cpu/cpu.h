@@ -57,6 +57,7 @@ void pt_kcpu_orthonormalize(pt_kernels *kn, float *p, int64_t rows, int cols, fl
 /* fp8.c */
 void pt_kcpu_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n);
 void pt_kcpu_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float margin);
+void pt_kcpu_fp8_amax_scale(pt_kernels *kn, float *meta, const float *src, int64_t n, int fmt);
 void pt_kcpu_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
                       int64_t rows, int cols, int fmt, float *meta);
 void pt_kcpu_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,
@@ -103,6 +104,10 @@ void pt_kcpu_residual_rmsnorm_forward(pt_kernels *kn, float *res, float *out, fl
                                       int64_t n, int h, float eps);
 void pt_kcpu_gelu_backward(pt_kernels *kn, float *dinp, const float *dout,
                            const float *inp, int64_t n);
+void pt_kcpu_gelu_forward_amax(pt_kernels *kn, float *out, const float *inp, int64_t n,
+                               float *meta);
+void pt_kcpu_gelu_backward_amax(pt_kernels *kn, float *dinp, const float *dout,
+                                const float *inp, int64_t n, float *meta);
 void pt_kcpu_swiglu_forward(pt_kernels *kn, float *out, const float *gate,
                             const float *up, int64_t n, int f);
 void pt_kcpu_swiglu_backward(pt_kernels *kn, float *dgate, float *dup, const float *dout,

@@ -123,6 +123,13 @@ void pt_kcpu_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float
     meta[PT_KFP8_AMAX] = 0.0f;
 }
 
+void pt_kcpu_fp8_amax_scale(pt_kernels *kn, float *meta, const float *src, int64_t n, int fmt)
+{
+    meta[PT_KFP8_AMAX] = 0.0f;
+    pt_kcpu_fp8_amax(kn, meta, src, n);
+    pt_kcpu_fp8_scale(kn, meta, fmt, 0, 0.0f);
+}
+
 void pt_kcpu_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
                       int64_t rows, int cols, int fmt, float *meta)
 {

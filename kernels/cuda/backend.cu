@@ -583,6 +583,8 @@ static pt_kernels cuda_table(void)
     t.attention_combine = pt_kcuda_attention_combine;
     t.gelu_forward = pt_kcuda_gelu_forward;
     t.gelu_backward = pt_kcuda_gelu_backward;
+    t.gelu_forward_amax = pt_kcuda_gelu_forward_amax;
+    t.gelu_backward_amax = pt_kcuda_gelu_backward_amax;
     t.swiglu_forward = pt_kcuda_swiglu_forward;
     t.swiglu_backward = pt_kcuda_swiglu_backward;
     t.residual_forward = pt_kcuda_residual_forward;
@@ -604,6 +606,7 @@ static pt_kernels cuda_table(void)
     t.add_f32 = pt_kcuda_add_f32;
     t.fp8_amax = pt_kcuda_fp8_amax;
     t.fp8_scale = pt_kcuda_fp8_scale;
+    t.fp8_amax_scale = pt_kcuda_fp8_amax_scale;
     t.fp8_cast = pt_kcuda_fp8_cast;
     t.gemm_fp8 = pt_kcuda_gemm_fp8;
     return t;

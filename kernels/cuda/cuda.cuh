@@ -437,6 +437,10 @@ const pt_kcuda_algo *pt_kcuda_lt_algo(pt_kernels *kn, const uint64_t key[7],
 /* fp8.cu */
 void pt_kcuda_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n);
 void pt_kcuda_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float margin);
+void pt_kcuda_fp8_amax_scale(pt_kernels *kn, float *meta, const float *src, int64_t n, int fmt);
+/* the second pass of an amax whose first pass wrote `count` blocks' partials into
+ * ctx->fp8_part: meta[AMAX] = their max (fp8.cu) */
+void pt_kcuda_fp8_fold_amax(pt_kernels *kn, float *meta, int count);
 void pt_kcuda_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
                        int64_t rows, int cols, int fmt, float *meta);
 void pt_kcuda_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,
@@ -483,6 +487,10 @@ void pt_kcuda_rope_backward(pt_kernels *kn, float *dinp, const float *dout, int 
 void pt_kcuda_gelu_forward(pt_kernels *kn, float *out, const float *inp, int64_t n);
 void pt_kcuda_gelu_backward(pt_kernels *kn, float *dinp, const float *dout,
                             const float *inp, int64_t n);
+void pt_kcuda_gelu_forward_amax(pt_kernels *kn, float *out, const float *inp, int64_t n,
+                                float *meta);
+void pt_kcuda_gelu_backward_amax(pt_kernels *kn, float *dinp, const float *dout,
+                                 const float *inp, int64_t n, float *meta);
 /* d = bf16(d · gelu'(pre)) in place, with gelu_backward's gelu': the second half of
  * matmul_backward_dgelu when cuBLASLt's DGELU epilogue is not used (matmul.cu) */
 void pt_kcuda_dgelu_inplace(pt_kernels *kn, bf16 *d, const bf16 *pre, int64_t n);

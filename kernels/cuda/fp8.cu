@@ -92,10 +92,32 @@ static float fp8_max(int e5m2) { return e5m2 ? 57344.0f : 448.0f; }
 
 enum { FOLD_THREADS = 256 };
 
-/* meta[AMAX] = max(meta[AMAX], the partials' max); with counts, meta[OVER] and
- * meta[UNDER] += the partials' sums */
+/* kernels.h's fp8_scale from the amax a (after the history, if any), in the CPU's order
+ * of operations */
+static __device__ void scale_from(float *meta, float a, float fmax, float margin)
+{
+    /* 2^margin exactly for a whole margin (the CPU's exp2f is exact there; the device's
+     * is documented to 2 ulp) */
+    float p = margin == truncf(margin) && fabsf(margin) < 127.0f ? ldexpf(1.0f, (int)margin)
+                                                                 : exp2f(margin);
+    float scale = 1.0f;
+    if (a > 0.0f && isfinite(a))
+        scale = fmax / a / p;
+    if (!isfinite(scale) || scale <= 0.0f) /* an amax so small that max / amax overflows */
+        scale = 1.0f;
+    meta[PT_KFP8_SCALE] = scale;
+    meta[PT_KFP8_SCALE_INV] = 1.0f / scale;
+    meta[PT_KFP8_AMAX] = 0.0f;
+}
+
+/* meta[AMAX] = max(meta[AMAX], the partials' max); with FOLD_COUNTS also meta[OVER] and
+ * meta[UNDER] += the partials' sums; with FOLD_SET the partials' max alone is the amax
+ * (fp8_amax_scale, an amax taken by the kernel that wrote the tensor), and with
+ * FOLD_SCALE the scale is taken from it (fmax: the format's largest value) */
+enum { FOLD_COUNTS = 1, FOLD_SET = 2, FOLD_SCALE = 4 };
+
 __global__ void fp8_fold_kernel(float *meta, const pt_kcuda_fp8_part *part, int count,
-                                int counts)
+                                int how, float fmax)
 {
     __shared__ float smax[32];
     __shared__ unsigned long long ssum[32];
@@ -111,20 +133,27 @@ __global__ void fp8_fold_kernel(float *meta, const pt_kcuda_fp8_part *part, int 
     under = pt_block_sum(under, ssum);
     if (threadIdx.x != 0)
         return;
-    if (m > meta[PT_KFP8_AMAX])
+    if (how & FOLD_SCALE)
+        scale_from(meta, m, fmax, 0.0f);
+    else if ((how & FOLD_SET) || m > meta[PT_KFP8_AMAX])
         meta[PT_KFP8_AMAX] = m;
-    if (counts) {
+    if (how & FOLD_COUNTS) {
         meta[PT_KFP8_OVER] += (float)over;
         meta[PT_KFP8_UNDER] += (float)under;
     }
 }
 
-static void fp8_fold(pt_kernels *kn, float *meta, int count, int counts)
+static void fp8_fold(pt_kernels *kn, float *meta, int count, int how, float fmax)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
     PT_LAUNCH(1, FOLD_THREADS, 0, ctx->stream, fp8_fold_kernel)(meta, ctx->fp8_part, count,
-                                                                 counts);
+                                                                 how, fmax);
     PT_LAUNCHED(kn, "fp8_fold");
+}
+
+void pt_kcuda_fp8_fold_amax(pt_kernels *kn, float *meta, int count)
+{
+    fp8_fold(kn, meta, count, FOLD_SET, 0.0f);
 }
 
 /* ---- amax ----------------------------------------------------------------------------- */
@@ -165,25 +194,43 @@ __global__ void fp8_amax_kernel(pt_kcuda_fp8_part *part, const bf16 *x, int64_t 
         part[blockIdx.x] = pt_kcuda_fp8_part{m, 0, 0, 0};
 }
 
-void pt_kcuda_fp8_amax(pt_kernels *kn,
-                       float *meta,           /* PT_KFP8_META+ fp32 */
-                       const float *src,      /* (n) [act] */
-                       int64_t n)
+/* the first pass of an amax: each block's max into ctx->fp8_part; returns the blocks */
+static int amax_blocks(pt_kernels *kn, const float *src, int64_t n)
 {
     pt_kcuda *ctx = pt_kcuda_ctx(kn);
-    if (n <= 0)
-        return;
     int64_t want = (n + AMAX_THREADS * 8 - 1) / (AMAX_THREADS * 8);
     int blocks = (int)(want < PT_KCUDA_FP8_BLOCKS ? want : PT_KCUDA_FP8_BLOCKS);
     PT_LAUNCH(blocks, AMAX_THREADS, 0, ctx->stream, fp8_amax_kernel)(ctx->fp8_part,
         (const bf16 *)src, n);
     PT_LAUNCHED(kn, "fp8_amax");
-    fp8_fold(kn, meta, blocks, 0);
+    return blocks;
+}
+
+void pt_kcuda_fp8_amax(pt_kernels *kn,
+                       float *meta,           /* PT_KFP8_META+ fp32 */
+                       const float *src,      /* (n) [act] */
+                       int64_t n)
+{
+    if (n <= 0)
+        return;
+    fp8_fold(kn, meta, amax_blocks(kn, src, n), 0, 0.0f);
+}
+
+/* two kernels where zero, fp8_amax and fp8_scale take four */
+void pt_kcuda_fp8_amax_scale(pt_kernels *kn,
+                             float *meta,     /* PT_KFP8_META+ fp32 */
+                             const float *src, /* (n) [act] */
+                             int64_t n,
+                             int fmt)         /* pt_kfp8 */
+{
+    /* an empty tensor folds no partials: amax 0, scale 1 */
+    int blocks = n > 0 ? amax_blocks(kn, src, n) : 0;
+    fp8_fold(kn, meta, blocks, FOLD_SCALE, fp8_max(fmt == PT_KFP8_E5M2));
 }
 
 /* ---- scale ---------------------------------------------------------------------------- */
 
-/* one thread: kernels.h's fp8_scale, in the CPU's order of operations */
+/* one thread: kernels.h's fp8_scale */
 __global__ void fp8_scale_kernel(float *meta, float fmax, int hist_len, float margin)
 {
     float a = meta[PT_KFP8_AMAX];
@@ -196,18 +243,7 @@ __global__ void fp8_scale_kernel(float *meta, float fmax, int hist_len, float ma
             if (h[i] > a)
                 a = h[i];
     }
-    /* 2^margin exactly for a whole margin (the CPU's exp2f is exact there; the device's
-     * is documented to 2 ulp) */
-    float p = margin == truncf(margin) && fabsf(margin) < 127.0f ? ldexpf(1.0f, (int)margin)
-                                                                 : exp2f(margin);
-    float scale = 1.0f;
-    if (a > 0.0f && isfinite(a))
-        scale = fmax / a / p;
-    if (!isfinite(scale) || scale <= 0.0f) /* an amax so small that max / amax overflows */
-        scale = 1.0f;
-    meta[PT_KFP8_SCALE] = scale;
-    meta[PT_KFP8_SCALE_INV] = 1.0f / scale;
-    meta[PT_KFP8_AMAX] = 0.0f;
+    scale_from(meta, a, fmax, margin);
 }
 
 void pt_kcuda_fp8_scale(pt_kernels *kn,
@@ -412,7 +448,7 @@ void pt_kcuda_fp8_cast(pt_kernels *kn,
         PT_LAUNCH(blocks, 32 * CAST_ROWS, 0, ctx->stream, fp8_cast_kernel)(ctx->fp8_part, dst,
             dst_t, (const bf16 *)src, rows, cols, meta, fmt == PT_KFP8_E5M2);
     PT_LAUNCHED(kn, "fp8_cast");
-    fp8_fold(kn, meta, blocks, 1);
+    fp8_fold(kn, meta, blocks, FOLD_COUNTS, 0.0f);
 }
 
 /* ---- GEMM: the plain kernel --------------------------------------------------------------- */

@@ -241,6 +241,79 @@ void pt_kcuda_dgelu_inplace(pt_kernels *kn,
     PT_LAUNCHED(kn, "dgelu_inplace");
 }
 
+/* The GELU before an FP8 cast (kernels.h's gelu_forward_amax, gelu_backward_amax): the
+ * forward, or the backward written (0 + dout · gelu'(x), what gelu_backward adds into a
+ * zeroed buffer), and each block's max |value as stored| into ctx->fp8_part, which
+ * fp8.cu's second pass folds into the meta block, as fp8_amax's blocks do. */
+static __device__ __forceinline__ float amax_stored(float m, float v)
+{
+    float a = fabsf(__bfloat162float(pt_bf16(v)));
+    return a > m ? a : m; /* a NaN never is */
+}
+
+template <bool BWD>
+__global__ void gelu_amax_kernel(pt_kcuda_fp8_part *part, bf16 *out, const bf16 *dout,
+                                 const bf16 *x, int64_t n, int vec)
+{
+    __shared__ float shared[32];
+    float m = 0.0f;
+    const int64_t n8 = vec ? n / 8 : 0;
+    GRID_STRIDE(q, n8) {
+        float v[8], xs[8];
+        pt_ld8(xs, x + 8 * q);
+        if (BWD)
+            pt_ld8(v, dout + 8 * q);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            v[j] = BWD ? 0.0f + v[j] * gelu_grad(xs[j]) : gelu(xs[j]);
+            m = amax_stored(m, v[j]);
+        }
+        pt_st8(out + 8 * q, v);
+    }
+    GRID_STRIDE(e, n - 8 * n8) {
+        const int64_t i = 8 * n8 + e;
+        float v = BWD ? 0.0f + pt_ld(dout + i) * gelu_grad(pt_ld(x + i)) : gelu(pt_ld(x + i));
+        pt_st(out + i, v);
+        m = amax_stored(m, v);
+    }
+    m = pt_block_max(m, shared);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = pt_kcuda_fp8_part{m, 0, 0, 0};
+}
+
+static void gelu_amax(pt_kernels *kn, bool bwd, float *out, const float *dout, const float *x,
+                      int64_t n, float *meta)
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    int blocks = 0; /* an empty tensor folds no partials: amax 0 */
+    if (n > 0) {
+        const int vec = aligned16(out, bwd ? dout : x, x);
+        int64_t threads = vec ? (n + 7) / 8 : n;
+        int64_t want = (threads + PT_KCUDA_THREADS - 1) / PT_KCUDA_THREADS;
+        blocks = (int)(want < PT_KCUDA_FP8_BLOCKS ? want : PT_KCUDA_FP8_BLOCKS);
+        if (bwd)
+            PT_LAUNCH(blocks, PT_KCUDA_THREADS, 0, ctx->stream, gelu_amax_kernel<true>)(
+                ctx->fp8_part, (bf16 *)out, (const bf16 *)dout, (const bf16 *)x, n, vec);
+        else
+            PT_LAUNCH(blocks, PT_KCUDA_THREADS, 0, ctx->stream, gelu_amax_kernel<false>)(
+                ctx->fp8_part, (bf16 *)out, NULL, (const bf16 *)x, n, vec);
+        PT_LAUNCHED(kn, bwd ? "gelu_backward_amax" : "gelu_forward_amax");
+    }
+    pt_kcuda_fp8_fold_amax(kn, meta, blocks);
+}
+
+void pt_kcuda_gelu_forward_amax(pt_kernels *kn, float *out, const float *inp, int64_t n,
+                                float *meta)
+{
+    gelu_amax(kn, false, out, NULL, inp, n, meta);
+}
+
+void pt_kcuda_gelu_backward_amax(pt_kernels *kn, float *dinp, const float *dout,
+                                 const float *inp, int64_t n, float *meta)
+{
+    gelu_amax(kn, true, dinp, dout, inp, n, meta);
+}
+
 /* ---- SwiGLU ----------------------------------------------------------------------------- */
 
 __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n)

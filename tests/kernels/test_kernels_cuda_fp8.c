@@ -1,6 +1,6 @@
 /*
- * The FP8 ops of test_kernels_cuda (fp8_amax, fp8_scale, fp8_cast, gemm_fp8) against
- * the CPU backend on the same inputs:
+ * The FP8 ops of test_kernels_cuda (fp8_amax, fp8_amax_scale, fp8_scale, fp8_cast,
+ * gemm_fp8) against the CPU backend on the same inputs:
  * - fp8_cast, E4M3 and E5M2, with and without the transpose (and the transpose alone),
  *   on bf16 inputs spread over 2^-30 .. 2^10 with zeros, infinities and NaNs of both
  *   signs and values on either side of the saturation count's midpoints, at a scale
@@ -8,6 +8,10 @@
  *   amax and the saturation and underflow counts (added to counts already there) equal
  *   the CPU's bit for bit, and the counts are non-zero, so they were exercised;
  * - fp8_amax on aligned and misaligned views, a NaN in the input: bits;
+ * - fp8_amax_scale, aligned and misaligned, both formats, and an empty tensor: the meta
+ *   block the CPU's zero, fp8_amax and fp8_scale leave, bits;
+ * - gelu_forward_amax and gelu_backward_amax on each backend against gelu_forward (and
+ *   gelu_backward into zeros) then zero and fp8_amax: the output and meta block, bits;
  * - fp8_scale, current (with margins 0 and 1, an amax of 0, infinity, and one so small
  *   that max / amax overflows) and delayed with a history of 4 over three steps: every
  *   float of the meta block, bits;
@@ -231,11 +235,139 @@ static void amax_case(int64_t n, int64_t off, int with_nan)
     free(x);
 }
 
+/* fp8_amax_scale on both backends: the meta block that zero, fp8_amax and fp8_scale
+ * leave on the CPU, bit for bit, from a block whose amax (100, above the input's) the
+ * call must drop */
+static void amax_scale_case(int64_t n, int64_t off, int fmt)
+{
+    char what[64];
+    snprintf(what, sizeof what, "fp8_amax_scale n %lld offset %lld fmt %d", (long long)n,
+             (long long)off, fmt);
+    float *x = frand(n + 1, 3.0), a = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = bf16_round(x[i]);
+        a = fabsf(x[i]) > a ? fabsf(x[i]) : a;
+    }
+    const float meta0[PT_KFP8_META] = {9.0f, 9.0f, 100.0f, 2.0f, 1.0f};
+    float want[PT_KFP8_META], got[PT_KFP8_META];
+    void *base = NULL;
+    const float *src = put_act(CPU, x, n, off, &base);
+    float *m = put(CPU, meta0, sizeof meta0);
+    CPU->zero(CPU, m + PT_KFP8_AMAX, sizeof(float));
+    CPU->fp8_amax(CPU, m, src, n);
+    CPU->fp8_scale(CPU, m, fmt, 0, 0.0f);
+    get(CPU, want, m, sizeof want);
+    CPU->free(CPU, base);
+    CPU->free(CPU, m);
+    pt_kernels *kn[2] = {CPU, GPU};
+    for (int b = 0; b < 2; b++) {
+        src = put_act(kn[b], x, n, off, &base);
+        m = put(kn[b], meta0, sizeof meta0);
+        kn[b]->fp8_amax_scale(kn[b], m, src, n, fmt);
+        if (sync_ok(kn[b])) {
+            get(kn[b], got, m, sizeof got);
+            same_bits(what, got, want, sizeof got);
+        }
+        kn[b]->free(kn[b], base);
+        kn[b]->free(kn[b], m);
+    }
+    float fmax = fmt == PT_KFP8_E5M2 ? 57344.0f : 448.0f;
+    CHECK(want[PT_KFP8_SCALE] == (n > 0 ? fmax / a : 1.0f) && want[PT_KFP8_AMAX] == 0.0f &&
+          want[PT_KFP8_OVER] == 2.0f);
+    free(x);
+}
+
 static void test_fp8_amax(void)
 {
     amax_case(4099, 0, 1); /* 8-element loads and a tail */
     amax_case(1000, 3, 0); /* misaligned: one element a load */
     amax_case(5, 0, 0);
+    CHECK(GPU->fp8_amax_scale && CPU->fp8_amax_scale);
+    if (!GPU->fp8_amax_scale || !CPU->fp8_amax_scale)
+        return;
+    for (int fmt = 0; fmt < 2; fmt++) {
+        amax_scale_case(4099, 0, fmt);
+        amax_scale_case(1000, 3, fmt);
+    }
+    amax_scale_case(0, 0, PT_KFP8_E4M3); /* nothing to take: scale 1 */
+}
+
+/* ---- gelu_forward_amax, gelu_backward_amax ------------------------------------------------------ */
+
+/* On each backend, the GELU before an FP8 cast against the ops it stands for: the output
+ * of gelu_forward (of gelu_backward added into a zeroed buffer) and the meta block zero
+ * and fp8_amax then leave, which the fused op's output (written over other values) and
+ * meta (from an amax of 100 it must drop) equal bit for bit, so that training with it
+ * is bit-identical */
+static void gelu_amax_case(int64_t n, int64_t off, int bwd)
+{
+    char what[80];
+    float *x = frand(n, 4.0), *g = frand(n, 1.0), *zeros = xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = bf16_round(x[i]);
+        g[i] = bf16_round(g[i]);
+        zeros[i] = 0.0f;
+    }
+    const float meta0[PT_KFP8_META] = {9.0f, 9.0f, 100.0f, 2.0f, 1.0f};
+    pt_kernels *kn[2] = {CPU, GPU};
+    for (int b = 0; b < 2; b++) {
+        pt_kernels *K = kn[b];
+        size_t bytes = (size_t)n * elem_bytes(K, ACT);
+        void *bx, *bg, *b1, *b2;
+        const float *src = put_act(K, x, n, off, &bx), *dout = put_act(K, g, n, off, &bg);
+        float *o1 = put_act(K, zeros, n, off, &b1), *o2 = put_act(K, g, n, off, &b2);
+        float *m1 = put(K, meta0, sizeof meta0), *m2 = put(K, meta0, sizeof meta0);
+        char *h1 = xmalloc(bytes), *h2 = xmalloc(bytes);
+        float got1[PT_KFP8_META], got2[PT_KFP8_META];
+        if (bwd)
+            K->gelu_backward(K, o1, dout, src, n);
+        else
+            K->gelu_forward(K, o1, src, n);
+        K->zero(K, m1 + PT_KFP8_AMAX, sizeof(float));
+        K->fp8_amax(K, m1, o1, n);
+        if (bwd)
+            K->gelu_backward_amax(K, o2, dout, src, n, m2);
+        else
+            K->gelu_forward_amax(K, o2, src, n, m2);
+        if (sync_ok(K)) {
+            get(K, h1, o1, bytes);
+            get(K, h2, o2, bytes);
+            get(K, got1, m1, sizeof got1);
+            get(K, got2, m2, sizeof got2);
+            snprintf(what, sizeof what, "%s gelu_%s_amax n %lld offset %lld: output", K->name,
+                     bwd ? "backward" : "forward", (long long)n, (long long)off);
+            same_bits(what, h2, h1, bytes);
+            snprintf(what, sizeof what, "%s gelu_%s_amax n %lld offset %lld: meta", K->name,
+                     bwd ? "backward" : "forward", (long long)n, (long long)off);
+            same_bits(what, got2, got1, sizeof got1);
+            CHECK(got1[PT_KFP8_AMAX] > 0.0f && got1[PT_KFP8_AMAX] < 100.0f);
+        }
+        K->free(K, bx);
+        K->free(K, bg);
+        K->free(K, b1);
+        K->free(K, b2);
+        K->free(K, m1);
+        K->free(K, m2);
+        free(h1);
+        free(h2);
+    }
+    free(x);
+    free(g);
+    free(zeros);
+}
+
+static void test_gelu_amax(void)
+{
+    CHECK(GPU->gelu_forward_amax && GPU->gelu_backward_amax && CPU->gelu_forward_amax &&
+          CPU->gelu_backward_amax);
+    if (!GPU->gelu_forward_amax || !GPU->gelu_backward_amax || !CPU->gelu_forward_amax ||
+        !CPU->gelu_backward_amax)
+        return;
+    for (int bwd = 0; bwd < 2; bwd++) {
+        gelu_amax_case(4099, 0, bwd);  /* by eights, a tail */
+        gelu_amax_case(1000, 3, bwd);  /* misaligned: one at a time */
+        gelu_amax_case(2100000, 0, bwd); /* past 1024 blocks of 256 by eights: grid-stride */
+    }
 }
 
 /* ---- fp8_scale -------------------------------------------------------------------------------- */
@@ -468,6 +600,7 @@ void test_fp8(void)
         return;
     test_fp8_cast();
     test_fp8_amax();
+    test_gelu_amax();
     test_fp8_scale();
     test_gemm_fp8();
 }

@@ -1065,30 +1065,51 @@ static void test_fp8(void)
             }
             if (op->kind == PT_OPK_ATTN_OUT) /* row-parallel: W and X are sharded */
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
-            if (op->kind == PT_OPK_Q_DGRAD) { /* column-parallel: W and dY */
-                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
-                /* dY (T, h/tp) cast both ways for the weight gradient after it, W^T once */
+            if (op->kind == PT_OPK_Q_DGRAD) { /* column-parallel: dY (W^T's scale is known) */
+                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
+                /* dY (T, h/tp) with its amax, cast both ways for the weight gradient after
+                 * it; W^T cast with the scale the forward took */
                 double dy = T * h / tp, w = h / tp * h;
-                CHECK_NEAR(op->fp8.bytes, ab * (dy + w) + (ab + 2) * dy + (ab + 1) * w, 1e-12);
+                CHECK_NEAR(op->fp8.bytes, ab * dy + (ab + 2) * dy + (ab + 1) * w, 1e-12);
             }
             /* reused casts (runtime/fp8.c's operand_in): k and v take q's input, in the
              * forward and transposed in their weight gradients; a weight gradient right
-             * after its data gradient takes that one's transposed dY */
-            int casts = -1;
+             * after its data gradient takes that one's transposed dY. Each cast is a
+             * pass, and each amax a pass and a scale launch; the re-casts take the
+             * scale their tensor's amax gave (runtime/fp8.c's memo_of): the data
+             * gradient's W^T, and with one micro-batch in flight the weight gradient's
+             * dY^T and X^T */
+            int passes = -1, launches = -1;
             switch (op->kind) {
-            case PT_OPK_Q: case PT_OPK_Q_WGRAD: case PT_OPK_ATTN_OUT: case PT_OPK_MLP_UP:
-                casts = 2;
+            case PT_OPK_Q: case PT_OPK_ATTN_OUT: case PT_OPK_MLP_UP: /* X and W */
+                passes = 4, launches = 2;
                 break;
-            case PT_OPK_K: case PT_OPK_V: case PT_OPK_K_WGRAD: case PT_OPK_V_WGRAD:
+            case PT_OPK_K: case PT_OPK_V: /* W */
+                passes = 2, launches = 1;
+                break;
+            case PT_OPK_Q_DGRAD: case PT_OPK_ATTN_OUT_DGRAD: case PT_OPK_MLP_DOWN_DGRAD:
+                passes = 3, launches = 1; /* dY's amax and cast, W^T's cast */
+                break;
+            /* the amaxes the GELU takes as it writes (runtime/layer.c): still a scale */
+            case PT_OPK_MLP_DOWN: /* X's cast, W's amax and cast */
+                passes = 3, launches = 2;
+                break;
+            case PT_OPK_MLP_UP_DGRAD: /* dY's cast, W^T's cast */
+                passes = 2, launches = 1;
+                break;
+            case PT_OPK_Q_WGRAD: /* dY^T and X^T, casts alone */
+                passes = 2, launches = 0;
+                break;
+            case PT_OPK_K_WGRAD: case PT_OPK_V_WGRAD:
             case PT_OPK_ATTN_OUT_WGRAD: case PT_OPK_MLP_UP_WGRAD: case PT_OPK_MLP_DOWN_WGRAD:
-                casts = 1;
+                passes = 1, launches = 0;
                 break;
             default:
                 break;
             }
-            if (casts > 0) {
-                CHECK_NEAR(op->fp8.passes, 2 * casts, 0);
-                CHECK_NEAR(op->fp8.launches, casts, 0);
+            if (passes >= 0) {
+                CHECK_NEAR(op->fp8.passes, passes, 0);
+                CHECK_NEAR(op->fp8.launches, launches, 0);
             }
             /* ... and say so to the runtime, which follows the op */
             bool fwd = op->kind == PT_OPK_K || op->kind == PT_OPK_V;
@@ -1099,10 +1120,8 @@ static void test_fp8(void)
             CHECK(op->fp8.dy_both == (fp8_pass_is_dgrad(op->role)));
             if (op->kind == PT_OPK_K) /* the weight alone */
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
-            if (op->kind == PT_OPK_ATTN_OUT_WGRAD) /* X^T, this rank's slice */
-                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
-            if (op->kind == PT_OPK_K_WGRAD) /* dY^T, a column-parallel layer's slice */
-                CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
+            if (op->kind == PT_OPK_ATTN_OUT_WGRAD || op->kind == PT_OPK_K_WGRAD)
+                CHECK_INT(op->fp8.amax_reduces, 0); /* known scales, none taken */
         }
         CHECK_INT(gemms, 3 * 6); /* q, k, v, attn_out, mlp_up, mlp_down: fwd, dgrad, wgrad */
         o.n = 0;
@@ -1133,8 +1152,8 @@ static void test_fp8(void)
         }
         pt_oplist_free(&o);
     }
-    /* cp: every activation's amax over the cp group (X, dY and, current, the weight
-     * gradient's two re-casts), never the weight's */
+    /* cp: every activation's amax over the cp group (X, dY; the weight gradient's two
+     * re-casts take known scales), never the weight's */
     pt_layout l = layout("cp=2,dp=1", 16);
     pt_train t = train(16);
     t.fp8 = (pt_fp8){.recipe = PT_FP8_CURRENT, .history = 1024};
@@ -1149,11 +1168,49 @@ static void test_fp8(void)
         if (op->kind == PT_OPK_Q || op->kind == PT_OPK_Q_DGRAD || op->kind == PT_OPK_Q_WGRAD) {
             seen++;
             CHECK_INT(op->fp8.amax_reduces, 0);
-            CHECK_INT(op->fp8.amax_cp_reduces, op->kind == PT_OPK_Q_WGRAD ? 2 : 1);
+            CHECK_INT(op->fp8.amax_cp_reduces, op->kind == PT_OPK_Q_WGRAD ? 0 : 1);
             CHECK_INT(op->fp8.amax_cp.group, 2);
         }
     }
     CHECK_INT(seen, 3);
+    /* SwiGLU's kernels take no amax: the down projection reads its input for it */
+    {
+        pt_model ms = m;
+        ms.act = PT_ACT_SWIGLU;
+        l = layout("dp=1", 16);
+        pt_opctx_init(&c, &ms, &l, &t, NULL);
+        o.n = 0;
+        CHECK_INT(pt_ops_layer(&c, false, &o), 0);
+        CHECK_INT(pt_ops_layer(&c, true, &o), 0);
+        seen = 0;
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == PT_OPK_MLP_DOWN || o.op[i].kind == PT_OPK_MLP_UP_DGRAD) {
+                seen++;
+                CHECK_NEAR(o.op[i].fp8.passes, o.op[i].kind == PT_OPK_MLP_DOWN ? 4 : 3, 0);
+            }
+        CHECK_INT(seen, 2);
+    }
+    /* pipeline parallelism and all-forward-all-backward: other micro-batches' forwards
+     * come between a forward and its backward, so the weight gradient takes X^T's amax
+     * again; dY^T's and the data gradient's W^T's scales are still known */
+    for (int afab = 0; afab < 2; afab++) {
+        l = layout(afab ? "dp=1,mbs=4,schedule=afab" : "pp=2,dp=1,mbs=4", 16);
+        CHECK(l.n_micro > 1);
+        pt_opctx_init(&c, &m, &l, &t, NULL);
+        o.n = 0;
+        CHECK_INT(pt_ops_layer(&c, true, &o), 0);
+        seen = 0;
+        for (int i = 0; i < o.n; i++) {
+            const pt_op *op = &o.op[i];
+            if (op->kind == PT_OPK_Q_WGRAD || op->kind == PT_OPK_MLP_DOWN_WGRAD ||
+                op->kind == PT_OPK_Q_DGRAD) {
+                seen++;
+                CHECK_NEAR(op->fp8.passes, op->kind == PT_OPK_MLP_DOWN_WGRAD ? 2 : 3, 0);
+                CHECK_NEAR(op->fp8.launches, 1, 0);
+            }
+        }
+        CHECK_INT(seen, 3);
+    }
     pt_oplist_free(&o);
     /* torchao's Float8Linear (fsdp, per GEMM as ptrun) reuses no cast: k casts its input */
     {
