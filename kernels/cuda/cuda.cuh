@@ -276,15 +276,29 @@ static __device__ __forceinline__ void pt_st8(bf16 *p, const float f[8])
  * pair, where pt_bf16 takes about five an element): finite values and infinities round
  * to the same bits as pt_bf16 (to nearest, ties to even); a NaN comes out as a NaN, not
  * necessarily with pt_bf16's bits. For outputs that are pure arithmetic on finite
- * inputs, in kernels whose instruction count bounds them. */
-static __device__ __forceinline__ void pt_st8_rn(bf16 *p, const float f[8])
+ * inputs, in kernels whose instruction count bounds them. pt_pack8_rn gives the 16
+ * bytes, to store and to read back (pt_unpack8) as stored. */
+static __device__ __forceinline__ uint4 pt_pack8_rn(const float f[8])
 {
     uint4 u;
     __nv_bfloat162 *h2 = reinterpret_cast<__nv_bfloat162 *>(&u);
 #pragma unroll
     for (int i = 0; i < 4; i++)
         h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    *reinterpret_cast<uint4 *>(p) = u;
+    return u;
+}
+
+static __device__ __forceinline__ void pt_st8_rn(bf16 *p, const float f[8])
+{
+    *reinterpret_cast<uint4 *>(p) = pt_pack8_rn(f);
+}
+
+/* An amax's step (the FP8 amaxes of fp8.cu and pointwise.cu): |x| where it exceeds m,
+ * else m; a NaN never does. */
+static __device__ __forceinline__ float pt_amax_step(float m, float x)
+{
+    float a = fabsf(x);
+    return a > m ? a : m;
 }
 
 /* ---- Block reductions (device) -------------------------------------------------------- */

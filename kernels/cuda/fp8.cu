@@ -160,13 +160,6 @@ void pt_kcuda_fp8_fold_amax(pt_kernels *kn, float *meta, int count)
 
 enum { AMAX_THREADS = 256 };
 
-/* |x| when it exceeds m, else m: a NaN never does */
-static __device__ __forceinline__ float amax_step(float m, float x)
-{
-    float a = fabsf(x);
-    return a > m ? a : m;
-}
-
 /* each block's max |x| into part[blockIdx.x], eight bf16 a load where x is 16-byte
  * aligned */
 __global__ void fp8_amax_kernel(pt_kcuda_fp8_part *part, const bf16 *x, int64_t n)
@@ -183,12 +176,12 @@ __global__ void fp8_amax_kernel(pt_kcuda_fp8_part *part, const bf16 *x, int64_t 
             pt_ld8(f, x + 8 * q);
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                m = amax_step(m, f[j]);
+                m = pt_amax_step(m, f[j]);
         }
         i = 8 * n8 + t;
     }
     for (; i < n; i += stride)
-        m = amax_step(m, pt_ld(x + i));
+        m = pt_amax_step(m, pt_ld(x + i));
     m = pt_block_max(m, shared);
     if (threadIdx.x == 0)
         part[blockIdx.x] = pt_kcuda_fp8_part{m, 0, 0, 0};
@@ -293,7 +286,7 @@ static __device__ __forceinline__ uint8_t cast_one(float x, float scale, int e5m
 {
     const float v = x * scale, past = e5m2 ? 61440.0f : 464.0f;
     const uint8_t q = fp8_quantize(x, v, e5m2);
-    st->amax = amax_step(st->amax, x);
+    st->amax = pt_amax_step(st->amax, x);
     st->over += fabsf(v) >= past;
     st->under += x != 0.0f && (q & 0x7Fu) == 0;
     return q;

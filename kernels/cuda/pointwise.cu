@@ -244,13 +244,10 @@ void pt_kcuda_dgelu_inplace(pt_kernels *kn,
 /* The GELU before an FP8 cast (kernels.h's gelu_forward_amax, gelu_backward_amax): the
  * forward, or the backward written (0 + dout · gelu'(x), what gelu_backward adds into a
  * zeroed buffer), and each block's max |value as stored| into ctx->fp8_part, which
- * fp8.cu's second pass folds into the meta block, as fp8_amax's blocks do. */
-static __device__ __forceinline__ float amax_stored(float m, float v)
-{
-    float a = fabsf(__bfloat162float(pt_bf16(v)));
-    return a > m ? a : m; /* a NaN never is */
-}
-
+ * fp8.cu's second pass folds into the meta block, as fp8_amax's blocks do. By eights
+ * the values are rounded in pairs (pt_pack8_rn: the GELU of finite values is finite,
+ * so the same bits as gelu_forward's; the kernel is bound by its instructions) and read
+ * back as stored for the amax. */
 template <bool BWD>
 __global__ void gelu_amax_kernel(pt_kcuda_fp8_part *part, bf16 *out, const bf16 *dout,
                                  const bf16 *x, int64_t n, int vec)
@@ -264,17 +261,20 @@ __global__ void gelu_amax_kernel(pt_kcuda_fp8_part *part, bf16 *out, const bf16 
         if (BWD)
             pt_ld8(v, dout + 8 * q);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++)
             v[j] = BWD ? 0.0f + v[j] * gelu_grad(xs[j]) : gelu(xs[j]);
-            m = amax_stored(m, v[j]);
-        }
-        pt_st8(out + 8 * q, v);
+        const uint4 u = pt_pack8_rn(v);
+        *reinterpret_cast<uint4 *>(out + 8 * q) = u;
+        pt_unpack8(v, u);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            m = pt_amax_step(m, v[j]);
     }
     GRID_STRIDE(e, n - 8 * n8) {
         const int64_t i = 8 * n8 + e;
         float v = BWD ? 0.0f + pt_ld(dout + i) * gelu_grad(pt_ld(x + i)) : gelu(pt_ld(x + i));
-        pt_st(out + i, v);
-        m = amax_stored(m, v);
+        out[i] = pt_bf16(v);
+        m = pt_amax_step(m, pt_ld(out + i));
     }
     m = pt_block_max(m, shared);
     if (threadIdx.x == 0)
@@ -361,9 +361,23 @@ void pt_kcuda_swiglu_backward(pt_kernels *kn, float *dgate, float *dup, const fl
 
 /* ---- Residual ---------------------------------------------------------------------------- */
 
-__global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t n)
+__global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t n,
+                                        int vec)
 {
-    GRID_STRIDE(e, n) pt_st(out + e, pt_ld(a + e) + pt_ld(b + e));
+    const int64_t n8 = vec ? n / 8 : 0;
+    GRID_STRIDE(q, n8) {
+        float x[8], y[8];
+        pt_ld8(x, a + 8 * q);
+        pt_ld8(y, b + 8 * q);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            x[j] += y[j];
+        pt_st8(out + 8 * q, x);
+    }
+    GRID_STRIDE(e, n - 8 * n8) {
+        const int64_t i = 8 * n8 + e;
+        pt_st(out + i, pt_ld(a + i) + pt_ld(b + i));
+    }
 }
 
 __global__ void residual_backward_kernel(bf16 *d1, bf16 *d2, const bf16 *dout, int64_t n)
@@ -380,8 +394,9 @@ void pt_kcuda_residual_forward(pt_kernels *kn, float *out, const float *inp1,
 {
     if (n <= 0)
         return;
-    PT_LAUNCH(LAUNCH(n), residual_forward_kernel)((bf16 *)out, (const bf16 *)inp1,
-        (const bf16 *)inp2, n);
+    const int vec = aligned16(out, inp1, inp2);
+    PT_LAUNCH(LAUNCH8(n, vec), residual_forward_kernel)((bf16 *)out, (const bf16 *)inp1,
+        (const bf16 *)inp2, n, vec);
     PT_LAUNCHED(kn, "residual_forward");
 }
 
