@@ -174,7 +174,6 @@ bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r)
     return c->n->fp8.recipe != PT_FP8_OFF && c->l >= 0 && linear_index(r) >= 0;
 }
 
-
 /* The groups over which a rank holds only a slice of operand `operand` of linear layer
  * r: tp for weights, row-parallel inputs and column-parallel output gradients; cp for
  * every activation (its rows). */

@@ -67,11 +67,11 @@ void pt_layer_dropout_rows(pt_layer_ctx *c, float *buf, const float *dout, int64
 /* Whether linear layer r of the running layer computes in FP8 (the plan's FP8 is on and
  * r is one of a transformer layer's linear layers). */
 bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r);
-/* Where the kernel about to write src (rows, cols), linear layer r's input (or with
- * `grad` its output gradient), may take src's FP8 amax for r's next cast (kernels.h's
+/* Where the kernel about to write src, linear layer r's input (or with `grad` its
+ * output gradient), may take src's FP8 amax for r's next cast (kernels.h's
  * gelu_forward_amax, gelu_backward_amax), which then reads src once less: the scaling
- * state, or NULL where none is wanted (FP8 off, delayed scaling, r not FP8). The cast
- * that follows takes it when it reads that src, as the next cast of the layer. */
+ * state, or NULL where none is wanted (FP8 off, delayed scaling, r not FP8). The next
+ * cast of the rank takes it if it casts that src into that state. */
 float *pt_fp8_amax_into(pt_layer_ctx *c, pt_param_ref r, bool grad, const float *src);
 /* Linear layer r's forward out = inp · w^T (+ bias), its data gradient into dinp
  * (written, or added), and its weight gradient added into dw (and the bias gradient

@@ -153,7 +153,8 @@ struct pt_net {
     pt_fp8_memo *fp8_memo;    /* per scaling state: the tensor its current-scaling scale
                                  was last taken from (runtime/fp8.c); NULL otherwise */
     float *fp8_check;         /* PT_FP8_CHECK_SCALES=1: a scaling state where each scale
-                                 the memo spares is taken again to compare; else NULL */
+                                 taken without reading its tensor is taken again from
+                                 it, to compare; else NULL */
     int64_t fp8_elems;        /* elements quantized since the last pt_fp8_step_stats */
     int64_t fp8_amax_elems;   /* ... and read for an amax before their cast */
 

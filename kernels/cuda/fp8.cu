@@ -111,9 +111,10 @@ static __device__ void scale_from(float *meta, float a, float fmax, float margin
 }
 
 /* meta[AMAX] = max(meta[AMAX], the partials' max); with FOLD_COUNTS also meta[OVER] and
- * meta[UNDER] += the partials' sums; with FOLD_SET the partials' max alone is the amax
- * (fp8_amax_scale, an amax taken by the kernel that wrote the tensor), and with
- * FOLD_SCALE the scale is taken from it (fmax: the format's largest value) */
+ * meta[UNDER] += the partials' sums. With FOLD_SET the partials' max alone is the amax
+ * (one taken by the kernel that wrote the tensor: pt_kcuda_fp8_fold_amax); with
+ * FOLD_SCALE (fp8_amax_scale) the scale is taken from the partials' max alone (fmax:
+ * the format's largest value) */
 enum { FOLD_COUNTS = 1, FOLD_SET = 2, FOLD_SCALE = 4 };
 
 __global__ void fp8_fold_kernel(float *meta, const pt_kcuda_fp8_part *part, int count,
