@@ -857,6 +857,19 @@ struct pt_kernels {
                      int64_t rows, int cols,
                      int fmt,                      /* pt_kfp8 */
                      float *meta);                 /* PT_KFP8_META+ fp32 */
+    /* fp8_cast_dbias: fp8_cast, and dbias += the column sums of src (the bias gradient
+     * of an output gradient, summed from its unquantized values as matmul_backward's
+     * dbias: Transformer Engine's fused cast-transpose-dbias), in the pass that reads
+     * src for the cast. Optional: the runtime calls fp8_cast and matmul_backward's bias
+     * gradient where it is NULL. */
+    void (*fp8_cast_dbias)(pt_kernels *kn,
+                           uint8_t *dst,           /* (rows, cols) fp8 or NULL */
+                           uint8_t *dst_t,         /* (cols, rows) fp8 or NULL */
+                           const float *src,       /* (rows, cols) [act] */
+                           int64_t rows, int cols,
+                           int fmt,                /* pt_kfp8 */
+                           float *meta,            /* PT_KFP8_META+ fp32 */
+                           float *dbias);          /* (cols) fp32 */
     /* gemm_fp8: c = a · b^T · meta_a[SCALE_INV] · meta_b[SCALE_INV] (+ bias in every
      * row) + beta · c, products and sums in fp32, c rounded once: the TN layout, a
      * (m, k) and b (n, k) both K-major. c is [act] when c_f32 is 0 (a forward's output,

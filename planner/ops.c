@@ -473,6 +473,17 @@ static void fp8_te(builder *b, pt_op *op, int64_t m, int64_t n, int64_t k)
     }
 }
 
+/* Whether ptrun sums FP8 linear layer param's bias gradient in its data gradient's cast
+ * of the output gradient (pt_fp8_work.dbias, kernels.h's fp8_cast_dbias): where the
+ * layer has a bias, but for K and V when tp ranks share a KV head, whose bias gradients
+ * are summed over tp apart (runtime/layer.c's kv_wgrad_shared). */
+static bool fp8_dbias_in_dgrad(const builder *b, pt_param_ref param)
+{
+    bool kv = param == PT_PARAM_K || param == PT_PARAM_V;
+    return fp8_param(b, param) && pt_stack_is_ptrun(&b->c->t->stack) && b->c->m->bias &&
+           !(kv && pt_kv_head_copies(b->c->m, b->c->l->tp) > 1);
+}
+
 static void fp8_work(builder *b, pt_op *op, pt_param_ref param, int64_t m, int64_t n,
                      int64_t k)
 {
@@ -482,6 +493,8 @@ static void fp8_work(builder *b, pt_op *op, pt_param_ref param, int64_t m, int64
         fp8_te(b, op, m, n, k);
     else
         fp8_per_gemm(b, op, m, n, k, row_parallel);
+    /* the bias gradient rides the cast's read of dY: no pass of its own */
+    op->fp8.dbias = fp8_pass_of(op->role) == FP8_DGRAD && fp8_dbias_in_dgrad(b, param);
 }
 
 /* A GEMM of the layers in one of its roles (pt_gemm_role, costmodels/cost.h: the key's
@@ -522,6 +535,10 @@ static pt_op *gemm_batch(builder *b, pt_op_kind kind, pt_param_ref param, int ba
                         param == PT_PARAM_EXPERT_FC2;
     bool bias = param == PT_PARAM_HEAD ? pt_vocab_mask_elems(b->c->m, b->c->l->tp) > 0
                                        : b->c->m->bias && !(row_parallel && b->c->tp_rank != 0);
+    /* ptrun's FP8 layers sum the bias gradient in the data gradient's cast: the weight
+     * gradient's call has none (fp8_dbias_in_dgrad) */
+    if (role == PT_GEMM_WGRAD_BIAS && fp8 && fp8_dbias_in_dgrad(b, param))
+        role = PT_GEMM_WGRAD;
     if (bias && role == PT_GEMM_FWD)
         role = PT_GEMM_FWD_BIAS;
     else if (bias && role == PT_GEMM_FWD_GELU)

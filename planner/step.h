@@ -213,6 +213,10 @@ typedef struct {
      * a (X in a forward, dY^T in a weight gradient) or b (X^T in a weight gradient) as
      * an earlier GEMM of the list cast it; a data gradient writes dY's transpose too */
     bool reuse_a, reuse_b, dy_both;
+    /* ptrun (either recipe): a data gradient sums its layer's bias gradient in the cast
+     * of the output gradient (kernels.h's fp8_cast_dbias), and the layer's weight
+     * gradient, in role gemm_wgrad, has none */
+    bool dbias;
 } pt_fp8_work;
 
 typedef struct {

@@ -286,7 +286,7 @@ static int check_scale(pt_layer_ctx *c, pt_param_ref r, int operand, const float
  * scale is this tensor's already (memo_of); delayed scaling casts with the scale its
  * history gave (the amax taken in the cast), and `push` (after the GEMM) moves it on. */
 static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, int64_t rows,
-                int cols, uint8_t *dst, uint8_t *dst_t, bool again)
+                int cols, uint8_t *dst, uint8_t *dst_t, bool again, float *dbias)
 {
     pt_net *n = c->n;
     pt_kernels *kn = n->kn;
@@ -319,7 +319,14 @@ static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, 
             *m = want;
         }
     }
-    kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta); /* delayed: amax fused */
+    /* delayed: amax fused */
+    if (dbias && kn->fp8_cast_dbias) {
+        kn->fp8_cast_dbias(kn, dst, dst_t, src, rows, cols, fmt, meta, dbias);
+        return 0;
+    }
+    kn->fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta);
+    if (dbias)
+        kn->matmul_backward(kn, NULL, NULL, dbias, src, NULL, NULL, rows, 1, cols);
     return 0;
 }
 
@@ -406,7 +413,7 @@ static int operand_in(pt_layer_ctx *c, pt_param_ref r, int operand, const float 
     held->meta = NULL; /* overwritten below */
     /* transposed, it is a weight gradient's re-cast of what a forward or a data
      * gradient cast before */
-    if (cast(c, r, operand, src, rows, cols, t ? NULL : buf, t ? buf : NULL, t))
+    if (cast(c, r, operand, src, rows, cols, t ? NULL : buf, t ? buf : NULL, t, NULL))
         return -1;
     *held = want;
     *meta = want.meta;
@@ -424,7 +431,7 @@ int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, floa
     if (pt_layer_finish_gather(c) ||
         operand_in(c, r, FP8_X, inp, T, ic, false, S->fp8_a, &S->fp8_held[0], how->reuse_a,
                    &mx) ||
-        cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL, false))
+        cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL, false, NULL))
         return -1;
     kn->gemm_fp8(kn, out, 0, 0.0f, S->fp8_a, PT_KFP8_E4M3, mx, S->fp8_w, PT_KFP8_E4M3,
                  site(c, r, FP8_W), bias, T, oc, ic);
@@ -432,7 +439,7 @@ int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, floa
 }
 
 int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float *dinp,
-                 bool write, const float *dout, const float *w, int ic, int oc)
+                 bool write, const float *dout, const float *w, float *dbias, int ic, int oc)
 {
     pt_kernels *kn = c->n->kn;
     pt_scratch *S = c->S;
@@ -441,8 +448,8 @@ int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float 
      * transpose into fp8_b in the same pass */
     bool both = how->dy_both;
     S->fp8_held[0].meta = S->fp8_held[1].meta = NULL;
-    if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL, false) ||
-        cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w, true))
+    if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL, false, dbias) ||
+        cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w, true, NULL))
         return -1;
     if (both)
         S->fp8_held[1] = held_of(c, r, FP8_DY, dout, T, oc, true);
@@ -469,7 +476,8 @@ int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float 
                      NULL, oc, ic, (int)T);
     S->fp8_held[1].meta = NULL;
     /* the bias gradient sums the unquantized output gradient, as TE's fused
-     * cast-transpose-dbias does */
+     * cast-transpose-dbias does (ptrun's plans sum it in the data gradient's cast:
+     * pt_fp8_work.dbias, and give this op no bias) */
     if (dbias)
         kn->matmul_backward(kn, NULL, NULL, dbias, dout, NULL, NULL, T, ic, oc);
     return 0;

@@ -296,6 +296,14 @@ static int linear_wgrad(pt_layer_ctx *c, const pt_op *op, const float *dout,
     return gemm_over_rows(c, &g, inp);
 }
 
+/* The bias gradient an FP8 data gradient sums in its output gradient's cast, where the
+ * plan says so (pt_fp8_work.dbias: the weight gradient after it then has none), else
+ * NULL. */
+static float *fp8_dbias(const pt_layer_ctx *c, const pt_op *op)
+{
+    return op->fp8.dbias ? param(c, op->param, true).g : NULL;
+}
+
 /* A linear layer's data gradient into dinp (T, ic): written where the op's role says
  * so (gemm_dgrad_write: the first data gradient into its buffer, planner/ops.c), else
  * added to what the buffer holds. */
@@ -306,7 +314,7 @@ static int linear_dgrad(pt_layer_ctx *c, const pt_op *op, float *dinp, const flo
     const float *w = param(c, op->param, false).w;
     if (pt_fp8_linear(c, op->param))
         return pt_fp8_dgrad(c, op->param, &op->fp8, dinp, op->role == PT_GEMM_DGRAD_WRITE,
-                            dout, w, ic, oc);
+                            dout, w, fp8_dbias(c, op), ic, oc);
     if (op->role == PT_GEMM_DGRAD_WRITE)
         kn->matmul_dgrad(kn, dinp, dout, w, c->d.T, ic, oc);
     else
@@ -752,7 +760,7 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
         pt_param_view wd = param(c, w, false);
         if (pt_fp8_linear(c, w)) { /* the FP8 data gradient, then the GELU's backward */
             if (pt_fp8_dgrad(c, w, &op->fp8, S->dact, true, branch_grad(c, PT_DROP_MLP, true),
-                             wd.w, d->f, d->h))
+                             wd.w, fp8_dbias(c, op), d->f, d->h))
                 return -1;
             kn->zero(kn, S->dup, pt_act_bytes(c, Tf));
             kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);

@@ -74,14 +74,15 @@ bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r);
  * cast of the rank takes it if it casts that src into that state. */
 float *pt_fp8_amax_into(pt_layer_ctx *c, pt_param_ref r, bool grad, const float *src);
 /* Linear layer r's forward out = inp · w^T (+ bias), its data gradient into dinp
- * (written, or added), and its weight gradient added into dw (and the bias gradient
- * into dbias, either may be NULL), on FP8 operands; T = c->d.T rows; `how` the op's
+ * (written, or added; with dbias the bias gradient added there, summed in the output
+ * gradient's cast), and its weight gradient added into dw (and the bias gradient into
+ * dbias, either may be NULL), on FP8 operands; T = c->d.T rows; `how` the op's
  * reuse of earlier casts (planner/step.h's pt_fp8_work). 0, or -1 with c->err set (a
  * collective of the amax failed, or a planned reuse that no earlier cast allows). */
 int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float *out,
                    const float *inp, const float *w, const float *bias, int ic, int oc);
 int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float *dinp,
-                 bool write, const float *dout, const float *w, int ic, int oc);
+                 bool write, const float *dout, const float *w, float *dbias, int ic, int oc);
 int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float *dw,
                  float *dbias, const float *dout, const float *inp, int ic, int oc);
 

@@ -143,6 +143,7 @@ static const pt_kernels cpu_table = {
     .fp8_amax = pt_kcpu_fp8_amax,
     .fp8_scale = pt_kcpu_fp8_scale,
     .fp8_amax_scale = pt_kcpu_fp8_amax_scale,
+    .fp8_cast_dbias = pt_kcpu_fp8_cast_dbias,
     .fp8_cast = pt_kcpu_fp8_cast,
     .gemm_fp8 = pt_kcpu_gemm_fp8,
 };

@@ -58,6 +58,8 @@ void pt_kcpu_orthonormalize(pt_kernels *kn, float *p, int64_t rows, int cols, fl
 void pt_kcpu_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n);
 void pt_kcpu_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float margin);
 void pt_kcpu_fp8_amax_scale(pt_kernels *kn, float *meta, const float *src, int64_t n, int fmt);
+void pt_kcpu_fp8_cast_dbias(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
+                            int64_t rows, int cols, int fmt, float *meta, float *dbias);
 void pt_kcpu_fp8_cast(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
                       int64_t rows, int cols, int fmt, float *meta);
 void pt_kcpu_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,

@@ -189,6 +189,13 @@ static void decode(float *out, const uint8_t *q, int64_t elems, pt_kfp8 f)
         out[i] = lut[q[i]];
 }
 
+void pt_kcpu_fp8_cast_dbias(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
+                            int64_t rows, int cols, int fmt, float *meta, float *dbias)
+{
+    pt_kcpu_fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta);
+    pt_kcpu_matmul_backward(kn, NULL, NULL, dbias, src, NULL, NULL, rows, 1, cols);
+}
+
 void pt_kcpu_gemm_fp8(pt_kernels *kn, float *c, int c_f32, float beta, const uint8_t *a,
                       int fmt_a, const float *meta_a, const uint8_t *b, int fmt_b,
                       const float *meta_b, const float *bias, int64_t m, int n, int k)

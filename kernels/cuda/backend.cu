@@ -513,6 +513,7 @@ void pt_kcuda_destroy(pt_kernels *kn)
         cudaFree(ctx->sumsq_part);
         cudaFree(ctx->ortho_part);
         cudaFree(ctx->fp8_part);
+        cudaFree(ctx->fp8_colpart);
         cudaFree(ctx->fp8_scale_slots);
         cudaFree(ctx->adamw_table);
         free(ctx->adamw_host);
@@ -607,6 +608,7 @@ static pt_kernels cuda_table(void)
     t.fp8_amax = pt_kcuda_fp8_amax;
     t.fp8_scale = pt_kcuda_fp8_scale;
     t.fp8_amax_scale = pt_kcuda_fp8_amax_scale;
+    t.fp8_cast_dbias = pt_kcuda_fp8_cast_dbias;
     t.fp8_cast = pt_kcuda_fp8_cast;
     t.gemm_fp8 = pt_kcuda_gemm_fp8;
     return t;
@@ -825,6 +827,8 @@ pt_kernels *pt_kernels_cuda(int device, char *err, size_t cap)
                                                             sizeof(double))) ||
         PT_CU(kn, cudaMalloc((void **)&ctx->fp8_part,
                              PT_KCUDA_FP8_BLOCKS * sizeof(struct pt_kcuda_fp8_part))) ||
+        PT_CU(kn, cudaMalloc((void **)&ctx->fp8_colpart,
+                             (size_t)PT_KCUDA_FP8_BLOCKS * 64 * sizeof(float))) ||
         PT_CU(kn, cudaMalloc((void **)&ctx->fp8_scale_slots, 64)) ||
         pt_kcuda_loss_init(kn) || pt_kcuda_attention_init(kn) || select_determinism(kn) ||
         select_attention(kn)) {

@@ -134,6 +134,8 @@ typedef struct {
     struct pt_kcuda_fp8_part *fp8_part; /* [PT_KCUDA_FP8_BLOCKS] device: the partial
                                 * results of fp8_amax and fp8_cast (fp8.cu), reused in
                                 * stream order (FP8 ops run on the main stream) */
+    float *fp8_colpart;        /* [PT_KCUDA_FP8_BLOCKS · 64] device: fp8_cast_dbias's
+                                * column sums, a 64-column tile's per block (fp8.cu) */
     struct pt_kcuda_adamw_desc *adamw_table; /* [adamw_cap] device: adamw_multi's list */
     struct pt_kcuda_adamw_desc *adamw_host;  /* [adamw_cap] host: what the device table
                                 * holds, entries [0, adamw_valid) uploaded */
@@ -452,6 +454,8 @@ const pt_kcuda_algo *pt_kcuda_lt_algo(pt_kernels *kn, const uint64_t key[7],
 void pt_kcuda_fp8_amax(pt_kernels *kn, float *meta, const float *src, int64_t n);
 void pt_kcuda_fp8_scale(pt_kernels *kn, float *meta, int fmt, int hist_len, float margin);
 void pt_kcuda_fp8_amax_scale(pt_kernels *kn, float *meta, const float *src, int64_t n, int fmt);
+void pt_kcuda_fp8_cast_dbias(pt_kernels *kn, uint8_t *dst, uint8_t *dst_t, const float *src,
+                             int64_t rows, int cols, int fmt, float *meta, float *dbias);
 /* the second pass of an amax whose first pass wrote `count` blocks' partials into
  * ctx->fp8_part: meta[AMAX] = their max (fp8.cu) */
 void pt_kcuda_fp8_fold_amax(pt_kernels *kn, float *meta, int count);

@@ -366,9 +366,41 @@ static __device__ __forceinline__ uint2 cast8(const float x[8], float scale, int
  * in one 8-byte store to dst and in two 4-byte stores to the tile; for dst_t it gathers
  * eight bytes of a tile column (rows 8·chunk ...) and stores them in one. The same bytes,
  * amax and counts as fp8_cast_kernel, with an eighth of its memory instructions. */
+/* fp8_cast8_kernel's DBIAS: the block's 64 column sums from each thread's cs (its chunk's
+ * eight columns over its rows) into its slice's row of colpart: the four rows of a warp
+ * that share a chunk by a fixed butterfly, then the eight warps in order. Every thread
+ * calls it. */
+static __device__ void colsum_block(float *colpart, float cs[8], cast_grid g, int cols)
+{
+    __shared__ float red[CAST_ROWS][CAST_TILE];
+    const int chunk = threadIdx.x % 8, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        cs[j] += __shfl_xor_sync(0xffffffffu, cs[j], 8);
+        cs[j] += __shfl_xor_sync(0xffffffffu, cs[j], 16);
+    }
+    if (lane < 8)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            red[warp][8 * chunk + j] = cs[j];
+    __syncthreads();
+    const int c = (int)(blockIdx.x % g.across) * CAST_TILE + (int)threadIdx.x;
+    if (threadIdx.x < CAST_TILE && c < cols) {
+        float sum = 0.0f;
+        for (int w = 0; w < CAST_ROWS; w++)
+            sum += red[w][threadIdx.x];
+        colpart[(int64_t)(blockIdx.x / g.across) * cols + c] = sum;
+    }
+}
+
+/* With DBIAS (fp8_cast_dbias) the grid is a whole number of rows of tiles across, so
+ * that block b takes tile column b % across of every (gridDim / across)-th tile row;
+ * each thread sums its chunk's columns over its rows, and the block's column sums go to
+ * colpart row b / across (its slice of the rows), which dbias_fold adds up. */
+template <bool DBIAS>
 __global__ void __launch_bounds__(32 * CAST_ROWS)
 fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf16 *src,
-                 int64_t rows, int cols, const float *meta, int e5m2)
+                 int64_t rows, int cols, const float *meta, int e5m2, float *colpart)
 {
     /* rows of 68 bytes: 4-byte aligned, and the column gathers of a warp fall on
      * distinct banks but for pairs */
@@ -379,6 +411,7 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
     const int chunk = threadIdx.x % 8, row = threadIdx.x / 8; /* row 0 .. 31 */
     const cast_grid g = cast_grid_of(rows, cols);
     cast_stats st = {0.0f, 0, 0};
+    float cs[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t t = blockIdx.x; t < g.count; t += gridDim.x) {
         int64_t r0;
         int c0;
@@ -390,6 +423,10 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
                 continue;
             float x[8];
             pt_ld8(x, src + r * cols + c);
+            if (DBIAS)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    cs[j] += x[j];
             const uint2 q = cast8(x, scale, e5m2, &st);
             if (dst)
                 *reinterpret_cast<uint2 *>(dst + r * cols + c) = q;
@@ -417,6 +454,27 @@ fp8_cast8_kernel(pt_kcuda_fp8_part *part, uint8_t *dst, uint8_t *dst_t, const bf
         __syncthreads(); /* the tile is rewritten by the next one */
     }
     cast_part(part, st, smax, ssum);
+    if (DBIAS)
+        colsum_block(colpart, cs, g, cols);
+}
+
+/* dbias[j] += the slices' column sums of colpart (slices, cols), in order */
+__global__ void dbias_fold_kernel(float *dbias, const float *colpart, int slices, int cols)
+{
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += gridDim.x * blockDim.x) {
+        float sum = 0.0f;
+        for (int k = 0; k < slices; k++)
+            sum += colpart[(int64_t)k * cols + j];
+        dbias[j] += sum;
+    }
+}
+
+/* whether fp8_cast8_kernel takes the cast: widths of eights, aligned pointers */
+static bool cast_wide(const uint8_t *dst, const uint8_t *dst_t, const float *src,
+                      int64_t rows, int cols)
+{
+    return cols % 8 == 0 && (!dst_t || rows % 8 == 0) && pt_kcuda_align_of(src) >= 16 &&
+           (!dst || pt_kcuda_align_of(dst) >= 8) && (!dst_t || pt_kcuda_align_of(dst_t) >= 8);
 }
 
 void pt_kcuda_fp8_cast(pt_kernels *kn,
@@ -432,17 +490,51 @@ void pt_kcuda_fp8_cast(pt_kernels *kn,
         return;
     const int64_t tiles = cast_grid_of(rows, cols).count;
     int blocks = (int)(tiles < PT_KCUDA_FP8_BLOCKS ? tiles : PT_KCUDA_FP8_BLOCKS);
-    const int wide = cols % 8 == 0 && (!dst_t || rows % 8 == 0) &&
-                     pt_kcuda_align_of(src) >= 16 && (!dst || pt_kcuda_align_of(dst) >= 8) &&
-                     (!dst_t || pt_kcuda_align_of(dst_t) >= 8);
+    const int wide = cast_wide(dst, dst_t, src, rows, cols);
     if (wide)
-        PT_LAUNCH(blocks, 32 * CAST_ROWS, 0, ctx->stream, fp8_cast8_kernel)(ctx->fp8_part, dst,
-            dst_t, (const bf16 *)src, rows, cols, meta, fmt == PT_KFP8_E5M2);
+        PT_LAUNCH(blocks, 32 * CAST_ROWS, 0, ctx->stream, fp8_cast8_kernel<false>)(
+            ctx->fp8_part, dst, dst_t, (const bf16 *)src, rows, cols, meta,
+            fmt == PT_KFP8_E5M2, NULL);
     else
         PT_LAUNCH(blocks, 32 * CAST_ROWS, 0, ctx->stream, fp8_cast_kernel)(ctx->fp8_part, dst,
             dst_t, (const bf16 *)src, rows, cols, meta, fmt == PT_KFP8_E5M2);
     PT_LAUNCHED(kn, "fp8_cast");
     fp8_fold(kn, meta, blocks, FOLD_COUNTS, 0.0f);
+}
+
+/* fp8_cast and the column sums of src added into dbias in the same pass: a grid of
+ * whole rows of tiles, at most PT_KCUDA_FP8_BLOCKS blocks (fp8_cast8_kernel's DBIAS).
+ * Where the eight-wide kernel does not take the cast, or a row of tiles has more tiles
+ * than that, the cast and matmul_backward's bias gradient run apart. */
+void pt_kcuda_fp8_cast_dbias(pt_kernels *kn,
+                             uint8_t *dst,    /* (rows, cols) fp8 or NULL */
+                             uint8_t *dst_t,  /* (cols, rows) fp8 or NULL */
+                             const float *src, /* (rows, cols) [act] */
+                             int64_t rows, int cols,
+                             int fmt,         /* pt_kfp8 */
+                             float *meta,     /* PT_KFP8_META+ fp32 */
+                             float *dbias)    /* (cols) fp32, added to */
+{
+    pt_kcuda *ctx = pt_kcuda_ctx(kn);
+    if (rows <= 0 || cols <= 0)
+        return;
+    const cast_grid g = cast_grid_of(rows, cols);
+    const int64_t down = g.count / g.across;
+    if (!cast_wide(dst, dst_t, src, rows, cols) || g.across > PT_KCUDA_FP8_BLOCKS) {
+        pt_kcuda_fp8_cast(kn, dst, dst_t, src, rows, cols, fmt, meta);
+        pt_kcuda_matmul_backward(kn, NULL, NULL, dbias, src, NULL, NULL, rows, 1, cols);
+        return;
+    }
+    const int64_t most = PT_KCUDA_FP8_BLOCKS / g.across;
+    const int slices = (int)(down < most ? down : most);
+    const int blocks = (int)(slices * g.across);
+    PT_LAUNCH(blocks, 32 * CAST_ROWS, 0, ctx->stream, fp8_cast8_kernel<true>)(ctx->fp8_part,
+        dst, dst_t, (const bf16 *)src, rows, cols, meta, fmt == PT_KFP8_E5M2, ctx->fp8_colpart);
+    PT_LAUNCHED(kn, "fp8_cast_dbias");
+    fp8_fold(kn, meta, blocks, FOLD_COUNTS, 0.0f);
+    PT_LAUNCH((cols + 255) / 256, 256, 0, ctx->stream, dbias_fold_kernel)(dbias,
+        ctx->fp8_colpart, slices, cols);
+    PT_LAUNCHED(kn, "fp8_dbias_fold");
 }
 
 /* ---- GEMM: the plain kernel --------------------------------------------------------------- */

@@ -7,6 +7,9 @@
  *   that saturates some and flushes others to zero: the bytes, the
  *   amax and the saturation and underflow counts (added to counts already there) equal
  *   the CPU's bit for bit, and the counts are non-zero, so they were exercised;
+ * - fp8_cast_dbias: fp8_cast's bytes and meta block on the same backend, bits, and the
+ *   bias gradient added within fp32's summing error, in the eight-wide kernel (more
+ *   tiles than blocks too) and apart;
  * - fp8_amax on aligned and misaligned views, a NaN in the input: bits;
  * - fp8_amax_scale, aligned and misaligned, both formats, and an empty tensor: the meta
  *   block the CPU's zero, fp8_amax and fp8_scale leave, bits;
@@ -201,6 +204,106 @@ static void test_fp8_cast(void)
         test_cast_shape(80, 200, fmt, 0, 1);
     }
     test_cast_shape(130, 7, PT_KFP8_E4M3, 1, 1);
+}
+
+/* ---- fp8_cast_dbias ------------------------------------------------------------------------------ */
+
+/* fp8_cast_dbias on each backend: the bytes and meta block of fp8_cast on the same
+ * backend, bit for bit, and dbias = its old values + the column sums of src, within
+ * fp32's summing error (the backends and the host sum in different orders) */
+static void cast_dbias_case(int64_t rows, int cols, int fmt, int with_dst, int with_t)
+{
+    char what[96];
+    const int64_t n = rows * (int64_t)cols;
+    const size_t bytes = (size_t)n;
+    float *x = frand(n, 3.0), *d0 = frand(cols, 1.0);
+    double *want = xmalloc((size_t)cols * sizeof(double)), *mag = xmalloc((size_t)cols * sizeof(double));
+    for (int j = 0; j < cols; j++) {
+        want[j] = d0[j];
+        mag[j] = fabs(d0[j]);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = bf16_round(x[i]);
+        want[i % cols] += x[i];
+        mag[i % cols] += fabs(x[i]);
+    }
+    const float meta0[PT_KFP8_META] = {40.0f, 1.0f / 40.0f, 0.0f, 0.0f, 0.0f};
+    pt_kernels *kn[2] = {CPU, GPU};
+    float *got[2];
+    for (int b = 0; b < 2; b++) {
+        pt_kernels *K = kn[b];
+        void *base;
+        const float *src = put_act(K, x, n, 0, &base);
+        float *m1 = put(K, meta0, sizeof meta0), *m2 = put(K, meta0, sizeof meta0);
+        float *db = put(K, d0, (size_t)cols * sizeof(float));
+        uint8_t *q1 = with_dst ? K->alloc(K, bytes) : NULL, *t1 = with_t ? K->alloc(K, bytes) : NULL;
+        uint8_t *q2 = with_dst ? K->alloc(K, bytes) : NULL, *t2 = with_t ? K->alloc(K, bytes) : NULL;
+        uint8_t *h1 = xmalloc(bytes), *h2 = xmalloc(bytes);
+        float g1[PT_KFP8_META], g2[PT_KFP8_META];
+        got[b] = xmalloc((size_t)cols * sizeof(float));
+        K->fp8_cast(K, q1, t1, src, rows, cols, fmt, m1);
+        K->fp8_cast_dbias(K, q2, t2, src, rows, cols, fmt, m2, db);
+        if (sync_ok(K)) {
+            snprintf(what, sizeof what, "%s fp8_cast_dbias %lldx%d fmt %d", K->name,
+                     (long long)rows, cols, fmt);
+            for (int k = 0; k < 2; k++) {
+                uint8_t *a = k ? t1 : q1, *c = k ? t2 : q2;
+                if (!a)
+                    continue;
+                get(K, h1, a, bytes);
+                get(K, h2, c, bytes);
+                same_bits(what, h2, h1, bytes);
+            }
+            get(K, g1, m1, sizeof g1);
+            get(K, g2, m2, sizeof g2);
+            same_bits(what, g2, g1, sizeof g1);
+            get(K, got[b], db, (size_t)cols * sizeof(float));
+            double worst = 0;
+            for (int j = 0; j < cols; j++) {
+                /* fp32 sums of rows + 1 terms: each addition off by at most 2^-24 of the
+                 * running sum's magnitude, at most mag */
+                double tol = 2.0 * (double)(rows + 2) * ldexp(1.0, -24) * mag[j];
+                double err = fabs(got[b][j] - want[j]) / tol;
+                worst = err > worst ? err : worst;
+            }
+            CHECK(worst <= 1.0);
+            if (verbose())
+                printf("%-44s dbias at %.2g of its bound\n", what, worst);
+        }
+        K->free(K, base);
+        K->free(K, m1);
+        K->free(K, m2);
+        K->free(K, db);
+        if (q1) {
+            K->free(K, q1);
+            K->free(K, q2);
+        }
+        if (t1) {
+            K->free(K, t1);
+            K->free(K, t2);
+        }
+        free(h1);
+        free(h2);
+    }
+    free(got[0]);
+    free(got[1]);
+    free(x);
+    free(d0);
+    free(want);
+    free(mag);
+}
+
+static void test_fp8_cast_dbias(void)
+{
+    CHECK(GPU->fp8_cast_dbias && CPU->fp8_cast_dbias);
+    if (!GPU->fp8_cast_dbias || !CPU->fp8_cast_dbias)
+        return;
+    cast_dbias_case(520, 200, PT_KFP8_E5M2, 1, 1); /* eight-wide, tiles cut at the edge */
+    cast_dbias_case(136, 72, PT_KFP8_E5M2, 1, 0);
+    cast_dbias_case(80, 200, PT_KFP8_E4M3, 0, 1);
+    cast_dbias_case(70, 45, PT_KFP8_E5M2, 1, 1); /* no width of eights: apart */
+    /* more tiles than blocks: 17 across, 62 rows of tiles in 60 slices */
+    cast_dbias_case(3912, 1032, PT_KFP8_E5M2, 1, 1);
 }
 
 /* ---- fp8_amax -------------------------------------------------------------------------------- */
@@ -599,6 +702,7 @@ void test_fp8(void)
     if (!GPU->gemm_fp8 || !CPU->gemm_fp8)
         return;
     test_fp8_cast();
+    test_fp8_cast_dbias();
     test_fp8_amax();
     test_gelu_amax();
     test_fp8_scale();

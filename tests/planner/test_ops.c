@@ -1118,6 +1118,12 @@ static void test_fp8(void)
             bool x_t = op->kind == PT_OPK_K_WGRAD || op->kind == PT_OPK_V_WGRAD;
             CHECK(op->fp8.reuse_a == (fwd || dy) && op->fp8.reuse_b == x_t);
             CHECK(op->fp8.dy_both == (fp8_pass_is_dgrad(op->role)));
+            /* the bias gradient in the data gradient's cast, none in the weight
+             * gradient's call (and key) */
+            CHECK(op->fp8.dbias == fp8_pass_is_dgrad(op->role));
+            CHECK(op->role != PT_GEMM_WGRAD_BIAS);
+            if (op->role == PT_GEMM_WGRAD)
+                CHECK(strncmp(op->kernel.key, "gemm_wgrad:fp8:", 15) == 0);
             if (op->kind == PT_OPK_K) /* the weight alone */
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
             if (op->kind == PT_OPK_ATTN_OUT_WGRAD || op->kind == PT_OPK_K_WGRAD)
@@ -1173,6 +1179,28 @@ static void test_fp8(void)
         }
     }
     CHECK_INT(seen, 3);
+    /* one KV head shared by two tp ranks: K's and V's bias gradients are summed over tp
+     * apart (runtime/layer.c's kv_wgrad_shared), so their weight gradients keep them */
+    {
+        pt_model mg = m;
+        mg.kv_heads = 1;
+        l = layout("tp=2,dp=1", 16);
+        pt_opctx_init(&c, &mg, &l, &t, NULL);
+        o.n = 0;
+        CHECK_INT(pt_ops_layer(&c, true, &o), 0);
+        seen = 0;
+        for (int i = 0; i < o.n; i++) {
+            const pt_op *op = &o.op[i];
+            bool kv = op->param == PT_PARAM_K || op->param == PT_PARAM_V;
+            if (fp8_pass_is_dgrad(op->role)) {
+                seen++;
+                CHECK(op->fp8.dbias == !kv);
+            }
+            if (kv && (op->kind == PT_OPK_K_WGRAD || op->kind == PT_OPK_V_WGRAD))
+                CHECK_INT(op->role, PT_GEMM_WGRAD_BIAS);
+        }
+        CHECK_INT(seen, 6);
+    }
     /* SwiGLU's kernels take no amax: the down projection reads its input for it */
     {
         pt_model ms = m;
@@ -1223,11 +1251,13 @@ static void test_fp8(void)
         CHECK_INT(pt_ops_layer(&c, false, &o), 0);
         CHECK_INT(pt_ops_layer(&c, true, &o), 0);
         int k = 0;
-        for (int i = 0; i < o.n; i++)
+        for (int i = 0; i < o.n; i++) {
             if (o.op[i].kind == PT_OPK_K || o.op[i].kind == PT_OPK_MLP_DOWN_WGRAD) {
                 k++;
                 CHECK_NEAR(o.op[i].fp8.passes, 4, 0);
             }
+            CHECK(!o.op[i].fp8.dbias && o.op[i].role != PT_GEMM_WGRAD); /* bias gradients apart */
+        }
         CHECK_INT(k, 2);
         pt_oplist_free(&o);
     }

@@ -95,8 +95,12 @@ run 0 "$build/ptprofile" --db "$tmp/e.db" --devices 1 --global-batch 2 --max-mbs
     --no-collectives --precision fp8 --fp8-emulate
 out_has "in fp32+fp8(current, emulated)" "the run names the emulated precision"
 err_has "gemm_dgrad_write:fp8:m=.*(FP8 emulated)" "emulated FP8 GEMMs are said to be"
-[ "$(sqlite3 "$tmp/e.db" "SELECT count(*) FROM kernel_samples WHERE kind = 'gemm_wgrad_bias' AND op_key LIKE 'gemm_wgrad_bias:fp8:%' AND dtype = 'fp8'")" -gt 0 ] ||
+[ "$(sqlite3 "$tmp/e.db" "SELECT count(*) FROM kernel_samples WHERE kind = 'gemm_wgrad' AND op_key LIKE 'gemm_wgrad:fp8:%' AND dtype = 'fp8'")" -gt 0 ] ||
     fail "emulated FP8 GEMMs stored under their keys"
+# ... the weight gradients without their bias gradients, which ptrun sums in the data
+# gradients' casts (planner/ops.c's fp8_dbias_in_dgrad)
+[ "$(sqlite3 "$tmp/e.db" "SELECT count(*) FROM kernel_samples WHERE op_key LIKE 'gemm_wgrad_bias:fp8:%'")" -eq 0 ] ||
+    fail "FP8 weight gradients profiled with their bias gradients"
 # ptplan --fp8-emulate prices them from the table; the table without them, analytically
 cp "$tmp/e.db" "$tmp/e0.db"
 sqlite3 "$tmp/e0.db" "DELETE FROM kernel_samples WHERE op_key LIKE '%:fp8:%'"
