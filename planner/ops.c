@@ -354,10 +354,10 @@ static bool one_in_flight(const pt_layout *l)
  * delayed scaling only where a use pushes its amax into the history (the forward's X
  * and W, the data gradient's dY: runtime/fp8.c's push). Under current scaling ptrun
  * reuses casts (runtime/fp8.c's operand_in): k and v take q's input (in the forward,
- * and its transpose in the weight gradients: fp8_input_cast), and the data gradient
- * writes dY's transpose beside its rows (one more byte an element), which the weight
- * gradient right after it takes (fp8_dy_held). torchao's Float8Linear casts per GEMM
- * and reuses nothing. */
+ * and its transpose in the weight gradients: fp8_input_cast), and a data gradient whose
+ * layer's weight gradient comes right after it (fp8_dy_kept) writes dY's transpose beside
+ * its rows (one more byte an element), which that weight gradient takes (fp8_dy_held).
+ * torchao's Float8Linear casts per GEMM and reuses nothing. */
 static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int64_t k,
                          bool row_parallel)
 {
@@ -372,7 +372,7 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
     bool cast_a = !(reuse && ((p == FP8_FWD && b->fp8_input_cast) ||
                               (p == FP8_WGRAD && b->fp8_dy_held)));
     bool cast_b = !(reuse && p == FP8_WGRAD && b->fp8_input_cast);
-    double a_writes = reuse && p == FP8_DGRAD ? 2 : 1;
+    double a_writes = reuse && p == FP8_DGRAD && b->fp8_dy_kept ? 2 : 1;
     w->reuse_a = !cast_a;
     w->reuse_b = !cast_b;
     w->dy_both = a_writes == 2;
@@ -1533,9 +1533,13 @@ static void column_parallel_bwd(builder *b, const dims *d, pt_tensor in, const p
                                 pt_op_kind batched)
 {
     bool async = b->c->t->stack.tp_backward_async;
+    /* ptrun: a single projection's data gradient writes dY's transpose for its weight
+     * gradient; of several, the later data gradients' casts would overwrite it */
+    b->fp8_dy_kept = np == 1 && pt_stack_is_ptrun(&b->c->t->stack);
     for (int i = 0; i < np; i++)
         writes(gemm(b, p[i].dgrad, p[i].param, d->tokens, d->h, p[i].n_out,
                     i == 0 ? PT_GEMM_DGRAD_WRITE : PT_GEMM_DGRAD), PT_TEN_DLN);
+    b->fp8_dy_kept = false;
     tp_gather_input(b, d, in, p[0].param, b->c->l->tp_overlap || async);
     pt_tensor src = column_input(b, in);
     if (batched != PT_OPK_COUNT)
@@ -1566,7 +1570,9 @@ static void row_parallel_bwd(builder *b, const dims *d, pt_op_kind dgrad, pt_op_
                              pt_param_ref param, int64_t k_in, pt_gemm_role dgrad_role)
 {
     tp_enter(b, d, param);
+    b->fp8_dy_kept = pt_stack_is_ptrun(&b->c->t->stack);
     gemm(b, dgrad, param, d->tokens, k_in, d->h, dgrad_role);
+    b->fp8_dy_kept = false;
     b->fp8_dy_held = pt_stack_is_ptrun(&b->c->t->stack); /* the dgrad's transposed dY */
     gemm(b, wgrad, param, d->h, k_in, d->tokens, wgrad_role(b, param));
     b->fp8_dy_held = false;

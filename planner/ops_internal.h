@@ -46,6 +46,8 @@ typedef struct {
                             (q of q, k, v): TE's forward, ptrun's (current scaling) both */
     bool fp8_dy_held;    /* ptrun, current scaling: the next weight gradient's output
                             gradient was quantized, transposed, by its data gradient */
+    bool fp8_dy_kept;    /* ... and the next data gradient quantizes it so (the weight
+                            gradient right after it is its layer's) */
 } builder;
 
 static inline pt_op *add_op(builder *b, pt_op_kind kind)

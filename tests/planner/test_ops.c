@@ -1067,9 +1067,14 @@ static void test_fp8(void)
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
             if (op->kind == PT_OPK_Q_DGRAD) { /* column-parallel: dY (W^T's scale is known) */
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 1 : 0);
-                /* dY (T, h/tp) with its amax, cast both ways for the weight gradient after
-                 * it; W^T cast with the scale the forward took */
+                /* dY (T, h/tp) with its amax, cast as rows only (k's and v's data
+                 * gradients come before q's weight gradient); W^T cast with the scale the
+                 * forward took */
                 double dy = T * h / tp, w = h / tp * h;
+                CHECK_NEAR(op->fp8.bytes, ab * dy + (ab + 1) * dy + (ab + 1) * w, 1e-12);
+            }
+            if (op->kind == PT_OPK_ATTN_OUT_DGRAD) { /* dY (T, h) both ways: its wgrad next */
+                double dy = T * h, w = h * h / tp;
                 CHECK_NEAR(op->fp8.bytes, ab * dy + (ab + 2) * dy + (ab + 1) * w, 1e-12);
             }
             /* reused casts (runtime/fp8.c's operand_in): k and v take q's input, in the
@@ -1117,7 +1122,10 @@ static void test_fp8(void)
                       op->kind == PT_OPK_MLP_DOWN_WGRAD;
             bool x_t = op->kind == PT_OPK_K_WGRAD || op->kind == PT_OPK_V_WGRAD;
             CHECK(op->fp8.reuse_a == (fwd || dy) && op->fp8.reuse_b == x_t);
-            CHECK(op->fp8.dy_both == (fp8_pass_is_dgrad(op->role)));
+            /* dY's transpose written where the layer's weight gradient comes next */
+            bool kept = op->kind == PT_OPK_ATTN_OUT_DGRAD || op->kind == PT_OPK_MLP_UP_DGRAD ||
+                        op->kind == PT_OPK_MLP_DOWN_DGRAD;
+            CHECK(op->fp8.dy_both == kept);
             /* the bias gradient in the data gradient's cast, none in the weight
              * gradient's call (and key) */
             CHECK(op->fp8.dbias == fp8_pass_is_dgrad(op->role));
