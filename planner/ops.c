@@ -332,6 +332,16 @@ static void fp8_pass_add(pt_fp8_work *w, double elems, double per_elem, double s
     w->passes += share;
 }
 
+/* Whether ptrun's GELU takes the amax of what it writes for the FP8 cast after it
+ * (pt_fp8_work.take_amax and taken_a; kernels.h's gelu_forward_amax, gelu_backward_amax):
+ * current scaling, a GELU MLP, and the consumer (the down projection's input, the up
+ * projection's output gradient) an FP8 layer. */
+static bool gelu_takes_amax(const builder *b, pt_param_ref consumer)
+{
+    return b->c->m->act != PT_ACT_SWIGLU && b->c->t->fp8.recipe == PT_FP8_CURRENT &&
+           pt_stack_is_ptrun(&b->c->t->stack) && fp8_param(b, consumer);
+}
+
 /* Whether each micro-batch's backward on a rank follows its own forward with no other
  * forward between: one micro-batch in flight at a time. */
 static bool one_in_flight(const pt_layout *l)
@@ -376,20 +386,24 @@ static void fp8_per_gemm(const builder *b, pt_op *op, int64_t m, int64_t n, int6
     w->reuse_a = !cast_a;
     w->reuse_b = !cast_b;
     w->dy_both = a_writes == 2;
-    /* ptrun's re-casts whose scale is known (runtime/fp8.c's memo_of): no amax pass, no
-     * scale, no reduction. The data gradient's W^T (the forward took its amax); the
-     * weight gradient's dY^T (the data gradient just before did) and its X^T where the
-     * forward's amax is still the last one taken there (one_in_flight). */
-    bool known_a = reuse && p == FP8_WGRAD;
-    bool known_b = reuse && (p == FP8_DGRAD || (p == FP8_WGRAD && one_in_flight(b->c->l)));
+    /* ptrun's re-casts whose scale is known (known_a, known_b; the runtime's memo
+     * confirms each): no amax pass, no scale, no reduction. The data gradient's W^T (the
+     * forward took its amax); the weight gradient's dY^T (the data gradient just before
+     * did) and its X^T where the forward's amax is still the last one taken there
+     * (one_in_flight). */
+    bool known_a = cast_a && reuse && p == FP8_WGRAD;
+    bool known_b = cast_b && reuse &&
+                   (p == FP8_DGRAD || (p == FP8_WGRAD && one_in_flight(b->c->l)));
     /* a scale taken from a fresh amax, and reduced where the operand is sliced */
     bool amax_a = cast_a && amax_pass && !known_a, amax_b = cast_b && amax_pass && !known_b;
-    /* the amaxes the GELU takes as it writes them (runtime/layer.c's act and act_bwd):
-     * the down projection's input, the up projection's output gradient; the scale is
-     * still taken, without a pass over the tensor */
-    bool taken_a = reuse && b->c->m->act != PT_ACT_SWIGLU &&
-                   ((p == FP8_FWD && op->kind == PT_OPK_MLP_DOWN) ||
-                    (p == FP8_DGRAD && op->kind == PT_OPK_MLP_UP_DGRAD));
+    /* the amaxes the GELU takes as it writes them (gelu_takes_amax): the scale is still
+     * taken, without a pass over the tensor */
+    bool after_gelu = (p == FP8_FWD && op->kind == PT_OPK_MLP_DOWN) ||
+                      (p == FP8_DGRAD && op->kind == PT_OPK_MLP_UP_DGRAD);
+    bool taken_a = amax_a && after_gelu && gelu_takes_amax(b, op->param);
+    w->known_a = known_a;
+    w->known_b = known_b;
+    w->taken_a = taken_a;
     for (int i = 0; i < 2; i++) {
         if (!(i == 0 ? cast_a : cast_b))
             continue;
@@ -1145,8 +1159,10 @@ static void activation(builder *b, const dims *d, bool backward)
         n = eager_swiglu_bytes(d->ab, backward) / d->ab;
     const char *kind = swiglu ? (backward ? "swiglu_bwd" : "swiglu_fwd")
                               : (backward ? "gelu_bwd" : "gelu_fwd");
-    membound(b, backward ? PT_OPK_ACT_BWD : PT_OPK_ACT, kind,
-             n * d->ab * (double)d->tokens * (double)cols, shape);
+    pt_op *op = membound(b, backward ? PT_OPK_ACT_BWD : PT_OPK_ACT, kind,
+                         n * d->ab * (double)d->tokens * (double)cols, shape);
+    if (op)
+        op->fp8.take_amax = gelu_takes_amax(b, backward ? PT_PARAM_MLP_UP : PT_PARAM_MLP_DOWN);
 }
 
 /* ZeRO-3 gathers a layer's weights before using them, prefetching beside compute. */

@@ -213,6 +213,13 @@ typedef struct {
      * a (X in a forward, dY^T in a weight gradient) or b (X^T in a weight gradient) as
      * an earlier GEMM of the list cast it; a data gradient writes dY's transpose too */
     bool reuse_a, reuse_b, dy_both;
+    /* ... and casts operand a or b again with the scale the tensor's last amax gave (a
+     * data gradient's W^T, a weight gradient's dY^T and, with one micro-batch in flight,
+     * its X^T), where runtime/fp8.c's memo confirms the tensor is unchanged; takes
+     * operand a's amax as the kernel that wrote it took it (taken_a: the down
+     * projection's input, the up projection's output gradient after the GELU); and, on
+     * the GELU's act and act_bwd ops, take_amax: its kernel takes that amax */
+    bool known_a, known_b, taken_a, take_amax;
     /* ptrun (either recipe): a data gradient sums its layer's bias gradient in the cast
      * of the output gradient (kernels.h's fp8_cast_dbias), and the layer's weight
      * gradient, in role gemm_wgrad, has none */

@@ -225,14 +225,14 @@ static float *site(const pt_layer_ctx *c, pt_param_ref r, int operand)
 
 /* Whether the scale in operand `operand`'s state was taken from this very tensor: the
  * last amax there read src (rows, cols) in the same activation slot, or for a weight
- * the same parameters. A re-cast (the data gradient's W^T, the weight gradient's
- * transposes) may then take that scale as it is, since the tensor has not changed: a
+ * the same parameters. A re-cast the plan calls known (pt_fp8_work.known_a, known_b)
+ * takes that scale as it is where this holds, since the tensor has not changed: a
  * weight changes only between steps, and each of its forwards takes its amax again; an
  * activation slot holds one micro-batch from its forward to its backward, and every
  * forward of it takes its amaxes again (a recomputing one too); an output gradient
- * is cast by its data gradient, right before its weight gradient. Under pipeline
- * parallelism another micro-batch's forward runs in between and takes the amax of its
- * own tensor, with another slot: the re-cast then takes the amax again. */
+ * is cast by its data gradient, right before its weight gradient. Where another
+ * micro-batch's forward came between (the planner calls no X^T known then), or a
+ * weight sits elsewhere in its backward, the re-cast takes the amax again. */
 static pt_fp8_memo memo_of(const pt_layer_ctx *c, int operand, const float *src,
                            int64_t rows, int cols)
 {
@@ -280,13 +280,23 @@ static int check_scale(pt_layer_ctx *c, pt_param_ref r, int operand, const float
     return 0;
 }
 
+/* How a cast takes its scale under current scaling (the op's pt_fp8_work): from a
+ * fresh amax; as the memo keeps it, where the plan calls the scale known; from the amax
+ * the kernel that wrote the tensor took. */
+typedef enum { SCALE_FRESH, SCALE_KNOWN, SCALE_TAKEN } scale_from;
+
+static scale_from scale_of(bool known, bool taken)
+{
+    return taken ? SCALE_TAKEN : known ? SCALE_KNOWN : SCALE_FRESH;
+}
+
 /* Casts operand `operand` of linear layer r, src (rows, cols) [act], into dst and/or its
  * transpose dst_t. Current scaling takes the tensor's amax, reduced over the ranks that
- * hold its slices, and its scale first, unless `again` (a re-cast) and the state's
- * scale is this tensor's already (memo_of); delayed scaling casts with the scale its
- * history gave (the amax taken in the cast), and `push` (after the GEMM) moves it on. */
+ * hold its slices, and its scale first, except as `how` says (scale_from); delayed
+ * scaling casts with the scale its history gave (the amax taken in the cast), and
+ * `push` (after the GEMM) moves it on. */
 static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, int64_t rows,
-                int cols, uint8_t *dst, uint8_t *dst_t, bool again, float *dbias)
+                int cols, uint8_t *dst, uint8_t *dst_t, scale_from how, float *dbias)
 {
     pt_net *n = c->n;
     pt_kernels *kn = n->kn;
@@ -297,10 +307,21 @@ static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, 
     bool taken = c->S->fp8_taken_src == src && c->S->fp8_taken_meta == meta;
     c->S->fp8_taken_src = c->S->fp8_taken_meta = NULL;
     if (n->fp8.recipe == PT_FP8_CURRENT) {
+        if ((how == SCALE_TAKEN) != taken)
+            return pt_err_set(c->err, "internal: layer %lld's %s cast is planned %s the amax "
+                                      "its tensor's kernel took, which %s",
+                              (long long)c->li, pt_param_ref_name(r),
+                              taken ? "without" : "with",
+                              taken ? "it took" : "no kernel took");
         pt_fp8_memo *m = &n->fp8_memo[site_index(c, r, operand)];
         pt_fp8_memo want = memo_of(c, operand, src, rows, cols);
-        bool known = again && m->src == want.src && m->slot == want.slot &&
+        bool known = how == SCALE_KNOWN && m->src == want.src && m->slot == want.slot &&
                      m->rows == want.rows && m->cols == want.cols;
+        if (how == SCALE_KNOWN && !known && n->fp8_check)
+            return pt_err_set(c->err, "internal: PT_FP8_CHECK_SCALES: layer %lld's %s re-cast "
+                                      "is planned with a known scale, which the last amax "
+                                      "there was not of its tensor",
+                              (long long)c->li, pt_param_ref_name(r));
         if (known && n->fp8_check && check_scale(c, r, operand, meta, src, rows * cols))
             return -1;
         if (!known) {
@@ -328,6 +349,13 @@ static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, 
     if (dbias)
         kn->matmul_backward(kn, NULL, NULL, dbias, src, NULL, NULL, rows, 1, cols);
     return 0;
+}
+
+void pt_fp8_amax_after(pt_layer_ctx *c, float *meta, const float *src, int64_t n)
+{
+    pt_kernels *kn = c->n->kn;
+    kn->zero(kn, meta + PT_KFP8_AMAX, sizeof(float));
+    kn->fp8_amax(kn, meta, src, n);
 }
 
 float *pt_fp8_amax_into(pt_layer_ctx *c, pt_param_ref r, bool grad, const float *src)
@@ -397,7 +425,7 @@ static bool holds(const pt_layer_ctx *c, const pt_fp8_held *h, const pt_fp8_held
  * multiply by into *meta. */
 static int operand_in(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src,
                       int64_t rows, int cols, bool t, uint8_t *buf, pt_fp8_held *held,
-                      bool reuse, const float **meta)
+                      bool reuse, scale_from how, const float **meta)
 {
     static const char *const what[FP8_OPERANDS] = {"input", "weight", "output gradient"};
     pt_fp8_held want = held_of(c, r, operand, src, rows, cols, t);
@@ -411,9 +439,7 @@ static int operand_in(pt_layer_ctx *c, pt_param_ref r, int operand, const float 
         return 0;
     }
     held->meta = NULL; /* overwritten below */
-    /* transposed, it is a weight gradient's re-cast of what a forward or a data
-     * gradient cast before */
-    if (cast(c, r, operand, src, rows, cols, t ? NULL : buf, t ? buf : NULL, t, NULL))
+    if (cast(c, r, operand, src, rows, cols, t ? NULL : buf, t ? buf : NULL, how, NULL))
         return -1;
     *held = want;
     *meta = want.meta;
@@ -430,8 +456,8 @@ int pt_fp8_forward(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, floa
     S->fp8_held[1].meta = NULL; /* a data gradient's transposed dY: for its own wgrad only */
     if (pt_layer_finish_gather(c) ||
         operand_in(c, r, FP8_X, inp, T, ic, false, S->fp8_a, &S->fp8_held[0], how->reuse_a,
-                   &mx) ||
-        cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL, false, NULL))
+                   scale_of(false, how->taken_a), &mx) ||
+        cast(c, r, FP8_W, w, oc, ic, S->fp8_w, NULL, SCALE_FRESH, NULL))
         return -1;
     kn->gemm_fp8(kn, out, 0, 0.0f, S->fp8_a, PT_KFP8_E4M3, mx, S->fp8_w, PT_KFP8_E4M3,
                  site(c, r, FP8_W), bias, T, oc, ic);
@@ -448,8 +474,9 @@ int pt_fp8_dgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float 
      * transpose into fp8_b in the same pass */
     bool both = how->dy_both;
     S->fp8_held[0].meta = S->fp8_held[1].meta = NULL;
-    if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL, false, dbias) ||
-        cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w, true, NULL))
+    if (cast(c, r, FP8_DY, dout, T, oc, S->fp8_a, both ? S->fp8_b : NULL,
+             scale_of(false, how->taken_a), dbias) ||
+        cast(c, r, FP8_W, w, oc, ic, NULL, S->fp8_w, scale_of(how->known_b, false), NULL))
         return -1;
     if (both)
         S->fp8_held[1] = held_of(c, r, FP8_DY, dout, T, oc, true);
@@ -467,9 +494,9 @@ int pt_fp8_wgrad(pt_layer_ctx *c, pt_param_ref r, const pt_fp8_work *how, float 
     const float *mdy, *mx;
     if (pt_layer_finish_gather(c) ||
         operand_in(c, r, FP8_DY, dout, T, oc, true, S->fp8_b, &S->fp8_held[1], how->reuse_a,
-                   &mdy) ||
+                   scale_of(how->known_a, false), &mdy) ||
         operand_in(c, r, FP8_X, inp, T, ic, true, S->fp8_a, &S->fp8_held[0], how->reuse_b,
-                   &mx))
+                   scale_of(how->known_b, false), &mx))
         return -1;
     if (dw)
         kn->gemm_fp8(kn, dw, 1, 1.0f, S->fp8_b, PT_KFP8_E5M2, mdy, S->fp8_a, PT_KFP8_E4M3, mx,

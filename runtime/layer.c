@@ -733,13 +733,16 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
             kn->swiglu_forward(kn, L->act, L->gate, L->up, d->T, d->f);
             return 0;
         }
-        /* under FP8 the down projection's input amax, taken as it is written */
-        float *meta = kn->gelu_forward_amax ? pt_fp8_amax_into(c, PT_PARAM_MLP_DOWN, false,
-                                                               L->act) : NULL;
-        if (meta)
+        /* where the plan says, the down projection's input amax, taken as it is written */
+        float *meta = op->fp8.take_amax ? pt_fp8_amax_into(c, PT_PARAM_MLP_DOWN, false, L->act)
+                                        : NULL;
+        if (meta && kn->gelu_forward_amax) {
             kn->gelu_forward_amax(kn, L->act, L->up, Tf, meta);
-        else
-            kn->gelu_forward(kn, L->act, L->up, Tf);
+            return 0;
+        }
+        kn->gelu_forward(kn, L->act, L->up, Tf);
+        if (meta)
+            pt_fp8_amax_after(c, meta, L->act, Tf);
         return 0;
     }
     case PT_OPK_MLP_DOWN:
@@ -782,15 +785,17 @@ int pt_layer_run_op(pt_layer_ctx *c, const pt_op *op)
             kn->swiglu_backward(kn, S->dgate, S->dup, S->dact, L->gate, L->up, d->T, d->f);
             return 0;
         }
-        /* under FP8 written, with the up projection's output-gradient amax */
-        float *meta = kn->gelu_backward_amax ? pt_fp8_amax_into(c, PT_PARAM_MLP_UP, true,
-                                                                S->dup) : NULL;
-        if (meta) {
+        /* where the plan says written, with the up projection's output-gradient amax */
+        float *meta = op->fp8.take_amax ? pt_fp8_amax_into(c, PT_PARAM_MLP_UP, true, S->dup)
+                                        : NULL;
+        if (meta && kn->gelu_backward_amax) {
             kn->gelu_backward_amax(kn, S->dup, S->dact, L->up, Tf, meta);
             return 0;
         }
         kn->zero(kn, S->dup, pt_act_bytes(c, Tf));
         kn->gelu_backward(kn, S->dup, S->dact, L->up, Tf);
+        if (meta)
+            pt_fp8_amax_after(c, meta, S->dup, Tf);
         return 0;
     }
     case PT_OPK_MLP_GATE_DGRAD: return linear_dgrad(c, op, out, S->dgate, d->h, d->f);

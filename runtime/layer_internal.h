@@ -68,11 +68,14 @@ void pt_layer_dropout_rows(pt_layer_ctx *c, float *buf, const float *dout, int64
  * r is one of a transformer layer's linear layers). */
 bool pt_fp8_linear(const pt_layer_ctx *c, pt_param_ref r);
 /* Where the kernel about to write src, linear layer r's input (or with `grad` its
- * output gradient), may take src's FP8 amax for r's next cast (kernels.h's
- * gelu_forward_amax, gelu_backward_amax), which then reads src once less: the scaling
- * state, or NULL where none is wanted (FP8 off, delayed scaling, r not FP8). The next
- * cast of the rank takes it if it casts that src into that state. */
+ * output gradient), takes src's FP8 amax for r's next cast, which the plan calls taken
+ * (pt_fp8_work.take_amax on the kernel's op, taken_a on the GEMM's; kernels.h's
+ * gelu_forward_amax, gelu_backward_amax): the scaling state, or NULL where r is no FP8
+ * layer under current scaling. The next cast of the rank must cast that src into that
+ * state. pt_fp8_amax_after takes the amax of n values at src into it after the kernel,
+ * for a backend without the fused kernels. */
 float *pt_fp8_amax_into(pt_layer_ctx *c, pt_param_ref r, bool grad, const float *src);
+void pt_fp8_amax_after(pt_layer_ctx *c, float *meta, const float *src, int64_t n);
 /* Linear layer r's forward out = inp · w^T (+ bias), its data gradient into dinp
  * (written, or added; with dbias the bias gradient added there, summed in the output
  * gradient's cast), and its weight gradient added into dw (and the bias gradient into

@@ -1129,6 +1129,12 @@ static void test_fp8(void)
             /* the bias gradient in the data gradient's cast, none in the weight
              * gradient's call (and key) */
             CHECK(op->fp8.dbias == fp8_pass_is_dgrad(op->role));
+            /* ... and which scales it takes as known, or as the GELU took their amax */
+            bool wgrad = op->role == PT_GEMM_WGRAD;
+            CHECK(op->fp8.known_a == (wgrad && !dy));
+            CHECK(op->fp8.known_b == (fp8_pass_is_dgrad(op->role) || (wgrad && !x_t)));
+            CHECK(op->fp8.taken_a ==
+                  (op->kind == PT_OPK_MLP_DOWN || op->kind == PT_OPK_MLP_UP_DGRAD));
             CHECK(op->role != PT_GEMM_WGRAD_BIAS);
             if (op->role == PT_GEMM_WGRAD)
                 CHECK(strncmp(op->kernel.key, "gemm_wgrad:fp8:", 15) == 0);
@@ -1138,6 +1144,11 @@ static void test_fp8(void)
                 CHECK_INT(op->fp8.amax_reduces, 0); /* known scales, none taken */
         }
         CHECK_INT(gemms, 3 * 6); /* q, k, v, attn_out, mlp_up, mlp_down: fwd, dgrad, wgrad */
+        int acts = 0; /* the GELU's kernels take those amaxes */
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == PT_OPK_ACT || o.op[i].kind == PT_OPK_ACT_BWD)
+                acts += o.op[i].fp8.take_amax;
+        CHECK_INT(acts, 2);
         o.n = 0;
         CHECK_INT(pt_ops_head(&c, false, &o), 0);
         for (int i = 0; i < o.n; i++)
@@ -1155,6 +1166,8 @@ static void test_fp8(void)
                 op->kind == PT_OPK_MLP_DOWN_WGRAD)
                 CHECK_NEAR(op->fp8.passes, 2, 0);
             CHECK(!op->fp8.reuse_a && !op->fp8.reuse_b && !op->fp8.dy_both);
+            CHECK(!op->fp8.known_a && !op->fp8.known_b && !op->fp8.taken_a &&
+                  !op->fp8.take_amax);
             if (op->kind == PT_OPK_ATTN_OUT)
                 CHECK_INT(op->fp8.amax_reduces, tp > 1 ? 2 : 0);
             if (op->kind == PT_OPK_Q_DGRAD) /* dY; W^T is cast with the pushed scale */
@@ -1223,7 +1236,9 @@ static void test_fp8(void)
             if (o.op[i].kind == PT_OPK_MLP_DOWN || o.op[i].kind == PT_OPK_MLP_UP_DGRAD) {
                 seen++;
                 CHECK_NEAR(o.op[i].fp8.passes, o.op[i].kind == PT_OPK_MLP_DOWN ? 4 : 3, 0);
-            }
+                CHECK(!o.op[i].fp8.taken_a);
+            } else if (o.op[i].kind == PT_OPK_ACT || o.op[i].kind == PT_OPK_ACT_BWD)
+                CHECK(!o.op[i].fp8.take_amax);
         CHECK_INT(seen, 2);
     }
     /* pipeline parallelism and all-forward-all-backward: other micro-batches' forwards
@@ -1243,6 +1258,7 @@ static void test_fp8(void)
                 seen++;
                 CHECK_NEAR(op->fp8.passes, op->kind == PT_OPK_MLP_DOWN_WGRAD ? 2 : 3, 0);
                 CHECK_NEAR(op->fp8.launches, 1, 0);
+                CHECK(op->fp8.known_b == (op->kind == PT_OPK_Q_DGRAD));
             }
         }
         CHECK_INT(seen, 3);
@@ -1265,6 +1281,8 @@ static void test_fp8(void)
                 CHECK_NEAR(o.op[i].fp8.passes, 4, 0);
             }
             CHECK(!o.op[i].fp8.dbias && o.op[i].role != PT_GEMM_WGRAD); /* bias gradients apart */
+            CHECK(!o.op[i].fp8.known_a && !o.op[i].fp8.known_b && !o.op[i].fp8.taken_a &&
+                  !o.op[i].fp8.take_amax);
         }
         CHECK_INT(k, 2);
         pt_oplist_free(&o);
