@@ -308,11 +308,11 @@ static int cast(pt_layer_ctx *c, pt_param_ref r, int operand, const float *src, 
     c->S->fp8_taken_src = c->S->fp8_taken_meta = NULL;
     if (n->fp8.recipe == PT_FP8_CURRENT) {
         if ((how == SCALE_TAKEN) != taken)
-            return pt_err_set(c->err, "internal: layer %lld's %s cast is planned %s the amax "
-                                      "its tensor's kernel took, which %s",
-                              (long long)c->li, pt_param_ref_name(r),
-                              taken ? "without" : "with",
-                              taken ? "it took" : "no kernel took");
+            return pt_err_set(c->err, taken ? "internal: layer %lld's %s cast is not planned "
+                                              "to take the amax the kernel before it took"
+                                            : "internal: layer %lld's %s cast is planned to "
+                                              "take an amax that no kernel before it took",
+                              (long long)c->li, pt_param_ref_name(r));
         pt_fp8_memo *m = &n->fp8_memo[site_index(c, r, operand)];
         pt_fp8_memo want = memo_of(c, operand, src, rows, cols);
         bool known = how == SCALE_KNOWN && m->src == want.src && m->slot == want.slot &&
